@@ -1,0 +1,497 @@
+/*
+ * khub_plugin.h: the plugin ABI, the only header a kernel author includes.
+ *
+ * A plugin is a shared object that exports one function, khub_plugin_init_v1,
+ * and carries one ELF note, ".note.khub", that the host reads before dlopen.
+ * The host calls the entry once with its function table (khub_host_api); the
+ * plugin fills a khub_plugin_desc that lists its ops. Each op has a kind
+ * (attention, linear, quantized linear, KV cache, norm, activation, rotary),
+ * declared capabilities (khub_op_caps) and a run function taking that kind's
+ * argument struct.
+ *
+ * Minimal plugin:
+ *
+ *     #include <khub/khub_plugin.h>
+ *
+ *     static khub_status my_norm(void *state, const void *args) {
+ *         const khub_norm_args *a = args;
+ *         ...
+ *         return KHUB_STATUS_OK;
+ *     }
+ *     static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps),
+ *         .device_type = KHUB_DEVICE_CPU, .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32)};
+ *     static const khub_op_desc ops[] = {{KHUB_STRUCT_INIT(khub_op_desc),
+ *         .name = "rms_norm", .kind = KHUB_OP_NORM, .caps = &caps, .run = my_norm}};
+ *
+ *     static khub_status init(const khub_host_api *host, khub_plugin_desc *out,
+ *                             char *errbuf, size_t errbuf_size) {
+ *         khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+ *             .id = "acme/rmsnorm", .version = "1.0.0", .n_ops = 1, .ops = ops};
+ *         return khub_plugin_desc_put(out, &d);
+ *     }
+ *     KHUB_PLUGIN_DEFINE(init, "acme/rmsnorm", "1.0.0")
+ *
+ * Rules of the boundary (abi/ABI.md has the full promise):
+ *   - Every struct that crosses it starts with KHUB_STRUCT_HEADER and only
+ *     ever grows at the end; fields added after 1.0 say "added in ABI 1.x".
+ *   - Each side reads a field of the other's struct only if it lies within
+ *     that struct's struct_size.
+ *   - Strings and arrays a plugin hands over are borrowed; the host copies
+ *     what it keeps, because plugin memory dies at dlclose.
+ *   - Memory is freed on the side that allocated it (host->alloc/free are
+ *     the host's).
+ *   - Plugins never link against libkhub; everything comes through the host
+ *     table. They may not call exit(), print to stdout, or keep global
+ *     mutable state that outlives khub_plugin_desc.shutdown.
+ *
+ * Anything not declared in abi/khub/ is not part of khub's API.
+ */
+#ifndef KHUB_PLUGIN_H
+#define KHUB_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "khub_status.h"
+#include "khub_tensor.h"
+#include "khub_version.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Struct headers and versioning                                            */
+/* ------------------------------------------------------------------------ */
+
+/* The first three fields of every boundary struct. */
+#define KHUB_STRUCT_HEADER \
+    uint32_t struct_size;  \
+    uint16_t abi_major;    \
+    uint16_t abi_minor
+
+/* Initialiser for those fields, with this header's version. */
+#define KHUB_STRUCT_INIT(type) .struct_size = sizeof(type), \
+    .abi_major = KHUB_ABI_MAJOR, .abi_minor = KHUB_ABI_MINOR
+
+/* True when struct s (a pointer) is large enough to hold field f. */
+#define KHUB_HAS_FIELD(s, type, f) \
+    ((s)->struct_size >= offsetof(type, f) + sizeof(((type *)0)->f))
+
+#if defined(_WIN32)
+#define KHUB_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define KHUB_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* The ABI note: metadata the host reads without running plugin code        */
+/* ------------------------------------------------------------------------ */
+
+/* ELF note owner and type of the ".note.khub" section. */
+#define KHUB_NOTE_NAME "khub"
+#define KHUB_NOTE_TYPE 0x4b480001u
+
+/* Descriptor of the note. Fixed layout, little-endian, 4-byte aligned. */
+typedef struct khub_abi_note {
+    uint32_t note_version; /* 1 */
+    uint16_t abi_major;    /* ABI the plugin was compiled against */
+    uint16_t abi_minor;
+    uint32_t ptr_size;     /* sizeof(void *) of the plugin */
+    uint32_t kinds;        /* bit (1 << khub_op_kind) per kind it serves, 0 if unknown */
+    char id[64];           /* NUL-terminated plugin id, e.g. "kernels-community/flash-attn2" */
+    char version[32];      /* NUL-terminated plugin version, e.g. "1.2.0" */
+} khub_abi_note;
+
+/* ------------------------------------------------------------------------ */
+/* Host API: the host's function table, handed to the plugin at init        */
+/* ------------------------------------------------------------------------ */
+
+typedef enum khub_log_level {
+    KHUB_LOG_ERROR = 0,
+    KHUB_LOG_WARN = 1,
+    KHUB_LOG_INFO = 2,
+    KHUB_LOG_DEBUG = 3
+} khub_log_level;
+
+/* CPU feature bits, as reported by host->cpu_features and required by
+ * khub_op_caps.cpu_features. The host checks OS support (XGETBV) too. */
+#define KHUB_CPU_SSE42 (1u << 0)
+#define KHUB_CPU_AVX (1u << 1)
+#define KHUB_CPU_AVX2 (1u << 2)
+#define KHUB_CPU_FMA (1u << 3)
+#define KHUB_CPU_F16C (1u << 4)
+#define KHUB_CPU_AVX512F (1u << 5)  /* with BW, DQ, VL, CD */
+#define KHUB_CPU_AVX512VNNI (1u << 6)
+#define KHUB_CPU_AVX512BF16 (1u << 7)
+#define KHUB_CPU_AVXVNNI (1u << 8)
+#define KHUB_CPU_BMI2 (1u << 9)
+
+/* Body of a parallel_for: process items [begin, end) on worker `thread`. */
+typedef void (*khub_range_fn)(void *ud, int64_t begin, int64_t end, int thread);
+
+/* Opaque CUDA handles; they are CUstream, CUmodule and CUfunction. */
+typedef struct khub_cuda_module khub_cuda_module;
+
+/* Launch configuration of host->cuda_launch. */
+typedef struct khub_cuda_launch_cfg {
+    KHUB_STRUCT_HEADER;
+    uint32_t grid[3];
+    uint32_t block[3];
+    uint32_t shared_bytes; /* dynamic shared memory, bytes */
+    uint32_t reserved;
+    void *stream;          /* CUstream, or NULL for the host's stream */
+} khub_cuda_launch_cfg;
+
+typedef struct khub_host_api {
+    KHUB_STRUCT_HEADER;
+    void *host_ctx; /* pass as first argument to every function below */
+
+    /* Logging: one line, no newline; goes to the runtime's log callback. */
+    void (*log)(void *host_ctx, khub_log_level level, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+    /* Records a one-line error message for the current call and returns st,
+     * so a plugin writes `return host->fail(host->host_ctx, KHUB_STATUS_X, ...)`. */
+    khub_status (*fail)(void *host_ctx, khub_status st, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+    /* Host memory, aligned to 64 bytes; NULL on OOM. free accepts NULL. */
+    void *(*alloc)(void *host_ctx, size_t size);
+    void (*free)(void *host_ctx, void *p);
+
+    /* Runs fn over [0, n) split into contiguous chunks on the runtime's thread
+     * pool and returns when all are done. Calls may nest (then run inline). */
+    void (*parallel_for)(void *host_ctx, int64_t n, khub_range_fn fn, void *ud);
+    int (*n_threads)(void *host_ctx);
+
+    /* KHUB_CPU_* bits of this machine. */
+    uint32_t (*cpu_features)(void *host_ctx);
+
+    /* CUDA (every call returns KHUB_STATUS_NO_CUDA when no driver is present). */
+    khub_status (*cuda_device_count)(void *host_ctx, int *count);
+    /* Compute capability as major*10+minor, e.g. 90 for sm_90. */
+    khub_status (*cuda_device_cc)(void *host_ctx, int device, int *cc);
+    khub_status (*cuda_mem_alloc)(void *host_ctx, int device, size_t bytes, uint64_t *dptr);
+    khub_status (*cuda_mem_free)(void *host_ctx, uint64_t dptr);
+    khub_status (*cuda_memcpy_htod)(void *host_ctx, uint64_t dst, const void *src, size_t n,
+                                    void *stream);
+    khub_status (*cuda_memcpy_dtoh)(void *host_ctx, void *dst, uint64_t src, size_t n,
+                                    void *stream);
+    khub_status (*cuda_stream_sync)(void *host_ctx, void *stream);
+    /* Loads a PTX (NUL-terminated), cubin or fatbin image. The host owns the
+     * module and unloads it when the plugin is retired. */
+    khub_status (*cuda_module_load)(void *host_ctx, int device, const void *image, size_t size,
+                                    khub_cuda_module **out);
+    khub_status (*cuda_module_function)(void *host_ctx, khub_cuda_module *mod, const char *name,
+                                        void **function);
+    khub_status (*cuda_launch)(void *host_ctx, void *function, const khub_cuda_launch_cfg *cfg,
+                               void **kernel_params);
+
+    /* Artifacts of the plugin's own verified variant (PTX, cubins, tables),
+     * by file name relative to the variant directory. *data is valid until
+     * the plugin is retired. KHUB_STATUS_NOT_FOUND when absent. */
+    khub_status (*artifact)(void *host_ctx, const char *name, const void **data, size_t *size);
+    /* End of ABI 1.0. Append only below, each field marked "added in ABI 1.x". */
+} khub_host_api;
+
+/* ------------------------------------------------------------------------ */
+/* Op kinds, capabilities and descriptors                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Values are ABI: never renumber. An unknown kind is rejected by the host. */
+typedef enum khub_op_kind {
+    KHUB_OP_ATTENTION = 1,  /* khub_attention_args */
+    KHUB_OP_LINEAR = 2,     /* khub_linear_args, dense weights */
+    KHUB_OP_QLINEAR = 3,    /* khub_linear_args, block-quantized weights; methods: khub_qlinear_methods */
+    KHUB_OP_KV_CACHE = 4,   /* methods: khub_kv_cache_methods (run unused) */
+    KHUB_OP_NORM = 5,       /* khub_norm_args */
+    KHUB_OP_ACTIVATION = 6, /* khub_activation_args */
+    KHUB_OP_ROTARY = 7,     /* khub_rotary_args */
+    KHUB_OP_KIND__COUNT
+} khub_op_kind;
+
+/* Attention layouts and features (khub_op_caps.flags). */
+#define KHUB_CAP_CAUSAL (1u << 0)     /* causal masking */
+#define KHUB_CAP_GQA (1u << 1)        /* n_kv_heads < n_heads */
+#define KHUB_CAP_MASK (1u << 2)       /* an additive mask tensor */
+#define KHUB_CAP_STRIDED_KV (1u << 3) /* K/V with arbitrary strides (cache views) */
+#define KHUB_CAP_KV_F16 (1u << 4)     /* K/V stored in f16 */
+#define KHUB_CAP_SLIDING (1u << 5)    /* sliding-window attention */
+#define KHUB_CAP_BIAS (1u << 6)       /* linear: bias supported */
+#define KHUB_CAP_RESIDUAL (1u << 7)   /* norm: fused residual add */
+
+typedef struct khub_op_caps {
+    KHUB_STRUCT_HEADER;
+    uint32_t device_type;     /* khub_device_type */
+    uint32_t cpu_features;    /* KHUB_CPU_* bits the op needs */
+    uint64_t dtypes;          /* KHUB_DTYPE_BIT(...) of accepted weight / K-V dtypes */
+    const int32_t *head_dims; /* borrowed; attention head dims served, NULL = any */
+    uint32_t n_head_dims;
+    uint32_t flags;           /* KHUB_CAP_* */
+    uint16_t cc_min;          /* CUDA compute capability x10 (e.g. 80), 0 = none */
+    uint16_t cc_max;          /* inclusive, 0 = no upper bound */
+    uint16_t ptx_isa;         /* PTX ISA x10 (e.g. 87 for 8.7), 0 when not PTX */
+    uint16_t reserved;
+    int32_t priority;         /* static preference, higher wins; reference plugins use 0 */
+    uint32_t reserved2;
+    /* End of ABI 1.0. */
+} khub_op_caps;
+
+/* The run function of an op: args points at the kind's argument struct. */
+typedef khub_status (*khub_op_run_fn)(void *plugin_state, const void *args);
+
+typedef struct khub_op_desc {
+    KHUB_STRUCT_HEADER;
+    const char *name;          /* borrowed; unique within the plugin, [a-z0-9_]+ */
+    uint32_t kind;             /* khub_op_kind */
+    uint32_t reserved;
+    const khub_op_caps *caps;  /* borrowed; required */
+    khub_op_run_fn run;        /* required except for KHUB_OP_KV_CACHE */
+    const void *methods;       /* borrowed; kind-specific table or NULL (see khub_op_kind) */
+    /* End of ABI 1.0. */
+} khub_op_desc;
+
+typedef struct khub_plugin_desc {
+    KHUB_STRUCT_HEADER;
+    const char *id;            /* borrowed; "org/name", equal to the ABI note's id */
+    const char *version;       /* borrowed; semantic version, equal to the note's */
+    uint32_t n_ops;
+    uint32_t reserved;
+    const khub_op_desc *ops;   /* borrowed; [n_ops] */
+    void *state;               /* plugin-owned; first argument of every op call */
+    /* Optional: 0 = cannot run on this machine, else higher is better. */
+    int32_t (*score)(void *state);
+    /* Optional: runs the plugin's own checks; fills errbuf on failure. */
+    khub_status (*selftest)(void *state, char *errbuf, size_t errbuf_size);
+    /* Optional: stop background work before retirement. */
+    khub_status (*quiesce)(void *state);
+    /* Optional: frees state; called once, before dlclose. */
+    void (*shutdown)(void *state);
+    /* End of ABI 1.0. */
+} khub_plugin_desc;
+
+/* Copies src into the host's out, never past out->struct_size (the host's
+ * size), and stamps the struct with this header's ABI version. */
+static inline khub_status khub_plugin_desc_put(khub_plugin_desc *out, const khub_plugin_desc *src)
+{
+    uint32_t n = out->struct_size < sizeof(*src) ? out->struct_size : (uint32_t)sizeof(*src);
+    const unsigned char *s = (const unsigned char *)src;
+    unsigned char *d = (unsigned char *)out;
+    for (uint32_t i = sizeof(uint32_t); i < n; i++) d[i] = s[i];
+    out->struct_size = n;
+    out->abi_major = KHUB_ABI_MAJOR;
+    out->abi_minor = KHUB_ABI_MINOR;
+    return KHUB_STATUS_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Argument structs, one per kind                                           */
+/* ------------------------------------------------------------------------ */
+
+/* y = x @ W^T (+ bias). KHUB_OP_LINEAR: W is f32/f16/bf16; KHUB_OP_QLINEAR:
+ * W is block-quantized (dtype KHUB_DL_BLOCKQ). */
+typedef struct khub_linear_args {
+    KHUB_STRUCT_HEADER;
+    void *stream;              /* CUstream for CUDA ops, NULL on the CPU */
+    const khub_tensor *x;      /* [n, in] f32 */
+    const khub_tensor *weight; /* [out, in] */
+    const khub_tensor *bias;   /* [out] f32, or NULL */
+    khub_tensor *y;            /* [n, out] f32, written */
+    /* End of ABI 1.0. */
+} khub_linear_args;
+
+/* Quantize or dequantize rows (KHUB_OP_QLINEAR methods). */
+typedef struct khub_quant_args {
+    KHUB_STRUCT_HEADER;
+    uint32_t format;       /* khub_qformat */
+    uint32_t reserved;
+    int64_t n_rows;
+    int64_t n_cols;        /* a multiple of the format's block */
+    const void *src;       /* quantize: f32 [n_rows, n_cols]; dequantize: packed rows */
+    void *dst;             /* quantize: packed rows; dequantize: f32 [n_rows, n_cols] */
+    /* End of ABI 1.0. */
+} khub_quant_args;
+
+typedef struct khub_qlinear_methods {
+    KHUB_STRUCT_HEADER;
+    khub_status (*quantize)(void *plugin_state, const khub_quant_args *args);
+    khub_status (*dequantize)(void *plugin_state, const khub_quant_args *args);
+    /* End of ABI 1.0. */
+} khub_qlinear_methods;
+
+/* Scaled dot-product attention for one sequence:
+ * out[i,h] = softmax(scale * q[i,h] . k[j,g]^T + mask[i,j]) v[j,g], with
+ * g = h / (n_heads / n_kv_heads) (GQA) and, when causal, j <= q_pos0 + i. */
+typedef struct khub_attention_args {
+    KHUB_STRUCT_HEADER;
+    void *stream;
+    const khub_tensor *q;    /* [n_q, n_heads, head_dim] f32 */
+    const khub_tensor *k;    /* [n_kv, n_kv_heads, head_dim] f32 or f16, strided */
+    const khub_tensor *v;    /* [n_kv, n_kv_heads, head_dim] f32 or f16, strided */
+    const khub_tensor *mask; /* [n_q, n_kv] f32 additive, or NULL */
+    khub_tensor *out;        /* [n_q, n_heads, head_dim] f32, written */
+    float scale;             /* usually 1/sqrt(head_dim) */
+    uint32_t causal;         /* 1 = causal */
+    int64_t q_pos0;          /* position of query 0 within the key sequence */
+    int64_t window;          /* sliding window in tokens, 0 = none */
+    /* End of ABI 1.0. */
+} khub_attention_args;
+
+typedef enum khub_norm_type { KHUB_NORM_RMS = 1, KHUB_NORM_LAYER = 2 } khub_norm_type;
+
+/* y = norm(x (+ residual)) * weight. With residual, x + residual is also
+ * written back into residual (the fused add of a pre-norm block). */
+typedef struct khub_norm_args {
+    KHUB_STRUCT_HEADER;
+    void *stream;
+    uint32_t norm_type;         /* khub_norm_type */
+    float eps;
+    const khub_tensor *x;       /* [n, dim] f32 */
+    khub_tensor *residual;      /* [n, dim] f32 in/out, or NULL */
+    const khub_tensor *weight;  /* [dim] f32 */
+    khub_tensor *y;             /* [n, dim] f32, written; may alias x */
+    /* End of ABI 1.0. */
+} khub_norm_args;
+
+typedef enum khub_act_type {
+    KHUB_ACT_SILU = 1,     /* silu(gate) * up */
+    KHUB_ACT_GELU_TANH = 2 /* gelu_tanh(gate) * up */
+} khub_act_type;
+
+/* y = act(gate) * up, the gated MLP activation. */
+typedef struct khub_activation_args {
+    KHUB_STRUCT_HEADER;
+    void *stream;
+    uint32_t act_type;       /* khub_act_type */
+    uint32_t reserved;
+    const khub_tensor *gate; /* [n, ff] f32 */
+    const khub_tensor *up;   /* [n, ff] f32 */
+    khub_tensor *y;          /* [n, ff] f32, written; may alias gate */
+    /* End of ABI 1.0. */
+} khub_activation_args;
+
+typedef enum khub_rope_style {
+    KHUB_ROPE_NEOX = 1,       /* rotate halves (x[i], x[i + d/2]): HF Llama layout */
+    KHUB_ROPE_INTERLEAVED = 2 /* rotate pairs (x[2i], x[2i+1]): GPT-J / original Llama */
+} khub_rope_style;
+
+typedef enum khub_rope_scaling {
+    KHUB_ROPE_SCALING_NONE = 0,
+    KHUB_ROPE_SCALING_LINEAR = 1, /* positions divided by factor */
+    KHUB_ROPE_SCALING_LLAMA3 = 2  /* Llama 3.1 frequency-dependent scaling */
+} khub_rope_scaling;
+
+/* Rotary embedding applied in place to x at the given positions. */
+typedef struct khub_rotary_args {
+    KHUB_STRUCT_HEADER;
+    void *stream;
+    khub_tensor *x;              /* [n, n_heads, head_dim] f32, in place */
+    const int32_t *positions;    /* [n] token positions */
+    uint32_t style;              /* khub_rope_style */
+    uint32_t scaling;            /* khub_rope_scaling */
+    float theta;                 /* base, e.g. 10000 */
+    float factor;                /* linear and llama3 */
+    float low_freq_factor;       /* llama3 */
+    float high_freq_factor;      /* llama3 */
+    int32_t original_max_pos;    /* llama3: original_max_position_embeddings */
+    int32_t rotary_dim;          /* dims rotated, <= head_dim; 0 = head_dim */
+    /* End of ABI 1.0. */
+} khub_rotary_args;
+
+/* ------------------------------------------------------------------------ */
+/* KV cache (KHUB_OP_KV_CACHE methods)                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct khub_kv_cache khub_kv_cache; /* plugin-owned */
+
+typedef struct khub_kv_cache_config {
+    KHUB_STRUCT_HEADER;
+    int32_t n_layers;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t n_seqs;      /* independent sequences */
+    int64_t max_tokens;  /* capacity per sequence, tokens */
+    khub_dtype dtype;    /* storage dtype (f32 or f16) */
+    uint32_t reserved;
+    /* End of ABI 1.0. */
+} khub_kv_cache_config;
+
+/* Store n tokens of K and V for one layer and sequence at positions
+ * [pos, pos + n). */
+typedef struct khub_kv_write_args {
+    KHUB_STRUCT_HEADER;
+    int32_t layer;
+    int32_t seq;
+    int64_t pos;
+    const khub_tensor *k; /* [n, n_kv_heads, head_dim] f32 */
+    const khub_tensor *v; /* [n, n_kv_heads, head_dim] f32 */
+    /* End of ABI 1.0. */
+} khub_kv_write_args;
+
+typedef struct khub_kv_cache_methods {
+    KHUB_STRUCT_HEADER;
+    khub_status (*create)(void *plugin_state, const khub_kv_cache_config *cfg,
+                          khub_kv_cache **out);
+    void (*destroy)(void *plugin_state, khub_kv_cache *cache); /* accepts NULL */
+    khub_status (*write)(void *plugin_state, khub_kv_cache *cache, const khub_kv_write_args *a);
+    /* Describes positions [0, n) of a layer and sequence as tensors
+     * [n, n_kv_heads, head_dim] (shape and strides arrays of at least 3
+     * entries are provided by the caller in k->shape/k->strides etc.). The
+     * views stay valid until the next write or truncate of that sequence. */
+    khub_status (*view)(void *plugin_state, khub_kv_cache *cache, int32_t layer, int32_t seq,
+                        int64_t n, khub_tensor *k, khub_tensor *v);
+    /* Forgets positions >= n of a sequence (n = 0 clears it). */
+    khub_status (*truncate)(void *plugin_state, khub_kv_cache *cache, int32_t seq, int64_t n);
+    /* End of ABI 1.0. */
+} khub_kv_cache_methods;
+
+/* ------------------------------------------------------------------------ */
+/* The entry point                                                          */
+/* ------------------------------------------------------------------------ */
+
+#define KHUB_PLUGIN_ENTRY "khub_plugin_init_v1"
+
+/* The entry: host is valid for the plugin's lifetime; out arrives zeroed with
+ * out->struct_size set to the host's size (fill it with
+ * khub_plugin_desc_put); errbuf receives a one-line message on failure. */
+typedef khub_status (*khub_plugin_init_fn)(const khub_host_api *host, khub_plugin_desc *out,
+                                           char *errbuf, size_t errbuf_size);
+
+/* KHUB_PLUGIN_DEFINE(init_fn, id, version): the one line an author writes.
+ * When the plugin is built as a module (KHUB_PLUGIN_MODULE defined, as
+ * khub_add_plugin() does) it exports khub_plugin_init_v1 and emits the ABI
+ * note; linked in statically, it emits nothing and the embedder registers
+ * init_fn itself. `kinds` of the note is left 0 (unknown) by this macro;
+ * KHUB_PLUGIN_DEFINE_KINDS declares them. */
+#define KHUB_PLUGIN_DEFINE(init_fn, id, version) KHUB_PLUGIN_DEFINE_KINDS(init_fn, id, version, 0)
+
+#define KHUB_KIND_BIT(k) (1u << (k))
+
+#if defined(KHUB_PLUGIN_MODULE)
+#define KHUB__NOTE_ALIGN4(n) (((n) + 3u) & ~3u)
+#define KHUB_PLUGIN_DEFINE_KINDS(init_fn, id_str, version_str, kinds_mask)                      \
+    __attribute__((section(".note.khub"), used, aligned(4))) static const struct {             \
+        uint32_t namesz, descsz, type;                                                          \
+        char name[KHUB__NOTE_ALIGN4(sizeof(KHUB_NOTE_NAME))];                                  \
+        khub_abi_note desc;                                                                     \
+    } khub__abi_note = {sizeof(KHUB_NOTE_NAME), sizeof(khub_abi_note), KHUB_NOTE_TYPE,         \
+                        KHUB_NOTE_NAME,                                                         \
+                        {1, KHUB_ABI_MAJOR, KHUB_ABI_MINOR, (uint32_t)sizeof(void *),          \
+                         (kinds_mask), id_str, version_str}};                                  \
+    KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1(const khub_host_api *host,               \
+                                                       khub_plugin_desc *out, char *errbuf,     \
+                                                       size_t errbuf_size)                      \
+    {                                                                                           \
+        (void)khub__abi_note;                                                                   \
+        return init_fn(host, out, errbuf, errbuf_size);                                        \
+    }
+#else
+#define KHUB_PLUGIN_DEFINE_KINDS(init_fn, id_str, version_str, kinds_mask)
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KHUB_PLUGIN_H */

@@ -1,0 +1,51 @@
+/*
+ * cpu.c: CPU feature detection with CPUID and XGETBV.
+ *
+ * A feature counts only when the CPU reports it AND the OS saves its register
+ * state (XCR0), which ggml's scorer does not check (its FIXME).
+ */
+#include "internal.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+
+uint32_t khub_cpu_features(void)
+{
+    unsigned a, b, c, d;
+    uint32_t f = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    int osxsave = (c >> 27) & 1;
+    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    int ymm_ok = (xcr0 & 0x6) == 0x6;     /* SSE and AVX state */
+    int zmm_ok = (xcr0 & 0xe6) == 0xe6;   /* plus opmask and ZMM state */
+    if ((c >> 20) & 1) f |= KHUB_CPU_SSE42;
+    if (ymm_ok && ((c >> 28) & 1)) f |= KHUB_CPU_AVX;
+    if (ymm_ok && ((c >> 12) & 1)) f |= KHUB_CPU_FMA;
+    if (ymm_ok && ((c >> 29) & 1)) f |= KHUB_CPU_F16C;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        if (ymm_ok && ((b >> 5) & 1)) f |= KHUB_CPU_AVX2;
+        if ((b >> 8) & 1) f |= KHUB_CPU_BMI2;
+        /* AVX-512 F, DQ, CD, BW, VL together */
+        const unsigned avx512 = (1u << 16) | (1u << 17) | (1u << 28) | (1u << 30) | (1u << 31);
+        if (zmm_ok && (b & avx512) == avx512) {
+            f |= KHUB_CPU_AVX512F;
+            if ((c >> 11) & 1) f |= KHUB_CPU_AVX512VNNI;
+        }
+        unsigned a1, b1, c1, d1;
+        if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
+            if (ymm_ok && ((a1 >> 4) & 1)) f |= KHUB_CPU_AVXVNNI;
+            if (zmm_ok && (f & KHUB_CPU_AVX512F) && ((a1 >> 5) & 1)) f |= KHUB_CPU_AVX512BF16;
+        }
+    }
+    return f;
+}
+#else
+uint32_t khub_cpu_features(void) { return 0; }
+#endif

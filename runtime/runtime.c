@@ -1,0 +1,361 @@
+/*
+ * runtime.c: the khub_runtime object: creation and teardown, the per-runtime
+ * allocator, error messages, logging, options and features.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime_impl.h"
+
+/* ======================================================================== */
+/* Errors                                                                   */
+/* ======================================================================== */
+
+static _Thread_local char tls_last_error[KHUB_ERROR_SIZE];
+
+const char *khub_last_error(void) { return tls_last_error; }
+
+/* Formats into buf and replaces any newline, so messages stay one line. */
+static void format_line(char *buf, size_t n, const char *fmt, va_list ap)
+{
+    vsnprintf(buf, n, fmt, ap);
+    for (char *p = buf; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+}
+
+khub_status khub__vfail(khub_runtime *rt, khub_status st, const char *fmt, va_list ap)
+{
+    char msg[KHUB_ERROR_SIZE];
+    format_line(msg, sizeof msg, fmt, ap);
+    memcpy(tls_last_error, msg, sizeof msg);
+    if (rt) {
+        pthread_mutex_lock(&rt->err_lock);
+        if (!rt->err_set) {
+            memcpy(rt->errmsg, msg, sizeof msg);
+            rt->err_set = 1;
+        }
+        pthread_mutex_unlock(&rt->err_lock);
+    }
+    return st;
+}
+
+khub_status khub__fail(khub_runtime *rt, khub_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    khub__vfail(rt, st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void khub__clear(khub_runtime *rt)
+{
+    if (!rt) return;
+    pthread_mutex_lock(&rt->err_lock);
+    rt->err_set = 0;
+    rt->errmsg[0] = '\0';
+    pthread_mutex_unlock(&rt->err_lock);
+}
+
+void khub__copy_error(const khub_runtime *rt, char *buf, size_t n)
+{
+    if (!buf || n == 0) return;
+    snprintf(buf, n, "%s", rt ? rt->errmsg : tls_last_error);
+}
+
+void khub__errbuf(char *buf, size_t n, const char *fmt, ...)
+{
+    if (!buf || n == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    format_line(buf, n, fmt, ap);
+    va_end(ap);
+}
+
+const char *khub_runtime_errmsg(const khub_runtime *rt)
+{
+    return rt ? rt->errmsg : tls_last_error;
+}
+
+void khub__assert_fail(const char *cond, const char *file, int line)
+{
+    fprintf(stderr, "khub: internal assertion failed: %s (%s:%d)\n", cond, file, line);
+    abort();
+}
+
+/* ======================================================================== */
+/* Memory                                                                   */
+/* ======================================================================== */
+
+static void *libc_realloc(void *ud, void *p, size_t old_size, size_t new_size)
+{
+    (void)ud;
+    (void)old_size;
+    if (new_size == 0) {
+        free(p);
+        return NULL;
+    }
+    return realloc(p, new_size);
+}
+
+static const khub_allocator default_alloc = {libc_realloc, NULL};
+
+static const khub_allocator *alloc_of(const khub_runtime *rt)
+{
+    return rt ? &rt->alloc : &default_alloc;
+}
+
+void *khub__realloc(khub_runtime *rt, void *p, size_t old_n, size_t new_n)
+{
+    const khub_allocator *a = alloc_of(rt);
+    return a->realloc(a->ud, p, old_n, new_n);
+}
+
+void *khub__malloc(khub_runtime *rt, size_t n) { return khub__realloc(rt, NULL, 0, n ? n : 1); }
+
+void *khub__calloc(khub_runtime *rt, size_t count, size_t size)
+{
+    size_t n;
+    if (!khub__mul_ok(count, size, &n)) return NULL;
+    void *p = khub__malloc(rt, n);
+    if (p) memset(p, 0, n ? n : 1);
+    return p;
+}
+
+void khub__free(khub_runtime *rt, void *p, size_t n)
+{
+    if (p) khub__realloc(rt, p, n ? n : 1, 0);
+}
+
+char *khub__strdup(khub_runtime *rt, const char *s)
+{
+    if (!s) return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = khub__malloc(rt, n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+void khub__strfree(khub_runtime *rt, char *s)
+{
+    if (s) khub__free(rt, s, strlen(s) + 1);
+}
+
+/* Aligned blocks: [pad][size_t total][size_t offset] header before the
+ * returned pointer, which is 64-byte aligned. */
+void *khub__aligned_alloc(khub_runtime *rt, size_t n)
+{
+    size_t total;
+    if (!khub__add_ok(n, 64 + 2 * sizeof(size_t), &total)) return NULL;
+    unsigned char *raw = khub__malloc(rt, total);
+    if (!raw) return NULL;
+    uintptr_t start = (uintptr_t)raw + 2 * sizeof(size_t);
+    uintptr_t aligned = (start + 63) & ~(uintptr_t)63;
+    size_t *hdr = (size_t *)aligned - 2;
+    hdr[0] = total;
+    hdr[1] = aligned - (uintptr_t)raw;
+    return (void *)aligned;
+}
+
+void khub__aligned_free(khub_runtime *rt, void *p)
+{
+    if (!p) return;
+    size_t *hdr = (size_t *)p - 2;
+    khub__free(rt, (unsigned char *)p - hdr[1], hdr[0]);
+}
+
+/* ======================================================================== */
+/* Logging                                                                  */
+/* ======================================================================== */
+
+static const char *level_name(khub_log_level l)
+{
+    switch (l) {
+    case KHUB_LOG_ERROR: return "error";
+    case KHUB_LOG_WARN: return "warning";
+    case KHUB_LOG_INFO: return "info";
+    default: return "debug";
+    }
+}
+
+void khub__vlog(const khub_runtime *rt, khub_log_level level, const char *fmt, va_list ap)
+{
+    int threshold = rt ? rt->log_level : KHUB_LOG_WARN;
+    if ((int)level > threshold) return;
+    char msg[1024];
+    format_line(msg, sizeof msg, fmt, ap);
+    if (rt && rt->log_cb)
+        rt->log_cb(rt->log_ud, level, msg);
+    else
+        fprintf(stderr, "khub: %s: %s\n", level_name(level), msg);
+}
+
+void khub__log(const khub_runtime *rt, khub_log_level level, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    khub__vlog(rt, level, fmt, ap);
+    va_end(ap);
+}
+
+void khub_log_set(khub_runtime *rt, khub_log_fn cb, void *ud)
+{
+    if (!rt) return;
+    rt->log_cb = cb;
+    rt->log_ud = ud;
+}
+
+/* ======================================================================== */
+/* Options                                                                  */
+/* ======================================================================== */
+
+khub_status khub_option_bounds(khub_option opt, int64_t *min, int64_t *max)
+{
+    int64_t lo, hi;
+    switch (opt) {
+    case KHUB_OPT_LOG_LEVEL: lo = KHUB_LOG_ERROR, hi = KHUB_LOG_DEBUG; break;
+    case KHUB_OPT_STRICT:
+    case KHUB_OPT_ALLOW_UNVERIFIED: lo = 0, hi = 1; break;
+    default: return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "unknown option %d", (int)opt);
+    }
+    if (min) *min = lo;
+    if (max) *max = hi;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub_runtime_set_option(khub_runtime *rt, khub_option opt, int64_t value)
+{
+    KHUB_API_CHECK(NULL, rt != NULL);
+    khub__clear(rt);
+    int64_t lo, hi;
+    if (khub_option_bounds(opt, &lo, &hi) != KHUB_STATUS_OK)
+        return khub__fail(rt, KHUB_STATUS_INVALID_ARG, "unknown option %d", (int)opt);
+    KHUB_RETURN_IF(rt, value < lo || value > hi, KHUB_STATUS_INVALID_ARG,
+                   "option %d: value %lld outside [%lld, %lld]", (int)opt, (long long)value,
+                   (long long)lo, (long long)hi);
+    switch (opt) {
+    case KHUB_OPT_LOG_LEVEL: rt->log_level = (int)value; break;
+    case KHUB_OPT_STRICT: rt->strict = (int)value; break;
+    case KHUB_OPT_ALLOW_UNVERIFIED: rt->allow_unverified = (int)value; break;
+    default: break;
+    }
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub_runtime_get_option(const khub_runtime *rt, khub_option opt, int64_t *value)
+{
+    KHUB_API_CHECK(NULL, rt != NULL && value != NULL);
+    switch (opt) {
+    case KHUB_OPT_LOG_LEVEL: *value = rt->log_level; break;
+    case KHUB_OPT_STRICT: *value = rt->strict; break;
+    case KHUB_OPT_ALLOW_UNVERIFIED: *value = rt->allow_unverified; break;
+    default: return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "unknown option %d", (int)opt);
+    }
+    return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Features                                                                 */
+/* ======================================================================== */
+
+static void add_feature(khub_runtime *rt, const char *name, long long value)
+{
+    if (rt->n_features >= KHUB__MAX_FEATURES) return;
+    size_t i = rt->n_features++;
+    snprintf(rt->feature_values[i], sizeof rt->feature_values[i], "%lld", value);
+    rt->features[i].name = name;
+    rt->features[i].value = rt->feature_values[i];
+}
+
+static void collect_features(khub_runtime *rt)
+{
+    static const struct {
+        const char *name;
+        uint32_t bit;
+    } cpu[] = {{"cpu.sse42", KHUB_CPU_SSE42},     {"cpu.avx", KHUB_CPU_AVX},
+               {"cpu.avx2", KHUB_CPU_AVX2},       {"cpu.fma", KHUB_CPU_FMA},
+               {"cpu.f16c", KHUB_CPU_F16C},       {"cpu.avx512f", KHUB_CPU_AVX512F},
+               {"cpu.avx512vnni", KHUB_CPU_AVX512VNNI}, {"cpu.avx512bf16", KHUB_CPU_AVX512BF16},
+               {"cpu.avxvnni", KHUB_CPU_AVXVNNI}, {"cpu.bmi2", KHUB_CPU_BMI2}};
+    for (size_t i = 0; i < sizeof cpu / sizeof cpu[0]; i++)
+        add_feature(rt, cpu[i].name, (rt->cpu_features & cpu[i].bit) != 0);
+    add_feature(rt, "threads", rt->n_threads);
+    add_feature(rt, "abi.major", KHUB_ABI_MAJOR);
+    add_feature(rt, "abi.minor", KHUB_ABI_MINOR);
+    add_feature(rt, "ptr_size", (long long)sizeof(void *));
+}
+
+khub_status khub_runtime_features(const khub_runtime *rt, const khub_feature **list, size_t *count)
+{
+    KHUB_API_CHECK(NULL, rt != NULL && list != NULL && count != NULL);
+    *list = rt->features;
+    *count = rt->n_features;
+    return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Lifecycle                                                                */
+/* ======================================================================== */
+
+static int online_cpus(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > 256 ? 256 : (int)n);
+}
+
+khub_status khub_runtime_new(const khub_runtime_opts *opts, khub_runtime **out)
+{
+    KHUB_API_CHECK(NULL, out != NULL);
+    *out = NULL;
+    tls_last_error[0] = '\0';
+    if (opts && (opts->struct_size < offsetof(khub_runtime_opts, log_ud) + sizeof(void *) ||
+                 opts->abi_major != KHUB_ABI_MAJOR))
+        return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE,
+                          "khub_runtime_opts: struct_size %u / ABI %u is not this library's",
+                          (unsigned)opts->struct_size, (unsigned)opts->abi_major);
+    khub_allocator a = (opts && opts->allocator.realloc) ? opts->allocator : default_alloc;
+    khub_runtime *rt = a.realloc(a.ud, NULL, 0, sizeof *rt);
+    if (!rt) return khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_runtime_new: out of memory");
+    memset(rt, 0, sizeof *rt);
+    rt->alloc = a;
+    rt->log_level = KHUB_LOG_WARN;
+    rt->n_threads = (opts && opts->n_threads > 0) ? opts->n_threads : online_cpus();
+    if (opts) {
+        rt->log_cb = opts->log;
+        rt->log_ud = opts->log_ud;
+    }
+    pthread_mutex_init(&rt->err_lock, NULL);
+    pthread_rwlock_init(&rt->reg_lock, NULL);
+    rt->cuda_once = (pthread_once_t)PTHREAD_ONCE_INIT;
+    rt->cpu_features = khub_cpu_features();
+    khub_status st = khub__pool_new(rt, rt->n_threads, &rt->pool);
+    if (st != KHUB_STATUS_OK) {
+        khub__fail(NULL, st, "khub_runtime_new: cannot start %d threads", rt->n_threads);
+        khub_runtime_free(rt);
+        return st;
+    }
+    collect_features(rt);
+    *out = rt;
+    return KHUB_STATUS_OK;
+}
+
+/* Provided by loader.c: unloads every plugin and frees every binding. */
+KHUB_INTERNAL void khub__registry_teardown(khub_runtime *rt);
+/* Provided by cuda.c. */
+KHUB_INTERNAL void khub__cuda_close(khub_runtime *rt);
+
+void khub_runtime_free(khub_runtime *rt)
+{
+    if (!rt) return;
+    khub__registry_teardown(rt);
+    khub__pool_free(rt->pool);
+    khub__cuda_close(rt);
+    pthread_rwlock_destroy(&rt->reg_lock);
+    pthread_mutex_destroy(&rt->err_lock);
+    khub_allocator a = rt->alloc;
+    a.realloc(a.ud, rt, sizeof *rt, 0);
+}
+
+khub_pool *khub__runtime_pool(khub_runtime *rt) { return rt->pool; }

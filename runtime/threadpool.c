@@ -1,0 +1,158 @@
+/*
+ * threadpool.c: the runtime's persistent worker pool behind
+ * host->parallel_for.
+ *
+ * A job is published by bumping `generation`; workers spin briefly on it
+ * (decode issues hundreds of small jobs per token, and a futex round trip
+ * per job costs more than the job), then sleep on the condition variable.
+ * The caller runs chunk 0 itself and waits for `pending` to reach zero.
+ * Jobs are serialised by `submit_lock`; a parallel_for called from inside a
+ * job (any worker, or the submitting thread) runs inline instead of
+ * deadlocking.
+ */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define SPIN_ITERS 20000
+
+struct khub_pool {
+    khub_runtime *rt;
+    int n;                   /* threads including the caller */
+    pthread_t *threads;      /* [n - 1] */
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_mutex_t submit_lock;
+    atomic_uint generation;  /* bumped per job */
+    atomic_int pending;      /* workers still running the current job */
+    atomic_int stop;
+    struct worker_arg *args; /* [n - 1] */
+    int n_started;
+    /* the current job */
+    khub_range_fn fn;
+    void *ud;
+    int64_t total;
+};
+
+static _Thread_local int tls_in_job;
+
+static void run_chunk(khub_pool *p, int idx)
+{
+    int64_t per = p->total / p->n, rem = p->total % p->n;
+    int64_t begin = idx * per + (idx < rem ? idx : rem);
+    int64_t end = begin + per + (idx < rem ? 1 : 0);
+    if (begin < end) p->fn(p->ud, begin, end, idx);
+}
+
+typedef struct worker_arg {
+    khub_pool *pool;
+    int idx;
+} worker_arg;
+
+static void *worker_main(void *arg)
+{
+    khub_pool *p = ((worker_arg *)arg)->pool;
+    int idx = ((worker_arg *)arg)->idx;
+    unsigned seen = 0;
+    tls_in_job = 1;
+    for (;;) {
+        unsigned g;
+        int spins = 0;
+        while ((g = atomic_load_explicit(&p->generation, memory_order_acquire)) == seen &&
+               !atomic_load(&p->stop) && spins < SPIN_ITERS) {
+            spins++;
+            if ((spins & 63) == 0) sched_yield();
+        }
+        if (g == seen && !atomic_load(&p->stop)) {
+            pthread_mutex_lock(&p->lock);
+            while ((g = atomic_load(&p->generation)) == seen && !atomic_load(&p->stop))
+                pthread_cond_wait(&p->wake, &p->lock);
+            pthread_mutex_unlock(&p->lock);
+        }
+        if (atomic_load(&p->stop)) break;
+        seen = g;
+        run_chunk(p, idx);
+        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+    }
+    return NULL;
+}
+
+khub_status khub__pool_new(khub_runtime *rt, int n_threads, khub_pool **out)
+{
+    *out = NULL;
+    if (n_threads < 1) n_threads = 1;
+    khub_pool *p = khub__calloc(rt, 1, sizeof *p);
+    if (!p) return KHUB_STATUS_NOMEM;
+    p->rt = rt;
+    p->n = n_threads;
+    p->n_started = 0;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_mutex_init(&p->submit_lock, NULL);
+    if (n_threads > 1) {
+        p->threads = khub__calloc(rt, (size_t)n_threads - 1, sizeof(pthread_t));
+        p->args = khub__calloc(rt, (size_t)n_threads - 1, sizeof(worker_arg));
+        if (!p->threads || !p->args) {
+            khub__pool_free(p);
+            return KHUB_STATUS_NOMEM;
+        }
+        for (int i = 1; i < n_threads; i++) {
+            p->args[i - 1].pool = p;
+            p->args[i - 1].idx = i;
+            if (pthread_create(&p->threads[i - 1], NULL, worker_main, &p->args[i - 1]) != 0) {
+                khub__pool_free(p);
+                return KHUB_STATUS_ERROR;
+            }
+            p->n_started++;
+        }
+    }
+    *out = p;
+    return KHUB_STATUS_OK;
+}
+
+void khub__pool_free(khub_pool *p)
+{
+    if (!p) return;
+    pthread_mutex_lock(&p->lock);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < p->n_started; i++) pthread_join(p->threads[i], NULL);
+    khub_runtime *rt = p->rt;
+    if (p->n > 1) {
+        khub__free(rt, p->threads, sizeof(pthread_t) * (size_t)(p->n - 1));
+        khub__free(rt, p->args, sizeof(worker_arg) * (size_t)(p->n - 1));
+    }
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->submit_lock);
+    khub__free(rt, p, sizeof *p);
+}
+
+int khub__pool_size(const khub_pool *p) { return p ? p->n : 1; }
+
+void khub__pool_for(khub_pool *p, int64_t n, khub_range_fn fn, void *ud)
+{
+    if (n <= 0) return;
+    if (!p || p->n == 1 || n == 1 || tls_in_job) {
+        fn(ud, 0, n, 0);
+        return;
+    }
+    pthread_mutex_lock(&p->submit_lock);
+    tls_in_job = 1;
+    p->fn = fn;
+    p->ud = ud;
+    p->total = n;
+    atomic_store(&p->pending, p->n - 1);
+    pthread_mutex_lock(&p->lock);
+    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    run_chunk(p, 0);
+    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) sched_yield();
+    tls_in_job = 0;
+    pthread_mutex_unlock(&p->submit_lock);
+}

@@ -1,0 +1,10 @@
+# Writes OUT: {"plugins":[{"file":"ref-cpu.so","sha256":"..."}]} for FILES.
+set(entries "")
+foreach(f ${FILES})
+    file(SHA256 ${f} digest)
+    get_filename_component(name ${f} NAME)
+    list(APPEND entries "    {\"file\": \"${name}\", \"sha256\": \"${digest}\"}")
+endforeach()
+list(JOIN entries ",\n" body)
+file(WRITE ${OUT}.tmp "{\n  \"plugins\": [\n${body}\n  ]\n}\n")
+file(RENAME ${OUT}.tmp ${OUT})
