@@ -1,15 +1,112 @@
-/* main.c: the khub command-line tool (placeholder). */
-#include <stdio.h>
+/*
+ * main.c: the `khub` command-line tool: command registry, dispatch, help,
+ * and helpers shared by the commands. tools/ is the only code that prints to
+ * stdout or calls exit.
+ */
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "khub/khub.h"
+#include "cli.h"
+
+#define MAX_COMMANDS 64
+
+static const khub_cli_cmd *commands[MAX_COMMANDS];
+static int n_commands;
+
+void khub_cli_register(const khub_cli_cmd *cmd)
+{
+    if (n_commands < MAX_COMMANDS) commands[n_commands++] = cmd;
+}
+
+int khub_cli_fail(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "khub %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int khub_cli_usage(const khub_cli_cmd *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "khub %s: ", cmd->name);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nRun 'khub %s --help' for usage.\n", cmd->name);
+    va_end(ap);
+    return 2;
+}
+
+int khub_cli_wants_help(const khub_cli_cmd *cmd, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) break;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(cmd->usage, stdout);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+khub_runtime *khub_cli_runtime(const char *cmd, int n_threads)
+{
+    khub_runtime_opts opts = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = n_threads};
+    khub_runtime *rt = NULL;
+    if (khub_runtime_new(&opts, &rt) != KHUB_STATUS_OK) {
+        khub_cli_fail(cmd, "%s", khub_last_error());
+        return NULL;
+    }
+    khub_status st = khub_plugin_load_builtin(rt);
+    if (st != KHUB_STATUS_OK) {
+        khub_cli_fail(cmd, "loading the built-in plugins: %s", khub_runtime_errmsg(rt));
+        khub_runtime_free(rt);
+        return NULL;
+    }
+    return rt;
+}
+
+static int cmp_cmd(const void *a, const void *b)
+{
+    return strcmp((*(const khub_cli_cmd *const *)a)->name, (*(const khub_cli_cmd *const *)b)->name);
+}
+
+static void print_help(FILE *f)
+{
+    fprintf(f, "usage: khub <command> [options]\n\n"
+               "khub %s: a kernel hub loader and plugin runtime (plugin ABI %d.%d).\n\n"
+               "Commands:\n",
+            khub_version_str(), KHUB_ABI_MAJOR, KHUB_ABI_MINOR);
+    for (int i = 0; i < n_commands; i++)
+        fprintf(f, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
+    fprintf(f, "\nOptions:\n  --version    print the version and exit\n"
+               "  --help       print this help and exit\n\n"
+               "Run 'khub <command> --help' for a command's options.\n");
+}
 
 int main(int argc, char **argv)
 {
-    if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-        printf("khub %s (ABI %d.%d)\n", khub_version_str(), KHUB_ABI_MAJOR, KHUB_ABI_MINOR);
+    qsort(commands, (size_t)n_commands, sizeof commands[0], cmp_cmd);
+    if (argc < 2) {
+        print_help(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
+        printf("khub %s (plugin ABI %d.%d)\n", khub_version_str(), KHUB_ABI_MAJOR,
+               KHUB_ABI_MINOR);
         return 0;
     }
-    fprintf(stderr, "usage: khub --version\n");
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        print_help(stdout);
+        return 0;
+    }
+    for (int i = 0; i < n_commands; i++)
+        if (strcmp(argv[1], commands[i]->name) == 0) return commands[i]->run(argc - 1, argv + 1);
+    fprintf(stderr, "khub: unknown command '%s'\nRun 'khub --help' for the list.\n", argv[1]);
     return 2;
 }

@@ -1,0 +1,45 @@
+/*
+ * cli.h: how a `khub` subcommand plugs into the command-line tool.
+ *
+ * Each tools/cli/cmd_*.c defines one or more commands and registers them
+ * with KHUB_CLI_COMMAND; main.c dispatches on argv[1]. A command gets argv
+ * starting at its own name (argv[0] = "resolve"), prints results to stdout
+ * and diagnostics to stderr, and returns the process exit code:
+ * 0 success, 1 failure, 2 usage error. Every command handles --help.
+ */
+#ifndef KHUB_CLI_H
+#define KHUB_CLI_H
+
+#include <stdio.h>
+
+#include "khub/khub.h"
+
+typedef struct khub_cli_cmd {
+    const char *name;    /* "resolve" */
+    const char *summary; /* one line for `khub --help` */
+    const char *usage;   /* full --help text, starting with "usage: khub <name> ..." */
+    int (*run)(int argc, char **argv);
+} khub_cli_cmd;
+
+void khub_cli_register(const khub_cli_cmd *cmd);
+
+/* Registers a command at program start (the CLI is linked from objects, so
+ * every constructor runs). */
+#define KHUB_CLI_COMMAND(var)                                                 \
+    __attribute__((constructor)) static void khub_cli_register_##var(void)    \
+    {                                                                         \
+        khub_cli_register(&var);                                              \
+    }
+
+/* Prints "khub <cmd>: <msg>" to stderr; returns 1. */
+int khub_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Prints the usage error and a hint to run --help; returns 2. */
+int khub_cli_usage(const khub_cli_cmd *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* True when argv contains --help or -h (then prints cmd->usage to stdout). */
+int khub_cli_wants_help(const khub_cli_cmd *cmd, int argc, char **argv);
+/* A runtime with the built-in plugins loaded, or NULL after printing why.
+ * n_threads 0 = all cores. */
+khub_runtime *khub_cli_runtime(const char *cmd, int n_threads);
+
+#endif /* KHUB_CLI_H */
