@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The whole test suite on a fresh Debian machine: installs what it needs,
+# builds khub twice (release with -Werror, then ASan+UBSan with leak
+# checking), runs every CTest test in both (GPU tests are labelled `gpu` and
+# skipped), then runs the fuzzers for a bounded time.
+#   tools/test.sh            everything
+#   KHUB_TEST_QUICK=1 ...    release build only (no sanitizer pass, no fuzzing)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+step() { printf '\n==== %s\n' "$*"; }
+
+step "dependencies"
+bash tools/install-deps.sh
+if [ -f tools/install-test-deps.sh ]; then bash tools/install-test-deps.sh; fi
+if [ -f tools/fetch-model.sh ]; then bash tools/fetch-model.sh; fi
+
+step "release build (-Werror)"
+cmake -S . -B build -DKHUB_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+cmake --build build -j"$JOBS"
+
+step "tests (release)"
+ctest --test-dir build --output-on-failure -LE gpu -j2
+
+if [ "${KHUB_TEST_QUICK:-0}" = "1" ]; then exit 0; fi
+
+step "sanitizer build (address,undefined)"
+cmake -S . -B build-asan -DKHUB_WERROR=ON -DKHUB_SANITIZE=address,undefined \
+      -DCMAKE_BUILD_TYPE=Debug > /dev/null
+cmake --build build-asan -j"$JOBS"
+
+step "tests (ASan + UBSan, leak checking on)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -LE gpu -j2
+
+if [ -x tests/fuzz/run.sh ]; then
+    step "fuzzers (bounded)"
+    tests/fuzz/run.sh
+fi
+
+step "format check"
+bash tools/check-format.sh
