@@ -1,0 +1,224 @@
+/*
+ * khub_model.h: load a Llama-family causal language model and generate text,
+ * every op served by a plugin through the registry (khub.h).
+ *
+ * This is khub's equivalent of Transformers'
+ * AutoModelForCausalLM.from_pretrained(path, attn_implementation=...,
+ * quantization_config=...) followed by model.generate(...):
+ *
+ *     khub_runtime *rt = NULL;
+ *     khub_runtime_new(NULL, &rt);
+ *     khub_plugin_load_builtin(rt);
+ *     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts),
+ *                           .attn_impl = "kernels-community/flash-attn2"};  // or NULL
+ *     khub_model *m = NULL;
+ *     if (khub_model_load(rt, "SmolLM2-135M-Instruct.Q4_1.gguf", &mo, &m) != KHUB_STATUS_OK)
+ *         fprintf(stderr, "%s\n", khub_runtime_errmsg(rt));
+ *     const char *prompts[] = {"The capital of France is"};
+ *     khub_generate_opts go = {KHUB_STRUCT_INIT(khub_generate_opts), .max_new_tokens = 32};
+ *     khub_generate_result res = {KHUB_STRUCT_INIT(khub_generate_result)};
+ *     khub_model_generate(m, prompts, 1, &go, &res);
+ *     printf("%s\n", res.text);
+ *     khub_generate_results_free(m, &res, 1);
+ *     khub_model_free(m);
+ *     khub_runtime_free(rt);
+ *
+ * Models: a GGUF file (F32/F16/BF16 and Q8_0, Q4_0, Q4_1, Q4_K, Q6_K tensors,
+ * used in place from the mmapped file) or a Hugging Face folder (config.json,
+ * *.safetensors, tokenizer.json). Architectures: Llama (SmolLM, SmolLM2),
+ * Mistral, Qwen2, Qwen3. Compute is f32.
+ *
+ * Threading: a model is used by one thread at a time; ops run on the
+ * runtime's thread pool. Errors: as everywhere in khub, the status says what
+ * kind of failure and khub_runtime_errmsg(rt) says what failed, on what.
+ *
+ * Anything not declared in abi/khub/ is not part of khub's API.
+ */
+#ifndef KHUB_MODEL_H
+#define KHUB_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "khub.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct khub_model khub_model;
+
+/* ------------------------------------------------------------------------ */
+/* Loading                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* How to load a model. Zero / NULL fields take the defaults. The *_impl
+ * strings name a plugin id ("kernels-community/flash-attn2") that the
+ * registry should prefer for that role; when it cannot serve the model (head
+ * dim, dtype, CPU features) the best other plugin is used with a warning,
+ * or, with strict, loading fails with KHUB_STATUS_NO_KERNEL. */
+typedef struct khub_model_opts {
+    KHUB_STRUCT_HEADER;
+    int32_t n_threads;       /* 0 = the runtime's pool; else must equal its size (the pool
+                                belongs to the runtime: set khub_runtime_opts.n_threads) */
+    khub_device device;      /* {0, 0} or {KHUB_DEVICE_CPU, 0}; only the CPU for now */
+    const char *attn_impl;   /* borrowed; attention plugin id or NULL */
+    /* Quantize-at-load (BitsAndBytesConfig's role): "int8" (per-row int8),
+     * "nf4" (NF4, blocks of 64), "q8_0", "q4_0"; optionally prefixed by a
+     * plugin id and ':' ("acme/quant:nf4"), or a plugin id alone to prefer
+     * that plugin for already-quantized GGUF tensors. NULL = keep dtypes. */
+    const char *quant;       /* borrowed */
+    const char *cache_impl;  /* borrowed; KV cache plugin id or NULL */
+    const char *norm_impl;   /* borrowed; rms_norm plugin id or NULL */
+    const char *act_impl;    /* borrowed; silu_and_mul plugin id or NULL */
+    const char *rotary_impl; /* borrowed; rotary plugin id or NULL */
+    int32_t strict;          /* 1 = a preferred plugin that cannot serve is an error */
+    int32_t quant_embeddings; /* 1 = quantize the embedding and lm_head too (with quant) */
+    int64_t max_context;     /* KV capacity per sequence in tokens, 0 = min(model, 4096) */
+    khub_dtype kv_dtype;     /* KV cache storage: {0} = f32, or KHUB_DTYPE_F16 */
+    uint32_t reserved;
+    const char *linear_impl; /* borrowed; dense/quantized linear plugin id or NULL */
+    int32_t max_batch;       /* tokens per forward call (prefill chunk), 0 = 256 */
+    int32_t max_seqs;        /* sequences generated together, 0 = 8 */
+    /* End of 0.1. */
+} khub_model_opts;
+
+/* Loads the model at path: a .gguf file, or a folder holding config.json and
+ * safetensors. Weights are mmapped, not copied (quantize-at-load writes the
+ * quantized copy only). Progress is logged at INFO. opts may be NULL.
+ * Statuses: IO, NOT_FOUND, MODEL_INVALID (malformed file, a tensor missing
+ * or of the wrong shape), MODEL_UNSUPPORTED (architecture or field value),
+ * NO_KERNEL (no plugin serves a role), NOMEM, INVALID_ARG (an option).
+ * *out is NULL on failure. Since 0.1. */
+KHUB_API khub_status khub_model_load(khub_runtime *rt, const char *path,
+                                     const khub_model_opts *opts, khub_model **out);
+/* Frees the model, its KV cache and scratch; unmaps its files. Accepts NULL.
+ * Since 0.1. */
+KHUB_API void        khub_model_free(khub_model *m);
+
+/* What was loaded. */
+typedef struct khub_model_info {
+    KHUB_STRUCT_HEADER;
+    char arch[32];            /* "llama", "qwen2", "qwen3", "mistral" */
+    char format[16];          /* "gguf" or "safetensors" */
+    int32_t n_layers;
+    int32_t hidden;           /* hidden size */
+    int32_t n_heads;
+    int32_t n_kv_heads;
+    int32_t head_dim;
+    int32_t ffn;              /* intermediate size */
+    int32_t vocab;            /* rows of the logits */
+    int32_t n_eos;            /* end-of-sequence ids in eos[] */
+    int64_t context_length;   /* the model's trained context, tokens */
+    int64_t max_context;      /* this load's KV capacity per sequence, tokens */
+    uint64_t n_params;        /* weights (elements) */
+    uint64_t weight_bytes;    /* bytes of weights as used: mapped plus quantized copies */
+    uint64_t scratch_bytes;   /* activations, logits and KV cache, bytes */
+    double load_ms;           /* wall time of khub_model_load */
+    int32_t eos[8];           /* end-of-sequence token ids */
+    int32_t bos;              /* beginning-of-sequence id, -1 = none */
+    uint32_t reserved;
+    /* End of 0.1. */
+} khub_model_info;
+
+/* Fills info (its struct_size set by the caller). Since 0.1. */
+KHUB_API khub_status khub_model_info_get(const khub_model *m, khub_model_info *info);
+
+/* The role -> plugin table: one line per role ("q_proj[q4_1]: khub/ref-cpu
+ * 0.1.0 :: qlinear") followed by that binding's decision trace, indented.
+ * Owned by the model, valid until khub_model_free. Since 0.1. */
+KHUB_API const char *khub_model_explain(khub_model *m);
+
+/* ------------------------------------------------------------------------ */
+/* Tokens                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Encodes text into ids[cap]; *n receives the count (also when it exceeds
+ * cap, then with KHUB_STATUS_OVERFLOW). add_bos: prepend the model's BOS when
+ * it has one and the tokenizer asks for it. Since 0.1. */
+KHUB_API khub_status khub_model_tokenize(khub_model *m, const char *text, int add_bos,
+                                         int32_t *ids, size_t cap, size_t *n);
+/* Decodes ids into buf[cap] as UTF-8, NUL-terminated; *len receives the
+ * length without the NUL (KHUB_STATUS_OVERFLOW when it does not fit). Special
+ * tokens are dropped. Since 0.1. */
+KHUB_API khub_status khub_model_detokenize(khub_model *m, const int32_t *ids, size_t n,
+                                           char *buf, size_t cap, size_t *len);
+
+/* ------------------------------------------------------------------------ */
+/* Generation                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* Streaming callback: text is the next complete UTF-8 piece of prompt
+ * `prompt`'s output (borrowed, valid during the call, not NUL-terminated).
+ * Return 0 to go on, nonzero to stop that prompt. */
+typedef int (*khub_stream_fn)(void *ud, int32_t prompt, const char *text, size_t len);
+
+typedef struct khub_generate_opts {
+    KHUB_STRUCT_HEADER;
+    int32_t max_new_tokens;      /* 0 = 128 */
+    float temperature;           /* 0 = greedy */
+    int32_t top_k;               /* 0 = all */
+    float top_p;                 /* 0 or 1 = off */
+    float repetition_penalty;    /* 0 or 1 = off; CTRL-style, over prompt and output */
+    uint64_t seed;               /* sampling seed; same seed, same tokens */
+    const char *const *stop;     /* borrowed; [n_stop] strings that end a prompt's output */
+    uint32_t n_stop;
+    uint32_t chat;               /* 1 = each prompt is a user message: apply the chat template */
+    const char *system;          /* borrowed; chat system message or NULL */
+    khub_stream_fn callback;     /* NULL = no streaming */
+    void *callback_ud;
+    int32_t ignore_eos;          /* 1 = do not stop at EOS (benchmarks) */
+    uint32_t reserved;
+    /* End of 0.1. */
+} khub_generate_opts;
+
+typedef enum khub_stop_reason {
+    KHUB_STOP_NONE = 0,
+    KHUB_STOP_EOS = 1,         /* an end-of-sequence token */
+    KHUB_STOP_MAX_TOKENS = 2,  /* max_new_tokens reached */
+    KHUB_STOP_STRING = 3,      /* a stop string appeared (it is cut from text) */
+    KHUB_STOP_CALLBACK = 4,    /* the stream callback asked to stop */
+    KHUB_STOP_CONTEXT = 5      /* the KV cache is full */
+} khub_stop_reason;
+
+/* One prompt's output. The caller sets struct_size; khub fills the rest. */
+typedef struct khub_generate_result {
+    KHUB_STRUCT_HEADER;
+    char *text;               /* owned; the generated text, NUL-terminated */
+    size_t text_len;
+    int32_t *tokens;          /* owned; [n_tokens] generated ids (EOS excluded) */
+    int64_t n_tokens;
+    int64_t n_prompt_tokens;  /* prompt length after templating and tokenizing */
+    uint32_t stop_reason;     /* khub_stop_reason */
+    uint32_t reserved;
+    double load_ms;           /* of the model */
+    double prefill_ms;        /* of the whole call's prefill (all prompts) */
+    double decode_ms;         /* of the whole call's decode steps */
+    double prefill_tok_s;     /* prompt tokens of all prompts / prefill seconds */
+    double decode_tok_s;      /* generated tokens of all prompts / decode seconds */
+    /* End of 0.1. */
+} khub_generate_result;
+
+/* Generates a continuation for each of prompts[n] (n <= max_seqs of the
+ * load; the prompts are prefilled together and decoded as one batch).
+ * results[n] are filled; free them with khub_generate_results_free, also
+ * after a failure. Statuses: TOKENIZER, CONTEXT_FULL (a prompt longer than
+ * the KV capacity), INVALID_ARG, NOMEM, and op failures. Since 0.1. */
+KHUB_API khub_status khub_model_generate(khub_model *m, const char *const *prompts, size_t n,
+                                         const khub_generate_opts *opts,
+                                         khub_generate_result *results);
+/* Frees what khub_model_generate put in results[n]; leaves struct_size. */
+KHUB_API void        khub_generate_results_free(khub_model *m, khub_generate_result *results,
+                                                size_t n);
+
+/* Runs ids[n] as a fresh sequence (one batched prefill) and writes the
+ * logits of the last position to out[vocab]. For tests and tools.
+ * Since 0.1. */
+KHUB_API khub_status khub_model_logits(khub_model *m, const int32_t *ids, size_t n,
+                                       float *out_last_logits);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KHUB_MODEL_H */
