@@ -33,7 +33,7 @@
  *     mapping is page aligned, so t->data is aligned to it in memory.
  *   - Llama GGUFs (general.architecture "llama", also Mistral converted to
  *     llama) store attn_q.weight and attn_k.weight with their output rows
- *     permuted for interleaved ("NORM", adjacent-pair) RoPE, by llama.cpp's
+ *     permuted for interleaved (adjacent-pair, KHUB_ROPE_INTERLEAVED) RoPE, by llama.cpp's
  *     convert_hf_to_gguf.py `permute(w, n_head, n_head_kv)`:
  *         w.reshape(n_head, 2, rows / n_head / 2, cols).swapaxes(1, 2).reshape(rows, cols)
  *     with n_head = attention.head_count for Q and attention.head_count_kv for K.

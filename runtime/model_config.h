@@ -22,7 +22,7 @@
  * RoPE layout (rope_style): HF checkpoints and qwen2/qwen3 GGUFs pair x[i]
  * with x[i + D/2] (rotate-half, NEOX). llama GGUFs had their Q/K rows
  * permuted by llama.cpp's converter (exact formula in gguf.h) and pair
- * x[2i] with x[2i+1] (NORM). Frequencies are theta^(-2i/D) in both.
+ * x[2i] with x[2i+1] (INTERLEAVED). Frequencies are theta^(-2i/D) in both.
  */
 #ifndef KHUB_RUNTIME_MODEL_CONFIG_H
 #define KHUB_RUNTIME_MODEL_CONFIG_H
@@ -40,20 +40,13 @@ typedef enum khub_model_arch {
     KHUB_ARCH_QWEN3 = 4
 } khub_model_arch;
 
-typedef enum khub_rope_scaling_type {
-    KHUB_ROPE_SCALING_NONE = 0,
-    KHUB_ROPE_SCALING_LINEAR = 1, /* positions divided by factor */
-    KHUB_ROPE_SCALING_LLAMA3 = 2  /* Llama 3.1 frequency-band scaling */
-} khub_rope_scaling_type;
-
-typedef enum khub_rope_style {
-    KHUB_ROPE_NEOX = 0, /* rotate-half: pairs (x[i], x[i + D/2]); HF, qwen GGUF */
-    KHUB_ROPE_NORM = 1  /* interleaved: pairs (x[2i], x[2i+1]); llama GGUF */
-} khub_rope_style;
+/* RoPE style and scaling use the plugin ABI's enums (khub_plugin.h):
+ * khub_rope_style (KHUB_ROPE_NEOX, KHUB_ROPE_INTERLEAVED) and khub_rope_scaling
+ * (KHUB_ROPE_SCALING_NONE, _LINEAR, _LLAMA3). */
 
 typedef struct khub_model_config {
     khub_model_arch arch;
-    khub_rope_style rope_style;
+    khub_rope_style rope_style; /* how the Q/K weights of this source pair dims */
 
     int64_t hidden_size;       /* model width (d_model) */
     int64_t intermediate_size; /* FFN width */
@@ -65,7 +58,7 @@ typedef struct khub_model_config {
     int64_t max_position_embeddings; /* context length the model was trained for */
 
     double rope_theta;         /* RoPE base; default 10000 */
-    khub_rope_scaling_type rope_scaling;
+    khub_rope_scaling rope_scaling;
     double rope_factor;        /* LINEAR, LLAMA3: factor; else 1 */
     double rope_low_freq_factor;  /* LLAMA3; else 0 */
     double rope_high_freq_factor; /* LLAMA3; else 0 */
@@ -117,7 +110,7 @@ KHUB_INTERNAL khub_status khub__model_config_apply_generation(khub_runtime *rt,
  * eot/pad_token_id. vocab_size falls back to the length of
  * tokenizer.ggml.tokens, then to token_embd.weight ne[1];
  * tie_word_embeddings is true when output.weight is absent; qwen2 sets
- * attention_bias, qwen3 qk_norm; rope_style is NORM for llama, NEOX for qwen. */
+ * attention_bias, qwen3 qk_norm; rope_style is INTERLEAVED for llama, NEOX for qwen. */
 KHUB_INTERNAL khub_status khub__model_config_from_gguf(khub_runtime *rt, const khub_gguf *g,
                                                        khub_model_config *out);
 
