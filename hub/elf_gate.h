@@ -1,0 +1,64 @@
+/*
+ * elf_gate.h: the publish-time ABI gate for plugin shared objects.
+ *
+ * khub_check and khub build run every plugin .so through this before it may
+ * be published. It reads the file with libelf only (nothing is loaded) and
+ * checks what makes a plugin safe to hot-load and portable across Linux
+ * machines:
+ *   - exports: only khub_plugin_init_v1 (the ABI note is a section, not a
+ *     symbol);
+ *   - imports: DT_NEEDED libraries from an allow-list, and glibc symbol
+ *     versions no newer than a ceiling (default GLIBC_2.28);
+ *   - no DT_RPATH / DT_RUNPATH;
+ *   - no STB_GNU_UNIQUE symbols and no DF_1_NODELETE (either makes dlclose a
+ *     no-op, so a hot reload could never retire the old code);
+ *   - the .note.khub ABI note is present and well-formed.
+ * Every violation found is reported, one line each, not just the first.
+ */
+#ifndef KHUB_HUB_ELF_GATE_H
+#define KHUB_HUB_ELF_GATE_H
+
+#include <stddef.h>
+
+#include "internal.h"
+
+typedef struct khub_gate_policy {
+    /* Libraries a plugin may need; NULL = khub__gate_default_libs. */
+    const char *const *allowed_libs;
+    size_t n_allowed_libs;
+    /* Highest glibc symbol version allowed, e.g. "GLIBC_2.28"; NULL = that. */
+    const char *glibc_ceiling;
+} khub_gate_policy;
+
+#define KHUB_GATE_MAX_FINDINGS 32
+
+typedef struct khub_gate_report {
+    khub_abi_note note;     /* valid when has_note */
+    int has_note;
+    char max_glibc[32];     /* highest GLIBC_x.y referenced, "" if none */
+    size_t n_findings;
+    char findings[KHUB_GATE_MAX_FINDINGS][256]; /* one line per violation */
+} khub_gate_report;
+
+/* The default allow-list: the C library family and the dynamic loader. */
+KHUB_INTERNAL extern const char *const khub__gate_default_libs[];
+KHUB_INTERNAL extern const size_t khub__gate_n_default_libs;
+
+/* Runs every check on the file at path. Returns KHUB_STATUS_OK when the
+ * file passes, KHUB_STATUS_PLUGIN_INVALID when it has findings (listed in
+ * rep), or NOT_ELF / WRONG_ARCH / TRUNCATED / IO when it cannot be read as an
+ * ELF64 shared object at all (message in errbuf). policy may be NULL. */
+KHUB_INTERNAL khub_status khub__gate_check_file(const char *path, const khub_gate_policy *policy,
+                                                khub_gate_report *rep, char *errbuf,
+                                                size_t errbuf_size);
+
+/* Compares two "GLIBC_a.b[.c]" version names numerically: <0, 0, >0. */
+KHUB_INTERNAL int khub__glibc_version_cmp(const char *a, const char *b);
+
+/* Reads a PTX text's ".version X.Y" and ".target sm_NN[a|f]" directives.
+ * isa is X*10+Y, sm is NN; suffix receives 'a', 'f' or '\0'. Returns
+ * KHUB_STATUS_PARSE when either directive is missing or malformed. */
+KHUB_INTERNAL khub_status khub__ptx_inspect(const char *text, size_t len, int *isa, int *sm,
+                                            char *suffix);
+
+#endif /* KHUB_HUB_ELF_GATE_H */
