@@ -1,0 +1,138 @@
+/*
+ * executor.h: the inside of a khub_model, shared by model.c (loading),
+ * forward.c (the decoder pass) and generate.c (generation).
+ *
+ * The executor does no math of its own beyond the embedding row lookup and
+ * the sampler: every other step is an op from the registry, bound once per
+ * (role, weight dtype) at load time and recorded for khub_model_explain.
+ *
+ * Batches: one forward call takes up to max_batch tokens split into
+ * segments, each a run of consecutive positions of one sequence. Prefill of
+ * several prompts and a decode step of several sequences are both one call:
+ * every linear sees all rows at once, while rotary, the KV cache and
+ * attention work per segment.
+ */
+#ifndef KHUB_RUNTIME_EXECUTOR_H
+#define KHUB_RUNTIME_EXECUTOR_H
+
+#include "khub/khub_model.h"
+#include "model_config.h"
+#include "weights.h"
+
+typedef struct khub_tokenizer khub_tokenizer;
+typedef struct khub_gguf khub_gguf;
+typedef struct khub_safetensors khub_safetensors;
+
+/* Roles an op plays in the model; a binding is kept per (role, dtype). */
+typedef enum khub__role {
+    KHUB__ROLE_EMBED_DEQUANT, /* qlinear dequantize for a quantized embedding */
+    KHUB__ROLE_QUANTIZE,      /* qlinear quantize at load */
+    KHUB__ROLE_NORM,          /* rms_norm without residual (first layer, q/k norm) */
+    KHUB__ROLE_NORM_RESIDUAL, /* rms_norm with the fused residual add */
+    KHUB__ROLE_QKV,           /* q/k/v projections */
+    KHUB__ROLE_ROTARY,
+    KHUB__ROLE_KV_CACHE,
+    KHUB__ROLE_ATTENTION,
+    KHUB__ROLE_O,
+    KHUB__ROLE_GATE_UP,
+    KHUB__ROLE_ACT,
+    KHUB__ROLE_DOWN,
+    KHUB__ROLE_LM_HEAD,
+    KHUB__ROLE__COUNT
+} khub__role;
+
+typedef struct khub__bound {
+    khub__role role;
+    int32_t dtype_id; /* of the weight / KV, -1 when none */
+    khub_binding *b;  /* owned by the runtime */
+} khub__bound;
+
+/* A weight matrix with the binding that runs it (linear or qlinear). */
+typedef struct khub__mat {
+    khub__weight w;
+    khub__weight bias; /* f32 [out], t.data NULL when none */
+    khub_binding *op;
+} khub__mat;
+
+typedef struct khub__layer {
+    khub__weight attn_norm, ffn_norm; /* f32 [hidden] */
+    khub__weight q_norm, k_norm;      /* f32 [head_dim], Qwen3 only */
+    khub__mat q, k, v, o, gate, up, down;
+    int64_t window;                   /* sliding window in tokens, 0 = full */
+} khub__layer;
+
+/* One run of consecutive tokens of a sequence in a forward batch. */
+typedef struct khub__seg {
+    int32_t seq;   /* KV sequence, [0, max_seqs) */
+    int32_t pad;
+    int64_t pos0;  /* position of its first token */
+    int64_t n;     /* tokens */
+} khub__seg;
+
+struct khub_model {
+    khub_runtime *rt;
+    khub_model_config cfg;
+    khub_model_info info;
+    char path[1024];
+    char file[256];          /* base name for messages */
+
+    khub_gguf *gguf;         /* owned, one of these two */
+    khub_safetensors *st;
+    khub_tokenizer *tok;     /* owned, NULL when the model has none */
+
+    /* Weights. */
+    khub__weight embed;      /* [vocab, hidden] */
+    khub__weight final_norm; /* f32 [hidden] */
+    khub__mat lm_head;       /* its weight may alias embed (tied): then w.owned is NULL
+                                and w.t.data points at embed's data */
+    khub__layer *layers;     /* owned, [n_layers] */
+
+    /* Bindings. */
+    khub__bound bound[64];
+    int n_bound;
+    khub_binding *norm, *norm_res, *rotary, *attention, *act, *kv_op;
+    khub_binding *dequant;   /* for a quantized embedding, or NULL */
+    uint32_t rope_style;     /* khub_rope_style */
+
+    /* KV cache (plugin-owned). */
+    const khub_kv_cache_methods *kv;
+    void *kv_state;
+    khub_kv_cache *cache;
+    khub_dtype kv_dtype;
+    int64_t max_context;
+    int64_t *seq_len;        /* owned, [max_seqs] tokens cached per sequence */
+
+    /* Scratch, allocated at load: no allocation per token. */
+    int32_t max_batch, max_seqs;
+    float *x;                /* [max_batch, hidden] residual stream */
+    float *xb;               /* [max_batch, hidden] normed input of a block */
+    float *q;                /* [max_batch, n_heads * head_dim] */
+    float *k;                /* [max_batch, n_kv_heads * head_dim] */
+    float *v;                /* [max_batch, n_kv_heads * head_dim] */
+    float *att;              /* [max_batch, n_heads * head_dim] attention output */
+    float *ob;               /* [max_batch, hidden] o_proj / down output */
+    float *gate;             /* [max_batch, ffn] */
+    float *up;               /* [max_batch, ffn] */
+    float *last;             /* [max_seqs, hidden] rows that need logits */
+    float *logits;           /* [max_seqs, vocab] */
+    int32_t *positions;      /* [max_batch] */
+    size_t scratch_bytes;
+
+    char *explain;           /* owned, built on first khub_model_explain */
+};
+
+/* Runs tokens[0..n) laid out as segs[0..n_segs) (n = sum of segs[i].n <=
+ * max_batch, n_segs <= max_seqs, each segment continuing its sequence:
+ * pos0 == seq_len[seq]) and writes the logits of each segment's last token to
+ * m->logits[i * vocab]. The KV cache grows by each segment. CONTEXT_FULL when
+ * a segment would pass max_context. */
+KHUB_INTERNAL khub_status khub__forward(khub_model *m, const int32_t *tokens,
+                                        const khub__seg *segs, int n_segs);
+/* Forgets sequence seq's cache (a new prompt starts at position 0). */
+KHUB_INTERNAL khub_status khub__forward_reset(khub_model *m, int32_t seq);
+
+/* Allocates m's scratch for its config, max_batch and max_seqs. */
+KHUB_INTERNAL khub_status khub__forward_alloc(khub_model *m);
+KHUB_INTERNAL void        khub__forward_free(khub_model *m);
+
+#endif /* KHUB_RUNTIME_EXECUTOR_H */
