@@ -1,0 +1,260 @@
+/*
+ * test_trust.c: Ed25519 keys, signatures over metadata.json and every branch
+ * of the verification policy: signed and trusted, bad signature, unknown key,
+ * revoked key, unsigned from a listed org, unsigned from an unlisted org with
+ * and without opt-in, malformed policy files.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runner.h"
+#include "trust.h"
+
+static char dir[128];
+static char priv[256], pub[256];
+
+static void make_key(const char *name, khub_pubkey *key)
+{
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/khub-trust-XXXXXX");
+        ASSERT(mkdtemp(dir) != NULL);
+    }
+    snprintf(priv, sizeof priv, "%s/%s.key", dir, name);
+    snprintf(pub, sizeof pub, "%s/%s.pub", dir, name);
+    char err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub__key_generate(priv, pub, key, err, sizeof err));
+}
+
+static const char metadata[] = "{\"name\": \"flash-attn2\", \"files\": {\"a.so\": \"00\"}}";
+
+static char *sign_with(const char *priv_path, const char *data)
+{
+    char *sig = NULL, err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub__sign(priv_path, data, strlen(data), &sig, err, sizeof err));
+    return sig;
+}
+
+TEST_IMPL(keygen_files_and_formats)
+{
+    khub_pubkey key, loaded;
+    make_key("a", &key);
+    struct stat sb;
+    ASSERT_EQ(stat(priv, &sb), 0);
+    ASSERT_EQ(sb.st_mode & 0777, 0600);
+    char err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub__pubkey_load(pub, &loaded, err, sizeof err));
+    ASSERT(memcmp(key.raw, loaded.raw, 32) == 0);
+    ASSERT_STR_EQ(key.id, loaded.id);
+    ASSERT_EQ(strlen(key.id), KHUB_KEY_ID_LEN);
+    /* never overwrites */
+    ASSERT_STATUS(khub__key_generate(priv, pub, NULL, err, sizeof err), KHUB_STATUS_EXISTS);
+    ASSERT_CONTAINS(err, "already exists");
+    ASSERT_STATUS(khub__pubkey_parse("ssh-ed25519 AAAA", &loaded), KHUB_STATUS_PARSE);
+    ASSERT_STATUS(khub__pubkey_parse("khub-ed25519 AAAA", &loaded), KHUB_STATUS_PARSE);
+}
+
+TEST_IMPL(sign_and_verify)
+{
+    khub_pubkey key;
+    make_key("s", &key);
+    char *sig = sign_with(priv, metadata);
+    char kid[KHUB_KEY_ID_LEN + 1];
+    unsigned char raw[64];
+    ASSERT_OK(khub__sig_parse(sig, strlen(sig), kid, raw));
+    ASSERT_STR_EQ(kid, key.id);
+    ASSERT_OK(khub__sig_verify(&key, metadata, strlen(metadata), raw));
+    /* one flipped byte of the message or of the signature fails */
+    char tampered[sizeof metadata];
+    memcpy(tampered, metadata, sizeof metadata);
+    tampered[10] ^= 1;
+    ASSERT_STATUS(khub__sig_verify(&key, tampered, strlen(tampered), raw),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    raw[5] ^= 0x80;
+    ASSERT_STATUS(khub__sig_verify(&key, metadata, strlen(metadata), raw),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    free(sig);
+}
+
+static khub_trust_policy *policy_with(const char *org, const khub_pubkey *key)
+{
+    khub_trust_policy *p = NULL;
+    ASSERT_OK(khub__trust_policy_default(&p));
+    if (org) ASSERT_OK(khub__trust_policy_add(p, org, key));
+    return p;
+}
+
+TEST_IMPL(decide_signed_trusted)
+{
+    khub_pubkey key;
+    make_key("t", &key);
+    char *sig = sign_with(priv, metadata);
+    khub_trust_policy *p = policy_with("kernels-community", &key);
+    char err[KHUB_ERROR_SIZE] = "";
+    ASSERT_OK(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), sig,
+                                 strlen(sig), 0, err, sizeof err));
+    khub__trust_policy_free(p);
+    free(sig);
+}
+
+TEST_IMPL(decide_bad_signature)
+{
+    khub_pubkey key;
+    make_key("b", &key);
+    char *sig = sign_with(priv, "{\"other\": 1}");
+    khub_trust_policy *p = policy_with("kernels-community", &key);
+    char err[KHUB_ERROR_SIZE] = "";
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), sig,
+                                     strlen(sig), 0, err, sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    ASSERT_CONTAINS(err, "does not verify over metadata.json");
+    ASSERT_CONTAINS(err, key.id);
+    const char *junk = "{\"algorithm\": \"rsa\"}";
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), junk,
+                                     strlen(junk), 0, err, sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    ASSERT_CONTAINS(err, "malformed");
+    khub__trust_policy_free(p);
+    free(sig);
+}
+
+TEST_IMPL(decide_unknown_key)
+{
+    khub_pubkey trusted, other;
+    make_key("u1", &trusted);
+    make_key("u2", &other);
+    char *sig = sign_with(priv, metadata); /* signed by u2 */
+    khub_trust_policy *p = policy_with("kernels-community", &trusted);
+    char err[KHUB_ERROR_SIZE] = "";
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), sig,
+                                     strlen(sig), 0, err, sizeof err),
+                  KHUB_STATUS_KEY_UNKNOWN);
+    ASSERT_CONTAINS(err, other.id);
+    ASSERT_CONTAINS(err, "does not trust for this organisation");
+    /* even a CLI opt-in does not accept a listed org's kernel signed by a stranger */
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), sig,
+                                     strlen(sig), 1, err, sizeof err),
+                  KHUB_STATUS_KEY_UNKNOWN);
+    khub__trust_policy_free(p);
+    free(sig);
+}
+
+TEST_IMPL(decide_revoked_key)
+{
+    khub_pubkey key;
+    make_key("r", &key);
+    char *sig = sign_with(priv, metadata);
+    char line[96], json[512];
+    khub__pubkey_format(&key, line, sizeof line);
+    snprintf(json, sizeof json,
+             "{\"version\": 1, \"publishers\": {\"kernels-community\": [\"%s\"]}, "
+             "\"revoked\": [\"%s\"]}",
+             line, key.id);
+    khub_trust_policy *p = NULL;
+    char err[KHUB_ERROR_SIZE] = "";
+    ASSERT_OK(khub__trust_policy_parse(json, strlen(json), &p, err, sizeof err));
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), sig,
+                                     strlen(sig), 1, err, sizeof err),
+                  KHUB_STATUS_KEY_REVOKED);
+    ASSERT_CONTAINS(err, "revoked key");
+    khub__trust_policy_free(p);
+    free(sig);
+}
+
+TEST_IMPL(decide_unsigned)
+{
+    khub_pubkey key;
+    make_key("n", &key);
+    khub_trust_policy *p = policy_with("kernels-community", &key);
+    char err[KHUB_ERROR_SIZE] = "";
+    /* listed org: signature required, opt-in or not */
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), NULL, 0,
+                                     1, err, sizeof err),
+                  KHUB_STATUS_UNSIGNED);
+    ASSERT_CONTAINS(err, "requires a signature");
+    /* unlisted org: refused without opt-in, accepted with it */
+    ASSERT_STATUS(khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 0, err,
+                                     sizeof err),
+                  KHUB_STATUS_UNSIGNED);
+    ASSERT_CONTAINS(err, "--allow-unsigned");
+    ASSERT_OK(khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 1, err,
+                                 sizeof err));
+    khub__trust_policy_free(p);
+    /* opt-in through the policy file, per org */
+    const char *json = "{\"version\": 1, \"allow_unsigned\": [\"my-org\"]}";
+    ASSERT_OK(khub__trust_policy_parse(json, strlen(json), &p, err, sizeof err));
+    ASSERT_OK(khub__trust_decide(p, "my-org", metadata, strlen(metadata), NULL, 0, 0, err,
+                                 sizeof err));
+    ASSERT_STATUS(khub__trust_decide(p, "not-my-org", metadata, strlen(metadata), NULL, 0, 0, err,
+                                     sizeof err),
+                  KHUB_STATUS_UNSIGNED);
+    khub__trust_policy_free(p);
+}
+
+TEST_IMPL(policy_malformed)
+{
+    khub_trust_policy *p = NULL;
+    char err[KHUB_ERROR_SIZE] = "";
+    static const struct {
+        const char *json, *msg;
+    } cases[] = {
+        {"[1,2]", "not a JSON object"},
+        {"{\"version\": 2}", "'version' must be 1"},
+        {"{\"version\": 1, \"publishers\": []}", "'publishers' must be an object"},
+        {"{\"version\": 1, \"publishers\": {\"x\": \"k\"}}", "must be an array"},
+        {"{\"version\": 1, \"publishers\": {\"x\": [\"nope\"]}}", "not a key"},
+        {"{\"version\": 1, \"revoked\": [\"short\"]}", "'revoked' must be"},
+        {"{\"version\": 1, \"allow_unsigned\": 3}", "'allow_unsigned' must be"},
+        {"{\"version\": 1,", "not a JSON object"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ASSERT_STATUS(khub__trust_policy_parse(cases[i].json, strlen(cases[i].json), &p, err,
+                                               sizeof err),
+                      KHUB_STATUS_PARSE);
+        ASSERT(p == NULL);
+        ASSERT_CONTAINS(err, cases[i].msg);
+    }
+    ASSERT_STATUS(khub__trust_policy_load("/nonexistent/policy.json", &p, err, sizeof err),
+                  KHUB_STATUS_NOT_FOUND);
+    ASSERT_CONTAINS(err, "/nonexistent/policy.json");
+}
+
+TEST_IMPL(sign_file_writes_sig)
+{
+    khub_pubkey key;
+    make_key("f", &key);
+    char path[256], sigpath[300];
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(metadata, f);
+    fclose(f);
+    char err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub__sign_file(priv, path, err, sizeof err));
+    snprintf(sigpath, sizeof sigpath, "%s.sig", path);
+    f = fopen(sigpath, "r");
+    ASSERT(f != NULL);
+    char buf[512];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    khub_trust_policy *p = policy_with("acme", &key);
+    ASSERT_OK(khub__trust_decide(p, "acme", metadata, strlen(metadata), buf, n, 0, err,
+                                 sizeof err));
+    khub__trust_policy_free(p);
+    ASSERT_STATUS(khub__sign_file(pub, path, err, sizeof err), KHUB_STATUS_PARSE);
+    ASSERT_CONTAINS(err, "not an Ed25519 private key");
+}
+
+#define TEST_LIST(X)              \
+    X(keygen_files_and_formats)   \
+    X(sign_and_verify)            \
+    X(decide_signed_trusted)      \
+    X(decide_bad_signature)       \
+    X(decide_unknown_key)         \
+    X(decide_revoked_key)         \
+    X(decide_unsigned)            \
+    X(policy_malformed)           \
+    X(sign_file_writes_sig)
+TEST_MAIN(TEST_LIST)
