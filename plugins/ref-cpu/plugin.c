@@ -1,13 +1,102 @@
-/* plugin.c: ref-cpu entry (placeholder: no ops yet). */
-#include <khub/khub_plugin.h>
+/*
+ * plugin.c: the ref-cpu entry point, "khub/ref-cpu".
+ *
+ * Lists the seven reference ops (attention, linear, qlinear, kv_cache,
+ * rms_norm, silu_and_mul, rotary) and owns the plugin state. The same source
+ * builds as a module (khub_add_plugin defines KHUB_PLUGIN_MODULE, so
+ * KHUB_PLUGIN_DEFINE_KINDS exports khub_plugin_init_v1 and the ABI note) or
+ * links in statically, where an embedder registers khub_ref_cpu_init.
+ */
+#include "ref_cpu.h"
 
-static khub_status ref_init(const khub_host_api *host, khub_plugin_desc *out, char *errbuf,
-                            size_t errbuf_size)
+#define KHUB_REF_ID "khub/ref-cpu"
+#define KHUB_REF_VERSION "0.1.0"
+#define KHUB_REF_KINDS                                                                      \
+    (KHUB_KIND_BIT(KHUB_OP_ATTENTION) | KHUB_KIND_BIT(KHUB_OP_LINEAR) |                       \
+     KHUB_KIND_BIT(KHUB_OP_QLINEAR) | KHUB_KIND_BIT(KHUB_OP_KV_CACHE) |                       \
+     KHUB_KIND_BIT(KHUB_OP_NORM) | KHUB_KIND_BIT(KHUB_OP_ACTIVATION) |                        \
+     KHUB_KIND_BIT(KHUB_OP_ROTARY))
+
+static int32_t ref_score(void *state)
 {
-    (void)host, (void)errbuf, (void)errbuf_size;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "khub/ref-cpu",
-                          .version = "0.1.0"};
+    (void)state;
+    return 1; /* runs on any CPU; optimized plugins should score higher */
+}
+
+static void ref_shutdown(void *state)
+{
+    khub_ref_state *s = state;
+    if (s) s->host->free(s->host->host_ctx, s);
+}
+
+/* Copies the descriptors into one array (the host reads ops[] as a
+ * contiguous array, and each file owns its own descriptor). */
+static khub_op_desc ref_ops_table(int i)
+{
+    switch (i) {
+    case 0: return khub_ref__attention_op;
+    case 1: return khub_ref__linear_op;
+    case 2: return khub_ref__qlinear_op;
+    case 3: return khub_ref__kv_cache_op;
+    case 4: return khub_ref__norm_op;
+    case 5: return khub_ref__activation_op;
+    default: return khub_ref__rotary_op;
+    }
+}
+
+#define KHUB_REF_N_OPS 7
+
+/* The host table must reach the last function ref-cpu calls (n_threads). */
+static bool ref_host_ok(const khub_host_api *host)
+{
+    return host && KHUB_HAS_FIELD(host, khub_host_api, n_threads) && host->fail && host->alloc &&
+           host->free && host->parallel_for;
+}
+
+khub_status khub_ref_cpu_init(const khub_host_api *host, khub_plugin_desc *out, char *errbuf,
+                              size_t errbuf_size);
+
+/* Entry: validates the host table, allocates the state (freed by
+ * shutdown) and fills out. The op array lives in the state so it is
+ * contiguous and dies with the plugin. */
+khub_status khub_ref_cpu_init(const khub_host_api *host, khub_plugin_desc *out, char *errbuf,
+                              size_t errbuf_size)
+{
+    if (!ref_host_ok(host) || !out) {
+        if (errbuf && errbuf_size) {
+            static const char msg[] = "khub/ref-cpu: host table lacks fail/alloc/free/"
+                                      "parallel_for/n_threads (want a khub host of ABI >= 1.0)";
+            size_t n = sizeof msg < errbuf_size ? sizeof msg : errbuf_size;
+            memcpy(errbuf, msg, n);
+            errbuf[n - 1] = '\0';
+        }
+        return KHUB_STATUS_STRUCT_SIZE;
+    }
+    typedef struct {
+        khub_ref_state st;
+        khub_op_desc ops[KHUB_REF_N_OPS];
+    } ref_block;
+    ref_block *b = host->alloc(host->host_ctx, sizeof *b);
+    if (!b) {
+        if (errbuf && errbuf_size) {
+            static const char msg[] = "khub/ref-cpu: out of memory allocating the plugin state";
+            size_t n = sizeof msg < errbuf_size ? sizeof msg : errbuf_size;
+            memcpy(errbuf, msg, n);
+            errbuf[n - 1] = '\0';
+        }
+        return KHUB_STATUS_NOMEM;
+    }
+    b->st.host = host;
+    for (int i = 0; i < KHUB_REF_N_OPS; i++) b->ops[i] = ref_ops_table(i);
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = KHUB_REF_ID,
+                          .version = KHUB_REF_VERSION,
+                          .n_ops = KHUB_REF_N_OPS,
+                          .ops = b->ops,
+                          .state = &b->st,
+                          .score = ref_score,
+                          .shutdown = ref_shutdown};
     return khub_plugin_desc_put(out, &d);
 }
 
-KHUB_PLUGIN_DEFINE(ref_init, "khub/ref-cpu", "0.1.0")
+KHUB_PLUGIN_DEFINE_KINDS(khub_ref_cpu_init, KHUB_REF_ID, KHUB_REF_VERSION, KHUB_REF_KINDS)
