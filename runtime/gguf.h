@@ -23,7 +23,8 @@
  * malformed field, MODEL_UNSUPPORTED for a well-formed file khub cannot read
  * (version 1, big-endian, unknown ggml type id, nested arrays), IO, NOMEM.
  * Messages name the file and the field, e.g.
- *   "model.gguf: tensor 'blk.3.attn_q.weight': offset 123456 + 884736 bytes past end of file (890000)".
+ *   "model.gguf: tensor 'blk.3.attn_q.weight': offset 123456 + 884736 bytes past end
+ *    of file (890000)".
  *
  * Layout facts for the executor:
  *   - ne[] is in GGUF order: ne[0] is the fastest (contiguous, row) dimension.

@@ -12,7 +12,8 @@
  * MODEL_UNSUPPORTED naming the value and the supported ones, e.g.
  *   "config.json: architectures[0] 'GPT2LMHeadModel' is not supported (supported:
  *    LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"
- *   "config.json: rope_scaling.rope_type 'yarn' is not supported (supported: default, linear, llama3)"
+ *   "config.json: rope_scaling.rope_type 'yarn' is not supported (supported: default,
+ *    linear, llama3)"
  * Malformed input (bad JSON, wrong JSON types, missing required fields,
  * non-positive sizes, heads not dividing) is MODEL_INVALID naming the field.
  * Every value is checked once here so the executor can trust the struct:

@@ -1,0 +1,829 @@
+/*
+ * gguf.c: GGUF v2/v3 reader (see gguf.h for the contract).
+ *
+ * The format (ggml docs/gguf.md): "GGUF", u32 version, u64 tensor_count,
+ * u64 metadata_kv_count, the key-value pairs (key: u64 length + bytes; u32
+ * value type; value), the tensor infos (name; u32 n_dims; u64 ne[n_dims];
+ * u32 ggml type; u64 offset), padding to general.alignment, the data.
+ * Everything is little-endian; v2 and v3 share this layout (v3 only added
+ * big-endian files, which khub refuses). v1 used u32 counts and is refused.
+ *
+ * Every read goes through a cursor that checks the remaining length first,
+ * so a hostile file can make open fail but never read past the buffer. The
+ * counts are checked against the bytes left before anything is allocated
+ * from them, so a 40-byte file cannot ask for 2^60 entries.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gguf.h"
+#include "mmap_file.h"
+
+struct khub_gguf {
+    khub_runtime *rt;      /* borrowed; allocator and messages */
+    khub_mmap map;         /* owned when opened from a file; else zeroed */
+    const uint8_t *base;   /* the bytes (map.data or the caller's) */
+    size_t size;
+    char *name;            /* owned: path or caller's name, for messages */
+    uint32_t version;
+    uint32_t alignment;
+    size_t data_off;       /* file offset of the data section */
+
+    khub_gguf_kv *kvs;     /* owned [kv_cap]; keys and str_off owned too */
+    size_t n_kv, kv_cap;   /* pairs read so far, pairs allocated */
+    uint32_t *kv_by_key;   /* owned [n_kv]: indices sorted by key */
+
+    khub_gguf_tensor *tensors; /* owned [t_cap]; names owned too */
+    size_t n_tensors, t_cap;
+    uint32_t *t_by_name;   /* owned [n_tensors]: indices sorted by name */
+};
+
+/* ======================================================================== */
+/* ggml type table                                                          */
+/* ======================================================================== */
+
+/* Block elements and bytes of every type id ggml defines (ggml.h; ids 4, 5
+ * and 31-38 are retired there). Values follow ggml's block structs. */
+typedef struct ggml_type_info {
+    const char *name;
+    int64_t blck;
+    int64_t bytes;
+} ggml_type_info;
+
+static const ggml_type_info ggml_types[] = {
+    [0] = {"F32", 1, 4},        [1] = {"F16", 1, 2},        [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},     [6] = {"Q5_0", 32, 22},     [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},     [9] = {"Q8_1", 32, 36},     [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},  [12] = {"Q4_K", 256, 144},  [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},  [15] = {"Q8_K", 256, 292},  [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74}, [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},  [21] = {"IQ3_S", 256, 110}, [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},       [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},       [27] = {"I64", 1, 8},       [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},  [30] = {"BF16", 1, 2},      [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},
+};
+#define N_GGML_TYPES (sizeof ggml_types / sizeof ggml_types[0])
+
+const char *khub__ggml_type_name(uint32_t t)
+{
+    return t < N_GGML_TYPES ? ggml_types[t].name : NULL;
+}
+
+bool khub__ggml_type_block(uint32_t t, int64_t *blck, int64_t *bytes)
+{
+    if (t >= N_GGML_TYPES || !ggml_types[t].name) return false;
+    if (blck) *blck = ggml_types[t].blck;
+    if (bytes) *bytes = ggml_types[t].bytes;
+    return true;
+}
+
+bool khub__ggml_type_dtype(uint32_t t, khub_dtype *out)
+{
+    khub_dtype d;
+    switch (t) {
+    case KHUB_GGML_F32: d = KHUB_DTYPE_F32; break;
+    case KHUB_GGML_F16: d = KHUB_DTYPE_F16; break;
+    case KHUB_GGML_BF16: d = KHUB_DTYPE_BF16; break;
+    case KHUB_GGML_Q8_0: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q8_0); break;
+    case KHUB_GGML_Q4_0: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_0); break;
+    case KHUB_GGML_Q4_1: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1); break;
+    case KHUB_GGML_Q4_K: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_K); break;
+    case KHUB_GGML_Q6_K: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q6_K); break;
+    default: return false;
+    }
+    if (out) *out = d;
+    return true;
+}
+
+/* ======================================================================== */
+/* Value types                                                              */
+/* ======================================================================== */
+
+static const char *const type_names[KHUB_GGUF_TYPE__COUNT] = {
+    "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
+    "BOOL", "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64",
+};
+static const uint8_t type_sizes[KHUB_GGUF_TYPE__COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+
+size_t khub__gguf_type_size(khub_gguf_type t)
+{
+    return (unsigned)t < KHUB_GGUF_TYPE__COUNT ? type_sizes[t] : 0;
+}
+
+const char *khub__gguf_type_name(khub_gguf_type t)
+{
+    return (unsigned)t < KHUB_GGUF_TYPE__COUNT ? type_names[t] : "?";
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static uint32_t le32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Reads an integer scalar at p. Returns 0 when t is not an integer type, 1
+ * with *v set, 2 for a UINT64 above INT64_MAX. */
+static int read_int(khub_gguf_type t, const uint8_t *p, int64_t *v)
+{
+    switch (t) {
+    case KHUB_GGUF_UINT8: *v = p[0]; return 1;
+    case KHUB_GGUF_INT8: *v = (int8_t)p[0]; return 1;
+    case KHUB_GGUF_UINT16: *v = (uint16_t)(p[0] | p[1] << 8); return 1;
+    case KHUB_GGUF_INT16: *v = (int16_t)(uint16_t)(p[0] | p[1] << 8); return 1;
+    case KHUB_GGUF_UINT32: *v = le32(p); return 1;
+    case KHUB_GGUF_INT32: *v = (int32_t)le32(p); return 1;
+    case KHUB_GGUF_INT64: *v = (int64_t)le64(p); return 1;
+    case KHUB_GGUF_UINT64: {
+        uint64_t u = le64(p);
+        if (u > INT64_MAX) return 2;
+        *v = (int64_t)u;
+        return 1;
+    }
+    default: return 0;
+    }
+}
+
+/* Reads a number (integer or float) as a double; false for other types. */
+static bool read_num(khub_gguf_type t, const uint8_t *p, double *out)
+{
+    if (t == KHUB_GGUF_FLOAT32) {
+        uint32_t u = le32(p);
+        float f;
+        memcpy(&f, &u, 4);
+        *out = f;
+        return true;
+    }
+    if (t == KHUB_GGUF_FLOAT64) {
+        uint64_t u = le64(p);
+        memcpy(out, &u, 8);
+        return true;
+    }
+    int64_t v;
+    int r = read_int(t, p, &v);
+    if (r == 1) *out = (double)v;
+    if (r == 2) *out = (double)le64(p);
+    return r != 0;
+}
+
+/* ======================================================================== */
+/* The cursor                                                               */
+/* ======================================================================== */
+
+typedef struct cursor {
+    khub_gguf *g;
+    size_t pos;
+    char where[160]; /* what is being read, for messages: "metadata key 3 'x'" */
+} cursor;
+
+static khub_status need(cursor *c, uint64_t n, const char *field)
+{
+    KHUB_RETURN_IF(c->g->rt, n > c->g->size - c->pos, KHUB_STATUS_TRUNCATED,
+                   "%s: truncated: %s%s%s needs %llu bytes at offset %zu, past end of file "
+                   "(%zu bytes)",
+                   c->g->name, c->where, c->where[0] ? ": " : "", field, (unsigned long long)n,
+                   c->pos, c->g->size);
+    return KHUB_STATUS_OK;
+}
+
+static khub_status get_u32(cursor *c, const char *field, uint32_t *v)
+{
+    KHUB_FORWARD_IF_ERROR(c->g->rt, need(c, 4, field));
+    *v = le32(c->g->base + c->pos);
+    c->pos += 4;
+    return KHUB_STATUS_OK;
+}
+
+static khub_status get_u64(cursor *c, const char *field, uint64_t *v)
+{
+    KHUB_FORWARD_IF_ERROR(c->g->rt, need(c, 8, field));
+    *v = le64(c->g->base + c->pos);
+    c->pos += 8;
+    return KHUB_STATUS_OK;
+}
+
+/* A string: u64 length, then bytes. Returns a view into the buffer. */
+static khub_status get_str(cursor *c, const char *field, const uint8_t **p, uint64_t *len)
+{
+    KHUB_FORWARD_IF_ERROR(c->g->rt, get_u64(c, field, len));
+    KHUB_FORWARD_IF_ERROR(c->g->rt, need(c, *len, field));
+    *p = c->g->base + c->pos;
+    c->pos += (size_t)*len;
+    return KHUB_STATUS_OK;
+}
+
+/* A name (key or tensor name): a non-empty string without NUL bytes, copied
+ * into a NUL-terminated string from rt's allocator. */
+static khub_status get_name(cursor *c, const char *field, char **out)
+{
+    const uint8_t *p;
+    uint64_t len;
+    KHUB_FORWARD_IF_ERROR(c->g->rt, get_str(c, field, &p, &len));
+    KHUB_RETURN_IF(c->g->rt, len == 0, KHUB_STATUS_MODEL_INVALID, "%s: %s: empty %s",
+                   c->g->name, c->where, field);
+    KHUB_RETURN_IF(c->g->rt, memchr(p, 0, (size_t)len) != NULL, KHUB_STATUS_MODEL_INVALID,
+                   "%s: %s: %s contains a NUL byte", c->g->name, c->where, field);
+    char *s = khub__malloc(c->g->rt, (size_t)len + 1);
+    KHUB_RETURN_IF(c->g->rt, !s, KHUB_STATUS_NOMEM, "%s: out of memory reading %s",
+                   c->g->name, field);
+    memcpy(s, p, (size_t)len);
+    s[len] = '\0';
+    *out = s;
+    return KHUB_STATUS_OK;
+}
+
+/* Checks that count entries of at least min_bytes each can fit in what is
+ * left, before anything is allocated from count. */
+static khub_status check_count(cursor *c, uint64_t count, uint64_t min_bytes, const char *field)
+{
+    uint64_t left = c->g->size - c->pos;
+    KHUB_RETURN_IF(c->g->rt, count > left / min_bytes, KHUB_STATUS_TRUNCATED,
+                   "%s: %s%s%s %llu needs at least %llu bytes per entry but only %llu bytes are "
+                   "left (truncated file or corrupt count)",
+                   c->g->name, c->where, c->where[0] ? ": " : "", field,
+                   (unsigned long long)count, (unsigned long long)min_bytes,
+                   (unsigned long long)left);
+    return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Metadata                                                                 */
+/* ======================================================================== */
+
+static khub_status parse_array(cursor *c, khub_gguf_kv *kv)
+{
+    khub_runtime *rt = c->g->rt;
+    uint32_t elem;
+    KHUB_FORWARD_IF_ERROR(rt, get_u32(c, "array element type", &elem));
+    KHUB_RETURN_IF(rt, elem == KHUB_GGUF_ARRAY, KHUB_STATUS_MODEL_UNSUPPORTED,
+                   "%s: %s: nested arrays are not supported", c->g->name, c->where);
+    KHUB_RETURN_IF(rt, elem >= KHUB_GGUF_TYPE__COUNT, KHUB_STATUS_MODEL_INVALID,
+                   "%s: %s: unknown array element type %u", c->g->name, c->where, elem);
+    kv->elem = (khub_gguf_type)elem;
+    KHUB_FORWARD_IF_ERROR(rt, get_u64(c, "array length", &kv->count));
+    kv->data = c->g->base + c->pos;
+
+    if (elem != KHUB_GGUF_STRING) {
+        uint64_t esz = type_sizes[elem];
+        KHUB_FORWARD_IF_ERROR(rt, check_count(c, kv->count, esz, "array length"));
+        kv->len = kv->count * esz; /* cannot overflow: checked against the file size */
+        c->pos += (size_t)kv->len;
+        return KHUB_STATUS_OK;
+    }
+    KHUB_FORWARD_IF_ERROR(rt, check_count(c, kv->count, 8, "string array length"));
+    uint64_t *off = NULL;
+    if (kv->count > 0) {
+        off = khub__calloc(rt, (size_t)kv->count, sizeof *off);
+        KHUB_RETURN_IF(rt, !off, KHUB_STATUS_NOMEM, "%s: %s: out of memory for %llu strings",
+                       c->g->name, c->where, (unsigned long long)kv->count);
+    }
+    kv->str_off = off;
+    for (uint64_t i = 0; i < kv->count; i++) {
+        const uint8_t *p;
+        uint64_t len;
+        char field[48];
+        snprintf(field, sizeof field, "string %llu", (unsigned long long)i);
+        off[i] = c->pos;
+        KHUB_FORWARD_IF_ERROR(rt, get_str(c, field, &p, &len));
+    }
+    kv->len = c->g->base + c->pos - kv->data;
+    return KHUB_STATUS_OK;
+}
+
+static khub_status parse_value(cursor *c, khub_gguf_kv *kv)
+{
+    khub_runtime *rt = c->g->rt;
+    uint32_t type;
+    KHUB_FORWARD_IF_ERROR(rt, get_u32(c, "value type", &type));
+    KHUB_RETURN_IF(rt, type >= KHUB_GGUF_TYPE__COUNT, KHUB_STATUS_MODEL_INVALID,
+                   "%s: %s: unknown value type %u", c->g->name, c->where, type);
+    kv->type = kv->elem = (khub_gguf_type)type;
+    kv->count = 1;
+    if (type == KHUB_GGUF_ARRAY) return parse_array(c, kv);
+    if (type == KHUB_GGUF_STRING) return get_str(c, "string value", &kv->data, &kv->len);
+    kv->len = type_sizes[type];
+    KHUB_FORWARD_IF_ERROR(rt, need(c, kv->len, "value"));
+    kv->data = c->g->base + c->pos;
+    KHUB_RETURN_IF(rt, type == KHUB_GGUF_BOOL && kv->data[0] > 1, KHUB_STATUS_MODEL_INVALID,
+                   "%s: %s: BOOL value %u is neither 0 nor 1", c->g->name, c->where,
+                   kv->data[0]);
+    c->pos += (size_t)kv->len;
+    return KHUB_STATUS_OK;
+}
+
+static int cmp_kv(const void *a, const void *b, void *ud)
+{
+    const khub_gguf *g = ud;
+    return strcmp(g->kvs[*(const uint32_t *)a].key, g->kvs[*(const uint32_t *)b].key);
+}
+
+static int cmp_tensor_name(const void *a, const void *b, void *ud)
+{
+    const khub_gguf *g = ud;
+    return strcmp(g->tensors[*(const uint32_t *)a].name, g->tensors[*(const uint32_t *)b].name);
+}
+
+static int cmp_tensor_off(const void *a, const void *b, void *ud)
+{
+    const khub_gguf *g = ud;
+    uint64_t x = g->tensors[*(const uint32_t *)a].offset;
+    uint64_t y = g->tensors[*(const uint32_t *)b].offset;
+    return x < y ? -1 : x > y;
+}
+
+/* An index array 0..n-1 sorted with cmp. */
+static khub_status sorted_index(khub_gguf *g, size_t n,
+                                int (*cmp)(const void *, const void *, void *), uint32_t **out)
+{
+    *out = NULL;
+    if (n == 0) return KHUB_STATUS_OK;
+    uint32_t *idx = khub__calloc(g->rt, n, sizeof *idx);
+    KHUB_RETURN_IF(g->rt, !idx, KHUB_STATUS_NOMEM, "%s: out of memory", g->name);
+    for (size_t i = 0; i < n; i++) idx[i] = (uint32_t)i;
+    qsort_r(idx, n, sizeof *idx, cmp, g);
+    *out = idx;
+    return KHUB_STATUS_OK;
+}
+
+static khub_status parse_metadata(cursor *c, uint64_t n_kv)
+{
+    khub_gguf *g = c->g;
+    /* Smallest pair: 8-byte length + 1-byte key + 4-byte type + 1-byte value. */
+    KHUB_FORWARD_IF_ERROR(g->rt, check_count(c, n_kv, 14, "metadata_kv_count"));
+    if (n_kv > 0) {
+        g->kvs = khub__calloc(g->rt, (size_t)n_kv, sizeof *g->kvs);
+        KHUB_RETURN_IF(g->rt, !g->kvs, KHUB_STATUS_NOMEM, "%s: out of memory for %llu keys",
+                       g->name, (unsigned long long)n_kv);
+        g->kv_cap = (size_t)n_kv;
+    }
+    for (uint64_t i = 0; i < n_kv; i++) {
+        khub_gguf_kv *kv = &g->kvs[i];
+        snprintf(c->where, sizeof c->where, "metadata key %llu", (unsigned long long)i);
+        KHUB_FORWARD_IF_ERROR(g->rt, get_name(c, "key", (char **)&kv->key));
+        g->n_kv = (size_t)i + 1;
+        snprintf(c->where, sizeof c->where, "metadata key %llu '%.100s'", (unsigned long long)i,
+                 kv->key);
+        KHUB_FORWARD_IF_ERROR(g->rt, parse_value(c, kv));
+    }
+    c->where[0] = '\0';
+
+    KHUB_FORWARD_IF_ERROR(g->rt, sorted_index(g, g->n_kv, cmp_kv, &g->kv_by_key));
+    for (size_t i = 1; i < g->n_kv; i++) {
+        const char *k = g->kvs[g->kv_by_key[i]].key;
+        KHUB_RETURN_IF(g->rt, strcmp(g->kvs[g->kv_by_key[i - 1]].key, k) == 0,
+                       KHUB_STATUS_MODEL_INVALID, "%s: duplicate metadata key '%.200s'",
+                       g->name, k);
+    }
+
+    g->alignment = KHUB_GGUF_DEFAULT_ALIGNMENT;
+    if (khub__gguf_find(g, "general.alignment")) {
+        KHUB_FORWARD_IF_ERROR(g->rt, khub__gguf_get_u32(g, "general.alignment", &g->alignment));
+        uint32_t a = g->alignment;
+        KHUB_RETURN_IF(g->rt, a == 0 || (a & (a - 1)) != 0 || a > (1u << 20),
+                       KHUB_STATUS_MODEL_INVALID,
+                       "%s: general.alignment %u is not a power of two in 1..1048576", g->name,
+                       a);
+    }
+    return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Tensor infos                                                             */
+/* ======================================================================== */
+
+/* Shape, type and byte size of one tensor info (its name is already read). */
+static khub_status parse_tensor_shape(cursor *c, khub_gguf_tensor *t)
+{
+    khub_gguf *g = c->g;
+    KHUB_FORWARD_IF_ERROR(g->rt, get_u32(c, "n_dims", &t->n_dims));
+    KHUB_RETURN_IF(g->rt, t->n_dims < 1 || t->n_dims > KHUB_GGUF_MAX_DIMS,
+                   KHUB_STATUS_MODEL_INVALID, "%s: %s: n_dims %u is not in 1..%d", g->name,
+                   c->where, t->n_dims, KHUB_GGUF_MAX_DIMS);
+    t->n_elems = 1;
+    for (int d = 0; d < KHUB_GGUF_MAX_DIMS; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < t->n_dims; d++) {
+        uint64_t ne;
+        KHUB_FORWARD_IF_ERROR(g->rt, get_u64(c, "dimension", &ne));
+        KHUB_RETURN_IF(g->rt, ne == 0 || ne > INT64_MAX, KHUB_STATUS_MODEL_INVALID,
+                       "%s: %s: ne[%u] = %llu is not in 1..2^63-1", g->name, c->where, d,
+                       (unsigned long long)ne);
+        t->ne[d] = (int64_t)ne;
+        KHUB_RETURN_IF(g->rt, !khub__mul_i64_ok(t->n_elems, t->ne[d], &t->n_elems),
+                       KHUB_STATUS_MODEL_INVALID, "%s: %s: element count overflows at ne[%u]",
+                       g->name, c->where, d);
+    }
+    KHUB_FORWARD_IF_ERROR(g->rt, get_u32(c, "ggml type", &t->ggml_type));
+    int64_t blck, bytes;
+    KHUB_RETURN_IF(g->rt, !khub__ggml_type_block(t->ggml_type, &blck, &bytes),
+                   KHUB_STATUS_MODEL_UNSUPPORTED, "%s: %s: unknown ggml type %u", g->name,
+                   c->where, t->ggml_type);
+    KHUB_RETURN_IF(g->rt, t->ne[0] % blck != 0, KHUB_STATUS_MODEL_INVALID,
+                   "%s: %s: ne[0] = %lld is not a multiple of the %s block size %lld", g->name,
+                   c->where, (long long)t->ne[0], ggml_types[t->ggml_type].name, (long long)blck);
+    size_t row, total;
+    KHUB_RETURN_IF(g->rt,
+                   !khub__mul_ok((size_t)(t->ne[0] / blck), (size_t)bytes, &row) ||
+                       !khub__mul_ok(row, (size_t)(t->n_elems / t->ne[0]), &total),
+                   KHUB_STATUS_MODEL_INVALID, "%s: %s: byte size overflows", g->name, c->where);
+    t->nbytes = total;
+    KHUB_FORWARD_IF_ERROR(g->rt, get_u64(c, "offset", &t->offset));
+    KHUB_RETURN_IF(g->rt, t->offset % g->alignment != 0, KHUB_STATUS_MODEL_INVALID,
+                   "%s: %s: offset %llu is not a multiple of the alignment %u", g->name,
+                   c->where, (unsigned long long)t->offset, g->alignment);
+    return KHUB_STATUS_OK;
+}
+
+static khub_status parse_tensor_infos(cursor *c, uint64_t n_tensors)
+{
+    khub_gguf *g = c->g;
+    /* Smallest info: 8 + 1 name, 4 n_dims, 8 one dim, 4 type, 8 offset. */
+    KHUB_FORWARD_IF_ERROR(g->rt, check_count(c, n_tensors, 33, "tensor_count"));
+    KHUB_RETURN_IF(g->rt, n_tensors > UINT32_MAX, KHUB_STATUS_MODEL_INVALID,
+                   "%s: tensor_count %llu is absurd", g->name, (unsigned long long)n_tensors);
+    if (n_tensors > 0) {
+        g->tensors = khub__calloc(g->rt, (size_t)n_tensors, sizeof *g->tensors);
+        KHUB_RETURN_IF(g->rt, !g->tensors, KHUB_STATUS_NOMEM,
+                       "%s: out of memory for %llu tensors", g->name,
+                       (unsigned long long)n_tensors);
+        g->t_cap = (size_t)n_tensors;
+    }
+    for (uint64_t i = 0; i < n_tensors; i++) {
+        khub_gguf_tensor *t = &g->tensors[i];
+        snprintf(c->where, sizeof c->where, "tensor %llu", (unsigned long long)i);
+        KHUB_FORWARD_IF_ERROR(g->rt, get_name(c, "tensor name", (char **)&t->name));
+        g->n_tensors = (size_t)i + 1;
+        snprintf(c->where, sizeof c->where, "tensor '%.120s'", t->name);
+        KHUB_FORWARD_IF_ERROR(g->rt, parse_tensor_shape(c, t));
+    }
+    c->where[0] = '\0';
+    return KHUB_STATUS_OK;
+}
+
+/* Places the data section and checks every tensor's bytes lie inside it,
+ * names are unique and no two tensors overlap. */
+static khub_status check_tensor_data(cursor *c)
+{
+    khub_gguf *g = c->g;
+    size_t a = g->alignment;
+    g->data_off = c->pos + (a - c->pos % a) % a; /* c->pos <= size, so no overflow */
+    if (g->n_tensors == 0) return KHUB_STATUS_OK;
+    KHUB_RETURN_IF(g->rt, g->data_off > g->size, KHUB_STATUS_TRUNCATED,
+                   "%s: truncated: data section starts at %zu, past end of file (%zu bytes)",
+                   g->name, g->data_off, g->size);
+    size_t avail = g->size - g->data_off;
+    for (size_t i = 0; i < g->n_tensors; i++) {
+        khub_gguf_tensor *t = &g->tensors[i];
+        KHUB_RETURN_IF(g->rt, t->offset > avail || t->nbytes > avail - t->offset,
+                       KHUB_STATUS_TRUNCATED,
+                       "%s: tensor '%.120s': offset %llu + %zu bytes past end of file (%zu)",
+                       g->name, t->name, (unsigned long long)(g->data_off + t->offset),
+                       t->nbytes, g->size);
+        t->data = g->base + g->data_off + t->offset;
+    }
+
+    KHUB_FORWARD_IF_ERROR(g->rt, sorted_index(g, g->n_tensors, cmp_tensor_name, &g->t_by_name));
+    for (size_t i = 1; i < g->n_tensors; i++) {
+        const char *n = g->tensors[g->t_by_name[i]].name;
+        KHUB_RETURN_IF(g->rt, strcmp(g->tensors[g->t_by_name[i - 1]].name, n) == 0,
+                       KHUB_STATUS_MODEL_INVALID, "%s: duplicate tensor name '%.200s'", g->name,
+                       n);
+    }
+
+    uint32_t *by_off;
+    KHUB_FORWARD_IF_ERROR(g->rt, sorted_index(g, g->n_tensors, cmp_tensor_off, &by_off));
+    khub_status st = KHUB_STATUS_OK;
+    for (size_t i = 1; i < g->n_tensors && st == KHUB_STATUS_OK; i++) {
+        const khub_gguf_tensor *p = &g->tensors[by_off[i - 1]], *t = &g->tensors[by_off[i]];
+        if (p->offset + p->nbytes > t->offset)
+            st = khub__fail(g->rt, KHUB_STATUS_MODEL_INVALID,
+                            "%s: tensor '%.100s' [%llu, +%zu) overlaps tensor '%.100s' at %llu",
+                            g->name, p->name, (unsigned long long)p->offset, p->nbytes, t->name,
+                            (unsigned long long)t->offset);
+    }
+    khub__free(g->rt, by_off, g->n_tensors * sizeof *by_off);
+    return st;
+}
+
+/* ======================================================================== */
+/* Open and close                                                           */
+/* ======================================================================== */
+
+static khub_status parse_header(khub_gguf *g)
+{
+    cursor c = {.g = g, .pos = 0, .where = ""};
+    static const uint8_t magic[4] = {'G', 'G', 'U', 'F'};
+    size_t have = g->size < 4 ? g->size : 4;
+    KHUB_RETURN_IF(g->rt, memcmp(g->base, magic, have) != 0, KHUB_STATUS_MODEL_INVALID,
+                   "%s: not a GGUF file (no 'GGUF' magic at offset 0)", g->name);
+    KHUB_FORWARD_IF_ERROR(g->rt, need(&c, 4, "magic"));
+    c.pos = 4;
+    KHUB_FORWARD_IF_ERROR(g->rt, get_u32(&c, "version", &g->version));
+    uint32_t v = g->version;
+    KHUB_RETURN_IF(g->rt, v == 0x02000000u || v == 0x03000000u, KHUB_STATUS_MODEL_UNSUPPORTED,
+                   "%s: big-endian GGUF files are not supported", g->name);
+    KHUB_RETURN_IF(g->rt, v != 2 && v != 3, KHUB_STATUS_MODEL_UNSUPPORTED,
+                   "%s: GGUF version %u is not supported (supported: 2, 3)", g->name, v);
+    uint64_t n_tensors, n_kv;
+    KHUB_FORWARD_IF_ERROR(g->rt, get_u64(&c, "tensor_count", &n_tensors));
+    KHUB_FORWARD_IF_ERROR(g->rt, get_u64(&c, "metadata_kv_count", &n_kv));
+    KHUB_FORWARD_IF_ERROR(g->rt, parse_metadata(&c, n_kv));
+    KHUB_FORWARD_IF_ERROR(g->rt, parse_tensor_infos(&c, n_tensors));
+    return check_tensor_data(&c);
+}
+
+static khub_status open_common(khub_runtime *rt, const char *name, khub_gguf *g,
+                               khub_gguf **out)
+{
+    khub_status st;
+    g->name = khub__strdup(rt, name);
+    if (!g->name) {
+        st = khub__fail(rt, KHUB_STATUS_NOMEM, "%s: out of memory", name);
+    } else {
+        st = parse_header(g);
+    }
+    if (st != KHUB_STATUS_OK) {
+        khub__gguf_close(g);
+        return st;
+    }
+    *out = g;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_open_mem(khub_runtime *rt, const char *name, const void *data, size_t size,
+                                khub_gguf **out)
+{
+    KHUB_API_CHECK(rt, out != NULL);
+    *out = NULL;
+    KHUB_API_CHECK(rt, name != NULL && (data != NULL || size == 0));
+    khub_gguf *g = khub__calloc(rt, 1, sizeof *g);
+    KHUB_RETURN_IF(rt, !g, KHUB_STATUS_NOMEM, "%s: out of memory", name);
+    g->rt = rt;
+    g->base = data ? data : (const uint8_t *)"";
+    g->size = size;
+    return open_common(rt, name, g, out);
+}
+
+khub_status khub__gguf_open(khub_runtime *rt, const char *path, khub_gguf **out)
+{
+    KHUB_API_CHECK(rt, out != NULL);
+    *out = NULL;
+    KHUB_API_CHECK(rt, path != NULL);
+    khub_gguf *g = khub__calloc(rt, 1, sizeof *g);
+    KHUB_RETURN_IF(rt, !g, KHUB_STATUS_NOMEM, "%s: out of memory", path);
+    g->rt = rt;
+    khub_status st = khub__mmap_open(rt, path, &g->map);
+    if (st != KHUB_STATUS_OK) {
+        khub__free(rt, g, sizeof *g);
+        return st;
+    }
+    g->base = g->map.data ? g->map.data : (const uint8_t *)"";
+    g->size = g->map.size;
+    return open_common(rt, path, g, out);
+}
+
+void khub__gguf_close(khub_gguf *g)
+{
+    if (!g) return;
+    khub_runtime *rt = g->rt;
+    for (size_t i = 0; i < g->n_kv; i++) {
+        khub__strfree(rt, (char *)g->kvs[i].key);
+        if (g->kvs[i].str_off)
+            khub__free(rt, (void *)g->kvs[i].str_off, g->kvs[i].count * sizeof(uint64_t));
+    }
+    khub__free(rt, g->kvs, g->kv_cap * sizeof *g->kvs);
+    khub__free(rt, g->kv_by_key, g->n_kv * sizeof *g->kv_by_key);
+    for (size_t i = 0; i < g->n_tensors; i++) khub__strfree(rt, (char *)g->tensors[i].name);
+    khub__free(rt, g->tensors, g->t_cap * sizeof *g->tensors);
+    khub__free(rt, g->t_by_name, g->n_tensors * sizeof *g->t_by_name);
+    khub__mmap_close(rt, &g->map);
+    khub__strfree(rt, g->name);
+    khub__free(rt, g, sizeof *g);
+}
+
+/* ======================================================================== */
+/* Accessors                                                                */
+/* ======================================================================== */
+
+const char *khub__gguf_path(const khub_gguf *g) { return g->name; }
+uint32_t khub__gguf_version(const khub_gguf *g) { return g->version; }
+uint32_t khub__gguf_alignment(const khub_gguf *g) { return g->alignment; }
+size_t khub__gguf_data_offset(const khub_gguf *g) { return g->data_off; }
+size_t khub__gguf_kv_count(const khub_gguf *g) { return g->n_kv; }
+
+const khub_gguf_kv *khub__gguf_kv_at(const khub_gguf *g, size_t i)
+{
+    return i < g->n_kv ? &g->kvs[i] : NULL;
+}
+
+const khub_gguf_kv *khub__gguf_find(const khub_gguf *g, const char *key)
+{
+    if (!key || !g->kv_by_key) return NULL;
+    size_t lo = 0, hi = g->n_kv;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const khub_gguf_kv *kv = &g->kvs[g->kv_by_key[mid]];
+        int c = strcmp(kv->key, key);
+        if (c == 0) return kv;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+static khub_status find_required(const khub_gguf *g, const char *key, const khub_gguf_kv **out)
+{
+    *out = khub__gguf_find(g, key);
+    KHUB_RETURN_IF(g->rt, !*out, KHUB_STATUS_NOT_FOUND, "%s: metadata key '%s' is missing",
+                   g->name, key);
+    return KHUB_STATUS_OK;
+}
+
+static khub_status wrong_type(const khub_gguf *g, const khub_gguf_kv *kv, const char *want)
+{
+    return khub__fail(g->rt, KHUB_STATUS_MODEL_INVALID,
+                      "%s: metadata key '%.200s' has type %s, want %s", g->name, kv->key,
+                      khub__gguf_type_name(kv->type), want);
+}
+
+khub_status khub__gguf_get_i64(const khub_gguf *g, const char *key, int64_t *out)
+{
+    const khub_gguf_kv *kv;
+    KHUB_FORWARD_IF_ERROR(g->rt, find_required(g, key, &kv));
+    int r = kv->type == KHUB_GGUF_ARRAY || kv->type == KHUB_GGUF_BOOL
+                ? 0
+                : read_int(kv->type, kv->data, out);
+    if (r == 0) return wrong_type(g, kv, "an integer");
+    KHUB_RETURN_IF(g->rt, r == 2, KHUB_STATUS_MODEL_INVALID,
+                   "%s: metadata key '%s' = %llu is out of range", g->name, key,
+                   (unsigned long long)le64(kv->data));
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_get_u32(const khub_gguf *g, const char *key, uint32_t *out)
+{
+    int64_t v;
+    KHUB_FORWARD_IF_ERROR(g->rt, khub__gguf_get_i64(g, key, &v));
+    KHUB_RETURN_IF(g->rt, v < 0 || v > UINT32_MAX, KHUB_STATUS_MODEL_INVALID,
+                   "%s: metadata key '%s' = %lld is not in 0..4294967295", g->name, key,
+                   (long long)v);
+    *out = (uint32_t)v;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_get_f64(const khub_gguf *g, const char *key, double *out)
+{
+    const khub_gguf_kv *kv;
+    KHUB_FORWARD_IF_ERROR(g->rt, find_required(g, key, &kv));
+    if (kv->type == KHUB_GGUF_ARRAY || kv->type == KHUB_GGUF_BOOL ||
+        !read_num(kv->type, kv->data, out))
+        return wrong_type(g, kv, "a number");
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_get_f32(const khub_gguf *g, const char *key, float *out)
+{
+    double d;
+    KHUB_FORWARD_IF_ERROR(g->rt, khub__gguf_get_f64(g, key, &d));
+    *out = (float)d;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_get_bool(const khub_gguf *g, const char *key, bool *out)
+{
+    const khub_gguf_kv *kv;
+    KHUB_FORWARD_IF_ERROR(g->rt, find_required(g, key, &kv));
+    if (kv->type == KHUB_GGUF_BOOL) {
+        *out = kv->data[0] != 0;
+        return KHUB_STATUS_OK;
+    }
+    int64_t v;
+    if (kv->type == KHUB_GGUF_ARRAY || read_int(kv->type, kv->data, &v) != 1 || (v != 0 && v != 1))
+        return wrong_type(g, kv, "BOOL");
+    *out = v != 0;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_get_str(const khub_gguf *g, const char *key, const char **ptr, size_t *len)
+{
+    const khub_gguf_kv *kv;
+    KHUB_FORWARD_IF_ERROR(g->rt, find_required(g, key, &kv));
+    if (kv->type != KHUB_GGUF_STRING) return wrong_type(g, kv, "STRING");
+    *ptr = (const char *)kv->data;
+    *len = (size_t)kv->len;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_get_arr(const khub_gguf *g, const char *key, khub_gguf_type want_elem,
+                               const khub_gguf_kv **out)
+{
+    const khub_gguf_kv *kv;
+    *out = NULL;
+    KHUB_FORWARD_IF_ERROR(g->rt, find_required(g, key, &kv));
+    if (kv->type != KHUB_GGUF_ARRAY) return wrong_type(g, kv, "ARRAY");
+    KHUB_RETURN_IF(g->rt, want_elem != KHUB_GGUF_TYPE__COUNT && kv->elem != want_elem,
+                   KHUB_STATUS_MODEL_INVALID,
+                   "%s: metadata key '%s' is an array of %s, want an array of %s", g->name, key,
+                   khub__gguf_type_name(kv->elem), khub__gguf_type_name(want_elem));
+    *out = kv;
+    return KHUB_STATUS_OK;
+}
+
+static khub_status check_elem(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i)
+{
+    KHUB_RETURN_IF(g->rt, !kv || kv->type != KHUB_GGUF_ARRAY, KHUB_STATUS_INVALID_ARG,
+                   "%s: not an array", g->name);
+    KHUB_RETURN_IF(g->rt, i >= kv->count, KHUB_STATUS_INVALID_ARG,
+                   "%s: metadata key '%s': index %llu out of range (array of %llu)", g->name,
+                   kv->key, (unsigned long long)i, (unsigned long long)kv->count);
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_arr_i64(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i,
+                               int64_t *out)
+{
+    KHUB_FORWARD_IF_ERROR(g->rt, check_elem(g, kv, i));
+    int r = kv->elem == KHUB_GGUF_BOOL || kv->elem == KHUB_GGUF_STRING
+                ? 0
+                : read_int(kv->elem, kv->data + i * type_sizes[kv->elem], out);
+    KHUB_RETURN_IF(g->rt, r != 1, KHUB_STATUS_MODEL_INVALID,
+                   "%s: metadata key '%s': element %llu is not an int64 (array of %s)", g->name,
+                   kv->key, (unsigned long long)i, khub__gguf_type_name(kv->elem));
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_arr_f32(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i,
+                               float *out)
+{
+    KHUB_FORWARD_IF_ERROR(g->rt, check_elem(g, kv, i));
+    double d = 0;
+    bool ok = kv->elem != KHUB_GGUF_BOOL && kv->elem != KHUB_GGUF_STRING &&
+              read_num(kv->elem, kv->data + i * type_sizes[kv->elem], &d);
+    KHUB_RETURN_IF(g->rt, !ok, KHUB_STATUS_MODEL_INVALID,
+                   "%s: metadata key '%s' is an array of %s, want numbers", g->name, kv->key,
+                   khub__gguf_type_name(kv->elem));
+    *out = (float)d;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_arr_str(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i,
+                               const char **ptr, size_t *len)
+{
+    KHUB_FORWARD_IF_ERROR(g->rt, check_elem(g, kv, i));
+    KHUB_RETURN_IF(g->rt, kv->elem != KHUB_GGUF_STRING, KHUB_STATUS_MODEL_INVALID,
+                   "%s: metadata key '%s' is an array of %s, want STRING", g->name, kv->key,
+                   khub__gguf_type_name(kv->elem));
+    const uint8_t *p = g->base + kv->str_off[i]; /* validated at open */
+    *len = (size_t)le64(p);
+    *ptr = (const char *)p + 8;
+    return KHUB_STATUS_OK;
+}
+
+size_t khub__gguf_tensor_count(const khub_gguf *g) { return g->n_tensors; }
+
+const khub_gguf_tensor *khub__gguf_tensor_at(const khub_gguf *g, size_t i)
+{
+    return i < g->n_tensors ? &g->tensors[i] : NULL;
+}
+
+const khub_gguf_tensor *khub__gguf_tensor_find(const khub_gguf *g, const char *name)
+{
+    if (!name || !g->t_by_name) return NULL;
+    size_t lo = 0, hi = g->n_tensors;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const khub_gguf_tensor *t = &g->tensors[g->t_by_name[mid]];
+        int c = strcmp(t->name, name);
+        if (c == 0) return t;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+khub_status khub__gguf_tensor_get(const khub_gguf *g, const char *name,
+                                  const khub_gguf_tensor **out)
+{
+    *out = khub__gguf_tensor_find(g, name);
+    KHUB_RETURN_IF(g->rt, !*out, KHUB_STATUS_NOT_FOUND, "%s: tensor '%s' is missing", g->name,
+                   name ? name : "(null)");
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__gguf_tensor_dtype(const khub_gguf *g, const khub_gguf_tensor *t,
+                                    khub_dtype *out)
+{
+    KHUB_API_CHECK(g->rt, t != NULL && out != NULL);
+    const char *tn = khub__ggml_type_name(t->ggml_type);
+    KHUB_RETURN_IF(g->rt, !khub__ggml_type_dtype(t->ggml_type, out),
+                   KHUB_STATUS_MODEL_UNSUPPORTED,
+                   "%s: unsupported tensor type %s (%u) in tensor '%s' (supported: F32, F16, "
+                   "BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)",
+                   g->name, tn ? tn : "?", t->ggml_type, t->name);
+    return KHUB_STATUS_OK;
+}
