@@ -59,6 +59,122 @@ struct khub_runtime {
     khub_feature features[KHUB__MAX_FEATURES];
     char feature_values[KHUB__MAX_FEATURES][24];
     size_t n_features;
+
+    /* The runtime's own host table (khub__runtime_host), built on first use
+     * under err_lock, freed by khub__registry_teardown. */
+    struct khub__runtime_host *host_table;
+    /* Load order counter for plugins (under reg_lock). */
+    uint64_t plugin_seq;
 };
+
+/* ------------------------------------------------------------------------ */
+/* Plugins and bindings (loader.c, registry.c, host_api.c, cuda.c)          */
+/* ------------------------------------------------------------------------ */
+
+/* What host->* functions receive as host_ctx: the runtime and, for a loaded
+ * plugin, that plugin (NULL for the runtime's own table). */
+typedef struct khub__host_ctx {
+    khub_runtime *rt;
+    khub_plugin *plugin;
+} khub__host_ctx;
+
+/* A CUDA module a plugin loaded through host->cuda_module_load. */
+typedef struct khub__cuda_mod {
+    void *module;                /* CUmodule */
+    int device;                  /* whose primary context it was loaded in */
+    struct khub__cuda_mod *next;
+} khub__cuda_mod;
+
+struct khub_plugin {
+    khub_runtime *rt;
+    char *id;           /* owned copies: plugin memory dies at dlclose */
+    char *version;
+    char *path;         /* the file it came from, "(static)" for linked-in ones */
+    char sha256[65];    /* of the verified bytes, "" for static ones */
+    uint16_t abi_major; /* from the descriptor (equal to the note's) */
+    uint16_t abi_minor;
+    uint32_t kinds;     /* from the note */
+    uint64_t seq;       /* load order, starts at 1 */
+    int32_t score;      /* desc.score() at load, 1 when absent */
+
+    void *dl;           /* dlopen handle, NULL for static plugins */
+    int memfd;          /* sealed memfd the library was opened from, -1 if none */
+    char memfd_name[48];/* name shown in /proc/self/maps ("/memfd:NAME") */
+
+    khub_plugin_desc desc; /* host-size copy; strings/ops point at host copies */
+    khub_op_desc *ops;     /* [n_ops], host copies */
+    khub_op_caps *caps;    /* [n_ops], host copies; ops[i].caps = &caps[i] */
+    uint32_t n_ops;
+    int32_t *dims;         /* [n_dims], every op's head_dims, host copies */
+    size_t n_dims;
+
+    khub__host_ctx hctx;   /* host.host_ctx points here */
+    khub_host_api host;    /* the table this plugin was given */
+
+    atomic_int inflight;   /* calls running in plugin code right now */
+    pthread_mutex_t mod_lock;
+    khub__cuda_mod *modules; /* under mod_lock; unloaded at retirement */
+};
+
+struct khub_binding {
+    khub_runtime *rt;
+    khub_plugin *plugin; /* under rt->reg_lock */
+    uint32_t op_index;
+    uint32_t kind;
+    char name[192];      /* "id version :: op", rewritten on reload */
+    char *trace;         /* owned, NUL-terminated */
+    size_t trace_cap;
+};
+
+/* Host tables: fills t for plugin p (NULL: the runtime's own). */
+KHUB_INTERNAL void khub__host_api_fill(khub_runtime *rt, khub_plugin *p, khub__host_ctx *ctx,
+                                       khub_host_api *t);
+/* The message a plugin's last host->fail left on this thread ("" if none),
+ * and clearing it before a call into plugin code. */
+KHUB_INTERNAL const char *khub__plugin_msg(void);
+KHUB_INTERNAL void        khub__plugin_msg_clear(void);
+/* What host->fail does: records fmt in that thread-local message, returns st. */
+KHUB_INTERNAL khub_status khub__plugin_fail(khub_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Frees the table of khub__runtime_host (khub__registry_teardown calls it). */
+KHUB_INTERNAL void khub__runtime_host_free(khub_runtime *rt);
+
+/* Registers a plugin linked into the process (no file, no note): init_fn is
+ * negotiated and validated exactly like a loaded plugin's entry. For
+ * embedders that link plugins statically, and for tests. Since 0.1. */
+KHUB_INTERNAL khub_status khub__plugin_load_static(khub_runtime *rt, khub_plugin_init_fn init_fn,
+                                                   khub_plugin **out);
+
+/* Registry internals shared by loader.c and registry.c (call with
+ * rt->reg_lock held for writing). */
+KHUB_INTERNAL size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p);
+KHUB_INTERNAL void   khub__binding_set_name(khub_binding *b);
+KHUB_INTERNAL void   khub__bindings_free(khub_runtime *rt);
+
+/* CUDA modules of a plugin are unloaded when it retires (cuda.c). */
+KHUB_INTERNAL void khub__cuda_unload_modules(khub_plugin *p);
+
+/* ------------------------------------------------------------------------ */
+/* Inspection and ABI rules (elf_inspect.c)                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The pure version rule: a plugin of ABI major.minor with pointer size
+ * ptr_size fits a host of ABI host_major.[min_minor, host_minor] and pointer
+ * size host_ptr. On failure msg gets "ABI 2.1, host supports 1.0-1.0" (or
+ * the pointer sizes) and the status is ABI_MAJOR, ABI_MINOR or PTR_SIZE. */
+KHUB_INTERNAL khub_status khub__abi_check_range(unsigned major, unsigned minor, unsigned ptr_size,
+                                                unsigned host_major, unsigned min_minor,
+                                                unsigned host_minor, unsigned host_ptr,
+                                                char *msg, size_t n);
+/* The same rule against this host (KHUB_ABI_*, sizeof(void *)). */
+KHUB_INTERNAL khub_status khub__abi_check(unsigned major, unsigned minor, unsigned ptr_size,
+                                          char *msg, size_t n);
+/* Checks an in-memory ELF image (size bytes at data, untrusted) and reads
+ * its ABI note into info (which must be non-NULL; sha256 is left alone).
+ * Never runs plugin code; every offset is bounds-checked. On failure msg
+ * gets one line naming label (the file) and both sides. Statuses: NOT_ELF,
+ * WRONG_ARCH, TRUNCATED, NO_ABI_NOTE, ABI_MAJOR, ABI_MINOR, PTR_SIZE. */
+KHUB_INTERNAL khub_status khub__elf_inspect(const void *data, size_t size, const char *label,
+                                            khub_plugin_info *info, char *msg, size_t n);
 
 #endif /* KHUB_RUNTIME_IMPL_H */

@@ -1,0 +1,24 @@
+/*
+ * check.h: checking an untrusted plugin in a child process (runtime/check.c).
+ *
+ * A crash in a plugin's init or selftest cannot be survived in-process, so
+ * `khub check FILE` and the hub's trust policy run both in a forked child
+ * and read back what happened.
+ */
+#ifndef KHUB_RUNTIME_CHECK_H
+#define KHUB_RUNTIME_CHECK_H
+
+#include "internal.h"
+
+/* Forks; the child makes a runtime, loads path (verified against
+ * sha256_or_NULL, or unverified when NULL) and runs the plugin's selftest,
+ * then exits. report (n bytes, may be NULL/0) receives one line: on success
+ * "khub-test/good 1.0.0: loaded, 2 ops, selftest passed", else the child's
+ * error message, or "crashed with SIGSEGV during init" when it died.
+ * Returns the child's status, KHUB_STATUS_CHILD_CRASHED when it was killed
+ * by a signal, or KHUB_STATUS_TIMEOUT after 60 s. Thread-safe; the message
+ * also goes to khub_last_error(). Since 0.1. */
+KHUB_INTERNAL khub_status khub__check_in_child(const char *path, const char *sha256_or_NULL,
+                                               char *report, size_t n);
+
+#endif /* KHUB_RUNTIME_CHECK_H */

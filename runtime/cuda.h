@@ -1,0 +1,45 @@
+/*
+ * cuda.h: the CUDA driver layer (runtime/cuda.c), opened with dlopen at run
+ * time and never linked. Without a driver every function returns
+ * KHUB_STATUS_NO_CUDA with "no CUDA driver (libcuda.so.1: <dlerror>)".
+ *
+ * The khub__cuda_host_* functions have exactly the signatures of the
+ * khub_host_api cuda_* fields (host_ctx is a khub__host_ctx *) and are what
+ * plugins get in their host table.
+ */
+#ifndef KHUB_RUNTIME_CUDA_H
+#define KHUB_RUNTIME_CUDA_H
+
+#include "runtime_impl.h"
+
+/* Driver version (e.g. 12080) and device count; fails with NO_CUDA (message
+ * on rt) when there is no driver or cuInit fails. Either pointer may be
+ * NULL. Thread-safe. */
+KHUB_INTERNAL khub_status khub__cuda_info(khub_runtime *rt, int *driver_version, int *n_devices);
+/* Compute capability of a device as major*10+minor. */
+KHUB_INTERNAL khub_status khub__cuda_device_cc(khub_runtime *rt, int device, int *cc);
+
+KHUB_INTERNAL khub_status khub__cuda_host_device_count(void *host_ctx, int *count);
+KHUB_INTERNAL khub_status khub__cuda_host_device_cc(void *host_ctx, int device, int *cc);
+KHUB_INTERNAL khub_status khub__cuda_host_mem_alloc(void *host_ctx, int device, size_t bytes,
+                                                    uint64_t *dptr);
+KHUB_INTERNAL khub_status khub__cuda_host_mem_free(void *host_ctx, uint64_t dptr);
+KHUB_INTERNAL khub_status khub__cuda_host_memcpy_htod(void *host_ctx, uint64_t dst,
+                                                      const void *src, size_t n, void *stream);
+KHUB_INTERNAL khub_status khub__cuda_host_memcpy_dtoh(void *host_ctx, void *dst, uint64_t src,
+                                                      size_t n, void *stream);
+KHUB_INTERNAL khub_status khub__cuda_host_stream_sync(void *host_ctx, void *stream);
+KHUB_INTERNAL khub_status khub__cuda_host_module_load(void *host_ctx, int device,
+                                                      const void *image, size_t size,
+                                                      khub_cuda_module **out);
+KHUB_INTERNAL khub_status khub__cuda_host_module_function(void *host_ctx, khub_cuda_module *mod,
+                                                          const char *name, void **function);
+KHUB_INTERNAL khub_status khub__cuda_host_launch(void *host_ctx, void *function,
+                                                 const khub_cuda_launch_cfg *cfg,
+                                                 void **kernel_params);
+
+/* Releases the runtime's hold on the driver (the library itself stays
+ * mapped: unloading a GPU driver from a live process is unsafe). */
+KHUB_INTERNAL void khub__cuda_close(khub_runtime *rt);
+
+#endif /* KHUB_RUNTIME_CUDA_H */

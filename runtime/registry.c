@@ -1,0 +1,493 @@
+/*
+ * registry.c: op selection and bindings.
+ *
+ * khub_registry_select walks every loaded plugin's ops of the asked kind,
+ * accepts or rejects each with a reason, and ranks the accepted ones by
+ * (matches the preferred plugin/op, caps.priority, earlier load). Every
+ * decision goes into the binding's trace, so "why did I get this kernel?"
+ * always has an answer.
+ *
+ * A binding names (plugin, op index). khub_binding_call takes the registry
+ * lock for reading only long enough to pin the plugin (an atomic in-flight
+ * count), so a reload, which swaps bindings under the write lock and then
+ * waits for the old plugin's count to drain, never frees code a call is
+ * running in. Pins taken by khub_binding_acquire are remembered per thread,
+ * so the matching release unpins the plugin that was pinned even if the
+ * binding has moved on to a reloaded one in between.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda.h"
+#include "runtime_impl.h"
+
+#define MAX_PINS 16 /* khub_binding_acquire nesting per thread */
+
+static const char *kind_name(uint32_t k)
+{
+    static const char *names[] = {"?",    "attention",  "linear", "qlinear",
+                                  "kv_cache", "norm", "activation", "rotary"};
+    return k < KHUB_OP_KIND__COUNT ? names[k] : "unknown";
+}
+
+static const char *device_name(uint32_t d)
+{
+    switch (d) {
+    case KHUB_DEVICE_CPU: return "cpu";
+    case KHUB_DEVICE_CUDA: return "cuda";
+    case KHUB_DEVICE_CUDA_HOST: return "cuda_host";
+    default: return "unknown";
+    }
+}
+
+/* ======================================================================== */
+/* Text helpers                                                             */
+/* ======================================================================== */
+
+typedef struct text {
+    khub_runtime *rt;
+    char *s;
+    size_t len, cap;
+    bool oom;
+} text;
+
+static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void text_add(text *t, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0 || t->oom) return;
+    size_t add = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+    if (t->len + add + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap : 256;
+        while (cap < t->len + add + 1) cap *= 2;
+        char *s = khub__realloc(t->rt, t->s, t->cap, cap);
+        if (!s) {
+            t->oom = true;
+            return;
+        }
+        t->s = s;
+        t->cap = cap;
+    }
+    memcpy(t->s + t->len, line, add + 1);
+    t->len += add;
+}
+
+static void text_free(text *t) { khub__free(t->rt, t->s, t->cap); }
+
+/* Appends the names of the set bits of mask from a {bit, name} table. */
+typedef struct bit_name {
+    uint32_t bit;
+    const char *name;
+} bit_name;
+
+static void names_of(char *buf, size_t n, uint32_t mask, const bit_name *tab, size_t count)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < count && used < n; i++)
+        if (mask & tab[i].bit)
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? " " : "", tab[i].name);
+}
+
+static const bit_name cpu_bits[] = {
+    {KHUB_CPU_SSE42, "sse42"},       {KHUB_CPU_AVX, "avx"},
+    {KHUB_CPU_AVX2, "avx2"},         {KHUB_CPU_FMA, "fma"},
+    {KHUB_CPU_F16C, "f16c"},         {KHUB_CPU_AVX512F, "avx512f"},
+    {KHUB_CPU_AVX512VNNI, "avx512vnni"}, {KHUB_CPU_AVX512BF16, "avx512bf16"},
+    {KHUB_CPU_AVXVNNI, "avxvnni"},   {KHUB_CPU_BMI2, "bmi2"},
+};
+
+static const bit_name flag_bits[] = {
+    {KHUB_CAP_CAUSAL, "causal"},         {KHUB_CAP_GQA, "gqa"},
+    {KHUB_CAP_MASK, "mask"},             {KHUB_CAP_STRIDED_KV, "strided_kv"},
+    {KHUB_CAP_KV_F16, "kv_f16"},         {KHUB_CAP_SLIDING, "sliding"},
+    {KHUB_CAP_BIAS, "bias"},             {KHUB_CAP_RESIDUAL, "residual"},
+};
+
+static void dtype_name(char *buf, size_t n, int id)
+{
+    static const char *names[] = {"f32", "f16", "bf16", "i8", "i32"};
+    if (id >= 0 && id < 5)
+        snprintf(buf, n, "%s", names[id]);
+    else if (id >= KHUB_DTYPE_ID_QBASE)
+        snprintf(buf, n, "q%d", id - KHUB_DTYPE_ID_QBASE);
+    else
+        snprintf(buf, n, "dtype%d", id);
+}
+
+static void dtypes_of(char *buf, size_t n, uint64_t mask)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int id = 0; id < 64 && used < n; id++) {
+        if (!(mask & KHUB_DTYPE_BIT(id))) continue;
+        char one[24];
+        dtype_name(one, sizeof one, id);
+        used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? " " : "", one);
+    }
+}
+
+/* ======================================================================== */
+/* Acceptance rules                                                         */
+/* ======================================================================== */
+
+static bool serves_head_dim(const khub_op_caps *c, int32_t d)
+{
+    if (!c->head_dims) return true;
+    for (uint32_t i = 0; i < c->n_head_dims; i++)
+        if (c->head_dims[i] == d) return true;
+    return false;
+}
+
+static bool reject_cuda(khub_runtime *rt, const khub_op_caps *c, char *why, size_t n)
+{
+    if (!c->cc_min && !c->cc_max) return false;
+    int cc = 0;
+    if (khub__cuda_device_cc(rt, 0, &cc) != KHUB_STATUS_OK) {
+        snprintf(why, n, "no CUDA device: %s", khub_runtime_errmsg(rt));
+        khub__clear(rt);
+        return true;
+    }
+    if ((c->cc_min && cc < c->cc_min) || (c->cc_max && cc > c->cc_max)) {
+        char hi[16] = "any";
+        if (c->cc_max) snprintf(hi, sizeof hi, "%d.%d", c->cc_max / 10, c->cc_max % 10);
+        snprintf(why, n, "needs compute capability %d.%d-%s, device 0 has %d.%d",
+                 c->cc_min / 10, c->cc_min % 10, hi, cc / 10, cc % 10);
+        return true;
+    }
+    return false;
+}
+
+/* True (with a reason) when op of p cannot serve q on this machine. */
+static bool rejects(khub_runtime *rt, const khub_op_query *q, const khub_plugin *p,
+                    const khub_op_desc *op, char *why, size_t n)
+{
+    const khub_op_caps *c = op->caps;
+    uint32_t want_dev = q->device_type ? q->device_type : KHUB_DEVICE_CPU;
+    char list[160];
+    if (c->device_type != want_dev) {
+        snprintf(why, n, "device %s, wants %s", device_name(c->device_type),
+                 device_name(want_dev));
+        return true;
+    }
+    uint32_t missing = c->cpu_features & ~rt->cpu_features;
+    if (missing) {
+        names_of(list, sizeof list, missing, cpu_bits, sizeof cpu_bits / sizeof cpu_bits[0]);
+        snprintf(why, n, "needs cpu %s", list);
+        return true;
+    }
+    if (q->dtype_id >= 0 && q->dtype_id < 64 && c->dtypes &&
+        !(c->dtypes & KHUB_DTYPE_BIT(q->dtype_id))) {
+        char want[24];
+        dtype_name(want, sizeof want, q->dtype_id);
+        dtypes_of(list, sizeof list, c->dtypes);
+        snprintf(why, n, "dtype %s not in caps (serves %s)", want, list);
+        return true;
+    }
+    if (q->head_dim > 0 && !serves_head_dim(c, q->head_dim)) {
+        size_t used = 0;
+        list[0] = '\0';
+        for (uint32_t i = 0; i < c->n_head_dims && used < sizeof list; i++)
+            used += (size_t)snprintf(list + used, sizeof list - used, "%s%d", used ? " " : "",
+                                     (int)c->head_dims[i]);
+        snprintf(why, n, "head dim %d not served (serves %s)", (int)q->head_dim, list);
+        return true;
+    }
+    uint32_t lacking = q->flags & ~c->flags;
+    if (lacking) {
+        names_of(list, sizeof list, lacking, flag_bits, sizeof flag_bits / sizeof flag_bits[0]);
+        snprintf(why, n, "missing flag %s", list[0] ? list : "(unknown bits)");
+        return true;
+    }
+    if (want_dev == KHUB_DEVICE_CUDA && reject_cuda(rt, c, why, n)) return true;
+    if (p->score == 0) {
+        snprintf(why, n, "score 0: unsupported on this machine");
+        return true;
+    }
+    return false;
+}
+
+/* ======================================================================== */
+/* Selection                                                                */
+/* ======================================================================== */
+
+typedef struct choice {
+    khub_plugin *p;
+    uint32_t op;
+    bool preferred;
+} choice;
+
+static bool is_preferred(const khub_op_query *q, const khub_plugin *p, const khub_op_desc *op)
+{
+    if (!q->plugin_id && !q->op_name) return false;
+    if (q->plugin_id && strcmp(p->id, q->plugin_id) != 0) return false;
+    return !q->op_name || strcmp(op->name, q->op_name) == 0;
+}
+
+/* a ranks before b: preferred, then priority, then earlier load. */
+static bool better(const choice *a, const choice *b)
+{
+    if (!b->p) return true;
+    if (a->preferred != b->preferred) return a->preferred;
+    int32_t pa = a->p->caps[a->op].priority, pb = b->p->caps[b->op].priority;
+    if (pa != pb) return pa > pb;
+    return a->p->seq < b->p->seq;
+}
+
+typedef struct walk {
+    choice best;
+    size_t n_seen, n_accepted;
+    char pref_why[256]; /* why the preferred plugin/op did not win */
+    char first_reject[256];
+} walk;
+
+static void walk_candidates(khub_runtime *rt, const khub_op_query *q, text *trace, walk *w)
+{
+    for (size_t i = 0; i < rt->plugins.count; i++) {
+        khub_plugin *p = rt->plugins.items[i];
+        for (uint32_t j = 0; j < p->n_ops; j++) {
+            const khub_op_desc *op = &p->ops[j];
+            if (op->kind != q->kind) continue;
+            w->n_seen++;
+            char why[224];
+            choice c = {p, j, is_preferred(q, p, op)};
+            if (rejects(rt, q, p, op, why, sizeof why)) {
+                text_add(trace, "reject %s %s :: %s: %s\n", p->id, p->version, op->name, why);
+                if (!w->first_reject[0])
+                    snprintf(w->first_reject, sizeof w->first_reject, "%s :: %s: %s", p->id,
+                             op->name, why);
+                if (c.preferred && !w->pref_why[0])
+                    snprintf(w->pref_why, sizeof w->pref_why, "rejected: %s", why);
+                continue;
+            }
+            w->n_accepted++;
+            text_add(trace, "accept %s %s :: %s (priority %d)\n", p->id, p->version, op->name,
+                     (int)p->caps[j].priority);
+            if (better(&c, &w->best)) w->best = c;
+        }
+    }
+}
+
+/* Why no preferred candidate was seen at all. */
+static void explain_absent(const khub_runtime *rt, const khub_op_query *q, walk *w)
+{
+    if (w->pref_why[0]) return;
+    bool loaded = false;
+    for (size_t i = 0; q->plugin_id && i < rt->plugins.count; i++)
+        loaded = loaded || strcmp(rt->plugins.items[i]->id, q->plugin_id) == 0;
+    if (q->plugin_id && !loaded)
+        snprintf(w->pref_why, sizeof w->pref_why, "not loaded");
+    else
+        snprintf(w->pref_why, sizeof w->pref_why, "has no %s op%s%s", kind_name(q->kind),
+                 q->op_name ? " named " : "", q->op_name ? q->op_name : "");
+}
+
+static khub_status add_binding(khub_runtime *rt, const choice *c, text *trace, khub_binding **out)
+{
+    khub__binding_list *l = &rt->bindings;
+    if (l->count == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 16;
+        khub_binding **items = khub__realloc(rt, l->items, l->cap * sizeof *items,
+                                             cap * sizeof *items);
+        if (!items) return KHUB_STATUS_NOMEM;
+        l->items = items;
+        l->cap = cap;
+    }
+    khub_binding *b = khub__calloc(rt, 1, sizeof *b);
+    if (!b) return KHUB_STATUS_NOMEM;
+    b->rt = rt;
+    b->plugin = c->p;
+    b->op_index = c->op;
+    b->kind = c->p->ops[c->op].kind;
+    b->trace = trace->s;
+    b->trace_cap = trace->cap;
+    trace->s = NULL;
+    trace->cap = 0;
+    khub__binding_set_name(b);
+    l->items[l->count++] = b;
+    *out = b;
+    return KHUB_STATUS_OK;
+}
+
+static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, text *trace,
+                                 khub_binding **out)
+{
+    walk w = {0};
+    walk_candidates(rt, q, trace, &w);
+    bool asked = q->plugin_id || q->op_name;
+    char pref[160];
+    snprintf(pref, sizeof pref, "%s%s%s", q->plugin_id ? q->plugin_id : "",
+             q->op_name ? " :: " : "", q->op_name ? q->op_name : "");
+    if (!w.best.p) {
+        if (w.n_seen == 0)
+            return khub__fail(rt, KHUB_STATUS_NO_KERNEL,
+                              "no plugin serves %s ops (%zu plugins loaded); load one that does",
+                              kind_name(q->kind), rt->plugins.count);
+        return khub__fail(rt, KHUB_STATUS_NO_KERNEL,
+                          "no %s op fits: all %zu candidates rejected (first: %s)",
+                          kind_name(q->kind), w.n_seen, w.first_reject);
+    }
+    const khub_plugin *bp = w.best.p;
+    const char *bop = bp->ops[w.best.op].name;
+    if (asked && !w.best.preferred) {
+        explain_absent(rt, q, &w);
+        if (rt->strict)
+            return khub__fail(rt, KHUB_STATUS_NO_KERNEL,
+                              "preferred %s for %s is %s, and KHUB_OPT_STRICT forbids falling "
+                              "back to %s %s :: %s", pref, kind_name(q->kind), w.pref_why,
+                              bp->id, bp->version, bop);
+        khub__log(rt, KHUB_LOG_WARN, "preferred %s for %s is %s; falling back to %s %s :: %s",
+                  pref, kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
+        text_add(trace, "chose %s %s :: %s (fallback: preferred %s is %s)", bp->id, bp->version,
+                 bop, pref, w.pref_why);
+    } else {
+        text_add(trace, "chose %s %s :: %s (%s, priority %d, %zu of %zu accepted)", bp->id,
+                 bp->version, bop, w.best.preferred ? "preferred" : "best ranked",
+                 (int)bp->caps[w.best.op].priority, w.n_accepted, w.n_seen);
+    }
+    if (trace->oom) return khub__fail(rt, KHUB_STATUS_NOMEM, "selection trace: out of memory");
+    KHUB_RETURN_IF(rt, add_binding(rt, &w.best, trace, out) != KHUB_STATUS_OK, KHUB_STATUS_NOMEM,
+                   "registering a binding: out of memory");
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub_registry_select(khub_runtime *rt, const khub_op_query *q, khub_binding **out)
+{
+    KHUB_API_CHECK(NULL, rt != NULL && q != NULL && out != NULL);
+    khub__clear(rt);
+    *out = NULL;
+    KHUB_RETURN_IF(rt, q->struct_size < offsetof(khub_op_query, op_name) + sizeof(char *),
+                   KHUB_STATUS_STRUCT_SIZE, "khub_op_query: struct_size %u is below 0.1's %zu",
+                   (unsigned)q->struct_size, offsetof(khub_op_query, op_name) + sizeof(char *));
+    KHUB_RETURN_IF(rt, q->kind == 0 || q->kind >= KHUB_OP_KIND__COUNT, KHUB_STATUS_INVALID_ARG,
+                   "khub_op_query: unknown op kind %u", (unsigned)q->kind);
+    text trace = {.rt = rt};
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    khub_status st = select_locked(rt, q, &trace, out);
+    pthread_rwlock_unlock(&rt->reg_lock);
+    text_free(&trace);
+    return st;
+}
+
+/* ======================================================================== */
+/* Calls                                                                    */
+/* ======================================================================== */
+
+/* Pins b's current plugin; returns it (the registry lock is released). */
+static khub_plugin *pin(khub_binding *b)
+{
+    pthread_rwlock_rdlock(&b->rt->reg_lock);
+    khub_plugin *p = b->plugin;
+    atomic_fetch_add(&p->inflight, 1);
+    pthread_rwlock_unlock(&b->rt->reg_lock);
+    return p;
+}
+
+static void unpin(khub_plugin *p) { atomic_fetch_sub(&p->inflight, 1); }
+
+khub_status khub_binding_call(khub_binding *b, const void *args)
+{
+    KHUB_API_CHECK(NULL, b != NULL);
+    khub_plugin *p = pin(b);
+    const khub_op_desc *op = &p->ops[b->op_index];
+    if (!op->run) {
+        khub_status st = khub__fail(b->rt, KHUB_STATUS_UNSUPPORTED,
+                                    "%s %s :: %s: a %s op has methods, not run; use "
+                                    "khub_binding_acquire", p->id, p->version, op->name,
+                                    kind_name(op->kind));
+        unpin(p);
+        return st;
+    }
+    khub__plugin_msg_clear();
+    khub_status st = op->run(p->desc.state, args);
+    if (st != KHUB_STATUS_OK) {
+        /* Formatted while still pinned: the strings belong to p. */
+        const char *why = khub__plugin_msg()[0] ? khub__plugin_msg() : khub_status_str(st);
+        khub__clear(b->rt);
+        khub__fail(b->rt, st, "%s %s :: %s: %s", p->id, p->version, op->name, why);
+    }
+    unpin(p);
+    return st;
+}
+
+static _Thread_local struct {
+    const khub_binding *b;
+    khub_plugin *p;
+} tls_pins[MAX_PINS];
+static _Thread_local int tls_n_pins;
+
+const khub_op_desc *khub_binding_acquire(khub_binding *b, void **plugin_state)
+{
+    if (plugin_state) *plugin_state = NULL;
+    if (!b) return NULL;
+    if (tls_n_pins >= MAX_PINS) {
+        khub__fail(b->rt, KHUB_STATUS_BUSY, "khub_binding_acquire: more than %d nested pins on "
+                   "this thread; release some first", MAX_PINS);
+        return NULL;
+    }
+    khub_plugin *p = pin(b);
+    tls_pins[tls_n_pins].b = b;
+    tls_pins[tls_n_pins].p = p;
+    tls_n_pins++;
+    if (plugin_state) *plugin_state = p->desc.state;
+    return &p->ops[b->op_index];
+}
+
+void khub_binding_release(khub_binding *b)
+{
+    for (int i = tls_n_pins - 1; i >= 0; i--) {
+        if (tls_pins[i].b != b) continue;
+        unpin(tls_pins[i].p);
+        memmove(&tls_pins[i], &tls_pins[i + 1], (size_t)(tls_n_pins - 1 - i) * sizeof tls_pins[0]);
+        tls_n_pins--;
+        return;
+    }
+}
+
+const void *khub_binding_methods(const khub_binding *b, void **plugin_state)
+{
+    if (plugin_state) *plugin_state = NULL;
+    if (!b) return NULL;
+    pthread_rwlock_rdlock(&b->rt->reg_lock);
+    const khub_plugin *p = b->plugin;
+    const void *m = p->ops[b->op_index].methods;
+    if (plugin_state) *plugin_state = p->desc.state;
+    pthread_rwlock_unlock(&b->rt->reg_lock);
+    return m;
+}
+
+const char *khub_binding_name(const khub_binding *b) { return b ? b->name : NULL; }
+const char *khub_binding_trace(const khub_binding *b) { return b && b->trace ? b->trace : ""; }
+
+/* ======================================================================== */
+/* Shared with loader.c                                                     */
+/* ======================================================================== */
+
+size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < rt->bindings.count; i++) n += rt->bindings.items[i]->plugin == p;
+    return n;
+}
+
+void khub__binding_set_name(khub_binding *b)
+{
+    snprintf(b->name, sizeof b->name, "%s %s :: %s", b->plugin->id, b->plugin->version,
+             b->plugin->ops[b->op_index].name);
+}
+
+void khub__bindings_free(khub_runtime *rt)
+{
+    for (size_t i = 0; i < rt->bindings.count; i++) {
+        khub_binding *b = rt->bindings.items[i];
+        khub__free(rt, b->trace, b->trace_cap);
+        khub__free(rt, b, sizeof *b);
+    }
+    khub__free(rt, rt->bindings.items, rt->bindings.cap * sizeof *rt->bindings.items);
+    rt->bindings = (khub__binding_list){0};
+}
