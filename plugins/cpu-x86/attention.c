@@ -1,0 +1,220 @@
+/*
+ * attention.c: scaled dot-product attention, tiled with an online softmax
+ * (the flash-attention recurrence) over strided f32 or f16 K/V views.
+ *
+ * A work item is one KV head g and a block of QB queries. Its rows are the
+ * QB queries times the G = n_heads / n_kv_heads query heads that share g
+ * (GQA), so each K/V tile, read once (and converted from f16 once), serves
+ * all QB * G rows while it sits in L1. Per row the recurrence keeps the
+ * running max m, the running sum l and the unnormalised output acc:
+ *     s_j = scale q.k_j + mask_j,  m' = max(m, max_j s_j),
+ *     l = l e^(m - m') + sum_j e^(s_j - m'),  acc = acc e^(m - m') + sum_j e^(s_j - m') v_j,
+ * and out = acc / l at the end. Nothing of size n_kv is materialised.
+ *
+ * Visibility of key j to query i (position p = q_pos0 + i): j <= p when
+ * causal; p - j < window when window > 0 (the window counts the query's own
+ * position); and mask[i][j] is added (a -inf entry hides the key). A row that
+ * sees no key at all gets zeros. Work items go to host->parallel_for; each
+ * worker allocates its tile buffers once per call.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "kx_simd.h"
+
+#define KT 32        /* keys per tile */
+#define MAX_ROWS 16  /* query rows per work item */
+#define MAX_HD 256   /* plugin.c rejects larger head dims */
+
+typedef struct job {
+    const kx_attn *a;
+    int64_t group;     /* G: query heads per KV head */
+    int64_t qb;        /* queries per work item */
+    int64_t n_qblk;
+    atomic_int nomem;
+    kx_state *s;
+} job;
+
+/* Per-worker scratch: K and V tiles as f32 [KT][hd], rows' q, acc [R][hd]. */
+typedef struct scratch {
+    float *k, *v, *q, *acc;
+} scratch;
+
+static inline float dot(const float *a, const float *b, int64_t n)
+{
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float s = kx_hsum8(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* acc = acc * c + sum_j p[j] v[j] over nk keys. */
+static inline void rescale_axpy(float *acc, float c, const float *p, const float *v, int64_t nk,
+                                int64_t n)
+{
+    int64_t i = 0;
+    const __m256 vc = _mm256_set1_ps(c);
+    for (; i + 8 <= n; i += 8) {
+        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(acc + i), vc);
+        for (int64_t j = 0; j < nk; j++)
+            s = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * n + i), s);
+        _mm256_storeu_ps(acc + i, s);
+    }
+    for (; i < n; i++) {
+        float s = acc[i] * c;
+        for (int64_t j = 0; j < nk; j++) s += p[j] * v[j * n + i];
+        acc[i] = s;
+    }
+}
+
+/* Copies keys [j0, j0 + nk) of head g of a K or V view into dst [nk][hd] f32. */
+static void load_tile(const void *base, int f16, int64_t st, int64_t sh, int64_t g, int64_t j0,
+                      int64_t nk, int64_t hd, float *dst)
+{
+    for (int64_t j = 0; j < nk; j++) {
+        int64_t off = (j0 + j) * st + g * sh;
+        float *o = dst + j * hd;
+        if (!f16) {
+            memcpy(o, (const float *)base + off, (size_t)hd * sizeof(float));
+            continue;
+        }
+        const uint16_t *src = (const uint16_t *)base + off;
+        int64_t d = 0;
+        for (; d + 8 <= hd; d += 8)
+            _mm256_storeu_ps(o + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + d))));
+        for (; d < hd; d++) o[d] = kx_f16_to_f32(src[d]);
+    }
+}
+
+/* Scores of one row against a tile, with visibility; returns the tile max. */
+static float tile_scores(const kx_attn *a, const float *q, const float *kt, int64_t i,
+                         int64_t j0, int64_t nk, float *sc)
+{
+    const int64_t pos = a->q_pos0 + i;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < nk; j++) {
+        int64_t kj = j0 + j;
+        int hidden = (a->causal && kj > pos) || (a->window > 0 && pos - kj >= a->window);
+        float s = -INFINITY;
+        if (!hidden) {
+            s = dot(q, kt + j * a->hd, a->hd);
+            if (a->mask) s += a->mask[i * a->smask + kj];
+        }
+        sc[j] = s;
+        if (s > mx) mx = s;
+    }
+    return mx;
+}
+
+/* p[j] = exp(s[j] - m), exactly 0 where s[j] = -inf; returns the sum. */
+static float exp_scores(float *sc, int64_t nk, float m)
+{
+    const __m256 vm = _mm256_set1_ps(m), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 sum = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= nk; j += 8) {
+        __m256 s = _mm256_loadu_ps(sc + j);
+        __m256 p = KX(exp8)(_mm256_sub_ps(s, vm));
+        p = _mm256_and_ps(p, _mm256_cmp_ps(s, ninf, _CMP_NEQ_OQ));
+        _mm256_storeu_ps(sc + j, p);
+        sum = _mm256_add_ps(sum, p);
+    }
+    float t = kx_hsum8(sum);
+    for (; j < nk; j++) {
+        sc[j] = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - m);
+        t += sc[j];
+    }
+    return t;
+}
+
+/* The keys any row of queries [i0, i1) may see: [*lo, *hi). */
+static void key_range(const kx_attn *a, int64_t i0, int64_t i1, int64_t *lo, int64_t *hi)
+{
+    int64_t h = a->n_kv, l = 0;
+    if (a->causal && a->q_pos0 + i1 < h) h = a->q_pos0 + i1; /* last query sees p itself */
+    if (a->window > 0 && a->q_pos0 + i0 - a->window + 1 > 0) l = a->q_pos0 + i0 - a->window + 1;
+    *lo = l < 0 ? 0 : l;
+    *hi = h < 0 ? 0 : h;
+}
+
+static void run_item(job *jb, const scratch *sc, int64_t item)
+{
+    const kx_attn *a = jb->a;
+    const int64_t g = item / jb->n_qblk, i0 = (item % jb->n_qblk) * jb->qb;
+    const int64_t i1 = i0 + jb->qb < a->n_q ? i0 + jb->qb : a->n_q;
+    const int64_t hd = a->hd, G = jb->group, R = (i1 - i0) * G;
+    float m[MAX_ROWS], l[MAX_ROWS], p[KT];
+    for (int64_t r = 0; r < R; r++) {
+        int64_t i = i0 + r / G, h = g * G + r % G;
+        const float *q = a->q + i * a->sq_t + h * a->sq_h;
+        for (int64_t d = 0; d < hd; d++) sc->q[r * hd + d] = q[d] * a->scale;
+        memset(sc->acc + r * hd, 0, (size_t)hd * sizeof(float));
+        m[r] = -INFINITY;
+        l[r] = 0.0f;
+    }
+    int64_t lo, hi;
+    key_range(a, i0, i1, &lo, &hi);
+    for (int64_t j0 = lo; j0 < hi; j0 += KT) {
+        int64_t nk = hi - j0 < KT ? hi - j0 : KT;
+        load_tile(a->k, a->kv_f16, a->sk_t, a->sk_h, g, j0, nk, hd, sc->k);
+        load_tile(a->v, a->kv_f16, a->sv_t, a->sv_h, g, j0, nk, hd, sc->v);
+        for (int64_t r = 0; r < R; r++) {
+            float mt = tile_scores(a, sc->q + r * hd, sc->k, i0 + r / G, j0, nk, p);
+            if (mt == -INFINITY) continue;
+            float mn = mt > m[r] ? mt : m[r];
+            float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
+            l[r] = l[r] * corr + exp_scores(p, nk, mn);
+            rescale_axpy(sc->acc + r * hd, corr, p, sc->v, nk, hd);
+            m[r] = mn;
+        }
+    }
+    for (int64_t r = 0; r < R; r++) {
+        int64_t i = i0 + r / G, h = g * G + r % G;
+        float *o = a->out + i * a->so_t + h * a->so_h;
+        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        for (int64_t d = 0; d < hd; d++) o[d] = sc->acc[r * hd + d] * inv;
+    }
+}
+
+static void items_range(void *ud, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    job *jb = ud;
+    const khub_host_api *h = jb->s->host;
+    const size_t hd = (size_t)jb->a->hd;
+    float *buf = h->alloc(h->host_ctx, (2 * KT + 2 * MAX_ROWS) * hd * sizeof(float));
+    if (!buf) {
+        atomic_store(&jb->nomem, 1);
+        return;
+    }
+    scratch sc = {buf, buf + KT * hd, buf + 2 * KT * hd, buf + (2 * KT + MAX_ROWS) * hd};
+    for (int64_t it = begin; it < end; it++) run_item(jb, &sc, it);
+    h->free(h->host_ctx, buf);
+}
+
+khub_status KX(attention_run)(kx_state *s, const kx_attn *a)
+{
+    job jb = {.a = a, .s = s, .group = a->n_heads / a->n_kv_heads};
+    jb.qb = MAX_ROWS / jb.group > 0 ? MAX_ROWS / jb.group : 1;
+    if (jb.qb > a->n_q) jb.qb = a->n_q;
+    atomic_init(&jb.nomem, 0);
+    if (jb.group > MAX_ROWS)
+        return KX_FAIL(s, KHUB_STATUS_UNSUPPORTED,
+                       "attention: %lld query heads per KV head, this kernel serves at most %d",
+                       (long long)jb.group, MAX_ROWS);
+    if (a->n_q == 0) return KHUB_STATUS_OK;
+    jb.n_qblk = (a->n_q + jb.qb - 1) / jb.qb;
+    s->host->parallel_for(s->host->host_ctx, jb.n_qblk * a->n_kv_heads, items_range, &jb);
+    if (atomic_load(&jb.nomem))
+        return KX_FAIL(s, KHUB_STATUS_NOMEM, "attention: no memory for the K/V tile buffers");
+    return KHUB_STATUS_OK;
+}

@@ -1,0 +1,141 @@
+/*
+ * kx.h: what the files of the optimized x86 CPU plugin family share.
+ *
+ * One set of sources builds two modules: cpu-avx2.so (AVX2, FMA, F16C) and
+ * cpu-avx512.so (the same plus AVX-512 F/BW/DQ/VL and VNNI). plugin.c holds
+ * the descriptor and the argument checks and is compiled WITHOUT ISA flags,
+ * so the entry point and init run on any x86-64 even when the module's
+ * kernels cannot; the kernel files (qlinear.c, linear.c, attention.c,
+ * pointwise.c) are compiled with the module's -m flags and are only reached
+ * after the feature check. KX(name) gives every non-static symbol a per-level
+ * name so both levels can also be linked into one program.
+ *
+ * Tensors reach the kernels already validated by plugin.c: shapes agree,
+ * pointers are non-NULL, strides are in elements, non-negative, and the
+ * innermost stride is 1.
+ */
+#ifndef KHUB_CPU_X86_KX_H
+#define KHUB_CPU_X86_KX_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include <khub/khub_plugin.h>
+
+#if defined(KX_LEVEL_AVX512)
+#define KX(name) kx_avx512_##name
+#else
+#define KX(name) kx_avx2_##name
+#endif
+
+/* Plugin state: the host table and whether this CPU can run the kernels. */
+typedef struct kx_state {
+    const khub_host_api *host;
+    uint32_t need;  /* KHUB_CPU_* bits the kernels were compiled for */
+    int runnable;   /* the host reports every bit of need */
+} kx_state;
+
+#define KX_FAIL(s, st, ...) ((s)->host->fail((s)->host->host_ctx, (st), __VA_ARGS__))
+
+/* ------------------------------------------------------------------------ */
+/* Validated argument bundles                                               */
+/* ------------------------------------------------------------------------ */
+
+/* y[n, out] = x[n, in] @ W[out, in]^T (+ bias). */
+typedef struct kx_linear {
+    const float *x;     /* [n, in], row stride ldx elements */
+    int64_t n, in, ldx;
+    const uint8_t *w;   /* [out] rows of w_row_bytes each */
+    int64_t out;
+    size_t w_row_bytes;
+    int wfmt;           /* qlinear: khub_qformat; linear: khub_dtype_id */
+    const float *bias;  /* [out] or NULL */
+    float *y;           /* [n, out], row stride ldy elements */
+    int64_t ldy;
+} kx_linear;
+
+typedef struct kx_attn {
+    const float *q;     /* [n_q, n_heads, hd]: strides sq_t, sq_h */
+    int64_t sq_t, sq_h;
+    const void *k, *v;  /* [n_kv, n_kv_heads, hd] f32 or f16 */
+    int64_t sk_t, sk_h, sv_t, sv_h;
+    int kv_f16;
+    const float *mask;  /* [n_q, n_kv] row stride smask, or NULL */
+    int64_t smask;
+    float *out;         /* [n_q, n_heads, hd]: strides so_t, so_h */
+    int64_t so_t, so_h;
+    int64_t n_q, n_kv, n_heads, n_kv_heads, hd;
+    float scale;
+    int causal;
+    int64_t q_pos0, window;
+} kx_attn;
+
+typedef struct kx_norm {
+    int type;           /* khub_norm_type */
+    float eps;
+    const float *x;     /* [n, dim] row stride ldx */
+    float *res;         /* [n, dim] row stride ldr, or NULL */
+    const float *w;     /* [dim] */
+    float *y;           /* [n, dim] row stride ldy */
+    int64_t n, dim, ldx, ldr, ldy;
+} kx_norm;
+
+typedef struct kx_act {
+    int type;           /* khub_act_type */
+    const float *gate, *up;
+    float *y;
+    int64_t n, ff, ldg, ldu, ldy;
+} kx_act;
+
+/* Kernels (kernel files, compiled with the module's ISA flags). They return
+ * NOMEM when scratch memory cannot be had, else OK. */
+khub_status KX(qlinear_run)(kx_state *s, const kx_linear *a);
+khub_status KX(linear_run)(kx_state *s, const kx_linear *a);
+khub_status KX(attention_run)(kx_state *s, const kx_attn *a);
+khub_status KX(norm_run)(kx_state *s, const kx_norm *a);
+khub_status KX(act_run)(kx_state *s, const kx_act *a);
+
+/* ------------------------------------------------------------------------ */
+/* Scalar helpers                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* IEEE half to float, exact, without F16C (used by the scalar tails too). */
+static inline float kx_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp != 0) {
+        bits = sign | ((exp + 112u) << 23) | (man << 13);
+    } else if (man == 0) {
+        bits = sign;
+    } else { /* subnormal: normalise */
+        int e = -1;
+        do {
+            man <<= 1;
+            e++;
+        } while (!(man & 0x400u));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline float kx_bf16_to_f32(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline uint16_t kx_rd16(const uint8_t *p)
+{
+    uint16_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+#endif /* KHUB_CPU_X86_KX_H */

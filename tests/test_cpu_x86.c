@@ -1,0 +1,725 @@
+/*
+ * test_cpu_x86.c: the optimized CPU plugins (khub/cpu-avx2, khub/cpu-avx512)
+ * against two oracles, under per-op NMSE bounds
+ * (NMSE = sum (y - ref)^2 / sum ref^2):
+ *
+ *   - a double-precision scalar reference written here from each op's math,
+ *     on the exact values the bytes encode (quantized weights dequantized,
+ *     f16/bf16 widened);
+ *   - khub/ref-cpu, run on the same inputs, when it serves the op.
+ *
+ * Bounds, and why:
+ *   qlinear vs an emulation of its own integer path (x rounded to int8 per
+ *       32-block exactly as the kernel does, the integer sums exact): 1e-9;
+ *       only the order of f32 additions differs.
+ *   qlinear vs the f32 math: 2e-4. Rounding x to 8 bits adds an error of
+ *       variance d_x^2 / 12 per element, d_x = max|x| / 127; for Gaussian
+ *       blocks of 32 (max ~ 2.1 sigma) that is NMSE ~ 2.5e-5, and the bound
+ *       leaves 8x for heavier blocks. Measured values are printed.
+ *   linear (f32 / f16 / bf16 weights): 1e-9; f32 sums of up to 1536 terms.
+ *   attention, norms, activations: 1e-9; the vector exp is within a few ulp.
+ * Each comparison is also shown to fail: a perturbed kernel input must push
+ * the NMSE over the bound (perturbation_is_detected).
+ *
+ * The plugins are opened with dlopen and given the runtime's host table
+ * (khub__runtime_host), the same table the loader hands out.
+ */
+#include <dlfcn.h>
+#include <float.h>
+#include <stdint.h>
+
+#include "runtime_impl.h"
+#include "runner.h"
+
+/* ------------------------------------------------------------------------ */
+/* Harness                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct plug {
+    void *dl;
+    khub_plugin_desc d;
+} plug;
+
+static khub_runtime *g_rt;
+static const khub_host_api *g_host;
+
+static void setup(void)
+{
+    if (g_rt) return;
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
+    ASSERT_OK(khub_runtime_new(&o, &g_rt));
+    g_host = khub__runtime_host(g_rt);
+    ASSERT(g_host != NULL);
+}
+
+/* Opens plugins/<file> of the build and initialises it with host. */
+static int plug_open(plug *p, const char *file, const khub_host_api *host)
+{
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", KHUB_PLUGIN_DIR_BUILD, file);
+    p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!p->dl) return 0;
+    khub_plugin_init_fn init = (khub_plugin_init_fn)(uintptr_t)dlsym(p->dl, KHUB_PLUGIN_ENTRY);
+    ASSERT(init != NULL);
+    memset(&p->d, 0, sizeof p->d);
+    p->d.struct_size = sizeof p->d;
+    char err[256] = "";
+    khub_status st = init(host, &p->d, err, sizeof err);
+    if (st != KHUB_STATUS_OK) TEST_FAIL_("init %s: %s: %s", file, khub_status_name(st), err);
+    return 1;
+}
+
+static const khub_op_desc *plug_op(const plug *p, uint32_t kind)
+{
+    for (uint32_t i = 0; i < p->d.n_ops; i++)
+        if (p->d.ops[i].kind == kind) return &p->d.ops[i];
+    return NULL;
+}
+
+static khub_status plug_run(const plug *p, uint32_t kind, const void *args)
+{
+    const khub_op_desc *op = plug_op(p, kind);
+    ASSERT(op != NULL);
+    khub__plugin_msg_clear();
+    return op->run(p->d.state, args);
+}
+
+static const char *level_file[2] = {"cpu-avx2.so", "cpu-avx512.so"};
+static const uint32_t level_need[2] = {
+    KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C,
+    KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C | KHUB_CPU_AVX512F | KHUB_CPU_AVX512VNNI};
+
+/* The plugins of every level this CPU runs; returns how many. */
+static int open_levels(plug out[2])
+{
+    setup();
+    int n = 0;
+    for (int l = 0; l < 2; l++) {
+        if ((khub_cpu_features() & level_need[l]) != level_need[l]) {
+            fprintf(stderr, "  note: this CPU cannot run %s\n", level_file[l]);
+            continue;
+        }
+        if (!plug_open(&out[n], level_file[l], g_host))
+            TEST_FAIL_("%s was not built: %s", level_file[l], dlerror());
+        n++;
+    }
+    if (n == 0) TEST_SKIP("this CPU has no AVX2+FMA+F16C");
+    return n;
+}
+
+/* ref-cpu, or NULL when it is not built or lacks the op. */
+static plug g_ref;
+static const plug *ref_for(uint32_t kind)
+{
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        if (!plug_open(&g_ref, "ref-cpu.so", g_host)) g_ref.dl = NULL;
+        fprintf(stderr, "  note: %s\n", g_ref.dl ? "also comparing with khub/ref-cpu"
+                                                 : "ref-cpu.so not built, scalar oracle only");
+    }
+    if (!g_ref.dl || !plug_op(&g_ref, kind)) return NULL;
+    return &g_ref;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Data                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15u;
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+static float urand(void) { return (float)(rnd() & 0xffffff) / 16777216.0f; }
+static float nrand(void)
+{
+    float u = urand() + 1e-7f, v = urand();
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    int e = (h >> 10) & 31, m = h & 1023;
+    float v = e == 0 ? ldexpf((float)m, -24) : ldexpf((float)(m | 1024), e - 25);
+    return (h & 0x8000) ? -v : v;
+}
+/* A random normal f16 of magnitude in [2^(lo-15), 2^(hi-14)). */
+static uint16_t rand_f16(int lo, int hi, int allow_neg)
+{
+    uint16_t e = (uint16_t)(lo + (int)(rnd() % (uint32_t)(hi - lo + 1)));
+    uint16_t s = allow_neg && (rnd() & 1) ? 0x8000 : 0;
+    return (uint16_t)(s | (e << 10) | (rnd() & 1023));
+}
+/* f32 to f16, round to nearest, for normal values in f16 range. */
+static uint16_t f32_to_f16(float f)
+{
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    uint32_t s = (b >> 16) & 0x8000, e = (b >> 23) & 255, m = b & 0x7fffff;
+    if (e < 113) return (uint16_t)s;
+    uint32_t h = ((e - 112) << 10) | (m >> 13);
+    if ((m & 0x1fff) > 0x1000 || ((m & 0x1fff) == 0x1000 && (h & 1))) h++;
+    return (uint16_t)(s | h);
+}
+
+static int64_t shape_x[2], shape_w[2], shape_y[2], shape_b[1];
+static khub_tensor tens(void *data, khub_dtype dt, int nd, int64_t *shape)
+{
+    khub_tensor t = {data, {KHUB_DEVICE_CPU, 0}, nd, dt, shape, NULL, 0};
+    return t;
+}
+
+static double nmse(const float *y, const double *ref, int64_t n)
+{
+    double e = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)y[i] - ref[i];
+        e += d * d;
+        s += ref[i] * ref[i];
+    }
+    return s > 0 ? e / s : e;
+}
+static double nmse_f(const float *y, const float *ref, int64_t n)
+{
+    double e = 0, s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)y[i] - ref[i];
+        e += d * d;
+        s += (double)ref[i] * ref[i];
+    }
+    return s > 0 ? e / s : e;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Quantized weights                                                        */
+/* ------------------------------------------------------------------------ */
+
+static size_t qblk_bytes(int f) { return f == KHUB_QFORMAT_Q8_0 ? 34 : f == KHUB_QFORMAT_Q4_0 ? 18 : 20; }
+
+/* Random blocks: any byte pattern is a valid block, so codes are uniform
+ * (Q8_0 includes -128) and scales are random f16 of either sign. */
+static uint8_t *rand_qweight(int f, int64_t out, int64_t in)
+{
+    size_t nb = (size_t)(in / 32), bb = qblk_bytes(f);
+    uint8_t *w = malloc((size_t)out * nb * bb);
+    for (size_t b = 0; b < (size_t)out * nb; b++) {
+        uint8_t *p = w + b * bb;
+        uint16_t d = rand_f16(5, 9, 1), m = rand_f16(3, 8, 1);
+        memcpy(p, &d, 2);
+        size_t q0 = 2;
+        if (f == KHUB_QFORMAT_Q4_1) {
+            memcpy(p + 2, &m, 2);
+            q0 = 4;
+        }
+        for (size_t i = q0; i < bb; i++) p[i] = (uint8_t)rnd();
+    }
+    return w;
+}
+
+/* Value i of a row, from the block definitions in khub_tensor.h. */
+static double qweight_at(int f, const uint8_t *row, int64_t i)
+{
+    const uint8_t *b = row + (size_t)(i / 32) * qblk_bytes(f);
+    uint16_t h;
+    memcpy(&h, b, 2);
+    double d = f16_to_f32(h);
+    int k = (int)(i % 32);
+    if (f == KHUB_QFORMAT_Q8_0) return d * (int8_t)b[2 + k];
+    int off = f == KHUB_QFORMAT_Q4_1 ? 4 : 2;
+    int q = k < 16 ? (b[off + k] & 15) : (b[off + k - 16] >> 4);
+    if (f == KHUB_QFORMAT_Q4_0) return d * (q - 8);
+    memcpy(&h, b + 2, 2);
+    return d * q + f16_to_f32(h);
+}
+
+/* x as the kernel sees it: int8 codes per 32-block with the kernel's f32
+ * scale, rounded to nearest even. */
+static void quant_x(const float *x, int64_t in, float *xq)
+{
+    for (int64_t b = 0; b < in; b += 32) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b + i]));
+        float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        for (int i = 0; i < 32; i++) xq[b + i] = nearbyintf(x[b + i] * id) * d;
+    }
+}
+
+typedef struct qcase {
+    int fmt;
+    int64_t n, in, out;
+    int bias;
+} qcase;
+
+/* Runs one qlinear case on every level; returns the largest NMSE against
+ * the f32 math (the emulation bound is asserted inside). */
+static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
+{
+    float *x = malloc(sizeof(float) * (size_t)(c.n * c.in));
+    float *xq = malloc(sizeof(float) * (size_t)(c.n * c.in));
+    float *y = malloc(sizeof(float) * (size_t)(c.n * c.out));
+    float *bias = malloc(sizeof(float) * (size_t)c.out);
+    double *ref = malloc(sizeof(double) * (size_t)(c.n * c.out));
+    double *emu = malloc(sizeof(double) * (size_t)(c.n * c.out));
+    uint8_t *w = rand_qweight(c.fmt, c.out, c.in);
+    size_t rb = (size_t)(c.in / 32) * qblk_bytes(c.fmt);
+    for (int64_t i = 0; i < c.n * c.in; i++) x[i] = nrand();
+    for (int64_t i = 0; i < c.out; i++) bias[i] = nrand();
+    for (int64_t t = 0; t < c.n; t++) quant_x(x + t * c.in, c.in, xq + t * c.in);
+    double *wrow = malloc(sizeof(double) * (size_t)c.in);
+    for (int64_t o = 0; o < c.out; o++) {
+        for (int64_t i = 0; i < c.in; i++) wrow[i] = qweight_at(c.fmt, w + (size_t)o * rb, i);
+        for (int64_t t = 0; t < c.n; t++) {
+            double s = c.bias ? bias[o] : 0, e = s;
+            for (int64_t i = 0; i < c.in; i++) {
+                s += wrow[i] * x[t * c.in + i];
+                e += wrow[i] * xq[t * c.in + i];
+            }
+            ref[t * c.out + o] = s;
+            emu[t * c.out + o] = e;
+        }
+    }
+    if (perturb) w[rb / 2 + 8] ^= 0x88; /* codes in a middle block of row 0 */
+    shape_x[0] = c.n, shape_x[1] = c.in, shape_w[0] = c.out, shape_w[1] = c.in;
+    shape_y[0] = c.n, shape_y[1] = c.out, shape_b[0] = c.out;
+    khub_tensor tx = tens(x, KHUB_DTYPE_F32, 2, shape_x);
+    khub_tensor tw = tens(w, KHUB_DTYPE_Q(c.fmt), 2, shape_w);
+    khub_tensor ty = tens(y, KHUB_DTYPE_F32, 2, shape_y);
+    khub_tensor tb = tens(bias, KHUB_DTYPE_F32, 1, shape_b);
+    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args), .x = &tx, .weight = &tw,
+                          .bias = c.bias ? &tb : NULL, .y = &ty};
+    double worst = 0, worst_emu = 0;
+    for (int l = 0; l < nlv; l++) {
+        memset(y, 0xff, sizeof(float) * (size_t)(c.n * c.out)); /* NaN: unwritten shows */
+        ASSERT_OK(plug_run(&lv[l], KHUB_OP_QLINEAR, &a));
+        double e = nmse(y, ref, c.n * c.out), em = nmse(y, emu, c.n * c.out);
+        worst = e > worst ? e : worst;
+        worst_emu = em > worst_emu ? em : worst_emu;
+        if (!perturb) ASSERT_LE(em, 1e-9);
+    }
+    const plug *rp = ref_for(KHUB_OP_QLINEAR);
+    if (rp && !perturb) {
+        float *yr = malloc(sizeof(float) * (size_t)(c.n * c.out));
+        khub_tensor tyr = tens(yr, KHUB_DTYPE_F32, 2, shape_y);
+        a.y = &tyr;
+        ASSERT_OK(plug_run(rp, KHUB_OP_QLINEAR, &a));
+        a.y = &ty;
+        ASSERT_LE(nmse_f(y, yr, c.n * c.out), 2e-4);
+        free(yr);
+    }
+    if (!perturb)
+        fprintf(stderr, "  fmt %d n %lld %lld->%lld: nmse vs f32 %.2e, vs emulation %.2e\n",
+                c.fmt, (long long)c.n, (long long)c.in, (long long)c.out, worst, worst_emu);
+    free(x), free(xq), free(y), free(bias), free(ref), free(emu), free(w), free(wrow);
+    return perturb ? worst_emu : worst;
+}
+
+static void qlinear_shapes(int fmt)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    /* SmolLM2-135M: hidden 576, KV 192, FFN 1536, vocab 49152; odd rows. */
+    const qcase cases[] = {
+        {fmt, 1, 576, 576, 0},   {fmt, 1, 576, 192, 1},   {fmt, 1, 576, 1536, 0},
+        {fmt, 1, 1536, 576, 0},  {fmt, 1, 576, 49152, 0}, {fmt, 3, 576, 193, 1},
+        {fmt, 17, 64, 7, 0},     {fmt, 5, 32, 1, 1},      {fmt, 512, 576, 192, 0},
+        {fmt, 512, 1536, 65, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ASSERT_LE(run_qcase(lv, nlv, cases[i], 0), 2e-4);
+}
+
+TEST_IMPL(qlinear_q4_1) { qlinear_shapes(KHUB_QFORMAT_Q4_1); }
+TEST_IMPL(qlinear_q8_0) { qlinear_shapes(KHUB_QFORMAT_Q8_0); }
+TEST_IMPL(qlinear_q4_0) { qlinear_shapes(KHUB_QFORMAT_Q4_0); }
+
+/* ------------------------------------------------------------------------ */
+/* Dense linear                                                             */
+/* ------------------------------------------------------------------------ */
+
+static double run_dense(const plug *lv, int nlv, khub_dtype dt, int64_t n, int64_t in,
+                        int64_t out, int perturb)
+{
+    int esz = dt.bits / 8;
+    uint8_t *w = malloc((size_t)(out * in * esz));
+    float *x = malloc(sizeof(float) * (size_t)(n * in)), *y = malloc(sizeof(float) * (size_t)(n * out));
+    double *ref = malloc(sizeof(double) * (size_t)(n * out));
+    double *wv = malloc(sizeof(double) * (size_t)(out * in));
+    for (int64_t i = 0; i < out * in; i++) {
+        float f = nrand() * 0.05f;
+        if (dt.bits == 32) {
+            memcpy(w + 4 * i, &f, 4);
+            wv[i] = f;
+        } else if (dt.code == KHUB_DL_FLOAT) {
+            uint16_t h = f32_to_f16(f);
+            memcpy(w + 2 * i, &h, 2);
+            wv[i] = f16_to_f32(h);
+        } else {
+            uint32_t b;
+            memcpy(&b, &f, 4);
+            uint16_t h = (uint16_t)(b >> 16);
+            memcpy(w + 2 * i, &h, 2);
+            b = (uint32_t)h << 16;
+            memcpy(&f, &b, 4);
+            wv[i] = f;
+        }
+    }
+    for (int64_t i = 0; i < n * in; i++) x[i] = nrand();
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t o = 0; o < out; o++) {
+            double s = 0;
+            for (int64_t i = 0; i < in; i++) s += wv[o * in + i] * x[t * in + i];
+            ref[t * out + o] = s;
+        }
+    if (perturb) x[in - 1] += 1.0f;
+    shape_x[0] = n, shape_x[1] = in, shape_w[0] = out, shape_w[1] = in;
+    shape_y[0] = n, shape_y[1] = out;
+    khub_tensor tx = tens(x, KHUB_DTYPE_F32, 2, shape_x), tw = tens(w, dt, 2, shape_w);
+    khub_tensor ty = tens(y, KHUB_DTYPE_F32, 2, shape_y);
+    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args), .x = &tx, .weight = &tw, .y = &ty};
+    double worst = 0;
+    for (int l = 0; l < nlv; l++) {
+        ASSERT_OK(plug_run(&lv[l], KHUB_OP_LINEAR, &a));
+        double e = nmse(y, ref, n * out);
+        worst = e > worst ? e : worst;
+    }
+    const plug *rp = ref_for(KHUB_OP_LINEAR);
+    if (rp && !perturb) {
+        float *yr = malloc(sizeof(float) * (size_t)(n * out));
+        khub_tensor tyr = tens(yr, KHUB_DTYPE_F32, 2, shape_y);
+        a.y = &tyr;
+        ASSERT_OK(plug_run(rp, KHUB_OP_LINEAR, &a));
+        ASSERT_LE(nmse_f(y, yr, n * out), 1e-9);
+        free(yr);
+    }
+    free(w), free(x), free(y), free(ref), free(wv);
+    return worst;
+}
+
+TEST_IMPL(linear_dense)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    const khub_dtype dts[3] = {KHUB_DTYPE_F32, KHUB_DTYPE_F16, KHUB_DTYPE_BF16};
+    const int64_t shp[][3] = {{1, 576, 576}, {1, 576, 1536}, {1, 1536, 576}, {3, 576, 193},
+                              {64, 576, 192}, {7, 37, 5}, {1, 3, 1}};
+    for (int d = 0; d < 3; d++)
+        for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+            ASSERT_LE(run_dense(lv, nlv, dts[d], shp[i][0], shp[i][1], shp[i][2], 0), 1e-9);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Attention                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct acase {
+    int64_t n_q, n_kv, H, Hkv, hd, q_pos0, window;
+    int causal, mask, f16, strided;
+} acase;
+
+static double run_acase(const plug *lv, int nlv, acase c, int perturb)
+{
+    const int64_t G = c.H / c.Hkv;
+    /* K/V as a cache view: token stride leaves room for 2 extra heads. */
+    int64_t st_t = c.strided ? (c.Hkv + 2) * c.hd : c.Hkv * c.hd, st_h = c.hd;
+    size_t kv_elems = (size_t)(c.n_kv * st_t);
+    float *q = malloc(sizeof(float) * (size_t)(c.n_q * c.H * c.hd));
+    float *o = malloc(sizeof(float) * (size_t)(c.n_q * c.H * c.hd));
+    double *ref = calloc((size_t)(c.n_q * c.H * c.hd), sizeof(double));
+    float *kf = malloc(sizeof(float) * kv_elems), *vf = malloc(sizeof(float) * kv_elems);
+    uint16_t *kh = malloc(2 * kv_elems), *vh = malloc(2 * kv_elems);
+    float *mask = malloc(sizeof(float) * (size_t)(c.n_q * c.n_kv));
+    for (int64_t i = 0; i < c.n_q * c.H * c.hd; i++) q[i] = nrand();
+    for (size_t i = 0; i < kv_elems; i++) {
+        kh[i] = f32_to_f16(nrand()), vh[i] = f32_to_f16(nrand());
+        kf[i] = f16_to_f32(kh[i]), vf[i] = f16_to_f32(vh[i]);
+    }
+    for (int64_t i = 0; i < c.n_q * c.n_kv; i++)
+        mask[i] = (rnd() % 7 == 0) ? -INFINITY : nrand();
+    float scale = 1.0f / sqrtf((float)c.hd);
+    double *s = malloc(sizeof(double) * (size_t)c.n_kv);
+    for (int64_t i = 0; i < c.n_q; i++)
+        for (int64_t h = 0; h < c.H; h++) {
+            int64_t g = h / G, pos = c.q_pos0 + i;
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < c.n_kv; j++) {
+                s[j] = -INFINITY;
+                if (c.causal && j > pos) continue;
+                if (c.window > 0 && pos - j >= c.window) continue;
+                double d = 0;
+                for (int64_t e = 0; e < c.hd; e++)
+                    d += (double)q[(i * c.H + h) * c.hd + e] * kf[j * st_t + g * st_h + e];
+                s[j] = d * scale + (c.mask ? mask[i * c.n_kv + j] : 0.0);
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            if (mx == -INFINITY) continue; /* no visible key: zeros */
+            double l = 0;
+            for (int64_t j = 0; j < c.n_kv; j++) l += (s[j] = exp(s[j] - mx));
+            for (int64_t j = 0; j < c.n_kv; j++)
+                for (int64_t e = 0; e < c.hd; e++)
+                    ref[(i * c.H + h) * c.hd + e] += s[j] / l * vf[j * st_t + g * st_h + e];
+        }
+    if (perturb) {
+        kf[0] += 3.0f;
+        kh[0] = f32_to_f16(kf[0]);
+    }
+    int64_t sq[3] = {c.n_q, c.H, c.hd}, skv[3] = {c.n_kv, c.Hkv, c.hd}, sm[2] = {c.n_q, c.n_kv};
+    int64_t kvst[3] = {st_t, st_h, 1};
+    khub_tensor tq = tens(q, KHUB_DTYPE_F32, 3, sq), to = tens(o, KHUB_DTYPE_F32, 3, sq);
+    khub_dtype kd = c.f16 ? KHUB_DTYPE_F16 : KHUB_DTYPE_F32;
+    khub_tensor tk = tens(c.f16 ? (void *)kh : kf, kd, 3, skv);
+    khub_tensor tv = tens(c.f16 ? (void *)vh : vf, kd, 3, skv);
+    tk.strides = kvst, tv.strides = kvst;
+    khub_tensor tm = tens(mask, KHUB_DTYPE_F32, 2, sm);
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), .q = &tq, .k = &tk,
+                             .v = &tv, .mask = c.mask ? &tm : NULL, .out = &to, .scale = scale,
+                             .causal = (uint32_t)c.causal, .q_pos0 = c.q_pos0,
+                             .window = c.window};
+    double worst = 0;
+    int64_t n_out = c.n_q * c.H * c.hd;
+    for (int l = 0; l < nlv; l++) {
+        memset(o, 0xff, sizeof(float) * (size_t)n_out);
+        ASSERT_OK(plug_run(&lv[l], KHUB_OP_ATTENTION, &a));
+        double e = nmse(o, ref, n_out);
+        worst = e > worst ? e : worst;
+    }
+    const plug *rp = ref_for(KHUB_OP_ATTENTION);
+    if (rp && !perturb) {
+        float *orf = malloc(sizeof(float) * (size_t)n_out);
+        khub_tensor tor = tens(orf, KHUB_DTYPE_F32, 3, sq);
+        a.out = &tor;
+        ASSERT_OK(plug_run(rp, KHUB_OP_ATTENTION, &a));
+        ASSERT_LE(nmse_f(o, orf, n_out), 1e-9);
+        free(orf);
+    }
+    free(q), free(o), free(ref), free(kf), free(vf), free(kh), free(vh), free(mask), free(s);
+    return worst;
+}
+
+TEST_IMPL(attention_shapes)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    const acase cases[] = {
+        /* SmolLM2: 9 heads over 3 KV heads, d 64: decode at position 99, prefill */
+        {1, 100, 9, 3, 64, 99, 0, 1, 0, 1, 1},
+        {37, 37, 9, 3, 64, 0, 0, 1, 0, 0, 0},
+        {33, 80, 9, 3, 64, 47, 0, 1, 0, 1, 1},
+        /* d 128, MHA, mask, no causal */
+        {5, 70, 4, 4, 128, 0, 0, 0, 1, 0, 1},
+        /* sliding window, GQA 4, odd head dim (vector tail) */
+        {20, 50, 8, 2, 40, 30, 9, 1, 0, 1, 1},
+        {3, 9, 2, 1, 20, 6, 0, 1, 1, 0, 0},
+        /* a query that sees no key (q_pos0 0, fully masked row possible) */
+        {4, 4, 2, 2, 8, 0, 1, 1, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ASSERT_LE(run_acase(lv, nlv, cases[i], 0), 1e-9);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Norm and activation                                                      */
+/* ------------------------------------------------------------------------ */
+
+static double run_norm(const plug *lv, int nlv, int type, int64_t n, int64_t dim, int residual,
+                       int perturb)
+{
+    size_t ne = (size_t)(n * dim);
+    float *x = malloc(4 * ne), *r0 = malloc(4 * ne), *r = malloc(4 * ne), *y = malloc(4 * ne);
+    float *w = malloc(4 * (size_t)dim);
+    double *ref = malloc(8 * ne), *rsum = malloc(8 * ne);
+    for (size_t i = 0; i < ne; i++) x[i] = nrand() * 3.0f, r0[i] = nrand();
+    for (int64_t i = 0; i < dim; i++) w[i] = 1.0f + 0.1f * nrand();
+    for (int64_t t = 0; t < n; t++) {
+        double mu = 0, ss = 0;
+        for (int64_t i = 0; i < dim; i++) {
+            size_t k = (size_t)(t * dim + i);
+            rsum[k] = residual ? (double)(x[k] + r0[k]) : x[k];
+            mu += rsum[k] / dim;
+        }
+        if (type == KHUB_NORM_RMS) mu = 0;
+        for (int64_t i = 0; i < dim; i++) {
+            double d = rsum[t * dim + i] - mu;
+            ss += d * d / dim;
+        }
+        for (int64_t i = 0; i < dim; i++)
+            ref[t * dim + i] = (rsum[t * dim + i] - mu) / sqrt(ss + 1e-5) * w[i];
+    }
+    if (perturb) w[0] += 0.5f;
+    shape_x[0] = n, shape_x[1] = dim, shape_b[0] = dim;
+    khub_tensor tx = tens(x, KHUB_DTYPE_F32, 2, shape_x), tr = tens(r, KHUB_DTYPE_F32, 2, shape_x);
+    khub_tensor ty = tens(y, KHUB_DTYPE_F32, 2, shape_x), tw = tens(w, KHUB_DTYPE_F32, 1, shape_b);
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = (uint32_t)type,
+                        .eps = 1e-5f, .x = &tx, .residual = residual ? &tr : NULL,
+                        .weight = &tw, .y = &ty};
+    double worst = 0;
+    for (int l = 0; l < nlv; l++) {
+        memcpy(r, r0, 4 * ne);
+        ASSERT_OK(plug_run(&lv[l], KHUB_OP_NORM, &a));
+        double e = nmse(y, ref, (int64_t)ne);
+        worst = e > worst ? e : worst;
+        if (residual) ASSERT_LE(nmse(r, rsum, (int64_t)ne), 1e-12);
+    }
+    free(x), free(r0), free(r), free(y), free(w), free(ref), free(rsum);
+    return worst;
+}
+
+TEST_IMPL(norm_rms_and_layer)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    const int64_t shp[][2] = {{1, 576}, {7, 576}, {3, 1536}, {2, 13}, {512, 64}};
+    for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+        for (int res = 0; res < 2; res++) {
+            ASSERT_LE(run_norm(lv, nlv, KHUB_NORM_RMS, shp[i][0], shp[i][1], res, 0), 1e-9);
+            ASSERT_LE(run_norm(lv, nlv, KHUB_NORM_LAYER, shp[i][0], shp[i][1], res, 0), 1e-9);
+        }
+}
+
+static double run_act(const plug *lv, int nlv, int type, int64_t n, int64_t ff, int perturb)
+{
+    size_t ne = (size_t)(n * ff);
+    float *g = malloc(4 * ne), *u = malloc(4 * ne), *y = malloc(4 * ne);
+    double *ref = malloc(8 * ne);
+    for (size_t i = 0; i < ne; i++) {
+        g[i] = nrand() * 4.0f, u[i] = nrand();
+        if (i % 97 == 5) g[i] = (i & 1) ? 95.0f : -95.0f; /* exp clamping */
+        double x = g[i], t = type == KHUB_ACT_SILU ? x : 2 * 0.7978845608 * (x + 0.044715 * x * x * x);
+        ref[i] = x / (1 + exp(-t)) * u[i];
+    }
+    if (perturb) g[1] += 1.0f;
+    shape_x[0] = n, shape_x[1] = ff;
+    khub_tensor tg = tens(g, KHUB_DTYPE_F32, 2, shape_x), tu = tens(u, KHUB_DTYPE_F32, 2, shape_x);
+    khub_tensor ty = tens(y, KHUB_DTYPE_F32, 2, shape_x);
+    khub_activation_args a = {KHUB_STRUCT_INIT(khub_activation_args), .act_type = (uint32_t)type,
+                              .gate = &tg, .up = &tu, .y = &ty};
+    double worst = 0;
+    for (int l = 0; l < nlv; l++) {
+        ASSERT_OK(plug_run(&lv[l], KHUB_OP_ACTIVATION, &a));
+        double e = nmse(y, ref, (int64_t)ne);
+        worst = e > worst ? e : worst;
+    }
+    free(g), free(u), free(y), free(ref);
+    return worst;
+}
+
+TEST_IMPL(activation_silu_gelu)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    const int64_t shp[][2] = {{1, 1536}, {9, 1536}, {3, 13}, {512, 64}};
+    for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++) {
+        ASSERT_LE(run_act(lv, nlv, KHUB_ACT_SILU, shp[i][0], shp[i][1], 0), 1e-9);
+        ASSERT_LE(run_act(lv, nlv, KHUB_ACT_GELU_TANH, shp[i][0], shp[i][1], 0), 1e-9);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The comparisons can fail                                                 */
+/* ------------------------------------------------------------------------ */
+
+TEST_IMPL(perturbation_is_detected)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    qcase q = {KHUB_QFORMAT_Q4_1, 1, 576, 64, 0};
+    ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
+    q.fmt = KHUB_QFORMAT_Q8_0;
+    ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
+    ASSERT(run_dense(lv, nlv, KHUB_DTYPE_F16, 1, 64, 8, 1) > 1e-9);
+    acase c = {3, 40, 4, 2, 64, 37, 0, 1, 0, 1, 1};
+    ASSERT(run_acase(lv, nlv, c, 1) > 1e-9);
+    ASSERT(run_norm(lv, nlv, KHUB_NORM_RMS, 2, 64, 1, 1) > 1e-9);
+    ASSERT(run_act(lv, nlv, KHUB_ACT_SILU, 1, 64, 1) > 1e-9);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+TEST_IMPL(errors_name_the_problem)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    float x[64] = {0}, y[8];
+    uint8_t w[8 * 40] = {0};
+    int64_t sx[2] = {1, 64}, sw[2] = {8, 64}, sy[2] = {1, 8};
+    khub_tensor tx = tens(x, KHUB_DTYPE_F32, 2, sx), ty = tens(y, KHUB_DTYPE_F32, 2, sy);
+    khub_tensor tw = tens(w, KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_K), 2, sw);
+    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args), .x = &tx, .weight = &tw, .y = &ty};
+    for (int l = 0; l < nlv; l++) {
+        ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a), KHUB_STATUS_UNSUPPORTED);
+        ASSERT_CONTAINS(khub__plugin_msg(), "weight format 4 is not served");
+        tw.dtype = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1);
+        sx[1] = 32; /* x no longer matches the weight's 64 inputs */
+        ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a), KHUB_STATUS_INVALID_ARG);
+        ASSERT_CONTAINS(khub__plugin_msg(), "do not agree");
+        sx[1] = 64, sw[1] = 48; /* not whole blocks */
+        ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a), KHUB_STATUS_INVALID_ARG);
+        ASSERT_CONTAINS(khub__plugin_msg(), "not a positive multiple of 32");
+        sw[1] = 64, sx[0] = INT64_C(1) << 41;
+        ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a), KHUB_STATUS_INVALID_ARG);
+        ASSERT_CONTAINS(khub__plugin_msg(), "outside [0, 2^40]");
+        sx[0] = 1;
+        a.struct_size = 8;
+        ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a), KHUB_STATUS_STRUCT_SIZE);
+        ASSERT_CONTAINS(khub__plugin_msg(), "too small");
+        a.struct_size = sizeof a;
+        tw.dtype = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_K);
+    }
+    /* K/V head counts that do not divide */
+    float q[3 * 8], k[2 * 8], o[3 * 8];
+    int64_t sq[3] = {1, 3, 8}, sk[3] = {1, 2, 8};
+    khub_tensor tq = tens(q, KHUB_DTYPE_F32, 3, sq), to = tens(o, KHUB_DTYPE_F32, 3, sq);
+    khub_tensor tk = tens(k, KHUB_DTYPE_F32, 3, sk);
+    khub_attention_args at = {KHUB_STRUCT_INIT(khub_attention_args), .q = &tq, .k = &tk,
+                              .v = &tk, .out = &to, .scale = 1.0f};
+    ASSERT_STATUS(plug_run(&lv[0], KHUB_OP_ATTENTION, &at), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub__plugin_msg(), "3 query heads over 2 KV heads");
+    int64_t neg[3] = {-8, 8, 1};
+    tk.strides = neg, sk[1] = 1, sq[1] = 2;
+    ASSERT_STATUS(plug_run(&lv[0], KHUB_OP_ATTENTION, &at), KHUB_STATUS_UNSUPPORTED);
+    ASSERT_CONTAINS(khub__plugin_msg(), "negative stride");
+}
+
+/* A host whose CPU lacks the features: score 0, every op refuses. */
+static uint32_t no_features(void *ctx)
+{
+    (void)ctx;
+    return KHUB_CPU_SSE42;
+}
+
+TEST_IMPL(refuses_without_cpu_features)
+{
+    setup();
+    khub_host_api h = *g_host;
+    h.cpu_features = no_features;
+    for (int l = 0; l < 2; l++) {
+        plug p;
+        if (!plug_open(&p, level_file[l], &h)) TEST_FAIL_("%s not built", level_file[l]);
+        ASSERT_EQ(p.d.score(p.d.state), 0);
+        const khub_op_desc *op = plug_op(&p, KHUB_OP_NORM);
+        ASSERT((op->caps->cpu_features & level_need[l]) == level_need[l]);
+        ASSERT(op->caps->priority > 0);
+        khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args)};
+        ASSERT_STATUS(plug_run(&p, KHUB_OP_NORM, &a), KHUB_STATUS_UNSUPPORTED);
+        ASSERT_CONTAINS(khub__plugin_msg(), "this CPU lacks AVX2, FMA");
+        p.d.shutdown(p.d.state);
+    }
+}
+
+#define TEST_LIST(X)                 \
+    X(qlinear_q4_1)                  \
+    X(qlinear_q8_0)                  \
+    X(qlinear_q4_0)                  \
+    X(linear_dense)                  \
+    X(attention_shapes)              \
+    X(norm_rms_and_layer)            \
+    X(activation_silu_gelu)          \
+    X(perturbation_is_detected)      \
+    X(errors_name_the_problem)       \
+    X(refuses_without_cpu_features)
+TEST_MAIN(TEST_LIST)
