@@ -120,8 +120,8 @@ KHUB_INTERNAL khub_status khub__safetensors_get_weight(const khub_safetensors *s
                                                        const char *name,
                                                        const khub_st_tensor **out);
 
-/* The __metadata__ value for key from the first shard that has it, or NULL.
- * Owned by st, NUL-terminated. */
+/* The __metadata__ value for key in the first shard (the others' are ignored,
+ * checked for shape only), or NULL. Owned by st, NUL-terminated. O(n). */
 KHUB_INTERNAL const char *khub__safetensors_metadata(const khub_safetensors *st, const char *key);
 
 KHUB_INTERNAL size_t      khub__safetensors_shard_count(const khub_safetensors *st);
