@@ -115,12 +115,17 @@ KHUB_INTERNAL void        khub__tokenizer_free_ids(const khub_tokenizer *tok, in
 /* Decode flags. */
 #define KHUB_DETOK_SPECIAL 1u /* emit special (CONTROL) tokens' text; default skips them */
 
-/* Decodes ids into one NUL-terminated UTF-8 string (invalid sequences become
- * U+FFFD, as Transformers' decode does). Free *out with khub__strfree(rt, *out).
- * *len (may be NULL) is strlen(*out). Ids outside the vocab fail with TOKENIZER. */
+/* Decodes ids into one UTF-8 string (invalid sequences become U+FFFD, as
+ * Transformers' decode does), NUL-terminated after *len bytes; the text may
+ * itself hold NUL bytes (token "\u0100" is byte 0). Free with
+ * khub__tokenizer_free_text(tok, *out, *len). Ids outside the vocab fail with
+ * TOKENIZER. */
 KHUB_INTERNAL khub_status khub__tokenizer_decode(const khub_tokenizer *tok, const int32_t *ids,
                                                  size_t n, uint32_t flags, char **out,
                                                  size_t *len);
+/* Frees what khub__tokenizer_decode returned (NULL ok). */
+KHUB_INTERNAL void        khub__tokenizer_free_text(const khub_tokenizer *tok, char *text,
+                                                    size_t len);
 
 /* Queries. ids are int32_t; -1 means none. */
 KHUB_INTERNAL size_t      khub__tokenizer_n_vocab(const khub_tokenizer *tok);
@@ -157,7 +162,7 @@ KHUB_INTERNAL const char *khub__tokenizer_pre_name(const khub_tokenizer *tok);
  * flags: KHUB_DETOK_SPECIAL. tok must outlive the detokenizer. */
 KHUB_INTERNAL khub_status khub__detok_new(const khub_tokenizer *tok, uint32_t flags,
                                           khub_detok **out);
-/* *text/*len: the newly completed text (possibly empty), owned by d, valid
+/* *text and *len: the newly completed text (possibly empty), owned by d, valid
  * until the next call on d; NUL-terminated. TOKENIZER for an id outside the
  * vocab (d is unchanged). */
 KHUB_INTERNAL khub_status khub__detok_push(khub_detok *d, int32_t id, const char **text,

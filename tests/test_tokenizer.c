@@ -1,0 +1,593 @@
+/*
+ * test_tokenizer.c: byte-level BPE against Hugging Face tokenizers' own ids.
+ *
+ * Fixtures (tools/make-tokenizer-fixture.py): one small trained tokenizer per
+ * pre-tokenizer khub implements and a corpus with tokenizers' ids for each.
+ * The real SmolLM2-135M-Instruct files (tools/fetch-model.sh) are used when
+ * present, skipped with a message when not.
+ */
+#include <cjson/cJSON.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "chat.h"
+#include "gguf.h"
+#include "runner.h"
+#include "tokenizer.h"
+#include "unicode.h"
+
+#define FIX KHUB_SOURCE_DIR "/tests/fixtures/tokenizer"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static char *slurp(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    ASSERT(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    buf[n] = '\0';
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+static khub_runtime *new_rt(void)
+{
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 1};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&o, &rt));
+    return rt;
+}
+
+static khub_tokenizer *load_fixture(khub_runtime *rt, const char *kind)
+{
+    char path[512];
+    snprintf(path, sizeof path, FIX "/%s/tokenizer.json", kind);
+    khub_tokenizer *tok = NULL;
+    khub_status st = khub__tokenizer_from_json(rt, path, &tok);
+    if (st != KHUB_STATUS_OK) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
+    ASSERT_OK(st);
+    return tok;
+}
+
+/* Encodes s and compares with want (a JSON list of ids); returns 0 on match
+ * and prints the first difference otherwise. */
+static int check_ids(const khub_tokenizer *tok, const char *s, const cJSON *want, uint32_t flags)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    ASSERT_OK(khub__tokenizer_encode(tok, s, strlen(s), flags, &ids, &n));
+    int bad = (size_t)cJSON_GetArraySize(want) != n;
+    for (size_t i = 0; !bad && i < n; i++)
+        bad = cJSON_GetArrayItem(want, (int)i)->valueint != ids[i];
+    if (bad) {
+        fprintf(stderr, "  mismatch on \"%s\": got", s);
+        for (size_t i = 0; i < n; i++) fprintf(stderr, " %d", ids[i]);
+        fprintf(stderr, "; want");
+        for (const cJSON *v = want->child; v; v = v->next) fprintf(stderr, " %d", v->valueint);
+        fprintf(stderr, "\n");
+    }
+    /* decode(encode(s)) == s, special tokens included. */
+    char *back = NULL;
+    size_t blen = 0;
+    ASSERT_OK(khub__tokenizer_decode(tok, ids, n, KHUB_DETOK_SPECIAL, &back, &blen));
+    if (blen != strlen(s) || memcmp(back, s, blen) != 0) {
+        fprintf(stderr, "  round trip of \"%s\" gave \"%s\"\n", s, back);
+        bad = 1;
+    }
+    khub__tokenizer_free_text(tok, back, blen);
+    khub__tokenizer_free_ids(tok, ids, n);
+    return bad;
+}
+
+static void run_corpus(const khub_tokenizer *tok, const char *kind)
+{
+    char *text = slurp(FIX "/corpus.json", NULL);
+    ASSERT(text);
+    cJSON *c = cJSON_Parse(text);
+    ASSERT(c);
+    const cJSON *strings = cJSON_GetObjectItem(c, "strings");
+    const cJSON *ids = cJSON_GetObjectItem(cJSON_GetObjectItem(c, "ids"), kind);
+    ASSERT(cJSON_GetArraySize(strings) > 200);
+    ASSERT_EQ(cJSON_GetArraySize(strings), cJSON_GetArraySize(ids));
+    int bad = 0;
+    const cJSON *w = ids->child;
+    for (const cJSON *s = strings->child; s; s = s->next, w = w->next)
+        bad += check_ids(tok, s->valuestring, w, KHUB_TOK_PARSE_SPECIAL);
+    ASSERT_EQ(bad, 0);
+    cJSON_Delete(c);
+    free(text);
+}
+
+/* Rebuilds a tokenizer.json's vocab as GGUF metadata would carry it. */
+typedef struct spec_store {
+    khub_tokenizer_spec spec;
+    char **tokens;
+    int32_t *types;
+    char **merges;
+} spec_store;
+
+static void spec_from_json(const char *path, const char *pre, spec_store *ss)
+{
+    char *text = slurp(path, NULL);
+    ASSERT(text);
+    cJSON *root = cJSON_Parse(text);
+    const cJSON *model = cJSON_GetObjectItem(root, "model");
+    const cJSON *vocab = cJSON_GetObjectItem(model, "vocab");
+    const cJSON *merges = cJSON_GetObjectItem(model, "merges");
+    const cJSON *added = cJSON_GetObjectItem(root, "added_tokens");
+    size_t n = (size_t)cJSON_GetArraySize(vocab);
+    for (const cJSON *a = added->child; a; a = a->next)
+        if ((size_t)cJSON_GetObjectItem(a, "id")->valueint >= n) n++;
+    ss->tokens = calloc(n, sizeof *ss->tokens);
+    ss->types = calloc(n, sizeof *ss->types);
+    for (const cJSON *v = vocab->child; v; v = v->next) {
+        ss->tokens[v->valueint] = strdup(v->string);
+        ss->types[v->valueint] = KHUB_TOKEN_NORMAL;
+    }
+    for (const cJSON *a = added->child; a; a = a->next) {
+        int id = cJSON_GetObjectItem(a, "id")->valueint;
+        free(ss->tokens[id]);
+        ss->tokens[id] = strdup(cJSON_GetObjectItem(a, "content")->valuestring);
+        ss->types[id] = cJSON_IsTrue(cJSON_GetObjectItem(a, "special")) ? KHUB_TOKEN_CONTROL
+                                                                          : KHUB_TOKEN_USER_DEFINED;
+    }
+    size_t nm = (size_t)cJSON_GetArraySize(merges);
+    ss->merges = calloc(nm, sizeof *ss->merges);
+    size_t i = 0;
+    for (const cJSON *m = merges->child; m; m = m->next, i++) {
+        const char *l = m->child->valuestring, *r = m->child->next->valuestring;
+        ss->merges[i] = malloc(strlen(l) + strlen(r) + 2);
+        sprintf(ss->merges[i], "%s %s", l, r);
+    }
+    khub_tokenizer_spec sp = KHUB_TOKENIZER_SPEC_INIT;
+    sp.model = "gpt2";
+    sp.pre = pre;
+    sp.tokens = (const char *const *)ss->tokens;
+    sp.n_tokens = n;
+    sp.token_types = ss->types;
+    sp.merges = (const char *const *)ss->merges;
+    sp.n_merges = nm;
+    sp.eos_id = 0;
+    ss->spec = sp;
+    cJSON_Delete(root);
+    free(text);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Against tokenizers, on the fixtures                                      */
+/* ------------------------------------------------------------------------ */
+
+#define CORPUS_TEST(kind)                                                       \
+    TEST_IMPL(corpus_##kind)                                                    \
+    {                                                                           \
+        khub_runtime *rt = new_rt();                                            \
+        khub_tokenizer *tok = load_fixture(rt, #kind);                          \
+        ASSERT_STR_EQ(khub__tokenizer_pre_name(tok), #kind);                    \
+        run_corpus(tok, #kind);                                                 \
+        khub__tokenizer_free(tok);                                              \
+        khub_runtime_free(rt);                                                  \
+    }
+CORPUS_TEST(gpt2)
+CORPUS_TEST(smollm)
+CORPUS_TEST(llama3)
+CORPUS_TEST(qwen2)
+
+TEST_IMPL(corpus_from_vocab_spec)
+{
+    static const char *const kinds[][2] = {
+        {"gpt2", "gpt2"}, {"smollm", "smollm"}, {"llama3", "llama-bpe"}, {"qwen2", "qwen2"}};
+    khub_runtime *rt = new_rt();
+    for (size_t k = 0; k < 4; k++) {
+        char path[512];
+        snprintf(path, sizeof path, FIX "/%s/tokenizer.json", kinds[k][0]);
+        spec_store ss;
+        spec_from_json(path, kinds[k][1], &ss);
+        khub_tokenizer *tok = NULL;
+        khub_status st = khub__tokenizer_from_vocab(rt, &ss.spec, &tok);
+        if (st) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
+        ASSERT_OK(st);
+        ASSERT_STR_EQ(khub__tokenizer_pre_name(tok), kinds[k][0]);
+        run_corpus(tok, kinds[k][0]);
+        khub__tokenizer_free(tok);
+    }
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(special_tokens_and_flags)
+{
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *tok = load_fixture(rt, "smollm");
+    int32_t im_start, im_end, tool;
+    ASSERT_OK(khub__tokenizer_find(tok, "<|im_start|>", 12, &im_start));
+    ASSERT_OK(khub__tokenizer_find(tok, "<|im_end|>", 10, &im_end));
+    ASSERT_OK(khub__tokenizer_find(tok, "<tool>", 6, &tool));
+    ASSERT_STATUS(khub__tokenizer_find(tok, "<nope>", 6, &tool), KHUB_STATUS_NOT_FOUND);
+    ASSERT(khub__tokenizer_is_special(tok, im_start));
+    ASSERT(!khub__tokenizer_is_special(tok, tool));
+    ASSERT(khub__tokenizer_is_eog(tok, im_end));
+    ASSERT(!khub__tokenizer_is_eog(tok, im_start));
+    /* from tokenizer_config.json */
+    ASSERT_EQ(khub__tokenizer_eos(tok), im_end);
+    ASSERT_EQ(khub__tokenizer_bos(tok), im_start);
+    ASSERT_CONTAINS(khub__tokenizer_chat_template(tok), "<|im_start|>");
+
+    const char *s = "<|im_start|>hi";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    ASSERT_OK(khub__tokenizer_encode(tok, s, strlen(s), KHUB_TOK_PARSE_SPECIAL, &ids, &n));
+    ASSERT_EQ(ids[0], im_start);
+    khub__tokenizer_free_ids(tok, ids, n);
+    /* Without PARSE_SPECIAL the special text is ordinary text; <tool> (not
+     * special) is still matched. */
+    ASSERT_OK(khub__tokenizer_encode(tok, s, strlen(s), 0, &ids, &n));
+    ASSERT(n > 2);
+    for (size_t i = 0; i < n; i++) ASSERT_NE(ids[i], im_start);
+    khub__tokenizer_free_ids(tok, ids, n);
+    ASSERT_OK(khub__tokenizer_encode(tok, "a<tool>", 7, 0, &ids, &n));
+    ASSERT_EQ(ids[n - 1], tool);
+    khub__tokenizer_free_ids(tok, ids, n);
+    /* ADD_BOS prepends bos; decode skips specials unless asked. */
+    ASSERT_OK(khub__tokenizer_encode(tok, "hi", 2, KHUB_TOK_ADD_BOS, &ids, &n));
+    ASSERT_EQ(ids[0], im_start);
+    char *out = NULL;
+    size_t len = 0;
+    ASSERT_OK(khub__tokenizer_decode(tok, ids, n, 0, &out, &len));
+    ASSERT_STR_EQ(out, "hi");
+    khub__tokenizer_free_text(tok, out, len);
+    khub__tokenizer_free_ids(tok, ids, n);
+    /* Empty text: no ids, no allocation. */
+    ASSERT_OK(khub__tokenizer_encode(tok, "", 0, 0, &ids, &n));
+    ASSERT_EQ(n, 0);
+    ASSERT(ids == NULL);
+    khub__tokenizer_free(tok);
+
+    /* A tokenizer without bos refuses ADD_BOS with a message. */
+    tok = load_fixture(rt, "gpt2");
+    ASSERT_STATUS(khub__tokenizer_encode(tok, "hi", 2, KHUB_TOK_ADD_BOS, &ids, &n),
+                  KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "no bos token");
+    khub__tokenizer_free(tok);
+    khub_runtime_free(rt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streaming decoding                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Byte tokens for each byte of s, so multi-byte characters arrive split. */
+static size_t byte_ids(const khub_tokenizer *tok, const char *s, int32_t *ids)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        unsigned b = *p;
+        /* GPT-2's byte-to-unicode mapping (inverse of the decoder's). */
+        unsigned cp = b;
+        if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
+            unsigned k = 0;
+            for (unsigned c = 0; c < b; c++)
+                if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) k++;
+            cp = 256 + k;
+        }
+        unsigned char u[4];
+        size_t l = khub__utf8_encode(cp, u);
+        ASSERT_OK(khub__tokenizer_find(tok, (const char *)u, l, &ids[n]));
+        n++;
+    }
+    return n;
+}
+
+TEST_IMPL(detok_never_splits_utf8)
+{
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *tok = load_fixture(rt, "gpt2");
+    const char *s = "a\xC3\xA9\xE4\xBD\xA0\xF0\x9F\x98\x80z"; /* a é 你 😀 z */
+    int32_t ids[32];
+    size_t n = byte_ids(tok, s, ids);
+    ASSERT_EQ(n, 11);
+    khub_detok *d = NULL;
+    ASSERT_OK(khub__detok_new(tok, 0, &d));
+    const char *txt;
+    size_t len;
+    /* Expected deltas after each byte token. */
+    static const char *const want[] = {"a", "", "\xC3\xA9", "", "", "\xE4\xBD\xA0", "", "", "",
+                                       "\xF0\x9F\x98\x80", "z"};
+    for (size_t i = 0; i < n; i++) {
+        ASSERT_OK(khub__detok_push(d, ids[i], &txt, &len));
+        ASSERT_STR_EQ(txt, want[i]);
+        ASSERT_EQ(len, strlen(want[i]));
+    }
+    ASSERT_OK(khub__detok_flush(d, &txt, &len));
+    ASSERT_EQ(len, 0);
+    ASSERT_STR_EQ(khub__detok_text(d, NULL), s);
+
+    /* An incomplete tail at flush becomes U+FFFD; a stray continuation byte
+     * becomes U+FFFD at once; specials are skipped by default. */
+    khub__detok_reset(d);
+    int32_t e9[4];
+    ASSERT_EQ(byte_ids(tok, "\xE4\xBD", e9), 2);
+    ASSERT_OK(khub__detok_push(d, e9[0], &txt, &len));
+    ASSERT_OK(khub__detok_push(d, e9[1], &txt, &len));
+    ASSERT_EQ(len, 0);
+    ASSERT_OK(khub__detok_flush(d, &txt, &len));
+    ASSERT_STR_EQ(txt, "\xEF\xBF\xBD");
+    khub__detok_reset(d);
+    ASSERT_OK(khub__detok_push(d, e9[1], &txt, &len)); /* 0xBD alone */
+    ASSERT_STR_EQ(txt, "\xEF\xBF\xBD");
+    int32_t eot;
+    ASSERT_OK(khub__tokenizer_find(tok, "<|endoftext|>", 13, &eot));
+    ASSERT_OK(khub__detok_push(d, eot, &txt, &len));
+    ASSERT_EQ(len, 0);
+    khub__clear(rt);
+    ASSERT_STATUS(khub__detok_push(d, 999999, &txt, &len), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "999999");
+    khub__detok_free(d);
+
+    ASSERT_OK(khub__detok_new(tok, KHUB_DETOK_SPECIAL, &d));
+    ASSERT_OK(khub__detok_push(d, eot, &txt, &len));
+    ASSERT_STR_EQ(txt, "<|endoftext|>");
+    khub__detok_free(d);
+    khub__tokenizer_free(tok);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(detok_matches_decode_on_corpus)
+{
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *tok = load_fixture(rt, "llama3");
+    char *text = slurp(FIX "/corpus.json", NULL);
+    cJSON *c = cJSON_Parse(text);
+    khub_detok *d = NULL;
+    ASSERT_OK(khub__detok_new(tok, KHUB_DETOK_SPECIAL, &d));
+    for (const cJSON *s = cJSON_GetObjectItem(c, "strings")->child; s; s = s->next) {
+        int32_t *ids = NULL;
+        size_t n = 0;
+        const char *str = s->valuestring;
+        ASSERT_OK(khub__tokenizer_encode(tok, str, strlen(str), KHUB_TOK_PARSE_SPECIAL, &ids, &n));
+        khub__detok_reset(d);
+        const char *txt;
+        size_t len;
+        for (size_t i = 0; i < n; i++) {
+            ASSERT_OK(khub__detok_push(d, ids[i], &txt, &len));
+            /* never a split sequence: every delta is valid UTF-8 on its own */
+            for (size_t j = 0; j < len;) {
+                uint32_t cp;
+                j += khub__utf8_decode((const unsigned char *)txt + j, len - j, &cp);
+                ASSERT(cp != KHUB__UNI_INVALID);
+            }
+        }
+        ASSERT_OK(khub__detok_flush(d, &txt, &len));
+        ASSERT_STR_EQ(khub__detok_text(d, NULL), str);
+        khub__tokenizer_free_ids(tok, ids, n);
+    }
+    khub__detok_free(d);
+    cJSON_Delete(c);
+    free(text);
+    khub__tokenizer_free(tok);
+    khub_runtime_free(rt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hostile tokenizer.json                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define BL "\"decoder\":{\"type\":\"ByteLevel\"},"
+#define PRE "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
+
+static void expect_bad(const char *json, const char *needle)
+{
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *tok = (khub_tokenizer *)1;
+    ASSERT_STATUS(khub__tokenizer_from_json_mem(rt, json, strlen(json), NULL, 0, &tok),
+                  KHUB_STATUS_TOKENIZER);
+    ASSERT(tok == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), needle);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(hostile_json)
+{
+    expect_bad("{", "not valid JSON");
+    expect_bad("[]", "not a JSON object");
+    expect_bad("{" BL PRE "\"model\":{\"type\":\"BPE\",\"merges\":[]}}", "model.vocab is missing");
+    expect_bad("{" BL PRE "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0}}}",
+               "model.merges is missing");
+    expect_bad("{" BL PRE "\"model\":{\"type\":\"WordPiece\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+               "model.type \"WordPiece\"");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":\"x\"},\"merges\":[]}}",
+               "model.vocab.a: the id must be a number");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":-1},\"merges\":[]}}", "id -1");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0.5},\"merges\":[]}}", "id 0.5");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":99999999},\"merges\":[]}}", "id 99999999");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0,\"b\":4000},\"merges\":[]}}",
+               "far beyond");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}",
+               "id 0 is given to two tokens");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0,\"a\":1},\"merges\":[]}}",
+               "token \"a\" appears twice");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a c\"]}}",
+               "model.merges[0]: \"c\" is not in the vocab");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0,\"b\":1},\"merges\":[[\"a\",\"b\"]]}}",
+               "model.merges[0]: the merge of \"a\" and \"b\" is not in the vocab");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"ab\"]}}",
+               "model.merges[0] is neither");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0,\"b\":1},\"merges\":[7]}}",
+               "model.merges[0] is neither");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0},\"merges\":[],\"byte_fallback\":true}}",
+               "byte_fallback");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0},\"merges\":[],\"dropout\":0.1}}",
+               "dropout");
+    expect_bad("{" BL PRE "\"added_tokens\":{},\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}",
+               "added_tokens must be a list");
+    expect_bad("{" BL PRE "\"added_tokens\":[{\"id\":1}],\"model\":{\"vocab\":{\"a\":0},"
+               "\"merges\":[]}}", "added_tokens[0].content is missing");
+    expect_bad("{" BL PRE "\"added_tokens\":[{\"id\":1,\"content\":\"<x>\",\"special\":1}],"
+               "\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}", "special must be true or false");
+    expect_bad("{" BL PRE "\"added_tokens\":[{\"id\":1,\"content\":\"x\"},{\"id\":1,\"content\":"
+               "\"y\"}],\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}", "id 1 is listed twice");
+    expect_bad("{" BL "\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"vocab\":"
+               "{\"a\":0},\"merges\":[]}}", "pre_tokenizer of type \"Whitespace\"");
+    expect_bad("{" BL "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":"
+               "\"Split\",\"pattern\":{\"Regex\":\"\\\\s+\"},\"behavior\":\"Isolated\"},{\"type\":"
+               "\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},\"model\":"
+               "{\"vocab\":{\"a\":0},\"merges\":[]}}", "Split regex \"\\s+\"");
+    expect_bad("{" BL "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true},"
+               "\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}", "pre_tokenizer of type");
+    expect_bad("{" BL PRE "\"normalizer\":{\"type\":\"NFKC\"},\"model\":{\"vocab\":{\"a\":0},"
+               "\"merges\":[]}}", "normalizer \"NFKC\"");
+    expect_bad("{\"decoder\":{\"type\":\"WordPiece\"}," PRE "\"model\":{\"vocab\":{\"a\":0},"
+               "\"merges\":[]}}", "decoder \"WordPiece\"");
+    expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"post_processor\":"
+               "{\"type\":\"BertProcessing\"}}", "post_processor \"BertProcessing\"");
+
+    /* tokenizer_config.json naming a token that is not there. */
+    khub_runtime *rt = new_rt();
+    const char *ok = "{" BL PRE "\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}";
+    const char *cfg = "{\"eos_token\":\"</s>\"}";
+    khub_tokenizer *tok = NULL;
+    ASSERT_STATUS(khub__tokenizer_from_json_mem(rt, ok, strlen(ok), cfg, strlen(cfg), &tok),
+                  KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "eos_token \"</s>\" is not a token");
+    ASSERT_OK(khub__tokenizer_from_json_mem(rt, ok, strlen(ok), NULL, 0, &tok));
+    khub__tokenizer_free(tok);
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_json(rt, "/nonexistent/tokenizer.json", &tok),
+                  KHUB_STATUS_NOT_FOUND);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "/nonexistent/tokenizer.json");
+    khub_runtime_free(rt);
+}
+
+/* Every prefix of a real tokenizer.json is refused cleanly (never a crash). */
+TEST_IMPL(hostile_truncations)
+{
+    size_t len;
+    char *json = slurp(FIX "/gpt2/tokenizer.json", &len);
+    ASSERT(json);
+    khub_runtime *rt = new_rt();
+    for (size_t cut = 0; cut < len; cut += 1 + cut / 7) {
+        khub_tokenizer *tok = NULL;
+        khub_status st = khub__tokenizer_from_json_mem(rt, json, cut, NULL, 0, &tok);
+        ASSERT_STATUS(st, KHUB_STATUS_TOKENIZER);
+        ASSERT(tok == NULL);
+    }
+    free(json);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(hostile_spec)
+{
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *tok = NULL;
+    const char *toks[] = {"a", "b", "ab"};
+    const char *merges[] = {"a b", "a x", "ab"};
+    khub_tokenizer_spec sp = KHUB_TOKENIZER_SPEC_INIT;
+    sp.tokens = toks;
+    sp.n_tokens = 3;
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tokenizer.ggml.model \"(missing)\"");
+    sp.model = "llama";
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tokenizer.ggml.model \"llama\"");
+    sp.model = "gpt2";
+    sp.pre = "deepseek-coder";
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tokenizer.ggml.pre \"deepseek-coder\"");
+    sp.pre = "smollm";
+    sp.eos_id = 3;
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "eos_token_id 3");
+    sp.eos_id = 1;
+    int32_t types[] = {1, 1, 9};
+    sp.token_types = types;
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "token_type[2] is 9");
+    sp.token_types = NULL;
+    sp.merges = merges;
+    sp.n_merges = 2;
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tokenizer.ggml.merges[1]: \"x\" is not in the vocab");
+    sp.merges = merges + 2;
+    sp.n_merges = 1;
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "merges[0] is not \"left right\"");
+    size_t lens[] = {1, 0, 2};
+    sp.merges = merges;
+    sp.n_merges = 1;
+    sp.token_lens = lens;
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "has length 0");
+    sp.token_lens = NULL;
+    ASSERT_OK(khub__tokenizer_from_vocab(rt, &sp, &tok));
+    int32_t *ids;
+    size_t n;
+    ASSERT_OK(khub__tokenizer_encode(tok, "ab", 2, 0, &ids, &n));
+    ASSERT_EQ(n, 1);
+    ASSERT_EQ(ids[0], 2);
+    khub__tokenizer_free_ids(tok, ids, n);
+    khub__tokenizer_free(tok);
+    khub_runtime_free(rt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Speed                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+TEST_IMPL(speed_long_prompt)
+{
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *tok = load_fixture(rt, "llama3");
+    char buf[8192] = "";
+    const char *para = "The quick brown fox, who'd jumped 1234 times, isn't tired!\n  ";
+    while (strlen(buf) + strlen(para) < sizeof buf) strcat(buf, para);
+    int32_t *ids;
+    size_t n;
+    double t0 = now_s();
+    int reps = 20;
+    for (int r = 0; r < reps; r++) {
+        ASSERT_OK(khub__tokenizer_encode(tok, buf, strlen(buf), 0, &ids, &n));
+        if (r + 1 < reps) khub__tokenizer_free_ids(tok, ids, n);
+    }
+    double per_tok = (now_s() - t0) / reps / (double)n;
+    fprintf(stderr, "  %zu bytes -> %zu ids, %.2f us per token\n", strlen(buf), n, per_tok * 1e6);
+    ASSERT(n > 512);
+    ASSERT_LE(per_tok, 100e-6); /* far below the 1 ms budget even under sanitizers */
+    khub__tokenizer_free_ids(tok, ids, n);
+    khub__tokenizer_free(tok);
+    khub_runtime_free(rt);
+}
+
+#define TEST_LIST(X)                \
+    X(corpus_gpt2)                  \
+    X(corpus_smollm)                \
+    X(corpus_llama3)                \
+    X(corpus_qwen2)                 \
+    X(corpus_from_vocab_spec)       \
+    X(special_tokens_and_flags)     \
+    X(detok_never_splits_utf8)      \
+    X(detok_matches_decode_on_corpus) \
+    X(hostile_json)                 \
+    X(hostile_truncations)          \
+    X(hostile_spec)                 \
+    X(speed_long_prompt)
+TEST_MAIN(TEST_LIST)
