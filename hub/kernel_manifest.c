@@ -1,0 +1,314 @@
+/*
+ * kernel_manifest.c: parses kernel.json (see kernel_manifest.h). The file is
+ * an author's input, but it also arrives inside source archives, so it is
+ * treated as hostile: bounded sizes, every type checked, every error names
+ * its field.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "kernel_manifest.h"
+
+#define MAX_MANIFEST_BYTES (1u << 20)
+
+static const char *const kind_names[] = {NULL,   "attention",  "linear", "qlinear", "kv_cache",
+                                         "norm", "activation", "rotary"};
+
+uint32_t khub__op_kind_from_name(const char *name)
+{
+    for (uint32_t k = 1; k < KHUB_OP_KIND__COUNT; k++)
+        if (strcmp(kind_names[k], name) == 0) return k;
+    return 0;
+}
+
+const char *khub__op_kind_name(uint32_t kind)
+{
+    return kind > 0 && kind < KHUB_OP_KIND__COUNT ? kind_names[kind] : "unknown";
+}
+
+uint32_t khub__cpu_feature_from_name(const char *name)
+{
+    static const struct {
+        const char *name;
+        uint32_t bit;
+    } f[] = {{"sse4.2", KHUB_CPU_SSE42}, {"sse42", KHUB_CPU_SSE42},  {"avx", KHUB_CPU_AVX},
+             {"avx2", KHUB_CPU_AVX2},    {"fma", KHUB_CPU_FMA},      {"f16c", KHUB_CPU_F16C},
+             {"avx512f", KHUB_CPU_AVX512F}, {"avx512vnni", KHUB_CPU_AVX512VNNI},
+             {"avx512bf16", KHUB_CPU_AVX512BF16}, {"avxvnni", KHUB_CPU_AVXVNNI},
+             {"bmi2", KHUB_CPU_BMI2}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (strcmp(f[i].name, name) == 0) return f[i].bit;
+    return 0;
+}
+
+/* ======================================================================== */
+/* Field helpers: each sets errbuf naming the field and returns PARSE       */
+/* ======================================================================== */
+
+typedef struct ctx {
+    char *errbuf;
+    size_t errbuf_size;
+} ctx;
+
+static khub_status bad(ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static khub_status bad(ctx *c, const char *fmt, ...)
+{
+    char msg[KHUB_ERROR_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    khub__errbuf(c->errbuf, c->errbuf_size, "kernel.json: %s", msg);
+    return KHUB_STATUS_PARSE;
+}
+
+static khub_status get_str(ctx *c, const cJSON *obj, const char *key, char *dst, size_t n,
+                           int required)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) return required ? bad(c, "missing '%s'", key) : KHUB_STATUS_OK;
+    if (!cJSON_IsString(v) || !v->valuestring[0]) return bad(c, "'%s' must be a non-empty string", key);
+    if (strlen(v->valuestring) >= n) return bad(c, "'%s' is longer than %zu bytes", key, n - 1);
+    memcpy(dst, v->valuestring, strlen(v->valuestring) + 1);
+    return KHUB_STATUS_OK;
+}
+
+/* A relative path that stays inside the kernel directory. */
+static int safe_rel_path(const char *p)
+{
+    if (!p[0] || p[0] == '/' || strstr(p, "\\")) return 0;
+    const char *s = p;
+    while (*s) {
+        const char *e = strchr(s, '/');
+        size_t len = e ? (size_t)(e - s) : strlen(s);
+        if (len == 0 || (len == 2 && s[0] == '.' && s[1] == '.') || (len == 1 && s[0] == '.'))
+            return 0;
+        s += len + (e ? 1 : 0);
+    }
+    return 1;
+}
+
+static khub_status get_sources(ctx *c, const cJSON *src, const char *key,
+                               char (*dst)[128], size_t *n)
+{
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(src, key);
+    *n = 0;
+    if (!arr) return KHUB_STATUS_OK;
+    if (!cJSON_IsArray(arr)) return bad(c, "sources.%s must be an array of file names", key);
+    const cJSON *f;
+    cJSON_ArrayForEach(f, arr)
+    {
+        if (*n >= KHUB_KM_MAX_SOURCES) return bad(c, "sources.%s: more than %d files", key, KHUB_KM_MAX_SOURCES);
+        if (!cJSON_IsString(f) || strlen(f->valuestring) >= 128 || !safe_rel_path(f->valuestring))
+            return bad(c, "sources.%s[%zu] must be a relative path inside the kernel directory",
+                       key, *n);
+        memcpy(dst[(*n)++], f->valuestring, strlen(f->valuestring) + 1);
+    }
+    return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Sections                                                                 */
+/* ======================================================================== */
+
+static khub_status parse_repo(ctx *c, const cJSON *j, khub_kernel_manifest *m)
+{
+    KHUB_FORWARD_IF_ERROR(NULL, get_str(c, j, "repo", m->repo, sizeof m->repo, 1));
+    const char *slash = strchr(m->repo, '/');
+    if (!slash || slash == m->repo || !slash[1] || strchr(slash + 1, '/') ||
+        (size_t)(slash - m->repo) >= sizeof m->org || strlen(slash + 1) >= sizeof m->name)
+        return bad(c, "'repo' must be 'org/name', got '%s'", m->repo);
+    memcpy(m->org, m->repo, (size_t)(slash - m->repo));
+    m->org[slash - m->repo] = '\0';
+    snprintf(m->name, sizeof m->name, "%s", slash + 1);
+    const cJSON *major = cJSON_GetObjectItemCaseSensitive(j, "major");
+    if (!cJSON_IsNumber(major) || major->valuedouble < 1 || major->valuedouble > 9999 ||
+        major->valuedouble != (int)major->valuedouble)
+        return bad(c, "'major' must be an integer >= 1 (the branch v<major>)");
+    m->major = (int)major->valuedouble;
+    KHUB_FORWARD_IF_ERROR(NULL, get_str(c, j, "version", m->version, sizeof m->version, 1));
+    if (atoi(m->version) != m->major)
+        return bad(c, "'version' %s does not start with the major %d", m->version, m->major);
+    return KHUB_STATUS_OK;
+}
+
+static khub_status parse_ops(ctx *c, const cJSON *j, khub_kernel_manifest *m)
+{
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(j, "ops"), *op;
+    if (!cJSON_IsArray(ops) || cJSON_GetArraySize(ops) == 0)
+        return bad(c, "'ops' must be a non-empty array");
+    cJSON_ArrayForEach(op, ops)
+    {
+        if (m->n_ops >= KHUB_KM_MAX_OPS) return bad(c, "more than %d ops", KHUB_KM_MAX_OPS);
+        khub_km_op *o = &m->ops[m->n_ops];
+        char kind[32];
+        if (get_str(c, op, "name", o->name, sizeof o->name, 1) != KHUB_STATUS_OK ||
+            get_str(c, op, "kind", kind, sizeof kind, 1) != KHUB_STATUS_OK)
+            return bad(c, "ops[%zu] needs string fields 'name' and 'kind'", m->n_ops);
+        o->kind = khub__op_kind_from_name(kind);
+        if (!o->kind)
+            return bad(c, "ops[%zu].kind '%s' is not an op kind (attention, linear, qlinear, "
+                          "kv_cache, norm, activation, rotary)",
+                       m->n_ops, kind);
+        m->n_ops++;
+    }
+    return KHUB_STATUS_OK;
+}
+
+static khub_status parse_level(ctx *c, const cJSON *lv, khub_km_level *l, size_t idx)
+{
+    if (get_str(c, lv, "level", l->name, sizeof l->name, 1) != KHUB_STATUS_OK)
+        return bad(c, "variants.cpu[%zu] needs a 'level' name", idx);
+    const cJSON *flags = cJSON_GetObjectItemCaseSensitive(lv, "flags"), *f;
+    if (flags && !cJSON_IsArray(flags)) return bad(c, "variants.cpu[%zu].flags must be an array", idx);
+    cJSON_ArrayForEach(f, flags)
+    {
+        /* Only -m (target) and -D/-O flags: an author's manifest must not
+         * smuggle in -o, -Wl,... or plugin search paths. */
+        if (!cJSON_IsString(f) || strlen(f->valuestring) >= 48 || l->n_flags >= KHUB_KM_MAX_FLAGS ||
+            !(strncmp(f->valuestring, "-m", 2) == 0 || strncmp(f->valuestring, "-D", 2) == 0 ||
+              strncmp(f->valuestring, "-O", 2) == 0))
+            return bad(c, "variants.cpu[%zu].flags: only -m, -D and -O flags are allowed", idx);
+        memcpy(l->flags[l->n_flags++], f->valuestring, strlen(f->valuestring) + 1);
+    }
+    const cJSON *feats = cJSON_GetObjectItemCaseSensitive(lv, "features");
+    if (feats && !cJSON_IsArray(feats)) return bad(c, "variants.cpu[%zu].features must be an array", idx);
+    cJSON_ArrayForEach(f, feats)
+    {
+        uint32_t bit = cJSON_IsString(f) ? khub__cpu_feature_from_name(f->valuestring) : 0;
+        if (!bit)
+            return bad(c, "variants.cpu[%zu].features: unknown CPU feature '%s'", idx,
+                       cJSON_IsString(f) ? f->valuestring : "?");
+        l->features |= bit;
+    }
+    return KHUB_STATUS_OK;
+}
+
+static khub_status parse_variants(ctx *c, const cJSON *j, khub_kernel_manifest *m)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, "variants");
+    if (!cJSON_IsObject(v)) return bad(c, "'variants' must be an object with 'cpu' and/or 'cuda'");
+    const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(v, "cpu"), *lv;
+    if (cpu && !cJSON_IsArray(cpu)) return bad(c, "variants.cpu must be an array of levels");
+    cJSON_ArrayForEach(lv, cpu)
+    {
+        if (m->n_levels >= KHUB_KM_MAX_LEVELS) return bad(c, "more than %d CPU levels", KHUB_KM_MAX_LEVELS);
+        KHUB_FORWARD_IF_ERROR(NULL, parse_level(c, lv, &m->levels[m->n_levels], m->n_levels));
+        for (size_t i = 0; i < m->n_levels; i++)
+            if (strcmp(m->levels[i].name, m->levels[m->n_levels].name) == 0)
+                return bad(c, "variants.cpu: level '%s' listed twice", m->levels[i].name);
+        m->n_levels++;
+    }
+    const cJSON *cuda = cJSON_GetObjectItemCaseSensitive(v, "cuda");
+    if (cuda) {
+        const cJSON *ccs = cJSON_GetObjectItemCaseSensitive(cuda, "capabilities"), *cc;
+        if (!cJSON_IsArray(ccs) || cJSON_GetArraySize(ccs) == 0)
+            return bad(c, "variants.cuda.capabilities must be a non-empty array, e.g. [80, 90]");
+        cJSON_ArrayForEach(cc, ccs)
+        {
+            if (!cJSON_IsNumber(cc) || cc->valuedouble < 50 || cc->valuedouble > 1300 ||
+                m->n_ccs >= KHUB_KM_MAX_CCS)
+                return bad(c, "variants.cuda.capabilities: %g is not a compute capability x10",
+                           cJSON_IsNumber(cc) ? cc->valuedouble : -1.0);
+            m->ccs[m->n_ccs++] = (int)cc->valuedouble;
+        }
+        m->cubin = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cuda, "cubin"));
+    }
+    if (!m->n_levels && !m->n_ccs) return bad(c, "'variants' lists no CPU level and no CUDA target");
+    return KHUB_STATUS_OK;
+}
+
+static khub_status parse_tests(ctx *c, const cJSON *j, khub_kernel_manifest *m)
+{
+    const cJSON *tests = cJSON_GetObjectItemCaseSensitive(j, "selftests"), *t;
+    if (!tests) return KHUB_STATUS_OK;
+    if (!cJSON_IsArray(tests)) return bad(c, "'selftests' must be an array");
+    cJSON_ArrayForEach(t, tests)
+    {
+        if (m->n_tests >= KHUB_KM_MAX_TESTS) return bad(c, "more than %d self-tests", KHUB_KM_MAX_TESTS);
+        khub_km_selftest *s = &m->tests[m->n_tests];
+        if (get_str(c, t, "op", s->op, sizeof s->op, 1) != KHUB_STATUS_OK)
+            return bad(c, "selftests[%zu] needs an 'op'", m->n_tests);
+        int known = 0;
+        for (size_t i = 0; i < m->n_ops; i++) known |= strcmp(m->ops[i].name, s->op) == 0;
+        if (!known) return bad(c, "selftests[%zu].op '%s' is not in 'ops'", m->n_tests, s->op);
+        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(t, "shape"), *d;
+        if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) < 1 || cJSON_GetArraySize(shape) > 6)
+            return bad(c, "selftests[%zu].shape must be an array of 1-6 sizes", m->n_tests);
+        cJSON_ArrayForEach(d, shape)
+        {
+            if (!cJSON_IsNumber(d) || d->valuedouble < 1 || d->valuedouble > 65536)
+                return bad(c, "selftests[%zu].shape: sizes must be 1..65536", m->n_tests);
+            s->shape[s->ndim++] = (int64_t)d->valuedouble;
+        }
+        snprintf(s->dtype, sizeof s->dtype, "f32");
+        KHUB_FORWARD_IF_ERROR(NULL, get_str(c, t, "dtype", s->dtype, sizeof s->dtype, 0));
+        const cJSON *tol = cJSON_GetObjectItemCaseSensitive(t, "tolerance");
+        s->tolerance = cJSON_IsNumber(tol) ? tol->valuedouble : 1e-5;
+        if (!(s->tolerance > 0 && s->tolerance < 1))
+            return bad(c, "selftests[%zu].tolerance must be in (0, 1)", m->n_tests);
+        m->n_tests++;
+    }
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__km_parse(const char *json, size_t n, const char *dir, khub_kernel_manifest *out,
+                           char *errbuf, size_t errbuf_size)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->dir, sizeof out->dir, "%s", dir ? dir : ".");
+    ctx c = {errbuf, errbuf_size};
+    cJSON *j = cJSON_ParseWithLength(json, n);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        return bad(&c, "not a JSON object (malformed JSON?)");
+    }
+    khub_status st = parse_repo(&c, j, out);
+    if (st == KHUB_STATUS_OK) st = parse_ops(&c, j, out);
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(j, "sources");
+    if (st == KHUB_STATUS_OK && !cJSON_IsObject(src))
+        st = bad(&c, "'sources' must be an object with 'cpu', 'cuda_host' and/or 'cuda'");
+    if (st == KHUB_STATUS_OK) st = get_sources(&c, src, "cpu", out->cpu_sources, &out->n_cpu_sources);
+    if (st == KHUB_STATUS_OK)
+        st = get_sources(&c, src, "cuda_host", out->cuda_host_sources, &out->n_cuda_host_sources);
+    if (st == KHUB_STATUS_OK)
+        st = get_sources(&c, src, "cuda", out->cuda_sources, &out->n_cuda_sources);
+    if (st == KHUB_STATUS_OK) st = parse_variants(&c, j, out);
+    if (st == KHUB_STATUS_OK && out->n_levels && !out->n_cpu_sources)
+        st = bad(&c, "variants.cpu is set but sources.cpu is empty");
+    if (st == KHUB_STATUS_OK && out->n_ccs && (!out->n_cuda_sources || !out->n_cuda_host_sources))
+        st = bad(&c, "variants.cuda needs sources.cuda (kernels) and sources.cuda_host (glue)");
+    if (st == KHUB_STATUS_OK) st = parse_tests(&c, j, out);
+    cJSON_Delete(j);
+    return st;
+}
+
+khub_status khub__km_load(const char *dir, khub_kernel_manifest *out, char *errbuf,
+                          size_t errbuf_size)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/kernel.json", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        khub__errbuf(errbuf, errbuf_size, "%s: cannot open: %s (is %s a kernel source dir?)",
+                     path, strerror(errno), dir);
+        return KHUB_STATUS_NOT_FOUND;
+    }
+    char *buf = malloc(MAX_MANIFEST_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_MANIFEST_BYTES + 1, f) : 0;
+    fclose(f);
+    if (!buf) return KHUB_STATUS_NOMEM;
+    if (n > MAX_MANIFEST_BYTES) {
+        free(buf);
+        khub__errbuf(errbuf, errbuf_size, "%s: larger than 1 MiB", path);
+        return KHUB_STATUS_PARSE;
+    }
+    khub_status st = khub__km_parse(buf, n, dir, out, errbuf, errbuf_size);
+    free(buf);
+    return st;
+}

@@ -1,0 +1,185 @@
+/*
+ * cmd_author.c: the kernel author's commands: `khub build DIR`,
+ * `khub keygen`, `khub sign DIR|FILE`.
+ */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+#include "kernel_build.h"
+#include "trust.h"
+
+/* ======================================================================== */
+/* khub build                                                               */
+/* ======================================================================== */
+
+static void print_progress(void *ud, const char *line)
+{
+    if (!*(int *)ud) fprintf(stderr, "  %s\n", line);
+}
+
+static const khub_cli_cmd cmd_build;
+
+static int run_build(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&cmd_build, argc, argv)) return 0;
+    const char *dir = NULL, *cc = NULL;
+    int quiet = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quiet") == 0 || strcmp(argv[i], "-q") == 0)
+            quiet = 1;
+        else if (strcmp(argv[i], "--cc") == 0 && i + 1 < argc)
+            cc = argv[++i];
+        else if (argv[i][0] == '-')
+            return khub_cli_usage(&cmd_build, "unknown option '%s'", argv[i]);
+        else if (!dir)
+            dir = argv[i];
+        else
+            return khub_cli_usage(&cmd_build, "more than one DIR");
+    }
+    if (!dir) return khub_cli_usage(&cmd_build, "missing DIR (a kernel source tree with kernel.json)");
+    khub_kernel_manifest *m = calloc(1, sizeof *m);
+    if (!m) return khub_cli_fail("build", "out of memory");
+    char err[KHUB_ERROR_SIZE];
+    if (khub__km_load(dir, m, err, sizeof err) != KHUB_STATUS_OK) {
+        free(m);
+        return khub_cli_fail("build", "%s", err);
+    }
+    if (!quiet) fprintf(stderr, "building %s %s (branch v%d)\n", m->repo, m->version, m->major);
+    khub_build_opts opts = {.cc = cc, .progress = print_progress, .progress_ud = &quiet};
+    khub_build_result res;
+    khub_status st = khub__kernel_build(m, &opts, &res, err, sizeof err);
+    free(m);
+    if (st != KHUB_STATUS_OK) return khub_cli_fail("build", "%s", err);
+    for (size_t i = 0; i < res.n_variants; i++) printf("%s/build/%s\n", dir, res.variants[i]);
+    if (res.skipped[0]) fprintf(stderr, "khub build: warning: %s\n", res.skipped);
+    return 0;
+}
+
+static const khub_cli_cmd cmd_build = {
+    "build", "build every variant of a kernel source tree into DIR/build/",
+    "usage: khub build DIR [--cc CC] [--quiet]\n\n"
+    "Reads DIR/kernel.json and builds each variant into DIR/build/<variant>/:\n"
+    "  khub1-cpu-<arch>-linux    one .so per CPU level (e.g. generic, avx2)\n"
+    "  khub1-cu<NN>-<arch>-linux CUDA host glue .so plus PTX (and cubins) per\n"
+    "                            compute capability, compiled with NVRTC\n"
+    "Every .so must pass the ABI gate (see 'khub check'). Each variant gets a\n"
+    "metadata.json with a SHA-256 per file and provenance, and an archive\n"
+    "DIR/build/<variant>.tar.gz for one-request downloads. Prints the variant\n"
+    "directories built.\n\n"
+    "  --cc CC    C compiler (default $CC or cc)\n"
+    "  --quiet    no progress lines\n",
+    run_build};
+KHUB_CLI_COMMAND(cmd_build)
+
+/* ======================================================================== */
+/* khub keygen                                                              */
+/* ======================================================================== */
+
+static const khub_cli_cmd cmd_keygen;
+
+static int run_keygen(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&cmd_keygen, argc, argv)) return 0;
+    const char *prefix = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') return khub_cli_usage(&cmd_keygen, "unknown option '%s'", argv[i]);
+        if (prefix) return khub_cli_usage(&cmd_keygen, "more than one PREFIX");
+        prefix = argv[i];
+    }
+    if (!prefix) return khub_cli_usage(&cmd_keygen, "missing PREFIX (writes PREFIX.key and PREFIX.pub)");
+    char priv[1100], pub[1100], err[KHUB_ERROR_SIZE], line[96];
+    snprintf(priv, sizeof priv, "%s.key", prefix);
+    snprintf(pub, sizeof pub, "%s.pub", prefix);
+    khub_pubkey key;
+    if (khub__key_generate(priv, pub, &key, err, sizeof err) != KHUB_STATUS_OK)
+        return khub_cli_fail("keygen", "%s", err);
+    khub__pubkey_format(&key, line, sizeof line);
+    printf("%s\nkey id %s\nprivate key: %s (keep it secret)\npublic key:  %s\n", line, key.id,
+           priv, pub);
+    return 0;
+}
+
+static const khub_cli_cmd cmd_keygen = {
+    "keygen", "generate an Ed25519 signing key pair",
+    "usage: khub keygen PREFIX\n\n"
+    "Writes PREFIX.key (PKCS#8 PEM, mode 0600) and PREFIX.pub (one line,\n"
+    "'khub-ed25519 <base64>'), and prints the public key and its key id.\n"
+    "Existing files are never overwritten. Put the public key line into a\n"
+    "verification policy's \"publishers\" to trust kernels signed with it.\n",
+    run_keygen};
+KHUB_CLI_COMMAND(cmd_keygen)
+
+/* ======================================================================== */
+/* khub sign                                                                */
+/* ======================================================================== */
+
+/* Signs DIR/build/<variant>/metadata.json for every variant and repacks each
+ * variant archive so it carries the signature. */
+static int sign_kernel_dir(const char *dir, const char *key)
+{
+    char build[1100], err[KHUB_ERROR_SIZE];
+    snprintf(build, sizeof build, "%s/build", dir);
+    DIR *d = opendir(build);
+    if (!d) return khub_cli_fail("sign", "%s: no build directory (run 'khub build %s' first)",
+                                 build, dir);
+    int signed_n = 0, rc = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        char meta[2400];
+        snprintf(meta, sizeof meta, "%s/%s/metadata.json", build, e->d_name);
+        struct stat sb;
+        if (stat(meta, &sb) != 0) continue;
+        if (khub__sign_file(key, meta, err, sizeof err) != KHUB_STATUS_OK ||
+            khub__variant_pack(build, e->d_name, err, sizeof err) != KHUB_STATUS_OK) {
+            rc = khub_cli_fail("sign", "%s", err);
+            break;
+        }
+        printf("signed %s\n", meta);
+        signed_n++;
+    }
+    closedir(d);
+    if (!rc && !signed_n) rc = khub_cli_fail("sign", "%s: no variant with a metadata.json", build);
+    return rc;
+}
+
+static const khub_cli_cmd cmd_sign;
+
+static int run_sign(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&cmd_sign, argc, argv)) return 0;
+    const char *key = NULL, *target = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--key") == 0 && i + 1 < argc)
+            key = argv[++i];
+        else if (argv[i][0] == '-')
+            return khub_cli_usage(&cmd_sign, "unknown option '%s'", argv[i]);
+        else if (!target)
+            target = argv[i];
+        else
+            return khub_cli_usage(&cmd_sign, "more than one target");
+    }
+    if (!key) return khub_cli_usage(&cmd_sign, "missing --key PRIVATE_KEY");
+    if (!target) return khub_cli_usage(&cmd_sign, "missing DIR or FILE");
+    struct stat sb;
+    if (stat(target, &sb) != 0) return khub_cli_fail("sign", "%s: no such file or directory", target);
+    if (S_ISDIR(sb.st_mode)) return sign_kernel_dir(target, key);
+    char err[KHUB_ERROR_SIZE];
+    if (khub__sign_file(key, target, err, sizeof err) != KHUB_STATUS_OK)
+        return khub_cli_fail("sign", "%s", err);
+    printf("signed %s -> %s.sig\n", target, target);
+    return 0;
+}
+
+static const khub_cli_cmd cmd_sign = {
+    "sign", "sign a kernel's metadata.json files with Ed25519",
+    "usage: khub sign --key PRIVATE_KEY DIR|FILE\n\n"
+    "With a kernel source DIR, signs every DIR/build/<variant>/metadata.json\n"
+    "(which lists the SHA-256 of every file of the variant), writing\n"
+    "metadata.json.sig next to it, and repacks the variant archive. With a\n"
+    "FILE, writes FILE.sig.\n",
+    run_sign};
+KHUB_CLI_COMMAND(cmd_sign)
