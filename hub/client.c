@@ -1,0 +1,512 @@
+/*
+ * client.c: the hub client's operations: revision -> commit, tree listings,
+ * and verified single-file downloads into the cache.
+ *
+ * A download is HEAD then GET (huggingface_hub's order): the HEAD names the
+ * blob (ETag: SHA-256 for LFS files, git blob SHA-1 otherwise) and its
+ * size, the GET fills a private temp file under the blob's lock, and only a
+ * file whose size and hash match is renamed into blobs/. A file already in
+ * the snapshot costs no request at all.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "hub_impl.h"
+
+#define MAX_TREE_PAGES 1000
+
+/* ======================================================================== */
+/* Resolving a revision                                                     */
+/* ======================================================================== */
+
+static int falls_back(khub_status st, const khub__http_resp *r)
+{
+    if (st == KHUB_STATUS_NETWORK) return 1;
+    if (st != KHUB_STATUS_OK) return 0;
+    return r->status >= 500 || r->status == 429 || !strcmp(r->error_code, "RepoNotFound") ||
+           !strcmp(r->error_code, "GatedRepo");
+}
+
+/* Highest refs/v<N> in the cache, else "main". */
+static void default_rev_offline(const char *repo_dir, char *rev, size_t size)
+{
+    char path[KHUB__PATH_MAX];
+    snprintf(rev, size, "main");
+    if (!KHUB__PATHF(path, "%s/refs", repo_dir)) return;
+    DIR *d = opendir(path);
+    struct dirent *de;
+    long best = -1;
+    while (d && (de = readdir(d))) {
+        char *end;
+        if (de->d_name[0] != 'v' || !de->d_name[1]) continue;
+        long v = strtol(de->d_name + 1, &end, 10);
+        if (*end == '\0' && v > best) best = v;
+    }
+    if (d) closedir(d);
+    if (best >= 0) snprintf(rev, size, "v%ld", best);
+}
+
+/* GET .../refs and pick branch v<N> (version >= 0) or the highest v<N>,
+ * else main (version < 0). */
+static khub_status resolve_from_refs(khub_hub *hub, const khub_hub_id *id, const char *json,
+                                     int32_t version, char *rev, size_t rev_size,
+                                     char commit[41])
+{
+    cJSON *root = cJSON_Parse(json);
+    cJSON *br = cJSON_GetObjectItemCaseSensitive(root, "branches"), *b;
+    if (!cJSON_IsArray(br)) {
+        cJSON_Delete(root);
+        return khub__hub_fail(hub, KHUB_STATUS_PARSE, "refs of %s/%s: no \"branches\" array",
+                              id->org, id->name);
+    }
+    long best = -1;
+    const char *best_sha = NULL, *main_sha = NULL;
+    char seen[256] = "";
+    cJSON_ArrayForEach(b, br)
+    {
+        cJSON *n = cJSON_GetObjectItemCaseSensitive(b, "name");
+        cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "targetCommit");
+        if (!cJSON_IsString(n) || !cJSON_IsString(t) || !khub__is_commit_hex(t->valuestring))
+            continue;
+        if (!strcmp(n->valuestring, "main")) main_sha = t->valuestring;
+        char *end;
+        if (n->valuestring[0] != 'v' || !n->valuestring[1]) continue;
+        long v = strtol(n->valuestring + 1, &end, 10);
+        if (*end) continue;
+        size_t l = strlen(seen);
+        snprintf(seen + l, sizeof seen - l, "%s%s", l ? ", " : "", n->valuestring);
+        if ((version >= 0 && v == version) || (version < 0 && v > best)) {
+            best = v;
+            best_sha = t->valuestring;
+        }
+    }
+    khub_status st = KHUB_STATUS_OK;
+    if (best_sha) {
+        snprintf(rev, rev_size, "v%ld", best);
+        memcpy(commit, best_sha, 41);
+    } else if (version < 0 && main_sha) {
+        snprintf(rev, rev_size, "main");
+        memcpy(commit, main_sha, 41);
+    } else if (version >= 0) {
+        st = khub__hub_fail(hub, KHUB_STATUS_REVISION_NOT_FOUND,
+                            "%s/%s has no version %d (branch v%d); available: %s", id->org,
+                            id->name, (int)version, (int)version, seen[0] ? seen : "none");
+    } else {
+        st = khub__hub_fail(hub, KHUB_STATUS_REVISION_NOT_FOUND,
+                            "%s/%s has neither a v<N> branch nor main", id->org, id->name);
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+static khub_status sha_from_info(khub_hub *hub, const khub_hub_id *id, const char *json,
+                                 char commit[41])
+{
+    cJSON *root = cJSON_Parse(json);
+    cJSON *sha = cJSON_GetObjectItemCaseSensitive(root, "sha");
+    khub_status st = KHUB_STATUS_OK;
+    if (cJSON_IsString(sha) && khub__is_commit_hex(sha->valuestring))
+        memcpy(commit, sha->valuestring, 41);
+    else
+        st = khub__hub_fail(hub, KHUB_STATUS_PARSE,
+                            "repo info of %s/%s@%s has no 40-hex \"sha\"", id->org, id->name,
+                            id->revision);
+    cJSON_Delete(root);
+    return st;
+}
+
+static khub_status resolve_online(khub_hub *hub, const khub_hub_id *id, const char *repo_dir,
+                                  char *rev, size_t rev_size, char commit[41])
+{
+    char url[4096], qrev[1024], what[512];
+    int by_refs = id->rev_kind != KHUB_HUB_REV_NAME;
+    if (by_refs) {
+        if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub),
+                         id->org, id->name))
+            return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "URL too long");
+    } else {
+        KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(hub, id->revision, 0, qrev, sizeof qrev));
+        if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/revision/%s", hub->endpoint,
+                         khub__repo_api_type(hub), id->org, id->name, qrev))
+            return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "URL too long");
+    }
+    snprintf(what, sizeof what, "resolving %s/%s@%s", id->org, id->name,
+             id->rev_kind == KHUB_HUB_REV_DEFAULT ? "(default)" : id->revision);
+    khub__http_resp r = {0};
+    khub__http_req req = {.method = "GET", .url = url, .auth = 1, .what = what};
+    int saved = hub->err_set;
+    khub_status st = khub__http_fetch(hub, &req, &r);
+    if (falls_back(st, &r)) {
+        char fb_rev[KHUB_HUB_REV_MAX + 1];
+        if (id->rev_kind == KHUB_HUB_REV_DEFAULT)
+            default_rev_offline(repo_dir, fb_rev, sizeof fb_rev);
+        else
+            snprintf(fb_rev, sizeof fb_rev, "%s", id->revision);
+        int s2 = hub->err_set;
+        hub->err_set = 1;
+        khub_status rs = khub__cache_read_ref(hub, repo_dir, fb_rev, commit);
+        hub->err_set = s2;
+        if (rs == KHUB_STATUS_OK) {
+            khub__log(NULL, KHUB_LOG_WARN, "%s: hub unreachable or refused (%s); using the "
+                      "cached refs/%s", what, st == KHUB_STATUS_OK ? r.error_code : hub->errmsg,
+                      fb_rev);
+            hub->err_set = saved;
+            hub->errmsg[0] = '\0';
+            snprintf(rev, rev_size, "%s", fb_rev);
+            khub__http_resp_free(&r);
+            return KHUB_STATUS_OK;
+        }
+    }
+    if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 300))
+        st = khub__http_error(hub, &r, what);
+    if (st == KHUB_STATUS_OK) {
+        if (by_refs) {
+            st = resolve_from_refs(hub, id, r.body ? r.body : "", id->version, rev, rev_size,
+                                   commit);
+        } else {
+            snprintf(rev, rev_size, "%s", id->revision);
+            st = sha_from_info(hub, id, r.body ? r.body : "", commit);
+        }
+    }
+    khub__http_resp_free(&r);
+    return st;
+}
+
+khub_status khub_hub_resolve(khub_hub *hub, const khub_hub_id *id, char commit_out[41])
+{
+    if (!hub || !id || !commit_out)
+        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_resolve: NULL argument");
+    khub__hub_clear(hub);
+    if (id->rev_kind == KHUB_HUB_REV_COMMIT) {
+        memcpy(commit_out, id->revision, 41);
+        return KHUB_STATUS_OK;
+    }
+    char repo_dir[KHUB__PATH_MAX], rev[KHUB_HUB_REV_MAX + 1];
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
+    if (hub->offline) {
+        if (id->rev_kind == KHUB_HUB_REV_DEFAULT)
+            default_rev_offline(repo_dir, rev, sizeof rev);
+        else
+            snprintf(rev, sizeof rev, "%s", id->revision);
+        khub_status st = khub__cache_read_ref(hub, repo_dir, rev, commit_out);
+        if (st == KHUB_STATUS_NOT_FOUND)
+            return khub__hub_fail(hub, KHUB_STATUS_OFFLINE,
+                                  "%s/%s@%s is not cached (no %s/refs/%s) and HF_HUB_OFFLINE "
+                                  "forbids the network; download it once online", id->org,
+                                  id->name, rev, repo_dir, rev);
+        return st;
+    }
+    KHUB_FORWARD_IF_ERROR(NULL, resolve_online(hub, id, repo_dir, rev, sizeof rev, commit_out));
+    khub__cache_tag(hub);
+    return khub__cache_write_ref(hub, repo_dir, rev, commit_out);
+}
+
+/* ======================================================================== */
+/* Tree listings                                                            */
+/* ======================================================================== */
+
+void khub__tree_free(khub__tree *t)
+{
+    if (!t) return;
+    for (size_t i = 0; i < t->count; i++) free(t->items[i].path);
+    free(t->items);
+    memset(t, 0, sizeof *t);
+}
+
+static int is_hex_n(const char *s, size_t n)
+{
+    if (strlen(s) != n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    return 1;
+}
+
+khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n, khub__tree *t)
+{
+    cJSON *root = cJSON_ParseWithLength(json, n), *e;
+    if (!cJSON_IsArray(root)) {
+        cJSON_Delete(root);
+        return khub__hub_fail(hub, KHUB_STATUS_PARSE, "tree listing is not a JSON array");
+    }
+    khub_status st = KHUB_STATUS_OK;
+    cJSON_ArrayForEach(e, root)
+    {
+        cJSON *type = cJSON_GetObjectItemCaseSensitive(e, "type");
+        cJSON *path = cJSON_GetObjectItemCaseSensitive(e, "path");
+        cJSON *size = cJSON_GetObjectItemCaseSensitive(e, "size");
+        cJSON *oid = cJSON_GetObjectItemCaseSensitive(e, "oid");
+        cJSON *lfs = cJSON_GetObjectItemCaseSensitive(e, "lfs");
+        cJSON *lfs_oid = cJSON_GetObjectItemCaseSensitive(lfs, "oid");
+        if (!cJSON_IsString(type) || !cJSON_IsString(path)) {
+            st = khub__hub_fail(hub, KHUB_STATUS_PARSE, "tree entry without type or path");
+            break;
+        }
+        if (!khub__path_is_safe(path->valuestring)) {
+            st = khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
+                                "tree entry \"%.200s\" is not a safe relative path; refusing "
+                                "the listing", path->valuestring);
+            break;
+        }
+        khub__tree_entry ent = {0};
+        ent.is_dir = strcmp(type->valuestring, "directory") == 0;
+        if (!ent.is_dir && strcmp(type->valuestring, "file") != 0) continue;
+        if (!ent.is_dir) {
+            if (!cJSON_IsNumber(size) || size->valuedouble < 0 || size->valuedouble > 1e15 ||
+                !cJSON_IsString(oid) || !is_hex_n(oid->valuestring, 40) ||
+                (lfs && (!cJSON_IsString(lfs_oid) || !is_hex_n(lfs_oid->valuestring, 64)))) {
+                st = khub__hub_fail(hub, KHUB_STATUS_PARSE,
+                                    "tree entry %.200s: bad size, oid or lfs.oid",
+                                    path->valuestring);
+                break;
+            }
+            ent.size = (uint64_t)size->valuedouble;
+            memcpy(ent.oid, oid->valuestring, 41);
+            if (lfs) memcpy(ent.lfs_sha256, lfs_oid->valuestring, 65);
+        }
+        if (t->count == t->cap) {
+            size_t cap = t->cap ? 2 * t->cap : 64;
+            khub__tree_entry *v = realloc(t->items, cap * sizeof *v);
+            if (!v) {
+                st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory in a tree listing");
+                break;
+            }
+            t->items = v;
+            t->cap = cap;
+        }
+        ent.path = strdup(path->valuestring);
+        t->items[t->count++] = ent;
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                            const char *sub, int recursive, khub__tree *out)
+{
+    char url[4096], qsub[2048] = "", what[512];
+    if (sub[0]) KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(hub, sub, 0, qsub, sizeof qsub));
+    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/tree/%s%s%s?recursive=%s&expand=false",
+                     hub->endpoint, khub__repo_api_type(hub), id->org, id->name, commit,
+                     sub[0] ? "/" : "", qsub, recursive ? "true" : "false"))
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "tree URL too long");
+    snprintf(what, sizeof what, "listing %s/%s@%.12s/%s", id->org, id->name, commit, sub);
+    for (int page = 0; page < MAX_TREE_PAGES; page++) {
+        khub__http_resp r = {0};
+        khub__http_req req = {.method = "GET", .url = url, .auth = 1, .what = what};
+        khub_status st = khub__http_fetch(hub, &req, &r);
+        if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 300))
+            st = khub__http_error(hub, &r, what);
+        if (st == KHUB_STATUS_OK) st = khub__tree_parse(hub, r.body ? r.body : "", r.body_len, out);
+        if (st == KHUB_STATUS_OK && r.link_next[0] &&
+            strncmp(r.link_next, hub->endpoint, strlen(hub->endpoint)) != 0)
+            st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
+                                "%s: the next-page link %.200s leaves %s; refusing it", what,
+                                r.link_next, hub->endpoint);
+        int more = r.link_next[0] != '\0';
+        if (more) snprintf(url, sizeof url, "%s", r.link_next);
+        khub__http_resp_free(&r);
+        if (st != KHUB_STATUS_OK) return st;
+        if (!more) return KHUB_STATUS_OK;
+    }
+    return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: more than %d pages", what,
+                          MAX_TREE_PAGES);
+}
+
+/* ======================================================================== */
+/* Downloading one file                                                     */
+/* ======================================================================== */
+
+typedef struct file_sink {
+    khub_hub *hub;
+    int fd;
+    uint64_t have, expect;
+    const char *path;
+    khub_status st;
+} file_sink;
+
+static khub_status fs_start(void *ud, long status, int64_t range_start)
+{
+    file_sink *f = ud;
+    if (status == 200 && f->have > 0) { /* the server ignored Range: start over */
+        if (ftruncate(f->fd, 0) != 0)
+            return f->st = khub__hub_fail(f->hub, KHUB_STATUS_IO, "cannot truncate: %s",
+                                          strerror(errno));
+        f->have = 0;
+    } else if (status == 206 && range_start != (int64_t)f->have) {
+        return f->st = khub__hub_fail(f->hub, KHUB_STATUS_HTTP,
+                                      "%s: asked for bytes from %llu, got a range from %lld",
+                                      f->path, (unsigned long long)f->have,
+                                      (long long)range_start);
+    }
+    return KHUB_STATUS_OK;
+}
+
+static size_t fs_write(void *ud, const void *data, size_t n)
+{
+    file_sink *f = ud;
+    if (f->have + n > f->expect) {
+        f->st = khub__hub_fail(f->hub, KHUB_STATUS_OVERFLOW,
+                               "%s: the server sent more than the %llu bytes it announced; "
+                               "nothing was stored", f->path, (unsigned long long)f->expect);
+        return 0;
+    }
+    const char *p = data;
+    size_t left = n;
+    while (left > 0) {
+        ssize_t w = write(f->fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            f->st = khub__hub_fail(f->hub, KHUB_STATUS_IO, "%s: write failed: %s", f->path,
+                                   strerror(errno));
+            return 0;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    f->have += n;
+    if (f->hub->progress) f->hub->progress(f->hub->progress_ud, f->path, f->have, f->expect);
+    return n;
+}
+
+static uint64_t fs_offset(void *ud) { return ((file_sink *)ud)->have; }
+
+static khub_status verify_blob(khub_hub *hub, const char *tmp, const char *etag,
+                               const char *path)
+{
+    char got[65];
+    khub_status st = strlen(etag) == 64 ? khub__sha256_file_hex(tmp, got)
+                                        : khub__git_blob_sha1_file(tmp, got);
+    if (st != KHUB_STATUS_OK)
+        return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot hash %s", tmp);
+    if (!khub__digest_eq(got, etag))
+        return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
+                              "%s: content %s is %s but the hub announced %s; nothing was "
+                              "stored", path, strlen(etag) == 64 ? "SHA-256" : "git blob SHA-1",
+                              got, etag);
+    return KHUB_STATUS_OK;
+}
+
+static int is_regular(const char *path)
+{
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* GETs url into blobs/<etag> under the blob lock. */
+static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *repo_dir,
+                              const char *url, const char *etag, uint64_t size, const char *path)
+{
+    char folder[256], blob[KHUB__PATH_MAX], tmp[KHUB__PATH_MAX];
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_folder(hub, id, folder, sizeof folder));
+    if (!KHUB__PATHF(blob, "%s/blobs/%s", repo_dir, etag))
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "blob path too long");
+    int lock = -1, fd = -1;
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_lock(hub, folder, etag, &lock));
+    khub_status st = KHUB_STATUS_OK;
+    if (is_regular(blob)) goto done; /* another process finished it while we waited */
+    uint64_t have = 0;
+    st = khub__cache_blob_tmp(hub, repo_dir, etag, tmp, sizeof tmp, &fd, &have);
+    if (st != KHUB_STATUS_OK) goto done;
+    if (have > size && ftruncate(fd, 0) == 0) have = 0;
+    file_sink fsk = {hub, fd, have, size, path, KHUB_STATUS_OK};
+    khub__sink sink = {&fsk, fs_start, fs_write, fs_offset};
+    char what[512];
+    snprintf(what, sizeof what, "downloading %s/%s/%s", id->org, id->name, path);
+    khub__http_resp r = {0};
+    khub__http_req req = {.method = "GET", .url = url, .auth = 1, .follow_absolute = 1,
+                          .sink = &sink, .what = what};
+    if (fsk.have < size || size == 0) st = khub__http_fetch(hub, &req, &r);
+    int complete416 = r.status == 416 && fsk.have == size;
+    if (st == KHUB_STATUS_OK && r.status && (r.status < 200 || r.status >= 300) && !complete416)
+        st = khub__http_error(hub, &r, what);
+    khub__http_resp_free(&r);
+    if (st == KHUB_STATUS_OK && fsk.have != size)
+        st = khub__hub_fail(hub, KHUB_STATUS_TRUNCATED,
+                            "%s: got %llu of %llu bytes; nothing was stored", what,
+                            (unsigned long long)fsk.have, (unsigned long long)size);
+    if (st == KHUB_STATUS_OK) st = verify_blob(hub, tmp, etag, path);
+    if (st == KHUB_STATUS_OK) {
+        st = khub__cache_publish_blob(hub, fd, tmp, blob);
+        fd = -1;
+    }
+    if (fd >= 0) close(fd);
+    /* A transport failure keeps the bytes for a resume (under this lock,
+     * hash-checked at the end); anything else is thrown away. */
+    if (st != KHUB_STATUS_OK && st != KHUB_STATUS_NETWORK) unlink(tmp);
+done:
+    khub__cache_unlock(lock);
+    return st;
+}
+
+khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                   const char *path, char **path_out)
+{
+    if (!hub || !id || !commit || !path || !path_out)
+        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_download_file: NULL argument");
+    khub__hub_clear(hub);
+    *path_out = NULL;
+    if (!khub__is_commit_hex(commit))
+        return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG,
+                              "download needs a 40-hex commit, got \"%.60s\"; resolve first",
+                              commit);
+    if (!khub__path_is_safe(path))
+        return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
+                              "refusing repo path \"%.200s\": absolute or with \"..\"", path);
+    char repo_dir[KHUB__PATH_MAX], snap[KHUB__PATH_MAX];
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
+    if (!KHUB__PATHF(snap, "%s/snapshots/%s/%s", repo_dir, commit, path))
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "snapshot path too long");
+    if (!is_regular(snap)) {
+        if (hub->offline)
+            return khub__hub_fail(hub, KHUB_STATUS_OFFLINE,
+                                  "%s/%s@%.12s: %s is not cached and HF_HUB_OFFLINE forbids "
+                                  "the network", id->org, id->name, commit, path);
+        char url[4096], qpath[2048], what[512];
+        KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(hub, path, 1, qpath, sizeof qpath));
+        if (!KHUB__PATHF(url, "%s/%s%s/%s/resolve/%s/%s", hub->endpoint,
+                         khub__repo_url_prefix(hub), id->org, id->name, commit, qpath))
+            return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "resolve URL too long");
+        snprintf(what, sizeof what, "HEAD %s/%s@%.12s/%s", id->org, id->name, commit, path);
+        khub__http_resp r = {0};
+        khub__http_req req = {.method = "HEAD", .url = url, .auth = 1, .what = what};
+        khub_status st = khub__http_fetch(hub, &req, &r);
+        int redirect = r.status >= 300 && r.status < 400;
+        if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 400))
+            st = khub__http_error(hub, &r, what);
+        const char *etag = r.linked_etag[0] ? r.linked_etag : r.etag;
+        int64_t size = r.linked_size >= 0 ? r.linked_size : redirect ? -1 : r.content_length;
+        if (st == KHUB_STATUS_OK && strcmp(r.repo_commit, commit) != 0)
+            st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
+                                "%s: X-Repo-Commit is \"%s\", not the commit asked for; is %s "
+                                "a Hub?", what, r.repo_commit, hub->endpoint);
+        if (st == KHUB_STATUS_OK && !is_hex_n(etag, 40) && !is_hex_n(etag, 64))
+            st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
+                                "%s: no usable ETag (got \"%.80s\"); need a git SHA-1 or a "
+                                "SHA-256", what, etag);
+        if (st == KHUB_STATUS_OK && size < 0)
+            st = khub__hub_fail(hub, KHUB_STATUS_HTTP, "%s: no X-Linked-Size or Content-Length",
+                                what);
+        char etag_copy[80];
+        snprintf(etag_copy, sizeof etag_copy, "%s", etag);
+        khub__http_resp_free(&r);
+        KHUB_FORWARD_IF_ERROR(NULL, st);
+        char blob[KHUB__PATH_MAX];
+        if (!KHUB__PATHF(blob, "%s/blobs/%s", repo_dir, etag_copy))
+            return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "blob path too long");
+        khub__cache_tag(hub);
+        if (!is_regular(blob))
+            KHUB_FORWARD_IF_ERROR(NULL, fetch_blob(hub, id, repo_dir, url, etag_copy,
+                                                   (uint64_t)size, path));
+        KHUB_FORWARD_IF_ERROR(NULL, khub__cache_link(hub, repo_dir, commit, path, etag_copy));
+    }
+    *path_out = strdup(snap);
+    return *path_out ? KHUB_STATUS_OK : khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
+}

@@ -1,0 +1,193 @@
+/*
+ * hub.c: the khub_hub handle: configuration from options and the
+ * environment (endpoint, token, cache, offline mode), error messages,
+ * counters.
+ */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "hub_impl.h"
+
+/* ======================================================================== */
+/* Errors                                                                   */
+/* ======================================================================== */
+
+khub_status khub__hub_fail(khub_hub *hub, khub_status st, const char *fmt, ...)
+{
+    char msg[KHUB_ERROR_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '\r') *p = ' ';
+    if (hub && hub->err_set) return st;
+    if (hub) {
+        memcpy(hub->errmsg, msg, sizeof msg);
+        hub->err_set = 1;
+    }
+    khub__fail(NULL, st, "%s", msg);
+    return st;
+}
+
+void khub__hub_clear(khub_hub *hub)
+{
+    hub->err_set = 0;
+    hub->errmsg[0] = '\0';
+}
+
+const char *khub_hub_errmsg(const khub_hub *hub) { return hub ? hub->errmsg : khub_last_error(); }
+const char *khub_hub_cache_dir(const khub_hub *hub) { return hub ? hub->cache_dir : NULL; }
+int         khub_hub_is_offline(const khub_hub *hub) { return hub ? hub->offline : 0; }
+uint64_t    khub_hub_request_count(const khub_hub *hub) { return hub ? hub->n_requests : 0; }
+
+void khub_hub_set_progress(khub_hub *hub, khub_hub_progress_fn fn, void *ud)
+{
+    if (!hub) return;
+    hub->progress = fn;
+    hub->progress_ud = ud;
+}
+
+const char *khub__repo_api_type(const khub_hub *hub)
+{
+    return hub->repo_type == KHUB_HUB_REPO_MODEL ? "models" : "kernels";
+}
+
+const char *khub__repo_url_prefix(const khub_hub *hub)
+{
+    return hub->repo_type == KHUB_HUB_REPO_MODEL ? "" : "kernels/";
+}
+
+/* ======================================================================== */
+/* Configuration                                                            */
+/* ======================================================================== */
+
+/* huggingface_hub's truthy values: 1, ON, YES, TRUE (any case). */
+static int env_truthy(const char *name)
+{
+    const char *v = getenv(name);
+    if (!v) return 0;
+    return !strcasecmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "yes") ||
+           !strcasecmp(v, "true");
+}
+
+static const char *env_nonempty(const char *name)
+{
+    const char *v = getenv(name);
+    return v && v[0] ? v : NULL;
+}
+
+/* Reads a token file: surrounding whitespace stripped; empty means none. */
+static char *read_token_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char buf[1024];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *s = buf;
+    while (*s && isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s[0] ? strdup(s) : NULL;
+}
+
+/* HF_TOKEN, HUGGING_FACE_HUB_TOKEN, then $HF_TOKEN_PATH, $HF_HOME/token,
+ * ~/.cache/huggingface/token (XDG_CACHE_HOME honoured). */
+static char *find_token(void)
+{
+    const char *t = env_nonempty("HF_TOKEN");
+    if (!t) t = env_nonempty("HUGGING_FACE_HUB_TOKEN");
+    if (t) return strdup(t);
+    char path[KHUB__PATH_MAX];
+    if (env_nonempty("HF_TOKEN_PATH")) return read_token_file(getenv("HF_TOKEN_PATH"));
+    if (env_nonempty("HF_HOME")) {
+        snprintf(path, sizeof path, "%s/token", getenv("HF_HOME"));
+    } else if (env_nonempty("XDG_CACHE_HOME")) {
+        snprintf(path, sizeof path, "%s/huggingface/token", getenv("XDG_CACHE_HOME"));
+    } else if (env_nonempty("HOME")) {
+        snprintf(path, sizeof path, "%s/.cache/huggingface/token", getenv("HOME"));
+    } else {
+        return NULL;
+    }
+    return read_token_file(path);
+}
+
+static char *endpoint_from(const char *given)
+{
+    const char *e = given ? given : env_nonempty("HF_ENDPOINT");
+    if (!e) e = "https://huggingface.co";
+    char *s = strdup(e);
+    if (!s) return NULL;
+    size_t n = strlen(s);
+    while (n > 0 && s[n - 1] == '/') s[--n] = '\0';
+    return s;
+}
+
+static int clamp_default(int32_t v, int def, int max)
+{
+    if (v <= 0) return def;
+    return v > max ? max : (int)v;
+}
+
+khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
+{
+    if (!out) return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_new: out is NULL");
+    *out = NULL;
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .offline = -1};
+    if (opts) {
+        if (opts->struct_size < offsetof(khub_hub_opts, max_retry_after_s) + sizeof(int32_t))
+            return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE,
+                              "khub_hub_new: opts.struct_size %u is below the 0.1 size %zu",
+                              opts->struct_size, sizeof(khub_hub_opts));
+        o = *opts;
+    }
+    if (o.repo_type > KHUB_HUB_REPO_MODEL)
+        return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "khub_hub_new: unknown repo_type %u",
+                          o.repo_type);
+    khub_hub *hub = calloc(1, sizeof *hub);
+    if (!hub) return khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_hub_new: out of memory");
+    hub->repo_type = o.repo_type;
+    hub->offline = o.offline < 0 ? (env_truthy("HF_HUB_OFFLINE") ||
+                                    env_truthy("TRANSFORMERS_OFFLINE"))
+                                 : o.offline != 0;
+    hub->max_tries = clamp_default(o.max_tries, 5, 20);
+    hub->backoff_ms = clamp_default(o.backoff_ms, 1000, 60000);
+    hub->timeout_s = clamp_default(o.timeout_s, 10, 3600);
+    hub->max_retry_after_s = clamp_default(o.max_retry_after_s, 60, 3600);
+    hub->endpoint = endpoint_from(o.endpoint);
+    if (o.token)
+        hub->token = o.token[0] ? strdup(o.token) : NULL;
+    else
+        hub->token = find_token();
+    khub_status st = KHUB_STATUS_OK;
+    if (o.cache_dir)
+        hub->cache_dir = strdup(o.cache_dir);
+    else
+        st = khub__cache_default_dir(hub, &hub->cache_dir);
+    if (st == KHUB_STATUS_OK && (!hub->endpoint || !hub->cache_dir))
+        st = khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_hub_new: out of memory");
+    if (st != KHUB_STATUS_OK) {
+        khub_hub_free(hub);
+        return st;
+    }
+    *out = hub;
+    return KHUB_STATUS_OK;
+}
+
+void khub_hub_free(khub_hub *hub)
+{
+    if (!hub) return;
+    free(hub->endpoint);
+    free(hub->cache_dir);
+    if (hub->token) {
+        memset(hub->token, 0, strlen(hub->token));
+        free(hub->token);
+    }
+    free(hub);
+}

@@ -1,0 +1,213 @@
+/*
+ * hub_impl.h: what the files of hub/ share: the khub_hub handle, the cache
+ * layout helpers (cache.c), the HTTP exchange (http.c), tree listings
+ * (client.c) and the archive unpacker (archive.c). Nothing outside hub/ and
+ * tests includes it.
+ */
+#ifndef KHUB_HUB_IMPL_H
+#define KHUB_HUB_IMPL_H
+
+#include <stdint.h>
+
+#include "internal.h"
+#include "khub/khub_hub.h"
+
+#define KHUB__PATH_MAX 4096
+
+/* snprintf into an array; true when it fit (so no silent truncation). */
+#define KHUB__PATHF(buf, ...) (snprintf((buf), sizeof(buf), __VA_ARGS__) < (int)sizeof(buf))
+
+struct khub_hub {
+    char *endpoint;  /* no trailing '/' */
+    char *cache_dir; /* cache root */
+    char *token;     /* NULL = send none */
+    int offline;
+    uint32_t repo_type;
+    int max_tries, backoff_ms, timeout_s, max_retry_after_s;
+    uint64_t n_requests;
+    khub_hub_progress_fn progress;
+    void *progress_ud;
+    int err_set;
+    char errmsg[KHUB_ERROR_SIZE];
+};
+
+/* First failure since the last khub__hub_clear wins; also sets
+ * khub_last_error(). Returns st. */
+KHUB_INTERNAL khub_status khub__hub_fail(khub_hub *hub, khub_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+KHUB_INTERNAL void khub__hub_clear(khub_hub *hub);
+
+/* "kernels" or "models" (API path), "kernels/" or "" (file URL prefix). */
+KHUB_INTERNAL const char *khub__repo_api_type(const khub_hub *hub);
+KHUB_INTERNAL const char *khub__repo_url_prefix(const khub_hub *hub);
+
+/* ------------------------------------------------------------------------ */
+/* Cache (cache.c)                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* The default cache root from the environment (KHUB_CACHE, HF_HUB_CACHE,
+ * HUGGINGFACE_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub,
+ * ~/.cache/huggingface/hub). Caller frees. */
+KHUB_INTERNAL khub_status khub__cache_default_dir(khub_hub *hub, char **out);
+/* "kernels--org--name" into buf. */
+KHUB_INTERNAL khub_status khub__cache_repo_folder(khub_hub *hub, const khub_hub_id *id, char *buf,
+                                                  size_t size);
+/* <cache>/<repo folder> into buf. */
+KHUB_INTERNAL khub_status khub__cache_repo_dir(khub_hub *hub, const khub_hub_id *id, char *buf,
+                                               size_t size);
+/* True for a repo-relative path that is safe to join: not empty, not
+ * absolute, no drive letter, no backslash, no control character, no empty,
+ * "." or ".." segment. */
+KHUB_INTERNAL bool khub__path_is_safe(const char *rel);
+KHUB_INTERNAL bool khub__is_commit_hex(const char *s);
+/* mkdir -p (mode 0755). */
+KHUB_INTERNAL khub_status khub__mkdirs(khub_hub *hub, const char *path);
+/* Writes data to path through a unique temp file, fsync and rename. */
+KHUB_INTERNAL khub_status khub__atomic_write(khub_hub *hub, const char *path, const void *data,
+                                             size_t n);
+/* refs/<rev> holds exactly 40 hex digits without a newline. */
+KHUB_INTERNAL khub_status khub__cache_read_ref(khub_hub *hub, const char *repo_dir,
+                                               const char *rev, char commit[41]);
+KHUB_INTERNAL khub_status khub__cache_write_ref(khub_hub *hub, const char *repo_dir,
+                                                const char *rev, const char *commit);
+/* Writes CACHEDIR.TAG at the cache root if it is missing. */
+KHUB_INTERNAL void khub__cache_tag(khub_hub *hub);
+
+/* A per-blob lock: .locks/<repo folder>/<etag>.lock, flock'ed exclusively.
+ * Blocks until it is ours. */
+KHUB_INTERNAL khub_status khub__cache_lock(khub_hub *hub, const char *folder, const char *etag,
+                                           int *fd_out);
+KHUB_INTERNAL void khub__cache_unlock(int fd);
+/* Creates blobs/<etag>.<8 hex>.incomplete (O_EXCL); with the blob lock held,
+ * an orphan left by a killed process is adopted (renamed to the new name,
+ * its bytes kept for a Range resume; the final hash check guards it) and
+ * any other orphans are removed. */
+KHUB_INTERNAL khub_status khub__cache_blob_tmp(khub_hub *hub, const char *repo_dir,
+                                               const char *etag, char *tmp, size_t size,
+                                               int *fd_out, uint64_t *have);
+/* fsync(fd), chmod to 0666 & ~umask, rename tmp to blobs/<etag>, fsync the
+ * directory. Closes fd. */
+KHUB_INTERNAL khub_status khub__cache_publish_blob(khub_hub *hub, int fd, const char *tmp,
+                                                   const char *blob);
+/* snapshots/<commit>/<rel> -> ../../(...)blobs/<etag>, replaced atomically. */
+KHUB_INTERNAL khub_status khub__cache_link(khub_hub *hub, const char *repo_dir,
+                                           const char *commit, const char *rel,
+                                           const char *etag);
+
+/* ------------------------------------------------------------------------ */
+/* Tree listings                                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct khub__tree_entry {
+    char *path;            /* repo-relative, validated with khub__path_is_safe */
+    int is_dir;
+    uint64_t size;
+    char oid[41];          /* git blob sha1 ("" for directories) */
+    char lfs_sha256[65];   /* "" for regular files */
+} khub__tree_entry;
+
+typedef struct khub__tree {
+    khub__tree_entry *items;
+    size_t count, cap;
+} khub__tree;
+
+KHUB_INTERNAL void khub__tree_free(khub__tree *t);
+/* Lists the tree of the repo at commit under sub ("" = root), following
+ * next-page links that stay on the endpoint. */
+KHUB_INTERNAL khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id,
+                                          const char *commit, const char *sub, int recursive,
+                                          khub__tree *out);
+/* Parses one page of a tree listing (a JSON array) and appends it. */
+KHUB_INTERNAL khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n,
+                                           khub__tree *t);
+/* trees/<commit>.json in huggingface_hub's format_version 1. */
+KHUB_INTERNAL khub_status khub__cache_write_tree(khub_hub *hub, const char *repo_dir,
+                                                 const char *commit, const khub__tree *t);
+
+/* ------------------------------------------------------------------------ */
+/* HTTP (http.c)                                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef struct khub__http_resp {
+    long status;
+    char repo_commit[41];
+    char etag[80];          /* normalised: no W/, no quotes */
+    char linked_etag[80];
+    int64_t linked_size;    /* -1 = absent */
+    int64_t content_length; /* -1 = absent */
+    int64_t range_start;    /* from Content-Range of a 206, -1 = absent */
+    long retry_after;       /* seconds, -1 = absent */
+    char location[2048];
+    char error_code[64];
+    char error_message[256];
+    char link_next[2048];
+    char final_url[2048];
+    char *body;             /* NUL-terminated; owned, free with khub__http_resp_free */
+    size_t body_len, body_cap;
+} khub__http_resp;
+
+/* Receives the body of a 2xx response. start() is called once per response
+ * with its status (200 means "from offset 0": the sink truncates), write()
+ * returns 0 to abort the transfer. */
+typedef struct khub__sink {
+    void *ud;
+    khub_status (*start)(void *ud, long status, int64_t range_start);
+    size_t (*write)(void *ud, const void *data, size_t n);
+    uint64_t (*offset)(void *ud); /* bytes held so far: the next Range start */
+} khub__sink;
+
+typedef struct khub__http_req {
+    const char *method;     /* "GET" or "HEAD" */
+    const char *url;
+    int auth;               /* send the token (only to the URL's own host) */
+    int follow_absolute;    /* follow absolute redirects (dropping auth across hosts) */
+    const khub__sink *sink; /* NULL = buffer the body (up to 16 MiB) */
+    const char *what;       /* "resolving org/name@main" for messages */
+} khub__http_req;
+
+/* One request with redirects and retries (408, 429, 5xx and transport
+ * errors, backoff doubling from hub->backoff_ms, Retry-After honoured up to
+ * hub->max_retry_after_s). Relative redirects and same-host ones keep the
+ * Authorization header; any other host gets none. Fails with OFFLINE without
+ * touching the network when hub is offline. Returns OK for any final HTTP
+ * status; the caller maps non-2xx with khub__http_error. */
+KHUB_INTERNAL khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req,
+                                           khub__http_resp *resp);
+KHUB_INTERNAL void khub__http_resp_free(khub__http_resp *resp);
+/* Maps a non-2xx response to a status and message (X-Error-Code first). */
+KHUB_INTERNAL khub_status khub__http_error(khub_hub *hub, const khub__http_resp *resp,
+                                           const char *what);
+/* Percent-encodes s into buf (RFC 3986 unreserved kept; '/' kept when
+ * keep_slash). */
+KHUB_INTERNAL khub_status khub__url_quote(khub_hub *hub, const char *s, int keep_slash, char *buf,
+                                          size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Hashes of content (client.c)                                             */
+/* ------------------------------------------------------------------------ */
+
+/* Git blob id: sha1("blob <len>\0" + content), of a file. */
+KHUB_INTERNAL khub_status khub__git_blob_sha1_file(const char *path, char hex[41]);
+KHUB_INTERNAL khub_status khub__git_blob_sha1_buf(const void *data, size_t n, char hex[41]);
+
+/* ------------------------------------------------------------------------ */
+/* Archives (archive.c)                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct khub__unpack_limits {
+    uint64_t max_entry_bytes; /* 0 = 1 GiB */
+    uint64_t max_total_bytes; /* 0 = 4 GiB */
+    uint64_t max_entries;     /* 0 = 100000 */
+    uint64_t max_ratio;       /* unpacked/packed, 0 = 200 */
+} khub__unpack_limits;
+
+/* Unpacks a .tar.gz (or any libarchive tar) into dest, which must not exist
+ * yet; refuses absolute paths, "..", links of any kind leaving dest or
+ * hard links, devices, FIFOs, sockets, and entries over the limits. On
+ * failure dest is removed. Statuses: UNSAFE_PATH, OVERFLOW, PARSE, IO. */
+KHUB_INTERNAL khub_status khub__archive_unpack(khub_hub *hub, const char *archive,
+                                               const char *dest, const khub__unpack_limits *lim);
+/* rm -rf path (no symlink is followed). */
+KHUB_INTERNAL void khub__rmtree(const char *path);
+
+#endif /* KHUB_HUB_IMPL_H */

@@ -1,0 +1,33 @@
+/*
+ * server.h: the local hub server behind `khub serve` (libmicrohttpd). It
+ * serves a folder of kernel repos with the read endpoints of the Hub
+ * protocol; docs/hub-server.md describes the folder layout and the fault
+ * injection used by the tests. Internal: used by tools/cli and tests.
+ */
+#ifndef KHUB_HUB_SERVER_H
+#define KHUB_HUB_SERVER_H
+
+#include <stdint.h>
+
+#include "hub_impl.h"
+
+typedef struct khub__server khub__server;
+
+typedef struct khub__server_opts {
+    const char *dir;      /* the repos folder: <dir>/<org>/<name>/refs.json, commits/<sha>/ */
+    const char *host;     /* IPv4 address to bind, NULL = 127.0.0.1 */
+    uint16_t port;        /* 0 = an ephemeral port */
+    uint32_t page_size;   /* tree entries per page, 0 = 1000 */
+    const char *faults;   /* "drop-body=1,ignore-range", NULL = $KHUB_SERVE_FAULTS */
+    const char *log_path; /* one line per request, NULL = none */
+} khub__server_opts;
+
+/* Starts serving in background threads. Statuses: INVALID_ARG (bad host or
+ * fault name), NOT_FOUND (dir), IO (bind). Message in khub_last_error(). */
+KHUB_INTERNAL khub_status khub__server_start(const khub__server_opts *o, khub__server **out);
+KHUB_INTERNAL uint16_t    khub__server_port(const khub__server *s);
+/* Requests served so far (all endpoints). */
+KHUB_INTERNAL uint64_t    khub__server_requests(const khub__server *s);
+KHUB_INTERNAL void        khub__server_stop(khub__server *s);
+
+#endif /* KHUB_HUB_SERVER_H */

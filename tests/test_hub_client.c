@@ -1,0 +1,226 @@
+/* test_hub_client.c: resolve, download and the cache against an in-process
+ * `khub serve` on loopback; offline mode; the token policy. */
+#include <dirent.h>
+
+#include "hub_fixture.h"
+
+static int count_blobs(const fixture *fx, const char *suffix)
+{
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/kernels--org--demo/blobs", fx->cache);
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (de->d_name[0] == '.') continue;
+        size_t l = strlen(de->d_name), sl = strlen(suffix);
+        if (!suffix[0] ? !strchr(de->d_name, '.') : (l >= sl && !strcmp(de->d_name + l - sl, suffix)))
+            n++;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static void read_text(const char *path, char *buf, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    ASSERT(f != NULL);
+    size_t got = fread(buf, 1, n - 1, f);
+    buf[got] = '\0';
+    fclose(f);
+}
+
+TEST_IMPL(resolve_forms)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    char commit[41];
+    khub_hub_id id = fx_id("org/demo@main");
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_STR_EQ(commit, C1);
+    id = fx_id("org/demo@version=2");
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_STR_EQ(commit, C2);
+    id = fx_id("org/demo");
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit)); /* highest v<N> */
+    ASSERT_STR_EQ(commit, C2);
+    id = fx_id("org/demo@v1.0.0");
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_STR_EQ(commit, C1);
+    /* refs/<rev>: exactly 40 hex digits, no newline */
+    char path[512], text[64];
+    snprintf(path, sizeof path, "%s/kernels--org--demo/refs/v2", fx.cache);
+    read_text(path, text, sizeof text);
+    ASSERT_STR_EQ(text, C2);
+    uint64_t before = khub_hub_request_count(hub);
+    id = fx_id("org/demo@" C1);
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_EQ(khub_hub_request_count(hub), before); /* a commit costs no request */
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(resolve_errors)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    char commit[41];
+    khub_hub_id id = fx_id("org/demo@nope");
+    ASSERT_STATUS(khub_hub_resolve(hub, &id, commit), KHUB_STATUS_REVISION_NOT_FOUND);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "RevisionNotFound");
+    id = fx_id("org/demo@version=7");
+    ASSERT_STATUS(khub_hub_resolve(hub, &id, commit), KHUB_STATUS_REVISION_NOT_FOUND);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "available: v1, v2");
+    id = fx_id("org/missing@main");
+    ASSERT_STATUS(khub_hub_resolve(hub, &id, commit), KHUB_STATUS_REPO_NOT_FOUND);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "RepoNotFound");
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(download_regular_and_lfs)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    char *p = NULL;
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "README.md", &p));
+    char text[128];
+    read_text(p, text, sizeof text);
+    ASSERT_STR_EQ(text, "# demo kernel\n");
+    /* a relative link to the blob named by the git blob id */
+    char link[512];
+    ssize_t n = readlink(p, link, sizeof link - 1);
+    ASSERT(n > 0);
+    link[n] = '\0';
+    ASSERT(strncmp(link, "../../blobs/", 12) == 0);
+    char want[41];
+    ASSERT_OK(khub__git_blob_sha1_file(p, want));
+    ASSERT_STR_EQ(link + 12, want);
+    free(p);
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    char sha[65];
+    ASSERT_OK(khub__sha256_file_hex(p, sha));
+    n = readlink(p, link, sizeof link - 1);
+    link[n] = '\0';
+    ASSERT_STR_EQ(link + 12, sha); /* LFS: named by SHA-256 */
+    free(p);
+    ASSERT_EQ(count_blobs(&fx, ".incomplete"), 0);
+    /* cached: no request at all */
+    uint64_t before = khub_hub_request_count(hub);
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    free(p);
+    ASSERT_EQ(khub_hub_request_count(hub), before);
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, C1, "nope.txt", &p), KHUB_STATUS_ENTRY_NOT_FOUND);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "EntryNotFound");
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, C1, "../etc/passwd", &p),
+                  KHUB_STATUS_UNSAFE_PATH);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "refusing repo path");
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(offline_uses_cache_only)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@version=1");
+    char commit[41], *p = NULL;
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_OK(khub_hub_download_file(hub, &id, commit, "README.md", &p));
+    free(p);
+    khub_hub_free(hub);
+    uint64_t served = khub__server_requests(fx.srv);
+    khub__server_stop(fx.srv); /* nothing to connect to */
+    fx.srv = NULL;
+    hub = fx_hub(&fx, 1, NULL);
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_STR_EQ(commit, C1);
+    ASSERT_OK(khub_hub_download_file(hub, &id, commit, "README.md", &p));
+    free(p);
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, commit, "weights.bin", &p),
+                  KHUB_STATUS_OFFLINE);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "not cached");
+    id = fx_id("org/demo@version=2");
+    ASSERT_STATUS(khub_hub_resolve(hub, &id, commit), KHUB_STATUS_OFFLINE);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "not cached");
+    ASSERT_EQ(khub_hub_request_count(hub), 0);
+    (void)served;
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(fallback_to_refs_when_unreachable)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    char commit[41];
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    khub_hub_free(hub);
+    khub__server_stop(fx.srv);
+    fx.srv = NULL;
+    hub = fx_hub(&fx, 0, NULL);
+    memset(commit, 0, sizeof commit);
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit)); /* connection refused -> refs/main */
+    ASSERT_STR_EQ(commit, C1);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(token_sent_to_hub_only)
+{
+    fixture fx;
+    fx_init(&fx, "cross-host", 0);
+    khub_hub *hub = fx_hub(&fx, 0, "hf_secret");
+    khub_hub_id id = fx_id("org/demo@main");
+    char *p = NULL;
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    free(p);
+    char *log = fx_log(&fx);
+    ASSERT_CONTAINS(log, "HEAD /kernels/org/demo/resolve/" C1 "/weights.bin auth=yes");
+    ASSERT_CONTAINS(log, "GET /cdn/org/demo/" C1 "/weights.bin auth=no");
+    ASSERT_CONTAINS(log, "ua=khub/");
+    free(log);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(tree_paging_and_hostile_entries)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 2);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    khub__tree t = {0};
+    ASSERT_OK(khub__list_tree(hub, &id, C1, "", 1, &t));
+    int files = 0;
+    for (size_t i = 0; i < t.count; i++) files += !t.items[i].is_dir;
+    ASSERT_EQ(files, 10);
+    khub__tree_free(&t);
+    char *log = fx_log(&fx);
+    ASSERT_CONTAINS(log, "cursor=2");
+    free(log);
+    const char *bad = "[{\"type\":\"file\",\"path\":\"../../x\",\"size\":1,"
+                      "\"oid\":\"" C1 "\"}]";
+    ASSERT_STATUS(khub__tree_parse(hub, bad, strlen(bad), &t), KHUB_STATUS_UNSAFE_PATH);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "not a safe relative path");
+    khub__tree_free(&t);
+    khub__hub_clear(hub);
+    const char *abs = "[{\"type\":\"file\",\"path\":\"/etc/x\",\"size\":1,\"oid\":\"" C1 "\"}]";
+    ASSERT_STATUS(khub__tree_parse(hub, abs, strlen(abs), &t), KHUB_STATUS_UNSAFE_PATH);
+    khub__tree_free(&t);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+#define TEST_LIST(X)                                                            \
+    X(resolve_forms) X(resolve_errors) X(download_regular_and_lfs)             \
+    X(offline_uses_cache_only) X(fallback_to_refs_when_unreachable)            \
+    X(token_sent_to_hub_only) X(tree_paging_and_hostile_entries)
+TEST_MAIN(TEST_LIST)
