@@ -89,7 +89,7 @@ static khub_status check_ident(const unsigned char *b, size_t size, const char *
 {
     if (size < SELFMAG || memcmp(b, ELFMAG, SELFMAG) != 0) {
         unsigned char head[4] = {0};
-        memcpy(head, b, size < 4 ? size : 4);
+        if (size) memcpy(head, b, size < 4 ? size : 4);
         khub__errbuf(msg, n,
                      "%s: not an ELF file (starts with %02x %02x %02x %02x, want 7f 45 4c 46); "
                      "a plugin is a .so built with khub_add_plugin()",

@@ -1,0 +1,425 @@
+/* test_loader.c: inspection before load, verified loading, built-ins, the
+ * child-process check. Every rejection asserts its status and its message. */
+#include <elf.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "plugins/tp_args.h"
+#include "plugins/tp_util.h"
+#include "runtime_impl.h"
+
+/* Inspection and load both reject path with want and a message holding
+ * needle; no plugin code runs for inspection. */
+static void expect_rejected(const char *path, khub_status want, const char *needle)
+{
+    char err[KHUB_ERROR_SIZE];
+    khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
+    ASSERT_STATUS(khub_plugin_inspect(path, &info, err, sizeof err), want);
+    ASSERT_CONTAINS(err, needle);
+    ASSERT_CONTAINS(khub_last_error(), needle);
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = (khub_plugin *)1;
+    ASSERT_STATUS(khub_plugin_load(rt, path, TP_SHA(path), &p), want);
+    ASSERT(p == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), needle);
+    ASSERT(strchr(khub_runtime_errmsg(rt), '\n') == NULL);
+    ASSERT_EQ(khub_plugin_count(rt), 0);
+    khub_runtime_free(rt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Inspection                                                               */
+/* ------------------------------------------------------------------------ */
+
+TEST_IMPL(inspect_good)
+{
+    const char *path = TP("good_v1");
+    khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
+    char err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub_plugin_inspect(path, &info, err, sizeof err));
+    ASSERT_STR_EQ(info.id, "khub-test/good");
+    ASSERT_STR_EQ(info.version, "1.0.0");
+    ASSERT_EQ(info.plugin_abi_major, KHUB_ABI_MAJOR);
+    ASSERT_EQ(info.plugin_abi_minor, KHUB_ABI_MINOR);
+    ASSERT_EQ(info.ptr_size, sizeof(void *));
+    ASSERT_EQ(info.elf_machine, EM_X86_64);
+    ASSERT_EQ(info.kinds, KHUB_KIND_BIT(KHUB_OP_NORM) | KHUB_KIND_BIT(KHUB_OP_ACTIVATION) |
+                              KHUB_KIND_BIT(KHUB_OP_ROTARY));
+    ASSERT_STR_EQ(info.sha256, TP_SHA(path));
+}
+
+TEST_IMPL(inspect_runs_no_plugin_code)
+{
+    /* Its init raises SIGSEGV: inspecting must not get anywhere near it. */
+    khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
+    ASSERT_OK(khub_plugin_inspect(TP("bad_init_crash"), &info, NULL, 0));
+    ASSERT_STR_EQ(info.id, "khub-test/bad");
+}
+
+TEST_IMPL(reject_not_elf)
+{
+    const char *text = "{\"this\": \"is not a shared object\"}\n";
+    expect_rejected(TP_WRITE("text.so", text, strlen(text)), KHUB_STATUS_NOT_ELF,
+                    "not an ELF file (starts with 7b 22 74 68");
+}
+
+TEST_IMPL(reject_empty_file)
+{
+    expect_rejected(TP_WRITE("empty.so", "", 0), KHUB_STATUS_NOT_ELF, "not an ELF file");
+}
+
+TEST_IMPL(reject_truncated)
+{
+    size_t size;
+    unsigned char *b = tp_read(TP("good_v1"), &size);
+    expect_rejected(TP_WRITE("half.so", b, size / 2), KHUB_STATUS_TRUNCATED, "truncated");
+    expect_rejected(TP_WRITE("hdr.so", b, 40), KHUB_STATUS_TRUNCATED,
+                    "truncated ELF header (40 of 64 bytes)");
+    free(b);
+}
+
+TEST_IMPL(reject_wrong_arch_aarch64)
+{
+    size_t size;
+    unsigned char *b = tp_read(TP("good_v1"), &size);
+    b[18] = EM_AARCH64 & 0xff;
+    b[19] = EM_AARCH64 >> 8;
+    expect_rejected(TP_WRITE("arm.so", b, size), KHUB_STATUS_WRONG_ARCH,
+                    "built for aarch64 (64-bit, little-endian, e_machine 183), host is x86_64");
+    free(b);
+}
+
+TEST_IMPL(reject_wrong_arch_i386)
+{
+    size_t size;
+    unsigned char *b = tp_read(TP("good_v1"), &size);
+    b[EI_CLASS] = ELFCLASS32;
+    b[18] = EM_386;
+    b[19] = 0;
+    expect_rejected(TP_WRITE("i386.so", b, size), KHUB_STATUS_WRONG_ARCH,
+                    "built for i386 (32-bit, little-endian, e_machine 3), host is x86_64");
+    free(b);
+}
+
+TEST_IMPL(reject_not_shared_object)
+{
+    size_t size;
+    unsigned char *b = tp_read(TP("good_v1"), &size);
+    b[16] = ET_EXEC;
+    b[17] = 0;
+    expect_rejected(TP_WRITE("exec.so", b, size), KHUB_STATUS_NOT_ELF,
+                    "ELF type 2 is not a shared object");
+    free(b);
+}
+
+TEST_IMPL(reject_no_note)
+{
+    expect_rejected(TP("no_note"), KHUB_STATUS_NO_ABI_NOTE, "no .note.khub section");
+}
+
+TEST_IMPL(reject_abi_minor_newer)
+{
+    expect_rejected(TP("abi_minor_newer"), KHUB_STATUS_ABI_MINOR,
+                    "plugin khub-test/minor-newer 1.2.0: ABI 1.9, host supports 1.0-1.0");
+}
+
+TEST_IMPL(reject_abi_major)
+{
+    expect_rejected(TP("abi_major_other"), KHUB_STATUS_ABI_MAJOR,
+                    "plugin khub-test/major-other 1.2.0: ABI 2.1, host supports 1.0-1.0");
+}
+
+TEST_IMPL(reject_ptr_size)
+{
+    expect_rejected(TP("note_ptr4"), KHUB_STATUS_PTR_SIZE,
+                    "plugin khub-test/ptr4 1.0.0: pointer size 4 bytes, host pointer size 8");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Verified loading                                                         */
+/* ------------------------------------------------------------------------ */
+
+TEST_IMPL(load_good)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const char *path = TP("good_v1");
+    khub_plugin *p = tp_load(rt, "good_v1");
+    ASSERT_EQ(khub_plugin_count(rt), 1);
+    ASSERT(khub_plugin_at(rt, 0) == p);
+    ASSERT(khub_plugin_at(rt, 1) == NULL);
+    ASSERT_STR_EQ(khub_plugin_id(p), "khub-test/good");
+    ASSERT_STR_EQ(khub_plugin_version(p), "1.0.0");
+    ASSERT_STR_EQ(khub_plugin_path(p), path);
+    ASSERT_STR_EQ(khub_plugin_sha256(p), TP_SHA(path));
+    uint16_t maj = 9, min = 9;
+    khub_plugin_abi(p, &maj, &min);
+    ASSERT_EQ(maj, 1);
+    ASSERT_EQ(min, 0);
+    ASSERT_EQ(khub_plugin_op_count(p), 3);
+    ASSERT_STR_EQ(khub_plugin_op(p, 0)->name, "stamp");
+    ASSERT_EQ(khub_plugin_op(p, 0)->kind, KHUB_OP_NORM);
+    ASSERT(khub_plugin_op(p, 3) == NULL);
+    /* Host copies, not pointers into the plugin's memory. */
+    ASSERT(khub_plugin_op(p, 0)->caps == &p->caps[0]);
+    char err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub_plugin_selftest(p, err, sizeof err));
+    /* The library came from a sealed memfd. */
+    ASSERT(tp_mapped(p->memfd_name));
+    ASSERT_EQ(fcntl(p->memfd, F_GET_SEALS), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE |
+                                                F_SEAL_SEAL);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(digest_mismatch)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const char *path = TP("good_v1");
+    const char *wrong = "0000000000000000000000000000000000000000000000000000000000000000";
+    ASSERT_STATUS(khub_plugin_load(rt, path, wrong, NULL), KHUB_STATUS_DIGEST_MISMATCH);
+    const char *msg = khub_runtime_errmsg(rt);
+    ASSERT_CONTAINS(msg, path);
+    ASSERT_CONTAINS(msg, wrong);
+    ASSERT_CONTAINS(msg, TP_SHA(path));
+    ASSERT_EQ(khub_plugin_count(rt), 0);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(digest_required_unless_allowed)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const char *path = TP("good_v1");
+    ASSERT_STATUS(khub_plugin_load(rt, path, NULL, NULL), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "no SHA-256 digest given");
+    ASSERT_STATUS(khub_plugin_load(rt, path, "abc", NULL), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "is not 64 hex digits");
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_ALLOW_UNVERIFIED, 1));
+    khub_plugin *p = NULL;
+    ASSERT_OK(khub_plugin_load(rt, path, NULL, &p));
+    ASSERT_STR_EQ(khub_plugin_sha256(p), TP_SHA(path));
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(refuse_bad_paths)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const char *sha = TP_SHA(TP("good_v1"));
+    ASSERT_STATUS(khub_plugin_load(rt, "", sha, NULL), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "plugin path is empty");
+    ASSERT_STATUS(khub_plugin_load(rt, NULL, sha, NULL), KHUB_STATUS_INVALID_ARG);
+    char *huge = malloc(PATH_MAX + 10);
+    memset(huge, 'a', PATH_MAX + 9);
+    huge[PATH_MAX + 9] = '\0';
+    ASSERT_STATUS(khub_plugin_load(rt, huge, sha, NULL), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "exceeds PATH_MAX");
+    free(huge);
+    ASSERT_STATUS(khub_plugin_load(rt, "/nonexistent/x.so", sha, NULL), KHUB_STATUS_NOT_FOUND);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "cannot open /nonexistent/x.so");
+    ASSERT_STATUS(khub_plugin_load(rt, "/tmp", sha, NULL), KHUB_STATUS_IO);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "/tmp is not a regular file");
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(reject_no_entry)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const char *path = TP("no_entry");
+    ASSERT_STATUS(khub_plugin_load(rt, path, TP_SHA(path), NULL), KHUB_STATUS_NO_ENTRY);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "plugin khub-test/no-entry 1.0.0 (");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "no entry symbol khub_plugin_init_v1");
+    khub_runtime_free(rt);
+}
+
+static void stamp_of(khub_plugin *p, int32_t want)
+{
+    tp_stamp_args a = {{0}};
+    ASSERT_OK(khub_plugin_op(p, 0)->run(p->desc.state, &a));
+    for (int i = 0; i < 8; i++) ASSERT_EQ(a.out[i], want);
+}
+
+TEST_IMPL(two_versions_at_once)
+{
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *v1 = tp_load(rt, "good_v1");
+    khub_plugin *v2 = tp_load(rt, "good_v2");
+    ASSERT_EQ(khub_plugin_count(rt), 2);
+    ASSERT_STR_EQ(khub_plugin_id(v1), khub_plugin_id(v2));
+    ASSERT_STR_EQ(khub_plugin_version(v2), "2.0.0");
+    ASSERT(v1->dl != v2->dl);
+    stamp_of(v1, 1);
+    stamp_of(v2, 2);
+    ASSERT(tp_mapped(v1->memfd_name));
+    ASSERT(tp_mapped(v2->memfd_name));
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(unload_really_unloads)
+{
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "good_v1");
+    char name[48];
+    snprintf(name, sizeof name, "%s", p->memfd_name);
+    ASSERT(tp_mapped(name));
+    ASSERT_OK(khub_plugin_unload(rt, p));
+    ASSERT(!tp_mapped(name));
+    ASSERT_EQ(khub_plugin_count(rt), 0);
+    /* The same file loads again (a fresh memfd, not a stale handle). */
+    p = tp_load(rt, "good_v2");
+    stamp_of(p, 2);
+    khub_runtime_free(rt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Built-ins                                                                */
+/* ------------------------------------------------------------------------ */
+
+static const char *manifest_dir(const char *json)
+{
+    static char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/khub-test-%d-manifest", (int)getpid());
+    mkdir(dir, 0700);
+    char path[256];
+    snprintf(path, sizeof path, "%s/plugins.json", dir);
+    FILE *f = fopen(path, "w");
+    ASSERT(f != NULL);
+    fputs(json, f);
+    fclose(f);
+    return dir;
+}
+
+TEST_IMPL(builtin_loads_manifest)
+{
+    /* ctest points KHUB_PLUGIN_DIR at the build's plugins/. */
+    setenv("KHUB_PLUGIN_DIR", KHUB_PLUGIN_DIR_BUILD, 1);
+    khub_runtime *rt = tp_runtime(1);
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    size_t n = khub_plugin_count(rt);
+    ASSERT(n >= 1);
+    int found = 0;
+    for (size_t i = 0; i < n; i++)
+        found |= strcmp(khub_plugin_id(khub_plugin_at(rt, i)), "khub/ref-cpu") == 0;
+    ASSERT(found);
+    ASSERT_OK(khub_plugin_load_builtin(rt)); /* idempotent */
+    ASSERT_EQ(khub_plugin_count(rt), n);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(builtin_own_manifest)
+{
+    char json[512];
+    snprintf(json, sizeof json, "{\"plugins\": [{\"file\": \"good_v2.so\", \"sha256\": \"%s\"}]}",
+             TP_SHA(TP("good_v2")));
+    const char *dir = manifest_dir(json);
+    char so[256];
+    snprintf(so, sizeof so, "%s/good_v2.so", dir);
+    size_t size;
+    unsigned char *b = tp_read(TP("good_v2"), &size);
+    FILE *f = fopen(so, "wb");
+    fwrite(b, 1, size, f);
+    fclose(f);
+    free(b);
+    setenv("KHUB_PLUGIN_DIR", dir, 1);
+    khub_runtime *rt = tp_runtime(1);
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    ASSERT_EQ(khub_plugin_count(rt), 1);
+    ASSERT_STR_EQ(khub_plugin_version(khub_plugin_at(rt, 0)), "2.0.0");
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(builtin_rejects_unsafe_names)
+{
+    const char *sha = TP_SHA(TP("good_v1"));
+    const char *bad[] = {"../good_v1.so", "sub/good_v1.so", "..", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{\"plugins\": [{\"file\": \"%s\", \"sha256\": \"%s\"}]}",
+                 bad[i], sha);
+        setenv("KHUB_PLUGIN_DIR", manifest_dir(json), 1);
+        khub_runtime *rt = tp_runtime(1);
+        ASSERT_STATUS(khub_plugin_load_builtin(rt), KHUB_STATUS_UNSAFE_PATH);
+        ASSERT_CONTAINS(khub_runtime_errmsg(rt), "is not a plain file name");
+        khub_runtime_free(rt);
+    }
+}
+
+TEST_IMPL(builtin_bad_manifest)
+{
+    setenv("KHUB_PLUGIN_DIR", manifest_dir("[1, 2"), 1);
+    khub_runtime *rt = tp_runtime(1);
+    ASSERT_STATUS(khub_plugin_load_builtin(rt), KHUB_STATUS_PARSE);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "plugins.json: not JSON of the form");
+    setenv("KHUB_PLUGIN_DIR", manifest_dir("{\"plugins\": [{\"file\": \"x.so\"}]}"), 1);
+    ASSERT_STATUS(khub_plugin_load_builtin(rt), KHUB_STATUS_PARSE);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "plugins[0] needs string fields");
+    setenv("KHUB_PLUGIN_DIR", "/nonexistent-khub-dir", 1);
+    ASSERT_STATUS(khub_plugin_load_builtin(rt), KHUB_STATUS_NOT_FOUND);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "/nonexistent-khub-dir/plugins.json");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "set KHUB_PLUGIN_DIR");
+    khub_runtime_free(rt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checking in a child process                                              */
+/* ------------------------------------------------------------------------ */
+
+TEST_IMPL(check_child_survives_crash)
+{
+    const char *path = TP("bad_init_crash");
+    char report[KHUB_ERROR_SIZE];
+    ASSERT_STATUS(khub__check_in_child(path, TP_SHA(path), report, sizeof report),
+                  KHUB_STATUS_CHILD_CRASHED);
+    ASSERT_CONTAINS(report, "crashed with SIGSEGV during init");
+    ASSERT_CONTAINS(khub_last_error(), "crashed with SIGSEGV during init");
+}
+
+TEST_IMPL(check_child_good)
+{
+    const char *path = TP("good_v1");
+    char report[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub__check_in_child(path, TP_SHA(path), report, sizeof report));
+    ASSERT_STR_EQ(report, "khub-test/good 1.0.0: loaded, 3 ops, selftest passed");
+    ASSERT_OK(khub__check_in_child(path, NULL, report, sizeof report));
+}
+
+TEST_IMPL(check_child_reports_errors)
+{
+    const char *path = TP("bad_init_fails");
+    char report[KHUB_ERROR_SIZE];
+    ASSERT_STATUS(khub__check_in_child(path, TP_SHA(path), report, sizeof report),
+                  KHUB_STATUS_INIT_FAILED);
+    ASSERT_CONTAINS(report, "cannot open the widget table");
+    ASSERT_STATUS(khub__check_in_child(path, "00", report, sizeof report),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(report, "is not 64 hex digits");
+}
+
+#define TEST_LIST(X)                  \
+    X(inspect_good)                   \
+    X(inspect_runs_no_plugin_code)    \
+    X(reject_not_elf)                 \
+    X(reject_empty_file)              \
+    X(reject_truncated)               \
+    X(reject_wrong_arch_aarch64)      \
+    X(reject_wrong_arch_i386)         \
+    X(reject_not_shared_object)       \
+    X(reject_no_note)                 \
+    X(reject_abi_minor_newer)         \
+    X(reject_abi_major)               \
+    X(reject_ptr_size)                \
+    X(load_good)                      \
+    X(digest_mismatch)                \
+    X(digest_required_unless_allowed) \
+    X(refuse_bad_paths)               \
+    X(reject_no_entry)                \
+    X(two_versions_at_once)           \
+    X(unload_really_unloads)          \
+    X(builtin_loads_manifest)         \
+    X(builtin_own_manifest)           \
+    X(builtin_rejects_unsafe_names)   \
+    X(builtin_bad_manifest)           \
+    X(check_child_survives_crash)     \
+    X(check_child_good)               \
+    X(check_child_reports_errors)
+TEST_MAIN(TEST_LIST)
