@@ -1,0 +1,260 @@
+/* test_negotiation.c: the numeric ABI rule, and every descriptor rule the
+ * loader applies after init (each broken plugin: status and message). */
+#include "plugins/tp_args.h"
+#include "plugins/tp_util.h"
+#include "runtime_impl.h"
+
+/* ------------------------------------------------------------------------ */
+/* The version rule, directly                                               */
+/* ------------------------------------------------------------------------ */
+
+static void rule(unsigned maj, unsigned min, unsigned ptr, unsigned hmaj, unsigned lo,
+                 unsigned hi, khub_status want, const char *needle)
+{
+    char msg[160] = "";
+    ASSERT_STATUS(khub__abi_check_range(maj, min, ptr, hmaj, lo, hi, 8, msg, sizeof msg), want);
+    if (needle) ASSERT_STR_EQ(msg, needle);
+    else ASSERT_STR_EQ(msg, "");
+}
+
+TEST_IMPL(abi_rule_exact_match)
+{
+    rule(1, 0, 8, 1, 0, 0, KHUB_STATUS_OK, NULL);
+}
+
+TEST_IMPL(abi_rule_major_differs)
+{
+    rule(2, 1, 8, 1, 0, 0, KHUB_STATUS_ABI_MAJOR, "ABI 2.1, host supports 1.0-1.0");
+    rule(0, 9, 8, 1, 0, 4, KHUB_STATUS_ABI_MAJOR, "ABI 0.9, host supports 1.0-1.4");
+    /* The major wins over a pointer-size mismatch. */
+    rule(2, 0, 4, 1, 0, 0, KHUB_STATUS_ABI_MAJOR, "ABI 2.0, host supports 1.0-1.0");
+}
+
+TEST_IMPL(abi_rule_minor_window)
+{
+    /* Older minors load on newer hosts, newer ones do not. */
+    rule(1, 0, 8, 1, 0, 4, KHUB_STATUS_OK, NULL);
+    rule(1, 4, 8, 1, 0, 4, KHUB_STATUS_OK, NULL);
+    rule(1, 5, 8, 1, 0, 4, KHUB_STATUS_ABI_MINOR, "ABI 1.5, host supports 1.0-1.4");
+    /* Below the host's oldest supported minor. */
+    rule(1, 1, 8, 1, 2, 4, KHUB_STATUS_ABI_MINOR, "ABI 1.1, host supports 1.2-1.4");
+    rule(1, 2, 8, 1, 2, 4, KHUB_STATUS_OK, NULL);
+}
+
+TEST_IMPL(abi_rule_ptr_size)
+{
+    rule(1, 0, 4, 1, 0, 0, KHUB_STATUS_PTR_SIZE, "pointer size 4 bytes, host pointer size 8 bytes");
+}
+
+TEST_IMPL(abi_rule_this_host)
+{
+    char msg[160];
+    ASSERT_OK(khub__abi_check(KHUB_ABI_MAJOR, KHUB_ABI_MINOR, sizeof(void *), msg, sizeof msg));
+    ASSERT_STATUS(khub__abi_check(KHUB_ABI_MAJOR, KHUB_ABI_MINOR + 1, sizeof(void *), msg,
+                                  sizeof msg),
+                  KHUB_STATUS_ABI_MINOR);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Descriptor rules, through broken plugins                                 */
+/* ------------------------------------------------------------------------ */
+
+static void expect_load(const char *name, khub_status want, const char *needle)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const char *path = TP(name);
+    khub_plugin *p = (khub_plugin *)1;
+    ASSERT_STATUS(khub_plugin_load(rt, path, TP_SHA(path), &p), want);
+    ASSERT(p == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), needle);
+    ASSERT_EQ(khub_plugin_count(rt), 0);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(desc_struct_size_too_small)
+{
+    expect_load("bad_small_desc", KHUB_STATUS_STRUCT_SIZE,
+                "plugin khub-test/bad 1.0.0: descriptor struct_size 16, ABI 1.0 minimum 80");
+}
+
+TEST_IMPL(init_error_carries_plugin_text)
+{
+    expect_load("bad_init_fails", KHUB_STATUS_INIT_FAILED,
+                "plugin khub-test/bad 1.0.0: init failed with KHUB_STATUS_IO: cannot open the "
+                "widget table");
+}
+
+TEST_IMPL(duplicate_op_names)
+{
+    expect_load("bad_dup_ops", KHUB_STATUS_DUPLICATE_OP,
+                "op name \"first\" appears twice (ops 0 and 1)");
+}
+
+TEST_IMPL(null_id)
+{
+    expect_load("bad_null_id", KHUB_STATUS_PLUGIN_INVALID,
+                "descriptor id or version is NULL, empty or too long");
+}
+
+TEST_IMPL(id_differs_from_note)
+{
+    expect_load("bad_id_mismatch", KHUB_STATUS_PLUGIN_INVALID,
+                "descriptor names khub-test/other 1.0.0, its ELF note khub-test/bad 1.0.0");
+}
+
+TEST_IMPL(ops_null)
+{
+    expect_load("bad_null_ops", KHUB_STATUS_PLUGIN_INVALID, "2 ops at (nil)");
+}
+
+TEST_IMPL(unknown_kind)
+{
+    expect_load("bad_kind", KHUB_STATUS_PLUGIN_INVALID,
+                "op second: unknown kind 99; this host knows kinds 1-7");
+}
+
+TEST_IMPL(missing_caps)
+{
+    expect_load("bad_no_caps", KHUB_STATUS_PLUGIN_INVALID, "op second: caps is NULL");
+}
+
+TEST_IMPL(missing_run)
+{
+    expect_load("bad_no_run", KHUB_STATUS_PLUGIN_INVALID,
+                "op first: run is NULL (required for kind norm)");
+}
+
+TEST_IMPL(op_struct_size_too_small)
+{
+    expect_load("bad_small_op", KHUB_STATUS_STRUCT_SIZE, "op struct_size 16, ABI 1.0 minimum 48");
+}
+
+TEST_IMPL(desc_abi_newer_than_host)
+{
+    expect_load("bad_desc_abi", KHUB_STATUS_ABI_MINOR,
+                "plugin khub-test/bad 1.0.0: descriptor ABI 1.9, host supports 1.0-1.0");
+}
+
+TEST_IMPL(wider_ops_walked_by_struct_size)
+{
+    /* A plugin built against a newer minor has larger op structs: op 1
+     * lies at stride sizeof(its struct), not sizeof(ours). */
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "wide_ops");
+    ASSERT_EQ(khub_plugin_op_count(p), 2);
+    ASSERT_STR_EQ(khub_plugin_op(p, 0)->name, "first");
+    ASSERT_STR_EQ(khub_plugin_op(p, 1)->name, "second");
+    ASSERT_EQ(khub_plugin_op(p, 1)->kind, KHUB_OP_ACTIVATION);
+    ASSERT_EQ(khub_plugin_op(p, 1)->struct_size, sizeof(khub_op_desc));
+    khub_runtime_free(rt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Static plugins negotiate the same way                                    */
+/* ------------------------------------------------------------------------ */
+
+static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU};
+
+static khub_status run_nop(void *state, const void *args)
+{
+    (void)state, (void)args;
+    return KHUB_STATUS_OK;
+}
+
+static khub_status init_fails_via_host(const khub_host_api *host, khub_plugin_desc *out,
+                                       char *errbuf, size_t errbuf_size)
+{
+    (void)out, (void)errbuf, (void)errbuf_size;
+    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED, "needs a %s", "flux capacitor");
+}
+
+static khub_status init_bad_name(const khub_host_api *host, khub_plugin_desc *out, char *errbuf,
+                                 size_t errbuf_size)
+{
+    static const khub_op_desc ops[] = {{KHUB_STRUCT_INIT(khub_op_desc), .name = "Bad-Name",
+                                        .kind = KHUB_OP_NORM, .caps = &caps, .run = run_nop}};
+    (void)host, (void)errbuf, (void)errbuf_size;
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "t/static",
+                          .version = "0.1", .n_ops = 1, .ops = ops};
+    return khub_plugin_desc_put(out, &d);
+}
+
+static int shutdowns;
+static void count_shutdown(void *state)
+{
+    (void)state;
+    shutdowns++;
+}
+
+static khub_status init_long_id(const khub_host_api *host, khub_plugin_desc *out, char *errbuf,
+                                size_t errbuf_size)
+{
+    (void)host, (void)errbuf, (void)errbuf_size;
+    static char id[100];
+    memset(id, 'x', sizeof id - 1);
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = id, .version = "0.1",
+                          .shutdown = count_shutdown};
+    return khub_plugin_desc_put(out, &d);
+}
+
+static khub_status init_ok(const khub_host_api *host, khub_plugin_desc *out, char *errbuf,
+                           size_t errbuf_size)
+{
+    static const khub_op_desc ops[] = {{KHUB_STRUCT_INIT(khub_op_desc), .name = "nop",
+                                        .kind = KHUB_OP_NORM, .caps = &caps, .run = run_nop}};
+    (void)host, (void)errbuf, (void)errbuf_size;
+    /* The host's out arrives zeroed with the host's struct_size. */
+    if (out->struct_size != sizeof(khub_plugin_desc) || out->id || out->ops || out->n_ops)
+        return KHUB_STATUS_INTERNAL;
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "t/static",
+                          .version = "0.1", .n_ops = 1, .ops = ops};
+    return khub_plugin_desc_put(out, &d);
+}
+
+TEST_IMPL(static_init_error_via_host_fail)
+{
+    khub_runtime *rt = tp_runtime(1);
+    ASSERT_STATUS(khub__plugin_load_static(rt, init_fails_via_host, NULL),
+                  KHUB_STATUS_INIT_FAILED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "init failed with KHUB_STATUS_UNSUPPORTED: needs a flux capacitor");
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(static_rules)
+{
+    khub_runtime *rt = tp_runtime(1);
+    ASSERT_STATUS(khub__plugin_load_static(rt, init_bad_name, NULL), KHUB_STATUS_PLUGIN_INVALID);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "op 0: name is NULL, empty, over 63 bytes or not");
+    shutdowns = 0;
+    ASSERT_STATUS(khub__plugin_load_static(rt, init_long_id, NULL), KHUB_STATUS_PLUGIN_INVALID);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "id or version is NULL, empty or too long");
+    ASSERT_EQ(shutdowns, 1); /* a rejected plugin that initialised is shut down */
+    khub_plugin *p = NULL;
+    ASSERT_OK(khub__plugin_load_static(rt, init_ok, &p));
+    ASSERT_STR_EQ(khub_plugin_path(p), "(static)");
+    ASSERT_EQ(khub_plugin_count(rt), 1);
+    khub_runtime_free(rt);
+}
+
+#define TEST_LIST(X)                   \
+    X(abi_rule_exact_match)            \
+    X(abi_rule_major_differs)          \
+    X(abi_rule_minor_window)           \
+    X(abi_rule_ptr_size)               \
+    X(abi_rule_this_host)              \
+    X(desc_struct_size_too_small)      \
+    X(init_error_carries_plugin_text)  \
+    X(duplicate_op_names)              \
+    X(null_id)                         \
+    X(id_differs_from_note)            \
+    X(ops_null)                        \
+    X(unknown_kind)                    \
+    X(missing_caps)                    \
+    X(missing_run)                     \
+    X(op_struct_size_too_small)        \
+    X(desc_abi_newer_than_host)        \
+    X(wider_ops_walked_by_struct_size) \
+    X(static_init_error_via_host_fail) \
+    X(static_rules)
+TEST_MAIN(TEST_LIST)
