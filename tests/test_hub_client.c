@@ -204,7 +204,9 @@ TEST_IMPL(tree_paging_and_hostile_entries)
     ASSERT_EQ(files, 10);
     khub__tree_free(&t);
     char *log = fx_log(&fx);
-    ASSERT_CONTAINS(log, "cursor=2");
+    int pages = 0;
+    for (const char *q = log; (q = strstr(q, "GET /api/kernels/org/demo/tree/")); q++) pages++;
+    ASSERT_LE(5, pages); /* 2 entries a page: followed the Link headers */
     free(log);
     const char *bad = "[{\"type\":\"file\",\"path\":\"../../x\",\"size\":1,"
                       "\"oid\":\"" C1 "\"}]";
