@@ -1,0 +1,272 @@
+/*
+ * cmd_plugins.c: `khub plugins` (what is loaded) and `khub check FILE`
+ * (inspect a plugin without loading it, then load it and run its self-test
+ * in a child process, so a crashing plugin is reported, not fatal).
+ */
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "check.h"
+#include "cli.h"
+
+/* ======================================================================== */
+/* Names                                                                    */
+/* ======================================================================== */
+
+static const char *kind_name(uint32_t kind)
+{
+    switch (kind) {
+    case KHUB_OP_ATTENTION: return "attention";
+    case KHUB_OP_LINEAR: return "linear";
+    case KHUB_OP_QLINEAR: return "qlinear";
+    case KHUB_OP_KV_CACHE: return "kv_cache";
+    case KHUB_OP_NORM: return "norm";
+    case KHUB_OP_ACTIVATION: return "activation";
+    case KHUB_OP_ROTARY: return "rotary";
+    default: return "unknown";
+    }
+}
+
+static const char *dtype_id_name(int id)
+{
+    static const char *base[] = {"f32", "f16", "bf16", "i8", "i32"};
+    static const char *q[] = {"none", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "int8_row", "nf4"};
+    if (id >= 0 && id < 5) return base[id];
+    if (id >= KHUB_DTYPE_ID_QBASE && id < KHUB_DTYPE_ID_QBASE + KHUB_QFORMAT__COUNT)
+        return q[id - KHUB_DTYPE_ID_QBASE];
+    return NULL;
+}
+
+/* Appends " name" for each set bit of a feature/dtype mask into buf. */
+static void cpu_feature_names(uint32_t bits, char *buf, size_t n)
+{
+    static const struct {
+        uint32_t bit;
+        const char *name;
+    } f[] = {{KHUB_CPU_SSE42, "sse4.2"},      {KHUB_CPU_AVX, "avx"},
+             {KHUB_CPU_AVX2, "avx2"},         {KHUB_CPU_FMA, "fma"},
+             {KHUB_CPU_F16C, "f16c"},         {KHUB_CPU_AVX512F, "avx512f"},
+             {KHUB_CPU_AVX512VNNI, "avx512vnni"}, {KHUB_CPU_AVX512BF16, "avx512bf16"},
+             {KHUB_CPU_AVXVNNI, "avxvnni"},   {KHUB_CPU_BMI2, "bmi2"}};
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        if (!(bits & f[i].bit)) continue;
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "%s%s", len ? "," : "", f[i].name);
+    }
+}
+
+static void dtype_names(uint64_t mask, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    for (int id = 0; id < 64; id++) {
+        if (!(mask & (UINT64_C(1) << id)) || !dtype_id_name(id)) continue;
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "%s%s", len ? "," : "", dtype_id_name(id));
+    }
+}
+
+static void flag_names(uint32_t flags, char *buf, size_t n)
+{
+    static const char *names[] = {"causal", "gqa",   "mask",     "strided_kv",
+                                  "kv_f16", "sliding", "bias", "residual"};
+    buf[0] = '\0';
+    for (int i = 0; i < 8; i++) {
+        if (!(flags & (1u << i))) continue;
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "%s%s", len ? "," : "", names[i]);
+    }
+}
+
+/* ======================================================================== */
+/* khub plugins                                                             */
+/* ======================================================================== */
+
+static cJSON *op_json(const khub_op_desc *op)
+{
+    char buf[256];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", op->name);
+    cJSON_AddStringToObject(o, "kind", kind_name(op->kind));
+    const khub_op_caps *c = op->caps;
+    cJSON_AddStringToObject(o, "device", c->device_type == KHUB_DEVICE_CUDA ? "cuda" : "cpu");
+    dtype_names(c->dtypes, buf, sizeof buf);
+    cJSON_AddStringToObject(o, "dtypes", buf);
+    cpu_feature_names(c->cpu_features, buf, sizeof buf);
+    cJSON_AddStringToObject(o, "cpu_features", buf);
+    flag_names(c->flags, buf, sizeof buf);
+    cJSON_AddStringToObject(o, "flags", buf);
+    cJSON *hd = cJSON_AddArrayToObject(o, "head_dims");
+    for (uint32_t i = 0; c->head_dims && i < c->n_head_dims; i++)
+        cJSON_AddItemToArray(hd, cJSON_CreateNumber(c->head_dims[i]));
+    if (c->cc_min) {
+        cJSON_AddNumberToObject(o, "cc_min", c->cc_min);
+        cJSON_AddNumberToObject(o, "cc_max", c->cc_max);
+        cJSON_AddNumberToObject(o, "ptx_isa", c->ptx_isa);
+    }
+    cJSON_AddNumberToObject(o, "priority", c->priority);
+    return o;
+}
+
+static cJSON *plugin_json(const khub_plugin *p)
+{
+    uint16_t maj, min;
+    khub_plugin_abi(p, &maj, &min);
+    char abi[16];
+    snprintf(abi, sizeof abi, "%u.%u", maj, min);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "id", khub_plugin_id(p));
+    cJSON_AddStringToObject(o, "version", khub_plugin_version(p));
+    cJSON_AddStringToObject(o, "abi", abi);
+    cJSON_AddStringToObject(o, "file", khub_plugin_path(p));
+    cJSON_AddStringToObject(o, "sha256", khub_plugin_sha256(p));
+    cJSON *ops = cJSON_AddArrayToObject(o, "ops");
+    for (uint32_t i = 0; i < khub_plugin_op_count(p); i++)
+        cJSON_AddItemToArray(ops, op_json(khub_plugin_op(p, i)));
+    return o;
+}
+
+static void print_plugin_text(const khub_plugin *p)
+{
+    uint16_t maj, min;
+    khub_plugin_abi(p, &maj, &min);
+    printf("%s %s (ABI %u.%u)\n  file   %s\n  sha256 %s\n", khub_plugin_id(p),
+           khub_plugin_version(p), maj, min, khub_plugin_path(p), khub_plugin_sha256(p));
+    for (uint32_t i = 0; i < khub_plugin_op_count(p); i++) {
+        const khub_op_desc *op = khub_plugin_op(p, i);
+        const khub_op_caps *c = op->caps;
+        char dt[256], cpu[128], fl[128];
+        dtype_names(c->dtypes, dt, sizeof dt);
+        cpu_feature_names(c->cpu_features, cpu, sizeof cpu);
+        flag_names(c->flags, fl, sizeof fl);
+        printf("  op %-14s %-10s %s dtypes=%s", op->name, kind_name(op->kind),
+               c->device_type == KHUB_DEVICE_CUDA ? "cuda" : "cpu", dt[0] ? dt : "-");
+        if (cpu[0]) printf(" cpu=%s", cpu);
+        if (fl[0]) printf(" flags=%s", fl);
+        if (c->head_dims && c->n_head_dims) {
+            printf(" head_dims=");
+            for (uint32_t h = 0; h < c->n_head_dims; h++)
+                printf("%s%d", h ? "," : "", c->head_dims[h]);
+        }
+        if (c->cc_min) printf(" cc=%u-%u ptx_isa=%u", c->cc_min, c->cc_max, c->ptx_isa);
+        printf(" priority=%d\n", c->priority);
+    }
+}
+
+static const khub_cli_cmd cmd_plugins;
+
+static int run_plugins(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&cmd_plugins, argc, argv)) return 0;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = 1;
+        else
+            return khub_cli_usage(&cmd_plugins, "unknown argument '%s'", argv[i]);
+    }
+    khub_runtime *rt = khub_cli_runtime("plugins", 1);
+    if (!rt) return 1;
+    size_t n = khub_plugin_count(rt);
+    if (json) {
+        cJSON *arr = cJSON_CreateArray();
+        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, plugin_json(khub_plugin_at(rt, i)));
+        char *s = cJSON_Print(arr);
+        printf("%s\n", s);
+        cJSON_free(s);
+        cJSON_Delete(arr);
+    } else {
+        for (size_t i = 0; i < n; i++) print_plugin_text(khub_plugin_at(rt, i));
+        if (n == 0) printf("no plugins loaded\n");
+    }
+    khub_runtime_free(rt);
+    return 0;
+}
+
+static const khub_cli_cmd cmd_plugins = {
+    "plugins", "list the loaded plugins, their ops and capabilities",
+    "usage: khub plugins [--json]\n\n"
+    "Loads the built-in plugins (verified against their manifest) and lists each:\n"
+    "id, version, ABI, source file, SHA-256, and every op with its kind, device,\n"
+    "dtypes, CPU features, flags, head dims, CUDA range and priority.\n\n"
+    "  --json   print a JSON array instead of text\n"
+    "Environment: KHUB_PLUGIN_DIR overrides the built-in plugin directory.\n",
+    run_plugins};
+KHUB_CLI_COMMAND(cmd_plugins)
+
+/* ======================================================================== */
+/* khub check                                                               */
+/* ======================================================================== */
+
+static const khub_cli_cmd cmd_check;
+
+static int run_check(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&cmd_check, argc, argv)) return 0;
+    const char *path = NULL, *digest = NULL;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0)
+            json = 1;
+        else if (strcmp(argv[i], "--sha256") == 0 && i + 1 < argc)
+            digest = argv[++i];
+        else if (argv[i][0] == '-')
+            return khub_cli_usage(&cmd_check, "unknown option '%s'", argv[i]);
+        else if (!path)
+            path = argv[i];
+        else
+            return khub_cli_usage(&cmd_check, "more than one FILE");
+    }
+    if (!path) return khub_cli_usage(&cmd_check, "missing FILE");
+
+    char err[KHUB_ERROR_SIZE] = "";
+    khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
+    khub_status st = khub_plugin_inspect(path, &info, err, sizeof err);
+    char report[4096] = "";
+    khub_status run_st = KHUB_STATUS_OK;
+    if (st == KHUB_STATUS_OK)
+        run_st = khub__check_in_child(path, digest ? digest : info.sha256, report, sizeof report);
+    int ok = st == KHUB_STATUS_OK && run_st == KHUB_STATUS_OK;
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "file", path);
+        cJSON_AddBoolToObject(o, "ok", ok);
+        cJSON_AddStringToObject(o, "inspect", khub_status_name(st));
+        if (st != KHUB_STATUS_OK) cJSON_AddStringToObject(o, "error", err);
+        if (st == KHUB_STATUS_OK) {
+            char abi[16];
+            snprintf(abi, sizeof abi, "%u.%u", info.plugin_abi_major, info.plugin_abi_minor);
+            cJSON_AddStringToObject(o, "id", info.id);
+            cJSON_AddStringToObject(o, "version", info.version);
+            cJSON_AddStringToObject(o, "abi", abi);
+            cJSON_AddStringToObject(o, "sha256", info.sha256);
+            cJSON_AddStringToObject(o, "load", khub_status_name(run_st));
+            cJSON_AddStringToObject(o, "report", report);
+        }
+        char *s = cJSON_Print(o);
+        printf("%s\n", s);
+        cJSON_free(s);
+        cJSON_Delete(o);
+    } else if (st != KHUB_STATUS_OK) {
+        printf("FAIL %s: %s\n", path, err);
+    } else {
+        printf("%s %s %s (ABI %u.%u)\n  sha256 %s\n", ok ? "ok  " : "FAIL", info.id, info.version,
+               info.plugin_abi_major, info.plugin_abi_minor, info.sha256);
+        if (report[0]) printf("  %s\n", report);
+    }
+    return ok ? 0 : 1;
+}
+
+static const khub_cli_cmd cmd_check = {
+    "check", "inspect a plugin file, then load it and run its self-test in a child",
+    "usage: khub check FILE [--sha256 HEX] [--json]\n\n"
+    "Reads FILE's ELF header and khub ABI note without running any of its code\n"
+    "and checks them against this host (architecture, ABI version, pointer size).\n"
+    "Then, in a child process, verifies the digest, loads the plugin, negotiates,\n"
+    "initialises it and runs its self-test; a crash there is reported, not fatal.\n\n"
+    "  --sha256 HEX   expected digest (default: the digest of the file as read)\n"
+    "  --json         print a JSON object\n"
+    "Exit status: 0 when every check passed, 1 otherwise, 2 on usage errors.\n",
+    run_check};
+KHUB_CLI_COMMAND(cmd_check)
