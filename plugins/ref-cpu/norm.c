@@ -26,21 +26,14 @@ typedef struct norm_job {
     float *res, *y;
 } norm_job;
 
-/* r_j of row i (and the fused write-back into residual, done on pass 1). */
-static double norm_r(const norm_job *j, int64_t i, int64_t k)
-{
-    double r = j->x[i * j->sx[0] + k * j->sx[1]];
-    if (j->res) r += j->res[i * j->sr[0] + k * j->sr[1]];
-    return r;
-}
 
 static void norm_row(const norm_job *j, int64_t i)
 {
     int64_t n = j->dim;
     if (j->res) {
         for (int64_t k = 0; k < n; k++) {
-            float r = (float)norm_r(j, i, k);
-            j->res[i * j->sr[0] + k * j->sr[1]] = r;
+            float *r = &j->res[i * j->sr[0] + k * j->sr[1]];
+            *r = j->x[i * j->sx[0] + k * j->sx[1]] + *r; /* an f32 add, as in Transformers */
         }
     }
     /* From here r is read from residual (already summed) or from x. */
