@@ -179,3 +179,16 @@ KHUB_INTERNAL void        khub__detok_reset(khub_detok *d);
 KHUB_INTERNAL void        khub__detok_free(khub_detok *d);
 
 #endif /* KHUB_RUNTIME_TOKENIZER_H */
+
+/* ------------------------------------------------------------------------ */
+/* From an open GGUF (runtime/tokenizer_gguf.c)                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct khub_gguf khub_gguf;
+
+/* Builds the tokenizer from g's tokenizer.ggml.* keys (model, pre, tokens,
+ * token_type, merges, bos/eos/padding_token_id, add_bos_token) and
+ * tokenizer.chat_template, via khub__tokenizer_from_vocab. g may be closed
+ * afterwards. Missing required keys: TOKENIZER naming the key. */
+KHUB_INTERNAL khub_status khub__tokenizer_from_gguf(khub_runtime *rt, const khub_gguf *g,
+                                                    khub_tokenizer **out);

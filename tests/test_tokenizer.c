@@ -577,6 +577,123 @@ TEST_IMPL(speed_long_prompt)
     khub_runtime_free(rt);
 }
 
+/* ------------------------------------------------------------------------ */
+/* The real SmolLM2-135M-Instruct tokenizer                                 */
+/* ------------------------------------------------------------------------ */
+
+static char model_path[1024], hf_dir[1024];
+
+/* Finds the model files (KHUB_MODEL_DIR or ~/.cache/khub/models); skips
+ * the test when they are absent. */
+static void need_model(void)
+{
+    const char *dir = getenv("KHUB_MODEL_DIR");
+    char base[900];
+    if (dir) snprintf(base, sizeof base, "%s", dir);
+    else snprintf(base, sizeof base, "%s/.cache/khub/models", getenv("HOME") ? getenv("HOME") : "");
+    snprintf(model_path, sizeof model_path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", base);
+    snprintf(hf_dir, sizeof hf_dir, "%s/SmolLM2-135M-Instruct-hf", base);
+    struct stat sb;
+    char tj[1100];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", hf_dir);
+    if (stat(model_path, &sb) != 0 || stat(tj, &sb) != 0)
+        TEST_SKIP("SmolLM2 files not found under %s; run tools/fetch-model.sh --hf", base);
+}
+
+static khub_tokenizer *load_real_json(khub_runtime *rt)
+{
+    char tj[1100];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", hf_dir);
+    khub_tokenizer *tok = NULL;
+    khub_status st = khub__tokenizer_from_json(rt, tj, &tok);
+    if (st) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
+    ASSERT_OK(st);
+    return tok;
+}
+
+static khub_tokenizer *load_real_gguf(khub_runtime *rt)
+{
+    khub_gguf *g = NULL;
+    ASSERT_OK(khub__gguf_open(rt, model_path, &g));
+    khub_tokenizer *tok = NULL;
+    khub_status st = khub__tokenizer_from_gguf(rt, g, &tok);
+    if (st) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
+    ASSERT_OK(st);
+    khub__gguf_close(g);
+    return tok;
+}
+
+TEST_IMPL(smollm2_json_and_gguf_agree)
+{
+    need_model();
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *a = load_real_json(rt), *b = load_real_gguf(rt);
+    ASSERT_STR_EQ(khub__tokenizer_pre_name(a), "smollm");
+    ASSERT_STR_EQ(khub__tokenizer_pre_name(b), "smollm");
+    ASSERT_EQ(khub__tokenizer_n_vocab(a), 49152);
+    ASSERT_EQ(khub__tokenizer_n_vocab(b), 49152);
+    int32_t im_end;
+    ASSERT_OK(khub__tokenizer_find(a, "<|im_end|>", 10, &im_end));
+    ASSERT_EQ(khub__tokenizer_eos(a), im_end);
+    ASSERT(khub__tokenizer_is_eog(b, im_end));
+    ASSERT(khub__tokenizer_chat_template(a) && khub__tokenizer_chat_template(b));
+    ASSERT_STR_EQ(khub__tokenizer_chat_template(a), khub__tokenizer_chat_template(b));
+    char *text = slurp(FIX "/corpus.json", NULL);
+    cJSON *c = cJSON_Parse(text);
+    int n_strings = 0;
+    for (const cJSON *s = cJSON_GetObjectItem(c, "strings")->child; s; s = s->next, n_strings++) {
+        const char *str = s->valuestring;
+        int32_t *ia, *ib;
+        size_t na, nb;
+        ASSERT_OK(khub__tokenizer_encode(a, str, strlen(str), KHUB_TOK_PARSE_SPECIAL, &ia, &na));
+        ASSERT_OK(khub__tokenizer_encode(b, str, strlen(str), KHUB_TOK_PARSE_SPECIAL, &ib, &nb));
+        ASSERT_EQ(na, nb);
+        for (size_t i = 0; i < na; i++) ASSERT_EQ(ia[i], ib[i]);
+        char *back;
+        size_t blen;
+        ASSERT_OK(khub__tokenizer_decode(b, ib, nb, KHUB_DETOK_SPECIAL, &back, &blen));
+        ASSERT_STR_EQ(back, str);
+        khub__tokenizer_free_text(b, back, blen);
+        khub__tokenizer_free_ids(a, ia, na);
+        khub__tokenizer_free_ids(b, ib, nb);
+    }
+    ASSERT(n_strings > 200);
+    cJSON_Delete(c);
+    free(text);
+    khub__tokenizer_free(a);
+    khub__tokenizer_free(b);
+    khub_runtime_free(rt);
+}
+
+/* Transformers' ids for the fixtures helper's corpus, from both sources. */
+TEST_IMPL(smollm2_transformers_corpus)
+{
+    need_model();
+    const char *path = KHUB_SOURCE_DIR "/tests/fixtures/smollm2_tokenizer_corpus.json";
+    char *text = slurp(path, NULL);
+    if (!text) TEST_SKIP("%s not found (made by tools/make-reference.py)", path);
+    cJSON *c = cJSON_Parse(text);
+    ASSERT(c);
+    const cJSON *cases = cJSON_IsArray(c) ? c : cJSON_GetObjectItem(c, "cases");
+    ASSERT(cJSON_IsArray(cases));
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *toks[2] = {load_real_json(rt), load_real_gguf(rt)};
+    int n = 0, bad = 0;
+    for (const cJSON *k = cases->child; k; k = k->next, n++) {
+        const cJSON *s = cJSON_GetObjectItem(k, "text"), *ids = cJSON_GetObjectItem(k, "ids");
+        ASSERT(cJSON_IsString(s) && cJSON_IsArray(ids));
+        for (int t = 0; t < 2; t++) bad += check_ids(toks[t], s->valuestring, ids,
+                                                     KHUB_TOK_PARSE_SPECIAL);
+    }
+    ASSERT(n >= 300);
+    ASSERT_EQ(bad, 0);
+    khub__tokenizer_free(toks[0]);
+    khub__tokenizer_free(toks[1]);
+    khub_runtime_free(rt);
+    cJSON_Delete(c);
+    free(text);
+}
+
 #define TEST_LIST(X)                \
     X(corpus_gpt2)                  \
     X(corpus_smollm)                \
@@ -589,5 +706,7 @@ TEST_IMPL(speed_long_prompt)
     X(hostile_json)                 \
     X(hostile_truncations)          \
     X(hostile_spec)                 \
-    X(speed_long_prompt)
+    X(speed_long_prompt)            \
+    X(smollm2_json_and_gguf_agree)  \
+    X(smollm2_transformers_corpus)
 TEST_MAIN(TEST_LIST)
