@@ -424,6 +424,7 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
     khub__http_req req = {.method = "GET", .url = url, .auth = 1, .follow_absolute = 1,
                           .sink = &sink, .what = what};
     if (fsk.have < size || size == 0) st = khub__http_fetch(hub, &req, &r);
+    if (fsk.st != KHUB_STATUS_OK) st = fsk.st; /* the sink's reason, not "aborted" */
     int complete416 = r.status == 416 && fsk.have == size;
     if (st == KHUB_STATUS_OK && r.status && (r.status < 200 || r.status >= 300) && !complete416)
         st = khub__http_error(hub, &r, what);
