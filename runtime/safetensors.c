@@ -511,9 +511,9 @@ static khub_status open_index(khub_safetensors *st, const char *dir, const char 
     cJSON *root = m.size ? cJSON_ParseWithLength((const char *)m.data, m.size) : NULL;
     khub__mmap_close(rt, &m);
     KHUB_RETURN_IF(rt, !root, KHUB_STATUS_MODEL_INVALID, "%s: not valid JSON", index);
-    khub_status rc = KHUB_STATUS_OK;
+    khub_status rc = check_unique_keys(rt, index, "the index", root);
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
-    if (!cJSON_IsObject(wm))
+    if (rc == KHUB_STATUS_OK && !cJSON_IsObject(wm))
         rc = khub__fail(rt, KHUB_STATUS_MODEL_INVALID, "%s: weight_map is missing or not an "
                         "object", index);
     if (rc == KHUB_STATUS_OK) rc = open_index_shards(st, dir, index, wm);

@@ -1,0 +1,367 @@
+/* test_model_config.c: hyper-parameters from config.json (+ generation_config)
+ * and from GGUF metadata; every refusal names its field. */
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "model_config.h"
+#include "model_fixtures.h"
+#include "runner.h"
+
+static khub_runtime *new_rt(void)
+{
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(NULL, &rt));
+    return rt;
+}
+
+static khub_status from_json(khub_runtime *rt, const char *json, khub_model_config *c)
+{
+    return khub__model_config_from_json(rt, "config.json", json, strlen(json), c);
+}
+
+/* The SmolLM2-135M-Instruct config.json as published (fields as on the Hub). */
+static const char *const smol_json =
+    "{\"architectures\":[\"LlamaForCausalLM\"],\"attention_bias\":false,"
+    "\"attention_dropout\":0.0,\"bos_token_id\":1,\"eos_token_id\":2,\"head_dim\":64,"
+    "\"hidden_act\":\"silu\",\"hidden_size\":576,\"initializer_range\":0.041666666666666664,"
+    "\"intermediate_size\":1536,\"is_llama_config\":true,\"max_position_embeddings\":8192,"
+    "\"mlp_bias\":false,\"model_type\":\"llama\",\"num_attention_heads\":9,"
+    "\"num_hidden_layers\":30,\"num_key_value_heads\":3,\"pad_token_id\":2,"
+    "\"pretraining_tp\":1,\"rms_norm_eps\":1e-05,\"rope_interleaved\":false,"
+    "\"rope_scaling\":null,\"rope_theta\":100000,\"tie_word_embeddings\":true,"
+    "\"torch_dtype\":\"bfloat16\",\"transformers_version\":\"4.42.3\",\"use_cache\":true,"
+    "\"vocab_size\":49152}";
+
+static void assert_smol(const khub_model_config *c)
+{
+    ASSERT_EQ(c->arch, KHUB_ARCH_LLAMA);
+    ASSERT_EQ(c->hidden_size, 576);
+    ASSERT_EQ(c->intermediate_size, 1536);
+    ASSERT_EQ(c->n_layers, 30);
+    ASSERT_EQ(c->n_heads, 9);
+    ASSERT_EQ(c->n_kv_heads, 3);
+    ASSERT_EQ(c->head_dim, 64);
+    ASSERT_EQ(c->vocab_size, 49152);
+    ASSERT_EQ(c->max_position_embeddings, 8192);
+    ASSERT(c->rope_theta == 100000.0);
+    ASSERT_EQ(c->rope_scaling, KHUB_ROPE_SCALING_NONE);
+    ASSERT(fabs(c->rms_norm_eps - 1e-5) < 1e-11);
+    ASSERT(c->tie_word_embeddings);
+    ASSERT(!c->attention_bias && !c->qk_norm);
+    ASSERT_EQ(c->sliding_window, 0);
+    ASSERT_EQ(c->bos_token_id, 1);
+    ASSERT_EQ(c->n_eos, 1);
+    ASSERT_EQ(c->eos_token_ids[0], 2);
+    ASSERT_EQ(c->pad_token_id, 2);
+}
+
+TEST_IMPL(hf_smollm2)
+{
+    khub_model_config c;
+    ASSERT_OK(from_json(NULL, smol_json, &c));
+    assert_smol(&c);
+    ASSERT_EQ(c.rope_style, KHUB_ROPE_NEOX);
+    ASSERT_EQ(khub_dtype_id_of(c.torch_dtype), KHUB_DTYPE_ID_BF16);
+}
+
+TEST_IMPL(hf_llama31_rope_scaling)
+{
+    khub_model_config c;
+    ASSERT_OK(from_json(NULL,
+        "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":2048,"
+        "\"intermediate_size\":8192,\"num_hidden_layers\":16,\"num_attention_heads\":32,"
+        "\"num_key_value_heads\":8,\"vocab_size\":128256,\"rope_theta\":500000.0,"
+        "\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
+        "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},"
+        "\"eos_token_id\":[128001,128008,128009],\"bos_token_id\":128000}", &c));
+    ASSERT_EQ(c.head_dim, 64); /* hidden / heads */
+    ASSERT_EQ(c.rope_scaling, KHUB_ROPE_SCALING_LLAMA3);
+    ASSERT(c.rope_factor == 32.0 && c.rope_low_freq_factor == 1.0);
+    ASSERT(c.rope_high_freq_factor == 4.0);
+    ASSERT_EQ(c.rope_original_max_pos, 8192);
+    ASSERT_EQ(c.n_eos, 3);
+    ASSERT_EQ(c.eos_token_ids[2], 128009);
+    ASSERT(!c.tie_word_embeddings);
+    ASSERT_EQ(c.pad_token_id, -1);
+}
+
+TEST_IMPL(hf_qwen_and_mistral)
+{
+    khub_model_config c;
+    ASSERT_OK(from_json(NULL,
+        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":1024,\"head_dim\":128,"
+        "\"intermediate_size\":3072,\"num_hidden_layers\":28,\"num_attention_heads\":16,"
+        "\"num_key_value_heads\":8,\"vocab_size\":151936,\"rope_theta\":1000000,"
+        "\"use_sliding_window\":false,\"sliding_window\":null,\"max_window_layers\":28,"
+        "\"tie_word_embeddings\":true,\"rms_norm_eps\":1e-06}", &c));
+    ASSERT_EQ(c.arch, KHUB_ARCH_QWEN3);
+    ASSERT_EQ(c.head_dim, 128);
+    ASSERT(c.qk_norm && !c.attention_bias);
+    ASSERT_EQ(c.sliding_window, 0);
+
+    ASSERT_OK(from_json(NULL,
+        "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":896,"
+        "\"intermediate_size\":4864,\"num_hidden_layers\":24,\"num_attention_heads\":14,"
+        "\"num_key_value_heads\":2,\"vocab_size\":151936,\"use_sliding_window\":true,"
+        "\"sliding_window\":4096,\"max_window_layers\":21}", &c));
+    ASSERT_EQ(c.arch, KHUB_ARCH_QWEN2);
+    ASSERT(c.attention_bias);
+    ASSERT_EQ(c.head_dim, 64);
+    ASSERT_EQ(c.sliding_window, 4096);
+    ASSERT_EQ(c.sliding_from_layer, 21);
+
+    ASSERT_OK(from_json(NULL,
+        "{\"model_type\":\"mistral\",\"hidden_size\":4096,\"intermediate_size\":14336,"
+        "\"num_hidden_layers\":32,\"num_attention_heads\":32,\"num_key_value_heads\":8,"
+        "\"vocab_size\":32000,\"sliding_window\":4096,\"rope_scaling\":{\"type\":\"linear\","
+        "\"factor\":2.0}}", &c));
+    ASSERT_EQ(c.arch, KHUB_ARCH_MISTRAL);
+    ASSERT_EQ(c.sliding_window, 4096);
+    ASSERT_EQ(c.sliding_from_layer, 0);
+    ASSERT_EQ(c.rope_scaling, KHUB_ROPE_SCALING_LINEAR);
+    ASSERT(c.rope_factor == 2.0);
+}
+
+typedef struct reject_case {
+    const char *json;
+    khub_status st;
+    const char *msg;
+} reject_case;
+
+#define BASE "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2," \
+             "\"num_attention_heads\":4,\"vocab_size\":100"
+#define LLAMA "{\"architectures\":[\"LlamaForCausalLM\"]," BASE
+static const reject_case rejects[] = {
+    {"{\"architectures\":[\"GPT2LMHeadModel\"]," BASE "}", KHUB_STATUS_MODEL_UNSUPPORTED,
+     "config.json: architectures[0] 'GPT2LMHeadModel' is not supported (supported: "
+     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"},
+    {"{" BASE "}", KHUB_STATUS_MODEL_INVALID,
+     "config.json: neither architectures nor model_type is given"},
+    {"{\"model_type\":\"gemma\"," BASE "}", KHUB_STATUS_MODEL_UNSUPPORTED,
+     "model_type 'gemma' is not supported"},
+    {LLAMA ",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}}",
+     KHUB_STATUS_MODEL_UNSUPPORTED, "config.json: rope_scaling.rope_type 'yarn' is not supported"},
+    {LLAMA ",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":4.0}}",
+     KHUB_STATUS_MODEL_UNSUPPORTED, "rope_scaling.type 'dynamic' is not supported"},
+    {LLAMA ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0}}",
+     KHUB_STATUS_MODEL_INVALID, "rope_scaling.low_freq_factor is missing"},
+    {LLAMA ",\"rope_scaling\":{\"rope_type\":\"linear\"}}", KHUB_STATUS_MODEL_INVALID,
+     "rope_scaling.factor is missing"},
+    {LLAMA ",\"hidden_act\":\"gelu\"}", KHUB_STATUS_MODEL_UNSUPPORTED,
+     "hidden_act 'gelu' is not supported"},
+    {LLAMA ",\"quantization_config\":{\"quant_method\":\"gptq\"}}",
+     KHUB_STATUS_MODEL_UNSUPPORTED, "quantization_config (quant_method 'gptq') is not supported"},
+    {LLAMA ",\"partial_rotary_factor\":0.5}", KHUB_STATUS_MODEL_UNSUPPORTED,
+     "partial_rotary_factor 0.5 is not supported"},
+    {LLAMA ",\"torch_dtype\":\"float8_e4m3fn\"}", KHUB_STATUS_MODEL_UNSUPPORTED,
+     "torch_dtype 'float8_e4m3fn' is not supported"},
+    {"{\"architectures\":[\"LlamaForCausalLM\"],\"intermediate_size\":1,"
+     "\"num_hidden_layers\":1,\"num_attention_heads\":1,\"vocab_size\":1}",
+     KHUB_STATUS_MODEL_INVALID, "config.json: hidden_size is missing"},
+    {LLAMA ",\"num_key_value_heads\":3}", KHUB_STATUS_MODEL_INVALID,
+     "4 attention heads are not a multiple of 3 kv heads"},
+    {LLAMA ",\"head_dim\":15}", KHUB_STATUS_MODEL_INVALID, "head_dim 15 is odd"},
+    {LLAMA ",\"num_hidden_layers\":-2}", KHUB_STATUS_MODEL_INVALID,
+     "config.json: duplicate key 'num_hidden_layers'"},
+    {LLAMA ",\"rope_scaling\":{\"factor\":2,\"factor\":3,\"rope_type\":\"linear\"}}",
+     KHUB_STATUS_MODEL_INVALID, "config.json: duplicate key 'factor'"},
+    {"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":1,"
+     "\"num_hidden_layers\":-2,\"num_attention_heads\":1,\"vocab_size\":1}",
+     KHUB_STATUS_MODEL_INVALID, "num_hidden_layers must be an integer in 1..1048576"},
+    {"{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":64,\"intermediate_size\":1,"
+     "\"num_hidden_layers\":\"2\",\"num_attention_heads\":1,\"vocab_size\":1}",
+     KHUB_STATUS_MODEL_INVALID, "num_hidden_layers must be an integer"},
+    {LLAMA ",\"rms_norm_eps\":0}", KHUB_STATUS_MODEL_INVALID, "rms_norm_eps 0 is not in (0, 1)"},
+    {LLAMA ",\"tie_word_embeddings\":1}", KHUB_STATUS_MODEL_INVALID,
+     "tie_word_embeddings is not true or false"},
+    {LLAMA ",\"eos_token_id\":[1,2,3,4,5,6,7,8,9]}", KHUB_STATUS_MODEL_INVALID,
+     "eos_token_id is not an integer or a list of at most 8 integers"},
+    {LLAMA ",\"eos_token_id\":[1,\"x\"]}", KHUB_STATUS_MODEL_INVALID,
+     "eos_token_id[1] is not a token id"},
+    {LLAMA ",\"eos_token_id\":100}", KHUB_STATUS_MODEL_INVALID,
+     "eos token id 100 is outside the vocabulary (100)"},
+    {LLAMA ",\"layer_types\":[\"sliding_attention\",\"full_attention\"],\"sliding_window\":8}",
+     KHUB_STATUS_MODEL_UNSUPPORTED, "full_attention at layer 1 after sliding layers"},
+    {LLAMA ",\"layer_types\":[\"full_attention\"]}", KHUB_STATUS_MODEL_INVALID,
+     "layer_types is not a list of 2 strings"},
+    {LLAMA ",}", KHUB_STATUS_MODEL_INVALID, "config.json: not valid JSON"},
+    {"[1]", KHUB_STATUS_MODEL_INVALID, "config.json: not a JSON object"},
+    {"", KHUB_STATUS_MODEL_INVALID, "config.json: not valid JSON"},
+};
+
+TEST_IMPL(hf_rejections_name_the_field)
+{
+    khub_runtime *rt = new_rt();
+    for (size_t i = 0; i < sizeof rejects / sizeof rejects[0]; i++) {
+        khub_model_config c;
+        c.hidden_size = 99;
+        khub_status st = from_json(rt, rejects[i].json, &c);
+        if (st != rejects[i].st || !strstr(khub_runtime_errmsg(rt), rejects[i].msg))
+            fprintf(stderr, "  case %zu: %s: %s\n", i, khub_status_name(st),
+                    khub_runtime_errmsg(rt));
+        ASSERT_STATUS(st, rejects[i].st);
+        ASSERT_CONTAINS(khub_runtime_errmsg(rt), rejects[i].msg);
+        ASSERT_EQ(c.hidden_size, 0); /* zeroed on error */
+        khub__clear(rt);
+    }
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(hf_dir_with_generation_config)
+{
+    khub_runtime *rt = new_rt();
+    char dir[] = "/tmp/khub-cfg-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    char path[256];
+    khub_model_config c;
+    ASSERT_STATUS(khub__model_config_from_hf_dir(rt, dir, &c), KHUB_STATUS_NOT_FOUND);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "/config.json: cannot open");
+    khub__clear(rt);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    ASSERT_EQ(fx_write_text(path, smol_json), 0);
+    ASSERT_OK(khub__model_config_from_hf_dir(rt, dir, &c));
+    assert_smol(&c);
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    ASSERT_EQ(fx_write_text(path, "{\"bos_token_id\":1,\"eos_token_id\":[2,0],"
+                                  "\"temperature\":0.2}"), 0);
+    ASSERT_OK(khub__model_config_from_hf_dir(rt, dir, &c));
+    ASSERT_EQ(c.n_eos, 2);
+    ASSERT_EQ(c.eos_token_ids[0], 2);
+    ASSERT_EQ(c.eos_token_ids[1], 0);
+    ASSERT_EQ(fx_write_text(path, "{\"eos_token_id\":99999}"), 0);
+    ASSERT_STATUS(khub__model_config_from_hf_dir(rt, dir, &c), KHUB_STATUS_MODEL_INVALID);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "generation_config.json: eos token id 99999 is outside the vocabulary");
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+    khub_runtime_free(rt);
+}
+
+/* ------------------------------------------------------------------------ */
+/* GGUF                                                                     */
+/* ------------------------------------------------------------------------ */
+
+TEST_IMPL(gguf_golden_tiny_llama)
+{
+    khub_runtime *rt = new_rt();
+    khub_gguf *g = NULL;
+    ASSERT_OK(khub__gguf_open(rt, KHUB_SOURCE_DIR "/tests/golden/tiny_llama.gguf", &g));
+    khub_model_config c;
+    ASSERT_OK(khub__model_config_from_gguf(rt, g, &c));
+    ASSERT_EQ(c.arch, KHUB_ARCH_LLAMA);
+    ASSERT_EQ(c.rope_style, KHUB_ROPE_INTERLEAVED);
+    ASSERT_EQ(c.hidden_size, 64);
+    ASSERT_EQ(c.n_layers, 2);
+    ASSERT_EQ(c.n_heads, 4);
+    ASSERT_EQ(c.n_kv_heads, 2);
+    ASSERT_EQ(c.head_dim, 16);
+    ASSERT_EQ(c.intermediate_size, 128);
+    ASSERT_EQ(c.vocab_size, 32);
+    ASSERT_EQ(c.max_position_embeddings, 2048);
+    ASSERT(c.rope_theta == 10000.0);
+    ASSERT(fabs(c.rms_norm_eps - 1e-5) < 1e-11);
+    ASSERT(c.tie_word_embeddings);
+    ASSERT_EQ(c.bos_token_id, 1);
+    ASSERT_EQ(c.n_eos, 1);
+    ASSERT_EQ(c.eos_token_ids[0], 2);
+    const khub_gguf_tensor *t;
+    ASSERT_OK(khub__gguf_tensor_get(g, "blk.1.attn_k.weight", &t));
+    ASSERT_EQ(t->ggml_type, KHUB_GGML_Q4_1);
+    ASSERT_EQ(t->nbytes, 32 * 2 * 20);
+    khub__gguf_close(g);
+    khub_runtime_free(rt);
+}
+
+/* A GGUF with only metadata (no tensors) for arch tests. */
+static void meta_gguf(fx_buf *b, const char *arch, int with_blocks)
+{
+    char k[64];
+    fx_gguf_header(b, 3, 0, 5 + (with_blocks ? 1 : 0));
+    fx_kv_str(b, "general.architecture", arch);
+#define K(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
+    fx_kv_u32(b, K("embedding_length"), 256);
+    fx_kv_u32(b, K("feed_forward_length"), 512);
+    fx_kv_u32(b, K("attention.head_count"), 4);
+    fx_kv_u32(b, K("vocab_size"), 1000);
+    if (with_blocks) fx_kv_u32(b, K("block_count"), 3);
+#undef K
+}
+
+TEST_IMPL(gguf_arches_and_refusals)
+{
+    khub_runtime *rt = new_rt();
+    khub_model_config c;
+    khub_gguf *g = NULL;
+    fx_buf b = {0};
+    meta_gguf(&b, "qwen3", 1);
+    ASSERT_OK(khub__gguf_open_mem(rt, "q3.gguf", b.p, b.n, &g));
+    ASSERT_OK(khub__model_config_from_gguf(rt, g, &c));
+    ASSERT_EQ(c.arch, KHUB_ARCH_QWEN3);
+    ASSERT_EQ(c.rope_style, KHUB_ROPE_NEOX);
+    ASSERT(c.qk_norm);
+    ASSERT_EQ(c.n_kv_heads, 4);
+    ASSERT_EQ(c.head_dim, 64);
+    ASSERT_EQ(c.n_eos, 0);
+    khub__gguf_close(g);
+    fx_free(&b);
+
+    meta_gguf(&b, "gpt2", 1);
+    ASSERT_OK(khub__gguf_open_mem(rt, "g2.gguf", b.p, b.n, &g));
+    ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_UNSUPPORTED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "g2.gguf: general.architecture 'gpt2' is not "
+                                             "supported (supported: llama, qwen2, qwen3)");
+    khub__clear(rt);
+    khub__gguf_close(g);
+    fx_free(&b);
+
+    meta_gguf(&b, "llama", 0);
+    ASSERT_OK(khub__gguf_open_mem(rt, "nb.gguf", b.p, b.n, &g));
+    ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_INVALID);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "nb.gguf: metadata key 'llama.block_count' is missing");
+    khub__clear(rt);
+    khub__gguf_close(g);
+    fx_free(&b);
+
+    meta_gguf(&b, "llama", 1);
+    b.p[16] = 7; /* metadata_kv_count 6 -> 7: one more pair follows */
+    fx_kv_str(&b, "llama.rope.scaling.type", "yarn");
+    ASSERT_OK(khub__gguf_open_mem(rt, "y.gguf", b.p, b.n, &g));
+    ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_UNSUPPORTED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "llama.rope.scaling.type 'yarn' is not supported");
+    khub__gguf_close(g);
+    fx_free(&b);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(real_smollm2_config)
+{
+    char path[1024];
+    const char *dir = getenv("KHUB_MODEL_DIR");
+    if (dir && *dir) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else snprintf(path, sizeof path, "%s/.cache/khub/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                  getenv("HOME") ? getenv("HOME") : "");
+    struct stat sb;
+    if (stat(path, &sb) != 0) TEST_SKIP("model absent: run tools/fetch-model.sh (%s)", path);
+    khub_runtime *rt = new_rt();
+    khub_gguf *g = NULL;
+    ASSERT_OK(khub__gguf_open(rt, path, &g));
+    khub_model_config c;
+    ASSERT_OK(khub__model_config_from_gguf(rt, g, &c));
+    assert_smol(&c);
+    ASSERT_EQ(c.rope_style, KHUB_ROPE_INTERLEAVED);
+    khub__gguf_close(g);
+    khub_runtime_free(rt);
+}
+
+#define TEST_LIST(X)                  \
+    X(hf_smollm2)                     \
+    X(hf_llama31_rope_scaling)        \
+    X(hf_qwen_and_mistral)            \
+    X(hf_rejections_name_the_field)   \
+    X(hf_dir_with_generation_config)  \
+    X(gguf_golden_tiny_llama)         \
+    X(gguf_arches_and_refusals)       \
+    X(real_smollm2_config)
+TEST_MAIN(TEST_LIST)
