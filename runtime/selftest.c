@@ -1,0 +1,368 @@
+/*
+ * selftest.c: numeric self-tests against khub/ref-cpu (see selftest.h).
+ *
+ * Both ops are reached through the registry in strict mode, pinned to their
+ * plugin by id, so a self-test never silently compares ref-cpu with itself.
+ * Buffers come from the runtime allocator and are freed on every path.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime_impl.h"
+#include "selftest.h"
+
+#define REF_ID "khub/ref-cpu"
+#define MAX_T 8
+
+/* ======================================================================== */
+/* Tensors and data                                                         */
+/* ======================================================================== */
+
+typedef struct tens {
+    khub_tensor t;
+    int64_t shape[4];
+    size_t bytes;
+} tens;
+
+typedef struct bench {
+    khub_runtime *rt;
+    tens t[MAX_T];
+    int n;
+    uint64_t rng;
+} bench;
+
+static float rnd(bench *b)
+{
+    b->rng ^= b->rng << 13;
+    b->rng ^= b->rng >> 7;
+    b->rng ^= b->rng << 17;
+    return (float)((b->rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+/* A compact tensor of the given dtype and shape, filled with U(-1, 1) when
+ * fill is set (f32 only), else zeroed. NULL on OOM or overflow. */
+static khub_tensor *mk(bench *b, khub_dtype dt, size_t elem_bytes, int fill, int nd, int64_t d0,
+                       int64_t d1, int64_t d2)
+{
+    if (b->n >= MAX_T) return NULL;
+    tens *t = &b->t[b->n];
+    int64_t dims[3] = {d0, d1, d2};
+    size_t count = 1;
+    for (int i = 0; i < nd; i++) {
+        t->shape[i] = dims[i];
+        if (dims[i] <= 0 || !khub__mul_ok(count, (size_t)dims[i], &count)) return NULL;
+    }
+    if (!khub__mul_ok(count, elem_bytes, &t->bytes)) return NULL;
+    void *data = khub__aligned_alloc(b->rt, t->bytes);
+    if (!data) return NULL;
+    memset(data, 0, t->bytes);
+    if (fill)
+        for (size_t i = 0; i < count; i++) ((float *)data)[i] = rnd(b);
+    t->t = (khub_tensor){.data = data, .device = {KHUB_DEVICE_CPU, 0}, .ndim = nd, .dtype = dt,
+                         .shape = t->shape};
+    b->n++;
+    return &t->t;
+}
+
+static khub_tensor *f32(bench *b, int fill, int nd, int64_t d0, int64_t d1, int64_t d2)
+{
+    return mk(b, KHUB_DTYPE_F32, 4, fill, nd, d0, d1, d2);
+}
+
+static void bench_free(bench *b)
+{
+    for (int i = 0; i < b->n; i++) khub__aligned_free(b->rt, b->t[i].t.data);
+    b->n = 0;
+}
+
+static size_t numel(const khub_tensor *t)
+{
+    size_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= (size_t)t->shape[i];
+    return n;
+}
+
+static double nmse(const khub_tensor *y, const khub_tensor *ref)
+{
+    const float *a = y->data, *r = ref->data;
+    double num = 0, den = 0;
+    for (size_t i = 0; i < numel(ref); i++) {
+        double d = (double)a[i] - (double)r[i];
+        num += d * d;
+        den += (double)r[i] * r[i];
+        if (!isfinite(a[i])) return INFINITY;
+    }
+    return den > 0 ? num / den : num;
+}
+
+/* ======================================================================== */
+/* Bindings                                                                 */
+/* ======================================================================== */
+
+static khub_status bind(khub_runtime *rt, uint32_t kind, const char *plugin, const char *op,
+                        int dtype_id, int head_dim, khub_binding **out)
+{
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = kind,
+                       .device_type = KHUB_DEVICE_CPU, .dtype_id = dtype_id,
+                       .head_dim = head_dim, .plugin_id = plugin, .op_name = op};
+    KHUB_FORWARD_IF_ERROR(rt, khub_registry_select(rt, &q, out));
+    const char *name = khub_binding_name(*out);
+    size_t len = strlen(plugin);
+    KHUB_RETURN_IF(rt, strncmp(name, plugin, len) != 0 || name[len] != ' ', KHUB_STATUS_NO_KERNEL,
+                   "self-test: wanted an op of %s, the registry chose %s", plugin, name);
+    return KHUB_STATUS_OK;
+}
+
+typedef struct pair {
+    khub_binding *test, *ref;
+} pair;
+
+static khub_status bind_pair(khub_runtime *rt, uint32_t kind, const char *plugin, const char *op,
+                             int dtype_id, int head_dim, pair *p)
+{
+    KHUB_FORWARD_IF_ERROR(rt, bind(rt, kind, plugin, op, dtype_id, head_dim, &p->test));
+    return bind(rt, kind, REF_ID, NULL, dtype_id, head_dim, &p->ref);
+}
+
+/* ======================================================================== */
+/* One test per kind: each fills y (plugin) and r (reference)               */
+/* ======================================================================== */
+
+typedef struct result {
+    khub_tensor *y, *r;
+} result;
+
+static khub_status t_norm(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
+{
+    if (s->ndim != 2) return KHUB_STATUS_INVALID_ARG;
+    int64_t n = s->shape[0], dim = s->shape[1];
+    pair p;
+    KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, KHUB_OP_NORM, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
+    khub_tensor *x = f32(b, 1, 2, n, dim, 0), *w = f32(b, 1, 1, dim, 0, 0);
+    khub_tensor *res1 = f32(b, 1, 2, n, dim, 0), *res2 = f32(b, 0, 2, n, dim, 0);
+    res->y = f32(b, 0, 2, n, dim, 0);
+    res->r = f32(b, 0, 2, n, dim, 0);
+    if (!x || !w || !res1 || !res2 || !res->y || !res->r) return KHUB_STATUS_NOMEM;
+    memcpy(res2->data, res1->data, numel(res1) * 4);
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = KHUB_NORM_RMS,
+                        .eps = 1e-5f, .x = x, .residual = res1, .weight = w, .y = res->y};
+    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    a.residual = res2;
+    a.y = res->r;
+    return khub_binding_call(p.ref, &a);
+}
+
+static khub_status t_act(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
+{
+    if (s->ndim != 2) return KHUB_STATUS_INVALID_ARG;
+    pair p;
+    KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, KHUB_OP_ACTIVATION, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
+    khub_tensor *g = f32(b, 1, 2, s->shape[0], s->shape[1], 0);
+    khub_tensor *u = f32(b, 1, 2, s->shape[0], s->shape[1], 0);
+    res->y = f32(b, 0, 2, s->shape[0], s->shape[1], 0);
+    res->r = f32(b, 0, 2, s->shape[0], s->shape[1], 0);
+    if (!g || !u || !res->y || !res->r) return KHUB_STATUS_NOMEM;
+    khub_activation_args a = {KHUB_STRUCT_INIT(khub_activation_args), .act_type = KHUB_ACT_SILU,
+                              .gate = g, .up = u, .y = res->y};
+    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    a.y = res->r;
+    return khub_binding_call(p.ref, &a);
+}
+
+static khub_status t_attn(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
+{
+    if (s->ndim != 4 || s->shape[1] % s->shape[2] != 0) return KHUB_STATUS_INVALID_ARG;
+    int64_t nq = s->shape[0], h = s->shape[1], kvh = s->shape[2], hd = s->shape[3];
+    pair p;
+    KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, KHUB_OP_ATTENTION, pid, s->op, KHUB_DTYPE_ID_F32,
+                                           (int)hd, &p));
+    khub_tensor *q = f32(b, 1, 3, nq, h, hd), *k = f32(b, 1, 3, nq, kvh, hd);
+    khub_tensor *v = f32(b, 1, 3, nq, kvh, hd);
+    res->y = f32(b, 0, 3, nq, h, hd);
+    res->r = f32(b, 0, 3, nq, h, hd);
+    if (!q || !k || !v || !res->y || !res->r) return KHUB_STATUS_NOMEM;
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), .q = q, .k = k, .v = v,
+                             .out = res->y, .scale = 1.0f / sqrtf((float)hd), .causal = 1};
+    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    a.out = res->r;
+    return khub_binding_call(p.ref, &a);
+}
+
+static khub_status t_rotary(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
+{
+    if (s->ndim != 3 || s->shape[2] % 2 != 0) return KHUB_STATUS_INVALID_ARG;
+    pair p;
+    KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, KHUB_OP_ROTARY, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
+    res->y = f32(b, 1, 3, s->shape[0], s->shape[1], s->shape[2]);
+    res->r = f32(b, 0, 3, s->shape[0], s->shape[1], s->shape[2]);
+    khub_tensor *pos = mk(b, KHUB_DTYPE_I32, 4, 0, 1, s->shape[0], 0, 0);
+    if (!res->y || !res->r || !pos) return KHUB_STATUS_NOMEM;
+    memcpy(res->r->data, res->y->data, numel(res->y) * 4);
+    for (int64_t i = 0; i < s->shape[0]; i++) ((int32_t *)pos->data)[i] = (int32_t)(i * 7);
+    khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args), .x = res->y,
+                          .positions = pos->data, .style = KHUB_ROPE_NEOX, .theta = 10000.0f};
+    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    a.x = res->r;
+    return khub_binding_call(p.ref, &a);
+}
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fff + ((u >> 16) & 1); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+/* Converts f32 weights in place into a new tensor of the wanted dtype. */
+static khub_tensor *weights_as(bench *b, khub_tensor *w32, const char *dtype)
+{
+    int64_t o = w32->shape[0], in = w32->shape[1];
+    const float *src = w32->data;
+    if (strcmp(dtype, "f32") == 0) return w32;
+    int bf = strcmp(dtype, "bf16") == 0;
+    if (!bf && strcmp(dtype, "f16") != 0) return NULL;
+    khub_tensor *w = mk(b, bf ? KHUB_DTYPE_BF16 : KHUB_DTYPE_F16, 2, 0, 2, o, in, 0);
+    if (!w) return NULL;
+    uint16_t *dst = w->data;
+    for (int64_t i = 0; i < o * in; i++) {
+        if (bf) {
+            dst[i] = to_bf16(src[i]);
+        } else {
+            _Float16 h = (_Float16)src[i];
+            memcpy(&dst[i], &h, 2);
+        }
+    }
+    return w;
+}
+
+static int qformat_of(const char *dtype)
+{
+    static const char *names[] = {"", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "int8_row", "nf4"};
+    for (int i = 1; i < KHUB_QFORMAT__COUNT; i++)
+        if (strcmp(names[i], dtype) == 0) return i;
+    return 0;
+}
+
+/* Quantizes f32 weights [o, in] with ref-cpu's quantize method. */
+static khub_tensor *quantized(bench *b, pair *p, khub_tensor *w32, int fmt, khub_status *st)
+{
+    int64_t o = w32->shape[0], in = w32->shape[1];
+    int64_t row = khub_qformat_row_bytes((khub_qformat)fmt, in);
+    *st = KHUB_STATUS_INVALID_ARG;
+    if (row <= 0) return NULL;
+    khub_tensor *w = mk(b, KHUB_DTYPE_Q(fmt), 1, 0, 2, o, row, 0);
+    if (!w) return (*st = KHUB_STATUS_NOMEM), NULL;
+    w->shape[1] = in; /* logical shape */
+    void *ref_state = NULL;
+    const khub_op_desc *op = khub_binding_acquire(p->ref, &ref_state);
+    const khub_qlinear_methods *qm = op ? op->methods : NULL;
+    khub_quant_args qa = {KHUB_STRUCT_INIT(khub_quant_args), .format = (uint32_t)fmt,
+                          .n_rows = o, .n_cols = in, .src = w32->data, .dst = w->data};
+    *st = qm && qm->quantize ? qm->quantize(ref_state, &qa) : KHUB_STATUS_UNSUPPORTED;
+    khub_binding_release(p->ref);
+    return *st == KHUB_STATUS_OK ? w : NULL;
+}
+
+static khub_status t_linear(bench *b, const char *pid, const khub_selftest_spec *s, result *res,
+                            int quant)
+{
+    if (s->ndim != 3) return KHUB_STATUS_INVALID_ARG;
+    int64_t n = s->shape[0], in = s->shape[1], out = s->shape[2];
+    int fmt = quant ? qformat_of(s->dtype) : 0;
+    if (quant && !fmt) return KHUB_STATUS_INVALID_ARG;
+    int dtype_id = quant ? KHUB_DTYPE_ID_QBASE + fmt
+                         : (strcmp(s->dtype, "f16") == 0    ? KHUB_DTYPE_ID_F16
+                            : strcmp(s->dtype, "bf16") == 0 ? KHUB_DTYPE_ID_BF16
+                                                            : KHUB_DTYPE_ID_F32);
+    pair p;
+    KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, quant ? KHUB_OP_QLINEAR : KHUB_OP_LINEAR, pid,
+                                           s->op, dtype_id, 0, &p));
+    khub_tensor *x = f32(b, 1, 2, n, in, 0), *w32 = f32(b, 1, 2, out, in, 0);
+    res->y = f32(b, 0, 2, n, out, 0);
+    res->r = f32(b, 0, 2, n, out, 0);
+    if (!x || !w32 || !res->y || !res->r) return KHUB_STATUS_NOMEM;
+    khub_status st = KHUB_STATUS_OK;
+    khub_tensor *w = quant ? quantized(b, &p, w32, fmt, &st) : weights_as(b, w32, s->dtype);
+    if (!w) return st != KHUB_STATUS_OK ? st : KHUB_STATUS_INVALID_ARG;
+    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args), .x = x, .weight = w, .y = res->y};
+    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    a.y = res->r;
+    return khub_binding_call(p.ref, &a);
+}
+
+/* ======================================================================== */
+/* Entry                                                                    */
+/* ======================================================================== */
+
+static uint32_t kind_of_op(khub_runtime *rt, const char *plugin_id, const char *op)
+{
+    for (size_t i = 0; i < khub_plugin_count(rt); i++) {
+        const khub_plugin *p = khub_plugin_at(rt, i);
+        if (strcmp(khub_plugin_id(p), plugin_id) != 0) continue;
+        for (uint32_t j = 0; j < khub_plugin_op_count(p); j++)
+            if (strcmp(khub_plugin_op(p, j)->name, op) == 0) return khub_plugin_op(p, j)->kind;
+    }
+    return 0;
+}
+
+static void shape_str(const khub_selftest_spec *s, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < s->ndim && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)s->shape[i]);
+}
+
+khub_status khub__selftest_run(khub_runtime *rt, const char *plugin_id,
+                               const khub_selftest_spec *spec, double *nmse_out, char *report,
+                               size_t n)
+{
+    char shape[96];
+    shape_str(spec, shape, sizeof shape);
+    uint32_t kind = kind_of_op(rt, plugin_id, spec->op);
+    if (!kind) {
+        khub__errbuf(report, n, "%s: no op named %s is loaded", plugin_id, spec->op);
+        return khub__fail(rt, KHUB_STATUS_NO_KERNEL, "%s: no op named %s is loaded", plugin_id,
+                          spec->op);
+    }
+    int64_t strict = 0;
+    khub_runtime_get_option(rt, KHUB_OPT_STRICT, &strict);
+    khub_runtime_set_option(rt, KHUB_OPT_STRICT, 1);
+    bench b = {.rt = rt, .rng = 0x9E3779B97F4A7C15ull};
+    result res = {0};
+    khub_status st;
+    switch (kind) {
+    case KHUB_OP_NORM: st = t_norm(&b, plugin_id, spec, &res); break;
+    case KHUB_OP_ACTIVATION: st = t_act(&b, plugin_id, spec, &res); break;
+    case KHUB_OP_ATTENTION: st = t_attn(&b, plugin_id, spec, &res); break;
+    case KHUB_OP_ROTARY: st = t_rotary(&b, plugin_id, spec, &res); break;
+    case KHUB_OP_LINEAR: st = t_linear(&b, plugin_id, spec, &res, 0); break;
+    case KHUB_OP_QLINEAR: st = t_linear(&b, plugin_id, spec, &res, 1); break;
+    default: st = KHUB_STATUS_UNSUPPORTED; break;
+    }
+    khub_runtime_set_option(rt, KHUB_OPT_STRICT, strict);
+    double score = (st == KHUB_STATUS_OK) ? nmse(res.y, res.r) : NAN;
+    bench_free(&b);
+    if (st == KHUB_STATUS_INVALID_ARG) {
+        khub__errbuf(report, n, "%s [%s] %s: shape or dtype does not fit a %u-kind op", spec->op,
+                     shape, spec->dtype, kind);
+        return khub__fail(rt, st, "%s", report ? report : "self-test: bad shape");
+    }
+    if (st == KHUB_STATUS_UNSUPPORTED) {
+        khub__errbuf(report, n, "%s: no numeric self-test for this kind", spec->op);
+        return st;
+    }
+    if (st != KHUB_STATUS_OK) {
+        khub__errbuf(report, n, "%s [%s] %s: %s", spec->op, shape, spec->dtype,
+                     khub_runtime_errmsg(rt));
+        return st;
+    }
+    if (nmse_out) *nmse_out = score;
+    int ok = score <= spec->tolerance;
+    khub__errbuf(report, n, "%s [%s] %s: NMSE %.3g %s %.3g", spec->op, shape, spec->dtype, score,
+                 ok ? "<=" : ">", spec->tolerance);
+    if (!ok) return khub__fail(rt, KHUB_STATUS_ERROR, "self-test failed: %s", report ? report : "");
+    return KHUB_STATUS_OK;
+}

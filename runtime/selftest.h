@@ -1,0 +1,40 @@
+/*
+ * selftest.h: numeric self-tests of a plugin's op against the reference
+ * plugin khub/ref-cpu, the oracle every kernel is measured by.
+ *
+ * The runtime must hold both the plugin under test and khub/ref-cpu. Inputs
+ * are random (fixed seed) and shaped by kind:
+ *   norm        [n, dim]                     (run with and without residual)
+ *   activation  [n, ff]
+ *   attention   [n_q, n_heads, n_kv_heads, head_dim]  causal, q_pos0 = 0
+ *   linear      [n, in, out]                 dtype f32, f16 or bf16 weights
+ *   qlinear     [n, in, out]                 dtype q8_0, q4_0, q4_1, int8_row or
+ *                                            nf4 (weights quantized by ref-cpu)
+ *   rotary      [n, n_heads, head_dim]       NEOX, theta 10000
+ * The score is the normalised mean squared error
+ *   NMSE = sum((y - y_ref)^2) / sum(y_ref^2),
+ * which must not exceed the tolerance. kv_cache ops have no numeric test.
+ */
+#ifndef KHUB_RUNTIME_SELFTEST_H
+#define KHUB_RUNTIME_SELFTEST_H
+
+#include "internal.h"
+
+typedef struct khub_selftest_spec {
+    const char *op;        /* op name in the plugin under test */
+    int64_t shape[6];
+    size_t ndim;
+    const char *dtype;     /* "f32", "q4_1", ... (weights) */
+    double tolerance;      /* NMSE bound */
+} khub_selftest_spec;
+
+/* Runs one self-test of plugin_id's op against khub/ref-cpu in rt. On
+ * success *nmse holds the score; KHUB_STATUS_ERROR when the score exceeds the
+ * tolerance; INVALID_ARG for a shape that does not fit the kind; NO_KERNEL
+ * when either op is missing. report gets one line either way, e.g.
+ * "rms_norm [4, 576] f32: NMSE 1.2e-15 <= 1e-10". */
+KHUB_INTERNAL khub_status khub__selftest_run(khub_runtime *rt, const char *plugin_id,
+                                             const khub_selftest_spec *spec, double *nmse,
+                                             char *report, size_t n);
+
+#endif /* KHUB_RUNTIME_SELFTEST_H */

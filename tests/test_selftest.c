@@ -1,0 +1,141 @@
+/*
+ * test_selftest.c: the numeric self-test harness against khub/ref-cpu:
+ * every kind passes for the built-in optimized plugins (where the CPU has
+ * their features), a deliberately wrong kernel fails with its NMSE in the
+ * message, shapes that do not fit the kind are refused.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runner.h"
+#include "selftest.h"
+
+static khub_runtime *runtime_with_builtins(void)
+{
+    khub_runtime *rt = NULL;
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
+    ASSERT_OK(khub_runtime_new(&o, &rt));
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    return rt;
+}
+
+static int loaded(khub_runtime *rt, const char *id)
+{
+    for (size_t i = 0; i < khub_plugin_count(rt); i++)
+        if (strcmp(khub_plugin_id(khub_plugin_at(rt, i)), id) == 0) return 1;
+    return 0;
+}
+
+TEST_IMPL(ref_against_itself_is_exact)
+{
+    khub_runtime *rt = runtime_with_builtins();
+    khub_selftest_spec s = {"rms_norm", {3, 64}, 2, "f32", 1e-12};
+    double e = -1;
+    char rep[256];
+    ASSERT_OK(khub__selftest_run(rt, "khub/ref-cpu", &s, &e, rep, sizeof rep));
+    ASSERT_EQ(e, 0);
+    ASSERT_CONTAINS(rep, "rms_norm [3, 64] f32: NMSE 0 <=");
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(optimized_plugin_every_kind)
+{
+    khub_runtime *rt = runtime_with_builtins();
+    const char *id = "khub/cpu-avx2";
+    if (!loaded(rt, id) || (khub_cpu_features() & (KHUB_CPU_AVX2 | KHUB_CPU_FMA)) !=
+                               (KHUB_CPU_AVX2 | KHUB_CPU_FMA))
+        TEST_SKIP("khub/cpu-avx2 not usable on this CPU");
+    const khub_selftest_spec specs[] = {
+        {"rms_norm", {5, 576}, 2, "f32", 1e-10},
+        {"silu_and_mul", {3, 1536}, 2, "f32", 1e-10},
+        {"attention", {7, 9, 3, 64}, 4, "f32", 1e-8},
+        {"linear", {4, 576, 192}, 3, "f32", 1e-10},
+        {"linear", {2, 576, 64}, 3, "f16", 1e-8},
+        {"qlinear", {3, 576, 96}, 3, "q4_1", 1e-3},
+        {"qlinear", {1, 576, 96}, 3, "q8_0", 1e-3},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        double e = -1;
+        char rep[512];
+        khub_status st = khub__selftest_run(rt, id, &specs[i], &e, rep, sizeof rep);
+        fprintf(stderr, "  %s\n", rep);
+        ASSERT_OK(st);
+        ASSERT(e >= 0 && e <= specs[i].tolerance);
+    }
+    khub_runtime_free(rt);
+}
+
+/* A norm kernel that forgets to normalise: y = x * w. */
+static const char *bad_src =
+    "#include <khub/khub_plugin.h>\n"
+    "static khub_status run(void *s, const void *args) { (void)s;\n"
+    "  const khub_norm_args *a = args; const float *x = a->x->data, *w = a->weight->data;\n"
+    "  float *y = a->y->data; long n = a->x->shape[0], d = a->x->shape[1];\n"
+    "  float *r = a->residual ? a->residual->data : 0;\n"
+    "  for (long i = 0; i < n * d; i++) { float v = x[i] + (r ? r[i] : 0); if (r) r[i] = v;\n"
+    "    y[i] = v * w[i % d]; }\n"
+    "  return KHUB_STATUS_OK; }\n"
+    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = 1,\n"
+    "  .dtypes = 1, .flags = KHUB_CAP_RESIDUAL};\n"
+    "static const khub_op_desc ops[] = {{KHUB_STRUCT_INIT(khub_op_desc), .name = \"rms_norm\",\n"
+    "  .kind = KHUB_OP_NORM, .caps = &caps, .run = run}};\n"
+    "static khub_status init(const khub_host_api *h, khub_plugin_desc *o, char *e, size_t n)\n"
+    "{ (void)h; (void)e; (void)n; khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),\n"
+    "  .id = \"t/badnorm\", .version = \"1.0.0\", .n_ops = 1, .ops = ops};\n"
+    "  return khub_plugin_desc_put(o, &d); }\n"
+    "KHUB_PLUGIN_DEFINE(init, \"t/badnorm\", \"1.0.0\")\n";
+
+TEST_IMPL(wrong_kernel_fails_with_score)
+{
+    char dir[] = "/tmp/khub-selftest-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    char src[128], so[128], cmd[1024];
+    snprintf(src, sizeof src, "%s/bad.c", dir);
+    snprintf(so, sizeof so, "%s/bad.so", dir);
+    FILE *f = fopen(src, "w");
+    fputs(bad_src, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "cc -std=gnu11 -shared -fPIC -fvisibility=hidden -DKHUB_PLUGIN_MODULE -I%s/abi %s -o %s",
+             KHUB_SOURCE_DIR, src, so);
+    if (system(cmd) != 0) TEST_SKIP("no C compiler for the fixture");
+    khub_runtime *rt = runtime_with_builtins();
+    char hex[65];
+    ASSERT_OK(khub__sha256_file_hex(so, hex));
+    ASSERT_OK(khub_plugin_load(rt, so, hex, NULL));
+    khub_selftest_spec s = {"rms_norm", {4, 128}, 2, "f32", 1e-6};
+    char rep[512];
+    double e = 0;
+    ASSERT_STATUS(khub__selftest_run(rt, "t/badnorm", &s, &e, rep, sizeof rep), KHUB_STATUS_ERROR);
+    ASSERT_CONTAINS(rep, "rms_norm [4, 128] f32: NMSE ");
+    ASSERT_CONTAINS(rep, "> 1e-06");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "self-test failed");
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(bad_specs)
+{
+    khub_runtime *rt = runtime_with_builtins();
+    char rep[512];
+    khub_selftest_spec s1 = {"rms_norm", {4, 5, 6}, 3, "f32", 1e-6};
+    ASSERT_STATUS(khub__selftest_run(rt, "khub/ref-cpu", &s1, NULL, rep, sizeof rep),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(rep, "does not fit");
+    khub_selftest_spec s2 = {"nope", {4}, 1, "f32", 1e-6};
+    ASSERT_STATUS(khub__selftest_run(rt, "khub/ref-cpu", &s2, NULL, rep, sizeof rep),
+                  KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(rep, "no op named nope");
+    khub_selftest_spec s3 = {"qlinear", {1, 64, 8}, 3, "q9_9", 1e-3};
+    ASSERT_STATUS(khub__selftest_run(rt, "khub/ref-cpu", &s3, NULL, rep, sizeof rep),
+                  KHUB_STATUS_INVALID_ARG);
+    khub_runtime_free(rt);
+}
+
+#define TEST_LIST(X)                    \
+    X(ref_against_itself_is_exact)      \
+    X(optimized_plugin_every_kind)      \
+    X(wrong_kernel_fails_with_score)    \
+    X(bad_specs)
+TEST_MAIN(TEST_LIST)
