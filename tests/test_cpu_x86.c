@@ -198,7 +198,10 @@ static double nmse_f(const float *y, const float *ref, int64_t n)
 /* Quantized weights                                                        */
 /* ------------------------------------------------------------------------ */
 
-static size_t qblk_bytes(int f) { return f == KHUB_QFORMAT_Q8_0 ? 34 : f == KHUB_QFORMAT_Q4_0 ? 18 : 20; }
+static size_t qblk_bytes(int f)
+{
+    return f == KHUB_QFORMAT_Q8_0 ? 34 : f == KHUB_QFORMAT_Q4_0 ? 18 : 20;
+}
 
 /* Random blocks: any byte pattern is a valid block, so codes are uniform
  * (Q8_0 includes -128) and scales are random f16 of either sign. */
@@ -345,7 +348,8 @@ static double run_dense(const plug *lv, int nlv, khub_dtype dt, int64_t n, int64
 {
     int esz = dt.bits / 8;
     uint8_t *w = malloc((size_t)(out * in * esz));
-    float *x = malloc(sizeof(float) * (size_t)(n * in)), *y = malloc(sizeof(float) * (size_t)(n * out));
+    float *x = malloc(sizeof(float) * (size_t)(n * in));
+    float *y = malloc(sizeof(float) * (size_t)(n * out));
     double *ref = malloc(sizeof(double) * (size_t)(n * out));
     double *wv = malloc(sizeof(double) * (size_t)(out * in));
     for (int64_t i = 0; i < out * in; i++) {
@@ -587,7 +591,8 @@ static double run_act(const plug *lv, int nlv, int type, int64_t n, int64_t ff, 
     for (size_t i = 0; i < ne; i++) {
         g[i] = nrand() * 4.0f, u[i] = nrand();
         if (i % 97 == 5) g[i] = (i & 1) ? 95.0f : -95.0f; /* exp clamping */
-        double x = g[i], t = type == KHUB_ACT_SILU ? x : 2 * 0.7978845608 * (x + 0.044715 * x * x * x);
+        double x = g[i];
+        double t = type == KHUB_ACT_SILU ? x : 2 * 0.7978845608 * (x + 0.044715 * x * x * x);
         ref[i] = x / (1 + exp(-t)) * u[i];
     }
     if (perturb) g[1] += 1.0f;
