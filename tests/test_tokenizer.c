@@ -694,6 +694,117 @@ TEST_IMPL(smollm2_transformers_corpus)
     free(text);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Chat formatting                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* Every rendering of tests/fixtures/tokenizer/chat.json (made by jinja2). */
+TEST_IMPL(chat_matches_jinja)
+{
+    char *text = slurp(FIX "/chat.json", NULL);
+    ASSERT(text);
+    cJSON *c = cJSON_Parse(text);
+    const cJSON *tmpls = cJSON_GetObjectItem(c, "templates");
+    const cJSON *convs = cJSON_GetObjectItem(c, "conversations");
+    khub_runtime *rt = new_rt();
+    int n = 0;
+    for (const cJSON *o = cJSON_GetObjectItem(c, "out")->child; o; o = o->next, n++) {
+        char key[128], *tn = key, *cn, *gen;
+        snprintf(key, sizeof key, "%s", o->string);
+        cn = strchr(tn, '/');
+        *cn++ = '\0';
+        gen = strchr(cn, '/');
+        *gen++ = '\0';
+        const cJSON *conv = cJSON_GetObjectItem(convs, cn);
+        khub_chat_msg msgs[8];
+        size_t nm = 0;
+        for (const cJSON *m = conv->child; m; m = m->next, nm++) {
+            msgs[nm].role = cJSON_GetObjectItem(m, "role")->valuestring;
+            msgs[nm].content = cJSON_GetObjectItem(m, "content")->valuestring;
+        }
+        char *out = NULL;
+        khub_status st = khub__chat_format(rt, cJSON_GetObjectItem(tmpls, tn)->valuestring, msgs,
+                                           nm, gen[0] == '1', &out);
+        if (st) fprintf(stderr, "  %s: %s\n", o->string, khub_runtime_errmsg(rt));
+        ASSERT_OK(st);
+        if (strcmp(out, o->valuestring) != 0) fprintf(stderr, "  case %s\n", o->string);
+        ASSERT_STR_EQ(out, o->valuestring);
+        khub__strfree(rt, out);
+    }
+    ASSERT_EQ(n, 18);
+    /* Styles and the default system prompt, read from the templates. */
+    khub_chat_style style;
+    char *sys = NULL;
+    ASSERT_OK(khub__chat_detect(rt, cJSON_GetObjectItem(tmpls, "smollm2")->valuestring, &style,
+                                &sys));
+    ASSERT_EQ(style, KHUB_CHAT_CHATML);
+    ASSERT_STR_EQ(sys, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
+    khub__strfree(rt, sys);
+    ASSERT_OK(khub__chat_detect(rt, cJSON_GetObjectItem(tmpls, "llama3")->valuestring, &style,
+                                &sys));
+    ASSERT_EQ(style, KHUB_CHAT_LLAMA3);
+    ASSERT(sys == NULL);
+    ASSERT_STR_EQ(khub__chat_end_of_turn(style), "<|eot_id|>");
+    khub_runtime_free(rt);
+    cJSON_Delete(c);
+    free(text);
+}
+
+TEST_IMPL(chat_refuses)
+{
+    khub_runtime *rt = new_rt();
+    khub_chat_msg msgs[] = {{"user", "hi"}};
+    char *out = NULL;
+    ASSERT_STATUS(khub__chat_format(rt, NULL, msgs, 1, true, &out), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "no chat template");
+    khub__clear(rt);
+    ASSERT_STATUS(khub__chat_format(rt, "{% for m in messages %}[INST] {{ m['content'] }} [/INST]"
+                                        "{% endfor %}", msgs, 1, true, &out),
+                  KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "template not recognised (starts \"{% for m in");
+    khub__clear(rt);
+    /* A ChatML-looking template with reasoning blocks (Qwen3) is refused. */
+    ASSERT_STATUS(khub__chat_format(rt, "{{'<|im_start|>' + message['role'] + '<think>' + "
+                                        "'<|im_end|>'}}", msgs, 1, true, &out),
+                  KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "ChatML and Llama-3.0 templates only");
+    khub__clear(rt);
+    khub_chat_msg bad[] = {{"us<er", "hi"}};
+    ASSERT_STATUS(khub__chat_format(rt, "x", bad, 1, true, &out), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "message 0 has an empty or invalid role");
+    ASSERT(out == NULL);
+    khub_runtime_free(rt);
+}
+
+/* The real model's template formats, and the prompt encodes to the ids a
+ * ChatML prompt must start with. */
+TEST_IMPL(smollm2_chat_prompt)
+{
+    need_model();
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *tok = load_real_gguf(rt);
+    khub_chat_msg msgs[] = {{"user", "What is 2+2?"}};
+    char *prompt = NULL;
+    ASSERT_OK(khub__chat_format(rt, khub__tokenizer_chat_template(tok), msgs, 1, true, &prompt));
+    ASSERT_STR_EQ(prompt, "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, "
+                          "trained by Hugging Face<|im_end|>\n<|im_start|>user\nWhat is 2+2?"
+                          "<|im_end|>\n<|im_start|>assistant\n");
+    int32_t *ids;
+    size_t n;
+    ASSERT_OK(khub__tokenizer_encode(tok, prompt, strlen(prompt), KHUB_TOK_PARSE_SPECIAL, &ids,
+                                     &n));
+    /* tokenizers 0.23 on the model's tokenizer.json, add_special_tokens=False */
+    static const int32_t want[] = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511,
+                                   308, 34519, 28, 7018, 411, 407, 19712, 8182, 2, 198, 1, 4093,
+                                   198, 1780, 314, 216, 34, 27, 34, 47, 2, 198, 1, 520, 9531, 198};
+    ASSERT_EQ(n, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(ids[i], want[i]);
+    khub__tokenizer_free_ids(tok, ids, n);
+    khub__strfree(rt, prompt);
+    khub__tokenizer_free(tok);
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X)                \
     X(corpus_gpt2)                  \
     X(corpus_smollm)                \
@@ -708,5 +819,8 @@ TEST_IMPL(smollm2_transformers_corpus)
     X(hostile_spec)                 \
     X(speed_long_prompt)            \
     X(smollm2_json_and_gguf_agree)  \
-    X(smollm2_transformers_corpus)
+    X(smollm2_transformers_corpus)  \
+    X(chat_matches_jinja)           \
+    X(chat_refuses)                 \
+    X(smollm2_chat_prompt)
 TEST_MAIN(TEST_LIST)

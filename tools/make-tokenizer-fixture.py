@@ -10,8 +10,11 @@ tokenizer.json, and records tokenizers' ids for every corpus string:
     tests/fixtures/tokenizer/smollm/tokenizer_config.json   (chat template, eos)
     tests/fixtures/tokenizer/corpus.json  {"tokenizers": "<version>",
                                            "strings": [...], "ids": {kind: [[...]]}}
+    tests/fixtures/tokenizer/chat.json    {"templates": {name: jinja}, "conversations":
+                                           {name: [msg]}, "out": {"tmpl/conv/gen": text}}
+                                          (rendered with jinja2, as Transformers does)
 
-    pip install tokenizers && python3 tools/make-tokenizer-fixture.py
+    pip install tokenizers jinja2 && python3 tools/make-tokenizer-fixture.py
 
 The corpus favours the pattern edges: contractions in every case, digit runs,
 whitespace runs ending in newlines, non-ASCII letters and numbers, added
@@ -29,6 +32,29 @@ LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 KINDS = ["gpt2", "smollm", "llama3", "qwen2"]
+# The Instruct models' own templates (SmolLM2's is checked against the real
+# tokenizer_config.json by tests/test_tokenizer.c when the model is present).
+QWEN2_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}{% endif %}"
+    "{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] "
+    "| trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}"
+    "{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+CONVERSATIONS = {
+    "user_only": [{"role": "user", "content": "What is 2+2?"}],
+    "with_system": [{"role": "system", "content": "Be brief."},
+                    {"role": "user", "content": "  Hi there \n"},
+                    {"role": "assistant", "content": "Hello!"},
+                    {"role": "user", "content": "Bye"}],
+    "no_system_multi": [{"role": "user", "content": "caf\u00e9?"},
+                        {"role": "assistant", "content": "\tYes.  "},
+                        {"role": "user", "content": ""}],
+}
 SMOLLM_TEMPLATE = (
     "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
     "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
@@ -102,6 +128,18 @@ def main():
         json.dump({"chat_template": SMOLLM_TEMPLATE, "bos_token": "<|im_start|>",
                    "eos_token": "<|im_end|>", "pad_token": "<|im_end|>",
                    "clean_up_tokenization_spaces": False}, f, indent=1)
+    import jinja2
+    env = jinja2.Environment()
+    templates = {"smollm2": SMOLLM_TEMPLATE, "qwen2": QWEN2_TEMPLATE, "llama3": LLAMA3_TEMPLATE}
+    rendered = {}
+    for tn, t in templates.items():
+        for cn, conv in CONVERSATIONS.items():
+            for gen in (0, 1):
+                rendered[f"{tn}/{cn}/{gen}"] = env.from_string(t).render(
+                    messages=conv, add_generation_prompt=bool(gen), bos_token="<|begin_of_text|>")
+    with open(f"{root}/chat.json", "w") as f:
+        json.dump({"jinja2": jinja2.__version__, "templates": templates,
+                   "conversations": CONVERSATIONS, "out": rendered}, f, indent=1)
     with open(f"{root}/corpus.json", "w") as f:
         json.dump({"tokenizers": tokenizers.__version__, "strings": strings, "ids": ids}, f)
 
