@@ -1,0 +1,160 @@
+/* test_host_api.c: the host table as a plugin sees it (from inside an op),
+ * the runtime's own table, and the CUDA layer without a driver. */
+#include "cuda.h"
+#include "plugins/tp_args.h"
+#include "plugins/tp_util.h"
+#include "runtime_impl.h"
+
+static char logged[2048];
+static void capture(void *ud, khub_log_level level, const char *msg)
+{
+    (void)ud, (void)level;
+    snprintf(logged + strlen(logged), sizeof logged - strlen(logged), "%s\n", msg);
+}
+
+static bool have_cuda(void)
+{
+    return khub__cuda_info(NULL, NULL, NULL) == KHUB_STATUS_OK;
+}
+
+TEST_IMPL(host_table_from_an_op)
+{
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2, .log = capture};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&o, &rt));
+    tp_load(rt, "good_v1");
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_ROTARY, .dtype_id = -1};
+    khub_binding *b = NULL;
+    ASSERT_OK(khub_registry_select(rt, &q, &b));
+    unsigned char marks[1000] = {0};
+    tp_host_args a = {.n = 1000, .marks = marks};
+    logged[0] = '\0';
+    ASSERT_OK(khub_binding_call(b, &a));
+    for (int i = 0; i < 1000; i++) ASSERT_EQ(marks[i], 1);
+    ASSERT_EQ(a.n_threads, 2);
+    ASSERT_EQ(a.cpu_features, khub_cpu_features());
+    ASSERT_EQ(a.aligned, 1);
+    ASSERT_EQ(a.artifact_st, KHUB_STATUS_NOT_FOUND);
+    if (have_cuda())
+        ASSERT_EQ(a.cuda_st, KHUB_STATUS_OK);
+    else
+        ASSERT_EQ(a.cuda_st, KHUB_STATUS_NO_CUDA);
+    /* host->log goes to the runtime's callback, prefixed with the plugin id. */
+    ASSERT_CONTAINS(logged, "khub-test/good: host op ran on 2 threads\n");
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(each_plugin_gets_its_own_context)
+{
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *v1 = tp_load(rt, "good_v1");
+    khub_plugin *v2 = tp_load(rt, "good_v2");
+    ASSERT(v1->host.host_ctx == &v1->hctx);
+    ASSERT(v2->host.host_ctx == &v2->hctx);
+    ASSERT(v1->hctx.plugin == v1 && v1->hctx.rt == rt);
+    ASSERT_EQ(v1->host.struct_size, sizeof(khub_host_api));
+    ASSERT_EQ(v1->host.abi_major, KHUB_ABI_MAJOR);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(runtime_host_table)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const khub_host_api *h = khub__runtime_host(rt);
+    ASSERT(h != NULL);
+    ASSERT(h == khub__runtime_host(rt));
+    ASSERT_EQ(h->struct_size, sizeof *h);
+    ASSERT_EQ(h->n_threads(h->host_ctx), 1);
+    void *p = h->alloc(h->host_ctx, 4096);
+    ASSERT(p != NULL && (uintptr_t)p % 64 == 0);
+    memset(p, 1, 4096);
+    h->free(h->host_ctx, p);
+    h->free(h->host_ctx, NULL);
+    khub__plugin_msg_clear();
+    ASSERT_STATUS(h->fail(h->host_ctx, KHUB_STATUS_IO, "disk %d on fire", 3), KHUB_STATUS_IO);
+    ASSERT_STR_EQ(khub__plugin_msg(), "disk 3 on fire");
+    const void *data = (const void *)1;
+    size_t size = 9;
+    ASSERT_STATUS(h->artifact(h->host_ctx, "k.ptx", &data, &size), KHUB_STATUS_NOT_FOUND);
+    ASSERT(data == NULL && size == 0);
+    ASSERT_CONTAINS(khub__plugin_msg(), "artifact k.ptx: host was loaded without an artifact");
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(cuda_without_driver)
+{
+    if (have_cuda()) TEST_SKIP("a CUDA driver is present; this case checks its absence");
+    khub_runtime *rt = tp_runtime(1);
+    int ver = -1, n = -1;
+    ASSERT_STATUS(khub__cuda_info(rt, &ver, &n), KHUB_STATUS_NO_CUDA);
+    ASSERT_EQ(ver, 0);
+    ASSERT_EQ(n, 0);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "no CUDA driver (libcuda.so.1: ");
+    const khub_host_api *h = khub__runtime_host(rt);
+    int count = -1;
+    uint64_t dptr = 1;
+    khub__plugin_msg_clear();
+    ASSERT_STATUS(h->cuda_device_count(h->host_ctx, &count), KHUB_STATUS_NO_CUDA);
+    ASSERT_EQ(count, 0);
+    ASSERT_CONTAINS(khub__plugin_msg(), "no CUDA driver (libcuda.so.1: ");
+    ASSERT_STATUS(h->cuda_mem_alloc(h->host_ctx, 0, 64, &dptr), KHUB_STATUS_NO_CUDA);
+    ASSERT_EQ(dptr, 0);
+    ASSERT_STATUS(h->cuda_stream_sync(h->host_ctx, NULL), KHUB_STATUS_NO_CUDA);
+    khub_cuda_module *m = (khub_cuda_module *)1;
+    ASSERT_STATUS(h->cuda_module_load(h->host_ctx, 0, ".version 8.0\n", 14, &m),
+                  KHUB_STATUS_NO_CUDA);
+    ASSERT(m == NULL);
+    int cc = -1;
+    ASSERT_STATUS(khub__cuda_device_cc(rt, 0, &cc), KHUB_STATUS_NO_CUDA);
+    khub_runtime_free(rt);
+}
+
+/* With a driver (GPU machines): memory round trip and a PTX kernel. */
+static const char add_one_ptx[] =
+    ".version 7.0\n.target sm_52\n.address_size 64\n"
+    ".visible .entry add_one(.param .u64 p)\n{\n"
+    "  .reg .u64 %rd<3>;\n  .reg .f32 %f<3>;\n  .reg .u32 %r<2>;\n"
+    "  ld.param.u64 %rd1, [p];\n  cvta.to.global.u64 %rd1, %rd1;\n"
+    "  mov.u32 %r1, %tid.x;\n  mul.wide.u32 %rd2, %r1, 4;\n  add.u64 %rd1, %rd1, %rd2;\n"
+    "  ld.global.f32 %f1, [%rd1];\n  add.f32 %f2, %f1, 0f3F800000;\n"
+    "  st.global.f32 [%rd1], %f2;\n  ret;\n}\n";
+
+TEST_IMPL(cuda_roundtrip_and_launch)
+{
+    if (!have_cuda()) TEST_SKIP("no CUDA driver on this machine");
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "good_v1");
+    const khub_host_api *h = &p->host;
+    int n = 0, cc = 0;
+    ASSERT_OK(h->cuda_device_count(h->host_ctx, &n));
+    if (n == 0) TEST_SKIP("driver present but no device");
+    ASSERT_OK(h->cuda_device_cc(h->host_ctx, 0, &cc));
+    ASSERT(cc >= 50);
+    float host[32], back[32];
+    for (int i = 0; i < 32; i++) host[i] = (float)i;
+    uint64_t d = 0;
+    ASSERT_OK(h->cuda_mem_alloc(h->host_ctx, 0, sizeof host, &d));
+    ASSERT_OK(h->cuda_memcpy_htod(h->host_ctx, d, host, sizeof host, NULL));
+    khub_cuda_module *m = NULL;
+    void *fn = NULL;
+    ASSERT_OK(h->cuda_module_load(h->host_ctx, 0, add_one_ptx, sizeof add_one_ptx, &m));
+    ASSERT_OK(h->cuda_module_function(h->host_ctx, m, "add_one", &fn));
+    khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg), .grid = {1, 1, 1},
+                                .block = {32, 1, 1}};
+    void *params[] = {&d};
+    ASSERT_OK(h->cuda_launch(h->host_ctx, fn, &cfg, params));
+    ASSERT_OK(h->cuda_memcpy_dtoh(h->host_ctx, back, d, sizeof back, NULL));
+    ASSERT_OK(h->cuda_stream_sync(h->host_ctx, NULL));
+    for (int i = 0; i < 32; i++) ASSERT_EQ(back[i], i + 1);
+    ASSERT_OK(h->cuda_mem_free(h->host_ctx, d));
+    ASSERT(p->modules != NULL); /* recorded; unloaded when the plugin retires */
+    khub_runtime_free(rt);
+}
+
+#define TEST_LIST(X)                    \
+    X(host_table_from_an_op)            \
+    X(each_plugin_gets_its_own_context) \
+    X(runtime_host_table)               \
+    X(cuda_without_driver)              \
+    X(cuda_roundtrip_and_launch)
+TEST_MAIN(TEST_LIST)
