@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "init_templates.h"
 #include "kernel_build.h"
 #include "trust.h"
 
@@ -183,3 +184,147 @@ static const khub_cli_cmd cmd_sign = {
     "FILE, writes FILE.sig.\n",
     run_sign};
 KHUB_CLI_COMMAND(cmd_sign)
+
+/* ======================================================================== */
+/* khub init                                                                */
+/* ======================================================================== */
+
+/* Replaces every @KEY@ of text with its value (pairs of key, value). */
+static char *substitute(const char *text, const char *const *kv, size_t n_kv)
+{
+    size_t cap = strlen(text) * 2 + 1024, len = 0;
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    for (const char *p = text; *p;) {
+        size_t k;
+        for (k = 0; k < n_kv; k += 2) {
+            size_t kl = strlen(kv[k]);
+            if (strncmp(p, kv[k], kl) == 0) break;
+        }
+        const char *piece = k < n_kv ? kv[k + 1] : p;
+        size_t plen = k < n_kv ? strlen(kv[k + 1]) : 1;
+        if (len + plen + 1 > cap) {
+            cap = (cap + plen) * 2;
+            char *grown = realloc(out, cap);
+            if (!grown) return free(out), NULL;
+            out = grown;
+        }
+        memcpy(out + len, piece, plen);
+        len += plen;
+        p += k < n_kv ? strlen(kv[k]) : 1;
+    }
+    out[len] = '\0';
+    return out;
+}
+
+static int write_new(const char *dir, const char *file, const char *a, const char *b,
+                     const char *c, const char *const *kv, size_t n_kv)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "wx");
+    if (!f) return khub_cli_fail("init", "%s: cannot create (does it exist already?)", path);
+    const char *parts[] = {a, b, c};
+    int ok = 1;
+    for (int i = 0; i < 3; i++) {
+        if (!parts[i]) continue;
+        char *s = substitute(parts[i], kv, n_kv);
+        ok &= s && fputs(s, f) >= 0;
+        free(s);
+    }
+    ok &= fclose(f) == 0;
+    if (!ok) return khub_cli_fail("init", "%s: write failed", path);
+    printf("  %s\n", path);
+    return 0;
+}
+
+static const khub_cli_cmd cmd_init;
+
+static int run_init(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&cmd_init, argc, argv)) return 0;
+    const char *repo = NULL, *kind = NULL, *backends = "cpu", *dir = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--kind") == 0 && i + 1 < argc)
+            kind = argv[++i];
+        else if (strcmp(argv[i], "--backends") == 0 && i + 1 < argc)
+            backends = argv[++i];
+        else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc)
+            dir = argv[++i];
+        else if (argv[i][0] == '-')
+            return khub_cli_usage(&cmd_init, "unknown option '%s'", argv[i]);
+        else if (!repo)
+            repo = argv[i];
+        else
+            return khub_cli_usage(&cmd_init, "more than one ORG/NAME");
+    }
+    if (!repo) return khub_cli_usage(&cmd_init, "missing ORG/NAME");
+    const char *slash = strchr(repo, '/');
+    if (!slash || slash == repo || !slash[1] || strchr(slash + 1, '/') || strlen(repo) > 150)
+        return khub_cli_usage(&cmd_init, "'%s' is not ORG/NAME", repo);
+    if (!kind) return khub_cli_usage(&cmd_init, "missing --kind (attention, norm, activation)");
+    const khub_init_template *t = khub_init_template_find(kind);
+    if (!t) return khub_cli_usage(&cmd_init, "no template for kind '%s' (attention, norm, activation)", kind);
+    int cpu = strstr(backends, "cpu") != NULL, cuda = strstr(backends, "cuda") != NULL;
+    if (!cpu && !cuda) return khub_cli_usage(&cmd_init, "--backends must name cpu and/or cuda");
+    if (cuda && !t->cuda_src)
+        return khub_cli_usage(&cmd_init, "no CUDA template for kind '%s' yet (use --backends cpu)", kind);
+    const char *name = slash + 1;
+    char cname[160];
+    snprintf(cname, sizeof cname, "%s", name);
+    for (char *p = cname; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
+            *p = '_';
+    char dbuf[1024];
+    if (!dir) snprintf(dbuf, sizeof dbuf, "%s", name), dir = dbuf;
+    if (mkdir(dir, 0755) != 0) return khub_cli_fail("init", "%s: cannot create directory (exists?)", dir);
+    const char *kv[] = {"@ID@", repo, "@NAME@", name, "@CNAME@", cname, "@CCS_DESC@", "90, 80, 75",
+                        "@CC_MIN@", "75"};
+    size_t n_kv = sizeof kv / sizeof kv[0];
+    char manifest[4096], src[300], glue[300], cu[300];
+    snprintf(src, sizeof src, "%s.c", name);
+    snprintf(glue, sizeof glue, "%s_cuda.c", name);
+    snprintf(cu, sizeof cu, "%s.cu", name);
+    snprintf(manifest, sizeof manifest,
+             "{\n  \"repo\": \"%s\",\n  \"major\": 1,\n  \"version\": \"1.0.0\",\n"
+             "  \"ops\": [{\"name\": \"%s\", \"kind\": \"%s\"}],\n"
+             "  \"sources\": {%s%s%s%s%s%s%s},\n"
+             "  \"variants\": {%s%s%s},\n"
+             "  \"selftests\": %s\n}\n",
+             repo,
+             strcmp(kind, "attention") == 0 ? "attention"
+             : strcmp(kind, "norm") == 0    ? "rms_norm"
+                                            : "silu_and_mul",
+             kind, cpu ? "\"cpu\": [\"" : "", cpu ? src : "", cpu ? "\"]" : "",
+             cpu && cuda ? ", " : "", cuda ? "\"cuda_host\": [\"" : "", cuda ? glue : "",
+             cuda ? "\"], \"cuda\": [\"@NAME@.cu\"]" : "",
+             cpu ? "\"cpu\": [{\"level\": \"generic\"}, {\"level\": \"avx2\", \"flags\": "
+                   "[\"-mavx2\", \"-mfma\", \"-mf16c\"], \"features\": [\"avx2\", \"fma\", \"f16c\"]}]"
+                 : "",
+             cpu && cuda ? ", " : "",
+             cuda ? "\"cuda\": {\"capabilities\": [75, 80, 90], \"cubin\": false}" : "",
+             t->selftests);
+    printf("scaffolding %s (%s, %s) in %s/\n", repo, kind, backends, dir);
+    if (write_new(dir, "kernel.json", manifest, NULL, NULL, kv, n_kv)) return 1;
+    if (cpu && write_new(dir, src, t->cpu_src, khub_init_cpu_entry(), NULL, kv, n_kv)) return 1;
+    if (cuda && (write_new(dir, glue, khub_init_cuda_head(), t->cuda_glue, khub_init_cuda_entry(),
+                           kv, n_kv) ||
+                 write_new(dir, cu, t->cuda_src, NULL, NULL, kv, n_kv)))
+        return 1;
+    printf("next: khub build %s && khub check %s\n", dir, dir);
+    return 0;
+}
+
+static const khub_cli_cmd cmd_init = {
+    "init", "scaffold a kernel plugin that builds and passes its self-test",
+    "usage: khub init ORG/NAME --kind KIND [--backends cpu,cuda] [--dir DIR]\n\n"
+    "Writes a kernel source tree (default ./NAME): kernel.json, a plain but\n"
+    "correct CPU implementation (generic and AVX2 levels) and, with cuda, a\n"
+    "CUDA kernel compiled to PTX by NVRTC plus its host launch glue. As\n"
+    "generated it builds ('khub build DIR'), passes the ABI gate and its\n"
+    "self-tests against khub/ref-cpu ('khub check DIR').\n\n"
+    "  --kind KIND      attention, norm or activation (cuda: attention, norm)\n"
+    "  --backends LIST  cpu, cuda or cpu,cuda (default cpu)\n"
+    "  --dir DIR        output directory (must not exist)\n",
+    run_init};
+KHUB_CLI_COMMAND(cmd_init)

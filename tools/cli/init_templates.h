@@ -1,0 +1,22 @@
+/*
+ * init_templates.h: source templates for `khub init` (init_templates.c).
+ */
+#ifndef KHUB_CLI_INIT_TEMPLATES_H
+#define KHUB_CLI_INIT_TEMPLATES_H
+
+#include <string.h>
+
+typedef struct khub_init_template {
+    const char *kind;       /* "attention", "norm", "activation" */
+    const char *cpu_src;    /* the op; the shared entry is appended */
+    const char *cuda_src;   /* the .cu kernel, or NULL when no CUDA template */
+    const char *cuda_glue;  /* the launch glue; head and entry are added around it */
+    const char *selftests;  /* JSON array for kernel.json */
+} khub_init_template;
+
+const khub_init_template *khub_init_template_find(const char *kind);
+const char *khub_init_cpu_entry(void);
+const char *khub_init_cuda_head(void);
+const char *khub_init_cuda_entry(void);
+
+#endif /* KHUB_CLI_INIT_TEMPLATES_H */
