@@ -101,27 +101,23 @@ struct khub_tokenizer {
 /* Byte-level mapping (GPT-2's bytes_to_unicode)                            */
 /* ------------------------------------------------------------------------ */
 
-/* Printable Latin-1 bytes stand for themselves; the 68 others are shifted to
- * U+0100.. in byte order. */
+/* Printable Latin-1 bytes stand for themselves; the 68 others (0x00-0x20,
+ * 0x7F-0xA0, 0xAD) are shifted to U+0100..U+0143 in byte order. */
 static uint32_t byte_to_cp(unsigned b)
 {
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE) return b;
-    unsigned n = 0;
-    for (unsigned c = 0; c < b; c++)
-        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) n++;
-    return 256 + n;
+    if (b <= 0x20) return 256 + b;
+    if (b >= 0x7F && b <= 0xA0) return 256 + 33 + (b - 0x7F);
+    if (b == 0xAD) return 256 + 67;
+    return b;
 }
 
+/* The inverse; -1 for a code point no byte maps to. */
 static int cp_to_byte(uint32_t cp)
 {
-    static int16_t table[324];
-    static bool ready; /* benign race: every thread writes the same values */
-    if (!ready) {
-        for (int i = 0; i < 324; i++) table[i] = -1;
-        for (unsigned b = 0; b < 256; b++) table[byte_to_cp(b)] = (int16_t)b;
-        ready = true;
-    }
-    return cp < 324 ? table[cp] : -1;
+    if (cp < 256) return byte_to_cp(cp) == cp ? (int)cp : -1;
+    if (cp < 256 + 33) return (int)(cp - 256);
+    if (cp < 256 + 67) return (int)(cp - 256 - 33 + 0x7F);
+    return cp == 256 + 67 ? 0xAD : -1;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -158,7 +154,7 @@ static khub_status put_string(khub_tokenizer *tok, const char *s, size_t n, uint
         tok->strings = p;
         tok->strings_cap = cap;
     }
-    if (n) memcpy(tok->strings + tok->strings_len, s, n);
+    if (n && s) memcpy(tok->strings + tok->strings_len, s, n); /* s NULL: reserve only */
     *off = (uint32_t)tok->strings_len;
     tok->strings_len = need;
     return KHUB_STATUS_OK;
@@ -280,25 +276,30 @@ void khub__tokenizer_free(khub_tokenizer *tok)
  * ByteLevel decoder does. */
 static khub_status store_bytes(khub_tokenizer *tok, tok_entry *e)
 {
-    unsigned char tmp[256];
-    unsigned char *buf = tmp;
-    size_t n = 0;
     const unsigned char *s = (const unsigned char *)entry_text(tok, e);
-    bool mapped = e->text_len <= sizeof tmp;
-    for (size_t i = 0; mapped && i < e->text_len;) {
+    size_t n = 0;
+    for (size_t i = 0; i < e->text_len; n++) {
         uint32_t cp;
         i += khub__utf8_decode(s + i, e->text_len - i, &cp);
-        int b = cp == KHUB__UNI_INVALID ? -1 : cp_to_byte(cp);
-        if (b < 0) mapped = false;
-        else buf[n++] = (unsigned char)b;
+        if (cp == KHUB__UNI_INVALID || cp_to_byte(cp) < 0) { /* not byte-level: raw text */
+            e->bytes_off = e->text_off;
+            e->bytes_len = e->text_len;
+            return KHUB_STATUS_OK;
+        }
     }
-    if (!mapped) {
-        e->bytes_off = e->text_off;
-        e->bytes_len = e->text_len;
-        return KHUB_STATUS_OK;
+    /* Reserve n bytes, then write them (the arena may move: re-read s). */
+    uint32_t off;
+    KHUB_FORWARD_IF_ERROR(tok->rt, put_string(tok, NULL, n, &off));
+    s = (const unsigned char *)entry_text(tok, e);
+    unsigned char *out = (unsigned char *)tok->strings + off;
+    for (size_t i = 0, k = 0; i < e->text_len; k++) {
+        uint32_t cp;
+        i += khub__utf8_decode(s + i, e->text_len - i, &cp);
+        out[k] = (unsigned char)cp_to_byte(cp);
     }
+    e->bytes_off = off;
     e->bytes_len = (uint32_t)n;
-    return put_string(tok, (const char *)buf, n, &e->bytes_off);
+    return KHUB_STATUS_OK;
 }
 
 /* Sets vocab entry id to text s[0..n). where names the field for messages. */
@@ -368,13 +369,13 @@ static khub_status add_merge(khub_tokenizer *tok, const char *l, size_t ln, cons
                    "%s[%ld]: \"%.*s\" is not in the vocab; the merges do not belong to this "
                    "vocab", where, (long)rank, (int)(li < 0 ? (ln > 64 ? 64 : ln) : (rn > 64 ? 64 : rn)),
                    li < 0 ? l : r);
-    char buf[512];
-    KHUB_RETURN_IF(rt, ln + rn > sizeof buf, KHUB_STATUS_TOKENIZER,
-                   "%s[%ld]: merged token is %zu bytes, longer than %zu", where, (long)rank,
-                   ln + rn, sizeof buf);
+    char small[512];
+    char *buf = ln + rn <= sizeof small ? small : khub__malloc(rt, ln + rn);
+    KHUB_RETURN_IF(rt, !buf, KHUB_STATUS_NOMEM, "tokenizer: out of memory");
     memcpy(buf, l, ln);
     memcpy(buf + ln, r, rn);
     int32_t mi = vocab_lookup(tok, buf, ln + rn);
+    if (buf != small) khub__free(rt, buf, ln + rn);
     KHUB_RETURN_IF(rt, mi < 0, KHUB_STATUS_TOKENIZER,
                    "%s[%ld]: the merge of \"%.*s\" and \"%.*s\" is not in the vocab; the merges "
                    "do not belong to this vocab", where, (long)rank, (int)(ln > 64 ? 64 : ln), l,
