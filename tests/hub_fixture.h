@@ -33,7 +33,7 @@ typedef struct fixture {
     khub__server *srv;
 } fixture;
 
-static void fx_write(const char *path, const void *data, size_t n)
+static inline void fx_write(const char *path, const void *data, size_t n)
 {
     char dir[1024];
     snprintf(dir, sizeof dir, "%s", path);
@@ -49,14 +49,14 @@ static void fx_write(const char *path, const void *data, size_t n)
     fclose(f);
 }
 
-static void fx_writef(const fixture *fx, const char *rel, const char *text)
+static inline void fx_writef(const fixture *fx, const char *rel, const char *text)
 {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", fx->repos, rel);
     fx_write(path, text, strlen(text));
 }
 
-static const char *fx_arch(void)
+static inline const char *fx_arch(void)
 {
     static struct utsname u;
     uname(&u);
@@ -64,7 +64,7 @@ static const char *fx_arch(void)
 }
 
 /* Writes the repos folder; the variant's metadata.json lists libk.so. */
-static void fx_make_repos(fixture *fx)
+static inline void fx_make_repos(fixture *fx)
 {
     snprintf(fx->variant, sizeof fx->variant, "khub1-cpu-%s-linux", fx_arch());
     fx_writef(fx, "org/demo/refs.json",
@@ -88,8 +88,13 @@ static void fx_make_repos(fixture *fx)
     fx_write(rel, so, sizeof so - 1);
     ASSERT_OK(khub__sha256_hex(so, sizeof so - 1, sha));
     snprintf(meta, sizeof meta,
-             "{\"name\":\"demo\",\"version\":1,\"abi\":\"1.0\",\"backend\":{\"type\":\"cpu\"},"
-             "\"digest\":{\"algorithm\":\"sha256\",\"files\":{\"libk.so\":\"%s\"}}}", sha);
+             "{\"format\":1,\"name\":\"org/demo\",\"version\":\"1.0.0\",\"major\":1,"
+             "\"variant\":\"%s\",\"abi\":{\"major\":1,\"minor\":0},"
+             "\"backend\":{\"type\":\"cpu\",\"archs\":[\"%s\"]},"
+             "\"plugins\":[{\"file\":\"libk.so\",\"level\":\"generic\",\"cpu_features\":[]}],"
+             "\"files\":{\"libk.so\":\"%s\"},"
+             "\"provenance\":{\"source_commit\":\"unknown\",\"dirty\":false}}",
+             fx->variant, fx_arch(), sha);
     snprintf(rel, sizeof rel, "org/demo/commits/" C1 "/build/%s/metadata.json", fx->variant);
     fx_writef(fx, rel, meta);
     snprintf(rel, sizeof rel, "org/demo/commits/" C1 "/build/torch212-cxx11-cu130-x86_64-linux/"
@@ -98,7 +103,7 @@ static void fx_make_repos(fixture *fx)
     fx_writef(fx, "org/demo/commits/" C2 "/README.md", "# demo kernel v2\n");
 }
 
-static void fx_init(fixture *fx, const char *faults, uint32_t page_size)
+static inline void fx_init(fixture *fx, const char *faults, uint32_t page_size)
 {
     memset(fx, 0, sizeof *fx);
     snprintf(fx->root, sizeof fx->root, "/tmp/khub-hubtest-XXXXXX");
@@ -115,7 +120,7 @@ static void fx_init(fixture *fx, const char *faults, uint32_t page_size)
              khub__server_port(fx->srv));
 }
 
-static khub_hub *fx_hub(const fixture *fx, int offline, const char *token)
+static inline khub_hub *fx_hub(const fixture *fx, int offline, const char *token)
 {
     khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .endpoint = fx->endpoint,
                        .cache_dir = fx->cache, .token = token ? token : "",
@@ -125,7 +130,7 @@ static khub_hub *fx_hub(const fixture *fx, int offline, const char *token)
     return hub;
 }
 
-static khub_hub_id fx_id(const char *text)
+static inline khub_hub_id fx_id(const char *text)
 {
     khub_hub_id id;
     ASSERT_OK(khub_hub_id_parse(text, &id, NULL, 0));
@@ -133,7 +138,7 @@ static khub_hub_id fx_id(const char *text)
 }
 
 /* The server log as one string (caller frees). */
-static char *fx_log(const fixture *fx)
+static inline char *fx_log(const fixture *fx)
 {
     FILE *f = fopen(fx->log, "rb");
     if (!f) return strdup("");
@@ -144,7 +149,7 @@ static char *fx_log(const fixture *fx)
     return strdup(buf);
 }
 
-static void fx_done(fixture *fx)
+static inline void fx_done(fixture *fx)
 {
     khub__server_stop(fx->srv);
     khub__rmtree(fx->root);

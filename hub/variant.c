@@ -1,0 +1,353 @@
+/*
+ * variant.c: build variants: the khub family grammar, matching against this
+ * host, ranking with a reason per variant, and verified variant downloads.
+ *
+ * Grammar (docs/hub-server.md): khub{ABI major}-{backend}-{cpu}-{os}, with
+ * backend "cpu" or "cu{major}{minor}" (the last digit is the minor:
+ * cu130 = CUDA 13.0, cu126 = 12.6). Hugging Face's torch* and tvm-ffi*
+ * families are listed and rejected: they need libtorch + CPython or
+ * libtvm_ffi, which khub does not load.
+ *
+ * Nothing in a variant is reported loadable before its metadata.json digest
+ * table has been checked against the bytes (khub_hub_variant_files).
+ */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "hub_impl.h"
+#include "kernel_meta.h"
+
+typedef struct host {
+    char cpu[32];
+    int cuda; /* driver version as 1000*major + 10*minor, 0 = none */
+} host;
+
+static void detect_host(host *h)
+{
+    struct utsname u;
+    uname(&u);
+    snprintf(h->cpu, sizeof h->cpu, "%s", strcmp(u.machine, "arm64") ? u.machine : "aarch64");
+    h->cuda = 0;
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return;
+    int (*get)(int *) = (int (*)(int *))dlsym(lib, "cuDriverGetVersion");
+    int v = 0;
+    if (get && get(&v) == 0) h->cuda = v;
+    dlclose(lib);
+}
+
+/* Judges one variant name; returns 1 when accepted, with a rank (lower is
+ * better) and a reason either way. */
+static int judge(const char *name, const host *h, int *rank, char *why, size_t n)
+{
+    *rank = -1;
+    if (!strncmp(name, "torch", 5))
+        return snprintf(why, n, "reject: torch family needs libtorch and CPython; khub loads "
+                        "khub%d-* variants", KHUB_ABI_MAJOR), 0;
+    if (!strncmp(name, "tvm-ffi", 7))
+        return snprintf(why, n, "reject: tvm-ffi family needs libtvm_ffi; khub loads "
+                        "khub%d-* variants", KHUB_ABI_MAJOR), 0;
+    char backend[32], cpu[32], os[32];
+    int abi = -1, used = 0;
+    if (sscanf(name, "khub%d-%31[a-z0-9]-%31[a-z0-9_]-%31[a-z]%n", &abi, backend, cpu, os,
+               &used) != 4 || name[used] != '\0')
+        return snprintf(why, n, "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"), 0;
+    if (abi != KHUB_ABI_MAJOR)
+        return snprintf(why, n, "reject: ABI major %d, host has %d", abi, KHUB_ABI_MAJOR), 0;
+    if (strcmp(os, "linux"))
+        return snprintf(why, n, "reject: built for %s, host is linux", os), 0;
+    if (strcmp(cpu, h->cpu))
+        return snprintf(why, n, "reject: built for %s, host is %s", cpu, h->cpu), 0;
+    if (!strcmp(backend, "cpu")) {
+        *rank = 1000;
+        return snprintf(why, n, "accept: CPU build for %s", cpu), 1;
+    }
+    int digits = 0;
+    if (sscanf(backend, "cu%d%n", &digits, &used) == 1 && backend[used] == '\0' &&
+        digits >= 10) {
+        int major = digits / 10, minor = digits % 10, need = major * 1000 + minor * 10;
+        if (!h->cuda) return snprintf(why, n, "reject: needs CUDA %d.%d, no CUDA driver", major,
+                                      minor), 0;
+        if (h->cuda / 1000 != major || h->cuda < need)
+            return snprintf(why, n, "reject: needs CUDA %d.%d, driver supports %d.%d", major,
+                            minor, h->cuda / 1000, (h->cuda % 1000) / 10), 0;
+        *rank = 100 - minor; /* GPU first, newest matching minor first */
+        return snprintf(why, n, "accept: CUDA %d.%d build, driver %d.%d", major, minor,
+                        h->cuda / 1000, (h->cuda % 1000) / 10), 1;
+    }
+    return snprintf(why, n, "reject: unknown backend \"%s\"", backend), 0;
+}
+
+static int cmp_variant(const void *a, const void *b)
+{
+    const khub_hub_variant *x = a, *y = b;
+    if (x->accepted != y->accepted) return y->accepted - x->accepted;
+    if (x->accepted && x->rank != y->rank) return x->rank - y->rank;
+    return strcmp(x->name, y->name);
+}
+
+static khub_status add_variant(khub_hub *hub, khub_hub_variant_list *l, const char *name,
+                               const host *h)
+{
+    for (size_t i = 0; i < l->count; i++)
+        if (!strcmp(l->items[i].name, name)) return KHUB_STATUS_OK;
+    if (strlen(name) >= sizeof l->items[0].name) return KHUB_STATUS_OK;
+    khub_hub_variant *v = realloc(l->items, (l->count + 1) * sizeof *v);
+    if (!v) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory listing variants");
+    l->items = v;
+    khub_hub_variant *e = &v[l->count++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->accepted = judge(name, h, &e->rank, e->reason, sizeof e->reason);
+    return KHUB_STATUS_OK;
+}
+
+static void scan_dirs(khub_hub *hub, khub_hub_variant_list *l, const char *dir, const host *h)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char p[KHUB__PATH_MAX];
+        struct stat sb;
+        if (de->d_name[0] == '.' || !KHUB__PATHF(p, "%s/%s", dir, de->d_name)) continue;
+        if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && !strchr(de->d_name, '.'))
+            add_variant(hub, l, de->d_name, h);
+    }
+    if (d) closedir(d);
+}
+
+void khub_hub_variant_list_free(khub_hub_variant_list *list)
+{
+    if (!list) return;
+    free(list->items);
+    free(list);
+}
+
+khub_status khub_hub_variants(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                              khub_hub_variant_list **out)
+{
+    if (!hub || !id || !commit || !out)
+        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_variants: NULL argument");
+    khub__hub_clear(hub);
+    *out = NULL;
+    if (!khub__is_commit_hex(commit))
+        return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "variants need a 40-hex commit");
+    host h;
+    detect_host(&h);
+    khub_hub_variant_list *l = calloc(1, sizeof *l);
+    if (!l) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
+    khub_status st = KHUB_STATUS_OK;
+    char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX];
+    st = khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir);
+    if (st == KHUB_STATUS_OK && hub->offline) {
+        if (KHUB__PATHF(dir, "%s/snapshots/%s/build", repo_dir, commit)) scan_dirs(hub, l, dir, &h);
+        if (KHUB__PATHF(dir, "%s/khub-variants/%s", repo_dir, commit)) scan_dirs(hub, l, dir, &h);
+    } else if (st == KHUB_STATUS_OK) {
+        khub__tree t = {0};
+        st = khub__list_tree(hub, id, commit, "build", 0, &t);
+        for (size_t i = 0; st == KHUB_STATUS_OK && i < t.count; i++)
+            if (t.items[i].is_dir) st = add_variant(hub, l, t.items[i].path + 6, &h);
+        khub__tree_free(&t);
+    }
+    if (st != KHUB_STATUS_OK) {
+        khub_hub_variant_list_free(l);
+        return st;
+    }
+    qsort(l->items, l->count, sizeof *l->items, cmp_variant);
+    l->best = l->count && l->items[0].accepted ? l->items[0].name : NULL;
+    *out = l;
+    return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Verified variant files                                                   */
+/* ======================================================================== */
+
+void khub_hub_file_list_free(khub_hub_file_list *list)
+{
+    if (!list) return;
+    for (size_t i = 0; i < list->count; i++) {
+        free(list->items[i].rel);
+        free(list->items[i].path);
+    }
+    free(list->items);
+    free(list);
+}
+
+static int plain_variant_name(const char *v)
+{
+    return v && v[0] && khub__path_is_safe(v) && !strchr(v, '/') && strlen(v) < 128;
+}
+
+static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *dir,
+                              khub_hub_file_list **out)
+{
+    char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "", rroot[KHUB__PATH_MAX];
+    if (!KHUB__PATHF(path, "%s/metadata.json", dir) || !realpath(repo_dir, rroot))
+        return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s is not cached", dir);
+    FILE *f = fopen(path, "rb");
+    if (!f) return khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
+                                  "%s: no metadata.json; a variant without a digest table is "
+                                  "never loadable", dir);
+    static char json[4u << 20];
+    size_t n = fread(json, 1, sizeof json, f);
+    fclose(f);
+    khub_kmeta *m = calloc(1, sizeof *m);
+    khub_hub_file_list *l = calloc(1, sizeof *l);
+    khub_status st = (!m || !l) ? khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory")
+                                : khub__kmeta_parse(json, n, m, err, sizeof err);
+    if (st != KHUB_STATUS_OK && !hub->err_set) khub__hub_fail(hub, st, "%s: %s", dir, err);
+    if (st == KHUB_STATUS_OK) {
+        snprintf(l->dir, sizeof l->dir, "%s", dir);
+        l->items = calloc(m->n_files ? m->n_files : 1, sizeof *l->items);
+        if (!l->items) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; st == KHUB_STATUS_OK && i < m->n_files; i++) {
+        char real[KHUB__PATH_MAX], got[65];
+        if (!KHUB__PATHF(path, "%s/%s", dir, m->files[i].name) || !realpath(path, real)) {
+            st = khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s: listed file %s is missing",
+                                dir, m->files[i].name);
+        } else if (strncmp(real, rroot, strlen(rroot)) || real[strlen(rroot)] != '/') {
+            st = khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH, "%s: %s resolves outside the "
+                                "cache (%s)", dir, m->files[i].name, real);
+        } else if (khub__sha256_file_hex(real, got) != KHUB_STATUS_OK) {
+            st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read %s", real);
+        } else if (!khub__digest_eq(got, m->files[i].sha256)) {
+            st = khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
+                                "%s: %s has SHA-256 %s, metadata.json says %s", dir,
+                                m->files[i].name, got, m->files[i].sha256);
+        } else {
+            khub_hub_file *e = &l->items[l->count++];
+            e->rel = strdup(m->files[i].name);
+            e->path = strdup(real);
+            memcpy(e->sha256, got, 65);
+        }
+    }
+    DIR *d = st == KHUB_STATUS_OK ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && st == KHUB_STATUS_OK && (de = readdir(d))) {
+        const char *nm = de->d_name;
+        if (!strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, "metadata.json") ||
+            !strcmp(nm, "metadata.json.sig"))
+            continue;
+        if (!khub__kmeta_digest(m, nm))
+            st = khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
+                                "%s: %s is not listed in metadata.json; refusing the variant",
+                                dir, nm);
+    }
+    if (d) closedir(d);
+    free(m);
+    if (st != KHUB_STATUS_OK) {
+        khub_hub_file_list_free(l);
+        return st;
+    }
+    *out = l;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub_hub_variant_files(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                   const char *variant, khub_hub_file_list **out)
+{
+    if (!hub || !id || !commit || !out)
+        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_variant_files: NULL argument");
+    *out = NULL;
+    if (!khub__is_commit_hex(commit) || !plain_variant_name(variant))
+        return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "bad commit or variant name");
+    char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX];
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
+    struct stat sb;
+    if (!KHUB__PATHF(dir, "%s/khub-variants/%s/%s", repo_dir, commit, variant) ||
+        stat(dir, &sb) != 0) {
+        if (!KHUB__PATHF(dir, "%s/snapshots/%s/build/%s", repo_dir, commit, variant) ||
+            stat(dir, &sb) != 0)
+            return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND,
+                                  "%s/%s@%.12s variant %s is not cached; run khub download",
+                                  id->org, id->name, commit, variant);
+    }
+    return verify_dir(hub, repo_dir, dir, out);
+}
+
+/* Downloads build/<variant>.tar.gz and unpacks it into khub-variants/. */
+static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                 const char *variant, const char *repo_dir)
+{
+    char rel[256], final[KHUB__PATH_MAX], tmp[KHUB__PATH_MAX], parent[KHUB__PATH_MAX];
+    snprintf(rel, sizeof rel, "build/%s.tar.gz", variant);
+    char *blob = NULL;
+    KHUB_FORWARD_IF_ERROR(NULL, khub_hub_download_file(hub, id, commit, rel, &blob));
+    khub_status st = KHUB_STATUS_OK;
+    if (!KHUB__PATHF(parent, "%s/khub-variants/%s", repo_dir, commit) ||
+        !KHUB__PATHF(final, "%s/%s", parent, variant) ||
+        !KHUB__PATHF(tmp, "%s/.%s.%d.tmp", parent, variant, (int)getpid()))
+        st = khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "variant path too long");
+    if (st == KHUB_STATUS_OK) st = khub__mkdirs(hub, parent);
+    if (st == KHUB_STATUS_OK) {
+        khub__rmtree(tmp);
+        st = khub__archive_unpack(hub, blob, tmp, NULL);
+    }
+    khub_hub_file_list *l = NULL;
+    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, tmp, &l);
+    khub_hub_file_list_free(l);
+    if (st == KHUB_STATUS_OK && rename(tmp, final) != 0 && errno != ENOTEMPTY && errno != EEXIST)
+        st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot publish %s: %s", final, strerror(errno));
+    khub__rmtree(tmp); /* left only when another process published first */
+    free(blob);
+    return st;
+}
+
+khub_status khub_hub_download_variant(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                      const char *variant, khub_hub_file_list **out)
+{
+    if (!hub || !id || !commit || !out)
+        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_download_variant: NULL argument");
+    khub__hub_clear(hub);
+    if (!khub__is_commit_hex(commit) || !plain_variant_name(variant))
+        return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "bad commit or variant name");
+    khub_hub_file_list *l = NULL;
+    int saved = hub->err_set;
+    hub->err_set = 1;
+    khub_status cached = khub_hub_variant_files(hub, id, commit, variant, &l);
+    hub->err_set = saved;
+    if (cached == KHUB_STATUS_OK) {
+        *out = l;
+        return KHUB_STATUS_OK; /* verified from the cache: no request */
+    }
+    char repo_dir[KHUB__PATH_MAX], archive[256], sub[256];
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
+    if (hub->offline) return khub_hub_variant_files(hub, id, commit, variant, out);
+    khub__tree t = {0};
+    KHUB_FORWARD_IF_ERROR(NULL, khub__list_tree(hub, id, commit, "build", 0, &t));
+    snprintf(archive, sizeof archive, "build/%s.tar.gz", variant);
+    int has_archive = 0, has_dir = 0;
+    snprintf(sub, sizeof sub, "build/%s", variant);
+    for (size_t i = 0; i < t.count; i++) {
+        has_archive |= !t.items[i].is_dir && !strcmp(t.items[i].path, archive);
+        has_dir |= t.items[i].is_dir && !strcmp(t.items[i].path, sub);
+    }
+    khub__tree_free(&t);
+    khub_status st = KHUB_STATUS_OK;
+    if (has_archive) {
+        st = fetch_archive(hub, id, commit, variant, repo_dir);
+    } else if (has_dir) {
+        st = khub__list_tree(hub, id, commit, sub, 1, &t);
+        for (size_t i = 0; st == KHUB_STATUS_OK && i < t.count; i++) {
+            if (t.items[i].is_dir) continue;
+            char *p = NULL;
+            st = khub_hub_download_file(hub, id, commit, t.items[i].path, &p);
+            free(p);
+        }
+        khub__tree_free(&t);
+    } else {
+        st = khub__hub_fail(hub, KHUB_STATUS_NO_VARIANT, "%s/%s@%.12s has no variant %s",
+                            id->org, id->name, commit, variant);
+    }
+    KHUB_FORWARD_IF_ERROR(NULL, st);
+    return khub_hub_variant_files(hub, id, commit, variant, out);
+}

@@ -1,0 +1,148 @@
+/* test_hub_variants.c: variant listing and ranking, verified variant
+ * downloads, and the hostile-archive unpacker. */
+#include <archive.h>
+#include <archive_entry.h>
+
+#include "hub_fixture.h"
+
+TEST_IMPL(list_and_rank)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    khub_hub_variant_list *vl = NULL;
+    ASSERT_OK(khub_hub_variants(hub, &id, C1, &vl));
+    ASSERT_EQ(vl->count, 2);
+    ASSERT_STR_EQ(vl->best, fx.variant);
+    ASSERT_CONTAINS(vl->items[0].reason, "accept: CPU build");
+    ASSERT_STR_EQ(vl->items[1].name, "torch212-cxx11-cu130-x86_64-linux");
+    ASSERT_EQ(vl->items[1].accepted, 0);
+    ASSERT_CONTAINS(vl->items[1].reason, "torch family needs libtorch");
+    khub_hub_variant_list_free(vl);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(download_verified_then_offline)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    khub_hub_file_list *fl = NULL;
+    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl));
+    ASSERT_EQ(fl->count, 1);
+    ASSERT_STR_EQ(fl->items[0].rel, "libk.so");
+    ASSERT_CONTAINS(fl->items[0].path, "/blobs/");
+    char sha[65];
+    ASSERT_OK(khub__sha256_file_hex(fl->items[0].path, sha));
+    ASSERT_STR_EQ(sha, fl->items[0].sha256);
+    char blob[4096];
+    snprintf(blob, sizeof blob, "%s", fl->items[0].path);
+    khub_hub_file_list_free(fl);
+    khub_hub_free(hub);
+    /* offline: variants from the snapshot, files verified again */
+    hub = fx_hub(&fx, 1, NULL);
+    khub_hub_variant_list *vl = NULL;
+    ASSERT_OK(khub_hub_variants(hub, &id, C1, &vl));
+    ASSERT_STR_EQ(vl->best, fx.variant);
+    khub_hub_variant_list_free(vl);
+    ASSERT_OK(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl));
+    khub_hub_file_list_free(fl);
+    /* tampering with the cached bytes is caught before anything loads them */
+    FILE *f = fopen(blob, "r+b");
+    ASSERT(f != NULL);
+    fputc('Z', f);
+    fclose(f);
+    ASSERT_STATUS(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl),
+                  KHUB_STATUS_DIGEST_MISMATCH);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "metadata.json says");
+    ASSERT_EQ(khub_hub_request_count(hub), 0);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+/* Writes a .tar.gz with one entry of the given type, name and link. */
+static void make_tar(const char *path, const char *name, mode_t type, const char *link,
+                     size_t size, char fill)
+{
+    struct archive *a = archive_write_new();
+    archive_write_add_filter_gzip(a);
+    archive_write_set_format_pax_restricted(a);
+    ASSERT_EQ(archive_write_open_filename(a, path), ARCHIVE_OK);
+    struct archive_entry *e = archive_entry_new();
+    archive_entry_set_pathname(e, name);
+    archive_entry_set_filetype(e, type);
+    archive_entry_set_perm(e, 0644);
+    if (link) archive_entry_set_symlink(e, link);
+    archive_entry_set_size(e, type == AE_IFREG ? (la_int64_t)size : 0);
+    archive_write_header(a, e);
+    if (type == AE_IFREG) {
+        static char buf[1 << 16];
+        memset(buf, fill, sizeof buf);
+        for (size_t left = size; left > 0;) {
+            size_t n = left < sizeof buf ? left : sizeof buf;
+            archive_write_data(a, buf, n);
+            left -= n;
+        }
+    }
+    archive_entry_free(e);
+    archive_write_close(a);
+    archive_write_free(a);
+}
+
+static void expect_refused(const char *name, mode_t type, const char *link, size_t size,
+                           khub_status want, const char *msg)
+{
+    char dir[] = "/tmp/khub-arch-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    char tar[256], dest[256];
+    snprintf(tar, sizeof tar, "%s/a.tar.gz", dir);
+    snprintf(dest, sizeof dest, "%s/out", dir);
+    make_tar(tar, name, type, link, size, 0);
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = dir, .offline = 1};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&o, &hub));
+    ASSERT_STATUS(khub__archive_unpack(hub, tar, dest, NULL), want);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), msg);
+    ASSERT(access(dest, F_OK) != 0); /* nothing left behind */
+    khub_hub_free(hub);
+    khub__rmtree(dir);
+}
+
+TEST_IMPL(archive_hostile_entries)
+{
+    expect_refused("../evil.so", AE_IFREG, NULL, 4, KHUB_STATUS_UNSAFE_PATH, "has \"..\"");
+    expect_refused("/etc/evil", AE_IFREG, NULL, 4, KHUB_STATUS_UNSAFE_PATH, "absolute");
+    expect_refused("link", AE_IFLNK, "../../outside", 0, KHUB_STATUS_UNSAFE_PATH, "is a link");
+    expect_refused("fifo", AE_IFIFO, NULL, 0, KHUB_STATUS_UNSAFE_PATH, "FIFO");
+    expect_refused("dev", AE_IFCHR, NULL, 0, KHUB_STATUS_UNSAFE_PATH, "device");
+    /* 64 MiB of zeros packs to ~64 KiB: over the 200:1 ratio */
+    expect_refused("bomb.bin", AE_IFREG, NULL, 64u << 20, KHUB_STATUS_OVERFLOW, "ratio");
+}
+
+TEST_IMPL(archive_ok_unpacks)
+{
+    char dir[] = "/tmp/khub-arch-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    char tar[256], dest[256], file[300];
+    snprintf(tar, sizeof tar, "%s/a.tar.gz", dir);
+    snprintf(dest, sizeof dest, "%s/out", dir);
+    make_tar(tar, "libk.so", AE_IFREG, NULL, 1000, 'k');
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = dir, .offline = 1};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&o, &hub));
+    ASSERT_OK(khub__archive_unpack(hub, tar, dest, NULL));
+    snprintf(file, sizeof file, "%s/libk.so", dest);
+    struct stat sb;
+    ASSERT_EQ(stat(file, &sb), 0);
+    ASSERT_EQ(sb.st_size, 1000);
+    khub_hub_free(hub);
+    khub__rmtree(dir);
+}
+
+#define TEST_LIST(X)                                                            \
+    X(list_and_rank) X(download_verified_then_offline) X(archive_hostile_entries) \
+    X(archive_ok_unpacks)
+TEST_MAIN(TEST_LIST)
