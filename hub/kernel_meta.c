@@ -77,6 +77,31 @@ static khub_status parse_plugins(const cJSON *j, khub_kmeta *m, char *errbuf, si
     return KHUB_STATUS_OK;
 }
 
+static khub_status parse_artifacts(const cJSON *j, khub_kmeta *m, char *errbuf, size_t n)
+{
+    const cJSON *arts = cJSON_GetObjectItemCaseSensitive(j, "artifacts"), *a;
+    if (arts && !cJSON_IsArray(arts)) return bad(errbuf, n, "'artifacts' must be an array");
+    cJSON_ArrayForEach(a, arts)
+    {
+        if (m->n_artifacts >= KHUB_KMETA_MAX_FILES) return bad(errbuf, n, "too many artifacts");
+        khub_kmeta_artifact *e = &m->artifacts[m->n_artifacts];
+        const cJSON *sm = cJSON_GetObjectItemCaseSensitive(a, "sm");
+        const cJSON *isa = cJSON_GetObjectItemCaseSensitive(a, "ptx_isa");
+        if (!copy_str(a, "file", e->file, sizeof e->file) || !plain_name(e->file) ||
+            !khub__kmeta_digest(m, e->file))
+            return bad(errbuf, n, "artifacts[].file must be a plain name listed in 'files'");
+        if (!copy_str(a, "kind", e->kind, sizeof e->kind) ||
+            (strcmp(e->kind, "ptx") != 0 && strcmp(e->kind, "cubin") != 0))
+            return bad(errbuf, n, "artifacts[].kind must be \"ptx\" or \"cubin\"");
+        if (!cJSON_IsNumber(sm) || sm->valuedouble < 10 || sm->valuedouble > 2000)
+            return bad(errbuf, n, "artifacts[].sm must be a compute capability x10");
+        e->sm = (int)sm->valuedouble;
+        e->ptx_isa = cJSON_IsNumber(isa) ? (int)isa->valuedouble : 0;
+        m->n_artifacts++;
+    }
+    return KHUB_STATUS_OK;
+}
+
 khub_status khub__kmeta_parse(const char *json, size_t n, khub_kmeta *out, char *errbuf,
                               size_t errbuf_size)
 {
@@ -114,6 +139,7 @@ khub_status khub__kmeta_parse(const char *json, size_t n, khub_kmeta *out, char 
         st = parse_files(j, out, errbuf, errbuf_size);
     }
     if (st == KHUB_STATUS_OK) st = parse_plugins(j, out, errbuf, errbuf_size);
+    if (st == KHUB_STATUS_OK) st = parse_artifacts(j, out, errbuf, errbuf_size);
     if (st == KHUB_STATUS_OK && cJSON_IsObject(prov)) {
         copy_str(prov, "source_commit", out->source_commit, sizeof out->source_commit);
         out->dirty = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(prov, "dirty"));

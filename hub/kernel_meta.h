@@ -40,6 +40,13 @@ typedef struct khub_kmeta_plugin {
     uint32_t cpu_features; /* KHUB_CPU_* */
 } khub_kmeta_plugin;
 
+typedef struct khub_kmeta_artifact {
+    char file[128];
+    char kind[16];  /* "ptx" or "cubin" */
+    int sm;         /* compute capability x10 it targets */
+    int ptx_isa;    /* PTX ISA x10 (PTX only), 0 if not recorded */
+} khub_kmeta_artifact;
+
 typedef struct khub_kmeta {
     char name[200];
     char version[32];
@@ -49,6 +56,8 @@ typedef struct khub_kmeta {
     char backend[16];      /* "cpu" or "cuda" */
     khub_kmeta_plugin plugins[KHUB_KMETA_MAX_PLUGINS];
     size_t n_plugins;
+    khub_kmeta_artifact artifacts[KHUB_KMETA_MAX_FILES];
+    size_t n_artifacts;
     khub_kmeta_file files[KHUB_KMETA_MAX_FILES];
     size_t n_files;
     char source_commit[48];

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "selftest.h"
 
 #define CHECK_TIMEOUT_S 60
 
@@ -35,12 +36,34 @@ static void put_line(int fd, const char *s)
 
 static void child_result(int fd, khub_status st, const char *msg)
 {
-    char line[KHUB_ERROR_SIZE + 32];
+    char line[4 * KHUB_ERROR_SIZE + 32];
     snprintf(line, sizeof line, "R%d\t%s\n", (int)st, msg);
     put_line(fd, line);
 }
 
-static void child_main(int fd, const char *path, const char *sha)
+/* Runs the declared numeric self-tests against khub/ref-cpu (loaded from
+ * the built-ins) and appends one line per test to msg. */
+static khub_status child_numeric_tests(khub_runtime *rt, const char *id,
+                                       const khub_selftest_spec *specs, size_t n_specs,
+                                       char *msg, size_t n)
+{
+    khub_status st = khub_plugin_load_builtin(rt);
+    if (st != KHUB_STATUS_OK) {
+        snprintf(msg, n, "loading khub/ref-cpu for the self-tests: %s", khub_runtime_errmsg(rt));
+        return st;
+    }
+    for (size_t i = 0; i < n_specs; i++) {
+        char line[KHUB_ERROR_SIZE];
+        st = khub__selftest_run(rt, id, &specs[i], NULL, line, sizeof line);
+        size_t len = strlen(msg);
+        snprintf(msg + len, n - len, "; %s", line);
+        if (st != KHUB_STATUS_OK) return st;
+    }
+    return KHUB_STATUS_OK;
+}
+
+static void child_main(int fd, const char *path, const char *sha, const khub_selftest_spec *specs,
+                       size_t n_specs)
 {
     static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
     for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL);
@@ -63,12 +86,16 @@ static void child_main(int fd, const char *path, const char *sha)
     put_line(fd, "Pselftest\n");
     char err[KHUB_ERROR_SIZE];
     st = khub_plugin_selftest(p, err, sizeof err);
-    char msg[KHUB_ERROR_SIZE];
+    char msg[4 * KHUB_ERROR_SIZE];
     if (st == KHUB_STATUS_OK)
         snprintf(msg, sizeof msg, "%s %s: loaded, %u ops, selftest passed", khub_plugin_id(p),
                  khub_plugin_version(p), (unsigned)khub_plugin_op_count(p));
     else
         snprintf(msg, sizeof msg, "%s", err);
+    if (st == KHUB_STATUS_OK && n_specs) {
+        put_line(fd, "Pnumeric self-tests\n");
+        st = child_numeric_tests(rt, khub_plugin_id(p), specs, n_specs, msg, sizeof msg);
+    }
     put_line(fd, "Pshutdown\n");
     khub_runtime_free(rt);
     child_result(fd, st, msg);
@@ -119,6 +146,13 @@ static khub_status parse_result(const char *out, char *report, size_t n)
 khub_status khub__check_in_child(const char *path, const char *sha256_or_NULL, char *report,
                                  size_t n)
 {
+    return khub__check_in_child_with_tests(path, sha256_or_NULL, NULL, 0, report, n);
+}
+
+khub_status khub__check_in_child_with_tests(const char *path, const char *sha256_or_NULL,
+                                            const khub_selftest_spec *specs, size_t n_specs,
+                                            char *report, size_t n)
+{
     int fds[2];
     if (!path || !path[0]) {
         khub__errbuf(report, n, "plugin path is empty");
@@ -137,10 +171,10 @@ khub_status khub__check_in_child(const char *path, const char *sha256_or_NULL, c
     }
     if (pid == 0) {
         close(fds[0]);
-        child_main(fds[1], path, sha256_or_NULL);
+        child_main(fds[1], path, sha256_or_NULL, specs, n_specs);
     }
     close(fds[1]);
-    char out[4096], phase[32];
+    char out[8192], phase[32];
     read_all(fds[0], out, sizeof out);
     close(fds[0]);
     int ws = 0;

@@ -21,4 +21,13 @@
 KHUB_INTERNAL khub_status khub__check_in_child(const char *path, const char *sha256_or_NULL,
                                                char *report, size_t n);
 
+/* The same, then (after the plugin's own selftest passed) runs each numeric
+ * self-test of specs against khub/ref-cpu, loaded from the built-ins in the
+ * child; report gets "...: selftest passed; <one line per test>". */
+struct khub_selftest_spec;
+KHUB_INTERNAL khub_status khub__check_in_child_with_tests(const char *path,
+                                                          const char *sha256_or_NULL,
+                                                          const struct khub_selftest_spec *specs,
+                                                          size_t n_specs, char *report, size_t n);
+
 #endif /* KHUB_RUNTIME_CHECK_H */

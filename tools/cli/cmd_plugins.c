@@ -4,10 +4,12 @@
  * in a child process, so a crashing plugin is reported, not fatal).
  */
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "check_kernel.h"
 #include "cli.h"
 
 /* ======================================================================== */
@@ -218,7 +220,12 @@ static int run_check(int argc, char **argv)
         else
             return khub_cli_usage(&cmd_check, "more than one FILE");
     }
-    if (!path) return khub_cli_usage(&cmd_check, "missing FILE");
+    if (!path) return khub_cli_usage(&cmd_check, "missing FILE or DIR");
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (json) return khub_cli_usage(&cmd_check, "--json is for FILE checks");
+        return khub_cli_check_kernel_dir(path);
+    }
 
     char err[KHUB_ERROR_SIZE] = "";
     khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
@@ -259,12 +266,18 @@ static int run_check(int argc, char **argv)
 }
 
 static const khub_cli_cmd cmd_check = {
-    "check", "inspect a plugin file, then load it and run its self-test in a child",
-    "usage: khub check FILE [--sha256 HEX] [--json]\n\n"
+    "check", "gate a plugin file or a built kernel tree: inspect, load, self-test in a child",
+    "usage: khub check FILE [--sha256 HEX] [--json]\n"
+    "       khub check DIR\n\n"
     "Reads FILE's ELF header and khub ABI note without running any of its code\n"
     "and checks them against this host (architecture, ABI version, pointer size).\n"
     "Then, in a child process, verifies the digest, loads the plugin, negotiates,\n"
     "initialises it and runs its self-test; a crash there is reported, not fatal.\n\n"
+    "With a kernel source DIR (after 'khub build DIR'), runs the publish-time gate\n"
+    "on every variant: metadata.json digests, the ABI gate on every .so (only the\n"
+    "entry exported, allowed libraries, glibc <= 2.28, no RPATH/RUNPATH, no\n"
+    "NODELETE or GNU_UNIQUE, ABI note = metadata), PTX .target/.version =\n"
+    "metadata, and the manifest's self-tests against khub/ref-cpu in a child.\n\n"
     "  --sha256 HEX   expected digest (default: the digest of the file as read)\n"
     "  --json         print a JSON object\n"
     "Exit status: 0 when every check passed, 1 otherwise, 2 on usage errors.\n",

@@ -1,0 +1,208 @@
+/*
+ * check_kernel.c: `khub check DIR`, the publish-time gate over a built
+ * kernel source tree. For every DIR/build/<variant>/ it checks:
+ *   - metadata.json parses, names the manifest's repo, version and major,
+ *     and every file's SHA-256 matches (no unlisted files);
+ *   - every plugin .so passes the ABI gate (exports, imports, glibc ceiling,
+ *     RPATH, NODELETE, GNU_UNIQUE) and its ABI note agrees with metadata.json;
+ *   - every PTX artifact's .target and .version agree with metadata.json;
+ *   - in a child process: each plugin this machine can run loads, passes
+ *     its own selftest and the manifest's numeric self-tests against
+ *     khub/ref-cpu (CUDA numerics need a GPU and are reported as skipped).
+ * Every finding is printed; the exit status is 1 if there was any.
+ */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "check.h"
+#include "check_kernel.h"
+#include "elf_gate.h"
+#include "kernel_manifest.h"
+#include "kernel_meta.h"
+#include "selftest.h"
+
+typedef struct tally {
+    int findings;
+} tally;
+
+static void finding(tally *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void finding(tally *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    t->findings++;
+}
+
+static char *slurp(const char *path, size_t max, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    *n = buf ? fread(buf, 1, max + 1, f) : 0;
+    fclose(f);
+    if (buf && *n > max) {
+        free(buf);
+        return NULL;
+    }
+    if (buf) buf[*n] = '\0';
+    return buf;
+}
+
+static void check_plugin_file(const khub_kmeta *meta, const char *vdir, const char *file,
+                              tally *t)
+{
+    char path[2400], err[KHUB_ERROR_SIZE];
+    snprintf(path, sizeof path, "%s/%s", vdir, file);
+    khub_gate_report rep;
+    khub_status st = khub__gate_check_file(path, NULL, &rep, err, sizeof err);
+    if (st != KHUB_STATUS_OK && st != KHUB_STATUS_PLUGIN_INVALID) {
+        finding(t, "%s", err);
+        return;
+    }
+    for (size_t i = 0; i < rep.n_findings; i++) finding(t, "%s: %s", path, rep.findings[i]);
+    if (!rep.has_note) return;
+    if (strcmp(rep.note.id, meta->name) != 0 || strcmp(rep.note.version, meta->version) != 0)
+        finding(t, "%s: ABI note says %s %s, metadata.json says %s %s", path, rep.note.id,
+                rep.note.version, meta->name, meta->version);
+    if (rep.note.abi_major != meta->abi_major || rep.note.abi_minor != meta->abi_minor)
+        finding(t, "%s: ABI note says ABI %u.%u, metadata.json says %u.%u", path,
+                rep.note.abi_major, rep.note.abi_minor, meta->abi_major, meta->abi_minor);
+    if (!rep.n_findings) printf("ok   %s: ABI gate (glibc %s)\n", path, rep.max_glibc[0] ? rep.max_glibc : "none");
+}
+
+static void check_artifacts(const khub_kmeta *meta, const char *vdir, tally *t)
+{
+    for (size_t i = 0; i < meta->n_artifacts; i++) {
+        const khub_kmeta_artifact *a = &meta->artifacts[i];
+        if (strcmp(a->kind, "ptx") != 0) continue;
+        char path[2400];
+        snprintf(path, sizeof path, "%s/%s", vdir, a->file);
+        size_t n = 0;
+        char *ptx = slurp(path, 64u << 20, &n);
+        int isa = 0, sm = 0;
+        char suffix = 0;
+        if (!ptx || khub__ptx_inspect(ptx, n, &isa, &sm, &suffix) != KHUB_STATUS_OK)
+            finding(t, "%s: no readable .version/.target directives", path);
+        else if (sm != a->sm || (a->ptx_isa && isa != a->ptx_isa))
+            finding(t, "%s: PTX says .target sm_%d .version %d.%d, metadata.json says sm_%d ISA %d.%d",
+                    path, sm, isa / 10, isa % 10, a->sm, a->ptx_isa / 10, a->ptx_isa % 10);
+        else
+            printf("ok   %s: .target sm_%d%c .version %d.%d\n", path, sm, suffix ? suffix : ' ',
+                   isa / 10, isa % 10);
+        free(ptx);
+    }
+}
+
+static void run_selftests(const khub_kernel_manifest *m, const khub_kmeta *meta, const char *vdir,
+                          tally *t)
+{
+    khub_selftest_spec specs[KHUB_KM_MAX_TESTS];
+    for (size_t i = 0; i < m->n_tests; i++) {
+        specs[i] = (khub_selftest_spec){m->tests[i].op, {0}, m->tests[i].ndim, m->tests[i].dtype,
+                                        m->tests[i].tolerance};
+        memcpy(specs[i].shape, m->tests[i].shape, sizeof specs[i].shape);
+    }
+    uint32_t cpu = khub_cpu_features();
+    int cuda = strcmp(meta->backend, "cuda") == 0;
+    for (size_t i = 0; i < meta->n_plugins; i++) {
+        const khub_kmeta_plugin *p = &meta->plugins[i];
+        char path[2400], report[4096];
+        snprintf(path, sizeof path, "%s/%s", vdir, p->file);
+        if ((p->cpu_features & cpu) != p->cpu_features) {
+            printf("skip %s: this CPU lacks the level's features\n", path);
+            continue;
+        }
+        khub_status st = khub__check_in_child_with_tests(
+            path, khub__kmeta_digest(meta, p->file), cuda ? NULL : specs, cuda ? 0 : m->n_tests,
+            report, sizeof report);
+        if (st != KHUB_STATUS_OK)
+            finding(t, "%s: %s", path, report);
+        else
+            printf("ok   %s: %s%s\n", path, report,
+                   cuda ? " (numeric self-tests need a GPU: skipped)" : "");
+    }
+}
+
+static void check_variant(const khub_kernel_manifest *m, const char *build, const char *variant,
+                          tally *t)
+{
+    char vdir[1300], mpath[1400], err[KHUB_ERROR_SIZE];
+    snprintf(vdir, sizeof vdir, "%s/%s", build, variant);
+    snprintf(mpath, sizeof mpath, "%s/metadata.json", vdir);
+    size_t n = 0;
+    char *json = slurp(mpath, 4u << 20, &n);
+    if (!json) {
+        finding(t, "%s: missing or unreadable", mpath);
+        return;
+    }
+    khub_kmeta *meta = calloc(1, sizeof *meta);
+    khub_status st = meta ? khub__kmeta_parse(json, n, meta, err, sizeof err) : KHUB_STATUS_NOMEM;
+    free(json);
+    if (st != KHUB_STATUS_OK) {
+        finding(t, "%s: %s", mpath, err);
+        free(meta);
+        return;
+    }
+    printf("---- %s (%s, %zu files)\n", variant, meta->backend, meta->n_files);
+    if (strcmp(meta->name, m->repo) != 0 || strcmp(meta->version, m->version) != 0 ||
+        meta->major != m->major)
+        finding(t, "%s: says %s %s (v%d), kernel.json says %s %s (v%d): rebuild", mpath,
+                meta->name, meta->version, meta->major, m->repo, m->version, m->major);
+    if (khub__kmeta_verify_dir(meta, vdir, err, sizeof err) != KHUB_STATUS_OK)
+        finding(t, "%s", err);
+    else
+        printf("ok   %s: every file matches its SHA-256\n", vdir);
+    char sig[1500];
+    snprintf(sig, sizeof sig, "%s.sig", mpath);
+    struct stat sb;
+    printf("     %s: %s\n", mpath, stat(sig, &sb) == 0 ? "signed (metadata.json.sig)" : "unsigned");
+    for (size_t i = 0; i < meta->n_plugins; i++) check_plugin_file(meta, vdir, meta->plugins[i].file, t);
+    check_artifacts(meta, vdir, t);
+    run_selftests(m, meta, vdir, t);
+    free(meta);
+}
+
+int khub_cli_check_kernel_dir(const char *dir)
+{
+    khub_kernel_manifest *m = calloc(1, sizeof *m);
+    char err[KHUB_ERROR_SIZE];
+    if (!m) return 1;
+    if (khub__km_load(dir, m, err, sizeof err) != KHUB_STATUS_OK) {
+        printf("FAIL %s\n", err);
+        free(m);
+        return 1;
+    }
+    char build[1100];
+    snprintf(build, sizeof build, "%s/build", dir);
+    DIR *d = opendir(build);
+    if (!d) {
+        printf("FAIL %s: not built (run 'khub build %s')\n", build, dir);
+        free(m);
+        return 1;
+    }
+    tally t = {0};
+    int variants = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        char p[2400];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", build, e->d_name);
+        if (e->d_name[0] == '.' || stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+        check_variant(m, build, e->d_name, &t);
+        variants++;
+    }
+    closedir(d);
+    if (!variants) finding(&t, "%s: no variant directories", build);
+    printf("%s %s %s: %d variant%s, %d finding%s\n", t.findings ? "FAIL" : "ok  ", m->repo,
+           m->version, variants, variants == 1 ? "" : "s", t.findings, t.findings == 1 ? "" : "s");
+    free(m);
+    return t.findings ? 1 : 0;
+}
