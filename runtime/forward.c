@@ -1,0 +1,325 @@
+/*
+ * forward.c: the decoder forward pass of a Llama-family model, every step an
+ * op from the registry (bindings made by model.c).
+ *
+ * Per layer, in the order of Transformers' LlamaDecoderLayer / Qwen3:
+ *   xb = rms_norm(ob + x) (x += ob: the fused residual; layer 0: rms_norm(x))
+ *   q, k, v = linear(xb)                  (Qwen2: with bias)
+ *   q, k = rms_norm per head              (Qwen3 q_norm / k_norm)
+ *   q, k = rotary(q, k, positions)
+ *   per segment: kv_cache.write(k, v); k', v' = kv_cache.view; att = attention(q, k', v')
+ *   ob = o_proj(att)
+ *   xb = rms_norm(ob + x) (x += ob)
+ *   ob = down(silu(gate(xb)) * up(xb))
+ * then xb = final_norm(ob + x) and logits = lm_head(last row of each segment).
+ *
+ * The residual add is never done here: the norm op's fused residual does it,
+ * one layer late, which is why `ob` carries each block's output forward.
+ * Nothing in this file allocates: every buffer is scratch made at load.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "executor.h"
+
+/* A tensor with its own shape/stride storage. Pass it by pointer only: the
+ * khub_tensor inside points at its arrays. */
+typedef struct tview {
+    khub_tensor t;
+    int64_t shape[3];
+    int64_t strides[3];
+} tview;
+
+static khub_tensor *tv(tview *v, float *data, int ndim, int64_t a, int64_t b, int64_t c)
+{
+    memset(v, 0, sizeof *v);
+    v->shape[0] = a;
+    v->shape[1] = b;
+    v->shape[2] = c;
+    v->t.data = data;
+    v->t.device = (khub_device){KHUB_DEVICE_CPU, 0};
+    v->t.ndim = ndim;
+    v->t.dtype = KHUB_DTYPE_F32;
+    v->t.shape = v->shape;
+    return &v->t;
+}
+
+/* Calls an op and, on failure, adds where it happened (the plugin's own
+ * message, when it set one, wins: first error wins). */
+static khub_status call(khub_model *m, khub_binding *b, const void *args, const char *what,
+                        int layer)
+{
+    khub_status st = khub_binding_call(b, args);
+    if (st == KHUB_STATUS_OK) return st;
+    return khub__fail(m->rt, st, "%s: layer %d %s failed in %s", m->file, layer, what,
+                      khub_binding_name(b));
+}
+
+static khub_status linear(khub_model *m, const khub__mat *mat, float *x, int64_t n, float *y,
+                          const char *what, int layer)
+{
+    tview xv, yv;
+    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args),
+                          .x = tv(&xv, x, 2, n, mat->w.shape[1], 0),
+                          .weight = &mat->w.t,
+                          .bias = mat->bias.t.data ? &mat->bias.t : NULL,
+                          .y = tv(&yv, y, 2, n, mat->w.shape[0], 0)};
+    return call(m, mat->op, &a, what, layer);
+}
+
+/* y = rms_norm(x (+ residual)) * w over rows of `dim`. */
+static khub_status norm(khub_model *m, float *x, float *residual, const khub__weight *w,
+                        int64_t rows, int64_t dim, float *y, const char *what, int layer)
+{
+    tview xv, rv, yv;
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = KHUB_NORM_RMS,
+                        .eps = (float)m->cfg.rms_norm_eps,
+                        .x = tv(&xv, x, 2, rows, dim, 0),
+                        .residual = residual ? tv(&rv, residual, 2, rows, dim, 0) : NULL,
+                        .weight = &w->t,
+                        .y = tv(&yv, y, 2, rows, dim, 0)};
+    return call(m, residual ? m->norm_res : m->norm, &a, what, layer);
+}
+
+static khub_status rotary(khub_model *m, float *x, int64_t n, int64_t heads, int layer,
+                          const char *what)
+{
+    const khub_model_config *c = &m->cfg;
+    tview xv;
+    khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args),
+                          .x = tv(&xv, x, 3, n, heads, c->head_dim),
+                          .positions = m->positions, .style = m->rope_style,
+                          .scaling = c->rope_scaling, .theta = (float)c->rope_theta,
+                          .factor = (float)c->rope_factor,
+                          .low_freq_factor = (float)c->rope_low_freq_factor,
+                          .high_freq_factor = (float)c->rope_high_freq_factor,
+                          .original_max_pos = (int32_t)c->rope_original_max_pos,
+                          .rotary_dim = 0};
+    return call(m, m->rotary, &a, what, layer);
+}
+
+/* Cache write, view and attention for each segment of the batch. */
+static khub_status attend(khub_model *m, const khub__layer *ly, int layer, const khub__seg *segs,
+                          int n_segs)
+{
+    const khub_model_config *c = &m->cfg;
+    int64_t hd = c->head_dim, qdim = c->n_heads * hd, kvdim = c->n_kv_heads * hd, off = 0;
+    for (int s = 0; s < n_segs; s++) {
+        const khub__seg *g = &segs[s];
+        tview kv_, vv_, kc, vc, qv, ov;
+        khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args), .layer = layer,
+                                .seq = g->seq, .pos = g->pos0,
+                                .k = tv(&kv_, m->k + off * kvdim, 3, g->n, c->n_kv_heads, hd),
+                                .v = tv(&vv_, m->v + off * kvdim, 3, g->n, c->n_kv_heads, hd)};
+        khub_status st = m->kv->write(m->kv_state, m->cache, &w);
+        KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: layer %d kv_cache write failed in %s",
+                       m->file, layer, khub_binding_name(m->kv_op));
+        tv(&kc, NULL, 3, 0, 0, 0);
+        tv(&vc, NULL, 3, 0, 0, 0);
+        kc.t.strides = kc.strides;
+        vc.t.strides = vc.strides;
+        st = m->kv->view(m->kv_state, m->cache, layer, g->seq, g->pos0 + g->n, &kc.t, &vc.t);
+        KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: layer %d kv_cache view failed in %s",
+                       m->file, layer, khub_binding_name(m->kv_op));
+        khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
+                                 .q = tv(&qv, m->q + off * qdim, 3, g->n, c->n_heads, hd),
+                                 .k = &kc.t, .v = &vc.t, .mask = NULL,
+                                 .out = tv(&ov, m->att + off * qdim, 3, g->n, c->n_heads, hd),
+                                 .scale = (float)(1.0 / sqrt((double)hd)), .causal = 1,
+                                 .q_pos0 = g->pos0, .window = ly->window};
+        KHUB_FORWARD_IF_ERROR(m->rt, call(m, m->attention, &a, "attention", layer));
+        off += g->n;
+    }
+    return KHUB_STATUS_OK;
+}
+
+static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__seg *segs,
+                                 int n_segs)
+{
+    const khub_model_config *c = &m->cfg;
+    const khub__layer *ly = &m->layers[L];
+    int64_t hidden = c->hidden_size, hd = c->head_dim;
+    khub_runtime *rt = m->rt;
+
+    KHUB_FORWARD_IF_ERROR(rt, norm(m, L == 0 ? m->x : m->ob, L == 0 ? NULL : m->x,
+                                   &ly->attn_norm, n, hidden, m->xb, "attn_norm", L));
+    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->q, m->xb, n, m->q, "q_proj", L));
+    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->k, m->xb, n, m->k, "k_proj", L));
+    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->v, m->xb, n, m->v, "v_proj", L));
+    if (c->qk_norm) {
+        KHUB_FORWARD_IF_ERROR(rt, norm(m, m->q, NULL, &ly->q_norm, n * c->n_heads, hd, m->q,
+                                       "q_norm", L));
+        KHUB_FORWARD_IF_ERROR(rt, norm(m, m->k, NULL, &ly->k_norm, n * c->n_kv_heads, hd, m->k,
+                                       "k_norm", L));
+    }
+    KHUB_FORWARD_IF_ERROR(rt, rotary(m, m->q, n, c->n_heads, L, "rotary q"));
+    KHUB_FORWARD_IF_ERROR(rt, rotary(m, m->k, n, c->n_kv_heads, L, "rotary k"));
+    KHUB_FORWARD_IF_ERROR(rt, attend(m, ly, L, segs, n_segs));
+    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->o, m->att, n, m->ob, "o_proj", L));
+
+    KHUB_FORWARD_IF_ERROR(rt, norm(m, m->ob, m->x, &ly->ffn_norm, n, hidden, m->xb, "ffn_norm", L));
+    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->gate, m->xb, n, m->gate, "gate_proj", L));
+    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->up, m->xb, n, m->up, "up_proj", L));
+    tview gv, uv, yv;
+    khub_activation_args a = {KHUB_STRUCT_INIT(khub_activation_args), .act_type = KHUB_ACT_SILU,
+                              .gate = tv(&gv, m->gate, 2, n, c->intermediate_size, 0),
+                              .up = tv(&uv, m->up, 2, n, c->intermediate_size, 0),
+                              .y = tv(&yv, m->gate, 2, n, c->intermediate_size, 0)};
+    KHUB_FORWARD_IF_ERROR(rt, call(m, m->act, &a, "silu_and_mul", L));
+    return linear(m, &ly->down, m->gate, n, m->ob, "down_proj", L);
+}
+
+/* Checks a batch against the scratch sizes and the cache, fills positions. */
+static khub_status plan(khub_model *m, const khub__seg *segs, int n_segs, int64_t *n_out)
+{
+    khub_runtime *rt = m->rt;
+    KHUB_RETURN_IF(rt, n_segs < 1 || n_segs > m->max_seqs, KHUB_STATUS_INVALID_ARG,
+                   "forward: %d segments, this model was loaded for 1..%d sequences", n_segs,
+                   (int)m->max_seqs);
+    int64_t n = 0;
+    for (int s = 0; s < n_segs; s++) {
+        const khub__seg *g = &segs[s];
+        KHUB_RETURN_IF(rt, g->seq < 0 || g->seq >= m->max_seqs || g->n < 1,
+                       KHUB_STATUS_INVALID_ARG, "forward: segment %d (sequence %d, %lld tokens) "
+                       "is invalid", s, (int)g->seq, (long long)g->n);
+        for (int t = 0; t < s; t++)
+            KHUB_RETURN_IF(rt, segs[t].seq == g->seq, KHUB_STATUS_INVALID_ARG,
+                           "forward: sequence %d appears twice in one batch", (int)g->seq);
+        KHUB_RETURN_IF(rt, g->pos0 != m->seq_len[g->seq], KHUB_STATUS_INVALID_ARG,
+                       "forward: sequence %d continues at %lld but holds %lld tokens",
+                       (int)g->seq, (long long)g->pos0, (long long)m->seq_len[g->seq]);
+        KHUB_RETURN_IF(rt, g->pos0 + g->n > m->max_context, KHUB_STATUS_CONTEXT_FULL,
+                       "%s: sequence %d needs %lld positions, the KV cache holds %lld "
+                       "(raise max_context)", m->file, (int)g->seq, (long long)(g->pos0 + g->n),
+                       (long long)m->max_context);
+        KHUB_RETURN_IF(rt, n + g->n > m->max_batch, KHUB_STATUS_INVALID_ARG,
+                       "forward: batch of more than %d tokens", (int)m->max_batch);
+        for (int64_t i = 0; i < g->n; i++) m->positions[n + i] = (int32_t)(g->pos0 + i);
+        n += g->n;
+    }
+    *n_out = n;
+    return KHUB_STATUS_OK;
+}
+
+static khub_status embed(khub_model *m, const int32_t *tokens, int64_t n)
+{
+    if (!m->dequant) return khub__weight_rows(m->rt, &m->embed, tokens, n, m->x, NULL, NULL);
+    void *state = NULL;
+    const khub_op_desc *op = khub_binding_acquire(m->dequant, &state);
+    const khub_qlinear_methods *qm = op ? op->methods : NULL;
+    khub_status st = khub__weight_rows(m->rt, &m->embed, tokens, n, m->x,
+                                       qm ? qm->dequantize : NULL, state);
+    khub_binding_release(m->dequant);
+    return st;
+}
+
+/* Pins the KV cache plugin for one forward call and checks that it is still
+ * the one that made the cache (a hot reload cannot move a plugin's cache). */
+static khub_status kv_pin(khub_model *m)
+{
+    void *state = NULL;
+    const khub_op_desc *op = khub_binding_acquire(m->kv_op, &state);
+    if (op && op->methods == (const void *)m->kv && state == m->kv_state) return KHUB_STATUS_OK;
+    khub_binding_release(m->kv_op);
+    return khub__fail(m->rt, KHUB_STATUS_BUSY,
+                      "%s: the KV cache plugin was reloaded under this model; load the model "
+                      "again", m->file);
+}
+
+khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg *segs, int n_segs)
+{
+    int64_t n = 0, hidden = m->cfg.hidden_size;
+    KHUB_FORWARD_IF_ERROR(m->rt, plan(m, segs, n_segs, &n));
+    KHUB_FORWARD_IF_ERROR(m->rt, embed(m, tokens, n));
+    KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
+    khub_status st = KHUB_STATUS_OK;
+    for (int L = 0; L < m->cfg.n_layers && st == KHUB_STATUS_OK; L++)
+        st = layer_forward(m, L, n, segs, n_segs);
+    khub_binding_release(m->kv_op);
+    KHUB_FORWARD_IF_ERROR(m->rt, st);
+    for (int s = 0; s < n_segs; s++) m->seq_len[segs[s].seq] += segs[s].n;
+
+    KHUB_FORWARD_IF_ERROR(m->rt, norm(m, m->ob, m->x, &m->final_norm, n, hidden, m->xb,
+                                      "final_norm", (int)m->cfg.n_layers));
+    int64_t row = 0;
+    for (int s = 0; s < n_segs; s++) {
+        row += segs[s].n;
+        memcpy(m->last + (size_t)s * hidden, m->xb + (size_t)(row - 1) * hidden,
+               (size_t)hidden * sizeof(float));
+    }
+    return linear(m, &m->lm_head, m->last, n_segs, m->logits, "lm_head", (int)m->cfg.n_layers);
+}
+
+khub_status khub__forward_reset(khub_model *m, int32_t seq)
+{
+    KHUB_RETURN_IF(m->rt, seq < 0 || seq >= m->max_seqs, KHUB_STATUS_INVALID_ARG,
+                   "forward: sequence %d outside [0, %d)", (int)seq, (int)m->max_seqs);
+    KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
+    khub_status st = m->kv->truncate(m->kv_state, m->cache, seq, 0);
+    khub_binding_release(m->kv_op);
+    KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: kv_cache truncate failed in %s",
+                   m->file, khub_binding_name(m->kv_op));
+    m->seq_len[seq] = 0;
+    return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Scratch                                                                  */
+/* ======================================================================== */
+
+/* Allocates n floats (checked) and counts them. */
+static float *scratch(khub_model *m, int64_t rows, int64_t cols, bool *ok)
+{
+    size_t n, bytes;
+    if (!*ok || !khub__mul_ok((size_t)rows, (size_t)cols, &n) ||
+        !khub__mul_ok(n, sizeof(float), &bytes)) {
+        *ok = false;
+        return NULL;
+    }
+    float *p = khub__aligned_alloc(m->rt, bytes);
+    if (!p) *ok = false;
+    else {
+        memset(p, 0, bytes);
+        m->scratch_bytes += bytes;
+    }
+    return p;
+}
+
+khub_status khub__forward_alloc(khub_model *m)
+{
+    const khub_model_config *c = &m->cfg;
+    int64_t B = m->max_batch, S = m->max_seqs;
+    int64_t qdim = c->n_heads * c->head_dim, kvdim = c->n_kv_heads * c->head_dim;
+    bool ok = true;
+    m->x = scratch(m, B, c->hidden_size, &ok);
+    m->xb = scratch(m, B, c->hidden_size, &ok);
+    m->ob = scratch(m, B, c->hidden_size, &ok);
+    m->q = scratch(m, B, qdim, &ok);
+    m->att = scratch(m, B, qdim, &ok);
+    m->k = scratch(m, B, kvdim, &ok);
+    m->v = scratch(m, B, kvdim, &ok);
+    m->gate = scratch(m, B, c->intermediate_size, &ok);
+    m->up = scratch(m, B, c->intermediate_size, &ok);
+    m->last = scratch(m, S, c->hidden_size, &ok);
+    m->logits = scratch(m, S, c->vocab_size, &ok);
+    m->positions = (int32_t *)scratch(m, B, 1, &ok); /* int32 fits in a float's size */
+    m->seq_len = khub__calloc(m->rt, (size_t)S, sizeof *m->seq_len);
+    KHUB_RETURN_IF(m->rt, !ok || !m->seq_len, KHUB_STATUS_NOMEM,
+                   "%s: no memory for %lld x %lld activation scratch", m->file, (long long)B,
+                   (long long)c->hidden_size);
+    return KHUB_STATUS_OK;
+}
+
+void khub__forward_free(khub_model *m)
+{
+    float **bufs[] = {&m->x, &m->xb, &m->ob, &m->q, &m->att, &m->k, &m->v,
+                      &m->gate, &m->up, &m->last, &m->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        khub__aligned_free(m->rt, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    khub__aligned_free(m->rt, m->positions);
+    m->positions = NULL;
+    khub__free(m->rt, m->seq_len, m->seq_len ? (size_t)m->max_seqs * sizeof *m->seq_len : 0);
+    m->seq_len = NULL;
+}

@@ -1,0 +1,505 @@
+/*
+ * test_model.c: model loading and the forward pass (runtime/model.c,
+ * forward.c, weights.c).
+ *
+ * Two kinds of model:
+ *   - tiny random models written here as a Hugging Face folder (config.json +
+ *     model.safetensors, f32), for Llama, Qwen2 (q/k/v bias) and Qwen3
+ *     (q/k norm): internal consistency (one prefill == token by token through
+ *     the KV cache, several sequences in one batch == one at a time),
+ *     quantize-at-load, and bad input (a missing tensor, a wrong shape);
+ *   - the real SmolLM2-135M-Instruct (GGUF Q4_1 and its dequantized HF copy,
+ *     made by tools/fetch-model.sh) against the Transformers fixtures in
+ *     tests/fixtures (tools/make-reference.py), skipped when absent.
+ */
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "executor.h"
+#include "runner.h"
+
+/* ======================================================================== */
+/* Helpers                                                                  */
+/* ======================================================================== */
+
+static khub_runtime *runtime(void)
+{
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&o, &rt));
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    return rt;
+}
+
+/* Every role served by khub/ref-cpu: the numeric oracle, f32 compute. */
+static khub_model_opts ref_opts(void)
+{
+    const char *r = "khub/ref-cpu";
+    return (khub_model_opts){KHUB_STRUCT_INIT(khub_model_opts), .attn_impl = r, .quant = r,
+                             .cache_impl = r, .norm_impl = r, .act_impl = r, .rotary_impl = r,
+                             .linear_impl = r};
+}
+
+static double rel_err(const float *a, const float *b, int64_t n)
+{
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        num = d > num ? d : num;
+        den = fabs((double)b[i]) > den ? fabs((double)b[i]) : den;
+    }
+    return den > 0 ? num / den : num;
+}
+
+static int32_t argmax(const float *x, int64_t n)
+{
+    int32_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = (int32_t)i;
+    return best;
+}
+
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    ASSERT(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    buf[n] = '\0';
+    if (len) *len = (size_t)n;
+    return buf;
+}
+
+/* ======================================================================== */
+/* Tiny random models                                                       */
+/* ======================================================================== */
+
+enum { T_HIDDEN = 64, T_FFN = 128, T_LAYERS = 2, T_HEADS = 4, T_KV = 2, T_HD = 16, T_VOCAB = 256 };
+
+typedef enum tiny_arch { TINY_LLAMA, TINY_QWEN2, TINY_QWEN3 } tiny_arch;
+
+typedef struct tiny_tensor {
+    char name[96];
+    int64_t rows, cols; /* cols 0: a vector of rows */
+} tiny_tensor;
+
+static uint64_t rng_state = 88172645463325252ull;
+static float frand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+/* Lists the tensors of a tiny model; `skip` is omitted, `bad` gets one more
+ * row than it should. */
+static int tiny_tensors(tiny_arch arch, tiny_tensor *t, const char *skip, const char *bad)
+{
+    int n = 0;
+#define ADD(r, c, ...)                                                         \
+    do {                                                                       \
+        snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__);                    \
+        t[n].rows = (r) + (bad && !strcmp(t[n].name, bad));                    \
+        t[n].cols = (c);                                                       \
+        if (!skip || strcmp(t[n].name, skip)) n++;                             \
+    } while (0)
+    ADD(T_VOCAB, T_HIDDEN, "model.embed_tokens.weight");
+    ADD(T_HIDDEN, 0, "model.norm.weight");
+    for (int L = 0; L < T_LAYERS; L++) {
+        const char *p = "model.layers";
+        ADD(T_HIDDEN, 0, "%s.%d.input_layernorm.weight", p, L);
+        ADD(T_HIDDEN, 0, "%s.%d.post_attention_layernorm.weight", p, L);
+        ADD(T_HEADS * T_HD, T_HIDDEN, "%s.%d.self_attn.q_proj.weight", p, L);
+        ADD(T_KV * T_HD, T_HIDDEN, "%s.%d.self_attn.k_proj.weight", p, L);
+        ADD(T_KV * T_HD, T_HIDDEN, "%s.%d.self_attn.v_proj.weight", p, L);
+        ADD(T_HIDDEN, T_HEADS * T_HD, "%s.%d.self_attn.o_proj.weight", p, L);
+        if (arch == TINY_QWEN2) {
+            ADD(T_HEADS * T_HD, 0, "%s.%d.self_attn.q_proj.bias", p, L);
+            ADD(T_KV * T_HD, 0, "%s.%d.self_attn.k_proj.bias", p, L);
+            ADD(T_KV * T_HD, 0, "%s.%d.self_attn.v_proj.bias", p, L);
+        }
+        if (arch == TINY_QWEN3) {
+            ADD(T_HD, 0, "%s.%d.self_attn.q_norm.weight", p, L);
+            ADD(T_HD, 0, "%s.%d.self_attn.k_norm.weight", p, L);
+        }
+        ADD(T_FFN, T_HIDDEN, "%s.%d.mlp.gate_proj.weight", p, L);
+        ADD(T_FFN, T_HIDDEN, "%s.%d.mlp.up_proj.weight", p, L);
+        ADD(T_HIDDEN, T_FFN, "%s.%d.mlp.down_proj.weight", p, L);
+    }
+#undef ADD
+    return n;
+}
+
+/* Writes dir/config.json and dir/model.safetensors (f32, scaled random
+ * weights; norms near 1) and returns dir. */
+static const char *tiny_model(tiny_arch arch, const char *skip, const char *bad)
+{
+    static char dir[256];
+    snprintf(dir, sizeof dir, "/tmp/khub-test-model-%d", (int)getpid());
+    mkdir(dir, 0700);
+    char path[320];
+    static const char *const archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM",
+                                        "Qwen3ForCausalLM"};
+    static const char *const types[] = {"llama", "qwen2", "qwen3"};
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    ASSERT(f);
+    fprintf(f, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
+               "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+               "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, "
+               "\"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"max_position_embeddings\": 512, "
+               "\"tie_word_embeddings\": true, \"bos_token_id\": 1, \"eos_token_id\": 2, "
+               "\"hidden_act\": \"silu\", \"torch_dtype\": \"float32\"}\n",
+            archs[arch], types[arch], T_HIDDEN, T_FFN, T_LAYERS, T_HEADS, T_KV, T_HD, T_VOCAB);
+    fclose(f);
+
+    static tiny_tensor t[64];
+    int n = tiny_tensors(arch, t, skip, bad);
+    char *hdr = malloc(16384);
+    size_t hl = 0, off = 0;
+    hl += (size_t)sprintf(hdr + hl, "{");
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1) * 4;
+        if (t[i].cols)
+            hl += (size_t)sprintf(hdr + hl, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
+                                  "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name,
+                                  (long long)t[i].rows, (long long)t[i].cols, off, off + bytes);
+        else
+            hl += (size_t)sprintf(hdr + hl, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
+                                  "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name,
+                                  (long long)t[i].rows, off, off + bytes);
+        off += bytes;
+    }
+    hl += (size_t)sprintf(hdr + hl, "}");
+    while (hl % 8) hdr[hl++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    ASSERT(f);
+    uint64_t len = hl;
+    fwrite(&len, 8, 1, f);
+    fwrite(hdr, 1, hl, f);
+    rng_state = 88172645463325252ull;
+    for (int i = 0; i < n; i++) {
+        int vec = t[i].cols == 0;
+        float scale = vec ? 0.1f : 1.0f / sqrtf((float)t[i].cols);
+        int64_t cnt = t[i].rows * (vec ? 1 : t[i].cols);
+        for (int64_t k = 0; k < cnt; k++) {
+            float v = frand() * scale + (vec && strstr(t[i].name, "norm") ? 1.0f : 0.0f);
+            fwrite(&v, 4, 1, f);
+        }
+    }
+    fclose(f);
+    free(hdr);
+    return dir;
+}
+
+static void tiny_cleanup(const char *dir)
+{
+    char path[320];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* Logits of the last of ids[0..n) fed one token per forward call. */
+static void logits_incremental(khub_model *m, const int32_t *ids, int64_t n, float *out)
+{
+    ASSERT_OK(khub__forward_reset(m, 0));
+    for (int64_t i = 0; i < n; i++) {
+        khub__seg seg = {0, 0, i, 1};
+        ASSERT_OK(khub__forward(m, ids + i, &seg, 1));
+    }
+    memcpy(out, m->logits, (size_t)m->cfg.vocab_size * sizeof *out);
+}
+
+static void check_consistency(tiny_arch arch)
+{
+    khub_runtime *rt = runtime();
+    const char *dir = tiny_model(arch, NULL, NULL);
+    khub_model_opts o = ref_opts();
+    o.max_batch = 8; /* 13 tokens: the one-call path runs in two chunks */
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, dir, &o, &m));
+    int32_t ids[13] = {1, 17, 200, 3, 99, 45, 45, 45, 250, 7, 8, 128, 64};
+    float a[T_VOCAB], b[T_VOCAB], c[T_VOCAB];
+    ASSERT_OK(khub_model_logits(m, ids, 13, a));
+    logits_incremental(m, ids, 13, b);
+    ASSERT_LE(rel_err(b, a, T_VOCAB), 1e-5);
+    /* A different prompt gives different logits (the test can fail). */
+    ASSERT_OK(khub_model_logits(m, ids, 12, c));
+    ASSERT(rel_err(c, a, T_VOCAB) > 1e-3);
+
+    /* Two sequences in one batch equal each alone. */
+    ASSERT_OK(khub__forward_reset(m, 0));
+    ASSERT_OK(khub__forward_reset(m, 1));
+    khub__seg segs[2] = {{0, 0, 0, 5}, {1, 0, 0, 3}};
+    int32_t both[8] = {1, 17, 200, 3, 99, 1, 17, 200};
+    ASSERT_OK(khub__forward(m, both, segs, 2));
+    float s0[T_VOCAB], s1[T_VOCAB];
+    memcpy(s0, m->logits, sizeof s0);
+    memcpy(s1, m->logits + T_VOCAB, sizeof s1);
+    ASSERT_OK(khub_model_logits(m, ids, 5, a));
+    ASSERT_LE(rel_err(s0, a, T_VOCAB), 1e-5);
+    ASSERT_OK(khub_model_logits(m, ids, 3, a));
+    ASSERT_LE(rel_err(s1, a, T_VOCAB), 1e-5);
+    /* A segment that does not continue its sequence is refused. */
+    khub__seg gap = {1, 0, 7, 1};
+    ASSERT_STATUS(khub__forward(m, ids, &gap, 1), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "sequence 1 continues at 7 but holds 3 tokens");
+
+    khub_model_free(m);
+    tiny_cleanup(dir);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(model_tiny_llama_prefill_equals_incremental) { check_consistency(TINY_LLAMA); }
+TEST_IMPL(model_tiny_qwen2_prefill_equals_incremental) { check_consistency(TINY_QWEN2); }
+TEST_IMPL(model_tiny_qwen3_prefill_equals_incremental) { check_consistency(TINY_QWEN3); }
+
+TEST_IMPL(model_tiny_info_and_explain)
+{
+    khub_runtime *rt = runtime();
+    const char *dir = tiny_model(TINY_QWEN3, NULL, NULL);
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, dir, NULL, &m));
+    khub_model_info info = {KHUB_STRUCT_INIT(khub_model_info)};
+    ASSERT_OK(khub_model_info_get(m, &info));
+    ASSERT_STR_EQ(info.arch, "qwen3");
+    ASSERT_STR_EQ(info.format, "safetensors");
+    ASSERT_EQ(info.n_layers, T_LAYERS);
+    ASSERT_EQ(info.head_dim, T_HD);
+    ASSERT_EQ(info.vocab, T_VOCAB);
+    ASSERT(info.weight_bytes > (uint64_t)T_VOCAB * T_HIDDEN * 4);
+    const char *ex = khub_model_explain(m);
+    ASSERT_CONTAINS(ex, "attention[f32]: ");
+    ASSERT_CONTAINS(ex, "qkv_proj[f32]: ");
+    ASSERT_CONTAINS(ex, "accept khub/ref-cpu");
+    khub_model_free(m);
+    tiny_cleanup(dir);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(model_tiny_quantize_at_load)
+{
+    static const char *const schemes[] = {"q8_0", "int8", "nf4", "q4_0"};
+    static const double tol[] = {0.05, 0.05, 0.3, 0.3};
+    khub_runtime *rt = runtime();
+    const char *dir = tiny_model(TINY_LLAMA, NULL, NULL);
+    int32_t ids[6] = {1, 5, 9, 33, 200, 17};
+    float ref[T_VOCAB], q[T_VOCAB];
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, dir, NULL, &m));
+    ASSERT_OK(khub_model_logits(m, ids, 6, ref));
+    khub_model_free(m);
+    for (int s = 0; s < 4; s++) {
+        khub_model_opts o = {KHUB_STRUCT_INIT(khub_model_opts), .quant = schemes[s]};
+        ASSERT_OK(khub_model_load(rt, dir, &o, &m));
+        char want[64];
+        snprintf(want, sizeof want, "qkv_proj[%s]: ", schemes[s]);
+        ASSERT_CONTAINS(khub_model_explain(m), want);
+        ASSERT_CONTAINS(khub_model_explain(m), "lm_head[f32]: "); /* embeddings stay f32 */
+        ASSERT_OK(khub_model_logits(m, ids, 6, q));
+        double e = rel_err(q, ref, T_VOCAB);
+        fprintf(stderr, "  %s: logits max rel err %.4f\n", schemes[s], e);
+        ASSERT_LE(e, tol[s]);
+        ASSERT(e > 0); /* really quantized */
+        khub_model_free(m);
+    }
+    khub_model_opts bad = {KHUB_STRUCT_INIT(khub_model_opts), .quant = "fp3"};
+    ASSERT_STATUS(khub_model_load(rt, dir, &bad, &m), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "quant scheme 'fp3' is not known");
+    ASSERT(m == NULL);
+    tiny_cleanup(dir);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(model_tiny_missing_tensor)
+{
+    khub_runtime *rt = runtime();
+    const char *dir = tiny_model(TINY_LLAMA, "model.layers.1.mlp.down_proj.weight", NULL);
+    khub_model *m = NULL;
+    ASSERT_STATUS(khub_model_load(rt, dir, NULL, &m), KHUB_STATUS_MODEL_INVALID);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tensor 'model.layers.1.mlp.down_proj.weight' missing");
+    ASSERT(m == NULL);
+    tiny_cleanup(dir);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(model_tiny_wrong_shape)
+{
+    khub_runtime *rt = runtime();
+    const char *dir = tiny_model(TINY_LLAMA, NULL, "model.layers.0.self_attn.k_proj.weight");
+    khub_model *m = NULL;
+    ASSERT_STATUS(khub_model_load(rt, dir, NULL, &m), KHUB_STATUS_MODEL_INVALID);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tensor 'model.layers.0.self_attn.k_proj.weight' "
+                                             "has shape [33, 64], expected [32, 64]");
+    tiny_cleanup(dir);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(model_not_found)
+{
+    khub_runtime *rt = runtime();
+    khub_model *m = NULL;
+    ASSERT_STATUS(khub_model_load(rt, "/nonexistent/model.gguf", NULL, &m),
+                  KHUB_STATUS_NOT_FOUND);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "/nonexistent/model.gguf: no such file or folder");
+    khub_runtime_free(rt);
+}
+
+/* ======================================================================== */
+/* The real model against Transformers                                      */
+/* ======================================================================== */
+
+static const char *model_path(const char *name, char *buf, size_t n)
+{
+    const char *d = getenv("KHUB_MODEL_DIR");
+    if (d) snprintf(buf, n, "%s/%s", d, name);
+    else snprintf(buf, n, "%s/.cache/khub/models/%s", getenv("HOME") ? getenv("HOME") : "", name);
+    struct stat sb;
+    return stat(buf, &sb) == 0 ? buf : NULL;
+}
+
+static cJSON *fixtures(void)
+{
+    char *txt = read_all(KHUB_SOURCE_DIR "/tests/fixtures/smollm2_greedy.json", NULL);
+    if (!txt) return NULL;
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    ASSERT(j);
+    return j;
+}
+
+/* Greedy tokens from ids with the model's KV cache, EOS not special. */
+static void greedy(khub_model *m, const int32_t *ids, int64_t n, int32_t *out, int steps)
+{
+    ASSERT_OK(khub__forward_reset(m, 0));
+    for (int64_t done = 0; done < n;) {
+        int64_t take = n - done < m->max_batch ? n - done : m->max_batch;
+        khub__seg seg = {0, 0, done, take};
+        ASSERT_OK(khub__forward(m, ids + done, &seg, 1));
+        done += take;
+    }
+    for (int s = 0; s < steps; s++) {
+        out[s] = argmax(m->logits, m->cfg.vocab_size);
+        if (s + 1 == steps) break;
+        khub__seg seg = {0, 0, n + s, 1};
+        ASSERT_OK(khub__forward(m, &out[s], &seg, 1));
+    }
+}
+
+static void check_against_fixtures(const char *file)
+{
+    char buf[512];
+    const char *path = model_path(file, buf, sizeof buf);
+    if (!path) TEST_SKIP("%s not found (run tools/fetch-model.sh)", file);
+    cJSON *fx = fixtures();
+    if (!fx) TEST_SKIP("tests/fixtures/smollm2_greedy.json absent (tools/make-reference.py)");
+    khub_runtime *rt = runtime();
+    khub_model_opts o = ref_opts();
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, path, &o, &m));
+    int64_t V = m->cfg.vocab_size;
+    float *got = malloc((size_t)V * 4);
+    const cJSON *cases = cJSON_GetObjectItem(fx, "cases"), *c;
+    int n_cases = 0;
+    cJSON_ArrayForEach(c, cases) {
+        const cJSON *in = cJSON_GetObjectItem(c, "input_ids");
+        int64_t n = cJSON_GetArraySize(in);
+        int32_t *ids = malloc((size_t)n * 4);
+        for (int64_t i = 0; i < n; i++) ids[i] = cJSON_GetArrayItem(in, (int)i)->valueint;
+        char lp[512];
+        snprintf(lp, sizeof lp, KHUB_SOURCE_DIR "/tests/fixtures/%s",
+                 cJSON_GetObjectItem(c, "logits_file")->valuestring);
+        size_t len = 0;
+        float *want = (float *)read_all(lp, &len);
+        ASSERT(want && len == (size_t)V * 4);
+        ASSERT_OK(khub_model_logits(m, ids, (size_t)n, got));
+        double e = rel_err(got, want, V);
+        fprintf(stderr, "  %s %s: %lld tokens, logits max rel err %.2e\n", file,
+                cJSON_GetObjectItem(c, "name")->valuestring, (long long)n, e);
+        ASSERT_LE(e, 1e-3);
+        const cJSON *g = cJSON_GetObjectItem(c, "greedy_ids");
+        int steps = cJSON_GetArraySize(g);
+        int32_t out[128];
+        ASSERT(steps <= 128);
+        greedy(m, ids, n, out, steps);
+        for (int s = 0; s < steps; s++)
+            if (out[s] != cJSON_GetArrayItem(g, s)->valueint)
+                TEST_FAIL_("%s: greedy token %d is %d, Transformers has %d",
+                           cJSON_GetObjectItem(c, "name")->valuestring, s, (int)out[s],
+                           cJSON_GetArrayItem(g, s)->valueint);
+        free(want);
+        free(ids);
+        n_cases++;
+    }
+    ASSERT(n_cases > 0);
+    free(got);
+    cJSON_Delete(fx);
+    khub_model_free(m);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(model_smollm2_gguf_matches_transformers)
+{
+    check_against_fixtures("SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+TEST_IMPL(model_smollm2_hf_matches_transformers)
+{
+    check_against_fixtures("SmolLM2-135M-Instruct-hf");
+}
+
+/* Without fixtures the real model is still checked for consistency. */
+TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
+{
+    char buf[512];
+    const char *path = model_path("SmolLM2-135M-Instruct.Q4_1.gguf", buf, sizeof buf);
+    if (!path) TEST_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf not found (run tools/fetch-model.sh)");
+    khub_runtime *rt = runtime();
+    khub_model *m = NULL;
+    /* ref-cpu everywhere: the two paths must agree to rounding. */
+    khub_model_opts o = ref_opts();
+    ASSERT_OK(khub_model_load(rt, path, &o, &m));
+    int64_t V = m->cfg.vocab_size;
+    float *a = malloc((size_t)V * 4), *b = malloc((size_t)V * 4);
+    int32_t ids[9] = {1, 504, 3458, 282, 4649, 314, 9, 1000, 42};
+    ASSERT_OK(khub_model_logits(m, ids, 9, a));
+    logits_incremental(m, ids, 9, b);
+    double e = rel_err(b, a, V);
+    fprintf(stderr, "  ref-cpu prefill vs incremental: max rel err %.2e\n", e);
+    ASSERT_LE(e, 1e-4);
+    khub_model_free(m);
+    /* The best-ranked plugins: optimized qlinear ops quantize activations to
+     * int8 (as llama.cpp does), whose rounding flips amplify tiny attention
+     * differences between the batched and the one-row path; measured about
+     * 3e-2 on this model. Bound it loosely and require the same argmax. */
+    ASSERT_OK(khub_model_load(rt, path, NULL, &m));
+    ASSERT_OK(khub_model_logits(m, ids, 9, a));
+    logits_incremental(m, ids, 9, b);
+    e = rel_err(b, a, V);
+    fprintf(stderr, "  best plugins prefill vs incremental: max rel err %.2e\n", e);
+    ASSERT_LE(e, 0.1);
+    ASSERT_EQ(argmax(a, V), argmax(b, V));
+    free(a);
+    free(b);
+    khub_model_free(m);
+    khub_runtime_free(rt);
+}
+
+#define TEST_LIST(X)                                                                           \
+    X(model_tiny_llama_prefill_equals_incremental) X(model_tiny_qwen2_prefill_equals_incremental) \
+    X(model_tiny_qwen3_prefill_equals_incremental) X(model_tiny_info_and_explain)              \
+    X(model_tiny_quantize_at_load) X(model_tiny_missing_tensor) X(model_tiny_wrong_shape)      \
+    X(model_not_found) X(model_smollm2_gguf_prefill_equals_incremental)                        \
+    X(model_smollm2_gguf_matches_transformers) X(model_smollm2_hf_matches_transformers)
+TEST_MAIN(TEST_LIST)

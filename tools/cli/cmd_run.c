@@ -1,0 +1,230 @@
+/*
+ * cmd_run.c: `khub run`: load a model and generate text, streamed to stdout
+ * as it is produced, or printed as one JSON object with --json.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include <cjson/cJSON.h>
+
+#include "cli.h"
+#include "khub/khub_model.h"
+
+#define MAX_PROMPTS 8
+#define MAX_STOPS 16
+
+static const khub_cli_cmd run_cmd;
+
+typedef struct run_args {
+    const char *model;
+    const char *prompts[MAX_PROMPTS];
+    int n_prompts;
+    const char *stops[MAX_STOPS];
+    int n_stops;
+    const char *quant, *attn, *system;
+    int threads, chat, explain, json, strict, ignore_eos;
+    khub_generate_opts gen;
+} run_args;
+
+/* Parses a number into *out within [lo, hi]; 0 on success. */
+static int num(const char *flag, const char *s, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || v < lo || v > hi)
+        return khub_cli_usage(&run_cmd, "%s needs a number in [%g, %g], got '%s'", flag, lo, hi,
+                              s ? s : "");
+    *out = v;
+    return 0;
+}
+
+static int parse(int argc, char **argv, run_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->gen = (khub_generate_opts){KHUB_STRUCT_INIT(khub_generate_opts), .max_new_tokens = 128};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d = 0;
+        int rc = 0, takes = 1;
+        if (!strcmp(f, "--model")) a->model = v;
+        else if (!strcmp(f, "--prompt")) {
+            if (a->n_prompts == MAX_PROMPTS)
+                return khub_cli_usage(&run_cmd, "at most %d prompts", MAX_PROMPTS);
+            if (v) a->prompts[a->n_prompts++] = v;
+        } else if (!strcmp(f, "--stop")) {
+            if (a->n_stops == MAX_STOPS)
+                return khub_cli_usage(&run_cmd, "at most %d stop strings", MAX_STOPS);
+            if (v) a->stops[a->n_stops++] = v;
+        } else if (!strcmp(f, "--quant")) a->quant = v;
+        else if (!strcmp(f, "--attn")) a->attn = v;
+        else if (!strcmp(f, "--system")) a->system = v;
+        else if (!strcmp(f, "--max-new-tokens")) {
+            rc = num(f, v, 1, 1 << 20, &d);
+            a->gen.max_new_tokens = (int32_t)d;
+        } else if (!strcmp(f, "--threads")) {
+            rc = num(f, v, 0, 1024, &d);
+            a->threads = (int)d;
+        } else if (!strcmp(f, "--temperature")) {
+            rc = num(f, v, 0, 100, &d);
+            a->gen.temperature = (float)d;
+        } else if (!strcmp(f, "--top-k")) {
+            rc = num(f, v, 0, 1 << 24, &d);
+            a->gen.top_k = (int32_t)d;
+        } else if (!strcmp(f, "--top-p")) {
+            rc = num(f, v, 0, 1, &d);
+            a->gen.top_p = (float)d;
+        } else if (!strcmp(f, "--repeat-penalty")) {
+            rc = num(f, v, 0, 100, &d);
+            a->gen.repetition_penalty = (float)d;
+        } else if (!strcmp(f, "--seed")) {
+            rc = num(f, v, 0, 18446744073709551615.0, &d);
+            a->gen.seed = (uint64_t)d;
+        } else {
+            takes = 0;
+            if (!strcmp(f, "--chat")) a->chat = 1;
+            else if (!strcmp(f, "--explain")) a->explain = 1;
+            else if (!strcmp(f, "--json")) a->json = 1;
+            else if (!strcmp(f, "--strict")) a->strict = 1;
+            else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = 1;
+            else return khub_cli_usage(&run_cmd, "unknown option '%s'", f);
+        }
+        if (rc) return rc;
+        if (takes && !v) return khub_cli_usage(&run_cmd, "%s needs a value", f);
+        i += takes;
+    }
+    if (!a->model) return khub_cli_usage(&run_cmd, "--model PATH is required");
+    if (!a->n_prompts) return khub_cli_usage(&run_cmd, "--prompt TEXT is required");
+    a->gen.stop = a->stops;
+    a->gen.n_stop = (uint32_t)a->n_stops;
+    a->gen.chat = (uint32_t)a->chat;
+    a->gen.system = a->system;
+    a->gen.ignore_eos = a->ignore_eos;
+    return 0;
+}
+
+static int on_text(void *ud, int32_t prompt, const char *text, size_t len)
+{
+    (void)ud, (void)prompt;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return 0;
+}
+
+static const char *stop_name(uint32_t r)
+{
+    static const char *const names[] = {"none", "eos", "max_tokens", "stop_string", "callback",
+                                        "context"};
+    return r < sizeof names / sizeof names[0] ? names[r] : "?";
+}
+
+static long peak_rss_kib(void)
+{
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1; /* KiB on Linux */
+}
+
+static void print_json(khub_model *m, const run_args *a, const khub_generate_result *res)
+{
+    cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "results");
+    for (int i = 0; i < a->n_prompts; i++) {
+        const khub_generate_result *r = &res[i];
+        cJSON *e = cJSON_CreateObject(), *toks = cJSON_AddArrayToObject(e, "tokens");
+        cJSON_AddStringToObject(e, "text", r->text ? r->text : "");
+        for (int64_t t = 0; t < r->n_tokens; t++)
+            cJSON_AddItemToArray(toks, cJSON_CreateNumber(r->tokens[t]));
+        cJSON_AddNumberToObject(e, "n_prompt_tokens", (double)r->n_prompt_tokens);
+        cJSON_AddStringToObject(e, "stop_reason", stop_name(r->stop_reason));
+        cJSON_AddItemToArray(arr, e);
+    }
+    cJSON_AddStringToObject(o, "text", res[0].text ? res[0].text : "");
+    cJSON *t = cJSON_AddObjectToObject(o, "timings");
+    cJSON_AddNumberToObject(t, "load_ms", res[0].load_ms);
+    cJSON_AddNumberToObject(t, "prefill_ms", res[0].prefill_ms);
+    cJSON_AddNumberToObject(t, "decode_ms", res[0].decode_ms);
+    cJSON_AddNumberToObject(t, "prefill_tok_s", res[0].prefill_tok_s);
+    cJSON_AddNumberToObject(t, "decode_tok_s", res[0].decode_tok_s);
+    cJSON_AddNumberToObject(o, "peak_rss_kib", (double)peak_rss_kib());
+    if (a->explain) cJSON_AddStringToObject(o, "explain", khub_model_explain(m));
+    char *s = cJSON_PrintUnformatted(o);
+    if (s) printf("%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(o);
+}
+
+static int run(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&run_cmd, argc, argv)) return 0;
+    run_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc) return rc;
+    khub_runtime *rt = khub_cli_runtime("run", a.threads);
+    if (!rt) return 1;
+    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .quant = a.quant,
+                          .attn_impl = a.attn, .strict = a.strict};
+    khub_model *m = NULL;
+    if (khub_model_load(rt, a.model, &mo, &m) != KHUB_STATUS_OK) {
+        rc = khub_cli_fail("run", "%s", khub_runtime_errmsg(rt));
+        khub_runtime_free(rt);
+        return rc;
+    }
+    if (a.explain && !a.json) fputs(khub_model_explain(m), stdout);
+    int stream = !a.json && a.n_prompts == 1;
+    if (stream) a.gen.callback = on_text;
+    khub_generate_result res[MAX_PROMPTS];
+    for (int i = 0; i < MAX_PROMPTS; i++)
+        res[i] = (khub_generate_result){KHUB_STRUCT_INIT(khub_generate_result)};
+    khub_status st = khub_model_generate(m, a.prompts, (size_t)a.n_prompts, &a.gen, res);
+    if (st != KHUB_STATUS_OK) {
+        if (stream) fputc('\n', stdout);
+        rc = khub_cli_fail("run", "%s", khub_runtime_errmsg(rt));
+    } else if (a.json) {
+        print_json(m, &a, res);
+    } else {
+        for (int i = 0; !stream && i < a.n_prompts; i++)
+            printf("--- prompt %d ---\n%s\n", i, res[i].text);
+        if (stream) fputc('\n', stdout);
+        fprintf(stderr, "khub run: %lld prompt tokens at %.1f tok/s, %lld new tokens at %.1f "
+                        "tok/s (load %.0f ms, peak RSS %ld MiB)\n",
+                (long long)res[0].n_prompt_tokens, res[0].prefill_tok_s,
+                (long long)res[0].n_tokens, res[0].decode_tok_s, res[0].load_ms,
+                peak_rss_kib() / 1024);
+    }
+    khub_generate_results_free(m, res, (size_t)a.n_prompts);
+    khub_model_free(m);
+    khub_runtime_free(rt);
+    return rc;
+}
+
+static const khub_cli_cmd run_cmd = {
+    "run", "load a model and generate text",
+    "usage: khub run --model PATH --prompt TEXT [options]\n"
+    "\n"
+    "Loads a .gguf file or a Hugging Face model folder and generates a continuation of\n"
+    "each prompt, streaming the text to stdout as it is produced (one prompt) or\n"
+    "printing each result at the end (several prompts, generated as one batch).\n"
+    "\n"
+    "Options:\n"
+    "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"
+    "  --prompt TEXT         a prompt; repeat for up to 8 prompts\n"
+    "  --max-new-tokens N    tokens to generate per prompt (default 128)\n"
+    "  --threads N           worker threads (default: all cores)\n"
+    "  --chat                apply the model's chat template (the prompt is a user turn)\n"
+    "  --system TEXT         system message for --chat\n"
+    "  --temperature T       0 = greedy (default)\n"
+    "  --top-k K             keep the K most likely tokens (0 = all)\n"
+    "  --top-p P             nucleus sampling mass (0 or 1 = off)\n"
+    "  --repeat-penalty R    CTRL repetition penalty (1 = off)\n"
+    "  --seed S              sampling seed (default 0)\n"
+    "  --stop STR            stop when STR appears (repeatable; STR is not printed)\n"
+    "  --ignore-eos          keep going past end-of-sequence tokens\n"
+    "  --quant SCHEME        quantize dense weights at load: int8, nf4, q8_0, q4_0\n"
+    "                        (optionally PLUGIN_ID:SCHEME)\n"
+    "  --attn PLUGIN_ID      prefer this attention plugin\n"
+    "  --strict              fail instead of falling back when a preferred plugin cannot serve\n"
+    "  --explain             print which plugin serves each role, with the selection trace\n"
+    "  --json                print one JSON object: text, tokens, timings, peak RSS\n"
+    "  --help                print this help\n",
+    run};
+
+KHUB_CLI_COMMAND(run_cmd)
