@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# t_hub_cli.sh: khub serve + resolve/variants/download over loopback, offline
+# reuse, and (when huggingface_hub is installed) interop with the official
+# client in both directions. Bounded: every step has a timeout.
+set -euo pipefail
+KHUB=${KHUB_BIN:?KHUB_BIN is set by ctest}
+T=$(mktemp -d /tmp/khub-t-hub-XXXXXX)
+SRV=
+cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+C1=1111111111111111111111111111111111111111
+ARCH=$(uname -m); V=khub1-cpu-$ARCH-linux
+R=$T/repos/org/demo; D=$R/commits/$C1/build/$V
+mkdir -p "$D"
+printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 > $R/refs.json
+printf '# demo\n' > $R/commits/$C1/README.md
+printf 'library bytes' > $D/libk.so
+SHA=$(sha256sum $D/libk.so | cut -d' ' -f1)
+cat > $D/metadata.json <<JSON
+{"format":1,"name":"org/demo","version":"1.0.0","major":1,"variant":"$V",
+ "abi":{"major":1,"minor":0},"backend":{"type":"cpu","archs":["$ARCH"]},
+ "plugins":[{"file":"libk.so","level":"generic","cpu_features":[]}],
+ "files":{"libk.so":"$SHA"},"provenance":{"source_commit":"unknown","dirty":false}}
+JSON
+
+"$KHUB" serve "$T/repos" --log "$T/log" > "$T/out" &
+SRV=$!
+for _ in $(seq 50); do grep -q http "$T/out" 2>/dev/null && break; sleep 0.1; done
+export HF_ENDPOINT=$(grep -o 'http://[0-9.:]*' "$T/out")
+[ -n "$HF_ENDPOINT" ] || fail "serve printed no address"
+export KHUB_CACHE=$T/cache HF_TOKEN=hf_test
+
+"$KHUB" resolve --help | grep -q "usage: khub resolve" || fail "resolve --help"
+[ "$(timeout 20 "$KHUB" resolve org/demo@version=1)" = $C1 ] || fail "resolve version=1"
+timeout 20 "$KHUB" variants org/demo@v1 | grep -q "^\* $V" || fail "variants marks $V"
+timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "download"
+timeout 20 "$KHUB" download org/demo@v1 --json | grep -q "\"sha256\":\"$SHA\"" || fail "download json"
+[ "$(cat $KHUB_CACHE/kernels--org--demo/refs/v1)" = $C1 ] || fail "refs/v1 content"
+[ "$(wc -c < $KHUB_CACHE/kernels--org--demo/refs/v1)" = 40 ] || fail "refs/v1 has no newline"
+out=$(timeout 20 "$KHUB" resolve org/nope@main 2>&1) && fail "missing repo resolved"
+echo "$out" | grep -q RepoNotFound || fail "RepoNotFound message: $out"
+
+# Offline: no request reaches the server.
+before=$(wc -l < "$T/log")
+HF_HUB_OFFLINE=1 timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "offline download"
+[ "$(wc -l < "$T/log")" = "$before" ] || fail "offline mode made a request"
+
+if ! python3 -c 'import huggingface_hub' 2>/dev/null; then
+    echo "skip interop: huggingface_hub is not installed (pip install huggingface_hub)"
+    exit 0
+fi
+export HF_HUB_DISABLE_XET=1 HF_HUB_CACHE=$T/pycache
+timeout 60 python3 - "$V" <<'PY' || fail "huggingface_hub against khub serve"
+import os, sys
+from huggingface_hub import hf_hub_download, snapshot_download, list_repo_refs
+v = sys.argv[1]
+refs = list_repo_refs("org/demo", repo_type="kernel")
+assert {b.name for b in refs.branches} == {"main", "v1"}, refs
+p = hf_hub_download("org/demo", "README.md", repo_type="kernel", revision="v1")
+assert open(p).read() == "# demo\n"
+d = snapshot_download("org/demo", repo_type="kernel", revision="v1",
+                      allow_patterns=[f"build/{v}/*"])
+assert os.path.exists(os.path.join(d, "build", v, "libk.so"))
+PY
+# The official client, offline, reads the cache khub wrote ...
+HF_HUB_OFFLINE=1 HF_HUB_CACHE=$KHUB_CACHE timeout 60 python3 - "$V" <<'PY' || fail "python reads khub cache"
+import sys
+from huggingface_hub import snapshot_download
+d = snapshot_download("org/demo", repo_type="kernel", revision="v1")
+assert open(d + f"/build/{sys.argv[1]}/libk.so").read() == "library bytes"
+PY
+# ... and khub, offline, reads the cache the official client wrote.
+HF_HUB_OFFLINE=1 KHUB_CACHE=$T/pycache timeout 20 "$KHUB" download org/demo@v1 --quiet \
+    || fail "khub reads the huggingface_hub cache"
+echo "t_hub_cli: ok"

@@ -1,0 +1,232 @@
+/*
+ * cmd_hub.c: `khub resolve`, `khub download`, `khub variants`, `khub serve`.
+ * (`khub cache ls|verify|prune` is not written yet.)
+ */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "hub_impl.h"
+#include "khub/khub_hub.h"
+#include "server.h"
+
+typedef struct hub_args {
+    const char *id_text, *variant;
+    int json, quiet, all;
+} hub_args;
+
+static int parse_common(const khub_cli_cmd *cmd, int argc, char **argv, hub_args *a)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) a->json = 1;
+        else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) a->quiet = 1;
+        else if (!strcmp(argv[i], "--all-variants")) a->all = 1;
+        else if (!strcmp(argv[i], "--variant") && i + 1 < argc) a->variant = argv[++i];
+        else if (argv[i][0] == '-') return khub_cli_usage(cmd, "unknown option %s", argv[i]);
+        else if (!a->id_text) a->id_text = argv[i];
+        else return khub_cli_usage(cmd, "unexpected argument %s", argv[i]);
+    }
+    if (!a->id_text) return khub_cli_usage(cmd, "missing Hub ID (org/name[@rev])");
+    return 0;
+}
+
+static int open_hub(const char *cmd, const hub_args *a, khub_hub_id *id, khub_hub **hub,
+                    char commit[41])
+{
+    char err[KHUB_ERROR_SIZE];
+    if (khub_hub_id_parse(a->id_text, id, err, sizeof err) != KHUB_STATUS_OK)
+        return khub_cli_fail(cmd, "%s", err);
+    if (khub_hub_new(NULL, hub) != KHUB_STATUS_OK) return khub_cli_fail(cmd, "%s", khub_last_error());
+    if (khub_hub_resolve(*hub, id, commit) != KHUB_STATUS_OK) {
+        khub_cli_fail(cmd, "%s", khub_hub_errmsg(*hub));
+        khub_hub_free(*hub);
+        return 1;
+    }
+    return 0;
+}
+
+static void progress(void *ud, const char *path, uint64_t done, uint64_t total)
+{
+    static struct timespec t0;
+    static const char *last;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (last != path) t0 = now, last = path;
+    double s = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
+    double rate = s > 0 ? (double)done / s : 0;
+    double eta = rate > 0 && total > done ? (double)(total - done) / rate : 0;
+    fprintf(stderr, "\r%-40.40s %10llu/%llu bytes %8.1f KiB/s ETA %4.0fs", path,
+            (unsigned long long)done, (unsigned long long)total, rate / 1024, eta);
+    if (done == total) fputc('\n', stderr);
+    (void)ud;
+}
+
+static const khub_cli_cmd resolve_cmd;
+static int run_resolve(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&resolve_cmd, argc, argv)) return 0;
+    hub_args a;
+    int rc = parse_common(&resolve_cmd, argc, argv, &a);
+    if (rc) return rc;
+    khub_hub_id id;
+    khub_hub *hub;
+    char commit[41];
+    if ((rc = open_hub("resolve", &a, &id, &hub, commit))) return rc;
+    if (a.json)
+        printf("{\"id\":\"%s/%s\",\"revision\":\"%s\",\"commit\":\"%s\"}\n", id.org, id.name,
+               id.revision, commit);
+    else
+        printf("%s\n", commit);
+    khub_hub_free(hub);
+    return 0;
+}
+
+static const khub_cli_cmd resolve_cmd = {
+    "resolve", "resolve a Hub ID's revision to a commit",
+    "usage: khub resolve ID [--json]\n\n"
+    "Resolves org/name[@REV|@version=N] to a 40-hex commit and records it in the\n"
+    "cache's refs/. Offline (HF_HUB_OFFLINE=1) it reads refs/ only.\n",
+    run_resolve};
+KHUB_CLI_COMMAND(resolve_cmd)
+
+static const khub_cli_cmd variants_cmd;
+static int run_variants(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&variants_cmd, argc, argv)) return 0;
+    hub_args a;
+    int rc = parse_common(&variants_cmd, argc, argv, &a);
+    if (rc) return rc;
+    khub_hub_id id;
+    khub_hub *hub;
+    char commit[41];
+    if ((rc = open_hub("variants", &a, &id, &hub, commit))) return rc;
+    khub_hub_variant_list *vl = NULL;
+    if (khub_hub_variants(hub, &id, commit, &vl) != KHUB_STATUS_OK) {
+        rc = khub_cli_fail("variants", "%s", khub_hub_errmsg(hub));
+        khub_hub_free(hub);
+        return rc;
+    }
+    if (a.json) printf("[");
+    for (size_t i = 0; i < vl->count; i++) {
+        const khub_hub_variant *v = &vl->items[i];
+        if (a.json)
+            printf("%s{\"name\":\"%s\",\"accepted\":%s,\"reason\":\"%s\"}", i ? "," : "",
+                   v->name, v->accepted ? "true" : "false", v->reason);
+        else
+            printf("%s %-44s %s\n", vl->best && !strcmp(vl->best, v->name) ? "*" : " ", v->name,
+                   v->reason);
+    }
+    if (a.json) printf("]\n");
+    khub_hub_variant_list_free(vl);
+    khub_hub_free(hub);
+    return 0;
+}
+
+static const khub_cli_cmd variants_cmd = {
+    "variants", "list a kernel's build variants and which fits this machine",
+    "usage: khub variants ID [--json]\n\n"
+    "Lists build/<variant>/ at the resolved commit with accept/reject reasons;\n"
+    "the preferred variant is marked '*'.\n",
+    run_variants};
+KHUB_CLI_COMMAND(variants_cmd)
+
+static const khub_cli_cmd download_cmd;
+static int run_download(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&download_cmd, argc, argv)) return 0;
+    hub_args a;
+    int rc = parse_common(&download_cmd, argc, argv, &a);
+    if (rc) return rc;
+    khub_hub_id id;
+    khub_hub *hub;
+    char commit[41];
+    if ((rc = open_hub("download", &a, &id, &hub, commit))) return rc;
+    if (!a.quiet && isatty(2)) khub_hub_set_progress(hub, progress, NULL);
+    khub_hub_variant_list *vl = NULL;
+    if (khub_hub_variants(hub, &id, commit, &vl) != KHUB_STATUS_OK) {
+        rc = khub_cli_fail("download", "%s", khub_hub_errmsg(hub));
+        goto done;
+    }
+    for (size_t i = 0; i < vl->count; i++) {
+        const char *v = vl->items[i].name;
+        int pick = a.variant ? !strcmp(v, a.variant)
+                   : a.all   ? !strncmp(v, "khub", 4)
+                             : vl->best && !strcmp(v, vl->best);
+        if (!pick) continue;
+        khub_hub_file_list *fl = NULL;
+        if (khub_hub_download_variant(hub, &id, commit, v, &fl) != KHUB_STATUS_OK) {
+            rc = khub_cli_fail("download", "%s", khub_hub_errmsg(hub));
+            goto done;
+        }
+        for (size_t k = 0; k < fl->count && !a.quiet; k++)
+            printf(a.json ? "{\"variant\":\"%s\",\"file\":\"%s\",\"path\":\"%s\",\"sha256\":\"%s\"}\n"
+                          : "%s %s %s %s\n", v, fl->items[k].rel, fl->items[k].path,
+                   fl->items[k].sha256);
+        khub_hub_file_list_free(fl);
+        if (!a.all) goto done;
+    }
+    if (!a.all) rc = khub_cli_fail("download", "no variant %s fits this machine; see khub "
+                                   "variants %s", a.variant ? a.variant : "", a.id_text);
+done:
+    khub_hub_variant_list_free(vl);
+    khub_hub_free(hub);
+    return rc;
+}
+
+static const khub_cli_cmd download_cmd = {
+    "download", "download and verify a kernel variant into the cache",
+    "usage: khub download ID [--variant V | --all-variants] [--json] [--quiet]\n\n"
+    "Downloads the best variant for this machine (or V, or every khub variant),\n"
+    "verifies each file against metadata.json and prints: variant file path sha256.\n"
+    "A progress bar is shown on a terminal unless --quiet.\n",
+    run_download};
+KHUB_CLI_COMMAND(download_cmd)
+
+static volatile sig_atomic_t stop_serving;
+static void on_signal(int sig) { (void)sig; stop_serving = 1; }
+
+static const khub_cli_cmd serve_cmd;
+static int run_serve(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&serve_cmd, argc, argv)) return 0;
+    khub__server_opts o = {0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--port") && i + 1 < argc) o.port = (uint16_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--host") && i + 1 < argc) o.host = argv[++i];
+        else if (!strcmp(argv[i], "--fault") && i + 1 < argc) o.faults = argv[++i];
+        else if (!strcmp(argv[i], "--log") && i + 1 < argc) o.log_path = argv[++i];
+        else if (!strcmp(argv[i], "--page-size") && i + 1 < argc)
+            o.page_size = (uint32_t)atoi(argv[++i]);
+        else if (argv[i][0] == '-') return khub_cli_usage(&serve_cmd, "unknown option %s", argv[i]);
+        else if (!o.dir) o.dir = argv[i];
+        else return khub_cli_usage(&serve_cmd, "unexpected argument %s", argv[i]);
+    }
+    if (!o.dir) return khub_cli_usage(&serve_cmd, "missing DIR");
+    khub__server *s = NULL;
+    if (khub__server_start(&o, &s) != KHUB_STATUS_OK)
+        return khub_cli_fail("serve", "%s", khub_last_error());
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    printf("serving %s on http://%s:%u\n", o.dir, o.host ? o.host : "127.0.0.1",
+           khub__server_port(s));
+    fflush(stdout);
+    while (!stop_serving) pause();
+    khub__server_stop(s);
+    return 0;
+}
+
+static const khub_cli_cmd serve_cmd = {
+    "serve", "serve a folder of kernel repos as a local Hub",
+    "usage: khub serve DIR [--port N] [--host 127.0.0.1] [--log FILE] [--page-size N]\n"
+    "                      [--fault LIST]\n\n"
+    "Serves DIR/<org>/<name>/{refs.json,commits/<sha>/...} (docs/hub-server.md) with\n"
+    "the Hub's read endpoints; point HF_ENDPOINT at it. Binds to loopback unless\n"
+    "--host says otherwise; --port 0 (default) picks a free port, printed on stdout.\n"
+    "--fault (or KHUB_SERVE_FAULTS) injects test faults: drop-body[=N], short-body,\n"
+    "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, cross-host, ignore-range.\n",
+    run_serve};
+KHUB_CLI_COMMAND(serve_cmd)
