@@ -1432,6 +1432,47 @@ TEST_IMPL(rotary_invalid_args)
 #undef ROPE_RESET
 }
 
+/* ------------------------------------------------------------------------ */
+/* Through the real loader and registry                                     */
+/* ------------------------------------------------------------------------ */
+
+/* ref-cpu loads as a built-in (digest-checked), the registry selects its
+ * rms_norm, and khub_binding_call runs it on the runtime's thread pool; a
+ * bad call's message reaches khub_runtime_errmsg. */
+TEST_IMPL(loader_builtin_select_call)
+{
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(NULL, &rt));
+    khub_status st = khub_plugin_load_builtin(rt);
+    if (st != KHUB_STATUS_OK) TEST_FAIL_("load_builtin: %s", khub_runtime_errmsg(rt));
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_NORM,
+                       .device_type = KHUB_DEVICE_CPU, .dtype_id = -1,
+                       .flags = KHUB_CAP_RESIDUAL, .plugin_id = "khub/ref-cpu"};
+    khub_binding *b = NULL;
+    ASSERT_OK(khub_registry_select(rt, &q, &b));
+    ASSERT_CONTAINS(khub_binding_name(b), "khub/ref-cpu");
+    ASSERT_CONTAINS(khub_binding_name(b), "rms_norm");
+    const int64_t n = 37, dim = 64; /* more rows than pool threads */
+    float *x = fbuf((size_t)(n * dim)), *w = fbuf((size_t)dim), *y = fbuf((size_t)(n * dim));
+    double *want = dbuf((size_t)(n * dim));
+    oracle_rng r = {5};
+    oracle_fill(&r, x, (size_t)(n * dim), -1, 1);
+    oracle_fill(&r, w, (size_t)dim, 0.5f, 1.5f);
+    tens tx, tw, ty;
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = KHUB_NORM_RMS,
+                        .eps = 1e-6f, .x = mk(&tx, x, KHUB_DTYPE_F32, 2, n, dim, 0),
+                        .weight = mk(&tw, w, KHUB_DTYPE_F32, 1, dim, 0, 0),
+                        .y = mk(&ty, y, KHUB_DTYPE_F32, 2, n, dim, 0)};
+    ASSERT_OK(khub_binding_call(b, &a));
+    oracle_norm(x, NULL, w, n, dim, 1e-6, 0, want, NULL);
+    ASSERT_LE(oracle_nmse(y, want, (size_t)(n * dim)), 1e-13);
+    tw.shape[0] = 3;
+    ASSERT_STATUS(khub_binding_call(b, &a), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "rms_norm: weight.shape[0] (dim) (got 3, want 64)");
+    free(x), free(w), free(y), free(want);
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X)                  \
     X(descriptor)                     \
     X(init_rejects_short_host)        \
@@ -1455,5 +1496,6 @@ TEST_IMPL(rotary_invalid_args)
     X(activation_vs_oracle)           \
     X(rotary_vs_oracle)               \
     X(rotary_llama3_bands)            \
-    X(rotary_invalid_args)
+    X(rotary_invalid_args)            \
+    X(loader_builtin_select_call)
 TEST_MAIN(TEST_LIST)
