@@ -172,18 +172,24 @@ static khub_status t_act(bench *b, const char *pid, const khub_selftest_spec *s,
 
 static khub_status t_attn(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
 {
-    if (s->ndim != 4 || s->shape[1] % s->shape[2] != 0) return KHUB_STATUS_INVALID_ARG;
+    /* [n_q, heads, kv_heads, head_dim] or [..., n_kv]: the queries are the
+     * last n_q positions of n_kv keys (a decode step when n_q = 1). */
+    if ((s->ndim != 4 && s->ndim != 5) || s->shape[1] % s->shape[2] != 0)
+        return KHUB_STATUS_INVALID_ARG;
     int64_t nq = s->shape[0], h = s->shape[1], kvh = s->shape[2], hd = s->shape[3];
+    int64_t nkv = s->ndim == 5 ? s->shape[4] : nq;
+    if (nkv < nq) return KHUB_STATUS_INVALID_ARG;
     pair p;
     KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, KHUB_OP_ATTENTION, pid, s->op, KHUB_DTYPE_ID_F32,
                                            (int)hd, &p));
-    khub_tensor *q = f32(b, 1, 3, nq, h, hd), *k = f32(b, 1, 3, nq, kvh, hd);
-    khub_tensor *v = f32(b, 1, 3, nq, kvh, hd);
+    khub_tensor *q = f32(b, 1, 3, nq, h, hd), *k = f32(b, 1, 3, nkv, kvh, hd);
+    khub_tensor *v = f32(b, 1, 3, nkv, kvh, hd);
     res->y = f32(b, 0, 3, nq, h, hd);
     res->r = f32(b, 0, 3, nq, h, hd);
     if (!q || !k || !v || !res->y || !res->r) return KHUB_STATUS_NOMEM;
     khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), .q = q, .k = k, .v = v,
-                             .out = res->y, .scale = 1.0f / sqrtf((float)hd), .causal = 1};
+                             .out = res->y, .scale = 1.0f / sqrtf((float)hd), .causal = 1,
+                             .q_pos0 = nkv - nq};
     KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
     a.out = res->r;
     return khub_binding_call(p.ref, &a);

@@ -6,7 +6,8 @@
  * are random (fixed seed) and shaped by kind:
  *   norm        [n, dim]                     (run with and without residual)
  *   activation  [n, ff]
- *   attention   [n_q, n_heads, n_kv_heads, head_dim]  causal, q_pos0 = 0
+ *   attention   [n_q, n_heads, n_kv_heads, head_dim(, n_kv)]  causal; the queries
+ *               are the last n_q of n_kv positions (n_kv = n_q by default)
  *   linear      [n, in, out]                 dtype f32, f16 or bf16 weights
  *   qlinear     [n, in, out]                 dtype q8_0, q4_0, q4_1, int8_row or
  *                                            nf4 (weights quantized by ref-cpu)
