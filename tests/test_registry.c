@@ -20,7 +20,8 @@ static int32_t score_zero(void *state)
 #define F32 KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32)
 #define F16 KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16)
 #define CAPS(...) {KHUB_STRUCT_INIT(khub_op_caps), __VA_ARGS__}
-#define OP(n, k, c) {KHUB_STRUCT_INIT(khub_op_desc), .name = n, .kind = k, .caps = c, .run = run_nop}
+#define OP(n, k, c) \
+    {KHUB_STRUCT_INIT(khub_op_desc), .name = n, .kind = k, .caps = c, .run = run_nop}
 
 /* t/ref: a reference-style plugin, priority 0. */
 static const khub_op_caps ref_attn = CAPS(.device_type = KHUB_DEVICE_CPU, .dtypes = F32 | F16,
