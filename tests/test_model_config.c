@@ -319,7 +319,8 @@ TEST_IMPL(gguf_arches_and_refusals)
     meta_gguf(&b, "llama", 0);
     ASSERT_OK(khub__gguf_open_mem(rt, "nb.gguf", b.p, b.n, &g));
     ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_INVALID);
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "nb.gguf: metadata key 'llama.block_count' is missing");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "nb.gguf: metadata key 'llama.block_count' is missing");
     khub__clear(rt);
     khub__gguf_close(g);
     fx_free(&b);

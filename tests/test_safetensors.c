@@ -169,7 +169,8 @@ TEST_IMPL(header_length_checks)
     ASSERT_STATUS(khub__safetensors_open_mem(rt, "h.safetensors", b.p, b.n, &st),
                   KHUB_STATUS_TRUNCATED);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt),
-                    "h.safetensors: truncated: header length 1000 runs past end of file (10 bytes)");
+                    "h.safetensors: truncated: header length 1000 runs past end of file "
+                    "(10 bytes)");
     khub__clear(rt);
     b.n = 0;
     fx_u64(&b, UINT64_C(100000001));
@@ -249,7 +250,8 @@ TEST_IMPL(folder_single_and_sharded)
     make_dir(dir);
     khub_safetensors *st = NULL;
     ASSERT_STATUS(khub__safetensors_open(rt, dir, &st), KHUB_STATUS_NOT_FOUND);
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "no model.safetensors or model.safetensors.index.json");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "no model.safetensors or model.safetensors.index.json");
     khub__clear(rt);
 
     write_st(dir, "model.safetensors", SHARD1, 8);
