@@ -205,6 +205,9 @@ TEST_IMPL(descriptor)
     for (int f = 1; f < KHUB_QFORMAT__COUNT; f++)
         ASSERT(op("qlinear")->caps->dtypes & KHUB_DTYPE_BIT_Q(f));
     ASSERT(g_desc.score(g_desc.state) > 0);
+    char eb[128] = "";
+    ASSERT_OK(g_desc.selftest(g_desc.state, eb, sizeof eb));
+    ASSERT_STR_EQ(eb, "");
     g_desc.shutdown(g_desc.state);
     ASSERT_EQ(g_live, 0);
 }

@@ -7,6 +7,8 @@
  * KHUB_PLUGIN_DEFINE_KINDS exports khub_plugin_init_v1 and the ABI note) or
  * links in statically, where an embedder registers khub_ref_cpu_init.
  */
+#include <math.h>
+
 #include "ref_cpu.h"
 
 #define KHUB_REF_ID "khub/ref-cpu"
@@ -21,6 +23,41 @@ static int32_t ref_score(void *state)
 {
     (void)state;
     return 1; /* runs on any CPU; optimized plugins should score higher */
+}
+
+static khub_status ref_selftest_fail(char *errbuf, size_t n, const char *msg)
+{
+    if (errbuf && n) {
+        size_t len = strlen(msg) < n - 1 ? strlen(msg) : n - 1;
+        memcpy(errbuf, msg, len);
+        errbuf[len] = '\0';
+    }
+    return KHUB_STATUS_ERROR;
+}
+
+/* Known answers: a Q4_0 block, an f16 round trip and a two-key attention
+ * whose softmax weights are 1/4 and 3/4 (scores 0 and ln 3), so out = 3. */
+static khub_status ref_selftest(void *state, char *errbuf, size_t errbuf_size)
+{
+    uint8_t q40[18] = {0x00, 0x40}; /* d = 2.0 */
+    for (int l = 0; l < 16; l++) q40[2 + l] = (uint8_t)(l | ((15 - l) << 4));
+    float w[32];
+    khub_ref__dequantize_row(KHUB_QFORMAT_Q4_0, q40, 32, w);
+    if (w[0] != -16.0f || w[15] != 14.0f || w[16] != 14.0f || w[31] != -16.0f)
+        return ref_selftest_fail(errbuf, errbuf_size, "ref-cpu selftest: q4_0 dequantize");
+    if (khub_pu_f16_to_f32(khub_pu_f32_to_f16(0.1f)) != 0.0999755859375f)
+        return ref_selftest_fail(errbuf, errbuf_size, "ref-cpu selftest: f16 rounding");
+    float q[1] = {1.0f}, k[2] = {0.0f, 1.0986122886681098f}, v[2] = {0.0f, 4.0f}, out[1];
+    int64_t sq[3] = {1, 1, 1}, skv[3] = {2, 1, 1};
+    khub_tensor tq = {q, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, sq, NULL, 0};
+    khub_tensor tk = {k, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, skv, NULL, 0};
+    khub_tensor tv = {v, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, skv, NULL, 0};
+    khub_tensor to = {out, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, sq, NULL, 0};
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), .q = &tq, .k = &tk, .v = &tv,
+                             .out = &to, .scale = 1.0f};
+    if (khub_ref__attention_op.run(state, &a) != KHUB_STATUS_OK || fabsf(out[0] - 3.0f) > 1e-6f)
+        return ref_selftest_fail(errbuf, errbuf_size, "ref-cpu selftest: attention softmax");
+    return KHUB_STATUS_OK;
 }
 
 static void ref_shutdown(void *state)
@@ -95,6 +132,7 @@ khub_status khub_ref_cpu_init(const khub_host_api *host, khub_plugin_desc *out, 
                           .ops = b->ops,
                           .state = &b->st,
                           .score = ref_score,
+                          .selftest = ref_selftest,
                           .shutdown = ref_shutdown};
     return khub_plugin_desc_put(out, &d);
 }
