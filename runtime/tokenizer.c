@@ -412,7 +412,7 @@ static khub_status tok_finish(khub_tokenizer *tok)
         size_t n = khub__utf8_encode(byte_to_cp(b), u);
         tok->byte_id[b] = vocab_lookup(tok, (const char *)u, n);
     }
-    qsort_r(tok->added, tok->n_added, sizeof *tok->added, cmp_added, tok);
+    if (tok->n_added) qsort_r(tok->added, tok->n_added, sizeof *tok->added, cmp_added, tok);
     size_t j = 0;
     for (unsigned b = 0; b < 257; b++) {
         while (j < tok->n_added && (unsigned char)tok->strings[tok->added[j].off] < b) j++;

@@ -32,6 +32,7 @@ LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
           r" ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = LLAMA3.replace(r"\p{N}{1,3}", r"\p{N}")
 KINDS = ["gpt2", "smollm", "llama3", "qwen2"]
+TRAIN_AS = {"smollm": "gpt2", "qwen2": "llama3"}
 # The Instruct models' own templates (SmolLM2's is checked against the real
 # tokenizer_config.json by tests/test_tokenizer.c when the model is present).
 QWEN2_TEMPLATE = (
@@ -112,12 +113,16 @@ def main():
     ids = {}
     for kind in KINDS:
         tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre(kind)
+        # Single-digit patterns never see a digit pair, so their own training
+        # would learn no digit merges and the corpus could not tell them from
+        # grouped digits. Train them on a grouping pattern, then switch.
+        tok.pre_tokenizer = pre(TRAIN_AS.get(kind, kind))
         tok.decoder = decoders.ByteLevel()
         tr = trainers.BpeTrainer(vocab_size=700, show_progress=False,
                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
         tok.train_from_iterator(strings * 3, tr)
+        tok.pre_tokenizer = pre(kind)
         tok.add_tokens([AddedToken("<tool>", special=False)])
         os.makedirs(f"{root}/{kind}", exist_ok=True)
         tok.save(f"{root}/{kind}/tokenizer.json", pretty=False)
