@@ -143,8 +143,8 @@ static khub_tensor *mk(tens *s, void *data, khub_dtype dt, int ndim, int64_t d0,
 {
     memset(s, 0, sizeof *s);
     s->shape[0] = d0, s->shape[1] = d1, s->shape[2] = d2;
-    s->t = (khub_tensor){.data = data, .device = {KHUB_DEVICE_CPU, 0}, .ndim = ndim,
-                         .dtype = dt, .shape = s->shape};
+    s->t = (khub_tensor){
+        .data = data, .device = {KHUB_DEVICE_CPU, 0}, .ndim = ndim, .dtype = dt, .shape = s->shape};
     return &s->t;
 }
 
@@ -180,10 +180,14 @@ TEST_IMPL(descriptor)
     ASSERT_STR_EQ(g_desc.id, "khub/ref-cpu");
     ASSERT_STR_EQ(g_desc.version, "0.1.0");
     ASSERT_EQ(g_desc.n_ops, 7);
-    static const struct { const char *name; uint32_t kind; uint32_t flags; } want[] = {
+    static const struct {
+        const char *name;
+        uint32_t kind;
+        uint32_t flags;
+    } want[] = {
         {"attention", KHUB_OP_ATTENTION,
-         KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_MASK | KHUB_CAP_STRIDED_KV |
-             KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING},
+         KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_MASK | KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16 |
+             KHUB_CAP_SLIDING},
         {"linear", KHUB_OP_LINEAR, KHUB_CAP_BIAS},
         {"qlinear", KHUB_OP_QLINEAR, KHUB_CAP_BIAS},
         {"kv_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
@@ -235,18 +239,20 @@ TEST_IMPL(half_conversions)
     for (uint32_t h = 0; h < 65536; h++) {
         float f = khub_pu_f16_to_f32((uint16_t)h);
         ASSERT_EQ(f == f, !(((h >> 10) & 31) == 31 && (h & 1023)));
-        if (f == f) ASSERT_EQ(khub_pu_f32_to_f16(f), h);
-        else ASSERT(khub_pu_f16_to_f32(khub_pu_f32_to_f16(f)) != f); /* NaN stays NaN */
+        if (f == f)
+            ASSERT_EQ(khub_pu_f32_to_f16(f), h);
+        else
+            ASSERT(khub_pu_f16_to_f32(khub_pu_f32_to_f16(f)) != f); /* NaN stays NaN */
         ASSERT((double)f == (double)oracle_f16((const uint8_t[]){h & 255, h >> 8}) || f != f);
     }
     ASSERT_EQ(khub_pu_f32_to_f16(65519.0f), 0x7bff);
-    ASSERT_EQ(khub_pu_f32_to_f16(65520.0f), 0x7c00);          /* tie to even: inf */
-    ASSERT_EQ(khub_pu_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);   /* tie to even: down */
+    ASSERT_EQ(khub_pu_f32_to_f16(65520.0f), 0x7c00);            /* tie to even: inf */
+    ASSERT_EQ(khub_pu_f32_to_f16(1.0f + 0x1p-11f), 0x3c00);     /* tie to even: down */
     ASSERT_EQ(khub_pu_f32_to_f16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie to even: up */
-    ASSERT_EQ(khub_pu_f32_to_f16(0x1p-25f), 0x0000);          /* tie between 0 and 2^-24 */
+    ASSERT_EQ(khub_pu_f32_to_f16(0x1p-25f), 0x0000);            /* tie between 0 and 2^-24 */
     ASSERT_EQ(khub_pu_f32_to_f16(0x1.01p-25f), 0x0001);
-    ASSERT_EQ(khub_pu_f32_to_f16(-0x1.8p-24f), 0x8002);       /* subnormal tie to even */
-    ASSERT_EQ(khub_pu_f32_to_f16(0x1.ffcp-15f), 0x0400);      /* rounds up into the normals */
+    ASSERT_EQ(khub_pu_f32_to_f16(-0x1.8p-24f), 0x8002);  /* subnormal tie to even */
+    ASSERT_EQ(khub_pu_f32_to_f16(0x1.ffcp-15f), 0x0400); /* rounds up into the normals */
     ASSERT_EQ(khub_pu_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80);
     ASSERT_EQ(khub_pu_f32_to_bf16(1.0f + 3 * 0x1p-8f), 0x3f82);
     ASSERT_EQ(khub_pu_f32_to_bf16(NAN) & 0x7fc0, 0x7fc0);
@@ -297,18 +303,17 @@ static double attn_nmse(const attn_case *c, uint64_t seed)
     tens tq, tk, tv, tm, to;
     mk(&tq, c->strided_q ? qbig : q, KHUB_DTYPE_F32, 3, c->n_q, c->H, c->D);
     if (c->strided_q) strided(&tq, qrow, c->D, 1);
-    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
-                             .q = &tq.t,
-                             .k = mk(&tk, k, KHUB_DTYPE_F32, 3, c->n_kv, c->Hkv, c->D),
-                             .v = mk(&tv, v, KHUB_DTYPE_F32, 3, c->n_kv, c->Hkv, c->D),
-                             .mask = c->use_mask ? mk(&tm, mask, KHUB_DTYPE_F32, 2, c->n_q,
-                                                      c->n_kv, 0)
-                                                 : NULL,
-                             .out = mk(&to, out, KHUB_DTYPE_F32, 3, c->n_q, c->H, c->D),
-                             .scale = 1.0f / sqrtf((float)c->D),
-                             .causal = (uint32_t)c->causal,
-                             .q_pos0 = c->q_pos0,
-                             .window = c->window};
+    khub_attention_args a = {
+        KHUB_STRUCT_INIT(khub_attention_args),
+        .q = &tq.t,
+        .k = mk(&tk, k, KHUB_DTYPE_F32, 3, c->n_kv, c->Hkv, c->D),
+        .v = mk(&tv, v, KHUB_DTYPE_F32, 3, c->n_kv, c->Hkv, c->D),
+        .mask = c->use_mask ? mk(&tm, mask, KHUB_DTYPE_F32, 2, c->n_q, c->n_kv, 0) : NULL,
+        .out = mk(&to, out, KHUB_DTYPE_F32, 3, c->n_q, c->H, c->D),
+        .scale = 1.0f / sqrtf((float)c->D),
+        .causal = (uint32_t)c->causal,
+        .q_pos0 = c->q_pos0,
+        .window = c->window};
     ASSERT_OK(run("attention", &a));
     double *want = dbuf((size_t)nq), *scratch = dbuf((size_t)c->n_kv);
     oracle_attention(q, k, v, c->use_mask ? mask : NULL, c->n_q, c->n_kv, c->H, c->Hkv, c->D,
@@ -324,14 +329,14 @@ TEST_IMPL(attention_vs_oracle)
     setup();
     static const attn_case cases[] = {
         /* n_q n_kv  H Hkv  D  pos0 win causal mask strided_q */
-        {1, 37, 9, 3, 64, 36, 0, 1, 0, 0},    /* SmolLM2 decode */
-        {6, 6, 9, 3, 64, 0, 0, 1, 0, 1},      /* SmolLM2 prefill, q inside qkv rows */
-        {5, 19, 4, 2, 128, 14, 0, 1, 0, 0},   /* head_dim 128, chunked prefill */
-        {7, 23, 6, 2, 32, 16, 0, 1, 1, 0},    /* additive mask with -inf */
-        {7, 23, 6, 6, 32, 16, 8, 1, 0, 0},    /* sliding window 8, MHA */
-        {4, 11, 2, 1, 16, 0, 0, 0, 1, 1},     /* non-causal with mask, MQA */
-        {3, 40, 8, 2, 80, 37, 5, 1, 1, 0},    /* everything */
-        {2, 9, 3, 3, 7, 3, 0, 1, 0, 0},       /* odd head dim */
+        {1, 37, 9, 3, 64, 36, 0, 1, 0, 0},  /* SmolLM2 decode */
+        {6, 6, 9, 3, 64, 0, 0, 1, 0, 1},    /* SmolLM2 prefill, q inside qkv rows */
+        {5, 19, 4, 2, 128, 14, 0, 1, 0, 0}, /* head_dim 128, chunked prefill */
+        {7, 23, 6, 2, 32, 16, 0, 1, 1, 0},  /* additive mask with -inf */
+        {7, 23, 6, 6, 32, 16, 8, 1, 0, 0},  /* sliding window 8, MHA */
+        {4, 11, 2, 1, 16, 0, 0, 0, 1, 1},   /* non-causal with mask, MQA */
+        {3, 40, 8, 2, 80, 37, 5, 1, 1, 0},  /* everything */
+        {2, 9, 3, 3, 7, 3, 0, 1, 0, 0},     /* odd head dim */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         double e = attn_nmse(&cases[i], 100 + i);
@@ -387,14 +392,14 @@ TEST_IMPL(attention_invalid_args)
     memset(q, 0, sizeof q), memset(k, 0, sizeof k), memset(v, 0, sizeof v);
     memset(mask, 0, sizeof mask);
     tens tq, tk, tv, tm, to;
-#define ATTN_RESET()                                                                           \
-    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),                             \
-                             .q = mk(&tq, q, KHUB_DTYPE_F32, 3, 4, 4, 2),                       \
-                             .k = mk(&tk, k, KHUB_DTYPE_F32, 3, 3, 2, 2),                       \
-                             .v = mk(&tv, v, KHUB_DTYPE_F32, 3, 3, 2, 2),                       \
-                             .mask = mk(&tm, mask, KHUB_DTYPE_F32, 2, 4, 3, 0),                 \
-                             .out = mk(&to, out, KHUB_DTYPE_F32, 3, 4, 4, 2),                   \
-                             .scale = 1.0f,                                                     \
+#define ATTN_RESET()                                                            \
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),             \
+                             .q = mk(&tq, q, KHUB_DTYPE_F32, 3, 4, 4, 2),       \
+                             .k = mk(&tk, k, KHUB_DTYPE_F32, 3, 3, 2, 2),       \
+                             .v = mk(&tv, v, KHUB_DTYPE_F32, 3, 3, 2, 2),       \
+                             .mask = mk(&tm, mask, KHUB_DTYPE_F32, 2, 4, 3, 0), \
+                             .out = mk(&to, out, KHUB_DTYPE_F32, 3, 4, 4, 2),   \
+                             .scale = 1.0f,                                     \
                              .causal = 1}
     {
         ATTN_RESET();
@@ -430,8 +435,7 @@ TEST_IMPL(attention_invalid_args)
     {
         ATTN_RESET();
         tk.t.dtype = KHUB_DTYPE_BF16;
-        ASSERT_FAILS(run("attention", &a), KHUB_STATUS_INVALID_ARG,
-                     "attention: k.dtype (got bf16");
+        ASSERT_FAILS(run("attention", &a), KHUB_STATUS_INVALID_ARG, "attention: k.dtype (got bf16");
     }
     {
         ATTN_RESET();
@@ -510,17 +514,18 @@ TEST_IMPL(attention_invalid_args)
 /* KV cache and attention over its views                                    */
 /* ------------------------------------------------------------------------ */
 
-static const khub_kv_cache_methods *kvm(void)
-{
-    return op("kv_cache")->methods;
-}
+static const khub_kv_cache_methods *kvm(void) { return op("kv_cache")->methods; }
 
 static khub_kv_cache *kv_new(khub_dtype dt, int32_t layers, int32_t H, int32_t D, int32_t seqs,
                              int64_t max_tokens)
 {
-    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config), .n_layers = layers,
-                                .n_kv_heads = H, .head_dim = D, .n_seqs = seqs,
-                                .max_tokens = max_tokens, .dtype = dt};
+    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config),
+                                .n_layers = layers,
+                                .n_kv_heads = H,
+                                .head_dim = D,
+                                .n_seqs = seqs,
+                                .max_tokens = max_tokens,
+                                .dtype = dt};
     khub_kv_cache *c = NULL;
     ASSERT_OK(kvm()->create(g_desc.state, &cfg, &c));
     ASSERT(c != NULL);
@@ -531,8 +536,11 @@ static khub_status kv_put(khub_kv_cache *c, int32_t layer, int32_t seq, int64_t 
                           float *v, int64_t n, int64_t H, int64_t D)
 {
     tens tk, tv;
-    khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args), .layer = layer, .seq = seq,
-                            .pos = pos, .k = mk(&tk, k, KHUB_DTYPE_F32, 3, n, H, D),
+    khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args),
+                            .layer = layer,
+                            .seq = seq,
+                            .pos = pos,
+                            .k = mk(&tk, k, KHUB_DTYPE_F32, 3, n, H, D),
                             .v = mk(&tv, v, KHUB_DTYPE_F32, 3, n, H, D)};
     g_err[0] = '\0';
     return kvm()->write(g_desc.state, c, &w);
@@ -565,8 +573,12 @@ TEST_IMPL(kv_cache_grow_view_truncate)
         khub_tensor kt = {.shape = ks, .strides = kst}, vt = {.shape = vs, .strides = vst};
         ASSERT_OK(kvm()->view(g_desc.state, c, 1, 1, N, &kt, &vt));
         ASSERT_EQ(kt.ndim, 3);
-        ASSERT_EQ(ks[0], N); ASSERT_EQ(ks[1], H); ASSERT_EQ(ks[2], D);
-        ASSERT_EQ(kst[0], D); ASSERT_EQ(kst[1], 64 * D); ASSERT_EQ(kst[2], 1);
+        ASSERT_EQ(ks[0], N);
+        ASSERT_EQ(ks[1], H);
+        ASSERT_EQ(ks[2], D);
+        ASSERT_EQ(kst[0], D);
+        ASSERT_EQ(kst[1], 64 * D);
+        ASSERT_EQ(kst[2], 1);
         ASSERT_EQ(kt.dtype.bits, f16 ? 16 : 32);
         for (int64_t i = 0; i < N * H * D; i++) {
             int64_t t = i / (H * D), h = (i / D) % H, d = i % D;
@@ -617,8 +629,12 @@ TEST_IMPL(kv_cache_context_full)
 TEST_IMPL(kv_cache_invalid_args)
 {
     setup();
-    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config), .n_layers = 2,
-                                .n_kv_heads = 2, .head_dim = 4, .n_seqs = 1, .max_tokens = 8,
+    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config),
+                                .n_layers = 2,
+                                .n_kv_heads = 2,
+                                .head_dim = 4,
+                                .n_seqs = 1,
+                                .max_tokens = 8,
                                 .dtype = KHUB_DTYPE_BF16};
     khub_kv_cache *c = (khub_kv_cache *)&cfg;
     ASSERT_FAILS(kvm()->create(g_desc.state, &cfg, &c), KHUB_STATUS_INVALID_ARG,
@@ -672,8 +688,8 @@ TEST_IMPL(attention_over_cache_views)
     setup();
     const int64_t H = 9, Hkv = 3, D = 64, N = 29;
     for (int f16 = 0; f16 < 2; f16++) {
-        khub_kv_cache *c = kv_new(f16 ? KHUB_DTYPE_F16 : KHUB_DTYPE_F32, 1, (int32_t)Hkv,
-                                  (int32_t)D, 1, 256);
+        khub_kv_cache *c =
+            kv_new(f16 ? KHUB_DTYPE_F16 : KHUB_DTYPE_F32, 1, (int32_t)Hkv, (int32_t)D, 1, 256);
         float *k = fbuf((size_t)(N * Hkv * D)), *v = fbuf((size_t)(N * Hkv * D));
         float *kr = fbuf((size_t)(N * Hkv * D)), *vr = fbuf((size_t)(N * Hkv * D));
         float *q = fbuf((size_t)(4 * H * D)), *out = fbuf((size_t)(4 * H * D));
@@ -690,8 +706,8 @@ TEST_IMPL(attention_over_cache_views)
         ASSERT_OK(kv_put(c, 0, 0, 0, k, v, 25, Hkv, D));
         for (int64_t step = 0; step < 4; step++) {
             int64_t n = 25 + step + 1;
-            ASSERT_OK(kv_put(c, 0, 0, n - 1, k + (n - 1) * Hkv * D, v + (n - 1) * Hkv * D, 1,
-                             Hkv, D));
+            ASSERT_OK(
+                kv_put(c, 0, 0, n - 1, k + (n - 1) * Hkv * D, v + (n - 1) * Hkv * D, 1, Hkv, D));
             int64_t ks[3], kst[3], vs[3], vst[3];
             khub_tensor kt = {.shape = ks, .strides = kst}, vt = {.shape = vs, .strides = vst};
             ASSERT_OK(kvm()->view(g_desc.state, c, 0, 0, n, &kt, &vt));
@@ -700,12 +716,14 @@ TEST_IMPL(attention_over_cache_views)
             const float *qs = q + step * H * D;
             khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
                                      .q = mk(&tq, (void *)qs, KHUB_DTYPE_F32, 3, 1, H, D),
-                                     .k = &kt, .v = &vt,
+                                     .k = &kt,
+                                     .v = &vt,
                                      .out = mk(&to, out, KHUB_DTYPE_F32, 3, 1, H, D),
-                                     .scale = 0.125f, .causal = 1, .q_pos0 = n - 1};
+                                     .scale = 0.125f,
+                                     .causal = 1,
+                                     .q_pos0 = n - 1};
             ASSERT_OK(run("attention", &a));
-            oracle_attention(qs, kr, vr, NULL, 1, n, H, Hkv, D, 0.125, 1, n - 1, 0, scratch,
-                             want);
+            oracle_attention(qs, kr, vr, NULL, 1, n, H, Hkv, D, 0.125, 1, n - 1, 0, scratch, want);
             double e = oracle_nmse(out, want, (size_t)(H * D));
             fprintf(stderr, "  cache %s step %lld: nmse %.3g\n", f16 ? "f16" : "f32",
                     (long long)step, e);
@@ -743,17 +761,16 @@ TEST_IMPL(linear_dtypes_vs_oracle)
                 if (dt == 0) wr[i] = w[i];
             }
             tens tx, tw, tb, ty;
-            khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args),
-                                  .x = mk(&tx, x, KHUB_DTYPE_F32, 2, n, in, 0),
-                                  .weight = mk(&tw, dt ? (void *)wh : w, wdt, 2, out, in, 0),
-                                  .bias = (si != 1) ? mk(&tb, b, KHUB_DTYPE_F32, 1, out, 0, 0)
-                                                    : NULL,
-                                  .y = mk(&ty, y, KHUB_DTYPE_F32, 2, n, out, 0)};
+            khub_linear_args a = {
+                KHUB_STRUCT_INIT(khub_linear_args), .x = mk(&tx, x, KHUB_DTYPE_F32, 2, n, in, 0),
+                .weight = mk(&tw, dt ? (void *)wh : w, wdt, 2, out, in, 0),
+                .bias = (si != 1) ? mk(&tb, b, KHUB_DTYPE_F32, 1, out, 0, 0) : NULL,
+                .y = mk(&ty, y, KHUB_DTYPE_F32, 2, n, out, 0)};
             ASSERT_OK(run("linear", &a));
             oracle_linear(x, wr, si != 1 ? b : NULL, n, in, out, want);
             double e = oracle_nmse(y, want, (size_t)(n * out));
-            fprintf(stderr, "  linear %lldx%lldx%lld %s: nmse %.3g\n", (long long)n,
-                    (long long)in, (long long)out, khub_pu_dtype_name(wdt), e);
+            fprintf(stderr, "  linear %lldx%lldx%lld %s: nmse %.3g\n", (long long)n, (long long)in,
+                    (long long)out, khub_pu_dtype_name(wdt), e);
             ASSERT_LE(e, 1e-13);
         }
         free(x), free(w), free(b), free(wr), free(y), free(wh), free(want);
@@ -766,11 +783,11 @@ TEST_IMPL(linear_invalid_args)
     setup();
     float x[2 * 8] = {0}, w[3 * 8] = {0}, b[3] = {0}, y[2 * 3];
     tens tx, tw, tb, ty;
-#define LIN_RESET()                                                                            \
-    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args),                                   \
-                          .x = mk(&tx, x, KHUB_DTYPE_F32, 2, 2, 8, 0),                          \
-                          .weight = mk(&tw, w, KHUB_DTYPE_F32, 2, 3, 8, 0),                     \
-                          .bias = mk(&tb, b, KHUB_DTYPE_F32, 1, 3, 0, 0),                       \
+#define LIN_RESET()                                                         \
+    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args),               \
+                          .x = mk(&tx, x, KHUB_DTYPE_F32, 2, 2, 8, 0),      \
+                          .weight = mk(&tw, w, KHUB_DTYPE_F32, 2, 3, 8, 0), \
+                          .bias = mk(&tb, b, KHUB_DTYPE_F32, 1, 3, 0, 0),   \
                           .y = mk(&ty, y, KHUB_DTYPE_F32, 2, 2, 3, 0)}
     {
         LIN_RESET();
@@ -800,13 +817,11 @@ TEST_IMPL(linear_invalid_args)
     {
         LIN_RESET();
         tw.t.dtype = KHUB_DTYPE_Q(KHUB_QFORMAT_Q8_0);
-        ASSERT_FAILS(run("linear", &a), KHUB_STATUS_INVALID_ARG,
-                     "linear: weight.dtype (got q8_0");
+        ASSERT_FAILS(run("linear", &a), KHUB_STATUS_INVALID_ARG, "linear: weight.dtype (got q8_0");
     }
     {
         LIN_RESET();
-        ASSERT_FAILS(run("qlinear", &a), KHUB_STATUS_INVALID_ARG,
-                     "qlinear: weight.dtype (got f32");
+        ASSERT_FAILS(run("qlinear", &a), KHUB_STATUS_INVALID_ARG, "qlinear: weight.dtype (got f32");
     }
     {
         LIN_RESET();
@@ -845,16 +860,17 @@ TEST_IMPL(linear_invalid_args)
 /* Quantization                                                             */
 /* ------------------------------------------------------------------------ */
 
-static const khub_qlinear_methods *qm(void)
-{
-    return op("qlinear")->methods;
-}
+static const khub_qlinear_methods *qm(void) { return op("qlinear")->methods; }
 
 static khub_status quant_call(int quantize, khub_qformat f, int64_t rows, int64_t cols,
                               const void *src, void *dst)
 {
-    khub_quant_args a = {KHUB_STRUCT_INIT(khub_quant_args), .format = f, .n_rows = rows,
-                         .n_cols = cols, .src = src, .dst = dst};
+    khub_quant_args a = {KHUB_STRUCT_INIT(khub_quant_args),
+                         .format = f,
+                         .n_rows = rows,
+                         .n_cols = cols,
+                         .src = src,
+                         .dst = dst};
     g_err[0] = '\0';
     return quantize ? qm()->quantize(g_desc.state, &a) : qm()->dequantize(g_desc.state, &a);
 }
@@ -872,8 +888,7 @@ static double block_err_bound(khub_qformat f, const float *x, int64_t n)
     switch (f) {
     case KHUB_QFORMAT_Q8_0: return amax / 127 * (0.5 + 127 * h) + 1e-7;
     case KHUB_QFORMAT_Q4_0: return amax / 8 * (1.0 + 8 * h) + 1e-7; /* one side clamps at 15 */
-    case KHUB_QFORMAT_Q4_1:
-        return (hi - lo) / 15 * (0.5 + 15 * h) + fabs(lo) * h + 1e-7;
+    case KHUB_QFORMAT_Q4_1: return (hi - lo) / 15 * (0.5 + 15 * h) + fabs(lo) * h + 1e-7;
     case KHUB_QFORMAT_INT8_ROW: return amax / 127 * 0.5 * (1 + 1e-5) + 1e-9;
     case KHUB_QFORMAT_NF4: return amax * (1.0 - 0.6961928009986877) / 2 * (1 + 1e-6) + 1e-9;
     default: return 0;
@@ -883,10 +898,15 @@ static double block_err_bound(khub_qformat f, const float *x, int64_t n)
 TEST_IMPL(quant_round_trip_bounds)
 {
     setup();
-    static const struct { khub_qformat f; double nmse; } fm[] = {
-        /* bounds ~1.7x the NMSE measured on these weights (seed 41) */
-        {KHUB_QFORMAT_Q8_0, 1e-4}, {KHUB_QFORMAT_Q4_0, 2.5e-2}, {KHUB_QFORMAT_Q4_1, 1.4e-2},
-        {KHUB_QFORMAT_INT8_ROW, 7e-4}, {KHUB_QFORMAT_NF4, 2.5e-2}};
+    static const struct {
+        khub_qformat f;
+        double nmse;
+    } fm[] = {/* bounds ~1.7x the NMSE measured on these weights (seed 41) */
+              {KHUB_QFORMAT_Q8_0, 1e-4},
+              {KHUB_QFORMAT_Q4_0, 2.5e-2},
+              {KHUB_QFORMAT_Q4_1, 1.4e-2},
+              {KHUB_QFORMAT_INT8_ROW, 7e-4},
+              {KHUB_QFORMAT_NF4, 2.5e-2}};
     const int64_t rows = 12, cols = 512;
     float *w = fbuf((size_t)(rows * cols)), *back = fbuf((size_t)(rows * cols));
     uint8_t *packed = calloc((size_t)rows, 600);
@@ -903,8 +923,7 @@ TEST_IMPL(quant_round_trip_bounds)
             for (int64_t i = b0; i < b0 + be; i++) ASSERT_LE(fabs((double)back[i] - w[i]), bound);
         }
         double e = oracle_nmse_ff(back, w, (size_t)(rows * cols));
-        fprintf(stderr, "  round trip %s: nmse %.3g\n",
-                khub_pu_dtype_name(KHUB_DTYPE_Q(f)), e);
+        fprintf(stderr, "  round trip %s: nmse %.3g\n", khub_pu_dtype_name(KHUB_DTYPE_Q(f)), e);
         ASSERT_LE(e, fm[fi].nmse);
         /* a second quantize of the dequantized weights is stable (same codes) */
         uint8_t *again = calloc((size_t)rows, 600);
@@ -961,7 +980,10 @@ TEST_IMPL(quant_gguf_blocks_bit_exact)
     put_f16(q41, 0.25f), put_f16(q41 + 2, -1.0f);
     for (int l = 0; l < 16; l++) q41[4 + l] = (uint8_t)(l | ((15 - l) << 4));
     deq(KHUB_QFORMAT_Q4_1, q41, 32, y);
-    ASSERT(y[0] == -1.0f); ASSERT(y[3] == -0.25f); ASSERT(y[16] == 2.75f); ASSERT(y[31] == -1.0f);
+    ASSERT(y[0] == -1.0f);
+    ASSERT(y[3] == -0.25f);
+    ASSERT(y[16] == 2.75f);
+    ASSERT(y[31] == -1.0f);
     /* Q4_K with known 6-bit scales, packed here from the layout description */
     static const int sc[8] = {1, 2, 3, 4, 33, 40, 63, 17}, mn[8] = {0, 1, 2, 3, 48, 5, 63, 32};
     uint8_t q4k[144] = {0};
@@ -972,15 +994,16 @@ TEST_IMPL(quant_gguf_blocks_bit_exact)
         q4k[12 + i] = (uint8_t)((sc[4 + i] & 15) | ((mn[4 + i] & 15) << 4));
     }
     for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++) q4k[16 + 32 * c + l] = (uint8_t)((l & 15) | (((l + c) & 15) << 4));
+        for (int l = 0; l < 32; l++)
+            q4k[16 + 32 * c + l] = (uint8_t)((l & 15) | (((l + c) & 15) << 4));
     deq(KHUB_QFORMAT_Q4_K, q4k, 256, y);
     for (int e = 0; e < 256; e++) {
         int s = e / 32, l = e % 32, c = s / 2;
         int q = (s & 1) ? (l + c) & 15 : l & 15;
         ASSERT(y[e] == 1.0f * sc[s] * q - 0.5f * mn[s]);
     }
-    ASSERT(y[32 * 4 + 3] == 75.0f);   /* sub-block 4: 33 * 3 - 0.5 * 48 */
-    ASSERT(y[32 * 7 + 5] == 120.0f);  /* sub-block 7: 17 * ((5 + 3) & 15) - 0.5 * 32 */
+    ASSERT(y[32 * 4 + 3] == 75.0f);  /* sub-block 4: 33 * 3 - 0.5 * 48 */
+    ASSERT(y[32 * 7 + 5] == 120.0f); /* sub-block 7: 17 * ((5 + 3) & 15) - 0.5 * 32 */
     oracle_deq_q4_k(q4k, want);
     ASSERT(memcmp(y, want, 256 * sizeof(float)) == 0);
     /* Q6_K: d = 0.5, scales -8..7; weight e gets q = e % 64 */
@@ -1009,9 +1032,11 @@ TEST_IMPL(quant_gguf_blocks_bit_exact)
     memcpy(nf4, &absmax, 4);
     for (int t = 0; t < 32; t++) nf4[4 + t] = (uint8_t)(((t % 16) << 4) | (15 - t % 16));
     deq(KHUB_QFORMAT_NF4, nf4, 64, y);
-    ASSERT(y[0] == -2.0f); ASSERT(y[1] == 2.0f); ASSERT(y[2] == oracle_nf4_code[1] * 2.0f);
-    ASSERT(y[14] == 0.0f);                          /* byte 7: high nibble 7 */
-    ASSERT(y[15] == oracle_nf4_code[8] * 2.0f);     /* byte 7: low nibble 15 - 7 */
+    ASSERT(y[0] == -2.0f);
+    ASSERT(y[1] == 2.0f);
+    ASSERT(y[2] == oracle_nf4_code[1] * 2.0f);
+    ASSERT(y[14] == 0.0f);                      /* byte 7: high nibble 7 */
+    ASSERT(y[15] == oracle_nf4_code[8] * 2.0f); /* byte 7: low nibble 15 - 7 */
     oracle_deq_nf4(nf4, want);
     ASSERT(memcmp(y, want, 64 * sizeof(float)) == 0);
     /* INT8_ROW: f32 scale then int8 */
@@ -1039,7 +1064,8 @@ TEST_IMPL(quant_random_blocks_bit_exact)
             for (int64_t i = 0; i < 4 * bb; i++) blk[i] = (uint8_t)oracle_next(&r);
             for (int b = 0; b < 4; b++) { /* keep scales finite and moderate */
                 uint8_t *p = blk + b * bb;
-                if (f == KHUB_QFORMAT_Q6_K) put_f16(p + 208, oracle_uniform(&r, -2, 2));
+                if (f == KHUB_QFORMAT_Q6_K)
+                    put_f16(p + 208, oracle_uniform(&r, -2, 2));
                 else if (f == KHUB_QFORMAT_NF4) {
                     float am = oracle_uniform(&r, 0, 3);
                     memcpy(p, &am, 4);
@@ -1087,8 +1113,10 @@ TEST_IMPL(qlinear_vs_oracle)
             for (int64_t i = 0; i < out * rb; i++) packed[i] = (uint8_t)oracle_next(&r);
             for (int64_t blk = 0; blk < out * (in / 256); blk++) {
                 uint8_t *p = packed + blk * khub_qformat_block_bytes((khub_qformat)f);
-                if (f == KHUB_QFORMAT_Q6_K) put_f16(p + 208, 0.01f);
-                else put_f16(p, 0.02f), put_f16(p + 2, 0.03f);
+                if (f == KHUB_QFORMAT_Q6_K)
+                    put_f16(p + 208, 0.01f);
+                else
+                    put_f16(p, 0.02f), put_f16(p + 2, 0.03f);
             }
         } else {
             ASSERT_OK(quant_call(1, (khub_qformat)f, out, in, w, packed));
@@ -1119,8 +1147,9 @@ TEST_IMPL(quant_invalid_args)
                  "qlinear.dequantize: format (got 0, want 1..7)");
     ASSERT_FAILS(quant_call(1, (khub_qformat)99, 1, 32, w, p), KHUB_STATUS_INVALID_ARG,
                  "qlinear.quantize: format (got 99, want 1..7)");
-    ASSERT_FAILS(quant_call(1, KHUB_QFORMAT_Q8_0, 1, 33, w, p), KHUB_STATUS_INVALID_ARG,
-                 "qlinear.quantize: n_cols (got 33, want a positive multiple of q8_0's block of 32)");
+    ASSERT_FAILS(
+        quant_call(1, KHUB_QFORMAT_Q8_0, 1, 33, w, p), KHUB_STATUS_INVALID_ARG,
+        "qlinear.quantize: n_cols (got 33, want a positive multiple of q8_0's block of 32)");
     ASSERT_FAILS(quant_call(0, KHUB_QFORMAT_NF4, 1, 32, p, w), KHUB_STATUS_INVALID_ARG,
                  "n_cols (got 32, want a positive multiple of nf4's block of 64)");
     ASSERT_FAILS(quant_call(0, KHUB_QFORMAT_Q8_0, -1, 32, p, w), KHUB_STATUS_INVALID_ARG,
@@ -1167,14 +1196,15 @@ TEST_IMPL(norm_vs_oracle)
                                 .norm_type = layer ? KHUB_NORM_LAYER : KHUB_NORM_RMS,
                                 .eps = 1e-5f,
                                 .x = mk(&tx, xa, KHUB_DTYPE_F32, 2, n, dim, 0),
-                                .residual = mode == 2 ? mk(&tr, res, KHUB_DTYPE_F32, 2, n, dim, 0)
-                                                      : NULL,
+                                .residual =
+                                    mode == 2 ? mk(&tr, res, KHUB_DTYPE_F32, 2, n, dim, 0) : NULL,
                                 .weight = mk(&tw, w, KHUB_DTYPE_F32, 1, dim, 0, 0),
                                 .y = mode == 1 ? &tx.t : mk(&ty, y, KHUB_DTYPE_F32, 2, n, dim, 0)};
             ASSERT_OK(run("rms_norm", &a));
             oracle_norm(x, mode == 2 ? res0 : NULL, w, n, dim, 1e-5, layer, want, res_want);
             double e = oracle_nmse(mode == 1 ? xa : y, want, (size_t)(n * dim));
-            fprintf(stderr, "  %s mode %d: nmse %.3g\n", layer ? "layer_norm" : "rms_norm", mode, e);
+            fprintf(stderr, "  %s mode %d: nmse %.3g\n", layer ? "layer_norm" : "rms_norm", mode,
+                    e);
             ASSERT_LE(e, 1e-13);
             if (mode == 2) ASSERT(memcmp(res, res_want, (size_t)(n * dim) * sizeof(float)) == 0);
         }
@@ -1187,11 +1217,13 @@ TEST_IMPL(norm_invalid_args)
     setup();
     float x[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8}, r[8] = {0}, w[4] = {1, 1, 1, 1}, y[8];
     tens tx, tr, tw, ty;
-#define NORM_RESET()                                                                           \
-    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = KHUB_NORM_RMS,           \
-                        .eps = 1e-6f, .x = mk(&tx, x, KHUB_DTYPE_F32, 2, 2, 4, 0),              \
-                        .residual = mk(&tr, r, KHUB_DTYPE_F32, 2, 2, 4, 0),                     \
-                        .weight = mk(&tw, w, KHUB_DTYPE_F32, 1, 4, 0, 0),                       \
+#define NORM_RESET()                                                        \
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args),                   \
+                        .norm_type = KHUB_NORM_RMS,                         \
+                        .eps = 1e-6f,                                       \
+                        .x = mk(&tx, x, KHUB_DTYPE_F32, 2, 2, 4, 0),        \
+                        .residual = mk(&tr, r, KHUB_DTYPE_F32, 2, 2, 4, 0), \
+                        .weight = mk(&tw, w, KHUB_DTYPE_F32, 1, 4, 0, 0),   \
                         .y = mk(&ty, y, KHUB_DTYPE_F32, 2, 2, 4, 0)}
     {
         NORM_RESET();
@@ -1303,9 +1335,14 @@ static void rope_run(const rope_case *c, const float *x0, const int32_t *pos, fl
     tens tx;
     khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args),
                           .x = mk(&tx, x, KHUB_DTYPE_F32, 3, c->n, c->H, c->D),
-                          .positions = pos, .style = c->style, .scaling = c->scaling,
-                          .theta = c->theta, .factor = c->factor, .low_freq_factor = c->lo,
-                          .high_freq_factor = c->hi, .original_max_pos = c->omp,
+                          .positions = pos,
+                          .style = c->style,
+                          .scaling = c->scaling,
+                          .theta = c->theta,
+                          .factor = c->factor,
+                          .low_freq_factor = c->lo,
+                          .high_freq_factor = c->hi,
+                          .original_max_pos = c->omp,
                           .rotary_dim = (int32_t)(c->rd == c->D ? 0 : c->rd)};
     ASSERT_OK(run("rotary", &a));
 }
@@ -1316,7 +1353,7 @@ TEST_IMPL(rotary_vs_oracle)
     static const rope_case cases[] = {
         {6, 9, 64, 64, KHUB_ROPE_NEOX, KHUB_ROPE_SCALING_NONE, 100000, 0, 0, 0, 0}, /* SmolLM2 */
         {6, 4, 64, 64, KHUB_ROPE_INTERLEAVED, KHUB_ROPE_SCALING_NONE, 10000, 0, 0, 0, 0},
-        {5, 3, 64, 32, KHUB_ROPE_NEOX, KHUB_ROPE_SCALING_NONE, 10000, 0, 0, 0, 0},  /* partial */
+        {5, 3, 64, 32, KHUB_ROPE_NEOX, KHUB_ROPE_SCALING_NONE, 10000, 0, 0, 0, 0}, /* partial */
         {5, 3, 64, 16, KHUB_ROPE_INTERLEAVED, KHUB_ROPE_SCALING_LINEAR, 10000, 4, 0, 0, 0},
         {7, 8, 128, 128, KHUB_ROPE_NEOX, KHUB_ROPE_SCALING_LLAMA3, 500000, 8, 1, 4, 8192},
         {3, 2, 128, 128, KHUB_ROPE_NEOX, KHUB_ROPE_SCALING_LLAMA3, 500000, 32, 1, 4, 8192},
@@ -1376,11 +1413,16 @@ TEST_IMPL(rotary_invalid_args)
     float x[2 * 2 * 8] = {0};
     int32_t pos[2] = {0, 1};
     tens tx;
-#define ROPE_RESET()                                                                           \
-    khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args),                                   \
-                          .x = mk(&tx, x, KHUB_DTYPE_F32, 3, 2, 2, 8), .positions = pos,        \
-                          .style = KHUB_ROPE_NEOX, .theta = 10000, .factor = 8,                 \
-                          .low_freq_factor = 1, .high_freq_factor = 4, .original_max_pos = 8192}
+#define ROPE_RESET()                                                   \
+    khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args),          \
+                          .x = mk(&tx, x, KHUB_DTYPE_F32, 3, 2, 2, 8), \
+                          .positions = pos,                            \
+                          .style = KHUB_ROPE_NEOX,                     \
+                          .theta = 10000,                              \
+                          .factor = 8,                                 \
+                          .low_freq_factor = 1,                        \
+                          .high_freq_factor = 4,                       \
+                          .original_max_pos = 8192}
     {
         ROPE_RESET();
         ASSERT_OK(run("rotary", &a));
@@ -1449,8 +1491,8 @@ TEST_IMPL(loader_builtin_select_call)
     khub_status st = khub_plugin_load_builtin(rt);
     if (st != KHUB_STATUS_OK) TEST_FAIL_("load_builtin: %s", khub_runtime_errmsg(rt));
     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_NORM,
-                       .device_type = KHUB_DEVICE_CPU, .dtype_id = -1,
-                       .flags = KHUB_CAP_RESIDUAL, .plugin_id = "khub/ref-cpu"};
+                       .device_type = KHUB_DEVICE_CPU,  .dtype_id = -1,
+                       .flags = KHUB_CAP_RESIDUAL,      .plugin_id = "khub/ref-cpu"};
     khub_binding *b = NULL;
     ASSERT_OK(khub_registry_select(rt, &q, &b));
     ASSERT_CONTAINS(khub_binding_name(b), "khub/ref-cpu");
@@ -1462,8 +1504,10 @@ TEST_IMPL(loader_builtin_select_call)
     oracle_fill(&r, x, (size_t)(n * dim), -1, 1);
     oracle_fill(&r, w, (size_t)dim, 0.5f, 1.5f);
     tens tx, tw, ty;
-    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = KHUB_NORM_RMS,
-                        .eps = 1e-6f, .x = mk(&tx, x, KHUB_DTYPE_F32, 2, n, dim, 0),
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args),
+                        .norm_type = KHUB_NORM_RMS,
+                        .eps = 1e-6f,
+                        .x = mk(&tx, x, KHUB_DTYPE_F32, 2, n, dim, 0),
                         .weight = mk(&tw, w, KHUB_DTYPE_F32, 1, dim, 0, 0),
                         .y = mk(&ty, y, KHUB_DTYPE_F32, 2, n, dim, 0)};
     ASSERT_OK(khub_binding_call(b, &a));
@@ -1476,29 +1520,29 @@ TEST_IMPL(loader_builtin_select_call)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                  \
-    X(descriptor)                     \
-    X(init_rejects_short_host)        \
-    X(half_conversions)               \
-    X(attention_vs_oracle)            \
-    X(attention_edges)                \
-    X(attention_invalid_args)         \
-    X(kv_cache_grow_view_truncate)    \
-    X(kv_cache_context_full)          \
-    X(kv_cache_invalid_args)          \
-    X(attention_over_cache_views)     \
-    X(linear_dtypes_vs_oracle)        \
-    X(linear_invalid_args)            \
-    X(quant_round_trip_bounds)        \
-    X(quant_gguf_blocks_bit_exact)    \
-    X(quant_random_blocks_bit_exact)  \
-    X(qlinear_vs_oracle)              \
-    X(quant_invalid_args)             \
-    X(norm_vs_oracle)                 \
-    X(norm_invalid_args)              \
-    X(activation_vs_oracle)           \
-    X(rotary_vs_oracle)               \
-    X(rotary_llama3_bands)            \
-    X(rotary_invalid_args)            \
+#define TEST_LIST(X)                 \
+    X(descriptor)                    \
+    X(init_rejects_short_host)       \
+    X(half_conversions)              \
+    X(attention_vs_oracle)           \
+    X(attention_edges)               \
+    X(attention_invalid_args)        \
+    X(kv_cache_grow_view_truncate)   \
+    X(kv_cache_context_full)         \
+    X(kv_cache_invalid_args)         \
+    X(attention_over_cache_views)    \
+    X(linear_dtypes_vs_oracle)       \
+    X(linear_invalid_args)           \
+    X(quant_round_trip_bounds)       \
+    X(quant_gguf_blocks_bit_exact)   \
+    X(quant_random_blocks_bit_exact) \
+    X(qlinear_vs_oracle)             \
+    X(quant_invalid_args)            \
+    X(norm_vs_oracle)                \
+    X(norm_invalid_args)             \
+    X(activation_vs_oracle)          \
+    X(rotary_vs_oracle)              \
+    X(rotary_llama3_bands)           \
+    X(rotary_invalid_args)           \
     X(loader_builtin_select_call)
 TEST_MAIN(TEST_LIST)

@@ -93,10 +93,7 @@ static inline uint16_t khub_pu_f32_to_f16(float f)
     return (uint16_t)(sign | h);
 }
 
-static inline float khub_pu_bf16_to_f32(uint16_t b)
-{
-    return khub_pu_bits_f32((uint32_t)b << 16);
-}
+static inline float khub_pu_bf16_to_f32(uint16_t b) { return khub_pu_bits_f32((uint32_t)b << 16); }
 
 /* f32 -> bfloat16, round to nearest even; NaN stays NaN (quiet). */
 static inline uint16_t khub_pu_f32_to_bf16(float f)
@@ -139,19 +136,16 @@ static inline void khub_pu_store_f32(uint8_t *p, float f) { memcpy(p, &f, sizeof
 /* ------------------------------------------------------------------------ */
 
 /* Propagates a non-OK status (its message is already recorded). */
-#define KHUB_PU_TRY(expr)                               \
-    do {                                                \
-        khub_status st_pu_ = (expr);                    \
-        if (st_pu_ != KHUB_STATUS_OK) return st_pu_;    \
+#define KHUB_PU_TRY(expr)                            \
+    do {                                             \
+        khub_status st_pu_ = (expr);                 \
+        if (st_pu_ != KHUB_STATUS_OK) return st_pu_; \
     } while (0)
 
 #define KHUB_PU_MAX_DIMS 8
 
 /* Address of element 0. */
-static inline void *khub_pu_base(const khub_tensor *t)
-{
-    return (char *)t->data + t->byte_offset;
-}
+static inline void *khub_pu_base(const khub_tensor *t) { return (char *)t->data + t->byte_offset; }
 
 /* Bytes per element of a non-block dtype, 0 for block formats or odd bits. */
 static inline size_t khub_pu_elem_size(khub_dtype d)
@@ -187,8 +181,8 @@ static inline bool khub_pu_is_compact(const khub_tensor *t)
 /* Name of a dtype for messages ("f32", "f16", "bf16", "q4_k", ...). */
 static inline const char *khub_pu_dtype_name(khub_dtype d)
 {
-    static const char *const q[] = {"q?", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "int8_row",
-                                    "nf4"};
+    static const char *const q[] = {"q?",   "q8_0", "q4_0",     "q4_1",
+                                    "q4_k", "q6_k", "int8_row", "nf4"};
     switch (khub_dtype_id_of(d)) {
     case KHUB_DTYPE_ID_F32: return "f32";
     case KHUB_DTYPE_ID_F16: return "f16";
@@ -210,14 +204,15 @@ static inline const char *khub_pu_dtype_name(khub_dtype d)
  * and returns KHUB_STATUS_INVALID_ARG (KHUB_STATUS_OVERFLOW for the extent).
  */
 static inline khub_status khub_pu_tensor_check(const khub_host_api *host, const char *op,
-                                               const char *name, const khub_tensor *t,
-                                               int32_t ndim, uint64_t dtype_bits,
-                                               uint32_t device_type)
+                                               const char *name, const khub_tensor *t, int32_t ndim,
+                                               uint64_t dtype_bits, uint32_t device_type)
 {
     void *c = host->host_ctx;
-    if (!t) return host->fail(c, KHUB_STATUS_INVALID_ARG, "%s: %s is NULL (want a tensor)", op, name);
+    if (!t)
+        return host->fail(c, KHUB_STATUS_INVALID_ARG, "%s: %s is NULL (want a tensor)", op, name);
     if (!t->data)
-        return host->fail(c, KHUB_STATUS_INVALID_ARG, "%s: %s.data is NULL (want memory)", op, name);
+        return host->fail(c, KHUB_STATUS_INVALID_ARG, "%s: %s.data is NULL (want memory)", op,
+                          name);
     int32_t dev = t->device.device_type;
     bool dev_ok = dev == (int32_t)device_type ||
                   (device_type == KHUB_DEVICE_CPU && dev == KHUB_DEVICE_CUDA_HOST);
@@ -282,8 +277,7 @@ static inline khub_status khub_pu_dim_check(const khub_host_api *host, const cha
 static inline khub_status khub_pu_args_check(const khub_host_api *host, const char *op,
                                              const void *args, uint32_t min_size)
 {
-    if (!args)
-        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG, "%s: args is NULL", op);
+    if (!args) return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG, "%s: args is NULL", op);
     uint32_t size;
     memcpy(&size, args, sizeof size);
     if (size < min_size)

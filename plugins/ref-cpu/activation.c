@@ -21,10 +21,7 @@ typedef struct act_job {
     float *y;
 } act_job;
 
-static double act_silu(double g)
-{
-    return g / (1.0 + exp(-g));
-}
+static double act_silu(double g) { return g / (1.0 + exp(-g)); }
 
 static double act_gelu_tanh(double g)
 {
@@ -83,9 +80,6 @@ static const khub_op_caps activation_caps = {
 };
 
 const khub_op_desc khub_ref__activation_op = {
-    KHUB_STRUCT_INIT(khub_op_desc),
-    .name = "silu_and_mul",
-    .kind = KHUB_OP_ACTIVATION,
-    .caps = &activation_caps,
-    .run = ref_activation,
+    KHUB_STRUCT_INIT(khub_op_desc), .name = "silu_and_mul", .kind = KHUB_OP_ACTIVATION,
+    .caps = &activation_caps,       .run = ref_activation,
 };

@@ -53,8 +53,8 @@ static void attn_row(const attn_job *j, int64_t i, int64_t h, double *scores, do
     for (int64_t key = 0; key < j->n_kv; key++) {
         scores[key] = -INFINITY;
         if (!attn_visible(j, i, key)) continue;
-        const char *kb = (const char *)j->k +
-                         (key * j->sk[0] + g * j->sk[1]) * (int64_t)(kdt.bits / 8);
+        const char *kb =
+            (const char *)j->k + (key * j->sk[0] + g * j->sk[1]) * (int64_t)(kdt.bits / 8);
         double dot = 0.0;
         for (int64_t d = 0; d < D; d++)
             dot += (double)q[d * j->sq[2]] * (double)khub_ref__load(kb, kdt, d * j->sk[2]);
@@ -70,8 +70,8 @@ static void attn_row(const attn_job *j, int64_t i, int64_t h, double *scores, do
             if (scores[key] == -INFINITY) continue;
             double p = exp(scores[key] - maxs);
             denom += p;
-            const char *vb = (const char *)j->v +
-                             (key * j->sv[0] + g * j->sv[1]) * (int64_t)(vdt.bits / 8);
+            const char *vb =
+                (const char *)j->v + (key * j->sv[0] + g * j->sv[1]) * (int64_t)(vdt.bits / 8);
             for (int64_t d = 0; d < D; d++)
                 acc[d] += p * (double)khub_ref__load(vb, vdt, d * j->sv[2]);
         }
@@ -96,8 +96,7 @@ static void attn_range(void *ud, int64_t begin, int64_t end, int thread)
 }
 
 /* Validates tensors and shapes; fills the sizes of j. */
-static khub_status attn_check(const khub_host_api *host, const khub_attention_args *a,
-                              attn_job *j)
+static khub_status attn_check(const khub_host_api *host, const khub_attention_args *a, attn_job *j)
 {
     const uint64_t f32 = KHUB_REF_BIT_F32, kvbits = KHUB_REF_BIT_F32 | KHUB_REF_BIT_F16;
     void *c = host->host_ctx;
@@ -124,7 +123,9 @@ static khub_status attn_check(const khub_host_api *host, const khub_attention_ar
     KHUB_PU_TRY(khub_pu_dim_check(host, OP, "v", a->v, 2, j->head_dim, "head_dim"));
     for (int d = 0; d < 3; d++)
         KHUB_PU_TRY(khub_pu_dim_check(host, OP, "out", a->out, d, a->q->shape[d],
-                                      d == 0 ? "n_q" : d == 1 ? "n_heads" : "head_dim"));
+                                      d == 0   ? "n_q"
+                                      : d == 1 ? "n_heads"
+                                               : "head_dim"));
     if (a->mask) {
         KHUB_PU_TRY(khub_pu_tensor_check(host, OP, "mask", a->mask, 2, f32, KHUB_DEVICE_CPU));
         KHUB_PU_TRY(khub_pu_dim_check(host, OP, "mask", a->mask, 0, j->n_q, "n_q"));
@@ -135,8 +136,8 @@ static khub_status attn_check(const khub_host_api *host, const khub_attention_ar
                           (unsigned)a->causal);
     if (a->q_pos0 < 0 || a->window < 0)
         return host->fail(c, KHUB_STATUS_INVALID_ARG,
-                          OP ": q_pos0 %lld / window %lld (want both >= 0)",
-                          (long long)a->q_pos0, (long long)a->window);
+                          OP ": q_pos0 %lld / window %lld (want both >= 0)", (long long)a->q_pos0,
+                          (long long)a->window);
     if (a->q_pos0 > INT64_MAX / 2 || j->n_q > INT64_MAX / 2)
         return host->fail(c, KHUB_STATUS_OVERFLOW, OP ": q_pos0 + n_q overflows (got %lld + %lld)",
                           (long long)a->q_pos0, (long long)j->n_q);
@@ -185,9 +186,6 @@ static const khub_op_caps attention_caps = {
 };
 
 const khub_op_desc khub_ref__attention_op = {
-    KHUB_STRUCT_INIT(khub_op_desc),
-    .name = "attention",
-    .kind = KHUB_OP_ATTENTION,
-    .caps = &attention_caps,
-    .run = ref_attention,
+    KHUB_STRUCT_INIT(khub_op_desc), .name = "attention",  .kind = KHUB_OP_ATTENTION,
+    .caps = &attention_caps,        .run = ref_attention,
 };

@@ -28,8 +28,8 @@ typedef struct kv_slot {
 
 struct khub_kv_cache {
     khub_kv_cache_config cfg;
-    size_t esize;    /* 4 (f32) or 2 (f16) */
-    kv_slot *slots;  /* [n_layers * n_seqs], layer-major */
+    size_t esize;   /* 4 (f32) or 2 (f16) */
+    kv_slot *slots; /* [n_layers * n_seqs], layer-major */
 };
 
 static kv_slot *kv_slot_at(khub_kv_cache *c, int32_t layer, int32_t seq)
@@ -68,13 +68,11 @@ static khub_status kv_config_check(const khub_host_api *host, const khub_kv_cach
         return host->fail(c, KHUB_STATUS_OVERFLOW,
                           "%s: max_tokens %lld x n_kv_heads %d x head_dim %d overflows a slot "
                           "(lower max_tokens)",
-                          op, (long long)cfg->max_tokens, (int)cfg->n_kv_heads,
-                          (int)cfg->head_dim);
+                          op, (long long)cfg->max_tokens, (int)cfg->n_kv_heads, (int)cfg->head_dim);
     return KHUB_STATUS_OK;
 }
 
-static khub_status ref_kv_create(void *state, const khub_kv_cache_config *cfg,
-                                 khub_kv_cache **out)
+static khub_status ref_kv_create(void *state, const khub_kv_cache_config *cfg, khub_kv_cache **out)
 {
     const khub_host_api *host = ((khub_ref_state *)state)->host;
     void *c = host->host_ctx;
@@ -136,8 +134,10 @@ static khub_status kv_grow(const khub_host_api *host, khub_kv_cache *kc, kv_slot
     }
     size_t row = (size_t)D * kc->esize;
     for (int64_t h = 0; h < H && s->len > 0; h++) {
-        memcpy(k + (size_t)(h * cap) * row, s->k + (size_t)(h * s->cap) * row, (size_t)s->len * row);
-        memcpy(v + (size_t)(h * cap) * row, s->v + (size_t)(h * s->cap) * row, (size_t)s->len * row);
+        memcpy(k + (size_t)(h * cap) * row, s->k + (size_t)(h * s->cap) * row,
+               (size_t)s->len * row);
+        memcpy(v + (size_t)(h * cap) * row, s->v + (size_t)(h * s->cap) * row,
+               (size_t)s->len * row);
     }
     host->free(host->host_ctx, s->k);
     host->free(host->host_ctx, s->v);
@@ -263,9 +263,10 @@ static khub_status ref_kv_view(void *state, khub_kv_cache *kc, int32_t layer, in
     KHUB_PU_TRY(kv_locate(host, "kv_cache.view", kc, layer, seq));
     const kv_slot *s = kv_slot_at(kc, layer, seq);
     if (n < 0 || n > s->len)
-        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
-                          "kv_cache.view: n (got %lld, want 0..%lld, the length of layer %d seq %d)",
-                          (long long)n, (long long)s->len, (int)layer, (int)seq);
+        return host->fail(
+            host->host_ctx, KHUB_STATUS_INVALID_ARG,
+            "kv_cache.view: n (got %lld, want 0..%lld, the length of layer %d seq %d)",
+            (long long)n, (long long)s->len, (int)layer, (int)seq);
     KHUB_PU_TRY(kv_fill_view(host, kc, s, n, s->k, k, "k"));
     return kv_fill_view(host, kc, s, n, s->v, v, "v");
 }

@@ -70,8 +70,11 @@ static khub_status lin_run(const khub_host_api *host, const char *op, const void
     KHUB_PU_TRY(khub_pu_tensor_check(host, op, "x", a->x, 2, f32, KHUB_DEVICE_CPU));
     KHUB_PU_TRY(khub_pu_tensor_check(host, op, "weight", a->weight, 2, wbits, KHUB_DEVICE_CPU));
     KHUB_PU_TRY(khub_pu_tensor_check(host, op, "y", a->y, 2, f32, KHUB_DEVICE_CPU));
-    lin_job j = {.host = host, .n = a->x->shape[0], .in = a->x->shape[1],
-                 .out = a->weight->shape[0], .wdt = a->weight->dtype};
+    lin_job j = {.host = host,
+                 .n = a->x->shape[0],
+                 .in = a->x->shape[1],
+                 .out = a->weight->shape[0],
+                 .wdt = a->weight->dtype};
     KHUB_PU_TRY(khub_pu_dim_check(host, op, "weight", a->weight, 1, j.in, "in"));
     KHUB_PU_TRY(khub_pu_dim_check(host, op, "y", a->y, 0, j.n, "n"));
     KHUB_PU_TRY(khub_pu_dim_check(host, op, "y", a->y, 1, j.out, "out"));
@@ -131,9 +134,6 @@ static const khub_op_caps linear_caps = {
 };
 
 const khub_op_desc khub_ref__linear_op = {
-    KHUB_STRUCT_INIT(khub_op_desc),
-    .name = "linear",
-    .kind = KHUB_OP_LINEAR,
-    .caps = &linear_caps,
-    .run = ref_linear,
+    KHUB_STRUCT_INIT(khub_op_desc), .name = "linear",  .kind = KHUB_OP_LINEAR,
+    .caps = &linear_caps,           .run = ref_linear,
 };

@@ -26,7 +26,6 @@ typedef struct norm_job {
     float *res, *y;
 } norm_job;
 
-
 static void norm_row(const norm_job *j, int64_t i)
 {
     int64_t n = j->dim;
@@ -84,13 +83,14 @@ static khub_status norm_check(const khub_host_api *host, const khub_norm_args *a
     KHUB_PU_TRY(khub_pu_dim_check(host, OP, "y", a->y, 0, n, "n"));
     KHUB_PU_TRY(khub_pu_dim_check(host, OP, "y", a->y, 1, dim, "dim"));
     if (a->residual) {
-        KHUB_PU_TRY(khub_pu_tensor_check(host, OP, "residual", a->residual, 2, f32,
-                                         KHUB_DEVICE_CPU));
+        KHUB_PU_TRY(
+            khub_pu_tensor_check(host, OP, "residual", a->residual, 2, f32, KHUB_DEVICE_CPU));
         KHUB_PU_TRY(khub_pu_dim_check(host, OP, "residual", a->residual, 0, n, "n"));
         KHUB_PU_TRY(khub_pu_dim_check(host, OP, "residual", a->residual, 1, dim, "dim"));
         if (a->residual->data == a->y->data && a->residual->byte_offset == a->y->byte_offset)
-            return host->fail(c, KHUB_STATUS_INVALID_ARG,
-                              OP ": y aliases residual (want y separate; residual keeps x + residual)");
+            return host->fail(
+                c, KHUB_STATUS_INVALID_ARG,
+                OP ": y aliases residual (want y separate; residual keeps x + residual)");
     }
     return KHUB_STATUS_OK;
 }

@@ -11,12 +11,12 @@
 
 #include "ref_cpu.h"
 
-#define KHUB_REF_ID "khub/ref-cpu"
+#define KHUB_REF_ID      "khub/ref-cpu"
 #define KHUB_REF_VERSION "0.1.0"
-#define KHUB_REF_KINDS                                                                      \
-    (KHUB_KIND_BIT(KHUB_OP_ATTENTION) | KHUB_KIND_BIT(KHUB_OP_LINEAR) |                       \
-     KHUB_KIND_BIT(KHUB_OP_QLINEAR) | KHUB_KIND_BIT(KHUB_OP_KV_CACHE) |                       \
-     KHUB_KIND_BIT(KHUB_OP_NORM) | KHUB_KIND_BIT(KHUB_OP_ACTIVATION) |                        \
+#define KHUB_REF_KINDS                                                  \
+    (KHUB_KIND_BIT(KHUB_OP_ATTENTION) | KHUB_KIND_BIT(KHUB_OP_LINEAR) | \
+     KHUB_KIND_BIT(KHUB_OP_QLINEAR) | KHUB_KIND_BIT(KHUB_OP_KV_CACHE) | \
+     KHUB_KIND_BIT(KHUB_OP_NORM) | KHUB_KIND_BIT(KHUB_OP_ACTIVATION) |  \
      KHUB_KIND_BIT(KHUB_OP_ROTARY))
 
 static int32_t ref_score(void *state)
@@ -53,8 +53,12 @@ static khub_status ref_selftest(void *state, char *errbuf, size_t errbuf_size)
     khub_tensor tk = {k, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, skv, NULL, 0};
     khub_tensor tv = {v, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, skv, NULL, 0};
     khub_tensor to = {out, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, sq, NULL, 0};
-    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), .q = &tq, .k = &tk, .v = &tv,
-                             .out = &to, .scale = 1.0f};
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
+                             .q = &tq,
+                             .k = &tk,
+                             .v = &tv,
+                             .out = &to,
+                             .scale = 1.0f};
     if (khub_ref__attention_op.run(state, &a) != KHUB_STATUS_OK || fabsf(out[0] - 3.0f) > 1e-6f)
         return ref_selftest_fail(errbuf, errbuf_size, "ref-cpu selftest: attention softmax");
     return KHUB_STATUS_OK;

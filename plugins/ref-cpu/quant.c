@@ -78,10 +78,7 @@ static void deq_q8_0(const uint8_t *b, float *y)
     for (int l = 0; l < 32; l++) y[l] = (float)(int8_t)b[2 + l] * d;
 }
 
-static int q4_nibble(const uint8_t *qs, int l)
-{
-    return l < 16 ? qs[l] & 0xf : qs[l - 16] >> 4;
-}
+static int q4_nibble(const uint8_t *qs, int l) { return l < 16 ? qs[l] & 0xf : qs[l - 16] >> 4; }
 
 static void deq_q4_0(const uint8_t *b, float *y)
 {
@@ -315,8 +312,8 @@ static bool quant_has_quantizer(khub_qformat f)
            f == KHUB_QFORMAT_INT8_ROW || f == KHUB_QFORMAT_NF4;
 }
 
-static khub_status quant_check(const khub_host_api *host, const char *op,
-                               const khub_quant_args *a, quant_job *j)
+static khub_status quant_check(const khub_host_api *host, const char *op, const khub_quant_args *a,
+                               quant_job *j)
 {
     void *c = host->host_ctx;
     KHUB_PU_TRY(khub_pu_args_check(host, op, a, sizeof(khub_quant_args)));
@@ -362,8 +359,7 @@ static khub_status ref_quantize(void *state, const khub_quant_args *a)
         if (!isfinite(x[i]))
             return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
                               "qlinear.quantize: src[%lld][%lld] is %g (want finite weights)",
-                              (long long)(i / a->n_cols), (long long)(i % a->n_cols),
-                              (double)x[i]);
+                              (long long)(i / a->n_cols), (long long)(i % a->n_cols), (double)x[i]);
     }
     if (a->n_rows > 0) host->parallel_for(host->host_ctx, a->n_rows, quant_range, &j);
     return KHUB_STATUS_OK;
@@ -395,10 +391,7 @@ static const khub_op_caps qlinear_caps = {
 };
 
 const khub_op_desc khub_ref__qlinear_op = {
-    KHUB_STRUCT_INIT(khub_op_desc),
-    .name = "qlinear",
-    .kind = KHUB_OP_QLINEAR,
-    .caps = &qlinear_caps,
-    .run = khub_ref__qlinear_run,
-    .methods = &qlinear_methods,
+    KHUB_STRUCT_INIT(khub_op_desc), .name = "qlinear",
+    .kind = KHUB_OP_QLINEAR,        .caps = &qlinear_caps,
+    .run = khub_ref__qlinear_run,   .methods = &qlinear_methods,
 };

@@ -52,8 +52,8 @@ static inline float khub_ref__load(const void *base, khub_dtype dt, int64_t i)
     return dt.code == KHUB_DL_BFLOAT ? khub_pu_bf16_to_f32(h) : khub_pu_f16_to_f32(h);
 }
 
-#define KHUB_REF_BIT_F32 KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32)
-#define KHUB_REF_BIT_F16 KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16)
+#define KHUB_REF_BIT_F32  KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32)
+#define KHUB_REF_BIT_F16  KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16)
 #define KHUB_REF_BIT_BF16 KHUB_DTYPE_BIT(KHUB_DTYPE_ID_BF16)
 
 #endif /* KHUB_REF_CPU_H */

@@ -90,7 +90,7 @@ static khub_status rope_check_scaling(const khub_host_api *host, const khub_rota
          !isfinite(a->high_freq_factor) || a->original_max_pos < 1))
         return host->fail(c, KHUB_STATUS_INVALID_ARG,
                           OP ": llama3 scaling (got low_freq_factor %g, high_freq_factor %g, "
-                          "original_max_pos %d; want 0 < low < high and original_max_pos >= 1)",
+                             "original_max_pos %d; want 0 < low < high and original_max_pos >= 1)",
                           (double)a->low_freq_factor, (double)a->high_freq_factor,
                           (int)a->original_max_pos);
     return KHUB_STATUS_OK;
@@ -149,9 +149,6 @@ static const khub_op_caps rotary_caps = {
 };
 
 const khub_op_desc khub_ref__rotary_op = {
-    KHUB_STRUCT_INIT(khub_op_desc),
-    .name = "rotary",
-    .kind = KHUB_OP_ROTARY,
-    .caps = &rotary_caps,
-    .run = ref_rotary,
+    KHUB_STRUCT_INIT(khub_op_desc), .name = "rotary",  .kind = KHUB_OP_ROTARY,
+    .caps = &rotary_caps,           .run = ref_rotary,
 };
