@@ -131,9 +131,9 @@ khub_status khub__chat_detect(khub_runtime *rt, const char *tmpl, khub_chat_styl
         *style = KHUB_CHAT_LLAMA3;
         return KHUB_STATUS_OK;
     }
-    return khub__fail(rt, KHUB_STATUS_TOKENIZER, "chat: template not recognised (starts \"%.40s\"); "
-                      "khub formats ChatML and Llama-3.0 templates only, pass one of those",
-                      tmpl);
+    return khub__fail(rt, KHUB_STATUS_TOKENIZER,
+                      "chat: template not recognised (starts \"%.40s\"); khub formats "
+                      "ChatML and Llama-3.0 templates only, pass one of those", tmpl);
 }
 
 const char *khub__chat_end_of_turn(khub_chat_style style)

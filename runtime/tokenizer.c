@@ -365,10 +365,10 @@ static khub_status add_merge(khub_tokenizer *tok, const char *l, size_t ln, cons
 {
     khub_runtime *rt = tok->rt;
     int32_t li = vocab_lookup(tok, l, ln), ri = vocab_lookup(tok, r, rn);
+    size_t bad_len = li < 0 ? ln : rn;
     KHUB_RETURN_IF(rt, li < 0 || ri < 0, KHUB_STATUS_TOKENIZER,
                    "%s[%ld]: \"%.*s\" is not in the vocab; the merges do not belong to this "
-                   "vocab", where, (long)rank, (int)(li < 0 ? (ln > 64 ? 64 : ln) : (rn > 64 ? 64 : rn)),
-                   li < 0 ? l : r);
+                   "vocab", where, (long)rank, (int)(bad_len > 64 ? 64 : bad_len), li < 0 ? l : r);
     char small[512];
     char *buf = ln + rn <= sizeof small ? small : khub__malloc(rt, ln + rn);
     KHUB_RETURN_IF(rt, !buf, KHUB_STATUS_NOMEM, "tokenizer: out of memory");
@@ -388,7 +388,8 @@ static int cmp_added(const void *pa, const void *pb, void *ud)
 {
     const khub_tokenizer *tok = ud;
     const added_tok *a = pa, *b = pb;
-    unsigned char fa = (unsigned char)tok->strings[a->off], fb = (unsigned char)tok->strings[b->off];
+    unsigned char fa = (unsigned char)tok->strings[a->off];
+    unsigned char fb = (unsigned char)tok->strings[b->off];
     if (fa != fb) return fa < fb ? -1 : 1;
     if (a->len != b->len) return a->len > b->len ? -1 : 1;
     return a->id < b->id ? -1 : a->id > b->id;
@@ -1575,11 +1576,11 @@ static khub_status spec_merges(khub_tokenizer *tok, const khub_tokenizer_spec *s
         const char *m = spec->merges[i];
         size_t n = m ? spec_len(spec->merges, spec->merge_lens, i) : 0;
         const char *sp = m ? memchr(m, ' ', n) : NULL;
-        KHUB_RETURN_IF(rt, !sp || sp == m || sp + 1 == m + n || memchr(sp + 1, ' ', (size_t)(m + n - sp - 1)),
+        size_t rn = sp ? (size_t)(m + n - sp - 1) : 0;
+        KHUB_RETURN_IF(rt, !sp || sp == m || rn == 0 || memchr(sp + 1, ' ', rn),
                        KHUB_STATUS_TOKENIZER, GG "tokenizer.ggml.merges[%zu] is not \"left "
                        "right\"", i);
-        KHUB_FORWARD_IF_ERROR(rt, add_merge(tok, m, (size_t)(sp - m), sp + 1,
-                                            (size_t)(m + n - sp - 1), (int32_t)i,
+        KHUB_FORWARD_IF_ERROR(rt, add_merge(tok, m, (size_t)(sp - m), sp + 1, rn, (int32_t)i,
                                             GG "tokenizer.ggml.merges"));
     }
     return KHUB_STATUS_OK;

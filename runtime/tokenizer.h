@@ -22,8 +22,11 @@
  *
  * Errors: every loader failure is KHUB_STATUS_TOKENIZER (or NOMEM / IO /
  * NOT_FOUND for the file) with a one-line message on rt naming the field,
- * e.g. "tokenizer.json: model.merges[17]: \"a b\" names a token not in the
- * vocab; re-export the tokenizer". Input files are treated as hostile.
+ * e.g. "tokenizer.json: model.merges[17]: \"x\" is not in the vocab; the
+ * merges do not belong to this vocab". Input files are treated as hostile.
+ * Not implemented (refused by name): normalizers (Qwen2's tokenizer.json has
+ * NFC; its GGUF form, which has none, loads), add_prefix_space, single_word
+ * added tokens, BPE dropout, byte_fallback.
  *
  * Threading: a loaded tokenizer is immutable; encode, decode and the queries
  * may run concurrently on one tokenizer. A khub_detok belongs to one thread.
@@ -72,7 +75,8 @@ typedef struct khub_tokenizer_spec {
 } khub_tokenizer_spec;
 
 /* A spec with every id -1 and every pointer NULL. */
-#define KHUB_TOKENIZER_SPEC_INIT {NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, -1, 0, NULL}
+#define KHUB_TOKENIZER_SPEC_INIT                                                  \
+    {NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, -1, 0, NULL}
 
 /* Loads a Hugging Face tokenizer.json (model.type "BPE", byte-level) at path,
  * plus tokenizer_config.json from the same directory when present (for
