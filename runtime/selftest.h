@@ -12,9 +12,11 @@
  *   qlinear     [n, in, out]                 dtype q8_0, q4_0, q4_1, int8_row or
  *                                            nf4 (weights quantized by ref-cpu)
  *   rotary      [n, n_heads, head_dim]       NEOX, theta 10000
+ *   kv_cache    [n_layers, n_kv_heads, head_dim, n_tokens]  dtype f32 or f16: the
+ *               same K/V written in two chunks per layer and read back by view()
  * The score is the normalised mean squared error
  *   NMSE = sum((y - y_ref)^2) / sum(y_ref^2),
- * which must not exceed the tolerance. kv_cache ops have no numeric test.
+ * which must not exceed the tolerance.
  */
 #ifndef KHUB_RUNTIME_SELFTEST_H
 #define KHUB_RUNTIME_SELFTEST_H
