@@ -1517,6 +1517,41 @@ TEST_IMPL(loader_builtin_select_call)
     ASSERT_STATUS(khub_binding_call(b, &a), KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "rms_norm: weight.shape[0] (dim) (got 3, want 64)");
     free(x), free(w), free(y), free(want);
+    /* attention on the real pool (per-chunk scratch from several threads) */
+    khub_op_query qa = {KHUB_STRUCT_INIT(khub_op_query),
+                        .kind = KHUB_OP_ATTENTION,
+                        .device_type = KHUB_DEVICE_CPU,
+                        .dtype_id = KHUB_DTYPE_ID_F16,
+                        .head_dim = 64,
+                        .flags = KHUB_CAP_GQA | KHUB_CAP_KV_F16,
+                        .plugin_id = "khub/ref-cpu",
+                        .op_name = "attention"};
+    ASSERT_OK(khub_registry_select(rt, &qa, &b));
+    const int64_t nq = 13, nkv = 40, H = 9, Hkv = 3, D = 64;
+    float *qv = fbuf((size_t)(nq * H * D)), *out = fbuf((size_t)(nq * H * D));
+    float *k = fbuf((size_t)(nkv * Hkv * D)), *v = fbuf((size_t)(nkv * Hkv * D));
+    uint16_t *kh = calloc((size_t)(nkv * Hkv * D), 2), *vh = calloc((size_t)(nkv * Hkv * D), 2);
+    double *aw = dbuf((size_t)(nq * H * D)), *scratch = dbuf((size_t)nkv);
+    oracle_fill(&r, qv, (size_t)(nq * H * D), -1, 1);
+    oracle_fill(&r, k, (size_t)(nkv * Hkv * D), -1, 1);
+    oracle_fill(&r, v, (size_t)(nkv * Hkv * D), -1, 1);
+    for (int64_t i = 0; i < nkv * Hkv * D; i++) {
+        kh[i] = khub_pu_f32_to_f16(k[i]), k[i] = khub_pu_f16_to_f32(kh[i]);
+        vh[i] = khub_pu_f32_to_f16(v[i]), v[i] = khub_pu_f16_to_f32(vh[i]);
+    }
+    tens tq, tk, tv, to;
+    khub_attention_args at = {KHUB_STRUCT_INIT(khub_attention_args),
+                              .q = mk(&tq, qv, KHUB_DTYPE_F32, 3, nq, H, D),
+                              .k = mk(&tk, kh, KHUB_DTYPE_F16, 3, nkv, Hkv, D),
+                              .v = mk(&tv, vh, KHUB_DTYPE_F16, 3, nkv, Hkv, D),
+                              .out = mk(&to, out, KHUB_DTYPE_F32, 3, nq, H, D),
+                              .scale = 0.125f,
+                              .causal = 1,
+                              .q_pos0 = nkv - nq};
+    ASSERT_OK(khub_binding_call(b, &at));
+    oracle_attention(qv, k, v, NULL, nq, nkv, H, Hkv, D, 0.125, 1, nkv - nq, 0, scratch, aw);
+    ASSERT_LE(oracle_nmse(out, aw, (size_t)(nq * H * D)), 1e-12);
+    free(qv), free(out), free(k), free(v), free(kh), free(vh), free(aw), free(scratch);
     khub_runtime_free(rt);
 }
 
