@@ -831,6 +831,16 @@ TEST_IMPL(linear_invalid_args)
                      "block of 32)");
     }
     {
+        /* a Q8_0 weight whose logical size fits in int64 but whose bytes do not */
+        LIN_RESET();
+        tw.t.dtype = KHUB_DTYPE_Q(KHUB_QFORMAT_Q8_0);
+        tw.shape[0] = ty.shape[1] = INT64_C(1) << 32;
+        tw.shape[1] = tx.shape[1] = (INT64_C(1) << 31) - 32;
+        a.bias = NULL;
+        ASSERT_FAILS(run("qlinear", &a), KHUB_STATUS_OVERFLOW,
+                     "qlinear: weight of 4294967296 rows x 2281701342 bytes overflows");
+    }
+    {
         LIN_RESET();
         a.y = &tx.t;
         tx.shape[1] = 3;

@@ -92,6 +92,11 @@ static khub_status lin_run(const khub_host_api *host, const char *op, const void
                               "%s's block of %lld)",
                               op, (long long)j.in, khub_pu_dtype_name(j.wdt),
                               (long long)khub_qformat_block_elems((khub_qformat)j.wdt.bits));
+        int64_t total;
+        if (__builtin_mul_overflow(j.out, j.row_bytes, &total))
+            return host->fail(c, KHUB_STATUS_OVERFLOW,
+                              "%s: weight of %lld rows x %lld bytes overflows (check its shape)",
+                              op, (long long)j.out, (long long)j.row_bytes);
     } else {
         if (!khub_pu_is_compact(a->weight))
             return host->fail(c, KHUB_STATUS_INVALID_ARG,
