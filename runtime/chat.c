@@ -48,10 +48,7 @@ static void sb_put(sbuf *b, const char *s, size_t n)
     b->p[b->n] = '\0';
 }
 
-static void sb_str(sbuf *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
-}
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
 
 /* Hands the text over as a strlen + 1 allocation (khub__strfree's contract). */
 static khub_status sb_finish(sbuf *b, char **out)
@@ -82,20 +79,25 @@ static khub_status default_system(khub_runtime *rt, const char *tmpl, char **out
         if (p == tmpl || (p[-1] != '\'' && p[-1] != '"')) continue; /* not a literal's start */
         char quote = p[-1];
         const char *s = p + sizeof tag - 1;
-        if (*s == '\n') s++;
-        else if (s[0] == '\\' && s[1] == 'n') s += 2;
-        else continue;
+        if (*s == '\n')
+            s++;
+        else if (s[0] == '\\' && s[1] == 'n')
+            s += 2;
+        else
+            continue;
         const char *end = strstr(s, "<|im_end|>");
         if (!end) continue;
         sbuf b = {.rt = rt};
         bool literal = true;
         for (const char *q = s; q < end && literal; q++) {
-            if (*q == quote) literal = false; /* the literal closes: content is dynamic */
+            if (*q == quote)
+                literal = false; /* the literal closes: content is dynamic */
             else if (*q == '\\' && q + 1 < end) {
                 q++;
                 char c = *q == 'n' ? '\n' : *q == 't' ? '\t' : *q;
                 sb_put(&b, &c, 1);
-            } else sb_put(&b, q, 1);
+            } else
+                sb_put(&b, q, 1);
         }
         if (!literal) {
             khub__free(rt, b.p, b.cap);
@@ -133,7 +135,8 @@ khub_status khub__chat_detect(khub_runtime *rt, const char *tmpl, khub_chat_styl
     }
     return khub__fail(rt, KHUB_STATUS_TOKENIZER,
                       "chat: template not recognised (starts \"%.40s\"); khub formats "
-                      "ChatML and Llama-3.0 templates only, pass one of those", tmpl);
+                      "ChatML and Llama-3.0 templates only, pass one of those",
+                      tmpl);
 }
 
 const char *khub__chat_end_of_turn(khub_chat_style style)
@@ -141,7 +144,7 @@ const char *khub__chat_end_of_turn(khub_chat_style style)
     switch (style) {
     case KHUB_CHAT_CHATML: return "<|im_end|>";
     case KHUB_CHAT_LLAMA3: return "<|eot_id|>";
-    default:               return "";
+    default: return "";
     }
 }
 
@@ -158,10 +161,7 @@ static bool role_ok(const char *role)
 }
 
 /* Jinja's trim: Python's str.strip() whitespace at both ends. */
-static bool py_space(uint32_t cp)
-{
-    return khub__uni_is_space(cp) || (cp >= 0x1C && cp <= 0x1F);
-}
+static bool py_space(uint32_t cp) { return khub__uni_is_space(cp) || (cp >= 0x1C && cp <= 0x1F); }
 
 static void put_trimmed(sbuf *b, const char *s)
 {
@@ -210,7 +210,8 @@ khub_status khub__chat_format(khub_runtime *rt, const char *tmpl, const khub_cha
     for (size_t i = 0; i < n; i++) {
         KHUB_RETURN_IF(rt, !role_ok(msgs[i].role), KHUB_STATUS_TOKENIZER,
                        "chat: message %zu has an empty or invalid role; use system, user or "
-                       "assistant", i);
+                       "assistant",
+                       i);
         KHUB_RETURN_IF(rt, !msgs[i].content, KHUB_STATUS_TOKENIZER,
                        "chat: message %zu (%s) has no content", i, msgs[i].role);
     }
@@ -220,8 +221,7 @@ khub_status khub__chat_format(khub_runtime *rt, const char *tmpl, const khub_cha
     sbuf b = {.rt = rt};
     if (style == KHUB_CHAT_CHATML) {
         /* The template inserts it on the first loop turn: none for no messages. */
-        if (sys && n > 0 && strcmp(msgs[0].role, "system") != 0)
-            chatml_turn(&b, "system", sys);
+        if (sys && n > 0 && strcmp(msgs[0].role, "system") != 0) chatml_turn(&b, "system", sys);
         for (size_t i = 0; i < n; i++) chatml_turn(&b, msgs[i].role, msgs[i].content);
         if (add_generation_prompt) sb_str(&b, "<|im_start|>assistant\n");
     } else {

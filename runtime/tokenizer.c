@@ -28,9 +28,9 @@
 
 #include "unicode.h"
 
-#define TOK_MAX_IDS (1u << 24)       /* refuse ids at or above this */
+#define TOK_MAX_IDS       (1u << 24) /* refuse ids at or above this */
 #define TOK_MAX_TOKEN_LEN (1u << 16) /* bytes of one token string */
-#define TOK_MAX_FILE (1u << 30)      /* bytes of tokenizer.json */
+#define TOK_MAX_FILE      (1u << 30) /* bytes of tokenizer.json */
 
 typedef enum pre_kind {
     PRE_GPT2 = 0, /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
@@ -66,7 +66,7 @@ typedef struct added_tok {
 typedef struct pair_slot {
     uint64_t key; /* (left + 1) << 32 | right; 0 = empty */
     int32_t rank;
-    int32_t id;   /* the merged token */
+    int32_t id; /* the merged token */
 } pair_slot;
 
 struct khub_tokenizer {
@@ -149,8 +149,10 @@ static khub_status put_string(khub_tokenizer *tok, const char *s, size_t n, uint
         size_t cap = tok->strings_cap ? tok->strings_cap : 1 << 16;
         while (cap < need) cap *= 2;
         char *p = khub__realloc(rt, tok->strings, tok->strings_cap, cap);
-        KHUB_RETURN_IF(rt, !p, KHUB_STATUS_NOMEM, "tokenizer: out of memory for %zu bytes of "
-                       "token strings", cap);
+        KHUB_RETURN_IF(rt, !p, KHUB_STATUS_NOMEM,
+                       "tokenizer: out of memory for %zu bytes of "
+                       "token strings",
+                       cap);
         tok->strings = p;
         tok->strings_cap = cap;
     }
@@ -213,8 +215,7 @@ static const pair_slot *pair_lookup(const khub_tokenizer *tok, int32_t left, int
 }
 
 /* A later duplicate overwrites an earlier one, as tokenizers' HashMap does. */
-static void pair_insert(khub_tokenizer *tok, int32_t left, int32_t right, int32_t rank,
-                        int32_t id)
+static void pair_insert(khub_tokenizer *tok, int32_t left, int32_t right, int32_t rank, int32_t id)
 {
     uint64_t key = ((uint64_t)(uint32_t)(left + 1) << 32) | (uint32_t)right;
     size_t mask = tok->pairs_cap - 1;
@@ -253,8 +254,7 @@ static khub_status tok_new(khub_runtime *rt, size_t n_entries, size_t n_merges,
     tok->pairs_cap = pow2_at_least(n_merges * 2);
     tok->pairs = khub__calloc(rt, tok->pairs_cap, sizeof *tok->pairs);
     KHUB_RETURN_IF(rt, !tok->entries || !tok->vocab_map || !tok->pairs, KHUB_STATUS_NOMEM,
-                   "tokenizer: out of memory for %zu tokens and %zu merges", n_entries,
-                   n_merges);
+                   "tokenizer: out of memory for %zu tokens and %zu merges", n_entries, n_merges);
     return KHUB_STATUS_OK;
 }
 
@@ -303,8 +303,8 @@ static khub_status store_bytes(khub_tokenizer *tok, tok_entry *e)
 }
 
 /* Sets vocab entry id to text s[0..n). where names the field for messages. */
-static khub_status set_vocab(khub_tokenizer *tok, int32_t id, const char *s, size_t n,
-                             uint8_t type, bool dup_ok, const char *where)
+static khub_status set_vocab(khub_tokenizer *tok, int32_t id, const char *s, size_t n, uint8_t type,
+                             bool dup_ok, const char *where)
 {
     khub_runtime *rt = tok->rt;
     KHUB_RETURN_IF(rt, id < 0 || (size_t)id >= tok->n_entries, KHUB_STATUS_TOKENIZER,
@@ -329,15 +329,15 @@ static khub_status set_vocab(khub_tokenizer *tok, int32_t id, const char *s, siz
 }
 
 /* Registers an added token (matched whole in the input before BPE). */
-static khub_status add_added(khub_tokenizer *tok, int32_t id, const char *s, size_t n,
-                             bool special, bool lstrip, bool rstrip, const char *where)
+static khub_status add_added(khub_tokenizer *tok, int32_t id, const char *s, size_t n, bool special,
+                             bool lstrip, bool rstrip, const char *where)
 {
     khub_runtime *rt = tok->rt;
     KHUB_RETURN_IF(rt, id < 0 || (size_t)id >= tok->n_entries, KHUB_STATUS_TOKENIZER,
                    "%s: id %ld is outside 0..%zu", where, (long)id, tok->n_entries - 1);
     KHUB_RETURN_IF(rt, n == 0 || n > TOK_MAX_TOKEN_LEN, KHUB_STATUS_TOKENIZER,
-                   "%s: content of token %ld has length %zu (must be 1..%u bytes)", where,
-                   (long)id, n, TOK_MAX_TOKEN_LEN);
+                   "%s: content of token %ld has length %zu (must be 1..%u bytes)", where, (long)id,
+                   n, TOK_MAX_TOKEN_LEN);
     for (size_t i = 0; i < tok->n_added; i++)
         KHUB_RETURN_IF(rt, tok->added[i].id == id, KHUB_STATUS_TOKENIZER,
                        "%s: id %ld is listed twice; remove the duplicate", where, (long)id);
@@ -368,7 +368,8 @@ static khub_status add_merge(khub_tokenizer *tok, const char *l, size_t ln, cons
     size_t bad_len = li < 0 ? ln : rn;
     KHUB_RETURN_IF(rt, li < 0 || ri < 0, KHUB_STATUS_TOKENIZER,
                    "%s[%ld]: \"%.*s\" is not in the vocab; the merges do not belong to this "
-                   "vocab", where, (long)rank, (int)(bad_len > 64 ? 64 : bad_len), li < 0 ? l : r);
+                   "vocab",
+                   where, (long)rank, (int)(bad_len > 64 ? 64 : bad_len), li < 0 ? l : r);
     char small[512];
     char *buf = ln + rn <= sizeof small ? small : khub__malloc(rt, ln + rn);
     KHUB_RETURN_IF(rt, !buf, KHUB_STATUS_NOMEM, "tokenizer: out of memory");
@@ -378,8 +379,8 @@ static khub_status add_merge(khub_tokenizer *tok, const char *l, size_t ln, cons
     if (buf != small) khub__free(rt, buf, ln + rn);
     KHUB_RETURN_IF(rt, mi < 0, KHUB_STATUS_TOKENIZER,
                    "%s[%ld]: the merge of \"%.*s\" and \"%.*s\" is not in the vocab; the merges "
-                   "do not belong to this vocab", where, (long)rank, (int)(ln > 64 ? 64 : ln), l,
-                   (int)(rn > 64 ? 64 : rn), r);
+                   "do not belong to this vocab",
+                   where, (long)rank, (int)(ln > 64 ? 64 : ln), l, (int)(rn > 64 ? 64 : rn), r);
     pair_insert(tok, li, ri, rank, mi);
     return KHUB_STATUS_OK;
 }
@@ -472,10 +473,7 @@ static size_t run_end(span t, size_t i, bool (*cls)(uint32_t))
     return i;
 }
 
-static bool is_crlf(uint32_t c)
-{
-    return c == '\r' || c == '\n';
-}
+static bool is_crlf(uint32_t c) { return c == '\r' || c == '\n'; }
 
 /* Length of 's|'t|'re|'ve|'m|'ll|'d at i (case-insensitive with ci, where
  * U+017F LONG S folds to s as in Oniguruma's case folding), or 0. */
@@ -489,8 +487,7 @@ static size_t contraction(span t, size_t i, bool ci)
     if (i + 2 >= t.n) return 0;
     unsigned char b = t.s[i + 2];
     unsigned char bl = ci ? (unsigned char)(b | 0x20) : b;
-    if ((al == 'r' && bl == 'e') || (al == 'v' && bl == 'e') || (al == 'l' && bl == 'l'))
-        return 3;
+    if ((al == 'r' && bl == 'e') || (al == 'v' && bl == 'e') || (al == 'l' && bl == 'l')) return 3;
     return 0;
 }
 
@@ -562,8 +559,8 @@ static size_t match_piece(pre_kind pre, span t, size_t i)
 {
     switch (pre) {
     case PRE_LLAMA3: return match_llama3(t, i, 3);
-    case PRE_QWEN2:  return match_llama3(t, i, 1);
-    default:         return match_gpt2(t, i);
+    case PRE_QWEN2: return match_llama3(t, i, 1);
+    default: return match_gpt2(t, i);
     }
 }
 
@@ -673,8 +670,8 @@ static int32_t whole_piece(const khub_tokenizer *tok, enc_state *st, span p)
     if (!khub__mul_ok(p.n, 2, &need) || !grow(st->rt, (void **)&st->buf, &st->buf_cap, need, 1))
         return -1;
     size_t k = 0;
-    for (size_t i = 0; i < p.n; i++) k += khub__utf8_encode(byte_to_cp(p.s[i]),
-                                                            (unsigned char *)st->buf + k);
+    for (size_t i = 0; i < p.n; i++)
+        k += khub__utf8_encode(byte_to_cp(p.s[i]), (unsigned char *)st->buf + k);
     return vocab_lookup(tok, st->buf, k);
 }
 
@@ -686,9 +683,10 @@ static khub_status bpe_piece(const khub_tokenizer *tok, enc_state *st, span p)
         if (id >= 0) return emit(st, id);
     }
     size_t hcap;
-    KHUB_RETURN_IF(rt, !grow(rt, (void **)&st->syms, &st->syms_cap, p.n, sizeof *st->syms) ||
-                   !khub__mul_ok(p.n, 3, &hcap) ||
-                   !grow(rt, (void **)&st->heap, &st->heap_cap, hcap, sizeof *st->heap),
+    KHUB_RETURN_IF(rt,
+                   !grow(rt, (void **)&st->syms, &st->syms_cap, p.n, sizeof *st->syms) ||
+                       !khub__mul_ok(p.n, 3, &hcap) ||
+                       !grow(rt, (void **)&st->heap, &st->heap_cap, hcap, sizeof *st->heap),
                    KHUB_STATUS_NOMEM, "tokenizer: out of memory for a %zu-byte piece", p.n);
     int32_t n = 0;
     for (size_t i = 0; i < p.n; i++) {
@@ -759,8 +757,7 @@ static khub_status encode_stretch(const khub_tokenizer *tok, enc_state *st, span
 }
 
 /* Leftmost-longest added token at or after pos; returns its index or -1. */
-static ptrdiff_t next_added(const khub_tokenizer *tok, span t, size_t pos, bool special,
-                            size_t *at)
+static ptrdiff_t next_added(const khub_tokenizer *tok, span t, size_t pos, bool special, size_t *at)
 {
     for (size_t i = pos; i < t.n; i++) {
         unsigned b = t.s[i];
@@ -790,10 +787,7 @@ static size_t strip_left(span t, size_t from, size_t end)
     return end;
 }
 
-static size_t strip_right(span t, size_t start)
-{
-    return run_end(t, start, khub__uni_is_space);
-}
+static size_t strip_right(span t, size_t start) { return run_end(t, start, khub__uni_is_space); }
 
 khub_status khub__tokenizer_encode(const khub_tokenizer *tok, const char *str, size_t len,
                                    uint32_t flags, int32_t **ids, size_t *n)
@@ -807,7 +801,8 @@ khub_status khub__tokenizer_encode(const khub_tokenizer *tok, const char *str, s
     span t = {(const unsigned char *)str, len};
     bool bos = (flags & KHUB_TOK_ADD_BOS) || ((flags & KHUB_TOK_ADD_SPECIAL) && tok->add_bos);
     if (bos && tok->bos < 0) {
-        s = khub__fail(rt, KHUB_STATUS_TOKENIZER, "tokenizer: asked to add bos, but this "
+        s = khub__fail(rt, KHUB_STATUS_TOKENIZER,
+                       "tokenizer: asked to add bos, but this "
                        "tokenizer has no bos token; drop KHUB_TOK_ADD_BOS");
         goto fail;
     }
@@ -887,8 +882,7 @@ static void dbuf_free(khub_runtime *rt, dbuf *b)
 /* Appends s[0..n) to out with each maximal invalid subpart replaced by
  * U+FFFD. Unless final, an incomplete sequence at the end is not consumed;
  * returns the number of bytes consumed, or SIZE_MAX on OOM. */
-static size_t put_lossy(khub_runtime *rt, dbuf *out, const unsigned char *s, size_t n,
-                        bool final)
+static size_t put_lossy(khub_runtime *rt, dbuf *out, const unsigned char *s, size_t n, bool final)
 {
     static const unsigned char fffd[3] = {0xEF, 0xBF, 0xBD};
     size_t i = 0, run = 0; /* run: start of the pending valid bytes */
@@ -918,10 +912,10 @@ khub_status khub__tokenizer_token_bytes(const khub_tokenizer *tok, int32_t id, c
 {
     khub_runtime *rt = tok ? tok->rt : NULL;
     KHUB_API_CHECK(rt, tok && ptr && len);
-    KHUB_RETURN_IF(rt, id < 0 || (size_t)id >= tok->n_entries ||
-                   tok->entries[id].type == KHUB_TOKEN_UNDEFINED, KHUB_STATUS_TOKENIZER,
-                   "tokenizer: token id %ld is not in the vocab (%zu ids)", (long)id,
-                   tok->n_entries);
+    KHUB_RETURN_IF(
+        rt, id < 0 || (size_t)id >= tok->n_entries || tok->entries[id].type == KHUB_TOKEN_UNDEFINED,
+        KHUB_STATUS_TOKENIZER, "tokenizer: token id %ld is not in the vocab (%zu ids)", (long)id,
+        tok->n_entries);
     *ptr = tok->strings + tok->entries[id].bytes_off;
     *len = tok->entries[id].bytes_len;
     return KHUB_STATUS_OK;
@@ -1017,8 +1011,8 @@ static khub_status detok_run(khub_detok *d, const char *bytes, size_t n, bool fi
     d->delta.n = 0;
     bool ok = dbuf_put(rt, &d->raw, d->held, d->n_held) && dbuf_put(rt, &d->raw, bytes, n) &&
               dbuf_put(rt, &d->delta, "", 0);
-    size_t used = ok ? put_lossy(rt, &d->delta, (const unsigned char *)d->raw.p, d->raw.n,
-                                 final) : SIZE_MAX;
+    size_t used =
+        ok ? put_lossy(rt, &d->delta, (const unsigned char *)d->raw.p, d->raw.n, final) : SIZE_MAX;
     ok = used != SIZE_MAX && dbuf_put(rt, &d->all, d->delta.p, d->delta.n);
     KHUB_RETURN_IF(rt, !ok, KHUB_STATUS_NOMEM, "tokenizer: out of memory detokenizing");
     d->n_held = d->raw.n - used; /* < 4: only an incomplete sequence is held */
@@ -1073,8 +1067,7 @@ bool khub__tokenizer_is_eog(const khub_tokenizer *tok, int32_t id)
     return id >= 0 && (size_t)id < tok->n_entries && tok->entries[id].eog;
 }
 
-khub_status khub__tokenizer_find(const khub_tokenizer *tok, const char *s, size_t len,
-                                 int32_t *id)
+khub_status khub__tokenizer_find(const khub_tokenizer *tok, const char *s, size_t len, int32_t *id)
 {
     int32_t v = find_any(tok, s, len);
     if (v < 0) return KHUB_STATUS_NOT_FOUND;
@@ -1093,10 +1086,7 @@ static const cJSON *jget(const cJSON *o, const char *key)
     return cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
 }
 
-static bool jnull(const cJSON *v)
-{
-    return !v || cJSON_IsNull(v);
-}
+static bool jnull(const cJSON *v) { return !v || cJSON_IsNull(v); }
 
 /* Optional boolean: absent or null gives dflt. */
 static khub_status jbool(khub_runtime *rt, const cJSON *o, const char *key, bool dflt, bool *out,
@@ -1107,8 +1097,8 @@ static khub_status jbool(khub_runtime *rt, const cJSON *o, const char *key, bool
         *out = dflt;
         return KHUB_STATUS_OK;
     }
-    KHUB_RETURN_IF(rt, !cJSON_IsBool(v), KHUB_STATUS_TOKENIZER,
-                   "%s%s must be true or false", where, key);
+    KHUB_RETURN_IF(rt, !cJSON_IsBool(v), KHUB_STATUS_TOKENIZER, "%s%s must be true or false", where,
+                   key);
     *out = cJSON_IsTrue(v);
     return KHUB_STATUS_OK;
 }
@@ -1116,12 +1106,12 @@ static khub_status jbool(khub_runtime *rt, const cJSON *o, const char *key, bool
 static khub_status jid(khub_runtime *rt, const cJSON *v, int32_t *out, const char *where,
                        const char *name)
 {
-    KHUB_RETURN_IF(rt, !cJSON_IsNumber(v), KHUB_STATUS_TOKENIZER,
-                   "%s%s: the id must be a number", where, name);
+    KHUB_RETURN_IF(rt, !cJSON_IsNumber(v), KHUB_STATUS_TOKENIZER, "%s%s: the id must be a number",
+                   where, name);
     double d = v->valuedouble;
     KHUB_RETURN_IF(rt, !(d >= 0 && d < TOK_MAX_IDS) || d != (double)(int32_t)d,
-                   KHUB_STATUS_TOKENIZER, "%s%s: id %.17g is not an integer in 0..%u", where,
-                   name, d, TOK_MAX_IDS - 1);
+                   KHUB_STATUS_TOKENIZER, "%s%s: id %.17g is not an integer in 0..%u", where, name,
+                   d, TOK_MAX_IDS - 1);
     *out = (int32_t)d;
     return KHUB_STATUS_OK;
 }
@@ -1156,22 +1146,27 @@ static khub_status detect_pre(khub_runtime *rt, const cJSON *pre, pre_kind *out)
             return KHUB_STATUS_OK;
         }
         const cJSON *re = jget(jget(a, "pattern"), "Regex"), *beh = jget(a, "behavior");
-        if (cJSON_IsString(at) && strcmp(at->valuestring, "Split") == 0 &&
-            cJSON_IsString(re) && cJSON_IsString(beh) &&
-            strcmp(beh->valuestring, "Isolated") == 0 && !cJSON_IsTrue(jget(a, "invert")) &&
-            is_bytelevel(b, false)) {
-            if (strcmp(re->valuestring, re_llama3) == 0) *out = PRE_LLAMA3;
-            else if (strcmp(re->valuestring, re_qwen2) == 0) *out = PRE_QWEN2;
+        if (cJSON_IsString(at) && strcmp(at->valuestring, "Split") == 0 && cJSON_IsString(re) &&
+            cJSON_IsString(beh) && strcmp(beh->valuestring, "Isolated") == 0 &&
+            !cJSON_IsTrue(jget(a, "invert")) && is_bytelevel(b, false)) {
+            if (strcmp(re->valuestring, re_llama3) == 0)
+                *out = PRE_LLAMA3;
+            else if (strcmp(re->valuestring, re_qwen2) == 0)
+                *out = PRE_QWEN2;
             else
-                return khub__fail(rt, KHUB_STATUS_TOKENIZER, TJ "pre_tokenizer: Split regex "
-                                  "\"%.80s\" is not one khub implements (GPT-2, SmolLM2, "
-                                  "Llama-3, Qwen2)", re->valuestring);
+                return khub__fail(rt, KHUB_STATUS_TOKENIZER,
+                                  TJ "pre_tokenizer: Split regex "
+                                     "\"%.80s\" is not one khub implements (GPT-2, SmolLM2, "
+                                     "Llama-3, Qwen2)",
+                                  re->valuestring);
             return KHUB_STATUS_OK;
         }
     }
-    return khub__fail(rt, KHUB_STATUS_TOKENIZER, TJ "pre_tokenizer of type \"%.40s\" is not a "
-                      "pattern khub implements (ByteLevel, Digits+ByteLevel, Split(Llama-3 or "
-                      "Qwen2 regex)+ByteLevel, all without add_prefix_space)", t->valuestring);
+    return khub__fail(rt, KHUB_STATUS_TOKENIZER,
+                      TJ "pre_tokenizer of type \"%.40s\" is not a "
+                         "pattern khub implements (ByteLevel, Digits+ByteLevel, Split(Llama-3 or "
+                         "Qwen2 regex)+ByteLevel, all without add_prefix_space)",
+                      t->valuestring);
 }
 
 /* Refuses model options that change BPE in ways khub does not implement. */
@@ -1186,29 +1181,31 @@ static khub_status check_model(khub_tokenizer *tok, const cJSON *model)
                    cJSON_IsString(t) ? t->valuestring : "?");
     const cJSON *dropout = jget(model, "dropout");
     KHUB_RETURN_IF(rt, !jnull(dropout) && !(cJSON_IsNumber(dropout) && dropout->valuedouble == 0),
-                   KHUB_STATUS_TOKENIZER, TJ "model.dropout is set; BPE dropout is training-only "
-                   "and not supported");
+                   KHUB_STATUS_TOKENIZER,
+                   TJ "model.dropout is set; BPE dropout is training-only "
+                      "and not supported");
     static const char *const empty_keys[] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (size_t i = 0; i < 2; i++) {
         const cJSON *v = jget(model, empty_keys[i]);
         KHUB_RETURN_IF(rt, !jnull(v) && !(cJSON_IsString(v) && v->valuestring[0] == '\0'),
-                       KHUB_STATUS_TOKENIZER, TJ "model.%s is set; not supported for byte-level "
-                       "BPE", empty_keys[i]);
+                       KHUB_STATUS_TOKENIZER,
+                       TJ "model.%s is set; not supported for byte-level "
+                          "BPE",
+                       empty_keys[i]);
     }
     bool byte_fallback;
-    KHUB_FORWARD_IF_ERROR(rt, jbool(rt, model, "byte_fallback", false, &byte_fallback,
-                                    TJ "model."));
+    KHUB_FORWARD_IF_ERROR(rt,
+                          jbool(rt, model, "byte_fallback", false, &byte_fallback, TJ "model."));
     KHUB_RETURN_IF(rt, byte_fallback, KHUB_STATUS_TOKENIZER,
                    TJ "model.byte_fallback is true; not supported for byte-level BPE");
-    KHUB_FORWARD_IF_ERROR(rt, jbool(rt, model, "ignore_merges", false, &tok->ignore_merges,
-                                    TJ "model."));
+    KHUB_FORWARD_IF_ERROR(
+        rt, jbool(rt, model, "ignore_merges", false, &tok->ignore_merges, TJ "model."));
     KHUB_FORWARD_IF_ERROR(rt, jbool(rt, model, "fuse_unk", false, &tok->fuse_unk, TJ "model."));
     return KHUB_STATUS_OK;
 }
 
 /* Number of ids: one past the largest id of model.vocab and added_tokens. */
-static khub_status count_ids(khub_runtime *rt, const cJSON *vocab, const cJSON *added,
-                             size_t *n)
+static khub_status count_ids(khub_runtime *rt, const cJSON *vocab, const cJSON *added, size_t *n)
 {
     int32_t max = -1, id;
     size_t count = 0;
@@ -1257,9 +1254,9 @@ static khub_status load_added(khub_tokenizer *tok, const cJSON *added)
         KHUB_RETURN_IF(rt, single, KHUB_STATUS_TOKENIZER,
                        "%s: single_word added tokens are not supported", where);
         int32_t id = (int32_t)jget(a, "id")->valuedouble; /* checked by count_ids */
-        KHUB_FORWARD_IF_ERROR(rt, add_added(tok, id, content->valuestring,
-                                            strlen(content->valuestring), special, lstrip,
-                                            rstrip, where));
+        KHUB_FORWARD_IF_ERROR(rt,
+                              add_added(tok, id, content->valuestring, strlen(content->valuestring),
+                                        special, lstrip, rstrip, where));
     }
     return KHUB_STATUS_OK;
 }
@@ -1303,8 +1300,8 @@ static khub_status load_post(khub_tokenizer *tok, const cJSON *post)
     const cJSON *t = jget(post, "type");
     const char *type = cJSON_IsString(t) ? t->valuestring : "?";
     if (strcmp(type, "Sequence") == 0) {
-        for (const cJSON *p = jget(post, "processors") ? jget(post, "processors")->child : NULL;
-             p; p = p->next)
+        for (const cJSON *p = jget(post, "processors") ? jget(post, "processors")->child : NULL; p;
+             p = p->next)
             KHUB_FORWARD_IF_ERROR(rt, load_post(tok, p));
         return KHUB_STATUS_OK;
     }
@@ -1318,7 +1315,7 @@ static khub_status load_post(khub_tokenizer *tok, const cJSON *post)
         if (!sp) continue;
         KHUB_RETURN_IF(rt, k != 0 || !cJSON_IsString(sp), KHUB_STATUS_TOKENIZER,
                        TJ "post_processor.single adds a token after the text; only a leading "
-                       "bos is supported");
+                          "bos is supported");
         int32_t id = find_any(tok, sp->valuestring, strlen(sp->valuestring));
         KHUB_RETURN_IF(rt, id < 0, KHUB_STATUS_TOKENIZER,
                        TJ "post_processor.single names \"%.60s\", which is not a token",
@@ -1330,8 +1327,7 @@ static khub_status load_post(khub_tokenizer *tok, const cJSON *post)
 }
 
 /* A token named in tokenizer_config.json: a string, {"content": ...} or null. */
-static khub_status cfg_token(khub_tokenizer *tok, const cJSON *cfg, const char *key,
-                             int32_t *id)
+static khub_status cfg_token(khub_tokenizer *tok, const cJSON *cfg, const char *key, int32_t *id)
 {
     const cJSON *v = jget(cfg, key);
     if (cJSON_IsObject(v)) v = jget(v, "content");
@@ -1366,7 +1362,8 @@ static khub_status load_config(khub_tokenizer *tok, const char *cfg_text, size_t
         tok->chat_template = khub__strdup(rt, ct->valuestring);
         if (!tok->chat_template) st = khub__fail(rt, KHUB_STATUS_NOMEM, "tokenizer: out of memory");
     } else if (!jnull(ct)) {
-        st = khub__fail(rt, KHUB_STATUS_TOKENIZER, "tokenizer_config.json: chat_template is "
+        st = khub__fail(rt, KHUB_STATUS_TOKENIZER,
+                        "tokenizer_config.json: chat_template is "
                         "neither a string nor a list with a \"default\" entry");
     }
     if (st == KHUB_STATUS_OK) st = cfg_token(tok, cfg, "bos_token", &tok->bos);
@@ -1385,7 +1382,7 @@ static khub_status check_top(khub_runtime *rt, const cJSON *root)
     const cJSON *norm = jget(root, "normalizer");
     KHUB_RETURN_IF(rt, !jnull(norm), KHUB_STATUS_TOKENIZER,
                    TJ "normalizer \"%.40s\" is not supported (khub implements byte-level BPE "
-                   "without a normalizer)",
+                      "without a normalizer)",
                    cJSON_IsString(jget(norm, "type")) ? jget(norm, "type")->valuestring : "?");
     const cJSON *dec = jget(root, "decoder"), *dt = jget(dec, "type");
     KHUB_RETURN_IF(rt, !cJSON_IsString(dt) || strcmp(dt->valuestring, "ByteLevel") != 0,
@@ -1403,8 +1400,8 @@ static khub_status check_top(khub_runtime *rt, const cJSON *root)
     return KHUB_STATUS_OK;
 }
 
-static khub_status build_json(khub_runtime *rt, const cJSON *root, const char *cfg,
-                              size_t cfg_len, khub_tokenizer **out)
+static khub_status build_json(khub_runtime *rt, const cJSON *root, const char *cfg, size_t cfg_len,
+                              khub_tokenizer **out)
 {
     KHUB_FORWARD_IF_ERROR(rt, check_top(rt, root));
     const cJSON *model = jget(root, "model"), *vocab = jget(model, "vocab");
@@ -1465,8 +1462,10 @@ static khub_status read_file(khub_runtime *rt, const char *path, char **data, si
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
     if (size < 0 || size > (long)TOK_MAX_FILE || fseek(f, 0, SEEK_SET) != 0) {
         fclose(f);
-        return khub__fail(rt, KHUB_STATUS_IO, "tokenizer: cannot size %s (or it is over %u "
-                          "bytes)", path, TOK_MAX_FILE);
+        return khub__fail(rt, KHUB_STATUS_IO,
+                          "tokenizer: cannot size %s (or it is over %u "
+                          "bytes)",
+                          path, TOK_MAX_FILE);
     }
     char *buf = khub__malloc(rt, (size_t)size + 1);
     if (!buf) {
@@ -1523,15 +1522,14 @@ static size_t spec_len(const char *const *s, const size_t *lens, size_t i)
     return lens ? lens[i] : strlen(s[i]);
 }
 
-static khub_status spec_pre(khub_runtime *rt, const char *pre, pre_kind *out,
-                            bool *ignore_merges)
+static khub_status spec_pre(khub_runtime *rt, const char *pre, pre_kind *out, bool *ignore_merges)
 {
     static const struct {
         const char *name;
         pre_kind kind;
         bool ignore_merges;
-    } names[] = {{"default", PRE_GPT2, false}, {"gpt2", PRE_GPT2, false},
-                 {"smollm", PRE_SMOLLM, false}, {"starcoder", PRE_SMOLLM, false},
+    } names[] = {{"default", PRE_GPT2, false},    {"gpt2", PRE_GPT2, false},
+                 {"smollm", PRE_SMOLLM, false},   {"starcoder", PRE_SMOLLM, false},
                  {"llama-bpe", PRE_LLAMA3, true}, {"llama3", PRE_LLAMA3, true},
                  {"qwen2", PRE_QWEN2, false}};
     if (!pre) pre = "default";
@@ -1542,9 +1540,11 @@ static khub_status spec_pre(khub_runtime *rt, const char *pre, pre_kind *out,
             return KHUB_STATUS_OK;
         }
     }
-    return khub__fail(rt, KHUB_STATUS_TOKENIZER, GG "tokenizer.ggml.pre \"%.40s\" is not a "
-                      "pre-tokenizer khub implements (default, gpt2, smollm, starcoder, "
-                      "llama-bpe, qwen2)", pre);
+    return khub__fail(rt, KHUB_STATUS_TOKENIZER,
+                      GG "tokenizer.ggml.pre \"%.40s\" is not a "
+                         "pre-tokenizer khub implements (default, gpt2, smollm, starcoder, "
+                         "llama-bpe, qwen2)",
+                      pre);
 }
 
 static khub_status spec_tokens(khub_tokenizer *tok, const khub_tokenizer_spec *spec)
@@ -1555,16 +1555,19 @@ static khub_status spec_tokens(khub_tokenizer *tok, const khub_tokenizer_spec *s
                        GG "tokenizer.ggml.tokens[%zu] is missing", i);
         int32_t type = spec->token_types ? spec->token_types[i] : KHUB_TOKEN_NORMAL;
         KHUB_RETURN_IF(rt, type < KHUB_TOKEN_NORMAL || type > KHUB_TOKEN_BYTE,
-                       KHUB_STATUS_TOKENIZER, GG "tokenizer.ggml.token_type[%zu] is %ld, not "
-                       "1..6", i, (long)type);
+                       KHUB_STATUS_TOKENIZER,
+                       GG "tokenizer.ggml.token_type[%zu] is %ld, not "
+                          "1..6",
+                       i, (long)type);
         size_t n = spec_len(spec->tokens, spec->token_lens, i);
-        KHUB_FORWARD_IF_ERROR(rt, set_vocab(tok, (int32_t)i, spec->tokens[i], n,
-                                            KHUB_TOKEN_NORMAL, true, GG "tokenizer.ggml.tokens"));
+        KHUB_FORWARD_IF_ERROR(rt, set_vocab(tok, (int32_t)i, spec->tokens[i], n, KHUB_TOKEN_NORMAL,
+                                            true, GG "tokenizer.ggml.tokens"));
         if (type == KHUB_TOKEN_CONTROL || type == KHUB_TOKEN_USER_DEFINED)
             KHUB_FORWARD_IF_ERROR(rt, add_added(tok, (int32_t)i, spec->tokens[i], n,
                                                 type == KHUB_TOKEN_CONTROL, false, false,
                                                 GG "tokenizer.ggml.tokens"));
-        else tok->entries[i].type = (uint8_t)type;
+        else
+            tok->entries[i].type = (uint8_t)type;
     }
     return KHUB_STATUS_OK;
 }
@@ -1578,8 +1581,10 @@ static khub_status spec_merges(khub_tokenizer *tok, const khub_tokenizer_spec *s
         const char *sp = m ? memchr(m, ' ', n) : NULL;
         size_t rn = sp ? (size_t)(m + n - sp - 1) : 0;
         KHUB_RETURN_IF(rt, !sp || sp == m || rn == 0 || memchr(sp + 1, ' ', rn),
-                       KHUB_STATUS_TOKENIZER, GG "tokenizer.ggml.merges[%zu] is not \"left "
-                       "right\"", i);
+                       KHUB_STATUS_TOKENIZER,
+                       GG "tokenizer.ggml.merges[%zu] is not \"left "
+                          "right\"",
+                       i);
         KHUB_FORWARD_IF_ERROR(rt, add_merge(tok, m, (size_t)(sp - m), sp + 1, rn, (int32_t)i,
                                             GG "tokenizer.ggml.merges"));
     }
@@ -1598,10 +1603,13 @@ static khub_status build_spec(khub_runtime *rt, const khub_tokenizer_spec *spec,
 {
     KHUB_RETURN_IF(rt, !spec->model || strcmp(spec->model, "gpt2") != 0, KHUB_STATUS_TOKENIZER,
                    GG "tokenizer.ggml.model \"%.40s\" is not supported (only gpt2, byte-level "
-                   "BPE)", spec->model ? spec->model : "(missing)");
+                      "BPE)",
+                   spec->model ? spec->model : "(missing)");
     KHUB_RETURN_IF(rt, spec->n_tokens == 0 || spec->n_tokens >= TOK_MAX_IDS || !spec->tokens,
-                   KHUB_STATUS_TOKENIZER, GG "tokenizer.ggml.tokens has %zu entries (must be "
-                   "1..%u)", spec->n_tokens, TOK_MAX_IDS - 1);
+                   KHUB_STATUS_TOKENIZER,
+                   GG "tokenizer.ggml.tokens has %zu entries (must be "
+                      "1..%u)",
+                   spec->n_tokens, TOK_MAX_IDS - 1);
     KHUB_RETURN_IF(rt, spec->n_merges >= INT32_MAX || (spec->n_merges && !spec->merges),
                    KHUB_STATUS_TOKENIZER, GG "tokenizer.ggml.merges is missing or too long");
     pre_kind pre = PRE_GPT2;

@@ -48,7 +48,7 @@ typedef struct khub_detok khub_detok;
 /* Token kinds; the values are GGUF's tokenizer.ggml.token_type values. */
 typedef enum khub_token_type {
     KHUB_TOKEN_UNDEFINED = 0,
-    KHUB_TOKEN_NORMAL = 1,       /* an ordinary vocab entry (byte-level string) */
+    KHUB_TOKEN_NORMAL = 1, /* an ordinary vocab entry (byte-level string) */
     KHUB_TOKEN_UNKNOWN = 2,
     KHUB_TOKEN_CONTROL = 3,      /* special: <|im_start|>, <|endoftext|>, ... */
     KHUB_TOKEN_USER_DEFINED = 4, /* added token that is not special */
@@ -59,24 +59,26 @@ typedef enum khub_token_type {
 /* The tokenizer as GGUF metadata describes it. All pointers are borrowed for
  * the duration of khub__tokenizer_from_vocab only (everything is copied). */
 typedef struct khub_tokenizer_spec {
-    const char *model;               /* tokenizer.ggml.model; only "gpt2" is accepted */
-    const char *pre;                 /* tokenizer.ggml.pre: "smollm", "gpt2", "llama-bpe",
-                                        "qwen2", ...; NULL = "default" (GPT-2's) */
-    const char *const *tokens;       /* [n_tokens] tokenizer.ggml.tokens, id = index */
-    const size_t *token_lens;        /* [n_tokens] byte lengths, NULL = NUL-terminated */
+    const char *model;         /* tokenizer.ggml.model; only "gpt2" is accepted */
+    const char *pre;           /* tokenizer.ggml.pre: "smollm", "gpt2", "llama-bpe",
+                                  "qwen2", ...; NULL = "default" (GPT-2's) */
+    const char *const *tokens; /* [n_tokens] tokenizer.ggml.tokens, id = index */
+    const size_t *token_lens;  /* [n_tokens] byte lengths, NULL = NUL-terminated */
     size_t n_tokens;
-    const int32_t *token_types;      /* [n_tokens] khub_token_type, NULL = all NORMAL */
-    const char *const *merges;       /* [n_merges] "left right", rank = index */
-    const size_t *merge_lens;        /* [n_merges] byte lengths, NULL = NUL-terminated */
+    const int32_t *token_types; /* [n_tokens] khub_token_type, NULL = all NORMAL */
+    const char *const *merges;  /* [n_merges] "left right", rank = index */
+    const size_t *merge_lens;   /* [n_merges] byte lengths, NULL = NUL-terminated */
     size_t n_merges;
-    int32_t bos_id, eos_id, pad_id;  /* -1 = none */
-    int32_t add_bos;                 /* 1 = encode adds bos with KHUB_TOK_ADD_SPECIAL */
-    const char *chat_template;       /* tokenizer.chat_template, NULL = none */
+    int32_t bos_id, eos_id, pad_id; /* -1 = none */
+    int32_t add_bos;                /* 1 = encode adds bos with KHUB_TOK_ADD_SPECIAL */
+    const char *chat_template;      /* tokenizer.chat_template, NULL = none */
 } khub_tokenizer_spec;
 
 /* A spec with every id -1 and every pointer NULL. */
-#define KHUB_TOKENIZER_SPEC_INIT                                                  \
-    {NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, -1, 0, NULL}
+#define KHUB_TOKENIZER_SPEC_INIT                                            \
+    {                                                                       \
+        NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, -1, 0, NULL \
+    }
 
 /* Loads a Hugging Face tokenizer.json (model.type "BPE", byte-level) at path,
  * plus tokenizer_config.json from the same directory when present (for
@@ -88,8 +90,7 @@ KHUB_INTERNAL khub_status khub__tokenizer_from_json(khub_runtime *rt, const char
  * terminated) and an optional tokenizer_config.json (config may be NULL). */
 KHUB_INTERNAL khub_status khub__tokenizer_from_json_mem(khub_runtime *rt, const char *json,
                                                         size_t len, const char *config,
-                                                        size_t config_len,
-                                                        khub_tokenizer **out);
+                                                        size_t config_len, khub_tokenizer **out);
 /* Builds a tokenizer from GGUF-style metadata (see khub_tokenizer_spec).
  * Tokens of type CONTROL and USER_DEFINED are matched as whole added tokens
  * before BPE (CONTROL ones only with KHUB_TOK_PARSE_SPECIAL). */
@@ -97,13 +98,14 @@ KHUB_INTERNAL khub_status khub__tokenizer_from_vocab(khub_runtime *rt,
                                                      const khub_tokenizer_spec *spec,
                                                      khub_tokenizer **out);
 /* Accepts NULL. */
-KHUB_INTERNAL void        khub__tokenizer_free(khub_tokenizer *tok);
+KHUB_INTERNAL void khub__tokenizer_free(khub_tokenizer *tok);
 
 /* Encode flags. */
-#define KHUB_TOK_PARSE_SPECIAL 1u /* "<|im_start|>" in text becomes the special id
-                                     (Transformers' default); else it is plain text */
-#define KHUB_TOK_ADD_SPECIAL   2u /* add bos when the tokenizer says so (add_bos) */
-#define KHUB_TOK_ADD_BOS       4u /* always prepend bos (fails if there is none) */
+#define KHUB_TOK_PARSE_SPECIAL                                                   \
+    1u                          /* "<|im_start|>" in text becomes the special id \
+                                   (Transformers' default); else it is plain text */
+#define KHUB_TOK_ADD_SPECIAL 2u /* add bos when the tokenizer says so (add_bos) */
+#define KHUB_TOK_ADD_BOS     4u /* always prepend bos (fails if there is none) */
 
 /* Encodes len bytes of UTF-8 text (invalid UTF-8 is encoded byte by byte, as
  * byte-level BPE does). *ids is allocated with the runtime's allocator (NULL
@@ -113,8 +115,7 @@ KHUB_INTERNAL khub_status khub__tokenizer_encode(const khub_tokenizer *tok, cons
                                                  size_t len, uint32_t flags, int32_t **ids,
                                                  size_t *n);
 /* Frees what khub__tokenizer_encode returned (n as returned; NULL ok). */
-KHUB_INTERNAL void        khub__tokenizer_free_ids(const khub_tokenizer *tok, int32_t *ids,
-                                                   size_t n);
+KHUB_INTERNAL void khub__tokenizer_free_ids(const khub_tokenizer *tok, int32_t *ids, size_t n);
 
 /* Decode flags. */
 #define KHUB_DETOK_SPECIAL 1u /* emit special (CONTROL) tokens' text; default skips them */
@@ -125,23 +126,21 @@ KHUB_INTERNAL void        khub__tokenizer_free_ids(const khub_tokenizer *tok, in
  * khub__tokenizer_free_text(tok, *out, *len). Ids outside the vocab fail with
  * TOKENIZER. */
 KHUB_INTERNAL khub_status khub__tokenizer_decode(const khub_tokenizer *tok, const int32_t *ids,
-                                                 size_t n, uint32_t flags, char **out,
-                                                 size_t *len);
+                                                 size_t n, uint32_t flags, char **out, size_t *len);
 /* Frees what khub__tokenizer_decode returned (NULL ok). */
-KHUB_INTERNAL void        khub__tokenizer_free_text(const khub_tokenizer *tok, char *text,
-                                                    size_t len);
+KHUB_INTERNAL void khub__tokenizer_free_text(const khub_tokenizer *tok, char *text, size_t len);
 
 /* Queries. ids are int32_t; -1 means none. */
-KHUB_INTERNAL size_t      khub__tokenizer_n_vocab(const khub_tokenizer *tok);
-KHUB_INTERNAL int32_t     khub__tokenizer_bos(const khub_tokenizer *tok);
-KHUB_INTERNAL int32_t     khub__tokenizer_eos(const khub_tokenizer *tok);
-KHUB_INTERNAL int32_t     khub__tokenizer_pad(const khub_tokenizer *tok);
+KHUB_INTERNAL size_t khub__tokenizer_n_vocab(const khub_tokenizer *tok);
+KHUB_INTERNAL int32_t khub__tokenizer_bos(const khub_tokenizer *tok);
+KHUB_INTERNAL int32_t khub__tokenizer_eos(const khub_tokenizer *tok);
+KHUB_INTERNAL int32_t khub__tokenizer_pad(const khub_tokenizer *tok);
 /* True for CONTROL tokens (special added tokens). False for ids outside. */
-KHUB_INTERNAL bool        khub__tokenizer_is_special(const khub_tokenizer *tok, int32_t id);
+KHUB_INTERNAL bool khub__tokenizer_is_special(const khub_tokenizer *tok, int32_t id);
 /* True for the eos id and for the end-of-turn/end-of-text tokens that stop
  * generation: "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>",
  * "<|eom_id|>" when present in the vocab. */
-KHUB_INTERNAL bool        khub__tokenizer_is_eog(const khub_tokenizer *tok, int32_t id);
+KHUB_INTERNAL bool khub__tokenizer_is_eog(const khub_tokenizer *tok, int32_t id);
 /* The raw bytes a token stands for (byte-level mapping undone; a special
  * token's own text). *ptr is owned by tok, valid while tok lives, not NUL-
  * terminated. TOKENIZER for an id outside the vocab. */
@@ -150,8 +149,8 @@ KHUB_INTERNAL khub_status khub__tokenizer_token_bytes(const khub_tokenizer *tok,
 /* Id of the token whose vocab string (byte-level form for normal tokens, the
  * literal text for added tokens) is exactly s[0..len); NOT_FOUND if none
  * (no message is set). */
-KHUB_INTERNAL khub_status khub__tokenizer_find(const khub_tokenizer *tok, const char *s,
-                                               size_t len, int32_t *id);
+KHUB_INTERNAL khub_status khub__tokenizer_find(const khub_tokenizer *tok, const char *s, size_t len,
+                                               int32_t *id);
 /* The chat template string (tokenizer_config.json "chat_template" or GGUF
  * tokenizer.chat_template), owned by tok; NULL if none. */
 KHUB_INTERNAL const char *khub__tokenizer_chat_template(const khub_tokenizer *tok);
@@ -178,9 +177,9 @@ KHUB_INTERNAL khub_status khub__detok_flush(khub_detok *d, const char **text, si
  * d, valid until the next call on d. len may be NULL. */
 KHUB_INTERNAL const char *khub__detok_text(const khub_detok *d, size_t *len);
 /* Drops held bytes and the accumulated text (a new stream). */
-KHUB_INTERNAL void        khub__detok_reset(khub_detok *d);
+KHUB_INTERNAL void khub__detok_reset(khub_detok *d);
 /* Accepts NULL. */
-KHUB_INTERNAL void        khub__detok_free(khub_detok *d);
+KHUB_INTERNAL void khub__detok_free(khub_detok *d);
 
 #endif /* KHUB_RUNTIME_TOKENIZER_H */
 

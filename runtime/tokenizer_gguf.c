@@ -23,8 +23,8 @@ static void strs_free(khub_runtime *rt, gguf_strs *s)
     khub__free(rt, s->len, (s->n + 1) * sizeof *s->len);
 }
 
-static khub_status read_strs(khub_runtime *rt, const khub_gguf *g, const char *key,
-                             bool required, gguf_strs *out)
+static khub_status read_strs(khub_runtime *rt, const khub_gguf *g, const char *key, bool required,
+                             gguf_strs *out)
 {
     const khub_gguf_kv *kv = khub__gguf_find(g, key);
     if (!kv && !required) return KHUB_STATUS_OK;
@@ -75,15 +75,15 @@ static khub_status read_str(khub_runtime *rt, const khub_gguf *g, const char *ke
     return KHUB_STATUS_OK;
 }
 
-static khub_status read_types(khub_runtime *rt, const khub_gguf *g, size_t n_tokens,
-                              int32_t **out)
+static khub_status read_types(khub_runtime *rt, const khub_gguf *g, size_t n_tokens, int32_t **out)
 {
     *out = NULL;
     const khub_gguf_kv *kv = khub__gguf_find(g, "tokenizer.ggml.token_type");
     if (!kv || n_tokens == 0) return KHUB_STATUS_OK;
-    KHUB_RETURN_IF(rt, kv->type != KHUB_GGUF_ARRAY || kv->count != n_tokens,
-                   KHUB_STATUS_TOKENIZER, "%s: tokenizer.ggml.token_type must be an array of "
-                   "%zu integers, one per token", khub__gguf_path(g), n_tokens);
+    KHUB_RETURN_IF(rt, kv->type != KHUB_GGUF_ARRAY || kv->count != n_tokens, KHUB_STATUS_TOKENIZER,
+                   "%s: tokenizer.ggml.token_type must be an array of "
+                   "%zu integers, one per token",
+                   khub__gguf_path(g), n_tokens);
     *out = khub__calloc(rt, n_tokens, sizeof **out);
     KHUB_RETURN_IF(rt, !*out, KHUB_STATUS_NOMEM, "tokenizer: out of memory for token types");
     for (size_t i = 0; i < n_tokens; i++) {

@@ -29,7 +29,7 @@ static bool second_ok(unsigned char lead, unsigned char b)
     case 0xED: return b >= 0x80 && b <= 0x9F;
     case 0xF0: return b >= 0x90 && b <= 0xBF;
     case 0xF4: return b >= 0x80 && b <= 0x8F;
-    default:   return b >= 0x80 && b <= 0xBF;
+    default: return b >= 0x80 && b <= 0xBF;
     }
 }
 
@@ -110,9 +110,12 @@ static bool in_ranges(const khub__uni_range *r, size_t n, uint32_t cp)
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (cp < r[mid].lo) hi = mid;
-        else if (cp > r[mid].hi) lo = mid + 1;
-        else return true;
+        if (cp < r[mid].lo)
+            hi = mid;
+        else if (cp > r[mid].hi)
+            lo = mid + 1;
+        else
+            return true;
     }
     return false;
 }

@@ -136,7 +136,7 @@ static void spec_from_json(const char *path, const char *pre, spec_store *ss)
         free(ss->tokens[id]);
         ss->tokens[id] = strdup(cJSON_GetObjectItem(a, "content")->valuestring);
         ss->types[id] = cJSON_IsTrue(cJSON_GetObjectItem(a, "special")) ? KHUB_TOKEN_CONTROL
-                                                                          : KHUB_TOKEN_USER_DEFINED;
+                                                                        : KHUB_TOKEN_USER_DEFINED;
     }
     size_t nm = (size_t)cJSON_GetArraySize(merges);
     ss->merges = calloc(nm, sizeof *ss->merges);
@@ -164,15 +164,15 @@ static void spec_from_json(const char *path, const char *pre, spec_store *ss)
 /* Against tokenizers, on the fixtures                                      */
 /* ------------------------------------------------------------------------ */
 
-#define CORPUS_TEST(kind)                                                       \
-    TEST_IMPL(corpus_##kind)                                                    \
-    {                                                                           \
-        khub_runtime *rt = new_rt();                                            \
-        khub_tokenizer *tok = load_fixture(rt, #kind);                          \
-        ASSERT_STR_EQ(khub__tokenizer_pre_name(tok), #kind);                    \
-        run_corpus(tok, #kind);                                                 \
-        khub__tokenizer_free(tok);                                              \
-        khub_runtime_free(rt);                                                  \
+#define CORPUS_TEST(kind)                                    \
+    TEST_IMPL(corpus_##kind)                                 \
+    {                                                        \
+        khub_runtime *rt = new_rt();                         \
+        khub_tokenizer *tok = load_fixture(rt, #kind);       \
+        ASSERT_STR_EQ(khub__tokenizer_pre_name(tok), #kind); \
+        run_corpus(tok, #kind);                              \
+        khub__tokenizer_free(tok);                           \
+        khub_runtime_free(rt);                               \
     }
 CORPUS_TEST(gpt2)
 CORPUS_TEST(smollm)
@@ -296,8 +296,8 @@ TEST_IMPL(detok_never_splits_utf8)
     const char *txt;
     size_t len;
     /* Expected deltas after each byte token. */
-    static const char *const want[] = {"a", "", "\xC3\xA9", "", "", "\xE4\xBD\xA0", "", "", "",
-                                       "\xF0\x9F\x98\x80", "z"};
+    static const char *const want[] = {"a", "", "\xC3\xA9",         "", "", "\xE4\xBD\xA0", "",
+                                       "",  "", "\xF0\x9F\x98\x80", "z"};
     for (size_t i = 0; i < n; i++) {
         ASSERT_OK(khub__detok_push(d, ids[i], &txt, &len));
         ASSERT_STR_EQ(txt, want[i]);
@@ -377,7 +377,7 @@ TEST_IMPL(detok_matches_decode_on_corpus)
 /* Hostile tokenizer.json                                                   */
 /* ------------------------------------------------------------------------ */
 
-#define BL "\"decoder\":{\"type\":\"ByteLevel\"},"
+#define BL  "\"decoder\":{\"type\":\"ByteLevel\"},"
 #define PRE "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false},"
 
 static void expect_bad(const char *json, const char *needle)
@@ -426,25 +426,34 @@ TEST_IMPL(hostile_json)
     expect_bad("{" BL PRE "\"added_tokens\":{},\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}",
                "added_tokens must be a list");
     expect_bad("{" BL PRE "\"added_tokens\":[{\"id\":1}],\"model\":{\"vocab\":{\"a\":0},"
-               "\"merges\":[]}}", "added_tokens[0].content is missing");
+               "\"merges\":[]}}",
+               "added_tokens[0].content is missing");
     expect_bad("{" BL PRE "\"added_tokens\":[{\"id\":1,\"content\":\"<x>\",\"special\":1}],"
-               "\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}", "special must be true or false");
+               "\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}",
+               "special must be true or false");
     expect_bad("{" BL PRE "\"added_tokens\":[{\"id\":1,\"content\":\"x\"},{\"id\":1,\"content\":"
-               "\"y\"}],\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}", "id 1 is listed twice");
+               "\"y\"}],\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}",
+               "id 1 is listed twice");
     expect_bad("{" BL "\"pre_tokenizer\":{\"type\":\"Whitespace\"},\"model\":{\"vocab\":"
-               "{\"a\":0},\"merges\":[]}}", "pre_tokenizer of type \"Whitespace\"");
+               "{\"a\":0},\"merges\":[]}}",
+               "pre_tokenizer of type \"Whitespace\"");
     expect_bad("{" BL "\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":"
                "\"Split\",\"pattern\":{\"Regex\":\"\\\\s+\"},\"behavior\":\"Isolated\"},{\"type\":"
                "\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":false}]},\"model\":"
-               "{\"vocab\":{\"a\":0},\"merges\":[]}}", "Split regex \"\\s+\"");
+               "{\"vocab\":{\"a\":0},\"merges\":[]}}",
+               "Split regex \"\\s+\"");
     expect_bad("{" BL "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":true},"
-               "\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}", "pre_tokenizer of type");
+               "\"model\":{\"vocab\":{\"a\":0},\"merges\":[]}}",
+               "pre_tokenizer of type");
     expect_bad("{" BL PRE "\"normalizer\":{\"type\":\"NFKC\"},\"model\":{\"vocab\":{\"a\":0},"
-               "\"merges\":[]}}", "normalizer \"NFKC\"");
+               "\"merges\":[]}}",
+               "normalizer \"NFKC\"");
     expect_bad("{\"decoder\":{\"type\":\"WordPiece\"}," PRE "\"model\":{\"vocab\":{\"a\":0},"
-               "\"merges\":[]}}", "decoder \"WordPiece\"");
+               "\"merges\":[]}}",
+               "decoder \"WordPiece\"");
     expect_bad("{" BL PRE "\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"post_processor\":"
-               "{\"type\":\"BertProcessing\"}}", "post_processor \"BertProcessing\"");
+               "{\"type\":\"BertProcessing\"}}",
+               "post_processor \"BertProcessing\"");
 
     /* tokenizer_config.json naming a token that is not there. */
     khub_runtime *rt = new_rt();
@@ -589,8 +598,10 @@ static void need_model(void)
 {
     const char *dir = getenv("KHUB_MODEL_DIR");
     char base[900];
-    if (dir) snprintf(base, sizeof base, "%s", dir);
-    else snprintf(base, sizeof base, "%s/.cache/khub/models", getenv("HOME") ? getenv("HOME") : "");
+    if (dir)
+        snprintf(base, sizeof base, "%s", dir);
+    else
+        snprintf(base, sizeof base, "%s/.cache/khub/models", getenv("HOME") ? getenv("HOME") : "");
     snprintf(model_path, sizeof model_path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", base);
     snprintf(hf_dir, sizeof hf_dir, "%s/SmolLM2-135M-Instruct-hf", base);
     struct stat sb;
@@ -682,8 +693,8 @@ TEST_IMPL(smollm2_transformers_corpus)
     for (const cJSON *k = cases->child; k; k = k->next, n++) {
         const cJSON *s = cJSON_GetObjectItem(k, "text"), *ids = cJSON_GetObjectItem(k, "ids");
         ASSERT(cJSON_IsString(s) && cJSON_IsArray(ids));
-        for (int t = 0; t < 2; t++) bad += check_ids(toks[t], s->valuestring, ids,
-                                                     KHUB_TOK_PARSE_SPECIAL);
+        for (int t = 0; t < 2; t++)
+            bad += check_ids(toks[t], s->valuestring, ids, KHUB_TOK_PARSE_SPECIAL);
     }
     ASSERT(n >= 300);
     ASSERT_EQ(bad, 0);
@@ -735,13 +746,13 @@ TEST_IMPL(chat_matches_jinja)
     /* Styles and the default system prompt, read from the templates. */
     khub_chat_style style;
     char *sys = NULL;
-    ASSERT_OK(khub__chat_detect(rt, cJSON_GetObjectItem(tmpls, "smollm2")->valuestring, &style,
-                                &sys));
+    ASSERT_OK(
+        khub__chat_detect(rt, cJSON_GetObjectItem(tmpls, "smollm2")->valuestring, &style, &sys));
     ASSERT_EQ(style, KHUB_CHAT_CHATML);
     ASSERT_STR_EQ(sys, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
     khub__strfree(rt, sys);
-    ASSERT_OK(khub__chat_detect(rt, cJSON_GetObjectItem(tmpls, "llama3")->valuestring, &style,
-                                &sys));
+    ASSERT_OK(
+        khub__chat_detect(rt, cJSON_GetObjectItem(tmpls, "llama3")->valuestring, &style, &sys));
     ASSERT_EQ(style, KHUB_CHAT_LLAMA3);
     ASSERT(sys == NULL);
     ASSERT_STR_EQ(khub__chat_end_of_turn(style), "<|eot_id|>");
@@ -758,14 +769,18 @@ TEST_IMPL(chat_refuses)
     ASSERT_STATUS(khub__chat_format(rt, NULL, msgs, 1, true, &out), KHUB_STATUS_TOKENIZER);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "no chat template");
     khub__clear(rt);
-    ASSERT_STATUS(khub__chat_format(rt, "{% for m in messages %}[INST] {{ m['content'] }} [/INST]"
-                                        "{% endfor %}", msgs, 1, true, &out),
+    ASSERT_STATUS(khub__chat_format(rt,
+                                    "{% for m in messages %}[INST] {{ m['content'] }} [/INST]"
+                                    "{% endfor %}",
+                                    msgs, 1, true, &out),
                   KHUB_STATUS_TOKENIZER);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "template not recognised (starts \"{% for m in");
     khub__clear(rt);
     /* A ChatML-looking template with reasoning blocks (Qwen3) is refused. */
-    ASSERT_STATUS(khub__chat_format(rt, "{{'<|im_start|>' + message['role'] + '<think>' + "
-                                        "'<|im_end|>'}}", msgs, 1, true, &out),
+    ASSERT_STATUS(khub__chat_format(rt,
+                                    "{{'<|im_start|>' + message['role'] + '<think>' + "
+                                    "'<|im_end|>'}}",
+                                    msgs, 1, true, &out),
                   KHUB_STATUS_TOKENIZER);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "ChatML and Llama-3.0 templates only");
     khub__clear(rt);
@@ -791,12 +806,13 @@ TEST_IMPL(smollm2_chat_prompt)
                           "<|im_end|>\n<|im_start|>assistant\n");
     int32_t *ids;
     size_t n;
-    ASSERT_OK(khub__tokenizer_encode(tok, prompt, strlen(prompt), KHUB_TOK_PARSE_SPECIAL, &ids,
-                                     &n));
+    ASSERT_OK(
+        khub__tokenizer_encode(tok, prompt, strlen(prompt), KHUB_TOK_PARSE_SPECIAL, &ids, &n));
     /* tokenizers 0.23 on the model's tokenizer.json, add_special_tokens=False */
-    static const int32_t want[] = {1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511,
-                                   308, 34519, 28, 7018, 411, 407, 19712, 8182, 2, 198, 1, 4093,
-                                   198, 1780, 314, 216, 34, 27, 34, 47, 2, 198, 1, 520, 9531, 198};
+    static const int32_t want[] = {1,    9690, 198,   2683, 359,  253,  5356, 5646,  11173, 3365,
+                                   3511, 308,  34519, 28,   7018, 411,  407,  19712, 8182,  2,
+                                   198,  1,    4093,  198,  1780, 314,  216,  34,    27,    34,
+                                   47,   2,    198,   1,    520,  9531, 198};
     ASSERT_EQ(n, sizeof want / sizeof want[0]);
     for (size_t i = 0; i < n; i++) ASSERT_EQ(ids[i], want[i]);
     khub__tokenizer_free_ids(tok, ids, n);
@@ -805,22 +821,22 @@ TEST_IMPL(smollm2_chat_prompt)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                \
-    X(corpus_gpt2)                  \
-    X(corpus_smollm)                \
-    X(corpus_llama3)                \
-    X(corpus_qwen2)                 \
-    X(corpus_from_vocab_spec)       \
-    X(special_tokens_and_flags)     \
-    X(detok_never_splits_utf8)      \
+#define TEST_LIST(X)                  \
+    X(corpus_gpt2)                    \
+    X(corpus_smollm)                  \
+    X(corpus_llama3)                  \
+    X(corpus_qwen2)                   \
+    X(corpus_from_vocab_spec)         \
+    X(special_tokens_and_flags)       \
+    X(detok_never_splits_utf8)        \
     X(detok_matches_decode_on_corpus) \
-    X(hostile_json)                 \
-    X(hostile_truncations)          \
-    X(hostile_spec)                 \
-    X(speed_long_prompt)            \
-    X(smollm2_json_and_gguf_agree)  \
-    X(smollm2_transformers_corpus)  \
-    X(chat_matches_jinja)           \
-    X(chat_refuses)                 \
+    X(hostile_json)                   \
+    X(hostile_truncations)            \
+    X(hostile_spec)                   \
+    X(speed_long_prompt)              \
+    X(smollm2_json_and_gguf_agree)    \
+    X(smollm2_transformers_corpus)    \
+    X(chat_matches_jinja)             \
+    X(chat_refuses)                   \
     X(smollm2_chat_prompt)
 TEST_MAIN(TEST_LIST)
