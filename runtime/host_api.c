@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "plugin_artifacts.h"
 #include "runtime_impl.h"
 
 struct khub__runtime_host {
@@ -111,13 +112,21 @@ static uint32_t host_cpu_features(void *host_ctx)
 }
 
 /* Artifacts need a variant directory, which only the hub's loader path
- * supplies; plugins loaded from a bare file have none. */
+ * supplies (khub__plugin_load_verified); plugins loaded from a bare file
+ * have none. */
 static khub_status host_artifact(void *host_ctx, const char *name, const void **data,
                                  size_t *size)
 {
     const khub__host_ctx *c = host_ctx;
     if (data) *data = NULL;
     if (size) *size = 0;
+    if (c && c->plugin && c->plugin->artifacts) {
+        char msg[KHUB_ERROR_SIZE];
+        khub_status st = khub__artifacts_get(c->rt, c->plugin->artifacts, name, data, size, msg,
+                                             sizeof msg);
+        if (st == KHUB_STATUS_OK) return st;
+        return host_fail(host_ctx, st, "%s: %s", ctx_name(c), msg);
+    }
     return host_fail(host_ctx, KHUB_STATUS_NOT_FOUND,
                      "artifact %s: %s was loaded without an artifact directory",
                      name ? name : "(null)", ctx_name(c));

@@ -33,6 +33,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "plugin_artifacts.h"
 #include "runtime_impl.h"
 
 #define MAX_PLUGIN_BYTES ((size_t)1 << 30)
@@ -204,6 +205,7 @@ static void plugin_free(khub_plugin *p)
     khub__strfree(rt, p->id);
     khub__strfree(rt, p->version);
     khub__strfree(rt, p->path);
+    khub__artifacts_free(rt, p->artifacts);
     pthread_mutex_destroy(&p->mod_lock);
     khub__free(rt, p, sizeof *p);
 }
@@ -526,9 +528,11 @@ static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_
     return KHUB_STATUS_OK;
 }
 
-/* Everything up to a ready, unregistered plugin. */
+/* Everything up to a ready, unregistered plugin. arts (may be NULL) is the
+ * verified artifact directory; the plugin owns it from here on, also on
+ * failure. */
 static khub_status prepare(khub_runtime *rt, const char *path, const char *sha256_hex,
-                           khub_plugin **out, char *msg, size_t n)
+                           khub__artifacts *arts, khub_plugin **out, char *msg, size_t n)
 {
     *out = NULL;
     unsigned char *bytes = NULL;
@@ -536,9 +540,11 @@ static khub_status prepare(khub_runtime *rt, const char *path, const char *sha25
     khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
     khub_plugin *p = plugin_new(rt);
     if (!p) {
+        khub__artifacts_free(rt, arts);
         khub__errbuf(msg, n, "loading %s: out of memory", path);
         return KHUB_STATUS_NOMEM;
     }
+    p->artifacts = arts;
     pthread_rwlock_wrlock(&rt->reg_lock);
     p->seq = ++rt->plugin_seq;
     pthread_rwlock_unlock(&rt->reg_lock);
@@ -643,7 +649,27 @@ khub_status khub_plugin_load(khub_runtime *rt, const char *path, const char *sha
     KHUB_FORWARD_IF_ERROR(rt, check_load_args(rt, path, sha256_hex));
     char msg[KHUB_ERROR_SIZE];
     khub_plugin *p = NULL;
-    khub_status st = prepare(rt, path, sha256_hex, &p, msg, sizeof msg);
+    khub_status st = prepare(rt, path, sha256_hex, NULL, &p, msg, sizeof msg);
+    if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", msg);
+    return register_plugin(rt, p, out);
+}
+
+khub_status khub__plugin_load_verified(khub_runtime *rt, const char *path, const char *sha256_hex,
+                                       const khub__artifact_file *files, size_t n_files,
+                                       khub_plugin **out)
+{
+    KHUB_API_CHECK(NULL, rt != NULL);
+    khub__clear(rt);
+    if (out) *out = NULL;
+    KHUB_RETURN_IF(rt, !sha256_hex, KHUB_STATUS_INVALID_ARG,
+                   "plugin %s: a verified variant's plugin needs its digest", path ? path : "");
+    KHUB_FORWARD_IF_ERROR(rt, check_load_args(rt, path, sha256_hex));
+    char msg[KHUB_ERROR_SIZE];
+    khub__artifacts *arts = NULL;
+    khub_status st = khub__artifacts_new(rt, files, n_files, &arts, msg, sizeof msg);
+    if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "plugin %s: %s", path, msg);
+    khub_plugin *p = NULL;
+    st = prepare(rt, path, sha256_hex, arts, &p, msg, sizeof msg);
     if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", msg);
     return register_plugin(rt, p, out);
 }
@@ -717,7 +743,7 @@ khub_status khub_plugin_reload(khub_runtime *rt, khub_plugin *old, const char *p
     KHUB_FORWARD_IF_ERROR(rt, check_load_args(rt, path, sha256_hex));
     char msg[KHUB_ERROR_SIZE];
     khub_plugin *np = NULL;
-    khub_status st = prepare(rt, path, sha256_hex, &np, msg, sizeof msg);
+    khub_status st = prepare(rt, path, sha256_hex, NULL, &np, msg, sizeof msg);
     if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", msg);
 
     pthread_rwlock_wrlock(&rt->reg_lock);

@@ -114,6 +114,10 @@ struct khub_plugin {
     atomic_int inflight;   /* calls running in plugin code right now */
     pthread_mutex_t mod_lock;
     khub__cuda_mod *modules; /* under mod_lock; unloaded at retirement */
+
+    /* The verified variant directory host->artifact serves (plugin_artifacts.c);
+     * NULL for a plugin loaded from a bare file. Owned, freed with the plugin. */
+    struct khub__artifacts *artifacts;
 };
 
 struct khub_binding {

@@ -1,0 +1,88 @@
+/*
+ * khub_kernels.h: kernels named by Hub ID, fetched, verified and loaded in
+ * one call: what `attn_implementation="kernels-community/flash-attn2"` does
+ * in Transformers, with the trust policy and the lock file enforced.
+ *
+ *     khub_hub *hub = NULL;
+ *     khub_hub_new(NULL, &hub);
+ *     khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .lock_path = "khub.lock"};
+ *     khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
+ *     if (khub_kernel_fetch(hub, rt, "kernels-community/flash-attn2@version=1", &ko, &kr))
+ *         fprintf(stderr, "%s\n", khub_runtime_errmsg(rt));
+ *     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_ATTENTION,
+ *                        .plugin_id = kr.plugin_id, .op_name = kr.op_name[0] ? kr.op_name : NULL};
+ *
+ * The pipeline: parse the ID; resolve it to a commit (or take the locked
+ * commit); list and rank the variants for this host; download the best one
+ * (one request for its archive); on a locked load compare every cached file
+ * with khub.lock; decide trust on the exact bytes of metadata.json and
+ * metadata.json.sig; only then parse metadata.json and check every file's
+ * digest; pick the plugin file for this CPU's features; load exactly those
+ * bytes with the variant's other verified files as its artifact directory
+ * (host->artifact). docs/lockfile.md and docs/kernel-mapping.md describe the
+ * files involved.
+ *
+ * Errors: the status says what kind of failure, khub_runtime_errmsg(rt) what
+ * failed, on what, and what to do. Threading: as khub_hub (one thread per
+ * handle). Anything not declared in abi/khub/ is not part of khub's API.
+ */
+#ifndef KHUB_KERNELS_H
+#define KHUB_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "khub.h"
+#include "khub_hub.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct khub_kernel_opts {
+    KHUB_STRUCT_HEADER;
+    /* Trust policy file (docs: hub/trust.h format). NULL = $KHUB_POLICY, else
+     * $XDG_CONFIG_HOME/khub/policy.json or ~/.config/khub/policy.json when it
+     * exists, else the default policy (no trusted keys, no opt-in). A named
+     * file that cannot be read is an error. Borrowed. */
+    const char *policy_path;
+    /* khub.lock to load through, NULL = unlocked. With a lock the kernel must
+     * be in it: its commit is used and every cached file is compared with
+     * the lock's digests (LOCK_MISMATCH names the file). Borrowed. */
+    const char *lock_path;
+    int32_t allow_unsigned; /* 1 = accept unsigned kernels of organisations the policy omits */
+    int32_t strict;         /* 1 = no variant for this host is NO_VARIANT, not a fallback */
+    /* End of 0.1. */
+} khub_kernel_opts;
+
+typedef struct khub_kernel_result {
+    KHUB_STRUCT_HEADER;
+    khub_plugin *plugin;    /* borrowed, valid until unloaded; NULL when fell_back */
+    char plugin_id[64];     /* the loaded plugin's id, or "khub/ref-cpu" when fell_back */
+    char op_name[128];      /* the ID's :symbol, "" if none (khub_op_query.op_name) */
+    char repo[196];         /* "org/name" */
+    char commit[41];        /* the commit loaded */
+    char variant[128];      /* "khub1-cpu-x86_64-linux", "" when fell_back */
+    char file[128];         /* the plugin file chosen for this CPU level */
+    char trust[256];        /* the trust decision, one line */
+    int32_t fell_back;      /* 1 = no variant fits; the reference plugin serves the role */
+    int32_t locked;         /* 1 = loaded through the lock, its hashes re-checked */
+    char trace[2048];       /* one line per variant: "name: accept|reject: reason" */
+    /* End of 0.1. */
+} khub_kernel_result;
+
+/* Fetches, verifies and loads the kernel named by id
+ * ("org/name[@REV|@version=N][:symbol]") into rt; see the pipeline above.
+ * opts may be NULL; out (struct_size set by the caller) receives what was
+ * loaded. Statuses: those of khub_hub_id_parse, khub_hub_resolve,
+ * khub_hub_download_variant and khub_plugin_load, plus NO_VARIANT (strict,
+ * or no plugin file fits this CPU), UNSIGNED, KEY_UNKNOWN, KEY_REVOKED,
+ * SIGNATURE_INVALID, LOCK_MISMATCH, NOT_FOUND (not in the lock). Since 0.1. */
+KHUB_API khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
+                                       const khub_kernel_opts *opts, khub_kernel_result *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KHUB_KERNELS_H */

@@ -1,0 +1,521 @@
+/*
+ * kernel_fetch.c: a kernel named by Hub ID, fetched, verified and loaded
+ * (khub_kernels.h), and the hub work behind `khub lock`, `khub sync` and
+ * `khub outdated` (kernel_fetch.h).
+ *
+ * Order of checks, and why:
+ *  1. The commit comes from the lock when there is one, so a moved branch
+ *     cannot change what a locked project loads.
+ *  2. A cached variant is compared with the lock before anything in it is
+ *     read as data: the lock is the root of trust for content.
+ *  3. The trust policy judges the exact bytes of metadata.json and its .sig
+ *     before metadata.json is parsed here.
+ *  4. Then the hub verifies every file against metadata.json, and the loader
+ *     hashes the plugin's bytes once more as it seals them into a memfd.
+ * A variant that is not cached yet is downloaded first; the hub checks its
+ * digests as it publishes it into the cache (hub/variant.c parses
+ * metadata.json for that), and steps 2-4 then run on the cached copy before
+ * anything is loaded.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "hub_impl.h"
+#include "kernel_fetch.h"
+#include "kernel_meta.h"
+#include "plugin_artifacts.h"
+
+#define MAX_META_BYTES ((size_t)4 << 20)
+#define MAX_SIG_BYTES ((size_t)64 << 10)
+#define FALLBACK_PLUGIN "khub/ref-cpu"
+
+/* ======================================================================== */
+/* Policy                                                                   */
+/* ======================================================================== */
+
+static bool file_exists(const char *p) { return p && access(p, R_OK) == 0; }
+
+khub_status khub__policy_find(const char *path, khub_trust_policy **out, char used[4096],
+                              char *errbuf, size_t errbuf_size)
+{
+    used[0] = '\0';
+    const char *env = getenv("KHUB_POLICY");
+    char cfg[4096] = "";
+    const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
+    if (xdg && xdg[0]) snprintf(cfg, sizeof cfg, "%s/khub/policy.json", xdg);
+    else if (home && home[0]) snprintf(cfg, sizeof cfg, "%s/.config/khub/policy.json", home);
+    const char *pick = path && path[0] ? path : env && env[0] ? env
+                                            : file_exists(cfg) ? cfg : NULL;
+    if (!pick) return khub__trust_policy_default(out);
+    snprintf(used, 4096, "%s", pick);
+    char why[KHUB_ERROR_SIZE] = "";
+    khub_status st = khub__trust_policy_load(pick, out, why, sizeof why);
+    if (st != KHUB_STATUS_OK)
+        khub__errbuf(errbuf, errbuf_size, "trust policy %s: %s", pick, why);
+    return st;
+}
+
+/* ======================================================================== */
+/* Small helpers                                                            */
+/* ======================================================================== */
+
+/* Reads at most cap bytes of path; NOT_FOUND when absent. */
+static khub_status slurp(const char *path, size_t cap, char **out, size_t *len)
+{
+    *out = NULL;
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
+    char *buf = malloc(cap + 1);
+    size_t got = buf ? fread(buf, 1, cap + 1, f) : 0;
+    int err = ferror(f);
+    fclose(f);
+    if (!buf) return KHUB_STATUS_NOMEM;
+    if (err || got > cap) {
+        free(buf);
+        return err ? KHUB_STATUS_IO : KHUB_STATUS_OVERFLOW;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *len = got;
+    return KHUB_STATUS_OK;
+}
+
+/* The cached directory of a variant, as hub/variant.c looks for it:
+ * the unpacked archive first, then the snapshot. False when not cached. */
+static bool cached_variant_dir(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                               const char *variant, char *dir, size_t size)
+{
+    char repo_dir[KHUB__PATH_MAX];
+    struct stat sb;
+    if (khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir) != KHUB_STATUS_OK) return false;
+    if (snprintf(dir, size, "%s/khub-variants/%s/%s", repo_dir, commit, variant) < (int)size &&
+        stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return true;
+    return snprintf(dir, size, "%s/snapshots/%s/build/%s", repo_dir, commit, variant) <
+               (int)size &&
+           stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static void format_trace(const khub_hub_variant_list *vl, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    size_t len = 0;
+    for (size_t i = 0; vl && i < vl->count && len + 1 < size; i++) {
+        int w = snprintf(buf + len, size - len, "%s%s: %s", len ? "\n" : "", vl->items[i].name,
+                         vl->items[i].reason);
+        if (w < 0) break;
+        len += (size_t)w < size - len ? (size_t)w : size - len - 1;
+    }
+    if (!vl || vl->count == 0) snprintf(buf, size, "(no build/ variants at this commit)");
+}
+
+/* A khub-family variant name: "khub<digits>-...". Others (torch*, tvm-ffi*)
+ * are never locked: khub cannot load them. */
+static bool khub_family(const char *name)
+{
+    return strncmp(name, "khub", 4) == 0 && name[4] >= '0' && name[4] <= '9';
+}
+
+/* ======================================================================== */
+/* Ranking locked names without the network                                 */
+/* ======================================================================== */
+
+khub_status khub__kernel_rank_names(const khub_hub_id *id, const char *commit,
+                                    const char *const *names, size_t n,
+                                    khub_hub_variant_list **out)
+{
+    *out = NULL;
+    char root[] = "/tmp/khub-rank-XXXXXX";
+    if (!mkdtemp(root)) return khub__fail(NULL, KHUB_STATUS_IO, "mkdtemp: %s", strerror(errno));
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = root, .token = "",
+                       .offline = 1, .endpoint = "http://127.0.0.1:9"};
+    khub_hub *scratch = NULL;
+    khub_status st = khub_hub_new(&o, &scratch);
+    char dir[KHUB__PATH_MAX], repo_dir[KHUB__PATH_MAX];
+    if (st == KHUB_STATUS_OK) st = khub__cache_repo_dir(scratch, id, repo_dir, sizeof repo_dir);
+    for (size_t i = 0; st == KHUB_STATUS_OK && i < n; i++) {
+        if (!khub__path_is_safe(names[i]) || strchr(names[i], '/')) continue;
+        if (!KHUB__PATHF(dir, "%s/snapshots/%s/build/%s", repo_dir, commit, names[i]))
+            st = KHUB_STATUS_OVERFLOW;
+        else
+            st = khub__mkdirs(scratch, dir);
+    }
+    if (st == KHUB_STATUS_OK) st = khub_hub_variants(scratch, id, commit, out);
+    if (st != KHUB_STATUS_OK && scratch) khub__fail(NULL, st, "ranking locked variants: %s",
+                                                    khub_hub_errmsg(scratch));
+    khub_hub_free(scratch);
+    khub__rmtree(root);
+    return st;
+}
+
+/* ======================================================================== */
+/* khub_kernel_fetch                                                        */
+/* ======================================================================== */
+
+typedef struct fetch {
+    khub_hub *hub;
+    khub_runtime *rt;
+    khub_hub_id id;
+    khub_kernel_opts o;
+    khub_kernel_result *r;
+    khub_trust_policy *policy;
+    khub_lock *lock;
+    const khub_lock_entry *entry; /* in lock, or NULL */
+    khub_hub_variant_list *vl;
+    khub_hub_file_list *files;
+    char *meta, *sig;
+    size_t meta_len, sig_len;
+    khub_kmeta *km;
+} fetch;
+
+static void fetch_free(fetch *f)
+{
+    khub__trust_policy_free(f->policy);
+    khub__lock_free(f->lock);
+    khub_hub_variant_list_free(f->vl);
+    khub_hub_file_list_free(f->files);
+    free(f->meta);
+    free(f->sig);
+    free(f->km);
+}
+
+/* Carries a hub failure into the runtime's message. */
+static khub_status hub_failed(fetch *f, khub_status st, const char *step)
+{
+    return khub__fail(f->rt, st, "%s %s: %s", step, f->r->repo, khub_hub_errmsg(f->hub));
+}
+
+static khub_status fetch_setup(fetch *f, const char *text)
+{
+    char err[KHUB_ERROR_SIZE], used[4096];
+    khub_status st = khub_hub_id_parse(text, &f->id, err, sizeof err);
+    if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s", err);
+    snprintf(f->r->repo, sizeof f->r->repo, "%s/%s", f->id.org, f->id.name);
+    snprintf(f->r->op_name, sizeof f->r->op_name, "%s", f->id.symbol);
+    st = khub__policy_find(f->o.policy_path, &f->policy, used, err, sizeof err);
+    if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s", err);
+    if (!f->o.lock_path) return KHUB_STATUS_OK;
+    st = khub__lock_load(f->o.lock_path, &f->lock, err, sizeof err);
+    if (st != KHUB_STATUS_OK)
+        return khub__fail(f->rt, st, "%s%s", err,
+                          st == KHUB_STATUS_NOT_FOUND ? "; run khub lock to create it" : "");
+    f->entry = khub__lock_find(f->lock, f->r->repo);
+    KHUB_RETURN_IF(f->rt, !f->entry, KHUB_STATUS_NOT_FOUND,
+                   "%s is not in %s; add it to khub.json and run khub lock", f->r->repo,
+                   f->o.lock_path);
+    KHUB_RETURN_IF(f->rt, f->id.rev_kind == KHUB_HUB_REV_COMMIT &&
+                              strcmp(f->id.revision, f->entry->commit) != 0,
+                   KHUB_STATUS_LOCK_MISMATCH,
+                   "%s: the ID names commit %.12s but %s locks %.12s; run khub update %s",
+                   f->r->repo, f->id.revision, f->o.lock_path, f->entry->commit, f->r->repo);
+    return KHUB_STATUS_OK;
+}
+
+/* Commit and ranked variants: from the lock without any request, else from
+ * the hub. */
+static khub_status fetch_variants(fetch *f)
+{
+    khub_status st;
+    if (f->entry) {
+        memcpy(f->r->commit, f->entry->commit, 41);
+        const char *names[KHUB_LOCK_MAX_VARIANTS];
+        size_t n = 0;
+        for (size_t i = 0; i < f->entry->n_variants && n < KHUB_LOCK_MAX_VARIANTS; i++)
+            names[n++] = f->entry->variants[i].name;
+        st = khub__kernel_rank_names(&f->id, f->r->commit, names, n, &f->vl);
+        if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s: %s", f->r->repo,
+                                                    khub_last_error());
+        f->r->locked = 1;
+    } else {
+        st = khub_hub_resolve(f->hub, &f->id, f->r->commit);
+        if (st != KHUB_STATUS_OK) return hub_failed(f, st, "resolving");
+        st = khub_hub_variants(f->hub, &f->id, f->r->commit, &f->vl);
+        if (st != KHUB_STATUS_OK) return hub_failed(f, st, "listing the variants of");
+    }
+    format_trace(f->vl, f->r->trace, sizeof f->r->trace);
+    return KHUB_STATUS_OK;
+}
+
+/* No variant fits: the reference plugin serves the role, or strict fails. */
+static khub_status fetch_fallback(fetch *f)
+{
+    char one_line[1024];
+    snprintf(one_line, sizeof one_line, "%s", f->r->trace);
+    for (char *p = one_line; *p; p++)
+        if (*p == '\n') *p = ';';
+    KHUB_RETURN_IF(f->rt, f->o.strict, KHUB_STATUS_NO_VARIANT,
+                   "%s@%.12s: no build variant fits this machine (strict): %s", f->r->repo,
+                   f->r->commit, one_line);
+    khub__log(f->rt, KHUB_LOG_WARN, "%s@%.12s: no build variant fits this machine, falling back "
+              "to %s: %s", f->r->repo, f->r->commit, FALLBACK_PLUGIN, one_line);
+    f->r->fell_back = 1;
+    snprintf(f->r->plugin_id, sizeof f->r->plugin_id, "%s", FALLBACK_PLUGIN);
+    f->r->op_name[0] = '\0';
+    snprintf(f->r->trust, sizeof f->r->trust, "nothing loaded (fallback)");
+    return KHUB_STATUS_OK;
+}
+
+/* The locked content check, on the cached directory. */
+static khub_status fetch_check_lock(fetch *f, const char *dir)
+{
+    if (!f->entry) return KHUB_STATUS_OK;
+    const khub_lock_variant *v = khub__lock_variant(f->entry, f->r->variant);
+    char err[KHUB_ERROR_SIZE], label[300];
+    snprintf(label, sizeof label, "%s@%.12s", f->r->repo, f->r->commit);
+    KHUB_RETURN_IF(f->rt, !v, KHUB_STATUS_LOCK_MISMATCH, "%s: variant %s is not in %s",
+                   label, f->r->variant, f->o.lock_path);
+    khub_status st = khub__lock_check_dir(v, dir, label, err, sizeof err);
+    return st == KHUB_STATUS_OK ? st : khub__fail(f->rt, st, "%s", err);
+}
+
+/* Trust on the exact bytes, before metadata.json is parsed here. */
+static khub_status fetch_trust(fetch *f, const char *dir)
+{
+    char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "";
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    khub_status st = slurp(path, MAX_META_BYTES, &f->meta, &f->meta_len);
+    KHUB_RETURN_IF(f->rt, st != KHUB_STATUS_OK, KHUB_STATUS_METADATA_INVALID,
+                   "%s: cannot read %s (%s); fetch the kernel again", f->r->repo, path,
+                   khub_status_name(st));
+    snprintf(path, sizeof path, "%s/metadata.json.sig", dir);
+    st = slurp(path, MAX_SIG_BYTES, &f->sig, &f->sig_len);
+    KHUB_RETURN_IF(f->rt, st != KHUB_STATUS_OK && st != KHUB_STATUS_NOT_FOUND,
+                   KHUB_STATUS_SIGNATURE_INVALID, "%s: cannot read %s (%s)", f->r->repo, path,
+                   khub_status_name(st));
+    st = khub__trust_decide(f->policy, f->id.org, f->meta, f->meta_len, f->sig, f->sig_len,
+                            f->o.allow_unsigned, err, sizeof err);
+    if (st != KHUB_STATUS_OK)
+        return khub__fail(f->rt, st, "refusing %s@%.12s variant %s: %s", f->r->repo,
+                          f->r->commit, f->r->variant, err);
+    char key_id[KHUB_KEY_ID_LEN + 1];
+    unsigned char raw[64];
+    if (f->sig && khub__sig_parse(f->sig, f->sig_len, key_id, raw) == KHUB_STATUS_OK)
+        snprintf(f->r->trust, sizeof f->r->trust, "metadata.json signed with key %s, accepted "
+                 "by the policy", key_id);
+    else
+        snprintf(f->r->trust, sizeof f->r->trust, "unsigned, accepted by opt-in (%s)",
+                 f->o.allow_unsigned ? "--allow-unsigned" : "allow_unsigned in the policy");
+    return KHUB_STATUS_OK;
+}
+
+/* Downloads (or finds) the variant and runs the lock and trust checks on
+ * the cached copy; then the hub's verified file list. */
+static khub_status fetch_variant_files(fetch *f)
+{
+    char dir[KHUB__PATH_MAX];
+    khub_status st;
+    if (!cached_variant_dir(f->hub, &f->id, f->r->commit, f->r->variant, dir, sizeof dir)) {
+        st = khub_hub_download_variant(f->hub, &f->id, f->r->commit, f->r->variant, &f->files);
+        if (st != KHUB_STATUS_OK) return hub_failed(f, st, "downloading");
+        snprintf(dir, sizeof dir, "%s", f->files->dir);
+        khub_hub_file_list_free(f->files);
+        f->files = NULL;
+    }
+    KHUB_FORWARD_IF_ERROR(f->rt, fetch_check_lock(f, dir));
+    KHUB_FORWARD_IF_ERROR(f->rt, fetch_trust(f, dir));
+    st = khub_hub_variant_files(f->hub, &f->id, f->r->commit, f->r->variant, &f->files);
+    if (st != KHUB_STATUS_OK) return hub_failed(f, st, "verifying");
+    return KHUB_STATUS_OK;
+}
+
+static const khub_hub_file *file_named(const khub_hub_file_list *l, const char *rel)
+{
+    for (size_t i = 0; l && i < l->count; i++)
+        if (strcmp(l->items[i].rel, rel) == 0) return &l->items[i];
+    return NULL;
+}
+
+static khub_status fetch_load(fetch *f)
+{
+    char err[KHUB_ERROR_SIZE] = "";
+    f->km = calloc(1, sizeof *f->km);
+    KHUB_RETURN_IF(f->rt, !f->km, KHUB_STATUS_NOMEM, "out of memory");
+    khub_status st = khub__kmeta_parse(f->meta, f->meta_len, f->km, err, sizeof err);
+    if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s variant %s: %s", f->r->repo,
+                                                f->r->variant, err);
+    const khub_kmeta_plugin *pl = khub__kmeta_pick_plugin(f->km, khub_cpu_features());
+    KHUB_RETURN_IF(f->rt, !pl, KHUB_STATUS_NO_VARIANT,
+                   "%s@%.12s variant %s: none of its %zu plugin files fits this CPU's features",
+                   f->r->repo, f->r->commit, f->r->variant, f->km->n_plugins);
+    const khub_hub_file *pf = file_named(f->files, pl->file);
+    KHUB_RETURN_IF(f->rt, !pf, KHUB_STATUS_METADATA_INVALID,
+                   "%s variant %s: plugin file %s is not among its verified files", f->r->repo,
+                   f->r->variant, pl->file);
+    snprintf(f->r->file, sizeof f->r->file, "%s", pl->file);
+    khub__artifact_file arts[KHUB_KMETA_MAX_FILES];
+    size_t n = 0;
+    for (size_t i = 0; i < f->files->count && n < KHUB_KMETA_MAX_FILES; i++)
+        arts[n++] = (khub__artifact_file){f->files->items[i].rel, f->files->items[i].path,
+                                          f->files->items[i].sha256};
+    khub_plugin *p = NULL;
+    KHUB_FORWARD_IF_ERROR(f->rt, khub__plugin_load_verified(f->rt, pf->path, pf->sha256, arts, n,
+                                                            &p));
+    f->r->plugin = p;
+    snprintf(f->r->plugin_id, sizeof f->r->plugin_id, "%s", khub_plugin_id(p));
+    if (strcmp(khub_plugin_id(p), f->r->repo) != 0)
+        khub__log(f->rt, KHUB_LOG_WARN, "%s: the plugin calls itself %s", f->r->repo,
+                  khub_plugin_id(p));
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
+                              const khub_kernel_opts *opts, khub_kernel_result *out)
+{
+    KHUB_API_CHECK(NULL, hub != NULL && rt != NULL && id != NULL && out != NULL);
+    khub__clear(rt);
+    uint32_t want = out->struct_size;
+    memset(out, 0, sizeof *out);
+    out->struct_size = want ? want : sizeof *out;
+    fetch f = {.hub = hub, .rt = rt, .r = out};
+    f.o = (khub_kernel_opts){KHUB_STRUCT_INIT(khub_kernel_opts)};
+    if (opts) memcpy(&f.o, opts, opts->struct_size && opts->struct_size < sizeof f.o
+                                         ? opts->struct_size : sizeof f.o);
+    khub_status st = fetch_setup(&f, id);
+    if (st == KHUB_STATUS_OK) st = fetch_variants(&f);
+    if (st == KHUB_STATUS_OK && !f.vl->best) {
+        st = fetch_fallback(&f);
+        fetch_free(&f);
+        return st;
+    }
+    if (st == KHUB_STATUS_OK) snprintf(out->variant, sizeof out->variant, "%s", f.vl->best);
+    if (st == KHUB_STATUS_OK) st = fetch_variant_files(&f);
+    if (st == KHUB_STATUS_OK) st = fetch_load(&f);
+    fetch_free(&f);
+    if (st == KHUB_STATUS_OK)
+        khub__log(rt, KHUB_LOG_INFO, "%s@%.12s: loaded %s from %s (%s%s)", out->repo,
+                  out->commit, out->file, out->variant, out->trust,
+                  out->locked ? ", lock verified" : "");
+    return st;
+}
+
+/* ======================================================================== */
+/* Locking, syncing, versions                                               */
+/* ======================================================================== */
+
+khub_status khub__kernel_newest_version(khub_hub *hub, const khub_hub_id *id, int32_t *newest,
+                                        char commit[41])
+{
+    *newest = -1;
+    commit[0] = '\0';
+    char url[KHUB__PATH_MAX], what[300];
+    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub),
+                     id->org, id->name))
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "URL too long");
+    snprintf(what, sizeof what, "listing the versions of %s/%s", id->org, id->name);
+    khub__http_resp r = {0};
+    khub__http_req req = {.method = "GET", .url = url, .auth = 1, .what = what};
+    khub_status st = khub__http_fetch(hub, &req, &r);
+    if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 300))
+        st = khub__http_error(hub, &r, what);
+    cJSON *root = st == KHUB_STATUS_OK ? cJSON_Parse(r.body ? r.body : "") : NULL;
+    const cJSON *br = cJSON_GetObjectItemCaseSensitive(root, "branches"), *b;
+    if (st == KHUB_STATUS_OK && !cJSON_IsArray(br))
+        st = khub__hub_fail(hub, KHUB_STATUS_PARSE, "%s: no \"branches\" array", what);
+    const cJSON *list = st == KHUB_STATUS_OK ? br : NULL;
+    cJSON_ArrayForEach(b, list)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(b, "name");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(b, "targetCommit");
+        if (!cJSON_IsString(nm) || !cJSON_IsString(t) || !khub__is_commit_hex(t->valuestring) ||
+            nm->valuestring[0] != 'v')
+            continue;
+        char *end;
+        long v = strtol(nm->valuestring + 1, &end, 10);
+        if (end == nm->valuestring + 1 || *end || v < 0 || v > 1000000 || v <= *newest) continue;
+        *newest = (int32_t)v;
+        memcpy(commit, t->valuestring, 41);
+    }
+    cJSON_Delete(root);
+    khub__http_resp_free(&r);
+    return st;
+}
+
+khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id, const char *commit_pin,
+                                    khub_lock_entry *e)
+{
+    memset(e, 0, sizeof *e);
+    snprintf(e->repo, sizeof e->repo, "%s/%s", id->org, id->name);
+    e->version = id->rev_kind == KHUB_HUB_REV_VERSION ? id->version : -1;
+    khub_status st = KHUB_STATUS_OK;
+    if (commit_pin) {
+        memcpy(e->commit, commit_pin, 41);
+    } else {
+        KHUB_FORWARD_IF_ERROR(NULL, khub_hub_resolve(hub, id, e->commit));
+    }
+    if (id->rev_kind == KHUB_HUB_REV_NAME || id->rev_kind == KHUB_HUB_REV_COMMIT) {
+        snprintf(e->revision, sizeof e->revision, "%s", id->revision);
+    } else if (id->rev_kind == KHUB_HUB_REV_DEFAULT) {
+        int32_t newest;
+        char c[41];
+        st = khub__kernel_newest_version(hub, id, &newest, c);
+        if (st != KHUB_STATUS_OK) return st;
+        e->version = newest;
+        if (newest < 0) snprintf(e->revision, sizeof e->revision, "main");
+        khub__log(NULL, KHUB_LOG_WARN, "%s: no version given; pinned to %s%s", e->repo,
+                  newest >= 0 ? "v" : "main", newest >= 0 ? "(newest)" : "");
+    }
+    khub_hub_variant_list *vl = NULL;
+    KHUB_FORWARD_IF_ERROR(NULL, khub_hub_variants(hub, id, e->commit, &vl));
+    e->variants = calloc(vl->count ? vl->count : 1, sizeof *e->variants);
+    if (!e->variants) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
+    for (size_t i = 0; st == KHUB_STATUS_OK && i < vl->count; i++) {
+        const char *name = vl->items[i].name;
+        if (!khub_family(name) || e->n_variants >= KHUB_LOCK_MAX_VARIANTS) continue;
+        khub_hub_file_list *fl = NULL;
+        char err[KHUB_ERROR_SIZE];
+        st = khub_hub_download_variant(hub, id, e->commit, name, &fl);
+        if (st == KHUB_STATUS_OK) {
+            st = khub__lock_variant_from_dir(name, fl->dir, &e->variants[e->n_variants], err,
+                                             sizeof err);
+            if (st != KHUB_STATUS_OK) khub__hub_fail(hub, st, "%s", err);
+            else e->n_variants++;
+        }
+        khub_hub_file_list_free(fl);
+    }
+    khub_hub_variant_list_free(vl);
+    if (st != KHUB_STATUS_OK) khub__lock_entry_clear(e);
+    return st;
+}
+
+khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int all_variants,
+                                    size_t *n_checked)
+{
+    *n_checked = 0;
+    khub_hub_id id;
+    char err[KHUB_ERROR_SIZE];
+    if (khub_hub_id_parse(e->repo, &id, err, sizeof err) != KHUB_STATUS_OK)
+        return khub__hub_fail(hub, KHUB_STATUS_BAD_ID, "%s", err);
+    const char *names[KHUB_LOCK_MAX_VARIANTS];
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_variants && n < KHUB_LOCK_MAX_VARIANTS; i++)
+        names[n++] = e->variants[i].name;
+    khub_hub_variant_list *vl = NULL;
+    if (!all_variants) {
+        KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_rank_names(&id, e->commit, names, n, &vl));
+        n = 0;
+        if (vl->best) names[n++] = vl->best;
+    }
+    khub_status st = KHUB_STATUS_OK;
+    char label[300];
+    snprintf(label, sizeof label, "%s@%.12s", e->repo, e->commit);
+    for (size_t i = 0; st == KHUB_STATUS_OK && i < n; i++) {
+        khub_hub_file_list *fl = NULL;
+        st = khub_hub_download_variant(hub, &id, e->commit, names[i], &fl);
+        if (st == KHUB_STATUS_OK) {
+            st = khub__lock_check_dir(khub__lock_variant(e, names[i]), fl->dir, label, err,
+                                      sizeof err);
+            if (st != KHUB_STATUS_OK) khub__hub_fail(hub, st, "%s", err);
+            else (*n_checked)++;
+        }
+        khub_hub_file_list_free(fl);
+    }
+    khub_hub_variant_list_free(vl);
+    return st;
+}

@@ -1,0 +1,77 @@
+/*
+ * kernel_mapping.h: khub.json, which kernel serves each role of a model,
+ * per device type and CUDA capability range (docs/kernel-mapping.md).
+ *
+ *     {"format": 1,
+ *      "roles": {
+ *        "attention": "kernels-community/flash-attn2@version=1",
+ *        "norm": {"cpu":  {"repo": "kernels-community/rmsnorm", "version": 1},
+ *                 "cuda": [{"repo": "kernels-community/rmsnorm", "version": 1,
+ *                           "capability": [75, 90]}]}},
+ *      "dependencies": {"kernels-community/kv-cache": {"version": 1}}}
+ *
+ * Roles: attention, quantization, cache, norm, activation, rotary, linear.
+ * Devices: cpu, cuda. Each rule has a version or a revision, never both.
+ */
+#ifndef KHUB_HUB_KERNEL_MAPPING_H
+#define KHUB_HUB_KERNEL_MAPPING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "internal.h"
+#include "khub/khub_hub.h"
+
+typedef enum khub_role {
+    KHUB_ROLE_ATTENTION = 0,
+    KHUB_ROLE_QUANT = 1,
+    KHUB_ROLE_CACHE = 2,
+    KHUB_ROLE_NORM = 3,
+    KHUB_ROLE_ACTIVATION = 4,
+    KHUB_ROLE_ROTARY = 5,
+    KHUB_ROLE_LINEAR = 6,
+    KHUB_ROLE__COUNT
+} khub_role;
+
+#define KHUB_MAP_MAX_RULES 16
+#define KHUB_MAP_MAX_DEPS 64
+#define KHUB_MAP_ID_MAX 512
+
+typedef struct khub_map_rule {
+    uint32_t device;           /* khub_device_type */
+    int32_t cc_min, cc_max;    /* inclusive capability x10; 0..INT32_MAX when not given */
+    khub_hub_id id;            /* with its version or revision */
+    char text[KHUB_MAP_ID_MAX]; /* canonical ID text (khub_hub_id_format) */
+} khub_map_rule;
+
+typedef struct khub_mapping {
+    khub_map_rule rules[KHUB_ROLE__COUNT][KHUB_MAP_MAX_RULES];
+    size_t n_rules[KHUB_ROLE__COUNT];
+    khub_hub_id deps[KHUB_MAP_MAX_DEPS];
+    char dep_text[KHUB_MAP_MAX_DEPS][KHUB_MAP_ID_MAX];
+    size_t n_deps;
+} khub_mapping;
+
+/* "attention" -> KHUB_ROLE_ATTENTION; KHUB_ROLE__COUNT when unknown. */
+KHUB_INTERNAL khub_role   khub__role_from_name(const char *name);
+KHUB_INTERNAL const char *khub__role_name(khub_role role);
+
+/* Parses khub.json text. Errors name the field path ("roles.norm.cuda[1]:
+ * ..."): unknown role, unknown device type, malformed ID (with its column),
+ * version and revision both set, bad capability range. Status PARSE (BAD_ID
+ * for a malformed ID). *out is caller-freed with free(). */
+KHUB_INTERNAL khub_status khub__mapping_parse(const char *json, size_t n, khub_mapping **out,
+                                              char *errbuf, size_t errbuf_size);
+KHUB_INTERNAL khub_status khub__mapping_load(const char *path, khub_mapping **out, char *errbuf,
+                                             size_t errbuf_size);
+/* The rule for role on this device: the device type must match and cc lie
+ * in the range (cpu rules ignore cc); among several, the narrowest range
+ * wins, then the first written. NULL when none. */
+KHUB_INTERNAL const khub_map_rule *khub__mapping_pick(const khub_mapping *m, khub_role role,
+                                                      uint32_t device, int32_t cc);
+/* Every kernel the mapping names (roles on all devices, then dependencies),
+ * each repo once, in order: ids[i] receives the canonical ID text. Returns
+ * the count (at most cap). */
+KHUB_INTERNAL size_t khub__mapping_kernels(const khub_mapping *m, const char **ids, size_t cap);
+
+#endif /* KHUB_HUB_KERNEL_MAPPING_H */

@@ -1,0 +1,614 @@
+/*
+ * lockfile.c: khub.lock (see lockfile.h and docs/lockfile.md).
+ *
+ * The lock is the root of trust for content on a locked load: the cached
+ * files are hashed and compared with the lock before metadata.json is
+ * parsed, so a cache entry rewritten consistently (a new .so and a new
+ * metadata.json listing it) is still refused. Parsing is strict: unknown
+ * fields in a lock written by khub are errors, because a lock that says more
+ * than this reader understands must not be half-honoured.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+#include <openssl/evp.h>
+
+#include "lockfile.h"
+
+#define MAX_LOCK_BYTES ((size_t)8 << 20)
+
+static khub_status bad(char *errbuf, size_t n, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static khub_status bad(char *errbuf, size_t n, const char *fmt, ...)
+{
+    char msg[KHUB_ERROR_SIZE];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    khub__errbuf(errbuf, n, "%s", msg);
+    return KHUB_STATUS_PARSE;
+}
+
+static bool plain_name(const char *s)
+{
+    size_t len = strnlen(s, 128);
+    return len > 0 && len < 128 && !strchr(s, '/') && !strchr(s, '\\') && strcmp(s, ".") &&
+           strcmp(s, "..");
+}
+
+/* ======================================================================== */
+/* Objects                                                                  */
+/* ======================================================================== */
+
+khub_status khub__lock_new(khub_lock **out)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? KHUB_STATUS_OK : KHUB_STATUS_NOMEM;
+}
+
+void khub__lock_entry_clear(khub_lock_entry *e)
+{
+    if (!e) return;
+    for (size_t i = 0; i < e->n_variants; i++) free(e->variants[i].files);
+    free(e->variants);
+    e->variants = NULL;
+    e->n_variants = 0;
+}
+
+void khub__lock_free(khub_lock *lock)
+{
+    if (!lock) return;
+    for (size_t i = 0; i < lock->count; i++) khub__lock_entry_clear(&lock->items[i]);
+    free(lock->items);
+    free(lock);
+}
+
+khub_lock_entry *khub__lock_find(const khub_lock *lock, const char *repo)
+{
+    for (size_t i = 0; lock && repo && i < lock->count; i++)
+        if (strcmp(lock->items[i].repo, repo) == 0) return &lock->items[i];
+    return NULL;
+}
+
+const khub_lock_variant *khub__lock_variant(const khub_lock_entry *e, const char *name)
+{
+    for (size_t i = 0; e && name && i < e->n_variants; i++)
+        if (strcmp(e->variants[i].name, name) == 0) return &e->variants[i];
+    return NULL;
+}
+
+khub_status khub__lock_put(khub_lock *lock, khub_lock_entry *e)
+{
+    khub_lock_entry *old = khub__lock_find(lock, e->repo);
+    if (old) {
+        khub__lock_entry_clear(old);
+        *old = *e;
+    } else {
+        if (lock->count >= KHUB_LOCK_MAX_ENTRIES) return KHUB_STATUS_OVERFLOW;
+        khub_lock_entry *items = realloc(lock->items, (lock->count + 1) * sizeof *items);
+        if (!items) return KHUB_STATUS_NOMEM;
+        lock->items = items;
+        lock->items[lock->count++] = *e;
+    }
+    memset(e, 0, sizeof *e);
+    return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Content hash                                                             */
+/* ======================================================================== */
+
+static int cmp_file(const void *a, const void *b)
+{
+    return strcmp(((const khub_lock_file *)a)->name, ((const khub_lock_file *)b)->name);
+}
+
+khub_status khub__lock_content_hash(const khub_lock_file *files, size_t n,
+                                    char out[KHUB_LOCK_HASH_LEN + 1])
+{
+    out[0] = '\0';
+    if (n > KHUB_LOCK_MAX_FILES) return KHUB_STATUS_OVERFLOW;
+    khub_lock_file sorted[KHUB_LOCK_MAX_FILES];
+    if (n) memcpy(sorted, files, n * sizeof *files);
+    qsort(sorted, n, sizeof *sorted, cmp_file);
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(sorted[i - 1].name, sorted[i].name) == 0) return KHUB_STATUS_INVALID_ARG;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    khub_status st = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? KHUB_STATUS_OK
+                                                                       : KHUB_STATUS_NOMEM;
+    for (size_t i = 0; st == KHUB_STATUS_OK && i < n; i++) {
+        if (!EVP_DigestUpdate(ctx, sorted[i].name, strlen(sorted[i].name) + 1) || /* + NUL */
+            !EVP_DigestUpdate(ctx, sorted[i].sha256, 64) || !EVP_DigestUpdate(ctx, "\n", 1))
+            st = KHUB_STATUS_INTERNAL;
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned md_len = 0;
+    if (st == KHUB_STATUS_OK && !EVP_DigestFinal_ex(ctx, md, &md_len)) st = KHUB_STATUS_INTERNAL;
+    EVP_MD_CTX_free(ctx);
+    if (st != KHUB_STATUS_OK) return st;
+    memcpy(out, "sha256:", 7);
+    for (unsigned i = 0; i < 32; i++) snprintf(out + 7 + 2 * i, 3, "%02x", md[i]);
+    return KHUB_STATUS_OK;
+}
+
+static bool is_regular(const char *path)
+{
+    struct stat sb;
+    return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+khub_status khub__lock_variant_from_dir(const char *name, const char *dir, khub_lock_variant *v,
+                                        char *errbuf, size_t errbuf_size)
+{
+    memset(v, 0, sizeof *v);
+    if (!plain_name(name)) return bad(errbuf, errbuf_size, "variant name \"%.100s\" is not plain",
+                                      name);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->files = calloc(KHUB_LOCK_MAX_FILES, sizeof *v->files);
+    if (!v->files) return KHUB_STATUS_NOMEM;
+    DIR *d = opendir(dir);
+    if (!d) {
+        khub__errbuf(errbuf, errbuf_size, "cannot read variant directory %s: %s", dir,
+                     strerror(errno));
+        return KHUB_STATUS_NOT_FOUND;
+    }
+    khub_status st = KHUB_STATUS_OK;
+    struct dirent *de;
+    while (st == KHUB_STATUS_OK && (de = readdir(d))) {
+        const char *nm = de->d_name;
+        if (!strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, "metadata.json.sig")) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, nm);
+        /* The cache links snapshot files to blobs: follow one level, but the
+         * target must be a regular file. */
+        struct stat sb;
+        if (!plain_name(nm) || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            khub__errbuf(errbuf, errbuf_size, "%s: %s is not a regular file; a variant holds "
+                         "plain files only", dir, nm);
+            st = KHUB_STATUS_UNSAFE_PATH;
+        } else if (v->n_files >= KHUB_LOCK_MAX_FILES) {
+            khub__errbuf(errbuf, errbuf_size, "%s: more than %d files", dir,
+                         KHUB_LOCK_MAX_FILES);
+            st = KHUB_STATUS_OVERFLOW;
+        } else {
+            khub_lock_file *f = &v->files[v->n_files];
+            snprintf(f->name, sizeof f->name, "%s", nm);
+            st = khub__sha256_file_hex(path, f->sha256);
+            if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "cannot read %s", path);
+            else v->n_files++;
+        }
+    }
+    closedir(d);
+    if (st == KHUB_STATUS_OK) st = khub__lock_content_hash(v->files, v->n_files, v->hash);
+    if (st != KHUB_STATUS_OK) {
+        free(v->files);
+        memset(v, 0, sizeof *v);
+    }
+    return st;
+}
+
+khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir, const char *label,
+                                 char *errbuf, size_t errbuf_size)
+{
+    for (size_t i = 0; i < v->n_files; i++) {
+        char path[4096], got[65];
+        snprintf(path, sizeof path, "%s/%s", dir, v->files[i].name);
+        if (!is_regular(path) && access(path, R_OK) != 0) {
+            khub__errbuf(errbuf, errbuf_size, "%s variant %s: locked file %s is missing from %s; "
+                         "run khub sync", label, v->name, v->files[i].name, dir);
+            return KHUB_STATUS_LOCK_MISMATCH;
+        }
+        if (khub__sha256_file_hex(path, got) != KHUB_STATUS_OK) {
+            khub__errbuf(errbuf, errbuf_size, "%s variant %s: cannot read %s", label, v->name,
+                         path);
+            return KHUB_STATUS_IO;
+        }
+        if (!khub__digest_eq(got, v->files[i].sha256)) {
+            khub__errbuf(errbuf, errbuf_size, "%s variant %s: %s has SHA-256 %s, khub.lock says "
+                         "%s; the cached copy was changed: delete it and run khub sync", label,
+                         v->name, v->files[i].name, got, v->files[i].sha256);
+            return KHUB_STATUS_LOCK_MISMATCH;
+        }
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        khub__errbuf(errbuf, errbuf_size, "%s: cannot read %s", label, dir);
+        return KHUB_STATUS_IO;
+    }
+    khub_status st = KHUB_STATUS_OK;
+    struct dirent *de;
+    while (st == KHUB_STATUS_OK && (de = readdir(d))) {
+        const char *nm = de->d_name;
+        if (!strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, "metadata.json.sig")) continue;
+        bool known = false;
+        for (size_t i = 0; i < v->n_files && !known; i++) known = !strcmp(v->files[i].name, nm);
+        if (!known) {
+            khub__errbuf(errbuf, errbuf_size, "%s variant %s: %s is in %s but not in khub.lock; "
+                         "refusing the variant", label, v->name, nm, dir);
+            st = KHUB_STATUS_LOCK_MISMATCH;
+        }
+    }
+    closedir(d);
+    return st;
+}
+
+/* ======================================================================== */
+/* Parsing                                                                  */
+/* ======================================================================== */
+
+static bool only_keys(const cJSON *o, const char *const *keys, const char **extra)
+{
+    const cJSON *c;
+    cJSON_ArrayForEach(c, o)
+    {
+        bool ok = false;
+        for (const char *const *k = keys; *k && !ok; k++) ok = !strcmp(c->string, *k);
+        if (!ok) {
+            *extra = c->string;
+            return false;
+        }
+    }
+    return true;
+}
+
+static khub_status parse_variant(const cJSON *jv, const char *where, khub_lock_variant *v,
+                                 char *errbuf, size_t n)
+{
+    static const char *const keys[] = {"hash", "files", NULL};
+    const char *extra = NULL;
+    if (!plain_name(jv->string)) return bad(errbuf, n, "%s: variant name is not plain", where);
+    snprintf(v->name, sizeof v->name, "%s", jv->string);
+    if (!cJSON_IsObject(jv) || !only_keys(jv, keys, &extra))
+        return bad(errbuf, n, "%s.variants.%s: must be an object of \"hash\" and \"files\"%s%s",
+                   where, v->name, extra ? "; unknown field " : "", extra ? extra : "");
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(jv, "hash");
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(jv, "files"), *f;
+    if (!cJSON_IsString(h) || strlen(h->valuestring) != KHUB_LOCK_HASH_LEN ||
+        strncmp(h->valuestring, "sha256:", 7) || !khub__is_sha256_hex(h->valuestring + 7))
+        return bad(errbuf, n, "%s.variants.%s.hash must be \"sha256:<64 hex>\"", where, v->name);
+    if (!cJSON_IsObject(fs) || cJSON_GetArraySize(fs) < 1 ||
+        cJSON_GetArraySize(fs) > KHUB_LOCK_MAX_FILES)
+        return bad(errbuf, n, "%s.variants.%s.files must be an object of 1-%d files", where,
+                   v->name, KHUB_LOCK_MAX_FILES);
+    v->files = calloc((size_t)cJSON_GetArraySize(fs), sizeof *v->files);
+    if (!v->files) return KHUB_STATUS_NOMEM;
+    cJSON_ArrayForEach(f, fs)
+    {
+        if (!plain_name(f->string) || !cJSON_IsString(f) || !khub__is_sha256_hex(f->valuestring))
+            return bad(errbuf, n, "%s.variants.%s.files.%.100s: need a plain name and 64 hex "
+                       "digits", where, v->name, f->string);
+        khub_lock_file *lf = &v->files[v->n_files++];
+        snprintf(lf->name, sizeof lf->name, "%s", f->string);
+        memcpy(lf->sha256, f->valuestring, 65);
+    }
+    char want[KHUB_LOCK_HASH_LEN + 1];
+    khub_status st = khub__lock_content_hash(v->files, v->n_files, want);
+    if (st != KHUB_STATUS_OK) return bad(errbuf, n, "%s.variants.%s.files: duplicate names",
+                                         where, v->name);
+    snprintf(v->hash, sizeof v->hash, "%s", h->valuestring);
+    if (strcmp(want, v->hash))
+        return bad(errbuf, n, "%s.variants.%s.hash is %s but its files hash to %s; the lock was "
+                   "edited by hand", where, v->name, v->hash, want);
+    return KHUB_STATUS_OK;
+}
+
+static khub_status parse_pin(const cJSON *je, const char *where, khub_lock_entry *e,
+                             char *errbuf, size_t n)
+{
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(je, "version");
+    const cJSON *rev = cJSON_GetObjectItemCaseSensitive(je, "revision");
+    if (ver && rev) return bad(errbuf, n, "%s: both \"version\" and \"revision\"; keep one", where);
+    e->version = -1;
+    if (ver) {
+        if (!cJSON_IsNumber(ver) || ver->valuedouble < 0 || ver->valuedouble > 1e6 ||
+            ver->valuedouble != (double)(int32_t)ver->valuedouble)
+            return bad(errbuf, n, "%s.version must be an integer >= 0", where);
+        e->version = (int32_t)ver->valuedouble;
+    } else if (rev) {
+        if (!cJSON_IsString(rev) || !rev->valuestring[0] ||
+            strlen(rev->valuestring) > KHUB_HUB_REV_MAX)
+            return bad(errbuf, n, "%s.revision must be a non-empty string", where);
+        snprintf(e->revision, sizeof e->revision, "%s", rev->valuestring);
+    } else {
+        return bad(errbuf, n, "%s: needs \"version\" or \"revision\"", where);
+    }
+    return KHUB_STATUS_OK;
+}
+
+static khub_status parse_entry(const cJSON *je, int idx, khub_lock_entry *e, char *errbuf,
+                               size_t n)
+{
+    static const char *const keys[] = {"repo", "version", "revision", "commit", "variants", NULL};
+    char where[64];
+    snprintf(where, sizeof where, "kernels[%d]", idx);
+    const char *extra = NULL;
+    if (!cJSON_IsObject(je)) return bad(errbuf, n, "%s must be an object", where);
+    if (!only_keys(je, keys, &extra)) return bad(errbuf, n, "%s: unknown field \"%.60s\"", where,
+                                                 extra);
+    const cJSON *repo = cJSON_GetObjectItemCaseSensitive(je, "repo");
+    const cJSON *commit = cJSON_GetObjectItemCaseSensitive(je, "commit");
+    const cJSON *vars = cJSON_GetObjectItemCaseSensitive(je, "variants"), *jv;
+    khub_hub_id id;
+    char idtext[300];
+    if (!cJSON_IsString(repo) || strlen(repo->valuestring) >= sizeof e->repo ||
+        strchr(repo->valuestring, '@') || strchr(repo->valuestring, ':') ||
+        khub_hub_id_parse(repo->valuestring, &id, idtext, sizeof idtext) != KHUB_STATUS_OK)
+        return bad(errbuf, n, "%s.repo must be \"org/name\"", where);
+    snprintf(e->repo, sizeof e->repo, "%s", repo->valuestring);
+    KHUB_FORWARD_IF_ERROR(NULL, parse_pin(je, where, e, errbuf, n));
+    if (!cJSON_IsString(commit) || strlen(commit->valuestring) != 40 ||
+        strspn(commit->valuestring, "0123456789abcdef") != 40)
+        return bad(errbuf, n, "%s.commit must be 40 lowercase hex digits", where);
+    memcpy(e->commit, commit->valuestring, 41);
+    if (vars && (!cJSON_IsObject(vars) || cJSON_GetArraySize(vars) > KHUB_LOCK_MAX_VARIANTS))
+        return bad(errbuf, n, "%s.variants must be an object of at most %d variants", where,
+                   KHUB_LOCK_MAX_VARIANTS);
+    int nv = vars ? cJSON_GetArraySize(vars) : 0;
+    e->variants = nv ? calloc((size_t)nv, sizeof *e->variants) : NULL;
+    if (nv && !e->variants) return KHUB_STATUS_NOMEM;
+    cJSON_ArrayForEach(jv, vars)
+    {
+        khub_status st = parse_variant(jv, where, &e->variants[e->n_variants], errbuf, n);
+        e->n_variants++; /* counted even on failure so clear frees its files */
+        if (st != KHUB_STATUS_OK) return st;
+    }
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__lock_parse(const char *json, size_t n, khub_lock **out, char *errbuf,
+                             size_t errbuf_size)
+{
+    *out = NULL;
+    if (n > MAX_LOCK_BYTES) return bad(errbuf, errbuf_size, "khub.lock: over %zu bytes",
+                                       MAX_LOCK_BYTES);
+    cJSON *root = cJSON_ParseWithLength(json, n);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *ks = cJSON_GetObjectItemCaseSensitive(root, "kernels"), *je;
+    khub_status st = KHUB_STATUS_OK;
+    if (!cJSON_IsObject(root)) st = bad(errbuf, errbuf_size, "khub.lock is not a JSON object");
+    else if (!cJSON_IsNumber(fmt) || fmt->valuedouble != 1)
+        st = bad(errbuf, errbuf_size, "khub.lock: \"format\" must be 1 (this khub reads format "
+                 "1 only)");
+    else if (!cJSON_IsArray(ks) || cJSON_GetArraySize(ks) > KHUB_LOCK_MAX_ENTRIES)
+        st = bad(errbuf, errbuf_size, "khub.lock: \"kernels\" must be an array of at most %d",
+                 KHUB_LOCK_MAX_ENTRIES);
+    khub_lock *lock = NULL;
+    if (st == KHUB_STATUS_OK) st = khub__lock_new(&lock);
+    int idx = 0;
+    const cJSON *list = st == KHUB_STATUS_OK ? ks : NULL;
+    cJSON_ArrayForEach(je, list)
+    {
+        khub_lock_entry e = {0};
+        st = parse_entry(je, idx, &e, errbuf, errbuf_size);
+        if (st == KHUB_STATUS_OK && khub__lock_find(lock, e.repo))
+            st = bad(errbuf, errbuf_size, "kernels[%d]: %s is locked twice", idx, e.repo);
+        if (st == KHUB_STATUS_OK) st = khub__lock_put(lock, &e);
+        khub__lock_entry_clear(&e);
+        if (st != KHUB_STATUS_OK) break;
+        idx++;
+    }
+    cJSON_Delete(root);
+    if (st != KHUB_STATUS_OK) {
+        khub__lock_free(lock);
+        return st;
+    }
+    *out = lock;
+    return KHUB_STATUS_OK;
+}
+
+static khub_status read_text(const char *path, size_t cap, char **out, size_t *len, char *errbuf,
+                             size_t n)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        khub__errbuf(errbuf, n, "cannot open %s: %s", path, strerror(errno));
+        return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
+    }
+    char *buf = malloc(cap + 1);
+    size_t got = buf ? fread(buf, 1, cap + 1, f) : 0;
+    int err = ferror(f);
+    fclose(f);
+    if (!buf) return KHUB_STATUS_NOMEM;
+    if (err || got > cap) {
+        free(buf);
+        khub__errbuf(errbuf, n, "%s: %s", path, err ? "read error" : "file too large");
+        return err ? KHUB_STATUS_IO : KHUB_STATUS_OVERFLOW;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    *len = got;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__lock_load(const char *path, khub_lock **out, char *errbuf, size_t errbuf_size)
+{
+    *out = NULL;
+    char *text = NULL, why[KHUB_ERROR_SIZE];
+    size_t len = 0;
+    KHUB_FORWARD_IF_ERROR(NULL, read_text(path, MAX_LOCK_BYTES, &text, &len, errbuf,
+                                          errbuf_size));
+    khub_status st = khub__lock_parse(text, len, out, why, sizeof why);
+    free(text);
+    if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, why);
+    return st;
+}
+
+/* ======================================================================== */
+/* Writing                                                                  */
+/* ======================================================================== */
+
+static cJSON *entry_json(const khub_lock_entry *e)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "repo", e->repo);
+    if (e->version >= 0) cJSON_AddNumberToObject(o, "version", e->version);
+    else cJSON_AddStringToObject(o, "revision", e->revision);
+    cJSON_AddStringToObject(o, "commit", e->commit);
+    cJSON *vs = cJSON_AddObjectToObject(o, "variants");
+    for (size_t i = 0; i < e->n_variants; i++) {
+        const khub_lock_variant *v = &e->variants[i];
+        khub_lock_file sorted[KHUB_LOCK_MAX_FILES];
+        size_t nf = v->n_files < KHUB_LOCK_MAX_FILES ? v->n_files : KHUB_LOCK_MAX_FILES;
+        memcpy(sorted, v->files, nf * sizeof *sorted);
+        qsort(sorted, nf, sizeof *sorted, cmp_file);
+        cJSON *jv = cJSON_AddObjectToObject(vs, v->name);
+        cJSON_AddStringToObject(jv, "hash", v->hash);
+        cJSON *fs = cJSON_AddObjectToObject(jv, "files");
+        for (size_t j = 0; j < nf; j++) cJSON_AddStringToObject(fs, sorted[j].name,
+                                                                sorted[j].sha256);
+    }
+    return o;
+}
+
+khub_status khub__lock_save(const khub_lock *lock, const char *path, char *errbuf,
+                            size_t errbuf_size)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddNumberToObject(root, "format", 1);
+    cJSON *ks = cJSON_AddArrayToObject(root, "kernels");
+    for (size_t i = 0; i < lock->count; i++) cJSON_AddItemToArray(ks, entry_json(&lock->items[i]));
+    char *text = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!text) return KHUB_STATUS_NOMEM;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    khub_status st = KHUB_STATUS_OK;
+    if (!f || fputs(text, f) < 0 || fputc('\n', f) < 0 || fflush(f) != 0 || fsync(fileno(f)))
+        st = KHUB_STATUS_IO;
+    if (f && fclose(f) != 0) st = KHUB_STATUS_IO;
+    if (st == KHUB_STATUS_OK && rename(tmp, path) != 0) st = KHUB_STATUS_IO;
+    if (st != KHUB_STATUS_OK) {
+        khub__errbuf(errbuf, errbuf_size, "cannot write %s: %s", path, strerror(errno));
+        unlink(tmp);
+    }
+    free(text);
+    return st;
+}
+
+/* ======================================================================== */
+/* The Python library's kernels.lock                                        */
+/* ======================================================================== */
+
+static void note(char *notes, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void note(char *notes, size_t size, const char *fmt, ...)
+{
+    size_t len = strnlen(notes, size);
+    if (len + 1 >= size) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(notes + len, size - len, fmt, ap);
+    va_end(ap);
+    len = strnlen(notes, size);
+    if (len + 1 < size) notes[len] = '\n', notes[len + 1] = '\0';
+}
+
+/* Legacy: {"repo_id", "sha", "variants": {name: {"hash", "hash_type"}}}. */
+static khub_status import_legacy(const cJSON *je, int idx, khub_lock_entry *e, char *notes,
+                                 size_t nn, char *errbuf, size_t n)
+{
+    const cJSON *repo = cJSON_GetObjectItemCaseSensitive(je, "repo_id");
+    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(je, "sha");
+    const cJSON *vars = cJSON_GetObjectItemCaseSensitive(je, "variants"), *v;
+    if (!cJSON_IsString(repo) || !cJSON_IsString(sha))
+        return bad(errbuf, n, "kernels.lock[%d]: needs string \"repo_id\" and \"sha\"", idx);
+    snprintf(e->repo, sizeof e->repo, "%.193s", repo->valuestring);
+    snprintf(e->commit, sizeof e->commit, "%.40s", sha->valuestring);
+    e->version = -1;
+    snprintf(e->revision, sizeof e->revision, "%.40s", sha->valuestring);
+    note(notes, nn, "%s: the legacy format records no version or revision; pinned to commit "
+         "%.12s (set a version in khub.json and run khub update to follow a branch)", e->repo,
+         e->commit);
+    cJSON_ArrayForEach(v, vars)
+    {
+        const cJSON *ht = cJSON_GetObjectItemCaseSensitive(v, "hash_type");
+        note(notes, nn, "%s: variant %.100s (%s hash) is a Python/Torch build with no khub "
+             "equivalent; not carried over", e->repo, v->string ? v->string : "?",
+             cJSON_IsString(ht) ? ht->valuestring : "unknown");
+    }
+    return KHUB_STATUS_OK;
+}
+
+/* Newer: {"dependency": {"repo-id", "version" | "revision"}, "lock": {"commit"[, "hash"]}}. */
+static khub_status import_new(const cJSON *je, int idx, khub_lock_entry *e, char *notes,
+                              size_t nn, char *errbuf, size_t n)
+{
+    const cJSON *dep = cJSON_GetObjectItemCaseSensitive(je, "dependency");
+    const cJSON *lk = cJSON_GetObjectItemCaseSensitive(je, "lock");
+    const cJSON *repo = cJSON_GetObjectItemCaseSensitive(dep, "repo-id");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(dep, "version");
+    const cJSON *rev = cJSON_GetObjectItemCaseSensitive(dep, "revision");
+    const cJSON *commit = cJSON_GetObjectItemCaseSensitive(lk, "commit");
+    if (!cJSON_IsString(repo) || !cJSON_IsString(commit))
+        return bad(errbuf, n, "kernels.lock[%d]: needs dependency.repo-id and lock.commit", idx);
+    if (ver && rev) return bad(errbuf, n, "kernels.lock[%d]: dependency has both version and "
+                               "revision", idx);
+    snprintf(e->repo, sizeof e->repo, "%.193s", repo->valuestring);
+    snprintf(e->commit, sizeof e->commit, "%.40s", commit->valuestring);
+    e->version = -1;
+    if (cJSON_IsNumber(ver) && ver->valuedouble >= 0 && ver->valuedouble <= 1e6)
+        e->version = (int32_t)ver->valuedouble;
+    else if (cJSON_IsString(rev))
+        snprintf(e->revision, sizeof e->revision, "%.255s", rev->valuestring);
+    else
+        return bad(errbuf, n, "kernels.lock[%d]: dependency needs an integer version or a "
+                   "revision", idx);
+    if (cJSON_GetObjectItemCaseSensitive(lk, "hash"))
+        note(notes, nn, "%s: lock.hash (a Nix output hash) has no khub meaning; not carried "
+             "over", e->repo);
+    return KHUB_STATUS_OK;
+}
+
+static khub_status check_imported(const khub_lock_entry *e, int idx, char *errbuf, size_t n)
+{
+    khub_hub_id id;
+    if (strchr(e->repo, '@') || strchr(e->repo, ':') ||
+        khub_hub_id_parse(e->repo, &id, NULL, 0) != KHUB_STATUS_OK)
+        return bad(errbuf, n, "kernels.lock[%d]: repo \"%.100s\" is not org/name", idx, e->repo);
+    if (strlen(e->commit) != 40 || strspn(e->commit, "0123456789abcdef") != 40)
+        return bad(errbuf, n, "kernels.lock[%d] (%s): commit is not 40 lowercase hex digits",
+                   idx, e->repo);
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__lock_import_python(const char *json, size_t n, khub_lock *into, char *notes,
+                                     size_t notes_size, char *errbuf, size_t errbuf_size)
+{
+    if (notes && notes_size) notes[0] = '\0';
+    if (n > MAX_LOCK_BYTES) return bad(errbuf, errbuf_size, "kernels.lock: too large");
+    cJSON *root = cJSON_ParseWithLength(json, n);
+    if (!cJSON_IsArray(root)) {
+        cJSON_Delete(root);
+        return bad(errbuf, errbuf_size, "kernels.lock is not a JSON array (neither the legacy "
+                   "[{repo_id, sha, variants}] nor the [{dependency, lock}] format)");
+    }
+    khub_status st = KHUB_STATUS_OK;
+    int idx = 0;
+    const cJSON *je;
+    cJSON_ArrayForEach(je, root)
+    {
+        khub_lock_entry e = {0};
+        if (!cJSON_IsObject(je)) st = bad(errbuf, errbuf_size, "kernels.lock[%d] is not an "
+                                          "object", idx);
+        else if (cJSON_GetObjectItemCaseSensitive(je, "dependency"))
+            st = import_new(je, idx, &e, notes, notes_size, errbuf, errbuf_size);
+        else
+            st = import_legacy(je, idx, &e, notes, notes_size, errbuf, errbuf_size);
+        if (st == KHUB_STATUS_OK) st = check_imported(&e, idx, errbuf, errbuf_size);
+        if (st == KHUB_STATUS_OK) st = khub__lock_put(into, &e);
+        khub__lock_entry_clear(&e);
+        if (st != KHUB_STATUS_OK) break;
+        idx++;
+    }
+    cJSON_Delete(root);
+    return st;
+}
