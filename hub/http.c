@@ -10,11 +10,13 @@
  * byte offsets of the file.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "hub_impl.h"
@@ -94,6 +96,13 @@ khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__htt
                               "%s: offline mode (HF_HUB_OFFLINE) forbids the network", req->what);
     return khub__hub_fail(hub, KHUB_STATUS_UNSUPPORTED,
                           "%s: khub was built without libcurl (KHUB_WITH_CURL=OFF)", req->what);
+}
+
+bool khub__url_same_origin(const char *a, const char *b)
+{
+    (void)a;
+    (void)b;
+    return false; /* without libcurl nothing is sent anyway */
 }
 
 #else
@@ -249,6 +258,32 @@ static void reset_resp(khub__http_resp *r)
     r->retry_after = -1;
 }
 
+/* The method and body of a POST, PUT or DELETE: from memory, or streamed
+ * from req->upload_path (opened afresh for every try, so a retry resends
+ * the whole file). "Expect:" turns off 100-continue, which only adds a
+ * round trip (and a one-second stall against servers that ignore it). */
+static khub_status set_body(khub_hub *hub, const khub__http_req *req, CURL *c,
+                            struct curl_slist **hdrs, FILE **up)
+{
+    if (!strcmp(req->method, "GET") || !strcmp(req->method, "HEAD")) return KHUB_STATUS_OK;
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, req->method);
+    *hdrs = curl_slist_append(*hdrs, "Expect:");
+    if (req->upload_path) {
+        struct stat sb;
+        *up = fopen(req->upload_path, "rb");
+        if (!*up || fstat(fileno(*up), &sb) != 0 || !S_ISREG(sb.st_mode))
+            return khub__hub_fail(hub, KHUB_STATUS_IO, "%s: cannot read %s: %s", req->what,
+                                  req->upload_path, strerror(errno));
+        curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(c, CURLOPT_READDATA, *up);
+        curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)sb.st_size);
+        return KHUB_STATUS_OK;
+    }
+    curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len);
+    curl_easy_setopt(c, CURLOPT_POSTFIELDS, req->body ? (const char *)req->body : "");
+    return KHUB_STATUS_OK;
+}
+
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
@@ -274,6 +309,21 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
         hdrs = curl_slist_append(hdrs, line);
     }
     hdrs = curl_slist_append(hdrs, "Accept-Encoding: identity");
+    if (req->content_type) {
+        snprintf(line, sizeof line, "Content-Type: %s", req->content_type);
+        hdrs = curl_slist_append(hdrs, line);
+    }
+    if (req->accept) {
+        snprintf(line, sizeof line, "Accept: %s", req->accept);
+        hdrs = curl_slist_append(hdrs, line);
+    }
+    FILE *up = NULL;
+    khub_status bst = set_body(hub, req, c, &hdrs, &up);
+    if (bst != KHUB_STATUS_OK) {
+        curl_easy_cleanup(c);
+        curl_slist_free_all(hdrs);
+        return bst;
+    }
     xfer x = {.resp = resp, .sink = req->sink, .curl = c};
     char errbuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_URL, url);
@@ -298,6 +348,7 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
     snprintf(resp->final_url, sizeof resp->final_url, "%s", eff ? eff : url);
     curl_easy_cleanup(c);
     curl_slist_free_all(hdrs);
+    if (up) fclose(up);
     if (x.sink_st != KHUB_STATUS_OK) return x.sink_st; /* the sink set the message */
     if (x.overflow)
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: response body over %u bytes",
@@ -352,6 +403,17 @@ done:
     curl_url_cleanup(u);
     curl_url_cleanup(b);
     return st;
+}
+
+bool khub__url_same_origin(const char *a, const char *b)
+{
+    char out[2048];
+    int same = 0;
+    khub_hub scratch;
+    memset(&scratch, 0, sizeof scratch);
+    scratch.err_set = 1; /* a parse failure here is an answer, not an error to report */
+    if (resolve_location(&scratch, a, b, out, sizeof out, &same) != KHUB_STATUS_OK) return false;
+    return same != 0;
 }
 
 static int is_redirect(long st) { return st == 301 || st == 302 || st == 303 || st == 307 ||

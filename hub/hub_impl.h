@@ -163,6 +163,13 @@ typedef struct khub__http_req {
     int follow_absolute;    /* follow absolute redirects (dropping auth across hosts) */
     const khub__sink *sink; /* NULL = buffer the body (up to 16 MiB) */
     const char *what;       /* "resolving org/name@main" for messages */
+    /* Added for publishing: a method of "POST", "PUT" or "DELETE" sends a
+     * body, from memory or streamed from a file (both borrowed). */
+    const void *body;         /* NULL = none */
+    size_t body_len;
+    const char *upload_path;  /* PUT: the file to send, instead of body */
+    const char *content_type; /* NULL = no Content-Type header */
+    const char *accept;       /* NULL = no Accept header */
 } khub__http_req;
 
 /* One request with redirects and retries (408, 429, 5xx and transport
@@ -181,6 +188,9 @@ KHUB_INTERNAL khub_status khub__http_error(khub_hub *hub, const khub__http_resp 
  * keep_slash). */
 KHUB_INTERNAL khub_status khub__url_quote(khub_hub *hub, const char *s, int keep_slash, char *buf,
                                           size_t size);
+/* True when URLs a and b have the same scheme, host and port (the token
+ * may go to b when it may go to a). False for anything unparsable. */
+KHUB_INTERNAL bool khub__url_same_origin(const char *a, const char *b);
 
 /* ------------------------------------------------------------------------ */
 /* Hashes of content (client.c)                                             */

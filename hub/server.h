@@ -1,7 +1,7 @@
 /*
  * server.h: the local hub server behind `khub serve` (libmicrohttpd). It
- * serves a folder of kernel repos with the read endpoints of the Hub
- * protocol; docs/hub-server.md describes the folder layout and the fault
+ * serves a folder of kernel repos with the read and upload endpoints of
+ * the Hub protocol; docs/hub-server.md describes the folder layout and the fault
  * injection used by the tests. Internal: used by tools/cli and tests.
  */
 #ifndef KHUB_HUB_SERVER_H
@@ -20,6 +20,7 @@ typedef struct khub__server_opts {
     uint32_t page_size;   /* tree entries per page, 0 = 1000 */
     const char *faults;   /* "drop-body=1,ignore-range", NULL = $KHUB_SERVE_FAULTS */
     const char *log_path; /* one line per request, NULL = none */
+    const char *token;    /* writes need "Authorization: Bearer <token>"; NULL = open */
 } khub__server_opts;
 
 /* Starts serving in background threads. Statuses: INVALID_ARG (bad host or

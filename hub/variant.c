@@ -292,10 +292,19 @@ static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const cha
         khub__rmtree(tmp);
         st = khub__archive_unpack(hub, blob, tmp, NULL);
     }
+    /* khub build packs entries as <variant>/<file> (kernel_build.h); an
+     * archive with the files at its root is accepted too. */
+    char root[KHUB__PATH_MAX], probe[KHUB__PATH_MAX];
+    struct stat sb;
+    snprintf(root, sizeof root, "%s", tmp);
+    if (st == KHUB_STATUS_OK && KHUB__PATHF(probe, "%s/metadata.json", tmp) &&
+        lstat(probe, &sb) != 0 && KHUB__PATHF(probe, "%s/%s", tmp, variant) &&
+        lstat(probe, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(root, sizeof root, "%s", probe);
     khub_hub_file_list *l = NULL;
-    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, tmp, &l);
+    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, root, &l);
     khub_hub_file_list_free(l);
-    if (st == KHUB_STATUS_OK && rename(tmp, final) != 0 && errno != ENOTEMPTY && errno != EEXIST)
+    if (st == KHUB_STATUS_OK && rename(root, final) != 0 && errno != ENOTEMPTY && errno != EEXIST)
         st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot publish %s: %s", final, strerror(errno));
     khub__rmtree(tmp); /* left only when another process published first */
     free(blob);

@@ -1,6 +1,6 @@
 /*
  * cmd_hub.c: `khub resolve`, `khub download`, `khub variants`, `khub serve`.
- * (`khub cache ls|verify|prune` is not written yet.)
+ * (`khub cache ls|verify|prune` is in cmd_cache.c.)
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -199,6 +199,7 @@ static int run_serve(int argc, char **argv)
         else if (!strcmp(argv[i], "--host") && i + 1 < argc) o.host = argv[++i];
         else if (!strcmp(argv[i], "--fault") && i + 1 < argc) o.faults = argv[++i];
         else if (!strcmp(argv[i], "--log") && i + 1 < argc) o.log_path = argv[++i];
+        else if (!strcmp(argv[i], "--token") && i + 1 < argc) o.token = argv[++i];
         else if (!strcmp(argv[i], "--page-size") && i + 1 < argc)
             o.page_size = (uint32_t)atoi(argv[++i]);
         else if (argv[i][0] == '-') return khub_cli_usage(&serve_cmd, "unknown option %s", argv[i]);
@@ -222,10 +223,12 @@ static int run_serve(int argc, char **argv)
 static const khub_cli_cmd serve_cmd = {
     "serve", "serve a folder of kernel repos as a local Hub",
     "usage: khub serve DIR [--port N] [--host 127.0.0.1] [--log FILE] [--page-size N]\n"
-    "                      [--fault LIST]\n\n"
+    "                      [--token T] [--fault LIST]\n\n"
     "Serves DIR/<org>/<name>/{refs.json,commits/<sha>/...} (docs/hub-server.md) with\n"
     "the Hub's read endpoints; point HF_ENDPOINT at it. Binds to loopback unless\n"
     "--host says otherwise; --port 0 (default) picks a free port, printed on stdout.\n"
+    "It also takes uploads (repos/create, preupload, LFS, commit, branch, tag); with\n"
+    "--token T every write needs 'Authorization: Bearer T' (reads stay open).\n"
     "--fault (or KHUB_SERVE_FAULTS) injects test faults: drop-body[=N], short-body,\n"
     "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, cross-host, ignore-range.\n",
     run_serve};

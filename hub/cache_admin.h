@@ -1,0 +1,76 @@
+/*
+ * cache_admin.h: `khub cache ls|verify|prune`: reports on, checks and
+ * trims a huggingface_hub-layout cache (hub/cache.c writes it; so does the
+ * official Python client). Internal: used by tools/cli and tests.
+ *
+ *   scan   repos (kernels--, models--, datasets--, spaces--), their blobs,
+ *          revisions (snapshots) with the refs naming them, sizes, and
+ *          warnings (broken links, refs to missing snapshots, leftovers).
+ *   verify every blob re-hashed against its name: 64 hex = SHA-256 of the
+ *          content, 40 hex = git blob SHA-1.
+ *   prune  snapshots that no ref names, then blobs no remaining snapshot
+ *          links to (and the trees/, .no_exist/ and khub-variants/ entries
+ *          of removed snapshots). Only names under the cache root are
+ *          removed; symlinks are never followed when removing.
+ */
+#ifndef KHUB_HUB_CACHE_ADMIN_H
+#define KHUB_HUB_CACHE_ADMIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hub_impl.h"
+
+typedef struct khub_cache_rev {
+    char commit[41];
+    char refs[256];   /* "main, v1" ("" = detached: prune removes it) */
+    uint64_t n_files; /* files in the snapshot */
+    uint64_t size;    /* bytes of those files */
+} khub_cache_rev;
+
+typedef struct khub_cache_repo {
+    char folder[300];   /* "kernels--org--name" */
+    char type[16];      /* "kernel", "model", "dataset", "space" */
+    char id[200];       /* "org/name" */
+    uint64_t size;      /* bytes on disk: blobs/ plus khub-variants/ */
+    uint64_t n_blobs;
+    khub_cache_rev *revs; /* by commit */
+    size_t n_revs;
+    char warnings[512]; /* "; "-separated, "" if none */
+} khub_cache_repo;
+
+typedef struct khub_cache_report {
+    khub_cache_repo *repos; /* by folder name */
+    size_t n_repos;
+    uint64_t size;          /* sum of the repos' sizes */
+} khub_cache_report;
+
+/* Called for each finding: kind is "corrupt" (verify), or "snapshot",
+ * "blob", "tree", "no_exist", "variants" (prune: removed, or would be with
+ * dry_run); detail is one line. */
+typedef void (*khub_cache_item_fn)(void *ud, const char *kind, const char *path,
+                                   const char *detail);
+
+/* Scans hub's cache root. A missing root is an empty report. *out is freed
+ * with khub__cache_report_free. Statuses: NOMEM, IO. */
+KHUB_INTERNAL khub_status khub__cache_scan(khub_hub *hub, khub_cache_report **out);
+KHUB_INTERNAL void        khub__cache_report_free(khub_cache_report *r);
+
+/* Re-hashes the blobs of every repo, or only of filter ("org/name" or a
+ * folder name such as "models--org--name"). Counts go to *checked and
+ * *bad; each corrupt blob is reported to fn. Returns DIGEST_MISMATCH when
+ * any blob is corrupt (message names the first and the count), NOT_FOUND
+ * when filter matches no repo. Partial downloads (.incomplete) are not
+ * checked. */
+KHUB_INTERNAL khub_status khub__cache_verify(khub_hub *hub, const char *filter,
+                                             khub_cache_item_fn fn, void *ud, uint64_t *checked,
+                                             uint64_t *bad);
+
+/* Removes detached snapshots and unreferenced blobs (see above); with
+ * dry_run nothing is removed, fn still hears of each. *freed gets the
+ * bytes removed (or that would be). In-flight downloads (.incomplete) and
+ * lock files are left alone. Statuses: IO. */
+KHUB_INTERNAL khub_status khub__cache_prune(khub_hub *hub, int dry_run, khub_cache_item_fn fn,
+                                            void *ud, uint64_t *freed);
+
+#endif /* KHUB_HUB_CACHE_ADMIN_H */

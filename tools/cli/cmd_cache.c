@@ -1,0 +1,153 @@
+/*
+ * cmd_cache.c: `khub cache ls|verify|prune` on the shared Hugging Face
+ * cache (hub/cache_admin.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache_admin.h"
+#include "cli.h"
+#include "khub/khub_hub.h"
+
+static void human(uint64_t n, char *buf, size_t size)
+{
+    const char *u[] = {"B", "K", "M", "G", "T"};
+    double v = (double)n;
+    int i = 0;
+    while (v >= 1000 && i < 4) v /= 1000, i++;
+    snprintf(buf, size, i ? "%.1f%s" : "%.0f%s", v, u[i]);
+}
+
+static void json_str(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
+static int cache_ls(khub_hub *hub, int json)
+{
+    khub_cache_report *r = NULL;
+    if (khub__cache_scan(hub, &r) != KHUB_STATUS_OK) {
+        khub__cache_report_free(r);
+        return khub_cli_fail("cache ls", "%s", khub_hub_errmsg(hub));
+    }
+    char sz[32];
+    if (json) {
+        printf("{\"cache\":");
+        json_str(khub_hub_cache_dir(hub));
+        printf(",\"size\":%llu,\"repos\":[", (unsigned long long)r->size);
+    } else {
+        printf("%-42s %-8s %10s %6s %-24s\n", "REPO ID", "TYPE", "SIZE", "FILES", "REFS");
+    }
+    for (size_t i = 0; i < r->n_repos; i++) {
+        const khub_cache_repo *p = &r->repos[i];
+        if (json) {
+            printf("%s{\"id\":", i ? "," : "");
+            json_str(p->id);
+            printf(",\"type\":\"%s\",\"folder\":", p->type);
+            json_str(p->folder);
+            printf(",\"size\":%llu,\"blobs\":%llu,\"warnings\":", (unsigned long long)p->size,
+                   (unsigned long long)p->n_blobs);
+            json_str(p->warnings);
+            printf(",\"revisions\":[");
+            for (size_t k = 0; k < p->n_revs; k++) {
+                printf("%s{\"commit\":\"%s\",\"refs\":", k ? "," : "", p->revs[k].commit);
+                json_str(p->revs[k].refs);
+                printf(",\"files\":%llu,\"size\":%llu}", (unsigned long long)p->revs[k].n_files,
+                       (unsigned long long)p->revs[k].size);
+            }
+            printf("]}");
+            continue;
+        }
+        uint64_t files = 0;
+        char refs[512] = "";
+        for (size_t k = 0; k < p->n_revs; k++) {
+            files += p->revs[k].n_files;
+            size_t n = strlen(refs);
+            if (p->revs[k].refs[0])
+                snprintf(refs + n, sizeof refs - n, "%s%s", n ? ", " : "", p->revs[k].refs);
+        }
+        human(p->size, sz, sizeof sz);
+        printf("%-42s %-8s %10s %6llu %-24s\n", p->id, p->type, sz, (unsigned long long)files,
+               refs);
+        for (size_t k = 0; k < p->n_revs; k++) {
+            human(p->revs[k].size, sz, sizeof sz);
+            printf("  %s %8s %5llu files  %s\n", p->revs[k].commit, sz,
+                   (unsigned long long)p->revs[k].n_files,
+                   p->revs[k].refs[0] ? p->revs[k].refs : "(detached)");
+        }
+        if (p->warnings[0]) printf("  warning: %s\n", p->warnings);
+    }
+    human(r->size, sz, sizeof sz);
+    if (json) printf("]}\n");
+    else printf("\n%zu repo(s), %s on disk in %s\n", r->n_repos, sz, khub_hub_cache_dir(hub));
+    khub__cache_report_free(r);
+    return 0;
+}
+
+static void print_item(void *ud, const char *kind, const char *path, const char *detail)
+{
+    printf("%s%s %s (%s)\n", ud ? "would remove " : "", kind, path, detail);
+}
+
+static const khub_cli_cmd cache_cmd;
+static int run_cache(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&cache_cmd, argc, argv)) return 0;
+    if (argc < 2) return khub_cli_usage(&cache_cmd, "missing subcommand (ls, verify, prune)");
+    const char *sub = argv[1], *id = NULL, *dir = NULL;
+    int json = 0, dry = 0;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--json") && !strcmp(sub, "ls")) json = 1;
+        else if (!strcmp(argv[i], "--dry-run") && !strcmp(sub, "prune")) dry = 1;
+        else if (!strcmp(argv[i], "--cache") && i + 1 < argc) dir = argv[++i];
+        else if (argv[i][0] == '-') return khub_cli_usage(&cache_cmd, "unknown option %s", argv[i]);
+        else if (!id && !strcmp(sub, "verify")) id = argv[i];
+        else return khub_cli_usage(&cache_cmd, "unexpected argument %s", argv[i]);
+    }
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = dir, .token = "",
+                       .offline = 1};
+    khub_hub *hub = NULL;
+    if (khub_hub_new(&o, &hub) != KHUB_STATUS_OK)
+        return khub_cli_fail("cache", "%s", khub_last_error());
+    int rc = 0;
+    if (!strcmp(sub, "ls")) {
+        rc = cache_ls(hub, json);
+    } else if (!strcmp(sub, "verify")) {
+        uint64_t checked = 0, bad = 0;
+        khub_status st = khub__cache_verify(hub, id, print_item, NULL, &checked, &bad);
+        if (st != KHUB_STATUS_OK) rc = khub_cli_fail("cache verify", "%s", khub_hub_errmsg(hub));
+        else printf("%llu blobs verified, none corrupt\n", (unsigned long long)checked);
+    } else if (!strcmp(sub, "prune")) {
+        uint64_t freed = 0;
+        char sz[32];
+        khub_status st = khub__cache_prune(hub, dry, print_item, dry ? (void *)1 : NULL, &freed);
+        human(freed, sz, sizeof sz);
+        if (st != KHUB_STATUS_OK) rc = khub_cli_fail("cache prune", "%s", khub_hub_errmsg(hub));
+        else printf("%s %s\n", dry ? "would free" : "freed", sz);
+    } else {
+        rc = khub_cli_usage(&cache_cmd, "unknown subcommand %s (ls, verify, prune)", sub);
+    }
+    khub_hub_free(hub);
+    return rc;
+}
+
+static const khub_cli_cmd cache_cmd = {
+    "cache", "list, verify or prune the shared Hugging Face cache",
+    "usage: khub cache ls [--json] [--cache DIR]\n"
+    "       khub cache verify [ID] [--cache DIR]\n"
+    "       khub cache prune [--dry-run] [--cache DIR]\n\n"
+    "ls      repos, revisions (with the refs naming them), sizes and warnings, like\n"
+    "        'hf cache scan' (kernel repos included).\n"
+    "verify  re-hashes every blob (of repo ID, org/name or a folder name) against its\n"
+    "        name: SHA-256 (64 hex) or git blob SHA-1 (40 hex); exits 1 if any is corrupt.\n"
+    "prune   removes snapshots no ref names, then blobs no snapshot links to; touches\n"
+    "        nothing outside the cache. --dry-run lists what it would remove.\n"
+    "The cache is --cache, else KHUB_CACHE, HF_HUB_CACHE, HF_HOME/hub, ~/.cache/...\n",
+    run_cache};
+KHUB_CLI_COMMAND(cache_cmd)
