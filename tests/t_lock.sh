@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# t_lock.sh: kernels by Hub ID end to end on a local `khub serve`: real kernels
+# built with `khub build` (kv-cache v1, a new v1 commit, v2), signed with
+# `khub sign`, written into the server's directory layout; khub.json -> khub
+# lock -> locked loads (old commit after the branch moved, zero requests with
+# a full cache, offline), khub outdated/update, a tampered cache refused
+# naming the file, fallback and strict mode for a kernel without a variant
+# for this machine, and the trust policy at load (signed, unsigned, revoked,
+# unknown key, opt-in), plus the import of a Python kernels.lock.
+set -euo pipefail
+KHUB=${KHUB_BIN:?set by ctest}
+SRC=${KHUB_SRC:?set by ctest}
+T=$(mktemp -d /tmp/khub-t-lock-XXXXXX)
+SRV=
+cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+cd "$T"
+
+ARCH=$(uname -m); V=khub1-cpu-$ARCH-linux
+[ "$ARCH" = x86_64 ] && OTHER=aarch64 || OTHER=x86_64
+C1=1111111111111111111111111111111111111111
+C2=2222222222222222222222222222222222222222
+C3=3333333333333333333333333333333333333333
+KC=repos/kernels-community/kv-cache
+
+# --- real kernels: v1 (1.0.0), a later v1 commit (1.0.1), v2 (2.0.0) --------
+build() { # build NAME VERSION MAJOR
+    rm -rf "$1" && cp -r "$SRC/kernels-src/kv-cache" "$1" && rm -rf "$1/build"
+    sed -i "s/\"version\": \"1.0.0\"/\"version\": \"$2\"/; s/\"major\": 1/\"major\": $3/" \
+        "$1/kernel.json"
+    sed -i "s/\"1.0.0\"/\"$2\"/g" "$1/static_cache.c" # the plugin's own version string
+    "$KHUB" build "$1" --quiet > build.log 2>&1 || fail "build $1: $(cat build.log)"
+}
+build kv100 1.0.0 1; build kv101 1.0.1 1; build kv200 2.0.0 2
+"$KHUB" keygen alice > /dev/null; "$KHUB" keygen bob > /dev/null
+for k in kv100 kv101 kv200; do "$KHUB" sign --key alice.key "$k" > /dev/null || fail "sign $k"; done
+
+# Writes the build of $2 as commit $3 of repo $1: the variant directory and a
+# flat per-variant archive (one request per variant).
+publish() {
+    local d=repos/$1/commits/$3/build
+    mkdir -p "$d" && cp -r "$2/build/$V" "$d/$4"
+    (cd "$d/$4" && tar -czf "../$4.tar.gz" *)
+}
+publish kernels-community/kv-cache kv100 $C1 $V
+publish kernels-community/kv-cache kv101 $C3 $V
+publish kernels-community/kv-cache kv200 $C2 $V
+refs() { printf '{"branches":{"main":"%s","v1":"%s","v2":"%s"},"tags":{}}' "$2" "$2" "$3" \
+         > "repos/$1/refs.json"; }
+refs kernels-community/kv-cache $C1 $C2
+# unsigned build of a listed org, unlisted org, bob-signed, other-arch only
+cp -r kv100 kvu && rm -f kvu/build/*/metadata.json.sig
+publish kernels-community/unsigned kvu $C1 $V; refs kernels-community/unsigned $C1 $C1
+publish acme/kv kvu $C1 $V; refs acme/kv $C1 $C1
+cp -r kvu kvb && "$KHUB" sign --key bob.key kvb > /dev/null
+publish kernels-community/bobs kvb $C1 $V; refs kernels-community/bobs $C1 $C1
+publish kernels-community/elsewhere kv100 $C1 "khub1-cpu-$OTHER-linux"
+refs kernels-community/elsewhere $C1 $C1
+
+ALICE=$(cat alice.pub)
+printf '{"version":1,"publishers":{"kernels-community":["%s"]}}' "$ALICE" > policy.json
+export KHUB_POLICY=$T/policy.json
+
+"$KHUB" serve repos --log log > serve.out 2>&1 &
+SRV=$!
+for _ in $(seq 50); do grep -q http serve.out 2>/dev/null && break; sleep 0.1; done
+export HF_ENDPOINT=$(grep -o 'http://[0-9.:]*' serve.out)
+[ -n "$HF_ENDPOINT" ] || fail "serve printed no address"
+export KHUB_CACHE=$T/cache HF_TOKEN=
+requests() { grep '^requests' "$1" | awk '{print $2}'; }
+
+# --- khub.json -> khub.lock ------------------------------------------------
+mkdir proj
+cat > proj/khub.json <<'JSON'
+{"format": 1,
+ "roles": {"cache": {"cpu": {"repo": "kernels-community/kv-cache", "version": 1}}}}
+JSON
+timeout 60 "$KHUB" lock proj > lock.out 2> lock.err || fail "lock: $(cat lock.err)"
+grep -q "locked kernels-community/kv-cache v1 -> $C1" lock.out || fail "lock: $(cat lock.out)"
+grep -q "pinned to v1, but v2 is the newest version" lock.err || fail "no newest-version warning"
+grep -q "\"commit\":	\"$C1\"" proj/khub.lock || fail "lock content: $(cat proj/khub.lock)"
+grep -q '"hash":	"sha256:' proj/khub.lock || fail "no content hash"
+echo "ok   khub lock pins v1 to its commit, warns that v2 exists"
+
+# --- locked load, signed, zero requests with a full cache ------------------
+timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1 \
+    || fail "locked fetch: $(cat f.out)"
+grep -q "(locked, verified)" f.out || fail "not locked: $(cat f.out)"
+grep -q "^version  1.0.0" f.out || fail "wrong version: $(cat f.out)"
+grep -q "^trust    metadata.json signed with key" f.out || fail "trust: $(cat f.out)"
+[ "$(requests f.out)" = 0 ] || fail "locked load with a full cache made $(requests f.out) requests"
+echo "ok   locked load: signed, lock verified, 0 requests"
+
+# --- branch v1 moves: the lock still loads the old commit ------------------
+refs kernels-community/kv-cache $C3 $C2
+timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1 \
+    || fail "locked fetch after move: $(cat f.out)"
+grep -q "@$C1 (locked" f.out && grep -q "^version  1.0.0" f.out || fail "moved: $(cat f.out)"
+[ "$(requests f.out)" = 0 ] || fail "moved: $(requests f.out) requests"
+rc=0; timeout 60 "$KHUB" outdated proj > od.out 2>&1 || rc=$?
+[ $rc = 3 ] && grep -q "moved: khub update" od.out && grep -q "newest v2" od.out \
+    || fail "outdated rc=$rc: $(cat od.out)"
+before=$(wc -l < log)
+HF_HUB_OFFLINE=1 timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock \
+    > f.out 2>&1 || fail "offline locked fetch: $(cat f.out)"
+[ "$(wc -l < log)" = "$before" ] || fail "offline locked load reached the server"
+echo "ok   moved branch: locked load keeps $C1 (online and offline), outdated says so"
+
+timeout 60 "$KHUB" update proj kernels-community/kv-cache > up.out 2>&1 || fail "update: $(cat up.out)"
+grep -q "\"commit\":	\"$C3\"" proj/khub.lock || fail "update did not pin $C3"
+timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1 \
+    || fail "fetch after update: $(cat f.out)"
+grep -q "^version  1.0.1" f.out || fail "update: $(cat f.out)"
+echo "ok   khub update picks the new v1 commit"
+
+# --- a tampered cached file is refused, naming it --------------------------
+so=$(ls cache/kernels--kernels-community--kv-cache/khub-variants/$C3/$V/kv-cache-avx2.so)
+printf 'X' | dd of="$so" bs=1 seek=300 conv=notrunc status=none
+if "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1; then
+    fail "tampered cache loaded"; fi
+grep -q "KHUB_STATUS_LOCK_MISMATCH" f.out && grep -q "kv-cache-avx2.so has SHA-256" f.out \
+    || fail "tamper message: $(cat f.out)"
+rm -rf "cache/kernels--kernels-community--kv-cache/khub-variants/$C3"
+timeout 60 "$KHUB" sync proj > s.out 2>&1 || fail "sync: $(cat s.out)"
+grep -q "1 variant verified" s.out || fail "sync: $(cat s.out)"
+"$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1 || fail "after sync"
+echo "ok   tampered cache refused (LOCK_MISMATCH naming the file), khub sync repairs it"
+
+# --- no variant for this machine: fallback with the trace, strict fails ----
+timeout 60 "$KHUB" fetch kernels-community/elsewhere@v1 > f.out 2>&1 || fail "fallback: $(cat f.out)"
+grep -q "falling back to khub/ref-cpu" f.out && grep -q "khub1-cpu-$OTHER-linux: reject" f.out \
+    || fail "fallback output: $(cat f.out)"
+if "$KHUB" fetch kernels-community/elsewhere@v1 --strict > f.out 2>&1; then fail "strict"; fi
+grep -q "KHUB_STATUS_NO_VARIANT" f.out && grep -q "khub1-cpu-$OTHER-linux: reject" f.out \
+    || fail "strict output: $(cat f.out)"
+echo "ok   no variant: fallback with the trace; --strict fails with NO_VARIANT"
+
+# --- trust policy at load --------------------------------------------------
+expect() { # expect STATUS TEXT ID [args]
+    local st=$1 txt=$2; shift 2
+    if "$KHUB" fetch "$@" > f.out 2>&1; then fail "$* loaded, expected $st"; fi
+    grep -q "$st" f.out && grep -q -- "$txt" f.out || fail "$*: $(cat f.out)"
+}
+expect KHUB_STATUS_UNSIGNED "requires a signature" kernels-community/unsigned@v1
+expect KHUB_STATUS_UNSIGNED "requires a signature" kernels-community/unsigned@v1 --allow-unsigned
+expect KHUB_STATUS_KEY_UNKNOWN "does not trust for this organisation" kernels-community/bobs@v1
+expect KHUB_STATUS_UNSIGNED "opt in with --allow-unsigned" acme/kv@v1
+"$KHUB" fetch acme/kv@v1 --allow-unsigned > f.out 2>&1 || fail "opt-in: $(cat f.out)"
+grep -q "unsigned, accepted by opt-in" f.out || fail "opt-in trust line: $(cat f.out)"
+printf '{"version":1,"publishers":{"kernels-community":["%s"]},"revoked":["%s"]}' \
+    "$ALICE" "$ALICE" > revoked.json
+expect KHUB_STATUS_KEY_REVOKED "signed with revoked key" kernels-community/kv-cache@v2 \
+    --policy revoked.json
+expect KHUB_STATUS_KEY_REVOKED "signed with revoked key" kernels-community/kv-cache \
+    --lock proj/khub.lock --policy revoked.json
+"$KHUB" fetch kernels-community/kv-cache@v2 > f.out 2>&1 || fail "v2: $(cat f.out)"
+grep -q "^version  2.0.0" f.out || fail "v2 version: $(cat f.out)"
+echo "ok   trust at load: signed, unsigned (listed and unlisted org), unknown key, revoked, opt-in"
+
+# --- khub.json errors name the field ---------------------------------------
+echo '{"format":1,"roles":{"attn":"kernels-community/kv-cache@v1"}}' > bad.json
+if "$KHUB" lock proj --kernels bad.json > e.out 2>&1; then fail "bad role accepted"; fi
+grep -q "roles.attn: unknown role" e.out || fail "bad role message: $(cat e.out)"
+
+# --- the Python library's kernels.lock -------------------------------------
+cat > kernels.lock <<JSON
+[{"repo_id": "kernels-community/kv-cache", "sha": "$C1",
+  "variants": {"torch212-cxx11-cu130-x86_64-linux":
+     {"hash": "sha256-00", "hash_type": "git_lfs_concat"}}}]
+JSON
+mkdir imp
+timeout 60 "$KHUB" lock imp --import kernels.lock > i.out 2> i.err || fail "import: $(cat i.err)"
+grep -q "not mapped from kernels.lock: kernels-community/kv-cache: variant torch212" i.err \
+    || fail "import notes: $(cat i.err)"
+grep -q "\"commit\":	\"$C1\"" imp/khub.lock && grep -q "$V" imp/khub.lock \
+    || fail "imported lock: $(cat imp/khub.lock)"
+echo "ok   khub.json errors name the field; kernels.lock import says what it could not map"
+echo "1 passed, 0 failed"
