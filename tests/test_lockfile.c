@@ -1,0 +1,187 @@
+/*
+ * test_lockfile.c: khub.lock (content hash known answer, strict parsing with
+ * messages, round trip, the per-file check naming the file), the Python
+ * kernels.lock import, and the verified artifact store behind host->artifact.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hub_impl.h"
+#include "lockfile.h"
+#include "plugin_artifacts.h"
+#include "runner.h"
+
+#define C1 "1111111111111111111111111111111111111111"
+#define HA "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define HB "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "wb");
+    ASSERT(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The documented definition, computed independently: SHA-256 over the
+ * sorted lines "name\0sha\n". */
+TEST_IMPL(content_hash_known_answer)
+{
+    khub_lock_file files[2] = {{"z.so", HB}, {"metadata.json", HA}};
+    char got[KHUB_LOCK_HASH_LEN + 1], want[65];
+    ASSERT_OK(khub__lock_content_hash(files, 2, got));
+    const char text[] = "metadata.json\0" HA "\nz.so\0" HB "\n";
+    ASSERT_OK(khub__sha256_hex(text, sizeof text - 1, want));
+    ASSERT(strncmp(got, "sha256:", 7) == 0);
+    ASSERT_STR_EQ(got + 7, want);
+    khub_lock_file dup[2] = {{"a", HA}, {"a", HB}};
+    ASSERT_STATUS(khub__lock_content_hash(dup, 2, got), KHUB_STATUS_INVALID_ARG);
+}
+
+static char *lock_text(const char *hash)
+{
+    static char buf[2048];
+    snprintf(buf, sizeof buf,
+             "{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,\"commit\":\"" C1
+             "\",\"variants\":{\"khub1-cpu-x86_64-linux\":{\"hash\":\"%s\",\"files\":"
+             "{\"metadata.json\":\"" HA "\",\"z.so\":\"" HB "\"}}}}]}",
+             hash);
+    return buf;
+}
+
+TEST_IMPL(parse_round_trip_and_errors)
+{
+    khub_lock_file files[2] = {{"z.so", HB}, {"metadata.json", HA}};
+    char h[KHUB_LOCK_HASH_LEN + 1], err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub__lock_content_hash(files, 2, h));
+    khub_lock *lock = NULL;
+    const char *t = lock_text(h);
+    ASSERT_OK(khub__lock_parse(t, strlen(t), &lock, err, sizeof err));
+    khub_lock_entry *e = khub__lock_find(lock, "org/k");
+    ASSERT(e != NULL);
+    ASSERT_EQ(e->version, 1);
+    ASSERT_STR_EQ(e->commit, C1);
+    ASSERT_EQ(e->n_variants, (size_t)1);
+    char dir[] = "/tmp/khub-locktest-XXXXXX", path[300];
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/khub.lock", dir);
+    ASSERT_OK(khub__lock_save(lock, path, err, sizeof err));
+    khub__lock_free(lock);
+    ASSERT_OK(khub__lock_load(path, &lock, err, sizeof err));
+    ASSERT_STR_EQ(khub__lock_find(lock, "org/k")->variants[0].hash, h);
+    khub__lock_free(lock);
+
+    t = lock_text("sha256:" HA);
+    ASSERT_STATUS(khub__lock_parse(t, strlen(t), &lock, err, sizeof err), KHUB_STATUS_PARSE);
+    ASSERT_CONTAINS(err, "edited by hand");
+    const char *both = "{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,"
+                       "\"revision\":\"main\",\"commit\":\"" C1 "\"}]}";
+    ASSERT_STATUS(khub__lock_parse(both, strlen(both), &lock, err, sizeof err),
+                  KHUB_STATUS_PARSE);
+    ASSERT_CONTAINS(err, "kernels[0]: both \"version\" and \"revision\"");
+    const char *extra = "{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,"
+                        "\"commit\":\"" C1 "\",\"sha\":\"x\"}]}";
+    ASSERT_STATUS(khub__lock_parse(extra, strlen(extra), &lock, err, sizeof err),
+                  KHUB_STATUS_PARSE);
+    ASSERT_CONTAINS(err, "unknown field \"sha\"");
+    const char *fmt2 = "{\"format\":2,\"kernels\":[]}";
+    ASSERT_STATUS(khub__lock_parse(fmt2, strlen(fmt2), &lock, err, sizeof err),
+                  KHUB_STATUS_PARSE);
+    ASSERT_CONTAINS(err, "\"format\" must be 1");
+    khub__rmtree(dir);
+}
+
+TEST_IMPL(check_dir_names_the_file)
+{
+    char dir[] = "/tmp/khub-locktest-XXXXXX", path[300], err[KHUB_ERROR_SIZE];
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    write_file(path, "{}");
+    snprintf(path, sizeof path, "%s/k.so", dir);
+    write_file(path, "library");
+    khub_lock_variant v;
+    ASSERT_OK(khub__lock_variant_from_dir("khub1-cpu-x86_64-linux", dir, &v, err, sizeof err));
+    ASSERT_EQ(v.n_files, (size_t)2);
+    ASSERT_OK(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err));
+    write_file(path, "librarY");
+    ASSERT_STATUS(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "k.so has SHA-256");
+    ASSERT_CONTAINS(err, "khub.lock says");
+    write_file(path, "library");
+    snprintf(path, sizeof path, "%s/extra.ptx", dir);
+    write_file(path, "x");
+    ASSERT_STATUS(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "extra.ptx is in");
+    free(v.files);
+    khub__rmtree(dir);
+}
+
+TEST_IMPL(import_python_lock)
+{
+    const char *legacy = "[{\"repo_id\":\"kernels-community/relu\",\"sha\":\"" C1 "\","
+                         "\"variants\":{\"torch212-cxx11-cu130-x86_64-linux\":{\"hash\":"
+                         "\"sha256-c5\",\"hash_type\":\"git_lfs_concat\"}}},"
+                         "{\"dependency\":{\"repo-id\":\"kernels-test/versions\",\"version\":2},"
+                         "\"lock\":{\"commit\":\"" C1 "\"}}]";
+    khub_lock *lock = NULL;
+    char notes[2048], err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub__lock_new(&lock));
+    ASSERT_OK(khub__lock_import_python(legacy, strlen(legacy), lock, notes, sizeof notes, err,
+                                       sizeof err));
+    ASSERT_EQ(lock->count, (size_t)2);
+    ASSERT_STR_EQ(khub__lock_find(lock, "kernels-community/relu")->commit, C1);
+    ASSERT_EQ(khub__lock_find(lock, "kernels-test/versions")->version, 2);
+    ASSERT_CONTAINS(notes, "torch212-cxx11-cu130-x86_64-linux (git_lfs_concat hash)");
+    const char *bad = "[{\"repo_id\":\"x\",\"sha\":\"" C1 "\"}]";
+    ASSERT_STATUS(khub__lock_import_python(bad, strlen(bad), lock, notes, sizeof notes, err,
+                                           sizeof err), KHUB_STATUS_PARSE);
+    ASSERT_CONTAINS(err, "kernels.lock[0]: repo \"x\" is not org/name");
+    ASSERT_STATUS(khub__lock_import_python("{}", 2, lock, notes, sizeof notes, err, sizeof err),
+                  KHUB_STATUS_PARSE);
+    ASSERT_CONTAINS(err, "not a JSON array");
+    khub__lock_free(lock);
+}
+
+TEST_IMPL(artifacts_serve_verified_bytes)
+{
+    char dir[] = "/tmp/khub-locktest-XXXXXX", path[300], sha[65], msg[KHUB_ERROR_SIZE];
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/k.sm_80.ptx", dir);
+    write_file(path, ".version 8.0");
+    ASSERT_OK(khub__sha256_hex(".version 8.0", 12, sha));
+    khub__artifact_file f = {"k.sm_80.ptx", path, sha};
+    khub__artifacts *a = NULL;
+    ASSERT_OK(khub__artifacts_new(NULL, &f, 1, &a, msg, sizeof msg));
+    const void *data = NULL;
+    size_t size = 0;
+    ASSERT_STATUS(khub__artifacts_get(NULL, a, "k.sm_90.ptx", &data, &size, msg, sizeof msg),
+                  KHUB_STATUS_NOT_FOUND);
+    ASSERT_CONTAINS(msg, "k.sm_90.ptx is not a file of the plugin's verified variant");
+    write_file(path, ".version 9.9"); /* changed after verification */
+    ASSERT_STATUS(khub__artifacts_get(NULL, a, "k.sm_80.ptx", &data, &size, msg, sizeof msg),
+                  KHUB_STATUS_DIGEST_MISMATCH);
+    ASSERT_CONTAINS(msg, "changed after verification");
+    write_file(path, ".version 8.0");
+    ASSERT_OK(khub__artifacts_get(NULL, a, "k.sm_80.ptx", &data, &size, msg, sizeof msg));
+    ASSERT_EQ(size, (size_t)12);
+    ASSERT(memcmp(data, ".version 8.0", 13) == 0); /* NUL-terminated */
+    khub__artifacts_free(NULL, a);
+    khub__artifact_file badf = {"../x", path, sha};
+    ASSERT_STATUS(khub__artifacts_new(NULL, &badf, 1, &a, msg, sizeof msg),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(msg, "not a plain file name");
+    khub__rmtree(dir);
+}
+
+#define TEST_LIST(X)                                                                          \
+    X(content_hash_known_answer)                                                              \
+    X(parse_round_trip_and_errors)                                                            \
+    X(check_dir_names_the_file)                                                               \
+    X(import_python_lock)                                                                     \
+    X(artifacts_serve_verified_bytes)
+TEST_MAIN(TEST_LIST)
