@@ -97,6 +97,21 @@ timeout 20 "$KHUB" cache ls | grep -q "acme/norm" || fail "cache ls lists no acm
 timeout 20 "$KHUB" cache ls --json | python3 -c 'import json,sys; json.load(sys.stdin)' \
     || fail "cache ls --json is not JSON"
 timeout 60 "$KHUB" cache verify acme/norm > /dev/null || fail "cache verify of a good cache"
+B=$(ls "$KHUB_CACHE"/kernels--acme--norm/blobs | head -1)
+cp "$KHUB_CACHE/kernels--acme--norm/blobs/$B" "$T/blob.bak"
+printf 'X' | dd of="$KHUB_CACHE/kernels--acme--norm/blobs/$B" bs=1 count=1 conv=notrunc 2>/dev/null
+out=$(timeout 60 "$KHUB" cache verify 2>&1) && fail "cache verify missed a corrupt blob"
+echo "$out" | grep -q "corrupt .*$B" || fail "cache verify output: $out"
+cp "$T/blob.bak" "$KHUB_CACHE/kernels--acme--norm/blobs/$B"
+rm "$KHUB_CACHE"/kernels--acme--norm/refs/v1   # the v1 snapshots become detached
+out=$(timeout 20 "$KHUB" cache prune --dry-run)
+echo "$out" | grep -q "would remove snapshot" || fail "prune --dry-run: $out"
+[ -n "$(ls "$KHUB_CACHE"/kernels--acme--norm/snapshots)" ] || fail "dry run removed something"
+timeout 20 "$KHUB" cache prune | grep -q "^freed" || fail "prune"
+[ "$(ls "$KHUB_CACHE"/kernels--acme--norm/snapshots)" = "$C3" ] || fail "prune kept the wrong snapshots"
+timeout 60 "$KHUB" cache verify > /dev/null || fail "verify after prune"
+HF_HUB_OFFLINE=1 timeout 30 "$KHUB" download acme/norm@version=2 --variant "$V" --quiet \
+    || fail "v2 is not usable offline after prune"
 
 if ! python3 -c 'import huggingface_hub' 2>/dev/null; then
     echo "skip interop: huggingface_hub is not installed (pip install huggingface_hub)"
@@ -134,4 +149,7 @@ PY
 # khub reads the cache the official client wrote.
 timeout 60 "$KHUB" cache verify --cache "$T/pycache" > /dev/null || fail "verify the python cache"
 timeout 20 "$KHUB" cache ls --cache "$T/pycache" | grep -q "pyorg/model" || fail "ls python cache"
+rm "$T"/pycache/models--pyorg--model/refs/*
+timeout 20 "$KHUB" cache prune --cache "$T/pycache" > /dev/null || fail "prune the python cache"
+[ -z "$(ls "$T"/pycache/models--pyorg--model/blobs)" ] || fail "prune left python blobs"
 echo "t_publish: ok"
