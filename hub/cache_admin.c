@@ -111,8 +111,9 @@ static int cmp_str(const void *a, const void *b)
 
 static int set_has(strset *s, const char *x)
 {
+    if (s->n == 0) return 0;
     if (!s->sorted) qsort(s->v, s->n, sizeof *s->v, cmp_str), s->sorted = 1;
-    return s->n && bsearch(&x, s->v, s->n, sizeof *s->v, cmp_str) != NULL;
+    return bsearch(&x, s->v, s->n, sizeof *s->v, cmp_str) != NULL;
 }
 
 static void set_free(strset *s)

@@ -186,6 +186,15 @@ TEST_IMPL(prune_detached_and_unreferenced)
     ASSERT_OK(khub__cache_prune(hub, 0, record, &s, &freed));
     ASSERT_EQ(s.n, 0);
     ASSERT_EQ(freed, 0);
+    /* no refs at all: every snapshot and every complete blob goes */
+    snprintf(path, sizeof path, "%s/refs", repo);
+    khub__rmtree(path);
+    ASSERT_OK(khub__cache_prune(hub, 0, record, &s, &freed));
+    ASSERT(freed >= 70000);
+    snprintf(path, sizeof path, "%s/snapshots/%s", repo, C1);
+    ASSERT(access(path, F_OK) != 0);
+    ASSERT(access(keep, F_OK) != 0);
+    ASSERT(access(outside, F_OK) == 0);
     khub_hub_free(hub);
     fx_done(&fx);
 }
