@@ -429,7 +429,8 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
     int recursive = arg_true(c, "recursive");
     if (sub[0]) {
         struct stat sb;
-        if (!KHUB__PATHF(base, "%s/%s", cdir, sub) || !khub__path_is_safe(sub) || lstat(base, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        if (!KHUB__PATHF(base, "%s/%s", cdir, sub) || !khub__path_is_safe(sub) ||
+            lstat(base, &sb) != 0 || !S_ISDIR(sb.st_mode))
             return send_error(c, 404, "EntryNotFound", commit, "path not found at revision");
     }
     flist l = {0};
@@ -514,7 +515,8 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
     char cdir[KHUB__PATH_MAX], full[KHUB__PATH_MAX];
     commit_dir(r, commit, cdir, sizeof cdir);
     struct stat sb;
-    if (!KHUB__PATHF(full, "%s/%s", cdir, path) || !khub__path_is_safe(path) || lstat(full, &sb) != 0 || !S_ISREG(sb.st_mode))
+    if (!KHUB__PATHF(full, "%s/%s", cdir, path) || !khub__path_is_safe(path) ||
+        lstat(full, &sb) != 0 || !S_ISREG(sb.st_mode))
         return send_error(c, 404, "EntryNotFound", commit, "Entry not found");
     int lfs = repo_is_lfs(r, path);
     file_ids ids;
@@ -833,8 +835,8 @@ static int tree_clone(const char *src, const char *dst, int depth)
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
         char a[KHUB__PATH_MAX], b[KHUB__PATH_MAX];
         struct stat sb;
-        if (!KHUB__PATHF(a, "%s/%s", src, de->d_name) || !KHUB__PATHF(b, "%s/%s", dst, de->d_name) ||
-            lstat(a, &sb) != 0) {
+        if (!KHUB__PATHF(a, "%s/%s", src, de->d_name) ||
+            !KHUB__PATHF(b, "%s/%s", dst, de->d_name) || lstat(a, &sb) != 0) {
             ok = 0;
         } else if (S_ISDIR(sb.st_mode)) {
             ok = mkdir(b, 0755) == 0 && tree_clone(a, b, depth + 1);
@@ -910,7 +912,8 @@ static int put_file(commit_ctx *x, const char *rel, const void *data, size_t n, 
         return cfail(x, 409, "cannot write %.200s: a directory of that name exists", rel);
     if (from) {
         char tmp[KHUB__PATH_MAX];
-        if (!KHUB__PATHF(tmp, "%s.lnk-%d", full, (int)getpid())) return cfail(x, 400, "path too long");
+        if (!KHUB__PATHF(tmp, "%s.lnk-%d", full, (int)getpid()))
+            return cfail(x, 400, "path too long");
         unlink(tmp);
         if (link(from, tmp) != 0) {
             size_t m = 0;
@@ -1033,7 +1036,8 @@ static int parse_commit_body(commit_ctx *x, char *text, size_t n, int ndjson, cJ
             if (!line[strspn(line, " \t\r")]) continue;
             cJSON *o = cJSON_Parse(line);
             const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "key");
-            if (!cJSON_IsString(k) || !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(o, "value"))) {
+            const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "value");
+            if (!cJSON_IsString(k) || !cJSON_IsObject(val)) {
                 cJSON_Delete(o);
                 return cfail(x, 400, "commit body: a line is not {\"key\": ..., \"value\": {...}}");
             }
