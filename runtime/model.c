@@ -143,10 +143,19 @@ static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t d
     }
     KHUB_RETURN_IF(m->rt, m->n_bound >= (int)(sizeof m->bound / sizeof m->bound[0]),
                    KHUB_STATUS_INTERNAL, "%s: too many op bindings", m->file);
+    /* pref is "plugin/id" or "plugin/id:op" (an op inside it, as a Hub ID's
+     * :symbol names one). */
+    char pid[160] = "", *op = NULL;
+    if (pref) {
+        snprintf(pid, sizeof pid, "%s", pref);
+        char *colon = strchr(pid, ':');
+        if (colon) *colon = '\0', op = colon + 1;
+    }
     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = kind,
                        .device_type = KHUB_DEVICE_CPU, .dtype_id = dtype_id,
                        .head_dim = role == KHUB__ROLE_ATTENTION ? (int32_t)m->cfg.head_dim : 0,
-                       .flags = flags, .plugin_id = pref};
+                       .flags = flags, .plugin_id = pref ? pid : NULL,
+                       .op_name = op && *op ? op : NULL};
     khub_binding *b = NULL;
     khub_status st = khub_registry_select(m->rt, &q, &b);
     if (st != KHUB_STATUS_OK) return st; /* the registry's message names the op */

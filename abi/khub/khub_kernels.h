@@ -81,6 +81,53 @@ typedef struct khub_kernel_result {
 KHUB_API khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                                        const khub_kernel_opts *opts, khub_kernel_result *out);
 
+/* ------------------------------------------------------------------------ */
+/* Loading a model with kernels named by Hub ID                             */
+/* ------------------------------------------------------------------------ */
+
+struct khub_model;
+struct khub_model_opts;
+
+/* Which kernel serves each role, the from_pretrained(attn_implementation=...)
+ * equivalent. Each field is NULL (no preference; the mapping file may name
+ * one), a built-in name (attn "eager"/"sdpa", cache "dynamic"/"static",
+ * quant "int8"/"nf4"/"q8_0"/"q4_0"), the id of a plugin already loaded, or a
+ * Hub ID (fetched, verified and loaded; quant takes "org/name:scheme"). All
+ * strings are borrowed for the call. */
+typedef struct khub_model_kernels {
+    KHUB_STRUCT_HEADER;
+    const char *attn, *quant, *cache, *norm, *act, *rotary, *linear;
+    /* khub.json; NULL = the model folder's (or the .gguf's folder's)
+     * khub.json, else ./khub.json, else none. Command-line names (the fields
+     * above) override it. */
+    const char *mapping_path;
+    const char *lock_path;   /* khub.lock to load through, or NULL */
+    const char *policy_path; /* trust policy, or NULL (see khub_kernel_opts) */
+    int32_t allow_unsigned;  /* opt in to unsigned kernels of unlisted organisations */
+    int32_t strict;          /* no fallback: a kernel with no variant here is an error */
+    /* End of 0.1. */
+} khub_model_kernels;
+
+/* What was resolved, one line per role: "attention: kernels-community/flash-
+ * attn2 -> ... commit ... variant ... file ...; <trust decision>". */
+typedef struct khub_model_kernels_report {
+    char text[8192];
+} khub_model_kernels_report;
+
+/* Resolves every role's kernel (see khub_model_kernels), fetches and loads
+ * the named ones into rt, then loads the model with them preferred for
+ * their roles (khub_model_load with base's other options). A kernel with no
+ * variant for this machine falls back to the reference plugin with a warning
+ * carrying the variant trace, or with strict fails with NO_VARIANT. rep may
+ * be NULL. Statuses: those of khub_kernel_fetch and khub_model_load, and
+ * PARSE for a malformed mapping file (the message names the field).
+ * Since 0.1. */
+KHUB_API khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *path,
+                                         const struct khub_model_opts *base,
+                                         const khub_model_kernels *kernels,
+                                         struct khub_model **out,
+                                         khub_model_kernels_report *rep);
+
 #ifdef __cplusplus
 }
 #endif

@@ -62,6 +62,10 @@ typedef struct khub_model_opts {
     int32_t n_threads;       /* 0 = the runtime's pool; else must equal its size (the pool
                                 belongs to the runtime: set khub_runtime_opts.n_threads) */
     khub_device device;      /* {0, 0} or {KHUB_DEVICE_CPU, 0}; only the CPU for now */
+    /* Role preferences: a loaded plugin's id ("kernels-community/flash-attn2"),
+     * optionally with ":op" to name one of its ops, or NULL. Hub IDs and
+     * built-in names are resolved one level up (khub_model_load_hub in
+     * khub_kernels.h), which passes the loaded plugin's id here. */
     const char *attn_impl;   /* borrowed; attention plugin id or NULL */
     /* Quantize-at-load (BitsAndBytesConfig's role): "int8" (per-row int8),
      * "nf4" (NF4, blocks of 64), "q8_0", "q4_0"; optionally prefixed by a

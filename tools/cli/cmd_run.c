@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
+#include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 
 #define MAX_PROMPTS 8
@@ -22,8 +23,9 @@ typedef struct run_args {
     int n_prompts;
     const char *stops[MAX_STOPS];
     int n_stops;
-    const char *quant, *attn, *system;
-    int threads, chat, explain, json, strict, ignore_eos;
+    const char *quant, *attn, *cache, *norm, *act, *rotary, *linear, *system;
+    const char *kernels, *lock, *policy;
+    int threads, chat, explain, json, strict, ignore_eos, allow_unsigned;
     khub_generate_opts gen;
 } run_args;
 
@@ -58,6 +60,14 @@ static int parse(int argc, char **argv, run_args *a)
             if (v) a->stops[a->n_stops++] = v;
         } else if (!strcmp(f, "--quant")) a->quant = v;
         else if (!strcmp(f, "--attn")) a->attn = v;
+        else if (!strcmp(f, "--cache")) a->cache = v;
+        else if (!strcmp(f, "--norm")) a->norm = v;
+        else if (!strcmp(f, "--act")) a->act = v;
+        else if (!strcmp(f, "--rotary")) a->rotary = v;
+        else if (!strcmp(f, "--linear")) a->linear = v;
+        else if (!strcmp(f, "--kernels")) a->kernels = v;
+        else if (!strcmp(f, "--lock")) a->lock = v;
+        else if (!strcmp(f, "--policy")) a->policy = v;
         else if (!strcmp(f, "--system")) a->system = v;
         else if (!strcmp(f, "--max-new-tokens")) {
             rc = num(f, v, 1, 1 << 20, &d);
@@ -86,6 +96,7 @@ static int parse(int argc, char **argv, run_args *a)
             else if (!strcmp(f, "--explain")) a->explain = 1;
             else if (!strcmp(f, "--json")) a->json = 1;
             else if (!strcmp(f, "--strict")) a->strict = 1;
+            else if (!strcmp(f, "--allow-unsigned")) a->allow_unsigned = 1;
             else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = 1;
             else return khub_cli_usage(&run_cmd, "unknown option '%s'", f);
         }
@@ -160,15 +171,31 @@ static int run(int argc, char **argv)
     if (rc) return rc;
     khub_runtime *rt = khub_cli_runtime("run", a.threads);
     if (!rt) return 1;
-    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .quant = a.quant,
-                          .attn_impl = a.attn, .strict = a.strict};
-    khub_model *m = NULL;
-    if (khub_model_load(rt, a.model, &mo, &m) != KHUB_STATUS_OK) {
-        rc = khub_cli_fail("run", "%s", khub_runtime_errmsg(rt));
+    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .strict = a.strict};
+    khub_model_kernels mk = {KHUB_STRUCT_INIT(khub_model_kernels), .attn = a.attn,
+                             .quant = a.quant, .cache = a.cache, .norm = a.norm, .act = a.act,
+                             .rotary = a.rotary, .linear = a.linear, .mapping_path = a.kernels,
+                             .lock_path = a.lock, .policy_path = a.policy,
+                             .allow_unsigned = a.allow_unsigned, .strict = a.strict};
+    khub_hub *hub = NULL;
+    if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK) {
+        rc = khub_cli_fail("run", "%s", khub_last_error());
         khub_runtime_free(rt);
         return rc;
     }
-    if (a.explain && !a.json) fputs(khub_model_explain(m), stdout);
+    khub_model *m = NULL;
+    static khub_model_kernels_report rep;
+    if (khub_model_load_hub(hub, rt, a.model, &mo, &mk, &m, &rep) != KHUB_STATUS_OK) {
+        rc = khub_cli_fail("run", "%s", khub_runtime_errmsg(rt));
+        khub_hub_free(hub);
+        khub_runtime_free(rt);
+        return rc;
+    }
+    khub_hub_free(hub);
+    if (a.explain && !a.json) {
+        if (rep.text[0]) printf("kernels:\n%s", rep.text);
+        fputs(khub_model_explain(m), stdout);
+    }
     int stream = !a.json && a.n_prompts == 1;
     if (stream) a.gen.callback = on_text;
     khub_generate_result res[MAX_PROMPTS];
@@ -218,10 +245,21 @@ static const khub_cli_cmd run_cmd = {
     "  --seed S              sampling seed (default 0)\n"
     "  --stop STR            stop when STR appears (repeatable; STR is not printed)\n"
     "  --ignore-eos          keep going past end-of-sequence tokens\n"
-    "  --quant SCHEME        quantize dense weights at load: int8, nf4, q8_0, q4_0\n"
-    "                        (optionally PLUGIN_ID:SCHEME)\n"
-    "  --attn PLUGIN_ID      prefer this attention plugin\n"
-    "  --strict              fail instead of falling back when a preferred plugin cannot serve\n"
+    "\n"
+    "Kernels (each NAME is a Hub ID org/name[@REV|@version=N][:symbol], fetched from\n"
+    "HF_ENDPOINT, verified and loaded; or a loaded plugin's id; or a built-in name):\n"
+    "  --attn NAME           attention (built-ins: eager, sdpa)\n"
+    "  --quant NAME          quantize dense weights at load: int8, nf4, q8_0, q4_0, or a\n"
+    "                        kernel (ID, or ID:SCHEME to quantize with it)\n"
+    "  --cache NAME          KV cache (built-ins: dynamic, static)\n"
+    "  --norm NAME           RMSNorm      --act NAME   SiLU-and-mul\n"
+    "  --rotary NAME         rotary       --linear NAME dense and quantized linear\n"
+    "  --kernels FILE        khub.json mapping (default: next to the model, else ./khub.json);\n"
+    "                        the flags above override it\n"
+    "  --lock FILE           load through khub.lock: locked commits, hashes re-checked\n"
+    "  --policy FILE         trust policy (default $KHUB_POLICY, ~/.config/khub/policy.json)\n"
+    "  --allow-unsigned      accept unsigned kernels of organisations the policy omits\n"
+    "  --strict              fail instead of falling back (no variant, plugin cannot serve)\n"
     "  --explain             print which plugin serves each role, with the selection trace\n"
     "  --json                print one JSON object: text, tokens, timings, peak RSS\n"
     "  --help                print this help\n",

@@ -1,0 +1,210 @@
+/*
+ * model_kernels.c: loading a model with kernels named by Hub ID, the C
+ * equivalent of from_pretrained(..., attn_implementation="org/name").
+ *
+ * This sits above the executor on purpose (DESIGN.md: the executor never
+ * knows where a kernel came from): each role's name is resolved here, the
+ * kernel is fetched, verified and loaded through khub_kernel_fetch, and the
+ * executor only receives the loaded plugin's id ("org/name" or
+ * "org/name:op") in khub_model_opts.
+ *
+ * Where a role's name comes from, first match wins: the caller's
+ * khub_model_kernels field (the command line), then the mapping file
+ * (khub.json: the caller's path, else next to the model, else in the
+ * current directory). A name is one of
+ *   - a built-in alias: attention "eager" or "sdpa" (khub/ref-cpu), cache
+ *     "dynamic" (khub/ref-cpu) or "static" (kernels-community/kv-cache,
+ *     fetched), quantization schemes "int8", "nf4", "q8_0", "q4_0";
+ *   - the id of a plugin already loaded in the runtime (used as is);
+ *   - a Hub ID, fetched; for quantization "org/name:scheme" names the
+ *     plugin and the scheme to quantize with.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "hub_impl.h"
+#include "kernel_mapping.h"
+#include "khub/khub_kernels.h"
+#include "khub/khub_model.h"
+
+#define STATIC_CACHE_ID "kernels-community/kv-cache@version=1:static_cache"
+
+static const char *const quant_schemes[] = {"int8", "nf4", "q8_0", "q4_0"};
+
+static int is_scheme(const char *s)
+{
+    for (size_t i = 0; i < sizeof quant_schemes / sizeof quant_schemes[0]; i++)
+        if (strcmp(s, quant_schemes[i]) == 0) return 1;
+    return 0;
+}
+
+static int plugin_loaded(khub_runtime *rt, const char *id)
+{
+    for (size_t i = 0; i < khub_plugin_count(rt); i++)
+        if (strcmp(khub_plugin_id(khub_plugin_at(rt, i)), id) == 0) return 1;
+    return 0;
+}
+
+/* The mapping file: the caller's, else <model dir>/khub.json, else
+ * ./khub.json; NULL when none exists. */
+static const char *mapping_path(const char *given, const char *model, char *buf, size_t n)
+{
+    struct stat sb;
+    if (given) return given;
+    if (stat(model, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(buf, n, "%s/khub.json", model);
+    else {
+        const char *slash = strrchr(model, '/');
+        if (slash)
+            snprintf(buf, n, "%.*s/khub.json", (int)(slash - model), model);
+        else
+            snprintf(buf, n, "khub.json");
+    }
+    if (stat(buf, &sb) == 0) return buf;
+    if (stat("khub.json", &sb) == 0) return "khub.json";
+    return NULL;
+}
+
+/* Appends one line to the report. */
+static void note(khub_model_kernels_report *rep, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void note(khub_model_kernels_report *rep, const char *fmt, ...)
+{
+    if (!rep) return;
+    size_t len = strlen(rep->text);
+    if (len + 2 >= sizeof rep->text) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rep->text + len, sizeof rep->text - len, fmt, ap);
+    va_end(ap);
+    len = strlen(rep->text);
+    if (len + 1 < sizeof rep->text) rep->text[len] = '\n', rep->text[len + 1] = '\0';
+}
+
+/* Resolves one role's name into impl (the string for khub_model_opts), or
+ * leaves impl empty for "no preference". For quantization, scheme receives
+ * a scheme named as ":scheme" or alone. */
+static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, const char *name,
+                           const khub_model_kernels *k, char *impl, size_t n, char *scheme,
+                           size_t scheme_n, khub_model_kernels_report *rep)
+{
+    impl[0] = '\0';
+    if (!name || !name[0]) return KHUB_STATUS_OK;
+    const char *rname = khub__role_name(role);
+    if (role == KHUB_ROLE_ATTENTION && (!strcmp(name, "eager") || !strcmp(name, "sdpa"))) {
+        snprintf(impl, n, "khub/ref-cpu");
+        note(rep, "%s: %s = khub/ref-cpu (built-in)", rname, name);
+        return KHUB_STATUS_OK;
+    }
+    if (role == KHUB_ROLE_CACHE && !strcmp(name, "dynamic")) {
+        snprintf(impl, n, "khub/ref-cpu");
+        note(rep, "%s: dynamic = khub/ref-cpu (built-in)", rname);
+        return KHUB_STATUS_OK;
+    }
+    if (role == KHUB_ROLE_CACHE && !strcmp(name, "static")) name = STATIC_CACHE_ID;
+    char id[512];
+    snprintf(id, sizeof id, "%s", name);
+    if (role == KHUB_ROLE_QUANT) {
+        if (is_scheme(id)) {
+            snprintf(scheme, scheme_n, "%s", id);
+            note(rep, "%s: scheme %s (built-in quantizers)", rname, id);
+            return KHUB_STATUS_OK;
+        }
+        char *colon = strrchr(id, ':');
+        if (colon && is_scheme(colon + 1)) {
+            snprintf(scheme, scheme_n, "%s", colon + 1);
+            *colon = '\0';
+        }
+    }
+    if (plugin_loaded(rt, id)) {
+        snprintf(impl, n, "%s", id);
+        note(rep, "%s: %s (loaded plugin)", rname, id);
+        return KHUB_STATUS_OK;
+    }
+    khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .policy_path = k->policy_path,
+                           .lock_path = k->lock_path, .allow_unsigned = k->allow_unsigned,
+                           .strict = k->strict};
+    khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
+    khub_status st = khub_kernel_fetch(hub, rt, id, &ko, &kr);
+    if (st != KHUB_STATUS_OK) {
+        char msg[KHUB_ERROR_SIZE];
+        snprintf(msg, sizeof msg, "%s", khub_runtime_errmsg(rt));
+        khub__clear(rt);
+        return khub__fail(rt, st, "%s kernel %s: %s", rname, id, msg);
+    }
+    if (kr.fell_back) {
+        khub__log(rt, KHUB_LOG_WARN,
+                  "%s kernel %s: no variant fits this machine; the reference plugin serves "
+                  "%s instead. Variant trace: %s",
+                  rname, id, rname, kr.trace);
+        note(rep, "%s: %s -> fell back to khub/ref-cpu (no variant fits)\n%s", rname, id,
+             kr.trace);
+        snprintf(impl, n, "khub/ref-cpu");
+        return KHUB_STATUS_OK;
+    }
+    if (kr.op_name[0])
+        snprintf(impl, n, "%s:%s", kr.plugin_id, kr.op_name);
+    else
+        snprintf(impl, n, "%s", kr.plugin_id);
+    note(rep, "%s: %s -> %s commit %.12s variant %s file %s%s; %s", rname, id, kr.plugin_id,
+         kr.commit, kr.variant, kr.file, kr.locked ? " (locked, hashes re-checked)" : "",
+         kr.trust);
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *path,
+                                const khub_model_opts *base, const khub_model_kernels *k,
+                                khub_model **out, khub_model_kernels_report *rep)
+{
+    KHUB_API_CHECK(rt, hub && rt && path && out);
+    *out = NULL;
+    if (rep) rep->text[0] = '\0';
+    khub_model_kernels none = {KHUB_STRUCT_INIT(khub_model_kernels)};
+    if (!k) k = &none;
+    const char *given[KHUB_ROLE__COUNT] = {k->attn, k->quant, k->cache, k->norm,
+                                           k->act,  k->rotary, k->linear};
+    char mbuf[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE];
+    const char *mpath = mapping_path(k->mapping_path, path, mbuf, sizeof mbuf);
+    khub_mapping *map = NULL;
+    if (mpath) {
+        khub_status st = khub__mapping_load(mpath, &map, err, sizeof err);
+        if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", err);
+        note(rep, "mapping: %s", mpath);
+    }
+    char impl[KHUB_ROLE__COUNT][256];
+    char scheme[16] = "", quant[300];
+    khub_status st = KHUB_STATUS_OK;
+    for (int r = 0; r < KHUB_ROLE__COUNT && st == KHUB_STATUS_OK; r++) {
+        const char *name = given[r];
+        if (!name && map) {
+            const khub_map_rule *rule = khub__mapping_pick(map, (khub_role)r, KHUB_DEVICE_CPU, 0);
+            if (rule) name = rule->text;
+        }
+        st = resolve(hub, rt, (khub_role)r, name, k, impl[r], sizeof impl[r], scheme,
+                     sizeof scheme, rep);
+    }
+    free(map);
+    if (st != KHUB_STATUS_OK) return st;
+    khub_model_opts o = base ? *base : (khub_model_opts){KHUB_STRUCT_INIT(khub_model_opts)};
+#define SET(field, r) \
+    if (impl[r][0]) o.field = impl[r]
+    SET(attn_impl, KHUB_ROLE_ATTENTION);
+    SET(cache_impl, KHUB_ROLE_CACHE);
+    SET(norm_impl, KHUB_ROLE_NORM);
+    SET(act_impl, KHUB_ROLE_ACTIVATION);
+    SET(rotary_impl, KHUB_ROLE_ROTARY);
+    SET(linear_impl, KHUB_ROLE_LINEAR);
+#undef SET
+    if (impl[KHUB_ROLE_QUANT][0] || scheme[0]) {
+        if (impl[KHUB_ROLE_QUANT][0] && scheme[0])
+            snprintf(quant, sizeof quant, "%s:%s", impl[KHUB_ROLE_QUANT], scheme);
+        else
+            snprintf(quant, sizeof quant, "%s", scheme[0] ? scheme : impl[KHUB_ROLE_QUANT]);
+        o.quant = quant;
+    }
+    if (k->strict) o.strict = 1;
+    return khub_model_load(rt, path, &o, out);
+}
