@@ -9,13 +9,17 @@
  *   - khub/ref-cpu, run on the same inputs, when it serves the op.
  *
  * Bounds, and why:
- *   qlinear vs an emulation of its own integer path (x rounded to int8 per
- *       32-block exactly as the kernel does, the integer sums exact): 1e-9;
- *       only the order of f32 additions differs.
- *   qlinear vs the f32 math: 2e-4. Rounding x to 8 bits adds an error of
+ *   qlinear (int16 activations, the default) and qlinear_q8a (int8) vs an
+ *       emulation of their own integer path (x rounded per 32-block exactly
+ *       as the kernel does, the integer sums exact): 1e-9; only the order of
+ *       f32 additions differs.
+ *   qlinear_q8a vs the f32 math: 2e-4. Rounding x to 8 bits adds an error of
  *       variance d_x^2 / 12 per element, d_x = max|x| / 127; for Gaussian
  *       blocks of 32 (max ~ 2.1 sigma) that is NMSE ~ 2.5e-5, and the bound
  *       leaves 8x for heavier blocks. Measured values are printed.
+ *   qlinear vs the f32 math: 1e-8. With d_x = max|x| / 32767 the same
+ *       estimate gives ~4e-10 (256^2 times smaller); 1e-8 leaves 25x.
+ *   qlinear_f32 (f32 activations) vs the f32 math: 1e-9.
  *   linear (f32 / f16 / bf16 weights): 1e-9; f32 sums of up to 1536 terms.
  *   attention, norms, activations: 1e-9; the vector exp is within a few ulp.
  * Each comparison is also shown to fail: a perturbed kernel input must push
@@ -73,6 +77,15 @@ static const khub_op_desc *plug_op(const plug *p, uint32_t kind)
 {
     for (uint32_t i = 0; i < p->d.n_ops; i++)
         if (p->d.ops[i].kind == kind) return &p->d.ops[i];
+    return NULL;
+}
+
+/* The op of kind named name (NULL: the first op of that kind). */
+static const khub_op_desc *plug_op_named(const plug *p, uint32_t kind, const char *name)
+{
+    if (!name) return plug_op(p, kind);
+    for (uint32_t i = 0; i < p->d.n_ops; i++)
+        if (p->d.ops[i].kind == kind && !strcmp(p->d.ops[i].name, name)) return &p->d.ops[i];
     return NULL;
 }
 
@@ -239,14 +252,28 @@ static double qweight_at(int f, const uint8_t *row, int64_t i)
     return d * q + f16_to_f32(h);
 }
 
-/* x as the kernel sees it: int8 codes per 32-block with the kernel's f32
- * scale, rounded to nearest even. */
-static void quant_x(const float *x, int64_t in, float *xq)
+/* The additive term of element i's block: m (Q4_1), -8 d (Q4_0), 0 (Q8_0). */
+static double qoffset_at(int f, const uint8_t *row, int64_t i)
 {
+    const uint8_t *b = row + (size_t)(i / 32) * qblk_bytes(f);
+    uint16_t h;
+    if (f == KHUB_QFORMAT_Q8_0) return 0.0;
+    memcpy(&h, b + (f == KHUB_QFORMAT_Q4_1 ? 2 : 0), 2);
+    return f == KHUB_QFORMAT_Q4_1 ? f16_to_f32(h) : -8.0 * f16_to_f32(h);
+}
+
+/* x as the kernel sees it: codes in [-levels, levels] per 32-block with the
+ * kernel's f32 scale, rounded to nearest even; levels 0 = x unchanged. */
+static void quant_x(const float *x, int64_t in, float levels, float *xq)
+{
+    if (levels == 0) {
+        memcpy(xq, x, sizeof(float) * (size_t)in);
+        return;
+    }
     for (int64_t b = 0; b < in; b += 32) {
         float amax = 0;
         for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(x[b + i]));
-        float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
+        float d = amax / levels, id = amax > 0 ? levels / amax : 0.0f;
         for (int i = 0; i < 32; i++) xq[b + i] = nearbyintf(x[b + i] * id) * d;
     }
 }
@@ -256,6 +283,18 @@ typedef struct qcase {
     int64_t n, in, out;
     int bias;
 } qcase;
+
+/* The qlinear ops of the plugins and how each rounds x. */
+typedef struct qop {
+    const char *name;  /* op name */
+    float levels;      /* 32767 (int16), 127 (int8), 0 (f32) */
+    int exact_offset;  /* the block's additive term meets the exact f32 sum of x */
+    double bound_f32;  /* NMSE bound against the f32 math */
+} qop;
+
+static const qop qops[] = {{"qlinear", 32767.0f, 1, 1e-8}, {"qlinear_q8a", 127.0f, 0, 2e-4},
+                           {"qlinear_f32", 0.0f, 1, 1e-9}};
+static const qop *g_qop = &qops[0];
 
 /* Runs one qlinear case on every level; returns the largest NMSE against
  * the f32 math (the emulation bound is asserted inside). */
@@ -271,15 +310,19 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
     size_t rb = (size_t)(c.in / 32) * qblk_bytes(c.fmt);
     for (int64_t i = 0; i < c.n * c.in; i++) x[i] = nrand();
     for (int64_t i = 0; i < c.out; i++) bias[i] = nrand();
-    for (int64_t t = 0; t < c.n; t++) quant_x(x + t * c.in, c.in, xq + t * c.in);
+    for (int64_t t = 0; t < c.n; t++) quant_x(x + t * c.in, c.in, g_qop->levels, xq + t * c.in);
     double *wrow = malloc(sizeof(double) * (size_t)c.in);
+    double *orow = malloc(sizeof(double) * (size_t)c.in);
     for (int64_t o = 0; o < c.out; o++) {
-        for (int64_t i = 0; i < c.in; i++) wrow[i] = qweight_at(c.fmt, w + (size_t)o * rb, i);
+        for (int64_t i = 0; i < c.in; i++) {
+            wrow[i] = qweight_at(c.fmt, w + (size_t)o * rb, i);
+            orow[i] = g_qop->exact_offset ? qoffset_at(c.fmt, w + (size_t)o * rb, i) : 0.0;
+        }
         for (int64_t t = 0; t < c.n; t++) {
             double s = c.bias ? bias[o] : 0, e = s;
             for (int64_t i = 0; i < c.in; i++) {
                 s += wrow[i] * x[t * c.in + i];
-                e += wrow[i] * xq[t * c.in + i];
+                e += (wrow[i] - orow[i]) * xq[t * c.in + i] + orow[i] * x[t * c.in + i];
             }
             ref[t * c.out + o] = s;
             emu[t * c.out + o] = e;
@@ -297,7 +340,10 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
     double worst = 0, worst_emu = 0;
     for (int l = 0; l < nlv; l++) {
         memset(y, 0xff, sizeof(float) * (size_t)(c.n * c.out)); /* NaN: unwritten shows */
-        ASSERT_OK(plug_run(&lv[l], KHUB_OP_QLINEAR, &a));
+        const khub_op_desc *op = plug_op_named(&lv[l], KHUB_OP_QLINEAR, g_qop->name);
+        if (!op) TEST_FAIL_("%s has no op %s", lv[l].d.id, g_qop->name);
+        khub__plugin_msg_clear();
+        ASSERT_OK(op->run(lv[l].d.state, &a));
         double e = nmse(y, ref, c.n * c.out), em = nmse(y, emu, c.n * c.out);
         worst = e > worst ? e : worst;
         worst_emu = em > worst_emu ? em : worst_emu;
@@ -314,9 +360,10 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
         free(yr);
     }
     if (!perturb)
-        fprintf(stderr, "  fmt %d n %lld %lld->%lld: nmse vs f32 %.2e, vs emulation %.2e\n",
-                c.fmt, (long long)c.n, (long long)c.in, (long long)c.out, worst, worst_emu);
-    free(x), free(xq), free(y), free(bias), free(ref), free(emu), free(w), free(wrow);
+        fprintf(stderr, "  %s fmt %d n %lld %lld->%lld: nmse vs f32 %.2e, vs emulation %.2e\n",
+                g_qop->name, c.fmt, (long long)c.n, (long long)c.in, (long long)c.out, worst,
+                worst_emu);
+    free(x), free(xq), free(y), free(bias), free(ref), free(emu), free(w), free(wrow), free(orow);
     return perturb ? worst_emu : worst;
 }
 
@@ -331,8 +378,12 @@ static void qlinear_shapes(int fmt)
         {fmt, 17, 64, 7, 0},     {fmt, 5, 32, 1, 1},      {fmt, 512, 576, 192, 0},
         {fmt, 512, 1536, 65, 1},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        ASSERT_LE(run_qcase(lv, nlv, cases[i], 0), 2e-4);
+    for (size_t k = 0; k < sizeof qops / sizeof qops[0]; k++) {
+        g_qop = &qops[k];
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            ASSERT_LE(run_qcase(lv, nlv, cases[i], 0), g_qop->bound_f32);
+    }
+    g_qop = &qops[0];
 }
 
 TEST_IMPL(qlinear_q4_1) { qlinear_shapes(KHUB_QFORMAT_Q4_1); }

@@ -89,7 +89,9 @@ typedef struct kx_act {
 
 /* Kernels (kernel files, compiled with the module's ISA flags). They return
  * NOMEM when scratch memory cannot be had, else OK. */
-khub_status KX(qlinear_run)(kx_state *s, const kx_linear *a);
+khub_status KX(qlinear_run)(kx_state *s, const kx_linear *a);     /* int8 activations */
+khub_status KX(qlinear_f32_run)(kx_state *s, const kx_linear *a); /* f32 activations */
+khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a); /* int16 activations */
 khub_status KX(linear_run)(kx_state *s, const kx_linear *a);
 khub_status KX(attention_run)(kx_state *s, const kx_attn *a);
 khub_status KX(norm_run)(kx_state *s, const kx_norm *a);

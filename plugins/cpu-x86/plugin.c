@@ -215,7 +215,31 @@ static khub_status check_linear(kx_state *s, const void *args, int quant, kx_lin
     return KHUB_STATUS_OK;
 }
 
+/* Three qlinear ops, by how they treat the activations x:
+ *   qlinear      int16 per 32-block, integer dot products (qlinear_q16.c):
+ *                NMSE ~1e-9 per matmul, the default;
+ *   qlinear_f32  f32 (qlinear_f32.c): exact up to summation order, slower;
+ *   qlinear_q8a  int8 per 32-block (qlinear.c): ~1e-4 NMSE per matmul,
+ *                enough to move greedy tokens over 30 layers.
+ * The last two have priority 1 and are chosen only when asked for by name.
+ * docs/performance.md has the measurements. */
 static khub_status run_qlinear(void *state, const void *args)
+{
+    kx_state *s = state;
+    kx_linear L;
+    CHECK(check_linear(s, args, 1, &L));
+    return L.n == 0 ? KHUB_STATUS_OK : KX(qlinear_q16_run)(s, &L);
+}
+
+static khub_status run_qlinear_f32(void *state, const void *args)
+{
+    kx_state *s = state;
+    kx_linear L;
+    CHECK(check_linear(s, args, 1, &L));
+    return L.n == 0 ? KHUB_STATUS_OK : KX(qlinear_f32_run)(s, &L);
+}
+
+static khub_status run_qlinear_q8a(void *state, const void *args)
 {
     kx_state *s = state;
     kx_linear L;
@@ -375,6 +399,11 @@ static const khub_op_caps caps_qlinear = {
     .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) |
               KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0),
     .flags = KHUB_CAP_BIAS, .priority = KX_PRIORITY};
+static const khub_op_caps caps_qlinear_q8a = {
+    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU, .cpu_features = KX_NEED,
+    .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) |
+              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0),
+    .flags = KHUB_CAP_BIAS, .priority = 1};
 static const khub_op_caps caps_linear = {
     KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU, .cpu_features = KX_NEED,
     .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32) | KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16) |
@@ -397,6 +426,10 @@ static const khub_op_caps caps_act = {
 static const khub_op_desc ops[] = {
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "qlinear", .kind = KHUB_OP_QLINEAR,
      .caps = &caps_qlinear, .run = run_qlinear},
+    {KHUB_STRUCT_INIT(khub_op_desc), .name = "qlinear_q8a", .kind = KHUB_OP_QLINEAR,
+     .caps = &caps_qlinear_q8a, .run = run_qlinear_q8a},
+    {KHUB_STRUCT_INIT(khub_op_desc), .name = "qlinear_f32", .kind = KHUB_OP_QLINEAR,
+     .caps = &caps_qlinear_q8a, .run = run_qlinear_f32},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "linear", .kind = KHUB_OP_LINEAR,
      .caps = &caps_linear, .run = run_linear},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "attention", .kind = KHUB_OP_ATTENTION,
