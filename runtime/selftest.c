@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../plugins/include/khub_plugin_util.h" /* f16/bf16 conversions, header-only */
 #include "runtime_impl.h"
 #include "selftest.h"
 
@@ -221,9 +222,9 @@ static float elem_f32(const khub_tensor *t, int64_t i, int64_t h, int64_t d)
     int64_t off = i * t->strides[0] + h * t->strides[1] + d * t->strides[2];
     const char *base = (const char *)t->data + t->byte_offset;
     if (t->dtype.bits == 32) return ((const float *)base)[off];
-    _Float16 x;
-    memcpy(&x, base + off * 2, 2);
-    return (float)x;
+    uint16_t half;
+    memcpy(&half, base + off * 2, 2);
+    return khub_pu_f16_to_f32(half);
 }
 
 static khub_status kv_roundtrip(bench *b, khub_binding *bind_, const khub_kv_cache_config *cfg,
@@ -286,13 +287,6 @@ static khub_status t_kv(bench *b, const char *pid, const khub_selftest_spec *s, 
     return kv_roundtrip(b, p.ref, &cfg, kv, res->r);
 }
 
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fff + ((u >> 16) & 1); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
 
 /* Converts f32 weights in place into a new tensor of the wanted dtype. */
 static khub_tensor *weights_as(bench *b, khub_tensor *w32, const char *dtype)
@@ -306,12 +300,7 @@ static khub_tensor *weights_as(bench *b, khub_tensor *w32, const char *dtype)
     if (!w) return NULL;
     uint16_t *dst = w->data;
     for (int64_t i = 0; i < o * in; i++) {
-        if (bf) {
-            dst[i] = to_bf16(src[i]);
-        } else {
-            _Float16 h = (_Float16)src[i];
-            memcpy(&dst[i], &h, 2);
-        }
+        dst[i] = bf ? khub_pu_f32_to_bf16(src[i]) : khub_pu_f32_to_f16(src[i]);
     }
     return w;
 }
