@@ -417,7 +417,7 @@ static khub_status add_shard(khub_safetensors *st, const char *name, const void 
 
 static khub_status open_file(khub_safetensors *st, const char *path)
 {
-    uint32_t idx;
+    uint32_t idx = 0;
     KHUB_FORWARD_IF_ERROR(st->rt, add_shard(st, path, NULL, 0, &idx));
     return parse_shard(st, idx);
 }
@@ -616,7 +616,7 @@ khub_status khub__safetensors_open_mem(khub_runtime *rt, const char *name, const
     KHUB_API_CHECK(rt, name != NULL && (data != NULL || size == 0));
     khub_safetensors *st;
     KHUB_FORWARD_IF_ERROR(rt, new_st(rt, name, &st));
-    uint32_t idx;
+    uint32_t idx = 0;
     khub_status rc = add_shard(st, name, data ? data : "", size, &idx);
     if (rc == KHUB_STATUS_OK) rc = parse_shard(st, idx);
     return finish_open(st, rc, out);
