@@ -8,9 +8,9 @@
  * It answers, for the "kernels/" and model ("") prefixes, the read subset of
  * the protocol that huggingface_hub needs: repo info at a revision, refs,
  * tree listings (recursive or not, paginated with self-pointing Link
- * headers), and HEAD/GET on resolve URLs with X-Repo-Commit, ETag,
- * X-Linked-Etag/X-Linked-Size for LFS files, Range, and X-Error-Code on
- * every error. It never advertises xet. Faults for the tests are injected
+ * headers), paths-info (a POST with a form or JSON body), and HEAD/GET on
+ * resolve URLs with X-Repo-Commit, ETag, X-Linked-Etag/X-Linked-Size for
+ * LFS files, Range, and X-Error-Code on every error. It never advertises xet. Faults for the tests are injected
  * by name (docs/hub-server.md).
  *
  * Writes (section "Writes") are the upload subset: repos/create,
@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1538,6 +1539,114 @@ static MHD_RESULT api_lfs_verify(struct MHD_Connection *c, const repo *r, conn *
 }
 
 /* ------------------------------------------------------------------------ */
+/* paths-info: a read that is a POST                                        */
+/* ------------------------------------------------------------------------ */
+
+#define MAX_PATHS_INFO 10000
+
+/* Appends the entry of one requested path when it exists (files and
+ * directories); unknown or unsafe paths are left out, as the Hub does. */
+static void paths_info_add(const repo *r, const char *cdir, const char *path, cJSON *arr)
+{
+    char full[KHUB__PATH_MAX];
+    struct stat sb;
+    if (!khub__path_is_safe(path) || !KHUB__PATHF(full, "%s/%s", cdir, path) ||
+        lstat(full, &sb) != 0 || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
+        return;
+    fentry e = {(char *)path, S_ISDIR(sb.st_mode), (uint64_t)sb.st_size};
+    cJSON *j = entry_json(r, cdir, &e);
+    if (j) cJSON_AddItemToArray(arr, j);
+}
+
+/* A form body (huggingface_hub: "paths=a&paths=b&expand=false", '+' for a
+ * space) into arr; -1 on a bad escape, else the number of paths. */
+static int paths_info_form(const repo *r, const char *cdir, char *text, cJSON *arr)
+{
+    int n = 0;
+    char *save = NULL;
+    for (char *kv = strtok_r(text, "&", &save); kv; kv = strtok_r(NULL, "&", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) continue;
+        *eq = '\0';
+        for (char *p = eq + 1; *p; p++)
+            if (*p == '+') *p = ' ';
+        if (!pct_decode(kv) || !pct_decode(eq + 1)) return -1;
+        if (strcmp(kv, "paths") != 0) continue;
+        if (++n > MAX_PATHS_INFO) return n;
+        paths_info_add(r, cdir, eq + 1, arr);
+    }
+    return n;
+}
+
+/* A JSON body (the JS client: {"paths":[...],"expand":bool}); -1 when it
+ * is not that shape, else the number of paths. */
+static int paths_info_json(const repo *r, const char *cdir, const char *text, size_t len,
+                           cJSON *arr)
+{
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    const cJSON *paths = cJSON_GetObjectItemCaseSensitive(j, "paths"), *p;
+    int n = cJSON_IsArray(paths) ? cJSON_GetArraySize(paths) : -1;
+    if (n > MAX_PATHS_INFO) {
+        cJSON_Delete(j);
+        return n;
+    }
+    cJSON_ArrayForEach(p, paths)
+    {
+        if (!cJSON_IsString(p)) {
+            n = -1;
+            break;
+        }
+        paths_info_add(r, cdir, p->valuestring, arr);
+    }
+    cJSON_Delete(j);
+    return n;
+}
+
+static MHD_RESULT api_paths_info(struct MHD_Connection *c, const repo *r, const char *rev,
+                                 conn *k)
+{
+    char commit[41], cdir[KHUB__PATH_MAX];
+    if (k->too_big) return send_error(c, 413, NULL, NULL, "request body over 64 MiB");
+    if (!repo_resolve(r, rev, commit))
+        return send_error(c, 404, "RevisionNotFound", NULL, "Invalid rev id");
+    commit_dir(r, commit, cdir, sizeof cdir);
+    const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+    int json = ct && strncasecmp(ct, "application/json", 16) == 0;
+    cJSON *arr = cJSON_CreateArray();
+    int n = !k->body ? 0
+            : json   ? paths_info_json(r, cdir, k->body, k->n, arr)
+                     : paths_info_form(r, cdir, k->body, arr);
+    if (n < 0 || n > MAX_PATHS_INFO) {
+        cJSON_Delete(arr);
+        return send_error(c, 400, NULL, NULL,
+                          n < 0 ? "paths-info needs a form body (paths=...) or JSON "
+                                  "{\"paths\":[...]}"
+                                : "paths-info: more than 10000 paths in one request");
+    }
+    return send_json(c, 200, arr, NULL, commit);
+}
+
+static int is_paths_info(char **seg, int n)
+{
+    return n == 6 && !strcmp(seg[0], "api") &&
+           (!strcmp(seg[1], "kernels") || !strcmp(seg[1], "models")) &&
+           !strcmp(seg[4], "paths-info");
+}
+
+/* Answered like a GET: no token, no write lock. */
+static MHD_RESULT route_paths_info(khub__server *s, struct MHD_Connection *c, char **seg, conn *k)
+{
+    repo r;
+    if (!repo_open(s, seg[2], seg[3], &r)) {
+        repo_close(&r);
+        return send_error(c, 404, "RepoNotFound", NULL, "Repository not found");
+    }
+    MHD_RESULT ret = api_paths_info(c, &r, seg[5], k);
+    repo_close(&r);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Write routing                                                            */
 /* ------------------------------------------------------------------------ */
 
@@ -1648,6 +1757,7 @@ static MHD_RESULT route(khub__server *s, struct MHD_Connection *c, const char *u
     int n = split_url(url, buf, sizeof buf, seg);
     if (n == -1) return send_error(c, 414, NULL, NULL, "URL too long");
     if (n < 0) return send_error(c, 400, NULL, NULL, "bad percent-escape");
+    if (!strcmp(method, "POST") && is_paths_info(seg, n)) return route_paths_info(s, c, seg, kc);
     if (!head && strcmp(method, "GET") != 0) {
         pthread_mutex_lock(&s->write_lock);
         MHD_RESULT ret = route_write(s, c, method, seg, n, kc);

@@ -1,0 +1,240 @@
+/* test_hub_paths_info.c: POST /api/{t}/{org}/{name}/paths-info/{rev} on the
+ * in-process `khub serve` (form bodies as huggingface_hub sends them, JSON
+ * bodies as the JS client sends them, missing and unsafe paths left out, no
+ * token needed), huggingface_hub's get_paths_info against it when the package
+ * is installed, and trees/<commit>.json written by full listings and read back
+ * for offline listings. */
+#include <cjson/cJSON.h>
+
+#include "hub_fixture.h"
+
+/* POSTs body to endpoint + rel; the response is parsed into *out (NULL when
+ * not JSON). Returns the HTTP status. */
+static long post(khub_hub *hub, const char *endpoint, const char *rel, const char *ctype,
+                 const char *body, khub__http_resp *r, cJSON **out)
+{
+    char url[1024];
+    snprintf(url, sizeof url, "%s%s", endpoint, rel);
+    memset(r, 0, sizeof *r);
+    khub__http_req req = {.method = "POST", .url = url, .what = "paths-info", .body = body,
+                          .body_len = strlen(body), .content_type = ctype};
+    ASSERT_OK(khub__http_fetch(hub, &req, r));
+    *out = r->body ? cJSON_Parse(r->body) : NULL;
+    return r->status;
+}
+
+static const cJSON *find_path(const cJSON *arr, const char *path)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, arr)
+    {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(e, "path");
+        if (cJSON_IsString(p) && !strcmp(p->valuestring, path)) return e;
+    }
+    return NULL;
+}
+
+static const char *str_of(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+#define FORM "application/x-www-form-urlencoded"
+#define PI "/api/kernels/org/demo/paths-info/"
+
+TEST_IMPL(paths_info_form)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    fx_writef(&fx, "org/demo/commits/" C1 "/docs/a b+c.md", "spaced\n");
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub__http_resp r;
+    cJSON *j = NULL;
+    ASSERT_EQ(post(hub, fx.endpoint, PI "main", FORM,
+                   "paths=README.md&paths=weights.bin&paths=docs&paths=nope.txt&"
+                   "paths=..%2Fetc%2Fpasswd&paths=docs%2Fa+b%2Bc.md&expand=false",
+                   &r, &j),
+           200);
+    ASSERT_STR_EQ(r.repo_commit, C1);
+    ASSERT(cJSON_IsArray(j));
+    ASSERT_EQ(cJSON_GetArraySize(j), 4); /* nope.txt and ../etc/passwd left out */
+    const cJSON *readme = find_path(j, "README.md");
+    ASSERT(readme != NULL);
+    ASSERT_STR_EQ(str_of(readme, "type"), "file");
+    char sha1[41];
+    ASSERT_OK(khub__git_blob_sha1_buf("# demo kernel\n", 14, sha1));
+    ASSERT_STR_EQ(str_of(readme, "oid"), sha1);
+    ASSERT(cJSON_GetObjectItemCaseSensitive(readme, "lfs") == NULL);
+    const cJSON *w = find_path(j, "weights.bin");
+    ASSERT(w != NULL);
+    const cJSON *lfs = cJSON_GetObjectItemCaseSensitive(w, "lfs");
+    ASSERT(lfs != NULL);
+    ASSERT(khub__is_sha256_hex(str_of(lfs, "oid")));
+    ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(w, "size")->valuedouble, 70000);
+    ASSERT_STR_EQ(str_of(find_path(j, "docs"), "type"), "directory");
+    ASSERT(find_path(j, "docs/a b+c.md") != NULL); /* '+' is a space, %2B a plus */
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(paths_info_json)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub__http_resp r;
+    cJSON *j = NULL;
+    char body[512], rel[256];
+    snprintf(rel, sizeof rel, "build/%s/libk.so", fx.variant);
+    snprintf(body, sizeof body, "{\"paths\":[\"%s\",\"missing\",\"/abs\"],\"expand\":true}", rel);
+    ASSERT_EQ(post(hub, fx.endpoint, PI "v1.0.0", "application/json", body, &r, &j), 200);
+    ASSERT_EQ(cJSON_GetArraySize(j), 1);
+    const cJSON *e = find_path(j, rel);
+    ASSERT(e != NULL);
+    ASSERT(khub__is_sha256_hex(str_of(cJSON_GetObjectItemCaseSensitive(e, "lfs"), "oid")));
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    /* the same path at v2 (C2) does not exist */
+    ASSERT_EQ(post(hub, fx.endpoint, PI "v2", "application/json", body, &r, &j), 200);
+    ASSERT_EQ(cJSON_GetArraySize(j), 0);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    /* model prefix too */
+    ASSERT_EQ(post(hub, fx.endpoint, "/api/models/org/demo/paths-info/" C1, FORM,
+                   "paths=README.md", &r, &j),
+              200);
+    ASSERT_EQ(cJSON_GetArraySize(j), 1);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(paths_info_errors)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub__http_resp r;
+    cJSON *j = NULL;
+    ASSERT_EQ(post(hub, fx.endpoint, PI "nobranch", FORM, "paths=README.md", &r, &j), 404);
+    ASSERT_STR_EQ(r.error_code, "RevisionNotFound");
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    ASSERT_EQ(post(hub, fx.endpoint, "/api/kernels/org/none/paths-info/main", FORM,
+                   "paths=README.md", &r, &j),
+              404);
+    ASSERT_STR_EQ(r.error_code, "RepoNotFound");
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    ASSERT_EQ(post(hub, fx.endpoint, PI "main", "application/json", "{\"paths\":\"x\"}", &r, &j),
+              400);
+    ASSERT_CONTAINS(r.error_message, "paths-info needs a form body");
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    ASSERT_EQ(post(hub, fx.endpoint, PI "main", FORM, "paths=%zz", &r, &j), 400);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    size_t n = 10001 * 8 + 1;
+    char *big = malloc(n);
+    ASSERT(big != NULL);
+    for (size_t i = 0; i < 10001; i++) memcpy(big + i * 8, "paths=a&", 8);
+    big[n - 1] = '\0';
+    ASSERT_EQ(post(hub, fx.endpoint, PI "main", FORM, big, &r, &j), 400);
+    ASSERT_CONTAINS(r.error_message, "more than 10000 paths");
+    free(big);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+/* paths-info is a read: a server with --token answers it without one. */
+TEST_IMPL(paths_info_needs_no_token)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub__server *srv = NULL;
+    khub__server_opts so = {.dir = fx.repos, .faults = "", .token = "sekrit"};
+    ASSERT_OK(khub__server_start(&so, &srv));
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%u", khub__server_port(srv));
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub__http_resp r;
+    cJSON *j = NULL;
+    ASSERT_EQ(post(hub, endpoint, PI "main", FORM, "paths=README.md", &r, &j), 200);
+    ASSERT_EQ(cJSON_GetArraySize(j), 1);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    /* while a write without the token is still refused */
+    ASSERT_EQ(post(hub, endpoint, "/api/kernels/org/demo/branch/x", "application/json", "{}", &r,
+                   &j),
+              401);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    khub_hub_free(hub);
+    khub__server_stop(srv);
+    fx_done(&fx);
+}
+
+static int have_python_hub(void)
+{
+    return system("python3 -c 'import huggingface_hub' >/dev/null 2>&1") == 0;
+}
+
+/* The official client's get_paths_info parses our answer (form body). */
+TEST_IMPL(paths_info_huggingface_hub)
+{
+    if (!have_python_hub()) TEST_SKIP("huggingface_hub is not installed for python3");
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    char cmd[2048], out[300];
+    snprintf(out, sizeof out, "%s/py.txt", fx.root);
+    snprintf(cmd, sizeof cmd,
+             "HF_HUB_DISABLE_XET=1 HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_CACHE=%s python3 -c '"
+             "from huggingface_hub import HfApi\n"
+             "from huggingface_hub.hf_api import RepoFile, RepoFolder\n"
+             "api = HfApi(endpoint=\"%s\")\n"
+             "for rt in (\"kernel\", \"model\"):\n"
+             "  got = api.get_paths_info(\"org/demo\", [\"README.md\", \"weights.bin\", "
+             "\"docs\", \"nope\"], repo_type=rt, revision=\"v1\")\n"
+             "  for e in sorted(got, key=lambda e: e.path):\n"
+             "    if isinstance(e, RepoFile):\n"
+             "      print(rt, \"file\", e.path, e.size, e.blob_id, e.lfs.sha256 if e.lfs else \"-\")\n"
+             "    else:\n"
+             "      assert isinstance(e, RepoFolder)\n"
+             "      print(rt, \"dir\", e.path)\n"
+             "' > %s 2>&1",
+             fx.cache, fx.endpoint, out);
+    int rc = system(cmd);
+    FILE *f = fopen(out, "rb");
+    ASSERT(f != NULL);
+    char text[4096];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = '\0';
+    fclose(f);
+    if (rc != 0) TEST_FAIL_("get_paths_info failed: %s", text);
+    char sha1[41], sha256[65], line[256];
+    ASSERT_OK(khub__git_blob_sha1_buf("# demo kernel\n", 14, sha1));
+    snprintf(line, sizeof line, "kernel file README.md 14 %s -", sha1);
+    ASSERT_CONTAINS(text, line);
+    snprintf(line, sizeof line, "%s/org/demo/commits/" C1 "/weights.bin", fx.repos);
+    ASSERT_OK(khub__sha256_file_hex(line, sha256));
+    snprintf(line, sizeof line, "model file weights.bin 70000 ");
+    ASSERT_CONTAINS(text, line);
+    ASSERT_CONTAINS(text, sha256);
+    ASSERT_CONTAINS(text, "kernel dir docs");
+    ASSERT(strstr(text, "nope") == NULL);
+    fx_done(&fx);
+}
+
+#define TEST_LIST(X)                                                            \
+    X(paths_info_form)                                                          \
+    X(paths_info_json)                                                          \
+    X(paths_info_errors)                                                        \
+    X(paths_info_needs_no_token)                                                \
+    X(paths_info_huggingface_hub)
+TEST_MAIN(TEST_LIST)
