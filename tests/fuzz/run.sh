@@ -14,17 +14,18 @@ SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="${KHUB_FUZZ_BUILD:-$SRC/build-fuzz}"
 SECS="${1:-60}"
 JOBS="${KHUB_FUZZ_JOBS:-2}"
-TARGETS="gguf safetensors model_config"
+TARGETS="gguf safetensors model_config tokenizer"
 
 CC=clang cmake -S "$SRC" -B "$BUILD" -DKHUB_FUZZ=ON -DKHUB_SANITIZE=address,undefined \
     -DKHUB_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$BUILD" -j"$JOBS" --target make_seeds fuzz_gguf fuzz_safetensors fuzz_model_config
+cmake --build "$BUILD" -j"$JOBS" --target make_seeds fuzz_gguf fuzz_safetensors fuzz_model_config fuzz_tokenizer
 
 CORPUS="$BUILD/fuzz-corpus"
 for t in $TARGETS; do mkdir -p "$CORPUS/$t"; done
 "$BUILD/tests/fuzz/make_seeds" "$CORPUS"
 cp "$SRC"/tests/golden/*.gguf "$CORPUS/gguf/" 2>/dev/null || true
 cp "$SRC"/tests/golden/*.safetensors "$CORPUS/safetensors/" 2>/dev/null || true
+cp "$SRC"/tests/fixtures/tokenizer/*.json "$CORPUS/tokenizer/" 2>/dev/null || true
 
 cd "$BUILD"
 for t in $TARGETS; do

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Issues 5 and 6 end to end on a local hub, with the real CLI and the real
+# model: a kernel scaffolded by `khub init` and the in-tree flash-attn2 are
+# built, gated, signed, published to `khub serve`, then named at model load
+# (--attn / --norm): fetched, signature and digests verified against a
+# policy, loaded, and shown serving their roles in --explain; an unsigned
+# kernel is refused without opt-in; the same choice from khub.json +
+# khub.lock runs offline with the server gone.
+set -euo pipefail
+KHUB=${KHUB_BIN:?set by ctest}
+SRC=${KHUB_SRC:?set by ctest}
+MODEL=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ ! -f "$MODEL" ]; then echo "skip: $MODEL absent (run tools/fetch-model.sh)"; echo "0 passed, 0 failed, 1 skipped"; exit 0; fi
+work=$(mktemp -d /tmp/khub-runhub-XXXXXX)
+pid=
+trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+PROMPT="What is the capital of France?"
+
+# author: scaffold + in-tree kernel, build, check, sign
+"$KHUB" init acme/fastnorm --kind norm --backends cpu > /dev/null || fail "init"
+cp -r "$SRC/kernels-src/flash-attn2" fa && rm -rf fa/build
+"$KHUB" keygen pub > /dev/null
+for k in fastnorm fa; do
+    "$KHUB" build "$k" --quiet > /dev/null 2>&1 || fail "build $k"
+    "$KHUB" check "$k" > check.log 2>&1 || { cat check.log; fail "check $k"; }
+    "$KHUB" sign --key pub.key "$k" > /dev/null || fail "sign $k"
+done
+cp -r "$SRC/kernels-src/rmsnorm" unsigned && rm -rf unsigned/build
+sed -i 's#kernels-community/rmsnorm#other-org/rmsnorm#g' unsigned/kernel.json unsigned/*.c
+"$KHUB" build unsigned --quiet > /dev/null 2>&1 || fail "build unsigned"
+
+# a hub of our own
+mkdir hub
+"$KHUB" serve hub --port 0 --token t0k > serve.out 2> serve.log &
+pid=$!
+for _ in $(seq 50); do grep -q http serve.out 2>/dev/null && break; sleep 0.1; done
+EP=$(grep -o 'http://[^ ]*' serve.out | head -n 1)
+[ -n "$EP" ] || fail "server did not start: $(cat serve.log)"
+for k in fastnorm fa unsigned; do
+    "$KHUB" publish "$k" --endpoint "$EP" --token t0k --quiet > /dev/null || fail "publish $k"
+done
+printf '{"version": 1, "publishers": {"kernels-community": ["%s"], "acme": ["%s"]}}\n' \
+    "$(cat pub.pub)" "$(cat pub.pub)" > policy.json
+export HF_ENDPOINT=$EP KHUB_CACHE=$work/cache KHUB_POLICY=$work/policy.json
+
+# named at model load, verified and serving
+"$KHUB" run --model "$MODEL" --chat --prompt "$PROMPT" --max-new-tokens 24 \
+    --attn kernels-community/flash-attn2 --norm acme/fastnorm --explain > run.out 2> run.err ||
+    { cat run.err; fail "run with hub kernels"; }
+grep -q "^attention\[f32\]: kernels-community/flash-attn2 1.0.0 :: flash_attn" run.out ||
+    fail "flash-attn2 does not serve attention: $(grep 'attention' run.out)"
+grep -q "^rms_norm\[f32\]: acme/fastnorm 1.0.0 :: rms_norm" run.out || fail "fastnorm does not serve norm"
+grep -q "signed with key .*accepted by the policy" run.out || fail "no trust line"
+grep -q "Paris" run.out || fail "unexpected answer: $(tail -n 1 run.out)"
+echo "ok   --attn/--norm Hub IDs fetched, verified, loaded and serving"
+
+# an unsigned kernel from an unlisted org is refused without opt-in, accepted with it
+if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --norm other-org/rmsnorm > u.out 2> u.err; then
+    fail "unsigned kernel accepted without opt-in"
+fi
+grep -q "unsigned kernel from an organisation the policy does not list" u.err || fail "message: $(cat u.err)"
+"$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --norm other-org/rmsnorm \
+    --allow-unsigned --explain > u.out 2> u.err || fail "opt-in refused: $(cat u.err)"
+grep -q "^rms_norm\[f32\]: other-org/rmsnorm" u.out || fail "opted-in kernel not serving"
+echo "ok   unsigned kernels need --allow-unsigned"
+
+# khub.json + khub.lock, then offline with the server gone
+mkdir project
+cat > project/khub.json << 'JSON'
+{"format": 1, "roles": {
+  "attention": {"cpu": {"repo": "kernels-community/flash-attn2", "version": 1}},
+  "norm": "acme/fastnorm@version=1"}}
+JSON
+"$KHUB" lock project > lock.log 2>&1 || fail "lock: $(cat lock.log)"
+kill $pid; wait $pid 2>/dev/null || true; pid=
+HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --chat --prompt "$PROMPT" --max-new-tokens 24 \
+    --kernels project/khub.json --lock project/khub.lock --explain > off.out 2> off.err ||
+    { cat off.err; fail "offline locked run"; }
+grep -q "(locked, hashes re-checked)" off.out || fail "lock not re-checked"
+grep -q "^attention\[f32\]: kernels-community/flash-attn2" off.out || fail "offline attention"
+grep -q "Paris" off.out || fail "offline answer"
+echo "ok   khub.json + khub.lock offline"
+echo "1 passed, 0 failed"
