@@ -14,7 +14,7 @@ step() { printf '\n==== %s\n' "$*"; }
 step "dependencies"
 bash tools/install-deps.sh
 if [ -f tools/install-test-deps.sh ]; then bash tools/install-test-deps.sh; fi
-if [ -f tools/fetch-model.sh ]; then bash tools/fetch-model.sh; fi
+bash tools/fetch-model.sh --hf   # the GGUF, and the HF copy the safetensors tests use
 
 step "release build (-Werror)"
 cmake -S . -B build -DKHUB_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
@@ -36,7 +36,7 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 if [ -x tests/fuzz/run.sh ]; then
     step "fuzzers (bounded)"
-    tests/fuzz/run.sh
+    KHUB_FUZZ_BUILD=build-fuzz tests/fuzz/run.sh "${KHUB_FUZZ_SECONDS:-30}"
 fi
 
 step "format check"
