@@ -29,6 +29,11 @@ struct khub_hub {
     void *progress_ud;
     int err_set;
     char errmsg[KHUB_ERROR_SIZE];
+    /* Called with a freshly downloaded (or cached) variant directory before
+     * its metadata.json is parsed, so a trust decision runs on the exact
+     * bytes first (kernel_fetch.c sets it around one download). NULL = none. */
+    khub_status (*pre_parse)(void *ud, const char *dir);
+    void *pre_parse_ud;
 };
 
 /* First failure since the last khub__hub_clear wins; also sets
@@ -113,7 +118,10 @@ typedef struct khub__tree {
 
 KHUB_INTERNAL void khub__tree_free(khub__tree *t);
 /* Lists the tree of the repo at commit under sub ("" = root), following
- * next-page links that stay on the endpoint. */
+ * next-page links that stay on the endpoint. For a 40-hex commit the full
+ * listing is fetched once and kept in trees/<commit>.json (huggingface_hub's
+ * tree cache), which then answers every listing of that commit, offline too;
+ * directory entries derived from it have an empty oid. */
 KHUB_INTERNAL khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id,
                                           const char *commit, const char *sub, int recursive,
                                           khub__tree *out);

@@ -1,9 +1,8 @@
 /* test_hub_paths_info.c: POST /api/{t}/{org}/{name}/paths-info/{rev} on the
  * in-process `khub serve` (form bodies as huggingface_hub sends them, JSON
  * bodies as the JS client sends them, missing and unsafe paths left out, no
- * token needed), huggingface_hub's get_paths_info against it when the package
- * is installed, and trees/<commit>.json written by full listings and read back
- * for offline listings. */
+ * token needed), huggingface_hub's get_paths_info against it when the
+ * package is installed. */
 #include <cjson/cJSON.h>
 
 #include "hub_fixture.h"
