@@ -173,6 +173,8 @@ typedef struct fetch {
     char *meta, *sig;
     size_t meta_len, sig_len;
     khub_kmeta *km;
+    int trusted;       /* fetch_trust passed (on the bytes now cached) */
+    khub_status hook_st; /* what the pre-parse hook returned */
 } fetch;
 
 static void fetch_free(fetch *f)
@@ -275,10 +277,14 @@ static khub_status fetch_check_lock(fetch *f, const char *dir)
     return st == KHUB_STATUS_OK ? st : khub__fail(f->rt, st, "%s", err);
 }
 
-/* Trust on the exact bytes, before metadata.json is parsed here. */
+/* Trust on the exact bytes, before metadata.json is parsed anywhere. */
 static khub_status fetch_trust(fetch *f, const char *dir)
 {
     char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "";
+    free(f->meta);
+    free(f->sig);
+    f->meta = f->sig = NULL;
+    f->meta_len = f->sig_len = 0;
     snprintf(path, sizeof path, "%s/metadata.json", dir);
     khub_status st = slurp(path, MAX_META_BYTES, &f->meta, &f->meta_len);
     KHUB_RETURN_IF(f->rt, st != KHUB_STATUS_OK, KHUB_STATUS_METADATA_INVALID,
@@ -305,6 +311,17 @@ static khub_status fetch_trust(fetch *f, const char *dir)
     return KHUB_STATUS_OK;
 }
 
+/* khub_hub's pre-parse hook: the lock and trust checks on the downloaded
+ * directory, before the hub parses its metadata.json. */
+static khub_status pre_parse_hook(void *ud, const char *dir)
+{
+    fetch *f = ud;
+    f->hook_st = fetch_check_lock(f, dir);
+    if (f->hook_st == KHUB_STATUS_OK) f->hook_st = fetch_trust(f, dir);
+    f->trusted = f->hook_st == KHUB_STATUS_OK;
+    return f->hook_st;
+}
+
 /* Downloads (or finds) the variant and runs the lock and trust checks on
  * the cached copy; then the hub's verified file list. */
 static khub_status fetch_variant_files(fetch *f)
@@ -312,7 +329,16 @@ static khub_status fetch_variant_files(fetch *f)
     char dir[KHUB__PATH_MAX];
     khub_status st;
     if (!cached_variant_dir(f->hub, &f->id, f->r->commit, f->r->variant, dir, sizeof dir)) {
+        /* The download verifies the files against metadata.json, which
+         * parses it: judge trust on the downloaded bytes first (the lock, when
+         * there is one, too). */
+        f->hub->pre_parse = pre_parse_hook;
+        f->hub->pre_parse_ud = f;
+        f->hook_st = KHUB_STATUS_OK;
         st = khub_hub_download_variant(f->hub, &f->id, f->r->commit, f->r->variant, &f->files);
+        f->hub->pre_parse = NULL;
+        f->hub->pre_parse_ud = NULL;
+        if (f->hook_st != KHUB_STATUS_OK) return f->hook_st;
         if (st != KHUB_STATUS_OK) return hub_failed(f, st, "downloading");
         snprintf(dir, sizeof dir, "%s", f->files->dir);
         khub_hub_file_list_free(f->files);

@@ -192,6 +192,10 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
     char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "", rroot[KHUB__PATH_MAX];
     if (!KHUB__PATHF(path, "%s/metadata.json", dir) || !realpath(repo_dir, rroot))
         return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s is not cached", dir);
+    if (hub->pre_parse) {
+        khub_status hs = hub->pre_parse(hub->pre_parse_ud, dir);
+        if (hs != KHUB_STATUS_OK) return hs; /* the hook's caller holds the message */
+    }
     FILE *f = fopen(path, "rb");
     if (!f) return khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
                                   "%s: no metadata.json; a variant without a digest table is "
