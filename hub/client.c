@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+#include <openssl/evp.h>
 
 #include "hub_impl.h"
 
@@ -529,13 +530,33 @@ khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, const char *co
 /* Downloading one file                                                     */
 /* ======================================================================== */
 
+/* The sink hashes the bytes as they arrive, so a download reads its file
+ * once (the write) instead of twice (write, then hash). The running digest
+ * stands for the file only while every byte since offset 0 went through
+ * it: a resumed orphan (bytes from an earlier process) has no digest, and
+ * is hashed from the file at the end instead. Either way the check is the
+ * same: the stored bytes against the hub's ETag. */
 typedef struct file_sink {
     khub_hub *hub;
     int fd;
     uint64_t have, expect;
     const char *path;
     khub_status st;
+    EVP_MD_CTX *md;  /* NULL: no running digest (hash the file at the end) */
+    int git;         /* the ETag is a git blob SHA-1: "blob <size>\0" first */
 } file_sink;
+
+static void fs_digest_reset(file_sink *f)
+{
+    char hdr[40];
+    int n = snprintf(hdr, sizeof hdr, "blob %llu", (unsigned long long)f->expect);
+    if (!f->md) return;
+    if (EVP_DigestInit_ex(f->md, f->git ? EVP_sha1() : EVP_sha256(), NULL) != 1 ||
+        (f->git && EVP_DigestUpdate(f->md, hdr, (size_t)n + 1) != 1)) {
+        EVP_MD_CTX_free(f->md);
+        f->md = NULL;
+    }
+}
 
 static khub_status fs_start(void *ud, long status, int64_t range_start)
 {
@@ -545,6 +566,8 @@ static khub_status fs_start(void *ud, long status, int64_t range_start)
             return f->st = khub__hub_fail(f->hub, KHUB_STATUS_IO, "cannot truncate: %s",
                                           strerror(errno));
         f->have = 0;
+        if (!f->md) f->md = EVP_MD_CTX_new(); /* from offset 0 again: a digest is possible */
+        fs_digest_reset(f);
     } else if (status == 206 && range_start != (int64_t)f->have) {
         return f->st = khub__hub_fail(f->hub, KHUB_STATUS_HTTP,
                                       "%s: asked for bytes from %llu, got a range from %lld",
@@ -576,6 +599,10 @@ static size_t fs_write(void *ud, const void *data, size_t n)
         p += w;
         left -= (size_t)w;
     }
+    if (f->md && EVP_DigestUpdate(f->md, data, n) != 1) {
+        EVP_MD_CTX_free(f->md);
+        f->md = NULL;
+    }
     f->have += n;
     if (f->hub->progress) f->hub->progress(f->hub->progress_ud, f->path, f->have, f->expect);
     return n;
@@ -583,12 +610,26 @@ static size_t fs_write(void *ud, const void *data, size_t n)
 
 static uint64_t fs_offset(void *ud) { return ((file_sink *)ud)->have; }
 
+/* The running digest as hex; false when there is none. */
+static bool fs_digest_hex(file_sink *f, char hex[65])
+{
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    if (!f->md || EVP_DigestFinal_ex(f->md, d, &n) != 1 || n > 32) return false;
+    for (unsigned int i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    hex[2 * n] = '\0';
+    return true;
+}
+
+/* streamed: the digest of the received bytes, or NULL to hash tmp. */
 static khub_status verify_blob(khub_hub *hub, const char *tmp, const char *etag,
-                               const char *path)
+                               const char *path, const char *streamed)
 {
     char got[65];
-    khub_status st = strlen(etag) == 64 ? khub__sha256_file_hex(tmp, got)
-                                        : khub__git_blob_sha1_file(tmp, got);
+    khub_status st = KHUB_STATUS_OK;
+    if (streamed) snprintf(got, sizeof got, "%s", streamed);
+    else st = strlen(etag) == 64 ? khub__sha256_file_hex(tmp, got)
+                                 : khub__git_blob_sha1_file(tmp, got);
     if (st != KHUB_STATUS_OK)
         return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot hash %s", tmp);
     if (!khub__digest_eq(got, etag))
@@ -621,7 +662,11 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
     st = khub__cache_blob_tmp(hub, repo_dir, etag, tmp, sizeof tmp, &fd, &have);
     if (st != KHUB_STATUS_OK) goto done;
     if (have > size && ftruncate(fd, 0) == 0) have = 0;
-    file_sink fsk = {hub, fd, have, size, path, KHUB_STATUS_OK};
+    file_sink fsk = {hub, fd, have, size, path, KHUB_STATUS_OK, NULL, strlen(etag) == 40};
+    if (have == 0) { /* a fresh file: hash while receiving */
+        fsk.md = EVP_MD_CTX_new();
+        fs_digest_reset(&fsk);
+    }
     khub__sink sink = {&fsk, fs_start, fs_write, fs_offset};
     char what[512];
     snprintf(what, sizeof what, "downloading %s/%s/%s", id->org, id->name, path);
@@ -638,7 +683,10 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
         st = khub__hub_fail(hub, KHUB_STATUS_TRUNCATED,
                             "%s: got %llu of %llu bytes; nothing was stored", what,
                             (unsigned long long)fsk.have, (unsigned long long)size);
-    if (st == KHUB_STATUS_OK) st = verify_blob(hub, tmp, etag, path);
+    char streamed[65];
+    int have_digest = fs_digest_hex(&fsk, streamed);
+    EVP_MD_CTX_free(fsk.md);
+    if (st == KHUB_STATUS_OK) st = verify_blob(hub, tmp, etag, path, have_digest ? streamed : NULL);
     if (st == KHUB_STATUS_OK) {
         st = khub__cache_publish_blob(hub, fd, tmp, blob);
         fd = -1;

@@ -339,6 +339,9 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &x);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &x);
+    /* Streamed downloads: 512 KiB receive buffer (libcurl's maximum) instead
+     * of 16 KiB, so 32x fewer read/write/hash rounds per byte. */
+    if (req->sink) curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
     curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
     if (strcmp(req->method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
     hub->n_requests++;
