@@ -11,14 +11,7 @@
 
 #include "hub_impl.h"
 
-static void to_hex(const unsigned char *md, unsigned n, char *hex)
-{
-    static const char d[] = "0123456789abcdef";
-    for (unsigned i = 0; i < n; i++) {
-        hex[2 * i] = d[md[i] >> 4];
-        hex[2 * i + 1] = d[md[i] & 15];
-    }
-    hex[2 * n] = '\0';
+   hex[2 * n] = '\0';
 }
 
 khub_status khub__git_blob_sha1_file(const char *path, char hex[41])
@@ -44,7 +37,7 @@ khub_status khub__git_blob_sha1_file(const char *path, char hex[41])
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned mdn = 0;
     if (!EVP_DigestFinal_ex(ctx, md, &mdn) || mdn != 20) goto done;
-    to_hex(md, mdn, hex);
+    khub__to_hex(md, mdn, hex);
     st = KHUB_STATUS_OK;
 done:
     EVP_MD_CTX_free(ctx);
@@ -64,6 +57,6 @@ khub_status khub__git_blob_sha1_buf(const void *data, size_t n, char hex[41])
              EVP_DigestFinal_ex(ctx, md, &mdn) && mdn == 20;
     EVP_MD_CTX_free(ctx);
     if (!ok) return KHUB_STATUS_INTERNAL;
-    to_hex(md, mdn, hex);
+    khub__to_hex(md, mdn, hex);
     return KHUB_STATUS_OK;
 }

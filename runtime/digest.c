@@ -7,7 +7,7 @@
 
 #include "internal.h"
 
-static void to_hex(const unsigned char *md, unsigned n, char *hex)
+void khub__to_hex(const unsigned char *md, unsigned n, char *hex)
 {
     static const char digits[] = "0123456789abcdef";
     for (unsigned i = 0; i < n; i++) {
@@ -23,7 +23,7 @@ khub_status khub__sha256_hex(const void *data, size_t n, char hex[65])
     unsigned md_len = 0;
     if (!EVP_Digest(data, n, md, &md_len, EVP_sha256(), NULL) || md_len != 32)
         return KHUB_STATUS_INTERNAL;
-    to_hex(md, md_len, hex);
+    khub__to_hex(md, md_len, hex);
     return KHUB_STATUS_OK;
 }
 
@@ -55,7 +55,7 @@ khub_status khub__sha256_file_hex(const char *path, char hex[65])
         st = KHUB_STATUS_INTERNAL;
         goto fail;
     }
-    to_hex(md, md_len, hex);
+    khub__to_hex(md, md_len, hex);
 fail:
     EVP_MD_CTX_free(ctx);
     fclose(f);

@@ -158,6 +158,8 @@ KHUB_INTERNAL const khub_host_api *khub__runtime_host(khub_runtime *rt);
 /* Digests (runtime/digest.c, OpenSSL libcrypto)                            */
 /* ------------------------------------------------------------------------ */
 
+/* Lowercase hex of n bytes into hex (2n + 1 bytes, NUL-terminated). */
+KHUB_INTERNAL void khub__to_hex(const unsigned char *bytes, unsigned n, char *hex);
 /* hex must hold 65 bytes. */
 KHUB_INTERNAL khub_status khub__sha256_hex(const void *data, size_t n, char hex[65]);
 KHUB_INTERNAL khub_status khub__sha256_file_hex(const char *path, char hex[65]);
