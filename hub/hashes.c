@@ -11,9 +11,6 @@
 
 #include "hub_impl.h"
 
-   hex[2 * n] = '\0';
-}
-
 khub_status khub__git_blob_sha1_file(const char *path, char hex[41])
 {
     FILE *f = fopen(path, "rb");
