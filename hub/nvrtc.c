@@ -91,8 +91,10 @@ khub_status khub__nvrtc_open(khub_nvrtc **out, char *errbuf, size_t errbuf_size)
 
 void khub__nvrtc_close(khub_nvrtc *nv)
 {
-    if (!nv) return;
-    if (nv->lib) dlclose(nv->lib);
+    /* The library stays loaded (like libcuda): NVRTC pulls in libstdc++,
+     * whose static emergency pool becomes an unreachable block once the
+     * library is unmapped, and a later open in the same process finds it
+     * mapped already. */
     free(nv);
 }
 

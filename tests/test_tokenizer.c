@@ -160,6 +160,15 @@ static void spec_from_json(const char *path, const char *pre, spec_store *ss)
     free(text);
 }
 
+static void spec_free(spec_store *ss)
+{
+    for (size_t i = 0; i < ss->spec.n_tokens; i++) free(ss->tokens[i]);
+    for (size_t i = 0; i < ss->spec.n_merges; i++) free(ss->merges[i]);
+    free(ss->tokens);
+    free(ss->types);
+    free(ss->merges);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Against tokenizers, on the fixtures                                      */
 /* ------------------------------------------------------------------------ */
@@ -196,6 +205,7 @@ TEST_IMPL(corpus_from_vocab_spec)
         ASSERT_STR_EQ(khub__tokenizer_pre_name(tok), kinds[k][0]);
         run_corpus(tok, kinds[k][0]);
         khub__tokenizer_free(tok);
+        spec_free(&ss);
     }
     khub_runtime_free(rt);
 }
