@@ -160,7 +160,7 @@ khub_status khub_hub_variants(khub_hub *hub, const khub_hub_id *id, const char *
         khub_hub_variant_list_free(l);
         return st;
     }
-    qsort(l->items, l->count, sizeof *l->items, cmp_variant);
+    if (l->count) qsort(l->items, l->count, sizeof *l->items, cmp_variant); /* NULL when empty */
     l->best = l->count && l->items[0].accepted ? l->items[0].name : NULL;
     *out = l;
     return KHUB_STATUS_OK;
