@@ -30,9 +30,9 @@ cmake -S . -B build-asan -DKHUB_WERROR=ON -DKHUB_SANITIZE=address,undefined \
       -DCMAKE_BUILD_TYPE=Debug > /dev/null
 cmake --build build-asan -j"$JOBS"
 
-step "tests (ASan + UBSan, leak checking on)"
+step "tests (ASan + UBSan, leak checking on; the 'slow' real-model generation test ran above)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -LE gpu -j2
+    ctest --test-dir build-asan --output-on-failure -LE 'gpu|slow' -j2
 
 if [ -x tests/fuzz/run.sh ]; then
     step "fuzzers (bounded)"
