@@ -10,8 +10,8 @@
  * tree listings (recursive or not, paginated with self-pointing Link
  * headers), paths-info (a POST with a form or JSON body), and HEAD/GET on
  * resolve URLs with X-Repo-Commit, ETag, X-Linked-Etag/X-Linked-Size for
- * LFS files, Range, and X-Error-Code on every error. It never advertises xet. Faults for the tests are injected
- * by name (docs/hub-server.md).
+ * LFS files, Range, and X-Error-Code on every error. It never advertises
+ * xet. Faults for the tests are injected by name (docs/hub-server.md).
  *
  * Writes (section "Writes") are the upload subset: repos/create,
  * preupload, the LFS batch API with basic transfers to capability URLs,
