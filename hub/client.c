@@ -4,11 +4,12 @@
  * huggingface_hub keeps it), and verified single-file downloads into the
  * cache.
  *
- * A download is HEAD then GET (huggingface_hub's order): the HEAD names the
- * blob (ETag: SHA-256 for LFS files, git blob SHA-1 otherwise) and its
- * size, the GET fills a private temp file under the blob's lock, and only a
- * file whose size and hash match is renamed into blobs/. A file already in
- * the snapshot costs no request at all.
+ * A download names the blob (SHA-256 for LFS files, git blob SHA-1
+ * otherwise) and its size from the commit's cached full listing when there
+ * is one, else from a HEAD (huggingface_hub's order: HEAD then GET); the GET
+ * streams into a private temp file under the blob's lock, hashed while it
+ * arrives, and only a file whose size and hash match is renamed into
+ * blobs/. A file already in the snapshot costs no request at all.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -700,6 +701,64 @@ done:
     return st;
 }
 
+/* The blob's ETag and size from the commit's cached full listing
+ * (trees/<commit>.json): the listing names every file's SHA-256 (LFS) or
+ * git blob SHA-1 and size, which is all the HEAD would say, so a file it
+ * lists costs one request (the GET) instead of two. The bytes are still
+ * checked against that digest before they are stored. */
+static bool blob_from_tree(const char *repo_dir, const char *commit, const char *path,
+                           char etag[80], uint64_t *size)
+{
+    char tree[KHUB__PATH_MAX];
+    khub__tree files = {0};
+    bool found = false;
+    if (!KHUB__PATHF(tree, "%s/trees/%s.json", repo_dir, commit) ||
+        !tree_read_cache(tree, &files))
+        return false;
+    for (size_t i = 0; i < files.count && !found; i++) {
+        const khub__tree_entry *e = &files.items[i];
+        if (e->is_dir || strcmp(e->path, path) != 0) continue;
+        snprintf(etag, 80, "%s", e->lfs_sha256[0] ? e->lfs_sha256 : e->oid);
+        *size = e->size;
+        found = true;
+    }
+    khub__tree_free(&files);
+    return found;
+}
+
+/* HEAD on the resolve URL: the blob's ETag (SHA-256 for LFS files, git blob
+ * SHA-1 otherwise) and size. */
+static khub_status head_blob(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                             const char *path, const char *url, char etag_out[80],
+                             uint64_t *size_out)
+{
+    char what[512];
+    snprintf(what, sizeof what, "HEAD %s/%s@%.12s/%s", id->org, id->name, commit, path);
+    khub__http_resp r = {0};
+    khub__http_req req = {.method = "HEAD", .url = url, .auth = 1, .what = what};
+    khub_status st = khub__http_fetch(hub, &req, &r);
+    int redirect = r.status >= 300 && r.status < 400;
+    if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 400))
+        st = khub__http_error(hub, &r, what);
+    const char *etag = r.linked_etag[0] ? r.linked_etag : r.etag;
+    int64_t size = r.linked_size >= 0 ? r.linked_size : redirect ? -1 : r.content_length;
+    if (st == KHUB_STATUS_OK && strcmp(r.repo_commit, commit) != 0)
+        st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
+                            "%s: X-Repo-Commit is \"%s\", not the commit asked for; is %s "
+                            "a Hub?", what, r.repo_commit, hub->endpoint);
+    if (st == KHUB_STATUS_OK && !is_hex_n(etag, 40) && !is_hex_n(etag, 64))
+        st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
+                            "%s: no usable ETag (got \"%.80s\"); need a git SHA-1 or a "
+                            "SHA-256", what, etag);
+    if (st == KHUB_STATUS_OK && size < 0)
+        st = khub__hub_fail(hub, KHUB_STATUS_HTTP, "%s: no X-Linked-Size or Content-Length",
+                            what);
+    snprintf(etag_out, 80, "%s", etag);
+    *size_out = size < 0 ? 0 : (uint64_t)size;
+    khub__http_resp_free(&r);
+    return st;
+}
+
 khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const char *commit,
                                    const char *path, char **path_out)
 {
@@ -723,42 +782,22 @@ khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const c
             return khub__hub_fail(hub, KHUB_STATUS_OFFLINE,
                                   "%s/%s@%.12s: %s is not cached and HF_HUB_OFFLINE forbids "
                                   "the network", id->org, id->name, commit, path);
-        char url[4096], qpath[2048], what[512];
+        char url[4096], qpath[2048];
         KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(hub, path, 1, qpath, sizeof qpath));
         if (!KHUB__PATHF(url, "%s/%s%s/%s/resolve/%s/%s", hub->endpoint,
                          khub__repo_url_prefix(hub), id->org, id->name, commit, qpath))
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "resolve URL too long");
-        snprintf(what, sizeof what, "HEAD %s/%s@%.12s/%s", id->org, id->name, commit, path);
-        khub__http_resp r = {0};
-        khub__http_req req = {.method = "HEAD", .url = url, .auth = 1, .what = what};
-        khub_status st = khub__http_fetch(hub, &req, &r);
-        int redirect = r.status >= 300 && r.status < 400;
-        if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 400))
-            st = khub__http_error(hub, &r, what);
-        const char *etag = r.linked_etag[0] ? r.linked_etag : r.etag;
-        int64_t size = r.linked_size >= 0 ? r.linked_size : redirect ? -1 : r.content_length;
-        if (st == KHUB_STATUS_OK && strcmp(r.repo_commit, commit) != 0)
-            st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
-                                "%s: X-Repo-Commit is \"%s\", not the commit asked for; is %s "
-                                "a Hub?", what, r.repo_commit, hub->endpoint);
-        if (st == KHUB_STATUS_OK && !is_hex_n(etag, 40) && !is_hex_n(etag, 64))
-            st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
-                                "%s: no usable ETag (got \"%.80s\"); need a git SHA-1 or a "
-                                "SHA-256", what, etag);
-        if (st == KHUB_STATUS_OK && size < 0)
-            st = khub__hub_fail(hub, KHUB_STATUS_HTTP, "%s: no X-Linked-Size or Content-Length",
-                                what);
         char etag_copy[80];
-        snprintf(etag_copy, sizeof etag_copy, "%s", etag);
-        khub__http_resp_free(&r);
-        KHUB_FORWARD_IF_ERROR(NULL, st);
+        uint64_t size = 0;
+        if (!blob_from_tree(repo_dir, commit, path, etag_copy, &size))
+            KHUB_FORWARD_IF_ERROR(NULL, head_blob(hub, id, commit, path, url, etag_copy, &size));
         char blob[KHUB__PATH_MAX];
         if (!KHUB__PATHF(blob, "%s/blobs/%s", repo_dir, etag_copy))
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "blob path too long");
         khub__cache_tag(hub);
         if (!is_regular(blob))
-            KHUB_FORWARD_IF_ERROR(NULL, fetch_blob(hub, id, repo_dir, url, etag_copy,
-                                                   (uint64_t)size, path));
+            KHUB_FORWARD_IF_ERROR(NULL, fetch_blob(hub, id, repo_dir, url, etag_copy, size,
+                                                   path));
         KHUB_FORWARD_IF_ERROR(NULL, khub__cache_link(hub, repo_dir, commit, path, etag_copy));
     }
     *path_out = strdup(snap);

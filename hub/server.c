@@ -79,6 +79,7 @@ struct khub__server {
     char *token;              /* writes need "Bearer <token>"; NULL = open */
     char secret[65];          /* keys the upload capabilities */
     pthread_mutex_t write_lock; /* one write at a time: refs.json read-modify-write */
+    struct digest_cache *dc;  /* file digests by path and stat fingerprint */
 };
 
 /* ======================================================================== */
@@ -167,6 +168,138 @@ static MHD_RESULT send_error(struct MHD_Connection *c, unsigned code, const char
 }
 
 /* ======================================================================== */
+/* Digest cache                                                             */
+/* ======================================================================== */
+
+/* Listings, HEADs, GETs and preuploads all need a file's SHA-256 (and git
+ * blob SHA-1). Hashing on every request made a HEAD of a 100 MiB file cost
+ * a full read (docs/performance.md "Hub"), so digests are kept per path
+ * with the stat fingerprint they were computed under (device, inode, size,
+ * mtime and ctime in ns) and reused only while all of it is unchanged. A
+ * rewrite in place moves mtime/ctime, a rename-over moves the inode. The
+ * fingerprint is taken before and after hashing and the result is kept
+ * only when both agree, so a file changing mid-hash is never cached, and
+ * only for a file whose ctime is 2 s old: timestamps come from a coarse
+ * clock, so a younger file could still change under the same fingerprint
+ * (git's "racily clean" entries). The
+ * table is direct-mapped: a colliding path evicts the old one (a re-hash,
+ * never a wrong answer, because the path is compared too). */
+
+typedef struct file_ids {
+    char sha1[41];    /* git blob id of what git stores: content or LFS pointer */
+    char sha256[65];  /* of the content */
+    size_t pointer_size;
+} file_ids;
+
+typedef struct fprint {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns, ctime_ns;
+} fprint;
+
+typedef struct digest_slot {
+    char *path; /* NULL = empty */
+    int lfs;
+    fprint fp;
+    file_ids ids;
+} digest_slot;
+
+#define DIGEST_SLOTS 4096u
+
+typedef struct digest_cache {
+    pthread_mutex_t lock;
+    digest_slot slot[DIGEST_SLOTS];
+} digest_cache;
+
+static digest_cache *digest_cache_new(void)
+{
+    digest_cache *dc = calloc(1, sizeof *dc);
+    if (dc) pthread_mutex_init(&dc->lock, NULL);
+    return dc;
+}
+
+static void digest_cache_free(digest_cache *dc)
+{
+    if (!dc) return;
+    for (unsigned i = 0; i < DIGEST_SLOTS; i++) free(dc->slot[i].path);
+    pthread_mutex_destroy(&dc->lock);
+    free(dc);
+}
+
+static int fprint_of(const char *path, fprint *fp)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
+    *fp = (fprint){(uint64_t)sb.st_dev, (uint64_t)sb.st_ino, (uint64_t)sb.st_size,
+                   (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec,
+                   (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec};
+    return 1;
+}
+
+static int fprint_eq(const fprint *a, const fprint *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+static unsigned path_slot(const char *path)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) h = (h ^ *p) * 16777619u;
+    return h % DIGEST_SLOTS;
+}
+
+static int digest_lookup(digest_cache *dc, const char *path, int lfs, const fprint *fp,
+                         file_ids *ids)
+{
+    if (!dc) return 0;
+    digest_slot *e = &dc->slot[path_slot(path)];
+    pthread_mutex_lock(&dc->lock);
+    int hit = e->path && e->lfs == lfs && !strcmp(e->path, path) && fprint_eq(&e->fp, fp);
+    if (hit) *ids = e->ids;
+    pthread_mutex_unlock(&dc->lock);
+    return hit;
+}
+
+static void digest_store(digest_cache *dc, const char *path, int lfs, const fprint *fp,
+                         const file_ids *ids)
+{
+    char *copy = dc ? strdup(path) : NULL;
+    if (!copy) return;
+    digest_slot *e = &dc->slot[path_slot(path)];
+    pthread_mutex_lock(&dc->lock);
+    free(e->path);
+    *e = (digest_slot){copy, lfs, *fp, *ids};
+    pthread_mutex_unlock(&dc->lock);
+}
+
+static int hash_ids(const char *path, int lfs, uint64_t size, file_ids *ids)
+{
+    if (khub__sha256_file_hex(path, ids->sha256) != KHUB_STATUS_OK) return 0;
+    if (!lfs) return khub__git_blob_sha1_file(path, ids->sha1) == KHUB_STATUS_OK;
+    char ptr[256];
+    int n = snprintf(ptr, sizeof ptr,
+                     "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %llu\n",
+                     ids->sha256, (unsigned long long)size);
+    ids->pointer_size = (size_t)n;
+    return khub__git_blob_sha1_buf(ptr, (size_t)n, ids->sha1) == KHUB_STATUS_OK;
+}
+
+/* The digests of path, from the cache when its fingerprint is unchanged. */
+static int file_ids_of(digest_cache *dc, const char *path, int lfs, file_ids *ids)
+{
+    fprint before, after;
+    if (!fprint_of(path, &before)) return 0;
+    if (digest_lookup(dc, path, lfs, &before, ids)) return 1;
+    if (!hash_ids(path, lfs, before.size, ids)) return 0;
+    struct timespec now;
+    int settled = clock_gettime(CLOCK_REALTIME, &now) == 0 &&
+                  before.ctime_ns + 2000000000LL <= (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    if (settled && fprint_of(path, &after) && fprint_eq(&before, &after))
+        digest_store(dc, path, lfs, &before, ids);
+    return 1;
+}
+
+/* ======================================================================== */
 /* Repos                                                                    */
 /* ======================================================================== */
 
@@ -174,6 +307,7 @@ typedef struct repo {
     char org[KHUB_HUB_NAME_MAX + 1], name[KHUB_HUB_NAME_MAX + 1];
     char root[KHUB__PATH_MAX]; /* <dir>/<org>/<name> */
     cJSON *refs;
+    struct digest_cache *dc; /* the server's, borrowed */
 } repo;
 
 static int repo_open(const khub__server *s, const char *org, const char *name, repo *r)
@@ -187,6 +321,7 @@ static int repo_open(const khub__server *s, const char *org, const char *name, r
     snprintf(r->org, sizeof r->org, "%s", id.org);
     snprintf(r->name, sizeof r->name, "%s", id.name);
     snprintf(r->root, sizeof r->root, "%s/%s/%s", s->dir, id.org, id.name);
+    r->dc = s->dc;
     char path[KHUB__PATH_MAX];
     if (!KHUB__PATHF(path, "%s/refs.json", r->root)) return 0;
     char *json = read_file(path, NULL, 1 << 20);
@@ -298,24 +433,6 @@ static void commit_dir(const repo *r, const char *commit, char *buf, size_t size
     if (snprintf(buf, size, "%s/commits/%s", r->root, commit) >= (int)size) buf[0] = '\0';
 }
 
-typedef struct file_ids {
-    char sha1[41];    /* git blob id of what git stores: content or LFS pointer */
-    char sha256[65];  /* of the content */
-    size_t pointer_size;
-} file_ids;
-
-static int file_ids_of(const char *path, int lfs, uint64_t size, file_ids *ids)
-{
-    if (khub__sha256_file_hex(path, ids->sha256) != KHUB_STATUS_OK) return 0;
-    if (!lfs) return khub__git_blob_sha1_file(path, ids->sha1) == KHUB_STATUS_OK;
-    char ptr[256];
-    int n = snprintf(ptr, sizeof ptr,
-                     "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %llu\n",
-                     ids->sha256, (unsigned long long)size);
-    ids->pointer_size = (size_t)n;
-    return khub__git_blob_sha1_buf(ptr, (size_t)n, ids->sha1) == KHUB_STATUS_OK;
-}
-
 static cJSON *entry_json(const repo *r, const char *cdir, const fentry *e)
 {
     cJSON *j = cJSON_CreateObject();
@@ -335,7 +452,7 @@ static cJSON *entry_json(const repo *r, const char *cdir, const fentry *e)
     }
     int lfs = repo_is_lfs(r, e->path);
     file_ids ids;
-    if (!file_ids_of(full, lfs, e->size, &ids)) {
+    if (!file_ids_of(r->dc, full, lfs, &ids)) {
         cJSON_Delete(j);
         return NULL;
     }
@@ -468,25 +585,40 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
 /* File content                                                             */
 /* ======================================================================== */
 
+/* A body read from the file as MHD asks for it, never buffered whole.
+ * The fault knobs shape it: extra trailing bytes, a flipped first byte,
+ * and a stop point after which the connection fails. Without faults a
+ * body goes out through MHD_create_response_from_fd (sendfile). */
 typedef struct body {
-    char *data;
-    size_t n, stop; /* stop: bytes to send before failing the connection */
+    int fd;
+    uint64_t off, len; /* the file's bytes [off, off + len) */
+    uint64_t n, stop;  /* n: body size (len + extra); stop: bytes before failing */
+    int flip;          /* XOR the first byte (wrong-hash) */
 } body;
 
 static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
     body *b = cls;
     if (pos >= b->stop) return MHD_CONTENT_READER_END_WITH_ERROR;
-    size_t n = b->stop - (size_t)pos;
-    if (n > max) n = max;
-    memcpy(buf, b->data + pos, n);
+    uint64_t want = b->stop - pos;
+    size_t n = want < max ? (size_t)want : max;
+    size_t from_file = pos < b->len ? (size_t)(b->len - pos < n ? b->len - pos : n) : 0;
+    size_t got = 0;
+    while (got < from_file) {
+        ssize_t r = pread(b->fd, buf + got, from_file - got, (off_t)(b->off + pos + got));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return MHD_CONTENT_READER_END_WITH_ERROR; /* the file shrank */
+        got += (size_t)r;
+    }
+    memset(buf + from_file, 'X', n - from_file);
+    if (b->flip && pos == 0 && n > 0) buf[0] ^= 0x5a;
     return (ssize_t)n;
 }
 
 static void body_free(void *cls)
 {
     body *b = cls;
-    free(b->data);
+    close(b->fd);
     free(b);
 }
 
@@ -521,7 +653,7 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
         return send_error(c, 404, "EntryNotFound", commit, "Entry not found");
     int lfs = repo_is_lfs(r, path);
     file_ids ids;
-    if (!file_ids_of(full, lfs, (uint64_t)sb.st_size, &ids))
+    if (!file_ids_of(r->dc, full, lfs, &ids))
         return send_error(c, 500, NULL, commit, "cannot hash the file");
     const char *etag = lfs ? ids.sha256 : ids.sha1;
     char quoted[80], size_s[32];
@@ -542,20 +674,24 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
         return ret;
     }
 
-    size_t n = 0;
-    char *data = read_file(full, &n, SIZE_MAX / 2);
-    if (!data) return send_error(c, 500, NULL, commit, "cannot read the file");
+    int fd = open(full, O_RDONLY | O_CLOEXEC);
+    struct stat fsb;
+    if (fd < 0 || fstat(fd, &fsb) != 0 || !S_ISREG(fsb.st_mode)) {
+        if (fd >= 0) close(fd);
+        return send_error(c, 500, NULL, commit, "cannot read the file");
+    }
+    uint64_t n = (uint64_t)fsb.st_size;
     uint64_t a = 0, bnd = 0;
     int has_b = 0, ranged = !(s->faults & F_IGNORE_RANGE) &&
                             parse_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"),
                                         &a, &bnd, &has_b);
     unsigned code = 200;
     char crange[96] = "";
-    size_t off = 0, len = n;
+    uint64_t off = 0, len = n;
     if (ranged) {
         if (a >= n) {
-            free(data);
-            snprintf(crange, sizeof crange, "bytes */%zu", n);
+            close(fd);
+            snprintf(crange, sizeof crange, "bytes */%llu", (unsigned long long)n);
             struct MHD_Response *resp =
                 MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
             MHD_add_response_header(resp, "Content-Range", crange);
@@ -565,24 +701,32 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
             return ret;
         }
         uint64_t last = has_b && bnd < n ? bnd : n - 1;
-        off = (size_t)a;
-        len = (size_t)(last - a + 1);
+        off = a;
+        len = last - a + 1;
         code = 206;
-        snprintf(crange, sizeof crange, "bytes %zu-%zu/%zu", off, off + len - 1, n);
+        snprintf(crange, sizeof crange, "bytes %llu-%llu/%llu", (unsigned long long)off,
+                 (unsigned long long)(off + len - 1), (unsigned long long)n);
     }
-    body *b = calloc(1, sizeof *b);
-    size_t extra = (!head && (s->faults & F_EXTRA)) ? 16 : 0;
-    b->data = malloc(len + extra + 1);
-    memcpy(b->data, data + off, len);
-    memset(b->data + len, 'X', extra);
-    free(data);
-    b->n = len + extra;
-    b->stop = b->n;
-    if (!head && (s->faults & F_WRONG_HASH) && len > 0) b->data[0] ^= 0x5a;
-    if (!head && (s->faults & F_SHORT)) b->n = b->stop = len / 2;
-    if (!head && (s->faults & F_DROP) && len > 1 && take(&s->budget_drop)) b->stop = len / 2;
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(b->n, 32 * 1024, body_read, b, body_free);
+    struct MHD_Response *resp = NULL;
+    unsigned body_faults = F_EXTRA | F_WRONG_HASH | F_SHORT | F_DROP;
+    if (head || !(s->faults & body_faults)) {
+        resp = MHD_create_response_from_fd_at_offset64(len, fd, off); /* owns fd */
+        if (!resp) close(fd);
+    } else {
+        body *b = calloc(1, sizeof *b);
+        if (!b) {
+            close(fd);
+            return send_error(c, 500, NULL, commit, "out of memory");
+        }
+        *b = (body){fd, off, len, len, len, 0};
+        if (s->faults & F_EXTRA) b->n = b->stop = len + 16;
+        b->flip = (s->faults & F_WRONG_HASH) && len > 0;
+        if (s->faults & F_SHORT) b->n = b->stop = len / 2;
+        if ((s->faults & F_DROP) && len > 1 && take(&s->budget_drop)) b->stop = len / 2;
+        resp = MHD_create_response_from_callback(b->n, 256 * 1024, body_read, b, body_free);
+        if (!resp) body_free(b);
+    }
+    if (!resp) return send_error(c, 500, NULL, commit, "cannot create the response");
     MHD_add_response_header(resp, "X-Repo-Commit", commit);
     MHD_add_response_header(resp, "ETag", quoted);
     MHD_add_response_header(resp, "Accept-Ranges", "bytes");
@@ -1341,7 +1485,7 @@ static MHD_RESULT api_preupload(struct MHD_Connection *c, repo *r, const char *r
         struct stat sb;
         file_ids ids;
         int have = KHUB__PATHF(full, "%s/%s", cdir, p->valuestring) && lstat(full, &sb) == 0 &&
-                   S_ISREG(sb.st_mode) && file_ids_of(full, lfs, (uint64_t)sb.st_size, &ids);
+                   S_ISREG(sb.st_mode) && file_ids_of(r->dc, full, lfs, &ids);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "path", p->valuestring);
         cJSON_AddStringToObject(o, "uploadMode", lfs ? "lfs" : "regular");
@@ -1924,6 +2068,10 @@ khub_status khub__server_start(const khub__server_opts *o, khub__server **out)
     pthread_mutex_init(&s->log_lock, NULL);
     pthread_mutex_init(&s->write_lock, NULL);
     s->dir = realpath(o->dir, NULL);
+    if (!(s->dc = digest_cache_new())) {
+        st = khub__fail(NULL, KHUB_STATUS_NOMEM, "serve: out of memory");
+        goto fail;
+    }
     random_hex(s->secret, 32);
     if (o->token && o->token[0] && !(s->token = strdup(o->token))) {
         st = khub__fail(NULL, KHUB_STATUS_NOMEM, "serve: out of memory");
@@ -1964,6 +2112,7 @@ void khub__server_stop(khub__server *s)
     if (!s) return;
     if (s->d) MHD_stop_daemon(s->d);
     if (s->log) fclose(s->log);
+    digest_cache_free(s->dc);
     pthread_mutex_destroy(&s->log_lock);
     pthread_mutex_destroy(&s->write_lock);
     if (s->token) memset(s->token, 0, strlen(s->token));

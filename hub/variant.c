@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "hub_impl.h"
@@ -186,8 +187,130 @@ static int plain_variant_name(const char *v)
     return v && v[0] && khub__path_is_safe(v) && !strchr(v, '/') && strlen(v) < 128;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Verified fingerprints: khub-verified/<commit>/<variant>                  */
+/* ------------------------------------------------------------------------ */
+
+/* Re-hashing every file of a cached variant on every resolve made a warm
+ * verify cost ~1.7 ms for 2.8 MB (docs/performance.md "Hub"). After a file
+ * has been hashed and matched metadata.json, one line records the digest
+ * it matched and the stat fingerprint of the bytes (device, inode, size,
+ * mtime and ctime in ns, taken before and after the hash and equal). A
+ * later verify trusts a line that matches exactly (same name, same digest
+ * metadata.json now states, same fingerprint) instead of hashing; anything
+ * else is hashed. Writing a file in place moves its mtime and ctime,
+ * replacing it moves the inode, and ctime cannot be set from user space.
+ *
+ * This is a cache of this function's answer, not of what gets loaded: the
+ * loader hashes the exact bytes it copies into a sealed memfd and compares
+ * them with the digest before dlopen, locked loads re-hash every file
+ * against khub.lock (khub__lock_check_dir), and `khub cache verify`
+ * re-hashes every blob. */
+
+#define VERIFIED_MAX (1u << 20)
+
+/* ctime_out, when not NULL, receives the file's ctime in ns. */
+static bool fingerprint_line(const char *path, const char *name, const char *sha256,
+                             char *buf, size_t size, long long *ctime_out)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || strchr(name, '\n')) return false;
+    long long mt = (long long)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+    long long ct = (long long)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec;
+    if (ctime_out) *ctime_out = ct;
+    int n = snprintf(buf, size, "%s %llu %llu %llu %lld %lld %s\n", sha256,
+                     (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino,
+                     (unsigned long long)sb.st_size, mt, ct, name);
+    return n > 0 && (size_t)n < size;
+}
+
+/* The sidecar as "\n<lines>" (so every line can be found as "\n<line>"),
+ * or NULL when there is none usable. */
+static char *verified_read(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *text = malloc(VERIFIED_MAX + 2);
+    size_t n = text ? fread(text + 1, 1, VERIFIED_MAX, f) : 0;
+    fclose(f);
+    if (!text || n == 0 || n == VERIFIED_MAX || strncmp(text + 1, "khub-verified 1\n", 16)) {
+        free(text);
+        return NULL;
+    }
+    text[0] = '\n';
+    text[n + 1] = '\0';
+    return text;
+}
+
+/* Appends line to *lines (grown as needed); false on OOM. */
+static bool lines_add(char **lines, size_t *len, const char *line)
+{
+    size_t l = strlen(line);
+    char *p = realloc(*lines, *len + l + 1);
+    if (!p) return false;
+    memcpy(p + *len, line, l + 1);
+    *lines = p;
+    *len += l;
+    return true;
+}
+
+/* Best effort, like the tree cache: a read-only cache still verifies. */
+static void verified_write(khub_hub *hub, const char *path, const char *lines)
+{
+    char dir[KHUB__PATH_MAX], msg[KHUB_ERROR_SIZE];
+    int saved = hub->err_set;
+    memcpy(msg, hub->errmsg, sizeof msg);
+    hub->err_set = 0;
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = '\0';
+    if (khub__mkdirs(hub, dir) != KHUB_STATUS_OK ||
+        khub__atomic_write(hub, path, lines, strlen(lines)) != KHUB_STATUS_OK)
+        khub__log(NULL, KHUB_LOG_DEBUG, "not recording verified fingerprints: %s", hub->errmsg);
+    hub->err_set = saved;
+    memcpy(hub->errmsg, msg, sizeof msg);
+}
+
+/* Git's "racily clean" rule: timestamps come from a coarse clock (a
+ * scheduler tick, a whole second on some filesystems), so a file changed
+ * in the same tick as the change that set its ctime keeps the same
+ * fingerprint. A file whose ctime is at least SETTLE_NS in the past can
+ * only be changed later under a newer ctime; a younger one is not
+ * recorded (it is hashed again next time). */
+#define SETTLE_NS 2000000000LL
+
+static bool settled(long long ctime_ns)
+{
+    struct timespec now;
+    if (clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
+    return ctime_ns + SETTLE_NS <= (long long)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* Hashes real and checks it against want; on a match, the fingerprint line
+ * into line ("" when the file changed while it was hashed). */
+static khub_status hash_check(khub_hub *hub, const char *dir, const char *name, const char *real,
+                              const char *want, char *line, size_t size)
+{
+    char before[KHUB__PATH_MAX + 200], got[65];
+    long long ct = 0;
+    bool fp = fingerprint_line(real, name, want, before, sizeof before, &ct);
+    if (khub__sha256_file_hex(real, got) != KHUB_STATUS_OK)
+        return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read %s", real);
+    if (!khub__digest_eq(got, want))
+        return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
+                              "%s: %s has SHA-256 %s, metadata.json says %s", dir, name, got,
+                              want);
+    line[0] = '\0';
+    if (fp && settled(ct) && fingerprint_line(real, name, want, line, size, NULL) &&
+        strcmp(line, before) != 0)
+        line[0] = '\0';
+    return KHUB_STATUS_OK;
+}
+
+/* verified: the sidecar of this directory, NULL = neither read nor write one
+ * (an archive being unpacked, verified before it is renamed). */
 static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *dir,
-                              khub_hub_file_list **out)
+                              const char *verified, khub_hub_file_list **out)
 {
     char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "", rroot[KHUB__PATH_MAX];
     if (!KHUB__PATHF(path, "%s/metadata.json", dir) || !realpath(repo_dir, rroot))
@@ -213,27 +336,38 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
         l->items = calloc(m->n_files ? m->n_files : 1, sizeof *l->items);
         if (!l->items) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     }
+    char *known = verified ? verified_read(verified) : NULL, *lines = NULL;
+    size_t lines_len = 0;
+    bool record = verified && lines_add(&lines, &lines_len, "khub-verified 1\n"), hashed = false;
     for (size_t i = 0; st == KHUB_STATUS_OK && i < m->n_files; i++) {
-        char real[KHUB__PATH_MAX], got[65];
-        if (!KHUB__PATHF(path, "%s/%s", dir, m->files[i].name) || !realpath(path, real)) {
+        char real[KHUB__PATH_MAX], line[KHUB__PATH_MAX + 200], probe[KHUB__PATH_MAX + 202];
+        const char *name = m->files[i].name, *want = m->files[i].sha256;
+        if (!KHUB__PATHF(path, "%s/%s", dir, name) || !realpath(path, real)) {
             st = khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s: listed file %s is missing",
-                                dir, m->files[i].name);
-        } else if (strncmp(real, rroot, strlen(rroot)) || real[strlen(rroot)] != '/') {
-            st = khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH, "%s: %s resolves outside the "
-                                "cache (%s)", dir, m->files[i].name, real);
-        } else if (khub__sha256_file_hex(real, got) != KHUB_STATUS_OK) {
-            st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read %s", real);
-        } else if (!khub__digest_eq(got, m->files[i].sha256)) {
-            st = khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
-                                "%s: %s has SHA-256 %s, metadata.json says %s", dir,
-                                m->files[i].name, got, m->files[i].sha256);
-        } else {
-            khub_hub_file *e = &l->items[l->count++];
-            e->rel = strdup(m->files[i].name);
-            e->path = strdup(real);
-            memcpy(e->sha256, got, 65);
+                                dir, name);
+            break;
         }
+        if (strncmp(real, rroot, strlen(rroot)) || real[strlen(rroot)] != '/') {
+            st = khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH, "%s: %s resolves outside the "
+                                "cache (%s)", dir, name, real);
+            break;
+        }
+        bool trusted = known && fingerprint_line(real, name, want, line, sizeof line, NULL) &&
+                       snprintf(probe, sizeof probe, "\n%s", line) < (int)sizeof probe &&
+                       strstr(known, probe);
+        if (!trusted) {
+            st = hash_check(hub, dir, name, real, want, line, sizeof line);
+            hashed = true;
+        }
+        if (st != KHUB_STATUS_OK) break;
+        record = record && line[0] && lines_add(&lines, &lines_len, line);
+        khub_hub_file *e = &l->items[l->count++];
+        e->rel = strdup(name);
+        e->path = strdup(real);
+        memcpy(e->sha256, want, 65);
+        if (!e->rel || !e->path) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     }
+    free(known);
     DIR *d = st == KHUB_STATUS_OK ? opendir(dir) : NULL;
     struct dirent *de;
     while (d && st == KHUB_STATUS_OK && (de = readdir(d))) {
@@ -248,6 +382,8 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
     }
     if (d) closedir(d);
     free(m);
+    if (st == KHUB_STATUS_OK && record && hashed) verified_write(hub, verified, lines);
+    free(lines);
     if (st != KHUB_STATUS_OK) {
         khub_hub_file_list_free(l);
         return st;
@@ -275,7 +411,9 @@ khub_status khub_hub_variant_files(khub_hub *hub, const khub_hub_id *id, const c
                                   "%s/%s@%.12s variant %s is not cached; run khub download",
                                   id->org, id->name, commit, variant);
     }
-    return verify_dir(hub, repo_dir, dir, out);
+    char verified[KHUB__PATH_MAX];
+    bool side = KHUB__PATHF(verified, "%s/khub-verified/%s/%s", repo_dir, commit, variant);
+    return verify_dir(hub, repo_dir, dir, side ? verified : NULL, out);
 }
 
 /* Downloads build/<variant>.tar.gz and unpacks it into khub-variants/. */
@@ -306,7 +444,7 @@ static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const cha
         lstat(probe, &sb) == 0 && S_ISDIR(sb.st_mode))
         snprintf(root, sizeof root, "%s", probe);
     khub_hub_file_list *l = NULL;
-    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, root, &l);
+    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, root, NULL, &l);
     khub_hub_file_list_free(l);
     if (st == KHUB_STATUS_OK && rename(root, final) != 0 && errno != ENOTEMPTY && errno != EEXIST)
         st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot publish %s: %s", final, strerror(errno));

@@ -1,0 +1,159 @@
+/* test_hub_perf.c: the hub's fast paths stay correct. The server's digest
+ * cache never answers for a file that changed; a download of a file the
+ * commit's cached listing names makes one request (the GET, no HEAD) and
+ * still checks the bytes; a variant's verified fingerprints let a later
+ * verify skip the hash only while every file is unchanged. */
+#include <time.h>
+
+#include "hub_fixture.h"
+
+/* Fast paths trust only files whose ctime is 2 s old (coarse clocks). */
+static void wait_settled(void)
+{
+    struct timespec t = {2, 200 * 1000 * 1000};
+    nanosleep(&t, NULL);
+}
+
+static int log_count(const fixture *fx, const char *what)
+{
+    char *log = fx_log(fx);
+    int n = 0;
+    for (const char *q = log; (q = strstr(q, what)); q++) n++;
+    free(log);
+    return n;
+}
+
+/* Same size, other bytes, same inode: only mtime/ctime tell. */
+static void rewrite_in_place(const char *path)
+{
+    FILE *f = fopen(path, "r+b");
+    ASSERT(f != NULL);
+    int c = fgetc(f);
+    ASSERT(c != EOF);
+    ASSERT_EQ(fseek(f, 0, SEEK_SET), 0);
+    fputc(c ^ 0x20, f);
+    fclose(f);
+}
+
+TEST_IMPL(perf_download_after_listing_skips_head)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@" C1);
+    khub__tree t = {0};
+    ASSERT_OK(khub__list_tree(hub, &id, C1, "", 1, &t));
+    khub__tree_free(&t);
+    uint64_t before = khub_hub_request_count(hub);
+    char *p = NULL;
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    ASSERT_EQ(khub_hub_request_count(hub), before + 1);
+    ASSERT_EQ(log_count(&fx, "HEAD "), 0);
+    ASSERT_EQ(log_count(&fx, "GET /kernels/org/demo/resolve/" C1 "/weights.bin"), 1);
+    struct stat sb;
+    ASSERT_EQ(stat(p, &sb), 0);
+    ASSERT_EQ(sb.st_size, 70000);
+    free(p);
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "README.md", &p)); /* non-LFS: git SHA-1 */
+    ASSERT_EQ(khub_hub_request_count(hub), before + 2);
+    free(p);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+TEST_IMPL(perf_listing_digest_still_checked)
+{
+    fixture fx;
+    fx_init(&fx, "wrong-hash", 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@" C1);
+    khub__tree t = {0};
+    ASSERT_OK(khub__list_tree(hub, &id, C1, "", 1, &t));
+    khub__tree_free(&t);
+    char *p = NULL;
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, C1, "weights.bin", &p),
+                  KHUB_STATUS_DIGEST_MISMATCH);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "but the hub announced");
+    ASSERT(p == NULL);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+/* A file served (and its digest cached) then rewritten in place must be
+ * announced with its new digest: a fresh client downloads it fine. */
+TEST_IMPL(perf_server_digest_cache_follows_changes)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    wait_settled();
+    char cache2[320], path[512];
+    snprintf(cache2, sizeof cache2, "%s", fx.cache);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@" C1);
+    char *p = NULL;
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p)); /* HEAD: cached */
+    free(p);
+    khub_hub_free(hub);
+    snprintf(path, sizeof path, "%s/org/demo/commits/" C1 "/weights.bin", fx.repos);
+    rewrite_in_place(path);
+    khub__rmtree(fx.cache);
+    hub = fx_hub(&fx, 0, NULL);
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    FILE *f = fopen(p, "rb");
+    ASSERT(f != NULL);
+    ASSERT_EQ(fgetc(f), 'a' ^ 0x20);
+    fclose(f);
+    free(p);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+static void verified_path(const fixture *fx, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s/kernels--org--demo/khub-verified/" C1 "/%s", fx->cache, fx->variant);
+}
+
+TEST_IMPL(perf_variant_fingerprints)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@" C1);
+    khub_hub_file_list *l = NULL;
+    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &l));
+    khub_hub_file_list_free(l);
+    char side[512];
+    verified_path(&fx, side, sizeof side);
+    struct stat sb;
+    ASSERT(stat(side, &sb) != 0); /* the blob is too young to be recorded */
+    wait_settled();
+    ASSERT_OK(khub_hub_variant_files(hub, &id, C1, fx.variant, &l));
+    ASSERT_EQ(l->count, 1);
+    char blob[4096];
+    snprintf(blob, sizeof blob, "%s", l->items[0].path);
+    khub_hub_file_list_free(l);
+    ASSERT_EQ(stat(side, &sb), 0);
+    FILE *f = fopen(side, "rb");
+    char text[1024] = "";
+    ASSERT(f != NULL);
+    text[fread(text, 1, sizeof text - 1, f)] = '\0';
+    fclose(f);
+    ASSERT_CONTAINS(text, "khub-verified 1\n");
+    ASSERT_CONTAINS(text, " libk.so\n");
+    ASSERT_OK(khub_hub_variant_files(hub, &id, C1, fx.variant, &l)); /* from the fingerprint */
+    khub_hub_file_list_free(l);
+    rewrite_in_place(blob); /* same size and inode, new ctime */
+    ASSERT_STATUS(khub_hub_variant_files(hub, &id, C1, fx.variant, &l),
+                  KHUB_STATUS_DIGEST_MISMATCH);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "libk.so has SHA-256");
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "metadata.json says");
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+#define TEST_LIST(X)                                                            \
+    X(perf_download_after_listing_skips_head)                                   \
+    X(perf_listing_digest_still_checked)                                        \
+    X(perf_server_digest_cache_follows_changes)                                 \
+    X(perf_variant_fingerprints)
+TEST_MAIN(TEST_LIST)
