@@ -545,12 +545,17 @@ typedef struct file_sink {
     khub_status st;
     EVP_MD_CTX *md;  /* NULL: no running digest (hash the file at the end) */
     int git;         /* the ETag is a git blob SHA-1: "blob <size>\0" first */
+    EVP_MD_CTX *md256; /* git blobs: SHA-256 too, for the variant check; NULL = none */
 } file_sink;
 
 static void fs_digest_reset(file_sink *f)
 {
     char hdr[40];
     int n = snprintf(hdr, sizeof hdr, "blob %llu", (unsigned long long)f->expect);
+    if (f->md256 && EVP_DigestInit_ex(f->md256, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(f->md256);
+        f->md256 = NULL;
+    }
     if (!f->md) return;
     if (EVP_DigestInit_ex(f->md, f->git ? EVP_sha1() : EVP_sha256(), NULL) != 1 ||
         (f->git && EVP_DigestUpdate(f->md, hdr, (size_t)n + 1) != 1)) {
@@ -568,6 +573,7 @@ static khub_status fs_start(void *ud, long status, int64_t range_start)
                                           strerror(errno));
         f->have = 0;
         if (!f->md) f->md = EVP_MD_CTX_new(); /* from offset 0 again: a digest is possible */
+        if (f->git && !f->md256) f->md256 = EVP_MD_CTX_new();
         fs_digest_reset(f);
     } else if (status == 206 && range_start != (int64_t)f->have) {
         return f->st = khub__hub_fail(f->hub, KHUB_STATUS_HTTP,
@@ -604,6 +610,10 @@ static size_t fs_write(void *ud, const void *data, size_t n)
         EVP_MD_CTX_free(f->md);
         f->md = NULL;
     }
+    if (f->md256 && EVP_DigestUpdate(f->md256, data, n) != 1) {
+        EVP_MD_CTX_free(f->md256);
+        f->md256 = NULL;
+    }
     f->have += n;
     if (f->hub->progress) f->hub->progress(f->hub->progress_ud, f->path, f->have, f->expect);
     return n;
@@ -611,12 +621,12 @@ static size_t fs_write(void *ud, const void *data, size_t n)
 
 static uint64_t fs_offset(void *ud) { return ((file_sink *)ud)->have; }
 
-/* The running digest as hex; false when there is none. */
-static bool fs_digest_hex(file_sink *f, char hex[65])
+/* A running digest as hex; false when there is none. */
+static bool fs_digest_hex(EVP_MD_CTX *md, char hex[65])
 {
     unsigned char d[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
-    if (!f->md || EVP_DigestFinal_ex(f->md, d, &n) != 1 || n > 32) return false;
+    if (!md || EVP_DigestFinal_ex(md, d, &n) != 1 || n > 32) return false;
     for (unsigned int i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
     hex[2 * n] = '\0';
     return true;
@@ -663,9 +673,10 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
     st = khub__cache_blob_tmp(hub, repo_dir, etag, tmp, sizeof tmp, &fd, &have);
     if (st != KHUB_STATUS_OK) goto done;
     if (have > size && ftruncate(fd, 0) == 0) have = 0;
-    file_sink fsk = {hub, fd, have, size, path, KHUB_STATUS_OK, NULL, strlen(etag) == 40};
+    file_sink fsk = {hub, fd, have, size, path, KHUB_STATUS_OK, NULL, strlen(etag) == 40, NULL};
     if (have == 0) { /* a fresh file: hash while receiving */
         fsk.md = EVP_MD_CTX_new();
+        if (fsk.git) fsk.md256 = EVP_MD_CTX_new();
         fs_digest_reset(&fsk);
     }
     khub__sink sink = {&fsk, fs_start, fs_write, fs_offset};
@@ -684,14 +695,20 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
         st = khub__hub_fail(hub, KHUB_STATUS_TRUNCATED,
                             "%s: got %llu of %llu bytes; nothing was stored", what,
                             (unsigned long long)fsk.have, (unsigned long long)size);
-    char streamed[65];
-    int have_digest = fs_digest_hex(&fsk, streamed);
+    char streamed[65], sha256[65] = "";
+    int have_digest = fs_digest_hex(fsk.md, streamed);
+    if (!fsk.git) snprintf(sha256, sizeof sha256, "%s", etag);
+    else if (!fs_digest_hex(fsk.md256, sha256)) sha256[0] = '\0';
     EVP_MD_CTX_free(fsk.md);
+    EVP_MD_CTX_free(fsk.md256);
     if (st == KHUB_STATUS_OK) st = verify_blob(hub, tmp, etag, path, have_digest ? streamed : NULL);
     if (st == KHUB_STATUS_OK) {
         st = khub__cache_publish_blob(hub, fd, tmp, blob);
         fd = -1;
     }
+    /* The bytes were hashed as they were written: the variant check that
+     * follows need not read them again (variant.c). */
+    if (st == KHUB_STATUS_OK && sha256[0]) khub__hub_note_fresh(hub, blob, sha256);
     if (fd >= 0) close(fd);
     /* A transport failure keeps the bytes for a resume (under this lock,
      * hash-checked at the end); anything else is thrown away. */

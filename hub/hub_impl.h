@@ -34,7 +34,20 @@ struct khub_hub {
      * bytes first (kernel_fetch.c sets it around one download). NULL = none. */
     khub_status (*pre_parse)(void *ud, const char *dir);
     void *pre_parse_ud;
+    /* Files this handle itself hashed while writing them (a download, an
+     * unpacked archive), as "<sha256> <dev> <ino> <size> <mtime_ns>
+     * <ctime_ns>", newest at n_fresh % 8: the variant check that follows
+     * trusts these instead of hashing the same bytes again (variant.c). */
+    char fresh[8][160];
+    unsigned n_fresh;
 };
+
+/* Notes that path (a regular file) holds bytes whose SHA-256 this handle
+ * just computed itself (hub->fresh); silently nothing when path cannot be
+ * stat'ed. khub__hub_is_fresh: whether path, unchanged since, was noted with
+ * sha256. Both in variant.c. */
+KHUB_INTERNAL void khub__hub_note_fresh(khub_hub *hub, const char *path, const char *sha256);
+KHUB_INTERNAL bool khub__hub_is_fresh(const khub_hub *hub, const char *path, const char *sha256);
 
 /* First failure since the last khub__hub_clear wins; also sets
  * khub_last_error(). Returns st. */
