@@ -34,7 +34,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(sizeof(khub_cuda_launch_cfg) == 48, "khub_cuda_launch_cfg");
     _Static_assert(offsetof(khub_cuda_launch_cfg, grid) == 8, "khub_cuda_launch_cfg.grid");
     _Static_assert(offsetof(khub_cuda_launch_cfg, block) == 20, "khub_cuda_launch_cfg.block");
-    _Static_assert(offsetof(khub_cuda_launch_cfg, shared_bytes) == 32, "khub_cuda_launch_cfg.shared_bytes");
+    _Static_assert(offsetof(khub_cuda_launch_cfg, shared_bytes) == 32,
+                   "khub_cuda_launch_cfg.shared_bytes");
     _Static_assert(offsetof(khub_cuda_launch_cfg, stream) == 40, "khub_cuda_launch_cfg.stream");
     _Static_assert(sizeof(khub_host_api) == 160, "khub_host_api");
     _Static_assert(offsetof(khub_host_api, host_ctx) == 8, "khub_host_api.host_ctx");
@@ -45,15 +46,21 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_host_api, parallel_for) == 48, "khub_host_api.parallel_for");
     _Static_assert(offsetof(khub_host_api, n_threads) == 56, "khub_host_api.n_threads");
     _Static_assert(offsetof(khub_host_api, cpu_features) == 64, "khub_host_api.cpu_features");
-    _Static_assert(offsetof(khub_host_api, cuda_device_count) == 72, "khub_host_api.cuda_device_count");
+    _Static_assert(offsetof(khub_host_api, cuda_device_count) == 72,
+                   "khub_host_api.cuda_device_count");
     _Static_assert(offsetof(khub_host_api, cuda_device_cc) == 80, "khub_host_api.cuda_device_cc");
     _Static_assert(offsetof(khub_host_api, cuda_mem_alloc) == 88, "khub_host_api.cuda_mem_alloc");
     _Static_assert(offsetof(khub_host_api, cuda_mem_free) == 96, "khub_host_api.cuda_mem_free");
-    _Static_assert(offsetof(khub_host_api, cuda_memcpy_htod) == 104, "khub_host_api.cuda_memcpy_htod");
-    _Static_assert(offsetof(khub_host_api, cuda_memcpy_dtoh) == 112, "khub_host_api.cuda_memcpy_dtoh");
-    _Static_assert(offsetof(khub_host_api, cuda_stream_sync) == 120, "khub_host_api.cuda_stream_sync");
-    _Static_assert(offsetof(khub_host_api, cuda_module_load) == 128, "khub_host_api.cuda_module_load");
-    _Static_assert(offsetof(khub_host_api, cuda_module_function) == 136, "khub_host_api.cuda_module_function");
+    _Static_assert(offsetof(khub_host_api, cuda_memcpy_htod) == 104,
+                   "khub_host_api.cuda_memcpy_htod");
+    _Static_assert(offsetof(khub_host_api, cuda_memcpy_dtoh) == 112,
+                   "khub_host_api.cuda_memcpy_dtoh");
+    _Static_assert(offsetof(khub_host_api, cuda_stream_sync) == 120,
+                   "khub_host_api.cuda_stream_sync");
+    _Static_assert(offsetof(khub_host_api, cuda_module_load) == 128,
+                   "khub_host_api.cuda_module_load");
+    _Static_assert(offsetof(khub_host_api, cuda_module_function) == 136,
+                   "khub_host_api.cuda_module_function");
     _Static_assert(offsetof(khub_host_api, cuda_launch) == 144, "khub_host_api.cuda_launch");
     _Static_assert(offsetof(khub_host_api, artifact) == 152, "khub_host_api.artifact");
     _Static_assert(sizeof(khub_op_caps) == 56, "khub_op_caps");
@@ -97,7 +104,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_quant_args, dst) == 40, "khub_quant_args.dst");
     _Static_assert(sizeof(khub_qlinear_methods) == 24, "khub_qlinear_methods");
     _Static_assert(offsetof(khub_qlinear_methods, quantize) == 8, "khub_qlinear_methods.quantize");
-    _Static_assert(offsetof(khub_qlinear_methods, dequantize) == 16, "khub_qlinear_methods.dequantize");
+    _Static_assert(offsetof(khub_qlinear_methods, dequantize) == 16,
+                   "khub_qlinear_methods.dequantize");
     _Static_assert(sizeof(khub_attention_args) == 80, "khub_attention_args");
     _Static_assert(offsetof(khub_attention_args, stream) == 8, "khub_attention_args.stream");
     _Static_assert(offsetof(khub_attention_args, q) == 16, "khub_attention_args.q");
@@ -128,16 +136,21 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_rotary_args, scaling) == 36, "khub_rotary_args.scaling");
     _Static_assert(offsetof(khub_rotary_args, theta) == 40, "khub_rotary_args.theta");
     _Static_assert(offsetof(khub_rotary_args, factor) == 44, "khub_rotary_args.factor");
-    _Static_assert(offsetof(khub_rotary_args, low_freq_factor) == 48, "khub_rotary_args.low_freq_factor");
-    _Static_assert(offsetof(khub_rotary_args, high_freq_factor) == 52, "khub_rotary_args.high_freq_factor");
-    _Static_assert(offsetof(khub_rotary_args, original_max_pos) == 56, "khub_rotary_args.original_max_pos");
+    _Static_assert(offsetof(khub_rotary_args, low_freq_factor) == 48,
+                   "khub_rotary_args.low_freq_factor");
+    _Static_assert(offsetof(khub_rotary_args, high_freq_factor) == 52,
+                   "khub_rotary_args.high_freq_factor");
+    _Static_assert(offsetof(khub_rotary_args, original_max_pos) == 56,
+                   "khub_rotary_args.original_max_pos");
     _Static_assert(offsetof(khub_rotary_args, rotary_dim) == 60, "khub_rotary_args.rotary_dim");
     _Static_assert(sizeof(khub_kv_cache_config) == 40, "khub_kv_cache_config");
     _Static_assert(offsetof(khub_kv_cache_config, n_layers) == 8, "khub_kv_cache_config.n_layers");
-    _Static_assert(offsetof(khub_kv_cache_config, n_kv_heads) == 12, "khub_kv_cache_config.n_kv_heads");
+    _Static_assert(offsetof(khub_kv_cache_config, n_kv_heads) == 12,
+                   "khub_kv_cache_config.n_kv_heads");
     _Static_assert(offsetof(khub_kv_cache_config, head_dim) == 16, "khub_kv_cache_config.head_dim");
     _Static_assert(offsetof(khub_kv_cache_config, n_seqs) == 20, "khub_kv_cache_config.n_seqs");
-    _Static_assert(offsetof(khub_kv_cache_config, max_tokens) == 24, "khub_kv_cache_config.max_tokens");
+    _Static_assert(offsetof(khub_kv_cache_config, max_tokens) == 24,
+                   "khub_kv_cache_config.max_tokens");
     _Static_assert(offsetof(khub_kv_cache_config, dtype) == 32, "khub_kv_cache_config.dtype");
     _Static_assert(sizeof(khub_kv_write_args) == 40, "khub_kv_write_args");
     _Static_assert(offsetof(khub_kv_write_args, layer) == 8, "khub_kv_write_args.layer");
@@ -150,7 +163,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_kv_cache_methods, destroy) == 16, "khub_kv_cache_methods.destroy");
     _Static_assert(offsetof(khub_kv_cache_methods, write) == 24, "khub_kv_cache_methods.write");
     _Static_assert(offsetof(khub_kv_cache_methods, view) == 32, "khub_kv_cache_methods.view");
-    _Static_assert(offsetof(khub_kv_cache_methods, truncate) == 40, "khub_kv_cache_methods.truncate");
+    _Static_assert(offsetof(khub_kv_cache_methods, truncate) == 40,
+                   "khub_kv_cache_methods.truncate");
 }
 #endif
 
@@ -161,11 +175,10 @@ _Static_assert(KHUB_OP_ATTENTION == 1 && KHUB_OP_LINEAR == 2 && KHUB_OP_QLINEAR 
                    KHUB_OP_ROTARY == 7,
                "op kinds");
 _Static_assert(KHUB_QFORMAT_Q8_0 == 1 && KHUB_QFORMAT_Q4_0 == 2 && KHUB_QFORMAT_Q4_1 == 3 &&
-                   KHUB_QFORMAT_Q4_K == 4 && KHUB_QFORMAT_Q6_K == 5 &&
-                   KHUB_QFORMAT_INT8_ROW == 6 && KHUB_QFORMAT_NF4 == 7,
+                   KHUB_QFORMAT_Q4_K == 4 && KHUB_QFORMAT_Q6_K == 5 && KHUB_QFORMAT_INT8_ROW == 6 &&
+                   KHUB_QFORMAT_NF4 == 7,
                "quant formats");
 _Static_assert(KHUB_DEVICE_CPU == 1 && KHUB_DEVICE_CUDA == 2, "DLPack device codes");
-_Static_assert(KHUB_DL_INT == 0 && KHUB_DL_UINT == 1 && KHUB_DL_FLOAT == 2 &&
-                   KHUB_DL_BFLOAT == 4,
+_Static_assert(KHUB_DL_INT == 0 && KHUB_DL_UINT == 1 && KHUB_DL_FLOAT == 2 && KHUB_DL_BFLOAT == 4,
                "DLPack dtype codes");
 _Static_assert(KHUB_NOTE_TYPE == 0x4b480001u, "note type");

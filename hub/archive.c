@@ -30,12 +30,14 @@ static khub_status check_entry(khub_hub *hub, struct archive_entry *e, const khu
     if (!khub__path_is_safe(r))
         return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
                               "%s: entry \"%.200s\" is absolute or has \"..\"; refusing the "
-                              "archive", archive, name);
+                              "archive",
+                              archive, name);
     mode_t t = archive_entry_filetype(e);
     if (archive_entry_hardlink(e) || t == AE_IFLNK)
         return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
                               "%s: entry \"%.200s\" is a link; variant archives hold only files "
-                              "and directories", archive, name);
+                              "and directories",
+                              archive, name);
     if (t != AE_IFREG && t != AE_IFDIR)
         return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
                               "%s: entry \"%.200s\" is a device, FIFO or socket; refusing it",
@@ -105,19 +107,18 @@ khub_status khub__archive_unpack(khub_hub *hub, const char *archive, const char 
                 (total > (1u << 20) && packed > 0 && total / packed > l.max_ratio)) {
                 st = khub__hub_fail(hub, KHUB_STATUS_OVERFLOW,
                                     "%s: unpacks to over the size or ratio limit (%llu bytes "
-                                    "from %llu); refusing it", archive,
-                                    (unsigned long long)total, (unsigned long long)packed);
+                                    "from %llu); refusing it",
+                                    archive, (unsigned long long)total, (unsigned long long)packed);
                 goto done;
             }
             if (archive_write_data_block(w, buf, len, off) != ARCHIVE_OK) {
-                st = khub__hub_fail(hub, KHUB_STATUS_IO, "%s: %s", archive,
-                                    archive_error_string(w));
+                st =
+                    khub__hub_fail(hub, KHUB_STATUS_IO, "%s: %s", archive, archive_error_string(w));
                 goto done;
             }
         }
         if (r != ARCHIVE_EOF) {
-            st = khub__hub_fail(hub, KHUB_STATUS_PARSE, "%s: %s", archive,
-                                archive_error_string(a));
+            st = khub__hub_fail(hub, KHUB_STATUS_PARSE, "%s: %s", archive, archive_error_string(a));
             goto done;
         }
         archive_write_finish_entry(w);

@@ -29,7 +29,9 @@
 
 static const struct {
     const char *prefix, *type;
-} kinds[] = {{"kernels--", "kernel"}, {"models--", "model"}, {"datasets--", "dataset"},
+} kinds[] = {{"kernels--", "kernel"},
+             {"models--", "model"},
+             {"datasets--", "dataset"},
              {"spaces--", "space"}};
 
 /* "kernels--org--name" -> type and "org/name"; 0 when not a repo folder. */
@@ -40,8 +42,10 @@ static int parse_folder(const char *folder, char *type, size_t tsize, char *id, 
         if (strncmp(folder, kinds[k].prefix, pl) != 0 || !folder[pl]) continue;
         const char *rest = folder + pl, *sep = strstr(rest, "--");
         snprintf(type, tsize, "%s", kinds[k].type);
-        if (!sep) snprintf(id, isize, "%s", rest);
-        else snprintf(id, isize, "%.*s/%s", (int)(sep - rest), rest, sep + 2);
+        if (!sep)
+            snprintf(id, isize, "%s", rest);
+        else
+            snprintf(id, isize, "%.*s/%s", (int)(sep - rest), rest, sep + 2);
         return 1;
     }
     return 0;
@@ -299,8 +303,10 @@ static khub_status scan_repo(khub_hub *hub, const char *folder, khub_cache_repo 
         if (de->d_name[0] == '.' || !KHUB__PATHF(path, "%s/%s", blobs, de->d_name) ||
             lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
             continue;
-        if (strstr(de->d_name, ".incomplete")) incomplete++;
-        else r->n_blobs++;
+        if (strstr(de->d_name, ".incomplete"))
+            incomplete++;
+        else
+            r->n_blobs++;
         r->size += (uint64_t)sb.st_size;
     }
     if (d) closedir(d);
@@ -329,9 +335,12 @@ khub_status khub__cache_scan(khub_hub *hub, khub_cache_report **out)
     if (!*out) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "cache scan: out of memory");
     khub_cache_report *rep = *out;
     DIR *d = opendir(hub->cache_dir);
-    if (!d) return errno == ENOENT ? KHUB_STATUS_OK
-                                   : khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read the cache "
-                                                    "%s: %s", hub->cache_dir, strerror(errno));
+    if (!d)
+        return errno == ENOENT ? KHUB_STATUS_OK
+                               : khub__hub_fail(hub, KHUB_STATUS_IO,
+                                                "cannot read the cache "
+                                                "%s: %s",
+                                                hub->cache_dir, strerror(errno));
     struct dirent *de;
     khub_status st = KHUB_STATUS_OK;
     while (st == KHUB_STATUS_OK && (de = readdir(d))) {
@@ -396,8 +405,8 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
                 !KHUB__PATHF(path, "%s/%s", blobs, de->d_name) || lstat(path, &sb) != 0 ||
                 !S_ISREG(sb.st_mode))
                 continue;
-            khub_status hs = n == 64 ? khub__sha256_file_hex(path, got)
-                                     : khub__git_blob_sha1_file(path, got);
+            khub_status hs =
+                n == 64 ? khub__sha256_file_hex(path, got) : khub__git_blob_sha1_file(path, got);
             (*checked)++;
             if (hs == KHUB_STATUS_OK && khub__digest_eq(got, de->d_name)) continue;
             (*bad)++;
@@ -418,8 +427,8 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
     if (*bad)
         return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
                               "cache verify: %llu of %llu blobs are corrupt (first: %s); "
-                              "delete them and download again", (unsigned long long)*bad,
-                              (unsigned long long)*checked, first);
+                              "delete them and download again",
+                              (unsigned long long)*bad, (unsigned long long)*checked, first);
     return KHUB_STATUS_OK;
 }
 
@@ -443,8 +452,10 @@ static void drop(pruner *p, const char *kind, const char *path, int is_dir)
     if (p->fn) p->fn(p->ud, kind, path, detail);
     p->freed += bytes;
     if (p->dry_run) return;
-    if (is_dir) khub__rmtree(path);
-    else unlink(path);
+    if (is_dir)
+        khub__rmtree(path);
+    else
+        unlink(path);
 }
 
 static void drop_if_exists(pruner *p, const char *kind, const char *dir, const char *name,
@@ -523,9 +534,12 @@ khub_status khub__cache_prune(khub_hub *hub, int dry_run, khub_cache_item_fn fn,
     pruner p = {.hub = hub, .dry_run = dry_run, .fn = fn, .ud = ud};
     *freed = 0;
     DIR *d = opendir(hub->cache_dir);
-    if (!d) return errno == ENOENT ? KHUB_STATUS_OK
-                                   : khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read the cache "
-                                                    "%s: %s", hub->cache_dir, strerror(errno));
+    if (!d)
+        return errno == ENOENT ? KHUB_STATUS_OK
+                               : khub__hub_fail(hub, KHUB_STATUS_IO,
+                                                "cannot read the cache "
+                                                "%s: %s",
+                                                hub->cache_dir, strerror(errno));
     struct dirent *de;
     khub_status st = KHUB_STATUS_OK;
     while (st == KHUB_STATUS_OK && (de = readdir(d))) {

@@ -29,10 +29,10 @@ typedef struct khub_cache_rev {
 } khub_cache_rev;
 
 typedef struct khub_cache_repo {
-    char folder[300];   /* "kernels--org--name" */
-    char type[16];      /* "kernel", "model", "dataset", "space" */
-    char id[200];       /* "org/name" */
-    uint64_t size;      /* bytes on disk: blobs/ plus khub-variants/ */
+    char folder[300]; /* "kernels--org--name" */
+    char type[16];    /* "kernel", "model", "dataset", "space" */
+    char id[200];     /* "org/name" */
+    uint64_t size;    /* bytes on disk: blobs/ plus khub-variants/ */
     uint64_t n_blobs;
     khub_cache_rev *revs; /* by commit */
     size_t n_revs;
@@ -42,7 +42,7 @@ typedef struct khub_cache_repo {
 typedef struct khub_cache_report {
     khub_cache_repo *repos; /* by folder name */
     size_t n_repos;
-    uint64_t size;          /* sum of the repos' sizes */
+    uint64_t size; /* sum of the repos' sizes */
 } khub_cache_report;
 
 /* Called for each finding: kind is "corrupt" (verify), or "snapshot",
@@ -54,7 +54,7 @@ typedef void (*khub_cache_item_fn)(void *ud, const char *kind, const char *path,
 /* Scans hub's cache root. A missing root is an empty report. *out is freed
  * with khub__cache_report_free. Statuses: NOMEM, IO. */
 KHUB_INTERNAL khub_status khub__cache_scan(khub_hub *hub, khub_cache_report **out);
-KHUB_INTERNAL void        khub__cache_report_free(khub_cache_report *r);
+KHUB_INTERNAL void khub__cache_report_free(khub_cache_report *r);
 
 /* Re-hashes the blobs of every repo, or only of filter ("org/name" or a
  * folder name such as "models--org--name"). Counts go to *checked and

@@ -20,8 +20,14 @@
 #define MAX_PLUGIN_BYTES (1u << 30) /* a plugin over 1 GiB is refused */
 
 const char *const khub__gate_default_libs[] = {
-    "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
-    "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1", "libgcc_s.so.1",
+    "libc.so.6",
+    "libm.so.6",
+    "libpthread.so.0",
+    "libdl.so.2",
+    "librt.so.1",
+    "ld-linux-x86-64.so.2",
+    "ld-linux-aarch64.so.1",
+    "libgcc_s.so.1",
 };
 const size_t khub__gate_n_default_libs =
     sizeof khub__gate_default_libs / sizeof khub__gate_default_libs[0];
@@ -72,7 +78,8 @@ int khub__glibc_version_cmp(const char *a, const char *b)
 
 static int lib_allowed(const khub_gate_policy *pol, const char *name)
 {
-    const char *const *libs = pol && pol->allowed_libs ? pol->allowed_libs : khub__gate_default_libs;
+    const char *const *libs =
+        pol && pol->allowed_libs ? pol->allowed_libs : khub__gate_default_libs;
     size_t n = pol && pol->allowed_libs ? pol->n_allowed_libs : khub__gate_n_default_libs;
     for (size_t i = 0; i < n; i++)
         if (strcmp(libs[i], name) == 0) return 1;
@@ -259,8 +266,7 @@ static khub_status check_elf(Elf *e, const char *path, const khub_gate_policy *p
     }
     size_t shstrndx;
     if (elf_getshdrstrndx(e, &shstrndx) != 0) {
-        khub__errbuf(errbuf, errbuf_size, "%s: no section header string table (truncated?)",
-                     path);
+        khub__errbuf(errbuf, errbuf_size, "%s: no section header string table (truncated?)", path);
         return KHUB_STATUS_TRUNCATED;
     }
     for (Elf_Scn *scn = elf_nextscn(e, NULL); scn; scn = elf_nextscn(e, scn)) {
@@ -320,7 +326,7 @@ static const char *find_directive(const char *text, size_t len, const char *word
 {
     size_t wl = strlen(word);
     for (size_t i = 0; i + wl < len; i++) {
-        if ((i == 0 || text[i - 1] == '\n') ) {
+        if ((i == 0 || text[i - 1] == '\n')) {
             size_t j = i;
             while (j < len && (text[j] == ' ' || text[j] == '\t')) j++;
             if (j + wl < len && memcmp(text + j, word, wl) == 0 &&
@@ -350,7 +356,8 @@ khub_status khub__ptx_inspect(const char *text, size_t len, int *isa, int *sm, c
     t += 3;
     int arch = 0;
     digits = 0;
-    while (t < end && *t >= '0' && *t <= '9' && digits < 4) arch = arch * 10 + (*t++ - '0'), digits++;
+    while (t < end && *t >= '0' && *t <= '9' && digits < 4)
+        arch = arch * 10 + (*t++ - '0'), digits++;
     if (!digits) return KHUB_STATUS_PARSE;
     *suffix = (t < end && (*t == 'a' || *t == 'f')) ? *t : '\0';
     *isa = maj * 10 + min;

@@ -33,9 +33,9 @@ typedef struct khub_gate_policy {
 #define KHUB_GATE_MAX_FINDINGS 32
 
 typedef struct khub_gate_report {
-    khub_abi_note note;     /* valid when has_note */
+    khub_abi_note note; /* valid when has_note */
     int has_note;
-    char max_glibc[32];     /* highest GLIBC_x.y referenced, "" if none */
+    char max_glibc[32]; /* highest GLIBC_x.y referenced, "" if none */
     size_t n_findings;
     char findings[KHUB_GATE_MAX_FINDINGS][256]; /* one line per violation */
 } khub_gate_report;

@@ -18,8 +18,7 @@ khub_status khub__git_blob_sha1_file(const char *path, char hex[41])
     struct stat sb;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     khub_status st = KHUB_STATUS_INTERNAL;
-    if (fstat(fileno(f), &sb) != 0 || !ctx || !EVP_DigestInit_ex(ctx, EVP_sha1(), NULL))
-        goto done;
+    if (fstat(fileno(f), &sb) != 0 || !ctx || !EVP_DigestInit_ex(ctx, EVP_sha1(), NULL)) goto done;
     char head[64];
     int hn = snprintf(head, sizeof head, "blob %lld", (long long)sb.st_size);
     if (!EVP_DigestUpdate(ctx, head, (size_t)hn + 1)) goto done; /* with the NUL */

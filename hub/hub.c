@@ -42,8 +42,8 @@ void khub__hub_clear(khub_hub *hub)
 
 const char *khub_hub_errmsg(const khub_hub *hub) { return hub ? hub->errmsg : khub_last_error(); }
 const char *khub_hub_cache_dir(const khub_hub *hub) { return hub ? hub->cache_dir : NULL; }
-int         khub_hub_is_offline(const khub_hub *hub) { return hub ? hub->offline : 0; }
-uint64_t    khub_hub_request_count(const khub_hub *hub) { return hub ? hub->n_requests : 0; }
+int khub_hub_is_offline(const khub_hub *hub) { return hub ? hub->offline : 0; }
+uint64_t khub_hub_request_count(const khub_hub *hub) { return hub ? hub->n_requests : 0; }
 
 void khub_hub_set_progress(khub_hub *hub, khub_hub_progress_fn fn, void *ud)
 {
@@ -153,9 +153,9 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
     khub_hub *hub = calloc(1, sizeof *hub);
     if (!hub) return khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_hub_new: out of memory");
     hub->repo_type = o.repo_type;
-    hub->offline = o.offline < 0 ? (env_truthy("HF_HUB_OFFLINE") ||
-                                    env_truthy("TRANSFORMERS_OFFLINE"))
-                                 : o.offline != 0;
+    hub->offline = o.offline < 0
+                       ? (env_truthy("HF_HUB_OFFLINE") || env_truthy("TRANSFORMERS_OFFLINE"))
+                       : o.offline != 0;
     hub->max_tries = clamp_default(o.max_tries, 5, 20);
     hub->backoff_ms = clamp_default(o.backoff_ms, 1000, 60000);
     hub->timeout_s = clamp_default(o.timeout_s, 10, 3600);

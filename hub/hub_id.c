@@ -142,14 +142,13 @@ static long parse_version(const char *text, size_t start, size_t end, int32_t *o
     return -1;
 }
 
-#define CHECK(expr)                                                             \
-    do {                                                                        \
-        long at_ = (expr);                                                      \
-        if (at_ >= 0) return bad(&e, text, (size_t)at_ + 1, why);               \
+#define CHECK(expr)                                               \
+    do {                                                          \
+        long at_ = (expr);                                        \
+        if (at_ >= 0) return bad(&e, text, (size_t)at_ + 1, why); \
     } while (0)
 
-khub_status khub_hub_id_parse(const char *text, khub_hub_id *out, char *errbuf,
-                              size_t errbuf_size)
+khub_status khub_hub_id_parse(const char *text, khub_hub_id *out, char *errbuf, size_t errbuf_size)
 {
     id_err e = {errbuf, errbuf_size};
     const char *why = "";
@@ -186,8 +185,8 @@ khub_status khub_hub_id_parse(const char *text, khub_hub_id *out, char *errbuf,
         } else {
             CHECK(check_rev(text, rs, re, &why));
             memcpy(out->revision, text + rs, re - rs);
-            out->rev_kind = is_hex40_lower(text + rs, re - rs) ? KHUB_HUB_REV_COMMIT
-                                                               : KHUB_HUB_REV_NAME;
+            out->rev_kind =
+                is_hex40_lower(text + rs, re - rs) ? KHUB_HUB_REV_COMMIT : KHUB_HUB_REV_NAME;
         }
         pos = re;
     }

@@ -28,7 +28,7 @@
 #include "kernel_build.h"
 #include "nvrtc.h"
 
-#define MAX_ARGS 96
+#define MAX_ARGS                   96
 #define KHUB_KMETA_MAX_FILES_BUILD 64
 
 /* ======================================================================== */
@@ -218,11 +218,11 @@ static const char *find_include_dir(const khub_build_opts *o)
 typedef struct built_file {
     char name[128];
     char sha256[65];
-    const char *level;   /* for plugins */
-    uint32_t features;   /* for plugins */
+    const char *level; /* for plugins */
+    uint32_t features; /* for plugins */
     int is_plugin;
-    int sm, ptx_isa;     /* for PTX and cubin artifacts */
-    const char *kind;    /* "ptx", "cubin" */
+    int sm, ptx_isa;  /* for PTX and cubin artifacts */
+    const char *kind; /* "ptx", "cubin" */
 } built_file;
 
 static void add_features(cJSON *arr, uint32_t f)
@@ -230,11 +230,16 @@ static void add_features(cJSON *arr, uint32_t f)
     static const struct {
         uint32_t bit;
         const char *name;
-    } names[] = {{KHUB_CPU_SSE42, "sse4.2"},        {KHUB_CPU_AVX, "avx"},
-                 {KHUB_CPU_AVX2, "avx2"},           {KHUB_CPU_FMA, "fma"},
-                 {KHUB_CPU_F16C, "f16c"},           {KHUB_CPU_AVX512F, "avx512f"},
-                 {KHUB_CPU_AVX512VNNI, "avx512vnni"}, {KHUB_CPU_AVX512BF16, "avx512bf16"},
-                 {KHUB_CPU_AVXVNNI, "avxvnni"},     {KHUB_CPU_BMI2, "bmi2"}};
+    } names[] = {{KHUB_CPU_SSE42, "sse4.2"},
+                 {KHUB_CPU_AVX, "avx"},
+                 {KHUB_CPU_AVX2, "avx2"},
+                 {KHUB_CPU_FMA, "fma"},
+                 {KHUB_CPU_F16C, "f16c"},
+                 {KHUB_CPU_AVX512F, "avx512f"},
+                 {KHUB_CPU_AVX512VNNI, "avx512vnni"},
+                 {KHUB_CPU_AVX512BF16, "avx512bf16"},
+                 {KHUB_CPU_AVXVNNI, "avxvnni"},
+                 {KHUB_CPU_BMI2, "bmi2"}};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (f & names[i].bit) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i].name));
 }
@@ -316,9 +321,16 @@ static khub_status compile_so(const khub_kernel_manifest *m, const khub_build_op
     char srcpath[KHUB_KM_MAX_SOURCES][1200], incflag[1200], dirflag[1200];
     int a = 0;
     argv[a++] = (char *)cc;
-    static const char *base[] = {"-std=gnu11", "-O2", "-fPIC", "-shared", "-fvisibility=hidden",
-                                 "-DKHUB_PLUGIN_MODULE", "-Wall", "-Wl,--no-undefined",
-                                 "-Wl,-z,now", "-Wl,--hash-style=gnu"};
+    static const char *base[] = {"-std=gnu11",
+                                 "-O2",
+                                 "-fPIC",
+                                 "-shared",
+                                 "-fvisibility=hidden",
+                                 "-DKHUB_PLUGIN_MODULE",
+                                 "-Wall",
+                                 "-Wl,--no-undefined",
+                                 "-Wl,-z,now",
+                                 "-Wl,--hash-style=gnu"};
     for (size_t i = 0; i < sizeof base / sizeof base[0]; i++) argv[a++] = (char *)base[i];
     snprintf(incflag, sizeof incflag, "-I%s", inc);
     snprintf(dirflag, sizeof dirflag, "-I%s", m->dir);
@@ -336,8 +348,8 @@ static khub_status compile_so(const khub_kernel_manifest *m, const khub_build_op
     char log[400];
     int rc = run(argv, log, sizeof log);
     if (rc != 0) {
-        khub__errbuf(errbuf, errbuf_size, "%s: compiling %s failed (exit %d): %s", m->repo, out,
-                     rc, log);
+        khub__errbuf(errbuf, errbuf_size, "%s: compiling %s failed (exit %d): %s", m->repo, out, rc,
+                     log);
         return KHUB_STATUS_ERROR;
     }
     return KHUB_STATUS_OK;
@@ -498,8 +510,8 @@ static khub_status build_cuda(const khub_kernel_manifest *m, const khub_build_op
         char out[1500];
         snprintf(out, sizeof out, "%s/%s", vdir, glue->name);
         progress(o, "cc  %s [cuda host glue]", glue->name);
-        st = compile_so(m, o, inc, (char(*)[128])m->cuda_host_sources, m->n_cuda_host_sources,
-                        NULL, 0, out, errbuf, errbuf_size);
+        st = compile_so(m, o, inc, (char(*)[128])m->cuda_host_sources, m->n_cuda_host_sources, NULL,
+                        0, out, errbuf, errbuf_size);
         if (st == KHUB_STATUS_OK) st = gate_and_digest(out, glue, errbuf, errbuf_size);
     }
     if (st == KHUB_STATUS_OK)

@@ -25,8 +25,8 @@
 typedef void (*khub_build_progress_fn)(void *ud, const char *line);
 
 typedef struct khub_build_opts {
-    const char *cc;          /* C compiler; NULL = $CC or "cc" */
-    const char *include_dir; /* directory holding khub/khub_plugin.h; NULL = found */
+    const char *cc;                  /* C compiler; NULL = $CC or "cc" */
+    const char *include_dir;         /* directory holding khub/khub_plugin.h; NULL = found */
     khub_build_progress_fn progress; /* one line per step, or NULL */
     void *progress_ud;
 } khub_build_opts;
@@ -40,9 +40,8 @@ typedef struct khub_build_result {
 } khub_build_result;
 
 KHUB_INTERNAL khub_status khub__kernel_build(const khub_kernel_manifest *m,
-                                             const khub_build_opts *opts,
-                                             khub_build_result *res, char *errbuf,
-                                             size_t errbuf_size);
+                                             const khub_build_opts *opts, khub_build_result *res,
+                                             char *errbuf, size_t errbuf_size);
 
 /* (Re)writes build_dir/<variant>.tar.gz from build_dir/<variant>/ (regular
  * files only, entries named <variant>/<file>, written to a temp file and

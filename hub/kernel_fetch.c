@@ -31,8 +31,8 @@
 #include "kernel_meta.h"
 #include "plugin_artifacts.h"
 
-#define MAX_META_BYTES ((size_t)4 << 20)
-#define MAX_SIG_BYTES ((size_t)64 << 10)
+#define MAX_META_BYTES  ((size_t)4 << 20)
+#define MAX_SIG_BYTES   ((size_t)64 << 10)
 #define FALLBACK_PLUGIN "khub/ref-cpu"
 
 /* ======================================================================== */
@@ -48,16 +48,16 @@ khub_status khub__policy_find(const char *path, khub_trust_policy **out, char us
     const char *env = getenv("KHUB_POLICY");
     char cfg[4096] = "";
     const char *xdg = getenv("XDG_CONFIG_HOME"), *home = getenv("HOME");
-    if (xdg && xdg[0]) snprintf(cfg, sizeof cfg, "%s/khub/policy.json", xdg);
-    else if (home && home[0]) snprintf(cfg, sizeof cfg, "%s/.config/khub/policy.json", home);
-    const char *pick = path && path[0] ? path : env && env[0] ? env
-                                            : file_exists(cfg) ? cfg : NULL;
+    if (xdg && xdg[0])
+        snprintf(cfg, sizeof cfg, "%s/khub/policy.json", xdg);
+    else if (home && home[0])
+        snprintf(cfg, sizeof cfg, "%s/.config/khub/policy.json", home);
+    const char *pick = path && path[0] ? path : env && env[0] ? env : file_exists(cfg) ? cfg : NULL;
     if (!pick) return khub__trust_policy_default(out);
     snprintf(used, 4096, "%s", pick);
     char why[KHUB_ERROR_SIZE] = "";
     khub_status st = khub__trust_policy_load(pick, out, why, sizeof why);
-    if (st != KHUB_STATUS_OK)
-        khub__errbuf(errbuf, errbuf_size, "trust policy %s: %s", pick, why);
+    if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "trust policy %s: %s", pick, why);
     return st;
 }
 
@@ -98,8 +98,7 @@ static bool cached_variant_dir(khub_hub *hub, const khub_hub_id *id, const char 
     if (snprintf(dir, size, "%s/khub-variants/%s/%s", repo_dir, commit, variant) < (int)size &&
         stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode))
         return true;
-    return snprintf(dir, size, "%s/snapshots/%s/build/%s", repo_dir, commit, variant) <
-               (int)size &&
+    return snprintf(dir, size, "%s/snapshots/%s/build/%s", repo_dir, commit, variant) < (int)size &&
            stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
@@ -128,8 +127,7 @@ static bool khub_family(const char *name)
 /* ======================================================================== */
 
 khub_status khub__kernel_rank_names(const khub_hub_id *id, const char *commit,
-                                    const char *const *names, size_t n,
-                                    khub_hub_variant_list **out)
+                                    const char *const *names, size_t n, khub_hub_variant_list **out)
 {
     *out = NULL;
     char root[] = "/tmp/khub-rank-XXXXXX";
@@ -148,8 +146,8 @@ khub_status khub__kernel_rank_names(const khub_hub_id *id, const char *commit,
             st = khub__mkdirs(scratch, dir);
     }
     if (st == KHUB_STATUS_OK) st = khub_hub_variants(scratch, id, commit, out);
-    if (st != KHUB_STATUS_OK && scratch) khub__fail(NULL, st, "ranking locked variants: %s",
-                                                    khub_hub_errmsg(scratch));
+    if (st != KHUB_STATUS_OK && scratch)
+        khub__fail(NULL, st, "ranking locked variants: %s", khub_hub_errmsg(scratch));
     khub_hub_free(scratch);
     khub__rmtree(root);
     return st;
@@ -173,7 +171,7 @@ typedef struct fetch {
     char *meta, *sig;
     size_t meta_len, sig_len;
     khub_kmeta *km;
-    int trusted;       /* fetch_trust passed (on the bytes now cached) */
+    int trusted;         /* fetch_trust passed (on the bytes now cached) */
     khub_status hook_st; /* what the pre-parse hook returned */
 } fetch;
 
@@ -212,8 +210,9 @@ static khub_status fetch_setup(fetch *f, const char *text)
     KHUB_RETURN_IF(f->rt, !f->entry, KHUB_STATUS_NOT_FOUND,
                    "%s is not in %s; add it to khub.json and run khub lock", f->r->repo,
                    f->o.lock_path);
-    KHUB_RETURN_IF(f->rt, f->id.rev_kind == KHUB_HUB_REV_COMMIT &&
-                              strcmp(f->id.revision, f->entry->commit) != 0,
+    KHUB_RETURN_IF(f->rt,
+                   f->id.rev_kind == KHUB_HUB_REV_COMMIT &&
+                       strcmp(f->id.revision, f->entry->commit) != 0,
                    KHUB_STATUS_LOCK_MISMATCH,
                    "%s: the ID names commit %.12s but %s locks %.12s; run khub update %s",
                    f->r->repo, f->id.revision, f->o.lock_path, f->entry->commit, f->r->repo);
@@ -232,8 +231,8 @@ static khub_status fetch_variants(fetch *f)
         for (size_t i = 0; i < f->entry->n_variants && n < KHUB_LOCK_MAX_VARIANTS; i++)
             names[n++] = f->entry->variants[i].name;
         st = khub__kernel_rank_names(&f->id, f->r->commit, names, n, &f->vl);
-        if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s: %s", f->r->repo,
-                                                    khub_last_error());
+        if (st != KHUB_STATUS_OK)
+            return khub__fail(f->rt, st, "%s: %s", f->r->repo, khub_last_error());
         f->r->locked = 1;
     } else {
         st = khub_hub_resolve(f->hub, &f->id, f->r->commit);
@@ -255,8 +254,10 @@ static khub_status fetch_fallback(fetch *f)
     KHUB_RETURN_IF(f->rt, f->o.strict, KHUB_STATUS_NO_VARIANT,
                    "%s@%.12s: no build variant fits this machine (strict): %s", f->r->repo,
                    f->r->commit, one_line);
-    khub__log(f->rt, KHUB_LOG_WARN, "%s@%.12s: no build variant fits this machine, falling back "
-              "to %s: %s", f->r->repo, f->r->commit, FALLBACK_PLUGIN, one_line);
+    khub__log(f->rt, KHUB_LOG_WARN,
+              "%s@%.12s: no build variant fits this machine, falling back "
+              "to %s: %s",
+              f->r->repo, f->r->commit, FALLBACK_PLUGIN, one_line);
     f->r->fell_back = 1;
     snprintf(f->r->plugin_id, sizeof f->r->plugin_id, "%s", FALLBACK_PLUGIN);
     f->r->op_name[0] = '\0';
@@ -271,8 +272,8 @@ static khub_status fetch_check_lock(fetch *f, const char *dir)
     const khub_lock_variant *v = khub__lock_variant(f->entry, f->r->variant);
     char err[KHUB_ERROR_SIZE], label[300];
     snprintf(label, sizeof label, "%s@%.12s", f->r->repo, f->r->commit);
-    KHUB_RETURN_IF(f->rt, !v, KHUB_STATUS_LOCK_MISMATCH, "%s: variant %s is not in %s",
-                   label, f->r->variant, f->o.lock_path);
+    KHUB_RETURN_IF(f->rt, !v, KHUB_STATUS_LOCK_MISMATCH, "%s: variant %s is not in %s", label,
+                   f->r->variant, f->o.lock_path);
     khub_status st = khub__lock_check_dir(v, dir, label, err, sizeof err);
     return st == KHUB_STATUS_OK ? st : khub__fail(f->rt, st, "%s", err);
 }
@@ -298,13 +299,15 @@ static khub_status fetch_trust(fetch *f, const char *dir)
     st = khub__trust_decide(f->policy, f->id.org, f->meta, f->meta_len, f->sig, f->sig_len,
                             f->o.allow_unsigned, err, sizeof err);
     if (st != KHUB_STATUS_OK)
-        return khub__fail(f->rt, st, "refusing %s@%.12s variant %s: %s", f->r->repo,
-                          f->r->commit, f->r->variant, err);
+        return khub__fail(f->rt, st, "refusing %s@%.12s variant %s: %s", f->r->repo, f->r->commit,
+                          f->r->variant, err);
     char key_id[KHUB_KEY_ID_LEN + 1];
     unsigned char raw[64];
     if (f->sig && khub__sig_parse(f->sig, f->sig_len, key_id, raw) == KHUB_STATUS_OK)
-        snprintf(f->r->trust, sizeof f->r->trust, "metadata.json signed with key %s, accepted "
-                 "by the policy", key_id);
+        snprintf(f->r->trust, sizeof f->r->trust,
+                 "metadata.json signed with key %s, accepted "
+                 "by the policy",
+                 key_id);
     else
         snprintf(f->r->trust, sizeof f->r->trust, "unsigned, accepted by opt-in (%s)",
                  f->o.allow_unsigned ? "--allow-unsigned" : "allow_unsigned in the policy");
@@ -364,8 +367,8 @@ static khub_status fetch_load(fetch *f)
     f->km = calloc(1, sizeof *f->km);
     KHUB_RETURN_IF(f->rt, !f->km, KHUB_STATUS_NOMEM, "out of memory");
     khub_status st = khub__kmeta_parse(f->meta, f->meta_len, f->km, err, sizeof err);
-    if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s variant %s: %s", f->r->repo,
-                                                f->r->variant, err);
+    if (st != KHUB_STATUS_OK)
+        return khub__fail(f->rt, st, "%s variant %s: %s", f->r->repo, f->r->variant, err);
     const khub_kmeta_plugin *pl = khub__kmeta_pick_plugin(f->km, khub_cpu_features());
     KHUB_RETURN_IF(f->rt, !pl, KHUB_STATUS_NO_VARIANT,
                    "%s@%.12s variant %s: none of its %zu plugin files fits this CPU's features",
@@ -381,8 +384,8 @@ static khub_status fetch_load(fetch *f)
         arts[n++] = (khub__artifact_file){f->files->items[i].rel, f->files->items[i].path,
                                           f->files->items[i].sha256};
     khub_plugin *p = NULL;
-    KHUB_FORWARD_IF_ERROR(f->rt, khub__plugin_load_verified(f->rt, pf->path, pf->sha256, arts, n,
-                                                            &p));
+    KHUB_FORWARD_IF_ERROR(f->rt,
+                          khub__plugin_load_verified(f->rt, pf->path, pf->sha256, arts, n, &p));
     f->r->plugin = p;
     snprintf(f->r->plugin_id, sizeof f->r->plugin_id, "%s", khub_plugin_id(p));
     if (strcmp(khub_plugin_id(p), f->r->repo) != 0)
@@ -401,8 +404,10 @@ khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
     out->struct_size = want ? want : sizeof *out;
     fetch f = {.hub = hub, .rt = rt, .r = out};
     f.o = (khub_kernel_opts){KHUB_STRUCT_INIT(khub_kernel_opts)};
-    if (opts) memcpy(&f.o, opts, opts->struct_size && opts->struct_size < sizeof f.o
-                                         ? opts->struct_size : sizeof f.o);
+    if (opts)
+        memcpy(&f.o, opts,
+               opts->struct_size && opts->struct_size < sizeof f.o ? opts->struct_size
+                                                                   : sizeof f.o);
     khub_status st = fetch_setup(&f, id);
     if (st == KHUB_STATUS_OK) st = fetch_variants(&f);
     if (st == KHUB_STATUS_OK && !f.vl->best) {
@@ -415,9 +420,8 @@ khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
     if (st == KHUB_STATUS_OK) st = fetch_load(&f);
     fetch_free(&f);
     if (st == KHUB_STATUS_OK)
-        khub__log(rt, KHUB_LOG_INFO, "%s@%.12s: loaded %s from %s (%s%s)", out->repo,
-                  out->commit, out->file, out->variant, out->trust,
-                  out->locked ? ", lock verified" : "");
+        khub__log(rt, KHUB_LOG_INFO, "%s@%.12s: loaded %s from %s (%s%s)", out->repo, out->commit,
+                  out->file, out->variant, out->trust, out->locked ? ", lock verified" : "");
     return st;
 }
 
@@ -431,8 +435,8 @@ khub_status khub__kernel_newest_version(khub_hub *hub, const khub_hub_id *id, in
     *newest = -1;
     commit[0] = '\0';
     char url[KHUB__PATH_MAX], what[300];
-    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub),
-                     id->org, id->name))
+    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub), id->org,
+                     id->name))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "URL too long");
     snprintf(what, sizeof what, "listing the versions of %s/%s", id->org, id->name);
     khub__http_resp r = {0};
@@ -500,8 +504,10 @@ khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id, const 
         if (st == KHUB_STATUS_OK) {
             st = khub__lock_variant_from_dir(name, fl->dir, &e->variants[e->n_variants], err,
                                              sizeof err);
-            if (st != KHUB_STATUS_OK) khub__hub_fail(hub, st, "%s", err);
-            else e->n_variants++;
+            if (st != KHUB_STATUS_OK)
+                khub__hub_fail(hub, st, "%s", err);
+            else
+                e->n_variants++;
         }
         khub_hub_file_list_free(fl);
     }
@@ -537,8 +543,10 @@ khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int
         if (st == KHUB_STATUS_OK) {
             st = khub__lock_check_dir(khub__lock_variant(e, names[i]), fl->dir, label, err,
                                       sizeof err);
-            if (st != KHUB_STATUS_OK) khub__hub_fail(hub, st, "%s", err);
-            else (*n_checked)++;
+            if (st != KHUB_STATUS_OK)
+                khub__hub_fail(hub, st, "%s", err);
+            else
+                (*n_checked)++;
         }
         khub_hub_file_list_free(fl);
     }

@@ -15,8 +15,8 @@
 
 #define MAX_MANIFEST_BYTES (1u << 20)
 
-static const char *const kind_names[] = {NULL,   "attention",  "linear", "qlinear", "kv_cache",
-                                         "norm", "activation", "rotary"};
+static const char *const kind_names[] = {NULL,       "attention", "linear",     "qlinear",
+                                         "kv_cache", "norm",      "activation", "rotary"};
 
 uint32_t khub__op_kind_from_name(const char *name)
 {
@@ -35,10 +35,16 @@ uint32_t khub__cpu_feature_from_name(const char *name)
     static const struct {
         const char *name;
         uint32_t bit;
-    } f[] = {{"sse4.2", KHUB_CPU_SSE42}, {"sse42", KHUB_CPU_SSE42},  {"avx", KHUB_CPU_AVX},
-             {"avx2", KHUB_CPU_AVX2},    {"fma", KHUB_CPU_FMA},      {"f16c", KHUB_CPU_F16C},
-             {"avx512f", KHUB_CPU_AVX512F}, {"avx512vnni", KHUB_CPU_AVX512VNNI},
-             {"avx512bf16", KHUB_CPU_AVX512BF16}, {"avxvnni", KHUB_CPU_AVXVNNI},
+    } f[] = {{"sse4.2", KHUB_CPU_SSE42},
+             {"sse42", KHUB_CPU_SSE42},
+             {"avx", KHUB_CPU_AVX},
+             {"avx2", KHUB_CPU_AVX2},
+             {"fma", KHUB_CPU_FMA},
+             {"f16c", KHUB_CPU_F16C},
+             {"avx512f", KHUB_CPU_AVX512F},
+             {"avx512vnni", KHUB_CPU_AVX512VNNI},
+             {"avx512bf16", KHUB_CPU_AVX512BF16},
+             {"avxvnni", KHUB_CPU_AVXVNNI},
              {"bmi2", KHUB_CPU_BMI2}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (strcmp(f[i].name, name) == 0) return f[i].bit;
@@ -72,7 +78,8 @@ static khub_status get_str(ctx *c, const cJSON *obj, const char *key, char *dst,
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
     if (!v) return required ? bad(c, "missing '%s'", key) : KHUB_STATUS_OK;
-    if (!cJSON_IsString(v) || !v->valuestring[0]) return bad(c, "'%s' must be a non-empty string", key);
+    if (!cJSON_IsString(v) || !v->valuestring[0])
+        return bad(c, "'%s' must be a non-empty string", key);
     if (strlen(v->valuestring) >= n) return bad(c, "'%s' is longer than %zu bytes", key, n - 1);
     memcpy(dst, v->valuestring, strlen(v->valuestring) + 1);
     return KHUB_STATUS_OK;
@@ -93,8 +100,8 @@ static int safe_rel_path(const char *p)
     return 1;
 }
 
-static khub_status get_sources(ctx *c, const cJSON *src, const char *key,
-                               char (*dst)[128], size_t *n)
+static khub_status get_sources(ctx *c, const cJSON *src, const char *key, char (*dst)[128],
+                               size_t *n)
 {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(src, key);
     *n = 0;
@@ -103,7 +110,8 @@ static khub_status get_sources(ctx *c, const cJSON *src, const char *key,
     const cJSON *f;
     cJSON_ArrayForEach(f, arr)
     {
-        if (*n >= KHUB_KM_MAX_SOURCES) return bad(c, "sources.%s: more than %d files", key, KHUB_KM_MAX_SOURCES);
+        if (*n >= KHUB_KM_MAX_SOURCES)
+            return bad(c, "sources.%s: more than %d files", key, KHUB_KM_MAX_SOURCES);
         if (!cJSON_IsString(f) || strlen(f->valuestring) >= 128 || !safe_rel_path(f->valuestring))
             return bad(c, "sources.%s[%zu] must be a relative path inside the kernel directory",
                        key, *n);
@@ -152,8 +160,9 @@ static khub_status parse_ops(ctx *c, const cJSON *j, khub_kernel_manifest *m)
             return bad(c, "ops[%zu] needs string fields 'name' and 'kind'", m->n_ops);
         o->kind = khub__op_kind_from_name(kind);
         if (!o->kind)
-            return bad(c, "ops[%zu].kind '%s' is not an op kind (attention, linear, qlinear, "
-                          "kv_cache, norm, activation, rotary)",
+            return bad(c,
+                       "ops[%zu].kind '%s' is not an op kind (attention, linear, qlinear, "
+                       "kv_cache, norm, activation, rotary)",
                        m->n_ops, kind);
         m->n_ops++;
     }
@@ -165,7 +174,8 @@ static khub_status parse_level(ctx *c, const cJSON *lv, khub_km_level *l, size_t
     if (get_str(c, lv, "level", l->name, sizeof l->name, 1) != KHUB_STATUS_OK)
         return bad(c, "variants.cpu[%zu] needs a 'level' name", idx);
     const cJSON *flags = cJSON_GetObjectItemCaseSensitive(lv, "flags"), *f;
-    if (flags && !cJSON_IsArray(flags)) return bad(c, "variants.cpu[%zu].flags must be an array", idx);
+    if (flags && !cJSON_IsArray(flags))
+        return bad(c, "variants.cpu[%zu].flags must be an array", idx);
     cJSON_ArrayForEach(f, flags)
     {
         /* Only -m (target) and -D/-O flags: an author's manifest must not
@@ -177,7 +187,8 @@ static khub_status parse_level(ctx *c, const cJSON *lv, khub_km_level *l, size_t
         memcpy(l->flags[l->n_flags++], f->valuestring, strlen(f->valuestring) + 1);
     }
     const cJSON *feats = cJSON_GetObjectItemCaseSensitive(lv, "features");
-    if (feats && !cJSON_IsArray(feats)) return bad(c, "variants.cpu[%zu].features must be an array", idx);
+    if (feats && !cJSON_IsArray(feats))
+        return bad(c, "variants.cpu[%zu].features must be an array", idx);
     cJSON_ArrayForEach(f, feats)
     {
         uint32_t bit = cJSON_IsString(f) ? khub__cpu_feature_from_name(f->valuestring) : 0;
@@ -197,7 +208,8 @@ static khub_status parse_variants(ctx *c, const cJSON *j, khub_kernel_manifest *
     if (cpu && !cJSON_IsArray(cpu)) return bad(c, "variants.cpu must be an array of levels");
     cJSON_ArrayForEach(lv, cpu)
     {
-        if (m->n_levels >= KHUB_KM_MAX_LEVELS) return bad(c, "more than %d CPU levels", KHUB_KM_MAX_LEVELS);
+        if (m->n_levels >= KHUB_KM_MAX_LEVELS)
+            return bad(c, "more than %d CPU levels", KHUB_KM_MAX_LEVELS);
         KHUB_FORWARD_IF_ERROR(NULL, parse_level(c, lv, &m->levels[m->n_levels], m->n_levels));
         for (size_t i = 0; i < m->n_levels; i++)
             if (strcmp(m->levels[i].name, m->levels[m->n_levels].name) == 0)
@@ -219,7 +231,8 @@ static khub_status parse_variants(ctx *c, const cJSON *j, khub_kernel_manifest *
         }
         m->cubin = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cuda, "cubin"));
     }
-    if (!m->n_levels && !m->n_ccs) return bad(c, "'variants' lists no CPU level and no CUDA target");
+    if (!m->n_levels && !m->n_ccs)
+        return bad(c, "'variants' lists no CPU level and no CUDA target");
     return KHUB_STATUS_OK;
 }
 
@@ -230,7 +243,8 @@ static khub_status parse_tests(ctx *c, const cJSON *j, khub_kernel_manifest *m)
     if (!cJSON_IsArray(tests)) return bad(c, "'selftests' must be an array");
     cJSON_ArrayForEach(t, tests)
     {
-        if (m->n_tests >= KHUB_KM_MAX_TESTS) return bad(c, "more than %d self-tests", KHUB_KM_MAX_TESTS);
+        if (m->n_tests >= KHUB_KM_MAX_TESTS)
+            return bad(c, "more than %d self-tests", KHUB_KM_MAX_TESTS);
         khub_km_selftest *s = &m->tests[m->n_tests];
         if (get_str(c, t, "op", s->op, sizeof s->op, 1) != KHUB_STATUS_OK)
             return bad(c, "selftests[%zu] needs an 'op'", m->n_tests);
@@ -273,7 +287,8 @@ khub_status khub__km_parse(const char *json, size_t n, const char *dir, khub_ker
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(j, "sources");
     if (st == KHUB_STATUS_OK && !cJSON_IsObject(src))
         st = bad(&c, "'sources' must be an object with 'cpu', 'cuda_host' and/or 'cuda'");
-    if (st == KHUB_STATUS_OK) st = get_sources(&c, src, "cpu", out->cpu_sources, &out->n_cpu_sources);
+    if (st == KHUB_STATUS_OK)
+        st = get_sources(&c, src, "cpu", out->cpu_sources, &out->n_cpu_sources);
     if (st == KHUB_STATUS_OK)
         st = get_sources(&c, src, "cuda_host", out->cuda_host_sources, &out->n_cuda_host_sources);
     if (st == KHUB_STATUS_OK)
@@ -295,8 +310,8 @@ khub_status khub__km_load(const char *dir, khub_kernel_manifest *out, char *errb
     snprintf(path, sizeof path, "%s/kernel.json", dir);
     FILE *f = fopen(path, "rb");
     if (!f) {
-        khub__errbuf(errbuf, errbuf_size, "%s: cannot open: %s (is %s a kernel source dir?)",
-                     path, strerror(errno), dir);
+        khub__errbuf(errbuf, errbuf_size, "%s: cannot open: %s (is %s a kernel source dir?)", path,
+                     strerror(errno), dir);
         return KHUB_STATUS_NOT_FOUND;
     }
     char *buf = malloc(MAX_MANIFEST_BYTES + 1);

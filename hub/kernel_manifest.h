@@ -21,12 +21,12 @@
 
 #include "internal.h"
 
-#define KHUB_KM_MAX_OPS 16
+#define KHUB_KM_MAX_OPS     16
 #define KHUB_KM_MAX_SOURCES 16
-#define KHUB_KM_MAX_LEVELS 8
-#define KHUB_KM_MAX_FLAGS 16
-#define KHUB_KM_MAX_CCS 16
-#define KHUB_KM_MAX_TESTS 16
+#define KHUB_KM_MAX_LEVELS  8
+#define KHUB_KM_MAX_FLAGS   16
+#define KHUB_KM_MAX_CCS     16
+#define KHUB_KM_MAX_TESTS   16
 
 typedef struct khub_km_op {
     char name[64];
@@ -34,10 +34,10 @@ typedef struct khub_km_op {
 } khub_km_op;
 
 typedef struct khub_km_level {
-    char name[32];                        /* "generic", "avx2", "avx512" */
-    char flags[KHUB_KM_MAX_FLAGS][48];    /* extra compiler flags */
+    char name[32];                     /* "generic", "avx2", "avx512" */
+    char flags[KHUB_KM_MAX_FLAGS][48]; /* extra compiler flags */
     size_t n_flags;
-    uint32_t features;                    /* KHUB_CPU_* the level needs */
+    uint32_t features; /* KHUB_CPU_* the level needs */
 } khub_km_level;
 
 typedef struct khub_km_selftest {
@@ -49,11 +49,11 @@ typedef struct khub_km_selftest {
 } khub_km_selftest;
 
 typedef struct khub_kernel_manifest {
-    char dir[1024];        /* the kernel source directory */
-    char repo[200];        /* "org/name" */
+    char dir[1024]; /* the kernel source directory */
+    char repo[200]; /* "org/name" */
     char org[97], name[97];
-    int major;             /* published to branch v<major> */
-    char version[32];      /* semantic version */
+    int major;        /* published to branch v<major> */
+    char version[32]; /* semantic version */
     khub_km_op ops[KHUB_KM_MAX_OPS];
     size_t n_ops;
     char cpu_sources[KHUB_KM_MAX_SOURCES][128];
@@ -66,7 +66,7 @@ typedef struct khub_kernel_manifest {
     size_t n_levels;
     int ccs[KHUB_KM_MAX_CCS]; /* CUDA compute capabilities x10 */
     size_t n_ccs;
-    int cubin;                /* also build cubins for the listed capabilities */
+    int cubin; /* also build cubins for the listed capabilities */
     khub_km_selftest tests[KHUB_KM_MAX_TESTS];
     size_t n_tests;
 } khub_kernel_manifest;

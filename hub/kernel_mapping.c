@@ -53,24 +53,27 @@ static khub_status bad(khub_status st, char *errbuf, size_t n, const char *fmt, 
 /* ======================================================================== */
 
 /* text = ID; ver/rev from the object (may be NULL). */
-static khub_status parse_id(const char *where, const char *text, const cJSON *ver,
-                            const cJSON *rev, khub_hub_id *id, char *out_text, char *errbuf,
-                            size_t n)
+static khub_status parse_id(const char *where, const char *text, const cJSON *ver, const cJSON *rev,
+                            khub_hub_id *id, char *out_text, char *errbuf, size_t n)
 {
     char why[KHUB_ERROR_SIZE];
     if (khub_hub_id_parse(text, id, why, sizeof why) != KHUB_STATUS_OK)
         return bad(KHUB_STATUS_BAD_ID, errbuf, n, "%s: %s", where, why);
-    if (ver && rev) return bad(KHUB_STATUS_PARSE, errbuf, n, "%s: both \"version\" and "
-                               "\"revision\" are set; they are mutually exclusive, keep one",
-                               where);
+    if (ver && rev)
+        return bad(KHUB_STATUS_PARSE, errbuf, n,
+                   "%s: both \"version\" and "
+                   "\"revision\" are set; they are mutually exclusive, keep one",
+                   where);
     if (ver && (!cJSON_IsNumber(ver) || ver->valuedouble < 0 || ver->valuedouble > 1e6 ||
                 ver->valuedouble != (double)(int32_t)ver->valuedouble))
         return bad(KHUB_STATUS_PARSE, errbuf, n, "%s.version must be an integer >= 0", where);
     if (rev && (!cJSON_IsString(rev) || !rev->valuestring[0]))
         return bad(KHUB_STATUS_PARSE, errbuf, n, "%s.revision must be a non-empty string", where);
     if ((ver || rev) && id->rev_kind != KHUB_HUB_REV_DEFAULT)
-        return bad(KHUB_STATUS_PARSE, errbuf, n, "%s: the ID \"%s\" already has a revision and "
-                   "\"%s\" is set too; keep one", where, text, ver ? "version" : "revision");
+        return bad(KHUB_STATUS_PARSE, errbuf, n,
+                   "%s: the ID \"%s\" already has a revision and "
+                   "\"%s\" is set too; keep one",
+                   where, text, ver ? "version" : "revision");
     if ((ver || rev) && khub_hub_id_set_revision(id, rev ? rev->valuestring : NULL,
                                                  ver ? (int32_t)ver->valuedouble : -1))
         return bad(KHUB_STATUS_BAD_ID, errbuf, n, "%s.revision \"%.100s\" is malformed", where,
@@ -92,8 +95,10 @@ static khub_status parse_capability(const char *where, const cJSON *cap, khub_ma
     if (!cJSON_IsArray(cap) || cJSON_GetArraySize(cap) != 2 || !cJSON_IsNumber(a) ||
         !cJSON_IsNumber(b) || a->valuedouble < 0 || b->valuedouble < a->valuedouble ||
         b->valuedouble > 10000)
-        return bad(KHUB_STATUS_PARSE, errbuf, n, "%s.capability must be [min, max], compute "
-                   "capabilities x10 with min <= max (e.g. [80, 90])", where);
+        return bad(KHUB_STATUS_PARSE, errbuf, n,
+                   "%s.capability must be [min, max], compute "
+                   "capabilities x10 with min <= max (e.g. [80, 90])",
+                   where);
     r->cc_min = (int32_t)a->valuedouble;
     r->cc_max = (int32_t)b->valuedouble;
     return KHUB_STATUS_OK;
@@ -115,36 +120,41 @@ static bool only_keys(const cJSON *o, const char *const *keys, const char **extr
 }
 
 /* A rule: "ID" or {"repo", "version" | "revision", "capability"}. */
-static khub_status parse_rule(const char *where, const cJSON *j, uint32_t device,
-                              khub_map_rule *r, char *errbuf, size_t n)
+static khub_status parse_rule(const char *where, const cJSON *j, uint32_t device, khub_map_rule *r,
+                              char *errbuf, size_t n)
 {
     static const char *const keys[] = {"repo", "version", "revision", "capability", NULL};
     memset(r, 0, sizeof *r);
     r->device = device;
     if (cJSON_IsString(j)) {
-        KHUB_FORWARD_IF_ERROR(NULL, parse_id(where, j->valuestring, NULL, NULL, &r->id, r->text,
-                                             errbuf, n));
+        KHUB_FORWARD_IF_ERROR(
+            NULL, parse_id(where, j->valuestring, NULL, NULL, &r->id, r->text, errbuf, n));
         return parse_capability(where, NULL, r, errbuf, n);
     }
     const char *extra = NULL;
     if (!cJSON_IsObject(j))
-        return bad(KHUB_STATUS_PARSE, errbuf, n, "%s must be a Hub ID string or an object "
-                   "{\"repo\", \"version\" | \"revision\"}", where);
+        return bad(KHUB_STATUS_PARSE, errbuf, n,
+                   "%s must be a Hub ID string or an object "
+                   "{\"repo\", \"version\" | \"revision\"}",
+                   where);
     if (!only_keys(j, keys, &extra))
-        return bad(KHUB_STATUS_PARSE, errbuf, n, "%s: unknown field \"%.60s\" (known: repo, "
-                   "version, revision, capability)", where, extra);
+        return bad(KHUB_STATUS_PARSE, errbuf, n,
+                   "%s: unknown field \"%.60s\" (known: repo, "
+                   "version, revision, capability)",
+                   where, extra);
     const cJSON *repo = cJSON_GetObjectItemCaseSensitive(j, "repo");
-    if (!cJSON_IsString(repo)) return bad(KHUB_STATUS_PARSE, errbuf, n, "%s.repo must be a "
-                                          "string \"org/name[:symbol]\"", where);
+    if (!cJSON_IsString(repo))
+        return bad(KHUB_STATUS_PARSE, errbuf, n,
+                   "%s.repo must be a "
+                   "string \"org/name[:symbol]\"",
+                   where);
     char w2[200];
     snprintf(w2, sizeof w2, "%s.repo", where);
-    khub_status st = parse_id(w2, repo->valuestring,
-                              cJSON_GetObjectItemCaseSensitive(j, "version"),
-                              cJSON_GetObjectItemCaseSensitive(j, "revision"), &r->id, r->text,
-                              errbuf, n);
+    khub_status st =
+        parse_id(w2, repo->valuestring, cJSON_GetObjectItemCaseSensitive(j, "version"),
+                 cJSON_GetObjectItemCaseSensitive(j, "revision"), &r->id, r->text, errbuf, n);
     if (st != KHUB_STATUS_OK) return st;
-    return parse_capability(where, cJSON_GetObjectItemCaseSensitive(j, "capability"), r, errbuf,
-                            n);
+    return parse_capability(where, cJSON_GetObjectItemCaseSensitive(j, "capability"), r, errbuf, n);
 }
 
 /* ======================================================================== */
@@ -157,23 +167,27 @@ static khub_status add_rule(khub_mapping *m, khub_role role, const char *where, 
     if (m->n_rules[role] >= KHUB_MAP_MAX_RULES)
         return bad(KHUB_STATUS_PARSE, errbuf, n, "%s: more than %d rules for one role", where,
                    KHUB_MAP_MAX_RULES);
-    KHUB_FORWARD_IF_ERROR(NULL, parse_rule(where, j, device, &m->rules[role][m->n_rules[role]],
-                                           errbuf, n));
+    KHUB_FORWARD_IF_ERROR(
+        NULL, parse_rule(where, j, device, &m->rules[role][m->n_rules[role]], errbuf, n));
     m->n_rules[role]++;
     return KHUB_STATUS_OK;
 }
 
-static khub_status parse_device(khub_mapping *m, khub_role role, const char *rwhere,
-                                const cJSON *d, char *errbuf, size_t n)
+static khub_status parse_device(khub_mapping *m, khub_role role, const char *rwhere, const cJSON *d,
+                                char *errbuf, size_t n)
 {
     uint32_t device;
     char where[200];
     snprintf(where, sizeof where, "%s.%.40s", rwhere, d->string);
-    if (!strcmp(d->string, "cpu")) device = KHUB_DEVICE_CPU;
-    else if (!strcmp(d->string, "cuda")) device = KHUB_DEVICE_CUDA;
+    if (!strcmp(d->string, "cpu"))
+        device = KHUB_DEVICE_CPU;
+    else if (!strcmp(d->string, "cuda"))
+        device = KHUB_DEVICE_CUDA;
     else
-        return bad(KHUB_STATUS_PARSE, errbuf, n, "%s: unknown device type \"%.40s\" (known: "
-                   "cpu, cuda)", where, d->string);
+        return bad(KHUB_STATUS_PARSE, errbuf, n,
+                   "%s: unknown device type \"%.40s\" (known: "
+                   "cpu, cuda)",
+                   where, d->string);
     if (!cJSON_IsArray(d)) return add_rule(m, role, where, d, device, errbuf, n);
     int i = 0;
     const cJSON *e;
@@ -189,8 +203,10 @@ static khub_status parse_device(khub_mapping *m, khub_role role, const char *rwh
 static khub_status parse_roles(khub_mapping *m, const cJSON *roles, char *errbuf, size_t n)
 {
     if (!roles) return KHUB_STATUS_OK;
-    if (!cJSON_IsObject(roles)) return bad(KHUB_STATUS_PARSE, errbuf, n, "\"roles\" must be an "
-                                           "object");
+    if (!cJSON_IsObject(roles))
+        return bad(KHUB_STATUS_PARSE, errbuf, n,
+                   "\"roles\" must be an "
+                   "object");
     const cJSON *r;
     cJSON_ArrayForEach(r, roles)
     {
@@ -198,19 +214,23 @@ static khub_status parse_roles(khub_mapping *m, const cJSON *roles, char *errbuf
         char where[120];
         snprintf(where, sizeof where, "roles.%.60s", r->string);
         if (role == KHUB_ROLE__COUNT)
-            return bad(KHUB_STATUS_PARSE, errbuf, n, "%s: unknown role (known: attention, "
-                       "quantization, cache, norm, activation, rotary, linear)", where);
+            return bad(KHUB_STATUS_PARSE, errbuf, n,
+                       "%s: unknown role (known: attention, "
+                       "quantization, cache, norm, activation, rotary, linear)",
+                       where);
         if (cJSON_IsString(r)) {
             KHUB_FORWARD_IF_ERROR(NULL, add_rule(m, role, where, r, KHUB_DEVICE_CPU, errbuf, n));
             KHUB_FORWARD_IF_ERROR(NULL, add_rule(m, role, where, r, KHUB_DEVICE_CUDA, errbuf, n));
             continue;
         }
         if (!cJSON_IsObject(r))
-            return bad(KHUB_STATUS_PARSE, errbuf, n, "%s must be a Hub ID or an object of "
-                       "device types", where);
+            return bad(KHUB_STATUS_PARSE, errbuf, n,
+                       "%s must be a Hub ID or an object of "
+                       "device types",
+                       where);
         const cJSON *d;
-        cJSON_ArrayForEach(d, r) KHUB_FORWARD_IF_ERROR(NULL, parse_device(m, role, where, d,
-                                                                          errbuf, n));
+        cJSON_ArrayForEach(d, r)
+            KHUB_FORWARD_IF_ERROR(NULL, parse_device(m, role, where, d, errbuf, n));
     }
     return KHUB_STATUS_OK;
 }
@@ -219,7 +239,8 @@ static khub_status parse_deps(khub_mapping *m, const cJSON *deps, char *errbuf, 
 {
     if (!deps) return KHUB_STATUS_OK;
     if (!cJSON_IsObject(deps))
-        return bad(KHUB_STATUS_PARSE, errbuf, n, "\"dependencies\" must be an object "
+        return bad(KHUB_STATUS_PARSE, errbuf, n,
+                   "\"dependencies\" must be an object "
                    "{\"org/name\": {\"version\": N} | {\"revision\": R}}");
     const cJSON *d;
     cJSON_ArrayForEach(d, deps)
@@ -232,13 +253,17 @@ static khub_status parse_deps(khub_mapping *m, const cJSON *deps, char *errbuf, 
             return bad(KHUB_STATUS_PARSE, errbuf, n, "more than %d dependencies",
                        KHUB_MAP_MAX_DEPS);
         if (!cJSON_IsObject(d) || !only_keys(d, keys, &extra))
-            return bad(KHUB_STATUS_PARSE, errbuf, n, "%s must be {\"version\": N} or "
-                       "{\"revision\": R}%s%s", where, extra ? "; unknown field " : "",
-                       extra ? extra : "");
+            return bad(KHUB_STATUS_PARSE, errbuf, n,
+                       "%s must be {\"version\": N} or "
+                       "{\"revision\": R}%s%s",
+                       where, extra ? "; unknown field " : "", extra ? extra : "");
         const cJSON *ver = cJSON_GetObjectItemCaseSensitive(d, "version");
         const cJSON *rev = cJSON_GetObjectItemCaseSensitive(d, "revision");
-        if (!ver && !rev) return bad(KHUB_STATUS_PARSE, errbuf, n, "%s: needs \"version\" or "
-                                     "\"revision\"", where);
+        if (!ver && !rev)
+            return bad(KHUB_STATUS_PARSE, errbuf, n,
+                       "%s: needs \"version\" or "
+                       "\"revision\"",
+                       where);
         KHUB_FORWARD_IF_ERROR(NULL, parse_id(where, d->string, ver, rev, &m->deps[m->n_deps],
                                              m->dep_text[m->n_deps], errbuf, n));
         m->n_deps++;
@@ -251,24 +276,30 @@ khub_status khub__mapping_parse(const char *json, size_t n, khub_mapping **out, 
 {
     static const char *const keys[] = {"format", "roles", "dependencies", NULL};
     *out = NULL;
-    if (n > MAX_MAPPING_BYTES) return bad(KHUB_STATUS_PARSE, errbuf, errbuf_size, "over %zu "
-                                          "bytes", MAX_MAPPING_BYTES);
+    if (n > MAX_MAPPING_BYTES)
+        return bad(KHUB_STATUS_PARSE, errbuf, errbuf_size,
+                   "over %zu "
+                   "bytes",
+                   MAX_MAPPING_BYTES);
     cJSON *root = cJSON_ParseWithLength(json, n);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const char *extra = NULL;
     khub_status st = KHUB_STATUS_OK;
-    if (!cJSON_IsObject(root)) st = bad(KHUB_STATUS_PARSE, errbuf, errbuf_size, "not a JSON "
-                                        "object");
+    if (!cJSON_IsObject(root))
+        st = bad(KHUB_STATUS_PARSE, errbuf, errbuf_size,
+                 "not a JSON "
+                 "object");
     else if (!cJSON_IsNumber(fmt) || fmt->valuedouble != 1)
         st = bad(KHUB_STATUS_PARSE, errbuf, errbuf_size, "\"format\" must be 1");
     else if (!only_keys(root, keys, &extra))
-        st = bad(KHUB_STATUS_PARSE, errbuf, errbuf_size, "unknown top-level field \"%.60s\" "
-                 "(known: format, roles, dependencies)", extra);
+        st = bad(KHUB_STATUS_PARSE, errbuf, errbuf_size,
+                 "unknown top-level field \"%.60s\" "
+                 "(known: format, roles, dependencies)",
+                 extra);
     khub_mapping *m = st == KHUB_STATUS_OK ? calloc(1, sizeof *m) : NULL;
     if (st == KHUB_STATUS_OK && !m) st = KHUB_STATUS_NOMEM;
     if (st == KHUB_STATUS_OK)
-        st = parse_roles(m, cJSON_GetObjectItemCaseSensitive(root, "roles"), errbuf,
-                         errbuf_size);
+        st = parse_roles(m, cJSON_GetObjectItemCaseSensitive(root, "roles"), errbuf, errbuf_size);
     if (st == KHUB_STATUS_OK)
         st = parse_deps(m, cJSON_GetObjectItemCaseSensitive(root, "dependencies"), errbuf,
                         errbuf_size);

@@ -34,13 +34,13 @@ typedef enum khub_role {
 } khub_role;
 
 #define KHUB_MAP_MAX_RULES 16
-#define KHUB_MAP_MAX_DEPS 64
-#define KHUB_MAP_ID_MAX 512
+#define KHUB_MAP_MAX_DEPS  64
+#define KHUB_MAP_ID_MAX    512
 
 typedef struct khub_map_rule {
-    uint32_t device;           /* khub_device_type */
-    int32_t cc_min, cc_max;    /* inclusive capability x10; 0..INT32_MAX when not given */
-    khub_hub_id id;            /* with its version or revision */
+    uint32_t device;            /* khub_device_type */
+    int32_t cc_min, cc_max;     /* inclusive capability x10; 0..INT32_MAX when not given */
+    khub_hub_id id;             /* with its version or revision */
     char text[KHUB_MAP_ID_MAX]; /* canonical ID text (khub_hub_id_format) */
 } khub_map_rule;
 
@@ -53,7 +53,7 @@ typedef struct khub_mapping {
 } khub_mapping;
 
 /* "attention" -> KHUB_ROLE_ATTENTION; KHUB_ROLE__COUNT when unknown. */
-KHUB_INTERNAL khub_role   khub__role_from_name(const char *name);
+KHUB_INTERNAL khub_role khub__role_from_name(const char *name);
 KHUB_INTERNAL const char *khub__role_name(khub_role role);
 
 /* Parses khub.json text. Errors name the field path ("roles.norm.cuda[1]:

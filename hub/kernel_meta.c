@@ -130,7 +130,8 @@ khub_status khub__kmeta_parse(const char *json, size_t n, khub_kmeta *out, char 
              !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(abi, "major")) ||
              !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(abi, "minor")))
         st = bad(errbuf, errbuf_size, "'abi' must be {\"major\": N, \"minor\": M}");
-    else if (!cJSON_IsObject(backend) || !copy_str(backend, "type", out->backend, sizeof out->backend))
+    else if (!cJSON_IsObject(backend) ||
+             !copy_str(backend, "type", out->backend, sizeof out->backend))
         st = bad(errbuf, errbuf_size, "'backend.type' must be a string");
     if (st == KHUB_STATUS_OK) {
         out->major = (int)major->valuedouble;

@@ -26,11 +26,11 @@
 
 #include "internal.h"
 
-#define KHUB_KMETA_MAX_FILES 64
+#define KHUB_KMETA_MAX_FILES   64
 #define KHUB_KMETA_MAX_PLUGINS 16
 
 typedef struct khub_kmeta_file {
-    char name[128];   /* plain file name inside the variant directory */
+    char name[128]; /* plain file name inside the variant directory */
     char sha256[65];
 } khub_kmeta_file;
 
@@ -42,9 +42,9 @@ typedef struct khub_kmeta_plugin {
 
 typedef struct khub_kmeta_artifact {
     char file[128];
-    char kind[16];  /* "ptx" or "cubin" */
-    int sm;         /* compute capability x10 it targets */
-    int ptx_isa;    /* PTX ISA x10 (PTX only), 0 if not recorded */
+    char kind[16]; /* "ptx" or "cubin" */
+    int sm;        /* compute capability x10 it targets */
+    int ptx_isa;   /* PTX ISA x10 (PTX only), 0 if not recorded */
 } khub_kmeta_artifact;
 
 typedef struct khub_kmeta {
@@ -53,7 +53,7 @@ typedef struct khub_kmeta {
     int major;
     char variant[96];
     uint16_t abi_major, abi_minor;
-    char backend[16];      /* "cpu" or "cuda" */
+    char backend[16]; /* "cpu" or "cuda" */
     khub_kmeta_plugin plugins[KHUB_KMETA_MAX_PLUGINS];
     size_t n_plugins;
     khub_kmeta_artifact artifacts[KHUB_KMETA_MAX_FILES];
@@ -72,8 +72,8 @@ KHUB_INTERNAL khub_status khub__kmeta_parse(const char *json, size_t n, khub_kme
  * unlisted file besides metadata.json and metadata.json.sig. Returns
  * DIGEST_MISMATCH naming the file, expected and actual digests, or
  * NOT_FOUND / METADATA_INVALID. */
-KHUB_INTERNAL khub_status khub__kmeta_verify_dir(const khub_kmeta *m, const char *dir,
-                                                 char *errbuf, size_t errbuf_size);
+KHUB_INTERNAL khub_status khub__kmeta_verify_dir(const khub_kmeta *m, const char *dir, char *errbuf,
+                                                 size_t errbuf_size);
 /* The digest of a listed file, or NULL. */
 KHUB_INTERNAL const char *khub__kmeta_digest(const khub_kmeta *m, const char *file);
 /* The best plugin file for a machine with these KHUB_CPU_* features (the

@@ -122,8 +122,8 @@ khub_status khub__lock_content_hash(const khub_lock_file *files, size_t n,
     for (size_t i = 1; i < n; i++)
         if (strcmp(sorted[i - 1].name, sorted[i].name) == 0) return KHUB_STATUS_INVALID_ARG;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    khub_status st = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? KHUB_STATUS_OK
-                                                                       : KHUB_STATUS_NOMEM;
+    khub_status st =
+        ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? KHUB_STATUS_OK : KHUB_STATUS_NOMEM;
     for (size_t i = 0; st == KHUB_STATUS_OK && i < n; i++) {
         if (!EVP_DigestUpdate(ctx, sorted[i].name, strlen(sorted[i].name) + 1) || /* + NUL */
             !EVP_DigestUpdate(ctx, sorted[i].sha256, 64) || !EVP_DigestUpdate(ctx, "\n", 1))
@@ -149,8 +149,8 @@ khub_status khub__lock_variant_from_dir(const char *name, const char *dir, khub_
                                         char *errbuf, size_t errbuf_size)
 {
     memset(v, 0, sizeof *v);
-    if (!plain_name(name)) return bad(errbuf, errbuf_size, "variant name \"%.100s\" is not plain",
-                                      name);
+    if (!plain_name(name))
+        return bad(errbuf, errbuf_size, "variant name \"%.100s\" is not plain", name);
     snprintf(v->name, sizeof v->name, "%s", name);
     v->files = calloc(KHUB_LOCK_MAX_FILES, sizeof *v->files);
     if (!v->files) return KHUB_STATUS_NOMEM;
@@ -171,19 +171,22 @@ khub_status khub__lock_variant_from_dir(const char *name, const char *dir, khub_
          * target must be a regular file. */
         struct stat sb;
         if (!plain_name(nm) || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-            khub__errbuf(errbuf, errbuf_size, "%s: %s is not a regular file; a variant holds "
-                         "plain files only", dir, nm);
+            khub__errbuf(errbuf, errbuf_size,
+                         "%s: %s is not a regular file; a variant holds "
+                         "plain files only",
+                         dir, nm);
             st = KHUB_STATUS_UNSAFE_PATH;
         } else if (v->n_files >= KHUB_LOCK_MAX_FILES) {
-            khub__errbuf(errbuf, errbuf_size, "%s: more than %d files", dir,
-                         KHUB_LOCK_MAX_FILES);
+            khub__errbuf(errbuf, errbuf_size, "%s: more than %d files", dir, KHUB_LOCK_MAX_FILES);
             st = KHUB_STATUS_OVERFLOW;
         } else {
             khub_lock_file *f = &v->files[v->n_files];
             snprintf(f->name, sizeof f->name, "%s", nm);
             st = khub__sha256_file_hex(path, f->sha256);
-            if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "cannot read %s", path);
-            else v->n_files++;
+            if (st != KHUB_STATUS_OK)
+                khub__errbuf(errbuf, errbuf_size, "cannot read %s", path);
+            else
+                v->n_files++;
         }
     }
     closedir(d);
@@ -202,8 +205,10 @@ khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir, co
         char path[4096], got[65];
         snprintf(path, sizeof path, "%s/%s", dir, v->files[i].name);
         if (!is_regular(path) && access(path, R_OK) != 0) {
-            khub__errbuf(errbuf, errbuf_size, "%s variant %s: locked file %s is missing from %s; "
-                         "run khub sync", label, v->name, v->files[i].name, dir);
+            khub__errbuf(errbuf, errbuf_size,
+                         "%s variant %s: locked file %s is missing from %s; "
+                         "run khub sync",
+                         label, v->name, v->files[i].name, dir);
             return KHUB_STATUS_LOCK_MISMATCH;
         }
         if (khub__sha256_file_hex(path, got) != KHUB_STATUS_OK) {
@@ -212,9 +217,10 @@ khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir, co
             return KHUB_STATUS_IO;
         }
         if (!khub__digest_eq(got, v->files[i].sha256)) {
-            khub__errbuf(errbuf, errbuf_size, "%s variant %s: %s has SHA-256 %s, khub.lock says "
-                         "%s; the cached copy was changed: delete it and run khub sync", label,
-                         v->name, v->files[i].name, got, v->files[i].sha256);
+            khub__errbuf(errbuf, errbuf_size,
+                         "%s variant %s: %s has SHA-256 %s, khub.lock says "
+                         "%s; the cached copy was changed: delete it and run khub sync",
+                         label, v->name, v->files[i].name, got, v->files[i].sha256);
             return KHUB_STATUS_LOCK_MISMATCH;
         }
     }
@@ -231,8 +237,10 @@ khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir, co
         bool known = false;
         for (size_t i = 0; i < v->n_files && !known; i++) known = !strcmp(v->files[i].name, nm);
         if (!known) {
-            khub__errbuf(errbuf, errbuf_size, "%s variant %s: %s is in %s but not in khub.lock; "
-                         "refusing the variant", label, v->name, nm, dir);
+            khub__errbuf(errbuf, errbuf_size,
+                         "%s variant %s: %s is in %s but not in khub.lock; "
+                         "refusing the variant",
+                         label, v->name, nm, dir);
             st = KHUB_STATUS_LOCK_MISMATCH;
         }
     }
@@ -283,25 +291,29 @@ static khub_status parse_variant(const cJSON *jv, const char *where, khub_lock_v
     cJSON_ArrayForEach(f, fs)
     {
         if (!plain_name(f->string) || !cJSON_IsString(f) || !khub__is_sha256_hex(f->valuestring))
-            return bad(errbuf, n, "%s.variants.%s.files.%.100s: need a plain name and 64 hex "
-                       "digits", where, v->name, f->string);
+            return bad(errbuf, n,
+                       "%s.variants.%s.files.%.100s: need a plain name and 64 hex "
+                       "digits",
+                       where, v->name, f->string);
         khub_lock_file *lf = &v->files[v->n_files++];
         snprintf(lf->name, sizeof lf->name, "%s", f->string);
         memcpy(lf->sha256, f->valuestring, 65);
     }
     char want[KHUB_LOCK_HASH_LEN + 1];
     khub_status st = khub__lock_content_hash(v->files, v->n_files, want);
-    if (st != KHUB_STATUS_OK) return bad(errbuf, n, "%s.variants.%s.files: duplicate names",
-                                         where, v->name);
+    if (st != KHUB_STATUS_OK)
+        return bad(errbuf, n, "%s.variants.%s.files: duplicate names", where, v->name);
     snprintf(v->hash, sizeof v->hash, "%s", h->valuestring);
     if (strcmp(want, v->hash))
-        return bad(errbuf, n, "%s.variants.%s.hash is %s but its files hash to %s; the lock was "
-                   "edited by hand", where, v->name, v->hash, want);
+        return bad(errbuf, n,
+                   "%s.variants.%s.hash is %s but its files hash to %s; the lock was "
+                   "edited by hand",
+                   where, v->name, v->hash, want);
     return KHUB_STATUS_OK;
 }
 
-static khub_status parse_pin(const cJSON *je, const char *where, khub_lock_entry *e,
-                             char *errbuf, size_t n)
+static khub_status parse_pin(const cJSON *je, const char *where, khub_lock_entry *e, char *errbuf,
+                             size_t n)
 {
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(je, "version");
     const cJSON *rev = cJSON_GetObjectItemCaseSensitive(je, "revision");
@@ -323,16 +335,15 @@ static khub_status parse_pin(const cJSON *je, const char *where, khub_lock_entry
     return KHUB_STATUS_OK;
 }
 
-static khub_status parse_entry(const cJSON *je, int idx, khub_lock_entry *e, char *errbuf,
-                               size_t n)
+static khub_status parse_entry(const cJSON *je, int idx, khub_lock_entry *e, char *errbuf, size_t n)
 {
     static const char *const keys[] = {"repo", "version", "revision", "commit", "variants", NULL};
     char where[64];
     snprintf(where, sizeof where, "kernels[%d]", idx);
     const char *extra = NULL;
     if (!cJSON_IsObject(je)) return bad(errbuf, n, "%s must be an object", where);
-    if (!only_keys(je, keys, &extra)) return bad(errbuf, n, "%s: unknown field \"%.60s\"", where,
-                                                 extra);
+    if (!only_keys(je, keys, &extra))
+        return bad(errbuf, n, "%s: unknown field \"%.60s\"", where, extra);
     const cJSON *repo = cJSON_GetObjectItemCaseSensitive(je, "repo");
     const cJSON *commit = cJSON_GetObjectItemCaseSensitive(je, "commit");
     const cJSON *vars = cJSON_GetObjectItemCaseSensitive(je, "variants"), *jv;
@@ -367,15 +378,17 @@ khub_status khub__lock_parse(const char *json, size_t n, khub_lock **out, char *
                              size_t errbuf_size)
 {
     *out = NULL;
-    if (n > MAX_LOCK_BYTES) return bad(errbuf, errbuf_size, "khub.lock: over %zu bytes",
-                                       MAX_LOCK_BYTES);
+    if (n > MAX_LOCK_BYTES)
+        return bad(errbuf, errbuf_size, "khub.lock: over %zu bytes", MAX_LOCK_BYTES);
     cJSON *root = cJSON_ParseWithLength(json, n);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(root, "kernels"), *je;
     khub_status st = KHUB_STATUS_OK;
-    if (!cJSON_IsObject(root)) st = bad(errbuf, errbuf_size, "khub.lock is not a JSON object");
+    if (!cJSON_IsObject(root))
+        st = bad(errbuf, errbuf_size, "khub.lock is not a JSON object");
     else if (!cJSON_IsNumber(fmt) || fmt->valuedouble != 1)
-        st = bad(errbuf, errbuf_size, "khub.lock: \"format\" must be 1 (this khub reads format "
+        st = bad(errbuf, errbuf_size,
+                 "khub.lock: \"format\" must be 1 (this khub reads format "
                  "1 only)");
     else if (!cJSON_IsArray(ks) || cJSON_GetArraySize(ks) > KHUB_LOCK_MAX_ENTRIES)
         st = bad(errbuf, errbuf_size, "khub.lock: \"kernels\" must be an array of at most %d",
@@ -434,8 +447,7 @@ khub_status khub__lock_load(const char *path, khub_lock **out, char *errbuf, siz
     *out = NULL;
     char *text = NULL, why[KHUB_ERROR_SIZE];
     size_t len = 0;
-    KHUB_FORWARD_IF_ERROR(NULL, read_text(path, MAX_LOCK_BYTES, &text, &len, errbuf,
-                                          errbuf_size));
+    KHUB_FORWARD_IF_ERROR(NULL, read_text(path, MAX_LOCK_BYTES, &text, &len, errbuf, errbuf_size));
     khub_status st = khub__lock_parse(text, len, out, why, sizeof why);
     free(text);
     if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, why);
@@ -450,8 +462,10 @@ static cJSON *entry_json(const khub_lock_entry *e)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "repo", e->repo);
-    if (e->version >= 0) cJSON_AddNumberToObject(o, "version", e->version);
-    else cJSON_AddStringToObject(o, "revision", e->revision);
+    if (e->version >= 0)
+        cJSON_AddNumberToObject(o, "version", e->version);
+    else
+        cJSON_AddStringToObject(o, "revision", e->revision);
     cJSON_AddStringToObject(o, "commit", e->commit);
     cJSON *vs = cJSON_AddObjectToObject(o, "variants");
     for (size_t i = 0; i < e->n_variants; i++) {
@@ -463,8 +477,8 @@ static cJSON *entry_json(const khub_lock_entry *e)
         cJSON *jv = cJSON_AddObjectToObject(vs, v->name);
         cJSON_AddStringToObject(jv, "hash", v->hash);
         cJSON *fs = cJSON_AddObjectToObject(jv, "files");
-        for (size_t j = 0; j < nf; j++) cJSON_AddStringToObject(fs, sorted[j].name,
-                                                                sorted[j].sha256);
+        for (size_t j = 0; j < nf; j++)
+            cJSON_AddStringToObject(fs, sorted[j].name, sorted[j].sha256);
     }
     return o;
 }
@@ -499,7 +513,8 @@ khub_status khub__lock_save(const khub_lock *lock, const char *path, char *errbu
 /* The Python library's kernels.lock                                        */
 /* ======================================================================== */
 
-static void note(char *notes, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void note(char *notes, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 static void note(char *notes, size_t size, const char *fmt, ...)
 {
     size_t len = strnlen(notes, size);
@@ -525,22 +540,25 @@ static khub_status import_legacy(const cJSON *je, int idx, khub_lock_entry *e, c
     snprintf(e->commit, sizeof e->commit, "%.40s", sha->valuestring);
     e->version = -1;
     snprintf(e->revision, sizeof e->revision, "%.40s", sha->valuestring);
-    note(notes, nn, "%s: the legacy format records no version or revision; pinned to commit "
-         "%.12s (set a version in khub.json and run khub update to follow a branch)", e->repo,
-         e->commit);
+    note(notes, nn,
+         "%s: the legacy format records no version or revision; pinned to commit "
+         "%.12s (set a version in khub.json and run khub update to follow a branch)",
+         e->repo, e->commit);
     cJSON_ArrayForEach(v, vars)
     {
         const cJSON *ht = cJSON_GetObjectItemCaseSensitive(v, "hash_type");
-        note(notes, nn, "%s: variant %.100s (%s hash) is a Python/Torch build with no khub "
-             "equivalent; not carried over", e->repo, v->string ? v->string : "?",
+        note(notes, nn,
+             "%s: variant %.100s (%s hash) is a Python/Torch build with no khub "
+             "equivalent; not carried over",
+             e->repo, v->string ? v->string : "?",
              cJSON_IsString(ht) ? ht->valuestring : "unknown");
     }
     return KHUB_STATUS_OK;
 }
 
 /* Newer: {"dependency": {"repo-id", "version" | "revision"}, "lock": {"commit"[, "hash"]}}. */
-static khub_status import_new(const cJSON *je, int idx, khub_lock_entry *e, char *notes,
-                              size_t nn, char *errbuf, size_t n)
+static khub_status import_new(const cJSON *je, int idx, khub_lock_entry *e, char *notes, size_t nn,
+                              char *errbuf, size_t n)
 {
     const cJSON *dep = cJSON_GetObjectItemCaseSensitive(je, "dependency");
     const cJSON *lk = cJSON_GetObjectItemCaseSensitive(je, "lock");
@@ -550,8 +568,11 @@ static khub_status import_new(const cJSON *je, int idx, khub_lock_entry *e, char
     const cJSON *commit = cJSON_GetObjectItemCaseSensitive(lk, "commit");
     if (!cJSON_IsString(repo) || !cJSON_IsString(commit))
         return bad(errbuf, n, "kernels.lock[%d]: needs dependency.repo-id and lock.commit", idx);
-    if (ver && rev) return bad(errbuf, n, "kernels.lock[%d]: dependency has both version and "
-                               "revision", idx);
+    if (ver && rev)
+        return bad(errbuf, n,
+                   "kernels.lock[%d]: dependency has both version and "
+                   "revision",
+                   idx);
     snprintf(e->repo, sizeof e->repo, "%.193s", repo->valuestring);
     snprintf(e->commit, sizeof e->commit, "%.40s", commit->valuestring);
     e->version = -1;
@@ -560,11 +581,15 @@ static khub_status import_new(const cJSON *je, int idx, khub_lock_entry *e, char
     else if (cJSON_IsString(rev))
         snprintf(e->revision, sizeof e->revision, "%.255s", rev->valuestring);
     else
-        return bad(errbuf, n, "kernels.lock[%d]: dependency needs an integer version or a "
-                   "revision", idx);
+        return bad(errbuf, n,
+                   "kernels.lock[%d]: dependency needs an integer version or a "
+                   "revision",
+                   idx);
     if (cJSON_GetObjectItemCaseSensitive(lk, "hash"))
-        note(notes, nn, "%s: lock.hash (a Nix output hash) has no khub meaning; not carried "
-             "over", e->repo);
+        note(notes, nn,
+             "%s: lock.hash (a Nix output hash) has no khub meaning; not carried "
+             "over",
+             e->repo);
     return KHUB_STATUS_OK;
 }
 
@@ -575,8 +600,8 @@ static khub_status check_imported(const khub_lock_entry *e, int idx, char *errbu
         khub_hub_id_parse(e->repo, &id, NULL, 0) != KHUB_STATUS_OK)
         return bad(errbuf, n, "kernels.lock[%d]: repo \"%.100s\" is not org/name", idx, e->repo);
     if (strlen(e->commit) != 40 || strspn(e->commit, "0123456789abcdef") != 40)
-        return bad(errbuf, n, "kernels.lock[%d] (%s): commit is not 40 lowercase hex digits",
-                   idx, e->repo);
+        return bad(errbuf, n, "kernels.lock[%d] (%s): commit is not 40 lowercase hex digits", idx,
+                   e->repo);
     return KHUB_STATUS_OK;
 }
 
@@ -588,7 +613,8 @@ khub_status khub__lock_import_python(const char *json, size_t n, khub_lock *into
     cJSON *root = cJSON_ParseWithLength(json, n);
     if (!cJSON_IsArray(root)) {
         cJSON_Delete(root);
-        return bad(errbuf, errbuf_size, "kernels.lock is not a JSON array (neither the legacy "
+        return bad(errbuf, errbuf_size,
+                   "kernels.lock is not a JSON array (neither the legacy "
                    "[{repo_id, sha, variants}] nor the [{dependency, lock}] format)");
     }
     khub_status st = KHUB_STATUS_OK;
@@ -597,8 +623,11 @@ khub_status khub__lock_import_python(const char *json, size_t n, khub_lock *into
     cJSON_ArrayForEach(je, root)
     {
         khub_lock_entry e = {0};
-        if (!cJSON_IsObject(je)) st = bad(errbuf, errbuf_size, "kernels.lock[%d] is not an "
-                                          "object", idx);
+        if (!cJSON_IsObject(je))
+            st = bad(errbuf, errbuf_size,
+                     "kernels.lock[%d] is not an "
+                     "object",
+                     idx);
         else if (cJSON_GetObjectItemCaseSensitive(je, "dependency"))
             st = import_new(je, idx, &e, notes, notes_size, errbuf, errbuf_size);
         else

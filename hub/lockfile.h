@@ -26,10 +26,10 @@
 #include "internal.h"
 #include "khub/khub_hub.h"
 
-#define KHUB_LOCK_MAX_ENTRIES 256
+#define KHUB_LOCK_MAX_ENTRIES  256
 #define KHUB_LOCK_MAX_VARIANTS 32
-#define KHUB_LOCK_MAX_FILES 72
-#define KHUB_LOCK_HASH_LEN 71 /* "sha256:" + 64 hex */
+#define KHUB_LOCK_MAX_FILES    72
+#define KHUB_LOCK_HASH_LEN     71 /* "sha256:" + 64 hex */
 
 typedef struct khub_lock_file {
     char name[128];  /* plain file name inside build/<variant>/ */
@@ -37,9 +37,9 @@ typedef struct khub_lock_file {
 } khub_lock_file;
 
 typedef struct khub_lock_variant {
-    char name[128];                       /* "khub1-cpu-x86_64-linux" */
-    char hash[KHUB_LOCK_HASH_LEN + 1];    /* khub__lock_content_hash of files */
-    khub_lock_file *files;                /* owned, [n_files] */
+    char name[128];                    /* "khub1-cpu-x86_64-linux" */
+    char hash[KHUB_LOCK_HASH_LEN + 1]; /* khub__lock_content_hash of files */
+    khub_lock_file *files;             /* owned, [n_files] */
     size_t n_files;
 } khub_lock_variant;
 
@@ -70,13 +70,13 @@ KHUB_INTERNAL khub_status khub__lock_save(const khub_lock *lock, const char *pat
                                           size_t errbuf_size);
 /* An empty lock. */
 KHUB_INTERNAL khub_status khub__lock_new(khub_lock **out);
-KHUB_INTERNAL void        khub__lock_free(khub_lock *lock);
+KHUB_INTERNAL void khub__lock_free(khub_lock *lock);
 /* The entry for "org/name", or NULL. Borrowed. */
 KHUB_INTERNAL khub_lock_entry *khub__lock_find(const khub_lock *lock, const char *repo);
 /* Adds e (moved in: e's arrays now belong to lock; *e is zeroed) or
  * replaces the entry of the same repo. */
 KHUB_INTERNAL khub_status khub__lock_put(khub_lock *lock, khub_lock_entry *e);
-KHUB_INTERNAL void        khub__lock_entry_clear(khub_lock_entry *e);
+KHUB_INTERNAL void khub__lock_entry_clear(khub_lock_entry *e);
 /* The variant of e named name, or NULL. */
 KHUB_INTERNAL const khub_lock_variant *khub__lock_variant(const khub_lock_entry *e,
                                                           const char *name);
@@ -96,8 +96,7 @@ KHUB_INTERNAL khub_status khub__lock_variant_from_dir(const char *name, const ch
  * no other file (besides metadata.json.sig) is there. LOCK_MISMATCH names
  * the file, both digests and the repo label. */
 KHUB_INTERNAL khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir,
-                                               const char *label, char *errbuf,
-                                               size_t errbuf_size);
+                                               const char *label, char *errbuf, size_t errbuf_size);
 
 /* Imports the Python `kernels` kernels.lock (both its legacy array of
  * {repo_id, sha, variants} and its newer array of {dependency, lock}) as

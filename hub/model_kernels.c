@@ -140,8 +140,7 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
                   "%s kernel %s: no variant fits this machine; the reference plugin serves "
                   "%s instead. Variant trace: %s",
                   rname, id, rname, kr.trace);
-        note(rep, "%s: %s -> fell back to khub/ref-cpu (no variant fits)\n%s", rname, id,
-             kr.trace);
+        note(rep, "%s: %s -> fell back to khub/ref-cpu (no variant fits)\n%s", rname, id, kr.trace);
         snprintf(impl, n, "khub/ref-cpu");
         return KHUB_STATUS_OK;
     }
@@ -150,8 +149,7 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
     else
         snprintf(impl, n, "%s", kr.plugin_id);
     note(rep, "%s: %s -> %s commit %.12s variant %s file %s%s; %s", rname, id, kr.plugin_id,
-         kr.commit, kr.variant, kr.file, kr.locked ? " (locked, hashes re-checked)" : "",
-         kr.trust);
+         kr.commit, kr.variant, kr.file, kr.locked ? " (locked, hashes re-checked)" : "", kr.trust);
     return KHUB_STATUS_OK;
 }
 
@@ -164,7 +162,7 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
     if (rep) rep->text[0] = '\0';
     khub_model_kernels none = {KHUB_STRUCT_INIT(khub_model_kernels)};
     if (!k) k = &none;
-    const char *given[KHUB_ROLE__COUNT] = {k->attn, k->quant, k->cache, k->norm,
+    const char *given[KHUB_ROLE__COUNT] = {k->attn, k->quant,  k->cache, k->norm,
                                            k->act,  k->rotary, k->linear};
     char mbuf[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE];
     const char *mpath = mapping_path(k->mapping_path, path, mbuf, sizeof mbuf);
@@ -183,8 +181,8 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
             const khub_map_rule *rule = khub__mapping_pick(map, (khub_role)r, KHUB_DEVICE_CPU, 0);
             if (rule) name = rule->text;
         }
-        st = resolve(hub, rt, (khub_role)r, name, k, impl[r], sizeof impl[r], scheme,
-                     sizeof scheme, rep);
+        st = resolve(hub, rt, (khub_role)r, name, k, impl[r], sizeof impl[r], scheme, sizeof scheme,
+                     rep);
     }
     free(map);
     if (st != KHUB_STATUS_OK) return st;

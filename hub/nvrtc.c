@@ -59,18 +59,20 @@ khub_status khub__nvrtc_open(khub_nvrtc **out, char *errbuf, size_t errbuf_size)
     nv->lib = open_lib(nv->path, sizeof nv->path, why, sizeof why);
     if (!nv->lib) {
         free(nv);
-        khub__errbuf(errbuf, errbuf_size, "NVRTC not found (%s); install the CUDA toolkit or "
-                     "set KHUB_NVRTC_PATH", why);
+        khub__errbuf(errbuf, errbuf_size,
+                     "NVRTC not found (%s); install the CUDA toolkit or "
+                     "set KHUB_NVRTC_PATH",
+                     why);
         return KHUB_STATUS_UNSUPPORTED;
     }
-#define SYM(field, name)                                                          \
-    do {                                                                          \
-        *(void **)&nv->field = dlsym(nv->lib, name);                              \
-        if (!nv->field) {                                                         \
+#define SYM(field, name)                                                                \
+    do {                                                                                \
+        *(void **)&nv->field = dlsym(nv->lib, name);                                    \
+        if (!nv->field) {                                                               \
             khub__errbuf(errbuf, errbuf_size, "%s: missing symbol %s", nv->path, name); \
-            khub__nvrtc_close(nv);                                                \
-            return KHUB_STATUS_UNSUPPORTED;                                       \
-        }                                                                         \
+            khub__nvrtc_close(nv);                                                      \
+            return KHUB_STATUS_UNSUPPORTED;                                             \
+        }                                                                               \
     } while (0)
     SYM(Version, "nvrtcVersion");
     SYM(GetErrorString, "nvrtcGetErrorString");

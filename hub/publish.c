@@ -29,18 +29,18 @@
 #include "publish.h"
 
 #define PREUPLOAD_BATCH 256
-#define LFS_BATCH 100
-#define MAX_FILES 10000
-#define MAX_INLINE (64u << 20)
+#define LFS_BATCH       100
+#define MAX_FILES       10000
+#define MAX_INLINE      (64u << 20)
 
 typedef struct pub_file {
-    char rel[1024];              /* repo path: build/<variant>/... */
-    char path[KHUB__PATH_MAX];   /* local file */
+    char rel[1024];            /* repo path: build/<variant>/... */
+    char path[KHUB__PATH_MAX]; /* local file */
     uint64_t size;
     char sha256[65], sha1[41];
-    int lfs;                     /* the server's uploadMode */
-    int unchanged;               /* the branch has it with the same oid */
-    int need_put;                /* the LFS batch gave an upload action */
+    int lfs;       /* the server's uploadMode */
+    int unchanged; /* the branch has it with the same oid */
+    int need_put;  /* the LFS batch gave an upload action */
 } pub_file;
 
 typedef struct pub {
@@ -50,7 +50,7 @@ typedef struct pub {
     const char *prefix; /* "kernels/" or "" */
     pub_file *files;
     size_t n, cap;
-    char head[41];      /* branch head the publish read */
+    char head[41]; /* branch head the publish read */
     khub_publish_result *res;
 } pub;
 
@@ -66,7 +66,8 @@ static khub_status pub_error(pub *p, const khub__http_resp *r, const char *what)
     if (r->status == 401 || r->status == 403)
         return khub__hub_fail(hub, KHUB_STATUS_UNAUTHORIZED,
                               "%s: HTTP %ld: token %s; publishing needs a token with write "
-                              "access to %s (set HF_TOKEN or pass --token)%s", what, r->status,
+                              "access to %s (set HF_TOKEN or pass --token)%s",
+                              what, r->status,
                               hub->token ? "rejected or it lacks write access" : "missing",
                               p->id.org,
                               r->status == 403 && !strcmp(p->type, "kernels")
@@ -78,8 +79,8 @@ static khub_status pub_error(pub *p, const khub__http_resp *r, const char *what)
     if (r->status == 412)
         return khub__hub_fail(hub, KHUB_STATUS_HTTP,
                               "%s: HTTP 412: branch %s moved since this publish read it "
-                              "(%.12s); someone else pushed: rerun khub publish", what,
-                              p->res->branch, p->head);
+                              "(%.12s); someone else pushed: rerun khub publish",
+                              what, p->res->branch, p->head);
     return khub__http_error(hub, r, what);
 }
 
@@ -89,8 +90,13 @@ static khub_status send_body(pub *p, const char *method, const char *url, const 
                              const char *body, size_t n, const char *what, khub__http_resp *r)
 {
     int lfs = ctype && strstr(ctype, "git-lfs") != NULL;
-    khub__http_req req = {.method = method, .url = url, .auth = 1, .what = what,
-                          .body = body, .body_len = n, .content_type = ctype,
+    khub__http_req req = {.method = method,
+                          .url = url,
+                          .auth = 1,
+                          .what = what,
+                          .body = body,
+                          .body_len = n,
+                          .content_type = ctype,
                           .accept = lfs ? ctype : NULL};
     return khub__http_fetch(p->hub, &req, r);
 }
@@ -101,8 +107,8 @@ static khub_status send_json_obj(pub *p, const char *method, const char *url, cJ
     char *text = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     if (!text) return khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "%s: out of memory", what);
-    khub_status st = send_body(p, method, url, ctype ? ctype : "application/json", text,
-                               strlen(text), what, r);
+    khub_status st =
+        send_body(p, method, url, ctype ? ctype : "application/json", text, strlen(text), what, r);
     free(text);
     return st;
 }
@@ -133,7 +139,8 @@ static khub_status add_file(pub *p, const char *rel, const char *path)
     if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
         return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
                               "publish: %s is not a regular file (symlinks are not published); "
-                              "rebuild with khub build", path);
+                              "rebuild with khub build",
+                              path);
     if (p->n == MAX_FILES)
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "publish: more than %d files in build/",
                               MAX_FILES);
@@ -195,8 +202,8 @@ static khub_status collect(pub *p, const char *dir)
     DIR *d = opendir(build);
     if (!d)
         return khub__hub_fail(p->hub, KHUB_STATUS_NOT_FOUND,
-                              "publish: %s has no build/ directory; run 'khub build %s' first",
-                              dir, dir);
+                              "publish: %s has no build/ directory; run 'khub build %s' first", dir,
+                              dir);
     khub_status st = KHUB_STATUS_OK;
     struct dirent *de;
     size_t variants = 0;
@@ -219,7 +226,8 @@ static khub_status collect(pub *p, const char *dir)
     if (st == KHUB_STATUS_OK && variants == 0)
         st = khub__hub_fail(p->hub, KHUB_STATUS_NOT_FOUND,
                             "publish: %s/build has no variant with a metadata.json; run 'khub "
-                            "build %s' first", dir, dir);
+                            "build %s' first",
+                            dir, dir);
     if (st == KHUB_STATUS_OK) qsort(p->files, p->n, sizeof *p->files, cmp_file);
     p->res->n_files = p->n;
     return st;
@@ -362,15 +370,15 @@ static khub_status preupload(pub *p)
             cJSON *mode = cJSON_GetObjectItemCaseSensitive(o, "uploadMode");
             cJSON *oid = cJSON_GetObjectItemCaseSensitive(o, "oid");
             pub_file *f = cJSON_IsString(path) ? find_file(p, path->valuestring) : NULL;
-            if (!f || !cJSON_IsString(mode) || (strcmp(mode->valuestring, "lfs") &&
-                                                strcmp(mode->valuestring, "regular"))) {
+            if (!f || !cJSON_IsString(mode) ||
+                (strcmp(mode->valuestring, "lfs") && strcmp(mode->valuestring, "regular"))) {
                 st = khub__hub_fail(p->hub, KHUB_STATUS_PARSE,
                                     "%s: an answer names an unknown path or uploadMode", what);
                 break;
             }
             f->lfs = !strcmp(mode->valuestring, "lfs");
-            f->unchanged = cJSON_IsString(oid) &&
-                           !strcmp(oid->valuestring, f->lfs ? f->sha256 : f->sha1);
+            f->unchanged =
+                cJSON_IsString(oid) && !strcmp(oid->valuestring, f->lfs ? f->sha256 : f->sha1);
         }
         cJSON_Delete(ans);
         khub__http_resp_free(&r);
@@ -388,8 +396,12 @@ static khub_status upload_one(pub *p, pub_file *f, const char *href, const char 
     snprintf(what, sizeof what, "uploading %s", f->rel);
     if (p->hub->progress) p->hub->progress(p->hub->progress_ud, f->rel, 0, f->size);
     khub__http_resp r = {0};
-    khub__http_req req = {.method = "PUT", .url = href, .auth = 0, .what = what,
-                          .upload_path = f->path, .content_type = "application/octet-stream"};
+    khub__http_req req = {.method = "PUT",
+                          .url = href,
+                          .auth = 0,
+                          .what = what,
+                          .upload_path = f->path,
+                          .content_type = "application/octet-stream"};
     khub_status st = khub__http_fetch(p->hub, &req, &r);
     if (st == KHUB_STATUS_OK && !ok2xx(&r)) st = pub_error(p, &r, what);
     khub__http_resp_free(&r);
@@ -405,7 +417,10 @@ static khub_status upload_one(pub *p, pub_file *f, const char *href, const char 
     cJSON_Delete(j);
     if (!text) return khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "%s: out of memory", what);
     /* the token only to the endpoint's own origin */
-    khub__http_req v = {.method = "POST", .url = verify, .what = what, .body = text,
+    khub__http_req v = {.method = "POST",
+                        .url = verify,
+                        .what = what,
+                        .body = text,
                         .body_len = strlen(text),
                         .auth = khub__url_same_origin(p->hub->endpoint, verify),
                         .content_type = "application/vnd.git-lfs+json",
@@ -460,8 +475,8 @@ static khub_status lfs_batch(pub *p, pub_file **todo, size_t count)
         st = khub__hub_fail(p->hub, KHUB_STATUS_PARSE, "%s: no \"objects\" in the answer", what);
     if (st == KHUB_STATUS_OK && cJSON_IsString(tr) && strcmp(tr->valuestring, "basic"))
         st = khub__hub_fail(p->hub, KHUB_STATUS_UNSUPPORTED,
-                            "%s: the server chose transfer \"%.40s\"; khub speaks basic only",
-                            what, tr->valuestring);
+                            "%s: the server chose transfer \"%.40s\"; khub speaks basic only", what,
+                            tr->valuestring);
     cJSON_ArrayForEach(o, objs)
     {
         if (st != KHUB_STATUS_OK) break;
@@ -475,20 +490,20 @@ static khub_status lfs_batch(pub *p, pub_file **todo, size_t count)
             st = khub__hub_fail(p->hub, KHUB_STATUS_PARSE, "%s: answer for an unknown oid", what);
         } else if (err) {
             cJSON *m = cJSON_GetObjectItemCaseSensitive(err, "message");
-            st = khub__hub_fail(p->hub, KHUB_STATUS_HTTP, "%s: %s refused: %.200s", what,
-                                f->rel, cJSON_IsString(m) ? m->valuestring : "(no message)");
+            st = khub__hub_fail(p->hub, KHUB_STATUS_HTTP, "%s: %s refused: %.200s", what, f->rel,
+                                cJSON_IsString(m) ? m->valuestring : "(no message)");
         } else if (!act) {
             p->res->n_lfs_stored++; /* the server has it */
         } else if (!href_of(act, "upload")) {
-            st = khub__hub_fail(p->hub, KHUB_STATUS_PARSE, "%s: %s: no upload href", what,
-                                f->rel);
+            st = khub__hub_fail(p->hub, KHUB_STATUS_PARSE, "%s: %s: no upload href", what, f->rel);
         } else if (cJSON_GetObjectItemCaseSensitive(
                        cJSON_GetObjectItemCaseSensitive(
                            cJSON_GetObjectItemCaseSensitive(act, "upload"), "header"),
                        "chunk_size")) {
             st = khub__hub_fail(p->hub, KHUB_STATUS_UNSUPPORTED,
                                 "%s: %s: the server wants a multipart upload; khub speaks "
-                                "basic only", what, f->rel);
+                                "basic only",
+                                what, f->rel);
         } else {
             st = upload_one(p, f, href_of(act, "upload"), href_of(act, "verify"));
         }
@@ -565,8 +580,8 @@ static khub_status add_inline(pub *p, ndjson *b, const pub_file *f)
     if (f->size > MAX_INLINE)
         return khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW,
                               "publish: %s is %llu bytes, too large to send inline; the server "
-                              "should have classified it as LFS", f->rel,
-                              (unsigned long long)f->size);
+                              "should have classified it as LFS",
+                              f->rel, (unsigned long long)f->size);
     FILE *in = fopen(f->path, "rb");
     char *data = malloc(f->size ? f->size : 1);
     size_t got = in && data ? fread(data, 1, f->size, in) : 0;
@@ -667,7 +682,9 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
     khub_kernel_manifest *m = calloc(1, sizeof *m);
     if (!m) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "publish: out of memory");
     char err[KHUB_ERROR_SIZE];
-    pub p = {.hub = hub, .res = res, .type = khub__repo_api_type(hub),
+    pub p = {.hub = hub,
+             .res = res,
+             .type = khub__repo_api_type(hub),
              .prefix = khub__repo_url_prefix(hub)};
     khub_status st = khub__km_load(o->dir, m, err, sizeof err);
     if (st != KHUB_STATUS_OK) {
@@ -680,7 +697,8 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
     } else if (p.id.rev_kind || p.id.symbol[0]) {
         st = khub__hub_fail(hub, KHUB_STATUS_BAD_ID,
                             "publish: repo \"%s\" must be plain org/name (the branch is "
-                            "v<major> from kernel.json)", repo);
+                            "v<major> from kernel.json)",
+                            repo);
     }
     if (st != KHUB_STATUS_OK) {
         free(m);

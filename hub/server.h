@@ -26,9 +26,9 @@ typedef struct khub__server_opts {
 /* Starts serving in background threads. Statuses: INVALID_ARG (bad host or
  * fault name), NOT_FOUND (dir), IO (bind). Message in khub_last_error(). */
 KHUB_INTERNAL khub_status khub__server_start(const khub__server_opts *o, khub__server **out);
-KHUB_INTERNAL uint16_t    khub__server_port(const khub__server *s);
+KHUB_INTERNAL uint16_t khub__server_port(const khub__server *s);
 /* Requests served so far (all endpoints). */
-KHUB_INTERNAL uint64_t    khub__server_requests(const khub__server *s);
-KHUB_INTERNAL void        khub__server_stop(khub__server *s);
+KHUB_INTERNAL uint64_t khub__server_requests(const khub__server *s);
+KHUB_INTERNAL void khub__server_stop(khub__server *s);
 
 #endif /* KHUB_HUB_SERVER_H */

@@ -17,12 +17,12 @@
 
 #include "trust.h"
 
-#define KEY_PREFIX "khub-ed25519 "
+#define KEY_PREFIX       "khub-ed25519 "
 #define MAX_POLICY_BYTES (1u << 20)
-#define MAX_SIG_BYTES 4096
-#define MAX_ORGS 256
+#define MAX_SIG_BYTES    4096
+#define MAX_ORGS         256
 #define MAX_KEYS_PER_ORG 16
-#define MAX_REVOKED 256
+#define MAX_REVOKED      256
 
 typedef struct trust_org {
     char name[97];
@@ -111,8 +111,7 @@ static khub_status slurp(const char *path, size_t max, char **out, size_t *n, ch
     if (!buf) return KHUB_STATUS_NOMEM;
     if (err || got > max) {
         free(buf);
-        khub__errbuf(errbuf, errbuf_size, "%s: %s", path,
-                     err ? "read error" : "file too large");
+        khub__errbuf(errbuf, errbuf_size, "%s: %s", path, err ? "read error" : "file too large");
         return KHUB_STATUS_IO;
     }
     buf[got] = '\0';
@@ -121,8 +120,7 @@ static khub_status slurp(const char *path, size_t max, char **out, size_t *n, ch
     return KHUB_STATUS_OK;
 }
 
-khub_status khub__pubkey_load(const char *path, khub_pubkey *out, char *errbuf,
-                              size_t errbuf_size)
+khub_status khub__pubkey_load(const char *path, khub_pubkey *out, char *errbuf, size_t errbuf_size)
 {
     char *text = NULL;
     size_t n = 0;
@@ -179,7 +177,8 @@ khub_status khub__key_generate(const char *priv_path, const char *pub_path, khub
     }
     char line[96];
     khub__pubkey_format(&key, line, sizeof line);
-    if (!PEM_write_PrivateKey(fp, pkey, NULL, NULL, 0, NULL, NULL) || fprintf(fq, "%s\n", line) < 0) {
+    if (!PEM_write_PrivateKey(fp, pkey, NULL, NULL, 0, NULL, NULL) ||
+        fprintf(fq, "%s\n", line) < 0) {
         khub__errbuf(errbuf, errbuf_size, "writing %s / %s failed", priv_path, pub_path);
         st = KHUB_STATUS_IO;
     }
@@ -449,8 +448,8 @@ khub_status khub__trust_policy_parse(const char *json, size_t n, khub_trust_poli
     if (st == KHUB_STATUS_OK)
         st = parse_revoked(p, cJSON_GetObjectItemCaseSensitive(j, "revoked"), errbuf, errbuf_size);
     if (st == KHUB_STATUS_OK)
-        st = parse_allow_unsigned(p, cJSON_GetObjectItemCaseSensitive(j, "allow_unsigned"),
-                                  errbuf, errbuf_size);
+        st = parse_allow_unsigned(p, cJSON_GetObjectItemCaseSensitive(j, "allow_unsigned"), errbuf,
+                                  errbuf_size);
     cJSON_Delete(j);
     if (st != KHUB_STATUS_OK) {
         khub__trust_policy_free(p);

@@ -60,8 +60,7 @@ KHUB_INTERNAL khub_status khub__sign_file(const char *priv_path, const char *pat
 
 /* Parses a signature JSON; key_id receives the key id, sig the 64 bytes. */
 KHUB_INTERNAL khub_status khub__sig_parse(const char *sig_json, size_t n,
-                                          char key_id[KHUB_KEY_ID_LEN + 1],
-                                          unsigned char sig[64]);
+                                          char key_id[KHUB_KEY_ID_LEN + 1], unsigned char sig[64]);
 /* SIGNATURE_INVALID unless sig is key's Ed25519 signature of data. */
 KHUB_INTERNAL khub_status khub__sig_verify(const khub_pubkey *key, const void *data, size_t n,
                                            const unsigned char sig[64]);
@@ -89,7 +88,6 @@ KHUB_INTERNAL khub_status khub__trust_policy_add(khub_trust_policy *p, const cha
 KHUB_INTERNAL khub_status khub__trust_decide(const khub_trust_policy *p, const char *org,
                                              const void *metadata, size_t metadata_len,
                                              const char *sig_json, size_t sig_len,
-                                             int allow_unsigned, char *errbuf,
-                                             size_t errbuf_size);
+                                             int allow_unsigned, char *errbuf, size_t errbuf_size);
 
 #endif /* KHUB_HUB_TRUST_H */

@@ -44,8 +44,8 @@ static void child_result(int fd, khub_status st, const char *msg)
 /* Runs the declared numeric self-tests against khub/ref-cpu (loaded from
  * the built-ins) and appends one line per test to msg. */
 static khub_status child_numeric_tests(khub_runtime *rt, const char *id,
-                                       const khub_selftest_spec *specs, size_t n_specs,
-                                       char *msg, size_t n)
+                                       const khub_selftest_spec *specs, size_t n_specs, char *msg,
+                                       size_t n)
 {
     khub_status st = khub_plugin_load_builtin(rt);
     if (st != KHUB_STATUS_OK) {
@@ -178,7 +178,8 @@ khub_status khub__check_in_child_with_tests(const char *path, const char *sha256
     read_all(fds[0], out, sizeof out);
     close(fds[0]);
     int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {}
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
     last_phase(out, phase, sizeof phase);
 
     if (WIFSIGNALED(ws)) {
@@ -189,18 +190,22 @@ khub_status khub__check_in_child_with_tests(const char *path, const char *sha256
             return khub__fail(NULL, KHUB_STATUS_TIMEOUT, "%s", report ? report : path);
         }
         const char *abbrev = sigabbrev_np(sig);
-        khub__errbuf(report, n, "%s: crashed with SIG%s during %s", path,
-                     abbrev ? abbrev : "?", phase);
-        return khub__fail(NULL, KHUB_STATUS_CHILD_CRASHED, "%s: crashed with SIG%s during %s",
-                          path, abbrev ? abbrev : "?", phase);
+        khub__errbuf(report, n, "%s: crashed with SIG%s during %s", path, abbrev ? abbrev : "?",
+                     phase);
+        return khub__fail(NULL, KHUB_STATUS_CHILD_CRASHED, "%s: crashed with SIG%s during %s", path,
+                          abbrev ? abbrev : "?", phase);
     }
     khub_status st = parse_result(out, report, n);
     if (st == KHUB_STATUS_INTERNAL) {
         int code = WIFEXITED(ws) ? WEXITSTATUS(ws) : -1;
-        khub__errbuf(report, n, "%s: child exited with code %d during %s without a result "
-                     "(plugin code called exit?)", path, code, phase);
-        return khub__fail(NULL, KHUB_STATUS_CHILD_CRASHED, "%s: child exited with code %d "
-                          "during %s without a result", path, code, phase);
+        khub__errbuf(report, n,
+                     "%s: child exited with code %d during %s without a result "
+                     "(plugin code called exit?)",
+                     path, code, phase);
+        return khub__fail(NULL, KHUB_STATUS_CHILD_CRASHED,
+                          "%s: child exited with code %d "
+                          "during %s without a result",
+                          path, code, phase);
     }
     return st;
 }

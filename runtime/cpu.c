@@ -23,8 +23,8 @@ uint32_t khub_cpu_features(void)
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     int osxsave = (c >> 27) & 1;
     uint64_t xcr0 = osxsave ? xgetbv0() : 0;
-    int ymm_ok = (xcr0 & 0x6) == 0x6;     /* SSE and AVX state */
-    int zmm_ok = (xcr0 & 0xe6) == 0xe6;   /* plus opmask and ZMM state */
+    int ymm_ok = (xcr0 & 0x6) == 0x6;   /* SSE and AVX state */
+    int zmm_ok = (xcr0 & 0xe6) == 0xe6; /* plus opmask and ZMM state */
     if ((c >> 20) & 1) f |= KHUB_CPU_SSE42;
     if (ymm_ok && ((c >> 28) & 1)) f |= KHUB_CPU_AVX;
     if (ymm_ok && ((c >> 12) & 1)) f |= KHUB_CPU_FMA;

@@ -33,12 +33,12 @@ typedef struct cu_func *cu_function;
 typedef struct cu_strm *cu_stream;
 typedef unsigned long long cu_deviceptr;
 
-#define CU_SUCCESS 0
-#define CU_ATTR_CC_MAJOR 75
-#define CU_ATTR_CC_MINOR 76
+#define CU_SUCCESS                0
+#define CU_ATTR_CC_MAJOR          75
+#define CU_ATTR_CC_MINOR          76
 #define CU_GET_PROC_LEGACY_STREAM 1ull
-#define CU_API_VERSION 12000 /* the driver API these typedefs follow */
-#define CU_MAX_DEVICES 64
+#define CU_API_VERSION            12000 /* the driver API these typedefs follow */
+#define CU_MAX_DEVICES            64
 
 typedef cu_result (*pfn_get_proc_v2)(const char *, void **, int, unsigned long long, int *);
 typedef cu_result (*pfn_get_proc_v1)(const char *, void **, int, unsigned long long);
@@ -122,8 +122,8 @@ static bool resolve_all(void)
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!get_proc(want[i].name, want[i].slot, v)) {
             snprintf(drv.err, sizeof drv.err,
-                     "CUDA driver %d lacks %s (cuGetProcAddress); update the driver",
-                     drv.version, want[i].name);
+                     "CUDA driver %d lacks %s (cuGetProcAddress); update the driver", drv.version,
+                     want[i].name);
             return false;
         }
     }
@@ -138,8 +138,7 @@ static void drv_open(void)
     drv.lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!drv.lib) {
         const char *e = dlerror();
-        snprintf(drv.err, sizeof drv.err, "no CUDA driver (libcuda.so.1: %s)",
-                 e ? e : "not found");
+        snprintf(drv.err, sizeof drv.err, "no CUDA driver (libcuda.so.1: %s)", e ? e : "not found");
         return;
     }
     drv.get_proc_v2 = (pfn_get_proc_v2)dlsym(drv.lib, "cuGetProcAddress_v2");
@@ -195,8 +194,8 @@ static khub_status use_device(int device)
         cu_device dev;
         st = cu_check(drv.device_get(&dev, device), "cuDeviceGet");
         if (st == KHUB_STATUS_OK)
-            st = cu_check(drv.primary_ctx_retain(&drv.ctx[device], dev),
-                          "cuDevicePrimaryCtxRetain");
+            st =
+                cu_check(drv.primary_ctx_retain(&drv.ctx[device], dev), "cuDevicePrimaryCtxRetain");
     }
     cu_context ctx = drv.ctx[device];
     pthread_mutex_unlock(&drv.ctx_lock);
@@ -337,8 +336,8 @@ khub_status khub__cuda_host_stream_sync(void *host_ctx, void *stream)
 /* The image is handed to the driver as is: a PTX image must be
  * NUL-terminated within size, which we check, since the driver reads PTX up
  * to the terminator. */
-khub_status khub__cuda_host_module_load(void *host_ctx, int device, const void *image,
-                                        size_t size, khub_cuda_module **out)
+khub_status khub__cuda_host_module_load(void *host_ctx, int device, const void *image, size_t size,
+                                        khub_cuda_module **out)
 {
     khub__host_ctx *c = host_ctx;
     if (out) *out = NULL;
@@ -375,8 +374,8 @@ khub_status khub__cuda_host_module_load(void *host_ctx, int device, const void *
 
 /* mod must be one this plugin loaded: the handle is checked against its
  * list rather than trusted. */
-khub_status khub__cuda_host_module_function(void *host_ctx, khub_cuda_module *mod,
-                                            const char *name, void **function)
+khub_status khub__cuda_host_module_function(void *host_ctx, khub_cuda_module *mod, const char *name,
+                                            void **function)
 {
     khub__host_ctx *c = host_ctx;
     if (function) *function = NULL;
@@ -393,8 +392,8 @@ khub_status khub__cuda_host_module_function(void *host_ctx, khub_cuda_module *mo
                                  "cuda_module_function %s: not a module of %s", name, p->id);
     KHUB_FORWARD_IF_ERROR(NULL, use_device(m->device));
     cu_function f = NULL;
-    khub_status st = cu_check(drv.module_get_function(&f, (cu_module)m->module, name),
-                              "cuModuleGetFunction");
+    khub_status st =
+        cu_check(drv.module_get_function(&f, (cu_module)m->module, name), "cuModuleGetFunction");
     if (st == KHUB_STATUS_OK) *function = f;
     return st;
 }
@@ -404,8 +403,8 @@ khub_status khub__cuda_host_launch(void *host_ctx, void *function, const khub_cu
 {
     (void)host_ctx;
     KHUB_FORWARD_IF_ERROR(NULL, use_current());
-    if (!function || !cfg || cfg->struct_size < offsetof(khub_cuda_launch_cfg, stream) +
-                                                    sizeof(void *))
+    if (!function || !cfg ||
+        cfg->struct_size < offsetof(khub_cuda_launch_cfg, stream) + sizeof(void *))
         return khub__plugin_fail(KHUB_STATUS_MISUSE, "cuda_launch: needs a function and a cfg");
     return cu_check(drv.launch_kernel((cu_function)function, cfg->grid[0], cfg->grid[1],
                                       cfg->grid[2], cfg->block[0], cfg->block[1], cfg->block[2],

@@ -24,14 +24,13 @@ KHUB_INTERNAL khub_status khub__cuda_host_device_cc(void *host_ctx, int device, 
 KHUB_INTERNAL khub_status khub__cuda_host_mem_alloc(void *host_ctx, int device, size_t bytes,
                                                     uint64_t *dptr);
 KHUB_INTERNAL khub_status khub__cuda_host_mem_free(void *host_ctx, uint64_t dptr);
-KHUB_INTERNAL khub_status khub__cuda_host_memcpy_htod(void *host_ctx, uint64_t dst,
-                                                      const void *src, size_t n, void *stream);
+KHUB_INTERNAL khub_status khub__cuda_host_memcpy_htod(void *host_ctx, uint64_t dst, const void *src,
+                                                      size_t n, void *stream);
 KHUB_INTERNAL khub_status khub__cuda_host_memcpy_dtoh(void *host_ctx, void *dst, uint64_t src,
                                                       size_t n, void *stream);
 KHUB_INTERNAL khub_status khub__cuda_host_stream_sync(void *host_ctx, void *stream);
-KHUB_INTERNAL khub_status khub__cuda_host_module_load(void *host_ctx, int device,
-                                                      const void *image, size_t size,
-                                                      khub_cuda_module **out);
+KHUB_INTERNAL khub_status khub__cuda_host_module_load(void *host_ctx, int device, const void *image,
+                                                      size_t size, khub_cuda_module **out);
 KHUB_INTERNAL khub_status khub__cuda_host_module_function(void *host_ctx, khub_cuda_module *mod,
                                                           const char *name, void **function);
 KHUB_INTERNAL khub_status khub__cuda_host_launch(void *host_ctx, void *function,

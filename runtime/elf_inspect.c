@@ -222,13 +222,15 @@ static khub_status check_note(const khub_abi_note *note, const char *label, char
     }
     if (!str_terminated(note->id, sizeof note->id) || note->id[0] == '\0' ||
         !str_terminated(note->version, sizeof note->version) || note->version[0] == '\0') {
-        khub__errbuf(msg, n, "%s: malformed ABI note: id or version empty or unterminated; "
-                     "rebuild the plugin with KHUB_PLUGIN_DEFINE", label);
+        khub__errbuf(msg, n,
+                     "%s: malformed ABI note: id or version empty or unterminated; "
+                     "rebuild the plugin with KHUB_PLUGIN_DEFINE",
+                     label);
         return KHUB_STATUS_NO_ABI_NOTE;
     }
     char why[160];
-    khub_status st = khub__abi_check(note->abi_major, note->abi_minor, note->ptr_size, why,
-                                     sizeof why);
+    khub_status st =
+        khub__abi_check(note->abi_major, note->abi_minor, note->ptr_size, why, sizeof why);
     if (st != KHUB_STATUS_OK)
         khub__errbuf(msg, n, "plugin %s %s: %s (%s)", note->id, note->version, why, label);
     return st;

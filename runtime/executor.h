@@ -58,15 +58,15 @@ typedef struct khub__layer {
     khub__weight attn_norm, ffn_norm; /* f32 [hidden] */
     khub__weight q_norm, k_norm;      /* f32 [head_dim], Qwen3 only */
     khub__mat q, k, v, o, gate, up, down;
-    int64_t window;                   /* sliding window in tokens, 0 = full */
+    int64_t window; /* sliding window in tokens, 0 = full */
 } khub__layer;
 
 /* One run of consecutive tokens of a sequence in a forward batch. */
 typedef struct khub__seg {
-    int32_t seq;   /* KV sequence, [0, max_seqs) */
+    int32_t seq; /* KV sequence, [0, max_seqs) */
     int32_t pad;
-    int64_t pos0;  /* position of its first token */
-    int64_t n;     /* tokens */
+    int64_t pos0; /* position of its first token */
+    int64_t n;    /* tokens */
 } khub__seg;
 
 struct khub_model {
@@ -74,11 +74,11 @@ struct khub_model {
     khub_model_config cfg;
     khub_model_info info;
     char path[1024];
-    char file[256];          /* base name for messages */
+    char file[256]; /* base name for messages */
 
-    khub_gguf *gguf;         /* owned, one of these two */
+    khub_gguf *gguf; /* owned, one of these two */
     khub_safetensors *st;
-    khub_tokenizer *tok;     /* owned, NULL when the model has none */
+    khub_tokenizer *tok; /* owned, NULL when the model has none */
 
     /* Weights. */
     khub__weight embed;      /* [vocab, hidden] */
@@ -91,8 +91,8 @@ struct khub_model {
     khub__bound bound[64];
     int n_bound;
     khub_binding *norm, *norm_res, *rotary, *attention, *act, *kv_op;
-    khub_binding *dequant;   /* for a quantized embedding, or NULL */
-    uint32_t rope_style;     /* khub_rope_style */
+    khub_binding *dequant; /* for a quantized embedding, or NULL */
+    uint32_t rope_style;   /* khub_rope_style */
 
     /* KV cache (plugin-owned). */
     const khub_kv_cache_methods *kv;
@@ -100,25 +100,25 @@ struct khub_model {
     khub_kv_cache *cache;
     khub_dtype kv_dtype;
     int64_t max_context;
-    int64_t *seq_len;        /* owned, [max_seqs] tokens cached per sequence */
+    int64_t *seq_len; /* owned, [max_seqs] tokens cached per sequence */
 
     /* Scratch, allocated at load: no allocation per token. */
     int32_t max_batch, max_seqs;
-    float *x;                /* [max_batch, hidden] residual stream */
-    float *xb;               /* [max_batch, hidden] normed input of a block */
-    float *q;                /* [max_batch, n_heads * head_dim] */
-    float *k;                /* [max_batch, n_kv_heads * head_dim] */
-    float *v;                /* [max_batch, n_kv_heads * head_dim] */
-    float *att;              /* [max_batch, n_heads * head_dim] attention output */
-    float *ob;               /* [max_batch, hidden] o_proj / down output */
-    float *gate;             /* [max_batch, ffn] */
-    float *up;               /* [max_batch, ffn] */
-    float *last;             /* [max_seqs, hidden] rows that need logits */
-    float *logits;           /* [max_seqs, vocab] */
-    int32_t *positions;      /* [max_batch] */
+    float *x;           /* [max_batch, hidden] residual stream */
+    float *xb;          /* [max_batch, hidden] normed input of a block */
+    float *q;           /* [max_batch, n_heads * head_dim] */
+    float *k;           /* [max_batch, n_kv_heads * head_dim] */
+    float *v;           /* [max_batch, n_kv_heads * head_dim] */
+    float *att;         /* [max_batch, n_heads * head_dim] attention output */
+    float *ob;          /* [max_batch, hidden] o_proj / down output */
+    float *gate;        /* [max_batch, ffn] */
+    float *up;          /* [max_batch, ffn] */
+    float *last;        /* [max_seqs, hidden] rows that need logits */
+    float *logits;      /* [max_seqs, vocab] */
+    int32_t *positions; /* [max_batch] */
     size_t scratch_bytes;
 
-    char *explain;           /* owned, built on first khub_model_explain */
+    char *explain; /* owned, built on first khub_model_explain */
 };
 
 /* Runs tokens[0..n) laid out as segs[0..n_segs) (n = sum of segs[i].n <=
@@ -126,13 +126,13 @@ struct khub_model {
  * pos0 == seq_len[seq]) and writes the logits of each segment's last token to
  * m->logits[i * vocab]. The KV cache grows by each segment. CONTEXT_FULL when
  * a segment would pass max_context. */
-KHUB_INTERNAL khub_status khub__forward(khub_model *m, const int32_t *tokens,
-                                        const khub__seg *segs, int n_segs);
+KHUB_INTERNAL khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg *segs,
+                                        int n_segs);
 /* Forgets sequence seq's cache (a new prompt starts at position 0). */
 KHUB_INTERNAL khub_status khub__forward_reset(khub_model *m, int32_t seq);
 
 /* Allocates m's scratch for its config, max_batch and max_seqs. */
 KHUB_INTERNAL khub_status khub__forward_alloc(khub_model *m);
-KHUB_INTERNAL void        khub__forward_free(khub_model *m);
+KHUB_INTERNAL void khub__forward_free(khub_model *m);
 
 #endif /* KHUB_RUNTIME_EXECUTOR_H */

@@ -60,8 +60,7 @@ static khub_status linear(khub_model *m, const khub__mat *mat, float *x, int64_t
 {
     tview xv, yv;
     khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args),
-                          .x = tv(&xv, x, 2, n, mat->w.shape[1], 0),
-                          .weight = &mat->w.t,
+                          .x = tv(&xv, x, 2, n, mat->w.shape[1], 0), .weight = &mat->w.t,
                           .bias = mat->bias.t.data ? &mat->bias.t : NULL,
                           .y = tv(&yv, y, 2, n, mat->w.shape[0], 0)};
     return call(m, mat->op, &a, what, layer);
@@ -72,7 +71,8 @@ static khub_status norm(khub_model *m, float *x, float *residual, const khub__we
                         int64_t rows, int64_t dim, float *y, const char *what, int layer)
 {
     tview xv, rv, yv;
-    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = KHUB_NORM_RMS,
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args),
+                        .norm_type = KHUB_NORM_RMS,
                         .eps = (float)m->cfg.rms_norm_eps,
                         .x = tv(&xv, x, 2, rows, dim, 0),
                         .residual = residual ? tv(&rv, residual, 2, rows, dim, 0) : NULL,
@@ -88,8 +88,10 @@ static khub_status rotary(khub_model *m, float *x, int64_t n, int64_t heads, int
     tview xv;
     khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args),
                           .x = tv(&xv, x, 3, n, heads, c->head_dim),
-                          .positions = m->positions, .style = m->rope_style,
-                          .scaling = c->rope_scaling, .theta = (float)c->rope_theta,
+                          .positions = m->positions,
+                          .style = m->rope_style,
+                          .scaling = c->rope_scaling,
+                          .theta = (float)c->rope_theta,
                           .factor = (float)c->rope_factor,
                           .low_freq_factor = (float)c->rope_low_freq_factor,
                           .high_freq_factor = (float)c->rope_high_freq_factor,
@@ -107,8 +109,10 @@ static khub_status attend(khub_model *m, const khub__layer *ly, int layer, const
     for (int s = 0; s < n_segs; s++) {
         const khub__seg *g = &segs[s];
         tview kv_, vv_, kc, vc, qv, ov;
-        khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args), .layer = layer,
-                                .seq = g->seq, .pos = g->pos0,
+        khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args),
+                                .layer = layer,
+                                .seq = g->seq,
+                                .pos = g->pos0,
                                 .k = tv(&kv_, m->k + off * kvdim, 3, g->n, c->n_kv_heads, hd),
                                 .v = tv(&vv_, m->v + off * kvdim, 3, g->n, c->n_kv_heads, hd)};
         khub_status st = m->kv->write(m->kv_state, m->cache, &w);
@@ -123,34 +127,37 @@ static khub_status attend(khub_model *m, const khub__layer *ly, int layer, const
                        m->file, layer, khub_binding_name(m->kv_op));
         khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
                                  .q = tv(&qv, m->q + off * qdim, 3, g->n, c->n_heads, hd),
-                                 .k = &kc.t, .v = &vc.t, .mask = NULL,
+                                 .k = &kc.t,
+                                 .v = &vc.t,
+                                 .mask = NULL,
                                  .out = tv(&ov, m->att + off * qdim, 3, g->n, c->n_heads, hd),
-                                 .scale = (float)(1.0 / sqrt((double)hd)), .causal = 1,
-                                 .q_pos0 = g->pos0, .window = ly->window};
+                                 .scale = (float)(1.0 / sqrt((double)hd)),
+                                 .causal = 1,
+                                 .q_pos0 = g->pos0,
+                                 .window = ly->window};
         KHUB_FORWARD_IF_ERROR(m->rt, call(m, m->attention, &a, "attention", layer));
         off += g->n;
     }
     return KHUB_STATUS_OK;
 }
 
-static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__seg *segs,
-                                 int n_segs)
+static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__seg *segs, int n_segs)
 {
     const khub_model_config *c = &m->cfg;
     const khub__layer *ly = &m->layers[L];
     int64_t hidden = c->hidden_size, hd = c->head_dim;
     khub_runtime *rt = m->rt;
 
-    KHUB_FORWARD_IF_ERROR(rt, norm(m, L == 0 ? m->x : m->ob, L == 0 ? NULL : m->x,
-                                   &ly->attn_norm, n, hidden, m->xb, "attn_norm", L));
+    KHUB_FORWARD_IF_ERROR(rt, norm(m, L == 0 ? m->x : m->ob, L == 0 ? NULL : m->x, &ly->attn_norm,
+                                   n, hidden, m->xb, "attn_norm", L));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->q, m->xb, n, m->q, "q_proj", L));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->k, m->xb, n, m->k, "k_proj", L));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->v, m->xb, n, m->v, "v_proj", L));
     if (c->qk_norm) {
-        KHUB_FORWARD_IF_ERROR(rt, norm(m, m->q, NULL, &ly->q_norm, n * c->n_heads, hd, m->q,
-                                       "q_norm", L));
-        KHUB_FORWARD_IF_ERROR(rt, norm(m, m->k, NULL, &ly->k_norm, n * c->n_kv_heads, hd, m->k,
-                                       "k_norm", L));
+        KHUB_FORWARD_IF_ERROR(
+            rt, norm(m, m->q, NULL, &ly->q_norm, n * c->n_heads, hd, m->q, "q_norm", L));
+        KHUB_FORWARD_IF_ERROR(
+            rt, norm(m, m->k, NULL, &ly->k_norm, n * c->n_kv_heads, hd, m->k, "k_norm", L));
     }
     KHUB_FORWARD_IF_ERROR(rt, rotary(m, m->q, n, c->n_heads, L, "rotary q"));
     KHUB_FORWARD_IF_ERROR(rt, rotary(m, m->k, n, c->n_kv_heads, L, "rotary k"));
@@ -179,18 +186,20 @@ static khub_status plan(khub_model *m, const khub__seg *segs, int n_segs, int64_
     int64_t n = 0;
     for (int s = 0; s < n_segs; s++) {
         const khub__seg *g = &segs[s];
-        KHUB_RETURN_IF(rt, g->seq < 0 || g->seq >= m->max_seqs || g->n < 1,
-                       KHUB_STATUS_INVALID_ARG, "forward: segment %d (sequence %d, %lld tokens) "
-                       "is invalid", s, (int)g->seq, (long long)g->n);
+        KHUB_RETURN_IF(rt, g->seq < 0 || g->seq >= m->max_seqs || g->n < 1, KHUB_STATUS_INVALID_ARG,
+                       "forward: segment %d (sequence %d, %lld tokens) "
+                       "is invalid",
+                       s, (int)g->seq, (long long)g->n);
         for (int t = 0; t < s; t++)
             KHUB_RETURN_IF(rt, segs[t].seq == g->seq, KHUB_STATUS_INVALID_ARG,
                            "forward: sequence %d appears twice in one batch", (int)g->seq);
         KHUB_RETURN_IF(rt, g->pos0 != m->seq_len[g->seq], KHUB_STATUS_INVALID_ARG,
-                       "forward: sequence %d continues at %lld but holds %lld tokens",
-                       (int)g->seq, (long long)g->pos0, (long long)m->seq_len[g->seq]);
+                       "forward: sequence %d continues at %lld but holds %lld tokens", (int)g->seq,
+                       (long long)g->pos0, (long long)m->seq_len[g->seq]);
         KHUB_RETURN_IF(rt, g->pos0 + g->n > m->max_context, KHUB_STATUS_CONTEXT_FULL,
                        "%s: sequence %d needs %lld positions, the KV cache holds %lld "
-                       "(raise max_context)", m->file, (int)g->seq, (long long)(g->pos0 + g->n),
+                       "(raise max_context)",
+                       m->file, (int)g->seq, (long long)(g->pos0 + g->n),
                        (long long)m->max_context);
         KHUB_RETURN_IF(rt, n + g->n > m->max_batch, KHUB_STATUS_INVALID_ARG,
                        "forward: batch of more than %d tokens", (int)m->max_batch);
@@ -207,8 +216,8 @@ static khub_status embed(khub_model *m, const int32_t *tokens, int64_t n)
     void *state = NULL;
     const khub_op_desc *op = khub_binding_acquire(m->dequant, &state);
     const khub_qlinear_methods *qm = op ? op->methods : NULL;
-    khub_status st = khub__weight_rows(m->rt, &m->embed, tokens, n, m->x,
-                                       qm ? qm->dequantize : NULL, state);
+    khub_status st =
+        khub__weight_rows(m->rt, &m->embed, tokens, n, m->x, qm ? qm->dequantize : NULL, state);
     khub_binding_release(m->dequant);
     return st;
 }
@@ -223,7 +232,8 @@ static khub_status kv_pin(khub_model *m)
     khub_binding_release(m->kv_op);
     return khub__fail(m->rt, KHUB_STATUS_BUSY,
                       "%s: the KV cache plugin was reloaded under this model; load the model "
-                      "again", m->file);
+                      "again",
+                      m->file);
 }
 
 khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg *segs, int n_segs)
@@ -257,8 +267,8 @@ khub_status khub__forward_reset(khub_model *m, int32_t seq)
     KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
     khub_status st = m->kv->truncate(m->kv_state, m->cache, seq, 0);
     khub_binding_release(m->kv_op);
-    KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: kv_cache truncate failed in %s",
-                   m->file, khub_binding_name(m->kv_op));
+    KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: kv_cache truncate failed in %s", m->file,
+                   khub_binding_name(m->kv_op));
     m->seq_len[seq] = 0;
     return KHUB_STATUS_OK;
 }
@@ -277,7 +287,8 @@ static float *scratch(khub_model *m, int64_t rows, int64_t cols, bool *ok)
         return NULL;
     }
     float *p = khub__aligned_alloc(m->rt, bytes);
-    if (!p) *ok = false;
+    if (!p)
+        *ok = false;
     else {
         memset(p, 0, bytes);
         m->scratch_bytes += bytes;
@@ -312,8 +323,8 @@ khub_status khub__forward_alloc(khub_model *m)
 
 void khub__forward_free(khub_model *m)
 {
-    float **bufs[] = {&m->x, &m->xb, &m->ob, &m->q, &m->att, &m->k, &m->v,
-                      &m->gate, &m->up, &m->last, &m->logits};
+    float **bufs[] = {&m->x, &m->xb,   &m->ob, &m->q,    &m->att,   &m->k,
+                      &m->v, &m->gate, &m->up, &m->last, &m->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         khub__aligned_free(m->rt, *bufs[i]);
         *bufs[i] = NULL;

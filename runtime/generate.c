@@ -23,24 +23,24 @@
 #include "tokenizer.h"
 
 typedef struct gen_seq {
-    int32_t *hist;        /* owned; [cap] prompt ids then generated ids */
+    int32_t *hist; /* owned; [cap] prompt ids then generated ids */
     size_t n_hist, n_prompt, cap;
-    size_t prefilled;     /* prompt tokens already in the cache */
-    int32_t next;         /* token to feed at the next decode step */
-    int live;             /* still generating */
-    uint32_t stop;        /* khub_stop_reason */
-    size_t streamed;      /* bytes of text handed to the callback */
-    size_t cut;           /* text length after a stop string was cut, or SIZE_MAX */
-    khub_detok *detok;    /* owned */
+    size_t prefilled;  /* prompt tokens already in the cache */
+    int32_t next;      /* token to feed at the next decode step */
+    int live;          /* still generating */
+    uint32_t stop;     /* khub_stop_reason */
+    size_t streamed;   /* bytes of text handed to the callback */
+    size_t cut;        /* text length after a stop string was cut, or SIZE_MAX */
+    khub_detok *detok; /* owned */
     khub__sampler sampler;
 } gen_seq;
 
 typedef struct gen_ctx {
     khub_model *m;
     khub_generate_opts o;
-    gen_seq *seqs;        /* owned; [n] */
+    gen_seq *seqs; /* owned; [n] */
     size_t n;
-    size_t max_stop;      /* longest stop string */
+    size_t max_stop; /* longest stop string */
     double prefill_ms, decode_ms;
     int64_t prefill_tokens, decode_tokens;
 } gen_ctx;
@@ -85,7 +85,8 @@ static khub_status prompt_ids(gen_ctx *g, size_t i, const char *prompt, gen_seq 
         KHUB_RETURN_IF(rt, n == 0, KHUB_STATUS_INVALID_ARG, "prompt %zu is empty", i);
         return khub__fail(rt, KHUB_STATUS_CONTEXT_FULL,
                           "prompt %zu has %zu tokens; the KV cache holds %lld per sequence "
-                          "(raise max_context)", i, n, (long long)m->max_context);
+                          "(raise max_context)",
+                          i, n, (long long)m->max_context);
     }
     s->cap = n + (size_t)g->o.max_new_tokens + 1;
     s->hist = khub__calloc(rt, s->cap, sizeof *s->hist);
@@ -99,15 +100,15 @@ static khub_status prompt_ids(gen_ctx *g, size_t i, const char *prompt, gen_seq 
 static khub_status setup(gen_ctx *g, const char *const *prompts)
 {
     khub_model *m = g->m;
-    khub__sampler_params sp = {g->o.temperature, g->o.top_k, g->o.top_p,
-                               g->o.repetition_penalty, g->o.seed};
+    khub__sampler_params sp = {g->o.temperature, g->o.top_k, g->o.top_p, g->o.repetition_penalty,
+                               g->o.seed};
     for (size_t i = 0; i < g->n; i++) {
         gen_seq *s = &g->seqs[i];
         s->cut = SIZE_MAX;
         KHUB_RETURN_IF(m->rt, !prompts[i], KHUB_STATUS_MISUSE, "prompt %zu is NULL", i);
         KHUB_FORWARD_IF_ERROR(m->rt, prompt_ids(g, i, prompts[i], s));
-        KHUB_FORWARD_IF_ERROR(m->rt, khub__sampler_init(m->rt, &s->sampler, &sp,
-                                                        m->cfg.vocab_size));
+        KHUB_FORWARD_IF_ERROR(m->rt,
+                              khub__sampler_init(m->rt, &s->sampler, &sp, m->cfg.vocab_size));
         KHUB_FORWARD_IF_ERROR(m->rt, khub__detok_new(m->tok, 0, &s->detok));
         KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_reset(m, (int32_t)i));
         s->live = 1;
@@ -162,8 +163,10 @@ static void stream(gen_ctx *g, size_t i, gen_seq *s, bool final)
 {
     size_t len;
     const char *text = khub__detok_text(s->detok, &len);
-    if (s->cut != SIZE_MAX) len = s->cut;
-    else if (!final) len -= held_back(g, text, len);
+    if (s->cut != SIZE_MAX)
+        len = s->cut;
+    else if (!final)
+        len -= held_back(g, text, len);
     if (!g->o.callback || len <= s->streamed) return;
     int stop = g->o.callback(g->o.callback_ud, (int32_t)i, text + s->streamed, len - s->streamed);
     s->streamed = len;
@@ -195,8 +198,10 @@ static khub_status accept(gen_ctx *g, size_t i, int32_t id)
         }
         if (s->cut != SIZE_MAX) finish(s, KHUB_STOP_STRING);
     }
-    if (s->n_hist - s->n_prompt >= (size_t)g->o.max_new_tokens) finish(s, KHUB_STOP_MAX_TOKENS);
-    else if ((int64_t)s->n_hist >= m->max_context) finish(s, KHUB_STOP_CONTEXT);
+    if (s->n_hist - s->n_prompt >= (size_t)g->o.max_new_tokens)
+        finish(s, KHUB_STOP_MAX_TOKENS);
+    else if ((int64_t)s->n_hist >= m->max_context)
+        finish(s, KHUB_STOP_CONTEXT);
     stream(g, i, s, !s->live);
     return KHUB_STATUS_OK;
 }
@@ -273,8 +278,8 @@ static khub_status decode(gen_ctx *g)
         g->decode_ms += now_ms() - t0;
         g->decode_tokens += n_segs;
         for (int k = 0; k < n_segs; k++)
-            KHUB_FORWARD_IF_ERROR(m->rt, sample_into(g, idx[k], m->logits +
-                                                     (size_t)k * (size_t)m->cfg.vocab_size));
+            KHUB_FORWARD_IF_ERROR(
+                m->rt, sample_into(g, idx[k], m->logits + (size_t)k * (size_t)m->cfg.vocab_size));
     }
 }
 
@@ -288,7 +293,8 @@ static khub_status fill_result(gen_ctx *g, size_t i, khub_generate_result *r)
     gen_seq *s = &g->seqs[i];
     const char *piece;
     size_t plen, len;
-    if (s->cut == SIZE_MAX) KHUB_FORWARD_IF_ERROR(m->rt, khub__detok_flush(s->detok, &piece, &plen));
+    if (s->cut == SIZE_MAX)
+        KHUB_FORWARD_IF_ERROR(m->rt, khub__detok_flush(s->detok, &piece, &plen));
     stream(g, i, s, true);
     const char *text = khub__detok_text(s->detok, &len);
     if (s->cut != SIZE_MAX && s->cut < len) len = s->cut;
@@ -322,24 +328,26 @@ static void free_ctx(gen_ctx *g)
     khub__free(g->m->rt, g->seqs, g->seqs ? g->n * sizeof *g->seqs : 0);
 }
 
-static khub_status read_gen_opts(khub_model *m, const khub_generate_opts *in,
-                                 khub_generate_opts *o)
+static khub_status read_gen_opts(khub_model *m, const khub_generate_opts *in, khub_generate_opts *o)
 {
     memset(o, 0, sizeof *o);
     if (in) {
         KHUB_RETURN_IF(m->rt, in->struct_size < offsetof(khub_generate_opts, max_new_tokens) + 4,
-                       KHUB_STATUS_STRUCT_SIZE, "khub_model_generate: opts.struct_size %u is "
-                       "too small", (unsigned)in->struct_size);
+                       KHUB_STATUS_STRUCT_SIZE,
+                       "khub_model_generate: opts.struct_size %u is "
+                       "too small",
+                       (unsigned)in->struct_size);
         memcpy(o, in, in->struct_size < sizeof *o ? in->struct_size : sizeof *o);
     }
     if (o->max_new_tokens == 0) o->max_new_tokens = 128;
-    KHUB_RETURN_IF(m->rt, o->max_new_tokens < 0 || o->top_k < 0 || o->temperature < 0 ||
-                              o->top_p < 0 || o->repetition_penalty < 0 ||
-                              (o->n_stop && !o->stop),
-                   KHUB_STATUS_INVALID_ARG, "khub_model_generate: max_new_tokens %d, top_k %d, "
+    KHUB_RETURN_IF(m->rt,
+                   o->max_new_tokens < 0 || o->top_k < 0 || o->temperature < 0 || o->top_p < 0 ||
+                       o->repetition_penalty < 0 || (o->n_stop && !o->stop),
+                   KHUB_STATUS_INVALID_ARG,
+                   "khub_model_generate: max_new_tokens %d, top_k %d, "
                    "temperature %g, top_p %g or repetition_penalty %g is negative, or stop is NULL",
-                   (int)o->max_new_tokens, (int)o->top_k, (double)o->temperature,
-                   (double)o->top_p, (double)o->repetition_penalty);
+                   (int)o->max_new_tokens, (int)o->top_k, (double)o->temperature, (double)o->top_p,
+                   (double)o->repetition_penalty);
     return KHUB_STATUS_OK;
 }
 
@@ -350,12 +358,14 @@ khub_status khub_model_generate(khub_model *m, const char *const *prompts, size_
     khub__clear(m->rt);
     for (size_t i = 0; i < n; i++)
         KHUB_RETURN_IF(m->rt, results[i].struct_size < sizeof(khub_generate_result),
-                       KHUB_STATUS_STRUCT_SIZE, "khub_model_generate: results[%zu].struct_size "
-                       "%u is smaller than %zu", i, (unsigned)results[i].struct_size,
-                       sizeof(khub_generate_result));
+                       KHUB_STATUS_STRUCT_SIZE,
+                       "khub_model_generate: results[%zu].struct_size "
+                       "%u is smaller than %zu",
+                       i, (unsigned)results[i].struct_size, sizeof(khub_generate_result));
     KHUB_RETURN_IF(m->rt, n > (size_t)m->max_seqs, KHUB_STATUS_INVALID_ARG,
                    "khub_model_generate: %zu prompts, the model was loaded for at most %d "
-                   "(raise max_seqs)", n, (int)m->max_seqs);
+                   "(raise max_seqs)",
+                   n, (int)m->max_seqs);
     KHUB_RETURN_IF(m->rt, !m->tok, KHUB_STATUS_TOKENIZER,
                    "%s: the model has no tokenizer, so text prompts cannot be encoded", m->file);
     gen_ctx g = {.m = m, .n = n};
@@ -376,8 +386,8 @@ void khub_generate_results_free(khub_model *m, khub_generate_result *results, si
     for (size_t i = 0; i < n; i++) {
         khub_generate_result *r = &results[i];
         khub__free(m->rt, r->text, r->text ? r->text_len + 1 : 0);
-        khub__free(m->rt, r->tokens, r->tokens ? (r->n_tokens ? (size_t)r->n_tokens : 1) *
-                                                     sizeof *r->tokens : 0);
+        khub__free(m->rt, r->tokens,
+                   r->tokens ? (r->n_tokens ? (size_t)r->n_tokens : 1) * sizeof *r->tokens : 0);
         uint32_t size = r->struct_size;
         memset(r, 0, sizeof *r);
         r->struct_size = size;

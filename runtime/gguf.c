@@ -21,22 +21,22 @@
 #include "mmap_file.h"
 
 struct khub_gguf {
-    khub_runtime *rt;      /* borrowed; allocator and messages */
-    khub_mmap map;         /* owned when opened from a file; else zeroed */
-    const uint8_t *base;   /* the bytes (map.data or the caller's) */
+    khub_runtime *rt;    /* borrowed; allocator and messages */
+    khub_mmap map;       /* owned when opened from a file; else zeroed */
+    const uint8_t *base; /* the bytes (map.data or the caller's) */
     size_t size;
-    char *name;            /* owned: path or caller's name, for messages */
+    char *name; /* owned: path or caller's name, for messages */
     uint32_t version;
     uint32_t alignment;
-    size_t data_off;       /* file offset of the data section */
+    size_t data_off; /* file offset of the data section */
 
-    khub_gguf_kv *kvs;     /* owned [kv_cap]; keys and str_off owned too */
-    size_t n_kv, kv_cap;   /* pairs read so far, pairs allocated */
-    uint32_t *kv_by_key;   /* owned [n_kv]: indices sorted by key */
+    khub_gguf_kv *kvs;   /* owned [kv_cap]; keys and str_off owned too */
+    size_t n_kv, kv_cap; /* pairs read so far, pairs allocated */
+    uint32_t *kv_by_key; /* owned [n_kv]: indices sorted by key */
 
     khub_gguf_tensor *tensors; /* owned [t_cap]; names owned too */
     size_t n_tensors, t_cap;
-    uint32_t *t_by_name;   /* owned [n_tensors]: indices sorted by name */
+    uint32_t *t_by_name; /* owned [n_tensors]: indices sorted by name */
 };
 
 /* ======================================================================== */
@@ -52,17 +52,17 @@ typedef struct ggml_type_info {
 } ggml_type_info;
 
 static const ggml_type_info ggml_types[] = {
-    [0] = {"F32", 1, 4},        [1] = {"F16", 1, 2},        [2] = {"Q4_0", 32, 18},
-    [3] = {"Q4_1", 32, 20},     [6] = {"Q5_0", 32, 22},     [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},     [9] = {"Q8_1", 32, 36},     [10] = {"Q2_K", 256, 84},
-    [11] = {"Q3_K", 256, 110},  [12] = {"Q4_K", 256, 144},  [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},  [15] = {"Q8_K", 256, 292},  [16] = {"IQ2_XXS", 256, 66},
-    [17] = {"IQ2_XS", 256, 74}, [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},  [21] = {"IQ3_S", 256, 110}, [22] = {"IQ2_S", 256, 82},
-    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},       [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},       [27] = {"I64", 1, 8},       [28] = {"F64", 1, 8},
-    [29] = {"IQ1_M", 256, 56},  [30] = {"BF16", 1, 2},      [34] = {"TQ1_0", 256, 54},
-    [35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 36},      [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
 };
 #define N_GGML_TYPES (sizeof ggml_types / sizeof ggml_types[0])
 
@@ -102,8 +102,8 @@ bool khub__ggml_type_dtype(uint32_t t, khub_dtype *out)
 /* ======================================================================== */
 
 static const char *const type_names[KHUB_GGUF_TYPE__COUNT] = {
-    "UINT8", "INT8", "UINT16", "INT16", "UINT32", "INT32", "FLOAT32",
-    "BOOL", "STRING", "ARRAY", "UINT64", "INT64", "FLOAT64",
+    "UINT8", "INT8",   "UINT16", "INT16",  "UINT32", "INT32",   "FLOAT32",
+    "BOOL",  "STRING", "ARRAY",  "UINT64", "INT64",  "FLOAT64",
 };
 static const uint8_t type_sizes[KHUB_GGUF_TYPE__COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
 
@@ -225,13 +225,13 @@ static khub_status get_name(cursor *c, const char *field, char **out)
     const uint8_t *p;
     uint64_t len;
     KHUB_FORWARD_IF_ERROR(c->g->rt, get_str(c, field, &p, &len));
-    KHUB_RETURN_IF(c->g->rt, len == 0, KHUB_STATUS_MODEL_INVALID, "%s: %s: empty %s",
-                   c->g->name, c->where, field);
+    KHUB_RETURN_IF(c->g->rt, len == 0, KHUB_STATUS_MODEL_INVALID, "%s: %s: empty %s", c->g->name,
+                   c->where, field);
     KHUB_RETURN_IF(c->g->rt, memchr(p, 0, (size_t)len) != NULL, KHUB_STATUS_MODEL_INVALID,
                    "%s: %s: %s contains a NUL byte", c->g->name, c->where, field);
     char *s = khub__malloc(c->g->rt, (size_t)len + 1);
-    KHUB_RETURN_IF(c->g->rt, !s, KHUB_STATUS_NOMEM, "%s: out of memory reading %s",
-                   c->g->name, field);
+    KHUB_RETURN_IF(c->g->rt, !s, KHUB_STATUS_NOMEM, "%s: out of memory reading %s", c->g->name,
+                   field);
     memcpy(s, p, (size_t)len);
     s[len] = '\0';
     *out = s;
@@ -246,9 +246,8 @@ static khub_status check_count(cursor *c, uint64_t count, uint64_t min_bytes, co
     KHUB_RETURN_IF(c->g->rt, count > left / min_bytes, KHUB_STATUS_TRUNCATED,
                    "%s: %s%s%s %llu needs at least %llu bytes per entry but only %llu bytes are "
                    "left (truncated file or corrupt count)",
-                   c->g->name, c->where, c->where[0] ? ": " : "", field,
-                   (unsigned long long)count, (unsigned long long)min_bytes,
-                   (unsigned long long)left);
+                   c->g->name, c->where, c->where[0] ? ": " : "", field, (unsigned long long)count,
+                   (unsigned long long)min_bytes, (unsigned long long)left);
     return KHUB_STATUS_OK;
 }
 
@@ -311,8 +310,7 @@ static khub_status parse_value(cursor *c, khub_gguf_kv *kv)
     KHUB_FORWARD_IF_ERROR(rt, need(c, kv->len, "value"));
     kv->data = c->g->base + c->pos;
     KHUB_RETURN_IF(rt, type == KHUB_GGUF_BOOL && kv->data[0] > 1, KHUB_STATUS_MODEL_INVALID,
-                   "%s: %s: BOOL value %u is neither 0 nor 1", c->g->name, c->where,
-                   kv->data[0]);
+                   "%s: %s: BOOL value %u is neither 0 nor 1", c->g->name, c->where, kv->data[0]);
     c->pos += (size_t)kv->len;
     return KHUB_STATUS_OK;
 }
@@ -377,8 +375,8 @@ static khub_status parse_metadata(cursor *c, uint64_t n_kv)
     for (size_t i = 1; i < g->n_kv; i++) {
         const char *k = g->kvs[g->kv_by_key[i]].key;
         KHUB_RETURN_IF(g->rt, strcmp(g->kvs[g->kv_by_key[i - 1]].key, k) == 0,
-                       KHUB_STATUS_MODEL_INVALID, "%s: duplicate metadata key '%.200s'",
-                       g->name, k);
+                       KHUB_STATUS_MODEL_INVALID, "%s: duplicate metadata key '%.200s'", g->name,
+                       k);
     }
 
     g->alignment = KHUB_GGUF_DEFAULT_ALIGNMENT;
@@ -387,8 +385,7 @@ static khub_status parse_metadata(cursor *c, uint64_t n_kv)
         uint32_t a = g->alignment;
         KHUB_RETURN_IF(g->rt, a == 0 || (a & (a - 1)) != 0 || a > (1u << 20),
                        KHUB_STATUS_MODEL_INVALID,
-                       "%s: general.alignment %u is not a power of two in 1..1048576", g->name,
-                       a);
+                       "%s: general.alignment %u is not a power of two in 1..1048576", g->name, a);
     }
     return KHUB_STATUS_OK;
 }
@@ -421,8 +418,8 @@ static khub_status parse_tensor_shape(cursor *c, khub_gguf_tensor *t)
     KHUB_FORWARD_IF_ERROR(g->rt, get_u32(c, "ggml type", &t->ggml_type));
     int64_t blck, bytes;
     KHUB_RETURN_IF(g->rt, !khub__ggml_type_block(t->ggml_type, &blck, &bytes),
-                   KHUB_STATUS_MODEL_UNSUPPORTED, "%s: %s: unknown ggml type %u", g->name,
-                   c->where, t->ggml_type);
+                   KHUB_STATUS_MODEL_UNSUPPORTED, "%s: %s: unknown ggml type %u", g->name, c->where,
+                   t->ggml_type);
     KHUB_RETURN_IF(g->rt, t->ne[0] % blck != 0, KHUB_STATUS_MODEL_INVALID,
                    "%s: %s: ne[0] = %lld is not a multiple of the %s block size %lld", g->name,
                    c->where, (long long)t->ne[0], ggml_types[t->ggml_type].name, (long long)blck);
@@ -434,8 +431,8 @@ static khub_status parse_tensor_shape(cursor *c, khub_gguf_tensor *t)
     t->nbytes = total;
     KHUB_FORWARD_IF_ERROR(g->rt, get_u64(c, "offset", &t->offset));
     KHUB_RETURN_IF(g->rt, t->offset % g->alignment != 0, KHUB_STATUS_MODEL_INVALID,
-                   "%s: %s: offset %llu is not a multiple of the alignment %u", g->name,
-                   c->where, (unsigned long long)t->offset, g->alignment);
+                   "%s: %s: offset %llu is not a multiple of the alignment %u", g->name, c->where,
+                   (unsigned long long)t->offset, g->alignment);
     return KHUB_STATUS_OK;
 }
 
@@ -448,9 +445,8 @@ static khub_status parse_tensor_infos(cursor *c, uint64_t n_tensors)
                    "%s: tensor_count %llu is absurd", g->name, (unsigned long long)n_tensors);
     if (n_tensors > 0) {
         g->tensors = khub__calloc(g->rt, (size_t)n_tensors, sizeof *g->tensors);
-        KHUB_RETURN_IF(g->rt, !g->tensors, KHUB_STATUS_NOMEM,
-                       "%s: out of memory for %llu tensors", g->name,
-                       (unsigned long long)n_tensors);
+        KHUB_RETURN_IF(g->rt, !g->tensors, KHUB_STATUS_NOMEM, "%s: out of memory for %llu tensors",
+                       g->name, (unsigned long long)n_tensors);
         g->t_cap = (size_t)n_tensors;
     }
     for (uint64_t i = 0; i < n_tensors; i++) {
@@ -479,11 +475,10 @@ static khub_status check_tensor_data(cursor *c)
     size_t avail = g->size - g->data_off;
     for (size_t i = 0; i < g->n_tensors; i++) {
         khub_gguf_tensor *t = &g->tensors[i];
-        KHUB_RETURN_IF(g->rt, t->offset > avail || t->nbytes > avail - t->offset,
-                       KHUB_STATUS_TRUNCATED,
-                       "%s: tensor '%.120s': offset %llu + %zu bytes past end of file (%zu)",
-                       g->name, t->name, (unsigned long long)(g->data_off + t->offset),
-                       t->nbytes, g->size);
+        KHUB_RETURN_IF(
+            g->rt, t->offset > avail || t->nbytes > avail - t->offset, KHUB_STATUS_TRUNCATED,
+            "%s: tensor '%.120s': offset %llu + %zu bytes past end of file (%zu)", g->name, t->name,
+            (unsigned long long)(g->data_off + t->offset), t->nbytes, g->size);
         t->data = g->base + g->data_off + t->offset;
     }
 
@@ -491,8 +486,7 @@ static khub_status check_tensor_data(cursor *c)
     for (size_t i = 1; i < g->n_tensors; i++) {
         const char *n = g->tensors[g->t_by_name[i]].name;
         KHUB_RETURN_IF(g->rt, strcmp(g->tensors[g->t_by_name[i - 1]].name, n) == 0,
-                       KHUB_STATUS_MODEL_INVALID, "%s: duplicate tensor name '%.200s'", g->name,
-                       n);
+                       KHUB_STATUS_MODEL_INVALID, "%s: duplicate tensor name '%.200s'", g->name, n);
     }
 
     uint32_t *by_off;
@@ -537,8 +531,7 @@ static khub_status parse_header(khub_gguf *g)
     return check_tensor_data(&c);
 }
 
-static khub_status open_common(khub_runtime *rt, const char *name, khub_gguf *g,
-                               khub_gguf **out)
+static khub_status open_common(khub_runtime *rt, const char *name, khub_gguf *g, khub_gguf **out)
 {
     khub_status st;
     g->name = khub__strdup(rt, name);
@@ -630,8 +623,10 @@ const khub_gguf_kv *khub__gguf_find(const khub_gguf *g, const char *key)
         const khub_gguf_kv *kv = &g->kvs[g->kv_by_key[mid]];
         int c = strcmp(kv->key, key);
         if (c == 0) return kv;
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -639,8 +634,8 @@ const khub_gguf_kv *khub__gguf_find(const khub_gguf *g, const char *key)
 static khub_status find_required(const khub_gguf *g, const char *key, const khub_gguf_kv **out)
 {
     *out = khub__gguf_find(g, key);
-    KHUB_RETURN_IF(g->rt, !*out, KHUB_STATUS_NOT_FOUND, "%s: metadata key '%s' is missing",
-                   g->name, key);
+    KHUB_RETURN_IF(g->rt, !*out, KHUB_STATUS_NOT_FOUND, "%s: metadata key '%s' is missing", g->name,
+                   key);
     return KHUB_STATUS_OK;
 }
 
@@ -744,8 +739,7 @@ static khub_status check_elem(const khub_gguf *g, const khub_gguf_kv *kv, uint64
     return KHUB_STATUS_OK;
 }
 
-khub_status khub__gguf_arr_i64(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i,
-                               int64_t *out)
+khub_status khub__gguf_arr_i64(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i, int64_t *out)
 {
     KHUB_FORWARD_IF_ERROR(g->rt, check_elem(g, kv, i));
     int r = kv->elem == KHUB_GGUF_BOOL || kv->elem == KHUB_GGUF_STRING
@@ -757,8 +751,7 @@ khub_status khub__gguf_arr_i64(const khub_gguf *g, const khub_gguf_kv *kv, uint6
     return KHUB_STATUS_OK;
 }
 
-khub_status khub__gguf_arr_f32(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i,
-                               float *out)
+khub_status khub__gguf_arr_f32(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i, float *out)
 {
     KHUB_FORWARD_IF_ERROR(g->rt, check_elem(g, kv, i));
     double d = 0;
@@ -800,8 +793,10 @@ const khub_gguf_tensor *khub__gguf_tensor_find(const khub_gguf *g, const char *n
         const khub_gguf_tensor *t = &g->tensors[g->t_by_name[mid]];
         int c = strcmp(t->name, name);
         if (c == 0) return t;
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -815,13 +810,11 @@ khub_status khub__gguf_tensor_get(const khub_gguf *g, const char *name,
     return KHUB_STATUS_OK;
 }
 
-khub_status khub__gguf_tensor_dtype(const khub_gguf *g, const khub_gguf_tensor *t,
-                                    khub_dtype *out)
+khub_status khub__gguf_tensor_dtype(const khub_gguf *g, const khub_gguf_tensor *t, khub_dtype *out)
 {
     KHUB_API_CHECK(g->rt, t != NULL && out != NULL);
     const char *tn = khub__ggml_type_name(t->ggml_type);
-    KHUB_RETURN_IF(g->rt, !khub__ggml_type_dtype(t->ggml_type, out),
-                   KHUB_STATUS_MODEL_UNSUPPORTED,
+    KHUB_RETURN_IF(g->rt, !khub__ggml_type_dtype(t->ggml_type, out), KHUB_STATUS_MODEL_UNSUPPORTED,
                    "%s: unsupported tensor type %s (%u) in tensor '%s' (supported: F32, F16, "
                    "BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)",
                    g->name, tn ? tn : "?", t->ggml_type, t->name);

@@ -87,33 +87,33 @@ enum {
     KHUB_GGML_BF16 = 30
 };
 
-#define KHUB_GGUF_MAX_DIMS 4
+#define KHUB_GGUF_MAX_DIMS          4
 #define KHUB_GGUF_DEFAULT_ALIGNMENT 32
 
 /* One metadata key-value pair. All pointers are valid until khub__gguf_close. */
 typedef struct khub_gguf_kv {
-    const char *key;       /* owned by the khub_gguf, NUL-terminated */
-    khub_gguf_type type;   /* a scalar type, STRING or ARRAY */
-    khub_gguf_type elem;   /* ARRAY: the element type (never ARRAY); else == type */
-    uint64_t count;        /* ARRAY: number of elements; else 1 */
-    const uint8_t *data;   /* borrowed, into the mapping, UNALIGNED: the scalar's bytes,
-                              a string's bytes (not NUL-terminated), or an array's first
-                              element (numbers packed little-endian; use memcpy) */
-    uint64_t len;          /* STRING: bytes at data; ARRAY of numbers: count * elem size */
+    const char *key;         /* owned by the khub_gguf, NUL-terminated */
+    khub_gguf_type type;     /* a scalar type, STRING or ARRAY */
+    khub_gguf_type elem;     /* ARRAY: the element type (never ARRAY); else == type */
+    uint64_t count;          /* ARRAY: number of elements; else 1 */
+    const uint8_t *data;     /* borrowed, into the mapping, UNALIGNED: the scalar's bytes,
+                                a string's bytes (not NUL-terminated), or an array's first
+                                element (numbers packed little-endian; use memcpy) */
+    uint64_t len;            /* STRING: bytes at data; ARRAY of numbers: count * elem size */
     const uint64_t *str_off; /* private: ARRAY of STRING, offsets of each u64 length prefix */
 } khub_gguf_kv;
 
 /* One tensor. All pointers are valid until khub__gguf_close. */
 typedef struct khub_gguf_tensor {
-    const char *name;      /* owned by the khub_gguf, NUL-terminated */
-    uint32_t n_dims;       /* 1..4 */
+    const char *name;               /* owned by the khub_gguf, NUL-terminated */
+    uint32_t n_dims;                /* 1..4 */
     int64_t ne[KHUB_GGUF_MAX_DIMS]; /* elements per dim, GGUF order (ne[0] fastest);
                                        dims past n_dims are 1 */
-    int64_t n_elems;       /* product of ne[] */
-    uint32_t ggml_type;    /* ggml type id (KHUB_GGML_* or another known to ggml) */
-    uint64_t offset;       /* bytes from the start of the data section */
-    const void *data;      /* borrowed, into the mapping; aligned to alignment */
-    size_t nbytes;         /* bytes of data: (ne[0] / block) * block bytes * rows */
+    int64_t n_elems;                /* product of ne[] */
+    uint32_t ggml_type;             /* ggml type id (KHUB_GGML_* or another known to ggml) */
+    uint64_t offset;                /* bytes from the start of the data section */
+    const void *data;               /* borrowed, into the mapping; aligned to alignment */
+    size_t nbytes;                  /* bytes of data: (ne[0] / block) * block bytes * rows */
 } khub_gguf_tensor;
 
 /* ------------------------------------------------------------------------ */
@@ -127,22 +127,22 @@ KHUB_INTERNAL khub_status khub__gguf_open(khub_runtime *rt, const char *path, kh
 
 /* As khub__gguf_open, on bytes the caller owns (fuzzers, tests). name is
  * used in messages. data must stay valid and unchanged until close. */
-KHUB_INTERNAL khub_status khub__gguf_open_mem(khub_runtime *rt, const char *name,
-                                              const void *data, size_t size, khub_gguf **out);
+KHUB_INTERNAL khub_status khub__gguf_open_mem(khub_runtime *rt, const char *name, const void *data,
+                                              size_t size, khub_gguf **out);
 
 /* Unmaps and frees everything; every pointer from g dies. NULL is fine. */
 KHUB_INTERNAL void khub__gguf_close(khub_gguf *g);
 
-KHUB_INTERNAL const char *khub__gguf_path(const khub_gguf *g);       /* as given to open */
-KHUB_INTERNAL uint32_t    khub__gguf_version(const khub_gguf *g);    /* 2 or 3 */
-KHUB_INTERNAL uint32_t    khub__gguf_alignment(const khub_gguf *g);  /* bytes */
-KHUB_INTERNAL size_t      khub__gguf_data_offset(const khub_gguf *g); /* file offset */
+KHUB_INTERNAL const char *khub__gguf_path(const khub_gguf *g);   /* as given to open */
+KHUB_INTERNAL uint32_t khub__gguf_version(const khub_gguf *g);   /* 2 or 3 */
+KHUB_INTERNAL uint32_t khub__gguf_alignment(const khub_gguf *g); /* bytes */
+KHUB_INTERNAL size_t khub__gguf_data_offset(const khub_gguf *g); /* file offset */
 
 /* ------------------------------------------------------------------------ */
 /* Metadata                                                                 */
 /* ------------------------------------------------------------------------ */
 
-KHUB_INTERNAL size_t             khub__gguf_kv_count(const khub_gguf *g);
+KHUB_INTERNAL size_t khub__gguf_kv_count(const khub_gguf *g);
 /* The i-th pair in file order; NULL when i is out of range. */
 KHUB_INTERNAL const khub_gguf_kv *khub__gguf_kv_at(const khub_gguf *g, size_t i);
 /* The pair named key, or NULL (sets no error: use it for optional keys). */
@@ -160,8 +160,8 @@ KHUB_INTERNAL khub_status khub__gguf_get_i64(const khub_gguf *g, const char *key
 KHUB_INTERNAL khub_status khub__gguf_get_f32(const khub_gguf *g, const char *key, float *out);
 KHUB_INTERNAL khub_status khub__gguf_get_f64(const khub_gguf *g, const char *key, double *out);
 KHUB_INTERNAL khub_status khub__gguf_get_bool(const khub_gguf *g, const char *key, bool *out);
-KHUB_INTERNAL khub_status khub__gguf_get_str(const khub_gguf *g, const char *key,
-                                             const char **ptr, size_t *len);
+KHUB_INTERNAL khub_status khub__gguf_get_str(const khub_gguf *g, const char *key, const char **ptr,
+                                             size_t *len);
 
 /* Array access. khub__gguf_get_arr: the array named key (NOT_FOUND when
  * absent, MODEL_INVALID when not an array or, when want_elem is not
@@ -172,15 +172,15 @@ KHUB_INTERNAL khub_status khub__gguf_get_str(const khub_gguf *g, const char *key
  *   arr_str: STRING elements; (ptr, len) borrowed, not NUL-terminated. O(1). */
 KHUB_INTERNAL khub_status khub__gguf_get_arr(const khub_gguf *g, const char *key,
                                              khub_gguf_type want_elem, const khub_gguf_kv **out);
-KHUB_INTERNAL khub_status khub__gguf_arr_i64(const khub_gguf *g, const khub_gguf_kv *kv,
-                                             uint64_t i, int64_t *out);
-KHUB_INTERNAL khub_status khub__gguf_arr_f32(const khub_gguf *g, const khub_gguf_kv *kv,
-                                             uint64_t i, float *out);
-KHUB_INTERNAL khub_status khub__gguf_arr_str(const khub_gguf *g, const khub_gguf_kv *kv,
-                                             uint64_t i, const char **ptr, size_t *len);
+KHUB_INTERNAL khub_status khub__gguf_arr_i64(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i,
+                                             int64_t *out);
+KHUB_INTERNAL khub_status khub__gguf_arr_f32(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i,
+                                             float *out);
+KHUB_INTERNAL khub_status khub__gguf_arr_str(const khub_gguf *g, const khub_gguf_kv *kv, uint64_t i,
+                                             const char **ptr, size_t *len);
 
 /* Bytes of one element of a scalar type (STRING and ARRAY: 0). */
-KHUB_INTERNAL size_t      khub__gguf_type_size(khub_gguf_type t);
+KHUB_INTERNAL size_t khub__gguf_type_size(khub_gguf_type t);
 /* "UINT32", "STRING", ...; "?" for an unknown value. */
 KHUB_INTERNAL const char *khub__gguf_type_name(khub_gguf_type t);
 
@@ -188,12 +188,11 @@ KHUB_INTERNAL const char *khub__gguf_type_name(khub_gguf_type t);
 /* Tensors                                                                  */
 /* ------------------------------------------------------------------------ */
 
-KHUB_INTERNAL size_t                  khub__gguf_tensor_count(const khub_gguf *g);
+KHUB_INTERNAL size_t khub__gguf_tensor_count(const khub_gguf *g);
 /* The i-th tensor in file order; NULL when i is out of range. */
 KHUB_INTERNAL const khub_gguf_tensor *khub__gguf_tensor_at(const khub_gguf *g, size_t i);
 /* The tensor named name, or NULL (sets no error). O(log n). */
-KHUB_INTERNAL const khub_gguf_tensor *khub__gguf_tensor_find(const khub_gguf *g,
-                                                             const char *name);
+KHUB_INTERNAL const khub_gguf_tensor *khub__gguf_tensor_find(const khub_gguf *g, const char *name);
 /* The tensor named name; NOT_FOUND with "<file>: tensor 'x' is missing". */
 KHUB_INTERNAL khub_status khub__gguf_tensor_get(const khub_gguf *g, const char *name,
                                                 const khub_gguf_tensor **out);

@@ -28,7 +28,7 @@ struct khub__runtime_host {
 static _Thread_local char tls_plugin_msg[KHUB_ERROR_SIZE];
 
 const char *khub__plugin_msg(void) { return tls_plugin_msg; }
-void        khub__plugin_msg_clear(void) { tls_plugin_msg[0] = '\0'; }
+void khub__plugin_msg_clear(void) { tls_plugin_msg[0] = '\0'; }
 
 static const char *ctx_name(const khub__host_ctx *c)
 {
@@ -114,16 +114,15 @@ static uint32_t host_cpu_features(void *host_ctx)
 /* Artifacts need a variant directory, which only the hub's loader path
  * supplies (khub__plugin_load_verified); plugins loaded from a bare file
  * have none. */
-static khub_status host_artifact(void *host_ctx, const char *name, const void **data,
-                                 size_t *size)
+static khub_status host_artifact(void *host_ctx, const char *name, const void **data, size_t *size)
 {
     const khub__host_ctx *c = host_ctx;
     if (data) *data = NULL;
     if (size) *size = 0;
     if (c && c->plugin && c->plugin->artifacts) {
         char msg[KHUB_ERROR_SIZE];
-        khub_status st = khub__artifacts_get(c->rt, c->plugin->artifacts, name, data, size, msg,
-                                             sizeof msg);
+        khub_status st =
+            khub__artifacts_get(c->rt, c->plugin->artifacts, name, data, size, msg, sizeof msg);
         if (st == KHUB_STATUS_OK) return st;
         return host_fail(host_ctx, st, "%s: %s", ctx_name(c), msg);
     }

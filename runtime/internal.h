@@ -41,54 +41,54 @@ KHUB_INTERNAL void khub__errbuf(char *buf, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Fails with st and a message when cond holds; logs file:line at DEBUG. */
-#define KHUB_RETURN_IF(rt, cond, st, ...)                                             \
-    do {                                                                              \
-        if (cond) {                                                                   \
-            khub__log((rt), KHUB_LOG_DEBUG, "%s:%d: %s: (%s)", __FILE__, __LINE__,     \
-                      __func__, #cond);                                               \
-            return khub__fail((rt), (st), __VA_ARGS__);                               \
-        }                                                                             \
+#define KHUB_RETURN_IF(rt, cond, st, ...)                                                    \
+    do {                                                                                     \
+        if (cond) {                                                                          \
+            khub__log((rt), KHUB_LOG_DEBUG, "%s:%d: %s: (%s)", __FILE__, __LINE__, __func__, \
+                      #cond);                                                                \
+            return khub__fail((rt), (st), __VA_ARGS__);                                      \
+        }                                                                                    \
     } while (0)
 
 /* Returns st when it is an error (its message is already set). */
-#define KHUB_FORWARD_IF_ERROR(rt, expr)                                               \
-    do {                                                                              \
-        khub_status st_fwd_ = (expr);                                                 \
-        if (st_fwd_ != KHUB_STATUS_OK) {                                              \
-            khub__log((rt), KHUB_LOG_DEBUG, "%s:%d: %s: forwarding %s", __FILE__,      \
-                      __LINE__, __func__, khub_status_name(st_fwd_));                 \
-            return st_fwd_;                                                           \
-        }                                                                             \
+#define KHUB_FORWARD_IF_ERROR(rt, expr)                                                     \
+    do {                                                                                    \
+        khub_status st_fwd_ = (expr);                                                       \
+        if (st_fwd_ != KHUB_STATUS_OK) {                                                    \
+            khub__log((rt), KHUB_LOG_DEBUG, "%s:%d: %s: forwarding %s", __FILE__, __LINE__, \
+                      __func__, khub_status_name(st_fwd_));                                 \
+            return st_fwd_;                                                                 \
+        }                                                                                   \
     } while (0)
 
 /* Embedder misuse: an assert in debug builds, KHUB_STATUS_MISUSE in release. */
 #ifdef NDEBUG
-#define KHUB_API_CHECK(rt, cond)                                                      \
-    do {                                                                              \
-        if (!(cond)) return khub__fail((rt), KHUB_STATUS_MISUSE, "%s: misuse: %s",     \
-                                       __func__, #cond);                              \
+#define KHUB_API_CHECK(rt, cond)                                                            \
+    do {                                                                                    \
+        if (!(cond))                                                                        \
+            return khub__fail((rt), KHUB_STATUS_MISUSE, "%s: misuse: %s", __func__, #cond); \
     } while (0)
 #else
 #include <assert.h>
-#define KHUB_API_CHECK(rt, cond)                                                      \
-    do {                                                                              \
-        assert(cond);                                                                 \
-        if (!(cond)) return khub__fail((rt), KHUB_STATUS_MISUSE, "%s: misuse: %s",     \
-                                       __func__, #cond);                              \
+#define KHUB_API_CHECK(rt, cond)                                                            \
+    do {                                                                                    \
+        assert(cond);                                                                       \
+        if (!(cond))                                                                        \
+            return khub__fail((rt), KHUB_STATUS_MISUSE, "%s: misuse: %s", __func__, #cond); \
     } while (0)
 #endif
 
 /* Internal invariants (our bugs). */
-#define KHUB_ASSERT(cond)                                                             \
-    do {                                                                              \
-        if (!(cond)) khub__assert_fail(#cond, __FILE__, __LINE__);                    \
+#define KHUB_ASSERT(cond)                                          \
+    do {                                                           \
+        if (!(cond)) khub__assert_fail(#cond, __FILE__, __LINE__); \
     } while (0)
 KHUB_INTERNAL void khub__assert_fail(const char *cond, const char *file, int line)
     __attribute__((noreturn));
 
 /* Defensive branches that should never be taken (sqlite's ALWAYS/NEVER). */
 #define ALWAYS(x) (x)
-#define NEVER(x) (x)
+#define NEVER(x)  (x)
 
 /* ------------------------------------------------------------------------ */
 /* Checked arithmetic for sizes from untrusted data                         */
@@ -115,13 +115,13 @@ KHUB_INTERNAL void *khub__malloc(khub_runtime *rt, size_t n);
 KHUB_INTERNAL void *khub__calloc(khub_runtime *rt, size_t count, size_t size);
 KHUB_INTERNAL void *khub__realloc(khub_runtime *rt, void *p, size_t old_n, size_t new_n);
 /* n is the size given at allocation (the allocator contract needs it). */
-KHUB_INTERNAL void  khub__free(khub_runtime *rt, void *p, size_t n);
+KHUB_INTERNAL void khub__free(khub_runtime *rt, void *p, size_t n);
 KHUB_INTERNAL char *khub__strdup(khub_runtime *rt, const char *s);
-KHUB_INTERNAL void  khub__strfree(khub_runtime *rt, char *s);
+KHUB_INTERNAL void khub__strfree(khub_runtime *rt, char *s);
 /* 64-byte aligned blocks (for tensors and plugin allocations); the size is
  * remembered in a header. */
 KHUB_INTERNAL void *khub__aligned_alloc(khub_runtime *rt, size_t n);
-KHUB_INTERNAL void  khub__aligned_free(khub_runtime *rt, void *p);
+KHUB_INTERNAL void khub__aligned_free(khub_runtime *rt, void *p);
 
 /* ------------------------------------------------------------------------ */
 /* Logging                                                                  */
@@ -132,10 +132,12 @@ KHUB_INTERNAL void khub__log(const khub_runtime *rt, khub_log_level level, const
 KHUB_INTERNAL void khub__vlog(const khub_runtime *rt, khub_log_level level, const char *fmt,
                               va_list ap);
 
-#define KHUB_LOG_E(rt, fmt, ...) khub__log((rt), KHUB_LOG_ERROR, "%s: " fmt, __func__, ##__VA_ARGS__)
+#define KHUB_LOG_E(rt, fmt, ...) \
+    khub__log((rt), KHUB_LOG_ERROR, "%s: " fmt, __func__, ##__VA_ARGS__)
 #define KHUB_LOG_W(rt, fmt, ...) khub__log((rt), KHUB_LOG_WARN, "%s: " fmt, __func__, ##__VA_ARGS__)
 #define KHUB_LOG_I(rt, fmt, ...) khub__log((rt), KHUB_LOG_INFO, "%s: " fmt, __func__, ##__VA_ARGS__)
-#define KHUB_LOG_D(rt, fmt, ...) khub__log((rt), KHUB_LOG_DEBUG, "%s: " fmt, __func__, ##__VA_ARGS__)
+#define KHUB_LOG_D(rt, fmt, ...) \
+    khub__log((rt), KHUB_LOG_DEBUG, "%s: " fmt, __func__, ##__VA_ARGS__)
 
 /* ------------------------------------------------------------------------ */
 /* Thread pool (runtime/threadpool.c)                                       */
@@ -144,8 +146,8 @@ KHUB_INTERNAL void khub__vlog(const khub_runtime *rt, khub_log_level level, cons
 typedef struct khub_pool khub_pool;
 
 KHUB_INTERNAL khub_status khub__pool_new(khub_runtime *rt, int n_threads, khub_pool **out);
-KHUB_INTERNAL void        khub__pool_free(khub_pool *pool);
-KHUB_INTERNAL int         khub__pool_size(const khub_pool *pool);
+KHUB_INTERNAL void khub__pool_free(khub_pool *pool);
+KHUB_INTERNAL int khub__pool_size(const khub_pool *pool);
 /* Splits [0, n) into one chunk per thread and runs fn on each; the calling
  * thread takes part. A call from inside a pool task runs inline. */
 KHUB_INTERNAL void khub__pool_for(khub_pool *pool, int64_t n, khub_range_fn fn, void *ud);

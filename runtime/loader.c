@@ -36,21 +36,21 @@
 #include "plugin_artifacts.h"
 #include "runtime_impl.h"
 
-#define MAX_PLUGIN_BYTES ((size_t)1 << 30)
+#define MAX_PLUGIN_BYTES   ((size_t)1 << 30)
 #define MAX_MANIFEST_BYTES ((size_t)1 << 20)
-#define MAX_OPS 1024
-#define MAX_HEAD_DIMS 64
-#define MAX_OP_NAME 64
+#define MAX_OPS            1024
+#define MAX_HEAD_DIMS      64
+#define MAX_OP_NAME        64
 
 /* The ABI 1.0 sizes: the smallest structs a plugin may hand over. */
 #define DESC_MIN_1_0 (offsetof(khub_plugin_desc, shutdown) + sizeof(void (*)(void *)))
-#define OP_MIN_1_0 (offsetof(khub_op_desc, methods) + sizeof(void *))
+#define OP_MIN_1_0   (offsetof(khub_op_desc, methods) + sizeof(void *))
 #define CAPS_MIN_1_0 (offsetof(khub_op_caps, reserved2) + sizeof(uint32_t))
 
 static const char *kind_name(uint32_t k)
 {
-    static const char *names[] = {"?",    "attention",  "linear", "qlinear",
-                                  "kv_cache", "norm", "activation", "rotary"};
+    static const char *names[] = {"?",        "attention", "linear",     "qlinear",
+                                  "kv_cache", "norm",      "activation", "rotary"};
     return k < KHUB_OP_KIND__COUNT ? names[k] : "unknown";
 }
 
@@ -65,8 +65,8 @@ static khub_status check_path(const char *path, char *msg, size_t n)
         return KHUB_STATUS_INVALID_ARG;
     }
     if (strnlen(path, PATH_MAX) >= PATH_MAX) {
-        khub__errbuf(msg, n, "plugin path of %zu+ bytes exceeds PATH_MAX (%d)",
-                     (size_t)PATH_MAX, PATH_MAX);
+        khub__errbuf(msg, n, "plugin path of %zu+ bytes exceeds PATH_MAX (%d)", (size_t)PATH_MAX,
+                     PATH_MAX);
         return KHUB_STATUS_INVALID_ARG;
     }
     return KHUB_STATUS_OK;
@@ -135,8 +135,8 @@ khub_status khub_plugin_inspect(const char *path, khub_plugin_info *info, char *
     size_t size = 0;
     khub_plugin_info full = {KHUB_STRUCT_INIT(khub_plugin_info)};
     khub_status st = check_path(path, msg, sizeof msg);
-    if (st == KHUB_STATUS_OK) st = read_file(NULL, path, MAX_PLUGIN_BYTES, &data, &size, msg,
-                                             sizeof msg);
+    if (st == KHUB_STATUS_OK)
+        st = read_file(NULL, path, MAX_PLUGIN_BYTES, &data, &size, msg, sizeof msg);
     if (st == KHUB_STATUS_OK) st = khub__sha256_hex(data, size, full.sha256);
     if (st == KHUB_STATUS_OK) st = khub__elf_inspect(data, size, path, &full, msg, sizeof msg);
     khub__free(NULL, data, size + 1);
@@ -186,9 +186,8 @@ static void plugin_dlclose(khub_plugin *p)
     dlclose(p->dl);
     p->dl = NULL;
     if (dl_iterate_phdr(find_loaded, fdpath)) {
-        khub__log(p->rt, KHUB_LOG_WARN,
-                  "plugin %s %s: still mapped after dlclose; keeping %s open", p->id,
-                  p->version, fdpath);
+        khub__log(p->rt, KHUB_LOG_WARN, "plugin %s %s: still mapped after dlclose; keeping %s open",
+                  p->id, p->version, fdpath);
         p->memfd = -1;
     }
 }
@@ -218,8 +217,8 @@ static void plugin_retire(khub_plugin *p)
     if (p->desc.quiesce) {
         khub_status st = p->desc.quiesce(p->desc.state);
         if (st != KHUB_STATUS_OK)
-            khub__log(p->rt, KHUB_LOG_WARN, "plugin %s %s: quiesce returned %s", p->id,
-                      p->version, khub_status_name(st));
+            khub__log(p->rt, KHUB_LOG_WARN, "plugin %s %s: quiesce returned %s", p->id, p->version,
+                      khub_status_name(st));
     }
     if (p->desc.shutdown) p->desc.shutdown(p->desc.state);
     khub__cuda_unload_modules(p);
@@ -263,8 +262,8 @@ static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const kh
         return KHUB_STATUS_PLUGIN_INVALID;
     }
     if (!src->name || !valid_op_name(src->name)) {
-        khub__errbuf(msg, n, "%s: op %u: name is NULL, empty, over %d bytes or not [a-z0-9_]",
-                     who, i, MAX_OP_NAME - 1);
+        khub__errbuf(msg, n, "%s: op %u: name is NULL, empty, over %d bytes or not [a-z0-9_]", who,
+                     i, MAX_OP_NAME - 1);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
     const char *name = src->name;
@@ -294,8 +293,8 @@ static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const kh
     khub_op_desc *op = &p->ops[i];
     khub_op_caps *caps = &p->caps[i];
     memcpy(op, src, stride < sizeof *op ? stride : sizeof *op);
-    memcpy(caps, src->caps, src->caps->struct_size < sizeof *caps ? src->caps->struct_size
-                                                                  : sizeof *caps);
+    memcpy(caps, src->caps,
+           src->caps->struct_size < sizeof *caps ? src->caps->struct_size : sizeof *caps);
     op->struct_size = sizeof *op;
     caps->struct_size = sizeof *caps;
     op->caps = caps;
@@ -314,8 +313,8 @@ static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const kh
     }
     for (uint32_t j = 0; j < i; j++) {
         if (strcmp(p->ops[j].name, op->name) == 0) {
-            khub__errbuf(msg, n, "%s: op name \"%s\" appears twice (ops %u and %u)", who, name,
-                         j, i);
+            khub__errbuf(msg, n, "%s: op name \"%s\" appears twice (ops %u and %u)", who, name, j,
+                         i);
             return KHUB_STATUS_DUPLICATE_OP;
         }
     }
@@ -354,8 +353,8 @@ static khub_status check_ops(khub_plugin *p, const char *who, const khub_plugin_
                              size_t n)
 {
     if (d->n_ops > MAX_OPS || (d->n_ops && !d->ops)) {
-        khub__errbuf(msg, n, "%s: %u ops at %p (at most %d, ops non-NULL)", who,
-                     (unsigned)d->n_ops, (const void *)d->ops, MAX_OPS);
+        khub__errbuf(msg, n, "%s: %u ops at %p (at most %d, ops non-NULL)", who, (unsigned)d->n_ops,
+                     (const void *)d->ops, MAX_OPS);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
     if (d->n_ops == 0) return KHUB_STATUS_OK;
@@ -390,18 +389,18 @@ static khub_status check_desc(const khub_plugin_desc *d, const khub_plugin_info 
         khub__errbuf(msg, n, "%s: descriptor %s", who, why);
         return st;
     }
-    if (note && (d->abi_major != note->plugin_abi_major ||
-                 d->abi_minor != note->plugin_abi_minor)) {
+    if (note &&
+        (d->abi_major != note->plugin_abi_major || d->abi_minor != note->plugin_abi_minor)) {
         khub__errbuf(msg, n, "%s: descriptor says ABI %u.%u, its ELF note says %u.%u", who,
                      d->abi_major, d->abi_minor, note->plugin_abi_major, note->plugin_abi_minor);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
-    if (!d->id || strnlen(d->id, sizeof note->id) >= sizeof note->id || !d->id[0] ||
-        !d->version || strnlen(d->version, sizeof note->version) >= sizeof note->version ||
-        !d->version[0]) {
-        khub__errbuf(msg, n, "%s: descriptor id or version is NULL, empty or too long "
-                     "(id < %zu, version < %zu bytes)", who, sizeof note->id,
-                     sizeof note->version);
+    if (!d->id || strnlen(d->id, sizeof note->id) >= sizeof note->id || !d->id[0] || !d->version ||
+        strnlen(d->version, sizeof note->version) >= sizeof note->version || !d->version[0]) {
+        khub__errbuf(msg, n,
+                     "%s: descriptor id or version is NULL, empty or too long "
+                     "(id < %zu, version < %zu bytes)",
+                     who, sizeof note->id, sizeof note->version);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
     if (note && (strcmp(d->id, note->id) != 0 || strcmp(d->version, note->version) != 0)) {
@@ -414,8 +413,8 @@ static khub_status check_desc(const khub_plugin_desc *d, const khub_plugin_info 
 
 /* Calls the entry, validates and copies what it returned. On failure after
  * a successful init the plugin's shutdown runs. */
-static khub_status negotiate(khub_plugin *p, khub_plugin_init_fn init,
-                             const khub_plugin_info *note, char *msg, size_t n)
+static khub_status negotiate(khub_plugin *p, khub_plugin_init_fn init, const khub_plugin_info *note,
+                             char *msg, size_t n)
 {
     char who[128];
     snprintf(who, sizeof who, "plugin %s %s", note ? note->id : "(static)",
@@ -429,8 +428,9 @@ static khub_status negotiate(khub_plugin *p, khub_plugin_init_fn init,
     khub_status st = init(&p->host, &d, errbuf, sizeof errbuf);
     errbuf[sizeof errbuf - 1] = '\0';
     if (st != KHUB_STATUS_OK) {
-        const char *why = errbuf[0] ? errbuf : khub__plugin_msg()[0] ? khub__plugin_msg()
-                                                                     : "(no message)";
+        const char *why = errbuf[0]               ? errbuf
+                          : khub__plugin_msg()[0] ? khub__plugin_msg()
+                                                  : "(no message)";
         khub__errbuf(msg, n, "%s: init failed with %s: %s", who, khub_status_name(st), why);
         return KHUB_STATUS_INIT_FAILED;
     }
@@ -485,8 +485,8 @@ static khub_status write_all(int fd, const unsigned char *b, size_t size)
 static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_t size,
                                khub_plugin_info *info, char *msg, size_t n)
 {
-    snprintf(p->memfd_name, sizeof p->memfd_name, "khub-plugin-%llu-%d",
-             (unsigned long long)p->seq, (int)getpid());
+    snprintf(p->memfd_name, sizeof p->memfd_name, "khub-plugin-%llu-%d", (unsigned long long)p->seq,
+             (int)getpid());
     p->memfd = memfd_create(p->memfd_name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (p->memfd < 0) {
         khub__errbuf(msg, n, "%s: memfd_create: %s", p->path, strerror(errno));
@@ -554,8 +554,10 @@ static khub_status prepare(khub_runtime *rt, const char *path, const char *sha25
     if (st == KHUB_STATUS_OK) st = read_file(rt, path, MAX_PLUGIN_BYTES, &bytes, &size, msg, n);
     if (st == KHUB_STATUS_OK) st = khub__sha256_hex(bytes, size, p->sha256);
     if (st == KHUB_STATUS_OK && sha256_hex && !khub__digest_eq(p->sha256, sha256_hex)) {
-        khub__errbuf(msg, n, "plugin file %s: SHA-256 is %s, expected %s; the file is not the "
-                     "one that was verified, fetch it again", path, p->sha256, sha256_hex);
+        khub__errbuf(msg, n,
+                     "plugin file %s: SHA-256 is %s, expected %s; the file is not the "
+                     "one that was verified, fetch it again",
+                     path, p->sha256, sha256_hex);
         st = KHUB_STATUS_DIGEST_MISMATCH;
     }
     if (st == KHUB_STATUS_OK) st = open_sealed(p, bytes, size, &info, msg, n);
@@ -565,9 +567,10 @@ static khub_status prepare(khub_runtime *rt, const char *path, const char *sha25
     p->kinds = info.kinds;
     khub_plugin_init_fn init = (khub_plugin_init_fn)dlsym(p->dl, KHUB_PLUGIN_ENTRY);
     if (!init) {
-        khub__errbuf(msg, n, "plugin %s %s (%s): no entry symbol %s; build it with "
-                     "KHUB_PLUGIN_DEFINE as a module", info.id, info.version, path,
-                     KHUB_PLUGIN_ENTRY);
+        khub__errbuf(msg, n,
+                     "plugin %s %s (%s): no entry symbol %s; build it with "
+                     "KHUB_PLUGIN_DEFINE as a module",
+                     info.id, info.version, path, KHUB_PLUGIN_ENTRY);
         st = KHUB_STATUS_NO_ENTRY;
         goto fail;
     }
@@ -590,8 +593,8 @@ static khub_status list_append(khub_runtime *rt, khub_plugin *p)
     khub__plugin_list *l = &rt->plugins;
     if (l->count == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 8;
-        khub_plugin **items = khub__realloc(rt, l->items, l->cap * sizeof *items,
-                                            cap * sizeof *items);
+        khub_plugin **items =
+            khub__realloc(rt, l->items, l->cap * sizeof *items, cap * sizeof *items);
         if (!items) return KHUB_STATUS_NOMEM;
         l->items = items;
         l->cap = cap;
@@ -634,7 +637,8 @@ static khub_status check_load_args(khub_runtime *rt, const char *path, const cha
     if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", msg);
     KHUB_RETURN_IF(rt, !sha256_hex && !rt->allow_unverified, KHUB_STATUS_INVALID_ARG,
                    "plugin %s: no SHA-256 digest given; pass the digest from the kernel's "
-                   "metadata, or set KHUB_OPT_ALLOW_UNVERIFIED", path);
+                   "metadata, or set KHUB_OPT_ALLOW_UNVERIFIED",
+                   path);
     KHUB_RETURN_IF(rt, sha256_hex && !khub__is_sha256_hex(sha256_hex), KHUB_STATUS_INVALID_ARG,
                    "plugin %s: digest \"%.80s\" is not 64 hex digits", path, sha256_hex);
     return KHUB_STATUS_OK;
@@ -692,7 +696,10 @@ khub_status khub__plugin_load_static(khub_runtime *rt, khub_plugin_init_fn init_
         st = KHUB_STATUS_NOMEM;
     }
     if (st != KHUB_STATUS_OK) {
-        if (p->id) plugin_retire(p); else plugin_free(p);
+        if (p->id)
+            plugin_retire(p);
+        else
+            plugin_free(p);
         return khub__fail(rt, st, "%s", msg);
     }
     return register_plugin(rt, p, out);
@@ -708,17 +715,18 @@ static uint32_t op_named(const khub_plugin *p, const char *name, uint32_t kind)
 
 /* Under the write lock: checks that np serves every binding of old, then
  * swaps them all and puts np in old's slot. */
-static khub_status swap_bindings(khub_runtime *rt, khub_plugin *old, khub_plugin *np,
-                                 size_t slot, char *msg, size_t n)
+static khub_status swap_bindings(khub_runtime *rt, khub_plugin *old, khub_plugin *np, size_t slot,
+                                 char *msg, size_t n)
 {
     for (size_t i = 0; i < rt->bindings.count; i++) {
         const khub_binding *b = rt->bindings.items[i];
         if (b->plugin != old) continue;
         const khub_op_desc *op = &old->ops[b->op_index];
         if (op_named(np, op->name, op->kind) == UINT32_MAX) {
-            khub__errbuf(msg, n, "reload %s %s -> %s %s: the new plugin has no %s op \"%s\", "
-                         "which a binding uses; nothing changed", old->id, old->version, np->id,
-                         np->version, kind_name(op->kind), op->name);
+            khub__errbuf(msg, n,
+                         "reload %s %s -> %s %s: the new plugin has no %s op \"%s\", "
+                         "which a binding uses; nothing changed",
+                         old->id, old->version, np->id, np->version, kind_name(op->kind), op->name);
             return KHUB_STATUS_NO_KERNEL;
         }
     }
@@ -759,8 +767,7 @@ khub_status khub_plugin_reload(khub_runtime *rt, khub_plugin *old, const char *p
         plugin_retire(np);
         return khub__fail(rt, st, "%s", msg);
     }
-    khub__log(rt, KHUB_LOG_INFO, "reloaded plugin %s %s -> %s", old->id, old->version,
-              np->version);
+    khub__log(rt, KHUB_LOG_INFO, "reloaded plugin %s %s -> %s", old->id, old->version, np->version);
     /* No new call can reach old now; wait out the ones that pinned it. */
     wait_idle(old);
     plugin_retire(old);
@@ -811,8 +818,7 @@ void khub__registry_teardown(khub_runtime *rt)
 static bool plain_file_name(const char *s)
 {
     size_t len = strnlen(s, NAME_MAX + 1);
-    return len > 0 && len <= NAME_MAX && !strchr(s, '/') && !strstr(s, "..") &&
-           strcmp(s, ".") != 0;
+    return len > 0 && len <= NAME_MAX && !strchr(s, '/') && !strstr(s, "..") && strcmp(s, ".") != 0;
 }
 
 static bool file_exists(const char *path) { return access(path, R_OK) == 0; }
@@ -837,8 +843,8 @@ static bool sha_loaded(khub_runtime *rt, const char *sha)
     return found;
 }
 
-static khub_status load_entry(khub_runtime *rt, const char *dir, const char *mpath,
-                              const cJSON *e, int idx)
+static khub_status load_entry(khub_runtime *rt, const char *dir, const char *mpath, const cJSON *e,
+                              int idx)
 {
     const cJSON *file = cJSON_GetObjectItemCaseSensitive(e, "file");
     const cJSON *sha = cJSON_GetObjectItemCaseSensitive(e, "sha256");
@@ -870,8 +876,10 @@ khub_status khub_plugin_load_builtin(khub_runtime *rt)
     size_t size = 0;
     khub_status st = read_file(rt, mpath, MAX_MANIFEST_BYTES, &text, &size, msg, sizeof msg);
     if (st != KHUB_STATUS_OK)
-        return khub__fail(rt, st, "built-in plugins: %s; set KHUB_PLUGIN_DIR to the directory "
-                          "holding plugins.json", msg);
+        return khub__fail(rt, st,
+                          "built-in plugins: %s; set KHUB_PLUGIN_DIR to the directory "
+                          "holding plugins.json",
+                          msg);
     cJSON *root = cJSON_ParseWithLength((const char *)text, size);
     khub__free(rt, text, size + 1);
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "plugins");
@@ -920,7 +928,7 @@ const char *khub_plugin_id(const khub_plugin *p) { return p ? p->id : NULL; }
 const char *khub_plugin_version(const khub_plugin *p) { return p ? p->version : NULL; }
 const char *khub_plugin_path(const khub_plugin *p) { return p ? p->path : NULL; }
 const char *khub_plugin_sha256(const khub_plugin *p) { return p ? p->sha256 : NULL; }
-uint32_t    khub_plugin_op_count(const khub_plugin *p) { return p ? p->n_ops : 0; }
+uint32_t khub_plugin_op_count(const khub_plugin *p) { return p ? p->n_ops : 0; }
 
 void khub_plugin_abi(const khub_plugin *p, uint16_t *major, uint16_t *minor)
 {

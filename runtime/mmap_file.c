@@ -38,8 +38,8 @@ khub_status khub__mmap_open(khub_runtime *rt, const char *path, khub_mmap *out)
     if (out->size > 0) {
         void *p = mmap(NULL, out->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
-            st = khub__fail(rt, KHUB_STATUS_IO, "%s: cannot mmap %zu bytes: %s", path,
-                            out->size, strerror(errno));
+            st = khub__fail(rt, KHUB_STATUS_IO, "%s: cannot mmap %zu bytes: %s", path, out->size,
+                            strerror(errno));
             goto fail;
         }
         out->data = p;

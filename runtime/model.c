@@ -22,33 +22,60 @@
 /* ======================================================================== */
 
 typedef enum wname {
-    W_EMBED, W_FINAL_NORM, W_LM_HEAD,
-    W_ATTN_NORM, W_Q, W_K, W_V, W_O, W_Q_BIAS, W_K_BIAS, W_V_BIAS, W_O_BIAS,
-    W_Q_NORM, W_K_NORM, W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_GATE_BIAS, W_UP_BIAS, W_DOWN_BIAS,
+    W_EMBED,
+    W_FINAL_NORM,
+    W_LM_HEAD,
+    W_ATTN_NORM,
+    W_Q,
+    W_K,
+    W_V,
+    W_O,
+    W_Q_BIAS,
+    W_K_BIAS,
+    W_V_BIAS,
+    W_O_BIAS,
+    W_Q_NORM,
+    W_K_NORM,
+    W_FFN_NORM,
+    W_GATE,
+    W_UP,
+    W_DOWN,
+    W_GATE_BIAS,
+    W_UP_BIAS,
+    W_DOWN_BIAS,
     W__COUNT
 } wname;
 
 /* GGUF and Hugging Face names; per-layer ones take the layer index. */
 static const char *const gguf_names[W__COUNT] = {
-    "token_embd.weight", "output_norm.weight", "output.weight",
-    "blk.%d.attn_norm.weight", "blk.%d.attn_q.weight", "blk.%d.attn_k.weight",
-    "blk.%d.attn_v.weight", "blk.%d.attn_output.weight", "blk.%d.attn_q.bias",
-    "blk.%d.attn_k.bias", "blk.%d.attn_v.bias", "blk.%d.attn_output.bias",
+    "token_embd.weight",         "output_norm.weight",        "output.weight",
+    "blk.%d.attn_norm.weight",   "blk.%d.attn_q.weight",      "blk.%d.attn_k.weight",
+    "blk.%d.attn_v.weight",      "blk.%d.attn_output.weight", "blk.%d.attn_q.bias",
+    "blk.%d.attn_k.bias",        "blk.%d.attn_v.bias",        "blk.%d.attn_output.bias",
     "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight", "blk.%d.ffn_norm.weight",
-    "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight", "blk.%d.ffn_down.weight",
-    "blk.%d.ffn_gate.bias", "blk.%d.ffn_up.bias", "blk.%d.ffn_down.bias"};
-static const char *const hf_names[W__COUNT] = {
-    "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight",
-    "model.layers.%d.input_layernorm.weight", "model.layers.%d.self_attn.q_proj.weight",
-    "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.v_proj.weight",
-    "model.layers.%d.self_attn.o_proj.weight", "model.layers.%d.self_attn.q_proj.bias",
-    "model.layers.%d.self_attn.k_proj.bias", "model.layers.%d.self_attn.v_proj.bias",
-    "model.layers.%d.self_attn.o_proj.bias", "model.layers.%d.self_attn.q_norm.weight",
-    "model.layers.%d.self_attn.k_norm.weight",
-    "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.mlp.gate_proj.weight",
-    "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight",
-    "model.layers.%d.mlp.gate_proj.bias", "model.layers.%d.mlp.up_proj.bias",
-    "model.layers.%d.mlp.down_proj.bias"};
+    "blk.%d.ffn_gate.weight",    "blk.%d.ffn_up.weight",      "blk.%d.ffn_down.weight",
+    "blk.%d.ffn_gate.bias",      "blk.%d.ffn_up.bias",        "blk.%d.ffn_down.bias"};
+static const char *const hf_names[W__COUNT] = {"model.embed_tokens.weight",
+                                               "model.norm.weight",
+                                               "lm_head.weight",
+                                               "model.layers.%d.input_layernorm.weight",
+                                               "model.layers.%d.self_attn.q_proj.weight",
+                                               "model.layers.%d.self_attn.k_proj.weight",
+                                               "model.layers.%d.self_attn.v_proj.weight",
+                                               "model.layers.%d.self_attn.o_proj.weight",
+                                               "model.layers.%d.self_attn.q_proj.bias",
+                                               "model.layers.%d.self_attn.k_proj.bias",
+                                               "model.layers.%d.self_attn.v_proj.bias",
+                                               "model.layers.%d.self_attn.o_proj.bias",
+                                               "model.layers.%d.self_attn.q_norm.weight",
+                                               "model.layers.%d.self_attn.k_norm.weight",
+                                               "model.layers.%d.post_attention_layernorm.weight",
+                                               "model.layers.%d.mlp.gate_proj.weight",
+                                               "model.layers.%d.mlp.up_proj.weight",
+                                               "model.layers.%d.mlp.down_proj.weight",
+                                               "model.layers.%d.mlp.gate_proj.bias",
+                                               "model.layers.%d.mlp.up_proj.bias",
+                                               "model.layers.%d.mlp.down_proj.bias"};
 
 /* Finds tensor `which` (of layer L) in m's file. *found is false when it is
  * absent, with no error set (the caller decides whether it is required). */
@@ -119,14 +146,15 @@ static khub_status load_weight(khub_model *m, wname which, int L, int32_t ndim, 
 /* ======================================================================== */
 
 static const char *const role_names[KHUB__ROLE__COUNT] = {
-    "embed_dequant", "quantize", "rms_norm", "rms_norm+residual", "qkv_proj", "rotary",
-    "kv_cache", "attention", "o_proj", "gate_up_proj", "silu_and_mul", "down_proj", "lm_head"};
+    "embed_dequant", "quantize",  "rms_norm", "rms_norm+residual", "qkv_proj",     "rotary",
+    "kv_cache",      "attention", "o_proj",   "gate_up_proj",      "silu_and_mul", "down_proj",
+    "lm_head"};
 
 typedef struct load_prefs {
     const char *attn, *cache, *norm, *act, *rotary, *linear;
     const char *quant_plugin; /* plugin id part of opts.quant, or NULL */
     char quant_plugin_buf[128];
-    khub_qformat quant;       /* scheme, NONE = keep dtypes */
+    khub_qformat quant; /* scheme, NONE = keep dtypes */
     int strict;
     int quant_embeddings;
 } load_prefs;
@@ -151,10 +179,13 @@ static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t d
         char *colon = strchr(pid, ':');
         if (colon) *colon = '\0', op = colon + 1;
     }
-    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = kind,
-                       .device_type = KHUB_DEVICE_CPU, .dtype_id = dtype_id,
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
+                       .kind = kind,
+                       .device_type = KHUB_DEVICE_CPU,
+                       .dtype_id = dtype_id,
                        .head_dim = role == KHUB__ROLE_ATTENTION ? (int32_t)m->cfg.head_dim : 0,
-                       .flags = flags, .plugin_id = pref ? pid : NULL,
+                       .flags = flags,
+                       .plugin_id = pref ? pid : NULL,
                        .op_name = op && *op ? op : NULL};
     khub_binding *b = NULL;
     khub_status st = khub_registry_select(m->rt, &q, &b);
@@ -193,7 +224,7 @@ static khub_status bind_qmethod(khub_model *m, khub__role role, int32_t dtype_id
                 !(quantize ? qm->quantize : qm->dequantize))
                 continue;
             khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_QLINEAR,
-                               .device_type = KHUB_DEVICE_CPU, .dtype_id = dtype_id,
+                               .device_type = KHUB_DEVICE_CPU,  .dtype_id = dtype_id,
                                .plugin_id = khub_plugin_id(pl), .op_name = op->name};
             khub_binding *b = NULL;
             if (khub_registry_select(m->rt, &q, &b) != KHUB_STATUS_OK) {
@@ -208,16 +239,20 @@ static khub_status bind_qmethod(khub_model *m, khub__role role, int32_t dtype_id
     }
     return khub__fail(m->rt, KHUB_STATUS_NO_KERNEL,
                       "%s: no loaded qlinear plugin can %s %s weights; load one that does "
-                      "(khub/ref-cpu can)", m->file, quantize ? "quantize to" : "dequantize",
+                      "(khub/ref-cpu can)",
+                      m->file, quantize ? "quantize to" : "dequantize",
                       khub__dtype_short(KHUB_DTYPE_Q(dtype_id - KHUB_DTYPE_ID_QBASE)));
 }
 
 static khub__role mat_role(wname which)
 {
     switch (which) {
-    case W_Q: case W_K: case W_V: return KHUB__ROLE_QKV;
+    case W_Q:
+    case W_K:
+    case W_V: return KHUB__ROLE_QKV;
     case W_O: return KHUB__ROLE_O;
-    case W_GATE: case W_UP: return KHUB__ROLE_GATE_UP;
+    case W_GATE:
+    case W_UP: return KHUB__ROLE_GATE_UP;
     case W_DOWN: return KHUB__ROLE_DOWN;
     default: return KHUB__ROLE_LM_HEAD;
     }
@@ -248,9 +283,13 @@ static khub_status bind_mat(khub_model *m, const load_prefs *p, khub__role role,
 
 static khub_status parse_quant(khub_runtime *rt, const char *s, load_prefs *p)
 {
-    static const struct { const char *name; khub_qformat f; } schemes[] = {
-        {"int8", KHUB_QFORMAT_INT8_ROW}, {"nf4", KHUB_QFORMAT_NF4},
-        {"q8_0", KHUB_QFORMAT_Q8_0}, {"q4_0", KHUB_QFORMAT_Q4_0}};
+    static const struct {
+        const char *name;
+        khub_qformat f;
+    } schemes[] = {{"int8", KHUB_QFORMAT_INT8_ROW},
+                   {"nf4", KHUB_QFORMAT_NF4},
+                   {"q8_0", KHUB_QFORMAT_Q8_0},
+                   {"q4_0", KHUB_QFORMAT_Q4_0}};
     p->quant = KHUB_QFORMAT_NONE;
     p->quant_plugin = NULL;
     if (!s || !*s) return KHUB_STATUS_OK;
@@ -282,9 +321,11 @@ static khub_status quantize_mat(khub_model *m, const load_prefs *p, khub__mat *m
     khub__weight *w = &mat->w;
     int64_t rows = w->shape[0], cols = w->shape[1];
     if (khub_qformat_row_bytes(p->quant, cols) < 0) {
-        KHUB_LOG_W(m->rt, "%s: '%s' has rows of %lld, not a whole number of %s blocks; "
-                   "kept as %s", m->file, w->name, (long long)cols,
-                   khub__dtype_short(KHUB_DTYPE_Q(p->quant)), khub__dtype_short(w->t.dtype));
+        KHUB_LOG_W(m->rt,
+                   "%s: '%s' has rows of %lld, not a whole number of %s blocks; "
+                   "kept as %s",
+                   m->file, w->name, (long long)cols, khub__dtype_short(KHUB_DTYPE_Q(p->quant)),
+                   khub__dtype_short(w->t.dtype));
         return KHUB_STATUS_OK;
     }
     khub_binding *qb = NULL;
@@ -308,8 +349,8 @@ static khub_status quantize_mat(khub_model *m, const load_prefs *p, khub__mat *m
     const khub_qlinear_methods *qm = op ? op->methods : NULL;
     st = KHUB_STATUS_OK;
     if (!qm || !qm->quantize) {
-        st = khub__fail(m->rt, KHUB_STATUS_NO_KERNEL, "%s: %s has no quantize method",
-                        m->file, khub_binding_name(qb));
+        st = khub__fail(m->rt, KHUB_STATUS_NO_KERNEL, "%s: %s has no quantize method", m->file,
+                        khub_binding_name(qb));
     }
     for (int64_t r = 0; r < rows && st == KHUB_STATUS_OK; r += CHUNK) {
         int64_t n = rows - r < CHUNK ? rows - r : CHUNK;
@@ -317,8 +358,11 @@ static khub_status quantize_mat(khub_model *m, const load_prefs *p, khub__mat *m
         for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)(r + i);
         st = khub__weight_rows(m->rt, w, ids, n, stage, NULL, NULL);
         if (st != KHUB_STATUS_OK) break;
-        khub_quant_args a = {KHUB_STRUCT_INIT(khub_quant_args), .format = p->quant,
-                             .n_rows = n, .n_cols = cols, .src = stage,
+        khub_quant_args a = {KHUB_STRUCT_INIT(khub_quant_args),
+                             .format = p->quant,
+                             .n_rows = n,
+                             .n_cols = cols,
+                             .src = stage,
                              .dst = dst + (size_t)r * row_q};
         st = qm->quantize(state, &a);
         if (st != KHUB_STATUS_OK)
@@ -403,8 +447,8 @@ static khub_status load_ends(khub_model *m, const load_prefs *p)
     KHUB_FORWARD_IF_ERROR(m->rt, load_norm(m, W_FINAL_NORM, 0, h, &m->final_norm));
     bool found = false;
     if (!c->tie_word_embeddings)
-        KHUB_FORWARD_IF_ERROR(m->rt, load_weight(m, W_LM_HEAD, 0, 2, V, h, true, &m->lm_head.w,
-                                                 &found));
+        KHUB_FORWARD_IF_ERROR(m->rt,
+                              load_weight(m, W_LM_HEAD, 0, 2, V, h, true, &m->lm_head.w, &found));
     if (!found) {
         m->lm_head.w = m->embed;
         m->lm_head.w.owned = NULL; /* borrowed from embed */
@@ -434,15 +478,14 @@ static khub_status bind_ops(khub_model *m, const load_prefs *p)
     if (c->n_kv_heads < c->n_heads) aflags |= KHUB_CAP_GQA;
     if (kv_id == KHUB_DTYPE_ID_F16) aflags |= KHUB_CAP_KV_F16;
     if (c->sliding_window > 0) aflags |= KHUB_CAP_SLIDING;
-    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_NORM, KHUB_OP_NORM, KHUB_DTYPE_ID_F32, 0,
-                                      p->norm, &m->norm));
-    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_NORM_RESIDUAL, KHUB_OP_NORM,
-                                      KHUB_DTYPE_ID_F32, KHUB_CAP_RESIDUAL, p->norm,
-                                      &m->norm_res));
+    KHUB_FORWARD_IF_ERROR(
+        m->rt, bind(m, KHUB__ROLE_NORM, KHUB_OP_NORM, KHUB_DTYPE_ID_F32, 0, p->norm, &m->norm));
+    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_NORM_RESIDUAL, KHUB_OP_NORM, KHUB_DTYPE_ID_F32,
+                                      KHUB_CAP_RESIDUAL, p->norm, &m->norm_res));
     KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ROTARY, KHUB_OP_ROTARY, KHUB_DTYPE_ID_F32, 0,
                                       p->rotary, &m->rotary));
-    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ACT, KHUB_OP_ACTIVATION, KHUB_DTYPE_ID_F32, 0,
-                                      p->act, &m->act));
+    KHUB_FORWARD_IF_ERROR(
+        m->rt, bind(m, KHUB__ROLE_ACT, KHUB_OP_ACTIVATION, KHUB_DTYPE_ID_F32, 0, p->act, &m->act));
     KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ATTENTION, KHUB_OP_ATTENTION, kv_id, aflags,
                                       p->attn, &m->attention));
     return bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, p->cache, &m->kv_op);
@@ -462,12 +505,16 @@ static khub_status make_cache(khub_model *m)
         khub_kv_cache_config cc = {KHUB_STRUCT_INIT(khub_kv_cache_config),
                                    .n_layers = (int32_t)c->n_layers,
                                    .n_kv_heads = (int32_t)c->n_kv_heads,
-                                   .head_dim = (int32_t)c->head_dim, .n_seqs = m->max_seqs,
-                                   .max_tokens = m->max_context, .dtype = m->kv_dtype};
+                                   .head_dim = (int32_t)c->head_dim,
+                                   .n_seqs = m->max_seqs,
+                                   .max_tokens = m->max_context,
+                                   .dtype = m->kv_dtype};
         st = kv->create(state, &cc, &m->cache);
         if (st != KHUB_STATUS_OK)
-            khub__fail(m->rt, st, "%s: creating a KV cache of %lld tokens x %d sequences in %s "
-                       "failed", m->file, (long long)m->max_context, (int)m->max_seqs,
+            khub__fail(m->rt, st,
+                       "%s: creating a KV cache of %lld tokens x %d sequences in %s "
+                       "failed",
+                       m->file, (long long)m->max_context, (int)m->max_seqs,
                        khub_binding_name(m->kv_op));
         m->kv = kv;
         m->kv_state = state;
@@ -505,16 +552,20 @@ static khub_status read_opts(khub_runtime *rt, const khub_model_opts *in, khub_m
     int pool = khub__pool_size(khub__runtime_pool(rt));
     KHUB_RETURN_IF(rt, o->n_threads != 0 && o->n_threads != pool, KHUB_STATUS_INVALID_ARG,
                    "khub_model_load: n_threads %d differs from the runtime's pool of %d; set "
-                   "khub_runtime_opts.n_threads instead", (int)o->n_threads, pool);
+                   "khub_runtime_opts.n_threads instead",
+                   (int)o->n_threads, pool);
     KHUB_RETURN_IF(rt, o->device.device_type != 0 && o->device.device_type != KHUB_DEVICE_CPU,
-                   KHUB_STATUS_UNSUPPORTED, "khub_model_load: device type %d is not supported "
-                   "by the executor yet (only the CPU)", (int)o->device.device_type);
+                   KHUB_STATUS_UNSUPPORTED,
+                   "khub_model_load: device type %d is not supported "
+                   "by the executor yet (only the CPU)",
+                   (int)o->device.device_type);
     int kv_id = khub_dtype_id_of(o->kv_dtype);
-    KHUB_RETURN_IF(rt, o->kv_dtype.bits != 0 && kv_id != KHUB_DTYPE_ID_F32 &&
-                           kv_id != KHUB_DTYPE_ID_F16, KHUB_STATUS_INVALID_ARG,
-                   "khub_model_load: KV dtype must be f32 or f16");
-    KHUB_RETURN_IF(rt, o->max_context < 0 || o->max_batch < 0 || o->max_seqs < 0 ||
-                           o->max_batch > 65536 || o->max_seqs > 256,
+    KHUB_RETURN_IF(
+        rt, o->kv_dtype.bits != 0 && kv_id != KHUB_DTYPE_ID_F32 && kv_id != KHUB_DTYPE_ID_F16,
+        KHUB_STATUS_INVALID_ARG, "khub_model_load: KV dtype must be f32 or f16");
+    KHUB_RETURN_IF(rt,
+                   o->max_context < 0 || o->max_batch < 0 || o->max_seqs < 0 ||
+                       o->max_batch > 65536 || o->max_seqs > 256,
                    KHUB_STATUS_INVALID_ARG,
                    "khub_model_load: max_context %lld, max_batch %d or max_seqs %d out of range",
                    (long long)o->max_context, (int)o->max_batch, (int)o->max_seqs);
@@ -552,8 +603,7 @@ static khub_status open_source(khub_model *m, const char *path)
         KHUB_FORWARD_IF_ERROR(m->rt, khub__safetensors_open(m->rt, path, &m->st));
         char tp[1100];
         snprintf(tp, sizeof tp, "%s/tokenizer.json", path);
-        if (stat(tp, &sb) == 0)
-            return khub__tokenizer_from_json(m->rt, tp, &m->tok);
+        if (stat(tp, &sb) == 0) return khub__tokenizer_from_json(m->rt, tp, &m->tok);
         KHUB_LOG_I(m->rt, "%s: no tokenizer.json; only token ids can be used", m->file);
         return KHUB_STATUS_OK;
     }
@@ -588,9 +638,9 @@ static void fill_info(khub_model *m)
     for (int e = 0; e < c->n_eos && e < 8; e++) i->eos[e] = c->eos_token_ids[e];
     i->bos = c->bos_token_id;
     i->scratch_bytes += m->scratch_bytes;
-    const khub__weight *ws[] = {&m->embed, &m->final_norm,
-                                m->lm_head.w.owned || m->lm_head.w.t.data != m->embed.t.data
-                                    ? &m->lm_head.w : NULL};
+    const khub__weight *ws[] = {
+        &m->embed, &m->final_norm,
+        m->lm_head.w.owned || m->lm_head.w.t.data != m->embed.t.data ? &m->lm_head.w : NULL};
     for (size_t k = 0; k < 3; k++) {
         size_t b;
         if (ws[k] && khub__dtype_bytes(ws[k]->t.dtype, ws[k]->shape[0], ws[k]->shape[1], &b))
@@ -599,9 +649,9 @@ static void fill_info(khub_model *m)
     for (int64_t L = 0; L < c->n_layers; L++) {
         const khub__layer *ly = &m->layers[L];
         const khub__weight *lw[] = {&ly->attn_norm, &ly->ffn_norm, &ly->q_norm, &ly->k_norm,
-                                    &ly->q.w, &ly->k.w, &ly->v.w, &ly->o.w, &ly->gate.w,
-                                    &ly->up.w, &ly->down.w, &ly->q.bias, &ly->k.bias,
-                                    &ly->v.bias, &ly->o.bias};
+                                    &ly->q.w,       &ly->k.w,      &ly->v.w,    &ly->o.w,
+                                    &ly->gate.w,    &ly->up.w,     &ly->down.w, &ly->q.bias,
+                                    &ly->k.bias,    &ly->v.bias,   &ly->o.bias};
         for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++) {
             size_t b;
             if (lw[k]->t.data &&
@@ -631,8 +681,8 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
 
     KHUB_FORWARD_IF_ERROR(m->rt, bind_ops(m, &p));
     m->layers = khub__calloc(m->rt, (size_t)c->n_layers, sizeof *m->layers);
-    KHUB_RETURN_IF(m->rt, !m->layers, KHUB_STATUS_NOMEM, "%s: no memory for %lld layers",
-                   m->file, (long long)c->n_layers);
+    KHUB_RETURN_IF(m->rt, !m->layers, KHUB_STATUS_NOMEM, "%s: no memory for %lld layers", m->file,
+                   (long long)c->n_layers);
     KHUB_FORWARD_IF_ERROR(m->rt, load_ends(m, &p));
     for (int L = 0; L < c->n_layers; L++) {
         KHUB_FORWARD_IF_ERROR(m->rt, load_layer(m, &p, L));
@@ -662,8 +712,9 @@ khub_status khub_model_load(khub_runtime *rt, const char *path, const khub_model
      * load only, then put the embedder's value back. */
     int64_t old_strict = 0;
     khub_runtime_get_option(rt, KHUB_OPT_STRICT, &old_strict);
-    bool strict = opts && opts->struct_size >= offsetof(khub_model_opts, strict) + sizeof(int32_t)
-                  && opts->strict;
+    bool strict = opts &&
+                  opts->struct_size >= offsetof(khub_model_opts, strict) + sizeof(int32_t) &&
+                  opts->strict;
     if (strict) khub_runtime_set_option(rt, KHUB_OPT_STRICT, 1);
     khub_status st = load(m, path, opts);
     if (strict) {
@@ -696,8 +747,10 @@ void khub_model_free(khub_model *m)
     if (m->cache && m->kv) {
         void *state = NULL;
         const khub_op_desc *op = khub_binding_acquire(m->kv_op, &state);
-        if (op && op->methods == (const void *)m->kv) m->kv->destroy(m->kv_state, m->cache);
-        else KHUB_LOG_W(rt, "%s: KV cache plugin was reloaded; its cache is leaked", m->file);
+        if (op && op->methods == (const void *)m->kv)
+            m->kv->destroy(m->kv_state, m->cache);
+        else
+            KHUB_LOG_W(rt, "%s: KV cache plugin was reloaded; its cache is leaked", m->file);
         khub_binding_release(m->kv_op);
     }
     khub__forward_free(m);
@@ -762,9 +815,12 @@ const char *khub_model_explain(khub_model *m)
         const char *dt = "";
         if (b->dtype_id >= KHUB_DTYPE_ID_QBASE)
             dt = khub__dtype_short(KHUB_DTYPE_Q(b->dtype_id - KHUB_DTYPE_ID_QBASE));
-        else if (b->dtype_id == KHUB_DTYPE_ID_F16) dt = "f16";
-        else if (b->dtype_id == KHUB_DTYPE_ID_BF16) dt = "bf16";
-        else if (b->dtype_id == KHUB_DTYPE_ID_F32) dt = "f32";
+        else if (b->dtype_id == KHUB_DTYPE_ID_F16)
+            dt = "f16";
+        else if (b->dtype_id == KHUB_DTYPE_ID_BF16)
+            dt = "bf16";
+        else if (b->dtype_id == KHUB_DTYPE_ID_F32)
+            dt = "f32";
         snprintf(line, sizeof line, "%s[%s]: %s\n", role_names[b->role], dt,
                  khub_binding_name(b->b));
         ok = append(m->rt, &s, &len, &cap, line);
@@ -797,8 +853,8 @@ khub_status khub_model_tokenize(khub_model *m, const char *text, int add_bos, in
     int32_t *tmp = NULL;
     size_t cnt = 0;
     uint32_t flags = KHUB_TOK_PARSE_SPECIAL | (add_bos ? KHUB_TOK_ADD_SPECIAL : 0);
-    KHUB_FORWARD_IF_ERROR(m->rt, khub__tokenizer_encode(m->tok, text, strlen(text), flags, &tmp,
-                                                        &cnt));
+    KHUB_FORWARD_IF_ERROR(m->rt,
+                          khub__tokenizer_encode(m->tok, text, strlen(text), flags, &tmp, &cnt));
     *n = cnt;
     if (cnt <= cap && cnt) memcpy(ids, tmp, cnt * sizeof *ids);
     khub__tokenizer_free_ids(m->tok, tmp, cnt);

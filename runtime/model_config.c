@@ -19,7 +19,7 @@
 #include "mmap_file.h"
 #include "model_config.h"
 
-#define MAX_DIM 1048576.0     /* widths, layers, heads */
+#define MAX_DIM    1048576.0 /* widths, layers, heads */
 #define MAX_TOKENS 2147483647.0
 
 const char *khub__model_arch_name(khub_model_arch arch)
@@ -52,7 +52,11 @@ static khub_status validate(khub_runtime *rt, const char *name, khub_model_confi
 {
     if (c->n_kv_heads == 0) c->n_kv_heads = c->n_heads;
     if (c->head_dim == 0 && c->n_heads > 0) c->head_dim = c->hidden_size / c->n_heads;
-    struct { const char *what; int64_t v; double max; } pos[] = {
+    struct {
+        const char *what;
+        int64_t v;
+        double max;
+    } pos[] = {
         {"hidden size", c->hidden_size, MAX_DIM},
         {"intermediate size", c->intermediate_size, MAX_DIM},
         {"layer count", c->n_layers, MAX_DIM},
@@ -63,9 +67,9 @@ static khub_status validate(khub_runtime *rt, const char *name, khub_model_confi
         {"context length", c->max_position_embeddings, MAX_TOKENS},
     };
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
-        KHUB_RETURN_IF(rt, pos[i].v < 1 || (double)pos[i].v > pos[i].max,
-                       KHUB_STATUS_MODEL_INVALID, "%s: %s is %lld, must be in 1..%.0f", name,
-                       pos[i].what, (long long)pos[i].v, pos[i].max);
+        KHUB_RETURN_IF(rt, pos[i].v < 1 || (double)pos[i].v > pos[i].max, KHUB_STATUS_MODEL_INVALID,
+                       "%s: %s is %lld, must be in 1..%.0f", name, pos[i].what, (long long)pos[i].v,
+                       pos[i].max);
     KHUB_RETURN_IF(rt, c->n_heads % c->n_kv_heads != 0, KHUB_STATUS_MODEL_INVALID,
                    "%s: %lld attention heads are not a multiple of %lld kv heads", name,
                    (long long)c->n_heads, (long long)c->n_kv_heads);
@@ -75,12 +79,11 @@ static khub_status validate(khub_runtime *rt, const char *name, khub_model_confi
                    "%s: rms_norm_eps %g is not in (0, 1)", name, c->rms_norm_eps);
     KHUB_RETURN_IF(rt, !(c->rope_theta > 0 && isfinite(c->rope_theta)), KHUB_STATUS_MODEL_INVALID,
                    "%s: rope_theta %g is not a positive number", name, c->rope_theta);
-    KHUB_RETURN_IF(rt, !(c->rope_factor > 0 && isfinite(c->rope_factor)),
-                   KHUB_STATUS_MODEL_INVALID, "%s: rope scaling factor %g is not positive",
-                   name, c->rope_factor);
+    KHUB_RETURN_IF(rt, !(c->rope_factor > 0 && isfinite(c->rope_factor)), KHUB_STATUS_MODEL_INVALID,
+                   "%s: rope scaling factor %g is not positive", name, c->rope_factor);
     KHUB_RETURN_IF(rt, c->bos_token_id >= c->vocab_size, KHUB_STATUS_MODEL_INVALID,
-                   "%s: bos token id %d is outside the vocabulary (%lld)", name,
-                   c->bos_token_id, (long long)c->vocab_size);
+                   "%s: bos token id %d is outside the vocabulary (%lld)", name, c->bos_token_id,
+                   (long long)c->vocab_size);
     for (int i = 0; i < c->n_eos; i++)
         KHUB_RETURN_IF(rt, c->eos_token_ids[i] >= c->vocab_size, KHUB_STATUS_MODEL_INVALID,
                        "%s: eos token id %d is outside the vocabulary (%lld)", name,
@@ -108,8 +111,8 @@ static khub_status json_int(khub_runtime *rt, const char *name, const cJSON *obj
 {
     const cJSON *j = field(obj, key);
     if (!j) {
-        KHUB_RETURN_IF(rt, required, KHUB_STATUS_MODEL_INVALID, "%s: %s%s is missing", name,
-                       prefix, key);
+        KHUB_RETURN_IF(rt, required, KHUB_STATUS_MODEL_INVALID, "%s: %s%s is missing", name, prefix,
+                       key);
         return KHUB_STATUS_OK;
     }
     double d = cJSON_IsNumber(j) ? j->valuedouble : NAN;
@@ -124,8 +127,8 @@ static khub_status json_num(khub_runtime *rt, const char *name, const cJSON *obj
 {
     const cJSON *j = field(obj, key);
     if (!j) {
-        KHUB_RETURN_IF(rt, required, KHUB_STATUS_MODEL_INVALID, "%s: %s%s is missing", name,
-                       prefix, key);
+        KHUB_RETURN_IF(rt, required, KHUB_STATUS_MODEL_INVALID, "%s: %s%s is missing", name, prefix,
+                       key);
         return KHUB_STATUS_OK;
     }
     KHUB_RETURN_IF(rt, !cJSON_IsNumber(j) || !isfinite(j->valuedouble), KHUB_STATUS_MODEL_INVALID,
@@ -134,13 +137,13 @@ static khub_status json_num(khub_runtime *rt, const char *name, const cJSON *obj
     return KHUB_STATUS_OK;
 }
 
-static khub_status json_bool(khub_runtime *rt, const char *name, const cJSON *obj,
-                             const char *key, bool *out)
+static khub_status json_bool(khub_runtime *rt, const char *name, const cJSON *obj, const char *key,
+                             bool *out)
 {
     const cJSON *j = field(obj, key);
     if (!j) return KHUB_STATUS_OK;
-    KHUB_RETURN_IF(rt, !cJSON_IsBool(j), KHUB_STATUS_MODEL_INVALID,
-                   "%s: %s is not true or false", name, key);
+    KHUB_RETURN_IF(rt, !cJSON_IsBool(j), KHUB_STATUS_MODEL_INVALID, "%s: %s is not true or false",
+                   name, key);
     *out = cJSON_IsTrue(j);
     return KHUB_STATUS_OK;
 }
@@ -152,8 +155,8 @@ static khub_status json_str(khub_runtime *rt, const char *name, const cJSON *obj
     const cJSON *j = field(obj, key);
     *out = NULL;
     if (!j) return KHUB_STATUS_OK;
-    KHUB_RETURN_IF(rt, !cJSON_IsString(j), KHUB_STATUS_MODEL_INVALID,
-                   "%s: %s%s is not a string", name, prefix, key);
+    KHUB_RETURN_IF(rt, !cJSON_IsString(j), KHUB_STATUS_MODEL_INVALID, "%s: %s%s is not a string",
+                   name, prefix, key);
     *out = j->valuestring;
     return KHUB_STATUS_OK;
 }
@@ -163,18 +166,18 @@ static khub_status json_tokens(khub_runtime *rt, const char *name, const cJSON *
                                khub_model_config *c)
 {
     int64_t v = c->bos_token_id;
-    KHUB_FORWARD_IF_ERROR(rt, json_int(rt, name, obj, "", "bos_token_id", false, 0, MAX_TOKENS,
-                                       &v));
+    KHUB_FORWARD_IF_ERROR(rt,
+                          json_int(rt, name, obj, "", "bos_token_id", false, 0, MAX_TOKENS, &v));
     c->bos_token_id = (int32_t)v;
     v = c->pad_token_id;
-    KHUB_FORWARD_IF_ERROR(rt, json_int(rt, name, obj, "", "pad_token_id", false, 0, MAX_TOKENS,
-                                       &v));
+    KHUB_FORWARD_IF_ERROR(rt,
+                          json_int(rt, name, obj, "", "pad_token_id", false, 0, MAX_TOKENS, &v));
     c->pad_token_id = (int32_t)v;
     const cJSON *eos = field(obj, "eos_token_id");
     if (!eos) return KHUB_STATUS_OK;
     if (cJSON_IsNumber(eos)) {
-        KHUB_FORWARD_IF_ERROR(rt, json_int(rt, name, obj, "", "eos_token_id", true, 0,
-                                           MAX_TOKENS, &v));
+        KHUB_FORWARD_IF_ERROR(rt,
+                              json_int(rt, name, obj, "", "eos_token_id", true, 0, MAX_TOKENS, &v));
         c->eos_token_ids[0] = (int32_t)v;
         c->n_eos = 1;
         return KHUB_STATUS_OK;
@@ -186,8 +189,7 @@ static khub_status json_tokens(khub_runtime *rt, const char *name, const cJSON *
     int i = 0;
     for (const cJSON *e = eos->child; e; e = e->next, i++) {
         double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
-        KHUB_RETURN_IF(rt, !(d >= 0 && d <= MAX_TOKENS) || d != floor(d),
-                       KHUB_STATUS_MODEL_INVALID,
+        KHUB_RETURN_IF(rt, !(d >= 0 && d <= MAX_TOKENS) || d != floor(d), KHUB_STATUS_MODEL_INVALID,
                        "%s: eos_token_id[%d] is not a token id", name, i);
         c->eos_token_ids[i] = (int32_t)d;
     }
@@ -254,8 +256,7 @@ static const struct {
     {"Qwen2ForCausalLM", "qwen2", KHUB_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", KHUB_ARCH_QWEN3},
 };
-#define HF_SUPPORTED \
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+#define HF_SUPPORTED "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
 
 static khub_status hf_arch(khub_runtime *rt, const char *name, const cJSON *root,
                            khub_model_config *c)
@@ -268,8 +269,9 @@ static khub_status hf_arch(khub_runtime *rt, const char *name, const cJSON *root
         for (size_t i = 0; i < sizeof hf_archs / sizeof hf_archs[0]; i++)
             if (strcmp(a0->valuestring, hf_archs[i].cls) == 0) c->arch = hf_archs[i].arch;
         KHUB_RETURN_IF(rt, c->arch == KHUB_ARCH_UNKNOWN, KHUB_STATUS_MODEL_UNSUPPORTED,
-                       "%s: architectures[0] '%.100s' is not supported (supported: "
-                       HF_SUPPORTED ")", name, a0->valuestring);
+                       "%s: architectures[0] '%.100s' is not supported (supported: " HF_SUPPORTED
+                       ")",
+                       name, a0->valuestring);
         return KHUB_STATUS_OK;
     }
     const char *mt;
@@ -280,7 +282,8 @@ static khub_status hf_arch(khub_runtime *rt, const char *name, const cJSON *root
         if (strcmp(mt, hf_archs[i].model_type) == 0) c->arch = hf_archs[i].arch;
     KHUB_RETURN_IF(rt, c->arch == KHUB_ARCH_UNKNOWN, KHUB_STATUS_MODEL_UNSUPPORTED,
                    "%s: model_type '%.100s' is not supported (supported: llama, mistral, qwen2, "
-                   "qwen3)", name, mt);
+                   "qwen3)",
+                   name, mt);
     return KHUB_STATUS_OK;
 }
 
@@ -295,8 +298,8 @@ static khub_status hf_rope(khub_runtime *rt, const char *name, const cJSON *root
     if (rp) {
         KHUB_RETURN_IF(rt, !cJSON_IsObject(rp), KHUB_STATUS_MODEL_INVALID,
                        "%s: rope_parameters is not an object", name);
-        KHUB_FORWARD_IF_ERROR(rt, json_num(rt, name, rp, "rope_parameters.", "rope_theta", false,
-                                           &c->rope_theta));
+        KHUB_FORWARD_IF_ERROR(
+            rt, json_num(rt, name, rp, "rope_parameters.", "rope_theta", false, &c->rope_theta));
         rs = rp;
         pfx = "rope_parameters.";
     }
@@ -319,17 +322,16 @@ static khub_status hf_rope(khub_runtime *rt, const char *name, const cJSON *root
                    pfx, key, type);
     c->rope_scaling = KHUB_ROPE_SCALING_LLAMA3;
     KHUB_FORWARD_IF_ERROR(rt, json_num(rt, name, rs, pfx, "factor", true, &c->rope_factor));
-    KHUB_FORWARD_IF_ERROR(rt, json_num(rt, name, rs, pfx, "low_freq_factor", true,
-                                       &c->rope_low_freq_factor));
-    KHUB_FORWARD_IF_ERROR(rt, json_num(rt, name, rs, pfx, "high_freq_factor", true,
-                                       &c->rope_high_freq_factor));
-    KHUB_FORWARD_IF_ERROR(rt, json_int(rt, name, rs, pfx, "original_max_position_embeddings",
-                                       true, 1, MAX_TOKENS, &c->rope_original_max_pos));
-    KHUB_RETURN_IF(rt, !(c->rope_high_freq_factor > c->rope_low_freq_factor &&
-                         c->rope_low_freq_factor > 0),
-                   KHUB_STATUS_MODEL_INVALID,
-                   "%s: %shigh_freq_factor %g must exceed low_freq_factor %g > 0", name, pfx,
-                   c->rope_high_freq_factor, c->rope_low_freq_factor);
+    KHUB_FORWARD_IF_ERROR(
+        rt, json_num(rt, name, rs, pfx, "low_freq_factor", true, &c->rope_low_freq_factor));
+    KHUB_FORWARD_IF_ERROR(
+        rt, json_num(rt, name, rs, pfx, "high_freq_factor", true, &c->rope_high_freq_factor));
+    KHUB_FORWARD_IF_ERROR(rt, json_int(rt, name, rs, pfx, "original_max_position_embeddings", true,
+                                       1, MAX_TOKENS, &c->rope_original_max_pos));
+    KHUB_RETURN_IF(
+        rt, !(c->rope_high_freq_factor > c->rope_low_freq_factor && c->rope_low_freq_factor > 0),
+        KHUB_STATUS_MODEL_INVALID, "%s: %shigh_freq_factor %g must exceed low_freq_factor %g > 0",
+        name, pfx, c->rope_high_freq_factor, c->rope_low_freq_factor);
     return KHUB_STATUS_OK;
 }
 
@@ -338,8 +340,8 @@ static khub_status hf_window(khub_runtime *rt, const char *name, const cJSON *ro
                              khub_model_config *c)
 {
     int64_t win = 0;
-    KHUB_FORWARD_IF_ERROR(rt, json_int(rt, name, root, "", "sliding_window", false, 0,
-                                       MAX_TOKENS, &win));
+    KHUB_FORWARD_IF_ERROR(
+        rt, json_int(rt, name, root, "", "sliding_window", false, 0, MAX_TOKENS, &win));
     bool use = c->arch == KHUB_ARCH_MISTRAL;
     if (c->arch == KHUB_ARCH_QWEN2 || c->arch == KHUB_ARCH_QWEN3) {
         KHUB_FORWARD_IF_ERROR(rt, json_bool(rt, name, root, "use_sliding_window", &use));
@@ -353,8 +355,8 @@ static khub_status hf_window(khub_runtime *rt, const char *name, const cJSON *ro
     const cJSON *lt = field(root, "layer_types");
     if (!lt) return KHUB_STATUS_OK;
     KHUB_RETURN_IF(rt, !cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers,
-                   KHUB_STATUS_MODEL_INVALID, "%s: layer_types is not a list of %lld strings",
-                   name, (long long)c->n_layers);
+                   KHUB_STATUS_MODEL_INVALID, "%s: layer_types is not a list of %lld strings", name,
+                   (long long)c->n_layers);
     int64_t i = 0, first_sliding = -1;
     for (const cJSON *e = lt->child; e; e = e->next, i++) {
         bool full = cJSON_IsString(e) && strcmp(e->valuestring, "full_attention") == 0;
@@ -365,7 +367,8 @@ static khub_status hf_window(khub_runtime *rt, const char *name, const cJSON *ro
         if (sliding && first_sliding < 0) first_sliding = i;
         KHUB_RETURN_IF(rt, full && first_sliding >= 0, KHUB_STATUS_MODEL_UNSUPPORTED,
                        "%s: layer_types: full_attention at layer %lld after sliding layers is "
-                       "not supported (only full layers, then sliding ones)", name, (long long)i);
+                       "not supported (only full layers, then sliding ones)",
+                       name, (long long)i);
     }
     if (first_sliding < 0) {
         c->sliding_window = c->sliding_from_layer = 0;
@@ -391,8 +394,8 @@ static khub_status hf_refusals(khub_runtime *rt, const char *name, const cJSON *
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
         return khub__fail(rt, KHUB_STATUS_MODEL_UNSUPPORTED,
                           "%s: quantization_config (quant_method '%.60s') is not supported; use "
-                          "an unquantized checkpoint or a GGUF file", name,
-                          cJSON_IsString(m) ? m->valuestring : "?");
+                          "an unquantized checkpoint or a GGUF file",
+                          name, cJSON_IsString(m) ? m->valuestring : "?");
     }
     double prf = 1.0;
     KHUB_FORWARD_IF_ERROR(rt, json_num(rt, name, root, "", "partial_rotary_factor", false, &prf));
@@ -402,20 +405,29 @@ static khub_status hf_refusals(khub_runtime *rt, const char *name, const cJSON *
     KHUB_FORWARD_IF_ERROR(rt, json_str(rt, name, root, "", "torch_dtype", &dt));
     if (!dt) KHUB_FORWARD_IF_ERROR(rt, json_str(rt, name, root, "", "dtype", &dt));
     if (!dt) return KHUB_STATUS_OK;
-    if (strcmp(dt, "float32") == 0) c->torch_dtype = KHUB_DTYPE_F32;
-    else if (strcmp(dt, "float16") == 0) c->torch_dtype = KHUB_DTYPE_F16;
-    else if (strcmp(dt, "bfloat16") == 0) c->torch_dtype = KHUB_DTYPE_BF16;
+    if (strcmp(dt, "float32") == 0)
+        c->torch_dtype = KHUB_DTYPE_F32;
+    else if (strcmp(dt, "float16") == 0)
+        c->torch_dtype = KHUB_DTYPE_F16;
+    else if (strcmp(dt, "bfloat16") == 0)
+        c->torch_dtype = KHUB_DTYPE_BF16;
     else
         return khub__fail(rt, KHUB_STATUS_MODEL_UNSUPPORTED,
                           "%s: torch_dtype '%.40s' is not supported (supported: float32, "
-                          "float16, bfloat16)", name, dt);
+                          "float16, bfloat16)",
+                          name, dt);
     return KHUB_STATUS_OK;
 }
 
 static khub_status hf_shape(khub_runtime *rt, const char *name, const cJSON *root,
                             khub_model_config *c)
 {
-    struct { const char *key; bool req; double max; int64_t *out; } f[] = {
+    struct {
+        const char *key;
+        bool req;
+        double max;
+        int64_t *out;
+    } f[] = {
         {"hidden_size", true, MAX_DIM, &c->hidden_size},
         {"intermediate_size", true, MAX_DIM, &c->intermediate_size},
         {"num_hidden_layers", true, MAX_DIM, &c->n_layers},
@@ -426,12 +438,12 @@ static khub_status hf_shape(khub_runtime *rt, const char *name, const cJSON *roo
         {"max_position_embeddings", false, MAX_TOKENS, &c->max_position_embeddings},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        KHUB_FORWARD_IF_ERROR(rt, json_int(rt, name, root, "", f[i].key, f[i].req, 1, f[i].max,
-                                           f[i].out));
-    KHUB_FORWARD_IF_ERROR(rt, json_num(rt, name, root, "", "rms_norm_eps", false,
-                                       &c->rms_norm_eps));
-    KHUB_FORWARD_IF_ERROR(rt, json_bool(rt, name, root, "tie_word_embeddings",
-                                        &c->tie_word_embeddings));
+        KHUB_FORWARD_IF_ERROR(
+            rt, json_int(rt, name, root, "", f[i].key, f[i].req, 1, f[i].max, f[i].out));
+    KHUB_FORWARD_IF_ERROR(rt,
+                          json_num(rt, name, root, "", "rms_norm_eps", false, &c->rms_norm_eps));
+    KHUB_FORWARD_IF_ERROR(
+        rt, json_bool(rt, name, root, "tie_word_embeddings", &c->tie_word_embeddings));
     KHUB_FORWARD_IF_ERROR(rt, json_bool(rt, name, root, "attention_bias", &c->attention_bias));
     KHUB_FORWARD_IF_ERROR(rt, json_bool(rt, name, root, "mlp_bias", &c->mlp_bias));
     if (c->arch == KHUB_ARCH_QWEN2) c->attention_bias = true; /* q/k/v bias, fixed in Qwen2 */
@@ -481,8 +493,7 @@ static khub_status map_in_dir(khub_runtime *rt, const char *dir, const char *fil
                               size_t n, khub_mmap *m)
 {
     int w = snprintf(path, n, "%s/%s", dir, file);
-    KHUB_RETURN_IF(rt, w < 0 || (size_t)w >= n, KHUB_STATUS_INVALID_ARG,
-                   "%s: path too long", dir);
+    KHUB_RETURN_IF(rt, w < 0 || (size_t)w >= n, KHUB_STATUS_INVALID_ARG, "%s: path too long", dir);
     return khub__mmap_open(rt, path, m);
 }
 
@@ -517,8 +528,10 @@ static khub_status gguf_opt_i64(const khub_gguf *g, const char *arch, const char
                                 bool required, int64_t *out)
 {
     char key[128];
-    if (arch) snprintf(key, sizeof key, "%s.%s", arch, suffix);
-    else snprintf(key, sizeof key, "%s", suffix);
+    if (arch)
+        snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    else
+        snprintf(key, sizeof key, "%s", suffix);
     if (!required && !khub__gguf_find(g, key)) return KHUB_STATUS_OK;
     uint32_t v;
     khub_status st = khub__gguf_get_u32(g, key, &v);
@@ -545,7 +558,10 @@ static khub_status gguf_arch(khub_runtime *rt, const khub_gguf *g, khub_model_co
     khub_status st = khub__gguf_get_str(g, "general.architecture", &s, &len);
     if (st == KHUB_STATUS_NOT_FOUND) st = KHUB_STATUS_MODEL_INVALID;
     if (st != KHUB_STATUS_OK) return st;
-    static const struct { const char *name; khub_model_arch arch; } known[] = {
+    static const struct {
+        const char *name;
+        khub_model_arch arch;
+    } known[] = {
         {"llama", KHUB_ARCH_LLAMA}, {"qwen2", KHUB_ARCH_QWEN2}, {"qwen3", KHUB_ARCH_QWEN3}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (len == strlen(known[i].name) && memcmp(s, known[i].name, len) == 0) {
@@ -554,10 +570,11 @@ static khub_status gguf_arch(khub_runtime *rt, const khub_gguf *g, khub_model_co
         }
     KHUB_RETURN_IF(rt, c->arch == KHUB_ARCH_UNKNOWN, KHUB_STATUS_MODEL_UNSUPPORTED,
                    "%s: general.architecture '%.*s' is not supported (supported: llama, qwen2, "
-                   "qwen3)", khub__gguf_path(g), (int)(len > 60 ? 60 : len), s);
+                   "qwen3)",
+                   khub__gguf_path(g), (int)(len > 60 ? 60 : len), s);
     c->rope_style = c->arch == KHUB_ARCH_LLAMA ? KHUB_ROPE_INTERLEAVED : KHUB_ROPE_NEOX;
-    c->attention_bias = c->arch == KHUB_ARCH_QWEN2 ||
-                        khub__gguf_tensor_find(g, "blk.0.attn_q.bias") != NULL;
+    c->attention_bias =
+        c->arch == KHUB_ARCH_QWEN2 || khub__gguf_tensor_find(g, "blk.0.attn_q.bias") != NULL;
     c->qk_norm = c->arch == KHUB_ARCH_QWEN3;
     c->tie_word_embeddings = khub__gguf_tensor_find(g, "output.weight") == NULL;
     return KHUB_STATUS_OK;
@@ -572,11 +589,13 @@ static khub_status gguf_rope(khub_runtime *rt, const khub_gguf *g, const char *a
     KHUB_FORWARD_IF_ERROR(rt, gguf_opt_i64(g, arch, "rope.dimension_count", false, &rot));
     KHUB_RETURN_IF(rt, rot != c->head_dim, KHUB_STATUS_MODEL_UNSUPPORTED,
                    "%s: %s.rope.dimension_count %lld differs from head_dim %lld (partial rotary "
-                   "is not supported)", name, arch, (long long)rot, (long long)c->head_dim);
+                   "is not supported)",
+                   name, arch, (long long)rot, (long long)c->head_dim);
     KHUB_RETURN_IF(rt, khub__gguf_tensor_find(g, "rope_freqs.weight") != NULL,
                    KHUB_STATUS_MODEL_UNSUPPORTED,
                    "%s: tensor 'rope_freqs.weight' (per-frequency RoPE factors, llama3 scaling) "
-                   "is not supported", name);
+                   "is not supported",
+                   name);
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     if (!khub__gguf_find(g, key)) return KHUB_STATUS_OK;
@@ -598,8 +617,7 @@ static khub_status gguf_tokens(khub_runtime *rt, const khub_gguf *g, khub_model_
     KHUB_FORWARD_IF_ERROR(rt, gguf_opt_i64(g, NULL, "tokenizer.ggml.bos_token_id", false, &v));
     c->bos_token_id = (int32_t)v;
     v = -1;
-    KHUB_FORWARD_IF_ERROR(rt, gguf_opt_i64(g, NULL, "tokenizer.ggml.padding_token_id", false,
-                                           &v));
+    KHUB_FORWARD_IF_ERROR(rt, gguf_opt_i64(g, NULL, "tokenizer.ggml.padding_token_id", false, &v));
     c->pad_token_id = (int32_t)v;
     static const char *const eos_keys[] = {"tokenizer.ggml.eos_token_id",
                                            "tokenizer.ggml.eot_token_id",
@@ -614,8 +632,10 @@ static khub_status gguf_tokens(khub_runtime *rt, const khub_gguf *g, khub_model_
     if (c->vocab_size == 0) {
         const khub_gguf_kv *tok = khub__gguf_find(g, "tokenizer.ggml.tokens");
         const khub_gguf_tensor *emb = khub__gguf_tensor_find(g, "token_embd.weight");
-        if (tok && tok->type == KHUB_GGUF_ARRAY) c->vocab_size = (int64_t)tok->count;
-        else if (emb && emb->n_dims == 2) c->vocab_size = emb->ne[1];
+        if (tok && tok->type == KHUB_GGUF_ARRAY)
+            c->vocab_size = (int64_t)tok->count;
+        else if (emb && emb->n_dims == 2)
+            c->vocab_size = emb->ne[1];
     }
     return KHUB_STATUS_OK;
 }
@@ -631,7 +651,11 @@ khub_status khub__model_config_from_gguf(khub_runtime *rt, const khub_gguf *g,
     c.rms_norm_eps = 1e-5; /* llama.cpp's default */
     char arch[16];
     KHUB_FORWARD_IF_ERROR(rt, gguf_arch(rt, g, &c, arch));
-    struct { const char *suffix; bool req; int64_t *out; } f[] = {
+    struct {
+        const char *suffix;
+        bool req;
+        int64_t *out;
+    } f[] = {
         {"embedding_length", true, &c.hidden_size},
         {"feed_forward_length", true, &c.intermediate_size},
         {"block_count", true, &c.n_layers},
@@ -644,8 +668,8 @@ khub_status khub__model_config_from_gguf(khub_runtime *rt, const khub_gguf *g,
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         KHUB_FORWARD_IF_ERROR(rt, gguf_opt_i64(g, arch, f[i].suffix, f[i].req, f[i].out));
     if (c.head_dim == 0 && c.n_heads > 0) c.head_dim = c.hidden_size / c.n_heads;
-    KHUB_FORWARD_IF_ERROR(rt, gguf_opt_f64(g, arch, "attention.layer_norm_rms_epsilon",
-                                           &c.rms_norm_eps));
+    KHUB_FORWARD_IF_ERROR(
+        rt, gguf_opt_f64(g, arch, "attention.layer_norm_rms_epsilon", &c.rms_norm_eps));
     KHUB_FORWARD_IF_ERROR(rt, gguf_rope(rt, g, arch, &c));
     KHUB_FORWARD_IF_ERROR(rt, gguf_tokens(rt, g, &c));
     KHUB_FORWARD_IF_ERROR(rt, validate(rt, khub__gguf_path(g), &c));

@@ -52,35 +52,35 @@ typedef struct khub_model_config {
     int64_t hidden_size;       /* model width (d_model) */
     int64_t intermediate_size; /* FFN width */
     int64_t n_layers;
-    int64_t n_heads;           /* query heads */
-    int64_t n_kv_heads;        /* key/value heads (GQA); defaults to n_heads */
-    int64_t head_dim;          /* defaults to hidden_size / n_heads */
+    int64_t n_heads;    /* query heads */
+    int64_t n_kv_heads; /* key/value heads (GQA); defaults to n_heads */
+    int64_t head_dim;   /* defaults to hidden_size / n_heads */
     int64_t vocab_size;
     int64_t max_position_embeddings; /* context length the model was trained for */
 
-    double rope_theta;         /* RoPE base; default 10000 */
+    double rope_theta; /* RoPE base; default 10000 */
     khub_rope_scaling rope_scaling;
-    double rope_factor;        /* LINEAR, LLAMA3: factor; else 1 */
-    double rope_low_freq_factor;  /* LLAMA3; else 0 */
-    double rope_high_freq_factor; /* LLAMA3; else 0 */
+    double rope_factor;            /* LINEAR, LLAMA3: factor; else 1 */
+    double rope_low_freq_factor;   /* LLAMA3; else 0 */
+    double rope_high_freq_factor;  /* LLAMA3; else 0 */
     int64_t rope_original_max_pos; /* LLAMA3: original_max_position_embeddings; else 0 */
 
     double rms_norm_eps;
-    bool tie_word_embeddings;  /* lm_head shares the token embedding */
-    int64_t sliding_window;    /* tokens of the attention window; 0 = full attention */
+    bool tie_word_embeddings;   /* lm_head shares the token embedding */
+    int64_t sliding_window;     /* tokens of the attention window; 0 = full attention */
     int64_t sliding_from_layer; /* layers >= this use the window (Qwen2/3
                                    max_window_layers; Mistral 0) */
-    bool attention_bias;       /* q/k/v (and for llama o) projections have a bias:
-                                  Qwen2 always, Llama when attention_bias is true */
-    bool mlp_bias;             /* Llama mlp_bias */
-    bool qk_norm;              /* Qwen3: RMSNorm over head_dim of q and k before RoPE */
+    bool attention_bias;        /* q/k/v (and for llama o) projections have a bias:
+                                   Qwen2 always, Llama when attention_bias is true */
+    bool mlp_bias;              /* Llama mlp_bias */
+    bool qk_norm;               /* Qwen3: RMSNorm over head_dim of q and k before RoPE */
 
-    int32_t bos_token_id;      /* -1 when none */
+    int32_t bos_token_id;                      /* -1 when none */
     int32_t eos_token_ids[KHUB_MODEL_MAX_EOS]; /* generation stops at any of these */
-    int32_t n_eos;             /* 0..KHUB_MODEL_MAX_EOS */
-    int32_t pad_token_id;      /* -1 when none */
+    int32_t n_eos;                             /* 0..KHUB_MODEL_MAX_EOS */
+    int32_t pad_token_id;                      /* -1 when none */
 
-    khub_dtype torch_dtype;    /* HF torch_dtype/dtype (F32, F16 or BF16); GGUF: F32 */
+    khub_dtype torch_dtype; /* HF torch_dtype/dtype (F32, F16 or BF16); GGUF: F32 */
 } khub_model_config;
 
 /* Reads dir/config.json and, when present, dir/generation_config.json (its
@@ -98,8 +98,7 @@ KHUB_INTERNAL khub_status khub__model_config_from_json(khub_runtime *rt, const c
 
 /* Applies generation_config.json text: bos_token_id, eos_token_id (int or
  * list, replacing the config's), pad_token_id when present. */
-KHUB_INTERNAL khub_status khub__model_config_apply_generation(khub_runtime *rt,
-                                                              const char *name,
+KHUB_INTERNAL khub_status khub__model_config_apply_generation(khub_runtime *rt, const char *name,
                                                               const char *json, size_t len,
                                                               khub_model_config *cfg);
 

@@ -17,7 +17,7 @@
 
 #include "plugin_artifacts.h"
 
-#define MAX_ARTIFACTS 256
+#define MAX_ARTIFACTS      256
 #define MAX_ARTIFACT_BYTES ((size_t)256 << 20)
 
 typedef struct artifact {
@@ -56,8 +56,10 @@ static khub_status check_entry(const khub__artifact_file *f, size_t i,
                                const khub__artifact_file *files, char *msg, size_t n)
 {
     if (!plain_name(f->name) || !f->path || !f->path[0]) {
-        khub__errbuf(msg, n, "artifact %zu: name \"%.100s\" is not a plain file name, or the "
-                     "path is empty", i, f->name ? f->name : "(null)");
+        khub__errbuf(msg, n,
+                     "artifact %zu: name \"%.100s\" is not a plain file name, or the "
+                     "path is empty",
+                     i, f->name ? f->name : "(null)");
         return KHUB_STATUS_INVALID_ARG;
     }
     if (!f->sha256 || !khub__is_sha256_hex(f->sha256)) {
@@ -113,8 +115,7 @@ static khub_status read_verified(khub_runtime *rt, artifact *e, char *msg, size_
 {
     int fd = open(e->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        khub__errbuf(msg, n, "artifact %s: cannot open %s: %s", e->name, e->path,
-                     strerror(errno));
+        khub__errbuf(msg, n, "artifact %s: cannot open %s: %s", e->name, e->path, strerror(errno));
         return KHUB_STATUS_IO;
     }
     struct stat sb;
@@ -149,9 +150,10 @@ static khub_status read_verified(khub_runtime *rt, artifact *e, char *msg, size_
     char got_sha[65];
     if (st == KHUB_STATUS_OK) st = khub__sha256_hex(buf, len, got_sha);
     if (st == KHUB_STATUS_OK && !khub__digest_eq(got_sha, e->sha256)) {
-        khub__errbuf(msg, n, "artifact %s: %s has SHA-256 %s, it was verified as %s; the cache "
-                     "changed after verification, fetch the kernel again", e->name, e->path,
-                     got_sha, e->sha256);
+        khub__errbuf(msg, n,
+                     "artifact %s: %s has SHA-256 %s, it was verified as %s; the cache "
+                     "changed after verification, fetch the kernel again",
+                     e->name, e->path, got_sha, e->sha256);
         st = KHUB_STATUS_DIGEST_MISMATCH;
     }
     if (st != KHUB_STATUS_OK) {
@@ -173,8 +175,10 @@ khub_status khub__artifacts_get(khub_runtime *rt, khub__artifacts *a, const char
     for (size_t i = 0; a && name && i < a->count && !e; i++)
         if (strcmp(a->items[i].name, name) == 0) e = &a->items[i];
     if (!e) {
-        khub__errbuf(msg, msg_size, "artifact %.100s is not a file of the plugin's verified "
-                     "variant", name ? name : "(null)");
+        khub__errbuf(msg, msg_size,
+                     "artifact %.100s is not a file of the plugin's verified "
+                     "variant",
+                     name ? name : "(null)");
         return KHUB_STATUS_NOT_FOUND;
     }
     pthread_mutex_lock(&a->lock);

@@ -39,7 +39,7 @@ KHUB_INTERNAL khub_status khub__plugin_load_verified(khub_runtime *rt, const cha
 KHUB_INTERNAL khub_status khub__artifacts_new(khub_runtime *rt, const khub__artifact_file *files,
                                               size_t n, khub__artifacts **out, char *msg,
                                               size_t msg_size);
-KHUB_INTERNAL void        khub__artifacts_free(khub_runtime *rt, khub__artifacts *a);
+KHUB_INTERNAL void khub__artifacts_free(khub_runtime *rt, khub__artifacts *a);
 /* The bytes of artifact name, read and re-verified on first use, valid until
  * the set is freed. NOT_FOUND (not in the set), DIGEST_MISMATCH (the file
  * changed since it was verified), IO, OVERFLOW, NOMEM; msg says which file.

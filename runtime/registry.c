@@ -26,8 +26,8 @@
 
 static const char *kind_name(uint32_t k)
 {
-    static const char *names[] = {"?",    "attention",  "linear", "qlinear",
-                                  "kv_cache", "norm", "activation", "rotary"};
+    static const char *names[] = {"?",        "attention", "linear",     "qlinear",
+                                  "kv_cache", "norm",      "activation", "rotary"};
     return k < KHUB_OP_KIND__COUNT ? names[k] : "unknown";
 }
 
@@ -95,18 +95,23 @@ static void names_of(char *buf, size_t n, uint32_t mask, const bit_name *tab, si
 }
 
 static const bit_name cpu_bits[] = {
-    {KHUB_CPU_SSE42, "sse42"},       {KHUB_CPU_AVX, "avx"},
-    {KHUB_CPU_AVX2, "avx2"},         {KHUB_CPU_FMA, "fma"},
-    {KHUB_CPU_F16C, "f16c"},         {KHUB_CPU_AVX512F, "avx512f"},
-    {KHUB_CPU_AVX512VNNI, "avx512vnni"}, {KHUB_CPU_AVX512BF16, "avx512bf16"},
-    {KHUB_CPU_AVXVNNI, "avxvnni"},   {KHUB_CPU_BMI2, "bmi2"},
+    {KHUB_CPU_SSE42, "sse42"},
+    {KHUB_CPU_AVX, "avx"},
+    {KHUB_CPU_AVX2, "avx2"},
+    {KHUB_CPU_FMA, "fma"},
+    {KHUB_CPU_F16C, "f16c"},
+    {KHUB_CPU_AVX512F, "avx512f"},
+    {KHUB_CPU_AVX512VNNI, "avx512vnni"},
+    {KHUB_CPU_AVX512BF16, "avx512bf16"},
+    {KHUB_CPU_AVXVNNI, "avxvnni"},
+    {KHUB_CPU_BMI2, "bmi2"},
 };
 
 static const bit_name flag_bits[] = {
-    {KHUB_CAP_CAUSAL, "causal"},         {KHUB_CAP_GQA, "gqa"},
-    {KHUB_CAP_MASK, "mask"},             {KHUB_CAP_STRIDED_KV, "strided_kv"},
-    {KHUB_CAP_KV_F16, "kv_f16"},         {KHUB_CAP_SLIDING, "sliding"},
-    {KHUB_CAP_BIAS, "bias"},             {KHUB_CAP_RESIDUAL, "residual"},
+    {KHUB_CAP_CAUSAL, "causal"}, {KHUB_CAP_GQA, "gqa"},
+    {KHUB_CAP_MASK, "mask"},     {KHUB_CAP_STRIDED_KV, "strided_kv"},
+    {KHUB_CAP_KV_F16, "kv_f16"}, {KHUB_CAP_SLIDING, "sliding"},
+    {KHUB_CAP_BIAS, "bias"},     {KHUB_CAP_RESIDUAL, "residual"},
 };
 
 static void dtype_name(char *buf, size_t n, int id)
@@ -156,8 +161,8 @@ static bool reject_cuda(khub_runtime *rt, const khub_op_caps *c, char *why, size
     if ((c->cc_min && cc < c->cc_min) || (c->cc_max && cc > c->cc_max)) {
         char hi[16] = "any";
         if (c->cc_max) snprintf(hi, sizeof hi, "%d.%d", c->cc_max / 10, c->cc_max % 10);
-        snprintf(why, n, "needs compute capability %d.%d-%s, device 0 has %d.%d",
-                 c->cc_min / 10, c->cc_min % 10, hi, cc / 10, cc % 10);
+        snprintf(why, n, "needs compute capability %d.%d-%s, device 0 has %d.%d", c->cc_min / 10,
+                 c->cc_min % 10, hi, cc / 10, cc % 10);
         return true;
     }
     return false;
@@ -171,8 +176,7 @@ static bool rejects(khub_runtime *rt, const khub_op_query *q, const khub_plugin 
     uint32_t want_dev = q->device_type ? q->device_type : KHUB_DEVICE_CPU;
     char list[160];
     if (c->device_type != want_dev) {
-        snprintf(why, n, "device %s, wants %s", device_name(c->device_type),
-                 device_name(want_dev));
+        snprintf(why, n, "device %s, wants %s", device_name(c->device_type), device_name(want_dev));
         return true;
     }
     uint32_t missing = c->cpu_features & ~rt->cpu_features;
@@ -292,8 +296,8 @@ static khub_status add_binding(khub_runtime *rt, const choice *c, text *trace, k
     khub__binding_list *l = &rt->bindings;
     if (l->count == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 16;
-        khub_binding **items = khub__realloc(rt, l->items, l->cap * sizeof *items,
-                                             cap * sizeof *items);
+        khub_binding **items =
+            khub__realloc(rt, l->items, l->cap * sizeof *items, cap * sizeof *items);
         if (!items) return KHUB_STATUS_NOMEM;
         l->items = items;
         l->cap = cap;
@@ -339,10 +343,10 @@ static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, text 
         if (rt->strict)
             return khub__fail(rt, KHUB_STATUS_NO_KERNEL,
                               "preferred %s for %s is %s, and KHUB_OPT_STRICT forbids falling "
-                              "back to %s %s :: %s", pref, kind_name(q->kind), w.pref_why,
-                              bp->id, bp->version, bop);
-        khub__log(rt, KHUB_LOG_WARN, "preferred %s for %s is %s; falling back to %s %s :: %s",
-                  pref, kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
+                              "back to %s %s :: %s",
+                              pref, kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
+        khub__log(rt, KHUB_LOG_WARN, "preferred %s for %s is %s; falling back to %s %s :: %s", pref,
+                  kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
         text_add(trace, "chose %s %s :: %s (fallback: preferred %s is %s)", bp->id, bp->version,
                  bop, pref, w.pref_why);
     } else {
@@ -398,8 +402,8 @@ khub_status khub_binding_call(khub_binding *b, const void *args)
     if (!op->run) {
         khub_status st = khub__fail(b->rt, KHUB_STATUS_UNSUPPORTED,
                                     "%s %s :: %s: a %s op has methods, not run; use "
-                                    "khub_binding_acquire", p->id, p->version, op->name,
-                                    kind_name(op->kind));
+                                    "khub_binding_acquire",
+                                    p->id, p->version, op->name, kind_name(op->kind));
         unpin(p);
         return st;
     }
@@ -426,8 +430,10 @@ const khub_op_desc *khub_binding_acquire(khub_binding *b, void **plugin_state)
     if (plugin_state) *plugin_state = NULL;
     if (!b) return NULL;
     if (tls_n_pins >= MAX_PINS) {
-        khub__fail(b->rt, KHUB_STATUS_BUSY, "khub_binding_acquire: more than %d nested pins on "
-                   "this thread; release some first", MAX_PINS);
+        khub__fail(b->rt, KHUB_STATUS_BUSY,
+                   "khub_binding_acquire: more than %d nested pins on "
+                   "this thread; release some first",
+                   MAX_PINS);
         return NULL;
     }
     khub_plugin *p = pin(b);

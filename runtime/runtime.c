@@ -74,10 +74,7 @@ void khub__errbuf(char *buf, size_t n, const char *fmt, ...)
     va_end(ap);
 }
 
-const char *khub_runtime_errmsg(const khub_runtime *rt)
-{
-    return rt ? rt->errmsg : tls_last_error;
-}
+const char *khub_runtime_errmsg(const khub_runtime *rt) { return rt ? rt->errmsg : tls_last_error; }
 
 void khub__assert_fail(const char *cond, const char *file, int line)
 {
@@ -274,11 +271,16 @@ static void collect_features(khub_runtime *rt)
     static const struct {
         const char *name;
         uint32_t bit;
-    } cpu[] = {{"cpu.sse42", KHUB_CPU_SSE42},     {"cpu.avx", KHUB_CPU_AVX},
-               {"cpu.avx2", KHUB_CPU_AVX2},       {"cpu.fma", KHUB_CPU_FMA},
-               {"cpu.f16c", KHUB_CPU_F16C},       {"cpu.avx512f", KHUB_CPU_AVX512F},
-               {"cpu.avx512vnni", KHUB_CPU_AVX512VNNI}, {"cpu.avx512bf16", KHUB_CPU_AVX512BF16},
-               {"cpu.avxvnni", KHUB_CPU_AVXVNNI}, {"cpu.bmi2", KHUB_CPU_BMI2}};
+    } cpu[] = {{"cpu.sse42", KHUB_CPU_SSE42},
+               {"cpu.avx", KHUB_CPU_AVX},
+               {"cpu.avx2", KHUB_CPU_AVX2},
+               {"cpu.fma", KHUB_CPU_FMA},
+               {"cpu.f16c", KHUB_CPU_F16C},
+               {"cpu.avx512f", KHUB_CPU_AVX512F},
+               {"cpu.avx512vnni", KHUB_CPU_AVX512VNNI},
+               {"cpu.avx512bf16", KHUB_CPU_AVX512BF16},
+               {"cpu.avxvnni", KHUB_CPU_AVXVNNI},
+               {"cpu.bmi2", KHUB_CPU_BMI2}};
     for (size_t i = 0; i < sizeof cpu / sizeof cpu[0]; i++)
         add_feature(rt, cpu[i].name, (rt->cpu_features & cpu[i].bit) != 0);
     add_feature(rt, "threads", rt->n_threads);

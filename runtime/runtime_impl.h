@@ -30,7 +30,7 @@ struct khub_runtime {
     /* Logging. */
     khub_log_fn log_cb; /* NULL = stderr */
     void *log_ud;
-    int log_level;      /* khub_log_level threshold */
+    int log_level; /* khub_log_level threshold */
 
     /* Options. */
     int strict;
@@ -80,38 +80,38 @@ typedef struct khub__host_ctx {
 
 /* A CUDA module a plugin loaded through host->cuda_module_load. */
 typedef struct khub__cuda_mod {
-    void *module;                /* CUmodule */
-    int device;                  /* whose primary context it was loaded in */
+    void *module; /* CUmodule */
+    int device;   /* whose primary context it was loaded in */
     struct khub__cuda_mod *next;
 } khub__cuda_mod;
 
 struct khub_plugin {
     khub_runtime *rt;
-    char *id;           /* owned copies: plugin memory dies at dlclose */
+    char *id; /* owned copies: plugin memory dies at dlclose */
     char *version;
     char *path;         /* the file it came from, "(static)" for linked-in ones */
     char sha256[65];    /* of the verified bytes, "" for static ones */
     uint16_t abi_major; /* from the descriptor (equal to the note's) */
     uint16_t abi_minor;
-    uint32_t kinds;     /* from the note */
-    uint64_t seq;       /* load order, starts at 1 */
-    int32_t score;      /* desc.score() at load, 1 when absent */
+    uint32_t kinds; /* from the note */
+    uint64_t seq;   /* load order, starts at 1 */
+    int32_t score;  /* desc.score() at load, 1 when absent */
 
-    void *dl;           /* dlopen handle, NULL for static plugins */
-    int memfd;          /* sealed memfd the library was opened from, -1 if none */
-    char memfd_name[48];/* name shown in /proc/self/maps ("/memfd:NAME") */
+    void *dl;            /* dlopen handle, NULL for static plugins */
+    int memfd;           /* sealed memfd the library was opened from, -1 if none */
+    char memfd_name[48]; /* name shown in /proc/self/maps ("/memfd:NAME") */
 
     khub_plugin_desc desc; /* host-size copy; strings/ops point at host copies */
     khub_op_desc *ops;     /* [n_ops], host copies */
     khub_op_caps *caps;    /* [n_ops], host copies; ops[i].caps = &caps[i] */
     uint32_t n_ops;
-    int32_t *dims;         /* [n_dims], every op's head_dims, host copies */
+    int32_t *dims; /* [n_dims], every op's head_dims, host copies */
     size_t n_dims;
 
-    khub__host_ctx hctx;   /* host.host_ctx points here */
-    khub_host_api host;    /* the table this plugin was given */
+    khub__host_ctx hctx; /* host.host_ctx points here */
+    khub_host_api host;  /* the table this plugin was given */
 
-    atomic_int inflight;   /* calls running in plugin code right now */
+    atomic_int inflight; /* calls running in plugin code right now */
     pthread_mutex_t mod_lock;
     khub__cuda_mod *modules; /* under mod_lock; unloaded at retirement */
 
@@ -125,8 +125,8 @@ struct khub_binding {
     khub_plugin *plugin; /* under rt->reg_lock */
     uint32_t op_index;
     uint32_t kind;
-    char name[192];      /* "id version :: op", rewritten on reload */
-    char *trace;         /* owned, NUL-terminated */
+    char name[192]; /* "id version :: op", rewritten on reload */
+    char *trace;    /* owned, NUL-terminated */
     size_t trace_cap;
 };
 
@@ -136,7 +136,7 @@ KHUB_INTERNAL void khub__host_api_fill(khub_runtime *rt, khub_plugin *p, khub__h
 /* The message a plugin's last host->fail left on this thread ("" if none),
  * and clearing it before a call into plugin code. */
 KHUB_INTERNAL const char *khub__plugin_msg(void);
-KHUB_INTERNAL void        khub__plugin_msg_clear(void);
+KHUB_INTERNAL void khub__plugin_msg_clear(void);
 /* What host->fail does: records fmt in that thread-local message, returns st. */
 KHUB_INTERNAL khub_status khub__plugin_fail(khub_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -152,8 +152,8 @@ KHUB_INTERNAL khub_status khub__plugin_load_static(khub_runtime *rt, khub_plugin
 /* Registry internals shared by loader.c and registry.c (call with
  * rt->reg_lock held for writing). */
 KHUB_INTERNAL size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p);
-KHUB_INTERNAL void   khub__binding_set_name(khub_binding *b);
-KHUB_INTERNAL void   khub__bindings_free(khub_runtime *rt);
+KHUB_INTERNAL void khub__binding_set_name(khub_binding *b);
+KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
 
 /* CUDA modules of a plugin are unloaded when it retires (cuda.c). */
 KHUB_INTERNAL void khub__cuda_unload_modules(khub_plugin *p);
@@ -168,8 +168,8 @@ KHUB_INTERNAL void khub__cuda_unload_modules(khub_plugin *p);
  * the pointer sizes) and the status is ABI_MAJOR, ABI_MINOR or PTR_SIZE. */
 KHUB_INTERNAL khub_status khub__abi_check_range(unsigned major, unsigned minor, unsigned ptr_size,
                                                 unsigned host_major, unsigned min_minor,
-                                                unsigned host_minor, unsigned host_ptr,
-                                                char *msg, size_t n);
+                                                unsigned host_minor, unsigned host_ptr, char *msg,
+                                                size_t n);
 /* The same rule against this host (KHUB_ABI_*, sizeof(void *)). */
 KHUB_INTERNAL khub_status khub__abi_check(unsigned major, unsigned minor, unsigned ptr_size,
                                           char *msg, size_t n);

@@ -18,25 +18,25 @@
 #include "safetensors.h"
 
 #define MAX_EXACT_INT 9007199254740992.0 /* 2^53 */
-#define INDEX_NAME "model.safetensors.index.json"
-#define SINGLE_NAME "model.safetensors"
+#define INDEX_NAME    "model.safetensors.index.json"
+#define SINGLE_NAME   "model.safetensors"
 
 typedef struct st_shard {
-    khub_mmap map;        /* owned when mapped from a file; else zeroed */
-    const uint8_t *base;  /* the file's bytes */
+    khub_mmap map;       /* owned when mapped from a file; else zeroed */
+    const uint8_t *base; /* the file's bytes */
     size_t size;
-    char *name;           /* owned: path or caller's name, for messages */
+    char *name; /* owned: path or caller's name, for messages */
 } st_shard;
 
 struct khub_safetensors {
-    khub_runtime *rt;          /* borrowed */
-    char *path;                /* owned: what open was given */
-    st_shard *shards;          /* owned [n_shards] */
+    khub_runtime *rt; /* borrowed */
+    char *path;       /* owned: what open was given */
+    st_shard *shards; /* owned [n_shards] */
     size_t n_shards, shard_cap;
-    khub_st_tensor *tensors;   /* owned [t_cap]; names owned */
+    khub_st_tensor *tensors; /* owned [t_cap]; names owned */
     size_t n_tensors, t_cap;
-    uint32_t *by_name;         /* owned [n_tensors]: indices sorted by name */
-    char **meta;               /* owned [2 * meta_cap]: key, value pairs */
+    uint32_t *by_name; /* owned [n_tensors]: indices sorted by name */
+    char **meta;       /* owned [2 * meta_cap]: key, value pairs */
     size_t n_meta, meta_cap;
 };
 
@@ -149,8 +149,8 @@ static khub_status check_unique_keys(khub_runtime *rt, const char *file, const c
     khub_status st = KHUB_STATUS_OK;
     for (i = 1; i < n && st == KHUB_STATUS_OK; i++)
         if (strcmp(names[i - 1], names[i]) == 0)
-            st = khub__fail(rt, KHUB_STATUS_MODEL_INVALID, "%s: duplicate key '%.200s' in %s",
-                            file, names[i], what);
+            st = khub__fail(rt, KHUB_STATUS_MODEL_INVALID, "%s: duplicate key '%.200s' in %s", file,
+                            names[i], what);
     khub__free(rt, names, n * sizeof *names);
     return st;
 }
@@ -170,9 +170,9 @@ static khub_status parse_metadata(khub_safetensors *st, const char *file, const 
         KHUB_RETURN_IF(rt, !cJSON_IsString(m), KHUB_STATUS_MODEL_INVALID,
                        "%s: __metadata__ value of '%.200s' is not a string", file, m->string);
         if (!keep) continue;
-        KHUB_RETURN_IF(rt, !grow(rt, (void **)&st->meta, &st->meta_cap, st->n_meta + 1,
-                                 2 * sizeof *st->meta),
-                       KHUB_STATUS_NOMEM, "%s: out of memory", file);
+        KHUB_RETURN_IF(
+            rt, !grow(rt, (void **)&st->meta, &st->meta_cap, st->n_meta + 1, 2 * sizeof *st->meta),
+            KHUB_STATUS_NOMEM, "%s: out of memory", file);
         char *k = khub__strdup(rt, m->string), *v = khub__strdup(rt, m->valuestring);
         if (!k || !v) {
             khub__strfree(rt, k);
@@ -187,8 +187,8 @@ static khub_status parse_metadata(khub_safetensors *st, const char *file, const 
 }
 
 /* The member named key of entry, checking it appears at most once. */
-static khub_status member(khub_runtime *rt, const char *file, const cJSON *entry,
-                          const char *key, const cJSON **out)
+static khub_status member(khub_runtime *rt, const char *file, const cJSON *entry, const char *key,
+                          const cJSON **out)
 {
     *out = NULL;
     for (const cJSON *c = entry->child; c; c = c->next) {
@@ -211,15 +211,14 @@ static khub_status parse_dtype_shape(khub_runtime *rt, const char *file, const c
     KHUB_RETURN_IF(rt, !cJSON_IsString(dt), KHUB_STATUS_MODEL_INVALID,
                    "%s: tensor '%.200s': dtype is not a string", file, e->string);
     KHUB_RETURN_IF(rt, !dtype_from_name(dt->valuestring, &t->st_dtype), KHUB_STATUS_MODEL_INVALID,
-                   "%s: tensor '%.200s': unknown dtype '%.40s'", file, e->string,
-                   dt->valuestring);
+                   "%s: tensor '%.200s': unknown dtype '%.40s'", file, e->string, dt->valuestring);
     t->dtype = dtypes[t->st_dtype].dt;
 
     KHUB_FORWARD_IF_ERROR(rt, member(rt, file, e, "shape", &shape));
     int n = cJSON_IsArray(shape) ? cJSON_GetArraySize(shape) : -1;
     KHUB_RETURN_IF(rt, n < 0 || n > KHUB_ST_MAX_DIMS, KHUB_STATUS_MODEL_INVALID,
-                   "%s: tensor '%.200s': shape is not an array of at most %d dims", file,
-                   e->string, KHUB_ST_MAX_DIMS);
+                   "%s: tensor '%.200s': shape is not an array of at most %d dims", file, e->string,
+                   KHUB_ST_MAX_DIMS);
     t->ndim = n;
     t->n_elems = 1;
     int d = 0;
@@ -229,18 +228,17 @@ static khub_status parse_dtype_shape(khub_runtime *rt, const char *file, const c
                        "%s: tensor '%.200s': shape[%d] is not an integer in 0..2^53", file,
                        e->string, d);
         t->shape[d] = (int64_t)v;
-        KHUB_RETURN_IF(rt, !khub__mul_i64_ok(t->n_elems, t->shape[d], &t->n_elems),
-                       KHUB_STATUS_MODEL_INVALID,
-                       "%s: tensor '%.200s': element count overflows at shape[%d]", file,
-                       e->string, d);
+        KHUB_RETURN_IF(
+            rt, !khub__mul_i64_ok(t->n_elems, t->shape[d], &t->n_elems), KHUB_STATUS_MODEL_INVALID,
+            "%s: tensor '%.200s': element count overflows at shape[%d]", file, e->string, d);
     }
     size_t bits;
     KHUB_RETURN_IF(rt, !khub__mul_ok((size_t)t->n_elems, (size_t)dtypes[t->st_dtype].bits, &bits),
                    KHUB_STATUS_MODEL_INVALID, "%s: tensor '%.200s': byte size overflows", file,
                    e->string);
     KHUB_RETURN_IF(rt, bits % 8 != 0, KHUB_STATUS_MODEL_INVALID,
-                   "%s: tensor '%.200s': %lld elements of %s do not end on a byte boundary",
-                   file, e->string, (long long)t->n_elems, dtypes[t->st_dtype].name);
+                   "%s: tensor '%.200s': %lld elements of %s do not end on a byte boundary", file,
+                   e->string, (long long)t->n_elems, dtypes[t->st_dtype].name);
     t->nbytes = bits / 8;
     return KHUB_STATUS_OK;
 }
@@ -258,8 +256,9 @@ static khub_status parse_entry(khub_safetensors *st, uint32_t shard, const cJSON
     const cJSON *off;
     uint64_t begin, end;
     KHUB_FORWARD_IF_ERROR(rt, member(rt, file, e, "data_offsets", &off));
-    KHUB_RETURN_IF(rt, !cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
-                           !json_uint(off->child, &begin) || !json_uint(off->child->next, &end),
+    KHUB_RETURN_IF(rt,
+                   !cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
+                       !json_uint(off->child, &begin) || !json_uint(off->child->next, &end),
                    KHUB_STATUS_MODEL_INVALID,
                    "%s: tensor '%.200s': data_offsets is not [begin, end] of integers", file,
                    e->string);
@@ -269,19 +268,17 @@ static khub_status parse_entry(khub_safetensors *st, uint32_t shard, const cJSON
     KHUB_RETURN_IF(rt, end - begin != t.nbytes, KHUB_STATUS_MODEL_INVALID,
                    "%s: tensor '%.200s': shape and dtype %s need %zu bytes but data_offsets "
                    "[%llu, %llu) hold %llu",
-                   file, e->string, dtypes[t.st_dtype].name, t.nbytes,
-                   (unsigned long long)begin, (unsigned long long)end,
-                   (unsigned long long)(end - begin));
+                   file, e->string, dtypes[t.st_dtype].name, t.nbytes, (unsigned long long)begin,
+                   (unsigned long long)end, (unsigned long long)(end - begin));
     KHUB_RETURN_IF(rt, end > buf_size, KHUB_STATUS_TRUNCATED,
                    "%s: tensor '%.200s': data_offsets [%llu, %llu) past end of file (data "
                    "buffer is %zu bytes)",
-                   file, e->string, (unsigned long long)begin, (unsigned long long)end,
-                   buf_size);
+                   file, e->string, (unsigned long long)begin, (unsigned long long)end, buf_size);
     t.data = buf + begin;
 
-    KHUB_RETURN_IF(rt, !grow(rt, (void **)&st->tensors, &st->t_cap, st->n_tensors + 1,
-                             sizeof *st->tensors),
-                   KHUB_STATUS_NOMEM, "%s: out of memory", file);
+    KHUB_RETURN_IF(
+        rt, !grow(rt, (void **)&st->tensors, &st->t_cap, st->n_tensors + 1, sizeof *st->tensors),
+        KHUB_STATUS_NOMEM, "%s: out of memory", file);
     t.name = khub__strdup(rt, e->string);
     KHUB_RETURN_IF(rt, !t.name, KHUB_STATUS_NOMEM, "%s: out of memory", file);
     st->tensors[st->n_tensors++] = t;
@@ -375,8 +372,10 @@ static khub_status parse_shard(khub_safetensors *st, uint32_t shard)
     }
     rc = check_unique_keys(rt, file, "the header", root);
     for (const cJSON *e = root->child; e && rc == KHUB_STATUS_OK; e = e->next) {
-        if (strcmp(e->string, "__metadata__") != 0) rc = parse_entry(st, shard, e, buf_size, buf);
-        else rc = parse_metadata(st, file, e, shard == 0); /* later shards': checked only */
+        if (strcmp(e->string, "__metadata__") != 0)
+            rc = parse_entry(st, shard, e, buf_size, buf);
+        else
+            rc = parse_metadata(st, file, e, shard == 0); /* later shards': checked only */
     }
     if (rc == KHUB_STATUS_OK) rc = check_overlap(st, file, first, buf);
 done:
@@ -388,13 +387,13 @@ done:
 /* Shards, folders and the index                                            */
 /* ======================================================================== */
 
-static khub_status add_shard(khub_safetensors *st, const char *name, const void *data,
-                             size_t size, uint32_t *idx)
+static khub_status add_shard(khub_safetensors *st, const char *name, const void *data, size_t size,
+                             uint32_t *idx)
 {
     khub_runtime *rt = st->rt;
-    KHUB_RETURN_IF(rt, !grow(rt, (void **)&st->shards, &st->shard_cap, st->n_shards + 1,
-                             sizeof *st->shards),
-                   KHUB_STATUS_NOMEM, "%s: out of memory", name);
+    KHUB_RETURN_IF(
+        rt, !grow(rt, (void **)&st->shards, &st->shard_cap, st->n_shards + 1, sizeof *st->shards),
+        KHUB_STATUS_NOMEM, "%s: out of memory", name);
     st_shard *sh = &st->shards[st->n_shards];
     memset(sh, 0, sizeof *sh);
     sh->name = khub__strdup(rt, name);
@@ -434,8 +433,9 @@ static khub_status join(khub_runtime *rt, const char *dir, const char *name, cha
 /* A shard name from an index must be a plain file name in the folder. */
 static khub_status check_shard_name(khub_runtime *rt, const char *index, const char *name)
 {
-    KHUB_RETURN_IF(rt, name[0] == '\0' || strchr(name, '/') || strchr(name, '\\') ||
-                           strcmp(name, ".") == 0 || strcmp(name, "..") == 0,
+    KHUB_RETURN_IF(rt,
+                   name[0] == '\0' || strchr(name, '/') || strchr(name, '\\') ||
+                       strcmp(name, ".") == 0 || strcmp(name, "..") == 0,
                    KHUB_STATUS_UNSAFE_PATH,
                    "%s: shard name '%.200s' is not a plain file name in the model folder", index,
                    name);
@@ -470,8 +470,7 @@ static khub_status open_index_shards(khub_safetensors *st, const char *dir, cons
     for (const cJSON *e = wm->child; e && rc == KHUB_STATUS_OK; e = e->next, i++) {
         if (!cJSON_IsString(e))
             rc = khub__fail(rt, KHUB_STATUS_MODEL_INVALID,
-                            "%s: weight_map['%.200s'] is not a file name string", index,
-                            e->string);
+                            "%s: weight_map['%.200s'] is not a file name string", index, e->string);
         else if ((rc = check_shard_name(rt, index, e->valuestring)) == KHUB_STATUS_OK)
             files[i] = e->valuestring;
     }
@@ -514,8 +513,10 @@ static khub_status open_index(khub_safetensors *st, const char *dir, const char 
     khub_status rc = check_unique_keys(rt, index, "the index", root);
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (rc == KHUB_STATUS_OK && !cJSON_IsObject(wm))
-        rc = khub__fail(rt, KHUB_STATUS_MODEL_INVALID, "%s: weight_map is missing or not an "
-                        "object", index);
+        rc = khub__fail(rt, KHUB_STATUS_MODEL_INVALID,
+                        "%s: weight_map is missing or not an "
+                        "object",
+                        index);
     if (rc == KHUB_STATUS_OK) rc = open_index_shards(st, dir, index, wm);
     if (rc == KHUB_STATUS_OK) rc = build_name_index(st);
     if (rc == KHUB_STATUS_OK) rc = check_index_map(st, dir, index, wm);
@@ -538,8 +539,10 @@ static khub_status open_dir(khub_safetensors *st, const char *dir)
         khub__strfree(st->rt, index);
         return rc;
     }
-    if (is_file(index)) rc = open_index(st, dir, index);
-    else if (is_file(single)) rc = open_file(st, single);
+    if (is_file(index))
+        rc = open_index(st, dir, index);
+    else if (is_file(single))
+        rc = open_file(st, single);
     else
         rc = khub__fail(st->rt, KHUB_STATUS_NOT_FOUND,
                         "%s: no " SINGLE_NAME " or " INDEX_NAME " in this folder", dir);
@@ -660,8 +663,10 @@ const khub_st_tensor *khub__safetensors_find(const khub_safetensors *st, const c
         const khub_st_tensor *t = &st->tensors[st->by_name[mid]];
         int c = strcmp(t->name, name);
         if (c == 0) return t;
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }

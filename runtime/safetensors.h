@@ -48,7 +48,7 @@
 
 typedef struct khub_safetensors khub_safetensors;
 
-#define KHUB_ST_MAX_DIMS 8
+#define KHUB_ST_MAX_DIMS   8
 #define KHUB_ST_MAX_HEADER ((uint64_t)100 * 1000 * 1000) /* bytes, as upstream */
 
 /* safetensors dtypes (the header's names, e.g. "BF16"). */
@@ -80,15 +80,15 @@ typedef enum khub_st_dtype {
 
 /* One tensor. Pointers are valid until khub__safetensors_close. */
 typedef struct khub_st_tensor {
-    const char *name;       /* owned by the khub_safetensors, NUL-terminated */
-    khub_st_dtype st_dtype; /* as in the header */
-    khub_dtype dtype;       /* khub's dtype; code KHUB_DL_OPAQUE when it has none */
-    int32_t ndim;           /* 0..KHUB_ST_MAX_DIMS (0: a scalar) */
+    const char *name;                /* owned by the khub_safetensors, NUL-terminated */
+    khub_st_dtype st_dtype;          /* as in the header */
+    khub_dtype dtype;                /* khub's dtype; code KHUB_DL_OPAQUE when it has none */
+    int32_t ndim;                    /* 0..KHUB_ST_MAX_DIMS (0: a scalar) */
     int64_t shape[KHUB_ST_MAX_DIMS]; /* elements, outermost first; unused entries 0 */
-    int64_t n_elems;        /* product of shape (1 for a scalar) */
-    const void *data;       /* borrowed, into the shard's mapping; maybe unaligned */
-    size_t nbytes;          /* end - begin */
-    uint32_t shard;         /* index of its file (khub__safetensors_shard_path) */
+    int64_t n_elems;                 /* product of shape (1 for a scalar) */
+    const void *data;                /* borrowed, into the shard's mapping; maybe unaligned */
+    size_t nbytes;                   /* end - begin */
+    uint32_t shard;                  /* index of its file (khub__safetensors_shard_path) */
 } khub_st_tensor;
 
 /* Opens path: a .safetensors file, or a folder with model.safetensors.index.json
@@ -108,7 +108,7 @@ KHUB_INTERNAL khub_status khub__safetensors_open_mem(khub_runtime *rt, const cha
 KHUB_INTERNAL void khub__safetensors_close(khub_safetensors *st);
 
 /* Tensors of all shards, in shard then header order. */
-KHUB_INTERNAL size_t                khub__safetensors_count(const khub_safetensors *st);
+KHUB_INTERNAL size_t khub__safetensors_count(const khub_safetensors *st);
 KHUB_INTERNAL const khub_st_tensor *khub__safetensors_at(const khub_safetensors *st, size_t i);
 /* The tensor named name, or NULL (sets no error). O(log n). */
 KHUB_INTERNAL const khub_st_tensor *khub__safetensors_find(const khub_safetensors *st,
@@ -116,21 +116,20 @@ KHUB_INTERNAL const khub_st_tensor *khub__safetensors_find(const khub_safetensor
 /* The tensor named name, for use as a weight: NOT_FOUND ("<path>: tensor 'x'
  * is missing") or, unless its dtype is F32, F16 or BF16, MODEL_UNSUPPORTED
  * ("<file>: tensor 'x' has dtype I64; weights must be F32, F16 or BF16"). */
-KHUB_INTERNAL khub_status khub__safetensors_get_weight(const khub_safetensors *st,
-                                                       const char *name,
+KHUB_INTERNAL khub_status khub__safetensors_get_weight(const khub_safetensors *st, const char *name,
                                                        const khub_st_tensor **out);
 
 /* The __metadata__ value for key in the first shard (the others' are ignored,
  * checked for shape only), or NULL. Owned by st, NUL-terminated. O(n). */
 KHUB_INTERNAL const char *khub__safetensors_metadata(const khub_safetensors *st, const char *key);
 
-KHUB_INTERNAL size_t      khub__safetensors_shard_count(const khub_safetensors *st);
+KHUB_INTERNAL size_t khub__safetensors_shard_count(const khub_safetensors *st);
 /* The path of shard i (as opened), or NULL when out of range. */
 KHUB_INTERNAL const char *khub__safetensors_shard_path(const khub_safetensors *st, size_t i);
 
 /* "BF16", ...; "?" for an unknown value. */
 KHUB_INTERNAL const char *khub__st_dtype_name(khub_st_dtype d);
 /* Bits per element (BOOL: 8, F4: 4, F6_*: 6). */
-KHUB_INTERNAL int         khub__st_dtype_bits(khub_st_dtype d);
+KHUB_INTERNAL int khub__st_dtype_bits(khub_st_dtype d);
 
 #endif /* KHUB_RUNTIME_SAFETENSORS_H */

@@ -50,8 +50,8 @@ double khub__sampler_uniform(khub__sampler *s)
 /* Set-up                                                                   */
 /* ======================================================================== */
 
-khub_status khub__sampler_init(khub_runtime *rt, khub__sampler *s,
-                               const khub__sampler_params *p, int64_t n_vocab)
+khub_status khub__sampler_init(khub_runtime *rt, khub__sampler *s, const khub__sampler_params *p,
+                               int64_t n_vocab)
 {
     memset(s, 0, sizeof *s);
     KHUB_RETURN_IF(rt, n_vocab < 1 || n_vocab > INT32_MAX, KHUB_STATUS_INVALID_ARG,
@@ -140,9 +140,12 @@ static void select_top_k(khub__sampler_cand *c, int64_t n, int64_t k)
                 c[j--] = t;
             }
         }
-        if (k - 1 <= j) hi = j;
-        else if (k - 1 >= i) lo = i;
-        else break;
+        if (k - 1 <= j)
+            hi = j;
+        else if (k - 1 >= i)
+            lo = i;
+        else
+            break;
     }
 }
 

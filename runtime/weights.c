@@ -10,8 +10,8 @@
 
 const char *khub__dtype_short(khub_dtype dt)
 {
-    static const char *const q[KHUB_QFORMAT__COUNT] = {
-        "?", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "int8", "nf4"};
+    static const char *const q[KHUB_QFORMAT__COUNT] = {"?",    "q8_0", "q4_0", "q4_1",
+                                                       "q4_k", "q6_k", "int8", "nf4"};
     switch (khub_dtype_id_of(dt)) {
     case KHUB_DTYPE_ID_F32: return "f32";
     case KHUB_DTYPE_ID_F16: return "f16";
@@ -50,8 +50,10 @@ static void set_tensor(khub__weight *w, khub_dtype dt, const void *data, int32_t
 
 static void shape_str(char *buf, size_t n, const int64_t *s, int32_t ndim)
 {
-    if (ndim == 1) snprintf(buf, n, "[%lld]", (long long)s[0]);
-    else snprintf(buf, n, "[%lld, %lld]", (long long)s[0], (long long)s[1]);
+    if (ndim == 1)
+        snprintf(buf, n, "[%lld]", (long long)s[0]);
+    else
+        snprintf(buf, n, "[%lld, %lld]", (long long)s[0], (long long)s[1]);
 }
 
 khub_status khub__weight_view(khub_runtime *rt, const char *file, khub__weight *w,
@@ -59,8 +61,8 @@ khub_status khub__weight_view(khub_runtime *rt, const char *file, khub__weight *
 {
     memset(w, 0, sizeof *w);
     w->name = src->name;
-    int same = src->ndim == ndim && src->shape[0] == want[0] &&
-               (ndim == 1 || src->shape[1] == want[1]);
+    int same =
+        src->ndim == ndim && src->shape[0] == want[0] && (ndim == 1 || src->shape[1] == want[1]);
     /* A [n] vector stored as [1, n] or [n, 1] is the same bytes. */
     if (!same && ndim == 1 && src->ndim == 2)
         same = (src->shape[0] == 1 && src->shape[1] == want[0]) ||
@@ -84,8 +86,8 @@ khub_status khub__weight_view(khub_runtime *rt, const char *file, khub__weight *
     const void *data = src->data;
     if ((uintptr_t)data % align != 0) {
         w->owned = khub__aligned_alloc(rt, need);
-        KHUB_RETURN_IF(rt, !w->owned, KHUB_STATUS_NOMEM, "%s: no memory to align tensor '%s'",
-                       file, src->name);
+        KHUB_RETURN_IF(rt, !w->owned, KHUB_STATUS_NOMEM, "%s: no memory to align tensor '%s'", file,
+                       src->name);
         memcpy(w->owned, data, need);
         w->owned_bytes = need;
         data = w->owned;
@@ -119,8 +121,8 @@ khub_status khub__weight_to_f32(khub_runtime *rt, khub__weight *w)
     KHUB_RETURN_IF(rt, !khub__mul_ok((size_t)n, sizeof(float), &bytes), KHUB_STATUS_OVERFLOW,
                    "tensor '%s': size overflow", w->name);
     float *f = khub__aligned_alloc(rt, bytes);
-    KHUB_RETURN_IF(rt, !f, KHUB_STATUS_NOMEM, "no memory for an f32 copy of tensor '%s' (%zu bytes)",
-                   w->name, bytes);
+    KHUB_RETURN_IF(rt, !f, KHUB_STATUS_NOMEM,
+                   "no memory for an f32 copy of tensor '%s' (%zu bytes)", w->name, bytes);
     to_f32(w->t.dtype, w->t.data, n, f);
     if (w->owned) khub__aligned_free(rt, w->owned);
     w->owned = f;
@@ -157,8 +159,12 @@ khub_status khub__weight_rows(khub_runtime *rt, const khub__weight *w, const int
         KHUB_RETURN_IF(rt, !deq, KHUB_STATUS_NO_KERNEL,
                        "embedding '%s' is %s and no qlinear plugin can dequantize it", w->name,
                        khub__dtype_short(w->t.dtype));
-        khub_quant_args a = {KHUB_STRUCT_INIT(khub_quant_args), .format = w->t.dtype.bits,
-                             .n_rows = 1, .n_cols = dim, .src = row, .dst = dst};
+        khub_quant_args a = {KHUB_STRUCT_INIT(khub_quant_args),
+                             .format = w->t.dtype.bits,
+                             .n_rows = 1,
+                             .n_cols = dim,
+                             .src = row,
+                             .dst = dst};
         khub_status st = deq(deq_state, &a);
         KHUB_RETURN_IF(rt, st != KHUB_STATUS_OK, st, "dequantizing row %d of '%s' failed: %s",
                        (int)ids[i], w->name, khub_runtime_errmsg(rt));

@@ -23,21 +23,21 @@
 #include "internal.h"
 
 typedef struct khub__weight {
-    khub_tensor t;     /* t.shape points at shape; t.strides NULL (compact) */
-    int64_t shape[2];  /* [out, in] for matrices, [n] for vectors */
-    void *owned;       /* khub__aligned_alloc block holding the data, or NULL (mapped) */
+    khub_tensor t;    /* t.shape points at shape; t.strides NULL (compact) */
+    int64_t shape[2]; /* [out, in] for matrices, [n] for vectors */
+    void *owned;      /* khub__aligned_alloc block holding the data, or NULL (mapped) */
     size_t owned_bytes;
-    const char *name;  /* borrowed from the file's tensor table: for messages */
+    const char *name; /* borrowed from the file's tensor table: for messages */
 } khub__weight;
 
 /* A source tensor as the file describes it, in PyTorch order (outermost
  * first). */
 typedef struct khub__wsrc {
-    const char *name;   /* borrowed */
+    const char *name; /* borrowed */
     khub_dtype dtype;
-    int32_t ndim;       /* 1 or 2 */
+    int32_t ndim; /* 1 or 2 */
     int64_t shape[2];
-    const void *data;   /* borrowed (mapping) */
+    const void *data; /* borrowed (mapping) */
     size_t nbytes;
 } khub__wsrc;
 
@@ -56,7 +56,7 @@ KHUB_INTERNAL khub_status khub__weight_view(khub_runtime *rt, const char *file, 
 /* Replaces w's data with an f32 copy (F16/BF16 converted; F32 kept as is). */
 KHUB_INTERNAL khub_status khub__weight_to_f32(khub_runtime *rt, khub__weight *w);
 /* Frees what w owns and zeroes it. */
-KHUB_INTERNAL void        khub__weight_free(khub_runtime *rt, khub__weight *w);
+KHUB_INTERNAL void khub__weight_free(khub_runtime *rt, khub__weight *w);
 
 /* Copies rows ids[0..n) of the embedding matrix w ([vocab, dim]) into
  * out[n, dim] as f32. Dense dtypes are converted here; block formats are

@@ -82,7 +82,8 @@ static inline void fx_make_repos(fixture *fx)
         fx_writef(fx, rel, "page\n");
     }
     char rel[512], sha[65], meta[1024];
-    const char so[] = "\x7f" "ELF not really a library, but bytes to verify";
+    const char so[] = "\x7f"
+                      "ELF not really a library, but bytes to verify";
     snprintf(rel, sizeof rel, "%s/org/demo/commits/" C1 "/build/%s/libk.so", fx->repos,
              fx->variant);
     fx_write(rel, so, sizeof so - 1);
@@ -97,7 +98,8 @@ static inline void fx_make_repos(fixture *fx)
              fx->variant, fx_arch(), sha);
     snprintf(rel, sizeof rel, "org/demo/commits/" C1 "/build/%s/metadata.json", fx->variant);
     fx_writef(fx, rel, meta);
-    snprintf(rel, sizeof rel, "org/demo/commits/" C1 "/build/torch212-cxx11-cu130-x86_64-linux/"
+    snprintf(rel, sizeof rel,
+             "org/demo/commits/" C1 "/build/torch212-cxx11-cu130-x86_64-linux/"
              "__init__.py");
     fx_writef(fx, rel, "# torch variant\n");
     fx_writef(fx, "org/demo/commits/" C2 "/README.md", "# demo kernel v2\n");
@@ -113,18 +115,23 @@ static inline void fx_init(fixture *fx, const char *faults, uint32_t page_size)
     snprintf(fx->log, sizeof fx->log, "%s/server.log", fx->root);
     mkdir(fx->repos, 0755);
     fx_make_repos(fx);
-    khub__server_opts so = {.dir = fx->repos, .faults = faults ? faults : "",
-                            .page_size = page_size, .log_path = fx->log};
+    khub__server_opts so = {.dir = fx->repos,
+                            .faults = faults ? faults : "",
+                            .page_size = page_size,
+                            .log_path = fx->log};
     ASSERT_OK(khub__server_start(&so, &fx->srv));
-    snprintf(fx->endpoint, sizeof fx->endpoint, "http://127.0.0.1:%u",
-             khub__server_port(fx->srv));
+    snprintf(fx->endpoint, sizeof fx->endpoint, "http://127.0.0.1:%u", khub__server_port(fx->srv));
 }
 
 static inline khub_hub *fx_hub(const fixture *fx, int offline, const char *token)
 {
-    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .endpoint = fx->endpoint,
-                       .cache_dir = fx->cache, .token = token ? token : "",
-                       .offline = offline, .backoff_ms = 50, .max_tries = 4};
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts),
+                       .endpoint = fx->endpoint,
+                       .cache_dir = fx->cache,
+                       .token = token ? token : "",
+                       .offline = offline,
+                       .backoff_ms = 50,
+                       .max_tries = 4};
     khub_hub *hub = NULL;
     ASSERT_OK(khub_hub_new(&o, &hub));
     return hub;

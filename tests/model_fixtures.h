@@ -89,8 +89,21 @@ static inline int fx_write_text(const char *path, const char *text)
 /* GGUF                                                                     */
 /* ------------------------------------------------------------------------ */
 
-enum { FXG_U8 = 0, FXG_I8, FXG_U16, FXG_I16, FXG_U32, FXG_I32, FXG_F32, FXG_BOOL, FXG_STR,
-       FXG_ARR, FXG_U64, FXG_I64, FXG_F64 };
+enum {
+    FXG_U8 = 0,
+    FXG_I8,
+    FXG_U16,
+    FXG_I16,
+    FXG_U32,
+    FXG_I32,
+    FXG_F32,
+    FXG_BOOL,
+    FXG_STR,
+    FXG_ARR,
+    FXG_U64,
+    FXG_I64,
+    FXG_F64
+};
 
 static inline void fx_gstr(fx_buf *b, const char *s)
 {
@@ -164,8 +177,8 @@ static inline void fx_kv_arr_i32(fx_buf *b, const char *k, const int32_t *v, siz
     fx_u64(b, n);
     for (size_t i = 0; i < n; i++) fx_u32(b, (uint32_t)v[i]);
 }
-static inline void fx_tensor_info(fx_buf *b, const char *name, uint32_t n_dims,
-                                  const uint64_t *ne, uint32_t type, uint64_t offset)
+static inline void fx_tensor_info(fx_buf *b, const char *name, uint32_t n_dims, const uint64_t *ne,
+                                  uint32_t type, uint64_t offset)
 {
     fx_gstr(b, name);
     fx_u32(b, n_dims);
@@ -296,8 +309,7 @@ static inline void fx_gguf_small(fx_buf *b, fx_gguf_mut mut)
         uint32_t type = mut == FX_UNKNOWN_TYPE ? 77 : mut == FX_Q5K_TYPE ? 13 : 3;
         uint64_t q5k[2] = {256, 2};
         fx_tensor_info(b, mut == FX_DUP_TENSOR ? "t.f32" : "t.q4_1", 2,
-                       mut == FX_Q5K_TYPE ? q5k : ne1, type,
-                       mut == FX_MISALIGNED ? o1 + 4 : o1);
+                       mut == FX_Q5K_TYPE ? q5k : ne1, type, mut == FX_MISALIGNED ? o1 + 4 : o1);
     }
     uint64_t off2 = mut == FX_OVERLAP ? o1 + 32 : mut == FX_PAST_END ? 4096 : o2;
     fx_tensor_info(b, "t.q8_0", 2, ne2, 8, off2);

@@ -25,8 +25,7 @@ static const char *plugin_src =
     "KHUB_PLUGIN_DEFINE(init, \"t/gate\", \"1.0.0\")\n";
 
 /* Compiles plugin_src plus `extra_src` with `flags` into workdir/name.so. */
-static void build(const char *name, const char *extra_src, const char *flags, char *out,
-                  size_t n)
+static void build(const char *name, const char *extra_src, const char *flags, char *out, size_t n)
 {
     if (!workdir[0]) {
         snprintf(workdir, sizeof workdir, "/tmp/khub-gate-XXXXXX");
@@ -56,7 +55,8 @@ static void expect_finding(const char *path, const char *needle)
     for (size_t i = 0; i < rep.n_findings; i++)
         if (strstr(rep.findings[i], needle)) found = 1;
     if (!found) {
-        for (size_t i = 0; i < rep.n_findings; i++) fprintf(stderr, "  finding: %s\n", rep.findings[i]);
+        for (size_t i = 0; i < rep.n_findings; i++)
+            fprintf(stderr, "  finding: %s\n", rep.findings[i]);
         TEST_FAIL_("no finding containing \"%s\" for %s", needle, path);
     }
     ASSERT_CONTAINS(err, "ABI gate finding");
@@ -80,8 +80,9 @@ TEST_IMPL(clean_plugin_passes)
 TEST_IMPL(extra_export)
 {
     char so[512];
-    build("export", "__attribute__((visibility(\"default\"))) int leaked_helper(void) { return 1; }",
-          NULL, so, sizeof so);
+    build("export",
+          "__attribute__((visibility(\"default\"))) int leaked_helper(void) { return 1; }", NULL,
+          so, sizeof so);
     expect_finding(so, "exports leaked_helper");
 }
 
@@ -181,16 +182,16 @@ TEST_IMPL(ptx_directives)
     ASSERT_STATUS(khub__ptx_inspect(bad2, strlen(bad2), &isa, &sm, &suffix), KHUB_STATUS_PARSE);
 }
 
-#define TEST_LIST(X)          \
-    X(clean_plugin_passes)    \
-    X(extra_export)           \
-    X(glibc_too_new)          \
-    X(rpath_and_runpath)      \
-    X(nodelete)               \
-    X(gnu_unique)             \
-    X(library_not_allowed)    \
-    X(no_note)                \
-    X(not_elf_and_truncated)  \
-    X(glibc_compare)          \
+#define TEST_LIST(X)         \
+    X(clean_plugin_passes)   \
+    X(extra_export)          \
+    X(glibc_too_new)         \
+    X(rpath_and_runpath)     \
+    X(nodelete)              \
+    X(gnu_unique)            \
+    X(library_not_allowed)   \
+    X(no_note)               \
+    X(not_elf_and_truncated) \
+    X(glibc_compare)         \
     X(ptx_directives)
 TEST_MAIN(TEST_LIST)

@@ -12,12 +12,13 @@ static const char *gguf_path(void)
 {
     static char buf[512];
     const char *d = getenv("KHUB_MODEL_DIR");
-    if (d) snprintf(buf, sizeof buf, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", d);
-    else snprintf(buf, sizeof buf, "%s/.cache/khub/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                  getenv("HOME") ? getenv("HOME") : "");
+    if (d)
+        snprintf(buf, sizeof buf, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", d);
+    else
+        snprintf(buf, sizeof buf, "%s/.cache/khub/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 getenv("HOME") ? getenv("HOME") : "");
     struct stat sb;
-    if (stat(buf, &sb) != 0)
-        TEST_SKIP("%s not found (run tools/fetch-model.sh)", buf);
+    if (stat(buf, &sb) != 0) TEST_SKIP("%s not found (run tools/fetch-model.sh)", buf);
     return buf;
 }
 
@@ -151,12 +152,18 @@ TEST_IMPL(generate_batch_equals_single)
 {
     /* ref-cpu: the batched and one-at-a-time paths round alike. */
     const char *ref = "khub/ref-cpu";
-    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .attn_impl = ref, .quant = ref,
-                          .linear_impl = ref, .norm_impl = ref, .act_impl = ref,
-                          .rotary_impl = ref, .cache_impl = ref, .max_batch = 16};
+    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts),
+                          .attn_impl = ref,
+                          .quant = ref,
+                          .linear_impl = ref,
+                          .norm_impl = ref,
+                          .act_impl = ref,
+                          .rotary_impl = ref,
+                          .cache_impl = ref,
+                          .max_batch = 16};
     fixture f = open_model(&mo);
-    const char *p[] = {"Once upon a time", "def fibonacci(n):",
-                       "The three primary colours are red, yellow and"};
+    const char *p[] = {"Once upon a time",
+                       "def fibonacci(n):", "The three primary colours are red, yellow and"};
     khub_generate_opts o = gen(6);
     o.ignore_eos = 1;
     khub_generate_result all[3] = {result(), result(), result()};
@@ -247,8 +254,8 @@ TEST_IMPL(generate_errors)
     close_model(&f);
 }
 
-#define TEST_LIST(X)                                                                            \
-    X(generate_greedy_is_argmax_and_streams) X(generate_stop_string)                            \
-    X(generate_batch_equals_single) X(generate_seeded_sampling) X(generate_chat_template)      \
-    X(generate_errors)
+#define TEST_LIST(X)                                                                    \
+    X(generate_greedy_is_argmax_and_streams)                                            \
+    X(generate_stop_string) X(generate_batch_equals_single) X(generate_seeded_sampling) \
+        X(generate_chat_template) X(generate_errors)
 TEST_MAIN(TEST_LIST)

@@ -333,7 +333,10 @@ TEST_IMPL(missing_file_and_folder)
 
 TEST_IMPL(type_table_matches_qformats)
 {
-    static const struct { uint32_t ggml; khub_qformat q; } m[] = {
+    static const struct {
+        uint32_t ggml;
+        khub_qformat q;
+    } m[] = {
         {KHUB_GGML_Q8_0, KHUB_QFORMAT_Q8_0}, {KHUB_GGML_Q4_0, KHUB_QFORMAT_Q4_0},
         {KHUB_GGML_Q4_1, KHUB_QFORMAT_Q4_1}, {KHUB_GGML_Q4_K, KHUB_QFORMAT_Q4_K},
         {KHUB_GGML_Q6_K, KHUB_QFORMAT_Q6_K},
@@ -417,9 +420,11 @@ TEST_IMPL(oom_at_every_allocation_no_leak)
 static const char *model_path(char *buf, size_t n)
 {
     const char *dir = getenv("KHUB_MODEL_DIR");
-    if (dir && *dir) snprintf(buf, n, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else snprintf(buf, n, "%s/.cache/khub/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                  getenv("HOME") ? getenv("HOME") : "");
+    if (dir && *dir)
+        snprintf(buf, n, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else
+        snprintf(buf, n, "%s/.cache/khub/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 getenv("HOME") ? getenv("HOME") : "");
     struct stat sb;
     return stat(buf, &sb) == 0 ? buf : NULL;
 }

@@ -12,10 +12,7 @@ static void capture(void *ud, khub_log_level level, const char *msg)
     snprintf(logged + strlen(logged), sizeof logged - strlen(logged), "%s\n", msg);
 }
 
-static bool have_cuda(void)
-{
-    return khub__cuda_info(NULL, NULL, NULL) == KHUB_STATUS_OK;
-}
+static bool have_cuda(void) { return khub__cuda_info(NULL, NULL, NULL) == KHUB_STATUS_OK; }
 
 TEST_IMPL(host_table_from_an_op)
 {

@@ -51,8 +51,7 @@ static khub_hub *fill_cache(fixture *fx)
     return hub;
 }
 
-static void blob_path(const fixture *fx, const char *commit, const char *rel, char *out,
-                      size_t n)
+static void blob_path(const fixture *fx, const char *commit, const char *rel, char *out, size_t n)
 {
     char link[600], target[600];
     snprintf(link, sizeof link, "%s/kernels--org--demo/snapshots/%s/%s", fx->cache, commit, rel);
@@ -172,10 +171,10 @@ TEST_IMPL(prune_detached_and_unreferenced)
     ASSERT(freed >= 5 + strlen("# demo kernel v2\n"));
     ASSERT(access(path, F_OK) != 0);
     ASSERT(access(v2blob, F_OK) != 0);
-    ASSERT(access(keep, F_OK) == 0);             /* still linked from main */
-    ASSERT(access(outside, F_OK) == 0);          /* never followed out of the cache */
+    ASSERT(access(keep, F_OK) == 0);    /* still linked from main */
+    ASSERT(access(outside, F_OK) == 0); /* never followed out of the cache */
     snprintf(path, sizeof path, "%s/blobs/%s.1234abcd.incomplete", repo, C2);
-    ASSERT(access(path, F_OK) == 0);             /* in flight: left alone */
+    ASSERT(access(path, F_OK) == 0); /* in flight: left alone */
     snprintf(path, sizeof path, "%s/snapshots/%s/README.md", repo, C1);
     char *p = NULL;
     khub_hub_id id = fx_id("org/demo@main");
@@ -199,8 +198,8 @@ TEST_IMPL(prune_detached_and_unreferenced)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                                                                    \
-    X(scan_lists_repos_and_revisions)                                                   \
-    X(verify_finds_corrupt_blobs)                                                       \
+#define TEST_LIST(X)                  \
+    X(scan_lists_repos_and_revisions) \
+    X(verify_finds_corrupt_blobs)     \
     X(prune_detached_and_unreferenced)
 TEST_MAIN(TEST_LIST)

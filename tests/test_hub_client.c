@@ -14,7 +14,8 @@ static int count_blobs(const fixture *fx, const char *suffix)
     while (d && (de = readdir(d))) {
         if (de->d_name[0] == '.') continue;
         size_t l = strlen(de->d_name), sl = strlen(suffix);
-        if (!suffix[0] ? !strchr(de->d_name, '.') : (l >= sl && !strcmp(de->d_name + l - sl, suffix)))
+        if (!suffix[0] ? !strchr(de->d_name, '.')
+                       : (l >= sl && !strcmp(de->d_name + l - sl, suffix)))
             n++;
     }
     if (d) closedir(d);
@@ -114,7 +115,8 @@ TEST_IMPL(download_regular_and_lfs)
     ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
     free(p);
     ASSERT_EQ(khub_hub_request_count(hub), before);
-    ASSERT_STATUS(khub_hub_download_file(hub, &id, C1, "nope.txt", &p), KHUB_STATUS_ENTRY_NOT_FOUND);
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, C1, "nope.txt", &p),
+                  KHUB_STATUS_ENTRY_NOT_FOUND);
     ASSERT_CONTAINS(khub_hub_errmsg(hub), "EntryNotFound");
     ASSERT_STATUS(khub_hub_download_file(hub, &id, C1, "../etc/passwd", &p),
                   KHUB_STATUS_UNSAFE_PATH);
@@ -142,8 +144,7 @@ TEST_IMPL(offline_uses_cache_only)
     ASSERT_STR_EQ(commit, C1);
     ASSERT_OK(khub_hub_download_file(hub, &id, commit, "README.md", &p));
     free(p);
-    ASSERT_STATUS(khub_hub_download_file(hub, &id, commit, "weights.bin", &p),
-                  KHUB_STATUS_OFFLINE);
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, commit, "weights.bin", &p), KHUB_STATUS_OFFLINE);
     ASSERT_CONTAINS(khub_hub_errmsg(hub), "not cached");
     id = fx_id("org/demo@version=2");
     ASSERT_STATUS(khub_hub_resolve(hub, &id, commit), KHUB_STATUS_OFFLINE);
@@ -221,8 +222,9 @@ TEST_IMPL(tree_paging_and_hostile_entries)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                                                            \
-    X(resolve_forms) X(resolve_errors) X(download_regular_and_lfs)             \
-    X(offline_uses_cache_only) X(fallback_to_refs_when_unreachable)            \
-    X(token_sent_to_hub_only) X(tree_paging_and_hostile_entries)
+#define TEST_LIST(X)                                                         \
+    X(resolve_forms)                                                         \
+    X(resolve_errors) X(download_regular_and_lfs) X(offline_uses_cache_only) \
+        X(fallback_to_refs_when_unreachable) X(token_sent_to_hub_only)       \
+            X(tree_paging_and_hostile_entries)
 TEST_MAIN(TEST_LIST)

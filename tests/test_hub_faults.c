@@ -35,8 +35,10 @@ static khub_status get_weights(const fixture *fx, khub_hub **hub_out)
         ASSERT_EQ(strlen(sha), 64);
     }
     free(p);
-    if (hub_out) *hub_out = hub;
-    else khub_hub_free(hub);
+    if (hub_out)
+        *hub_out = hub;
+    else
+        khub_hub_free(hub);
     return st;
 }
 
@@ -68,16 +70,16 @@ static void expect_ok(const char *fault, const char *log_needle)
 
 TEST_IMPL(drop_mid_body_resumes_with_range) { expect_ok("drop-body=1", "range=bytes=35000-"); }
 TEST_IMPL(ignore_range_restarts) { expect_ok("drop-body=1,ignore-range", "range=bytes="); }
-TEST_IMPL(short_body_rejected) { expect_fail("short-body", KHUB_STATUS_TRUNCATED, "of 70000 bytes"); }
+TEST_IMPL(short_body_rejected)
+{
+    expect_fail("short-body", KHUB_STATUS_TRUNCATED, "of 70000 bytes");
+}
 TEST_IMPL(extra_bytes_rejected) { expect_fail("extra-bytes", KHUB_STATUS_OVERFLOW, "more than"); }
 TEST_IMPL(wrong_hash_rejected)
 {
     expect_fail("wrong-hash", KHUB_STATUS_DIGEST_MISMATCH, "but the hub announced");
 }
-TEST_IMPL(redirect_loop_stops)
-{
-    expect_fail("redirect-loop", KHUB_STATUS_HTTP, "redirect loop");
-}
+TEST_IMPL(redirect_loop_stops) { expect_fail("redirect-loop", KHUB_STATUS_HTTP, "redirect loop"); }
 TEST_IMPL(twice_503_then_ok) { expect_ok("503=2", NULL); }
 
 TEST_IMPL(retry_after_429_honoured)
@@ -151,9 +153,9 @@ TEST_IMPL(eight_processes_one_blob)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                                                            \
-    X(drop_mid_body_resumes_with_range) X(ignore_range_restarts)               \
-    X(short_body_rejected) X(extra_bytes_rejected) X(wrong_hash_rejected)      \
-    X(redirect_loop_stops) X(twice_503_then_ok) X(retry_after_429_honoured)    \
-    X(kill9_mid_download_then_rerun) X(eight_processes_one_blob)
+#define TEST_LIST(X)                                                                               \
+    X(drop_mid_body_resumes_with_range)                                                            \
+    X(ignore_range_restarts) X(short_body_rejected) X(extra_bytes_rejected) X(wrong_hash_rejected) \
+        X(redirect_loop_stops) X(twice_503_then_ok) X(retry_after_429_honoured)                    \
+            X(kill9_mid_download_then_rerun) X(eight_processes_one_blob)
 TEST_MAIN(TEST_LIST)

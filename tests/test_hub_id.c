@@ -130,9 +130,10 @@ TEST_IMPL(symbol_errors)
 
 TEST_IMPL(format_roundtrip)
 {
-    const char *forms[] = {"org/name", "org/name@main", "org/name@version=3",
-                           "org/name@version=3:sym", "org/name:sym",
-                           "org/name@0123456789abcdef0123456789abcdef01234567"};
+    const char *forms[] = {
+        "org/name",           "org/name@main",
+        "org/name@version=3", "org/name@version=3:sym",
+        "org/name:sym",       "org/name@0123456789abcdef0123456789abcdef01234567"};
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         khub_hub_id id = parse_ok(forms[i]);
         char buf[512];
@@ -160,8 +161,8 @@ TEST_IMPL(set_revision_exclusive)
     ASSERT_EQ(id.rev_kind, KHUB_HUB_REV_NAME);
 }
 
-#define TEST_LIST(X)                                                            \
-    X(plain) X(revision_forms) X(version_and_symbol) X(repo_charset)           \
-    X(structure_errors) X(revision_errors) X(symbol_errors) X(format_roundtrip) \
-    X(set_revision_exclusive)
+#define TEST_LIST(X)                                                                               \
+    X(plain)                                                                                       \
+    X(revision_forms) X(version_and_symbol) X(repo_charset) X(structure_errors) X(revision_errors) \
+        X(symbol_errors) X(format_roundtrip) X(set_revision_exclusive)
 TEST_MAIN(TEST_LIST)

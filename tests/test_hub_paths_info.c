@@ -15,8 +15,12 @@ static long post(khub_hub *hub, const char *endpoint, const char *rel, const cha
     char url[1024];
     snprintf(url, sizeof url, "%s%s", endpoint, rel);
     memset(r, 0, sizeof *r);
-    khub__http_req req = {.method = "POST", .url = url, .what = "paths-info", .body = body,
-                          .body_len = strlen(body), .content_type = ctype};
+    khub__http_req req = {.method = "POST",
+                          .url = url,
+                          .what = "paths-info",
+                          .body = body,
+                          .body_len = strlen(body),
+                          .content_type = ctype};
     ASSERT_OK(khub__http_fetch(hub, &req, r));
     *out = r->body ? cJSON_Parse(r->body) : NULL;
     return r->status;
@@ -40,7 +44,7 @@ static const char *str_of(const cJSON *o, const char *key)
 }
 
 #define FORM "application/x-www-form-urlencoded"
-#define PI "/api/kernels/org/demo/paths-info/"
+#define PI   "/api/kernels/org/demo/paths-info/"
 
 TEST_IMPL(paths_info_form)
 {
@@ -54,7 +58,7 @@ TEST_IMPL(paths_info_form)
                    "paths=README.md&paths=weights.bin&paths=docs&paths=nope.txt&"
                    "paths=..%2Fetc%2Fpasswd&paths=docs%2Fa+b%2Bc.md&expand=false",
                    &r, &j),
-           200);
+              200);
     ASSERT_STR_EQ(r.repo_commit, C1);
     ASSERT(cJSON_IsArray(j));
     ASSERT_EQ(cJSON_GetArraySize(j), 4); /* nope.txt and ../etc/passwd left out */
@@ -102,8 +106,8 @@ TEST_IMPL(paths_info_json)
     cJSON_Delete(j);
     khub__http_resp_free(&r);
     /* model prefix too */
-    ASSERT_EQ(post(hub, fx.endpoint, "/api/models/org/demo/paths-info/" C1, FORM,
-                   "paths=README.md", &r, &j),
+    ASSERT_EQ(post(hub, fx.endpoint, "/api/models/org/demo/paths-info/" C1, FORM, "paths=README.md",
+                   &r, &j),
               200);
     ASSERT_EQ(cJSON_GetArraySize(j), 1);
     cJSON_Delete(j);
@@ -169,9 +173,9 @@ TEST_IMPL(paths_info_needs_no_token)
     cJSON_Delete(j);
     khub__http_resp_free(&r);
     /* while a write without the token is still refused */
-    ASSERT_EQ(post(hub, endpoint, "/api/kernels/org/demo/branch/x", "application/json", "{}", &r,
-                   &j),
-              401);
+    ASSERT_EQ(
+        post(hub, endpoint, "/api/kernels/org/demo/branch/x", "application/json", "{}", &r, &j),
+        401);
     cJSON_Delete(j);
     khub__http_resp_free(&r);
     khub_hub_free(hub);
@@ -231,10 +235,10 @@ TEST_IMPL(paths_info_huggingface_hub)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                                                            \
-    X(paths_info_form)                                                          \
-    X(paths_info_json)                                                          \
-    X(paths_info_errors)                                                        \
-    X(paths_info_needs_no_token)                                                \
+#define TEST_LIST(X)             \
+    X(paths_info_form)           \
+    X(paths_info_json)           \
+    X(paths_info_errors)         \
+    X(paths_info_needs_no_token) \
     X(paths_info_huggingface_hub)
 TEST_MAIN(TEST_LIST)

@@ -31,7 +31,8 @@ static void make_kernel(const fixture *fx, kdir *k, int major, const char *versi
     snprintf(meta, sizeof meta,
              "{\"repo\": \"acme/k\", \"major\": %d, \"version\": \"%s\", \"ops\": [{\"name\": "
              "\"rms_norm\", \"kind\": \"norm\"}], \"sources\": {\"cpu\": [\"k.c\"]}, "
-             "\"variants\": {\"cpu\": [{\"level\": \"generic\"}]}}", major, version);
+             "\"variants\": {\"cpu\": [{\"level\": \"generic\"}]}}",
+             major, version);
     fx_write(path, meta, strlen(meta));
     snprintf(path, sizeof path, "%s/libk.so", k->vdir);
     fx_write(path, so_text, strlen(so_text));
@@ -57,8 +58,7 @@ static void start_with_token(fixture *fx)
     khub__server_stop(fx->srv);
     khub__server_opts so = {.dir = fx->repos, .log_path = fx->log, .token = TOKEN};
     ASSERT_OK(khub__server_start(&so, &fx->srv));
-    snprintf(fx->endpoint, sizeof fx->endpoint, "http://127.0.0.1:%u",
-             khub__server_port(fx->srv));
+    snprintf(fx->endpoint, sizeof fx->endpoint, "http://127.0.0.1:%u", khub__server_port(fx->srv));
 }
 
 static khub_status publish(const fixture *fx, const kdir *k, const char *token,
@@ -67,8 +67,10 @@ static khub_status publish(const fixture *fx, const kdir *k, const char *token,
     khub_hub *hub = fx_hub(fx, 0, token);
     khub_publish_opts o = {.dir = k->dir};
     khub_status st = khub__publish(hub, &o, res);
-    if (hub_out) *hub_out = hub;
-    else khub_hub_free(hub);
+    if (hub_out)
+        *hub_out = hub;
+    else
+        khub_hub_free(hub);
     return st;
 }
 
@@ -88,7 +90,9 @@ TEST_IMPL(publish_round_trip)
     fixture fx;
     start_with_token(&fx);
     kdir k;
-    make_kernel(&fx, &k, 1, "1.0.0", "\x7f" "ELF library bytes, version one");
+    make_kernel(&fx, &k, 1, "1.0.0",
+                "\x7f"
+                "ELF library bytes, version one");
     khub_publish_result res;
     khub_hub *hub = NULL;
     ASSERT_OK(publish(&fx, &k, TOKEN, &res, &hub));
@@ -140,29 +144,35 @@ TEST_IMPL(publish_round_trip)
     ASSERT_STR_EQ(res.commit, first);
 
     /* a changed v1 with a stale file: a new commit on v1, the file deleted */
-    make_kernel(&fx, &k, 1, "1.0.1", "\x7f" "ELF library bytes, version one point one");
+    make_kernel(&fx, &k, 1, "1.0.1",
+                "\x7f"
+                "ELF library bytes, version one point one");
     ASSERT_OK(publish(&fx, &k, TOKEN, &res, NULL));
     ASSERT_EQ(res.changed, 1);
     ASSERT_EQ(res.n_deleted, 0);
     ASSERT(strcmp(res.commit, first) != 0);
     /* an extra file on the branch (as a manual upload would leave) */
     char extra_dir[900];
-    snprintf(extra_dir, sizeof extra_dir, "%s/repos/acme/k/commits/%s/build/%s/old.txt",
-             fx.root, res.commit, fx.variant);
+    snprintf(extra_dir, sizeof extra_dir, "%s/repos/acme/k/commits/%s/build/%s/old.txt", fx.root,
+             res.commit, fx.variant);
     fx_write(extra_dir, "old\n", 4);
-    make_kernel(&fx, &k, 1, "1.0.2", "\x7f" "ELF library bytes, one point two");
+    make_kernel(&fx, &k, 1, "1.0.2",
+                "\x7f"
+                "ELF library bytes, one point two");
     ASSERT_OK(publish(&fx, &k, TOKEN, &res, NULL));
     ASSERT_EQ(res.n_deleted, 1);
     char path[1000];
-    snprintf(path, sizeof path, "%s/repos/acme/k/commits/%s/build/%s/old.txt", fx.root,
-             res.commit, fx.variant);
+    snprintf(path, sizeof path, "%s/repos/acme/k/commits/%s/build/%s/old.txt", fx.root, res.commit,
+             fx.variant);
     ASSERT(access(path, F_OK) != 0);
     ASSERT(access(extra_dir, F_OK) == 0); /* the parent commit is untouched */
 
     /* v2: its own branch; v1 stays */
     char v1[41];
     memcpy(v1, res.commit, 41);
-    make_kernel(&fx, &k, 2, "2.0.0", "\x7f" "ELF library bytes, two");
+    make_kernel(&fx, &k, 2, "2.0.0",
+                "\x7f"
+                "ELF library bytes, two");
     ASSERT_OK(publish(&fx, &k, TOKEN, &res, NULL));
     ASSERT_STR_EQ(res.branch, "v2");
     ASSERT_EQ(res.created_branch, 1);
@@ -230,8 +240,12 @@ TEST_IMPL(publish_local_errors)
 static long request(khub_hub *hub, const char *method, const char *url, const char *ctype,
                     const char *body, khub__http_resp *r)
 {
-    khub__http_req req = {.method = method, .url = url, .auth = 1, .what = "test",
-                          .body = body, .body_len = body ? strlen(body) : 0,
+    khub__http_req req = {.method = method,
+                          .url = url,
+                          .auth = 1,
+                          .what = "test",
+                          .body = body,
+                          .body_len = body ? strlen(body) : 0,
                           .content_type = ctype};
     memset(r, 0, sizeof *r);
     ASSERT_OK(khub__http_fetch(hub, &req, r));
@@ -268,16 +282,18 @@ TEST_IMPL(server_refuses_bad_commits)
         {"{\"key\":\"header\",\"value\":{\"summary\":\"x\",\"parentCommit\":\"" C2 "\"}}\n", 412,
          "parentCommit is not the head"},
         {"{\"key\":\"header\",\"value\":{\"summary\":\"x\"}}\n{\"key\":\"file\",\"value\":"
-         "{\"path\":\"../escape.txt\",\"content\":\"eA==\",\"encoding\":\"base64\"}}\n", 400,
-         "not a safe repo-relative path"},
+         "{\"path\":\"../escape.txt\",\"content\":\"eA==\",\"encoding\":\"base64\"}}\n",
+         400, "not a safe repo-relative path"},
         {"{\"key\":\"header\",\"value\":{\"summary\":\"x\"}}\n{\"key\":\"lfsFile\",\"value\":"
          "{\"path\":\"a.so\",\"algo\":\"sha256\",\"oid\":\"" C1 "aaaaaaaaaaaaaaaaaaaaaaaa\","
-         "\"size\":3}}\n", 422, "was not uploaded"},
+         "\"size\":3}}\n",
+         422, "was not uploaded"},
         {"{\"key\":\"header\",\"value\":{\"summary\":\"x\"}}\n{\"key\":\"deletedFile\",\"value\":"
-         "{\"path\":\"nope.txt\"}}\n", 404, "doesn't exist"},
+         "{\"path\":\"nope.txt\"}}\n",
+         404, "doesn't exist"},
         {"{\"key\":\"header\",\"value\":{\"summary\":\"x\"}}\n{\"key\":\"file\",\"value\":"
-         "{\"path\":\"ok.txt\",\"content\":\"!!!!\",\"encoding\":\"base64\"}}\n", 400,
-         "not valid base64"},
+         "{\"path\":\"ok.txt\",\"content\":\"!!!!\",\"encoding\":\"base64\"}}\n",
+         400, "not valid base64"},
         {"not json\n", 400, "is not {\"key\""},
         {"{\"key\":\"file\",\"value\":{\"path\":\"a\",\"content\":\"\"}}\n", 400,
          "no \"header\" line"},
@@ -302,7 +318,8 @@ TEST_IMPL(server_refuses_bad_commits)
     ASSERT_EQ(request(hub, "POST", url, "application/json",
                       "{\"summary\":\"json\",\"parentCommit\":\"" C1 "\",\"files\":[{\"path\":"
                       "\"notes/a.txt\",\"content\":\"aGVsbG8=\",\"encoding\":\"base64\"}]}",
-                      &r), 200);
+                      &r),
+              200);
     cJSON *j = cJSON_Parse(r.body);
     const char *oid = cJSON_GetObjectItemCaseSensitive(j, "commitOid")->valuestring;
     ASSERT(khub__is_commit_hex(oid));
@@ -327,9 +344,11 @@ TEST_IMPL(server_lfs_upload_checks)
     char sha[65], url[256], body[512];
     ASSERT_OK(khub__sha256_hex(data, strlen(data), sha));
     snprintf(url, sizeof url, "%s/kernels/org/demo.git/info/lfs/objects/batch", fx.endpoint);
-    snprintf(body, sizeof body, "{\"operation\":\"upload\",\"transfers\":[\"basic\"],"
+    snprintf(body, sizeof body,
+             "{\"operation\":\"upload\",\"transfers\":[\"basic\"],"
              "\"hash_algo\":\"sha_256\",\"objects\":[{\"oid\":\"%s\",\"size\":%zu},"
-             "{\"oid\":\"../x\",\"size\":1}]}", sha, strlen(data));
+             "{\"oid\":\"../x\",\"size\":1}]}",
+             sha, strlen(data));
     khub__http_resp r;
     ASSERT_EQ(request(hub, "POST", url, "application/vnd.git-lfs+json", body, &r), 200);
     cJSON *j = cJSON_Parse(r.body);
@@ -339,12 +358,16 @@ TEST_IMPL(server_lfs_upload_checks)
     ASSERT(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(objs, 1), "error") != NULL);
     cJSON *act = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(objs, 0), "actions");
     char href[1024];
-    snprintf(href, sizeof href, "%s", cJSON_GetObjectItemCaseSensitive(
-                                          cJSON_GetObjectItemCaseSensitive(act, "upload"),
-                                          "href")->valuestring);
+    snprintf(
+        href, sizeof href, "%s",
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(act, "upload"), "href")
+            ->valuestring);
     cJSON_Delete(j);
     /* wrong bytes, then a forged capability, then the real upload */
-    khub__http_req put = {.method = "PUT", .url = href, .what = "put", .body = "lfs object BYTES",
+    khub__http_req put = {.method = "PUT",
+                          .url = href,
+                          .what = "put",
+                          .body = "lfs object BYTES",
                           .body_len = strlen(data)};
     memset(&r, 0, sizeof r);
     ASSERT_OK(khub__http_fetch(hub, &put, &r));
@@ -370,8 +393,10 @@ TEST_IMPL(server_lfs_upload_checks)
     ASSERT_EQ(request(hub, "POST", url, "application/vnd.git-lfs+json", body, &r), 200);
     khub__http_resp_free(&r);
     snprintf(url, sizeof url, "%s/kernels/org/demo.git/info/lfs/objects/batch", fx.endpoint);
-    snprintf(body, sizeof body, "{\"operation\":\"upload\",\"objects\":[{\"oid\":\"%s\","
-             "\"size\":%zu}]}", sha, strlen(data));
+    snprintf(body, sizeof body,
+             "{\"operation\":\"upload\",\"objects\":[{\"oid\":\"%s\","
+             "\"size\":%zu}]}",
+             sha, strlen(data));
     ASSERT_EQ(request(hub, "POST", url, "application/vnd.git-lfs+json", body, &r), 200);
     ASSERT(strstr(r.body, "actions") == NULL);
     khub__http_resp_free(&r);
@@ -387,8 +412,7 @@ TEST_IMPL(server_branches_and_tags)
     char url[256];
     khub__http_resp r;
     snprintf(url, sizeof url, "%s/api/kernels/org/demo/branch/dev", fx.endpoint);
-    ASSERT_EQ(request(hub, "POST", url, "application/json", "{\"startingPoint\":\"v2\"}", &r),
-              200);
+    ASSERT_EQ(request(hub, "POST", url, "application/json", "{\"startingPoint\":\"v2\"}", &r), 200);
     khub__http_resp_free(&r);
     ASSERT_EQ(request(hub, "POST", url, "application/json", "{}", &r), 409);
     khub__http_resp_free(&r);
@@ -428,17 +452,18 @@ TEST_IMPL(server_branches_and_tags)
     ASSERT_CONTAINS(r.body, "\"url\":\"http://127.0.0.1:");
     khub__http_resp_free(&r);
     ASSERT_EQ(request(hub, "POST", url, "application/json",
-                      "{\"name\":\"..\",\"organization\":\"org\"}", &r), 400);
+                      "{\"name\":\"..\",\"organization\":\"org\"}", &r),
+              400);
     khub__http_resp_free(&r);
     khub_hub_free(hub);
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                                                                    \
-    X(publish_round_trip)                                                               \
-    X(publish_auth_failures)                                                            \
-    X(publish_local_errors)                                                             \
-    X(server_refuses_bad_commits)                                                       \
-    X(server_lfs_upload_checks)                                                         \
+#define TEST_LIST(X)              \
+    X(publish_round_trip)         \
+    X(publish_auth_failures)      \
+    X(publish_local_errors)       \
+    X(server_refuses_bad_commits) \
+    X(server_lfs_upload_checks)   \
     X(server_branches_and_tags)
 TEST_MAIN(TEST_LIST)

@@ -80,8 +80,7 @@ TEST_IMPL(trees_written_once_then_reused)
     ASSERT(has_entry(&t, "docs/page3.md", 0));
     khub__tree_free(&t);
     ASSERT_OK(khub__list_tree(hub, &id, C1, "", 0, &t));
-    ASSERT(has_entry(&t, "README.md", 0) && has_entry(&t, "build", 1) &&
-           has_entry(&t, "docs", 1));
+    ASSERT(has_entry(&t, "README.md", 0) && has_entry(&t, "build", 1) && has_entry(&t, "docs", 1));
     ASSERT_EQ(t.count, 4);
     khub__tree_free(&t);
     ASSERT_OK(khub__list_tree(hub, &id, C1, "", 1, &t));
@@ -272,11 +271,11 @@ TEST_IMPL(trees_written_by_huggingface_hub)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                                                            \
-    X(trees_written_once_then_reused)                                           \
-    X(trees_offline)                                                            \
-    X(trees_unusable_file_ignored)                                              \
-    X(trees_unwritable_cache)                                                    \
-    X(trees_read_by_huggingface_hub)                                            \
+#define TEST_LIST(X)                  \
+    X(trees_written_once_then_reused) \
+    X(trees_offline)                  \
+    X(trees_unusable_file_ignored)    \
+    X(trees_unwritable_cache)         \
+    X(trees_read_by_huggingface_hub)  \
     X(trees_written_by_huggingface_hub)
 TEST_MAIN(TEST_LIST)

@@ -64,8 +64,8 @@ TEST_IMPL(download_verified_then_offline)
 }
 
 /* Writes a .tar.gz with one entry of the given type, name and link. */
-static void make_tar(const char *path, const char *name, mode_t type, const char *link,
-                     size_t size, char fill)
+static void make_tar(const char *path, const char *name, mode_t type, const char *link, size_t size,
+                     char fill)
 {
     struct archive *a = archive_write_new();
     archive_write_add_filter_gzip(a);
@@ -142,7 +142,7 @@ TEST_IMPL(archive_ok_unpacks)
     khub__rmtree(dir);
 }
 
-#define TEST_LIST(X)                                                            \
-    X(list_and_rank) X(download_verified_then_offline) X(archive_hostile_entries) \
-    X(archive_ok_unpacks)
+#define TEST_LIST(X) \
+    X(list_and_rank) \
+    X(download_verified_then_offline) X(archive_hostile_entries) X(archive_ok_unpacks)
 TEST_MAIN(TEST_LIST)

@@ -25,9 +25,9 @@ static khub_status parse(const char *json, char *err)
     return khub__km_parse(json, strlen(json), "/tmp", &man, err, KHUB_ERROR_SIZE);
 }
 
-#define GOOD_HEAD                                                                       \
-    "{\"repo\": \"acme/norm\", \"major\": 1, \"version\": \"1.0.0\", "                  \
-    "\"ops\": [{\"name\": \"rms_norm\", \"kind\": \"norm\"}], "                          \
+#define GOOD_HEAD                                                      \
+    "{\"repo\": \"acme/norm\", \"major\": 1, \"version\": \"1.0.0\", " \
+    "\"ops\": [{\"name\": \"rms_norm\", \"kind\": \"norm\"}], "        \
     "\"sources\": {\"cpu\": [\"norm.c\"]}, "
 
 TEST_IMPL(manifest_good)
@@ -56,7 +56,8 @@ TEST_IMPL(manifest_rejections)
         {"{", "not a JSON object"},
         {"{\"repo\": \"nope\", \"major\": 1, \"version\": \"1.0.0\"}", "'repo' must be 'org/name'"},
         {"{\"repo\": \"a/b\", \"major\": 0, \"version\": \"1.0.0\"}", "'major' must be an integer"},
-        {"{\"repo\": \"a/b\", \"major\": 2, \"version\": \"1.0.0\"}", "does not start with the major 2"},
+        {"{\"repo\": \"a/b\", \"major\": 2, \"version\": \"1.0.0\"}",
+         "does not start with the major 2"},
         {"{\"repo\": \"a/b\", \"major\": 1, \"version\": \"1.0\", \"ops\": [{\"name\": \"x\", "
          "\"kind\": \"softmax\"}]}",
          "ops[0].kind 'softmax' is not an op kind"},
@@ -158,7 +159,8 @@ TEST_IMPL(build_verify_and_tamper)
     FILE *f = fopen(extra, "w");
     fputs("x", f);
     fclose(f);
-    ASSERT_STATUS(khub__kmeta_verify_dir(&meta, vdir, err, sizeof err), KHUB_STATUS_DIGEST_MISMATCH);
+    ASSERT_STATUS(khub__kmeta_verify_dir(&meta, vdir, err, sizeof err),
+                  KHUB_STATUS_DIGEST_MISMATCH);
     ASSERT_CONTAINS(err, "evil.so: not listed in metadata.json");
     unlink(extra);
 
@@ -171,7 +173,8 @@ TEST_IMPL(build_verify_and_tamper)
     fseek(f, 100, SEEK_SET);
     fputc(c ^ 0xff, f);
     fclose(f);
-    ASSERT_STATUS(khub__kmeta_verify_dir(&meta, vdir, err, sizeof err), KHUB_STATUS_DIGEST_MISMATCH);
+    ASSERT_STATUS(khub__kmeta_verify_dir(&meta, vdir, err, sizeof err),
+                  KHUB_STATUS_DIGEST_MISMATCH);
     ASSERT_CONTAINS(err, "norm-generic.so: SHA-256 ");
     ASSERT_CONTAINS(err, meta.files[0].sha256);
 
@@ -232,16 +235,17 @@ TEST_IMPL(metadata_rejections)
          "plugins[].file is not listed in 'files'"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ASSERT_STATUS(khub__kmeta_parse(cases[i].json, strlen(cases[i].json), &meta, err, sizeof err),
-                      KHUB_STATUS_METADATA_INVALID);
+        ASSERT_STATUS(
+            khub__kmeta_parse(cases[i].json, strlen(cases[i].json), &meta, err, sizeof err),
+            KHUB_STATUS_METADATA_INVALID);
         ASSERT_CONTAINS(err, cases[i].msg);
     }
 }
 
-#define TEST_LIST(X)                     \
-    X(manifest_good)                     \
-    X(manifest_rejections)               \
-    X(build_verify_and_tamper)           \
-    X(build_compile_error_is_reported)   \
+#define TEST_LIST(X)                   \
+    X(manifest_good)                   \
+    X(manifest_rejections)             \
+    X(build_verify_and_tamper)         \
+    X(build_compile_error_is_reported) \
     X(metadata_rejections)
 TEST_MAIN(TEST_LIST)

@@ -167,8 +167,8 @@ TEST_IMPL(load_good)
     ASSERT_OK(khub_plugin_selftest(p, err, sizeof err));
     /* The library came from a sealed memfd. */
     ASSERT(tp_mapped(p->memfd_name));
-    ASSERT_EQ(fcntl(p->memfd, F_GET_SEALS), F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE |
-                                                F_SEAL_SEAL);
+    ASSERT_EQ(fcntl(p->memfd, F_GET_SEALS),
+              F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
     khub_runtime_free(rt);
 }
 
@@ -226,8 +226,7 @@ TEST_IMPL(reject_no_entry)
     khub_runtime *rt = tp_runtime(1);
     const char *path = TP("no_entry");
     ASSERT_STATUS(khub_plugin_load(rt, path, TP_SHA(path), NULL), KHUB_STATUS_NO_ENTRY);
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
-                    "plugin khub-test/no-entry 1.0.0 (");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "plugin khub-test/no-entry 1.0.0 (");
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "no entry symbol khub_plugin_init_v1");
     khub_runtime_free(rt);
 }
@@ -390,8 +389,7 @@ TEST_IMPL(check_child_reports_errors)
     ASSERT_STATUS(khub__check_in_child(path, TP_SHA(path), report, sizeof report),
                   KHUB_STATUS_INIT_FAILED);
     ASSERT_CONTAINS(report, "cannot open the widget table");
-    ASSERT_STATUS(khub__check_in_child(path, "00", report, sizeof report),
-                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_STATUS(khub__check_in_child(path, "00", report, sizeof report), KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(report, "is not 64 hex digits");
 }
 

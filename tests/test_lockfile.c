@@ -79,8 +79,7 @@ TEST_IMPL(parse_round_trip_and_errors)
     ASSERT_CONTAINS(err, "edited by hand");
     const char *both = "{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,"
                        "\"revision\":\"main\",\"commit\":\"" C1 "\"}]}";
-    ASSERT_STATUS(khub__lock_parse(both, strlen(both), &lock, err, sizeof err),
-                  KHUB_STATUS_PARSE);
+    ASSERT_STATUS(khub__lock_parse(both, strlen(both), &lock, err, sizeof err), KHUB_STATUS_PARSE);
     ASSERT_CONTAINS(err, "kernels[0]: both \"version\" and \"revision\"");
     const char *extra = "{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,"
                         "\"commit\":\"" C1 "\",\"sha\":\"x\"}]}";
@@ -88,8 +87,7 @@ TEST_IMPL(parse_round_trip_and_errors)
                   KHUB_STATUS_PARSE);
     ASSERT_CONTAINS(err, "unknown field \"sha\"");
     const char *fmt2 = "{\"format\":2,\"kernels\":[]}";
-    ASSERT_STATUS(khub__lock_parse(fmt2, strlen(fmt2), &lock, err, sizeof err),
-                  KHUB_STATUS_PARSE);
+    ASSERT_STATUS(khub__lock_parse(fmt2, strlen(fmt2), &lock, err, sizeof err), KHUB_STATUS_PARSE);
     ASSERT_CONTAINS(err, "\"format\" must be 1");
     khub__rmtree(dir);
 }
@@ -138,8 +136,9 @@ TEST_IMPL(import_python_lock)
     ASSERT_EQ(khub__lock_find(lock, "kernels-test/versions")->version, 2);
     ASSERT_CONTAINS(notes, "torch212-cxx11-cu130-x86_64-linux (git_lfs_concat hash)");
     const char *bad = "[{\"repo_id\":\"x\",\"sha\":\"" C1 "\"}]";
-    ASSERT_STATUS(khub__lock_import_python(bad, strlen(bad), lock, notes, sizeof notes, err,
-                                           sizeof err), KHUB_STATUS_PARSE);
+    ASSERT_STATUS(
+        khub__lock_import_python(bad, strlen(bad), lock, notes, sizeof notes, err, sizeof err),
+        KHUB_STATUS_PARSE);
     ASSERT_CONTAINS(err, "kernels.lock[0]: repo \"x\" is not org/name");
     ASSERT_STATUS(khub__lock_import_python("{}", 2, lock, notes, sizeof notes, err, sizeof err),
                   KHUB_STATUS_PARSE);
@@ -178,10 +177,10 @@ TEST_IMPL(artifacts_serve_verified_bytes)
     khub__rmtree(dir);
 }
 
-#define TEST_LIST(X)                                                                          \
-    X(content_hash_known_answer)                                                              \
-    X(parse_round_trip_and_errors)                                                            \
-    X(check_dir_names_the_file)                                                               \
-    X(import_python_lock)                                                                     \
+#define TEST_LIST(X)               \
+    X(content_hash_known_answer)   \
+    X(parse_round_trip_and_errors) \
+    X(check_dir_names_the_file)    \
+    X(import_python_lock)          \
     X(artifacts_serve_verified_bytes)
 TEST_MAIN(TEST_LIST)

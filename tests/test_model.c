@@ -37,8 +37,13 @@ static khub_runtime *runtime(void)
 static khub_model_opts ref_opts(void)
 {
     const char *r = "khub/ref-cpu";
-    return (khub_model_opts){KHUB_STRUCT_INIT(khub_model_opts), .attn_impl = r, .quant = r,
-                             .cache_impl = r, .norm_impl = r, .act_impl = r, .rotary_impl = r,
+    return (khub_model_opts){KHUB_STRUCT_INIT(khub_model_opts),
+                             .attn_impl = r,
+                             .quant = r,
+                             .cache_impl = r,
+                             .norm_impl = r,
+                             .act_impl = r,
+                             .rotary_impl = r,
                              .linear_impl = r};
 }
 
@@ -103,12 +108,12 @@ static float frand(void)
 static int tiny_tensors(tiny_arch arch, tiny_tensor *t, const char *skip, const char *bad)
 {
     int n = 0;
-#define ADD(r, c, ...)                                                         \
-    do {                                                                       \
-        snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__);                    \
-        t[n].rows = (r) + (bad && !strcmp(t[n].name, bad));                    \
-        t[n].cols = (c);                                                       \
-        if (!skip || strcmp(t[n].name, skip)) n++;                             \
+#define ADD(r, c, ...)                                      \
+    do {                                                    \
+        snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__); \
+        t[n].rows = (r) + (bad && !strcmp(t[n].name, bad)); \
+        t[n].cols = (c);                                    \
+        if (!skip || strcmp(t[n].name, skip)) n++;          \
     } while (0)
     ADD(T_VOCAB, T_HIDDEN, "model.embed_tokens.weight");
     ADD(T_HIDDEN, 0, "model.norm.weight");
@@ -145,18 +150,18 @@ static const char *tiny_model(tiny_arch arch, const char *skip, const char *bad)
     snprintf(dir, sizeof dir, "/tmp/khub-test-model-%d", (int)getpid());
     mkdir(dir, 0700);
     char path[320];
-    static const char *const archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM",
-                                        "Qwen3ForCausalLM"};
+    static const char *const archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
     static const char *const types[] = {"llama", "qwen2", "qwen3"};
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     ASSERT(f);
-    fprintf(f, "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
-               "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
-               "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, "
-               "\"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"max_position_embeddings\": 512, "
-               "\"tie_word_embeddings\": true, \"bos_token_id\": 1, \"eos_token_id\": 2, "
-               "\"hidden_act\": \"silu\", \"torch_dtype\": \"float32\"}\n",
+    fprintf(f,
+            "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
+            "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+            "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, "
+            "\"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"max_position_embeddings\": 512, "
+            "\"tie_word_embeddings\": true, \"bos_token_id\": 1, \"eos_token_id\": 2, "
+            "\"hidden_act\": \"silu\", \"torch_dtype\": \"float32\"}\n",
             archs[arch], types[arch], T_HIDDEN, T_FFN, T_LAYERS, T_HEADS, T_KV, T_HD, T_VOCAB);
     fclose(f);
 
@@ -168,13 +173,16 @@ static const char *tiny_model(tiny_arch arch, const char *skip, const char *bad)
     for (int i = 0; i < n; i++) {
         size_t bytes = (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1) * 4;
         if (t[i].cols)
-            hl += (size_t)sprintf(hdr + hl, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
-                                  "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name,
-                                  (long long)t[i].rows, (long long)t[i].cols, off, off + bytes);
+            hl += (size_t)sprintf(hdr + hl,
+                                  "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
+                                  "\"data_offsets\":[%zu,%zu]}",
+                                  i ? "," : "", t[i].name, (long long)t[i].rows,
+                                  (long long)t[i].cols, off, off + bytes);
         else
-            hl += (size_t)sprintf(hdr + hl, "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
-                                  "\"data_offsets\":[%zu,%zu]}", i ? "," : "", t[i].name,
-                                  (long long)t[i].rows, off, off + bytes);
+            hl += (size_t)sprintf(hdr + hl,
+                                  "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
+                                  "\"data_offsets\":[%zu,%zu]}",
+                                  i ? "," : "", t[i].name, (long long)t[i].rows, off, off + bytes);
         off += bytes;
     }
     hl += (size_t)sprintf(hdr + hl, "}");
@@ -328,7 +336,8 @@ TEST_IMPL(model_tiny_missing_tensor)
     const char *dir = tiny_model(TINY_LLAMA, "model.layers.1.mlp.down_proj.weight", NULL);
     khub_model *m = NULL;
     ASSERT_STATUS(khub_model_load(rt, dir, NULL, &m), KHUB_STATUS_MODEL_INVALID);
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tensor 'model.layers.1.mlp.down_proj.weight' missing");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "tensor 'model.layers.1.mlp.down_proj.weight' missing");
     ASSERT(m == NULL);
     tiny_cleanup(dir);
     khub_runtime_free(rt);
@@ -350,8 +359,7 @@ TEST_IMPL(model_not_found)
 {
     khub_runtime *rt = runtime();
     khub_model *m = NULL;
-    ASSERT_STATUS(khub_model_load(rt, "/nonexistent/model.gguf", NULL, &m),
-                  KHUB_STATUS_NOT_FOUND);
+    ASSERT_STATUS(khub_model_load(rt, "/nonexistent/model.gguf", NULL, &m), KHUB_STATUS_NOT_FOUND);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "/nonexistent/model.gguf: no such file or folder");
     khub_runtime_free(rt);
 }
@@ -363,8 +371,10 @@ TEST_IMPL(model_not_found)
 static const char *model_path(const char *name, char *buf, size_t n)
 {
     const char *d = getenv("KHUB_MODEL_DIR");
-    if (d) snprintf(buf, n, "%s/%s", d, name);
-    else snprintf(buf, n, "%s/.cache/khub/models/%s", getenv("HOME") ? getenv("HOME") : "", name);
+    if (d)
+        snprintf(buf, n, "%s/%s", d, name);
+    else
+        snprintf(buf, n, "%s/.cache/khub/models/%s", getenv("HOME") ? getenv("HOME") : "", name);
     struct stat sb;
     return stat(buf, &sb) == 0 ? buf : NULL;
 }
@@ -417,7 +427,8 @@ static void check_against_fixtures(const char *file, int reference)
     float *got = malloc((size_t)V * 4);
     const cJSON *cases = cJSON_GetObjectItem(fx, "cases"), *c;
     int n_cases = 0;
-    cJSON_ArrayForEach(c, cases) {
+    cJSON_ArrayForEach(c, cases)
+    {
         const cJSON *in = cJSON_GetObjectItem(c, "input_ids");
         int64_t n = cJSON_GetArraySize(in);
         if (reference && n > 40) continue;
@@ -514,11 +525,13 @@ TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                                                                           \
-    X(model_tiny_llama_prefill_equals_incremental) X(model_tiny_qwen2_prefill_equals_incremental) \
-    X(model_tiny_qwen3_prefill_equals_incremental) X(model_tiny_info_and_explain)              \
-    X(model_tiny_quantize_at_load) X(model_tiny_missing_tensor) X(model_tiny_wrong_shape)      \
-    X(model_not_found) X(model_smollm2_gguf_prefill_equals_incremental)                        \
-    X(model_smollm2_gguf_matches_transformers) X(model_smollm2_hf_matches_transformers)            \
-    X(model_smollm2_gguf_ref_matches_transformers)
+#define TEST_LIST(X)                                                                               \
+    X(model_tiny_llama_prefill_equals_incremental)                                                 \
+    X(model_tiny_qwen2_prefill_equals_incremental) X(model_tiny_qwen3_prefill_equals_incremental)  \
+        X(model_tiny_info_and_explain) X(model_tiny_quantize_at_load) X(model_tiny_missing_tensor) \
+            X(model_tiny_wrong_shape) X(model_not_found)                                           \
+                X(model_smollm2_gguf_prefill_equals_incremental)                                   \
+                    X(model_smollm2_gguf_matches_transformers)                                     \
+                        X(model_smollm2_hf_matches_transformers)                                   \
+                            X(model_smollm2_gguf_ref_matches_transformers)
 TEST_MAIN(TEST_LIST)

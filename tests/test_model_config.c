@@ -67,13 +67,15 @@ TEST_IMPL(hf_smollm2)
 TEST_IMPL(hf_llama31_rope_scaling)
 {
     khub_model_config c;
-    ASSERT_OK(from_json(NULL,
+    ASSERT_OK(from_json(
+        NULL,
         "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":2048,"
         "\"intermediate_size\":8192,\"num_hidden_layers\":16,\"num_attention_heads\":32,"
         "\"num_key_value_heads\":8,\"vocab_size\":128256,\"rope_theta\":500000.0,"
         "\"rope_scaling\":{\"factor\":32.0,\"high_freq_factor\":4.0,\"low_freq_factor\":1.0,"
         "\"original_max_position_embeddings\":8192,\"rope_type\":\"llama3\"},"
-        "\"eos_token_id\":[128001,128008,128009],\"bos_token_id\":128000}", &c));
+        "\"eos_token_id\":[128001,128008,128009],\"bos_token_id\":128000}",
+        &c));
     ASSERT_EQ(c.head_dim, 64); /* hidden / heads */
     ASSERT_EQ(c.rope_scaling, KHUB_ROPE_SCALING_LLAMA3);
     ASSERT(c.rope_factor == 32.0 && c.rope_low_freq_factor == 1.0);
@@ -88,33 +90,39 @@ TEST_IMPL(hf_llama31_rope_scaling)
 TEST_IMPL(hf_qwen_and_mistral)
 {
     khub_model_config c;
-    ASSERT_OK(from_json(NULL,
-        "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":1024,\"head_dim\":128,"
-        "\"intermediate_size\":3072,\"num_hidden_layers\":28,\"num_attention_heads\":16,"
-        "\"num_key_value_heads\":8,\"vocab_size\":151936,\"rope_theta\":1000000,"
-        "\"use_sliding_window\":false,\"sliding_window\":null,\"max_window_layers\":28,"
-        "\"tie_word_embeddings\":true,\"rms_norm_eps\":1e-06}", &c));
+    ASSERT_OK(
+        from_json(NULL,
+                  "{\"architectures\":[\"Qwen3ForCausalLM\"],\"hidden_size\":1024,\"head_dim\":128,"
+                  "\"intermediate_size\":3072,\"num_hidden_layers\":28,\"num_attention_heads\":16,"
+                  "\"num_key_value_heads\":8,\"vocab_size\":151936,\"rope_theta\":1000000,"
+                  "\"use_sliding_window\":false,\"sliding_window\":null,\"max_window_layers\":28,"
+                  "\"tie_word_embeddings\":true,\"rms_norm_eps\":1e-06}",
+                  &c));
     ASSERT_EQ(c.arch, KHUB_ARCH_QWEN3);
     ASSERT_EQ(c.head_dim, 128);
     ASSERT(c.qk_norm && !c.attention_bias);
     ASSERT_EQ(c.sliding_window, 0);
 
-    ASSERT_OK(from_json(NULL,
-        "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":896,"
-        "\"intermediate_size\":4864,\"num_hidden_layers\":24,\"num_attention_heads\":14,"
-        "\"num_key_value_heads\":2,\"vocab_size\":151936,\"use_sliding_window\":true,"
-        "\"sliding_window\":4096,\"max_window_layers\":21}", &c));
+    ASSERT_OK(
+        from_json(NULL,
+                  "{\"architectures\":[\"Qwen2ForCausalLM\"],\"hidden_size\":896,"
+                  "\"intermediate_size\":4864,\"num_hidden_layers\":24,\"num_attention_heads\":14,"
+                  "\"num_key_value_heads\":2,\"vocab_size\":151936,\"use_sliding_window\":true,"
+                  "\"sliding_window\":4096,\"max_window_layers\":21}",
+                  &c));
     ASSERT_EQ(c.arch, KHUB_ARCH_QWEN2);
     ASSERT(c.attention_bias);
     ASSERT_EQ(c.head_dim, 64);
     ASSERT_EQ(c.sliding_window, 4096);
     ASSERT_EQ(c.sliding_from_layer, 21);
 
-    ASSERT_OK(from_json(NULL,
+    ASSERT_OK(from_json(
+        NULL,
         "{\"model_type\":\"mistral\",\"hidden_size\":4096,\"intermediate_size\":14336,"
         "\"num_hidden_layers\":32,\"num_attention_heads\":32,\"num_key_value_heads\":8,"
         "\"vocab_size\":32000,\"sliding_window\":4096,\"rope_scaling\":{\"type\":\"linear\","
-        "\"factor\":2.0}}", &c));
+        "\"factor\":2.0}}",
+        &c));
     ASSERT_EQ(c.arch, KHUB_ARCH_MISTRAL);
     ASSERT_EQ(c.sliding_window, 4096);
     ASSERT_EQ(c.sliding_from_layer, 0);
@@ -128,8 +136,9 @@ typedef struct reject_case {
     const char *msg;
 } reject_case;
 
-#define BASE "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2," \
-             "\"num_attention_heads\":4,\"vocab_size\":100"
+#define BASE                                                                \
+    "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2," \
+    "\"num_attention_heads\":4,\"vocab_size\":100"
 #define LLAMA "{\"architectures\":[\"LlamaForCausalLM\"]," BASE
 static const reject_case rejects[] = {
     {"{\"architectures\":[\"GPT2LMHeadModel\"]," BASE "}", KHUB_STATUS_MODEL_UNSUPPORTED,
@@ -149,8 +158,8 @@ static const reject_case rejects[] = {
      "rope_scaling.factor is missing"},
     {LLAMA ",\"hidden_act\":\"gelu\"}", KHUB_STATUS_MODEL_UNSUPPORTED,
      "hidden_act 'gelu' is not supported"},
-    {LLAMA ",\"quantization_config\":{\"quant_method\":\"gptq\"}}",
-     KHUB_STATUS_MODEL_UNSUPPORTED, "quantization_config (quant_method 'gptq') is not supported"},
+    {LLAMA ",\"quantization_config\":{\"quant_method\":\"gptq\"}}", KHUB_STATUS_MODEL_UNSUPPORTED,
+     "quantization_config (quant_method 'gptq') is not supported"},
     {LLAMA ",\"partial_rotary_factor\":0.5}", KHUB_STATUS_MODEL_UNSUPPORTED,
      "partial_rotary_factor 0.5 is not supported"},
     {LLAMA ",\"torch_dtype\":\"float8_e4m3fn\"}", KHUB_STATUS_MODEL_UNSUPPORTED,
@@ -223,7 +232,8 @@ TEST_IMPL(hf_dir_with_generation_config)
     assert_smol(&c);
     snprintf(path, sizeof path, "%s/generation_config.json", dir);
     ASSERT_EQ(fx_write_text(path, "{\"bos_token_id\":1,\"eos_token_id\":[2,0],"
-                                  "\"temperature\":0.2}"), 0);
+                                  "\"temperature\":0.2}"),
+              0);
     ASSERT_OK(khub__model_config_from_hf_dir(rt, dir, &c));
     ASSERT_EQ(c.n_eos, 2);
     ASSERT_EQ(c.eos_token_ids[0], 2);
@@ -340,9 +350,11 @@ TEST_IMPL(real_smollm2_config)
 {
     char path[1024];
     const char *dir = getenv("KHUB_MODEL_DIR");
-    if (dir && *dir) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
-    else snprintf(path, sizeof path, "%s/.cache/khub/models/SmolLM2-135M-Instruct.Q4_1.gguf",
-                  getenv("HOME") ? getenv("HOME") : "");
+    if (dir && *dir)
+        snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir);
+    else
+        snprintf(path, sizeof path, "%s/.cache/khub/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 getenv("HOME") ? getenv("HOME") : "");
     struct stat sb;
     if (stat(path, &sb) != 0) TEST_SKIP("model absent: run tools/fetch-model.sh (%s)", path);
     khub_runtime *rt = new_rt();
@@ -356,13 +368,13 @@ TEST_IMPL(real_smollm2_config)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                  \
-    X(hf_smollm2)                     \
-    X(hf_llama31_rope_scaling)        \
-    X(hf_qwen_and_mistral)            \
-    X(hf_rejections_name_the_field)   \
-    X(hf_dir_with_generation_config)  \
-    X(gguf_golden_tiny_llama)         \
-    X(gguf_arches_and_refusals)       \
+#define TEST_LIST(X)                 \
+    X(hf_smollm2)                    \
+    X(hf_llama31_rope_scaling)       \
+    X(hf_qwen_and_mistral)           \
+    X(hf_rejections_name_the_field)  \
+    X(hf_dir_with_generation_config) \
+    X(gguf_golden_tiny_llama)        \
+    X(gguf_arches_and_refusals)      \
     X(real_smollm2_config)
 TEST_MAIN(TEST_LIST)

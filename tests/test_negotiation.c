@@ -8,19 +8,18 @@
 /* The version rule, directly                                               */
 /* ------------------------------------------------------------------------ */
 
-static void rule(unsigned maj, unsigned min, unsigned ptr, unsigned hmaj, unsigned lo,
-                 unsigned hi, khub_status want, const char *needle)
+static void rule(unsigned maj, unsigned min, unsigned ptr, unsigned hmaj, unsigned lo, unsigned hi,
+                 khub_status want, const char *needle)
 {
     char msg[160] = "";
     ASSERT_STATUS(khub__abi_check_range(maj, min, ptr, hmaj, lo, hi, 8, msg, sizeof msg), want);
-    if (needle) ASSERT_STR_EQ(msg, needle);
-    else ASSERT_STR_EQ(msg, "");
+    if (needle)
+        ASSERT_STR_EQ(msg, needle);
+    else
+        ASSERT_STR_EQ(msg, "");
 }
 
-TEST_IMPL(abi_rule_exact_match)
-{
-    rule(1, 0, 8, 1, 0, 0, KHUB_STATUS_OK, NULL);
-}
+TEST_IMPL(abi_rule_exact_match) { rule(1, 0, 8, 1, 0, 0, KHUB_STATUS_OK, NULL); }
 
 TEST_IMPL(abi_rule_major_differs)
 {
@@ -50,9 +49,9 @@ TEST_IMPL(abi_rule_this_host)
 {
     char msg[160];
     ASSERT_OK(khub__abi_check(KHUB_ABI_MAJOR, KHUB_ABI_MINOR, sizeof(void *), msg, sizeof msg));
-    ASSERT_STATUS(khub__abi_check(KHUB_ABI_MAJOR, KHUB_ABI_MINOR + 1, sizeof(void *), msg,
-                                  sizeof msg),
-                  KHUB_STATUS_ABI_MINOR);
+    ASSERT_STATUS(
+        khub__abi_check(KHUB_ABI_MAJOR, KHUB_ABI_MINOR + 1, sizeof(void *), msg, sizeof msg),
+        KHUB_STATUS_ABI_MINOR);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -102,10 +101,7 @@ TEST_IMPL(id_differs_from_note)
                 "descriptor names khub-test/other 1.0.0, its ELF note khub-test/bad 1.0.0");
 }
 
-TEST_IMPL(ops_null)
-{
-    expect_load("bad_null_ops", KHUB_STATUS_PLUGIN_INVALID, "2 ops at (nil)");
-}
+TEST_IMPL(ops_null) { expect_load("bad_null_ops", KHUB_STATUS_PLUGIN_INVALID, "2 ops at (nil)"); }
 
 TEST_IMPL(unknown_kind)
 {
@@ -174,8 +170,8 @@ static khub_status init_bad_name(const khub_host_api *host, khub_plugin_desc *ou
     static const khub_op_desc ops[] = {{KHUB_STRUCT_INIT(khub_op_desc), .name = "Bad-Name",
                                         .kind = KHUB_OP_NORM, .caps = &caps, .run = run_nop}};
     (void)host, (void)errbuf, (void)errbuf_size;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "t/static",
-                          .version = "0.1", .n_ops = 1, .ops = ops};
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "t/static", .version = "0.1",
+                          .n_ops = 1, .ops = ops};
     return khub_plugin_desc_put(out, &d);
 }
 
@@ -206,16 +202,15 @@ static khub_status init_ok(const khub_host_api *host, khub_plugin_desc *out, cha
     /* The host's out arrives zeroed with the host's struct_size. */
     if (out->struct_size != sizeof(khub_plugin_desc) || out->id || out->ops || out->n_ops)
         return KHUB_STATUS_INTERNAL;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "t/static",
-                          .version = "0.1", .n_ops = 1, .ops = ops};
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "t/static", .version = "0.1",
+                          .n_ops = 1, .ops = ops};
     return khub_plugin_desc_put(out, &d);
 }
 
 TEST_IMPL(static_init_error_via_host_fail)
 {
     khub_runtime *rt = tp_runtime(1);
-    ASSERT_STATUS(khub__plugin_load_static(rt, init_fails_via_host, NULL),
-                  KHUB_STATUS_INIT_FAILED);
+    ASSERT_STATUS(khub__plugin_load_static(rt, init_fails_via_host, NULL), KHUB_STATUS_INIT_FAILED);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt),
                     "init failed with KHUB_STATUS_UNSUPPORTED: needs a flux capacitor");
     khub_runtime_free(rt);

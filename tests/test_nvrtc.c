@@ -9,11 +9,10 @@
 #include "nvrtc.h"
 #include "runner.h"
 
-static const char *kernel_src =
-    "extern \"C\" __global__ void scale(float *x, float s, int n) {\n"
-    "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "    if (i < n) x[i] *= s;\n"
-    "}\n";
+static const char *kernel_src = "extern \"C\" __global__ void scale(float *x, float s, int n) {\n"
+                                "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                                "    if (i < n) x[i] *= s;\n"
+                                "}\n";
 
 static khub_nvrtc *open_or_skip(void)
 {
@@ -71,9 +70,9 @@ TEST_IMPL(compile_error_has_log)
     ASSERT(ptx == NULL);
     ASSERT_CONTAINS(err, "bad.cu: NVRTC:");
     ASSERT_CONTAINS(err, "undeclared");
-    ASSERT_STATUS(khub__nvrtc_compile(nv, "", "x.cu", 5, KHUB_NVRTC_PTX, NULL, 0, &ptx, &n, err,
-                                      sizeof err),
-                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_STATUS(
+        khub__nvrtc_compile(nv, "", "x.cu", 5, KHUB_NVRTC_PTX, NULL, 0, &ptx, &n, err, sizeof err),
+        KHUB_STATUS_INVALID_ARG);
     khub__nvrtc_close(nv);
 }
 
@@ -93,9 +92,9 @@ TEST_IMPL(missing_library_is_reported)
     }
 }
 
-#define TEST_LIST(X)             \
-    X(ptx_for_sm80)              \
-    X(cubin_for_sm90)            \
-    X(compile_error_has_log)     \
+#define TEST_LIST(X)         \
+    X(ptx_for_sm80)          \
+    X(cubin_for_sm90)        \
+    X(compile_error_has_log) \
     X(missing_library_is_reported)
 TEST_MAIN(TEST_LIST)

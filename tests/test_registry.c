@@ -19,9 +19,14 @@ static int32_t score_zero(void *state)
 
 #define F32 KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32)
 #define F16 KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16)
-#define CAPS(...) {KHUB_STRUCT_INIT(khub_op_caps), __VA_ARGS__}
-#define OP(n, k, c) \
-    {KHUB_STRUCT_INIT(khub_op_desc), .name = n, .kind = k, .caps = c, .run = run_nop}
+#define CAPS(...)                                   \
+    {                                               \
+        KHUB_STRUCT_INIT(khub_op_caps), __VA_ARGS__ \
+    }
+#define OP(n, k, c)                                                                     \
+    {                                                                                   \
+        KHUB_STRUCT_INIT(khub_op_desc), .name = n, .kind = k, .caps = c, .run = run_nop \
+    }
 
 /* t/ref: a reference-style plugin, priority 0. */
 static const khub_op_caps ref_attn = CAPS(.device_type = KHUB_DEVICE_CPU, .dtypes = F32 | F16,
@@ -32,35 +37,35 @@ static const khub_op_desc ref_ops[] = {OP("attn", KHUB_OP_ATTENTION, &ref_attn),
 
 /* t/fast: optimised ops with narrower caps and higher priority. */
 static const int32_t fa_dims[] = {64, 128};
-static const khub_op_caps fast_512 = CAPS(.device_type = KHUB_DEVICE_CPU, .dtypes = F16,
-                                          .cpu_features = KHUB_CPU_AVX512F,
-                                          .flags = KHUB_CAP_CAUSAL, .priority = 20);
-static const khub_op_caps fast_fa = CAPS(.device_type = KHUB_DEVICE_CPU, .dtypes = F16,
-                                         .head_dims = fa_dims, .n_head_dims = 2,
-                                         .flags = KHUB_CAP_CAUSAL, .priority = 10);
-static const khub_op_caps fast_gpu = CAPS(.device_type = KHUB_DEVICE_CUDA, .dtypes = F16,
-                                          .priority = 30);
+static const khub_op_caps fast_512 =
+    CAPS(.device_type = KHUB_DEVICE_CPU, .dtypes = F16, .cpu_features = KHUB_CPU_AVX512F,
+         .flags = KHUB_CAP_CAUSAL, .priority = 20);
+static const khub_op_caps fast_fa =
+    CAPS(.device_type = KHUB_DEVICE_CPU, .dtypes = F16, .head_dims = fa_dims, .n_head_dims = 2,
+         .flags = KHUB_CAP_CAUSAL, .priority = 10);
+static const khub_op_caps fast_gpu =
+    CAPS(.device_type = KHUB_DEVICE_CUDA, .dtypes = F16, .priority = 30);
 static const khub_op_desc fast_ops[] = {OP("fa_avx512", KHUB_OP_ATTENTION, &fast_512),
                                         OP("fa", KHUB_OP_ATTENTION, &fast_fa),
                                         OP("fa_gpu", KHUB_OP_ATTENTION, &fast_gpu)};
 
 /* t/zero: scores itself 0 on this machine. */
-static const khub_op_caps zero_caps = CAPS(.device_type = KHUB_DEVICE_CPU, .flags = 0xff,
-                                           .priority = 100);
+static const khub_op_caps zero_caps =
+    CAPS(.device_type = KHUB_DEVICE_CPU, .flags = 0xff, .priority = 100);
 static const khub_op_desc zero_ops[] = {OP("z", KHUB_OP_ATTENTION, &zero_caps)};
 
 /* t/late: same rank as t/ref's attn, loaded later. */
 static const khub_op_desc late_ops[] = {OP("attn", KHUB_OP_ATTENTION, &ref_attn)};
 
-#define DEFINE_INIT(fn, id_, ops_, score_)                                                  \
-    static khub_status fn(const khub_host_api *host, khub_plugin_desc *out, char *errbuf,  \
-                          size_t errbuf_size)                                               \
-    {                                                                                       \
-        (void)host, (void)errbuf, (void)errbuf_size;                                        \
-        khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = id_, .version = "1.0", \
-                              .n_ops = sizeof ops_ / sizeof ops_[0], .ops = ops_,           \
-                              .score = score_};                                             \
-        return khub_plugin_desc_put(out, &d);                                               \
+#define DEFINE_INIT(fn, id_, ops_, score_)                                                \
+    static khub_status fn(const khub_host_api *host, khub_plugin_desc *out, char *errbuf, \
+                          size_t errbuf_size)                                             \
+    {                                                                                     \
+        (void)host, (void)errbuf, (void)errbuf_size;                                      \
+        khub_plugin_desc d = {                                                            \
+            KHUB_STRUCT_INIT(khub_plugin_desc),    .id = id_,   .version = "1.0",         \
+            .n_ops = sizeof ops_ / sizeof ops_[0], .ops = ops_, .score = score_};         \
+        return khub_plugin_desc_put(out, &d);                                             \
     }
 DEFINE_INIT(init_ref, "t/ref", ref_ops, NULL)
 DEFINE_INIT(init_fast, "t/fast", fast_ops, NULL)
@@ -284,8 +289,7 @@ TEST_IMPL(call_error_names_op_and_plugin_text)
 {
     khub_runtime *rt = tp_runtime(1);
     tp_load(rt, "good_v1");
-    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_ACTIVATION,
-                       .dtype_id = -1};
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_ACTIVATION, .dtype_id = -1};
     khub_binding *b = NULL;
     ASSERT_OK(khub_registry_select(rt, &q, &b));
     ASSERT_STATUS(khub_binding_call(b, NULL), KHUB_STATUS_INVALID_ARG);
@@ -306,8 +310,7 @@ TEST_IMPL(methods_ops_and_pins)
     khub_runtime *rt = tp_runtime(1);
     khub_plugin *p = NULL;
     ASSERT_OK(khub__plugin_load_static(rt, init_kv, &p));
-    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_KV_CACHE,
-                       .dtype_id = -1};
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_KV_CACHE, .dtype_id = -1};
     khub_binding *b = NULL;
     ASSERT_OK(khub_registry_select(rt, &q, &b));
     ASSERT_STATUS(khub_binding_call(b, NULL), KHUB_STATUS_UNSUPPORTED);

@@ -103,9 +103,12 @@ static void *caller_main(void *arg)
         }
         c->calls++;
         for (int i = 1; i < 8; i++) c->torn += a.out[i] != a.out[0];
-        if (a.out[0] == 1) c->v1++;
-        else if (a.out[0] == 2) c->v2++;
-        else c->torn++;
+        if (a.out[0] == 1)
+            c->v1++;
+        else if (a.out[0] == 2)
+            c->v2++;
+        else
+            c->torn++;
     }
     return NULL;
 }
@@ -147,9 +150,9 @@ TEST_IMPL(reload_stress_concurrent_calls)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                      \
-    X(reload_swaps_bindings)              \
-    X(reload_missing_op_changes_nothing)  \
-    X(reload_rejects_bad_file_keeps_old)  \
+#define TEST_LIST(X)                     \
+    X(reload_swaps_bindings)             \
+    X(reload_missing_op_changes_nothing) \
+    X(reload_rejects_bad_file_keeps_old) \
     X(reload_stress_concurrent_calls)
 TEST_MAIN(TEST_LIST)

@@ -98,9 +98,9 @@ static const reject_case rejects[] = {
      KHUB_STATUS_MODEL_INVALID, "header is not valid JSON"},
     {"[1,2]", 0, KHUB_STATUS_MODEL_INVALID, "header does not start with a JSON object"},
     {"{}{}", 0, KHUB_STATUS_MODEL_INVALID, "not one JSON object padded with spaces"},
-    {"{" E("a", "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]") ","
-         E("a", "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]") "}", 16,
-     KHUB_STATUS_MODEL_INVALID, "duplicate key 'a' in the header"},
+    {"{" E("a", "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]") "," E(
+         "a", "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]") "}",
+     16, KHUB_STATUS_MODEL_INVALID, "duplicate key 'a' in the header"},
     {"{" E("a", "\"dtype\":\"F32\",\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,8]") "}", 8,
      KHUB_STATUS_MODEL_INVALID, "tensor 'a': duplicate key 'dtype'"},
     {"{" E("a", "\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]") "}", 8,
@@ -114,14 +114,14 @@ static const reject_case rejects[] = {
      KHUB_STATUS_TRUNCATED, "tensor 'a': data_offsets [0, 4000) past end of file"},
     {"{" E("a", "\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[8,4]") "}", 8,
      KHUB_STATUS_MODEL_INVALID, "tensor 'a': data_offsets [8, 4) end before begin"},
-    {"{" E("a", "\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]") ","
-         E("b", "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]") "}", 16,
-     KHUB_STATUS_MODEL_INVALID, "tensors 'a' [0, 16) and 'b' [8, 16) overlap"},
+    {"{" E("a", "\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]") "," E(
+         "b", "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]") "}",
+     16, KHUB_STATUS_MODEL_INVALID, "tensors 'a' [0, 16) and 'b' [8, 16) overlap"},
     {"{" E("a", "\"dtype\":\"F32\",\"shape\":[4503599627370496,4503599627370496],"
-                "\"data_offsets\":[0,8]") "}", 8,
-     KHUB_STATUS_MODEL_INVALID, "tensor 'a': element count overflows at shape[1]"},
-    {"{" E("a", "\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,8]") "}",
-     8, KHUB_STATUS_MODEL_INVALID, "tensor 'a': shape[0] is not an integer in 0..2^53"},
+                "\"data_offsets\":[0,8]") "}",
+     8, KHUB_STATUS_MODEL_INVALID, "tensor 'a': element count overflows at shape[1]"},
+    {"{" E("a", "\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,8]") "}", 8,
+     KHUB_STATUS_MODEL_INVALID, "tensor 'a': shape[0] is not an integer in 0..2^53"},
     {"{" E("a", "\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]") "}", 8,
      KHUB_STATUS_MODEL_INVALID, "tensor 'a': shape[0] is not an integer"},
     {"{" E("a", "\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]") "}", 8,
@@ -238,10 +238,11 @@ static void rm_dir(const char *dir)
 }
 
 #define SHARD1 "{" E("x", "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]") "}"
-#define SHARD2 "{" E("y", "\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[0,8]") "," \
-                   E("z", "\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[8,10]") "}"
+#define SHARD2                                                                  \
+    "{" E("y", "\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[0,8]") "," E( \
+        "z", "\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[8,10]") "}"
 #define INDEX(map) "{\"metadata\":{\"total_size\":18},\"weight_map\":{" map "}}"
-#define MAP_OK "\"x\":\"a.safetensors\",\"y\":\"b.safetensors\",\"z\":\"b.safetensors\""
+#define MAP_OK     "\"x\":\"a.safetensors\",\"y\":\"b.safetensors\",\"z\":\"b.safetensors\""
 
 TEST_IMPL(folder_single_and_sharded)
 {

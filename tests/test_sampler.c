@@ -27,7 +27,7 @@ TEST_IMPL(sampler_repetition_penalty)
     float l[4] = {2.0f, -1.0f, 1.5f, 0.0f};
     int32_t hist[] = {0, 0, 1, 99, -3}; /* repeats and out-of-range ids */
     ASSERT_EQ(khub__sampler_sample(&s, l, hist, 5), 2);
-    ASSERT(l[0] == 1.0f);  /* applied once although id 0 repeats */
+    ASSERT(l[0] == 1.0f); /* applied once although id 0 repeats */
     ASSERT(l[1] == -2.0f);
     /* The marks are cleared: a second call penalises again, once. */
     float l2[4] = {2.0f, -1.0f, 1.5f, 0.0f};
@@ -121,6 +121,8 @@ TEST_IMPL(sampler_bad_vocab)
     khub__sampler_free(&s);
 }
 
-#define TEST_LIST(X) X(sampler_greedy_argmax) X(sampler_repetition_penalty) \
-    X(sampler_distribution) X(sampler_top_k_top_p) X(sampler_seeded) X(sampler_bad_vocab)
+#define TEST_LIST(X)                                                                               \
+    X(sampler_greedy_argmax)                                                                       \
+    X(sampler_repetition_penalty) X(sampler_distribution) X(sampler_top_k_top_p) X(sampler_seeded) \
+        X(sampler_bad_vocab)
 TEST_MAIN(TEST_LIST)

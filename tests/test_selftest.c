@@ -44,16 +44,13 @@ TEST_IMPL(optimized_plugin_every_kind)
 {
     khub_runtime *rt = runtime_with_builtins();
     const char *id = "khub/cpu-avx2";
-    if (!loaded(rt, id) || (khub_cpu_features() & (KHUB_CPU_AVX2 | KHUB_CPU_FMA)) !=
-                               (KHUB_CPU_AVX2 | KHUB_CPU_FMA))
+    if (!loaded(rt, id) ||
+        (khub_cpu_features() & (KHUB_CPU_AVX2 | KHUB_CPU_FMA)) != (KHUB_CPU_AVX2 | KHUB_CPU_FMA))
         TEST_SKIP("khub/cpu-avx2 not usable on this CPU");
     const khub_selftest_spec specs[] = {
-        {"rms_norm", {5, 576}, 2, "f32", 1e-10},
-        {"silu_and_mul", {3, 1536}, 2, "f32", 1e-10},
-        {"attention", {7, 9, 3, 64}, 4, "f32", 1e-8},
-        {"linear", {4, 576, 192}, 3, "f32", 1e-10},
-        {"linear", {2, 576, 64}, 3, "f16", 1e-8},
-        {"qlinear", {3, 576, 96}, 3, "q4_1", 1e-3},
+        {"rms_norm", {5, 576}, 2, "f32", 1e-10},      {"silu_and_mul", {3, 1536}, 2, "f32", 1e-10},
+        {"attention", {7, 9, 3, 64}, 4, "f32", 1e-8}, {"linear", {4, 576, 192}, 3, "f32", 1e-10},
+        {"linear", {2, 576, 64}, 3, "f16", 1e-8},     {"qlinear", {3, 576, 96}, 3, "q4_1", 1e-3},
         {"qlinear", {1, 576, 96}, 3, "q8_0", 1e-3},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
@@ -97,9 +94,10 @@ TEST_IMPL(wrong_kernel_fails_with_score)
     FILE *f = fopen(src, "w");
     fputs(bad_src, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd,
-             "cc -std=gnu11 -shared -fPIC -fvisibility=hidden -DKHUB_PLUGIN_MODULE -I%s/abi %s -o %s",
-             KHUB_SOURCE_DIR, src, so);
+    snprintf(
+        cmd, sizeof cmd,
+        "cc -std=gnu11 -shared -fPIC -fvisibility=hidden -DKHUB_PLUGIN_MODULE -I%s/abi %s -o %s",
+        KHUB_SOURCE_DIR, src, so);
     if (system(cmd) != 0) TEST_SKIP("no C compiler for the fixture");
     khub_runtime *rt = runtime_with_builtins();
     char hex[65];
@@ -133,9 +131,9 @@ TEST_IMPL(bad_specs)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                    \
-    X(ref_against_itself_is_exact)      \
-    X(optimized_plugin_every_kind)      \
-    X(wrong_kernel_fails_with_score)    \
+#define TEST_LIST(X)                 \
+    X(ref_against_itself_is_exact)   \
+    X(optimized_plugin_every_kind)   \
+    X(wrong_kernel_fails_with_score) \
     X(bad_specs)
 TEST_MAIN(TEST_LIST)

@@ -170,23 +170,23 @@ TEST_IMPL(decide_unsigned)
     khub_trust_policy *p = policy_with("kernels-community", &key);
     char err[KHUB_ERROR_SIZE] = "";
     /* listed org: signature required, opt-in or not */
-    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), NULL, 0,
-                                     1, err, sizeof err),
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), NULL, 0, 1,
+                                     err, sizeof err),
                   KHUB_STATUS_UNSIGNED);
     ASSERT_CONTAINS(err, "requires a signature");
     /* unlisted org: refused without opt-in, accepted with it */
-    ASSERT_STATUS(khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 0, err,
-                                     sizeof err),
-                  KHUB_STATUS_UNSIGNED);
+    ASSERT_STATUS(
+        khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 0, err, sizeof err),
+        KHUB_STATUS_UNSIGNED);
     ASSERT_CONTAINS(err, "--allow-unsigned");
-    ASSERT_OK(khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 1, err,
-                                 sizeof err));
+    ASSERT_OK(
+        khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 1, err, sizeof err));
     khub__trust_policy_free(p);
     /* opt-in through the policy file, per org */
     const char *json = "{\"version\": 1, \"allow_unsigned\": [\"my-org\"]}";
     ASSERT_OK(khub__trust_policy_parse(json, strlen(json), &p, err, sizeof err));
-    ASSERT_OK(khub__trust_decide(p, "my-org", metadata, strlen(metadata), NULL, 0, 0, err,
-                                 sizeof err));
+    ASSERT_OK(
+        khub__trust_decide(p, "my-org", metadata, strlen(metadata), NULL, 0, 0, err, sizeof err));
     ASSERT_STATUS(khub__trust_decide(p, "not-my-org", metadata, strlen(metadata), NULL, 0, 0, err,
                                      sizeof err),
                   KHUB_STATUS_UNSIGNED);
@@ -210,9 +210,9 @@ TEST_IMPL(policy_malformed)
         {"{\"version\": 1,", "not a JSON object"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        ASSERT_STATUS(khub__trust_policy_parse(cases[i].json, strlen(cases[i].json), &p, err,
-                                               sizeof err),
-                      KHUB_STATUS_PARSE);
+        ASSERT_STATUS(
+            khub__trust_policy_parse(cases[i].json, strlen(cases[i].json), &p, err, sizeof err),
+            KHUB_STATUS_PARSE);
         ASSERT(p == NULL);
         ASSERT_CONTAINS(err, cases[i].msg);
     }
@@ -240,21 +240,21 @@ TEST_IMPL(sign_file_writes_sig)
     fclose(f);
     buf[n] = '\0';
     khub_trust_policy *p = policy_with("acme", &key);
-    ASSERT_OK(khub__trust_decide(p, "acme", metadata, strlen(metadata), buf, n, 0, err,
-                                 sizeof err));
+    ASSERT_OK(
+        khub__trust_decide(p, "acme", metadata, strlen(metadata), buf, n, 0, err, sizeof err));
     khub__trust_policy_free(p);
     ASSERT_STATUS(khub__sign_file(pub, path, err, sizeof err), KHUB_STATUS_PARSE);
     ASSERT_CONTAINS(err, "not an Ed25519 private key");
 }
 
-#define TEST_LIST(X)              \
-    X(keygen_files_and_formats)   \
-    X(sign_and_verify)            \
-    X(decide_signed_trusted)      \
-    X(decide_bad_signature)       \
-    X(decide_unknown_key)         \
-    X(decide_revoked_key)         \
-    X(decide_unsigned)            \
-    X(policy_malformed)           \
+#define TEST_LIST(X)            \
+    X(keygen_files_and_formats) \
+    X(sign_and_verify)          \
+    X(decide_signed_trusted)    \
+    X(decide_bad_signature)     \
+    X(decide_unknown_key)       \
+    X(decide_revoked_key)       \
+    X(decide_unsigned)          \
+    X(policy_malformed)         \
     X(sign_file_writes_sig)
 TEST_MAIN(TEST_LIST)

@@ -60,7 +60,7 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 /* KHUB_VERSION_NUM of the library (compare with the header's). Since 0.1. */
-KHUB_API unsigned    khub_version_num(void);
+KHUB_API unsigned khub_version_num(void);
 /* "0.1.0"; static storage. Since 0.1. */
 KHUB_API const char *khub_version_str(void);
 /* "KHUB_STATUS_DIGEST_MISMATCH"; static storage; "KHUB_STATUS_UNKNOWN" for
@@ -92,7 +92,7 @@ typedef struct khub_runtime_opts {
     khub_allocator allocator; /* realloc NULL = the C library's */
     int32_t n_threads;        /* thread pool size, 0 = number of online CPUs */
     uint32_t reserved;
-    khub_log_fn log;          /* NULL = stderr at WARN and above */
+    khub_log_fn log; /* NULL = stderr at WARN and above */
     void *log_ud;
     /* End of 0.1. */
 } khub_runtime_opts;
@@ -102,11 +102,11 @@ typedef struct khub_runtime_opts {
 KHUB_API khub_status khub_runtime_new(const khub_runtime_opts *opts, khub_runtime **out);
 /* Unloads every plugin (waiting for calls in flight) and frees the runtime.
  * Accepts NULL. Since 0.1. */
-KHUB_API void        khub_runtime_free(khub_runtime *rt);
+KHUB_API void khub_runtime_free(khub_runtime *rt);
 /* Message of the last failure on rt; "" if none. Owned by rt. Since 0.1. */
 KHUB_API const char *khub_runtime_errmsg(const khub_runtime *rt);
 /* Replaces the log callback (NULL restores stderr). Since 0.1. */
-KHUB_API void        khub_log_set(khub_runtime *rt, khub_log_fn cb, void *ud);
+KHUB_API void khub_log_set(khub_runtime *rt, khub_log_fn cb, void *ud);
 
 typedef enum khub_option {
     KHUB_OPT_LOG_LEVEL = 1,        /* khub_log_level threshold, default WARN */
@@ -131,7 +131,7 @@ typedef struct khub_feature {
 KHUB_API khub_status khub_runtime_features(const khub_runtime *rt, const khub_feature **list,
                                            size_t *count);
 /* KHUB_CPU_* bits of this machine (CPUID and XGETBV). Since 0.1. */
-KHUB_API uint32_t    khub_cpu_features(void);
+KHUB_API uint32_t khub_cpu_features(void);
 
 /* ------------------------------------------------------------------------ */
 /* Plugins                                                                  */
@@ -146,18 +146,18 @@ typedef struct khub_plugin_info {
     char version[32];
     uint16_t plugin_abi_major; /* from the ABI note */
     uint16_t plugin_abi_minor;
-    uint32_t kinds;            /* KHUB_KIND_BIT mask from the note, 0 = not declared */
+    uint32_t kinds; /* KHUB_KIND_BIT mask from the note, 0 = not declared */
     uint32_t ptr_size;
-    uint32_t elf_machine;      /* EM_* */
-    char sha256[65];           /* hex digest of the file's bytes */
+    uint32_t elf_machine; /* EM_* */
+    char sha256[65];      /* hex digest of the file's bytes */
     /* End of 0.1. */
 } khub_plugin_info;
 
 /* Reads a plugin file's ELF header and ABI note and checks them against this
  * host, without loading it. info may be NULL. Statuses: NOT_ELF, WRONG_ARCH,
  * TRUNCATED, NO_ABI_NOTE, ABI_MAJOR, ABI_MINOR, PTR_SIZE, IO. Since 0.1. */
-KHUB_API khub_status khub_plugin_inspect(const char *path, khub_plugin_info *info,
-                                         char *errbuf, size_t errbuf_size);
+KHUB_API khub_status khub_plugin_inspect(const char *path, khub_plugin_info *info, char *errbuf,
+                                         size_t errbuf_size);
 
 /* Loads a plugin: reads the file once, checks its SHA-256 against sha256_hex
  * (64 hex digits; NULL only with KHUB_OPT_ALLOW_UNVERIFIED), checks the ABI
@@ -180,7 +180,7 @@ KHUB_API khub_status khub_plugin_reload(khub_runtime *rt, khub_plugin *old, cons
 /* Unloads a plugin no binding uses (KHUB_STATUS_BUSY otherwise). Since 0.1. */
 KHUB_API khub_status khub_plugin_unload(khub_runtime *rt, khub_plugin *p);
 
-KHUB_API size_t             khub_plugin_count(const khub_runtime *rt);
+KHUB_API size_t khub_plugin_count(const khub_runtime *rt);
 /* Borrowed; NULL past the end. Since 0.1. */
 KHUB_API const khub_plugin *khub_plugin_at(const khub_runtime *rt, size_t i);
 /* Accessors; strings owned by the plugin handle. Since 0.1. */
@@ -188,8 +188,8 @@ KHUB_API const char *khub_plugin_id(const khub_plugin *p);
 KHUB_API const char *khub_plugin_version(const khub_plugin *p);
 KHUB_API const char *khub_plugin_path(const khub_plugin *p);
 KHUB_API const char *khub_plugin_sha256(const khub_plugin *p);
-KHUB_API void        khub_plugin_abi(const khub_plugin *p, uint16_t *major, uint16_t *minor);
-KHUB_API uint32_t    khub_plugin_op_count(const khub_plugin *p);
+KHUB_API void khub_plugin_abi(const khub_plugin *p, uint16_t *major, uint16_t *minor);
+KHUB_API uint32_t khub_plugin_op_count(const khub_plugin *p);
 /* Borrowed copy of op i's descriptor (host memory). NULL past the end. */
 KHUB_API const khub_op_desc *khub_plugin_op(const khub_plugin *p, uint32_t i);
 /* Runs the plugin's selftest, if it has one, in this process. */
@@ -202,14 +202,14 @@ KHUB_API khub_status khub_plugin_selftest(khub_plugin *p, char *errbuf, size_t e
 /* What the caller needs from an op. */
 typedef struct khub_op_query {
     KHUB_STRUCT_HEADER;
-    uint32_t kind;          /* khub_op_kind */
-    uint32_t device_type;   /* khub_device_type, 0 = CPU */
-    int32_t dtype_id;       /* khub_dtype_id of weights / KV, -1 = don't care */
-    int32_t head_dim;       /* attention, 0 = don't care */
-    uint32_t flags;         /* KHUB_CAP_* that must be present */
+    uint32_t kind;        /* khub_op_kind */
+    uint32_t device_type; /* khub_device_type, 0 = CPU */
+    int32_t dtype_id;     /* khub_dtype_id of weights / KV, -1 = don't care */
+    int32_t head_dim;     /* attention, 0 = don't care */
+    uint32_t flags;       /* KHUB_CAP_* that must be present */
     uint32_t reserved;
-    const char *plugin_id;  /* prefer this plugin ("kernels-community/flash-attn2"), or NULL */
-    const char *op_name;    /* prefer this op within it, or NULL */
+    const char *plugin_id; /* prefer this plugin ("kernels-community/flash-attn2"), or NULL */
+    const char *op_name;   /* prefer this op within it, or NULL */
     /* End of 0.1. */
 } khub_op_query;
 
@@ -236,7 +236,7 @@ KHUB_API const void *khub_binding_methods(const khub_binding *b, void **plugin_s
 /* Pins the bound plugin (must be paired with khub_binding_release) and
  * returns its op; for multi-call sequences on methods. Since 0.1. */
 KHUB_API const khub_op_desc *khub_binding_acquire(khub_binding *b, void **plugin_state);
-KHUB_API void        khub_binding_release(khub_binding *b);
+KHUB_API void khub_binding_release(khub_binding *b);
 /* "kernels-community/flash-attn2 1.0.0 :: flash_attn" of the current op. */
 KHUB_API const char *khub_binding_name(const khub_binding *b);
 /* Multi-line decision trace, one candidate per line:

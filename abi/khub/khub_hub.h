@@ -50,8 +50,8 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 /* Limits of the parts of an ID (bytes, without the terminating NUL). */
-#define KHUB_HUB_NAME_MAX 96    /* org and name, as huggingface_hub allows */
-#define KHUB_HUB_REV_MAX 255    /* branch or tag name */
+#define KHUB_HUB_NAME_MAX   96  /* org and name, as huggingface_hub allows */
+#define KHUB_HUB_REV_MAX    255 /* branch or tag name */
 #define KHUB_HUB_SYMBOL_MAX 127 /* C identifier */
 
 typedef enum khub_hub_rev_kind {
@@ -65,10 +65,10 @@ typedef enum khub_hub_rev_kind {
 typedef struct khub_hub_id {
     char org[KHUB_HUB_NAME_MAX + 1];
     char name[KHUB_HUB_NAME_MAX + 1];
-    uint32_t rev_kind;                     /* khub_hub_rev_kind */
-    int32_t version;                       /* N of version=N, else -1 */
-    char revision[KHUB_HUB_REV_MAX + 1];   /* branch, tag or commit; "v<N>" for a version */
-    char symbol[KHUB_HUB_SYMBOL_MAX + 1];  /* after ':', "" if none */
+    uint32_t rev_kind;                    /* khub_hub_rev_kind */
+    int32_t version;                      /* N of version=N, else -1 */
+    char revision[KHUB_HUB_REV_MAX + 1];  /* branch, tag or commit; "v<N>" for a version */
+    char symbol[KHUB_HUB_SYMBOL_MAX + 1]; /* after ':', "" if none */
 } khub_hub_id;
 
 /* Parses "org/name[@REV | @version=N][:symbol]". REV is a branch, a tag or a
@@ -97,14 +97,14 @@ typedef enum khub_hub_repo_type {
 
 typedef struct khub_hub_opts {
     KHUB_STRUCT_HEADER;
-    const char *endpoint;  /* NULL = $HF_ENDPOINT, else https://huggingface.co; copied */
-    const char *cache_dir; /* NULL = $KHUB_CACHE, $HF_HUB_CACHE, $HF_HOME/hub, ...; copied */
-    const char *token;     /* NULL = $HF_TOKEN, then the token file; "" = send none; copied */
-    int32_t offline;       /* -1 = from $HF_HUB_OFFLINE, 0 = online, 1 = no network at all */
-    uint32_t repo_type;    /* khub_hub_repo_type */
-    int32_t max_tries;     /* per request, 0 = 5 */
-    int32_t backoff_ms;    /* first retry wait, doubling up to 8x; 0 = 1000 */
-    int32_t timeout_s;     /* connect and stall timeout, 0 = 10 */
+    const char *endpoint;      /* NULL = $HF_ENDPOINT, else https://huggingface.co; copied */
+    const char *cache_dir;     /* NULL = $KHUB_CACHE, $HF_HUB_CACHE, $HF_HOME/hub, ...; copied */
+    const char *token;         /* NULL = $HF_TOKEN, then the token file; "" = send none; copied */
+    int32_t offline;           /* -1 = from $HF_HUB_OFFLINE, 0 = online, 1 = no network at all */
+    uint32_t repo_type;        /* khub_hub_repo_type */
+    int32_t max_tries;         /* per request, 0 = 5 */
+    int32_t backoff_ms;        /* first retry wait, doubling up to 8x; 0 = 1000 */
+    int32_t timeout_s;         /* connect and stall timeout, 0 = 10 */
     int32_t max_retry_after_s; /* cap on a server's Retry-After, 0 = 60 */
     /* End of 0.1. */
 } khub_hub_opts;
@@ -115,18 +115,18 @@ typedef struct khub_hub khub_hub;
  * On failure *out is NULL and khub_last_error() says why. Since 0.1. */
 KHUB_API khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out);
 /* Frees hub. Accepts NULL. Since 0.1. */
-KHUB_API void        khub_hub_free(khub_hub *hub);
+KHUB_API void khub_hub_free(khub_hub *hub);
 /* Message of the last failure on hub, "" if none. Owned by hub. */
 KHUB_API const char *khub_hub_errmsg(const khub_hub *hub);
 /* The cache root in use (owned by hub) and whether hub is offline. */
 KHUB_API const char *khub_hub_cache_dir(const khub_hub *hub);
-KHUB_API int         khub_hub_is_offline(const khub_hub *hub);
+KHUB_API int khub_hub_is_offline(const khub_hub *hub);
 /* Number of HTTP requests hub has sent (each try and redirect hop counts). */
-KHUB_API uint64_t    khub_hub_request_count(const khub_hub *hub);
+KHUB_API uint64_t khub_hub_request_count(const khub_hub *hub);
 
 /* Progress callback for downloads: bytes done and expected (0 = unknown). */
 typedef void (*khub_hub_progress_fn)(void *ud, const char *path, uint64_t done, uint64_t total);
-KHUB_API void        khub_hub_set_progress(khub_hub *hub, khub_hub_progress_fn fn, void *ud);
+KHUB_API void khub_hub_set_progress(khub_hub *hub, khub_hub_progress_fn fn, void *ud);
 
 /* ------------------------------------------------------------------------ */
 /* Resolution and downloads                                                 */
@@ -147,15 +147,14 @@ KHUB_API khub_status khub_hub_resolve(khub_hub *hub, const khub_hub_id *id, char
  * as khub_hub_resolve plus ENTRY_NOT_FOUND, DIGEST_MISMATCH, UNSAFE_PATH,
  * IO. Since 0.1. */
 KHUB_API khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id,
-                                            const char *commit, const char *path,
-                                            char **path_out);
+                                            const char *commit, const char *path, char **path_out);
 
 /* One build variant of a repo, with the verdict on this machine. */
 typedef struct khub_hub_variant {
-    char name[128];      /* "khub1-cpu-x86_64-linux" */
-    int32_t accepted;    /* 1 = loadable here */
-    int32_t rank;        /* lower is preferred among accepted, -1 if rejected */
-    char reason[160];    /* "accept: ..." or "reject: ..." */
+    char name[128];   /* "khub1-cpu-x86_64-linux" */
+    int32_t accepted; /* 1 = loadable here */
+    int32_t rank;     /* lower is preferred among accepted, -1 if rejected */
+    char reason[160]; /* "accept: ..." or "reject: ..." */
 } khub_hub_variant;
 
 typedef struct khub_hub_variant_list {
@@ -170,19 +169,19 @@ typedef struct khub_hub_variant_list {
  * or all-rejected list is a success. Since 0.1. */
 KHUB_API khub_status khub_hub_variants(khub_hub *hub, const khub_hub_id *id, const char *commit,
                                        khub_hub_variant_list **out);
-KHUB_API void        khub_hub_variant_list_free(khub_hub_variant_list *list);
+KHUB_API void khub_hub_variant_list_free(khub_hub_variant_list *list);
 
 /* One verified file of a downloaded variant. */
 typedef struct khub_hub_file {
-    char *rel;          /* path inside build/<variant>/ */
-    char *path;         /* absolute path of the verified bytes in the cache */
-    char sha256[65];    /* hex digest of those bytes, as metadata.json states it */
+    char *rel;       /* path inside build/<variant>/ */
+    char *path;      /* absolute path of the verified bytes in the cache */
+    char sha256[65]; /* hex digest of those bytes, as metadata.json states it */
 } khub_hub_file;
 
 typedef struct khub_hub_file_list {
     size_t count;
     khub_hub_file *items;
-    char dir[4096];     /* the variant's directory */
+    char dir[4096]; /* the variant's directory */
 } khub_hub_file_list;
 
 /* Downloads build/<variant>/ (one archive request, build/<variant>.tar.gz,
@@ -199,7 +198,7 @@ KHUB_API khub_status khub_hub_download_variant(khub_hub *hub, const khub_hub_id 
 KHUB_API khub_status khub_hub_variant_files(khub_hub *hub, const khub_hub_id *id,
                                             const char *commit, const char *variant,
                                             khub_hub_file_list **out);
-KHUB_API void        khub_hub_file_list_free(khub_hub_file_list *list);
+KHUB_API void khub_hub_file_list_free(khub_hub_file_list *list);
 
 #ifdef __cplusplus
 }

@@ -57,17 +57,17 @@ typedef struct khub_kernel_opts {
 
 typedef struct khub_kernel_result {
     KHUB_STRUCT_HEADER;
-    khub_plugin *plugin;    /* borrowed, valid until unloaded; NULL when fell_back */
-    char plugin_id[64];     /* the loaded plugin's id, or "khub/ref-cpu" when fell_back */
-    char op_name[128];      /* the ID's :symbol, "" if none (khub_op_query.op_name) */
-    char repo[196];         /* "org/name" */
-    char commit[41];        /* the commit loaded */
-    char variant[128];      /* "khub1-cpu-x86_64-linux", "" when fell_back */
-    char file[128];         /* the plugin file chosen for this CPU level */
-    char trust[256];        /* the trust decision, one line */
-    int32_t fell_back;      /* 1 = no variant fits; the reference plugin serves the role */
-    int32_t locked;         /* 1 = loaded through the lock, its hashes re-checked */
-    char trace[2048];       /* one line per variant: "name: accept|reject: reason" */
+    khub_plugin *plugin; /* borrowed, valid until unloaded; NULL when fell_back */
+    char plugin_id[64];  /* the loaded plugin's id, or "khub/ref-cpu" when fell_back */
+    char op_name[128];   /* the ID's :symbol, "" if none (khub_op_query.op_name) */
+    char repo[196];      /* "org/name" */
+    char commit[41];     /* the commit loaded */
+    char variant[128];   /* "khub1-cpu-x86_64-linux", "" when fell_back */
+    char file[128];      /* the plugin file chosen for this CPU level */
+    char trust[256];     /* the trust decision, one line */
+    int32_t fell_back;   /* 1 = no variant fits; the reference plugin serves the role */
+    int32_t locked;      /* 1 = loaded through the lock, its hashes re-checked */
+    char trace[2048];    /* one line per variant: "name: accept|reject: reason" */
     /* End of 0.1. */
 } khub_kernel_result;
 
@@ -124,8 +124,7 @@ typedef struct khub_model_kernels_report {
  * Since 0.1. */
 KHUB_API khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *path,
                                          const struct khub_model_opts *base,
-                                         const khub_model_kernels *kernels,
-                                         struct khub_model **out,
+                                         const khub_model_kernels *kernels, struct khub_model **out,
                                          khub_model_kernels_report *rep);
 
 #ifdef __cplusplus

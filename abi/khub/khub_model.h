@@ -59,27 +59,27 @@ typedef struct khub_model khub_model;
  * or, with strict, loading fails with KHUB_STATUS_NO_KERNEL. */
 typedef struct khub_model_opts {
     KHUB_STRUCT_HEADER;
-    int32_t n_threads;       /* 0 = the runtime's pool; else must equal its size (the pool
-                                belongs to the runtime: set khub_runtime_opts.n_threads) */
-    khub_device device;      /* {0, 0} or {KHUB_DEVICE_CPU, 0}; only the CPU for now */
+    int32_t n_threads;  /* 0 = the runtime's pool; else must equal its size (the pool
+                           belongs to the runtime: set khub_runtime_opts.n_threads) */
+    khub_device device; /* {0, 0} or {KHUB_DEVICE_CPU, 0}; only the CPU for now */
     /* Role preferences: a loaded plugin's id ("kernels-community/flash-attn2"),
      * optionally with ":op" to name one of its ops, or NULL. Hub IDs and
      * built-in names are resolved one level up (khub_model_load_hub in
      * khub_kernels.h), which passes the loaded plugin's id here. */
-    const char *attn_impl;   /* borrowed; attention plugin id or NULL */
+    const char *attn_impl; /* borrowed; attention plugin id or NULL */
     /* Quantize-at-load (BitsAndBytesConfig's role): "int8" (per-row int8),
      * "nf4" (NF4, blocks of 64), "q8_0", "q4_0"; optionally prefixed by a
      * plugin id and ':' ("acme/quant:nf4"), or a plugin id alone to prefer
      * that plugin for already-quantized GGUF tensors. NULL = keep dtypes. */
-    const char *quant;       /* borrowed */
-    const char *cache_impl;  /* borrowed; KV cache plugin id or NULL */
-    const char *norm_impl;   /* borrowed; rms_norm plugin id or NULL */
-    const char *act_impl;    /* borrowed; silu_and_mul plugin id or NULL */
-    const char *rotary_impl; /* borrowed; rotary plugin id or NULL */
-    int32_t strict;          /* 1 = a preferred plugin that cannot serve is an error */
+    const char *quant;        /* borrowed */
+    const char *cache_impl;   /* borrowed; KV cache plugin id or NULL */
+    const char *norm_impl;    /* borrowed; rms_norm plugin id or NULL */
+    const char *act_impl;     /* borrowed; silu_and_mul plugin id or NULL */
+    const char *rotary_impl;  /* borrowed; rotary plugin id or NULL */
+    int32_t strict;           /* 1 = a preferred plugin that cannot serve is an error */
     int32_t quant_embeddings; /* 1 = quantize the embedding and lm_head too (with quant) */
-    int64_t max_context;     /* KV capacity per sequence in tokens, 0 = min(model, 4096) */
-    khub_dtype kv_dtype;     /* KV cache storage: {0} = f32, or KHUB_DTYPE_F16 */
+    int64_t max_context;      /* KV capacity per sequence in tokens, 0 = min(model, 4096) */
+    khub_dtype kv_dtype;      /* KV cache storage: {0} = f32, or KHUB_DTYPE_F16 */
     uint32_t reserved;
     const char *linear_impl; /* borrowed; dense/quantized linear plugin id or NULL */
     int32_t max_batch;       /* tokens per forward call (prefill chunk), 0 = 256 */
@@ -98,29 +98,29 @@ KHUB_API khub_status khub_model_load(khub_runtime *rt, const char *path,
                                      const khub_model_opts *opts, khub_model **out);
 /* Frees the model, its KV cache and scratch; unmaps its files. Accepts NULL.
  * Since 0.1. */
-KHUB_API void        khub_model_free(khub_model *m);
+KHUB_API void khub_model_free(khub_model *m);
 
 /* What was loaded. */
 typedef struct khub_model_info {
     KHUB_STRUCT_HEADER;
-    char arch[32];            /* "llama", "qwen2", "qwen3", "mistral" */
-    char format[16];          /* "gguf" or "safetensors" */
+    char arch[32];   /* "llama", "qwen2", "qwen3", "mistral" */
+    char format[16]; /* "gguf" or "safetensors" */
     int32_t n_layers;
-    int32_t hidden;           /* hidden size */
+    int32_t hidden; /* hidden size */
     int32_t n_heads;
     int32_t n_kv_heads;
     int32_t head_dim;
-    int32_t ffn;              /* intermediate size */
-    int32_t vocab;            /* rows of the logits */
-    int32_t n_eos;            /* end-of-sequence ids in eos[] */
-    int64_t context_length;   /* the model's trained context, tokens */
-    int64_t max_context;      /* this load's KV capacity per sequence, tokens */
-    uint64_t n_params;        /* weights (elements) */
-    uint64_t weight_bytes;    /* bytes of weights as used: mapped plus quantized copies */
-    uint64_t scratch_bytes;   /* activations, logits and KV cache, bytes */
-    double load_ms;           /* wall time of khub_model_load */
-    int32_t eos[8];           /* end-of-sequence token ids */
-    int32_t bos;              /* beginning-of-sequence id, -1 = none */
+    int32_t ffn;            /* intermediate size */
+    int32_t vocab;          /* rows of the logits */
+    int32_t n_eos;          /* end-of-sequence ids in eos[] */
+    int64_t context_length; /* the model's trained context, tokens */
+    int64_t max_context;    /* this load's KV capacity per sequence, tokens */
+    uint64_t n_params;      /* weights (elements) */
+    uint64_t weight_bytes;  /* bytes of weights as used: mapped plus quantized copies */
+    uint64_t scratch_bytes; /* activations, logits and KV cache, bytes */
+    double load_ms;         /* wall time of khub_model_load */
+    int32_t eos[8];         /* end-of-sequence token ids */
+    int32_t bos;            /* beginning-of-sequence id, -1 = none */
     uint32_t reserved;
     /* End of 0.1. */
 } khub_model_info;
@@ -140,13 +140,13 @@ KHUB_API const char *khub_model_explain(khub_model *m);
 /* Encodes text into ids[cap]; *n receives the count (also when it exceeds
  * cap, then with KHUB_STATUS_OVERFLOW). add_bos: prepend the model's BOS when
  * it has one and the tokenizer asks for it. Since 0.1. */
-KHUB_API khub_status khub_model_tokenize(khub_model *m, const char *text, int add_bos,
-                                         int32_t *ids, size_t cap, size_t *n);
+KHUB_API khub_status khub_model_tokenize(khub_model *m, const char *text, int add_bos, int32_t *ids,
+                                         size_t cap, size_t *n);
 /* Decodes ids into buf[cap] as UTF-8, NUL-terminated; *len receives the
  * length without the NUL (KHUB_STATUS_OVERFLOW when it does not fit). Special
  * tokens are dropped. Since 0.1. */
-KHUB_API khub_status khub_model_detokenize(khub_model *m, const int32_t *ids, size_t n,
-                                           char *buf, size_t cap, size_t *len);
+KHUB_API khub_status khub_model_detokenize(khub_model *m, const int32_t *ids, size_t n, char *buf,
+                                           size_t cap, size_t *len);
 
 /* ------------------------------------------------------------------------ */
 /* Generation                                                               */
@@ -159,47 +159,47 @@ typedef int (*khub_stream_fn)(void *ud, int32_t prompt, const char *text, size_t
 
 typedef struct khub_generate_opts {
     KHUB_STRUCT_HEADER;
-    int32_t max_new_tokens;      /* 0 = 128 */
-    float temperature;           /* 0 = greedy */
-    int32_t top_k;               /* 0 = all */
-    float top_p;                 /* 0 or 1 = off */
-    float repetition_penalty;    /* 0 or 1 = off; CTRL-style, over prompt and output */
-    uint64_t seed;               /* sampling seed; same seed, same tokens */
-    const char *const *stop;     /* borrowed; [n_stop] strings that end a prompt's output */
+    int32_t max_new_tokens;   /* 0 = 128 */
+    float temperature;        /* 0 = greedy */
+    int32_t top_k;            /* 0 = all */
+    float top_p;              /* 0 or 1 = off */
+    float repetition_penalty; /* 0 or 1 = off; CTRL-style, over prompt and output */
+    uint64_t seed;            /* sampling seed; same seed, same tokens */
+    const char *const *stop;  /* borrowed; [n_stop] strings that end a prompt's output */
     uint32_t n_stop;
-    uint32_t chat;               /* 1 = each prompt is a user message: apply the chat template */
-    const char *system;          /* borrowed; chat system message or NULL */
-    khub_stream_fn callback;     /* NULL = no streaming */
+    uint32_t chat;           /* 1 = each prompt is a user message: apply the chat template */
+    const char *system;      /* borrowed; chat system message or NULL */
+    khub_stream_fn callback; /* NULL = no streaming */
     void *callback_ud;
-    int32_t ignore_eos;          /* 1 = do not stop at EOS (benchmarks) */
+    int32_t ignore_eos; /* 1 = do not stop at EOS (benchmarks) */
     uint32_t reserved;
     /* End of 0.1. */
 } khub_generate_opts;
 
 typedef enum khub_stop_reason {
     KHUB_STOP_NONE = 0,
-    KHUB_STOP_EOS = 1,         /* an end-of-sequence token */
-    KHUB_STOP_MAX_TOKENS = 2,  /* max_new_tokens reached */
-    KHUB_STOP_STRING = 3,      /* a stop string appeared (it is cut from text) */
-    KHUB_STOP_CALLBACK = 4,    /* the stream callback asked to stop */
-    KHUB_STOP_CONTEXT = 5      /* the KV cache is full */
+    KHUB_STOP_EOS = 1,        /* an end-of-sequence token */
+    KHUB_STOP_MAX_TOKENS = 2, /* max_new_tokens reached */
+    KHUB_STOP_STRING = 3,     /* a stop string appeared (it is cut from text) */
+    KHUB_STOP_CALLBACK = 4,   /* the stream callback asked to stop */
+    KHUB_STOP_CONTEXT = 5     /* the KV cache is full */
 } khub_stop_reason;
 
 /* One prompt's output. The caller sets struct_size; khub fills the rest. */
 typedef struct khub_generate_result {
     KHUB_STRUCT_HEADER;
-    char *text;               /* owned; the generated text, NUL-terminated */
+    char *text; /* owned; the generated text, NUL-terminated */
     size_t text_len;
-    int32_t *tokens;          /* owned; [n_tokens] generated ids (EOS excluded) */
+    int32_t *tokens; /* owned; [n_tokens] generated ids (EOS excluded) */
     int64_t n_tokens;
-    int64_t n_prompt_tokens;  /* prompt length after templating and tokenizing */
-    uint32_t stop_reason;     /* khub_stop_reason */
+    int64_t n_prompt_tokens; /* prompt length after templating and tokenizing */
+    uint32_t stop_reason;    /* khub_stop_reason */
     uint32_t reserved;
-    double load_ms;           /* of the model */
-    double prefill_ms;        /* of the whole call's prefill (all prompts) */
-    double decode_ms;         /* of the whole call's decode steps */
-    double prefill_tok_s;     /* prompt tokens of all prompts / prefill seconds */
-    double decode_tok_s;      /* generated tokens of all prompts / decode seconds */
+    double load_ms;       /* of the model */
+    double prefill_ms;    /* of the whole call's prefill (all prompts) */
+    double decode_ms;     /* of the whole call's decode steps */
+    double prefill_tok_s; /* prompt tokens of all prompts / prefill seconds */
+    double decode_tok_s;  /* generated tokens of all prompts / decode seconds */
     /* End of 0.1. */
 } khub_generate_result;
 
@@ -212,8 +212,7 @@ KHUB_API khub_status khub_model_generate(khub_model *m, const char *const *promp
                                          const khub_generate_opts *opts,
                                          khub_generate_result *results);
 /* Frees what khub_model_generate put in results[n]; leaves struct_size. */
-KHUB_API void        khub_generate_results_free(khub_model *m, khub_generate_result *results,
-                                                size_t n);
+KHUB_API void khub_generate_results_free(khub_model *m, khub_generate_result *results, size_t n);
 
 /* Runs ids[n] as a fresh sequence (one batched prefill) and writes the
  * logits of the last position to out[vocab]. For tests and tools.

@@ -71,12 +71,11 @@ extern "C" {
     uint16_t abi_minor
 
 /* Initialiser for those fields, with this header's version. */
-#define KHUB_STRUCT_INIT(type) .struct_size = sizeof(type), \
-    .abi_major = KHUB_ABI_MAJOR, .abi_minor = KHUB_ABI_MINOR
+#define KHUB_STRUCT_INIT(type) \
+    .struct_size = sizeof(type), .abi_major = KHUB_ABI_MAJOR, .abi_minor = KHUB_ABI_MINOR
 
 /* True when struct s (a pointer) is large enough to hold field f. */
-#define KHUB_HAS_FIELD(s, type, f) \
-    ((s)->struct_size >= offsetof(type, f) + sizeof(((type *)0)->f))
+#define KHUB_HAS_FIELD(s, type, f) ((s)->struct_size >= offsetof(type, f) + sizeof(((type *)0)->f))
 
 #if defined(_WIN32)
 #define KHUB_PLUGIN_EXPORT __declspec(dllexport)
@@ -97,10 +96,10 @@ typedef struct khub_abi_note {
     uint32_t note_version; /* 1 */
     uint16_t abi_major;    /* ABI the plugin was compiled against */
     uint16_t abi_minor;
-    uint32_t ptr_size;     /* sizeof(void *) of the plugin */
-    uint32_t kinds;        /* bit (1 << khub_op_kind) per kind it serves, 0 if unknown */
-    char id[64];           /* NUL-terminated plugin id, e.g. "kernels-community/flash-attn2" */
-    char version[32];      /* NUL-terminated plugin version, e.g. "1.2.0" */
+    uint32_t ptr_size; /* sizeof(void *) of the plugin */
+    uint32_t kinds;    /* bit (1 << khub_op_kind) per kind it serves, 0 if unknown */
+    char id[64];       /* NUL-terminated plugin id, e.g. "kernels-community/flash-attn2" */
+    char version[32];  /* NUL-terminated plugin version, e.g. "1.2.0" */
 } khub_abi_note;
 
 /* ------------------------------------------------------------------------ */
@@ -116,16 +115,16 @@ typedef enum khub_log_level {
 
 /* CPU feature bits, as reported by host->cpu_features and required by
  * khub_op_caps.cpu_features. The host checks OS support (XGETBV) too. */
-#define KHUB_CPU_SSE42 (1u << 0)
-#define KHUB_CPU_AVX (1u << 1)
-#define KHUB_CPU_AVX2 (1u << 2)
-#define KHUB_CPU_FMA (1u << 3)
-#define KHUB_CPU_F16C (1u << 4)
-#define KHUB_CPU_AVX512F (1u << 5)  /* with BW, DQ, VL, CD */
+#define KHUB_CPU_SSE42      (1u << 0)
+#define KHUB_CPU_AVX        (1u << 1)
+#define KHUB_CPU_AVX2       (1u << 2)
+#define KHUB_CPU_FMA        (1u << 3)
+#define KHUB_CPU_F16C       (1u << 4)
+#define KHUB_CPU_AVX512F    (1u << 5) /* with BW, DQ, VL, CD */
 #define KHUB_CPU_AVX512VNNI (1u << 6)
 #define KHUB_CPU_AVX512BF16 (1u << 7)
-#define KHUB_CPU_AVXVNNI (1u << 8)
-#define KHUB_CPU_BMI2 (1u << 9)
+#define KHUB_CPU_AVXVNNI    (1u << 8)
+#define KHUB_CPU_BMI2       (1u << 9)
 
 /* Body of a parallel_for: process items [begin, end) on worker `thread`. */
 typedef void (*khub_range_fn)(void *ud, int64_t begin, int64_t end, int thread);
@@ -140,7 +139,7 @@ typedef struct khub_cuda_launch_cfg {
     uint32_t block[3];
     uint32_t shared_bytes; /* dynamic shared memory, bytes */
     uint32_t reserved;
-    void *stream;          /* CUstream, or NULL for the host's stream */
+    void *stream; /* CUstream, or NULL for the host's stream */
 } khub_cuda_launch_cfg;
 
 typedef struct khub_host_api {
@@ -201,9 +200,10 @@ typedef struct khub_host_api {
 
 /* Values are ABI: never renumber. An unknown kind is rejected by the host. */
 typedef enum khub_op_kind {
-    KHUB_OP_ATTENTION = 1,  /* khub_attention_args */
-    KHUB_OP_LINEAR = 2,     /* khub_linear_args, dense weights */
-    KHUB_OP_QLINEAR = 3,    /* khub_linear_args, block-quantized weights; methods: khub_qlinear_methods */
+    KHUB_OP_ATTENTION = 1, /* khub_attention_args */
+    KHUB_OP_LINEAR = 2,    /* khub_linear_args, dense weights */
+    KHUB_OP_QLINEAR =
+        3, /* khub_linear_args, block-quantized weights; methods: khub_qlinear_methods */
     KHUB_OP_KV_CACHE = 4,   /* methods: khub_kv_cache_methods (run unused) */
     KHUB_OP_NORM = 5,       /* khub_norm_args */
     KHUB_OP_ACTIVATION = 6, /* khub_activation_args */
@@ -212,14 +212,14 @@ typedef enum khub_op_kind {
 } khub_op_kind;
 
 /* Attention layouts and features (khub_op_caps.flags). */
-#define KHUB_CAP_CAUSAL (1u << 0)     /* causal masking */
-#define KHUB_CAP_GQA (1u << 1)        /* n_kv_heads < n_heads */
-#define KHUB_CAP_MASK (1u << 2)       /* an additive mask tensor */
+#define KHUB_CAP_CAUSAL     (1u << 0) /* causal masking */
+#define KHUB_CAP_GQA        (1u << 1) /* n_kv_heads < n_heads */
+#define KHUB_CAP_MASK       (1u << 2) /* an additive mask tensor */
 #define KHUB_CAP_STRIDED_KV (1u << 3) /* K/V with arbitrary strides (cache views) */
-#define KHUB_CAP_KV_F16 (1u << 4)     /* K/V stored in f16 */
-#define KHUB_CAP_SLIDING (1u << 5)    /* sliding-window attention */
-#define KHUB_CAP_BIAS (1u << 6)       /* linear: bias supported */
-#define KHUB_CAP_RESIDUAL (1u << 7)   /* norm: fused residual add */
+#define KHUB_CAP_KV_F16     (1u << 4) /* K/V stored in f16 */
+#define KHUB_CAP_SLIDING    (1u << 5) /* sliding-window attention */
+#define KHUB_CAP_BIAS       (1u << 6) /* linear: bias supported */
+#define KHUB_CAP_RESIDUAL   (1u << 7) /* norm: fused residual add */
 
 typedef struct khub_op_caps {
     KHUB_STRUCT_HEADER;
@@ -228,12 +228,12 @@ typedef struct khub_op_caps {
     uint64_t dtypes;          /* KHUB_DTYPE_BIT(...) of accepted weight / K-V dtypes */
     const int32_t *head_dims; /* borrowed; attention head dims served, NULL = any */
     uint32_t n_head_dims;
-    uint32_t flags;           /* KHUB_CAP_* */
-    uint16_t cc_min;          /* CUDA compute capability x10 (e.g. 80), 0 = none */
-    uint16_t cc_max;          /* inclusive, 0 = no upper bound */
-    uint16_t ptx_isa;         /* PTX ISA x10 (e.g. 87 for 8.7), 0 when not PTX */
+    uint32_t flags;   /* KHUB_CAP_* */
+    uint16_t cc_min;  /* CUDA compute capability x10 (e.g. 80), 0 = none */
+    uint16_t cc_max;  /* inclusive, 0 = no upper bound */
+    uint16_t ptx_isa; /* PTX ISA x10 (e.g. 87 for 8.7), 0 when not PTX */
     uint16_t reserved;
-    int32_t priority;         /* static preference, higher wins; reference plugins use 0 */
+    int32_t priority; /* static preference, higher wins; reference plugins use 0 */
     uint32_t reserved2;
     /* End of ABI 1.0. */
 } khub_op_caps;
@@ -243,23 +243,23 @@ typedef khub_status (*khub_op_run_fn)(void *plugin_state, const void *args);
 
 typedef struct khub_op_desc {
     KHUB_STRUCT_HEADER;
-    const char *name;          /* borrowed; unique within the plugin, [a-z0-9_]+ */
-    uint32_t kind;             /* khub_op_kind */
+    const char *name; /* borrowed; unique within the plugin, [a-z0-9_]+ */
+    uint32_t kind;    /* khub_op_kind */
     uint32_t reserved;
-    const khub_op_caps *caps;  /* borrowed; required */
-    khub_op_run_fn run;        /* required except for KHUB_OP_KV_CACHE */
-    const void *methods;       /* borrowed; kind-specific table or NULL (see khub_op_kind) */
+    const khub_op_caps *caps; /* borrowed; required */
+    khub_op_run_fn run;       /* required except for KHUB_OP_KV_CACHE */
+    const void *methods;      /* borrowed; kind-specific table or NULL (see khub_op_kind) */
     /* End of ABI 1.0. */
 } khub_op_desc;
 
 typedef struct khub_plugin_desc {
     KHUB_STRUCT_HEADER;
-    const char *id;            /* borrowed; "org/name", equal to the ABI note's id */
-    const char *version;       /* borrowed; semantic version, equal to the note's */
+    const char *id;      /* borrowed; "org/name", equal to the ABI note's id */
+    const char *version; /* borrowed; semantic version, equal to the note's */
     uint32_t n_ops;
     uint32_t reserved;
-    const khub_op_desc *ops;   /* borrowed; [n_ops] */
-    void *state;               /* plugin-owned; first argument of every op call */
+    const khub_op_desc *ops; /* borrowed; [n_ops] */
+    void *state;             /* plugin-owned; first argument of every op call */
     /* Optional: 0 = cannot run on this machine, else higher is better. */
     int32_t (*score)(void *state);
     /* Optional: runs the plugin's own checks; fills errbuf on failure. */
@@ -304,12 +304,12 @@ typedef struct khub_linear_args {
 /* Quantize or dequantize rows (KHUB_OP_QLINEAR methods). */
 typedef struct khub_quant_args {
     KHUB_STRUCT_HEADER;
-    uint32_t format;       /* khub_qformat */
+    uint32_t format; /* khub_qformat */
     uint32_t reserved;
     int64_t n_rows;
-    int64_t n_cols;        /* a multiple of the format's block */
-    const void *src;       /* quantize: f32 [n_rows, n_cols]; dequantize: packed rows */
-    void *dst;             /* quantize: packed rows; dequantize: f32 [n_rows, n_cols] */
+    int64_t n_cols;  /* a multiple of the format's block */
+    const void *src; /* quantize: f32 [n_rows, n_cols]; dequantize: packed rows */
+    void *dst;       /* quantize: packed rows; dequantize: f32 [n_rows, n_cols] */
     /* End of ABI 1.0. */
 } khub_quant_args;
 
@@ -345,12 +345,12 @@ typedef enum khub_norm_type { KHUB_NORM_RMS = 1, KHUB_NORM_LAYER = 2 } khub_norm
 typedef struct khub_norm_args {
     KHUB_STRUCT_HEADER;
     void *stream;
-    uint32_t norm_type;         /* khub_norm_type */
+    uint32_t norm_type; /* khub_norm_type */
     float eps;
-    const khub_tensor *x;       /* [n, dim] f32 */
-    khub_tensor *residual;      /* [n, dim] f32 in/out, or NULL */
-    const khub_tensor *weight;  /* [dim] f32 */
-    khub_tensor *y;             /* [n, dim] f32, written; may alias x */
+    const khub_tensor *x;      /* [n, dim] f32 */
+    khub_tensor *residual;     /* [n, dim] f32 in/out, or NULL */
+    const khub_tensor *weight; /* [dim] f32 */
+    khub_tensor *y;            /* [n, dim] f32, written; may alias x */
     /* End of ABI 1.0. */
 } khub_norm_args;
 
@@ -363,7 +363,7 @@ typedef enum khub_act_type {
 typedef struct khub_activation_args {
     KHUB_STRUCT_HEADER;
     void *stream;
-    uint32_t act_type;       /* khub_act_type */
+    uint32_t act_type; /* khub_act_type */
     uint32_t reserved;
     const khub_tensor *gate; /* [n, ff] f32 */
     const khub_tensor *up;   /* [n, ff] f32 */
@@ -386,16 +386,16 @@ typedef enum khub_rope_scaling {
 typedef struct khub_rotary_args {
     KHUB_STRUCT_HEADER;
     void *stream;
-    khub_tensor *x;              /* [n, n_heads, head_dim] f32, in place */
-    const int32_t *positions;    /* [n] token positions */
-    uint32_t style;              /* khub_rope_style */
-    uint32_t scaling;            /* khub_rope_scaling */
-    float theta;                 /* base, e.g. 10000 */
-    float factor;                /* linear and llama3 */
-    float low_freq_factor;       /* llama3 */
-    float high_freq_factor;      /* llama3 */
-    int32_t original_max_pos;    /* llama3: original_max_position_embeddings */
-    int32_t rotary_dim;          /* dims rotated, <= head_dim; 0 = head_dim */
+    khub_tensor *x;           /* [n, n_heads, head_dim] f32, in place */
+    const int32_t *positions; /* [n] token positions */
+    uint32_t style;           /* khub_rope_style */
+    uint32_t scaling;         /* khub_rope_scaling */
+    float theta;              /* base, e.g. 10000 */
+    float factor;             /* linear and llama3 */
+    float low_freq_factor;    /* llama3 */
+    float high_freq_factor;   /* llama3 */
+    int32_t original_max_pos; /* llama3: original_max_position_embeddings */
+    int32_t rotary_dim;       /* dims rotated, <= head_dim; 0 = head_dim */
     /* End of ABI 1.0. */
 } khub_rotary_args;
 
@@ -410,9 +410,9 @@ typedef struct khub_kv_cache_config {
     int32_t n_layers;
     int32_t n_kv_heads;
     int32_t head_dim;
-    int32_t n_seqs;      /* independent sequences */
-    int64_t max_tokens;  /* capacity per sequence, tokens */
-    khub_dtype dtype;    /* storage dtype (f32 or f16) */
+    int32_t n_seqs;     /* independent sequences */
+    int64_t max_tokens; /* capacity per sequence, tokens */
+    khub_dtype dtype;   /* storage dtype (f32 or f16) */
     uint32_t reserved;
     /* End of ABI 1.0. */
 } khub_kv_cache_config;
@@ -431,8 +431,7 @@ typedef struct khub_kv_write_args {
 
 typedef struct khub_kv_cache_methods {
     KHUB_STRUCT_HEADER;
-    khub_status (*create)(void *plugin_state, const khub_kv_cache_config *cfg,
-                          khub_kv_cache **out);
+    khub_status (*create)(void *plugin_state, const khub_kv_cache_config *cfg, khub_kv_cache **out);
     void (*destroy)(void *plugin_state, khub_kv_cache *cache); /* accepts NULL */
     khub_status (*write)(void *plugin_state, khub_kv_cache *cache, const khub_kv_write_args *a);
     /* Describes positions [0, n) of a layer and sequence as tensors
@@ -470,21 +469,22 @@ typedef khub_status (*khub_plugin_init_fn)(const khub_host_api *host, khub_plugi
 
 #if defined(KHUB_PLUGIN_MODULE)
 #define KHUB__NOTE_ALIGN4(n) (((n) + 3u) & ~3u)
-#define KHUB_PLUGIN_DEFINE_KINDS(init_fn, id_str, version_str, kinds_mask)                      \
-    __attribute__((section(".note.khub"), used, aligned(4))) static const struct {             \
-        uint32_t namesz, descsz, type;                                                          \
-        char name[KHUB__NOTE_ALIGN4(sizeof(KHUB_NOTE_NAME))];                                  \
-        khub_abi_note desc;                                                                     \
-    } khub__abi_note = {sizeof(KHUB_NOTE_NAME), sizeof(khub_abi_note), KHUB_NOTE_TYPE,         \
-                        KHUB_NOTE_NAME,                                                         \
-                        {1, KHUB_ABI_MAJOR, KHUB_ABI_MINOR, (uint32_t)sizeof(void *),          \
-                         (kinds_mask), id_str, version_str}};                                  \
-    KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1(const khub_host_api *host,               \
-                                                       khub_plugin_desc *out, char *errbuf,     \
-                                                       size_t errbuf_size)                      \
-    {                                                                                           \
-        (void)khub__abi_note;                                                                   \
-        return init_fn(host, out, errbuf, errbuf_size);                                        \
+#define KHUB_PLUGIN_DEFINE_KINDS(init_fn, id_str, version_str, kinds_mask)                  \
+    __attribute__((section(".note.khub"), used, aligned(4))) static const struct {          \
+        uint32_t namesz, descsz, type;                                                      \
+        char name[KHUB__NOTE_ALIGN4(sizeof(KHUB_NOTE_NAME))];                               \
+        khub_abi_note desc;                                                                 \
+    } khub__abi_note = {sizeof(KHUB_NOTE_NAME),                                             \
+                        sizeof(khub_abi_note),                                              \
+                        KHUB_NOTE_TYPE,                                                     \
+                        KHUB_NOTE_NAME,                                                     \
+                        {1, KHUB_ABI_MAJOR, KHUB_ABI_MINOR, (uint32_t)sizeof(void *),       \
+                         (kinds_mask), id_str, version_str}};                               \
+    KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1(                                     \
+        const khub_host_api *host, khub_plugin_desc *out, char *errbuf, size_t errbuf_size) \
+    {                                                                                       \
+        (void)khub__abi_note;                                                               \
+        return init_fn(host, out, errbuf, errbuf_size);                                     \
     }
 #else
 #define KHUB_PLUGIN_DEFINE_KINDS(init_fn, id_str, version_str, kinds_mask)

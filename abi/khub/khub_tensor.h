@@ -60,21 +60,22 @@ typedef struct khub_dtype {
  * used in place. */
 typedef enum khub_qformat {
     KHUB_QFORMAT_NONE = 0,
-    KHUB_QFORMAT_Q8_0 = 1,  /* 32 weights: f16 scale + 32 x int8 (34 bytes) */
-    KHUB_QFORMAT_Q4_0 = 2,  /* 32 weights: f16 scale + 16 bytes of nibbles, value (q-8)*d (18 bytes) */
-    KHUB_QFORMAT_Q4_1 = 3,  /* 32 weights: f16 scale, f16 min + 16 bytes, value q*d+m (20 bytes) */
-    KHUB_QFORMAT_Q4_K = 4,  /* 256 weights: ggml block_q4_K (144 bytes) */
-    KHUB_QFORMAT_Q6_K = 5,  /* 256 weights: ggml block_q6_K (210 bytes) */
+    KHUB_QFORMAT_Q8_0 = 1, /* 32 weights: f16 scale + 32 x int8 (34 bytes) */
+    KHUB_QFORMAT_Q4_0 =
+        2, /* 32 weights: f16 scale + 16 bytes of nibbles, value (q-8)*d (18 bytes) */
+    KHUB_QFORMAT_Q4_1 = 3, /* 32 weights: f16 scale, f16 min + 16 bytes, value q*d+m (20 bytes) */
+    KHUB_QFORMAT_Q4_K = 4, /* 256 weights: ggml block_q4_K (144 bytes) */
+    KHUB_QFORMAT_Q6_K = 5, /* 256 weights: ggml block_q6_K (210 bytes) */
     KHUB_QFORMAT_INT8_ROW = 6, /* per output row: f32 scale then in x int8, value q*scale */
-    KHUB_QFORMAT_NF4 = 7,   /* 64 weights: f32 absmax + 32 bytes of NF4 codes (36 bytes) */
+    KHUB_QFORMAT_NF4 = 7,      /* 64 weights: f32 absmax + 32 bytes of NF4 codes (36 bytes) */
     KHUB_QFORMAT__COUNT
 } khub_qformat;
 
 /* Layout of DLTensor. */
 typedef struct khub_tensor {
-    void *data;           /* borrowed; base address (device pointer for CUDA) */
+    void *data; /* borrowed; base address (device pointer for CUDA) */
     khub_device device;
-    int32_t ndim;         /* number of dimensions, 1..8 */
+    int32_t ndim; /* number of dimensions, 1..8 */
     khub_dtype dtype;
     int64_t *shape;       /* borrowed; [ndim] elements */
     int64_t *strides;     /* borrowed; [ndim] elements, or NULL for compact row-major */
@@ -82,10 +83,10 @@ typedef struct khub_tensor {
 } khub_tensor;
 
 /* Common dtypes as compound literals. */
-#define KHUB_DTYPE_F32 ((khub_dtype){KHUB_DL_FLOAT, 32, 1})
-#define KHUB_DTYPE_F16 ((khub_dtype){KHUB_DL_FLOAT, 16, 1})
-#define KHUB_DTYPE_BF16 ((khub_dtype){KHUB_DL_BFLOAT, 16, 1})
-#define KHUB_DTYPE_I32 ((khub_dtype){KHUB_DL_INT, 32, 1})
+#define KHUB_DTYPE_F32    ((khub_dtype){KHUB_DL_FLOAT, 32, 1})
+#define KHUB_DTYPE_F16    ((khub_dtype){KHUB_DL_FLOAT, 16, 1})
+#define KHUB_DTYPE_BF16   ((khub_dtype){KHUB_DL_BFLOAT, 16, 1})
+#define KHUB_DTYPE_I32    ((khub_dtype){KHUB_DL_INT, 32, 1})
 #define KHUB_DTYPE_Q(fmt) ((khub_dtype){KHUB_DL_BLOCKQ, (uint8_t)(fmt), 1})
 
 /* Dtype ids: one bit each in capability masks (khub_op_caps.dtypes). Values
@@ -100,7 +101,7 @@ typedef enum khub_dtype_id {
     KHUB_DTYPE_ID_QBASE = 16
 } khub_dtype_id;
 
-#define KHUB_DTYPE_BIT(id) (UINT64_C(1) << (id))
+#define KHUB_DTYPE_BIT(id)    (UINT64_C(1) << (id))
 #define KHUB_DTYPE_BIT_Q(fmt) (UINT64_C(1) << (KHUB_DTYPE_ID_QBASE + (fmt)))
 
 /* The id of a dtype, or -1 when it has none. */

@@ -18,9 +18,9 @@
 #ifndef KHUB_VERSION_H
 #define KHUB_VERSION_H
 
-#define KHUB_VERSION_MAJOR 0
-#define KHUB_VERSION_MINOR 1
-#define KHUB_VERSION_PATCH 0
+#define KHUB_VERSION_MAJOR  0
+#define KHUB_VERSION_MINOR  1
+#define KHUB_VERSION_PATCH  0
 #define KHUB_VERSION_STRING "0.1.0"
 
 /* 0xXXYYZZ: major, minor, patch, one byte each. */

@@ -36,7 +36,8 @@ static __m256 exp8(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 #endif
@@ -122,8 +123,12 @@ khub_status khub_activation_init(const khub_host_api *host, khub_plugin_desc *ou
                                  size_t errbuf_size)
 {
     (void)errbuf, (void)errbuf_size;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "kernels-community/activation",
-                          .version = "1.0.0", .n_ops = 1, .ops = ops, .state = (void *)host};
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = "kernels-community/activation",
+                          .version = "1.0.0",
+                          .n_ops = 1,
+                          .ops = ops,
+                          .state = (void *)host};
     return khub_plugin_desc_put(out, &d);
 }
 

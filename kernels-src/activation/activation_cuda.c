@@ -70,8 +70,11 @@ static khub_status run(void *sp, const void *args)
 }
 
 static const khub_op_caps caps = {
-    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CUDA,
-    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .cc_min = 75, .priority = 50,
+    KHUB_STRUCT_INIT(khub_op_caps),
+    .device_type = KHUB_DEVICE_CUDA,
+    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32),
+    .cc_min = 75,
+    .priority = 50,
 };
 
 static const khub_op_desc ops[] = {
@@ -84,8 +87,12 @@ khub_status khub_activation_cuda_init(const khub_host_api *h, khub_plugin_desc *
 {
     (void)errbuf, (void)errbuf_size;
     g_state = (act_state){.host = h};
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "kernels-community/activation",
-                          .version = "1.0.0", .n_ops = 1, .ops = ops, .state = &g_state,
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = "kernels-community/activation",
+                          .version = "1.0.0",
+                          .n_ops = 1,
+                          .ops = ops,
+                          .state = &g_state,
                           .score = score};
     return khub_plugin_desc_put(out, &d);
 }

@@ -28,9 +28,9 @@
 #define FA_SIMD 0
 #endif
 
-#define QB 8      /* queries per work item */
-#define KT 64     /* keys per tile */
-#define MAX_HD 256
+#define QB       8  /* queries per work item */
+#define KT       64 /* keys per tile */
+#define MAX_HD   256
 #define MAX_ROWS (QB * 16) /* QB queries x up to 16 query heads per KV head */
 
 /* ======================================================================== */
@@ -45,7 +45,8 @@ static float f16_to_f32(uint16_t h)
         float v = (float)man * 0x1p-24f;
         return sign ? -v : v;
     }
-    bits = exp == 31 ? (sign | 0x7f800000u | (man << 13)) : (sign | ((exp + 112) << 23) | (man << 13));
+    bits =
+        exp == 31 ? (sign | 0x7f800000u | (man << 13)) : (sign | ((exp + 112) << 23) | (man << 13));
     float f;
     memcpy(&f, &bits, 4);
     return f;
@@ -60,7 +61,8 @@ static float dot(const float *a, const float *b, int64_t n)
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
         s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
     __m256 s = _mm256_add_ps(s0, s1);
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
@@ -254,18 +256,19 @@ static khub_status check(const khub_host_api *host, const khub_attention_args *a
     const khub_tensor *q = a->q, *k = a->k, *v = a->v, *o = a->out;
     if (q->ndim != 3 || k->ndim != 3 || v->ndim != 3 || o->ndim != 3 || q->dtype.bits != 32 ||
         o->dtype.bits != 32 || !f32_or_f16(k) || k->dtype.bits != v->dtype.bits)
-        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
-                          "flash_attn: q/out must be f32 [n, heads, dim], k/v f32 or f16 [n, kv_heads, dim]");
+        return host->fail(
+            host->host_ctx, KHUB_STATUS_INVALID_ARG,
+            "flash_attn: q/out must be f32 [n, heads, dim], k/v f32 or f16 [n, kv_heads, dim]");
     int64_t nh = q->shape[1], hd = q->shape[2], nkvh = k->shape[1];
     if (hd < 1 || hd > MAX_HD || nkvh < 1 || nh % nkvh != 0 || nh / nkvh > 16 ||
         k->shape[2] != hd || v->shape[2] != hd || v->shape[0] != k->shape[0] ||
-        v->shape[1] != nkvh || o->shape[0] != q->shape[0] || o->shape[1] != nh ||
-        o->shape[2] != hd)
-        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
-                          "flash_attn: shapes q [%lld, %lld, %lld], k [%lld, %lld, %lld] do not fit "
-                          "(head_dim <= %d, heads a multiple of kv_heads, at most 16 per group)",
-                          (long long)q->shape[0], (long long)nh, (long long)hd,
-                          (long long)k->shape[0], (long long)nkvh, (long long)k->shape[2], MAX_HD);
+        v->shape[1] != nkvh || o->shape[0] != q->shape[0] || o->shape[1] != nh || o->shape[2] != hd)
+        return host->fail(
+            host->host_ctx, KHUB_STATUS_INVALID_ARG,
+            "flash_attn: shapes q [%lld, %lld, %lld], k [%lld, %lld, %lld] do not fit "
+            "(head_dim <= %d, heads a multiple of kv_heads, at most 16 per group)",
+            (long long)q->shape[0], (long long)nh, (long long)hd, (long long)k->shape[0],
+            (long long)nkvh, (long long)k->shape[2], MAX_HD);
     return KHUB_STATUS_OK;
 }
 
@@ -320,8 +323,12 @@ khub_status khub_flash_attn2_init(const khub_host_api *host, khub_plugin_desc *o
                                   size_t errbuf_size)
 {
     (void)errbuf, (void)errbuf_size;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "kernels-community/flash-attn2",
-                          .version = "1.0.0", .n_ops = 1, .ops = ops, .state = (void *)host};
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = "kernels-community/flash-attn2",
+                          .version = "1.0.0",
+                          .n_ops = 1,
+                          .ops = ops,
+                          .state = (void *)host};
     return khub_plugin_desc_put(out, &d);
 }
 

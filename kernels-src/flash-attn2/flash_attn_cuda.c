@@ -60,8 +60,9 @@ static khub_status flash_attn_cuda(void *sp, const void *args)
     if (!a || a->struct_size < sizeof *a || !a->causal || a->mask || a->window || !a->q ||
         a->q->ndim != 3 || (a->q->shape[2] != 64 && a->q->shape[2] != 128) ||
         a->k->dtype.bits != 32 || a->q->device.device_type != KHUB_DEVICE_CUDA)
-        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
-                          "flash_attn (cuda): causal f32 CUDA tensors, head dim 64 or 128, no mask");
+        return host->fail(
+            host->host_ctx, KHUB_STATUS_INVALID_ARG,
+            "flash_attn (cuda): causal f32 CUDA tensors, head dim 64 or 128, no mask");
     if (!s->fn64) {
         khub_status st = load(s);
         if (st != KHUB_STATUS_OK) return st;
@@ -83,24 +84,33 @@ static khub_status flash_attn_cuda(void *sp, const void *args)
 static const int32_t head_dims[] = {64, 128};
 
 static const khub_op_caps caps = {
-    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CUDA,
-    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .head_dims = head_dims, .n_head_dims = 2,
-    .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV, .cc_min = 80, .priority = 50,
+    KHUB_STRUCT_INIT(khub_op_caps),
+    .device_type = KHUB_DEVICE_CUDA,
+    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32),
+    .head_dims = head_dims,
+    .n_head_dims = 2,
+    .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV,
+    .cc_min = 80,
+    .priority = 50,
 };
 
 static const khub_op_desc ops[] = {
-    {KHUB_STRUCT_INIT(khub_op_desc), .name = "flash_attn", .kind = KHUB_OP_ATTENTION,
-     .caps = &caps, .run = flash_attn_cuda},
+    {KHUB_STRUCT_INIT(khub_op_desc), .name = "flash_attn", .kind = KHUB_OP_ATTENTION, .caps = &caps,
+     .run = flash_attn_cuda},
 };
 
-khub_status khub_flash_attn2_cuda_init(const khub_host_api *h, khub_plugin_desc *out,
-                                       char *errbuf, size_t errbuf_size)
+khub_status khub_flash_attn2_cuda_init(const khub_host_api *h, khub_plugin_desc *out, char *errbuf,
+                                       size_t errbuf_size)
 {
     (void)errbuf, (void)errbuf_size;
     g_state = (fa_state){.host = h};
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
-                          .id = "kernels-community/flash-attn2", .version = "1.0.0", .n_ops = 1,
-                          .ops = ops, .state = &g_state, .score = score};
+                          .id = "kernels-community/flash-attn2",
+                          .version = "1.0.0",
+                          .n_ops = 1,
+                          .ops = ops,
+                          .state = &g_state,
+                          .score = score};
     return khub_plugin_desc_put(out, &d);
 }
 

@@ -71,7 +71,8 @@ static unsigned char *kv_at(const khub_kv_cache *c, int32_t seq, int32_t layer, 
                             int64_t pos)
 {
     int64_t per_tensor = c->cfg.max_tokens * c->row;
-    return c->slab[seq] + ((int64_t)layer * 2 + which) * per_tensor * c->elem + pos * c->row * c->elem;
+    return c->slab[seq] + ((int64_t)layer * 2 + which) * per_tensor * c->elem +
+           pos * c->row * c->elem;
 }
 
 static khub_status create(void *state, const khub_kv_cache_config *cfg, khub_kv_cache **out)
@@ -83,8 +84,9 @@ static khub_status create(void *state, const khub_kv_cache_config *cfg, khub_kv_
     if (!cfg || cfg->struct_size < sizeof *cfg || (!f16 && !f32) || cfg->n_layers < 1 ||
         cfg->n_kv_heads < 1 || cfg->head_dim < 1 || cfg->n_seqs < 1 || cfg->n_seqs > 4096 ||
         cfg->max_tokens < 1 || cfg->max_tokens > (INT64_C(1) << 24))
-        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
-                          "static_cache: config needs f16 or f32, positive sizes, max_tokens <= 2^24");
+        return host->fail(
+            host->host_ctx, KHUB_STATUS_INVALID_ARG,
+            "static_cache: config needs f16 or f32, positive sizes, max_tokens <= 2^24");
     khub_kv_cache *c = host->alloc(host->host_ctx, sizeof *c);
     if (!c) return host->fail(host->host_ctx, KHUB_STATUS_NOMEM, "static_cache: out of memory");
     memset(c, 0, sizeof *c);
@@ -145,11 +147,12 @@ static khub_status write(void *state, khub_kv_cache *c, const khub_kv_write_args
                           "static_cache write: k and v must be compact f32 [n, %d, %d]",
                           c->cfg.n_kv_heads, c->cfg.head_dim);
     if (a->pos > c->len[a->seq] || a->pos + n > c->cfg.max_tokens)
-        return host->fail(host->host_ctx, a->pos + n > c->cfg.max_tokens ? KHUB_STATUS_CONTEXT_FULL
-                                                                          : KHUB_STATUS_INVALID_ARG,
-                          "static_cache write: positions [%lld, %lld) with %lld held, capacity %lld",
-                          (long long)a->pos, (long long)(a->pos + n), (long long)c->len[a->seq],
-                          (long long)c->cfg.max_tokens);
+        return host->fail(
+            host->host_ctx,
+            a->pos + n > c->cfg.max_tokens ? KHUB_STATUS_CONTEXT_FULL : KHUB_STATUS_INVALID_ARG,
+            "static_cache write: positions [%lld, %lld) with %lld held, capacity %lld",
+            (long long)a->pos, (long long)(a->pos + n), (long long)c->len[a->seq],
+            (long long)c->cfg.max_tokens);
     const float *k = (const float *)((const char *)a->k->data + a->k->byte_offset);
     const float *v = (const float *)((const char *)a->v->data + a->v->byte_offset);
     store_row(kv_at(c, a->seq, a->layer, 0, a->pos), k, n * c->row, c->elem);
@@ -194,14 +197,17 @@ static khub_status truncate_seq(void *state, khub_kv_cache *c, int32_t seq, int6
     const khub_host_api *host = state;
     if (!c || seq < 0 || seq >= c->cfg.n_seqs || n < 0)
         return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
-                          "static_cache truncate: seq %d or n %lld out of range", seq, (long long)n);
+                          "static_cache truncate: seq %d or n %lld out of range", seq,
+                          (long long)n);
     if (n < c->len[seq]) c->len[seq] = n;
     return KHUB_STATUS_OK;
 }
 
 static const khub_kv_cache_methods methods = {KHUB_STRUCT_INIT(khub_kv_cache_methods),
-                                              .create = create, .destroy = destroy,
-                                              .write = write, .view = view,
+                                              .create = create,
+                                              .destroy = destroy,
+                                              .write = write,
+                                              .view = view,
                                               .truncate = truncate_seq};
 
 static const khub_op_caps caps = {
@@ -226,8 +232,12 @@ khub_status khub_static_cache_init(const khub_host_api *host, khub_plugin_desc *
                                    size_t errbuf_size)
 {
     (void)errbuf, (void)errbuf_size;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "kernels-community/kv-cache",
-                          .version = "1.0.0", .n_ops = 1, .ops = ops, .state = (void *)host};
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = "kernels-community/kv-cache",
+                          .version = "1.0.0",
+                          .n_ops = 1,
+                          .ops = ops,
+                          .state = (void *)host};
     return khub_plugin_desc_put(out, &d);
 }
 

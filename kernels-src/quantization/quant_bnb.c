@@ -30,11 +30,22 @@
 #define MAX_IN 65536
 
 /* bitsandbytes' NF4 code table (QLoRA, appendix E), ascending. */
-static const float nf4[16] = {
-    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
-    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
-    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
-    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+static const float nf4[16] = {-1.0f,
+                              -0.6961928009986877f,
+                              -0.5250730514526367f,
+                              -0.39491748809814453f,
+                              -0.28444138169288635f,
+                              -0.18477343022823334f,
+                              -0.09105003625154495f,
+                              0.0f,
+                              0.07958029955625534f,
+                              0.16093020141124725f,
+                              0.24611230194568634f,
+                              0.33791524171829224f,
+                              0.44070982933044434f,
+                              0.5626170039176941f,
+                              0.7229568362236023f,
+                              1.0f};
 
 /* ======================================================================== */
 /* Row dequantization                                                       */
@@ -130,7 +141,8 @@ static void q_nf4_row(const float *x, int64_t n, uint8_t *dst)
         float inv = amax > 0 ? 1.0f / amax : 0.0f;
         memcpy(dst, &amax, 4);
         for (int t = 0; t < 32; t++)
-            dst[4 + t] = (uint8_t)((nf4_nearest(x[2 * t] * inv) << 4) | nf4_nearest(x[2 * t + 1] * inv));
+            dst[4 + t] =
+                (uint8_t)((nf4_nearest(x[2 * t] * inv) << 4) | nf4_nearest(x[2 * t + 1] * inv));
     }
 }
 
@@ -225,7 +237,8 @@ static void mm_rows(void *ud, int64_t begin, int64_t end, int thread)
     for (int64_t o = begin; o < end; o++) {
         deq_row(j->fmt, j->w + o * j->row_bytes, j->in, wrow);
         float b = j->bias ? j->bias[o] : 0.0f;
-        for (int64_t t = 0; t < j->n; t++) j->y[t * j->out + o] = dot(wrow, j->x + t * j->in, j->in) + b;
+        for (int64_t t = 0; t < j->n; t++)
+            j->y[t * j->out + o] = dot(wrow, j->x + t * j->in, j->in) + b;
     }
     j->host->free(j->host->host_ctx, wrow);
 }
@@ -236,10 +249,10 @@ static khub_status qlinear(void *state, const void *args)
     const khub_linear_args *a = args;
     if (!a || a->struct_size < sizeof *a || !a->x || !a->weight || !a->y || a->x->ndim != 2 ||
         a->weight->ndim != 2 || a->y->ndim != 2 || a->weight->dtype.code != KHUB_DL_BLOCKQ ||
-        !fmt_ok(a->weight->dtype.bits) || a->x->dtype.bits != 32 || a->x->strides ||
-        a->y->strides)
-        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
-                          "qlinear_bnb: needs f32 x [n, in], INT8_ROW or NF4 weight [out, in], f32 y");
+        !fmt_ok(a->weight->dtype.bits) || a->x->dtype.bits != 32 || a->x->strides || a->y->strides)
+        return host->fail(
+            host->host_ctx, KHUB_STATUS_INVALID_ARG,
+            "qlinear_bnb: needs f32 x [n, in], INT8_ROW or NF4 weight [out, in], f32 y");
     int64_t n = a->x->shape[0], in = a->x->shape[1], out = a->weight->shape[0];
     int64_t rb = khub_qformat_row_bytes((khub_qformat)a->weight->dtype.bits, in);
     if (a->weight->shape[1] != in || a->y->shape[0] != n || a->y->shape[1] != out || rb < 0 ||
@@ -250,13 +263,21 @@ static khub_status qlinear(void *state, const void *args)
                           (long long)n, (long long)in, (long long)out,
                           (long long)a->weight->shape[1], (long long)a->y->shape[0],
                           (long long)a->y->shape[1]);
-    mm_job j = {host, a->weight->dtype.bits,
-                (const uint8_t *)a->weight->data + a->weight->byte_offset, rb, n, in, out,
+    mm_job j = {host,
+                a->weight->dtype.bits,
+                (const uint8_t *)a->weight->data + a->weight->byte_offset,
+                rb,
+                n,
+                in,
+                out,
                 (const float *)((const char *)a->x->data + a->x->byte_offset),
-                a->bias ? (const float *)((const char *)a->bias->data + a->bias->byte_offset) : NULL,
-                (float *)((char *)a->y->data + a->y->byte_offset), 0};
+                a->bias ? (const float *)((const char *)a->bias->data + a->bias->byte_offset)
+                        : NULL,
+                (float *)((char *)a->y->data + a->y->byte_offset),
+                0};
     host->parallel_for(host->host_ctx, out, mm_rows, &j);
-    if (j.failed) return host->fail(host->host_ctx, KHUB_STATUS_NOMEM, "qlinear_bnb: out of memory");
+    if (j.failed)
+        return host->fail(host->host_ctx, KHUB_STATUS_NOMEM, "qlinear_bnb: out of memory");
     return KHUB_STATUS_OK;
 }
 
@@ -277,8 +298,8 @@ static const khub_op_caps caps = {
 };
 
 static const khub_op_desc ops[] = {
-    {KHUB_STRUCT_INIT(khub_op_desc), .name = "qlinear_bnb", .kind = KHUB_OP_QLINEAR,
-     .caps = &caps, .run = qlinear, .methods = &methods},
+    {KHUB_STRUCT_INIT(khub_op_desc), .name = "qlinear_bnb", .kind = KHUB_OP_QLINEAR, .caps = &caps,
+     .run = qlinear, .methods = &methods},
 };
 
 khub_status khub_quant_bnb_init(const khub_host_api *host, khub_plugin_desc *out, char *errbuf,
@@ -286,8 +307,11 @@ khub_status khub_quant_bnb_init(const khub_host_api *host, khub_plugin_desc *out
 {
     (void)errbuf, (void)errbuf_size;
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
-                          .id = "kernels-community/quantization", .version = "1.0.0", .n_ops = 1,
-                          .ops = ops, .state = (void *)host};
+                          .id = "kernels-community/quantization",
+                          .version = "1.0.0",
+                          .n_ops = 1,
+                          .ops = ops,
+                          .state = (void *)host};
     return khub_plugin_desc_put(out, &d);
 }
 

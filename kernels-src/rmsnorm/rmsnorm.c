@@ -92,7 +92,9 @@ static khub_status rms_norm(void *state, const void *args)
                  a->residual ? (float *)((char *)a->residual->data + a->residual->byte_offset)
                              : NULL,
                  (const float *)((char *)a->weight->data + a->weight->byte_offset),
-                 (float *)((char *)a->y->data + a->y->byte_offset), dim, a->eps};
+                 (float *)((char *)a->y->data + a->y->byte_offset),
+                 dim,
+                 a->eps};
     host->parallel_for(host->host_ctx, n, rows, &j);
     return KHUB_STATUS_OK;
 }
@@ -119,8 +121,12 @@ khub_status khub_rmsnorm_init(const khub_host_api *h, khub_plugin_desc *out, cha
                               size_t errbuf_size)
 {
     (void)errbuf, (void)errbuf_size;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "kernels-community/rmsnorm",
-                          .version = "1.0.0", .n_ops = 1, .ops = ops, .state = (void *)h};
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = "kernels-community/rmsnorm",
+                          .version = "1.0.0",
+                          .n_ops = 1,
+                          .ops = ops,
+                          .state = (void *)h};
     return khub_plugin_desc_put(out, &d);
 }
 

@@ -57,8 +57,8 @@ static khub_status rms_norm_cuda(void *sp, const void *args)
     state *s = sp;
     const khub_host_api *host = s->host;
     const khub_norm_args *a = args;
-    if (!a || a->struct_size < sizeof(khub_norm_args) || a->norm_type != KHUB_NORM_RMS ||
-        !a->x || a->x->ndim != 2 || a->x->device.device_type != KHUB_DEVICE_CUDA)
+    if (!a || a->struct_size < sizeof(khub_norm_args) || a->norm_type != KHUB_NORM_RMS || !a->x ||
+        a->x->ndim != 2 || a->x->device.device_type != KHUB_DEVICE_CUDA)
         return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
                           "rms_norm (cuda): needs KHUB_NORM_RMS args with CUDA tensors [n, dim]");
     if (!s->fn) {
@@ -77,9 +77,13 @@ static khub_status rms_norm_cuda(void *sp, const void *args)
 }
 
 static const khub_op_caps caps = {
-    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CUDA,
-    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .flags = KHUB_CAP_RESIDUAL,
-    .cc_min = 75, .cc_max = 0, .priority = 30,
+    KHUB_STRUCT_INIT(khub_op_caps),
+    .device_type = KHUB_DEVICE_CUDA,
+    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32),
+    .flags = KHUB_CAP_RESIDUAL,
+    .cc_min = 75,
+    .cc_max = 0,
+    .priority = 30,
 };
 
 static const khub_op_desc ops[] = {
@@ -93,8 +97,12 @@ khub_status khub_rmsnorm_cuda_init(const khub_host_api *h, khub_plugin_desc *out
     (void)errbuf, (void)errbuf_size;
     g_state.host = h;
     g_state.fn = NULL;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "kernels-community/rmsnorm",
-                          .version = "1.0.0", .n_ops = 1, .ops = ops, .state = &g_state,
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = "kernels-community/rmsnorm",
+                          .version = "1.0.0",
+                          .n_ops = 1,
+                          .ops = ops,
+                          .state = &g_state,
                           .score = score};
     return khub_plugin_desc_put(out, &d);
 }

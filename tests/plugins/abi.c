@@ -11,13 +11,13 @@
 #if defined(ABI_MINOR_NEWER)
 #undef KHUB_ABI_MINOR
 #define KHUB_ABI_MINOR 9
-#define TP_ID "khub-test/minor-newer"
+#define TP_ID          "khub-test/minor-newer"
 #elif defined(ABI_MAJOR_OTHER)
 #undef KHUB_ABI_MAJOR
 #define KHUB_ABI_MAJOR 2
 #undef KHUB_ABI_MINOR
 #define KHUB_ABI_MINOR 1
-#define TP_ID "khub-test/major-other"
+#define TP_ID          "khub-test/major-other"
 #endif
 
 static khub_status init(const khub_host_api *host, khub_plugin_desc *out, char *errbuf,

@@ -12,7 +12,7 @@
 
 #ifndef TP_VERSION
 #define TP_VERSION "1.0.0"
-#define TP_VNUM 1
+#define TP_VNUM    1
 #endif
 
 typedef struct tp_state {
@@ -27,7 +27,8 @@ static khub_status stamp(void *state, const void *args)
     tp_stamp_args *a = (tp_stamp_args *)(uintptr_t)args;
     for (int i = 0; i < 8; i++) {
         a->out[i] = s->vnum;
-        for (volatile int spin = 0; spin < 50; spin++) {}
+        for (volatile int spin = 0; spin < 50; spin++) {
+        }
     }
     return KHUB_STATUS_OK;
 }
@@ -116,9 +117,14 @@ static khub_status init(const khub_host_api *host, khub_plugin_desc *out, char *
     }
     s->host = host;
     s->vnum = TP_VNUM;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "khub-test/good",
-                          .version = TP_VERSION, .n_ops = sizeof ops / sizeof ops[0],
-                          .ops = ops, .state = s, .score = score, .selftest = selftest,
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = "khub-test/good",
+                          .version = TP_VERSION,
+                          .n_ops = sizeof ops / sizeof ops[0],
+                          .ops = ops,
+                          .state = s,
+                          .score = score,
+                          .selftest = selftest,
                           .shutdown = shutdown_fn};
     return khub_plugin_desc_put(out, &d);
 }

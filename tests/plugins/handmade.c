@@ -10,23 +10,25 @@
 #if defined(NOTE_PTR4) || defined(NO_ENTRY)
 #if defined(NOTE_PTR4)
 #define TP_PTR 4u
-#define TP_ID "khub-test/ptr4"
+#define TP_ID  "khub-test/ptr4"
 #else
 #define TP_PTR 8u
-#define TP_ID "khub-test/no-entry"
+#define TP_ID  "khub-test/no-entry"
 #endif
 __attribute__((section(".note.khub"), used, aligned(4))) static const struct {
     uint32_t namesz, descsz, type;
     char name[8];
     khub_abi_note desc;
-} note = {sizeof(KHUB_NOTE_NAME), sizeof(khub_abi_note), KHUB_NOTE_TYPE, KHUB_NOTE_NAME,
+} note = {sizeof(KHUB_NOTE_NAME),
+          sizeof(khub_abi_note),
+          KHUB_NOTE_TYPE,
+          KHUB_NOTE_NAME,
           {1, KHUB_ABI_MAJOR, KHUB_ABI_MINOR, TP_PTR, 0, TP_ID, "1.0.0"}};
 #endif
 
 #if defined(NOTE_PTR4) || defined(NO_NOTE)
-KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1(const khub_host_api *host,
-                                                   khub_plugin_desc *out, char *errbuf,
-                                                   size_t errbuf_size)
+KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1(const khub_host_api *host, khub_plugin_desc *out,
+                                                   char *errbuf, size_t errbuf_size)
 {
     (void)host, (void)errbuf, (void)errbuf_size;
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = "khub-test/handmade",

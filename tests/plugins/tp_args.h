@@ -15,13 +15,13 @@ typedef struct tp_stamp_args {
 
 /* "host": exercises the host table from inside an op. */
 typedef struct tp_host_args {
-    int64_t n;              /* items for parallel_for */
-    unsigned char *marks;   /* [n], each set to 1 by parallel_for */
-    int32_t n_threads;      /* host->n_threads() */
-    uint32_t cpu_features;  /* host->cpu_features() */
-    int32_t aligned;        /* 1 when host->alloc returned a 64-byte aligned block */
-    int32_t artifact_st;    /* status of host->artifact("kernel.ptx") */
-    int32_t cuda_st;        /* status of host->cuda_device_count() */
+    int64_t n;             /* items for parallel_for */
+    unsigned char *marks;  /* [n], each set to 1 by parallel_for */
+    int32_t n_threads;     /* host->n_threads() */
+    uint32_t cpu_features; /* host->cpu_features() */
+    int32_t aligned;       /* 1 when host->alloc returned a 64-byte aligned block */
+    int32_t artifact_st;   /* status of host->artifact("kernel.ptx") */
+    int32_t cuda_st;       /* status of host->cuda_device_count() */
     int32_t cuda_count;
 } tp_host_args;
 

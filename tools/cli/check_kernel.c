@@ -56,8 +56,7 @@ static char *slurp(const char *path, size_t max, size_t *n)
     return buf;
 }
 
-static void check_plugin_file(const khub_kmeta *meta, const char *vdir, const char *file,
-                              tally *t)
+static void check_plugin_file(const khub_kmeta *meta, const char *vdir, const char *file, tally *t)
 {
     char path[2400], err[KHUB_ERROR_SIZE];
     snprintf(path, sizeof path, "%s/%s", vdir, file);
@@ -75,7 +74,8 @@ static void check_plugin_file(const khub_kmeta *meta, const char *vdir, const ch
     if (rep.note.abi_major != meta->abi_major || rep.note.abi_minor != meta->abi_minor)
         finding(t, "%s: ABI note says ABI %u.%u, metadata.json says %u.%u", path,
                 rep.note.abi_major, rep.note.abi_minor, meta->abi_major, meta->abi_minor);
-    if (!rep.n_findings) printf("ok   %s: ABI gate (glibc %s)\n", path, rep.max_glibc[0] ? rep.max_glibc : "none");
+    if (!rep.n_findings)
+        printf("ok   %s: ABI gate (glibc %s)\n", path, rep.max_glibc[0] ? rep.max_glibc : "none");
 }
 
 static void check_artifacts(const khub_kmeta *meta, const char *vdir, tally *t)
@@ -92,7 +92,8 @@ static void check_artifacts(const khub_kmeta *meta, const char *vdir, tally *t)
         if (!ptx || khub__ptx_inspect(ptx, n, &isa, &sm, &suffix) != KHUB_STATUS_OK)
             finding(t, "%s: no readable .version/.target directives", path);
         else if (sm != a->sm || (a->ptx_isa && isa != a->ptx_isa))
-            finding(t, "%s: PTX says .target sm_%d .version %d.%d, metadata.json says sm_%d ISA %d.%d",
+            finding(t,
+                    "%s: PTX says .target sm_%d .version %d.%d, metadata.json says sm_%d ISA %d.%d",
                     path, sm, isa / 10, isa % 10, a->sm, a->ptx_isa / 10, a->ptx_isa % 10);
         else
             printf("ok   %s: .target sm_%d%c .version %d.%d\n", path, sm, suffix ? suffix : ' ',
@@ -106,8 +107,8 @@ static void run_selftests(const khub_kernel_manifest *m, const khub_kmeta *meta,
 {
     khub_selftest_spec specs[KHUB_KM_MAX_TESTS];
     for (size_t i = 0; i < m->n_tests; i++) {
-        specs[i] = (khub_selftest_spec){m->tests[i].op, {0}, m->tests[i].ndim, m->tests[i].dtype,
-                                        m->tests[i].tolerance};
+        specs[i] = (khub_selftest_spec){
+            m->tests[i].op, {0}, m->tests[i].ndim, m->tests[i].dtype, m->tests[i].tolerance};
         memcpy(specs[i].shape, m->tests[i].shape, sizeof specs[i].shape);
     }
     uint32_t cpu = khub_cpu_features();
@@ -120,9 +121,9 @@ static void run_selftests(const khub_kernel_manifest *m, const khub_kmeta *meta,
             printf("skip %s: this CPU lacks the level's features\n", path);
             continue;
         }
-        khub_status st = khub__check_in_child_with_tests(
-            path, khub__kmeta_digest(meta, p->file), cuda ? NULL : specs, cuda ? 0 : m->n_tests,
-            report, sizeof report);
+        khub_status st = khub__check_in_child_with_tests(path, khub__kmeta_digest(meta, p->file),
+                                                         cuda ? NULL : specs, cuda ? 0 : m->n_tests,
+                                                         report, sizeof report);
         if (st != KHUB_STATUS_OK)
             finding(t, "%s: %s", path, report);
         else
@@ -154,8 +155,8 @@ static void check_variant(const khub_kernel_manifest *m, const char *build, cons
     printf("---- %s (%s, %zu files)\n", variant, meta->backend, meta->n_files);
     if (strcmp(meta->name, m->repo) != 0 || strcmp(meta->version, m->version) != 0 ||
         meta->major != m->major)
-        finding(t, "%s: says %s %s (v%d), kernel.json says %s %s (v%d): rebuild", mpath,
-                meta->name, meta->version, meta->major, m->repo, m->version, m->major);
+        finding(t, "%s: says %s %s (v%d), kernel.json says %s %s (v%d): rebuild", mpath, meta->name,
+                meta->version, meta->major, m->repo, m->version, m->major);
     if (khub__kmeta_verify_dir(meta, vdir, err, sizeof err) != KHUB_STATUS_OK)
         finding(t, "%s", err);
     else
@@ -164,7 +165,8 @@ static void check_variant(const khub_kernel_manifest *m, const char *build, cons
     snprintf(sig, sizeof sig, "%s.sig", mpath);
     struct stat sb;
     printf("     %s: %s\n", mpath, stat(sig, &sb) == 0 ? "signed (metadata.json.sig)" : "unsigned");
-    for (size_t i = 0; i < meta->n_plugins; i++) check_plugin_file(meta, vdir, meta->plugins[i].file, t);
+    for (size_t i = 0; i < meta->n_plugins; i++)
+        check_plugin_file(meta, vdir, meta->plugins[i].file, t);
     check_artifacts(meta, vdir, t);
     run_selftests(m, meta, vdir, t);
     free(meta);

@@ -40,7 +40,8 @@ static int run_build(int argc, char **argv)
         else
             return khub_cli_usage(&cmd_build, "more than one DIR");
     }
-    if (!dir) return khub_cli_usage(&cmd_build, "missing DIR (a kernel source tree with kernel.json)");
+    if (!dir)
+        return khub_cli_usage(&cmd_build, "missing DIR (a kernel source tree with kernel.json)");
     khub_kernel_manifest *m = calloc(1, sizeof *m);
     if (!m) return khub_cli_fail("build", "out of memory");
     char err[KHUB_ERROR_SIZE];
@@ -90,7 +91,8 @@ static int run_keygen(int argc, char **argv)
         if (prefix) return khub_cli_usage(&cmd_keygen, "more than one PREFIX");
         prefix = argv[i];
     }
-    if (!prefix) return khub_cli_usage(&cmd_keygen, "missing PREFIX (writes PREFIX.key and PREFIX.pub)");
+    if (!prefix)
+        return khub_cli_usage(&cmd_keygen, "missing PREFIX (writes PREFIX.key and PREFIX.pub)");
     char priv[1100], pub[1100], err[KHUB_ERROR_SIZE], line[96];
     snprintf(priv, sizeof priv, "%s.key", prefix);
     snprintf(pub, sizeof pub, "%s.pub", prefix);
@@ -98,8 +100,8 @@ static int run_keygen(int argc, char **argv)
     if (khub__key_generate(priv, pub, &key, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail("keygen", "%s", err);
     khub__pubkey_format(&key, line, sizeof line);
-    printf("%s\nkey id %s\nprivate key: %s (keep it secret)\npublic key:  %s\n", line, key.id,
-           priv, pub);
+    printf("%s\nkey id %s\nprivate key: %s (keep it secret)\npublic key:  %s\n", line, key.id, priv,
+           pub);
     return 0;
 }
 
@@ -124,8 +126,9 @@ static int sign_kernel_dir(const char *dir, const char *key)
     char build[1100], err[KHUB_ERROR_SIZE];
     snprintf(build, sizeof build, "%s/build", dir);
     DIR *d = opendir(build);
-    if (!d) return khub_cli_fail("sign", "%s: no build directory (run 'khub build %s' first)",
-                                 build, dir);
+    if (!d)
+        return khub_cli_fail("sign", "%s: no build directory (run 'khub build %s' first)", build,
+                             dir);
     int signed_n = 0, rc = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
@@ -166,7 +169,8 @@ static int run_sign(int argc, char **argv)
     if (!key) return khub_cli_usage(&cmd_sign, "missing --key PRIVATE_KEY");
     if (!target) return khub_cli_usage(&cmd_sign, "missing DIR or FILE");
     struct stat sb;
-    if (stat(target, &sb) != 0) return khub_cli_fail("sign", "%s: no such file or directory", target);
+    if (stat(target, &sb) != 0)
+        return khub_cli_fail("sign", "%s: no such file or directory", target);
     if (S_ISDIR(sb.st_mode)) return sign_kernel_dir(target, key);
     char err[KHUB_ERROR_SIZE];
     if (khub__sign_file(key, target, err, sizeof err) != KHUB_STATUS_OK)
@@ -217,8 +221,8 @@ static char *substitute(const char *text, const char *const *kv, size_t n_kv)
     return out;
 }
 
-static int write_new(const char *dir, const char *file, const char *a, const char *b,
-                     const char *c, const char *const *kv, size_t n_kv)
+static int write_new(const char *dir, const char *file, const char *a, const char *b, const char *c,
+                     const char *const *kv, size_t n_kv)
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/%s", dir, file);
@@ -264,11 +268,14 @@ static int run_init(int argc, char **argv)
         return khub_cli_usage(&cmd_init, "'%s' is not ORG/NAME", repo);
     if (!kind) return khub_cli_usage(&cmd_init, "missing --kind (attention, norm, activation)");
     const khub_init_template *t = khub_init_template_find(kind);
-    if (!t) return khub_cli_usage(&cmd_init, "no template for kind '%s' (attention, norm, activation)", kind);
+    if (!t)
+        return khub_cli_usage(&cmd_init, "no template for kind '%s' (attention, norm, activation)",
+                              kind);
     int cpu = strstr(backends, "cpu") != NULL, cuda = strstr(backends, "cuda") != NULL;
     if (!cpu && !cuda) return khub_cli_usage(&cmd_init, "--backends must name cpu and/or cuda");
     if (cuda && !t->cuda_src)
-        return khub_cli_usage(&cmd_init, "no CUDA template for kind '%s' yet (use --backends cpu)", kind);
+        return khub_cli_usage(&cmd_init, "no CUDA template for kind '%s' yet (use --backends cpu)",
+                              kind);
     const char *name = slash + 1;
     char cname[160];
     snprintf(cname, sizeof cname, "%s", name);
@@ -277,33 +284,34 @@ static int run_init(int argc, char **argv)
             *p = '_';
     char dbuf[1024];
     if (!dir) snprintf(dbuf, sizeof dbuf, "%s", name), dir = dbuf;
-    if (mkdir(dir, 0755) != 0) return khub_cli_fail("init", "%s: cannot create directory (exists?)", dir);
-    const char *kv[] = {"@ID@", repo, "@NAME@", name, "@CNAME@", cname, "@CCS_DESC@", "90, 80, 75",
-                        "@CC_MIN@", "75"};
+    if (mkdir(dir, 0755) != 0)
+        return khub_cli_fail("init", "%s: cannot create directory (exists?)", dir);
+    const char *kv[] = {"@ID@", repo,         "@NAME@",     name,       "@CNAME@",
+                        cname,  "@CCS_DESC@", "90, 80, 75", "@CC_MIN@", "75"};
     size_t n_kv = sizeof kv / sizeof kv[0];
     char manifest[4096], src[300], glue[300], cu[300];
     snprintf(src, sizeof src, "%s.c", name);
     snprintf(glue, sizeof glue, "%s_cuda.c", name);
     snprintf(cu, sizeof cu, "%s.cu", name);
-    snprintf(manifest, sizeof manifest,
-             "{\n  \"repo\": \"%s\",\n  \"major\": 1,\n  \"version\": \"1.0.0\",\n"
-             "  \"ops\": [{\"name\": \"%s\", \"kind\": \"%s\"}],\n"
-             "  \"sources\": {%s%s%s%s%s%s%s},\n"
-             "  \"variants\": {%s%s%s},\n"
-             "  \"selftests\": %s\n}\n",
-             repo,
-             strcmp(kind, "attention") == 0 ? "attention"
-             : strcmp(kind, "norm") == 0    ? "rms_norm"
-                                            : "silu_and_mul",
-             kind, cpu ? "\"cpu\": [\"" : "", cpu ? src : "", cpu ? "\"]" : "",
-             cpu && cuda ? ", " : "", cuda ? "\"cuda_host\": [\"" : "", cuda ? glue : "",
-             cuda ? "\"], \"cuda\": [\"@NAME@.cu\"]" : "",
-             cpu ? "\"cpu\": [{\"level\": \"generic\"}, {\"level\": \"avx2\", \"flags\": "
-                   "[\"-mavx2\", \"-mfma\", \"-mf16c\"], \"features\": [\"avx2\", \"fma\", \"f16c\"]}]"
-                 : "",
-             cpu && cuda ? ", " : "",
-             cuda ? "\"cuda\": {\"capabilities\": [75, 80, 90], \"cubin\": false}" : "",
-             t->selftests);
+    snprintf(
+        manifest, sizeof manifest,
+        "{\n  \"repo\": \"%s\",\n  \"major\": 1,\n  \"version\": \"1.0.0\",\n"
+        "  \"ops\": [{\"name\": \"%s\", \"kind\": \"%s\"}],\n"
+        "  \"sources\": {%s%s%s%s%s%s%s},\n"
+        "  \"variants\": {%s%s%s},\n"
+        "  \"selftests\": %s\n}\n",
+        repo,
+        strcmp(kind, "attention") == 0 ? "attention"
+        : strcmp(kind, "norm") == 0    ? "rms_norm"
+                                       : "silu_and_mul",
+        kind, cpu ? "\"cpu\": [\"" : "", cpu ? src : "", cpu ? "\"]" : "", cpu && cuda ? ", " : "",
+        cuda ? "\"cuda_host\": [\"" : "", cuda ? glue : "",
+        cuda ? "\"], \"cuda\": [\"@NAME@.cu\"]" : "",
+        cpu ? "\"cpu\": [{\"level\": \"generic\"}, {\"level\": \"avx2\", \"flags\": "
+              "[\"-mavx2\", \"-mfma\", \"-mf16c\"], \"features\": [\"avx2\", \"fma\", \"f16c\"]}]"
+            : "",
+        cpu && cuda ? ", " : "",
+        cuda ? "\"cuda\": {\"capabilities\": [75, 80, 90], \"cubin\": false}" : "", t->selftests);
     printf("scaffolding %s (%s, %s) in %s/\n", repo, kind, backends, dir);
     if (write_new(dir, "kernel.json", manifest, NULL, NULL, kv, n_kv)) return 1;
     if (cpu && write_new(dir, src, t->cpu_src, khub_init_cpu_entry(), NULL, kv, n_kv)) return 1;

@@ -24,7 +24,7 @@
 #include "cli.h"
 #include "khub/khub_model.h"
 
-#define MAX_REPS 64
+#define MAX_REPS    64
 #define MAX_TCOUNTS 8
 
 static const khub_cli_cmd bench_model_cmd;
@@ -61,8 +61,8 @@ static int parse_int(const char *flag, const char *s, int lo, int hi, int *out)
     char *end = NULL;
     long v = s ? strtol(s, &end, 10) : 0;
     if (!s || !*s || *end || v < lo || v > hi)
-        return khub_cli_usage(&bench_model_cmd, "%s needs an integer in [%d, %d], got '%s'",
-                              flag, lo, hi, s ? s : "");
+        return khub_cli_usage(&bench_model_cmd, "%s needs an integer in [%d, %d], got '%s'", flag,
+                              lo, hi, s ? s : "");
     *out = (int)v;
     return 0;
 }
@@ -73,10 +73,11 @@ static int parse_threads(const char *s, bench_args *a)
     while (s && *s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 1 || v > 256 || (*end && *end != ',') ||
-            a->n_threads == MAX_TCOUNTS)
-            return khub_cli_usage(&bench_model_cmd, "--threads wants up to %d counts in "
-                                  "[1, 256] like 1,2; got '%s'", MAX_TCOUNTS, s);
+        if (end == s || v < 1 || v > 256 || (*end && *end != ',') || a->n_threads == MAX_TCOUNTS)
+            return khub_cli_usage(&bench_model_cmd,
+                                  "--threads wants up to %d counts in "
+                                  "[1, 256] like 1,2; got '%s'",
+                                  MAX_TCOUNTS, s);
         a->threads[a->n_threads++] = (int)v;
         s = *end ? end + 1 : end;
     }
@@ -110,7 +111,7 @@ static int parse(int argc, char **argv, bench_args *a)
     if (!a->model) return khub_cli_usage(&bench_model_cmd, "--model PATH is required");
     if (!a->pp && !a->tg)
         return khub_cli_usage(&bench_model_cmd, "nothing to do: --prompt-tokens and "
-                              "--gen-tokens are both 0");
+                                                "--gen-tokens are both 0");
     return 0;
 }
 
@@ -144,8 +145,9 @@ static int run_tg(khub_runtime *rt, khub_model *m, int n, int threads, double *w
     double c = cpu_s() - c0;
     int rc = 0;
     if (st != KHUB_STATUS_OK || r.decode_ms <= 0) {
-        rc = khub_cli_fail("bench-model", "decode: %s", st != KHUB_STATUS_OK
-                           ? khub_runtime_errmsg(rt) : "no decode steps were timed");
+        rc = khub_cli_fail("bench-model", "decode: %s",
+                           st != KHUB_STATUS_OK ? khub_runtime_errmsg(rt)
+                                                : "no decode steps were timed");
     } else {
         *wall = r.decode_tok_s;
         double share = r.decode_ms / (r.decode_ms + r.prefill_ms);
@@ -180,8 +182,8 @@ static void print_list(const char *key, const double *v, int n)
     printf("]");
 }
 
-static void print_result(const char *test, int n_tok, int threads, const samples *s,
-                         double load_ms, const khub_model_info *info)
+static void print_result(const char *test, int n_tok, int threads, const samples *s, double load_ms,
+                         const khub_model_info *info)
 {
     struct rusage ru;
     long rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
@@ -189,8 +191,8 @@ static void print_result(const char *test, int n_tok, int threads, const samples
      * layers' projections (the lm_head runs once per sequence step), and the
      * f16 K+V bytes one cached position adds. */
     double hd = info->head_dim, q = info->n_heads * hd, kv = info->n_kv_heads * hd;
-    double layer_macs = info->hidden * (q + 2 * kv) + q * info->hidden +
-                        3.0 * info->hidden * info->ffn;
+    double layer_macs =
+        info->hidden * (q + 2 * kv) + q * info->hidden + 3.0 * info->hidden * info->ffn;
     printf("{\"impl\":\"khub\",\"test\":\"%s%d\",\"threads\":%d,\"n_tokens\":%d,"
            "\"median_ts\":%.3f,\"median_cpu_ts\":%.3f,\"load_ms\":%.1f,"
            "\"weight_bytes\":%llu,\"n_params\":%llu,\"layer_macs_per_token\":%.0f,"

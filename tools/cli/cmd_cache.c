@@ -22,9 +22,12 @@ static void json_str(const char *s)
 {
     putchar('"');
     for (; *s; s++) {
-        if (*s == '"' || *s == '\\') printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
-        else putchar(*s);
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", *s);
+        else
+            putchar(*s);
     }
     putchar('"');
 }
@@ -84,8 +87,10 @@ static int cache_ls(khub_hub *hub, int json)
         if (p->warnings[0]) printf("  warning: %s\n", p->warnings);
     }
     human(r->size, sz, sizeof sz);
-    if (json) printf("]}\n");
-    else printf("\n%zu repo(s), %s on disk in %s\n", r->n_repos, sz, khub_hub_cache_dir(hub));
+    if (json)
+        printf("]}\n");
+    else
+        printf("\n%zu repo(s), %s on disk in %s\n", r->n_repos, sz, khub_hub_cache_dir(hub));
     khub__cache_report_free(r);
     return 0;
 }
@@ -103,12 +108,18 @@ static int run_cache(int argc, char **argv)
     const char *sub = argv[1], *id = NULL, *dir = NULL;
     int json = 0, dry = 0;
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") && !strcmp(sub, "ls")) json = 1;
-        else if (!strcmp(argv[i], "--dry-run") && !strcmp(sub, "prune")) dry = 1;
-        else if (!strcmp(argv[i], "--cache") && i + 1 < argc) dir = argv[++i];
-        else if (argv[i][0] == '-') return khub_cli_usage(&cache_cmd, "unknown option %s", argv[i]);
-        else if (!id && !strcmp(sub, "verify")) id = argv[i];
-        else return khub_cli_usage(&cache_cmd, "unexpected argument %s", argv[i]);
+        if (!strcmp(argv[i], "--json") && !strcmp(sub, "ls"))
+            json = 1;
+        else if (!strcmp(argv[i], "--dry-run") && !strcmp(sub, "prune"))
+            dry = 1;
+        else if (!strcmp(argv[i], "--cache") && i + 1 < argc)
+            dir = argv[++i];
+        else if (argv[i][0] == '-')
+            return khub_cli_usage(&cache_cmd, "unknown option %s", argv[i]);
+        else if (!id && !strcmp(sub, "verify"))
+            id = argv[i];
+        else
+            return khub_cli_usage(&cache_cmd, "unexpected argument %s", argv[i]);
     }
     khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = dir, .token = "",
                        .offline = 1};
@@ -121,15 +132,19 @@ static int run_cache(int argc, char **argv)
     } else if (!strcmp(sub, "verify")) {
         uint64_t checked = 0, bad = 0;
         khub_status st = khub__cache_verify(hub, id, print_item, NULL, &checked, &bad);
-        if (st != KHUB_STATUS_OK) rc = khub_cli_fail("cache verify", "%s", khub_hub_errmsg(hub));
-        else printf("%llu blobs verified, none corrupt\n", (unsigned long long)checked);
+        if (st != KHUB_STATUS_OK)
+            rc = khub_cli_fail("cache verify", "%s", khub_hub_errmsg(hub));
+        else
+            printf("%llu blobs verified, none corrupt\n", (unsigned long long)checked);
     } else if (!strcmp(sub, "prune")) {
         uint64_t freed = 0;
         char sz[32];
         khub_status st = khub__cache_prune(hub, dry, print_item, dry ? (void *)1 : NULL, &freed);
         human(freed, sz, sizeof sz);
-        if (st != KHUB_STATUS_OK) rc = khub_cli_fail("cache prune", "%s", khub_hub_errmsg(hub));
-        else printf("%s %s\n", dry ? "would free" : "freed", sz);
+        if (st != KHUB_STATUS_OK)
+            rc = khub_cli_fail("cache prune", "%s", khub_hub_errmsg(hub));
+        else
+            printf("%s %s\n", dry ? "would free" : "freed", sz);
     } else {
         rc = khub_cli_usage(&cache_cmd, "unknown subcommand %s (ls, verify, prune)", sub);
     }

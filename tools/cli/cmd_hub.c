@@ -22,13 +22,20 @@ static int parse_common(const khub_cli_cmd *cmd, int argc, char **argv, hub_args
 {
     memset(a, 0, sizeof *a);
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--json")) a->json = 1;
-        else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q")) a->quiet = 1;
-        else if (!strcmp(argv[i], "--all-variants")) a->all = 1;
-        else if (!strcmp(argv[i], "--variant") && i + 1 < argc) a->variant = argv[++i];
-        else if (argv[i][0] == '-') return khub_cli_usage(cmd, "unknown option %s", argv[i]);
-        else if (!a->id_text) a->id_text = argv[i];
-        else return khub_cli_usage(cmd, "unexpected argument %s", argv[i]);
+        if (!strcmp(argv[i], "--json"))
+            a->json = 1;
+        else if (!strcmp(argv[i], "--quiet") || !strcmp(argv[i], "-q"))
+            a->quiet = 1;
+        else if (!strcmp(argv[i], "--all-variants"))
+            a->all = 1;
+        else if (!strcmp(argv[i], "--variant") && i + 1 < argc)
+            a->variant = argv[++i];
+        else if (argv[i][0] == '-')
+            return khub_cli_usage(cmd, "unknown option %s", argv[i]);
+        else if (!a->id_text)
+            a->id_text = argv[i];
+        else
+            return khub_cli_usage(cmd, "unexpected argument %s", argv[i]);
     }
     if (!a->id_text) return khub_cli_usage(cmd, "missing Hub ID (org/name[@rev])");
     return 0;
@@ -40,7 +47,8 @@ static int open_hub(const char *cmd, const hub_args *a, khub_hub_id *id, khub_hu
     char err[KHUB_ERROR_SIZE];
     if (khub_hub_id_parse(a->id_text, id, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail(cmd, "%s", err);
-    if (khub_hub_new(NULL, hub) != KHUB_STATUS_OK) return khub_cli_fail(cmd, "%s", khub_last_error());
+    if (khub_hub_new(NULL, hub) != KHUB_STATUS_OK)
+        return khub_cli_fail(cmd, "%s", khub_last_error());
     if (khub_hub_resolve(*hub, id, commit) != KHUB_STATUS_OK) {
         khub_cli_fail(cmd, "%s", khub_hub_errmsg(*hub));
         khub_hub_free(*hub);
@@ -114,8 +122,8 @@ static int run_variants(int argc, char **argv)
     for (size_t i = 0; i < vl->count; i++) {
         const khub_hub_variant *v = &vl->items[i];
         if (a.json)
-            printf("%s{\"name\":\"%s\",\"accepted\":%s,\"reason\":\"%s\"}", i ? "," : "",
-                   v->name, v->accepted ? "true" : "false", v->reason);
+            printf("%s{\"name\":\"%s\",\"accepted\":%s,\"reason\":\"%s\"}", i ? "," : "", v->name,
+                   v->accepted ? "true" : "false", v->reason);
         else
             printf("%s %-44s %s\n", vl->best && !strcmp(vl->best, v->name) ? "*" : " ", v->name,
                    v->reason);
@@ -163,14 +171,18 @@ static int run_download(int argc, char **argv)
             goto done;
         }
         for (size_t k = 0; k < fl->count && !a.quiet; k++)
-            printf(a.json ? "{\"variant\":\"%s\",\"file\":\"%s\",\"path\":\"%s\",\"sha256\":\"%s\"}\n"
-                          : "%s %s %s %s\n", v, fl->items[k].rel, fl->items[k].path,
-                   fl->items[k].sha256);
+            printf(a.json
+                       ? "{\"variant\":\"%s\",\"file\":\"%s\",\"path\":\"%s\",\"sha256\":\"%s\"}\n"
+                       : "%s %s %s %s\n",
+                   v, fl->items[k].rel, fl->items[k].path, fl->items[k].sha256);
         khub_hub_file_list_free(fl);
         if (!a.all) goto done;
     }
-    if (!a.all) rc = khub_cli_fail("download", "no variant %s fits this machine; see khub "
-                                   "variants %s", a.variant ? a.variant : "", a.id_text);
+    if (!a.all)
+        rc = khub_cli_fail("download",
+                           "no variant %s fits this machine; see khub "
+                           "variants %s",
+                           a.variant ? a.variant : "", a.id_text);
 done:
     khub_hub_variant_list_free(vl);
     khub_hub_free(hub);
@@ -187,7 +199,11 @@ static const khub_cli_cmd download_cmd = {
 KHUB_CLI_COMMAND(download_cmd)
 
 static volatile sig_atomic_t stop_serving;
-static void on_signal(int sig) { (void)sig; stop_serving = 1; }
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop_serving = 1;
+}
 
 static const khub_cli_cmd serve_cmd;
 static int run_serve(int argc, char **argv)
@@ -195,16 +211,24 @@ static int run_serve(int argc, char **argv)
     if (khub_cli_wants_help(&serve_cmd, argc, argv)) return 0;
     khub__server_opts o = {0};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--port") && i + 1 < argc) o.port = (uint16_t)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--host") && i + 1 < argc) o.host = argv[++i];
-        else if (!strcmp(argv[i], "--fault") && i + 1 < argc) o.faults = argv[++i];
-        else if (!strcmp(argv[i], "--log") && i + 1 < argc) o.log_path = argv[++i];
-        else if (!strcmp(argv[i], "--token") && i + 1 < argc) o.token = argv[++i];
+        if (!strcmp(argv[i], "--port") && i + 1 < argc)
+            o.port = (uint16_t)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--host") && i + 1 < argc)
+            o.host = argv[++i];
+        else if (!strcmp(argv[i], "--fault") && i + 1 < argc)
+            o.faults = argv[++i];
+        else if (!strcmp(argv[i], "--log") && i + 1 < argc)
+            o.log_path = argv[++i];
+        else if (!strcmp(argv[i], "--token") && i + 1 < argc)
+            o.token = argv[++i];
         else if (!strcmp(argv[i], "--page-size") && i + 1 < argc)
             o.page_size = (uint32_t)atoi(argv[++i]);
-        else if (argv[i][0] == '-') return khub_cli_usage(&serve_cmd, "unknown option %s", argv[i]);
-        else if (!o.dir) o.dir = argv[i];
-        else return khub_cli_usage(&serve_cmd, "unexpected argument %s", argv[i]);
+        else if (argv[i][0] == '-')
+            return khub_cli_usage(&serve_cmd, "unknown option %s", argv[i]);
+        else if (!o.dir)
+            o.dir = argv[i];
+        else
+            return khub_cli_usage(&serve_cmd, "unexpected argument %s", argv[i]);
     }
     if (!o.dir) return khub_cli_usage(&serve_cmd, "missing DIR");
     khub__server *s = NULL;

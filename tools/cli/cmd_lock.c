@@ -25,19 +25,32 @@ static int parse_args(const khub_cli_cmd *cmd, int argc, char **argv, lock_args 
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         int more = i + 1 < argc;
-        if (!strcmp(s, "--kernels") && more) a->kernels = argv[++i];
-        else if (!strcmp(s, "--lock") && more) a->lock = argv[++i];
-        else if (!strcmp(s, "--import") && more) a->import = argv[++i];
-        else if (!strcmp(s, "--policy") && more) a->policy = argv[++i];
-        else if (!strcmp(s, "--all-variants")) a->all = 1;
-        else if (!strcmp(s, "--strict")) a->strict = 1;
-        else if (!strcmp(s, "--allow-unsigned")) a->allow_unsigned = 1;
-        else if (!strcmp(s, "--json")) a->json = 1;
-        else if (s[0] == '-') return khub_cli_usage(cmd, "unknown option %s", s);
-        else if (want_id == 2 && !a->id) a->id = s;
-        else if (want_id == 1 && a->dir && !a->id) a->id = s;
-        else if (want_id != 2 && !a->dir) a->dir = s;
-        else return khub_cli_usage(cmd, "unexpected argument %s", s);
+        if (!strcmp(s, "--kernels") && more)
+            a->kernels = argv[++i];
+        else if (!strcmp(s, "--lock") && more)
+            a->lock = argv[++i];
+        else if (!strcmp(s, "--import") && more)
+            a->import = argv[++i];
+        else if (!strcmp(s, "--policy") && more)
+            a->policy = argv[++i];
+        else if (!strcmp(s, "--all-variants"))
+            a->all = 1;
+        else if (!strcmp(s, "--strict"))
+            a->strict = 1;
+        else if (!strcmp(s, "--allow-unsigned"))
+            a->allow_unsigned = 1;
+        else if (!strcmp(s, "--json"))
+            a->json = 1;
+        else if (s[0] == '-')
+            return khub_cli_usage(cmd, "unknown option %s", s);
+        else if (want_id == 2 && !a->id)
+            a->id = s;
+        else if (want_id == 1 && a->dir && !a->id)
+            a->id = s;
+        else if (want_id != 2 && !a->dir)
+            a->dir = s;
+        else
+            return khub_cli_usage(cmd, "unexpected argument %s", s);
     }
     if (!a->dir) a->dir = ".";
     if (want_id == 2 && !a->id) return khub_cli_usage(cmd, "missing Hub ID (org/name[@rev])");
@@ -46,8 +59,10 @@ static int parse_args(const khub_cli_cmd *cmd, int argc, char **argv, lock_args 
 
 static void path_in(char *buf, size_t n, const char *given, const char *dir, const char *file)
 {
-    if (given) snprintf(buf, n, "%s", given);
-    else snprintf(buf, n, "%s/%s", dir, file);
+    if (given)
+        snprintf(buf, n, "%s", given);
+    else
+        snprintf(buf, n, "%s/%s", dir, file);
 }
 
 static khub_hub *open_hub(const char *cmd)
@@ -75,8 +90,10 @@ static void warn_if_old(khub_hub *hub, const khub_lock_entry *e)
 static void print_pin(const char *verb, const khub_lock_entry *e)
 {
     char pin[300];
-    if (e->version >= 0) snprintf(pin, sizeof pin, "v%d", (int)e->version);
-    else snprintf(pin, sizeof pin, "%s", e->revision);
+    if (e->version >= 0)
+        snprintf(pin, sizeof pin, "v%d", (int)e->version);
+    else
+        snprintf(pin, sizeof pin, "%s", e->revision);
     printf("%s %s %s -> %s (%zu variant%s)\n", verb, e->repo, pin, e->commit, e->n_variants,
            e->n_variants == 1 ? "" : "s");
 }
@@ -107,8 +124,10 @@ static int lock_import(const char *cmd, khub_hub *hub, const char *path, khub_lo
         khub_lock_entry e;
         const khub_lock_entry *src = &imp->items[i];
         khub_hub_id_parse(src->repo, &id, NULL, 0);
-        if (src->version >= 0) khub_hub_id_set_revision(&id, NULL, src->version);
-        else khub_hub_id_set_revision(&id, src->revision, -1);
+        if (src->version >= 0)
+            khub_hub_id_set_revision(&id, NULL, src->version);
+        else
+            khub_hub_id_set_revision(&id, src->revision, -1);
         if (khub__kernel_lock_entry(hub, &id, src->commit, &e) != KHUB_STATUS_OK) {
             rc = khub_cli_fail(cmd, "%s: %s", src->repo, khub_hub_errmsg(hub));
             break;
@@ -168,8 +187,10 @@ static int run_lock(int argc, char **argv)
     if (!hub) return 1;
     khub_lock *lock = NULL;
     khub__lock_new(&lock);
-    if (a.import) rc = lock_import("lock", hub, a.import, lock);
-    else rc = lock_mapping("lock", hub, kpath, lock, NULL);
+    if (a.import)
+        rc = lock_import("lock", hub, a.import, lock);
+    else
+        rc = lock_mapping("lock", hub, kpath, lock, NULL);
     if (!rc && khub__lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
         rc = khub_cli_fail("lock", "%s", err);
     if (!rc) printf("wrote %s (%zu kernel%s)\n", lpath, lock->count, lock->count == 1 ? "" : "s");
@@ -262,16 +283,20 @@ static int run_outdated(int argc, char **argv)
         char now[41], newest_c[41];
         int32_t newest;
         khub_hub_id_parse(e->repo, &id, NULL, 0);
-        if (e->version >= 0) khub_hub_id_set_revision(&id, NULL, e->version);
-        else khub_hub_id_set_revision(&id, e->revision, -1);
+        if (e->version >= 0)
+            khub_hub_id_set_revision(&id, NULL, e->version);
+        else
+            khub_hub_id_set_revision(&id, e->revision, -1);
         if (khub_hub_resolve(hub, &id, now) != KHUB_STATUS_OK ||
             khub__kernel_newest_version(hub, &id, &newest, newest_c) != KHUB_STATUS_OK) {
             rc = khub_cli_fail("outdated", "%s: %s", e->repo, khub_hub_errmsg(hub));
             break;
         }
         char pin[300];
-        if (e->version >= 0) snprintf(pin, sizeof pin, "v%d", (int)e->version);
-        else snprintf(pin, sizeof pin, "%s", e->revision);
+        if (e->version >= 0)
+            snprintf(pin, sizeof pin, "v%d", (int)e->version);
+        else
+            snprintf(pin, sizeof pin, "%s", e->revision);
         int moved = strcmp(now, e->commit) != 0, newer = e->version >= 0 && newest > e->version;
         stale |= moved || newer;
         printf("%-40s %-8s locked %.12s  now %.12s%s", e->repo, pin, e->commit, now,
@@ -323,11 +348,14 @@ static int run_update(int argc, char **argv)
             if (only[0] && strcmp(only, old->repo)) continue;
             khub_hub_id id;
             khub_hub_id_parse(old->repo, &id, NULL, 0);
-            if (old->version >= 0) khub_hub_id_set_revision(&id, NULL, old->version);
-            else khub_hub_id_set_revision(&id, old->revision, -1);
+            if (old->version >= 0)
+                khub_hub_id_set_revision(&id, NULL, old->version);
+            else
+                khub_hub_id_set_revision(&id, old->revision, -1);
             if (khub__kernel_lock_entry(hub, &id, NULL, &e) != KHUB_STATUS_OK)
                 rc = khub_cli_fail("update", "%s: %s", old->repo, khub_hub_errmsg(hub));
-            else print_pin("updated", &e), khub__lock_put(lock, &e);
+            else
+                print_pin("updated", &e), khub__lock_put(lock, &e);
         }
     }
     if (!rc && khub__lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)

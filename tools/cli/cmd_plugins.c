@@ -46,11 +46,16 @@ static void cpu_feature_names(uint32_t bits, char *buf, size_t n)
     static const struct {
         uint32_t bit;
         const char *name;
-    } f[] = {{KHUB_CPU_SSE42, "sse4.2"},      {KHUB_CPU_AVX, "avx"},
-             {KHUB_CPU_AVX2, "avx2"},         {KHUB_CPU_FMA, "fma"},
-             {KHUB_CPU_F16C, "f16c"},         {KHUB_CPU_AVX512F, "avx512f"},
-             {KHUB_CPU_AVX512VNNI, "avx512vnni"}, {KHUB_CPU_AVX512BF16, "avx512bf16"},
-             {KHUB_CPU_AVXVNNI, "avxvnni"},   {KHUB_CPU_BMI2, "bmi2"}};
+    } f[] = {{KHUB_CPU_SSE42, "sse4.2"},
+             {KHUB_CPU_AVX, "avx"},
+             {KHUB_CPU_AVX2, "avx2"},
+             {KHUB_CPU_FMA, "fma"},
+             {KHUB_CPU_F16C, "f16c"},
+             {KHUB_CPU_AVX512F, "avx512f"},
+             {KHUB_CPU_AVX512VNNI, "avx512vnni"},
+             {KHUB_CPU_AVX512BF16, "avx512bf16"},
+             {KHUB_CPU_AVXVNNI, "avxvnni"},
+             {KHUB_CPU_BMI2, "bmi2"}};
     buf[0] = '\0';
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (!(bits & f[i].bit)) continue;
@@ -71,7 +76,7 @@ static void dtype_names(uint64_t mask, char *buf, size_t n)
 
 static void flag_names(uint32_t flags, char *buf, size_t n)
 {
-    static const char *names[] = {"causal", "gqa",   "mask",     "strided_kv",
+    static const char *names[] = {"causal", "gqa",     "mask", "strided_kv",
                                   "kv_f16", "sliding", "bias", "residual"};
     buf[0] = '\0';
     for (int i = 0; i < 8; i++) {
@@ -173,7 +178,8 @@ static int run_plugins(int argc, char **argv)
     size_t n = khub_plugin_count(rt);
     if (json) {
         cJSON *arr = cJSON_CreateArray();
-        for (size_t i = 0; i < n; i++) cJSON_AddItemToArray(arr, plugin_json(khub_plugin_at(rt, i)));
+        for (size_t i = 0; i < n; i++)
+            cJSON_AddItemToArray(arr, plugin_json(khub_plugin_at(rt, i)));
         char *s = cJSON_Print(arr);
         printf("%s\n", s);
         cJSON_free(s);

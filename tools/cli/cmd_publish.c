@@ -29,18 +29,28 @@ static int run_publish(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int more = i + 1 < argc;
-        if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) quiet = 1;
-        else if (!strcmp(a, "--repo") && more) po.repo = argv[++i];
-        else if (!strcmp(a, "--endpoint") && more) ho.endpoint = argv[++i];
-        else if (!strcmp(a, "--token") && more) ho.token = argv[++i];
-        else if ((!strcmp(a, "--message") || !strcmp(a, "-m")) && more) po.message = argv[++i];
-        else if (a[0] == '-') return khub_cli_usage(&publish_cmd, "unknown option %s", a);
-        else if (!po.dir) po.dir = a;
-        else return khub_cli_usage(&publish_cmd, "unexpected argument %s", a);
+        if (!strcmp(a, "--json"))
+            json = 1;
+        else if (!strcmp(a, "--quiet") || !strcmp(a, "-q"))
+            quiet = 1;
+        else if (!strcmp(a, "--repo") && more)
+            po.repo = argv[++i];
+        else if (!strcmp(a, "--endpoint") && more)
+            ho.endpoint = argv[++i];
+        else if (!strcmp(a, "--token") && more)
+            ho.token = argv[++i];
+        else if ((!strcmp(a, "--message") || !strcmp(a, "-m")) && more)
+            po.message = argv[++i];
+        else if (a[0] == '-')
+            return khub_cli_usage(&publish_cmd, "unknown option %s", a);
+        else if (!po.dir)
+            po.dir = a;
+        else
+            return khub_cli_usage(&publish_cmd, "unexpected argument %s", a);
     }
-    if (!po.dir) return khub_cli_usage(&publish_cmd, "missing DIR (a kernel tree built with "
-                                                     "khub build)");
+    if (!po.dir)
+        return khub_cli_usage(&publish_cmd, "missing DIR (a kernel tree built with "
+                                            "khub build)");
     khub_hub *hub = NULL;
     if (khub_hub_new(&ho, &hub) != KHUB_STATUS_OK)
         return khub_cli_fail("publish", "%s", khub_last_error());
@@ -62,9 +72,11 @@ static int run_publish(int argc, char **argv)
                res.created_repo ? "true" : "false", res.created_branch ? "true" : "false");
     } else {
         if (!quiet)
-            fprintf(stderr, "%s %s -> %s@%s: %zu files, %zu unchanged, %zu uploaded, %zu "
-                    "deleted%s\n", po.dir, res.version, res.repo, res.branch, res.n_files,
-                    res.n_unchanged, res.n_uploaded, res.n_deleted,
+            fprintf(stderr,
+                    "%s %s -> %s@%s: %zu files, %zu unchanged, %zu uploaded, %zu "
+                    "deleted%s\n",
+                    po.dir, res.version, res.repo, res.branch, res.n_files, res.n_unchanged,
+                    res.n_uploaded, res.n_deleted,
                     res.changed ? "" : " (no changes since the last publish)");
         printf("%s\n", res.commit);
     }

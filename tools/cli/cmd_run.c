@@ -13,7 +13,7 @@
 #include "khub/khub_model.h"
 
 #define MAX_PROMPTS 8
-#define MAX_STOPS 16
+#define MAX_STOPS   16
 
 static const khub_cli_cmd run_cmd;
 
@@ -49,7 +49,8 @@ static int parse(int argc, char **argv, run_args *a)
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d = 0;
         int rc = 0, takes = 1;
-        if (!strcmp(f, "--model")) a->model = v;
+        if (!strcmp(f, "--model"))
+            a->model = v;
         else if (!strcmp(f, "--prompt")) {
             if (a->n_prompts == MAX_PROMPTS)
                 return khub_cli_usage(&run_cmd, "at most %d prompts", MAX_PROMPTS);
@@ -58,17 +59,28 @@ static int parse(int argc, char **argv, run_args *a)
             if (a->n_stops == MAX_STOPS)
                 return khub_cli_usage(&run_cmd, "at most %d stop strings", MAX_STOPS);
             if (v) a->stops[a->n_stops++] = v;
-        } else if (!strcmp(f, "--quant")) a->quant = v;
-        else if (!strcmp(f, "--attn")) a->attn = v;
-        else if (!strcmp(f, "--cache")) a->cache = v;
-        else if (!strcmp(f, "--norm")) a->norm = v;
-        else if (!strcmp(f, "--act")) a->act = v;
-        else if (!strcmp(f, "--rotary")) a->rotary = v;
-        else if (!strcmp(f, "--linear")) a->linear = v;
-        else if (!strcmp(f, "--kernels")) a->kernels = v;
-        else if (!strcmp(f, "--lock")) a->lock = v;
-        else if (!strcmp(f, "--policy")) a->policy = v;
-        else if (!strcmp(f, "--system")) a->system = v;
+        } else if (!strcmp(f, "--quant"))
+            a->quant = v;
+        else if (!strcmp(f, "--attn"))
+            a->attn = v;
+        else if (!strcmp(f, "--cache"))
+            a->cache = v;
+        else if (!strcmp(f, "--norm"))
+            a->norm = v;
+        else if (!strcmp(f, "--act"))
+            a->act = v;
+        else if (!strcmp(f, "--rotary"))
+            a->rotary = v;
+        else if (!strcmp(f, "--linear"))
+            a->linear = v;
+        else if (!strcmp(f, "--kernels"))
+            a->kernels = v;
+        else if (!strcmp(f, "--lock"))
+            a->lock = v;
+        else if (!strcmp(f, "--policy"))
+            a->policy = v;
+        else if (!strcmp(f, "--system"))
+            a->system = v;
         else if (!strcmp(f, "--max-new-tokens")) {
             rc = num(f, v, 1, 1 << 20, &d);
             a->gen.max_new_tokens = (int32_t)d;
@@ -92,13 +104,20 @@ static int parse(int argc, char **argv, run_args *a)
             a->gen.seed = (uint64_t)d;
         } else {
             takes = 0;
-            if (!strcmp(f, "--chat")) a->chat = 1;
-            else if (!strcmp(f, "--explain")) a->explain = 1;
-            else if (!strcmp(f, "--json")) a->json = 1;
-            else if (!strcmp(f, "--strict")) a->strict = 1;
-            else if (!strcmp(f, "--allow-unsigned")) a->allow_unsigned = 1;
-            else if (!strcmp(f, "--ignore-eos")) a->ignore_eos = 1;
-            else return khub_cli_usage(&run_cmd, "unknown option '%s'", f);
+            if (!strcmp(f, "--chat"))
+                a->chat = 1;
+            else if (!strcmp(f, "--explain"))
+                a->explain = 1;
+            else if (!strcmp(f, "--json"))
+                a->json = 1;
+            else if (!strcmp(f, "--strict"))
+                a->strict = 1;
+            else if (!strcmp(f, "--allow-unsigned"))
+                a->allow_unsigned = 1;
+            else if (!strcmp(f, "--ignore-eos"))
+                a->ignore_eos = 1;
+            else
+                return khub_cli_usage(&run_cmd, "unknown option '%s'", f);
         }
         if (rc) return rc;
         if (takes && !v) return khub_cli_usage(&run_cmd, "%s needs a value", f);
@@ -124,8 +143,8 @@ static int on_text(void *ud, int32_t prompt, const char *text, size_t len)
 
 static const char *stop_name(uint32_t r)
 {
-    static const char *const names[] = {"none", "eos", "max_tokens", "stop_string", "callback",
-                                        "context"};
+    static const char *const names[] = {"none",        "eos",      "max_tokens",
+                                        "stop_string", "callback", "context"};
     return r < sizeof names / sizeof names[0] ? names[r] : "?";
 }
 
@@ -172,11 +191,19 @@ static int run(int argc, char **argv)
     khub_runtime *rt = khub_cli_runtime("run", a.threads);
     if (!rt) return 1;
     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .strict = a.strict};
-    khub_model_kernels mk = {KHUB_STRUCT_INIT(khub_model_kernels), .attn = a.attn,
-                             .quant = a.quant, .cache = a.cache, .norm = a.norm, .act = a.act,
-                             .rotary = a.rotary, .linear = a.linear, .mapping_path = a.kernels,
-                             .lock_path = a.lock, .policy_path = a.policy,
-                             .allow_unsigned = a.allow_unsigned, .strict = a.strict};
+    khub_model_kernels mk = {KHUB_STRUCT_INIT(khub_model_kernels),
+                             .attn = a.attn,
+                             .quant = a.quant,
+                             .cache = a.cache,
+                             .norm = a.norm,
+                             .act = a.act,
+                             .rotary = a.rotary,
+                             .linear = a.linear,
+                             .mapping_path = a.kernels,
+                             .lock_path = a.lock,
+                             .policy_path = a.policy,
+                             .allow_unsigned = a.allow_unsigned,
+                             .strict = a.strict};
     khub_hub *hub = NULL;
     if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK) {
         rc = khub_cli_fail("run", "%s", khub_last_error());
@@ -211,11 +238,11 @@ static int run(int argc, char **argv)
         for (int i = 0; !stream && i < a.n_prompts; i++)
             printf("--- prompt %d ---\n%s\n", i, res[i].text);
         if (stream) fputc('\n', stdout);
-        fprintf(stderr, "khub run: %lld prompt tokens at %.1f tok/s, %lld new tokens at %.1f "
-                        "tok/s (load %.0f ms, peak RSS %ld MiB)\n",
-                (long long)res[0].n_prompt_tokens, res[0].prefill_tok_s,
-                (long long)res[0].n_tokens, res[0].decode_tok_s, res[0].load_ms,
-                peak_rss_kib() / 1024);
+        fprintf(stderr,
+                "khub run: %lld prompt tokens at %.1f tok/s, %lld new tokens at %.1f "
+                "tok/s (load %.0f ms, peak RSS %ld MiB)\n",
+                (long long)res[0].n_prompt_tokens, res[0].prefill_tok_s, (long long)res[0].n_tokens,
+                res[0].decode_tok_s, res[0].load_ms, peak_rss_kib() / 1024);
     }
     khub_generate_results_free(m, res, (size_t)a.n_prompts);
     khub_model_free(m);

@@ -25,7 +25,8 @@ static const char attention_cpu[] =
     "    int64_t s0 = t->strides ? t->strides[0] : t->shape[1] * t->shape[2];\n"
     "    int64_t s1 = t->strides ? t->strides[1] : t->shape[2];\n"
     "    int64_t s2 = t->strides ? t->strides[2] : 1;\n"
-    "    return ((const float *)((const char *)t->data + t->byte_offset))[i * s0 + h * s1 + d * s2];\n"
+    "    return ((const float *)((const char *)t->data + t->byte_offset))[i * s0 + h * s1 + d * "
+    "s2];\n"
     "}\n"
     "\n"
     "static khub_status attention(void *state, const void *args)\n"
@@ -69,7 +70,8 @@ static const char attention_cpu[] =
     "    return KHUB_STATUS_OK;\n"
     "}\n"
     "\n"
-    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU,\n"
+    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = "
+    "KHUB_DEVICE_CPU,\n"
     "    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32),\n"
     "    .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV, .priority = 5};\n"
     "#define OP_KIND KHUB_OP_ATTENTION\n"
@@ -107,7 +109,8 @@ static const char norm_cpu[] =
     "    return KHUB_STATUS_OK;\n"
     "}\n"
     "\n"
-    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU,\n"
+    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = "
+    "KHUB_DEVICE_CPU,\n"
     "    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .flags = KHUB_CAP_RESIDUAL, .priority = 5};\n"
     "#define OP_KIND KHUB_OP_NORM\n"
     "#define OP_NAME \"rms_norm\"\n"
@@ -134,7 +137,8 @@ static const char activation_cpu[] =
     "    return KHUB_STATUS_OK;\n"
     "}\n"
     "\n"
-    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU,\n"
+    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = "
+    "KHUB_DEVICE_CPU,\n"
     "    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .priority = 5};\n"
     "#define OP_KIND KHUB_OP_ACTIVATION\n"
     "#define OP_NAME \"silu_and_mul\"\n"
@@ -153,7 +157,8 @@ static const char entry_cpu[] =
     "{\n"
     "    (void)errbuf, (void)errbuf_size;\n"
     "    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = \"@ID@\",\n"
-    "                          .version = \"1.0.0\", .n_ops = 1, .ops = ops, .state = (void *)host};\n"
+    "                          .version = \"1.0.0\", .n_ops = 1, .ops = ops, .state = (void "
+    "*)host};\n"
     "    return khub_plugin_desc_put(out, &d);\n"
     "}\n"
     "\n"
@@ -185,15 +190,19 @@ static const char norm_cu[] =
     "        __syncthreads();\n"
     "    }\n"
     "    float scale = rsqrtf(part[0] / dim + eps);\n"
-    "    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (rr ? rr[i] : xr[i]) * scale * w[i];\n"
+    "    for (int i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (rr ? rr[i] : xr[i]) * scale "
+    "* w[i];\n"
     "}\n";
 
 static const char attention_cu[] =
     "// @NAME@: causal GQA attention on CUDA, one thread per (query, head):\n"
     "// simple and correct; replace with a tiled flash-attention kernel.\n"
-    "extern \"C\" __global__ void @CNAME@_attention(const float *q, const float *k, const float *v,\n"
-    "                                               float *out, int nq, int nh, int nkv, int nkvh,\n"
-    "                                               int hd, long long ks, long long vs, float scale,\n"
+    "extern \"C\" __global__ void @CNAME@_attention(const float *q, const float *k, const float "
+    "*v,\n"
+    "                                               float *out, int nq, int nh, int nkv, int "
+    "nkvh,\n"
+    "                                               int hd, long long ks, long long vs, float "
+    "scale,\n"
     "                                               long long q_pos0)\n"
     "{\n"
     "    int t = blockIdx.x * blockDim.x + threadIdx.x;\n"
@@ -250,11 +259,13 @@ static const char glue_head[] =
     "        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)\n"
     "            continue;\n"
     "        khub_cuda_module *mod;\n"
-    "        if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod)) != KHUB_STATUS_OK)\n"
+    "        if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod)) != "
+    "KHUB_STATUS_OK)\n"
     "            return st;\n"
     "        return host->cuda_module_function(host->host_ctx, mod, kernel, &fn);\n"
     "    }\n"
-    "    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED, \"@NAME@: no PTX for sm_%d\", cc);\n"
+    "    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED, \"@NAME@: no PTX for sm_%d\", "
+    "cc);\n"
     "}\n";
 
 static const char glue_norm[] =
@@ -271,7 +282,8 @@ static const char glue_norm[] =
     "    void *y = a->y->data;\n"
     "    void *params[] = {&x, &r, &w, &y, &dim, &eps};\n"
     "    khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),\n"
-    "        .grid = {(uint32_t)a->x->shape[0], 1, 1}, .block = {256, 1, 1}, .stream = a->stream};\n"
+    "        .grid = {(uint32_t)a->x->shape[0], 1, 1}, .block = {256, 1, 1}, .stream = "
+    "a->stream};\n"
     "    return host->cuda_launch(host->host_ctx, fn, &cfg, params);\n"
     "}\n"
     "#define OP_KIND KHUB_OP_NORM\n"
@@ -305,11 +317,13 @@ static const char glue_attention[] =
 
 static const char glue_entry[] =
     "\n"
-    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CUDA,\n"
+    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = "
+    "KHUB_DEVICE_CUDA,\n"
     "    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .flags = OP_FLAGS, .cc_min = @CC_MIN@,\n"
     "    .priority = 30};\n"
     "static const khub_op_desc ops[] = {\n"
-    "    {KHUB_STRUCT_INIT(khub_op_desc), .name = OP_NAME, .kind = OP_KIND, .caps = &caps, .run = run},\n"
+    "    {KHUB_STRUCT_INIT(khub_op_desc), .name = OP_NAME, .kind = OP_KIND, .caps = &caps, .run = "
+    "run},\n"
     "};\n"
     "\n"
     "khub_status @CNAME@_cuda_init(const khub_host_api *h, khub_plugin_desc *out, char *errbuf,\n"
@@ -327,7 +341,8 @@ static const char glue_entry[] =
 
 static const khub_init_template templates[] = {
     {"attention", attention_cpu, attention_cu, glue_attention,
-     "[{\"op\": \"attention\", \"shape\": [7, 9, 3, 64], \"dtype\": \"f32\", \"tolerance\": 1e-8}]"},
+     "[{\"op\": \"attention\", \"shape\": [7, 9, 3, 64], \"dtype\": \"f32\", \"tolerance\": "
+     "1e-8}]"},
     {"norm", norm_cpu, norm_cu, glue_norm,
      "[{\"op\": \"rms_norm\", \"shape\": [4, 576], \"dtype\": \"f32\", \"tolerance\": 1e-8}]"},
     {"activation", activation_cpu, NULL, NULL,

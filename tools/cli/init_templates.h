@@ -7,11 +7,11 @@
 #include <string.h>
 
 typedef struct khub_init_template {
-    const char *kind;       /* "attention", "norm", "activation" */
-    const char *cpu_src;    /* the op; the shared entry is appended */
-    const char *cuda_src;   /* the .cu kernel, or NULL when no CUDA template */
-    const char *cuda_glue;  /* the launch glue; head and entry are added around it */
-    const char *selftests;  /* JSON array for kernel.json */
+    const char *kind;      /* "attention", "norm", "activation" */
+    const char *cpu_src;   /* the op; the shared entry is appended */
+    const char *cuda_src;  /* the .cu kernel, or NULL when no CUDA template */
+    const char *cuda_glue; /* the launch glue; head and entry are added around it */
+    const char *selftests; /* JSON array for kernel.json */
 } khub_init_template;
 
 const khub_init_template *khub_init_template_find(const char *kind);

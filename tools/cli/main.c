@@ -77,9 +77,10 @@ static int cmp_cmd(const void *a, const void *b)
 
 static void print_help(FILE *f)
 {
-    fprintf(f, "usage: khub <command> [options]\n\n"
-               "khub %s: a kernel hub loader and plugin runtime (plugin ABI %d.%d).\n\n"
-               "Commands:\n",
+    fprintf(f,
+            "usage: khub <command> [options]\n\n"
+            "khub %s: a kernel hub loader and plugin runtime (plugin ABI %d.%d).\n\n"
+            "Commands:\n",
             khub_version_str(), KHUB_ABI_MAJOR, KHUB_ABI_MINOR);
     for (int i = 0; i < n_commands; i++)
         fprintf(f, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
@@ -96,8 +97,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (strcmp(argv[1], "--version") == 0 || strcmp(argv[1], "version") == 0) {
-        printf("khub %s (plugin ABI %d.%d)\n", khub_version_str(), KHUB_ABI_MAJOR,
-               KHUB_ABI_MINOR);
+        printf("khub %s (plugin ABI %d.%d)\n", khub_version_str(), KHUB_ABI_MAJOR, KHUB_ABI_MINOR);
         return 0;
     }
     if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
