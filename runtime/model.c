@@ -689,6 +689,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
         if (p.quant != KHUB_QFORMAT_NONE && (L + 1) % 8 == 0)
             KHUB_LOG_I(m->rt, "%s: %d/%lld layers quantized", m->file, L + 1,
                        (long long)c->n_layers);
+        if (o.progress) o.progress(o.progress_ud, L + 1, (int32_t)c->n_layers);
     }
     KHUB_FORWARD_IF_ERROR(m->rt, make_cache(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_alloc(m));

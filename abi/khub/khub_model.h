@@ -84,6 +84,10 @@ typedef struct khub_model_opts {
     const char *linear_impl; /* borrowed; dense/quantized linear plugin id or NULL */
     int32_t max_batch;       /* tokens per forward call (prefill chunk), 0 = 256 */
     int32_t max_seqs;        /* sequences generated together, 0 = 8 */
+    /* Called on the loading thread after each layer is loaded (and
+     * quantized), done of total, e.g. for a progress bar; NULL = none. */
+    void (*progress)(void *ud, int32_t done, int32_t total);
+    void *progress_ud;
     /* End of 0.1. */
 } khub_model_opts;
 

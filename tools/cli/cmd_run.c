@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cjson/cJSON.h>
 
@@ -133,6 +134,18 @@ static int parse(int argc, char **argv, run_args *a)
     return 0;
 }
 
+/* A one-line progress bar on stderr while layers load (terminals only). */
+static void on_layer(void *ud, int32_t done, int32_t total)
+{
+    const char *model = ud, *base = strrchr(model, '/');
+    base = base && base[1] ? base + 1 : model;
+    int width = 20, fill = total > 0 ? (int)((int64_t)done * width / total) : width;
+    fprintf(stderr, "\rloading %.32s [%.*s%*s] %d/%d layers", base, fill,
+            "####################", width - fill, "", (int)done, (int)total);
+    if (done == total) fputs("\r\033[K", stderr);
+    fflush(stderr);
+}
+
 static int on_text(void *ud, int32_t prompt, const char *text, size_t len)
 {
     (void)ud, (void)prompt;
@@ -191,6 +204,10 @@ static int run(int argc, char **argv)
     khub_runtime *rt = khub_cli_runtime("run", a.threads);
     if (!rt) return 1;
     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .strict = a.strict};
+    if (!a.json && isatty(2)) {
+        mo.progress = on_layer;
+        mo.progress_ud = (void *)a.model;
+    }
     khub_model_kernels mk = {KHUB_STRUCT_INIT(khub_model_kernels),
                              .attn = a.attn,
                              .quant = a.quant,
