@@ -8,10 +8,12 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "../plugins/include/khub_plugin_util.h" /* f16/bf16 conversions, header-only */
 #include "runtime_impl.h"
 #include "selftest.h"
+#include "timing.h"
 
 #define REF_ID "khub/ref-cpu"
 #define MAX_T 8
@@ -31,6 +33,8 @@ typedef struct bench {
     tens t[MAX_T];
     int n;
     uint64_t rng;
+    double min_s;  /* > 0: time every call for about this long (khub__selftest_time) */
+    double us[2];  /* median us per call: [0] the plugin's op, [1] ref-cpu's (summed) */
 } bench;
 
 static float rnd(bench *b)
@@ -127,6 +131,33 @@ static khub_status bind_pair(khub_runtime *rt, uint32_t kind, const char *plugin
     return bind(rt, kind, REF_ID, NULL, dtype_id, head_dim, &p->ref);
 }
 
+/* One call of an op; when timing, also its median time per call, added to
+ * b->us[which] (0 = the plugin under test, 1 = ref-cpu). Repeated calls
+ * see their own outputs as inputs where an op works in place (rotary, a
+ * norm's residual): same shapes, same work. */
+typedef struct timed {
+    khub_binding *binding;
+    const void *args;
+} timed;
+
+static khub_status timed_call(void *ud, int i)
+{
+    (void)i;
+    const timed *t = ud;
+    return khub_binding_call(t->binding, t->args);
+}
+
+static khub_status call(bench *b, khub_binding *binding, const void *args, int which)
+{
+    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(binding, args));
+    if (b->min_s <= 0) return KHUB_STATUS_OK;
+    timed t = {binding, args};
+    double s = 0;
+    KHUB_FORWARD_IF_ERROR(b->rt, khub__time_calls(timed_call, &t, b->min_s, CLOCK_MONOTONIC, &s));
+    b->us[which] += s * 1e6;
+    return KHUB_STATUS_OK;
+}
+
 /* ======================================================================== */
 /* One test per kind: each fills y (plugin) and r (reference)               */
 /* ======================================================================== */
@@ -149,10 +180,10 @@ static khub_status t_norm(bench *b, const char *pid, const khub_selftest_spec *s
     memcpy(res2->data, res1->data, numel(res1) * 4);
     khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = KHUB_NORM_RMS,
                         .eps = 1e-5f, .x = x, .residual = res1, .weight = w, .y = res->y};
-    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    KHUB_FORWARD_IF_ERROR(b->rt, call(b, p.test, &a, 0));
     a.residual = res2;
     a.y = res->r;
-    return khub_binding_call(p.ref, &a);
+    return call(b, p.ref, &a, 1);
 }
 
 static khub_status t_act(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
@@ -167,9 +198,9 @@ static khub_status t_act(bench *b, const char *pid, const khub_selftest_spec *s,
     if (!g || !u || !res->y || !res->r) return KHUB_STATUS_NOMEM;
     khub_activation_args a = {KHUB_STRUCT_INIT(khub_activation_args), .act_type = KHUB_ACT_SILU,
                               .gate = g, .up = u, .y = res->y};
-    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    KHUB_FORWARD_IF_ERROR(b->rt, call(b, p.test, &a, 0));
     a.y = res->r;
-    return khub_binding_call(p.ref, &a);
+    return call(b, p.ref, &a, 1);
 }
 
 static khub_status t_attn(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
@@ -192,9 +223,9 @@ static khub_status t_attn(bench *b, const char *pid, const khub_selftest_spec *s
     khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), .q = q, .k = k, .v = v,
                              .out = res->y, .scale = 1.0f / sqrtf((float)hd), .causal = 1,
                              .q_pos0 = nkv - nq};
-    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    KHUB_FORWARD_IF_ERROR(b->rt, call(b, p.test, &a, 0));
     a.out = res->r;
-    return khub_binding_call(p.ref, &a);
+    return call(b, p.ref, &a, 1);
 }
 
 static khub_status t_rotary(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
@@ -210,9 +241,9 @@ static khub_status t_rotary(bench *b, const char *pid, const khub_selftest_spec 
     for (int64_t i = 0; i < s->shape[0]; i++) ((int32_t *)pos->data)[i] = (int32_t)(i * 7);
     khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args), .x = res->y,
                           .positions = pos->data, .style = KHUB_ROPE_NEOX, .theta = 10000.0f};
-    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    KHUB_FORWARD_IF_ERROR(b->rt, call(b, p.test, &a, 0));
     a.x = res->r;
-    return khub_binding_call(p.ref, &a);
+    return call(b, p.ref, &a, 1);
 }
 
 /* Writes the same random K/V into both caches in two chunks per layer and
@@ -266,6 +297,21 @@ static khub_status kv_roundtrip(bench *b, khub_binding *bind_, const khub_kv_cac
     return st;
 }
 
+typedef struct kv_timed {
+    bench *b;
+    khub_binding *binding;
+    const khub_kv_cache_config *cfg;
+    khub_tensor *const *kv;
+    khub_tensor *dst;
+} kv_timed;
+
+static khub_status kv_timed_call(void *ud, int i)
+{
+    (void)i;
+    const kv_timed *t = ud;
+    return kv_roundtrip(t->b, t->binding, t->cfg, t->kv, t->dst);
+}
+
 static khub_status t_kv(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
 {
     /* [n_layers, n_kv_heads, head_dim, n_tokens], dtype = storage */
@@ -284,7 +330,17 @@ static khub_status t_kv(bench *b, const char *pid, const khub_selftest_spec *s, 
                                 .n_kv_heads = (int32_t)kvh, .head_dim = (int32_t)hd, .n_seqs = 1,
                                 .max_tokens = n + 3, .dtype = f16 ? KHUB_DTYPE_F16 : KHUB_DTYPE_F32};
     KHUB_FORWARD_IF_ERROR(b->rt, kv_roundtrip(b, p.test, &cfg, kv, res->y));
-    return kv_roundtrip(b, p.ref, &cfg, kv, res->r);
+    KHUB_FORWARD_IF_ERROR(b->rt, kv_roundtrip(b, p.ref, &cfg, kv, res->r));
+    if (b->min_s <= 0) return KHUB_STATUS_OK;
+    /* timed as whole round trips: create, the writes, the views, destroy */
+    for (int which = 0; which < 2; which++) {
+        kv_timed t = {b, which ? p.ref : p.test, &cfg, kv, which ? res->r : res->y};
+        double sec = 0;
+        KHUB_FORWARD_IF_ERROR(b->rt, khub__time_calls(kv_timed_call, &t, b->min_s,
+                                                      CLOCK_MONOTONIC, &sec));
+        b->us[which] += sec * 1e6;
+    }
+    return KHUB_STATUS_OK;
 }
 
 
@@ -355,9 +411,9 @@ static khub_status t_linear(bench *b, const char *pid, const khub_selftest_spec 
     khub_tensor *w = quant ? quantized(b, &p, w32, fmt, &st) : weights_as(b, w32, s->dtype);
     if (!w) return st != KHUB_STATUS_OK ? st : KHUB_STATUS_INVALID_ARG;
     khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args), .x = x, .weight = w, .y = res->y};
-    KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(p.test, &a));
+    KHUB_FORWARD_IF_ERROR(b->rt, call(b, p.test, &a, 0));
     a.y = res->r;
-    return khub_binding_call(p.ref, &a);
+    return call(b, p.ref, &a, 1);
 }
 
 /* ======================================================================== */
@@ -383,6 +439,21 @@ static void shape_str(const khub_selftest_spec *s, char *buf, size_t n)
         len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)s->shape[i]);
 }
 
+static khub_status run_kind(bench *b, uint32_t kind, const char *plugin_id,
+                            const khub_selftest_spec *spec, result *res)
+{
+    switch (kind) {
+    case KHUB_OP_NORM: return t_norm(b, plugin_id, spec, res);
+    case KHUB_OP_ACTIVATION: return t_act(b, plugin_id, spec, res);
+    case KHUB_OP_ATTENTION: return t_attn(b, plugin_id, spec, res);
+    case KHUB_OP_ROTARY: return t_rotary(b, plugin_id, spec, res);
+    case KHUB_OP_LINEAR: return t_linear(b, plugin_id, spec, res, 0);
+    case KHUB_OP_QLINEAR: return t_linear(b, plugin_id, spec, res, 1);
+    case KHUB_OP_KV_CACHE: return t_kv(b, plugin_id, spec, res);
+    default: return KHUB_STATUS_UNSUPPORTED;
+    }
+}
+
 khub_status khub__selftest_run(khub_runtime *rt, const char *plugin_id,
                                const khub_selftest_spec *spec, double *nmse_out, char *report,
                                size_t n)
@@ -400,17 +471,7 @@ khub_status khub__selftest_run(khub_runtime *rt, const char *plugin_id,
     khub_runtime_set_option(rt, KHUB_OPT_STRICT, 1);
     bench b = {.rt = rt, .rng = 0x9E3779B97F4A7C15ull};
     result res = {0};
-    khub_status st;
-    switch (kind) {
-    case KHUB_OP_NORM: st = t_norm(&b, plugin_id, spec, &res); break;
-    case KHUB_OP_ACTIVATION: st = t_act(&b, plugin_id, spec, &res); break;
-    case KHUB_OP_ATTENTION: st = t_attn(&b, plugin_id, spec, &res); break;
-    case KHUB_OP_ROTARY: st = t_rotary(&b, plugin_id, spec, &res); break;
-    case KHUB_OP_LINEAR: st = t_linear(&b, plugin_id, spec, &res, 0); break;
-    case KHUB_OP_QLINEAR: st = t_linear(&b, plugin_id, spec, &res, 1); break;
-    case KHUB_OP_KV_CACHE: st = t_kv(&b, plugin_id, spec, &res); break;
-    default: st = KHUB_STATUS_UNSUPPORTED; break;
-    }
+    khub_status st = run_kind(&b, kind, plugin_id, spec, &res);
     khub_runtime_set_option(rt, KHUB_OPT_STRICT, strict);
     double score = (st == KHUB_STATUS_OK) ? nmse(res.y, res.r) : NAN;
     bench_free(&b);
@@ -434,4 +495,58 @@ khub_status khub__selftest_run(khub_runtime *rt, const char *plugin_id,
                  ok ? "<=" : ">", spec->tolerance);
     if (!ok) return khub__fail(rt, KHUB_STATUS_ERROR, "self-test failed: %s", report ? report : "");
     return KHUB_STATUS_OK;
+}
+
+khub_status khub__selftest_time(khub_runtime *rt, const char *plugin_id,
+                                const khub_selftest_spec *spec, double min_s, double *us_test,
+                                double *us_ref)
+{
+    *us_test = *us_ref = 0;
+    uint32_t kind = kind_of_op(rt, plugin_id, spec->op);
+    KHUB_RETURN_IF(rt, !kind, KHUB_STATUS_NO_KERNEL, "%s: no op named %s is loaded", plugin_id,
+                   spec->op);
+    int64_t strict = 0;
+    khub_runtime_get_option(rt, KHUB_OPT_STRICT, &strict);
+    khub_runtime_set_option(rt, KHUB_OPT_STRICT, 1);
+    bench b = {.rt = rt, .rng = 0x9E3779B97F4A7C15ull, .min_s = min_s > 0 ? min_s : 0.2};
+    result res = {0};
+    khub_status st = run_kind(&b, kind, plugin_id, spec, &res);
+    khub_runtime_set_option(rt, KHUB_OPT_STRICT, strict);
+    bench_free(&b);
+    if (st == KHUB_STATUS_INVALID_ARG) {
+        char shape[96];
+        shape_str(spec, shape, sizeof shape);
+        return khub__fail(rt, st, "%s [%s] %s: shape or dtype does not fit a %u-kind op",
+                          spec->op, shape, spec->dtype, kind);
+    }
+    if (st == KHUB_STATUS_UNSUPPORTED)
+        return khub__fail(rt, st, "%s: no timing for this kind of op", spec->op);
+    KHUB_FORWARD_IF_ERROR(rt, st);
+    *us_test = b.us[0];
+    *us_ref = b.us[1];
+    return KHUB_STATUS_OK;
+}
+
+double khub__selftest_work(uint32_t kind, const khub_selftest_spec *s, int *is_flops)
+{
+    const int64_t *d = s->shape;
+    double w = 0;
+    *is_flops = 0;
+    if ((kind == KHUB_OP_NORM || kind == KHUB_OP_ACTIVATION) && s->ndim == 2)
+        w = 4.0 * 4 * (double)d[0] * (double)d[1]; /* f32, per element: 2 read, 2 written */
+    else if (kind == KHUB_OP_ROTARY && s->ndim == 3)
+        w = 2.0 * 4 * (double)d[0] * (double)d[1] * (double)d[2]; /* read and written once */
+    else if (kind == KHUB_OP_KV_CACHE && s->ndim == 4)
+        w = 4.0 * 4 * (double)d[0] * (double)d[1] * (double)d[2] * (double)d[3]; /* K,V in+out */
+    else if ((kind == KHUB_OP_LINEAR || kind == KHUB_OP_QLINEAR) && s->ndim == 3)
+        *is_flops = 1, w = 2.0 * (double)d[0] * (double)d[1] * (double)d[2];
+    else if (kind == KHUB_OP_ATTENTION && s->ndim >= 4) /* QK^T and PV, before causal masking */
+        *is_flops = 1,
+        w = 4.0 * (double)d[0] * (double)d[1] * (double)d[3] * (double)(s->ndim == 5 ? d[4] : d[0]);
+    return w;
+}
+
+uint32_t khub__selftest_kind(khub_runtime *rt, const char *plugin_id, const char *op)
+{
+    return kind_of_op(rt, plugin_id, op);
 }

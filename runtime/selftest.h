@@ -40,4 +40,25 @@ KHUB_INTERNAL khub_status khub__selftest_run(khub_runtime *rt, const char *plugi
                                              const khub_selftest_spec *spec, double *nmse,
                                              char *report, size_t n);
 
+/* Times plugin_id's op and khub/ref-cpu's on the self-test's inputs (the
+ * same builders as khub__selftest_run, the same strict, pinned bindings):
+ * each op is called once, then for about min_s seconds (0 = 0.2 s) in the
+ * rounds of khub__time_calls (timing.h). *us_test and *us_ref get the median
+ * microseconds per call (a kv_cache op: per round trip of create, writes,
+ * views, destroy). Outputs are not compared (ops that work in place are fed
+ * their own outputs); khub__selftest_run is the correctness check.
+ * Statuses: NO_KERNEL, INVALID_ARG, UNSUPPORTED (message on rt), or the
+ * op's own. */
+KHUB_INTERNAL khub_status khub__selftest_time(khub_runtime *rt, const char *plugin_id,
+                                              const khub_selftest_spec *spec, double min_s,
+                                              double *us_test, double *us_ref);
+/* The op kind of plugin_id's op named op in rt; 0 when there is none. */
+KHUB_INTERNAL uint32_t    khub__selftest_kind(khub_runtime *rt, const char *plugin_id,
+                                              const char *op);
+/* The work of one call on spec's shape: FLOPs (*is_flops = 1: linear,
+ * qlinear, attention) or f32 bytes moved (norm, activation, rotary,
+ * kv_cache); 0 when the shape does not fit the kind. */
+KHUB_INTERNAL double      khub__selftest_work(uint32_t kind, const khub_selftest_spec *spec,
+                                              int *is_flops);
+
 #endif /* KHUB_RUNTIME_SELFTEST_H */

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # t_bench.sh: `khub bench --latency` on a cached, commit-pinned kernel from
 # khub serve: the output format (text and --json), zero requests offline,
-# and its errors. A smoke test of the format, not of the timings.
+# and its errors; then `khub bench DIR` (op micro-benchmarks against
+# ref-cpu) on a built copy of kernels-src/rmsnorm. A smoke test of the
+# formats, not of the timings.
 set -euo pipefail
 KHUB=${KHUB_BIN:?KHUB_BIN is set by ctest}
 T=$(mktemp -d /tmp/khub-t-bench-XXXXXX)
@@ -31,7 +33,8 @@ export HF_ENDPOINT=$(grep -o 'http://[0-9.:]*' "$T/out")
 [ -n "$HF_ENDPOINT" ] || fail "serve printed no address"
 export KHUB_CACHE=$T/cache
 
-"$KHUB" bench --help | grep -q "usage: khub bench --latency" || fail "bench --help"
+"$KHUB" bench --help | grep -q "usage: khub bench DIR|ID" || fail "bench --help"
+"$KHUB" bench --help | grep -q "khub bench --latency ID" || fail "bench --help (latency)"
 set +e
 out=$(HF_HUB_OFFLINE=1 timeout 20 "$KHUB" bench --latency org/bk@$C1 -n 5 2>&1); rc=$?
 set -e
@@ -41,11 +44,11 @@ echo "$out" | grep -q "download it first" || fail "not cached message: $out"
 timeout 20 "$KHUB" download org/bk@v1 --quiet || fail "download"
 before=$(wc -l < "$T/log")
 out=$(HF_HUB_OFFLINE=1 timeout 30 "$KHUB" bench --latency org/bk@$C1 -n 50) || fail "bench: $out"
-echo "$out" | grep -Eq "^org/bk@$C1 @${C1:0:12} $V: 50 iterations, 1 files, [0-9]+ bytes hashed per call$" \
+echo "$out" | grep -Eq "^org/bk@$C1 @${C1:0:12} $V: 50 iterations, 1 files, [0-9]+ bytes verified per call$" \
     || fail "first line: $out"
 echo "$out" | grep -Eq "^resolve \+ verify: median [0-9.]+ us, p90 [0-9.]+ us \(resolve alone: median [0-9.]+ us\); 0 requests$" \
     || fail "second line: $out"
-bytes=$(echo "$out" | sed -n 's/.* \([0-9]*\) bytes hashed.*/\1/p')
+bytes=$(echo "$out" | sed -n 's/.* \([0-9]*\) bytes verified.*/\1/p')
 [ "$bytes" = 65536 ] || fail "bytes hashed $bytes"
 [ "$(wc -l < "$T/log")" = "$before" ] || fail "offline bench made a request"
 
@@ -67,9 +70,43 @@ set -e
 [ $rc = 1 ] || fail "tampered: exit $rc"
 echo "$out" | grep -q "metadata.json says" || fail "tampered message: $out"
 
+# op micro-benchmarks: a built copy of an in-tree kernel
+SRC=$(cd "$(dirname "$0")/.." && pwd)/kernels-src/rmsnorm
+cp -r "$SRC" "$T/rmsnorm-copy"
+rm -rf "$T/rmsnorm-copy/build"
 set +e
-out=$("$KHUB" bench org/bk@$C1 2>&1); rc=$?
+out=$(cd "$T" && "$KHUB" bench rmsnorm-copy 2>&1); rc=$?
 set -e
-[ $rc = 2 ] || fail "ops form: exit $rc"
-echo "$out" | grep -q "not implemented yet" || fail "ops form message: $out"
+[ $rc = 1 ] || fail "unbuilt DIR: exit $rc: $out"
+echo "$out" | grep -q "no metadata.json; build the kernel first" || fail "unbuilt message: $out"
+(cd "$T" && "$KHUB" build rmsnorm-copy --quiet > build.log 2>&1) || fail "build: $(cat "$T/build.log")"
+out=$(cd "$T" && timeout 60 "$KHUB" bench rmsnorm-copy --time 0.05) || fail "bench DIR: $out"
+echo "$out" | head -1 | grep -Eq "^kernels-community/rmsnorm \(rmsnorm-[a-z0-9]+\.so, $V\): 2 op benchmarks against khub/ref-cpu, 0\.05 s each, 1 thread$" \
+    || fail "bench DIR header: $out"
+[ "$(echo "$out" | grep -Ec '^rms_norm \[(4, 576|33, 1024)\] f32: [0-9.]+ us \([0-9.]+ GB/s\), ref-cpu [0-9.]+ us \([0-9.]+ GB/s\), speedup [0-9.]+x$')" = 2 ] \
+    || fail "bench DIR lines: $out"
+json=$(cd "$T" && timeout 60 "$KHUB" bench rmsnorm-copy --time 0.02 --threads 2 --json) || fail "bench DIR json"
+python3 - "$json" <<'PY' || fail "bench DIR json fields: $json"
+import json, sys
+rows = [json.loads(l) for l in sys.argv[1].splitlines()]
+assert [r["shape"] for r in rows] == [[4, 576], [33, 1024]], rows
+for r in rows:
+    assert r["what"] == "op_bench" and r["plugin"] == "kernels-community/rmsnorm", r
+    assert r["op"] == "rms_norm" and r["dtype"] == "f32" and r["unit"] == "GB/s", r
+    assert r["us"] > 0 and r["ref_us"] > 0 and r["rate"] > 0, r
+    assert abs(r["speedup"] - r["ref_us"] / r["us"]) < 0.01 * r["speedup"] + 1e-3, r
+PY
+# a tampered build is refused, not timed
+so=$(ls "$T"/rmsnorm-copy/build/$V/*.so | head -1)
+printf 'Z' | dd of="$so" bs=1 seek=100 conv=notrunc status=none
+set +e
+out=$(cd "$T" && "$KHUB" bench rmsnorm-copy 2>&1); rc=$?
+set -e
+[ $rc = 1 ] || fail "tampered DIR: exit $rc: $out"
+echo "$out" | grep -qi "sha-256\|digest" || fail "tampered DIR message: $out"
+set +e
+out=$("$KHUB" bench rmsnorm-copy --time 0 2>&1); rc=$?
+set -e
+[ $rc = 2 ] || fail "--time 0: exit $rc"
+echo "$out" | grep -q -- "--time must be in" || fail "--time message: $out"
 echo "t_bench: ok"

@@ -2,19 +2,24 @@
 # tools/bench/hub.sh: cold `khub download ID` against `curl -o /dev/null` of
 # the same file's resolve URL, both from `khub serve` on loopback.
 #
-# usage: tools/bench/hub.sh [--build DIR] [--size-mb 100] [--rounds 5] [--work DIR]
+# usage: tools/bench/hub.sh [--build DIR] [--before DIR] [--size-mb 100] [--rounds 5]
+#                           [--work DIR]
 #
 # It writes a kernel repo (bench/big, branch v1) in the `khub serve` layout
 # (docs/hub-server.md) whose variant build/khub1-cpu-<arch>-linux/ holds one
 # random LFS file of --size-mb MiB and a metadata.json with its SHA-256, serves
-# it, and runs --rounds rounds. Each round runs, in alternating order, a
-# download into an empty KHUB_CACHE (resolve, listing, HEAD, GET, hash check,
-# publish, variant verification: everything `khub download` does) and one
-# curl GET of the resolve URL to /dev/null. Output: one line per sample and a
+# it with `khub serve`, and runs --rounds rounds. Each round runs, in an
+# order that rotates, a download into an empty KHUB_CACHE (resolve, listing,
+# GET, hash check, publish, variant verification: everything `khub
+# download` does) and one curl GET of the resolve URL to /dev/null. With
+# --before DIR (another build, e.g. of an older commit) the same happens
+# against that build's own `khub serve` in the same rounds, interleaved, so
+# both are measured under the same load. Output: one line per sample and a
 # Markdown summary with medians, throughputs (MiB/s of the file) and the
 # ratio khub/curl of throughputs. Then the resolve + verify latency of a
-# cached, commit-pinned kernel (`khub bench --latency`, 1000 iterations) on a
-# variant made of the built plugins. Wall clock: run it on a quiet machine.
+# cached, commit-pinned kernel (`khub bench --latency`, 3 runs of 1000
+# iterations per build, alternating) on a variant made of the built plugins.
+# Wall clock: run it on a quiet machine, and read the load it prints.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -22,13 +27,15 @@ build=${KHUB_BUILD:-$here/../../build}
 size_mb=100
 rounds=5
 work=
+before=
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
+    --before) before=$2; shift 2 ;;
     --size-mb) size_mb=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "hub.sh: unknown option '$1'; see --help" >&2; exit 2 ;;
     esac
 done
@@ -56,38 +63,63 @@ cat > "$vdir/metadata.json" <<JSON
  "files":{"libbig.so":"$sha"},"provenance":{"source_commit":"unknown","dirty":false}}
 JSON
 
-"$khub" serve "$work/repos" --port 0 > "$work/serve.out" 2>&1 &
-srv=$!
-trap 'kill $srv 2>/dev/null; wait $srv 2>/dev/null || true' EXIT
-for _ in $(seq 50); do grep -q '^serving' "$work/serve.out" && break; sleep 0.1; done
-endpoint=$(grep -o 'http://[0-9.:]*' "$work/serve.out" | head -1)
-[ -n "$endpoint" ] || { echo "hub.sh: khub serve did not start: $(cat "$work/serve.out")" >&2; exit 1; }
-url=$endpoint/kernels/bench/big/resolve/$commit/build/$variant/libbig.so
+[ -z "$before" ] || [ -x "$before/bin/khub" ] ||
+    { echo "hub.sh: no khub at $before/bin/khub" >&2; exit 1; }
+# khub serve keeps digests only of files whose ctime is 2 s old.
+sleep 2.5
+
+srvs=
+trap 'for p in $srvs; do kill $p 2>/dev/null; wait $p 2>/dev/null || true; done' EXIT
+# start_server NAME KHUB: sets $endpoint_NAME (not in a subshell: the trap
+# needs the pid).
+start_server() {
+    "$2" serve "$work/repos" --port 0 > "$work/serve-$1.out" 2>&1 &
+    srvs="$srvs $!"
+    for _ in $(seq 50); do grep -q '^serving' "$work/serve-$1.out" && break; sleep 0.1; done
+    local ep
+    ep=$(grep -o 'http://[0-9.:]*' "$work/serve-$1.out" | head -1)
+    [ -n "$ep" ] || { echo "hub.sh: khub serve did not start: $(cat "$work/serve-$1.out")" >&2; exit 1; }
+    printf -v "endpoint_$1" '%s' "$ep"
+}
+start_server after "$khub"
+endpoint=$endpoint_after
+if [ -n "$before" ]; then start_server before "$before/bin/khub"; fi
+rel=kernels/bench/big/resolve/$commit/build/$variant/libbig.so
 
 now() { date +%s.%N; }
+# run_khub LABEL KHUB ENDPOINT
 run_khub() {
     rm -rf "$work/cache"
     local t0 t1
     t0=$(now)
-    HF_ENDPOINT=$endpoint KHUB_CACHE=$work/cache "$khub" download bench/big@v1 --quiet
+    HF_ENDPOINT=$3 KHUB_CACHE=$work/cache "$2" download bench/big@v1 --quiet
     t1=$(now)
     cmp -s "$work/cache/kernels--bench--big/snapshots/$commit/build/$variant/libbig.so" \
         "$vdir/libbig.so" || { echo "hub.sh: khub's copy differs" >&2; exit 1; }
-    echo "khub $(echo "$t1 - $t0" | bc -l)"
+    echo "$1 $(echo "$t1 - $t0" | bc -l)"
 }
+# run_curl LABEL ENDPOINT
 run_curl() {
     local t0 t1
     t0=$(now)
-    curl -sf -o /dev/null "$url"
+    curl -sf -o /dev/null "$2/$rel"
     t1=$(now)
-    echo "curl $(echo "$t1 - $t0" | bc -l)"
+    echo "$1 $(echo "$t1 - $t0" | bc -l)"
 }
+jobs_list=("run_khub khub $khub $endpoint" "run_curl curl $endpoint")
+if [ -n "$before" ]; then
+    jobs_list+=("run_khub khub_before $before/bin/khub $endpoint_before"
+                "run_curl curl_before $endpoint_before")
+fi
 
 samples=$work/samples.txt
 : > "$samples"
-echo "hub.sh: $rounds rounds, ${size_mb} MiB, $endpoint, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "hub.sh: $rounds rounds, ${size_mb} MiB, $endpoint ${before:+and $endpoint_before (before)}, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+n_jobs=${#jobs_list[@]}
 for r in $(seq 1 "$rounds"); do
-    if [ $((r % 2)) = 1 ]; then run_khub; run_curl; else run_curl; run_khub; fi | tee -a "$samples" >&2
+    for k in $(seq 0 $((n_jobs - 1))); do
+        ${jobs_list[$(((r + k) % n_jobs))]}
+    done | tee -a "$samples" >&2
 done
 
 # Resolve + verify latency: a second repo (bench/small) whose variant holds
@@ -107,9 +139,25 @@ done
 printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' "$scommit" "$scommit" > "$small/refs.json"
 printf '{"format":1,"name":"bench/small","version":"1.0.0","major":1,"variant":"%s","abi":{"major":1,"minor":0},"backend":{"type":"cpu","archs":["%s"]},"plugins":[%s],"files":{%s},"provenance":{"source_commit":"unknown","dirty":false}}' \
     "$variant" "$arch" "$plugins" "$files" > "$sdir/metadata.json"
-rm -rf "$work/cache"
-HF_ENDPOINT=$endpoint KHUB_CACHE=$work/cache "$khub" download bench/small@v1 --quiet
-latency=$(HF_HUB_OFFLINE=1 KHUB_CACHE=$work/cache "$khub" bench --latency "bench/small@$scommit" -n 1000)
+# latency KHUB ENDPOINT: one fresh cache, one download, then 3 latency runs
+# offline; the settle wait lets the first verify record the fingerprints.
+lat_cache() {
+    rm -rf "$work/cache-$1"
+    HF_ENDPOINT=$3 KHUB_CACHE=$work/cache-$1 "$2" download bench/small@v1 --quiet
+}
+lat_cache after "$khub" "$endpoint"
+[ -z "$before" ] || lat_cache before "$before/bin/khub" "$endpoint_before"
+sleep 2.5
+latency=
+for r in 1 2 3; do
+    latency="$latency$(HF_HUB_OFFLINE=1 KHUB_CACHE=$work/cache-after "$khub" bench --latency \
+        "bench/small@$scommit" -n 1000)
+"
+    [ -z "$before" ] || latency="${latency}before: $(HF_HUB_OFFLINE=1 \
+        KHUB_CACHE=$work/cache-before "$before/bin/khub" bench --latency "bench/small@$scommit" \
+        -n 1000 | tail -1)
+"
+done
 
 median() { grep "^$1 " "$samples" | awk '{print $2}' | sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 mk=$(median khub)
@@ -120,6 +168,15 @@ awk -v mk="$mk" -v mc="$mc" -v mb="$size_mb" -v n="$rounds" -v load="$(cut -d' '
     printf "| curl -o /dev/null | %.3f | %.0f |\n", mc, mb / mc
     printf "\nkhub/curl throughput ratio: %.2f\n", mc / mk
 }'
+if [ -n "$before" ]; then
+    mkb=$(median khub_before)
+    mcb=$(median curl_before)
+    awk -v mk="$mkb" -v mc="$mcb" -v mb="$size_mb" 'BEGIN {
+        printf "| before: khub download | %.3f | %.0f |\n", mk, mb / mk
+        printf "| before: curl (its server) | %.3f | %.0f |\n", mc, mb / mc
+        printf "\nbefore: khub/curl throughput ratio: %.2f\n", mc / mk
+    }'
+fi
 echo
-echo "resolve + verify (khub bench --latency bench/small@$scommit -n 1000, offline):"
+echo "resolve + verify (khub bench --latency bench/small@$scommit -n 1000, offline, 3 runs):"
 echo "$latency"

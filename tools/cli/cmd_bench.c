@@ -1,22 +1,33 @@
 /*
- * cmd_bench.c: `khub bench --latency ID`, the cost of getting a cached,
- * pinned kernel ready to load: khub_hub_resolve plus khub_hub_variant_files
- * (every file of the chosen variant re-hashed against metadata.json), timed
- * in-process over N iterations. This is what every khub_kernel_fetch pays
- * before dlopen when the cache is warm.
+ * cmd_bench.c: two benchmarks of a kernel.
  *
- * Not done here yet: the op micro-benchmarks of a kernel repo against
- * khub/ref-cpu (`khub bench ID|DIR`); `khub bench-ops` covers the built-in
- * plugins.
+ * `khub bench ID|DIR`: each op of a kernel next to khub/ref-cpu's op of the
+ * same kind, on the kernel's declared self-test shapes (kernel.json
+ * "selftests" for a built source tree DIR) or, for a Hub ID, one shape per
+ * kind. The inputs are runtime/selftest.c's (khub__selftest_time), the
+ * clock is timing.h's (median of 15 short rounds). A DIR's variant for this
+ * machine is verified against its metadata.json and loaded with its digest;
+ * an ID goes through khub_kernel_fetch (resolve, verify, trust, load).
+ *
+ * `khub bench --latency ID`: the cost of getting a cached, pinned kernel
+ * ready to load: khub_hub_resolve plus khub_hub_variant_files (every file
+ * of the chosen variant checked against metadata.json, by its recorded
+ * fingerprint when it has one), timed in-process over N iterations. This
+ * is what every khub_kernel_fetch pays before dlopen when the cache is warm.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <time.h>
 
 #include "cli.h"
+#include "kernel_manifest.h"
+#include "kernel_meta.h"
 #include "khub/khub_hub.h"
+#include "khub/khub_kernels.h"
+#include "selftest.h"
 
 static double now_s(void)
 {
@@ -108,7 +119,7 @@ static int bench_latency(const lat_args *a)
                    quantile(t, n, 0.5), quantile(t, n, 0.9), quantile(tr, n, 0.5),
                    (unsigned long long)reqs);
         else
-            printf("%s @%.12s %s: %zu iterations, %zu files, %llu bytes hashed per call\n"
+            printf("%s @%.12s %s: %zu iterations, %zu files, %llu bytes verified per call\n"
                    "resolve + verify: median %.1f us, p90 %.1f us (resolve alone: median "
                    "%.2f us); %llu requests\n",
                    a->id_text, commit, vl->best, n, n_files, (unsigned long long)bytes,
@@ -123,39 +134,245 @@ done:
     return rc;
 }
 
+/* ======================================================================== */
+/* Op micro-benchmarks against khub/ref-cpu                                 */
+/* ======================================================================== */
+
+typedef struct ops_args {
+    const char *target; /* DIR or ID */
+    int threads;        /* 0 = one per CPU */
+    double time_s;      /* per op and plugin */
+    int json;
+} ops_args;
+
+/* For a Hub ID: one shape per kind, as selftest.h lays them out. */
+static int default_spec(uint32_t kind, const char *op, khub_selftest_spec *s)
+{
+    static const struct {
+        uint32_t kind;
+        int64_t shape[5];
+        size_t ndim;
+        const char *dtype;
+    } d[] = {
+        {KHUB_OP_NORM, {16, 2048}, 2, "f32"},
+        {KHUB_OP_ACTIVATION, {16, 8192}, 2, "f32"},
+        {KHUB_OP_ATTENTION, {1, 32, 8, 64, 1024}, 5, "f32"}, /* a decode step */
+        {KHUB_OP_ROTARY, {16, 32, 64}, 3, "f32"},
+        {KHUB_OP_LINEAR, {1, 2048, 2048}, 3, "f32"},
+        {KHUB_OP_QLINEAR, {1, 2048, 2048}, 3, "q8_0"},
+        {KHUB_OP_KV_CACHE, {2, 8, 64, 256}, 4, "f32"},
+    };
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        if (d[i].kind != kind) continue;
+        *s = (khub_selftest_spec){op, {0}, d[i].ndim, d[i].dtype, 0};
+        memcpy(s->shape, d[i].shape, sizeof d[i].shape);
+        return 1;
+    }
+    return 0;
+}
+
+static void shape_text(const khub_selftest_spec *s, char *buf, size_t n)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < s->ndim && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "",
+                                (long long)s->shape[i]);
+}
+
+/* Times one spec and prints its line; 0 or the exit status. */
+static int bench_one(khub_runtime *rt, const char *pid, const khub_selftest_spec *s,
+                     const ops_args *a)
+{
+    double us = 0, ref = 0;
+    char shape[96];
+    shape_text(s, shape, sizeof shape);
+    if (khub__selftest_time(rt, pid, s, a->time_s, &us, &ref) != KHUB_STATUS_OK)
+        return khub_cli_fail("bench", "%s [%s] %s: %s", s->op, shape, s->dtype,
+                             khub_runtime_errmsg(rt));
+    int flops = 0;
+    double work = khub__selftest_work(khub__selftest_kind(rt, pid, s->op), s, &flops);
+    double rate = us > 0 ? work / us * 1e-3 : 0, rate_ref = ref > 0 ? work / ref * 1e-3 : 0;
+    const char *unit = flops ? "GFLOP/s" : "GB/s";
+    if (a->json)
+        printf("{\"what\":\"op_bench\",\"plugin\":\"%s\",\"op\":\"%s\",\"shape\":[%s],"
+               "\"dtype\":\"%s\",\"us\":%.3f,\"ref_us\":%.3f,\"speedup\":%.3f,\"unit\":\"%s\","
+               "\"rate\":%.3f,\"ref_rate\":%.3f}\n",
+               pid, s->op, shape, s->dtype, us, ref, us > 0 ? ref / us : 0, unit, rate, rate_ref);
+    else
+        printf("%s [%s] %s: %.2f us (%.2f %s), ref-cpu %.2f us (%.2f %s), speedup %.2fx\n", s->op,
+               shape, s->dtype, us, rate, unit, ref, rate_ref, unit, us > 0 ? ref / us : 0);
+    return 0;
+}
+
+static void header(const ops_args *a, const char *pid, const char *what, size_t n)
+{
+    if (!a->json)
+        printf("%s (%s): %zu op benchmark%s against khub/ref-cpu, %.2f s each, %d thread%s\n",
+               pid, what, n, n == 1 ? "" : "s", a->time_s, a->threads,
+               a->threads == 1 ? "" : "s");
+}
+
+static khub_status new_runtime(const ops_args *a, khub_runtime **rt)
+{
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = a->threads};
+    khub_status st = khub_runtime_new(&o, rt);
+    if (st == KHUB_STATUS_OK) st = khub_plugin_load_builtin(*rt); /* khub/ref-cpu */
+    return st;
+}
+
+/* The verified variant of DIR for this machine, loaded into rt. */
+static int load_dir_plugin(khub_runtime *rt, const char *dir, char *what, size_t n,
+                           khub_plugin **out)
+{
+    struct utsname u;
+    uname(&u);
+    char vdir[2400], mpath[2500], path[2700], err[KHUB_ERROR_SIZE] = "";
+    snprintf(vdir, sizeof vdir, "%s/build/khub%d-cpu-%s-linux", dir, KHUB_ABI_MAJOR,
+             strcmp(u.machine, "arm64") ? u.machine : "aarch64");
+    snprintf(mpath, sizeof mpath, "%s/metadata.json", vdir);
+    FILE *f = fopen(mpath, "rb");
+    if (!f)
+        return khub_cli_fail("bench", "%s: no metadata.json; build the kernel first (khub build "
+                             "%s)", vdir, dir);
+    static char json[4u << 20];
+    size_t len = fread(json, 1, sizeof json, f);
+    fclose(f);
+    khub_kmeta *m = calloc(1, sizeof *m);
+    khub_status st = m ? khub__kmeta_parse(json, len, m, err, sizeof err) : KHUB_STATUS_NOMEM;
+    if (st == KHUB_STATUS_OK) st = khub__kmeta_verify_dir(m, vdir, err, sizeof err);
+    const khub_kmeta_plugin *p = st == KHUB_STATUS_OK
+                                     ? khub__kmeta_pick_plugin(m, khub_cpu_features()) : NULL;
+    int rc = 0;
+    if (st != KHUB_STATUS_OK)
+        rc = khub_cli_fail("bench", "%s: %s", vdir, err[0] ? err : khub_status_str(st));
+    else if (!p)
+        rc = khub_cli_fail("bench", "%s: no plugin file fits this CPU", vdir);
+    else if (snprintf(path, sizeof path, "%s/%s", vdir, p->file) >= (int)sizeof path ||
+             khub_plugin_load(rt, path, khub__kmeta_digest(m, p->file), out) != KHUB_STATUS_OK)
+        rc = khub_cli_fail("bench", "loading %s: %s", path, khub_runtime_errmsg(rt));
+    else
+        snprintf(what, n, "%s, %s", p->file, strrchr(vdir, '/') + 1);
+    free(m);
+    return rc;
+}
+
+static int bench_dir(const ops_args *a)
+{
+    char err[KHUB_ERROR_SIZE] = "", what[512];
+    khub_kernel_manifest *m = calloc(1, sizeof *m);
+    if (!m) return khub_cli_fail("bench", "out of memory");
+    khub_runtime *rt = NULL;
+    khub_plugin *p = NULL;
+    int rc = 0;
+    if (khub__km_load(a->target, m, err, sizeof err) != KHUB_STATUS_OK)
+        rc = khub_cli_fail("bench", "%s", err);
+    else if (m->n_tests == 0)
+        rc = khub_cli_fail("bench", "%s/kernel.json declares no \"selftests\": nothing to time "
+                           "(add shapes, see docs/kernel-format.md)", a->target);
+    else if (new_runtime(a, &rt) != KHUB_STATUS_OK)
+        rc = khub_cli_fail("bench", "%s", rt ? khub_runtime_errmsg(rt) : khub_last_error());
+    else
+        rc = load_dir_plugin(rt, a->target, what, sizeof what, &p);
+    if (rc == 0) header(a, khub_plugin_id(p), what, m->n_tests);
+    for (size_t i = 0; rc == 0 && i < m->n_tests; i++) {
+        khub_selftest_spec s = {m->tests[i].op, {0}, m->tests[i].ndim, m->tests[i].dtype,
+                                m->tests[i].tolerance};
+        memcpy(s.shape, m->tests[i].shape, sizeof s.shape);
+        rc = bench_one(rt, khub_plugin_id(p), &s, a);
+    }
+    khub_runtime_free(rt);
+    free(m);
+    return rc;
+}
+
+static int bench_id(const ops_args *a)
+{
+    khub_hub *hub = NULL;
+    khub_runtime *rt = NULL;
+    khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
+    int rc = 0;
+    if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK)
+        rc = khub_cli_fail("bench", "%s", khub_last_error());
+    else if (new_runtime(a, &rt) != KHUB_STATUS_OK)
+        rc = khub_cli_fail("bench", "%s", rt ? khub_runtime_errmsg(rt) : khub_last_error());
+    else if (khub_kernel_fetch(hub, rt, a->target, NULL, &kr) != KHUB_STATUS_OK)
+        rc = khub_cli_fail("bench", "%s", khub_runtime_errmsg(rt));
+    else if (kr.fell_back)
+        rc = khub_cli_fail("bench", "%s has no variant for this machine; nothing to time "
+                           "(see khub variants %s)", a->target, a->target);
+    uint32_t n_ops = rc == 0 ? khub_plugin_op_count(kr.plugin) : 0, n = 0;
+    for (uint32_t i = 0; i < n_ops; i++) {
+        khub_selftest_spec s;
+        n += (uint32_t)default_spec(khub_plugin_op(kr.plugin, i)->kind,
+                                    khub_plugin_op(kr.plugin, i)->name, &s);
+    }
+    if (rc == 0) {
+        char what[600];
+        snprintf(what, sizeof what, "%s@%.12s, %s, %s", kr.repo, kr.commit, kr.file, kr.variant);
+        header(a, kr.plugin_id, what, n);
+    }
+    for (uint32_t i = 0; rc == 0 && i < n_ops; i++) {
+        khub_selftest_spec s;
+        const khub_op_desc *op = khub_plugin_op(kr.plugin, i);
+        if (default_spec(op->kind, op->name, &s)) rc = bench_one(rt, kr.plugin_id, &s, a);
+        else if (!a->json) printf("%s: no benchmark shape for this kind of op\n", op->name);
+    }
+    khub_runtime_free(rt);
+    khub_hub_free(hub);
+    return rc;
+}
+
 static const khub_cli_cmd bench_cmd;
 
 static int run_bench(int argc, char **argv)
 {
     if (khub_cli_wants_help(&bench_cmd, argc, argv)) return 0;
     lat_args a = {NULL, 1000, 0};
+    ops_args o = {NULL, 1, 0.2, 0};
     int latency = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--latency")) latency = 1;
-        else if (!strcmp(argv[i], "--json")) a.json = 1;
+        else if (!strcmp(argv[i], "--json")) a.json = o.json = 1;
         else if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "--iterations")) && i + 1 < argc)
             a.iterations = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            o.threads = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--time") && i + 1 < argc)
+            o.time_s = strtod(argv[++i], NULL);
         else if (argv[i][0] == '-') return khub_cli_usage(&bench_cmd, "unknown option %s", argv[i]);
-        else if (!a.id_text) a.id_text = argv[i];
+        else if (!a.id_text) a.id_text = o.target = argv[i];
         else return khub_cli_usage(&bench_cmd, "unexpected argument %s", argv[i]);
     }
-    if (!a.id_text) return khub_cli_usage(&bench_cmd, "missing Hub ID (org/name[@rev])");
+    if (!a.id_text)
+        return khub_cli_usage(&bench_cmd, "missing a kernel: a built source DIR or a Hub ID");
     if (a.iterations < 1 || a.iterations > 10000000)
         return khub_cli_usage(&bench_cmd, "-n must be between 1 and 10000000");
-    if (!latency)
-        return khub_cli_usage(&bench_cmd, "op micro-benchmarks of a kernel repo are not "
-                                          "implemented yet; use --latency, or khub bench-ops "
-                                          "for the built-in plugins");
-    return bench_latency(&a);
+    if (o.threads < 0 || o.threads > 1024)
+        return khub_cli_usage(&bench_cmd, "--threads must be between 0 and 1024");
+    if (!(o.time_s > 0 && o.time_s <= 600))
+        return khub_cli_usage(&bench_cmd, "--time must be in (0, 600] seconds");
+    if (latency) return bench_latency(&a);
+    struct stat sb;
+    return stat(o.target, &sb) == 0 && S_ISDIR(sb.st_mode) ? bench_dir(&o) : bench_id(&o);
 }
 
 static const khub_cli_cmd bench_cmd = {
-    "bench", "time resolving and verifying a cached kernel (--latency)",
-    "usage: khub bench --latency ID [-n N] [--json]\n\n"
-    "Times khub_hub_resolve + khub_hub_variant_files (every file of the best\n"
-    "variant re-hashed against metadata.json) N times (default 1000) on a kernel\n"
-    "already in the cache, and prints the median and p90 in microseconds. Pin the\n"
-    "commit (org/name@<40hex>) to time what a locked load pays; a branch costs a\n"
-    "request per iteration unless HF_HUB_OFFLINE=1.\n",
+    "bench", "time a kernel's ops against ref-cpu, or resolving a cached kernel (--latency)",
+    "usage: khub bench DIR|ID [--threads N] [--time S] [--json]\n"
+    "       khub bench --latency ID [-n N] [--json]\n\n"
+    "DIR|ID: times each op of a kernel next to khub/ref-cpu's op of the same\n"
+    "kind and prints the median microseconds per call, GFLOP/s (linear, qlinear,\n"
+    "attention) or GB/s (the rest), and the speedup over ref-cpu. DIR is a built\n"
+    "kernel source tree (kernel.json; build/<variant>/ verified against its\n"
+    "metadata.json), timed on kernel.json's \"selftests\" shapes; ID is fetched\n"
+    "with khub_kernel_fetch and timed on one shape per kind. --threads sizes the\n"
+    "runtime's pool (default 1; 0 = one per CPU), --time the seconds per op and\n"
+    "plugin (default 0.2). Wall clock: run it on a quiet machine.\n\n"
+    "--latency: times khub_hub_resolve + khub_hub_variant_files (every file of\n"
+    "the best variant checked against metadata.json) N times (default 1000) on a\n"
+    "kernel already in the cache, and prints the median and p90 in microseconds.\n"
+    "Pin the commit (org/name@<40hex>) to time what a locked load pays; a branch\n"
+    "costs a request per iteration unless HF_HUB_OFFLINE=1.\n",
     run_bench};
 KHUB_CLI_COMMAND(bench_cmd)
