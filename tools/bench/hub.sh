@@ -106,7 +106,19 @@ run_curl() {
     t1=$(now)
     echo "$1 $(echo "$t1 - $t0" | bc -l)"
 }
-jobs_list=("run_khub khub $khub $endpoint" "run_curl curl $endpoint")
+# curl_file: the same GET written to a file (no hash, no fsync): what a
+# download that stores the bytes costs at the least.
+run_curl_file() {
+    local t0 t1
+    rm -f "$work/curl.out"
+    t0=$(now)
+    curl -sf -o "$work/curl.out" "$2/$rel"
+    t1=$(now)
+    rm -f "$work/curl.out"
+    echo "$1 $(echo "$t1 - $t0" | bc -l)"
+}
+jobs_list=("run_khub khub $khub $endpoint" "run_curl curl $endpoint"
+           "run_curl_file curl_file $endpoint")
 if [ -n "$before" ]; then
     jobs_list+=("run_khub khub_before $before/bin/khub $endpoint_before"
                 "run_curl curl_before $endpoint_before")
@@ -167,6 +179,10 @@ awk -v mk="$mk" -v mc="$mc" -v mb="$size_mb" -v n="$rounds" -v load="$(cut -d' '
     printf "| khub download (cold cache) | %.3f | %.0f |\n", mk, mb / mk
     printf "| curl -o /dev/null | %.3f | %.0f |\n", mc, mb / mc
     printf "\nkhub/curl throughput ratio: %.2f\n", mc / mk
+}'
+mcf=$(median curl_file)
+awk -v mk="$mk" -v mc="$mcf" -v mb="$size_mb" 'BEGIN {
+    printf "curl -o FILE: %.3f s, %.0f MiB/s; khub/(curl -o FILE) ratio: %.2f\n", mc, mb / mc, mc / mk
 }'
 if [ -n "$before" ]; then
     mkb=$(median khub_before)
