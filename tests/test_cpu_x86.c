@@ -18,7 +18,9 @@
  *       blocks of 32 (max ~ 2.1 sigma) that is NMSE ~ 2.5e-5, and the bound
  *       leaves 8x for heavier blocks. Measured values are printed.
  *   qlinear vs the f32 math: 1e-8. With d_x = max|x| / 32767 the same
- *       estimate gives ~4e-10 (256^2 times smaller); 1e-8 leaves 25x.
+ *       estimate gives ~4e-10 (256^2 times smaller); 1e-8 leaves 25x. From
+ *       16 tokens on (KX_GEMM_MIN_N) qlinear is a dequantize + f32 GEMM, so
+ *       its emulation there is the f32 math itself.
  *   qlinear_f32 (f32 activations) vs the f32 math: 1e-9.
  *   linear (f32 / f16 / bf16 weights): 1e-9; f32 sums of up to 1536 terms.
  *   attention, norms, activations: 1e-9; the vector exp is within a few ulp.
@@ -310,7 +312,9 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
     size_t rb = (size_t)(c.in / 32) * qblk_bytes(c.fmt);
     for (int64_t i = 0; i < c.n * c.in; i++) x[i] = nrand();
     for (int64_t i = 0; i < c.out; i++) bias[i] = nrand();
-    for (int64_t t = 0; t < c.n; t++) quant_x(x + t * c.in, c.in, g_qop->levels, xq + t * c.in);
+    /* qlinear (int16) becomes an f32 GEMM from 16 tokens on (kx.h KX_GEMM_MIN_N). */
+    float levels = g_qop == &qops[0] && c.n >= 16 ? 0.0f : g_qop->levels;
+    for (int64_t t = 0; t < c.n; t++) quant_x(x + t * c.in, c.in, levels, xq + t * c.in);
     double *wrow = malloc(sizeof(double) * (size_t)c.in);
     double *orow = malloc(sizeof(double) * (size_t)c.in);
     for (int64_t o = 0; o < c.out; o++) {
@@ -376,7 +380,7 @@ static void qlinear_shapes(int fmt)
         {fmt, 1, 576, 576, 0},   {fmt, 1, 576, 192, 1},   {fmt, 1, 576, 1536, 0},
         {fmt, 1, 1536, 576, 0},  {fmt, 1, 576, 49152, 0}, {fmt, 3, 576, 193, 1},
         {fmt, 17, 64, 7, 0},     {fmt, 5, 32, 1, 1},      {fmt, 512, 576, 192, 0},
-        {fmt, 512, 1536, 65, 1},
+        {fmt, 512, 1536, 65, 1}, {fmt, 16, 576, 1536, 1},
     };
     for (size_t k = 0; k < sizeof qops / sizeof qops[0]; k++) {
         g_qop = &qops[k];
@@ -684,6 +688,8 @@ TEST_IMPL(perturbation_is_detected)
     qcase q = {KHUB_QFORMAT_Q4_1, 1, 576, 64, 0};
     ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
     q.fmt = KHUB_QFORMAT_Q8_0;
+    ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
+    q.n = 17; /* the prefill GEMM */
     ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
     ASSERT(run_dense(lv, nlv, KHUB_DTYPE_F16, 1, 64, 8, 1) > 1e-9);
     acase c = {3, 40, 4, 2, 64, 37, 0, 1, 0, 1, 1};

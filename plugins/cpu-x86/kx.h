@@ -92,6 +92,10 @@ typedef struct kx_act {
 khub_status KX(qlinear_run)(kx_state *s, const kx_linear *a);     /* int8 activations */
 khub_status KX(qlinear_f32_run)(kx_state *s, const kx_linear *a); /* f32 activations */
 khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a); /* int16 activations */
+/* qlinear_q16_run hands calls of at least KX_GEMM_MIN_N tokens to qgemm_run:
+ * weights dequantized per panel, f32 GEMM (the f32 math, exact). */
+#define KX_GEMM_MIN_N 16
+khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a);
 khub_status KX(linear_run)(kx_state *s, const kx_linear *a);
 khub_status KX(attention_run)(kx_state *s, const kx_attn *a);
 khub_status KX(norm_run)(kx_state *s, const kx_norm *a);

@@ -20,6 +20,8 @@
  * decode GEMV, so blocks go in pairs as in qlinear.c: the two blocks' int32
  * lanes are folded into one vector (hadd) and scaled with one FMA.
  *
+ * Calls of KX_GEMM_MIN_N tokens or more (prefill) go to qgemm.c instead.
+ *
  * Work split: host->parallel_for over tiles of TR output rows; in a tile,
  * groups of TC tokens share each unpacked weight block (prefill), and one
  * token (decode) streams TR rows with TR independent accumulators.
@@ -144,17 +146,22 @@ static inline __attribute__((always_inline)) void
 tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, const q16blk *x,
      int64_t xs, int64_t nb, const float *bias, float *y, int64_t ldy)
 {
+    /* The loops over r and c are unrolled explicitly (-O2 does not): rolled,
+     * acc[][] lives in memory and every block pays loads and stores. */
     __m256 acc[TR][TC];
     __m128 cor[TR][TC]; /* lanes 1 and 3 collect c * sum(x) */
     const size_t bb = blk_bytes(fmt);
     const __m256i pick = _mm256_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2);
+#pragma GCC unroll 4
     for (int r = 0; r < tr; r++)
+#pragma GCC unroll 4
         for (int c = 0; c < tc; c++) {
             acc[r][c] = _mm256_setzero_ps();
             cor[r][c] = _mm_setzero_ps();
         }
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+#pragma GCC unroll 4
         for (int r = 0; r < tr; r++) {
             const uint8_t *blk = w + (size_t)r * wrb + (size_t)b * bb;
             if ((b & 3) == 0) _mm_prefetch((const char *)blk + KX_PF_DIST, _MM_HINT_T0);
@@ -162,6 +169,7 @@ tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, co
             codes16(fmt, blk, &w0l, &w0h);
             codes16(fmt, blk + bb, &w1l, &w1h);
             const __m128 sw = scales2(fmt, blk, bb);
+#pragma GCC unroll 4
             for (int c = 0; c < tc; c++) {
                 const q16blk *xb = x + c * xs + b;
                 __m256i d = _mm256_hadd_epi32(dot16(w0l, w0h, xb[0].p), dot16(w1l, w1h, xb[1].p));
@@ -175,7 +183,9 @@ tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, co
         }
     }
     float cs[TR][TC];
+#pragma GCC unroll 4
     for (int r = 0; r < tr; r++)
+#pragma GCC unroll 4
         for (int c = 0; c < tc; c++) {
             __m128 v = cor[r][c];
             cs[r][c] = fmt == KHUB_QFORMAT_Q8_0 ? 0.0f
@@ -183,6 +193,7 @@ tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, co
                                                       _mm_cvtss_f32(_mm_shuffle_ps(v, v, 3));
         }
     for (; b < nb; b++) { /* odd block count: the last block alone */
+#pragma GCC unroll 4
         for (int r = 0; r < tr; r++) {
             const uint8_t *blk = w + (size_t)r * wrb + (size_t)b * bb;
             __m256i wl, wh;
@@ -191,6 +202,7 @@ tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, co
             float cw = fmt == KHUB_QFORMAT_Q4_1   ? _cvtsh_ss(kx_rd16(blk + 2))
                        : fmt == KHUB_QFORMAT_Q4_0 ? -8.0f * dw
                                                   : 0.0f;
+#pragma GCC unroll 4
             for (int c = 0; c < tc; c++) {
                 const q16blk *xb = x + c * xs + b;
                 __m256 d = _mm256_cvtepi32_ps(dot16(wl, wh, xb->p));
@@ -199,7 +211,9 @@ tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, co
             }
         }
     }
+#pragma GCC unroll 4
     for (int c = 0; c < tc; c++)
+#pragma GCC unroll 4
         for (int r = 0; r < tr; r++)
             y[c * ldy + r] = kx_hsum8(acc[r][c]) + cs[r][c] + (bias ? bias[r] : 0.0f);
 }
@@ -276,6 +290,7 @@ static void rows_range(void *ud, int64_t begin, int64_t end, int thread)
 
 khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
 {
+    if (a->n >= KX_GEMM_MIN_N) return KX(qgemm_run)(s, a);
     const khub_host_api *h = s->host;
     job j = {.a = a, .nb = a->in / QK};
     switch (a->wfmt) {

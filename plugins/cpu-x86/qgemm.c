@@ -1,0 +1,191 @@
+/*
+ * qgemm.c: the prefill case of qlinear (many tokens): y = x @ W^T with the
+ * block-quantized W dequantized, one panel of output rows at a time, into
+ * f32 and multiplied with f32 x by a register-tiled GEMM.
+ *
+ * Why. The per-block dot products (qlinear_q16.c) spend most of their work
+ * on each block's scale: convert, scale, accumulate, for every (row, token,
+ * block). Dequantizing a panel once (exact: f16 scale times a small integer
+ * is exact in f32) and reusing it for every token moves that cost out of the
+ * inner loop, which becomes pure FMAs; and the result is the f32 math itself,
+ * not an approximation of it.
+ *
+ * Layout. A panel holds PW consecutive output rows, transposed: p[k * PW + j]
+ * is W[r0 + j][k], so one vector load at k gives PW / VL rows' weights
+ * (VL = 16 lanes with AVX-512, 8 with AVX2). The micro-kernel keeps
+ * RN tokens x (PW / VL) vectors of accumulators in registers; per k it loads
+ * PW / VL weight vectors, broadcasts RN activations and issues
+ * RN * PW / VL FMAs. Rows past `out` in the last panel are zero and their
+ * results are not stored.
+ *
+ * Threads: host->parallel_for over panels; each range call packs into its
+ * own scratch (PW * in floats, 64-byte aligned by over-allocating).
+ */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kx_simd.h"
+
+#define QK 32
+
+#if defined(KX_LEVEL_AVX512)
+#define VL 16
+typedef __m512 vf;
+#define VLOAD(p) _mm512_load_ps(p)
+#define VBCAST(p) _mm512_set1_ps(*(p))
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VZERO() _mm512_setzero_ps()
+#define VSTOREU(p, v) _mm512_storeu_ps(p, v)
+#else
+#define VL 8
+typedef __m256 vf;
+#define VLOAD(p) _mm256_load_ps(p)
+#define VBCAST(p) _mm256_broadcast_ss(p)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VZERO() _mm256_setzero_ps()
+#define VSTOREU(p, v) _mm256_storeu_ps(p, v)
+#endif
+#define RN 6           /* tokens per micro-kernel call (12 accumulators) */
+#define NV 2           /* weight vectors per k: the panel is NV * VL rows wide */
+#define PW (NV * VL)
+
+/* ------------------------------------------------------------------------ */
+/* Packing                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static inline size_t blk_bytes(int fmt)
+{
+    return fmt == KHUB_QFORMAT_Q8_0 ? 34 : fmt == KHUB_QFORMAT_Q4_0 ? 18 : 20;
+}
+
+/* One block's 32 values, exactly. */
+static void dequant_block(int fmt, const uint8_t *blk, float v[QK])
+{
+    float d = _cvtsh_ss(kx_rd16(blk));
+    if (fmt == KHUB_QFORMAT_Q8_0) {
+        for (int i = 0; i < QK; i++) v[i] = d * (float)(int8_t)blk[2 + i];
+        return;
+    }
+    const uint8_t *qs = blk + (fmt == KHUB_QFORMAT_Q4_1 ? 4 : 2);
+    float c = fmt == KHUB_QFORMAT_Q4_1 ? _cvtsh_ss(kx_rd16(blk + 2)) : -8.0f * d;
+    for (int i = 0; i < QK / 2; i++) {
+        v[i] = d * (float)(qs[i] & 15) + c;
+        v[i + QK / 2] = d * (float)(qs[i] >> 4) + c;
+    }
+}
+
+/* Packs rows [r0, r0 + rows) (rows <= PW) of W into p[in][PW], zero-padded. */
+static void pack_panel(const kx_linear *a, int64_t r0, int rows, float *p)
+{
+    const size_t bb = blk_bytes(a->wfmt);
+    const int64_t nb = a->in / QK;
+    if (rows < PW) memset(p, 0, sizeof(float) * (size_t)(a->in * PW));
+    for (int j = 0; j < rows; j++) {
+        const uint8_t *row = a->w + (size_t)(r0 + j) * a->w_row_bytes;
+        for (int64_t b = 0; b < nb; b++) {
+            float v[QK];
+            dequant_block(a->wfmt, row + (size_t)b * bb, v);
+            float *dst = p + (size_t)(b * QK) * PW + j;
+            for (int i = 0; i < QK; i++) dst[(size_t)i * PW] = v[i];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Micro-kernel                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* rn tokens (rn <= RN, constant after inlining) against one packed panel:
+ * y[t * ldy + j] = sum_k x[t * ldx + k] p[k * PW + j] (+ bias[j]) for
+ * j < cols. */
+static inline __attribute__((always_inline)) void
+kernel(const int rn, const float *p, const float *x, int64_t ldx, int64_t in, const float *bias,
+       int cols, float *y, int64_t ldy)
+{
+    /* -O2 does not unroll these loops by itself, and rolled loops over
+     * acc[][] keep the accumulators in memory: unroll them explicitly. */
+    vf acc[RN][NV];
+#pragma GCC unroll 6
+    for (int t = 0; t < rn; t++)
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) acc[t][v] = VZERO();
+    for (int64_t k = 0; k < in; k++) {
+        vf w[NV];
+#pragma GCC unroll 2
+        for (int v = 0; v < NV; v++) w[v] = VLOAD(p + k * PW + v * VL);
+#pragma GCC unroll 6
+        for (int t = 0; t < rn; t++) {
+            vf xb = VBCAST(x + t * ldx + k);
+#pragma GCC unroll 2
+            for (int v = 0; v < NV; v++) acc[t][v] = VFMA(w[v], xb, acc[t][v]);
+        }
+    }
+    for (int t = 0; t < rn; t++) {
+        float out[PW];
+        for (int v = 0; v < NV; v++) VSTOREU(out + v * VL, acc[t][v]);
+        for (int j = 0; j < cols; j++) y[t * ldy + j] = out[j] + (bias ? bias[j] : 0.0f);
+    }
+}
+
+typedef void (*kern_fn)(const float *p, const float *x, int64_t ldx, int64_t in,
+                        const float *bias, int cols, float *y, int64_t ldy);
+
+#define KDEF(R)                                                                             \
+    static void kern_##R(const float *p, const float *x, int64_t ldx, int64_t in,          \
+                         const float *bias, int cols, float *y, int64_t ldy)               \
+    {                                                                                       \
+        kernel(R, p, x, ldx, in, bias, cols, y, ldy);                                       \
+    }
+KDEF(1) KDEF(2) KDEF(3) KDEF(4) KDEF(5) KDEF(6)
+static const kern_fn kerns[RN] = {kern_1, kern_2, kern_3, kern_4, kern_5, kern_6};
+
+/* ------------------------------------------------------------------------ */
+/* Driver                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct job {
+    kx_state *s;
+    const kx_linear *a;
+    int failed; /* a range could not get its scratch */
+} job;
+
+static void panels_range(void *ud, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    job *j = ud;
+    const kx_linear *a = j->a;
+    const khub_host_api *h = j->s->host;
+    size_t bytes = sizeof(float) * (size_t)(a->in * PW) + 64;
+    void *raw = h->alloc(h->host_ctx, bytes);
+    if (!raw) {
+        __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    float *p = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    for (int64_t pi = begin; pi < end; pi++) {
+        int64_t r0 = pi * PW;
+        int rows = (int)(a->out - r0 < PW ? a->out - r0 : PW);
+        pack_panel(a, r0, rows, p);
+        const float *bias = a->bias ? a->bias + r0 : NULL;
+        for (int64_t t0 = 0; t0 < a->n; t0 += RN) {
+            int rn = (int)(a->n - t0 < RN ? a->n - t0 : RN);
+            kerns[rn - 1](p, a->x + t0 * a->ldx, a->ldx, a->in, bias, rows,
+                          a->y + t0 * a->ldy + r0, a->ldy);
+        }
+    }
+    h->free(h->host_ctx, raw);
+}
+
+khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a)
+{
+    if (a->wfmt != KHUB_QFORMAT_Q4_0 && a->wfmt != KHUB_QFORMAT_Q4_1 &&
+        a->wfmt != KHUB_QFORMAT_Q8_0)
+        return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: format %d reached the kernel", a->wfmt);
+    job j = {.s = s, .a = a};
+    s->host->parallel_for(s->host->host_ctx, (a->out + PW - 1) / PW, panels_range, &j);
+    if (j.failed)
+        return KX_FAIL(s, KHUB_STATUS_NOMEM, "qlinear: no memory for a %d x %lld weight panel",
+                       PW, (long long)a->in);
+    return KHUB_STATUS_OK;
+}
