@@ -16,7 +16,8 @@
  * FMA: each thread runs 12 independent chains of 256-bit FMAs (12 covers a
  * 4-cycle latency at 2 FMA/cycle with room), counting 2 flops per lane.
  * AVX2+FMA is checked at run time; without it the tool says so and prints
- * no FMA line.
+ * no FMA line. With AVX-512F the same runs on 16 lanes ("fma512"): whether
+ * that doubles the rate depends on the core (one or two 512-bit FMA units).
  *
  * Threads are plain pthreads released together by a barrier; the time of a
  * pass is from the release to the last thread's finish.
@@ -91,13 +92,28 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(long iters)
     return o[0];
 }
 
+/* The same with 16 lanes (AVX-512F); some cores run it at twice the rate. */
+__attribute__((target("avx512f"))) static float fma_avx512(long iters)
+{
+    __m512 acc[FMA_ACC];
+    const __m512 m = _mm512_set1_ps(0.999999f), ad = _mm512_set1_ps(1e-7f);
+    for (int k = 0; k < FMA_ACC; k++) acc[k] = _mm512_set1_ps((float)k);
+    for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 12
+        for (int k = 0; k < FMA_ACC; k++) acc[k] = _mm512_fmadd_ps(acc[k], m, ad);
+    }
+    __m512 s = acc[0];
+    for (int k = 1; k < FMA_ACC; k++) s = _mm512_add_ps(s, acc[k]);
+    return _mm512_reduce_add_ps(s);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Threads                                                                  */
 /* ------------------------------------------------------------------------ */
 
 typedef struct job {
     pthread_barrier_t *start;
-    int fma;            /* 0 = read pass, 1 = FMA pass */
+    int fma;            /* 0 = read pass, 1 = 8-lane FMA pass, 2 = 16-lane FMA pass */
     float *buf;         /* read: this thread's slice */
     size_t n;           /* floats in the slice */
     long iters;         /* FMA rounds */
@@ -122,7 +138,7 @@ static void *thread_main(void *arg)
     if (j->first_touch) {
         for (size_t i = 0; i < j->n; i++) j->buf[i] = 1.0f;
     } else if (j->fma) {
-        j->sink = fma_avx2(j->iters);
+        j->sink = j->fma == 2 ? fma_avx512(j->iters) : fma_avx2(j->iters);
     } else {
         j->sink = __builtin_cpu_supports("avx2") ? sum_avx2(j->buf, j->n)
                                                  : sum_scalar(j->buf, j->n);
@@ -258,6 +274,13 @@ int main(int argc, char **argv)
             cpu[r] = flops / c / 1e9; /* every thread ran its share on a core for c s */
         }
         print_stats("fma", "gflops", nt, wall, cpu, reps);
+        if (!__builtin_cpu_supports("avx512f")) continue;
+        pass(nt, 2, 0, NULL, 0, iters / 4, NULL);
+        for (int r = 0; r < reps; r++) {
+            wall[r] = 2 * flops / pass(nt, 2, 0, NULL, 0, iters, &c) / 1e9;
+            cpu[r] = 2 * flops / c / 1e9;
+        }
+        print_stats("fma512", "gflops", nt, wall, cpu, reps);
     }
     free(buf);
     return 0;
