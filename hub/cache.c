@@ -116,8 +116,8 @@ khub_status khub__mkdirs(khub_hub *hub, const char *path)
             char c = *p;
             *p = '\0';
             if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot create directory %s: %s",
-                                      buf, strerror(errno));
+                return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot create directory %s: %s", buf,
+                                      strerror(errno));
             *p = c;
             if (c == '\0') break;
         }
@@ -220,7 +220,8 @@ khub_status khub__cache_read_ref(khub_hub *hub, const char *repo_dir, const char
     if (n != 40 || !khub__is_commit_hex(buf))
         return khub__hub_fail(hub, KHUB_STATUS_PARSE,
                               "%s: a ref file must hold exactly 40 lowercase hex digits; delete "
-                              "it and resolve again online", path);
+                              "it and resolve again online",
+                              path);
     memcpy(commit, buf, 41);
     return KHUB_STATUS_OK;
 }
@@ -299,8 +300,8 @@ static int is_orphan_of(const char *name, const char *etag)
     return n >= el + sl && strcmp(name + n - sl, suffix) == 0;
 }
 
-khub_status khub__cache_blob_tmp(khub_hub *hub, const char *repo_dir, const char *etag,
-                                 char *tmp, size_t size, int *fd_out, uint64_t *have)
+khub_status khub__cache_blob_tmp(khub_hub *hub, const char *repo_dir, const char *etag, char *tmp,
+                                 size_t size, int *fd_out, uint64_t *have)
 {
     char blobs[KHUB__PATH_MAX], hex[9];
     snprintf(blobs, sizeof blobs, "%s/blobs", repo_dir);
@@ -317,8 +318,7 @@ khub_status khub__cache_blob_tmp(khub_hub *hub, const char *repo_dir, const char
         char path[KHUB__PATH_MAX];
         if (!KHUB__PATHF(path, "%s/%s", blobs, de->d_name)) continue;
         struct stat sb;
-        if (!adopted && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) &&
-            rename(path, tmp) == 0) {
+        if (!adopted && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && rename(path, tmp) == 0) {
             adopted = 1;
             *have = (uint64_t)sb.st_size;
         } else {
@@ -343,8 +343,7 @@ khub_status khub__cache_publish_blob(khub_hub *hub, int fd, const char *tmp, con
     }
     close(fd);
     if (rename(tmp, blob) != 0)
-        return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot publish %s: %s", blob,
-                              strerror(errno));
+        return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot publish %s: %s", blob, strerror(errno));
     fsync_dir_of(blob);
     return KHUB_STATUS_OK;
 }
@@ -436,12 +435,11 @@ static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW 
 {
     (void)sb;
     (void)ftw;
-    if (flag == FTW_DP) rmdir(path);
-    else unlink(path);
+    if (flag == FTW_DP)
+        rmdir(path);
+    else
+        unlink(path);
     return 0;
 }
 
-void khub__rmtree(const char *path)
-{
-    nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+void khub__rmtree(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }

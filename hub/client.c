@@ -61,8 +61,7 @@ static void default_rev_offline(const char *repo_dir, char *rev, size_t size)
 /* GET .../refs and pick branch v<N> (version >= 0) or the highest v<N>,
  * else main (version < 0). */
 static khub_status resolve_from_refs(khub_hub *hub, const khub_hub_id *id, const char *json,
-                                     int32_t version, char *rev, size_t rev_size,
-                                     char commit[41])
+                                     int32_t version, char *rev, size_t rev_size, char commit[41])
 {
     cJSON *root = cJSON_Parse(json);
     cJSON *br = cJSON_GetObjectItemCaseSensitive(root, "branches"), *b;
@@ -120,9 +119,8 @@ static khub_status sha_from_info(khub_hub *hub, const khub_hub_id *id, const cha
     if (cJSON_IsString(sha) && khub__is_commit_hex(sha->valuestring))
         memcpy(commit, sha->valuestring, 41);
     else
-        st = khub__hub_fail(hub, KHUB_STATUS_PARSE,
-                            "repo info of %s/%s@%s has no 40-hex \"sha\"", id->org, id->name,
-                            id->revision);
+        st = khub__hub_fail(hub, KHUB_STATUS_PARSE, "repo info of %s/%s@%s has no 40-hex \"sha\"",
+                            id->org, id->name, id->revision);
     cJSON_Delete(root);
     return st;
 }
@@ -159,9 +157,10 @@ static khub_status resolve_online(khub_hub *hub, const khub_hub_id *id, const ch
         khub_status rs = khub__cache_read_ref(hub, repo_dir, fb_rev, commit);
         hub->err_set = s2;
         if (rs == KHUB_STATUS_OK) {
-            khub__log(NULL, KHUB_LOG_WARN, "%s: hub unreachable or refused (%s); using the "
-                      "cached refs/%s", what, st == KHUB_STATUS_OK ? r.error_code : hub->errmsg,
-                      fb_rev);
+            khub__log(NULL, KHUB_LOG_WARN,
+                      "%s: hub unreachable or refused (%s); using the "
+                      "cached refs/%s",
+                      what, st == KHUB_STATUS_OK ? r.error_code : hub->errmsg, fb_rev);
             hub->err_set = saved;
             hub->errmsg[0] = '\0';
             snprintf(rev, rev_size, "%s", fb_rev);
@@ -204,8 +203,8 @@ khub_status khub_hub_resolve(khub_hub *hub, const khub_hub_id *id, char commit_o
         if (st == KHUB_STATUS_NOT_FOUND)
             return khub__hub_fail(hub, KHUB_STATUS_OFFLINE,
                                   "%s/%s@%s is not cached (no %s/refs/%s) and HF_HUB_OFFLINE "
-                                  "forbids the network; download it once online", id->org,
-                                  id->name, rev, repo_dir, rev);
+                                  "forbids the network; download it once online",
+                                  id->org, id->name, rev, repo_dir, rev);
         return st;
     }
     KHUB_FORWARD_IF_ERROR(NULL, resolve_online(hub, id, repo_dir, rev, sizeof rev, commit_out));
@@ -256,7 +255,8 @@ khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n, khub__tr
         if (!khub__path_is_safe(path->valuestring)) {
             st = khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
                                 "tree entry \"%.200s\" is not a safe relative path; refusing "
-                                "the listing", path->valuestring);
+                                "the listing",
+                                path->valuestring);
             break;
         }
         khub__tree_entry ent = {0};
@@ -398,8 +398,7 @@ static bool tree_read_cache(const char *path, khub__tree *files)
     cJSON_ArrayForEach(v, walk)
     {
         khub__tree_entry e;
-        if (!(ok = tree_cached_entry(v, &e) && tree_push(files, &e, e.path, strlen(e.path))))
-            break;
+        if (!(ok = tree_cached_entry(v, &e) && tree_push(files, &e, e.path, strlen(e.path)))) break;
     }
     cJSON_Delete(root);
     if (!ok) {
@@ -441,8 +440,8 @@ static khub_status tree_select(khub_hub *hub, const khub_hub_id *id, const char 
         }
     if (sub[0] && t.count == 0)
         return khub__hub_fail(hub, KHUB_STATUS_ENTRY_NOT_FOUND,
-                              "listing %s/%s@%.12s/%s: no such directory at that commit",
-                              id->org, id->name, commit, sub);
+                              "listing %s/%s@%.12s/%s: no such directory at that commit", id->org,
+                              id->name, commit, sub);
     qsort(t.items, t.count, sizeof *t.items, cmp_entry);
     khub_status st = KHUB_STATUS_OK;
     for (size_t i = 0; i < t.count; i++) {
@@ -477,9 +476,9 @@ static khub_status list_online(khub_hub *hub, const khub_hub_id *id, const char 
 {
     char url[4096], qsub[2048] = "", what[512];
     if (sub[0]) KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(hub, sub, 0, qsub, sizeof qsub));
-    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/tree/%s%s%s?recursive=%s&expand=false",
-                     hub->endpoint, khub__repo_api_type(hub), id->org, id->name, rev,
-                     sub[0] ? "/" : "", qsub, recursive ? "true" : "false"))
+    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/tree/%s%s%s?recursive=%s&expand=false", hub->endpoint,
+                     khub__repo_api_type(hub), id->org, id->name, rev, sub[0] ? "/" : "", qsub,
+                     recursive ? "true" : "false"))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "tree URL too long");
     snprintf(what, sizeof what, "listing %s/%s@%.12s/%s", id->org, id->name, rev, sub);
     for (int page = 0; page < MAX_TREE_PAGES; page++) {
@@ -543,8 +542,8 @@ typedef struct file_sink {
     uint64_t have, expect;
     const char *path;
     khub_status st;
-    EVP_MD_CTX *md;  /* NULL: no running digest (hash the file at the end) */
-    int git;         /* the ETag is a git blob SHA-1: "blob <size>\0" first */
+    EVP_MD_CTX *md;    /* NULL: no running digest (hash the file at the end) */
+    int git;           /* the ETag is a git blob SHA-1: "blob <size>\0" first */
     EVP_MD_CTX *md256; /* git blobs: SHA-256 too, for the variant check; NULL = none */
 } file_sink;
 
@@ -578,8 +577,7 @@ static khub_status fs_start(void *ud, long status, int64_t range_start)
     } else if (status == 206 && range_start != (int64_t)f->have) {
         return f->st = khub__hub_fail(f->hub, KHUB_STATUS_HTTP,
                                       "%s: asked for bytes from %llu, got a range from %lld",
-                                      f->path, (unsigned long long)f->have,
-                                      (long long)range_start);
+                                      f->path, (unsigned long long)f->have, (long long)range_start);
     }
     return KHUB_STATUS_OK;
 }
@@ -590,7 +588,8 @@ static size_t fs_write(void *ud, const void *data, size_t n)
     if (f->have + n > f->expect) {
         f->st = khub__hub_fail(f->hub, KHUB_STATUS_OVERFLOW,
                                "%s: the server sent more than the %llu bytes it announced; "
-                               "nothing was stored", f->path, (unsigned long long)f->expect);
+                               "nothing was stored",
+                               f->path, (unsigned long long)f->expect);
         return 0;
     }
     const char *p = data;
@@ -633,21 +632,22 @@ static bool fs_digest_hex(EVP_MD_CTX *md, char hex[65])
 }
 
 /* streamed: the digest of the received bytes, or NULL to hash tmp. */
-static khub_status verify_blob(khub_hub *hub, const char *tmp, const char *etag,
-                               const char *path, const char *streamed)
+static khub_status verify_blob(khub_hub *hub, const char *tmp, const char *etag, const char *path,
+                               const char *streamed)
 {
     char got[65];
     khub_status st = KHUB_STATUS_OK;
-    if (streamed) snprintf(got, sizeof got, "%s", streamed);
-    else st = strlen(etag) == 64 ? khub__sha256_file_hex(tmp, got)
-                                 : khub__git_blob_sha1_file(tmp, got);
-    if (st != KHUB_STATUS_OK)
-        return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot hash %s", tmp);
+    if (streamed)
+        snprintf(got, sizeof got, "%s", streamed);
+    else
+        st = strlen(etag) == 64 ? khub__sha256_file_hex(tmp, got)
+                                : khub__git_blob_sha1_file(tmp, got);
+    if (st != KHUB_STATUS_OK) return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot hash %s", tmp);
     if (!khub__digest_eq(got, etag))
         return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
                               "%s: content %s is %s but the hub announced %s; nothing was "
-                              "stored", path, strlen(etag) == 64 ? "SHA-256" : "git blob SHA-1",
-                              got, etag);
+                              "stored",
+                              path, strlen(etag) == 64 ? "SHA-256" : "git blob SHA-1", got, etag);
     return KHUB_STATUS_OK;
 }
 
@@ -683,8 +683,8 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
     char what[512];
     snprintf(what, sizeof what, "downloading %s/%s/%s", id->org, id->name, path);
     khub__http_resp r = {0};
-    khub__http_req req = {.method = "GET", .url = url, .auth = 1, .follow_absolute = 1,
-                          .sink = &sink, .what = what};
+    khub__http_req req = {
+        .method = "GET", .url = url, .auth = 1, .follow_absolute = 1, .sink = &sink, .what = what};
     if (fsk.have < size || size == 0) st = khub__http_fetch(hub, &req, &r);
     if (fsk.st != KHUB_STATUS_OK) st = fsk.st; /* the sink's reason, not "aborted" */
     int complete416 = r.status == 416 && fsk.have == size;
@@ -697,8 +697,10 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
                             (unsigned long long)fsk.have, (unsigned long long)size);
     char streamed[65], sha256[65] = "";
     int have_digest = fs_digest_hex(fsk.md, streamed);
-    if (!fsk.git) snprintf(sha256, sizeof sha256, "%s", etag);
-    else if (!fs_digest_hex(fsk.md256, sha256)) sha256[0] = '\0';
+    if (!fsk.git)
+        snprintf(sha256, sizeof sha256, "%s", etag);
+    else if (!fs_digest_hex(fsk.md256, sha256))
+        sha256[0] = '\0';
     EVP_MD_CTX_free(fsk.md);
     EVP_MD_CTX_free(fsk.md256);
     if (st == KHUB_STATUS_OK) st = verify_blob(hub, tmp, etag, path, have_digest ? streamed : NULL);
@@ -729,8 +731,7 @@ static bool blob_from_tree(const char *repo_dir, const char *commit, const char 
     char tree[KHUB__PATH_MAX];
     khub__tree files = {0};
     bool found = false;
-    if (!KHUB__PATHF(tree, "%s/trees/%s.json", repo_dir, commit) ||
-        !tree_read_cache(tree, &files))
+    if (!KHUB__PATHF(tree, "%s/trees/%s.json", repo_dir, commit) || !tree_read_cache(tree, &files))
         return false;
     for (size_t i = 0; i < files.count && !found; i++) {
         const khub__tree_entry *e = &files.items[i];
@@ -762,14 +763,15 @@ static khub_status head_blob(khub_hub *hub, const khub_hub_id *id, const char *c
     if (st == KHUB_STATUS_OK && strcmp(r.repo_commit, commit) != 0)
         st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
                             "%s: X-Repo-Commit is \"%s\", not the commit asked for; is %s "
-                            "a Hub?", what, r.repo_commit, hub->endpoint);
+                            "a Hub?",
+                            what, r.repo_commit, hub->endpoint);
     if (st == KHUB_STATUS_OK && !is_hex_n(etag, 40) && !is_hex_n(etag, 64))
         st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
                             "%s: no usable ETag (got \"%.80s\"); need a git SHA-1 or a "
-                            "SHA-256", what, etag);
+                            "SHA-256",
+                            what, etag);
     if (st == KHUB_STATUS_OK && size < 0)
-        st = khub__hub_fail(hub, KHUB_STATUS_HTTP, "%s: no X-Linked-Size or Content-Length",
-                            what);
+        st = khub__hub_fail(hub, KHUB_STATUS_HTTP, "%s: no X-Linked-Size or Content-Length", what);
     snprintf(etag_out, 80, "%s", etag);
     *size_out = size < 0 ? 0 : (uint64_t)size;
     khub__http_resp_free(&r);
@@ -798,11 +800,12 @@ khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const c
         if (hub->offline)
             return khub__hub_fail(hub, KHUB_STATUS_OFFLINE,
                                   "%s/%s@%.12s: %s is not cached and HF_HUB_OFFLINE forbids "
-                                  "the network", id->org, id->name, commit, path);
+                                  "the network",
+                                  id->org, id->name, commit, path);
         char url[4096], qpath[2048];
         KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(hub, path, 1, qpath, sizeof qpath));
-        if (!KHUB__PATHF(url, "%s/%s%s/%s/resolve/%s/%s", hub->endpoint,
-                         khub__repo_url_prefix(hub), id->org, id->name, commit, qpath))
+        if (!KHUB__PATHF(url, "%s/%s%s/%s/resolve/%s/%s", hub->endpoint, khub__repo_url_prefix(hub),
+                         id->org, id->name, commit, qpath))
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "resolve URL too long");
         char etag_copy[80];
         uint64_t size = 0;
@@ -813,8 +816,7 @@ khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const c
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "blob path too long");
         khub__cache_tag(hub);
         if (!is_regular(blob))
-            KHUB_FORWARD_IF_ERROR(NULL, fetch_blob(hub, id, repo_dir, url, etag_copy, size,
-                                                   path));
+            KHUB_FORWARD_IF_ERROR(NULL, fetch_blob(hub, id, repo_dir, url, etag_copy, size, path));
         KHUB_FORWARD_IF_ERROR(NULL, khub__cache_link(hub, repo_dir, commit, path, etag_copy));
     }
     *path_out = strdup(snap);

@@ -25,8 +25,8 @@
 #include <curl/curl.h>
 #endif
 
-#define MAX_REDIRECTS 10
-#define MAX_BODY (16u << 20)
+#define MAX_REDIRECTS  10
+#define MAX_BODY       (16u << 20)
 #define MAX_ERROR_BODY (64u << 10)
 
 khub_status khub__url_quote(khub_hub *hub, const char *s, int keep_slash, char *buf, size_t size)
@@ -77,11 +77,13 @@ khub_status khub__http_error(khub_hub *hub, const khub__http_resp *r, const char
     if (r->status == 401 || r->status == 403)
         return khub__hub_fail(hub, KHUB_STATUS_UNAUTHORIZED,
                               "%s: HTTP %ld: authentication required or token rejected; set "
-                              "HF_TOKEN or check its permissions", what, r->status);
+                              "HF_TOKEN or check its permissions",
+                              what, r->status);
     if (r->status == 429)
         return khub__hub_fail(hub, KHUB_STATUS_RATE_LIMITED,
                               "%s: HTTP 429 rate limited after %d tries; retry later or pin a "
-                              "commit to avoid requests", what, hub->max_tries);
+                              "commit to avoid requests",
+                              what, hub->max_tries);
     return khub__hub_fail(hub, KHUB_STATUS_HTTP, "%s: unexpected HTTP %ld%s%s", what, r->status,
                           msg[0] ? ": " : "", msg);
 }
@@ -115,7 +117,7 @@ typedef struct xfer {
     khub__http_resp *resp;
     const khub__sink *sink;
     CURL *curl;
-    int started;     /* sink->start called for this response */
+    int started; /* sink->start called for this response */
     khub_status sink_st;
     int overflow;
 } xfer;
@@ -157,8 +159,8 @@ static void parse_link_next(char *dst, size_t size, const char *v)
     while ((p = strchr(p, '<'))) {
         const char *e = strchr(p, '>');
         if (!e) return;
-        if (strstr(e, "rel=\"next\"") && (!strchr(e + 1, '<') || strstr(e, "rel=\"next\"") <
-                                                                     strchr(e + 1, '<'))) {
+        if (strstr(e, "rel=\"next\"") &&
+            (!strchr(e + 1, '<') || strstr(e, "rel=\"next\"") < strchr(e + 1, '<'))) {
             trim_copy(dst, size, p + 1, (size_t)(e - p - 1));
             return;
         }
@@ -391,8 +393,8 @@ static khub_status resolve_location(khub_hub *hub, const char *base, const char 
     curl_url_get(u, CURLUPART_SCHEME, &us, 0);
     curl_url_get(u, CURLUPART_HOST, &uh, 0);
     curl_url_get(u, CURLUPART_PORT, &up, CURLU_DEFAULT_PORT);
-    *same_origin = bs && us && bh && uh && bp && up && !strcasecmp(bs, us) &&
-                   !strcasecmp(bh, uh) && !strcmp(bp, up);
+    *same_origin = bs && us && bh && uh && bp && up && !strcasecmp(bs, us) && !strcasecmp(bh, uh) &&
+                   !strcmp(bp, up);
     if (us && strcasecmp(us, "http") && strcasecmp(us, "https")) {
         st = khub__hub_fail(hub, KHUB_STATUS_HTTP, "redirect to a non-HTTP URL refused: %.200s",
                             loc);
@@ -419,8 +421,10 @@ bool khub__url_same_origin(const char *a, const char *b)
     return same != 0;
 }
 
-static int is_redirect(long st) { return st == 301 || st == 302 || st == 303 || st == 307 ||
-                                         st == 308; }
+static int is_redirect(long st)
+{
+    return st == 301 || st == 302 || st == 303 || st == 307 || st == 308;
+}
 
 /* Follows redirects for one try. */
 static khub_status one_try(khub_hub *hub, const khub__http_req *req, khub__http_resp *resp,
@@ -436,12 +440,12 @@ static khub_status one_try(khub_hub *hub, const khub__http_req *req, khub__http_
         if (!relative && !req->follow_absolute) return KHUB_STATUS_OK; /* caller reads it */
         if (hop + 1 >= MAX_REDIRECTS)
             return khub__hub_fail(hub, KHUB_STATUS_HTTP,
-                                  "%s: more than %d redirects (a redirect loop?) at %s",
-                                  req->what, MAX_REDIRECTS, url);
+                                  "%s: more than %d redirects (a redirect loop?) at %s", req->what,
+                                  MAX_REDIRECTS, url);
         char next[2048];
         int same = 0;
-        KHUB_FORWARD_IF_ERROR(NULL, resolve_location(hub, url, resp->location, next,
-                                                     sizeof next, &same));
+        KHUB_FORWARD_IF_ERROR(NULL,
+                              resolve_location(hub, url, resp->location, next, sizeof next, &same));
         if (!same) auth = 0; /* never carry the token to another origin */
         memcpy(url, next, sizeof url);
     }
@@ -455,7 +459,8 @@ static int retryable_status(long st)
 static void sleep_ms(long ms)
 {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {}
+    while (nanosleep(&ts, &ts) != 0) {
+    }
 }
 
 khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__http_resp *resp)
@@ -463,7 +468,8 @@ khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__htt
     if (hub->offline)
         return khub__hub_fail(hub, KHUB_STATUS_OFFLINE,
                               "%s: not cached, and offline mode (HF_HUB_OFFLINE) forbids the "
-                              "network; run once online or unset HF_HUB_OFFLINE", req->what);
+                              "network; run once online or unset HF_HUB_OFFLINE",
+                              req->what);
     long wait = hub->backoff_ms;
     int tries = 0, stalls = 0;
     for (;;) {
@@ -479,7 +485,7 @@ khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__htt
         long ms = wait;
         if (st == KHUB_STATUS_OK && resp->retry_after >= 0) {
             long ra = resp->retry_after > hub->max_retry_after_s ? hub->max_retry_after_s
-                                                                  : resp->retry_after;
+                                                                 : resp->retry_after;
             if (ra * 1000 > ms) ms = ra * 1000;
         }
         khub__log(NULL, KHUB_LOG_INFO, "%s: %s, retrying in %ld ms", req->what,

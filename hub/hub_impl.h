@@ -84,8 +84,8 @@ KHUB_INTERNAL khub_status khub__mkdirs(khub_hub *hub, const char *path);
 KHUB_INTERNAL khub_status khub__atomic_write(khub_hub *hub, const char *path, const void *data,
                                              size_t n);
 /* refs/<rev> holds exactly 40 hex digits without a newline. */
-KHUB_INTERNAL khub_status khub__cache_read_ref(khub_hub *hub, const char *repo_dir,
-                                               const char *rev, char commit[41]);
+KHUB_INTERNAL khub_status khub__cache_read_ref(khub_hub *hub, const char *repo_dir, const char *rev,
+                                               char commit[41]);
 KHUB_INTERNAL khub_status khub__cache_write_ref(khub_hub *hub, const char *repo_dir,
                                                 const char *rev, const char *commit);
 /* Writes CACHEDIR.TAG at the cache root if it is missing. */
@@ -108,20 +108,19 @@ KHUB_INTERNAL khub_status khub__cache_blob_tmp(khub_hub *hub, const char *repo_d
 KHUB_INTERNAL khub_status khub__cache_publish_blob(khub_hub *hub, int fd, const char *tmp,
                                                    const char *blob);
 /* snapshots/<commit>/<rel> -> ../../(...)blobs/<etag>, replaced atomically. */
-KHUB_INTERNAL khub_status khub__cache_link(khub_hub *hub, const char *repo_dir,
-                                           const char *commit, const char *rel,
-                                           const char *etag);
+KHUB_INTERNAL khub_status khub__cache_link(khub_hub *hub, const char *repo_dir, const char *commit,
+                                           const char *rel, const char *etag);
 
 /* ------------------------------------------------------------------------ */
 /* Tree listings                                                            */
 /* ------------------------------------------------------------------------ */
 
 typedef struct khub__tree_entry {
-    char *path;            /* repo-relative, validated with khub__path_is_safe */
+    char *path; /* repo-relative, validated with khub__path_is_safe */
     int is_dir;
     uint64_t size;
-    char oid[41];          /* git blob sha1 ("" for directories) */
-    char lfs_sha256[65];   /* "" for regular files */
+    char oid[41];        /* git blob sha1 ("" for directories) */
+    char lfs_sha256[65]; /* "" for regular files */
 } khub__tree_entry;
 
 typedef struct khub__tree {
@@ -135,9 +134,8 @@ KHUB_INTERNAL void khub__tree_free(khub__tree *t);
  * listing is fetched once and kept in trees/<commit>.json (huggingface_hub's
  * tree cache), which then answers every listing of that commit, offline too;
  * directory entries derived from it have an empty oid. */
-KHUB_INTERNAL khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id,
-                                          const char *commit, const char *sub, int recursive,
-                                          khub__tree *out);
+KHUB_INTERNAL khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                          const char *sub, int recursive, khub__tree *out);
 /* Parses one page of a tree listing (a JSON array) and appends it. */
 KHUB_INTERNAL khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n,
                                            khub__tree *t);
@@ -152,7 +150,7 @@ KHUB_INTERNAL khub_status khub__cache_write_tree(khub_hub *hub, const char *repo
 typedef struct khub__http_resp {
     long status;
     char repo_commit[41];
-    char etag[80];          /* normalised: no W/, no quotes */
+    char etag[80]; /* normalised: no W/, no quotes */
     char linked_etag[80];
     int64_t linked_size;    /* -1 = absent */
     int64_t content_length; /* -1 = absent */
@@ -163,7 +161,7 @@ typedef struct khub__http_resp {
     char error_message[256];
     char link_next[2048];
     char final_url[2048];
-    char *body;             /* NUL-terminated; owned, free with khub__http_resp_free */
+    char *body; /* NUL-terminated; owned, free with khub__http_resp_free */
     size_t body_len, body_cap;
 } khub__http_resp;
 
@@ -178,7 +176,7 @@ typedef struct khub__sink {
 } khub__sink;
 
 typedef struct khub__http_req {
-    const char *method;     /* "GET" or "HEAD" */
+    const char *method; /* "GET" or "HEAD" */
     const char *url;
     int auth;               /* send the token (only to the URL's own host) */
     int follow_absolute;    /* follow absolute redirects (dropping auth across hosts) */
@@ -186,7 +184,7 @@ typedef struct khub__http_req {
     const char *what;       /* "resolving org/name@main" for messages */
     /* Added for publishing: a method of "POST", "PUT" or "DELETE" sends a
      * body, from memory or streamed from a file (both borrowed). */
-    const void *body;         /* NULL = none */
+    const void *body; /* NULL = none */
     size_t body_len;
     const char *upload_path;  /* PUT: the file to send, instead of body */
     const char *content_type; /* NULL = no Content-Type header */
@@ -236,8 +234,8 @@ typedef struct khub__unpack_limits {
  * yet; refuses absolute paths, "..", links of any kind leaving dest or
  * hard links, devices, FIFOs, sockets, and entries over the limits. On
  * failure dest is removed. Statuses: UNSAFE_PATH, OVERFLOW, PARSE, IO. */
-KHUB_INTERNAL khub_status khub__archive_unpack(khub_hub *hub, const char *archive,
-                                               const char *dest, const khub__unpack_limits *lim);
+KHUB_INTERNAL khub_status khub__archive_unpack(khub_hub *hub, const char *archive, const char *dest,
+                                               const khub__unpack_limits *lim);
 /* rm -rf path (no symlink is followed). */
 KHUB_INTERNAL void khub__rmtree(const char *path);
 

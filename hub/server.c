@@ -76,10 +76,10 @@ struct khub__server {
     atomic_ullong n_requests;
     FILE *log;
     pthread_mutex_t log_lock;
-    char *token;              /* writes need "Bearer <token>"; NULL = open */
-    char secret[65];          /* keys the upload capabilities */
+    char *token;                /* writes need "Bearer <token>"; NULL = open */
+    char secret[65];            /* keys the upload capabilities */
     pthread_mutex_t write_lock; /* one write at a time: refs.json read-modify-write */
-    struct digest_cache *dc;  /* file digests by path and stat fingerprint */
+    struct digest_cache *dc;    /* file digests by path and stat fingerprint */
 };
 
 /* ======================================================================== */
@@ -132,8 +132,8 @@ static char *read_file(const char *path, size_t *n_out, size_t max)
     return buf;
 }
 
-static MHD_RESULT send_json(struct MHD_Connection *c, unsigned code, cJSON *j,
-                            const char *err_code, const char *commit)
+static MHD_RESULT send_json(struct MHD_Connection *c, unsigned code, cJSON *j, const char *err_code,
+                            const char *commit)
 {
     char *text = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
@@ -186,8 +186,8 @@ static MHD_RESULT send_error(struct MHD_Connection *c, unsigned code, const char
  * never a wrong answer, because the path is compared too). */
 
 typedef struct file_ids {
-    char sha1[41];    /* git blob id of what git stores: content or LFS pointer */
-    char sha256[65];  /* of the content */
+    char sha1[41];   /* git blob id of what git stores: content or LFS pointer */
+    char sha256[65]; /* of the content */
     size_t pointer_size;
 } file_ids;
 
@@ -356,14 +356,14 @@ static int repo_resolve(const repo *r, const char *rev, char commit[41])
 
 static int repo_is_lfs(const repo *r, const char *path)
 {
-    static const char *defaults[] = {"*.so", "*.tar.gz", "*.cubin", "*.ptx", "*.bin",
-                                     "*.safetensors", "*.gguf"};
+    static const char *defaults[] = {"*.so",  "*.tar.gz",      "*.cubin", "*.ptx",
+                                     "*.bin", "*.safetensors", "*.gguf"};
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
     cJSON *l = cJSON_GetObjectItemCaseSensitive(r->refs, "lfs"), *g;
     if (cJSON_IsArray(l)) {
-        cJSON_ArrayForEach(g, l) if (cJSON_IsString(g) && fnmatch(g->valuestring, base, 0) == 0)
-            return 1;
+        cJSON_ArrayForEach(g, l) if (cJSON_IsString(g) &&
+                                     fnmatch(g->valuestring, base, 0) == 0) return 1;
         return 0;
     }
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
@@ -570,9 +570,10 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
     if (end < l.n) {
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
         char link[4096];
-        snprintf(link, sizeof link, "<http://%s%s?recursive=%s&expand=false&cursor=%zu>; "
-                 "rel=\"next\"", host ? host : "127.0.0.1", raw_url,
-                 recursive ? "true" : "false", end);
+        snprintf(link, sizeof link,
+                 "<http://%s%s?recursive=%s&expand=false&cursor=%zu>; "
+                 "rel=\"next\"",
+                 host ? host : "127.0.0.1", raw_url, recursive ? "true" : "false", end);
         MHD_add_response_header(resp, "Link", link);
     }
     flist_free(&l);
@@ -662,8 +663,8 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
 
     if (!via_cdn && (s->faults & F_CROSS_HOST) && lfs) {
         char loc[KHUB__PATH_MAX];
-        snprintf(loc, sizeof loc, "http://localhost:%u/cdn/%s/%s/%s/%s", s->port, r->org,
-                 r->name, commit, path);
+        snprintf(loc, sizeof loc, "http://localhost:%u/cdn/%s/%s/%s/%s", s->port, r->org, r->name,
+                 commit, path);
         struct MHD_Response *resp = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(resp, "Location", loc);
         MHD_add_response_header(resp, "X-Repo-Commit", commit);
@@ -747,7 +748,7 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
 /* Request bodies are hostile: JSON and NDJSON bodies are buffered up to
  * MAX_JSON_BODY; an LFS object streams to a temp file and may not exceed
  * the size its batch call declared (itself at most MAX_LFS_OBJECT). */
-#define MAX_JSON_BODY (64u << 20)
+#define MAX_JSON_BODY  (64u << 20)
 #define MAX_LFS_OBJECT (16ull << 30)
 #define MAX_COMMIT_OPS 100000
 
@@ -821,14 +822,14 @@ static int write_allowed(const khub__server *s, struct MHD_Connection *c)
 static void self_url(struct MHD_Connection *c, char *buf, size_t size)
 {
     const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-    snprintf(buf, size, "http://%s", host && host[0] && !strpbrk(host, "/\\\"<> ") ? host
-                                                                              : "127.0.0.1");
+    snprintf(buf, size, "http://%s",
+             host && host[0] && !strpbrk(host, "/\\\"<> ") ? host : "127.0.0.1");
 }
 
 /* The capability in an upload href: sha256(secret, repo, oid, size). It
  * needs no header, so the client sends none (as huggingface_hub does). */
-static void upload_token(const khub__server *s, const char *org, const char *name,
-                         const char *oid, uint64_t size, char hex[65])
+static void upload_token(const khub__server *s, const char *org, const char *name, const char *oid,
+                         uint64_t size, char hex[65])
 {
     char text[512];
     snprintf(text, sizeof text, "%s\n%s/%s\n%s\n%llu", s->secret, org, name, oid,
@@ -1005,8 +1006,8 @@ static int mkdirs_under(const char *root, const char *rel_dir)
             char c = *p;
             *p = '\0';
             struct stat sb;
-            if (mkdir(path, 0755) != 0 && (errno != EEXIST || lstat(path, &sb) != 0 ||
-                                           !S_ISDIR(sb.st_mode)))
+            if (mkdir(path, 0755) != 0 &&
+                (errno != EEXIST || lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)))
                 return 0;
             if (!c) return 1;
             *p = c;
@@ -1120,8 +1121,10 @@ static int op_lfs_file(commit_ctx *x, const cJSON *v)
     struct stat sb;
     if (!KHUB__PATHF(obj, "%s/lfs/%s", x->r->root, oid->valuestring) || lstat(obj, &sb) != 0 ||
         !S_ISREG(sb.st_mode))
-        return cfail(x, 422, "lfsFile %.200s: LFS object %s was not uploaded (call the LFS "
-                     "batch API and PUT it first)", path->valuestring, oid->valuestring);
+        return cfail(x, 422,
+                     "lfsFile %.200s: LFS object %s was not uploaded (call the LFS "
+                     "batch API and PUT it first)",
+                     path->valuestring, oid->valuestring);
     uint64_t size;
     const cJSON *sz = cJSON_GetObjectItemCaseSensitive(v, "size");
     if (sz && (!json_size(sz, MAX_LFS_OBJECT, &size) || size != (uint64_t)sb.st_size))
@@ -1133,8 +1136,7 @@ static int op_lfs_file(commit_ctx *x, const cJSON *v)
 static int op_delete(commit_ctx *x, const cJSON *v, int folder)
 {
     const cJSON *path = cJSON_GetObjectItemCaseSensitive(v, "path");
-    if (!cJSON_IsString(path))
-        return cfail(x, 400, "a delete operation needs a string \"path\"");
+    if (!cJSON_IsString(path)) return cfail(x, 400, "a delete operation needs a string \"path\"");
     char rel[KHUB__PATH_MAX], full[KHUB__PATH_MAX];
     snprintf(rel, sizeof rel, "%s", path->valuestring);
     size_t n = strlen(rel);
@@ -1160,8 +1162,10 @@ static int apply_op(commit_ctx *x, const char *key, const cJSON *value)
     if (!strcmp(key, "lfsFile")) return op_lfs_file(x, value);
     if (!strcmp(key, "deletedFile")) return op_delete(x, value, 0);
     if (!strcmp(key, "deletedFolder")) return op_delete(x, value, 1);
-    return cfail(x, 400, "unknown commit operation \"%.60s\" (file, lfsFile, deletedFile, "
-                 "deletedFolder)", key);
+    return cfail(x, 400,
+                 "unknown commit operation \"%.60s\" (file, lfsFile, deletedFile, "
+                 "deletedFolder)",
+                 key);
 }
 
 /* The operations of a commit body as {key, value} pairs: NDJSON lines, or
@@ -1202,8 +1206,10 @@ static int parse_commit_body(commit_ctx *x, char *text, size_t n, int ndjson, cJ
         }
         static const struct {
             const char *list, *key;
-        } kinds[] = {{"files", "file"}, {"lfsFiles", "lfsFile"},
-                     {"deletedFiles", "deletedFile"}, {"deletedFolders", "deletedFolder"}};
+        } kinds[] = {{"files", "file"},
+                     {"lfsFiles", "lfsFile"},
+                     {"deletedFiles", "deletedFile"},
+                     {"deletedFolders", "deletedFolder"}};
         cJSON *h = cJSON_CreateObject();
         cJSON_AddItemToObject(h, "key", cJSON_CreateString("header"));
         cJSON_AddItemToObject(h, "value", cJSON_Duplicate(j, 0));
@@ -1247,8 +1253,8 @@ static int run_commit(commit_ctx *x, const cJSON *ops)
  * the operations in a temp directory, renames it into place, then moves the
  * branch in refs.json (itself replaced by rename): a crash at any point
  * leaves either the old state or an unreferenced commit directory. */
-static MHD_RESULT api_commit(khub__server *s, struct MHD_Connection *c, repo *r,
-                             const char *branch, const char *api_type, conn *k)
+static MHD_RESULT api_commit(khub__server *s, struct MHD_Connection *c, repo *r, const char *branch,
+                             const char *api_type, conn *k)
 {
     const char *pr = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "create_pr");
     if (pr && strcmp(pr, "0") && strcmp(pr, "false"))
@@ -1264,8 +1270,7 @@ static MHD_RESULT api_commit(khub__server *s, struct MHD_Connection *c, repo *r,
     const cJSON *hdr = NULL;
     char parent[41], id[41], cdir[KHUB__PATH_MAX], final[KHUB__PATH_MAX];
     memcpy(parent, head, 41);
-    if (!parse_commit_body(&x, k->body ? k->body : (char *)"", k->n, ndjson, &ops, &hdr))
-        goto fail;
+    if (!parse_commit_body(&x, k->body ? k->body : (char *)"", k->n, ndjson, &ops, &hdr)) goto fail;
     const cJSON *pc = cJSON_GetObjectItemCaseSensitive(hdr, "parentCommit");
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(hdr, "summary");
     if (cJSON_IsString(pc) && pc->valuestring[0] && strcmp(pc->valuestring, parent) != 0) {
@@ -1325,8 +1330,8 @@ static const char *gitattributes =
 
 /* Makes <dir>/<org>/<name> in a temp directory and renames it into place,
  * so a concurrent create or a crash never leaves half a repo. 0 = exists. */
-static int repo_create_on_disk(const khub__server *s, const char *org, const char *name,
-                               char *err, size_t err_size)
+static int repo_create_on_disk(const khub__server *s, const char *org, const char *name, char *err,
+                               size_t err_size)
 {
     char odir[KHUB__PATH_MAX], tmp[KHUB__PATH_MAX], dst[KHUB__PATH_MAX], p[KHUB__PATH_MAX];
     char c0[41], refs[256];
@@ -1361,8 +1366,9 @@ static MHD_RESULT api_repo_create(khub__server *s, struct MHD_Connection *c, con
     khub_hub_id id;
     MHD_RESULT ret;
     if (!cJSON_IsString(name) || !cJSON_IsString(org)) {
-        ret = send_error(c, 400, NULL, NULL, "repos/create needs \"name\" and \"organization\" "
-                                             "(khub serve has no user namespace)");
+        ret = send_error(c, 400, NULL, NULL,
+                         "repos/create needs \"name\" and \"organization\" "
+                         "(khub serve has no user namespace)");
     } else if (type && (!cJSON_IsString(type) || (strcmp(type->valuestring, "kernel") &&
                                                   strcmp(type->valuestring, "model")))) {
         ret = send_error(c, 400, NULL, NULL, "khub serve holds kernel and model repos only");
@@ -1402,8 +1408,7 @@ static MHD_RESULT api_branch(struct MHD_Connection *c, repo *r, const char *b, i
         return refs_save(r) ? send_json(c, 200, cJSON_CreateObject(), NULL, NULL)
                             : send_error(c, 500, NULL, NULL, "cannot update refs.json");
     }
-    if (branch_head(r, b))
-        return send_error(c, 409, NULL, NULL, "Reference already exists");
+    if (branch_head(r, b)) return send_error(c, 409, NULL, NULL, "Reference already exists");
     cJSON *j = k->n ? cJSON_Parse(k->body) : NULL;
     const cJSON *sp = cJSON_GetObjectItemCaseSensitive(j, "startingPoint");
     char commit[41];
@@ -1477,8 +1482,9 @@ static MHD_RESULT api_preupload(struct MHD_Connection *c, repo *r, const char *r
         if (!cJSON_IsString(p) || !khub__path_is_safe(p->valuestring) ||
             !json_size(cJSON_GetObjectItemCaseSensitive(f, "size"), MAX_LFS_OBJECT, &size)) {
             cJSON_Delete(j), cJSON_Delete(out);
-            return send_error(c, 400, NULL, NULL, "preupload: each file needs a safe \"path\" "
-                                                  "and a \"size\"");
+            return send_error(c, 400, NULL, NULL,
+                              "preupload: each file needs a safe \"path\" "
+                              "and a \"size\"");
         }
         int lfs = upload_is_lfs(r, p->valuestring, size, cJSON_IsString(sm) ? sm->valuestring : "");
         char full[KHUB__PATH_MAX];
@@ -1490,8 +1496,10 @@ static MHD_RESULT api_preupload(struct MHD_Connection *c, repo *r, const char *r
         cJSON_AddStringToObject(o, "path", p->valuestring);
         cJSON_AddStringToObject(o, "uploadMode", lfs ? "lfs" : "regular");
         cJSON_AddFalseToObject(o, "shouldIgnore");
-        if (have) cJSON_AddStringToObject(o, "oid", lfs ? ids.sha256 : ids.sha1);
-        else cJSON_AddNullToObject(o, "oid");
+        if (have)
+            cJSON_AddStringToObject(o, "oid", lfs ? ids.sha256 : ids.sha1);
+        else
+            cJSON_AddNullToObject(o, "oid");
         cJSON_AddItemToArray(arr, o);
     }
     cJSON_Delete(j);
@@ -1523,8 +1531,7 @@ static int lfs_have(const repo *r, const char *oid, uint64_t size)
            S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == size;
 }
 
-static MHD_RESULT api_lfs_batch(khub__server *s, struct MHD_Connection *c, const repo *r,
-                                conn *k)
+static MHD_RESULT api_lfs_batch(khub__server *s, struct MHD_Connection *c, const repo *r, conn *k)
 {
     cJSON *j = cJSON_Parse(k->body ? k->body : "");
     const cJSON *op = cJSON_GetObjectItemCaseSensitive(j, "operation");
@@ -1557,12 +1564,13 @@ static MHD_RESULT api_lfs_batch(khub__server *s, struct MHD_Connection *c, const
         cJSON_AddItemToArray(arr, e);
         int ok_oid = cJSON_IsString(oid) && is_sha256_lower(oid->valuestring);
         cJSON_AddStringToObject(e, "oid", ok_oid ? oid->valuestring : "");
-        if (!ok_oid || !json_size(cJSON_GetObjectItemCaseSensitive(o, "size"), MAX_LFS_OBJECT,
-                                  &size)) {
+        if (!ok_oid ||
+            !json_size(cJSON_GetObjectItemCaseSensitive(o, "size"), MAX_LFS_OBJECT, &size)) {
             cJSON *err = cJSON_AddObjectToObject(e, "error");
             cJSON_AddNumberToObject(err, "code", 422);
-            cJSON_AddStringToObject(err, "message", "oid must be 64 lowercase hex digits and "
-                                                    "size a byte count up to 16 GiB");
+            cJSON_AddStringToObject(err, "message",
+                                    "oid must be 64 lowercase hex digits and "
+                                    "size a byte count up to 16 GiB");
             continue;
         }
         cJSON_AddNumberToObject(e, "size", (double)size);
@@ -1746,8 +1754,7 @@ static int paths_info_json(const repo *r, const char *cdir, const char *text, si
     return n;
 }
 
-static MHD_RESULT api_paths_info(struct MHD_Connection *c, const repo *r, const char *rev,
-                                 conn *k)
+static MHD_RESULT api_paths_info(struct MHD_Connection *c, const repo *r, const char *rev, conn *k)
 {
     char commit[41], cdir[KHUB__PATH_MAX];
     if (k->too_big) return send_error(c, 413, NULL, NULL, "request body over 64 MiB");
@@ -1802,13 +1809,12 @@ static MHD_RESULT route_write(khub__server *s, struct MHD_Connection *c, const c
         return n > 0 && !strcmp(seg[0], "lfs-upload")
                    ? put_end(c, k)
                    : send_error(c, 405, NULL, NULL, "PUT is only for LFS upload URLs");
-    if (strcmp(method, "POST") && !del)
-        return send_error(c, 405, NULL, NULL, "method not allowed");
+    if (strcmp(method, "POST") && !del) return send_error(c, 405, NULL, NULL, "method not allowed");
     if (!write_allowed(s, c))
-        return send_error(c, 401, NULL, NULL, "Invalid credentials in Authorization header: "
-                                              "writes need the server's token");
-    if (k->too_big)
-        return send_error(c, 413, NULL, NULL, "request body over 64 MiB");
+        return send_error(c, 401, NULL, NULL,
+                          "Invalid credentials in Authorization header: "
+                          "writes need the server's token");
+    if (k->too_big) return send_error(c, 413, NULL, NULL, "request body over 64 MiB");
     if (n == 2 && !strcmp(seg[0], "api") && !strcmp(seg[1], "validate-yaml"))
         return send_json(c, 200, cJSON_Parse("{\"errors\":[],\"warnings\":[]}"), NULL, NULL);
     if (n == 3 && !strcmp(seg[0], "api") && !strcmp(seg[1], "repos") && !strcmp(seg[2], "create"))
@@ -1836,14 +1842,22 @@ static MHD_RESULT route_write(khub__server *s, struct MHD_Connection *c, const c
     }
     MHD_RESULT ret;
     const char *verb = api ? seg[4] : "";
-    if (verify) ret = api_lfs_verify(c, &r, k);
-    else if (batch) ret = api_lfs_batch(s, c, &r, k);
-    else if (n != 6) ret = send_error(c, 404, NULL, NULL, "unknown endpoint");
-    else if (!strcmp(verb, "commit") && !del) ret = api_commit(s, c, &r, seg[5], seg[1], k);
-    else if (!strcmp(verb, "preupload") && !del) ret = api_preupload(c, &r, seg[5], k);
-    else if (!strcmp(verb, "branch")) ret = api_branch(c, &r, seg[5], del, k);
-    else if (!strcmp(verb, "tag")) ret = api_tag(c, &r, seg[5], del, k);
-    else ret = send_error(c, 404, NULL, NULL, "unknown endpoint");
+    if (verify)
+        ret = api_lfs_verify(c, &r, k);
+    else if (batch)
+        ret = api_lfs_batch(s, c, &r, k);
+    else if (n != 6)
+        ret = send_error(c, 404, NULL, NULL, "unknown endpoint");
+    else if (!strcmp(verb, "commit") && !del)
+        ret = api_commit(s, c, &r, seg[5], seg[1], k);
+    else if (!strcmp(verb, "preupload") && !del)
+        ret = api_preupload(c, &r, seg[5], k);
+    else if (!strcmp(verb, "branch"))
+        ret = api_branch(c, &r, seg[5], del, k);
+    else if (!strcmp(verb, "tag"))
+        ret = api_tag(c, &r, seg[5], del, k);
+    else
+        ret = send_error(c, 404, NULL, NULL, "unknown endpoint");
     repo_close(&r);
     return ret;
 }
@@ -1942,9 +1956,9 @@ static MHD_RESULT route(khub__server *s, struct MHD_Connection *c, const char *u
                   ? serve_file(s, c, &r, seg[k + 2], sub, head, 1)
                   : send_error(c, 404, NULL, NULL, "not found");
     } else if (api && !verb[0]) {
-        ret = repo_resolve(&r, "main", commit) ? api_info(s, c, &r, commit)
-                                               : send_error(c, 404, "RevisionNotFound", NULL,
-                                                            "Invalid rev id: main");
+        ret = repo_resolve(&r, "main", commit)
+                  ? api_info(s, c, &r, commit)
+                  : send_error(c, 404, "RevisionNotFound", NULL, "Invalid rev id: main");
     } else if (api && !strcmp(verb, "refs")) {
         ret = api_refs(c, &r);
     } else if ((api && (!strcmp(verb, "revision") || !strcmp(verb, "tree"))) ||
@@ -1990,8 +2004,10 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         return MHD_YES;
     }
     if (*upload_size) { /* a chunk of the body */
-        if (k->put_fd > 0 || k->put_code) put_data(k, upload, *upload_size);
-        else conn_append(k, upload, *upload_size);
+        if (k->put_fd > 0 || k->put_code)
+            put_data(k, upload, *upload_size);
+        else
+            conn_append(k, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;
     }
@@ -2017,10 +2033,14 @@ static khub_status parse_faults(khub__server *s, const char *list)
         const char *name;
         unsigned bit;
         int def;
-    } names[] = {{"drop-body", F_DROP, 1},       {"short-body", F_SHORT, 0},
-                 {"extra-bytes", F_EXTRA, 0},    {"wrong-hash", F_WRONG_HASH, 0},
-                 {"429", F_429, 1},              {"503", F_503, 2},
-                 {"redirect-loop", F_LOOP, 0},   {"cross-host", F_CROSS_HOST, 0},
+    } names[] = {{"drop-body", F_DROP, 1},
+                 {"short-body", F_SHORT, 0},
+                 {"extra-bytes", F_EXTRA, 0},
+                 {"wrong-hash", F_WRONG_HASH, 0},
+                 {"429", F_429, 1},
+                 {"503", F_503, 2},
+                 {"redirect-loop", F_LOOP, 0},
+                 {"cross-host", F_CROSS_HOST, 0},
                  {"ignore-range", F_IGNORE_RANGE, 0}};
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list ? list : "");
@@ -2038,7 +2058,8 @@ static khub_status parse_faults(khub__server *s, const char *list)
             return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
                               "unknown fault \"%s\"; known: drop-body[=N], short-body, "
                               "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
-                              "cross-host, ignore-range", t);
+                              "cross-host, ignore-range",
+                              t);
         s->faults |= names[i].bit;
         int c = count >= 0 ? count : names[i].def;
         if (names[i].bit == F_DROP) atomic_store(&s->budget_drop, c);
@@ -2085,14 +2106,14 @@ khub_status khub__server_start(const khub__server_opts *o, khub__server **out)
                         strerror(errno));
         goto fail;
     }
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION,
-                            0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa,
+    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
+                            NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa,
                             MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 30u,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED,
+                            on_completed, NULL, MHD_OPTION_END);
     if (!s->d) {
-        st = khub__fail(NULL, KHUB_STATUS_IO, "serve: cannot listen on %s:%u (port in use?)",
-                        host, o->port);
+        st = khub__fail(NULL, KHUB_STATUS_IO, "serve: cannot listen on %s:%u (port in use?)", host,
+                        o->port);
         goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);

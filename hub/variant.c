@@ -50,20 +50,26 @@ static int judge(const char *name, const host *h, int *rank, char *why, size_t n
 {
     *rank = -1;
     if (!strncmp(name, "torch", 5))
-        return snprintf(why, n, "reject: torch family needs libtorch and CPython; khub loads "
-                        "khub%d-* variants", KHUB_ABI_MAJOR), 0;
+        return snprintf(why, n,
+                        "reject: torch family needs libtorch and CPython; khub loads "
+                        "khub%d-* variants",
+                        KHUB_ABI_MAJOR),
+               0;
     if (!strncmp(name, "tvm-ffi", 7))
-        return snprintf(why, n, "reject: tvm-ffi family needs libtvm_ffi; khub loads "
-                        "khub%d-* variants", KHUB_ABI_MAJOR), 0;
+        return snprintf(why, n,
+                        "reject: tvm-ffi family needs libtvm_ffi; khub loads "
+                        "khub%d-* variants",
+                        KHUB_ABI_MAJOR),
+               0;
     char backend[32], cpu[32], os[32];
     int abi = -1, used = 0;
-    if (sscanf(name, "khub%d-%31[a-z0-9]-%31[a-z0-9_]-%31[a-z]%n", &abi, backend, cpu, os,
-               &used) != 4 || name[used] != '\0')
+    if (sscanf(name, "khub%d-%31[a-z0-9]-%31[a-z0-9_]-%31[a-z]%n", &abi, backend, cpu, os, &used) !=
+            4 ||
+        name[used] != '\0')
         return snprintf(why, n, "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"), 0;
     if (abi != KHUB_ABI_MAJOR)
         return snprintf(why, n, "reject: ABI major %d, host has %d", abi, KHUB_ABI_MAJOR), 0;
-    if (strcmp(os, "linux"))
-        return snprintf(why, n, "reject: built for %s, host is linux", os), 0;
+    if (strcmp(os, "linux")) return snprintf(why, n, "reject: built for %s, host is linux", os), 0;
     if (strcmp(cpu, h->cpu))
         return snprintf(why, n, "reject: built for %s, host is %s", cpu, h->cpu), 0;
     if (!strcmp(backend, "cpu")) {
@@ -71,17 +77,18 @@ static int judge(const char *name, const host *h, int *rank, char *why, size_t n
         return snprintf(why, n, "accept: CPU build for %s", cpu), 1;
     }
     int digits = 0;
-    if (sscanf(backend, "cu%d%n", &digits, &used) == 1 && backend[used] == '\0' &&
-        digits >= 10) {
+    if (sscanf(backend, "cu%d%n", &digits, &used) == 1 && backend[used] == '\0' && digits >= 10) {
         int major = digits / 10, minor = digits % 10, need = major * 1000 + minor * 10;
-        if (!h->cuda) return snprintf(why, n, "reject: needs CUDA %d.%d, no CUDA driver", major,
-                                      minor), 0;
+        if (!h->cuda)
+            return snprintf(why, n, "reject: needs CUDA %d.%d, no CUDA driver", major, minor), 0;
         if (h->cuda / 1000 != major || h->cuda < need)
-            return snprintf(why, n, "reject: needs CUDA %d.%d, driver supports %d.%d", major,
-                            minor, h->cuda / 1000, (h->cuda % 1000) / 10), 0;
+            return snprintf(why, n, "reject: needs CUDA %d.%d, driver supports %d.%d", major, minor,
+                            h->cuda / 1000, (h->cuda % 1000) / 10),
+                   0;
         *rank = 100 - minor; /* GPU first, newest matching minor first */
         return snprintf(why, n, "accept: CUDA %d.%d build, driver %d.%d", major, minor,
-                        h->cuda / 1000, (h->cuda % 1000) / 10), 1;
+                        h->cuda / 1000, (h->cuda % 1000) / 10),
+               1;
     }
     return snprintf(why, n, "reject: unknown backend \"%s\"", backend), 0;
 }
@@ -219,19 +226,18 @@ static bool fingerprint_of(const char *path, const char *sha256, char *buf, size
     long long mt = (long long)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
     long long ct = (long long)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec;
     if (ctime_out) *ctime_out = ct;
-    int n = snprintf(buf, size, "%s %llu %llu %llu %lld %lld", sha256,
-                     (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino,
-                     (unsigned long long)sb.st_size, mt, ct);
+    int n =
+        snprintf(buf, size, "%s %llu %llu %llu %lld %lld", sha256, (unsigned long long)sb.st_dev,
+                 (unsigned long long)sb.st_ino, (unsigned long long)sb.st_size, mt, ct);
     return n > 0 && (size_t)n < size;
 }
 
 /* One sidecar line: the fingerprint, the file's name in the variant. */
-static bool fingerprint_line(const char *path, const char *name, const char *sha256,
-                             char *buf, size_t size, long long *ctime_out)
+static bool fingerprint_line(const char *path, const char *name, const char *sha256, char *buf,
+                             size_t size, long long *ctime_out)
 {
     char fp[160];
-    if (strchr(name, '\n') || !fingerprint_of(path, sha256, fp, sizeof fp, ctime_out))
-        return false;
+    if (strchr(name, '\n') || !fingerprint_of(path, sha256, fp, sizeof fp, ctime_out)) return false;
     int n = snprintf(buf, size, "%s %s\n", fp, name);
     return n > 0 && (size_t)n < size;
 }
@@ -326,8 +332,7 @@ static khub_status hash_check(khub_hub *hub, const char *dir, const char *name, 
         return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read %s", real);
     if (!khub__digest_eq(got, want))
         return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
-                              "%s: %s has SHA-256 %s, metadata.json says %s", dir, name, got,
-                              want);
+                              "%s: %s has SHA-256 %s, metadata.json says %s", dir, name, got, want);
     line[0] = '\0';
     if (fp && settled(ct) && fingerprint_line(real, name, want, line, size, NULL) &&
         strcmp(line, before) != 0)
@@ -348,9 +353,11 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
         if (hs != KHUB_STATUS_OK) return hs; /* the hook's caller holds the message */
     }
     FILE *f = fopen(path, "rb");
-    if (!f) return khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
-                                  "%s: no metadata.json; a variant without a digest table is "
-                                  "never loadable", dir);
+    if (!f)
+        return khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
+                              "%s: no metadata.json; a variant without a digest table is "
+                              "never loadable",
+                              dir);
     static char json[4u << 20];
     size_t n = fread(json, 1, sizeof json, f);
     fclose(f);
@@ -371,13 +378,15 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
         char real[KHUB__PATH_MAX], line[KHUB__PATH_MAX + 200], probe[KHUB__PATH_MAX + 202];
         const char *name = m->files[i].name, *want = m->files[i].sha256;
         if (!KHUB__PATHF(path, "%s/%s", dir, name) || !realpath(path, real)) {
-            st = khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s: listed file %s is missing",
-                                dir, name);
+            st = khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s: listed file %s is missing", dir,
+                                name);
             break;
         }
         if (strncmp(real, rroot, strlen(rroot)) || real[strlen(rroot)] != '/') {
-            st = khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH, "%s: %s resolves outside the "
-                                "cache (%s)", dir, name, real);
+            st = khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
+                                "%s: %s resolves outside the "
+                                "cache (%s)",
+                                dir, name, real);
             break;
         }
         bool trusted = known && fingerprint_line(real, name, want, line, sizeof line, NULL) &&
@@ -412,8 +421,8 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
             continue;
         if (!khub__kmeta_digest(m, nm))
             st = khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
-                                "%s: %s is not listed in metadata.json; refusing the variant",
-                                dir, nm);
+                                "%s: %s is not listed in metadata.json; refusing the variant", dir,
+                                nm);
     }
     if (d) closedir(d);
     free(m);
@@ -531,8 +540,8 @@ khub_status khub_hub_download_variant(khub_hub *hub, const khub_hub_id *id, cons
         }
         khub__tree_free(&t);
     } else {
-        st = khub__hub_fail(hub, KHUB_STATUS_NO_VARIANT, "%s/%s@%.12s has no variant %s",
-                            id->org, id->name, commit, variant);
+        st = khub__hub_fail(hub, KHUB_STATUS_NO_VARIANT, "%s/%s@%.12s has no variant %s", id->org,
+                            id->name, commit, variant);
     }
     KHUB_FORWARD_IF_ERROR(NULL, st);
     return khub_hub_variant_files(hub, id, commit, variant, out);

@@ -16,7 +16,7 @@
 #include "timing.h"
 
 #define REF_ID "khub/ref-cpu"
-#define MAX_T 8
+#define MAX_T  8
 
 /* ======================================================================== */
 /* Tensors and data                                                         */
@@ -33,8 +33,8 @@ typedef struct bench {
     tens t[MAX_T];
     int n;
     uint64_t rng;
-    double min_s;  /* > 0: time every call for about this long (khub__selftest_time) */
-    double us[2];  /* median us per call: [0] the plugin's op, [1] ref-cpu's (summed) */
+    double min_s; /* > 0: time every call for about this long (khub__selftest_time) */
+    double us[2]; /* median us per call: [0] the plugin's op, [1] ref-cpu's (summed) */
 } bench;
 
 static float rnd(bench *b)
@@ -64,8 +64,8 @@ static khub_tensor *mk(bench *b, khub_dtype dt, size_t elem_bytes, int fill, int
     memset(data, 0, t->bytes);
     if (fill)
         for (size_t i = 0; i < count; i++) ((float *)data)[i] = rnd(b);
-    t->t = (khub_tensor){.data = data, .device = {KHUB_DEVICE_CPU, 0}, .ndim = nd, .dtype = dt,
-                         .shape = t->shape};
+    t->t = (khub_tensor){
+        .data = data, .device = {KHUB_DEVICE_CPU, 0}, .ndim = nd, .dtype = dt, .shape = t->shape};
     b->n++;
     return &t->t;
 }
@@ -109,9 +109,13 @@ static double nmse(const khub_tensor *y, const khub_tensor *ref)
 static khub_status bind(khub_runtime *rt, uint32_t kind, const char *plugin, const char *op,
                         int dtype_id, int head_dim, khub_binding **out)
 {
-    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = kind,
-                       .device_type = KHUB_DEVICE_CPU, .dtype_id = dtype_id,
-                       .head_dim = head_dim, .plugin_id = plugin, .op_name = op};
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
+                       .kind = kind,
+                       .device_type = KHUB_DEVICE_CPU,
+                       .dtype_id = dtype_id,
+                       .head_dim = head_dim,
+                       .plugin_id = plugin,
+                       .op_name = op};
     KHUB_FORWARD_IF_ERROR(rt, khub_registry_select(rt, &q, out));
     const char *name = khub_binding_name(*out);
     size_t len = strlen(plugin);
@@ -171,15 +175,21 @@ static khub_status t_norm(bench *b, const char *pid, const khub_selftest_spec *s
     if (s->ndim != 2) return KHUB_STATUS_INVALID_ARG;
     int64_t n = s->shape[0], dim = s->shape[1];
     pair p;
-    KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, KHUB_OP_NORM, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
+    KHUB_FORWARD_IF_ERROR(b->rt,
+                          bind_pair(b->rt, KHUB_OP_NORM, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
     khub_tensor *x = f32(b, 1, 2, n, dim, 0), *w = f32(b, 1, 1, dim, 0, 0);
     khub_tensor *res1 = f32(b, 1, 2, n, dim, 0), *res2 = f32(b, 0, 2, n, dim, 0);
     res->y = f32(b, 0, 2, n, dim, 0);
     res->r = f32(b, 0, 2, n, dim, 0);
     if (!x || !w || !res1 || !res2 || !res->y || !res->r) return KHUB_STATUS_NOMEM;
     memcpy(res2->data, res1->data, numel(res1) * 4);
-    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = KHUB_NORM_RMS,
-                        .eps = 1e-5f, .x = x, .residual = res1, .weight = w, .y = res->y};
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args),
+                        .norm_type = KHUB_NORM_RMS,
+                        .eps = 1e-5f,
+                        .x = x,
+                        .residual = res1,
+                        .weight = w,
+                        .y = res->y};
     KHUB_FORWARD_IF_ERROR(b->rt, call(b, p.test, &a, 0));
     a.residual = res2;
     a.y = res->r;
@@ -190,7 +200,8 @@ static khub_status t_act(bench *b, const char *pid, const khub_selftest_spec *s,
 {
     if (s->ndim != 2) return KHUB_STATUS_INVALID_ARG;
     pair p;
-    KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, KHUB_OP_ACTIVATION, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
+    KHUB_FORWARD_IF_ERROR(
+        b->rt, bind_pair(b->rt, KHUB_OP_ACTIVATION, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
     khub_tensor *g = f32(b, 1, 2, s->shape[0], s->shape[1], 0);
     khub_tensor *u = f32(b, 1, 2, s->shape[0], s->shape[1], 0);
     res->y = f32(b, 0, 2, s->shape[0], s->shape[1], 0);
@@ -213,15 +224,20 @@ static khub_status t_attn(bench *b, const char *pid, const khub_selftest_spec *s
     int64_t nkv = s->ndim == 5 ? s->shape[4] : nq;
     if (nkv < nq) return KHUB_STATUS_INVALID_ARG;
     pair p;
-    KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, KHUB_OP_ATTENTION, pid, s->op, KHUB_DTYPE_ID_F32,
-                                           (int)hd, &p));
+    KHUB_FORWARD_IF_ERROR(
+        b->rt, bind_pair(b->rt, KHUB_OP_ATTENTION, pid, s->op, KHUB_DTYPE_ID_F32, (int)hd, &p));
     khub_tensor *q = f32(b, 1, 3, nq, h, hd), *k = f32(b, 1, 3, nkv, kvh, hd);
     khub_tensor *v = f32(b, 1, 3, nkv, kvh, hd);
     res->y = f32(b, 0, 3, nq, h, hd);
     res->r = f32(b, 0, 3, nq, h, hd);
     if (!q || !k || !v || !res->y || !res->r) return KHUB_STATUS_NOMEM;
-    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), .q = q, .k = k, .v = v,
-                             .out = res->y, .scale = 1.0f / sqrtf((float)hd), .causal = 1,
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
+                             .q = q,
+                             .k = k,
+                             .v = v,
+                             .out = res->y,
+                             .scale = 1.0f / sqrtf((float)hd),
+                             .causal = 1,
                              .q_pos0 = nkv - nq};
     KHUB_FORWARD_IF_ERROR(b->rt, call(b, p.test, &a, 0));
     a.out = res->r;
@@ -232,15 +248,16 @@ static khub_status t_rotary(bench *b, const char *pid, const khub_selftest_spec 
 {
     if (s->ndim != 3 || s->shape[2] % 2 != 0) return KHUB_STATUS_INVALID_ARG;
     pair p;
-    KHUB_FORWARD_IF_ERROR(b->rt, bind_pair(b->rt, KHUB_OP_ROTARY, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
+    KHUB_FORWARD_IF_ERROR(b->rt,
+                          bind_pair(b->rt, KHUB_OP_ROTARY, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
     res->y = f32(b, 1, 3, s->shape[0], s->shape[1], s->shape[2]);
     res->r = f32(b, 0, 3, s->shape[0], s->shape[1], s->shape[2]);
     khub_tensor *pos = mk(b, KHUB_DTYPE_I32, 4, 0, 1, s->shape[0], 0, 0);
     if (!res->y || !res->r || !pos) return KHUB_STATUS_NOMEM;
     memcpy(res->r->data, res->y->data, numel(res->y) * 4);
     for (int64_t i = 0; i < s->shape[0]; i++) ((int32_t *)pos->data)[i] = (int32_t)(i * 7);
-    khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args), .x = res->y,
-                          .positions = pos->data, .style = KHUB_ROPE_NEOX, .theta = 10000.0f};
+    khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args), .x = res->y, .positions = pos->data,
+                          .style = KHUB_ROPE_NEOX, .theta = 10000.0f};
     KHUB_FORWARD_IF_ERROR(b->rt, call(b, p.test, &a, 0));
     a.x = res->r;
     return call(b, p.ref, &a, 1);
@@ -266,7 +283,8 @@ static khub_status kv_roundtrip(bench *b, khub_binding *bind_, const khub_kv_cac
     const khub_kv_cache_methods *m = op ? op->methods : NULL;
     khub_kv_cache *cache = NULL;
     khub_status st = m ? m->create(state, cfg, &cache) : KHUB_STATUS_NO_KERNEL;
-    int64_t n = kv[0]->shape[0] / cfg->n_layers, half = n / 2, row = cfg->n_kv_heads * cfg->head_dim;
+    int64_t n = kv[0]->shape[0] / cfg->n_layers, half = n / 2,
+            row = cfg->n_kv_heads * cfg->head_dim;
     float *out = dst->data;
     for (int32_t l = 0; st == KHUB_STATUS_OK && l < cfg->n_layers; l++) {
         for (int part = 0; part < 2 && st == KHUB_STATUS_OK; part++) {
@@ -276,12 +294,17 @@ static khub_status kv_roundtrip(bench *b, khub_binding *bind_, const khub_kv_cac
             khub_tensor k = *kv[0], v = *kv[1];
             k.shape = v.shape = sk;
             k.byte_offset = v.byte_offset = (uint64_t)((l * n + p0) * row * 4);
-            khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args), .layer = l, .seq = 0,
-                                    .pos = p0, .k = &k, .v = &v};
+            khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args),
+                                    .layer = l,
+                                    .seq = 0,
+                                    .pos = p0,
+                                    .k = &k,
+                                    .v = &v};
             st = m->write(state, cache, &w);
         }
         int64_t shp[2][3], str[2][3];
-        khub_tensor vk = {.shape = shp[0], .strides = str[0]}, vv = {.shape = shp[1], .strides = str[1]};
+        khub_tensor vk = {.shape = shp[0], .strides = str[0]},
+                    vv = {.shape = shp[1], .strides = str[1]};
         if (st == KHUB_STATUS_OK) st = m->view(state, cache, l, 0, n, &vk, &vv);
         for (int64_t i = 0; st == KHUB_STATUS_OK && i < n; i++)
             for (int64_t h = 0; h < cfg->n_kv_heads; h++)
@@ -326,9 +349,13 @@ static khub_status t_kv(bench *b, const char *pid, const khub_selftest_spec *s, 
     res->y = f32(b, 0, 3, L * n, kvh, 2 * hd);
     res->r = f32(b, 0, 3, L * n, kvh, 2 * hd);
     if (!kv[0] || !kv[1] || !res->y || !res->r) return KHUB_STATUS_NOMEM;
-    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config), .n_layers = (int32_t)L,
-                                .n_kv_heads = (int32_t)kvh, .head_dim = (int32_t)hd, .n_seqs = 1,
-                                .max_tokens = n + 3, .dtype = f16 ? KHUB_DTYPE_F16 : KHUB_DTYPE_F32};
+    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config),
+                                .n_layers = (int32_t)L,
+                                .n_kv_heads = (int32_t)kvh,
+                                .head_dim = (int32_t)hd,
+                                .n_seqs = 1,
+                                .max_tokens = n + 3,
+                                .dtype = f16 ? KHUB_DTYPE_F16 : KHUB_DTYPE_F32};
     KHUB_FORWARD_IF_ERROR(b->rt, kv_roundtrip(b, p.test, &cfg, kv, res->y));
     KHUB_FORWARD_IF_ERROR(b->rt, kv_roundtrip(b, p.ref, &cfg, kv, res->r));
     if (b->min_s <= 0) return KHUB_STATUS_OK;
@@ -336,13 +363,12 @@ static khub_status t_kv(bench *b, const char *pid, const khub_selftest_spec *s, 
     for (int which = 0; which < 2; which++) {
         kv_timed t = {b, which ? p.ref : p.test, &cfg, kv, which ? res->r : res->y};
         double sec = 0;
-        KHUB_FORWARD_IF_ERROR(b->rt, khub__time_calls(kv_timed_call, &t, b->min_s,
-                                                      CLOCK_MONOTONIC, &sec));
+        KHUB_FORWARD_IF_ERROR(b->rt,
+                              khub__time_calls(kv_timed_call, &t, b->min_s, CLOCK_MONOTONIC, &sec));
         b->us[which] += sec * 1e6;
     }
     return KHUB_STATUS_OK;
 }
-
 
 /* Converts f32 weights in place into a new tensor of the wanted dtype. */
 static khub_tensor *weights_as(bench *b, khub_tensor *w32, const char *dtype)
@@ -382,8 +408,12 @@ static khub_tensor *quantized(bench *b, pair *p, khub_tensor *w32, int fmt, khub
     void *ref_state = NULL;
     const khub_op_desc *op = khub_binding_acquire(p->ref, &ref_state);
     const khub_qlinear_methods *qm = op ? op->methods : NULL;
-    khub_quant_args qa = {KHUB_STRUCT_INIT(khub_quant_args), .format = (uint32_t)fmt,
-                          .n_rows = o, .n_cols = in, .src = w32->data, .dst = w->data};
+    khub_quant_args qa = {KHUB_STRUCT_INIT(khub_quant_args),
+                          .format = (uint32_t)fmt,
+                          .n_rows = o,
+                          .n_cols = in,
+                          .src = w32->data,
+                          .dst = w->data};
     *st = qm && qm->quantize ? qm->quantize(ref_state, &qa) : KHUB_STATUS_UNSUPPORTED;
     khub_binding_release(p->ref);
     return *st == KHUB_STATUS_OK ? w : NULL;
@@ -436,7 +466,8 @@ static void shape_str(const khub_selftest_spec *s, char *buf, size_t n)
     size_t len = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < s->ndim && len < n; i++)
-        len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)s->shape[i]);
+        len +=
+            (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)s->shape[i]);
 }
 
 static khub_status run_kind(bench *b, uint32_t kind, const char *plugin_id,
@@ -516,8 +547,8 @@ khub_status khub__selftest_time(khub_runtime *rt, const char *plugin_id,
     if (st == KHUB_STATUS_INVALID_ARG) {
         char shape[96];
         shape_str(spec, shape, sizeof shape);
-        return khub__fail(rt, st, "%s [%s] %s: shape or dtype does not fit a %u-kind op",
-                          spec->op, shape, spec->dtype, kind);
+        return khub__fail(rt, st, "%s [%s] %s: shape or dtype does not fit a %u-kind op", spec->op,
+                          shape, spec->dtype, kind);
     }
     if (st == KHUB_STATUS_UNSUPPORTED)
         return khub__fail(rt, st, "%s: no timing for this kind of op", spec->op);

@@ -24,11 +24,11 @@
 #include "internal.h"
 
 typedef struct khub_selftest_spec {
-    const char *op;        /* op name in the plugin under test */
+    const char *op; /* op name in the plugin under test */
     int64_t shape[6];
     size_t ndim;
-    const char *dtype;     /* "f32", "q4_1", ... (weights) */
-    double tolerance;      /* NMSE bound */
+    const char *dtype; /* "f32", "q4_1", ... (weights) */
+    double tolerance;  /* NMSE bound */
 } khub_selftest_spec;
 
 /* Runs one self-test of plugin_id's op against khub/ref-cpu in rt. On
@@ -53,12 +53,11 @@ KHUB_INTERNAL khub_status khub__selftest_time(khub_runtime *rt, const char *plug
                                               const khub_selftest_spec *spec, double min_s,
                                               double *us_test, double *us_ref);
 /* The op kind of plugin_id's op named op in rt; 0 when there is none. */
-KHUB_INTERNAL uint32_t    khub__selftest_kind(khub_runtime *rt, const char *plugin_id,
-                                              const char *op);
+KHUB_INTERNAL uint32_t khub__selftest_kind(khub_runtime *rt, const char *plugin_id, const char *op);
 /* The work of one call on spec's shape: FLOPs (*is_flops = 1: linear,
  * qlinear, attention) or f32 bytes moved (norm, activation, rotary,
  * kv_cache); 0 when the shape does not fit the kind. */
-KHUB_INTERNAL double      khub__selftest_work(uint32_t kind, const khub_selftest_spec *spec,
-                                              int *is_flops);
+KHUB_INTERNAL double khub__selftest_work(uint32_t kind, const khub_selftest_spec *spec,
+                                         int *is_flops);
 
 #endif /* KHUB_RUNTIME_SELFTEST_H */

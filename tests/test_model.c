@@ -525,13 +525,13 @@ TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                                                                               \
-    X(model_tiny_llama_prefill_equals_incremental)                                                 \
-    X(model_tiny_qwen2_prefill_equals_incremental) X(model_tiny_qwen3_prefill_equals_incremental)  \
-        X(model_tiny_info_and_explain) X(model_tiny_quantize_at_load) X(model_tiny_missing_tensor) \
-            X(model_tiny_wrong_shape) X(model_not_found)                                           \
-                X(model_smollm2_gguf_prefill_equals_incremental)                                   \
-                    X(model_smollm2_gguf_matches_transformers)                                     \
-                        X(model_smollm2_hf_matches_transformers)                                   \
-                            X(model_smollm2_gguf_ref_matches_transformers)
+#define TEST_LIST(X)                                                                          \
+    X(model_tiny_llama_prefill_equals_incremental)                                            \
+    X(model_tiny_qwen2_prefill_equals_incremental)                                            \
+    X(model_tiny_qwen3_prefill_equals_incremental) X(model_tiny_info_and_explain)             \
+        X(model_tiny_quantize_at_load) X(model_tiny_missing_tensor) X(model_tiny_wrong_shape) \
+            X(model_not_found) X(model_smollm2_gguf_prefill_equals_incremental)               \
+                X(model_smollm2_gguf_matches_transformers)                                    \
+                    X(model_smollm2_hf_matches_transformers)                                  \
+                        X(model_smollm2_gguf_ref_matches_transformers)
 TEST_MAIN(TEST_LIST)

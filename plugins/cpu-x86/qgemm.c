@@ -18,8 +18,9 @@
  * RN * PW / VL FMAs. Rows past `out` in the last panel are zero and their
  * results are not stored.
  *
- * Threads: host->parallel_for over panels; each range call packs into its
- * own scratch (PW * in floats, 64-byte aligned by over-allocating).
+ * Threads: host->parallel_for over panels; each pool thread packs into its
+ * own panel of scratch (PW * in floats, 64-byte aligned), allocated by the
+ * caller before the loop.
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -145,24 +146,22 @@ static const kern_fn kerns[RN] = {kern_1, kern_2, kern_3, kern_4, kern_5, kern_6
 /* ------------------------------------------------------------------------ */
 
 typedef struct job {
-    kx_state *s;
     const kx_linear *a;
-    int failed; /* a range could not get its scratch */
+    uint8_t *scratch;   /* n_threads panels of `stride` bytes */
+    size_t stride;      /* bytes per panel, a multiple of 64 */
+    int n_threads;
+    int failed;         /* a range ran on a thread index without a panel */
 } job;
 
 static void panels_range(void *ud, int64_t begin, int64_t end, int thread)
 {
-    (void)thread;
     job *j = ud;
     const kx_linear *a = j->a;
-    const khub_host_api *h = j->s->host;
-    size_t bytes = sizeof(float) * (size_t)(a->in * PW) + 64;
-    void *raw = h->alloc(h->host_ctx, bytes);
-    if (!raw) {
+    if (thread < 0 || thread >= j->n_threads) {
         __atomic_store_n(&j->failed, 1, __ATOMIC_RELAXED);
         return;
     }
-    float *p = (float *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    float *p = (float *)(j->scratch + (size_t)thread * j->stride);
     for (int64_t pi = begin; pi < end; pi++) {
         int64_t r0 = pi * PW;
         int rows = (int)(a->out - r0 < PW ? a->out - r0 : PW);
@@ -174,18 +173,33 @@ static void panels_range(void *ud, int64_t begin, int64_t end, int thread)
                           a->y + t0 * a->ldy + r0, a->ldy);
         }
     }
-    h->free(h->host_ctx, raw);
 }
 
 khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a)
 {
+    const khub_host_api *h = s->host;
     if (a->wfmt != KHUB_QFORMAT_Q4_0 && a->wfmt != KHUB_QFORMAT_Q4_1 &&
         a->wfmt != KHUB_QFORMAT_Q8_0)
         return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: format %d reached the kernel", a->wfmt);
-    job j = {.s = s, .a = a};
-    s->host->parallel_for(s->host->host_ctx, (a->out + PW - 1) / PW, panels_range, &j);
+    /* One panel per pool thread, allocated here: the host allocator is only
+     * called from the calling thread. in <= 2^40 was checked by plugin.c. */
+    int nt = h->n_threads(h->host_ctx);
+    job j = {.a = a, .n_threads = nt < 1 ? 1 : nt,
+             .stride = (sizeof(float) * (size_t)a->in * PW + 63) & ~(size_t)63};
+    size_t bytes;
+    if (__builtin_mul_overflow(j.stride, (size_t)j.n_threads, &bytes) ||
+        __builtin_add_overflow(bytes, (size_t)64, &bytes))
+        return KX_FAIL(s, KHUB_STATUS_OVERFLOW, "qlinear: %d panels of %lld inputs overflow",
+                       j.n_threads, (long long)a->in);
+    void *raw = h->alloc(h->host_ctx, bytes);
+    if (!raw)
+        return KX_FAIL(s, KHUB_STATUS_NOMEM, "qlinear: no memory for %d weight panels of %zu "
+                       "bytes", j.n_threads, j.stride);
+    j.scratch = (uint8_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
+    h->parallel_for(h->host_ctx, (a->out + PW - 1) / PW, panels_range, &j);
+    h->free(h->host_ctx, raw);
     if (j.failed)
-        return KX_FAIL(s, KHUB_STATUS_NOMEM, "qlinear: no memory for a %d x %lld weight panel",
-                       PW, (long long)a->in);
+        return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: the pool ran a chunk on a thread "
+                       "index outside [0, %d)", j.n_threads);
     return KHUB_STATUS_OK;
 }

@@ -73,9 +73,10 @@ static int bench_latency(const lat_args *a)
         goto done;
     }
     if (!vl->best) {
-        rc = khub_cli_fail("bench", "%s has no %svariant for this machine (download it "
-                           "first: khub download %s; see khub variants)", a->id_text,
-                           khub_hub_is_offline(hub) ? "cached " : "", a->id_text);
+        rc = khub_cli_fail("bench",
+                           "%s has no %svariant for this machine (download it "
+                           "first: khub download %s; see khub variants)",
+                           a->id_text, khub_hub_is_offline(hub) ? "cached " : "", a->id_text);
         goto done;
     }
     double *t = calloc((size_t)a->iterations, sizeof *t);
@@ -90,8 +91,10 @@ static int bench_latency(const lat_args *a)
         if (st == KHUB_STATUS_OK) st = khub_hub_variant_files(hub, &id, commit, vl->best, &fl);
         double t2 = now_s();
         if (st != KHUB_STATUS_OK) {
-            rc = khub_cli_fail("bench", "iteration %ld: %s (download it first: khub download "
-                               "%s)", i, khub_hub_errmsg(hub), a->id_text);
+            rc = khub_cli_fail("bench",
+                               "iteration %ld: %s (download it first: khub download "
+                               "%s)",
+                               i, khub_hub_errmsg(hub), a->id_text);
             break;
         }
         if (i == 0) {
@@ -176,8 +179,8 @@ static void shape_text(const khub_selftest_spec *s, char *buf, size_t n)
     size_t len = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < s->ndim && len < n; i++)
-        len += (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "",
-                                (long long)s->shape[i]);
+        len +=
+            (size_t)snprintf(buf + len, n - len, "%s%lld", i ? ", " : "", (long long)s->shape[i]);
 }
 
 /* Times one spec and prints its line; 0 or the exit status. */
@@ -208,9 +211,8 @@ static int bench_one(khub_runtime *rt, const char *pid, const khub_selftest_spec
 static void header(const ops_args *a, const char *pid, const char *what, size_t n)
 {
     if (!a->json)
-        printf("%s (%s): %zu op benchmark%s against khub/ref-cpu, %.2f s each, %d thread%s\n",
-               pid, what, n, n == 1 ? "" : "s", a->time_s, a->threads,
-               a->threads == 1 ? "" : "s");
+        printf("%s (%s): %zu op benchmark%s against khub/ref-cpu, %.2f s each, %d thread%s\n", pid,
+               what, n, n == 1 ? "" : "s", a->time_s, a->threads, a->threads == 1 ? "" : "s");
 }
 
 static khub_status new_runtime(const ops_args *a, khub_runtime **rt)
@@ -233,16 +235,18 @@ static int load_dir_plugin(khub_runtime *rt, const char *dir, char *what, size_t
     snprintf(mpath, sizeof mpath, "%s/metadata.json", vdir);
     FILE *f = fopen(mpath, "rb");
     if (!f)
-        return khub_cli_fail("bench", "%s: no metadata.json; build the kernel first (khub build "
-                             "%s)", vdir, dir);
+        return khub_cli_fail("bench",
+                             "%s: no metadata.json; build the kernel first (khub build "
+                             "%s)",
+                             vdir, dir);
     static char json[4u << 20];
     size_t len = fread(json, 1, sizeof json, f);
     fclose(f);
     khub_kmeta *m = calloc(1, sizeof *m);
     khub_status st = m ? khub__kmeta_parse(json, len, m, err, sizeof err) : KHUB_STATUS_NOMEM;
     if (st == KHUB_STATUS_OK) st = khub__kmeta_verify_dir(m, vdir, err, sizeof err);
-    const khub_kmeta_plugin *p = st == KHUB_STATUS_OK
-                                     ? khub__kmeta_pick_plugin(m, khub_cpu_features()) : NULL;
+    const khub_kmeta_plugin *p =
+        st == KHUB_STATUS_OK ? khub__kmeta_pick_plugin(m, khub_cpu_features()) : NULL;
     int rc = 0;
     if (st != KHUB_STATUS_OK)
         rc = khub_cli_fail("bench", "%s: %s", vdir, err[0] ? err : khub_status_str(st));
@@ -268,16 +272,18 @@ static int bench_dir(const ops_args *a)
     if (khub__km_load(a->target, m, err, sizeof err) != KHUB_STATUS_OK)
         rc = khub_cli_fail("bench", "%s", err);
     else if (m->n_tests == 0)
-        rc = khub_cli_fail("bench", "%s/kernel.json declares no \"selftests\": nothing to time "
-                           "(add shapes, see docs/kernel-format.md)", a->target);
+        rc = khub_cli_fail("bench",
+                           "%s/kernel.json declares no \"selftests\": nothing to time "
+                           "(add shapes, see docs/kernel-format.md)",
+                           a->target);
     else if (new_runtime(a, &rt) != KHUB_STATUS_OK)
         rc = khub_cli_fail("bench", "%s", rt ? khub_runtime_errmsg(rt) : khub_last_error());
     else
         rc = load_dir_plugin(rt, a->target, what, sizeof what, &p);
     if (rc == 0) header(a, khub_plugin_id(p), what, m->n_tests);
     for (size_t i = 0; rc == 0 && i < m->n_tests; i++) {
-        khub_selftest_spec s = {m->tests[i].op, {0}, m->tests[i].ndim, m->tests[i].dtype,
-                                m->tests[i].tolerance};
+        khub_selftest_spec s = {
+            m->tests[i].op, {0}, m->tests[i].ndim, m->tests[i].dtype, m->tests[i].tolerance};
         memcpy(s.shape, m->tests[i].shape, sizeof s.shape);
         rc = bench_one(rt, khub_plugin_id(p), &s, a);
     }
@@ -299,8 +305,10 @@ static int bench_id(const ops_args *a)
     else if (khub_kernel_fetch(hub, rt, a->target, NULL, &kr) != KHUB_STATUS_OK)
         rc = khub_cli_fail("bench", "%s", khub_runtime_errmsg(rt));
     else if (kr.fell_back)
-        rc = khub_cli_fail("bench", "%s has no variant for this machine; nothing to time "
-                           "(see khub variants %s)", a->target, a->target);
+        rc = khub_cli_fail("bench",
+                           "%s has no variant for this machine; nothing to time "
+                           "(see khub variants %s)",
+                           a->target, a->target);
     uint32_t n_ops = rc == 0 ? khub_plugin_op_count(kr.plugin) : 0, n = 0;
     for (uint32_t i = 0; i < n_ops; i++) {
         khub_selftest_spec s;
@@ -315,8 +323,10 @@ static int bench_id(const ops_args *a)
     for (uint32_t i = 0; rc == 0 && i < n_ops; i++) {
         khub_selftest_spec s;
         const khub_op_desc *op = khub_plugin_op(kr.plugin, i);
-        if (default_spec(op->kind, op->name, &s)) rc = bench_one(rt, kr.plugin_id, &s, a);
-        else if (!a->json) printf("%s: no benchmark shape for this kind of op\n", op->name);
+        if (default_spec(op->kind, op->name, &s))
+            rc = bench_one(rt, kr.plugin_id, &s, a);
+        else if (!a->json)
+            printf("%s: no benchmark shape for this kind of op\n", op->name);
     }
     khub_runtime_free(rt);
     khub_hub_free(hub);
@@ -332,17 +342,22 @@ static int run_bench(int argc, char **argv)
     ops_args o = {NULL, 1, 0.2, 0};
     int latency = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--latency")) latency = 1;
-        else if (!strcmp(argv[i], "--json")) a.json = o.json = 1;
+        if (!strcmp(argv[i], "--latency"))
+            latency = 1;
+        else if (!strcmp(argv[i], "--json"))
+            a.json = o.json = 1;
         else if ((!strcmp(argv[i], "-n") || !strcmp(argv[i], "--iterations")) && i + 1 < argc)
             a.iterations = strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             o.threads = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--time") && i + 1 < argc)
             o.time_s = strtod(argv[++i], NULL);
-        else if (argv[i][0] == '-') return khub_cli_usage(&bench_cmd, "unknown option %s", argv[i]);
-        else if (!a.id_text) a.id_text = o.target = argv[i];
-        else return khub_cli_usage(&bench_cmd, "unexpected argument %s", argv[i]);
+        else if (argv[i][0] == '-')
+            return khub_cli_usage(&bench_cmd, "unknown option %s", argv[i]);
+        else if (!a.id_text)
+            a.id_text = o.target = argv[i];
+        else
+            return khub_cli_usage(&bench_cmd, "unexpected argument %s", argv[i]);
     }
     if (!a.id_text)
         return khub_cli_usage(&bench_cmd, "missing a kernel: a built source DIR or a Hub ID");

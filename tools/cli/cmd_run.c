@@ -140,8 +140,8 @@ static void on_layer(void *ud, int32_t done, int32_t total)
     const char *model = ud, *base = strrchr(model, '/');
     base = base && base[1] ? base + 1 : model;
     int width = 20, fill = total > 0 ? (int)((int64_t)done * width / total) : width;
-    fprintf(stderr, "\rloading %.32s [%.*s%*s] %d/%d layers", base, fill,
-            "####################", width - fill, "", (int)done, (int)total);
+    fprintf(stderr, "\rloading %.32s [%.*s%*s] %d/%d layers", base, fill, "####################",
+            width - fill, "", (int)done, (int)total);
     if (done == total) fputs("\r\033[K", stderr);
     fflush(stderr);
 }
