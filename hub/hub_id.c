@@ -142,9 +142,9 @@ static long parse_version(const char *text, size_t start, size_t end, int32_t *o
     return -1;
 }
 
-#define CHECK(expr)                                               \
-    do {                                                          \
-        long at_ = (expr);                                        \
+#define CHECK(expr) \
+    do { \
+        long at_ = (expr); \
         if (at_ >= 0) return bad(&e, text, (size_t)at_ + 1, why); \
     } while (0)
 

@@ -65,14 +65,14 @@ khub_status khub__nvrtc_open(khub_nvrtc **out, char *errbuf, size_t errbuf_size)
                      why);
         return KHUB_STATUS_UNSUPPORTED;
     }
-#define SYM(field, name)                                                                \
-    do {                                                                                \
-        *(void **)&nv->field = dlsym(nv->lib, name);                                    \
-        if (!nv->field) {                                                               \
+#define SYM(field, name) \
+    do { \
+        *(void **)&nv->field = dlsym(nv->lib, name); \
+        if (!nv->field) { \
             khub__errbuf(errbuf, errbuf_size, "%s: missing symbol %s", nv->path, name); \
-            khub__nvrtc_close(nv);                                                      \
-            return KHUB_STATUS_UNSUPPORTED;                                             \
-        }                                                                               \
+            khub__nvrtc_close(nv); \
+            return KHUB_STATUS_UNSUPPORTED; \
+        } \
     } while (0)
     SYM(Version, "nvrtcVersion");
     SYM(GetErrorString, "nvrtcGetErrorString");

@@ -41,46 +41,46 @@ KHUB_INTERNAL void khub__errbuf(char *buf, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Fails with st and a message when cond holds; logs file:line at DEBUG. */
-#define KHUB_RETURN_IF(rt, cond, st, ...)                                                    \
-    do {                                                                                     \
-        if (cond) {                                                                          \
+#define KHUB_RETURN_IF(rt, cond, st, ...) \
+    do { \
+        if (cond) { \
             khub__log((rt), KHUB_LOG_DEBUG, "%s:%d: %s: (%s)", __FILE__, __LINE__, __func__, \
-                      #cond);                                                                \
-            return khub__fail((rt), (st), __VA_ARGS__);                                      \
-        }                                                                                    \
+                      #cond); \
+            return khub__fail((rt), (st), __VA_ARGS__); \
+        } \
     } while (0)
 
 /* Returns st when it is an error (its message is already set). */
-#define KHUB_FORWARD_IF_ERROR(rt, expr)                                                     \
-    do {                                                                                    \
-        khub_status st_fwd_ = (expr);                                                       \
-        if (st_fwd_ != KHUB_STATUS_OK) {                                                    \
+#define KHUB_FORWARD_IF_ERROR(rt, expr) \
+    do { \
+        khub_status st_fwd_ = (expr); \
+        if (st_fwd_ != KHUB_STATUS_OK) { \
             khub__log((rt), KHUB_LOG_DEBUG, "%s:%d: %s: forwarding %s", __FILE__, __LINE__, \
-                      __func__, khub_status_name(st_fwd_));                                 \
-            return st_fwd_;                                                                 \
-        }                                                                                   \
+                      __func__, khub_status_name(st_fwd_)); \
+            return st_fwd_; \
+        } \
     } while (0)
 
 /* Embedder misuse: an assert in debug builds, KHUB_STATUS_MISUSE in release. */
 #ifdef NDEBUG
-#define KHUB_API_CHECK(rt, cond)                                                            \
-    do {                                                                                    \
-        if (!(cond))                                                                        \
+#define KHUB_API_CHECK(rt, cond) \
+    do { \
+        if (!(cond)) \
             return khub__fail((rt), KHUB_STATUS_MISUSE, "%s: misuse: %s", __func__, #cond); \
     } while (0)
 #else
 #include <assert.h>
-#define KHUB_API_CHECK(rt, cond)                                                            \
-    do {                                                                                    \
-        assert(cond);                                                                       \
-        if (!(cond))                                                                        \
+#define KHUB_API_CHECK(rt, cond) \
+    do { \
+        assert(cond); \
+        if (!(cond)) \
             return khub__fail((rt), KHUB_STATUS_MISUSE, "%s: misuse: %s", __func__, #cond); \
     } while (0)
 #endif
 
 /* Internal invariants (our bugs). */
-#define KHUB_ASSERT(cond)                                          \
-    do {                                                           \
+#define KHUB_ASSERT(cond) \
+    do { \
         if (!(cond)) khub__assert_fail(#cond, __FILE__, __LINE__); \
     } while (0)
 KHUB_INTERNAL void khub__assert_fail(const char *cond, const char *file, int line)

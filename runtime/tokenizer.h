@@ -75,8 +75,8 @@ typedef struct khub_tokenizer_spec {
 } khub_tokenizer_spec;
 
 /* A spec with every id -1 and every pointer NULL. */
-#define KHUB_TOKENIZER_SPEC_INIT                                            \
-    {                                                                       \
+#define KHUB_TOKENIZER_SPEC_INIT \
+    { \
         NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, -1, 0, NULL \
     }
 
@@ -101,7 +101,7 @@ KHUB_INTERNAL khub_status khub__tokenizer_from_vocab(khub_runtime *rt,
 KHUB_INTERNAL void khub__tokenizer_free(khub_tokenizer *tok);
 
 /* Encode flags. */
-#define KHUB_TOK_PARSE_SPECIAL                                                   \
+#define KHUB_TOK_PARSE_SPECIAL \
     1u                          /* "<|im_start|>" in text becomes the special id \
                                    (Transformers' default); else it is plain text */
 #define KHUB_TOK_ADD_SPECIAL 2u /* add bos when the tokenizer says so (add_bos) */

@@ -26,69 +26,69 @@
 
 #define TEST_IMPL(name) void test_##name(void)
 
-#define TEST_FAIL_(...)                                   \
-    do {                                                  \
+#define TEST_FAIL_(...) \
+    do { \
         fprintf(stderr, "  %s:%d: ", __FILE__, __LINE__); \
-        fprintf(stderr, __VA_ARGS__);                     \
-        fprintf(stderr, "\n");                            \
-        fflush(stderr);                                   \
-        abort();                                          \
+        fprintf(stderr, __VA_ARGS__); \
+        fprintf(stderr, "\n"); \
+        fflush(stderr); \
+        abort(); \
     } while (0)
 
-#define ASSERT(c)                                         \
-    do {                                                  \
+#define ASSERT(c) \
+    do { \
         if (!(c)) TEST_FAIL_("assertion failed: %s", #c); \
     } while (0)
 
-#define ASSERT_EQ(a, b)                                                     \
-    do {                                                                    \
-        long long a_ = (long long)(a), b_ = (long long)(b);                 \
+#define ASSERT_EQ(a, b) \
+    do { \
+        long long a_ = (long long)(a), b_ = (long long)(b); \
         if (a_ != b_) TEST_FAIL_("%s == %s: %lld != %lld", #a, #b, a_, b_); \
     } while (0)
 
-#define ASSERT_NE(a, b)                                              \
-    do {                                                             \
-        long long a_ = (long long)(a), b_ = (long long)(b);          \
+#define ASSERT_NE(a, b) \
+    do { \
+        long long a_ = (long long)(a), b_ = (long long)(b); \
         if (a_ == b_) TEST_FAIL_("%s != %s: both %lld", #a, #b, a_); \
     } while (0)
 
-#define ASSERT_LE(a, b)                                                   \
-    do {                                                                  \
-        double a_ = (double)(a), b_ = (double)(b);                        \
+#define ASSERT_LE(a, b) \
+    do { \
+        double a_ = (double)(a), b_ = (double)(b); \
         if (!(a_ <= b_)) TEST_FAIL_("%s <= %s: %g > %g", #a, #b, a_, b_); \
     } while (0)
 
-#define ASSERT_STR_EQ(a, b)                                                      \
-    do {                                                                         \
-        const char *a_ = (a), *b_ = (b);                                         \
-        if (!a_ || !b_ || strcmp(a_, b_) != 0)                                   \
+#define ASSERT_STR_EQ(a, b) \
+    do { \
+        const char *a_ = (a), *b_ = (b); \
+        if (!a_ || !b_ || strcmp(a_, b_) != 0) \
             TEST_FAIL_("%s == %s: \"%s\" != \"%s\"", #a, #b, a_ ? a_ : "(null)", \
-                       b_ ? b_ : "(null)");                                      \
+                       b_ ? b_ : "(null)"); \
     } while (0)
 
 /* haystack contains needle */
-#define ASSERT_CONTAINS(hay, needle)                                                    \
-    do {                                                                                \
-        const char *h_ = (hay), *n_ = (needle);                                         \
-        if (!h_ || !strstr(h_, n_))                                                     \
+#define ASSERT_CONTAINS(hay, needle) \
+    do { \
+        const char *h_ = (hay), *n_ = (needle); \
+        if (!h_ || !strstr(h_, n_)) \
             TEST_FAIL_("%s contains \"%s\": got \"%s\"", #hay, n_, h_ ? h_ : "(null)"); \
     } while (0)
 
 /* status equality, printing both names */
 #define ASSERT_OK(st) ASSERT_STATUS(st, KHUB_STATUS_OK)
-#define ASSERT_STATUS(st, want)                                                                 \
-    do {                                                                                        \
-        khub_status s_ = (st), w_ = (want);                                                     \
-        if (s_ != w_)                                                                           \
+#define ASSERT_STATUS(st, want) \
+    do { \
+        khub_status s_ = (st), w_ = (want); \
+        if (s_ != w_) \
             TEST_FAIL_("%s: got %s, want %s", #st, khub_status_name(s_), khub_status_name(w_)); \
     } while (0)
 
-#define TEST_SKIP(...)                \
-    do {                              \
-        fprintf(stderr, "  skip: ");  \
+#define TEST_SKIP(...) \
+    do { \
+        fprintf(stderr, "  skip: "); \
         fprintf(stderr, __VA_ARGS__); \
-        fprintf(stderr, "\n");        \
-        exit(TEST_EXIT_SKIP);         \
+        fprintf(stderr, "\n"); \
+        exit(TEST_EXIT_SKIP); \
     } while (0)
 
 typedef struct test_case {
@@ -100,11 +100,11 @@ int test_run_main(int argc, char **argv, const test_case *cases, size_t n);
 
 #define TEST_DECL_(name)  void test_##name(void);
 #define TEST_ENTRY_(name) {#name, test_##name},
-#define TEST_MAIN(LIST)                                                          \
-    LIST(TEST_DECL_)                                                             \
-    int main(int argc, char **argv)                                              \
-    {                                                                            \
-        static const test_case cases[] = {LIST(TEST_ENTRY_)};                    \
+#define TEST_MAIN(LIST) \
+    LIST(TEST_DECL_) \
+    int main(int argc, char **argv) \
+    { \
+        static const test_case cases[] = {LIST(TEST_ENTRY_)}; \
         return test_run_main(argc, argv, cases, sizeof cases / sizeof cases[0]); \
     }
 

@@ -56,9 +56,9 @@ TEST_IMPL(desc_put_respects_host_size)
     for (size_t i = offsetof(khub_plugin_desc, ops); i < sizeof buf; i++) ASSERT_EQ(buf[i], 0xAB);
 }
 
-#define TEST_LIST(X)                     \
+#define TEST_LIST(X) \
     X(layout_compiles_and_headers_agree) \
-    X(qformat_sizes)                     \
-    X(dtype_ids)                         \
+    X(qformat_sizes) \
+    X(dtype_ids) \
     X(desc_put_respects_host_size)
 TEST_MAIN(TEST_LIST)

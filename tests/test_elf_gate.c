@@ -182,16 +182,16 @@ TEST_IMPL(ptx_directives)
     ASSERT_STATUS(khub__ptx_inspect(bad2, strlen(bad2), &isa, &sm, &suffix), KHUB_STATUS_PARSE);
 }
 
-#define TEST_LIST(X)         \
-    X(clean_plugin_passes)   \
-    X(extra_export)          \
-    X(glibc_too_new)         \
-    X(rpath_and_runpath)     \
-    X(nodelete)              \
-    X(gnu_unique)            \
-    X(library_not_allowed)   \
-    X(no_note)               \
+#define TEST_LIST(X) \
+    X(clean_plugin_passes) \
+    X(extra_export) \
+    X(glibc_too_new) \
+    X(rpath_and_runpath) \
+    X(nodelete) \
+    X(gnu_unique) \
+    X(library_not_allowed) \
+    X(no_note) \
     X(not_elf_and_truncated) \
-    X(glibc_compare)         \
+    X(glibc_compare) \
     X(ptx_directives)
 TEST_MAIN(TEST_LIST)

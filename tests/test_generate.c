@@ -254,9 +254,9 @@ TEST_IMPL(generate_errors)
     close_model(&f);
 }
 
-#define TEST_LIST(X)                                                                      \
-    X(generate_greedy_is_argmax_and_streams)                                              \
-    X(generate_stop_string)                                                               \
-    X(generate_batch_equals_single) X(generate_seeded_sampling) X(generate_chat_template) \
-        X(generate_errors)
+#define TEST_LIST(X) \
+    X(generate_greedy_is_argmax_and_streams) \
+    X(generate_stop_string) \
+    X(generate_batch_equals_single) \
+    X(generate_seeded_sampling) X(generate_chat_template) X(generate_errors)
 TEST_MAIN(TEST_LIST)

@@ -493,17 +493,17 @@ TEST_IMPL(real_smollm2_tensors)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                      \
-    X(small_valid_reads_back)             \
-    X(open_from_file_and_alignment_64)    \
-    X(version_2_accepted)                 \
+#define TEST_LIST(X) \
+    X(small_valid_reads_back) \
+    X(open_from_file_and_alignment_64) \
+    X(version_2_accepted) \
     X(rejections_have_status_and_message) \
-    X(past_end_message_names_offsets)     \
-    X(every_prefix_is_truncated)          \
-    X(unsupported_type_refused_by_name)   \
-    X(getter_errors)                      \
-    X(missing_file_and_folder)            \
-    X(type_table_matches_qformats)        \
-    X(oom_at_every_allocation_no_leak)    \
+    X(past_end_message_names_offsets) \
+    X(every_prefix_is_truncated) \
+    X(unsupported_type_refused_by_name) \
+    X(getter_errors) \
+    X(missing_file_and_folder) \
+    X(type_table_matches_qformats) \
+    X(oom_at_every_allocation_no_leak) \
     X(real_smollm2_tensors)
 TEST_MAIN(TEST_LIST)

@@ -148,10 +148,10 @@ TEST_IMPL(cuda_roundtrip_and_launch)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                    \
-    X(host_table_from_an_op)            \
+#define TEST_LIST(X) \
+    X(host_table_from_an_op) \
     X(each_plugin_gets_its_own_context) \
-    X(runtime_host_table)               \
-    X(cuda_without_driver)              \
+    X(runtime_host_table) \
+    X(cuda_without_driver) \
     X(cuda_roundtrip_and_launch)
 TEST_MAIN(TEST_LIST)

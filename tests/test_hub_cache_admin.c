@@ -198,8 +198,8 @@ TEST_IMPL(prune_detached_and_unreferenced)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                  \
+#define TEST_LIST(X) \
     X(scan_lists_repos_and_revisions) \
-    X(verify_finds_corrupt_blobs)     \
+    X(verify_finds_corrupt_blobs) \
     X(prune_detached_and_unreferenced)
 TEST_MAIN(TEST_LIST)

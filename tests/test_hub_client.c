@@ -222,9 +222,12 @@ TEST_IMPL(tree_paging_and_hostile_entries)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                                                                            \
-    X(resolve_forms)                                                                            \
-    X(resolve_errors)                                                                           \
-    X(download_regular_and_lfs) X(offline_uses_cache_only) X(fallback_to_refs_when_unreachable) \
-        X(token_sent_to_hub_only) X(tree_paging_and_hostile_entries)
+#define TEST_LIST(X) \
+    X(resolve_forms) \
+    X(resolve_errors) \
+    X(download_regular_and_lfs) \
+    X(offline_uses_cache_only) \
+    X(fallback_to_refs_when_unreachable) \
+    X(token_sent_to_hub_only) \
+    X(tree_paging_and_hostile_entries)
 TEST_MAIN(TEST_LIST)

@@ -153,10 +153,15 @@ TEST_IMPL(eight_processes_one_blob)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                                                                             \
-    X(drop_mid_body_resumes_with_range)                                                          \
-    X(ignore_range_restarts)                                                                     \
-    X(short_body_rejected) X(extra_bytes_rejected) X(wrong_hash_rejected) X(redirect_loop_stops) \
-        X(twice_503_then_ok) X(retry_after_429_honoured) X(kill9_mid_download_then_rerun)        \
-            X(eight_processes_one_blob)
+#define TEST_LIST(X) \
+    X(drop_mid_body_resumes_with_range) \
+    X(ignore_range_restarts) \
+    X(short_body_rejected) \
+    X(extra_bytes_rejected) \
+    X(wrong_hash_rejected) \
+    X(redirect_loop_stops) \
+    X(twice_503_then_ok) \
+    X(retry_after_429_honoured) \
+    X(kill9_mid_download_then_rerun) \
+    X(eight_processes_one_blob)
 TEST_MAIN(TEST_LIST)

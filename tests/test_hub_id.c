@@ -161,9 +161,14 @@ TEST_IMPL(set_revision_exclusive)
     ASSERT_EQ(id.rev_kind, KHUB_HUB_REV_NAME);
 }
 
-#define TEST_LIST(X)                                                                              \
-    X(plain)                                                                                      \
-    X(revision_forms)                                                                             \
-    X(version_and_symbol) X(repo_charset) X(structure_errors) X(revision_errors) X(symbol_errors) \
-        X(format_roundtrip) X(set_revision_exclusive)
+#define TEST_LIST(X) \
+    X(plain) \
+    X(revision_forms) \
+    X(version_and_symbol) \
+    X(repo_charset) \
+    X(structure_errors) \
+    X(revision_errors) \
+    X(symbol_errors) \
+    X(format_roundtrip) \
+    X(set_revision_exclusive)
 TEST_MAIN(TEST_LIST)

@@ -235,10 +235,10 @@ TEST_IMPL(paths_info_huggingface_hub)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)             \
-    X(paths_info_form)           \
-    X(paths_info_json)           \
-    X(paths_info_errors)         \
+#define TEST_LIST(X) \
+    X(paths_info_form) \
+    X(paths_info_json) \
+    X(paths_info_errors) \
     X(paths_info_needs_no_token) \
     X(paths_info_huggingface_hub)
 TEST_MAIN(TEST_LIST)

@@ -151,9 +151,9 @@ TEST_IMPL(perf_variant_fingerprints)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                            \
-    X(perf_download_after_listing_skips_head)   \
-    X(perf_listing_digest_still_checked)        \
+#define TEST_LIST(X) \
+    X(perf_download_after_listing_skips_head) \
+    X(perf_listing_digest_still_checked) \
     X(perf_server_digest_cache_follows_changes) \
     X(perf_variant_fingerprints)
 TEST_MAIN(TEST_LIST)

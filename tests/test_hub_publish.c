@@ -459,11 +459,11 @@ TEST_IMPL(server_branches_and_tags)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)              \
-    X(publish_round_trip)         \
-    X(publish_auth_failures)      \
-    X(publish_local_errors)       \
+#define TEST_LIST(X) \
+    X(publish_round_trip) \
+    X(publish_auth_failures) \
+    X(publish_local_errors) \
     X(server_refuses_bad_commits) \
-    X(server_lfs_upload_checks)   \
+    X(server_lfs_upload_checks) \
     X(server_branches_and_tags)
 TEST_MAIN(TEST_LIST)

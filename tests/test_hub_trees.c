@@ -271,11 +271,11 @@ TEST_IMPL(trees_written_by_huggingface_hub)
     fx_done(&fx);
 }
 
-#define TEST_LIST(X)                  \
+#define TEST_LIST(X) \
     X(trees_written_once_then_reused) \
-    X(trees_offline)                  \
-    X(trees_unusable_file_ignored)    \
-    X(trees_unwritable_cache)         \
-    X(trees_read_by_huggingface_hub)  \
+    X(trees_offline) \
+    X(trees_unusable_file_ignored) \
+    X(trees_unwritable_cache) \
+    X(trees_read_by_huggingface_hub) \
     X(trees_written_by_huggingface_hub)
 TEST_MAIN(TEST_LIST)

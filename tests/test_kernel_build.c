@@ -25,9 +25,9 @@ static khub_status parse(const char *json, char *err)
     return khub__km_parse(json, strlen(json), "/tmp", &man, err, KHUB_ERROR_SIZE);
 }
 
-#define GOOD_HEAD                                                      \
+#define GOOD_HEAD \
     "{\"repo\": \"acme/norm\", \"major\": 1, \"version\": \"1.0.0\", " \
-    "\"ops\": [{\"name\": \"rms_norm\", \"kind\": \"norm\"}], "        \
+    "\"ops\": [{\"name\": \"rms_norm\", \"kind\": \"norm\"}], " \
     "\"sources\": {\"cpu\": [\"norm.c\"]}, "
 
 TEST_IMPL(manifest_good)
@@ -242,10 +242,10 @@ TEST_IMPL(metadata_rejections)
     }
 }
 
-#define TEST_LIST(X)                   \
-    X(manifest_good)                   \
-    X(manifest_rejections)             \
-    X(build_verify_and_tamper)         \
+#define TEST_LIST(X) \
+    X(manifest_good) \
+    X(manifest_rejections) \
+    X(build_verify_and_tamper) \
     X(build_compile_error_is_reported) \
     X(metadata_rejections)
 TEST_MAIN(TEST_LIST)

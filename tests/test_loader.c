@@ -393,31 +393,31 @@ TEST_IMPL(check_child_reports_errors)
     ASSERT_CONTAINS(report, "is not 64 hex digits");
 }
 
-#define TEST_LIST(X)                  \
-    X(inspect_good)                   \
-    X(inspect_runs_no_plugin_code)    \
-    X(reject_not_elf)                 \
-    X(reject_empty_file)              \
-    X(reject_truncated)               \
-    X(reject_wrong_arch_aarch64)      \
-    X(reject_wrong_arch_i386)         \
-    X(reject_not_shared_object)       \
-    X(reject_no_note)                 \
-    X(reject_abi_minor_newer)         \
-    X(reject_abi_major)               \
-    X(reject_ptr_size)                \
-    X(load_good)                      \
-    X(digest_mismatch)                \
+#define TEST_LIST(X) \
+    X(inspect_good) \
+    X(inspect_runs_no_plugin_code) \
+    X(reject_not_elf) \
+    X(reject_empty_file) \
+    X(reject_truncated) \
+    X(reject_wrong_arch_aarch64) \
+    X(reject_wrong_arch_i386) \
+    X(reject_not_shared_object) \
+    X(reject_no_note) \
+    X(reject_abi_minor_newer) \
+    X(reject_abi_major) \
+    X(reject_ptr_size) \
+    X(load_good) \
+    X(digest_mismatch) \
     X(digest_required_unless_allowed) \
-    X(refuse_bad_paths)               \
-    X(reject_no_entry)                \
-    X(two_versions_at_once)           \
-    X(unload_really_unloads)          \
-    X(builtin_loads_manifest)         \
-    X(builtin_own_manifest)           \
-    X(builtin_rejects_unsafe_names)   \
-    X(builtin_bad_manifest)           \
-    X(check_child_survives_crash)     \
-    X(check_child_good)               \
+    X(refuse_bad_paths) \
+    X(reject_no_entry) \
+    X(two_versions_at_once) \
+    X(unload_really_unloads) \
+    X(builtin_loads_manifest) \
+    X(builtin_own_manifest) \
+    X(builtin_rejects_unsafe_names) \
+    X(builtin_bad_manifest) \
+    X(check_child_survives_crash) \
+    X(check_child_good) \
     X(check_child_reports_errors)
 TEST_MAIN(TEST_LIST)

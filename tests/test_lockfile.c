@@ -177,10 +177,10 @@ TEST_IMPL(artifacts_serve_verified_bytes)
     khub__rmtree(dir);
 }
 
-#define TEST_LIST(X)               \
-    X(content_hash_known_answer)   \
+#define TEST_LIST(X) \
+    X(content_hash_known_answer) \
     X(parse_round_trip_and_errors) \
-    X(check_dir_names_the_file)    \
-    X(import_python_lock)          \
+    X(check_dir_names_the_file) \
+    X(import_python_lock) \
     X(artifacts_serve_verified_bytes)
 TEST_MAIN(TEST_LIST)

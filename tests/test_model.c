@@ -108,12 +108,12 @@ static float frand(void)
 static int tiny_tensors(tiny_arch arch, tiny_tensor *t, const char *skip, const char *bad)
 {
     int n = 0;
-#define ADD(r, c, ...)                                      \
-    do {                                                    \
+#define ADD(r, c, ...) \
+    do { \
         snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__); \
         t[n].rows = (r) + (bad && !strcmp(t[n].name, bad)); \
-        t[n].cols = (c);                                    \
-        if (!skip || strcmp(t[n].name, skip)) n++;          \
+        t[n].cols = (c); \
+        if (!skip || strcmp(t[n].name, skip)) n++; \
     } while (0)
     ADD(T_VOCAB, T_HIDDEN, "model.embed_tokens.weight");
     ADD(T_HIDDEN, 0, "model.norm.weight");
@@ -525,13 +525,17 @@ TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                                                                          \
-    X(model_tiny_llama_prefill_equals_incremental)                                            \
-    X(model_tiny_qwen2_prefill_equals_incremental)                                            \
-    X(model_tiny_qwen3_prefill_equals_incremental) X(model_tiny_info_and_explain)             \
-        X(model_tiny_quantize_at_load) X(model_tiny_missing_tensor) X(model_tiny_wrong_shape) \
-            X(model_not_found) X(model_smollm2_gguf_prefill_equals_incremental)               \
-                X(model_smollm2_gguf_matches_transformers)                                    \
-                    X(model_smollm2_hf_matches_transformers)                                  \
-                        X(model_smollm2_gguf_ref_matches_transformers)
+#define TEST_LIST(X) \
+    X(model_tiny_llama_prefill_equals_incremental) \
+    X(model_tiny_qwen2_prefill_equals_incremental) \
+    X(model_tiny_qwen3_prefill_equals_incremental) \
+    X(model_tiny_info_and_explain) \
+    X(model_tiny_quantize_at_load) \
+    X(model_tiny_missing_tensor) \
+    X(model_tiny_wrong_shape) \
+    X(model_not_found) \
+    X(model_smollm2_gguf_prefill_equals_incremental) \
+    X(model_smollm2_gguf_matches_transformers) \
+    X(model_smollm2_hf_matches_transformers) \
+    X(model_smollm2_gguf_ref_matches_transformers)
 TEST_MAIN(TEST_LIST)

@@ -136,7 +136,7 @@ typedef struct reject_case {
     const char *msg;
 } reject_case;
 
-#define BASE                                                                \
+#define BASE \
     "\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2," \
     "\"num_attention_heads\":4,\"vocab_size\":100"
 #define LLAMA "{\"architectures\":[\"LlamaForCausalLM\"]," BASE
@@ -368,13 +368,13 @@ TEST_IMPL(real_smollm2_config)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                 \
-    X(hf_smollm2)                    \
-    X(hf_llama31_rope_scaling)       \
-    X(hf_qwen_and_mistral)           \
-    X(hf_rejections_name_the_field)  \
+#define TEST_LIST(X) \
+    X(hf_smollm2) \
+    X(hf_llama31_rope_scaling) \
+    X(hf_qwen_and_mistral) \
+    X(hf_rejections_name_the_field) \
     X(hf_dir_with_generation_config) \
-    X(gguf_golden_tiny_llama)        \
-    X(gguf_arches_and_refusals)      \
+    X(gguf_golden_tiny_llama) \
+    X(gguf_arches_and_refusals) \
     X(real_smollm2_config)
 TEST_MAIN(TEST_LIST)

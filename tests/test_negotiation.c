@@ -232,23 +232,23 @@ TEST_IMPL(static_rules)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                   \
-    X(abi_rule_exact_match)            \
-    X(abi_rule_major_differs)          \
-    X(abi_rule_minor_window)           \
-    X(abi_rule_ptr_size)               \
-    X(abi_rule_this_host)              \
-    X(desc_struct_size_too_small)      \
-    X(init_error_carries_plugin_text)  \
-    X(duplicate_op_names)              \
-    X(null_id)                         \
-    X(id_differs_from_note)            \
-    X(ops_null)                        \
-    X(unknown_kind)                    \
-    X(missing_caps)                    \
-    X(missing_run)                     \
-    X(op_struct_size_too_small)        \
-    X(desc_abi_newer_than_host)        \
+#define TEST_LIST(X) \
+    X(abi_rule_exact_match) \
+    X(abi_rule_major_differs) \
+    X(abi_rule_minor_window) \
+    X(abi_rule_ptr_size) \
+    X(abi_rule_this_host) \
+    X(desc_struct_size_too_small) \
+    X(init_error_carries_plugin_text) \
+    X(duplicate_op_names) \
+    X(null_id) \
+    X(id_differs_from_note) \
+    X(ops_null) \
+    X(unknown_kind) \
+    X(missing_caps) \
+    X(missing_run) \
+    X(op_struct_size_too_small) \
+    X(desc_abi_newer_than_host) \
     X(wider_ops_walked_by_struct_size) \
     X(static_init_error_via_host_fail) \
     X(static_rules)

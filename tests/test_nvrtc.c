@@ -92,9 +92,9 @@ TEST_IMPL(missing_library_is_reported)
     }
 }
 
-#define TEST_LIST(X)         \
-    X(ptx_for_sm80)          \
-    X(cubin_for_sm90)        \
+#define TEST_LIST(X) \
+    X(ptx_for_sm80) \
+    X(cubin_for_sm90) \
     X(compile_error_has_log) \
     X(missing_library_is_reported)
 TEST_MAIN(TEST_LIST)

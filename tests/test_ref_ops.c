@@ -120,10 +120,10 @@ static khub_status run(const char *name, const void *args)
 }
 
 /* Asserts the status and that the message names the problem. */
-#define ASSERT_FAILS(expr, st, needle)    \
-    do {                                  \
-        g_err[0] = '\0';                  \
-        ASSERT_STATUS((expr), (st));      \
+#define ASSERT_FAILS(expr, st, needle) \
+    do { \
+        g_err[0] = '\0'; \
+        ASSERT_STATUS((expr), (st)); \
         ASSERT_CONTAINS(g_err, (needle)); \
     } while (0)
 
@@ -392,14 +392,14 @@ TEST_IMPL(attention_invalid_args)
     memset(q, 0, sizeof q), memset(k, 0, sizeof k), memset(v, 0, sizeof v);
     memset(mask, 0, sizeof mask);
     tens tq, tk, tv, tm, to;
-#define ATTN_RESET()                                                            \
-    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),             \
-                             .q = mk(&tq, q, KHUB_DTYPE_F32, 3, 4, 4, 2),       \
-                             .k = mk(&tk, k, KHUB_DTYPE_F32, 3, 3, 2, 2),       \
-                             .v = mk(&tv, v, KHUB_DTYPE_F32, 3, 3, 2, 2),       \
+#define ATTN_RESET() \
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), \
+                             .q = mk(&tq, q, KHUB_DTYPE_F32, 3, 4, 4, 2), \
+                             .k = mk(&tk, k, KHUB_DTYPE_F32, 3, 3, 2, 2), \
+                             .v = mk(&tv, v, KHUB_DTYPE_F32, 3, 3, 2, 2), \
                              .mask = mk(&tm, mask, KHUB_DTYPE_F32, 2, 4, 3, 0), \
-                             .out = mk(&to, out, KHUB_DTYPE_F32, 3, 4, 4, 2),   \
-                             .scale = 1.0f,                                     \
+                             .out = mk(&to, out, KHUB_DTYPE_F32, 3, 4, 4, 2), \
+                             .scale = 1.0f, \
                              .causal = 1}
     {
         ATTN_RESET();
@@ -783,11 +783,11 @@ TEST_IMPL(linear_invalid_args)
     setup();
     float x[2 * 8] = {0}, w[3 * 8] = {0}, b[3] = {0}, y[2 * 3];
     tens tx, tw, tb, ty;
-#define LIN_RESET()                                                         \
-    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args),               \
-                          .x = mk(&tx, x, KHUB_DTYPE_F32, 2, 2, 8, 0),      \
+#define LIN_RESET() \
+    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args), \
+                          .x = mk(&tx, x, KHUB_DTYPE_F32, 2, 2, 8, 0), \
                           .weight = mk(&tw, w, KHUB_DTYPE_F32, 2, 3, 8, 0), \
-                          .bias = mk(&tb, b, KHUB_DTYPE_F32, 1, 3, 0, 0),   \
+                          .bias = mk(&tb, b, KHUB_DTYPE_F32, 1, 3, 0, 0), \
                           .y = mk(&ty, y, KHUB_DTYPE_F32, 2, 2, 3, 0)}
     {
         LIN_RESET();
@@ -1227,13 +1227,13 @@ TEST_IMPL(norm_invalid_args)
     setup();
     float x[2 * 4] = {1, 2, 3, 4, 5, 6, 7, 8}, r[8] = {0}, w[4] = {1, 1, 1, 1}, y[8];
     tens tx, tr, tw, ty;
-#define NORM_RESET()                                                        \
-    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args),                   \
-                        .norm_type = KHUB_NORM_RMS,                         \
-                        .eps = 1e-6f,                                       \
-                        .x = mk(&tx, x, KHUB_DTYPE_F32, 2, 2, 4, 0),        \
+#define NORM_RESET() \
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), \
+                        .norm_type = KHUB_NORM_RMS, \
+                        .eps = 1e-6f, \
+                        .x = mk(&tx, x, KHUB_DTYPE_F32, 2, 2, 4, 0), \
                         .residual = mk(&tr, r, KHUB_DTYPE_F32, 2, 2, 4, 0), \
-                        .weight = mk(&tw, w, KHUB_DTYPE_F32, 1, 4, 0, 0),   \
+                        .weight = mk(&tw, w, KHUB_DTYPE_F32, 1, 4, 0, 0), \
                         .y = mk(&ty, y, KHUB_DTYPE_F32, 2, 2, 4, 0)}
     {
         NORM_RESET();
@@ -1423,15 +1423,15 @@ TEST_IMPL(rotary_invalid_args)
     float x[2 * 2 * 8] = {0};
     int32_t pos[2] = {0, 1};
     tens tx;
-#define ROPE_RESET()                                                   \
-    khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args),          \
+#define ROPE_RESET() \
+    khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args), \
                           .x = mk(&tx, x, KHUB_DTYPE_F32, 3, 2, 2, 8), \
-                          .positions = pos,                            \
-                          .style = KHUB_ROPE_NEOX,                     \
-                          .theta = 10000,                              \
-                          .factor = 8,                                 \
-                          .low_freq_factor = 1,                        \
-                          .high_freq_factor = 4,                       \
+                          .positions = pos, \
+                          .style = KHUB_ROPE_NEOX, \
+                          .theta = 10000, \
+                          .factor = 8, \
+                          .low_freq_factor = 1, \
+                          .high_freq_factor = 4, \
                           .original_max_pos = 8192}
     {
         ROPE_RESET();
@@ -1565,29 +1565,29 @@ TEST_IMPL(loader_builtin_select_call)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                 \
-    X(descriptor)                    \
-    X(init_rejects_short_host)       \
-    X(half_conversions)              \
-    X(attention_vs_oracle)           \
-    X(attention_edges)               \
-    X(attention_invalid_args)        \
-    X(kv_cache_grow_view_truncate)   \
-    X(kv_cache_context_full)         \
-    X(kv_cache_invalid_args)         \
-    X(attention_over_cache_views)    \
-    X(linear_dtypes_vs_oracle)       \
-    X(linear_invalid_args)           \
-    X(quant_round_trip_bounds)       \
-    X(quant_gguf_blocks_bit_exact)   \
+#define TEST_LIST(X) \
+    X(descriptor) \
+    X(init_rejects_short_host) \
+    X(half_conversions) \
+    X(attention_vs_oracle) \
+    X(attention_edges) \
+    X(attention_invalid_args) \
+    X(kv_cache_grow_view_truncate) \
+    X(kv_cache_context_full) \
+    X(kv_cache_invalid_args) \
+    X(attention_over_cache_views) \
+    X(linear_dtypes_vs_oracle) \
+    X(linear_invalid_args) \
+    X(quant_round_trip_bounds) \
+    X(quant_gguf_blocks_bit_exact) \
     X(quant_random_blocks_bit_exact) \
-    X(qlinear_vs_oracle)             \
-    X(quant_invalid_args)            \
-    X(norm_vs_oracle)                \
-    X(norm_invalid_args)             \
-    X(activation_vs_oracle)          \
-    X(rotary_vs_oracle)              \
-    X(rotary_llama3_bands)           \
-    X(rotary_invalid_args)           \
+    X(qlinear_vs_oracle) \
+    X(quant_invalid_args) \
+    X(norm_vs_oracle) \
+    X(norm_invalid_args) \
+    X(activation_vs_oracle) \
+    X(rotary_vs_oracle) \
+    X(rotary_llama3_bands) \
+    X(rotary_invalid_args) \
     X(loader_builtin_select_call)
 TEST_MAIN(TEST_LIST)

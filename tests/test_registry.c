@@ -19,12 +19,12 @@ static int32_t score_zero(void *state)
 
 #define F32 KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32)
 #define F16 KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16)
-#define CAPS(...)                                   \
-    {                                               \
+#define CAPS(...) \
+    { \
         KHUB_STRUCT_INIT(khub_op_caps), __VA_ARGS__ \
     }
-#define OP(n, k, c)                                                                     \
-    {                                                                                   \
+#define OP(n, k, c) \
+    { \
         KHUB_STRUCT_INIT(khub_op_desc), .name = n, .kind = k, .caps = c, .run = run_nop \
     }
 
@@ -57,15 +57,15 @@ static const khub_op_desc zero_ops[] = {OP("z", KHUB_OP_ATTENTION, &zero_caps)};
 /* t/late: same rank as t/ref's attn, loaded later. */
 static const khub_op_desc late_ops[] = {OP("attn", KHUB_OP_ATTENTION, &ref_attn)};
 
-#define DEFINE_INIT(fn, id_, ops_, score_)                                                \
+#define DEFINE_INIT(fn, id_, ops_, score_) \
     static khub_status fn(const khub_host_api *host, khub_plugin_desc *out, char *errbuf, \
-                          size_t errbuf_size)                                             \
-    {                                                                                     \
-        (void)host, (void)errbuf, (void)errbuf_size;                                      \
-        khub_plugin_desc d = {                                                            \
-            KHUB_STRUCT_INIT(khub_plugin_desc),    .id = id_,   .version = "1.0",         \
-            .n_ops = sizeof ops_ / sizeof ops_[0], .ops = ops_, .score = score_};         \
-        return khub_plugin_desc_put(out, &d);                                             \
+                          size_t errbuf_size) \
+    { \
+        (void)host, (void)errbuf, (void)errbuf_size; \
+        khub_plugin_desc d = { \
+            KHUB_STRUCT_INIT(khub_plugin_desc),    .id = id_,   .version = "1.0", \
+            .n_ops = sizeof ops_ / sizeof ops_[0], .ops = ops_, .score = score_}; \
+        return khub_plugin_desc_put(out, &d); \
     }
 DEFINE_INIT(init_ref, "t/ref", ref_ops, NULL)
 DEFINE_INIT(init_fast, "t/fast", fast_ops, NULL)
@@ -334,20 +334,20 @@ TEST_IMPL(methods_ops_and_pins)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                       \
-    X(trace_lists_every_candidate)         \
-    X(reject_dtype)                        \
-    X(reject_head_dim)                     \
-    X(reject_missing_flag)                 \
-    X(reject_device_wants_cuda)            \
-    X(tie_goes_to_earlier_load)            \
-    X(preferred_beats_priority)            \
-    X(fallback_warns_with_reason)          \
-    X(fallback_when_not_loaded)            \
-    X(strict_refuses_fallback)             \
-    X(no_candidate)                        \
-    X(query_validated)                     \
-    X(call_runs_bound_op)                  \
+#define TEST_LIST(X) \
+    X(trace_lists_every_candidate) \
+    X(reject_dtype) \
+    X(reject_head_dim) \
+    X(reject_missing_flag) \
+    X(reject_device_wants_cuda) \
+    X(tie_goes_to_earlier_load) \
+    X(preferred_beats_priority) \
+    X(fallback_warns_with_reason) \
+    X(fallback_when_not_loaded) \
+    X(strict_refuses_fallback) \
+    X(no_candidate) \
+    X(query_validated) \
+    X(call_runs_bound_op) \
     X(call_error_names_op_and_plugin_text) \
     X(methods_ops_and_pins)
 TEST_MAIN(TEST_LIST)

@@ -150,8 +150,8 @@ TEST_IMPL(reload_stress_concurrent_calls)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                     \
-    X(reload_swaps_bindings)             \
+#define TEST_LIST(X) \
+    X(reload_swaps_bindings) \
     X(reload_missing_op_changes_nothing) \
     X(reload_rejects_bad_file_keeps_old) \
     X(reload_stress_concurrent_calls)

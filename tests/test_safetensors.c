@@ -238,7 +238,7 @@ static void rm_dir(const char *dir)
 }
 
 #define SHARD1 "{" E("x", "\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]") "}"
-#define SHARD2                                                                  \
+#define SHARD2 \
     "{" E("y", "\"dtype\":\"F16\",\"shape\":[4],\"data_offsets\":[0,8]") "," E( \
         "z", "\"dtype\":\"BF16\",\"shape\":[1],\"data_offsets\":[8,10]") "}"
 #define INDEX(map) "{\"metadata\":{\"total_size\":18},\"weight_map\":{" map "}}"
@@ -412,14 +412,14 @@ TEST_IMPL(golden_from_upstream_writer)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                      \
-    X(single_valid_reads_back)            \
-    X(scalars_empty_and_unpadded)         \
+#define TEST_LIST(X) \
+    X(single_valid_reads_back) \
+    X(scalars_empty_and_unpadded) \
     X(rejections_have_status_and_message) \
-    X(header_length_checks)               \
-    X(every_prefix_is_truncated)          \
-    X(folder_single_and_sharded)          \
-    X(index_rejections)                   \
-    X(oom_at_every_allocation_no_leak)    \
+    X(header_length_checks) \
+    X(every_prefix_is_truncated) \
+    X(folder_single_and_sharded) \
+    X(index_rejections) \
+    X(oom_at_every_allocation_no_leak) \
     X(golden_from_upstream_writer)
 TEST_MAIN(TEST_LIST)

@@ -121,8 +121,8 @@ TEST_IMPL(sampler_bad_vocab)
     khub__sampler_free(&s);
 }
 
-#define TEST_LIST(X)              \
-    X(sampler_greedy_argmax)      \
+#define TEST_LIST(X) \
+    X(sampler_greedy_argmax) \
     X(sampler_repetition_penalty) \
     X(sampler_distribution) X(sampler_top_k_top_p) X(sampler_seeded) X(sampler_bad_vocab)
 TEST_MAIN(TEST_LIST)

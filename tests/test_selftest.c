@@ -131,9 +131,9 @@ TEST_IMPL(bad_specs)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                 \
-    X(ref_against_itself_is_exact)   \
-    X(optimized_plugin_every_kind)   \
+#define TEST_LIST(X) \
+    X(ref_against_itself_is_exact) \
+    X(optimized_plugin_every_kind) \
     X(wrong_kernel_fails_with_score) \
     X(bad_specs)
 TEST_MAIN(TEST_LIST)

@@ -56,10 +56,10 @@ TEST_IMPL(version_matches_header)
     ASSERT(!KHUB_VERSION_AT_LEAST(99, 0, 0));
 }
 
-#define TEST_LIST(X)               \
+#define TEST_LIST(X) \
     X(names_distinct_and_prefixed) \
     X(texts_distinct_and_nonempty) \
-    X(values_grouped_and_frozen)   \
-    X(unknown_status)              \
+    X(values_grouped_and_frozen) \
+    X(unknown_status) \
     X(version_matches_header)
 TEST_MAIN(TEST_LIST)

@@ -173,15 +173,15 @@ static void spec_free(spec_store *ss)
 /* Against tokenizers, on the fixtures                                      */
 /* ------------------------------------------------------------------------ */
 
-#define CORPUS_TEST(kind)                                    \
-    TEST_IMPL(corpus_##kind)                                 \
-    {                                                        \
-        khub_runtime *rt = new_rt();                         \
-        khub_tokenizer *tok = load_fixture(rt, #kind);       \
+#define CORPUS_TEST(kind) \
+    TEST_IMPL(corpus_##kind) \
+    { \
+        khub_runtime *rt = new_rt(); \
+        khub_tokenizer *tok = load_fixture(rt, #kind); \
         ASSERT_STR_EQ(khub__tokenizer_pre_name(tok), #kind); \
-        run_corpus(tok, #kind);                              \
-        khub__tokenizer_free(tok);                           \
-        khub_runtime_free(rt);                               \
+        run_corpus(tok, #kind); \
+        khub__tokenizer_free(tok); \
+        khub_runtime_free(rt); \
     }
 CORPUS_TEST(gpt2)
 CORPUS_TEST(smollm)
@@ -831,22 +831,22 @@ TEST_IMPL(smollm2_chat_prompt)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X)                  \
-    X(corpus_gpt2)                    \
-    X(corpus_smollm)                  \
-    X(corpus_llama3)                  \
-    X(corpus_qwen2)                   \
-    X(corpus_from_vocab_spec)         \
-    X(special_tokens_and_flags)       \
-    X(detok_never_splits_utf8)        \
+#define TEST_LIST(X) \
+    X(corpus_gpt2) \
+    X(corpus_smollm) \
+    X(corpus_llama3) \
+    X(corpus_qwen2) \
+    X(corpus_from_vocab_spec) \
+    X(special_tokens_and_flags) \
+    X(detok_never_splits_utf8) \
     X(detok_matches_decode_on_corpus) \
-    X(hostile_json)                   \
-    X(hostile_truncations)            \
-    X(hostile_spec)                   \
-    X(speed_long_prompt)              \
-    X(smollm2_json_and_gguf_agree)    \
-    X(smollm2_transformers_corpus)    \
-    X(chat_matches_jinja)             \
-    X(chat_refuses)                   \
+    X(hostile_json) \
+    X(hostile_truncations) \
+    X(hostile_spec) \
+    X(speed_long_prompt) \
+    X(smollm2_json_and_gguf_agree) \
+    X(smollm2_transformers_corpus) \
+    X(chat_matches_jinja) \
+    X(chat_refuses) \
     X(smollm2_chat_prompt)
 TEST_MAIN(TEST_LIST)

@@ -247,14 +247,14 @@ TEST_IMPL(sign_file_writes_sig)
     ASSERT_CONTAINS(err, "not an Ed25519 private key");
 }
 
-#define TEST_LIST(X)            \
+#define TEST_LIST(X) \
     X(keygen_files_and_formats) \
-    X(sign_and_verify)          \
-    X(decide_signed_trusted)    \
-    X(decide_bad_signature)     \
-    X(decide_unknown_key)       \
-    X(decide_revoked_key)       \
-    X(decide_unsigned)          \
-    X(policy_malformed)         \
+    X(sign_and_verify) \
+    X(decide_signed_trusted) \
+    X(decide_bad_signature) \
+    X(decide_unknown_key) \
+    X(decide_revoked_key) \
+    X(decide_unsigned) \
+    X(policy_malformed) \
     X(sign_file_writes_sig)
 TEST_MAIN(TEST_LIST)

@@ -66,8 +66,8 @@ extern "C" {
 
 /* The first three fields of every boundary struct. */
 #define KHUB_STRUCT_HEADER \
-    uint32_t struct_size;  \
-    uint16_t abi_major;    \
+    uint32_t struct_size; \
+    uint16_t abi_major; \
     uint16_t abi_minor
 
 /* Initialiser for those fields, with this header's version. */
@@ -469,22 +469,22 @@ typedef khub_status (*khub_plugin_init_fn)(const khub_host_api *host, khub_plugi
 
 #if defined(KHUB_PLUGIN_MODULE)
 #define KHUB__NOTE_ALIGN4(n) (((n) + 3u) & ~3u)
-#define KHUB_PLUGIN_DEFINE_KINDS(init_fn, id_str, version_str, kinds_mask)                  \
-    __attribute__((section(".note.khub"), used, aligned(4))) static const struct {          \
-        uint32_t namesz, descsz, type;                                                      \
-        char name[KHUB__NOTE_ALIGN4(sizeof(KHUB_NOTE_NAME))];                               \
-        khub_abi_note desc;                                                                 \
-    } khub__abi_note = {sizeof(KHUB_NOTE_NAME),                                             \
-                        sizeof(khub_abi_note),                                              \
-                        KHUB_NOTE_TYPE,                                                     \
-                        KHUB_NOTE_NAME,                                                     \
-                        {1, KHUB_ABI_MAJOR, KHUB_ABI_MINOR, (uint32_t)sizeof(void *),       \
-                         (kinds_mask), id_str, version_str}};                               \
-    KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1(                                     \
+#define KHUB_PLUGIN_DEFINE_KINDS(init_fn, id_str, version_str, kinds_mask) \
+    __attribute__((section(".note.khub"), used, aligned(4))) static const struct { \
+        uint32_t namesz, descsz, type; \
+        char name[KHUB__NOTE_ALIGN4(sizeof(KHUB_NOTE_NAME))]; \
+        khub_abi_note desc; \
+    } khub__abi_note = {sizeof(KHUB_NOTE_NAME), \
+                        sizeof(khub_abi_note), \
+                        KHUB_NOTE_TYPE, \
+                        KHUB_NOTE_NAME, \
+                        {1, KHUB_ABI_MAJOR, KHUB_ABI_MINOR, (uint32_t)sizeof(void *), \
+                         (kinds_mask), id_str, version_str}}; \
+    KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1( \
         const khub_host_api *host, khub_plugin_desc *out, char *errbuf, size_t errbuf_size) \
-    {                                                                                       \
-        (void)khub__abi_note;                                                               \
-        return init_fn(host, out, errbuf, errbuf_size);                                     \
+    { \
+        (void)khub__abi_note; \
+        return init_fn(host, out, errbuf, errbuf_size); \
     }
 #else
 #define KHUB_PLUGIN_DEFINE_KINDS(init_fn, id_str, version_str, kinds_mask)

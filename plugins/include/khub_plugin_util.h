@@ -136,9 +136,9 @@ static inline void khub_pu_store_f32(uint8_t *p, float f) { memcpy(p, &f, sizeof
 /* ------------------------------------------------------------------------ */
 
 /* Propagates a non-OK status (its message is already recorded). */
-#define KHUB_PU_TRY(expr)                            \
-    do {                                             \
-        khub_status st_pu_ = (expr);                 \
+#define KHUB_PU_TRY(expr) \
+    do { \
+        khub_status st_pu_ = (expr); \
         if (st_pu_ != KHUB_STATUS_OK) return st_pu_; \
     } while (0)
 

@@ -13,10 +13,10 @@
 
 #define KHUB_REF_ID      "khub/ref-cpu"
 #define KHUB_REF_VERSION "0.1.0"
-#define KHUB_REF_KINDS                                                  \
+#define KHUB_REF_KINDS \
     (KHUB_KIND_BIT(KHUB_OP_ATTENTION) | KHUB_KIND_BIT(KHUB_OP_LINEAR) | \
      KHUB_KIND_BIT(KHUB_OP_QLINEAR) | KHUB_KIND_BIT(KHUB_OP_KV_CACHE) | \
-     KHUB_KIND_BIT(KHUB_OP_NORM) | KHUB_KIND_BIT(KHUB_OP_ACTIVATION) |  \
+     KHUB_KIND_BIT(KHUB_OP_NORM) | KHUB_KIND_BIT(KHUB_OP_ACTIVATION) | \
      KHUB_KIND_BIT(KHUB_OP_ROTARY))
 
 static int32_t ref_score(void *state)

@@ -38,23 +38,23 @@ typedef struct wide_op {
     khub_op_desc base;
     uint64_t added_in_a_newer_minor[3];
 } wide_op;
-#define OP(n, k)                         \
-    {                                    \
+#define OP(n, k) \
+    { \
         {.struct_size = sizeof(wide_op), \
-         .abi_major = KHUB_ABI_MAJOR,    \
-         .abi_minor = KHUB_ABI_MINOR,    \
-         .name = n,                      \
-         .kind = k,                      \
-         .caps = &caps,                  \
-         .run = run},                    \
-        {                                \
-            1, 2, 3                      \
-        }                                \
+         .abi_major = KHUB_ABI_MAJOR, \
+         .abi_minor = KHUB_ABI_MINOR, \
+         .name = n, \
+         .kind = k, \
+         .caps = &caps, \
+         .run = run}, \
+        { \
+            1, 2, 3 \
+        } \
     }
 static const wide_op ops[] = {OP("first", KHUB_OP_NORM), OP("second", KHUB_OP_ACTIVATION)};
 #else
-#define OP(n, k)                                                                        \
-    {                                                                                   \
+#define OP(n, k) \
+    { \
         KHUB_STRUCT_INIT(khub_op_desc), .name = n, .kind = k, .caps = &caps, .run = run \
     }
 static khub_op_desc ops[] = {OP("first", KHUB_OP_NORM), OP("second", KHUB_OP_ACTIVATION)};

@@ -25,10 +25,10 @@ void khub_cli_register(const khub_cli_cmd *cmd);
 
 /* Registers a command at program start (the CLI is linked from objects, so
  * every constructor runs). */
-#define KHUB_CLI_COMMAND(var)                                              \
+#define KHUB_CLI_COMMAND(var) \
     __attribute__((constructor)) static void khub_cli_register_##var(void) \
-    {                                                                      \
-        khub_cli_register(&var);                                           \
+    { \
+        khub_cli_register(&var); \
     }
 
 /* Prints "khub <cmd>: <msg>" to stderr; returns 1. */
