@@ -227,21 +227,9 @@ typedef struct built_file {
 
 static void add_features(cJSON *arr, uint32_t f)
 {
-    static const struct {
-        uint32_t bit;
-        const char *name;
-    } names[] = {{KHUB_CPU_SSE42, "sse4.2"},
-                 {KHUB_CPU_AVX, "avx"},
-                 {KHUB_CPU_AVX2, "avx2"},
-                 {KHUB_CPU_FMA, "fma"},
-                 {KHUB_CPU_F16C, "f16c"},
-                 {KHUB_CPU_AVX512F, "avx512f"},
-                 {KHUB_CPU_AVX512VNNI, "avx512vnni"},
-                 {KHUB_CPU_AVX512BF16, "avx512bf16"},
-                 {KHUB_CPU_AVXVNNI, "avxvnni"},
-                 {KHUB_CPU_BMI2, "bmi2"}};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (f & names[i].bit) cJSON_AddItemToArray(arr, cJSON_CreateString(names[i].name));
+    for (size_t i = 0; i < khub__cpu_features_count; i++)
+        if (f & khub__cpu_features_table[i].bit)
+            cJSON_AddItemToArray(arr, cJSON_CreateString(khub__cpu_features_table[i].name));
 }
 
 static khub_status write_metadata(const khub_kernel_manifest *m, const char *vdir,

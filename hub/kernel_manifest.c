@@ -30,26 +30,7 @@ const char *khub__op_kind_name(uint32_t kind)
     return kind > 0 && kind < KHUB_OP_KIND__COUNT ? kind_names[kind] : "unknown";
 }
 
-uint32_t khub__cpu_feature_from_name(const char *name)
-{
-    static const struct {
-        const char *name;
-        uint32_t bit;
-    } f[] = {{"sse4.2", KHUB_CPU_SSE42},
-             {"sse42", KHUB_CPU_SSE42},
-             {"avx", KHUB_CPU_AVX},
-             {"avx2", KHUB_CPU_AVX2},
-             {"fma", KHUB_CPU_FMA},
-             {"f16c", KHUB_CPU_F16C},
-             {"avx512f", KHUB_CPU_AVX512F},
-             {"avx512vnni", KHUB_CPU_AVX512VNNI},
-             {"avx512bf16", KHUB_CPU_AVX512BF16},
-             {"avxvnni", KHUB_CPU_AVXVNNI},
-             {"bmi2", KHUB_CPU_BMI2}};
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (strcmp(f[i].name, name) == 0) return f[i].bit;
-    return 0;
-}
+uint32_t khub__cpu_feature_from_name(const char *name) { return khub__cpu_feature_bit(name); }
 
 /* ======================================================================== */
 /* Field helpers: each sets errbuf naming the field and returns PARSE       */

@@ -4,7 +4,47 @@
  * A feature counts only when the CPU reports it AND the OS saves its register
  * state (XCR0), which ggml's scorer does not check (its FIXME).
  */
+#include <stdio.h>
+#include <string.h>
+
 #include "internal.h"
+
+/* The names of the KHUB_CPU_* bits, in bit order: the one table behind
+ * traces, listings, kernel.json and metadata.json. */
+const khub__cpu_feature khub__cpu_features_table[] = {
+    {KHUB_CPU_SSE42, "sse4.2"},
+    {KHUB_CPU_AVX, "avx"},
+    {KHUB_CPU_AVX2, "avx2"},
+    {KHUB_CPU_FMA, "fma"},
+    {KHUB_CPU_F16C, "f16c"},
+    {KHUB_CPU_AVX512F, "avx512f"},
+    {KHUB_CPU_AVX512VNNI, "avx512vnni"},
+    {KHUB_CPU_AVX512BF16, "avx512bf16"},
+    {KHUB_CPU_AVXVNNI, "avxvnni"},
+    {KHUB_CPU_BMI2, "bmi2"},
+};
+const size_t khub__cpu_features_count =
+    sizeof khub__cpu_features_table / sizeof khub__cpu_features_table[0];
+
+uint32_t khub__cpu_feature_bit(const char *name)
+{
+    if (!name) return 0;
+    if (strcmp(name, "sse42") == 0) return KHUB_CPU_SSE42; /* accepted spelling */
+    for (size_t i = 0; i < khub__cpu_features_count; i++)
+        if (strcmp(khub__cpu_features_table[i].name, name) == 0)
+            return khub__cpu_features_table[i].bit;
+    return 0;
+}
+
+void khub__cpu_feature_list(uint32_t mask, const char *sep, char *buf, size_t n)
+{
+    size_t used = 0;
+    if (n) buf[0] = '\0';
+    for (size_t i = 0; i < khub__cpu_features_count && used < n; i++)
+        if (mask & khub__cpu_features_table[i].bit)
+            used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? sep : "",
+                                     khub__cpu_features_table[i].name);
+}
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

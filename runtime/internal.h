@@ -157,6 +157,22 @@ KHUB_INTERNAL khub_pool *khub__runtime_pool(khub_runtime *rt);
 KHUB_INTERNAL const khub_host_api *khub__runtime_host(khub_runtime *rt);
 
 /* ------------------------------------------------------------------------ */
+/* CPU feature names (runtime/cpu.c)                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct khub__cpu_feature {
+    uint32_t bit;     /* KHUB_CPU_* */
+    const char *name; /* "avx2" */
+} khub__cpu_feature;
+
+KHUB_INTERNAL extern const khub__cpu_feature khub__cpu_features_table[];
+KHUB_INTERNAL extern const size_t khub__cpu_features_count;
+/* The KHUB_CPU_* bit of a name ("avx2"; "sse42" also for SSE4.2), 0 if none. */
+KHUB_INTERNAL uint32_t khub__cpu_feature_bit(const char *name);
+/* The names of mask's bits joined by sep into buf (always NUL-terminated). */
+KHUB_INTERNAL void khub__cpu_feature_list(uint32_t mask, const char *sep, char *buf, size_t n);
+
+/* ------------------------------------------------------------------------ */
 /* Digests (runtime/digest.c, OpenSSL libcrypto)                            */
 /* ------------------------------------------------------------------------ */
 

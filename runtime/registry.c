@@ -94,19 +94,6 @@ static void names_of(char *buf, size_t n, uint32_t mask, const bit_name *tab, si
             used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? " " : "", tab[i].name);
 }
 
-static const bit_name cpu_bits[] = {
-    {KHUB_CPU_SSE42, "sse42"},
-    {KHUB_CPU_AVX, "avx"},
-    {KHUB_CPU_AVX2, "avx2"},
-    {KHUB_CPU_FMA, "fma"},
-    {KHUB_CPU_F16C, "f16c"},
-    {KHUB_CPU_AVX512F, "avx512f"},
-    {KHUB_CPU_AVX512VNNI, "avx512vnni"},
-    {KHUB_CPU_AVX512BF16, "avx512bf16"},
-    {KHUB_CPU_AVXVNNI, "avxvnni"},
-    {KHUB_CPU_BMI2, "bmi2"},
-};
-
 static const bit_name flag_bits[] = {
     {KHUB_CAP_CAUSAL, "causal"}, {KHUB_CAP_GQA, "gqa"},
     {KHUB_CAP_MASK, "mask"},     {KHUB_CAP_STRIDED_KV, "strided_kv"},
@@ -181,7 +168,7 @@ static bool rejects(khub_runtime *rt, const khub_op_query *q, const khub_plugin 
     }
     uint32_t missing = c->cpu_features & ~rt->cpu_features;
     if (missing) {
-        names_of(list, sizeof list, missing, cpu_bits, sizeof cpu_bits / sizeof cpu_bits[0]);
+        khub__cpu_feature_list(missing, " ", list, sizeof list);
         snprintf(why, n, "needs cpu %s", list);
         return true;
     }

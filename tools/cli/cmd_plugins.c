@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "check_kernel.h"
+#include "internal.h"
 #include "cli.h"
 
 /* ======================================================================== */
@@ -40,28 +41,10 @@ static const char *dtype_id_name(int id)
     return NULL;
 }
 
-/* Appends " name" for each set bit of a feature/dtype mask into buf. */
+/* The names of a CPU feature mask, comma-separated. */
 static void cpu_feature_names(uint32_t bits, char *buf, size_t n)
 {
-    static const struct {
-        uint32_t bit;
-        const char *name;
-    } f[] = {{KHUB_CPU_SSE42, "sse4.2"},
-             {KHUB_CPU_AVX, "avx"},
-             {KHUB_CPU_AVX2, "avx2"},
-             {KHUB_CPU_FMA, "fma"},
-             {KHUB_CPU_F16C, "f16c"},
-             {KHUB_CPU_AVX512F, "avx512f"},
-             {KHUB_CPU_AVX512VNNI, "avx512vnni"},
-             {KHUB_CPU_AVX512BF16, "avx512bf16"},
-             {KHUB_CPU_AVXVNNI, "avxvnni"},
-             {KHUB_CPU_BMI2, "bmi2"}};
-    buf[0] = '\0';
-    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
-        if (!(bits & f[i].bit)) continue;
-        size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", len ? "," : "", f[i].name);
-    }
+    khub__cpu_feature_list(bits, ",", buf, n);
 }
 
 static void dtype_names(uint64_t mask, char *buf, size_t n)
