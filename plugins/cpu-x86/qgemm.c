@@ -33,22 +33,22 @@
 #if defined(KX_LEVEL_AVX512)
 #define VL 16
 typedef __m512 vf;
-#define VLOAD(p) _mm512_load_ps(p)
-#define VBCAST(p) _mm512_set1_ps(*(p))
+#define VLOAD(p)      _mm512_load_ps(p)
+#define VBCAST(p)     _mm512_set1_ps(*(p))
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define VZERO() _mm512_setzero_ps()
+#define VZERO()       _mm512_setzero_ps()
 #define VSTOREU(p, v) _mm512_storeu_ps(p, v)
 #else
-#define VL 8
+#define VL            8
 typedef __m256 vf;
-#define VLOAD(p) _mm256_load_ps(p)
-#define VBCAST(p) _mm256_broadcast_ss(p)
+#define VLOAD(p)      _mm256_load_ps(p)
+#define VBCAST(p)     _mm256_broadcast_ss(p)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define VZERO() _mm256_setzero_ps()
+#define VZERO()       _mm256_setzero_ps()
 #define VSTOREU(p, v) _mm256_storeu_ps(p, v)
 #endif
-#define RN 6           /* tokens per micro-kernel call (12 accumulators) */
-#define NV 2           /* weight vectors per k: the panel is NV * VL rows wide */
+#define RN 6 /* tokens per micro-kernel call (12 accumulators) */
+#define NV 2 /* weight vectors per k: the panel is NV * VL rows wide */
 #define PW (NV * VL)
 
 /* ------------------------------------------------------------------------ */
@@ -100,9 +100,10 @@ static void pack_panel(const kx_linear *a, int64_t r0, int rows, float *p)
 /* rn tokens (rn <= RN, constant after inlining) against one packed panel:
  * y[t * ldy + j] = sum_k x[t * ldx + k] p[k * PW + j] (+ bias[j]) for
  * j < cols. */
-static inline __attribute__((always_inline)) void
-kernel(const int rn, const float *p, const float *x, int64_t ldx, int64_t in, const float *bias,
-       int cols, float *y, int64_t ldy)
+static inline __attribute__((always_inline)) void kernel(const int rn, const float *p,
+                                                         const float *x, int64_t ldx, int64_t in,
+                                                         const float *bias, int cols, float *y,
+                                                         int64_t ldy)
 {
     /* -O2 does not unroll these loops by itself, and rolled loops over
      * acc[][] keep the accumulators in memory: unroll them explicitly. */
@@ -129,17 +130,18 @@ kernel(const int rn, const float *p, const float *x, int64_t ldx, int64_t in, co
     }
 }
 
-typedef void (*kern_fn)(const float *p, const float *x, int64_t ldx, int64_t in,
-                        const float *bias, int cols, float *y, int64_t ldy);
+typedef void (*kern_fn)(const float *p, const float *x, int64_t ldx, int64_t in, const float *bias,
+                        int cols, float *y, int64_t ldy);
 
-#define KDEF(R)                                                                             \
-    static void kern_##R(const float *p, const float *x, int64_t ldx, int64_t in,          \
-                         const float *bias, int cols, float *y, int64_t ldy)               \
-    {                                                                                       \
-        kernel(R, p, x, ldx, in, bias, cols, y, ldy);                                       \
+#define KDEF(R) \
+    static void kern_##R(const float *p, const float *x, int64_t ldx, int64_t in, \
+                         const float *bias, int cols, float *y, int64_t ldy) \
+    { \
+        kernel(R, p, x, ldx, in, bias, cols, y, ldy); \
     }
-KDEF(1) KDEF(2) KDEF(3) KDEF(4) KDEF(5) KDEF(6)
-static const kern_fn kerns[RN] = {kern_1, kern_2, kern_3, kern_4, kern_5, kern_6};
+KDEF(1)
+KDEF(2) KDEF(3) KDEF(4) KDEF(5)
+    KDEF(6) static const kern_fn kerns[RN] = {kern_1, kern_2, kern_3, kern_4, kern_5, kern_6};
 
 /* ------------------------------------------------------------------------ */
 /* Driver                                                                   */
@@ -147,10 +149,10 @@ static const kern_fn kerns[RN] = {kern_1, kern_2, kern_3, kern_4, kern_5, kern_6
 
 typedef struct job {
     const kx_linear *a;
-    uint8_t *scratch;   /* n_threads panels of `stride` bytes */
-    size_t stride;      /* bytes per panel, a multiple of 64 */
+    uint8_t *scratch; /* n_threads panels of `stride` bytes */
+    size_t stride;    /* bytes per panel, a multiple of 64 */
     int n_threads;
-    int failed;         /* a range ran on a thread index without a panel */
+    int failed; /* a range ran on a thread index without a panel */
 } job;
 
 static void panels_range(void *ud, int64_t begin, int64_t end, int thread)
@@ -169,8 +171,8 @@ static void panels_range(void *ud, int64_t begin, int64_t end, int thread)
         const float *bias = a->bias ? a->bias + r0 : NULL;
         for (int64_t t0 = 0; t0 < a->n; t0 += RN) {
             int rn = (int)(a->n - t0 < RN ? a->n - t0 : RN);
-            kerns[rn - 1](p, a->x + t0 * a->ldx, a->ldx, a->in, bias, rows,
-                          a->y + t0 * a->ldy + r0, a->ldy);
+            kerns[rn - 1](p, a->x + t0 * a->ldx, a->ldx, a->in, bias, rows, a->y + t0 * a->ldy + r0,
+                          a->ldy);
         }
     }
 }
@@ -184,7 +186,8 @@ khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a)
     /* One panel per pool thread, allocated here: the host allocator is only
      * called from the calling thread. in <= 2^40 was checked by plugin.c. */
     int nt = h->n_threads(h->host_ctx);
-    job j = {.a = a, .n_threads = nt < 1 ? 1 : nt,
+    job j = {.a = a,
+             .n_threads = nt < 1 ? 1 : nt,
              .stride = (sizeof(float) * (size_t)a->in * PW + 63) & ~(size_t)63};
     size_t bytes;
     if (__builtin_mul_overflow(j.stride, (size_t)j.n_threads, &bytes) ||
@@ -193,13 +196,17 @@ khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a)
                        j.n_threads, (long long)a->in);
     void *raw = h->alloc(h->host_ctx, bytes);
     if (!raw)
-        return KX_FAIL(s, KHUB_STATUS_NOMEM, "qlinear: no memory for %d weight panels of %zu "
-                       "bytes", j.n_threads, j.stride);
+        return KX_FAIL(s, KHUB_STATUS_NOMEM,
+                       "qlinear: no memory for %d weight panels of %zu "
+                       "bytes",
+                       j.n_threads, j.stride);
     j.scratch = (uint8_t *)(((uintptr_t)raw + 63) & ~(uintptr_t)63);
     h->parallel_for(h->host_ctx, (a->out + PW - 1) / PW, panels_range, &j);
     h->free(h->host_ctx, raw);
     if (j.failed)
-        return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: the pool ran a chunk on a thread "
-                       "index outside [0, %d)", j.n_threads);
+        return KX_FAIL(s, KHUB_STATUS_INTERNAL,
+                       "qlinear: the pool ran a chunk on a thread "
+                       "index outside [0, %d)",
+                       j.n_threads);
     return KHUB_STATUS_OK;
 }

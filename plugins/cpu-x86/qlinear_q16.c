@@ -38,7 +38,7 @@
  * 1536 B gave ~7.3, 3072-6144 B ~8 GB/s (docs/performance.md). Prefetch
  * never faults, so running past the end of the weights is harmless. */
 #define KX_PF_DIST 4096
-#define TR 4
+#define TR         4
 #if defined(KX_LEVEL_AVX512)
 #define TC 4
 #else
@@ -48,9 +48,9 @@
 /* One 32-block of an activation row. d and s must stay adjacent and first:
  * the pair step loads [d0 s0] and [d1 s1] as two 8-byte halves. */
 typedef struct q16blk {
-    float d;         /* scale d_x */
-    float s;         /* exact f32 sum of the block's 32 values */
-    int16_t p[QK];   /* codes, element order */
+    float d;       /* scale d_x */
+    float s;       /* exact f32 sum of the block's 32 values */
+    int16_t p[QK]; /* codes, element order */
 } q16blk;
 
 /* ------------------------------------------------------------------------ */
@@ -76,10 +76,9 @@ static void quantize_row(const float *x, int64_t in, q16blk *out)
         const float *p = x + b * QK;
         __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8);
         __m256 v2 = _mm256_loadu_ps(p + 16), v3 = _mm256_loadu_ps(p + 24);
-        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0),
-                                               _mm256_andnot_ps(sign, v1)),
-                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2),
-                                               _mm256_andnot_ps(sign, v3)));
+        __m256 m =
+            _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                          _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
         float amax = kx_hmax8(m);
         /* A NaN or inf in x gives a NaN scale and NaN outputs, as f32 would. */
         __m256 id = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
@@ -142,9 +141,10 @@ static inline __m128 scales2(const int fmt, const uint8_t *blk, size_t bb)
 
 /* One tr x tc tile: rows w[0..tr) (stride wrb bytes) against token block
  * rows x[c * xs]; writes y[c * ldy + r]. Constant fmt/tr/tc after inlining. */
-static inline __attribute__((always_inline)) void
-tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, const q16blk *x,
-     int64_t xs, int64_t nb, const float *bias, float *y, int64_t ldy)
+static inline __attribute__((always_inline)) void tile(const int fmt, const int tr, const int tc,
+                                                       const uint8_t *w, size_t wrb,
+                                                       const q16blk *x, int64_t xs, int64_t nb,
+                                                       const float *bias, float *y, int64_t ldy)
 {
     /* The loops over r and c are unrolled explicitly (-O2 does not): rolled,
      * acc[][] lives in memory and every block pays loads and stores. */
@@ -221,26 +221,32 @@ tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, co
 typedef void (*tile_fn)(const uint8_t *w, size_t wrb, const q16blk *x, int64_t xs, int64_t nb,
                         const float *bias, float *y, int64_t ldy);
 
-#define T16_DEF(F, FMT, R, C)                                                                 \
+#define T16_DEF(F, FMT, R, C) \
     static void t16_##F##_##R##x##C(const uint8_t *w, size_t wrb, const q16blk *x, int64_t xs, \
-                                    int64_t nb, const float *bias, float *y, int64_t ldy)      \
-    {                                                                                          \
-        tile(FMT, R, C, w, wrb, x, xs, nb, bias, y, ldy);                                      \
+                                    int64_t nb, const float *bias, float *y, int64_t ldy) \
+    { \
+        tile(FMT, R, C, w, wrb, x, xs, nb, bias, y, ldy); \
     }
 #define T16_ROW_2(F, FMT, R) T16_DEF(F, FMT, R, 1) T16_DEF(F, FMT, R, 2)
 #define T16_ROW_4(F, FMT, R) T16_ROW_2(F, FMT, R) T16_DEF(F, FMT, R, 3) T16_DEF(F, FMT, R, 4)
 #if TC == 4
 #define T16_ROW T16_ROW_4
 #define T16_PTRS_ROW(F, R) \
-    {t16_##F##_##R##x1, t16_##F##_##R##x2, t16_##F##_##R##x3, t16_##F##_##R##x4}
+    { \
+        t16_##F##_##R##x1, t16_##F##_##R##x2, t16_##F##_##R##x3, t16_##F##_##R##x4 \
+    }
 #else
 #define T16_ROW T16_ROW_2
-#define T16_PTRS_ROW(F, R) {t16_##F##_##R##x1, t16_##F##_##R##x2}
+#define T16_PTRS_ROW(F, R) \
+    { \
+        t16_##F##_##R##x1, t16_##F##_##R##x2 \
+    }
 #endif
-#define T16_FMT(F, FMT) \
-    T16_ROW(F, FMT, 1) T16_ROW(F, FMT, 2) T16_ROW(F, FMT, 3) T16_ROW(F, FMT, 4)
+#define T16_FMT(F, FMT) T16_ROW(F, FMT, 1) T16_ROW(F, FMT, 2) T16_ROW(F, FMT, 3) T16_ROW(F, FMT, 4)
 #define T16_PTRS(F) \
-    {T16_PTRS_ROW(F, 1), T16_PTRS_ROW(F, 2), T16_PTRS_ROW(F, 3), T16_PTRS_ROW(F, 4)}
+    { \
+        T16_PTRS_ROW(F, 1), T16_PTRS_ROW(F, 2), T16_PTRS_ROW(F, 3), T16_PTRS_ROW(F, 4) \
+    }
 
 T16_FMT(q4_0, KHUB_QFORMAT_Q4_0)
 T16_FMT(q4_1, KHUB_QFORMAT_Q4_1)
@@ -303,8 +309,10 @@ khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
     /* n * nb * 72 bytes: plugin.c bounded n * nb * 40; recheck for the larger block. */
     size_t bytes;
     if (__builtin_mul_overflow((size_t)a->n, (size_t)j.nb * sizeof(q16blk), &bytes))
-        return KX_FAIL(s, KHUB_STATUS_OVERFLOW, "qlinear: %lld tokens of %lld inputs overflow "
-                       "the scratch size", (long long)a->n, (long long)a->in);
+        return KX_FAIL(s, KHUB_STATUS_OVERFLOW,
+                       "qlinear: %lld tokens of %lld inputs overflow "
+                       "the scratch size",
+                       (long long)a->n, (long long)a->in);
     j.xq = h->alloc(h->host_ctx, bytes);
     if (!j.xq)
         return KX_FAIL(s, KHUB_STATUS_NOMEM,

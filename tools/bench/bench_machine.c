@@ -32,8 +32,8 @@
 #include <time.h>
 
 #define MAX_THREADS 64
-#define MAX_REPS 101
-#define FMA_ACC 12
+#define MAX_REPS    101
+#define FMA_ACC     12
 
 static double now_s(void)
 {
@@ -113,13 +113,13 @@ __attribute__((target("avx512f"))) static float fma_avx512(long iters)
 
 typedef struct job {
     pthread_barrier_t *start;
-    int fma;            /* 0 = read pass, 1 = 8-lane FMA pass, 2 = 16-lane FMA pass */
-    float *buf;         /* read: this thread's slice */
-    size_t n;           /* floats in the slice */
-    long iters;         /* FMA rounds */
-    int first_touch;    /* read: write the slice instead of summing (page-in) */
+    int fma;         /* 0 = read pass, 1 = 8-lane FMA pass, 2 = 16-lane FMA pass */
+    float *buf;      /* read: this thread's slice */
+    size_t n;        /* floats in the slice */
+    long iters;      /* FMA rounds */
+    int first_touch; /* read: write the slice instead of summing (page-in) */
     double t_end;
-    double cpu_s;       /* this thread's CPU time for the pass */
+    double cpu_s; /* this thread's CPU time for the pass */
     float sink;
 } job;
 
@@ -140,8 +140,8 @@ static void *thread_main(void *arg)
     } else if (j->fma) {
         j->sink = j->fma == 2 ? fma_avx512(j->iters) : fma_avx2(j->iters);
     } else {
-        j->sink = __builtin_cpu_supports("avx2") ? sum_avx2(j->buf, j->n)
-                                                 : sum_scalar(j->buf, j->n);
+        j->sink =
+            __builtin_cpu_supports("avx2") ? sum_avx2(j->buf, j->n) : sum_scalar(j->buf, j->n);
     }
     j->t_end = now_s();
     j->cpu_s = thread_cpu_s() - c0;
@@ -161,8 +161,12 @@ static double pass(int nt, int fma, int first_touch, float *buf, size_t n_total,
     size_t per = (n_total / (size_t)nt) & ~(size_t)31; /* 32-float multiples stay aligned */
     int made = 0;
     for (int i = 0; i < nt; i++) {
-        jobs[i] = (job){.start = &start, .fma = fma, .buf = buf ? buf + per * (size_t)i : NULL,
-                        .n = per, .iters = iters, .first_touch = first_touch};
+        jobs[i] = (job){.start = &start,
+                        .fma = fma,
+                        .buf = buf ? buf + per * (size_t)i : NULL,
+                        .n = per,
+                        .iters = iters,
+                        .first_touch = first_touch};
         if (pthread_create(&th[i], NULL, thread_main, &jobs[i]) != 0) break;
         made++;
     }
