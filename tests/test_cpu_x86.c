@@ -104,6 +104,26 @@ static const uint32_t level_need[2] = {
     KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C,
     KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C | KHUB_CPU_AVX512F | KHUB_CPU_AVX512VNNI};
 
+/* Plugins opened on the runtime's host table, shut down at exit (before
+ * LeakSanitizer's check, which was registered earlier), then the runtime. */
+static khub_plugin_desc g_opened[8];
+static int g_n_opened;
+
+static void close_opened(void)
+{
+    for (int i = g_n_opened - 1; i >= 0; i--)
+        if (g_opened[i].shutdown) g_opened[i].shutdown(g_opened[i].state);
+    g_n_opened = 0;
+    khub_runtime_free(g_rt);
+    g_rt = NULL;
+}
+
+static void remember(const plug *p)
+{
+    if (g_n_opened == 0) atexit(close_opened);
+    if (g_n_opened < (int)(sizeof g_opened / sizeof g_opened[0])) g_opened[g_n_opened++] = p->d;
+}
+
 /* The plugins of every level this CPU runs; returns how many. */
 static int open_levels(plug out[2])
 {
@@ -116,6 +136,7 @@ static int open_levels(plug out[2])
         }
         if (!plug_open(&out[n], level_file[l], g_host))
             TEST_FAIL_("%s was not built: %s", level_file[l], dlerror());
+        remember(&out[n]);
         n++;
     }
     if (n == 0) TEST_SKIP("this CPU has no AVX2+FMA+F16C");
@@ -130,6 +151,7 @@ static const plug *ref_for(uint32_t kind)
     if (!tried) {
         tried = 1;
         if (!plug_open(&g_ref, "ref-cpu.so", g_host)) g_ref.dl = NULL;
+        else remember(&g_ref);
         fprintf(stderr, "  note: %s\n", g_ref.dl ? "also comparing with khub/ref-cpu"
                                                  : "ref-cpu.so not built, scalar oracle only");
     }
