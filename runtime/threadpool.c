@@ -21,13 +21,13 @@
 
 struct khub_pool {
     khub_runtime *rt;
-    int n;                   /* threads including the caller */
-    pthread_t *threads;      /* [n - 1] */
+    int n;              /* threads including the caller */
+    pthread_t *threads; /* [n - 1] */
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_mutex_t submit_lock;
-    atomic_uint generation;  /* bumped per job */
-    atomic_int pending;      /* workers still running the current job */
+    atomic_uint generation; /* bumped per job */
+    atomic_int pending;     /* workers still running the current job */
     atomic_int stop;
     struct worker_arg *args; /* [n - 1] */
     int n_started;

@@ -100,9 +100,9 @@ static khub_status plug_run(const plug *p, uint32_t kind, const void *args)
 }
 
 static const char *level_file[2] = {"cpu-avx2.so", "cpu-avx512.so"};
-static const uint32_t level_need[2] = {
-    KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C,
-    KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C | KHUB_CPU_AVX512F | KHUB_CPU_AVX512VNNI};
+static const uint32_t level_need[2] = {KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C,
+                                       KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C |
+                                           KHUB_CPU_AVX512F | KHUB_CPU_AVX512VNNI};
 
 /* Plugins opened on the runtime's host table, shut down at exit (before
  * LeakSanitizer's check, which was registered earlier), then the runtime. */
@@ -150,10 +150,13 @@ static const plug *ref_for(uint32_t kind)
     static int tried;
     if (!tried) {
         tried = 1;
-        if (!plug_open(&g_ref, "ref-cpu.so", g_host)) g_ref.dl = NULL;
-        else remember(&g_ref);
-        fprintf(stderr, "  note: %s\n", g_ref.dl ? "also comparing with khub/ref-cpu"
-                                                 : "ref-cpu.so not built, scalar oracle only");
+        if (!plug_open(&g_ref, "ref-cpu.so", g_host))
+            g_ref.dl = NULL;
+        else
+            remember(&g_ref);
+        fprintf(stderr, "  note: %s\n",
+                g_ref.dl ? "also comparing with khub/ref-cpu"
+                         : "ref-cpu.so not built, scalar oracle only");
     }
     if (!g_ref.dl || !plug_op(&g_ref, kind)) return NULL;
     return &g_ref;
@@ -310,13 +313,14 @@ typedef struct qcase {
 
 /* The qlinear ops of the plugins and how each rounds x. */
 typedef struct qop {
-    const char *name;  /* op name */
-    float levels;      /* 32767 (int16), 127 (int8), 0 (f32) */
-    int exact_offset;  /* the block's additive term meets the exact f32 sum of x */
-    double bound_f32;  /* NMSE bound against the f32 math */
+    const char *name; /* op name */
+    float levels;     /* 32767 (int16), 127 (int8), 0 (f32) */
+    int exact_offset; /* the block's additive term meets the exact f32 sum of x */
+    double bound_f32; /* NMSE bound against the f32 math */
 } qop;
 
-static const qop qops[] = {{"qlinear", 32767.0f, 1, 1e-8}, {"qlinear_q8a", 127.0f, 0, 2e-4},
+static const qop qops[] = {{"qlinear", 32767.0f, 1, 1e-8},
+                           {"qlinear_q8a", 127.0f, 0, 2e-4},
                            {"qlinear_f32", 0.0f, 1, 1e-9}};
 static const qop *g_qop = &qops[0];
 
@@ -420,8 +424,8 @@ TEST_IMPL(qlinear_q4_0) { qlinear_shapes(KHUB_QFORMAT_Q4_0); }
 /* Dense linear                                                             */
 /* ------------------------------------------------------------------------ */
 
-static double run_dense(const plug *lv, int nlv, khub_dtype dt, int64_t n, int64_t in,
-                        int64_t out, int perturb)
+static double run_dense(const plug *lv, int nlv, khub_dtype dt, int64_t n, int64_t in, int64_t out,
+                        int perturb)
 {
     int esz = dt.bits / 8;
     uint8_t *w = malloc((size_t)(out * in * esz));
@@ -485,8 +489,8 @@ TEST_IMPL(linear_dense)
     plug lv[2];
     int nlv = open_levels(lv);
     const khub_dtype dts[3] = {KHUB_DTYPE_F32, KHUB_DTYPE_F16, KHUB_DTYPE_BF16};
-    const int64_t shp[][3] = {{1, 576, 576}, {1, 576, 1536}, {1, 1536, 576}, {3, 576, 193},
-                              {64, 576, 192}, {7, 37, 5}, {1, 3, 1}};
+    const int64_t shp[][3] = {{1, 576, 576},  {1, 576, 1536}, {1, 1536, 576}, {3, 576, 193},
+                              {64, 576, 192}, {7, 37, 5},     {1, 3, 1}};
     for (int d = 0; d < 3; d++)
         for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
             ASSERT_LE(run_dense(lv, nlv, dts[d], shp[i][0], shp[i][1], shp[i][2], 0), 1e-9);
@@ -518,8 +522,7 @@ static double run_acase(const plug *lv, int nlv, acase c, int perturb)
         kh[i] = f32_to_f16(nrand()), vh[i] = f32_to_f16(nrand());
         kf[i] = f16_to_f32(kh[i]), vf[i] = f16_to_f32(vh[i]);
     }
-    for (int64_t i = 0; i < c.n_q * c.n_kv; i++)
-        mask[i] = (rnd() % 7 == 0) ? -INFINITY : nrand();
+    for (int64_t i = 0; i < c.n_q * c.n_kv; i++) mask[i] = (rnd() % 7 == 0) ? -INFINITY : nrand();
     float scale = 1.0f / sqrtf((float)c.hd);
     double *s = malloc(sizeof(double) * (size_t)c.n_kv);
     for (int64_t i = 0; i < c.n_q; i++)
@@ -555,9 +558,15 @@ static double run_acase(const plug *lv, int nlv, acase c, int perturb)
     khub_tensor tv = tens(c.f16 ? (void *)vh : vf, kd, 3, skv);
     tk.strides = kvst, tv.strides = kvst;
     khub_tensor tm = tens(mask, KHUB_DTYPE_F32, 2, sm);
-    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), .q = &tq, .k = &tk,
-                             .v = &tv, .mask = c.mask ? &tm : NULL, .out = &to, .scale = scale,
-                             .causal = (uint32_t)c.causal, .q_pos0 = c.q_pos0,
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
+                             .q = &tq,
+                             .k = &tk,
+                             .v = &tv,
+                             .mask = c.mask ? &tm : NULL,
+                             .out = &to,
+                             .scale = scale,
+                             .causal = (uint32_t)c.causal,
+                             .q_pos0 = c.q_pos0,
                              .window = c.window};
     double worst = 0;
     int64_t n_out = c.n_q * c.H * c.hd;
@@ -633,9 +642,13 @@ static double run_norm(const plug *lv, int nlv, int type, int64_t n, int64_t dim
     shape_x[0] = n, shape_x[1] = dim, shape_b[0] = dim;
     khub_tensor tx = tens(x, KHUB_DTYPE_F32, 2, shape_x), tr = tens(r, KHUB_DTYPE_F32, 2, shape_x);
     khub_tensor ty = tens(y, KHUB_DTYPE_F32, 2, shape_x), tw = tens(w, KHUB_DTYPE_F32, 1, shape_b);
-    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = (uint32_t)type,
-                        .eps = 1e-5f, .x = &tx, .residual = residual ? &tr : NULL,
-                        .weight = &tw, .y = &ty};
+    khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args),
+                        .norm_type = (uint32_t)type,
+                        .eps = 1e-5f,
+                        .x = &tx,
+                        .residual = residual ? &tr : NULL,
+                        .weight = &tw,
+                        .y = &ty};
     double worst = 0;
     for (int l = 0; l < nlv; l++) {
         memcpy(r, r0, 4 * ne);
@@ -759,8 +772,12 @@ TEST_IMPL(errors_name_the_problem)
     int64_t sq[3] = {1, 3, 8}, sk[3] = {1, 2, 8};
     khub_tensor tq = tens(q, KHUB_DTYPE_F32, 3, sq), to = tens(o, KHUB_DTYPE_F32, 3, sq);
     khub_tensor tk = tens(k, KHUB_DTYPE_F32, 3, sk);
-    khub_attention_args at = {KHUB_STRUCT_INIT(khub_attention_args), .q = &tq, .k = &tk,
-                              .v = &tk, .out = &to, .scale = 1.0f};
+    khub_attention_args at = {KHUB_STRUCT_INIT(khub_attention_args),
+                              .q = &tq,
+                              .k = &tk,
+                              .v = &tk,
+                              .out = &to,
+                              .scale = 1.0f};
     ASSERT_STATUS(plug_run(&lv[0], KHUB_OP_ATTENTION, &at), KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(khub__plugin_msg(), "3 query heads over 2 KV heads");
     int64_t neg[3] = {-8, 8, 1};
@@ -795,15 +812,15 @@ TEST_IMPL(refuses_without_cpu_features)
     }
 }
 
-#define TEST_LIST(X)                 \
-    X(qlinear_q4_1)                  \
-    X(qlinear_q8_0)                  \
-    X(qlinear_q4_0)                  \
-    X(linear_dense)                  \
-    X(attention_shapes)              \
-    X(norm_rms_and_layer)            \
-    X(activation_silu_gelu)          \
-    X(perturbation_is_detected)      \
-    X(errors_name_the_problem)       \
+#define TEST_LIST(X) \
+    X(qlinear_q4_1) \
+    X(qlinear_q8_0) \
+    X(qlinear_q4_0) \
+    X(linear_dense) \
+    X(attention_shapes) \
+    X(norm_rms_and_layer) \
+    X(activation_silu_gelu) \
+    X(perturbation_is_detected) \
+    X(errors_name_the_problem) \
     X(refuses_without_cpu_features)
 TEST_MAIN(TEST_LIST)

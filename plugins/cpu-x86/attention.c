@@ -24,14 +24,14 @@
 
 #include "kx_simd.h"
 
-#define KT 32        /* keys per tile */
+#define KT       32  /* keys per tile */
 #define MAX_ROWS 16  /* query rows per work item */
-#define MAX_HD 256   /* plugin.c rejects larger head dims */
+#define MAX_HD   256 /* plugin.c rejects larger head dims */
 
 typedef struct job {
     const kx_attn *a;
-    int64_t group;     /* G: query heads per KV head */
-    int64_t qb;        /* queries per work item */
+    int64_t group; /* G: query heads per KV head */
+    int64_t qb;    /* queries per work item */
     int64_t n_qblk;
     atomic_int nomem;
     kx_state *s;
@@ -96,8 +96,8 @@ static void load_tile(const void *base, int f16, int64_t st, int64_t sh, int64_t
 }
 
 /* Scores of one row against a tile, with visibility; returns the tile max. */
-static float tile_scores(const kx_attn *a, const float *q, const float *kt, int64_t i,
-                         int64_t j0, int64_t nk, float *sc)
+static float tile_scores(const kx_attn *a, const float *q, const float *kt, int64_t i, int64_t j0,
+                         int64_t nk, float *sc)
 {
     const int64_t pos = a->q_pos0 + i;
     float mx = -INFINITY;

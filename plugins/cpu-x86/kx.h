@@ -31,8 +31,8 @@
 /* Plugin state: the host table and whether this CPU can run the kernels. */
 typedef struct kx_state {
     const khub_host_api *host;
-    uint32_t need;  /* KHUB_CPU_* bits the kernels were compiled for */
-    int runnable;   /* the host reports every bit of need */
+    uint32_t need; /* KHUB_CPU_* bits the kernels were compiled for */
+    int runnable;  /* the host reports every bit of need */
 } kx_state;
 
 #define KX_FAIL(s, st, ...) ((s)->host->fail((s)->host->host_ctx, (st), __VA_ARGS__))
@@ -43,26 +43,26 @@ typedef struct kx_state {
 
 /* y[n, out] = x[n, in] @ W[out, in]^T (+ bias). */
 typedef struct kx_linear {
-    const float *x;     /* [n, in], row stride ldx elements */
+    const float *x; /* [n, in], row stride ldx elements */
     int64_t n, in, ldx;
-    const uint8_t *w;   /* [out] rows of w_row_bytes each */
+    const uint8_t *w; /* [out] rows of w_row_bytes each */
     int64_t out;
     size_t w_row_bytes;
-    int wfmt;           /* qlinear: khub_qformat; linear: khub_dtype_id */
-    const float *bias;  /* [out] or NULL */
-    float *y;           /* [n, out], row stride ldy elements */
+    int wfmt;          /* qlinear: khub_qformat; linear: khub_dtype_id */
+    const float *bias; /* [out] or NULL */
+    float *y;          /* [n, out], row stride ldy elements */
     int64_t ldy;
 } kx_linear;
 
 typedef struct kx_attn {
-    const float *q;     /* [n_q, n_heads, hd]: strides sq_t, sq_h */
+    const float *q; /* [n_q, n_heads, hd]: strides sq_t, sq_h */
     int64_t sq_t, sq_h;
-    const void *k, *v;  /* [n_kv, n_kv_heads, hd] f32 or f16 */
+    const void *k, *v; /* [n_kv, n_kv_heads, hd] f32 or f16 */
     int64_t sk_t, sk_h, sv_t, sv_h;
     int kv_f16;
-    const float *mask;  /* [n_q, n_kv] row stride smask, or NULL */
+    const float *mask; /* [n_q, n_kv] row stride smask, or NULL */
     int64_t smask;
-    float *out;         /* [n_q, n_heads, hd]: strides so_t, so_h */
+    float *out; /* [n_q, n_heads, hd]: strides so_t, so_h */
     int64_t so_t, so_h;
     int64_t n_q, n_kv, n_heads, n_kv_heads, hd;
     float scale;
@@ -71,17 +71,17 @@ typedef struct kx_attn {
 } kx_attn;
 
 typedef struct kx_norm {
-    int type;           /* khub_norm_type */
+    int type; /* khub_norm_type */
     float eps;
-    const float *x;     /* [n, dim] row stride ldx */
-    float *res;         /* [n, dim] row stride ldr, or NULL */
-    const float *w;     /* [dim] */
-    float *y;           /* [n, dim] row stride ldy */
+    const float *x; /* [n, dim] row stride ldx */
+    float *res;     /* [n, dim] row stride ldr, or NULL */
+    const float *w; /* [dim] */
+    float *y;       /* [n, dim] row stride ldy */
     int64_t n, dim, ldx, ldr, ldy;
 } kx_norm;
 
 typedef struct kx_act {
-    int type;           /* khub_act_type */
+    int type; /* khub_act_type */
     const float *gate, *up;
     float *y;
     int64_t n, ff, ldg, ldu, ldy;

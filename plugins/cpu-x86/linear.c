@@ -41,8 +41,8 @@ static inline float load1(const int wt, const uint8_t *row, int64_t k)
     return wt == KHUB_DTYPE_ID_F16 ? kx_f16_to_f32(h) : kx_bf16_to_f32(h);
 }
 
-static inline __attribute__((always_inline)) void
-tile(const int wt, const int TR, const int TC, const kx_linear *a, int64_t r0, int64_t c0)
+static inline __attribute__((always_inline)) void tile(const int wt, const int TR, const int TC,
+                                                       const kx_linear *a, int64_t r0, int64_t c0)
 {
     __m256 acc[TR_MAX][TC_MAX];
     const uint8_t *w[TR_MAX];
@@ -73,22 +73,29 @@ typedef void (*tile_fn)(const kx_linear *a, int64_t r0, int64_t c0);
 
 #define TILE_DEF(F, WT, R, C) \
     static void tile_##F##_##R##x##C(const kx_linear *a, int64_t r0, int64_t c0) \
-    {                                                                            \
-        tile(WT, R, C, a, r0, c0);                                               \
+    { \
+        tile(WT, R, C, a, r0, c0); \
     }
 #define TILE_ROW_2(F, WT, R) TILE_DEF(F, WT, R, 1) TILE_DEF(F, WT, R, 2)
 #define TILE_ROW_4(F, WT, R) TILE_ROW_2(F, WT, R) TILE_DEF(F, WT, R, 3) TILE_DEF(F, WT, R, 4)
 #if TC_MAX == 4
 #define TILE_ROW TILE_ROW_4
 #define TILE_PTRS_ROW(F, R) \
-    {tile_##F##_##R##x1, tile_##F##_##R##x2, tile_##F##_##R##x3, tile_##F##_##R##x4}
+    { \
+        tile_##F##_##R##x1, tile_##F##_##R##x2, tile_##F##_##R##x3, tile_##F##_##R##x4 \
+    }
 #else
 #define TILE_ROW TILE_ROW_2
-#define TILE_PTRS_ROW(F, R) {tile_##F##_##R##x1, tile_##F##_##R##x2}
+#define TILE_PTRS_ROW(F, R) \
+    { \
+        tile_##F##_##R##x1, tile_##F##_##R##x2 \
+    }
 #endif
 #define TILE_WT(F, WT) TILE_ROW(F, WT, 1) TILE_ROW(F, WT, 2) TILE_ROW(F, WT, 3) TILE_ROW(F, WT, 4)
 #define TILE_PTRS(F) \
-    {TILE_PTRS_ROW(F, 1), TILE_PTRS_ROW(F, 2), TILE_PTRS_ROW(F, 3), TILE_PTRS_ROW(F, 4)}
+    { \
+        TILE_PTRS_ROW(F, 1), TILE_PTRS_ROW(F, 2), TILE_PTRS_ROW(F, 3), TILE_PTRS_ROW(F, 4) \
+    }
 
 TILE_WT(f32, KHUB_DTYPE_ID_F32)
 TILE_WT(f16, KHUB_DTYPE_ID_F16)

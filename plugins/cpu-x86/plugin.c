@@ -21,17 +21,17 @@
 
 #if defined(KX_LEVEL_AVX512)
 #define KX_ID "khub/cpu-avx512"
-#define KX_NEED (KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C | KHUB_CPU_AVX512F | \
-                 KHUB_CPU_AVX512VNNI)
+#define KX_NEED \
+    (KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C | KHUB_CPU_AVX512F | KHUB_CPU_AVX512VNNI)
 #define KX_NEED_TEXT "AVX2, FMA, F16C, AVX-512 F/BW/DQ/VL and AVX-512 VNNI"
-#define KX_PRIORITY 20
-#define KX_INIT kx_avx512_init
+#define KX_PRIORITY  20
+#define KX_INIT      kx_avx512_init
 #else
-#define KX_ID "khub/cpu-avx2"
-#define KX_NEED (KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C)
+#define KX_ID        "khub/cpu-avx2"
+#define KX_NEED      (KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C)
 #define KX_NEED_TEXT "AVX2, FMA and F16C"
-#define KX_PRIORITY 10
-#define KX_INIT kx_avx2_init
+#define KX_PRIORITY  10
+#define KX_INIT      kx_avx2_init
 #endif
 #define KX_VERSION "0.1.0"
 
@@ -47,10 +47,10 @@
 /* A checked tensor, padded in front with size-1 dims to ND dims. */
 #define ND 3
 typedef struct view {
-    const char *p;   /* element 0 */
-    int64_t n[ND];   /* sizes */
-    int64_t st[ND];  /* strides, elements */
-    int dtype;       /* khub_dtype_id */
+    const char *p;  /* element 0 */
+    int64_t n[ND];  /* sizes */
+    int64_t st[ND]; /* strides, elements */
+    int dtype;      /* khub_dtype_id */
 } view;
 
 static khub_status get_view(kx_state *s, const char *op, const char *name, const khub_tensor *t,
@@ -58,11 +58,11 @@ static khub_status get_view(kx_state *s, const char *op, const char *name, const
 {
     if (!t) return FAIL(INVALID_ARG, "%s: %s is NULL; pass a tensor", op, name);
     if (t->device.device_type != KHUB_DEVICE_CPU)
-        return FAIL(UNSUPPORTED, "%s: %s is on device type %d; this plugin runs on the CPU",
-                    op, name, (int)t->device.device_type);
+        return FAIL(UNSUPPORTED, "%s: %s is on device type %d; this plugin runs on the CPU", op,
+                    name, (int)t->device.device_type);
     if (t->ndim < nd_min || t->ndim > nd_max)
-        return FAIL(INVALID_ARG, "%s: %s has %d dims, expected %d to %d", op, name,
-                    (int)t->ndim, nd_min, nd_max);
+        return FAIL(INVALID_ARG, "%s: %s has %d dims, expected %d to %d", op, name, (int)t->ndim,
+                    nd_min, nd_max);
     if (!t->data || !t->shape) return FAIL(INVALID_ARG, "%s: %s has no data or shape", op, name);
     v->dtype = khub_dtype_id_of(t->dtype);
     int pad = ND - t->ndim;
@@ -70,8 +70,8 @@ static khub_status get_view(kx_state *s, const char *op, const char *name, const
     for (int d = ND - 1; d >= 0; d--) {
         int64_t n = d < pad ? 1 : t->shape[d - pad];
         if (n < 0 || n > MAX_DIM)
-            return FAIL(INVALID_ARG, "%s: %s dim %d is %lld, outside [0, 2^40]", op, name,
-                        d - pad, (long long)n);
+            return FAIL(INVALID_ARG, "%s: %s dim %d is %lld, outside [0, 2^40]", op, name, d - pad,
+                        (long long)n);
         int64_t st = d < pad ? 0 : t->strides ? t->strides[d - pad] : run;
         if (st < 0)
             return FAIL(UNSUPPORTED, "%s: %s has negative stride %lld", op, name, (long long)st);
@@ -81,8 +81,8 @@ static khub_status get_view(kx_state *s, const char *op, const char *name, const
             return FAIL(OVERFLOW, "%s: %s is too large", op, name);
     }
     if (v->n[ND - 1] > 1 && v->st[ND - 1] != 1)
-        return FAIL(UNSUPPORTED, "%s: %s has inner stride %lld; make its rows contiguous", op,
-                    name, (long long)v->st[ND - 1]);
+        return FAIL(UNSUPPORTED, "%s: %s has inner stride %lld; make its rows contiguous", op, name,
+                    (long long)v->st[ND - 1]);
     /* The furthest element must be addressable: sum (n-1)*st < 2^59. */
     int64_t ext = 0, term;
     for (int d = 0; d < ND; d++) {
@@ -95,8 +95,7 @@ static khub_status get_view(kx_state *s, const char *op, const char *name, const
     return KHUB_STATUS_OK;
 }
 
-static khub_status want_dtype(kx_state *s, const char *op, const char *name, const view *v,
-                              int id)
+static khub_status want_dtype(kx_state *s, const char *op, const char *name, const view *v, int id)
 {
     if (v->dtype != id)
         return FAIL(UNSUPPORTED, "%s: %s has dtype id %d, this op takes %s", op, name, v->dtype,
@@ -113,10 +112,10 @@ static khub_status get_mat(kx_state *s, const char *op, const char *name, const 
     return st;
 }
 
-#define CHECK(expr)                                      \
-    do {                                                 \
-        khub_status st_ = (expr);                        \
-        if (st_ != KHUB_STATUS_OK) return st_;           \
+#define CHECK(expr) \
+    do { \
+        khub_status st_ = (expr); \
+        if (st_ != KHUB_STATUS_OK) return st_; \
     } while (0)
 
 #define ARGS_OK(a, type, last) ((a) && KHUB_HAS_FIELD((a), type, last))
@@ -150,8 +149,8 @@ static khub_status check_weight_q(kx_state *s, const khub_tensor *w, kx_linear *
         return FAIL(INVALID_ARG, "%s: weight has %lld rows", op, (long long)L->out);
     int64_t rb = khub_qformat_row_bytes((khub_qformat)f, in);
     if (rb < 0)
-        return FAIL(INVALID_ARG, "%s: weight row length %lld is not a positive multiple of 32",
-                    op, (long long)in);
+        return FAIL(INVALID_ARG, "%s: weight row length %lld is not a positive multiple of 32", op,
+                    (long long)in);
     L->in = in;
     L->wfmt = f;
     L->w_row_bytes = (size_t)rb;
@@ -167,8 +166,8 @@ static khub_status check_weight_dense(kx_state *s, const khub_tensor *w, kx_line
         v.dtype != KHUB_DTYPE_ID_BF16)
         return FAIL(UNSUPPORTED, "linear: weight dtype id %d is not f32, f16 or bf16", v.dtype);
     if (v.n[1] < 1 || v.n[2] < 1)
-        return FAIL(INVALID_ARG, "linear: weight shape [%lld, %lld] is empty",
-                    (long long)v.n[1], (long long)v.n[2]);
+        return FAIL(INVALID_ARG, "linear: weight shape [%lld, %lld] is empty", (long long)v.n[1],
+                    (long long)v.n[2]);
     L->out = v.n[1];
     L->in = v.n[2];
     L->wfmt = v.dtype;
@@ -189,9 +188,10 @@ static khub_status check_linear(kx_state *s, const void *args, int quant, kx_lin
     CHECK(get_mat(s, op, "x", a->x, &x));
     CHECK(get_mat(s, op, "y", a->y, &y));
     if (x.n[2] != L->in || y.n[2] != L->out || x.n[1] != y.n[1])
-        return FAIL(INVALID_ARG, "%s: x [%lld, %lld], weight [%lld, %lld], y [%lld, %lld] "
-                    "do not agree; want x [n, in], weight [out, in], y [n, out]", op,
-                    (long long)x.n[1], (long long)x.n[2], (long long)L->out, (long long)L->in,
+        return FAIL(INVALID_ARG,
+                    "%s: x [%lld, %lld], weight [%lld, %lld], y [%lld, %lld] "
+                    "do not agree; want x [n, in], weight [out, in], y [n, out]",
+                    op, (long long)x.n[1], (long long)x.n[2], (long long)L->out, (long long)L->in,
                     (long long)y.n[1], (long long)y.n[2]);
     size_t scratch;
     if (quant && __builtin_mul_overflow((size_t)x.n[1], (size_t)(L->in / 32) * 40, &scratch))
@@ -274,22 +274,25 @@ static khub_status check_attention(kx_state *s, const khub_attention_args *a, kx
     CHECK(want_dtype(s, op, "v", &v, k.dtype));
     A->n_q = q.n[0], A->n_heads = q.n[1], A->hd = q.n[2];
     A->n_kv = k.n[0], A->n_kv_heads = k.n[1];
-    if (memcmp(q.n, o.n, sizeof q.n) != 0 || memcmp(k.n, v.n, sizeof k.n) != 0 ||
-        k.n[2] != A->hd)
-        return FAIL(INVALID_ARG, "%s: shapes disagree: want q and out [n_q, n_heads, d], "
-                    "k and v [n_kv, n_kv_heads, d]", op);
+    if (memcmp(q.n, o.n, sizeof q.n) != 0 || memcmp(k.n, v.n, sizeof k.n) != 0 || k.n[2] != A->hd)
+        return FAIL(INVALID_ARG,
+                    "%s: shapes disagree: want q and out [n_q, n_heads, d], "
+                    "k and v [n_kv, n_kv_heads, d]",
+                    op);
     if (A->hd < 1 || A->hd > 256)
         return FAIL(UNSUPPORTED, "%s: head dim %lld is outside 1..256", op, (long long)A->hd);
-    if (A->n_kv_heads < 1 || A->n_heads % A->n_kv_heads != 0 ||
-        A->n_heads / A->n_kv_heads > 16)
-        return FAIL(INVALID_ARG, "%s: %lld query heads over %lld KV heads; need a multiple, "
-                    "at most 16 per KV head", op, (long long)A->n_heads,
-                    (long long)A->n_kv_heads);
+    if (A->n_kv_heads < 1 || A->n_heads % A->n_kv_heads != 0 || A->n_heads / A->n_kv_heads > 16)
+        return FAIL(INVALID_ARG,
+                    "%s: %lld query heads over %lld KV heads; need a multiple, "
+                    "at most 16 per KV head",
+                    op, (long long)A->n_heads, (long long)A->n_kv_heads);
     if (a->causal > 1 || a->window < 0 || a->q_pos0 < 0 || a->q_pos0 > MAX_DIM ||
         !isfinite(a->scale))
-        return FAIL(INVALID_ARG, "%s: causal %u, window %lld, q_pos0 %lld or scale %g out of "
-                    "range", op, (unsigned)a->causal, (long long)a->window,
-                    (long long)a->q_pos0, (double)a->scale);
+        return FAIL(INVALID_ARG,
+                    "%s: causal %u, window %lld, q_pos0 %lld or scale %g out of "
+                    "range",
+                    op, (unsigned)a->causal, (long long)a->window, (long long)a->q_pos0,
+                    (double)a->scale);
     A->mask = NULL;
     A->smask = 0;
     if (a->mask) {
@@ -350,12 +353,20 @@ static khub_status run_norm(void *state, const void *args)
     CHECK(get_view(s, op, "weight", a->weight, 1, 1, &w));
     CHECK(want_dtype(s, op, "weight", &w, KHUB_DTYPE_ID_F32));
     if (memcmp(x.n, y.n, sizeof x.n) != 0 || w.n[2] != x.n[2] || x.n[2] < 1)
-        return FAIL(INVALID_ARG, "rms_norm: x [%lld, %lld], y [%lld, %lld] and weight [%lld] "
-                    "disagree", (long long)x.n[1], (long long)x.n[2], (long long)y.n[1],
-                    (long long)y.n[2], (long long)w.n[2]);
-    kx_norm N = {.type = (int)a->norm_type, .eps = a->eps, .x = (const float *)x.p,
-                 .w = (const float *)w.p, .y = (float *)y.p, .n = x.n[1], .dim = x.n[2],
-                 .ldx = x.st[1], .ldy = y.st[1]};
+        return FAIL(INVALID_ARG,
+                    "rms_norm: x [%lld, %lld], y [%lld, %lld] and weight [%lld] "
+                    "disagree",
+                    (long long)x.n[1], (long long)x.n[2], (long long)y.n[1], (long long)y.n[2],
+                    (long long)w.n[2]);
+    kx_norm N = {.type = (int)a->norm_type,
+                 .eps = a->eps,
+                 .x = (const float *)x.p,
+                 .w = (const float *)w.p,
+                 .y = (float *)y.p,
+                 .n = x.n[1],
+                 .dim = x.n[2],
+                 .ldx = x.st[1],
+                 .ldy = y.st[1]};
     if (a->residual) {
         CHECK(get_mat(s, op, "residual", a->residual, &r));
         if (memcmp(r.n, x.n, sizeof x.n) != 0)
@@ -384,8 +395,14 @@ static khub_status run_act(void *state, const void *args)
     if (memcmp(g.n, u.n, sizeof g.n) != 0 || memcmp(g.n, y.n, sizeof g.n) != 0)
         return FAIL(INVALID_ARG, "silu_and_mul: gate [%lld, %lld], up and y must share one shape",
                     (long long)g.n[1], (long long)g.n[2]);
-    kx_act A = {.type = (int)a->act_type, .gate = (const float *)g.p, .up = (const float *)u.p,
-                .y = (float *)y.p, .n = g.n[1], .ff = g.n[2], .ldg = g.st[1], .ldu = u.st[1],
+    kx_act A = {.type = (int)a->act_type,
+                .gate = (const float *)g.p,
+                .up = (const float *)u.p,
+                .y = (float *)y.p,
+                .n = g.n[1],
+                .ff = g.n[2],
+                .ldg = g.st[1],
+                .ldu = u.st[1],
                 .ldy = y.st[1]};
     return KX(act_run)(s, &A);
 }
@@ -394,31 +411,42 @@ static khub_status run_act(void *state, const void *args)
 /* Descriptor                                                               */
 /* ------------------------------------------------------------------------ */
 
-static const khub_op_caps caps_qlinear = {
-    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU, .cpu_features = KX_NEED,
-    .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) |
-              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0),
-    .flags = KHUB_CAP_BIAS, .priority = KX_PRIORITY};
-static const khub_op_caps caps_qlinear_q8a = {
-    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU, .cpu_features = KX_NEED,
-    .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) |
-              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0),
-    .flags = KHUB_CAP_BIAS, .priority = 1};
-static const khub_op_caps caps_linear = {
-    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU, .cpu_features = KX_NEED,
-    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32) | KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16) |
-              KHUB_DTYPE_BIT(KHUB_DTYPE_ID_BF16),
-    .flags = KHUB_CAP_BIAS, .priority = KX_PRIORITY};
+static const khub_op_caps caps_qlinear = {KHUB_STRUCT_INIT(khub_op_caps),
+                                          .device_type = KHUB_DEVICE_CPU,
+                                          .cpu_features = KX_NEED,
+                                          .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) |
+                                                    KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) |
+                                                    KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0),
+                                          .flags = KHUB_CAP_BIAS,
+                                          .priority = KX_PRIORITY};
+static const khub_op_caps caps_qlinear_q8a = {KHUB_STRUCT_INIT(khub_op_caps),
+                                              .device_type = KHUB_DEVICE_CPU,
+                                              .cpu_features = KX_NEED,
+                                              .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) |
+                                                        KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) |
+                                                        KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0),
+                                              .flags = KHUB_CAP_BIAS,
+                                              .priority = 1};
+static const khub_op_caps caps_linear = {KHUB_STRUCT_INIT(khub_op_caps),
+                                         .device_type = KHUB_DEVICE_CPU,
+                                         .cpu_features = KX_NEED,
+                                         .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32) |
+                                                   KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16) |
+                                                   KHUB_DTYPE_BIT(KHUB_DTYPE_ID_BF16),
+                                         .flags = KHUB_CAP_BIAS,
+                                         .priority = KX_PRIORITY};
 static const khub_op_caps caps_attention = {
-    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU, .cpu_features = KX_NEED,
+    KHUB_STRUCT_INIT(khub_op_caps),
+    .device_type = KHUB_DEVICE_CPU,
+    .cpu_features = KX_NEED,
     .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32) | KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16),
     .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_MASK | KHUB_CAP_STRIDED_KV |
              KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING,
     .priority = KX_PRIORITY};
 static const khub_op_caps caps_norm = {
-    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU, .cpu_features = KX_NEED,
-    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .flags = KHUB_CAP_RESIDUAL,
-    .priority = KX_PRIORITY};
+    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU,
+    .cpu_features = KX_NEED,        .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32),
+    .flags = KHUB_CAP_RESIDUAL,     .priority = KX_PRIORITY};
 static const khub_op_caps caps_act = {
     KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU, .cpu_features = KX_NEED,
     .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .priority = KX_PRIORITY};
@@ -430,8 +458,8 @@ static const khub_op_desc ops[] = {
      .caps = &caps_qlinear_q8a, .run = run_qlinear_q8a},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "qlinear_f32", .kind = KHUB_OP_QLINEAR,
      .caps = &caps_qlinear_q8a, .run = run_qlinear_f32},
-    {KHUB_STRUCT_INIT(khub_op_desc), .name = "linear", .kind = KHUB_OP_LINEAR,
-     .caps = &caps_linear, .run = run_linear},
+    {KHUB_STRUCT_INIT(khub_op_desc), .name = "linear", .kind = KHUB_OP_LINEAR, .caps = &caps_linear,
+     .run = run_linear},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "attention", .kind = KHUB_OP_ATTENTION,
      .caps = &caps_attention, .run = run_attention},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "rms_norm", .kind = KHUB_OP_NORM, .caps = &caps_norm,
@@ -440,10 +468,7 @@ static const khub_op_desc ops[] = {
      .caps = &caps_act, .run = run_act},
 };
 
-static int32_t kx_score(void *state)
-{
-    return ((kx_state *)state)->runnable ? KX_PRIORITY : 0;
-}
+static int32_t kx_score(void *state) { return ((kx_state *)state)->runnable ? KX_PRIORITY : 0; }
 
 static void kx_shutdown(void *state)
 {
@@ -458,8 +483,9 @@ khub_status KX_INIT(const khub_host_api *host, khub_plugin_desc *out, char *errb
 {
     if (!host || !KHUB_HAS_FIELD(host, khub_host_api, cpu_features)) {
         if (errbuf && errbuf_size)
-            snprintf(errbuf, errbuf_size, KX_ID ": the host table is missing or older than "
-                     "ABI 1.0 (no cpu_features); update the host");
+            snprintf(errbuf, errbuf_size,
+                     KX_ID ": the host table is missing or older than "
+                           "ABI 1.0 (no cpu_features); update the host");
         return KHUB_STATUS_STRUCT_SIZE;
     }
     kx_state *s = host->alloc(host->host_ctx, sizeof *s);
@@ -470,9 +496,14 @@ khub_status KX_INIT(const khub_host_api *host, khub_plugin_desc *out, char *errb
     s->host = host;
     s->need = KX_NEED;
     s->runnable = (host->cpu_features(host->host_ctx) & KX_NEED) == KX_NEED;
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = KX_ID, .version = KX_VERSION,
-                          .n_ops = sizeof ops / sizeof ops[0], .ops = ops, .state = s,
-                          .score = kx_score, .shutdown = kx_shutdown};
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = KX_ID,
+                          .version = KX_VERSION,
+                          .n_ops = sizeof ops / sizeof ops[0],
+                          .ops = ops,
+                          .state = s,
+                          .score = kx_score,
+                          .shutdown = kx_shutdown};
     return khub_plugin_desc_put(out, &d);
 }
 

@@ -39,8 +39,8 @@ __m256 KX(exp8)(__m256 x)
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
-                                  23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
@@ -60,8 +60,8 @@ static void norm_row(const kx_norm *a, int64_t t)
     if (a->res) {
         float *res = a->res + t * a->ldr;
         for (i = 0; i + 8 <= d; i += 8)
-            _mm256_storeu_ps(res + i, _mm256_add_ps(_mm256_loadu_ps(x + i),
-                                                    _mm256_loadu_ps(res + i)));
+            _mm256_storeu_ps(res + i,
+                             _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(res + i)));
         for (; i < d; i++) res[i] += x[i];
         h = res;
     }

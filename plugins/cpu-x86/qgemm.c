@@ -139,9 +139,16 @@ typedef void (*kern_fn)(const float *p, const float *x, int64_t ldx, int64_t in,
     { \
         kernel(R, p, x, ldx, in, bias, cols, y, ldy); \
     }
+// clang-format 14 does not settle on a sequence of definition-generating macros.
+// clang-format off
 KDEF(1)
-KDEF(2) KDEF(3) KDEF(4) KDEF(5)
-    KDEF(6) static const kern_fn kerns[RN] = {kern_1, kern_2, kern_3, kern_4, kern_5, kern_6};
+KDEF(2)
+KDEF(3)
+KDEF(4)
+KDEF(5)
+KDEF(6)
+// clang-format on
+static const kern_fn kerns[RN] = {kern_1, kern_2, kern_3, kern_4, kern_5, kern_6};
 
 /* ------------------------------------------------------------------------ */
 /* Driver                                                                   */

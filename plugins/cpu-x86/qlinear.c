@@ -34,9 +34,9 @@
 
 /* One 32-block of a quantized activation row. */
 typedef struct q8blk {
-    float d;       /* scale d_x */
-    float s;       /* d_x * sum(q) */
-    int8_t q[QK];  /* codes */
+    float d;      /* scale d_x */
+    float s;      /* d_x * sum(q) */
+    int8_t q[QK]; /* codes */
 } q8blk;
 
 #if defined(KX_LEVEL_AVX512)
@@ -74,10 +74,9 @@ static void quantize_row(const float *x, int64_t in, q8blk *out)
         const float *p = x + b * QK;
         __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8);
         __m256 v2 = _mm256_loadu_ps(p + 16), v3 = _mm256_loadu_ps(p + 24);
-        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0),
-                                               _mm256_andnot_ps(sign, v1)),
-                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2),
-                                               _mm256_andnot_ps(sign, v3)));
+        __m256 m =
+            _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                          _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
         float amax = kx_hmax8(m);
         /* A NaN or inf in x gives a NaN scale and NaN outputs, as f32 would. */
         float d = amax / 127.0f;
@@ -116,10 +115,7 @@ static inline __m256i unpack_nibbles(const uint8_t *qs)
     return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
-static inline float ld_f16(const uint8_t *p)
-{
-    return _cvtsh_ss(kx_rd16(p));
-}
+static inline float ld_f16(const uint8_t *p) { return _cvtsh_ss(kx_rd16(p)); }
 
 /* Bytes of one block, and where its codes start. */
 static inline size_t blk_bytes(int fmt)
@@ -130,9 +126,10 @@ static inline size_t blk_bytes(int fmt)
 /* One TR x TC tile: rows w[0..TR) (stride wrb bytes) against token blocks
  * x[c * xs] for c < TC; writes y[c * ldy + r]. always_inline with constant
  * fmt/TR/TC, so each instantiation keeps its accumulators in registers. */
-static inline __attribute__((always_inline)) void
-tile(const int fmt, const int TR, const int TC, const uint8_t *w, size_t wrb, const q8blk *x,
-     int64_t xs, int64_t nb, const float *bias, float *y, int64_t ldy)
+static inline __attribute__((always_inline)) void tile(const int fmt, const int TR, const int TC,
+                                                       const uint8_t *w, size_t wrb, const q8blk *x,
+                                                       int64_t xs, int64_t nb, const float *bias,
+                                                       float *y, int64_t ldy)
 {
     __m256 acc[TR_MAX][TC_MAX];
     float cor[TR_MAX][TC_MAX];
@@ -194,8 +191,8 @@ tile(const int fmt, const int TR, const int TC, const uint8_t *w, size_t wrb, co
                 }
                 __m128 p = _mm_mul_ps(sw[r], sx);
                 __m256 sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), pick);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(d0, d1)), sc,
-                                            acc[r][c]);
+                acc[r][c] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_hadd_epi32(d0, d1)), sc, acc[r][c]);
                 cor4[r][c] = _mm_add_ps(cor4[r][c], p);
             }
         }
@@ -204,8 +201,8 @@ tile(const int fmt, const int TR, const int TC, const uint8_t *w, size_t wrb, co
         for (int c = 0; c < TC; c++) {
             __m128 v = cor4[r][c];
             if (fmt != KHUB_QFORMAT_Q8_0)
-                cor[r][c] = _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1)) +
-                            _mm_cvtss_f32(_mm_shuffle_ps(v, v, 3));
+                cor[r][c] =
+                    _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(v, v, 3));
         }
     for (; b < nb; b++) {
         __m256i wv[TR_MAX];
@@ -247,26 +244,33 @@ tile(const int fmt, const int TR, const int TC, const uint8_t *w, size_t wrb, co
 typedef void (*tile_fn)(const uint8_t *w, size_t wrb, const q8blk *x, int64_t xs, int64_t nb,
                         const float *bias, float *y, int64_t ldy);
 
-#define TILE_DEF(F, FMT, R, C)                                                                \
+#define TILE_DEF(F, FMT, R, C) \
     static void tile_##F##_##R##x##C(const uint8_t *w, size_t wrb, const q8blk *x, int64_t xs, \
-                                     int64_t nb, const float *bias, float *y, int64_t ldy)     \
-    {                                                                                          \
-        tile(FMT, R, C, w, wrb, x, xs, nb, bias, y, ldy);                                      \
+                                     int64_t nb, const float *bias, float *y, int64_t ldy) \
+    { \
+        tile(FMT, R, C, w, wrb, x, xs, nb, bias, y, ldy); \
     }
 #define TILE_ROW_2(F, FMT, R) TILE_DEF(F, FMT, R, 1) TILE_DEF(F, FMT, R, 2)
 #define TILE_ROW_4(F, FMT, R) TILE_ROW_2(F, FMT, R) TILE_DEF(F, FMT, R, 3) TILE_DEF(F, FMT, R, 4)
 #if TC_MAX == 4
 #define TILE_ROW TILE_ROW_4
 #define TILE_PTRS_ROW(F, R) \
-    {tile_##F##_##R##x1, tile_##F##_##R##x2, tile_##F##_##R##x3, tile_##F##_##R##x4}
+    { \
+        tile_##F##_##R##x1, tile_##F##_##R##x2, tile_##F##_##R##x3, tile_##F##_##R##x4 \
+    }
 #else
 #define TILE_ROW TILE_ROW_2
-#define TILE_PTRS_ROW(F, R) {tile_##F##_##R##x1, tile_##F##_##R##x2}
+#define TILE_PTRS_ROW(F, R) \
+    { \
+        tile_##F##_##R##x1, tile_##F##_##R##x2 \
+    }
 #endif
 #define TILE_FMT(F, FMT) \
     TILE_ROW(F, FMT, 1) TILE_ROW(F, FMT, 2) TILE_ROW(F, FMT, 3) TILE_ROW(F, FMT, 4)
 #define TILE_PTRS(F) \
-    {TILE_PTRS_ROW(F, 1), TILE_PTRS_ROW(F, 2), TILE_PTRS_ROW(F, 3), TILE_PTRS_ROW(F, 4)}
+    { \
+        TILE_PTRS_ROW(F, 1), TILE_PTRS_ROW(F, 2), TILE_PTRS_ROW(F, 3), TILE_PTRS_ROW(F, 4) \
+    }
 
 TILE_FMT(q4_0, KHUB_QFORMAT_Q4_0)
 TILE_FMT(q4_1, KHUB_QFORMAT_Q4_1)
@@ -282,7 +286,7 @@ static const tile_fn tiles_q8_0[TR_MAX][TC_MAX] = TILE_PTRS(q8_0);
 
 typedef struct job {
     const kx_linear *a;
-    q8blk *xq;             /* [n][nb] */
+    q8blk *xq; /* [n][nb] */
     int64_t nb;
     const tile_fn (*tiles)[TC_MAX];
 } job;

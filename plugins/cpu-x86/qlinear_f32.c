@@ -43,7 +43,8 @@ static inline __attribute__((always_inline)) void codes(const int fmt, const uin
         *c = 0.0f;
         const int8_t *s = (const int8_t *)(blk + 2);
         for (int k = 0; k < 4; k++)
-            q[k] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s + 8 * k))));
+            q[k] = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s + 8 * k))));
         return;
     }
     const uint8_t *qs = blk + (fmt == KHUB_QFORMAT_Q4_1 ? 4 : 2);
@@ -58,9 +59,10 @@ static inline __attribute__((always_inline)) void codes(const int fmt, const uin
 }
 
 /* One tr x tc tile (tr <= TR, tc <= TC, constants after inlining). */
-static inline __attribute__((always_inline)) void
-tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, const float *x,
-     int64_t ldx, const float *xsum, int64_t nb, const float *bias, float *y, int64_t ldy)
+static inline __attribute__((always_inline)) void tile(const int fmt, const int tr, const int tc,
+                                                       const uint8_t *w, size_t wrb, const float *x,
+                                                       int64_t ldx, const float *xsum, int64_t nb,
+                                                       const float *bias, float *y, int64_t ldy)
 {
     __m256 acc[TR][TC];
     float cor[TR][TC];
@@ -95,19 +97,26 @@ tile(const int fmt, const int tr, const int tc, const uint8_t *w, size_t wrb, co
 typedef void (*tile_fn)(const uint8_t *w, size_t wrb, const float *x, int64_t ldx,
                         const float *xsum, int64_t nb, const float *bias, float *y, int64_t ldy);
 
-#define FT_DEF(F, FMT, R, C)                                                                    \
-    static void ft_##F##_##R##x##C(const uint8_t *w, size_t wrb, const float *x, int64_t ldx,   \
-                                   const float *xsum, int64_t nb, const float *bias, float *y,  \
-                                   int64_t ldy)                                                 \
-    {                                                                                           \
-        tile(FMT, R, C, w, wrb, x, ldx, xsum, nb, bias, y, ldy);                                \
+#define FT_DEF(F, FMT, R, C) \
+    static void ft_##F##_##R##x##C(const uint8_t *w, size_t wrb, const float *x, int64_t ldx, \
+                                   const float *xsum, int64_t nb, const float *bias, float *y, \
+                                   int64_t ldy) \
+    { \
+        tile(FMT, R, C, w, wrb, x, ldx, xsum, nb, bias, y, ldy); \
     }
-#define FT_FMT(F, FMT)                                                                          \
-    FT_DEF(F, FMT, 1, 1) FT_DEF(F, FMT, 1, 2) FT_DEF(F, FMT, 2, 1) FT_DEF(F, FMT, 2, 2)         \
-        FT_DEF(F, FMT, 3, 1) FT_DEF(F, FMT, 3, 2) FT_DEF(F, FMT, 4, 1) FT_DEF(F, FMT, 4, 2)
-#define FT_PTRS(F)                                                                              \
-    {{ft_##F##_1x1, ft_##F##_1x2}, {ft_##F##_2x1, ft_##F##_2x2}, {ft_##F##_3x1, ft_##F##_3x2},  \
-     {ft_##F##_4x1, ft_##F##_4x2}}
+// clang-format 14 does not settle on sequences of macro calls.
+// clang-format off
+#define FT_FMT(F, FMT) \
+    FT_DEF(F, FMT, 1, 1) FT_DEF(F, FMT, 1, 2) FT_DEF(F, FMT, 2, 1) FT_DEF(F, FMT, 2, 2) \
+    FT_DEF(F, FMT, 3, 1) FT_DEF(F, FMT, 3, 2) FT_DEF(F, FMT, 4, 1) FT_DEF(F, FMT, 4, 2)
+// clang-format on
+#define FT_PTRS(F) \
+    { \
+        {ft_##F##_1x1, ft_##F##_1x2}, {ft_##F##_2x1, ft_##F##_2x2}, {ft_##F##_3x1, ft_##F##_3x2}, \
+        { \
+            ft_##F##_4x1, ft_##F##_4x2 \
+        } \
+    }
 
 FT_FMT(q4_0, KHUB_QFORMAT_Q4_0)
 FT_FMT(q4_1, KHUB_QFORMAT_Q4_1)
@@ -132,8 +141,9 @@ static void sums_range(void *ud, int64_t begin, int64_t end, int thread)
         const float *x = j->a->x + t * j->a->ldx;
         for (int64_t b = 0; b < j->nb; b++) {
             const float *xb = x + b * QK;
-            __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8)),
-                                     _mm256_add_ps(_mm256_loadu_ps(xb + 16), _mm256_loadu_ps(xb + 24)));
+            __m256 s =
+                _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8)),
+                              _mm256_add_ps(_mm256_loadu_ps(xb + 16), _mm256_loadu_ps(xb + 24)));
             j->xsum[t * j->nb + b] = kx_hsum8(s);
         }
     }
@@ -172,7 +182,8 @@ khub_status KX(qlinear_f32_run)(kx_state *s, const kx_linear *a)
     size_t bytes = (size_t)a->n * (size_t)j.nb * sizeof(float);
     j.xsum = h->alloc(h->host_ctx, bytes);
     if (!j.xsum)
-        return KX_FAIL(s, KHUB_STATUS_NOMEM, "qlinear: no memory for %zu bytes of block sums", bytes);
+        return KX_FAIL(s, KHUB_STATUS_NOMEM, "qlinear: no memory for %zu bytes of block sums",
+                       bytes);
     sums_range(&j, 0, a->n, 0);
     h->parallel_for(h->host_ctx, (a->out + TR - 1) / TR, rows_range, &j);
     h->free(h->host_ctx, j.xsum);

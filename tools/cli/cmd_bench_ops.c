@@ -84,8 +84,8 @@ typedef struct bcase {
     uint32_t kind;
     const void **args;
     int n_args;
-    double flops;  /* per call */
-    double bytes;  /* streamed per call */
+    double flops; /* per call */
+    double bytes; /* streamed per call */
 } bcase;
 
 static void run_case(const bcase *c, double min_s)
@@ -165,7 +165,7 @@ static void fill_weights(uint8_t *w, size_t bytes, khub_dtype dt)
 static int lin_make(lin_set *L, khub_dtype dt, int64_t n, int64_t in, int64_t out, int cold)
 {
     int64_t rowb = dt.code == KHUB_DL_BLOCKQ ? khub_qformat_row_bytes((khub_qformat)dt.bits, in)
-                                              : in * dt.bits / 8;
+                                             : in * dt.bits / 8;
     size_t wbytes = (size_t)(rowb * out);
     L->n = cold ? (int)((256u << 20) / wbytes + 1) : 1;
     L->sx[0] = n, L->sx[1] = in, L->sy[0] = n, L->sy[1] = out, L->sw[0] = out, L->sw[1] = in;
@@ -181,8 +181,8 @@ static int lin_make(lin_set *L, khub_dtype dt, int64_t n, int64_t in, int64_t ou
     L->x = (khub_tensor){L->xbuf, {KHUB_DEVICE_CPU, 0}, 2, KHUB_DTYPE_F32, L->sx, NULL, 0};
     L->y = (khub_tensor){L->ybuf, {KHUB_DEVICE_CPU, 0}, 2, KHUB_DTYPE_F32, L->sy, NULL, 0};
     for (int i = 0; i < L->n; i++) {
-        L->w[i] = (khub_tensor){L->wbuf + wbytes * (size_t)i, {KHUB_DEVICE_CPU, 0}, 2, dt, L->sw,
-                                NULL, 0};
+        L->w[i] = (khub_tensor){
+            L->wbuf + wbytes * (size_t)i, {KHUB_DEVICE_CPU, 0}, 2, dt, L->sw, NULL, 0};
         L->a[i] = (khub_linear_args){KHUB_STRUCT_INIT(khub_linear_args), .x = &L->x,
                                      .weight = &L->w[i], .y = &L->y};
         L->ptrs[i] = &L->a[i];
@@ -209,9 +209,13 @@ static void bench_linear(const char *label, khub_dtype dt, int64_t n, int64_t in
     snprintf(name, sizeof name, "%s n=%lld %lldx%lld %s", label, (long long)n, (long long)out,
              (long long)in, cold ? "cold" : "hot");
     int64_t rowb = dt.code == KHUB_DL_BLOCKQ ? khub_qformat_row_bytes((khub_qformat)dt.bits, in)
-                                              : in * dt.bits / 8;
-    bcase c = {name, dt.code == KHUB_DL_BLOCKQ ? KHUB_OP_QLINEAR : KHUB_OP_LINEAR, L.ptrs, L.n,
-               2.0 * (double)n * (double)in * (double)out, (double)(rowb * out)};
+                                             : in * dt.bits / 8;
+    bcase c = {name,
+               dt.code == KHUB_DL_BLOCKQ ? KHUB_OP_QLINEAR : KHUB_OP_LINEAR,
+               L.ptrs,
+               L.n,
+               2.0 * (double)n * (double)in * (double)out,
+               (double)(rowb * out)};
     run_case(&c, min_s);
     lin_free(&L);
 }
@@ -233,8 +237,13 @@ static void bench_attention(int64_t n_q, int64_t n_kv, int f16, double min_s)
     khub_tensor to = {o, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, sq, NULL, 0};
     khub_tensor tk = {k, {KHUB_DEVICE_CPU, 0}, 3, kd, skv, NULL, 0};
     khub_tensor tv = {v, {KHUB_DEVICE_CPU, 0}, 3, kd, skv, NULL, 0};
-    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args), .q = &tq, .k = &tk,
-                             .v = &tv, .out = &to, .scale = 0.125f, .causal = 1,
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
+                             .q = &tq,
+                             .k = &tk,
+                             .v = &tv,
+                             .out = &to,
+                             .scale = 0.125f,
+                             .causal = 1,
                              .q_pos0 = n_kv - n_q};
     const void *ptr = &a;
     /* causal: query i sees q_pos0 + i + 1 keys */
@@ -243,7 +252,11 @@ static void bench_attention(int64_t n_q, int64_t n_kv, int f16, double min_s)
     char name[96];
     snprintf(name, sizeof name, "attention %s n_q=%lld n_kv=%lld 9/3x64", f16 ? "f16" : "f32",
              (long long)n_q, (long long)n_kv);
-    bcase c = {name, KHUB_OP_ATTENTION, &ptr, 1, 4.0 * pairs * (double)(H * hd),
+    bcase c = {name,
+               KHUB_OP_ATTENTION,
+               &ptr,
+               1,
+               4.0 * pairs * (double)(H * hd),
                2.0 * (double)(kv_n * esz)};
     run_case(&c, min_s);
 done:
@@ -260,10 +273,15 @@ static void bench_pointwise(int64_t n, int64_t dim, double min_s)
     khub_tensor tx = {x, {KHUB_DEVICE_CPU, 0}, 2, KHUB_DTYPE_F32, s2, NULL, 0};
     khub_tensor tr = tx, ty = tx, tw = {w, {KHUB_DEVICE_CPU, 0}, 1, KHUB_DTYPE_F32, s1, NULL, 0};
     tr.data = r, ty.data = y;
-    khub_norm_args na = {KHUB_STRUCT_INIT(khub_norm_args), .norm_type = KHUB_NORM_RMS,
-                         .eps = 1e-5f, .x = &tx, .residual = &tr, .weight = &tw, .y = &ty};
-    khub_activation_args aa = {KHUB_STRUCT_INIT(khub_activation_args),
-                               .act_type = KHUB_ACT_SILU, .gate = &tx, .up = &tr, .y = &ty};
+    khub_norm_args na = {KHUB_STRUCT_INIT(khub_norm_args),
+                         .norm_type = KHUB_NORM_RMS,
+                         .eps = 1e-5f,
+                         .x = &tx,
+                         .residual = &tr,
+                         .weight = &tw,
+                         .y = &ty};
+    khub_activation_args aa = {KHUB_STRUCT_INIT(khub_activation_args), .act_type = KHUB_ACT_SILU,
+                               .gate = &tx, .up = &tr, .y = &ty};
     const void *pn = &na, *pa = &aa;
     char name[96];
     snprintf(name, sizeof name, "rms_norm+residual n=%lld d=%lld", (long long)n, (long long)dim);
@@ -306,15 +324,20 @@ static int run_bench_ops(int argc, char **argv)
     const char *dir = getenv("KHUB_PLUGIN_DIR");
     char exe_dir[4096];
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--time") && i + 1 < argc) min_s = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--plugin-dir") && i + 1 < argc) dir = argv[++i];
-        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--time") && i + 1 < argc)
+            min_s = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--plugin-dir") && i + 1 < argc)
+            dir = argv[++i];
+        else if (!strcmp(argv[i], "--quick"))
+            quick = 1;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
             bench_clock = CLOCK_THREAD_CPUTIME_ID, i++;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "wall"))
             i++;
-        else return khub_cli_usage(&cmd_bench_ops, "unknown argument '%s'", argv[i]);
+        else
+            return khub_cli_usage(&cmd_bench_ops, "unknown argument '%s'", argv[i]);
     }
     if (threads < 1 || threads > 256 || !(min_s > 0 && min_s < 600))
         return khub_cli_usage(&cmd_bench_ops, "--threads must be 1..256, --time 0..600");
