@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# (Pipelines into grep use plain grep > /dev/null, not grep -q: with pipefail an early
+# grep -q exit can kill a still-writing producer with SIGPIPE and fail the test.)
 # The kernel author's loop, end to end with the real CLI: khub init for each
 # template kind (with CUDA where it has one), khub build, khub check (gate +
 # self-tests against khub/ref-cpu in a child), keygen + sign; then every
@@ -34,7 +36,7 @@ if "$KHUB" keygen author > /dev/null 2>&1; then fail "keygen overwrote a key"; f
 "$KHUB" sign --key author.key t-norm > sign.log || fail "sign: $(cat sign.log)"
 [ "$(grep -c '^signed ' sign.log)" -ge 1 ] || fail "sign signed nothing"
 for v in t-norm/build/*/; do [ -f "$v/metadata.json.sig" ] || fail "no signature in $v"; done
-tar -tzf t-norm/build/khub1-cpu-*-linux.tar.gz | grep -q metadata.json.sig || fail "archive lacks the signature"
+tar -tzf t-norm/build/khub1-cpu-*-linux.tar.gz | grep metadata.json.sig > /dev/null || fail "archive lacks the signature"
 "$KHUB" check t-norm > check.log 2>&1 || { cat check.log; fail "check after sign"; }
 grep -q "signed (metadata.json.sig)" check.log || fail "check does not see the signature"
 

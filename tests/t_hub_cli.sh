@@ -34,9 +34,9 @@ export KHUB_CACHE=$T/cache HF_TOKEN=hf_test
 
 "$KHUB" resolve --help | grep -q "usage: khub resolve" || fail "resolve --help"
 [ "$(timeout 20 "$KHUB" resolve org/demo@version=1)" = $C1 ] || fail "resolve version=1"
-timeout 20 "$KHUB" variants org/demo@v1 | grep -q "^\* $V" || fail "variants marks $V"
+timeout 20 "$KHUB" variants org/demo@v1 | grep "^\* $V" > /dev/null || fail "variants marks $V"
 timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "download"
-timeout 20 "$KHUB" download org/demo@v1 --json | grep -q "\"sha256\":\"$SHA\"" || fail "download json"
+timeout 20 "$KHUB" download org/demo@v1 --json | grep "\"sha256\":\"$SHA\"" > /dev/null || fail "download json"
 [ "$(cat $KHUB_CACHE/kernels--org--demo/refs/v1)" = $C1 ] || fail "refs/v1 content"
 [ "$(wc -c < $KHUB_CACHE/kernels--org--demo/refs/v1)" = 40 ] || fail "refs/v1 has no newline"
 out=$(timeout 20 "$KHUB" resolve org/nope@main 2>&1) && fail "missing repo resolved"
