@@ -11,7 +11,7 @@
 set -euo pipefail
 
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-BUILD="${KHUB_FUZZ_BUILD:-$SRC/build-fuzz}"
+BUILD="$(realpath -m "${KHUB_FUZZ_BUILD:-$SRC/build-fuzz}")" # absolute: the runs cd into it
 SECS="${1:-60}"
 JOBS="${KHUB_FUZZ_JOBS:-2}"
 TARGETS="gguf safetensors model_config tokenizer"
