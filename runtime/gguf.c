@@ -784,21 +784,11 @@ const khub_gguf_tensor *khub__gguf_tensor_at(const khub_gguf *g, size_t i)
     return i < g->n_tensors ? &g->tensors[i] : NULL;
 }
 
+_Static_assert(offsetof(khub_gguf_tensor, name) == 0, "khub__name_index_find needs name first");
+
 const khub_gguf_tensor *khub__gguf_tensor_find(const khub_gguf *g, const char *name)
 {
-    if (!name || !g->t_by_name) return NULL;
-    size_t lo = 0, hi = g->n_tensors;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const khub_gguf_tensor *t = &g->tensors[g->t_by_name[mid]];
-        int c = strcmp(t->name, name);
-        if (c == 0) return t;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
+    return khub__name_index_find(g->tensors, sizeof *g->tensors, g->t_by_name, g->n_tensors, name);
 }
 
 khub_status khub__gguf_tensor_get(const khub_gguf *g, const char *name,

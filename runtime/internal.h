@@ -157,6 +157,16 @@ KHUB_INTERNAL khub_pool *khub__runtime_pool(khub_runtime *rt);
 KHUB_INTERNAL const khub_host_api *khub__runtime_host(khub_runtime *rt);
 
 /* ------------------------------------------------------------------------ */
+/* Sorted name index (runtime/name_index.c)                                 */
+/* ------------------------------------------------------------------------ */
+
+/* The record of items (n records of elem_size bytes, each starting with its
+ * `const char *name`) whose name is name, found by binary search of order
+ * (record indices sorted by name); NULL when absent. */
+KHUB_INTERNAL const void *khub__name_index_find(const void *items, size_t elem_size,
+                                                const uint32_t *order, size_t n, const char *name);
+
+/* ------------------------------------------------------------------------ */
 /* CPU feature names (runtime/cpu.c)                                        */
 /* ------------------------------------------------------------------------ */
 

@@ -654,21 +654,12 @@ const khub_st_tensor *khub__safetensors_at(const khub_safetensors *st, size_t i)
     return i < st->n_tensors ? &st->tensors[i] : NULL;
 }
 
+_Static_assert(offsetof(khub_st_tensor, name) == 0, "khub__name_index_find needs name first");
+
 const khub_st_tensor *khub__safetensors_find(const khub_safetensors *st, const char *name)
 {
-    if (!name || !st->by_name) return NULL;
-    size_t lo = 0, hi = st->n_tensors;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        const khub_st_tensor *t = &st->tensors[st->by_name[mid]];
-        int c = strcmp(t->name, name);
-        if (c == 0) return t;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
+    return khub__name_index_find(st->tensors, sizeof *st->tensors, st->by_name, st->n_tensors,
+                                 name);
 }
 
 khub_status khub__safetensors_get_weight(const khub_safetensors *st, const char *name,
