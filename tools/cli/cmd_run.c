@@ -255,6 +255,7 @@ static int run(int argc, char **argv)
         for (int i = 0; !stream && i < a.n_prompts; i++)
             printf("--- prompt %d ---\n%s\n", i, res[i].text);
         if (stream) fputc('\n', stdout);
+        fflush(stdout); /* the summary on stderr comes after the text, even through a pipe */
         fprintf(stderr,
                 "khub run: %lld prompt tokens at %.1f tok/s, %lld new tokens at %.1f "
                 "tok/s (load %.0f ms, peak RSS %ld MiB)\n",
