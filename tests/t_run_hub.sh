@@ -21,8 +21,9 @@ PROMPT="What is the capital of France?"
 # author: scaffold + in-tree kernel, build, check, sign
 "$KHUB" init acme/fastnorm --kind norm --backends cpu > /dev/null || fail "init"
 cp -r "$SRC/kernels-src/flash-attn2" fa && rm -rf fa/build
+cp -r "$SRC/kernels-src/kv-cache" kv && rm -rf kv/build
 "$KHUB" keygen pub > /dev/null
-for k in fastnorm fa; do
+for k in fastnorm fa kv; do
     "$KHUB" build "$k" --quiet > /dev/null 2>&1 || fail "build $k"
     "$KHUB" check "$k" > check.log 2>&1 || { cat check.log; fail "check $k"; }
     "$KHUB" sign --key pub.key "$k" > /dev/null || fail "sign $k"
@@ -38,7 +39,7 @@ pid=$!
 for _ in $(seq 50); do grep -q http serve.out 2>/dev/null && break; sleep 0.1; done
 EP=$(grep -o 'http://[^ ]*' serve.out | head -n 1)
 [ -n "$EP" ] || fail "server did not start: $(cat serve.log)"
-for k in fastnorm fa unsigned; do
+for k in fastnorm fa kv unsigned; do
     "$KHUB" publish "$k" --endpoint "$EP" --token t0k --quiet > /dev/null || fail "publish $k"
 done
 printf '{"version": 1, "publishers": {"kernels-community": ["%s"], "acme": ["%s"]}}\n' \
@@ -55,6 +56,15 @@ grep -q "^rms_norm\[f32\]: acme/fastnorm 1.0.0 :: rms_norm" run.out || fail "fas
 grep -q "signed with key .*accepted by the policy" run.out || fail "no trust line"
 grep -q "Paris" run.out || fail "unexpected answer: $(tail -n 1 run.out)"
 echo "ok   --attn/--norm Hub IDs fetched, verified, loaded and serving"
+
+# built-in names: sdpa is the reference attention, static fetches the static KV cache
+"$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --attn sdpa --cache static \
+    --explain > b.out 2> b.err || { cat b.err; fail "built-in names"; }
+grep -q "^attention: sdpa = khub/ref-cpu (built-in)" b.out || fail "sdpa alias: $(grep -m1 attention b.out)"
+grep -q "^attention\[f32\]: khub/ref-cpu" b.out || fail "sdpa does not serve attention"
+grep -q "^kv_cache\[f32\]: kernels-community/kv-cache 1.0.0 :: static_cache" b.out ||
+    fail "static cache does not serve kv_cache: $(grep kv_cache b.out)"
+echo "ok   built-in names (sdpa, static)"
 
 # an unsigned kernel from an unlisted org is refused without opt-in, accepted with it
 if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --norm other-org/rmsnorm > u.out 2> u.err; then
