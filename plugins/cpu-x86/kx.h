@@ -87,8 +87,21 @@ typedef struct kx_act {
     int64_t n, ff, ldg, ldu, ldy;
 } kx_act;
 
+/* A quantized-activation qlinear kernel for qdriver.c: how to quantize one
+ * row of x into 32-blocks, and its tiles of up to tr rows x tc tokens. */
+typedef void (*kx_qrow_fn)(const float *x, int64_t in, void *out);
+typedef void (*kx_qtile_fn)(const uint8_t *w, size_t wrb, const void *x, int64_t xs, int64_t nb,
+                            const float *bias, float *y, int64_t ldy);
+typedef struct kx_qkernel {
+    int tr, tc;       /* tile rows and tokens */
+    size_t blk_bytes; /* bytes of one quantized 32-block of x */
+    kx_qrow_fn quantize_row;
+    const kx_qtile_fn *tiles; /* [tr][tc] flattened: tiles[(rows - 1) * tc + tokens - 1] */
+} kx_qkernel;
+
 /* Kernels (kernel files, compiled with the module's ISA flags). They return
  * NOMEM when scratch memory cannot be had, else OK. */
+khub_status KX(qdriver_run)(kx_state *s, const kx_linear *a, const kx_qkernel *k);
 khub_status KX(qlinear_run)(kx_state *s, const kx_linear *a);     /* int8 activations */
 khub_status KX(qlinear_f32_run)(kx_state *s, const kx_linear *a); /* f32 activations */
 khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a); /* int16 activations */

@@ -241,14 +241,11 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
             y[c * ldy + r] = kx_hsum8(acc[r][c]) + cor[r][c] + (bias ? bias[r] : 0.0f);
 }
 
-typedef void (*tile_fn)(const uint8_t *w, size_t wrb, const q8blk *x, int64_t xs, int64_t nb,
-                        const float *bias, float *y, int64_t ldy);
-
 #define TILE_DEF(F, FMT, R, C) \
-    static void tile_##F##_##R##x##C(const uint8_t *w, size_t wrb, const q8blk *x, int64_t xs, \
+    static void tile_##F##_##R##x##C(const uint8_t *w, size_t wrb, const void *x, int64_t xs, \
                                      int64_t nb, const float *bias, float *y, int64_t ldy) \
     { \
-        tile(FMT, R, C, w, wrb, x, xs, nb, bias, y, ldy); \
+        tile(FMT, R, C, w, wrb, (const q8blk *)x, xs, nb, bias, y, ldy); \
     }
 #define TILE_ROW_2(F, FMT, R) TILE_DEF(F, FMT, R, 1) TILE_DEF(F, FMT, R, 2)
 #define TILE_ROW_4(F, FMT, R) TILE_ROW_2(F, FMT, R) TILE_DEF(F, FMT, R, 3) TILE_DEF(F, FMT, R, 4)
@@ -276,70 +273,25 @@ TILE_FMT(q4_0, KHUB_QFORMAT_Q4_0)
 TILE_FMT(q4_1, KHUB_QFORMAT_Q4_1)
 TILE_FMT(q8_0, KHUB_QFORMAT_Q8_0)
 
-static const tile_fn tiles_q4_0[TR_MAX][TC_MAX] = TILE_PTRS(q4_0);
-static const tile_fn tiles_q4_1[TR_MAX][TC_MAX] = TILE_PTRS(q4_1);
-static const tile_fn tiles_q8_0[TR_MAX][TC_MAX] = TILE_PTRS(q8_0);
+static const kx_qtile_fn tiles_q4_0[TR_MAX][TC_MAX] = TILE_PTRS(q4_0);
+static const kx_qtile_fn tiles_q4_1[TR_MAX][TC_MAX] = TILE_PTRS(q4_1);
+static const kx_qtile_fn tiles_q8_0[TR_MAX][TC_MAX] = TILE_PTRS(q8_0);
 
 /* ------------------------------------------------------------------------ */
-/* Driver                                                                   */
+/* Entry (the driver is qdriver.c)                                          */
 /* ------------------------------------------------------------------------ */
 
-typedef struct job {
-    const kx_linear *a;
-    q8blk *xq; /* [n][nb] */
-    int64_t nb;
-    const tile_fn (*tiles)[TC_MAX];
-} job;
-
-static void quantize_range(void *ud, int64_t begin, int64_t end, int thread)
-{
-    (void)thread;
-    const job *j = ud;
-    for (int64_t t = begin; t < end; t++)
-        quantize_row(j->a->x + t * j->a->ldx, j->a->in, j->xq + t * j->nb);
-}
-
-/* Items are tiles of TR_MAX output rows. */
-static void rows_range(void *ud, int64_t begin, int64_t end, int thread)
-{
-    (void)thread;
-    const job *j = ud;
-    const kx_linear *a = j->a;
-    for (int64_t rt = begin; rt < end; rt++) {
-        int64_t r0 = rt * TR_MAX;
-        int tr = (int)(a->out - r0 < TR_MAX ? a->out - r0 : TR_MAX);
-        const uint8_t *w = a->w + (size_t)r0 * a->w_row_bytes;
-        const float *bias = a->bias ? a->bias + r0 : NULL;
-        for (int64_t c0 = 0; c0 < a->n; c0 += TC_MAX) {
-            int tc = (int)(a->n - c0 < TC_MAX ? a->n - c0 : TC_MAX);
-            j->tiles[tr - 1][tc - 1](w, a->w_row_bytes, j->xq + c0 * j->nb, j->nb, j->nb, bias,
-                                     a->y + c0 * a->ldy + r0, a->ldy);
-        }
-    }
-}
+static void quantize_row_any(const float *x, int64_t in, void *out) { quantize_row(x, in, out); }
 
 khub_status KX(qlinear_run)(kx_state *s, const kx_linear *a)
 {
-    const khub_host_api *h = s->host;
-    job j = {.a = a, .nb = a->in / QK};
+    kx_qkernel k = {TR_MAX, TC_MAX, sizeof(q8blk), quantize_row_any, NULL};
     switch (a->wfmt) {
-    case KHUB_QFORMAT_Q4_0: j.tiles = tiles_q4_0; break;
-    case KHUB_QFORMAT_Q4_1: j.tiles = tiles_q4_1; break;
-    case KHUB_QFORMAT_Q8_0: j.tiles = tiles_q8_0; break;
+    case KHUB_QFORMAT_Q4_0: k.tiles = &tiles_q4_0[0][0]; break;
+    case KHUB_QFORMAT_Q4_1: k.tiles = &tiles_q4_1[0][0]; break;
+    case KHUB_QFORMAT_Q8_0: k.tiles = &tiles_q8_0[0][0]; break;
     default:
         return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: format %d reached the kernel", a->wfmt);
     }
-    /* n * nb * 40 bytes: plugin.c bounded n and in, so this cannot wrap. */
-    size_t bytes = (size_t)a->n * (size_t)j.nb * sizeof(q8blk);
-    j.xq = h->alloc(h->host_ctx, bytes);
-    if (!j.xq)
-        return KX_FAIL(s, KHUB_STATUS_NOMEM,
-                       "qlinear: no memory for %zu bytes of quantized activations", bytes);
-    if (a->n > 1)
-        h->parallel_for(h->host_ctx, a->n, quantize_range, &j);
-    else
-        quantize_range(&j, 0, a->n, 0);
-    h->parallel_for(h->host_ctx, (a->out + TR_MAX - 1) / TR_MAX, rows_range, &j);
-    h->free(h->host_ctx, j.xq);
-    return KHUB_STATUS_OK;
+    return KX(qdriver_run)(s, a, &k);
 }
