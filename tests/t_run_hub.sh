@@ -76,6 +76,19 @@ grep -q "unsigned kernel from an organisation the policy does not list" u.err ||
 grep -q "^rms_norm\[f32\]: other-org/rmsnorm" u.out || fail "opted-in kernel not serving"
 echo "ok   unsigned kernels need --allow-unsigned"
 
+# a malformed khub.json is refused at model load, naming the field
+mkdir badmap
+echo '{"format": 1, "roles": {"attn": "kernels-community/flash-attn2"}}' > badmap/khub.json
+if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --kernels badmap/khub.json \
+    > m.out 2> m.err; then fail "a bad khub.json was accepted"; fi
+grep -q "khub.json: roles.attn: unknown role" m.err || fail "bad mapping message: $(cat m.err)"
+# a kernel name that is no Hub ID says so with its column
+if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --attn 'a//b' > m.out 2> m.err; then
+    fail "a malformed kernel ID was accepted"
+fi
+grep -q "bad Hub ID" m.err || fail "bad ID message: $(cat m.err)"
+echo "ok   malformed khub.json and kernel IDs refused with the field"
+
 # khub.json + khub.lock, then offline with the server gone
 mkdir project
 cat > project/khub.json << 'JSON'
