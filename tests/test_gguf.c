@@ -7,6 +7,7 @@
 
 #include "gguf.h"
 #include "model_fixtures.h"
+#include "budget_alloc.h"
 #include "runner.h"
 
 /* ------------------------------------------------------------------------ */
@@ -359,26 +360,6 @@ TEST_IMPL(type_table_matches_qformats)
 /* ------------------------------------------------------------------------ */
 /* Allocation: no leaks, OOM at every allocation                            */
 /* ------------------------------------------------------------------------ */
-
-typedef struct budget {
-    long allocs_left; /* < 0: unlimited */
-    long long live;   /* bytes outstanding */
-} budget;
-
-static void *budget_realloc(void *ud, void *p, size_t old_n, size_t new_n)
-{
-    budget *bu = ud;
-    if (new_n == 0) {
-        bu->live -= (long long)old_n;
-        free(p);
-        return NULL;
-    }
-    if (bu->allocs_left == 0) return NULL;
-    if (bu->allocs_left > 0) bu->allocs_left--;
-    void *q = realloc(p, new_n);
-    if (q) bu->live += (long long)new_n - (long long)(p ? old_n : 0);
-    return q;
-}
 
 TEST_IMPL(oom_at_every_allocation_no_leak)
 {

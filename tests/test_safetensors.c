@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "model_fixtures.h"
+#include "budget_alloc.h"
 #include "runner.h"
 #include "safetensors.h"
 
@@ -325,26 +326,6 @@ TEST_IMPL(index_rejections)
 /* ------------------------------------------------------------------------ */
 /* OOM and the golden file                                                  */
 /* ------------------------------------------------------------------------ */
-
-typedef struct budget {
-    long allocs_left;
-    long long live;
-} budget;
-
-static void *budget_realloc(void *ud, void *p, size_t old_n, size_t new_n)
-{
-    budget *bu = ud;
-    if (new_n == 0) {
-        bu->live -= (long long)old_n;
-        free(p);
-        return NULL;
-    }
-    if (bu->allocs_left == 0) return NULL;
-    if (bu->allocs_left > 0) bu->allocs_left--;
-    void *q = realloc(p, new_n);
-    if (q) bu->live += (long long)new_n - (long long)(p ? old_n : 0);
-    return q;
-}
 
 TEST_IMPL(oom_at_every_allocation_no_leak)
 {
