@@ -96,24 +96,6 @@ static khub_status clean_dir(const char *dir)
     return KHUB_STATUS_OK;
 }
 
-static khub_status read_file(const char *path, size_t max, char **out, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return KHUB_STATUS_IO;
-    char *buf = malloc(max + 1);
-    size_t got = buf ? fread(buf, 1, max + 1, f) : 0;
-    fclose(f);
-    if (!buf) return KHUB_STATUS_NOMEM;
-    if (got > max) {
-        free(buf);
-        return KHUB_STATUS_OVERFLOW;
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *n = got;
-    return KHUB_STATUS_OK;
-}
-
 static khub_status write_file_atomic(const char *path, const void *data, size_t n)
 {
     char tmp[2300];
@@ -422,7 +404,7 @@ static khub_status nvrtc_artifacts(const khub_kernel_manifest *m, const khub_bui
         stem_of(m->cuda_sources[s], stem, sizeof stem);
         char *src = NULL;
         size_t src_n = 0;
-        if (read_file(path, 4u << 20, &src, &src_n) != KHUB_STATUS_OK) {
+        if (khub__read_file(path, 4u << 20, &src, &src_n, NULL, 0) != KHUB_STATUS_OK) {
             khub__errbuf(errbuf, errbuf_size, "%s: cannot read", path);
             return KHUB_STATUS_IO;
         }
@@ -550,7 +532,7 @@ khub_status khub__variant_pack(const char *build_dir, const char *variant, char 
         if (e->d_name[0] == '.' || lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) continue;
         char *data = NULL;
         size_t n = 0;
-        if (read_file(path, 1u << 30, &data, &n) != KHUB_STATUS_OK) {
+        if (khub__read_file(path, 1u << 30, &data, &n, NULL, 0) != KHUB_STATUS_OK) {
             khub__errbuf(errbuf, errbuf_size, "%s: cannot read", path);
             st = KHUB_STATUS_IO;
             break;

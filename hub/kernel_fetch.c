@@ -65,28 +65,6 @@ khub_status khub__policy_find(const char *path, khub_trust_policy **out, char us
 /* Small helpers                                                            */
 /* ======================================================================== */
 
-/* Reads at most cap bytes of path; NOT_FOUND when absent. */
-static khub_status slurp(const char *path, size_t cap, char **out, size_t *len)
-{
-    *out = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
-    char *buf = malloc(cap + 1);
-    size_t got = buf ? fread(buf, 1, cap + 1, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (!buf) return KHUB_STATUS_NOMEM;
-    if (err || got > cap) {
-        free(buf);
-        return err ? KHUB_STATUS_IO : KHUB_STATUS_OVERFLOW;
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *len = got;
-    return KHUB_STATUS_OK;
-}
-
 /* The cached directory of a variant, as hub/variant.c looks for it:
  * the unpacked archive first, then the snapshot. False when not cached. */
 static bool cached_variant_dir(khub_hub *hub, const khub_hub_id *id, const char *commit,
@@ -287,12 +265,12 @@ static khub_status fetch_trust(fetch *f, const char *dir)
     f->meta = f->sig = NULL;
     f->meta_len = f->sig_len = 0;
     snprintf(path, sizeof path, "%s/metadata.json", dir);
-    khub_status st = slurp(path, MAX_META_BYTES, &f->meta, &f->meta_len);
+    khub_status st = khub__read_file(path, MAX_META_BYTES, &f->meta, &f->meta_len, NULL, 0);
     KHUB_RETURN_IF(f->rt, st != KHUB_STATUS_OK, KHUB_STATUS_METADATA_INVALID,
                    "%s: cannot read %s (%s); fetch the kernel again", f->r->repo, path,
                    khub_status_name(st));
     snprintf(path, sizeof path, "%s/metadata.json.sig", dir);
-    st = slurp(path, MAX_SIG_BYTES, &f->sig, &f->sig_len);
+    st = khub__read_file(path, MAX_SIG_BYTES, &f->sig, &f->sig_len, NULL, 0);
     KHUB_RETURN_IF(f->rt, st != KHUB_STATUS_OK && st != KHUB_STATUS_NOT_FOUND,
                    KHUB_STATUS_SIGNATURE_INVALID, "%s: cannot read %s (%s)", f->r->repo, path,
                    khub_status_name(st));

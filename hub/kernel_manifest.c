@@ -289,22 +289,19 @@ khub_status khub__km_load(const char *dir, khub_kernel_manifest *out, char *errb
 {
     char path[1200];
     snprintf(path, sizeof path, "%s/kernel.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        khub__errbuf(errbuf, errbuf_size, "%s: cannot open: %s (is %s a kernel source dir?)", path,
-                     strerror(errno), dir);
-        return KHUB_STATUS_NOT_FOUND;
+    char *buf = NULL;
+    size_t n = 0;
+    char why[KHUB_ERROR_SIZE];
+    khub_status st = khub__read_file(path, MAX_MANIFEST_BYTES, &buf, &n, why, sizeof why);
+    if (st == KHUB_STATUS_NOT_FOUND) {
+        khub__errbuf(errbuf, errbuf_size, "%s (is %s a kernel source dir?)", why, dir);
+        return st;
     }
-    char *buf = malloc(MAX_MANIFEST_BYTES + 1);
-    size_t n = buf ? fread(buf, 1, MAX_MANIFEST_BYTES + 1, f) : 0;
-    fclose(f);
-    if (!buf) return KHUB_STATUS_NOMEM;
-    if (n > MAX_MANIFEST_BYTES) {
-        free(buf);
-        khub__errbuf(errbuf, errbuf_size, "%s: larger than 1 MiB", path);
-        return KHUB_STATUS_PARSE;
+    if (st != KHUB_STATUS_OK) {
+        khub__errbuf(errbuf, errbuf_size, "%s", why);
+        return st == KHUB_STATUS_OVERFLOW ? KHUB_STATUS_PARSE : st;
     }
-    khub_status st = khub__km_parse(buf, n, dir, out, errbuf, errbuf_size);
+    st = khub__km_parse(buf, n, dir, out, errbuf, errbuf_size);
     free(buf);
     return st;
 }

@@ -316,15 +316,10 @@ khub_status khub__mapping_load(const char *path, khub_mapping **out, char *errbu
                                size_t errbuf_size)
 {
     *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        khub__errbuf(errbuf, errbuf_size, "cannot open %s: %s", path, strerror(errno));
-        return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
-    }
-    char *buf = malloc(MAX_MAPPING_BYTES + 1);
-    size_t got = buf ? fread(buf, 1, MAX_MAPPING_BYTES + 1, f) : 0;
-    fclose(f);
-    if (!buf) return KHUB_STATUS_NOMEM;
+    char *buf = NULL;
+    size_t got = 0;
+    khub_status rs = khub__read_file(path, MAX_MAPPING_BYTES, &buf, &got, errbuf, errbuf_size);
+    if (rs != KHUB_STATUS_OK) return rs == KHUB_STATUS_OVERFLOW ? KHUB_STATUS_PARSE : rs;
     char why[KHUB_ERROR_SIZE];
     khub_status st = khub__mapping_parse(buf, got, out, why, sizeof why);
     free(buf);

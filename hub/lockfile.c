@@ -417,37 +417,13 @@ khub_status khub__lock_parse(const char *json, size_t n, khub_lock **out, char *
     return KHUB_STATUS_OK;
 }
 
-static khub_status read_text(const char *path, size_t cap, char **out, size_t *len, char *errbuf,
-                             size_t n)
-{
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        khub__errbuf(errbuf, n, "cannot open %s: %s", path, strerror(errno));
-        return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
-    }
-    char *buf = malloc(cap + 1);
-    size_t got = buf ? fread(buf, 1, cap + 1, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (!buf) return KHUB_STATUS_NOMEM;
-    if (err || got > cap) {
-        free(buf);
-        khub__errbuf(errbuf, n, "%s: %s", path, err ? "read error" : "file too large");
-        return err ? KHUB_STATUS_IO : KHUB_STATUS_OVERFLOW;
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *len = got;
-    return KHUB_STATUS_OK;
-}
-
 khub_status khub__lock_load(const char *path, khub_lock **out, char *errbuf, size_t errbuf_size)
 {
     *out = NULL;
     char *text = NULL, why[KHUB_ERROR_SIZE];
     size_t len = 0;
-    KHUB_FORWARD_IF_ERROR(NULL, read_text(path, MAX_LOCK_BYTES, &text, &len, errbuf, errbuf_size));
+    KHUB_FORWARD_IF_ERROR(NULL,
+                          khub__read_file(path, MAX_LOCK_BYTES, &text, &len, errbuf, errbuf_size));
     khub_status st = khub__lock_parse(text, len, out, why, sizeof why);
     free(text);
     if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, why);

@@ -95,36 +95,11 @@ void khub__pubkey_format(const khub_pubkey *key, char *buf, size_t n)
     snprintf(buf, n, KEY_PREFIX "%s", b64);
 }
 
-/* Reads a small file (at most max bytes) into a NUL-terminated buffer. */
-static khub_status slurp(const char *path, size_t max, char **out, size_t *n, char *errbuf,
-                         size_t errbuf_size)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        khub__errbuf(errbuf, errbuf_size, "%s: cannot open: %s", path, strerror(errno));
-        return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
-    }
-    char *buf = malloc(max + 1);
-    size_t got = buf ? fread(buf, 1, max + 1, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (!buf) return KHUB_STATUS_NOMEM;
-    if (err || got > max) {
-        free(buf);
-        khub__errbuf(errbuf, errbuf_size, "%s: %s", path, err ? "read error" : "file too large");
-        return KHUB_STATUS_IO;
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *n = got;
-    return KHUB_STATUS_OK;
-}
-
 khub_status khub__pubkey_load(const char *path, khub_pubkey *out, char *errbuf, size_t errbuf_size)
 {
     char *text = NULL;
     size_t n = 0;
-    khub_status st = slurp(path, 256, &text, &n, errbuf, errbuf_size);
+    khub_status st = khub__read_file(path, 256, &text, &n, errbuf, errbuf_size);
     if (st != KHUB_STATUS_OK) return st;
     st = khub__pubkey_parse(text, out);
     free(text);
@@ -245,7 +220,7 @@ khub_status khub__sign_file(const char *priv_path, const char *path, char *errbu
 {
     char *data = NULL, *sig = NULL;
     size_t n = 0;
-    khub_status st = slurp(path, 64u << 20, &data, &n, errbuf, errbuf_size);
+    khub_status st = khub__read_file(path, 64u << 20, &data, &n, errbuf, errbuf_size);
     if (st != KHUB_STATUS_OK) return st;
     st = khub__sign(priv_path, data, n, &sig, errbuf, errbuf_size);
     free(data);
@@ -464,7 +439,7 @@ khub_status khub__trust_policy_load(const char *path, khub_trust_policy **out, c
 {
     char *text = NULL;
     size_t n = 0;
-    khub_status st = slurp(path, MAX_POLICY_BYTES, &text, &n, errbuf, errbuf_size);
+    khub_status st = khub__read_file(path, MAX_POLICY_BYTES, &text, &n, errbuf, errbuf_size);
     if (st != KHUB_STATUS_OK) return st;
     char inner[KHUB_ERROR_SIZE] = "";
     st = khub__trust_policy_parse(text, n, out, inner, sizeof inner);

@@ -157,6 +157,17 @@ KHUB_INTERNAL khub_pool *khub__runtime_pool(khub_runtime *rt);
 KHUB_INTERNAL const khub_host_api *khub__runtime_host(khub_runtime *rt);
 
 /* ------------------------------------------------------------------------ */
+/* Small whole-file reads (runtime/file_read.c)                             */
+/* ------------------------------------------------------------------------ */
+
+/* Reads all of path, at most max bytes, into *out (NUL-terminated, the
+ * caller frees it with free()); *n gets the length. NOT_FOUND when absent,
+ * IO, OVERFLOW when larger than max, NOMEM; errbuf (may be NULL) gets
+ * "<path>: cannot open: <reason>" and the like. */
+KHUB_INTERNAL khub_status khub__read_file(const char *path, size_t max, char **out, size_t *n,
+                                          char *errbuf, size_t errbuf_size);
+
+/* ------------------------------------------------------------------------ */
 /* Sorted name index (runtime/name_index.c)                                 */
 /* ------------------------------------------------------------------------ */
 

@@ -41,19 +41,11 @@ static void finding(tally *t, const char *fmt, ...)
     t->findings++;
 }
 
+/* A small file, or NULL when it cannot be read whole. */
 static char *slurp(const char *path, size_t max, size_t *n)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = malloc(max + 1);
-    *n = buf ? fread(buf, 1, max + 1, f) : 0;
-    fclose(f);
-    if (buf && *n > max) {
-        free(buf);
-        return NULL;
-    }
-    if (buf) buf[*n] = '\0';
-    return buf;
+    char *buf = NULL;
+    return khub__read_file(path, max, &buf, n, NULL, 0) == KHUB_STATUS_OK ? buf : NULL;
 }
 
 static void check_plugin_file(const khub_kmeta *meta, const char *vdir, const char *file, tally *t)
