@@ -54,7 +54,7 @@ static int run_one(const test_case *tc)
          * case under ASan (stdio was flushed before the fork). */
         exit(0);
     }
-    setpgid(pid, pid); /* also here: whichever runs first */
+    setpgid(pid, pid);                              /* also here: whichever runs first */
     struct sigaction sa = {.sa_handler = on_alarm}; /* no SA_RESTART: waitpid returns EINTR */
     sigemptyset(&sa.sa_mask);
     sigaction(SIGALRM, &sa, NULL);
