@@ -1,0 +1,134 @@
+/*
+ * server_digest.c: the digest cache of `khub serve`.
+ *
+ * Listings, HEADs, GETs and preuploads all need a file's SHA-256 (and git
+ * blob SHA-1). Hashing on every request made a HEAD of a 100 MiB file cost
+ * a full read (docs/performance.md "Hub"), so digests are kept per path
+ * with the stat fingerprint they were computed under (device, inode, size,
+ * mtime and ctime in ns) and reused only while all of it is unchanged. A
+ * rewrite in place moves mtime/ctime, a rename-over moves the inode. The
+ * fingerprint is taken before and after hashing and the result is kept
+ * only when both agree, so a file changing mid-hash is never cached, and
+ * only for a file whose ctime is 2 s old: timestamps come from a coarse
+ * clock, so a younger file could still change under the same fingerprint
+ * (git's "racily clean" entries). The table is direct-mapped: a colliding
+ * path evicts the old one (a re-hash, never a wrong answer, because the
+ * path is compared too).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "server_impl.h"
+
+typedef struct fprint {
+    uint64_t dev, ino, size;
+    int64_t mtime_ns, ctime_ns;
+} fprint;
+
+typedef struct digest_slot {
+    char *path; /* NULL = empty */
+    int lfs;
+    fprint fp;
+    file_ids ids;
+} digest_slot;
+
+#define DIGEST_SLOTS 4096u
+
+typedef struct digest_cache {
+    pthread_mutex_t lock;
+    digest_slot slot[DIGEST_SLOTS];
+} digest_cache;
+
+struct digest_cache *khub__srv_digest_cache_new(void)
+{
+    digest_cache *dc = calloc(1, sizeof *dc);
+    if (dc) pthread_mutex_init(&dc->lock, NULL);
+    return dc;
+}
+
+void khub__srv_digest_cache_free(digest_cache *dc)
+{
+    if (!dc) return;
+    for (unsigned i = 0; i < DIGEST_SLOTS; i++) free(dc->slot[i].path);
+    pthread_mutex_destroy(&dc->lock);
+    free(dc);
+}
+
+static int fprint_of(const char *path, fprint *fp)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
+    *fp = (fprint){(uint64_t)sb.st_dev, (uint64_t)sb.st_ino, (uint64_t)sb.st_size,
+                   (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec,
+                   (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec};
+    return 1;
+}
+
+static int fprint_eq(const fprint *a, const fprint *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_ns == b->mtime_ns && a->ctime_ns == b->ctime_ns;
+}
+
+static unsigned path_slot(const char *path)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)path; *p; p++) h = (h ^ *p) * 16777619u;
+    return h % DIGEST_SLOTS;
+}
+
+static int digest_lookup(digest_cache *dc, const char *path, int lfs, const fprint *fp,
+                         file_ids *ids)
+{
+    if (!dc) return 0;
+    digest_slot *e = &dc->slot[path_slot(path)];
+    pthread_mutex_lock(&dc->lock);
+    int hit = e->path && e->lfs == lfs && !strcmp(e->path, path) && fprint_eq(&e->fp, fp);
+    if (hit) *ids = e->ids;
+    pthread_mutex_unlock(&dc->lock);
+    return hit;
+}
+
+static void digest_store(digest_cache *dc, const char *path, int lfs, const fprint *fp,
+                         const file_ids *ids)
+{
+    char *copy = dc ? strdup(path) : NULL;
+    if (!copy) return;
+    digest_slot *e = &dc->slot[path_slot(path)];
+    pthread_mutex_lock(&dc->lock);
+    free(e->path);
+    *e = (digest_slot){copy, lfs, *fp, *ids};
+    pthread_mutex_unlock(&dc->lock);
+}
+
+static int hash_ids(const char *path, int lfs, uint64_t size, file_ids *ids)
+{
+    if (khub__sha256_file_hex(path, ids->sha256) != KHUB_STATUS_OK) return 0;
+    if (!lfs) return khub__git_blob_sha1_file(path, ids->sha1) == KHUB_STATUS_OK;
+    char ptr[256];
+    int n = snprintf(ptr, sizeof ptr,
+                     "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %llu\n",
+                     ids->sha256, (unsigned long long)size);
+    ids->pointer_size = (size_t)n;
+    return khub__git_blob_sha1_buf(ptr, (size_t)n, ids->sha1) == KHUB_STATUS_OK;
+}
+
+/* The digests of path, from the cache when its fingerprint is unchanged. */
+int khub__srv_file_ids_of(digest_cache *dc, const char *path, int lfs, file_ids *ids)
+{
+    fprint before, after;
+    if (!fprint_of(path, &before)) return 0;
+    if (digest_lookup(dc, path, lfs, &before, ids)) return 1;
+    if (!hash_ids(path, lfs, before.size, ids)) return 0;
+    struct timespec now;
+    int settled = clock_gettime(CLOCK_REALTIME, &now) == 0 &&
+                  before.ctime_ns + 2000000000LL <= (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+    if (settled && fprint_of(path, &after) && fprint_eq(&before, &after))
+        digest_store(dc, path, lfs, &before, ids);
+    return 1;
+}
