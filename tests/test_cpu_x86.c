@@ -34,6 +34,7 @@
 #include <float.h>
 #include <stdint.h>
 
+#include "ref_oracle.h"
 #include "runtime_impl.h"
 #include "runner.h"
 
@@ -238,55 +239,77 @@ static double nmse_f(const float *y, const float *ref, int64_t n)
 /* Quantized weights                                                        */
 /* ------------------------------------------------------------------------ */
 
-static size_t qblk_bytes(int f)
+static int is_kquant(int f) { return f == KHUB_QFORMAT_Q4_K || f == KHUB_QFORMAT_Q6_K; }
+static size_t qblk_bytes(int f) { return (size_t)khub_qformat_block_bytes((khub_qformat)f); }
+static size_t qrow_bytes(int f, int64_t in)
 {
-    return f == KHUB_QFORMAT_Q8_0 ? 34 : f == KHUB_QFORMAT_Q4_0 ? 18 : 20;
+    return (size_t)khub_qformat_row_bytes((khub_qformat)f, in);
 }
 
-/* Random blocks: any byte pattern is a valid block, so codes are uniform
- * (Q8_0 includes -128) and scales are random f16 of either sign. */
+/* Random blocks: any byte pattern is a valid block, so codes (and the
+ * k-quants' 6- and 8-bit sub-block scales) are uniform (Q8_0 includes -128)
+ * and the f16 scales are random normals of either sign. */
 static uint8_t *rand_qweight(int f, int64_t out, int64_t in)
 {
-    size_t nb = (size_t)(in / 32), bb = qblk_bytes(f);
-    uint8_t *w = malloc((size_t)out * nb * bb);
-    for (size_t b = 0; b < (size_t)out * nb; b++) {
+    size_t bb = qblk_bytes(f), nb = (size_t)out * qrow_bytes(f, in) / bb;
+    uint8_t *w = malloc(nb * bb);
+    for (size_t b = 0; b < nb; b++) {
         uint8_t *p = w + b * bb;
+        for (size_t i = 0; i < bb; i++) p[i] = (uint8_t)rnd();
         uint16_t d = rand_f16(5, 9, 1), m = rand_f16(3, 8, 1);
-        memcpy(p, &d, 2);
-        size_t q0 = 2;
-        if (f == KHUB_QFORMAT_Q4_1) {
+        if (f == KHUB_QFORMAT_Q4_K) { /* d*sc reaches 63x d: keep sums in f16 range */
+            d = rand_f16(1, 5, 1), m = rand_f16(1, 4, 1);
             memcpy(p + 2, &m, 2);
-            q0 = 4;
         }
-        for (size_t i = q0; i < bb; i++) p[i] = (uint8_t)rnd();
+        if (f == KHUB_QFORMAT_Q6_K) /* d*sc*(q-32) reaches 4096x d */
+            d = rand_f16(1, 4, 1);
+        memcpy(p + (f == KHUB_QFORMAT_Q6_K ? 208 : 0), &d, 2);
+        if (f == KHUB_QFORMAT_Q4_1) memcpy(p + 2, &m, 2);
     }
     return w;
 }
 
-/* Value i of a row, from the block definitions in khub_tensor.h. */
-static double qweight_at(int f, const uint8_t *row, int64_t i)
+/* The values of one row (from the block definitions in khub_tensor.h; the
+ * k-quants by tests/ref_oracle.h's dequantizers) and each element's
+ * additive term: m (Q4_1), -8 d (Q4_0), -dmin mn (Q4_K), 0 (Q8_0, Q6_K). */
+static void qrow_values(int f, const uint8_t *row, int64_t in, double *val, double *off)
 {
-    const uint8_t *b = row + (size_t)(i / 32) * qblk_bytes(f);
-    uint16_t h;
-    memcpy(&h, b, 2);
-    double d = f16_to_f32(h);
-    int k = (int)(i % 32);
-    if (f == KHUB_QFORMAT_Q8_0) return d * (int8_t)b[2 + k];
-    int off = f == KHUB_QFORMAT_Q4_1 ? 4 : 2;
-    int q = k < 16 ? (b[off + k] & 15) : (b[off + k - 16] >> 4);
-    if (f == KHUB_QFORMAT_Q4_0) return d * (q - 8);
-    memcpy(&h, b + 2, 2);
-    return d * q + f16_to_f32(h);
-}
-
-/* The additive term of element i's block: m (Q4_1), -8 d (Q4_0), 0 (Q8_0). */
-static double qoffset_at(int f, const uint8_t *row, int64_t i)
-{
-    const uint8_t *b = row + (size_t)(i / 32) * qblk_bytes(f);
-    uint16_t h;
-    if (f == KHUB_QFORMAT_Q8_0) return 0.0;
-    memcpy(&h, b + (f == KHUB_QFORMAT_Q4_1 ? 2 : 0), 2);
-    return f == KHUB_QFORMAT_Q4_1 ? f16_to_f32(h) : -8.0 * f16_to_f32(h);
+    if (is_kquant(f)) {
+        float y[256];
+        uint8_t z[144];
+        for (int64_t b = 0; b < in / 256; b++) {
+            const uint8_t *blk = row + (size_t)b * qblk_bytes(f);
+            if (f == KHUB_QFORMAT_Q4_K) {
+                oracle_deq_q4_k(blk, y);
+                for (int i = 0; i < 256; i++) val[b * 256 + i] = y[i];
+                memcpy(z, blk, 16); /* codes 0: what is left is the offset */
+                memset(z + 16, 0, 128);
+                oracle_deq_q4_k(z, y);
+                for (int i = 0; i < 256; i++) off[b * 256 + i] = y[i];
+            } else {
+                oracle_deq_q6_k(blk, y);
+                for (int i = 0; i < 256; i++) val[b * 256 + i] = y[i], off[b * 256 + i] = 0.0;
+            }
+        }
+        return;
+    }
+    for (int64_t i = 0; i < in; i++) {
+        const uint8_t *b = row + (size_t)(i / 32) * qblk_bytes(f);
+        uint16_t h, hm;
+        memcpy(&h, b, 2);
+        memcpy(&hm, b + 2, 2);
+        double d = f16_to_f32(h);
+        int k = (int)(i % 32);
+        int o = f == KHUB_QFORMAT_Q4_1 ? 4 : 2;
+        int q = k < 16 ? (b[o + k] & 15) : (b[o + k - 16] >> 4);
+        if (f == KHUB_QFORMAT_Q8_0) {
+            val[i] = d * (int8_t)b[2 + k], off[i] = 0.0;
+        } else if (f == KHUB_QFORMAT_Q4_0) {
+            val[i] = d * (q - 8), off[i] = -8.0 * d;
+        } else {
+            val[i] = d * q + f16_to_f32(hm), off[i] = f16_to_f32(hm);
+        }
+    }
 }
 
 /* x as the kernel sees it: codes in [-levels, levels] per 32-block with the
@@ -335,7 +358,7 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
     double *ref = malloc(sizeof(double) * (size_t)(c.n * c.out));
     double *emu = malloc(sizeof(double) * (size_t)(c.n * c.out));
     uint8_t *w = rand_qweight(c.fmt, c.out, c.in);
-    size_t rb = (size_t)(c.in / 32) * qblk_bytes(c.fmt);
+    size_t rb = qrow_bytes(c.fmt, c.in);
     for (int64_t i = 0; i < c.n * c.in; i++) x[i] = nrand();
     for (int64_t i = 0; i < c.out; i++) bias[i] = nrand();
     /* qlinear (int16) becomes an f32 GEMM from 16 tokens on (kx.h KX_GEMM_MIN_N). */
@@ -344,10 +367,8 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
     double *wrow = malloc(sizeof(double) * (size_t)c.in);
     double *orow = malloc(sizeof(double) * (size_t)c.in);
     for (int64_t o = 0; o < c.out; o++) {
-        for (int64_t i = 0; i < c.in; i++) {
-            wrow[i] = qweight_at(c.fmt, w + (size_t)o * rb, i);
-            orow[i] = g_qop->exact_offset ? qoffset_at(c.fmt, w + (size_t)o * rb, i) : 0.0;
-        }
+        qrow_values(c.fmt, w + (size_t)o * rb, c.in, wrow, orow);
+        if (!g_qop->exact_offset) memset(orow, 0, sizeof(double) * (size_t)c.in);
         for (int64_t t = 0; t < c.n; t++) {
             double s = c.bias ? bias[o] : 0, e = s;
             for (int64_t i = 0; i < c.in; i++) {
@@ -386,7 +407,7 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
         a.y = &tyr;
         ASSERT_OK(plug_run(rp, KHUB_OP_QLINEAR, &a));
         a.y = &ty;
-        ASSERT_LE(nmse_f(y, yr, c.n * c.out), 2e-4);
+        ASSERT_LE(nmse_f(y, yr, c.n * c.out), g_qop->bound_f32 > 1e-8 ? g_qop->bound_f32 : 1e-8);
         free(yr);
     }
     if (!perturb)
@@ -416,7 +437,27 @@ static void qlinear_shapes(int fmt)
     g_qop = &qops[0];
 }
 
+/* Q4_K and Q6_K: the default qlinear only (rows must be whole 256-blocks).
+ * SmolLM2-135M's FFN down projection (1536 -> 576) is the one matrix of a
+ * Q4_K_M SmolLM2 with whole super-blocks; the others are made-up widths. */
+static void qlinear_kquant_shapes(int fmt)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    const qcase cases[] = {
+        {fmt, 1, 1536, 576, 0}, {fmt, 1, 256, 192, 1},   {fmt, 1, 768, 1536, 0},
+        {fmt, 1, 512, 8195, 0}, {fmt, 3, 512, 193, 1},   {fmt, 5, 256, 1, 1},
+        {fmt, 15, 768, 9, 0},   {fmt, 16, 512, 65, 1},   {fmt, 64, 1536, 576, 1},
+        {fmt, 17, 768, 7, 0},   {fmt, 512, 256, 192, 0},
+    };
+    g_qop = &qops[0];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        ASSERT_LE(run_qcase(lv, nlv, cases[i], 0), g_qop->bound_f32);
+}
+
 TEST_IMPL(qlinear_q4_1) { qlinear_shapes(KHUB_QFORMAT_Q4_1); }
+TEST_IMPL(qlinear_q4_k) { qlinear_kquant_shapes(KHUB_QFORMAT_Q4_K); }
+TEST_IMPL(qlinear_q6_k) { qlinear_kquant_shapes(KHUB_QFORMAT_Q6_K); }
 TEST_IMPL(qlinear_q8_0) { qlinear_shapes(KHUB_QFORMAT_Q8_0); }
 TEST_IMPL(qlinear_q4_0) { qlinear_shapes(KHUB_QFORMAT_Q4_0); }
 
@@ -726,6 +767,11 @@ TEST_IMPL(perturbation_is_detected)
     ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
     q.n = 17; /* the prefill GEMM */
     ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
+    qcase k[] = {{KHUB_QFORMAT_Q4_K, 1, 768, 64, 0},
+                 {KHUB_QFORMAT_Q6_K, 1, 768, 64, 0},
+                 {KHUB_QFORMAT_Q4_K, 17, 768, 64, 0},
+                 {KHUB_QFORMAT_Q6_K, 17, 768, 64, 0}};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) ASSERT(run_qcase(lv, nlv, k[i], 1) > 1e-9);
     ASSERT(run_dense(lv, nlv, KHUB_DTYPE_F16, 1, 64, 8, 1) > 1e-9);
     acase c = {3, 40, 4, 2, 64, 37, 0, 1, 0, 1, 1};
     ASSERT(run_acase(lv, nlv, c, 1) > 1e-9);
@@ -745,11 +791,11 @@ TEST_IMPL(errors_name_the_problem)
     uint8_t w[8 * 40] = {0};
     int64_t sx[2] = {1, 64}, sw[2] = {8, 64}, sy[2] = {1, 8};
     khub_tensor tx = tens(x, KHUB_DTYPE_F32, 2, sx), ty = tens(y, KHUB_DTYPE_F32, 2, sy);
-    khub_tensor tw = tens(w, KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_K), 2, sw);
+    khub_tensor tw = tens(w, KHUB_DTYPE_Q(KHUB_QFORMAT_NF4), 2, sw);
     khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args), .x = &tx, .weight = &tw, .y = &ty};
     for (int l = 0; l < nlv; l++) {
         ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a), KHUB_STATUS_UNSUPPORTED);
-        ASSERT_CONTAINS(khub__plugin_msg(), "weight format 4 is not served");
+        ASSERT_CONTAINS(khub__plugin_msg(), "weight format 7 (NF4) is not served");
         tw.dtype = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1);
         sx[1] = 32; /* x no longer matches the weight's 64 inputs */
         ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a), KHUB_STATUS_INVALID_ARG);
@@ -765,7 +811,41 @@ TEST_IMPL(errors_name_the_problem)
         ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a), KHUB_STATUS_STRUCT_SIZE);
         ASSERT_CONTAINS(khub__plugin_msg(), "too small");
         a.struct_size = sizeof a;
-        tw.dtype = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_K);
+        tw.dtype = KHUB_DTYPE_Q(KHUB_QFORMAT_NF4);
+    }
+    /* Q4_K / Q6_K: rows of whole 256-blocks, and only the default qlinear. */
+    float xk[576] = {0}, yk[2];
+    uint8_t wk[2 * 3 * 210] = {0};
+    int64_t skx[2] = {1, 576}, skw[2] = {2, 576}, sky[2] = {1, 2};
+    khub_tensor tkx = tens(xk, KHUB_DTYPE_F32, 2, skx), tky = tens(yk, KHUB_DTYPE_F32, 2, sky);
+    khub_tensor tkw = tens(wk, KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_K), 2, skw);
+    khub_linear_args ka = {KHUB_STRUCT_INIT(khub_linear_args), .x = &tkx, .weight = &tkw,
+                           .y = &tky};
+    for (int l = 0; l < nlv; l++) {
+        for (int f = KHUB_QFORMAT_Q4_K; f <= KHUB_QFORMAT_Q6_K; f++) {
+            tkw.dtype = KHUB_DTYPE_Q(f);
+            skx[1] = skw[1] = 576; /* SmolLM2's hidden size: 2.25 super-blocks */
+            ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &ka), KHUB_STATUS_INVALID_ARG);
+            ASSERT_CONTAINS(khub__plugin_msg(), "weight row length 576 is not a positive multiple "
+                                                "of 256, the ");
+            ASSERT_CONTAINS(khub__plugin_msg(),
+                            f == KHUB_QFORMAT_Q4_K ? "Q4_K block" : "Q6_K block");
+            skx[1] = skw[1] = 512;
+            ASSERT_OK(plug_run(&lv[l], KHUB_OP_QLINEAR, &ka));
+            const char *others[] = {"qlinear_q8a", "qlinear_f32"};
+            for (int o = 0; o < 2; o++) {
+                const khub_op_desc *op = plug_op_named(&lv[l], KHUB_OP_QLINEAR, others[o]);
+                ASSERT(op != NULL);
+                ASSERT(!(op->caps->dtypes & KHUB_DTYPE_BIT_Q(f)));
+                khub__plugin_msg_clear();
+                ASSERT_STATUS(op->run(lv[l].d.state, &ka), KHUB_STATUS_UNSUPPORTED);
+                ASSERT_CONTAINS(khub__plugin_msg(), "op qlinear also serves Q4_K, Q6_K");
+            }
+        }
+        ASSERT(plug_op(&lv[l], KHUB_OP_QLINEAR)->caps->dtypes &
+               KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_K));
+        ASSERT(plug_op(&lv[l], KHUB_OP_QLINEAR)->caps->dtypes &
+               KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q6_K));
     }
     /* K/V head counts that do not divide */
     float q[3 * 8], k[2 * 8], o[3 * 8];
@@ -816,6 +896,8 @@ TEST_IMPL(refuses_without_cpu_features)
     X(qlinear_q4_1) \
     X(qlinear_q8_0) \
     X(qlinear_q4_0) \
+    X(qlinear_q4_k) \
+    X(qlinear_q6_k) \
     X(linear_dense) \
     X(attention_shapes) \
     X(norm_rms_and_layer) \

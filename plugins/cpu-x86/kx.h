@@ -105,6 +105,8 @@ khub_status KX(qdriver_run)(kx_state *s, const kx_linear *a, const kx_qkernel *k
 khub_status KX(qlinear_run)(kx_state *s, const kx_linear *a);     /* int8 activations */
 khub_status KX(qlinear_f32_run)(kx_state *s, const kx_linear *a); /* f32 activations */
 khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a); /* int16 activations */
+/* The Q4_K / Q6_K tiles of qlinear_q16_run (in a multiple of 256, n small). */
+khub_status KX(qlinear_q16k_run)(kx_state *s, const kx_linear *a);
 /* qlinear_q16_run hands calls of at least KX_GEMM_MIN_N tokens to qgemm_run:
  * weights dequantized per panel, f32 GEMM (the f32 math, exact). */
 #define KX_GEMM_MIN_N 16
@@ -155,6 +157,22 @@ static inline uint16_t kx_rd16(const uint8_t *p)
     uint16_t v;
     memcpy(&v, p, sizeof v);
     return v;
+}
+
+/* The sixteen 6-bit numbers packed in a Q4_K block's scales[12]
+ * (ref-cpu's quant.c describes the packing): out[0..7] = the sub-block
+ * scales, out[8..15] = the mins. Bytes 0-3 / 4-7 hold scale / min 0..3 in
+ * their low 6 bits and bits 4-5 of scale / min 4..7 in their top 2 bits;
+ * bytes 8-11 hold bits 0-3 of scale 4..7 (low nibble) and min 4..7 (high). */
+static inline void kx_q4k_scales(const uint8_t *sc12, uint8_t out[16])
+{
+    uint32_t u[3], v[4];
+    memcpy(u, sc12, 12);
+    v[0] = u[0] & 0x3f3f3f3fu;
+    v[1] = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+    v[2] = u[1] & 0x3f3f3f3fu;
+    v[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+    memcpy(out, v, 16);
 }
 
 #endif /* KHUB_CPU_X86_KX_H */

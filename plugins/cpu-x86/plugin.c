@@ -130,7 +130,21 @@ static khub_status not_runnable(kx_state *s, const char *op)
 /* Linear and quantized linear                                              */
 /* ------------------------------------------------------------------------ */
 
-static khub_status check_weight_q(kx_state *s, const khub_tensor *w, kx_linear *L)
+/* Weight formats by qlinear op: the default int16-activation qlinear serves
+ * the k-quants too (qlinear_q16k.c); qlinear_q8a and qlinear_f32 do not. */
+#define FMT_BIT(f) (1u << (f))
+#define FMTS_BLOCK \
+    (FMT_BIT(KHUB_QFORMAT_Q4_0) | FMT_BIT(KHUB_QFORMAT_Q4_1) | FMT_BIT(KHUB_QFORMAT_Q8_0))
+#define FMTS_KQUANT (FMT_BIT(KHUB_QFORMAT_Q4_K) | FMT_BIT(KHUB_QFORMAT_Q6_K))
+
+static const char *qformat_name(int f)
+{
+    static const char *names[KHUB_QFORMAT__COUNT] = {"none", "Q8_0", "Q4_0",     "Q4_1",
+                                                     "Q4_K", "Q6_K", "INT8_ROW", "NF4"};
+    return f > 0 && f < KHUB_QFORMAT__COUNT ? names[f] : "unknown";
+}
+
+static khub_status check_weight_q(kx_state *s, const khub_tensor *w, uint32_t fmts, kx_linear *L)
 {
     const char *op = "qlinear";
     if (!w) return FAIL(INVALID_ARG, "%s: weight is NULL; pass a [out, in] tensor", op);
@@ -140,17 +154,25 @@ static khub_status check_weight_q(kx_state *s, const khub_tensor *w, kx_linear *
         return FAIL(UNSUPPORTED, "%s: weight dtype code %d is not block-quantized; use op linear",
                     op, (int)w->dtype.code);
     int f = w->dtype.bits;
-    if (f != KHUB_QFORMAT_Q4_0 && f != KHUB_QFORMAT_Q4_1 && f != KHUB_QFORMAT_Q8_0)
-        return FAIL(UNSUPPORTED, "%s: weight format %d is not served (Q4_0, Q4_1, Q8_0 are)", op,
-                    f);
+    if (f <= 0 || f >= 32 || !(fmts & FMT_BIT(f)))
+        return FAIL(UNSUPPORTED, "%s: weight format %d (%s) is not served (%s are)", op, f,
+                    qformat_name(f),
+                    fmts & FMTS_KQUANT ? "Q4_0, Q4_1, Q8_0, Q4_K, Q6_K"
+                                       : "Q4_0, Q4_1, Q8_0; op qlinear also serves Q4_K, Q6_K");
     L->out = w->shape[0];
     int64_t in = w->shape[1];
     if (L->out < 1 || L->out > MAX_DIM)
         return FAIL(INVALID_ARG, "%s: weight has %lld rows", op, (long long)L->out);
     int64_t rb = khub_qformat_row_bytes((khub_qformat)f, in);
     if (rb < 0)
-        return FAIL(INVALID_ARG, "%s: weight row length %lld is not a positive multiple of 32", op,
-                    (long long)in);
+        return FAIL(INVALID_ARG,
+                    "%s: weight row length %lld is not a positive multiple of %lld, the %s "
+                    "block; pad the rows or use a %s format",
+                    op, (long long)in, (long long)khub_qformat_block_elems((khub_qformat)f),
+                    qformat_name(f),
+                    f == KHUB_QFORMAT_Q4_K || f == KHUB_QFORMAT_Q6_K
+                        ? "32-weight (Q4_0, Q4_1, Q8_0)"
+                        : "different");
     L->in = in;
     L->wfmt = f;
     L->w_row_bytes = (size_t)rb;
@@ -176,14 +198,15 @@ static khub_status check_weight_dense(kx_state *s, const khub_tensor *w, kx_line
     return KHUB_STATUS_OK;
 }
 
-static khub_status check_linear(kx_state *s, const void *args, int quant, kx_linear *L)
+/* quant: the weight formats the qlinear op serves (FMT_BIT), 0 for linear. */
+static khub_status check_linear(kx_state *s, const void *args, uint32_t quant, kx_linear *L)
 {
     const char *op = quant ? "qlinear" : "linear";
     const khub_linear_args *a = args;
     if (!ARGS_OK(a, khub_linear_args, y))
         return FAIL(STRUCT_SIZE, "%s: khub_linear_args is NULL or too small", op);
     if (!s->runnable) return not_runnable(s, op);
-    CHECK(quant ? check_weight_q(s, a->weight, L) : check_weight_dense(s, a->weight, L));
+    CHECK(quant ? check_weight_q(s, a->weight, quant, L) : check_weight_dense(s, a->weight, L));
     view x, y;
     CHECK(get_mat(s, op, "x", a->x, &x));
     CHECK(get_mat(s, op, "y", a->y, &y));
@@ -216,8 +239,9 @@ static khub_status check_linear(kx_state *s, const void *args, int quant, kx_lin
 }
 
 /* Three qlinear ops, by how they treat the activations x:
- *   qlinear      int16 per 32-block, integer dot products (qlinear_q16.c):
- *                NMSE ~1e-9 per matmul, the default;
+ *   qlinear      int16 per 32-block, integer dot products (qlinear_q16.c,
+ *                qlinear_q16k.c for Q4_K / Q6_K): NMSE ~1e-9 per matmul,
+ *                the default, and the only one serving Q4_K / Q6_K;
  *   qlinear_f32  f32 (qlinear_f32.c): exact up to summation order, slower;
  *   qlinear_q8a  int8 per 32-block (qlinear.c): ~1e-4 NMSE per matmul,
  *                enough to move greedy tokens over 30 layers.
@@ -227,7 +251,7 @@ static khub_status run_qlinear(void *state, const void *args)
 {
     kx_state *s = state;
     kx_linear L;
-    CHECK(check_linear(s, args, 1, &L));
+    CHECK(check_linear(s, args, FMTS_BLOCK | FMTS_KQUANT, &L));
     return L.n == 0 ? KHUB_STATUS_OK : KX(qlinear_q16_run)(s, &L);
 }
 
@@ -235,7 +259,7 @@ static khub_status run_qlinear_f32(void *state, const void *args)
 {
     kx_state *s = state;
     kx_linear L;
-    CHECK(check_linear(s, args, 1, &L));
+    CHECK(check_linear(s, args, FMTS_BLOCK, &L));
     return L.n == 0 ? KHUB_STATUS_OK : KX(qlinear_f32_run)(s, &L);
 }
 
@@ -243,7 +267,7 @@ static khub_status run_qlinear_q8a(void *state, const void *args)
 {
     kx_state *s = state;
     kx_linear L;
-    CHECK(check_linear(s, args, 1, &L));
+    CHECK(check_linear(s, args, FMTS_BLOCK, &L));
     return L.n == 0 ? KHUB_STATUS_OK : KX(qlinear_run)(s, &L);
 }
 
@@ -411,14 +435,15 @@ static khub_status run_act(void *state, const void *args)
 /* Descriptor                                                               */
 /* ------------------------------------------------------------------------ */
 
-static const khub_op_caps caps_qlinear = {KHUB_STRUCT_INIT(khub_op_caps),
-                                          .device_type = KHUB_DEVICE_CPU,
-                                          .cpu_features = KX_NEED,
-                                          .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) |
-                                                    KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) |
-                                                    KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0),
-                                          .flags = KHUB_CAP_BIAS,
-                                          .priority = KX_PRIORITY};
+static const khub_op_caps caps_qlinear = {
+    KHUB_STRUCT_INIT(khub_op_caps),
+    .device_type = KHUB_DEVICE_CPU,
+    .cpu_features = KX_NEED,
+    .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) |
+              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_K) |
+              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q6_K),
+    .flags = KHUB_CAP_BIAS,
+    .priority = KX_PRIORITY};
 static const khub_op_caps caps_qlinear_q8a = {KHUB_STRUCT_INIT(khub_op_caps),
                                               .device_type = KHUB_DEVICE_CPU,
                                               .cpu_features = KX_NEED,

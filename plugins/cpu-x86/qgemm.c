@@ -1,7 +1,7 @@
 /*
  * qgemm.c: the prefill case of qlinear (many tokens): y = x @ W^T with the
- * block-quantized W dequantized, one panel of output rows at a time, into
- * f32 and multiplied with f32 x by a register-tiled GEMM.
+ * block-quantized W (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) dequantized, one panel of output rows at a time,
+ * into f32 and multiplied with f32 x by a register-tiled GEMM.
  *
  * Why. The per-block dot products (qlinear_q16.c) spend most of their work
  * on each block's scale: convert, scale, accumulate, for every (row, token,
@@ -55,14 +55,34 @@ typedef __m256 vf;
 /* Packing                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static inline size_t blk_bytes(int fmt)
+/* One block's values (32, or 256 for Q4_K / Q6_K), exactly: each is an f16
+ * scale times small integers, at most 24 significant bits. */
+static void dequant_block(int fmt, const uint8_t *blk, float *v)
 {
-    return fmt == KHUB_QFORMAT_Q8_0 ? 34 : fmt == KHUB_QFORMAT_Q4_0 ? 18 : 20;
-}
-
-/* One block's 32 values, exactly. */
-static void dequant_block(int fmt, const uint8_t *blk, float v[QK])
-{
+    if (fmt == KHUB_QFORMAT_Q4_K) {
+        uint8_t sm[16];
+        kx_q4k_scales(blk + 4, sm);
+        float d = _cvtsh_ss(kx_rd16(blk)), dmin = _cvtsh_ss(kx_rd16(blk + 2));
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *q = blk + 16 + 32 * (j / 2);
+            int shift = (j & 1) * 4;
+            float ds = d * (float)sm[j], dm = dmin * (float)sm[8 + j];
+            for (int l = 0; l < QK; l++) v[QK * j + l] = ds * (float)((q[l] >> shift) & 15) - dm;
+        }
+        return;
+    }
+    if (fmt == KHUB_QFORMAT_Q6_K) {
+        /* Weight e: half h, quarter t, lane l (layout in ref-cpu's quant.c). */
+        const int8_t *sc = (const int8_t *)(blk + 192);
+        float d = _cvtsh_ss(kx_rd16(blk + 208));
+        for (int e = 0; e < 256; e++) {
+            int h = e / 128, t = (e % 128) / 32, l = e % 32;
+            int lo = (blk[64 * h + 32 * (t & 1) + l] >> (t >= 2 ? 4 : 0)) & 15;
+            int hi = (blk[128 + 32 * h + l] >> (2 * t)) & 3;
+            v[e] = d * (float)(sc[8 * h + 2 * t + l / 16] * ((lo | (hi << 4)) - 32));
+        }
+        return;
+    }
     float d = _cvtsh_ss(kx_rd16(blk));
     if (fmt == KHUB_QFORMAT_Q8_0) {
         for (int i = 0; i < QK; i++) v[i] = d * (float)(int8_t)blk[2 + i];
@@ -79,16 +99,17 @@ static void dequant_block(int fmt, const uint8_t *blk, float v[QK])
 /* Packs rows [r0, r0 + rows) (rows <= PW) of W into p[in][PW], zero-padded. */
 static void pack_panel(const kx_linear *a, int64_t r0, int rows, float *p)
 {
-    const size_t bb = blk_bytes(a->wfmt);
-    const int64_t nb = a->in / QK;
+    const khub_qformat f = (khub_qformat)a->wfmt;
+    const int64_t be = khub_qformat_block_elems(f), nb = a->in / be;
+    const size_t bb = (size_t)khub_qformat_block_bytes(f);
     if (rows < PW) memset(p, 0, sizeof(float) * (size_t)(a->in * PW));
     for (int j = 0; j < rows; j++) {
         const uint8_t *row = a->w + (size_t)(r0 + j) * a->w_row_bytes;
         for (int64_t b = 0; b < nb; b++) {
-            float v[QK];
+            float v[256];
             dequant_block(a->wfmt, row + (size_t)b * bb, v);
-            float *dst = p + (size_t)(b * QK) * PW + j;
-            for (int i = 0; i < QK; i++) dst[(size_t)i * PW] = v[i];
+            float *dst = p + (size_t)(b * be) * PW + j;
+            for (int64_t i = 0; i < be; i++) dst[(size_t)i * PW] = v[i];
         }
     }
 }
@@ -188,7 +209,8 @@ khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a)
 {
     const khub_host_api *h = s->host;
     if (a->wfmt != KHUB_QFORMAT_Q4_0 && a->wfmt != KHUB_QFORMAT_Q4_1 &&
-        a->wfmt != KHUB_QFORMAT_Q8_0)
+        a->wfmt != KHUB_QFORMAT_Q8_0 && a->wfmt != KHUB_QFORMAT_Q4_K &&
+        a->wfmt != KHUB_QFORMAT_Q6_K)
         return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: format %d reached the kernel", a->wfmt);
     /* One panel per pool thread, allocated here: the host allocator is only
      * called from the calling thread. in <= 2^40 was checked by plugin.c. */

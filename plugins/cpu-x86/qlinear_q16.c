@@ -20,7 +20,8 @@
  * decode GEMV, so blocks go in pairs as in qlinear.c: the two blocks' int32
  * lanes are folded into one vector (hadd) and scaled with one FMA.
  *
- * Calls of KX_GEMM_MIN_N tokens or more (prefill) go to qgemm.c instead.
+ * Calls of KX_GEMM_MIN_N tokens or more (prefill) go to qgemm.c instead, and
+ * Q4_K / Q6_K weights to qlinear_q16k.c (same activations, same pair step).
  *
  * Work split: host->parallel_for over tiles of TR output rows; in a tile,
  * groups of TC tokens share each unpacked weight block (prefill), and one
@@ -30,28 +31,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kx_simd.h"
+#include "kx_q16.h"
 
 #define QK 32
-/* Software prefetch distance, bytes ahead of the block being read. The
- * hardware prefetcher alone left the cold decode GEMV at ~5.5 GB/s here;
- * 1536 B gave ~7.3, 3072-6144 B ~8 GB/s (docs/performance.md). Prefetch
- * never faults, so running past the end of the weights is harmless. */
-#define KX_PF_DIST 4096
-#define TR         4
-#if defined(KX_LEVEL_AVX512)
-#define TC 4
-#else
-#define TC 2
-#endif
-
-/* One 32-block of an activation row. d and s must stay adjacent and first:
- * the pair step loads [d0 s0] and [d1 s1] as two 8-byte halves. */
-typedef struct q16blk {
-    float d;       /* scale d_x */
-    float s;       /* exact f32 sum of the block's 32 values */
-    int16_t p[QK]; /* codes, element order */
-} q16blk;
 
 /* ------------------------------------------------------------------------ */
 /* Activation quantization                                                  */
@@ -69,8 +51,9 @@ static inline __m256i pack16(__m256i a, __m256i b)
     return _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
 }
 
-static void quantize_row(const float *x, int64_t in, q16blk *out)
+void KX(q16_quantize_row)(const float *x, int64_t in, void *out_)
 {
+    q16blk *out = out_;
     const __m256 sign = _mm256_set1_ps(-0.0f);
     for (int64_t b = 0; b < in / QK; b++) {
         const float *p = x + b * QK;
@@ -114,18 +97,6 @@ static inline __attribute__((always_inline)) void codes16(const int fmt, const u
     *hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(r, 4), m4));
 }
 
-/* sum over the block of codes times p, as 8 int32 lanes. */
-static inline __m256i dot16(__m256i wl, __m256i wh, const int16_t *p)
-{
-    const __m256i xl = _mm256_loadu_si256((const __m256i *)p);
-    const __m256i xh = _mm256_loadu_si256((const __m256i *)(p + 16));
-#if defined(KX_LEVEL_AVX512)
-    return _mm256_dpwssd_epi32(_mm256_madd_epi16(wl, xl), wh, xh);
-#else
-    return _mm256_add_epi32(_mm256_madd_epi16(wl, xl), _mm256_madd_epi16(wh, xh));
-#endif
-}
-
 /* [d0, c0, d1, c1] of blocks blk and blk + bb (c = additive term factor). */
 static inline __m128 scales2(const int fmt, const uint8_t *blk, size_t bb)
 {
@@ -151,7 +122,6 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
     __m256 acc[TR][TC];
     __m128 cor[TR][TC]; /* lanes 1 and 3 collect c * sum(x) */
     const size_t bb = blk_bytes(fmt);
-    const __m256i pick = _mm256_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2);
 #pragma GCC unroll 4
     for (int r = 0; r < tr; r++)
 #pragma GCC unroll 4
@@ -170,16 +140,8 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
             codes16(fmt, blk + bb, &w1l, &w1h);
             const __m128 sw = scales2(fmt, blk, bb);
 #pragma GCC unroll 4
-            for (int c = 0; c < tc; c++) {
-                const q16blk *xb = x + c * xs + b;
-                __m256i d = _mm256_hadd_epi32(dot16(w0l, w0h, xb[0].p), dot16(w1l, w1h, xb[1].p));
-                __m128 sx = _mm_loadh_pi(_mm_castpd_ps(_mm_load_sd((const double *)&xb[0].d)),
-                                         (const __m64 *)&xb[1].d); /* dx0 s0 dx1 s1 */
-                __m128 p = _mm_mul_ps(sw, sx);
-                __m256 sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), pick);
-                acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc[r][c]);
-                cor[r][c] = _mm_add_ps(cor[r][c], p);
-            }
+            for (int c = 0; c < tc; c++)
+                kx_q16_pair(w0l, w0h, w1l, w1h, sw, x + c * xs + b, &acc[r][c], &cor[r][c]);
         }
     }
     float cs[TR][TC];
@@ -187,10 +149,7 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
     for (int r = 0; r < tr; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < tc; c++) {
-            __m128 v = cor[r][c];
-            cs[r][c] = fmt == KHUB_QFORMAT_Q8_0 ? 0.0f
-                                                : _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1)) +
-                                                      _mm_cvtss_f32(_mm_shuffle_ps(v, v, 3));
+            cs[r][c] = fmt == KHUB_QFORMAT_Q8_0 ? 0.0f : kx_q16_cor(cor[r][c]);
         }
     for (; b < nb; b++) { /* odd block count: the last block alone */
 #pragma GCC unroll 4
@@ -205,7 +164,7 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
 #pragma GCC unroll 4
             for (int c = 0; c < tc; c++) {
                 const q16blk *xb = x + c * xs + b;
-                __m256 d = _mm256_cvtepi32_ps(dot16(wl, wh, xb->p));
+                __m256 d = _mm256_cvtepi32_ps(kx_q16_dot(wl, wh, xb->p));
                 acc[r][c] = _mm256_fmadd_ps(d, _mm256_set1_ps(dw * xb->d), acc[r][c]);
                 cs[r][c] += cw * xb->s;
             }
@@ -217,33 +176,6 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
         for (int r = 0; r < tr; r++)
             y[c * ldy + r] = kx_hsum8(acc[r][c]) + cs[r][c] + (bias ? bias[r] : 0.0f);
 }
-
-#define T16_DEF(F, FMT, R, C) \
-    static void t16_##F##_##R##x##C(const uint8_t *w, size_t wrb, const void *x, int64_t xs, \
-                                    int64_t nb, const float *bias, float *y, int64_t ldy) \
-    { \
-        tile(FMT, R, C, w, wrb, (const q16blk *)x, xs, nb, bias, y, ldy); \
-    }
-#define T16_ROW_2(F, FMT, R) T16_DEF(F, FMT, R, 1) T16_DEF(F, FMT, R, 2)
-#define T16_ROW_4(F, FMT, R) T16_ROW_2(F, FMT, R) T16_DEF(F, FMT, R, 3) T16_DEF(F, FMT, R, 4)
-#if TC == 4
-#define T16_ROW T16_ROW_4
-#define T16_PTRS_ROW(F, R) \
-    { \
-        t16_##F##_##R##x1, t16_##F##_##R##x2, t16_##F##_##R##x3, t16_##F##_##R##x4 \
-    }
-#else
-#define T16_ROW T16_ROW_2
-#define T16_PTRS_ROW(F, R) \
-    { \
-        t16_##F##_##R##x1, t16_##F##_##R##x2 \
-    }
-#endif
-#define T16_FMT(F, FMT) T16_ROW(F, FMT, 1) T16_ROW(F, FMT, 2) T16_ROW(F, FMT, 3) T16_ROW(F, FMT, 4)
-#define T16_PTRS(F) \
-    { \
-        T16_PTRS_ROW(F, 1), T16_PTRS_ROW(F, 2), T16_PTRS_ROW(F, 3), T16_PTRS_ROW(F, 4) \
-    }
 
 T16_FMT(q4_0, KHUB_QFORMAT_Q4_0)
 T16_FMT(q4_1, KHUB_QFORMAT_Q4_1)
@@ -257,12 +189,12 @@ static const kx_qtile_fn tiles_q8_0[TR][TC] = T16_PTRS(q8_0);
 /* Entry (the driver is qdriver.c)                                          */
 /* ------------------------------------------------------------------------ */
 
-static void quantize_row_any(const float *x, int64_t in, void *out) { quantize_row(x, in, out); }
-
 khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
 {
     if (a->n >= KX_GEMM_MIN_N) return KX(qgemm_run)(s, a);
-    kx_qkernel k = {TR, TC, sizeof(q16blk), quantize_row_any, NULL};
+    if (a->wfmt == KHUB_QFORMAT_Q4_K || a->wfmt == KHUB_QFORMAT_Q6_K)
+        return KX(qlinear_q16k_run)(s, a);
+    kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL};
     switch (a->wfmt) {
     case KHUB_QFORMAT_Q4_0: k.tiles = &tiles_q4_0[0][0]; break;
     case KHUB_QFORMAT_Q4_1: k.tiles = &tiles_q4_1[0][0]; break;
