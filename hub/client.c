@@ -530,107 +530,6 @@ khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, const char *co
 /* Downloading one file                                                     */
 /* ======================================================================== */
 
-/* The sink hashes the bytes as they arrive, so a download reads its file
- * once (the write) instead of twice (write, then hash). The running digest
- * stands for the file only while every byte since offset 0 went through
- * it: a resumed orphan (bytes from an earlier process) has no digest, and
- * is hashed from the file at the end instead. Either way the check is the
- * same: the stored bytes against the hub's ETag. */
-typedef struct file_sink {
-    khub_hub *hub;
-    int fd;
-    uint64_t have, expect;
-    const char *path;
-    khub_status st;
-    EVP_MD_CTX *md;    /* NULL: no running digest (hash the file at the end) */
-    int git;           /* the ETag is a git blob SHA-1: "blob <size>\0" first */
-    EVP_MD_CTX *md256; /* git blobs: SHA-256 too, for the variant check; NULL = none */
-} file_sink;
-
-static void fs_digest_reset(file_sink *f)
-{
-    char hdr[40];
-    int n = snprintf(hdr, sizeof hdr, "blob %llu", (unsigned long long)f->expect);
-    if (f->md256 && EVP_DigestInit_ex(f->md256, EVP_sha256(), NULL) != 1) {
-        EVP_MD_CTX_free(f->md256);
-        f->md256 = NULL;
-    }
-    if (!f->md) return;
-    if (EVP_DigestInit_ex(f->md, f->git ? EVP_sha1() : EVP_sha256(), NULL) != 1 ||
-        (f->git && EVP_DigestUpdate(f->md, hdr, (size_t)n + 1) != 1)) {
-        EVP_MD_CTX_free(f->md);
-        f->md = NULL;
-    }
-}
-
-static khub_status fs_start(void *ud, long status, int64_t range_start)
-{
-    file_sink *f = ud;
-    if (status == 200 && f->have > 0) { /* the server ignored Range: start over */
-        if (ftruncate(f->fd, 0) != 0)
-            return f->st = khub__hub_fail(f->hub, KHUB_STATUS_IO, "cannot truncate: %s",
-                                          strerror(errno));
-        f->have = 0;
-        if (!f->md) f->md = EVP_MD_CTX_new(); /* from offset 0 again: a digest is possible */
-        if (f->git && !f->md256) f->md256 = EVP_MD_CTX_new();
-        fs_digest_reset(f);
-    } else if (status == 206 && range_start != (int64_t)f->have) {
-        return f->st = khub__hub_fail(f->hub, KHUB_STATUS_HTTP,
-                                      "%s: asked for bytes from %llu, got a range from %lld",
-                                      f->path, (unsigned long long)f->have, (long long)range_start);
-    }
-    return KHUB_STATUS_OK;
-}
-
-static size_t fs_write(void *ud, const void *data, size_t n)
-{
-    file_sink *f = ud;
-    if (f->have + n > f->expect) {
-        f->st = khub__hub_fail(f->hub, KHUB_STATUS_OVERFLOW,
-                               "%s: the server sent more than the %llu bytes it announced; "
-                               "nothing was stored",
-                               f->path, (unsigned long long)f->expect);
-        return 0;
-    }
-    const char *p = data;
-    size_t left = n;
-    while (left > 0) {
-        ssize_t w = write(f->fd, p, left);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            f->st = khub__hub_fail(f->hub, KHUB_STATUS_IO, "%s: write failed: %s", f->path,
-                                   strerror(errno));
-            return 0;
-        }
-        p += w;
-        left -= (size_t)w;
-    }
-    if (f->md && EVP_DigestUpdate(f->md, data, n) != 1) {
-        EVP_MD_CTX_free(f->md);
-        f->md = NULL;
-    }
-    if (f->md256 && EVP_DigestUpdate(f->md256, data, n) != 1) {
-        EVP_MD_CTX_free(f->md256);
-        f->md256 = NULL;
-    }
-    f->have += n;
-    if (f->hub->progress) f->hub->progress(f->hub->progress_ud, f->path, f->have, f->expect);
-    return n;
-}
-
-static uint64_t fs_offset(void *ud) { return ((file_sink *)ud)->have; }
-
-/* A running digest as hex; false when there is none. */
-static bool fs_digest_hex(EVP_MD_CTX *md, char hex[65])
-{
-    unsigned char d[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    if (!md || EVP_DigestFinal_ex(md, d, &n) != 1 || n > 32) return false;
-    for (unsigned int i = 0; i < n; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
-    hex[2 * n] = '\0';
-    return true;
-}
-
 /* streamed: the digest of the received bytes, or NULL to hash tmp. */
 static khub_status verify_blob(khub_hub *hub, const char *tmp, const char *etag, const char *path,
                                const char *streamed)
@@ -673,37 +572,39 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
     st = khub__cache_blob_tmp(hub, repo_dir, etag, tmp, sizeof tmp, &fd, &have);
     if (st != KHUB_STATUS_OK) goto done;
     if (have > size && ftruncate(fd, 0) == 0) have = 0;
-    file_sink fsk = {hub, fd, have, size, path, KHUB_STATUS_OK, NULL, strlen(etag) == 40, NULL};
-    if (have == 0) { /* a fresh file: hash while receiving */
-        fsk.md = EVP_MD_CTX_new();
-        if (fsk.git) fsk.md256 = EVP_MD_CTX_new();
-        fs_digest_reset(&fsk);
+    int git = strlen(etag) == 40;
+    khub__blob_sink *bs = NULL;
+    st = khub__blob_sink_new(hub, fd, have, size, path, git, &bs);
+    if (st != KHUB_STATUS_OK) {
+        close(fd);
+        unlink(tmp);
+        goto done;
     }
-    khub__sink sink = {&fsk, fs_start, fs_write, fs_offset};
     char what[512];
     snprintf(what, sizeof what, "downloading %s/%s/%s", id->org, id->name, path);
     khub__http_resp r = {0};
-    khub__http_req req = {
-        .method = "GET", .url = url, .auth = 1, .follow_absolute = 1, .sink = &sink, .what = what};
-    if (fsk.have < size || size == 0) st = khub__http_fetch(hub, &req, &r);
-    if (fsk.st != KHUB_STATUS_OK) st = fsk.st; /* the sink's reason, not "aborted" */
-    int complete416 = r.status == 416 && fsk.have == size;
+    khub__http_req req = {.method = "GET",
+                          .url = url,
+                          .auth = 1,
+                          .follow_absolute = 1,
+                          .sink = khub__blob_sink_sink(bs),
+                          .what = what};
+    if (have < size || size == 0) st = khub__http_fetch(hub, &req, &r);
+    char streamed[65], sha256[65];
+    khub_status sink_st = khub__blob_sink_finish(bs, streamed, sha256);
+    if (sink_st != KHUB_STATUS_OK) st = sink_st; /* the sink's reason, not "aborted" */
+    uint64_t got = khub__blob_sink_have(bs);
+    khub__blob_sink_free(bs);
+    int complete416 = r.status == 416 && got == size;
     if (st == KHUB_STATUS_OK && r.status && (r.status < 200 || r.status >= 300) && !complete416)
         st = khub__http_error(hub, &r, what);
     khub__http_resp_free(&r);
-    if (st == KHUB_STATUS_OK && fsk.have != size)
+    if (st == KHUB_STATUS_OK && got != size)
         st = khub__hub_fail(hub, KHUB_STATUS_TRUNCATED,
                             "%s: got %llu of %llu bytes; nothing was stored", what,
-                            (unsigned long long)fsk.have, (unsigned long long)size);
-    char streamed[65], sha256[65] = "";
-    int have_digest = fs_digest_hex(fsk.md, streamed);
-    if (!fsk.git)
-        snprintf(sha256, sizeof sha256, "%s", etag);
-    else if (!fs_digest_hex(fsk.md256, sha256))
-        sha256[0] = '\0';
-    EVP_MD_CTX_free(fsk.md);
-    EVP_MD_CTX_free(fsk.md256);
-    if (st == KHUB_STATUS_OK) st = verify_blob(hub, tmp, etag, path, have_digest ? streamed : NULL);
+                            (unsigned long long)got, (unsigned long long)size);
+    if (!git) snprintf(sha256, sizeof sha256, "%s", etag);
+    if (st == KHUB_STATUS_OK) st = verify_blob(hub, tmp, etag, path, streamed[0] ? streamed : NULL);
     if (st == KHUB_STATUS_OK) {
         st = khub__cache_publish_blob(hub, fd, tmp, blob);
         fd = -1;

@@ -175,6 +175,24 @@ typedef struct khub__sink {
     uint64_t (*offset)(void *ud); /* bytes held so far: the next Range start */
 } khub__sink;
 
+/* blob_sink.c: a download's body into the blob's temp file fd (opened with
+ * O_APPEND, holding `have` bytes already), hashed as it arrives (a running
+ * digest only when have == 0); large bodies are received, hashed and
+ * written on three threads. path names the file in messages. */
+typedef struct khub__blob_sink khub__blob_sink;
+KHUB_INTERNAL khub_status khub__blob_sink_new(khub_hub *hub, int fd, uint64_t have, uint64_t expect,
+                                              const char *path, int git, khub__blob_sink **out);
+KHUB_INTERNAL const khub__sink *khub__blob_sink_sink(khub__blob_sink *s);
+/* Bytes accepted so far (all in the file once finished). */
+KHUB_INTERNAL uint64_t khub__blob_sink_have(const khub__blob_sink *s);
+/* Waits until every accepted byte is in the file; the sink's own failure
+ * (overflow, write error: message set) or OK. streamed: the running digest
+ * of the ETag's kind ("" = none: hash the file); sha256: git blobs' SHA-256
+ * ("" = none or not a git blob). */
+KHUB_INTERNAL khub_status khub__blob_sink_finish(khub__blob_sink *s, char streamed[65],
+                                                 char sha256[65]);
+KHUB_INTERNAL void khub__blob_sink_free(khub__blob_sink *s);
+
 typedef struct khub__http_req {
     const char *method; /* "GET" or "HEAD" */
     const char *url;

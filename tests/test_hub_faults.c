@@ -23,16 +23,20 @@ static int blob_files(const fixture *fx, int incomplete)
     return n;
 }
 
-static khub_status get_weights(const fixture *fx, khub_hub **hub_out)
+/* Downloads `name` of org/demo@main; a stored copy must hash like the
+ * served file. */
+static khub_status get_file(const fixture *fx, const char *name, khub_hub **hub_out)
 {
     khub_hub *hub = fx_hub(fx, 0, NULL);
     khub_hub_id id = fx_id("org/demo@main");
     char *p = NULL;
-    khub_status st = khub_hub_download_file(hub, &id, C1, "weights.bin", &p);
+    khub_status st = khub_hub_download_file(hub, &id, C1, name, &p);
     if (st == KHUB_STATUS_OK) {
-        char sha[65];
-        ASSERT_OK(khub__sha256_file_hex(p, sha));
-        ASSERT_EQ(strlen(sha), 64);
+        char served[1024], want[65], got[65];
+        snprintf(served, sizeof served, "%s/org/demo/commits/" C1 "/%s", fx->repos, name);
+        ASSERT_OK(khub__sha256_file_hex(served, want));
+        ASSERT_OK(khub__sha256_file_hex(p, got));
+        ASSERT_STR_EQ(got, want);
     }
     free(p);
     if (hub_out)
@@ -42,12 +46,37 @@ static khub_status get_weights(const fixture *fx, khub_hub **hub_out)
     return st;
 }
 
-static void expect_fail(const char *fault, khub_status want, const char *msg)
+static khub_status get_weights(const fixture *fx, khub_hub **hub_out)
+{
+    return get_file(fx, "weights.bin", hub_out);
+}
+
+/* big.bin: large enough for the three-thread download (hub/blob_sink.c:
+ * 4 MiB and up, 8 chunks of 1 MiB in flight), with a tail that is not a
+ * multiple of the O_DIRECT block. */
+#define BIG_SIZE ((16u << 20) + 1234u)
+static void fx_add_big(const fixture *fx)
+{
+    unsigned char *big = malloc(BIG_SIZE);
+    ASSERT(big != NULL);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < BIG_SIZE; i++) {
+        x = x * 1103515245u + 12345u;
+        big[i] = (unsigned char)(x >> 24);
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/org/demo/commits/" C1 "/big.bin", fx->repos);
+    fx_write(path, big, BIG_SIZE);
+    free(big);
+}
+
+static void expect_fail_on(const char *name, const char *fault, khub_status want, const char *msg)
 {
     fixture fx;
     fx_init(&fx, fault, 0);
+    if (strcmp(name, "big.bin") == 0) fx_add_big(&fx);
     khub_hub *hub = NULL;
-    ASSERT_STATUS(get_weights(&fx, &hub), want);
+    ASSERT_STATUS(get_file(&fx, name, &hub), want);
     ASSERT_CONTAINS(khub_hub_errmsg(hub), msg);
     ASSERT_EQ(blob_files(&fx, 0), 0);
     ASSERT_EQ(blob_files(&fx, 1), 0);
@@ -55,17 +84,28 @@ static void expect_fail(const char *fault, khub_status want, const char *msg)
     fx_done(&fx);
 }
 
-static void expect_ok(const char *fault, const char *log_needle)
+static void expect_ok_on(const char *name, const char *fault, const char *log_needle)
 {
     fixture fx;
     fx_init(&fx, fault, 0);
-    ASSERT_OK(get_weights(&fx, NULL));
+    if (strcmp(name, "big.bin") == 0) fx_add_big(&fx);
+    ASSERT_OK(get_file(&fx, name, NULL));
     ASSERT_EQ(blob_files(&fx, 0), 1);
     ASSERT_EQ(blob_files(&fx, 1), 0);
     char *log = fx_log(&fx);
     if (log_needle) ASSERT_CONTAINS(log, log_needle);
     free(log);
     fx_done(&fx);
+}
+
+static void expect_fail(const char *fault, khub_status want, const char *msg)
+{
+    expect_fail_on("weights.bin", fault, want, msg);
+}
+
+static void expect_ok(const char *fault, const char *log_needle)
+{
+    expect_ok_on("weights.bin", fault, log_needle);
 }
 
 TEST_IMPL(drop_mid_body_resumes_with_range) { expect_ok("drop-body=1", "range=bytes=35000-"); }
@@ -92,24 +132,69 @@ TEST_IMPL(retry_after_429_honoured)
     ASSERT_LE(1.0, s); /* Retry-After: 1 beats the 50 ms backoff */
 }
 
-static void die_mid_download(void *ud, const char *path, uint64_t done, uint64_t total)
+/* The same faults on the three-thread path: the resume offset counts the
+ * bytes still queued (the drop is at half the file, inside a chunk), a
+ * restart drains the queue before truncating, and the digests come from
+ * the hasher thread. */
+TEST_IMPL(big_download_verified) { expect_ok_on("big.bin", NULL, NULL); }
+TEST_IMPL(big_drop_mid_body_resumes_with_range)
 {
-    (void)ud;
-    (void)path;
-    if (done > 0 && done < total) raise(SIGKILL);
+    char needle[64];
+    snprintf(needle, sizeof needle, "range=bytes=%u-", BIG_SIZE / 2);
+    expect_ok_on("big.bin", "drop-body=1", needle);
+}
+TEST_IMPL(big_ignore_range_restarts) { expect_ok_on("big.bin", "drop-body=1,ignore-range", NULL); }
+TEST_IMPL(big_short_body_rejected)
+{
+    expect_fail_on("big.bin", "short-body", KHUB_STATUS_TRUNCATED, "of 16778450 bytes");
+}
+TEST_IMPL(big_extra_bytes_rejected)
+{
+    expect_fail_on("big.bin", "extra-bytes", KHUB_STATUS_OVERFLOW, "more than");
+}
+TEST_IMPL(big_wrong_hash_rejected)
+{
+    expect_fail_on("big.bin", "wrong-hash", KHUB_STATUS_DIGEST_MISMATCH, "but the hub announced");
 }
 
-TEST_IMPL(kill9_mid_download_then_rerun)
+/* A cache on tmpfs (no O_DIRECT on older kernels): the writer falls back to
+ * the page cache. */
+TEST_IMPL(big_download_on_tmpfs)
+{
+    struct stat sb;
+    if (stat("/dev/shm", &sb) != 0 || !S_ISDIR(sb.st_mode) || access("/dev/shm", W_OK) != 0)
+        TEST_SKIP("no writable /dev/shm");
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    fx_add_big(&fx);
+    char shm[] = "/dev/shm/khub-cache-XXXXXX";
+    ASSERT(mkdtemp(shm) != NULL);
+    snprintf(fx.cache, sizeof fx.cache, "%s", shm);
+    ASSERT_OK(get_file(&fx, "big.bin", NULL));
+    ASSERT_EQ(blob_files(&fx, 0), 1);
+    khub__rmtree(shm);
+    fx_done(&fx);
+}
+
+/* Kills the process once more than *(uint64_t *)ud bytes arrived. */
+static void die_mid_download(void *ud, const char *path, uint64_t done, uint64_t total)
+{
+    (void)path;
+    if (done > *(const uint64_t *)ud && done < total) raise(SIGKILL);
+}
+
+static void kill9_then_rerun(const char *name, uint64_t kill_after, uint64_t min_orphan)
 {
     fixture fx;
     fx_init(&fx, NULL, 0);
+    if (strcmp(name, "big.bin") == 0) fx_add_big(&fx);
     pid_t pid = fork();
     if (pid == 0) {
         khub_hub *hub = fx_hub(&fx, 0, NULL);
-        khub_hub_set_progress(hub, die_mid_download, NULL);
+        khub_hub_set_progress(hub, die_mid_download, &kill_after);
         khub_hub_id id = fx_id("org/demo@main");
         char *p = NULL;
-        khub_hub_download_file(hub, &id, C1, "weights.bin", &p);
+        khub_hub_download_file(hub, &id, C1, name, &p);
         _exit(3); /* not reached: the progress callback kills us */
     }
     int ws = 0;
@@ -117,17 +202,40 @@ TEST_IMPL(kill9_mid_download_then_rerun)
     ASSERT(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL);
     ASSERT_EQ(blob_files(&fx, 0), 0); /* nothing visible */
     char snap[512];
-    snprintf(snap, sizeof snap, "%s/kernels--org--demo/snapshots/" C1 "/weights.bin", fx.cache);
+    snprintf(snap, sizeof snap, "%s/kernels--org--demo/snapshots/" C1 "/%s", fx.cache, name);
     ASSERT(access(snap, F_OK) != 0);
-    ASSERT_EQ(blob_files(&fx, 1), 1); /* the orphan */
-    ASSERT_OK(get_weights(&fx, NULL));
+    ASSERT_EQ(blob_files(&fx, 1), 1); /* the orphan: a prefix of the file */
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/kernels--org--demo/blobs", fx.cache);
+    DIR *d = opendir(dir);
+    ASSERT(d != NULL);
+    struct dirent *de;
+    off_t orphan = -1;
+    while ((de = readdir(d)))
+        if (strstr(de->d_name, ".incomplete")) {
+            char path[1024];
+            struct stat sb;
+            snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+            ASSERT_EQ(stat(path, &sb), 0);
+            orphan = sb.st_size;
+        }
+    closedir(d);
+    ASSERT_LE((off_t)min_orphan, orphan);
+    ASSERT_OK(get_file(&fx, name, NULL));
     ASSERT_EQ(blob_files(&fx, 0), 1);
     ASSERT_EQ(blob_files(&fx, 1), 0); /* adopted and resumed */
     char *log = fx_log(&fx);
-    ASSERT_CONTAINS(log, "range=bytes=");
+    char needle[64];
+    snprintf(needle, sizeof needle, "range=bytes=%lld-", (long long)orphan);
+    ASSERT_CONTAINS(log, needle);
     free(log);
     fx_done(&fx);
 }
+
+TEST_IMPL(kill9_mid_download_then_rerun) { kill9_then_rerun("weights.bin", 0, 1); }
+
+/* With 8 MiB in flight, at least 4 of the first 12 MiB are in the file. */
+TEST_IMPL(kill9_mid_big_download_then_rerun) { kill9_then_rerun("big.bin", 12u << 20, 4u << 20); }
 
 TEST_IMPL(eight_processes_one_blob)
 {
@@ -176,6 +284,14 @@ TEST_IMPL(eight_processes_one_blob)
     X(redirect_loop_stops) \
     X(twice_503_then_ok) \
     X(retry_after_429_honoured) \
+    X(big_download_verified) \
+    X(big_drop_mid_body_resumes_with_range) \
+    X(big_ignore_range_restarts) \
+    X(big_short_body_rejected) \
+    X(big_extra_bytes_rejected) \
+    X(big_wrong_hash_rejected) \
+    X(big_download_on_tmpfs) \
     X(kill9_mid_download_then_rerun) \
+    X(kill9_mid_big_download_then_rerun) \
     X(eight_processes_one_blob)
 TEST_MAIN(TEST_LIST)
