@@ -72,14 +72,23 @@ static void dequant_block(int fmt, const uint8_t *blk, float *v)
         return;
     }
     if (fmt == KHUB_QFORMAT_Q6_K) {
-        /* Weight e: half h, quarter t, lane l (layout in ref-cpu's quant.c). */
+        /* 16 weights per 8-bit scale: value = (d sc) (q - 32). */
         const int8_t *sc = (const int8_t *)(blk + 192);
         float d = _cvtsh_ss(kx_rd16(blk + 208));
-        for (int e = 0; e < 256; e++) {
-            int h = e / 128, t = (e % 128) / 32, l = e % 32;
-            int lo = (blk[64 * h + 32 * (t & 1) + l] >> (t >= 2 ? 4 : 0)) & 15;
-            int hi = (blk[128 + 32 * h + l] >> (2 * t)) & 3;
-            v[e] = d * (float)(sc[8 * h + 2 * t + l / 16] * ((lo | (hi << 4)) - 32));
+        for (int h = 0; h < 2; h++) {
+            __m256i q[4];
+            kx_q6k_half(blk, h, q);
+            for (int t = 0; t < 4; t++) {
+                float *o = v + 128 * h + 32 * t;
+                __m128i b[2] = {_mm256_castsi256_si128(q[t]), _mm256_extracti128_si256(q[t], 1)};
+                for (int u = 0; u < 2; u++) {
+                    __m256 s = _mm256_set1_ps(d * (float)sc[8 * h + 2 * t + u]);
+                    __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b[u]));
+                    __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b[u], 8)));
+                    _mm256_storeu_ps(o + 16 * u, _mm256_mul_ps(s, lo));
+                    _mm256_storeu_ps(o + 16 * u + 8, _mm256_mul_ps(s, hi));
+                }
+            }
         }
         return;
     }

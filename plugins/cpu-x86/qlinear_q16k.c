@@ -98,30 +98,15 @@ q6k_sblock(const int tc, const uint8_t *blk, const q16blk *x, int64_t xs, __m256
     const int8_t *sc = (const int8_t *)(blk + 192);
     const float d = _cvtsh_ss(kx_rd16(blk + 208));
     const __m128 sw = _mm_setr_ps(d, 0.0f, d, 0.0f);
-    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
-    const __m256i k32 = _mm256_set1_epi8(32);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        /* Half h, lane l: block t's low 4 bits are a nibble of ql0[l]
-         * (t = 0 low, 2 high) or ql1[l] (t = 1 low, 3 high); its high 2
-         * bits are bits 2t, 2t + 1 of qh[l], moved here to bits 4-5. */
-        const __m256i ql0 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h));
-        const __m256i ql1 = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32));
-        const __m256i qh = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
         __m256i q[4];
-        q[0] = _mm256_or_si256(_mm256_and_si256(ql0, m4),
-                               _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-        q[1] = _mm256_or_si256(_mm256_and_si256(ql1, m4),
-                               _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-        q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4),
-                               _mm256_and_si256(qh, m30));
-        q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                               _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+        kx_q6k_half(blk, h, q);
 #pragma GCC unroll 2
         for (int k = 0; k < 2; k++) {
             __m256i w0l, w0h, w1l, w1h;
-            q6k_codes(_mm256_sub_epi8(q[2 * k], k32), sc + 8 * h + 4 * k, &w0l, &w0h);
-            q6k_codes(_mm256_sub_epi8(q[2 * k + 1], k32), sc + 8 * h + 4 * k + 2, &w1l, &w1h);
+            q6k_codes(q[2 * k], sc + 8 * h + 4 * k, &w0l, &w0h);
+            q6k_codes(q[2 * k + 1], sc + 8 * h + 4 * k + 2, &w1l, &w1h);
 #pragma GCC unroll 4
             for (int c = 0; c < tc; c++)
                 kx_q16_pair(w0l, w0h, w1l, w1h, sw, x + c * xs + 4 * h + 2 * k, &acc[c], &cor[c]);
