@@ -7,6 +7,7 @@
  *                                 refs/<rev>              40 hex, no newline
  *                                 snapshots/<commit>/<path> -> ../../blobs/<etag>
  *                                 trees/<commit>.json     format_version 1
+ *                                 .no_exist/<commit>/<path>   empty: path is not there
  *   <root>/.locks/<repo folder>/<etag>.lock               per-blob flock
  *
  * Every visible name appears by rename(2) of a fully written, fsync'ed temp
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -348,6 +350,80 @@ khub_status khub__cache_publish_blob(khub_hub *hub, int fd, const char *tmp, con
     return KHUB_STATUS_OK;
 }
 
+/* HF_HUB_DISABLE_SYMLINKS (truthy as huggingface_hub reads it): snapshot
+ * entries are regular files instead of links, for file systems and tools
+ * that cannot follow symlinks. */
+static int symlinks_disabled(void)
+{
+    const char *v = getenv("HF_HUB_DISABLE_SYMLINKS");
+    return v && (!strcasecmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "yes") ||
+                 !strcasecmp(v, "true"));
+}
+
+/* The blob as a regular file at link: a hard link where the file system
+ * has them (no second copy of the bytes), else a copy; through tmp and a
+ * rename either way, so the entry never appears half written. */
+static khub_status place_copy(khub_hub *hub, const char *repo_dir, const char *etag,
+                              const char *tmp, const char *dst)
+{
+    char blob[KHUB__PATH_MAX];
+    if (!KHUB__PATHF(blob, "%s/blobs/%s", repo_dir, etag))
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "blob path too long");
+    struct stat cur, src;
+    if (stat(dst, &cur) == 0 && stat(blob, &src) == 0 && cur.st_ino == src.st_ino &&
+        cur.st_dev == src.st_dev)
+        return KHUB_STATUS_OK; /* already this blob */
+    khub_status st = KHUB_STATUS_OK;
+    if (link(blob, tmp) != 0) {
+        int in = open(blob, O_RDONLY | O_CLOEXEC);
+        int out = in < 0 ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, file_mode());
+        char buf[1 << 16];
+        ssize_t r = 0;
+        while (out >= 0 && (r = read(in, buf, sizeof buf)) > 0)
+            if (write(out, buf, (size_t)r) != r) r = -1;
+        if (in < 0 || out < 0 || r < 0 || fsync(out) != 0)
+            st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot copy %s to %s: %s", blob, tmp,
+                                strerror(errno));
+        if (in >= 0) close(in);
+        if (out >= 0) close(out);
+    }
+    if (st == KHUB_STATUS_OK && rename(tmp, dst) != 0)
+        st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot place %s: %s", dst, strerror(errno));
+    if (st != KHUB_STATUS_OK) unlink(tmp);
+    return st;
+}
+
+/* .no_exist/<commit>/<rel>: huggingface_hub's empty marker for "rel is not
+ * in that commit", written after a 404 EntryNotFound. A commit never
+ * changes, so the marker stays true. */
+static bool absent_path(const char *repo_dir, const char *commit, const char *rel,
+                        char out[KHUB__PATH_MAX])
+{
+    return khub__path_is_safe(rel) && snprintf(out, KHUB__PATH_MAX, "%s/.no_exist/%s/%s", repo_dir,
+                                               commit, rel) < KHUB__PATH_MAX;
+}
+
+bool khub__cache_is_absent(const char *repo_dir, const char *commit, const char *rel)
+{
+    char path[KHUB__PATH_MAX];
+    struct stat sb;
+    return absent_path(repo_dir, commit, rel, path) && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+void khub__cache_mark_absent(khub_hub *hub, const char *repo_dir, const char *commit,
+                             const char *rel)
+{
+    char path[KHUB__PATH_MAX], dir[KHUB__PATH_MAX];
+    if (!khub__is_commit_hex(commit) || !absent_path(repo_dir, commit, rel, path)) return;
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+    /* Best effort: a read-only cache just gets no marker (and the caller's
+     * error, set first, stays the one reported). */
+    if (khub__mkdirs(hub, dir) != KHUB_STATUS_OK) return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, file_mode());
+    if (fd >= 0) close(fd);
+}
+
 khub_status khub__cache_link(khub_hub *hub, const char *repo_dir, const char *commit,
                              const char *rel, const char *etag)
 {
@@ -377,6 +453,7 @@ khub_status khub__cache_link(khub_hub *hub, const char *repo_dir, const char *co
     random_hex8(hex);
     if (!KHUB__PATHF(tmp, "%s.%s.tmp", link, hex))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "snapshot path too long: %.100s", rel);
+    if (symlinks_disabled()) return place_copy(hub, repo_dir, etag, tmp, link);
     if (symlink(target, tmp) != 0 || rename(tmp, link) != 0) {
         int e = errno;
         unlink(tmp);

@@ -647,9 +647,9 @@ static bool blob_from_tree(const char *repo_dir, const char *commit, const char 
 
 /* HEAD on the resolve URL: the blob's ETag (SHA-256 for LFS files, git blob
  * SHA-1 otherwise) and size. */
-static khub_status head_blob(khub_hub *hub, const khub_hub_id *id, const char *commit,
-                             const char *path, const char *url, char etag_out[80],
-                             uint64_t *size_out)
+static khub_status head_blob(khub_hub *hub, const khub_hub_id *id, const char *repo_dir,
+                             const char *commit, const char *path, const char *url,
+                             char etag_out[80], uint64_t *size_out)
 {
     char what[512];
     snprintf(what, sizeof what, "HEAD %s/%s@%.12s/%s", id->org, id->name, commit, path);
@@ -657,8 +657,12 @@ static khub_status head_blob(khub_hub *hub, const khub_hub_id *id, const char *c
     khub__http_req req = {.method = "HEAD", .url = url, .auth = 1, .what = what};
     khub_status st = khub__http_fetch(hub, &req, &r);
     int redirect = r.status >= 300 && r.status < 400;
-    if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 400))
+    if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 400)) {
         st = khub__http_error(hub, &r, what);
+        /* As huggingface_hub: only a typed 404 for this very commit. */
+        if (st == KHUB_STATUS_ENTRY_NOT_FOUND && !strcmp(r.repo_commit, commit))
+            khub__cache_mark_absent(hub, repo_dir, commit, path);
+    }
     const char *etag = r.linked_etag[0] ? r.linked_etag : r.etag;
     int64_t size = r.linked_size >= 0 ? r.linked_size : redirect ? -1 : r.content_length;
     if (st == KHUB_STATUS_OK && strcmp(r.repo_commit, commit) != 0)
@@ -698,6 +702,11 @@ khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const c
     if (!KHUB__PATHF(snap, "%s/snapshots/%s/%s", repo_dir, commit, path))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "snapshot path too long");
     if (!is_regular(snap)) {
+        if (khub__cache_is_absent(repo_dir, commit, path))
+            return khub__hub_fail(hub, KHUB_STATUS_ENTRY_NOT_FOUND,
+                                  "%s/%s@%.12s: %s is not in that commit (the cache's "
+                                  ".no_exist marker says so; no request made)",
+                                  id->org, id->name, commit, path);
         if (hub->offline)
             return khub__hub_fail(hub, KHUB_STATUS_OFFLINE,
                                   "%s/%s@%.12s: %s is not cached and HF_HUB_OFFLINE forbids "
@@ -711,7 +720,8 @@ khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const c
         char etag_copy[80];
         uint64_t size = 0;
         if (!blob_from_tree(repo_dir, commit, path, etag_copy, &size))
-            KHUB_FORWARD_IF_ERROR(NULL, head_blob(hub, id, commit, path, url, etag_copy, &size));
+            KHUB_FORWARD_IF_ERROR(
+                NULL, head_blob(hub, id, repo_dir, commit, path, url, etag_copy, &size));
         char blob[KHUB__PATH_MAX];
         if (!KHUB__PATHF(blob, "%s/blobs/%s", repo_dir, etag_copy))
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "blob path too long");

@@ -107,7 +107,14 @@ KHUB_INTERNAL khub_status khub__cache_blob_tmp(khub_hub *hub, const char *repo_d
  * directory. Closes fd. */
 KHUB_INTERNAL khub_status khub__cache_publish_blob(khub_hub *hub, int fd, const char *tmp,
                                                    const char *blob);
-/* snapshots/<commit>/<rel> -> ../../(...)blobs/<etag>, replaced atomically. */
+/* snapshots/<commit>/<rel> -> ../../(...)blobs/<etag>, replaced atomically;
+ * with HF_HUB_DISABLE_SYMLINKS a regular file (hard link, else copy). */
+/* .no_exist/<commit>/<rel>, huggingface_hub's marker of a file that a
+ * commit does not have: written after a 404 EntryNotFound (best effort),
+ * and consulted before any request for that file. */
+KHUB_INTERNAL void khub__cache_mark_absent(khub_hub *hub, const char *repo_dir, const char *commit,
+                                           const char *rel);
+KHUB_INTERNAL bool khub__cache_is_absent(const char *repo_dir, const char *commit, const char *rel);
 KHUB_INTERNAL khub_status khub__cache_link(khub_hub *hub, const char *repo_dir, const char *commit,
                                            const char *rel, const char *etag);
 

@@ -42,6 +42,18 @@ timeout 20 "$KHUB" download org/demo@v1 --json | grep "\"sha256\":\"$SHA\"" > /d
 out=$(timeout 20 "$KHUB" resolve org/nope@main 2>&1) && fail "missing repo resolved"
 echo "$out" | grep -q RepoNotFound || fail "RepoNotFound message: $out"
 
+# One file by path; a missing one leaves .no_exist/<commit>/<path> and is
+# then answered without a request.
+out=$(timeout 20 "$KHUB" download org/demo@v1 --file README.md) || fail "download --file"
+[ "$(cat "${out#README.md }")" = "# demo" ] || fail "download --file content: $out"
+out=$(timeout 20 "$KHUB" download org/demo@v1 --file other.txt 2>&1) && fail "missing file downloaded"
+echo "$out" | grep -q EntryNotFound || fail "EntryNotFound message: $out"
+[ -f "$KHUB_CACHE/kernels--org--demo/.no_exist/$C1/other.txt" ] || fail "no .no_exist marker"
+before=$(wc -l < "$T/log")
+out=$(timeout 20 "$KHUB" download org/demo@$C1 --file other.txt 2>&1) && fail "marked file downloaded"
+echo "$out" | grep -q "other.txt is not in that commit" || fail ".no_exist message: $out"
+[ "$(wc -l < "$T/log")" = "$before" ] || fail "a .no_exist marker still made a request"
+
 # Offline: no request reaches the server.
 before=$(wc -l < "$T/log")
 HF_HUB_OFFLINE=1 timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "offline download"
@@ -74,6 +86,26 @@ d = snapshot_download("org/demo", repo_type="kernel", revision="v1",
                       allow_patterns=[f"build/{sys.argv[1]}/*"])
 assert open(d + f"/build/{sys.argv[1]}/libk.so").read() == "library bytes"
 PY
+# .no_exist both ways: khub's marker is the official client's "cached: does
+# not exist", and the official client's marker is khub's.
+HF_HUB_OFFLINE=1 HF_HUB_CACHE=$KHUB_CACHE timeout 60 python3 - "$C1" <<'PY' || fail "python reads khub's .no_exist"
+import sys
+from huggingface_hub import try_to_load_from_cache, _CACHED_NO_EXIST
+r = try_to_load_from_cache("org/demo", "other.txt", revision=sys.argv[1], repo_type="kernel")
+assert r is _CACHED_NO_EXIST, r
+PY
+timeout 60 python3 - <<'PY' || fail "huggingface_hub writes .no_exist"
+from huggingface_hub import hf_hub_download
+try:
+    hf_hub_download("org/demo", "absent.txt", repo_type="kernel", revision="v1")
+    raise SystemExit("absent.txt downloaded")
+except Exception as e:
+    assert "EntryNotFound" in type(e).__name__, repr(e)
+PY
+[ -f "$T/pycache/kernels--org--demo/.no_exist/$C1/absent.txt" ] || fail "python wrote no .no_exist"
+out=$(HF_HUB_OFFLINE=1 KHUB_CACHE=$T/pycache timeout 20 "$KHUB" download org/demo@v1 \
+      --file absent.txt 2>&1) && fail "khub downloaded a file python marked absent"
+echo "$out" | grep -q "absent.txt is not in that commit" || fail "khub reads python's .no_exist: $out"
 # ... and khub, offline, reads the cache the official client wrote.
 HF_HUB_OFFLINE=1 KHUB_CACHE=$T/pycache timeout 20 "$KHUB" download org/demo@v1 --quiet \
     || fail "khub reads the huggingface_hub cache"

@@ -222,6 +222,72 @@ TEST_IMPL(tree_paging_and_hostile_entries)
     fx_done(&fx);
 }
 
+/* A 404 EntryNotFound for a commit leaves huggingface_hub's empty marker
+ * .no_exist/<commit>/<path>; after it the same question costs no request,
+ * online or offline. Only that commit's marker counts. */
+TEST_IMPL(entry_not_found_leaves_no_exist_marker)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    char *p = NULL;
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, C1, "docs/nope.md", &p),
+                  KHUB_STATUS_ENTRY_NOT_FOUND);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "EntryNotFound");
+    char marker[512];
+    snprintf(marker, sizeof marker, "%s/kernels--org--demo/.no_exist/" C1 "/docs/nope.md",
+             fx.cache);
+    struct stat sb;
+    ASSERT_EQ(lstat(marker, &sb), 0);
+    ASSERT(S_ISREG(sb.st_mode) && sb.st_size == 0);
+    uint64_t before = khub_hub_request_count(hub);
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, C1, "docs/nope.md", &p),
+                  KHUB_STATUS_ENTRY_NOT_FOUND);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "docs/nope.md is not in that commit");
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "no request made");
+    ASSERT_EQ(khub_hub_request_count(hub), before);
+    khub_hub_free(hub);
+    hub = fx_hub(&fx, 1, NULL); /* offline: the marker, not "not cached" */
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, C1, "docs/nope.md", &p),
+                  KHUB_STATUS_ENTRY_NOT_FOUND);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "is not in that commit");
+    ASSERT_STATUS(khub_hub_download_file(hub, &id, C2, "docs/nope.md", &p), KHUB_STATUS_OFFLINE);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "is not cached and HF_HUB_OFFLINE");
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
+/* HF_HUB_DISABLE_SYMLINKS=1: snapshot entries are regular files with the
+ * blob's bytes (a hard link here: same inode), and a second download of
+ * the same blob places it again without a request. */
+TEST_IMPL(symlinks_disabled_places_regular_files)
+{
+    setenv("HF_HUB_DISABLE_SYMLINKS", "1", 1);
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    char *p = NULL;
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    struct stat snap, blob;
+    ASSERT_EQ(lstat(p, &snap), 0);
+    ASSERT(S_ISREG(snap.st_mode));
+    char sha[65], bpath[512];
+    ASSERT_OK(khub__sha256_file_hex(p, sha));
+    snprintf(bpath, sizeof bpath, "%s/kernels--org--demo/blobs/%s", fx.cache, sha);
+    ASSERT_EQ(stat(bpath, &blob), 0);
+    ASSERT_EQ(snap.st_ino, blob.st_ino);
+    free(p);
+    uint64_t before = khub_hub_request_count(hub);
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    ASSERT_EQ(khub_hub_request_count(hub), before);
+    free(p);
+    khub_hub_free(hub);
+    fx_done(&fx);
+    unsetenv("HF_HUB_DISABLE_SYMLINKS");
+}
+
 #define TEST_LIST(X) \
     X(resolve_forms) \
     X(resolve_errors) \
@@ -229,5 +295,7 @@ TEST_IMPL(tree_paging_and_hostile_entries)
     X(offline_uses_cache_only) \
     X(fallback_to_refs_when_unreachable) \
     X(token_sent_to_hub_only) \
-    X(tree_paging_and_hostile_entries)
+    X(tree_paging_and_hostile_entries) \
+    X(entry_not_found_leaves_no_exist_marker) \
+    X(symlinks_disabled_places_regular_files)
 TEST_MAIN(TEST_LIST)

@@ -14,7 +14,7 @@
 #include "server.h"
 
 typedef struct hub_args {
-    const char *id_text, *variant;
+    const char *id_text, *variant, *file;
     int json, quiet, all;
 } hub_args;
 
@@ -30,6 +30,8 @@ static int parse_common(const khub_cli_cmd *cmd, int argc, char **argv, hub_args
             a->all = 1;
         else if (!strcmp(argv[i], "--variant") && i + 1 < argc)
             a->variant = argv[++i];
+        else if (!strcmp(argv[i], "--file") && i + 1 < argc)
+            a->file = argv[++i];
         else if (argv[i][0] == '-')
             return khub_cli_usage(cmd, "unknown option %s", argv[i]);
         else if (!a->id_text)
@@ -152,8 +154,20 @@ static int run_download(int argc, char **argv)
     khub_hub_id id;
     khub_hub *hub;
     char commit[41];
+    if (a.file && (a.variant || a.all))
+        return khub_cli_usage(&download_cmd, "--file goes alone, without --variant/--all-variants");
     if ((rc = open_hub("download", &a, &id, &hub, commit))) return rc;
     if (!a.quiet && isatty(2)) khub_hub_set_progress(hub, progress, NULL);
+    if (a.file) {
+        char *path = NULL;
+        if (khub_hub_download_file(hub, &id, commit, a.file, &path) != KHUB_STATUS_OK)
+            rc = khub_cli_fail("download", "%s", khub_hub_errmsg(hub));
+        else if (!a.quiet)
+            printf(a.json ? "{\"file\":\"%s\",\"path\":\"%s\"}\n" : "%s %s\n", a.file, path);
+        free(path);
+        khub_hub_free(hub);
+        return rc;
+    }
     khub_hub_variant_list *vl = NULL;
     if (khub_hub_variants(hub, &id, commit, &vl) != KHUB_STATUS_OK) {
         rc = khub_cli_fail("download", "%s", khub_hub_errmsg(hub));
@@ -191,9 +205,11 @@ done:
 
 static const khub_cli_cmd download_cmd = {
     "download", "download and verify a kernel variant into the cache",
-    "usage: khub download ID [--variant V | --all-variants] [--json] [--quiet]\n\n"
+    "usage: khub download ID [--variant V | --all-variants | --file PATH] [--json] [--quiet]\n\n"
     "Downloads the best variant for this machine (or V, or every khub variant),\n"
     "verifies each file against metadata.json and prints: variant file path sha256.\n"
+    "--file PATH downloads that one repo file instead (checked against the hub's\n"
+    "SHA-256 or git blob SHA-1) and prints: file path.\n"
     "A progress bar is shown on a terminal unless --quiet.\n",
     run_download};
 KHUB_CLI_COMMAND(download_cmd)
