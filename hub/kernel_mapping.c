@@ -16,6 +16,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "json_strict.h"
+
 #include "kernel_mapping.h"
 
 #define MAX_MAPPING_BYTES ((size_t)1 << 20)
@@ -104,21 +106,6 @@ static khub_status parse_capability(const char *where, const cJSON *cap, khub_ma
     return KHUB_STATUS_OK;
 }
 
-static bool only_keys(const cJSON *o, const char *const *keys, const char **extra)
-{
-    const cJSON *c;
-    cJSON_ArrayForEach(c, o)
-    {
-        bool ok = false;
-        for (const char *const *k = keys; *k && !ok; k++) ok = !strcmp(c->string, *k);
-        if (!ok) {
-            *extra = c->string;
-            return false;
-        }
-    }
-    return true;
-}
-
 /* A rule: "ID" or {"repo", "version" | "revision", "capability"}. */
 static khub_status parse_rule(const char *where, const cJSON *j, uint32_t device, khub_map_rule *r,
                               char *errbuf, size_t n)
@@ -137,7 +124,7 @@ static khub_status parse_rule(const char *where, const cJSON *j, uint32_t device
                    "%s must be a Hub ID string or an object "
                    "{\"repo\", \"version\" | \"revision\"}",
                    where);
-    if (!only_keys(j, keys, &extra))
+    if (!khub__json_only_keys(j, keys, &extra))
         return bad(KHUB_STATUS_PARSE, errbuf, n,
                    "%s: unknown field \"%.60s\" (known: repo, "
                    "version, revision, capability)",
@@ -252,7 +239,7 @@ static khub_status parse_deps(khub_mapping *m, const cJSON *deps, char *errbuf, 
         if (m->n_deps >= KHUB_MAP_MAX_DEPS)
             return bad(KHUB_STATUS_PARSE, errbuf, n, "more than %d dependencies",
                        KHUB_MAP_MAX_DEPS);
-        if (!cJSON_IsObject(d) || !only_keys(d, keys, &extra))
+        if (!cJSON_IsObject(d) || !khub__json_only_keys(d, keys, &extra))
             return bad(KHUB_STATUS_PARSE, errbuf, n,
                        "%s must be {\"version\": N} or "
                        "{\"revision\": R}%s%s",
@@ -291,7 +278,7 @@ khub_status khub__mapping_parse(const char *json, size_t n, khub_mapping **out, 
                  "object");
     else if (!cJSON_IsNumber(fmt) || fmt->valuedouble != 1)
         st = bad(KHUB_STATUS_PARSE, errbuf, errbuf_size, "\"format\" must be 1");
-    else if (!only_keys(root, keys, &extra))
+    else if (!khub__json_only_keys(root, keys, &extra))
         st = bad(KHUB_STATUS_PARSE, errbuf, errbuf_size,
                  "unknown top-level field \"%.60s\" "
                  "(known: format, roles, dependencies)",

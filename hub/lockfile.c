@@ -18,6 +18,8 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
+
+#include "json_strict.h"
 #include <openssl/evp.h>
 
 #include "lockfile.h"
@@ -252,21 +254,6 @@ khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir, co
 /* Parsing                                                                  */
 /* ======================================================================== */
 
-static bool only_keys(const cJSON *o, const char *const *keys, const char **extra)
-{
-    const cJSON *c;
-    cJSON_ArrayForEach(c, o)
-    {
-        bool ok = false;
-        for (const char *const *k = keys; *k && !ok; k++) ok = !strcmp(c->string, *k);
-        if (!ok) {
-            *extra = c->string;
-            return false;
-        }
-    }
-    return true;
-}
-
 static khub_status parse_variant(const cJSON *jv, const char *where, khub_lock_variant *v,
                                  char *errbuf, size_t n)
 {
@@ -274,7 +261,7 @@ static khub_status parse_variant(const cJSON *jv, const char *where, khub_lock_v
     const char *extra = NULL;
     if (!plain_name(jv->string)) return bad(errbuf, n, "%s: variant name is not plain", where);
     snprintf(v->name, sizeof v->name, "%s", jv->string);
-    if (!cJSON_IsObject(jv) || !only_keys(jv, keys, &extra))
+    if (!cJSON_IsObject(jv) || !khub__json_only_keys(jv, keys, &extra))
         return bad(errbuf, n, "%s.variants.%s: must be an object of \"hash\" and \"files\"%s%s",
                    where, v->name, extra ? "; unknown field " : "", extra ? extra : "");
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(jv, "hash");
@@ -342,7 +329,7 @@ static khub_status parse_entry(const cJSON *je, int idx, khub_lock_entry *e, cha
     snprintf(where, sizeof where, "kernels[%d]", idx);
     const char *extra = NULL;
     if (!cJSON_IsObject(je)) return bad(errbuf, n, "%s must be an object", where);
-    if (!only_keys(je, keys, &extra))
+    if (!khub__json_only_keys(je, keys, &extra))
         return bad(errbuf, n, "%s: unknown field \"%.60s\"", where, extra);
     const cJSON *repo = cJSON_GetObjectItemCaseSensitive(je, "repo");
     const cJSON *commit = cJSON_GetObjectItemCaseSensitive(je, "commit");
