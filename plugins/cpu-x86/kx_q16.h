@@ -2,8 +2,7 @@
  * kx_q16.h: what the two int16-activation qlinear files share
  * (qlinear_q16.c: Q4_0, Q4_1, Q8_0; qlinear_q16k.c: Q4_K, Q6_K): the
  * quantized activation block, the row quantizer, the step that folds two
- * 32-blocks of integer dot products into the accumulators, and the macros
- * that stamp out one tile function per (rows, tokens) shape.
+ * 32-blocks of integer dot products into the accumulators.
  *
  * Included only by files compiled with the module's ISA flags.
  */
@@ -18,12 +17,8 @@
  * never faults, so running past the end of the weights is harmless. */
 #define KX_PF_DIST 4096
 /* Tile shape: output rows x tokens. */
-#define TR 4
-#if defined(KX_LEVEL_AVX512)
-#define TC 4
-#else
-#define TC 2
-#endif
+#define TR KX_TR
+#define TC KX_TC
 
 /* One 32-block of an activation row. d and s must stay adjacent and first:
  * the pair step loads [d0 s0] and [d1 s1] as two 8-byte halves. */
@@ -69,41 +64,24 @@ static inline __attribute__((always_inline)) void kx_q16_pair(__m256i w0l, __m25
     *cor = _mm_add_ps(*cor, p);
 }
 
+/* Zeroes the first tr x tc accumulators of a tile (unrolled, so that they
+ * can live in registers). */
+static inline __attribute__((always_inline)) void
+kx_q16_zero(const int tr, const int tc, __m256 acc[TR][TC], __m128 cor[TR][TC])
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < tr; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < tc; c++) {
+            acc[r][c] = _mm256_setzero_ps();
+            cor[r][c] = _mm_setzero_ps();
+        }
+}
+
 /* Lanes 1 + 3 of a cor accumulator. */
 static inline float kx_q16_cor(__m128 v)
 {
     return _mm_cvtss_f32(_mm_shuffle_ps(v, v, 1)) + _mm_cvtss_f32(_mm_shuffle_ps(v, v, 3));
 }
-
-/* One kx_qtile_fn per (format, rows R, tokens C), each calling the file's
- * own static always-inline
- *     tile(fmt, R, C, w, wrb, (const q16blk *)x, xs, nb, bias, y, ldy);
- * T16_FMT(name, FMT) defines them, T16_PTRS(name) is the [TR][TC] table. */
-#define T16_DEF(F, FMT, R, C) \
-    static void t16_##F##_##R##x##C(const uint8_t *w, size_t wrb, const void *x, int64_t xs, \
-                                    int64_t nb, const float *bias, float *y, int64_t ldy) \
-    { \
-        tile(FMT, R, C, w, wrb, (const q16blk *)x, xs, nb, bias, y, ldy); \
-    }
-#define T16_ROW_2(F, FMT, R) T16_DEF(F, FMT, R, 1) T16_DEF(F, FMT, R, 2)
-#define T16_ROW_4(F, FMT, R) T16_ROW_2(F, FMT, R) T16_DEF(F, FMT, R, 3) T16_DEF(F, FMT, R, 4)
-#if TC == 4
-#define T16_ROW T16_ROW_4
-#define T16_PTRS_ROW(F, R) \
-    { \
-        t16_##F##_##R##x1, t16_##F##_##R##x2, t16_##F##_##R##x3, t16_##F##_##R##x4 \
-    }
-#else
-#define T16_ROW T16_ROW_2
-#define T16_PTRS_ROW(F, R) \
-    { \
-        t16_##F##_##R##x1, t16_##F##_##R##x2 \
-    }
-#endif
-#define T16_FMT(F, FMT) T16_ROW(F, FMT, 1) T16_ROW(F, FMT, 2) T16_ROW(F, FMT, 3) T16_ROW(F, FMT, 4)
-#define T16_PTRS(F) \
-    { \
-        T16_PTRS_ROW(F, 1), T16_PTRS_ROW(F, 2), T16_PTRS_ROW(F, 3), T16_PTRS_ROW(F, 4) \
-    }
 
 #endif /* KHUB_CPU_X86_KX_Q16_H */

@@ -9,6 +9,53 @@
 
 #include "kx.h"
 
+/* Register tiles of the GEMV kernels (linear.c, qlinear.c, qlinear_q16*.c):
+ * up to KX_TR output rows x KX_TC tokens per call of one tile function. */
+#define KX_TR 4
+#if defined(KX_LEVEL_AVX512)
+#define KX_TC 4
+#else
+#define KX_TC 2
+#endif
+
+/* One tile function per shape: the file defines DEF(F, K, R, C) to make
+ * tile_<F>_<R>x<C>, with K its format or dtype; KX_TILES(DEF, F, K) makes
+ * every shape up to KX_TR x KX_TC and KX_TILE_PTRS(F) is their table,
+ * indexed [rows - 1][tokens - 1]. */
+#define KX_TILE_ROW_2(DEF, F, K, R) DEF(F, K, R, 1) DEF(F, K, R, 2)
+#define KX_TILE_ROW_4(DEF, F, K, R) KX_TILE_ROW_2(DEF, F, K, R) DEF(F, K, R, 3) DEF(F, K, R, 4)
+#if KX_TC == 4
+#define KX_TILE_ROW KX_TILE_ROW_4
+#define KX_TILE_PTRS_ROW(F, R) \
+    { \
+        tile_##F##_##R##x1, tile_##F##_##R##x2, tile_##F##_##R##x3, tile_##F##_##R##x4 \
+    }
+#else
+#define KX_TILE_ROW KX_TILE_ROW_2
+#define KX_TILE_PTRS_ROW(F, R) \
+    { \
+        tile_##F##_##R##x1, tile_##F##_##R##x2 \
+    }
+#endif
+#define KX_TILES(DEF, F, K) \
+    KX_TILE_ROW(DEF, F, K, 1) \
+    KX_TILE_ROW(DEF, F, K, 2) KX_TILE_ROW(DEF, F, K, 3) KX_TILE_ROW(DEF, F, K, 4)
+#define KX_TILE_PTRS(F) \
+    { \
+        KX_TILE_PTRS_ROW(F, 1), KX_TILE_PTRS_ROW(F, 2), KX_TILE_PTRS_ROW(F, 3), \
+            KX_TILE_PTRS_ROW(F, 4) \
+    }
+
+/* DEF for the quantized-activation kernels: the kx_qtile_fn of shape R x C
+ * for format K, calling the file's own static always-inline tile() (whose
+ * x parameter is that file's activation block type). */
+#define KX_QTILE_DEF(F, K, R, C) \
+    static void tile_##F##_##R##x##C(const uint8_t *w, size_t wrb, const void *x, int64_t xs, \
+                                     int64_t nb, const float *bias, float *y, int64_t ldy) \
+    { \
+        tile(K, R, C, w, wrb, x, xs, nb, bias, y, ldy); \
+    }
+
 /* exp(x) in 8 lanes, relative error a few ulp on [-87, 88]; inputs outside
  * are clamped there, and a NaN input becomes -87 (pointwise.c). */
 __m256 KX(exp8)(__m256 x);

@@ -18,13 +18,8 @@
 
 #include "kx_simd.h"
 
-#if defined(KX_LEVEL_AVX512)
-#define TR_MAX 4
-#define TC_MAX 4
-#else
-#define TR_MAX 4
-#define TC_MAX 2
-#endif
+#define TR_MAX KX_TR
+#define TC_MAX KX_TC
 
 static inline __m256 load8(const int wt, const uint8_t *row, int64_t k)
 {
@@ -76,34 +71,13 @@ typedef void (*tile_fn)(const kx_linear *a, int64_t r0, int64_t c0);
     { \
         tile(WT, R, C, a, r0, c0); \
     }
-#define TILE_ROW_2(F, WT, R) TILE_DEF(F, WT, R, 1) TILE_DEF(F, WT, R, 2)
-#define TILE_ROW_4(F, WT, R) TILE_ROW_2(F, WT, R) TILE_DEF(F, WT, R, 3) TILE_DEF(F, WT, R, 4)
-#if TC_MAX == 4
-#define TILE_ROW TILE_ROW_4
-#define TILE_PTRS_ROW(F, R) \
-    { \
-        tile_##F##_##R##x1, tile_##F##_##R##x2, tile_##F##_##R##x3, tile_##F##_##R##x4 \
-    }
-#else
-#define TILE_ROW TILE_ROW_2
-#define TILE_PTRS_ROW(F, R) \
-    { \
-        tile_##F##_##R##x1, tile_##F##_##R##x2 \
-    }
-#endif
-#define TILE_WT(F, WT) TILE_ROW(F, WT, 1) TILE_ROW(F, WT, 2) TILE_ROW(F, WT, 3) TILE_ROW(F, WT, 4)
-#define TILE_PTRS(F) \
-    { \
-        TILE_PTRS_ROW(F, 1), TILE_PTRS_ROW(F, 2), TILE_PTRS_ROW(F, 3), TILE_PTRS_ROW(F, 4) \
-    }
+KX_TILES(TILE_DEF, f32, KHUB_DTYPE_ID_F32)
+KX_TILES(TILE_DEF, f16, KHUB_DTYPE_ID_F16)
+KX_TILES(TILE_DEF, bf16, KHUB_DTYPE_ID_BF16)
 
-TILE_WT(f32, KHUB_DTYPE_ID_F32)
-TILE_WT(f16, KHUB_DTYPE_ID_F16)
-TILE_WT(bf16, KHUB_DTYPE_ID_BF16)
-
-static const tile_fn tiles_f32[TR_MAX][TC_MAX] = TILE_PTRS(f32);
-static const tile_fn tiles_f16[TR_MAX][TC_MAX] = TILE_PTRS(f16);
-static const tile_fn tiles_bf16[TR_MAX][TC_MAX] = TILE_PTRS(bf16);
+static const tile_fn tiles_f32[TR_MAX][TC_MAX] = KX_TILE_PTRS(f32);
+static const tile_fn tiles_f16[TR_MAX][TC_MAX] = KX_TILE_PTRS(f16);
+static const tile_fn tiles_bf16[TR_MAX][TC_MAX] = KX_TILE_PTRS(bf16);
 
 typedef struct job {
     const kx_linear *a;

@@ -39,13 +39,8 @@ typedef struct q8blk {
     int8_t q[QK]; /* codes */
 } q8blk;
 
-#if defined(KX_LEVEL_AVX512)
-#define TR_MAX 4
-#define TC_MAX 4
-#else
-#define TR_MAX 4
-#define TC_MAX 2
-#endif
+#define TR_MAX KX_TR
+#define TC_MAX KX_TC
 
 /* ------------------------------------------------------------------------ */
 /* Activation quantization                                                  */
@@ -241,41 +236,13 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
             y[c * ldy + r] = kx_hsum8(acc[r][c]) + cor[r][c] + (bias ? bias[r] : 0.0f);
 }
 
-#define TILE_DEF(F, FMT, R, C) \
-    static void tile_##F##_##R##x##C(const uint8_t *w, size_t wrb, const void *x, int64_t xs, \
-                                     int64_t nb, const float *bias, float *y, int64_t ldy) \
-    { \
-        tile(FMT, R, C, w, wrb, (const q8blk *)x, xs, nb, bias, y, ldy); \
-    }
-#define TILE_ROW_2(F, FMT, R) TILE_DEF(F, FMT, R, 1) TILE_DEF(F, FMT, R, 2)
-#define TILE_ROW_4(F, FMT, R) TILE_ROW_2(F, FMT, R) TILE_DEF(F, FMT, R, 3) TILE_DEF(F, FMT, R, 4)
-#if TC_MAX == 4
-#define TILE_ROW TILE_ROW_4
-#define TILE_PTRS_ROW(F, R) \
-    { \
-        tile_##F##_##R##x1, tile_##F##_##R##x2, tile_##F##_##R##x3, tile_##F##_##R##x4 \
-    }
-#else
-#define TILE_ROW TILE_ROW_2
-#define TILE_PTRS_ROW(F, R) \
-    { \
-        tile_##F##_##R##x1, tile_##F##_##R##x2 \
-    }
-#endif
-#define TILE_FMT(F, FMT) \
-    TILE_ROW(F, FMT, 1) TILE_ROW(F, FMT, 2) TILE_ROW(F, FMT, 3) TILE_ROW(F, FMT, 4)
-#define TILE_PTRS(F) \
-    { \
-        TILE_PTRS_ROW(F, 1), TILE_PTRS_ROW(F, 2), TILE_PTRS_ROW(F, 3), TILE_PTRS_ROW(F, 4) \
-    }
+KX_TILES(KX_QTILE_DEF, q4_0, KHUB_QFORMAT_Q4_0)
+KX_TILES(KX_QTILE_DEF, q4_1, KHUB_QFORMAT_Q4_1)
+KX_TILES(KX_QTILE_DEF, q8_0, KHUB_QFORMAT_Q8_0)
 
-TILE_FMT(q4_0, KHUB_QFORMAT_Q4_0)
-TILE_FMT(q4_1, KHUB_QFORMAT_Q4_1)
-TILE_FMT(q8_0, KHUB_QFORMAT_Q8_0)
-
-static const kx_qtile_fn tiles_q4_0[TR_MAX][TC_MAX] = TILE_PTRS(q4_0);
-static const kx_qtile_fn tiles_q4_1[TR_MAX][TC_MAX] = TILE_PTRS(q4_1);
-static const kx_qtile_fn tiles_q8_0[TR_MAX][TC_MAX] = TILE_PTRS(q8_0);
+static const kx_qtile_fn tiles_q4_0[TR_MAX][TC_MAX] = KX_TILE_PTRS(q4_0);
+static const kx_qtile_fn tiles_q4_1[TR_MAX][TC_MAX] = KX_TILE_PTRS(q4_1);
+static const kx_qtile_fn tiles_q8_0[TR_MAX][TC_MAX] = KX_TILE_PTRS(q8_0);
 
 /* ------------------------------------------------------------------------ */
 /* Entry (the driver is qdriver.c)                                          */

@@ -122,13 +122,7 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
     __m256 acc[TR][TC];
     __m128 cor[TR][TC]; /* lanes 1 and 3 collect c * sum(x) */
     const size_t bb = blk_bytes(fmt);
-#pragma GCC unroll 4
-    for (int r = 0; r < tr; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < tc; c++) {
-            acc[r][c] = _mm256_setzero_ps();
-            cor[r][c] = _mm_setzero_ps();
-        }
+    kx_q16_zero(tr, tc, acc, cor);
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
 #pragma GCC unroll 4
@@ -177,13 +171,13 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
             y[c * ldy + r] = kx_hsum8(acc[r][c]) + cs[r][c] + (bias ? bias[r] : 0.0f);
 }
 
-T16_FMT(q4_0, KHUB_QFORMAT_Q4_0)
-T16_FMT(q4_1, KHUB_QFORMAT_Q4_1)
-T16_FMT(q8_0, KHUB_QFORMAT_Q8_0)
+KX_TILES(KX_QTILE_DEF, q4_0, KHUB_QFORMAT_Q4_0)
+KX_TILES(KX_QTILE_DEF, q4_1, KHUB_QFORMAT_Q4_1)
+KX_TILES(KX_QTILE_DEF, q8_0, KHUB_QFORMAT_Q8_0)
 
-static const kx_qtile_fn tiles_q4_0[TR][TC] = T16_PTRS(q4_0);
-static const kx_qtile_fn tiles_q4_1[TR][TC] = T16_PTRS(q4_1);
-static const kx_qtile_fn tiles_q8_0[TR][TC] = T16_PTRS(q8_0);
+static const kx_qtile_fn tiles_q4_0[TR][TC] = KX_TILE_PTRS(q4_0);
+static const kx_qtile_fn tiles_q4_1[TR][TC] = KX_TILE_PTRS(q4_1);
+static const kx_qtile_fn tiles_q8_0[TR][TC] = KX_TILE_PTRS(q8_0);
 
 /* ------------------------------------------------------------------------ */
 /* Entry (the driver is qdriver.c)                                          */

@@ -130,13 +130,7 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
     __m256 acc[TR][TC];
     __m128 cor[TR][TC];
     const size_t bb = fmt == KHUB_QFORMAT_Q4_K ? 144 : 210;
-#pragma GCC unroll 4
-    for (int r = 0; r < tr; r++)
-#pragma GCC unroll 4
-        for (int c = 0; c < tc; c++) {
-            acc[r][c] = _mm256_setzero_ps();
-            cor[r][c] = _mm_setzero_ps();
-        }
+    kx_q16_zero(tr, tc, acc, cor);
     for (int64_t sb = 0; sb < nb / 8; sb++) {
 #pragma GCC unroll 4
         for (int r = 0; r < tr; r++) {
@@ -160,11 +154,11 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
         }
 }
 
-T16_FMT(q4_k, KHUB_QFORMAT_Q4_K)
-T16_FMT(q6_k, KHUB_QFORMAT_Q6_K)
+KX_TILES(KX_QTILE_DEF, q4_k, KHUB_QFORMAT_Q4_K)
+KX_TILES(KX_QTILE_DEF, q6_k, KHUB_QFORMAT_Q6_K)
 
-static const kx_qtile_fn tiles_q4_k[TR][TC] = T16_PTRS(q4_k);
-static const kx_qtile_fn tiles_q6_k[TR][TC] = T16_PTRS(q6_k);
+static const kx_qtile_fn tiles_q4_k[TR][TC] = KX_TILE_PTRS(q4_k);
+static const kx_qtile_fn tiles_q6_k[TR][TC] = KX_TILE_PTRS(q6_k);
 
 /* ------------------------------------------------------------------------ */
 /* Entry (from qlinear_q16_run; the driver is qdriver.c)                    */
