@@ -22,6 +22,9 @@
  *       16 tokens on (KX_GEMM_MIN_N) qlinear is a dequantize + f32 GEMM, so
  *       its emulation there is the f32 math itself.
  *   qlinear_f32 (f32 activations) vs the f32 math: 1e-9.
+ *   Q4_K / Q6_K (the default qlinear only): the same bounds; their weights
+ *       are dequantized by tests/ref_oracle.h's published-order loops.
+ *   Against khub/ref-cpu (the f32 math): each op's f32 bound, at least 1e-8.
  *   linear (f32 / f16 / bf16 weights): 1e-9; f32 sums of up to 1536 terms.
  *   attention, norms, activations: 1e-9; the vector exp is within a few ulp.
  * Each comparison is also shown to fail: a perturbed kernel input must push
@@ -418,48 +421,44 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
     return perturb ? worst_emu : worst;
 }
 
-static void qlinear_shapes(int fmt)
+/* SmolLM2-135M: hidden 576, KV 192, FFN 1536, vocab 49152; odd rows. */
+static const qcase shapes_block[] = {
+    {0, 1, 576, 576, 0},   {0, 1, 576, 192, 1},   {0, 1, 576, 1536, 0},  {0, 1, 1536, 576, 0},
+    {0, 1, 576, 49152, 0}, {0, 3, 576, 193, 1},   {0, 17, 64, 7, 0},     {0, 5, 32, 1, 1},
+    {0, 512, 576, 192, 0}, {0, 512, 1536, 65, 1}, {0, 16, 576, 1536, 1},
+};
+/* Q4_K and Q6_K rows are whole 256-blocks: SmolLM2-135M's FFN down
+ * projection (1536 -> 576) is the one matrix of a Q4_K_M SmolLM2 that has
+ * them; the other widths are made up. Only the default qlinear serves them. */
+static const qcase shapes_kquant[] = {
+    {0, 1, 1536, 576, 0},  {0, 1, 256, 192, 1}, {0, 1, 768, 1536, 0},  {0, 1, 512, 8195, 0},
+    {0, 3, 512, 193, 1},   {0, 5, 256, 1, 1},   {0, 15, 768, 9, 0},    {0, 16, 512, 65, 1},
+    {0, 64, 1536, 576, 1}, {0, 17, 768, 7, 0},  {0, 512, 256, 192, 0},
+};
+
+/* Every case of shapes (n of them) in format fmt, on the first n_ops qlinear ops. */
+static void qlinear_shapes(int fmt, const qcase *shapes, size_t n, size_t n_ops)
 {
     plug lv[2];
     int nlv = open_levels(lv);
-    /* SmolLM2-135M: hidden 576, KV 192, FFN 1536, vocab 49152; odd rows. */
-    const qcase cases[] = {
-        {fmt, 1, 576, 576, 0},   {fmt, 1, 576, 192, 1},   {fmt, 1, 576, 1536, 0},
-        {fmt, 1, 1536, 576, 0},  {fmt, 1, 576, 49152, 0}, {fmt, 3, 576, 193, 1},
-        {fmt, 17, 64, 7, 0},     {fmt, 5, 32, 1, 1},      {fmt, 512, 576, 192, 0},
-        {fmt, 512, 1536, 65, 1}, {fmt, 16, 576, 1536, 1},
-    };
-    for (size_t k = 0; k < sizeof qops / sizeof qops[0]; k++) {
+    for (size_t k = 0; k < n_ops; k++) {
         g_qop = &qops[k];
-        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-            ASSERT_LE(run_qcase(lv, nlv, cases[i], 0), g_qop->bound_f32);
+        for (size_t i = 0; i < n; i++) {
+            qcase c = shapes[i];
+            c.fmt = fmt;
+            ASSERT_LE(run_qcase(lv, nlv, c, 0), g_qop->bound_f32);
+        }
     }
     g_qop = &qops[0];
 }
+#define BLOCK_SHAPES  shapes_block, sizeof shapes_block / sizeof shapes_block[0], 3
+#define KQUANT_SHAPES shapes_kquant, sizeof shapes_kquant / sizeof shapes_kquant[0], 1
 
-/* Q4_K and Q6_K: the default qlinear only (rows must be whole 256-blocks).
- * SmolLM2-135M's FFN down projection (1536 -> 576) is the one matrix of a
- * Q4_K_M SmolLM2 with whole super-blocks; the others are made-up widths. */
-static void qlinear_kquant_shapes(int fmt)
-{
-    plug lv[2];
-    int nlv = open_levels(lv);
-    const qcase cases[] = {
-        {fmt, 1, 1536, 576, 0}, {fmt, 1, 256, 192, 1},   {fmt, 1, 768, 1536, 0},
-        {fmt, 1, 512, 8195, 0}, {fmt, 3, 512, 193, 1},   {fmt, 5, 256, 1, 1},
-        {fmt, 15, 768, 9, 0},   {fmt, 16, 512, 65, 1},   {fmt, 64, 1536, 576, 1},
-        {fmt, 17, 768, 7, 0},   {fmt, 512, 256, 192, 0},
-    };
-    g_qop = &qops[0];
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        ASSERT_LE(run_qcase(lv, nlv, cases[i], 0), g_qop->bound_f32);
-}
-
-TEST_IMPL(qlinear_q4_1) { qlinear_shapes(KHUB_QFORMAT_Q4_1); }
-TEST_IMPL(qlinear_q4_k) { qlinear_kquant_shapes(KHUB_QFORMAT_Q4_K); }
-TEST_IMPL(qlinear_q6_k) { qlinear_kquant_shapes(KHUB_QFORMAT_Q6_K); }
-TEST_IMPL(qlinear_q8_0) { qlinear_shapes(KHUB_QFORMAT_Q8_0); }
-TEST_IMPL(qlinear_q4_0) { qlinear_shapes(KHUB_QFORMAT_Q4_0); }
+TEST_IMPL(qlinear_q4_1) { qlinear_shapes(KHUB_QFORMAT_Q4_1, BLOCK_SHAPES); }
+TEST_IMPL(qlinear_q8_0) { qlinear_shapes(KHUB_QFORMAT_Q8_0, BLOCK_SHAPES); }
+TEST_IMPL(qlinear_q4_0) { qlinear_shapes(KHUB_QFORMAT_Q4_0, BLOCK_SHAPES); }
+TEST_IMPL(qlinear_q4_k) { qlinear_shapes(KHUB_QFORMAT_Q4_K, KQUANT_SHAPES); }
+TEST_IMPL(qlinear_q6_k) { qlinear_shapes(KHUB_QFORMAT_Q6_K, KQUANT_SHAPES); }
 
 /* ------------------------------------------------------------------------ */
 /* Dense linear                                                             */
