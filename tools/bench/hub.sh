@@ -5,6 +5,11 @@
 # usage: tools/bench/hub.sh [--build DIR] [--before DIR] [--size-mb 100] [--rounds 5]
 #                           [--work DIR]
 #
+# Also in every round: `curl -o FILE`, `curl -o FILE` + `openssl dgst -sha256` + sync
+# (curl with khub's guarantees, by hand; OpenSSL, as khub, uses SHA-NI where
+# the CPU has it, coreutils' sha256sum does not) and the hash of the file alone
+# (the floor a verified download cannot beat here).
+#
 # It writes a kernel repo (bench/big, branch v1) in the `khub serve` layout
 # (docs/hub-server.md) whose variant build/khub1-cpu-<arch>-linux/ holds one
 # random LFS file of --size-mb MiB and a metadata.json with its SHA-256, serves
@@ -35,7 +40,7 @@ while [ $# -gt 0 ]; do
     --size-mb) size_mb=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "hub.sh: unknown option '$1'; see --help" >&2; exit 2 ;;
     esac
 done
@@ -117,8 +122,31 @@ run_curl_file() {
     rm -f "$work/curl.out"
     echo "$1 $(echo "$t1 - $t0" | bc -l)"
 }
+# curl_checked: the same guarantees as khub, by hand: the bytes stored,
+# their SHA-256 computed, and the file synced to disk.
+run_curl_checked() {
+    local t0 t1
+    rm -f "$work/curl.out"
+    t0=$(now)
+    curl -sf -o "$work/curl.out" "$2/$rel"
+    openssl dgst -sha256 "$work/curl.out" > /dev/null
+    sync "$work/curl.out"
+    t1=$(now)
+    rm -f "$work/curl.out"
+    echo "$1 $(echo "$t1 - $t0" | bc -l)"
+}
+# sha256: the hash alone, of the served file (in the page cache): a floor
+# for any download that checks its bytes on this machine.
+run_sha256() {
+    local t0 t1
+    t0=$(now)
+    openssl dgst -sha256 "$vdir/libbig.so" > /dev/null
+    t1=$(now)
+    echo "$1 $(echo "$t1 - $t0" | bc -l)"
+}
 jobs_list=("run_khub khub $khub $endpoint" "run_curl curl $endpoint"
-           "run_curl_file curl_file $endpoint")
+           "run_curl_file curl_file $endpoint" "run_curl_checked curl_checked $endpoint"
+           "run_sha256 sha256")
 if [ -n "$before" ]; then
     jobs_list+=("run_khub khub_before $before/bin/khub $endpoint_before"
                 "run_curl curl_before $endpoint_before")
@@ -181,8 +209,13 @@ awk -v mk="$mk" -v mc="$mc" -v mb="$size_mb" -v n="$rounds" -v load="$(cut -d' '
     printf "\nkhub/curl throughput ratio: %.2f\n", mc / mk
 }'
 mcf=$(median curl_file)
-awk -v mk="$mk" -v mc="$mcf" -v mb="$size_mb" 'BEGIN {
+mcc=$(median curl_checked)
+msh=$(median sha256)
+awk -v mk="$mk" -v mc="$mcf" -v mcc="$mcc" -v msh="$msh" -v mb="$size_mb" 'BEGIN {
     printf "curl -o FILE: %.3f s, %.0f MiB/s; khub/(curl -o FILE) ratio: %.2f\n", mc, mb / mc, mc / mk
+    printf "curl -o FILE + openssl dgst -sha256 + sync FILE: %.3f s, %.0f MiB/s; khub/that ratio: %.2f\n",
+           mcc, mb / mcc, mcc / mk
+    printf "openssl dgst -sha256 of the file alone (page cache): %.3f s, %.0f MiB/s\n", msh, mb / msh
 }'
 if [ -n "$before" ]; then
     mkb=$(median khub_before)
