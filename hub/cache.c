@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -353,12 +352,7 @@ khub_status khub__cache_publish_blob(khub_hub *hub, int fd, const char *tmp, con
 /* HF_HUB_DISABLE_SYMLINKS (truthy as huggingface_hub reads it): snapshot
  * entries are regular files instead of links, for file systems and tools
  * that cannot follow symlinks. */
-static int symlinks_disabled(void)
-{
-    const char *v = getenv("HF_HUB_DISABLE_SYMLINKS");
-    return v && (!strcasecmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "yes") ||
-                 !strcasecmp(v, "true"));
-}
+static bool symlinks_disabled(void) { return khub__env_truthy("HF_HUB_DISABLE_SYMLINKS"); }
 
 /* The blob as a regular file at link: a hard link where the file system
  * has them (no second copy of the bytes), else a copy; through tmp and a

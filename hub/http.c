@@ -330,7 +330,7 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
     char errbuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);
-    curl_easy_setopt(c, CURLOPT_USERAGENT, "khub/" KHUB_VERSION_STRING);
+    curl_easy_setopt(c, CURLOPT_USERAGENT, hub->user_agent);
     curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");

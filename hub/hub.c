@@ -4,6 +4,7 @@
  * counters.
  */
 #include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,13 +67,30 @@ const char *khub__repo_url_prefix(const khub_hub *hub)
 /* Configuration                                                            */
 /* ======================================================================== */
 
-/* huggingface_hub's truthy values: 1, ON, YES, TRUE (any case). */
-static int env_truthy(const char *name)
+bool khub__env_truthy(const char *name)
 {
     const char *v = getenv(name);
-    if (!v) return 0;
+    if (!v) return false;
     return !strcasecmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "yes") ||
            !strcasecmp(v, "true");
+}
+
+/* An integer number of seconds from the environment (huggingface_hub's
+ * HF_HUB_DOWNLOAD_TIMEOUT): *out = def when unset; a value that is not a
+ * whole number in 1..max is an error that names it. */
+static khub_status env_seconds(const char *name, int def, int max, int *out)
+{
+    const char *v = getenv(name);
+    *out = def;
+    if (!v || !v[0]) return KHUB_STATUS_OK;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || end == v || *end || n < 1 || n > max)
+        return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
+                          "%s=\"%.40s\" is not a whole number of seconds in 1..%d", name, v, max);
+    *out = (int)n;
+    return KHUB_STATUS_OK;
 }
 
 static const char *env_nonempty(const char *name)
@@ -150,21 +168,28 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
     if (o.repo_type > KHUB_HUB_REPO_MODEL)
         return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "khub_hub_new: unknown repo_type %u",
                           o.repo_type);
+    int env_timeout = 10;
+    if (o.timeout_s <= 0)
+        KHUB_FORWARD_IF_ERROR(NULL, env_seconds("HF_HUB_DOWNLOAD_TIMEOUT", 10, 3600, &env_timeout));
     khub_hub *hub = calloc(1, sizeof *hub);
     if (!hub) return khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_hub_new: out of memory");
     hub->repo_type = o.repo_type;
-    hub->offline = o.offline < 0
-                       ? (env_truthy("HF_HUB_OFFLINE") || env_truthy("TRANSFORMERS_OFFLINE"))
-                       : o.offline != 0;
+    hub->offline = o.offline < 0 ? (khub__env_truthy("HF_HUB_OFFLINE") ||
+                                    khub__env_truthy("TRANSFORMERS_OFFLINE"))
+                                 : o.offline != 0;
     hub->max_tries = clamp_default(o.max_tries, 5, 20);
     hub->backoff_ms = clamp_default(o.backoff_ms, 1000, 60000);
-    hub->timeout_s = clamp_default(o.timeout_s, 10, 3600);
+    hub->timeout_s = clamp_default(o.timeout_s, env_timeout, 3600);
     hub->max_retry_after_s = clamp_default(o.max_retry_after_s, 60, 3600);
     hub->endpoint = endpoint_from(o.endpoint);
+    /* HF_HUB_DISABLE_IMPLICIT_TOKEN: a token only when the caller gives one. */
     if (o.token)
         hub->token = o.token[0] ? strdup(o.token) : NULL;
-    else
+    else if (!khub__env_truthy("HF_HUB_DISABLE_IMPLICIT_TOKEN"))
         hub->token = find_token();
+    const char *origin = env_nonempty("HF_HUB_USER_AGENT_ORIGIN");
+    snprintf(hub->user_agent, sizeof hub->user_agent, "khub/%s%s%.100s", KHUB_VERSION_STRING,
+             origin ? "; origin/" : "", origin ? origin : "");
     khub_status st = KHUB_STATUS_OK;
     if (o.cache_dir)
         hub->cache_dir = strdup(o.cache_dir);

@@ -24,6 +24,7 @@ struct khub_hub {
     int offline;
     uint32_t repo_type;
     int max_tries, backoff_ms, timeout_s, max_retry_after_s;
+    char user_agent[256]; /* khub/<version>[; origin/<HF_HUB_USER_AGENT_ORIGIN>] */
     uint64_t n_requests;
     khub_hub_progress_fn progress;
     void *progress_ud;
@@ -41,6 +42,10 @@ struct khub_hub {
     char fresh[8][160];
     unsigned n_fresh;
 };
+
+/* huggingface_hub's truthy values for a variable: 1, ON, YES, TRUE (any
+ * case); unset or anything else is false. */
+KHUB_INTERNAL bool khub__env_truthy(const char *name);
 
 /* Notes that path (a regular file) holds bytes whose SHA-256 this handle
  * just computed itself (hub->fresh); silently nothing when path cannot be

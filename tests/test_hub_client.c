@@ -288,6 +288,67 @@ TEST_IMPL(symlinks_disabled_places_regular_files)
     unsetenv("HF_HUB_DISABLE_SYMLINKS");
 }
 
+/* An implicit hub (opts.token NULL: HF_TOKEN and the token file apply). */
+static khub_hub *implicit_hub(const fixture *fx)
+{
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .endpoint = fx->endpoint,
+                       .cache_dir = fx->cache, .offline = 0};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&o, &hub));
+    return hub;
+}
+
+/* huggingface_hub's variables for the client: HF_HUB_USER_AGENT_ORIGIN
+ * appends "; origin/<v>" to the User-Agent, HF_HUB_DISABLE_IMPLICIT_TOKEN
+ * keeps HF_TOKEN (and the token file) from being sent unless the caller
+ * passes a token, HF_HUB_DOWNLOAD_TIMEOUT sets the timeout and is refused
+ * when it is not a number of seconds. */
+TEST_IMPL(hf_client_variables)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    setenv("HF_TOKEN", "hf_from_env", 1);
+    setenv("HF_HUB_USER_AGENT_ORIGIN", "khub-tests", 1);
+    setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1", 1);
+    khub_hub *hub = implicit_hub(&fx);
+    khub_hub_id id = fx_id("org/demo@main");
+    char *p = NULL;
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "README.md", &p));
+    free(p);
+    khub_hub_free(hub);
+    char *log = fx_log(&fx);
+    ASSERT_CONTAINS(log, "/README.md auth=no");
+    ASSERT_CONTAINS(log, "; origin/khub-tests");
+    free(log);
+    unsetenv("HF_HUB_DISABLE_IMPLICIT_TOKEN");
+    hub = implicit_hub(&fx);
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "docs/page1.md", &p));
+    free(p);
+    khub_hub_free(hub);
+    log = fx_log(&fx);
+    ASSERT_CONTAINS(log, "/docs/page1.md auth=yes"); /* without it, HF_TOKEN goes out */
+    free(log);
+
+    setenv("HF_HUB_DOWNLOAD_TIMEOUT", "7", 1);
+    hub = implicit_hub(&fx);
+    ASSERT_EQ(hub->timeout_s, 7);
+    khub_hub_free(hub);
+    setenv("HF_HUB_DOWNLOAD_TIMEOUT", "ten", 1);
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .endpoint = fx.endpoint,
+                       .cache_dir = fx.cache};
+    ASSERT_STATUS(khub_hub_new(&o, &hub), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_last_error(),
+                    "HF_HUB_DOWNLOAD_TIMEOUT=\"ten\" is not a whole number of seconds");
+    o.timeout_s = 3; /* the caller's value wins: the variable is not read */
+    ASSERT_OK(khub_hub_new(&o, &hub));
+    ASSERT_EQ(hub->timeout_s, 3);
+    khub_hub_free(hub);
+    unsetenv("HF_HUB_DOWNLOAD_TIMEOUT");
+    unsetenv("HF_HUB_USER_AGENT_ORIGIN");
+    unsetenv("HF_TOKEN");
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(resolve_forms) \
     X(resolve_errors) \
@@ -297,5 +358,6 @@ TEST_IMPL(symlinks_disabled_places_regular_files)
     X(token_sent_to_hub_only) \
     X(tree_paging_and_hostile_entries) \
     X(entry_not_found_leaves_no_exist_marker) \
-    X(symlinks_disabled_places_regular_files)
+    X(symlinks_disabled_places_regular_files) \
+    X(hf_client_variables)
 TEST_MAIN(TEST_LIST)
