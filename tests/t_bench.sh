@@ -2,8 +2,9 @@
 # t_bench.sh: `khub bench --latency` on a cached, commit-pinned kernel from
 # khub serve: the output format (text and --json), zero requests offline,
 # and its errors; then `khub bench DIR` (op micro-benchmarks against
-# ref-cpu) on a built copy of kernels-src/rmsnorm. A smoke test of the
-# formats, not of the timings.
+# ref-cpu) on a built copy of kernels-src/rmsnorm, and `khub bench ID` on
+# that build published to the server. A smoke test of the formats, not of
+# the timings.
 set -euo pipefail
 KHUB=${KHUB_BIN:?KHUB_BIN is set by ctest}
 T=$(mktemp -d /tmp/khub-t-bench-XXXXXX)
@@ -32,6 +33,9 @@ for _ in $(seq 50); do grep -q http "$T/out" 2>/dev/null && break; sleep 0.1; do
 export HF_ENDPOINT=$(grep -o 'http://[0-9.:]*' "$T/out")
 [ -n "$HF_ENDPOINT" ] || fail "serve printed no address"
 export KHUB_CACHE=$T/cache
+# the default trust policy only: none of the user's
+export XDG_CONFIG_HOME=$T/config
+unset KHUB_POLICY
 
 "$KHUB" bench --help | grep -q "usage: khub bench DIR|ID" || fail "bench --help"
 "$KHUB" bench --help | grep -q "khub bench --latency ID" || fail "bench --help (latency)"
@@ -96,6 +100,34 @@ for r in rows:
     assert r["us"] > 0 and r["ref_us"] > 0 and r["rate"] > 0, r
     assert abs(r["speedup"] - r["ref_us"] / r["us"]) < 0.01 * r["speedup"] + 1e-3, r
 PY
+# khub bench ID: the same build published to the local hub, then fetched,
+# verified and trusted as `khub fetch` does (unsigned: refused unless
+# --allow-unsigned), and timed on one shape per kind.
+timeout 60 "$KHUB" publish "$T/rmsnorm-copy" --repo kernels-community/rmsnorm --quiet \
+    > "$T/publish.out" 2>&1 || fail "publish: $(cat "$T/publish.out")"
+set +e
+out=$(timeout 60 "$KHUB" bench kernels-community/rmsnorm@v1 --time 0.02 2>&1); rc=$?
+set -e
+[ $rc = 1 ] || fail "bench ID unsigned: exit $rc: $out"
+echo "$out" | grep -q "unsigned kernel from an organisation the policy does not list; opt in with --allow-unsigned" \
+    || fail "bench ID unsigned message: $out"
+out=$(timeout 60 "$KHUB" bench kernels-community/rmsnorm@v1 --time 0.02 --allow-unsigned) \
+    || fail "bench ID: $out"
+echo "$out" | head -1 | grep -Eq "^kernels-community/rmsnorm \(kernels-community/rmsnorm@[0-9a-f]{12}, rmsnorm-[a-z0-9]+\.so, $V\): 1 op benchmark against khub/ref-cpu, 0\.02 s each, 1 thread$" \
+    || fail "bench ID header: $out"
+echo "$out" | sed -n 2p | grep -Eq '^rms_norm \[16, 2048\] f32: [0-9.]+ us \([0-9.]+ GB/s\), ref-cpu [0-9.]+ us \([0-9.]+ GB/s\), speedup [0-9.]+x$' \
+    || fail "bench ID line: $out"
+before=$(wc -l < "$T/log")
+HF_HUB_OFFLINE=1 timeout 60 "$KHUB" bench kernels-community/rmsnorm@v1 --time 0.02 \
+    --allow-unsigned --json > "$T/id.json" || fail "bench ID offline json"
+[ "$(wc -l < "$T/log")" = "$before" ] || fail "offline bench ID made a request"
+python3 - "$T/id.json" <<'PY' || fail "bench ID json: $(cat "$T/id.json")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 1 and rows[0]["op"] == "rms_norm" and rows[0]["shape"] == [16, 2048], rows
+assert rows[0]["plugin"] == "kernels-community/rmsnorm" and rows[0]["us"] > 0, rows
+PY
+
 # a tampered build is refused, not timed
 so=$(ls "$T"/rmsnorm-copy/build/$V/*.so | head -1)
 printf 'Z' | dd of="$so" bs=1 seek=100 conv=notrunc status=none

@@ -146,6 +146,8 @@ typedef struct ops_args {
     int threads;        /* 0 = one per CPU */
     double time_s;      /* per op and plugin */
     int json;
+    const char *policy; /* ID: trust policy file, NULL = the default one */
+    int allow_unsigned; /* ID: accept unsigned kernels of unlisted organisations */
 } ops_args;
 
 /* For a Hub ID: one shape per kind, as selftest.h lays them out. */
@@ -302,7 +304,9 @@ static int bench_id(const ops_args *a)
         rc = khub_cli_fail("bench", "%s", khub_last_error());
     else if (new_runtime(a, &rt) != KHUB_STATUS_OK)
         rc = khub_cli_fail("bench", "%s", rt ? khub_runtime_errmsg(rt) : khub_last_error());
-    else if (khub_kernel_fetch(hub, rt, a->target, NULL, &kr) != KHUB_STATUS_OK)
+    khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .policy_path = a->policy,
+                           .allow_unsigned = a->allow_unsigned};
+    if (rc == 0 && khub_kernel_fetch(hub, rt, a->target, &ko, &kr) != KHUB_STATUS_OK)
         rc = khub_cli_fail("bench", "%s", khub_runtime_errmsg(rt));
     else if (kr.fell_back)
         rc = khub_cli_fail("bench",
@@ -339,7 +343,7 @@ static int run_bench(int argc, char **argv)
 {
     if (khub_cli_wants_help(&bench_cmd, argc, argv)) return 0;
     lat_args a = {NULL, 1000, 0};
-    ops_args o = {NULL, 1, 0.2, 0};
+    ops_args o = {NULL, 1, 0.2, 0, NULL, 0};
     int latency = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--latency"))
@@ -352,6 +356,10 @@ static int run_bench(int argc, char **argv)
             o.threads = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--time") && i + 1 < argc)
             o.time_s = strtod(argv[++i], NULL);
+        else if (!strcmp(argv[i], "--policy") && i + 1 < argc)
+            o.policy = argv[++i];
+        else if (!strcmp(argv[i], "--allow-unsigned"))
+            o.allow_unsigned = 1;
         else if (argv[i][0] == '-')
             return khub_cli_usage(&bench_cmd, "unknown option %s", argv[i]);
         else if (!a.id_text)
@@ -375,13 +383,15 @@ static int run_bench(int argc, char **argv)
 static const khub_cli_cmd bench_cmd = {
     "bench", "time a kernel's ops against ref-cpu, or resolving a cached kernel (--latency)",
     "usage: khub bench DIR|ID [--threads N] [--time S] [--json]\n"
+    "                         [--policy FILE] [--allow-unsigned]   (ID)\n"
     "       khub bench --latency ID [-n N] [--json]\n\n"
     "DIR|ID: times each op of a kernel next to khub/ref-cpu's op of the same\n"
     "kind and prints the median microseconds per call, GFLOP/s (linear, qlinear,\n"
     "attention) or GB/s (the rest), and the speedup over ref-cpu. DIR is a built\n"
     "kernel source tree (kernel.json; build/<variant>/ verified against its\n"
     "metadata.json), timed on kernel.json's \"selftests\" shapes; ID is fetched\n"
-    "with khub_kernel_fetch and timed on one shape per kind. --threads sizes the\n"
+    "with khub_kernel_fetch (verified and trusted as `khub fetch` does: --policy,\n"
+    "--allow-unsigned) and timed on one shape per kind. --threads sizes the\n"
     "runtime's pool (default 1; 0 = one per CPU), --time the seconds per op and\n"
     "plugin (default 0.2). Wall clock: run it on a quiet machine.\n\n"
     "--latency: times khub_hub_resolve + khub_hub_variant_files (every file of\n"
