@@ -3,8 +3,8 @@
 # khub serve: the output format (text and --json), zero requests offline,
 # and its errors; then `khub bench DIR` (op micro-benchmarks against
 # ref-cpu) on a built copy of kernels-src/rmsnorm, and `khub bench ID` on
-# that build published to the server. A smoke test of the formats, not of
-# the timings.
+# that build published to the server; `khub bench-ops --quick`. A smoke
+# test of the formats, not of the timings.
 set -euo pipefail
 KHUB=${KHUB_BIN:?KHUB_BIN is set by ctest}
 T=$(mktemp -d /tmp/khub-t-bench-XXXXXX)
@@ -141,4 +141,14 @@ out=$("$KHUB" bench rmsnorm-copy --time 0 2>&1); rc=$?
 set -e
 [ $rc = 2 ] || fail "--time 0: exit $rc"
 echo "$out" | grep -q -- "--time must be in" || fail "--time message: $out"
+# khub bench-ops: the built-in plugins side by side (format only)
+out=$(timeout 300 "$KHUB" bench-ops --quick --time 0.002 2>&1) || fail "bench-ops: $out"
+echo "$out" | head -1 | grep -q "^khub bench-ops: 1 thread(s), " || fail "bench-ops header: $out"
+[ "$(echo "$out" | grep -Ec '^qlinear Q4_1 n=1 1536x576 cold +\| ref-cpu\.so +[0-9.]+ us +[0-9.]+ GF +[0-9.]+ GB \| cpu-avx2\.so ')" = 1 ] \
+    || fail "bench-ops line: $out"
+set +e
+out=$("$KHUB" bench-ops --time 0 2>&1); rc=$?
+set -e
+[ $rc = 2 ] || fail "bench-ops --time 0: exit $rc"
+echo "$out" | grep -q -- "--time must be in (0, 600\] seconds" || fail "bench-ops --time message: $out"
 echo "t_bench: ok"

@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "internal.h"
+#include "timing.h"
 
 typedef struct bplug {
     const char *file;
@@ -37,19 +38,6 @@ static bplug plugs[] = {{.file = "ref-cpu.so"}, {.file = "cpu-avx2.so"}, {.file 
 /* CLOCK_MONOTONIC, or with --clock cpu the calling thread's CPU time (for a
  * shared, loaded machine; meaningful with --threads 1 only). */
 static clockid_t bench_clock = CLOCK_MONOTONIC;
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(bench_clock, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 static const khub_op_desc *find_op(const bplug *p, uint32_t kind)
 {
@@ -88,6 +76,19 @@ typedef struct bcase {
     double bytes; /* streamed per call */
 } bcase;
 
+/* One call of a case's op for khub__time_calls: call i reads args[i % n]. */
+typedef struct timed_op {
+    const khub_op_desc *op;
+    void *state;
+    const bcase *c;
+} timed_op;
+
+static khub_status call_op(void *ud, int i)
+{
+    const timed_op *t = ud;
+    return t->op->run(t->state, t->c->args[i % t->c->n_args]);
+}
+
 static void run_case(const bcase *c, double min_s)
 {
     printf("%-44s", c->name);
@@ -97,25 +98,13 @@ static void run_case(const bcase *c, double min_s)
             printf(" | %-13s %24s", plugs[i].file, "-");
             continue;
         }
-        double t[15];
-        int k = 0;
-        khub_status st = op->run(plugs[i].d.state, c->args[0]); /* warm up */
-        for (int r = 0; r < 15 && st == KHUB_STATUS_OK; r++) {
-            int calls = 0;
-            double t0 = now_s(), el;
-            do {
-                st = op->run(plugs[i].d.state, c->args[(r * 7 + calls) % c->n_args]);
-                calls++;
-                el = now_s() - t0;
-            } while (st == KHUB_STATUS_OK && el < min_s / 15);
-            t[k++] = el / calls;
-        }
+        timed_op t = {op, plugs[i].d.state, c};
+        double med = 0;
+        khub_status st = khub__time_calls(call_op, &t, min_s, (int)bench_clock, &med);
         if (st != KHUB_STATUS_OK) {
             printf(" | %-13s %24s", plugs[i].file, khub_status_name(st));
             continue;
         }
-        qsort(t, (size_t)k, sizeof t[0], cmp_d);
-        double med = t[k / 2];
         printf(" | %-13s %8.1f us %5.1f GF %5.1f GB", plugs[i].file, med * 1e6,
                c->flops / med * 1e-9, c->bytes / med * 1e-9);
     }
@@ -339,8 +328,10 @@ static int run_bench_ops(int argc, char **argv)
         else
             return khub_cli_usage(&cmd_bench_ops, "unknown argument '%s'", argv[i]);
     }
-    if (threads < 1 || threads > 256 || !(min_s > 0 && min_s < 600))
-        return khub_cli_usage(&cmd_bench_ops, "--threads must be 1..256, --time 0..600");
+    if (threads < 1 || threads > 256)
+        return khub_cli_usage(&cmd_bench_ops, "--threads must be between 1 and 256");
+    if (!(min_s > 0 && min_s <= 600))
+        return khub_cli_usage(&cmd_bench_ops, "--time must be in (0, 600] seconds");
     if (bench_clock != CLOCK_MONOTONIC && threads != 1)
         return khub_cli_usage(&cmd_bench_ops, "--clock cpu measures one thread; add --threads 1");
     if (!dir) {
