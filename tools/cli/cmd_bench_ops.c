@@ -145,10 +145,11 @@ static void fill_weights(uint8_t *w, size_t bytes, khub_dtype dt)
         return;
     }
     size_t bb = (size_t)khub_qformat_block_bytes((khub_qformat)dt.bits);
-    size_t nscale = dt.bits == KHUB_QFORMAT_Q4_1 ? 2 : 1;
+    size_t nscale = dt.bits == KHUB_QFORMAT_Q4_1 || dt.bits == KHUB_QFORMAT_Q4_K ? 2 : 1;
+    size_t at = dt.bits == KHUB_QFORMAT_Q6_K ? 208 : 0; /* Q6_K keeps d last */
     for (size_t b = 0; b + bb <= bytes; b += bb)
         for (size_t s = 0; s < nscale; s++)
-            w[b + 2 * s + 1] = (uint8_t)(0x20 | (w[b + 2 * s + 1] & 3));
+            w[b + at + 2 * s + 1] = (uint8_t)(0x20 | (w[b + at + 2 * s + 1] & 3));
 }
 
 static int lin_make(lin_set *L, khub_dtype dt, int64_t n, int64_t in, int64_t out, int cold)
@@ -283,6 +284,30 @@ done:
     free(x), free(r), free(y), free(w);
 }
 
+/* Q4_K / Q6_K rows must hold whole 256-weight super-blocks, so SmolLM2's
+ * hidden size 576 cannot be an input width: its FFN down projection
+ * (576 x 1536) is the real shape, and 768 (the next multiple of 256) stands
+ * in for 576 in front of the other SmolLM2 output widths. */
+static void bench_kquant(double min_s)
+{
+    static const int64_t shp[][2] = {{1536, 768}, {576, 768}, {49152, 768}, {576, 1536}};
+    static const struct {
+        const char *label;
+        khub_qformat f;
+    } fmts[] = {{"qlinear Q4_K", KHUB_QFORMAT_Q4_K}, {"qlinear Q6_K", KHUB_QFORMAT_Q6_K}};
+    for (int n = 1; n <= 64; n += 63)
+        for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+            for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+                bench_linear(fmts[f].label, KHUB_DTYPE_Q(fmts[f].f), n, shp[i][1], shp[i][0],
+                             n == 1, min_s);
+    /* For scale: from cache, and a 32-weight format at the same shape. */
+    bench_linear("qlinear Q4_K", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_K), 1, 768, 1536, 0, min_s);
+    bench_linear("qlinear Q6_K", KHUB_DTYPE_Q(KHUB_QFORMAT_Q6_K), 1, 768, 1536, 0, min_s);
+    bench_linear("qlinear Q4_0", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_0), 1, 768, 1536, 0, min_s);
+    bench_linear("qlinear Q4_0", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_0), 1, 768, 1536, 1, min_s);
+    bench_linear("qlinear Q4_0", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_0), 64, 768, 1536, 0, min_s);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Command                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -292,7 +317,7 @@ static int run_bench_ops(int argc, char **argv);
 static const khub_cli_cmd cmd_bench_ops = {
     "bench-ops", "micro-benchmark each op of the built-in CPU plugins",
     "usage: khub bench-ops [--threads N] [--time S] [--clock wall|cpu] [--plugin-dir DIR]\n"
-    "                      [--quick]\n"
+    "                      [--quick | --kquant]\n"
     "\n"
     "Times single op calls of ref-cpu, cpu-avx2 and cpu-avx512 side by side and\n"
     "prints the median time per call, GFLOP/s and GB/s of the streamed operand.\n"
@@ -302,7 +327,8 @@ static const khub_cli_cmd cmd_bench_ops = {
     "                    loaded machine; use with --threads 1)\n"
     "  --plugin-dir DIR  where the .so files are (default $KHUB_PLUGIN_DIR or\n"
     "                    ../plugins next to this binary)\n"
-    "  --quick           only the decode GEMV cases\n",
+    "  --quick           only the decode GEMV cases\n"
+    "  --kquant          only the Q4_K / Q6_K cases (rows of whole 256-blocks)\n",
     run_bench_ops};
 
 static int run_bench_ops(int argc, char **argv)
@@ -321,6 +347,8 @@ static int run_bench_ops(int argc, char **argv)
             dir = argv[++i];
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--kquant"))
+            quick = 2;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
             bench_clock = CLOCK_THREAD_CPUTIME_ID, i++;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "wall"))
@@ -349,6 +377,10 @@ static int run_bench_ops(int argc, char **argv)
     open_plugins(dir, khub__runtime_host(rt));
     printf("khub bench-ops: %d thread(s), %.2f s per plugin and case, %s clock, plugins from %s\n",
            threads, min_s, bench_clock == CLOCK_MONOTONIC ? "wall" : "thread-CPU", dir);
+    if (quick == 2) {
+        bench_kquant(min_s);
+        goto done;
+    }
     bench_linear("qlinear Q4_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1), 1, 576, 1536, 1, min_s);
     bench_linear("qlinear Q4_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1), 1, 1536, 576, 1, min_s);
     bench_linear("qlinear Q4_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1), 1, 576, 576, 1, min_s);
@@ -370,6 +402,7 @@ static int run_bench_ops(int argc, char **argv)
         bench_pointwise(1, 576, min_s);
         bench_pointwise(512, 1536, min_s);
     }
+done:
     for (size_t i = 0; i < N_PLUGS; i++)
         if (plugs[i].dl && plugs[i].d.shutdown) plugs[i].d.shutdown(plugs[i].d.state);
     khub_runtime_free(rt);
