@@ -74,6 +74,22 @@ static void file_sha(const char *path, char hex[65])
     ASSERT_OK(khub__sha256_file_hex(path, hex));
 }
 
+/* Finishes s (not a git blob) and checks it: the running digest is
+ * want_streamed ("" = none), and the file holds exactly the body. Frees s,
+ * the rig and b. */
+static void finish_and_check(khub__blob_sink *s, rig *r, body *b, const char *want_streamed)
+{
+    char streamed[65], sha256[65], got[65];
+    ASSERT_OK(khub__blob_sink_finish(s, streamed, sha256));
+    ASSERT_STR_EQ(streamed, want_streamed);
+    ASSERT_STR_EQ(sha256, ""); /* only git blobs get a second digest */
+    khub__blob_sink_free(s);
+    file_sha(r->path, got);
+    ASSERT_STR_EQ(got, b->sha256);
+    rig_close(r);
+    free(b->bytes);
+}
+
 /* The whole body in one response from offset 0: the running digest and the
  * file both match it. */
 static void whole_body(size_t n, size_t max_piece)
@@ -87,15 +103,7 @@ static void whole_body(size_t n, size_t max_piece)
     ASSERT_OK(k->start(k->ud, 200, -1));
     ASSERT(feed(k, &b, 0, n, max_piece));
     ASSERT_EQ(k->offset(k->ud), n);
-    char streamed[65], sha256[65], got[65];
-    ASSERT_OK(khub__blob_sink_finish(s, streamed, sha256));
-    ASSERT_STR_EQ(streamed, b.sha256);
-    ASSERT_STR_EQ(sha256, ""); /* not a git blob */
-    khub__blob_sink_free(s);
-    file_sha(r.path, got);
-    ASSERT_STR_EQ(got, b.sha256);
-    rig_close(&r);
-    free(b.bytes);
+    finish_and_check(s, &r, &b, b.sha256);
 }
 
 TEST_IMPL(small_body_one_thread) { whole_body(70000, 4096); }
@@ -119,14 +127,7 @@ TEST_IMPL(restart_drains_in_flight_chunks)
     ASSERT_OK(k->start(k->ud, 200, -1));
     ASSERT_EQ(k->offset(k->ud), 0);
     ASSERT(feed(k, &b, 0, n, 1 << 20));
-    char streamed[65], sha256[65], got[65];
-    ASSERT_OK(khub__blob_sink_finish(s, streamed, sha256));
-    ASSERT_STR_EQ(streamed, b.sha256);
-    khub__blob_sink_free(s);
-    file_sha(r.path, got);
-    ASSERT_STR_EQ(got, b.sha256);
-    rig_close(&r);
-    free(b.bytes);
+    finish_and_check(s, &r, &b, b.sha256);
 }
 
 /* A resumed orphan (3 MiB + 5 already in the file, written by an earlier
@@ -149,14 +150,7 @@ TEST_IMPL(resume_appends_without_digest)
     k = khub__blob_sink_sink(s);
     ASSERT_OK(k->start(k->ud, 206, (int64_t)have));
     ASSERT(feed(k, &b, have, n, 500000));
-    char streamed[65], sha256[65], got[65];
-    ASSERT_OK(khub__blob_sink_finish(s, streamed, sha256));
-    ASSERT_STR_EQ(streamed, ""); /* the caller hashes the file */
-    khub__blob_sink_free(s);
-    file_sha(r.path, got);
-    ASSERT_STR_EQ(got, b.sha256);
-    rig_close(&r);
-    free(b.bytes);
+    finish_and_check(s, &r, &b, ""); /* no running digest: the caller hashes the file */
 }
 
 /* Git blobs: the running SHA-1 over "blob <size>\0" + bytes, and SHA-256. */
@@ -180,21 +174,30 @@ TEST_IMPL(git_blob_both_digests)
     free(b.bytes);
 }
 
-static void overflow_refused(size_t n)
+/* A body the sink must refuse: `sent` bytes of a file announced as `n`,
+ * into a file opened with `flags`; the sink's status and message. */
+static void refused(size_t n, size_t sent, int flags, const char *name, khub_status want,
+                    const char *msg)
 {
-    body b = make_body(n + 1, 1);
+    body b = make_body(sent, 1);
     rig r;
-    rig_open(&r, O_RDWR);
+    rig_open(&r, flags);
     khub__blob_sink *s = NULL;
-    ASSERT_OK(khub__blob_sink_new(r.hub, r.fd, 0, n, "big.so", 0, &s));
+    ASSERT_OK(khub__blob_sink_new(r.hub, r.fd, 0, n, name, 0, &s));
     const khub__sink *k = khub__blob_sink_sink(s);
-    ASSERT(!feed(k, &b, 0, n + 1, 1 << 20));
+    ASSERT(!feed(k, &b, 0, sent, 1 << 16));
     char streamed[65], sha256[65];
-    ASSERT_STATUS(khub__blob_sink_finish(s, streamed, sha256), KHUB_STATUS_OVERFLOW);
-    ASSERT_CONTAINS(khub_hub_errmsg(r.hub), "big.so: the server sent more than the");
+    ASSERT_STATUS(khub__blob_sink_finish(s, streamed, sha256), want);
+    ASSERT_CONTAINS(khub_hub_errmsg(r.hub), msg);
     khub__blob_sink_free(s);
     rig_close(&r);
     free(b.bytes);
+}
+
+static void overflow_refused(size_t n)
+{
+    refused(n, n + 1, O_RDWR, "big.so", KHUB_STATUS_OVERFLOW,
+            "big.so: the server sent more than the");
 }
 
 TEST_IMPL(overflow_refused_small) { overflow_refused(1000); }
@@ -205,19 +208,7 @@ TEST_IMPL(overflow_refused_large) { overflow_refused(9u << 20); }
  * sink's status. */
 static void write_failure(size_t n)
 {
-    body b = make_body(n, 2);
-    rig r;
-    rig_open(&r, O_RDONLY);
-    khub__blob_sink *s = NULL;
-    ASSERT_OK(khub__blob_sink_new(r.hub, r.fd, 0, n, "lib.so", 0, &s));
-    const khub__sink *k = khub__blob_sink_sink(s);
-    ASSERT(!feed(k, &b, 0, n, 1 << 16));
-    char streamed[65], sha256[65];
-    ASSERT_STATUS(khub__blob_sink_finish(s, streamed, sha256), KHUB_STATUS_IO);
-    ASSERT_CONTAINS(khub_hub_errmsg(r.hub), "lib.so: write failed: Bad file descriptor");
-    khub__blob_sink_free(s);
-    rig_close(&r);
-    free(b.bytes);
+    refused(n, n, O_RDONLY, "lib.so", KHUB_STATUS_IO, "lib.so: write failed: Bad file descriptor");
 }
 
 TEST_IMPL(write_failure_small) { write_failure(5000); }
