@@ -374,7 +374,10 @@ static khub_status place_copy(khub_hub *hub, const char *repo_dir, const char *e
         char buf[1 << 16];
         ssize_t r = 0;
         while (out >= 0 && (r = read(in, buf, sizeof buf)) > 0)
-            if (write(out, buf, (size_t)r) != r) r = -1;
+            if (write(out, buf, (size_t)r) != r) {
+                r = -1;
+                break;
+            }
         if (in < 0 || out < 0 || r < 0 || fsync(out) != 0)
             st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot copy %s to %s: %s", blob, tmp,
                                 strerror(errno));

@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
-#include <openssl/evp.h>
 
 #include "hub_impl.h"
 
