@@ -1,5 +1,5 @@
 /*
- * layout.c: freezes the plugin ABI 1.0 on LP64 (x86_64, aarch64).
+ * layout.c: freezes the plugin ABI (1.0, plus the 1.1 additions) on LP64 (x86_64, aarch64).
  *
  * Every struct that crosses the plugin boundary has its size and every field
  * its offset pinned here. Growing a struct at the end changes only its
@@ -178,6 +178,10 @@ _Static_assert(KHUB_QFORMAT_Q8_0 == 1 && KHUB_QFORMAT_Q4_0 == 2 && KHUB_QFORMAT_
                    KHUB_QFORMAT_Q4_K == 4 && KHUB_QFORMAT_Q6_K == 5 && KHUB_QFORMAT_INT8_ROW == 6 &&
                    KHUB_QFORMAT_NF4 == 7,
                "quant formats");
+/* added in ABI 1.1 */
+_Static_assert(KHUB_QFORMAT_Q5_0 == 8 && KHUB_QFORMAT_Q5_1 == 9 && KHUB_QFORMAT__COUNT == 10,
+               "quant formats 1.1");
+_Static_assert(KHUB_ABI_MINOR >= 1, "ABI 1.1 has Q5_0 and Q5_1");
 _Static_assert(KHUB_DEVICE_CPU == 1 && KHUB_DEVICE_CUDA == 2, "DLPack device codes");
 _Static_assert(KHUB_DL_INT == 0 && KHUB_DL_UINT == 1 && KHUB_DL_FLOAT == 2 && KHUB_DL_BFLOAT == 4,
                "DLPack dtype codes");

@@ -89,6 +89,8 @@ bool khub__ggml_type_dtype(uint32_t t, khub_dtype *out)
     case KHUB_GGML_Q8_0: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q8_0); break;
     case KHUB_GGML_Q4_0: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_0); break;
     case KHUB_GGML_Q4_1: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1); break;
+    case KHUB_GGML_Q5_0: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q5_0); break;
+    case KHUB_GGML_Q5_1: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q5_1); break;
     case KHUB_GGML_Q4_K: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_K); break;
     case KHUB_GGML_Q6_K: d = KHUB_DTYPE_Q(KHUB_QFORMAT_Q6_K); break;
     default: return false;
@@ -806,7 +808,7 @@ khub_status khub__gguf_tensor_dtype(const khub_gguf *g, const khub_gguf_tensor *
     const char *tn = khub__ggml_type_name(t->ggml_type);
     KHUB_RETURN_IF(g->rt, !khub__ggml_type_dtype(t->ggml_type, out), KHUB_STATUS_MODEL_UNSUPPORTED,
                    "%s: unsupported tensor type %s (%u) in tensor '%s' (supported: F32, F16, "
-                   "BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K)",
+                   "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K)",
                    g->name, tn ? tn : "?", t->ggml_type, t->name);
     return KHUB_STATUS_OK;
 }

@@ -81,6 +81,8 @@ enum {
     KHUB_GGML_F16 = 1,
     KHUB_GGML_Q4_0 = 2,
     KHUB_GGML_Q4_1 = 3,
+    KHUB_GGML_Q5_0 = 6,
+    KHUB_GGML_Q5_1 = 7,
     KHUB_GGML_Q8_0 = 8,
     KHUB_GGML_Q4_K = 12,
     KHUB_GGML_Q6_K = 14,

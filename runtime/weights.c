@@ -10,8 +10,8 @@
 
 const char *khub__dtype_short(khub_dtype dt)
 {
-    static const char *const q[KHUB_QFORMAT__COUNT] = {"?",    "q8_0", "q4_0", "q4_1",
-                                                       "q4_k", "q6_k", "int8", "nf4"};
+    static const char *const q[KHUB_QFORMAT__COUNT] = {"?",    "q8_0", "q4_0", "q4_1", "q4_k",
+                                                       "q6_k", "int8", "nf4",  "q5_0", "q5_1"};
     switch (khub_dtype_id_of(dt)) {
     case KHUB_DTYPE_ID_F32: return "f32";
     case KHUB_DTYPE_ID_F16: return "f16";

@@ -297,6 +297,36 @@ static inline void oracle_deq_q4_1(const uint8_t *b, float *y)
     }
 }
 
+/* Q5_0 / Q5_1: qh read as one little-endian u32; weight j (j < 16) takes
+ * bit j as its bit 4, weight j + 16 bit j + 16 (ggml's dequantize_row_q5_x
+ * order: both halves of qs[j] at once). */
+static inline uint32_t oracle_u32le(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline void oracle_deq_q5_0(const uint8_t *b, float *y)
+{
+    float d = oracle_f16(b);
+    uint32_t qh = oracle_u32le(b + 2);
+    for (int j = 0; j < 16; j++) {
+        int hi0 = (int)((qh >> j) & 1u) << 4, hi1 = (int)((qh >> (j + 16)) & 1u) << 4;
+        y[j] = (((b[6 + j] & 0xF) | hi0) - 16) * d;
+        y[j + 16] = (((b[6 + j] >> 4) | hi1) - 16) * d;
+    }
+}
+
+static inline void oracle_deq_q5_1(const uint8_t *b, float *y)
+{
+    float d = oracle_f16(b), m = oracle_f16(b + 2);
+    uint32_t qh = oracle_u32le(b + 4);
+    for (int j = 0; j < 16; j++) {
+        int hi0 = (int)((qh >> j) & 1u) << 4, hi1 = (int)((qh >> (j + 16)) & 1u) << 4;
+        y[j] = ((b[8 + j] & 0xF) | hi0) * d + m;
+        y[j + 16] = ((b[8 + j] >> 4) | hi1) * d + m;
+    }
+}
+
 /* bitsandbytes' NF4 table (float32 values of functional.py's nf4 code). */
 static const float oracle_nf4_code[16] = {-1.0f,
                                           -0.6961928009986877f,

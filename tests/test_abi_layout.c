@@ -26,6 +26,9 @@ TEST_IMPL(qformat_sizes)
     ASSERT_EQ(khub_qformat_row_bytes(KHUB_QFORMAT_Q6_K, 256), 210);
     ASSERT_EQ(khub_qformat_row_bytes(KHUB_QFORMAT_INT8_ROW, 10), 14);
     ASSERT_EQ(khub_qformat_row_bytes(KHUB_QFORMAT_NF4, 128), 72);
+    ASSERT_EQ(khub_qformat_row_bytes(KHUB_QFORMAT_Q5_0, 576), 18 * 22); /* added in ABI 1.1 */
+    ASSERT_EQ(khub_qformat_row_bytes(KHUB_QFORMAT_Q5_1, 576), 18 * 24);
+    ASSERT_EQ(khub_qformat_row_bytes(KHUB_QFORMAT_Q5_0, 48), -1);
     ASSERT_EQ(khub_qformat_row_bytes(KHUB_QFORMAT_Q4_K, 576), -1); /* not whole blocks */
     ASSERT_EQ(khub_qformat_row_bytes(KHUB_QFORMAT_NONE, 32), -1);
     ASSERT_EQ(khub_qformat_row_bytes(KHUB_QFORMAT_Q8_0, 0), -1);
@@ -36,6 +39,7 @@ TEST_IMPL(dtype_ids)
     ASSERT_EQ(khub_dtype_id_of(KHUB_DTYPE_F32), KHUB_DTYPE_ID_F32);
     ASSERT_EQ(khub_dtype_id_of(KHUB_DTYPE_BF16), KHUB_DTYPE_ID_BF16);
     ASSERT_EQ(khub_dtype_id_of(KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1)), KHUB_DTYPE_ID_QBASE + 3);
+    ASSERT_EQ(khub_dtype_id_of(KHUB_DTYPE_Q(KHUB_QFORMAT_Q5_1)), KHUB_DTYPE_ID_QBASE + 9);
     khub_dtype bad = {KHUB_DL_BLOCKQ, 200, 1};
     ASSERT_EQ(khub_dtype_id_of(bad), -1);
     khub_dtype vec = {KHUB_DL_FLOAT, 32, 4};

@@ -267,14 +267,15 @@ static uint8_t *rand_qweight(int f, int64_t out, int64_t in)
         if (f == KHUB_QFORMAT_Q6_K) /* d*sc*(q-32) reaches 4096x d */
             d = rand_f16(1, 4, 1);
         memcpy(p + (f == KHUB_QFORMAT_Q6_K ? 208 : 0), &d, 2);
-        if (f == KHUB_QFORMAT_Q4_1) memcpy(p + 2, &m, 2);
+        if (f == KHUB_QFORMAT_Q4_1 || f == KHUB_QFORMAT_Q5_1) memcpy(p + 2, &m, 2);
     }
     return w;
 }
 
 /* The values of one row (from the block definitions in khub_tensor.h; the
  * k-quants by tests/ref_oracle.h's dequantizers) and each element's
- * additive term: m (Q4_1), -8 d (Q4_0), -dmin mn (Q4_K), 0 (Q8_0, Q6_K). */
+ * additive term: m (Q4_1, Q5_1), -8 d (Q4_0), -16 d (Q5_0), -dmin mn
+ * (Q4_K), 0 (Q8_0, Q6_K). */
 static void qrow_values(int f, const uint8_t *row, int64_t in, double *val, double *off)
 {
     if (is_kquant(f)) {
@@ -303,12 +304,19 @@ static void qrow_values(int f, const uint8_t *row, int64_t in, double *val, doub
         memcpy(&hm, b + 2, 2);
         double d = f16_to_f32(h);
         int k = (int)(i % 32);
-        int o = f == KHUB_QFORMAT_Q4_1 ? 4 : 2;
+        int o = f == KHUB_QFORMAT_Q4_1   ? 4
+                : f == KHUB_QFORMAT_Q5_0 ? 6
+                : f == KHUB_QFORMAT_Q5_1 ? 8
+                                         : 2;
         int q = k < 16 ? (b[o + k] & 15) : (b[o + k - 16] >> 4);
+        if (f == KHUB_QFORMAT_Q5_0 || f == KHUB_QFORMAT_Q5_1) /* bit 4: bit k of qh */
+            q |= ((b[o - 4 + k / 8] >> (k % 8)) & 1) << 4;
         if (f == KHUB_QFORMAT_Q8_0) {
             val[i] = d * (int8_t)b[2 + k], off[i] = 0.0;
         } else if (f == KHUB_QFORMAT_Q4_0) {
             val[i] = d * (q - 8), off[i] = -8.0 * d;
+        } else if (f == KHUB_QFORMAT_Q5_0) {
+            val[i] = d * (q - 16), off[i] = -16.0 * d;
         } else {
             val[i] = d * q + f16_to_f32(hm), off[i] = f16_to_f32(hm);
         }
@@ -451,14 +459,25 @@ static void qlinear_shapes(int fmt, const qcase *shapes, size_t n, size_t n_ops)
     }
     g_qop = &qops[0];
 }
+/* Q5_0 / Q5_1: the 576-wide matrices of a Q4_K_M SmolLM2 (q, k, o, gate,
+ * up); decode, a few tokens, and the prefill GEMM at 16, 17 and 64 tokens.
+ * Only the default qlinear serves them. */
+static const qcase shapes_q5[] = {
+    {0, 1, 576, 576, 0},  {0, 1, 576, 192, 1}, {0, 1, 576, 1536, 0}, {0, 3, 576, 193, 1},
+    {0, 16, 576, 65, 1},  {0, 17, 64, 7, 0},   {0, 64, 576, 192, 1}, {0, 5, 32, 1, 1},
+    {0, 1, 1536, 576, 0}, {0, 3, 96, 9, 0},
+};
 #define BLOCK_SHAPES  shapes_block, sizeof shapes_block / sizeof shapes_block[0], 3
 #define KQUANT_SHAPES shapes_kquant, sizeof shapes_kquant / sizeof shapes_kquant[0], 1
+#define Q5_SHAPES     shapes_q5, sizeof shapes_q5 / sizeof shapes_q5[0], 1
 
 TEST_IMPL(qlinear_q4_1) { qlinear_shapes(KHUB_QFORMAT_Q4_1, BLOCK_SHAPES); }
 TEST_IMPL(qlinear_q8_0) { qlinear_shapes(KHUB_QFORMAT_Q8_0, BLOCK_SHAPES); }
 TEST_IMPL(qlinear_q4_0) { qlinear_shapes(KHUB_QFORMAT_Q4_0, BLOCK_SHAPES); }
 TEST_IMPL(qlinear_q4_k) { qlinear_shapes(KHUB_QFORMAT_Q4_K, KQUANT_SHAPES); }
 TEST_IMPL(qlinear_q6_k) { qlinear_shapes(KHUB_QFORMAT_Q6_K, KQUANT_SHAPES); }
+TEST_IMPL(qlinear_q5_0) { qlinear_shapes(KHUB_QFORMAT_Q5_0, Q5_SHAPES); }
+TEST_IMPL(qlinear_q5_1) { qlinear_shapes(KHUB_QFORMAT_Q5_1, Q5_SHAPES); }
 
 /* ------------------------------------------------------------------------ */
 /* Dense linear                                                             */
@@ -766,10 +785,10 @@ TEST_IMPL(perturbation_is_detected)
     ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
     q.n = 17; /* the prefill GEMM */
     ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
-    qcase k[] = {{KHUB_QFORMAT_Q4_K, 1, 768, 64, 0},
-                 {KHUB_QFORMAT_Q6_K, 1, 768, 64, 0},
-                 {KHUB_QFORMAT_Q4_K, 17, 768, 64, 0},
-                 {KHUB_QFORMAT_Q6_K, 17, 768, 64, 0}};
+    qcase k[] = {{KHUB_QFORMAT_Q4_K, 1, 768, 64, 0},  {KHUB_QFORMAT_Q6_K, 1, 768, 64, 0},
+                 {KHUB_QFORMAT_Q4_K, 17, 768, 64, 0}, {KHUB_QFORMAT_Q6_K, 17, 768, 64, 0},
+                 {KHUB_QFORMAT_Q5_0, 1, 576, 64, 0},  {KHUB_QFORMAT_Q5_1, 1, 576, 64, 0},
+                 {KHUB_QFORMAT_Q5_0, 17, 576, 64, 0}, {KHUB_QFORMAT_Q5_1, 17, 576, 64, 0}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) ASSERT(run_qcase(lv, nlv, k[i], 1) > 1e-9);
     ASSERT(run_dense(lv, nlv, KHUB_DTYPE_F16, 1, 64, 8, 1) > 1e-9);
     acase c = {3, 40, 4, 2, 64, 37, 0, 1, 0, 1, 1};
@@ -838,13 +857,46 @@ TEST_IMPL(errors_name_the_problem)
                 ASSERT(!(op->caps->dtypes & KHUB_DTYPE_BIT_Q(f)));
                 khub__plugin_msg_clear();
                 ASSERT_STATUS(op->run(lv[l].d.state, &ka), KHUB_STATUS_UNSUPPORTED);
-                ASSERT_CONTAINS(khub__plugin_msg(), "op qlinear also serves Q4_K, Q6_K");
+                ASSERT_CONTAINS(khub__plugin_msg(),
+                                "op qlinear also serves Q5_0, Q5_1, Q4_K, Q6_K");
             }
         }
         ASSERT(plug_op(&lv[l], KHUB_OP_QLINEAR)->caps->dtypes &
                KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_K));
         ASSERT(plug_op(&lv[l], KHUB_OP_QLINEAR)->caps->dtypes &
                KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q6_K));
+    }
+    /* Q5_0 / Q5_1: rows of whole 32-blocks, and only the default qlinear. */
+    uint8_t w5[8 * 24 * 2] = {0};
+    int64_t s5x[2] = {1, 48}, s5w[2] = {8, 48};
+    khub_tensor t5x = tens(x, KHUB_DTYPE_F32, 2, s5x);
+    khub_tensor t5w = tens(w5, KHUB_DTYPE_Q(KHUB_QFORMAT_Q5_0), 2, s5w);
+    khub_linear_args a5 = {KHUB_STRUCT_INIT(khub_linear_args), .x = &t5x, .weight = &t5w, .y = &ty};
+    for (int l = 0; l < nlv; l++) {
+        for (int f = KHUB_QFORMAT_Q5_0; f <= KHUB_QFORMAT_Q5_1; f++) {
+            t5w.dtype = KHUB_DTYPE_Q(f);
+            s5x[1] = s5w[1] = 48; /* a block and a half */
+            khub__plugin_msg_clear();
+            ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a5), KHUB_STATUS_INVALID_ARG);
+            ASSERT_CONTAINS(khub__plugin_msg(), "weight row length 48 is not a positive multiple "
+                                                "of 32, the ");
+            ASSERT_CONTAINS(khub__plugin_msg(),
+                            f == KHUB_QFORMAT_Q5_0 ? "Q5_0 block" : "Q5_1 block");
+            s5x[1] = s5w[1] = 64;
+            ASSERT_OK(plug_run(&lv[l], KHUB_OP_QLINEAR, &a5));
+            ASSERT(plug_op(&lv[l], KHUB_OP_QLINEAR)->caps->dtypes & KHUB_DTYPE_BIT_Q(f));
+            const char *others[] = {"qlinear_q8a", "qlinear_f32"};
+            for (int o = 0; o < 2; o++) {
+                const khub_op_desc *op = plug_op_named(&lv[l], KHUB_OP_QLINEAR, others[o]);
+                ASSERT(op != NULL);
+                ASSERT(!(op->caps->dtypes & KHUB_DTYPE_BIT_Q(f)));
+                khub__plugin_msg_clear();
+                ASSERT_STATUS(op->run(lv[l].d.state, &a5), KHUB_STATUS_UNSUPPORTED);
+                ASSERT_CONTAINS(khub__plugin_msg(), f == KHUB_QFORMAT_Q5_0
+                                                        ? "weight format 8 (Q5_0) is not served"
+                                                        : "weight format 9 (Q5_1) is not served");
+            }
+        }
     }
     /* K/V head counts that do not divide */
     float q[3 * 8], k[2 * 8], o[3 * 8];
@@ -897,6 +949,8 @@ TEST_IMPL(refuses_without_cpu_features)
     X(qlinear_q4_0) \
     X(qlinear_q4_k) \
     X(qlinear_q6_k) \
+    X(qlinear_q5_0) \
+    X(qlinear_q5_1) \
     X(linear_dense) \
     X(attention_shapes) \
     X(norm_rms_and_layer) \

@@ -122,13 +122,13 @@ TEST_IMPL(reject_no_note)
 TEST_IMPL(reject_abi_minor_newer)
 {
     expect_rejected(TP("abi_minor_newer"), KHUB_STATUS_ABI_MINOR,
-                    "plugin khub-test/minor-newer 1.2.0: ABI 1.9, host supports 1.0-1.0");
+                    "plugin khub-test/minor-newer 1.2.0: ABI 1.9, host supports 1.0-1.1");
 }
 
 TEST_IMPL(reject_abi_major)
 {
     expect_rejected(TP("abi_major_other"), KHUB_STATUS_ABI_MAJOR,
-                    "plugin khub-test/major-other 1.2.0: ABI 2.1, host supports 1.0-1.0");
+                    "plugin khub-test/major-other 1.2.0: ABI 2.1, host supports 1.0-1.1");
 }
 
 TEST_IMPL(reject_ptr_size)
@@ -156,7 +156,7 @@ TEST_IMPL(load_good)
     uint16_t maj = 9, min = 9;
     khub_plugin_abi(p, &maj, &min);
     ASSERT_EQ(maj, 1);
-    ASSERT_EQ(min, 0);
+    ASSERT_EQ(min, KHUB_ABI_MINOR);
     ASSERT_EQ(khub_plugin_op_count(p), 3);
     ASSERT_STR_EQ(khub_plugin_op(p, 0)->name, "stamp");
     ASSERT_EQ(khub_plugin_op(p, 0)->kind, KHUB_OP_NORM);

@@ -128,7 +128,7 @@ TEST_IMPL(op_struct_size_too_small)
 TEST_IMPL(desc_abi_newer_than_host)
 {
     expect_load("bad_desc_abi", KHUB_STATUS_ABI_MINOR,
-                "plugin khub-test/bad 1.0.0: descriptor ABI 1.9, host supports 1.0-1.0");
+                "plugin khub-test/bad 1.0.0: descriptor ABI 1.9, host supports 1.0-1.1");
 }
 
 TEST_IMPL(wider_ops_walked_by_struct_size)

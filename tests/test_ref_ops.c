@@ -899,6 +899,8 @@ static double block_err_bound(khub_qformat f, const float *x, int64_t n)
     case KHUB_QFORMAT_Q8_0: return amax / 127 * (0.5 + 127 * h) + 1e-7;
     case KHUB_QFORMAT_Q4_0: return amax / 8 * (1.0 + 8 * h) + 1e-7; /* one side clamps at 15 */
     case KHUB_QFORMAT_Q4_1: return (hi - lo) / 15 * (0.5 + 15 * h) + fabs(lo) * h + 1e-7;
+    case KHUB_QFORMAT_Q5_0: return amax / 16 * (1.0 + 16 * h) + 1e-7; /* one side clamps at 31 */
+    case KHUB_QFORMAT_Q5_1: return (hi - lo) / 31 * (0.5 + 31 * h) + fabs(lo) * h + 1e-7;
     case KHUB_QFORMAT_INT8_ROW: return amax / 127 * 0.5 * (1 + 1e-5) + 1e-9;
     case KHUB_QFORMAT_NF4: return amax * (1.0 - 0.6961928009986877) / 2 * (1 + 1e-6) + 1e-9;
     default: return 0;
@@ -912,10 +914,9 @@ TEST_IMPL(quant_round_trip_bounds)
         khub_qformat f;
         double nmse;
     } fm[] = {/* bounds ~1.7x the NMSE measured on these weights (seed 41) */
-              {KHUB_QFORMAT_Q8_0, 1e-4},
-              {KHUB_QFORMAT_Q4_0, 2.5e-2},
-              {KHUB_QFORMAT_Q4_1, 1.4e-2},
-              {KHUB_QFORMAT_INT8_ROW, 7e-4},
+              {KHUB_QFORMAT_Q8_0, 1e-4},   {KHUB_QFORMAT_Q4_0, 2.5e-2},
+              {KHUB_QFORMAT_Q4_1, 1.4e-2}, {KHUB_QFORMAT_Q5_0, 6.3e-3},
+              {KHUB_QFORMAT_Q5_1, 3.4e-3}, {KHUB_QFORMAT_INT8_ROW, 7e-4},
               {KHUB_QFORMAT_NF4, 2.5e-2}};
     const int64_t rows = 12, cols = 512;
     float *w = fbuf((size_t)(rows * cols)), *back = fbuf((size_t)(rows * cols));
@@ -994,6 +995,32 @@ TEST_IMPL(quant_gguf_blocks_bit_exact)
     ASSERT(y[3] == -0.25f);
     ASSERT(y[16] == 2.75f);
     ASSERT(y[31] == -1.0f);
+    /* Q5_0: d = 0.5, nibbles as Q4_0's; qh = 0x80000001 sets bit 4 of weights
+     * 0 and 31 only */
+    uint8_t q50[22];
+    put_f16(q50, 0.5f);
+    q50[2] = 0x01, q50[3] = 0x00, q50[4] = 0x00, q50[5] = 0x80;
+    for (int l = 0; l < 16; l++) q50[6 + l] = (uint8_t)(l | ((15 - l) << 4));
+    deq(KHUB_QFORMAT_Q5_0, q50, 32, y);
+    ASSERT(y[0] == 0.0f);   /* (0 | 16) - 16 */
+    ASSERT(y[1] == -7.5f);  /* 1 - 16 */
+    ASSERT(y[16] == -0.5f); /* 15 - 16 */
+    ASSERT(y[31] == 0.0f);  /* (0 | 16) - 16 */
+    oracle_deq_q5_0(q50, want);
+    ASSERT(memcmp(y, want, 32 * sizeof(float)) == 0);
+    /* Q5_1: d = 0.25, m = -1, qh byte 1 bit 0 = weight 8, byte 2 bit 7 = weight 23 */
+    uint8_t q51[24];
+    put_f16(q51, 0.25f), put_f16(q51 + 2, -1.0f);
+    q51[4] = 0x00, q51[5] = 0x01, q51[6] = 0x80, q51[7] = 0x00;
+    for (int l = 0; l < 16; l++) q51[8 + l] = (uint8_t)(l | ((15 - l) << 4));
+    deq(KHUB_QFORMAT_Q5_1, q51, 32, y);
+    ASSERT(y[0] == -1.0f);
+    ASSERT(y[8] == 5.0f);   /* (8 | 16) * 0.25 - 1 */
+    ASSERT(y[9] == 1.25f);  /* 9 * 0.25 - 1 */
+    ASSERT(y[23] == 5.0f);  /* ((15 - 7) | 16) * 0.25 - 1 */
+    ASSERT(y[24] == 0.75f); /* 15 - 8 = 7, bit 24 clear: 7 * 0.25 - 1 */
+    oracle_deq_q5_1(q51, want);
+    ASSERT(memcmp(y, want, 32 * sizeof(float)) == 0);
     /* Q4_K with known 6-bit scales, packed here from the layout description */
     static const int sc[8] = {1, 2, 3, 4, 33, 40, 63, 17}, mn[8] = {0, 1, 2, 3, 48, 5, 63, 32};
     uint8_t q4k[144] = {0};
@@ -1064,7 +1091,8 @@ TEST_IMPL(quant_random_blocks_bit_exact)
     setup();
     oracle_rng r = {51};
     static const khub_qformat fs[] = {KHUB_QFORMAT_Q8_0, KHUB_QFORMAT_Q4_0, KHUB_QFORMAT_Q4_1,
-                                      KHUB_QFORMAT_Q4_K, KHUB_QFORMAT_Q6_K, KHUB_QFORMAT_NF4};
+                                      KHUB_QFORMAT_Q5_0, KHUB_QFORMAT_Q5_1, KHUB_QFORMAT_Q4_K,
+                                      KHUB_QFORMAT_Q6_K, KHUB_QFORMAT_NF4};
     uint8_t blk[256 * 4];
     float y[1024], want[1024];
     for (size_t fi = 0; fi < sizeof fs / sizeof fs[0]; fi++) {
@@ -1081,7 +1109,7 @@ TEST_IMPL(quant_random_blocks_bit_exact)
                     memcpy(p, &am, 4);
                 } else {
                     put_f16(p, oracle_uniform(&r, -2, 2));
-                    if (f == KHUB_QFORMAT_Q4_1 || f == KHUB_QFORMAT_Q4_K)
+                    if (f == KHUB_QFORMAT_Q4_1 || f == KHUB_QFORMAT_Q5_1 || f == KHUB_QFORMAT_Q4_K)
                         put_f16(p + 2, oracle_uniform(&r, -2, 2));
                 }
             }
@@ -1093,6 +1121,8 @@ TEST_IMPL(quant_random_blocks_bit_exact)
                 case KHUB_QFORMAT_Q8_0: oracle_deq_q8_0(p, wb); break;
                 case KHUB_QFORMAT_Q4_0: oracle_deq_q4_0(p, wb); break;
                 case KHUB_QFORMAT_Q4_1: oracle_deq_q4_1(p, wb); break;
+                case KHUB_QFORMAT_Q5_0: oracle_deq_q5_0(p, wb); break;
+                case KHUB_QFORMAT_Q5_1: oracle_deq_q5_1(p, wb); break;
                 case KHUB_QFORMAT_Q4_K: oracle_deq_q4_k(p, wb); break;
                 case KHUB_QFORMAT_Q6_K: oracle_deq_q6_k(p, wb); break;
                 default: oracle_deq_nf4(p, wb); break;
@@ -1154,9 +1184,9 @@ TEST_IMPL(quant_invalid_args)
     float w[64] = {0};
     uint8_t p[256];
     ASSERT_FAILS(quant_call(0, KHUB_QFORMAT_NONE, 1, 32, p, w), KHUB_STATUS_INVALID_ARG,
-                 "qlinear.dequantize: format (got 0, want 1..7)");
+                 "qlinear.dequantize: format (got 0, want 1..9)");
     ASSERT_FAILS(quant_call(1, (khub_qformat)99, 1, 32, w, p), KHUB_STATUS_INVALID_ARG,
-                 "qlinear.quantize: format (got 99, want 1..7)");
+                 "qlinear.quantize: format (got 99, want 1..9)");
     ASSERT_FAILS(
         quant_call(1, KHUB_QFORMAT_Q8_0, 1, 33, w, p), KHUB_STATUS_INVALID_ARG,
         "qlinear.quantize: n_cols (got 33, want a positive multiple of q8_0's block of 32)");

@@ -1,6 +1,6 @@
 /*
  * kx_q16.h: what the two int16-activation qlinear files share
- * (qlinear_q16.c: Q4_0, Q4_1, Q8_0; qlinear_q16k.c: Q4_K, Q6_K): the
+ * (qlinear_q16.c: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; qlinear_q16k.c: Q4_K, Q6_K): the
  * quantized activation block, the row quantizer, the step that folds two
  * 32-blocks of integer dot products into the accumulators.
  *

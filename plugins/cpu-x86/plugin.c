@@ -131,16 +131,19 @@ static khub_status not_runnable(kx_state *s, const char *op)
 /* ------------------------------------------------------------------------ */
 
 /* Weight formats by qlinear op: the default int16-activation qlinear serves
- * the k-quants too (qlinear_q16k.c); qlinear_q8a and qlinear_f32 do not. */
+ * Q5_0 / Q5_1 and the k-quants too (qlinear_q16.c, qlinear_q16k.c);
+ * qlinear_q8a and qlinear_f32 do not (they stay the Q4_0/Q4_1/Q8_0
+ * comparison paths they were written as, and refuse the others by name). */
 #define FMT_BIT(f) (1u << (f))
 #define FMTS_BLOCK \
     (FMT_BIT(KHUB_QFORMAT_Q4_0) | FMT_BIT(KHUB_QFORMAT_Q4_1) | FMT_BIT(KHUB_QFORMAT_Q8_0))
 #define FMTS_KQUANT (FMT_BIT(KHUB_QFORMAT_Q4_K) | FMT_BIT(KHUB_QFORMAT_Q6_K))
+#define FMTS_Q5     (FMT_BIT(KHUB_QFORMAT_Q5_0) | FMT_BIT(KHUB_QFORMAT_Q5_1))
 
 static const char *qformat_name(int f)
 {
-    static const char *names[KHUB_QFORMAT__COUNT] = {"none", "Q8_0", "Q4_0",     "Q4_1",
-                                                     "Q4_K", "Q6_K", "INT8_ROW", "NF4"};
+    static const char *names[KHUB_QFORMAT__COUNT] = {"none", "Q8_0",     "Q4_0", "Q4_1", "Q4_K",
+                                                     "Q6_K", "INT8_ROW", "NF4",  "Q5_0", "Q5_1"};
     return f > 0 && f < KHUB_QFORMAT__COUNT ? names[f] : "unknown";
 }
 
@@ -155,10 +158,10 @@ static khub_status check_weight_q(kx_state *s, const khub_tensor *w, uint32_t fm
                     op, (int)w->dtype.code);
     int f = w->dtype.bits;
     if (f <= 0 || f >= 32 || !(fmts & FMT_BIT(f)))
-        return FAIL(UNSUPPORTED, "%s: weight format %d (%s) is not served (%s are)", op, f,
-                    qformat_name(f),
-                    fmts & FMTS_KQUANT ? "Q4_0, Q4_1, Q8_0, Q4_K, Q6_K"
-                                       : "Q4_0, Q4_1, Q8_0; op qlinear also serves Q4_K, Q6_K");
+        return FAIL(
+            UNSUPPORTED, "%s: weight format %d (%s) is not served (%s are)", op, f, qformat_name(f),
+            fmts & FMTS_KQUANT ? "Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K"
+                               : "Q4_0, Q4_1, Q8_0; op qlinear also serves Q5_0, Q5_1, Q4_K, Q6_K");
     L->out = w->shape[0];
     int64_t in = w->shape[1];
     if (L->out < 1 || L->out > MAX_DIM)
@@ -171,7 +174,7 @@ static khub_status check_weight_q(kx_state *s, const khub_tensor *w, uint32_t fm
                     op, (long long)in, (long long)khub_qformat_block_elems((khub_qformat)f),
                     qformat_name(f),
                     f == KHUB_QFORMAT_Q4_K || f == KHUB_QFORMAT_Q6_K
-                        ? "32-weight (Q4_0, Q4_1, Q8_0)"
+                        ? "32-weight (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)"
                         : "different");
     L->in = in;
     L->wfmt = f;
@@ -241,7 +244,8 @@ static khub_status check_linear(kx_state *s, const void *args, uint32_t quant, k
 /* Three qlinear ops, by how they treat the activations x:
  *   qlinear      int16 per 32-block, integer dot products (qlinear_q16.c,
  *                qlinear_q16k.c for Q4_K / Q6_K): NMSE ~1e-9 per matmul,
- *                the default, and the only one serving Q4_K / Q6_K;
+ *                the default, and the only one serving Q5_0 / Q5_1 and
+ *                Q4_K / Q6_K;
  *   qlinear_f32  f32 (qlinear_f32.c): exact up to summation order, slower;
  *   qlinear_q8a  int8 per 32-block (qlinear.c): ~1e-4 NMSE per matmul,
  *                enough to move greedy tokens over 30 layers.
@@ -251,7 +255,7 @@ static khub_status run_qlinear(void *state, const void *args)
 {
     kx_state *s = state;
     kx_linear L;
-    CHECK(check_linear(s, args, FMTS_BLOCK | FMTS_KQUANT, &L));
+    CHECK(check_linear(s, args, FMTS_BLOCK | FMTS_Q5 | FMTS_KQUANT, &L));
     return L.n == 0 ? KHUB_STATUS_OK : KX(qlinear_q16_run)(s, &L);
 }
 
@@ -441,7 +445,8 @@ static const khub_op_caps caps_qlinear = {
     .cpu_features = KX_NEED,
     .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) |
               KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_K) |
-              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q6_K),
+              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q6_K) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q5_0) |
+              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q5_1),
     .flags = KHUB_CAP_BIAS,
     .priority = KX_PRIORITY};
 static const khub_op_caps caps_qlinear_q8a = {KHUB_STRUCT_INIT(khub_op_caps),

@@ -1,7 +1,7 @@
 /*
  * qgemm.c: the prefill case of qlinear (many tokens): y = x @ W^T with the
- * block-quantized W (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K) dequantized, one panel of output rows at a time,
- * into f32 and multiplied with f32 x by a register-tiled GEMM.
+ * block-quantized W (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K) dequantized, one
+ * panel of output rows at a time, into f32 and multiplied with f32 x by a register-tiled GEMM.
  *
  * Why. The per-block dot products (qlinear_q16.c) spend most of their work
  * on each block's scale: convert, scale, accumulate, for every (row, token,
@@ -95,6 +95,19 @@ static void dequant_block(int fmt, const uint8_t *blk, float *v)
     float d = _cvtsh_ss(kx_rd16(blk));
     if (fmt == KHUB_QFORMAT_Q8_0) {
         for (int i = 0; i < QK; i++) v[i] = d * (float)(int8_t)blk[2 + i];
+        return;
+    }
+    if (fmt == KHUB_QFORMAT_Q5_0 || fmt == KHUB_QFORMAT_Q5_1) {
+        /* code i = nibble | bit i of the little-endian u32 qh as bit 4 */
+        const int q51 = fmt == KHUB_QFORMAT_Q5_1;
+        uint32_t qh;
+        memcpy(&qh, blk + (q51 ? 4 : 2), 4);
+        const uint8_t *qs = blk + (q51 ? 8 : 6);
+        float c = q51 ? _cvtsh_ss(kx_rd16(blk + 2)) : -16.0f * d;
+        for (int i = 0; i < QK / 2; i++) {
+            v[i] = d * (float)((qs[i] & 15) | (((qh >> i) & 1u) << 4)) + c;
+            v[i + QK / 2] = d * (float)((qs[i] >> 4) | (((qh >> (i + 16)) & 1u) << 4)) + c;
+        }
         return;
     }
     const uint8_t *qs = blk + (fmt == KHUB_QFORMAT_Q4_1 ? 4 : 2);
@@ -219,7 +232,8 @@ khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a)
     const khub_host_api *h = s->host;
     if (a->wfmt != KHUB_QFORMAT_Q4_0 && a->wfmt != KHUB_QFORMAT_Q4_1 &&
         a->wfmt != KHUB_QFORMAT_Q8_0 && a->wfmt != KHUB_QFORMAT_Q4_K &&
-        a->wfmt != KHUB_QFORMAT_Q6_K)
+        a->wfmt != KHUB_QFORMAT_Q6_K && a->wfmt != KHUB_QFORMAT_Q5_0 &&
+        a->wfmt != KHUB_QFORMAT_Q5_1)
         return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: format %d reached the kernel", a->wfmt);
     /* One panel per pool thread, allocated here: the host allocator is only
      * called from the calling thread. in <= 2^40 was checked by plugin.c. */

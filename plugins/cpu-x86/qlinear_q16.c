@@ -1,6 +1,7 @@
 /*
- * qlinear_q16.c: y = x @ W^T for block-quantized W (Q4_0, Q4_1, Q8_0) with
- * the activations rounded to int16 per 32-block and integer dot products.
+ * qlinear_q16.c: y = x @ W^T for block-quantized W (Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q8_0) with the activations rounded to int16 per 32-block and integer dot
+ * products.
  *
  * Why int16. Rounding x to int8 per block (qlinear.c) costs an NMSE of about
  * 1e-4 per matmul on real hidden states with outlier channels, enough to
@@ -10,11 +11,13 @@
  * (NMSE below 1e-8 even with a 32x outlier in the block), and the dot is
  * two vpmaddwd (AVX2) or two vpdpwssd (AVX-512 VNNI) per block.
  *
- * The math per block of 32: w_i = d_w q_i + c, c = m (Q4_1), -8 d_w (Q4_0),
- * 0 (Q8_0); x_i ~= d_x p_i. So sum_i w_i x_i ~= d_w d_x sum_i q_i p_i +
- * c * sum_i x_i, where the block sum of x is the exact f32 sum (the offset
- * term adds no rounding). No int32 lane can overflow: a lane sums four
- * products of |q| <= 128 and |p| <= 32767, below 2^24.
+ * The math per block of 32: w_i = d_w q_i + c, c = m (Q4_1, Q5_1), -8 d_w
+ * (Q4_0), -16 d_w (Q5_0), 0 (Q8_0); x_i ~= d_x p_i. So sum_i w_i x_i ~=
+ * d_w d_x sum_i q_i p_i + c * sum_i x_i, where the block sum of x is the
+ * exact f32 sum (the offset term adds no rounding). No int32 lane can
+ * overflow: a lane sums four products of |q| <= 128 and |p| <= 32767, below
+ * 2^24. The Q5 codes (0..31) are the Q4 nibbles with bit 4 taken from the
+ * block's 32-bit qh mask, expanded to bytes by a shuffle and a compare.
  *
  * Float work per block (scale, convert, accumulate) is what bounds the
  * decode GEMV, so blocks go in pairs as in qlinear.c: the two blocks' int32
@@ -79,7 +82,36 @@ void KX(q16_quantize_row)(const float *x, int64_t in, void *out_)
 
 static inline size_t blk_bytes(int fmt)
 {
-    return fmt == KHUB_QFORMAT_Q8_0 ? 34 : fmt == KHUB_QFORMAT_Q4_0 ? 18 : 20;
+    switch (fmt) {
+    case KHUB_QFORMAT_Q8_0: return 34;
+    case KHUB_QFORMAT_Q4_0: return 18;
+    case KHUB_QFORMAT_Q5_0: return 22;
+    case KHUB_QFORMAT_Q5_1: return 24;
+    default: return 20; /* Q4_1 */
+    }
+}
+
+static inline int is_q5(int fmt) { return fmt == KHUB_QFORMAT_Q5_0 || fmt == KHUB_QFORMAT_Q5_1; }
+
+/* Byte offset of the nibbles qs[16] in a block. */
+static inline int qs_offset(int fmt)
+{
+    switch (fmt) {
+    case KHUB_QFORMAT_Q4_0: return 2;
+    case KHUB_QFORMAT_Q5_0: return 6;
+    case KHUB_QFORMAT_Q5_1: return 8;
+    default: return 4; /* Q4_1 */
+    }
+}
+
+/* Bit 4 of 16 Q5 codes as 0x10 or 0 per byte. h holds qh[4] (bit l of the
+ * little-endian u32 is code l's); sel picks, per output byte, the qh byte
+ * that holds its bit: {0 x8, 1 x8} for codes 0..15, {2 x8, 3 x8} for 16..31. */
+static inline __m128i q5_bit4(__m128i h, __m128i sel)
+{
+    const __m128i bit = _mm_set1_epi64x((long long)0x8040201008040201ull);
+    __m128i b = _mm_and_si128(_mm_shuffle_epi8(h, sel), bit);
+    return _mm_and_si128(_mm_cmpeq_epi8(b, bit), _mm_set1_epi8(0x10));
 }
 
 /* The block's 32 codes as two vectors of 16 int16 (elements 0..15, 16..31). */
@@ -91,10 +123,20 @@ static inline __attribute__((always_inline)) void codes16(const int fmt, const u
         *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
         return;
     }
-    const __m128i r = _mm_loadu_si128((const __m128i *)(blk + (fmt == KHUB_QFORMAT_Q4_1 ? 4 : 2)));
+    const __m128i r = _mm_loadu_si128((const __m128i *)(blk + qs_offset(fmt)));
     const __m128i m4 = _mm_set1_epi8(0x0f);
-    *lo = _mm256_cvtepu8_epi16(_mm_and_si128(r, m4));
-    *hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(r, 4), m4));
+    __m128i l = _mm_and_si128(r, m4), h = _mm_and_si128(_mm_srli_epi16(r, 4), m4);
+    if (is_q5(fmt)) {
+        uint32_t qh;
+        memcpy(&qh, blk + (fmt == KHUB_QFORMAT_Q5_0 ? 2 : 4), 4);
+        const __m128i v = _mm_cvtsi32_si128((int)qh);
+        l = _mm_or_si128(l,
+                         q5_bit4(v, _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)));
+        h = _mm_or_si128(h,
+                         q5_bit4(v, _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)));
+    }
+    *lo = _mm256_cvtepu8_epi16(l);
+    *hi = _mm256_cvtepu8_epi16(h);
 }
 
 /* [d0, c0, d1, c1] of blocks blk and blk + bb (c = additive term factor). */
@@ -104,9 +146,10 @@ static inline __m128 scales2(const int fmt, const uint8_t *blk, size_t bb)
     memcpy(&h0, blk, 4);
     memcpy(&h1, blk + bb, 4);
     __m128 f = _mm_cvtph_ps(_mm_setr_epi32((int)h0, (int)h1, 0, 0)); /* d0 m0 d1 m1 */
-    if (fmt == KHUB_QFORMAT_Q4_1) return f;
+    if (fmt == KHUB_QFORMAT_Q4_1 || fmt == KHUB_QFORMAT_Q5_1) return f;
     __m128 d = _mm_shuffle_ps(f, f, _MM_SHUFFLE(2, 2, 0, 0));
     if (fmt == KHUB_QFORMAT_Q4_0) return _mm_mul_ps(d, _mm_setr_ps(1.0f, -8.0f, 1.0f, -8.0f));
+    if (fmt == KHUB_QFORMAT_Q5_0) return _mm_mul_ps(d, _mm_setr_ps(1.0f, -16.0f, 1.0f, -16.0f));
     return _mm_and_ps(d, _mm_castsi128_ps(_mm_setr_epi32(-1, 0, -1, 0)));
 }
 
@@ -152,8 +195,10 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
             __m256i wl, wh;
             codes16(fmt, blk, &wl, &wh);
             float dw = _cvtsh_ss(kx_rd16(blk));
-            float cw = fmt == KHUB_QFORMAT_Q4_1   ? _cvtsh_ss(kx_rd16(blk + 2))
+            float cw = fmt == KHUB_QFORMAT_Q4_1 || fmt == KHUB_QFORMAT_Q5_1
+                           ? _cvtsh_ss(kx_rd16(blk + 2))
                        : fmt == KHUB_QFORMAT_Q4_0 ? -8.0f * dw
+                       : fmt == KHUB_QFORMAT_Q5_0 ? -16.0f * dw
                                                   : 0.0f;
 #pragma GCC unroll 4
             for (int c = 0; c < tc; c++) {
@@ -174,10 +219,14 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
 KX_TILES(KX_QTILE_DEF, q4_0, KHUB_QFORMAT_Q4_0)
 KX_TILES(KX_QTILE_DEF, q4_1, KHUB_QFORMAT_Q4_1)
 KX_TILES(KX_QTILE_DEF, q8_0, KHUB_QFORMAT_Q8_0)
+KX_TILES(KX_QTILE_DEF, q5_0, KHUB_QFORMAT_Q5_0)
+KX_TILES(KX_QTILE_DEF, q5_1, KHUB_QFORMAT_Q5_1)
 
 static const kx_qtile_fn tiles_q4_0[TR][TC] = KX_TILE_PTRS(q4_0);
 static const kx_qtile_fn tiles_q4_1[TR][TC] = KX_TILE_PTRS(q4_1);
 static const kx_qtile_fn tiles_q8_0[TR][TC] = KX_TILE_PTRS(q8_0);
+static const kx_qtile_fn tiles_q5_0[TR][TC] = KX_TILE_PTRS(q5_0);
+static const kx_qtile_fn tiles_q5_1[TR][TC] = KX_TILE_PTRS(q5_1);
 
 /* ------------------------------------------------------------------------ */
 /* Entry (the driver is qdriver.c)                                          */
@@ -193,6 +242,8 @@ khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
     case KHUB_QFORMAT_Q4_0: k.tiles = &tiles_q4_0[0][0]; break;
     case KHUB_QFORMAT_Q4_1: k.tiles = &tiles_q4_1[0][0]; break;
     case KHUB_QFORMAT_Q8_0: k.tiles = &tiles_q8_0[0][0]; break;
+    case KHUB_QFORMAT_Q5_0: k.tiles = &tiles_q5_0[0][0]; break;
+    case KHUB_QFORMAT_Q5_1: k.tiles = &tiles_q5_1[0][0]; break;
     default:
         return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: format %d reached the kernel", a->wfmt);
     }

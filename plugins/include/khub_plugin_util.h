@@ -181,8 +181,8 @@ static inline bool khub_pu_is_compact(const khub_tensor *t)
 /* Name of a dtype for messages ("f32", "f16", "bf16", "q4_k", ...). */
 static inline const char *khub_pu_dtype_name(khub_dtype d)
 {
-    static const char *const q[] = {"q?",   "q8_0", "q4_0",     "q4_1",
-                                    "q4_k", "q6_k", "int8_row", "nf4"};
+    static const char *const q[] = {"q?",   "q8_0",     "q4_0", "q4_1", "q4_k",
+                                    "q6_k", "int8_row", "nf4",  "q5_0", "q5_1"};
     switch (khub_dtype_id_of(d)) {
     case KHUB_DTYPE_ID_F32: return "f32";
     case KHUB_DTYPE_ID_F16: return "f16";

@@ -11,6 +11,12 @@
  *   Q4_1   (32 w, 20 B)  f16 d | f16 m | u8 qs[16]           w = q * d + m
  *          (both: weight l < 16 is the low nibble of qs[l], weight l >= 16
  *          the high nibble of qs[l - 16])
+ *   Q5_0   (32 w, 22 B)  f16 d | u8 qh[4] | u8 qs[16]        w = (q - 16) * d
+ *   Q5_1   (32 w, 24 B)  f16 d | f16 m | u8 qh[4] | u8 qs[16]  w = q * d + m
+ *          (both: q is a 5-bit code; its low 4 bits are weight l's nibble of
+ *          qs as in Q4_0, its bit 4 is bit l of qh read as a little-endian
+ *          u32, so weights 0..15 take their top bits from qh[0..1] and
+ *          weights 16..31 from qh[2..3])
  *   Q4_K   (256 w, 144 B) f16 d | f16 dmin | u8 scales[12] | u8 qs[128]
  *          8 sub-blocks of 32 weights, each with a 6-bit scale sc and 6-bit
  *          min mn:  w = (d * sc) * q - (dmin * mn).
@@ -34,12 +40,13 @@
  *          weight 2t is the HIGH nibble of codes[t], weight 2t+1 the low one
  *          (bitsandbytes' packing).
  *
- * Quantizers exist for Q8_0, Q4_0, Q4_1, INT8_ROW and NF4 and follow the
+ * Quantizers exist for Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, INT8_ROW and NF4 and follow the
  * usual round-to-nearest rules of ggml's and bitsandbytes' reference
  * quantizers (described at each function). Q4_K and Q6_K are dequantize-only
  * here: their quantizers are search-based and belong to GGUF tools.
  */
 #include <math.h>
+#include <string.h>
 
 #include "ref_cpu.h"
 
@@ -90,6 +97,24 @@ static void deq_q4_1(const uint8_t *b, float *y)
 {
     float d = khub_pu_load_f16le(b), m = khub_pu_load_f16le(b + 2);
     for (int l = 0; l < 32; l++) y[l] = (float)q4_nibble(b + 4, l) * d + m;
+}
+
+/* The 5-bit code of weight l from qh[4] (bit l, little-endian) and qs[16]. */
+static int q5_code(const uint8_t *qh, const uint8_t *qs, int l)
+{
+    return q4_nibble(qs, l) | (((qh[l / 8] >> (l % 8)) & 1) << 4);
+}
+
+static void deq_q5_0(const uint8_t *b, float *y)
+{
+    float d = khub_pu_load_f16le(b);
+    for (int l = 0; l < 32; l++) y[l] = (float)(q5_code(b + 2, b + 6, l) - 16) * d;
+}
+
+static void deq_q5_1(const uint8_t *b, float *y)
+{
+    float d = khub_pu_load_f16le(b), m = khub_pu_load_f16le(b + 2);
+    for (int l = 0; l < 32; l++) y[l] = (float)q5_code(b + 4, b + 8, l) * d + m;
 }
 
 /* The 6-bit scale and min of Q4_K sub-block s (0..7) from scales[12]. */
@@ -157,6 +182,8 @@ void khub_ref__dequantize_row(khub_qformat fmt, const uint8_t *src, int64_t n, f
         case KHUB_QFORMAT_Q8_0: deq_q8_0(b, y); break;
         case KHUB_QFORMAT_Q4_0: deq_q4_0(b, y); break;
         case KHUB_QFORMAT_Q4_1: deq_q4_1(b, y); break;
+        case KHUB_QFORMAT_Q5_0: deq_q5_0(b, y); break;
+        case KHUB_QFORMAT_Q5_1: deq_q5_1(b, y); break;
         case KHUB_QFORMAT_Q4_K: deq_q4_k(b, y); break;
         case KHUB_QFORMAT_Q6_K: deq_q6_k(b, y); break;
         case KHUB_QFORMAT_NF4: deq_nf4(b, y); break;
@@ -227,6 +254,50 @@ static void qnt_q4_1(const float *x, uint8_t *b)
     }
 }
 
+/* Stores 32 5-bit codes: low nibbles into qs as Q4_0 packs them, bit 4 of
+ * code l into bit l of the little-endian u32 qh. */
+static void put_q5_codes(const int q[32], uint8_t *qh, uint8_t *qs)
+{
+    memset(qh, 0, 4);
+    for (int l = 0; l < 16; l++) qs[l] = (uint8_t)((q[l] & 0xf) | ((q[l + 16] & 0xf) << 4));
+    for (int l = 0; l < 32; l++) qh[l / 8] |= (uint8_t)(((q[l] >> 4) & 1) << (l % 8));
+}
+
+/* Q5_0: as Q4_0 with 32 levels: d = max / -16 (max the signed value of
+ * largest magnitude), q = min(trunc(x / d + 16.5), 31). */
+static void qnt_q5_0(const float *x, uint8_t *b)
+{
+    float amax = 0.0f, max = 0.0f;
+    for (int l = 0; l < 32; l++) {
+        if (fabsf(x[l]) > amax) {
+            amax = fabsf(x[l]);
+            max = x[l];
+        }
+    }
+    float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    int q[32];
+    khub_pu_store_f16le(b, d);
+    for (int l = 0; l < 32; l++) q[l] = (int)fminf(31.0f, fmaxf(0.0f, x[l] * id + 16.5f));
+    put_q5_codes(q, b + 2, b + 6);
+}
+
+/* Q5_1: as Q4_1 with 32 levels: d = (max - min) / 31, m = min,
+ * q = min(trunc((x - min) / d + 0.5), 31). */
+static void qnt_q5_1(const float *x, uint8_t *b)
+{
+    float lo = x[0], hi = x[0];
+    for (int l = 1; l < 32; l++) {
+        lo = fminf(lo, x[l]);
+        hi = fmaxf(hi, x[l]);
+    }
+    float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    int q[32];
+    khub_pu_store_f16le(b, d);
+    khub_pu_store_f16le(b + 2, lo);
+    for (int l = 0; l < 32; l++) q[l] = (int)fminf(31.0f, fmaxf(0.0f, (x[l] - lo) * id + 0.5f));
+    put_q5_codes(q, b + 4, b + 8);
+}
+
 /* NF4: absmax per block of 64, each weight x / absmax mapped to the nearest
  * code value (ties to the lower code). */
 static int nf4_nearest(float v)
@@ -274,6 +345,8 @@ static void quantize_row(khub_qformat fmt, const float *x, int64_t n, uint8_t *d
         case KHUB_QFORMAT_Q8_0: qnt_q8_0(xb, b); break;
         case KHUB_QFORMAT_Q4_0: qnt_q4_0(xb, b); break;
         case KHUB_QFORMAT_Q4_1: qnt_q4_1(xb, b); break;
+        case KHUB_QFORMAT_Q5_0: qnt_q5_0(xb, b); break;
+        case KHUB_QFORMAT_Q5_1: qnt_q5_1(xb, b); break;
         case KHUB_QFORMAT_NF4: qnt_nf4(xb, b); break;
         default: break; /* unreachable: quant_check rejects the others */
         }
@@ -309,7 +382,8 @@ static void quant_range(void *ud, int64_t begin, int64_t end, int thread)
 static bool quant_has_quantizer(khub_qformat f)
 {
     return f == KHUB_QFORMAT_Q8_0 || f == KHUB_QFORMAT_Q4_0 || f == KHUB_QFORMAT_Q4_1 ||
-           f == KHUB_QFORMAT_INT8_ROW || f == KHUB_QFORMAT_NF4;
+           f == KHUB_QFORMAT_Q5_0 || f == KHUB_QFORMAT_Q5_1 || f == KHUB_QFORMAT_INT8_ROW ||
+           f == KHUB_QFORMAT_NF4;
 }
 
 static khub_status quant_check(const khub_host_api *host, const char *op, const khub_quant_args *a,
@@ -386,7 +460,8 @@ static const khub_op_caps qlinear_caps = {
     .dtypes = KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_0) |
               KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_1) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_K) |
               KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q6_K) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_INT8_ROW) |
-              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_NF4),
+              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_NF4) | KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q5_0) |
+              KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q5_1),
     .flags = KHUB_CAP_BIAS,
 };
 

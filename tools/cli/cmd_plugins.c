@@ -34,7 +34,8 @@ static const char *kind_name(uint32_t kind)
 static const char *dtype_id_name(int id)
 {
     static const char *base[] = {"f32", "f16", "bf16", "i8", "i32"};
-    static const char *q[] = {"none", "q8_0", "q4_0", "q4_1", "q4_k", "q6_k", "int8_row", "nf4"};
+    static const char *q[KHUB_QFORMAT__COUNT] = {"none", "q8_0",     "q4_0", "q4_1", "q4_k",
+                                                 "q6_k", "int8_row", "nf4",  "q5_0", "q5_1"};
     if (id >= 0 && id < 5) return base[id];
     if (id >= KHUB_DTYPE_ID_QBASE && id < KHUB_DTYPE_ID_QBASE + KHUB_QFORMAT__COUNT)
         return q[id - KHUB_DTYPE_ID_QBASE];
