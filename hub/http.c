@@ -107,6 +107,8 @@ bool khub__url_same_origin(const char *a, const char *b)
     return false; /* without libcurl nothing is sent anyway */
 }
 
+void khub__http_close(khub_hub *hub) { (void)hub; }
+
 #else
 
 /* ======================================================================== */
@@ -296,8 +298,15 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
     pthread_once(&curl_once, curl_init_once);
     reset_resp(resp);
     *transient = 0;
-    CURL *c = curl_easy_init();
-    if (!c) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "%s: curl_easy_init failed", req->what);
+    /* One easy handle per hub, reset between requests: its connection
+     * cache survives the reset, so the requests of a download (revision,
+     * listing, files) share one keep-alive connection (one TLS handshake
+     * with the real Hub instead of one per request). */
+    if (hub->curl)
+        curl_easy_reset(hub->curl);
+    else if (!(hub->curl = curl_easy_init()))
+        return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "%s: curl_easy_init failed", req->what);
+    CURL *c = hub->curl;
     struct curl_slist *hdrs = NULL;
     char line[4200];
     if (auth && hub->token) {
@@ -322,7 +331,6 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
     FILE *up = NULL;
     khub_status bst = set_body(hub, req, c, &hdrs, &up);
     if (bst != KHUB_STATUS_OK) {
-        curl_easy_cleanup(c);
         curl_slist_free_all(hdrs);
         return bst;
     }
@@ -351,7 +359,6 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
     char *eff = NULL;
     curl_easy_getinfo(c, CURLINFO_EFFECTIVE_URL, &eff);
     snprintf(resp->final_url, sizeof resp->final_url, "%s", eff ? eff : url);
-    curl_easy_cleanup(c);
     curl_slist_free_all(hdrs);
     if (up) fclose(up);
     if (x.sink_st != KHUB_STATUS_OK) return x.sink_st; /* the sink set the message */
@@ -496,6 +503,12 @@ khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__htt
             if (wait < 8L * hub->backoff_ms) wait *= 2;
         }
     }
+}
+
+void khub__http_close(khub_hub *hub)
+{
+    if (hub->curl) curl_easy_cleanup(hub->curl);
+    hub->curl = NULL;
 }
 
 #endif /* KHUB_WITH_CURL */

@@ -208,6 +208,7 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
 void khub_hub_free(khub_hub *hub)
 {
     if (!hub) return;
+    khub__http_close(hub);
     free(hub->endpoint);
     free(hub->cache_dir);
     if (hub->token) {

@@ -25,6 +25,7 @@ struct khub_hub {
     uint32_t repo_type;
     int max_tries, backoff_ms, timeout_s, max_retry_after_s;
     char user_agent[256]; /* khub/<version>[; origin/<HF_HUB_USER_AGENT_ORIGIN>] */
+    void *curl;           /* the CURL easy handle, kept for its connections (http.c) */
     uint64_t n_requests;
     khub_hub_progress_fn progress;
     void *progress_ud;
@@ -220,6 +221,9 @@ typedef struct khub__http_req {
     const char *content_type; /* NULL = no Content-Type header */
     const char *accept;       /* NULL = no Accept header */
 } khub__http_req;
+
+/* Closes the hub's HTTP connections (khub_hub_free). */
+KHUB_INTERNAL void khub__http_close(khub_hub *hub);
 
 /* One request with redirects and retries (408, 429, 5xx and transport
  * errors, backoff doubling from hub->backoff_ms, Retry-After honoured up to

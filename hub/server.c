@@ -246,6 +246,16 @@ static size_t keep_escaped(void *cls, struct MHD_Connection *c, char *uri)
 /* Lifecycle                                                                */
 /* ======================================================================== */
 
+/* Counts accepted connections (tests check that a client reuses one). */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    (void)c;
+    (void)socket_ctx;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED)
+        atomic_fetch_add(&((khub__server *)cls)->n_connections, 1);
+}
+
 khub_status khub__server_start(const khub__server_opts *o, khub__server **out)
 {
     *out = NULL;
@@ -283,11 +293,11 @@ khub_status khub__server_start(const khub__server_opts *o, khub__server **out)
                         strerror(errno));
         goto fail;
     }
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0,
-                            NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa,
-                            MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED,
-                            on_completed, NULL, MHD_OPTION_END);
+    s->d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL, on_request,
+        s, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
+        MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (!s->d) {
         st = khub__fail(NULL, KHUB_STATUS_IO, "serve: cannot listen on %s:%u (port in use?)", host,
                         o->port);
@@ -304,6 +314,7 @@ fail:
 
 uint16_t khub__server_port(const khub__server *s) { return s->port; }
 uint64_t khub__server_requests(const khub__server *s) { return atomic_load(&s->n_requests); }
+uint64_t khub__server_connections(const khub__server *s) { return atomic_load(&s->n_connections); }
 
 void khub__server_stop(khub__server *s)
 {

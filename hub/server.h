@@ -29,6 +29,8 @@ KHUB_INTERNAL khub_status khub__server_start(const khub__server_opts *o, khub__s
 KHUB_INTERNAL uint16_t khub__server_port(const khub__server *s);
 /* Requests served so far (all endpoints). */
 KHUB_INTERNAL uint64_t khub__server_requests(const khub__server *s);
+/* TCP connections accepted so far. */
+KHUB_INTERNAL uint64_t khub__server_connections(const khub__server *s);
 KHUB_INTERNAL void khub__server_stop(khub__server *s);
 
 #endif /* KHUB_HUB_SERVER_H */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "server_impl.h"
@@ -34,7 +35,8 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                  {"503", F_503, 2},
                  {"redirect-loop", F_LOOP, 0},
                  {"cross-host", F_CROSS_HOST, 0},
-                 {"ignore-range", F_IGNORE_RANGE, 0}};
+                 {"ignore-range", F_IGNORE_RANGE, 0},
+                 {"rate", F_RATE, 0}};
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list ? list : "");
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
@@ -51,13 +53,17 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
             return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
                               "unknown fault \"%s\"; known: drop-body[=N], short-body, "
                               "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
-                              "cross-host, ignore-range",
+                              "cross-host, ignore-range, rate=MIB_PER_S",
                               t);
+        if (names[i].bit == F_RATE && (count < 1 || count > 1000000))
+            return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
+                              "fault rate needs a speed in MiB/s, 1..1000000 (rate=500)");
         s->faults |= names[i].bit;
         int c = count >= 0 ? count : names[i].def;
         if (names[i].bit == F_DROP) atomic_store(&s->budget_drop, c);
         if (names[i].bit == F_429) atomic_store(&s->budget_429, c);
         if (names[i].bit == F_503) atomic_store(&s->budget_503, c);
+        if (names[i].bit == F_RATE) s->rate = (uint64_t)c << 20;
     }
     return KHUB_STATUS_OK;
 }
@@ -92,14 +98,36 @@ int khub__srv_fault_reply(khub__server *s, struct MHD_Connection *c, MHD_RESULT 
 
 /* A body read from the file as MHD asks for it, never buffered whole.
  * The fault knobs shape it: extra trailing bytes, a flipped first byte,
- * and a stop point after which the connection fails. Without faults a
- * body goes out through MHD_create_response_from_fd (sendfile). */
+ * a stop point after which the connection fails, a pace (rate: a link of
+ * that speed, for benchmarks). Without faults a body goes out through
+ * MHD_create_response_from_fd (sendfile). */
 typedef struct body {
     int fd;
     uint64_t off, len; /* the file's bytes [off, off + len) */
     uint64_t n, stop;  /* n: body size (len + extra); stop: bytes before failing */
     int flip;          /* XOR the first byte (wrong-hash) */
+    uint64_t rate;     /* bytes per second, 0 = as fast as it goes */
+    double t0;         /* when the first byte was asked for (rate) */
 } body;
+
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* Sleeps until sending up to byte `end` keeps the body at its rate. */
+static void pace(body *b, uint64_t pos, uint64_t end)
+{
+    if (!b->rate) return;
+    if (pos == 0 || b->t0 == 0) b->t0 = mono_s();
+    double wait = b->t0 + (double)end / (double)b->rate - mono_s();
+    if (wait <= 0) return;
+    struct timespec ts = {(time_t)wait, (long)((wait - (double)(time_t)wait) * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
 
 static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -107,6 +135,7 @@ static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
     if (pos >= b->stop) return MHD_CONTENT_READER_END_WITH_ERROR;
     uint64_t want = b->stop - pos;
     size_t n = want < max ? (size_t)want : max;
+    pace(b, pos, pos + n);
     size_t from_file = pos < b->len ? (size_t)(b->len - pos < n ? b->len - pos : n) : 0;
     size_t got = 0;
     while (got < from_file) {
@@ -129,7 +158,7 @@ static void body_free(void *cls)
 
 int khub__srv_body_faults(const khub__server *s)
 {
-    return (s->faults & (F_EXTRA | F_WRONG_HASH | F_SHORT | F_DROP)) != 0;
+    return (s->faults & (F_EXTRA | F_WRONG_HASH | F_SHORT | F_DROP | F_RATE)) != 0;
 }
 
 struct MHD_Response *khub__srv_fault_body(khub__server *s, int fd, uint64_t off, uint64_t len,
@@ -141,7 +170,7 @@ struct MHD_Response *khub__srv_fault_body(khub__server *s, int fd, uint64_t off,
         *why = "out of memory";
         return NULL;
     }
-    *b = (body){fd, off, len, len, len, 0};
+    *b = (body){fd, off, len, len, len, 0, s->faults & F_RATE ? s->rate : 0, 0};
     if (s->faults & F_EXTRA) b->n = b->stop = len + 16;
     b->flip = (s->faults & F_WRONG_HASH) && len > 0;
     if (s->faults & F_SHORT) b->n = b->stop = len / 2;

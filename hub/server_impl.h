@@ -51,6 +51,7 @@ enum {
     F_LOOP = 1 << 6,
     F_CROSS_HOST = 1 << 7,
     F_IGNORE_RANGE = 1 << 8,
+    F_RATE = 1 << 9,
 };
 
 struct khub__server {
@@ -60,7 +61,9 @@ struct khub__server {
     uint32_t page_size;
     unsigned faults;
     atomic_int budget_drop, budget_429, budget_503;
+    uint64_t rate; /* F_RATE: body bytes per second per GET */
     atomic_ullong n_requests;
+    atomic_ullong n_connections; /* TCP connections accepted */
     FILE *log;
     pthread_mutex_t log_lock;
     char *token;                /* writes need "Bearer <token>"; NULL = open */

@@ -288,6 +288,27 @@ TEST_IMPL(symlinks_disabled_places_regular_files)
     unsetenv("HF_HUB_DISABLE_SYMLINKS");
 }
 
+/* The requests of one handle share a keep-alive connection: resolving,
+ * the listing and the files of a download cost one TCP connect. */
+TEST_IMPL(requests_share_one_connection)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    char commit[41], *p = NULL;
+    uint64_t before = khub__server_connections(fx.srv);
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_OK(khub_hub_download_file(hub, &id, commit, "README.md", &p));
+    free(p);
+    ASSERT_OK(khub_hub_download_file(hub, &id, commit, "weights.bin", &p));
+    free(p);
+    ASSERT_LE(4, khub__server_requests(fx.srv));
+    ASSERT_EQ(khub__server_connections(fx.srv) - before, 1);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 /* An implicit hub (opts.token NULL: HF_TOKEN and the token file apply). */
 static khub_hub *implicit_hub(const fixture *fx)
 {
@@ -359,5 +380,6 @@ TEST_IMPL(hf_client_variables)
     X(tree_paging_and_hostile_entries) \
     X(entry_not_found_leaves_no_exist_marker) \
     X(symlinks_disabled_places_regular_files) \
-    X(hf_client_variables)
+    X(hf_client_variables) \
+    X(requests_share_one_connection)
 TEST_MAIN(TEST_LIST)

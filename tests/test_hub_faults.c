@@ -157,6 +157,22 @@ TEST_IMPL(big_wrong_hash_rejected)
     expect_fail_on("big.bin", "wrong-hash", KHUB_STATUS_DIGEST_MISMATCH, "but the hub announced");
 }
 
+/* rate=64: bodies paced to 64 MiB/s (the benchmark's stand-in for a real
+ * link), still verified; a rate needs a number. */
+TEST_IMPL(rate_paces_bodies)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    expect_ok_on("big.bin", "rate=64", NULL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    ASSERT_LE(16.0 / 64 * 0.95, s); /* 16 MiB at 64 MiB/s: a quarter second at least */
+    khub__server *srv = NULL;
+    khub__server_opts so = {.dir = "/tmp", .faults = "rate"};
+    ASSERT_STATUS(khub__server_start(&so, &srv), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_last_error(), "fault rate needs a speed in MiB/s");
+}
+
 /* A cache on tmpfs (no O_DIRECT on older kernels): the writer falls back to
  * the page cache. */
 TEST_IMPL(big_download_on_tmpfs)
@@ -291,6 +307,7 @@ TEST_IMPL(eight_processes_one_blob)
     X(big_extra_bytes_rejected) \
     X(big_wrong_hash_rejected) \
     X(big_download_on_tmpfs) \
+    X(rate_paces_bodies) \
     X(kill9_mid_download_then_rerun) \
     X(kill9_mid_big_download_then_rerun) \
     X(eight_processes_one_blob)

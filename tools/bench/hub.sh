@@ -3,7 +3,11 @@
 # the same file's resolve URL, both from `khub serve` on loopback.
 #
 # usage: tools/bench/hub.sh [--build DIR] [--before DIR] [--size-mb 100] [--rounds 5]
-#                           [--work DIR]
+#                           [--work DIR] [--rate MIB_PER_S]
+#
+# --rate paces every GET body of both servers to that speed (khub serve's
+# `rate` fault), as a network link of that speed would: the same pace for
+# curl and khub.
 #
 # Also in every round: `curl -o FILE`, `curl -o FILE` + `openssl dgst -sha256` + sync
 # (curl with khub's guarantees, by hand; OpenSSL, as khub, uses SHA-NI where
@@ -33,6 +37,7 @@ size_mb=100
 rounds=5
 work=
 before=
+rate=
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -40,7 +45,8 @@ while [ $# -gt 0 ]; do
     --size-mb) size_mb=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    --rate) rate=$2; shift 2 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) echo "hub.sh: unknown option '$1'; see --help" >&2; exit 2 ;;
     esac
 done
@@ -78,7 +84,7 @@ trap 'for p in $srvs; do kill $p 2>/dev/null; wait $p 2>/dev/null || true; done'
 # start_server NAME KHUB: sets $endpoint_NAME (not in a subshell: the trap
 # needs the pid).
 start_server() {
-    "$2" serve "$work/repos" --port 0 > "$work/serve-$1.out" 2>&1 &
+    "$2" serve "$work/repos" --port 0 ${rate:+--fault rate=$rate} > "$work/serve-$1.out" 2>&1 &
     srvs="$srvs $!"
     for _ in $(seq 50); do grep -q '^serving' "$work/serve-$1.out" && break; sleep 0.1; done
     local ep
@@ -154,7 +160,7 @@ fi
 
 samples=$work/samples.txt
 : > "$samples"
-echo "hub.sh: $rounds rounds, ${size_mb} MiB, $endpoint ${before:+and $endpoint_before (before)}, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "hub.sh: $rounds rounds, ${size_mb} MiB${rate:+, bodies paced to $rate MiB/s}, $endpoint ${before:+and $endpoint_before (before)}, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 n_jobs=${#jobs_list[@]}
 for r in $(seq 1 "$rounds"); do
     for k in $(seq 0 $((n_jobs - 1))); do
