@@ -340,7 +340,8 @@ TEST_IMPL(type_table_matches_qformats)
     } m[] = {
         {KHUB_GGML_Q8_0, KHUB_QFORMAT_Q8_0}, {KHUB_GGML_Q4_0, KHUB_QFORMAT_Q4_0},
         {KHUB_GGML_Q4_1, KHUB_QFORMAT_Q4_1}, {KHUB_GGML_Q4_K, KHUB_QFORMAT_Q4_K},
-        {KHUB_GGML_Q6_K, KHUB_QFORMAT_Q6_K},
+        {KHUB_GGML_Q6_K, KHUB_QFORMAT_Q6_K}, {KHUB_GGML_Q5_0, KHUB_QFORMAT_Q5_0},
+        {KHUB_GGML_Q5_1, KHUB_QFORMAT_Q5_1},
     };
     for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
         int64_t be, bb;
@@ -355,6 +356,56 @@ TEST_IMPL(type_table_matches_qformats)
     ASSERT(khub__ggml_type_name(4) == NULL); /* retired Q4_2 */
     ASSERT(!khub__ggml_type_block(1000, NULL, NULL));
     ASSERT(!khub__ggml_type_dtype(13, NULL));
+}
+
+/* A GGUF holding a Q5_0 [2 x 64] and a Q5_1 [1 x 32] tensor (ggml types 6
+ * and 7, the 576-wide matrices of a Q4_K_M SmolLM2); cols 48 makes the Q5_0
+ * rows not whole blocks. */
+static void q5_gguf(fx_buf *b, uint64_t cols)
+{
+    fx_gguf_header(b, 3, 2, 1);
+    fx_kv_str(b, "general.architecture", "llama");
+    uint64_t ne5[2] = {cols, 2}, ne51[2] = {32, 1};
+    fx_tensor_info(b, "t.q5_0", 2, ne5, 6, 0);
+    fx_tensor_info(b, "t.q5_1", 2, ne51, 7, 96);
+    fx_align(b, 32);
+    fx_fill(b, 2 * 2 * 22, 5);
+    fx_zeros(b, 96 - 2 * 2 * 22);
+    fx_fill(b, 24, 6);
+}
+
+TEST_IMPL(q5_tensors_load_in_place)
+{
+    khub_runtime *rt = new_rt();
+    fx_buf b = {0};
+    q5_gguf(&b, 64);
+    khub_gguf *g = NULL;
+    ASSERT_OK(khub__gguf_open_mem(rt, "q5.gguf", b.p, b.n, &g));
+    const khub_gguf_tensor *t = khub__gguf_tensor_find(g, "t.q5_0");
+    ASSERT(t != NULL);
+    ASSERT_EQ(t->nbytes, 2 * 2 * 22);
+    khub_dtype dt;
+    ASSERT_OK(khub__gguf_tensor_dtype(g, t, &dt));
+    ASSERT_EQ(dt.code, KHUB_DL_BLOCKQ);
+    ASSERT_EQ(dt.bits, KHUB_QFORMAT_Q5_0);
+    ASSERT(t->data == b.p + khub__gguf_data_offset(g)); /* in place, not copied */
+    t = khub__gguf_tensor_find(g, "t.q5_1");
+    ASSERT(t != NULL);
+    ASSERT_EQ(t->nbytes, 24);
+    ASSERT_OK(khub__gguf_tensor_dtype(g, t, &dt));
+    ASSERT_EQ(dt.bits, KHUB_QFORMAT_Q5_1);
+    ASSERT(t->data == b.p + khub__gguf_data_offset(g) + 96);
+    ASSERT_EQ(((const uint8_t *)t->data)[0], b.p[khub__gguf_data_offset(g) + 96]);
+    khub__gguf_close(g);
+    fx_free(&b);
+    q5_gguf(&b, 48);
+    g = NULL;
+    ASSERT_STATUS(khub__gguf_open_mem(rt, "q5.gguf", b.p, b.n, &g), KHUB_STATUS_MODEL_INVALID);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "tensor 't.q5_0': ne[0] = 48 is not a multiple of the Q5_0 block size 32");
+    ASSERT(g == NULL);
+    fx_free(&b);
+    khub_runtime_free(rt);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -485,6 +536,7 @@ TEST_IMPL(real_smollm2_tensors)
     X(getter_errors) \
     X(missing_file_and_folder) \
     X(type_table_matches_qformats) \
+    X(q5_tensors_load_in_place) \
     X(oom_at_every_allocation_no_leak) \
     X(real_smollm2_tensors)
 TEST_MAIN(TEST_LIST)
