@@ -170,6 +170,27 @@ static void parse_link_next(char *dst, size_t size, const char *v)
     }
 }
 
+/* The IETF draft header the Hub sends, `"api";r=0;t=55`: with no requests
+ * left (r=0) in the window, the wait is the window's remaining t seconds
+ * plus one, as huggingface_hub waits; -1 when requests remain or the value
+ * is not understood. */
+long khub__http_ratelimit_wait(const char *val)
+{
+    long r = -1, t = -1;
+    for (const char *p = val; (p = strchr(p, ';')); p++) {
+        while (p[1] == ' ') p++;
+        char *end = NULL;
+        long v = strtol(p + 3, &end, 10);
+        if ((p[1] != 'r' && p[1] != 't') || p[2] != '=' || end == p + 3 || v < 0) continue;
+        if (p[1] == 'r')
+            r = v;
+        else
+            t = v;
+    }
+    if (r != 0 || t < 0) return -1;
+    return t >= 86400 ? 86400 : t + 1;
+}
+
 static size_t on_header(char *data, size_t sz, size_t nitems, void *ud)
 {
     xfer *x = ud;
@@ -205,6 +226,8 @@ static size_t on_header(char *data, size_t sz, size_t nitems, void *ud)
     } else if (IS("Retry-After")) {
         int64_t v = parse_i64(val);
         r->retry_after = v > 86400 ? 86400 : (long)v;
+    } else if (IS("RateLimit")) {
+        r->ratelimit_wait = khub__http_ratelimit_wait(val);
     } else if (IS("Location")) {
         trim_copy(r->location, sizeof r->location, val, strlen(val));
     } else if (IS("X-Error-Code")) {
@@ -259,7 +282,7 @@ static void reset_resp(khub__http_resp *r)
     free(r->body);
     memset(r, 0, sizeof *r);
     r->linked_size = r->content_length = r->range_start = -1;
-    r->retry_after = -1;
+    r->retry_after = r->ratelimit_wait = -1;
 }
 
 /* The method and body of a POST, PUT or DELETE: from memory, or streamed
@@ -490,9 +513,13 @@ khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__htt
                     (st == KHUB_STATUS_NETWORK && transient);
         if (!again || tries >= hub->max_tries || ++stalls > 4 * hub->max_tries) return st;
         long ms = wait;
-        if (st == KHUB_STATUS_OK && resp->retry_after >= 0) {
-            long ra = resp->retry_after > hub->max_retry_after_s ? hub->max_retry_after_s
-                                                                 : resp->retry_after;
+        /* A 429 whose RateLimit says the window is used up waits for the
+         * window; otherwise a Retry-After is honoured. */
+        long hint = st != KHUB_STATUS_OK                               ? -1
+                    : resp->status == 429 && resp->ratelimit_wait >= 0 ? resp->ratelimit_wait
+                                                                       : resp->retry_after;
+        if (hint >= 0) {
+            long ra = hint > hub->max_retry_after_s ? hub->max_retry_after_s : hint;
             if (ra * 1000 > ms) ms = ra * 1000;
         }
         khub__log(NULL, KHUB_LOG_INFO, "%s: %s, retrying in %ld ms", req->what,

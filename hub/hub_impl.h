@@ -169,6 +169,7 @@ typedef struct khub__http_resp {
     int64_t content_length; /* -1 = absent */
     int64_t range_start;    /* from Content-Range of a 206, -1 = absent */
     long retry_after;       /* seconds, -1 = absent */
+    long ratelimit_wait;    /* RateLimit "...;r=0;t=T": T + 1 seconds; -1 = absent or r > 0 */
     char location[2048];
     char error_code[64];
     char error_message[256];
@@ -221,6 +222,10 @@ typedef struct khub__http_req {
     const char *content_type; /* NULL = no Content-Type header */
     const char *accept;       /* NULL = no Accept header */
 } khub__http_req;
+
+/* Seconds to wait for a RateLimit header value (`"api";r=0;t=55` -> 56);
+ * -1 when requests remain (r > 0) or it is not understood. */
+KHUB_INTERNAL long khub__http_ratelimit_wait(const char *val);
 
 /* Closes the hub's HTTP connections (khub_hub_free). */
 KHUB_INTERNAL void khub__http_close(khub_hub *hub);

@@ -36,7 +36,8 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                  {"redirect-loop", F_LOOP, 0},
                  {"cross-host", F_CROSS_HOST, 0},
                  {"ignore-range", F_IGNORE_RANGE, 0},
-                 {"rate", F_RATE, 0}};
+                 {"rate", F_RATE, 0},
+                 {"ratelimit", F_RATELIMIT, 1}};
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list ? list : "");
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
@@ -53,7 +54,7 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
             return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
                               "unknown fault \"%s\"; known: drop-body[=N], short-body, "
                               "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
-                              "cross-host, ignore-range, rate=MIB_PER_S",
+                              "cross-host, ignore-range, rate=MIB_PER_S, ratelimit[=N]",
                               t);
         if (names[i].bit == F_RATE && (count < 1 || count > 1000000))
             return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
@@ -63,6 +64,7 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
         if (names[i].bit == F_DROP) atomic_store(&s->budget_drop, c);
         if (names[i].bit == F_429) atomic_store(&s->budget_429, c);
         if (names[i].bit == F_503) atomic_store(&s->budget_503, c);
+        if (names[i].bit == F_RATELIMIT) atomic_store(&s->budget_ratelimit, c);
         if (names[i].bit == F_RATE) s->rate = (uint64_t)c << 20;
     }
     return KHUB_STATUS_OK;
@@ -80,6 +82,16 @@ int khub__srv_fault_reply(khub__server *s, struct MHD_Connection *c, MHD_RESULT 
 {
     if ((s->faults & F_503) && take(&s->budget_503)) {
         *ret = khub__srv_send_error(c, 503, NULL, NULL, "injected 503");
+        return 1;
+    }
+    if ((s->faults & F_RATELIMIT) && take(&s->budget_ratelimit)) {
+        /* The window is used up and ends now: the client waits t + 1 = 1 s. */
+        struct MHD_Response *r = MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, "RateLimit", "\"resolvers\";r=0;t=0");
+        MHD_add_response_header(r, "RateLimit-Policy",
+                                "\"fixed window\";\"resolvers\";q=3000;w=300");
+        *ret = MHD_queue_response(c, 429, r);
+        MHD_destroy_response(r);
         return 1;
     }
     if ((s->faults & F_429) && take(&s->budget_429)) {

@@ -52,6 +52,7 @@ enum {
     F_CROSS_HOST = 1 << 7,
     F_IGNORE_RANGE = 1 << 8,
     F_RATE = 1 << 9,
+    F_RATELIMIT = 1 << 10,
 };
 
 struct khub__server {
@@ -60,7 +61,7 @@ struct khub__server {
     uint16_t port;
     uint32_t page_size;
     unsigned faults;
-    atomic_int budget_drop, budget_429, budget_503;
+    atomic_int budget_drop, budget_429, budget_503, budget_ratelimit;
     uint64_t rate; /* F_RATE: body bytes per second per GET */
     atomic_ullong n_requests;
     atomic_ullong n_connections; /* TCP connections accepted */

@@ -132,6 +132,31 @@ TEST_IMPL(retry_after_429_honoured)
     ASSERT_LE(1.0, s); /* Retry-After: 1 beats the 50 ms backoff */
 }
 
+/* A 429 whose RateLimit header says the window is used up (r=0;t=0) and
+ * no Retry-After: the client waits t + 1 s, not its 50 ms backoff. */
+TEST_IMPL(ratelimit_window_honoured)
+{
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    expect_ok("ratelimit=1", NULL);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+    ASSERT_LE(1.0, s);
+}
+
+/* The header's forms: only an exhausted window (r=0) asks for a wait. */
+TEST_IMPL(ratelimit_header_parsed)
+{
+    ASSERT_EQ(khub__http_ratelimit_wait("\"api\";r=0;t=55"), 56);
+    ASSERT_EQ(khub__http_ratelimit_wait("\"resolvers\"; r=0; t=0"), 1);
+    ASSERT_EQ(khub__http_ratelimit_wait("\"api\";r=12;t=55"), -1);
+    ASSERT_EQ(khub__http_ratelimit_wait("\"api\";t=55"), -1);
+    ASSERT_EQ(khub__http_ratelimit_wait("\"api\";r=0"), -1);
+    ASSERT_EQ(khub__http_ratelimit_wait("\"api\";r=0;t=x"), -1);
+    ASSERT_EQ(khub__http_ratelimit_wait("\"api\";r=0;t=999999999"), 86400);
+    ASSERT_EQ(khub__http_ratelimit_wait(""), -1);
+}
+
 /* The same faults on the three-thread path: the resume offset counts the
  * bytes still queued (the drop is at half the file, inside a chunk), a
  * restart drains the queue before truncating, and the digests come from
@@ -300,6 +325,8 @@ TEST_IMPL(eight_processes_one_blob)
     X(redirect_loop_stops) \
     X(twice_503_then_ok) \
     X(retry_after_429_honoured) \
+    X(ratelimit_window_honoured) \
+    X(ratelimit_header_parsed) \
     X(big_download_verified) \
     X(big_drop_mid_body_resumes_with_range) \
     X(big_ignore_range_restarts) \
