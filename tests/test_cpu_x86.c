@@ -801,6 +801,45 @@ TEST_IMPL(perturbation_is_detected)
 /* Errors                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/* qlinear_q8a and qlinear_f32 neither claim format f nor serve it, and
+ * say so with a message containing want. */
+static void others_refuse(const plug *p, int f, const khub_linear_args *a, const char *want)
+{
+    const char *others[] = {"qlinear_q8a", "qlinear_f32"};
+    for (int o = 0; o < 2; o++) {
+        const khub_op_desc *op = plug_op_named(p, KHUB_OP_QLINEAR, others[o]);
+        ASSERT(op != NULL);
+        ASSERT(!(op->caps->dtypes & KHUB_DTYPE_BIT_Q(f)));
+        khub__plugin_msg_clear();
+        ASSERT_STATUS(op->run(p->d.state, a), KHUB_STATUS_UNSUPPORTED);
+        ASSERT_CONTAINS(khub__plugin_msg(), want);
+    }
+}
+
+/* The default qlinear claims format f, refuses rows of `bad` weights
+ * (INVALID_ARG naming the width and f's block) and serves rows of `good`;
+ * the other two refuse f (others_refuse). *in_x, *in_w: a's input widths. */
+static void row_rule(const plug *p, int f, const khub_linear_args *a, int64_t *in_x, int64_t *in_w,
+                     int64_t bad, int64_t good, const char *others_msg)
+{
+    static const char *const name[KHUB_QFORMAT__COUNT] = {[KHUB_QFORMAT_Q4_K] = "Q4_K",
+                                                          [KHUB_QFORMAT_Q6_K] = "Q6_K",
+                                                          [KHUB_QFORMAT_Q5_0] = "Q5_0",
+                                                          [KHUB_QFORMAT_Q5_1] = "Q5_1"};
+    char want[160];
+    snprintf(want, sizeof want,
+             "weight row length %lld is not a positive multiple of %lld, the %s block",
+             (long long)bad, (long long)khub_qformat_block_elems((khub_qformat)f), name[f]);
+    *in_x = *in_w = bad;
+    khub__plugin_msg_clear();
+    ASSERT_STATUS(plug_run(p, KHUB_OP_QLINEAR, a), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub__plugin_msg(), want);
+    *in_x = *in_w = good;
+    ASSERT_OK(plug_run(p, KHUB_OP_QLINEAR, a));
+    ASSERT(plug_op(p, KHUB_OP_QLINEAR)->caps->dtypes & KHUB_DTYPE_BIT_Q(f));
+    others_refuse(p, f, a, others_msg);
+}
+
 TEST_IMPL(errors_name_the_problem)
 {
     plug lv[2];
@@ -842,29 +881,10 @@ TEST_IMPL(errors_name_the_problem)
     for (int l = 0; l < nlv; l++) {
         for (int f = KHUB_QFORMAT_Q4_K; f <= KHUB_QFORMAT_Q6_K; f++) {
             tkw.dtype = KHUB_DTYPE_Q(f);
-            skx[1] = skw[1] = 576; /* SmolLM2's hidden size: 2.25 super-blocks */
-            ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &ka), KHUB_STATUS_INVALID_ARG);
-            ASSERT_CONTAINS(khub__plugin_msg(), "weight row length 576 is not a positive multiple "
-                                                "of 256, the ");
-            ASSERT_CONTAINS(khub__plugin_msg(),
-                            f == KHUB_QFORMAT_Q4_K ? "Q4_K block" : "Q6_K block");
-            skx[1] = skw[1] = 512;
-            ASSERT_OK(plug_run(&lv[l], KHUB_OP_QLINEAR, &ka));
-            const char *others[] = {"qlinear_q8a", "qlinear_f32"};
-            for (int o = 0; o < 2; o++) {
-                const khub_op_desc *op = plug_op_named(&lv[l], KHUB_OP_QLINEAR, others[o]);
-                ASSERT(op != NULL);
-                ASSERT(!(op->caps->dtypes & KHUB_DTYPE_BIT_Q(f)));
-                khub__plugin_msg_clear();
-                ASSERT_STATUS(op->run(lv[l].d.state, &ka), KHUB_STATUS_UNSUPPORTED);
-                ASSERT_CONTAINS(khub__plugin_msg(),
-                                "op qlinear also serves Q5_0, Q5_1, Q4_K, Q6_K");
-            }
+            /* 576, SmolLM2's hidden size, is 2.25 super-blocks */
+            row_rule(&lv[l], f, &ka, &skx[1], &skw[1], 576, 512,
+                     "op qlinear also serves Q5_0, Q5_1, Q4_K, Q6_K");
         }
-        ASSERT(plug_op(&lv[l], KHUB_OP_QLINEAR)->caps->dtypes &
-               KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q4_K));
-        ASSERT(plug_op(&lv[l], KHUB_OP_QLINEAR)->caps->dtypes &
-               KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q6_K));
     }
     /* Q5_0 / Q5_1: rows of whole 32-blocks, and only the default qlinear. */
     uint8_t w5[8 * 24 * 2] = {0};
@@ -875,27 +895,9 @@ TEST_IMPL(errors_name_the_problem)
     for (int l = 0; l < nlv; l++) {
         for (int f = KHUB_QFORMAT_Q5_0; f <= KHUB_QFORMAT_Q5_1; f++) {
             t5w.dtype = KHUB_DTYPE_Q(f);
-            s5x[1] = s5w[1] = 48; /* a block and a half */
-            khub__plugin_msg_clear();
-            ASSERT_STATUS(plug_run(&lv[l], KHUB_OP_QLINEAR, &a5), KHUB_STATUS_INVALID_ARG);
-            ASSERT_CONTAINS(khub__plugin_msg(), "weight row length 48 is not a positive multiple "
-                                                "of 32, the ");
-            ASSERT_CONTAINS(khub__plugin_msg(),
-                            f == KHUB_QFORMAT_Q5_0 ? "Q5_0 block" : "Q5_1 block");
-            s5x[1] = s5w[1] = 64;
-            ASSERT_OK(plug_run(&lv[l], KHUB_OP_QLINEAR, &a5));
-            ASSERT(plug_op(&lv[l], KHUB_OP_QLINEAR)->caps->dtypes & KHUB_DTYPE_BIT_Q(f));
-            const char *others[] = {"qlinear_q8a", "qlinear_f32"};
-            for (int o = 0; o < 2; o++) {
-                const khub_op_desc *op = plug_op_named(&lv[l], KHUB_OP_QLINEAR, others[o]);
-                ASSERT(op != NULL);
-                ASSERT(!(op->caps->dtypes & KHUB_DTYPE_BIT_Q(f)));
-                khub__plugin_msg_clear();
-                ASSERT_STATUS(op->run(lv[l].d.state, &a5), KHUB_STATUS_UNSUPPORTED);
-                ASSERT_CONTAINS(khub__plugin_msg(), f == KHUB_QFORMAT_Q5_0
-                                                        ? "weight format 8 (Q5_0) is not served"
-                                                        : "weight format 9 (Q5_1) is not served");
-            }
+            row_rule(&lv[l], f, &a5, &s5x[1], &s5w[1], 48, 64, /* 48: a block and a half */
+                     f == KHUB_QFORMAT_Q5_0 ? "weight format 8 (Q5_0) is not served"
+                                            : "weight format 9 (Q5_1) is not served");
         }
     }
     /* K/V head counts that do not divide */

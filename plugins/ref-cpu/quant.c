@@ -215,9 +215,9 @@ static void qnt_q8_0(const float *x, uint8_t *b)
     }
 }
 
-/* Q4_0: the signed value of largest magnitude maps to -8, so
- * d = max / -8 and q = clamp(trunc(x / d + 8.5), 0, 15). */
-static void qnt_q4_0(const float *x, uint8_t *b)
+/* The value of largest magnitude of a 32-block, with its sign (the first
+ * one on ties), as the Q4_0 / Q5_0 scales need it. */
+static float signed_max32(const float *x)
 {
     float amax = 0.0f, max = 0.0f;
     for (int l = 0; l < 32; l++) {
@@ -226,6 +226,24 @@ static void qnt_q4_0(const float *x, uint8_t *b)
             max = x[l];
         }
     }
+    return max;
+}
+
+/* The smallest and largest value of a 32-block (Q4_1 / Q5_1). */
+static void min_max32(const float *x, float *lo, float *hi)
+{
+    *lo = *hi = x[0];
+    for (int l = 1; l < 32; l++) {
+        *lo = fminf(*lo, x[l]);
+        *hi = fmaxf(*hi, x[l]);
+    }
+}
+
+/* Q4_0: the signed value of largest magnitude maps to -8, so
+ * d = max / -8 and q = clamp(trunc(x / d + 8.5), 0, 15). */
+static void qnt_q4_0(const float *x, uint8_t *b)
+{
+    float max = signed_max32(x);
     float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     khub_pu_store_f16le(b, d);
     for (int l = 0; l < 16; l++) {
@@ -239,11 +257,8 @@ static void qnt_q4_0(const float *x, uint8_t *b)
  * 0, 15). */
 static void qnt_q4_1(const float *x, uint8_t *b)
 {
-    float lo = x[0], hi = x[0];
-    for (int l = 1; l < 32; l++) {
-        lo = fminf(lo, x[l]);
-        hi = fmaxf(hi, x[l]);
-    }
+    float lo, hi;
+    min_max32(x, &lo, &hi);
     float d = (hi - lo) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     khub_pu_store_f16le(b, d);
     khub_pu_store_f16le(b + 2, lo);
@@ -267,13 +282,7 @@ static void put_q5_codes(const int q[32], uint8_t *qh, uint8_t *qs)
  * largest magnitude), q = min(trunc(x / d + 16.5), 31). */
 static void qnt_q5_0(const float *x, uint8_t *b)
 {
-    float amax = 0.0f, max = 0.0f;
-    for (int l = 0; l < 32; l++) {
-        if (fabsf(x[l]) > amax) {
-            amax = fabsf(x[l]);
-            max = x[l];
-        }
-    }
+    float max = signed_max32(x);
     float d = max / -16.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     int q[32];
     khub_pu_store_f16le(b, d);
@@ -285,11 +294,8 @@ static void qnt_q5_0(const float *x, uint8_t *b)
  * q = min(trunc((x - min) / d + 0.5), 31). */
 static void qnt_q5_1(const float *x, uint8_t *b)
 {
-    float lo = x[0], hi = x[0];
-    for (int l = 1; l < 32; l++) {
-        lo = fminf(lo, x[l]);
-        hi = fmaxf(hi, x[l]);
-    }
+    float lo, hi;
+    min_max32(x, &lo, &hi);
     float d = (hi - lo) / 31.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
     int q[32];
     khub_pu_store_f16le(b, d);
