@@ -37,7 +37,9 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                  {"cross-host", F_CROSS_HOST, 0},
                  {"ignore-range", F_IGNORE_RANGE, 0},
                  {"rate", F_RATE, 0},
-                 {"ratelimit", F_RATELIMIT, 1}};
+                 {"ratelimit", F_RATELIMIT, 1},
+                 {"408", F_408, 1},
+                 {"gated", F_GATED, 0}};
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list ? list : "");
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
@@ -51,11 +53,12 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
         for (i = 0; i < sizeof names / sizeof names[0]; i++)
             if (!strcmp(t, names[i].name)) break;
         if (i == sizeof names / sizeof names[0])
-            return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
-                              "unknown fault \"%s\"; known: drop-body[=N], short-body, "
-                              "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
-                              "cross-host, ignore-range, rate=MIB_PER_S, ratelimit[=N]",
-                              t);
+            return khub__fail(
+                NULL, KHUB_STATUS_INVALID_ARG,
+                "unknown fault \"%s\"; known: drop-body[=N], short-body, "
+                "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
+                "cross-host, ignore-range, rate=MIB_PER_S, ratelimit[=N], 408[=N], gated",
+                t);
         if (names[i].bit == F_RATE && (count < 1 || count > 1000000))
             return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
                               "fault rate needs a speed in MiB/s, 1..1000000 (rate=500)");
@@ -65,6 +68,7 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
         if (names[i].bit == F_429) atomic_store(&s->budget_429, c);
         if (names[i].bit == F_503) atomic_store(&s->budget_503, c);
         if (names[i].bit == F_RATELIMIT) atomic_store(&s->budget_ratelimit, c);
+        if (names[i].bit == F_408) atomic_store(&s->budget_408, c);
         if (names[i].bit == F_RATE) s->rate = (uint64_t)c << 20;
     }
     return KHUB_STATUS_OK;
@@ -82,6 +86,16 @@ int khub__srv_fault_reply(khub__server *s, struct MHD_Connection *c, MHD_RESULT 
 {
     if ((s->faults & F_503) && take(&s->budget_503)) {
         *ret = khub__srv_send_error(c, 503, NULL, NULL, "injected 503");
+        return 1;
+    }
+    if (s->faults & F_GATED) {
+        *ret = khub__srv_send_error(c, 403, "GatedRepo", NULL,
+                                    "Access to this repo is restricted. You must have access to "
+                                    "it and be authenticated to access it.");
+        return 1;
+    }
+    if ((s->faults & F_408) && take(&s->budget_408)) {
+        *ret = khub__srv_send_error(c, 408, NULL, NULL, "injected 408");
         return 1;
     }
     if ((s->faults & F_RATELIMIT) && take(&s->budget_ratelimit)) {

@@ -53,6 +53,8 @@ enum {
     F_IGNORE_RANGE = 1 << 8,
     F_RATE = 1 << 9,
     F_RATELIMIT = 1 << 10,
+    F_408 = 1 << 11,
+    F_GATED = 1 << 12,
 };
 
 struct khub__server {
@@ -61,7 +63,7 @@ struct khub__server {
     uint16_t port;
     uint32_t page_size;
     unsigned faults;
-    atomic_int budget_drop, budget_429, budget_503, budget_ratelimit;
+    atomic_int budget_drop, budget_429, budget_503, budget_ratelimit, budget_408;
     uint64_t rate; /* F_RATE: body bytes per second per GET */
     atomic_ullong n_requests;
     atomic_ullong n_connections; /* TCP connections accepted */

@@ -121,6 +121,8 @@ TEST_IMPL(wrong_hash_rejected)
 }
 TEST_IMPL(redirect_loop_stops) { expect_fail("redirect-loop", KHUB_STATUS_HTTP, "redirect loop"); }
 TEST_IMPL(twice_503_then_ok) { expect_ok("503=2", NULL); }
+TEST_IMPL(timeout_408_then_ok) { expect_ok("408=1", NULL); }
+TEST_IMPL(gated_repo_refused) { expect_fail("gated", KHUB_STATUS_GATED_REPO, "GatedRepo"); }
 
 TEST_IMPL(retry_after_429_honoured)
 {
@@ -324,6 +326,8 @@ TEST_IMPL(eight_processes_one_blob)
     X(wrong_hash_rejected) \
     X(redirect_loop_stops) \
     X(twice_503_then_ok) \
+    X(timeout_408_then_ok) \
+    X(gated_repo_refused) \
     X(retry_after_429_honoured) \
     X(ratelimit_window_honoured) \
     X(ratelimit_header_parsed) \

@@ -270,7 +270,8 @@ static const khub_cli_cmd serve_cmd = {
     "It also takes uploads (repos/create, preupload, LFS, commit, branch, tag); with\n"
     "--token T every write needs 'Authorization: Bearer T' (reads stay open).\n"
     "--fault (or KHUB_SERVE_FAULTS) injects test faults: drop-body[=N], short-body,\n"
-    "extra-bytes, wrong-hash, 429[=N], ratelimit[=N], 503[=N], redirect-loop, cross-host,\n"
-    "ignore-range, rate=MIB_PER_S (every GET body paced to that speed, as over a real link).\n",
+    "extra-bytes, wrong-hash, 429[=N], ratelimit[=N], 503[=N], 408[=N], gated, redirect-loop,\n"
+    "cross-host, ignore-range, rate=MIB_PER_S (every GET body paced to that speed, as\n"
+    "over a real link).\n",
     run_serve};
 KHUB_CLI_COMMAND(serve_cmd)
