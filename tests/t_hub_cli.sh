@@ -54,6 +54,20 @@ out=$(timeout 20 "$KHUB" download org/demo@$C1 --file other.txt 2>&1) && fail "m
 echo "$out" | grep -q "other.txt is not in that commit" || fail ".no_exist message: $out"
 [ "$(wc -l < "$T/log")" = "$before" ] || fail "a .no_exist marker still made a request"
 
+# --json stays JSON when a hostile hub names a variant with a quote (listed
+# and rejected; backslashes and control characters make the whole listing
+# refused as unsafe paths, as huggingface_hub refuses them).
+C3=3333333333333333333333333333333333333333
+mkdir -p "$R/commits/$C3/build/torch\"evil"
+printf 'x' > "$R/commits/$C3/build/torch\"evil/f.so"
+printf '{"branches":{"main":"%s","v1":"%s","odd":"%s"},"tags":{}}' $C1 $C1 $C3 > $R/refs.json
+out=$(timeout 20 "$KHUB" variants org/demo@odd --json) || fail "variants --json (odd name): $out"
+echo "$out" | python3 -c '
+import json, sys
+v = json.load(sys.stdin)
+assert v[0]["name"] == "torch\"evil" and not v[0]["accepted"], v' || fail "variants --json: $out"
+printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 > $R/refs.json
+
 # Offline: no request reaches the server.
 before=$(wc -l < "$T/log")
 HF_HUB_OFFLINE=1 timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "offline download"

@@ -38,6 +38,10 @@ int khub_cli_usage(const khub_cli_cmd *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* True when argv contains --help or -h (then prints cmd->usage to stdout). */
 int khub_cli_wants_help(const khub_cli_cmd *cmd, int argc, char **argv);
+
+/* Prints s to stdout as a JSON string: quoted, with '"', '\\' and control
+ * characters escaped (names and reasons can come from a hostile hub). */
+void khub_cli_json_str(const char *s);
 /* A runtime with the built-in plugins loaded, or NULL after printing why.
  * n_threads 0 = all cores. */
 khub_runtime *khub_cli_runtime(const char *cmd, int n_threads);

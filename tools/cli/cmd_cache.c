@@ -18,20 +18,6 @@ static void human(uint64_t n, char *buf, size_t size)
     snprintf(buf, size, i ? "%.1f%s" : "%.0f%s", v, u[i]);
 }
 
-static void json_str(const char *s)
-{
-    putchar('"');
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\')
-            printf("\\%c", *s);
-        else if ((unsigned char)*s < 0x20)
-            printf("\\u%04x", *s);
-        else
-            putchar(*s);
-    }
-    putchar('"');
-}
-
 static int cache_ls(khub_hub *hub, int json)
 {
     khub_cache_report *r = NULL;
@@ -42,7 +28,7 @@ static int cache_ls(khub_hub *hub, int json)
     char sz[32];
     if (json) {
         printf("{\"cache\":");
-        json_str(khub_hub_cache_dir(hub));
+        khub_cli_json_str(khub_hub_cache_dir(hub));
         printf(",\"size\":%llu,\"repos\":[", (unsigned long long)r->size);
     } else {
         printf("%-42s %-8s %10s %6s %-24s\n", "REPO ID", "TYPE", "SIZE", "FILES", "REFS");
@@ -51,16 +37,16 @@ static int cache_ls(khub_hub *hub, int json)
         const khub_cache_repo *p = &r->repos[i];
         if (json) {
             printf("%s{\"id\":", i ? "," : "");
-            json_str(p->id);
+            khub_cli_json_str(p->id);
             printf(",\"type\":\"%s\",\"folder\":", p->type);
-            json_str(p->folder);
+            khub_cli_json_str(p->folder);
             printf(",\"size\":%llu,\"blobs\":%llu,\"warnings\":", (unsigned long long)p->size,
                    (unsigned long long)p->n_blobs);
-            json_str(p->warnings);
+            khub_cli_json_str(p->warnings);
             printf(",\"revisions\":[");
             for (size_t k = 0; k < p->n_revs; k++) {
                 printf("%s{\"commit\":\"%s\",\"refs\":", k ? "," : "", p->revs[k].commit);
-                json_str(p->revs[k].refs);
+                khub_cli_json_str(p->revs[k].refs);
                 printf(",\"files\":%llu,\"size\":%llu}", (unsigned long long)p->revs[k].n_files,
                        (unsigned long long)p->revs[k].size);
             }

@@ -86,10 +86,15 @@ static int run_resolve(int argc, char **argv)
     khub_hub *hub;
     char commit[41];
     if ((rc = open_hub("resolve", &a, &id, &hub, commit))) return rc;
-    if (a.json)
-        printf("{\"id\":\"%s/%s\",\"revision\":\"%s\",\"commit\":\"%s\"}\n", id.org, id.name,
-               id.revision, commit);
-    else
+    if (a.json) {
+        char full[256];
+        snprintf(full, sizeof full, "%s/%s", id.org, id.name);
+        printf("{\"id\":");
+        khub_cli_json_str(full);
+        printf(",\"revision\":");
+        khub_cli_json_str(id.revision);
+        printf(",\"commit\":\"%s\"}\n", commit);
+    } else
         printf("%s\n", commit);
     khub_hub_free(hub);
     return 0;
@@ -123,10 +128,13 @@ static int run_variants(int argc, char **argv)
     if (a.json) printf("[");
     for (size_t i = 0; i < vl->count; i++) {
         const khub_hub_variant *v = &vl->items[i];
-        if (a.json)
-            printf("%s{\"name\":\"%s\",\"accepted\":%s,\"reason\":\"%s\"}", i ? "," : "", v->name,
-                   v->accepted ? "true" : "false", v->reason);
-        else
+        if (a.json) {
+            printf("%s{\"name\":", i ? "," : "");
+            khub_cli_json_str(v->name);
+            printf(",\"accepted\":%s,\"reason\":", v->accepted ? "true" : "false");
+            khub_cli_json_str(v->reason);
+            printf("}");
+        } else
             printf("%s %-44s %s\n", vl->best && !strcmp(vl->best, v->name) ? "*" : " ", v->name,
                    v->reason);
     }
@@ -143,6 +151,24 @@ static const khub_cli_cmd variants_cmd = {
     "the preferred variant is marked '*'.\n",
     run_variants};
 KHUB_CLI_COMMAND(variants_cmd)
+
+/* One downloaded file as a JSON line; NULL fields are left out. */
+static void print_file_json(const char *variant, const char *file, const char *path,
+                            const char *sha256)
+{
+    printf("{");
+    if (variant) {
+        printf("\"variant\":");
+        khub_cli_json_str(variant);
+        printf(",");
+    }
+    printf("\"file\":");
+    khub_cli_json_str(file);
+    printf(",\"path\":");
+    khub_cli_json_str(path);
+    if (sha256) printf(",\"sha256\":\"%s\"", sha256);
+    printf("}\n");
+}
 
 static const khub_cli_cmd download_cmd;
 static int run_download(int argc, char **argv)
@@ -162,8 +188,10 @@ static int run_download(int argc, char **argv)
         char *path = NULL;
         if (khub_hub_download_file(hub, &id, commit, a.file, &path) != KHUB_STATUS_OK)
             rc = khub_cli_fail("download", "%s", khub_hub_errmsg(hub));
+        else if (!a.quiet && a.json)
+            print_file_json(NULL, a.file, path, NULL);
         else if (!a.quiet)
-            printf(a.json ? "{\"file\":\"%s\",\"path\":\"%s\"}\n" : "%s %s\n", a.file, path);
+            printf("%s %s\n", a.file, path);
         free(path);
         khub_hub_free(hub);
         return rc;
@@ -184,11 +212,13 @@ static int run_download(int argc, char **argv)
             rc = khub_cli_fail("download", "%s", khub_hub_errmsg(hub));
             goto done;
         }
-        for (size_t k = 0; k < fl->count && !a.quiet; k++)
-            printf(a.json
-                       ? "{\"variant\":\"%s\",\"file\":\"%s\",\"path\":\"%s\",\"sha256\":\"%s\"}\n"
-                       : "%s %s %s %s\n",
-                   v, fl->items[k].rel, fl->items[k].path, fl->items[k].sha256);
+        for (size_t k = 0; k < fl->count && !a.quiet; k++) {
+            const khub_hub_file *f = &fl->items[k];
+            if (a.json)
+                print_file_json(v, f->rel, f->path, f->sha256);
+            else
+                printf("%s %s %s %s\n", v, f->rel, f->path, f->sha256);
+        }
         khub_hub_file_list_free(fl);
         if (!a.all) goto done;
     }

@@ -19,6 +19,20 @@ void khub_cli_register(const khub_cli_cmd *cmd)
     if (n_commands < MAX_COMMANDS) commands[n_commands++] = cmd;
 }
 
+void khub_cli_json_str(const char *s)
+{
+    putchar('"');
+    for (; s && *s; s++) {
+        if (*s == '"' || *s == '\\')
+            printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20)
+            printf("\\u%04x", (unsigned)(unsigned char)*s);
+        else
+            putchar(*s);
+    }
+    putchar('"');
+}
+
 int khub_cli_fail(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
