@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the model-parser fuzzers with clang (libFuzzer + ASan + UBSan) and
-# runs each for a bounded time on a seed corpus made from the test fixtures
-# and the golden files.
+# Builds the fuzzers (the model parsers, and fuzz_hub_formats for every
+# hub-side format) with clang (libFuzzer + ASan + UBSan) and runs each for a
+# bounded time on a seed corpus made from the test fixtures, the golden
+# files and the in-tree kernels.
 #
 #   tests/fuzz/run.sh [SECONDS_PER_TARGET]     default 60
 #
@@ -14,11 +15,12 @@ SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="$(realpath -m "${KHUB_FUZZ_BUILD:-$SRC/build-fuzz}")" # absolute: the runs cd into it
 SECS="${1:-60}"
 JOBS="${KHUB_FUZZ_JOBS:-2}"
-TARGETS="gguf safetensors model_config tokenizer"
+TARGETS="gguf safetensors model_config tokenizer hub_formats"
 
 CC=clang cmake -S "$SRC" -B "$BUILD" -DKHUB_FUZZ=ON -DKHUB_SANITIZE=address,undefined \
     -DKHUB_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$BUILD" -j"$JOBS" --target make_seeds fuzz_gguf fuzz_safetensors fuzz_model_config fuzz_tokenizer
+cmake --build "$BUILD" -j"$JOBS" --target make_seeds fuzz_gguf fuzz_safetensors fuzz_model_config \
+    fuzz_tokenizer fuzz_hub_formats
 
 CORPUS="$BUILD/fuzz-corpus"
 for t in $TARGETS; do mkdir -p "$CORPUS/$t"; done
@@ -26,6 +28,23 @@ for t in $TARGETS; do mkdir -p "$CORPUS/$t"; done
 cp "$SRC"/tests/golden/*.gguf "$CORPUS/gguf/" 2>/dev/null || true
 cp "$SRC"/tests/golden/*.safetensors "$CORPUS/safetensors/" 2>/dev/null || true
 cp "$SRC"/tests/fixtures/tokenizer/*.json "$CORPUS/tokenizer/" 2>/dev/null || true
+# hub_formats: the first byte picks the parser (see fuzz_hub_formats.c).
+hub_seed() { { printf "\\$(printf '%03o' "$1")"; cat; } > "$CORPUS/hub_formats/seed-$1-$2"; }
+C=1111111111111111111111111111111111111111
+printf 'kernels-community/flash-attn2@version=1:flash_attn' | hub_seed 0 id
+printf '[{"type":"file","path":"build/v/a.so","oid":"%s","size":3,"lfs":{"oid":"%s","size":3}},{"type":"directory","path":"build","oid":"%s","size":0}]' \
+    $C "$C$C" $C | hub_seed 1 tree
+printf '{"format":1,"name":"org/k","version":"1.0.0","major":1,"variant":"khub1-cpu-x86_64-linux","abi":{"major":1,"minor":0},"backend":{"type":"cpu","archs":["x86_64"]},"plugins":[{"file":"k.so","level":"generic","cpu_features":[]}],"files":{"k.so":"%s"},"provenance":{"source_commit":"unknown","dirty":false}}' \
+    "$C$C" | hub_seed 2 meta
+for k in "$SRC"/kernels-src/*/kernel.json; do hub_seed 3 "$(basename "$(dirname "$k")")" < "$k"; done
+printf '{"format":1,"roles":{"attention":"kernels-community/flash-attn2@version=1:flash_attn","norm":{"cpu":{"repo":"kernels-community/rmsnorm","version":1},"cuda":[{"repo":"a/b","revision":"main","capability":[75,90]}]}},"dependencies":{"kernels-community/activation":{"version":1}}}' \
+    | hub_seed 4 mapping
+printf '{"format":1,"kernels":[{"repo":"a/b","version":1,"commit":"%s","variants":{"khub1-cpu-x86_64-linux":{"hash":"sha256:%s","files":{"k.so":"%s"}}}}]}' \
+    $C "$C$C" "$C$C" | hub_seed 5 lock
+printf '{"version":1,"publishers":{"kernels-community":["khub-ed25519 AAAA"]},"revoked":["0123456789abcdef"],"allow_unsigned":["my-org"]}' \
+    | hub_seed 6 policy
+printf '{"format":1,"key_id":"0123456789abcdef","sig":"AAAA"}' | hub_seed 7 sig
+printf 'khub-ed25519 MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=' | hub_seed 8 pubkey
 
 cd "$BUILD"
 for t in $TARGETS; do

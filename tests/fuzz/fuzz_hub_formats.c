@@ -1,0 +1,96 @@
+/* fuzz_hub_formats.c: libFuzzer target for every parser of the hub side,
+ * all of which read bytes a hub, a publisher or a project can choose.
+ *
+ * The first input byte (mod 9) picks the parser; the rest is its input:
+ *   0 Hub ID (org/name@rev:symbol)      5 khub.lock
+ *   1 a tree listing page (API JSON)    6 trust policy
+ *   2 metadata.json                     7 metadata.json.sig
+ *   3 kernel.json                       8 a public key line
+ *   4 khub.json (kernel mapping)
+ * Any input may be refused; none may crash, leak or read out of bounds. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hub_impl.h"
+#include "kernel_manifest.h"
+#include "kernel_mapping.h"
+#include "kernel_meta.h"
+#include "lockfile.h"
+#include "trust.h"
+
+static khub_hub *offline_hub(void)
+{
+    static khub_hub *hub;
+    if (!hub) {
+        khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = "/nonexistent",
+                           .offline = 1};
+        if (khub_hub_new(&o, &hub) != KHUB_STATUS_OK) abort();
+    }
+    return hub;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size == 0) return 0;
+    /* NUL-terminated copy: some parsers take C strings, and none may rely
+     * on the terminator being there when given a length. */
+    char *s = malloc(size);
+    if (!s) return 0;
+    memcpy(s, data + 1, size - 1);
+    s[size - 1] = '\0';
+    size_t n = size - 1;
+    char err[512];
+    switch (data[0] % 9) {
+    case 0: {
+        khub_hub_id id;
+        (void)khub_hub_id_parse(s, &id, err, sizeof err);
+        break;
+    }
+    case 1: {
+        khub__tree t = {0};
+        (void)khub__tree_parse(offline_hub(), s, n, &t);
+        khub__tree_free(&t);
+        break;
+    }
+    case 2: {
+        static khub_kmeta m;
+        (void)khub__kmeta_parse(s, n, &m, err, sizeof err);
+        break;
+    }
+    case 3: {
+        static khub_kernel_manifest km;
+        (void)khub__km_parse(s, n, "/nonexistent", &km, err, sizeof err);
+        break;
+    }
+    case 4: {
+        khub_mapping *m = NULL;
+        if (khub__mapping_parse(s, n, &m, err, sizeof err) == KHUB_STATUS_OK) free(m);
+        break;
+    }
+    case 5: {
+        khub_lock *l = NULL;
+        if (khub__lock_parse(s, n, &l, err, sizeof err) == KHUB_STATUS_OK) khub__lock_free(l);
+        break;
+    }
+    case 6: {
+        khub_trust_policy *p = NULL;
+        if (khub__trust_policy_parse(s, n, &p, err, sizeof err) == KHUB_STATUS_OK)
+            khub__trust_policy_free(p);
+        break;
+    }
+    case 7: {
+        char key_id[KHUB_KEY_ID_LEN + 1];
+        unsigned char sig[64];
+        (void)khub__sig_parse(s, n, key_id, sig);
+        break;
+    }
+    default: {
+        khub_pubkey k;
+        (void)khub__pubkey_parse(s, &k);
+        break;
+    }
+    }
+    free(s);
+    return 0;
+}
