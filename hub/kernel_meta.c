@@ -13,6 +13,17 @@
 #include "kernel_manifest.h"
 #include "kernel_meta.h"
 
+/* A JSON number that is a whole number in [lo, hi]: converting anything
+ * else to an int would be undefined (metadata.json is hostile). */
+static bool json_int(const cJSON *j, double lo, double hi, int *out)
+{
+    if (!cJSON_IsNumber(j) || !(j->valuedouble >= lo && j->valuedouble <= hi) ||
+        j->valuedouble != (double)(long long)j->valuedouble)
+        return false;
+    *out = (int)j->valuedouble;
+    return true;
+}
+
 static khub_status bad(char *errbuf, size_t n, const char *what)
 {
     khub__errbuf(errbuf, n, "metadata.json: %s", what);
@@ -93,10 +104,11 @@ static khub_status parse_artifacts(const cJSON *j, khub_kmeta *m, char *errbuf, 
         if (!copy_str(a, "kind", e->kind, sizeof e->kind) ||
             (strcmp(e->kind, "ptx") != 0 && strcmp(e->kind, "cubin") != 0))
             return bad(errbuf, n, "artifacts[].kind must be \"ptx\" or \"cubin\"");
-        if (!cJSON_IsNumber(sm) || sm->valuedouble < 10 || sm->valuedouble > 2000)
+        if (!json_int(sm, 10, 2000, &e->sm))
             return bad(errbuf, n, "artifacts[].sm must be a compute capability x10");
-        e->sm = (int)sm->valuedouble;
-        e->ptx_isa = cJSON_IsNumber(isa) ? (int)isa->valuedouble : 0;
+        e->ptx_isa = 0;
+        if (isa && !json_int(isa, 0, 10000, &e->ptx_isa))
+            return bad(errbuf, n, "artifacts[].ptx_isa must be a PTX ISA version x10");
         m->n_artifacts++;
     }
     return KHUB_STATUS_OK;
@@ -114,6 +126,7 @@ khub_status khub__kmeta_parse(const char *json, size_t n, khub_kmeta *out, char 
     const cJSON *major = cJSON_GetObjectItemCaseSensitive(j, "major");
     const cJSON *backend = cJSON_GetObjectItemCaseSensitive(j, "backend");
     const cJSON *prov = cJSON_GetObjectItemCaseSensitive(j, "provenance");
+    int abi_major = 0, abi_minor = 0;
     if (!cJSON_IsObject(j))
         st = bad(errbuf, errbuf_size, "not a JSON object");
     else if (!cJSON_IsNumber(fmt) || fmt->valuedouble != 1)
@@ -124,19 +137,19 @@ khub_status khub__kmeta_parse(const char *json, size_t n, khub_kmeta *out, char 
         st = bad(errbuf, errbuf_size, "'version' must be a string");
     else if (!copy_str(j, "variant", out->variant, sizeof out->variant))
         st = bad(errbuf, errbuf_size, "'variant' must be a string");
-    else if (!cJSON_IsNumber(major) || major->valuedouble < 1)
+    else if (!json_int(major, 1, 1e6, &out->major))
         st = bad(errbuf, errbuf_size, "'major' must be a positive integer");
     else if (!cJSON_IsObject(abi) ||
-             !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(abi, "major")) ||
-             !cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(abi, "minor")))
-        st = bad(errbuf, errbuf_size, "'abi' must be {\"major\": N, \"minor\": M}");
+             !json_int(cJSON_GetObjectItemCaseSensitive(abi, "major"), 0, 65535, &abi_major) ||
+             !json_int(cJSON_GetObjectItemCaseSensitive(abi, "minor"), 0, 65535, &abi_minor))
+        st = bad(errbuf, errbuf_size,
+                 "'abi' must be {\"major\": N, \"minor\": M} (whole numbers, 0..65535)");
     else if (!cJSON_IsObject(backend) ||
              !copy_str(backend, "type", out->backend, sizeof out->backend))
         st = bad(errbuf, errbuf_size, "'backend.type' must be a string");
     if (st == KHUB_STATUS_OK) {
-        out->major = (int)major->valuedouble;
-        out->abi_major = (uint16_t)cJSON_GetObjectItemCaseSensitive(abi, "major")->valuedouble;
-        out->abi_minor = (uint16_t)cJSON_GetObjectItemCaseSensitive(abi, "minor")->valuedouble;
+        out->abi_major = (uint16_t)abi_major;
+        out->abi_minor = (uint16_t)abi_minor;
         st = parse_files(j, out, errbuf, errbuf_size);
     }
     if (st == KHUB_STATUS_OK) st = parse_plugins(j, out, errbuf, errbuf_size);

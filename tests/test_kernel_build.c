@@ -233,6 +233,16 @@ TEST_IMPL(metadata_rejections)
          "\"abi\": {\"major\": 1, \"minor\": 0}, \"backend\": {\"type\": \"cpu\"}, \"files\": {}, "
          "\"plugins\": [{\"file\": \"y.so\"}]}",
          "plugins[].file is not listed in 'files'"},
+        /* found by fuzz_hub_formats: numbers past int were converted (UB) */
+        {"{\"format\": 1, \"name\": \"a/b\", \"version\": \"1\", \"variant\": \"v\", "
+         "\"major\": 8.9e19}",
+         "'major' must be a positive integer"},
+        {"{\"format\": 1, \"name\": \"a/b\", \"version\": \"1\", \"variant\": \"v\", \"major\": "
+         "1.5}",
+         "'major' must be a positive integer"},
+        {"{\"format\": 1, \"name\": \"a/b\", \"version\": \"1\", \"variant\": \"v\", \"major\": 1, "
+         "\"abi\": {\"major\": 1e300, \"minor\": 0}}",
+         "'abi' must be {\"major\": N, \"minor\": M} (whole numbers, 0..65535)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ASSERT_STATUS(

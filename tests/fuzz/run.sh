@@ -15,12 +15,12 @@ SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="$(realpath -m "${KHUB_FUZZ_BUILD:-$SRC/build-fuzz}")" # absolute: the runs cd into it
 SECS="${1:-60}"
 JOBS="${KHUB_FUZZ_JOBS:-2}"
-TARGETS="gguf safetensors model_config tokenizer hub_formats"
+TARGETS="gguf safetensors model_config tokenizer hub_formats archive"
 
 CC=clang cmake -S "$SRC" -B "$BUILD" -DKHUB_FUZZ=ON -DKHUB_SANITIZE=address,undefined \
     -DKHUB_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD" -j"$JOBS" --target make_seeds fuzz_gguf fuzz_safetensors fuzz_model_config \
-    fuzz_tokenizer fuzz_hub_formats
+    fuzz_tokenizer fuzz_hub_formats fuzz_archive
 
 CORPUS="$BUILD/fuzz-corpus"
 for t in $TARGETS; do mkdir -p "$CORPUS/$t"; done
@@ -45,6 +45,27 @@ printf '{"version":1,"publishers":{"kernels-community":["khub-ed25519 AAAA"]},"r
     | hub_seed 6 policy
 printf '{"format":1,"key_id":"0123456789abcdef","sig":"AAAA"}' | hub_seed 7 sig
 printf 'khub-ed25519 MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=' | hub_seed 8 pubkey
+# archive: a good variant archive, and the hostile kinds the unpacker refuses
+python3 - "$CORPUS/archive" <<'PY'
+import io, sys, tarfile
+def tgz(name, members):
+    with tarfile.open(f"{sys.argv[1]}/seed-{name}.tar.gz", "w:gz") as t:
+        for m, data in members:
+            t.addfile(m, io.BytesIO(data) if data is not None else None)
+def f(path, data=b"x"):
+    ti = tarfile.TarInfo(path); ti.size = len(data); return ti, data
+def d(path):
+    ti = tarfile.TarInfo(path); ti.type = tarfile.DIRTYPE; return ti, None
+def link(path, target, kind=tarfile.SYMTYPE):
+    ti = tarfile.TarInfo(path); ti.type = kind; ti.linkname = target; return ti, None
+tgz("good", [d("v"), f("v/metadata.json", b'{"format":1}'), f("v/k.so", b"\x7fELF" + bytes(64))])
+tgz("dotdot", [f("../escape"), f("a/../../b")])
+tgz("absolute", [f("/tmp/abs")])
+tgz("links", [link("s", "/etc"), link("h", "s", tarfile.LNKTYPE), f("s/x")])
+ti = tarfile.TarInfo("fifo"); ti.type = tarfile.FIFOTYPE
+tgz("fifo", [(ti, None)])
+tgz("bomb", [f("z", bytes(3 << 20))])
+PY
 
 cd "$BUILD"
 for t in $TARGETS; do
