@@ -87,8 +87,8 @@ khub_status khub__tokenizer_decode(const khub_tokenizer *tok, const int32_t *ids
     dbuf raw = {0}, txt = {0};
     khub_status st = KHUB_STATUS_NOMEM;
     for (size_t i = 0; i < n; i++) {
-        const char *p;
-        size_t l;
+        const char *p = NULL; /* set on OK; initialised for -O3's flow analysis */
+        size_t l = 0;
         if ((st = khub__tokenizer_token_bytes(tok, ids[i], &p, &l)) != KHUB_STATUS_OK) goto fail;
         st = KHUB_STATUS_NOMEM;
         if (!skip_token(tok, ids[i], flags) && !dbuf_put(rt, &raw, p, l)) goto fail;
@@ -182,8 +182,8 @@ khub_status khub__detok_push(khub_detok *d, int32_t id, const char **text, size_
 {
     khub_runtime *rt = d ? d->tok->rt : NULL;
     KHUB_API_CHECK(rt, d && text && len);
-    const char *p;
-    size_t l;
+    const char *p = NULL; /* set on OK; initialised for -O3's flow analysis */
+    size_t l = 0;
     KHUB_FORWARD_IF_ERROR(rt, khub__tokenizer_token_bytes(d->tok, id, &p, &l));
     if (skip_token(d->tok, id, d->flags)) l = 0;
     return detok_run(d, p, l, false, text, len);
