@@ -114,14 +114,16 @@ static int bench_latency(const lat_args *a)
         qsort(t, n, sizeof *t, cmp_double);
         qsort(tr, n, sizeof *tr, cmp_double);
         uint64_t reqs = khub_hub_request_count(hub) - reqs0;
-        if (a->json)
-            printf("{\"what\":\"hub_latency\",\"id\":\"%s\",\"commit\":\"%s\",\"variant\":\"%s\","
-                   "\"iterations\":%zu,\"files\":%zu,\"bytes_hashed\":%llu,\"median_us\":%.1f,"
+        if (a->json) {
+            printf("{\"what\":\"hub_latency\",\"id\":");
+            khub_cli_json_str(a->id_text);
+            printf(",\"commit\":\"%s\",\"variant\":", commit);
+            khub_cli_json_str(vl->best);
+            printf(",\"iterations\":%zu,\"files\":%zu,\"bytes_hashed\":%llu,\"median_us\":%.1f,"
                    "\"p90_us\":%.1f,\"resolve_median_us\":%.2f,\"requests\":%llu}\n",
-                   a->id_text, commit, vl->best, n, n_files, (unsigned long long)bytes,
-                   quantile(t, n, 0.5), quantile(t, n, 0.9), quantile(tr, n, 0.5),
-                   (unsigned long long)reqs);
-        else
+                   n, n_files, (unsigned long long)bytes, quantile(t, n, 0.5), quantile(t, n, 0.9),
+                   quantile(tr, n, 0.5), (unsigned long long)reqs);
+        } else
             printf("%s @%.12s %s: %zu iterations, %zu files, %llu bytes verified per call\n"
                    "resolve + verify: median %.1f us, p90 %.1f us (resolve alone: median "
                    "%.2f us); %llu requests\n",
@@ -199,12 +201,15 @@ static int bench_one(khub_runtime *rt, const char *pid, const khub_selftest_spec
     double work = khub__selftest_work(khub__selftest_kind(rt, pid, s->op), s, &flops);
     double rate = us > 0 ? work / us * 1e-3 : 0, rate_ref = ref > 0 ? work / ref * 1e-3 : 0;
     const char *unit = flops ? "GFLOP/s" : "GB/s";
-    if (a->json)
-        printf("{\"what\":\"op_bench\",\"plugin\":\"%s\",\"op\":\"%s\",\"shape\":[%s],"
-               "\"dtype\":\"%s\",\"us\":%.3f,\"ref_us\":%.3f,\"speedup\":%.3f,\"unit\":\"%s\","
-               "\"rate\":%.3f,\"ref_rate\":%.3f}\n",
-               pid, s->op, shape, s->dtype, us, ref, us > 0 ? ref / us : 0, unit, rate, rate_ref);
-    else
+    if (a->json) {
+        printf("{\"what\":\"op_bench\",\"plugin\":");
+        khub_cli_json_str(pid);
+        printf(",\"op\":");
+        khub_cli_json_str(s->op);
+        printf(",\"shape\":[%s],\"dtype\":\"%s\",\"us\":%.3f,\"ref_us\":%.3f,\"speedup\":%.3f,"
+               "\"unit\":\"%s\",\"rate\":%.3f,\"ref_rate\":%.3f}\n",
+               shape, s->dtype, us, ref, us > 0 ? ref / us : 0, unit, rate, rate_ref);
+    } else
         printf("%s [%s] %s: %.2f us (%.2f %s), ref-cpu %.2f us (%.2f %s), speedup %.2fx\n", s->op,
                shape, s->dtype, us, rate, unit, ref, rate_ref, unit, us > 0 ? ref / us : 0);
     return 0;

@@ -16,7 +16,7 @@
 
 typedef struct lock_args {
     const char *dir, *kernels, *lock, *import, *id, *policy;
-    int all, strict, allow_unsigned, json;
+    int all, strict, allow_unsigned;
 } lock_args;
 
 static int parse_args(const khub_cli_cmd *cmd, int argc, char **argv, lock_args *a, int want_id)
@@ -39,8 +39,6 @@ static int parse_args(const khub_cli_cmd *cmd, int argc, char **argv, lock_args 
             a->strict = 1;
         else if (!strcmp(s, "--allow-unsigned"))
             a->allow_unsigned = 1;
-        else if (!strcmp(s, "--json"))
-            a->json = 1;
         else if (s[0] == '-')
             return khub_cli_usage(cmd, "unknown option %s", s);
         else if (want_id == 2 && !a->id)

@@ -63,13 +63,19 @@ static int run_publish(int argc, char **argv)
         return rc;
     }
     if (json) {
-        printf("{\"repo\":\"%s\",\"branch\":\"%s\",\"version\":\"%s\",\"commit\":\"%s\","
+        printf("{\"repo\":");
+        khub_cli_json_str(res.repo);
+        printf(",\"branch\":");
+        khub_cli_json_str(res.branch);
+        printf(",\"version\":");
+        khub_cli_json_str(res.version);
+        printf(",\"commit\":\"%s\","
                "\"changed\":%s,\"files\":%zu,\"unchanged\":%zu,\"uploaded\":%zu,"
                "\"already_stored\":%zu,\"deleted\":%zu,\"created_repo\":%s,"
                "\"created_branch\":%s}\n",
-               res.repo, res.branch, res.version, res.commit, res.changed ? "true" : "false",
-               res.n_files, res.n_unchanged, res.n_uploaded, res.n_lfs_stored, res.n_deleted,
-               res.created_repo ? "true" : "false", res.created_branch ? "true" : "false");
+               res.commit, res.changed ? "true" : "false", res.n_files, res.n_unchanged,
+               res.n_uploaded, res.n_lfs_stored, res.n_deleted, res.created_repo ? "true" : "false",
+               res.created_branch ? "true" : "false");
     } else {
         if (!quiet)
             fprintf(stderr,
