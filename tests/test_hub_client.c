@@ -288,6 +288,45 @@ TEST_IMPL(symlinks_disabled_places_regular_files)
     unsetenv("HF_HUB_DISABLE_SYMLINKS");
 }
 
+/* HF_HUB_DISABLE_SYMLINKS where a hard link cannot be made: blobs/ on
+ * another file system (a link to a folder on /dev/shm), so link() fails
+ * with EXDEV and the blob is copied: a regular file of its own inode with
+ * the same bytes. */
+TEST_IMPL(symlinks_disabled_copies_across_file_systems)
+{
+    struct stat shm, tmp;
+    if (stat("/dev/shm", &shm) != 0 || access("/dev/shm", W_OK) != 0 || stat("/tmp", &tmp) != 0 ||
+        shm.st_dev == tmp.st_dev)
+        TEST_SKIP("no writable /dev/shm on another file system than /tmp");
+    setenv("HF_HUB_DISABLE_SYMLINKS", "1", 1);
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    char far[] = "/dev/shm/khub-blobs-XXXXXX", repo[512], blobs[600];
+    ASSERT(mkdtemp(far) != NULL);
+    snprintf(repo, sizeof repo, "%s/kernels--org--demo", fx.cache);
+    ASSERT_OK(khub__mkdirs(NULL, repo));
+    snprintf(blobs, sizeof blobs, "%s/blobs", repo);
+    ASSERT_EQ(symlink(far, blobs), 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    char *p = NULL;
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    struct stat snap, blob;
+    ASSERT_EQ(lstat(p, &snap), 0);
+    ASSERT(S_ISREG(snap.st_mode));
+    char sha[65], bpath[700];
+    ASSERT_OK(khub__sha256_file_hex(p, sha));
+    snprintf(bpath, sizeof bpath, "%s/%s", far, sha);
+    ASSERT_EQ(stat(bpath, &blob), 0);   /* the blob is on /dev/shm ... */
+    ASSERT(snap.st_dev != blob.st_dev); /* ... and the snapshot entry a copy */
+    ASSERT_EQ(snap.st_size, blob.st_size);
+    free(p);
+    khub_hub_free(hub);
+    fx_done(&fx);
+    khub__rmtree(far);
+    unsetenv("HF_HUB_DISABLE_SYMLINKS");
+}
+
 /* The requests of one handle share a keep-alive connection: resolving,
  * the listing and the files of a download cost one TCP connect. */
 TEST_IMPL(requests_share_one_connection)
@@ -380,6 +419,7 @@ TEST_IMPL(hf_client_variables)
     X(tree_paging_and_hostile_entries) \
     X(entry_not_found_leaves_no_exist_marker) \
     X(symlinks_disabled_places_regular_files) \
+    X(symlinks_disabled_copies_across_file_systems) \
     X(hf_client_variables) \
     X(requests_share_one_connection)
 TEST_MAIN(TEST_LIST)
