@@ -145,7 +145,10 @@ static void fill_weights(uint8_t *w, size_t bytes, khub_dtype dt)
         return;
     }
     size_t bb = (size_t)khub_qformat_block_bytes((khub_qformat)dt.bits);
-    size_t nscale = dt.bits == KHUB_QFORMAT_Q4_1 || dt.bits == KHUB_QFORMAT_Q4_K ? 2 : 1;
+    size_t nscale = dt.bits == KHUB_QFORMAT_Q4_1 || dt.bits == KHUB_QFORMAT_Q5_1 ||
+                            dt.bits == KHUB_QFORMAT_Q4_K
+                        ? 2
+                        : 1;
     size_t at = dt.bits == KHUB_QFORMAT_Q6_K ? 208 : 0; /* Q6_K keeps d last */
     for (size_t b = 0; b + bb <= bytes; b += bb)
         for (size_t s = 0; s < nscale; s++)
@@ -308,6 +311,24 @@ static void bench_kquant(double min_s)
     bench_linear("qlinear Q4_0", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_0), 64, 768, 1536, 0, min_s);
 }
 
+/* The 5-bit formats next to the 4-bit ones they extend, decode from memory
+ * at the SmolLM2 shapes a Q4_K_M file stores as Q5_0 (out x in). */
+static void bench_q5(double min_s)
+{
+    static const int64_t shp[][2] = {{1536, 576}, {576, 1536}, {576, 576}};
+    static const struct {
+        const char *label;
+        khub_qformat f;
+    } fmts[] = {{"qlinear Q4_0", KHUB_QFORMAT_Q4_0},
+                {"qlinear Q5_0", KHUB_QFORMAT_Q5_0},
+                {"qlinear Q4_1", KHUB_QFORMAT_Q4_1},
+                {"qlinear Q5_1", KHUB_QFORMAT_Q5_1}};
+    for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+        for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
+            bench_linear(fmts[f].label, KHUB_DTYPE_Q(fmts[f].f), 1, shp[i][1], shp[i][0], 1,
+                         min_s);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Command                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -317,7 +338,7 @@ static int run_bench_ops(int argc, char **argv);
 static const khub_cli_cmd cmd_bench_ops = {
     "bench-ops", "micro-benchmark each op of the built-in CPU plugins",
     "usage: khub bench-ops [--threads N] [--time S] [--clock wall|cpu] [--plugin-dir DIR]\n"
-    "                      [--quick | --kquant]\n"
+    "                      [--quick | --kquant | --q5]\n"
     "\n"
     "Times single op calls of ref-cpu, cpu-avx2 and cpu-avx512 side by side and\n"
     "prints the median time per call, GFLOP/s and GB/s of the streamed operand.\n"
@@ -328,7 +349,8 @@ static const khub_cli_cmd cmd_bench_ops = {
     "  --plugin-dir DIR  where the .so files are (default $KHUB_PLUGIN_DIR or\n"
     "                    ../plugins next to this binary)\n"
     "  --quick           only the decode GEMV cases\n"
-    "  --kquant          only the Q4_K / Q6_K cases (rows of whole 256-blocks)\n",
+    "  --kquant          only the Q4_K / Q6_K cases (rows of whole 256-blocks)\n"
+    "  --q5              only the Q5_0 / Q5_1 decode cases, next to Q4_0 / Q4_1\n",
     run_bench_ops};
 
 static int run_bench_ops(int argc, char **argv)
@@ -349,6 +371,8 @@ static int run_bench_ops(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--kquant"))
             quick = 2;
+        else if (!strcmp(argv[i], "--q5"))
+            quick = 3;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
             bench_clock = CLOCK_THREAD_CPUTIME_ID, i++;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "wall"))
@@ -381,10 +405,16 @@ static int run_bench_ops(int argc, char **argv)
         bench_kquant(min_s);
         goto done;
     }
+    if (quick == 3) {
+        bench_q5(min_s);
+        goto done;
+    }
     bench_linear("qlinear Q4_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1), 1, 576, 1536, 1, min_s);
     bench_linear("qlinear Q4_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1), 1, 1536, 576, 1, min_s);
     bench_linear("qlinear Q4_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1), 1, 576, 576, 1, min_s);
     bench_linear("qlinear Q4_0", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_0), 1, 576, 1536, 1, min_s);
+    bench_linear("qlinear Q5_0", KHUB_DTYPE_Q(KHUB_QFORMAT_Q5_0), 1, 576, 1536, 1, min_s);
+    bench_linear("qlinear Q5_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q5_1), 1, 576, 1536, 1, min_s);
     bench_linear("qlinear Q8_0", KHUB_DTYPE_Q(KHUB_QFORMAT_Q8_0), 1, 576, 1536, 1, min_s);
     bench_linear("qlinear Q8_0", KHUB_DTYPE_Q(KHUB_QFORMAT_Q8_0), 1, 576, 49152, 1, min_s);
     bench_linear("linear f16", KHUB_DTYPE_F16, 1, 576, 1536, 1, min_s);
