@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -25,28 +26,97 @@
 #include "hub_impl.h"
 #include "kernel_meta.h"
 
+#define MAX_GPUS 16
+
 typedef struct host {
     char cpu[32];
-    int cuda; /* driver version as 1000*major + 10*minor, 0 = none */
+    int cuda;         /* driver version as 1000*major + 10*minor, 0 = none */
+    int n_gpus;       /* devices the driver reports (with cuda) */
+    int cc[MAX_GPUS]; /* their compute capabilities x10 (90 = 9.0) */
 } host;
 
+typedef int (*cu_int_fn)(int *);
+
+/* The driver version and every GPU's compute capability, through the
+ * driver opened at run time (never linked); no driver, no GPUs. */
 static void detect_host(host *h)
 {
     struct utsname u;
     uname(&u);
     snprintf(h->cpu, sizeof h->cpu, "%s", strcmp(u.machine, "arm64") ? u.machine : "aarch64");
-    h->cuda = 0;
+    h->cuda = h->n_gpus = 0;
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib) return;
-    int (*get)(int *) = (int (*)(int *))dlsym(lib, "cuDriverGetVersion");
-    int v = 0;
+    cu_int_fn get = (cu_int_fn)(uintptr_t)dlsym(lib, "cuDriverGetVersion");
+    int (*init)(unsigned) = (int (*)(unsigned))(uintptr_t)dlsym(lib, "cuInit");
+    cu_int_fn count = (cu_int_fn)(uintptr_t)dlsym(lib, "cuDeviceGetCount");
+    int (*dev_get)(int *, int) = (int (*)(int *, int))(uintptr_t)dlsym(lib, "cuDeviceGet");
+    int (*attr)(int *, int, int) =
+        (int (*)(int *, int, int))(uintptr_t)dlsym(lib, "cuDeviceGetAttribute");
+    int v = 0, n = 0;
     if (get && get(&v) == 0) h->cuda = v;
+    if (h->cuda && init && count && dev_get && attr && init(0) == 0 && count(&n) == 0) {
+        for (int i = 0; i < n && h->n_gpus < MAX_GPUS; i++) {
+            int dev = 0, major = 0, minor = 0;
+            /* 75, 76: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR */
+            if (dev_get(&dev, i) == 0 && attr(&major, 75, dev) == 0 && attr(&minor, 76, dev) == 0 &&
+                major > 0 && major < 100 && minor >= 0 && minor < 10)
+                h->cc[h->n_gpus++] = major * 10 + minor;
+        }
+    }
     dlclose(lib);
+}
+
+/* The capability in a file name khub build gives a CUDA artifact,
+ * "<name>.sm_<cc>.ptx" or ".cubin"; 0 when the name is not one (*ptx tells
+ * which kind). */
+static int artifact_cc(const char *name, int *ptx)
+{
+    const char *dot = strrchr(name, '.');
+    if (!dot) return 0;
+    *ptx = !strcmp(dot, ".ptx");
+    if (!*ptx && strcmp(dot, ".cubin")) return 0;
+    const char *sm = NULL;
+    for (const char *p = strstr(name, ".sm_"); p && p < dot; p = strstr(p + 1, ".sm_")) sm = p;
+    if (!sm) return 0;
+    char *end = NULL;
+    long cc = strtol(sm + 4, &end, 10);
+    return end == dot && cc >= 10 && cc < 1000 ? (int)cc : 0;
+}
+
+/* Whether a GPU of this host can run one of the variant's artifacts: a PTX
+ * for its capability or below (the driver compiles PTX forward), or a cubin
+ * of its major version at its minor or below. files: the variant's file
+ * names; none that name a capability means the variant says nothing, and
+ * the driver check alone decides. */
+static int cuda_fits(const host *h, char *const *files, size_t n, char *why, size_t wn,
+                     const char *accept)
+{
+    int ptx_min = 0, any = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ptx = 0, cc = artifact_cc(files[i], &ptx);
+        if (cc && ptx && (!ptx_min || cc < ptx_min)) ptx_min = cc;
+        any |= cc != 0;
+    }
+    if (!h->n_gpus) return snprintf(why, wn, "reject: the CUDA driver reports no GPU"), 0;
+    if (!any) return snprintf(why, wn, "%s (no sm_XY files listed)", accept), 1;
+    for (int g = 0; g < h->n_gpus; g++) {
+        int runs = ptx_min && ptx_min <= h->cc[g];
+        for (size_t i = 0; i < n && !runs; i++) {
+            int ptx = 0, cc = artifact_cc(files[i], &ptx);
+            runs = cc && !ptx && cc / 10 == h->cc[g] / 10 && cc <= h->cc[g];
+        }
+        if (runs) return snprintf(why, wn, "%s, GPU %d sm_%d", accept, g, h->cc[g]), 1;
+    }
+    return snprintf(why, wn, "reject: no PTX or cubin for GPU 0 sm_%d%s", h->cc[0],
+                    h->n_gpus > 1 ? " or the other GPUs" : ""),
+           0;
 }
 
 /* Judges one variant name; returns 1 when accepted, with a rank (lower is
  * better) and a reason either way. */
-static int judge(const char *name, const host *h, int *rank, char *why, size_t n)
+static int judge(const char *name, const host *h, char *const *files, size_t n_files, int *rank,
+                 char *why, size_t n)
 {
     *rank = -1;
     if (!strncmp(name, "torch", 5))
@@ -86,9 +156,12 @@ static int judge(const char *name, const host *h, int *rank, char *why, size_t n
                             h->cuda / 1000, (h->cuda % 1000) / 10),
                    0;
         *rank = 100 - minor; /* GPU first, newest matching minor first */
-        return snprintf(why, n, "accept: CUDA %d.%d build, driver %d.%d", major, minor,
-                        h->cuda / 1000, (h->cuda % 1000) / 10),
-               1;
+        char accept[96];
+        snprintf(accept, sizeof accept, "accept: CUDA %d.%d build, driver %d.%d", major, minor,
+                 h->cuda / 1000, (h->cuda % 1000) / 10);
+        if (cuda_fits(h, files, n_files, why, n, accept)) return 1;
+        *rank = -1;
+        return 0;
     }
     return snprintf(why, n, "reject: unknown backend \"%s\"", backend), 0;
 }
@@ -102,7 +175,7 @@ static int cmp_variant(const void *a, const void *b)
 }
 
 static khub_status add_variant(khub_hub *hub, khub_hub_variant_list *l, const char *name,
-                               const host *h)
+                               const host *h, char *const *files, size_t n_files)
 {
     for (size_t i = 0; i < l->count; i++)
         if (!strcmp(l->items[i].name, name)) return KHUB_STATUS_OK;
@@ -113,8 +186,49 @@ static khub_status add_variant(khub_hub *hub, khub_hub_variant_list *l, const ch
     khub_hub_variant *e = &v[l->count++];
     memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", name);
-    e->accepted = judge(name, h, &e->rank, e->reason, sizeof e->reason);
+    e->accepted = judge(name, h, files, n_files, &e->rank, e->reason, sizeof e->reason);
     return KHUB_STATUS_OK;
+}
+
+#define MAX_VARIANT_FILES 256
+
+/* A variant's file names are needed only to match a CUDA build against
+ * this host's GPUs: with no driver it is rejected on its name. */
+static bool wants_files(const char *name, const host *h)
+{
+    int abi = 0, used = 0;
+    return h->cuda && sscanf(name, "khub%d-cu%n", &abi, &used) == 1 && used > 0;
+}
+
+typedef struct names {
+    char *v[MAX_VARIANT_FILES];
+    size_t n;
+} names;
+
+static void names_add(names *f, const char *name)
+{
+    if (f->n < MAX_VARIANT_FILES && (f->v[f->n] = strdup(name))) f->n++;
+}
+
+static void names_free(names *f)
+{
+    for (size_t i = 0; i < f->n; i++) free(f->v[i]);
+    f->n = 0;
+}
+
+/* The regular files directly in dir (a cached variant folder). */
+static void files_in(const char *dir, names *f)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char p[KHUB__PATH_MAX];
+        struct stat sb;
+        if (de->d_name[0] != '.' && KHUB__PATHF(p, "%s/%s", dir, de->d_name) && stat(p, &sb) == 0 &&
+            S_ISREG(sb.st_mode))
+            names_add(f, de->d_name);
+    }
+    if (d) closedir(d);
 }
 
 static void scan_dirs(khub_hub *hub, khub_hub_variant_list *l, const char *dir, const host *h)
@@ -125,8 +239,11 @@ static void scan_dirs(khub_hub *hub, khub_hub_variant_list *l, const char *dir, 
         char p[KHUB__PATH_MAX];
         struct stat sb;
         if (de->d_name[0] == '.' || !KHUB__PATHF(p, "%s/%s", dir, de->d_name)) continue;
-        if (stat(p, &sb) == 0 && S_ISDIR(sb.st_mode) && !strchr(de->d_name, '.'))
-            add_variant(hub, l, de->d_name, h);
+        if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode) || strchr(de->d_name, '.')) continue;
+        names f = {{0}, 0};
+        if (wants_files(de->d_name, h)) files_in(p, &f);
+        add_variant(hub, l, de->d_name, h, f.v, f.n);
+        names_free(&f);
     }
     if (d) closedir(d);
 }
@@ -160,8 +277,22 @@ khub_status khub_hub_variants(khub_hub *hub, const khub_hub_id *id, const char *
     } else if (st == KHUB_STATUS_OK) {
         khub__tree t = {0};
         st = khub__list_tree(hub, id, commit, "build", 0, &t);
-        for (size_t i = 0; st == KHUB_STATUS_OK && i < t.count; i++)
-            if (t.items[i].is_dir) st = add_variant(hub, l, t.items[i].path + 6, &h);
+        for (size_t i = 0; st == KHUB_STATUS_OK && i < t.count; i++) {
+            if (!t.items[i].is_dir) continue;
+            const char *v = t.items[i].path + 6;
+            names f = {{0}, 0};
+            if (wants_files(v, &h)) { /* one listing more, only with a CUDA driver */
+                khub__tree vt = {0};
+                st = khub__list_tree(hub, id, commit, t.items[i].path, 0, &vt);
+                for (size_t k = 0; st == KHUB_STATUS_OK && k < vt.count; k++) {
+                    const char *slash = strrchr(vt.items[k].path, '/');
+                    if (!vt.items[k].is_dir) names_add(&f, slash ? slash + 1 : vt.items[k].path);
+                }
+                khub__tree_free(&vt);
+            }
+            if (st == KHUB_STATUS_OK) st = add_variant(hub, l, v, &h, f.v, f.n);
+            names_free(&f);
+        }
         khub__tree_free(&t);
     }
     if (st != KHUB_STATUS_OK) {

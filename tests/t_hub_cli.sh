@@ -68,6 +68,36 @@ v = json.load(sys.stdin)
 assert v[0]["name"] == "torch\"evil" and not v[0]["accepted"], v' || fail "variants --json: $out"
 printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 > $R/refs.json
 
+# CUDA variants against this host's driver and GPUs: a stand-in libcuda.so.1
+# (tests/fake_cuda, driver version and capabilities from KHUB_FAKE_CUDA).
+C4=4444444444444444444444444444444444444444
+G=$R/commits/$C4/build/khub1-cu130-$ARCH-linux
+mkdir -p "$G" "$R/commits/$C4/build/$V"
+printf 'glue' > "$G/k-cuda.so"; printf 'ptx' > "$G/k.sm_80.ptx"; printf 'bin' > "$G/k.sm_90.cubin"
+printf 'library bytes' > "$R/commits/$C4/build/$V/libk.so"
+printf '{"branches":{"main":"%s","v1":"%s","gpu":"%s"},"tags":{}}' $C1 $C1 $C4 > $R/refs.json
+gpu_variants() { # KHUB_FAKE_CUDA value ("" = no driver at all)
+    if [ -z "$1" ]; then timeout 20 "$KHUB" variants org/demo@gpu
+    else LD_LIBRARY_PATH=$KHUB_BUILD/fake-cuda KHUB_FAKE_CUDA=$1 timeout 20 "$KHUB" variants org/demo@gpu
+    fi
+}
+out=$(gpu_variants "") || fail "variants gpu: $out"
+echo "$out" | grep -q "khub1-cu130-$ARCH-linux .*reject: needs CUDA 13.0, no CUDA driver" || fail "no driver: $out"
+echo "$out" | grep -q "^\* $V" || fail "no driver: the CPU build is best: $out"
+out=$(gpu_variants 13000:90) || fail "variants sm_90: $out"
+echo "$out" | grep -q "^\* khub1-cu130-$ARCH-linux .*accept: CUDA 13.0 build, driver 13.0, GPU 0 sm_90" \
+    || fail "sm_90 GPU: $out"
+out=$(gpu_variants 13000:86) || fail "variants sm_86: $out"
+echo "$out" | grep -q "accept: CUDA 13.0 build, driver 13.0, GPU 0 sm_86" || fail "sm_86 runs the sm_80 PTX: $out"
+out=$(gpu_variants 13000:75,70) || fail "variants sm_75: $out"
+echo "$out" | grep -q "reject: no PTX or cubin for GPU 0 sm_75 or the other GPUs" || fail "sm_75: $out"
+echo "$out" | grep -q "^\* $V" || fail "sm_75: the CPU build is best: $out"
+out=$(gpu_variants 12080:90) || fail "variants driver 12.8: $out"
+echo "$out" | grep -q "reject: needs CUDA 13.0, driver supports 12.8" || fail "old driver: $out"
+out=$(gpu_variants 13000:) || fail "variants no GPU: $out"
+echo "$out" | grep -q "reject: the CUDA driver reports no GPU" || fail "no GPU: $out"
+printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 > $R/refs.json
+
 # Offline: no request reaches the server.
 before=$(wc -l < "$T/log")
 HF_HUB_OFFLINE=1 timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "offline download"
