@@ -75,6 +75,15 @@ G=$R/commits/$C4/build/khub1-cu130-$ARCH-linux
 mkdir -p "$G" "$R/commits/$C4/build/$V"
 printf 'glue' > "$G/k-cuda.so"; printf 'ptx' > "$G/k.sm_80.ptx"; printf 'bin' > "$G/k.sm_90.cubin"
 printf 'library bytes' > "$R/commits/$C4/build/$V/libk.so"
+sha() { sha256sum "$G/$1" | cut -d' ' -f1; }
+cat > "$G/metadata.json" <<JSON
+{"format":1,"name":"org/demo","version":"1.0.0","major":1,"variant":"khub1-cu130-$ARCH-linux",
+ "abi":{"major":1,"minor":0},"backend":{"type":"cuda","archs":["sm_80","sm_90"]},
+ "plugins":[{"file":"k-cuda.so","level":"generic","cpu_features":[]}],
+ "artifacts":[{"file":"k.sm_80.ptx","kind":"ptx","sm":80},{"file":"k.sm_90.cubin","kind":"cubin","sm":90}],
+ "files":{"k-cuda.so":"$(sha k-cuda.so)","k.sm_80.ptx":"$(sha k.sm_80.ptx)","k.sm_90.cubin":"$(sha k.sm_90.cubin)"},
+ "provenance":{"source_commit":"unknown","dirty":false}}
+JSON
 printf '{"branches":{"main":"%s","v1":"%s","gpu":"%s"},"tags":{}}' $C1 $C1 $C4 > $R/refs.json
 gpu_variants() { # KHUB_FAKE_CUDA value ("" = no driver at all)
     if [ -z "$1" ]; then timeout 20 "$KHUB" variants org/demo@gpu
@@ -96,6 +105,12 @@ out=$(gpu_variants 12080:90) || fail "variants driver 12.8: $out"
 echo "$out" | grep -q "reject: needs CUDA 13.0, driver supports 12.8" || fail "old driver: $out"
 out=$(gpu_variants 13000:) || fail "variants no GPU: $out"
 echo "$out" | grep -q "reject: the CUDA driver reports no GPU" || fail "no GPU: $out"
+# offline, the cached variant's own files decide
+timeout 20 "$KHUB" download org/demo@gpu --variant khub1-cu130-$ARCH-linux --quiet || fail "download the CUDA variant"
+out=$(HF_HUB_OFFLINE=1 gpu_variants 13000:90) || fail "offline variants: $out"
+echo "$out" | grep -q "^\* khub1-cu130-$ARCH-linux .*GPU 0 sm_90" || fail "offline sm_90: $out"
+out=$(HF_HUB_OFFLINE=1 gpu_variants 13000:75) || fail "offline variants sm_75: $out"
+echo "$out" | grep -q "reject: no PTX or cubin for GPU 0 sm_75" || fail "offline sm_75: $out"
 printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 > $R/refs.json
 
 # Offline: no request reaches the server.
