@@ -54,26 +54,38 @@ static inline __m256i pack16(__m256i a, __m256i b)
     return _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8);
 }
 
+/* One 32-block of x. q5: store the codes in the Q5 order (elements 0..7,
+ * 16..23, 8..15, 24..31; see q5_codes), else in element order. */
+static inline __attribute__((always_inline)) void quantize_blk(const float *p, q16blk *o,
+                                                               const int q5)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8);
+    __m256 v2 = _mm256_loadu_ps(p + 16), v3 = _mm256_loadu_ps(p + 24);
+    __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                             _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    float amax = kx_hmax8(m);
+    /* A NaN or inf in x gives a NaN scale and NaN outputs, as f32 would. */
+    __m256 id = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
+    __m256i r0 = round_i32(v0, id), r1 = round_i32(v1, id);
+    __m256i r2 = round_i32(v2, id), r3 = round_i32(v3, id);
+    _mm256_storeu_si256((__m256i *)o->p, pack16(r0, q5 ? r2 : r1));
+    _mm256_storeu_si256((__m256i *)(o->p + 16), pack16(q5 ? r1 : r2, r3));
+    o->d = amax / 32767.0f;
+    o->s = kx_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
+}
+
 void KX(q16_quantize_row)(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    for (int64_t b = 0; b < in / QK; b++) {
-        const float *p = x + b * QK;
-        __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8);
-        __m256 v2 = _mm256_loadu_ps(p + 16), v3 = _mm256_loadu_ps(p + 24);
-        __m256 m =
-            _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
-                          _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
-        float amax = kx_hmax8(m);
-        /* A NaN or inf in x gives a NaN scale and NaN outputs, as f32 would. */
-        __m256 id = _mm256_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
-        _mm256_storeu_si256((__m256i *)out[b].p, pack16(round_i32(v0, id), round_i32(v1, id)));
-        _mm256_storeu_si256((__m256i *)(out[b].p + 16),
-                            pack16(round_i32(v2, id), round_i32(v3, id)));
-        out[b].d = amax / 32767.0f;
-        out[b].s = kx_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
-    }
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0);
+}
+
+/* The row quantizer of the Q5 tiles: the codes in the Q5 order. */
+static void quantize_row_q5(const float *x, int64_t in, void *out_)
+{
+    q16blk *out = out_;
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -104,17 +116,42 @@ static inline int qs_offset(int fmt)
     }
 }
 
-/* Bit 4 of 16 Q5 codes as 0x10 or 0 per byte. h holds qh[4] (bit l of the
- * little-endian u32 is code l's); sel picks, per output byte, the qh byte
- * that holds its bit: {0 x8, 1 x8} for codes 0..15, {2 x8, 3 x8} for 16..31. */
-static inline __m128i q5_bit4(__m128i h, __m128i sel)
+/* The 32 codes (0..31) of a Q5 block as two vectors of 16 int16 in the Q5
+ * order: lo holds elements 0..7, 16..23, hi 8..15, 24..31, which is what
+ * unpacking one 256-bit vector of the codes (0..15 in lane 0, 16..31 in
+ * lane 1) against zero gives; quantize_row_q5 stores x to match. Bit 4 of
+ * code l is bit l of the little-endian u32 qh. Shuffles are what the old
+ * per-16-codes expansion ran out of (docs/performance.md, Q5_0 and Q5_1):
+ * this costs one shuffle for all 32 bits (AVX2) or none (AVX-512: qh is
+ * the byte mask of a masked add), plus the two unpacks Q4's widening pays
+ * as two zero-extends. */
+static inline __attribute__((always_inline)) void q5_codes(const int fmt, const uint8_t *blk,
+                                                           __m256i *lo, __m256i *hi)
 {
-    const __m128i bit = _mm_set1_epi64x((long long)0x8040201008040201ull);
-    __m128i b = _mm_and_si128(_mm_shuffle_epi8(h, sel), bit);
-    return _mm_and_si128(_mm_cmpeq_epi8(b, bit), _mm_set1_epi8(0x10));
+    const uint8_t *qh = blk + (fmt == KHUB_QFORMAT_Q5_0 ? 2 : 4);
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qh + 4)));
+    __m256i n = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)),
+                                 _mm256_set1_epi8(0x0f));
+    uint32_t h;
+    memcpy(&h, qh, 4);
+#if defined(KX_LEVEL_AVX512)
+    n = _mm256_mask_add_epi8(n, (__mmask32)h, n, _mm256_set1_epi8(0x10)); /* bit 4 is 0 in n */
+#else
+    /* byte l: the qh byte holding bit l (lane 0: bytes 0, 1; lane 1: 2, 3),
+     * tested against 1 << (l % 8). */
+    const __m256i sel = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
+                                           0x0303030303030303ll);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
+    b = _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));
+    n = _mm256_or_si256(n, b);
+#endif
+    *lo = _mm256_unpacklo_epi8(n, _mm256_setzero_si256());
+    *hi = _mm256_unpackhi_epi8(n, _mm256_setzero_si256());
 }
 
-/* The block's 32 codes as two vectors of 16 int16 (elements 0..15, 16..31). */
+/* The block's 32 codes as two vectors of 16 int16: elements 0..15 and
+ * 16..31, or the Q5 order of q5_codes. */
 static inline __attribute__((always_inline)) void codes16(const int fmt, const uint8_t *blk,
                                                           __m256i *lo, __m256i *hi)
 {
@@ -123,20 +160,14 @@ static inline __attribute__((always_inline)) void codes16(const int fmt, const u
         *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
         return;
     }
+    if (is_q5(fmt)) {
+        q5_codes(fmt, blk, lo, hi);
+        return;
+    }
     const __m128i r = _mm_loadu_si128((const __m128i *)(blk + qs_offset(fmt)));
     const __m128i m4 = _mm_set1_epi8(0x0f);
-    __m128i l = _mm_and_si128(r, m4), h = _mm_and_si128(_mm_srli_epi16(r, 4), m4);
-    if (is_q5(fmt)) {
-        uint32_t qh;
-        memcpy(&qh, blk + (fmt == KHUB_QFORMAT_Q5_0 ? 2 : 4), 4);
-        const __m128i v = _mm_cvtsi32_si128((int)qh);
-        l = _mm_or_si128(l,
-                         q5_bit4(v, _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)));
-        h = _mm_or_si128(h,
-                         q5_bit4(v, _mm_setr_epi8(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)));
-    }
-    *lo = _mm256_cvtepu8_epi16(l);
-    *hi = _mm256_cvtepu8_epi16(h);
+    *lo = _mm256_cvtepu8_epi16(_mm_and_si128(r, m4));
+    *hi = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(r, 4), m4));
 }
 
 /* [d0, c0, d1, c1] of blocks blk and blk + bb (c = additive term factor). */
@@ -238,6 +269,7 @@ khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
     if (a->wfmt == KHUB_QFORMAT_Q4_K || a->wfmt == KHUB_QFORMAT_Q6_K)
         return KX(qlinear_q16k_run)(s, a);
     kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL};
+    if (is_q5(a->wfmt)) k.quantize_row = quantize_row_q5;
     switch (a->wfmt) {
     case KHUB_QFORMAT_Q4_0: k.tiles = &tiles_q4_0[0][0]; break;
     case KHUB_QFORMAT_Q4_1: k.tiles = &tiles_q4_1[0][0]; break;
