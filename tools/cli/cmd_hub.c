@@ -59,18 +59,39 @@ static int open_hub(const char *cmd, const hub_args *a, khub_hub_id *id, khub_hu
     return 0;
 }
 
+/* "12.3 MiB" */
+static void human_bytes(double b, char *out, size_t n)
+{
+    static const char *const u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int i = 0;
+    while (b >= 1024 && i < 4) b /= 1024, i++;
+    snprintf(out, n, i ? "%.1f %s" : "%.0f %s", b, u[i]);
+}
+
+/* The progress bar on a terminal: bytes, rate and ETA, at most 10 updates
+ * a second (and always the last). */
 static void progress(void *ud, const char *path, uint64_t done, uint64_t total)
 {
-    static struct timespec t0;
+    static struct timespec t0, shown;
     static const char *last;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    if (last != path) t0 = now, last = path;
+    if (last != path) t0 = now, shown = (struct timespec){0, 0}, last = path;
+    double since =
+        (double)(now.tv_sec - shown.tv_sec) + (double)(now.tv_nsec - shown.tv_nsec) / 1e9;
+    if (done != total && since < 0.1) return;
+    shown = now;
     double s = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) / 1e9;
-    double rate = s > 0 ? (double)done / s : 0;
-    double eta = rate > 0 && total > done ? (double)(total - done) / rate : 0;
-    fprintf(stderr, "\r%-40.40s %10llu/%llu bytes %8.1f KiB/s ETA %4.0fs", path,
-            (unsigned long long)done, (unsigned long long)total, rate / 1024, eta);
+    double rate = s > 1e-3 ? (double)done / s : 0; /* none yet from a first piece */
+    char d[32], t[32], r[32] = "-", eta[32] = "-";
+    human_bytes((double)done, d, sizeof d);
+    human_bytes((double)total, t, sizeof t);
+    if (rate > 0) {
+        human_bytes(rate, r, sizeof r);
+        snprintf(r + strlen(r), sizeof r - strlen(r), "/s");
+        snprintf(eta, sizeof eta, "%.0fs", total > done ? (double)(total - done) / rate : 0);
+    }
+    fprintf(stderr, "\r%-40.40s %10s / %-10s %12s ETA %5s", path, d, t, r, eta);
     if (done == total) fputc('\n', stderr);
     (void)ud;
 }
