@@ -258,6 +258,23 @@ TEST_IMPL(entry_not_found_leaves_no_exist_marker)
     fx_done(&fx);
 }
 
+/* Downloads weights.bin with HF_HUB_DISABLE_SYMLINKS set: the snapshot
+ * entry is a regular file; *snap and *blob get its stat and that of the
+ * blob named by its SHA-256 in blob_dir. */
+static void download_unlinked(khub_hub *hub, const char *blob_dir, struct stat *snap,
+                              struct stat *blob)
+{
+    khub_hub_id id = fx_id("org/demo@main");
+    char *p = NULL, sha[65], bpath[700];
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    ASSERT_EQ(lstat(p, snap), 0);
+    ASSERT(S_ISREG(snap->st_mode));
+    ASSERT_OK(khub__sha256_file_hex(p, sha));
+    snprintf(bpath, sizeof bpath, "%s/%s", blob_dir, sha);
+    ASSERT_EQ(stat(bpath, blob), 0);
+    free(p);
+}
+
 /* HF_HUB_DISABLE_SYMLINKS=1: snapshot entries are regular files with the
  * blob's bytes (a hard link here: same inode), and a second download of
  * the same blob places it again without a request. */
@@ -267,22 +284,14 @@ TEST_IMPL(symlinks_disabled_places_regular_files)
     fixture fx;
     fx_init(&fx, NULL, 0);
     khub_hub *hub = fx_hub(&fx, 0, NULL);
-    khub_hub_id id = fx_id("org/demo@main");
-    char *p = NULL;
-    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    char blobs[512];
+    snprintf(blobs, sizeof blobs, "%s/kernels--org--demo/blobs", fx.cache);
     struct stat snap, blob;
-    ASSERT_EQ(lstat(p, &snap), 0);
-    ASSERT(S_ISREG(snap.st_mode));
-    char sha[65], bpath[512];
-    ASSERT_OK(khub__sha256_file_hex(p, sha));
-    snprintf(bpath, sizeof bpath, "%s/kernels--org--demo/blobs/%s", fx.cache, sha);
-    ASSERT_EQ(stat(bpath, &blob), 0);
+    download_unlinked(hub, blobs, &snap, &blob);
     ASSERT_EQ(snap.st_ino, blob.st_ino);
-    free(p);
     uint64_t before = khub_hub_request_count(hub);
-    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
+    download_unlinked(hub, blobs, &snap, &blob);
     ASSERT_EQ(khub_hub_request_count(hub), before);
-    free(p);
     khub_hub_free(hub);
     fx_done(&fx);
     unsetenv("HF_HUB_DISABLE_SYMLINKS");
@@ -308,19 +317,10 @@ TEST_IMPL(symlinks_disabled_copies_across_file_systems)
     snprintf(blobs, sizeof blobs, "%s/blobs", repo);
     ASSERT_EQ(symlink(far, blobs), 0);
     khub_hub *hub = fx_hub(&fx, 0, NULL);
-    khub_hub_id id = fx_id("org/demo@main");
-    char *p = NULL;
-    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "weights.bin", &p));
     struct stat snap, blob;
-    ASSERT_EQ(lstat(p, &snap), 0);
-    ASSERT(S_ISREG(snap.st_mode));
-    char sha[65], bpath[700];
-    ASSERT_OK(khub__sha256_file_hex(p, sha));
-    snprintf(bpath, sizeof bpath, "%s/%s", far, sha);
-    ASSERT_EQ(stat(bpath, &blob), 0);   /* the blob is on /dev/shm ... */
-    ASSERT(snap.st_dev != blob.st_dev); /* ... and the snapshot entry a copy */
+    download_unlinked(hub, far, &snap, &blob); /* the blob is on /dev/shm ... */
+    ASSERT(snap.st_dev != blob.st_dev);        /* ... and the snapshot entry a copy */
     ASSERT_EQ(snap.st_size, blob.st_size);
-    free(p);
     khub_hub_free(hub);
     fx_done(&fx);
     khub__rmtree(far);
