@@ -139,8 +139,8 @@ static inline __attribute__((always_inline)) void q5_codes(const int fmt, const 
 #else
     /* byte l: the qh byte holding bit l (lane 0: bytes 0, 1; lane 1: 2, 3),
      * tested against 1 << (l % 8). */
-    const __m256i sel = _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll,
-                                           0x0303030303030303ll);
+    const __m256i sel =
+        _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll);
     const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
     __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
     b = _mm256_and_si256(_mm256_cmpeq_epi8(b, bit), _mm256_set1_epi8(0x10));

@@ -145,10 +145,10 @@ static void fill_weights(uint8_t *w, size_t bytes, khub_dtype dt)
         return;
     }
     size_t bb = (size_t)khub_qformat_block_bytes((khub_qformat)dt.bits);
-    size_t nscale = dt.bits == KHUB_QFORMAT_Q4_1 || dt.bits == KHUB_QFORMAT_Q5_1 ||
-                            dt.bits == KHUB_QFORMAT_Q4_K
-                        ? 2
-                        : 1;
+    size_t nscale =
+        dt.bits == KHUB_QFORMAT_Q4_1 || dt.bits == KHUB_QFORMAT_Q5_1 || dt.bits == KHUB_QFORMAT_Q4_K
+            ? 2
+            : 1;
     size_t at = dt.bits == KHUB_QFORMAT_Q6_K ? 208 : 0; /* Q6_K keeps d last */
     for (size_t b = 0; b + bb <= bytes; b += bb)
         for (size_t s = 0; s < nscale; s++)
@@ -325,8 +325,7 @@ static void bench_q5(double min_s)
                 {"qlinear Q5_1", KHUB_QFORMAT_Q5_1}};
     for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
         for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++)
-            bench_linear(fmts[f].label, KHUB_DTYPE_Q(fmts[f].f), 1, shp[i][1], shp[i][0], 1,
-                         min_s);
+            bench_linear(fmts[f].label, KHUB_DTYPE_Q(fmts[f].f), 1, shp[i][1], shp[i][0], 1, min_s);
 }
 
 /* ------------------------------------------------------------------------ */
