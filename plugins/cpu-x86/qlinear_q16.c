@@ -105,16 +105,8 @@ static inline size_t blk_bytes(int fmt)
 
 static inline int is_q5(int fmt) { return fmt == KHUB_QFORMAT_Q5_0 || fmt == KHUB_QFORMAT_Q5_1; }
 
-/* Byte offset of the nibbles qs[16] in a block. */
-static inline int qs_offset(int fmt)
-{
-    switch (fmt) {
-    case KHUB_QFORMAT_Q4_0: return 2;
-    case KHUB_QFORMAT_Q5_0: return 6;
-    case KHUB_QFORMAT_Q5_1: return 8;
-    default: return 4; /* Q4_1 */
-    }
-}
+/* Byte offset of the nibbles qs[16] in a Q4 block (q5_codes finds its own). */
+static inline int qs_offset(int fmt) { return fmt == KHUB_QFORMAT_Q4_0 ? 2 : 4; }
 
 /* The 32 codes (0..31) of a Q5 block as two vectors of 16 int16 in the Q5
  * order: lo holds elements 0..7, 16..23, hi 8..15, 24..31, which is what
