@@ -372,8 +372,25 @@ static khub_status fetch_load(fetch *f)
     return KHUB_STATUS_OK;
 }
 
-khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
-                              const khub_kernel_opts *opts, khub_kernel_result *out)
+/* The first (best ranked) accepted CPU variant, for callers that run on
+ * the CPU; notes the choice in the trace when it is not the overall best. */
+static void prefer_cpu(fetch *f)
+{
+    khub_hub_variant_list *l = f->vl;
+    const char *cpu = NULL;
+    for (size_t i = 0; i < l->count && !cpu; i++)
+        if (l->items[i].accepted && strstr(l->items[i].name, "-cpu-")) cpu = l->items[i].name;
+    if (l->best && cpu != l->best) {
+        size_t n = strlen(f->r->trace);
+        snprintf(f->r->trace + n, sizeof f->r->trace - n,
+                 "%s%s passed over: the executor runs on the CPU\n",
+                 n && f->r->trace[n - 1] != '\n' ? "\n" : "", l->best);
+    }
+    l->best = cpu;
+}
+
+static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
+                                const khub_kernel_opts *opts, int cpu_only, khub_kernel_result *out)
 {
     KHUB_API_CHECK(NULL, hub != NULL && rt != NULL && id != NULL && out != NULL);
     khub__clear(rt);
@@ -388,6 +405,7 @@ khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                                                                    : sizeof f.o);
     khub_status st = fetch_setup(&f, id);
     if (st == KHUB_STATUS_OK) st = fetch_variants(&f);
+    if (st == KHUB_STATUS_OK && cpu_only) prefer_cpu(&f);
     if (st == KHUB_STATUS_OK && !f.vl->best) {
         st = fetch_fallback(&f);
         fetch_free(&f);
@@ -401,6 +419,18 @@ khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
         khub__log(rt, KHUB_LOG_INFO, "%s@%.12s: loaded %s from %s (%s%s)", out->repo, out->commit,
                   out->file, out->variant, out->trust, out->locked ? ", lock verified" : "");
     return st;
+}
+
+khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
+                              const khub_kernel_opts *opts, khub_kernel_result *out)
+{
+    return kernel_fetch(hub, rt, id, opts, 0, out);
+}
+
+khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt, const char *id,
+                                   const khub_kernel_opts *opts, khub_kernel_result *out)
+{
+    return kernel_fetch(hub, rt, id, opts, 1, out);
 }
 
 /* ======================================================================== */

@@ -13,6 +13,13 @@
 #include "lockfile.h"
 #include "trust.h"
 
+/* khub_kernel_fetch for a caller that can only use CPU code (the model
+ * executor): among the variants that fit this host, the best CPU one, even
+ * when a CUDA variant fits too (it would load and serve nothing). */
+KHUB_INTERNAL khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt, const char *id,
+                                                 const khub_kernel_opts *opts,
+                                                 khub_kernel_result *out);
+
 /* Loads the policy: path if given, else $KHUB_POLICY, else the user's
  * config file when present, else the default. *used receives the file read
  * ("" for the default; 4096 bytes). */

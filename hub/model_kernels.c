@@ -25,6 +25,7 @@
 #include <sys/stat.h>
 
 #include "hub_impl.h"
+#include "kernel_fetch.h"
 #include "kernel_mapping.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
@@ -128,7 +129,8 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
                            .lock_path = k->lock_path, .allow_unsigned = k->allow_unsigned,
                            .strict = k->strict};
     khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
-    khub_status st = khub_kernel_fetch(hub, rt, id, &ko, &kr);
+    /* The executor runs on the CPU: a CUDA variant would serve nothing. */
+    khub_status st = khub__kernel_fetch_cpu(hub, rt, id, &ko, &kr);
     if (st != KHUB_STATUS_OK) {
         char msg[KHUB_ERROR_SIZE];
         snprintf(msg, sizeof msg, "%s", khub_runtime_errmsg(rt));

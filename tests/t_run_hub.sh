@@ -57,6 +57,28 @@ grep -q "signed with key .*accepted by the policy" run.out || fail "no trust lin
 grep -q "Paris" run.out || fail "unexpected answer: $(tail -n 1 run.out)"
 echo "ok   --attn/--norm Hub IDs fetched, verified, loaded and serving"
 
+# With a CUDA driver and a GPU the kernel's CUDA variant fits this host and
+# ranks first (khub variants), but the executor runs on the CPU: model load
+# takes the CPU variant. The driver is tests/fake_cuda's stand-in, at the
+# version the CUDA variant was built for (skipped when NVRTC built none).
+cu=$(ls fa/build | grep '^khub1-cu[0-9]*-' | grep -v '\.tar\.gz$' | head -n 1 || true)
+if [ -n "$cu" ]; then
+    v=${cu#khub1-cu}; v=${v%%-*}
+    export_fake="LD_LIBRARY_PATH=$KHUB_BUILD/fake-cuda KHUB_FAKE_CUDA=$(( ${v%?} * 1000 + ${v: -1} * 10 )):90"
+    env $export_fake "$KHUB" variants kernels-community/flash-attn2 > gv.out 2>&1 || fail "variants with a GPU: $(cat gv.out)"
+    grep -q "^\* $cu " gv.out || fail "the CUDA variant does not rank first with a GPU: $(cat gv.out)"
+    env $export_fake "$KHUB" run --model "$MODEL" --chat --prompt "$PROMPT" --max-new-tokens 8 \
+        --attn kernels-community/flash-attn2 --explain > gpu.out 2> gpu.err ||
+        { cat gpu.err; fail "run with a GPU present"; }
+    grep -q "^attention: .* variant khub1-cpu-[a-z0-9_]*-linux " gpu.out ||
+        fail "model load did not take the CPU variant: $(grep '^attention' gpu.out)"
+    grep -q "^attention\[f32\]: kernels-community/flash-attn2 1.0.0 :: flash_attn" gpu.out ||
+        fail "flash-attn2 does not serve attention with a GPU present: $(grep attention gpu.out)"
+    echo "ok   a GPU present: $cu ranks first, model load takes the CPU variant"
+else
+    echo "skip CUDA variant preference: NVRTC built no CUDA variant of flash-attn2"
+fi
+
 # built-in names: sdpa is the reference attention, static fetches the static KV cache
 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --attn sdpa --cache static \
     --explain > b.out 2> b.err || { cat b.err; fail "built-in names"; }
