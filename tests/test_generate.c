@@ -1,9 +1,11 @@
 /*
  * test_generate.c: khub_model_generate (runtime/generate.c) on the real
- * SmolLM2-135M-Instruct GGUF (tools/fetch-model.sh); every case skips with a
- * message when the file is absent.
+ * SmolLM2-135M-Instruct GGUF (tools/fetch-model.sh), and on its Hugging Face
+ * copy (fetch-model.sh --hf) with a generation_config.json of our own; every
+ * case skips with a message when its file is absent.
  */
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "khub/khub_model.h"
 #include "runner.h"
@@ -254,9 +256,102 @@ TEST_IMPL(generate_errors)
     close_model(&f);
 }
 
+/* eos_token_id as a list: generation stops at whichever of the ids comes
+ * first. The HF copy is linked into a folder whose generation_config.json
+ * lists [2, X], X being the third token the model generates with eos 2 only:
+ * it then stops after two tokens, X not included. */
+static void link_hf(const char *src, const char *dir, const char *name)
+{
+    char from[640], to[640];
+    snprintf(from, sizeof from, "%s/%s", src, name);
+    snprintf(to, sizeof to, "%s/%s", dir, name);
+    ASSERT_EQ(symlink(from, to), 0);
+}
+
+static void write_gen_config(const char *dir, const char *eos)
+{
+    char path[640];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    FILE *f = fopen(path, "w");
+    ASSERT(f);
+    fprintf(f, "{\"bos_token_id\": 1, \"eos_token_id\": %s}\n", eos);
+    fclose(f);
+}
+
+static void greedy_hf(const char *dir, int max_new, khub_generate_result *r)
+{
+    khub_runtime_opts ro = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&ro, &rt));
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, dir, NULL, &m));
+    const char *p[] = {"The capital of France is"};
+    khub_generate_opts o = gen(max_new);
+    khub_generate_result res = result();
+    ASSERT_OK(khub_model_generate(m, p, 1, &o, &res));
+    *r = res;
+    r->text = NULL; /* the copy keeps only the ids; res is freed here */
+    int32_t *toks = malloc((size_t)(res.n_tokens ? res.n_tokens : 1) * 4);
+    memcpy(toks, res.tokens, (size_t)res.n_tokens * 4);
+    r->tokens = toks;
+    khub_generate_results_free(m, &res, 1);
+    khub_model_free(m);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(generate_stops_at_any_eos_id)
+{
+    char src[512];
+    const char *d = getenv("KHUB_MODEL_DIR");
+    if (d)
+        snprintf(src, sizeof src, "%s/SmolLM2-135M-Instruct-hf", d);
+    else
+        snprintf(src, sizeof src, "%s/.cache/khub/models/SmolLM2-135M-Instruct-hf",
+                 getenv("HOME") ? getenv("HOME") : "");
+    struct stat sb;
+    if (stat(src, &sb) != 0) TEST_SKIP("%s not found (run tools/fetch-model.sh --hf)", src);
+    char dir[] = "/tmp/khub-eos-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    static const char *const names[] = {"config.json", "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    for (int i = 0; i < 4; i++) link_hf(src, dir, names[i]);
+
+    write_gen_config(dir, "2");
+    khub_generate_result free_run;
+    greedy_hf(dir, 6, &free_run);
+    ASSERT(free_run.n_tokens >= 3);
+    int32_t x = free_run.tokens[2];
+    ASSERT(x != 2 && x != free_run.tokens[0] && x != free_run.tokens[1]);
+
+    char eos[64];
+    snprintf(eos, sizeof eos, "[2, %d]", (int)x);
+    write_gen_config(dir, eos);
+    khub_generate_result stopped;
+    greedy_hf(dir, 6, &stopped);
+    ASSERT_EQ(stopped.stop_reason, KHUB_STOP_EOS);
+    ASSERT_EQ(stopped.n_tokens, 2);
+    ASSERT_EQ(stopped.tokens[0], free_run.tokens[0]);
+    ASSERT_EQ(stopped.tokens[1], free_run.tokens[1]);
+    fprintf(stderr, "  eos [2, %d]: stopped after %lld tokens (free run: %lld)\n", (int)x,
+            (long long)stopped.n_tokens, (long long)free_run.n_tokens);
+    free(free_run.tokens);
+    free(stopped.tokens);
+
+    char path[640];
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 #define TEST_LIST(X) \
     X(generate_greedy_is_argmax_and_streams) \
     X(generate_stop_string) \
     X(generate_batch_equals_single) \
-    X(generate_seeded_sampling) X(generate_chat_template) X(generate_errors)
+    X(generate_seeded_sampling) \
+    X(generate_chat_template) X(generate_errors) X(generate_stops_at_any_eos_id)
 TEST_MAIN(TEST_LIST)

@@ -4,10 +4,13 @@
  *
  * Two kinds of model:
  *   - tiny random models written here as a Hugging Face folder (config.json +
- *     model.safetensors, f32), for Llama, Qwen2 (q/k/v bias) and Qwen3
- *     (q/k norm): internal consistency (one prefill == token by token through
- *     the KV cache, several sequences in one batch == one at a time),
- *     quantize-at-load, and bad input (a missing tensor, a wrong shape);
+ *     model.safetensors in F32, F16 or BF16, or two shards with
+ *     model.safetensors.index.json), for Llama, Mistral (sliding window),
+ *     Qwen2 (q/k/v bias) and Qwen3 (q/k norm), with and without rope_scaling:
+ *     internal consistency (one prefill == token by token through the KV
+ *     cache, several sequences in one batch == one at a time), the same
+ *     logits from every dtype and from shards, quantize-at-load, and bad
+ *     input (a missing tensor, a wrong shape);
  *   - the real SmolLM2-135M-Instruct (GGUF Q4_1 and its dequantized HF copy,
  *     made by tools/fetch-model.sh) against the Transformers fixtures in
  *     tests/fixtures (tools/make-reference.py), skipped when absent.
@@ -87,7 +90,7 @@ static char *read_all(const char *path, size_t *len)
 
 enum { T_HIDDEN = 64, T_FFN = 128, T_LAYERS = 2, T_HEADS = 4, T_KV = 2, T_HD = 16, T_VOCAB = 256 };
 
-typedef enum tiny_arch { TINY_LLAMA, TINY_QWEN2, TINY_QWEN3 } tiny_arch;
+typedef enum tiny_arch { TINY_LLAMA, TINY_QWEN2, TINY_QWEN3, TINY_MISTRAL } tiny_arch;
 
 typedef struct tiny_tensor {
     char name[96];
@@ -142,16 +145,99 @@ static int tiny_tensors(tiny_arch arch, tiny_tensor *t, const char *skip, const 
     return n;
 }
 
-/* Writes dir/config.json and dir/model.safetensors (f32, scaled random
- * weights; norms near 1) and returns dir. */
-static const char *tiny_model(tiny_arch arch, const char *skip, const char *bad)
+/* What tiny_write puts on disk. Zero fields: F32, one file, no extras. */
+typedef struct tiny_spec {
+    tiny_arch arch;
+    const char *skip, *bad; /* see tiny_tensors */
+    const char *dtype;      /* "F32" (NULL), "F16" or "BF16": the stored dtype */
+    int round8;             /* 1 = values rounded to 8 significant bits (exact in F16/BF16) */
+    int shards;             /* 2 = two shards + model.safetensors.index.json */
+    const char *extra;      /* more config.json members: ",\"sliding_window\":4" */
+} tiny_spec;
+
+/* v to 8 significant bits (round to nearest even), 0 below 2^-14: then the
+ * F16 and BF16 encodings below are exact. */
+static float round8(float v)
+{
+    if (fabsf(v) < 1.0f / 16384) return 0.0f;
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* Encodes v (a round8 value) as dtype into out; returns the bytes written. */
+static size_t encode(const char *dtype, float v, uint8_t *out)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    if (!strcmp(dtype, "F32")) {
+        memcpy(out, &u, 4);
+        return 4;
+    }
+    uint16_t h = (uint16_t)(u >> 16); /* BF16 */
+    if (!strcmp(dtype, "F16")) {
+        int e = (int)((u >> 23) & 0xff);
+        h = (uint16_t)((u >> 16) & 0x8000u);
+        if (e) h |= (uint16_t)(((e - 127 + 15) << 10) | ((u >> 13) & 0x3ffu));
+    }
+    memcpy(out, &h, 2);
+    return 2;
+}
+
+/* Writes one safetensors file holding t[from, to) with their values. */
+static void write_shard(const char *path, const tiny_tensor *t, float *const *vals, int from,
+                        int to, const char *dtype)
+{
+    size_t esz = !strcmp(dtype, "F32") ? 4 : 2;
+    char *hdr = malloc(16384);
+    size_t hl = 0, off = 0;
+    hl += (size_t)sprintf(hdr + hl, "{");
+    for (int i = from; i < to; i++) {
+        size_t bytes = (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1) * esz;
+        char shape[48];
+        if (t[i].cols)
+            snprintf(shape, sizeof shape, "%lld,%lld", (long long)t[i].rows, (long long)t[i].cols);
+        else
+            snprintf(shape, sizeof shape, "%lld", (long long)t[i].rows);
+        hl += (size_t)sprintf(hdr + hl,
+                              "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],"
+                              "\"data_offsets\":[%zu,%zu]}",
+                              i > from ? "," : "", t[i].name, dtype, shape, off, off + bytes);
+        off += bytes;
+    }
+    hl += (size_t)sprintf(hdr + hl, "}");
+    while (hl % 8) hdr[hl++] = ' ';
+    FILE *f = fopen(path, "wb");
+    ASSERT(f);
+    uint64_t len = hl;
+    fwrite(&len, 8, 1, f);
+    fwrite(hdr, 1, hl, f);
+    for (int i = from; i < to; i++) {
+        int64_t cnt = t[i].rows * (t[i].cols ? t[i].cols : 1);
+        for (int64_t k = 0; k < cnt; k++) {
+            uint8_t b[4];
+            fwrite(b, 1, encode(dtype, vals[i][k], b), f);
+        }
+    }
+    fclose(f);
+    free(hdr);
+}
+
+/* Writes dir/config.json and the safetensors of spec (scaled random weights,
+ * the same values for the same tensor list whatever the dtype or sharding;
+ * norms near 1) and returns dir. */
+static const char *tiny_write(const tiny_spec *spec)
 {
     static char dir[256];
     snprintf(dir, sizeof dir, "/tmp/khub-test-model-%d", (int)getpid());
     mkdir(dir, 0700);
     char path[320];
-    static const char *const archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"};
-    static const char *const types[] = {"llama", "qwen2", "qwen3"};
+    static const char *const archs[] = {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                                        "MistralForCausalLM"};
+    static const char *const types[] = {"llama", "qwen2", "qwen3", "mistral"};
+    const char *dtype = spec->dtype ? spec->dtype : "F32";
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
     ASSERT(f);
@@ -161,60 +247,70 @@ static const char *tiny_model(tiny_arch arch, const char *skip, const char *bad)
             "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, "
             "\"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"max_position_embeddings\": 512, "
             "\"tie_word_embeddings\": true, \"bos_token_id\": 1, \"eos_token_id\": 2, "
-            "\"hidden_act\": \"silu\", \"torch_dtype\": \"float32\"}\n",
-            archs[arch], types[arch], T_HIDDEN, T_FFN, T_LAYERS, T_HEADS, T_KV, T_HD, T_VOCAB);
+            "\"hidden_act\": \"silu\", \"torch_dtype\": \"%s\"%s}\n",
+            archs[spec->arch], types[spec->arch], T_HIDDEN, T_FFN, T_LAYERS, T_HEADS, T_KV, T_HD,
+            T_VOCAB,
+            !strcmp(dtype, "F32")   ? "float32"
+            : !strcmp(dtype, "F16") ? "float16"
+                                    : "bfloat16",
+            spec->extra ? spec->extra : "");
     fclose(f);
 
     static tiny_tensor t[64];
-    int n = tiny_tensors(arch, t, skip, bad);
-    char *hdr = malloc(16384);
-    size_t hl = 0, off = 0;
-    hl += (size_t)sprintf(hdr + hl, "{");
-    for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1) * 4;
-        if (t[i].cols)
-            hl += (size_t)sprintf(hdr + hl,
-                                  "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
-                                  "\"data_offsets\":[%zu,%zu]}",
-                                  i ? "," : "", t[i].name, (long long)t[i].rows,
-                                  (long long)t[i].cols, off, off + bytes);
-        else
-            hl += (size_t)sprintf(hdr + hl,
-                                  "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
-                                  "\"data_offsets\":[%zu,%zu]}",
-                                  i ? "," : "", t[i].name, (long long)t[i].rows, off, off + bytes);
-        off += bytes;
-    }
-    hl += (size_t)sprintf(hdr + hl, "}");
-    while (hl % 8) hdr[hl++] = ' ';
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    ASSERT(f);
-    uint64_t len = hl;
-    fwrite(&len, 8, 1, f);
-    fwrite(hdr, 1, hl, f);
+    int n = tiny_tensors(spec->arch, t, spec->skip, spec->bad);
+    float *vals[64] = {0};
     rng_state = 88172645463325252ull;
     for (int i = 0; i < n; i++) {
         int vec = t[i].cols == 0;
         float scale = vec ? 0.1f : 1.0f / sqrtf((float)t[i].cols);
         int64_t cnt = t[i].rows * (vec ? 1 : t[i].cols);
+        vals[i] = malloc((size_t)cnt * sizeof(float));
         for (int64_t k = 0; k < cnt; k++) {
             float v = frand() * scale + (vec && strstr(t[i].name, "norm") ? 1.0f : 0.0f);
-            fwrite(&v, 4, 1, f);
+            vals[i][k] = spec->round8 ? round8(v) : v;
         }
     }
-    fclose(f);
-    free(hdr);
+    if (spec->shards == 2) {
+        /* The embedding and the first layer in one file, the rest in the other. */
+        int split = 1;
+        while (split < n && !strstr(t[split].name, "layers.1.")) split++;
+        snprintf(path, sizeof path, "%s/model-00001-of-00002.safetensors", dir);
+        write_shard(path, t, vals, 0, split, dtype);
+        snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+        write_shard(path, t, vals, split, n, dtype);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        f = fopen(path, "w");
+        ASSERT(f);
+        fprintf(f, "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {");
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%s\"%s\": \"model-0000%d-of-00002.safetensors\"", i ? ", " : "", t[i].name,
+                    i < split ? 1 : 2);
+        fprintf(f, "}}\n");
+        fclose(f);
+    } else {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        write_shard(path, t, vals, 0, n, dtype);
+    }
+    for (int i = 0; i < n; i++) free(vals[i]);
     return dir;
+}
+
+static const char *tiny_model(tiny_arch arch, const char *skip, const char *bad)
+{
+    tiny_spec spec = {arch, skip, bad, NULL, 0, 0, NULL};
+    return tiny_write(&spec);
 }
 
 static void tiny_cleanup(const char *dir)
 {
+    static const char *const files[] = {
+        "config.json", "model.safetensors", "model.safetensors.index.json",
+        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"};
     char path[320];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    unlink(path);
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, files[i]);
+        unlink(path);
+    }
     rmdir(dir);
 }
 
@@ -229,10 +325,10 @@ static void logits_incremental(khub_model *m, const int32_t *ids, int64_t n, flo
     memcpy(out, m->logits, (size_t)m->cfg.vocab_size * sizeof *out);
 }
 
-static void check_consistency(tiny_arch arch)
+static void check_consistency(const tiny_spec *spec)
 {
     khub_runtime *rt = runtime();
-    const char *dir = tiny_model(arch, NULL, NULL);
+    const char *dir = tiny_write(spec);
     khub_model_opts o = ref_opts();
     o.max_batch = 8; /* 13 tokens: the one-call path runs in two chunks */
     khub_model *m = NULL;
@@ -269,9 +365,104 @@ static void check_consistency(tiny_arch arch)
     khub_runtime_free(rt);
 }
 
-TEST_IMPL(model_tiny_llama_prefill_equals_incremental) { check_consistency(TINY_LLAMA); }
-TEST_IMPL(model_tiny_qwen2_prefill_equals_incremental) { check_consistency(TINY_QWEN2); }
-TEST_IMPL(model_tiny_qwen3_prefill_equals_incremental) { check_consistency(TINY_QWEN3); }
+static void check_arch(tiny_arch arch, const char *extra)
+{
+    tiny_spec spec = {arch, NULL, NULL, NULL, 0, 0, extra};
+    check_consistency(&spec);
+}
+
+TEST_IMPL(model_tiny_llama_prefill_equals_incremental) { check_arch(TINY_LLAMA, NULL); }
+TEST_IMPL(model_tiny_qwen2_prefill_equals_incremental) { check_arch(TINY_QWEN2, NULL); }
+TEST_IMPL(model_tiny_qwen3_prefill_equals_incremental) { check_arch(TINY_QWEN3, NULL); }
+
+#define WINDOW_4    ",\"sliding_window\": 4"
+#define ROPE_LINEAR ",\"rope_scaling\": {\"rope_type\": \"linear\", \"factor\": 4.0}"
+#define ROPE_LLAMA3 \
+    ",\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, " \
+    "\"low_freq_factor\": 1.0, \"high_freq_factor\": 4.0, " \
+    "\"original_max_position_embeddings\": 64}"
+
+/* Logits of the last of ids[0..n) for a tiny model of spec, on the
+ * registry's default plugins. */
+static void tiny_logits(const tiny_spec *spec, const int32_t *ids, int64_t n, float *out,
+                        const char *want_explain)
+{
+    khub_runtime *rt = runtime();
+    const char *dir = tiny_write(spec);
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, dir, NULL, &m));
+    if (want_explain) ASSERT_CONTAINS(khub_model_explain(m), want_explain);
+    ASSERT_OK(khub_model_logits(m, ids, (size_t)n, out));
+    khub_model_free(m);
+    tiny_cleanup(dir);
+    khub_runtime_free(rt);
+}
+
+/* Mistral: sliding_window 4 runs (prefill == incremental across the window
+ * edge) and means it: on the Llama weights, a prompt of 4 tokens (every key
+ * inside the window) gives Llama's logits, one of 13 does not. */
+TEST_IMPL(model_tiny_mistral_sliding_window)
+{
+    check_arch(TINY_MISTRAL, WINDOW_4);
+    int32_t ids[13] = {1, 17, 200, 3, 99, 45, 45, 45, 250, 7, 8, 128, 64};
+    float l4[T_VOCAB], m4[T_VOCAB], l13[T_VOCAB], m13[T_VOCAB];
+    tiny_spec llama = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, NULL};
+    tiny_spec mistral = {TINY_MISTRAL, NULL, NULL, NULL, 0, 0, WINDOW_4};
+    tiny_logits(&llama, ids, 4, l4, NULL);
+    tiny_logits(&mistral, ids, 4, m4, NULL);
+    tiny_logits(&llama, ids, 13, l13, NULL);
+    tiny_logits(&mistral, ids, 13, m13, NULL);
+    ASSERT_LE(rel_err(m4, l4, T_VOCAB), 1e-6);
+    ASSERT(rel_err(m13, l13, T_VOCAB) > 1e-3);
+}
+
+/* rope_scaling "linear" and "llama3" reach the rotary op: the prompt gives
+ * other logits than without scaling (position 0 alone is not rotated, so
+ * one token gives the same), and prefill == incremental still holds. */
+static void check_rope_scaling(const char *extra)
+{
+    check_arch(TINY_LLAMA, extra);
+    int32_t ids[13] = {1, 17, 200, 3, 99, 45, 45, 45, 250, 7, 8, 128, 64};
+    float plain[T_VOCAB], scaled[T_VOCAB];
+    tiny_spec p = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, NULL};
+    tiny_spec s = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, extra};
+    tiny_logits(&p, ids, 1, plain, NULL);
+    tiny_logits(&s, ids, 1, scaled, NULL);
+    ASSERT_LE(rel_err(scaled, plain, T_VOCAB), 1e-6);
+    tiny_logits(&p, ids, 13, plain, NULL);
+    tiny_logits(&s, ids, 13, scaled, NULL);
+    ASSERT(rel_err(scaled, plain, T_VOCAB) > 1e-3);
+}
+
+TEST_IMPL(model_tiny_rope_scaling_linear) { check_rope_scaling(ROPE_LINEAR); }
+TEST_IMPL(model_tiny_rope_scaling_llama3) { check_rope_scaling(ROPE_LLAMA3); }
+
+/* The same values stored as F32, F16 or BF16, in one file or two shards with
+ * model.safetensors.index.json, give the same logits; the F16/BF16 weights
+ * are served as they are (the explain line names their dtype). */
+TEST_IMPL(model_tiny_dtypes_and_shards)
+{
+    int32_t ids[9] = {1, 5, 9, 33, 200, 17, 4, 4, 250};
+    float ref[T_VOCAB], got[T_VOCAB];
+    tiny_spec f32 = {TINY_QWEN2, NULL, NULL, "F32", 1, 0, NULL};
+    tiny_logits(&f32, ids, 9, ref, "qkv_proj[f32]: ");
+    static const char *const dtypes[] = {"F16", "BF16", "F32", "BF16"};
+    static const int shards[] = {0, 0, 2, 2};
+    static const char *const explain[] = {
+        "qkv_proj[f16]: ", "qkv_proj[bf16]: ", "qkv_proj[f32]: ", "qkv_proj[bf16]: "};
+    for (int i = 0; i < 4; i++) {
+        tiny_spec s = {TINY_QWEN2, NULL, NULL, dtypes[i], 1, shards[i], NULL};
+        tiny_logits(&s, ids, 9, got, explain[i]);
+        double e = rel_err(got, ref, T_VOCAB);
+        fprintf(stderr, "  %s%s: logits max rel err %.2e against F32\n", dtypes[i],
+                shards[i] ? " in 2 shards" : "", e);
+        ASSERT_LE(e, 1e-5);
+    }
+    /* Values that are not exact in BF16 do change the logits (the check can fail). */
+    tiny_spec unrounded = {TINY_QWEN2, NULL, NULL, "F32", 0, 0, NULL};
+    tiny_logits(&unrounded, ids, 9, got, NULL);
+    ASSERT(rel_err(got, ref, T_VOCAB) > 1e-5);
+}
 
 TEST_IMPL(model_tiny_info_and_explain)
 {
@@ -322,6 +513,18 @@ TEST_IMPL(model_tiny_quantize_at_load)
         ASSERT(e > 0); /* really quantized */
         khub_model_free(m);
     }
+    /* Asked for, the (tied) lm_head is quantized too, and its logits move. */
+    khub_model_opts oq = {KHUB_STRUCT_INIT(khub_model_opts), .quant = "q8_0"};
+    ASSERT_OK(khub_model_load(rt, dir, &oq, &m));
+    ASSERT_OK(khub_model_logits(m, ids, 6, ref));
+    khub_model_free(m);
+    oq.quant_embeddings = 1;
+    ASSERT_OK(khub_model_load(rt, dir, &oq, &m));
+    ASSERT_CONTAINS(khub_model_explain(m), "lm_head[q8_0]: ");
+    ASSERT_OK(khub_model_logits(m, ids, 6, q));
+    ASSERT(rel_err(q, ref, T_VOCAB) > 0);
+    ASSERT_LE(rel_err(q, ref, T_VOCAB), 0.05);
+    khub_model_free(m);
     khub_model_opts bad = {KHUB_STRUCT_INIT(khub_model_opts), .quant = "fp3"};
     ASSERT_STATUS(khub_model_load(rt, dir, &bad, &m), KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "quant scheme 'fp3' is not known");
@@ -529,6 +732,10 @@ TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
     X(model_tiny_llama_prefill_equals_incremental) \
     X(model_tiny_qwen2_prefill_equals_incremental) \
     X(model_tiny_qwen3_prefill_equals_incremental) \
+    X(model_tiny_mistral_sliding_window) \
+    X(model_tiny_rope_scaling_linear) \
+    X(model_tiny_rope_scaling_llama3) \
+    X(model_tiny_dtypes_and_shards) \
     X(model_tiny_info_and_explain) \
     X(model_tiny_quantize_at_load) \
     X(model_tiny_missing_tensor) \
