@@ -678,8 +678,8 @@ khub_status khub__plugin_load_verified(khub_runtime *rt, const char *path, const
     return register_plugin(rt, p, out);
 }
 
-khub_status khub__plugin_load_static(khub_runtime *rt, khub_plugin_init_fn init_fn,
-                                     khub_plugin **out)
+khub_status khub_plugin_load_static(khub_runtime *rt, khub_plugin_init_fn init_fn,
+                                    khub_plugin **out)
 {
     KHUB_API_CHECK(NULL, rt != NULL && init_fn != NULL);
     khub__clear(rt);

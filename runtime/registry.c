@@ -369,11 +369,15 @@ khub_status khub_registry_select(khub_runtime *rt, const khub_op_query *q, khub_
 /* Calls                                                                    */
 /* ======================================================================== */
 
-/* Pins b's current plugin; returns it (the registry lock is released). */
-static khub_plugin *pin(khub_binding *b)
+/* Pins b's current plugin and returns it with the index of the bound op in
+ * it (the registry lock is released). Both are read under the lock: a
+ * reload rewrites plugin and op_index together, and the new plugin may list
+ * its ops in another order. */
+static khub_plugin *pin(khub_binding *b, uint32_t *op_index)
 {
     pthread_rwlock_rdlock(&b->rt->reg_lock);
     khub_plugin *p = b->plugin;
+    *op_index = b->op_index;
     atomic_fetch_add(&p->inflight, 1);
     pthread_rwlock_unlock(&b->rt->reg_lock);
     return p;
@@ -384,8 +388,9 @@ static void unpin(khub_plugin *p) { atomic_fetch_sub(&p->inflight, 1); }
 khub_status khub_binding_call(khub_binding *b, const void *args)
 {
     KHUB_API_CHECK(NULL, b != NULL);
-    khub_plugin *p = pin(b);
-    const khub_op_desc *op = &p->ops[b->op_index];
+    uint32_t idx;
+    khub_plugin *p = pin(b, &idx);
+    const khub_op_desc *op = &p->ops[idx];
     if (!op->run) {
         khub_status st = khub__fail(b->rt, KHUB_STATUS_UNSUPPORTED,
                                     "%s %s :: %s: a %s op has methods, not run; use "
@@ -423,12 +428,13 @@ const khub_op_desc *khub_binding_acquire(khub_binding *b, void **plugin_state)
                    MAX_PINS);
         return NULL;
     }
-    khub_plugin *p = pin(b);
+    uint32_t idx;
+    khub_plugin *p = pin(b, &idx);
     tls_pins[tls_n_pins].b = b;
     tls_pins[tls_n_pins].p = p;
     tls_n_pins++;
     if (plugin_state) *plugin_state = p->desc.state;
-    return &p->ops[b->op_index];
+    return &p->ops[idx];
 }
 
 void khub_binding_release(khub_binding *b)

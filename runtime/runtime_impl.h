@@ -143,12 +143,6 @@ KHUB_INTERNAL khub_status khub__plugin_fail(khub_status st, const char *fmt, ...
 /* Frees the table of khub__runtime_host (khub__registry_teardown calls it). */
 KHUB_INTERNAL void khub__runtime_host_free(khub_runtime *rt);
 
-/* Registers a plugin linked into the process (no file, no note): init_fn is
- * negotiated and validated exactly like a loaded plugin's entry. For
- * embedders that link plugins statically, and for tests. Since 0.1. */
-KHUB_INTERNAL khub_status khub__plugin_load_static(khub_runtime *rt, khub_plugin_init_fn init_fn,
-                                                   khub_plugin **out);
-
 /* Registry internals shared by loader.c and registry.c (call with
  * rt->reg_lock held for writing). */
 KHUB_INTERNAL size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p);

@@ -210,7 +210,7 @@ static khub_status init_ok(const khub_host_api *host, khub_plugin_desc *out, cha
 TEST_IMPL(static_init_error_via_host_fail)
 {
     khub_runtime *rt = tp_runtime(1);
-    ASSERT_STATUS(khub__plugin_load_static(rt, init_fails_via_host, NULL), KHUB_STATUS_INIT_FAILED);
+    ASSERT_STATUS(khub_plugin_load_static(rt, init_fails_via_host, NULL), KHUB_STATUS_INIT_FAILED);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt),
                     "init failed with KHUB_STATUS_UNSUPPORTED: needs a flux capacitor");
     khub_runtime_free(rt);
@@ -219,14 +219,14 @@ TEST_IMPL(static_init_error_via_host_fail)
 TEST_IMPL(static_rules)
 {
     khub_runtime *rt = tp_runtime(1);
-    ASSERT_STATUS(khub__plugin_load_static(rt, init_bad_name, NULL), KHUB_STATUS_PLUGIN_INVALID);
+    ASSERT_STATUS(khub_plugin_load_static(rt, init_bad_name, NULL), KHUB_STATUS_PLUGIN_INVALID);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "op 0: name is NULL, empty, over 63 bytes or not");
     shutdowns = 0;
-    ASSERT_STATUS(khub__plugin_load_static(rt, init_long_id, NULL), KHUB_STATUS_PLUGIN_INVALID);
+    ASSERT_STATUS(khub_plugin_load_static(rt, init_long_id, NULL), KHUB_STATUS_PLUGIN_INVALID);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "id or version is NULL, empty or too long");
     ASSERT_EQ(shutdowns, 1); /* a rejected plugin that initialised is shut down */
     khub_plugin *p = NULL;
-    ASSERT_OK(khub__plugin_load_static(rt, init_ok, &p));
+    ASSERT_OK(khub_plugin_load_static(rt, init_ok, &p));
     ASSERT_STR_EQ(khub_plugin_path(p), "(static)");
     ASSERT_EQ(khub_plugin_count(rt), 1);
     khub_runtime_free(rt);

@@ -1,6 +1,6 @@
 /* test_registry.c: selection (every accept/reject rule, ranking, fallback,
  * strict mode) and binding calls. Candidates are static plugins registered
- * with khub__plugin_load_static, so every rule is exercised exactly. */
+ * with khub_plugin_load_static, so every rule is exercised exactly. */
 #include "plugins/tp_args.h"
 #include "plugins/tp_util.h"
 #include "runtime_impl.h"
@@ -86,10 +86,10 @@ static khub_runtime *setup(void)
     khub_runtime *rt = NULL;
     ASSERT_OK(khub_runtime_new(&o, &rt));
     rt->cpu_features = KHUB_CPU_AVX2 | KHUB_CPU_FMA; /* a machine without AVX-512 */
-    ASSERT_OK(khub__plugin_load_static(rt, init_ref, NULL));
-    ASSERT_OK(khub__plugin_load_static(rt, init_fast, NULL));
-    ASSERT_OK(khub__plugin_load_static(rt, init_zero, NULL));
-    ASSERT_OK(khub__plugin_load_static(rt, init_late, NULL));
+    ASSERT_OK(khub_plugin_load_static(rt, init_ref, NULL));
+    ASSERT_OK(khub_plugin_load_static(rt, init_fast, NULL));
+    ASSERT_OK(khub_plugin_load_static(rt, init_zero, NULL));
+    ASSERT_OK(khub_plugin_load_static(rt, init_late, NULL));
     warnings[0] = '\0';
     return rt;
 }
@@ -309,7 +309,7 @@ TEST_IMPL(methods_ops_and_pins)
 {
     khub_runtime *rt = tp_runtime(1);
     khub_plugin *p = NULL;
-    ASSERT_OK(khub__plugin_load_static(rt, init_kv, &p));
+    ASSERT_OK(khub_plugin_load_static(rt, init_kv, &p));
     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_KV_CACHE, .dtype_id = -1};
     khub_binding *b = NULL;
     ASSERT_OK(khub_registry_select(rt, &q, &b));

@@ -89,6 +89,7 @@ TEST_IMPL(reload_rejects_bad_file_keeps_old)
 typedef struct caller {
     khub_binding *b;
     atomic_int *stop;
+    int32_t other; /* the stamp of the version alternating with v1 */
     long calls, failures, torn, v1, v2;
 } caller;
 
@@ -105,7 +106,7 @@ static void *caller_main(void *arg)
         for (int i = 1; i < 8; i++) c->torn += a.out[i] != a.out[0];
         if (a.out[0] == 1)
             c->v1++;
-        else if (a.out[0] == 2)
+        else if (a.out[0] == c->other)
             c->v2++;
         else
             c->torn++;
@@ -113,7 +114,10 @@ static void *caller_main(void *arg)
     return NULL;
 }
 
-TEST_IMPL(reload_stress_concurrent_calls)
+/* 4 threads call the stamp op while v1 and `other` (stamp value
+ * other_stamp) are swapped in 50 times: no call fails, none sees a torn
+ * result, and each old library is gone after its reload. */
+static void reload_stress(const char *other, int32_t other_stamp)
 {
     enum { THREADS = 4, RELOADS = 50 };
     khub_runtime *rt = tp_runtime(1);
@@ -124,13 +128,13 @@ TEST_IMPL(reload_stress_concurrent_calls)
     caller c[THREADS];
     pthread_t th[THREADS];
     for (int i = 0; i < THREADS; i++) {
-        c[i] = (caller){.b = b, .stop = &stop};
+        c[i] = (caller){.b = b, .stop = &stop, .other = other_stamp};
         ASSERT_EQ(pthread_create(&th[i], NULL, caller_main, &c[i]), 0);
     }
     for (int r = 0; r < RELOADS; r++) {
         char old_map[48];
         snprintf(old_map, sizeof old_map, "%s", p->memfd_name);
-        p = reload(rt, p, r % 2 == 0 ? "good_v2" : "good_v1");
+        p = reload(rt, p, r % 2 == 0 ? other : "good_v1");
         if (tp_mapped(old_map)) TEST_FAIL_("reload %d: %s still mapped", r, old_map);
     }
     atomic_store(&stop, 1);
@@ -141,18 +145,38 @@ TEST_IMPL(reload_stress_concurrent_calls)
         ASSERT_EQ(c[i].torn, 0);
         calls += c[i].calls, v1 += c[i].v1, v2 += c[i].v2;
     }
-    fprintf(stderr, "  %d reloads, %ld calls (%ld saw v1, %ld saw v2)\n", RELOADS, calls, v1, v2);
+    fprintf(stderr, "  %d reloads v1 <-> %s, %ld calls (%ld saw v1, %ld saw the other)\n", RELOADS,
+            other, calls, v1, v2);
     ASSERT(v1 > 0 && v2 > 0);
     ASSERT_EQ(calls, v1 + v2);
     ASSERT_EQ(khub_plugin_count(rt), 1);
     ASSERT_STR_EQ(khub_plugin_version(p), "1.0.0"); /* 50 reloads end on v1 */
     ASSERT_EQ(call_stamp(b), 1);
+    ASSERT_STR_EQ(khub_binding_name(b), "khub-test/good 1.0.0 :: stamp");
     khub_runtime_free(rt);
+}
+
+TEST_IMPL(reload_stress_concurrent_calls) { reload_stress("good_v2", 2); }
+
+/* v4 lists stamp last (index 2, where v1 has "host"): every call must reach
+ * the op by the index that belongs to the plugin it pinned. */
+TEST_IMPL(reload_stress_reordered_ops)
+{
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *v1 = tp_load(rt, "good_v1");
+    khub_binding *b = bind_stamp(rt);
+    khub_plugin *v4 = reload(rt, v1, "good_v4_reordered");
+    ASSERT_STR_EQ(khub_plugin_op(v4, 2)->name, "stamp");
+    ASSERT_EQ(call_stamp(b), 4);
+    ASSERT_STR_EQ(khub_binding_name(b), "khub-test/good 4.0.0 :: stamp");
+    khub_runtime_free(rt);
+    reload_stress("good_v4_reordered", 4);
 }
 
 #define TEST_LIST(X) \
     X(reload_swaps_bindings) \
     X(reload_missing_op_changes_nothing) \
     X(reload_rejects_bad_file_keeps_old) \
-    X(reload_stress_concurrent_calls)
+    X(reload_stress_concurrent_calls) \
+    X(reload_stress_reordered_ops)
 TEST_MAIN(TEST_LIST)

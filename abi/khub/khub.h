@@ -170,6 +170,17 @@ KHUB_API khub_status khub_plugin_load(khub_runtime *rt, const char *path, const 
  * digest per file) from KHUB_PLUGIN_DIR or, if unset, the directory the
  * library was built with. Since 0.1. */
 KHUB_API khub_status khub_plugin_load_builtin(khub_runtime *rt);
+/* Registers a plugin linked into the program instead of loaded from a file:
+ * init_fn is the plugin's init function (the one its KHUB_PLUGIN_DEFINE line
+ * names, e.g. khub_ref_cpu_init of the CMake target ref-cpu_static that
+ * khub_add_plugin() makes beside every MODULE). It is negotiated and
+ * validated exactly like a loaded plugin's entry; there is no file, digest
+ * or ABI note, so khub_plugin_path() is "(static)" and khub_plugin_sha256()
+ * is "". *out (optional) is borrowed, valid until the plugin is unloaded.
+ * Statuses: those of negotiation (INIT_FAILED, STRUCT_SIZE, ABI_MAJOR,
+ * ABI_MINOR, PLUGIN_INVALID, DUPLICATE_OP, NOMEM). Since 0.1. */
+KHUB_API khub_status khub_plugin_load_static(khub_runtime *rt, khub_plugin_init_fn init_fn,
+                                             khub_plugin **out);
 /* Hot reload: loads the new file beside old, initialises it, swaps every
  * binding served by old to the op of the same name in the new plugin in one
  * step, then retires old once no call is in flight (real dlclose). Fails with

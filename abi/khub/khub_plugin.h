@@ -460,8 +460,9 @@ typedef khub_status (*khub_plugin_init_fn)(const khub_host_api *host, khub_plugi
 /* KHUB_PLUGIN_DEFINE(init_fn, id, version): the one line an author writes.
  * When the plugin is built as a module (KHUB_PLUGIN_MODULE defined, as
  * khub_add_plugin() does) it exports khub_plugin_init_v1 and emits the ABI
- * note; linked in statically, it emits nothing and the embedder registers
- * init_fn itself. `kinds` of the note is left 0 (unknown) by this macro;
+ * note; linked in statically (the NAME_static target khub_add_plugin()
+ * makes), it emits nothing and the embedder passes init_fn, which must then
+ * have external linkage, to khub_plugin_load_static(). `kinds` of the note is left 0 (unknown) by this macro;
  * KHUB_PLUGIN_DEFINE_KINDS declares them. */
 #define KHUB_PLUGIN_DEFINE(init_fn, id, version) KHUB_PLUGIN_DEFINE_KINDS(init_fn, id, version, 0)
 

@@ -4,7 +4,9 @@
  *   stamp (norm):      writes TP_VNUM into tp_stamp_args.out[0..7]
  *   fail_op (activation): fails through host->fail
  *   host (rotary):     exercises the host table (tp_host_args)
- * With TP_NO_STAMP the stamp op is left out (a reload that must fail).
+ * With TP_NO_STAMP the stamp op is left out (a reload that must fail); with
+ * TP_STAMP_LAST it is listed last instead of first (a reload must follow
+ * the op by name, not by index).
  */
 #include <khub/khub_plugin.h>
 
@@ -72,15 +74,23 @@ static const khub_op_caps cpu_caps = {KHUB_STRUCT_INIT(khub_op_caps),
                                       .device_type = KHUB_DEVICE_CPU,
                                       .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32)};
 
+#define TP_STAMP_OP \
+    { \
+        KHUB_STRUCT_INIT(khub_op_desc), .name = "stamp", .kind = KHUB_OP_NORM, .caps = &cpu_caps, \
+                                        .run = stamp \
+    }
+
 static const khub_op_desc ops[] = {
-#ifndef TP_NO_STAMP
-    {KHUB_STRUCT_INIT(khub_op_desc), .name = "stamp", .kind = KHUB_OP_NORM, .caps = &cpu_caps,
-     .run = stamp},
+#if !defined(TP_NO_STAMP) && !defined(TP_STAMP_LAST)
+    TP_STAMP_OP,
 #endif
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "fail_op", .kind = KHUB_OP_ACTIVATION,
      .caps = &cpu_caps, .run = fail_op},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "host", .kind = KHUB_OP_ROTARY, .caps = &cpu_caps,
      .run = host_op},
+#if defined(TP_STAMP_LAST)
+    TP_STAMP_OP,
+#endif
 };
 
 static int32_t score(void *state)
