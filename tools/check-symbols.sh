@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 LIB=${1:-build/libkhub.so}
 [ -f "$LIB" ] || { echo "check-symbols: $LIB not found (build first)" >&2; exit 2; }
 want=$(grep -o '^- `[a-z_0-9]*`' abi/SYMBOLS.md | sed 's/^- `//; s/`$//' | sort)
-have=$(nm -D --defined-only "$LIB" | awk '$2 ~ /^[TDBR]$/ {print $3}' | sort)
+# Every defined dynamic symbol, whatever its type (T, D, B, R, but also W weak,
+# V weak object, i ifunc, u unique), so no kind of export slips past.
+have=$(nm -D --defined-only "$LIB" | awk 'NF >= 3 {print $3}' | sort)
 extra=$(comm -13 <(echo "$want") <(echo "$have"))
 missing=$(comm -23 <(echo "$want") <(echo "$have"))
 rc=0
