@@ -15,8 +15,8 @@ soname=$(readelf -d "$B/libkhub.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 echo "ok   SONAME $soname"
 
 for f in "$B/libkhub.so" "${KHUB_BIN:?}"; do
-    readelf -d "$f" > /dev/null || fail "cannot read $f"
-    if readelf -d "$f" | grep -E 'NEEDED.*(libcuda|libnvrtc|libcudart)'; then
+    dyn=$(readelf -d "$f") || fail "cannot read $f"
+    if grep -E 'NEEDED.*(libcuda|libnvrtc|libcudart)' <<< "$dyn"; then
         fail "$f links CUDA; it must be opened at run time"
     fi
 done
@@ -26,8 +26,11 @@ n=0
 for so in "$B"/plugins/*.so; do
     exports=$(nm -D --defined-only "$so" | awk 'NF >= 3 {print $3}')
     [ "$exports" = "khub_plugin_init_v1" ] || fail "$so exports: $(echo $exports)"
-    if readelf -d "$so" | grep -q 'NEEDED.*libkhub'; then fail "$so links libkhub"; fi
-    readelf -S "$so" | grep -q '\.note\.khub' || fail "$so has no .note.khub"
+    # Captured first: grep -q closing the pipe early would fail it under pipefail.
+    dyn=$(readelf -d "$so")
+    sections=$(readelf -S -W "$so")
+    if grep -q 'NEEDED.*libkhub' <<< "$dyn"; then fail "$so links libkhub"; fi
+    grep -q '\.note\.khub' <<< "$sections" || fail "$so has no .note.khub"
     n=$((n + 1))
 done
 [ "$n" -ge 1 ] || fail "no built-in plugins in $B/plugins"
