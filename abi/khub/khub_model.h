@@ -77,7 +77,8 @@ typedef struct khub_model_opts {
     const char *act_impl;     /* borrowed; silu_and_mul plugin id or NULL */
     const char *rotary_impl;  /* borrowed; rotary plugin id or NULL */
     int32_t strict;           /* 1 = a preferred plugin that cannot serve is an error */
-    int32_t quant_embeddings; /* 1 = quantize the embedding and lm_head too (with quant) */
+    int32_t quant_embeddings; /* 1 = quantize the output head too (with quant): lm_head,
+                                 or a copy of the tied embedding; lookups stay dense */
     int64_t max_context;      /* KV capacity per sequence in tokens, 0 = min(model, 4096) */
     khub_dtype kv_dtype;      /* KV cache storage: {0} = f32, or KHUB_DTYPE_F16 */
     uint32_t reserved;

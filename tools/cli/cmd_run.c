@@ -26,7 +26,7 @@ typedef struct run_args {
     int n_stops;
     const char *quant, *attn, *cache, *norm, *act, *rotary, *linear, *system;
     const char *kernels, *lock, *policy;
-    int threads, chat, explain, json, strict, ignore_eos, allow_unsigned;
+    int threads, chat, explain, json, strict, ignore_eos, allow_unsigned, quant_embeddings;
     khub_generate_opts gen;
 } run_args;
 
@@ -117,6 +117,8 @@ static int parse(int argc, char **argv, run_args *a)
                 a->allow_unsigned = 1;
             else if (!strcmp(f, "--ignore-eos"))
                 a->ignore_eos = 1;
+            else if (!strcmp(f, "--quant-embeddings"))
+                a->quant_embeddings = 1;
             else
                 return khub_cli_usage(&run_cmd, "unknown option '%s'", f);
         }
@@ -126,6 +128,8 @@ static int parse(int argc, char **argv, run_args *a)
     }
     if (!a->model) return khub_cli_usage(&run_cmd, "--model PATH is required");
     if (!a->n_prompts) return khub_cli_usage(&run_cmd, "--prompt TEXT is required");
+    if (a->quant_embeddings && !a->quant)
+        return khub_cli_usage(&run_cmd, "--quant-embeddings needs --quant SCHEME");
     a->gen.stop = a->stops;
     a->gen.n_stop = (uint32_t)a->n_stops;
     a->gen.chat = (uint32_t)a->chat;
@@ -167,7 +171,19 @@ static long peak_rss_kib(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1; /* KiB on Linux */
 }
 
-static void print_json(khub_model *m, const run_args *a, const khub_generate_result *res)
+/* The runtime's pool size (its "threads" feature), -1 if not reported. */
+static int pool_threads(const khub_runtime *rt)
+{
+    const khub_feature *f = NULL;
+    size_t n = 0;
+    if (khub_runtime_features(rt, &f, &n) != KHUB_STATUS_OK) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(f[i].name, "threads")) return atoi(f[i].value);
+    return -1;
+}
+
+static void print_json(khub_runtime *rt, khub_model *m, const run_args *a,
+                       const khub_generate_result *res)
 {
     cJSON *o = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(o, "results");
     for (int i = 0; i < a->n_prompts; i++) {
@@ -188,6 +204,7 @@ static void print_json(khub_model *m, const run_args *a, const khub_generate_res
     cJSON_AddNumberToObject(t, "prefill_tok_s", res[0].prefill_tok_s);
     cJSON_AddNumberToObject(t, "decode_tok_s", res[0].decode_tok_s);
     cJSON_AddNumberToObject(o, "peak_rss_kib", (double)peak_rss_kib());
+    cJSON_AddNumberToObject(o, "threads", pool_threads(rt));
     if (a->explain) cJSON_AddStringToObject(o, "explain", khub_model_explain(m));
     char *s = cJSON_PrintUnformatted(o);
     if (s) printf("%s\n", s);
@@ -203,7 +220,8 @@ static int run(int argc, char **argv)
     if (rc) return rc;
     khub_runtime *rt = khub_cli_runtime("run", a.threads);
     if (!rt) return 1;
-    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .strict = a.strict};
+    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .strict = a.strict,
+                          .quant_embeddings = a.quant_embeddings};
     if (!a.json && isatty(2)) {
         mo.progress = on_layer;
         mo.progress_ud = (void *)a.model;
@@ -250,7 +268,7 @@ static int run(int argc, char **argv)
         if (stream) fputc('\n', stdout);
         rc = khub_cli_fail("run", "%s", khub_runtime_errmsg(rt));
     } else if (a.json) {
-        print_json(m, &a, res);
+        print_json(rt, m, &a, res);
     } else {
         for (int i = 0; !stream && i < a.n_prompts; i++)
             printf("--- prompt %d ---\n%s\n", i, res[i].text);
@@ -295,7 +313,10 @@ static const khub_cli_cmd run_cmd = {
     "HF_ENDPOINT, verified and loaded; or a loaded plugin's id; or a built-in name):\n"
     "  --attn NAME           attention (built-ins: eager, sdpa)\n"
     "  --quant NAME          quantize dense weights at load: int8, nf4, q8_0, q4_0, or a\n"
-    "                        kernel (ID, or ID:SCHEME to quantize with it)\n"
+    "                        kernel (ID, or ID:SCHEME to quantize with it); the embedding\n"
+    "                        and the output head stay as they are\n"
+    "  --quant-embeddings    with --quant: quantize the output head (lm_head, or the tied\n"
+    "                        embedding's copy used as the head) too\n"
     "  --cache NAME          KV cache (built-ins: dynamic, static)\n"
     "  --norm NAME           RMSNorm      --act NAME   SiLU-and-mul\n"
     "  --rotary NAME         rotary       --linear NAME dense and quantized linear\n"
@@ -306,7 +327,9 @@ static const khub_cli_cmd run_cmd = {
     "  --allow-unsigned      accept unsigned kernels of organisations the policy omits\n"
     "  --strict              fail instead of falling back (no variant, plugin cannot serve)\n"
     "  --explain             print which plugin serves each role, with the selection trace\n"
-    "  --json                print one JSON object: text, tokens, timings, peak RSS\n"
+    "  --json                print one JSON object: results (text, tokens, stop reason per\n"
+    "                        prompt), timings (load_ms, prefill/decode ms and tok/s),\n"
+    "                        peak_rss_kib, threads\n"
     "  --help                print this help\n",
     run};
 
