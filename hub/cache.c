@@ -63,7 +63,7 @@ khub_status khub__cache_default_dir(khub_hub *hub, char **out)
 
 khub_status khub__cache_repo_folder(khub_hub *hub, const khub_hub_id *id, char *buf, size_t size)
 {
-    int n = snprintf(buf, size, "%s--%s--%s", khub__repo_api_type(hub), id->org, id->name);
+    int n = snprintf(buf, size, "%s--%s--%s", khub__repo_api_type(hub, id), id->org, id->name);
     if (n < 0 || (size_t)n >= size)
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "repo folder name too long");
     return KHUB_STATUS_OK;

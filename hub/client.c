@@ -130,13 +130,13 @@ static khub_status resolve_online(khub_hub *hub, const khub_hub_id *id, const ch
     char url[4096], qrev[1024], what[512];
     int by_refs = id->rev_kind != KHUB_HUB_REV_NAME;
     if (by_refs) {
-        if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub),
+        if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub, id),
                          id->org, id->name))
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "URL too long");
     } else {
         KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(hub, id->revision, 0, qrev, sizeof qrev));
         if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/revision/%s", hub->endpoint,
-                         khub__repo_api_type(hub), id->org, id->name, qrev))
+                         khub__repo_api_type(hub, id), id->org, id->name, qrev))
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "URL too long");
     }
     snprintf(what, sizeof what, "resolving %s/%s@%s", id->org, id->name,
@@ -182,6 +182,16 @@ static khub_status resolve_online(khub_hub *hub, const khub_hub_id *id, const ch
     return st;
 }
 
+/* Online: resolves id and records the answer in refs/ of its cache folder. */
+static khub_status resolve_and_record(khub_hub *hub, const khub_hub_id *id, char commit_out[41])
+{
+    char repo_dir[KHUB__PATH_MAX], rev[KHUB_HUB_REV_MAX + 1];
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
+    KHUB_FORWARD_IF_ERROR(NULL, resolve_online(hub, id, repo_dir, rev, sizeof rev, commit_out));
+    khub__cache_tag(hub);
+    return khub__cache_write_ref(hub, repo_dir, rev, commit_out);
+}
+
 khub_status khub_hub_resolve(khub_hub *hub, const khub_hub_id *id, char commit_out[41])
 {
     if (!hub || !id || !commit_out)
@@ -191,9 +201,9 @@ khub_status khub_hub_resolve(khub_hub *hub, const khub_hub_id *id, char commit_o
         memcpy(commit_out, id->revision, 41);
         return KHUB_STATUS_OK;
     }
-    char repo_dir[KHUB__PATH_MAX], rev[KHUB_HUB_REV_MAX + 1];
-    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
     if (hub->offline) {
+        char repo_dir[KHUB__PATH_MAX], rev[KHUB_HUB_REV_MAX + 1];
+        KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
         if (id->rev_kind == KHUB_HUB_REV_DEFAULT)
             default_rev_offline(repo_dir, rev, sizeof rev);
         else
@@ -206,9 +216,10 @@ khub_status khub_hub_resolve(khub_hub *hub, const khub_hub_id *id, char commit_o
                                   id->org, id->name, rev, repo_dir, rev);
         return st;
     }
-    KHUB_FORWARD_IF_ERROR(NULL, resolve_online(hub, id, repo_dir, rev, sizeof rev, commit_out));
-    khub__cache_tag(hub);
-    return khub__cache_write_ref(hub, repo_dir, rev, commit_out);
+    khub_status st = resolve_and_record(hub, id, commit_out);
+    if (khub__repo_fallback_begin(hub, id, st))
+        st = khub__repo_fallback_end(hub, id, resolve_and_record(hub, id, commit_out));
+    return st;
 }
 
 /* ======================================================================== */
@@ -476,7 +487,7 @@ static khub_status list_online(khub_hub *hub, const khub_hub_id *id, const char 
     char url[4096], qsub[2048] = "", what[512];
     if (sub[0]) KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(hub, sub, 0, qsub, sizeof qsub));
     if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/tree/%s%s%s?recursive=%s&expand=false", hub->endpoint,
-                     khub__repo_api_type(hub), id->org, id->name, rev, sub[0] ? "/" : "", qsub,
+                     khub__repo_api_type(hub, id), id->org, id->name, rev, sub[0] ? "/" : "", qsub,
                      recursive ? "true" : "false"))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "tree URL too long");
     snprintf(what, sizeof what, "listing %s/%s@%.12s/%s", id->org, id->name, rev, sub);
@@ -502,8 +513,8 @@ static khub_status list_online(khub_hub *hub, const khub_hub_id *id, const char 
                           MAX_TREE_PAGES);
 }
 
-khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, const char *commit,
-                            const char *sub, int recursive, khub__tree *out)
+static khub_status list_tree_once(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                  const char *sub, int recursive, khub__tree *out)
 {
     if (!khub__is_commit_hex(commit)) return list_online(hub, id, commit, sub, recursive, out);
     char repo_dir[KHUB__PATH_MAX], path[KHUB__PATH_MAX];
@@ -522,6 +533,18 @@ khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, const char *co
     }
     khub_status st = tree_select(hub, id, commit, &files, sub, recursive, out);
     khub__tree_free(&files);
+    return st;
+}
+
+khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                            const char *sub, int recursive, khub__tree *out)
+{
+    size_t had = out->count;
+    khub_status st = list_tree_once(hub, id, commit, sub, recursive, out);
+    if (khub__repo_fallback_begin(hub, id, st)) {
+        while (out->count > had) free(out->items[--out->count].path); /* a partial listing */
+        st = khub__repo_fallback_end(hub, id, list_tree_once(hub, id, commit, sub, recursive, out));
+    }
     return st;
 }
 
@@ -682,13 +705,9 @@ static khub_status head_blob(khub_hub *hub, const khub_hub_id *id, const char *r
     return st;
 }
 
-khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const char *commit,
-                                   const char *path, char **path_out)
+static khub_status download_file_once(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                      const char *path, char **path_out)
 {
-    if (!hub || !id || !commit || !path || !path_out)
-        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_download_file: NULL argument");
-    khub__hub_clear(hub);
-    *path_out = NULL;
     if (!khub__is_commit_hex(commit))
         return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG,
                               "download needs a 40-hex commit, got \"%.60s\"; resolve first",
@@ -713,8 +732,8 @@ khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const c
                                   id->org, id->name, commit, path);
         char url[4096], qpath[2048];
         KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(hub, path, 1, qpath, sizeof qpath));
-        if (!KHUB__PATHF(url, "%s/%s%s/%s/resolve/%s/%s", hub->endpoint, khub__repo_url_prefix(hub),
-                         id->org, id->name, commit, qpath))
+        if (!KHUB__PATHF(url, "%s/%s%s/%s/resolve/%s/%s", hub->endpoint,
+                         khub__repo_url_prefix(hub, id), id->org, id->name, commit, qpath))
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "resolve URL too long");
         char etag_copy[80];
         uint64_t size = 0;
@@ -731,4 +750,17 @@ khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const c
     }
     *path_out = strdup(snap);
     return *path_out ? KHUB_STATUS_OK : khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
+}
+
+khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                   const char *path, char **path_out)
+{
+    if (!hub || !id || !commit || !path || !path_out)
+        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_download_file: NULL argument");
+    khub__hub_clear(hub);
+    *path_out = NULL;
+    khub_status st = download_file_once(hub, id, commit, path, path_out);
+    if (khub__repo_fallback_begin(hub, id, st))
+        st = khub__repo_fallback_end(hub, id, download_file_once(hub, id, commit, path, path_out));
+    return st;
 }

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "hub_impl.h"
 
@@ -53,14 +54,77 @@ void khub_hub_set_progress(khub_hub *hub, khub_hub_progress_fn fn, void *ud)
     hub->progress_ud = ud;
 }
 
-const char *khub__repo_api_type(const khub_hub *hub)
+/* ======================================================================== */
+/* Repo type: kernel first, model as the fallback                           */
+/* ======================================================================== */
+
+/* Kernel repos are the Hub's repo type "kernel"; kernels published before
+ * it existed are model repos (hub-protocol.md). With repo_type KERNEL a
+ * repo is tried as a kernel repo first and as a model repo when the Hub
+ * does not know it as a kernel; the answer is kept for the handle. */
+
+static void repo_key(const khub_hub_id *id, char *buf, size_t n)
 {
-    return hub->repo_type == KHUB_HUB_REPO_MODEL ? "models" : "kernels";
+    snprintf(buf, n, "%s/%s", id->org, id->name);
 }
 
-const char *khub__repo_url_prefix(const khub_hub *hub)
+static int legacy_index(const khub_hub *hub, const khub_hub_id *id)
 {
-    return hub->repo_type == KHUB_HUB_REPO_MODEL ? "" : "kernels/";
+    char key[2 * KHUB_HUB_NAME_MAX + 2];
+    repo_key(id, key, sizeof key);
+    for (int i = 0; i < 8; i++)
+        if (!strcmp(hub->legacy[i], key)) return i;
+    return -1;
+}
+
+static bool cache_has_folder(const khub_hub *hub, const char *type, const khub_hub_id *id)
+{
+    char path[KHUB__PATH_MAX];
+    struct stat sb;
+    return hub->cache_dir &&
+           KHUB__PATHF(path, "%s/%s--%s--%s", hub->cache_dir, type, id->org, id->name) &&
+           stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+bool khub__repo_is_model(const khub_hub *hub, const khub_hub_id *id)
+{
+    if (hub->repo_type == KHUB_HUB_REPO_MODEL) return true;
+    if (!id) return false;
+    if (legacy_index(hub, id) >= 0) return true;
+    return !cache_has_folder(hub, "kernels", id) && cache_has_folder(hub, "models", id);
+}
+
+const char *khub__repo_api_type(const khub_hub *hub, const khub_hub_id *id)
+{
+    return khub__repo_is_model(hub, id) ? "models" : "kernels";
+}
+
+const char *khub__repo_url_prefix(const khub_hub *hub, const khub_hub_id *id)
+{
+    return khub__repo_is_model(hub, id) ? "" : "kernels/";
+}
+
+bool khub__repo_fallback_begin(khub_hub *hub, const khub_hub_id *id, khub_status st)
+{
+    if (st != KHUB_STATUS_REPO_NOT_FOUND || hub->repo_type != KHUB_HUB_REPO_KERNEL ||
+        hub->offline || khub__repo_is_model(hub, id))
+        return false;
+    snprintf(hub->fallback_msg, sizeof hub->fallback_msg, "%s", hub->errmsg);
+    repo_key(id, hub->legacy[hub->n_legacy++ % 8], sizeof hub->legacy[0]);
+    khub__hub_clear(hub);
+    khub__log(NULL, KHUB_LOG_INFO, "%s/%s is not a kernel repo on %s; trying it as a model repo",
+              id->org, id->name, hub->endpoint);
+    return true;
+}
+
+khub_status khub__repo_fallback_end(khub_hub *hub, const khub_hub_id *id, khub_status st)
+{
+    if (st != KHUB_STATUS_REPO_NOT_FOUND) return st;
+    int i = legacy_index(hub, id);
+    if (i >= 0) hub->legacy[i][0] = '\0';
+    khub__hub_clear(hub);
+    return khub__hub_fail(hub, st, "%s; not a model repo either (/api/models/%s/%s)",
+                          hub->fallback_msg, id->org, id->name);
 }
 
 /* ======================================================================== */

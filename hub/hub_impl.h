@@ -42,6 +42,14 @@ struct khub_hub {
      * trusts these instead of hashing the same bytes again (variant.c). */
     char fresh[8][160];
     unsigned n_fresh;
+    /* "org/name" of repos this handle found to be model repos (legacy
+     * kernels, issue 4 item 2): with repo_type KERNEL a request answered
+     * RepoNotFound is tried once more as a model repo, and on success the
+     * repo stays a model repo for this handle (newest at n_legacy % 8).
+     * fallback_msg keeps the kernel-side message meanwhile. */
+    char legacy[8][2 * KHUB_HUB_NAME_MAX + 2];
+    unsigned n_legacy;
+    char fallback_msg[KHUB_ERROR_SIZE];
 };
 
 /* huggingface_hub's truthy values for a variable: 1, ON, YES, TRUE (any
@@ -61,9 +69,26 @@ KHUB_INTERNAL khub_status khub__hub_fail(khub_hub *hub, khub_status st, const ch
     __attribute__((format(printf, 3, 4)));
 KHUB_INTERNAL void khub__hub_clear(khub_hub *hub);
 
-/* "kernels" or "models" (API path), "kernels/" or "" (file URL prefix). */
-KHUB_INTERNAL const char *khub__repo_api_type(const khub_hub *hub);
-KHUB_INTERNAL const char *khub__repo_url_prefix(const khub_hub *hub);
+/* Whether hub reaches id as a model repo: repo_type MODEL; or, with
+ * KERNEL, a repo this handle found to be a model repo, or one the cache
+ * holds only as models--org--name (so a cached legacy repo costs no
+ * request). id NULL: the handle's own type. */
+KHUB_INTERNAL bool khub__repo_is_model(const khub_hub *hub, const khub_hub_id *id);
+/* "kernels" or "models" (API path, cache folder prefix), "kernels/" or ""
+ * (file URL prefix), by khub__repo_is_model. */
+KHUB_INTERNAL const char *khub__repo_api_type(const khub_hub *hub, const khub_hub_id *id);
+KHUB_INTERNAL const char *khub__repo_url_prefix(const khub_hub *hub, const khub_hub_id *id);
+/* The model-type fallback around one operation on id:
+ *     st = op(hub, id, ...);
+ *     if (khub__repo_fallback_begin(hub, id, st))
+ *         st = khub__repo_fallback_end(hub, id, op(hub, id, ...));
+ * begin: when st is REPO_NOT_FOUND for a kernel repo and hub may fall
+ * back, marks id a model repo, keeps and clears the message, returns true.
+ * end: a second REPO_NOT_FOUND unmarks id and reports both; any other
+ * status is returned as it is. */
+KHUB_INTERNAL bool khub__repo_fallback_begin(khub_hub *hub, const khub_hub_id *id, khub_status st);
+KHUB_INTERNAL khub_status khub__repo_fallback_end(khub_hub *hub, const khub_hub_id *id,
+                                                  khub_status st);
 
 /* ------------------------------------------------------------------------ */
 /* Cache (cache.c)                                                          */

@@ -437,14 +437,14 @@ khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt, const char *
 /* Locking, syncing, versions                                               */
 /* ======================================================================== */
 
-khub_status khub__kernel_newest_version(khub_hub *hub, const khub_hub_id *id, int32_t *newest,
-                                        char commit[41])
+static khub_status newest_version_once(khub_hub *hub, const khub_hub_id *id, int32_t *newest,
+                                       char commit[41])
 {
     *newest = -1;
     commit[0] = '\0';
     char url[KHUB__PATH_MAX], what[300];
-    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub), id->org,
-                     id->name))
+    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub, id),
+                     id->org, id->name))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "URL too long");
     snprintf(what, sizeof what, "listing the versions of %s/%s", id->org, id->name);
     khub__http_resp r = {0};
@@ -472,6 +472,15 @@ khub_status khub__kernel_newest_version(khub_hub *hub, const khub_hub_id *id, in
     }
     cJSON_Delete(root);
     khub__http_resp_free(&r);
+    return st;
+}
+
+khub_status khub__kernel_newest_version(khub_hub *hub, const khub_hub_id *id, int32_t *newest,
+                                        char commit[41])
+{
+    khub_status st = newest_version_once(hub, id, newest, commit);
+    if (khub__repo_fallback_begin(hub, id, st))
+        st = khub__repo_fallback_end(hub, id, newest_version_once(hub, id, newest, commit));
     return st;
 }
 

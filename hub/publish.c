@@ -684,8 +684,8 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
     char err[KHUB_ERROR_SIZE];
     pub p = {.hub = hub,
              .res = res,
-             .type = khub__repo_api_type(hub),
-             .prefix = khub__repo_url_prefix(hub)};
+             .type = khub__repo_api_type(hub, NULL),
+             .prefix = khub__repo_url_prefix(hub, NULL)};
     khub_status st = khub__km_load(o->dir, m, err, sizeof err);
     if (st != KHUB_STATUS_OK) {
         free(m);

@@ -170,6 +170,10 @@ KHUB_INTERNAL char *khub__srv_read_file(const char *path, size_t *n_out, size_t 
 KHUB_INTERNAL int khub__srv_repo_open(const khub__server *s, const char *org, const char *name,
                                       repo *r);
 KHUB_INTERNAL void khub__srv_repo_close(repo *r);
+/* Whether the repo is served as type ("kernel" or "model"): refs.json's
+ * optional "type" names the only type it is served as (a legacy kernel
+ * published as a model repo: "model"); without one, both. */
+KHUB_INTERNAL int khub__srv_repo_is_type(const repo *r, const char *type);
 /* Branch, tag, or an existing commit directory; 0 when unknown. */
 KHUB_INTERNAL int khub__srv_repo_resolve(const repo *r, const char *rev, char commit[41]);
 /* Whether path's base name matches the repo's LFS globs (or the defaults). */

@@ -463,8 +463,13 @@ MHD_RESULT khub__srv_route_read(khub__server *s, struct MHD_Connection *c, const
     }
     if (n < k + 2)
         return khub__srv_send_error(c, 404, "RepoNotFound", NULL, "Repository not found");
+    /* The type the URL asks for: /api/kernels/ and /kernels/ are kernel
+     * repos, /api/models/ and bare /{org}/{name}/ model repos. */
+    const char *type = api ? (strcmp(seg[1], "kernels") ? "model" : "kernel")
+                           : (k == 1 && !cdn ? "kernel" : "model");
     repo r;
-    if (!khub__srv_repo_open(s, seg[k], seg[k + 1], &r)) {
+    if (!khub__srv_repo_open(s, seg[k], seg[k + 1], &r) ||
+        (!cdn && !khub__srv_repo_is_type(&r, type))) {
         khub__srv_repo_close(&r);
         return khub__srv_send_error(c, 404, "RepoNotFound", NULL, "Repository not found");
     }

@@ -2,7 +2,8 @@
  * server_store.c: the repos folder of `khub serve` on disk (layout in
  * docs/hub-server.md):
  *
- *   <dir>/<org>/<name>/refs.json          {"branches":{"main":"<sha>"},"tags":{},"lfs":[globs]}
+ *   <dir>/<org>/<name>/refs.json          {"branches":{"main":"<sha>"},"tags":{},"lfs":[globs],
+ *                                          "type"?: "kernel" or "model"}
  *   <dir>/<org>/<name>/commits/<sha>/...  the files of each commit
  *   <dir>/<org>/<name>/lfs/<sha256>       uploaded LFS objects
  *
@@ -72,6 +73,12 @@ int khub__srv_repo_open(const khub__server *s, const char *org, const char *name
 }
 
 void khub__srv_repo_close(repo *r) { cJSON_Delete(r->refs); }
+
+int khub__srv_repo_is_type(const repo *r, const char *type)
+{
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(r->refs, "type");
+    return !t || (cJSON_IsString(t) && !strcmp(t->valuestring, type));
+}
 
 /* Branch, tag, or an existing commit directory; 0 when unknown. */
 int khub__srv_repo_resolve(const repo *r, const char *rev, char commit[41])

@@ -309,7 +309,8 @@ MHD_RESULT khub__srv_route_write(khub__server *s, struct MHD_Connection *c, cons
         return khub__srv_send_error(c, 404, NULL, NULL, "unknown endpoint");
     if (batch) name[nl - 4] = '\0';
     repo r;
-    if (!khub__srv_repo_open(s, seg[o], name, &r)) {
+    if (!khub__srv_repo_open(s, seg[o], name, &r) ||
+        (api && !khub__srv_repo_is_type(&r, strcmp(seg[1], "kernels") ? "model" : "kernel"))) {
         khub__srv_repo_close(&r);
         return khub__srv_send_error(c, 404, "RepoNotFound", NULL, "Repository not found");
     }

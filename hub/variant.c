@@ -646,10 +646,13 @@ khub_status khub_hub_download_variant(khub_hub *hub, const khub_hub_id *id, cons
         return KHUB_STATUS_OK; /* verified from the cache: no request */
     }
     char repo_dir[KHUB__PATH_MAX], archive[256], sub[256];
-    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
     if (hub->offline) return khub_hub_variant_files(hub, id, commit, variant, out);
     khub__tree t = {0};
     KHUB_FORWARD_IF_ERROR(NULL, khub__list_tree(hub, id, commit, "build", 0, &t));
+    /* after the listing: it may have found a model repo (the cache folder) */
+    khub_status rd = khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir);
+    if (rd != KHUB_STATUS_OK) khub__tree_free(&t);
+    KHUB_FORWARD_IF_ERROR(NULL, rd);
     snprintf(archive, sizeof archive, "build/%s.tar.gz", variant);
     int has_archive = 0, has_dir = 0;
     snprintf(sub, sizeof sub, "build/%s", variant);

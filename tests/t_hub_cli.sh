@@ -9,6 +9,8 @@ SRV=
 cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# Checks read "$out" with grep -q <<<: a pipe from echo under pipefail fails
+# when grep -q exits before echo has written everything (SIGPIPE).
 
 C1=1111111111111111111111111111111111111111
 ARCH=$(uname -m); V=khub1-cpu-$ARCH-linux
@@ -40,18 +42,18 @@ timeout 20 "$KHUB" download org/demo@v1 --json | grep "\"sha256\":\"$SHA\"" > /d
 [ "$(cat $KHUB_CACHE/kernels--org--demo/refs/v1)" = $C1 ] || fail "refs/v1 content"
 [ "$(wc -c < $KHUB_CACHE/kernels--org--demo/refs/v1)" = 40 ] || fail "refs/v1 has no newline"
 out=$(timeout 20 "$KHUB" resolve org/nope@main 2>&1) && fail "missing repo resolved"
-echo "$out" | grep -q RepoNotFound || fail "RepoNotFound message: $out"
+grep -q <<<"$out" RepoNotFound || fail "RepoNotFound message: $out"
 
 # One file by path; a missing one leaves .no_exist/<commit>/<path> and is
 # then answered without a request.
 out=$(timeout 20 "$KHUB" download org/demo@v1 --file README.md) || fail "download --file"
 [ "$(cat "${out#README.md }")" = "# demo" ] || fail "download --file content: $out"
 out=$(timeout 20 "$KHUB" download org/demo@v1 --file other.txt 2>&1) && fail "missing file downloaded"
-echo "$out" | grep -q EntryNotFound || fail "EntryNotFound message: $out"
+grep -q <<<"$out" EntryNotFound || fail "EntryNotFound message: $out"
 [ -f "$KHUB_CACHE/kernels--org--demo/.no_exist/$C1/other.txt" ] || fail "no .no_exist marker"
 before=$(wc -l < "$T/log")
 out=$(timeout 20 "$KHUB" download org/demo@$C1 --file other.txt 2>&1) && fail "marked file downloaded"
-echo "$out" | grep -q "other.txt is not in that commit" || fail ".no_exist message: $out"
+grep -q <<<"$out" "other.txt is not in that commit" || fail ".no_exist message: $out"
 [ "$(wc -l < "$T/log")" = "$before" ] || fail "a .no_exist marker still made a request"
 
 # --json stays JSON when a hostile hub names a variant with a quote (listed
@@ -91,26 +93,26 @@ gpu_variants() { # KHUB_FAKE_CUDA value ("" = no driver at all)
     fi
 }
 out=$(gpu_variants "") || fail "variants gpu: $out"
-echo "$out" | grep -q "khub1-cu130-$ARCH-linux .*reject: needs CUDA 13.0, no CUDA driver" || fail "no driver: $out"
-echo "$out" | grep -q "^\* $V" || fail "no driver: the CPU build is best: $out"
+grep -q <<<"$out" "khub1-cu130-$ARCH-linux .*reject: needs CUDA 13.0, no CUDA driver" || fail "no driver: $out"
+grep -q <<<"$out" "^\* $V" || fail "no driver: the CPU build is best: $out"
 out=$(gpu_variants 13000:90) || fail "variants sm_90: $out"
-echo "$out" | grep -q "^\* khub1-cu130-$ARCH-linux .*accept: CUDA 13.0 build, driver 13.0, GPU 0 sm_90" \
+grep -q <<<"$out" "^\* khub1-cu130-$ARCH-linux .*accept: CUDA 13.0 build, driver 13.0, GPU 0 sm_90" \
     || fail "sm_90 GPU: $out"
 out=$(gpu_variants 13000:86) || fail "variants sm_86: $out"
-echo "$out" | grep -q "accept: CUDA 13.0 build, driver 13.0, GPU 0 sm_86" || fail "sm_86 runs the sm_80 PTX: $out"
+grep -q <<<"$out" "accept: CUDA 13.0 build, driver 13.0, GPU 0 sm_86" || fail "sm_86 runs the sm_80 PTX: $out"
 out=$(gpu_variants 13000:75,70) || fail "variants sm_75: $out"
-echo "$out" | grep -q "reject: no PTX or cubin for GPU 0 sm_75 or the other GPUs" || fail "sm_75: $out"
-echo "$out" | grep -q "^\* $V" || fail "sm_75: the CPU build is best: $out"
+grep -q <<<"$out" "reject: no PTX or cubin for GPU 0 sm_75 or the other GPUs" || fail "sm_75: $out"
+grep -q <<<"$out" "^\* $V" || fail "sm_75: the CPU build is best: $out"
 out=$(gpu_variants 12080:90) || fail "variants driver 12.8: $out"
-echo "$out" | grep -q "reject: needs CUDA 13.0, driver supports 12.8" || fail "old driver: $out"
+grep -q <<<"$out" "reject: needs CUDA 13.0, driver supports 12.8" || fail "old driver: $out"
 out=$(gpu_variants 13000:) || fail "variants no GPU: $out"
-echo "$out" | grep -q "reject: the CUDA driver reports no GPU" || fail "no GPU: $out"
+grep -q <<<"$out" "reject: the CUDA driver reports no GPU" || fail "no GPU: $out"
 # offline, the cached variant's own files decide
 timeout 20 "$KHUB" download org/demo@gpu --variant khub1-cu130-$ARCH-linux --quiet || fail "download the CUDA variant"
 out=$(HF_HUB_OFFLINE=1 gpu_variants 13000:90) || fail "offline variants: $out"
-echo "$out" | grep -q "^\* khub1-cu130-$ARCH-linux .*GPU 0 sm_90" || fail "offline sm_90: $out"
+grep -q <<<"$out" "^\* khub1-cu130-$ARCH-linux .*GPU 0 sm_90" || fail "offline sm_90: $out"
 out=$(HF_HUB_OFFLINE=1 gpu_variants 13000:75) || fail "offline variants sm_75: $out"
-echo "$out" | grep -q "reject: no PTX or cubin for GPU 0 sm_75" || fail "offline sm_75: $out"
+grep -q <<<"$out" "reject: no PTX or cubin for GPU 0 sm_75" || fail "offline sm_75: $out"
 printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 > $R/refs.json
 
 # Offline: no request reaches the server.
@@ -164,7 +166,7 @@ PY
 [ -f "$T/pycache/kernels--org--demo/.no_exist/$C1/absent.txt" ] || fail "python wrote no .no_exist"
 out=$(HF_HUB_OFFLINE=1 KHUB_CACHE=$T/pycache timeout 20 "$KHUB" download org/demo@v1 \
       --file absent.txt 2>&1) && fail "khub downloaded a file python marked absent"
-echo "$out" | grep -q "absent.txt is not in that commit" || fail "khub reads python's .no_exist: $out"
+grep -q <<<"$out" "absent.txt is not in that commit" || fail "khub reads python's .no_exist: $out"
 # ... and khub, offline, reads the cache the official client wrote.
 HF_HUB_OFFLINE=1 KHUB_CACHE=$T/pycache timeout 20 "$KHUB" download org/demo@v1 --quiet \
     || fail "khub reads the huggingface_hub cache"

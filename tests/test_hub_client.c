@@ -409,6 +409,95 @@ TEST_IMPL(hf_client_variables)
     fx_done(&fx);
 }
 
+/* Counts occurrences of needle in the server log. */
+static int log_count(const fixture *fx, const char *needle)
+{
+    char *log = fx_log(fx);
+    int n = 0;
+    for (const char *q = log; (q = strstr(q, needle)); q++) n++;
+    free(log);
+    return n;
+}
+
+/* A legacy kernel: org/legacy is served as a model repo only (refs.json
+ * "type": "model"), so the kernel-type requests get RepoNotFound and the
+ * handle falls back to the model type: /api/models/, bare /org/legacy/
+ * file URLs and the models--org--legacy cache folder. A kernel repo never
+ * asks the model endpoints; a repo that is neither is RepoNotFound naming
+ * both. */
+TEST_IMPL(legacy_model_repo_fallback)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    fx_writef(&fx, "org/legacy/refs.json",
+              "{\"branches\":{\"main\":\"" C1 "\"},\"tags\":{},\"type\":\"model\"}");
+    fx_writef(&fx, "org/legacy/commits/" C1 "/README.md", "# legacy kernel\n");
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/legacy@main");
+    char commit[41], *p = NULL, path[600], text[64];
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_STR_EQ(commit, C1);
+    ASSERT_EQ(log_count(&fx, "GET /api/kernels/org/legacy/revision/main "), 1);
+    ASSERT_EQ(log_count(&fx, "GET /api/models/org/legacy/revision/main "), 1);
+    snprintf(path, sizeof path, "%s/models--org--legacy/refs/main", fx.cache);
+    read_text(path, text, sizeof text);
+    ASSERT_STR_EQ(text, C1);
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "README.md", &p));
+    ASSERT_CONTAINS(p, "/models--org--legacy/snapshots/" C1 "/README.md");
+    free(p);
+    ASSERT_EQ(log_count(&fx, "/kernels/org/legacy/resolve/"), 0); /* remembered: one probe */
+    ASSERT_EQ(log_count(&fx, "HEAD /org/legacy/resolve/" C1 "/README.md "), 1);
+    khub_hub_free(hub);
+
+    /* a fresh handle: the cache folder says model repo, no request at all */
+    hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id pinned = fx_id("org/legacy@" C1);
+    ASSERT_OK(khub_hub_download_file(hub, &pinned, C1, "README.md", &p));
+    free(p);
+    ASSERT_EQ(khub_hub_request_count(hub), 0);
+    khub_hub_free(hub);
+    hub = fx_hub(&fx, 1, NULL); /* offline: refs from models--org--legacy */
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_STR_EQ(commit, C1);
+    khub_hub_free(hub);
+
+    /* commit-pinned, empty cache: the first request (a HEAD) falls back */
+    khub__rmtree(fx.cache);
+    hub = fx_hub(&fx, 0, NULL);
+    ASSERT_OK(khub_hub_download_file(hub, &pinned, C1, "README.md", &p));
+    ASSERT_CONTAINS(p, "/models--org--legacy/");
+    free(p);
+    ASSERT_EQ(log_count(&fx, "HEAD /kernels/org/legacy/resolve/" C1 "/README.md "), 1);
+
+    /* a kernel repo stays one; neither type: both named */
+    khub_hub_id demo = fx_id("org/demo@main");
+    ASSERT_OK(khub_hub_resolve(hub, &demo, commit));
+    ASSERT_EQ(log_count(&fx, "/api/models/org/demo/"), 0);
+    khub_hub_id none = fx_id("org/none@main");
+    ASSERT_STATUS(khub_hub_resolve(hub, &none, commit), KHUB_STATUS_REPO_NOT_FOUND);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "resolving org/none@main: RepoNotFound (HTTP 404)");
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "not a model repo either (/api/models/org/none)");
+    ASSERT_EQ(log_count(&fx, "GET /api/models/org/none/revision/main "), 1);
+    khub_hub_free(hub);
+
+    /* repo_type MODEL: straight to the model endpoints */
+    khub__rmtree(fx.cache);
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts),
+                       .endpoint = fx.endpoint,
+                       .cache_dir = fx.cache,
+                       .token = "",
+                       .offline = 0,
+                       .repo_type = KHUB_HUB_REPO_MODEL};
+    ASSERT_OK(khub_hub_new(&o, &hub));
+    int kernel_asks = log_count(&fx, "/api/kernels/org/legacy/");
+    ASSERT_OK(khub_hub_resolve(hub, &id, commit));
+    ASSERT_EQ(log_count(&fx, "/api/kernels/org/legacy/"), kernel_asks);
+    ASSERT_STATUS(khub_hub_resolve(hub, &none, commit), KHUB_STATUS_REPO_NOT_FOUND);
+    ASSERT(strstr(khub_hub_errmsg(hub), "model repo either") == NULL);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(resolve_forms) \
     X(resolve_errors) \
@@ -421,5 +510,6 @@ TEST_IMPL(hf_client_variables)
     X(symlinks_disabled_places_regular_files) \
     X(symlinks_disabled_copies_across_file_systems) \
     X(hf_client_variables) \
-    X(requests_share_one_connection)
+    X(requests_share_one_connection) \
+    X(legacy_model_repo_fallback)
 TEST_MAIN(TEST_LIST)

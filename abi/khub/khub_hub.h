@@ -90,8 +90,13 @@ KHUB_API khub_status khub_hub_id_set_revision(khub_hub_id *id, const char *rev, 
 /* The hub handle                                                           */
 /* ------------------------------------------------------------------------ */
 
+/* KERNEL: a repo is reached as a kernel repo first; one the Hub answers
+ * RepoNotFound for is tried as a model repo (kernels published before the
+ * kernel type existed), and a repo the cache holds only as
+ * models--org--name is a model repo without asking. MODEL: model repos
+ * only. */
 typedef enum khub_hub_repo_type {
-    KHUB_HUB_REPO_KERNEL = 0, /* /api/kernels/..., cache kernels--org--name */
+    KHUB_HUB_REPO_KERNEL = 0, /* /api/kernels/..., cache kernels--org--name; model fallback */
     KHUB_HUB_REPO_MODEL = 1   /* /api/models/..., cache models--org--name */
 } khub_hub_repo_type;
 
