@@ -162,7 +162,11 @@ static void tool_version(const char *cmd, char *buf, size_t n)
     while (len && buf[len - 1] == ' ') buf[--len] = '\0';
 }
 
-/* git commit and dirty flag of the source directory. */
+/* git commit and dirty flag of the source directory. The tree's own build/
+ * is left out of the status: it is this build's output, untracked (or
+ * ignored) in every source tree, and would otherwise mark each one dirty.
+ * Outside a git work tree the commit is "unknown" and dirty is 1: nothing
+ * vouches that the sources are a committed state. */
 static void provenance(const char *dir, char *commit, size_t n, int *dirty)
 {
     char out[512];
@@ -174,7 +178,8 @@ static void provenance(const char *dir, char *commit, size_t n, int *dirty)
         memcpy(commit, out, 40);
         commit[40] = '\0';
     }
-    char *st[] = {"git", "-C", (char *)dir, "status", "--porcelain", "--", ".", NULL};
+    char *st[] = {"git", "-C", (char *)dir,       "status", "--porcelain",
+                  "--",  ".",  ":(exclude)build", NULL};
     if (run(st, out, sizeof out) == 0) *dirty = out[0] != '\0';
 }
 

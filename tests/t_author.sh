@@ -13,38 +13,109 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 fail() { echo "FAIL: $*"; exit 1; }
 
-for spec in "attention cpu,cuda" "norm cpu,cuda" "activation cpu"; do
+# With NVRTC (opened at run time) the CUDA variant must be built; without it
+# khub build says why it skipped it, and so does this test.
+nvrtc=1
+for spec in "attention cpu,cuda" "norm cpu,cuda" "activation cpu,cuda" "norm cpu" "activation cuda"; do
     set -- $spec
-    name="t-$1"
+    name="t-$1-${2/,/-}"
     "$KHUB" init "acme/$name" --kind "$1" --backends "$2" > init.log || fail "init $1: $(cat init.log)"
     "$KHUB" build "$name" --quiet > build.log 2>&1 || fail "build $1: $(cat build.log)"
-    "$KHUB" check "$name" > check.log 2>&1 || { cat check.log; fail "check $1"; }
-    grep -q "NMSE" check.log || fail "check $1 ran no numeric self-test"
+    if [[ $2 == *cuda* ]] && ! ls -d "$name"/build/khub1-cu*-linux > /dev/null 2>&1; then
+        grep -q "CUDA variant skipped: " build.log || fail "no CUDA variant and no reason: $(cat build.log)"
+        nvrtc=0
+        echo "skip CUDA variant of $name: $(grep -o 'CUDA variant skipped: .*' build.log)"
+        [ "$2" = cuda ] && continue
+    fi
+    "$KHUB" check "$name" > check.log 2>&1 || { cat check.log; fail "check $1 ($2)"; }
     grep -q "0 findings" check.log || fail "check $1 summary"
+    if [[ $2 == *cpu* ]]; then
+        grep -q "NMSE" check.log || fail "check $1 ran no numeric self-test"
+        grep -q "^ok   $name/build/khub1-cpu-.*-avx2.so: .*NMSE" check.log ||
+            grep -q "^skip $name/build/khub1-cpu-.*-avx2.so: this CPU lacks" check.log ||
+            fail "check $1: the avx2 level was neither tested nor skipped by name"
+    fi
+    if [ $nvrtc = 1 ] && [[ $2 == *cuda* ]]; then
+        for cc in 75 80 90; do
+            grep -q "^ok   $name/build/khub1-cu.*/$name.sm_$cc.ptx: .target sm_$cc " check.log ||
+                fail "check $1: no checked PTX for sm_$cc: $(cat check.log)"
+        done
+        grep -q "^ok   $name/build/khub1-cu.*/$name-cuda.so: .*selftest passed" check.log ||
+            fail "check $1: the CUDA glue did not load in the child"
+    fi
     echo "ok   init/build/check $1 ($2)"
 done
+
+# provenance in metadata.json: a scaffold committed to git builds clean (its
+# own build/ does not count), an edit makes it dirty, a tree outside git is
+# "unknown" and dirty; the compiler's and NVRTC's versions are recorded.
+prov_check() { # DIR COMMIT DIRTY(0|1)
+    python3 - "$@" "$(${CC:-cc} --version | head -n 1)" <<'PY' || fail "provenance of $1"
+import glob, json, re, sys
+d, commit, dirty, cc = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4]
+metas = glob.glob(d + "/build/*/metadata.json")
+assert metas, "no metadata.json"
+for p in metas:
+    m = json.load(open(p)); pv = m["provenance"]
+    assert pv["source_commit"] == commit, (p, pv)
+    assert pv["dirty"] is dirty, (p, pv)
+    assert pv["compiler"] == cc, (p, pv, cc)
+    assert pv["khub"], (p, pv)
+    if m["backend"]["type"] == "cuda":
+        mm = re.fullmatch(r"(\d+)\.(\d+)", pv["nvrtc"])
+        assert mm and m["variant"].startswith("khub1-cu%s%s-" % mm.groups()), (p, pv, m["variant"])
+    else:
+        assert "nvrtc" not in pv, (p, pv)
+PY
+}
+if command -v git > /dev/null; then
+    "$KHUB" init acme/prov --kind norm --backends cpu,cuda > /dev/null || fail "init prov"
+    [ "$(cat prov/.gitignore)" = "/build/" ] || fail "init wrote no .gitignore for build/"
+    rm prov/.gitignore # the build dir must not count even where nothing ignores it
+    git -C prov init -q && git -C prov add . &&
+        git -C prov -c user.email=t@example.com -c user.name=t commit -qm init || fail "git"
+    "$KHUB" build prov --quiet > build.log 2>&1 || fail "build prov: $(cat build.log)"
+    prov_check prov "$(git -C prov rev-parse HEAD)" 0
+    echo "/* an edit */" >> prov/prov.c
+    "$KHUB" build prov --quiet > build.log 2>&1 || fail "rebuild prov: $(cat build.log)"
+    prov_check prov "$(git -C prov rev-parse HEAD)" 1
+    prov_check t-norm-cpu-cuda unknown 1
+    echo "ok   provenance: source commit, dirty flag, compiler and NVRTC versions"
+else
+    echo "skip provenance: git is not installed"
+fi
+
+# --backends names only cpu and cuda; an unknown entry is refused, not ignored
+for b in cpu,rocm cpux "" ,cuda; do
+    if "$KHUB" init acme/t-b --kind norm --backends "$b" > out.log 2>&1; then fail "init accepted --backends '$b'"; fi
+    grep -q -- "--backends '$b': a comma-separated list of cpu and cuda" out.log || fail "backends message: $(cat out.log)"
+    [ ! -e t-b ] || fail "a refused init left t-b behind"
+done
+echo "ok   init refuses unknown --backends entries"
 
 # init refuses what it cannot scaffold, with a reason
 if "$KHUB" init acme/x --kind softmax > out.log 2>&1; then fail "init accepted kind softmax"; fi
 grep -q "no template for kind 'softmax'" out.log || fail "init error message: $(cat out.log)"
+mkdir t-attention
 if "$KHUB" init acme/t-attention --kind attention > out.log 2>&1; then fail "init overwrote a dir"; fi
+grep -q "t-attention: cannot create directory" out.log || fail "existing dir message: $(cat out.log)"
 
 # keygen + sign: every variant's metadata.json gets a signature, archives repacked
 "$KHUB" keygen author > keygen.log || fail "keygen"
 grep -q "^khub-ed25519 " keygen.log || fail "keygen output"
 if "$KHUB" keygen author > /dev/null 2>&1; then fail "keygen overwrote a key"; fi
-"$KHUB" sign --key author.key t-norm > sign.log || fail "sign: $(cat sign.log)"
+"$KHUB" sign --key author.key t-norm-cpu-cuda > sign.log || fail "sign: $(cat sign.log)"
 [ "$(grep -c '^signed ' sign.log)" -ge 1 ] || fail "sign signed nothing"
-for v in t-norm/build/*/; do [ -f "$v/metadata.json.sig" ] || fail "no signature in $v"; done
-tar -tzf t-norm/build/khub1-cpu-*-linux.tar.gz | grep metadata.json.sig > /dev/null || fail "archive lacks the signature"
-"$KHUB" check t-norm > check.log 2>&1 || { cat check.log; fail "check after sign"; }
+for v in t-norm-cpu-cuda/build/*/; do [ -f "$v/metadata.json.sig" ] || fail "no signature in $v"; done
+tar -tzf t-norm-cpu-cuda/build/khub1-cpu-*-linux.tar.gz | grep metadata.json.sig > /dev/null || fail "archive lacks the signature"
+"$KHUB" check t-norm-cpu-cuda > check.log 2>&1 || { cat check.log; fail "check after sign"; }
 grep -q "signed (metadata.json.sig)" check.log || fail "check does not see the signature"
 
 # a tampered build is refused by check, naming the file
-so=$(ls t-norm/build/khub1-cpu-*-linux/t-norm-generic.so)
+so=$(ls t-norm-cpu-cuda/build/khub1-cpu-*-linux/t-norm-cpu-cuda-generic.so)
 printf 'X' | dd of="$so" bs=1 seek=200 conv=notrunc status=none
-if "$KHUB" check t-norm > check.log 2>&1; then fail "check accepted a tampered .so"; fi
-grep -q "t-norm-generic.so: SHA-256" check.log || fail "tamper message: $(grep FAIL check.log)"
+if "$KHUB" check t-norm-cpu-cuda > check.log 2>&1; then fail "check accepted a tampered .so"; fi
+grep -q "t-norm-cpu-cuda-generic.so: SHA-256" check.log || fail "tamper message: $(grep FAIL check.log)"
 echo "ok   keygen, sign, tamper detection"
 
 # the in-tree kernels build and pass their gates
@@ -54,6 +125,18 @@ for k in "$SRC"/kernels-src/*/; do
     mkdir -p intree && rm -rf "intree/$n" && cp -r "$k" "intree/$n" && rm -rf "intree/$n/build"
     "$KHUB" build "intree/$n" --quiet > build.log 2>&1 || fail "build kernels-src/$n: $(cat build.log)"
     "$KHUB" check "intree/$n" > check.log 2>&1 || { cat check.log; fail "check kernels-src/$n"; }
+    # NVRTC compiles every in-tree CUDA kernel: one checked PTX per listed capability
+    ccs=$(python3 -c 'import json,sys; v=json.load(open(sys.argv[1]))["variants"]
+print(" ".join(str(c) for c in v.get("cuda", {}).get("capabilities", [])))' "$k/kernel.json")
+    if [ -n "$ccs" ] && [ $nvrtc = 1 ]; then
+        for cc in $ccs; do
+            grep -q "^ok   intree/$n/build/khub1-cu[0-9]*-.*\.sm_$cc\.ptx: .target sm_$cc " check.log ||
+                fail "kernels-src/$n: no NVRTC-built PTX for sm_$cc: $(cat check.log)"
+        done
+        echo "ok   kernels-src/$n: NVRTC built PTX for sm_${ccs// /, sm_}"
+    elif [ -n "$ccs" ]; then
+        echo "skip kernels-src/$n CUDA variant: $(grep -o 'CUDA variant skipped: .*' build.log)"
+    fi
     echo "ok   kernels-src/$n: $(tail -1 check.log)"
 done
 echo "1 passed, 0 failed"

@@ -244,6 +244,23 @@ static int write_new(const char *dir, const char *file, const char *a, const cha
 
 static const khub_cli_cmd cmd_init;
 
+/* "cpu", "cuda" or both, comma-separated; anything else (an unknown or empty
+ * entry) is refused rather than ignored. */
+static int parse_backends(const char *list, int *cpu, int *cuda)
+{
+    for (const char *p = list;;) {
+        size_t len = strcspn(p, ",");
+        if (len == 3 && strncmp(p, "cpu", 3) == 0)
+            *cpu = 1;
+        else if (len == 4 && strncmp(p, "cuda", 4) == 0)
+            *cuda = 1;
+        else
+            return -1;
+        if (!p[len]) return 0;
+        p += len + 1;
+    }
+}
+
 static int run_init(int argc, char **argv)
 {
     if (khub_cli_wants_help(&cmd_init, argc, argv)) return 0;
@@ -271,11 +288,10 @@ static int run_init(int argc, char **argv)
     if (!t)
         return khub_cli_usage(&cmd_init, "no template for kind '%s' (attention, norm, activation)",
                               kind);
-    int cpu = strstr(backends, "cpu") != NULL, cuda = strstr(backends, "cuda") != NULL;
-    if (!cpu && !cuda) return khub_cli_usage(&cmd_init, "--backends must name cpu and/or cuda");
-    if (cuda && !t->cuda_src)
-        return khub_cli_usage(&cmd_init, "no CUDA template for kind '%s' yet (use --backends cpu)",
-                              kind);
+    int cpu = 0, cuda = 0;
+    if (parse_backends(backends, &cpu, &cuda) != 0)
+        return khub_cli_usage(&cmd_init, "--backends '%s': a comma-separated list of cpu and cuda",
+                              backends);
     const char *name = slash + 1;
     char cname[160];
     snprintf(cname, sizeof cname, "%s", name);
@@ -313,7 +329,9 @@ static int run_init(int argc, char **argv)
         cpu && cuda ? ", " : "",
         cuda ? "\"cuda\": {\"capabilities\": [75, 80, 90], \"cubin\": false}" : "", t->selftests);
     printf("scaffolding %s (%s, %s) in %s/\n", repo, kind, backends, dir);
-    if (write_new(dir, "kernel.json", manifest, NULL, NULL, kv, n_kv)) return 1;
+    if (write_new(dir, "kernel.json", manifest, NULL, NULL, kv, n_kv) ||
+        write_new(dir, ".gitignore", "/build/\n", NULL, NULL, kv, n_kv))
+        return 1;
     if (cpu && write_new(dir, src, t->cpu_src, khub_init_cpu_entry(), NULL, kv, n_kv)) return 1;
     if (cuda && (write_new(dir, glue, khub_init_cuda_head(), t->cuda_glue, khub_init_cuda_entry(),
                            kv, n_kv) ||
@@ -327,11 +345,11 @@ static const khub_cli_cmd cmd_init = {
     "init", "scaffold a kernel plugin that builds and passes its self-test",
     "usage: khub init ORG/NAME --kind KIND [--backends cpu,cuda] [--dir DIR]\n\n"
     "Writes a kernel source tree (default ./NAME): kernel.json, a plain but\n"
-    "correct CPU implementation (generic and AVX2 levels) and, with cuda, a\n"
-    "CUDA kernel compiled to PTX by NVRTC plus its host launch glue. As\n"
-    "generated it builds ('khub build DIR'), passes the ABI gate and its\n"
-    "self-tests against khub/ref-cpu ('khub check DIR').\n\n"
-    "  --kind KIND      attention, norm or activation (cuda: attention, norm)\n"
+    "correct CPU implementation (generic and AVX2 levels), with cuda a CUDA\n"
+    "kernel compiled to PTX by NVRTC plus its host launch glue, and a\n"
+    ".gitignore for build/. As generated it builds ('khub build DIR'), passes\n"
+    "the ABI gate and its self-tests against khub/ref-cpu ('khub check DIR').\n\n"
+    "  --kind KIND      attention, norm or activation (each with cpu and cuda)\n"
     "  --backends LIST  cpu, cuda or cpu,cuda (default cpu)\n"
     "  --dir DIR        output directory (must not exist)\n",
     run_init};

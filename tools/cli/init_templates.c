@@ -227,6 +227,15 @@ static const char attention_cu[] =
     "    for (int d = 0; d < hd; d++) o[d] = sum > 0 ? o[d] / sum : 0.0f;\n"
     "}\n";
 
+static const char activation_cu[] =
+    "// @NAME@: SiLU-and-mul on CUDA (y = silu(gate) * up), one thread per element.\n"
+    "extern \"C\" __global__ void @CNAME@_silu_and_mul(const float *g, const float *u, float *y,\n"
+    "                                                  long long n)\n"
+    "{\n"
+    "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (i < n) y[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];\n"
+    "}\n";
+
 static const char glue_head[] =
     "/* @NAME@ CUDA host glue: loads the best PTX artifact for the device (the\n"
     " * highest sm at or below its compute capability) on first use and launches\n"
@@ -315,6 +324,30 @@ static const char glue_attention[] =
     "#define OP_NAME \"attention\"\n"
     "#define OP_FLAGS (KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV)\n";
 
+static const char glue_activation[] =
+    "\n"
+    "static khub_status run(void *state, const void *args)\n"
+    "{\n"
+    "    (void)state;\n"
+    "    const khub_activation_args *a = args;\n"
+    "    if (!a || a->struct_size < sizeof *a || a->act_type != KHUB_ACT_SILU || !a->gate ||\n"
+    "        !a->up || !a->y || a->gate->ndim != 2)\n"
+    "        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,\n"
+    "                          \"@NAME@: needs KHUB_ACT_SILU and gate/up/y [n, ff]\");\n"
+    "    khub_status st = fn ? KHUB_STATUS_OK : load(\"@CNAME@_silu_and_mul\");\n"
+    "    if (st != KHUB_STATUS_OK) return st;\n"
+    "    long long n = a->gate->shape[0] * a->gate->shape[1];\n"
+    "    void *g = a->gate->data, *u = a->up->data, *y = a->y->data;\n"
+    "    void *params[] = {&g, &u, &y, &n};\n"
+    "    khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),\n"
+    "        .grid = {(uint32_t)((n + 255) / 256), 1, 1}, .block = {256, 1, 1}, .stream = "
+    "a->stream};\n"
+    "    return host->cuda_launch(host->host_ctx, fn, &cfg, params);\n"
+    "}\n"
+    "#define OP_KIND KHUB_OP_ACTIVATION\n"
+    "#define OP_NAME \"silu_and_mul\"\n"
+    "#define OP_FLAGS 0\n";
+
 static const char glue_entry[] =
     "\n"
     "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = "
@@ -345,7 +378,7 @@ static const khub_init_template templates[] = {
      "1e-8}]"},
     {"norm", norm_cpu, norm_cu, glue_norm,
      "[{\"op\": \"rms_norm\", \"shape\": [4, 576], \"dtype\": \"f32\", \"tolerance\": 1e-8}]"},
-    {"activation", activation_cpu, NULL, NULL,
+    {"activation", activation_cpu, activation_cu, glue_activation,
      "[{\"op\": \"silu_and_mul\", \"shape\": [4, 1536], \"dtype\": \"f32\", \"tolerance\": 1e-8}]"},
 };
 
