@@ -17,6 +17,7 @@
 
 #include "../plugins/include/khub_plugin_util.h"
 #include <khub/khub.h>
+#include "gguf.h"
 #include "ref_oracle.h"
 #include "runner.h"
 
@@ -1133,6 +1134,60 @@ TEST_IMPL(quant_random_blocks_bit_exact)
     }
 }
 
+/* tests/golden/kquants.gguf (make_golden.py): blocks of every GGUF format
+ * with gguf-py's dequantization of them, the reference that Transformers
+ * uses. ref-cpu and the oracle of ref_oracle.h (which test_cpu_x86 checks
+ * the optimized plugins against) must give gguf-py's values bit for bit. */
+TEST_IMPL(quant_blocks_match_gguf_py)
+{
+    setup();
+    static const struct {
+        const char *name;
+        khub_qformat f;
+        void (*oracle)(const uint8_t *, float *);
+    } fs[] = {
+        {"q4_k", KHUB_QFORMAT_Q4_K, oracle_deq_q4_k}, {"q6_k", KHUB_QFORMAT_Q6_K, oracle_deq_q6_k},
+        {"q4_0", KHUB_QFORMAT_Q4_0, oracle_deq_q4_0}, {"q4_1", KHUB_QFORMAT_Q4_1, oracle_deq_q4_1},
+        {"q5_0", KHUB_QFORMAT_Q5_0, oracle_deq_q5_0}, {"q5_1", KHUB_QFORMAT_Q5_1, oracle_deq_q5_1},
+        {"q8_0", KHUB_QFORMAT_Q8_0, oracle_deq_q8_0}};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(NULL, &rt));
+    khub_gguf *g = NULL;
+    ASSERT_OK(khub__gguf_open(rt, KHUB_SOURCE_DIR "/tests/golden/kquants.gguf", &g));
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++) {
+        char fname[32];
+        snprintf(fname, sizeof fname, "%s.f32", fs[i].name);
+        const khub_gguf_tensor *q = khub__gguf_tensor_find(g, fs[i].name);
+        const khub_gguf_tensor *w = khub__gguf_tensor_find(g, fname);
+        ASSERT(q && w);
+        int64_t cols = (int64_t)q->ne[0], rows = (int64_t)q->ne[1];
+        ASSERT_EQ(cols, 512);
+        ASSERT_EQ(rows, 3);
+        ASSERT_EQ(w->nbytes, (size_t)(rows * cols) * sizeof(float));
+        int64_t be = khub_qformat_block_elems(fs[i].f), bb = khub_qformat_block_bytes(fs[i].f);
+        ASSERT_EQ(q->nbytes, (size_t)(rows * cols / be * bb));
+        float y[3 * 512], o[3 * 512];
+        const uint8_t *src = q->data;
+        deq(fs[i].f, src, rows * cols, y);
+        for (int64_t b = 0; b < rows * cols / be; b++) fs[i].oracle(src + b * bb, o + b * be);
+        int bad_plugin = 0, bad_oracle = 0;
+        for (int64_t e = 0; e < rows * cols; e++) {
+            float want;
+            memcpy(&want, (const uint8_t *)w->data + e * 4, 4);
+            if (memcmp(&y[e], &want, 4) != 0 && bad_plugin++ == 0)
+                fprintf(stderr, "  %s[%lld]: ref-cpu %.9g, gguf-py %.9g\n", fs[i].name,
+                        (long long)e, y[e], want);
+            if (memcmp(&o[e], &want, 4) != 0 && bad_oracle++ == 0)
+                fprintf(stderr, "  %s[%lld]: oracle %.9g, gguf-py %.9g\n", fs[i].name, (long long)e,
+                        o[e], want);
+        }
+        ASSERT_EQ(bad_plugin, 0);
+        ASSERT_EQ(bad_oracle, 0);
+    }
+    khub__gguf_close(g);
+    khub_runtime_free(rt);
+}
+
 /* qlinear: y = x dequant(W)^T + b for every format, against the oracle on
  * the dequantized weights. */
 TEST_IMPL(qlinear_vs_oracle)
@@ -1611,6 +1666,7 @@ TEST_IMPL(loader_builtin_select_call)
     X(quant_round_trip_bounds) \
     X(quant_gguf_blocks_bit_exact) \
     X(quant_random_blocks_bit_exact) \
+    X(quant_blocks_match_gguf_py) \
     X(qlinear_vs_oracle) \
     X(quant_invalid_args) \
     X(norm_vs_oracle) \

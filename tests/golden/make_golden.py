@@ -3,12 +3,20 @@
 upstream writers (safetensors + torch, llama.cpp's gguf-py). Values are fixed
 (no randomness); rerun only when the expectations in the tests change:
 
-    python3 tests/golden/make_golden.py   # from the repository root
+    python3 tests/golden/make_golden.py          # from the repository root
+    python3 tests/golden/make_golden.py kquants  # only kquants.gguf (numpy + gguf)
 
 small.safetensors: 4 tensors (F32, BF16, F16, I64) + __metadata__ {"format": "pt"}.
 tiny_llama.gguf:   a 2-layer llama-architecture GGUF (hidden 64, 4 heads, 2 kv
                    heads, ffn 128, vocab 32) with F32, Q8_0 and Q4_1 tensors.
+kquants.gguf:      block-quantized tensors and gguf-py's own dequantization of
+                   each (gguf.quants.dequantize, the code Transformers calls):
+                   "<type>" is [3, 512] of that type, "<type>.f32" its values.
+                   Q4_K and Q6_K blocks are random bytes with finite scales
+                   (gguf-py cannot quantize to them); Q4_0, Q4_1, Q5_0, Q5_1
+                   and Q8_0 are gguf-py's quantization of random normals.
 """
+import sys
 import os
 import numpy as np
 
@@ -65,6 +73,48 @@ def write_gguf():
     w.close()
 
 
+def random_kquant_blocks(rng, qtype, n_blocks):
+    """Random bytes in the block layout, with the f16 scales set finite."""
+    import gguf
+    size = gguf.GGML_QUANT_SIZES[qtype][1]
+    b = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    def f16(col, lo, hi):
+        v = rng.uniform(lo, hi, size=n_blocks).astype(np.float16)
+        b[:, col:col + 2] = v.view(np.uint8).reshape(n_blocks, 2)
+    if qtype == gguf.GGMLQuantizationType.Q4_K:
+        f16(0, 0.001, 0.05)   # d
+        f16(2, -0.05, 0.05)   # dmin
+    else:                     # Q6_K: d last
+        f16(208, -0.02, 0.02)
+    return b
+
+
+def write_kquants():
+    import gguf
+    from gguf import GGMLQuantizationType as T
+    rng = np.random.default_rng(20261203)
+    rows, cols = 3, 512
+    w = gguf.GGUFWriter(os.path.join(HERE, "kquants.gguf"), "llama")
+    for qtype in (T.Q4_K, T.Q6_K, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0):
+        name = qtype.name.lower()
+        if qtype in (T.Q4_K, T.Q6_K):
+            q = random_kquant_blocks(rng, qtype, rows * cols // 256).reshape(rows, -1)
+        else:
+            q = gguf.quants.quantize(rng.standard_normal((rows, cols)).astype(np.float32), qtype)
+        y = gguf.quants.dequantize(q, qtype).astype(np.float32)
+        assert y.shape == (rows, cols) and np.isfinite(y).all()
+        w.add_tensor(name, q, raw_dtype=qtype)
+        w.add_tensor(name + ".f32", y)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 if __name__ == "__main__":
-    write_safetensors()
-    write_gguf()
+    if sys.argv[1:] == ["kquants"]:
+        write_kquants()
+    else:
+        write_safetensors()
+        write_gguf()
+        write_kquants()
