@@ -74,6 +74,22 @@ static void flag_names(uint32_t flags, char *buf, size_t n)
 /* khub plugins                                                             */
 /* ======================================================================== */
 
+/* The kinds p's ops serve, in kind order, comma-separated. */
+static void plugin_kinds(const khub_plugin *p, char *buf, size_t n)
+{
+    uint32_t mask = 0;
+    for (uint32_t i = 0; i < khub_plugin_op_count(p); i++) {
+        uint32_t k = khub_plugin_op(p, i)->kind;
+        if (k < 32) mask |= 1u << k;
+    }
+    buf[0] = '\0';
+    for (uint32_t k = 1; k < KHUB_OP_KIND__COUNT; k++) {
+        if (!(mask & (1u << k))) continue;
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "%s%s", len ? "," : "", kind_name(k));
+    }
+}
+
 static cJSON *op_json(const khub_op_desc *op)
 {
     char buf[256];
@@ -110,6 +126,9 @@ static cJSON *plugin_json(const khub_plugin *p)
     cJSON_AddStringToObject(o, "id", khub_plugin_id(p));
     cJSON_AddStringToObject(o, "version", khub_plugin_version(p));
     cJSON_AddStringToObject(o, "abi", abi);
+    char kinds[128];
+    plugin_kinds(p, kinds, sizeof kinds);
+    cJSON_AddStringToObject(o, "kinds", kinds);
     cJSON_AddStringToObject(o, "file", khub_plugin_path(p));
     cJSON_AddStringToObject(o, "sha256", khub_plugin_sha256(p));
     cJSON *ops = cJSON_AddArrayToObject(o, "ops");
@@ -122,8 +141,11 @@ static void print_plugin_text(const khub_plugin *p)
 {
     uint16_t maj, min;
     khub_plugin_abi(p, &maj, &min);
-    printf("%s %s (ABI %u.%u)\n  file   %s\n  sha256 %s\n", khub_plugin_id(p),
-           khub_plugin_version(p), maj, min, khub_plugin_path(p), khub_plugin_sha256(p));
+    char kinds[128];
+    plugin_kinds(p, kinds, sizeof kinds);
+    printf("%s %s (ABI %u.%u)\n  kinds  %s\n  file   %s\n  sha256 %s\n", khub_plugin_id(p),
+           khub_plugin_version(p), maj, min, kinds[0] ? kinds : "-", khub_plugin_path(p),
+           khub_plugin_sha256(p));
     for (uint32_t i = 0; i < khub_plugin_op_count(p); i++) {
         const khub_op_desc *op = khub_plugin_op(p, i);
         const khub_op_caps *c = op->caps;
@@ -180,8 +202,9 @@ static const khub_cli_cmd cmd_plugins = {
     "plugins", "list the loaded plugins, their ops and capabilities",
     "usage: khub plugins [--json]\n\n"
     "Loads the built-in plugins (verified against their manifest) and lists each:\n"
-    "id, version, ABI, source file, SHA-256, and every op with its kind, device,\n"
-    "dtypes, CPU features, flags, head dims, CUDA range and priority.\n\n"
+    "id, version, ABI, the op kinds it serves, source file, SHA-256, and every op\n"
+    "with its kind, device, dtypes, CPU features, flags, head dims, CUDA range\n"
+    "and priority.\n\n"
     "  --json   print a JSON array instead of text\n"
     "Environment: KHUB_PLUGIN_DIR overrides the built-in plugin directory.\n",
     run_plugins};
