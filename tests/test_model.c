@@ -11,6 +11,9 @@
  *     cache, several sequences in one batch == one at a time), the same
  *     logits from every dtype and from shards, quantize-at-load, and bad
  *     input (a missing tensor, a wrong shape);
+ *   - tiny random GGUF files written here, one per weight type (F16, BF16,
+ *     Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, random blocks with sane
+ *     scales), each against an F32 GGUF of its dequantized values;
  *   - the real SmolLM2-135M-Instruct (GGUF Q4_1 and its dequantized HF copy,
  *     made by tools/fetch-model.sh) against the Transformers fixtures in
  *     tests/fixtures (tools/make-reference.py), skipped when absent.
@@ -21,6 +24,8 @@
 #include <cjson/cJSON.h>
 
 #include "executor.h"
+#include "model_fixtures.h"
+#include "ref_oracle.h"
 #include "runner.h"
 
 /* ======================================================================== */
@@ -568,6 +573,181 @@ TEST_IMPL(model_not_found)
 }
 
 /* ======================================================================== */
+/* Tiny GGUF models, one per weight type                                    */
+/* ======================================================================== */
+
+/* Rows of 256 and 512: whole Q4_K / Q6_K blocks. */
+enum { G_HIDDEN = 256, G_FFN = 512, G_HEADS = 4, G_KV = 2, G_HD = 64, G_VOCAB = 64 };
+
+typedef struct gtype {
+    const char *name; /* as the explain line prints it */
+    uint32_t ggml;    /* GGUF tensor type */
+    int be, bb;       /* elements and bytes per block; be 1 for F16/BF16 */
+    void (*deq)(const uint8_t *, float *);
+    int d_at, m_at; /* byte offsets of the f16 scale and min in a block, -1 = none */
+    float d, m;     /* their magnitudes: weights of a few hundredths */
+} gtype;
+
+static const gtype gtypes[] = {
+    {"f16", 1, 1, 2, NULL, -1, -1, 0, 0},
+    {"bf16", 30, 1, 2, NULL, -1, -1, 0, 0},
+    {"q8_0", 8, 32, 34, oracle_deq_q8_0, 0, -1, 8e-4f, 0},
+    {"q4_0", 2, 32, 18, oracle_deq_q4_0, 0, -1, 0.0125f, 0},
+    {"q4_1", 3, 32, 20, oracle_deq_q4_1, 0, 2, 0.008f, 0.06f},
+    {"q5_0", 6, 32, 22, oracle_deq_q5_0, 0, -1, 0.006f, 0},
+    {"q5_1", 7, 32, 24, oracle_deq_q5_1, 0, 2, 0.004f, 0.06f},
+    {"q4_k", 12, 256, 144, oracle_deq_q4_k, 0, 2, 2e-4f, 1e-3f},
+    {"q6_k", 14, 256, 210, oracle_deq_q6_k, 208, -1, 8e-5f, 0},
+};
+
+/* One matrix [rows, cols] of type t: its bytes in *q and its values in y. */
+static void gguf_matrix(const gtype *t, int64_t rows, int64_t cols, fx_buf *q, float *y)
+{
+    int64_t n = rows * cols;
+    if (!t->deq) {
+        for (int64_t i = 0; i < n; i++) {
+            uint8_t b[4];
+            y[i] = round8(frand() / sqrtf((float)cols));
+            fx_put(q, b, encode(t->ggml == 1 ? "F16" : "BF16", y[i], b));
+        }
+        return;
+    }
+    for (int64_t blk = 0; blk < n / t->be; blk++) {
+        uint8_t b[256];
+        for (int i = 0; i < t->bb; i++) b[i] = (uint8_t)(frand() * 128.0f + 128.0f);
+        /* d in [1, 1.5] x its magnitude (an f16 normal), m in +-1 x its own */
+        if (t->d_at >= 0) encode("F16", round8(t->d * (1.25f + 0.25f * frand())), b + t->d_at);
+        if (t->m_at >= 0) encode("F16", round8(t->m * frand()), b + t->m_at);
+        t->deq(b, y + blk * t->be);
+        fx_put(q, b, (size_t)t->bb);
+    }
+}
+
+typedef struct gtensor {
+    char name[48];
+    int64_t rows, cols; /* cols 0: a vector */
+    int typed;          /* 1 = of the file's type, 0 = F32 */
+} gtensor;
+
+/* Writes a 1-layer Llama GGUF to path: matrices of type t (or F32 with the
+ * same values when as_f32), the embedding and norms F32. The values depend on
+ * t only. */
+static void gguf_model(const char *path, const gtype *t, int as_f32)
+{
+    static const gtensor ts[] = {
+        {"token_embd.weight", G_VOCAB, G_HIDDEN, 0},
+        {"output_norm.weight", G_HIDDEN, 0, 0},
+        {"blk.0.attn_norm.weight", G_HIDDEN, 0, 0},
+        {"blk.0.attn_q.weight", G_HEADS * G_HD, G_HIDDEN, 1},
+        {"blk.0.attn_k.weight", G_KV * G_HD, G_HIDDEN, 1},
+        {"blk.0.attn_v.weight", G_KV * G_HD, G_HIDDEN, 1},
+        {"blk.0.attn_output.weight", G_HIDDEN, G_HEADS * G_HD, 1},
+        {"blk.0.ffn_norm.weight", G_HIDDEN, 0, 0},
+        {"blk.0.ffn_gate.weight", G_FFN, G_HIDDEN, 1},
+        {"blk.0.ffn_up.weight", G_FFN, G_HIDDEN, 1},
+        {"blk.0.ffn_down.weight", G_HIDDEN, G_FFN, 1},
+    };
+    enum { NT = sizeof ts / sizeof ts[0] };
+    fx_buf data[NT];
+    memset(data, 0, sizeof data);
+    rng_state = 0x9e3779b97f4a7c15ull + t->ggml;
+    float *y = malloc((size_t)G_FFN * G_HIDDEN * sizeof(float));
+    for (int i = 0; i < NT; i++) {
+        int64_t cols = ts[i].cols ? ts[i].cols : 1, n = ts[i].rows * cols;
+        if (ts[i].typed) {
+            fx_buf q = {0};
+            gguf_matrix(t, ts[i].rows, cols, &q, y);
+            if (!as_f32) {
+                data[i] = q;
+                continue;
+            }
+            fx_free(&q);
+        } else {
+            for (int64_t k = 0; k < n; k++)
+                y[k] = ts[i].cols ? frand() : 1.0f + 0.1f * frand(); /* embedding, norms */
+        }
+        for (int64_t k = 0; k < n; k++) fx_f32(&data[i], y[k]);
+    }
+    free(y);
+    fx_buf b = {0};
+    fx_gguf_header(&b, 3, NT, 8);
+    fx_kv_str(&b, "general.architecture", "llama");
+    fx_kv_u32(&b, "llama.embedding_length", G_HIDDEN);
+    fx_kv_u32(&b, "llama.feed_forward_length", G_FFN);
+    fx_kv_u32(&b, "llama.block_count", 1);
+    fx_kv_u32(&b, "llama.attention.head_count", G_HEADS);
+    fx_kv_u32(&b, "llama.attention.head_count_kv", G_KV);
+    fx_kv_u32(&b, "llama.context_length", 256);
+    fx_kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    uint64_t off = 0;
+    for (int i = 0; i < NT; i++) {
+        uint64_t ne[2] = {(uint64_t)(ts[i].cols ? ts[i].cols : ts[i].rows), (uint64_t)ts[i].rows};
+        uint32_t type = ts[i].typed && !as_f32 ? t->ggml : 0;
+        fx_tensor_info(&b, ts[i].name, ts[i].cols ? 2 : 1, ne, type, off);
+        off += (data[i].n + 31) / 32 * 32;
+    }
+    fx_align(&b, 32);
+    for (int i = 0; i < NT; i++) {
+        fx_put(&b, data[i].p, data[i].n);
+        fx_align(&b, 32);
+        fx_free(&data[i]);
+    }
+    ASSERT_EQ(fx_write_file(path, &b), 0);
+    fx_free(&b);
+}
+
+static void gguf_logits(khub_runtime *rt, const char *path, const khub_model_opts *o,
+                        const int32_t *ids, int64_t n, float *out, const char *want_explain)
+{
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, path, o, &m));
+    if (want_explain) ASSERT_CONTAINS(khub_model_explain(m), want_explain);
+    ASSERT_OK(khub_model_logits(m, ids, (size_t)n, out));
+    khub_model_free(m);
+}
+
+/* Each GGUF weight type loads and computes the model its values define: the
+ * logits equal those of an F32 GGUF holding the dequantized values (ref-cpu:
+ * to rounding; the registry's choice, which rounds activations for its
+ * quantized dot products, within a loose bound), and the explain line shows
+ * the type was served as it is. */
+TEST_IMPL(model_gguf_weight_types)
+{
+    khub_runtime *rt = runtime();
+    char tp[96], rp[96];
+    snprintf(tp, sizeof tp, "/tmp/khub-test-gguf-%d-t.gguf", (int)getpid());
+    snprintf(rp, sizeof rp, "/tmp/khub-test-gguf-%d-r.gguf", (int)getpid());
+    int32_t ids[7] = {1, 9, 33, 2, 60, 17, 17};
+    float ref[G_VOCAB], got[G_VOCAB], best[G_VOCAB];
+    khub_model_opts ro = ref_opts(), dflt = {KHUB_STRUCT_INIT(khub_model_opts)};
+    for (size_t i = 0; i < sizeof gtypes / sizeof gtypes[0]; i++) {
+        const gtype *t = &gtypes[i];
+        gguf_model(tp, t, 0);
+        gguf_model(rp, t, 1);
+        gguf_logits(rt, rp, &ro, ids, 7, ref, "qkv_proj[f32]: khub/ref-cpu");
+        char want[64];
+        snprintf(want, sizeof want, "qkv_proj[%s]: khub/ref-cpu", t->name);
+        gguf_logits(rt, tp, &ro, ids, 7, got, want);
+        snprintf(want, sizeof want, "qkv_proj[%s]: ", t->name);
+        gguf_logits(rt, tp, &dflt, ids, 7, best, want);
+        double e_ref = rel_err(got, ref, G_VOCAB), e_best = rel_err(best, ref, G_VOCAB);
+        fprintf(stderr, "  %-4s: logits max rel err %.2e (ref-cpu), %.2e (default plugins)\n",
+                t->name, e_ref, e_best);
+        double amax = 0;
+        for (int v = 0; v < G_VOCAB; v++) {
+            ASSERT(isfinite(ref[v]) && isfinite(got[v]) && isfinite(best[v]));
+            amax = fabs(ref[v]) > amax ? fabs(ref[v]) : amax;
+        }
+        ASSERT(amax > 0.1); /* logits that say something */
+        ASSERT_LE(e_ref, 1e-5);
+        ASSERT_LE(e_best, 1e-3);
+    }
+    unlink(tp);
+    unlink(rp);
+    khub_runtime_free(rt);
+}
+
+/* ======================================================================== */
 /* The real model against Transformers                                      */
 /* ======================================================================== */
 
@@ -736,6 +916,7 @@ TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
     X(model_tiny_rope_scaling_linear) \
     X(model_tiny_rope_scaling_llama3) \
     X(model_tiny_dtypes_and_shards) \
+    X(model_gguf_weight_types) \
     X(model_tiny_info_and_explain) \
     X(model_tiny_quantize_at_load) \
     X(model_tiny_missing_tensor) \
