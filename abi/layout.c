@@ -2,7 +2,9 @@
  * layout.c: freezes the plugin ABI (1.0, plus the 1.1 additions) on LP64 (x86_64, aarch64).
  *
  * Every struct that crosses the plugin boundary has its size and every field
- * its offset pinned here. Growing a struct at the end changes only its
+ * its offset pinned here (the three header fields by KHUB_LAYOUT_HEADER);
+ * tests/t_abi_layout.sh fails when a struct or field of the ABI headers is
+ * missing from this file. Growing a struct at the end changes only its
  * sizeof line (update it together with an "added in ABI 1.x" note and a
  * minor bump); any other failure here is an ABI break. This file is compiled
  * by tests/test_abi_layout.c, so the suite fails to build on a break.
@@ -10,6 +12,13 @@
 #include <stddef.h>
 
 #include "khub/khub_plugin.h"
+
+/* The three fields every versioned struct starts with (KHUB_STRUCT_HEADER). */
+#define KHUB_LAYOUT_HEADER(T) \
+    _Static_assert(offsetof(T, struct_size) == 0 && sizeof(((T *)0)->struct_size) == 4 && \
+                       offsetof(T, abi_major) == 4 && sizeof(((T *)0)->abi_major) == 2 && \
+                       offsetof(T, abi_minor) == 6 && sizeof(((T *)0)->abi_minor) == 2, \
+                   #T " header")
 
 #if defined(__LP64__)
 static inline void khub_abi_layout_asserts(void)
@@ -23,8 +32,14 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_tensor, strides) == 32, "khub_tensor.strides");
     _Static_assert(offsetof(khub_tensor, byte_offset) == 40, "khub_tensor.byte_offset");
     _Static_assert(sizeof(khub_device) == 8, "khub_device");
+    _Static_assert(offsetof(khub_device, device_type) == 0, "khub_device.device_type");
+    _Static_assert(offsetof(khub_device, device_id) == 4, "khub_device.device_id");
     _Static_assert(sizeof(khub_dtype) == 4, "khub_dtype");
+    _Static_assert(offsetof(khub_dtype, code) == 0, "khub_dtype.code");
+    _Static_assert(offsetof(khub_dtype, bits) == 1, "khub_dtype.bits");
+    _Static_assert(offsetof(khub_dtype, lanes) == 2, "khub_dtype.lanes");
     _Static_assert(sizeof(khub_abi_note) == 112, "khub_abi_note");
+    _Static_assert(offsetof(khub_abi_note, note_version) == 0, "khub_abi_note.note_version");
     _Static_assert(offsetof(khub_abi_note, abi_major) == 4, "khub_abi_note.abi_major");
     _Static_assert(offsetof(khub_abi_note, abi_minor) == 6, "khub_abi_note.abi_minor");
     _Static_assert(offsetof(khub_abi_note, ptr_size) == 8, "khub_abi_note.ptr_size");
@@ -32,12 +47,15 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_abi_note, id) == 16, "khub_abi_note.id");
     _Static_assert(offsetof(khub_abi_note, version) == 80, "khub_abi_note.version");
     _Static_assert(sizeof(khub_cuda_launch_cfg) == 48, "khub_cuda_launch_cfg");
+    KHUB_LAYOUT_HEADER(khub_cuda_launch_cfg);
     _Static_assert(offsetof(khub_cuda_launch_cfg, grid) == 8, "khub_cuda_launch_cfg.grid");
     _Static_assert(offsetof(khub_cuda_launch_cfg, block) == 20, "khub_cuda_launch_cfg.block");
     _Static_assert(offsetof(khub_cuda_launch_cfg, shared_bytes) == 32,
                    "khub_cuda_launch_cfg.shared_bytes");
+    _Static_assert(offsetof(khub_cuda_launch_cfg, reserved) == 36, "khub_cuda_launch_cfg.reserved");
     _Static_assert(offsetof(khub_cuda_launch_cfg, stream) == 40, "khub_cuda_launch_cfg.stream");
     _Static_assert(sizeof(khub_host_api) == 160, "khub_host_api");
+    KHUB_LAYOUT_HEADER(khub_host_api);
     _Static_assert(offsetof(khub_host_api, host_ctx) == 8, "khub_host_api.host_ctx");
     _Static_assert(offsetof(khub_host_api, log) == 16, "khub_host_api.log");
     _Static_assert(offsetof(khub_host_api, fail) == 24, "khub_host_api.fail");
@@ -64,6 +82,7 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_host_api, cuda_launch) == 144, "khub_host_api.cuda_launch");
     _Static_assert(offsetof(khub_host_api, artifact) == 152, "khub_host_api.artifact");
     _Static_assert(sizeof(khub_op_caps) == 56, "khub_op_caps");
+    KHUB_LAYOUT_HEADER(khub_op_caps);
     _Static_assert(offsetof(khub_op_caps, device_type) == 8, "khub_op_caps.device_type");
     _Static_assert(offsetof(khub_op_caps, cpu_features) == 12, "khub_op_caps.cpu_features");
     _Static_assert(offsetof(khub_op_caps, dtypes) == 16, "khub_op_caps.dtypes");
@@ -73,17 +92,23 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_op_caps, cc_min) == 40, "khub_op_caps.cc_min");
     _Static_assert(offsetof(khub_op_caps, cc_max) == 42, "khub_op_caps.cc_max");
     _Static_assert(offsetof(khub_op_caps, ptx_isa) == 44, "khub_op_caps.ptx_isa");
+    _Static_assert(offsetof(khub_op_caps, reserved) == 46, "khub_op_caps.reserved");
     _Static_assert(offsetof(khub_op_caps, priority) == 48, "khub_op_caps.priority");
+    _Static_assert(offsetof(khub_op_caps, reserved2) == 52, "khub_op_caps.reserved2");
     _Static_assert(sizeof(khub_op_desc) == 48, "khub_op_desc");
+    KHUB_LAYOUT_HEADER(khub_op_desc);
     _Static_assert(offsetof(khub_op_desc, name) == 8, "khub_op_desc.name");
     _Static_assert(offsetof(khub_op_desc, kind) == 16, "khub_op_desc.kind");
+    _Static_assert(offsetof(khub_op_desc, reserved) == 20, "khub_op_desc.reserved");
     _Static_assert(offsetof(khub_op_desc, caps) == 24, "khub_op_desc.caps");
     _Static_assert(offsetof(khub_op_desc, run) == 32, "khub_op_desc.run");
     _Static_assert(offsetof(khub_op_desc, methods) == 40, "khub_op_desc.methods");
     _Static_assert(sizeof(khub_plugin_desc) == 80, "khub_plugin_desc");
+    KHUB_LAYOUT_HEADER(khub_plugin_desc);
     _Static_assert(offsetof(khub_plugin_desc, id) == 8, "khub_plugin_desc.id");
     _Static_assert(offsetof(khub_plugin_desc, version) == 16, "khub_plugin_desc.version");
     _Static_assert(offsetof(khub_plugin_desc, n_ops) == 24, "khub_plugin_desc.n_ops");
+    _Static_assert(offsetof(khub_plugin_desc, reserved) == 28, "khub_plugin_desc.reserved");
     _Static_assert(offsetof(khub_plugin_desc, ops) == 32, "khub_plugin_desc.ops");
     _Static_assert(offsetof(khub_plugin_desc, state) == 40, "khub_plugin_desc.state");
     _Static_assert(offsetof(khub_plugin_desc, score) == 48, "khub_plugin_desc.score");
@@ -91,22 +116,27 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_plugin_desc, quiesce) == 64, "khub_plugin_desc.quiesce");
     _Static_assert(offsetof(khub_plugin_desc, shutdown) == 72, "khub_plugin_desc.shutdown");
     _Static_assert(sizeof(khub_linear_args) == 48, "khub_linear_args");
+    KHUB_LAYOUT_HEADER(khub_linear_args);
     _Static_assert(offsetof(khub_linear_args, stream) == 8, "khub_linear_args.stream");
     _Static_assert(offsetof(khub_linear_args, x) == 16, "khub_linear_args.x");
     _Static_assert(offsetof(khub_linear_args, weight) == 24, "khub_linear_args.weight");
     _Static_assert(offsetof(khub_linear_args, bias) == 32, "khub_linear_args.bias");
     _Static_assert(offsetof(khub_linear_args, y) == 40, "khub_linear_args.y");
     _Static_assert(sizeof(khub_quant_args) == 48, "khub_quant_args");
+    KHUB_LAYOUT_HEADER(khub_quant_args);
     _Static_assert(offsetof(khub_quant_args, format) == 8, "khub_quant_args.format");
+    _Static_assert(offsetof(khub_quant_args, reserved) == 12, "khub_quant_args.reserved");
     _Static_assert(offsetof(khub_quant_args, n_rows) == 16, "khub_quant_args.n_rows");
     _Static_assert(offsetof(khub_quant_args, n_cols) == 24, "khub_quant_args.n_cols");
     _Static_assert(offsetof(khub_quant_args, src) == 32, "khub_quant_args.src");
     _Static_assert(offsetof(khub_quant_args, dst) == 40, "khub_quant_args.dst");
     _Static_assert(sizeof(khub_qlinear_methods) == 24, "khub_qlinear_methods");
+    KHUB_LAYOUT_HEADER(khub_qlinear_methods);
     _Static_assert(offsetof(khub_qlinear_methods, quantize) == 8, "khub_qlinear_methods.quantize");
     _Static_assert(offsetof(khub_qlinear_methods, dequantize) == 16,
                    "khub_qlinear_methods.dequantize");
     _Static_assert(sizeof(khub_attention_args) == 80, "khub_attention_args");
+    KHUB_LAYOUT_HEADER(khub_attention_args);
     _Static_assert(offsetof(khub_attention_args, stream) == 8, "khub_attention_args.stream");
     _Static_assert(offsetof(khub_attention_args, q) == 16, "khub_attention_args.q");
     _Static_assert(offsetof(khub_attention_args, k) == 24, "khub_attention_args.k");
@@ -118,6 +148,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_attention_args, q_pos0) == 64, "khub_attention_args.q_pos0");
     _Static_assert(offsetof(khub_attention_args, window) == 72, "khub_attention_args.window");
     _Static_assert(sizeof(khub_norm_args) == 56, "khub_norm_args");
+    KHUB_LAYOUT_HEADER(khub_norm_args);
+    _Static_assert(offsetof(khub_norm_args, stream) == 8, "khub_norm_args.stream");
     _Static_assert(offsetof(khub_norm_args, norm_type) == 16, "khub_norm_args.norm_type");
     _Static_assert(offsetof(khub_norm_args, eps) == 20, "khub_norm_args.eps");
     _Static_assert(offsetof(khub_norm_args, x) == 24, "khub_norm_args.x");
@@ -125,11 +157,16 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_norm_args, weight) == 40, "khub_norm_args.weight");
     _Static_assert(offsetof(khub_norm_args, y) == 48, "khub_norm_args.y");
     _Static_assert(sizeof(khub_activation_args) == 48, "khub_activation_args");
+    KHUB_LAYOUT_HEADER(khub_activation_args);
+    _Static_assert(offsetof(khub_activation_args, stream) == 8, "khub_activation_args.stream");
     _Static_assert(offsetof(khub_activation_args, act_type) == 16, "khub_activation_args.act_type");
+    _Static_assert(offsetof(khub_activation_args, reserved) == 20, "khub_activation_args.reserved");
     _Static_assert(offsetof(khub_activation_args, gate) == 24, "khub_activation_args.gate");
     _Static_assert(offsetof(khub_activation_args, up) == 32, "khub_activation_args.up");
     _Static_assert(offsetof(khub_activation_args, y) == 40, "khub_activation_args.y");
     _Static_assert(sizeof(khub_rotary_args) == 64, "khub_rotary_args");
+    KHUB_LAYOUT_HEADER(khub_rotary_args);
+    _Static_assert(offsetof(khub_rotary_args, stream) == 8, "khub_rotary_args.stream");
     _Static_assert(offsetof(khub_rotary_args, x) == 16, "khub_rotary_args.x");
     _Static_assert(offsetof(khub_rotary_args, positions) == 24, "khub_rotary_args.positions");
     _Static_assert(offsetof(khub_rotary_args, style) == 32, "khub_rotary_args.style");
@@ -144,6 +181,7 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_rotary_args.original_max_pos");
     _Static_assert(offsetof(khub_rotary_args, rotary_dim) == 60, "khub_rotary_args.rotary_dim");
     _Static_assert(sizeof(khub_kv_cache_config) == 40, "khub_kv_cache_config");
+    KHUB_LAYOUT_HEADER(khub_kv_cache_config);
     _Static_assert(offsetof(khub_kv_cache_config, n_layers) == 8, "khub_kv_cache_config.n_layers");
     _Static_assert(offsetof(khub_kv_cache_config, n_kv_heads) == 12,
                    "khub_kv_cache_config.n_kv_heads");
@@ -152,13 +190,16 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_kv_cache_config, max_tokens) == 24,
                    "khub_kv_cache_config.max_tokens");
     _Static_assert(offsetof(khub_kv_cache_config, dtype) == 32, "khub_kv_cache_config.dtype");
+    _Static_assert(offsetof(khub_kv_cache_config, reserved) == 36, "khub_kv_cache_config.reserved");
     _Static_assert(sizeof(khub_kv_write_args) == 40, "khub_kv_write_args");
+    KHUB_LAYOUT_HEADER(khub_kv_write_args);
     _Static_assert(offsetof(khub_kv_write_args, layer) == 8, "khub_kv_write_args.layer");
     _Static_assert(offsetof(khub_kv_write_args, seq) == 12, "khub_kv_write_args.seq");
     _Static_assert(offsetof(khub_kv_write_args, pos) == 16, "khub_kv_write_args.pos");
     _Static_assert(offsetof(khub_kv_write_args, k) == 24, "khub_kv_write_args.k");
     _Static_assert(offsetof(khub_kv_write_args, v) == 32, "khub_kv_write_args.v");
     _Static_assert(sizeof(khub_kv_cache_methods) == 48, "khub_kv_cache_methods");
+    KHUB_LAYOUT_HEADER(khub_kv_cache_methods);
     _Static_assert(offsetof(khub_kv_cache_methods, create) == 8, "khub_kv_cache_methods.create");
     _Static_assert(offsetof(khub_kv_cache_methods, destroy) == 16, "khub_kv_cache_methods.destroy");
     _Static_assert(offsetof(khub_kv_cache_methods, write) == 24, "khub_kv_cache_methods.write");
