@@ -39,7 +39,10 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                  {"rate", F_RATE, 0},
                  {"ratelimit", F_RATELIMIT, 1},
                  {"408", F_408, 1},
-                 {"gated", F_GATED, 0}};
+                 {"gated", F_GATED, 0},
+                 {"moved", F_MOVED, 0},
+                 {"tree-dotdot", F_TREE_DOTDOT, 0},
+                 {"tree-absolute", F_TREE_ABS, 0}};
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list ? list : "");
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
@@ -57,7 +60,8 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                 NULL, KHUB_STATUS_INVALID_ARG,
                 "unknown fault \"%s\"; known: drop-body[=N], short-body, "
                 "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
-                "cross-host, ignore-range, rate=MIB_PER_S, ratelimit[=N], 408[=N], gated",
+                "cross-host, ignore-range, rate=MIB_PER_S, ratelimit[=N], 408[=N], gated, "
+                "moved, tree-dotdot, tree-absolute",
                 t);
         if (names[i].bit == F_RATE && (count < 1 || count > 1000000))
             return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,

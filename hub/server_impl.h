@@ -55,6 +55,9 @@ enum {
     F_RATELIMIT = 1 << 10,
     F_408 = 1 << 11,
     F_GATED = 1 << 12,
+    F_MOVED = 1 << 13,
+    F_TREE_DOTDOT = 1 << 14,
+    F_TREE_ABS = 1 << 15,
 };
 
 struct khub__server {

@@ -209,6 +209,15 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
         cJSON *e = entry_json(r, cdir, &l.v[i]);
         if (e) cJSON_AddItemToArray(arr, e);
     }
+    if ((s->faults & (F_TREE_DOTDOT | F_TREE_ABS)) && from == 0) { /* a malicious server */
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "type", "file");
+        cJSON_AddStringToObject(
+            e, "path", s->faults & F_TREE_DOTDOT ? "build/../../escape.so" : "/tmp/escape.so");
+        cJSON_AddNumberToObject(e, "size", 1);
+        cJSON_AddStringToObject(e, "oid", "0123456789abcdef0123456789abcdef01234567");
+        cJSON_AddItemToArray(arr, e);
+    }
     char *text = cJSON_PrintUnformatted(arr);
     cJSON_Delete(arr);
     struct MHD_Response *resp =
@@ -502,6 +511,17 @@ MHD_RESULT khub__srv_route_read(khub__server *s, struct MHD_Connection *c, const
             ret = api_info(s, c, &r, commit);
         } else if (!strcmp(verb, "tree")) {
             ret = api_tree(s, c, &r, commit, sub, url);
+        } else if ((s->faults & F_MOVED) &&
+                   !MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "moved")) {
+            /* A relative redirect on the same host, as the Hub answers for
+             * a renamed repo: the client keeps its token for it. */
+            char loc[KHUB__PATH_MAX];
+            snprintf(loc, sizeof loc, "%s?moved=1", url);
+            struct MHD_Response *resp =
+                MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);
+            MHD_add_response_header(resp, "Location", loc);
+            ret = MHD_queue_response(c, 307, resp);
+            MHD_destroy_response(resp);
         } else if (s->faults & F_LOOP) {
             struct MHD_Response *resp =
                 MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT);

@@ -498,6 +498,123 @@ TEST_IMPL(legacy_model_repo_fallback)
     fx_done(&fx);
 }
 
+/* A relative redirect (same host: a renamed repo on the Hub) keeps the
+ * token, on the HEAD and on the GET; a cross-host one drops it
+ * (token_sent_to_hub_only). */
+TEST_IMPL(relative_redirect_keeps_token)
+{
+    fixture fx;
+    fx_init(&fx, "moved", 0);
+    khub_hub *hub = fx_hub(&fx, 0, "hf_secret");
+    khub_hub_id id = fx_id("org/demo@main");
+    char *p = NULL;
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "README.md", &p));
+    free(p);
+    khub_hub_free(hub);
+    ASSERT_EQ(log_count(&fx, "/kernels/org/demo/resolve/" C1 "/README.md auth=yes"), 4);
+    ASSERT_EQ(log_count(&fx, "auth=no"), 0);
+    fx_done(&fx);
+}
+
+static void write_token(const char *path, const char *text) { fx_write(path, text, strlen(text)); }
+
+/* The token as implicit_hub finds it ("" for none). */
+static void expect_token(const fixture *fx, const char *want)
+{
+    khub_hub *hub = implicit_hub(fx);
+    ASSERT_STR_EQ(hub->token ? hub->token : "", want);
+    khub_hub_free(hub);
+}
+
+/* huggingface_hub's token order: HF_TOKEN, HUGGING_FACE_HUB_TOKEN, then
+ * the file at HF_TOKEN_PATH, else $HF_HOME/token, else
+ * $XDG_CACHE_HOME/huggingface/token, else ~/.cache/huggingface/token;
+ * surrounding whitespace is stripped and an empty file is no token. */
+TEST_IMPL(token_sources)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    char path[600], home[600], xdg[600], hfhome[600];
+    snprintf(home, sizeof home, "%s/home", fx.root);
+    snprintf(xdg, sizeof xdg, "%s/xdg", fx.root);
+    snprintf(hfhome, sizeof hfhome, "%s/hfhome", fx.root);
+    unsetenv("HF_TOKEN");
+    unsetenv("HUGGING_FACE_HUB_TOKEN");
+    unsetenv("HF_TOKEN_PATH");
+    unsetenv("HF_HOME");
+    unsetenv("XDG_CACHE_HOME");
+    unsetenv("HF_HUB_DISABLE_IMPLICIT_TOKEN");
+    setenv("HOME", home, 1);
+    expect_token(&fx, "");
+    snprintf(path, sizeof path, "%s/.cache/huggingface/token", home);
+    write_token(path, "hf_home\n");
+    expect_token(&fx, "hf_home");
+    setenv("XDG_CACHE_HOME", xdg, 1);
+    expect_token(&fx, ""); /* XDG_CACHE_HOME moves the default, no token there */
+    snprintf(path, sizeof path, "%s/huggingface/token", xdg);
+    write_token(path, "hf_xdg");
+    expect_token(&fx, "hf_xdg");
+    setenv("HF_HOME", hfhome, 1);
+    snprintf(path, sizeof path, "%s/token", hfhome);
+    write_token(path, "  hf_hfhome \r\n");
+    expect_token(&fx, "hf_hfhome");
+    snprintf(path, sizeof path, "%s/elsewhere", fx.root);
+    write_token(path, "hf_path\n");
+    setenv("HF_TOKEN_PATH", path, 1);
+    expect_token(&fx, "hf_path");
+    write_token(path, " \n");
+    expect_token(&fx, ""); /* an empty file: no token, no fallback to HF_HOME */
+    write_token(path, "hf_path\n");
+    setenv("HUGGING_FACE_HUB_TOKEN", "hf_old_name", 1);
+    expect_token(&fx, "hf_old_name");
+    setenv("HF_TOKEN", "hf_env", 1);
+    expect_token(&fx, "hf_env");
+    /* the file's token is sent like HF_TOKEN's */
+    unsetenv("HF_TOKEN");
+    unsetenv("HUGGING_FACE_HUB_TOKEN");
+    khub_hub *hub = implicit_hub(&fx);
+    khub_hub_id id = fx_id("org/demo@main");
+    char *p = NULL;
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "README.md", &p));
+    free(p);
+    khub_hub_free(hub);
+    ASSERT_EQ(log_count(&fx, "/README.md auth=yes"), 2);
+    unsetenv("HF_TOKEN_PATH");
+    unsetenv("HF_HOME");
+    unsetenv("XDG_CACHE_HOME");
+    fx_done(&fx);
+}
+
+/* The cache root as huggingface_hub picks it, KHUB_CACHE first:
+ * KHUB_CACHE, HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,
+ * $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub. */
+TEST_IMPL(cache_dir_order)
+{
+    static const char *vars[] = {"KHUB_CACHE", "HF_HUB_CACHE",   "HUGGINGFACE_HUB_CACHE",
+                                 "HF_HOME",    "XDG_CACHE_HOME", "HOME"};
+    static const char *want[] = {
+        "/k", "/hc", "/hhc", "/hh/hub", "/x/huggingface/hub", "/h/.cache/huggingface/hub"};
+    static const char *vals[] = {"/k", "/hc", "/hhc", "/hh", "/x", "/h"};
+    for (size_t i = 0; i < 6; i++) setenv(vars[i], vals[i], 1);
+    for (size_t i = 0; i < 6; i++) {
+        khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .token = "", .offline = 1};
+        khub_hub *hub = NULL;
+        ASSERT_OK(khub_hub_new(&o, &hub));
+        ASSERT_STR_EQ(khub_hub_cache_dir(hub), want[i]);
+        khub_hub_free(hub);
+        setenv(vars[i], "", 1); /* empty counts as unset, as in huggingface_hub */
+    }
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .token = "", .offline = 1};
+    khub_hub *hub = NULL;
+    ASSERT_STATUS(khub_hub_new(&o, &hub), KHUB_STATUS_NOT_FOUND);
+    ASSERT_CONTAINS(khub_last_error(), "no cache directory: set KHUB_CACHE, HF_HUB_CACHE or HOME");
+    o.cache_dir = "/given"; /* the caller's directory beats them all */
+    setenv("KHUB_CACHE", "/k", 1);
+    ASSERT_OK(khub_hub_new(&o, &hub));
+    ASSERT_STR_EQ(khub_hub_cache_dir(hub), "/given");
+    khub_hub_free(hub);
+}
+
 #define TEST_LIST(X) \
     X(resolve_forms) \
     X(resolve_errors) \
@@ -511,5 +628,8 @@ TEST_IMPL(legacy_model_repo_fallback)
     X(symlinks_disabled_copies_across_file_systems) \
     X(hf_client_variables) \
     X(requests_share_one_connection) \
-    X(legacy_model_repo_fallback)
+    X(legacy_model_repo_fallback) \
+    X(relative_redirect_keeps_token) \
+    X(token_sources) \
+    X(cache_dir_order)
 TEST_MAIN(TEST_LIST)

@@ -115,6 +115,12 @@ TEST_IMPL(short_body_rejected)
     expect_fail("short-body", KHUB_STATUS_TRUNCATED, "of 70000 bytes");
 }
 TEST_IMPL(extra_bytes_rejected) { expect_fail("extra-bytes", KHUB_STATUS_OVERFLOW, "more than"); }
+/* A regular (non-LFS) file is checked against its git blob SHA-1. */
+TEST_IMPL(wrong_git_sha1_rejected)
+{
+    expect_fail_on("README.md", "wrong-hash", KHUB_STATUS_DIGEST_MISMATCH,
+                   "README.md: content git blob SHA-1 is");
+}
 TEST_IMPL(wrong_hash_rejected)
 {
     expect_fail("wrong-hash", KHUB_STATUS_DIGEST_MISMATCH, "but the hub announced");
@@ -123,6 +129,40 @@ TEST_IMPL(redirect_loop_stops) { expect_fail("redirect-loop", KHUB_STATUS_HTTP, 
 TEST_IMPL(twice_503_then_ok) { expect_ok("503=2", NULL); }
 TEST_IMPL(timeout_408_then_ok) { expect_ok("408=1", NULL); }
 TEST_IMPL(gated_repo_refused) { expect_fail("gated", KHUB_STATUS_GATED_REPO, "GatedRepo"); }
+
+/* A malicious server's tree listing names a path outside the repo: the
+ * whole listing is refused, for the variant list and the download, and
+ * nothing is written (no listing cache, no blob, no snapshot entry). */
+static void expect_hostile_tree(const char *fault, const char *bad)
+{
+    fixture fx;
+    fx_init(&fx, fault, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    khub_hub_variant_list *vl = NULL;
+    ASSERT_STATUS(khub_hub_variants(hub, &id, C1, &vl), KHUB_STATUS_UNSAFE_PATH);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), bad);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "is not a safe relative path; refusing the listing");
+    khub_hub_file_list *fl = NULL;
+    ASSERT_STATUS(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl),
+                  KHUB_STATUS_UNSAFE_PATH);
+    khub_hub_free(hub);
+    char path[700];
+    snprintf(path, sizeof path, "%s/kernels--org--demo/trees/" C1 ".json", fx.cache);
+    ASSERT(access(path, F_OK) != 0);
+    snprintf(path, sizeof path, "%s/kernels--org--demo/snapshots", fx.cache);
+    ASSERT(access(path, F_OK) != 0);
+    snprintf(path, sizeof path, "%s/escape.so", fx.root);
+    ASSERT(access(path, F_OK) != 0);
+    ASSERT_EQ(blob_files(&fx, 0) + blob_files(&fx, 1), 0);
+    fx_done(&fx);
+}
+
+TEST_IMPL(tree_dotdot_entry_refused)
+{
+    expect_hostile_tree("tree-dotdot", "build/../../escape.so");
+}
+TEST_IMPL(tree_absolute_entry_refused) { expect_hostile_tree("tree-absolute", "/tmp/escape.so"); }
 
 /* Seconds a successful download of `name` takes under `fault`. */
 static double seconds_ok(const char *name, const char *fault)
@@ -314,6 +354,9 @@ TEST_IMPL(eight_processes_one_blob)
     X(ignore_range_restarts) \
     X(short_body_rejected) \
     X(extra_bytes_rejected) \
+    X(wrong_git_sha1_rejected) \
+    X(tree_dotdot_entry_refused) \
+    X(tree_absolute_entry_refused) \
     X(wrong_hash_rejected) \
     X(redirect_loop_stops) \
     X(twice_503_then_ok) \

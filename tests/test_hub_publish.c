@@ -132,8 +132,21 @@ TEST_IMPL(publish_round_trip)
     ASSERT_STR_EQ(fl->items[0].sha256, sha);
     ASSERT_OK(khub__sha256_file_hex(fl->items[0].path, sha));
     ASSERT_STR_EQ(fl->items[0].sha256, sha);
+    ASSERT_CONTAINS(fl->items[0].path, "/khub-variants/"); /* from the unpacked archive */
     khub_hub_file_list_free(fl);
     khub_hub_free(hub);
+    /* one request for the variant's files: the archive, not file by file */
+    log = fx_log(&fx);
+    int gets = 0;
+    for (char *line = strtok(log, "\n"); line; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "GET /kernels/acme/k/resolve/", 28) != 0) continue;
+        char want[300];
+        snprintf(want, sizeof want, "/build/%s.tar.gz ", fx.variant);
+        ASSERT_CONTAINS(line, want);
+        gets++;
+    }
+    ASSERT_EQ(gets, 1);
+    free(log);
 
     /* the same build again: nothing to commit, the head stands */
     char first[41];

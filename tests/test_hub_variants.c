@@ -24,6 +24,61 @@ TEST_IMPL(list_and_rank)
     fx_done(&fx);
 }
 
+static const khub_hub_variant *find_variant(const khub_hub_variant_list *vl, const char *name)
+{
+    for (size_t i = 0; i < vl->count; i++)
+        if (!strcmp(vl->items[i].name, name)) return &vl->items[i];
+    TEST_FAIL_("variant %s is not listed", name);
+    return NULL;
+}
+
+/* Every way a name can fail this host, each with its reason; nothing
+ * crashes on an unknown name, and the one fitting variant ranks first. */
+TEST_IMPL(rejections_have_reasons)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    const char *arch = fx_arch(), *other = strcmp(arch, "x86_64") ? "x86_64" : "aarch64";
+    char names[8][96], want[8][128];
+    snprintf(names[0], 96, "khub1-cpu-%s-linux", arch);
+    snprintf(want[0], 128, "accept: CPU build for %s", arch);
+    snprintf(names[1], 96, "khub1-cpu-%s-linux", other);
+    snprintf(want[1], 128, "reject: built for %s, host is %s", other, arch);
+    snprintf(names[2], 96, "khub1-cpu-%s-darwin", arch);
+    snprintf(want[2], 128, "reject: built for darwin, host is linux");
+    snprintf(names[3], 96, "khub9-cpu-%s-linux", arch);
+    snprintf(want[3], 128, "reject: ABI major 9, host has %d", KHUB_ABI_MAJOR);
+    snprintf(names[4], 96, "tvm-ffi01-cpu-%s-linux", arch);
+    snprintf(want[4], 128, "reject: tvm-ffi family needs libtvm_ffi");
+    snprintf(names[5], 96, "khub1-rocm62-%s-linux", arch);
+    snprintf(want[5], 128, "reject: unknown backend \"rocm62\"");
+    snprintf(names[6], 96, "khub1-cpu-%s-linux-extra", arch);
+    snprintf(want[6], 128, "reject: not a khub{ABI}-{backend}-{cpu}-{os} name");
+    snprintf(names[7], 96, "_weird-");
+    snprintf(want[7], 128, "reject: not a khub{ABI}-{backend}-{cpu}-{os} name");
+    for (int i = 0; i < 8; i++) {
+        char rel[300];
+        snprintf(rel, sizeof rel, "org/demo/commits/" C2 "/build/%s/f.so", names[i]);
+        fx_writef(&fx, rel, "x");
+    }
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@" C2);
+    khub_hub_variant_list *vl = NULL;
+    ASSERT_OK(khub_hub_variants(hub, &id, C2, &vl));
+    ASSERT_EQ(vl->count, 8);
+    ASSERT_STR_EQ(vl->best, names[0]);
+    ASSERT_STR_EQ(vl->items[0].name, names[0]);
+    for (int i = 0; i < 8; i++) {
+        const khub_hub_variant *v = find_variant(vl, names[i]);
+        ASSERT_CONTAINS(v->reason, want[i]);
+        ASSERT_EQ(v->accepted, i == 0);
+        ASSERT_EQ(v->rank < 0, i != 0);
+    }
+    khub_hub_variant_list_free(vl);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 TEST_IMPL(download_verified_then_offline)
 {
     fixture fx;
@@ -144,5 +199,6 @@ TEST_IMPL(archive_ok_unpacks)
 
 #define TEST_LIST(X) \
     X(list_and_rank) \
+    X(rejections_have_reasons) \
     X(download_verified_then_offline) X(archive_hostile_entries) X(archive_ok_unpacks)
 TEST_MAIN(TEST_LIST)

@@ -2,6 +2,7 @@
  * cmd_hub.c: `khub resolve`, `khub download`, `khub variants`, `khub serve`.
  * (`khub cache ls|verify|prune` is in cmd_cache.c.)
  */
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +223,7 @@ static int run_download(int argc, char **argv)
         rc = khub_cli_fail("download", "%s", khub_hub_errmsg(hub));
         goto done;
     }
+    size_t fetched = 0;
     for (size_t i = 0; i < vl->count; i++) {
         const char *v = vl->items[i].name;
         int pick = a.variant ? !strcmp(v, a.variant)
@@ -241,9 +243,13 @@ static int run_download(int argc, char **argv)
                 printf("%s %s %s %s\n", v, f->rel, f->path, f->sha256);
         }
         khub_hub_file_list_free(fl);
+        fetched++;
         if (!a.all) goto done;
     }
-    if (!a.all)
+    if (a.all && !fetched)
+        rc = khub_cli_fail("download", "%s has no khub variant at %.12s; see khub variants %s",
+                           a.id_text, commit, a.id_text);
+    else if (!a.all)
         rc = khub_cli_fail("download",
                            "no variant %s fits this machine; see khub "
                            "variants %s",
@@ -272,15 +278,28 @@ static void on_signal(int sig)
     stop_serving = 1;
 }
 
+/* A whole number in lo..hi from an option value; -1 otherwise. */
+static long option_number(const char *v, long lo, long hi)
+{
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    return errno || end == v || *end || n < lo || n > hi ? -1 : n;
+}
+
 static const khub_cli_cmd serve_cmd;
 static int run_serve(int argc, char **argv)
 {
     if (khub_cli_wants_help(&serve_cmd, argc, argv)) return 0;
     khub__server_opts o = {0};
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--port") && i + 1 < argc)
-            o.port = (uint16_t)atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--host") && i + 1 < argc)
+        if (!strcmp(argv[i], "--port") && i + 1 < argc) {
+            long port = option_number(argv[++i], 0, 65535);
+            if (port < 0)
+                return khub_cli_usage(&serve_cmd, "--port %s is not a port number (0-65535)",
+                                      argv[i]);
+            o.port = (uint16_t)port;
+        } else if (!strcmp(argv[i], "--host") && i + 1 < argc)
             o.host = argv[++i];
         else if (!strcmp(argv[i], "--fault") && i + 1 < argc)
             o.faults = argv[++i];
@@ -288,9 +307,13 @@ static int run_serve(int argc, char **argv)
             o.log_path = argv[++i];
         else if (!strcmp(argv[i], "--token") && i + 1 < argc)
             o.token = argv[++i];
-        else if (!strcmp(argv[i], "--page-size") && i + 1 < argc)
-            o.page_size = (uint32_t)atoi(argv[++i]);
-        else if (argv[i][0] == '-')
+        else if (!strcmp(argv[i], "--page-size") && i + 1 < argc) {
+            long n = option_number(argv[++i], 1, 1000000);
+            if (n < 0)
+                return khub_cli_usage(&serve_cmd, "--page-size %s is not a number in 1-1000000",
+                                      argv[i]);
+            o.page_size = (uint32_t)n;
+        } else if (argv[i][0] == '-')
             return khub_cli_usage(&serve_cmd, "unknown option %s", argv[i]);
         else if (!o.dir)
             o.dir = argv[i];
@@ -322,7 +345,7 @@ static const khub_cli_cmd serve_cmd = {
     "--token T every write needs 'Authorization: Bearer T' (reads stay open).\n"
     "--fault (or KHUB_SERVE_FAULTS) injects test faults: drop-body[=N], short-body,\n"
     "extra-bytes, wrong-hash, 429[=N], ratelimit[=N], 503[=N], 408[=N], gated, redirect-loop,\n"
-    "cross-host, ignore-range, rate=MIB_PER_S (every GET body paced to that speed, as\n"
-    "over a real link).\n",
+    "cross-host, moved, tree-dotdot, tree-absolute, ignore-range, rate=MIB_PER_S (every\n"
+    "GET body paced to that speed, as over a real link); docs/hub-server.md.\n",
     run_serve};
 KHUB_CLI_COMMAND(serve_cmd)
