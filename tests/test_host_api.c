@@ -1,5 +1,10 @@
 /* test_host_api.c: the host table as a plugin sees it (from inside an op),
- * the runtime's own table, and the CUDA layer without a driver. */
+ * the runtime's own table and its thread pool (parallel_for), and the CUDA
+ * layer without a driver. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
 #include "cuda.h"
 #include "plugins/tp_args.h"
 #include "plugins/tp_util.h"
@@ -148,10 +153,81 @@ TEST_IMPL(cuda_roundtrip_and_launch)
     khub_runtime_free(rt);
 }
 
+/* parallel_for on the runtime's pool: thread t of n runs the t-th of n
+ * contiguous chunks, the caller being thread 0 and each other chunk a worker
+ * thread of its own; every item runs once; a call from inside a job runs
+ * inline; the pool has one thread per core unless told otherwise. */
+enum { PF_ITEMS = 1000, PF_THREADS = 3 };
+typedef struct pf_job {
+    const khub_host_api *h;
+    atomic_int hits[PF_ITEMS];
+    atomic_int chunks, inner;
+    pthread_t who[PF_THREADS];
+    int64_t begin[PF_THREADS], end[PF_THREADS];
+    int nest;
+} pf_job;
+
+static void pf_inner(void *ud, int64_t begin, int64_t end, int thread)
+{
+    pf_job *j = ud;
+    ASSERT_EQ(thread, 0); /* inline: one chunk, the whole range */
+    atomic_fetch_add(&j->inner, (int)(end - begin));
+}
+
+static void pf_body(void *ud, int64_t begin, int64_t end, int thread)
+{
+    pf_job *j = ud;
+    ASSERT(thread >= 0 && thread < PF_THREADS);
+    j->who[thread] = pthread_self();
+    j->begin[thread] = begin;
+    j->end[thread] = end;
+    atomic_fetch_add(&j->chunks, 1);
+    for (int64_t i = begin; i < end; i++) atomic_fetch_add(&j->hits[i], 1);
+    if (j->nest) j->h->parallel_for(j->h->host_ctx, 10, pf_inner, j);
+}
+
+TEST_IMPL(runtime_pool_parallel_for)
+{
+    khub_runtime *rt = tp_runtime(PF_THREADS);
+    static pf_job j;
+    j.h = khub__runtime_host(rt);
+    ASSERT_EQ(j.h->n_threads(j.h->host_ctx), PF_THREADS);
+    for (int round = 0; round < 50; round++) { /* the pool is reused, job after job */
+        for (int i = 0; i < PF_ITEMS; i++) atomic_store(&j.hits[i], 0);
+        atomic_store(&j.chunks, 0);
+        j.h->parallel_for(j.h->host_ctx, PF_ITEMS, pf_body, &j);
+        ASSERT_EQ(atomic_load(&j.chunks), PF_THREADS);
+        for (int i = 0; i < PF_ITEMS; i++) ASSERT_EQ(atomic_load(&j.hits[i]), 1);
+    }
+    ASSERT_EQ(j.begin[0], 0);
+    ASSERT_EQ(j.end[PF_THREADS - 1], PF_ITEMS);
+    for (int t = 1; t < PF_THREADS; t++) ASSERT_EQ(j.begin[t], j.end[t - 1]);
+    ASSERT(pthread_equal(j.who[0], pthread_self()));
+    ASSERT(!pthread_equal(j.who[1], pthread_self()) && !pthread_equal(j.who[2], pthread_self()));
+    ASSERT(!pthread_equal(j.who[1], j.who[2]));
+
+    j.nest = 1; /* nested from every thread: inline, no deadlock */
+    atomic_store(&j.chunks, 0);
+    j.h->parallel_for(j.h->host_ctx, PF_THREADS, pf_body, &j);
+    ASSERT_EQ(atomic_load(&j.chunks), PF_THREADS);
+    ASSERT_EQ(atomic_load(&j.inner), 10 * PF_THREADS);
+    j.nest = 0;
+    atomic_store(&j.chunks, 0);
+    j.h->parallel_for(j.h->host_ctx, 0, pf_body, &j); /* nothing to do: not called */
+    ASSERT_EQ(atomic_load(&j.chunks), 0);
+    khub_runtime_free(rt);
+
+    rt = tp_runtime(0);
+    const khub_host_api *h = khub__runtime_host(rt);
+    ASSERT_EQ(h->n_threads(h->host_ctx), (int)sysconf(_SC_NPROCESSORS_ONLN));
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X) \
     X(host_table_from_an_op) \
     X(each_plugin_gets_its_own_context) \
     X(runtime_host_table) \
+    X(runtime_pool_parallel_for) \
     X(cuda_without_driver) \
     X(cuda_roundtrip_and_launch)
 TEST_MAIN(TEST_LIST)
