@@ -131,6 +131,28 @@ TEST_IMPL(desc_abi_newer_than_host)
                 "plugin khub-test/bad 1.0.0: descriptor ABI 1.9, host supports 1.0-1.1");
 }
 
+TEST_IMPL(desc_abi_differs_from_note)
+{
+    char want[128];
+    snprintf(want, sizeof want,
+             "plugin khub-test/bad 1.0.0: descriptor says ABI 1.0, its ELF note says 1.%d",
+             KHUB_ABI_MINOR);
+    ASSERT(KHUB_ABI_MINOR > 0); /* else the plugin's 1.0 would equal its note */
+    expect_load("bad_desc_note", KHUB_STATUS_PLUGIN_INVALID, want);
+}
+
+TEST_IMPL(caps_struct_size_too_small)
+{
+    expect_load("bad_small_caps", KHUB_STATUS_STRUCT_SIZE,
+                "plugin khub-test/bad 1.0.0: op first: caps struct_size 8, ABI 1.0 minimum 56");
+}
+
+TEST_IMPL(op_sizes_differ)
+{
+    expect_load("bad_mixed_ops", KHUB_STATUS_PLUGIN_INVALID,
+                "plugin khub-test/bad 1.0.0: op 1 has struct_size 56, op 0 has 48");
+}
+
 TEST_IMPL(wider_ops_walked_by_struct_size)
 {
     /* A plugin built against a newer minor has larger op structs: op 1
@@ -249,6 +271,9 @@ TEST_IMPL(static_rules)
     X(missing_run) \
     X(op_struct_size_too_small) \
     X(desc_abi_newer_than_host) \
+    X(desc_abi_differs_from_note) \
+    X(caps_struct_size_too_small) \
+    X(op_sizes_differ) \
     X(wider_ops_walked_by_struct_size) \
     X(static_init_error_via_host_fail) \
     X(static_rules)

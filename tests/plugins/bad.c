@@ -12,7 +12,10 @@
  *   BAD_NO_CAPS     an op without caps
  *   BAD_NO_RUN      a norm op without run
  *   BAD_SMALL_OP    op struct_size below the 1.0 minimum
- *   BAD_DESC_ABI    descriptor claims ABI 1.9 while the note says 1.0
+ *   BAD_DESC_ABI    descriptor claims ABI 1.9 (newer than the host)
+ *   BAD_DESC_NOTE   descriptor claims ABI 1.0 while the note says 1.KHUB_ABI_MINOR
+ *   BAD_SMALL_CAPS  an op whose caps struct_size is below the 1.0 minimum
+ *   BAD_MIXED_OPS   op 1's struct_size differs from op 0's
  *   WIDE_OPS        not broken: ops from a "newer minor" with larger
  *                   structs, which the host must walk by struct_size
  */
@@ -88,6 +91,11 @@ static khub_status init(const khub_host_api *host, khub_plugin_desc *out, char *
 #elif defined(BAD_SMALL_OP)
     ops[0].struct_size = 16;
     ops[1].struct_size = 16;
+#elif defined(BAD_SMALL_CAPS)
+    static const khub_op_caps small_caps = {.struct_size = 8, .abi_major = KHUB_ABI_MAJOR};
+    ops[0].caps = &small_caps;
+#elif defined(BAD_MIXED_OPS)
+    ops[1].struct_size = sizeof(khub_op_desc) + 8;
 #endif
     (void)errbuf, (void)errbuf_size;
     khub_status st = khub_plugin_desc_put(out, &d);
@@ -95,6 +103,8 @@ static khub_status init(const khub_host_api *host, khub_plugin_desc *out, char *
     out->struct_size = 16;
 #elif defined(BAD_DESC_ABI)
     out->abi_minor = 9;
+#elif defined(BAD_DESC_NOTE)
+    out->abi_minor = 0;
 #endif
     return st;
 }
