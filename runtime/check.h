@@ -2,8 +2,9 @@
  * check.h: checking an untrusted plugin in a child process (runtime/check.c).
  *
  * A crash in a plugin's init or selftest cannot be survived in-process, so
- * `khub check FILE` and the hub's trust policy run both in a forked child
- * and read back what happened.
+ * `khub check FILE` and `khub check DIR` (the publish-time gate) run both in
+ * a forked child and read back what happened. khub_plugin_load itself runs
+ * init in the calling process.
  */
 #ifndef KHUB_RUNTIME_CHECK_H
 #define KHUB_RUNTIME_CHECK_H
