@@ -2,11 +2,18 @@
  * abi.c: test plugins whose ABI note the host must reject before running
  * anything. The header's version macros are redefined after the include, so
  * KHUB_PLUGIN_DEFINE stamps the note (and the descriptor) with them:
- *   ABI_MINOR_NEWER  note says 1.9 (host supports 1.0-1.0)
+ *   ABI_MINOR_NEWER  note says 1.9 (newer than the host)
  *   ABI_MAJOR_OTHER  note says 2.0
- * A pointer-size mismatch needs a hand-made note (ptr_size.c).
+ * A pointer-size mismatch needs a hand-made note (handmade.c).
+ * Each also has a constructor that raises SIGSEGV: the loader must reject
+ * them from the note alone, never dlopen them, so the tests that load them
+ * in-process survive only if no plugin code ran.
  */
+#include <signal.h>
+
 #include <khub/khub_plugin.h>
+
+__attribute__((constructor)) static void crash_if_ever_mapped(void) { raise(SIGSEGV); }
 
 #if defined(ABI_MINOR_NEWER)
 #undef KHUB_ABI_MINOR
