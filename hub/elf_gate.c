@@ -28,6 +28,13 @@ const char *const khub__gate_default_libs[] = {
     "ld-linux-x86-64.so.2",
     "ld-linux-aarch64.so.1",
     "libgcc_s.so.1",
+#ifdef KHUB_SANITIZER_BUILD
+    /* A sanitizer build of khub (KHUB_SANITIZE) builds its own and its test
+     * plugins against these runtimes; `khub build` never links them. */
+    "libasan.so.8",
+    "libubsan.so.1",
+    "libtsan.so.2",
+#endif
 };
 const size_t khub__gate_n_default_libs =
     sizeof khub__gate_default_libs / sizeof khub__gate_default_libs[0];

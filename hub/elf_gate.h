@@ -40,7 +40,8 @@ typedef struct khub_gate_report {
     char findings[KHUB_GATE_MAX_FINDINGS][256]; /* one line per violation */
 } khub_gate_report;
 
-/* The default allow-list: the C library family and the dynamic loader. */
+/* The default allow-list: the C library family and the dynamic loader (and,
+ * in a KHUB_SANITIZE build, the sanitizer runtimes its own plugins need). */
 KHUB_INTERNAL extern const char *const khub__gate_default_libs[];
 KHUB_INTERNAL extern const size_t khub__gate_n_default_libs;
 

@@ -330,11 +330,12 @@ static khub_status compile_so(const khub_kernel_manifest *m, const khub_build_op
     return KHUB_STATUS_OK;
 }
 
-static khub_status gate_and_digest(const char *path, built_file *bf, char *errbuf,
-                                   size_t errbuf_size)
+static khub_status gate_and_digest(const khub_kernel_manifest *m, const char *path, built_file *bf,
+                                   char *errbuf, size_t errbuf_size)
 {
     khub_gate_report rep;
-    khub_status st = khub__gate_check_file(path, NULL, &rep, errbuf, errbuf_size);
+    khub_gate_policy pol = {.glibc_ceiling = m->glibc_ceiling[0] ? m->glibc_ceiling : NULL};
+    khub_status st = khub__gate_check_file(path, &pol, &rep, errbuf, errbuf_size);
     if (st != KHUB_STATUS_OK) return st;
     return khub__sha256_file_hex(path, bf->sha256);
 }
@@ -365,7 +366,7 @@ static khub_status build_cpu(const khub_kernel_manifest *m, const khub_build_opt
         KHUB_FORWARD_IF_ERROR(NULL, compile_so(m, o, inc, (char(*)[128])m->cpu_sources,
                                                m->n_cpu_sources, (char(*)[48])lv->flags,
                                                lv->n_flags, out, errbuf, errbuf_size));
-        KHUB_FORWARD_IF_ERROR(NULL, gate_and_digest(out, bf, errbuf, errbuf_size));
+        KHUB_FORWARD_IF_ERROR(NULL, gate_and_digest(m, out, bf, errbuf, errbuf_size));
     }
     char compiler[256];
     tool_version((o && o->cc) ? o->cc : (getenv("CC") ? getenv("CC") : "cc"), compiler,
@@ -487,7 +488,7 @@ static khub_status build_cuda(const khub_kernel_manifest *m, const khub_build_op
         progress(o, "cc  %s [cuda host glue]", glue->name);
         st = compile_so(m, o, inc, (char(*)[128])m->cuda_host_sources, m->n_cuda_host_sources, NULL,
                         0, out, errbuf, errbuf_size);
-        if (st == KHUB_STATUS_OK) st = gate_and_digest(out, glue, errbuf, errbuf_size);
+        if (st == KHUB_STATUS_OK) st = gate_and_digest(m, out, glue, errbuf, errbuf_size);
     }
     if (st == KHUB_STATUS_OK)
         st = nvrtc_artifacts(m, o, nv, inc, vdir, files, &n_files, errbuf, errbuf_size);

@@ -126,6 +126,26 @@ static khub_status parse_repo(ctx *c, const cJSON *j, khub_kernel_manifest *m)
     return KHUB_STATUS_OK;
 }
 
+/* Optional "glibc_ceiling": the newest glibc symbol version the plugins may
+ * need, "GLIBC_<major>.<minor>[.<patch>]" (the ABI gate's default is
+ * GLIBC_2.28). */
+static khub_status parse_glibc_ceiling(ctx *c, const cJSON *j, khub_kernel_manifest *m)
+{
+    char *g = m->glibc_ceiling;
+    KHUB_FORWARD_IF_ERROR(NULL, get_str(c, j, "glibc_ceiling", g, sizeof m->glibc_ceiling, 0));
+    if (!g[0]) return KHUB_STATUS_OK;
+    const char *p = strncmp(g, "GLIBC_", 6) == 0 ? g + 6 : NULL;
+    int parts = 0;
+    while (p && *p >= '0' && *p <= '9') {
+        while (*p >= '0' && *p <= '9') p++;
+        parts++;
+        if (*p == '.' && p[1] >= '0' && p[1] <= '9') p++;
+    }
+    if (!p || *p || parts < 2 || parts > 3)
+        return bad(c, "'glibc_ceiling' '%s' is not a glibc version like GLIBC_2.28", g);
+    return KHUB_STATUS_OK;
+}
+
 static khub_status parse_ops(ctx *c, const cJSON *j, khub_kernel_manifest *m)
 {
     const cJSON *ops = cJSON_GetObjectItemCaseSensitive(j, "ops"), *op;
@@ -265,6 +285,7 @@ khub_status khub__km_parse(const char *json, size_t n, const char *dir, khub_ker
     }
     khub_status st = parse_repo(&c, j, out);
     if (st == KHUB_STATUS_OK) st = parse_ops(&c, j, out);
+    if (st == KHUB_STATUS_OK) st = parse_glibc_ceiling(&c, j, out);
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(j, "sources");
     if (st == KHUB_STATUS_OK && !cJSON_IsObject(src))
         st = bad(&c, "'sources' must be an object with 'cpu', 'cuda_host' and/or 'cuda'");

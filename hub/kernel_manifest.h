@@ -69,6 +69,7 @@ typedef struct khub_kernel_manifest {
     int cubin; /* also build cubins for the listed capabilities */
     khub_km_selftest tests[KHUB_KM_MAX_TESTS];
     size_t n_tests;
+    char glibc_ceiling[32]; /* "GLIBC_x.y" for the ABI gate; "" = its default */
 } khub_kernel_manifest;
 
 /* Reads dir/kernel.json. Errors name the field: "kernel.json: ops[1].kind

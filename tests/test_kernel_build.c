@@ -46,6 +46,11 @@ TEST_IMPL(manifest_good)
     ASSERT_EQ(man.ops[0].kind, KHUB_OP_NORM);
     ASSERT_EQ(man.n_tests, 1);
     ASSERT_EQ(man.tests[0].shape[1], 64);
+    ASSERT_STR_EQ(man.glibc_ceiling, ""); /* the gate's default */
+    const char *g = GOOD_HEAD "\"glibc_ceiling\": \"GLIBC_2.34\", "
+                              "\"variants\": {\"cpu\": [{\"level\": \"generic\"}]}}";
+    ASSERT_OK(parse(g, err));
+    ASSERT_STR_EQ(man.glibc_ceiling, "GLIBC_2.34");
 }
 
 TEST_IMPL(manifest_rejections)
@@ -62,6 +67,10 @@ TEST_IMPL(manifest_rejections)
          "\"kind\": \"softmax\"}]}",
          "ops[0].kind 'softmax' is not an op kind"},
         {GOOD_HEAD "\"variants\": {}}", "lists no CPU level and no CUDA target"},
+        {GOOD_HEAD "\"glibc_ceiling\": \"GLIBC_2\", \"variants\": {}}",
+         "'glibc_ceiling' 'GLIBC_2' is not a glibc version like GLIBC_2.28"},
+        {GOOD_HEAD "\"glibc_ceiling\": \"GLIBC_2.34x\", \"variants\": {}}",
+         "'glibc_ceiling' 'GLIBC_2.34x' is not a glibc version"},
         {"{\"repo\": \"a/b\", \"major\": 1, \"version\": \"1\", \"ops\": [{\"name\": \"x\", "
          "\"kind\": \"norm\"}], \"sources\": {\"cpu\": [\"../../etc/passwd\"]}}",
          "sources.cpu[0] must be a relative path inside the kernel directory"},

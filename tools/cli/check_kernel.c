@@ -48,12 +48,14 @@ static char *slurp(const char *path, size_t max, size_t *n)
     return khub__read_file(path, max, &buf, n, NULL, 0) == KHUB_STATUS_OK ? buf : NULL;
 }
 
-static void check_plugin_file(const khub_kmeta *meta, const char *vdir, const char *file, tally *t)
+static void check_plugin_file(const khub_kernel_manifest *m, const khub_kmeta *meta,
+                              const char *vdir, const char *file, tally *t)
 {
     char path[2400], err[KHUB_ERROR_SIZE];
     snprintf(path, sizeof path, "%s/%s", vdir, file);
     khub_gate_report rep;
-    khub_status st = khub__gate_check_file(path, NULL, &rep, err, sizeof err);
+    khub_gate_policy pol = {.glibc_ceiling = m->glibc_ceiling[0] ? m->glibc_ceiling : NULL};
+    khub_status st = khub__gate_check_file(path, &pol, &rep, err, sizeof err);
     if (st != KHUB_STATUS_OK && st != KHUB_STATUS_PLUGIN_INVALID) {
         finding(t, "%s", err);
         return;
@@ -116,7 +118,10 @@ static void run_selftests(const khub_kernel_manifest *m, const khub_kmeta *meta,
         khub_status st = khub__check_in_child_with_tests(path, khub__kmeta_digest(meta, p->file),
                                                          cuda ? NULL : specs, cuda ? 0 : m->n_tests,
                                                          report, sizeof report);
-        if (st != KHUB_STATUS_OK)
+        size_t pl = strlen(path); /* a crash or timeout report names the path already */
+        if (st != KHUB_STATUS_OK && strncmp(report, path, pl) == 0 && report[pl] == ':')
+            finding(t, "%s", report);
+        else if (st != KHUB_STATUS_OK)
             finding(t, "%s: %s", path, report);
         else
             printf("ok   %s: %s%s\n", path, report,
@@ -158,7 +163,7 @@ static void check_variant(const khub_kernel_manifest *m, const char *build, cons
     struct stat sb;
     printf("     %s: %s\n", mpath, stat(sig, &sb) == 0 ? "signed (metadata.json.sig)" : "unsigned");
     for (size_t i = 0; i < meta->n_plugins; i++)
-        check_plugin_file(meta, vdir, meta->plugins[i].file, t);
+        check_plugin_file(m, meta, vdir, meta->plugins[i].file, t);
     check_artifacts(meta, vdir, t);
     run_selftests(m, meta, vdir, t);
     free(meta);

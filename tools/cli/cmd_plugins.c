@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "check_kernel.h"
+#include "elf_gate.h"
 #include "internal.h"
 #include "cli.h"
 
@@ -219,13 +220,15 @@ static const khub_cli_cmd cmd_check;
 static int run_check(int argc, char **argv)
 {
     if (khub_cli_wants_help(&cmd_check, argc, argv)) return 0;
-    const char *path = NULL, *digest = NULL;
+    const char *path = NULL, *digest = NULL, *ceiling = NULL;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0)
             json = 1;
         else if (strcmp(argv[i], "--sha256") == 0 && i + 1 < argc)
             digest = argv[++i];
+        else if (strcmp(argv[i], "--glibc-ceiling") == 0 && i + 1 < argc)
+            ceiling = argv[++i];
         else if (argv[i][0] == '-')
             return khub_cli_usage(&cmd_check, "unknown option '%s'", argv[i]);
         else if (!path)
@@ -237,8 +240,14 @@ static int run_check(int argc, char **argv)
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         if (json) return khub_cli_usage(&cmd_check, "--json is for FILE checks");
+        if (ceiling)
+            return khub_cli_usage(&cmd_check,
+                                  "--glibc-ceiling is for FILE checks (a kernel tree sets "
+                                  "\"glibc_ceiling\" in kernel.json)");
         return khub_cli_check_kernel_dir(path);
     }
+    if (ceiling && (strncmp(ceiling, "GLIBC_", 6) != 0 || ceiling[6] < '0' || ceiling[6] > '9'))
+        return khub_cli_usage(&cmd_check, "--glibc-ceiling '%s' is not like GLIBC_2.28", ceiling);
 
     char err[KHUB_ERROR_SIZE] = "";
     khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
@@ -247,7 +256,13 @@ static int run_check(int argc, char **argv)
     khub_status run_st = KHUB_STATUS_OK;
     if (st == KHUB_STATUS_OK)
         run_st = khub__check_in_child(path, digest ? digest : info.sha256, report, sizeof report);
-    int ok = st == KHUB_STATUS_OK && run_st == KHUB_STATUS_OK;
+    /* The publish-time ABI gate (libelf, nothing loaded) on the same file. */
+    khub_gate_report gate = {0};
+    khub_gate_policy pol = {.glibc_ceiling = ceiling};
+    char gerr[KHUB_ERROR_SIZE] = "";
+    khub_status gate_st =
+        st == KHUB_STATUS_OK ? khub__gate_check_file(path, &pol, &gate, gerr, sizeof gerr) : st;
+    int ok = st == KHUB_STATUS_OK && run_st == KHUB_STATUS_OK && gate_st == KHUB_STATUS_OK;
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "file", path);
@@ -263,6 +278,13 @@ static int run_check(int argc, char **argv)
             cJSON_AddStringToObject(o, "sha256", info.sha256);
             cJSON_AddStringToObject(o, "load", khub_status_name(run_st));
             cJSON_AddStringToObject(o, "report", report);
+            cJSON_AddStringToObject(o, "gate", khub_status_name(gate_st));
+            cJSON *fa = cJSON_AddArrayToObject(o, "gate_findings");
+            for (size_t i = 0; i < gate.n_findings; i++)
+                cJSON_AddItemToArray(fa, cJSON_CreateString(gate.findings[i]));
+            if (gate_st != KHUB_STATUS_OK && !gate.n_findings)
+                cJSON_AddItemToArray(fa, cJSON_CreateString(gerr));
+            cJSON_AddStringToObject(o, "max_glibc", gate.max_glibc);
         }
         char *s = cJSON_Print(o);
         printf("%s\n", s);
@@ -274,24 +296,32 @@ static int run_check(int argc, char **argv)
         printf("%s %s %s (ABI %u.%u)\n  sha256 %s\n", ok ? "ok  " : "FAIL", info.id, info.version,
                info.plugin_abi_major, info.plugin_abi_minor, info.sha256);
         if (report[0]) printf("  %s\n", report);
+        for (size_t i = 0; i < gate.n_findings; i++) printf("  ABI gate: %s\n", gate.findings[i]);
+        if (gate_st != KHUB_STATUS_OK && !gate.n_findings) printf("  ABI gate: %s\n", gerr);
+        if (gate_st == KHUB_STATUS_OK)
+            printf("  ABI gate passed (glibc %s, ceiling %s)\n",
+                   gate.max_glibc[0] ? gate.max_glibc : "none", ceiling ? ceiling : "GLIBC_2.28");
     }
     return ok ? 0 : 1;
 }
 
 static const khub_cli_cmd cmd_check = {
     "check", "gate a plugin file or a built kernel tree: inspect, load, self-test in a child",
-    "usage: khub check FILE [--sha256 HEX] [--json]\n"
+    "usage: khub check FILE [--sha256 HEX] [--glibc-ceiling GLIBC_X.Y] [--json]\n"
     "       khub check DIR\n\n"
     "Reads FILE's ELF header and khub ABI note without running any of its code\n"
-    "and checks them against this host (architecture, ABI version, pointer size).\n"
-    "Then, in a child process, verifies the digest, loads the plugin, negotiates,\n"
-    "initialises it and runs its self-test; a crash there is reported, not fatal.\n\n"
+    "and checks them against this host (architecture, ABI version, pointer size)\n"
+    "and the ABI gate (below). Then, in a child process, verifies the digest,\n"
+    "loads the plugin, negotiates, initialises it and runs its self-test; a\n"
+    "crash there is reported, not fatal.\n\n"
     "With a kernel source DIR (after 'khub build DIR'), runs the publish-time gate\n"
     "on every variant: metadata.json digests, the ABI gate on every .so (only the\n"
-    "entry exported, allowed libraries, glibc <= 2.28, no RPATH/RUNPATH, no\n"
+    "entry exported, allowed libraries, glibc <= 2.28 or kernel.json's\n"
+    "\"glibc_ceiling\", no RPATH/RUNPATH, no\n"
     "NODELETE or GNU_UNIQUE, ABI note = metadata), PTX .target/.version =\n"
     "metadata, and the manifest's self-tests against khub/ref-cpu in a child.\n\n"
     "  --sha256 HEX   expected digest (default: the digest of the file as read)\n"
+    "  --glibc-ceiling GLIBC_X.Y  newest glibc symbol version allowed (GLIBC_2.28)\n"
     "  --json         print a JSON object\n"
     "Exit status: 0 when every check passed, 1 otherwise, 2 on usage errors.\n",
     run_check};

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# t_check.sh: `khub check`, the publish-time gate, failing for each reason
+# with its own message, through the real CLI:
+#   FILE: an extra export, an RPATH, a RUNPATH, NODELETE, a too-new glibc
+#         symbol (and --glibc-ceiling), a library off the allow-list, --json;
+#   DIR:  kernel.json's glibc_ceiling (khub build and check), metadata.json
+#         disagreeing with the ABI note, a PTX whose .target/.version
+#         disagree with metadata.json, a kernel that crashes in its numeric
+#         self-test (reported, and the other checks still run), a kernel
+#         that computes the wrong result (its NMSE against khub/ref-cpu).
+set -euo pipefail
+KHUB=${KHUB_BIN:?set by ctest}
+SRC=${KHUB_SRC:?set by ctest}
+work=$(mktemp -d /tmp/khub-check-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL: $*"; exit 1; }
+command -v cc > /dev/null || { echo "skip: no C compiler"; echo "0 passed, 0 failed, 1 skipped"; exit 0; }
+
+# ------------------------------------------------------------------- FILE
+plugin() { # plugin NAME EXTRA_C [CC FLAGS...]
+    local name=$1 extra=$2; shift 2
+    cat > "$name.c" <<C
+#include <khub/khub_plugin.h>
+static khub_status init(const khub_host_api *h, khub_plugin_desc *o, char *e, size_t n)
+{ (void)h; (void)e; (void)n; khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+  .id = "t/gate", .version = "1.0.0"}; return khub_plugin_desc_put(o, &d); }
+KHUB_PLUGIN_DEFINE(init, "t/gate", "1.0.0")
+$extra
+C
+    cc -std=gnu11 -shared -fPIC -fvisibility=hidden -DKHUB_PLUGIN_MODULE -I"$SRC/abi" "$name.c" \
+        -o "$name.so" "$@" || fail "compiling fixture $name"
+}
+# expect_file NAME NEEDLE [khub check options]: check FILE exits 1 and prints NEEDLE
+expect_file() {
+    local name=$1 needle=$2 rc=0; shift 2
+    "$KHUB" check "$name.so" "$@" > out.log 2>&1 || rc=$?
+    [ $rc = 1 ] || { cat out.log; fail "check $name.so exited $rc, want 1"; }
+    grep "^  ABI gate: " out.log | grep -qF -- "$needle" || { cat out.log; fail "check $name.so: no ABI gate line with '$needle'"; }
+}
+plugin clean ""
+"$KHUB" check clean.so > out.log 2>&1 || { cat out.log; fail "a clean plugin failed"; }
+grep -q "ABI gate passed (glibc [A-Za-z0-9_.]*, ceiling GLIBC_2.28)" out.log || fail "clean: $(cat out.log)"
+plugin export '__attribute__((visibility("default"))) int leaked_helper(void) { return 1; }'
+expect_file export "exports leaked_helper"
+plugin rpath "" -Wl,--disable-new-dtags,-rpath,/opt/evil
+expect_file rpath "has RPATH '/opt/evil'"
+plugin runpath "" -Wl,--enable-new-dtags,-rpath,/opt/evil2
+expect_file runpath "has RUNPATH '/opt/evil2'"
+plugin nodelete "" -Wl,-z,nodelete
+expect_file nodelete "is marked NODELETE (-z nodelete): it could never be unloaded"
+plugin libz '#include <zlib.h>
+const char *v(void) { return zlibVersion(); }' -Wl,--no-as-needed -lz
+expect_file libz "needs library libz.so.1, which is not on the allow-list"
+# close_range is GLIBC_2.34, over the default ceiling; a higher one accepts it
+plugin glibc '#include <unistd.h>
+int use_it(void) { return close_range(100, 101, 0); }' -D_GNU_SOURCE
+expect_file glibc "needs GLIBC_2.34, newer than the ceiling GLIBC_2.28"
+expect_file glibc "needs GLIBC_2.34, newer than the ceiling GLIBC_2.30" --glibc-ceiling GLIBC_2.30
+"$KHUB" check glibc.so --glibc-ceiling GLIBC_2.34 > out.log 2>&1 || { cat out.log; fail "ceiling 2.34"; }
+grep -q "ABI gate passed (glibc GLIBC_2.34, ceiling GLIBC_2.34)" out.log || fail "ceiling: $(cat out.log)"
+rc=0; "$KHUB" check glibc.so --glibc-ceiling 2.34 > out.log 2>&1 || rc=$?
+[ $rc = 2 ] && grep -q "glibc-ceiling '2.34' is not like GLIBC_2.28" out.log || fail "bad ceiling: $rc $(cat out.log)"
+rc=0; "$KHUB" check export.so --json > out.json || rc=$?
+[ $rc = 1 ] || fail "check --json exit $rc"
+python3 - out.json <<'PY' || fail "check --json: $(cat out.json)"
+import json, sys
+o = json.load(open(sys.argv[1]))
+assert o["ok"] is False and o["load"] == "KHUB_STATUS_OK", o
+assert o["gate"] == "KHUB_STATUS_PLUGIN_INVALID", o
+assert any("exports leaked_helper" in f for f in o["gate_findings"]), o
+PY
+echo "ok   check FILE: export, RPATH, RUNPATH, NODELETE, library, glibc ceiling, --json"
+
+# -------------------------------------------------------------------- DIR
+# kernel.json "glibc_ceiling": khub build gates with it, khub check too
+"$KHUB" init acme/newglibc --kind norm --backends cpu > /dev/null || fail "init newglibc"
+sed -i 's|^#include <math.h>|#include <math.h>\n#include <unistd.h>\n__attribute__((used)) static int use_it(void) { return close_range(100, 101, 0); }|' newglibc/newglibc.c
+rc=0; "$KHUB" build newglibc --quiet > out.log 2>&1 || rc=$?
+[ $rc = 1 ] || fail "a GLIBC_2.34 kernel built under the default ceiling: $(cat out.log)"
+grep -q "needs GLIBC_2.34, newer than the ceiling GLIBC_2.28" out.log || fail "build ceiling message: $(cat out.log)"
+sed -i 's|"major": 1,|"major": 1, "glibc_ceiling": "GLIBC_2.34",|' newglibc/kernel.json
+"$KHUB" build newglibc --quiet > out.log 2>&1 || fail "build with glibc_ceiling: $(cat out.log)"
+"$KHUB" check newglibc > out.log 2>&1 || { cat out.log; fail "check with glibc_ceiling"; }
+grep -q "ABI gate (glibc GLIBC_2.34)" out.log || fail "check ceiling: $(cat out.log)"
+sed -i 's|"GLIBC_2.34"|"2.34"|' newglibc/kernel.json
+rc=0; "$KHUB" build newglibc --quiet > out.log 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q "kernel.json: 'glibc_ceiling' '2.34' is not a glibc version like GLIBC_2.28" out.log ||
+    fail "bad glibc_ceiling: $(cat out.log)"
+echo "ok   kernel.json glibc_ceiling: build and check use it, a malformed one is refused"
+
+# metadata.json vs the ABI note (metadata.json is not among its own digests)
+"$KHUB" init acme/meta --kind norm --backends cpu,cuda > /dev/null || fail "init meta"
+"$KHUB" build meta --quiet > build.log 2>&1 || fail "build meta: $(cat build.log)"
+cpu=$(ls -d meta/build/khub1-cpu-*-linux)
+cp "$cpu/metadata.json" meta.json.bak
+edit_meta() { # edit_meta FILE PYTHON-STATEMENT (m is the parsed metadata.json)
+    python3 - "$1" "$2" <<'PY'
+import json, sys
+p = sys.argv[1]; m = json.load(open(p)); exec(sys.argv[2]); json.dump(m, open(p, "w"))
+PY
+}
+expect_dir() { # expect_dir DIR NEEDLE: check DIR exits 1 with a FAIL line holding NEEDLE
+    local rc=0
+    "$KHUB" check "$1" > check.log 2>&1 || rc=$?
+    [ $rc = 1 ] || { cat check.log; fail "check $1 exited $rc, want 1 (for '$2')"; }
+    grep "^FAIL " check.log | grep -qF -- "$2" || { cat check.log; fail "check $1: no FAIL with '$2'"; }
+    tail -n 1 check.log | grep -q "^FAIL .* [1-9][0-9]* findings\?$" || fail "summary: $(tail -n 1 check.log)"
+}
+edit_meta "$cpu/metadata.json" 'm["abi"]["minor"] = 7'
+expect_dir meta "meta-generic.so: ABI note says ABI 1."
+grep -qF "metadata.json says 1.7" check.log || fail "ABI note message: $(grep FAIL check.log)"
+cp meta.json.bak "$cpu/metadata.json"
+edit_meta "$cpu/metadata.json" 'm["version"] = "1.0.9"'
+expect_dir meta "ABI note says acme/meta 1.0.0, metadata.json says acme/meta 1.0.9"
+grep -q "says acme/meta 1.0.9 (v1), kernel.json says acme/meta 1.0.0 (v1): rebuild" check.log ||
+    fail "rebuild message: $(grep FAIL check.log)"
+cp meta.json.bak "$cpu/metadata.json"
+echo "ok   check DIR: the ABI note disagreeing with metadata.json (ABI, version)"
+
+# PTX .target / .version against metadata.json (needs NVRTC for the PTX)
+cu=$(ls -d meta/build/khub1-cu*-linux 2> /dev/null | head -n 1 || true)
+if [ -n "$cu" ]; then
+    cp "$cu/metadata.json" cu.json.bak
+    edit_meta "$cu/metadata.json" 'a = [x for x in m["artifacts"] if x["sm"] == 80][0]; a["sm"] = 86'
+    expect_dir meta "meta.sm_80.ptx: PTX says .target sm_80 .version"
+    grep -q "metadata.json says sm_86 ISA" check.log || fail "PTX sm message: $(grep FAIL check.log)"
+    cp cu.json.bak "$cu/metadata.json"
+    edit_meta "$cu/metadata.json" 'a = [x for x in m["artifacts"] if x["sm"] == 75][0]; a["ptx_isa"] = 12'
+    expect_dir meta "metadata.json says sm_75 ISA 1.2"
+    cp cu.json.bak "$cu/metadata.json"
+    # a PTX whose .target was rewritten (digest updated, so only the directive differs)
+    sed -i 's/^\.target sm_90/.target sm_89/' "$cu/meta.sm_90.ptx"
+    edit_meta "$cu/metadata.json" 'import hashlib; m["files"]["meta.sm_90.ptx"] = hashlib.sha256(open(p.rsplit("/", 1)[0] + "/meta.sm_90.ptx", "rb").read()).hexdigest()'
+    expect_dir meta "meta.sm_90.ptx: PTX says .target sm_89"
+    echo "ok   check DIR: PTX .target/.version disagreeing with metadata.json"
+else
+    echo "skip PTX checks: no CUDA variant was built ($(grep -o 'CUDA variant skipped: .*' build.log || echo no reason))"
+fi
+
+# a kernel that crashes in its numeric self-test: reported, not fatal
+"$KHUB" init acme/crash --kind norm --backends cpu > /dev/null || fail "init crash"
+sed -i 's|    int64_t n = a->x->shape\[0\], dim = a->x->shape\[1\];|&\n    if (n == 4) *(volatile int *)0 = 1; /* the self-test shape */|' crash/crash.c
+grep -q "volatile int" crash/crash.c || fail "the crash edit did not apply"
+"$KHUB" build crash --quiet > build.log 2>&1 || fail "build crash: $(cat build.log)"
+expect_dir crash "crash-generic.so: "
+grep -q "crash-generic.so: .*crashed with SIGSEGV during numeric self-tests" check.log ||
+    fail "crash message: $(grep FAIL check.log)"
+grep -q "crash-avx2.so: .*crashed with SIGSEGV during numeric self-tests" check.log ||
+    grep -q "^skip .*crash-avx2.so" check.log || fail "check stopped after the first crash: $(cat check.log)"
+echo "ok   check DIR: a crash in the numeric self-test is reported, the gate goes on"
+
+# a kernel that computes the wrong thing: its NMSE against khub/ref-cpu
+"$KHUB" init acme/wrong --kind norm --backends cpu > /dev/null || fail "init wrong"
+sed -i 's|float scale = 1.0f / sqrtf(ss / (float)dim + a->eps);|float scale = 1.01f / sqrtf(ss / (float)dim + a->eps);|' wrong/wrong.c
+grep -q "1.01f" wrong/wrong.c || fail "the wrong-result edit did not apply"
+"$KHUB" build wrong --quiet > build.log 2>&1 || fail "build wrong: $(cat build.log)"
+expect_dir wrong "wrong-generic.so: "
+grep -q "wrong-generic.so: .*rms_norm \[4, 576\] f32: NMSE [0-9.e+-]* > 1e-08" check.log ||
+    fail "NMSE message: $(grep FAIL check.log)"
+echo "ok   check DIR: a wrong result fails its self-test with the NMSE"
+echo "1 passed, 0 failed"
