@@ -142,4 +142,15 @@ head -c 100000 "$GGUF" > cut.gguf
 err 1 "cut.gguf: " --model cut.gguf --prompt a
 grep -Eq "cut.gguf: .*(tensor|metadata|past end)" x.err || fail "truncated gguf message: $(cat x.err)"
 echo "ok   errors: $(cat x.err)"
+if [ -f "$HF/model.safetensors" ]; then
+    mkdir cut
+    cp "$HF/config.json" cut/
+    head -c 100000 "$HF/model.safetensors" > cut/model.safetensors
+    err 1 "cut/model.safetensors: tensor 'model.embed_tokens.weight': data_offsets [0, " \
+        --model cut --prompt a
+    grep -q "past end of file" x.err || fail "truncated safetensors message: $(cat x.err)"
+    echo '{"architectures": ["LlamaForCausalLM"],' > cut/config.json
+    err 1 "cut/config.json: not valid JSON" --model cut --prompt a
+    echo "ok   a truncated safetensors file and a malformed config.json are refused by name"
+fi
 echo "1 passed, 0 failed"
