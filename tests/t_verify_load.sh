@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# t_verify_load.sh: the order of the checks when a kernel named by Hub ID is
+# loaded (hub/kernel_fetch.c), through `khub fetch` against `khub serve`:
+#   - a metadata.json changed after signing: SIGNATURE_INVALID, naming the key;
+#   - metadata.json that is not even JSON under a signature: still the
+#     signature error, because the signature is checked on the exact bytes
+#     before metadata.json is parsed; the same garbage signed by the trusted
+#     key gets past the signature and only then fails to parse;
+#   - a malformed metadata.json.sig: SIGNATURE_INVALID;
+#   - a cached plugin changed after its download: DIGEST_MISMATCH before
+#     anything is loaded (the loader never opens it).
+set -euo pipefail
+KHUB=${KHUB_BIN:?set by ctest}
+SRC=${KHUB_SRC:?set by ctest}
+T=$(mktemp -d /tmp/khub-t-verify-XXXXXX)
+SRV=
+cleanup() { [ -n "$SRV" ] && kill "$SRV" 2> /dev/null; wait 2> /dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+cd "$T"
+ARCH=$(uname -m); V=khub1-cpu-$ARCH-linux
+C1=1111111111111111111111111111111111111111
+
+cp -r "$SRC/kernels-src/kv-cache" kv && rm -rf kv/build
+"$KHUB" build kv --quiet > build.log 2>&1 || fail "build: $(cat build.log)"
+"$KHUB" keygen alice > /dev/null
+"$KHUB" sign --key alice.key kv > /dev/null || fail "sign"
+printf '{"version":1,"publishers":{"kernels-community":["%s"]}}' "$(cat alice.pub)" > policy.json
+export KHUB_POLICY=$T/policy.json
+
+# publish REPO EDIT: the signed build as commit C1 of kernels-community/REPO,
+# after running EDIT (shell, in the variant directory)
+publish() {
+    local d=repos/kernels-community/$1/commits/$C1/build
+    mkdir -p "$d" && cp -r "kv/build/$V" "$d/$V"
+    (cd "$d/$V" && eval "$2") || fail "edit for $1"
+    (cd "$d/$V" && tar -czf "../$V.tar.gz" ./*)
+    printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 \
+        > "repos/kernels-community/$1/refs.json"
+}
+publish good ":"
+publish edited "sed -i 's/\"1.0.0\"/\"1.0.1\"/' metadata.json"
+publish garbage "printf '{not json' > metadata.json"
+publish garbage-signed "printf '{not json' > metadata.json && '$KHUB' sign --key '$T/alice.key' metadata.json > /dev/null"
+publish badsig "printf '{\"algorithm\": \"ed25519\"}' > metadata.json.sig"
+cmp -s repos/kernels-community/edited/commits/$C1/build/$V/metadata.json "kv/build/$V/metadata.json" &&
+    fail "the edit of metadata.json did not apply"
+
+"$KHUB" serve repos --log log > serve.out 2>&1 &
+SRV=$!
+for _ in $(seq 50); do grep -q http serve.out 2> /dev/null && break; sleep 0.1; done
+export HF_ENDPOINT=$(grep -o 'http://[0-9.:]*' serve.out)
+[ -n "$HF_ENDPOINT" ] || fail "serve printed no address"
+export KHUB_CACHE=$T/cache HF_TOKEN=
+
+expect() { # expect STATUS TEXT ID
+    if "$KHUB" fetch "$3" > f.out 2>&1; then fail "$3 loaded, expected $1: $(cat f.out)"; fi
+    grep -q "$1" f.out && grep -q -- "$2" f.out || fail "$3: want $1 '$2': $(cat f.out)"
+}
+"$KHUB" fetch kernels-community/good@v1 > f.out 2>&1 || fail "good: $(cat f.out)"
+grep -q "^trust    metadata.json signed with key" f.out || fail "good trust line: $(cat f.out)"
+ALICE_ID=$(grep -o 'signed with key [0-9a-f]*' f.out | awk '{print $4}')
+[ -n "$ALICE_ID" ] || fail "no key id in: $(cat f.out)"
+expect KHUB_STATUS_SIGNATURE_INVALID "signature by key $ALICE_ID does not verify over metadata.json" \
+    kernels-community/edited@v1
+expect KHUB_STATUS_SIGNATURE_INVALID "does not verify over metadata.json" kernels-community/garbage@v1
+expect KHUB_STATUS_METADATA_INVALID "metadata.json: not a JSON object" kernels-community/garbage-signed@v1
+grep -q "does not verify" f.out && fail "signed garbage failed on the signature: $(cat f.out)"
+expect KHUB_STATUS_SIGNATURE_INVALID "metadata.json.sig is malformed" kernels-community/badsig@v1
+echo "ok   the signature is checked on the exact bytes before metadata.json is parsed"
+
+# a cached plugin changed after its download is refused before dlopen
+so=$(find cache -path "*kernels--kernels-community--good*" -name 'kv-cache-*.so' | head -n 1)
+[ -n "$so" ] || fail "no cached plugin"
+so=$(readlink -f "$so")
+printf 'X' | dd of="$so" bs=1 seek=300 conv=notrunc status=none
+expect KHUB_STATUS_DIGEST_MISMATCH "kv-cache-[a-z0-9]*.so has SHA-256 [0-9a-f]*, metadata.json says" kernels-community/good@v1
+grep -q "loaded" f.out && grep -q "^file " f.out && fail "a tampered plugin was loaded: $(cat f.out)"
+echo "ok   a tampered cached plugin is refused (digest) before it is loaded"
+echo "1 passed, 0 failed"
