@@ -115,10 +115,75 @@ out=$(HF_HUB_OFFLINE=1 gpu_variants 13000:75) || fail "offline variants sm_75: $
 grep -q <<<"$out" "reject: no PTX or cubin for GPU 0 sm_75" || fail "offline sm_75: $out"
 printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 > $R/refs.json
 
-# Offline: no request reaches the server.
+# Offline: no request reaches the server, and no socket is even opened
+# (tests/no_socket: socket() and socketpair() fail and leave a line). An
+# online command under the shim proves that it catches one.
 before=$(wc -l < "$T/log")
 HF_HUB_OFFLINE=1 timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "offline download"
 [ "$(wc -l < "$T/log")" = "$before" ] || fail "offline mode made a request"
+NS=$T/sockets.log
+no_socket() { # runs the rest with the shim; sanitizer builds allow the preload
+    ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 KHUB_NO_SOCKET_LOG=$NS \
+        LD_PRELOAD=$KHUB_BUILD/no-socket/libkhub_no_socket.so timeout 20 "$@"
+}
+no_socket "$KHUB" resolve org/demo@v1 > /dev/null 2>&1 || true # cached refs/v1 answer
+[ -s "$NS" ] || fail "the no-socket shim saw no socket from an online resolve"
+rm -f "$NS"
+export HF_HUB_OFFLINE=1
+[ "$(no_socket "$KHUB" resolve org/demo@version=1)" = $C1 ] || fail "offline resolve"
+no_socket "$KHUB" variants org/demo@v1 | grep "^\* $V" > /dev/null || fail "offline variants"
+no_socket "$KHUB" download org/demo@v1 --quiet || fail "offline download (shim)"
+no_socket "$KHUB" download org/demo@v1 --file README.md > /dev/null || fail "offline --file"
+out=$(no_socket "$KHUB" download org/demo@v1 --file never.txt 2>&1) && fail "never.txt offline"
+grep -q <<<"$out" "never.txt is not cached and HF_HUB_OFFLINE forbids the network" \
+    || fail "offline not-cached message: $out"
+out=$(no_socket "$KHUB" resolve org/other@main 2>&1) && fail "org/other offline"
+grep -q <<<"$out" "is not cached" || fail "offline unknown repo: $out"
+unset HF_HUB_OFFLINE
+[ ! -e "$NS" ] || fail "offline commands opened sockets: $(cat "$NS")"
+
+# --all-variants takes every khub variant (here one that does not fit, too).
+C6=6666666666666666666666666666666666666666
+mkdir -p "$R/commits/$C6/build"
+cp -r "$D" "$G" "$R/commits/$C6/build/"
+out=$(timeout 20 "$KHUB" download org/demo@$C6 --all-variants --json 2>&1) || fail "--all-variants: $out"
+grep -q <<<"$out" "\"variant\":\"$V\",\"file\":\"libk.so\"" || fail "--all-variants CPU: $out"
+grep -q <<<"$out" "\"variant\":\"khub1-cu130-$ARCH-linux\",\"file\":\"k.sm_80.ptx\"" \
+    || fail "--all-variants CUDA: $out"
+C5=5555555555555555555555555555555555555555
+mkdir -p "$R/commits/$C5/build/torch28-cxx11-cpu-$ARCH-linux"
+printf 'x' > "$R/commits/$C5/build/torch28-cxx11-cpu-$ARCH-linux/f.so"
+out=$(timeout 20 "$KHUB" download org/demo@$C5 --all-variants 2>&1) && fail "no khub variant: $out"
+grep -q <<<"$out" "has no khub variant at 555555555555" || fail "--all-variants, none: $out"
+
+# The progress bar: on a terminal (script gives the command one), not with
+# --quiet, not when stderr is not a terminal.
+if command -v script > /dev/null; then
+    export KHUB_CACHE=$T/cache-tty
+    out=$(timeout 30 script -qec "$KHUB download org/demo@v1 --file README.md" /dev/null) \
+        || fail "download on a terminal: $out"
+    grep -q <<<"$out" "README.md .* B / .* ETA" || fail "no progress bar on a terminal: $out"
+    rm -rf "$KHUB_CACHE"
+    out=$(timeout 30 script -qec "$KHUB download org/demo@v1 --file README.md --quiet" /dev/null)
+    ! grep -q <<<"$out" "ETA" || fail "--quiet still drew the bar: $out"
+    [ -z "$out" ] || fail "--quiet printed: $out"
+    rm -rf "$KHUB_CACHE"
+    timeout 20 "$KHUB" download org/demo@v1 > /dev/null 2> "$T/err" || fail "download to a pipe"
+    [ ! -s "$T/err" ] || fail "a bar without a terminal: $(cat "$T/err")"
+    export KHUB_CACHE=$T/cache
+else
+    echo "skip the progress bar checks: no script(1)"
+fi
+
+# khub serve listens on loopback only (and refuses a port that is no number).
+PORT=${HF_ENDPOINT##*:}
+HEXPORT=$(printf '%04X' "$PORT")
+grep -q " 0100007F:$HEXPORT 00000000:0000 0A " /proc/net/tcp || fail "serve is not on 127.0.0.1:$PORT"
+! grep -q " 00000000:$HEXPORT 00000000:0000 0A " /proc/net/tcp || fail "serve listens on 0.0.0.0"
+out=$("$KHUB" serve "$T/repos" --port 70000 2>&1) && fail "--port 70000 accepted"
+grep -q <<<"$out" "port 70000 is not a port number (0-65535)" || fail "--port message: $out"
+out=$("$KHUB" serve "$T/repos" --port abc 2>&1) && fail "--port abc accepted"
+grep -q <<<"$out" "port abc is not a port number" || fail "--port abc message: $out"
 
 if ! python3 -c 'import huggingface_hub' 2>/dev/null; then
     echo "skip interop: huggingface_hub is not installed (pip install huggingface_hub)"
