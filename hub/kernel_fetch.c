@@ -320,6 +320,11 @@ static khub_status fetch_variant_files(fetch *f)
         f->hub->pre_parse = NULL;
         f->hub->pre_parse_ud = NULL;
         if (f->hook_st != KHUB_STATUS_OK) return f->hook_st;
+        KHUB_RETURN_IF(f->rt, st != KHUB_STATUS_OK && f->entry && f->hub->offline,
+                       KHUB_STATUS_OFFLINE,
+                       "%s@%.12s: locked variant %s is not cached and the hub is offline "
+                       "(HF_HUB_OFFLINE); run khub sync while online",
+                       f->r->repo, f->r->commit, f->r->variant);
         if (st != KHUB_STATUS_OK) return hub_failed(f, st, "downloading");
         snprintf(dir, sizeof dir, "%s", f->files->dir);
         khub_hub_file_list_free(f->files);
@@ -547,9 +552,18 @@ khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int
         names[n++] = e->variants[i].name;
     khub_hub_variant_list *vl = NULL;
     if (!all_variants) {
+        /* This host's best variant, and its best CPU variant when that is
+         * another one: the model executor loads the CPU variant even where a
+         * CUDA variant fits (khub__kernel_fetch_cpu), so an offline `khub run`
+         * needs it. */
         KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_rank_names(&id, e->commit, names, n, &vl));
         n = 0;
         if (vl->best) names[n++] = vl->best;
+        for (size_t i = 0; i < vl->count; i++)
+            if (vl->items[i].accepted && strstr(vl->items[i].name, "-cpu-")) {
+                if (vl->items[i].name != vl->best) names[n++] = vl->items[i].name;
+                break;
+            }
     }
     khub_status st = KHUB_STATUS_OK;
     char label[300];

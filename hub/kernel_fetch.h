@@ -34,9 +34,10 @@ KHUB_INTERNAL khub_status khub__policy_find(const char *path, khub_trust_policy 
 KHUB_INTERNAL khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id,
                                                   const char *commit_pin, khub_lock_entry *e);
 
-/* Downloads the locked variants of e (this host's best one, or all with
- * all_variants) and checks them against the lock. *n_fetched counts the
- * variants checked. */
+/* Downloads the locked variants of e (this host's best one and, when that
+ * is not a CPU variant, its best CPU one, which model loading takes; or all
+ * with all_variants) and checks them against the lock. *n_checked counts
+ * the variants checked. */
 KHUB_INTERNAL khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e,
                                                   int all_variants, size_t *n_checked);
 

@@ -274,8 +274,8 @@ static void explain_absent(const khub_runtime *rt, const khub_op_query *q, walk 
     if (q->plugin_id && !loaded)
         snprintf(w->pref_why, sizeof w->pref_why, "not loaded");
     else
-        snprintf(w->pref_why, sizeof w->pref_why, "has no %s op%s%s", kind_name(q->kind),
-                 q->op_name ? " named " : "", q->op_name ? q->op_name : "");
+        snprintf(w->pref_why, sizeof w->pref_why, "unusable: it has no %s op%s%s",
+                 kind_name(q->kind), q->op_name ? " named " : "", q->op_name ? q->op_name : "");
 }
 
 static khub_status add_binding(khub_runtime *rt, const choice *c, text *trace, khub_binding **out)

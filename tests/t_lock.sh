@@ -4,9 +4,12 @@
 # `khub sign`, written into the server's directory layout; khub.json -> khub
 # lock -> locked loads (old commit after the branch moved, zero requests with
 # a full cache, offline), khub outdated/update, a tampered cache refused
-# naming the file, fallback and strict mode for a kernel without a variant
-# for this machine, and the trust policy at load (signed, unsigned, revoked,
-# unknown key, opt-in), plus the import of a Python kernels.lock.
+# naming the file, an offline locked load of a variant not cached, khub sync
+# (this machine's variant, --all-variants), fallback and strict mode for a
+# kernel without a variant for this machine (khub fetch, and at model load
+# from khub.json when the real model is there), and the trust policy at load
+# (signed, unsigned, revoked, unknown key, opt-in), plus the import of a
+# Python kernels.lock.
 set -euo pipefail
 KHUB=${KHUB_BIN:?set by ctest}
 SRC=${KHUB_SRC:?set by ctest}
@@ -57,6 +60,10 @@ cp -r kvu kvb && "$KHUB" sign --key bob.key kvb > /dev/null
 publish kernels-community/bobs kvb $C1 $V; refs kernels-community/bobs $C1 $C1
 publish kernels-community/elsewhere kv100 $C1 "khub1-cpu-$OTHER-linux"
 refs kernels-community/elsewhere $C1 $C1
+# one commit built for this machine and for the other architecture
+publish kernels-community/multi kv100 $C1 $V
+publish kernels-community/multi kv100 $C1 "khub1-cpu-$OTHER-linux"
+refs kernels-community/multi $C1 $C1
 
 ALICE=$(cat alice.pub)
 printf '{"version":1,"publishers":{"kernels-community":["%s"]}}' "$ALICE" > policy.json
@@ -107,12 +114,17 @@ HF_HUB_OFFLINE=1 timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj
 [ "$(wc -l < log)" = "$before" ] || fail "offline locked load reached the server"
 echo "ok   moved branch: locked load keeps $C1 (online and offline), outdated says so"
 
+mkdir lockonly && cp proj/khub.lock lockonly/ # a lock without its khub.json
 timeout 60 "$KHUB" update proj kernels-community/kv-cache > up.out 2>&1 || fail "update: $(cat up.out)"
 grep -q "\"commit\":	\"$C3\"" proj/khub.lock || fail "update did not pin $C3"
 timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1 \
     || fail "fetch after update: $(cat f.out)"
 grep -q "^version  1.0.1" f.out || fail "update: $(cat f.out)"
-echo "ok   khub update picks the new v1 commit"
+timeout 60 "$KHUB" update lockonly > up.out 2>&1 || fail "update lockonly: $(cat up.out)"
+grep -q "updated kernels-community/kv-cache v1 -> $C3" up.out || fail "update lockonly: $(cat up.out)"
+grep -q "\"commit\":	\"$C3\"" lockonly/khub.lock && grep -q '"version":	1' lockonly/khub.lock \
+    || fail "lockonly pin: $(cat lockonly/khub.lock)"
+echo "ok   khub update picks the new v1 commit (one ID from khub.json; all, from the lock's own pins)"
 
 # --- a tampered cached file is refused, naming it --------------------------
 so=$(ls cache/kernels--kernels-community--kv-cache/khub-variants/$C3/$V/kv-cache-avx2.so)
@@ -122,10 +134,14 @@ if "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1; 
 grep -q "KHUB_STATUS_LOCK_MISMATCH" f.out && grep -q "kv-cache-avx2.so has SHA-256" f.out \
     || fail "tamper message: $(cat f.out)"
 rm -rf "cache/kernels--kernels-community--kv-cache/khub-variants/$C3"
+if HF_HUB_OFFLINE=1 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1; then
+    fail "offline locked load without the variant cached succeeded"; fi
+grep -q "KHUB_STATUS_OFFLINE: kernels-community/kv-cache@333333333333: locked variant $V is not cached and the hub is offline (HF_HUB_OFFLINE); run khub sync" f.out \
+    || fail "offline, not cached: $(cat f.out)"
 timeout 60 "$KHUB" sync proj > s.out 2>&1 || fail "sync: $(cat s.out)"
 grep -q "1 variant verified" s.out || fail "sync: $(cat s.out)"
 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1 || fail "after sync"
-echo "ok   tampered cache refused (LOCK_MISMATCH naming the file), khub sync repairs it"
+echo "ok   tampered cache refused (LOCK_MISMATCH naming the file); offline and not cached says run khub sync; khub sync repairs it"
 
 # --- no variant for this machine: fallback with the trace, strict fails ----
 timeout 60 "$KHUB" fetch kernels-community/elsewhere@v1 > f.out 2>&1 || fail "fallback: $(cat f.out)"
@@ -135,6 +151,55 @@ if "$KHUB" fetch kernels-community/elsewhere@v1 --strict > f.out 2>&1; then fail
 grep -q "KHUB_STATUS_NO_VARIANT" f.out && grep -q "khub1-cpu-$OTHER-linux: reject" f.out \
     || fail "strict output: $(cat f.out)"
 echo "ok   no variant: fallback with the trace; --strict fails with NO_VARIANT"
+
+# --- the same at model load, from khub.json (needs the real model) --------
+MODEL=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/SmolLM2-135M-Instruct.Q4_1.gguf
+if [ -f "$MODEL" ]; then
+    mkdir away
+    echo '{"format":1,"roles":{"cache":{"cpu":{"repo":"kernels-community/elsewhere","version":1}}}}' \
+        > away/khub.json
+    timeout 120 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --kernels away/khub.json \
+        --explain > r.out 2> r.err || fail "mapping fallback run: $(cat r.err)"
+    grep -q "cache kernel kernels-community/elsewhere@version=1: no variant fits this machine; the reference plugin serves cache instead. Variant trace: khub1-cpu-$OTHER-linux: reject" r.err \
+        || fail "mapping fallback warning: $(cat r.err)"
+    grep -q "^cache: kernels-community/elsewhere@version=1 -> fell back to khub/ref-cpu" r.out &&
+        grep -q "^kv_cache\[f32\]: khub/ref-cpu" r.out || fail "mapping fallback explain: $(cat r.out)"
+    if timeout 120 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 \
+        --kernels away/khub.json --strict > r.out 2> r.err; then fail "strict mapping fallback ran"; fi
+    grep -q "cache kernel kernels-community/elsewhere@version=1: kernels-community/elsewhere@111111111111: no build variant fits this machine (strict): khub1-cpu-$OTHER-linux: reject" r.err \
+        || fail "strict mapping message: $(cat r.err)"
+    # a locked model load with a full cache makes no request
+    before=$(wc -l < log)
+    timeout 120 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --kernels proj/khub.json \
+        --lock proj/khub.lock --explain > r.out 2> r.err || fail "locked run: $(cat r.err)"
+    grep -q "^cache: kernels-community/kv-cache@version=1 -> kernels-community/kv-cache commit 333333333333 .*(locked, hashes re-checked)" r.out \
+        || fail "locked run explain: $(cat r.out)"
+    [ "$(wc -l < log)" = "$before" ] || fail "a locked model load with a full cache reached the server"
+    echo "ok   at model load: a khub.json kernel with no variant falls back with the trace, --strict fails; a locked load makes no request"
+else
+    echo "skip model-load fallback: $MODEL absent (run tools/fetch-model.sh)"
+fi
+
+# --- khub sync: this machine's variant, or every platform's ---------------
+mkdir multi
+echo '{"format":1,"dependencies":{"kernels-community/multi":{"version":1}}}' > multi/khub.json
+timeout 60 "$KHUB" lock multi > l.out 2>&1 || fail "lock multi: $(cat l.out)"
+grep -q "locked kernels-community/multi v1 -> $C1 (2 variants)" l.out || fail "lock multi: $(cat l.out)"
+MV=cache/kernels--kernels-community--multi/khub-variants/$C1
+rm -rf cache/kernels--kernels-community--multi
+timeout 60 "$KHUB" sync multi > s.out 2>&1 || fail "sync multi: $(cat s.out)"
+grep -q "synced kernels-community/multi@$C1: 1 variant verified" s.out || fail "sync: $(cat s.out)"
+[ -d "$MV/$V" ] && [ ! -e "$MV/khub1-cpu-$OTHER-linux" ] || fail "sync fetched: $(ls $MV)"
+timeout 60 "$KHUB" sync multi --all-variants > s.out 2>&1 || fail "sync --all-variants: $(cat s.out)"
+grep -q "synced kernels-community/multi@$C1: 2 variants verified" s.out || fail "all: $(cat s.out)"
+[ -d "$MV/khub1-cpu-$OTHER-linux" ] || fail "--all-variants did not fetch $OTHER: $(ls $MV)"
+before=$(wc -l < log)
+HF_HUB_OFFLINE=1 timeout 60 "$KHUB" sync multi --all-variants > s.out 2>&1 || fail "offline: $(cat s.out)"
+[ "$(wc -l < log)" = "$before" ] || fail "a synced copy re-synced with requests"
+printf 'X' >> "$MV/khub1-cpu-$OTHER-linux/metadata.json"
+if HF_HUB_OFFLINE=1 "$KHUB" sync multi --all-variants > s.out 2>&1; then fail "tampered copy synced"; fi
+grep -q "metadata.json has SHA-256" s.out || fail "sync tamper message: $(cat s.out)"
+echo "ok   khub sync fetches this machine's variant, --all-variants every platform's; both re-verified"
 
 # --- trust policy at load --------------------------------------------------
 expect() { # expect STATUS TEXT ID [args]

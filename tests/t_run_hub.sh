@@ -3,9 +3,12 @@
 # model: a kernel scaffolded by `khub init` and the in-tree flash-attn2 are
 # built, gated, signed, published to `khub serve`, then named at model load
 # (--attn / --norm): fetched, signature and digests verified against a
-# policy, loaded, and shown serving their roles in --explain; an unsigned
-# kernel is refused without opt-in; the same choice from khub.json +
-# khub.lock runs offline with the server gone.
+# policy, loaded, and shown serving their roles in --explain; the ID forms
+# (@version=N:symbol, @branch, @commit, a missing :symbol), --act, --rotary
+# and --quant ID:SCHEME; with a GPU present (tests/fake_cuda) model load and
+# khub sync take the CPU variant; an unsigned kernel is refused without
+# opt-in; the same choice from khub.json + khub.lock runs offline with the
+# server gone, and a command-line name overrides the mapping.
 set -euo pipefail
 KHUB=${KHUB_BIN:?set by ctest}
 SRC=${KHUB_SRC:?set by ctest}
@@ -22,8 +25,10 @@ PROMPT="What is the capital of France?"
 "$KHUB" init acme/fastnorm --kind norm --backends cpu > /dev/null || fail "init"
 cp -r "$SRC/kernels-src/flash-attn2" fa && rm -rf fa/build
 cp -r "$SRC/kernels-src/kv-cache" kv && rm -rf kv/build
+cp -r "$SRC/kernels-src/activation" act && rm -rf act/build
+cp -r "$SRC/kernels-src/quantization" quant && rm -rf quant/build
 "$KHUB" keygen pub > /dev/null
-for k in fastnorm fa kv; do
+for k in fastnorm fa kv act quant; do
     "$KHUB" build "$k" --quiet > /dev/null 2>&1 || fail "build $k"
     "$KHUB" check "$k" > check.log 2>&1 || { cat check.log; fail "check $k"; }
     "$KHUB" sign --key pub.key "$k" > /dev/null || fail "sign $k"
@@ -39,7 +44,7 @@ pid=$!
 for _ in $(seq 50); do grep -q http serve.out 2>/dev/null && break; sleep 0.1; done
 EP=$(grep -o 'http://[^ ]*' serve.out | head -n 1)
 [ -n "$EP" ] || fail "server did not start: $(cat serve.log)"
-for k in fastnorm fa kv unsigned; do
+for k in fastnorm fa kv act quant unsigned; do
     "$KHUB" publish "$k" --endpoint "$EP" --token t0k --quiet > /dev/null || fail "publish $k"
 done
 printf '{"version": 1, "publishers": {"kernels-community": ["%s"], "acme": ["%s"]}}\n' \
@@ -56,6 +61,59 @@ grep -q "^rms_norm\[f32\]: acme/fastnorm 1.0.0 :: rms_norm" run.out || fail "fas
 grep -q "signed with key .*accepted by the policy" run.out || fail "no trust line"
 grep -q "Paris" run.out || fail "unexpected answer: $(tail -n 1 run.out)"
 echo "ok   --attn/--norm Hub IDs fetched, verified, loaded and serving"
+
+# the ID forms: @version=N:symbol, @branch, @commit; a :symbol the kernel lacks
+FA_C=$("$KHUB" resolve kernels-community/flash-attn2@v1)
+for form in kernels-community/flash-attn2@version=1:flash_attn kernels-community/flash-attn2@v1 \
+    "kernels-community/flash-attn2@$FA_C"; do
+    "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --attn "$form" --explain \
+        > f.out 2> f.err || { cat f.err; fail "--attn $form"; }
+    grep -q "^attention: $form -> kernels-community/flash-attn2 commit ${FA_C:0:12} variant khub1-cpu-" f.out ||
+        fail "--attn $form resolved to: $(grep -m1 '^attention' f.out)"
+    grep -q "^attention\[f32\]: kernels-community/flash-attn2 1.0.0 :: flash_attn" f.out ||
+        fail "--attn $form does not serve attention"
+done
+"$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --attn kernels-community/flash-attn2:nope \
+    > f.out 2> f.err || { cat f.err; fail "--attn ID:nope"; }
+grep -q "warning: preferred kernels-community/flash-attn2 :: nope for attention is unusable: it has no attention op named nope; falling back to kernels-community/flash-attn2 1.0.0 :: flash_attn" f.err ||
+    fail "missing symbol warning: $(cat f.err)"
+if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --strict \
+    --attn kernels-community/flash-attn2:nope > f.out 2> f.err; then fail "strict ran without the symbol"; fi
+grep -q "preferred kernels-community/flash-attn2 :: nope for attention is unusable: it has no attention op named nope, and KHUB_OPT_STRICT forbids" f.err ||
+    fail "missing symbol, strict: $(cat f.err)"
+echo "ok   --attn ID@version=N:symbol, @branch, @commit; a missing :symbol warns, --strict fails"
+
+# the other roles by Hub ID: activation serves; rotary (no kernel of the hub
+# has a rotary op) is fetched, loaded, and the fallback says why; one fetch
+# serves both names
+"$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --act kernels-community/activation@version=1 \
+    --rotary kernels-community/activation --explain > f.out 2> f.err || { cat f.err; fail "--act/--rotary"; }
+grep -q "^activation: kernels-community/activation@version=1 -> kernels-community/activation commit" f.out &&
+    grep -q "^silu_and_mul\[f32\]: kernels-community/activation 1.0.0 :: silu_and_mul" f.out ||
+    fail "--act: $(grep -E '^(activation|silu)' f.out)"
+grep -q "^rotary: kernels-community/activation (loaded plugin)" f.out && # loaded for --act above
+    grep -q "^rotary\[f32\]: khub/ref-cpu" f.out ||
+    fail "--rotary: $(grep '^rotary' f.out)"
+grep -q "warning: preferred kernels-community/activation for rotary is unusable: it has no rotary op; falling back to khub/ref-cpu" f.err ||
+    fail "--rotary warning: $(cat f.err)"
+if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --rotary kernels-community/activation \
+    --strict > f.out 2> f.err; then fail "strict rotary without a rotary op ran"; fi
+grep -q "for rotary is unusable: it has no rotary op, and KHUB_OPT_STRICT forbids" f.err || fail "strict rotary: $(cat f.err)"
+echo "ok   --act and --rotary by Hub ID (rotary: fetched, no rotary op, fallback; --strict fails)"
+
+# --quant ID:SCHEME quantizes the dense weights of the safetensors copy with the fetched kernel
+HFM=$(dirname "$MODEL")/SmolLM2-135M-Instruct-hf
+if [ -f "$HFM/config.json" ]; then
+    "$KHUB" run --model "$HFM" --prompt hi --max-new-tokens 1 \
+        --quant kernels-community/quantization:nf4 --explain > f.out 2> f.err || { cat f.err; fail "--quant ID:nf4"; }
+    grep -q "^quantization: kernels-community/quantization -> kernels-community/quantization commit" f.out ||
+        fail "--quant fetch: $(grep '^quantization' f.out)"
+    grep -q "^qkv_proj\[nf4\]: kernels-community/quantization 1.0.0 :: qlinear_bnb" f.out ||
+        fail "--quant ID:nf4 does not serve: $(grep 'proj' f.out)"
+    echo "ok   --quant kernels-community/quantization:nf4 quantizes with the fetched kernel"
+else
+    echo "skip --quant ID: $HFM absent (tools/fetch-model.sh makes it)"
+fi
 
 # With a CUDA driver and a GPU the kernel's CUDA variant fits this host and
 # ranks first (khub variants), but the executor runs on the CPU: model load
@@ -74,7 +132,20 @@ if [ -n "$cu" ]; then
         fail "model load did not take the CPU variant: $(grep '^attention' gpu.out)"
     grep -q "^attention\[f32\]: kernels-community/flash-attn2 1.0.0 :: flash_attn" gpu.out ||
         fail "flash-attn2 does not serve attention with a GPU present: $(grep attention gpu.out)"
-    echo "ok   a GPU present: $cu ranks first, model load takes the CPU variant"
+    # khub sync with a GPU present fetches the CUDA variant and the CPU one
+    # model load takes, so the locked model runs offline
+    mkdir gp
+    echo '{"format": 1, "roles": {"attention": "kernels-community/flash-attn2@version=1"}}' > gp/khub.json
+    "$KHUB" lock gp > gl.out 2>&1 || fail "lock gp: $(cat gl.out)"
+    rm -rf cache/kernels--kernels-community--flash-attn2
+    env $export_fake "$KHUB" sync gp > gs.out 2>&1 || fail "sync with a GPU: $(cat gs.out)"
+    grep -q ": 2 variants verified" gs.out || fail "sync with a GPU: $(cat gs.out)"
+    env $export_fake HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 \
+        --kernels gp/khub.json --lock gp/khub.lock --explain > gpu.out 2> gpu.err ||
+        { cat gpu.err; fail "offline locked run with a GPU present after khub sync"; }
+    grep -q "^attention\[f32\]: kernels-community/flash-attn2 1.0.0 :: flash_attn" gpu.out ||
+        fail "offline with a GPU: $(grep attention gpu.out)"
+    echo "ok   a GPU present: $cu ranks first, model load takes the CPU variant; khub sync fetches both"
 else
     echo "skip CUDA variant preference: NVRTC built no CUDA variant of flash-attn2"
 fi
@@ -126,5 +197,12 @@ HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --chat --prompt "$PROMPT" --max-ne
 grep -q "(locked, hashes re-checked)" off.out || fail "lock not re-checked"
 grep -q "^attention\[f32\]: kernels-community/flash-attn2" off.out || fail "offline attention"
 grep -q "Paris" off.out || fail "offline answer"
-echo "ok   khub.json + khub.lock offline"
+# a name on the command line overrides the mapping for its role only
+HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --attn sdpa \
+    --kernels project/khub.json --lock project/khub.lock --explain > off.out 2> off.err ||
+    { cat off.err; fail "offline locked run with --attn sdpa"; }
+grep -q "^attention: sdpa = khub/ref-cpu (built-in)" off.out && grep -q "^attention\[f32\]: khub/ref-cpu" off.out ||
+    fail "--attn did not override khub.json: $(grep attention off.out)"
+grep -q "^rms_norm\[f32\]: acme/fastnorm" off.out || fail "the mapping's norm lost: $(grep rms_norm off.out)"
+echo "ok   khub.json + khub.lock offline; --attn overrides the mapping's attention"
 echo "1 passed, 0 failed"
