@@ -102,10 +102,21 @@ cp "$KHUB_CACHE/kernels--acme--norm/blobs/$B" "$T/blob.bak"
 printf 'X' | dd of="$KHUB_CACHE/kernels--acme--norm/blobs/$B" bs=1 count=1 conv=notrunc 2>/dev/null
 out=$(timeout 60 "$KHUB" cache verify 2>&1) && fail "cache verify missed a corrupt blob"
 echo "$out" | grep -q "corrupt .*$B" || fail "cache verify output: $out"
+out=$(timeout 60 "$KHUB" cache verify --json 2>/dev/null) && fail "verify --json missed it"
+python3 -c 'import json, sys
+j = json.loads(sys.argv[1])
+assert j["corrupt"] == 1 and j["checked"] >= 2, j
+assert j["items"][0]["kind"] == "corrupt" and j["items"][0]["path"].endswith(sys.argv[2]), j' \
+    "$out" "$B" || fail "cache verify --json: $out"
 cp "$T/blob.bak" "$KHUB_CACHE/kernels--acme--norm/blobs/$B"
 rm "$KHUB_CACHE"/kernels--acme--norm/refs/v1   # the v1 snapshots become detached
 out=$(timeout 20 "$KHUB" cache prune --dry-run)
 echo "$out" | grep -q "would remove snapshot" || fail "prune --dry-run: $out"
+out=$(timeout 20 "$KHUB" cache prune --dry-run --json)
+python3 -c 'import json, sys
+j = json.loads(sys.argv[1])
+assert j["dry_run"] is True and j["freed"] > 0, j
+assert "snapshot" in {i["kind"] for i in j["items"]}, j' "$out" || fail "prune --dry-run --json: $out"
 [ -n "$(ls "$KHUB_CACHE"/kernels--acme--norm/snapshots)" ] || fail "dry run removed something"
 timeout 20 "$KHUB" cache prune | grep -q "^freed" || fail "prune"
 [ "$(ls "$KHUB_CACHE"/kernels--acme--norm/snapshots)" = "$C3" ] || fail "prune kept the wrong snapshots"

@@ -81,9 +81,58 @@ static int cache_ls(khub_hub *hub, int json)
     return 0;
 }
 
+/* How verify and prune report each blob or snapshot: a text line, or an
+ * element of the JSON "items" array. */
+typedef struct item_out {
+    int json, dry;
+    size_t n;
+} item_out;
+
 static void print_item(void *ud, const char *kind, const char *path, const char *detail)
 {
-    printf("%s%s %s (%s)\n", ud ? "would remove " : "", kind, path, detail);
+    item_out *o = ud;
+    if (!o->json) {
+        printf("%s%s %s (%s)\n", o->dry ? "would remove " : "", kind, path, detail);
+        return;
+    }
+    printf("%s{\"kind\":", o->n++ ? "," : "");
+    khub_cli_json_str(kind);
+    printf(",\"path\":");
+    khub_cli_json_str(path);
+    printf(",\"detail\":");
+    khub_cli_json_str(detail);
+    printf("}");
+}
+
+/* verify: exit 1 when a blob is corrupt; --json prints
+ * {"items":[...],"checked":N,"corrupt":M} even then. */
+static int cache_verify(khub_hub *hub, const char *id, int json)
+{
+    uint64_t checked = 0, bad = 0;
+    item_out o = {json, 0, 0};
+    if (json) printf("{\"items\":[");
+    khub_status st = khub__cache_verify(hub, id, print_item, &o, &checked, &bad);
+    if (json)
+        printf("],\"checked\":%llu,\"corrupt\":%llu}\n", (unsigned long long)checked,
+               (unsigned long long)bad);
+    if (st != KHUB_STATUS_OK) return khub_cli_fail("cache verify", "%s", khub_hub_errmsg(hub));
+    if (!json) printf("%llu blobs verified, none corrupt\n", (unsigned long long)checked);
+    return 0;
+}
+
+/* prune: --json prints {"dry_run":B,"items":[...],"freed":BYTES}. */
+static int cache_prune(khub_hub *hub, int dry, int json)
+{
+    uint64_t freed = 0;
+    item_out o = {json, dry, 0};
+    if (json) printf("{\"dry_run\":%s,\"items\":[", dry ? "true" : "false");
+    khub_status st = khub__cache_prune(hub, dry, print_item, &o, &freed);
+    if (json) printf("],\"freed\":%llu}\n", (unsigned long long)freed);
+    if (st != KHUB_STATUS_OK) return khub_cli_fail("cache prune", "%s", khub_hub_errmsg(hub));
+    char sz[32];
+    human(freed, sz, sizeof sz);
+    if (!json) printf("%s %s\n", dry ? "would free" : "freed", sz);
+    return 0;
 }
 
 static const khub_cli_cmd cache_cmd;
@@ -94,7 +143,7 @@ static int run_cache(int argc, char **argv)
     const char *sub = argv[1], *id = NULL, *dir = NULL;
     int json = 0, dry = 0;
     for (int i = 2; i < argc; i++) {
-        if (!strcmp(argv[i], "--json") && !strcmp(sub, "ls"))
+        if (!strcmp(argv[i], "--json"))
             json = 1;
         else if (!strcmp(argv[i], "--dry-run") && !strcmp(sub, "prune"))
             dry = 1;
@@ -116,21 +165,9 @@ static int run_cache(int argc, char **argv)
     if (!strcmp(sub, "ls")) {
         rc = cache_ls(hub, json);
     } else if (!strcmp(sub, "verify")) {
-        uint64_t checked = 0, bad = 0;
-        khub_status st = khub__cache_verify(hub, id, print_item, NULL, &checked, &bad);
-        if (st != KHUB_STATUS_OK)
-            rc = khub_cli_fail("cache verify", "%s", khub_hub_errmsg(hub));
-        else
-            printf("%llu blobs verified, none corrupt\n", (unsigned long long)checked);
+        rc = cache_verify(hub, id, json);
     } else if (!strcmp(sub, "prune")) {
-        uint64_t freed = 0;
-        char sz[32];
-        khub_status st = khub__cache_prune(hub, dry, print_item, dry ? (void *)1 : NULL, &freed);
-        human(freed, sz, sizeof sz);
-        if (st != KHUB_STATUS_OK)
-            rc = khub_cli_fail("cache prune", "%s", khub_hub_errmsg(hub));
-        else
-            printf("%s %s\n", dry ? "would free" : "freed", sz);
+        rc = cache_prune(hub, dry, json);
     } else {
         rc = khub_cli_usage(&cache_cmd, "unknown subcommand %s (ls, verify, prune)", sub);
     }
@@ -141,14 +178,16 @@ static int run_cache(int argc, char **argv)
 static const khub_cli_cmd cache_cmd = {
     "cache", "list, verify or prune the shared Hugging Face cache",
     "usage: khub cache ls [--json] [--cache DIR]\n"
-    "       khub cache verify [ID] [--cache DIR]\n"
-    "       khub cache prune [--dry-run] [--cache DIR]\n\n"
+    "       khub cache verify [ID] [--json] [--cache DIR]\n"
+    "       khub cache prune [--dry-run] [--json] [--cache DIR]\n\n"
     "ls      repos, revisions (with the refs naming them), sizes and warnings, like\n"
     "        'hf cache scan' (kernel repos included).\n"
     "verify  re-hashes every blob (of repo ID, org/name or a folder name) against its\n"
     "        name: SHA-256 (64 hex) or git blob SHA-1 (40 hex); exits 1 if any is corrupt.\n"
     "prune   removes snapshots no ref names, then blobs no snapshot links to; touches\n"
     "        nothing outside the cache. --dry-run lists what it would remove.\n"
+    "--json  one JSON object: ls {cache,size,repos}; verify {items,checked,corrupt}\n"
+    "        (printed even when a blob is corrupt); prune {dry_run,items,freed}.\n"
     "The cache is --cache, else KHUB_CACHE, HF_HUB_CACHE, HF_HOME/hub, ~/.cache/...\n",
     run_cache};
 KHUB_CLI_COMMAND(cache_cmd)
