@@ -88,12 +88,16 @@ static khub_status check_ident(const unsigned char *b, size_t size, const char *
                                size_t n)
 {
     if (size < SELFMAG || memcmp(b, ELFMAG, SELFMAG) != 0) {
-        unsigned char head[4] = {0};
-        if (size) memcpy(head, b, size < 4 ? size : 4);
+        /* Only the bytes the file has: a 2-byte file starts with 2 bytes. */
+        char head[16] = "";
+        for (size_t i = 0; i < size && i < SELFMAG; i++) {
+            size_t len = strlen(head);
+            snprintf(head + len, sizeof head - len, "%s%02x", i ? " " : "", b[i]);
+        }
         khub__errbuf(msg, n,
-                     "%s: not an ELF file (starts with %02x %02x %02x %02x, want 7f 45 4c 46); "
+                     "%s: not an ELF file (%s%s, want 7f 45 4c 46); "
                      "a plugin is a .so built with khub_add_plugin()",
-                     label, head[0], head[1], head[2], head[3]);
+                     label, size ? "starts with " : "empty", head);
         return KHUB_STATUS_NOT_ELF;
     }
     if (size < 20) {

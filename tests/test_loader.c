@@ -67,7 +67,10 @@ TEST_IMPL(reject_not_elf)
 
 TEST_IMPL(reject_empty_file)
 {
-    expect_rejected(TP_WRITE("empty.so", "", 0), KHUB_STATUS_NOT_ELF, "not an ELF file");
+    expect_rejected(TP_WRITE("empty.so", "", 0), KHUB_STATUS_NOT_ELF,
+                    "empty.so: not an ELF file (empty, want 7f 45 4c 46)");
+    expect_rejected(TP_WRITE("short.so", "\177E", 2), KHUB_STATUS_NOT_ELF,
+                    "short.so: not an ELF file (starts with 7f 45, want 7f 45 4c 46)");
 }
 
 TEST_IMPL(reject_truncated)
