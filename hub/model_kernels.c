@@ -11,7 +11,10 @@
  * Where a role's name comes from, first match wins: the caller's
  * khub_model_kernels field (the command line), then the mapping file
  * (khub.json: the caller's path, else next to the model, else in the
- * current directory). A name is one of
+ * current directory). The caller's lock applies to every role; without
+ * one, a khub.lock next to the mapping file pins the roles the mapping
+ * names (a project's lock is used whenever its khub.json is), and names
+ * from the caller are loaded unlocked. A name is one of
  *   - a built-in alias: attention "eager" or "sdpa" (khub/ref-cpu), cache
  *     "dynamic" (khub/ref-cpu) or "static" (kernels-community/kv-cache,
  *     fetched), quantization schemes "int8", "nf4", "q8_0", "q4_0";
@@ -68,6 +71,18 @@ static const char *mapping_path(const char *given, const char *model, char *buf,
     return NULL;
 }
 
+/* The khub.lock next to the mapping file mpath, or NULL when there is none. */
+static const char *lock_beside(const char *mpath, char *buf, size_t n)
+{
+    struct stat sb;
+    const char *slash = strrchr(mpath, '/');
+    if (slash)
+        snprintf(buf, n, "%.*s/khub.lock", (int)(slash - mpath), mpath);
+    else
+        snprintf(buf, n, "khub.lock");
+    return stat(buf, &sb) == 0 ? buf : NULL;
+}
+
 /* Appends one line to the report. */
 static void note(khub_model_kernels_report *rep, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -89,8 +104,8 @@ static void note(khub_model_kernels_report *rep, const char *fmt, ...)
  * leaves impl empty for "no preference". For quantization, scheme receives
  * a scheme named as ":scheme" or alone. */
 static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, const char *name,
-                           const khub_model_kernels *k, char *impl, size_t n, char *scheme,
-                           size_t scheme_n, khub_model_kernels_report *rep)
+                           const khub_model_kernels *k, const char *lock, char *impl, size_t n,
+                           char *scheme, size_t scheme_n, khub_model_kernels_report *rep)
 {
     impl[0] = '\0';
     if (!name || !name[0]) return KHUB_STATUS_OK;
@@ -126,7 +141,7 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
         return KHUB_STATUS_OK;
     }
     khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .policy_path = k->policy_path,
-                           .lock_path = k->lock_path, .allow_unsigned = k->allow_unsigned,
+                           .lock_path = lock, .allow_unsigned = k->allow_unsigned,
                            .strict = k->strict};
     khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
     /* The executor runs on the CPU: a CUDA variant would serve nothing. */
@@ -169,22 +184,26 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
     char mbuf[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE];
     const char *mpath = mapping_path(k->mapping_path, path, mbuf, sizeof mbuf);
     khub_mapping *map = NULL;
+    char lbuf[KHUB__PATH_MAX];
+    const char *map_lock = k->lock_path;
     if (mpath) {
         khub_status st = khub__mapping_load(mpath, &map, err, sizeof err);
         if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", err);
         note(rep, "mapping: %s", mpath);
+        if (!map_lock && (map_lock = lock_beside(mpath, lbuf, sizeof lbuf)) != NULL)
+            note(rep, "lock: %s (next to the mapping; pins the roles it names)", map_lock);
     }
     char impl[KHUB_ROLE__COUNT][256];
     char scheme[16] = "", quant[300];
     khub_status st = KHUB_STATUS_OK;
     for (int r = 0; r < KHUB_ROLE__COUNT && st == KHUB_STATUS_OK; r++) {
-        const char *name = given[r];
+        const char *name = given[r], *lock = k->lock_path;
         if (!name && map) {
             const khub_map_rule *rule = khub__mapping_pick(map, (khub_role)r, KHUB_DEVICE_CPU, 0);
-            if (rule) name = rule->text;
+            if (rule) name = rule->text, lock = map_lock;
         }
-        st = resolve(hub, rt, (khub_role)r, name, k, impl[r], sizeof impl[r], scheme, sizeof scheme,
-                     rep);
+        st = resolve(hub, rt, (khub_role)r, name, k, lock, impl[r], sizeof impl[r], scheme,
+                     sizeof scheme, rep);
     }
     free(map);
     if (st != KHUB_STATUS_OK) return st;

@@ -204,5 +204,16 @@ HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --a
 grep -q "^attention: sdpa = khub/ref-cpu (built-in)" off.out && grep -q "^attention\[f32\]: khub/ref-cpu" off.out ||
     fail "--attn did not override khub.json: $(grep attention off.out)"
 grep -q "^rms_norm\[f32\]: acme/fastnorm" off.out || fail "the mapping's norm lost: $(grep rms_norm off.out)"
-echo "ok   khub.json + khub.lock offline; --attn overrides the mapping's attention"
+# without --lock, the khub.lock next to khub.json pins the roles khub.json
+# names; a command-line name (--cache static: kv-cache, not in the lock, cached
+# by the built-in names run above) loads unlocked
+HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --cache static \
+    --kernels project/khub.json --explain > off.out 2> off.err || { cat off.err; fail "lock beside khub.json"; }
+grep -q "^lock: project/khub.lock (next to the mapping; pins the roles it names)" off.out ||
+    fail "khub.lock beside khub.json not used: $(head -n 4 off.out)"
+grep -q "^attention: .*(locked, hashes re-checked)" off.out && grep -q "^norm: .*(locked, hashes re-checked)" off.out ||
+    fail "mapping roles not locked: $(grep -E '^(attention|norm):' off.out)"
+grep "^cache: " off.out | grep -q -v "locked" && grep -q "^kv_cache\[f32\]: kernels-community/kv-cache" off.out ||
+    fail "--cache static: $(grep -E '^(cache:|kv_cache)' off.out)"
+echo "ok   khub.json + khub.lock offline; --attn overrides the mapping's attention; khub.lock beside khub.json is used"
 echo "1 passed, 0 failed"

@@ -101,7 +101,10 @@ typedef struct khub_model_kernels {
      * khub.json, else ./khub.json, else none. Command-line names (the fields
      * above) override it. */
     const char *mapping_path;
-    const char *lock_path;   /* khub.lock to load through, or NULL */
+    /* khub.lock to load through (every role), or NULL: then a khub.lock next
+     * to the mapping file, when there is one, pins the roles the mapping
+     * names, and the fields above load unlocked. */
+    const char *lock_path;
     const char *policy_path; /* trust policy, or NULL (see khub_kernel_opts) */
     int32_t allow_unsigned;  /* opt in to unsigned kernels of unlisted organisations */
     int32_t strict;          /* no fallback: a kernel with no variant here is an error */
