@@ -184,6 +184,15 @@ out=$("$KHUB" serve "$T/repos" --port 70000 2>&1) && fail "--port 70000 accepted
 grep -q <<<"$out" "port 70000 is not a port number (0-65535)" || fail "--port message: $out"
 out=$("$KHUB" serve "$T/repos" --port abc 2>&1) && fail "--port abc accepted"
 grep -q <<<"$out" "port abc is not a port number" || fail "--port abc message: $out"
+P=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$KHUB" serve "$T/repos" --port "$P" --log "$T/log2" > "$T/out2" &
+SRV2=$!
+for _ in $(seq 50); do grep -q http "$T/out2" 2>/dev/null && break; sleep 0.1; done
+out=$(cat "$T/out2")
+HF_ENDPOINT=http://127.0.0.1:$P timeout 20 "$KHUB" resolve org/demo@v1 > /dev/null || true
+kill $SRV2; wait $SRV2 2>/dev/null || true
+grep -q <<<"$out" "on http://127.0.0.1:$P\$" || fail "--port $P: $out"
+grep -q "GET /api/kernels/org/demo/revision/v1 " "$T/log2" || fail "nothing served on --port $P"
 
 if ! python3 -c 'import huggingface_hub' 2>/dev/null; then
     echo "skip interop: huggingface_hub is not installed (pip install huggingface_hub)"
