@@ -122,6 +122,7 @@ timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.ou
 grep -q "^version  1.0.1" f.out || fail "update: $(cat f.out)"
 timeout 60 "$KHUB" update lockonly > up.out 2>&1 || fail "update lockonly: $(cat up.out)"
 grep -q "updated kernels-community/kv-cache v1 -> $C3" up.out || fail "update lockonly: $(cat up.out)"
+grep -q "pinned to v1, but v2 is the newest version" up.out || fail "update: no newest-version warning"
 grep -q "\"commit\":	\"$C3\"" lockonly/khub.lock && grep -q '"version":	1' lockonly/khub.lock \
     || fail "lockonly pin: $(cat lockonly/khub.lock)"
 echo "ok   khub update picks the new v1 commit (one ID from khub.json; all, from the lock's own pins)"

@@ -353,7 +353,7 @@ static int run_update(int argc, char **argv)
             if (khub__kernel_lock_entry(hub, &id, NULL, &e) != KHUB_STATUS_OK)
                 rc = khub_cli_fail("update", "%s: %s", old->repo, khub_hub_errmsg(hub));
             else
-                print_pin("updated", &e), khub__lock_put(lock, &e);
+                print_pin("updated", &e), warn_if_old(hub, &e), khub__lock_put(lock, &e);
         }
     }
     if (!rc && khub__lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
