@@ -504,6 +504,8 @@ khub_status khub__selftest_run(khub_runtime *rt, const char *plugin_id,
     bench b = {.rt = rt, .rng = 0x9E3779B97F4A7C15ull};
     result res = {0};
     khub_status st = run_kind(&b, kind, plugin_id, spec, &res);
+    char why[KHUB_ERROR_SIZE];
+    khub__copy_error(rt, why, sizeof why); /* set_option clears the message */
     khub_runtime_set_option(rt, KHUB_OPT_STRICT, strict);
     double score = (st == KHUB_STATUS_OK) ? nmse(res.y, res.r) : NAN;
     bench_free(&b);
@@ -518,8 +520,8 @@ khub_status khub__selftest_run(khub_runtime *rt, const char *plugin_id,
     }
     if (st != KHUB_STATUS_OK) {
         khub__errbuf(report, n, "%s [%s] %s: %s", spec->op, shape, spec->dtype,
-                     khub_runtime_errmsg(rt));
-        return st;
+                     why[0] ? why : khub_status_str(st));
+        return khub__fail(rt, st, "%s", report ? report : why);
     }
     if (nmse_out) *nmse_out = score;
     int ok = score <= spec->tolerance;
@@ -543,6 +545,8 @@ khub_status khub__selftest_time(khub_runtime *rt, const char *plugin_id,
     bench b = {.rt = rt, .rng = 0x9E3779B97F4A7C15ull, .min_s = min_s > 0 ? min_s : 0.2};
     result res = {0};
     khub_status st = run_kind(&b, kind, plugin_id, spec, &res);
+    char why[KHUB_ERROR_SIZE];
+    khub__copy_error(rt, why, sizeof why); /* set_option clears the message */
     khub_runtime_set_option(rt, KHUB_OPT_STRICT, strict);
     bench_free(&b);
     if (st == KHUB_STATUS_INVALID_ARG) {
@@ -553,7 +557,7 @@ khub_status khub__selftest_time(khub_runtime *rt, const char *plugin_id,
     }
     if (st == KHUB_STATUS_UNSUPPORTED)
         return khub__fail(rt, st, "%s: no timing for this kind of op", spec->op);
-    KHUB_FORWARD_IF_ERROR(rt, st);
+    if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", why[0] ? why : khub_status_str(st));
     *us_test = b.us[0];
     *us_ref = b.us[1];
     return KHUB_STATUS_OK;

@@ -128,6 +128,26 @@ assert len(rows) == 1 and rows[0]["op"] == "rms_norm" and rows[0]["shape"] == [1
 assert rows[0]["plugin"] == "kernels-community/rmsnorm" and rows[0]["us"] > 0, rows
 PY
 
+# every other in-tree kernel: khub bench DIR times each declared self-test
+# shape next to ref-cpu, khub bench ID (published, fetched, verified) one
+# shape of its kind (here-strings, not pipes into grep -q: see t_author.sh)
+for n in flash-attn2 activation quantization kv-cache; do
+    rm -rf "$T/$n" && cp -r "$SRC/../$n" "$T/$n" && rm -rf "$T/$n/build"
+    (cd "$T" && "$KHUB" build "$n" --quiet > build.log 2>&1) || fail "build $n: $(cat "$T/build.log")"
+    tests=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["selftests"]))' "$T/$n/kernel.json")
+    out=$(cd "$T" && timeout 120 "$KHUB" bench "$n" --time 0.01) || fail "bench DIR $n: $out"
+    grep -Eq "^kernels-community/$n \($n-[a-z0-9]+\.so, $V\): $tests op benchmarks? against khub/ref-cpu" <<< "${out%%$'\n'*}" \
+        || fail "bench DIR $n header: $out"
+    [ "$(grep -Ec '^[a-z_]+ \[[0-9, ]+\] [a-z0-9_]+: [0-9.]+ us \([0-9.]+ [GT][BF][A-Z/]*s?\), ref-cpu [0-9.]+ us \([0-9.]+ [GT][BF][A-Z/]*s?\), speedup [0-9.]+x$' <<< "$out")" = "$tests" ] \
+        || fail "bench DIR $n lines ($tests expected): $out"
+    timeout 60 "$KHUB" publish "$T/$n" --repo "kernels-community/$n" --quiet > "$T/publish.out" 2>&1 \
+        || fail "publish $n: $(cat "$T/publish.out")"
+    out=$(timeout 120 "$KHUB" bench "kernels-community/$n@v1" --time 0.01 --allow-unsigned) || fail "bench ID $n: $out"
+    grep -Eq "^kernels-community/$n \(kernels-community/$n@[0-9a-f]{12}, $n-[a-z0-9]+\.so, $V\): 1 op benchmark against khub/ref-cpu" <<< "${out%%$'\n'*}" \
+        || fail "bench ID $n header: $out"
+    grep -Eq '^[a-z_]+ \[[0-9, ]+\] [a-z0-9_]+: [0-9.]+ us .*, ref-cpu [0-9.]+ us .*speedup [0-9.]+x$' <<< "$out" || fail "bench ID $n line: $out"
+done
+
 # a tampered build is refused, not timed
 so=$(ls "$T"/rmsnorm-copy/build/$V/*.so | head -1)
 printf 'Z' | dd of="$so" bs=1 seek=100 conv=notrunc status=none

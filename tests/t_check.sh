@@ -159,4 +159,14 @@ expect_dir wrong "wrong-generic.so: "
 grep -q "wrong-generic.so: .*rms_norm \[4, 576\] f32: NMSE [0-9.e+-]* > 1e-08" check.log ||
     fail "NMSE message: $(grep FAIL check.log)"
 echo "ok   check DIR: a wrong result fails its self-test with the NMSE"
+# a self-test in a format the kernel does not serve says why (the registry's
+# reason), and khub bench DIR refuses to time it the same way
+cp -r "$SRC/kernels-src/quantization" quant && rm -rf quant/build
+sed -i '0,/"dtype": "nf4"/s//"dtype": "q8_0"/' quant/kernel.json
+"$KHUB" build quant --quiet > build.log 2>&1 || fail "build quant: $(cat build.log)"
+expect_dir quant "qlinear_bnb [1, 576, 192] q8_0: preferred kernels-community/quantization :: qlinear_bnb for qlinear is rejected"
+rc=0; "$KHUB" bench quant --time 0.01 > out.log 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q "khub bench: qlinear_bnb \[1, 576, 192\] q8_0: preferred kernels-community/quantization" out.log ||
+    fail "bench of an unserved format: $rc $(cat out.log)"
+echo "ok   check DIR and bench DIR: a self-test format the kernel does not serve, with the reason"
 echo "1 passed, 0 failed"

@@ -152,8 +152,24 @@ typedef struct ops_args {
     int allow_unsigned; /* ID: accept unsigned kernels of unlisted organisations */
 } ops_args;
 
-/* For a Hub ID: one shape per kind, as selftest.h lays them out. */
-static int default_spec(uint32_t kind, const char *op, khub_selftest_spec *s)
+/* A quantized op's benchmark format: the first of these its caps accept
+ * (a bitsandbytes-style kernel serves int8_row and nf4, not q8_0). */
+static const char *qlinear_dtype(const khub_op_desc *op)
+{
+    static const struct {
+        const char *name;
+        int fmt;
+    } q[] = {{"q8_0", KHUB_QFORMAT_Q8_0},         {"q4_0", KHUB_QFORMAT_Q4_0},
+             {"q4_1", KHUB_QFORMAT_Q4_1},         {"q5_0", KHUB_QFORMAT_Q5_0},
+             {"int8_row", KHUB_QFORMAT_INT8_ROW}, {"nf4", KHUB_QFORMAT_NF4}};
+    for (size_t i = 0; op->caps && i < sizeof q / sizeof q[0]; i++)
+        if (op->caps->dtypes & KHUB_DTYPE_BIT_Q(q[i].fmt)) return q[i].name;
+    return NULL;
+}
+
+/* For a Hub ID: one shape per kind, as selftest.h lays them out; 0 when
+ * there is none for the op's kind (or formats). */
+static int default_spec(const khub_op_desc *op, khub_selftest_spec *s)
 {
     static const struct {
         uint32_t kind;
@@ -166,12 +182,14 @@ static int default_spec(uint32_t kind, const char *op, khub_selftest_spec *s)
         {KHUB_OP_ATTENTION, {1, 32, 8, 64, 1024}, 5, "f32"}, /* a decode step */
         {KHUB_OP_ROTARY, {16, 32, 64}, 3, "f32"},
         {KHUB_OP_LINEAR, {1, 2048, 2048}, 3, "f32"},
-        {KHUB_OP_QLINEAR, {1, 2048, 2048}, 3, "q8_0"},
+        {KHUB_OP_QLINEAR, {1, 2048, 2048}, 3, "q8_0"}, /* or see qlinear_dtype */
         {KHUB_OP_KV_CACHE, {2, 8, 64, 256}, 4, "f32"},
     };
     for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
-        if (d[i].kind != kind) continue;
-        *s = (khub_selftest_spec){op, {0}, d[i].ndim, d[i].dtype, 0};
+        if (d[i].kind != op->kind) continue;
+        const char *dtype = op->kind == KHUB_OP_QLINEAR ? qlinear_dtype(op) : d[i].dtype;
+        if (!dtype) return 0;
+        *s = (khub_selftest_spec){op->name, {0}, d[i].ndim, dtype, 0};
         memcpy(s->shape, d[i].shape, sizeof d[i].shape);
         return 1;
     }
@@ -321,8 +339,7 @@ static int bench_id(const ops_args *a)
     uint32_t n_ops = rc == 0 ? khub_plugin_op_count(kr.plugin) : 0, n = 0;
     for (uint32_t i = 0; i < n_ops; i++) {
         khub_selftest_spec s;
-        n += (uint32_t)default_spec(khub_plugin_op(kr.plugin, i)->kind,
-                                    khub_plugin_op(kr.plugin, i)->name, &s);
+        n += (uint32_t)default_spec(khub_plugin_op(kr.plugin, i), &s);
     }
     if (rc == 0) {
         char what[600];
@@ -332,10 +349,10 @@ static int bench_id(const ops_args *a)
     for (uint32_t i = 0; rc == 0 && i < n_ops; i++) {
         khub_selftest_spec s;
         const khub_op_desc *op = khub_plugin_op(kr.plugin, i);
-        if (default_spec(op->kind, op->name, &s))
+        if (default_spec(op, &s))
             rc = bench_one(rt, kr.plugin_id, &s, a);
         else if (!a->json)
-            printf("%s: no benchmark shape for this kind of op\n", op->name);
+            printf("%s: no benchmark shape for this kind of op (or its formats)\n", op->name);
     }
     khub_runtime_free(rt);
     khub_hub_free(hub);
