@@ -161,6 +161,14 @@ TEST_IMPL(build_verify_and_tamper)
     ASSERT_STR_EQ(khub__kmeta_pick_plugin(&meta, 0)->level, "generic");
     ASSERT_STR_EQ(khub__kmeta_pick_plugin(&meta, KHUB_CPU_AVX2)->level, "generic");
     ASSERT_STR_EQ(khub__kmeta_pick_plugin(&meta, KHUB_CPU_AVX2 | KHUB_CPU_FMA)->level, "avx2");
+    khub_kmeta only_avx2 = meta; /* without its generic level: nothing fits a plain CPU */
+    only_avx2.n_plugins = 0;
+    for (size_t i = 0; i < meta.n_plugins; i++)
+        if (strcmp(meta.plugins[i].level, "generic") != 0)
+            only_avx2.plugins[only_avx2.n_plugins++] = meta.plugins[i];
+    ASSERT_EQ(only_avx2.n_plugins, 1);
+    ASSERT(khub__kmeta_pick_plugin(&only_avx2, KHUB_CPU_AVX2) == NULL);
+    ASSERT_STR_EQ(khub__kmeta_pick_plugin(&only_avx2, KHUB_CPU_AVX2 | KHUB_CPU_FMA)->level, "avx2");
 
     /* an extra file is refused */
     char extra[300];
