@@ -580,6 +580,65 @@ static khub_status gguf_arch(khub_runtime *rt, const khub_gguf *g, khub_model_co
     return KHUB_STATUS_OK;
 }
 
+/* Llama 3's RoPE scaling in a GGUF: llama.cpp's converter stores it as
+ * rope_freqs.weight, one divisor of each frequency (1 for high frequencies,
+ * factor for low ones, a blend between), computed from factor,
+ * low_freq_factor, high_freq_factor and original_max_position_embeddings.
+ * The rotary op takes those four numbers, so the tensor is matched against
+ * the rule with factor = its largest entry, low 1 and high 4 (every Llama
+ * 3.1-3.3 release) and the original context from
+ * <arch>.rope.scaling.original_context_length or 8192; a tensor the rule
+ * does not reproduce is refused with the first entry that differs. */
+static khub_status gguf_rope_freqs(khub_runtime *rt, const khub_gguf *g, const char *arch,
+                                   const khub_gguf_tensor *t, khub_model_config *c)
+{
+    const char *name = khub__gguf_path(g);
+    int64_t half = c->head_dim / 2;
+    KHUB_RETURN_IF(rt, t->ggml_type != KHUB_GGML_F32 || t->n_dims != 1 || t->ne[0] != half,
+                   KHUB_STATUS_MODEL_INVALID,
+                   "%s: tensor 'rope_freqs.weight' must be F32 [%lld] (head_dim / 2)", name,
+                   (long long)half);
+    double factor = 0;
+    for (int64_t j = 0; j < half; j++) {
+        float v;
+        memcpy(&v, (const float *)t->data + j, sizeof v);
+        factor = v > factor ? v : factor;
+    }
+    KHUB_RETURN_IF(rt, !(factor >= 1 && factor <= 1024), KHUB_STATUS_MODEL_INVALID,
+                   "%s: tensor 'rope_freqs.weight': largest factor %g is not in [1, 1024]", name,
+                   factor);
+    int64_t orig = 8192;
+    KHUB_FORWARD_IF_ERROR(
+        rt, gguf_opt_i64(g, arch, "rope.scaling.original_context_length", false, &orig));
+    KHUB_RETURN_IF(rt, orig < 1 || orig > MAX_TOKENS, KHUB_STATUS_MODEL_INVALID,
+                   "%s: %s.rope.scaling.original_context_length %lld is out of range", name, arch,
+                   (long long)orig);
+    const double lo = 1, hi = 4, pi = 3.14159265358979323846;
+    for (int64_t j = 0; j < half; j++) {
+        double inv = pow(c->rope_theta, -(double)(2 * j) / (double)c->head_dim);
+        double wavelen = 2 * pi / inv, want = 1;
+        if (wavelen > (double)orig / lo) {
+            want = factor;
+        } else if (wavelen >= (double)orig / hi) {
+            double smooth = ((double)orig / wavelen - lo) / (hi - lo);
+            want = 1 / ((1 - smooth) / factor + smooth);
+        }
+        float got;
+        memcpy(&got, (const float *)t->data + j, sizeof got);
+        KHUB_RETURN_IF(rt, fabs((double)got - want) > 1e-4 * want, KHUB_STATUS_MODEL_UNSUPPORTED,
+                       "%s: tensor 'rope_freqs.weight'[%lld] is %g, llama3 scaling (factor %g, "
+                       "low_freq_factor 1, high_freq_factor 4, original context %lld) gives %g; "
+                       "other per-frequency factors are not supported",
+                       name, (long long)j, (double)got, factor, (long long)orig, want);
+    }
+    c->rope_scaling = KHUB_ROPE_SCALING_LLAMA3;
+    c->rope_factor = factor;
+    c->rope_low_freq_factor = lo;
+    c->rope_high_freq_factor = hi;
+    c->rope_original_max_pos = orig;
+    return KHUB_STATUS_OK;
+}
+
 static khub_status gguf_rope(khub_runtime *rt, const khub_gguf *g, const char *arch,
                              khub_model_config *c)
 {
@@ -591,11 +650,8 @@ static khub_status gguf_rope(khub_runtime *rt, const khub_gguf *g, const char *a
                    "%s: %s.rope.dimension_count %lld differs from head_dim %lld (partial rotary "
                    "is not supported)",
                    name, arch, (long long)rot, (long long)c->head_dim);
-    KHUB_RETURN_IF(rt, khub__gguf_tensor_find(g, "rope_freqs.weight") != NULL,
-                   KHUB_STATUS_MODEL_UNSUPPORTED,
-                   "%s: tensor 'rope_freqs.weight' (per-frequency RoPE factors, llama3 scaling) "
-                   "is not supported",
-                   name);
+    if (khub__gguf_tensor_find(g, "rope_freqs.weight"))
+        return gguf_rope_freqs(rt, g, arch, khub__gguf_tensor_find(g, "rope_freqs.weight"), c);
     char key[128];
     snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
     if (!khub__gguf_find(g, key)) return KHUB_STATUS_OK;

@@ -638,7 +638,7 @@ typedef struct gtensor {
 /* Writes a 1-layer Llama GGUF to path: matrices of type t (or F32 with the
  * same values when as_f32), the embedding and norms F32. The values depend on
  * t only. */
-static void gguf_model(const char *path, const gtype *t, int as_f32)
+static void gguf_model(const char *path, const gtype *t, int as_f32, const float *rope_freqs)
 {
     static const gtensor ts[] = {
         {"token_embd.weight", G_VOCAB, G_HIDDEN, 0},
@@ -676,7 +676,7 @@ static void gguf_model(const char *path, const gtype *t, int as_f32)
     }
     free(y);
     fx_buf b = {0};
-    fx_gguf_header(&b, 3, NT, 8);
+    fx_gguf_header(&b, 3, NT + (rope_freqs != NULL), 8);
     fx_kv_str(&b, "general.architecture", "llama");
     fx_kv_u32(&b, "llama.embedding_length", G_HIDDEN);
     fx_kv_u32(&b, "llama.feed_forward_length", G_FFN);
@@ -692,12 +692,15 @@ static void gguf_model(const char *path, const gtype *t, int as_f32)
         fx_tensor_info(&b, ts[i].name, ts[i].cols ? 2 : 1, ne, type, off);
         off += (data[i].n + 31) / 32 * 32;
     }
+    uint64_t half = G_HD / 2;
+    if (rope_freqs) fx_tensor_info(&b, "rope_freqs.weight", 1, &half, 0, off);
     fx_align(&b, 32);
     for (int i = 0; i < NT; i++) {
         fx_put(&b, data[i].p, data[i].n);
         fx_align(&b, 32);
         fx_free(&data[i]);
     }
+    for (uint64_t j = 0; rope_freqs && j < half; j++) fx_f32(&b, rope_freqs[j]);
     ASSERT_EQ(fx_write_file(path, &b), 0);
     fx_free(&b);
 }
@@ -728,8 +731,8 @@ TEST_IMPL(model_gguf_weight_types)
     khub_model_opts ro = ref_opts(), dflt = {KHUB_STRUCT_INIT(khub_model_opts)};
     for (size_t i = 0; i < sizeof gtypes / sizeof gtypes[0]; i++) {
         const gtype *t = &gtypes[i];
-        gguf_model(tp, t, 0);
-        gguf_model(rp, t, 1);
+        gguf_model(tp, t, 0, NULL);
+        gguf_model(rp, t, 1, NULL);
         gguf_logits(rt, rp, &ro, ids, 7, ref, "qkv_proj[f32]: khub/ref-cpu");
         char want[64];
         snprintf(want, sizeof want, "qkv_proj[%s]: khub/ref-cpu", t->name);
@@ -750,6 +753,48 @@ TEST_IMPL(model_gguf_weight_types)
     }
     unlink(tp);
     unlink(rp);
+    khub_runtime_free(rt);
+}
+
+/* Llama 3's RoPE scaling as a GGUF carries it (rope_freqs.weight, the
+ * divisors llama.cpp's converter computes; factor 8, theta 10000, original
+ * context 8192): the file loads, the model runs with the scaling (other
+ * logits than without past position 0, the same at position 0), and prefill
+ * equals one token at a time. */
+TEST_IMPL(model_gguf_llama3_rope_freqs)
+{
+    float freqs[G_HD / 2];
+    for (int j = 0; j < G_HD / 2; j++) {
+        double inv = pow(10000.0, -2.0 * j / G_HD), wl = 2 * 3.14159265358979323846 / inv;
+        double smooth = (8192.0 / wl - 1) / 3;
+        freqs[j] = wl < 2048 ? 1.0f : wl > 8192 ? 8.0f : (float)(1 / ((1 - smooth) / 8 + smooth));
+    }
+    khub_runtime *rt = runtime();
+    char sp[96], pp[96];
+    snprintf(sp, sizeof sp, "/tmp/khub-test-gguf-%d-s.gguf", (int)getpid());
+    snprintf(pp, sizeof pp, "/tmp/khub-test-gguf-%d-p.gguf", (int)getpid());
+    gguf_model(sp, &gtypes[2], 0, freqs);
+    gguf_model(pp, &gtypes[2], 0, NULL);
+    int32_t ids[7] = {1, 9, 33, 2, 60, 17, 17};
+    float plain[G_VOCAB], scaled[G_VOCAB], inc[G_VOCAB];
+    khub_model_opts ro = ref_opts();
+    gguf_logits(rt, pp, &ro, ids, 1, plain, NULL);
+    gguf_logits(rt, sp, &ro, ids, 1, scaled, NULL);
+    ASSERT_LE(rel_err(scaled, plain, G_VOCAB), 1e-6);
+    gguf_logits(rt, pp, &ro, ids, 7, plain, NULL);
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, sp, &ro, &m));
+    ASSERT_EQ(m->cfg.rope_scaling, KHUB_ROPE_SCALING_LLAMA3);
+    ASSERT(m->cfg.rope_factor == 8.0);
+    ASSERT_OK(khub_model_logits(m, ids, 7, scaled));
+    logits_incremental(m, ids, 7, inc);
+    khub_model_free(m);
+    fprintf(stderr, "  llama3 scaling moves the logits by %.2e; incremental differs by %.2e\n",
+            rel_err(scaled, plain, G_VOCAB), rel_err(inc, scaled, G_VOCAB));
+    ASSERT(rel_err(scaled, plain, G_VOCAB) > 1e-4);
+    ASSERT_LE(rel_err(inc, scaled, G_VOCAB), 1e-5);
+    unlink(sp);
+    unlink(pp);
     khub_runtime_free(rt);
 }
 
@@ -923,6 +968,7 @@ TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
     X(model_tiny_rope_scaling_llama3) \
     X(model_tiny_dtypes_and_shards) \
     X(model_gguf_weight_types) \
+    X(model_gguf_llama3_rope_freqs) \
     X(model_tiny_info_and_explain) \
     X(model_tiny_quantize_at_load) \
     X(model_tiny_missing_tensor) \

@@ -346,6 +346,83 @@ TEST_IMPL(gguf_arches_and_refusals)
     khub_runtime_free(rt);
 }
 
+/* A Llama 3.2-shaped GGUF header (theta 500000, head_dim 64) with the given
+ * rope_freqs.weight of n entries (n 0: none). */
+static void llama3_gguf(fx_buf *b, const float *freqs, uint64_t n)
+{
+    fx_gguf_header(b, 3, n ? 1 : 0, 7);
+    fx_kv_str(b, "general.architecture", "llama");
+    fx_kv_u32(b, "llama.vocab_size", 128256);
+    fx_kv_u32(b, "llama.embedding_length", 2048);
+    fx_kv_u32(b, "llama.feed_forward_length", 8192);
+    fx_kv_u32(b, "llama.attention.head_count", 32);
+    fx_kv_u32(b, "llama.block_count", 16);
+    fx_kv_f32(b, "llama.rope.freq_base", 500000.0f);
+    if (n) {
+        fx_tensor_info(b, "rope_freqs.weight", 1, &n, 0, 0);
+        fx_align(b, 32);
+        for (uint64_t i = 0; i < n; i++) fx_f32(b, freqs[i]);
+    }
+}
+
+/* rope_freqs.weight of Llama 3.2 1B (factor 32, low 1, high 4, original
+ * 8192, theta 500000, head_dim 64) as llama.cpp's convert_hf_to_gguf.py
+ * computes it (float32 arithmetic, replayed with numpy). */
+static const float llama32_freqs[32] = {
+    1,           1,           1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1,  1.65132928f,
+    3.29226279f, 9.66673088f, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32, 32};
+
+TEST_IMPL(gguf_llama3_rope_freqs)
+{
+    khub_runtime *rt = new_rt();
+    khub_model_config c;
+    khub_gguf *g = NULL;
+    fx_buf b = {0};
+    llama3_gguf(&b, llama32_freqs, 32);
+    ASSERT_OK(khub__gguf_open_mem(rt, "l3.gguf", b.p, b.n, &g));
+    khub_status st = khub__model_config_from_gguf(rt, g, &c);
+    if (st) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
+    ASSERT_OK(st);
+    ASSERT_EQ(c.rope_scaling, KHUB_ROPE_SCALING_LLAMA3);
+    ASSERT(c.rope_factor == 32.0 && c.rope_low_freq_factor == 1.0);
+    ASSERT(c.rope_high_freq_factor == 4.0);
+    ASSERT_EQ(c.rope_original_max_pos, 8192);
+    khub__gguf_close(g);
+    fx_free(&b);
+
+    /* Without the tensor: no scaling. */
+    llama3_gguf(&b, NULL, 0);
+    ASSERT_OK(khub__gguf_open_mem(rt, "l3.gguf", b.p, b.n, &g));
+    ASSERT_OK(khub__model_config_from_gguf(rt, g, &c));
+    ASSERT_EQ(c.rope_scaling, KHUB_ROPE_SCALING_NONE);
+    khub__gguf_close(g);
+    fx_free(&b);
+
+    /* Factors the llama3 rule does not give are refused at the entry. */
+    float odd[32];
+    memcpy(odd, llama32_freqs, sizeof odd);
+    odd[16] = 3.5f;
+    llama3_gguf(&b, odd, 32);
+    ASSERT_OK(khub__gguf_open_mem(rt, "odd.gguf", b.p, b.n, &g));
+    ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_UNSUPPORTED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "odd.gguf: tensor 'rope_freqs.weight'[16] is 3.5, llama3 scaling (factor 32, "
+                    "low_freq_factor 1, high_freq_factor 4, original context 8192) gives 3.29");
+    khub__clear(rt);
+    khub__gguf_close(g);
+    fx_free(&b);
+
+    /* A tensor of the wrong length. */
+    llama3_gguf(&b, llama32_freqs, 16);
+    ASSERT_OK(khub__gguf_open_mem(rt, "short.gguf", b.p, b.n, &g));
+    ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_INVALID);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "short.gguf: tensor 'rope_freqs.weight' must be F32 [32] (head_dim / 2)");
+    khub__gguf_close(g);
+    fx_free(&b);
+    khub_runtime_free(rt);
+}
+
 TEST_IMPL(real_smollm2_config)
 {
     char path[1024];
@@ -376,5 +453,6 @@ TEST_IMPL(real_smollm2_config)
     X(hf_dir_with_generation_config) \
     X(gguf_golden_tiny_llama) \
     X(gguf_arches_and_refusals) \
+    X(gguf_llama3_rope_freqs) \
     X(real_smollm2_config)
 TEST_MAIN(TEST_LIST)
