@@ -41,6 +41,11 @@ timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "download"
 timeout 20 "$KHUB" download org/demo@v1 --json | grep "\"sha256\":\"$SHA\"" > /dev/null || fail "download json"
 [ "$(cat $KHUB_CACHE/kernels--org--demo/refs/v1)" = $C1 ] || fail "refs/v1 content"
 [ "$(wc -c < $KHUB_CACHE/kernels--org--demo/refs/v1)" = 40 ] || fail "refs/v1 has no newline"
+# Pinned to a commit with a complete cache: no request even online.
+before=$(wc -l < "$T/log")
+timeout 20 "$KHUB" download org/demo@$C1 --quiet || fail "pinned download"
+timeout 20 "$KHUB" variants org/demo@$C1 > /dev/null || fail "pinned variants"
+[ "$(wc -l < "$T/log")" = "$before" ] || fail "a commit-pinned download with a full cache made requests"
 out=$(timeout 20 "$KHUB" resolve org/nope@main 2>&1) && fail "missing repo resolved"
 grep -q <<<"$out" RepoNotFound || fail "RepoNotFound message: $out"
 
