@@ -130,10 +130,11 @@ static void make_tar(const char *path, const char *name, mode_t type, const char
     archive_entry_set_pathname(e, name);
     archive_entry_set_filetype(e, type);
     archive_entry_set_perm(e, 0644);
-    if (link) archive_entry_set_symlink(e, link);
-    archive_entry_set_size(e, type == AE_IFREG ? (la_int64_t)size : 0);
+    if (link && type == AE_IFLNK) archive_entry_set_symlink(e, link);
+    if (link && type == AE_IFREG) archive_entry_set_hardlink(e, link);
+    archive_entry_set_size(e, type == AE_IFREG && !link ? (la_int64_t)size : 0);
     archive_write_header(a, e);
-    if (type == AE_IFREG) {
+    if (type == AE_IFREG && !link) {
         static char buf[1 << 16];
         memset(buf, fill, sizeof buf);
         for (size_t left = size; left > 0;) {
@@ -147,8 +148,8 @@ static void make_tar(const char *path, const char *name, mode_t type, const char
     archive_write_free(a);
 }
 
-static void expect_refused(const char *name, mode_t type, const char *link, size_t size,
-                           khub_status want, const char *msg)
+static void expect_refused_within(const char *name, mode_t type, const char *link, size_t size,
+                                  const khub__unpack_limits *lim, khub_status want, const char *msg)
 {
     char dir[] = "/tmp/khub-arch-XXXXXX";
     ASSERT(mkdtemp(dir) != NULL);
@@ -159,11 +160,17 @@ static void expect_refused(const char *name, mode_t type, const char *link, size
     khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = dir, .offline = 1};
     khub_hub *hub = NULL;
     ASSERT_OK(khub_hub_new(&o, &hub));
-    ASSERT_STATUS(khub__archive_unpack(hub, tar, dest, NULL), want);
+    ASSERT_STATUS(khub__archive_unpack(hub, tar, dest, lim), want);
     ASSERT_CONTAINS(khub_hub_errmsg(hub), msg);
     ASSERT(access(dest, F_OK) != 0); /* nothing left behind */
     khub_hub_free(hub);
     khub__rmtree(dir);
+}
+
+static void expect_refused(const char *name, mode_t type, const char *link, size_t size,
+                           khub_status want, const char *msg)
+{
+    expect_refused_within(name, type, link, size, NULL, want, msg);
 }
 
 TEST_IMPL(archive_hostile_entries)
@@ -175,6 +182,14 @@ TEST_IMPL(archive_hostile_entries)
     expect_refused("dev", AE_IFCHR, NULL, 0, KHUB_STATUS_UNSAFE_PATH, "device");
     /* 64 MiB of zeros packs to ~64 KiB: over the 200:1 ratio */
     expect_refused("bomb.bin", AE_IFREG, NULL, 64u << 20, KHUB_STATUS_OVERFLOW, "ratio");
+    expect_refused("hard", AE_IFREG, "libk.so", 0, KHUB_STATUS_UNSAFE_PATH, "is a link");
+    /* oversize: one entry over the entry limit (its header says so), or
+     * the whole archive over the total */
+    khub__unpack_limits entry = {.max_entry_bytes = 100}, total = {.max_total_bytes = 500};
+    expect_refused_within("big.so", AE_IFREG, NULL, 1000, &entry, KHUB_STATUS_OVERFLOW,
+                          "entry \"big.so\" is 1000 bytes, over the 100 limit");
+    expect_refused_within("big.so", AE_IFREG, NULL, 1000, &total, KHUB_STATUS_OVERFLOW,
+                          "unpacks to over the size or ratio limit");
 }
 
 TEST_IMPL(archive_ok_unpacks)
