@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuda.h"
 #include "hub_impl.h"
 #include "kernel_meta.h"
 
@@ -35,36 +36,17 @@ typedef struct host {
     int cc[MAX_GPUS]; /* their compute capabilities x10 (90 = 9.0) */
 } host;
 
-typedef int (*cu_int_fn)(int *);
-
 /* The driver version and every GPU's compute capability, through the
- * driver opened at run time (never linked); no driver, no GPUs. */
+ * runtime's driver layer (opened at run time, never linked, every entry
+ * point through cuGetProcAddress, never dlclosed); no driver, no GPUs. */
 static void detect_host(host *h)
 {
     struct utsname u;
     uname(&u);
     snprintf(h->cpu, sizeof h->cpu, "%s", strcmp(u.machine, "arm64") ? u.machine : "aarch64");
     h->cuda = h->n_gpus = 0;
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return;
-    cu_int_fn get = (cu_int_fn)(uintptr_t)dlsym(lib, "cuDriverGetVersion");
-    int (*init)(unsigned) = (int (*)(unsigned))(uintptr_t)dlsym(lib, "cuInit");
-    cu_int_fn count = (cu_int_fn)(uintptr_t)dlsym(lib, "cuDeviceGetCount");
-    int (*dev_get)(int *, int) = (int (*)(int *, int))(uintptr_t)dlsym(lib, "cuDeviceGet");
-    int (*attr)(int *, int, int) =
-        (int (*)(int *, int, int))(uintptr_t)dlsym(lib, "cuDeviceGetAttribute");
-    int v = 0, n = 0;
-    if (get && get(&v) == 0) h->cuda = v;
-    if (h->cuda && init && count && dev_get && attr && init(0) == 0 && count(&n) == 0) {
-        for (int i = 0; i < n && h->n_gpus < MAX_GPUS; i++) {
-            int dev = 0, major = 0, minor = 0;
-            /* 75, 76: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR */
-            if (dev_get(&dev, i) == 0 && attr(&major, 75, dev) == 0 && attr(&minor, 76, dev) == 0 &&
-                major > 0 && major < 100 && minor >= 0 && minor < 10)
-                h->cc[h->n_gpus++] = major * 10 + minor;
-        }
-    }
-    dlclose(lib);
+    if (khub__cuda_probe(&h->cuda, h->cc, MAX_GPUS, &h->n_gpus) != KHUB_STATUS_OK)
+        h->cuda = h->n_gpus = 0;
 }
 
 /* The capability in a file name khub build gives a CUDA artifact,

@@ -49,6 +49,7 @@ typedef struct cuda_driver {
     char err[256];
     int version;
     int n_devices;
+    bool probed; /* version and the device queries resolved (khub__cuda_probe) */
     pfn_get_proc_v2 get_proc_v2;
     pfn_get_proc_v1 get_proc_v1;
 
@@ -153,15 +154,25 @@ static void drv_open(void)
         snprintf(drv.err, sizeof drv.err, "no CUDA driver (libcuda.so.1: cuInit not found)");
         return;
     }
+    /* The version first: it needs no cuInit, and a driver without a GPU
+     * (cuInit fails with CUDA_ERROR_NO_DEVICE) still has one to report. */
+    if (drv.driver_get_version(&drv.version) != CU_SUCCESS || drv.version <= 0) {
+        drv.version = 0;
+        snprintf(drv.err, sizeof drv.err, "no CUDA driver version");
+        return;
+    }
     cu_result r = drv.init(0);
     if (r != CU_SUCCESS) {
         snprintf(drv.err, sizeof drv.err, "no CUDA driver (libcuda.so.1: cuInit failed: %d)", r);
         return;
     }
-    if (drv.driver_get_version(&drv.version) != CU_SUCCESS || !resolve_all()) {
-        if (!drv.err[0]) snprintf(drv.err, sizeof drv.err, "no CUDA driver version");
-        return;
-    }
+    /* Enough for khub__cuda_probe (the hub's variant choice) even when a
+     * later entry point is missing and the driver is unusable for plugins. */
+    int v = drv.version < CU_API_VERSION ? drv.version : CU_API_VERSION;
+    drv.probed = get_proc("cuDeviceGetCount", (void **)&drv.device_get_count, v) &&
+                 get_proc("cuDeviceGet", (void **)&drv.device_get, v) &&
+                 get_proc("cuDeviceGetAttribute", (void **)&drv.device_get_attribute, v);
+    if (!resolve_all()) return;
     if (drv.device_get_count(&drv.n_devices) != CU_SUCCESS) drv.n_devices = 0;
     drv.st = KHUB_STATUS_OK;
 }
@@ -226,6 +237,27 @@ khub_status khub__cuda_info(khub_runtime *rt, int *driver_version, int *n_device
     if (rt) rt->cuda = (struct khub__cuda *)&drv;
     if (driver_version) *driver_version = drv.version;
     if (n_devices) *n_devices = drv.n_devices;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__cuda_probe(int *driver_version, int *cc, int max, int *n_gpus)
+{
+    *driver_version = 0;
+    *n_gpus = 0;
+    pthread_once(&drv_once, drv_open);
+    *driver_version = drv.version;
+    if (!drv.probed) return drv.version > 0 ? KHUB_STATUS_OK : KHUB_STATUS_NO_CUDA;
+    int n = 0;
+    if (drv.device_get_count(&n) != CU_SUCCESS) n = 0;
+    for (int i = 0; i < n && *n_gpus < max; i++) {
+        cu_device dev;
+        int major = 0, minor = 0;
+        if (drv.device_get(&dev, i) == CU_SUCCESS &&
+            drv.device_get_attribute(&major, CU_ATTR_CC_MAJOR, dev) == CU_SUCCESS &&
+            drv.device_get_attribute(&minor, CU_ATTR_CC_MINOR, dev) == CU_SUCCESS && major > 0 &&
+            major < 100 && minor >= 0 && minor < 10)
+            cc[(*n_gpus)++] = major * 10 + minor;
+    }
     return KHUB_STATUS_OK;
 }
 

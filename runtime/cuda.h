@@ -16,6 +16,14 @@
  * on rt) when there is no driver or cuInit fails. Either pointer may be
  * NULL. Thread-safe. */
 KHUB_INTERNAL khub_status khub__cuda_info(khub_runtime *rt, int *driver_version, int *n_devices);
+/* What the hub's variant choice needs, through the same process-wide driver
+ * handle and cuGetProcAddress: the driver version (0 without one) and the
+ * compute capability (major*10+minor) of up to max GPUs in cc[0..*n_gpus).
+ * Works with a driver that lacks entry points plugins need (then
+ * khub__cuda_info still fails), and with a driver but no GPU (cuInit fails:
+ * the version, no GPUs). NO_CUDA, with *driver_version 0, when there is no
+ * driver. Thread-safe. */
+KHUB_INTERNAL khub_status khub__cuda_probe(int *driver_version, int *cc, int max, int *n_gpus);
 /* Compute capability of a device as major*10+minor. */
 KHUB_INTERNAL khub_status khub__cuda_device_cc(khub_runtime *rt, int device, int *cc);
 

@@ -2,8 +2,10 @@
  * found through LD_LIBRARY_PATH. It answers the few driver calls the hub's
  * variant selection makes, from KHUB_FAKE_CUDA="VERSION:CC,CC,..." (for
  * example "13000:90,75": driver 13.0, two GPUs of compute capability 9.0
- * and 7.5). Everything else a real driver offers is absent, so the runtime
- * (which needs cuGetProcAddress) still reports no usable driver. */
+ * and 7.5). Like a real driver it hands these out through
+ * cuGetProcAddress_v2, the only way khub looks them up. Everything else a
+ * real driver offers is absent, so the runtime still reports no usable
+ * driver to plugins ("lacks cuDevicePrimaryCtxRetain"). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,4 +72,34 @@ __attribute__((visibility("default"))) int cuDeviceGetAttribute(int *v, int attr
     else
         return 1; /* CUDA_ERROR_INVALID_VALUE */
     return 0;
+}
+
+/* CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+ *                              cuuint64_t flags, CUdriverProcAddressQueryResult *status) */
+__attribute__((visibility("default"))) int cuGetProcAddress_v2(const char *symbol, void **pfn,
+                                                               int cuda_version,
+                                                               unsigned long long flags,
+                                                               int *status)
+{
+    static const struct {
+        const char *name;
+        void *fn;
+    } table[] = {
+        {"cuInit", (void *)cuInit},
+        {"cuDriverGetVersion", (void *)cuDriverGetVersion},
+        {"cuDeviceGetCount", (void *)cuDeviceGetCount},
+        {"cuDeviceGet", (void *)cuDeviceGet},
+        {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute},
+    };
+    (void)cuda_version, (void)flags;
+    *pfn = NULL;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
+        if (strcmp(symbol, table[i].name) == 0) {
+            *pfn = table[i].fn;
+            if (status) *status = 0; /* CU_GET_PROC_ADDRESS_SUCCESS */
+            return 0;
+        }
+    }
+    if (status) *status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
+    return 500;              /* CUDA_ERROR_NOT_FOUND */
 }
