@@ -115,7 +115,35 @@ TEST_IMPL(check_dir_names_the_file)
     ASSERT_STATUS(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err),
                   KHUB_STATUS_LOCK_MISMATCH);
     ASSERT_CONTAINS(err, "extra.ptx is in");
+    unlink(path);
+    /* a missing file is named too */
+    snprintf(path, sizeof path, "%s/k.so", dir);
+    unlink(path);
+    ASSERT_STATUS(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "locked file k.so is missing from");
+    write_file(path, "library");
+    /* metadata.json.sig is outside the hash (docs/lockfile.md): adding or
+     * renewing a signature changes neither the files nor the content hash */
+    snprintf(path, sizeof path, "%s/metadata.json.sig", dir);
+    write_file(path, "signature");
+    khub_lock_variant v2;
+    ASSERT_OK(khub__lock_variant_from_dir("khub1-cpu-x86_64-linux", dir, &v2, err, sizeof err));
+    ASSERT_EQ(v2.n_files, (size_t)2);
+    ASSERT_STR_EQ(v2.hash, v.hash);
+    ASSERT_OK(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err));
+    /* the documented hash of these two files, computed here */
+    char want[65], line[200];
+    const char text_k[] = "library", text_m[] = "{}";
+    char hk[65], hm[65];
+    ASSERT_OK(khub__sha256_hex(text_k, sizeof text_k - 1, hk));
+    ASSERT_OK(khub__sha256_hex(text_m, sizeof text_m - 1, hm));
+    int n = snprintf(line, sizeof line, "k.so%c%s\nmetadata.json%c%s\n", 0, hk, 0, hm);
+    ASSERT_OK(khub__sha256_hex(line, (size_t)n, want));
+    ASSERT(strncmp(v.hash, "sha256:", 7) == 0);
+    ASSERT_STR_EQ(v.hash + 7, want);
     free(v.files);
+    free(v2.files);
     khub__rmtree(dir);
 }
 
