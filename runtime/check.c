@@ -62,8 +62,57 @@ static khub_status child_numeric_tests(khub_runtime *rt, const char *id,
     return KHUB_STATUS_OK;
 }
 
+/* khub_op_kind by name, for messages (the names kernel.json uses). */
+static const char *kind_name(uint32_t kind)
+{
+    static const char *const names[KHUB_OP_KIND__COUNT] = {
+        [KHUB_OP_ATTENTION] = "attention", [KHUB_OP_LINEAR] = "linear",
+        [KHUB_OP_QLINEAR] = "qlinear",     [KHUB_OP_KV_CACHE] = "kv_cache",
+        [KHUB_OP_NORM] = "norm",           [KHUB_OP_ACTIVATION] = "activation",
+        [KHUB_OP_ROTARY] = "rotary"};
+    return kind < KHUB_OP_KIND__COUNT && names[kind] ? names[kind] : "an unknown kind";
+}
+
+/* The plugin's registered ops against the manifest's: each declared op is
+ * registered under its name with its kind, and nothing else is. */
+static khub_status child_declared_ops(const khub_plugin *p, const khub_check_op *ops, size_t n_ops,
+                                      char *msg, size_t n)
+{
+    uint32_t count = khub_plugin_op_count(p);
+    for (size_t i = 0; i < n_ops; i++) {
+        const khub_op_desc *found = NULL;
+        for (uint32_t j = 0; j < count && !found; j++)
+            if (strcmp(khub_plugin_op(p, j)->name, ops[i].name) == 0) found = khub_plugin_op(p, j);
+        if (found && found->kind == ops[i].kind) continue;
+        if (found) {
+            snprintf(msg, n, "kernel.json declares op '%s' as %s; the plugin registers it as %s",
+                     ops[i].name, ops[i].kind_name, kind_name(found->kind));
+            return KHUB_STATUS_PLUGIN_INVALID;
+        }
+        size_t len = (size_t)snprintf(msg, n,
+                                      "kernel.json declares op '%s' (%s); the plugin registers no "
+                                      "op by that name (it registers:",
+                                      ops[i].name, ops[i].kind_name);
+        for (uint32_t j = 0; j < count && len < n; j++)
+            len += (size_t)snprintf(msg + len, n - len, " %s", khub_plugin_op(p, j)->name);
+        if (len < n) snprintf(msg + len, n - len, "%s)", count ? "" : " nothing");
+        return KHUB_STATUS_PLUGIN_INVALID;
+    }
+    for (uint32_t j = 0; j < count; j++) {
+        size_t i = 0;
+        while (i < n_ops && strcmp(ops[i].name, khub_plugin_op(p, j)->name) != 0) i++;
+        if (i == n_ops) {
+            snprintf(msg, n,
+                     "the plugin registers op '%s' that kernel.json does not declare in 'ops'",
+                     khub_plugin_op(p, j)->name);
+            return KHUB_STATUS_PLUGIN_INVALID;
+        }
+    }
+    return KHUB_STATUS_OK;
+}
+
 static void child_main(int fd, const char *path, const char *sha, const khub_selftest_spec *specs,
-                       size_t n_specs)
+                       size_t n_specs, const khub_check_op *ops, size_t n_ops)
 {
     static const int fatal[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
     for (size_t i = 0; i < sizeof fatal / sizeof fatal[0]; i++) signal(fatal[i], SIG_DFL);
@@ -92,6 +141,13 @@ static void child_main(int fd, const char *path, const char *sha, const khub_sel
                  khub_plugin_version(p), (unsigned)khub_plugin_op_count(p));
     else
         snprintf(msg, sizeof msg, "%s", err);
+    if (st == KHUB_STATUS_OK && n_ops) {
+        st = child_declared_ops(p, ops, n_ops, msg, sizeof msg);
+        if (st == KHUB_STATUS_OK) {
+            size_t len = strlen(msg);
+            snprintf(msg + len, sizeof msg - len, ", ops as kernel.json declares");
+        }
+    }
     if (st == KHUB_STATUS_OK && n_specs) {
         put_line(fd, "Pnumeric self-tests\n");
         st = child_numeric_tests(rt, khub_plugin_id(p), specs, n_specs, msg, sizeof msg);
@@ -153,6 +209,14 @@ khub_status khub__check_in_child_with_tests(const char *path, const char *sha256
                                             const khub_selftest_spec *specs, size_t n_specs,
                                             char *report, size_t n)
 {
+    return khub__check_in_child_declared(path, sha256_or_NULL, specs, n_specs, NULL, 0, report, n);
+}
+
+khub_status khub__check_in_child_declared(const char *path, const char *sha256_or_NULL,
+                                          const khub_selftest_spec *specs, size_t n_specs,
+                                          const khub_check_op *ops, size_t n_ops, char *report,
+                                          size_t n)
+{
     int fds[2];
     if (!path || !path[0]) {
         khub__errbuf(report, n, "plugin path is empty");
@@ -171,7 +235,7 @@ khub_status khub__check_in_child_with_tests(const char *path, const char *sha256
     }
     if (pid == 0) {
         close(fds[0]);
-        child_main(fds[1], path, sha256_or_NULL, specs, n_specs);
+        child_main(fds[1], path, sha256_or_NULL, specs, n_specs, ops, n_ops);
     }
     close(fds[1]);
     char out[8192], phase[32];

@@ -31,4 +31,26 @@ KHUB_INTERNAL khub_status khub__check_in_child_with_tests(const char *path,
                                                           const struct khub_selftest_spec *specs,
                                                           size_t n_specs, char *report, size_t n);
 
+/* An op a kernel's manifest declares: its name and its kind. The kind fixes
+ * the op's signature (the argument struct khub_<kind>_args it is called
+ * with); kind_name is for messages ("norm"). */
+typedef struct khub_check_op {
+    const char *name;
+    uint32_t kind;
+    const char *kind_name;
+} khub_check_op;
+
+/* khub__check_in_child_with_tests, and before the numeric self-tests the
+ * child compares the plugin's registered ops with ops (n_ops > 0): every
+ * declared op must be registered under its name with its kind, and the
+ * plugin may register no op that is not declared. A mismatch fails with
+ * KHUB_STATUS_PLUGIN_INVALID naming the op ("kernel.json declares op
+ * 'rms_norm' (norm); the plugin registers no op by that name (it registers:
+ * rmsnorm (norm))"). */
+KHUB_INTERNAL khub_status khub__check_in_child_declared(const char *path,
+                                                        const char *sha256_or_NULL,
+                                                        const struct khub_selftest_spec *specs,
+                                                        size_t n_specs, const khub_check_op *ops,
+                                                        size_t n_ops, char *report, size_t n);
+
 #endif /* KHUB_RUNTIME_CHECK_H */

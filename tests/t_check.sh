@@ -133,6 +133,8 @@ if [ -n "$cu" ]; then
     sed -i 's/^\.target sm_90/.target sm_89/' "$cu/meta.sm_90.ptx"
     edit_meta "$cu/metadata.json" 'import hashlib; m["files"]["meta.sm_90.ptx"] = hashlib.sha256(open(p.rsplit("/", 1)[0] + "/meta.sm_90.ptx", "rb").read()).hexdigest()'
     expect_dir meta "meta.sm_90.ptx: PTX says .target sm_89"
+    sed -i 's/^\.target sm_89/.target sm_90/' "$cu/meta.sm_90.ptx" && cp cu.json.bak "$cu/metadata.json"
+    "$KHUB" check meta > check.log 2>&1 || { cat check.log; fail "meta after the PTX checks"; }
     echo "ok   check DIR: PTX .target/.version disagreeing with metadata.json"
 else
     echo "skip PTX checks: no CUDA variant was built ($(grep -o 'CUDA variant skipped: .*' build.log || echo no reason))"
@@ -159,6 +161,24 @@ expect_dir wrong "wrong-generic.so: "
 grep -q "wrong-generic.so: .*rms_norm \[4, 576\] f32: NMSE [0-9.e+-]* > 1e-08" check.log ||
     fail "NMSE message: $(grep FAIL check.log)"
 echo "ok   check DIR: a wrong result fails its self-test with the NMSE"
+# the ops kernel.json declares (name and kind: the kind fixes the argument
+# struct, the op's signature) against what each plugin registers
+cp meta/kernel.json meta.kernel.json.bak
+sed -i 's/"name": "rms_norm", "kind": "norm"/"name": "rmsnorm", "kind": "norm"/; s/"op": "rms_norm"/"op": "rmsnorm"/' meta/kernel.json
+expect_dir meta "kernel.json declares op 'rmsnorm' (norm); the plugin registers no op by that name (it registers: rms_norm)"
+cp meta.kernel.json.bak meta/kernel.json
+sed -i 's/"name": "rms_norm", "kind": "norm"/"name": "rms_norm", "kind": "activation"/' meta/kernel.json
+expect_dir meta "kernel.json declares op 'rms_norm' as activation; the plugin registers it as norm"
+grep -q "meta-cuda.so: kernel.json declares op 'rms_norm' as activation" check.log ||
+    [ -z "$cu" ] || fail "the CUDA glue's ops were not compared: $(grep FAIL check.log)"
+cp meta.kernel.json.bak meta/kernel.json
+"$KHUB" init acme/extra --kind norm --backends cpu > /dev/null || fail "init extra"
+sed -i 's|^     .run = OP_RUN},|&\n    {KHUB_STRUCT_INIT(khub_op_desc), .name = "rms_norm_twin", .kind = OP_KIND, .caps = \&caps,\n     .run = OP_RUN},|; s|.n_ops = 1|.n_ops = 2|' extra/extra.c
+grep -q rms_norm_twin extra/extra.c || fail "the extra-op edit did not apply"
+"$KHUB" build extra --quiet > build.log 2>&1 || fail "build extra: $(cat build.log)"
+expect_dir extra "the plugin registers op 'rms_norm_twin' that kernel.json does not declare in 'ops'"
+echo "ok   check DIR: declared ops against registered ones (missing, other kind, undeclared)"
+
 # a self-test in a format the kernel does not serve says why (the registry's
 # reason), and khub bench DIR refuses to time it the same way
 cp -r "$SRC/kernels-src/quantization" quant && rm -rf quant/build

@@ -105,6 +105,10 @@ static void run_selftests(const khub_kernel_manifest *m, const khub_kmeta *meta,
             m->tests[i].op, {0}, m->tests[i].ndim, m->tests[i].dtype, m->tests[i].tolerance};
         memcpy(specs[i].shape, m->tests[i].shape, sizeof specs[i].shape);
     }
+    khub_check_op ops[KHUB_KM_MAX_OPS];
+    for (size_t i = 0; i < m->n_ops; i++)
+        ops[i] =
+            (khub_check_op){m->ops[i].name, m->ops[i].kind, khub__op_kind_name(m->ops[i].kind)};
     uint32_t cpu = khub_cpu_features();
     int cuda = strcmp(meta->backend, "cuda") == 0;
     for (size_t i = 0; i < meta->n_plugins; i++) {
@@ -115,9 +119,9 @@ static void run_selftests(const khub_kernel_manifest *m, const khub_kmeta *meta,
             printf("skip %s: this CPU lacks the level's features\n", path);
             continue;
         }
-        khub_status st = khub__check_in_child_with_tests(path, khub__kmeta_digest(meta, p->file),
-                                                         cuda ? NULL : specs, cuda ? 0 : m->n_tests,
-                                                         report, sizeof report);
+        khub_status st = khub__check_in_child_declared(path, khub__kmeta_digest(meta, p->file),
+                                                       cuda ? NULL : specs, cuda ? 0 : m->n_tests,
+                                                       ops, m->n_ops, report, sizeof report);
         size_t pl = strlen(path); /* a crash or timeout report names the path already */
         if (st != KHUB_STATUS_OK && strncmp(report, path, pl) == 0 && report[pl] == ':')
             finding(t, "%s", report);
