@@ -661,6 +661,20 @@ static void fill_info(khub_model *m)
     }
 }
 
+/* True when some layer projection is stored in scheme q (quantized to it at
+ * load, or already so in the file). */
+static bool any_in_scheme(const khub_model *m, khub_qformat q)
+{
+    int32_t want = KHUB_DTYPE_ID_QBASE + (int32_t)q;
+    for (int64_t L = 0; L < m->cfg.n_layers; L++) {
+        const khub__layer *ly = &m->layers[L];
+        const khub__mat *mats[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            if (khub_dtype_id_of(mats[i]->w.t.dtype) == want) return true;
+    }
+    return false;
+}
+
 static khub_status load(khub_model *m, const char *path, const khub_model_opts *opts)
 {
     khub_model_opts o;
@@ -691,6 +705,14 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
                        (long long)c->n_layers);
         if (o.progress) o.progress(o.progress_ud, L + 1, (int32_t)c->n_layers);
     }
+    /* Quantize-at-load only converts dense projections: say so when none
+     * was (a Q4_1 GGUF), instead of quietly keeping them. */
+    if (p.quant != KHUB_QFORMAT_NONE && c->n_layers > 0 && !any_in_scheme(m, p.quant))
+        khub__log(m->rt, KHUB_LOG_WARN,
+                  "%s: quantize-at-load to %s changed nothing: the projections are already %s, "
+                  "not dense (only F32/F16/BF16 weights are converted)",
+                  m->file, khub__dtype_short(KHUB_DTYPE_Q(p.quant)),
+                  khub__dtype_short(m->layers[0].q.w.t.dtype));
     KHUB_FORWARD_IF_ERROR(m->rt, make_cache(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_alloc(m));
     fill_info(m);

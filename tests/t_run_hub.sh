@@ -101,6 +101,11 @@ if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --rotary kernels-
 grep -q "for rotary is unusable: it has no rotary op, and KHUB_OPT_STRICT forbids" f.err || fail "strict rotary: $(cat f.err)"
 echo "ok   --act and --rotary by Hub ID (rotary: fetched, no rotary op, fallback; --strict fails)"
 
+# --quant ID:SCHEME on the Q4_1 GGUF: fetched, but nothing is dense, and the warning says so
+"$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --quant kernels-community/quantization:nf4 \
+    > f.out 2> f.err || { cat f.err; fail "--quant ID:nf4 on the GGUF"; }
+grep -q "warning: SmolLM2-135M-Instruct.Q4_1.gguf: quantize-at-load to nf4 changed nothing: the projections are already q4_1, not dense" f.err ||
+    fail "--quant on a quantized GGUF: $(cat f.err)"
 # --quant ID:SCHEME quantizes the dense weights of the safetensors copy with the fetched kernel
 HFM=$(dirname "$MODEL")/SmolLM2-135M-Instruct-hf
 if [ -f "$HFM/config.json" ]; then
@@ -110,7 +115,7 @@ if [ -f "$HFM/config.json" ]; then
         fail "--quant fetch: $(grep '^quantization' f.out)"
     grep -q "^qkv_proj\[nf4\]: kernels-community/quantization 1.0.0 :: qlinear_bnb" f.out ||
         fail "--quant ID:nf4 does not serve: $(grep 'proj' f.out)"
-    echo "ok   --quant kernels-community/quantization:nf4 quantizes with the fetched kernel"
+    echo "ok   --quant kernels-community/quantization:nf4 quantizes with the fetched kernel (the Q4_1 GGUF: a warning)"
 else
     echo "skip --quant ID: $HFM absent (tools/fetch-model.sh makes it)"
 fi
