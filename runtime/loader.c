@@ -749,6 +749,10 @@ khub_status khub_plugin_reload(khub_runtime *rt, khub_plugin *old, const char *p
     khub__clear(rt);
     if (out) *out = NULL;
     KHUB_FORWARD_IF_ERROR(rt, check_load_args(rt, path, sha256_hex));
+    KHUB_RETURN_IF(rt, khub__pinned_here(old), KHUB_STATUS_BUSY,
+                   "reload %s %s: this thread holds a khub_binding_acquire pin on it, so it "
+                   "could never go idle; release the pin first; nothing changed",
+                   old->id, old->version);
     char msg[KHUB_ERROR_SIZE];
     khub_plugin *np = NULL;
     khub_status st = prepare(rt, path, sha256_hex, NULL, &np, msg, sizeof msg);
@@ -779,6 +783,10 @@ khub_status khub_plugin_unload(khub_runtime *rt, khub_plugin *p)
 {
     KHUB_API_CHECK(NULL, rt != NULL && p != NULL);
     khub__clear(rt);
+    KHUB_RETURN_IF(rt, khub__pinned_here(p), KHUB_STATUS_BUSY,
+                   "unload %s %s: this thread holds a khub_binding_acquire pin on it; release "
+                   "the pin first",
+                   p->id, p->version);
     pthread_rwlock_wrlock(&rt->reg_lock);
     size_t slot = list_find(rt, p);
     size_t users = slot == SIZE_MAX ? 0 : khub__registry_bindings_of(rt, p);

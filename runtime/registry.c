@@ -437,6 +437,13 @@ const khub_op_desc *khub_binding_acquire(khub_binding *b, void **plugin_state)
     return &p->ops[idx];
 }
 
+bool khub__pinned_here(const khub_plugin *p)
+{
+    for (int i = 0; i < tls_n_pins; i++)
+        if (tls_pins[i].p == p) return true;
+    return false;
+}
+
 void khub_binding_release(khub_binding *b)
 {
     for (int i = tls_n_pins - 1; i >= 0; i--) {

@@ -146,6 +146,9 @@ KHUB_INTERNAL void khub__runtime_host_free(khub_runtime *rt);
 /* Registry internals shared by loader.c and registry.c (call with
  * rt->reg_lock held for writing). */
 KHUB_INTERNAL size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p);
+/* True when the calling thread holds a khub_binding_acquire pin on p (any
+ * lock state): waiting for p to go idle would then wait forever. */
+KHUB_INTERNAL bool khub__pinned_here(const khub_plugin *p);
 KHUB_INTERNAL void khub__binding_set_name(khub_binding *b);
 KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
 

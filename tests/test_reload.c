@@ -82,6 +82,30 @@ TEST_IMPL(reload_rejects_bad_file_keeps_old)
     khub_runtime_free(rt);
 }
 
+TEST_IMPL(reload_refuses_own_pin)
+{
+    /* Waiting for the old plugin to go idle while this thread pins it would
+     * hang: refused with BUSY, nothing changed, and fine after release. */
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *v1 = tp_load(rt, "good_v1");
+    khub_binding *b = bind_stamp(rt);
+    void *state = NULL;
+    ASSERT(khub_binding_acquire(b, &state) != NULL);
+    const char *path = TP("good_v2");
+    ASSERT_STATUS(khub_plugin_reload(rt, v1, path, TP_SHA(path), NULL), KHUB_STATUS_BUSY);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt),
+                  "reload khub-test/good 1.0.0: this thread holds a khub_binding_acquire pin on "
+                  "it, so it could never go idle; release the pin first; nothing changed");
+    ASSERT_STATUS(khub_plugin_unload(rt, v1), KHUB_STATUS_BUSY);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "unload khub-test/good 1.0.0: this thread holds");
+    ASSERT_EQ(khub_plugin_count(rt), 1);
+    ASSERT_EQ(call_stamp(b), 1);
+    khub_binding_release(b);
+    ASSERT(reload(rt, v1, "good_v2") != NULL);
+    ASSERT_EQ(call_stamp(b), 2);
+    khub_runtime_free(rt);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Stress: 4 callers against 50 reloads                                     */
 /* ------------------------------------------------------------------------ */
@@ -177,6 +201,7 @@ TEST_IMPL(reload_stress_reordered_ops)
     X(reload_swaps_bindings) \
     X(reload_missing_op_changes_nothing) \
     X(reload_rejects_bad_file_keeps_old) \
+    X(reload_refuses_own_pin) \
     X(reload_stress_concurrent_calls) \
     X(reload_stress_reordered_ops)
 TEST_MAIN(TEST_LIST)

@@ -184,8 +184,9 @@ KHUB_API khub_status khub_plugin_load_static(khub_runtime *rt, khub_plugin_init_
 /* Hot reload: loads the new file beside old, initialises it, swaps every
  * binding served by old to the op of the same name in the new plugin in one
  * step, then retires old once no call is in flight (real dlclose). Fails with
- * nothing changed if the new plugin lacks an op that a binding uses.
- * Since 0.1. */
+ * nothing changed if the new plugin lacks an op that a binding uses, and
+ * with KHUB_STATUS_BUSY if the calling thread holds a khub_binding_acquire
+ * pin on old (it would wait for itself). Since 0.1. */
 KHUB_API khub_status khub_plugin_reload(khub_runtime *rt, khub_plugin *old, const char *path,
                                         const char *sha256_hex, khub_plugin **out);
 /* Unloads a plugin no binding uses (KHUB_STATUS_BUSY otherwise). Since 0.1. */
