@@ -104,10 +104,11 @@ static bool khub_family(const char *name)
 /* Ranking locked names without the network                                 */
 /* ======================================================================== */
 
-khub_status khub__kernel_rank_names(const khub_hub_id *id, const char *commit,
-                                    const char *const *names, size_t n, khub_hub_variant_list **out)
+khub_status khub__kernel_rank_locked(const khub_hub_id *id, const khub_lock_entry *e,
+                                     khub_hub_variant_list **out)
 {
     *out = NULL;
+    const char *commit = e->commit;
     char root[] = "/tmp/khub-rank-XXXXXX";
     if (!mkdtemp(root)) return khub__fail(NULL, KHUB_STATUS_IO, "mkdtemp: %s", strerror(errno));
     khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = root, .token = "",
@@ -116,12 +117,23 @@ khub_status khub__kernel_rank_names(const khub_hub_id *id, const char *commit,
     khub_status st = khub_hub_new(&o, &scratch);
     char dir[KHUB__PATH_MAX], repo_dir[KHUB__PATH_MAX];
     if (st == KHUB_STATUS_OK) st = khub__cache_repo_dir(scratch, id, repo_dir, sizeof repo_dir);
-    for (size_t i = 0; st == KHUB_STATUS_OK && i < n; i++) {
-        if (!khub__path_is_safe(names[i]) || strchr(names[i], '/')) continue;
-        if (!KHUB__PATHF(dir, "%s/snapshots/%s/build/%s", repo_dir, commit, names[i]))
+    for (size_t i = 0; st == KHUB_STATUS_OK && i < e->n_variants; i++) {
+        const khub_lock_variant *v = &e->variants[i];
+        if (!khub__path_is_safe(v->name) || strchr(v->name, '/')) continue;
+        if (!KHUB__PATHF(dir, "%s/snapshots/%s/build/%s", repo_dir, commit, v->name))
             st = KHUB_STATUS_OVERFLOW;
         else
             st = khub__mkdirs(scratch, dir);
+        /* Empty files under the locked names: the judge matches a CUDA
+         * variant's sm_XY PTX and cubin names against this host's GPUs. */
+        for (size_t j = 0; st == KHUB_STATUS_OK && j < v->n_files; j++) {
+            char file[KHUB__PATH_MAX];
+            const char *nm = v->files[j].name;
+            if (!khub__path_is_safe(nm) || strchr(nm, '/') || !KHUB__PATHF(file, "%s/%s", dir, nm))
+                continue;
+            FILE *fp = fopen(file, "wb");
+            if (fp) fclose(fp);
+        }
     }
     if (st == KHUB_STATUS_OK) st = khub_hub_variants(scratch, id, commit, out);
     if (st != KHUB_STATUS_OK && scratch)
@@ -204,11 +216,7 @@ static khub_status fetch_variants(fetch *f)
     khub_status st;
     if (f->entry) {
         memcpy(f->r->commit, f->entry->commit, 41);
-        const char *names[KHUB_LOCK_MAX_VARIANTS];
-        size_t n = 0;
-        for (size_t i = 0; i < f->entry->n_variants && n < KHUB_LOCK_MAX_VARIANTS; i++)
-            names[n++] = f->entry->variants[i].name;
-        st = khub__kernel_rank_names(&f->id, f->r->commit, names, n, &f->vl);
+        st = khub__kernel_rank_locked(&f->id, f->entry, &f->vl);
         if (st != KHUB_STATUS_OK)
             return khub__fail(f->rt, st, "%s: %s", f->r->repo, khub_last_error());
         f->r->locked = 1;
@@ -556,7 +564,7 @@ khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int
          * another one: the model executor loads the CPU variant even where a
          * CUDA variant fits (khub__kernel_fetch_cpu), so an offline `khub run`
          * needs it. */
-        KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_rank_names(&id, e->commit, names, n, &vl));
+        KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_rank_locked(&id, e, &vl));
         n = 0;
         if (vl->best) names[n++] = vl->best;
         for (size_t i = 0; i < vl->count; i++)

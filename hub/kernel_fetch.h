@@ -46,11 +46,10 @@ KHUB_INTERNAL khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock
 KHUB_INTERNAL khub_status khub__kernel_newest_version(khub_hub *hub, const khub_hub_id *id,
                                                       int32_t *newest, char commit[41]);
 
-/* Ranks variant names (from a lock) for this host without any request:
- * the hub's own judge runs over a scratch offline cache holding only the
- * names. *out as khub_hub_variants. */
-KHUB_INTERNAL khub_status khub__kernel_rank_names(const khub_hub_id *id, const char *commit,
-                                                  const char *const *names, size_t n,
-                                                  khub_hub_variant_list **out);
-
+/* Ranks the locked variants of e for this host without any request: the
+ * hub's own judge runs over a scratch offline cache holding only the locked
+ * names (each variant's files as empty files, so a CUDA variant's sm_XY
+ * names are matched against this host's GPUs). *out as khub_hub_variants. */
+KHUB_INTERNAL khub_status khub__kernel_rank_locked(const khub_hub_id *id, const khub_lock_entry *e,
+                                                   khub_hub_variant_list **out);
 #endif /* KHUB_HUB_KERNEL_FETCH_H */

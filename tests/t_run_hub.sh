@@ -145,12 +145,22 @@ if [ -n "$cu" ]; then
     rm -rf cache/kernels--kernels-community--flash-attn2
     env $export_fake "$KHUB" sync gp > gs.out 2>&1 || fail "sync with a GPU: $(cat gs.out)"
     grep -q ": 2 variants verified" gs.out || fail "sync with a GPU: $(cat gs.out)"
+    # a locked load judges the CUDA variant by its locked sm_XY file names, with no request
+    v_75=$(echo "$export_fake" | sed 's/:90$/:75/')
+    env $v_75 "$KHUB" fetch kernels-community/flash-attn2 --lock gp/khub.lock > gf.out 2>&1 ||
+        fail "locked fetch, sm_75: $(cat gf.out)"
+    grep -q "^variant  khub1-cpu-" gf.out && grep -q "$cu: reject: no PTX or cubin for GPU 0 sm_75" gf.out &&
+        grep -q "^requests 0" gf.out || fail "locked fetch, sm_75: $(cat gf.out)"
+    env $export_fake "$KHUB" fetch kernels-community/flash-attn2 --lock gp/khub.lock > gf.out 2>&1 ||
+        fail "locked fetch, sm_90: $(cat gf.out)"
+    grep -q "^variant  $cu" gf.out && grep -q "$cu: accept: .*GPU 0 sm_90" gf.out ||
+        fail "locked fetch, sm_90: $(cat gf.out)"
     env $export_fake HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 \
         --kernels gp/khub.json --lock gp/khub.lock --explain > gpu.out 2> gpu.err ||
         { cat gpu.err; fail "offline locked run with a GPU present after khub sync"; }
     grep -q "^attention\[f32\]: kernels-community/flash-attn2 1.0.0 :: flash_attn" gpu.out ||
         fail "offline with a GPU: $(grep attention gpu.out)"
-    echo "ok   a GPU present: $cu ranks first, model load takes the CPU variant; khub sync fetches both"
+    echo "ok   a GPU present: $cu ranks first, model load takes the CPU variant; khub sync fetches both; a locked load matches sm_XY"
 else
     echo "skip CUDA variant preference: NVRTC built no CUDA variant of flash-attn2"
 fi
