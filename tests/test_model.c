@@ -421,6 +421,31 @@ TEST_IMPL(model_tiny_mistral_sliding_window)
     ASSERT(rel_err(m13, l13, T_VOCAB) > 1e-3);
 }
 
+/* Qwen2's sliding layers: use_sliding_window with max_window_layers 1 slides
+ * layer 1 only. Prefill == incremental; inside the window the logits are
+ * the full-attention ones; past it they differ from full attention and from
+ * sliding in every layer (max_window_layers 0). */
+TEST_IMPL(model_tiny_qwen2_sliding_layers)
+{
+#define QWEN2_SLIDE(from) \
+    ",\"use_sliding_window\": true, \"sliding_window\": 4, \"max_window_layers\": " #from
+    check_arch(TINY_QWEN2, QWEN2_SLIDE(1));
+    int32_t ids[13] = {1, 17, 200, 3, 99, 45, 45, 45, 250, 7, 8, 128, 64};
+    float full[T_VOCAB], one[T_VOCAB], all[T_VOCAB];
+    tiny_spec f = {TINY_QWEN2, NULL, NULL, NULL, 0, 0, NULL};
+    tiny_spec o = {TINY_QWEN2, NULL, NULL, NULL, 0, 0, QWEN2_SLIDE(1)};
+    tiny_spec a = {TINY_QWEN2, NULL, NULL, NULL, 0, 0, QWEN2_SLIDE(0)};
+    tiny_logits(&f, ids, 4, full, NULL);
+    tiny_logits(&o, ids, 4, one, NULL);
+    ASSERT_LE(rel_err(one, full, T_VOCAB), 1e-6);
+    tiny_logits(&f, ids, 13, full, NULL);
+    tiny_logits(&o, ids, 13, one, NULL);
+    tiny_logits(&a, ids, 13, all, NULL);
+    ASSERT(rel_err(one, full, T_VOCAB) > 1e-3);
+    ASSERT(rel_err(one, all, T_VOCAB) > 1e-3);
+#undef QWEN2_SLIDE
+}
+
 /* rope_scaling "linear" and "llama3" reach the rotary op: the prompt gives
  * other logits than without scaling (position 0 alone is not rotated, so
  * one token gives the same), and prefill == incremental still holds. */
@@ -964,6 +989,7 @@ TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
     X(model_tiny_qwen2_prefill_equals_incremental) \
     X(model_tiny_qwen3_prefill_equals_incremental) \
     X(model_tiny_mistral_sliding_window) \
+    X(model_tiny_qwen2_sliding_layers) \
     X(model_tiny_rope_scaling_linear) \
     X(model_tiny_rope_scaling_llama3) \
     X(model_tiny_dtypes_and_shards) \
