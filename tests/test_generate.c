@@ -116,6 +116,34 @@ TEST_IMPL(generate_greedy_is_argmax_and_streams)
     close_model(&f);
 }
 
+/* The stream runs while tokens are produced: a callback that says stop at
+ * its third piece ends generation there (KHUB_STOP_CALLBACK), long before
+ * max_new_tokens, and the text is what was streamed. */
+static int stop_at_third(void *ud, int32_t prompt, const char *text, size_t len)
+{
+    collect(ud, prompt, text, len);
+    return ((sink *)ud)->calls == 3;
+}
+
+TEST_IMPL(generate_stream_stops_generation)
+{
+    fixture f = open_model(NULL);
+    const char *p[] = {"Write a long story about a dragon:"};
+    sink s = {0};
+    khub_generate_opts o = gen(48);
+    o.ignore_eos = 1;
+    o.callback = stop_at_third;
+    o.callback_ud = &s;
+    khub_generate_result r = result();
+    ASSERT_OK(khub_model_generate(f.m, p, 1, &o, &r));
+    ASSERT_EQ(r.stop_reason, KHUB_STOP_CALLBACK);
+    ASSERT_EQ(s.calls, 3);
+    ASSERT(r.n_tokens >= 3 && r.n_tokens < 48);
+    ASSERT_STR_EQ(r.text, s.text);
+    khub_generate_results_free(f.m, &r, 1);
+    close_model(&f);
+}
+
 TEST_IMPL(generate_stop_string)
 {
     fixture f = open_model(NULL);
@@ -350,6 +378,7 @@ TEST_IMPL(generate_stops_at_any_eos_id)
 
 #define TEST_LIST(X) \
     X(generate_greedy_is_argmax_and_streams) \
+    X(generate_stream_stops_generation) \
     X(generate_stop_string) \
     X(generate_batch_equals_single) \
     X(generate_seeded_sampling) \
