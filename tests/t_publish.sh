@@ -2,7 +2,8 @@
 # t_publish.sh: `khub build` a tiny kernel, `khub publish` it to `khub serve
 # --token` on loopback, download it back and compare digests; republish a
 # changed v1 (a stale file is deleted), then v2; auth failures; and, when
-# huggingface_hub is installed, its upload calls against `khub serve`.
+# huggingface_hub is installed, its upload calls against `khub serve` (a
+# model repo, and a kernel repo holding a khub build that khub then downloads).
 # Also `khub cache ls|verify|prune` on the cache these steps made.
 set -euo pipefail
 KHUB=${KHUB_BIN:?KHUB_BIN is set by ctest}
@@ -129,7 +130,7 @@ if ! python3 -c 'import huggingface_hub' 2>/dev/null; then
     echo "t_publish: ok"
     exit 0
 fi
-export HF_HUB_DISABLE_XET=1 HF_HUB_CACHE=$T/pycache HF_HUB_DISABLE_TELEMETRY=1
+export HF_HUB_DISABLE_XET=1 HF_HUB_CACHE=$T/pycache HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_PROGRESS_BARS=1
 timeout 120 python3 - <<'PY' || fail "huggingface_hub uploads to khub serve"
 import os
 from huggingface_hub import HfApi, CommitOperationAdd, hf_hub_download
@@ -157,6 +158,33 @@ try:
 except Exception as e:
     assert "401" in str(e), e
 PY
+# The official client writes a kernel repo (repo_type "kernel": create,
+# preupload, LFS batch + PUT for the .so, the NDJSON commit, branch v2) with
+# the files of a khub build; khub resolves, downloads and verifies it.
+OID=$(timeout 120 python3 - "$K/build" "$V" <<'PY'
+import os, sys
+from huggingface_hub import HfApi, CommitOperationAdd
+build, v = sys.argv[1], sys.argv[2]
+api = HfApi(endpoint=os.environ["HF_ENDPOINT"], token="hf_write")
+assert api.create_repo("pyorg/norm", repo_type="kernel").endswith("/kernels/pyorg/norm")
+ops = [CommitOperationAdd(f"build/{v}/{f}", os.path.join(build, v, f))
+       for f in sorted(os.listdir(os.path.join(build, v)))]
+ops.append(CommitOperationAdd(f"build/{v}.tar.gz", os.path.join(build, v + ".tar.gz")))
+info = api.create_commit("pyorg/norm", repo_type="kernel", commit_message="v2", operations=ops)
+api.create_branch("pyorg/norm", repo_type="kernel", branch="v2", revision=info.oid)
+refs = api.list_repo_refs("pyorg/norm", repo_type="kernel")
+assert {b.name: b.target_commit for b in refs.branches}["v2"] == info.oid, refs
+print(info.oid)
+PY
+) || fail "huggingface_hub writes a kernel repo"
+grep -q "POST /kernels/pyorg/norm.git/info/lfs/objects/batch" "$T/log" || fail "no LFS batch from the client"
+[ "$(timeout 20 "$KHUB" resolve pyorg/norm@version=2)" = "$OID" ] || fail "khub resolve of the client's v2"
+timeout 30 "$KHUB" download pyorg/norm@version=2 --variant "$V" --quiet || fail "download the client's kernel"
+for f in "$K/build/$V"/*; do
+    got=$(find "$KHUB_CACHE" -path "*kernels--pyorg--norm*/$V/$(basename "$f")" | head -1)
+    [ -n "$got" ] && cmp -s "$f" "$got" || fail "$(basename "$f") differs after the client's upload"
+done
+
 # khub reads the cache the official client wrote.
 timeout 60 "$KHUB" cache verify --cache "$T/pycache" > /dev/null || fail "verify the python cache"
 timeout 20 "$KHUB" cache ls --cache "$T/pycache" | grep -q "pyorg/model" || fail "ls python cache"
