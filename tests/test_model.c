@@ -158,6 +158,9 @@ typedef struct tiny_spec {
     int round8;             /* 1 = values rounded to 8 significant bits (exact in F16/BF16) */
     int shards;             /* 2 = two shards + model.safetensors.index.json */
     const char *extra;      /* more config.json members: ",\"sliding_window\":4" */
+    const char *gguf;       /* also write the same weights as this GGUF file, as
+                               llama.cpp's converter would, or NULL */
+    int gguf_no_permute;    /* 1 = leave out the converter's Llama Q/K row permutation */
 } tiny_spec;
 
 /* v to 8 significant bits (round to nearest even), 0 below 2^-14: then the
@@ -230,6 +233,94 @@ static void write_shard(const char *path, const tiny_tensor *t, float *const *va
     free(hdr);
 }
 
+/* The GGUF name of a Hugging Face tensor name, as convert_hf_to_gguf.py maps
+ * it ("model.layers.1.self_attn.q_proj.weight" -> "blk.1.attn_q.weight"). */
+static void gguf_name(const char *hf, char *out, size_t n)
+{
+    static const char *const map[][2] = {{"input_layernorm.weight", "attn_norm.weight"},
+                                         {"post_attention_layernorm.weight", "ffn_norm.weight"},
+                                         {"self_attn.q_proj.", "attn_q."},
+                                         {"self_attn.k_proj.", "attn_k."},
+                                         {"self_attn.v_proj.", "attn_v."},
+                                         {"self_attn.o_proj.", "attn_output."},
+                                         {"self_attn.q_norm.", "attn_q_norm."},
+                                         {"self_attn.k_norm.", "attn_k_norm."},
+                                         {"mlp.gate_proj.", "ffn_gate."},
+                                         {"mlp.up_proj.", "ffn_up."},
+                                         {"mlp.down_proj.", "ffn_down."}};
+    if (!strcmp(hf, "model.embed_tokens.weight")) {
+        snprintf(out, n, "token_embd.weight");
+        return;
+    }
+    if (!strcmp(hf, "model.norm.weight")) {
+        snprintf(out, n, "output_norm.weight");
+        return;
+    }
+    int L = 0, used = 0;
+    ASSERT(sscanf(hf, "model.layers.%d.%n", &L, &used) == 1 && used > 0);
+    const char *rest = hf + used;
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        size_t k = strlen(map[i][0]);
+        if (!strncmp(rest, map[i][0], k)) {
+            snprintf(out, n, "blk.%d.%s%s", L, map[i][1], rest + k);
+            return;
+        }
+    }
+    TEST_FAIL_("no GGUF name for %s", hf);
+}
+
+/* Writes the tensors t[0, n) with vals as an F32 GGUF of spec's architecture.
+ * For Llama and Mistral the q/k rows are permuted as llama.cpp's converter
+ * does (row h*hd + 2i + j <- row h*hd + j*hd/2 + i within each head), unless
+ * spec->gguf_no_permute. */
+static void write_gguf_copy(const tiny_spec *spec, const tiny_tensor *t, float *const *vals, int n)
+{
+    static const char *const garch[] = {"llama", "qwen2", "qwen3", "llama"};
+    const char *arch = garch[spec->arch];
+    int permute =
+        (spec->arch == TINY_LLAMA || spec->arch == TINY_MISTRAL) && !spec->gguf_no_permute;
+    fx_buf b = {0};
+    char k[96];
+    fx_gguf_header(&b, 3, (uint64_t)n, 10);
+    fx_kv_str(&b, "general.architecture", arch);
+#define K(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
+    fx_kv_u32(&b, K("embedding_length"), T_HIDDEN);
+    fx_kv_u32(&b, K("feed_forward_length"), T_FFN);
+    fx_kv_u32(&b, K("block_count"), T_LAYERS);
+    fx_kv_u32(&b, K("attention.head_count"), T_HEADS);
+    fx_kv_u32(&b, K("attention.head_count_kv"), T_KV);
+    fx_kv_u32(&b, K("context_length"), 512);
+    fx_kv_u32(&b, K("vocab_size"), T_VOCAB);
+    fx_kv_f32(&b, K("attention.layer_norm_rms_epsilon"), 1e-5f);
+    fx_kv_f32(&b, K("rope.freq_base"), 10000.0f);
+#undef K
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        char name[96];
+        gguf_name(t[i].name, name, sizeof name);
+        uint64_t ne[2] = {(uint64_t)(t[i].cols ? t[i].cols : t[i].rows), (uint64_t)t[i].rows};
+        fx_tensor_info(&b, name, t[i].cols ? 2 : 1, ne, 0, off);
+        off += ((uint64_t)t[i].rows * (uint64_t)(t[i].cols ? t[i].cols : 1) * 4 + 31) / 32 * 32;
+    }
+    fx_align(&b, 32);
+    for (int i = 0; i < n; i++) {
+        int64_t rows = t[i].rows, cols = t[i].cols ? t[i].cols : 1;
+        int qk =
+            permute && (strstr(t[i].name, "q_proj.weight") || strstr(t[i].name, "k_proj.weight"));
+        for (int64_t r = 0; r < rows; r++) {
+            int64_t src = r;
+            if (qk) { /* r = h*hd + 2i + j takes the HF row h*hd + j*hd/2 + i */
+                int64_t h = r / T_HD, w = r % T_HD, ii = w / 2, jj = w % 2;
+                src = h * T_HD + jj * (T_HD / 2) + ii;
+            }
+            for (int64_t c = 0; c < cols; c++) fx_f32(&b, vals[i][src * cols + c]);
+        }
+        fx_align(&b, 32);
+    }
+    ASSERT_EQ(fx_write_file(spec->gguf, &b), 0);
+    fx_free(&b);
+}
+
 /* Writes dir/config.json and the safetensors of spec (scaled random weights,
  * the same values for the same tensor list whatever the dtype or sharding;
  * norms near 1) and returns dir. */
@@ -296,13 +387,14 @@ static const char *tiny_write(const tiny_spec *spec)
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         write_shard(path, t, vals, 0, n, dtype);
     }
+    if (spec->gguf) write_gguf_copy(spec, t, vals, n);
     for (int i = 0; i < n; i++) free(vals[i]);
     return dir;
 }
 
 static const char *tiny_model(tiny_arch arch, const char *skip, const char *bad)
 {
-    tiny_spec spec = {arch, skip, bad, NULL, 0, 0, NULL};
+    tiny_spec spec = {arch, skip, bad, NULL, 0, 0, NULL, NULL, 0};
     return tiny_write(&spec);
 }
 
@@ -372,7 +464,7 @@ static void check_consistency(const tiny_spec *spec)
 
 static void check_arch(tiny_arch arch, const char *extra)
 {
-    tiny_spec spec = {arch, NULL, NULL, NULL, 0, 0, extra};
+    tiny_spec spec = {arch, NULL, NULL, NULL, 0, 0, extra, NULL, 0};
     check_consistency(&spec);
 }
 
@@ -403,6 +495,51 @@ static void tiny_logits(const tiny_spec *spec, const int32_t *ids, int64_t n, fl
     khub_runtime_free(rt);
 }
 
+/* The same weights as a Hugging Face folder and as the GGUF llama.cpp's
+ * converter makes of it give the same logits, for Llama (whose GGUF q/k rows
+ * are permuted for interleaved rotary), Qwen2 and Qwen3 (not permuted); a
+ * Llama GGUF without the permutation gives other logits (the check can
+ * fail). */
+static void check_hf_equals_gguf(tiny_arch arch)
+{
+    char gp[96];
+    snprintf(gp, sizeof gp, "/tmp/khub-test-copy-%d.gguf", (int)getpid());
+    int32_t ids[13] = {1, 17, 200, 3, 99, 45, 45, 45, 250, 7, 8, 128, 64};
+    float hf[T_VOCAB], gg[T_VOCAB];
+    tiny_spec s = {arch, NULL, NULL, NULL, 0, 0, NULL, gp, 0};
+    khub_runtime *rt = runtime();
+    khub_model_opts ro = ref_opts();
+    const char *dir = tiny_write(&s);
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, dir, &ro, &m));
+    ASSERT_OK(khub_model_logits(m, ids, 13, hf));
+    khub_model_free(m);
+    ASSERT_OK(khub_model_load(rt, gp, &ro, &m));
+    khub_model_info info = {KHUB_STRUCT_INIT(khub_model_info)};
+    ASSERT_OK(khub_model_info_get(m, &info));
+    ASSERT_STR_EQ(info.format, "gguf");
+    ASSERT_OK(khub_model_logits(m, ids, 13, gg));
+    khub_model_free(m);
+    double e = rel_err(gg, hf, T_VOCAB);
+    fprintf(stderr, "  %s: GGUF copy vs folder, logits max rel err %.2e\n", info.arch, e);
+    ASSERT_LE(e, 1e-5);
+    if (arch == TINY_LLAMA) {
+        s.gguf_no_permute = 1;
+        tiny_write(&s);
+        ASSERT_OK(khub_model_load(rt, gp, &ro, &m));
+        ASSERT_OK(khub_model_logits(m, ids, 13, gg));
+        khub_model_free(m);
+        ASSERT(rel_err(gg, hf, T_VOCAB) > 1e-3);
+    }
+    tiny_cleanup(dir);
+    unlink(gp);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(model_tiny_llama_hf_equals_gguf) { check_hf_equals_gguf(TINY_LLAMA); }
+TEST_IMPL(model_tiny_qwen2_hf_equals_gguf) { check_hf_equals_gguf(TINY_QWEN2); }
+TEST_IMPL(model_tiny_qwen3_hf_equals_gguf) { check_hf_equals_gguf(TINY_QWEN3); }
+
 /* Mistral: sliding_window 4 runs (prefill == incremental across the window
  * edge) and means it: on the Llama weights, a prompt of 4 tokens (every key
  * inside the window) gives Llama's logits, one of 13 does not. */
@@ -411,8 +548,8 @@ TEST_IMPL(model_tiny_mistral_sliding_window)
     check_arch(TINY_MISTRAL, WINDOW_4);
     int32_t ids[13] = {1, 17, 200, 3, 99, 45, 45, 45, 250, 7, 8, 128, 64};
     float l4[T_VOCAB], m4[T_VOCAB], l13[T_VOCAB], m13[T_VOCAB];
-    tiny_spec llama = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, NULL};
-    tiny_spec mistral = {TINY_MISTRAL, NULL, NULL, NULL, 0, 0, WINDOW_4};
+    tiny_spec llama = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, NULL, NULL, 0};
+    tiny_spec mistral = {TINY_MISTRAL, NULL, NULL, NULL, 0, 0, WINDOW_4, NULL, 0};
     tiny_logits(&llama, ids, 4, l4, NULL);
     tiny_logits(&mistral, ids, 4, m4, NULL);
     tiny_logits(&llama, ids, 13, l13, NULL);
@@ -432,9 +569,9 @@ TEST_IMPL(model_tiny_qwen2_sliding_layers)
     check_arch(TINY_QWEN2, QWEN2_SLIDE(1));
     int32_t ids[13] = {1, 17, 200, 3, 99, 45, 45, 45, 250, 7, 8, 128, 64};
     float full[T_VOCAB], one[T_VOCAB], all[T_VOCAB];
-    tiny_spec f = {TINY_QWEN2, NULL, NULL, NULL, 0, 0, NULL};
-    tiny_spec o = {TINY_QWEN2, NULL, NULL, NULL, 0, 0, QWEN2_SLIDE(1)};
-    tiny_spec a = {TINY_QWEN2, NULL, NULL, NULL, 0, 0, QWEN2_SLIDE(0)};
+    tiny_spec f = {TINY_QWEN2, NULL, NULL, NULL, 0, 0, NULL, NULL, 0};
+    tiny_spec o = {TINY_QWEN2, NULL, NULL, NULL, 0, 0, QWEN2_SLIDE(1), NULL, 0};
+    tiny_spec a = {TINY_QWEN2, NULL, NULL, NULL, 0, 0, QWEN2_SLIDE(0), NULL, 0};
     tiny_logits(&f, ids, 4, full, NULL);
     tiny_logits(&o, ids, 4, one, NULL);
     ASSERT_LE(rel_err(one, full, T_VOCAB), 1e-6);
@@ -454,8 +591,8 @@ static void check_rope_scaling(const char *extra)
     check_arch(TINY_LLAMA, extra);
     int32_t ids[13] = {1, 17, 200, 3, 99, 45, 45, 45, 250, 7, 8, 128, 64};
     float plain[T_VOCAB], scaled[T_VOCAB];
-    tiny_spec p = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, NULL};
-    tiny_spec s = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, extra};
+    tiny_spec p = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, NULL, NULL, 0};
+    tiny_spec s = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, extra, NULL, 0};
     tiny_logits(&p, ids, 1, plain, NULL);
     tiny_logits(&s, ids, 1, scaled, NULL);
     ASSERT_LE(rel_err(scaled, plain, T_VOCAB), 1e-6);
@@ -474,14 +611,14 @@ TEST_IMPL(model_tiny_dtypes_and_shards)
 {
     int32_t ids[9] = {1, 5, 9, 33, 200, 17, 4, 4, 250};
     float ref[T_VOCAB], got[T_VOCAB];
-    tiny_spec f32 = {TINY_QWEN2, NULL, NULL, "F32", 1, 0, NULL};
+    tiny_spec f32 = {TINY_QWEN2, NULL, NULL, "F32", 1, 0, NULL, NULL, 0};
     tiny_logits(&f32, ids, 9, ref, "qkv_proj[f32]: ");
     static const char *const dtypes[] = {"F16", "BF16", "F32", "BF16"};
     static const int shards[] = {0, 0, 2, 2};
     static const char *const explain[] = {
         "qkv_proj[f16]: ", "qkv_proj[bf16]: ", "qkv_proj[f32]: ", "qkv_proj[bf16]: "};
     for (int i = 0; i < 4; i++) {
-        tiny_spec s = {TINY_QWEN2, NULL, NULL, dtypes[i], 1, shards[i], NULL};
+        tiny_spec s = {TINY_QWEN2, NULL, NULL, dtypes[i], 1, shards[i], NULL, NULL, 0};
         tiny_logits(&s, ids, 9, got, explain[i]);
         double e = rel_err(got, ref, T_VOCAB);
         fprintf(stderr, "  %s%s: logits max rel err %.2e against F32\n", dtypes[i],
@@ -489,7 +626,7 @@ TEST_IMPL(model_tiny_dtypes_and_shards)
         ASSERT_LE(e, 1e-5);
     }
     /* Values that are not exact in BF16 do change the logits (the check can fail). */
-    tiny_spec unrounded = {TINY_QWEN2, NULL, NULL, "F32", 0, 0, NULL};
+    tiny_spec unrounded = {TINY_QWEN2, NULL, NULL, "F32", 0, 0, NULL, NULL, 0};
     tiny_logits(&unrounded, ids, 9, got, NULL);
     ASSERT(rel_err(got, ref, T_VOCAB) > 1e-5);
 }
@@ -988,6 +1125,9 @@ TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
     X(model_tiny_llama_prefill_equals_incremental) \
     X(model_tiny_qwen2_prefill_equals_incremental) \
     X(model_tiny_qwen3_prefill_equals_incremental) \
+    X(model_tiny_llama_hf_equals_gguf) \
+    X(model_tiny_qwen2_hf_equals_gguf) \
+    X(model_tiny_qwen3_hf_equals_gguf) \
     X(model_tiny_mistral_sliding_window) \
     X(model_tiny_qwen2_sliding_layers) \
     X(model_tiny_rope_scaling_linear) \
