@@ -1,5 +1,5 @@
 /*
- * layout.c: freezes the plugin ABI (1.0, plus the 1.1 additions) on LP64 (x86_64, aarch64).
+ * layout.c: freezes the plugin ABI (1.0, plus the 1.1 and 1.2 additions) on LP64 (x86_64, aarch64).
  *
  * Every struct that crosses the plugin boundary has its size and every field
  * its offset pinned here (the three header fields by KHUB_LAYOUT_HEADER);
@@ -54,7 +54,7 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_cuda_launch_cfg.shared_bytes");
     _Static_assert(offsetof(khub_cuda_launch_cfg, reserved) == 36, "khub_cuda_launch_cfg.reserved");
     _Static_assert(offsetof(khub_cuda_launch_cfg, stream) == 40, "khub_cuda_launch_cfg.stream");
-    _Static_assert(sizeof(khub_host_api) == 160, "khub_host_api");
+    _Static_assert(sizeof(khub_host_api) == 176, "khub_host_api"); /* 160 in ABI 1.0 and 1.1 */
     KHUB_LAYOUT_HEADER(khub_host_api);
     _Static_assert(offsetof(khub_host_api, host_ctx) == 8, "khub_host_api.host_ctx");
     _Static_assert(offsetof(khub_host_api, log) == 16, "khub_host_api.log");
@@ -81,6 +81,11 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_host_api.cuda_module_function");
     _Static_assert(offsetof(khub_host_api, cuda_launch) == 144, "khub_host_api.cuda_launch");
     _Static_assert(offsetof(khub_host_api, artifact) == 152, "khub_host_api.artifact");
+    /* added in ABI 1.2 */
+    _Static_assert(offsetof(khub_host_api, cuda_stream_create) == 160,
+                   "khub_host_api.cuda_stream_create");
+    _Static_assert(offsetof(khub_host_api, cuda_stream_destroy) == 168,
+                   "khub_host_api.cuda_stream_destroy");
     _Static_assert(sizeof(khub_op_caps) == 56, "khub_op_caps");
     KHUB_LAYOUT_HEADER(khub_op_caps);
     _Static_assert(offsetof(khub_op_caps, device_type) == 8, "khub_op_caps.device_type");
@@ -223,6 +228,7 @@ _Static_assert(KHUB_QFORMAT_Q8_0 == 1 && KHUB_QFORMAT_Q4_0 == 2 && KHUB_QFORMAT_
 _Static_assert(KHUB_QFORMAT_Q5_0 == 8 && KHUB_QFORMAT_Q5_1 == 9 && KHUB_QFORMAT__COUNT == 10,
                "quant formats 1.1");
 _Static_assert(KHUB_ABI_MINOR >= 1, "ABI 1.1 has Q5_0 and Q5_1");
+_Static_assert(KHUB_ABI_MINOR >= 2, "ABI 1.2 has cuda_stream_create/destroy");
 _Static_assert(KHUB_DEVICE_CPU == 1 && KHUB_DEVICE_CUDA == 2, "DLPack device codes");
 _Static_assert(KHUB_DL_INT == 0 && KHUB_DL_UINT == 1 && KHUB_DL_FLOAT == 2 && KHUB_DL_BFLOAT == 4,
                "DLPack dtype codes");

@@ -66,6 +66,8 @@ typedef struct cuda_driver {
     cu_result (*memcpy_htod_async)(cu_deviceptr, const void *, size_t, cu_stream);
     cu_result (*memcpy_dtoh_async)(void *, cu_deviceptr, size_t, cu_stream);
     cu_result (*stream_synchronize)(cu_stream);
+    cu_result (*stream_create)(cu_stream *, unsigned);
+    cu_result (*stream_destroy)(cu_stream);
     cu_result (*module_load_data)(cu_module *, const void *);
     cu_result (*module_get_function)(cu_function *, cu_module, const char *);
     cu_result (*module_unload)(cu_module);
@@ -115,6 +117,8 @@ static bool resolve_all(void)
         {"cuMemcpyHtoDAsync", (void **)&drv.memcpy_htod_async},
         {"cuMemcpyDtoHAsync", (void **)&drv.memcpy_dtoh_async},
         {"cuStreamSynchronize", (void **)&drv.stream_synchronize},
+        {"cuStreamCreate", (void **)&drv.stream_create},
+        {"cuStreamDestroy", (void **)&drv.stream_destroy}, /* the _v2 at version 12000 */
         {"cuModuleLoadData", (void **)&drv.module_load_data},
         {"cuModuleGetFunction", (void **)&drv.module_get_function},
         {"cuModuleUnload", (void **)&drv.module_unload},
@@ -278,8 +282,17 @@ void khub__cuda_unload_modules(khub_plugin *p)
 {
     pthread_mutex_lock(&p->mod_lock);
     khub__cuda_mod *m = p->modules;
+    khub__cuda_stream *s = p->streams;
     p->modules = NULL;
+    p->streams = NULL;
     pthread_mutex_unlock(&p->mod_lock);
+    /* Streams first: work queued on them may still use the modules. */
+    while (s) {
+        khub__cuda_stream *next = s->next;
+        if (use_device(s->device) == KHUB_STATUS_OK) drv.stream_destroy((cu_stream)s->stream);
+        khub__free(p->rt, s, sizeof *s);
+        s = next;
+    }
     while (m) {
         khub__cuda_mod *next = m->next;
         if (use_device(m->device) == KHUB_STATUS_OK) drv.module_unload((cu_module)m->module);
@@ -363,6 +376,62 @@ khub_status khub__cuda_host_stream_sync(void *host_ctx, void *stream)
     (void)host_ctx;
     KHUB_FORWARD_IF_ERROR(NULL, use_current());
     return cu_check(drv.stream_synchronize((cu_stream)stream), "cuStreamSynchronize");
+}
+
+/* Streams are charged to the plugin, like modules, so retirement can destroy
+ * what it left and destroy accepts only the plugin's own. Flags 0: the
+ * stream synchronises with the legacy default stream, which is what the
+ * host's NULL stream is (CU_GET_PROC_LEGACY_STREAM). */
+khub_status khub__cuda_host_stream_create(void *host_ctx, int device, void **stream)
+{
+    khub__host_ctx *c = host_ctx;
+    if (stream) *stream = NULL;
+    KHUB_FORWARD_IF_ERROR(NULL, drv_ready());
+    if (!c || !c->plugin || !stream)
+        return khub__plugin_fail(KHUB_STATUS_MISUSE, "cuda_stream_create: needs a plugin and out");
+    khub_plugin *p = c->plugin;
+    khub__cuda_stream *s = khub__calloc(p->rt, 1, sizeof *s);
+    if (!s) return khub__plugin_fail(KHUB_STATUS_NOMEM, "cuda_stream_create: out of memory");
+    khub_status st = use_device(device);
+    cu_stream cs = NULL;
+    if (st == KHUB_STATUS_OK) st = cu_check(drv.stream_create(&cs, 0), "cuStreamCreate");
+    if (st != KHUB_STATUS_OK) {
+        khub__free(p->rt, s, sizeof *s);
+        return st;
+    }
+    s->stream = cs;
+    s->device = device;
+    pthread_mutex_lock(&p->mod_lock);
+    s->next = p->streams;
+    p->streams = s;
+    pthread_mutex_unlock(&p->mod_lock);
+    *stream = cs;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__cuda_host_stream_destroy(void *host_ctx, void *stream)
+{
+    khub__host_ctx *c = host_ctx;
+    if (!stream) return KHUB_STATUS_OK;
+    KHUB_FORWARD_IF_ERROR(NULL, drv_ready());
+    if (!c || !c->plugin)
+        return khub__plugin_fail(KHUB_STATUS_MISUSE, "cuda_stream_destroy: needs a plugin");
+    khub_plugin *p = c->plugin;
+    pthread_mutex_lock(&p->mod_lock);
+    khub__cuda_stream **at = &p->streams;
+    while (*at && (*at)->stream != stream) at = &(*at)->next;
+    khub__cuda_stream *s = *at;
+    if (s) *at = s->next;
+    pthread_mutex_unlock(&p->mod_lock);
+    if (!s)
+        return khub__plugin_fail(KHUB_STATUS_INVALID_ARG,
+                                 "cuda_stream_destroy: %p is not a stream %s created", stream,
+                                 p->id ? p->id : "this plugin");
+    khub_status st = use_device(s->device);
+    if (st == KHUB_STATUS_OK)
+        st = cu_check(drv.stream_destroy((cu_stream)s->stream), "cuStreamDestroy");
+    khub__free(p->rt, s, sizeof *s);
+    return st;
 }
 
 /* The image is handed to the driver as is: a PTX image must be

@@ -37,6 +37,8 @@ KHUB_INTERNAL khub_status khub__cuda_host_memcpy_htod(void *host_ctx, uint64_t d
 KHUB_INTERNAL khub_status khub__cuda_host_memcpy_dtoh(void *host_ctx, void *dst, uint64_t src,
                                                       size_t n, void *stream);
 KHUB_INTERNAL khub_status khub__cuda_host_stream_sync(void *host_ctx, void *stream);
+KHUB_INTERNAL khub_status khub__cuda_host_stream_create(void *host_ctx, int device, void **stream);
+KHUB_INTERNAL khub_status khub__cuda_host_stream_destroy(void *host_ctx, void *stream);
 KHUB_INTERNAL khub_status khub__cuda_host_module_load(void *host_ctx, int device, const void *image,
                                                       size_t size, khub_cuda_module **out);
 KHUB_INTERNAL khub_status khub__cuda_host_module_function(void *host_ctx, khub_cuda_module *mod,

@@ -159,6 +159,8 @@ void khub__host_api_fill(khub_runtime *rt, khub_plugin *p, khub__host_ctx *ctx, 
         .cuda_module_load = khub__cuda_host_module_load,
         .cuda_module_function = khub__cuda_host_module_function,
         .cuda_launch = khub__cuda_host_launch,
+        .cuda_stream_create = khub__cuda_host_stream_create,
+        .cuda_stream_destroy = khub__cuda_host_stream_destroy,
         .artifact = host_artifact,
     };
 }

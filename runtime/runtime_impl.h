@@ -85,6 +85,13 @@ typedef struct khub__cuda_mod {
     struct khub__cuda_mod *next;
 } khub__cuda_mod;
 
+/* A CUDA stream a plugin created through host->cuda_stream_create. */
+typedef struct khub__cuda_stream {
+    void *stream; /* CUstream */
+    int device;   /* whose primary context it was created in */
+    struct khub__cuda_stream *next;
+} khub__cuda_stream;
+
 struct khub_plugin {
     khub_runtime *rt;
     char *id; /* owned copies: plugin memory dies at dlclose */
@@ -113,7 +120,8 @@ struct khub_plugin {
 
     atomic_int inflight; /* calls running in plugin code right now */
     pthread_mutex_t mod_lock;
-    khub__cuda_mod *modules; /* under mod_lock; unloaded at retirement */
+    khub__cuda_mod *modules;    /* under mod_lock; unloaded at retirement */
+    khub__cuda_stream *streams; /* under mod_lock; destroyed at retirement */
 
     /* The verified variant directory host->artifact serves (plugin_artifacts.c);
      * NULL for a plugin loaded from a bare file. Owned, freed with the plugin. */
@@ -152,7 +160,8 @@ KHUB_INTERNAL bool khub__pinned_here(const khub_plugin *p);
 KHUB_INTERNAL void khub__binding_set_name(khub_binding *b);
 KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
 
-/* CUDA modules of a plugin are unloaded when it retires (cuda.c). */
+/* CUDA streams and modules of a plugin are destroyed and unloaded when it
+ * retires (cuda.c). */
 KHUB_INTERNAL void khub__cuda_unload_modules(khub_plugin *p);
 
 /* ------------------------------------------------------------------------ */

@@ -102,6 +102,12 @@ TEST_IMPL(cuda_without_driver)
     ASSERT_STATUS(h->cuda_mem_alloc(h->host_ctx, 0, 64, &dptr), KHUB_STATUS_NO_CUDA);
     ASSERT_EQ(dptr, 0);
     ASSERT_STATUS(h->cuda_stream_sync(h->host_ctx, NULL), KHUB_STATUS_NO_CUDA);
+    ASSERT(KHUB_HAS_FIELD(h, khub_host_api, cuda_stream_destroy)); /* added in ABI 1.2 */
+    void *stream = (void *)1;
+    ASSERT_STATUS(h->cuda_stream_create(h->host_ctx, 0, &stream), KHUB_STATUS_NO_CUDA);
+    ASSERT(stream == NULL);
+    ASSERT_CONTAINS(khub__plugin_msg(), "no CUDA driver (libcuda.so.1: ");
+    ASSERT_OK(h->cuda_stream_destroy(h->host_ctx, NULL)); /* NULL is always fine */
     khub_cuda_module *m = (khub_cuda_module *)1;
     ASSERT_STATUS(h->cuda_module_load(h->host_ctx, 0, ".version 8.0\n", 14, &m),
                   KHUB_STATUS_NO_CUDA);
@@ -135,8 +141,13 @@ TEST_IMPL(cuda_roundtrip_and_launch)
     float host[32], back[32];
     for (int i = 0; i < 32; i++) host[i] = (float)i;
     uint64_t d = 0;
+    void *stream = NULL, *left = NULL;
+    ASSERT_OK(h->cuda_stream_create(h->host_ctx, 0, &stream));
+    ASSERT_OK(h->cuda_stream_create(h->host_ctx, 0, &left)); /* the host destroys it at retire */
+    ASSERT(stream != NULL && left != NULL && stream != left);
     ASSERT_OK(h->cuda_mem_alloc(h->host_ctx, 0, sizeof host, &d));
-    ASSERT_OK(h->cuda_memcpy_htod(h->host_ctx, d, host, sizeof host, NULL));
+    ASSERT_OK(h->cuda_memcpy_htod(h->host_ctx, d, host, sizeof host, stream));
+    ASSERT_OK(h->cuda_stream_sync(h->host_ctx, stream));
     khub_cuda_module *m = NULL;
     void *fn = NULL;
     ASSERT_OK(h->cuda_module_load(h->host_ctx, 0, add_one_ptx, sizeof add_one_ptx, &m));
@@ -149,7 +160,12 @@ TEST_IMPL(cuda_roundtrip_and_launch)
     ASSERT_OK(h->cuda_stream_sync(h->host_ctx, NULL));
     for (int i = 0; i < 32; i++) ASSERT_EQ(back[i], i + 1);
     ASSERT_OK(h->cuda_mem_free(h->host_ctx, d));
+    ASSERT_OK(h->cuda_stream_destroy(h->host_ctx, stream));
+    khub__plugin_msg_clear();
+    ASSERT_STATUS(h->cuda_stream_destroy(h->host_ctx, stream), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub__plugin_msg(), "is not a stream khub-test/good created");
     ASSERT(p->modules != NULL); /* recorded; unloaded when the plugin retires */
+    ASSERT(p->streams != NULL && p->streams->stream == left && p->streams->next == NULL);
     khub_runtime_free(rt);
 }
 

@@ -192,6 +192,16 @@ typedef struct khub_host_api {
      * the plugin is retired. KHUB_STATUS_NOT_FOUND when absent. */
     khub_status (*artifact)(void *host_ctx, const char *name, const void **data, size_t *size);
     /* End of ABI 1.0. Append only below, each field marked "added in ABI 1.x". */
+
+    /* added in ABI 1.2: CUDA streams the plugin owns, for work it orders
+     * itself (ops still get the caller's stream in their args; NULL is the
+     * default stream). create makes a stream in device's primary context;
+     * destroy takes only a stream this plugin created, and NULL. The host
+     * destroys the ones a plugin leaves when it retires the plugin. Check
+     * KHUB_HAS_FIELD(host, khub_host_api, cuda_stream_destroy) first: an ABI
+     * 1.0 or 1.1 host has neither. */
+    khub_status (*cuda_stream_create)(void *host_ctx, int device, void **stream);
+    khub_status (*cuda_stream_destroy)(void *host_ctx, void *stream);
 } khub_host_api;
 
 /* ------------------------------------------------------------------------ */
@@ -462,8 +472,8 @@ typedef khub_status (*khub_plugin_init_fn)(const khub_host_api *host, khub_plugi
  * khub_add_plugin() does) it exports khub_plugin_init_v1 and emits the ABI
  * note; linked in statically (the NAME_static target khub_add_plugin()
  * makes), it emits nothing and the embedder passes init_fn, which must then
- * have external linkage, to khub_plugin_load_static(). `kinds` of the note is left 0 (unknown) by this macro;
- * KHUB_PLUGIN_DEFINE_KINDS declares them. */
+ * have external linkage, to khub_plugin_load_static(). `kinds` of the note is left 0 (unknown) by
+ * this macro; KHUB_PLUGIN_DEFINE_KINDS declares them. */
 #define KHUB_PLUGIN_DEFINE(init_fn, id, version) KHUB_PLUGIN_DEFINE_KINDS(init_fn, id, version, 0)
 
 #define KHUB_KIND_BIT(k) (1u << (k))
