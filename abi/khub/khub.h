@@ -249,7 +249,9 @@ KHUB_API const void *khub_binding_methods(const khub_binding *b, void **plugin_s
  * returns its op; for multi-call sequences on methods. Since 0.1. */
 KHUB_API const khub_op_desc *khub_binding_acquire(khub_binding *b, void **plugin_state);
 KHUB_API void khub_binding_release(khub_binding *b);
-/* "kernels-community/flash-attn2 1.0.0 :: flash_attn" of the current op. */
+/* "kernels-community/flash-attn2 1.0.0 :: flash_attn" of the current op.
+ * Owned by the binding and rewritten by a reload: read it from the thread
+ * that reloads, or while no reload runs. */
 KHUB_API const char *khub_binding_name(const khub_binding *b);
 /* Multi-line decision trace, one candidate per line:
  * "accept khub/ref-cpu 0.1.0 :: attention (priority 0)" or
