@@ -371,3 +371,20 @@ khub_status khub__ptx_inspect(const char *text, size_t len, int *isa, int *sm, c
     *sm = arch;
     return KHUB_STATUS_OK;
 }
+
+/* A cubin is an ELF64 with EI_OSABI 0x41 (CUDA) and e_machine EM_CUDA (190);
+ * its SM is in e_flags: bits 0-7 up to ELF ABI version 7 (EF_CUDA_SM), bits
+ * 8-15 from version 8, which is what NVRTC 13.0 writes (sm_90 cubins have
+ * e_flags 0x06005a04). */
+khub_status khub__cubin_inspect(const unsigned char *data, size_t len, int *sm)
+{
+    if (len < 64 || memcmp(data, "\177ELF", 4) != 0 || data[EI_CLASS] != ELFCLASS64 ||
+        data[EI_DATA] != ELFDATA2LSB)
+        return KHUB_STATUS_NOT_ELF;
+    unsigned machine = (unsigned)data[18] | (unsigned)data[19] << 8;
+    uint32_t flags = (uint32_t)data[48] | (uint32_t)data[49] << 8 | (uint32_t)data[50] << 16 |
+                     (uint32_t)data[51] << 24;
+    if (data[EI_OSABI] != 0x41 || machine != 190) return KHUB_STATUS_WRONG_ARCH;
+    *sm = (int)(data[EI_ABIVERSION] >= 8 ? (flags >> 8) & 0xff : flags & 0xff);
+    return *sm > 0 ? KHUB_STATUS_OK : KHUB_STATUS_PARSE;
+}

@@ -62,4 +62,10 @@ KHUB_INTERNAL int khub__glibc_version_cmp(const char *a, const char *b);
 KHUB_INTERNAL khub_status khub__ptx_inspect(const char *text, size_t len, int *isa, int *sm,
                                             char *suffix);
 
+/* Reads the SM (e.g. 90) a cubin was compiled for from its ELF header (the
+ * first 64 bytes of data). Returns NOT_ELF when it is no little-endian
+ * ELF64, WRONG_ARCH when it is not a CUDA ELF (EM_CUDA), PARSE when it
+ * names no SM. */
+KHUB_INTERNAL khub_status khub__cubin_inspect(const unsigned char *data, size_t len, int *sm);
+
 #endif /* KHUB_HUB_ELF_GATE_H */

@@ -85,6 +85,30 @@ else
     echo "skip provenance: git is not installed"
 fi
 
+# "cubin": true adds a cubin per capability; khub check reads each one's SM
+# from its ELF header and holds it to metadata.json
+if [ $nvrtc = 1 ]; then
+    "$KHUB" init acme/cub --kind norm --backends cuda > /dev/null || fail "init cub"
+    sed -i 's/"cubin": false/"cubin": true/' cub/kernel.json
+    "$KHUB" build cub --quiet > build.log 2>&1 || fail "build cub: $(cat build.log)"
+    "$KHUB" check cub > check.log 2>&1 || { cat check.log; fail "check cub"; }
+    for cc in 75 80 90; do
+        grep -q "^ok   cub/build/khub1-cu.*/cub.sm_$cc.cubin: cubin for sm_$cc$" check.log ||
+            fail "no checked cubin for sm_$cc: $(cat check.log)"
+    done
+    m=$(ls cub/build/khub1-cu*-linux/metadata.json)
+    python3 - "$m" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+[a for a in m["artifacts"] if a["kind"] == "cubin" and a["sm"] == 90][0]["sm"] = 80
+json.dump(m, open(sys.argv[1], "w"))
+PY
+    if "$KHUB" check cub > check.log 2>&1; then fail "check accepted a cubin under the wrong SM"; fi
+    grep -q "^FAIL .*cub.sm_90.cubin: cubin is for sm_90, metadata.json says sm_80$" check.log ||
+        fail "cubin SM message: $(grep FAIL check.log)"
+    echo "ok   cubins: one per capability, SM read from the ELF header and checked"
+fi
+
 # --backends names only cpu and cuda; an unknown entry is refused, not ignored
 for b in cpu,rocm cpux "" ,cuda; do
     if "$KHUB" init acme/t-b --kind norm --backends "$b" > out.log 2>&1; then fail "init accepted --backends '$b'"; fi

@@ -182,6 +182,39 @@ TEST_IMPL(ptx_directives)
     ASSERT_STATUS(khub__ptx_inspect(bad2, strlen(bad2), &isa, &sm, &suffix), KHUB_STATUS_PARSE);
 }
 
+/* ELF headers as NVRTC writes them (ABI version 8: SM in e_flags bits
+ * 8-15) and as older toolchains do (version 7: bits 0-7). */
+static void cuda_header(unsigned char h[64], int abiversion, uint32_t flags, unsigned machine)
+{
+    memset(h, 0, 64);
+    memcpy(h, "\177ELF", 4);
+    h[4] = 2;    /* ELFCLASS64 */
+    h[5] = 1;    /* little-endian */
+    h[7] = 0x41; /* CUDA */
+    h[8] = (unsigned char)abiversion;
+    h[18] = (unsigned char)machine, h[19] = (unsigned char)(machine >> 8);
+    for (int i = 0; i < 4; i++) h[48 + i] = (unsigned char)(flags >> (8 * i));
+}
+
+TEST_IMPL(cubin_header)
+{
+    unsigned char h[64];
+    int sm = 0;
+    cuda_header(h, 8, 0x06005a04, 190);
+    ASSERT_OK(khub__cubin_inspect(h, sizeof h, &sm));
+    ASSERT_EQ(sm, 90);
+    cuda_header(h, 7, 0x00560056, 190);
+    ASSERT_OK(khub__cubin_inspect(h, sizeof h, &sm));
+    ASSERT_EQ(sm, 86);
+    cuda_header(h, 8, 0x06005a04, 62); /* x86-64 */
+    ASSERT_STATUS(khub__cubin_inspect(h, sizeof h, &sm), KHUB_STATUS_WRONG_ARCH);
+    cuda_header(h, 8, 0x06000004, 190); /* no SM */
+    ASSERT_STATUS(khub__cubin_inspect(h, sizeof h, &sm), KHUB_STATUS_PARSE);
+    ASSERT_STATUS(khub__cubin_inspect(h, 40, &sm), KHUB_STATUS_NOT_ELF);
+    memcpy(h, "//PTX", 5);
+    ASSERT_STATUS(khub__cubin_inspect(h, sizeof h, &sm), KHUB_STATUS_NOT_ELF);
+}
+
 #define TEST_LIST(X) \
     X(clean_plugin_passes) \
     X(extra_export) \
@@ -193,5 +226,6 @@ TEST_IMPL(ptx_directives)
     X(no_note) \
     X(not_elf_and_truncated) \
     X(glibc_compare) \
-    X(ptx_directives)
+    X(ptx_directives) \
+    X(cubin_header)
 TEST_MAIN(TEST_LIST)

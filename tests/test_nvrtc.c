@@ -54,6 +54,9 @@ TEST_IMPL(cubin_for_sm90)
                                   &n, err, sizeof err));
     ASSERT(n > 64);
     ASSERT(memcmp(cubin, "\177ELF", 4) == 0);
+    int sm = 0;
+    ASSERT_OK(khub__cubin_inspect((const unsigned char *)cubin, n, &sm));
+    ASSERT_EQ(sm, 90);
     free(cubin);
     khub__nvrtc_close(nv);
 }

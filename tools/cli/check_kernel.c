@@ -5,7 +5,8 @@
  *     and every file's SHA-256 matches (no unlisted files);
  *   - every plugin .so passes the ABI gate (exports, imports, glibc ceiling,
  *     RPATH, NODELETE, GNU_UNIQUE) and its ABI note agrees with metadata.json;
- *   - every PTX artifact's .target and .version agree with metadata.json;
+ *   - every PTX artifact's .target and .version, and every cubin's SM (its
+ *     ELF header), agree with metadata.json;
  *   - in a child process: each plugin this machine can run loads, passes
  *     its own selftest and the manifest's numeric self-tests against
  *     khub/ref-cpu (CUDA numerics need a GPU and are reported as skipped).
@@ -72,13 +73,33 @@ static void check_plugin_file(const khub_kernel_manifest *m, const khub_kmeta *m
         printf("ok   %s: ABI gate (glibc %s)\n", path, rep.max_glibc[0] ? rep.max_glibc : "none");
 }
 
+/* A cubin's ELF header names the SM it runs on; it must be metadata.json's. */
+static void check_cubin(const khub_kmeta_artifact *a, const char *path, tally *t)
+{
+    size_t n = 0;
+    unsigned char *bin = (unsigned char *)slurp(path, 256u << 20, &n);
+    int sm = 0;
+    khub_status st = bin ? khub__cubin_inspect(bin, n, &sm) : KHUB_STATUS_IO;
+    free(bin);
+    if (st != KHUB_STATUS_OK)
+        finding(t, "%s: not a CUDA ELF cubin (%s)", path, khub_status_name(st));
+    else if (sm != a->sm)
+        finding(t, "%s: cubin is for sm_%d, metadata.json says sm_%d", path, sm, a->sm);
+    else
+        printf("ok   %s: cubin for sm_%d\n", path, sm);
+}
+
 static void check_artifacts(const khub_kmeta *meta, const char *vdir, tally *t)
 {
     for (size_t i = 0; i < meta->n_artifacts; i++) {
         const khub_kmeta_artifact *a = &meta->artifacts[i];
-        if (strcmp(a->kind, "ptx") != 0) continue;
         char path[2400];
         snprintf(path, sizeof path, "%s/%s", vdir, a->file);
+        if (strcmp(a->kind, "cubin") == 0) {
+            check_cubin(a, path, t);
+            continue;
+        }
+        if (strcmp(a->kind, "ptx") != 0) continue;
         size_t n = 0;
         char *ptx = slurp(path, 64u << 20, &n);
         int isa = 0, sm = 0;
