@@ -212,6 +212,44 @@ TEST_IMPL(build_verify_and_tamper)
     ASSERT_EQ(entries, 3); /* two .so and metadata.json */
 }
 
+/* Each level is compiled with its own flags: the source refuses to compile
+ * unless -DKT_LEVEL names the level, and the avx2 level must see __AVX2__. */
+TEST_IMPL(build_applies_level_flags)
+{
+    const char *dir = make_kernel_tree();
+    char path[128];
+    snprintf(path, sizeof path, "%s/kernel.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(GOOD_HEAD "\"variants\": {\"cpu\": [{\"level\": \"generic\", \"flags\": "
+                    "[\"-DKT_LEVEL=1\"]}, {\"level\": \"avx2\", \"flags\": [\"-DKT_LEVEL=2\", "
+                    "\"-mavx2\"], \"features\": [\"avx2\"]}]}}",
+          f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/norm.c", dir);
+    f = fopen(path, "a");
+    fputs(
+        "#if !defined(KT_LEVEL)\n#error no level flags\n#elif KT_LEVEL == 2 && !defined(__AVX2__)\n"
+        "#error avx2 level without -mavx2\n#elif KT_LEVEL == 1 && defined(__AVX2__)\n"
+        "#error generic level with -mavx2\n#endif\n",
+        f);
+    fclose(f);
+    char err[KHUB_ERROR_SIZE] = "";
+    ASSERT_OK(khub__km_load(dir, &man, err, sizeof err));
+    khub_build_result res;
+    khub_status st = khub__kernel_build(&man, NULL, &res, err, sizeof err);
+    if (st != KHUB_STATUS_OK) fprintf(stderr, "  %s\n", err);
+    ASSERT_OK(st);
+    /* without the level's -D the same source fails, naming the level's file */
+    snprintf(path, sizeof path, "%s/kernel.json", dir);
+    f = fopen(path, "w");
+    fputs(GOOD_HEAD "\"variants\": {\"cpu\": [{\"level\": \"generic\"}]}}", f);
+    fclose(f);
+    ASSERT_OK(khub__km_load(dir, &man, err, sizeof err));
+    ASSERT_STATUS(khub__kernel_build(&man, NULL, &res, err, sizeof err), KHUB_STATUS_ERROR);
+    ASSERT_CONTAINS(err, "norm-generic.so failed");
+    ASSERT_CONTAINS(err, "no level flags");
+}
+
 TEST_IMPL(build_compile_error_is_reported)
 {
     const char *dir = make_kernel_tree();
@@ -273,6 +311,7 @@ TEST_IMPL(metadata_rejections)
     X(manifest_good) \
     X(manifest_rejections) \
     X(build_verify_and_tamper) \
+    X(build_applies_level_flags) \
     X(build_compile_error_is_reported) \
     X(metadata_rejections)
 TEST_MAIN(TEST_LIST)
