@@ -16,7 +16,7 @@ fail() { echo "FAIL: $*"; exit 1; }
 # With NVRTC (opened at run time) the CUDA variant must be built; without it
 # khub build says why it skipped it, and so does this test.
 nvrtc=1
-for spec in "attention cpu,cuda" "norm cpu,cuda" "activation cpu,cuda" "norm cpu" "activation cuda"; do
+for spec in "attention cpu,cuda" "norm cpu,cuda" "activation cpu,cuda" "linear cpu,cuda" "norm cpu" "activation cuda"; do
     set -- $spec
     name="t-$1-${2/,/-}"
     "$KHUB" init "acme/$name" --kind "$1" --backends "$2" > init.log || fail "init $1: $(cat init.log)"

@@ -283,11 +283,12 @@ static int run_init(int argc, char **argv)
     const char *slash = strchr(repo, '/');
     if (!slash || slash == repo || !slash[1] || strchr(slash + 1, '/') || strlen(repo) > 150)
         return khub_cli_usage(&cmd_init, "'%s' is not ORG/NAME", repo);
-    if (!kind) return khub_cli_usage(&cmd_init, "missing --kind (attention, norm, activation)");
+    if (!kind)
+        return khub_cli_usage(&cmd_init, "missing --kind (attention, norm, activation, linear)");
     const khub_init_template *t = khub_init_template_find(kind);
     if (!t)
-        return khub_cli_usage(&cmd_init, "no template for kind '%s' (attention, norm, activation)",
-                              kind);
+        return khub_cli_usage(
+            &cmd_init, "no template for kind '%s' (attention, norm, activation, linear)", kind);
     int cpu = 0, cuda = 0;
     if (parse_backends(backends, &cpu, &cuda) != 0)
         return khub_cli_usage(&cmd_init, "--backends '%s': a comma-separated list of cpu and cuda",
@@ -316,12 +317,8 @@ static int run_init(int argc, char **argv)
         "  \"sources\": {%s%s%s%s%s%s%s},\n"
         "  \"variants\": {%s%s%s},\n"
         "  \"selftests\": %s\n}\n",
-        repo,
-        strcmp(kind, "attention") == 0 ? "attention"
-        : strcmp(kind, "norm") == 0    ? "rms_norm"
-                                       : "silu_and_mul",
-        kind, cpu ? "\"cpu\": [\"" : "", cpu ? src : "", cpu ? "\"]" : "", cpu && cuda ? ", " : "",
-        cuda ? "\"cuda_host\": [\"" : "", cuda ? glue : "",
+        repo, t->op, kind, cpu ? "\"cpu\": [\"" : "", cpu ? src : "", cpu ? "\"]" : "",
+        cpu && cuda ? ", " : "", cuda ? "\"cuda_host\": [\"" : "", cuda ? glue : "",
         cuda ? "\"], \"cuda\": [\"@NAME@.cu\"]" : "",
         cpu ? "\"cpu\": [{\"level\": \"generic\"}, {\"level\": \"avx2\", \"flags\": "
               "[\"-mavx2\", \"-mfma\", \"-mf16c\"], \"features\": [\"avx2\", \"fma\", \"f16c\"]}]"
@@ -349,7 +346,8 @@ static const khub_cli_cmd cmd_init = {
     "kernel compiled to PTX by NVRTC plus its host launch glue, and a\n"
     ".gitignore for build/. As generated it builds ('khub build DIR'), passes\n"
     "the ABI gate and its self-tests against khub/ref-cpu ('khub check DIR').\n\n"
-    "  --kind KIND      attention, norm or activation (each with cpu and cuda)\n"
+    "  --kind KIND      attention, norm, activation or linear (each with cpu\n"
+    "                   and cuda)\n"
     "  --backends LIST  cpu, cuda or cpu,cuda (default cpu)\n"
     "  --dir DIR        output directory (must not exist)\n",
     run_init};

@@ -144,6 +144,40 @@ static const char activation_cpu[] =
     "#define OP_NAME \"silu_and_mul\"\n"
     "#define OP_RUN silu_and_mul\n";
 
+static const char linear_cpu[] =
+    "/* @NAME@: dense linear y = x W^T (+ bias), f32, for the CPU. Plain C, one\n"
+    " * dot product per output; replace with a blocked, vectorised kernel. */\n"
+    "#include <khub/khub_plugin.h>\n"
+    "\n"
+    "static khub_status linear(void *state, const void *args)\n"
+    "{\n"
+    "    const khub_host_api *host = state;\n"
+    "    const khub_linear_args *a = args;\n"
+    "    if (!a || a->struct_size < sizeof *a || !a->x || !a->weight || !a->y || a->x->ndim != 2 "
+    "||\n"
+    "        a->weight->ndim != 2 || a->weight->dtype.bits != 32 ||\n"
+    "        a->weight->shape[1] != a->x->shape[1])\n"
+    "        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,\n"
+    "                          \"@NAME@: needs f32 x [n, in], weight [out, in], y [n, out]\");\n"
+    "    int64_t n = a->x->shape[0], in = a->x->shape[1], out = a->weight->shape[0];\n"
+    "    const float *x = a->x->data, *w = a->weight->data, *b = a->bias ? a->bias->data : NULL;\n"
+    "    float *y = a->y->data;\n"
+    "    for (int64_t r = 0; r < n; r++)\n"
+    "        for (int64_t o = 0; o < out; o++) {\n"
+    "            float acc = b ? b[o] : 0.0f;\n"
+    "            for (int64_t i = 0; i < in; i++) acc += x[r * in + i] * w[o * in + i];\n"
+    "            y[r * out + o] = acc;\n"
+    "        }\n"
+    "    return KHUB_STATUS_OK;\n"
+    "}\n"
+    "\n"
+    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = "
+    "KHUB_DEVICE_CPU,\n"
+    "    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .priority = 5};\n"
+    "#define OP_KIND KHUB_OP_LINEAR\n"
+    "#define OP_NAME \"linear\"\n"
+    "#define OP_RUN linear\n";
+
 /* The entry, shared by every kind (appended to the kind's source). */
 static const char entry_cpu[] =
     "\n"
@@ -234,6 +268,20 @@ static const char activation_cu[] =
     "{\n"
     "    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
     "    if (i < n) y[i] = g[i] / (1.0f + __expf(-g[i])) * u[i];\n"
+    "}\n";
+
+static const char linear_cu[] =
+    "// @NAME@: dense linear y = x W^T (+ bias) on CUDA, one thread per output.\n"
+    "extern \"C\" __global__ void @CNAME@_linear(const float *x, const float *w, const float *b,\n"
+    "                                            float *y, long long n, int in, int out)\n"
+    "{\n"
+    "    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "    if (t >= n * out) return;\n"
+    "    long long r = t / out;\n"
+    "    int o = (int)(t % out);\n"
+    "    float acc = b ? b[o] : 0.0f;\n"
+    "    for (int i = 0; i < in; i++) acc += x[r * in + i] * w[(long long)o * in + i];\n"
+    "    y[t] = acc;\n"
     "}\n";
 
 static const char glue_head[] =
@@ -348,6 +396,34 @@ static const char glue_activation[] =
     "#define OP_NAME \"silu_and_mul\"\n"
     "#define OP_FLAGS 0\n";
 
+static const char glue_linear[] =
+    "\n"
+    "static khub_status run(void *state, const void *args)\n"
+    "{\n"
+    "    (void)state;\n"
+    "    const khub_linear_args *a = args;\n"
+    "    if (!a || a->struct_size < sizeof *a || !a->x || !a->weight || !a->y || a->x->ndim != 2 "
+    "||\n"
+    "        a->weight->ndim != 2 || a->weight->dtype.bits != 32)\n"
+    "        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,\n"
+    "                          \"@NAME@: needs f32 x [n, in], weight [out, in], y [n, out]\");\n"
+    "    khub_status st = fn ? KHUB_STATUS_OK : load(\"@CNAME@_linear\");\n"
+    "    if (st != KHUB_STATUS_OK) return st;\n"
+    "    long long n = a->x->shape[0];\n"
+    "    int in = (int)a->x->shape[1], out = (int)a->weight->shape[0];\n"
+    "    void *x = a->x->data, *w = a->weight->data, *b = a->bias ? a->bias->data : NULL;\n"
+    "    void *y = a->y->data;\n"
+    "    void *params[] = {&x, &w, &b, &y, &n, &in, &out};\n"
+    "    long long threads = n * out;\n"
+    "    khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),\n"
+    "        .grid = {(uint32_t)((threads + 255) / 256), 1, 1}, .block = {256, 1, 1},\n"
+    "        .stream = a->stream};\n"
+    "    return host->cuda_launch(host->host_ctx, fn, &cfg, params);\n"
+    "}\n"
+    "#define OP_KIND KHUB_OP_LINEAR\n"
+    "#define OP_NAME \"linear\"\n"
+    "#define OP_FLAGS 0\n";
+
 static const char glue_entry[] =
     "\n"
     "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = "
@@ -373,12 +449,15 @@ static const char glue_entry[] =
     "KHUB_PLUGIN_DEFINE_KINDS(@CNAME@_cuda_init, \"@ID@\", \"1.0.0\", KHUB_KIND_BIT(OP_KIND))\n";
 
 static const khub_init_template templates[] = {
-    {"attention", attention_cpu, attention_cu, glue_attention,
+    {"attention", "attention", attention_cpu, attention_cu, glue_attention,
      "[{\"op\": \"attention\", \"shape\": [7, 9, 3, 64], \"dtype\": \"f32\", \"tolerance\": "
      "1e-8}]"},
-    {"norm", norm_cpu, norm_cu, glue_norm,
+    {"norm", "rms_norm", norm_cpu, norm_cu, glue_norm,
      "[{\"op\": \"rms_norm\", \"shape\": [4, 576], \"dtype\": \"f32\", \"tolerance\": 1e-8}]"},
-    {"activation", activation_cpu, activation_cu, glue_activation,
+    {"linear", "linear", linear_cpu, linear_cu, glue_linear,
+     "[{\"op\": \"linear\", \"shape\": [3, 576, 192], \"dtype\": \"f32\", \"tolerance\": "
+     "1e-8}]"},
+    {"activation", "silu_and_mul", activation_cpu, activation_cu, glue_activation,
      "[{\"op\": \"silu_and_mul\", \"shape\": [4, 1536], \"dtype\": \"f32\", \"tolerance\": 1e-8}]"},
 };
 

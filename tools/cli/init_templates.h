@@ -7,7 +7,8 @@
 #include <string.h>
 
 typedef struct khub_init_template {
-    const char *kind;      /* "attention", "norm", "activation" */
+    const char *kind;      /* "attention", "norm", "activation", "linear" */
+    const char *op;        /* the op's name in kernel.json and the plugin */
     const char *cpu_src;   /* the op; the shared entry is appended */
     const char *cuda_src;  /* the .cu kernel, or NULL when no CUDA template */
     const char *cuda_glue; /* the launch glue; head and entry are added around it */
