@@ -9,8 +9,9 @@
  *     Qwen2 (q/k/v bias) and Qwen3 (q/k norm), with and without rope_scaling:
  *     internal consistency (one prefill == token by token through the KV
  *     cache, several sequences in one batch == one at a time), the same
- *     logits from every dtype and from shards, quantize-at-load, and bad
- *     input (a missing tensor, a wrong shape);
+ *     logits from every dtype, from shards and from the GGUF llama.cpp's
+ *     converter would make of them, quantize-at-load, and bad input (a
+ *     missing tensor, a wrong shape);
  *   - tiny random GGUF files written here, one per weight type (F16, BF16,
  *     Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K, random blocks with sane
  *     scales), each against an F32 GGUF of its dequantized values;
