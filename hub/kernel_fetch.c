@@ -375,8 +375,17 @@ static khub_status fetch_load(fetch *f)
         arts[n++] = (khub__artifact_file){f->files->items[i].rel, f->files->items[i].path,
                                           f->files->items[i].sha256};
     khub_plugin *p = NULL;
-    KHUB_FORWARD_IF_ERROR(f->rt,
-                          khub__plugin_load_verified(f->rt, pf->path, pf->sha256, arts, n, &p));
+    /* The same file of the same cached variant already loaded (a second
+     * model with the same kernel): use it rather than a second copy. */
+    for (size_t i = 0; i < khub_plugin_count(f->rt) && !p; i++) {
+        const khub_plugin *q = khub_plugin_at(f->rt, i);
+        if (!strcmp(khub_plugin_path(q), pf->path) &&
+            khub__digest_eq(khub_plugin_sha256(q), pf->sha256))
+            p = (khub_plugin *)q; /* the registry's handle, as khub__plugin_load_verified gives */
+    }
+    if (!p)
+        KHUB_FORWARD_IF_ERROR(f->rt,
+                              khub__plugin_load_verified(f->rt, pf->path, pf->sha256, arts, n, &p));
     f->r->plugin = p;
     snprintf(f->r->plugin_id, sizeof f->r->plugin_id, "%s", khub_plugin_id(p));
     if (strcmp(khub_plugin_id(p), f->r->repo) != 0)

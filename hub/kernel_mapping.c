@@ -310,7 +310,9 @@ khub_status khub__mapping_load(const char *path, khub_mapping **out, char *errbu
     char why[KHUB_ERROR_SIZE];
     khub_status st = khub__mapping_parse(buf, got, out, why, sizeof why);
     free(buf);
-    if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, why);
+    /* "PATH: roles.attn: ...", not "PATH: khub.json: roles.attn: ..." */
+    const char *w = strncmp(why, "khub.json: ", 11) == 0 ? why + 11 : why;
+    if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, w);
     return st;
 }
 

@@ -175,6 +175,7 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
                                 khub_model **out, khub_model_kernels_report *rep)
 {
     KHUB_API_CHECK(rt, hub && rt && path && out);
+    khub__clear(rt);
     *out = NULL;
     if (rep) rep->text[0] = '\0';
     khub_model_kernels none = {KHUB_STRUCT_INIT(khub_model_kernels)};

@@ -1,0 +1,325 @@
+/*
+ * test_model_kernels.c: the C API of kernels named by Hub ID at model load
+ * (khub_model_load_hub, khub_kernels.h) on an in-process hub. A kernel is
+ * fetched and serves attention with the caller's threads and device; a
+ * khub.json mapping picks it, a name from the caller overrides it, and a
+ * malformed one is refused naming the field; through a lock the locked
+ * commit loads with no request once cached, and a changed cached file is
+ * refused naming it; a kernel with no variant for this machine falls back
+ * with the variant trace in the warning, or is NO_VARIANT with strict.
+ *
+ * The kernel is the built ref-cpu plugin published as "acme/ref" (and as
+ * "acme/away", built for the other architecture only); the model is the
+ * real SmolLM2 GGUF, skipped when absent (tools/fetch-model.sh).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "hub_fixture.h"
+#include "kernel_fetch.h"
+#include "khub/khub_kernels.h"
+#include "khub/khub_model.h"
+#include "lockfile.h"
+
+static char warnings[16384];
+static void capture(void *ud, khub_log_level level, const char *msg)
+{
+    (void)ud;
+    if (level == KHUB_LOG_WARN)
+        snprintf(warnings + strlen(warnings), sizeof warnings - strlen(warnings), "%s\n", msg);
+}
+
+static const char *model_file(char *buf, size_t n)
+{
+    const char *d = getenv("KHUB_MODEL_DIR");
+    if (d)
+        snprintf(buf, n, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", d);
+    else
+        snprintf(buf, n, "%s/.cache/khub/models/SmolLM2-135M-Instruct.Q4_1.gguf",
+                 getenv("HOME") ? getenv("HOME") : "");
+    struct stat sb;
+    return stat(buf, &sb) == 0 ? buf : NULL;
+}
+
+static char *read_bytes(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    ASSERT(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *p = malloc((size_t)len);
+    ASSERT(p != NULL);
+    ASSERT_EQ(fread(p, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return p;
+}
+
+/* Publishes the built ref-cpu plugin as repo org/name, commit C1 (main and
+ * v1), in variant khub1-cpu-<arch>-linux. */
+static void publish_ref(fixture *fx, const char *repo, const char *arch)
+{
+    char rel[512], path[1024], sha[65], meta[2048];
+    snprintf(rel, sizeof rel, "%s/refs.json", repo);
+    fx_writef(fx, rel, "{\"branches\":{\"main\":\"" C1 "\",\"v1\":\"" C1 "\"},\"tags\":{}}");
+    size_t n;
+    char *so = read_bytes(KHUB_PLUGIN_DIR_BUILD "/ref-cpu.so", &n);
+    snprintf(path, sizeof path, "%s/%s/commits/" C1 "/build/khub1-cpu-%s-linux/ref.so", fx->repos,
+             repo, arch);
+    fx_write(path, so, n);
+    ASSERT_OK(khub__sha256_hex(so, n, sha));
+    free(so);
+    snprintf(meta, sizeof meta,
+             "{\"format\":1,\"name\":\"%s\",\"version\":\"1.0.0\",\"major\":1,"
+             "\"variant\":\"khub1-cpu-%s-linux\",\"abi\":{\"major\":%d,\"minor\":%d},"
+             "\"backend\":{\"type\":\"cpu\",\"archs\":[\"%s\"]},"
+             "\"plugins\":[{\"file\":\"ref.so\",\"level\":\"generic\",\"cpu_features\":[]}],"
+             "\"files\":{\"ref.so\":\"%s\"},"
+             "\"provenance\":{\"source_commit\":\"unknown\",\"dirty\":false}}",
+             repo, arch, KHUB_ABI_MAJOR, KHUB_ABI_MINOR, arch, sha);
+    snprintf(rel, sizeof rel, "%s/commits/" C1 "/build/khub1-cpu-%s-linux/metadata.json", repo,
+             arch);
+    fx_writef(fx, rel, meta);
+}
+
+typedef struct env {
+    fixture fx;
+    khub_hub *hub;
+    char model[1024], policy[600], map[600], lock[600];
+} env;
+
+static void env_init(env *e)
+{
+    memset(e, 0, sizeof *e);
+    if (!model_file(e->model, sizeof e->model))
+        TEST_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf absent (run tools/fetch-model.sh)");
+    fx_init(&e->fx, NULL, 0);
+    publish_ref(&e->fx, "acme/ref", fx_arch());
+    publish_ref(&e->fx, "acme/away", strcmp(fx_arch(), "x86_64") == 0 ? "aarch64" : "x86_64");
+    e->hub = fx_hub(&e->fx, 0, NULL);
+    /* No trusted keys: acme is unlisted, so its unsigned kernels need the opt-in. */
+    snprintf(e->policy, sizeof e->policy, "%s/policy.json", e->fx.root);
+    const char *policy = "{\"version\":1,\"publishers\":{}}";
+    fx_write(e->policy, policy, strlen(policy));
+    snprintf(e->map, sizeof e->map, "%s/khub.json", e->fx.root);
+    snprintf(e->lock, sizeof e->lock, "%s/khub.lock", e->fx.root);
+}
+
+static void env_done(env *e)
+{
+    khub_hub_free(e->hub);
+    fx_done(&e->fx);
+}
+
+/* A runtime of 2 threads; builtin = 1 loads the built-in plugins (without
+ * them the fetched ref-cpu copy is the only plugin). */
+static khub_runtime *runtime(int builtin)
+{
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2, .log = capture};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&o, &rt));
+    if (builtin) ASSERT_OK(khub_plugin_load_builtin(rt));
+    warnings[0] = '\0';
+    return rt;
+}
+
+static khub_model_opts base_opts(void)
+{
+    return (khub_model_opts){KHUB_STRUCT_INIT(khub_model_opts), .n_threads = 2,
+                             .device = {KHUB_DEVICE_CPU, 0}, .max_context = 64};
+}
+
+TEST_IMPL(attn_by_hub_id_with_threads_and_device)
+{
+    env e;
+    env_init(&e);
+    khub_runtime *rt = runtime(0);
+    khub_model_opts base = base_opts();
+    khub_model_kernels k = {KHUB_STRUCT_INIT(khub_model_kernels), .attn = "acme/ref@version=1",
+                            .policy_path = e.policy, .allow_unsigned = 1};
+    khub_model_kernels_report rep;
+    khub_model *m = NULL;
+    /* the caller's options reach khub_model_load: a thread count other
+     * than the pool's is refused there */
+    base.n_threads = 3;
+    ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT(m == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "n_threads");
+    base.n_threads = 2;
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    ASSERT_CONTAINS(rep.text, "attention: acme/ref@version=1 -> khub/ref-cpu commit 111111111111 "
+                              "variant khub1-cpu-");
+    ASSERT_CONTAINS(rep.text, "file ref.so; unsigned, accepted by opt-in");
+    /* the fetched copy only: nothing built in, and the failed first call's
+     * plugin is reused, not loaded twice */
+    ASSERT_EQ(khub_plugin_count(rt), (size_t)1);
+    ASSERT_CONTAINS(khub_model_explain(m), "attention[f32]: khub/ref-cpu");
+    float *logits = malloc(49152 * sizeof *logits);
+    const int32_t ids[2] = {1, 2};
+    ASSERT_OK(khub_model_logits(m, ids, 2, logits));
+    free(logits);
+    khub_model_free(m);
+    /* unsigned without the opt-in is refused */
+    khub_runtime_free(rt);
+    rt = runtime(1);
+    k.allow_unsigned = 0;
+    ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep),
+                  KHUB_STATUS_UNSIGNED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "attention kernel acme/ref@version=1: refusing");
+    khub_runtime_free(rt);
+    env_done(&e);
+}
+
+TEST_IMPL(mapping_override_and_errors)
+{
+    env e;
+    env_init(&e);
+    khub_runtime *rt = runtime(0);
+    khub_model_opts base = base_opts();
+    const char *map = "{\"format\":1,\"roles\":{\"attention\":{\"cpu\":{\"repo\":\"acme/ref\","
+                      "\"version\":1},\"cuda\":[{\"repo\":\"acme/away\",\"version\":1,"
+                      "\"capability\":[80,90]}]}}}";
+    fx_write(e.map, map, strlen(map));
+    khub_model_kernels k = {KHUB_STRUCT_INIT(khub_model_kernels), .mapping_path = e.map,
+                            .policy_path = e.policy, .allow_unsigned = 1};
+    khub_model_kernels_report rep;
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    ASSERT_CONTAINS(rep.text, "mapping: ");
+    ASSERT_CONTAINS(rep.text, "attention: acme/ref@version=1 -> khub/ref-cpu commit 111111111111");
+    khub_model_free(m);
+    khub_runtime_free(rt);
+    /* a name from the caller wins over the mapping */
+    rt = runtime(1);
+    k.attn = "sdpa";
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    ASSERT_CONTAINS(rep.text, "attention: sdpa = khub/ref-cpu (built-in)");
+    ASSERT(strstr(rep.text, "acme/ref") == NULL);
+    khub_model_free(m);
+    /* malformed mappings: PARSE (or BAD_ID) naming the field */
+    static const struct {
+        const char *json, *msg;
+        khub_status st;
+    } bad[] = {
+        {"{\"format\":1,\"roles\":{\"attn\":\"acme/ref@v1\"}}", "roles.attn: unknown role",
+         KHUB_STATUS_PARSE},
+        {"{\"format\":1,\"roles\":{\"norm\":{\"tpu\":\"acme/ref@v1\"}}}",
+         "roles.norm.tpu: unknown device type \"tpu\"", KHUB_STATUS_PARSE},
+        {"{\"format\":1,\"roles\":{\"norm\":{\"cpu\":{\"repo\":\"acme/ref\",\"version\":1,"
+         "\"revision\":\"main\"}}}}",
+         "both \"version\" and \"revision\" are set", KHUB_STATUS_PARSE},
+        {"{\"format\":1,\"roles\":{\"norm\":\"acme//ref\"}}",
+         "roles.norm: bad Hub ID \"acme//ref\"", KHUB_STATUS_BAD_ID},
+    };
+    k.attn = NULL;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fx_write(e.map, bad[i].json, strlen(bad[i].json));
+        ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep), bad[i].st);
+        ASSERT(m == NULL);
+        ASSERT_CONTAINS(khub_runtime_errmsg(rt), bad[i].msg); /* this call's, not the last */
+        ASSERT(strstr(khub_runtime_errmsg(rt), "khub.json: khub.json") == NULL);
+    }
+    khub_runtime_free(rt);
+    env_done(&e);
+}
+
+TEST_IMPL(locked_load_no_request_and_tamper)
+{
+    env e;
+    env_init(&e);
+    const char *map = "{\"format\":1,\"roles\":{\"attention\":\"acme/ref@version=1\"}}";
+    fx_write(e.map, map, strlen(map));
+    khub_lock *lock = NULL;
+    khub_lock_entry ent;
+    char err[KHUB_ERROR_SIZE];
+    khub_hub_id id = fx_id("acme/ref@version=1");
+    ASSERT_OK(khub__lock_new(&lock));
+    ASSERT_OK(khub__kernel_lock_entry(e.hub, &id, NULL, &ent));
+    ASSERT_STR_EQ(ent.commit, C1);
+    khub__lock_put(lock, &ent);
+    ASSERT_OK(khub__lock_save(lock, e.lock, err, sizeof err));
+    khub__lock_free(lock);
+
+    khub_runtime *rt = runtime(0);
+    khub_model_opts base = base_opts();
+    khub_model_kernels k = {KHUB_STRUCT_INIT(khub_model_kernels), .mapping_path = e.map,
+                            .lock_path = e.lock, .policy_path = e.policy, .allow_unsigned = 1};
+    khub_model_kernels_report rep;
+    khub_model *m = NULL;
+    uint64_t before = khub_hub_request_count(e.hub);
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    ASSERT_EQ(khub_hub_request_count(e.hub), before); /* khub lock cached the variant */
+    ASSERT_CONTAINS(rep.text, "commit 111111111111");
+    ASSERT_CONTAINS(rep.text, "(locked, hashes re-checked)");
+    khub_model_free(m);
+    khub_runtime_free(rt);
+
+    /* without lock_path, the khub.lock next to khub.json is used */
+    rt = runtime(0);
+    k.lock_path = NULL;
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    ASSERT_CONTAINS(rep.text, "lock: ");
+    ASSERT_CONTAINS(rep.text, "(locked, hashes re-checked)");
+    khub_model_free(m);
+    khub_runtime_free(rt);
+
+    /* one changed byte in the cached plugin: refused, naming the file */
+    char so[1024]; /* no archive on this hub: the files are in the snapshot */
+    snprintf(so, sizeof so, "%s/kernels--acme--ref/snapshots/" C1 "/build/%s/ref.so", e.fx.cache,
+             e.fx.variant);
+    FILE *f = fopen(so, "r+b");
+    ASSERT(f != NULL);
+    fseek(f, 200, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 200, SEEK_SET);
+    fputc(c ^ 0x55, f);
+    fclose(f);
+    rt = runtime(0);
+    k.lock_path = e.lock;
+    ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT(m == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "ref.so has SHA-256");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "khub.lock says");
+    khub_runtime_free(rt);
+    env_done(&e);
+}
+
+TEST_IMPL(no_variant_falls_back_or_strict_fails)
+{
+    env e;
+    env_init(&e);
+    khub_runtime *rt = runtime(1);
+    khub_model_opts base = base_opts();
+    khub_model_kernels k = {KHUB_STRUCT_INIT(khub_model_kernels), .norm = "acme/away@v1",
+                            .policy_path = e.policy, .allow_unsigned = 1};
+    khub_model_kernels_report rep;
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    ASSERT_CONTAINS(warnings, "norm kernel acme/away@v1: no variant fits this machine; the "
+                              "reference plugin serves norm instead. Variant trace: khub1-cpu-");
+    ASSERT_CONTAINS(warnings, "-linux: reject: ");
+    ASSERT_CONTAINS(rep.text, "norm: acme/away@v1 -> fell back to khub/ref-cpu (no variant fits)");
+    ASSERT_CONTAINS(khub_model_explain(m), "rms_norm[f32]: khub/ref-cpu");
+    khub_model_free(m);
+    k.strict = 1;
+    ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep),
+                  KHUB_STATUS_NO_VARIANT);
+    ASSERT(m == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "norm kernel acme/away@v1: acme/away@111111111111: "
+                                             "no build variant fits this machine (strict): "
+                                             "khub1-cpu-");
+    khub_runtime_free(rt);
+    env_done(&e);
+}
+
+#define TEST_LIST(X) \
+    X(attn_by_hub_id_with_threads_and_device) \
+    X(mapping_override_and_errors) \
+    X(locked_load_no_request_and_tamper) X(no_variant_falls_back_or_strict_fails)
+TEST_MAIN(TEST_LIST)
