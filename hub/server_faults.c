@@ -42,7 +42,8 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                  {"gated", F_GATED, 0},
                  {"moved", F_MOVED, 0},
                  {"tree-dotdot", F_TREE_DOTDOT, 0},
-                 {"tree-absolute", F_TREE_ABS, 0}};
+                 {"tree-absolute", F_TREE_ABS, 0},
+                 {"wrong-commit", F_WRONG_COMMIT, 0}};
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list ? list : "");
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
@@ -61,7 +62,7 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                 "unknown fault \"%s\"; known: drop-body[=N], short-body, "
                 "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
                 "cross-host, ignore-range, rate=MIB_PER_S, ratelimit[=N], 408[=N], gated, "
-                "moved, tree-dotdot, tree-absolute",
+                "moved, tree-dotdot, tree-absolute, wrong-commit",
                 t);
         if (names[i].bit == F_RATE && (count < 1 || count > 1000000))
             return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,

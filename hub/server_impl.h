@@ -58,6 +58,7 @@ enum {
     F_MOVED = 1 << 13,
     F_TREE_DOTDOT = 1 << 14,
     F_TREE_ABS = 1 << 15,
+    F_WRONG_COMMIT = 1 << 16,
 };
 
 struct khub__server {

@@ -329,7 +329,9 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
         resp = khub__srv_fault_body(s, fd, off, len, &why);
     }
     if (!resp) return khub__srv_send_error(c, 500, NULL, commit, why);
-    MHD_add_response_header(resp, "X-Repo-Commit", commit);
+    MHD_add_response_header(resp, "X-Repo-Commit",
+                            s->faults & F_WRONG_COMMIT ? "0000000000000000000000000000000000000000"
+                                                       : commit);
     MHD_add_response_header(resp, "ETag", quoted);
     MHD_add_response_header(resp, "Accept-Ranges", "bytes");
     if (lfs) {

@@ -158,6 +158,15 @@ static void expect_hostile_tree(const char *fault, const char *bad)
     fx_done(&fx);
 }
 
+/* A HEAD whose X-Repo-Commit is not the commit asked for: not a Hub
+ * answering for that commit, so nothing is fetched. */
+TEST_IMPL(wrong_repo_commit_refused)
+{
+    expect_fail("wrong-commit", KHUB_STATUS_HTTP,
+                "X-Repo-Commit is \"0000000000000000000000000000000000000000\", not the "
+                "commit asked for");
+}
+
 TEST_IMPL(tree_dotdot_entry_refused)
 {
     expect_hostile_tree("tree-dotdot", "build/../../escape.so");
@@ -355,6 +364,7 @@ TEST_IMPL(eight_processes_one_blob)
     X(short_body_rejected) \
     X(extra_bytes_rejected) \
     X(wrong_git_sha1_rejected) \
+    X(wrong_repo_commit_refused) \
     X(tree_dotdot_entry_refused) \
     X(tree_absolute_entry_refused) \
     X(wrong_hash_rejected) \
