@@ -3,7 +3,8 @@
 # SmolLM2-135M-Instruct in both formats (tools/fetch-model.sh, --hf for the
 # folder): a coherent chat answer from the GGUF and from the safetensors
 # folder; --json (several prompts in one call, per-prompt results, timings,
-# peak RSS, threads: default = the cores, --threads N); --stop; seeded
+# peak RSS, threads: default = the cores, --threads N); two prompts as
+# text; --chat --system; --stop; seeded
 # sampling; --explain; --quant and --quant-embeddings; the load progress bar
 # on a terminal and not through a pipe; option and bad-file errors. Skips
 # what needs a file that is absent.
@@ -63,6 +64,20 @@ assert j1["threads"] == 1, j1["threads"]
 assert j1["results"][0]["tokens"][0] == r[0]["tokens"][0], (j1["results"][0], r[0])
 PY
 echo "ok   --json: 2 prompts, timings, peak RSS, threads $(nproc) by default and --threads 1"
+
+# Several prompts without --json: each result under its own header.
+"$KHUB" run --model "$GGUF" --prompt "The capital of France is" --prompt "1, 2, 3," \
+    --max-new-tokens 6 > two.out 2> two.err || { cat two.err; fail "two prompts"; }
+grep -qx -- "--- prompt 0 ---" two.out && grep -qx -- "--- prompt 1 ---" two.out ||
+    fail "two prompts: $(cat two.out)"
+echo "ok   two prompts in one call, printed under their headers"
+
+# --chat --system: the system message replaces the template's default one.
+pt() { python3 -c 'import json,sys; print(json.load(sys.stdin)["results"][0]["n_prompt_tokens"])'; }
+d=$("$KHUB" run --model "$GGUF" --chat --prompt hi --max-new-tokens 2 --json | pt)
+b=$("$KHUB" run --model "$GGUF" --chat --system "Be brief." --prompt hi --max-new-tokens 2 --json | pt)
+[ "$b" -lt "$d" ] && [ "$b" -gt 3 ] || fail "--system: $b prompt tokens, default system $d"
+echo "ok   --chat --system: $b prompt tokens (default system prompt: $d)"
 
 # --stop: the text ends before the first occurrence, which is not printed.
 stop=$(python3 -c 'import json,sys; t=json.load(open("j1.json"))["text"]; print(t.split()[-1])')
