@@ -2,7 +2,8 @@
  * handmade.c: test plugins with a hand-written ABI note or none:
  *   NOTE_PTR4  a note claiming 4-byte pointers (as a 32-bit build would)
  *   NO_ENTRY   a valid note but no khub_plugin_init_v1
- *   NO_NOTE    an entry but no .note.khub section
+ *   NO_NOTE    an entry but no .note.khub section (and a constructor that
+ *              crashes if it is ever mapped)
  * Built without KHUB_PLUGIN_DEFINE, so nothing else is emitted.
  */
 #include <khub/khub_plugin.h>
@@ -35,6 +36,13 @@ KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1(const khub_host_api *host, kh
                           .version = "1.0.0"};
     return khub_plugin_desc_put(out, &d);
 }
+#endif
+
+#if defined(NO_NOTE)
+#include <signal.h>
+/* Unknown to the host: it must be rejected from its missing note alone,
+ * never dlopened, or this constructor crashes the test that loads it. */
+__attribute__((constructor)) static void crash_if_ever_mapped(void) { raise(SIGSEGV); }
 #endif
 
 #if defined(NO_ENTRY)
