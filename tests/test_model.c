@@ -701,10 +701,16 @@ TEST_IMPL(model_tiny_quantize_at_load)
     khub_runtime_free(rt);
 }
 
+/* The folder and its GGUF copy, both lacking one tensor or with one of the
+ * wrong shape: refused naming the file (or folder) and the tensor. */
 TEST_IMPL(model_tiny_missing_tensor)
 {
     khub_runtime *rt = runtime();
-    const char *dir = tiny_model(TINY_LLAMA, "model.layers.1.mlp.down_proj.weight", NULL);
+    char gp[96];
+    snprintf(gp, sizeof gp, "/tmp/khub-test-copy-%d.gguf", (int)getpid());
+    tiny_spec s = {TINY_LLAMA, "model.layers.1.mlp.down_proj.weight", NULL, NULL, 0, 0, NULL, gp,
+                   0};
+    const char *dir = tiny_write(&s);
     khub_model *m = NULL;
     ASSERT_STATUS(khub_model_load(rt, dir, NULL, &m), KHUB_STATUS_MODEL_INVALID);
     char want[160]; /* the folder, then the tensor */
@@ -712,6 +718,12 @@ TEST_IMPL(model_tiny_missing_tensor)
              strrchr(dir, '/') + 1);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), want);
     ASSERT(m == NULL);
+    khub__clear(rt);
+    ASSERT_STATUS(khub_model_load(rt, gp, NULL, &m), KHUB_STATUS_MODEL_INVALID);
+    snprintf(want, sizeof want, "%s: tensor 'blk.1.ffn_down.weight' missing", strrchr(gp, '/') + 1);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), want);
+    ASSERT(m == NULL);
+    unlink(gp);
     tiny_cleanup(dir);
     khub_runtime_free(rt);
 }
@@ -719,7 +731,11 @@ TEST_IMPL(model_tiny_missing_tensor)
 TEST_IMPL(model_tiny_wrong_shape)
 {
     khub_runtime *rt = runtime();
-    const char *dir = tiny_model(TINY_LLAMA, NULL, "model.layers.0.self_attn.k_proj.weight");
+    char gp[96];
+    snprintf(gp, sizeof gp, "/tmp/khub-test-copy-%d.gguf", (int)getpid());
+    tiny_spec s = {TINY_LLAMA, NULL, "model.layers.0.self_attn.k_proj.weight", NULL, 0, 0, NULL,
+                   gp,         0};
+    const char *dir = tiny_write(&s);
     khub_model *m = NULL;
     ASSERT_STATUS(khub_model_load(rt, dir, NULL, &m), KHUB_STATUS_MODEL_INVALID);
     char want[160];
@@ -728,6 +744,14 @@ TEST_IMPL(model_tiny_wrong_shape)
              "[32, 64]",
              strrchr(dir, '/') + 1);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), want);
+    khub__clear(rt);
+    ASSERT_STATUS(khub_model_load(rt, gp, NULL, &m), KHUB_STATUS_MODEL_INVALID);
+    snprintf(want, sizeof want,
+             "%s: tensor 'blk.0.attn_k.weight' has shape [33, 64], expected [32, 64]",
+             strrchr(gp, '/') + 1);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), want);
+    ASSERT(m == NULL);
+    unlink(gp);
     tiny_cleanup(dir);
     khub_runtime_free(rt);
 }
