@@ -2,10 +2,10 @@
  * test_model_kernels.c: the C API of kernels named by Hub ID at model load
  * (khub_model_load_hub, khub_kernels.h) on an in-process hub. A kernel is
  * fetched and serves attention with the caller's threads and device; a
- * khub.json mapping picks it, a name from the caller overrides it, and a
- * malformed one is refused naming the field; through a lock the locked
- * commit loads with no request once cached, and a changed cached file is
- * refused naming it; a kernel with no variant for this machine falls back
+ * khub.json mapping (given, or next to the model) picks it, a name from the
+ * caller overrides it, and a malformed one is refused naming the field;
+ * through a lock the locked commit loads with no request once cached, and
+ * a changed cached file is refused naming it; a kernel with no variant for this machine falls back
  * with the variant trace in the warning, or is NO_VARIANT with strict.
  *
  * The kernel is the built ref-cpu plugin published as "acme/ref" (and as
@@ -194,6 +194,19 @@ TEST_IMPL(mapping_override_and_errors)
     ASSERT_CONTAINS(rep.text, "attention: acme/ref@version=1 -> khub/ref-cpu commit 111111111111");
     khub_model_free(m);
     khub_runtime_free(rt);
+    /* without mapping_path, the khub.json next to the model is read */
+    char linked[700], want[700];
+    snprintf(linked, sizeof linked, "%s/model.gguf", e.fx.root);
+    ASSERT_EQ(symlink(e.model, linked), 0);
+    snprintf(want, sizeof want, "mapping: %s\n", e.map);
+    rt = runtime(0);
+    k.mapping_path = NULL;
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, linked, &base, &k, &m, &rep));
+    ASSERT_CONTAINS(rep.text, want);
+    ASSERT_CONTAINS(rep.text, "attention: acme/ref@version=1 -> khub/ref-cpu");
+    khub_model_free(m);
+    khub_runtime_free(rt);
+    k.mapping_path = e.map;
     /* a name from the caller wins over the mapping */
     rt = runtime(1);
     k.attn = "sdpa";

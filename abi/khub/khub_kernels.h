@@ -12,6 +12,17 @@
  *     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_ATTENTION,
  *                        .plugin_id = kr.plugin_id, .op_name = kr.op_name[0] ? kr.op_name : NULL};
  *
+ * A model with its kernels named by Hub ID (from_pretrained's
+ * attn_implementation, quantization_config and cache_implementation, with
+ * the device and threads in the base options):
+ *
+ *     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .device = {KHUB_DEVICE_CPU, 0}};
+ *     khub_model_kernels mk = {KHUB_STRUCT_INIT(khub_model_kernels),
+ *                              .attn = "kernels-community/flash-attn2", .quant = "nf4",
+ *                              .cache = "static", .mapping_path = "khub.json"};
+ *     khub_model *m = NULL;
+ *     khub_model_load_hub(hub, rt, "SmolLM2-135M-Instruct-hf", &mo, &mk, &m, NULL);
+ *
  * The pipeline: parse the ID; resolve it to a commit (or take the locked
  * commit); list and rank the variants for this host; download the best one
  * (one request for its archive); on a locked load compare every cached file

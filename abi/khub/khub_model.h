@@ -10,7 +10,7 @@
  *     khub_runtime_new(NULL, &rt);
  *     khub_plugin_load_builtin(rt);
  *     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts),
- *                           .attn_impl = "kernels-community/flash-attn2"};  // or NULL
+ *                           .attn_impl = "khub/cpu-avx2"};  // a loaded plugin, or NULL
  *     khub_model *m = NULL;
  *     if (khub_model_load(rt, "SmolLM2-135M-Instruct.Q4_1.gguf", &mo, &m) != KHUB_STATUS_OK)
  *         fprintf(stderr, "%s\n", khub_runtime_errmsg(rt));
@@ -22,6 +22,10 @@
  *     khub_generate_results_free(m, &res, 1);
  *     khub_model_free(m);
  *     khub_runtime_free(rt);
+ *
+ * To name kernels by Hub ID ("kernels-community/flash-attn2", fetched,
+ * verified and loaded first), with a khub.json mapping and a khub.lock, call
+ * khub_model_load_hub (khub_kernels.h) with these options as its base.
  *
  * Models: a GGUF file (F32/F16/BF16 and Q8_0, Q4_0, Q4_1, Q4_K, Q6_K tensors,
  * used in place from the mmapped file) or a Hugging Face folder (config.json,
