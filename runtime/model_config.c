@@ -601,7 +601,7 @@ static khub_status gguf_rope_freqs(khub_runtime *rt, const khub_gguf *g, const c
     double factor = 0;
     for (int64_t j = 0; j < half; j++) {
         float v;
-        memcpy(&v, (const float *)t->data + j, sizeof v);
+        memcpy(&v, (const uint8_t *)t->data + 4 * j, sizeof v);
         factor = v > factor ? v : factor;
     }
     KHUB_RETURN_IF(rt, !(factor >= 1 && factor <= 1024), KHUB_STATUS_MODEL_INVALID,
@@ -624,7 +624,7 @@ static khub_status gguf_rope_freqs(khub_runtime *rt, const khub_gguf *g, const c
             want = 1 / ((1 - smooth) / factor + smooth);
         }
         float got;
-        memcpy(&got, (const float *)t->data + j, sizeof got);
+        memcpy(&got, (const uint8_t *)t->data + 4 * j, sizeof got);
         KHUB_RETURN_IF(rt, fabs((double)got - want) > 1e-4 * want, KHUB_STATUS_MODEL_UNSUPPORTED,
                        "%s: tensor 'rope_freqs.weight'[%lld] is %g, llama3 scaling (factor %g, "
                        "low_freq_factor 1, high_freq_factor 4, original context %lld) gives %g; "
