@@ -163,11 +163,55 @@ static void check_dynamic(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, const khub_
     }
 }
 
+/* The .gnu.version data (one index per .dynsym entry), or NULL. */
+static Elf_Data *find_versym(Elf *e)
+{
+    for (Elf_Scn *scn = elf_nextscn(e, NULL); scn; scn = elf_nextscn(e, scn)) {
+        GElf_Shdr sh;
+        if (gelf_getshdr(scn, &sh) && sh.sh_type == SHT_GNU_versym) return elf_getdata(scn, NULL);
+    }
+    return NULL;
+}
+
+/* Symbols a sanitizer build's own plugins import from its (unversioned)
+ * runtimes; allowed only in such a build, as the runtimes themselves are. */
+static int sanitizer_symbol(const char *name)
+{
+#ifdef KHUB_SANITIZER_BUILD
+    static const char *const prefixes[] = {"__asan_", "__ubsan_", "__tsan_", "__lsan_",
+                                           "__sanitizer_"};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (strncmp(name, prefixes[i], strlen(prefixes[i])) == 0) return 1;
+#else
+    (void)name;
+#endif
+    return 0;
+}
+
+/* An undefined global symbol must carry a version from a needed library
+ * (every library on the allow-list versions its symbols, so DT_NEEDED and
+ * the allow-list decide where it comes from); an unversioned one would bind
+ * to whatever the process has, e.g. the host's own khub_* functions, which
+ * plugins reach only through khub_host_api. Weak ones (__gmon_start__) may
+ * stay unresolved. */
+static void check_import(const char *name, const GElf_Sym *sym, Elf_Data *versym, size_t i,
+                         khub_gate_report *rep)
+{
+    if (GELF_ST_BIND(sym->st_info) != STB_GLOBAL || sanitizer_symbol(name)) return;
+    GElf_Versym vs = 0;
+    if (versym && gelf_getversym(versym, (int)i, &vs) && (vs & 0x7fff) >= 2) return;
+    add_finding(rep,
+                "imports %s without a symbol version: it comes from no allowed library (the "
+                "host is reached only through khub_host_api)",
+                name);
+}
+
 static void check_symbols(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, khub_gate_report *rep,
                           int dynamic)
 {
     Elf_Data *d = elf_getdata(scn, NULL);
     if (!d || sh->sh_entsize == 0) return;
+    Elf_Data *versym = dynamic ? find_versym(e) : NULL;
     size_t n = sh->sh_size / sh->sh_entsize;
     for (size_t i = 1; i < n; i++) {
         GElf_Sym sym;
@@ -179,6 +223,8 @@ static void check_symbols(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, khub_gate_r
             add_finding(rep, "symbol %s is STB_GNU_UNIQUE: it pins the library in memory", name);
             continue;
         }
+        if (dynamic && sym.st_shndx == SHN_UNDEF && name[0])
+            check_import(name, &sym, versym, i, rep);
         if (!dynamic || sym.st_shndx == SHN_UNDEF) continue;
         if (bind != STB_GLOBAL && bind != STB_WEAK) continue;
         int vis = GELF_ST_VISIBILITY(sym.st_other);

@@ -7,8 +7,10 @@
  * machines:
  *   - exports: only khub_plugin_init_v1 (the ABI note is a section, not a
  *     symbol);
- *   - imports: DT_NEEDED libraries from an allow-list, and glibc symbol
- *     versions no newer than a ceiling (default GLIBC_2.28);
+ *   - imports: DT_NEEDED libraries from an allow-list, every undefined
+ *     global symbol versioned (so it comes from one of them, not from the
+ *     host process), and glibc symbol versions no newer than a ceiling
+ *     (default GLIBC_2.28);
  *   - no DT_RPATH / DT_RUNPATH;
  *   - no STB_GNU_UNIQUE symbols and no DF_1_NODELETE (either makes dlclose a
  *     no-op, so a hot reload could never retire the old code);

@@ -2,7 +2,8 @@
 # t_check.sh: `khub check`, the publish-time gate, failing for each reason
 # with its own message, through the real CLI:
 #   FILE: an extra export, an RPATH, a RUNPATH, NODELETE, a too-new glibc
-#         symbol (and --glibc-ceiling), a library off the allow-list, --json;
+#         symbol (and --glibc-ceiling), a library off the allow-list, an
+#         unversioned import (a host symbol), --json;
 #   DIR:  kernel.json's glibc_ceiling (khub build and check), metadata.json
 #         disagreeing with the ABI note, a PTX whose .target/.version
 #         disagree with metadata.json, a kernel that crashes in its numeric
@@ -52,6 +53,9 @@ expect_file nodelete "is marked NODELETE (-z nodelete): it could never be unload
 plugin libz '#include <zlib.h>
 const char *v(void) { return zlibVersion(); }' -Wl,--no-as-needed -lz
 expect_file libz "needs library libz.so.1, which is not on the allow-list"
+plugin hostsym 'const char *khub_runtime_errmsg(const void *rt);
+const char *peek(void) { return khub_runtime_errmsg(0); }'
+expect_file hostsym "imports khub_runtime_errmsg without a symbol version: it comes from no allowed library"
 # close_range is GLIBC_2.34, over the default ceiling; a higher one accepts it
 plugin glibc '#include <unistd.h>
 int use_it(void) { return close_range(100, 101, 0); }' -D_GNU_SOURCE
@@ -70,7 +74,7 @@ assert o["ok"] is False and o["load"] == "KHUB_STATUS_OK", o
 assert o["gate"] == "KHUB_STATUS_PLUGIN_INVALID", o
 assert any("exports leaked_helper" in f for f in o["gate_findings"]), o
 PY
-echo "ok   check FILE: export, RPATH, RUNPATH, NODELETE, library, glibc ceiling, --json"
+echo "ok   check FILE: export, RPATH, RUNPATH, NODELETE, library, unversioned import, glibc ceiling, --json"
 
 # -------------------------------------------------------------------- DIR
 # kernel.json "glibc_ceiling": khub build gates with it, khub check too

@@ -3,7 +3,7 @@
  * test itself (cc -shared) so that each one carries exactly one violation
  * and no sanitizer runtime: an extra export, a too-new glibc symbol, an
  * RPATH, a RUNPATH, NODELETE, a GNU_UNIQUE symbol, a library off the
- * allow-list, no ABI note. Each must produce its own finding.
+ * allow-list, an unversioned import, no ABI note. Each must produce its own finding.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,6 +135,17 @@ TEST_IMPL(library_not_allowed)
     expect_finding(so, "needs library libz.so.1");
 }
 
+TEST_IMPL(unversioned_import)
+{
+    char so[512];
+    /* a runtime function the host executable would provide at dlopen */
+    build("hostsym",
+          "const char *khub_runtime_errmsg(const void *rt);\n"
+          "const char *peek(void) { return khub_runtime_errmsg(0); }",
+          NULL, so, sizeof so);
+    expect_finding(so, "imports khub_runtime_errmsg without a symbol version");
+}
+
 TEST_IMPL(no_note)
 {
     char so[512];
@@ -223,6 +234,7 @@ TEST_IMPL(cubin_header)
     X(nodelete) \
     X(gnu_unique) \
     X(library_not_allowed) \
+    X(unversioned_import) \
     X(no_note) \
     X(not_elf_and_truncated) \
     X(glibc_compare) \
