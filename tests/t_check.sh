@@ -55,7 +55,11 @@ const char *v(void) { return zlibVersion(); }' -Wl,--no-as-needed -lz
 expect_file libz "needs library libz.so.1, which is not on the allow-list"
 plugin hostsym 'const char *khub_runtime_errmsg(const void *rt);
 const char *peek(void) { return khub_runtime_errmsg(0); }'
-expect_file hostsym "imports khub_runtime_errmsg without a symbol version: it comes from no allowed library"
+if ldd "$KHUB" 2> /dev/null | grep -q 'lib[at]san\|libubsan'; then
+    echo "skip unversioned import: a sanitizer build of khub does not apply the rule"
+else
+    expect_file hostsym "imports khub_runtime_errmsg without a symbol version: it comes from no allowed library"
+fi
 # close_range is GLIBC_2.34, over the default ceiling; a higher one accepts it
 plugin glibc '#include <unistd.h>
 int use_it(void) { return close_range(100, 101, 0); }' -D_GNU_SOURCE

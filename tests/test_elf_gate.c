@@ -137,6 +137,9 @@ TEST_IMPL(library_not_allowed)
 
 TEST_IMPL(unversioned_import)
 {
+#ifdef KHUB_SANITIZER_BUILD
+    TEST_SKIP("a sanitizer build does not apply the rule (its interceptors are unversioned)");
+#endif
     char so[512];
     /* a runtime function the host executable would provide at dlopen */
     build("hostsym",
