@@ -135,6 +135,20 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
             *colon = '\0';
         }
     }
+    if (!strchr(id, '/') && !plugin_loaded(rt, id)) {
+        static const char *const builtin[KHUB_ROLE__COUNT] = {
+            [KHUB_ROLE_ATTENTION] = "eager, sdpa",
+            [KHUB_ROLE_QUANT] = "int8, nf4, q8_0, q4_0",
+            [KHUB_ROLE_CACHE] = "dynamic, static"};
+        char what[128];
+        if (builtin[role])
+            snprintf(what, sizeof what, " nor a built-in name (%s)", builtin[role]);
+        else
+            snprintf(what, sizeof what, "; %s has no built-in names", rname);
+        return khub__fail(rt, KHUB_STATUS_BAD_ID,
+                          "%s kernel \"%s\": not a Hub ID (org/name[@REV][:symbol])%s", rname, id,
+                          what);
+    }
     if (plugin_loaded(rt, id)) {
         snprintf(impl, n, "%s", id);
         note(rep, "%s: %s (loaded plugin)", rname, id);
