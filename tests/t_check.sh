@@ -185,7 +185,13 @@ sed -i 's|^     .run = OP_RUN},|&\n    {KHUB_STRUCT_INIT(khub_op_desc), .name = 
 grep -q rms_norm_twin extra/extra.c || fail "the extra-op edit did not apply"
 "$KHUB" build extra --quiet > build.log 2>&1 || fail "build extra: $(cat build.log)"
 expect_dir extra "the plugin registers op 'rms_norm_twin' that kernel.json does not declare in 'ops'"
-echo "ok   check DIR: declared ops against registered ones (missing, other kind, undeclared)"
+# the kinds in the ABI note (what is known without loading) are kernel.json's
+"$KHUB" init acme/notekinds --kind norm --backends cpu > /dev/null || fail "init notekinds"
+sed -i 's/KHUB_KIND_BIT(OP_KIND))/KHUB_KIND_BIT(OP_KIND) | KHUB_KIND_BIT(KHUB_OP_ROTARY))/' notekinds/notekinds.c
+grep -q KHUB_OP_ROTARY notekinds/notekinds.c || fail "the note-kinds edit did not apply"
+"$KHUB" build notekinds --quiet > build.log 2>&1 || fail "build notekinds: $(cat build.log)"
+expect_dir notekinds "notekinds-generic.so: ABI note says kinds { norm rotary }, kernel.json's ops are { norm }"
+echo "ok   check DIR: declared ops against registered ones (missing, other kind, undeclared) and the note's kinds"
 
 # a self-test in a format the kernel does not serve says why (the registry's
 # reason), and khub bench DIR refuses to time it the same way

@@ -69,6 +69,18 @@ static void check_plugin_file(const khub_kernel_manifest *m, const khub_kmeta *m
     if (rep.note.abi_major != meta->abi_major || rep.note.abi_minor != meta->abi_minor)
         finding(t, "%s: ABI note says ABI %u.%u, metadata.json says %u.%u", path,
                 rep.note.abi_major, rep.note.abi_minor, meta->abi_major, meta->abi_minor);
+    uint32_t kinds = 0; /* the note's kinds (read without loading) are kernel.json's */
+    for (size_t i = 0; i < m->n_ops; i++) kinds |= 1u << m->ops[i].kind;
+    if (rep.note.kinds && rep.note.kinds != kinds) {
+        char a[160] = "", b[160] = "";
+        for (uint32_t k = 1; k < KHUB_OP_KIND__COUNT; k++) {
+            if (rep.note.kinds & (1u << k))
+                snprintf(a + strlen(a), sizeof a - strlen(a), " %s", khub__op_kind_name(k));
+            if (kinds & (1u << k))
+                snprintf(b + strlen(b), sizeof b - strlen(b), " %s", khub__op_kind_name(k));
+        }
+        finding(t, "%s: ABI note says kinds {%s }, kernel.json's ops are {%s }", path, a, b);
+    }
     if (!rep.n_findings)
         printf("ok   %s: ABI gate (glibc %s)\n", path, rep.max_glibc[0] ? rep.max_glibc : "none");
 }
