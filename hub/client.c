@@ -528,7 +528,11 @@ static khub_status list_tree_once(khub_hub *hub, const khub_hub_id *id, const ch
                                   "listing %s/%s@%.12s: no cached listing (%s) and "
                                   "HF_HUB_OFFLINE forbids the network; list it once online",
                                   id->org, id->name, commit, path);
-        KHUB_FORWARD_IF_ERROR(NULL, list_online(hub, id, commit, "", 1, &files));
+        khub_status st = list_online(hub, id, commit, "", 1, &files);
+        if (st != KHUB_STATUS_OK) {
+            khub__tree_free(&files); /* the pages before a refused one */
+            return st;
+        }
         tree_write_cache(hub, id, commit, &files);
     }
     khub_status st = tree_select(hub, id, commit, &files, sub, recursive, out);
