@@ -52,9 +52,9 @@ export HF_HOME=$T/hfhome
 
 # Auth: no token, then a wrong one.
 out=$(timeout 30 "$KHUB" publish "$K" 2>&1) && fail "publish without a token succeeded"
-echo "$out" | grep -q "token missing" || fail "no-token message: $out"
+grep -q <<<"$out" "token missing" || fail "no-token message: $out"
 out=$(HF_TOKEN=hf_wrong timeout 30 "$KHUB" publish "$K" 2>&1) && fail "wrong token succeeded"
-echo "$out" | grep -q "HTTP 401: token rejected or it lacks write access" || fail "401 message: $out"
+grep -q <<<"$out" "HTTP 401: token rejected or it lacks write access" || fail "401 message: $out"
 [ ! -d "$T/repos/acme/norm" ] || fail "a rejected publish created the repo"
 
 # Publish v1 and download it back.
@@ -73,15 +73,15 @@ done
 
 # Publishing the same build again changes nothing.
 out=$(timeout 60 "$KHUB" publish "$K" --json)
-echo "$out" | grep -q '"changed":false' || fail "an unchanged republish committed: $out"
-echo "$out" | grep -q "\"commit\":\"$C1\"" || fail "unchanged republish commit: $out"
+grep -q <<<"$out" '"changed":false' || fail "an unchanged republish committed: $out"
+grep -q <<<"$out" "\"commit\":\"$C1\"" || fail "unchanged republish commit: $out"
 
 # A changed v1: a new commit on v1, notes.txt deleted.
 write_kernel 1 1.0.1
 out=$(timeout 60 "$KHUB" publish "$K" --json)
 C2=$(echo "$out" | grep -o '"commit":"[0-9a-f]*"' | cut -d'"' -f4)
 [ "$C2" != "$C1" ] || fail "changed v1 made no commit"
-echo "$out" | grep -q '"deleted":1' || fail "stale file not deleted: $out"
+grep -q <<<"$out" '"deleted":1' || fail "stale file not deleted: $out"
 OLD=build/torch28-cxx11-cpu-x86_64-linux/metadata.json
 [ ! -e "$T/repos/acme/norm/commits/$C2/$OLD" ] || fail "the stale file is still in $C2"
 [ -e "$T/repos/acme/norm/commits/$C1/$OLD" ] || fail "the old commit was modified"
@@ -102,7 +102,7 @@ B=$(ls "$KHUB_CACHE"/kernels--acme--norm/blobs | head -1)
 cp "$KHUB_CACHE/kernels--acme--norm/blobs/$B" "$T/blob.bak"
 printf 'X' | dd of="$KHUB_CACHE/kernels--acme--norm/blobs/$B" bs=1 count=1 conv=notrunc 2>/dev/null
 out=$(timeout 60 "$KHUB" cache verify 2>&1) && fail "cache verify missed a corrupt blob"
-echo "$out" | grep -q "corrupt .*$B" || fail "cache verify output: $out"
+grep -q <<<"$out" "corrupt .*$B" || fail "cache verify output: $out"
 out=$(timeout 60 "$KHUB" cache verify --json 2>/dev/null) && fail "verify --json missed it"
 python3 -c 'import json, sys
 j = json.loads(sys.argv[1])
@@ -112,7 +112,7 @@ assert j["items"][0]["kind"] == "corrupt" and j["items"][0]["path"].endswith(sys
 cp "$T/blob.bak" "$KHUB_CACHE/kernels--acme--norm/blobs/$B"
 rm "$KHUB_CACHE"/kernels--acme--norm/refs/v1   # the v1 snapshots become detached
 out=$(timeout 20 "$KHUB" cache prune --dry-run)
-echo "$out" | grep -q "would remove snapshot" || fail "prune --dry-run: $out"
+grep -q <<<"$out" "would remove snapshot" || fail "prune --dry-run: $out"
 out=$(timeout 20 "$KHUB" cache prune --dry-run --json)
 python3 -c 'import json, sys
 j = json.loads(sys.argv[1])
