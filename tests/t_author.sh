@@ -2,9 +2,11 @@
 # (Pipelines into grep use plain grep > /dev/null, not grep -q: with pipefail an early
 # grep -q exit can kill a still-writing producer with SIGPIPE and fail the test.)
 # The kernel author's loop, end to end with the real CLI: khub init for each
-# template kind (with CUDA where it has one), khub build, khub check (gate +
-# self-tests against khub/ref-cpu in a child), keygen + sign; then every
-# in-tree kernel of kernels-src/ is built and checked in a scratch copy.
+# template kind (attention, norm, activation, linear; cpu, cuda, both), khub
+# build, khub check (gate, PTX per capability from NVRTC, self-tests against
+# khub/ref-cpu in a child), provenance, cubins, keygen + sign, a tampered
+# build; then every in-tree kernel of kernels-src/ is built and checked in a
+# scratch copy, its CUDA kernels compiled by NVRTC (skipped by name without).
 set -euo pipefail
 KHUB=${KHUB_BIN:?set by ctest}
 SRC=${KHUB_SRC:?set by ctest}
