@@ -43,7 +43,8 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                  {"moved", F_MOVED, 0},
                  {"tree-dotdot", F_TREE_DOTDOT, 0},
                  {"tree-absolute", F_TREE_ABS, 0},
-                 {"wrong-commit", F_WRONG_COMMIT, 0}};
+                 {"wrong-commit", F_WRONG_COMMIT, 0},
+                 {"link-away", F_LINK_AWAY, 0}};
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list ? list : "");
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
@@ -62,7 +63,7 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                 "unknown fault \"%s\"; known: drop-body[=N], short-body, "
                 "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
                 "cross-host, ignore-range, rate=MIB_PER_S, ratelimit[=N], 408[=N], gated, "
-                "moved, tree-dotdot, tree-absolute, wrong-commit",
+                "moved, tree-dotdot, tree-absolute, wrong-commit, link-away",
                 t);
         if (names[i].bit == F_RATE && (count < 1 || count > 1000000))
             return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,

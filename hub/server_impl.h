@@ -59,6 +59,7 @@ enum {
     F_TREE_DOTDOT = 1 << 14,
     F_TREE_ABS = 1 << 15,
     F_WRONG_COMMIT = 1 << 16,
+    F_LINK_AWAY = 1 << 17,
 };
 
 struct khub__server {

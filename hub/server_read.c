@@ -225,6 +225,9 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
     MHD_add_response_header(resp, "Content-Type", "application/json");
     if (end < l.n) {
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
+        char away[64];
+        snprintf(away, sizeof away, "localhost:%u", s->port);
+        if (s->faults & F_LINK_AWAY) host = away; /* the next page on another host */
         char link[4096];
         snprintf(link, sizeof link,
                  "<http://%s%s?recursive=%s&expand=false&cursor=%zu>; "

@@ -31,6 +31,16 @@ static void read_text(const char *path, char *buf, size_t n)
     fclose(f);
 }
 
+/* Counts occurrences of needle in the server log. */
+static int log_count(const fixture *fx, const char *needle)
+{
+    char *log = fx_log(fx);
+    int n = 0;
+    for (const char *q = log; (q = strstr(q, needle)); q++) n++;
+    free(log);
+    return n;
+}
+
 TEST_IMPL(resolve_forms)
 {
     fixture fx;
@@ -222,6 +232,24 @@ TEST_IMPL(tree_paging_and_hostile_entries)
     fx_done(&fx);
 }
 
+/* A next-page link to another host than the endpoint is refused: the
+ * token would follow it, and a listing is the Hub's to give. */
+TEST_IMPL(tree_next_page_off_endpoint_refused)
+{
+    fixture fx;
+    fx_init(&fx, "link-away", 2);
+    khub_hub *hub = fx_hub(&fx, 0, "hf_secret");
+    khub_hub_id id = fx_id("org/demo@main");
+    khub__tree t = {0};
+    ASSERT_STATUS(khub__list_tree(hub, &id, C1, "", 1, &t), KHUB_STATUS_HTTP);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "the next-page link http://localhost:");
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "; refusing it");
+    khub__tree_free(&t);
+    ASSERT_EQ(log_count(&fx, "GET /api/kernels/org/demo/tree/"), 1);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 /* A 404 EntryNotFound for a commit leaves huggingface_hub's empty marker
  * .no_exist/<commit>/<path>; after it the same question costs no request,
  * online or offline. Only that commit's marker counts. */
@@ -407,16 +435,6 @@ TEST_IMPL(hf_client_variables)
     unsetenv("HF_HUB_USER_AGENT_ORIGIN");
     unsetenv("HF_TOKEN");
     fx_done(&fx);
-}
-
-/* Counts occurrences of needle in the server log. */
-static int log_count(const fixture *fx, const char *needle)
-{
-    char *log = fx_log(fx);
-    int n = 0;
-    for (const char *q = log; (q = strstr(q, needle)); q++) n++;
-    free(log);
-    return n;
 }
 
 /* A legacy kernel: org/legacy is served as a model repo only (refs.json
@@ -623,6 +641,7 @@ TEST_IMPL(cache_dir_order)
     X(fallback_to_refs_when_unreachable) \
     X(token_sent_to_hub_only) \
     X(tree_paging_and_hostile_entries) \
+    X(tree_next_page_off_endpoint_refused) \
     X(entry_not_found_leaves_no_exist_marker) \
     X(symlinks_disabled_places_regular_files) \
     X(symlinks_disabled_copies_across_file_systems) \

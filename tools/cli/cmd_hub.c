@@ -345,7 +345,7 @@ static const khub_cli_cmd serve_cmd = {
     "--token T every write needs 'Authorization: Bearer T' (reads stay open).\n"
     "--fault (or KHUB_SERVE_FAULTS) injects test faults: drop-body[=N], short-body,\n"
     "extra-bytes, wrong-hash, 429[=N], ratelimit[=N], 503[=N], 408[=N], gated, redirect-loop,\n"
-    "cross-host, moved, tree-dotdot, tree-absolute, wrong-commit, ignore-range,\n"
+    "cross-host, moved, tree-dotdot, tree-absolute, wrong-commit, link-away, ignore-range,\n"
     "rate=MIB_PER_S (every GET body paced to that speed, as over a real link);\n"
     "docs/hub-server.md has the table.\n",
     run_serve};
