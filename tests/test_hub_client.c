@@ -119,6 +119,12 @@ TEST_IMPL(download_regular_and_lfs)
     link[n] = '\0';
     ASSERT_STR_EQ(link + 12, sha); /* LFS: named by SHA-256 */
     free(p);
+    ASSERT_OK(khub_hub_download_file(hub, &id, C1, "docs/page1.md", &p));
+    n = readlink(p, link, sizeof link - 1);
+    ASSERT(n > 0);
+    link[n] = '\0';
+    ASSERT(strncmp(link, "../../../blobs/", 15) == 0); /* relative from a nested entry too */
+    free(p);
     ASSERT_EQ(count_blobs(&fx, ".incomplete"), 0);
     /* cached: no request at all */
     uint64_t before = khub_hub_request_count(hub);
