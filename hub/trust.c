@@ -507,11 +507,26 @@ khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, cons
         khub__errbuf(errbuf, errbuf_size, "%s: signed with revoked key %s", org, key_id);
         return KHUB_STATUS_KEY_REVOKED;
     }
-    const khub_pubkey *key = find_key(p, listed ? o : NULL, key_id);
+    if (!listed) {
+        /* A key vouches only for the organisations it is trusted for: a
+         * signature on an unlisted organisation's kernel, even by a key the
+         * policy trusts elsewhere, is judged as no signature. */
+        if (opted_in) return KHUB_STATUS_OK; /* unsigned would pass too */
+        khub__errbuf(errbuf, errbuf_size,
+                     "%s: signed with key %s, but the policy lists no keys for this "
+                     "organisation (%s); opt in with --allow-unsigned or allow_unsigned in the "
+                     "policy",
+                     org, key_id,
+                     find_key(p, NULL, key_id) ? "that key is trusted for another organisation"
+                                               : "the policy does not list that key");
+        return KHUB_STATUS_KEY_UNKNOWN;
+    }
+    const khub_pubkey *key = find_key(p, o, key_id);
     if (!key) {
-        if (!listed && opted_in) return KHUB_STATUS_OK; /* unsigned would pass too */
-        khub__errbuf(errbuf, errbuf_size, "%s: signed with key %s, which the policy %s", org,
-                     key_id, listed ? "does not trust for this organisation" : "does not list");
+        khub__errbuf(errbuf, errbuf_size,
+                     "%s: signed with key %s, which the policy does not trust for this "
+                     "organisation",
+                     org, key_id);
         return KHUB_STATUS_KEY_UNKNOWN;
     }
     if (khub__sig_verify(key, metadata, metadata_len, sig) != KHUB_STATUS_OK) {

@@ -141,6 +141,37 @@ TEST_IMPL(decide_unknown_key)
     free(sig);
 }
 
+/* A key trusted for one organisation does not vouch for another: signed by
+ * kernels-community's key, an unlisted organisation's kernel still needs the
+ * opt-in that an unsigned one needs. */
+TEST_IMPL(decide_key_of_other_org)
+{
+    khub_pubkey key;
+    make_key("o", &key);
+    char *sig = sign_with(priv, metadata);
+    khub_trust_policy *p = policy_with("kernels-community", &key);
+    char err[KHUB_ERROR_SIZE] = "";
+    ASSERT_STATUS(khub__trust_decide(p, "someone", metadata, strlen(metadata), sig, strlen(sig), 0,
+                                     err, sizeof err),
+                  KHUB_STATUS_KEY_UNKNOWN);
+    ASSERT_CONTAINS(err, "someone: signed with key ");
+    ASSERT_CONTAINS(err, key.id);
+    ASSERT_CONTAINS(err, "lists no keys for this organisation");
+    ASSERT_CONTAINS(err, "that key is trusted for another organisation");
+    ASSERT_CONTAINS(err, "--allow-unsigned");
+    ASSERT_OK(khub__trust_decide(p, "someone", metadata, strlen(metadata), sig, strlen(sig), 1, err,
+                                 sizeof err));
+    khub__trust_policy_free(p);
+    /* the same signature with a policy that lists no key at all */
+    p = policy_with(NULL, NULL);
+    ASSERT_STATUS(khub__trust_decide(p, "someone", metadata, strlen(metadata), sig, strlen(sig), 0,
+                                     err, sizeof err),
+                  KHUB_STATUS_KEY_UNKNOWN);
+    ASSERT_CONTAINS(err, "the policy does not list that key");
+    khub__trust_policy_free(p);
+    free(sig);
+}
+
 TEST_IMPL(decide_revoked_key)
 {
     khub_pubkey key;
@@ -253,6 +284,7 @@ TEST_IMPL(sign_file_writes_sig)
     X(decide_signed_trusted) \
     X(decide_bad_signature) \
     X(decide_unknown_key) \
+    X(decide_key_of_other_org) \
     X(decide_revoked_key) \
     X(decide_unsigned) \
     X(policy_malformed) \
