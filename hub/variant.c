@@ -125,8 +125,14 @@ static int judge(const char *name, const host *h, char *const *files, size_t n_f
     if (strcmp(cpu, h->cpu))
         return snprintf(why, n, "reject: built for %s, host is %s", cpu, h->cpu), 0;
     if (!strcmp(backend, "cpu")) {
+        /* The CPU feature check picks one of the variant's levels at load,
+         * from its signed metadata.json (a generic level always fits). */
+        char feats[112];
+        khub__cpu_feature_list(khub_cpu_features(), " ", feats, sizeof feats);
         *rank = 1000;
-        return snprintf(why, n, "accept: CPU build for %s", cpu), 1;
+        return snprintf(why, n, "accept: CPU build for %s (level chosen at load; host CPU: %s)", cpu,
+                        feats[0] ? feats : "no listed features"),
+               1;
     }
     int digits = 0;
     if (sscanf(backend, "cu%d%n", &digits, &used) == 1 && backend[used] == '\0' && digits >= 10) {

@@ -16,6 +16,9 @@ TEST_IMPL(list_and_rank)
     ASSERT_EQ(vl->count, 2);
     ASSERT_STR_EQ(vl->best, fx.variant);
     ASSERT_CONTAINS(vl->items[0].reason, "accept: CPU build");
+    /* the trace names the host's CPU features the load will choose a level by */
+    ASSERT_CONTAINS(vl->items[0].reason, "(level chosen at load; host CPU: ");
+    if (khub_cpu_features() & KHUB_CPU_AVX2) ASSERT_CONTAINS(vl->items[0].reason, " avx2");
     ASSERT_STR_EQ(vl->items[1].name, "torch212-cxx11-cu130-x86_64-linux");
     ASSERT_EQ(vl->items[1].accepted, 0);
     ASSERT_CONTAINS(vl->items[1].reason, "torch family needs libtorch");
