@@ -130,8 +130,8 @@ static int judge(const char *name, const host *h, char *const *files, size_t n_f
         char feats[112];
         khub__cpu_feature_list(khub_cpu_features(), " ", feats, sizeof feats);
         *rank = 1000;
-        return snprintf(why, n, "accept: CPU build for %s (level chosen at load; host CPU: %s)", cpu,
-                        feats[0] ? feats : "no listed features"),
+        return snprintf(why, n, "accept: CPU build for %s (level chosen at load; host CPU: %s)",
+                        cpu, feats[0] ? feats : "no listed features"),
                1;
     }
     int digits = 0;
