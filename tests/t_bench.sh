@@ -43,14 +43,14 @@ set +e
 out=$(HF_HUB_OFFLINE=1 timeout 20 "$KHUB" bench --latency org/bk@$C1 -n 5 2>&1); rc=$?
 set -e
 [ $rc = 1 ] || fail "not cached: exit $rc, want 1: $out"
-echo "$out" | grep -q "download it first" || fail "not cached message: $out"
+grep -q "download it first" <<<"$out" || fail "not cached message: $out"
 
 timeout 20 "$KHUB" download org/bk@v1 --quiet || fail "download"
 before=$(wc -l < "$T/log")
 out=$(HF_HUB_OFFLINE=1 timeout 30 "$KHUB" bench --latency org/bk@$C1 -n 50) || fail "bench: $out"
-echo "$out" | grep -Eq "^org/bk@$C1 @${C1:0:12} $V: 50 iterations, 1 files, [0-9]+ bytes verified per call$" \
+grep -Eq "^org/bk@$C1 @${C1:0:12} $V: 50 iterations, 1 files, [0-9]+ bytes verified per call$" <<<"$out" \
     || fail "first line: $out"
-echo "$out" | grep -Eq "^resolve \+ verify: median [0-9.]+ us, p90 [0-9.]+ us \(resolve alone: median [0-9.]+ us\); 0 requests$" \
+grep -Eq "^resolve \+ verify: median [0-9.]+ us, p90 [0-9.]+ us \(resolve alone: median [0-9.]+ us\); 0 requests$" <<<"$out" \
     || fail "second line: $out"
 bytes=$(echo "$out" | sed -n 's/.* \([0-9]*\) bytes verified.*/\1/p')
 [ "$bytes" = 65536 ] || fail "bytes hashed $bytes"
@@ -72,7 +72,7 @@ set +e
 out=$(HF_HUB_OFFLINE=1 timeout 20 "$KHUB" bench --latency org/bk@$C1 -n 5 2>&1); rc=$?
 set -e
 [ $rc = 1 ] || fail "tampered: exit $rc"
-echo "$out" | grep -q "metadata.json says" || fail "tampered message: $out"
+grep -q "metadata.json says" <<<"$out" || fail "tampered message: $out"
 
 # op micro-benchmarks: a built copy of an in-tree kernel
 SRC=$(cd "$(dirname "$0")/.." && pwd)/kernels-src/rmsnorm
@@ -82,7 +82,7 @@ set +e
 out=$(cd "$T" && "$KHUB" bench rmsnorm-copy 2>&1); rc=$?
 set -e
 [ $rc = 1 ] || fail "unbuilt DIR: exit $rc: $out"
-echo "$out" | grep -q "no metadata.json; build the kernel first" || fail "unbuilt message: $out"
+grep -q "no metadata.json; build the kernel first" <<<"$out" || fail "unbuilt message: $out"
 (cd "$T" && "$KHUB" build rmsnorm-copy --quiet > build.log 2>&1) || fail "build: $(cat "$T/build.log")"
 out=$(cd "$T" && timeout 60 "$KHUB" bench rmsnorm-copy --time 0.05) || fail "bench DIR: $out"
 echo "$out" | head -1 | grep -Eq "^kernels-community/rmsnorm \(rmsnorm-[a-z0-9]+\.so, $V\): 2 op benchmarks against khub/ref-cpu, 0\.05 s each, 1 thread$" \
@@ -109,7 +109,7 @@ set +e
 out=$(timeout 60 "$KHUB" bench kernels-community/rmsnorm@v1 --time 0.02 2>&1); rc=$?
 set -e
 [ $rc = 1 ] || fail "bench ID unsigned: exit $rc: $out"
-echo "$out" | grep -q "unsigned kernel from an organisation the policy does not list; opt in with --allow-unsigned" \
+grep -q "unsigned kernel from an organisation the policy does not list; opt in with --allow-unsigned" <<<"$out" \
     || fail "bench ID unsigned message: $out"
 out=$(timeout 60 "$KHUB" bench kernels-community/rmsnorm@v1 --time 0.02 --allow-unsigned) \
     || fail "bench ID: $out"
@@ -155,12 +155,12 @@ set +e
 out=$(cd "$T" && "$KHUB" bench rmsnorm-copy 2>&1); rc=$?
 set -e
 [ $rc = 1 ] || fail "tampered DIR: exit $rc: $out"
-echo "$out" | grep -qi "sha-256\|digest" || fail "tampered DIR message: $out"
+grep -qi "sha-256\|digest" <<<"$out" || fail "tampered DIR message: $out"
 set +e
 out=$("$KHUB" bench rmsnorm-copy --time 0 2>&1); rc=$?
 set -e
 [ $rc = 2 ] || fail "--time 0: exit $rc"
-echo "$out" | grep -q -- "--time must be in" || fail "--time message: $out"
+grep -q -- "--time must be in" <<<"$out" || fail "--time message: $out"
 # khub bench-ops: the built-in plugins side by side (format only)
 out=$(timeout 300 "$KHUB" bench-ops --quick --time 0.002 2>&1) || fail "bench-ops: $out"
 echo "$out" | head -1 | grep -q "^khub bench-ops: 1 thread(s), " || fail "bench-ops header: $out"
@@ -170,5 +170,5 @@ set +e
 out=$("$KHUB" bench-ops --time 0 2>&1); rc=$?
 set -e
 [ $rc = 2 ] || fail "bench-ops --time 0: exit $rc"
-echo "$out" | grep -q -- "--time must be in (0, 600\] seconds" || fail "bench-ops --time message: $out"
+grep -q -- "--time must be in (0, 600\] seconds" <<<"$out" || fail "bench-ops --time message: $out"
 echo "t_bench: ok"
