@@ -3,8 +3,9 @@
  *
  * A crash in a plugin's init or selftest cannot be survived in-process, so
  * `khub check FILE` and `khub check DIR` (the publish-time gate) run both in
- * a forked child and read back what happened. khub_plugin_load itself runs
- * init in the calling process.
+ * a forked child and read back what happened; so do khub_plugin_load and
+ * khub_plugin_reload, before loading in-process, when the embedder sets
+ * KHUB_OPT_ISOLATED_INIT (off by default: init runs in the calling process).
  */
 #ifndef KHUB_RUNTIME_CHECK_H
 #define KHUB_RUNTIME_CHECK_H

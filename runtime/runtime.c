@@ -214,7 +214,8 @@ khub_status khub_option_bounds(khub_option opt, int64_t *min, int64_t *max)
     switch (opt) {
     case KHUB_OPT_LOG_LEVEL: lo = KHUB_LOG_ERROR, hi = KHUB_LOG_DEBUG; break;
     case KHUB_OPT_STRICT:
-    case KHUB_OPT_ALLOW_UNVERIFIED: lo = 0, hi = 1; break;
+    case KHUB_OPT_ALLOW_UNVERIFIED:
+    case KHUB_OPT_ISOLATED_INIT: lo = 0, hi = 1; break;
     default: return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "unknown option %d", (int)opt);
     }
     if (min) *min = lo;
@@ -236,6 +237,7 @@ khub_status khub_runtime_set_option(khub_runtime *rt, khub_option opt, int64_t v
     case KHUB_OPT_LOG_LEVEL: rt->log_level = (int)value; break;
     case KHUB_OPT_STRICT: rt->strict = (int)value; break;
     case KHUB_OPT_ALLOW_UNVERIFIED: rt->allow_unverified = (int)value; break;
+    case KHUB_OPT_ISOLATED_INIT: rt->isolated_init = (int)value; break;
     default: break;
     }
     return KHUB_STATUS_OK;
@@ -248,6 +250,7 @@ khub_status khub_runtime_get_option(const khub_runtime *rt, khub_option opt, int
     case KHUB_OPT_LOG_LEVEL: *value = rt->log_level; break;
     case KHUB_OPT_STRICT: *value = rt->strict; break;
     case KHUB_OPT_ALLOW_UNVERIFIED: *value = rt->allow_unverified; break;
+    case KHUB_OPT_ISOLATED_INIT: *value = rt->isolated_init; break;
     default: return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "unknown option %d", (int)opt);
     }
     return KHUB_STATUS_OK;

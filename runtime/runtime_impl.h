@@ -35,6 +35,7 @@ struct khub_runtime {
     /* Options. */
     int strict;
     int allow_unverified;
+    int isolated_init; /* KHUB_OPT_ISOLATED_INIT */
 
     /* Last error (first error wins until khub__clear). */
     pthread_mutex_t err_lock;

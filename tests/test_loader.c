@@ -406,6 +406,39 @@ TEST_IMPL(check_child_reports_errors)
     ASSERT_CONTAINS(report, "is not 64 hex digits");
 }
 
+TEST_IMPL(isolated_init_host_survives_crash)
+{
+    /* The host itself (not only `khub check`) survives a plugin whose init
+     * crashes, when it asks for isolation; without it, it would die here. */
+    khub_runtime *rt = tp_runtime(1);
+    ASSERT_STATUS(khub_runtime_set_option(rt, KHUB_OPT_ISOLATED_INIT, 2), KHUB_STATUS_INVALID_ARG);
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_ISOLATED_INIT, 1));
+    int64_t v = 0;
+    ASSERT_OK(khub_runtime_get_option(rt, KHUB_OPT_ISOLATED_INIT, &v));
+    ASSERT_EQ(v, 1);
+    const char *crash = TP("bad_init_crash");
+    khub_plugin *p = (khub_plugin *)1;
+    ASSERT_STATUS(khub_plugin_load(rt, crash, TP_SHA(crash), &p), KHUB_STATUS_CHILD_CRASHED);
+    ASSERT(p == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "bad_init_crash.so: crashed with SIGSEGV during init "
+                                             "(init run in a child: KHUB_OPT_ISOLATED_INIT)");
+    ASSERT_EQ(khub_plugin_count(rt), 0);
+    /* A good plugin still loads, in this process, after its child run. */
+    khub_plugin *v1 = tp_load(rt, "good_v1");
+    ASSERT(tp_mapped(v1->memfd_name));
+    /* Reloading to the crashing plugin fails with the old one untouched. */
+    ASSERT_STATUS(khub_plugin_reload(rt, v1, crash, TP_SHA(crash), NULL),
+                  KHUB_STATUS_CHILD_CRASHED);
+    ASSERT_EQ(khub_plugin_count(rt), 1);
+    ASSERT(khub_plugin_at(rt, 0) == v1);
+    stamp_of(v1, 1);
+    /* Other failures keep their own status (the child's). */
+    const char *fails = TP("bad_init_fails");
+    ASSERT_STATUS(khub_plugin_load(rt, fails, TP_SHA(fails), NULL), KHUB_STATUS_INIT_FAILED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "cannot open the widget table");
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X) \
     X(inspect_good) \
     X(inspect_runs_no_plugin_code) \
@@ -432,5 +465,6 @@ TEST_IMPL(check_child_reports_errors)
     X(builtin_bad_manifest) \
     X(check_child_survives_crash) \
     X(check_child_good) \
-    X(check_child_reports_errors)
+    X(check_child_reports_errors) \
+    X(isolated_init_host_survives_crash)
 TEST_MAIN(TEST_LIST)
