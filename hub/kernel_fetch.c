@@ -459,10 +459,13 @@ khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt, const char *
 /* Locking, syncing, versions                                               */
 /* ======================================================================== */
 
+/* all (may be NULL): every v<N> branch's N, in the order listed, up to cap
+ * of them in *n_all. */
 static khub_status newest_version_once(khub_hub *hub, const khub_hub_id *id, int32_t *newest,
-                                       char commit[41])
+                                       char commit[41], int32_t *all, size_t cap, size_t *n_all)
 {
     *newest = -1;
+    if (n_all) *n_all = 0;
     commit[0] = '\0';
     char url[KHUB__PATH_MAX], what[300];
     if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub, id),
@@ -488,7 +491,9 @@ static khub_status newest_version_once(khub_hub *hub, const khub_hub_id *id, int
             continue;
         char *end;
         long v = strtol(nm->valuestring + 1, &end, 10);
-        if (end == nm->valuestring + 1 || *end || v < 0 || v > 1000000 || v <= *newest) continue;
+        if (end == nm->valuestring + 1 || *end || v < 0 || v > 1000000) continue;
+        if (all && *n_all < cap) all[(*n_all)++] = (int32_t)v;
+        if (v <= *newest) continue;
         *newest = (int32_t)v;
         memcpy(commit, t->valuestring, 41);
     }
@@ -500,10 +505,35 @@ static khub_status newest_version_once(khub_hub *hub, const khub_hub_id *id, int
 khub_status khub__kernel_newest_version(khub_hub *hub, const khub_hub_id *id, int32_t *newest,
                                         char commit[41])
 {
-    khub_status st = newest_version_once(hub, id, newest, commit);
+    khub_status st = newest_version_once(hub, id, newest, commit, NULL, 0, NULL);
     if (khub__repo_fallback_begin(hub, id, st))
-        st = khub__repo_fallback_end(hub, id, newest_version_once(hub, id, newest, commit));
+        st = khub__repo_fallback_end(hub, id,
+                                     newest_version_once(hub, id, newest, commit, NULL, 0, NULL));
     return st;
+}
+
+static int cmp_version(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+khub_status khub__kernel_versions(khub_hub *hub, const khub_hub_id *id, int32_t *versions,
+                                  size_t cap, size_t *n)
+{
+    int32_t newest;
+    char commit[41];
+    khub_status st = newest_version_once(hub, id, &newest, commit, versions, cap, n);
+    if (khub__repo_fallback_begin(hub, id, st))
+        st = khub__repo_fallback_end(
+            hub, id, newest_version_once(hub, id, &newest, commit, versions, cap, n));
+    if (st != KHUB_STATUS_OK) return st;
+    qsort(versions, *n, sizeof *versions, cmp_version);
+    size_t k = 0; /* "v2" and "v02" name one version */
+    for (size_t i = 0; i < *n; i++)
+        if (!k || versions[i] != versions[k - 1]) versions[k++] = versions[i];
+    *n = k;
+    return KHUB_STATUS_OK;
 }
 
 khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id, const char *commit_pin,

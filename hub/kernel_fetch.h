@@ -46,6 +46,11 @@ KHUB_INTERNAL khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock
 KHUB_INTERNAL khub_status khub__kernel_newest_version(khub_hub *hub, const khub_hub_id *id,
                                                       int32_t *newest, char commit[41]);
 
+/* Every v<N> branch's N, ascending and each once, up to cap of them (one
+ * refs request). */
+KHUB_INTERNAL khub_status khub__kernel_versions(khub_hub *hub, const khub_hub_id *id,
+                                                int32_t *versions, size_t cap, size_t *n);
+
 /* Ranks the locked variants of e for this host without any request: the
  * hub's own judge runs over a scratch offline cache holding only the locked
  * names (each variant's files as empty files, so a CUDA variant's sm_XY

@@ -106,8 +106,15 @@ timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.ou
 grep -q "@$C1 (locked" f.out && grep -q "^version  1.0.0" f.out || fail "moved: $(cat f.out)"
 [ "$(requests f.out)" = 0 ] || fail "moved: $(requests f.out) requests"
 rc=0; timeout 60 "$KHUB" outdated proj > od.out 2>&1 || rc=$?
-[ $rc = 3 ] && grep -q "moved: khub update" od.out && grep -q "newest v2" od.out \
+[ $rc = 3 ] && grep -q "moved: khub update" od.out && grep -q "  newer v2 (newest v2)$" od.out \
     || fail "outdated rc=$rc: $(cat od.out)"
+# every newer version is listed, in numeric order, each once (v03 is v3)
+cp repos/kernels-community/kv-cache/refs.json refs.saved
+printf '{"branches":{"main":"%s","v1":"%s","v10":"%s","v2":"%s","v03":"%s","v3":"%s","vx":"%s"},"tags":{}}' \
+    $C3 $C3 $C2 $C2 $C2 $C2 $C2 > repos/kernels-community/kv-cache/refs.json
+rc=0; timeout 60 "$KHUB" outdated proj > od.out 2>&1 || rc=$?
+[ $rc = 3 ] && grep -q "  newer v2 v3 v10 (newest v10)$" od.out || fail "outdated, 3 newer: rc=$rc: $(cat od.out)"
+mv refs.saved repos/kernels-community/kv-cache/refs.json
 before=$(wc -l < log)
 HF_HUB_OFFLINE=1 timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock \
     > f.out 2>&1 || fail "offline locked fetch: $(cat f.out)"

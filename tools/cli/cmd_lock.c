@@ -278,15 +278,16 @@ static int run_outdated(int argc, char **argv)
     for (size_t i = 0; hub && i < lock->count && !rc; i++) {
         const khub_lock_entry *e = &lock->items[i];
         khub_hub_id id;
-        char now[41], newest_c[41];
-        int32_t newest;
+        char now[41];
+        int32_t versions[64];
+        size_t n_versions = 0;
         khub_hub_id_parse(e->repo, &id, NULL, 0);
         if (e->version >= 0)
             khub_hub_id_set_revision(&id, NULL, e->version);
         else
             khub_hub_id_set_revision(&id, e->revision, -1);
         if (khub_hub_resolve(hub, &id, now) != KHUB_STATUS_OK ||
-            khub__kernel_newest_version(hub, &id, &newest, newest_c) != KHUB_STATUS_OK) {
+            khub__kernel_versions(hub, &id, versions, 64, &n_versions) != KHUB_STATUS_OK) {
             rc = khub_cli_fail("outdated", "%s: %s", e->repo, khub_hub_errmsg(hub));
             break;
         }
@@ -295,11 +296,17 @@ static int run_outdated(int argc, char **argv)
             snprintf(pin, sizeof pin, "v%d", (int)e->version);
         else
             snprintf(pin, sizeof pin, "%s", e->revision);
+        int32_t newest = n_versions ? versions[n_versions - 1] : -1;
         int moved = strcmp(now, e->commit) != 0, newer = e->version >= 0 && newest > e->version;
         stale |= moved || newer;
         printf("%-40s %-8s locked %.12s  now %.12s%s", e->repo, pin, e->commit, now,
                moved ? "  (moved: khub update)" : "  (current)");
-        if (newer) printf("  newest v%d", (int)newest);
+        if (newer) {
+            printf("  newer");
+            for (size_t k = 0; k < n_versions; k++)
+                if (versions[k] > e->version) printf(" v%d", (int)versions[k]);
+            printf(" (newest v%d)", (int)newest);
+        }
         printf("\n");
     }
     if (!hub) rc = 1;
@@ -312,7 +319,8 @@ static const khub_cli_cmd outdated_cmd = {
     "outdated", "show locked kernels whose pin moved or that have a newer version",
     "usage: khub outdated [DIR] [--lock FILE]\n\n"
     "For each kernel in DIR/khub.lock, resolves its pin again and lists the locked and the\n"
-    "current commit, and the newest v<N> branch. Exit status 3 when something is outdated.\n",
+    "current commit, and every v<N> branch newer than a version pin. Exit status 3 when\n"
+    "something is outdated.\n",
     run_outdated};
 KHUB_CLI_COMMAND(outdated_cmd)
 
