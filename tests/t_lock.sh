@@ -114,6 +114,17 @@ printf '{"branches":{"main":"%s","v1":"%s","v10":"%s","v2":"%s","v03":"%s","v3":
     $C3 $C3 $C2 $C2 $C2 $C2 $C2 > repos/kernels-community/kv-cache/refs.json
 rc=0; timeout 60 "$KHUB" outdated proj > od.out 2>&1 || rc=$?
 [ $rc = 3 ] && grep -q "  newer v2 v3 v10 (newest v10)$" od.out || fail "outdated, 3 newer: rc=$rc: $(cat od.out)"
+rc=0; timeout 60 "$KHUB" outdated proj --json > od.json 2> od.err || rc=$?
+[ $rc = 3 ] || fail "outdated --json rc=$rc: $(cat od.err)"
+python3 - od.json "$C1" "$C3" <<'PY' || fail "outdated --json: $(cat od.json)"
+import json, sys
+rows = {r["repo"]: r for r in json.load(open(sys.argv[1]))}
+r = rows["kernels-community/kv-cache"]
+assert (r["pin"], r["locked"], r["now"], r["moved"]) == ("v1", sys.argv[2], sys.argv[3], True), r
+assert r["newer"] == [2, 3, 10] and r["newest"] == 10, r
+PY
+if "$KHUB" sync proj --json > /dev/null 2> od.err; then fail "sync took --json"; fi
+grep -q "unknown option --json" od.err || fail "sync --json: $(cat od.err)"
 mv refs.saved repos/kernels-community/kv-cache/refs.json
 before=$(wc -l < log)
 HF_HUB_OFFLINE=1 timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock \

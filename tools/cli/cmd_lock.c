@@ -16,8 +16,10 @@
 
 typedef struct lock_args {
     const char *dir, *kernels, *lock, *import, *id, *policy;
-    int all, strict, allow_unsigned;
+    int all, strict, allow_unsigned, json;
 } lock_args;
+
+static const khub_cli_cmd outdated_cmd; /* the one listing command: takes --json */
 
 static int parse_args(const khub_cli_cmd *cmd, int argc, char **argv, lock_args *a, int want_id)
 {
@@ -39,6 +41,8 @@ static int parse_args(const khub_cli_cmd *cmd, int argc, char **argv, lock_args 
             a->strict = 1;
         else if (!strcmp(s, "--allow-unsigned"))
             a->allow_unsigned = 1;
+        else if (!strcmp(s, "--json") && cmd == &outdated_cmd)
+            a->json = 1;
         else if (s[0] == '-')
             return khub_cli_usage(cmd, "unknown option %s", s);
         else if (want_id == 2 && !a->id)
@@ -263,7 +267,6 @@ KHUB_CLI_COMMAND(sync_cmd)
 /* khub outdated, khub update                                               */
 /* ======================================================================== */
 
-static const khub_cli_cmd outdated_cmd;
 static int run_outdated(int argc, char **argv)
 {
     if (khub_cli_wants_help(&outdated_cmd, argc, argv)) return 0;
@@ -299,6 +302,23 @@ static int run_outdated(int argc, char **argv)
         int32_t newest = n_versions ? versions[n_versions - 1] : -1;
         int moved = strcmp(now, e->commit) != 0, newer = e->version >= 0 && newest > e->version;
         stale |= moved || newer;
+        if (a.json) {
+            printf("%s{\"repo\":", i ? "," : "[");
+            khub_cli_json_str(e->repo);
+            printf(",\"pin\":");
+            khub_cli_json_str(pin);
+            printf(",\"locked\":\"%s\",\"now\":\"%s\",\"moved\":%s,\"newer\":[", e->commit, now,
+                   moved ? "true" : "false");
+            for (size_t k = 0, first = 1; e->version >= 0 && k < n_versions; k++)
+                if (versions[k] > e->version)
+                    printf("%s%d", first ? "" : ",", (int)versions[k]), first = 0;
+            printf("],\"newest\":");
+            if (newest >= 0)
+                printf("%d}", (int)newest);
+            else
+                printf("null}");
+            continue;
+        }
         printf("%-40s %-8s locked %.12s  now %.12s%s", e->repo, pin, e->commit, now,
                moved ? "  (moved: khub update)" : "  (current)");
         if (newer) {
@@ -309,6 +329,7 @@ static int run_outdated(int argc, char **argv)
         }
         printf("\n");
     }
+    if (a.json && !rc) printf("%s\n", lock->count ? "]" : "[]");
     if (!hub) rc = 1;
     khub__lock_free(lock);
     khub_hub_free(hub);
@@ -317,10 +338,11 @@ static int run_outdated(int argc, char **argv)
 
 static const khub_cli_cmd outdated_cmd = {
     "outdated", "show locked kernels whose pin moved or that have a newer version",
-    "usage: khub outdated [DIR] [--lock FILE]\n\n"
+    "usage: khub outdated [DIR] [--lock FILE] [--json]\n\n"
     "For each kernel in DIR/khub.lock, resolves its pin again and lists the locked and the\n"
     "current commit, and every v<N> branch newer than a version pin. Exit status 3 when\n"
-    "something is outdated.\n",
+    "something is outdated. --json prints an array of {repo, pin, locked, now, moved, newer,\n"
+    "newest} instead.\n",
     run_outdated};
 KHUB_CLI_COMMAND(outdated_cmd)
 
