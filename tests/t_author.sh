@@ -2,7 +2,8 @@
 # (Pipelines into grep use plain grep > /dev/null, not grep -q: with pipefail an early
 # grep -q exit can kill a still-writing producer with SIGPIPE and fail the test.)
 # The kernel author's loop, end to end with the real CLI: khub init for each
-# template kind (attention, norm, activation, linear; cpu, cuda, both), khub
+# template kind (attention, norm, activation, linear, qlinear, rotary: cpu,
+# cuda, both; kv_cache: cpu, and cuda refused by name), khub
 # build, khub check (gate, PTX per capability from NVRTC, self-tests against
 # khub/ref-cpu in a child), provenance, cubins, keygen + sign, a tampered
 # build; then every in-tree kernel of kernels-src/ is built and checked in a
@@ -18,7 +19,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 # With NVRTC (opened at run time) the CUDA variant must be built; without it
 # khub build says why it skipped it, and so does this test.
 nvrtc=1
-for spec in "attention cpu,cuda" "norm cpu,cuda" "activation cpu,cuda" "linear cpu,cuda" "norm cpu" "activation cuda"; do
+for spec in "attention cpu,cuda" "norm cpu,cuda" "activation cpu,cuda" "linear cpu,cuda" \
+    "qlinear cpu,cuda" "rotary cpu,cuda" "kv_cache cpu" "norm cpu" "activation cuda" "rotary cuda"; do
     set -- $spec
     name="t-$1-${2/,/-}"
     "$KHUB" init "acme/$name" --kind "$1" --backends "$2" > init.log || fail "init $1: $(cat init.log)"
@@ -119,9 +121,17 @@ for b in cpu,rocm cpux "" ,cuda; do
 done
 echo "ok   init refuses unknown --backends entries"
 
-# init refuses what it cannot scaffold, with a reason
+# init refuses what it cannot scaffold, with a reason naming what it can
 if "$KHUB" init acme/x --kind softmax > out.log 2>&1; then fail "init accepted kind softmax"; fi
-grep -q "no template for kind 'softmax'" out.log || fail "init error message: $(cat out.log)"
+grep -q "no template for kind 'softmax' (attention, norm, linear, activation, qlinear, rotary, kv_cache)" out.log ||
+    fail "init error message: $(cat out.log)"
+for b in cuda cpu,cuda; do
+    if "$KHUB" init acme/t-kv --kind kv_cache --backends $b > out.log 2>&1; then fail "init kv_cache accepted --backends $b"; fi
+    grep -q -- "--backends '$b': kind 'kv_cache' has a template for cpu only (use --backends cpu; cuda is offered for attention, norm, linear, activation, qlinear, rotary)" out.log ||
+        fail "kv_cache cuda message: $(cat out.log)"
+    [ ! -e t-kv ] || fail "a refused init left t-kv behind"
+done
+echo "ok   init refuses an unknown kind and cuda for kv_cache, naming what it offers"
 mkdir t-attention
 if "$KHUB" init acme/t-attention --kind attention > out.log 2>&1; then fail "init overwrote a dir"; fi
 grep -q "t-attention: cannot create directory" out.log || fail "existing dir message: $(cat out.log)"

@@ -1,6 +1,7 @@
 /*
  * cmd_author.c: the kernel author's commands: `khub build DIR`,
- * `khub keygen`, `khub sign DIR|FILE`.
+ * `khub keygen`, `khub sign DIR|FILE`, `khub init ORG/NAME` (its templates
+ * are in init_templates.c).
  */
 #include <dirent.h>
 #include <stdlib.h>
@@ -283,16 +284,22 @@ static int run_init(int argc, char **argv)
     const char *slash = strchr(repo, '/');
     if (!slash || slash == repo || !slash[1] || strchr(slash + 1, '/') || strlen(repo) > 150)
         return khub_cli_usage(&cmd_init, "'%s' is not ORG/NAME", repo);
-    if (!kind)
-        return khub_cli_usage(&cmd_init, "missing --kind (attention, norm, activation, linear)");
+    char kinds[256];
+    khub_init_kinds(kinds, sizeof kinds, 0);
+    if (!kind) return khub_cli_usage(&cmd_init, "missing --kind (%s)", kinds);
     const khub_init_template *t = khub_init_template_find(kind);
-    if (!t)
-        return khub_cli_usage(
-            &cmd_init, "no template for kind '%s' (attention, norm, activation, linear)", kind);
+    if (!t) return khub_cli_usage(&cmd_init, "no template for kind '%s' (%s)", kind, kinds);
     int cpu = 0, cuda = 0;
     if (parse_backends(backends, &cpu, &cuda) != 0)
         return khub_cli_usage(&cmd_init, "--backends '%s': a comma-separated list of cpu and cuda",
                               backends);
+    if (cuda && !t->cuda_src) {
+        khub_init_kinds(kinds, sizeof kinds, 1);
+        return khub_cli_usage(&cmd_init,
+                              "--backends '%s': kind '%s' has a template for cpu only (use "
+                              "--backends cpu; cuda is offered for %s)",
+                              backends, kind, kinds);
+    }
     const char *name = slash + 1;
     char cname[160];
     snprintf(cname, sizeof cname, "%s", name);
@@ -346,8 +353,9 @@ static const khub_cli_cmd cmd_init = {
     "kernel compiled to PTX by NVRTC plus its host launch glue, and a\n"
     ".gitignore for build/. As generated it builds ('khub build DIR'), passes\n"
     "the ABI gate and its self-tests against khub/ref-cpu ('khub check DIR').\n\n"
-    "  --kind KIND      attention, norm, activation or linear (each with cpu\n"
-    "                   and cuda)\n"
+    "  --kind KIND      attention, norm, activation, linear (f32), qlinear\n"
+    "                   (Q8_0 weights) and rotary, each with cpu and cuda;\n"
+    "                   kv_cache (a static f32 cache), cpu only\n"
     "  --backends LIST  cpu, cuda or cpu,cuda (default cpu)\n"
     "  --dir DIR        output directory (must not exist)\n",
     run_init};
