@@ -264,6 +264,20 @@ static void walk_candidates(khub_runtime *rt, const khub_op_query *q, text *trac
     }
 }
 
+/* Whether msg is a fallback warning not logged before by this runtime
+ * (call under reg_lock for writing). The trace records every fallback; the
+ * log says each one once. Past the table's size every warning is new. */
+static bool first_warning(khub_runtime *rt, const char *msg)
+{
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (const unsigned char *c = (const unsigned char *)msg; *c; c++)
+        h = (h ^ *c) * 1099511628211ull;
+    for (size_t i = 0; i < rt->n_warned; i++)
+        if (rt->warned[i] == h) return false;
+    if (rt->n_warned < sizeof rt->warned / sizeof rt->warned[0]) rt->warned[rt->n_warned++] = h;
+    return true;
+}
+
 /* Why no preferred candidate was seen at all. */
 static void explain_absent(const khub_runtime *rt, const khub_op_query *q, walk *w)
 {
@@ -332,8 +346,10 @@ static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, text 
                               "preferred %s for %s is %s, and KHUB_OPT_STRICT forbids falling "
                               "back to %s %s :: %s",
                               pref, kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
-        khub__log(rt, KHUB_LOG_WARN, "preferred %s for %s is %s; falling back to %s %s :: %s", pref,
-                  kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
+        char msg[KHUB_ERROR_SIZE];
+        snprintf(msg, sizeof msg, "preferred %s for %s is %s; falling back to %s %s :: %s", pref,
+                 kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
+        if (first_warning(rt, msg)) khub__log(rt, KHUB_LOG_WARN, "%s", msg);
         text_add(trace, "chose %s %s :: %s (fallback: preferred %s is %s)", bp->id, bp->version,
                  bop, pref, w.pref_why);
     } else {

@@ -51,6 +51,10 @@ struct khub_runtime {
     pthread_rwlock_t reg_lock;
     khub__plugin_list plugins;
     khub__binding_list bindings;
+    /* Hashes of the fallback warnings already logged (under reg_lock): a
+     * model load selects one role many times and warns once per reason. */
+    uint64_t warned[32];
+    size_t n_warned;
 
     /* CUDA driver, opened lazily by runtime/cuda.c (NULL = not tried). */
     struct khub__cuda *cuda;

@@ -204,6 +204,17 @@ TEST_IMPL(fallback_warns_with_reason)
                        "cpu avx512f)");
     ASSERT_CONTAINS(warnings, "preferred t/fast for attention is rejected: needs cpu avx512f; "
                               "falling back to t/ref 1.0 :: attn");
+    /* the same fallback again (a model load selects each role per layer):
+     * traced every time, logged once */
+    char once[sizeof warnings];
+    snprintf(once, sizeof once, "%s", warnings);
+    t = select_ok(rt, &q);
+    ASSERT_CONTAINS(t, "(fallback: preferred t/fast is rejected: needs cpu avx512f)");
+    ASSERT_STR_EQ(warnings, once);
+    /* another reason is another warning */
+    q.plugin_id = "t/nowhere";
+    select_ok(rt, &q);
+    ASSERT_CONTAINS(warnings + strlen(once), "preferred t/nowhere for attention is not loaded");
     khub_runtime_free(rt);
 }
 
