@@ -6,12 +6,8 @@
 # that build published to the server; `khub bench-ops --quick`. A smoke
 # test of the formats, not of the timings.
 set -euo pipefail
-KHUB=${KHUB_BIN:?KHUB_BIN is set by ctest}
-T=$(mktemp -d /tmp/khub-t-bench-XXXXXX)
-SRV=
-cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin bench
 
 C1=3333333333333333333333333333333333333333
 ARCH=$(uname -m); V=khub1-cpu-$ARCH-linux
@@ -27,11 +23,8 @@ cat > $D/metadata.json <<JSON
  "files":{"libk.so":"$SHA"},"provenance":{"source_commit":"unknown","dirty":false}}
 JSON
 
-"$KHUB" serve "$T/repos" --log "$T/log" > "$T/out" &
-SRV=$!
-for _ in $(seq 50); do grep -q http "$T/out" 2>/dev/null && break; sleep 0.1; done
-export HF_ENDPOINT=$(grep -o 'http://[0-9.:]*' "$T/out")
-[ -n "$HF_ENDPOINT" ] || fail "serve printed no address"
+t_serve "$T/repos" "$T/out" --log "$T/log"
+export HF_ENDPOINT=$EP
 export KHUB_CACHE=$T/cache
 # the default trust policy only: none of the user's
 export XDG_CONFIG_HOME=$T/config
@@ -75,8 +68,8 @@ set -e
 grep -q "metadata.json says" <<<"$out" || fail "tampered message: $out"
 
 # op micro-benchmarks: a built copy of an in-tree kernel
-SRC=$(cd "$(dirname "$0")/.." && pwd)/kernels-src/rmsnorm
-cp -r "$SRC" "$T/rmsnorm-copy"
+RMS=$SRC/kernels-src/rmsnorm
+cp -r "$RMS" "$T/rmsnorm-copy"
 rm -rf "$T/rmsnorm-copy/build"
 set +e
 out=$(cd "$T" && "$KHUB" bench rmsnorm-copy 2>&1); rc=$?
@@ -132,7 +125,7 @@ PY
 # shape next to ref-cpu, khub bench ID (published, fetched, verified) one
 # shape of its kind (here-strings, not pipes into grep -q: see t_author.sh)
 for n in flash-attn2 activation quantization kv-cache; do
-    rm -rf "$T/$n" && cp -r "$SRC/../$n" "$T/$n" && rm -rf "$T/$n/build"
+    rm -rf "$T/$n" && cp -r "$SRC/kernels-src/$n" "$T/$n" && rm -rf "$T/$n/build"
     (cd "$T" && "$KHUB" build "$n" --quiet > build.log 2>&1) || fail "build $n: $(cat "$T/build.log")"
     tests=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["selftests"]))' "$T/$n/kernel.json")
     out=$(cd "$T" && timeout 120 "$KHUB" bench "$n" --time 0.01) || fail "bench DIR $n: $out"

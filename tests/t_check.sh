@@ -10,13 +10,9 @@
 #         self-test (reported, and the other checks still run), a kernel
 #         that computes the wrong result (its NMSE against khub/ref-cpu).
 set -euo pipefail
-KHUB=${KHUB_BIN:?set by ctest}
-SRC=${KHUB_SRC:?set by ctest}
-work=$(mktemp -d /tmp/khub-check-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
-command -v cc > /dev/null || { echo "skip: no C compiler"; echo "0 passed, 0 failed, 1 skipped"; exit 0; }
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin check
+command -v cc > /dev/null || t_skip "no C compiler"
 
 # ------------------------------------------------------------------- FILE
 plugin() { # plugin NAME EXTRA_C [CC FLAGS...]

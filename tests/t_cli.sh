@@ -5,15 +5,12 @@
 # purpose-built broken plugins, including one whose init crashes: khub must
 # survive it, exit 1 and say what happened.
 set -euo pipefail
-KHUB=${KHUB_BIN:?KHUB_BIN is set by ctest}
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin cli
 B=${KHUB_BUILD:?}
-SRC=${KHUB_SRC:?}
 TP=$B/test-plugins
 export KHUB_PLUGIN_DIR=${KHUB_PLUGIN_DIR:-$B/plugins}
-W=$(mktemp -d /tmp/khub-t-cli.XXXXXX)
-trap 'rm -rf "$W"' EXIT
 pass=0
-fail() { echo "FAIL: $*"; exit 1; }
 ok() { echo "ok   $*"; pass=$((pass + 1)); }
 
 # ---------------------------------------------------------------- version
@@ -23,49 +20,49 @@ want="khub $(hdr KHUB_VERSION_STRING) (plugin ABI $(hdr KHUB_ABI_MAJOR).$(hdr KH
 ok "--version: $want"
 
 # ---------------------------------------------------------------- help
-"$KHUB" --help > "$W/help.txt" || fail "--help exited $?"
-cmds=$(awk '/^Commands:/ {f = 1; next} /^$/ {f = 0} f {print $1}' "$W/help.txt")
+"$KHUB" --help > "$T/help.txt" || fail "--help exited $?"
+cmds=$(awk '/^Commands:/ {f = 1; next} /^$/ {f = 0} f {print $1}' "$T/help.txt")
 n_cmds=$(echo "$cmds" | wc -l)
 [ "$n_cmds" -ge 20 ] || fail "khub --help lists $n_cmds commands"
 for c in $cmds; do
     rc=0
-    "$KHUB" "$c" --help > "$W/h.out" 2> "$W/h.err" || rc=$?
-    [ "$rc" -eq 0 ] || fail "khub $c --help exited $rc: $(cat "$W/h.err")"
-    grep -q "^usage: khub $c" "$W/h.out" || fail "khub $c --help: no 'usage: khub $c' on stdout"
+    "$KHUB" "$c" --help > "$T/h.out" 2> "$T/h.err" || rc=$?
+    [ "$rc" -eq 0 ] || fail "khub $c --help exited $rc: $(cat "$T/h.err")"
+    grep -q "^usage: khub $c" "$T/h.out" || fail "khub $c --help: no 'usage: khub $c' on stdout"
 done
 for s in ls verify prune; do
-    "$KHUB" cache "$s" --help > "$W/h.out" || fail "khub cache $s --help"
-    grep -q "khub cache $s" "$W/h.out" || fail "khub cache $s --help does not describe it"
+    "$KHUB" cache "$s" --help > "$T/h.out" || fail "khub cache $s --help"
+    grep -q "khub cache $s" "$T/h.out" || fail "khub cache $s --help does not describe it"
 done
 ok "--help on all $n_cmds commands and cache ls|verify|prune"
 
 rc=0
-"$KHUB" no-such-command > /dev/null 2> "$W/err" || rc=$?
+"$KHUB" no-such-command > /dev/null 2> "$T/err" || rc=$?
 [ "$rc" -eq 2 ] || fail "unknown command exited $rc, want 2"
-grep -q "unknown command 'no-such-command'" "$W/err" || fail "unknown command message"
+grep -q "unknown command 'no-such-command'" "$T/err" || fail "unknown command message"
 rc=0
-"$KHUB" plugins --bogus > /dev/null 2> "$W/err" || rc=$?
-[ "$rc" -eq 2 ] && grep -q "unknown argument '--bogus'" "$W/err" || fail "plugins --bogus ($rc)"
+"$KHUB" plugins --bogus > /dev/null 2> "$T/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "unknown argument '--bogus'" "$T/err" || fail "plugins --bogus ($rc)"
 ok "unknown command and option: exit 2 with the name"
 
 # ---------------------------------------------------------------- plugins
-"$KHUB" plugins > "$W/plugins.txt" || fail "khub plugins exited $?"
+"$KHUB" plugins > "$T/plugins.txt" || fail "khub plugins exited $?"
 ref_so=$KHUB_PLUGIN_DIR/ref-cpu.so
 ref_sha=$(sha256sum "$ref_so" | cut -d' ' -f1)
-grep -q "^khub/ref-cpu 0.1.0 (ABI $(hdr KHUB_ABI_MAJOR).$(hdr KHUB_ABI_MINOR))$" "$W/plugins.txt" ||
+grep -q "^khub/ref-cpu 0.1.0 (ABI $(hdr KHUB_ABI_MAJOR).$(hdr KHUB_ABI_MINOR))$" "$T/plugins.txt" ||
     fail "khub plugins: no 'khub/ref-cpu 0.1.0 (ABI ...)' line"
-awk '/^khub\/ref-cpu /{f = 1; next} /^[^ ]/{f = 0} f' "$W/plugins.txt" > "$W/ref.txt"
-grep -q "^  kinds  attention,linear,qlinear,kv_cache,norm,activation,rotary$" "$W/ref.txt" ||
-    fail "ref-cpu kinds line: $(grep kinds "$W/ref.txt")"
-grep -q "^  file   $ref_so$" "$W/ref.txt" || fail "ref-cpu file line"
-grep -q "^  sha256 $ref_sha$" "$W/ref.txt" || fail "ref-cpu sha256 is not the file's"
-grep -Eq "^  op attention +attention +cpu dtypes=f32,f16 flags=causal,gqa,mask" "$W/ref.txt" ||
-    fail "ref-cpu attention caps: $(grep 'op attention' "$W/ref.txt")"
-grep -Eq "^  op linear +linear +cpu dtypes=f32,f16,bf16" "$W/ref.txt" || fail "ref-cpu linear caps"
+awk '/^khub\/ref-cpu /{f = 1; next} /^[^ ]/{f = 0} f' "$T/plugins.txt" > "$T/ref.txt"
+grep -q "^  kinds  attention,linear,qlinear,kv_cache,norm,activation,rotary$" "$T/ref.txt" ||
+    fail "ref-cpu kinds line: $(grep kinds "$T/ref.txt")"
+grep -q "^  file   $ref_so$" "$T/ref.txt" || fail "ref-cpu file line"
+grep -q "^  sha256 $ref_sha$" "$T/ref.txt" || fail "ref-cpu sha256 is not the file's"
+grep -Eq "^  op attention +attention +cpu dtypes=f32,f16 flags=causal,gqa,mask" "$T/ref.txt" ||
+    fail "ref-cpu attention caps: $(grep 'op attention' "$T/ref.txt")"
+grep -Eq "^  op linear +linear +cpu dtypes=f32,f16,bf16" "$T/ref.txt" || fail "ref-cpu linear caps"
 ok "khub plugins: ref-cpu with ABI, kinds, file, digest and op capabilities"
 
-"$KHUB" plugins --json > "$W/plugins.json" || fail "khub plugins --json exited $?"
-python3 - "$W/plugins.json" "$ref_so" "$ref_sha" "$(hdr KHUB_ABI_MAJOR).$(hdr KHUB_ABI_MINOR)" <<'EOF'
+"$KHUB" plugins --json > "$T/plugins.json" || fail "khub plugins --json exited $?"
+python3 - "$T/plugins.json" "$ref_so" "$ref_sha" "$(hdr KHUB_ABI_MAJOR).$(hdr KHUB_ABI_MINOR)" <<'EOF'
 import json, sys
 path, so, sha, abi = sys.argv[1:]
 plugins = json.load(open(path))
@@ -91,9 +88,9 @@ ok "khub plugins --json: parses, ref-cpu's fields match the file"
 # signal) and prints NEEDLE.
 check() {
     local name=$1 want=$2 needle=$3 rc=0
-    "$KHUB" check "$TP/$name.so" > "$W/check.out" 2>&1 || rc=$?
-    [ "$rc" -eq "$want" ] || { cat "$W/check.out"; fail "khub check $name exited $rc, want $want"; }
-    grep -qF -- "$needle" "$W/check.out" || { cat "$W/check.out"; fail "khub check $name: no '$needle'"; }
+    "$KHUB" check "$TP/$name.so" > "$T/check.out" 2>&1 || rc=$?
+    [ "$rc" -eq "$want" ] || { cat "$T/check.out"; fail "khub check $name exited $rc, want $want"; }
+    grep -qF -- "$needle" "$T/check.out" || { cat "$T/check.out"; fail "khub check $name: no '$needle'"; }
 }
 check good_v1 0 "khub-test/good 1.0.0: loaded, 3 ops, selftest passed"
 check bad_init_crash 1 "bad_init_crash.so: crashed with SIGSEGV during init"
@@ -107,23 +104,23 @@ check bad_dup_ops 1 "op name \"first\" appears twice (ops 0 and 1)"
 check note_ptr4 1 "pointer size 4 bytes, host pointer size 8 bytes"
 ok "khub check: good plugin passes; crash, init error, ABI, entry, note, size, duplicates reported"
 
-printf '{"not": "an ELF"}\n' > "$W/text.so"
+printf '{"not": "an ELF"}\n' > "$T/text.so"
 rc=0
-"$KHUB" check "$W/text.so" > "$W/check.out" 2>&1 || rc=$?
-[ "$rc" -eq 1 ] && grep -q "not an ELF file" "$W/check.out" || fail "check on a text file ($rc)"
+"$KHUB" check "$T/text.so" > "$T/check.out" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] && grep -q "not an ELF file" "$T/check.out" || fail "check on a text file ($rc)"
 rc=0
 zero=0000000000000000000000000000000000000000000000000000000000000000
-"$KHUB" check "$TP/good_v1.so" --sha256 $zero > "$W/check.out" 2>&1 || rc=$?
-[ "$rc" -eq 1 ] && grep -q "expected $zero" "$W/check.out" || fail "check --sha256 mismatch ($rc)"
+"$KHUB" check "$TP/good_v1.so" --sha256 $zero > "$T/check.out" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] && grep -q "expected $zero" "$T/check.out" || fail "check --sha256 mismatch ($rc)"
 rc=0
-"$KHUB" check > /dev/null 2> "$W/err" || rc=$?
-[ "$rc" -eq 2 ] && grep -q "missing FILE" "$W/err" || fail "check without FILE ($rc)"
+"$KHUB" check > /dev/null 2> "$T/err" || rc=$?
+[ "$rc" -eq 2 ] && grep -q "missing FILE" "$T/err" || fail "check without FILE ($rc)"
 ok "khub check: not an ELF, digest mismatch, usage error"
 
 rc=0
-"$KHUB" check "$TP/bad_init_crash.so" --json > "$W/crash.json" || rc=$?
+"$KHUB" check "$TP/bad_init_crash.so" --json > "$T/crash.json" || rc=$?
 [ "$rc" -eq 1 ] || fail "check --json on the crashing plugin exited $rc"
-python3 - "$W/crash.json" <<'EOF'
+python3 - "$T/crash.json" <<'EOF'
 import json, sys
 o = json.load(open(sys.argv[1]))
 assert o["ok"] is False and o["inspect"] == "KHUB_STATUS_OK", o

@@ -3,12 +3,8 @@
 # reuse, and (when huggingface_hub is installed) interop with the official
 # client in both directions. Bounded: every step has a timeout.
 set -euo pipefail
-KHUB=${KHUB_BIN:?KHUB_BIN is set by ctest}
-T=$(mktemp -d /tmp/khub-t-hub-XXXXXX)
-SRV=
-cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin hub
 # Checks read "$out" with grep -q <<<: a pipe from echo under pipefail fails
 # when grep -q exits before echo has written everything (SIGPIPE).
 
@@ -27,11 +23,8 @@ cat > $D/metadata.json <<JSON
  "files":{"libk.so":"$SHA"},"provenance":{"source_commit":"unknown","dirty":false}}
 JSON
 
-"$KHUB" serve "$T/repos" --log "$T/log" > "$T/out" &
-SRV=$!
-for _ in $(seq 50); do grep -q http "$T/out" 2>/dev/null && break; sleep 0.1; done
-export HF_ENDPOINT=$(grep -o 'http://[0-9.:]*' "$T/out")
-[ -n "$HF_ENDPOINT" ] || fail "serve printed no address"
+t_serve "$T/repos" "$T/out" --log "$T/log"
+export HF_ENDPOINT=$EP
 export KHUB_CACHE=$T/cache HF_TOKEN=hf_test
 
 "$KHUB" resolve --help | grep -q "usage: khub resolve" || fail "resolve --help"

@@ -11,14 +11,8 @@
 # (signed, unsigned, revoked, unknown key, opt-in), plus the import of a
 # Python kernels.lock.
 set -euo pipefail
-KHUB=${KHUB_BIN:?set by ctest}
-SRC=${KHUB_SRC:?set by ctest}
-T=$(mktemp -d /tmp/khub-t-lock-XXXXXX)
-SRV=
-cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-cd "$T"
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin lock
 
 ARCH=$(uname -m); V=khub1-cpu-$ARCH-linux
 [ "$ARCH" = x86_64 ] && OTHER=aarch64 || OTHER=x86_64
@@ -69,11 +63,8 @@ ALICE=$(cat alice.pub)
 printf '{"version":1,"publishers":{"kernels-community":["%s"]}}' "$ALICE" > policy.json
 export KHUB_POLICY=$T/policy.json
 
-"$KHUB" serve repos --log log > serve.out 2>&1 &
-SRV=$!
-for _ in $(seq 50); do grep -q http serve.out 2>/dev/null && break; sleep 0.1; done
-export HF_ENDPOINT=$(grep -o 'http://[0-9.:]*' serve.out)
-[ -n "$HF_ENDPOINT" ] || fail "serve printed no address"
+t_serve repos serve.out --log log
+export HF_ENDPOINT=$EP
 export KHUB_CACHE=$T/cache HF_TOKEN=
 requests() { grep '^requests' "$1" | awk '{print $2}'; }
 

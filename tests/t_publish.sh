@@ -6,13 +6,9 @@
 # model repo, and a kernel repo holding a khub build that khub then downloads).
 # Also `khub cache ls|verify|prune` on the cache these steps made.
 set -euo pipefail
-KHUB=${KHUB_BIN:?KHUB_BIN is set by ctest}
-T=$(mktemp -d /tmp/khub-t-pub-XXXXXX)
-SRV=
-cleanup() { [ -n "$SRV" ] && kill "$SRV" 2>/dev/null; wait 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT; [ -n "${KEEP:-}" ] && trap "kill \$SRV" EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-INC=${KHUB_SRC:?}/abi
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin pub
+INC=$SRC/abi
 
 # A tiny kernel source tree (one CPU level keeps the build short).
 K=$T/kernel
@@ -41,11 +37,7 @@ mkdir -p "$K/build/torch28-cxx11-cpu-x86_64-linux"
 echo '{}' > "$K/build/torch28-cxx11-cpu-x86_64-linux/metadata.json"
 
 mkdir -p "$T/repos"
-"$KHUB" serve "$T/repos" --token hf_write --log "$T/log" > "$T/out" &
-SRV=$!
-for _ in $(seq 50); do grep -q http "$T/out" 2>/dev/null && break; sleep 0.1; done
-EP=$(grep -o 'http://[0-9.:]*' "$T/out")
-[ -n "$EP" ] || fail "serve printed no address"
+t_serve "$T/repos" "$T/out" --token hf_write --log "$T/log"
 export HF_ENDPOINT=$EP KHUB_CACHE=$T/cache
 unset HF_TOKEN HF_TOKEN_PATH HUGGING_FACE_HUB_TOKEN
 export HF_HOME=$T/hfhome

@@ -9,15 +9,12 @@
 # on a terminal and not through a pipe; option and bad-file errors. Skips
 # what needs a file that is absent.
 set -euo pipefail
-KHUB=${KHUB_BIN:?set by ctest}
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 DIR=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}
 GGUF=$DIR/SmolLM2-135M-Instruct.Q4_1.gguf
 HF=$DIR/SmolLM2-135M-Instruct-hf
-if [ ! -f "$GGUF" ]; then echo "skip: $GGUF absent (run tools/fetch-model.sh)"; echo "0 passed, 0 failed, 1 skipped"; exit 0; fi
-work=$(mktemp -d /tmp/khub-trun-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
+[ -f "$GGUF" ] || t_skip "$GGUF absent (run tools/fetch-model.sh)"
+t_begin run
 Q="What is the capital of France?"
 
 # The main job, streamed, in both formats.

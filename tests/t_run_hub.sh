@@ -10,15 +10,10 @@
 # opt-in; the same choice from khub.json + khub.lock runs offline with the
 # server gone, and a command-line name overrides the mapping.
 set -euo pipefail
-KHUB=${KHUB_BIN:?set by ctest}
-SRC=${KHUB_SRC:?set by ctest}
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 MODEL=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/SmolLM2-135M-Instruct.Q4_1.gguf
-if [ ! -f "$MODEL" ]; then echo "skip: $MODEL absent (run tools/fetch-model.sh)"; echo "0 passed, 0 failed, 1 skipped"; exit 0; fi
-work=$(mktemp -d /tmp/khub-runhub-XXXXXX)
-pid=
-trap '[ -n "$pid" ] && kill $pid 2>/dev/null; rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
+[ -f "$MODEL" ] || t_skip "$MODEL absent (run tools/fetch-model.sh)"
+t_begin runhub
 PROMPT="What is the capital of France?"
 
 # author: scaffold + in-tree kernel, build, check, sign
@@ -39,17 +34,13 @@ sed -i 's#kernels-community/rmsnorm#other-org/rmsnorm#g' unsigned/kernel.json un
 
 # a hub of our own
 mkdir hub
-"$KHUB" serve hub --port 0 --token t0k > serve.out 2> serve.log &
-pid=$!
-for _ in $(seq 50); do grep -q http serve.out 2>/dev/null && break; sleep 0.1; done
-EP=$(grep -o 'http://[^ ]*' serve.out | head -n 1)
-[ -n "$EP" ] || fail "server did not start: $(cat serve.log)"
+t_serve hub serve.out --token t0k
 for k in fastnorm fa kv act quant unsigned; do
     "$KHUB" publish "$k" --endpoint "$EP" --token t0k --quiet > /dev/null || fail "publish $k"
 done
 printf '{"version": 1, "publishers": {"kernels-community": ["%s"], "acme": ["%s"]}}\n' \
     "$(cat pub.pub)" "$(cat pub.pub)" > policy.json
-export HF_ENDPOINT=$EP KHUB_CACHE=$work/cache KHUB_POLICY=$work/policy.json
+export HF_ENDPOINT=$EP KHUB_CACHE=$T/cache KHUB_POLICY=$T/policy.json
 
 # named at model load, verified and serving
 "$KHUB" run --model "$MODEL" --chat --prompt "$PROMPT" --max-new-tokens 24 \
@@ -210,7 +201,7 @@ cat > project/khub.json << 'JSON'
   "norm": "acme/fastnorm@version=1"}}
 JSON
 "$KHUB" lock project > lock.log 2>&1 || fail "lock: $(cat lock.log)"
-kill $pid; wait $pid 2>/dev/null || true; pid=
+kill $SRV; wait $SRV 2>/dev/null || true; SRV=
 HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --chat --prompt "$PROMPT" --max-new-tokens 24 \
     --kernels project/khub.json --lock project/khub.lock --explain > off.out 2> off.err ||
     { cat off.err; fail "offline locked run"; }

@@ -10,14 +10,8 @@
 #   - a cached plugin changed after its download: DIGEST_MISMATCH before
 #     anything is loaded (the loader never opens it).
 set -euo pipefail
-KHUB=${KHUB_BIN:?set by ctest}
-SRC=${KHUB_SRC:?set by ctest}
-T=$(mktemp -d /tmp/khub-t-verify-XXXXXX)
-SRV=
-cleanup() { [ -n "$SRV" ] && kill "$SRV" 2> /dev/null; wait 2> /dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
-cd "$T"
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin verify
 ARCH=$(uname -m); V=khub1-cpu-$ARCH-linux
 C1=1111111111111111111111111111111111111111
 
@@ -46,11 +40,8 @@ publish badsig "printf '{\"algorithm\": \"ed25519\"}' > metadata.json.sig"
 cmp -s repos/kernels-community/edited/commits/$C1/build/$V/metadata.json "kv/build/$V/metadata.json" &&
     fail "the edit of metadata.json did not apply"
 
-"$KHUB" serve repos --log log > serve.out 2>&1 &
-SRV=$!
-for _ in $(seq 50); do grep -q http serve.out 2> /dev/null && break; sleep 0.1; done
-export HF_ENDPOINT=$(grep -o 'http://[0-9.:]*' serve.out)
-[ -n "$HF_ENDPOINT" ] || fail "serve printed no address"
+t_serve repos serve.out --log log
+export HF_ENDPOINT=$EP
 export KHUB_CACHE=$T/cache HF_TOKEN=
 
 expect() { # expect STATUS TEXT ID
