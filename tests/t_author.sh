@@ -9,12 +9,8 @@
 # build; then every in-tree kernel of kernels-src/ is built and checked in a
 # scratch copy, its CUDA kernels compiled by NVRTC (skipped by name without).
 set -euo pipefail
-KHUB=${KHUB_BIN:?set by ctest}
-SRC=${KHUB_SRC:?set by ctest}
-work=$(mktemp -d /tmp/khub-author-XXXXXX)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-fail() { echo "FAIL: $*"; exit 1; }
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin author
 
 # With NVRTC (opened at run time) the CUDA variant must be built; without it
 # khub build says why it skipped it, and so does this test.

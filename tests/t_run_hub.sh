@@ -18,12 +18,13 @@ PROMPT="What is the capital of France?"
 
 # author: scaffold + in-tree kernel, build, check, sign
 "$KHUB" init acme/fastnorm --kind norm --backends cpu > /dev/null || fail "init"
+"$KHUB" init acme/rope --kind rotary --backends cpu > /dev/null || fail "init rotary"
 cp -r "$SRC/kernels-src/flash-attn2" fa && rm -rf fa/build
 cp -r "$SRC/kernels-src/kv-cache" kv && rm -rf kv/build
 cp -r "$SRC/kernels-src/activation" act && rm -rf act/build
 cp -r "$SRC/kernels-src/quantization" quant && rm -rf quant/build
 "$KHUB" keygen pub > /dev/null
-for k in fastnorm fa kv act quant; do
+for k in fastnorm rope fa kv act quant; do
     "$KHUB" build "$k" --quiet > /dev/null 2>&1 || fail "build $k"
     "$KHUB" check "$k" > check.log 2>&1 || { cat check.log; fail "check $k"; }
     "$KHUB" sign --key pub.key "$k" > /dev/null || fail "sign $k"
@@ -35,7 +36,7 @@ sed -i 's#kernels-community/rmsnorm#other-org/rmsnorm#g' unsigned/kernel.json un
 # a hub of our own
 mkdir hub
 t_serve hub serve.out --token t0k
-for k in fastnorm fa kv act quant unsigned; do
+for k in fastnorm rope fa kv act quant unsigned; do
     "$KHUB" publish "$k" --endpoint "$EP" --token t0k --quiet > /dev/null || fail "publish $k"
 done
 printf '{"version": 1, "publishers": {"kernels-community": ["%s"], "acme": ["%s"]}}\n' \
@@ -91,6 +92,12 @@ if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --rotary kernels-
     --strict > f.out 2> f.err; then fail "strict rotary without a rotary op ran"; fi
 grep -q "for rotary is unusable: it has no rotary op, and KHUB_OPT_STRICT forbids" f.err || fail "strict rotary: $(cat f.err)"
 echo "ok   --act and --rotary by Hub ID (rotary: fetched, no rotary op, fallback; --strict fails)"
+# a rotary kernel of its own (the khub init scaffold), strict: it serves rotary and the answer holds
+"$KHUB" run --model "$MODEL" --chat --prompt "$PROMPT" --max-new-tokens 24 --rotary acme/rope \
+    --strict --explain > f.out 2> f.err || { cat f.err; fail "--rotary acme/rope --strict"; }
+grep -q "^rotary\[f32\]: acme/rope 1.0.0 :: " f.out || fail "acme/rope does not serve rotary: $(grep '^rotary' f.out)"
+grep -q "Paris" f.out || fail "--rotary acme/rope answer: $(tail -n 1 f.out)"
+echo "ok   --rotary acme/rope (a scaffolded rotary kernel) serves rotary under --strict"
 
 # --quant ID:SCHEME on the Q4_1 GGUF: fetched, but nothing is dense, and the warning says so
 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --quant kernels-community/quantization:nf4 \
