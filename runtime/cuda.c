@@ -286,10 +286,15 @@ void khub__cuda_unload_modules(khub_plugin *p)
     p->modules = NULL;
     p->streams = NULL;
     pthread_mutex_unlock(&p->mod_lock);
-    /* Streams first: work queued on them may still use the modules. */
+    /* Streams first, each drained before it is destroyed: work queued on
+     * them may still run the modules' kernels (cuStreamDestroy returns at
+     * once and lets pending work finish; cuModuleUnload would not wait). */
     while (s) {
         khub__cuda_stream *next = s->next;
-        if (use_device(s->device) == KHUB_STATUS_OK) drv.stream_destroy((cu_stream)s->stream);
+        if (use_device(s->device) == KHUB_STATUS_OK) {
+            drv.stream_synchronize((cu_stream)s->stream);
+            drv.stream_destroy((cu_stream)s->stream);
+        }
         khub__free(p->rt, s, sizeof *s);
         s = next;
     }
