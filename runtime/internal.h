@@ -193,6 +193,11 @@ KHUB_INTERNAL uint32_t khub__cpu_feature_bit(const char *name);
 /* The names of mask's bits joined by sep into buf (always NUL-terminated). */
 KHUB_INTERNAL void khub__cpu_feature_list(uint32_t mask, const char *sep, char *buf, size_t n);
 
+/* The name of a capability dtype id (khub_dtype_id_of): "f32", "bf16",
+ * "q4_1", "int8_row", ...; NULL for an id that names nothing
+ * (runtime/registry.c). */
+KHUB_INTERNAL const char *khub__dtype_id_name(int id);
+
 /* ------------------------------------------------------------------------ */
 /* Digests (runtime/digest.c, OpenSSL libcrypto)                            */
 /* ------------------------------------------------------------------------ */

@@ -101,13 +101,22 @@ static const bit_name flag_bits[] = {
     {KHUB_CAP_BIAS, "bias"},     {KHUB_CAP_RESIDUAL, "residual"},
 };
 
+const char *khub__dtype_id_name(int id)
+{
+    static const char *const base[] = {"f32", "f16", "bf16", "i8", "i32"};
+    static const char *const q[KHUB_QFORMAT__COUNT] = {NULL,   "q8_0",     "q4_0", "q4_1", "q4_k",
+                                                       "q6_k", "int8_row", "nf4",  "q5_0", "q5_1"};
+    if (id >= 0 && id < 5) return base[id];
+    if (id >= KHUB_DTYPE_ID_QBASE && id < KHUB_DTYPE_ID_QBASE + KHUB_QFORMAT__COUNT)
+        return q[id - KHUB_DTYPE_ID_QBASE];
+    return NULL;
+}
+
 static void dtype_name(char *buf, size_t n, int id)
 {
-    static const char *names[] = {"f32", "f16", "bf16", "i8", "i32"};
-    if (id >= 0 && id < 5)
-        snprintf(buf, n, "%s", names[id]);
-    else if (id >= KHUB_DTYPE_ID_QBASE)
-        snprintf(buf, n, "q%d", id - KHUB_DTYPE_ID_QBASE);
+    const char *name = khub__dtype_id_name(id);
+    if (name)
+        snprintf(buf, n, "%s", name);
     else
         snprintf(buf, n, "dtype%d", id);
 }

@@ -135,6 +135,15 @@ TEST_IMPL(reject_dtype)
     const char *t = select_ok(rt, &q);
     ASSERT_CONTAINS(t, "reject t/fast 1.0 :: fa: dtype f32 not in caps (serves f16)\n");
     ASSERT_CONTAINS(t, "chose t/ref 1.0 :: attn");
+    /* block formats by name, as kernel.json and khub plugins write them */
+    q.dtype_id = KHUB_DTYPE_ID_QBASE + KHUB_QFORMAT_Q4_1;
+    khub_binding *b = NULL;
+    ASSERT_STATUS(khub_registry_select(rt, &q, &b), KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "t/ref :: attn: dtype q4_1 not in caps (serves f32 f16)");
+    ASSERT_STR_EQ(khub__dtype_id_name(KHUB_DTYPE_ID_QBASE + KHUB_QFORMAT_INT8_ROW), "int8_row");
+    ASSERT(khub__dtype_id_name(KHUB_DTYPE_ID_QBASE) == NULL);
+    ASSERT(khub__dtype_id_name(9) == NULL);
     khub_runtime_free(rt);
 }
 

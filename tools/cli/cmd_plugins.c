@@ -32,17 +32,6 @@ static const char *kind_name(uint32_t kind)
     }
 }
 
-static const char *dtype_id_name(int id)
-{
-    static const char *base[] = {"f32", "f16", "bf16", "i8", "i32"};
-    static const char *q[KHUB_QFORMAT__COUNT] = {"none", "q8_0",     "q4_0", "q4_1", "q4_k",
-                                                 "q6_k", "int8_row", "nf4",  "q5_0", "q5_1"};
-    if (id >= 0 && id < 5) return base[id];
-    if (id >= KHUB_DTYPE_ID_QBASE && id < KHUB_DTYPE_ID_QBASE + KHUB_QFORMAT__COUNT)
-        return q[id - KHUB_DTYPE_ID_QBASE];
-    return NULL;
-}
-
 /* The names of a CPU feature mask, comma-separated. */
 static void cpu_feature_names(uint32_t bits, char *buf, size_t n)
 {
@@ -53,9 +42,9 @@ static void dtype_names(uint64_t mask, char *buf, size_t n)
 {
     buf[0] = '\0';
     for (int id = 0; id < 64; id++) {
-        if (!(mask & (UINT64_C(1) << id)) || !dtype_id_name(id)) continue;
+        if (!(mask & (UINT64_C(1) << id)) || !khub__dtype_id_name(id)) continue;
         size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", len ? "," : "", dtype_id_name(id));
+        snprintf(buf + len, n - len, "%s%s", len ? "," : "", khub__dtype_id_name(id));
     }
 }
 
