@@ -389,10 +389,8 @@ static khub_tensor *weights_as(bench *b, khub_tensor *w32, const char *dtype)
 
 static int qformat_of(const char *dtype)
 {
-    static const char *names[KHUB_QFORMAT__COUNT] = {"",     "q8_0",     "q4_0", "q4_1", "q4_k",
-                                                     "q6_k", "int8_row", "nf4",  "q5_0", "q5_1"};
     for (int i = 1; i < KHUB_QFORMAT__COUNT; i++)
-        if (strcmp(names[i], dtype) == 0) return i;
+        if (strcmp(khub__dtype_id_name(KHUB_DTYPE_ID_QBASE + i), dtype) == 0) return i;
     return 0;
 }
 

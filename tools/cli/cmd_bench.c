@@ -156,14 +156,11 @@ typedef struct ops_args {
  * (a bitsandbytes-style kernel serves int8_row and nf4, not q8_0). */
 static const char *qlinear_dtype(const khub_op_desc *op)
 {
-    static const struct {
-        const char *name;
-        int fmt;
-    } q[] = {{"q8_0", KHUB_QFORMAT_Q8_0},         {"q4_0", KHUB_QFORMAT_Q4_0},
-             {"q4_1", KHUB_QFORMAT_Q4_1},         {"q5_0", KHUB_QFORMAT_Q5_0},
-             {"int8_row", KHUB_QFORMAT_INT8_ROW}, {"nf4", KHUB_QFORMAT_NF4}};
+    static const int q[] = {KHUB_QFORMAT_Q8_0, KHUB_QFORMAT_Q4_0,     KHUB_QFORMAT_Q4_1,
+                            KHUB_QFORMAT_Q5_0, KHUB_QFORMAT_INT8_ROW, KHUB_QFORMAT_NF4};
     for (size_t i = 0; op->caps && i < sizeof q / sizeof q[0]; i++)
-        if (op->caps->dtypes & KHUB_DTYPE_BIT_Q(q[i].fmt)) return q[i].name;
+        if (op->caps->dtypes & KHUB_DTYPE_BIT_Q(q[i]))
+            return khub__dtype_id_name(KHUB_DTYPE_ID_QBASE + q[i]);
     return NULL;
 }
 
