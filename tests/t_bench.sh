@@ -30,8 +30,8 @@ export KHUB_CACHE=$T/cache
 export XDG_CONFIG_HOME=$T/config
 unset KHUB_POLICY
 
-"$KHUB" bench --help | grep -q "usage: khub bench DIR|ID" || fail "bench --help"
-"$KHUB" bench --help | grep -q "khub bench --latency ID" || fail "bench --help (latency)"
+"$KHUB" bench --help | grep "usage: khub bench DIR|ID" > /dev/null || fail "bench --help"
+"$KHUB" bench --help | grep "khub bench --latency ID" > /dev/null || fail "bench --help (latency)"
 set +e
 out=$(HF_HUB_OFFLINE=1 timeout 20 "$KHUB" bench --latency org/bk@$C1 -n 5 2>&1); rc=$?
 set -e
@@ -78,7 +78,7 @@ set -e
 grep -q "no metadata.json; build the kernel first" <<<"$out" || fail "unbuilt message: $out"
 (cd "$T" && "$KHUB" build rmsnorm-copy --quiet > build.log 2>&1) || fail "build: $(cat "$T/build.log")"
 out=$(cd "$T" && timeout 60 "$KHUB" bench rmsnorm-copy --time 0.05) || fail "bench DIR: $out"
-echo "$out" | head -1 | grep -Eq "^kernels-community/rmsnorm \(rmsnorm-[a-z0-9]+\.so, $V\): 2 op benchmarks against khub/ref-cpu, 0\.05 s each, 1 thread$" \
+grep -Eq "^kernels-community/rmsnorm \(rmsnorm-[a-z0-9]+\.so, $V\): 2 op benchmarks against khub/ref-cpu, 0\.05 s each, 1 thread$" <<< "${out%%$'\n'*}" \
     || fail "bench DIR header: $out"
 [ "$(echo "$out" | grep -Ec '^rms_norm \[(4, 576|33, 1024)\] f32: [0-9.]+ us \([0-9.]+ GB/s\), ref-cpu [0-9.]+ us \([0-9.]+ GB/s\), speedup [0-9.]+x$')" = 2 ] \
     || fail "bench DIR lines: $out"
@@ -106,9 +106,9 @@ grep -q "unsigned kernel from an organisation the policy does not list; opt in w
     || fail "bench ID unsigned message: $out"
 out=$(timeout 60 "$KHUB" bench kernels-community/rmsnorm@v1 --time 0.02 --allow-unsigned) \
     || fail "bench ID: $out"
-echo "$out" | head -1 | grep -Eq "^kernels-community/rmsnorm \(kernels-community/rmsnorm@[0-9a-f]{12}, rmsnorm-[a-z0-9]+\.so, $V\): 1 op benchmark against khub/ref-cpu, 0\.02 s each, 1 thread$" \
+grep -Eq "^kernels-community/rmsnorm \(kernels-community/rmsnorm@[0-9a-f]{12}, rmsnorm-[a-z0-9]+\.so, $V\): 1 op benchmark against khub/ref-cpu, 0\.02 s each, 1 thread$" <<< "${out%%$'\n'*}" \
     || fail "bench ID header: $out"
-echo "$out" | sed -n 2p | grep -Eq '^rms_norm \[16, 2048\] f32: [0-9.]+ us \([0-9.]+ GB/s\), ref-cpu [0-9.]+ us \([0-9.]+ GB/s\), speedup [0-9.]+x$' \
+sed -n 2p <<< "$out" | grep -E '^rms_norm \[16, 2048\] f32: [0-9.]+ us \([0-9.]+ GB/s\), ref-cpu [0-9.]+ us \([0-9.]+ GB/s\), speedup [0-9.]+x$' > /dev/null \
     || fail "bench ID line: $out"
 before=$(wc -l < "$T/log")
 HF_HUB_OFFLINE=1 timeout 60 "$KHUB" bench kernels-community/rmsnorm@v1 --time 0.02 \
@@ -156,7 +156,7 @@ set -e
 grep -q -- "--time must be in" <<<"$out" || fail "--time message: $out"
 # khub bench-ops: the built-in plugins side by side (format only)
 out=$(timeout 300 "$KHUB" bench-ops --quick --time 0.002 2>&1) || fail "bench-ops: $out"
-echo "$out" | head -1 | grep -q "^khub bench-ops: 1 thread(s), " || fail "bench-ops header: $out"
+grep -q "^khub bench-ops: 1 thread(s), " <<< "${out%%$'\n'*}" || fail "bench-ops header: $out"
 [ "$(echo "$out" | grep -Ec '^qlinear Q4_1 n=1 1536x576 cold +\| ref-cpu\.so +[0-9.]+ us +[0-9.]+ GF +[0-9.]+ GB \| cpu-avx2\.so ')" = 1 ] \
     || fail "bench-ops line: $out"
 set +e

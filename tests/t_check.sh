@@ -33,7 +33,7 @@ expect_file() {
     local name=$1 needle=$2 rc=0; shift 2
     "$KHUB" check "$name.so" "$@" > out.log 2>&1 || rc=$?
     [ $rc = 1 ] || { cat out.log; fail "check $name.so exited $rc, want 1"; }
-    grep "^  ABI gate: " out.log | grep -qF -- "$needle" || { cat out.log; fail "check $name.so: no ABI gate line with '$needle'"; }
+    grep "^  ABI gate: " out.log | grep -F -- "$needle" > /dev/null || { cat out.log; fail "check $name.so: no ABI gate line with '$needle'"; }
 }
 plugin clean ""
 "$KHUB" check clean.so > out.log 2>&1 || { cat out.log; fail "a clean plugin failed"; }
@@ -51,7 +51,7 @@ const char *v(void) { return zlibVersion(); }' -Wl,--no-as-needed -lz
 expect_file libz "needs library libz.so.1, which is not on the allow-list"
 plugin hostsym 'const char *khub_runtime_errmsg(const void *rt);
 const char *peek(void) { return khub_runtime_errmsg(0); }'
-if ldd "$KHUB" 2> /dev/null | grep -q 'lib[at]san\|libubsan'; then
+if ldd "$KHUB" 2> /dev/null | grep 'lib[at]san\|libubsan' > /dev/null; then
     echo "skip unversioned import: a sanitizer build of khub does not apply the rule"
 else
     expect_file hostsym "imports khub_runtime_errmsg without a symbol version: it comes from no allowed library"
@@ -108,8 +108,8 @@ expect_dir() { # expect_dir DIR NEEDLE: check DIR exits 1 with a FAIL line holdi
     local rc=0
     "$KHUB" check "$1" > check.log 2>&1 || rc=$?
     [ $rc = 1 ] || { cat check.log; fail "check $1 exited $rc, want 1 (for '$2')"; }
-    grep "^FAIL " check.log | grep -qF -- "$2" || { cat check.log; fail "check $1: no FAIL with '$2'"; }
-    tail -n 1 check.log | grep -q "^FAIL .* [1-9][0-9]* findings\?$" || fail "summary: $(tail -n 1 check.log)"
+    grep "^FAIL " check.log | grep -F -- "$2" > /dev/null || { cat check.log; fail "check $1: no FAIL with '$2'"; }
+    tail -n 1 check.log | grep "^FAIL .* [1-9][0-9]* findings\?$" > /dev/null || fail "summary: $(tail -n 1 check.log)"
 }
 edit_meta "$cpu/metadata.json" 'm["abi"]["minor"] = 7'
 expect_dir meta "meta-generic.so: ABI note says ABI 1."

@@ -27,7 +27,7 @@ t_serve "$T/repos" "$T/out" --log "$T/log"
 export HF_ENDPOINT=$EP
 export KHUB_CACHE=$T/cache HF_TOKEN=hf_test
 
-"$KHUB" resolve --help | grep -q "usage: khub resolve" || fail "resolve --help"
+"$KHUB" resolve --help | grep "usage: khub resolve" > /dev/null || fail "resolve --help"
 [ "$(timeout 20 "$KHUB" resolve org/demo@version=1)" = $C1 ] || fail "resolve version=1"
 timeout 20 "$KHUB" variants org/demo@v1 | grep "^\* $V" > /dev/null || fail "variants marks $V"
 timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "download"

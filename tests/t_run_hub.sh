@@ -231,7 +231,7 @@ grep -q "^lock: project/khub.lock (next to the mapping; pins the roles it names)
     fail "khub.lock beside khub.json not used: $(head -n 4 off.out)"
 grep -q "^attention: .*(locked, hashes re-checked)" off.out && grep -q "^norm: .*(locked, hashes re-checked)" off.out ||
     fail "mapping roles not locked: $(grep -E '^(attention|norm):' off.out)"
-grep "^cache: " off.out | grep -q -v "locked" && grep -q "^kv_cache\[f32\]: kernels-community/kv-cache" off.out ||
+grep "^cache: " off.out | grep -v "locked" > /dev/null && grep -q "^kv_cache\[f32\]: kernels-community/kv-cache" off.out ||
     fail "--cache static: $(grep -E '^(cache:|kv_cache)' off.out)"
 echo "ok   khub.json + khub.lock offline; --attn overrides the mapping's attention; khub.lock beside khub.json is used"
 echo "1 passed, 0 failed"
