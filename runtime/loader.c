@@ -42,6 +42,11 @@
 #define MAX_OPS            1024
 #define MAX_HEAD_DIMS      64
 #define MAX_OP_NAME        64
+/* The largest op or caps struct_size accepted. ABI 1.x structs are under
+ * 100 bytes and a newer minor only appends fields, so a descriptor claiming
+ * kilobytes is broken or hostile: the op array is walked with the claimed
+ * size as its stride, and a 1 GiB stride read far outside the plugin. */
+#define MAX_STRUCT_SIZE 4096
 
 /* The ABI 1.0 sizes: the smallest structs a plugin may hand over. */
 #define DESC_MIN_1_0 (offsetof(khub_plugin_desc, shutdown) + sizeof(void (*)(void *)))
@@ -282,6 +287,11 @@ static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const kh
                      (unsigned)src->caps->struct_size, CAPS_MIN_1_0);
         return KHUB_STATUS_STRUCT_SIZE;
     }
+    if (src->caps->struct_size > MAX_STRUCT_SIZE) {
+        khub__errbuf(msg, n, "%s: op %s: caps struct_size %u, more than the %d allowed", who, name,
+                     (unsigned)src->caps->struct_size, MAX_STRUCT_SIZE);
+        return KHUB_STATUS_STRUCT_SIZE;
+    }
     if (!src->run && src->kind != KHUB_OP_KV_CACHE) {
         khub__errbuf(msg, n, "%s: op %s: run is NULL (required for kind %s)", who, name,
                      kind_name(src->kind));
@@ -330,7 +340,9 @@ static khub_status alloc_ops(khub_plugin *p, const char *who, const khub_plugin_
     for (uint32_t i = 0; i < d->n_ops; i++) {
         const khub_op_desc *src = (const khub_op_desc *)((const char *)d->ops + (size_t)i * stride);
         const khub_op_caps *c = src->caps;
-        if (!c || c->struct_size < CAPS_MIN_1_0 || c->n_head_dims == 0) continue;
+        if (!c || c->struct_size < CAPS_MIN_1_0 || c->struct_size > MAX_STRUCT_SIZE ||
+            c->n_head_dims == 0)
+            continue;
         if (c->n_head_dims > MAX_HEAD_DIMS || !c->head_dims) {
             khub__errbuf(msg, n, "%s: op %u: %u head dims at %p (at most %d, non-NULL)", who, i,
                          (unsigned)c->n_head_dims, (const void *)c->head_dims, MAX_HEAD_DIMS);
@@ -363,6 +375,11 @@ static khub_status check_ops(khub_plugin *p, const char *who, const khub_plugin_
     if (stride < OP_MIN_1_0) {
         khub__errbuf(msg, n, "%s: op struct_size %u, ABI 1.0 minimum %zu", who, (unsigned)stride,
                      OP_MIN_1_0);
+        return KHUB_STATUS_STRUCT_SIZE;
+    }
+    if (stride > MAX_STRUCT_SIZE) {
+        khub__errbuf(msg, n, "%s: op struct_size %u, more than the %d allowed", who,
+                     (unsigned)stride, MAX_STRUCT_SIZE);
         return KHUB_STATUS_STRUCT_SIZE;
     }
     KHUB_FORWARD_IF_ERROR(NULL, alloc_ops(p, who, d, stride, msg, n));

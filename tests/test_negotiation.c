@@ -156,6 +156,18 @@ TEST_IMPL(op_sizes_differ)
                 "plugin khub-test/bad 1.0.0: op 1 has struct_size 56, op 0 has 48");
 }
 
+TEST_IMPL(op_stride_bounded)
+{
+    /* The op array is walked with op 0's struct_size as the stride: 1 GiB
+     * used to read far outside the plugin and crash the loader. */
+    expect_load("bad_huge_stride", KHUB_STATUS_STRUCT_SIZE,
+                "plugin khub-test/bad 1.0.0: op struct_size 1073741824, more than the 4096 "
+                "allowed");
+    expect_load("bad_huge_caps", KHUB_STATUS_STRUCT_SIZE,
+                "plugin khub-test/bad 1.0.0: op second: caps struct_size 1073741824, more than "
+                "the 4096 allowed");
+}
+
 TEST_IMPL(wider_ops_walked_by_struct_size)
 {
     /* A plugin built against a newer minor has larger op structs: op 1
@@ -277,6 +289,7 @@ TEST_IMPL(static_rules)
     X(desc_abi_differs_from_note) \
     X(caps_struct_size_too_small) \
     X(op_sizes_differ) \
+    X(op_stride_bounded) \
     X(wider_ops_walked_by_struct_size) \
     X(static_init_error_via_host_fail) \
     X(static_rules)

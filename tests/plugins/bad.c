@@ -16,6 +16,8 @@
  *   BAD_DESC_NOTE   descriptor claims ABI 1.0 while the note says 1.KHUB_ABI_MINOR
  *   BAD_SMALL_CAPS  an op whose caps struct_size is below the 1.0 minimum
  *   BAD_MIXED_OPS   op 1's struct_size differs from op 0's
+ *   BAD_HUGE_STRIDE op struct_size (the stride of the op array) of 1 GiB
+ *   BAD_HUGE_CAPS   an op whose caps struct_size is 1 GiB
  *   WIDE_OPS        not broken: ops from a "newer minor" with larger
  *                   structs, which the host must walk by struct_size
  */
@@ -96,6 +98,12 @@ static khub_status init(const khub_host_api *host, khub_plugin_desc *out, char *
     ops[0].caps = &small_caps;
 #elif defined(BAD_MIXED_OPS)
     ops[1].struct_size = sizeof(khub_op_desc) + 8;
+#elif defined(BAD_HUGE_STRIDE)
+    ops[0].struct_size = 1u << 30;
+    ops[1].struct_size = 1u << 30;
+#elif defined(BAD_HUGE_CAPS)
+    static const khub_op_caps huge_caps = {.struct_size = 1u << 30, .abi_major = KHUB_ABI_MAJOR};
+    ops[1].caps = &huge_caps;
 #endif
     (void)errbuf, (void)errbuf_size;
     khub_status st = khub_plugin_desc_put(out, &d);
