@@ -15,21 +15,6 @@
 
 #define MAX_MANIFEST_BYTES (1u << 20)
 
-static const char *const kind_names[] = {NULL,       "attention", "linear",     "qlinear",
-                                         "kv_cache", "norm",      "activation", "rotary"};
-
-uint32_t khub__op_kind_from_name(const char *name)
-{
-    for (uint32_t k = 1; k < KHUB_OP_KIND__COUNT; k++)
-        if (strcmp(kind_names[k], name) == 0) return k;
-    return 0;
-}
-
-const char *khub__op_kind_name(uint32_t kind)
-{
-    return kind > 0 && kind < KHUB_OP_KIND__COUNT ? kind_names[kind] : "unknown";
-}
-
 uint32_t khub__cpu_feature_from_name(const char *name) { return khub__cpu_feature_bit(name); }
 
 /* ======================================================================== */
@@ -161,10 +146,8 @@ static khub_status parse_ops(ctx *c, const cJSON *j, khub_kernel_manifest *m)
             return bad(c, "ops[%zu] needs string fields 'name' and 'kind'", m->n_ops);
         o->kind = khub__op_kind_from_name(kind);
         if (!o->kind)
-            return bad(c,
-                       "ops[%zu].kind '%s' is not an op kind (attention, linear, qlinear, "
-                       "kv_cache, norm, activation, rotary)",
-                       m->n_ops, kind);
+            return bad(c, "ops[%zu].kind '%s' is not an op kind (%s)", m->n_ops, kind,
+                       KHUB__OP_KIND_WORDS);
         m->n_ops++;
     }
     return KHUB_STATUS_OK;

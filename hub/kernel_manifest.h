@@ -82,9 +82,7 @@ KHUB_INTERNAL khub_status khub__km_parse(const char *json, size_t n, const char 
                                          khub_kernel_manifest *out, char *errbuf,
                                          size_t errbuf_size);
 
-/* Op kind by name ("norm") and back; 0 / "unknown" when not a kind. */
-KHUB_INTERNAL uint32_t khub__op_kind_from_name(const char *name);
-KHUB_INTERNAL const char *khub__op_kind_name(uint32_t kind);
+/* Op kinds by name: khub__op_kind_from_name / khub__op_kind_name (internal.h). */
 /* KHUB_CPU_* bit by name ("avx2"); 0 when unknown. */
 KHUB_INTERNAL uint32_t khub__cpu_feature_from_name(const char *name);
 

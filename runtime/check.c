@@ -62,17 +62,6 @@ static khub_status child_numeric_tests(khub_runtime *rt, const char *id,
     return KHUB_STATUS_OK;
 }
 
-/* khub_op_kind by name, for messages (the names kernel.json uses). */
-static const char *kind_name(uint32_t kind)
-{
-    static const char *const names[KHUB_OP_KIND__COUNT] = {
-        [KHUB_OP_ATTENTION] = "attention", [KHUB_OP_LINEAR] = "linear",
-        [KHUB_OP_QLINEAR] = "qlinear",     [KHUB_OP_KV_CACHE] = "kv_cache",
-        [KHUB_OP_NORM] = "norm",           [KHUB_OP_ACTIVATION] = "activation",
-        [KHUB_OP_ROTARY] = "rotary"};
-    return kind < KHUB_OP_KIND__COUNT && names[kind] ? names[kind] : "an unknown kind";
-}
-
 /* The plugin's registered ops against the manifest's: each declared op is
  * registered under its name with its kind, and nothing else is. */
 static khub_status child_declared_ops(const khub_plugin *p, const khub_check_op *ops, size_t n_ops,
@@ -86,7 +75,7 @@ static khub_status child_declared_ops(const khub_plugin *p, const khub_check_op 
         if (found && found->kind == ops[i].kind) continue;
         if (found) {
             snprintf(msg, n, "kernel.json declares op '%s' as %s; the plugin registers it as %s",
-                     ops[i].name, ops[i].kind_name, kind_name(found->kind));
+                     ops[i].name, ops[i].kind_name, khub__op_kind_name(found->kind));
             return KHUB_STATUS_PLUGIN_INVALID;
         }
         size_t len = (size_t)snprintf(msg, n,

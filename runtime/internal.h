@@ -193,6 +193,15 @@ KHUB_INTERNAL uint32_t khub__cpu_feature_bit(const char *name);
 /* The names of mask's bits joined by sep into buf (always NUL-terminated). */
 KHUB_INTERNAL void khub__cpu_feature_list(uint32_t mask, const char *sep, char *buf, size_t n);
 
+/* Op kind names from khub_plugin.h's KHUB_OP_KINDS table (runtime/op_kinds.c):
+ * "norm" for KHUB_OP_NORM, "unknown" for a value that is no kind; by name,
+ * 0 when the name is no kind. */
+KHUB_INTERNAL const char *khub__op_kind_name(uint32_t kind);
+KHUB_INTERNAL uint32_t khub__op_kind_from_name(const char *name);
+/* "attention, linear, ...": every kind's name, for messages. */
+#define KHUB__OP_KIND_WORD(NAME, value, name) ", " #name
+#define KHUB__OP_KIND_WORDS                   (KHUB_OP_KINDS(KHUB__OP_KIND_WORD) + 2)
+
 /* The name of a capability dtype id (khub_dtype_id_of): "f32", "bf16",
  * "q4_1", "int8_row", ...; NULL for an id that names nothing
  * (runtime/registry.c). */

@@ -24,13 +24,6 @@
 
 #define MAX_PINS 16 /* khub_binding_acquire nesting per thread */
 
-static const char *kind_name(uint32_t k)
-{
-    static const char *names[] = {"?",        "attention", "linear",     "qlinear",
-                                  "kv_cache", "norm",      "activation", "rotary"};
-    return k < KHUB_OP_KIND__COUNT ? names[k] : "unknown";
-}
-
 static const char *device_name(uint32_t d)
 {
     switch (d) {
@@ -298,7 +291,8 @@ static void explain_absent(const khub_runtime *rt, const khub_op_query *q, walk 
         snprintf(w->pref_why, sizeof w->pref_why, "not loaded");
     else
         snprintf(w->pref_why, sizeof w->pref_why, "unusable: it has no %s op%s%s",
-                 kind_name(q->kind), q->op_name ? " named " : "", q->op_name ? q->op_name : "");
+                 khub__op_kind_name(q->kind), q->op_name ? " named " : "",
+                 q->op_name ? q->op_name : "");
 }
 
 static khub_status add_binding(khub_runtime *rt, const choice *c, text *trace, khub_binding **out)
@@ -341,10 +335,10 @@ static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, text 
         if (w.n_seen == 0)
             return khub__fail(rt, KHUB_STATUS_NO_KERNEL,
                               "no plugin serves %s ops (%zu plugins loaded); load one that does",
-                              kind_name(q->kind), rt->plugins.count);
+                              khub__op_kind_name(q->kind), rt->plugins.count);
         return khub__fail(rt, KHUB_STATUS_NO_KERNEL,
                           "no %s op fits: all %zu candidates rejected (first: %s)",
-                          kind_name(q->kind), w.n_seen, w.first_reject);
+                          khub__op_kind_name(q->kind), w.n_seen, w.first_reject);
     }
     const khub_plugin *bp = w.best.p;
     const char *bop = bp->ops[w.best.op].name;
@@ -354,10 +348,11 @@ static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, text 
             return khub__fail(rt, KHUB_STATUS_NO_KERNEL,
                               "preferred %s for %s is %s, and KHUB_OPT_STRICT forbids falling "
                               "back to %s %s :: %s",
-                              pref, kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
+                              pref, khub__op_kind_name(q->kind), w.pref_why, bp->id, bp->version,
+                              bop);
         char msg[KHUB_ERROR_SIZE];
         snprintf(msg, sizeof msg, "preferred %s for %s is %s; falling back to %s %s :: %s", pref,
-                 kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
+                 khub__op_kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
         if (first_warning(rt, msg)) khub__log(rt, KHUB_LOG_WARN, "%s", msg);
         text_add(trace, "chose %s %s :: %s (fallback: preferred %s is %s)", bp->id, bp->version,
                  bop, pref, w.pref_why);
@@ -420,7 +415,7 @@ khub_status khub_binding_call(khub_binding *b, const void *args)
         khub_status st = khub__fail(b->rt, KHUB_STATUS_UNSUPPORTED,
                                     "%s %s :: %s: a %s op has methods, not run; use "
                                     "khub_binding_acquire",
-                                    p->id, p->version, op->name, kind_name(op->kind));
+                                    p->id, p->version, op->name, khub__op_kind_name(op->kind));
         unpin(p);
         return st;
     }

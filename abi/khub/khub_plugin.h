@@ -208,18 +208,29 @@ typedef struct khub_host_api {
 /* Op kinds, capabilities and descriptors                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Values are ABI: never renumber. An unknown kind is rejected by the host. */
-typedef enum khub_op_kind {
-    KHUB_OP_ATTENTION = 1, /* khub_attention_args */
-    KHUB_OP_LINEAR = 2,    /* khub_linear_args, dense weights */
-    KHUB_OP_QLINEAR =
-        3, /* khub_linear_args, block-quantized weights; methods: khub_qlinear_methods */
-    KHUB_OP_KV_CACHE = 4,   /* methods: khub_kv_cache_methods (run unused) */
-    KHUB_OP_NORM = 5,       /* khub_norm_args */
-    KHUB_OP_ACTIVATION = 6, /* khub_activation_args */
-    KHUB_OP_ROTARY = 7,     /* khub_rotary_args */
-    KHUB_OP_KIND__COUNT
-} khub_op_kind;
+/* The op kinds, one table: X(NAME, value, name) per kind, where name is the
+ * kind's word in kernel.json, traces and messages. It generates the enum
+ * below and every name list of the host (nothing else lists the kinds).
+ * Values are ABI: never renumber, and keep them contiguous and ascending
+ * (KHUB_OP_KIND__COUNT is one past the last). A kind added in ABI 1.x goes
+ * into a list KHUB_OP_KINDS_1_x, declared only when KHUB_PLUGIN_TARGET_MINOR
+ * >= x, and appended to KHUB_OP_KINDS. A host skips (with a trace line) an
+ * op whose kind it does not know and loads the rest of the plugin. */
+#define KHUB_OP_KINDS_1_0(X) \
+    X(ATTENTION, 1, attention)   /* khub_attention_args */ \
+    X(LINEAR, 2, linear)         /* khub_linear_args, dense weights */ \
+    X(QLINEAR, 3, qlinear)       /* khub_linear_args, block-quantized weights; \
+                                    methods: khub_qlinear_methods */ \
+    X(KV_CACHE, 4, kv_cache)     /* methods: khub_kv_cache_methods (run unused) */ \
+    X(NORM, 5, norm)             /* khub_norm_args */ \
+    X(ACTIVATION, 6, activation) /* khub_activation_args */ \
+    X(ROTARY, 7, rotary)         /* khub_rotary_args */
+
+#define KHUB_OP_KINDS(X) KHUB_OP_KINDS_1_0(X)
+
+#define KHUB__OP_KIND_ENUM(NAME, value, name) KHUB_OP_##NAME = value,
+typedef enum khub_op_kind { KHUB_OP_KINDS(KHUB__OP_KIND_ENUM) KHUB_OP_KIND__COUNT } khub_op_kind;
+#undef KHUB__OP_KIND_ENUM
 
 /* Attention layouts and features (khub_op_caps.flags). */
 #define KHUB_CAP_CAUSAL     (1u << 0) /* causal masking */

@@ -18,20 +18,6 @@
 /* Names                                                                    */
 /* ======================================================================== */
 
-static const char *kind_name(uint32_t kind)
-{
-    switch (kind) {
-    case KHUB_OP_ATTENTION: return "attention";
-    case KHUB_OP_LINEAR: return "linear";
-    case KHUB_OP_QLINEAR: return "qlinear";
-    case KHUB_OP_KV_CACHE: return "kv_cache";
-    case KHUB_OP_NORM: return "norm";
-    case KHUB_OP_ACTIVATION: return "activation";
-    case KHUB_OP_ROTARY: return "rotary";
-    default: return "unknown";
-    }
-}
-
 /* The names of a CPU feature mask, comma-separated. */
 static void cpu_feature_names(uint32_t bits, char *buf, size_t n)
 {
@@ -76,7 +62,7 @@ static void plugin_kinds(const khub_plugin *p, char *buf, size_t n)
     for (uint32_t k = 1; k < KHUB_OP_KIND__COUNT; k++) {
         if (!(mask & (1u << k))) continue;
         size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", len ? "," : "", kind_name(k));
+        snprintf(buf + len, n - len, "%s%s", len ? "," : "", khub__op_kind_name(k));
     }
 }
 
@@ -85,7 +71,7 @@ static cJSON *op_json(const khub_op_desc *op)
     char buf[256];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", op->name);
-    cJSON_AddStringToObject(o, "kind", kind_name(op->kind));
+    cJSON_AddStringToObject(o, "kind", khub__op_kind_name(op->kind));
     const khub_op_caps *c = op->caps;
     cJSON_AddStringToObject(o, "device", c->device_type == KHUB_DEVICE_CUDA ? "cuda" : "cpu");
     dtype_names(c->dtypes, buf, sizeof buf);
@@ -143,7 +129,7 @@ static void print_plugin_text(const khub_plugin *p)
         dtype_names(c->dtypes, dt, sizeof dt);
         cpu_feature_names(c->cpu_features, cpu, sizeof cpu);
         flag_names(c->flags, fl, sizeof fl);
-        printf("  op %-14s %-10s %s dtypes=%s", op->name, kind_name(op->kind),
+        printf("  op %-14s %-10s %s dtypes=%s", op->name, khub__op_kind_name(op->kind),
                c->device_type == KHUB_DEVICE_CUDA ? "cuda" : "cpu", dt[0] ? dt : "-");
         if (cpu[0]) printf(" cpu=%s", cpu);
         if (fl[0]) printf(" flags=%s", fl);
