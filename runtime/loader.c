@@ -53,13 +53,6 @@
 #define OP_MIN_1_0   (offsetof(khub_op_desc, methods) + sizeof(void *))
 #define CAPS_MIN_1_0 (offsetof(khub_op_caps, reserved2) + sizeof(uint32_t))
 
-static const char *kind_name(uint32_t k)
-{
-    static const char *names[] = {"?",        "attention", "linear",     "qlinear",
-                                  "kv_cache", "norm",      "activation", "rotary"};
-    return k < KHUB_OP_KIND__COUNT ? names[k] : "unknown";
-}
-
 /* ======================================================================== */
 /* Files                                                                    */
 /* ======================================================================== */
@@ -203,8 +196,8 @@ static void plugin_free(khub_plugin *p)
     if (!p) return;
     khub_runtime *rt = p->rt;
     for (uint32_t i = 0; p->ops && i < p->n_ops; i++) khub__strfree(rt, (char *)p->ops[i].name);
-    khub__free(rt, p->ops, sizeof *p->ops * p->n_ops);
-    khub__free(rt, p->caps, sizeof *p->caps * p->n_ops);
+    khub__free(rt, p->ops, sizeof *p->ops * p->ops_cap);
+    khub__free(rt, p->caps, sizeof *p->caps * p->ops_cap);
     khub__free(rt, p->dims, sizeof *p->dims * p->n_dims);
     if (p->memfd >= 0) close(p->memfd);
     khub__strfree(rt, p->id);
@@ -258,7 +251,9 @@ static bool valid_op_name(const char *s)
     return true;
 }
 
-/* Checks the plugin's op i (src, untrusted) and copies it and its caps. */
+/* Checks the plugin's op i (src, untrusted) and copies it and its caps to
+ * p->ops[p->n_ops++]; an op of a kind this host does not know is skipped
+ * with a trace line (a plugin may offer a kind that only newer hosts run). */
 static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const khub_op_desc *src,
                            uint32_t stride, size_t *dim_pos, char *msg, size_t n)
 {
@@ -273,10 +268,18 @@ static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const kh
         return KHUB_STATUS_PLUGIN_INVALID;
     }
     const char *name = src->name;
-    if (src->kind == 0 || src->kind >= KHUB_OP_KIND__COUNT) {
-        khub__errbuf(msg, n, "%s: op %s: unknown kind %u; this host knows kinds 1-%d", who, name,
-                     (unsigned)src->kind, KHUB_OP_KIND__COUNT - 1);
+    if (src->kind == 0) {
+        khub__errbuf(msg, n, "%s: op %s: kind 0 is no kind; set one of %s", who, name,
+                     KHUB__OP_KIND_WORDS);
         return KHUB_STATUS_PLUGIN_INVALID;
+    }
+    if (src->kind >= KHUB_OP_KIND__COUNT) {
+        khub__log(p->rt, KHUB_LOG_INFO,
+                  "%s: op %s skipped: kind %u is unknown to this host (ABI %d.%d knows kinds "
+                  "1-%d: %s); its other ops load",
+                  who, name, (unsigned)src->kind, KHUB_ABI_MAJOR, KHUB_ABI_MINOR,
+                  KHUB_OP_KIND__COUNT - 1, KHUB__OP_KIND_WORDS);
+        return KHUB_STATUS_OK;
     }
     if (!src->caps) {
         khub__errbuf(msg, n, "%s: op %s: caps is NULL (required)", who, name);
@@ -294,15 +297,16 @@ static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const kh
     }
     if (!src->run && src->kind != KHUB_OP_KV_CACHE) {
         khub__errbuf(msg, n, "%s: op %s: run is NULL (required for kind %s)", who, name,
-                     kind_name(src->kind));
+                     khub__op_kind_name(src->kind));
         return KHUB_STATUS_PLUGIN_INVALID;
     }
     if (src->kind == KHUB_OP_KV_CACHE && !src->methods) {
         khub__errbuf(msg, n, "%s: op %s: kv_cache op without a methods table", who, name);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
-    khub_op_desc *op = &p->ops[i];
-    khub_op_caps *caps = &p->caps[i];
+    uint32_t at = p->n_ops;
+    khub_op_desc *op = &p->ops[at];
+    khub_op_caps *caps = &p->caps[at];
     memcpy(op, src, stride < sizeof *op ? stride : sizeof *op);
     memcpy(caps, src->caps,
            src->caps->struct_size < sizeof *caps ? src->caps->struct_size : sizeof *caps);
@@ -322,8 +326,19 @@ static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const kh
         khub__errbuf(msg, n, "%s: out of memory", who);
         return KHUB_STATUS_NOMEM;
     }
+    p->n_ops++;
+    return KHUB_STATUS_OK;
+}
+
+/* Op names are unique within a plugin, skipped ops included (their names
+ * were checked when they were walked). */
+static khub_status check_unique(const char *who, const khub_op_desc *ops, uint32_t stride,
+                                uint32_t i, char *msg, size_t n)
+{
+    const char *name = ((const khub_op_desc *)((const char *)ops + (size_t)i * stride))->name;
     for (uint32_t j = 0; j < i; j++) {
-        if (strcmp(p->ops[j].name, op->name) == 0) {
+        const khub_op_desc *o = (const khub_op_desc *)((const char *)ops + (size_t)j * stride);
+        if (strcmp(o->name, name) == 0) {
             khub__errbuf(msg, n, "%s: op name \"%s\" appears twice (ops %u and %u)", who, name, j,
                          i);
             return KHUB_STATUS_DUPLICATE_OP;
@@ -357,7 +372,7 @@ static khub_status alloc_ops(khub_plugin *p, const char *who, const khub_plugin_
         khub__errbuf(msg, n, "%s: out of memory for %u ops", who, (unsigned)d->n_ops);
         return KHUB_STATUS_NOMEM;
     }
-    p->n_ops = d->n_ops;
+    p->ops_cap = d->n_ops ? d->n_ops : 1;
     p->n_dims = total;
     return KHUB_STATUS_OK;
 }
@@ -387,6 +402,7 @@ static khub_status check_ops(khub_plugin *p, const char *who, const khub_plugin_
     for (uint32_t i = 0; i < d->n_ops; i++) {
         const khub_op_desc *src = (const khub_op_desc *)((const char *)d->ops + (size_t)i * stride);
         KHUB_FORWARD_IF_ERROR(NULL, copy_op(p, who, i, src, stride, &dim_pos, msg, n));
+        KHUB_FORWARD_IF_ERROR(NULL, check_unique(who, d->ops, stride, i, msg, n));
     }
     return KHUB_STATUS_OK;
 }
@@ -759,7 +775,8 @@ static khub_status swap_bindings(khub_runtime *rt, khub_plugin *old, khub_plugin
             khub__errbuf(msg, n,
                          "reload %s %s -> %s %s: the new plugin has no %s op \"%s\", "
                          "which a binding uses; nothing changed",
-                         old->id, old->version, np->id, np->version, kind_name(op->kind), op->name);
+                         old->id, old->version, np->id, np->version, khub__op_kind_name(op->kind),
+                         op->name);
             return KHUB_STATUS_NO_KERNEL;
         }
     }

@@ -116,8 +116,9 @@ struct khub_plugin {
     khub_plugin_desc desc; /* host-size copy; strings/ops point at host copies */
     khub_op_desc *ops;     /* [n_ops], host copies */
     khub_op_caps *caps;    /* [n_ops], host copies; ops[i].caps = &caps[i] */
-    uint32_t n_ops;
-    int32_t *dims; /* [n_dims], every op's head_dims, host copies */
+    uint32_t n_ops;        /* the ops this host runs (unknown kinds are skipped) */
+    uint32_t ops_cap;      /* ops and caps are allocated for this many */
+    int32_t *dims;         /* [n_dims], every op's head_dims, host copies */
     size_t n_dims;
 
     khub__host_ctx hctx; /* host.host_ctx points here */

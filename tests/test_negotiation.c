@@ -54,6 +54,23 @@ TEST_IMPL(abi_rule_this_host)
         KHUB_STATUS_ABI_MINOR);
 }
 
+/* The one op-kind table (KHUB_OP_KINDS) names every kind, both ways. */
+TEST_IMPL(op_kind_table)
+{
+    for (uint32_t k = 1; k < KHUB_OP_KIND__COUNT; k++) {
+        const char *name = khub__op_kind_name(k);
+        ASSERT(strcmp(name, "unknown") != 0);
+        ASSERT_EQ(khub__op_kind_from_name(name), k);
+        for (uint32_t j = 1; j < k; j++) ASSERT(strcmp(khub__op_kind_name(j), name) != 0);
+    }
+    ASSERT_STR_EQ(khub__op_kind_name(KHUB_OP_KV_CACHE), "kv_cache");
+    ASSERT_STR_EQ(khub__op_kind_name(0), "unknown");
+    ASSERT_STR_EQ(khub__op_kind_name(KHUB_OP_KIND__COUNT), "unknown");
+    ASSERT_EQ(khub__op_kind_from_name("softmax"), 0);
+    ASSERT_STR_EQ(KHUB__OP_KIND_WORDS,
+                  "attention, linear, qlinear, kv_cache, norm, activation, rotary");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Descriptor rules, through broken plugins                                 */
 /* ------------------------------------------------------------------------ */
@@ -103,10 +120,44 @@ TEST_IMPL(id_differs_from_note)
 
 TEST_IMPL(ops_null) { expect_load("bad_null_ops", KHUB_STATUS_PLUGIN_INVALID, "2 ops at (nil)"); }
 
-TEST_IMPL(unknown_kind)
+static char log_lines[2048];
+static void capture_log(void *ud, khub_log_level level, const char *msg)
 {
-    expect_load("bad_kind", KHUB_STATUS_PLUGIN_INVALID,
-                "op second: unknown kind 99; this host knows kinds 1-7");
+    (void)ud;
+    size_t len = strlen(log_lines);
+    snprintf(log_lines + len, sizeof log_lines - len, "%d %s\n", (int)level, msg);
+}
+
+TEST_IMPL(unknown_kind_skipped)
+{
+    /* Op "second" has kind 99: skipped with a trace line, "first" loads. */
+    khub_runtime *rt = tp_runtime(1);
+    log_lines[0] = '\0';
+    khub_log_set(rt, capture_log, NULL);
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_LOG_LEVEL, KHUB_LOG_INFO));
+    khub_plugin *p = tp_load(rt, "bad_kind");
+    ASSERT_EQ(khub_plugin_op_count(p), 1);
+    ASSERT_STR_EQ(khub_plugin_op(p, 0)->name, "first");
+    ASSERT_EQ(khub_plugin_op(p, 0)->kind, KHUB_OP_NORM);
+    char want[256];
+    snprintf(want, sizeof want,
+             "2 plugin khub-test/bad 1.0.0: op second skipped: kind 99 is unknown to this host "
+             "(ABI 1.%d knows kinds 1-7: attention, linear, qlinear, kv_cache, norm, activation, "
+             "rotary); its other ops load",
+             KHUB_ABI_MINOR);
+    ASSERT_CONTAINS(log_lines, want);
+    /* The op that loaded serves. */
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_NORM};
+    khub_binding *b = NULL;
+    ASSERT_OK(khub_registry_select(rt, &q, &b));
+    ASSERT_STR_EQ(khub_binding_name(b), "khub-test/bad 1.0.0 :: first");
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(kind_zero)
+{
+    expect_load("bad_kind_zero", KHUB_STATUS_PLUGIN_INVALID,
+                "op second: kind 0 is no kind; set one of attention, linear,");
 }
 
 TEST_IMPL(missing_caps)
@@ -275,13 +326,15 @@ TEST_IMPL(static_rules)
     X(abi_rule_minor_window) \
     X(abi_rule_ptr_size) \
     X(abi_rule_this_host) \
+    X(op_kind_table) \
     X(desc_struct_size_too_small) \
     X(init_error_carries_plugin_text) \
     X(duplicate_op_names) \
     X(null_id) \
     X(id_differs_from_note) \
     X(ops_null) \
-    X(unknown_kind) \
+    X(unknown_kind_skipped) \
+    X(kind_zero) \
     X(missing_caps) \
     X(missing_run) \
     X(op_struct_size_too_small) \

@@ -8,7 +8,9 @@
  *   BAD_NULL_ID     descriptor id NULL
  *   BAD_ID_MISMATCH descriptor id differs from the note's
  *   BAD_NULL_OPS    n_ops 2 with ops NULL
- *   BAD_KIND        an op of unknown kind 99
+ *   BAD_KIND        not broken: op 1 has kind 99, unknown to the host, which
+ *                   skips it and loads op 0
+ *   BAD_KIND_ZERO   an op of kind 0 (no kind)
  *   BAD_NO_CAPS     an op without caps
  *   BAD_NO_RUN      a norm op without run
  *   BAD_SMALL_OP    op struct_size below the 1.0 minimum
@@ -86,6 +88,8 @@ static khub_status init(const khub_host_api *host, khub_plugin_desc *out, char *
     d.ops = NULL;
 #elif defined(BAD_KIND)
     ops[1].kind = 99;
+#elif defined(BAD_KIND_ZERO)
+    ops[1].kind = 0;
 #elif defined(BAD_NO_CAPS)
     ops[1].caps = NULL;
 #elif defined(BAD_NO_RUN)
