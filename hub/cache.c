@@ -34,31 +34,32 @@
 /* Paths                                                                    */
 /* ======================================================================== */
 
-static const char *env_nonempty(const char *name)
-{
-    const char *v = getenv(name);
-    return v && v[0] ? v : NULL;
-}
-
+/* KHUB_CACHE, then huggingface_hub's order: HF_HUB_CACHE,
+ * HUGGINGFACE_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub,
+ * ~/.cache/huggingface/hub; each value expanded as huggingface_hub expands
+ * it ("~", "$VAR": hf_env.c), so both tools land in the same folder. */
 khub_status khub__cache_default_dir(khub_hub *hub, char **out)
 {
-    char buf[KHUB__PATH_MAX];
-    const char *v;
-    if ((v = env_nonempty("KHUB_CACHE")) || (v = env_nonempty("HF_HUB_CACHE")) ||
-        (v = env_nonempty("HUGGINGFACE_HUB_CACHE"))) {
-        snprintf(buf, sizeof buf, "%s", v);
-    } else if ((v = env_nonempty("HF_HOME"))) {
-        snprintf(buf, sizeof buf, "%s/hub", v);
-    } else if ((v = env_nonempty("XDG_CACHE_HOME"))) {
-        snprintf(buf, sizeof buf, "%s/huggingface/hub", v);
-    } else if ((v = env_nonempty("HOME"))) {
-        snprintf(buf, sizeof buf, "%s/.cache/huggingface/hub", v);
-    } else {
-        return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND,
-                              "no cache directory: set KHUB_CACHE, HF_HUB_CACHE or HOME");
+    static const struct {
+        const char *var, *suffix;
+    } order[] = {{"KHUB_CACHE", ""},
+                 {"HF_HUB_CACHE", ""},
+                 {"HUGGINGFACE_HUB_CACHE", ""},
+                 {"HF_HOME", "/hub"},
+                 {"XDG_CACHE_HOME", "/huggingface/hub"},
+                 {"HOME", "/.cache/huggingface/hub"}};
+    char val[KHUB__PATH_MAX], buf[KHUB__PATH_MAX];
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++) {
+        int got = khub__env_path(order[i].var, val, sizeof val);
+        if (got < 0 || (got && !KHUB__PATHF(buf, "%s%s", val, order[i].suffix)))
+            return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: the cache path is too long",
+                                  order[i].var);
+        if (!got) continue;
+        *out = strdup(buf);
+        return *out ? KHUB_STATUS_OK : khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     }
-    *out = strdup(buf);
-    return *out ? KHUB_STATUS_OK : khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
+    return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND,
+                          "no cache directory: set KHUB_CACHE, HF_HUB_CACHE or HOME");
 }
 
 khub_status khub__cache_repo_folder(khub_hub *hub, const khub_hub_id *id, char *buf, size_t size)

@@ -180,18 +180,21 @@ static char *read_token_file(const char *path)
 }
 
 /* HF_TOKEN, HUGGING_FACE_HUB_TOKEN, then $HF_TOKEN_PATH, $HF_HOME/token,
- * ~/.cache/huggingface/token (XDG_CACHE_HOME honoured). */
+ * ~/.cache/huggingface/token (XDG_CACHE_HOME honoured); the paths expanded
+ * as huggingface_hub expands them (hf_env.c). */
 static char *find_token(void)
 {
     const char *t = env_nonempty("HF_TOKEN");
     if (!t) t = env_nonempty("HUGGING_FACE_HUB_TOKEN");
     if (t) return strdup(t);
-    char path[KHUB__PATH_MAX];
-    if (env_nonempty("HF_TOKEN_PATH")) return read_token_file(getenv("HF_TOKEN_PATH"));
-    if (env_nonempty("HF_HOME")) {
-        snprintf(path, sizeof path, "%s/token", getenv("HF_HOME"));
-    } else if (env_nonempty("XDG_CACHE_HOME")) {
-        snprintf(path, sizeof path, "%s/huggingface/token", getenv("XDG_CACHE_HOME"));
+    char path[KHUB__PATH_MAX], dir[KHUB__PATH_MAX];
+    int got;
+    if ((got = khub__env_path("HF_TOKEN_PATH", path, sizeof path)) != 0)
+        return got > 0 ? read_token_file(path) : NULL;
+    if ((got = khub__env_path("HF_HOME", dir, sizeof dir)) != 0) {
+        if (got < 0 || !KHUB__PATHF(path, "%s/token", dir)) return NULL;
+    } else if ((got = khub__env_path("XDG_CACHE_HOME", dir, sizeof dir)) != 0) {
+        if (got < 0 || !KHUB__PATHF(path, "%s/huggingface/token", dir)) return NULL;
     } else if (env_nonempty("HOME")) {
         snprintf(path, sizeof path, "%s/.cache/huggingface/token", getenv("HOME"));
     } else {
@@ -238,9 +241,7 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
     khub_hub *hub = calloc(1, sizeof *hub);
     if (!hub) return khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_hub_new: out of memory");
     hub->repo_type = o.repo_type;
-    hub->offline = o.offline < 0 ? (khub__env_truthy("HF_HUB_OFFLINE") ||
-                                    khub__env_truthy("TRANSFORMERS_OFFLINE"))
-                                 : o.offline != 0;
+    hub->offline = o.offline < 0 ? khub__env_offline() : o.offline != 0;
     hub->max_tries = clamp_default(o.max_tries, 5, 20);
     hub->backoff_ms = clamp_default(o.backoff_ms, 1000, 60000);
     hub->timeout_s = clamp_default(o.timeout_s, env_timeout, 3600);

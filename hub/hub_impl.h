@@ -56,6 +56,15 @@ struct khub_hub {
  * case); unset or anything else is false. */
 KHUB_INTERNAL bool khub__env_truthy(const char *name);
 
+/* hf_env.c: a path variable as huggingface_hub reads it (expanduser, then
+ * expandvars) into out: 0 when unset or empty, 1 when set, -1 when the
+ * expansion does not fit in size. */
+KHUB_INTERNAL int khub__env_path(const char *name, char *out, size_t size);
+/* os.path.expandvars(os.path.expanduser(in)) into out; 0 when too long. */
+KHUB_INTERNAL int khub__expand_path(const char *in, char *out, size_t size);
+/* HF_HUB_OFFLINE when set and not empty, else TRANSFORMERS_OFFLINE. */
+KHUB_INTERNAL bool khub__env_offline(void);
+
 /* Notes that path (a regular file) holds bytes whose SHA-256 this handle
  * just computed itself (hub->fresh); silently nothing when path cannot be
  * stat'ed. khub__hub_is_fresh: whether path, unchanged since, was noted with

@@ -639,6 +639,108 @@ TEST_IMPL(cache_dir_order)
     khub_hub_free(hub);
 }
 
+static const char *cache_dir_now(void)
+{
+    static char got[1024];
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .token = "", .offline = 1};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&o, &hub));
+    snprintf(got, sizeof got, "%s", khub_hub_cache_dir(hub));
+    khub_hub_free(hub);
+    return got;
+}
+
+/* "~" and "$VAR" in the cache and token variables are expanded as
+ * huggingface_hub expands them (expanduser, then expandvars; an unset
+ * variable stays as written), so both tools share one cache (issue 11). */
+TEST_IMPL(cache_and_token_paths_expand)
+{
+    static const char *vars[] = {"KHUB_CACHE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME",
+                                 "XDG_CACHE_HOME"};
+    for (size_t i = 0; i < 5; i++) unsetenv(vars[i]);
+    setenv("HOME", "/home/u", 1);
+    setenv("KHUB_T_DIR", "/data", 1);
+    unsetenv("KHUB_T_UNSET");
+    setenv("HF_HOME", "~/hf", 1);
+    ASSERT_STR_EQ(cache_dir_now(), "/home/u/hf/hub");
+    setenv("HF_HOME", "$KHUB_T_DIR/hf", 1);
+    ASSERT_STR_EQ(cache_dir_now(), "/data/hf/hub");
+    setenv("HF_HUB_CACHE", "${KHUB_T_DIR}/c/$KHUB_T_UNSET/x", 1);
+    ASSERT_STR_EQ(cache_dir_now(), "/data/c/$KHUB_T_UNSET/x");
+    setenv("HF_HUB_CACHE", "~", 1);
+    ASSERT_STR_EQ(cache_dir_now(), "/home/u");
+    setenv("HF_HUB_CACHE", "~root/c", 1); /* ~user, from the password database */
+    ASSERT_STR_EQ(cache_dir_now(), "/root/c");
+    setenv("HF_HUB_CACHE", "~no-such-user-khub/c", 1);
+    ASSERT_STR_EQ(cache_dir_now(), "~no-such-user-khub/c");
+    setenv("HF_HUB_CACHE", "/a/~/b$", 1); /* '~' only leads; a lone '$' stays */
+    ASSERT_STR_EQ(cache_dir_now(), "/a/~/b$");
+    setenv("KHUB_CACHE", "~/k", 1);
+    ASSERT_STR_EQ(cache_dir_now(), "/home/u/k");
+    unsetenv("KHUB_CACHE");
+    unsetenv("HF_HUB_CACHE");
+    unsetenv("HF_HOME");
+    setenv("XDG_CACHE_HOME", "$HOME/xdg", 1);
+    ASSERT_STR_EQ(cache_dir_now(), "/home/u/xdg/huggingface/hub");
+    unsetenv("XDG_CACHE_HOME");
+    /* HF_TOKEN_PATH and HF_HOME's token file too */
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/tok", fx.root);
+    write_token(path, "hf_expanded\n");
+    unsetenv("HF_TOKEN");
+    unsetenv("HUGGING_FACE_HUB_TOKEN");
+    unsetenv("HF_HUB_DISABLE_IMPLICIT_TOKEN");
+    setenv("HOME", fx.root, 1);
+    setenv("HF_TOKEN_PATH", "~/tok", 1);
+    expect_token(&fx, "hf_expanded");
+    setenv("KHUB_T_DIR", fx.root, 1);
+    setenv("HF_TOKEN_PATH", "${KHUB_T_DIR}/tok", 1);
+    expect_token(&fx, "hf_expanded");
+    unsetenv("HF_TOKEN_PATH");
+    snprintf(path, sizeof path, "%s/hh/token", fx.root);
+    write_token(path, "hf_in_home\n");
+    setenv("HF_HOME", "~/hh", 1);
+    expect_token(&fx, "hf_in_home");
+    unsetenv("HF_HOME");
+    fx_done(&fx);
+}
+
+/* Offline as huggingface_hub decides it: HF_HUB_OFFLINE when it is set and
+ * not empty (HF_HUB_OFFLINE=0 wins over TRANSFORMERS_OFFLINE=1), else
+ * TRANSFORMERS_OFFLINE. */
+TEST_IMPL(offline_precedence)
+{
+    static const struct {
+        const char *hf, *tr; /* NULL = unset */
+        int offline;
+    } cases[] = {{NULL, NULL, 0}, {"1", NULL, 1},  {NULL, "1", 1},    {"0", "1", 0},
+                 {"", "1", 1},    {"yes", "0", 1}, {"false", "1", 0}, {"1", "0", 1},
+                 {"", "", 0},     {NULL, "ON", 1}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].hf)
+            setenv("HF_HUB_OFFLINE", cases[i].hf, 1);
+        else
+            unsetenv("HF_HUB_OFFLINE");
+        if (cases[i].tr)
+            setenv("TRANSFORMERS_OFFLINE", cases[i].tr, 1);
+        else
+            unsetenv("TRANSFORMERS_OFFLINE");
+        khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .token = "", .cache_dir = "/tmp",
+                           .offline = -1};
+        khub_hub *hub = NULL;
+        ASSERT_OK(khub_hub_new(&o, &hub));
+        if ((int)hub->offline != cases[i].offline)
+            fprintf(stderr, "case %zu: HF_HUB_OFFLINE=%s TRANSFORMERS_OFFLINE=%s\n", i,
+                    cases[i].hf ? cases[i].hf : "(unset)", cases[i].tr ? cases[i].tr : "(unset)");
+        ASSERT_EQ((int)hub->offline, cases[i].offline);
+        khub_hub_free(hub);
+    }
+    unsetenv("HF_HUB_OFFLINE");
+    unsetenv("TRANSFORMERS_OFFLINE");
+}
+
 #define TEST_LIST(X) \
     X(resolve_forms) \
     X(resolve_errors) \
@@ -656,5 +758,7 @@ TEST_IMPL(cache_dir_order)
     X(legacy_model_repo_fallback) \
     X(relative_redirect_keeps_token) \
     X(token_sources) \
-    X(cache_dir_order)
+    X(cache_dir_order) \
+    X(cache_and_token_paths_expand) \
+    X(offline_precedence)
 TEST_MAIN(TEST_LIST)
