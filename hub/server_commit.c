@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -32,6 +33,7 @@ typedef struct commit_ctx {
     unsigned code;             /* error answer: 400, 404, 409, 413, 422 */
     char err[300];
     const char *err_code;
+    cJSON *lfs; /* {path: true} for the files stored through LFS, for log/ */
 } commit_ctx;
 
 static int cfail(commit_ctx *x, unsigned code, const char *fmt, ...)
@@ -87,6 +89,7 @@ static int put_file(commit_ctx *x, const char *rel, const void *data, size_t n, 
 static int op_file(commit_ctx *x, const cJSON *v)
 {
     const cJSON *path = cJSON_GetObjectItemCaseSensitive(v, "path");
+    if (cJSON_IsString(path)) cJSON_DeleteItemFromObjectCaseSensitive(x->lfs, path->valuestring);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(v, "content");
     const cJSON *enc = cJSON_GetObjectItemCaseSensitive(v, "encoding");
     if (!cJSON_IsString(path) || !cJSON_IsString(content))
@@ -138,7 +141,22 @@ static int op_lfs_file(commit_ctx *x, const cJSON *v)
     if (sz && (!khub__srv_json_size(sz, MAX_LFS_OBJECT, &size) || size != (uint64_t)sb.st_size))
         return cfail(x, 422, "lfsFile %.200s: size does not match the stored object",
                      path->valuestring);
+    cJSON_DeleteItemFromObjectCaseSensitive(x->lfs, path->valuestring);
+    cJSON_AddTrueToObject(x->lfs, path->valuestring);
     return put_file(x, path->valuestring, NULL, 0, obj);
+}
+
+/* Forgets the LFS marks of rel (a file) or of everything under it (a folder). */
+static void lfs_forget(commit_ctx *x, const char *rel, int folder)
+{
+    size_t n = strlen(rel);
+    cJSON *e = x->lfs ? x->lfs->child : NULL;
+    while (e) {
+        cJSON *next = e->next;
+        if (folder ? !strncmp(e->string, rel, n) && e->string[n] == '/' : !strcmp(e->string, rel))
+            cJSON_Delete(cJSON_DetachItemViaPointer(x->lfs, e));
+        e = next;
+    }
 }
 
 static int op_delete(commit_ctx *x, const cJSON *v, int folder)
@@ -157,6 +175,7 @@ static int op_delete(commit_ctx *x, const cJSON *v, int folder)
         return cfail(x, 404, "A %s with this name doesn't exist: %.200s",
                      folder ? "folder" : "file", rel);
     }
+    lfs_forget(x, rel, folder);
     if (folder) {
         khub__rmtree(full);
         return 1;
@@ -294,6 +313,34 @@ static int tree_clone(const char *src, const char *dst, int depth)
     return ok;
 }
 
+/* log/<id>.json: what GET .../commits/{rev} lists and which paths were
+ * stored through LFS (so they are served as LFS files whatever their name). */
+static int write_log(const repo *r, const char *id, const char *parent, const cJSON *hdr,
+                     cJSON *lfs)
+{
+    const cJSON *sum = cJSON_GetObjectItemCaseSensitive(hdr, "summary");
+    const cJSON *desc = cJSON_GetObjectItemCaseSensitive(hdr, "description");
+    char when[32], path[KHUB__PATH_MAX];
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S.000Z", &tm);
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "id", id);
+    if (parent) cJSON_AddStringToObject(j, "parent", parent);
+    cJSON_AddStringToObject(j, "title", cJSON_IsString(sum) ? sum->valuestring : "");
+    cJSON_AddStringToObject(j, "message", cJSON_IsString(desc) ? desc->valuestring : "");
+    cJSON_AddStringToObject(j, "date", when);
+    cJSON_AddItemToObject(j, "lfs", lfs ? cJSON_Duplicate(lfs, 1) : cJSON_CreateObject());
+    char *text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    int ok = text && khub__srv_mkdirs_under(r->root, "log") &&
+             KHUB__PATHF(path, "%s/log/%s.json", r->root, id) &&
+             khub__srv_write_atomic(path, text, strlen(text));
+    free(text);
+    return ok;
+}
+
 /* POST .../commit/{branch}: builds commits/<new> from the branch head plus
  * the operations in a temp directory, renames it into place, then moves the
  * branch in refs.json (itself replaced by rename): a crash at any point
@@ -316,11 +363,14 @@ MHD_RESULT khub__srv_api_commit(khub__server *s, struct MHD_Connection *c, repo 
     const cJSON *hdr = NULL;
     char parent[41], id[41], cdir[KHUB__PATH_MAX], final[KHUB__PATH_MAX];
     memcpy(parent, head, 41);
+    const cJSON *plfs = cJSON_GetObjectItemCaseSensitive(khub__srv_commit_log(r, parent), "lfs");
+    x.lfs = cJSON_IsObject(plfs) ? cJSON_Duplicate(plfs, 1) : cJSON_CreateObject();
     if (!parse_commit_body(&x, k->body ? k->body : (char *)"", k->n, ndjson, &ops, &hdr)) goto fail;
     const cJSON *pc = cJSON_GetObjectItemCaseSensitive(hdr, "parentCommit");
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(hdr, "summary");
     if (cJSON_IsString(pc) && pc->valuestring[0] && strcmp(pc->valuestring, parent) != 0) {
         cJSON_Delete(ops);
+        cJSON_Delete(x.lfs);
         return khub__srv_send_error(
             c, 412, NULL, NULL,
             "parentCommit is not the head of the branch (it moved); fetch the "
@@ -340,13 +390,17 @@ MHD_RESULT khub__srv_api_commit(khub__server *s, struct MHD_Connection *c, repo 
         goto fail;
     }
     khub__srv_fsync_path(final);
+    int logged = write_log(r, id, parent, hdr, x.lfs);
     khub__srv_refs_set(r, "branches", branch, id);
-    if (!khub__srv_refs_save(r)) {
+    if (!logged || !khub__srv_refs_save(r)) {
         khub__rmtree(final);
         cJSON_Delete(ops);
-        return khub__srv_send_error(c, 500, NULL, NULL, "cannot update refs.json");
+        cJSON_Delete(x.lfs);
+        return khub__srv_send_error(c, 500, NULL, NULL,
+                                    logged ? "cannot update refs.json" : "cannot write log/");
     }
     cJSON_Delete(ops);
+    cJSON_Delete(x.lfs);
     char base[300], url[1024];
     khub__srv_self_url(c, base, sizeof base);
     snprintf(url, sizeof url, "%s/%s%s/%s/commit/%s", base,
@@ -361,5 +415,6 @@ MHD_RESULT khub__srv_api_commit(khub__server *s, struct MHD_Connection *c, repo 
 fail:
     if (x.tree[0]) khub__rmtree(x.tree);
     cJSON_Delete(ops);
+    cJSON_Delete(x.lfs);
     return khub__srv_send_error(c, x.code ? x.code : 400, x.err_code, NULL, x.err);
 }

@@ -14,6 +14,8 @@
  *   server_commit.c  one commit: NDJSON or JSON operations applied to a copy
  *                    of the parent's tree
  *   server_lfs.c     the LFS batch API, capability PUTs, verify
+ *   server_hf.c      organisation overview, whoami-v2, repo listings,
+ *                    commit history, and 401 for a token it cannot accept
  *
  * The int helpers return 1 on success and 0 on failure; the endpoint that
  * calls them chooses the HTTP answer. The public face is server.h.
@@ -160,11 +162,18 @@ KHUB_INTERNAL int khub__srv_file_ids_of(struct digest_cache *dc, const char *pat
 /* The repos folder on disk (server_store.c)                                */
 /* ------------------------------------------------------------------------ */
 
+/* The log entry of the last commit asked about (khub__srv_commit_log). */
+typedef struct repo_memo {
+    char commit[41];
+    cJSON *log;
+} repo_memo;
+
 typedef struct repo {
     char org[KHUB_HUB_NAME_MAX + 1], name[KHUB_HUB_NAME_MAX + 1];
     char root[KHUB__PATH_MAX]; /* <dir>/<org>/<name> */
     cJSON *refs;
     struct digest_cache *dc; /* the server's, borrowed */
+    repo_memo *memo;         /* owned; changes under a const repo */
 } repo;
 
 /* A regular file of at most max bytes, NUL-terminated (caller frees);
@@ -183,6 +192,12 @@ KHUB_INTERNAL int khub__srv_repo_is_type(const repo *r, const char *type);
 KHUB_INTERNAL int khub__srv_repo_resolve(const repo *r, const char *rev, char commit[41]);
 /* Whether path's base name matches the repo's LFS globs (or the defaults). */
 KHUB_INTERNAL int khub__srv_repo_is_lfs(const repo *r, const char *path);
+/* Whether path is an LFS file at commit: the globs, or stored through LFS
+ * (an lfsFile operation) as the commit's log records. */
+KHUB_INTERNAL int khub__srv_is_lfs_at(const repo *r, const char *commit, const char *path);
+/* log/<commit>.json (borrowed until the next call or repo_close), NULL
+ * when the server did not make that commit. */
+KHUB_INTERNAL const cJSON *khub__srv_commit_log(const repo *r, const char *commit);
 /* <root>/commits/<commit> into buf ("" when it does not fit). */
 KHUB_INTERNAL void khub__srv_commit_dir(const repo *r, const char *commit, char *buf, size_t size);
 /* fsync of a file or directory by name. */
@@ -208,6 +223,16 @@ KHUB_INTERNAL void khub__srv_new_commit_id(const char *parent, const char *summa
 /* Endpoints                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* Account and listing endpoints (server_hf.c): 1 and *ret set when seg is
+ * one of them (organizations/{org}/overview, whoami-v2, models, kernels). */
+KHUB_INTERNAL int khub__srv_route_hub(khub__server *s, struct MHD_Connection *c, char **seg, int n,
+                                      MHD_RESULT *ret);
+/* 0 and *ret set (401) when the request carries a token the server does
+ * not accept; 1 when it goes on (no token, or an accepted one). */
+KHUB_INTERNAL int khub__srv_read_auth(khub__server *s, struct MHD_Connection *c, MHD_RESULT *ret);
+/* GET .../commits/{rev}: the history from log/ (server_hf.c). */
+KHUB_INTERNAL MHD_RESULT khub__srv_api_commits(struct MHD_Connection *c, const repo *r,
+                                               const char *commit);
 /* GET and HEAD of the decoded segments seg[0..n) of url (server_read.c). */
 KHUB_INTERNAL MHD_RESULT khub__srv_route_read(khub__server *s, struct MHD_Connection *c,
                                               const char *url, int head, char **seg, int n);

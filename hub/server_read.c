@@ -79,7 +79,7 @@ static int cmp_fentry(const void *a, const void *b)
     return strcmp(((const fentry *)a)->path, ((const fentry *)b)->path);
 }
 
-static cJSON *entry_json(const repo *r, const char *cdir, const fentry *e)
+static cJSON *entry_json(const repo *r, const char *commit, const char *cdir, const fentry *e)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "type", e->is_dir ? "directory" : "file");
@@ -96,7 +96,7 @@ static cJSON *entry_json(const repo *r, const char *cdir, const fentry *e)
         cJSON_Delete(j);
         return NULL;
     }
-    int lfs = khub__srv_repo_is_lfs(r, e->path);
+    int lfs = khub__srv_is_lfs_at(r, commit, e->path);
     file_ids ids;
     if (!khub__srv_file_ids_of(r->dc, full, lfs, &ids)) {
         cJSON_Delete(j);
@@ -185,6 +185,21 @@ static int arg_true(struct MHD_Connection *c, const char *key)
     return v && (!strcmp(v, "true") || !strcmp(v, "True") || !strcmp(v, "1"));
 }
 
+/* Appends key[=value] (still percent-encoded: the server does not unescape)
+ * to the query in cls, except the cursor; a pair that does not fit is left
+ * out rather than cut. */
+static MHD_RESULT keep_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value)
+{
+    (void)kind;
+    char *q = cls;
+    size_t n = strlen(q), cap = 2048 - 40; /* room for the cursor */
+    if (!strcmp(key, "cursor")) return MHD_YES;
+    int w = snprintf(q + n, cap - n, "%s%s%s%s", n ? "&" : "", key, value ? "=" : "",
+                     value ? value : "");
+    if (w < 0 || (size_t)w >= cap - n) q[n] = '\0';
+    return MHD_YES;
+}
+
 static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo *r,
                            const char *commit, const char *sub, const char *raw_url)
 {
@@ -206,7 +221,7 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
     if (end > l.n) end = l.n;
     cJSON *arr = cJSON_CreateArray();
     for (size_t i = from; i < end; i++) {
-        cJSON *e = entry_json(r, cdir, &l.v[i]);
+        cJSON *e = entry_json(r, commit, cdir, &l.v[i]);
         if (e) cJSON_AddItemToArray(arr, e);
     }
     if ((s->faults & (F_TREE_DOTDOT | F_TREE_ABS)) && from == 0) { /* a malicious server */
@@ -225,14 +240,16 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
     MHD_add_response_header(resp, "Content-Type", "application/json");
     if (end < l.n) {
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-        char away[64];
+        char away[64], query[2048] = "", link[4096];
         snprintf(away, sizeof away, "localhost:%u", s->port);
         if (s->faults & F_LINK_AWAY) host = away; /* the next page on another host */
-        char link[4096];
-        snprintf(link, sizeof link,
-                 "<http://%s%s?recursive=%s&expand=false&cursor=%zu>; "
-                 "rel=\"next\"",
-                 host ? host : "127.0.0.1", raw_url, recursive ? "true" : "false", end);
+        /* The request's own parameters, as sent, with the cursor replaced:
+         * a client follows the link as given (expand=true stays true). */
+        MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, keep_arg, query);
+        size_t ql = strlen(query);
+        snprintf(query + ql, sizeof query - ql, "%scursor=%zu", ql ? "&" : "", end);
+        snprintf(link, sizeof link, "<http://%s%s?%s>; rel=\"next\"",
+                 host && !strpbrk(host, "/\\\"<> ") ? host : "127.0.0.1", raw_url, query);
         MHD_add_response_header(resp, "Link", link);
     }
     flist_free(&l);
@@ -245,16 +262,69 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
 /* File content                                                             */
 /* ======================================================================== */
 
-/* Parses "bytes=a-" or "bytes=a-b"; 0 when absent or not understood. */
-static int parse_range(const char *h, uint64_t *a, uint64_t *b, int *has_b)
+enum { RANGE_NONE, RANGE_OK, RANGE_UNSAT };
+
+/* A Range header against a file of n bytes (RFC 9110 14.1.2):
+ * "bytes=a-b", "bytes=a-" and the suffix "bytes=-k" (the last k bytes) give
+ * RANGE_OK and [*off, *off + *len); a first byte at or past the end, or a
+ * zero suffix, RANGE_UNSAT (416). Anything else is RANGE_NONE, answered
+ * with the whole file (200) as the RFC allows: a syntax we do not read,
+ * and a multi-range request ("bytes=0-1,5-6"), which the Hub's storage
+ * (S3) answers the same way instead of a multipart/byteranges body. */
+static int range_of(const char *h, uint64_t n, uint64_t *off, uint64_t *len)
 {
-    if (!h || strncmp(h, "bytes=", 6) != 0 || !isdigit((unsigned char)h[6])) return 0;
+    if (!h || strncmp(h, "bytes=", 6) != 0 || strchr(h, ',')) return RANGE_NONE;
+    const char *p = h + 6;
     char *end;
-    *a = strtoull(h + 6, &end, 10);
-    if (*end != '-') return 0;
-    *has_b = isdigit((unsigned char)end[1]);
-    *b = *has_b ? strtoull(end + 1, NULL, 10) : 0;
-    return !*has_b || *b >= *a;
+    if (*p == '-') {
+        if (!isdigit((unsigned char)p[1])) return RANGE_NONE;
+        uint64_t k = strtoull(p + 1, &end, 10);
+        if (*end) return RANGE_NONE;
+        if (k == 0 || n == 0) return RANGE_UNSAT;
+        if (k > n) k = n;
+        *off = n - k;
+        *len = k;
+        return RANGE_OK;
+    }
+    if (!isdigit((unsigned char)*p)) return RANGE_NONE;
+    uint64_t a = strtoull(p, &end, 10), b = UINT64_MAX;
+    if (*end != '-') return RANGE_NONE;
+    if (end[1]) {
+        const char *q = end + 1;
+        if (!isdigit((unsigned char)*q)) return RANGE_NONE;
+        b = strtoull(q, &end, 10);
+        if (*end || b < a) return RANGE_NONE;
+    }
+    if (a >= n) return RANGE_UNSAT;
+    *off = a;
+    *len = (b < n ? b : n - 1) - a + 1;
+    return RANGE_OK;
+}
+
+/* The Content-Type of a served file, by its extension. */
+static const char *content_type_of(const char *path)
+{
+    static const struct {
+        const char *ext, *type;
+    } types[] = {{".json", "application/json"},
+                 {".md", "text/markdown; charset=utf-8"},
+                 {".txt", "text/plain; charset=utf-8"},
+                 {".py", "text/x-python; charset=utf-8"},
+                 {".toml", "text/plain; charset=utf-8"},
+                 {".yaml", "text/yaml; charset=utf-8"},
+                 {".yml", "text/yaml; charset=utf-8"},
+                 {".gitattributes", "text/plain; charset=utf-8"},
+                 {".ptx", "text/plain; charset=utf-8"},
+                 {".sig", "application/octet-stream"},
+                 {".gz", "application/gzip"}};
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    size_t bl = strlen(base);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        size_t el = strlen(types[i].ext);
+        if (bl >= el && !strcmp(base + bl - el, types[i].ext)) return types[i].type;
+    }
+    return "application/octet-stream";
 }
 
 static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const repo *r,
@@ -266,7 +336,7 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
     if (!KHUB__PATHF(full, "%s/%s", cdir, path) || !khub__path_is_safe(path) ||
         lstat(full, &sb) != 0 || !S_ISREG(sb.st_mode))
         return khub__srv_send_error(c, 404, "EntryNotFound", commit, "Entry not found");
-    int lfs = khub__srv_repo_is_lfs(r, path);
+    int lfs = khub__srv_is_lfs_at(r, commit, path);
     file_ids ids;
     if (!khub__srv_file_ids_of(r->dc, full, lfs, &ids))
         return khub__srv_send_error(c, 500, NULL, commit, "cannot hash the file");
@@ -296,15 +366,15 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
         return khub__srv_send_error(c, 500, NULL, commit, "cannot read the file");
     }
     uint64_t n = (uint64_t)fsb.st_size;
-    uint64_t a = 0, bnd = 0;
-    int has_b = 0, ranged = !(s->faults & F_IGNORE_RANGE) &&
-                            parse_range(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"),
-                                        &a, &bnd, &has_b);
+    uint64_t off = 0, len = n;
+    int ranged =
+        s->faults & F_IGNORE_RANGE
+            ? RANGE_NONE
+            : range_of(MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range"), n, &off, &len);
     unsigned code = 200;
     char crange[96] = "";
-    uint64_t off = 0, len = n;
-    if (ranged) {
-        if (a >= n) {
+    if (ranged != RANGE_NONE) {
+        if (ranged == RANGE_UNSAT) {
             close(fd);
             snprintf(crange, sizeof crange, "bytes */%llu", (unsigned long long)n);
             struct MHD_Response *resp =
@@ -315,9 +385,6 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
             MHD_destroy_response(resp);
             return ret;
         }
-        uint64_t last = has_b && bnd < n ? bnd : n - 1;
-        off = a;
-        len = last - a + 1;
         code = 206;
         snprintf(crange, sizeof crange, "bytes %llu-%llu/%llu", (unsigned long long)off,
                  (unsigned long long)(off + len - 1), (unsigned long long)n);
@@ -337,6 +404,7 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
                                                        : commit);
     MHD_add_response_header(resp, "ETag", quoted);
     MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+    MHD_add_response_header(resp, "Content-Type", content_type_of(path));
     if (lfs) {
         MHD_add_response_header(resp, "X-Linked-Etag", quoted);
         MHD_add_response_header(resp, "X-Linked-Size", size_s);
@@ -355,7 +423,8 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
 
 /* Appends the entry of one requested path when it exists (files and
  * directories); unknown or unsafe paths are left out, as the Hub does. */
-static void paths_info_add(const repo *r, const char *cdir, const char *path, cJSON *arr)
+static void paths_info_add(const repo *r, const char *commit, const char *cdir, const char *path,
+                           cJSON *arr)
 {
     char full[KHUB__PATH_MAX];
     struct stat sb;
@@ -363,13 +432,14 @@ static void paths_info_add(const repo *r, const char *cdir, const char *path, cJ
         lstat(full, &sb) != 0 || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
         return;
     fentry e = {(char *)path, S_ISDIR(sb.st_mode), (uint64_t)sb.st_size};
-    cJSON *j = entry_json(r, cdir, &e);
+    cJSON *j = entry_json(r, commit, cdir, &e);
     if (j) cJSON_AddItemToArray(arr, j);
 }
 
 /* A form body (huggingface_hub: "paths=a&paths=b&expand=false", '+' for a
  * space) into arr; -1 on a bad escape, else the number of paths. */
-static int paths_info_form(const repo *r, const char *cdir, char *text, cJSON *arr)
+static int paths_info_form(const repo *r, const char *commit, const char *cdir, char *text,
+                           cJSON *arr)
 {
     int n = 0;
     char *save = NULL;
@@ -382,15 +452,15 @@ static int paths_info_form(const repo *r, const char *cdir, char *text, cJSON *a
         if (!khub__srv_pct_decode(kv) || !khub__srv_pct_decode(eq + 1)) return -1;
         if (strcmp(kv, "paths") != 0) continue;
         if (++n > MAX_PATHS_INFO) return n;
-        paths_info_add(r, cdir, eq + 1, arr);
+        paths_info_add(r, commit, cdir, eq + 1, arr);
     }
     return n;
 }
 
 /* A JSON body (the JS client: {"paths":[...],"expand":bool}); -1 when it
  * is not that shape, else the number of paths. */
-static int paths_info_json(const repo *r, const char *cdir, const char *text, size_t len,
-                           cJSON *arr)
+static int paths_info_json(const repo *r, const char *commit, const char *cdir, const char *text,
+                           size_t len, cJSON *arr)
 {
     cJSON *j = cJSON_ParseWithLength(text, len);
     const cJSON *paths = cJSON_GetObjectItemCaseSensitive(j, "paths"), *p;
@@ -405,7 +475,7 @@ static int paths_info_json(const repo *r, const char *cdir, const char *text, si
             n = -1;
             break;
         }
-        paths_info_add(r, cdir, p->valuestring, arr);
+        paths_info_add(r, commit, cdir, p->valuestring, arr);
     }
     cJSON_Delete(j);
     return n;
@@ -422,8 +492,8 @@ static MHD_RESULT api_paths_info(struct MHD_Connection *c, const repo *r, const 
     int json = ct && strncasecmp(ct, "application/json", 16) == 0;
     cJSON *arr = cJSON_CreateArray();
     int n = !k->body ? 0
-            : json   ? paths_info_json(r, cdir, k->body, k->n, arr)
-                     : paths_info_form(r, cdir, k->body, arr);
+            : json   ? paths_info_json(r, commit, cdir, k->body, k->n, arr)
+                     : paths_info_form(r, commit, cdir, k->body, arr);
     if (n < 0 || n > MAX_PATHS_INFO) {
         cJSON_Delete(arr);
         return khub__srv_send_error(c, 400, NULL, NULL,
@@ -446,11 +516,13 @@ MHD_RESULT khub__srv_route_paths_info(khub__server *s, struct MHD_Connection *c,
                                       conn *k)
 {
     repo r;
+    MHD_RESULT ret;
+    if (!khub__srv_read_auth(s, c, &ret)) return ret;
     if (!khub__srv_repo_open(s, seg[2], seg[3], &r)) {
         khub__srv_repo_close(&r);
         return khub__srv_send_error(c, 404, "RepoNotFound", NULL, "Repository not found");
     }
-    MHD_RESULT ret = api_paths_info(c, &r, seg[5], k);
+    ret = api_paths_info(c, &r, seg[5], k);
     khub__srv_repo_close(&r);
     return ret;
 }
@@ -462,6 +534,8 @@ MHD_RESULT khub__srv_route_paths_info(khub__server *s, struct MHD_Connection *c,
 MHD_RESULT khub__srv_route_read(khub__server *s, struct MHD_Connection *c, const char *url,
                                 int head, char **seg, int n)
 {
+    MHD_RESULT ret;
+    if (!khub__srv_read_auth(s, c, &ret) || khub__srv_route_hub(s, c, seg, n, &ret)) return ret;
     int api = n > 0 && strcmp(seg[0], "api") == 0;
     int k = api ? 1 : 0;
     if (api && (n < 2 || (strcmp(seg[1], "kernels") && strcmp(seg[1], "models"))))
@@ -487,7 +561,6 @@ MHD_RESULT khub__srv_route_read(khub__server *s, struct MHD_Connection *c, const
         khub__srv_repo_close(&r);
         return khub__srv_send_error(c, 404, "RepoNotFound", NULL, "Repository not found");
     }
-    MHD_RESULT ret;
     char commit[41];
     const char *verb = n > k + 2 ? seg[k + 2] : "";
     char sub[KHUB__PATH_MAX] = "";
@@ -506,7 +579,8 @@ MHD_RESULT khub__srv_route_read(khub__server *s, struct MHD_Connection *c, const
                   : khub__srv_send_error(c, 404, "RevisionNotFound", NULL, "Invalid rev id: main");
     } else if (api && !strcmp(verb, "refs")) {
         ret = api_refs(c, &r);
-    } else if ((api && (!strcmp(verb, "revision") || !strcmp(verb, "tree"))) ||
+    } else if ((api &&
+                (!strcmp(verb, "revision") || !strcmp(verb, "tree") || !strcmp(verb, "commits"))) ||
                (!api && !strcmp(verb, "resolve"))) {
         if (n < k + 4) {
             ret = khub__srv_send_error(c, 404, NULL, NULL, "missing revision");
@@ -516,6 +590,8 @@ MHD_RESULT khub__srv_route_read(khub__server *s, struct MHD_Connection *c, const
             ret = api_info(s, c, &r, commit);
         } else if (!strcmp(verb, "tree")) {
             ret = api_tree(s, c, &r, commit, sub, url);
+        } else if (!strcmp(verb, "commits")) {
+            ret = khub__srv_api_commits(c, &r, commit);
         } else if ((s->faults & F_MOVED) &&
                    !MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "moved")) {
             /* A relative redirect on the same host, as the Hub answers for

@@ -6,6 +6,11 @@
  *                                          "type"?: "kernel" or "model"}
  *   <dir>/<org>/<name>/commits/<sha>/...  the files of each commit
  *   <dir>/<org>/<name>/lfs/<sha256>       uploaded LFS objects
+ *   <dir>/<org>/<name>/log/<sha>.json     a commit made by the server: parent,
+ *                                          title, message, date, and the paths
+ *                                          stored through LFS ("lfs")
+ *   <dir>/<org>/.org.json                 optional organisation overview
+ *                                          ({"trustedKernelPublisher": true})
  *
  * Reading it (a repo, a revision, the LFS globs) and changing it: every
  * file is replaced by a temp file, fsync and rename, never written in
@@ -69,10 +74,17 @@ int khub__srv_repo_open(const khub__server *s, const char *org, const char *name
     if (!json) return 0;
     r->refs = cJSON_Parse(json);
     free(json);
-    return r->refs != NULL;
+    r->memo = calloc(1, sizeof *r->memo);
+    return r->refs != NULL && r->memo != NULL;
 }
 
-void khub__srv_repo_close(repo *r) { cJSON_Delete(r->refs); }
+void khub__srv_repo_close(repo *r)
+{
+    cJSON_Delete(r->refs);
+    if (r->memo) cJSON_Delete(r->memo->log);
+    free(r->memo);
+    r->memo = NULL;
+}
 
 int khub__srv_repo_is_type(const repo *r, const char *type)
 {
@@ -80,13 +92,21 @@ int khub__srv_repo_is_type(const repo *r, const char *type)
     return !t || (cJSON_IsString(t) && !strcmp(t->valuestring, type));
 }
 
-/* Branch, tag, or an existing commit directory; 0 when unknown. */
+/* Branch, tag, or an existing commit directory; 0 when unknown. A full
+ * ref name (refs/heads/v1, refs/tags/v1.0.0), as the refs listing's "ref"
+ * gives it and the kernels library passes it back, names only that kind. */
 int khub__srv_repo_resolve(const repo *r, const char *rev, char commit[41])
 {
-    const char *kinds[] = {"branches", "tags"};
+    const char *kinds[] = {"branches", "tags"}, *full[] = {"refs/heads/", "refs/tags/"};
     for (int k = 0; k < 2; k++) {
+        const char *name = rev;
+        size_t fl = strlen(full[k]);
+        if (!strncmp(rev, full[k], fl))
+            name = rev + fl;
+        else if (!strncmp(rev, "refs/", 5))
+            continue;
         cJSON *t = cJSON_GetObjectItemCaseSensitive(r->refs, kinds[k]);
-        cJSON *v = cJSON_GetObjectItemCaseSensitive(t, rev);
+        cJSON *v = cJSON_GetObjectItemCaseSensitive(t, name);
         if (cJSON_IsString(v) && khub__is_commit_hex(v->valuestring)) {
             memcpy(commit, v->valuestring, 41);
             return 1;
@@ -116,6 +136,32 @@ int khub__srv_repo_is_lfs(const repo *r, const char *path)
     for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++)
         if (fnmatch(defaults[i], base, 0) == 0) return 1;
     return 0;
+}
+
+/* The commit's log entry (log/<commit>.json), read once per request; NULL
+ * for a commit the server did not make (a folder written by hand). */
+const cJSON *khub__srv_commit_log(const repo *r, const char *commit)
+{
+    if (!r->memo || !khub__is_commit_hex(commit)) return NULL;
+    if (strcmp(r->memo->commit, commit) != 0) {
+        char path[KHUB__PATH_MAX];
+        cJSON_Delete(r->memo->log);
+        r->memo->log = NULL;
+        snprintf(r->memo->commit, sizeof r->memo->commit, "%s", commit);
+        char *text = KHUB__PATHF(path, "%s/log/%s.json", r->root, commit)
+                         ? khub__srv_read_file(path, NULL, 64u << 20)
+                         : NULL;
+        r->memo->log = text ? cJSON_Parse(text) : NULL;
+        free(text);
+    }
+    return r->memo->log;
+}
+
+int khub__srv_is_lfs_at(const repo *r, const char *commit, const char *path)
+{
+    if (khub__srv_repo_is_lfs(r, path)) return 1;
+    const cJSON *lfs = cJSON_GetObjectItemCaseSensitive(khub__srv_commit_log(r, commit), "lfs");
+    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lfs, path));
 }
 
 void khub__srv_commit_dir(const repo *r, const char *commit, char *buf, size_t size)

@@ -247,7 +247,9 @@ static MHD_RESULT api_preupload(struct MHD_Connection *c, repo *r, const char *r
                                         "preupload: each file needs a safe \"path\" "
                                         "and a \"size\"");
         }
-        int lfs = upload_is_lfs(r, p->valuestring, size, cJSON_IsString(sm) ? sm->valuestring : "");
+        int lfs =
+            upload_is_lfs(r, p->valuestring, size, cJSON_IsString(sm) ? sm->valuestring : "") ||
+            (size > 0 && khub__srv_is_lfs_at(r, commit, p->valuestring));
         char full[KHUB__PATH_MAX];
         struct stat sb;
         file_ids ids;

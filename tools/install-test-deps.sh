@@ -6,6 +6,11 @@
 #   huggingface_hub   outside check of the hub protocol and cache layout
 #                     (tests/t_hub_cli.sh uses it to download from `khub serve`
 #                     and to read a cache khub wrote)
+#   kernels           the Hugging Face kernels library (0.17), the other
+#                     outside check (tests/t_hf_interop.sh: resolve, versions,
+#                     lock, download against `khub serve`); its torch extra is
+#                     not installed: a pure-Python torch-universal test kernel
+#                     needs no torch
 #   gguf, numpy,      `tools/fetch-model.sh --hf` without torch: the light
 #   safetensors,      backend of tools/make-hf-model.py writes the safetensors
 #   tokenizers        copy of the test model (bit-identical to Transformers')
@@ -20,6 +25,7 @@ set -euo pipefail
 # module name = pip requirement
 REQS=(
     "huggingface_hub=huggingface_hub>=0.30"
+    "kernels=kernels>=0.17,<0.18"
     "gguf=gguf>=0.17"
     "numpy=numpy"
     "safetensors=safetensors>=0.4"
