@@ -8,11 +8,15 @@
  *                                 snapshots/<commit>/<path> -> ../../blobs/<etag>
  *                                 trees/<commit>.json     format_version 1
  *                                 .no_exist/<commit>/<path>   empty: path is not there
+ *                                 .khub-tmp/<pid>.<8hex>  temporaries, renamed into place
  *   <root>/.locks/<repo folder>/<etag>.lock               per-blob flock
  *
  * Every visible name appears by rename(2) of a fully written, fsync'ed temp
  * file; the directory is fsync'ed after. Orphaned .incomplete files (a
  * killed download) are only touched while holding the blob's lock.
+ * Snapshot links and unpacked archives are built in .khub-tmp/ and renamed
+ * into their folder, so a folder another process verifies never shows a
+ * temporary name (issue 10 item 7); `khub cache prune` clears debris there.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -23,7 +27,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -391,6 +397,30 @@ static khub_status place_copy(khub_hub *hub, const char *repo_dir, const char *e
     return st;
 }
 
+khub_status khub__cache_tmp_path(khub_hub *hub, const char *repo_dir, char *out, size_t size)
+{
+    char dir[KHUB__PATH_MAX], hex[9];
+    if (!KHUB__PATHF(dir, "%s/" KHUB__TMP_DIR, repo_dir))
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "cache path too long: %.100s", repo_dir);
+    KHUB_FORWARD_IF_ERROR(NULL, khub__mkdirs(hub, dir));
+    random_hex8(hex);
+    if (snprintf(out, size, "%s/%d.%s", dir, (int)getpid(), hex) >= (int)size)
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "cache path too long: %.100s", repo_dir);
+    return KHUB_STATUS_OK;
+}
+
+bool khub__cache_tmp_stale(const char *path, const char *name)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return false;
+    time_t age = time(NULL) - sb.st_mtime;
+    char *end = NULL;
+    long pid = strtol(name, &end, 10);
+    bool owner_gone =
+        end != name && *end == '.' && pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    return (owner_gone && age >= 60) || age >= KHUB__TMP_STALE_S;
+}
+
 /* .no_exist/<commit>/<rel>: huggingface_hub's empty marker for "rel is not
  * in that commit", written after a 404 EntryNotFound. A commit never
  * changes, so the marker stays true. */
@@ -428,7 +458,7 @@ khub_status khub__cache_link(khub_hub *hub, const char *repo_dir, const char *co
     if (!khub__path_is_safe(rel))
         return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
                               "refusing repo path \"%.200s\": it escapes the snapshot", rel);
-    char link[KHUB__PATH_MAX], target[KHUB__PATH_MAX], tmp[KHUB__PATH_MAX], hex[9];
+    char link[KHUB__PATH_MAX], target[KHUB__PATH_MAX], tmp[KHUB__PATH_MAX];
     if (snprintf(link, sizeof link, "%s/snapshots/%s/%s", repo_dir, commit, rel) >=
         (int)sizeof link)
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "snapshot path too long: %.100s", rel);
@@ -448,9 +478,10 @@ khub_status khub__cache_link(khub_hub *hub, const char *repo_dir, const char *co
         cur[cn] = '\0';
         if (strcmp(cur, target) == 0) return KHUB_STATUS_OK;
     }
-    random_hex8(hex);
-    if (!KHUB__PATHF(tmp, "%s.%s.tmp", link, hex))
-        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "snapshot path too long: %.100s", rel);
+    /* The temporary is built outside the snapshot: a verifier listing the
+     * variant folder meanwhile (another process) must never see it. The
+     * link's target is relative to where it ends up, not where it is made. */
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_tmp_path(hub, repo_dir, tmp, sizeof tmp));
     if (symlinks_disabled()) return place_copy(hub, repo_dir, etag, tmp, link);
     if (symlink(target, tmp) != 0 || rename(tmp, link) != 0) {
         int e = errno;

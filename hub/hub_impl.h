@@ -31,11 +31,6 @@ struct khub_hub {
     void *progress_ud;
     int err_set;
     char errmsg[KHUB_ERROR_SIZE];
-    /* Called with a freshly downloaded (or cached) variant directory before
-     * its metadata.json is parsed, so a trust decision runs on the exact
-     * bytes first (kernel_fetch.c sets it around one download). NULL = none. */
-    khub_status (*pre_parse)(void *ud, const char *dir);
-    void *pre_parse_ud;
     /* Files this handle itself hashed while writing them (a download, an
      * unpacked archive), as "<sha256> <dev> <ino> <size> <mtime_ns>
      * <ctime_ns>", newest at n_fresh % 8: the variant check that follows
@@ -71,6 +66,46 @@ KHUB_INTERNAL bool khub__env_offline(void);
  * sha256. Both in variant.c. */
 KHUB_INTERNAL void khub__hub_note_fresh(khub_hub *hub, const char *path, const char *sha256);
 KHUB_INTERNAL bool khub__hub_is_fresh(const khub_hub *hub, const char *path, const char *sha256);
+
+/* ------------------------------------------------------------------------ */
+/* A variant verified from one read of its metadata.json (variant.c)         */
+/* ------------------------------------------------------------------------ */
+
+/* The trust decision on a variant (kernel_fetch.c: lock and signature
+ * policy), passed with the one call that needs it, never kept on the
+ * handle (a handle may serve another caller next). fn sees the exact bytes
+ * of metadata.json and of metadata.json.sig (sig NULL when there is none)
+ * before anything parses them; dir is where they were read (a staging
+ * folder while an archive is unpacked). It returns OK or the refusal, with
+ * its message wherever its caller keeps messages. */
+typedef struct khub__variant_judge {
+    khub_status (*fn)(void *ud, const char *dir, const char *meta, size_t meta_len, const char *sig,
+                      size_t sig_len);
+    void *ud;
+} khub__variant_judge;
+
+struct khub_kmeta;
+
+/* A verified variant: metadata.json read once (meta), judged, parsed once
+ * (km, from exactly those bytes), and every file checked against km
+ * (files; their sha256 fields are km's digests). What gets loaded is then
+ * checked against km, never against a second read. */
+typedef struct khub__variant {
+    khub_hub_file_list *files; /* owned */
+    struct khub_kmeta *km;     /* owned */
+    char *meta, *sig;          /* owned; sig NULL when unsigned */
+    size_t meta_len, sig_len;
+} khub__variant;
+
+/* Verifies a cached variant (download: fetching it first when it is not
+ * cached, or cached but not verifying), running judge (may be NULL) once on
+ * the bytes that are then parsed. On failure *out is cleared. Statuses as
+ * khub_hub_download_variant, or the judge's. */
+KHUB_INTERNAL khub_status khub__hub_variant_open(khub_hub *hub, const khub_hub_id *id,
+                                                 const char *commit, const char *variant,
+                                                 bool download, const khub__variant_judge *judge,
+                                                 khub__variant *out);
+KHUB_INTERNAL void khub__variant_clear(khub__variant *v);
 
 /* First failure since the last khub__hub_clear wins; also sets
  * khub_last_error(). Returns st. */
@@ -157,6 +192,19 @@ KHUB_INTERNAL void khub__cache_mark_absent(khub_hub *hub, const char *repo_dir, 
 KHUB_INTERNAL bool khub__cache_is_absent(const char *repo_dir, const char *commit, const char *rel);
 KHUB_INTERNAL khub_status khub__cache_link(khub_hub *hub, const char *repo_dir, const char *commit,
                                            const char *rel, const char *etag);
+/* A fresh name "<repo_dir>/.khub-tmp/<pid>.<8hex>" (the folder is made, the
+ * name is not): the one place temporary names live (issue 10 item 7). A
+ * snapshot link or an unpacked archive is built there and renamed into
+ * place, so no folder a verifier reads ever holds a temporary name, and a
+ * process killed mid-way leaves its debris where nothing reads it. */
+#define KHUB__TMP_DIR     ".khub-tmp"
+#define KHUB__TMP_STALE_S 900 /* any temporary this old is debris */
+KHUB_INTERNAL khub_status khub__cache_tmp_path(khub_hub *hub, const char *repo_dir, char *out,
+                                               size_t size);
+/* Whether the temporary at path (lstat), called name, is debris: its
+ * "<pid>." owner is gone and it is a minute old, or it is older than
+ * KHUB__TMP_STALE_S (names without a pid: older khub versions'). */
+KHUB_INTERNAL bool khub__cache_tmp_stale(const char *path, const char *name);
 
 /* ------------------------------------------------------------------------ */
 /* Tree listings                                                            */

@@ -12,10 +12,15 @@
  *     before metadata.json is parsed here.
  *  4. Then the hub verifies every file against metadata.json, and the loader
  *     hashes the plugin's bytes once more as it seals them into a memfd.
- * A variant that is not cached yet is downloaded first; the hub checks its
- * digests as it publishes it into the cache (hub/variant.c parses
- * metadata.json for that), and steps 2-4 then run on the cached copy before
- * anything is loaded.
+ * One read of metadata.json is the single source of truth (issue 10 item
+ * 1): the hub reads it once (khub__hub_variant_open), steps 2-3 judge those
+ * bytes (a judge passed with the call, never stored on the shared handle,
+ * run once), the hub parses those same bytes, checks the files against that
+ * parse, and the loader checks the bytes it seals against the digests of
+ * that parse. A writer to the cache who swaps metadata.json and a plugin
+ * after the signature check gains nothing: no second read is ever trusted.
+ * A variant that is not cached yet is downloaded first and judged where it
+ * is staged, before it is published into the cache.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -31,8 +36,6 @@
 #include "kernel_meta.h"
 #include "plugin_artifacts.h"
 
-#define MAX_META_BYTES  ((size_t)4 << 20)
-#define MAX_SIG_BYTES   ((size_t)64 << 10)
 #define FALLBACK_PLUGIN "khub/ref-cpu"
 
 /* ======================================================================== */
@@ -64,21 +67,6 @@ khub_status khub__policy_find(const char *path, khub_trust_policy **out, char us
 /* ======================================================================== */
 /* Small helpers                                                            */
 /* ======================================================================== */
-
-/* The cached directory of a variant, as hub/variant.c looks for it:
- * the unpacked archive first, then the snapshot. False when not cached. */
-static bool cached_variant_dir(khub_hub *hub, const khub_hub_id *id, const char *commit,
-                               const char *variant, char *dir, size_t size)
-{
-    char repo_dir[KHUB__PATH_MAX];
-    struct stat sb;
-    if (khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir) != KHUB_STATUS_OK) return false;
-    if (snprintf(dir, size, "%s/khub-variants/%s/%s", repo_dir, commit, variant) < (int)size &&
-        stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return true;
-    return snprintf(dir, size, "%s/snapshots/%s/build/%s", repo_dir, commit, variant) < (int)size &&
-           stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
 
 static void format_trace(const khub_hub_variant_list *vl, char *buf, size_t size)
 {
@@ -157,12 +145,8 @@ typedef struct fetch {
     khub_lock *lock;
     const khub_lock_entry *entry; /* in lock, or NULL */
     khub_hub_variant_list *vl;
-    khub_hub_file_list *files;
-    char *meta, *sig;
-    size_t meta_len, sig_len;
-    khub_kmeta *km;
-    int trusted;         /* fetch_trust passed (on the bytes now cached) */
-    khub_status hook_st; /* what the pre-parse hook returned */
+    khub__variant v;    /* metadata.json read once, its parse, the verified files */
+    khub_status judged; /* what fetch_judge returned (its message is on rt) */
 } fetch;
 
 static void fetch_free(fetch *f)
@@ -170,10 +154,7 @@ static void fetch_free(fetch *f)
     khub__trust_policy_free(f->policy);
     khub__lock_free(f->lock);
     khub_hub_variant_list_free(f->vl);
-    khub_hub_file_list_free(f->files);
-    free(f->meta);
-    free(f->sig);
-    free(f->km);
+    khub__variant_clear(&f->v);
 }
 
 /* Carries a hub failure into the runtime's message. */
@@ -251,45 +232,44 @@ static khub_status fetch_fallback(fetch *f)
     return KHUB_STATUS_OK;
 }
 
-/* The locked content check, on the cached directory. */
-static khub_status fetch_check_lock(fetch *f, const char *dir)
+/* The locked content check, on the directory and on meta, the bytes of
+ * metadata.json that will be parsed: the lock pins them (their digest is
+ * among the locked files), so the table they hold is the locked one. */
+static khub_status fetch_check_lock(fetch *f, const char *dir, const char *meta, size_t meta_len)
 {
     if (!f->entry) return KHUB_STATUS_OK;
     const khub_lock_variant *v = khub__lock_variant(f->entry, f->r->variant);
-    char err[KHUB_ERROR_SIZE], label[300];
+    char err[KHUB_ERROR_SIZE], label[300], got[65];
     snprintf(label, sizeof label, "%s@%.12s", f->r->repo, f->r->commit);
     KHUB_RETURN_IF(f->rt, !v, KHUB_STATUS_LOCK_MISMATCH, "%s: variant %s is not in %s", label,
                    f->r->variant, f->o.lock_path);
     khub_status st = khub__lock_check_dir(v, dir, label, err, sizeof err);
-    return st == KHUB_STATUS_OK ? st : khub__fail(f->rt, st, "%s", err);
+    if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s", err);
+    const char *want = NULL;
+    for (size_t i = 0; i < v->n_files && !want; i++)
+        if (!strcmp(v->files[i].name, "metadata.json")) want = v->files[i].sha256;
+    KHUB_FORWARD_IF_ERROR(f->rt, khub__sha256_hex(meta, meta_len, got));
+    KHUB_RETURN_IF(f->rt, !want || !khub__digest_eq(got, want), KHUB_STATUS_LOCK_MISMATCH,
+                   "%s variant %s: the metadata.json read for verification has SHA-256 %s, "
+                   "khub.lock says %s; the cached copy changed while it was checked: delete it "
+                   "and run khub sync",
+                   label, f->r->variant, got, want ? want : "(not locked)");
+    return KHUB_STATUS_OK;
 }
 
 /* Trust on the exact bytes, before metadata.json is parsed anywhere. */
-static khub_status fetch_trust(fetch *f, const char *dir)
+static khub_status fetch_trust(fetch *f, const char *meta, size_t meta_len, const char *sig,
+                               size_t sig_len)
 {
-    char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "";
-    free(f->meta);
-    free(f->sig);
-    f->meta = f->sig = NULL;
-    f->meta_len = f->sig_len = 0;
-    snprintf(path, sizeof path, "%s/metadata.json", dir);
-    khub_status st = khub__read_file(path, MAX_META_BYTES, &f->meta, &f->meta_len, NULL, 0);
-    KHUB_RETURN_IF(f->rt, st != KHUB_STATUS_OK, KHUB_STATUS_METADATA_INVALID,
-                   "%s: cannot read %s (%s); fetch the kernel again", f->r->repo, path,
-                   khub_status_name(st));
-    snprintf(path, sizeof path, "%s/metadata.json.sig", dir);
-    st = khub__read_file(path, MAX_SIG_BYTES, &f->sig, &f->sig_len, NULL, 0);
-    KHUB_RETURN_IF(f->rt, st != KHUB_STATUS_OK && st != KHUB_STATUS_NOT_FOUND,
-                   KHUB_STATUS_SIGNATURE_INVALID, "%s: cannot read %s (%s)", f->r->repo, path,
-                   khub_status_name(st));
-    st = khub__trust_decide(f->policy, f->id.org, f->meta, f->meta_len, f->sig, f->sig_len,
-                            f->o.allow_unsigned, err, sizeof err);
+    char err[KHUB_ERROR_SIZE] = "";
+    khub_status st = khub__trust_decide(f->policy, f->id.org, meta, meta_len, sig, sig_len,
+                                        f->o.allow_unsigned, err, sizeof err);
     if (st != KHUB_STATUS_OK)
         return khub__fail(f->rt, st, "refusing %s@%.12s variant %s: %s", f->r->repo, f->r->commit,
                           f->r->variant, err);
     char key_id[KHUB_KEY_ID_LEN + 1];
     unsigned char raw[64];
-    if (f->sig && khub__sig_parse(f->sig, f->sig_len, key_id, raw) == KHUB_STATUS_OK)
+    if (sig && khub__sig_parse(sig, sig_len, key_id, raw) == KHUB_STATUS_OK)
         snprintf(f->r->trust, sizeof f->r->trust,
                  "metadata.json signed with key %s, accepted "
                  "by the policy",
@@ -300,47 +280,31 @@ static khub_status fetch_trust(fetch *f, const char *dir)
     return KHUB_STATUS_OK;
 }
 
-/* khub_hub's pre-parse hook: the lock and trust checks on the downloaded
- * directory, before the hub parses its metadata.json. */
-static khub_status pre_parse_hook(void *ud, const char *dir)
+/* The judge the hub runs once, on the bytes of metadata.json it then
+ * parses: the lock check, then the trust policy. */
+static khub_status fetch_judge(void *ud, const char *dir, const char *meta, size_t meta_len,
+                               const char *sig, size_t sig_len)
 {
     fetch *f = ud;
-    f->hook_st = fetch_check_lock(f, dir);
-    if (f->hook_st == KHUB_STATUS_OK) f->hook_st = fetch_trust(f, dir);
-    f->trusted = f->hook_st == KHUB_STATUS_OK;
-    return f->hook_st;
+    f->judged = fetch_check_lock(f, dir, meta, meta_len);
+    if (f->judged == KHUB_STATUS_OK) f->judged = fetch_trust(f, meta, meta_len, sig, sig_len);
+    return f->judged;
 }
 
-/* Downloads (or finds) the variant and runs the lock and trust checks on
- * the cached copy; then the hub's verified file list. */
+/* The variant, downloaded when not cached, judged and verified in one pass
+ * of the hub over one read of its metadata.json (f->v). */
 static khub_status fetch_variant_files(fetch *f)
 {
-    char dir[KHUB__PATH_MAX];
-    khub_status st;
-    if (!cached_variant_dir(f->hub, &f->id, f->r->commit, f->r->variant, dir, sizeof dir)) {
-        /* The download verifies the files against metadata.json, which
-         * parses it: judge trust on the downloaded bytes first (the lock, when
-         * there is one, too). */
-        f->hub->pre_parse = pre_parse_hook;
-        f->hub->pre_parse_ud = f;
-        f->hook_st = KHUB_STATUS_OK;
-        st = khub_hub_download_variant(f->hub, &f->id, f->r->commit, f->r->variant, &f->files);
-        f->hub->pre_parse = NULL;
-        f->hub->pre_parse_ud = NULL;
-        if (f->hook_st != KHUB_STATUS_OK) return f->hook_st;
-        KHUB_RETURN_IF(f->rt, st != KHUB_STATUS_OK && f->entry && f->hub->offline,
-                       KHUB_STATUS_OFFLINE,
-                       "%s@%.12s: locked variant %s is not cached and the hub is offline "
-                       "(HF_HUB_OFFLINE); run khub sync while online",
-                       f->r->repo, f->r->commit, f->r->variant);
-        if (st != KHUB_STATUS_OK) return hub_failed(f, st, "downloading");
-        snprintf(dir, sizeof dir, "%s", f->files->dir);
-        khub_hub_file_list_free(f->files);
-        f->files = NULL;
-    }
-    KHUB_FORWARD_IF_ERROR(f->rt, fetch_check_lock(f, dir));
-    KHUB_FORWARD_IF_ERROR(f->rt, fetch_trust(f, dir));
-    st = khub_hub_variant_files(f->hub, &f->id, f->r->commit, f->r->variant, &f->files);
+    khub__variant_judge judge = {fetch_judge, f};
+    f->judged = KHUB_STATUS_OK;
+    khub_status st =
+        khub__hub_variant_open(f->hub, &f->id, f->r->commit, f->r->variant, true, &judge, &f->v);
+    if (f->judged != KHUB_STATUS_OK) return f->judged; /* rt holds the judge's message */
+    KHUB_RETURN_IF(f->rt, st == KHUB_STATUS_NOT_FOUND && f->entry && f->hub->offline,
+                   KHUB_STATUS_OFFLINE,
+                   "%s@%.12s: locked variant %s is not cached and the hub is offline "
+                   "(HF_HUB_OFFLINE); run khub sync while online",
+                   f->r->repo, f->r->commit, f->r->variant);
     if (st != KHUB_STATUS_OK) return hub_failed(f, st, "verifying");
     return KHUB_STATUS_OK;
 }
@@ -352,28 +316,27 @@ static const khub_hub_file *file_named(const khub_hub_file_list *l, const char *
     return NULL;
 }
 
+/* Loads the plugin the parse of the judged metadata.json picks, with the
+ * digest that parse states: the loader hashes the bytes it seals against
+ * it. */
 static khub_status fetch_load(fetch *f)
 {
-    char err[KHUB_ERROR_SIZE] = "";
-    f->km = calloc(1, sizeof *f->km);
-    KHUB_RETURN_IF(f->rt, !f->km, KHUB_STATUS_NOMEM, "out of memory");
-    khub_status st = khub__kmeta_parse(f->meta, f->meta_len, f->km, err, sizeof err);
-    if (st != KHUB_STATUS_OK)
-        return khub__fail(f->rt, st, "%s variant %s: %s", f->r->repo, f->r->variant, err);
-    const khub_kmeta_plugin *pl = khub__kmeta_pick_plugin(f->km, khub_cpu_features());
+    const khub_kmeta *km = f->v.km;
+    const khub_hub_file_list *files = f->v.files;
+    const khub_kmeta_plugin *pl = khub__kmeta_pick_plugin(km, khub_cpu_features());
     KHUB_RETURN_IF(f->rt, !pl, KHUB_STATUS_NO_VARIANT,
                    "%s@%.12s variant %s: none of its %zu plugin files fits this CPU's features",
-                   f->r->repo, f->r->commit, f->r->variant, f->km->n_plugins);
-    const khub_hub_file *pf = file_named(f->files, pl->file);
+                   f->r->repo, f->r->commit, f->r->variant, km->n_plugins);
+    const khub_hub_file *pf = file_named(files, pl->file);
     KHUB_RETURN_IF(f->rt, !pf, KHUB_STATUS_METADATA_INVALID,
                    "%s variant %s: plugin file %s is not among its verified files", f->r->repo,
                    f->r->variant, pl->file);
     snprintf(f->r->file, sizeof f->r->file, "%s", pl->file);
     khub__artifact_file arts[KHUB_KMETA_MAX_FILES];
     size_t n = 0;
-    for (size_t i = 0; i < f->files->count && n < KHUB_KMETA_MAX_FILES; i++)
-        arts[n++] = (khub__artifact_file){f->files->items[i].rel, f->files->items[i].path,
-                                          f->files->items[i].sha256};
+    for (size_t i = 0; i < files->count && n < KHUB_KMETA_MAX_FILES; i++)
+        arts[n++] = (khub__artifact_file){files->items[i].rel, files->items[i].path,
+                                          files->items[i].sha256};
     khub_plugin *p = NULL;
     /* The same file of the same cached variant already loaded (a second
      * model with the same kernel): use it rather than a second copy. */

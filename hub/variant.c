@@ -459,37 +459,65 @@ static khub_status hash_check(khub_hub *hub, const char *dir, const char *name, 
     return KHUB_STATUS_OK;
 }
 
-/* verified: the sidecar of this directory, NULL = neither read nor write one
- * (an archive being unpacked, verified before it is renamed). */
-static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *dir,
-                              const char *verified, khub_hub_file_list **out)
+#define MAX_META_BYTES ((size_t)4 << 20)
+#define MAX_SIG_BYTES  ((size_t)64 << 10)
+
+void khub__variant_clear(khub__variant *v)
 {
-    char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "", rroot[KHUB__PATH_MAX];
-    if (!KHUB__PATHF(path, "%s/metadata.json", dir) || !realpath(repo_dir, rroot))
-        return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s is not cached", dir);
-    if (hub->pre_parse) {
-        khub_status hs = hub->pre_parse(hub->pre_parse_ud, dir);
-        if (hs != KHUB_STATUS_OK) return hs; /* the hook's caller holds the message */
-    }
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    if (!v) return;
+    khub_hub_file_list_free(v->files);
+    free(v->km);
+    free(v->meta);
+    free(v->sig);
+    memset(v, 0, sizeof *v);
+}
+
+/* metadata.json and metadata.json.sig of dir, read once each into v (issue
+ * 10: every later check runs on these bytes, never on a second read). The
+ * buffers belong to v, so two handles on two threads never share one. */
+static khub_status read_meta(khub_hub *hub, const char *dir, khub__variant *v)
+{
+    char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "";
+    if (!KHUB__PATHF(path, "%s/metadata.json", dir))
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: path too long", dir);
+    khub_status st = khub__read_file(path, MAX_META_BYTES, &v->meta, &v->meta_len, err, sizeof err);
+    if (st == KHUB_STATUS_NOT_FOUND)
         return khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
                               "%s: no metadata.json; a variant without a digest table is "
                               "never loadable",
                               dir);
-    static char json[4u << 20];
-    size_t n = fread(json, 1, sizeof json, f);
-    fclose(f);
-    khub_kmeta *m = calloc(1, sizeof *m);
-    khub_hub_file_list *l = calloc(1, sizeof *l);
-    khub_status st = (!m || !l) ? khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory")
-                                : khub__kmeta_parse(json, n, m, err, sizeof err);
-    if (st != KHUB_STATUS_OK && !hub->err_set) khub__hub_fail(hub, st, "%s: %s", dir, err);
-    if (st == KHUB_STATUS_OK) {
-        snprintf(l->dir, sizeof l->dir, "%s", dir);
-        l->items = calloc(m->n_files ? m->n_files : 1, sizeof *l->items);
-        if (!l->items) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
-    }
+    if (st != KHUB_STATUS_OK)
+        return khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID, "%s (%s)", err,
+                              khub_status_name(st));
+    if (!KHUB__PATHF(path, "%s/metadata.json.sig", dir))
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: path too long", dir);
+    st = khub__read_file(path, MAX_SIG_BYTES, &v->sig, &v->sig_len, err, sizeof err);
+    if (st == KHUB_STATUS_NOT_FOUND) return KHUB_STATUS_OK; /* unsigned: the policy decides */
+    if (st != KHUB_STATUS_OK)
+        return khub__hub_fail(hub, KHUB_STATUS_SIGNATURE_INVALID, "%s (%s)", err,
+                              khub_status_name(st));
+    return KHUB_STATUS_OK;
+}
+
+/* Whether nm looks like a temporary name an interrupted download of an
+ * older khub left inside a variant folder ("<file>.<8hex>.tmp"). */
+static bool temp_name(const char *nm)
+{
+    size_t n = strlen(nm);
+    return n > 13 && !strcmp(nm + n - 4, ".tmp") && nm[n - 13] == '.';
+}
+
+/* Every file km lists is in dir, inside the cache, and matches its digest;
+ * the list goes to l. verified: the sidecar of this directory, NULL = neither
+ * read nor write one (an archive being unpacked, verified before it is
+ * renamed). */
+static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *dir,
+                               const char *verified, const khub_kmeta *m, khub_hub_file_list *l)
+{
+    char path[KHUB__PATH_MAX], rroot[KHUB__PATH_MAX];
+    if (!realpath(repo_dir, rroot))
+        return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s is not cached", dir);
+    khub_status st = KHUB_STATUS_OK;
     char *known = verified ? verified_read(verified) : NULL, *lines = NULL;
     size_t lines_len = 0;
     bool record = verified && lines_add(&lines, &lines_len, "khub-verified 1\n"), hashed = false;
@@ -536,23 +564,84 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
     while (d && st == KHUB_STATUS_OK && (de = readdir(d))) {
         const char *nm = de->d_name;
         if (!strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, "metadata.json") ||
-            !strcmp(nm, "metadata.json.sig"))
+            !strcmp(nm, "metadata.json.sig") || khub__kmeta_digest(m, nm))
             continue;
-        if (!khub__kmeta_digest(m, nm))
-            st = khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
-                                "%s: %s is not listed in metadata.json; refusing the variant", dir,
-                                nm);
+        st =
+            khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
+                           "%s: %s is not listed in metadata.json; refusing the variant%s", dir, nm,
+                           temp_name(nm) ? " (a temporary name an interrupted download left: "
+                                           "khub cache prune removes it)"
+                                         : "");
     }
     if (d) closedir(d);
-    free(m);
     if (st == KHUB_STATUS_OK && record && hashed) verified_write(hub, verified, lines);
     free(lines);
-    if (st != KHUB_STATUS_OK) {
-        khub_hub_file_list_free(l);
-        return st;
+    return st;
+}
+
+/* Reads metadata.json and its .sig once, lets judge (may be NULL) decide on
+ * those bytes, parses them, and checks the directory's files against that
+ * parse. Fills out; on failure clears it. */
+static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *dir,
+                              const char *verified, const khub__variant_judge *judge,
+                              khub__variant *out)
+{
+    char err[KHUB_ERROR_SIZE] = "";
+    memset(out, 0, sizeof *out);
+    khub_status st = read_meta(hub, dir, out);
+    if (st == KHUB_STATUS_OK && judge && judge->fn)
+        st = judge->fn(judge->ud, dir, out->meta, out->meta_len, out->sig, out->sig_len);
+    if (st == KHUB_STATUS_OK) {
+        out->km = calloc(1, sizeof *out->km);
+        out->files = calloc(1, sizeof *out->files);
+        st = (!out->km || !out->files)
+                 ? khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory")
+                 : khub__kmeta_parse(out->meta, out->meta_len, out->km, err, sizeof err);
+        if (st != KHUB_STATUS_OK && !hub->err_set) khub__hub_fail(hub, st, "%s: %s", dir, err);
     }
-    *out = l;
-    return KHUB_STATUS_OK;
+    if (st == KHUB_STATUS_OK) {
+        snprintf(out->files->dir, sizeof out->files->dir, "%s", dir);
+        out->files->items = calloc(out->km->n_files ? out->km->n_files : 1, sizeof(khub_hub_file));
+        if (!out->files->items) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
+    }
+    if (st == KHUB_STATUS_OK) st = check_files(hub, repo_dir, dir, verified, out->km, out->files);
+    if (st != KHUB_STATUS_OK) khub__variant_clear(out);
+    return st;
+}
+
+/* The cached folder of a variant (the unpacked archive first, then the
+ * snapshot) and its sidecar path; NOT_FOUND when neither is there. */
+static khub_status cached_dir(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                              const char *variant, char repo_dir[KHUB__PATH_MAX],
+                              char dir[KHUB__PATH_MAX], char verified[KHUB__PATH_MAX])
+{
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, KHUB__PATH_MAX));
+    struct stat sb;
+    if (snprintf(verified, KHUB__PATH_MAX, "%s/khub-verified/%s/%s", repo_dir, commit, variant) >=
+        KHUB__PATH_MAX)
+        verified[0] = '\0';
+    if (snprintf(dir, KHUB__PATH_MAX, "%s/khub-variants/%s/%s", repo_dir, commit, variant) <
+            KHUB__PATH_MAX &&
+        stat(dir, &sb) == 0)
+        return KHUB_STATUS_OK;
+    if (snprintf(dir, KHUB__PATH_MAX, "%s/snapshots/%s/build/%s", repo_dir, commit, variant) <
+            KHUB__PATH_MAX &&
+        stat(dir, &sb) == 0)
+        return KHUB_STATUS_OK;
+    return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND,
+                          "%s/%s@%.12s variant %s is not cached; run khub download", id->org,
+                          id->name, commit, variant);
+}
+
+/* The cached variant, verified (judge as khub__hub_variant_open). */
+static khub_status open_cached(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                               const char *variant, const khub__variant_judge *judge,
+                               khub__variant *out)
+{
+    char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX], verified[KHUB__PATH_MAX];
+    memset(out, 0, sizeof *out);
+    KHUB_FORWARD_IF_ERROR(NULL, cached_dir(hub, id, commit, variant, repo_dir, dir, verified));
+    return verify_dir(hub, repo_dir, dir, verified[0] ? verified : NULL, judge, out);
 }
 
 khub_status khub_hub_variant_files(khub_hub *hub, const khub_hub_id *id, const char *commit,
@@ -563,25 +652,21 @@ khub_status khub_hub_variant_files(khub_hub *hub, const khub_hub_id *id, const c
     *out = NULL;
     if (!khub__is_commit_hex(commit) || !plain_variant_name(variant))
         return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "bad commit or variant name");
-    char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX];
-    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
-    struct stat sb;
-    if (!KHUB__PATHF(dir, "%s/khub-variants/%s/%s", repo_dir, commit, variant) ||
-        stat(dir, &sb) != 0) {
-        if (!KHUB__PATHF(dir, "%s/snapshots/%s/build/%s", repo_dir, commit, variant) ||
-            stat(dir, &sb) != 0)
-            return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND,
-                                  "%s/%s@%.12s variant %s is not cached; run khub download",
-                                  id->org, id->name, commit, variant);
-    }
-    char verified[KHUB__PATH_MAX];
-    bool side = KHUB__PATHF(verified, "%s/khub-verified/%s/%s", repo_dir, commit, variant);
-    return verify_dir(hub, repo_dir, dir, side ? verified : NULL, out);
+    khub__variant v;
+    KHUB_FORWARD_IF_ERROR(NULL, open_cached(hub, id, commit, variant, NULL, &v));
+    *out = v.files;
+    v.files = NULL;
+    khub__variant_clear(&v);
+    return KHUB_STATUS_OK;
 }
 
-/* Downloads build/<variant>.tar.gz and unpacks it into khub-variants/. */
+/* Downloads build/<variant>.tar.gz, unpacks it into a staging folder
+ * outside khub-variants/ (khub__cache_tmp_path), verifies it there (judge
+ * included) and publishes it by one rename. When another process published
+ * the variant first, that copy is verified (and judged) instead. */
 static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const char *commit,
-                                 const char *variant, const char *repo_dir)
+                                 const char *variant, const char *repo_dir,
+                                 const khub__variant_judge *judge, khub__variant *out)
 {
     char rel[256], final[KHUB__PATH_MAX], tmp[KHUB__PATH_MAX], parent[KHUB__PATH_MAX];
     snprintf(rel, sizeof rel, "build/%s.tar.gz", variant);
@@ -589,14 +674,11 @@ static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const cha
     KHUB_FORWARD_IF_ERROR(NULL, khub_hub_download_file(hub, id, commit, rel, &blob));
     khub_status st = KHUB_STATUS_OK;
     if (!KHUB__PATHF(parent, "%s/khub-variants/%s", repo_dir, commit) ||
-        !KHUB__PATHF(final, "%s/%s", parent, variant) ||
-        !KHUB__PATHF(tmp, "%s/.%s.%d.tmp", parent, variant, (int)getpid()))
+        !KHUB__PATHF(final, "%s/%s", parent, variant))
         st = khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "variant path too long");
     if (st == KHUB_STATUS_OK) st = khub__mkdirs(hub, parent);
-    if (st == KHUB_STATUS_OK) {
-        khub__rmtree(tmp);
-        st = khub__archive_unpack(hub, blob, tmp, NULL);
-    }
+    if (st == KHUB_STATUS_OK) st = khub__cache_tmp_path(hub, repo_dir, tmp, sizeof tmp);
+    if (st == KHUB_STATUS_OK) st = khub__archive_unpack(hub, blob, tmp, NULL);
     /* khub build packs entries as <variant>/<file> (kernel_build.h); an
      * archive with the files at its root is accepted too. */
     char root[KHUB__PATH_MAX], probe[KHUB__PATH_MAX];
@@ -606,35 +688,46 @@ static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const cha
         lstat(probe, &sb) != 0 && KHUB__PATHF(probe, "%s/%s", tmp, variant) &&
         lstat(probe, &sb) == 0 && S_ISDIR(sb.st_mode))
         snprintf(root, sizeof root, "%s", probe);
-    khub_hub_file_list *l = NULL;
-    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, root, NULL, &l);
-    khub_hub_file_list_free(l);
-    if (st == KHUB_STATUS_OK && rename(root, final) != 0 && errno != ENOTEMPTY && errno != EEXIST)
-        st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot publish %s: %s", final, strerror(errno));
-    khub__rmtree(tmp); /* left only when another process published first */
+    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, root, NULL, judge, out);
+    bool raced = false;
+    if (st == KHUB_STATUS_OK && rename(root, final) != 0) {
+        raced = errno == ENOTEMPTY || errno == EEXIST;
+        if (!raced)
+            st = khub__hub_fail(hub, KHUB_STATUS_IO, "cannot publish %s: %s", final,
+                                strerror(errno));
+    }
+    khub__rmtree(tmp); /* what is left: nothing, or a copy another process beat */
     free(blob);
+    if (st == KHUB_STATUS_OK && !raced) {
+        /* Same inodes, new folder: the verified paths move with the rename. */
+        khub_hub_file_list *l = out->files;
+        snprintf(l->dir, sizeof l->dir, "%s", final);
+        for (size_t i = 0; st == KHUB_STATUS_OK && i < l->count; i++) {
+            char *p = malloc(strlen(final) + strlen(l->items[i].rel) + 2);
+            if (!p) {
+                st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
+                break;
+            }
+            sprintf(p, "%s/%s", final, l->items[i].rel);
+            free(l->items[i].path);
+            l->items[i].path = p;
+        }
+    }
+    if (st == KHUB_STATUS_OK && raced) {
+        khub__variant_clear(out);
+        st = open_cached(hub, id, commit, variant, judge, out);
+    }
+    if (st != KHUB_STATUS_OK) khub__variant_clear(out);
     return st;
 }
 
-khub_status khub_hub_download_variant(khub_hub *hub, const khub_hub_id *id, const char *commit,
-                                      const char *variant, khub_hub_file_list **out)
+/* Fetches a variant that is not (or not correctly) cached and verifies it,
+ * judge included, once. */
+static khub_status fetch_variant(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                 const char *variant, const khub__variant_judge *judge,
+                                 khub__variant *out)
 {
-    if (!hub || !id || !commit || !out)
-        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_download_variant: NULL argument");
-    khub__hub_clear(hub);
-    if (!khub__is_commit_hex(commit) || !plain_variant_name(variant))
-        return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "bad commit or variant name");
-    khub_hub_file_list *l = NULL;
-    int saved = hub->err_set;
-    hub->err_set = 1;
-    khub_status cached = khub_hub_variant_files(hub, id, commit, variant, &l);
-    hub->err_set = saved;
-    if (cached == KHUB_STATUS_OK) {
-        *out = l;
-        return KHUB_STATUS_OK; /* verified from the cache: no request */
-    }
     char repo_dir[KHUB__PATH_MAX], archive[256], sub[256];
-    if (hub->offline) return khub_hub_variant_files(hub, id, commit, variant, out);
     khub__tree t = {0};
     KHUB_FORWARD_IF_ERROR(NULL, khub__list_tree(hub, id, commit, "build", 0, &t));
     /* after the listing: it may have found a model repo (the cache folder) */
@@ -649,22 +742,71 @@ khub_status khub_hub_download_variant(khub_hub *hub, const khub_hub_id *id, cons
         has_dir |= t.items[i].is_dir && !strcmp(t.items[i].path, sub);
     }
     khub__tree_free(&t);
-    khub_status st = KHUB_STATUS_OK;
-    if (has_archive) {
-        st = fetch_archive(hub, id, commit, variant, repo_dir);
-    } else if (has_dir) {
-        st = khub__list_tree(hub, id, commit, sub, 1, &t);
-        for (size_t i = 0; st == KHUB_STATUS_OK && i < t.count; i++) {
-            if (t.items[i].is_dir) continue;
-            char *p = NULL;
-            st = khub_hub_download_file(hub, id, commit, t.items[i].path, &p);
-            free(p);
-        }
-        khub__tree_free(&t);
-    } else {
-        st = khub__hub_fail(hub, KHUB_STATUS_NO_VARIANT, "%s/%s@%.12s has no variant %s", id->org,
-                            id->name, commit, variant);
+    if (has_archive) return fetch_archive(hub, id, commit, variant, repo_dir, judge, out);
+    if (!has_dir)
+        return khub__hub_fail(hub, KHUB_STATUS_NO_VARIANT, "%s/%s@%.12s has no variant %s", id->org,
+                              id->name, commit, variant);
+    khub_status st = khub__list_tree(hub, id, commit, sub, 1, &t);
+    for (size_t i = 0; st == KHUB_STATUS_OK && i < t.count; i++) {
+        if (t.items[i].is_dir) continue;
+        char *p = NULL;
+        st = khub_hub_download_file(hub, id, commit, t.items[i].path, &p);
+        free(p);
     }
+    khub__tree_free(&t);
     KHUB_FORWARD_IF_ERROR(NULL, st);
-    return khub_hub_variant_files(hub, id, commit, variant, out);
+    return open_cached(hub, id, commit, variant, judge, out);
+}
+
+khub_status khub__hub_variant_open(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                   const char *variant, bool download,
+                                   const khub__variant_judge *judge, khub__variant *out)
+{
+    memset(out, 0, sizeof *out);
+    khub__hub_clear(hub);
+    if (!khub__is_commit_hex(commit) || !plain_variant_name(variant))
+        return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "bad commit or variant name");
+    if (!download || hub->offline) return open_cached(hub, id, commit, variant, judge, out);
+    /* A cached copy that verifies costs no request. Its judge runs on the
+     * first read that parses: when the copy fails verification or the judge,
+     * the fetched copy is judged afresh. */
+    char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX], verified[KHUB__PATH_MAX];
+    int saved = hub->err_set;
+    hub->err_set = 1; /* a miss here is not the error to report */
+    khub_status cached = cached_dir(hub, id, commit, variant, repo_dir, dir, verified);
+    hub->err_set = saved;
+    if (cached == KHUB_STATUS_OK)
+        return verify_dir(hub, repo_dir, dir, verified[0] ? verified : NULL, judge, out);
+    return fetch_variant(hub, id, commit, variant, judge, out);
+}
+
+khub_status khub_hub_download_variant(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                      const char *variant, khub_hub_file_list **out)
+{
+    if (!hub || !id || !commit || !out)
+        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_download_variant: NULL argument");
+    *out = NULL;
+    khub__hub_clear(hub);
+    if (!khub__is_commit_hex(commit) || !plain_variant_name(variant))
+        return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "bad commit or variant name");
+    khub__variant v;
+    khub_hub_file_list *l = NULL;
+    int saved = hub->err_set;
+    hub->err_set = 1;
+    khub_status cached = open_cached(hub, id, commit, variant, NULL, &v);
+    hub->err_set = saved;
+    if (cached == KHUB_STATUS_OK || hub->offline) {
+        if (cached != KHUB_STATUS_OK) /* again, for its message */
+            KHUB_FORWARD_IF_ERROR(NULL, open_cached(hub, id, commit, variant, NULL, &v));
+        l = v.files;
+        v.files = NULL;
+        khub__variant_clear(&v);
+        *out = l;
+        return KHUB_STATUS_OK; /* verified from the cache: no request */
+    }
+    KHUB_FORWARD_IF_ERROR(NULL, fetch_variant(hub, id, commit, variant, NULL, &v));
+    *out = v.files;
+    v.files = NULL;
+    khub__variant_clear(&v);
+    return KHUB_STATUS_OK;
 }

@@ -717,6 +717,10 @@ khub_status khub__plugin_load_verified(khub_runtime *rt, const char *path, const
     KHUB_RETURN_IF(rt, !sha256_hex, KHUB_STATUS_INVALID_ARG,
                    "plugin %s: a verified variant's plugin needs its digest", path ? path : "");
     KHUB_FORWARD_IF_ERROR(rt, check_load_args(rt, path, sha256_hex));
+    /* Downloaded kernels come this way: KHUB_OPT_ISOLATED_INIT holds here
+     * as for khub_plugin_load (issue 10 item 1). The child runs the bytes
+     * of the same digest; it gets no artifact directory. */
+    KHUB_FORWARD_IF_ERROR(rt, isolated_init(rt, path, sha256_hex));
     char msg[KHUB_ERROR_SIZE];
     khub__artifacts *arts = NULL;
     khub_status st = khub__artifacts_new(rt, files, n_files, &arts, msg, sizeof msg);

@@ -9,6 +9,11 @@
 #   - a malformed metadata.json.sig: SIGNATURE_INVALID;
 #   - a cached plugin changed after its download: DIGEST_MISMATCH before
 #     anything is loaded (the loader never opens it).
+#   - a writer to the cache who swaps metadata.json and the plugins right
+#     after metadata.json was read for the signature check (tests/swap_shim,
+#     preloaded): DIGEST_MISMATCH against the signed table; the swapped-in,
+#     unsigned plugin is never loaded (issue 10 item 1: one read of
+#     metadata.json is the only source of digests).
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 t_begin verify
@@ -33,6 +38,7 @@ publish() {
         > "repos/kernels-community/$1/refs.json"
 }
 publish good ":"
+publish swapped ":"
 publish edited "sed -i 's/\"1.0.0\"/\"1.0.1\"/' metadata.json"
 publish garbage "printf '{not json' > metadata.json"
 publish garbage-signed "printf '{not json' > metadata.json && '$KHUB' sign --key '$T/alice.key' metadata.json > /dev/null"
@@ -68,4 +74,35 @@ printf 'X' | dd of="$so" bs=1 seek=300 conv=notrunc status=none
 expect KHUB_STATUS_DIGEST_MISMATCH "kv-cache-[a-z0-9]*.so has SHA-256 [0-9a-f]*, metadata.json says" kernels-community/good@v1
 grep -q "loaded" f.out && grep -q "^file " f.out && fail "a tampered plugin was loaded: $(cat f.out)"
 echo "ok   a tampered cached plugin is refused (digest) before it is loaded"
-echo "1 passed, 0 failed"
+
+# The swap between the signature check and the load: cache the variant, then
+# stage a consistent unsigned copy (every plugin with one byte more, and a
+# metadata.json whose table lists their digests) that the shim renames into
+# the cached folder as soon as metadata.json.sig is opened.
+"$KHUB" fetch kernels-community/swapped@v1 > f.out 2>&1 || fail "swapped (clean): $(cat f.out)"
+vdir=$(find cache -type d -path "*kernels--kernels-community--swapped*" -name "$V" | head -n 1)
+[ -n "$vdir" ] || fail "swapped: no cached variant folder"
+rm -rf evil && mkdir evil
+cp "$vdir/metadata.json" evil/metadata.json
+for so in "$vdir"/*.so; do
+    b=$(basename "$so")
+    old=$(sha256sum < "$so" | cut -c1-64)
+    { cat "$so"; printf 'X'; } > "evil/$b"
+    new=$(sha256sum < "evil/$b" | cut -c1-64)
+    sed -i "s/$old/$new/" evil/metadata.json
+done
+cmp -s evil/metadata.json "$vdir/metadata.json" && fail "the unsigned table did not change"
+swapped_fetch() {
+    ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 KHUB_SWAP_FROM=$T/evil \
+        LD_PRELOAD=$KHUB_BUILD/swap-shim/libkhub_swap_shim.so "$KHUB" fetch "$@"
+}
+if swapped_fetch kernels-community/swapped@v1 > f.out 2>&1; then
+    fail "the unsigned plugin swapped in after the signature check was loaded: $(cat f.out)"
+fi
+[ -z "$(ls evil)" ] || fail "the shim swapped nothing in: $(ls evil) $(cat f.out)"
+cmp -s "$vdir/metadata.json" kv/build/$V/metadata.json && fail "metadata.json was not swapped"
+grep -q KHUB_STATUS_DIGEST_MISMATCH f.out &&
+    grep -q -- "kv-cache-[a-z0-9]*.so has SHA-256 [0-9a-f]*, metadata.json says" f.out ||
+    fail "swap: want DIGEST_MISMATCH against the signed table: $(cat f.out)"
+echo "ok   files swapped in after the signature check are refused against the signed table"
+echo "2 passed, 0 failed"

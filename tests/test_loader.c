@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "plugin_artifacts.h"
 #include "plugins/tp_args.h"
 #include "plugins/tp_util.h"
 #include "runtime_impl.h"
@@ -439,6 +440,33 @@ TEST_IMPL(isolated_init_host_survives_crash)
     khub_runtime_free(rt);
 }
 
+TEST_IMPL(isolated_init_on_the_verified_path)
+{
+    /* Downloaded kernels load through khub__plugin_load_verified (the hub's
+     * verified file list, artifacts): KHUB_OPT_ISOLATED_INIT holds there as
+     * for khub_plugin_load (issue 10 item 1); without it this test dies. */
+    khub_runtime *rt = tp_runtime(1);
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_ISOLATED_INIT, 1));
+    const char *crash = TP("bad_init_crash");
+    char sha[65];
+    snprintf(sha, sizeof sha, "%s", TP_SHA(crash));
+    khub__artifact_file art = {"bad_init_crash.so", crash, sha};
+    khub_plugin *p = (khub_plugin *)1;
+    ASSERT_STATUS(khub__plugin_load_verified(rt, crash, sha, &art, 1, &p),
+                  KHUB_STATUS_CHILD_CRASHED);
+    ASSERT(p == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "bad_init_crash.so: crashed with SIGSEGV during init "
+                                             "(init run in a child: KHUB_OPT_ISOLATED_INIT)");
+    ASSERT_EQ(khub_plugin_count(rt), 0);
+    /* A good plugin still loads this way, in this process, after its child run. */
+    const char *good = TP("good_v1");
+    snprintf(sha, sizeof sha, "%s", TP_SHA(good));
+    art = (khub__artifact_file){"good_v1.so", good, sha};
+    ASSERT_OK(khub__plugin_load_verified(rt, good, sha, &art, 1, &p));
+    ASSERT_EQ(khub_plugin_count(rt), 1);
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X) \
     X(inspect_good) \
     X(inspect_runs_no_plugin_code) \
@@ -466,5 +494,6 @@ TEST_IMPL(isolated_init_host_survives_crash)
     X(check_child_survives_crash) \
     X(check_child_good) \
     X(check_child_reports_errors) \
-    X(isolated_init_host_survives_crash)
+    X(isolated_init_host_survives_crash) \
+    X(isolated_init_on_the_verified_path)
 TEST_MAIN(TEST_LIST)

@@ -112,10 +112,12 @@ typedef enum khub_option {
     KHUB_OPT_LOG_LEVEL = 1,        /* khub_log_level threshold, default WARN */
     KHUB_OPT_STRICT = 2,           /* 1 = no fallback to reference plugins, default 0 */
     KHUB_OPT_ALLOW_UNVERIFIED = 3, /* 1 = khub_plugin_load accepts a NULL digest, default 0 */
-    /* 1 = khub_plugin_load/reload first load the file and run its init and
-     * selftest in a forked child (as `khub check` does), so a plugin that
-     * crashes or hangs there fails the load with KHUB_STATUS_CHILD_CRASHED
-     * or TIMEOUT instead of taking the host down; default 0. Since 0.1. */
+    /* 1 = khub_plugin_load/reload, and the load of a kernel fetched by Hub
+     * ID (khub_kernel_fetch, models' kernel mappings), first load the file
+     * and run its init and selftest in a forked child (as `khub check`
+     * does), so a plugin that crashes or hangs there fails the load with
+     * KHUB_STATUS_CHILD_CRASHED or TIMEOUT instead of taking the host down;
+     * default 0. Since 0.1. */
     KHUB_OPT_ISOLATED_INIT = 4,
     KHUB_OPT__COUNT
 } khub_option;
