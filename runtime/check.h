@@ -18,7 +18,10 @@
  * "khub-test/good 1.0.0: loaded, 2 ops, selftest passed", else the child's
  * error message, or "crashed with SIGSEGV during init" when it died.
  * Returns the child's status, KHUB_STATUS_CHILD_CRASHED when it was killed
- * by a signal, or KHUB_STATUS_TIMEOUT after 60 s. Thread-safe; the message
+ * by a signal, KHUB_STATUS_PLUGIN_INVALID when the result channel carried
+ * anything the check does not write itself (plugin code forging a verdict),
+ * or KHUB_STATUS_TIMEOUT after 60 s (KHUB_CHECK_TIMEOUT_S), timed by the
+ * parent: the child has no alarm pending. Thread-safe; the message
  * also goes to khub_last_error(). Since 0.1. */
 KHUB_INTERNAL khub_status khub__check_in_child(const char *path, const char *sha256_or_NULL,
                                                char *report, size_t n);

@@ -217,6 +217,46 @@ static int read_note(Elf *e, khub_abi_note *note)
 
 static bool str_terminated(const char *s, size_t cap) { return memchr(s, '\0', cap) != NULL; }
 
+/* ======================================================================== */
+/* Plugin names                                                             */
+/* ======================================================================== */
+
+/* A plugin's id and version reach terminals, logs and JSON; a byte such as
+ * ESC would be printed raw (terminal escape codes), so both are held to the
+ * characters of a Hub ID: an id to letters, digits, '-', '_', '.' and '/'
+ * ("kernels-community/flash-attn2"), a version to those without '/' plus '+'
+ * (semver build metadata, "1.2.0+cu130"). */
+static bool name_char_ok(unsigned char c, bool version)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+    if (c == '-' || c == '_' || c == '.') return true;
+    return version ? c == '+' : c == '/';
+}
+
+khub_status khub__plugin_name_check(const char *id, const char *version, char *msg, size_t n)
+{
+    const char *s[2] = {id, version};
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; s[k][i]; i++) {
+            if (name_char_ok((unsigned char)s[k][i], k == 1)) continue;
+            char shown[4 * 96 + 1];
+            size_t len = 0;
+            for (size_t j = 0; s[k][j] && j < 96; j++) { /* escaped, never raw */
+                unsigned char c = (unsigned char)s[k][j];
+                len += (size_t)snprintf(shown + len, sizeof shown - len,
+                                        c >= 0x20 && c < 0x7f && c != '\\' ? "%c" : "\\x%02x", c);
+            }
+            khub__errbuf(msg, n,
+                         "plugin %s \"%s\" has byte 0x%02x at offset %zu; a plugin %s may hold "
+                         "only letters, digits, '-', '_', '.' and %s",
+                         k ? "version" : "id", shown, (unsigned char)s[k][i], i,
+                         k ? "version" : "id", k ? "'+'" : "'/' (Hub ID characters)");
+            return KHUB_STATUS_PLUGIN_INVALID;
+        }
+    }
+    return KHUB_STATUS_OK;
+}
+
 static khub_status check_note(const khub_abi_note *note, const char *label, char *msg, size_t n)
 {
     if (note->note_version != 1) {
@@ -232,9 +272,14 @@ static khub_status check_note(const khub_abi_note *note, const char *label, char
                      label);
         return KHUB_STATUS_NO_ABI_NOTE;
     }
+    khub_status st = khub__plugin_name_check(note->id, note->version, msg, n);
+    if (st != KHUB_STATUS_OK) {
+        size_t len = strlen(msg); /* "(label)" after the rule, as the other checks name it */
+        if (len < n) snprintf(msg + len, n - len, " (%s)", label);
+        return st;
+    }
     char why[160];
-    khub_status st =
-        khub__abi_check(note->abi_major, note->abi_minor, note->ptr_size, why, sizeof why);
+    st = khub__abi_check(note->abi_major, note->abi_minor, note->ptr_size, why, sizeof why);
     if (st != KHUB_STATUS_OK)
         khub__errbuf(msg, n, "plugin %s %s: %s (%s)", note->id, note->version, why, label);
     return st;

@@ -34,6 +34,7 @@
 #include <cjson/cJSON.h>
 
 #include "check.h"
+#include "elf_gate.h"
 #include "plugin_artifacts.h"
 #include "runtime_impl.h"
 
@@ -437,12 +438,41 @@ static khub_status check_desc(const khub_plugin_desc *d, const khub_plugin_info 
                      who, sizeof note->id, sizeof note->version);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
+    char why_name[KHUB_ERROR_SIZE];
+    if (khub__plugin_name_check(d->id, d->version, why_name, sizeof why_name) != KHUB_STATUS_OK) {
+        khub__errbuf(msg, n, "%s: descriptor %s", who, why_name);
+        return KHUB_STATUS_PLUGIN_INVALID;
+    }
     if (note && (strcmp(d->id, note->id) != 0 || strcmp(d->version, note->version) != 0)) {
         khub__errbuf(msg, n, "%s: descriptor names %s %s, its ELF note %s %s", who, d->id,
                      d->version, note->id, note->version);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
     return KHUB_STATUS_OK;
+}
+
+/* The kinds of the registered ops are the kinds the ABI note declares (when
+ * it declares any): the note is what inspection, `khub check` and variant
+ * choice read without running code, so a plugin must not serve more, or
+ * other, kinds than it says there. */
+static khub_status check_kinds(const khub_plugin *p, uint32_t note_kinds, const char *who,
+                               char *msg, size_t n)
+{
+    uint32_t kinds = 0, known = 0;
+    for (uint32_t i = 0; i < p->n_ops; i++) kinds |= KHUB_KIND_BIT(p->ops[i].kind);
+    for (uint32_t k = 1; k < KHUB_OP_KIND__COUNT; k++) known |= KHUB_KIND_BIT(k);
+    note_kinds &= known; /* ops of kinds this host does not know were skipped */
+    if (!note_kinds || kinds == note_kinds) return KHUB_STATUS_OK;
+    char a[160] = "", b[160] = "";
+    for (uint32_t k = 1; k < KHUB_OP_KIND__COUNT; k++) {
+        if (note_kinds & KHUB_KIND_BIT(k))
+            snprintf(a + strlen(a), sizeof a - strlen(a), " %s", khub__op_kind_name(k));
+        if (kinds & KHUB_KIND_BIT(k))
+            snprintf(b + strlen(b), sizeof b - strlen(b), " %s", khub__op_kind_name(k));
+    }
+    khub__errbuf(msg, n, "%s: its ABI note declares kinds {%s }, it registers ops of kinds {%s }",
+                 who, a, b);
+    return KHUB_STATUS_PLUGIN_INVALID;
 }
 
 /* Calls the entry, validates and copies what it returned. On failure after
@@ -474,6 +504,7 @@ static khub_status negotiate(khub_plugin *p, khub_plugin_init_fn init, const khu
         snprintf(who, sizeof who, "plugin %s %s", d.id, d.version);
         st = check_ops(p, who, &d, msg, n);
     }
+    if (st == KHUB_STATUS_OK && note) st = check_kinds(p, note->kinds, who, msg, n);
     if (st == KHUB_STATUS_OK) {
         p->id = khub__strdup(p->rt, d.id);
         p->version = khub__strdup(p->rt, d.version);
@@ -514,6 +545,35 @@ static khub_status write_all(int fd, const unsigned char *b, size_t size)
     return KHUB_STATUS_OK;
 }
 
+/* A downloaded plugin (khub__plugin_load_verified, the only load with an
+ * artifact directory) passes the ABI gate on its sealed bytes before dlopen
+ * runs any of its code: a RUNPATH or a library off the allow-list would
+ * make the dynamic loader map code that no signature covers, and extra
+ * exports, a glibc newer than this host's, NODELETE or GNU_UNIQUE break
+ * the hot-load rules. Local plugins (khub_plugin_load) are the embedder's
+ * choice and `khub check` gates them. */
+static khub_status gate_sealed(khub_plugin *p, const void *map, size_t size, char *msg, size_t n)
+{
+    khub_gate_policy pol;
+    char ceiling[32];
+    khub__gate_load_policy(&pol, ceiling);
+    khub_gate_report *rep = khub__calloc(p->rt, 1, sizeof *rep);
+    if (!rep) {
+        khub__errbuf(msg, n, "%s: out of memory for the ABI gate", p->path);
+        return KHUB_STATUS_NOMEM;
+    }
+    char err[KHUB_ERROR_SIZE];
+    khub_status st = khub__gate_check_mem(map, size, p->path, &pol, rep, err, sizeof err);
+    if (st == KHUB_STATUS_PLUGIN_INVALID)
+        khub__errbuf(msg, n, "%s: refused before loading: the ABI gate found %zu problem(s): %s%s",
+                     p->path, rep->n_findings, rep->findings[0],
+                     rep->n_findings > 1 ? " (and more: run 'khub check' on it)" : "");
+    else if (st != KHUB_STATUS_OK)
+        khub__errbuf(msg, n, "%s", err);
+    khub__free(p->rt, rep, sizeof *rep);
+    return st;
+}
+
 /* Copies the verified bytes into a sealed memfd, re-hashes and inspects
  * the sealed copy, and dlopens it. */
 static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_t size,
@@ -546,6 +606,7 @@ static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_
         st = KHUB_STATUS_DIGEST_MISMATCH;
     }
     if (st == KHUB_STATUS_OK) st = khub__elf_inspect(map, size, p->path, info, msg, n);
+    if (st == KHUB_STATUS_OK && p->artifacts) st = gate_sealed(p, map, size, msg, n);
     if (map) munmap(map, size);
     if (st != KHUB_STATUS_OK) return st;
 

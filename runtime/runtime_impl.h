@@ -189,7 +189,14 @@ KHUB_INTERNAL khub_status khub__abi_check(unsigned major, unsigned minor, unsign
  * its ABI note into info (which must be non-NULL; sha256 is left alone).
  * Never runs plugin code; every offset is bounds-checked. On failure msg
  * gets one line naming label (the file) and both sides. Statuses: NOT_ELF,
- * WRONG_ARCH, TRUNCATED, NO_ABI_NOTE, ABI_MAJOR, ABI_MINOR, PTR_SIZE. */
+ * WRONG_ARCH, TRUNCATED, NO_ABI_NOTE, ABI_MAJOR, ABI_MINOR, PTR_SIZE, and
+ * PLUGIN_INVALID for an id or version outside khub__plugin_name_check. */
+/* A plugin id holds only Hub ID characters ([A-Za-z0-9._-/]) and a version
+ * only [A-Za-z0-9._+-], so neither can carry terminal escape codes into a
+ * message. On failure msg names the first bad byte (the name shown escaped)
+ * and the status is PLUGIN_INVALID. Both must be NUL-terminated. */
+KHUB_INTERNAL khub_status khub__plugin_name_check(const char *id, const char *version, char *msg,
+                                                  size_t n);
 KHUB_INTERNAL khub_status khub__elf_inspect(const void *data, size_t size, const char *label,
                                             khub_plugin_info *info, char *msg, size_t n);
 

@@ -70,11 +70,32 @@ rc=0; "$KHUB" check export.so --json > out.json || rc=$?
 python3 - out.json <<'PY' || fail "check --json: $(cat out.json)"
 import json, sys
 o = json.load(open(sys.argv[1]))
-assert o["ok"] is False and o["load"] == "KHUB_STATUS_OK", o
+assert o["ok"] is False and o["load"] == "skipped", o
+assert o["report"] == "not loaded: no plugin code runs until the ABI gate passes", o
 assert o["gate"] == "KHUB_STATUS_PLUGIN_INVALID", o
 assert any("exports leaked_helper" in f for f in o["gate_findings"]), o
 PY
 echo "ok   check FILE: export, RPATH, RUNPATH, NODELETE, library, unversioned import, glibc ceiling, --json"
+
+# no code of a plugin runs before the gate passes it: a RUNPATH plugin's
+# constructor would leave ctor.mark
+plugin ctor '#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void mark(void) { close(open("ctor.mark", O_WRONLY | O_CREAT, 0644)); }' \
+    -Wl,--enable-new-dtags,-rpath,/opt/evil3
+expect_file ctor "has RUNPATH '/opt/evil3'"
+grep -q "^  not loaded: no plugin code runs until the ABI gate passes$" out.log || fail "ctor: $(cat out.log)"
+[ ! -e ctor.mark ] || fail "check ran the constructor of a plugin the ABI gate refused"
+# --sha256 that is not the digest of the bytes the gate read: nothing loads
+rc=0; "$KHUB" check clean.so --sha256 "$(printf '0%.0s' {1..64})" > out.log 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q "not loaded: its SHA-256 is [0-9a-f]*, expected 0000[0-9]* (--sha256)" out.log ||
+    fail "check --sha256 mismatch: $rc $(cat out.log)"
+# the forged verdict of tests/plugins/hostile.c (its constructor writes a
+# passing result to every descriptor) is refused, through the CLI too
+rc=0; "$KHUB" check "$KHUB_BUILD/test-plugins/hostile_forge.so" > out.log 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q "plugin code wrote to the check's result channel" out.log ||
+    fail "check hostile_forge.so: $rc $(cat out.log)"
+echo "ok   check FILE: no plugin code runs before the gate passes; the bytes gated are the bytes loaded; a forged verdict is refused"
 
 # -------------------------------------------------------------------- DIR
 # kernel.json "glibc_ceiling": khub build gates with it, khub check too

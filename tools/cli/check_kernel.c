@@ -7,7 +7,8 @@
  *     RPATH, NODELETE, GNU_UNIQUE) and its ABI note agrees with metadata.json;
  *   - every PTX artifact's .target and .version, and every cubin's SM (its
  *     ELF header), agree with metadata.json;
- *   - in a child process: each plugin this machine can run loads, passes
+ *   - in a child process, only for plugins the gate passed and only the
+ *     bytes it read: each plugin this machine can run loads, passes
  *     its own selftest and the manifest's numeric self-tests against
  *     khub/ref-cpu (CUDA numerics need a GPU and are reported as skipped).
  * Every finding is printed; the exit status is 1 if there was any.
@@ -16,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include "check.h"
@@ -49,20 +51,29 @@ static char *slurp(const char *path, size_t max, size_t *n)
     return khub__read_file(path, max, &buf, n, NULL, 0) == KHUB_STATUS_OK ? buf : NULL;
 }
 
-static void check_plugin_file(const khub_kernel_manifest *m, const khub_kmeta *meta,
-                              const char *vdir, const char *file, tally *t)
+/* The ABI gate on one read of the plugin; returns 1 when it passed and the
+ * bytes it read are the ones metadata.json's digest names (so the child
+ * that loads them by that digest runs exactly what was gated). */
+static int check_plugin_file(const khub_kernel_manifest *m, const khub_kmeta *meta,
+                             const char *vdir, const char *file, tally *t)
 {
-    char path[2400], err[KHUB_ERROR_SIZE];
+    char path[2400], err[KHUB_ERROR_SIZE], sha[65] = "";
     snprintf(path, sizeof path, "%s/%s", vdir, file);
     khub_gate_report rep;
     khub_gate_policy pol = {.glibc_ceiling = m->glibc_ceiling[0] ? m->glibc_ceiling : NULL};
-    khub_status st = khub__gate_check_file(path, &pol, &rep, err, sizeof err);
+    khub_status st = khub__gate_check_file_sha(path, &pol, &rep, sha, err, sizeof err);
     if (st != KHUB_STATUS_OK && st != KHUB_STATUS_PLUGIN_INVALID) {
         finding(t, "%s", err);
-        return;
+        return 0;
+    }
+    const char *want = khub__kmeta_digest(meta, file);
+    if (!want || strcasecmp(want, sha) != 0) {
+        finding(t, "%s: the bytes the ABI gate read have SHA-256 %s, metadata.json says %s", path,
+                sha, want ? want : "nothing");
+        return 0;
     }
     for (size_t i = 0; i < rep.n_findings; i++) finding(t, "%s: %s", path, rep.findings[i]);
-    if (!rep.has_note) return;
+    if (!rep.has_note) return 0;
     if (strcmp(rep.note.id, meta->name) != 0 || strcmp(rep.note.version, meta->version) != 0)
         finding(t, "%s: ABI note says %s %s, metadata.json says %s %s", path, rep.note.id,
                 rep.note.version, meta->name, meta->version);
@@ -83,6 +94,7 @@ static void check_plugin_file(const khub_kernel_manifest *m, const khub_kmeta *m
     }
     if (!rep.n_findings)
         printf("ok   %s: ABI gate (glibc %s)\n", path, rep.max_glibc[0] ? rep.max_glibc : "none");
+    return st == KHUB_STATUS_OK;
 }
 
 /* A cubin's ELF header names the SM it runs on; it must be metadata.json's. */
@@ -130,7 +142,7 @@ static void check_artifacts(const khub_kmeta *meta, const char *vdir, tally *t)
 }
 
 static void run_selftests(const khub_kernel_manifest *m, const khub_kmeta *meta, const char *vdir,
-                          tally *t)
+                          const int *gated, tally *t)
 {
     khub_selftest_spec specs[KHUB_KM_MAX_TESTS];
     for (size_t i = 0; i < m->n_tests; i++) {
@@ -148,6 +160,12 @@ static void run_selftests(const khub_kernel_manifest *m, const khub_kmeta *meta,
         const khub_kmeta_plugin *p = &meta->plugins[i];
         char path[2400], report[4096];
         snprintf(path, sizeof path, "%s/%s", vdir, p->file);
+        if (!gated[i]) {
+            printf("skip %s: not loaded, the ABI gate did not pass it (no plugin code runs "
+                   "before it does)\n",
+                   path);
+            continue;
+        }
         if ((p->cpu_features & cpu) != p->cpu_features) {
             printf("skip %s: this CPU lacks the level's features\n", path);
             continue;
@@ -199,10 +217,11 @@ static void check_variant(const khub_kernel_manifest *m, const char *build, cons
     snprintf(sig, sizeof sig, "%s.sig", mpath);
     struct stat sb;
     printf("     %s: %s\n", mpath, stat(sig, &sb) == 0 ? "signed (metadata.json.sig)" : "unsigned");
+    int gated[KHUB_KMETA_MAX_PLUGINS] = {0};
     for (size_t i = 0; i < meta->n_plugins; i++)
-        check_plugin_file(m, meta, vdir, meta->plugins[i].file, t);
+        gated[i] = check_plugin_file(m, meta, vdir, meta->plugins[i].file, t);
     check_artifacts(meta, vdir, t);
-    run_selftests(m, meta, vdir, t);
+    run_selftests(m, meta, vdir, gated, t);
     free(meta);
 }
 

@@ -4,6 +4,7 @@
  * in a child process, so a crashing plugin is reported, not fatal).
  */
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <cjson/cJSON.h>
@@ -227,17 +228,30 @@ static int run_check(int argc, char **argv)
     char err[KHUB_ERROR_SIZE] = "";
     khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
     khub_status st = khub_plugin_inspect(path, &info, err, sizeof err);
-    char report[4096] = "";
-    khub_status run_st = KHUB_STATUS_OK;
-    if (st == KHUB_STATUS_OK)
-        run_st = khub__check_in_child(path, digest ? digest : info.sha256, report, sizeof report);
-    /* The publish-time ABI gate (libelf, nothing loaded) on the same file. */
+    /* The ABI gate (libelf, nothing loaded) first, on one read of the file;
+     * only bytes that pass it, and only those (their digest), are loaded. */
     khub_gate_report gate = {0};
     khub_gate_policy pol = {.glibc_ceiling = ceiling};
-    char gerr[KHUB_ERROR_SIZE] = "";
+    char gerr[KHUB_ERROR_SIZE] = "", gate_sha[65] = "";
     khub_status gate_st =
-        st == KHUB_STATUS_OK ? khub__gate_check_file(path, &pol, &gate, gerr, sizeof gerr) : st;
-    int ok = st == KHUB_STATUS_OK && run_st == KHUB_STATUS_OK && gate_st == KHUB_STATUS_OK;
+        st == KHUB_STATUS_OK
+            ? khub__gate_check_file_sha(path, &pol, &gate, gate_sha, gerr, sizeof gerr)
+            : st;
+    char report[4096] = "";
+    khub_status run_st = KHUB_STATUS_OK;
+    bool ran = false;
+    if (gate_st == KHUB_STATUS_OK && digest && strcasecmp(digest, gate_sha) != 0) {
+        snprintf(report, sizeof report, "not loaded: its SHA-256 is %s, expected %s (--sha256)",
+                 gate_sha, digest);
+        run_st = KHUB_STATUS_DIGEST_MISMATCH;
+    } else if (gate_st == KHUB_STATUS_OK) {
+        run_st = khub__check_in_child(path, gate_sha, report, sizeof report);
+        ran = true;
+    } else if (st == KHUB_STATUS_OK) {
+        snprintf(report, sizeof report,
+                 "not loaded: no plugin code runs until the ABI gate passes");
+    }
+    int ok = st == KHUB_STATUS_OK && gate_st == KHUB_STATUS_OK && ran && run_st == KHUB_STATUS_OK;
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "file", path);
@@ -251,7 +265,8 @@ static int run_check(int argc, char **argv)
             cJSON_AddStringToObject(o, "version", info.version);
             cJSON_AddStringToObject(o, "abi", abi);
             cJSON_AddStringToObject(o, "sha256", info.sha256);
-            cJSON_AddStringToObject(o, "load", khub_status_name(run_st));
+            cJSON_AddStringToObject(
+                o, "load", ran || run_st != KHUB_STATUS_OK ? khub_status_name(run_st) : "skipped");
             cJSON_AddStringToObject(o, "report", report);
             cJSON_AddStringToObject(o, "gate", khub_status_name(gate_st));
             cJSON *fa = cJSON_AddArrayToObject(o, "gate_findings");
@@ -286,9 +301,13 @@ static const khub_cli_cmd cmd_check = {
     "       khub check DIR\n\n"
     "Reads FILE's ELF header and khub ABI note without running any of its code\n"
     "and checks them against this host (architecture, ABI version, pointer size)\n"
-    "and the ABI gate (below). Then, in a child process, verifies the digest,\n"
-    "loads the plugin, negotiates, initialises it and runs its self-test; a\n"
-    "crash there is reported, not fatal.\n\n"
+    "and the ABI gate (below). Only if those pass, in a child process (timed by\n"
+    "this one, 60 s or KHUB_CHECK_TIMEOUT_S), it loads exactly the bytes the gate\n"
+    "read (their digest), negotiates, initialises the plugin and runs its\n"
+    "self-test; a crash there is reported, not fatal. The child's verdict is\n"
+    "authenticated, and one that plugin code wrote is refused; but a plugin's\n"
+    "code can do anything its process can, so a passing check is evidence that\n"
+    "it works, not proof that it is harmless (docs/kernel-format.md, Threat model).\n\n"
     "With a kernel source DIR (after 'khub build DIR'), runs the publish-time gate\n"
     "on every variant: metadata.json digests, the ABI gate on every .so (only the\n"
     "entry exported, allowed libraries, glibc <= 2.28 or kernel.json's\n"

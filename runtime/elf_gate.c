@@ -1,5 +1,5 @@
 /*
- * elf_gate.c: the publish-time ABI gate (see elf_gate.h for the rules).
+ * elf_gate.c: the ABI gate (see elf_gate.h for the rules and its callers).
  *
  * The file is read whole into memory and handed to libelf with elf_memory,
  * so every section access is bounds-checked by libelf against that buffer;
@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <gelf.h>
+#include <gnu/libc-version.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -222,6 +224,8 @@ static void check_symbols(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, khub_gate_r
         if (vis != STV_DEFAULT && vis != STV_PROTECTED) continue;
         if (strcmp(name, KHUB_PLUGIN_ENTRY) != 0)
             add_finding(rep, "exports %s (only %s may be exported)", name, KHUB_PLUGIN_ENTRY);
+        else if (GELF_ST_TYPE(sym.st_info) == STT_FUNC)
+            rep->has_entry = 1;
     }
 }
 
@@ -329,36 +333,62 @@ static khub_status check_elf(Elf *e, const char *path, const khub_gate_policy *p
         }
     }
     if (!rep->has_note) add_finding(rep, "has no .note.khub ABI note (use KHUB_PLUGIN_DEFINE)");
+    if (!rep->has_entry)
+        add_finding(rep, "has no entry symbol %s (build it with KHUB_PLUGIN_DEFINE as a module)",
+                    KHUB_PLUGIN_ENTRY);
     return rep->n_findings ? KHUB_STATUS_PLUGIN_INVALID : KHUB_STATUS_OK;
 }
 
-khub_status khub__gate_check_file(const char *path, const khub_gate_policy *policy,
-                                  khub_gate_report *rep, char *errbuf, size_t errbuf_size)
+khub_status khub__gate_check_mem(const void *data, size_t n, const char *label,
+                                 const khub_gate_policy *policy, khub_gate_report *rep,
+                                 char *errbuf, size_t errbuf_size)
+{
+    memset(rep, 0, sizeof *rep);
+    if (n < 4 || memcmp(data, ELFMAG, SELFMAG) != 0) {
+        khub__errbuf(errbuf, errbuf_size, "%s: not an ELF file (bad magic)", label);
+        return KHUB_STATUS_NOT_ELF;
+    }
+    elf_version(EV_CURRENT);
+    /* libelf reads through a char *; with elf_memory it does not write. */
+    Elf *e = elf_memory((char *)(uintptr_t)data, n);
+    if (!e) {
+        khub__errbuf(errbuf, errbuf_size, "%s: libelf: %s", label, elf_errmsg(-1));
+        return KHUB_STATUS_NOT_ELF;
+    }
+    khub_status st = check_elf(e, label, policy, rep, errbuf, errbuf_size);
+    if (st == KHUB_STATUS_PLUGIN_INVALID)
+        khub__errbuf(errbuf, errbuf_size, "%s: %zu ABI gate finding(s); first: %s", label,
+                     rep->n_findings, rep->findings[0]);
+    elf_end(e);
+    return st;
+}
+
+khub_status khub__gate_check_file_sha(const char *path, const khub_gate_policy *policy,
+                                      khub_gate_report *rep, char sha256_out[65], char *errbuf,
+                                      size_t errbuf_size)
 {
     memset(rep, 0, sizeof *rep);
     unsigned char *buf = NULL;
     size_t n = 0;
     khub_status st = read_whole(path, &buf, &n, errbuf, errbuf_size);
     if (st != KHUB_STATUS_OK) return st;
-    if (n < 4 || memcmp(buf, ELFMAG, SELFMAG) != 0) {
-        free(buf);
-        khub__errbuf(errbuf, errbuf_size, "%s: not an ELF file (bad magic)", path);
-        return KHUB_STATUS_NOT_ELF;
-    }
-    elf_version(EV_CURRENT);
-    Elf *e = elf_memory((char *)buf, n);
-    if (!e) {
-        free(buf);
-        khub__errbuf(errbuf, errbuf_size, "%s: libelf: %s", path, elf_errmsg(-1));
-        return KHUB_STATUS_NOT_ELF;
-    }
-    st = check_elf(e, path, policy, rep, errbuf, errbuf_size);
-    if (st == KHUB_STATUS_PLUGIN_INVALID)
-        khub__errbuf(errbuf, errbuf_size, "%s: %zu ABI gate finding(s); first: %s", path,
-                     rep->n_findings, rep->findings[0]);
-    elf_end(e);
+    if (sha256_out) st = khub__sha256_hex(buf, n, sha256_out);
+    if (st == KHUB_STATUS_OK)
+        st = khub__gate_check_mem(buf, n, path, policy, rep, errbuf, errbuf_size);
     free(buf);
     return st;
+}
+
+khub_status khub__gate_check_file(const char *path, const khub_gate_policy *policy,
+                                  khub_gate_report *rep, char *errbuf, size_t errbuf_size)
+{
+    return khub__gate_check_file_sha(path, policy, rep, NULL, errbuf, errbuf_size);
+}
+
+void khub__gate_load_policy(khub_gate_policy *pol, char ceiling_buf[32])
+{
+    snprintf(ceiling_buf, 32, "GLIBC_%s", gnu_get_libc_version());
+    *pol = (khub_gate_policy){.glibc_ceiling = ceiling_buf};
 }
 
 /* ======================================================================== */

@@ -1,12 +1,15 @@
 /*
- * elf_gate.h: the publish-time ABI gate for plugin shared objects.
+ * elf_gate.h: the ABI gate for plugin shared objects.
  *
- * khub_check and khub build run every plugin .so through this before it may
- * be published. It reads the file with libelf only (nothing is loaded) and
+ * khub build and khub check run every plugin .so through this before it may
+ * be published (and before `khub check` runs any of its code), and the
+ * loader runs every downloaded plugin's sealed bytes through it before
+ * dlopen (khub__plugin_load_verified). It lives in runtime/ for that
+ * reason. It reads the bytes with libelf only (nothing is loaded) and
  * checks what makes a plugin safe to hot-load and portable across Linux
  * machines:
- *   - exports: only khub_plugin_init_v1 (the ABI note is a section, not a
- *     symbol);
+ *   - exports: khub_plugin_init_v1, and nothing else (the ABI note is a
+ *     section, not a symbol);
  *   - imports: DT_NEEDED libraries from an allow-list, every undefined
  *     global symbol versioned (so it comes from one of them, not from the
  *     host process), and glibc symbol versions no newer than a ceiling
@@ -37,6 +40,7 @@ typedef struct khub_gate_policy {
 typedef struct khub_gate_report {
     khub_abi_note note; /* valid when has_note */
     int has_note;
+    int has_entry;      /* exports KHUB_PLUGIN_ENTRY as a function */
     char max_glibc[32]; /* highest GLIBC_x.y referenced, "" if none */
     size_t n_findings;
     char findings[KHUB_GATE_MAX_FINDINGS][256]; /* one line per violation */
@@ -54,6 +58,25 @@ KHUB_INTERNAL extern const size_t khub__gate_n_default_libs;
 KHUB_INTERNAL khub_status khub__gate_check_file(const char *path, const khub_gate_policy *policy,
                                                 khub_gate_report *rep, char *errbuf,
                                                 size_t errbuf_size);
+
+/* The same checks on an image in memory (size bytes at data, untrusted,
+ * not modified); label names it in messages. With sha256_out (65 bytes, may
+ * be NULL) khub__gate_check_file also returns the SHA-256 of the bytes it
+ * checked, so a caller can load exactly those. */
+KHUB_INTERNAL khub_status khub__gate_check_mem(const void *data, size_t size, const char *label,
+                                               const khub_gate_policy *policy,
+                                               khub_gate_report *rep, char *errbuf,
+                                               size_t errbuf_size);
+KHUB_INTERNAL khub_status khub__gate_check_file_sha(const char *path,
+                                                    const khub_gate_policy *policy,
+                                                    khub_gate_report *rep, char sha256_out[65],
+                                                    char *errbuf, size_t errbuf_size);
+
+/* The policy for loading a downloaded plugin on this machine: the default
+ * allow-list, and the running glibc's version as the ceiling (a plugin that
+ * needs a newer glibc could not bind here; the publish-time ceiling is a
+ * portability rule for the kernel's author). ceiling_buf holds the name. */
+KHUB_INTERNAL void khub__gate_load_policy(khub_gate_policy *pol, char ceiling_buf[32]);
 
 /* Compares two "GLIBC_a.b[.c]" version names numerically: <0, 0, >0. */
 KHUB_INTERNAL int khub__glibc_version_cmp(const char *a, const char *b);
