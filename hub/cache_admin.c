@@ -163,10 +163,20 @@ static int read_refs(const char *dir, const char *rel, strset *out, int depth)
     return ok;
 }
 
+/* "dev:ino" of a file: how a snapshot entry that is a hard link
+ * (HF_HUB_DISABLE_SYMLINKS) is matched with the blob it shares bytes with. */
+static void ino_key(const struct stat *sb, char out[48])
+{
+    snprintf(out, 48, "%llx:%llx", (unsigned long long)sb->st_dev, (unsigned long long)sb->st_ino);
+}
+
 typedef struct snap_walk {
     char blobs_real[PATH_MAX]; /* realpath of the repo's blobs/, "" if none */
     strset *linked;            /* blob names linked (NULL = not collected) */
+    strset *inodes;            /* "dev:ino" of regular entries (NULL = not collected) */
+    strset *blob_inodes;       /* of the blobs: entries that are not one are copies */
     uint64_t n_files, size;
+    uint64_t copy_bytes; /* bytes of entries that are copies, not blob links */
     int broken;
 } snap_walk;
 
@@ -186,9 +196,17 @@ static int walk_snapshot(snap_walk *w, const char *dir, int depth)
             continue;
         if (S_ISDIR(sb.st_mode)) {
             ok = walk_snapshot(w, path, depth + 1);
-        } else if (S_ISREG(sb.st_mode)) { /* HF_HUB_DISABLE_SYMLINKS: a copy */
+        } else if (S_ISREG(sb.st_mode)) { /* HF_HUB_DISABLE_SYMLINKS: a link or a copy */
+            char key[48];
+            ino_key(&sb, key);
             w->n_files++;
             w->size += (uint64_t)sb.st_size;
+            /* not a hard link to a blob: a copy (huggingface_hub moves a new
+             * blob into the snapshot when symlinks are off, and copies it
+             * into the next one), whose bytes are on disk once more */
+            if (w->blob_inodes && !set_has(w->blob_inodes, key))
+                w->copy_bytes += (uint64_t)sb.st_size;
+            if (w->inodes) ok = set_add(w->inodes, key);
         } else if (S_ISLNK(sb.st_mode)) {
             size_t bl = strlen(w->blobs_real);
             struct stat tb;
@@ -234,7 +252,7 @@ static void refs_of(strset *refs, const char *commit, char *out, size_t size)
 }
 
 static khub_status scan_snapshots(khub_hub *hub, const char *repo_dir, khub_cache_repo *r,
-                                  strset *refs)
+                                  strset *refs, strset *blob_inodes)
 {
     char sdir[KHUB__PATH_MAX];
     snprintf(sdir, sizeof sdir, "%s/snapshots", repo_dir);
@@ -246,6 +264,7 @@ static khub_status scan_snapshots(khub_hub *hub, const char *repo_dir, khub_cach
     snap_walk w;
     memset(&w, 0, sizeof w);
     blobs_real_of(repo_dir, w.blobs_real);
+    w.blob_inodes = blob_inodes;
     struct dirent *de;
     khub_status st = KHUB_STATUS_OK;
     while (st == KHUB_STATUS_OK && (de = readdir(d))) {
@@ -274,6 +293,7 @@ static khub_status scan_snapshots(khub_hub *hub, const char *repo_dir, khub_cach
         refs_of(refs, rev->commit, rev->refs, sizeof rev->refs);
     }
     closedir(d);
+    r->size += w.copy_bytes;
     if (w.broken) warn(r, "%s broken or outside links in snapshots/", w.broken > 1 ? "some" : "a");
     qsort(r->revs, r->n_revs, sizeof *r->revs, cmp_rev);
     for (size_t i = 0; i < refs->n; i++) {
@@ -296,9 +316,10 @@ static khub_status scan_repo(khub_hub *hub, const char *folder, khub_cache_repo 
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "cache scan: path too long: %s", folder);
     DIR *d = opendir(blobs);
     struct dirent *de;
-    int incomplete = 0;
+    int incomplete = 0, ok = 1;
+    strset blob_inodes = {0};
     while (d && (de = readdir(d))) {
-        char path[KHUB__PATH_MAX];
+        char path[KHUB__PATH_MAX], key[48];
         struct stat sb;
         if (de->d_name[0] == '.' || !KHUB__PATHF(path, "%s/%s", blobs, de->d_name) ||
             lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
@@ -308,18 +329,22 @@ static khub_status scan_repo(khub_hub *hub, const char *folder, khub_cache_repo 
         else
             r->n_blobs++;
         r->size += (uint64_t)sb.st_size;
+        ino_key(&sb, key);
+        ok = ok && set_add(&blob_inodes, key);
     }
     if (d) closedir(d);
     if (incomplete) warn(r, "%s partial download(s) in blobs/", incomplete > 1 ? "some" : "a");
     char kv[KHUB__PATH_MAX];
     if (KHUB__PATHF(kv, "%s/khub-variants", dir)) r->size += du(kv, 0);
     strset refs = {0};
-    if (!read_refs(refs_dir, "", &refs, 0)) {
+    if (!ok || !read_refs(refs_dir, "", &refs, 0)) {
         set_free(&refs);
+        set_free(&blob_inodes);
         return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "cache scan: out of memory");
     }
-    khub_status st = scan_snapshots(hub, dir, r, &refs);
+    khub_status st = scan_snapshots(hub, dir, r, &refs, &blob_inodes);
     set_free(&refs);
+    set_free(&blob_inodes);
     return st;
 }
 
@@ -377,6 +402,92 @@ void khub__cache_report_free(khub_cache_report *r)
 /* Verify                                                                   */
 /* ======================================================================== */
 
+typedef struct verifier {
+    khub_cache_item_fn fn;
+    void *ud;
+    uint64_t *checked, *bad, unchecked;
+    char *first; /* KHUB__PATH_MAX: the first corrupt path */
+} verifier;
+
+/* Hashes path (SHA-256, else the git blob SHA-1), compares with want and
+ * reports a mismatch. */
+static void verify_one(verifier *v, const char *path, const char *want, int sha256)
+{
+    char got[65], detail[200];
+    khub_status hs =
+        sha256 ? khub__sha256_file_hex(path, got) : khub__git_blob_sha1_file(path, got);
+    (*v->checked)++;
+    if (hs == KHUB_STATUS_OK && khub__digest_eq(got, want)) return;
+    (*v->bad)++;
+    if (hs == KHUB_STATUS_OK)
+        snprintf(detail, sizeof detail, "%s is %s, not %s", sha256 ? "SHA-256" : "git SHA-1", got,
+                 want);
+    else
+        snprintf(detail, sizeof detail, "cannot read it");
+    if (!v->first[0]) snprintf(v->first, KHUB__PATH_MAX, "%s", path);
+    if (v->fn) v->fn(v->ud, "corrupt", path, detail);
+}
+
+/* Reports the copies under dir (rel inside the snapshot) that no tree
+ * entry named: nothing on disk says what their bytes should be. */
+static void copies_untreed(verifier *v, const char *dir, const char *rel, strset *blob_ino,
+                           strset *done, int depth)
+{
+    DIR *d = depth < MAX_DEPTH ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char path[KHUB__PATH_MAX], sub[KHUB__PATH_MAX], key[48];
+        struct stat sb;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            !KHUB__PATHF(path, "%s/%s", dir, de->d_name) ||
+            !KHUB__PATHF(sub, "%s%s%s", rel, rel[0] ? "/" : "", de->d_name) ||
+            lstat(path, &sb) != 0)
+            continue;
+        if (S_ISDIR(sb.st_mode)) {
+            copies_untreed(v, path, sub, blob_ino, done, depth + 1);
+            continue;
+        }
+        ino_key(&sb, key);
+        if (!S_ISREG(sb.st_mode) || set_has(blob_ino, key) || set_has(done, sub)) continue;
+        v->unchecked++;
+        if (v->fn)
+            v->fn(v->ud, "unchecked", path,
+                  "a copy (HF_HUB_DISABLE_SYMLINKS) that no blob or trees/ entry names a hash for");
+    }
+    if (d) closedir(d);
+}
+
+/* The snapshot entries of commit that are copies, not hard links to a blob
+ * (huggingface_hub with HF_HUB_DISABLE_SYMLINKS moves or copies the bytes
+ * there, so no blob holds them): each is checked against the hash that
+ * trees/<commit>.json gives its path; one the tree does not name cannot be
+ * checked and is reported as "unchecked". */
+static void verify_copies(verifier *v, const char *repo_dir, const char *commit, strset *blob_ino)
+{
+    char tpath[KHUB__PATH_MAX], sdir[KHUB__PATH_MAX];
+    khub__tree tree = {0};
+    if (!KHUB__PATHF(tpath, "%s/trees/%s.json", repo_dir, commit) ||
+        !KHUB__PATHF(sdir, "%s/snapshots/%s", repo_dir, commit))
+        return;
+    int have_tree = khub__tree_read_cache(tpath, &tree);
+    strset done = {0}; /* the paths the tree named */
+    for (size_t i = 0; have_tree && i < tree.count; i++) {
+        const khub__tree_entry *e = &tree.items[i];
+        char path[KHUB__PATH_MAX], key[48];
+        struct stat sb;
+        if (e->is_dir || !KHUB__PATHF(path, "%s/%s", sdir, e->path) || lstat(path, &sb) != 0 ||
+            !S_ISREG(sb.st_mode))
+            continue;
+        ino_key(&sb, key);
+        set_add(&done, e->path);
+        if (set_has(blob_ino, key)) continue; /* a hard link: its blob is checked */
+        verify_one(v, path, e->lfs_sha256[0] ? e->lfs_sha256 : e->oid, e->lfs_sha256[0] != 0);
+    }
+    khub__tree_free(&tree);
+    copies_untreed(v, sdir, "", blob_ino, &done, 0);
+    set_free(&done);
+}
+
 static int matches(const khub_cache_repo *r, const char *filter)
 {
     return !filter || !strcmp(filter, r->folder) || !strcmp(filter, r->id);
@@ -390,34 +501,32 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
     KHUB_FORWARD_IF_ERROR(NULL, khub__cache_scan(hub, &rep));
     size_t hit = 0;
     char first[KHUB__PATH_MAX] = "";
+    verifier v = {.fn = fn, .ud = ud, .checked = checked, .bad = bad, .first = first};
     for (size_t i = 0; i < rep->n_repos; i++) {
         if (!matches(&rep->repos[i], filter)) continue;
         hit++;
-        char blobs[KHUB__PATH_MAX];
-        snprintf(blobs, sizeof blobs, "%s/%s/blobs", hub->cache_dir, rep->repos[i].folder);
+        char blobs[KHUB__PATH_MAX], repo_dir[KHUB__PATH_MAX];
+        snprintf(repo_dir, sizeof repo_dir, "%s/%s", hub->cache_dir, rep->repos[i].folder);
+        snprintf(blobs, sizeof blobs, "%s/blobs", repo_dir);
+        strset blob_ino = {0};
         DIR *d = opendir(blobs);
         struct dirent *de;
         while (d && (de = readdir(d))) {
-            char path[KHUB__PATH_MAX], got[65], detail[200];
+            char path[KHUB__PATH_MAX], key[48];
             size_t n = strlen(de->d_name);
             struct stat sb;
             if ((n != 40 && n != 64) || !is_hex(de->d_name, n) ||
                 !KHUB__PATHF(path, "%s/%s", blobs, de->d_name) || lstat(path, &sb) != 0 ||
                 !S_ISREG(sb.st_mode))
                 continue;
-            khub_status hs =
-                n == 64 ? khub__sha256_file_hex(path, got) : khub__git_blob_sha1_file(path, got);
-            (*checked)++;
-            if (hs == KHUB_STATUS_OK && khub__digest_eq(got, de->d_name)) continue;
-            (*bad)++;
-            if (hs == KHUB_STATUS_OK)
-                snprintf(detail, sizeof detail, "%s is %s", n == 64 ? "SHA-256" : "git SHA-1", got);
-            else
-                snprintf(detail, sizeof detail, "cannot read it");
-            if (!first[0]) snprintf(first, sizeof first, "%s", path);
-            if (fn) fn(ud, "corrupt", path, detail);
+            ino_key(&sb, key);
+            set_add(&blob_ino, key);
+            verify_one(&v, path, de->d_name, n == 64);
         }
         if (d) closedir(d);
+        for (size_t k = 0; k < rep->repos[i].n_revs; k++)
+            verify_copies(&v, repo_dir, rep->repos[i].revs[k].commit, &blob_ino);
+        set_free(&blob_ino);
     }
     khub__cache_report_free(rep);
     if (filter && !hit)
@@ -426,7 +535,7 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
                               hub->cache_dir);
     if (*bad)
         return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
-                              "cache verify: %llu of %llu blobs are corrupt (first: %s); "
+                              "cache verify: %llu of %llu files are corrupt (first: %s); "
                               "delete them and download again",
                               (unsigned long long)*bad, (unsigned long long)*checked, first);
     return KHUB_STATUS_OK;
@@ -470,7 +579,7 @@ static void drop_if_exists(pruner *p, const char *kind, const char *dir, const c
 static khub_status prune_repo(pruner *p, const char *folder)
 {
     char dir[KHUB__PATH_MAX], sdir[KHUB__PATH_MAX], sub[KHUB__PATH_MAX];
-    strset refs = {0}, linked = {0};
+    strset refs = {0}, linked = {0}, inodes = {0};
     snprintf(dir, sizeof dir, "%s/%s", p->hub->cache_dir, folder);
     snprintf(sdir, sizeof sdir, "%s/snapshots", dir);
     snprintf(sub, sizeof sub, "%s/refs", dir);
@@ -481,6 +590,7 @@ static khub_status prune_repo(pruner *p, const char *folder)
     memset(&w, 0, sizeof w);
     blobs_real_of(dir, w.blobs_real);
     w.linked = &linked;
+    w.inodes = &inodes;
     DIR *d = opendir(sdir);
     struct dirent *de;
     while (d && (de = readdir(d))) {
@@ -509,21 +619,25 @@ static khub_status prune_repo(pruner *p, const char *folder)
     snprintf(sub, sizeof sub, "%s/blobs", dir);
     d = opendir(sub);
     while (d && (de = readdir(d))) {
-        char path[KHUB__PATH_MAX];
+        char path[KHUB__PATH_MAX], key[48];
         struct stat sb;
         if (de->d_name[0] == '.' || strchr(de->d_name, '.') || set_has(&linked, de->d_name) ||
             !KHUB__PATHF(path, "%s/%s", sub, de->d_name) || lstat(path, &sb) != 0 ||
             !S_ISREG(sb.st_mode))
             continue; /* in-flight "<etag>.<x>.incomplete" names have a '.' */
+        ino_key(&sb, key);
+        if (set_has(&inodes, key)) continue; /* a kept snapshot's hard link to it */
         drop(p, "blob", path, 0);
     }
     if (d) closedir(d);
     set_free(&refs);
     set_free(&linked);
+    set_free(&inodes);
     return KHUB_STATUS_OK;
 oom:
     set_free(&refs);
     set_free(&linked);
+    set_free(&inodes);
     return khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "cache prune: out of memory");
 }
 

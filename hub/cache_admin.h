@@ -32,7 +32,8 @@ typedef struct khub_cache_repo {
     char folder[300]; /* "kernels--org--name" */
     char type[16];    /* "kernel", "model", "dataset", "space" */
     char id[200];     /* "org/name" */
-    uint64_t size;    /* bytes on disk: blobs/ plus khub-variants/ */
+    uint64_t size;    /* bytes on disk: blobs/, khub-variants/ and snapshot
+                         entries that are copies rather than blob links */
     uint64_t n_blobs;
     khub_cache_rev *revs; /* by commit */
     size_t n_revs;

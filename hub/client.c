@@ -394,7 +394,7 @@ static int tree_cached_entry(const cJSON *v, khub__tree_entry *e)
 
 /* The files of trees/<commit>.json into files; false when there is no
  * usable cache file. */
-static bool tree_read_cache(const char *path, khub__tree *files)
+bool khub__tree_read_cache(const char *path, khub__tree *files)
 {
     size_t n = 0;
     char *text = read_small_file(path, MAX_TREE_FILE, &n);
@@ -522,7 +522,7 @@ static khub_status list_tree_once(khub_hub *hub, const khub_hub_id *id, const ch
     if (!KHUB__PATHF(path, "%s/trees/%s.json", repo_dir, commit))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "tree cache path too long");
     khub__tree files = {0};
-    if (!tree_read_cache(path, &files)) {
+    if (!khub__tree_read_cache(path, &files)) {
         if (hub->offline)
             return khub__hub_fail(hub, KHUB_STATUS_OFFLINE,
                                   "listing %s/%s@%.12s: no cached listing (%s) and "
@@ -658,7 +658,8 @@ static bool blob_from_tree(const char *repo_dir, const char *commit, const char 
     char tree[KHUB__PATH_MAX];
     khub__tree files = {0};
     bool found = false;
-    if (!KHUB__PATHF(tree, "%s/trees/%s.json", repo_dir, commit) || !tree_read_cache(tree, &files))
+    if (!KHUB__PATHF(tree, "%s/trees/%s.json", repo_dir, commit) ||
+        !khub__tree_read_cache(tree, &files))
         return false;
     for (size_t i = 0; i < files.count && !found; i++) {
         const khub__tree_entry *e = &files.items[i];

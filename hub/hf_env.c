@@ -122,5 +122,6 @@ int khub__env_path(const char *name, char *out, size_t size)
 bool khub__env_offline(void)
 {
     const char *v = getenv("HF_HUB_OFFLINE");
-    return v && v[0] ? khub__env_truthy("HF_HUB_OFFLINE") : khub__env_truthy("TRANSFORMERS_OFFLINE");
+    return v && v[0] ? khub__env_truthy("HF_HUB_OFFLINE")
+                     : khub__env_truthy("TRANSFORMERS_OFFLINE");
 }

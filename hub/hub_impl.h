@@ -234,6 +234,9 @@ KHUB_INTERNAL khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, 
 /* Parses one page of a tree listing (a JSON array) and appends it. */
 KHUB_INTERNAL khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n,
                                            khub__tree *t);
+/* The files of a trees/<commit>.json at path into files; false (files
+ * empty) when it is missing or unusable. */
+KHUB_INTERNAL bool khub__tree_read_cache(const char *path, khub__tree *files);
 /* trees/<commit>.json in huggingface_hub's format_version 1. */
 KHUB_INTERNAL khub_status khub__cache_write_tree(khub_hub *hub, const char *repo_dir,
                                                  const char *commit, const khub__tree *t);

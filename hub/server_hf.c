@@ -103,9 +103,8 @@ static MHD_RESULT api_org_overview(khub__server *s, struct MHD_Connection *c, co
     cJSON_AddFalseToObject(j, "isVerified");
     cJSON_AddNumberToObject(j, "numModels", repos);
     cJSON_AddFalseToObject(j, "trustedKernelPublisher");
-    char *text = KHUB__PATHF(path, "%s/.org.json", dir)
-                     ? khub__srv_read_file(path, NULL, 1 << 20)
-                     : NULL;
+    char *text =
+        KHUB__PATHF(path, "%s/.org.json", dir) ? khub__srv_read_file(path, NULL, 1 << 20) : NULL;
     cJSON *extra = text ? cJSON_Parse(text) : NULL, *e;
     free(text);
     if (text && !cJSON_IsObject(extra)) {

@@ -123,7 +123,7 @@ TEST_IMPL(verify_finds_corrupt_blobs)
     ASSERT_STATUS(khub__cache_verify(hub, "org/demo", record, &s, &checked, &bad),
                   KHUB_STATUS_DIGEST_MISMATCH);
     ASSERT_EQ(bad, 2);
-    ASSERT_CONTAINS(khub_hub_errmsg(hub), "cache verify: 2 of 3 blobs are corrupt");
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "cache verify: 2 of 3 files are corrupt");
     ASSERT(saw(&s, "corrupt", strrchr(lfs, '/')));
     ASSERT(saw(&s, "corrupt", strrchr(reg, '/')));
     ASSERT_STATUS(khub__cache_verify(hub, "org/other", NULL, NULL, &checked, &bad),
@@ -198,8 +198,89 @@ TEST_IMPL(prune_detached_and_unreferenced)
     fx_done(&fx);
 }
 
+static size_t count_dir(const char *path)
+{
+    DIR *d = opendir(path);
+    size_t n = 0;
+    struct dirent *de;
+    while (d && (de = readdir(d)))
+        if (de->d_name[0] != '.') n++;
+    if (d) closedir(d);
+    return n;
+}
+
+/* HF_HUB_DISABLE_SYMLINKS (issue 11): snapshot entries that are hard links
+ * keep their blobs through prune (they were all removed: no symlink named
+ * them); an entry that is a copy (huggingface_hub moves a new blob into the
+ * snapshot) counts in ls's size and is verified against trees/<commit>.json,
+ * else reported unchecked (it was never looked at). */
+TEST_IMPL(disabled_symlinks_layout)
+{
+    setenv("HF_HUB_DISABLE_SYMLINKS", "1", 1);
+    fixture fx;
+    khub_hub *hub = fill_cache(&fx);
+    unsetenv("HF_HUB_DISABLE_SYMLINKS");
+    char repo[600], path[900], blobs[700];
+    snprintf(repo, sizeof repo, "%s/kernels--org--demo", fx.cache);
+    snprintf(blobs, sizeof blobs, "%s/blobs", repo);
+    snprintf(path, sizeof path, "%s/snapshots/%s/README.md", repo, C1);
+    struct stat sb;
+    ASSERT_EQ(lstat(path, &sb), 0);
+    ASSERT(S_ISREG(sb.st_mode) && sb.st_nlink == 2); /* a hard link to its blob */
+    const uint64_t total = 70000 + strlen("# demo kernel\n") + strlen("# demo kernel v2\n");
+    khub_cache_report *r = NULL;
+    ASSERT_OK(khub__cache_scan(hub, &r));
+    ASSERT_EQ(r->repos[0].size, total); /* hard links are not counted twice */
+    ASSERT_EQ(r->repos[0].revs[0].n_files, 2);
+    khub__cache_report_free(r);
+    seen s = {0};
+    uint64_t freed = 0;
+    ASSERT_OK(khub__cache_prune(hub, 0, record, &s, &freed));
+    ASSERT_EQ(s.n, 0);
+    ASSERT_EQ(count_dir(blobs), 3);
+    uint64_t checked = 0, bad = 0;
+    ASSERT_OK(khub__cache_verify(hub, NULL, record, &s, &checked, &bad));
+    ASSERT_EQ(checked, 3);
+
+    /* huggingface_hub's layout: README.md's bytes only in the snapshot */
+    char sha1[41], blob[800];
+    ASSERT_OK(khub__git_blob_sha1_buf("# demo kernel\n", 14, sha1));
+    snprintf(blob, sizeof blob, "%s/%s", blobs, sha1);
+    ASSERT_EQ(unlink(blob), 0);
+    ASSERT_OK(khub__cache_scan(hub, &r));
+    ASSERT_EQ(r->repos[0].size, total); /* the copy's bytes are on disk */
+    khub__cache_report_free(r);
+    memset(&s, 0, sizeof s);
+    ASSERT_OK(khub__cache_verify(hub, NULL, record, &s, &checked, &bad));
+    ASSERT_EQ(checked, 2);
+    ASSERT(saw(&s, "unchecked", "README.md")); /* no trees/ file names its hash */
+    khub__tree t = {0};
+    khub_hub_id id = fx_id("org/demo@main");
+    ASSERT_OK(khub__list_tree(hub, &id, C1, "", 1, &t)); /* writes trees/<C1>.json */
+    khub__tree_free(&t);
+    memset(&s, 0, sizeof s);
+    ASSERT_OK(khub__cache_verify(hub, NULL, record, &s, &checked, &bad));
+    ASSERT_EQ(checked, 3);
+    ASSERT_EQ(s.n, 0);
+    fx_write(path, "# demo kernel!\n", 15); /* the copy is damaged */
+    memset(&s, 0, sizeof s);
+    ASSERT_STATUS(khub__cache_verify(hub, NULL, record, &s, &checked, &bad),
+                  KHUB_STATUS_DIGEST_MISMATCH);
+    ASSERT_EQ(bad, 1);
+    ASSERT(saw(&s, "corrupt", "snapshots/" C1 "/README.md"));
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "cache verify: 1 of 3 files are corrupt");
+    /* prune keeps the copy of a referenced snapshot */
+    memset(&s, 0, sizeof s);
+    ASSERT_OK(khub__cache_prune(hub, 0, record, &s, &freed));
+    ASSERT_EQ(s.n, 0);
+    ASSERT(access(path, F_OK) == 0);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(scan_lists_repos_and_revisions) \
     X(verify_finds_corrupt_blobs) \
-    X(prune_detached_and_unreferenced)
+    X(prune_detached_and_unreferenced) \
+    X(disabled_symlinks_layout)
 TEST_MAIN(TEST_LIST)

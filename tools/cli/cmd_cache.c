@@ -116,7 +116,7 @@ static int cache_verify(khub_hub *hub, const char *id, int json)
         printf("],\"checked\":%llu,\"corrupt\":%llu}\n", (unsigned long long)checked,
                (unsigned long long)bad);
     if (st != KHUB_STATUS_OK) return khub_cli_fail("cache verify", "%s", khub_hub_errmsg(hub));
-    if (!json) printf("%llu blobs verified, none corrupt\n", (unsigned long long)checked);
+    if (!json) printf("%llu files verified, none corrupt\n", (unsigned long long)checked);
     return 0;
 }
 
@@ -183,9 +183,12 @@ static const khub_cli_cmd cache_cmd = {
     "ls      repos, revisions (with the refs naming them), sizes and warnings, like\n"
     "        'hf cache scan' (kernel repos included).\n"
     "verify  re-hashes every blob (of repo ID, org/name or a folder name) against its\n"
-    "        name: SHA-256 (64 hex) or git blob SHA-1 (40 hex); exits 1 if any is corrupt.\n"
-    "prune   removes snapshots no ref names, then blobs no snapshot links to; touches\n"
-    "        nothing outside the cache. --dry-run lists what it would remove.\n"
+    "        name: SHA-256 (64 hex) or git blob SHA-1 (40 hex), and snapshot files that\n"
+    "        are copies (HF_HUB_DISABLE_SYMLINKS) against trees/<commit>.json (else\n"
+    "        listed as unchecked); exits 1 if any is corrupt.\n"
+    "prune   removes snapshots no ref names, then blobs no kept snapshot links to\n"
+    "        (symlink or hard link); touches nothing outside the cache. --dry-run lists\n"
+    "        what it would remove.\n"
     "--json  one JSON object: ls {cache,size,repos}; verify {items,checked,corrupt}\n"
     "        (printed even when a blob is corrupt); prune {dry_run,items,freed}.\n"
     "The cache is --cache, else KHUB_CACHE, HF_HUB_CACHE, HF_HOME/hub, ~/.cache/...\n",
