@@ -13,7 +13,7 @@
 
 khub_status khub__git_blob_sha1_file(const char *path, char hex[41])
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = khub__fopen_regular(path, NULL, 0);
     if (!f) return KHUB_STATUS_IO;
     struct stat sb;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();

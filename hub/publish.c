@@ -325,7 +325,7 @@ static char *b64(const void *data, size_t n)
 static char *sample_b64(const char *path)
 {
     unsigned char buf[512];
-    FILE *f = fopen(path, "rb");
+    FILE *f = khub__fopen_regular(path, NULL, 0);
     size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
     if (f) fclose(f);
     return b64(buf, n);
@@ -582,7 +582,7 @@ static khub_status add_inline(pub *p, ndjson *b, const pub_file *f)
                               "publish: %s is %llu bytes, too large to send inline; the server "
                               "should have classified it as LFS",
                               f->rel, (unsigned long long)f->size);
-    FILE *in = fopen(f->path, "rb");
+    FILE *in = khub__fopen_regular(f->path, NULL, 0);
     char *data = malloc(f->size ? f->size : 1);
     size_t got = in && data ? fread(data, 1, f->size, in) : 0;
     if (in) fclose(in);

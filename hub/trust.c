@@ -172,10 +172,10 @@ fail:
 khub_status khub__sign(const char *priv_path, const void *data, size_t n, char **sig_json,
                        char *errbuf, size_t errbuf_size)
 {
-    FILE *f = fopen(priv_path, "rb");
+    char why[KHUB_ERROR_SIZE];
+    FILE *f = khub__fopen_regular(priv_path, why, sizeof why);
     if (!f) {
-        khub__errbuf(errbuf, errbuf_size, "%s: cannot open private key: %s", priv_path,
-                     strerror(errno));
+        khub__errbuf(errbuf, errbuf_size, "private key %s", why);
         return KHUB_STATUS_IO;
     }
     EVP_PKEY *pkey = PEM_read_PrivateKey(f, NULL, NULL, NULL);

@@ -29,7 +29,7 @@ khub_status khub__sha256_hex(const void *data, size_t n, char hex[65])
 
 khub_status khub__sha256_file_hex(const char *path, char hex[65])
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = khub__fopen_regular(path, NULL, 0);
     if (!f) return KHUB_STATUS_IO;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     khub_status st = KHUB_STATUS_OK;

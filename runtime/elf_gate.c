@@ -98,11 +98,8 @@ static int lib_allowed(const khub_gate_policy *pol, const char *name)
 static khub_status read_whole(const char *path, unsigned char **out, size_t *n, char *errbuf,
                               size_t errbuf_size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        khub__errbuf(errbuf, errbuf_size, "%s: cannot open: %s", path, strerror(errno));
-        return KHUB_STATUS_IO;
-    }
+    int fd = khub__open_regular(path, errbuf, errbuf_size); /* never hangs on a FIFO */
+    if (fd < 0) return KHUB_STATUS_IO;
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > MAX_PLUGIN_BYTES) {
         khub__errbuf(errbuf, errbuf_size, "%s: not a regular file of at most 1 GiB", path);

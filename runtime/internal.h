@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "khub/khub.h"
 
@@ -157,8 +158,19 @@ KHUB_INTERNAL khub_pool *khub__runtime_pool(khub_runtime *rt);
 KHUB_INTERNAL const khub_host_api *khub__runtime_host(khub_runtime *rt);
 
 /* ------------------------------------------------------------------------ */
-/* Small whole-file reads (runtime/file_read.c)                             */
+/* Opening user-given files, small whole-file reads (runtime/file_read.c)   */
 /* ------------------------------------------------------------------------ */
+
+/* Opens path read-only (O_CLOEXEC) without hanging on a FIFO or a device:
+ * the open itself is O_NONBLOCK, anything but a regular file is refused
+ * (errno EINVAL, or EISDIR for a directory) and blocking reads are
+ * restored. The fd, or -1 with errno set and errbuf (may be NULL) holding
+ * "<path>: cannot open: <reason>" or "<path>: is a FIFO, not a regular
+ * file". Every path a user names (model, plugin, policy, lock, key, token,
+ * khub.json) is opened through this or khub__fopen_regular. */
+KHUB_INTERNAL int khub__open_regular(const char *path, char *errbuf, size_t errbuf_size);
+/* The same as a stdio stream ("rb"); NULL with errno and errbuf set. */
+KHUB_INTERNAL FILE *khub__fopen_regular(const char *path, char *errbuf, size_t errbuf_size);
 
 /* Reads all of path, at most max bytes, into *out (NUL-terminated, the
  * caller frees it with free()); *n gets the length. NOT_FOUND when absent,

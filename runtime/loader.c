@@ -79,11 +79,8 @@ static khub_status read_file(khub_runtime *rt, const char *path, size_t cap, uns
 {
     *out = NULL;
     *size = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        khub__errbuf(msg, n, "cannot open %s: %s", path, strerror(errno));
-        return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
-    }
+    int fd = khub__open_regular(path, msg, n); /* never hangs on a FIFO */
+    if (fd < 0) return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
     struct stat sb;
     khub_status st = KHUB_STATUS_OK;
     unsigned char *buf = NULL;

@@ -16,9 +16,9 @@ khub_status khub__mmap_open(khub_runtime *rt, const char *path, khub_mmap *out)
     memset(out, 0, sizeof *out);
     KHUB_API_CHECK(rt, path != NULL);
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    KHUB_RETURN_IF(rt, fd < 0, errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO,
-                   "%s: cannot open: %s", path, strerror(errno));
+    char why[KHUB_ERROR_SIZE];
+    int fd = khub__open_regular(path, why, sizeof why); /* never hangs on a FIFO */
+    KHUB_RETURN_IF(rt, fd < 0, errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO, "%s", why);
 
     khub_status st = KHUB_STATUS_OK;
     struct stat sb;

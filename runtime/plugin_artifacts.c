@@ -113,9 +113,10 @@ khub_status khub__artifacts_new(khub_runtime *rt, const khub__artifact_file *fil
  * SHA-256 is still the verified one. */
 static khub_status read_verified(khub_runtime *rt, artifact *e, char *msg, size_t n)
 {
-    int fd = open(e->path, O_RDONLY | O_CLOEXEC);
+    char why[KHUB_ERROR_SIZE];
+    int fd = khub__open_regular(e->path, why, sizeof why);
     if (fd < 0) {
-        khub__errbuf(msg, n, "artifact %s: cannot open %s: %s", e->name, e->path, strerror(errno));
+        khub__errbuf(msg, n, "artifact %s: %s", e->name, why);
         return KHUB_STATUS_IO;
     }
     struct stat sb;

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define TOK_MAX_FILE (1u << 30) /* bytes of tokenizer.json */
 
@@ -397,12 +398,11 @@ khub_status khub__tokenizer_from_json_mem(khub_runtime *rt, const char *json, si
 /* Reads a whole file; NOT_FOUND when it does not exist. */
 static khub_status read_file(khub_runtime *rt, const char *path, char **data, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        int e = errno;
-        return khub__fail(rt, e == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO,
-                          "tokenizer: cannot open %s: %s", path, strerror(e));
-    }
+    char why[KHUB_ERROR_SIZE];
+    FILE *f = khub__fopen_regular(path, why, sizeof why);
+    if (!f)
+        return khub__fail(rt, errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO,
+                          "tokenizer: %s", why);
     khub_status st = KHUB_STATUS_IO;
     long size = -1;
     if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
@@ -445,11 +445,7 @@ khub_status khub__tokenizer_from_json(khub_runtime *rt, const char *path, khub_t
     if (dir + sizeof "tokenizer_config.json" <= sizeof cfg_path) {
         memcpy(cfg_path, path, dir);
         memcpy(cfg_path + dir, "tokenizer_config.json", sizeof "tokenizer_config.json");
-        FILE *probe = fopen(cfg_path, "rb");
-        if (probe) {
-            fclose(probe);
-            st = read_file(rt, cfg_path, &cfg, &cfg_len);
-        }
+        if (access(cfg_path, F_OK) == 0) st = read_file(rt, cfg_path, &cfg, &cfg_len);
     }
     if (st == KHUB_STATUS_OK) st = khub__tokenizer_from_json_mem(rt, json, len, cfg, cfg_len, out);
     khub__free(rt, json, len + 1);

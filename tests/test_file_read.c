@@ -1,11 +1,17 @@
 /* test_file_read.c: bounded whole-file reads: content, absence, a file over
- * the bound (refused, never cut short), a directory. */
+ * the bound (refused, never cut short), a directory; a FIFO given as a
+ * policy, lock, model, plugin or any read file is refused at once. */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
+#include "khub/khub_model.h"
+#include "lockfile.h"
 #include "runner.h"
+#include "trust.h"
 
 static const char *write_tmp(const char *text)
 {
@@ -52,8 +58,48 @@ TEST_IMPL(absent_and_directory)
     ASSERT(buf == NULL);
 }
 
+/* A FIFO named as a file used to block the open() for good, waiting for a
+ * writer that never comes (issue 10). Every opener refuses it at once; an
+ * alarm turns a hang into a failure. */
+TEST_IMPL(fifo_refused_at_once)
+{
+    char fifo[64], err[KHUB_ERROR_SIZE] = "";
+    snprintf(fifo, sizeof fifo, "/tmp/khub-fifo-%d", (int)getpid());
+    ASSERT_EQ(mkfifo(fifo, 0600), 0);
+    alarm(10);
+    char *buf = NULL;
+    size_t n = 0;
+    ASSERT_STATUS(khub__read_file(fifo, 10, &buf, &n, err, sizeof err), KHUB_STATUS_IO);
+    ASSERT_CONTAINS(err, "is a FIFO, not a regular file");
+    ASSERT_EQ(khub__open_regular(fifo, NULL, 0), -1);
+    ASSERT(khub__fopen_regular("/tmp", err, sizeof err) == NULL);
+    ASSERT_CONTAINS(err, "/tmp: is a directory, not a regular file");
+
+    khub_trust_policy *pol = NULL;
+    ASSERT_STATUS(khub__trust_policy_load(fifo, &pol, err, sizeof err), KHUB_STATUS_IO);
+    ASSERT_CONTAINS(err, "is a FIFO");
+    khub_lock *lock = NULL;
+    ASSERT(khub__lock_load(fifo, &lock, err, sizeof err) != KHUB_STATUS_OK);
+    ASSERT_CONTAINS(err, "is a FIFO");
+
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(NULL, &rt));
+    ASSERT_STATUS(
+        khub_plugin_load(rt, fifo,
+                         "0000000000000000000000000000000000000000000000000000000000000000", NULL),
+        KHUB_STATUS_IO);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "is a FIFO");
+    khub_model *m = NULL;
+    ASSERT(khub_model_load(rt, fifo, NULL, &m) != KHUB_STATUS_OK);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "is a FIFO");
+    khub_runtime_free(rt);
+    alarm(0);
+    unlink(fifo);
+}
+
 #define TEST_LIST(X) \
     X(reads_whole_file) \
     X(over_the_bound_is_refused) \
-    X(absent_and_directory)
+    X(absent_and_directory) \
+    X(fifo_refused_at_once)
 TEST_MAIN(TEST_LIST)

@@ -106,8 +106,9 @@ static void print_pin(const char *verb, const khub_lock_entry *e)
 
 static int lock_import(const char *cmd, khub_hub *hub, const char *path, khub_lock *lock)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return khub_cli_fail(cmd, "cannot open %s", path);
+    char why[KHUB_ERROR_SIZE];
+    FILE *f = khub__fopen_regular(path, why, sizeof why);
+    if (!f) return khub_cli_fail(cmd, "%s", why);
     static char buf[8 << 20];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
