@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -498,8 +499,11 @@ static khub_status list_online(khub_hub *hub, const khub_hub_id *id, const char 
         if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 300))
             st = khub__http_error(hub, &r, what);
         if (st == KHUB_STATUS_OK) st = khub__tree_parse(hub, r.body ? r.body : "", r.body_len, out);
+        /* Origins compared as for redirects (scheme, host, port), not text
+         * prefixes: "http://127.0.0.1:8080@evil.example/" starts with the
+         * endpoint "http://127.0.0.1:8080" and is evil.example's (issue 10). */
         if (st == KHUB_STATUS_OK && r.link_next[0] &&
-            strncmp(r.link_next, hub->endpoint, strlen(hub->endpoint)) != 0)
+            (!strstr(r.link_next, "://") || !khub__url_same_origin(hub->endpoint, r.link_next)))
             st = khub__hub_fail(hub, KHUB_STATUS_HTTP,
                                 "%s: the next-page link %.200s leaves %s; refusing it", what,
                                 r.link_next, hub->endpoint);
@@ -576,6 +580,31 @@ static khub_status verify_blob(khub_hub *hub, const char *tmp, const char *etag,
     return KHUB_STATUS_OK;
 }
 
+/* An announced size is checked before the GET: over KHUB_MAX_DOWNLOAD_SIZE,
+ * or over what the cache's file system has free, nothing is requested (a
+ * hostile hub's 2^60 bytes would otherwise be written until the disk is
+ * full). */
+khub_status khub__download_size_ok(khub_hub *hub, const char *dir, uint64_t size, uint64_t have,
+                                   const char *what)
+{
+    if (size > hub->max_download)
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW,
+                              "%s: the hub announces %llu bytes, over the %llu-byte limit; "
+                              "nothing was requested (raise KHUB_MAX_DOWNLOAD_SIZE if you "
+                              "trust this file)",
+                              what, (unsigned long long)size,
+                              (unsigned long long)hub->max_download);
+    struct statvfs vs;
+    if (statvfs(dir, &vs) == 0 && vs.f_frsize > 0 && size > have &&
+        (uint64_t)vs.f_bavail < (size - have) / (uint64_t)vs.f_frsize)
+        return khub__hub_fail(hub, KHUB_STATUS_IO,
+                              "%s: the hub announces %llu bytes, %llu more than the %llu free on "
+                              "the cache's file system (%s); nothing was requested",
+                              what, (unsigned long long)size, (unsigned long long)(size - have),
+                              (unsigned long long)vs.f_bavail * vs.f_frsize, dir);
+    return KHUB_STATUS_OK;
+}
+
 static int is_regular(const char *path)
 {
     struct stat sb;
@@ -598,6 +627,14 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
     st = khub__cache_blob_tmp(hub, repo_dir, etag, tmp, sizeof tmp, &fd, &have);
     if (st != KHUB_STATUS_OK) goto done;
     if (have > size && ftruncate(fd, 0) == 0) have = 0;
+    char what[512];
+    snprintf(what, sizeof what, "downloading %s/%s/%s", id->org, id->name, path);
+    st = khub__download_size_ok(hub, repo_dir, size, have, what);
+    if (st != KHUB_STATUS_OK) {
+        close(fd);
+        if (have == 0) unlink(tmp); /* a resumable prefix stays */
+        goto done;
+    }
     int git = strlen(etag) == 40;
     khub__blob_sink *bs = NULL;
     st = khub__blob_sink_new(hub, fd, have, size, path, git, &bs);
@@ -606,15 +643,14 @@ static khub_status fetch_blob(khub_hub *hub, const khub_hub_id *id, const char *
         unlink(tmp);
         goto done;
     }
-    char what[512];
-    snprintf(what, sizeof what, "downloading %s/%s/%s", id->org, id->name, path);
     khub__http_resp r = {0};
     khub__http_req req = {.method = "GET",
                           .url = url,
                           .auth = 1,
                           .follow_absolute = 1,
                           .sink = khub__blob_sink_sink(bs),
-                          .what = what};
+                          .what = what,
+                          .expect_bytes = size};
     if (have < size || size == 0) st = khub__http_fetch(hub, &req, &r);
     char streamed[65], sha256[65];
     khub_status sink_st = khub__blob_sink_finish(bs, streamed, sha256);

@@ -297,10 +297,10 @@ static khub_status set_body(khub_hub *hub, const khub__http_req *req, CURL *c,
     *hdrs = curl_slist_append(*hdrs, "Expect:");
     if (req->upload_path) {
         struct stat sb;
-        *up = fopen(req->upload_path, "rb");
-        if (!*up || fstat(fileno(*up), &sb) != 0 || !S_ISREG(sb.st_mode))
-            return khub__hub_fail(hub, KHUB_STATUS_IO, "%s: cannot read %s: %s", req->what,
-                                  req->upload_path, strerror(errno));
+        char why[KHUB_ERROR_SIZE];
+        *up = khub__fopen_regular(req->upload_path, why, sizeof why);
+        if (!*up || fstat(fileno(*up), &sb) != 0)
+            return khub__hub_fail(hub, KHUB_STATUS_IO, "%s: %s", req->what, why);
         curl_easy_setopt(c, CURLOPT_UPLOAD, 1L);
         curl_easy_setopt(c, CURLOPT_READDATA, *up);
         curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)sb.st_size);
@@ -314,9 +314,19 @@ static khub_status set_body(khub_hub *hub, const khub__http_req *req, CURL *c,
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-/* One request, no redirect, no retry. Transport errors are NETWORK. */
+static double mono_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* One request, no redirect, no retry. Transport errors are NETWORK, with
+ * *transient 1 (2: cut for being slower than hub->min_rate); a request
+ * still running at deadline (CLOCK_MONOTONIC seconds, 0 = none) is cut
+ * and TIMEOUT. */
 static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char *url, int auth,
-                            khub__http_resp *resp, int *transient)
+                            double deadline, khub__http_resp *resp, int *transient)
 {
     pthread_once(&curl_once, curl_init_once);
     reset_resp(resp);
@@ -366,8 +376,15 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
     curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT, (long)hub->timeout_s);
-    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    /* A real minimum rate, not 1 byte/s: a body trickled at 2 bytes/s
+     * passed the old check and never ended (issue 10). */
+    curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, (long)hub->min_rate);
     curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, (long)hub->timeout_s);
+    if (deadline > 0) {
+        double left = deadline - mono_s();
+        if (left < 0.001) left = 0.001;
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(left * 1000));
+    }
     curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c, CURLOPT_HEADERDATA, &x);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
@@ -390,8 +407,14 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
                               req->what, MAX_BODY);
     if (cc == CURLE_WRITE_ERROR && x.started)
         return khub__hub_fail(hub, KHUB_STATUS_IO, "%s: the download was aborted", req->what);
+    if (cc == CURLE_OPERATION_TIMEDOUT && deadline > 0 && mono_s() >= deadline)
+        return khub__hub_fail(hub, KHUB_STATUS_TIMEOUT,
+                              "%s: not done by its deadline (HF_HUB_DOWNLOAD_TIMEOUT=%d s plus the "
+                              "expected size at KHUB_DOWNLOAD_MIN_RATE=%llu bytes/s); the hub "
+                              "sends too slowly (%s)",
+                              req->what, hub->timeout_s, (unsigned long long)hub->min_rate, url);
     if (cc != CURLE_OK) {
-        *transient = 1;
+        *transient = cc == CURLE_OPERATION_TIMEDOUT ? 2 : 1;
         return khub__hub_fail(hub, KHUB_STATUS_NETWORK, "%s: %s (%s)", req->what,
                               errbuf[0] ? errbuf : curl_easy_strerror(cc), url);
     }
@@ -457,14 +480,14 @@ static int is_redirect(long st)
 }
 
 /* Follows redirects for one try. */
-static khub_status one_try(khub_hub *hub, const khub__http_req *req, khub__http_resp *resp,
-                           int *transient)
+static khub_status one_try(khub_hub *hub, const khub__http_req *req, double deadline,
+                           khub__http_resp *resp, int *transient)
 {
     char url[2048];
     snprintf(url, sizeof url, "%s", req->url);
     int auth = req->auth;
     for (int hop = 0;; hop++) {
-        KHUB_FORWARD_IF_ERROR(NULL, exchange(hub, req, url, auth, resp, transient));
+        KHUB_FORWARD_IF_ERROR(NULL, exchange(hub, req, url, auth, deadline, resp, transient));
         if (!is_redirect(resp->status) || !resp->location[0]) return KHUB_STATUS_OK;
         int relative = strstr(resp->location, "://") == NULL;
         if (!relative && !req->follow_absolute) return KHUB_STATUS_OK; /* caller reads it */
@@ -493,6 +516,20 @@ static void sleep_ms(long ms)
     }
 }
 
+/* Seconds a GET or HEAD may spend transferring, over all its tries (the
+ * waits between them not counted): HF_HUB_DOWNLOAD_TIMEOUT twice, plus the
+ * bytes still expected at the minimum rate; a buffered answer (an API call,
+ * at most MAX_BODY) gets six times the timeout, at least a minute. 0 = no
+ * deadline: uploads are held to the minimum rate only. */
+static double transfer_budget_s(const khub_hub *hub, const khub__http_req *req)
+{
+    if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0) return 0;
+    if (!req->sink) return hub->timeout_s * 6.0 < 60 ? 60 : hub->timeout_s * 6.0;
+    uint64_t have = req->sink->offset(req->sink->ud);
+    uint64_t left = req->expect_bytes > have ? req->expect_bytes - have : 0;
+    return 2.0 * hub->timeout_s + (double)left / (double)hub->min_rate;
+}
+
 khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__http_resp *resp)
 {
     if (hub->offline)
@@ -502,12 +539,19 @@ khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__htt
                               req->what);
     long wait = hub->backoff_ms;
     int tries = 0, stalls = 0;
+    double budget = transfer_budget_s(hub, req);
+    double deadline = budget > 0 ? mono_s() + budget : 0;
     for (;;) {
         uint64_t before = req->sink ? req->sink->offset(req->sink->ud) : 0;
         int transient = 0;
         int saved = hub->err_set;
-        khub_status st = one_try(hub, req, resp, &transient);
-        int progressed = req->sink && req->sink->offset(req->sink->ud) > before;
+        khub_status st = one_try(hub, req, deadline, resp, &transient);
+        uint64_t after = req->sink ? req->sink->offset(req->sink->ud) : 0;
+        uint64_t gained = after > before ? after - before : 0; /* a restart (200) resets it */
+        /* A try cut for slowness counts unless it brought a window's worth
+         * at the minimum rate: a trickle is not progress. */
+        int progressed =
+            gained > 0 && !(transient == 2 && gained < hub->min_rate * (uint64_t)hub->timeout_s);
         tries += progressed ? 0 : 1;
         int again = (st == KHUB_STATUS_OK && retryable_status(resp->status)) ||
                     (st == KHUB_STATUS_NETWORK && transient);
@@ -528,6 +572,7 @@ khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__htt
         if (!progressed) {
             sleep_ms(ms);
             if (wait < 8L * hub->backoff_ms) wait *= 2;
+            if (deadline > 0) deadline += (double)ms / 1000; /* waits are not transfer time */
         }
     }
 }

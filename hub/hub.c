@@ -157,6 +157,30 @@ static khub_status env_seconds(const char *name, int def, int max, int *out)
     return KHUB_STATUS_OK;
 }
 
+/* A byte count from the environment, with an optional K, M, G or T
+ * (powers of 1024): *out = def when unset; a value that is not a whole
+ * number in 1..max bytes is an error that names it. */
+static khub_status env_bytes(const char *name, uint64_t def, uint64_t max, uint64_t *out)
+{
+    const char *v = getenv(name);
+    *out = def;
+    if (!v || !v[0]) return KHUB_STATUS_OK;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    int shift = 0;
+    if (end != v && *end && !end[1]) {
+        const char *units = "KMGT", *u = strchr(units, toupper((unsigned char)*end));
+        if (u) shift = 10 * (int)(u - units + 1), end++;
+    }
+    if (errno || end == v || *end || v[0] == '-' || n < 1 || n > (max >> shift))
+        return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
+                          "%s=\"%.40s\" is not a byte count in 1..%llu (K, M, G, T allowed)", name,
+                          v, (unsigned long long)max);
+    *out = (uint64_t)n << shift;
+    return KHUB_STATUS_OK;
+}
+
 static const char *env_nonempty(const char *name)
 {
     const char *v = getenv(name);
@@ -166,7 +190,7 @@ static const char *env_nonempty(const char *name)
 /* Reads a token file: surrounding whitespace stripped; empty means none. */
 static char *read_token_file(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = khub__fopen_regular(path, NULL, 0); /* a FIFO is no token */
     if (!f) return NULL;
     char buf[1024];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
@@ -238,8 +262,15 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
     int env_timeout = 10;
     if (o.timeout_s <= 0)
         KHUB_FORWARD_IF_ERROR(NULL, env_seconds("HF_HUB_DOWNLOAD_TIMEOUT", 10, 3600, &env_timeout));
+    uint64_t min_rate, max_download;
+    KHUB_FORWARD_IF_ERROR(
+        NULL, env_bytes("KHUB_DOWNLOAD_MIN_RATE", KHUB__MIN_RATE_DEFAULT, 1ull << 30, &min_rate));
+    KHUB_FORWARD_IF_ERROR(NULL, env_bytes("KHUB_MAX_DOWNLOAD_SIZE", KHUB__MAX_DOWNLOAD_DEFAULT,
+                                          1ull << 50, &max_download));
     khub_hub *hub = calloc(1, sizeof *hub);
     if (!hub) return khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_hub_new: out of memory");
+    hub->min_rate = min_rate;
+    hub->max_download = max_download;
     hub->repo_type = o.repo_type;
     hub->offline = o.offline < 0 ? khub__env_offline() : o.offline != 0;
     hub->max_tries = clamp_default(o.max_tries, 5, 20);

@@ -14,6 +14,13 @@
 
 #define KHUB__PATH_MAX 4096
 
+/* Download limits (docs/hub-server.md, "Client limits"): a transfer slower
+ * than KHUB_DOWNLOAD_MIN_RATE bytes/s over HF_HUB_DOWNLOAD_TIMEOUT seconds
+ * is cut, and a file announced over KHUB_MAX_DOWNLOAD_SIZE is refused
+ * before its GET (the Hub itself stores no file over 50 GB). */
+#define KHUB__MIN_RATE_DEFAULT     1024ull
+#define KHUB__MAX_DOWNLOAD_DEFAULT (64ull << 30)
+
 /* snprintf into an array; true when it fit (so no silent truncation). */
 #define KHUB__PATHF(buf, ...) (snprintf((buf), sizeof(buf), __VA_ARGS__) < (int)sizeof(buf))
 
@@ -24,8 +31,10 @@ struct khub_hub {
     int offline;
     uint32_t repo_type;
     int max_tries, backoff_ms, timeout_s, max_retry_after_s;
-    char user_agent[256]; /* khub/<version>[; origin/<HF_HUB_USER_AGENT_ORIGIN>] */
-    void *curl;           /* the CURL easy handle, kept for its connections (http.c) */
+    uint64_t min_rate;     /* bytes/s a transfer must keep up (KHUB_DOWNLOAD_MIN_RATE) */
+    uint64_t max_download; /* largest file size accepted (KHUB_MAX_DOWNLOAD_SIZE) */
+    char user_agent[256];  /* khub/<version>[; origin/<HF_HUB_USER_AGENT_ORIGIN>] */
+    void *curl;            /* the CURL easy handle, kept for its connections (http.c) */
     uint64_t n_requests;
     khub_hub_progress_fn progress;
     void *progress_ud;
@@ -306,6 +315,9 @@ typedef struct khub__http_req {
     const char *upload_path;  /* PUT: the file to send, instead of body */
     const char *content_type; /* NULL = no Content-Type header */
     const char *accept;       /* NULL = no Accept header */
+    /* Added for the download deadline: the body bytes the caller expects
+     * (a file's announced size), 0 = unknown. */
+    uint64_t expect_bytes;
 } khub__http_req;
 
 /* Seconds to wait for a RateLimit header value (`"api";r=0;t=55` -> 56);
@@ -331,6 +343,12 @@ KHUB_INTERNAL khub_status khub__http_error(khub_hub *hub, const khub__http_resp 
  * keep_slash). */
 KHUB_INTERNAL khub_status khub__url_quote(khub_hub *hub, const char *s, int keep_slash, char *buf,
                                           size_t size);
+/* OK when a file announced at size bytes, of which have are on disk, may
+ * be downloaded into dir: size at most KHUB_MAX_DOWNLOAD_SIZE (OVERFLOW),
+ * size - have no more than the file system has free (IO); what names the
+ * file in the message (client.c). */
+KHUB_INTERNAL khub_status khub__download_size_ok(khub_hub *hub, const char *dir, uint64_t size,
+                                                 uint64_t have, const char *what);
 /* True when URLs a and b have the same scheme, host and port (the token
  * may go to b when it may go to a). False for anything unparsable. */
 KHUB_INTERNAL bool khub__url_same_origin(const char *a, const char *b);

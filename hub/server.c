@@ -104,7 +104,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void conn_append(conn *k, const char *data, size_t n)
 {
     size_t need;
-    if (k->too_big || !khub__add_ok(k->n, n + 1, &need) || need > MAX_JSON_BODY) {
+    if (k->too_big || !khub__add_ok(k->n, n + 1, &need) || need > k->limit + 1) {
         k->too_big = 1;
         return;
     }
@@ -206,23 +206,78 @@ static MHD_RESULT route(khub__server *s, struct MHD_Connection *c, const char *u
     return khub__srv_route_read(s, c, url, head, seg, n);
 }
 
+/* The body limit of a request, from its method and path: an LFS capability
+ * PUT may send the size its URL declares, a write --max-body, anything else
+ * (paths-info, a stray body on a GET) MAX_READ_BODY. */
+static uint64_t body_limit(const khub__server *s, const conn *k, int write)
+{
+    if (k->put_fd > 0) return k->put_want;
+    return write ? s->max_body : MAX_READ_BODY;
+}
+
+/* The first call, with the headers and none of the body: a write without
+ * the token gets its 401 and a body announced over the limit its 413 now,
+ * so that no byte of either is read (issue 10: 16 unauthenticated uploads
+ * used to be buffered whole, 900 MB, before the 401). A queued answer makes
+ * libmicrohttpd skip the body of a POST or PUT and close the connection.
+ * 1 and *ret set when it answered. */
+static int answer_at_headers(khub__server *s, struct MHD_Connection *c, const char *url,
+                             const char *method, conn *k, MHD_RESULT *ret)
+{
+    char buf[8192], *seg[MAX_SEGS];
+    int read = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+    int n = read ? 0 : split_url(url, buf, sizeof buf, seg);
+    int put = !strcmp(method, "PUT") && n > 0 && !strcmp(seg[0], "lfs-upload");
+    int write = !read && !put && !(!strcmp(method, "POST") && khub__srv_is_paths_info(seg, n));
+    if (put) {
+        khub__srv_put_begin(s, k, seg, n);
+        if (k->put_code) {
+            *ret = khub__srv_send_error(c, k->put_code, NULL, NULL, k->put_err);
+            return 1;
+        }
+    }
+    if (write && !khub__srv_write_allowed(s, c)) {
+        *ret = khub__srv_send_error(c, 401, NULL, NULL,
+                                    "Invalid credentials in Authorization header: "
+                                    "writes need the server's token");
+        return 1;
+    }
+    k->limit = body_limit(s, k, write);
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    char *end = NULL;
+    unsigned long long len = cl ? strtoull(cl, &end, 10) : 0;
+    if (cl && (end == cl || *end || len > k->limit)) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "request body of %s bytes is over this request's limit of %llu",
+                 cl, (unsigned long long)k->limit);
+        *ret = khub__srv_send_error(c, 413, NULL, NULL, msg);
+        return 1;
+    }
+    return 0;
+}
+
 static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *url,
                              const char *method, const char *version, const char *upload,
                              size_t *upload_size, void **con_cls)
 {
     khub__server *s = cls;
     conn *k = *con_cls;
+    (void)version;
     if (k == NULL) { /* first call: headers only */
         if (!(k = calloc(1, sizeof *k))) return MHD_NO;
         *con_cls = k;
-        if (!strcmp(method, "PUT")) {
-            char buf[8192], *seg[MAX_SEGS];
-            int n = split_url(url, buf, sizeof buf, seg);
-            if (n > 0 && !strcmp(seg[0], "lfs-upload")) khub__srv_put_begin(s, k, seg, n);
-        }
-        return MHD_YES;
+        MHD_RESULT ret;
+        if (!answer_at_headers(s, c, url, method, k, &ret)) return MHD_YES;
+        k->answered = 1;
+        atomic_fetch_add(&s->n_requests, 1);
+        log_request(s, c, method, url);
+        return ret;
     }
     if (*upload_size) { /* a chunk of the body */
+        /* A body past its limit (chunked, or longer than its
+         * Content-Length said) is cut: the connection closes. */
+        if (k->answered || *upload_size > k->limit - k->got) return MHD_NO;
+        k->got += *upload_size;
         if (k->put_fd > 0 || k->put_code)
             khub__srv_put_data(k, upload, *upload_size);
         else
@@ -230,6 +285,7 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         *upload_size = 0;
         return MHD_YES;
     }
+    if (k->answered) return MHD_YES;
     atomic_fetch_add(&s->n_requests, 1);
     log_request(s, c, method, url);
     return route(s, c, url, method, k);
@@ -293,10 +349,22 @@ khub_status khub__server_start(const khub__server_opts *o, khub__server **out)
                         strerror(errno));
         goto fail;
     }
+    s->max_body = o->max_body ? o->max_body : KHUB__SRV_MAX_BODY;
+    /* Thread per connection (the handlers block: the write lock, hashing a
+     * commit, the paced fault bodies), polled with poll() so that no
+     * FD_SETSIZE caps it; the limits bound the threads and memory a client
+     * can hold: at most max_connections * max_body bytes of bodies, and
+     * MAX_READ_BODY for a client without the token. An idle connection
+     * (headers trickled, a body that stops, a reader that stops reading)
+     * is closed after idle_timeout_s. */
+    unsigned max_conn = o->max_connections ? o->max_connections : KHUB__SRV_MAX_CONNECTIONS;
+    unsigned per_ip = o->max_per_ip ? o->max_per_ip : KHUB__SRV_MAX_PER_IP;
+    unsigned idle = o->idle_timeout_s ? o->idle_timeout_s : KHUB__SRV_IDLE_S;
     s->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION, 0, NULL, NULL, on_request,
-        s, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped, NULL,
-        MHD_OPTION_CONNECTION_TIMEOUT, 30u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL, 0, NULL,
+        NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_UNESCAPE_CALLBACK, keep_escaped,
+        NULL, MHD_OPTION_CONNECTION_TIMEOUT, idle, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (!s->d) {
         st = khub__fail(NULL, KHUB_STATUS_IO, "serve: cannot listen on %s:%u (port in use?)", host,

@@ -21,7 +21,17 @@ typedef struct khub__server_opts {
     const char *faults;   /* "drop-body=1,ignore-range", NULL = $KHUB_SERVE_FAULTS */
     const char *log_path; /* one line per request, NULL = none */
     const char *token;    /* writes need "Authorization: Bearer <token>"; NULL = open */
+    /* Resource limits (docs/hub-server.md, "Limits"); 0 = the default. */
+    uint32_t max_connections; /* open connections in all, KHUB__SRV_MAX_CONNECTIONS */
+    uint32_t max_per_ip;      /* open connections per client address, KHUB__SRV_MAX_PER_IP */
+    uint32_t idle_timeout_s;  /* a connection silent this long is closed, KHUB__SRV_IDLE_S */
+    uint64_t max_body;        /* bytes of an authenticated write's body, KHUB__SRV_MAX_BODY */
 } khub__server_opts;
+
+#define KHUB__SRV_MAX_CONNECTIONS 512u
+#define KHUB__SRV_MAX_PER_IP      64u
+#define KHUB__SRV_IDLE_S          15u
+#define KHUB__SRV_MAX_BODY        (64ull << 20)
 
 /* Starts serving in background threads. Statuses: INVALID_ARG (bad host or
  * fault name), NOT_FOUND (dir), IO (bind). Message in khub_last_error(). */

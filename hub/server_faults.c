@@ -44,7 +44,9 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                  {"tree-dotdot", F_TREE_DOTDOT, 0},
                  {"tree-absolute", F_TREE_ABS, 0},
                  {"wrong-commit", F_WRONG_COMMIT, 0},
-                 {"link-away", F_LINK_AWAY, 0}};
+                 {"link-away", F_LINK_AWAY, 0},
+                 {"link-userinfo", F_LINK_USERINFO, 0},
+                 {"trickle", F_TRICKLE, 0}};
     char buf[512];
     snprintf(buf, sizeof buf, "%s", list ? list : "");
     for (char *t = strtok(buf, ","); t; t = strtok(NULL, ",")) {
@@ -63,11 +65,15 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                 "unknown fault \"%s\"; known: drop-body[=N], short-body, "
                 "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
                 "cross-host, ignore-range, rate=MIB_PER_S, ratelimit[=N], 408[=N], gated, "
-                "moved, tree-dotdot, tree-absolute, wrong-commit, link-away",
+                "moved, tree-dotdot, tree-absolute, wrong-commit, link-away, link-userinfo, "
+                "trickle=BYTES_PER_S",
                 t);
         if (names[i].bit == F_RATE && (count < 1 || count > 1000000))
             return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
                               "fault rate needs a speed in MiB/s, 1..1000000 (rate=500)");
+        if (names[i].bit == F_TRICKLE && (count < 1 || count > 1000000))
+            return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
+                              "fault trickle needs a speed in bytes/s, 1..1000000 (trickle=2)");
         s->faults |= names[i].bit;
         int c = count >= 0 ? count : names[i].def;
         if (names[i].bit == F_DROP) atomic_store(&s->budget_drop, c);
@@ -76,6 +82,7 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
         if (names[i].bit == F_RATELIMIT) atomic_store(&s->budget_ratelimit, c);
         if (names[i].bit == F_408) atomic_store(&s->budget_408, c);
         if (names[i].bit == F_RATE) s->rate = (uint64_t)c << 20;
+        if (names[i].bit == F_TRICKLE) s->trickle = (uint64_t)c;
     }
     return KHUB_STATUS_OK;
 }
@@ -139,6 +146,7 @@ typedef struct body {
     uint64_t n, stop;  /* n: body size (len + extra); stop: bytes before failing */
     int flip;          /* XOR the first byte (wrong-hash) */
     uint64_t rate;     /* bytes per second, 0 = as fast as it goes */
+    size_t piece;      /* trickle: at most this many bytes per read, 0 = any */
     double t0;         /* when the first byte was asked for (rate) */
 } body;
 
@@ -167,6 +175,7 @@ static ssize_t body_read(void *cls, uint64_t pos, char *buf, size_t max)
     if (pos >= b->stop) return MHD_CONTENT_READER_END_WITH_ERROR;
     uint64_t want = b->stop - pos;
     size_t n = want < max ? (size_t)want : max;
+    if (b->piece && n > b->piece) n = b->piece;
     pace(b, pos, pos + n);
     size_t from_file = pos < b->len ? (size_t)(b->len - pos < n ? b->len - pos : n) : 0;
     size_t got = 0;
@@ -190,7 +199,7 @@ static void body_free(void *cls)
 
 int khub__srv_body_faults(const khub__server *s)
 {
-    return (s->faults & (F_EXTRA | F_WRONG_HASH | F_SHORT | F_DROP | F_RATE)) != 0;
+    return (s->faults & (F_EXTRA | F_WRONG_HASH | F_SHORT | F_DROP | F_RATE | F_TRICKLE)) != 0;
 }
 
 struct MHD_Response *khub__srv_fault_body(khub__server *s, int fd, uint64_t off, uint64_t len,
@@ -202,7 +211,11 @@ struct MHD_Response *khub__srv_fault_body(khub__server *s, int fd, uint64_t off,
         *why = "out of memory";
         return NULL;
     }
-    *b = (body){fd, off, len, len, len, 0, s->faults & F_RATE ? s->rate : 0, 0};
+    *b = (body){fd, off, len, len, len, 0, s->faults & F_RATE ? s->rate : 0, 0, 0};
+    if (s->faults & F_TRICKLE) { /* a few bytes at a time, 4 pieces a second */
+        b->rate = s->trickle;
+        b->piece = s->trickle >= 4 ? (size_t)(s->trickle / 4) : 1;
+    }
     if (s->faults & F_EXTRA) b->n = b->stop = len + 16;
     b->flip = (s->faults & F_WRONG_HASH) && len > 0;
     if (s->faults & F_SHORT) b->n = b->stop = len / 2;

@@ -62,6 +62,8 @@ enum {
     F_TREE_ABS = 1 << 15,
     F_WRONG_COMMIT = 1 << 16,
     F_LINK_AWAY = 1 << 17,
+    F_TRICKLE = 1 << 18,
+    F_LINK_USERINFO = 1 << 19,
 };
 
 struct khub__server {
@@ -71,21 +73,27 @@ struct khub__server {
     uint32_t page_size;
     unsigned faults;
     atomic_int budget_drop, budget_429, budget_503, budget_ratelimit, budget_408;
-    uint64_t rate; /* F_RATE: body bytes per second per GET */
+    uint64_t rate;    /* F_RATE: body bytes per second per GET */
+    uint64_t trickle; /* F_TRICKLE: body bytes per second, a few at a time */
     atomic_ullong n_requests;
     atomic_ullong n_connections; /* TCP connections accepted */
     FILE *log;
     pthread_mutex_t log_lock;
     char *token;                /* writes need "Bearer <token>"; NULL = open */
+    uint64_t max_body;          /* bytes of a write's body (--max-body) */
     char secret[65];            /* keys the upload capabilities */
     pthread_mutex_t write_lock; /* one write at a time: refs.json read-modify-write */
     struct digest_cache *dc;    /* file digests by path and stat fingerprint */
 };
 
-/* Request bodies are hostile: JSON and NDJSON bodies are buffered up to
- * MAX_JSON_BODY; an LFS object streams to a temp file and may not exceed
+/* Request bodies are hostile. Each request's body limit is set from its
+ * headers, before any of it is read (server.c): an authenticated write's
+ * JSON or NDJSON body is buffered up to s->max_body (--max-body, default
+ * KHUB__SRV_MAX_BODY); any other body (paths-info, a stray GET body) up to
+ * MAX_READ_BODY; an LFS object streams to a temp file and may not exceed
  * the size its batch call declared (itself at most MAX_LFS_OBJECT). */
-#define MAX_JSON_BODY  (64u << 20)
+#define MAX_JSON_BODY  KHUB__SRV_MAX_BODY
+#define MAX_READ_BODY  (1u << 20)
 #define MAX_LFS_OBJECT (16ull << 30)
 
 /* One request's state between libmicrohttpd's calls (server.c). */
@@ -93,6 +101,9 @@ typedef struct conn {
     char *body;
     size_t n, cap;
     int too_big;
+    int answered;   /* a refusal was queued at the headers: no body is read */
+    uint64_t limit; /* the most body bytes this request may send */
+    uint64_t got;   /* body bytes received so far (chunked bodies are cut) */
     /* PUT /lfs-upload/...: streamed to tmp, checked against oid and want */
     int put_fd;
     char put_tmp[KHUB__PATH_MAX], put_dest[KHUB__PATH_MAX], put_oid[65];
@@ -120,6 +131,9 @@ KHUB_INTERNAL MHD_RESULT khub__srv_send_error(struct MHD_Connection *c, unsigned
 KHUB_INTERNAL int khub__srv_pct_decode(char *s);
 /* "http://<Host header>" (or 127.0.0.1 when absent or odd) into buf. */
 KHUB_INTERNAL void khub__srv_self_url(struct MHD_Connection *c, char *buf, size_t size);
+/* Whether the request carries "Authorization: Bearer <the server's token>"
+ * (always when the server has none); constant-time (server_write.c). */
+KHUB_INTERNAL int khub__srv_write_allowed(const khub__server *s, struct MHD_Connection *c);
 
 /* ------------------------------------------------------------------------ */
 /* Faults (server_faults.c)                                                 */

@@ -240,9 +240,11 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
     MHD_add_response_header(resp, "Content-Type", "application/json");
     if (end < l.n) {
         const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-        char away[64], query[2048] = "", link[4096];
+        char away[96], query[2048] = "", link[4096];
         snprintf(away, sizeof away, "localhost:%u", s->port);
-        if (s->faults & F_LINK_AWAY) host = away; /* the next page on another host */
+        if (s->faults & F_LINK_USERINFO) /* the endpoint as a prefix; the host is localhost */
+            snprintf(away, sizeof away, "127.0.0.1:%u@localhost:%u", s->port, s->port);
+        if (s->faults & (F_LINK_AWAY | F_LINK_USERINFO)) host = away; /* on another host */
         /* The request's own parameters, as sent, with the cursor replaced:
          * a client follows the link as given (expand=true stays true). */
         MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, keep_arg, query);

@@ -23,8 +23,10 @@
 /* ======================================================================== */
 
 /* With --token T every write needs "Authorization: Bearer T"; reads stay
- * open. The compare is constant-time over the expected length. */
-static int write_allowed(const khub__server *s, struct MHD_Connection *c)
+ * open. The compare is constant-time over the expected length. server.c
+ * asks at the headers, before any of the body is read; route_write asks
+ * again (the same answer) so that no write path depends on that order. */
+int khub__srv_write_allowed(const khub__server *s, struct MHD_Connection *c)
 {
     if (!s->token) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -283,11 +285,12 @@ MHD_RESULT khub__srv_route_write(khub__server *s, struct MHD_Connection *c, cons
                    : khub__srv_send_error(c, 405, NULL, NULL, "PUT is only for LFS upload URLs");
     if (strcmp(method, "POST") && !del)
         return khub__srv_send_error(c, 405, NULL, NULL, "method not allowed");
-    if (!write_allowed(s, c))
+    if (!khub__srv_write_allowed(s, c))
         return khub__srv_send_error(c, 401, NULL, NULL,
                                     "Invalid credentials in Authorization header: "
                                     "writes need the server's token");
-    if (k->too_big) return khub__srv_send_error(c, 413, NULL, NULL, "request body over 64 MiB");
+    if (k->too_big)
+        return khub__srv_send_error(c, 413, NULL, NULL, "request body over the --max-body limit");
     if (n == 2 && !strcmp(seg[0], "api") && !strcmp(seg[1], "validate-yaml"))
         return khub__srv_send_json(c, 200, cJSON_Parse("{\"errors\":[],\"warnings\":[]}"), NULL,
                                    NULL);

@@ -313,6 +313,30 @@ static int run_serve(int argc, char **argv)
                 return khub_cli_usage(&serve_cmd, "--page-size %s is not a number in 1-1000000",
                                       argv[i]);
             o.page_size = (uint32_t)n;
+        } else if (!strcmp(argv[i], "--max-connections") && i + 1 < argc) {
+            long n = option_number(argv[++i], 1, 100000);
+            if (n < 0)
+                return khub_cli_usage(&serve_cmd,
+                                      "--max-connections %s is not a number in 1-100000", argv[i]);
+            o.max_connections = (uint32_t)n;
+        } else if (!strcmp(argv[i], "--max-per-ip") && i + 1 < argc) {
+            long n = option_number(argv[++i], 1, 100000);
+            if (n < 0)
+                return khub_cli_usage(&serve_cmd, "--max-per-ip %s is not a number in 1-100000",
+                                      argv[i]);
+            o.max_per_ip = (uint32_t)n;
+        } else if (!strcmp(argv[i], "--idle-timeout") && i + 1 < argc) {
+            long n = option_number(argv[++i], 1, 3600);
+            if (n < 0)
+                return khub_cli_usage(
+                    &serve_cmd, "--idle-timeout %s is not a number of seconds in 1-3600", argv[i]);
+            o.idle_timeout_s = (uint32_t)n;
+        } else if (!strcmp(argv[i], "--max-body") && i + 1 < argc) {
+            long n = option_number(argv[++i], 1, 16384);
+            if (n < 0)
+                return khub_cli_usage(&serve_cmd, "--max-body %s is not a number of MiB in 1-16384",
+                                      argv[i]);
+            o.max_body = (uint64_t)n << 20;
         } else if (argv[i][0] == '-')
             return khub_cli_usage(&serve_cmd, "unknown option %s", argv[i]);
         else if (!o.dir)
@@ -337,16 +361,22 @@ static int run_serve(int argc, char **argv)
 static const khub_cli_cmd serve_cmd = {
     "serve", "serve a folder of kernel repos as a local Hub",
     "usage: khub serve DIR [--port N] [--host 127.0.0.1] [--log FILE] [--page-size N]\n"
-    "                      [--token T] [--fault LIST]\n\n"
+    "                      [--token T] [--fault LIST] [--max-connections N]\n"
+    "                      [--max-per-ip N] [--idle-timeout S] [--max-body MIB]\n\n"
     "Serves DIR/<org>/<name>/{refs.json,commits/<sha>/...} (docs/hub-server.md) with\n"
     "the Hub's read endpoints; point HF_ENDPOINT at it. Binds to loopback unless\n"
     "--host says otherwise; --port 0 (default) picks a free port, printed on stdout.\n"
     "It also takes uploads (repos/create, preupload, LFS, commit, branch, tag); with\n"
-    "--token T every write needs 'Authorization: Bearer T' (reads stay open).\n"
+    "--token T every write needs 'Authorization: Bearer T' (reads stay open); a write\n"
+    "without it is answered 401 at its headers, before any of its body is read.\n"
+    "Limits: --max-connections N open connections (default 512), --max-per-ip N per\n"
+    "client address (64), --idle-timeout S closes a connection silent for S seconds\n"
+    "(15), --max-body MIB caps a write's body (64; 413 when over, other bodies 1 MiB).\n"
     "--fault (or KHUB_SERVE_FAULTS) injects test faults: drop-body[=N], short-body,\n"
     "extra-bytes, wrong-hash, 429[=N], ratelimit[=N], 503[=N], 408[=N], gated, redirect-loop,\n"
-    "cross-host, moved, tree-dotdot, tree-absolute, wrong-commit, link-away, ignore-range,\n"
-    "rate=MIB_PER_S (every GET body paced to that speed, as over a real link);\n"
+    "cross-host, moved, tree-dotdot, tree-absolute, wrong-commit, link-away, link-userinfo,\n"
+    "ignore-range, rate=MIB_PER_S (every GET body paced to that speed, as over a real link),\n"
+    "trickle=BYTES_PER_S (a few bytes at a time);\n"
     "docs/hub-server.md has the table.\n",
     run_serve};
 KHUB_CLI_COMMAND(serve_cmd)
