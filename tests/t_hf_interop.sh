@@ -181,6 +181,26 @@ except ValueError as e:
     assert "not from a trusted publisher" in str(e), e
 assert get_kernel("other/relu", version=1, trust_remote_code=True).VERSION == 1
 PY
+# write: huggingface_hub publishes a kernel repo (branch v1, an LFS file
+# among the variant's), which kernels then loads
+timeout 120 python3 - << 'PY' || fail "huggingface_hub publishes, kernels loads"
+import io, json
+from huggingface_hub import HfApi, CommitOperationAdd
+from kernels import get_kernel
+api = HfApi()
+api.create_repo("acme/gelu", repo_type="kernel", exist_ok=True)
+api.create_branch("acme/gelu", repo_type="kernel", branch="v1")
+meta = {"id": "_gelu_universal_1", "name": "gelu", "version": 1, "license": "MIT",
+        "python-depends": [], "backend": {"type": "cpu"}}
+v = "build/torch-universal/"
+ops = [CommitOperationAdd(v + "metadata.json", io.BytesIO(json.dumps(meta).encode())),
+       CommitOperationAdd(v + "gelu/__init__.py", io.BytesIO(b"NAME = 'gelu'\n")),
+       CommitOperationAdd(v + "gelu/table.bin", io.BytesIO(bytes(range(256))))]
+api.create_commit("acme/gelu", repo_type="kernel", revision="v1", operations=ops,
+                  commit_message="gelu v1")
+k = get_kernel("acme/gelu", version=1)
+assert k.NAME == "gelu", k
+PY
 out=$(timeout 120 "${KCLI[@]}" versions acme/relu 2>&1) || fail "kernels versions: $out"
 grep -q "Version 1:" <<< "$out" && grep -q "Version 2:" <<< "$out" || fail "versions: $out"
 grep -q "torch-universal" <<< "$out" || fail "versions lists no variant: $out"
