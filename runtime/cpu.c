@@ -1,10 +1,21 @@
 /*
- * cpu.c: CPU feature detection with CPUID and XGETBV.
+ * cpu.c: CPU feature detection with CPUID and XGETBV, capped by
+ * KHUB_CPU_LEVEL.
  *
  * A feature counts only when the CPU reports it AND the OS saves its register
  * state (XCR0), which ggml's scorer does not check (its FIXME).
+ *
+ * KHUB_CPU_LEVEL (x86-64, avx2, avx512, native) removes the features above a
+ * level from everything khub reports and chooses by: the runtime's
+ * cpu_features (host API, registry, runtime features), the Hub's variant
+ * and plugin-level choice, khub check. It only ever removes: a level above
+ * the CPU's reports what the CPU has. One machine can so run the suite as a
+ * CPU without AVX-512, or without AVX2, would (issue 11). An unknown value
+ * masks down to x86-64 here (removing is always safe); khub_runtime_new and
+ * the CLI refuse it with khub__cpu_level_check's message.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -46,6 +57,71 @@ void khub__cpu_feature_list(uint32_t mask, const char *sep, char *buf, size_t n)
                                      khub__cpu_features_table[i].name);
 }
 
+/* ------------------------------------------------------------------------ */
+/* KHUB_CPU_LEVEL                                                           */
+/* ------------------------------------------------------------------------ */
+
+#define LEVEL_AVX2 \
+    (KHUB_CPU_SSE42 | KHUB_CPU_AVX | KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C | KHUB_CPU_BMI2)
+#define LEVEL_ALL UINT32_MAX
+
+/* Each level and the features it lets khub use. "x86-64" is the baseline
+ * every x86-64 CPU has (SSE2), as GCC's -march=x86-64 means it; "avx2" is
+ * x86-64-v3's set (AVX2, FMA, F16C, BMI2 and what they imply); "avx512"
+ * and "native" leave every detected feature, AVX-512 VNNI/BF16 and
+ * AVX-VNNI included (x86-64-v4 would drop VNNI, which cpu-avx512.so needs). */
+static const struct {
+    const char *name;
+    uint32_t allow;
+} cpu_levels[] = {
+    {"x86-64", 0},         {"generic", 0},        {"avx2", LEVEL_AVX2},
+    {"avx512", LEVEL_ALL}, {"native", LEVEL_ALL},
+};
+
+/* The features value lets khub use; UINT32_MAX for NULL or "" (unset);
+ * *known is 0 (and the result 0, the x86-64 baseline) when value names no
+ * level. */
+static uint32_t level_allow(const char *value, int *known)
+{
+    *known = 1;
+    if (!value || !value[0]) return LEVEL_ALL;
+    for (size_t i = 0; i < sizeof cpu_levels / sizeof cpu_levels[0]; i++)
+        if (strcmp(value, cpu_levels[i].name) == 0) return cpu_levels[i].allow;
+    *known = 0;
+    return 0;
+}
+
+int khub__cpu_level_check(char *errbuf, size_t n)
+{
+    int known;
+    const char *v = getenv("KHUB_CPU_LEVEL");
+    level_allow(v, &known);
+    if (known) return 0;
+    snprintf(errbuf, n,
+             "KHUB_CPU_LEVEL=%.64s is not a CPU level; use x86-64 (alias generic), avx2, "
+             "avx512 or native, or unset it",
+             v);
+    return -1;
+}
+
+const char *khub__cpu_level_of(uint32_t f)
+{
+    const uint32_t avx2 = KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C;
+    if ((f & (avx2 | KHUB_CPU_AVX512F)) == (avx2 | KHUB_CPU_AVX512F)) return "avx512";
+    if ((f & avx2) == avx2) return "avx2";
+    return "x86-64";
+}
+
+uint32_t khub_cpu_features(void)
+{
+    int known;
+    return khub__cpu_features_host() & level_allow(getenv("KHUB_CPU_LEVEL"), &known);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Detection                                                                */
+/* ------------------------------------------------------------------------ */
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 
@@ -56,7 +132,7 @@ static uint64_t xgetbv0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 
-uint32_t khub_cpu_features(void)
+uint32_t khub__cpu_features_host(void)
 {
     unsigned a, b, c, d;
     uint32_t f = 0;
@@ -87,5 +163,5 @@ uint32_t khub_cpu_features(void)
     return f;
 }
 #else
-uint32_t khub_cpu_features(void) { return 0; }
+uint32_t khub__cpu_features_host(void) { return 0; }
 #endif

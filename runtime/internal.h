@@ -204,6 +204,15 @@ KHUB_INTERNAL extern const size_t khub__cpu_features_count;
 KHUB_INTERNAL uint32_t khub__cpu_feature_bit(const char *name);
 /* The names of mask's bits joined by sep into buf (always NUL-terminated). */
 KHUB_INTERNAL void khub__cpu_feature_list(uint32_t mask, const char *sep, char *buf, size_t n);
+/* The CPU's own KHUB_CPU_* bits, before KHUB_CPU_LEVEL removes any
+ * (khub_cpu_features() is this masked). */
+KHUB_INTERNAL uint32_t khub__cpu_features_host(void);
+/* 0 when KHUB_CPU_LEVEL is unset, empty or a level; else -1 with a message
+ * naming the value and the levels in errbuf. */
+KHUB_INTERNAL int khub__cpu_level_check(char *errbuf, size_t n);
+/* The highest level a feature set reaches: "avx512" (AVX2, FMA, F16C and
+ * AVX-512 F/BW/DQ/VL/CD), "avx2" (AVX2, FMA, F16C) or "x86-64". */
+KHUB_INTERNAL const char *khub__cpu_level_of(uint32_t features);
 
 /* Op kind names from khub_plugin.h's KHUB_OP_KINDS table (runtime/op_kinds.c):
  * "norm" for KHUB_OP_NORM, "unknown" for a value that is no kind; by name,

@@ -260,13 +260,20 @@ khub_status khub_runtime_get_option(const khub_runtime *rt, khub_option opt, int
 /* Features                                                                 */
 /* ======================================================================== */
 
-static void add_feature(khub_runtime *rt, const char *name, long long value)
+static void add_feature_str(khub_runtime *rt, const char *name, const char *value)
 {
     if (rt->n_features >= KHUB__MAX_FEATURES) return;
     size_t i = rt->n_features++;
-    snprintf(rt->feature_values[i], sizeof rt->feature_values[i], "%lld", value);
+    snprintf(rt->feature_values[i], sizeof rt->feature_values[i], "%s", value);
     rt->features[i].name = name;
     rt->features[i].value = rt->feature_values[i];
+}
+
+static void add_feature(khub_runtime *rt, const char *name, long long value)
+{
+    char v[24];
+    snprintf(v, sizeof v, "%lld", value);
+    add_feature_str(rt, name, v);
 }
 
 static void collect_features(khub_runtime *rt)
@@ -286,6 +293,7 @@ static void collect_features(khub_runtime *rt)
                {"cpu.bmi2", KHUB_CPU_BMI2}};
     for (size_t i = 0; i < sizeof cpu / sizeof cpu[0]; i++)
         add_feature(rt, cpu[i].name, (rt->cpu_features & cpu[i].bit) != 0);
+    add_feature_str(rt, "cpu.level", khub__cpu_level_of(rt->cpu_features));
     add_feature(rt, "threads", rt->n_threads);
     add_feature(rt, "abi.major", KHUB_ABI_MAJOR);
     add_feature(rt, "abi.minor", KHUB_ABI_MINOR);
@@ -315,6 +323,9 @@ khub_status khub_runtime_new(const khub_runtime_opts *opts, khub_runtime **out)
     KHUB_API_CHECK(NULL, out != NULL);
     *out = NULL;
     tls_last_error[0] = '\0';
+    char level_err[160];
+    if (khub__cpu_level_check(level_err, sizeof level_err) != 0)
+        return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "khub_runtime_new: %s", level_err);
     if (opts && (opts->struct_size < offsetof(khub_runtime_opts, log_ud) + sizeof(void *) ||
                  opts->abi_major != KHUB_ABI_MAJOR))
         return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE,
@@ -342,6 +353,13 @@ khub_status khub_runtime_new(const khub_runtime_opts *opts, khub_runtime **out)
         return st;
     }
     collect_features(rt);
+    uint32_t masked = khub__cpu_features_host() & ~rt->cpu_features;
+    if (masked) {
+        char names[160];
+        khub__cpu_feature_list(masked, " ", names, sizeof names);
+        KHUB_LOG_I(rt, "KHUB_CPU_LEVEL=%s: not using this CPU's %s", getenv("KHUB_CPU_LEVEL"),
+                   names);
+    }
     *out = rt;
     return KHUB_STATUS_OK;
 }

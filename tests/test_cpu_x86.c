@@ -945,6 +945,31 @@ TEST_IMPL(refuses_without_cpu_features)
     }
 }
 
+/* With the runtime's own host table, which KHUB_CPU_LEVEL masks: a level's
+ * plugin scores above 0 exactly when the features khub uses cover it, and
+ * otherwise refuses every call. The @x86-64 and @avx2 ctest entries run
+ * this masked (tests/cpu_level.sh). */
+TEST_IMPL(follows_the_runtime_features)
+{
+    setup();
+    const char *lv = getenv("KHUB_CPU_LEVEL");
+    for (int l = 0; l < 2; l++) {
+        plug p;
+        if (!plug_open(&p, level_file[l], g_host)) TEST_FAIL_("%s not built", level_file[l]);
+        int can = (khub_cpu_features() & level_need[l]) == level_need[l];
+        fprintf(stderr, "  note: KHUB_CPU_LEVEL=%s: %s %s\n", lv ? lv : "(unset)", level_file[l],
+                can ? "runs" : "refuses");
+        if (lv && (!strcmp(lv, "x86-64") || (!strcmp(lv, "avx2") && l == 1))) ASSERT(!can);
+        ASSERT_EQ(p.d.score(p.d.state) > 0, can);
+        if (!can) {
+            khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args)};
+            ASSERT_STATUS(plug_run(&p, KHUB_OP_NORM, &a), KHUB_STATUS_UNSUPPORTED);
+            ASSERT_CONTAINS(khub__plugin_msg(), "this CPU lacks AVX2, FMA");
+        }
+        p.d.shutdown(p.d.state);
+    }
+}
+
 #define TEST_LIST(X) \
     X(qlinear_q4_1) \
     X(qlinear_q8_0) \
@@ -959,5 +984,6 @@ TEST_IMPL(refuses_without_cpu_features)
     X(activation_silu_gelu) \
     X(perturbation_is_detected) \
     X(errors_name_the_problem) \
-    X(refuses_without_cpu_features)
+    X(refuses_without_cpu_features) \
+    X(follows_the_runtime_features)
 TEST_MAIN(TEST_LIST)

@@ -98,7 +98,8 @@ typedef struct khub_runtime_opts {
 } khub_runtime_opts;
 
 /* Creates a runtime. opts may be NULL for defaults. On failure *out is NULL
- * and khub_last_error() says why. Since 0.1. */
+ * and khub_last_error() says why: KHUB_STATUS_INVALID_ARG when
+ * KHUB_CPU_LEVEL names no level (see khub_cpu_features). Since 0.1. */
 KHUB_API khub_status khub_runtime_new(const khub_runtime_opts *opts, khub_runtime **out);
 /* Unloads every plugin (waiting for calls in flight) and frees the runtime.
  * Accepts NULL. Since 0.1. */
@@ -137,7 +138,20 @@ typedef struct khub_feature {
 /* The runtime's features as {name, value} pairs, owned by rt. Since 0.1. */
 KHUB_API khub_status khub_runtime_features(const khub_runtime *rt, const khub_feature **list,
                                            size_t *count);
-/* KHUB_CPU_* bits of this machine (CPUID and XGETBV). Since 0.1. */
+/* KHUB_CPU_* bits of this machine (CPUID and XGETBV), less those the
+ * KHUB_CPU_LEVEL environment variable masks. Since 0.1.
+ *
+ * KHUB_CPU_LEVEL caps what khub uses, everywhere it chooses by CPU (runtime
+ * cpu_features given to plugins, registry, Hub variant and plugin-level
+ * choice, khub check); it only ever removes features, never adds ones the
+ * CPU lacks:
+ *   x86-64 (alias generic)  no optional feature: the SSE2 baseline
+ *   avx2                    at most SSE4.2, AVX, AVX2, FMA, F16C, BMI2
+ *   avx512, native, unset   every detected feature
+ * An unknown value masks down to x86-64 here, and khub_runtime_new refuses
+ * it with KHUB_STATUS_INVALID_ARG. The runtime feature "cpu.level" names the
+ * level reached ("x86-64", "avx2", "avx512"). Thread-safe (reads the
+ * environment on each call). */
 KHUB_API uint32_t khub_cpu_features(void);
 
 /* ------------------------------------------------------------------------ */

@@ -58,8 +58,11 @@ static void open_plugins(const char *dir, const khub_host_api *host)
         plugs[i].d.struct_size = sizeof plugs[i].d;
         if (!init || init(host, &plugs[i].d, err, sizeof err) != KHUB_STATUS_OK ||
             (plugs[i].d.score && plugs[i].d.score(plugs[i].d.state) == 0)) {
-            fprintf(stderr, "khub bench-ops: skipping %s (%s)\n", plugs[i].file,
-                    err[0] ? err : "cannot run on this CPU");
+            const char *lvl = getenv("KHUB_CPU_LEVEL");
+            fprintf(stderr, "khub bench-ops: skipping %s (%s%s%s)\n", plugs[i].file,
+                    err[0] ? err : "cannot run on this CPU",
+                    !err[0] && lvl && lvl[0] ? " at KHUB_CPU_LEVEL=" : "",
+                    !err[0] && lvl && lvl[0] ? lvl : "");
             plugs[i].dl = NULL;
         }
     }

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "internal.h"
 
 #define MAX_COMMANDS 64
 
@@ -118,6 +119,13 @@ int main(int argc, char **argv)
         strcmp(argv[1], "help") == 0) {
         print_help(stdout);
         return 0;
+    }
+    /* Every command chooses by CPU features somewhere (plugins, variants,
+     * levels): a mistyped mask is refused up front, not taken as x86-64. */
+    char level_err[160];
+    if (khub__cpu_level_check(level_err, sizeof level_err) != 0) {
+        fprintf(stderr, "khub: %s\n", level_err);
+        return 2;
     }
     for (int i = 0; i < n_commands; i++)
         if (strcmp(argv[1], commands[i]->name) == 0) return commands[i]->run(argc - 1, argv + 1);
