@@ -357,7 +357,8 @@ TEST_IMPL(oversize_announced_size_refused_before_get)
     ASSERT_OK(khub_hub_download_file(hub, &id, C1, "README.md", &p)); /* 14 bytes: fine */
     free(p);
 
-    ASSERT_STATUS(khub__download_size_ok(hub, fx.cache, 1ull << 50, 0, "big"), KHUB_STATUS_OVERFLOW);
+    ASSERT_STATUS(khub__download_size_ok(hub, fx.cache, 1ull << 50, 0, "big"),
+                  KHUB_STATUS_OVERFLOW);
     setenv("KHUB_MAX_DOWNLOAD_SIZE", "1000T", 1);
     khub_hub *big = hub_with(&fx, 0, 2);
     unsetenv("KHUB_MAX_DOWNLOAD_SIZE");
