@@ -8,7 +8,9 @@
 #     key gets past the signature and only then fails to parse;
 #   - a malformed metadata.json.sig: SIGNATURE_INVALID;
 #   - a cached plugin changed after its download: DIGEST_MISMATCH before
-#     anything is loaded (the loader never opens it).
+#     anything is loaded (the loader never opens it);
+#   - a validly signed plugin with a RUNPATH: PLUGIN_INVALID from the ABI
+#     gate on its sealed bytes, before dlopen (its constructor never runs).
 #   - a writer to the cache who swaps metadata.json and the plugins right
 #     after metadata.json was read for the signature check (tests/swap_shim,
 #     preloaded): DIGEST_MISMATCH against the signed table; the swapped-in,
@@ -43,6 +45,22 @@ publish edited "sed -i 's/\"1.0.0\"/\"1.0.1\"/' metadata.json"
 publish garbage "printf '{not json' > metadata.json"
 publish garbage-signed "printf '{not json' > metadata.json && '$KHUB' sign --key '$T/alice.key' metadata.json > /dev/null"
 publish badsig "printf '{\"algorithm\": \"ed25519\"}' > metadata.json.sig"
+# runpath: the same kernel rebuilt with a RUNPATH (and a constructor that
+# leaves runpath.mark), its digests updated and metadata.json signed again
+# by the trusted key: a valid signature over a plugin the ABI gate refuses
+cat > ctor.c <<'C'
+#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void mark(void) { close(open(RUNPATH_MARK, O_WRONLY | O_CREAT, 0644)); }
+C
+cc -std=gnu11 -O2 -fPIC -shared -fvisibility=hidden -DKHUB_PLUGIN_MODULE -I"$SRC/abi" \
+    -DRUNPATH_MARK="\"$T/runpath.mark\"" "$SRC/kernels-src/kv-cache/static_cache.c" ctor.c \
+    -Wl,--enable-new-dtags,-rpath,"$T/evil-lib" -o runpath.so -lm || fail "compiling runpath.so"
+publish runpath "for f in kv-cache-*.so; do cp '$T/runpath.so' \$f; done && python3 -c '
+import hashlib, json
+m = json.load(open(\"metadata.json\"))
+for f in m[\"files\"]: m[\"files\"][f] = hashlib.sha256(open(f, \"rb\").read()).hexdigest()
+json.dump(m, open(\"metadata.json\", \"w\"))' && '$KHUB' sign --key '$T/alice.key' metadata.json > /dev/null"
 cmp -s repos/kernels-community/edited/commits/$C1/build/$V/metadata.json "kv/build/$V/metadata.json" &&
     fail "the edit of metadata.json did not apply"
 
@@ -65,6 +83,14 @@ expect KHUB_STATUS_METADATA_INVALID "metadata.json: not a JSON object" kernels-c
 grep -q "does not verify" f.out && fail "signed garbage failed on the signature: $(cat f.out)"
 expect KHUB_STATUS_SIGNATURE_INVALID "metadata.json.sig is malformed" kernels-community/badsig@v1
 echo "ok   the signature is checked on the exact bytes before metadata.json is parsed"
+
+# a signed plugin with a RUNPATH is refused by the ABI gate on its sealed
+# bytes, before dlopen: its constructor never runs, no library is searched
+expect KHUB_STATUS_PLUGIN_INVALID "refused before loading: the ABI gate found 1 problem(s): has RUNPATH '$T/evil-lib'" \
+    kernels-community/runpath@v1
+grep -q "SIGNATURE\|DIGEST" f.out && fail "runpath: refused for its signature or digests: $(cat f.out)"
+[ ! -e runpath.mark ] || fail "the RUNPATH plugin's constructor ran"
+echo "ok   a signed plugin with a RUNPATH is refused at load, before any of its code runs"
 
 # a cached plugin changed after its download is refused before dlopen
 so=$(find cache -path "*kernels--kernels-community--good*" -name 'kv-cache-*.so' | head -n 1)
