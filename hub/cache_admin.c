@@ -399,6 +399,107 @@ void khub__cache_report_free(khub_cache_report *r)
 }
 
 /* ======================================================================== */
+/* Temporary names                                                          */
+/* ======================================================================== */
+
+/* Debris of interrupted downloads (issue 10 item 7). khub makes its
+ * temporaries in <repo>/.khub-tmp/ (khub__cache_tmp_path), where nothing
+ * verifies; there only a stale one is debris (an in-flight one is not).
+ * Older versions made them inside the folders: a "<file>.<8hex>.tmp" link
+ * in a snapshot folder, a ".<variant>.<pid>.tmp" folder in
+ * khub-variants/<commit>/. Nothing makes those any more, so each one is
+ * debris, and one inside a variant folder keeps that variant from
+ * verifying for good. */
+
+typedef struct tmp_walk {
+    khub_cache_item_fn fn;
+    void *ud;
+    const char *kind;    /* "stale" (verify) or "temporary" (prune) */
+    int remove, dry_run; /* prune: remove what is found (unless dry_run) */
+    uint64_t n, bytes;
+    char first[KHUB__PATH_MAX];
+} tmp_walk;
+
+static void tmp_found(tmp_walk *w, const char *path, const char *why)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0) return;
+    uint64_t bytes = du(path, 0);
+    char detail[200];
+    snprintf(detail, sizeof detail, "%s; %llu bytes", why, (unsigned long long)bytes);
+    if (!w->n++) snprintf(w->first, sizeof w->first, "%s", path);
+    w->bytes += bytes;
+    if (w->fn) w->fn(w->ud, w->kind, path, detail);
+    if (!w->remove || w->dry_run) return;
+    if (S_ISDIR(sb.st_mode))
+        khub__rmtree(path);
+    else
+        unlink(path);
+}
+
+/* "<name>.<8hex>.tmp", the snapshot temporaries of older versions. */
+static int legacy_snapshot_tmp(const char *nm)
+{
+    size_t n = strlen(nm);
+    if (n < 14 || strcmp(nm + n - 4, ".tmp") || nm[n - 13] != '.') return 0;
+    char hex[9];
+    memcpy(hex, nm + n - 12, 8);
+    hex[8] = '\0';
+    return is_hex(hex, 8);
+}
+
+static void tmp_walk_snapshot(tmp_walk *w, const char *dir, int depth)
+{
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && depth < MAX_DEPTH && (de = readdir(d))) {
+        char path[KHUB__PATH_MAX];
+        struct stat sb;
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+            !KHUB__PATHF(path, "%s/%s", dir, de->d_name) || lstat(path, &sb) != 0)
+            continue;
+        if (S_ISDIR(sb.st_mode))
+            tmp_walk_snapshot(w, path, depth + 1);
+        else if (legacy_snapshot_tmp(de->d_name))
+            tmp_found(w, path,
+                      "temporary link left inside a snapshot by an interrupted download; the "
+                      "folder holding it does not verify");
+    }
+    if (d) closedir(d);
+}
+
+/* The debris of one repo folder, reported to w (and removed with remove). */
+static void tmp_walk_repo(tmp_walk *w, const char *repo_dir)
+{
+    char dir[KHUB__PATH_MAX];
+    DIR *d = KHUB__PATHF(dir, "%s/" KHUB__TMP_DIR, repo_dir) ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char path[KHUB__PATH_MAX];
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+            KHUB__PATHF(path, "%s/%s", dir, de->d_name) && khub__cache_tmp_stale(path, de->d_name))
+            tmp_found(w, path, "temporary left by an interrupted download");
+    }
+    if (d) closedir(d);
+    if (KHUB__PATHF(dir, "%s/snapshots", repo_dir)) tmp_walk_snapshot(w, dir, 0);
+    d = KHUB__PATHF(dir, "%s/khub-variants", repo_dir) ? opendir(dir) : NULL;
+    while (d && (de = readdir(d))) {
+        char cdir[KHUB__PATH_MAX], path[KHUB__PATH_MAX];
+        if (!is_hex(de->d_name, 40) || !KHUB__PATHF(cdir, "%s/%s", dir, de->d_name)) continue;
+        DIR *c = opendir(cdir);
+        struct dirent *ce;
+        while (c && (ce = readdir(c))) {
+            size_t n = strlen(ce->d_name);
+            if (ce->d_name[0] == '.' && n > 5 && !strcmp(ce->d_name + n - 4, ".tmp") &&
+                KHUB__PATHF(path, "%s/%s", cdir, ce->d_name))
+                tmp_found(w, path, "archive unpacked by an interrupted download");
+        }
+        if (c) closedir(c);
+    }
+    if (d) closedir(d);
+}
+
+/* ======================================================================== */
 /* Verify                                                                   */
 /* ======================================================================== */
 
@@ -502,6 +603,7 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
     size_t hit = 0;
     char first[KHUB__PATH_MAX] = "";
     verifier v = {.fn = fn, .ud = ud, .checked = checked, .bad = bad, .first = first};
+    tmp_walk stale = {.fn = fn, .ud = ud, .kind = "stale"};
     for (size_t i = 0; i < rep->n_repos; i++) {
         if (!matches(&rep->repos[i], filter)) continue;
         hit++;
@@ -527,6 +629,7 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
         for (size_t k = 0; k < rep->repos[i].n_revs; k++)
             verify_copies(&v, repo_dir, rep->repos[i].revs[k].commit, &blob_ino);
         set_free(&blob_ino);
+        tmp_walk_repo(&stale, repo_dir);
     }
     khub__cache_report_free(rep);
     if (filter && !hit)
@@ -538,6 +641,11 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
                               "cache verify: %llu of %llu files are corrupt (first: %s); "
                               "delete them and download again",
                               (unsigned long long)*bad, (unsigned long long)*checked, first);
+    if (stale.n)
+        return khub__hub_fail(hub, KHUB_STATUS_IO,
+                              "cache verify: %llu stale temporary name%s left by interrupted "
+                              "downloads (first: %s); run khub cache prune to remove them",
+                              (unsigned long long)stale.n, stale.n > 1 ? "s" : "", stale.first);
     return KHUB_STATUS_OK;
 }
 
@@ -630,6 +738,10 @@ static khub_status prune_repo(pruner *p, const char *folder)
         drop(p, "blob", path, 0);
     }
     if (d) closedir(d);
+    tmp_walk tw = {
+        .fn = p->fn, .ud = p->ud, .kind = "temporary", .remove = 1, .dry_run = p->dry_run};
+    tmp_walk_repo(&tw, dir);
+    p->freed += tw.bytes;
     set_free(&refs);
     set_free(&linked);
     set_free(&inodes);

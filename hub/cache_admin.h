@@ -10,8 +10,13 @@
  *          content, 40 hex = git blob SHA-1.
  *   prune  snapshots that no ref names, then blobs no remaining snapshot
  *          links to (and the trees/, .no_exist/ and khub-variants/ entries
- *          of removed snapshots). Only names under the cache root are
- *          removed; symlinks are never followed when removing.
+ *          of removed snapshots), then the debris of interrupted downloads:
+ *          stale names in .khub-tmp/ and every temporary name older
+ *          versions left inside snapshot and khub-variants/ folders. Only
+ *          names under the cache root are removed; symlinks are never
+ *          followed when removing.
+ *   verify also reports that debris (kind "stale"): a temporary name left
+ *          inside a variant folder keeps the variant from verifying.
  */
 #ifndef KHUB_HUB_CACHE_ADMIN_H
 #define KHUB_HUB_CACHE_ADMIN_H
@@ -46,9 +51,9 @@ typedef struct khub_cache_report {
     uint64_t size; /* sum of the repos' sizes */
 } khub_cache_report;
 
-/* Called for each finding: kind is "corrupt" (verify), or "snapshot",
- * "blob", "tree", "no_exist", "variants" (prune: removed, or would be with
- * dry_run); detail is one line. */
+/* Called for each finding: kind is "corrupt" or "stale" (verify), or
+ * "snapshot", "blob", "tree", "no_exist", "variants", "temporary" (prune:
+ * removed, or would be with dry_run); detail is one line. */
 typedef void (*khub_cache_item_fn)(void *ud, const char *kind, const char *path,
                                    const char *detail);
 
@@ -60,9 +65,10 @@ KHUB_INTERNAL void khub__cache_report_free(khub_cache_report *r);
 /* Re-hashes the blobs of every repo, or only of filter ("org/name" or a
  * folder name such as "models--org--name"). Counts go to *checked and
  * *bad; each corrupt blob is reported to fn. Returns DIGEST_MISMATCH when
- * any blob is corrupt (message names the first and the count), NOT_FOUND
- * when filter matches no repo. Partial downloads (.incomplete) are not
- * checked. */
+ * any blob is corrupt (message names the first and the count), IO when
+ * none is but stale temporaries are there ("run khub cache prune"),
+ * NOT_FOUND when filter matches no repo. Partial downloads (.incomplete)
+ * are not checked. */
 KHUB_INTERNAL khub_status khub__cache_verify(khub_hub *hub, const char *filter,
                                              khub_cache_item_fn fn, void *ud, uint64_t *checked,
                                              uint64_t *bad);

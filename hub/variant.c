@@ -475,13 +475,13 @@ void khub__variant_clear(khub__variant *v)
 /* metadata.json and metadata.json.sig of dir, read once each into v (issue
  * 10: every later check runs on these bytes, never on a second read). The
  * buffers belong to v, so two handles on two threads never share one. */
-static khub_status read_meta(khub_hub *hub, const char *dir, khub__variant *v)
+static khub_status read_meta(khub_hub *hub, const char *dir, khub__variant *v, bool *incomplete)
 {
     char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "";
     if (!KHUB__PATHF(path, "%s/metadata.json", dir))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: path too long", dir);
     khub_status st = khub__read_file(path, MAX_META_BYTES, &v->meta, &v->meta_len, err, sizeof err);
-    if (st == KHUB_STATUS_NOT_FOUND)
+    if (st == KHUB_STATUS_NOT_FOUND && (*incomplete = true))
         return khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
                               "%s: no metadata.json; a variant without a digest table is "
                               "never loadable",
@@ -512,7 +512,8 @@ static bool temp_name(const char *nm)
  * read nor write one (an archive being unpacked, verified before it is
  * renamed). */
 static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *dir,
-                               const char *verified, const khub_kmeta *m, khub_hub_file_list *l)
+                               const char *verified, const khub_kmeta *m, khub_hub_file_list *l,
+                               bool *incomplete)
 {
     char path[KHUB__PATH_MAX], rroot[KHUB__PATH_MAX];
     if (!realpath(repo_dir, rroot))
@@ -525,6 +526,7 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
         char real[KHUB__PATH_MAX], line[KHUB__PATH_MAX + 200], probe[KHUB__PATH_MAX + 202];
         const char *name = m->files[i].name, *want = m->files[i].sha256;
         if (!KHUB__PATHF(path, "%s/%s", dir, name) || !realpath(path, real)) {
+            *incomplete = true;
             st = khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s: listed file %s is missing", dir,
                                 name);
             break;
@@ -581,16 +583,27 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
 
 /* Reads metadata.json and its .sig once, lets judge (may be NULL) decide on
  * those bytes, parses them, and checks the directory's files against that
- * parse. Fills out; on failure clears it. */
+ * parse. Fills out; on failure clears it. *why (may be NULL) tells a
+ * refusal by the judge (REFUSED) from a folder still being filled by
+ * another process (INCOMPLETE: metadata.json or a listed file missing). */
+typedef enum { VERIFY_FAILED, VERIFY_REFUSED, VERIFY_INCOMPLETE } verify_why;
+
 static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *dir,
                               const char *verified, const khub__variant_judge *judge,
-                              khub__variant *out)
+                              khub__variant *out, verify_why *why)
 {
     char err[KHUB_ERROR_SIZE] = "";
+    bool incomplete = false;
     memset(out, 0, sizeof *out);
-    khub_status st = read_meta(hub, dir, out);
-    if (st == KHUB_STATUS_OK && judge && judge->fn)
+    khub_status st = read_meta(hub, dir, out, &incomplete);
+    if (st == KHUB_STATUS_OK && judge && judge->fn) {
         st = judge->fn(judge->ud, dir, out->meta, out->meta_len, out->sig, out->sig_len);
+        if (st != KHUB_STATUS_OK && why) *why = VERIFY_REFUSED;
+        if (st != KHUB_STATUS_OK) {
+            khub__variant_clear(out);
+            return st;
+        }
+    }
     if (st == KHUB_STATUS_OK) {
         out->km = calloc(1, sizeof *out->km);
         out->files = calloc(1, sizeof *out->files);
@@ -604,8 +617,10 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
         out->files->items = calloc(out->km->n_files ? out->km->n_files : 1, sizeof(khub_hub_file));
         if (!out->files->items) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     }
-    if (st == KHUB_STATUS_OK) st = check_files(hub, repo_dir, dir, verified, out->km, out->files);
+    if (st == KHUB_STATUS_OK)
+        st = check_files(hub, repo_dir, dir, verified, out->km, out->files, &incomplete);
     if (st != KHUB_STATUS_OK) khub__variant_clear(out);
+    if (why) *why = incomplete ? VERIFY_INCOMPLETE : VERIFY_FAILED;
     return st;
 }
 
@@ -641,7 +656,7 @@ static khub_status open_cached(khub_hub *hub, const khub_hub_id *id, const char 
     char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX], verified[KHUB__PATH_MAX];
     memset(out, 0, sizeof *out);
     KHUB_FORWARD_IF_ERROR(NULL, cached_dir(hub, id, commit, variant, repo_dir, dir, verified));
-    return verify_dir(hub, repo_dir, dir, verified[0] ? verified : NULL, judge, out);
+    return verify_dir(hub, repo_dir, dir, verified[0] ? verified : NULL, judge, out, NULL);
 }
 
 khub_status khub_hub_variant_files(khub_hub *hub, const khub_hub_id *id, const char *commit,
@@ -688,7 +703,7 @@ static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const cha
         lstat(probe, &sb) != 0 && KHUB__PATHF(probe, "%s/%s", tmp, variant) &&
         lstat(probe, &sb) == 0 && S_ISDIR(sb.st_mode))
         snprintf(root, sizeof root, "%s", probe);
-    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, root, NULL, judge, out);
+    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, root, NULL, judge, out, NULL);
     bool raced = false;
     if (st == KHUB_STATUS_OK && rename(root, final) != 0) {
         raced = errno == ENOTEMPTY || errno == EEXIST;
@@ -746,13 +761,21 @@ static khub_status fetch_variant(khub_hub *hub, const khub_hub_id *id, const cha
     if (!has_dir)
         return khub__hub_fail(hub, KHUB_STATUS_NO_VARIANT, "%s/%s@%.12s has no variant %s", id->org,
                               id->name, commit, variant);
+    /* metadata.json is linked last, by every process: a folder that shows
+     * it holds every other file of the variant (links are never removed),
+     * so a process that finds it never judges a variant whose .sig is
+     * still on its way as unsigned. */
     khub_status st = khub__list_tree(hub, id, commit, sub, 1, &t);
-    for (size_t i = 0; st == KHUB_STATUS_OK && i < t.count; i++) {
-        if (t.items[i].is_dir) continue;
-        char *p = NULL;
-        st = khub_hub_download_file(hub, id, commit, t.items[i].path, &p);
-        free(p);
-    }
+    char meta_rel[300];
+    snprintf(meta_rel, sizeof meta_rel, "%s/metadata.json", sub);
+    for (int last = 0; last < 2; last++)
+        for (size_t i = 0; st == KHUB_STATUS_OK && i < t.count; i++) {
+            int is_meta = strcmp(t.items[i].path, meta_rel) == 0;
+            if (t.items[i].is_dir || is_meta != last) continue;
+            char *p = NULL;
+            st = khub_hub_download_file(hub, id, commit, t.items[i].path, &p);
+            free(p);
+        }
     khub__tree_free(&t);
     KHUB_FORWARD_IF_ERROR(NULL, st);
     return open_cached(hub, id, commit, variant, judge, out);
@@ -767,16 +790,20 @@ khub_status khub__hub_variant_open(khub_hub *hub, const khub_hub_id *id, const c
     if (!khub__is_commit_hex(commit) || !plain_variant_name(variant))
         return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "bad commit or variant name");
     if (!download || hub->offline) return open_cached(hub, id, commit, variant, judge, out);
-    /* A cached copy that verifies costs no request. Its judge runs on the
-     * first read that parses: when the copy fails verification or the judge,
-     * the fetched copy is judged afresh. */
+    /* A cached copy that verifies costs no request, and the judge's verdict
+     * on it is final. A folder another process is still filling (a file by
+     * file download: metadata.json or a listed file not linked yet) is
+     * fetched here too, and what is then read is judged. */
     char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX], verified[KHUB__PATH_MAX];
     int saved = hub->err_set;
     hub->err_set = 1; /* a miss here is not the error to report */
-    khub_status cached = cached_dir(hub, id, commit, variant, repo_dir, dir, verified);
+    khub_status st = cached_dir(hub, id, commit, variant, repo_dir, dir, verified);
     hub->err_set = saved;
-    if (cached == KHUB_STATUS_OK)
-        return verify_dir(hub, repo_dir, dir, verified[0] ? verified : NULL, judge, out);
+    if (st != KHUB_STATUS_OK) return fetch_variant(hub, id, commit, variant, judge, out);
+    verify_why why = VERIFY_FAILED;
+    st = verify_dir(hub, repo_dir, dir, verified[0] ? verified : NULL, judge, out, &why);
+    if (st == KHUB_STATUS_OK || why != VERIFY_INCOMPLETE) return st;
+    khub__hub_clear(hub);
     return fetch_variant(hub, id, commit, variant, judge, out);
 }
 

@@ -7,18 +7,24 @@
  *   - the judge sees the bytes that are then parsed, once: files swapped
  *     in while it runs are checked against the judged table and refused;
  *   - a snapshot link is made outside the variant folder, so a verifier
- *     listing that folder meanwhile never sees a temporary name.
+ *     listing that folder meanwhile never sees a temporary name;
+ *   - the debris of a kill is reported by cache verify and removed by
+ *     cache prune (an in-flight temporary is left alone).
  * t_verify_load drives the swap through the CLI with an LD_PRELOAD shim.
  */
 #include <dirent.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "cache_admin.h"
 #include "hub_fixture.h"
 #include "hub_impl.h"
 #include "kernel_meta.h"
@@ -267,8 +273,99 @@ TEST_IMPL(snapshot_links_made_outside_the_folder)
     fx_done(&fx);
 }
 
+typedef struct findings {
+    char text[4096];
+} findings;
+
+static void note(void *ud, const char *kind, const char *path, const char *detail)
+{
+    findings *f = ud;
+    size_t n = strlen(f->text);
+    const char *base = strrchr(path, '/');
+    snprintf(f->text + n, sizeof f->text - n, "%s %s (%s)\n", kind, base ? base + 1 : path, detail);
+}
+
+/* Sets path's own mtime (not its target's) seconds into the past. */
+static void age(const char *path, long seconds)
+{
+    struct timespec t[2];
+    clock_gettime(CLOCK_REALTIME, &t[0]);
+    t[0].tv_sec -= seconds;
+    t[1] = t[0];
+    ASSERT_EQ(utimensat(AT_FDCWD, path, t, AT_SYMLINK_NOFOLLOW), 0);
+}
+
+TEST_IMPL(interrupted_download_debris)
+{
+    /* What a kill leaves: an older version's temporary link inside the
+     * variant folder (it made the variant unloadable for good while cache
+     * verify said all was well), a stale temporary in .khub-tmp/ (its
+     * process gone) and a fresh one (in flight: left alone). */
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo");
+    khub_hub_file_list *l = NULL;
+    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &l));
+    khub_hub_file_list_free(l);
+    char repo[600], legacy[1200], stale[1200], fresh[1200], tmpdir[700];
+    snprintf(repo, sizeof repo, "%s/kernels--org--demo", fx.cache);
+    snprintf(legacy, sizeof legacy, "%s/snapshots/" C1 "/build/%s/libk.so.0badc0de.tmp", repo,
+             fx.variant);
+    ASSERT_EQ(symlink("../../../../blobs/nowhere", legacy), 0);
+    snprintf(tmpdir, sizeof tmpdir, "%s/" KHUB__TMP_DIR, repo);
+    mkdir(tmpdir, 0755);
+    pid_t child = fork();
+    if (child == 0) _exit(0);
+    ASSERT(child > 0);
+    waitpid(child, NULL, 0); /* a pid that is gone */
+    snprintf(stale, sizeof stale, "%s/%d.deadbeef", tmpdir, (int)child);
+    ASSERT_EQ(symlink("../blobs/x", stale), 0);
+    age(stale, 120);
+    snprintf(fresh, sizeof fresh, "%s/%d.feedf00d", tmpdir, (int)getpid());
+    ASSERT_EQ(symlink("../blobs/y", fresh), 0);
+
+    ASSERT_STATUS(khub_hub_variant_files(hub, &id, C1, fx.variant, &l),
+                  KHUB_STATUS_METADATA_INVALID);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "libk.so.0badc0de.tmp is not listed in metadata.json; "
+                                          "refusing the variant (a temporary name an interrupted "
+                                          "download left: khub cache prune removes it)");
+    findings f = {""};
+    uint64_t checked = 0, bad = 0;
+    ASSERT_STATUS(khub__cache_verify(hub, NULL, note, &f, &checked, &bad), KHUB_STATUS_IO);
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "cache verify: 2 stale temporary names left by "
+                                          "interrupted downloads");
+    ASSERT_CONTAINS(khub_hub_errmsg(hub), "run khub cache prune to remove them");
+    ASSERT_CONTAINS(f.text, "stale libk.so.0badc0de.tmp (temporary link left inside a snapshot");
+    ASSERT(strstr(f.text, ".deadbeef (temporary left by an interrupted download") != NULL);
+    ASSERT(strstr(f.text, "feedf00d") == NULL);
+    ASSERT_EQ(bad, 0);
+
+    f.text[0] = '\0';
+    uint64_t freed = 0;
+    ASSERT_OK(khub__cache_prune(hub, 1, note, &f, &freed)); /* dry run: nothing goes */
+    ASSERT_CONTAINS(f.text, "temporary libk.so.0badc0de.tmp");
+    struct stat sb;
+    ASSERT_EQ(lstat(legacy, &sb), 0);
+    char ref[700];
+    snprintf(ref, sizeof ref, "%s/refs", repo);
+    mkdir(ref, 0755);
+    snprintf(ref, sizeof ref, "%s/refs/main", repo);
+    write_file(ref, C1); /* so prune keeps the snapshot */
+    ASSERT_OK(khub__cache_prune(hub, 0, NULL, NULL, &freed));
+    ASSERT(lstat(legacy, &sb) != 0 && lstat(stale, &sb) != 0);
+    ASSERT_EQ(lstat(fresh, &sb), 0);
+    ASSERT_OK(khub__cache_verify(hub, NULL, NULL, NULL, &checked, &bad));
+    ASSERT_OK(khub_hub_variant_files(hub, &id, C1, fx.variant, &l));
+    ASSERT_EQ(l->count, 1);
+    khub_hub_file_list_free(l);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(hub_handles_on_threads) \
     X(judge_sees_what_is_parsed) \
-    X(snapshot_links_made_outside_the_folder)
+    X(snapshot_links_made_outside_the_folder) \
+    X(interrupted_download_debris)
 TEST_MAIN(TEST_LIST)
