@@ -36,25 +36,13 @@ static void iso_time(time_t t, char out[ISO_TIME_SZ])
 /* Auth on reads                                                            */
 /* ======================================================================== */
 
-/* With --token T, a request that carries "Authorization: Bearer X" with X
- * other than T is refused (constant-time compare over T's length); without
- * --token every token is accepted (the server cannot tell a bad one). */
-static int bearer_ok(const khub__server *s, const char *h)
-{
-    if (!s->token) return 1;
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
-    const char *t = h + 7;
-    size_t n = strlen(s->token);
-    if (strlen(t) != n) return 0;
-    unsigned char diff = 0;
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(t[i] ^ s->token[i]);
-    return diff == 0;
-}
-
+/* A request with no Authorization reads; one with a token must carry the
+ * server's (khub__srv_write_allowed: constant-time; without --token every
+ * token is accepted, as the server cannot tell a bad one). */
 int khub__srv_read_auth(khub__server *s, struct MHD_Connection *c, MHD_RESULT *ret)
 {
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || bearer_ok(s, h)) return 1;
+    if (!h || khub__srv_write_allowed(s, c)) return 1;
     *ret = khub__srv_send_error(c, 401, NULL, NULL,
                                 "Invalid credentials in Authorization header: the token is not "
                                 "this server's (khub serve --token)");

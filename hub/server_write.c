@@ -23,8 +23,8 @@
 /* ======================================================================== */
 
 /* With --token T every write needs "Authorization: Bearer T"; reads stay
- * open. The compare is constant-time over the expected length. server.c
- * asks at the headers, before any of the body is read; route_write asks
+ * open unless they carry another token (khub__srv_read_auth). The compare is constant-time over the
+ * expected length. server.c asks at the headers, before any of the body is read; route_write asks
  * again (the same answer) so that no write path depends on that order. */
 int khub__srv_write_allowed(const khub__server *s, struct MHD_Connection *c)
 {
