@@ -22,6 +22,11 @@
 
 #define KHUB_INTERNAL __attribute__((visibility("hidden")))
 
+/* The host sees the whole ABI; only plugins may target an older minor. */
+#if KHUB_PLUGIN_TARGET_MINOR != KHUB_ABI_MINOR
+#error "libkhub is built against the whole plugin ABI: do not define KHUB_PLUGIN_TARGET_MINOR"
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Errors                                                                   */
 /* ------------------------------------------------------------------------ */

@@ -480,10 +480,15 @@ static khub_status negotiate(khub_plugin *p, khub_plugin_init_fn init, const khu
     char who[128];
     snprintf(who, sizeof who, "plugin %s %s", note ? note->id : "(static)",
              note ? note->version : "");
+    /* What the plugin's minor declares, and no more (abi_minor.c). A static
+     * plugin has no note: it gets this host's whole table. */
+    unsigned minor = note ? note->plugin_abi_minor : KHUB_ABI_MINOR;
     khub__host_api_fill(p->rt, p, &p->hctx, &p->host);
+    p->host.struct_size = (uint32_t)khub__host_api_size(minor);
+    p->host.abi_minor = (uint16_t)minor;
     khub_plugin_desc d;
     memset(&d, 0, sizeof d);
-    d.struct_size = sizeof d;
+    d.struct_size = (uint32_t)khub__plugin_desc_size(minor);
     char errbuf[KHUB_ERROR_SIZE] = "";
     khub__plugin_msg_clear();
     khub_status st = init(&p->host, &d, errbuf, sizeof errbuf);

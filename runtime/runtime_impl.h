@@ -171,6 +171,15 @@ KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
 KHUB_INTERNAL void khub__cuda_unload_modules(khub_plugin *p);
 
 /* ------------------------------------------------------------------------ */
+/* What each ABI minor contains (abi_minor.c)                               */
+/* ------------------------------------------------------------------------ */
+
+/* The size of a boundary struct as ABI 1.minor declares it: the host sends
+ * a plugin of that minor no more, and reads no field past it. */
+KHUB_INTERNAL size_t khub__host_api_size(unsigned minor);
+KHUB_INTERNAL size_t khub__plugin_desc_size(unsigned minor);
+
+/* ------------------------------------------------------------------------ */
 /* Inspection and ABI rules (elf_inspect.c)                                 */
 /* ------------------------------------------------------------------------ */
 

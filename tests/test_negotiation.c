@@ -234,6 +234,89 @@ TEST_IMPL(wider_ops_walked_by_struct_size)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Target minor: built with today's header for an older minor               */
+/* ------------------------------------------------------------------------ */
+
+/* What the struct sizes are at each minor (abi_minor.c), as layout.c pins
+ * the full ones. */
+TEST_IMPL(abi_sizes_per_minor)
+{
+    ASSERT_EQ(khub__host_api_size(0), 160);
+    ASSERT_EQ(khub__host_api_size(1), 160);
+    ASSERT_EQ(khub__host_api_size(2), 176);
+    ASSERT_EQ(khub__host_api_size(KHUB_ABI_MINOR), sizeof(khub_host_api));
+    for (unsigned m = 0; m <= KHUB_ABI_MINOR; m++) ASSERT_EQ(khub__plugin_desc_size(m), 80);
+}
+
+/* Loads name in a runtime of its own and calls its "probe" op. */
+static tp_target_args probe(const char *name, uint16_t *major, uint16_t *minor)
+{
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, name);
+    khub_plugin_abi(p, major, minor);
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_NORM};
+    khub_binding *b = NULL;
+    ASSERT_OK(khub_registry_select(rt, &q, &b));
+    tp_target_args a = {0};
+    ASSERT_OK(khub_binding_call(b, &a));
+    khub_runtime_free(rt);
+    return a;
+}
+
+TEST_IMPL(target_minor_stamps_note_and_desc)
+{
+    /* Built with this header (1.KHUB_ABI_MINOR) for 1.1: stamped 1.1, so a
+     * 1.1 host accepts it; a 1.0 host still does not. */
+    khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
+    ASSERT_OK(khub_plugin_inspect(TP("target_1_1"), &info, NULL, 0));
+    ASSERT_EQ(info.plugin_abi_major, 1);
+    ASSERT_EQ(info.plugin_abi_minor, 1);
+    char msg[160] = "";
+    ASSERT_OK(khub__abi_check_range(info.plugin_abi_major, info.plugin_abi_minor, info.ptr_size, 1,
+                                    0, 1, 8, msg, sizeof msg));
+    ASSERT_STATUS(khub__abi_check_range(info.plugin_abi_major, info.plugin_abi_minor, info.ptr_size,
+                                        1, 0, 0, 8, msg, sizeof msg),
+                  KHUB_STATUS_ABI_MINOR);
+    ASSERT_OK(khub_plugin_inspect(TP("target_1_0"), &info, NULL, 0));
+    ASSERT_EQ(info.plugin_abi_minor, 0);
+    ASSERT_OK(khub_plugin_inspect(TP("target_now"), &info, NULL, 0));
+    ASSERT_EQ(info.plugin_abi_minor, KHUB_ABI_MINOR);
+    /* The descriptor says the same (the loader requires it to equal the note). */
+    uint16_t major = 0, minor = 9;
+    (void)probe("target_1_1", &major, &minor);
+    ASSERT_EQ(major, 1);
+    ASSERT_EQ(minor, 1);
+}
+
+TEST_IMPL(target_minor_sees_only_its_minor)
+{
+    uint16_t major, minor;
+    tp_target_args a = probe("target_1_1", &major, &minor);
+    ASSERT_EQ(a.target_minor, 1);
+    ASSERT_EQ(a.own_host_size, 160); /* the header hid the 1.2 entries */
+    ASSERT_EQ(a.qformat_count, 10);
+    ASSERT_EQ(a.host_size, 160); /* and the host sent none of them */
+    ASSERT_EQ(a.host_minor, 1);
+    ASSERT_EQ(a.desc_size, 80);
+
+    a = probe("target_1_0", &major, &minor);
+    ASSERT_EQ(minor, 0);
+    ASSERT_EQ(a.target_minor, 0);
+    ASSERT_EQ(a.own_host_size, 160);
+    ASSERT_EQ(a.qformat_count, 8); /* no Q5_0 / Q5_1 (1.1) */
+    ASSERT_EQ(a.host_size, 160);
+    ASSERT_EQ(a.host_minor, 0);
+
+    /* Built for this header's minor: the whole table. */
+    a = probe("target_now", &major, &minor);
+    ASSERT_EQ(a.target_minor, KHUB_ABI_MINOR);
+    ASSERT_EQ(a.own_host_size, sizeof(khub_host_api));
+    ASSERT_EQ(a.qformat_count, KHUB_QFORMAT__COUNT);
+    ASSERT_EQ(a.host_size, sizeof(khub_host_api));
+    ASSERT_EQ(a.host_minor, KHUB_ABI_MINOR);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Static plugins negotiate the same way                                    */
 /* ------------------------------------------------------------------------ */
 
@@ -344,6 +427,9 @@ TEST_IMPL(static_rules)
     X(op_sizes_differ) \
     X(op_stride_bounded) \
     X(wider_ops_walked_by_struct_size) \
+    X(abi_sizes_per_minor) \
+    X(target_minor_stamps_note_and_desc) \
+    X(target_minor_sees_only_its_minor) \
     X(static_init_error_via_host_fail) \
     X(static_rules)
 TEST_MAIN(TEST_LIST)

@@ -70,9 +70,10 @@ extern "C" {
     uint16_t abi_major; \
     uint16_t abi_minor
 
-/* Initialiser for those fields, with this header's version. */
+/* Initialiser for those fields: the struct's size and ABI version as the
+ * plugin's target minor declares them (KHUB_PLUGIN_TARGET_MINOR). */
 #define KHUB_STRUCT_INIT(type) \
-    .struct_size = sizeof(type), .abi_major = KHUB_ABI_MAJOR, .abi_minor = KHUB_ABI_MINOR
+    .struct_size = sizeof(type), .abi_major = KHUB_ABI_MAJOR, .abi_minor = KHUB_PLUGIN_TARGET_MINOR
 
 /* True when struct s (a pointer) is large enough to hold field f. */
 #define KHUB_HAS_FIELD(s, type, f) ((s)->struct_size >= offsetof(type, f) + sizeof(((type *)0)->f))
@@ -191,8 +192,10 @@ typedef struct khub_host_api {
      * by file name relative to the variant directory. *data is valid until
      * the plugin is retired. KHUB_STATUS_NOT_FOUND when absent. */
     khub_status (*artifact)(void *host_ctx, const char *name, const void **data, size_t *size);
-    /* End of ABI 1.0. Append only below, each field marked "added in ABI 1.x". */
+    /* End of ABI 1.0. Append only below, each field marked "added in ABI 1.x"
+     * and declared only when KHUB_PLUGIN_TARGET_MINOR >= x. */
 
+#if KHUB_PLUGIN_TARGET_MINOR >= 2
     /* added in ABI 1.2: CUDA streams the plugin owns, for work it orders
      * itself (ops still get the caller's stream in their args; NULL is the
      * default stream). create makes a stream in device's primary context;
@@ -202,6 +205,7 @@ typedef struct khub_host_api {
      * 1.0 or 1.1 host has neither. */
     khub_status (*cuda_stream_create)(void *host_ctx, int device, void **stream);
     khub_status (*cuda_stream_destroy)(void *host_ctx, void *stream);
+#endif
 } khub_host_api;
 
 /* ------------------------------------------------------------------------ */
@@ -293,7 +297,7 @@ typedef struct khub_plugin_desc {
 } khub_plugin_desc;
 
 /* Copies src into the host's out, never past out->struct_size (the host's
- * size), and stamps the struct with this header's ABI version. */
+ * size), and stamps the struct with the plugin's target ABI version. */
 static inline khub_status khub_plugin_desc_put(khub_plugin_desc *out, const khub_plugin_desc *src)
 {
     uint32_t n = out->struct_size < sizeof(*src) ? out->struct_size : (uint32_t)sizeof(*src);
@@ -302,7 +306,7 @@ static inline khub_status khub_plugin_desc_put(khub_plugin_desc *out, const khub
     for (uint32_t i = sizeof(uint32_t); i < n; i++) d[i] = s[i];
     out->struct_size = n;
     out->abi_major = KHUB_ABI_MAJOR;
-    out->abi_minor = KHUB_ABI_MINOR;
+    out->abi_minor = KHUB_PLUGIN_TARGET_MINOR;
     return KHUB_STATUS_OK;
 }
 
@@ -500,7 +504,7 @@ typedef khub_status (*khub_plugin_init_fn)(const khub_host_api *host, khub_plugi
                         sizeof(khub_abi_note), \
                         KHUB_NOTE_TYPE, \
                         KHUB_NOTE_NAME, \
-                        {1, KHUB_ABI_MAJOR, KHUB_ABI_MINOR, (uint32_t)sizeof(void *), \
+                        {1, KHUB_ABI_MAJOR, KHUB_PLUGIN_TARGET_MINOR, (uint32_t)sizeof(void *), \
                          (kinds_mask), id_str, version_str}}; \
     KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1( \
         const khub_host_api *host, khub_plugin_desc *out, char *errbuf, size_t errbuf_size) \

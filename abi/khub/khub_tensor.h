@@ -24,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "khub_version.h" /* KHUB_PLUGIN_TARGET_MINOR gates the 1.1 formats */
+
 /* Device types: DLPack's DLDeviceType values. */
 typedef enum khub_device_type {
     KHUB_DEVICE_CPU = 1,
@@ -68,10 +70,12 @@ typedef enum khub_qformat {
     KHUB_QFORMAT_Q6_K = 5, /* 256 weights: ggml block_q6_K (210 bytes) */
     KHUB_QFORMAT_INT8_ROW = 6, /* per output row: f32 scale then in x int8, value q*scale */
     KHUB_QFORMAT_NF4 = 7,      /* 64 weights: f32 absmax + 32 bytes of NF4 codes (36 bytes) */
+#if KHUB_PLUGIN_TARGET_MINOR >= 1
     /* added in ABI 1.1: 32 weights, 5-bit codes q = low nibble | bit l of the
      * little-endian u32 qh as bit 4 (ggml block_q5_0 / block_q5_1) */
     KHUB_QFORMAT_Q5_0 = 8, /* f16 d | u8 qh[4] | u8 qs[16], value (q-16)*d (22 bytes) */
     KHUB_QFORMAT_Q5_1 = 9, /* f16 d, f16 m | u8 qh[4] | u8 qs[16], value q*d+m (24 bytes) */
+#endif
     KHUB_QFORMAT__COUNT
 } khub_qformat;
 
@@ -129,8 +133,11 @@ static inline int64_t khub_qformat_block_elems(khub_qformat f)
     case KHUB_QFORMAT_Q8_0:
     case KHUB_QFORMAT_Q4_0:
     case KHUB_QFORMAT_Q4_1:
+#if KHUB_PLUGIN_TARGET_MINOR >= 1
     case KHUB_QFORMAT_Q5_0:
-    case KHUB_QFORMAT_Q5_1: return 32;
+    case KHUB_QFORMAT_Q5_1:
+#endif
+        return 32;
     case KHUB_QFORMAT_Q4_K:
     case KHUB_QFORMAT_Q6_K: return 256;
     case KHUB_QFORMAT_INT8_ROW: return 1;
@@ -151,8 +158,10 @@ static inline int64_t khub_qformat_block_bytes(khub_qformat f)
     case KHUB_QFORMAT_Q6_K: return 210;
     case KHUB_QFORMAT_INT8_ROW: return 1;
     case KHUB_QFORMAT_NF4: return 36;
+#if KHUB_PLUGIN_TARGET_MINOR >= 1
     case KHUB_QFORMAT_Q5_0: return 22;
     case KHUB_QFORMAT_Q5_1: return 24;
+#endif
     default: return 0;
     }
 }

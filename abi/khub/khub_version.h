@@ -36,4 +36,20 @@
 /* The oldest plugin minor this host still accepts (always 0 within a major). */
 #define KHUB_ABI_MINOR_MIN 0
 
+/* The minor a plugin targets, as PyTorch's TORCH_TARGET_VERSION: a plugin
+ * that must load into hosts of ABI 1.N defines KHUB_PLUGIN_TARGET_MINOR as N
+ * before including any khub header (khub_add_plugin(... TARGET_MINOR N)
+ * passes -DKHUB_PLUGIN_TARGET_MINOR=N). Its ELF note and every struct it
+ * stamps (KHUB_STRUCT_INIT, khub_plugin_desc_put) then say 1.N, so every
+ * host of 1.N or newer accepts it, and the headers declare only what 1.N
+ * has (struct fields, op kinds, quant formats, flags), so it cannot use what
+ * such a host lacks. Unset, it is this header's KHUB_ABI_MINOR. libkhub and
+ * applications never set it. */
+#ifndef KHUB_PLUGIN_TARGET_MINOR
+#define KHUB_PLUGIN_TARGET_MINOR KHUB_ABI_MINOR
+#endif
+#if KHUB_PLUGIN_TARGET_MINOR < KHUB_ABI_MINOR_MIN || KHUB_PLUGIN_TARGET_MINOR > KHUB_ABI_MINOR
+#error "KHUB_PLUGIN_TARGET_MINOR must lie within KHUB_ABI_MINOR_MIN..KHUB_ABI_MINOR of this header"
+#endif
+
 #endif /* KHUB_VERSION_H */

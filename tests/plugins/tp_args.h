@@ -25,4 +25,14 @@ typedef struct tp_host_args {
     int32_t cuda_count;
 } tp_host_args;
 
+/* "probe" of target.c: what a plugin built for a target minor saw. */
+typedef struct tp_target_args {
+    uint32_t host_size;     /* host->struct_size at init */
+    uint32_t host_minor;    /* host->abi_minor at init */
+    uint32_t desc_size;     /* out->struct_size at init */
+    uint32_t own_host_size; /* sizeof(khub_host_api) as the plugin's header declared it */
+    uint32_t target_minor;  /* KHUB_PLUGIN_TARGET_MINOR */
+    uint32_t qformat_count; /* KHUB_QFORMAT__COUNT as the plugin's header declared it */
+} tp_target_args;
+
 #endif /* KHUB_TESTS_TP_ARGS_H */
