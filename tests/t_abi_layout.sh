@@ -13,6 +13,8 @@ lay = open(layout).read()
 problems, n_structs, n_fields = [], 0, 0
 for h in headers:
     text = re.sub(r"/\*.*?\*/", "", open(h).read(), flags=re.S)
+    # Target-minor gates (#if KHUB_PLUGIN_TARGET_MINOR >= x) are not fields.
+    text = re.sub(r"^[ \t]*#[ \t]*(if|ifdef|ifndef|elif|else|endif)\b.*$", "", text, flags=re.M)
     for m in re.finditer(r"typedef struct (\w+) \{(.*?)\n\} (\w+);", text, re.S):
         name, body = m.group(3), m.group(2)
         n_structs += 1
