@@ -554,25 +554,26 @@ static khub_status write_all(int fd, const unsigned char *b, size_t size)
  * exports, a glibc newer than this host's, NODELETE or GNU_UNIQUE break
  * the hot-load rules. Local plugins (khub_plugin_load) are the embedder's
  * choice and `khub check` gates them. */
-static khub_status gate_sealed(khub_plugin *p, const void *map, size_t size, char *msg, size_t n)
+static khub_status gate_bytes(khub_runtime *rt, const void *map, size_t size, const char *path,
+                              char *msg, size_t n)
 {
     khub_gate_policy pol;
     char ceiling[32];
     khub__gate_load_policy(&pol, ceiling);
-    khub_gate_report *rep = khub__calloc(p->rt, 1, sizeof *rep);
+    khub_gate_report *rep = khub__calloc(rt, 1, sizeof *rep);
     if (!rep) {
-        khub__errbuf(msg, n, "%s: out of memory for the ABI gate", p->path);
+        khub__errbuf(msg, n, "%s: out of memory for the ABI gate", path);
         return KHUB_STATUS_NOMEM;
     }
     char err[KHUB_ERROR_SIZE];
-    khub_status st = khub__gate_check_mem(map, size, p->path, &pol, rep, err, sizeof err);
+    khub_status st = khub__gate_check_mem(map, size, path, &pol, rep, err, sizeof err);
     if (st == KHUB_STATUS_PLUGIN_INVALID)
         khub__errbuf(msg, n, "%s: refused before loading: the ABI gate found %zu problem(s): %s%s",
-                     p->path, rep->n_findings, rep->findings[0],
+                     path, rep->n_findings, rep->findings[0],
                      rep->n_findings > 1 ? " (and more: run 'khub check' on it)" : "");
     else if (st != KHUB_STATUS_OK)
         khub__errbuf(msg, n, "%s", err);
-    khub__free(p->rt, rep, sizeof *rep);
+    khub__free(rt, rep, sizeof *rep);
     return st;
 }
 
@@ -608,7 +609,7 @@ static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_
         st = KHUB_STATUS_DIGEST_MISMATCH;
     }
     if (st == KHUB_STATUS_OK) st = khub__elf_inspect(map, size, p->path, info, msg, n);
-    if (st == KHUB_STATUS_OK && p->artifacts) st = gate_sealed(p, map, size, msg, n);
+    if (st == KHUB_STATUS_OK && p->artifacts) st = gate_bytes(p->rt, map, size, p->path, msg, n);
     if (map) munmap(map, size);
     if (st != KHUB_STATUS_OK) return st;
 
@@ -727,6 +728,27 @@ static khub_status register_plugin(khub_runtime *rt, khub_plugin *p, khub_plugin
 /* Public: load, static load, reload, unload                                */
 /* ======================================================================== */
 
+/* With KHUB_OPT_ISOLATED_INIT a downloaded plugin's code first runs in the
+ * child, so the ABI gate comes before it too: on the file's bytes, which
+ * must have the digest the child will load by. */
+static khub_status gate_before_child(khub_runtime *rt, const char *path, const char *sha256_hex)
+{
+    if (!rt->isolated_init) return KHUB_STATUS_OK; /* prepare gates the sealed bytes */
+    char msg[KHUB_ERROR_SIZE], sha[65];
+    unsigned char *bytes = NULL;
+    size_t size = 0;
+    khub_status st = read_file(rt, path, MAX_PLUGIN_BYTES, &bytes, &size, msg, sizeof msg);
+    if (st == KHUB_STATUS_OK) st = khub__sha256_hex(bytes, size, sha);
+    if (st == KHUB_STATUS_OK && !khub__digest_eq(sha, sha256_hex)) {
+        khub__errbuf(msg, sizeof msg, "plugin file %s: SHA-256 is %s, expected %s", path, sha,
+                     sha256_hex);
+        st = KHUB_STATUS_DIGEST_MISMATCH;
+    }
+    if (st == KHUB_STATUS_OK) st = gate_bytes(rt, bytes, size, path, msg, sizeof msg);
+    if (bytes) khub__free(rt, bytes, size + 1);
+    return st == KHUB_STATUS_OK ? st : khub__fail(rt, st, "%s", msg);
+}
+
 /* With KHUB_OPT_ISOLATED_INIT: the same file, verified against the same
  * digest, loaded, initialised and self-tested in a forked child first, so a
  * crash there is a status here. (Unverified loads hand the child no digest;
@@ -782,7 +804,9 @@ khub_status khub__plugin_load_verified(khub_runtime *rt, const char *path, const
     KHUB_FORWARD_IF_ERROR(rt, check_load_args(rt, path, sha256_hex));
     /* Downloaded kernels come this way: KHUB_OPT_ISOLATED_INIT holds here
      * as for khub_plugin_load (issue 10 item 1). The child runs the bytes
-     * of the same digest; it gets no artifact directory. */
+     * of the same digest, after they passed the ABI gate; it gets no
+     * artifact directory. */
+    KHUB_FORWARD_IF_ERROR(rt, gate_before_child(rt, path, sha256_hex));
     KHUB_FORWARD_IF_ERROR(rt, isolated_init(rt, path, sha256_hex));
     char msg[KHUB_ERROR_SIZE];
     khub__artifacts *arts = NULL;

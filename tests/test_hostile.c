@@ -113,6 +113,15 @@ TEST_IMPL(verified_load_refuses_runpath_before_dlopen)
                                              "'/opt/khub-hostile-lib'");
     ASSERT(!exists(mark)); /* its constructor never ran */
     ASSERT_EQ(khub_plugin_count(rt), 0);
+    /* With KHUB_OPT_ISOLATED_INIT its code would first run in a child: the
+     * gate comes before that child too. */
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_ISOLATED_INIT, 1));
+    ASSERT_STATUS(khub__plugin_load_verified(rt, path, TP_SHA(path), NULL, 0, &p),
+                  KHUB_STATUS_PLUGIN_INVALID);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "refused before loading: the ABI gate found 1 "
+                                             "problem(s): has RUNPATH '/opt/khub-hostile-lib'");
+    ASSERT(!exists(mark));
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_ISOLATED_INIT, 0));
     /* A clean plugin passes the same gate (this host's glibc as ceiling). */
     const char *good = TP("good_v1");
     ASSERT_OK(khub__plugin_load_verified(rt, good, TP_SHA(good), NULL, 0, &p));
