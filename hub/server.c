@@ -236,17 +236,23 @@ static int answer_at_headers(khub__server *s, struct MHD_Connection *c, const ch
             return 1;
         }
     }
-    if (write && !khub__srv_write_allowed(s, c)) {
+    k->unauth = write && !khub__srv_write_allowed(s, c);
+    k->limit = k->unauth ? MAX_UNAUTH_BODY : body_limit(s, k, write);
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    char *end = NULL;
+    unsigned long long len = cl ? strtoull(cl, &end, 10) : 0;
+    int over = cl && (end == cl || *end || len > k->limit);
+    /* A small body without the token is read, dropped, and answered 401
+     * after it (route_write): answering first and closing with the body
+     * unread can reset the connection before the client reads the 401.
+     * A large or chunked one is answered now. */
+    if (k->unauth && (over || !cl)) {
         *ret = khub__srv_send_error(c, 401, NULL, NULL,
                                     "Invalid credentials in Authorization header: "
                                     "writes need the server's token");
         return 1;
     }
-    k->limit = body_limit(s, k, write);
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    char *end = NULL;
-    unsigned long long len = cl ? strtoull(cl, &end, 10) : 0;
-    if (cl && (end == cl || *end || len > k->limit)) {
+    if (over) {
         char msg[160];
         snprintf(msg, sizeof msg, "request body of %s bytes is over this request's limit of %llu",
                  cl, (unsigned long long)k->limit);
@@ -280,7 +286,7 @@ static MHD_RESULT on_request(void *cls, struct MHD_Connection *c, const char *ur
         k->got += *upload_size;
         if (k->put_fd > 0 || k->put_code)
             khub__srv_put_data(k, upload, *upload_size);
-        else
+        else if (!k->unauth) /* dropped: route_write answers 401 */
             conn_append(k, upload, *upload_size);
         *upload_size = 0;
         return MHD_YES;

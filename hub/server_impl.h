@@ -92,9 +92,12 @@ struct khub__server {
  * KHUB__SRV_MAX_BODY); any other body (paths-info, a stray GET body) up to
  * MAX_READ_BODY; an LFS object streams to a temp file and may not exceed
  * the size its batch call declared (itself at most MAX_LFS_OBJECT). */
-#define MAX_JSON_BODY  KHUB__SRV_MAX_BODY
-#define MAX_READ_BODY  (1u << 20)
-#define MAX_LFS_OBJECT (16ull << 30)
+#define MAX_JSON_BODY KHUB__SRV_MAX_BODY
+#define MAX_READ_BODY (1u << 20)
+/* A write without the token: a body up to this is read and dropped before
+ * the 401; a larger (or chunked) one is answered at the headers. */
+#define MAX_UNAUTH_BODY (64u << 10)
+#define MAX_LFS_OBJECT  (16ull << 30)
 
 /* One request's state between libmicrohttpd's calls (server.c). */
 typedef struct conn {
@@ -102,6 +105,7 @@ typedef struct conn {
     size_t n, cap;
     int too_big;
     int answered;   /* a refusal was queued at the headers: no body is read */
+    int unauth;     /* a write without the token: its small body is dropped */
     uint64_t limit; /* the most body bytes this request may send */
     uint64_t got;   /* body bytes received so far (chunked bodies are cut) */
     /* PUT /lfs-upload/...: streamed to tmp, checked against oid and want */

@@ -368,7 +368,7 @@ static const khub_cli_cmd serve_cmd = {
     "--host says otherwise; --port 0 (default) picks a free port, printed on stdout.\n"
     "It also takes uploads (repos/create, preupload, LFS, commit, branch, tag); with\n"
     "--token T every write needs 'Authorization: Bearer T' (reads stay open); a write\n"
-    "without it is answered 401 at its headers, before any of its body is read.\n"
+    "without it is answered 401 without its body being stored (at the headers when large).\n"
     "Limits: --max-connections N open connections (default 512), --max-per-ip N per\n"
     "client address (64), --idle-timeout S closes a connection silent for S seconds\n"
     "(15), --max-body MIB caps a write's body (64; 413 when over, other bodies 1 MiB).\n"
