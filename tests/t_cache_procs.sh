@@ -2,7 +2,8 @@
 # t_cache_procs.sh: eight processes on one cache (issue 10 item 7), through
 # `khub fetch` against `khub serve`. A signed kv-cache build is served file by
 # file (no per-variant archive), so every process links the same snapshot
-# files while the others verify the variant folder. Each round starts from an
+# files while the others verify the variant folder; every third round the same
+# build comes as an archive, which all eight unpack and race to publish. Each round starts from an
 # empty cache and runs eight fetches (download, verify, load) at once; every
 # one must load the plugin. Temporary names are made outside the folder
 # (<repo>/.khub-tmp/), so no verifier ever lists one: with them inside the
@@ -27,15 +28,23 @@ d=repos/kernels-community/kv/commits/$C1/build
 mkdir -p "$d" && cp -r "kv/build/$V" "$d/$V" # no $V.tar.gz: file by file
 printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 \
     > repos/kernels-community/kv/refs.json
+# the same build with a per-variant archive: processes race to publish it
+a=repos/kernels-community/kv-archive/commits/$C1/build
+mkdir -p "$a" && cp -r "kv/build/$V" "$a/$V" && (cd "$a/$V" && tar -czf "../$V.tar.gz" ./*)
+cp repos/kernels-community/kv/refs.json repos/kernels-community/kv-archive/refs.json
 
 t_serve repos serve.out --log log
 export HF_ENDPOINT=$EP HF_TOKEN=
 
+# round R: repo kv (file by file), and every third round kv-archive, whose
+# losers of the publish race verify the winner's copy
 for r in $(seq 1 "$ROUNDS"); do
     export KHUB_CACHE=$T/cache$r
+    repo=kv
+    [ $((r % 3)) = 0 ] && repo=kv-archive
     pids=()
     for p in 1 2 3 4 5 6 7 8; do
-        "$KHUB" fetch kernels-community/kv@v1 > "f$r.$p.out" 2>&1 &
+        "$KHUB" fetch kernels-community/$repo@v1 > "f$r.$p.out" 2>&1 &
         pids+=($!)
     done
     for p in 1 2 3 4 5 6 7 8; do
@@ -44,11 +53,15 @@ for r in $(seq 1 "$ROUNDS"); do
             fail "round $r, process $p loaded nothing: $(cat "f$r.$p.out")"
     done
     "$KHUB" cache verify > verify.out 2>&1 || fail "round $r: cache verify: $(cat verify.out)"
-    [ "$r" = "$ROUNDS" ] || rm -rf "$KHUB_CACHE"
+    [ -z "$(ls -A "$KHUB_CACHE/kernels--kernels-community--$repo/.khub-tmp")" ] ||
+        fail "round $r: temporaries left: $(ls -A "$KHUB_CACHE/kernels--kernels-community--$repo/.khub-tmp")"
+    rm -rf "$KHUB_CACHE"
 done
-echo "ok   $ROUNDS rounds of 8 processes fetching and loading one variant file by file"
+echo "ok   $ROUNDS rounds of 8 processes fetching and loading one variant (file by file, archive)"
 
 # A kill of an older version left its temporary link in the variant folder.
+export KHUB_CACHE=$T/cache-debris
+"$KHUB" fetch kernels-community/kv@v1 > f.out 2>&1 || fail "debris setup: $(cat f.out)"
 vdir=$KHUB_CACHE/kernels--kernels-community--kv/snapshots/$C1/build/$V
 so=$(basename "$(ls "$vdir"/*.so | head -n 1)")
 ln -s "../../../../blobs/gone" "$vdir/$so.0badc0de.tmp"
