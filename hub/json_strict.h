@@ -1,8 +1,9 @@
-/* json_strict.h: strict key checks for khub's own JSON files (json_strict.c). */
+/* json_strict.h: strict JSON for the files khub decides with (json_strict.c). */
 #ifndef KHUB_HUB_JSON_STRICT_H
 #define KHUB_HUB_JSON_STRICT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include <cjson/cJSON.h>
 
@@ -12,5 +13,14 @@
  * *extra = the first other key. */
 KHUB_INTERNAL bool khub__json_only_keys(const cJSON *o, const char *const *keys,
                                         const char **extra);
+/* True when no object in the tree j names a key twice; else false with
+ * *dup = a repeated key (NULL when out of memory). */
+KHUB_INTERNAL bool khub__json_unique_keys(const cJSON *j, const char **dup);
+/* Parses n bytes of JSON (no NUL needed) and refuses what two JSON readers
+ * could read differently: a duplicate key anywhere, or text after the
+ * document. NULL with a short reason in why ("duplicate key \"x\" ...",
+ * "not valid JSON"); free the result with cJSON_Delete. */
+KHUB_INTERNAL cJSON *khub__json_parse_strict(const char *text, size_t n, char *why,
+                                             size_t why_size);
 
 #endif

@@ -316,6 +316,24 @@ static const khub_hub_file *file_named(const khub_hub_file_list *l, const char *
     return NULL;
 }
 
+/* The signed metadata.json names the kernel and variant asked for: a hub
+ * must not serve another kernel's validly signed build (issue 10). */
+static khub_status fetch_bind(fetch *f)
+{
+    char err[KHUB_ERROR_SIZE] = "";
+    const khub_kmeta *km = f->v.km;
+    khub_trust_subject want = {f->r->repo, NULL, f->r->variant};
+    khub_trust_subject got = {km->name, km->version, km->variant};
+    khub_status st = khub__trust_bind(&want, &got, f->v.sig, f->v.sig_len, err, sizeof err);
+    if (st == KHUB_STATUS_NAME_MISMATCH && f->o.allow_name_mismatch) {
+        char *refusing = strstr(err, "; refusing it");
+        if (refusing) *refusing = '\0';
+        khub__log(f->rt, KHUB_LOG_WARN, "%s; loading it anyway (--allow-name-mismatch)", err);
+    } else if (st != KHUB_STATUS_OK)
+        return khub__fail(f->rt, st, "refusing %s@%.12s: %s", f->r->repo, f->r->commit, err);
+    return KHUB_STATUS_OK;
+}
+
 /* Loads the plugin the parse of the judged metadata.json picks, with the
  * digest that parse states: the loader hashes the bytes it seals against
  * it. */
@@ -323,6 +341,7 @@ static khub_status fetch_load(fetch *f)
 {
     const khub_kmeta *km = f->v.km;
     const khub_hub_file_list *files = f->v.files;
+    KHUB_FORWARD_IF_ERROR(f->rt, fetch_bind(f));
     const khub_kmeta_plugin *pl = khub__kmeta_pick_plugin(km, khub_cpu_features());
     KHUB_RETURN_IF(f->rt, !pl, KHUB_STATUS_NO_VARIANT,
                    "%s@%.12s variant %s: none of its %zu plugin files fits this CPU's features",
@@ -536,6 +555,9 @@ khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id, const 
         if (st == KHUB_STATUS_OK) {
             st = khub__lock_variant_from_dir(name, fl->dir, &e->variants[e->n_variants], err,
                                              sizeof err);
+            /* for khub update's downgrade check; unparsable metadata fails at load */
+            if (st == KHUB_STATUS_OK && !e->kernel_version[0])
+                (void)khub__lock_version_from_dir(fl->dir, e->kernel_version, NULL, 0);
             if (st != KHUB_STATUS_OK)
                 khub__hub_fail(hub, st, "%s", err);
             else
@@ -546,6 +568,22 @@ khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id, const 
     khub_hub_variant_list_free(vl);
     if (st != KHUB_STATUS_OK) khub__lock_entry_clear(e);
     return st;
+}
+
+typedef struct sync_judge {
+    khub_hub *hub;
+    const khub_lock_variant *v;
+    const char *label;
+} sync_judge;
+
+static khub_status sync_judge_fn(void *ud, const char *dir, const char *meta, size_t meta_len,
+                                 const char *sig, size_t sig_len)
+{
+    (void)meta, (void)meta_len, (void)sig, (void)sig_len;
+    const sync_judge *sj = ud;
+    char err[KHUB_ERROR_SIZE];
+    khub_status st = khub__lock_check_dir(sj->v, dir, sj->label, err, sizeof err);
+    return st == KHUB_STATUS_OK ? st : khub__hub_fail(sj->hub, st, "%s", err);
 }
 
 khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int all_variants,
@@ -579,17 +617,15 @@ khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int
     char label[300];
     snprintf(label, sizeof label, "%s@%.12s", e->repo, e->commit);
     for (size_t i = 0; st == KHUB_STATUS_OK && i < n; i++) {
-        khub_hub_file_list *fl = NULL;
-        st = khub_hub_download_variant(hub, &id, e->commit, names[i], &fl);
-        if (st == KHUB_STATUS_OK) {
-            st = khub__lock_check_dir(khub__lock_variant(e, names[i]), fl->dir, label, err,
-                                      sizeof err);
-            if (st != KHUB_STATUS_OK)
-                khub__hub_fail(hub, st, "%s", err);
-            else
-                (*n_checked)++;
-        }
-        khub_hub_file_list_free(fl);
+        /* The lock is checked as the hub's judge, on the directory before
+         * its metadata.json is parsed (strictly, since issue 10): a tampered
+         * copy is named by the lock, not refused as bad JSON. */
+        sync_judge sj = {hub, khub__lock_variant(e, names[i]), label};
+        khub__variant_judge judge = {sync_judge_fn, &sj};
+        khub__variant v;
+        st = khub__hub_variant_open(hub, &id, e->commit, names[i], true, &judge, &v);
+        if (st == KHUB_STATUS_OK) (*n_checked)++;
+        khub__variant_clear(&v);
     }
     khub_hub_variant_list_free(vl);
     return st;

@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "json_strict.h"
 #include "kernel_manifest.h"
 #include "kernel_meta.h"
 
@@ -27,6 +28,17 @@ static bool json_int(const cJSON *j, double lo, double hi, int *out)
 static khub_status bad(char *errbuf, size_t n, const char *what)
 {
     khub__errbuf(errbuf, n, "metadata.json: %s", what);
+    return KHUB_STATUS_METADATA_INVALID;
+}
+
+/* An unknown field is an error: metadata.json decides what loads, and a
+ * field this reader skips is one the signer may have meant (issue 10). */
+static khub_status only_keys(const cJSON *o, const char *const *keys, const char *where,
+                             char *errbuf, size_t n)
+{
+    const char *extra = NULL;
+    if (!cJSON_IsObject(o) || khub__json_only_keys(o, keys, &extra)) return KHUB_STATUS_OK;
+    khub__errbuf(errbuf, n, "metadata.json: unknown field \"%.60s\" in %s", extra, where);
     return KHUB_STATUS_METADATA_INVALID;
 }
 
@@ -69,7 +81,9 @@ static khub_status parse_plugins(const cJSON *j, khub_kmeta *m, char *errbuf, si
         return bad(errbuf, n, "'plugins' must be a non-empty array");
     cJSON_ArrayForEach(p, plugins)
     {
+        static const char *const keys[] = {"file", "level", "cpu_features", NULL};
         if (m->n_plugins >= KHUB_KMETA_MAX_PLUGINS) return bad(errbuf, n, "too many plugins");
+        KHUB_FORWARD_IF_ERROR(NULL, only_keys(p, keys, "plugins[]", errbuf, n));
         khub_kmeta_plugin *e = &m->plugins[m->n_plugins];
         if (!copy_str(p, "file", e->file, sizeof e->file) || !plain_name(e->file))
             return bad(errbuf, n, "plugins[].file must be a plain file name");
@@ -94,7 +108,9 @@ static khub_status parse_artifacts(const cJSON *j, khub_kmeta *m, char *errbuf, 
     if (arts && !cJSON_IsArray(arts)) return bad(errbuf, n, "'artifacts' must be an array");
     cJSON_ArrayForEach(a, arts)
     {
+        static const char *const keys[] = {"file", "kind", "sm", "ptx_isa", NULL};
         if (m->n_artifacts >= KHUB_KMETA_MAX_FILES) return bad(errbuf, n, "too many artifacts");
+        KHUB_FORWARD_IF_ERROR(NULL, only_keys(a, keys, "artifacts[]", errbuf, n));
         khub_kmeta_artifact *e = &m->artifacts[m->n_artifacts];
         const cJSON *sm = cJSON_GetObjectItemCaseSensitive(a, "sm");
         const cJSON *isa = cJSON_GetObjectItemCaseSensitive(a, "ptx_isa");
@@ -114,21 +130,52 @@ static khub_status parse_artifacts(const cJSON *j, khub_kmeta *m, char *errbuf, 
     return KHUB_STATUS_OK;
 }
 
+/* The fields of each object of the format (docs/kernel-format.md); the
+ * arrays' elements are checked as they are parsed. */
+static khub_status check_keys(const cJSON *j, char *errbuf, size_t n)
+{
+    static const char *const top[] = {"format", "name",       "version", "major",   "variant",
+                                      "abi",    "backend",    "ops",     "plugins", "artifacts",
+                                      "files",  "provenance", NULL};
+    static const char *const abi[] = {"major", "minor", NULL};
+    static const char *const backend[] = {"type", "archs", NULL};
+    static const char *const op[] = {"name", "kind", NULL};
+    static const char *const prov[] = {"source_commit", "dirty", "compiler", "nvrtc", "khub", NULL};
+    KHUB_FORWARD_IF_ERROR(NULL, only_keys(j, top, "the top level", errbuf, n));
+    KHUB_FORWARD_IF_ERROR(
+        NULL, only_keys(cJSON_GetObjectItemCaseSensitive(j, "abi"), abi, "abi", errbuf, n));
+    KHUB_FORWARD_IF_ERROR(NULL, only_keys(cJSON_GetObjectItemCaseSensitive(j, "backend"), backend,
+                                          "backend", errbuf, n));
+    KHUB_FORWARD_IF_ERROR(NULL, only_keys(cJSON_GetObjectItemCaseSensitive(j, "provenance"), prov,
+                                          "provenance", errbuf, n));
+    const cJSON *o, *ops = cJSON_GetObjectItemCaseSensitive(j, "ops");
+    if (!cJSON_IsArray(ops)) ops = NULL;
+    cJSON_ArrayForEach(o, ops) KHUB_FORWARD_IF_ERROR(NULL, only_keys(o, op, "ops[]", errbuf, n));
+    return KHUB_STATUS_OK;
+}
+
 khub_status khub__kmeta_parse(const char *json, size_t n, khub_kmeta *out, char *errbuf,
                               size_t errbuf_size)
 {
     memset(out, 0, sizeof *out);
     if (n > (4u << 20)) return bad(errbuf, errbuf_size, "larger than 4 MiB");
-    cJSON *j = cJSON_ParseWithLength(json, n);
-    khub_status st = KHUB_STATUS_OK;
+    char why[128] = "";
+    cJSON *j = khub__json_parse_strict(json, n, why, sizeof why);
+    /* Not JSON at all reads as "not a JSON object" below. */
+    khub_status st =
+        j || !strcmp(why, "not valid JSON") ? KHUB_STATUS_OK : bad(errbuf, errbuf_size, why);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
     const cJSON *abi = cJSON_GetObjectItemCaseSensitive(j, "abi");
     const cJSON *major = cJSON_GetObjectItemCaseSensitive(j, "major");
     const cJSON *backend = cJSON_GetObjectItemCaseSensitive(j, "backend");
     const cJSON *prov = cJSON_GetObjectItemCaseSensitive(j, "provenance");
     int abi_major = 0, abi_minor = 0;
-    if (!cJSON_IsObject(j))
+    if (st != KHUB_STATUS_OK)
+        ; /* a duplicate key or trailing text, named */
+    else if (!cJSON_IsObject(j))
         st = bad(errbuf, errbuf_size, "not a JSON object");
+    else if ((st = check_keys(j, errbuf, errbuf_size)) != KHUB_STATUS_OK)
+        ;
     else if (!cJSON_IsNumber(fmt) || fmt->valuedouble != 1)
         st = bad(errbuf, errbuf_size, "'format' must be 1");
     else if (!copy_str(j, "name", out->name, sizeof out->name) || !strchr(out->name, '/'))

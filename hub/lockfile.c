@@ -22,6 +22,7 @@
 #include "json_strict.h"
 #include <openssl/evp.h>
 
+#include "kernel_meta.h"
 #include "lockfile.h"
 
 #define MAX_LOCK_BYTES ((size_t)8 << 20)
@@ -324,7 +325,8 @@ static khub_status parse_pin(const cJSON *je, const char *where, khub_lock_entry
 
 static khub_status parse_entry(const cJSON *je, int idx, khub_lock_entry *e, char *errbuf, size_t n)
 {
-    static const char *const keys[] = {"repo", "version", "revision", "commit", "variants", NULL};
+    static const char *const keys[] = {"repo",           "version",  "revision", "commit",
+                                       "kernel_version", "variants", NULL};
     char where[64];
     snprintf(where, sizeof where, "kernels[%d]", idx);
     const char *extra = NULL;
@@ -346,6 +348,11 @@ static khub_status parse_entry(const cJSON *je, int idx, khub_lock_entry *e, cha
         strspn(commit->valuestring, "0123456789abcdef") != 40)
         return bad(errbuf, n, "%s.commit must be 40 lowercase hex digits", where);
     memcpy(e->commit, commit->valuestring, 41);
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(je, "kernel_version");
+    if (kv && (!cJSON_IsString(kv) || !kv->valuestring[0] ||
+               strlen(kv->valuestring) >= sizeof e->kernel_version))
+        return bad(errbuf, n, "%s.kernel_version must be a short non-empty string", where);
+    if (kv) snprintf(e->kernel_version, sizeof e->kernel_version, "%s", kv->valuestring);
     if (vars && (!cJSON_IsObject(vars) || cJSON_GetArraySize(vars) > KHUB_LOCK_MAX_VARIANTS))
         return bad(errbuf, n, "%s.variants must be an object of at most %d variants", where,
                    KHUB_LOCK_MAX_VARIANTS);
@@ -367,12 +374,19 @@ khub_status khub__lock_parse(const char *json, size_t n, khub_lock **out, char *
     *out = NULL;
     if (n > MAX_LOCK_BYTES)
         return bad(errbuf, errbuf_size, "khub.lock: over %zu bytes", MAX_LOCK_BYTES);
-    cJSON *root = cJSON_ParseWithLength(json, n);
+    static const char *const keys[] = {"format", "kernels", NULL};
+    char why[128];
+    const char *extra = NULL;
+    cJSON *root = khub__json_parse_strict(json, n, why, sizeof why);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *ks = cJSON_GetObjectItemCaseSensitive(root, "kernels"), *je;
     khub_status st = KHUB_STATUS_OK;
-    if (!cJSON_IsObject(root))
+    if (!root)
+        st = bad(errbuf, errbuf_size, "khub.lock: %s", why);
+    else if (!cJSON_IsObject(root))
         st = bad(errbuf, errbuf_size, "khub.lock is not a JSON object");
+    else if (!khub__json_only_keys(root, keys, &extra))
+        st = bad(errbuf, errbuf_size, "khub.lock: unknown field \"%.60s\"", extra);
     else if (!cJSON_IsNumber(fmt) || fmt->valuedouble != 1)
         st = bad(errbuf, errbuf_size,
                  "khub.lock: \"format\" must be 1 (this khub reads format "
@@ -418,6 +432,60 @@ khub_status khub__lock_load(const char *path, khub_lock **out, char *errbuf, siz
 }
 
 /* ======================================================================== */
+/* Versions                                                                 */
+/* ======================================================================== */
+
+khub_status khub__lock_version_from_dir(const char *dir, char out[32], char *errbuf,
+                                        size_t errbuf_size)
+{
+    char path[4096], *text = NULL;
+    size_t n = 0;
+    out[0] = '\0';
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    KHUB_FORWARD_IF_ERROR(NULL,
+                          khub__read_file(path, (size_t)4 << 20, &text, &n, errbuf, errbuf_size));
+    khub_kmeta *m = malloc(sizeof *m);
+    khub_status st = m ? khub__kmeta_parse(text, n, m, errbuf, errbuf_size) : KHUB_STATUS_NOMEM;
+    if (st == KHUB_STATUS_OK) snprintf(out, 32, "%s", m->version);
+    free(m);
+    free(text);
+    return st;
+}
+
+/* Reads "N(.N)*" then an optional "-pre" and "+build"; false otherwise. */
+static bool version_parts(const char *v, long parts[8], size_t *n, const char **pre)
+{
+    *n = 0;
+    *pre = NULL;
+    while (*n < 8) {
+        if (*v < '0' || *v > '9') return false;
+        char *end;
+        parts[(*n)++] = strtol(v, &end, 10);
+        v = end;
+        if (*v != '.') break;
+        v++;
+    }
+    if (*v == '-') *pre = ++v, v += strcspn(v, "+");
+    return *v == '\0' || *v == '+';
+}
+
+int khub__lock_version_cmp(const char *a, const char *b, bool *comparable)
+{
+    long pa[8] = {0}, pb[8] = {0};
+    size_t na, nb;
+    const char *prea, *preb;
+    *comparable = version_parts(a, pa, &na, &prea) && version_parts(b, pb, &nb, &preb);
+    if (!*comparable) return 0;
+    for (size_t i = 0; i < 8; i++)
+        if (pa[i] != pb[i]) return pa[i] < pb[i] ? -1 : 1;
+    if (!prea != !preb) return prea ? -1 : 1; /* 1.0.0-rc1 < 1.0.0 */
+    if (!prea) return 0;
+    size_t la = strcspn(prea, "+"), lb = strcspn(preb, "+");
+    int c = strncmp(prea, preb, la < lb ? la : lb);
+    return c ? c : (la > lb) - (la < lb);
+}
+
+/* ======================================================================== */
 /* Writing                                                                  */
 /* ======================================================================== */
 
@@ -430,6 +498,7 @@ static cJSON *entry_json(const khub_lock_entry *e)
     else
         cJSON_AddStringToObject(o, "revision", e->revision);
     cJSON_AddStringToObject(o, "commit", e->commit);
+    if (e->kernel_version[0]) cJSON_AddStringToObject(o, "kernel_version", e->kernel_version);
     cJSON *vs = cJSON_AddObjectToObject(o, "variants");
     for (size_t i = 0; i < e->n_variants; i++) {
         const khub_lock_variant *v = &e->variants[i];

@@ -6,7 +6,7 @@
  *     {"format": 1,
  *      "kernels": [
  *        {"repo": "kernels-community/rmsnorm", "version": 1,
- *         "commit": "<40 hex>",
+ *         "commit": "<40 hex>", "kernel_version": "1.0.0",
  *         "variants": {
  *           "khub1-cpu-x86_64-linux": {
  *             "hash": "sha256:<64 hex>",
@@ -48,7 +48,11 @@ typedef struct khub_lock_entry {
     int32_t version;                      /* pinned v<N>, -1 when pinned by revision */
     char revision[KHUB_HUB_REV_MAX + 1];  /* the pinned revision, "" with a version */
     char commit[41];                      /* what the pin resolved to */
-    khub_lock_variant *variants;          /* owned, [n_variants] */
+    /* metadata.json's "version" at that commit ("1.0.1"); "" when not
+     * recorded (a lock from before issue 10). khub update compares it to
+     * refuse a branch moved back to an older build. */
+    char kernel_version[32];
+    khub_lock_variant *variants; /* owned, [n_variants] */
     size_t n_variants;
 } khub_lock_entry;
 
@@ -97,6 +101,19 @@ KHUB_INTERNAL khub_status khub__lock_variant_from_dir(const char *name, const ch
  * the file, both digests and the repo label. */
 KHUB_INTERNAL khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir,
                                                const char *label, char *errbuf, size_t errbuf_size);
+
+/* The "version" of the metadata.json in the variant directory dir, into
+ * out (METADATA_INVALID when it does not parse). Read without a trust
+ * decision: it only feeds the downgrade check, and a load still judges the
+ * signature over the same bytes. */
+KHUB_INTERNAL khub_status khub__lock_version_from_dir(const char *dir, char out[32], char *errbuf,
+                                                      size_t errbuf_size);
+/* Compares two kernel versions ("1.2.0", "1.10", "2.0.0-rc1"): dot-separated
+ * numbers compared as numbers, a missing part is 0, and a pre-release
+ * ("-...") sorts before its release; build metadata ("+...") is ignored.
+ * Returns <0, 0 or >0; *comparable = false (and 0) when either is not of
+ * that form. */
+KHUB_INTERNAL int khub__lock_version_cmp(const char *a, const char *b, bool *comparable);
 
 /* Imports the Python `kernels` kernels.lock (both its legacy array of
  * {repo_id, sha, variants} and its newer array of {dependency, lock}) as

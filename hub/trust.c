@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,8 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 
+#include "json_strict.h"
+#include "kernel_meta.h"
 #include "trust.h"
 
 #define KEY_PREFIX       "khub-ed25519 "
@@ -28,6 +31,7 @@ typedef struct trust_org {
     char name[97];
     khub_pubkey keys[MAX_KEYS_PER_ORG];
     size_t n_keys;
+    int listed; /* named in publishers, even with no keys: then nothing loads */
     int allow_unsigned;
 } trust_org;
 
@@ -169,8 +173,31 @@ fail:
 /* Signatures                                                               */
 /* ======================================================================== */
 
-khub_status khub__sign(const char *priv_path, const void *data, size_t n, char **sig_json,
-                       char *errbuf, size_t errbuf_size)
+/* A statement field: printable ASCII without space, quote or backslash, so
+ * the statement text has one reading and the JSON needs no escapes. */
+static bool statement_field_ok(const char *v, size_t cap)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n >= cap) return false;
+    for (size_t i = 0; i < n; i++)
+        if (v[i] <= ' ' || v[i] > '~' || v[i] == '"' || v[i] == '\\') return false;
+    return true;
+}
+
+size_t khub__sig_statement_text(const khub_sig_statement *st, char *buf, size_t n)
+{
+    int w = snprintf(buf, n,
+                     KHUB_SIG_STATEMENT_MAGIC "\nrepo %s\nversion %s\nvariant %s\n"
+                                              "metadata-sha256 %s\n",
+                     st->repo, st->version, st->variant, st->metadata_sha256);
+    return w < 0 || (size_t)w >= n ? 0 : (size_t)w;
+}
+
+/* Ed25519 signature of data with the private key at priv_path, and the
+ * id of its public key. */
+static khub_status sign_raw(const char *priv_path, const void *data, size_t n,
+                            unsigned char sig[64], char key_id[KHUB_KEY_ID_LEN + 1], char *errbuf,
+                            size_t errbuf_size)
 {
     char why[KHUB_ERROR_SIZE];
     FILE *f = khub__fopen_regular(priv_path, why, sizeof why);
@@ -186,33 +213,54 @@ khub_status khub__sign(const char *priv_path, const void *data, size_t n, char *
         return KHUB_STATUS_PARSE;
     }
     khub_status st = KHUB_STATUS_INTERNAL;
-    unsigned char sig[64];
-    size_t sig_len = sizeof sig;
-    khub_pubkey key;
+    size_t sig_len = 64;
+    unsigned char raw[32];
     size_t klen = 32;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (ctx && EVP_DigestSignInit(ctx, NULL, NULL, NULL, pkey) == 1 &&
         EVP_DigestSign(ctx, sig, &sig_len, data, n) == 1 && sig_len == 64 &&
-        EVP_PKEY_get_raw_public_key(pkey, key.raw, &klen) && klen == 32) {
-        key_id_of(key.raw, key.id);
-        char b64[96];
-        b64_encode(sig, 64, b64);
-        size_t cap = 200;
-        *sig_json = malloc(cap);
-        if (*sig_json) {
-            snprintf(*sig_json, cap,
-                     "{\"algorithm\": \"ed25519\", \"key_id\": \"%s\", \"signature\": \"%s\"}\n",
-                     key.id, b64);
-            st = KHUB_STATUS_OK;
-        } else {
-            st = KHUB_STATUS_NOMEM;
-        }
+        EVP_PKEY_get_raw_public_key(pkey, raw, &klen) && klen == 32) {
+        key_id_of(raw, key_id);
+        st = KHUB_STATUS_OK;
     } else {
         khub__errbuf(errbuf, errbuf_size, "Ed25519 signing failed");
     }
     EVP_MD_CTX_free(ctx);
     EVP_PKEY_free(pkey);
     return st;
+}
+
+khub_status khub__sign(const char *priv_path, const void *data, size_t n, char **sig_json,
+                       char *errbuf, size_t errbuf_size)
+{
+    unsigned char sig[64];
+    char key_id[KHUB_KEY_ID_LEN + 1], b64[96];
+    KHUB_FORWARD_IF_ERROR(NULL, sign_raw(priv_path, data, n, sig, key_id, errbuf, errbuf_size));
+    b64_encode(sig, 64, b64);
+    size_t cap = 200;
+    *sig_json = malloc(cap);
+    if (!*sig_json) return KHUB_STATUS_NOMEM;
+    snprintf(*sig_json, cap,
+             "{\"algorithm\": \"ed25519\", \"key_id\": \"%s\", \"signature\": \"%s\"}\n", key_id,
+             b64);
+    return KHUB_STATUS_OK;
+}
+
+/* Writes text to path atomically (temp file + rename). */
+static khub_status write_sig(const char *sig_path, const char *text, char *errbuf,
+                             size_t errbuf_size)
+{
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", sig_path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    bool ok = f && fputs(text, f) >= 0;
+    if (f && fclose(f) != 0) ok = false;
+    if (!ok || rename(tmp, sig_path) != 0) {
+        khub__errbuf(errbuf, errbuf_size, "%s: cannot write signature", sig_path);
+        unlink(tmp);
+        return KHUB_STATUS_IO;
+    }
+    return KHUB_STATUS_OK;
 }
 
 khub_status khub__sign_file(const char *priv_path, const char *path, char *errbuf,
@@ -227,34 +275,165 @@ khub_status khub__sign_file(const char *priv_path, const char *path, char *errbu
     if (st != KHUB_STATUS_OK) return st;
     char sig_path[4096];
     snprintf(sig_path, sizeof sig_path, "%s.sig", path);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", sig_path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f || fputs(sig, f) < 0 || fclose(f) != 0 || rename(tmp, sig_path) != 0) {
-        khub__errbuf(errbuf, errbuf_size, "%s: cannot write signature", sig_path);
-        unlink(tmp);
-        st = KHUB_STATUS_IO;
+    st = write_sig(sig_path, sig, errbuf, errbuf_size);
+    free(sig);
+    return st;
+}
+
+khub_status khub__sign_statement(const char *priv_path, const khub_sig_statement *stmt,
+                                 char **sig_json, char *errbuf, size_t errbuf_size)
+{
+    *sig_json = NULL;
+    char text[1024];
+    size_t n = khub__sig_statement_text(stmt, text, sizeof text);
+    if (!n || !statement_field_ok(stmt->repo, sizeof stmt->repo) ||
+        !statement_field_ok(stmt->version, sizeof stmt->version) ||
+        !statement_field_ok(stmt->variant, sizeof stmt->variant) ||
+        !khub__is_sha256_hex(stmt->metadata_sha256)) {
+        khub__errbuf(errbuf, errbuf_size,
+                     "cannot sign: name, version and variant must be printable without spaces or "
+                     "quotes");
+        return KHUB_STATUS_INVALID_ARG;
+    }
+    unsigned char sig[64];
+    char key_id[KHUB_KEY_ID_LEN + 1];
+    KHUB_FORWARD_IF_ERROR(NULL, sign_raw(priv_path, text, n, sig, key_id, errbuf, errbuf_size));
+    char b64[96];
+    b64_encode(sig, 64, b64);
+    size_t cap = 1024;
+    *sig_json = malloc(cap);
+    if (!*sig_json) return KHUB_STATUS_NOMEM;
+    snprintf(*sig_json, cap,
+             "{\"format\": 2, \"algorithm\": \"ed25519\", \"key_id\": \"%s\",\n"
+             " \"signed\": {\"repo\": \"%s\", \"version\": \"%s\", \"variant\": \"%s\",\n"
+             "            \"metadata_sha256\": \"%s\"},\n"
+             " \"signature\": \"%s\"}\n",
+             key_id, stmt->repo, stmt->version, stmt->variant, stmt->metadata_sha256, b64);
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__sign_metadata(const char *priv_path, const char *path, char *errbuf,
+                                size_t errbuf_size)
+{
+    char *data = NULL, *sig = NULL;
+    size_t n = 0;
+    KHUB_FORWARD_IF_ERROR(NULL, khub__read_file(path, 4u << 20, &data, &n, errbuf, errbuf_size));
+    khub_kmeta *m = malloc(sizeof *m);
+    khub_sig_statement stmt = {0};
+    char why[KHUB_ERROR_SIZE] = "";
+    khub_status st = m ? khub__kmeta_parse(data, n, m, why, sizeof why) : KHUB_STATUS_NOMEM;
+    if (st == KHUB_STATUS_OK) {
+        snprintf(stmt.repo, sizeof stmt.repo, "%s", m->name);
+        snprintf(stmt.version, sizeof stmt.version, "%s", m->version);
+        snprintf(stmt.variant, sizeof stmt.variant, "%s", m->variant);
+        khub__sha256_hex(data, n, stmt.metadata_sha256);
+        st = khub__sign_statement(priv_path, &stmt, &sig, errbuf, errbuf_size);
+    } else {
+        khub__errbuf(errbuf, errbuf_size, "%s: %s", path, why);
+    }
+    free(m);
+    free(data);
+    if (st == KHUB_STATUS_OK) {
+        char sig_path[4096];
+        snprintf(sig_path, sizeof sig_path, "%s.sig", path);
+        st = write_sig(sig_path, sig, errbuf, errbuf_size);
     }
     free(sig);
+    return st;
+}
+
+static khub_status parse_statement(const cJSON *j, khub_sig_statement *st, char *errbuf,
+                                   size_t errbuf_size)
+{
+    static const char *const keys[] = {"repo", "version", "variant", "metadata_sha256", NULL};
+    struct {
+        const char *key;
+        char *dst;
+        size_t cap;
+    } f[] = {{"repo", st->repo, sizeof st->repo},
+             {"version", st->version, sizeof st->version},
+             {"variant", st->variant, sizeof st->variant},
+             {"metadata_sha256", st->metadata_sha256, sizeof st->metadata_sha256}};
+    const char *extra = NULL;
+    if (!cJSON_IsObject(j) || !khub__json_only_keys(j, keys, &extra)) {
+        khub__errbuf(errbuf, errbuf_size,
+                     "'signed' must be an object of repo, version, variant, "
+                     "metadata_sha256%s%.60s",
+                     extra ? "; unknown field " : "", extra ? extra : "");
+        return KHUB_STATUS_PARSE;
+    }
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, f[i].key);
+        if (!cJSON_IsString(v) || !statement_field_ok(v->valuestring, f[i].cap)) {
+            khub__errbuf(errbuf, errbuf_size, "signed.%s must be a short printable string",
+                         f[i].key);
+            return KHUB_STATUS_PARSE;
+        }
+        memcpy(f[i].dst, v->valuestring, strlen(v->valuestring) + 1);
+    }
+    if (!strchr(st->repo, '/') || !khub__is_sha256_hex(st->metadata_sha256)) {
+        khub__errbuf(errbuf, errbuf_size,
+                     "signed.repo must be org/name and "
+                     "signed.metadata_sha256 64 hex digits");
+        return KHUB_STATUS_PARSE;
+    }
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__sig_parse_full(const char *sig_json, size_t n, khub_sig *out, char *errbuf,
+                                 size_t errbuf_size)
+{
+    static const char *const keys1[] = {"algorithm", "key_id", "signature", NULL};
+    static const char *const keys2[] = {"format", "algorithm", "key_id",
+                                        "signed", "signature", NULL};
+    memset(out, 0, sizeof *out);
+    if (!sig_json || n == 0 || n > MAX_SIG_BYTES) {
+        khub__errbuf(errbuf, errbuf_size, "empty or over %d bytes", MAX_SIG_BYTES);
+        return KHUB_STATUS_PARSE;
+    }
+    char why[128];
+    cJSON *j = khub__json_parse_strict(sig_json, n, why, sizeof why);
+    khub_status st = KHUB_STATUS_PARSE;
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(j, "format");
+    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(j, "algorithm");
+    const cJSON *kid = cJSON_GetObjectItemCaseSensitive(j, "key_id");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "signature");
+    const char *extra = NULL;
+    out->format = fmt ? 2 : 1; /* format 1 predates the field */
+    if (!j) {
+        khub__errbuf(errbuf, errbuf_size, "%s", why);
+    } else if (!cJSON_IsObject(j)) {
+        khub__errbuf(errbuf, errbuf_size, "not a JSON object");
+    } else if (fmt && (!cJSON_IsNumber(fmt) || fmt->valuedouble != 2)) {
+        khub__errbuf(errbuf, errbuf_size, "'format' must be 2 (or absent, for format 1)");
+    } else if (!khub__json_only_keys(j, out->format == 2 ? keys2 : keys1, &extra)) {
+        khub__errbuf(errbuf, errbuf_size, "unknown field \"%.60s\"", extra);
+    } else if (!cJSON_IsString(alg) || strcmp(alg->valuestring, "ed25519") != 0) {
+        khub__errbuf(errbuf, errbuf_size, "'algorithm' must be \"ed25519\"");
+    } else if (!cJSON_IsString(kid) || strlen(kid->valuestring) != KHUB_KEY_ID_LEN) {
+        khub__errbuf(errbuf, errbuf_size, "'key_id' must be %d hex digits", KHUB_KEY_ID_LEN);
+    } else if (!cJSON_IsString(s) ||
+               b64_decode_exact(s->valuestring, strlen(s->valuestring), out->sig, 64) != 0) {
+        khub__errbuf(errbuf, errbuf_size, "'signature' must be 64 bytes in base64");
+    } else {
+        memcpy(out->key_id, kid->valuestring, KHUB_KEY_ID_LEN + 1);
+        st = out->format == 2 ? parse_statement(cJSON_GetObjectItemCaseSensitive(j, "signed"),
+                                                &out->stmt, errbuf, errbuf_size)
+                              : KHUB_STATUS_OK;
+    }
+    cJSON_Delete(j);
     return st;
 }
 
 khub_status khub__sig_parse(const char *sig_json, size_t n, char key_id[KHUB_KEY_ID_LEN + 1],
                             unsigned char sig[64])
 {
-    if (!sig_json || n == 0 || n > MAX_SIG_BYTES) return KHUB_STATUS_PARSE;
-    cJSON *j = cJSON_ParseWithLength(sig_json, n);
-    khub_status st = KHUB_STATUS_PARSE;
-    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(j, "algorithm");
-    const cJSON *kid = cJSON_GetObjectItemCaseSensitive(j, "key_id");
-    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "signature");
-    if (cJSON_IsString(alg) && strcmp(alg->valuestring, "ed25519") == 0 && cJSON_IsString(kid) &&
-        strlen(kid->valuestring) == KHUB_KEY_ID_LEN && cJSON_IsString(s) &&
-        b64_decode_exact(s->valuestring, strlen(s->valuestring), sig, 64) == 0) {
-        memcpy(key_id, kid->valuestring, KHUB_KEY_ID_LEN + 1);
-        st = KHUB_STATUS_OK;
+    khub_sig s;
+    khub_status st = khub__sig_parse_full(sig_json, n, &s, NULL, 0);
+    if (st == KHUB_STATUS_OK) {
+        memcpy(key_id, s.key_id, KHUB_KEY_ID_LEN + 1);
+        memcpy(sig, s.sig, 64);
     }
-    cJSON_Delete(j);
     return st;
 }
 
@@ -311,8 +490,9 @@ static trust_org *get_org(khub_trust_policy *p, const char *org)
 khub_status khub__trust_policy_add(khub_trust_policy *p, const char *org, const khub_pubkey *key)
 {
     trust_org *o = get_org(p, org);
-    if (!o || o->n_keys >= MAX_KEYS_PER_ORG) return KHUB_STATUS_OVERFLOW;
-    o->keys[o->n_keys++] = *key;
+    if (!o || (key && o->n_keys >= MAX_KEYS_PER_ORG)) return KHUB_STATUS_OVERFLOW;
+    o->listed = 1;
+    if (key) o->keys[o->n_keys++] = *key;
     return KHUB_STATUS_OK;
 }
 
@@ -332,6 +512,12 @@ static khub_status parse_publishers(khub_trust_policy *p, const cJSON *pubs, cha
                          "policy: publishers.%s must be an array of public keys",
                          org->string ? org->string : "?");
             return KHUB_STATUS_PARSE;
+        }
+        /* Listed with no keys is not unlisted: the policy names the org
+         * and trusts none of its keys, so nothing from it loads. */
+        if (khub__trust_policy_add(p, org->string, NULL) != KHUB_STATUS_OK) {
+            khub__errbuf(errbuf, errbuf_size, "policy: too many organisations or keys");
+            return KHUB_STATUS_OVERFLOW;
         }
         const cJSON *k;
         cJSON_ArrayForEach(k, org)
@@ -403,11 +589,24 @@ bad:
 khub_status khub__trust_policy_parse(const char *json, size_t n, khub_trust_policy **out,
                                      char *errbuf, size_t errbuf_size)
 {
+    static const char *const keys[] = {"version", "publishers", "revoked", "allow_unsigned", NULL};
     *out = NULL;
-    cJSON *j = cJSON_ParseWithLength(json, n);
+    char why[128];
+    const char *extra = NULL;
+    cJSON *j = khub__json_parse_strict(json, n, why, sizeof why);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        khub__errbuf(errbuf, errbuf_size, "policy: not a JSON object");
+        khub__errbuf(errbuf, errbuf_size, "policy: %s",
+                     j || !strcmp(why, "not valid JSON") ? "not a JSON object" : why);
+        return KHUB_STATUS_PARSE;
+    }
+    /* A typo must not drop a revocation or a signature requirement. */
+    if (!khub__json_only_keys(j, keys, &extra)) {
+        khub__errbuf(errbuf, errbuf_size,
+                     "policy: unknown field \"%.60s\" (the fields are version, publishers, "
+                     "revoked, allow_unsigned)",
+                     extra);
+        cJSON_Delete(j);
         return KHUB_STATUS_PARSE;
     }
     khub_trust_policy *p = NULL;
@@ -473,13 +672,52 @@ static const khub_pubkey *find_key(const khub_trust_policy *p, const trust_org *
     return NULL;
 }
 
+/* Format 1 signs metadata.json's bytes; format 2 signs the statement, which
+ * names metadata.json's SHA-256. */
+static khub_status verify_metadata(const khub_pubkey *key, const khub_sig *sg, const char *org,
+                                   const void *metadata, size_t metadata_len, char *errbuf,
+                                   size_t errbuf_size)
+{
+    if (sg->format == 1) {
+        if (khub__sig_verify(key, metadata, metadata_len, sg->sig) == KHUB_STATUS_OK)
+            return KHUB_STATUS_OK;
+        khub__errbuf(errbuf, errbuf_size,
+                     "%s: signature by key %s does not verify over metadata.json", org, sg->key_id);
+        return KHUB_STATUS_SIGNATURE_INVALID;
+    }
+    char have[65], text[1024];
+    khub__sha256_hex(metadata, metadata_len, have);
+    size_t n = khub__sig_statement_text(&sg->stmt, text, sizeof text);
+    if (!n || khub__sig_verify(key, text, n, sg->sig) != KHUB_STATUS_OK) {
+        khub__errbuf(errbuf, errbuf_size,
+                     "%s: signature by key %s does not verify over its signed statement", org,
+                     sg->key_id);
+        return KHUB_STATUS_SIGNATURE_INVALID;
+    }
+    if (!khub__digest_eq(have, sg->stmt.metadata_sha256)) {
+        khub__errbuf(errbuf, errbuf_size,
+                     "%s: signature by key %s does not verify over metadata.json (it signs "
+                     "SHA-256 %.16s..., metadata.json has %.16s...)",
+                     org, sg->key_id, sg->stmt.metadata_sha256, have);
+        return KHUB_STATUS_SIGNATURE_INVALID;
+    }
+    return KHUB_STATUS_OK;
+}
+
 khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, const void *metadata,
                                size_t metadata_len, const char *sig_json, size_t sig_len,
                                int allow_unsigned, char *errbuf, size_t errbuf_size)
 {
     const trust_org *o = find_org(p, org);
-    int listed = o && o->n_keys > 0;
+    int listed = o && o->listed;
     int opted_in = allow_unsigned || p->allow_unsigned_all || (o && o->allow_unsigned);
+    if (listed && o->n_keys == 0) {
+        khub__errbuf(errbuf, errbuf_size,
+                     "%s: the policy lists this organisation with no keys, so nothing from it "
+                     "loads (add its keys to publishers.%s, or remove the entry)",
+                     org, org);
+        return sig_json ? KHUB_STATUS_KEY_UNKNOWN : KHUB_STATUS_UNSIGNED;
+    }
     if (!sig_json) {
         if (listed) {
             khub__errbuf(errbuf, errbuf_size,
@@ -497,12 +735,13 @@ khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, cons
         }
         return KHUB_STATUS_OK;
     }
-    char key_id[KHUB_KEY_ID_LEN + 1];
-    unsigned char sig[64];
-    if (khub__sig_parse(sig_json, sig_len, key_id, sig) != KHUB_STATUS_OK) {
-        khub__errbuf(errbuf, errbuf_size, "%s: metadata.json.sig is malformed", org);
+    khub_sig sg;
+    char why[KHUB_ERROR_SIZE / 2] = "";
+    if (khub__sig_parse_full(sig_json, sig_len, &sg, why, sizeof why) != KHUB_STATUS_OK) {
+        khub__errbuf(errbuf, errbuf_size, "%s: metadata.json.sig is malformed (%s)", org, why);
         return KHUB_STATUS_SIGNATURE_INVALID;
     }
+    const char *key_id = sg.key_id;
     if (is_revoked(p, key_id)) {
         khub__errbuf(errbuf, errbuf_size, "%s: signed with revoked key %s", org, key_id);
         return KHUB_STATUS_KEY_REVOKED;
@@ -529,10 +768,44 @@ khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, cons
                      org, key_id);
         return KHUB_STATUS_KEY_UNKNOWN;
     }
-    if (khub__sig_verify(key, metadata, metadata_len, sig) != KHUB_STATUS_OK) {
+    return verify_metadata(key, &sg, org, metadata, metadata_len, errbuf, errbuf_size);
+}
+
+/* ======================================================================== */
+/* Binding: the signed metadata is the kernel asked for                     */
+/* ======================================================================== */
+
+khub_status khub__trust_bind(const khub_trust_subject *want, const khub_trust_subject *got,
+                             const char *sig_json, size_t sig_len, char *errbuf, size_t errbuf_size)
+{
+    khub_sig sg;
+    if (sig_json && khub__sig_parse_full(sig_json, sig_len, &sg, NULL, 0) == KHUB_STATUS_OK &&
+        sg.format == 2 &&
+        (strcmp(sg.stmt.repo, got->repo) || strcmp(sg.stmt.version, got->version) ||
+         strcmp(sg.stmt.variant, got->variant))) {
+        /* The statement signs metadata.json's digest, so the two can only
+         * disagree when the signer signed a false statement. */
         khub__errbuf(errbuf, errbuf_size,
-                     "%s: signature by key %s does not verify over metadata.json", org, key_id);
+                     "%s: the signed statement names %s %s variant %s, but the metadata.json it "
+                     "signs names %s %s variant %s",
+                     want->repo, sg.stmt.repo, sg.stmt.version, sg.stmt.variant, got->repo,
+                     got->version, got->variant);
         return KHUB_STATUS_SIGNATURE_INVALID;
+    }
+    /* Hub repository names are case-insensitive; variant names are not. */
+    if (strcasecmp(want->repo, got->repo) != 0) {
+        khub__errbuf(errbuf, errbuf_size,
+                     "%s: the hub served the signed build of another kernel (metadata.json names "
+                     "%s %s); refusing it (--allow-name-mismatch loads it anyway)",
+                     want->repo, got->repo, got->version);
+        return KHUB_STATUS_NAME_MISMATCH;
+    }
+    if (want->variant && strcmp(want->variant, got->variant) != 0) {
+        khub__errbuf(errbuf, errbuf_size,
+                     "%s: variant %s holds the signed build of variant %s; refusing it "
+                     "(--allow-name-mismatch loads it anyway)",
+                     want->repo, want->variant, got->variant);
+        return KHUB_STATUS_NAME_MISMATCH;
     }
     return KHUB_STATUS_OK;
 }

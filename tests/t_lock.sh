@@ -49,7 +49,11 @@ refs kernels-community/kv-cache $C1 $C2
 # unsigned build of a listed org, unlisted org, bob-signed, other-arch only
 cp -r kv100 kvu && rm -f kvu/build/*/metadata.json.sig
 publish kernels-community/unsigned kvu $C1 $V; refs kernels-community/unsigned $C1 $C1
-publish acme/kv kvu $C1 $V; refs acme/kv $C1 $C1
+# acme/kv: the unsigned build, under its own name (a load checks the name)
+cp -r kvu kva && sed -i 's#"kernels-community/kv-cache"#"acme/kv"#' kva/build/$V/metadata.json
+publish acme/kv kva $C1 $V; refs acme/kv $C1 $C1
+# alice's validly signed kv-cache build served as another kernel of her org
+publish kernels-community/other-kernel kv100 $C1 $V; refs kernels-community/other-kernel $C1 $C1
 cp -r kvu kvb && "$KHUB" sign --key bob.key kvb > /dev/null
 publish kernels-community/bobs kvb $C1 $V; refs kernels-community/bobs $C1 $C1
 publish kernels-community/elsewhere kv100 $C1 "khub1-cpu-$OTHER-linux"
@@ -135,6 +139,28 @@ grep -q "pinned to v1, but v2 is the newest version" up.out || fail "update: no 
 grep -q "\"commit\":	\"$C3\"" lockonly/khub.lock && grep -q '"version":	1' lockonly/khub.lock \
     || fail "lockonly pin: $(cat lockonly/khub.lock)"
 echo "ok   khub update picks the new v1 commit (one ID from khub.json; all, from the lock's own pins)"
+
+# --- downgrade: v1 moved back to the older signed build --------------------
+grep -q '"kernel_version":	"1.0.1"' proj/khub.lock || fail "no kernel_version: $(cat proj/khub.lock)"
+cp proj/khub.lock lock.before
+refs kernels-community/kv-cache $C1 $C2
+if timeout 60 "$KHUB" update proj kernels-community/kv-cache > up.out 2>&1; then
+    fail "update followed v1 back to 1.0.0: $(cat up.out)"; fi
+grep -q "khub update: kernels-community/kv-cache: the pin now resolves to commit 111111111111, version 1.0.0, older than the locked 1.0.1 (commit 333333333333): the branch was moved back to an older build; refusing to downgrade (--allow-downgrade accepts it)" up.out \
+    || fail "downgrade message: $(cat up.out)"
+cmp -s lock.before proj/khub.lock || fail "a refused update changed the lock"
+if timeout 60 "$KHUB" update lockonly > up.out 2>&1; then fail "lockonly downgrade: $(cat up.out)"; fi
+grep -q "refusing to downgrade" up.out || fail "lockonly downgrade message: $(cat up.out)"
+timeout 60 "$KHUB" update proj kernels-community/kv-cache --allow-downgrade > up.out 2>&1 \
+    || fail "update --allow-downgrade: $(cat up.out)"
+grep -q "warning: kernels-community/kv-cache: downgrading from 1.0.1 (commit 333333333333) to 1.0.0 (commit 111111111111) (--allow-downgrade)" up.out \
+    || fail "downgrade warning: $(cat up.out)"
+grep -q "\"commit\":	\"$C1\"" proj/khub.lock && grep -q '"kernel_version":	"1.0.0"' proj/khub.lock \
+    || fail "allowed downgrade: $(cat proj/khub.lock)"
+refs kernels-community/kv-cache $C3 $C2
+timeout 60 "$KHUB" update proj kernels-community/kv-cache > up.out 2>&1 || fail "upgrade: $(cat up.out)"
+grep -q "\"commit\":	\"$C3\"" proj/khub.lock || fail "upgrade did not pin $C3"
+echo "ok   downgrade: khub update refuses a v1 moved back to an older signed build (lock unchanged), --allow-downgrade takes it with a warning"
 
 # --- a tampered cached file is refused, naming it --------------------------
 so=$(ls cache/kernels--kernels-community--kv-cache/khub-variants/$C3/$V/kv-cache-avx2.so)
@@ -223,6 +249,13 @@ expect KHUB_STATUS_KEY_UNKNOWN "does not trust for this organisation" kernels-co
 expect KHUB_STATUS_UNSIGNED "opt in with --allow-unsigned" acme/kv@v1
 "$KHUB" fetch acme/kv@v1 --allow-unsigned > f.out 2>&1 || fail "opt-in: $(cat f.out)"
 grep -q "unsigned, accepted by opt-in" f.out || fail "opt-in trust line: $(cat f.out)"
+# another kernel's signed build: the signature verifies, the name does not
+expect KHUB_STATUS_NAME_MISMATCH "refusing kernels-community/other-kernel@111111111111: kernels-community/other-kernel: the hub served the signed build of another kernel (metadata.json names kernels-community/kv-cache 1.0.0); refusing it (--allow-name-mismatch loads it anyway)" \
+    kernels-community/other-kernel@v1
+"$KHUB" fetch kernels-community/other-kernel@v1 --allow-name-mismatch > f.out 2>&1 \
+    || fail "--allow-name-mismatch: $(cat f.out)"
+grep -q "warning: kernels-community/other-kernel: the hub served the signed build of another kernel (metadata.json names kernels-community/kv-cache 1.0.0); loading it anyway (--allow-name-mismatch)" f.out \
+    || fail "name mismatch warning: $(cat f.out)"
 printf '{"version":1,"publishers":{"kernels-community":["%s"]},"revoked":["%s"]}' \
     "$ALICE" "$ALICE" > revoked.json
 expect KHUB_STATUS_KEY_REVOKED "signed with revoked key" kernels-community/kv-cache@v2 \
@@ -231,7 +264,7 @@ expect KHUB_STATUS_KEY_REVOKED "signed with revoked key" kernels-community/kv-ca
     --lock proj/khub.lock --policy revoked.json
 "$KHUB" fetch kernels-community/kv-cache@v2 > f.out 2>&1 || fail "v2: $(cat f.out)"
 grep -q "^version  2.0.0" f.out || fail "v2 version: $(cat f.out)"
-echo "ok   trust at load: signed, unsigned (listed and unlisted org), unknown key, revoked, opt-in"
+echo "ok   trust at load: signed, unsigned (listed and unlisted org), unknown key, revoked, opt-in; another kernel's signed build refused (NAME_MISMATCH) unless --allow-name-mismatch"
 
 # --- khub.json errors name the field ---------------------------------------
 echo '{"format":1,"roles":{"attn":"kernels-community/kv-cache@v1"}}' > bad.json

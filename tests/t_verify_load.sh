@@ -39,7 +39,7 @@ publish() {
     printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 \
         > "repos/kernels-community/$1/refs.json"
 }
-publish good ":"
+publish kv-cache ":" # the build names itself kernels-community/kv-cache
 publish swapped ":"
 publish edited "sed -i 's/\"1.0.0\"/\"1.0.1\"/' metadata.json"
 publish garbage "printf '{not json' > metadata.json"
@@ -47,7 +47,8 @@ publish garbage-signed "printf '{not json' > metadata.json && '$KHUB' sign --key
 publish badsig "printf '{\"algorithm\": \"ed25519\"}' > metadata.json.sig"
 # runpath: the same kernel rebuilt with a RUNPATH (and a constructor that
 # leaves runpath.mark), its digests updated and metadata.json signed again
-# by the trusted key: a valid signature over a plugin the ABI gate refuses
+# by the trusted key (under this repo's name): a valid signature over a
+# plugin the ABI gate refuses
 cat > ctor.c <<'C'
 #include <fcntl.h>
 #include <unistd.h>
@@ -60,6 +61,7 @@ publish runpath "for f in kv-cache-*.so; do cp '$T/runpath.so' \$f; done && pyth
 import hashlib, json
 m = json.load(open(\"metadata.json\"))
 for f in m[\"files\"]: m[\"files\"][f] = hashlib.sha256(open(f, \"rb\").read()).hexdigest()
+m[\"name\"] = \"kernels-community/runpath\"  # its own name: a load checks it
 json.dump(m, open(\"metadata.json\", \"w\"))' && '$KHUB' sign --key '$T/alice.key' metadata.json > /dev/null"
 cmp -s repos/kernels-community/edited/commits/$C1/build/$V/metadata.json "kv/build/$V/metadata.json" &&
     fail "the edit of metadata.json did not apply"
@@ -72,7 +74,7 @@ expect() { # expect STATUS TEXT ID
     if "$KHUB" fetch "$3" > f.out 2>&1; then fail "$3 loaded, expected $1: $(cat f.out)"; fi
     grep -q "$1" f.out && grep -q -- "$2" f.out || fail "$3: want $1 '$2': $(cat f.out)"
 }
-"$KHUB" fetch kernels-community/good@v1 > f.out 2>&1 || fail "good: $(cat f.out)"
+"$KHUB" fetch kernels-community/kv-cache@v1 > f.out 2>&1 || fail "good: $(cat f.out)"
 grep -q "^trust    metadata.json signed with key" f.out || fail "good trust line: $(cat f.out)"
 ALICE_ID=$(grep -o 'signed with key [0-9a-f]*' f.out | awk '{print $4}')
 [ -n "$ALICE_ID" ] || fail "no key id in: $(cat f.out)"
@@ -93,11 +95,11 @@ grep -q "SIGNATURE\|DIGEST" f.out && fail "runpath: refused for its signature or
 echo "ok   a signed plugin with a RUNPATH is refused at load, before any of its code runs"
 
 # a cached plugin changed after its download is refused before dlopen
-so=$(find cache -path "*kernels--kernels-community--good*" -name 'kv-cache-*.so' | head -n 1)
+so=$(find cache -path "*kernels--kernels-community--kv-cache*" -name 'kv-cache-*.so' | head -n 1)
 [ -n "$so" ] || fail "no cached plugin"
 so=$(readlink -f "$so")
 printf 'X' | dd of="$so" bs=1 seek=300 conv=notrunc status=none
-expect KHUB_STATUS_DIGEST_MISMATCH "kv-cache-[a-z0-9]*.so has SHA-256 [0-9a-f]*, metadata.json says" kernels-community/good@v1
+expect KHUB_STATUS_DIGEST_MISMATCH "kv-cache-[a-z0-9]*.so has SHA-256 [0-9a-f]*, metadata.json says" kernels-community/kv-cache@v1
 grep -q "loaded" f.out && grep -q "^file " f.out && fail "a tampered plugin was loaded: $(cat f.out)"
 echo "ok   a tampered cached plugin is refused (digest) before it is loaded"
 
@@ -105,7 +107,9 @@ echo "ok   a tampered cached plugin is refused (digest) before it is loaded"
 # stage a consistent unsigned copy (every plugin with one byte more, and a
 # metadata.json whose table lists their digests) that the shim renames into
 # the cached folder as soon as metadata.json.sig is opened.
-"$KHUB" fetch kernels-community/swapped@v1 > f.out 2>&1 || fail "swapped (clean): $(cat f.out)"
+# (the kv-cache build served as "swapped": its clean load needs the override)
+"$KHUB" fetch kernels-community/swapped@v1 --allow-name-mismatch > f.out 2>&1 \
+    || fail "swapped (clean): $(cat f.out)"
 vdir=$(find cache -type d -path "*kernels--kernels-community--swapped*" -name "$V" | head -n 1)
 [ -n "$vdir" ] || fail "swapped: no cached variant folder"
 rm -rf evil && mkdir evil

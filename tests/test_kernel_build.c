@@ -298,6 +298,24 @@ TEST_IMPL(metadata_rejections)
         {"{\"format\": 1, \"name\": \"a/b\", \"version\": \"1\", \"variant\": \"v\", \"major\": 1, "
          "\"abi\": {\"major\": 1e300, \"minor\": 0}}",
          "'abi' must be {\"major\": N, \"minor\": M} (whole numbers, 0..65535)"},
+        /* issue 10: what two JSON readers could read differently, and what
+         * this reader would skip, is refused */
+        {"{\"format\": 1, \"name\": \"a/b\", \"name\": \"c/d\"}",
+         "metadata.json: duplicate key \"name\""},
+        {"{\"format\": 1, \"abi\": {\"major\": 1, \"minor\": 0, \"minor\": 9}}",
+         "metadata.json: duplicate key \"minor\""},
+        {"{\"format\": 1} {\"format\": 2}", "metadata.json: text after the JSON document"},
+        {"{\"format\": 1, \"name\": \"a/b\", \"verison\": \"1\"}",
+         "metadata.json: unknown field \"verison\" in the top level"},
+        {"{\"format\": 1, \"name\": \"a/b\", \"version\": \"1\", \"variant\": \"v\", \"major\": 1, "
+         "\"abi\": {\"major\": 1, \"minor\": 0}, \"backend\": {\"type\": \"cpu\"}, \"files\": "
+         "{\"y.so\": \""
+         "0000000000000000000000000000000000000000000000000000000000000000"
+         "\"}, "
+         "\"plugins\": [{\"file\": \"y.so\", \"cpu_feature\": [\"avx2\"]}]}",
+         "metadata.json: unknown field \"cpu_feature\" in plugins[]"},
+        {"{\"format\": 1, \"backend\": {\"type\": \"cpu\", \"arch\": []}}",
+         "metadata.json: unknown field \"arch\" in backend"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ASSERT_STATUS(

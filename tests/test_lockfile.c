@@ -92,6 +92,70 @@ TEST_IMPL(parse_round_trip_and_errors)
     khub__rmtree(dir);
 }
 
+/* Issue 10: the lock is read as strictly at the top as in its entries, a
+ * key named twice anywhere is an error (cJSON takes the first, jq and
+ * Python the last), and kernel_version round-trips. */
+TEST_IMPL(parse_strict_and_kernel_version)
+{
+    khub_lock *lock = NULL;
+    char err[KHUB_ERROR_SIZE];
+    static const struct {
+        const char *json, *msg;
+    } cases[] = {
+        {"{\"format\":1,\"kernels\":[],\"kernel\":[]}", "khub.lock: unknown field \"kernel\""},
+        {"{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,\"commit\":\"" C1
+         "\",\"commit\":\"2222222222222222222222222222222222222222\"}]}",
+         "khub.lock: duplicate key \"commit\""},
+        {"{\"format\":1,\"kernels\":[],\"kernels\":[{\"repo\":\"org/k\"}]}",
+         "khub.lock: duplicate key \"kernels\""},
+        {"{\"format\":1,\"kernels\":[]}{}", "khub.lock: text after the JSON document"},
+        {"{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,\"commit\":\"" C1
+         "\",\"kernel_version\":3}]}",
+         "kernels[0].kernel_version must be a short non-empty string"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ASSERT_STATUS(
+            khub__lock_parse(cases[i].json, strlen(cases[i].json), &lock, err, sizeof err),
+            KHUB_STATUS_PARSE);
+        ASSERT(lock == NULL);
+        ASSERT_CONTAINS(err, cases[i].msg);
+    }
+    const char *t = "{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,"
+                    "\"commit\":\"" C1 "\",\"kernel_version\":\"1.0.1\"}]}";
+    ASSERT_OK(khub__lock_parse(t, strlen(t), &lock, err, sizeof err));
+    ASSERT_STR_EQ(khub__lock_find(lock, "org/k")->kernel_version, "1.0.1");
+    char dir[] = "/tmp/khub-locktest-XXXXXX", path[300];
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/khub.lock", dir);
+    ASSERT_OK(khub__lock_save(lock, path, err, sizeof err));
+    khub__lock_free(lock);
+    ASSERT_OK(khub__lock_load(path, &lock, err, sizeof err));
+    ASSERT_STR_EQ(khub__lock_find(lock, "org/k")->kernel_version, "1.0.1");
+    khub__lock_free(lock);
+    khub__rmtree(dir);
+}
+
+TEST_IMPL(version_order)
+{
+    static const struct {
+        const char *a, *b;
+        int sign;
+    } cases[] = {
+        {"1.0.0", "1.0.1", -1},      {"1.10.0", "1.9.0", 1},     {"2", "1.9.9", 1},
+        {"1.0", "1.0.0", 0},         {"1.0.0-rc1", "1.0.0", -1}, {"1.0.0-rc2", "1.0.0-rc10", 1},
+        {"1.0.0+b2", "1.0.0+b1", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bool ok = false;
+        int c = khub__lock_version_cmp(cases[i].a, cases[i].b, &ok);
+        ASSERT(ok);
+        ASSERT_EQ((c > 0) - (c < 0), cases[i].sign);
+    }
+    bool ok = true;
+    ASSERT_EQ(khub__lock_version_cmp("main", "1.0.0", &ok), 0);
+    ASSERT(!ok);
+}
+
 TEST_IMPL(check_dir_names_the_file)
 {
     char dir[] = "/tmp/khub-locktest-XXXXXX", path[300], err[KHUB_ERROR_SIZE];
@@ -208,6 +272,8 @@ TEST_IMPL(artifacts_serve_verified_bytes)
 #define TEST_LIST(X) \
     X(content_hash_known_answer) \
     X(parse_round_trip_and_errors) \
+    X(parse_strict_and_kernel_version) \
+    X(version_order) \
     X(check_dir_names_the_file) \
     X(import_python_lock) \
     X(artifacts_serve_verified_bytes)

@@ -278,6 +278,224 @@ TEST_IMPL(sign_file_writes_sig)
     ASSERT_CONTAINS(err, "not an Ed25519 private key");
 }
 
+/* A typo in the policy must not drop a revocation or a signature
+ * requirement, and a key named twice must not read one way here and
+ * another in jq or Python (issue 10). */
+TEST_IMPL(policy_strict_fields)
+{
+    khub_pubkey key;
+    make_key("ps", &key);
+    char line[96], json[1024], err[KHUB_ERROR_SIZE] = "";
+    khub__pubkey_format(&key, line, sizeof line);
+    khub_trust_policy *p = NULL;
+    const struct {
+        const char *fmt, *msg;
+    } cases[] = {
+        {"{\"version\": 1, \"publishers\": {\"acme\": [\"%s\"]}, \"revokd\": [\"%.16s\"]}",
+         "unknown field \"revokd\""},
+        {"{\"version\": 1, \"publisher\": {\"acme\": [\"%s\"]}, \"revoked\": [\"%.16s\"]}",
+         "unknown field \"publisher\""},
+        {"{\"version\": 1, \"publishers\": {\"acme\": [\"%s\"]}, \"revoked\": [\"%.16s\"], "
+         "\"revoked\": []}",
+         "duplicate key \"revoked\""},
+        {"{\"version\": 1, \"publishers\": {\"acme\": [\"%s\"], \"acme\": []}, "
+         "\"revoked\": [\"%.16s\"]}",
+         "duplicate key \"acme\""},
+        {"{\"version\": 1, \"publishers\": {\"acme\": [\"%s\"]}, \"revoked\": [\"%.16s\"]} "
+         "{\"version\": 1}",
+         "text after the JSON document"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(json, sizeof json, cases[i].fmt, line, key.id);
+        ASSERT_STATUS(khub__trust_policy_parse(json, strlen(json), &p, err, sizeof err),
+                      KHUB_STATUS_PARSE);
+        ASSERT(p == NULL);
+        ASSERT_CONTAINS(err, cases[i].msg);
+    }
+}
+
+/* An organisation listed with an empty key list is not unlisted: nothing
+ * from it loads, opt-in or not. */
+TEST_IMPL(policy_org_without_keys)
+{
+    khub_pubkey key;
+    make_key("nk", &key);
+    char *sig = sign_with(priv, metadata);
+    char line[96], json[512], err[KHUB_ERROR_SIZE] = "";
+    khub__pubkey_format(&key, line, sizeof line);
+    snprintf(json, sizeof json,
+             "{\"version\": 1, \"publishers\": {\"acme\": [], \"other\": [\"%s\"]}, "
+             "\"allow_unsigned\": true}",
+             line);
+    khub_trust_policy *p = NULL;
+    ASSERT_OK(khub__trust_policy_parse(json, strlen(json), &p, err, sizeof err));
+    ASSERT_STATUS(
+        khub__trust_decide(p, "acme", metadata, strlen(metadata), NULL, 0, 1, err, sizeof err),
+        KHUB_STATUS_UNSIGNED);
+    ASSERT_CONTAINS(err, "acme: the policy lists this organisation with no keys, so nothing from "
+                         "it loads");
+    ASSERT_STATUS(khub__trust_decide(p, "acme", metadata, strlen(metadata), sig, strlen(sig), 1,
+                                     err, sizeof err),
+                  KHUB_STATUS_KEY_UNKNOWN);
+    ASSERT_CONTAINS(err, "with no keys, so nothing from it loads");
+    /* an org the policy does not name still takes the opt-in */
+    ASSERT_OK(
+        khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 0, err, sizeof err));
+    khub__trust_policy_free(p);
+    free(sig);
+}
+
+/* The .sig is read as strictly as the policy: an unknown field or a key
+ * named twice makes it malformed, even when the signature verifies. */
+TEST_IMPL(sig_strict_fields)
+{
+    khub_pubkey key;
+    make_key("ss", &key);
+    char *sig = sign_with(priv, metadata);
+    khub_trust_policy *p = policy_with("kernels-community", &key);
+    char err[KHUB_ERROR_SIZE] = "", bent[512];
+    ASSERT_OK(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), sig,
+                                 strlen(sig), 0, err, sizeof err));
+    char *close = strrchr(sig, '}');
+    ASSERT(close != NULL);
+    *close = '\0';
+    snprintf(bent, sizeof bent, "%s, \"comment\": \"hi\"}", sig);
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), bent,
+                                     strlen(bent), 0, err, sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    ASSERT_CONTAINS(err, "metadata.json.sig is malformed (unknown field \"comment\")");
+    snprintf(bent, sizeof bent, "%s, \"key_id\": \"0000000000000000\"}", sig);
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), bent,
+                                     strlen(bent), 0, err, sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    ASSERT_CONTAINS(err, "malformed (duplicate key \"key_id\"");
+    khub__trust_policy_free(p);
+    free(sig);
+}
+
+static const char real_meta[] =
+    "{\"format\": 1, \"name\": \"kernels-community/rmsnorm\", \"version\": \"1.2.0\", "
+    "\"major\": 1, \"variant\": \"khub1-cpu-x86_64-linux\", \"abi\": {\"major\": 1, "
+    "\"minor\": 0}, \"backend\": {\"type\": \"cpu\", \"archs\": [\"x86_64\"]}, "
+    "\"plugins\": [{\"file\": \"r.so\", \"level\": \"generic\", \"cpu_features\": []}], "
+    "\"files\": {\"r.so\": "
+    "\"0000000000000000000000000000000000000000000000000000000000000000\"}}";
+
+static void write_real_meta(char *path, size_t n)
+{
+    snprintf(path, n, "%s/metadata.json", dir);
+    FILE *f = fopen(path, "w");
+    ASSERT(f != NULL);
+    fputs(real_meta, f);
+    fclose(f);
+}
+
+/* The file at path, NUL-terminated, in a static buffer. */
+static char *slurp(const char *path, size_t *n)
+{
+    static char buf[4096];
+    FILE *f = fopen(path, "r");
+    ASSERT(f != NULL);
+    *n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[*n] = '\0';
+    return buf;
+}
+
+/* khub sign DIR writes a format-2 statement naming repo, version, variant
+ * and metadata.json's digest; it verifies, and an edit of either side does
+ * not. */
+TEST_IMPL(statement_signs_what_was_built)
+{
+    khub_pubkey key;
+    make_key("st", &key);
+    char path[256], sigpath[300], err[KHUB_ERROR_SIZE] = "";
+    write_real_meta(path, sizeof path);
+    ASSERT_OK(khub__sign_metadata(priv, path, err, sizeof err));
+    snprintf(sigpath, sizeof sigpath, "%s.sig", path);
+    size_t n;
+    char *sig = slurp(sigpath, &n);
+    khub_sig sg;
+    ASSERT_OK(khub__sig_parse_full(sig, n, &sg, err, sizeof err));
+    ASSERT_EQ(sg.format, 2);
+    ASSERT_STR_EQ(sg.key_id, key.id);
+    ASSERT_STR_EQ(sg.stmt.repo, "kernels-community/rmsnorm");
+    ASSERT_STR_EQ(sg.stmt.version, "1.2.0");
+    ASSERT_STR_EQ(sg.stmt.variant, "khub1-cpu-x86_64-linux");
+    char hex[65];
+    ASSERT_OK(khub__sha256_hex(real_meta, strlen(real_meta), hex));
+    ASSERT_STR_EQ(sg.stmt.metadata_sha256, hex);
+    /* the statement text is what is signed */
+    char text[1024];
+    size_t tn = khub__sig_statement_text(&sg.stmt, text, sizeof text);
+    ASSERT(tn > 0);
+    ASSERT_OK(khub__sig_verify(&key, text, tn, sg.sig));
+    ASSERT_CONTAINS(text, "khub-signed-statement 1\nrepo kernels-community/rmsnorm\n");
+
+    khub_trust_policy *p = policy_with("kernels-community", &key);
+    ASSERT_OK(khub__trust_decide(p, "kernels-community", real_meta, strlen(real_meta), sig, n, 0,
+                                 err, sizeof err));
+    /* metadata.json edited after signing */
+    char edited[sizeof real_meta];
+    memcpy(edited, real_meta, sizeof real_meta);
+    *strstr(edited, "1.2.0") = '0';
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", edited, strlen(edited), sig, n, 0, err,
+                                     sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    ASSERT_CONTAINS(err, "does not verify over metadata.json (it signs SHA-256");
+    /* the statement edited after signing (claims another kernel) */
+    char *at = strstr(sig, "kernels-community/rmsnorm");
+    ASSERT(at != NULL);
+    memcpy(at + strlen("kernels-community/"), "rmsnorX", 7);
+    ASSERT_STATUS(khub__trust_decide(p, "kernels-community", real_meta, strlen(real_meta), sig, n,
+                                     0, err, sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    ASSERT_CONTAINS(err, "does not verify over its signed statement");
+    khub__trust_policy_free(p);
+    /* a statement with a space cannot be signed (it would have two readings) */
+    khub_sig_statement bad = {"a/b", "1 0", "v", ""};
+    memcpy(bad.metadata_sha256, hex, 65);
+    char *out = NULL;
+    ASSERT_STATUS(khub__sign_statement(priv, &bad, &out, err, sizeof err), KHUB_STATUS_INVALID_ARG);
+    ASSERT(out == NULL);
+}
+
+/* A hub serving the validly signed build of another kernel (or variant) of
+ * the same organisation is refused by name (issue 10). */
+TEST_IMPL(bind_refuses_another_kernel)
+{
+    char err[KHUB_ERROR_SIZE] = "";
+    khub_trust_subject want = {"kernels-community/flash-attn2", NULL, "khub1-cpu-x86_64-linux"};
+    khub_trust_subject got = {"kernels-community/rmsnorm", "1.2.0", "khub1-cpu-x86_64-linux"};
+    ASSERT_STATUS(khub__trust_bind(&want, &got, NULL, 0, err, sizeof err),
+                  KHUB_STATUS_NAME_MISMATCH);
+    ASSERT_CONTAINS(err, "kernels-community/flash-attn2: the hub served the signed build of "
+                         "another kernel (metadata.json names kernels-community/rmsnorm 1.2.0)");
+    ASSERT_CONTAINS(err, "--allow-name-mismatch");
+    want.repo = "Kernels-Community/RMSNorm"; /* Hub names ignore case */
+    ASSERT_OK(khub__trust_bind(&want, &got, NULL, 0, err, sizeof err));
+    want.variant = "khub1-cpu-aarch64-linux";
+    ASSERT_STATUS(khub__trust_bind(&want, &got, NULL, 0, err, sizeof err),
+                  KHUB_STATUS_NAME_MISMATCH);
+    ASSERT_CONTAINS(err, "variant khub1-cpu-aarch64-linux holds the signed build of variant "
+                         "khub1-cpu-x86_64-linux");
+    want.variant = NULL;
+    ASSERT_OK(khub__trust_bind(&want, &got, NULL, 0, err, sizeof err));
+    /* a statement that names another kernel than its own metadata.json */
+    khub_pubkey key;
+    make_key("bd", &key);
+    khub_sig_statement stmt = {"kernels-community/flash-attn2", "1.2.0", "khub1-cpu-x86_64-linux",
+                               ""};
+    memset(stmt.metadata_sha256, 'a', 64);
+    char *sig = NULL;
+    ASSERT_OK(khub__sign_statement(priv, &stmt, &sig, err, sizeof err));
+    want.repo = "kernels-community/rmsnorm";
+    ASSERT_STATUS(khub__trust_bind(&want, &got, sig, strlen(sig), err, sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    ASSERT_CONTAINS(err, "the signed statement names kernels-community/flash-attn2 1.2.0");
+    free(sig);
+}
+
 #define TEST_LIST(X) \
     X(keygen_files_and_formats) \
     X(sign_and_verify) \
@@ -288,5 +506,10 @@ TEST_IMPL(sign_file_writes_sig)
     X(decide_revoked_key) \
     X(decide_unsigned) \
     X(policy_malformed) \
-    X(sign_file_writes_sig)
+    X(sign_file_writes_sig) \
+    X(policy_strict_fields) \
+    X(policy_org_without_keys) \
+    X(sig_strict_fields) \
+    X(statement_signs_what_was_built) \
+    X(bind_refuses_another_kernel)
 TEST_MAIN(TEST_LIST)

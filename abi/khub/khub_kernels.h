@@ -63,6 +63,9 @@ typedef struct khub_kernel_opts {
     const char *lock_path;
     int32_t allow_unsigned; /* 1 = accept unsigned kernels of organisations the policy omits */
     int32_t strict;         /* 1 = no variant for this host is NO_VARIANT, not a fallback */
+    /* 1 = load a build whose signed metadata.json names another kernel or
+     * variant than the one asked for (a warning); 0 = NAME_MISMATCH. */
+    int32_t allow_name_mismatch;
     /* End of 0.1. */
 } khub_kernel_opts;
 
@@ -88,7 +91,8 @@ typedef struct khub_kernel_result {
  * loaded. Statuses: those of khub_hub_id_parse, khub_hub_resolve,
  * khub_hub_download_variant and khub_plugin_load, plus NO_VARIANT (strict,
  * or no plugin file fits this CPU), UNSIGNED, KEY_UNKNOWN, KEY_REVOKED,
- * SIGNATURE_INVALID, LOCK_MISMATCH, NOT_FOUND (not in the lock). Since 0.1. */
+ * SIGNATURE_INVALID, LOCK_MISMATCH, NAME_MISMATCH (the signed metadata names
+ * another kernel or variant), NOT_FOUND (not in the lock). Since 0.1. */
 KHUB_API khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                                        const khub_kernel_opts *opts, khub_kernel_result *out);
 

@@ -55,6 +55,8 @@
     X(UNSIGNED, 204, "signature required but absent") \
     X(METADATA_INVALID, 205, "kernel metadata is malformed") \
     X(LOCK_MISMATCH, 206, "content does not match the lock file") \
+    X(NAME_MISMATCH, 207, \
+      "signed metadata names another kernel or variant than the one asked for") \
     X(NOT_ELF, 300, "not an ELF shared object") \
     X(WRONG_ARCH, 301, "shared object built for another architecture") \
     X(TRUNCATED, 302, "file is truncated") \

@@ -79,10 +79,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             khub__trust_policy_free(p);
         break;
     }
-    case 7: {
-        char key_id[KHUB_KEY_ID_LEN + 1];
-        unsigned char sig[64];
-        (void)khub__sig_parse(s, n, key_id, sig);
+    case 7: { /* both formats; a format-2 statement is rebuilt as signed text */
+        khub_sig sig;
+        char text[1024];
+        if (khub__sig_parse_full(s, n, &sig, err, sizeof err) == KHUB_STATUS_OK && sig.format == 2)
+            (void)khub__sig_statement_text(&sig.stmt, text, sizeof text);
         break;
     }
     default: {

@@ -138,7 +138,7 @@ static int sign_kernel_dir(const char *dir, const char *key)
         snprintf(meta, sizeof meta, "%s/%s/metadata.json", build, e->d_name);
         struct stat sb;
         if (stat(meta, &sb) != 0) continue;
-        if (khub__sign_file(key, meta, err, sizeof err) != KHUB_STATUS_OK ||
+        if (khub__sign_metadata(key, meta, err, sizeof err) != KHUB_STATUS_OK ||
             khub__variant_pack(build, e->d_name, err, sizeof err) != KHUB_STATUS_OK) {
             rc = khub_cli_fail("sign", "%s", err);
             break;
@@ -184,9 +184,10 @@ static const khub_cli_cmd cmd_sign = {
     "sign", "sign a kernel's metadata.json files with Ed25519",
     "usage: khub sign --key PRIVATE_KEY DIR|FILE\n\n"
     "With a kernel source DIR, signs every DIR/build/<variant>/metadata.json\n"
-    "(which lists the SHA-256 of every file of the variant), writing\n"
-    "metadata.json.sig next to it, and repacks the variant archive. With a\n"
-    "FILE, writes FILE.sig.\n",
+    "(which lists the SHA-256 of every file of the variant) with a statement\n"
+    "naming its kernel, version, variant and digest, writes metadata.json.sig\n"
+    "next to it, and repacks the variant archive. With a FILE, writes FILE.sig,\n"
+    "a signature over its bytes (format 1, docs/kernel-format.md).\n",
     run_sign};
 KHUB_CLI_COMMAND(cmd_sign)
 

@@ -16,10 +16,12 @@
 
 typedef struct lock_args {
     const char *dir, *kernels, *lock, *import, *id, *policy;
-    int all, strict, allow_unsigned, json;
+    int all, strict, allow_unsigned, json, allow_name_mismatch, allow_downgrade;
 } lock_args;
 
 static const khub_cli_cmd outdated_cmd; /* the one listing command: takes --json */
+static const khub_cli_cmd fetch_cmd;    /* the one loading command */
+static const khub_cli_cmd update_cmd;   /* the one that may move pins back */
 
 static int parse_args(const khub_cli_cmd *cmd, int argc, char **argv, lock_args *a, int want_id)
 {
@@ -41,6 +43,10 @@ static int parse_args(const khub_cli_cmd *cmd, int argc, char **argv, lock_args 
             a->strict = 1;
         else if (!strcmp(s, "--allow-unsigned"))
             a->allow_unsigned = 1;
+        else if (!strcmp(s, "--allow-downgrade") && cmd == &update_cmd)
+            a->allow_downgrade = 1;
+        else if (!strcmp(s, "--allow-name-mismatch") && cmd == &fetch_cmd)
+            a->allow_name_mismatch = 1;
         else if (!strcmp(s, "--json") && cmd == &outdated_cmd)
             a->json = 1;
         else if (s[0] == '-')
@@ -100,6 +106,34 @@ static void print_pin(const char *verb, const khub_lock_entry *e)
            e->n_variants == 1 ? "" : "s");
 }
 
+/* A pin that now resolves to an older build than the one locked: the
+ * branch was moved back (by its owner, or by whoever controls the hub).
+ * Refused unless allowed (then a warning); returns nonzero to refuse. */
+static int check_downgrade(const char *cmd, const khub_lock *lock, const khub_lock_entry *e,
+                           int allow)
+{
+    const khub_lock_entry *old = khub__lock_find(lock, e->repo);
+    bool comparable = false;
+    /* A pin changed in khub.json (v2 -> v1) is the user's decision. */
+    if (!old || old->version != e->version || strcmp(old->revision, e->revision) != 0 ||
+        !old->kernel_version[0] || !e->kernel_version[0] ||
+        khub__lock_version_cmp(e->kernel_version, old->kernel_version, &comparable) >= 0 ||
+        !comparable)
+        return 0;
+    if (allow) {
+        fprintf(stderr,
+                "khub: warning: %s: downgrading from %s (commit %.12s) to %s (commit %.12s) "
+                "(--allow-downgrade)\n",
+                e->repo, old->kernel_version, old->commit, e->kernel_version, e->commit);
+        return 0;
+    }
+    return khub_cli_fail(cmd,
+                         "%s: the pin now resolves to commit %.12s, version %s, older than the "
+                         "locked %s (commit %.12s): the branch was moved back to an older build; "
+                         "refusing to downgrade (--allow-downgrade accepts it)",
+                         e->repo, e->commit, e->kernel_version, old->kernel_version, old->commit);
+}
+
 /* ======================================================================== */
 /* khub lock                                                                */
 /* ======================================================================== */
@@ -146,7 +180,7 @@ static int lock_import(const char *cmd, khub_hub *hub, const char *path, khub_lo
 }
 
 static int lock_mapping(const char *cmd, khub_hub *hub, const char *kpath, khub_lock *lock,
-                        const char *only)
+                        const char *only, int allow_downgrade)
 {
     khub_mapping *m = NULL;
     char err[KHUB_ERROR_SIZE];
@@ -165,6 +199,10 @@ static int lock_mapping(const char *cmd, khub_hub *hub, const char *kpath, khub_
         matched++;
         if (khub__kernel_lock_entry(hub, &id, NULL, &e) != KHUB_STATUS_OK) {
             rc = khub_cli_fail(cmd, "%s: %s", ids[i], khub_hub_errmsg(hub));
+            break;
+        }
+        if ((rc = check_downgrade(cmd, lock, &e, allow_downgrade))) {
+            khub__lock_entry_clear(&e);
             break;
         }
         print_pin("locked", &e);
@@ -193,7 +231,7 @@ static int run_lock(int argc, char **argv)
     if (a.import)
         rc = lock_import("lock", hub, a.import, lock);
     else
-        rc = lock_mapping("lock", hub, kpath, lock, NULL);
+        rc = lock_mapping("lock", hub, kpath, lock, NULL, 0);
     if (!rc && khub__lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
         rc = khub_cli_fail("lock", "%s", err);
     if (!rc) printf("wrote %s (%zu kernel%s)\n", lpath, lock->count, lock->count == 1 ? "" : "s");
@@ -347,7 +385,6 @@ static const khub_cli_cmd outdated_cmd = {
     run_outdated};
 KHUB_CLI_COMMAND(outdated_cmd)
 
-static const khub_cli_cmd update_cmd;
 static int run_update(int argc, char **argv)
 {
     if (khub_cli_wants_help(&update_cmd, argc, argv)) return 0;
@@ -370,7 +407,7 @@ static int run_update(int argc, char **argv)
     }
     if (!hub) rc = 1;
     if (!rc && access(kpath, R_OK) == 0) {
-        rc = lock_mapping("update", hub, kpath, lock, only[0] ? only : NULL);
+        rc = lock_mapping("update", hub, kpath, lock, only[0] ? only : NULL, a.allow_downgrade);
     } else {
         for (size_t i = 0; !rc && i < lock->count; i++) {
             khub_lock_entry *old = &lock->items[i], e;
@@ -383,6 +420,8 @@ static int run_update(int argc, char **argv)
                 khub_hub_id_set_revision(&id, old->revision, -1);
             if (khub__kernel_lock_entry(hub, &id, NULL, &e) != KHUB_STATUS_OK)
                 rc = khub_cli_fail("update", "%s: %s", old->repo, khub_hub_errmsg(hub));
+            else if ((rc = check_downgrade("update", lock, &e, a.allow_downgrade)))
+                khub__lock_entry_clear(&e);
             else
                 print_pin("updated", &e), warn_if_old(hub, &e), khub__lock_put(lock, &e);
         }
@@ -397,9 +436,11 @@ static int run_update(int argc, char **argv)
 
 static const khub_cli_cmd update_cmd = {
     "update", "re-resolve the pins of khub.lock (all, or one kernel) and rewrite it",
-    "usage: khub update [DIR] [ORG/NAME] [--kernels FILE] [--lock FILE]\n\n"
+    "usage: khub update [DIR] [ORG/NAME] [--kernels FILE] [--lock FILE] [--allow-downgrade]\n\n"
     "Resolves the pins again (from DIR/khub.json when present, else from the lock's own\n"
-    "version/revision), downloads and hashes the new commits, and rewrites DIR/khub.lock.\n",
+    "version/revision), downloads and hashes the new commits, and rewrites DIR/khub.lock.\n"
+    "A pin that now resolves to an older kernel version than the locked one (its branch\n"
+    "was moved back) is refused and the lock left as it was, unless --allow-downgrade.\n",
     run_update};
 KHUB_CLI_COMMAND(update_cmd)
 
@@ -407,7 +448,6 @@ KHUB_CLI_COMMAND(update_cmd)
 /* khub fetch                                                               */
 /* ======================================================================== */
 
-static const khub_cli_cmd fetch_cmd;
 static int run_fetch(int argc, char **argv)
 {
     if (khub_cli_wants_help(&fetch_cmd, argc, argv)) return 0;
@@ -420,9 +460,12 @@ static int run_fetch(int argc, char **argv)
         khub_runtime_free(rt);
         return 1;
     }
-    khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .policy_path = a.policy,
-                           .lock_path = a.lock, .allow_unsigned = a.allow_unsigned,
-                           .strict = a.strict};
+    khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts),
+                           .policy_path = a.policy,
+                           .lock_path = a.lock,
+                           .allow_unsigned = a.allow_unsigned,
+                           .strict = a.strict,
+                           .allow_name_mismatch = a.allow_name_mismatch};
     khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
     khub_status st = khub_kernel_fetch(hub, rt, a.id, &ko, &kr);
     if (st != KHUB_STATUS_OK) {
@@ -446,7 +489,7 @@ static int run_fetch(int argc, char **argv)
 static const khub_cli_cmd fetch_cmd = {
     "fetch", "fetch, verify and load one kernel by Hub ID (the load-time pipeline)",
     "usage: khub fetch ORG/NAME[@REV|@version=N][:SYMBOL] [--lock FILE] [--policy FILE]\n"
-    "                  [--allow-unsigned] [--strict]\n\n"
+    "                  [--allow-unsigned] [--allow-name-mismatch] [--strict]\n\n"
     "Resolves the ID (or takes the commit from --lock), ranks the variants for this\n"
     "machine, downloads the best one, checks the lock's hashes, decides trust on\n"
     "metadata.json and its signature, verifies every digest, and loads the plugin for this\n"
@@ -456,6 +499,8 @@ static const khub_cli_cmd fetch_cmd = {
     "  --lock FILE       load through khub.lock (its commit; hashes re-checked)\n"
     "  --policy FILE     trust policy (default $KHUB_POLICY, ~/.config/khub/policy.json)\n"
     "  --allow-unsigned  accept unsigned kernels of organisations the policy omits\n"
+    "  --allow-name-mismatch  load a build whose signed metadata names another kernel\n"
+    "                    or variant than the one asked for (refused by default)\n"
     "  --strict          no fallback\n",
     run_fetch};
 KHUB_CLI_COMMAND(fetch_cmd)
