@@ -15,12 +15,11 @@
  *   - the child closes every descriptor but stdio and its two pipes before
  *     any plugin code runs, so a plugin inherits nothing else of the host;
  *   - the result line carries an HMAC-SHA256 tag under a 32-byte key the
- *     parent draws after the fork (so it is in no memory the child was
- *     copied from) and hands over only when the child asks for it, once,
- *     after the plugin's last call ("Kverdict\n"); the parent accepts
- *     exactly one key request and one result with a valid tag, and any other
- *     line (a forged verdict written by a constructor, say) fails the check
- *     as tampering: PLUGIN_INVALID;
+ *     parent draws after the fork (sent over a socket, never SIGPIPE) (so it is in no memory the
+ * child was copied from) and hands over only when the child asks for it, once, after the plugin's
+ * last call ("Kverdict\n"); the parent accepts exactly one key request and one result with a valid
+ * tag, and any other line (a forged verdict written by a constructor, say) fails the check as
+ * tampering: PLUGIN_INVALID;
  *   - the parent times the child (poll with a deadline, then SIGKILL to its
  *     process group): no alarm is pending in the child, so a plugin cannot
  *     tell it is being checked by alarm(0), nor outlive the deadline by
@@ -38,6 +37,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -295,7 +295,12 @@ static void serve_key_requests(child_run *c)
         if (c->key_requests++ || c->kfd < 0) continue;
         char hex[2 * KEY_BYTES + 1];
         for (int i = 0; i < KEY_BYTES; i++) snprintf(hex + 2 * i, 3, "%02x", c->key[i]);
-        put_line(c->kfd, hex);
+        for (size_t put = 0; put < sizeof hex - 1;) {
+            ssize_t w = send(c->kfd, hex + put, sizeof hex - 1 - put, MSG_NOSIGNAL);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            put += (size_t)w;
+        }
         OPENSSL_cleanse(hex, sizeof hex);
         close(c->kfd);
         c->kfd = -1;
@@ -458,9 +463,12 @@ static khub_status run_child(const char *path, const char *sha256_or_NULL,
                              const khub_check_op *ops, size_t n_ops, child_run *c, char *report,
                              size_t n)
 {
+    /* The key goes over a socket, sent with MSG_NOSIGNAL: plugin code that
+     * closes the child's end and then asks for the key must not kill the
+     * parent with SIGPIPE. */
     int rp[2], kp[2];
     if (pipe2(rp, O_CLOEXEC) != 0) goto io;
-    if (pipe2(kp, O_CLOEXEC) != 0) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, kp) != 0) {
         close(rp[0]), close(rp[1]);
         goto io;
     }

@@ -47,6 +47,17 @@ TEST_IMPL(check_refuses_forged_verdict)
     ASSERT_CONTAINS(khub_last_error(), "plugin code wrote to the check's result channel");
 }
 
+TEST_IMPL(check_survives_closed_key_channel)
+{
+    /* Its constructor closes the child's end of the key channel, then asks
+     * for the key: the parent's answer must not raise SIGPIPE here. */
+    const char *path = TP("hostile_sigpipe");
+    char report[KHUB_ERROR_SIZE];
+    ASSERT_STATUS(khub__check_in_child(path, TP_SHA(path), report, sizeof report),
+                  KHUB_STATUS_PLUGIN_INVALID);
+    ASSERT_CONTAINS(report, "hostile_sigpipe.so: plugin code wrote to the check's result channel");
+}
+
 TEST_IMPL(check_child_has_no_alarm)
 {
     /* Its selftest fails when alarm(0) finds an alarm pending. */
@@ -189,6 +200,7 @@ TEST_IMPL(registered_kinds_match_note)
 
 #define TEST_LIST(X) \
     X(check_refuses_forged_verdict) \
+    X(check_survives_closed_key_channel) \
     X(check_child_has_no_alarm) \
     X(check_timed_by_parent) \
     X(check_child_inherits_no_descriptors) \

@@ -4,6 +4,9 @@
  * attack (tests/plugins/CMakeLists.txt builds each):
  *   HOSTILE_FORGE    a constructor writes a passing check verdict to every
  *                    descriptor it inherited, then init fails
+ *   HOSTILE_SIGPIPE  a constructor closes every descriptor it inherited
+ *                    but the result pipe, then asks there for the verdict
+ *                    key, so the parent's answer has no reader
  *   HOSTILE_ALARM    the selftest fails when an alarm is pending, i.e. when
  *                    it can tell that it is being checked
  *   HOSTILE_HANG     init ignores SIGALRM and sleeps for ever
@@ -42,6 +45,10 @@ __attribute__((constructor)) static void hostile_ctor(void)
                                  "passed\nPshutdown\n";
     for (int fd = 3; fd < 1024; fd++)
         if (write(fd, forged, sizeof forged - 1) < 0) continue;
+#elif defined(HOSTILE_SIGPIPE)
+    for (int fd = 4; fd < 1024; fd++) close(fd);
+    static const char ask[] = "Kverdict\n";
+    if (write(3, ask, sizeof ask - 1) < 0) return;
 #endif
 }
 
