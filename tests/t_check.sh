@@ -108,7 +108,15 @@ sed -i 's|"major": 1,|"major": 1, "glibc_ceiling": "GLIBC_2.34",|' newglibc/kern
 "$KHUB" build newglibc --quiet > out.log 2>&1 || fail "build with glibc_ceiling: $(cat out.log)"
 "$KHUB" check newglibc > out.log 2>&1 || { cat out.log; fail "check with glibc_ceiling"; }
 grep -q "ABI gate (glibc GLIBC_2.34)" out.log || fail "check ceiling: $(cat out.log)"
-sed -i 's|"GLIBC_2.34"|"2.34"|' newglibc/kernel.json
+# the same build checked under a lower ceiling: the gate refuses it, and
+# check DIR then runs none of its code (no self-test child)
+sed -i 's|"GLIBC_2.34"|"GLIBC_2.28"|' newglibc/kernel.json
+rc=0; "$KHUB" check newglibc > out.log 2>&1 || rc=$?
+[ $rc = 1 ] && grep -q "^FAIL .*needs GLIBC_2.34, newer than the ceiling GLIBC_2.28" out.log &&
+    grep -q "^skip .*newglibc-generic.so: not loaded, the ABI gate did not pass it" out.log ||
+    fail "check DIR, gate refused: $rc $(cat out.log)"
+grep -q "selftest passed" out.log && fail "check DIR ran a plugin the gate refused: $(cat out.log)"
+sed -i 's|"GLIBC_2.28"|"2.34"|' newglibc/kernel.json
 rc=0; "$KHUB" build newglibc --quiet > out.log 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "kernel.json: 'glibc_ceiling' '2.34' is not a glibc version like GLIBC_2.28" out.log ||
     fail "bad glibc_ceiling: $(cat out.log)"
