@@ -16,8 +16,10 @@
  * names (a project's lock is used whenever its khub.json is), and names
  * from the caller are loaded unlocked. A name is one of
  *   - a built-in alias: attention "eager" or "sdpa" (khub/ref-cpu), cache
- *     "dynamic" (khub/ref-cpu) or "static" (kernels-community/kv-cache,
- *     fetched), quantization schemes "int8", "nf4", "q8_0", "q4_0";
+ *     "dynamic" or "static" (khub/ref-cpu's kv_cache and static_cache),
+ *     quantization schemes "int8", "nf4", "q8_0", "q4_0". A built-in name
+ *     never touches the network; the Hub's static cache is named by its ID
+ *     (kernels-community/kv-cache:static_cache);
  *   - the id of a plugin already loaded in the runtime (used as is);
  *   - a Hub ID, fetched; for quantization "org/name:scheme" names the
  *     plugin and the scheme to quantize with.
@@ -32,8 +34,6 @@
 #include "kernel_mapping.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
-
-#define STATIC_CACHE_ID "kernels-community/kv-cache@version=1:static_cache"
 
 static const char *const quant_schemes[] = {"int8", "nf4", "q8_0", "q4_0"};
 
@@ -120,7 +120,11 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
         note(rep, "%s: dynamic = khub/ref-cpu (built-in)", rname);
         return KHUB_STATUS_OK;
     }
-    if (role == KHUB_ROLE_CACHE && !strcmp(name, "static")) name = STATIC_CACHE_ID;
+    if (role == KHUB_ROLE_CACHE && !strcmp(name, "static")) {
+        snprintf(impl, n, "khub/ref-cpu:static_cache");
+        note(rep, "%s: static = khub/ref-cpu:static_cache (built-in)", rname);
+        return KHUB_STATUS_OK;
+    }
     char id[512];
     snprintf(id, sizeof id, "%s", name);
     if (role == KHUB_ROLE_QUANT) {

@@ -73,7 +73,11 @@ assert p["version"] == "0.1.0" and p["abi"] == abi, p
 assert p["file"] == so and p["sha256"] == sha, (p["file"], p["sha256"])
 kinds = "attention,linear,qlinear,kv_cache,norm,activation,rotary"
 assert p["kinds"] == kinds, p["kinds"]
-assert sorted(o["kind"] for o in p["ops"]) == sorted(kinds.split(",")), p["ops"]
+# two KV caches: the dynamic default and the static one (--cache static),
+# chosen only when named
+assert sorted(o["kind"] for o in p["ops"]) == sorted(kinds.split(",") + ["kv_cache"]), p["ops"]
+static = [o for o in p["ops"] if o["name"] == "static_cache"]
+assert len(static) == 1 and static[0]["kind"] == "kv_cache" and static[0]["priority"] == -1, static
 for o in plugins[0]["ops"] + p["ops"]:
     for key in ("name", "kind", "device", "dtypes", "cpu_features", "flags", "head_dims",
                 "priority"):

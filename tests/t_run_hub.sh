@@ -163,14 +163,29 @@ else
     echo "skip CUDA variant preference: NVRTC built no CUDA variant of flash-attn2"
 fi
 
-# built-in names: sdpa is the reference attention, static fetches the static KV cache
-"$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --attn sdpa --cache static \
-    --explain > b.out 2> b.err || { cat b.err; fail "built-in names"; }
+# built-in names never touch the network (issue 11: --cache static fetched
+# kernels-community/kv-cache and failed offline): sdpa is the reference
+# attention, static ref-cpu's static cache; run with socket() failing
+# (tests/no_socket) and the server up, so a request would show
+NS=$T/no-socket.log
+ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0 KHUB_NO_SOCKET_LOG=$NS \
+    LD_PRELOAD=$KHUB_BUILD/no-socket/libkhub_no_socket.so "$KHUB" run --model "$MODEL" \
+    --prompt hi --max-new-tokens 1 --attn sdpa --cache static --explain > b.out 2> b.err ||
+    { cat b.err; fail "built-in names"; }
+[ ! -s "$NS" ] || fail "built-in names opened a socket: $(cat "$NS")"
 grep -q "^attention: sdpa = khub/ref-cpu (built-in)" b.out || fail "sdpa alias: $(grep -m1 attention b.out)"
 grep -q "^attention\[f32\]: khub/ref-cpu" b.out || fail "sdpa does not serve attention"
+grep -q "^cache: static = khub/ref-cpu:static_cache (built-in)" b.out ||
+    fail "static alias: $(grep -m1 '^cache' b.out)"
+grep -q "^kv_cache\[f32\]: khub/ref-cpu 0.1.0 :: static_cache" b.out ||
+    fail "the built-in static cache does not serve kv_cache: $(grep kv_cache b.out)"
+# the Hub's static cache is named by its ID
+"$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 \
+    --cache kernels-community/kv-cache@version=1:static_cache --explain > b.out 2> b.err ||
+    { cat b.err; fail "--cache kernels-community/kv-cache"; }
 grep -q "^kv_cache\[f32\]: kernels-community/kv-cache 1.0.0 :: static_cache" b.out ||
-    fail "static cache does not serve kv_cache: $(grep kv_cache b.out)"
-echo "ok   built-in names (sdpa, static)"
+    fail "the Hub static cache does not serve kv_cache: $(grep kv_cache b.out)"
+echo "ok   built-in names (sdpa, static) open no socket; the Hub static cache by its ID"
 
 # an unsigned kernel from an unlisted org is refused without opt-in, accepted with it
 if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --norm other-org/rmsnorm > u.out 2> u.err; then
@@ -223,15 +238,16 @@ grep -q "^attention: sdpa = khub/ref-cpu (built-in)" off.out && grep -q "^attent
     fail "--attn did not override khub.json: $(grep attention off.out)"
 grep -q "^rms_norm\[f32\]: acme/fastnorm" off.out || fail "the mapping's norm lost: $(grep rms_norm off.out)"
 # without --lock, the khub.lock next to khub.json pins the roles khub.json
-# names; a command-line name (--cache static: kv-cache, not in the lock, cached
-# by the built-in names run above) loads unlocked
-HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --cache static \
+# names; a command-line name (kv-cache, not in the lock, cached by the
+# run by ID above) loads unlocked
+HF_HUB_OFFLINE=1 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 \
+    --cache kernels-community/kv-cache@version=1:static_cache \
     --kernels project/khub.json --explain > off.out 2> off.err || { cat off.err; fail "lock beside khub.json"; }
 grep -q "^lock: project/khub.lock (next to the mapping; pins the roles it names)" off.out ||
     fail "khub.lock beside khub.json not used: $(head -n 4 off.out)"
 grep -q "^attention: .*(locked, hashes re-checked)" off.out && grep -q "^norm: .*(locked, hashes re-checked)" off.out ||
     fail "mapping roles not locked: $(grep -E '^(attention|norm):' off.out)"
 grep "^cache: " off.out | grep -v "locked" > /dev/null && grep -q "^kv_cache\[f32\]: kernels-community/kv-cache" off.out ||
-    fail "--cache static: $(grep -E '^(cache:|kv_cache)' off.out)"
+    fail "--cache kernels-community/kv-cache: $(grep -E '^(cache:|kv_cache)' off.out)"
 echo "ok   khub.json + khub.lock offline; --attn overrides the mapping's attention; khub.lock beside khub.json is used"
 echo "1 passed, 0 failed"

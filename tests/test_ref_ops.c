@@ -180,7 +180,7 @@ TEST_IMPL(descriptor)
     setup();
     ASSERT_STR_EQ(g_desc.id, "khub/ref-cpu");
     ASSERT_STR_EQ(g_desc.version, "0.1.0");
-    ASSERT_EQ(g_desc.n_ops, 7);
+    ASSERT_EQ(g_desc.n_ops, 8);
     static const struct {
         const char *name;
         uint32_t kind;
@@ -195,6 +195,7 @@ TEST_IMPL(descriptor)
         {"rms_norm", KHUB_OP_NORM, KHUB_CAP_RESIDUAL},
         {"silu_and_mul", KHUB_OP_ACTIVATION, 0},
         {"rotary", KHUB_OP_ROTARY, 0},
+        {"static_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const khub_op_desc *d = op(want[i].name);
@@ -207,6 +208,9 @@ TEST_IMPL(descriptor)
     }
     ASSERT(op("qlinear")->methods != NULL);
     ASSERT(op("kv_cache")->methods != NULL);
+    ASSERT(op("static_cache")->methods != NULL);
+    ASSERT_EQ(op("kv_cache")->caps->priority, 0);
+    ASSERT_EQ(op("static_cache")->caps->priority, -1); /* only when named */
     for (int f = 1; f < KHUB_QFORMAT__COUNT; f++)
         ASSERT(op("qlinear")->caps->dtypes & KHUB_DTYPE_BIT_Q(f));
     ASSERT(g_desc.score(g_desc.state) > 0);
@@ -605,6 +609,69 @@ TEST_IMPL(kv_cache_grow_view_truncate)
         free(k), free(v);
     }
     kvm()->destroy(g_desc.state, NULL);
+    ASSERT_NO_LEAKS();
+}
+
+/* The static cache (--cache static): a slot's first write allocates all of
+ * max_tokens, so the view's storage and strides never change afterwards
+ * (decoding never allocates); the dynamic cache's grow from 16. */
+TEST_IMPL(static_cache_allocates_once)
+{
+    setup();
+    const khub_kv_cache_methods *sm = op("static_cache")->methods;
+    const int64_t H = 2, D = 4, MAX = 50;
+    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config),
+                                .n_layers = 2,
+                                .n_kv_heads = (int32_t)H,
+                                .head_dim = (int32_t)D,
+                                .n_seqs = 2,
+                                .max_tokens = MAX,
+                                .dtype = KHUB_DTYPE_F32};
+    khub_kv_cache *c = NULL;
+    ASSERT_OK(sm->create(g_desc.state, &cfg, &c));
+    ASSERT_EQ(g_live, g_live_base + 2); /* the cache and its slot table, no storage yet */
+    float k[50 * 2 * 4], v[50 * 2 * 4];
+    for (int i = 0; i < 50 * 2 * 4; i++) k[i] = (float)i, v[i] = -(float)i;
+    tens tk, tv;
+    khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args),
+                            .layer = 1,
+                            .seq = 0,
+                            .pos = 0,
+                            .k = mk(&tk, k, KHUB_DTYPE_F32, 3, 3, H, D),
+                            .v = mk(&tv, v, KHUB_DTYPE_F32, 3, 3, H, D)};
+    ASSERT_OK(sm->write(g_desc.state, c, &w));
+    int64_t ks[3], kst[3], vs[3], vst[3];
+    khub_tensor kt = {.shape = ks, .strides = kst}, vt = {.shape = vs, .strides = vst};
+    ASSERT_OK(sm->view(g_desc.state, c, 1, 0, 3, &kt, &vt));
+    ASSERT_EQ(kst[1], MAX * D); /* the whole capacity at once */
+    void *kdata = kt.data, *vdata = vt.data;
+    int live = g_live;
+    for (int64_t pos = 3; pos < MAX; pos++) { /* decode one token at a time */
+        w.pos = pos;
+        w.k = mk(&tk, k + pos * H * D, KHUB_DTYPE_F32, 3, 1, H, D);
+        w.v = mk(&tv, v + pos * H * D, KHUB_DTYPE_F32, 3, 1, H, D);
+        ASSERT_OK(sm->write(g_desc.state, c, &w));
+    }
+    ASSERT_EQ(g_live, live); /* no allocation after the first write */
+    ASSERT_OK(sm->view(g_desc.state, c, 1, 0, MAX, &kt, &vt));
+    ASSERT(kt.data == kdata && vt.data == vdata);
+    ASSERT_EQ(kst[1], MAX * D);
+    for (int64_t i = 0; i < MAX * H * D; i++) {
+        int64_t t = i / (H * D), h = (i / D) % H, d = i % D;
+        ASSERT(view_at(&kt, t, h, d) == k[i]);
+        ASSERT(view_at(&vt, t, h, d) == v[i]);
+    }
+    w.pos = MAX;
+    g_err[0] = '\0';
+    ASSERT_STATUS(sm->write(g_desc.state, c, &w), KHUB_STATUS_CONTEXT_FULL);
+    ASSERT_CONTAINS(g_err, "kv_cache.write: positions 50..50 exceed max_tokens 50");
+    /* truncate keeps the storage in place */
+    ASSERT_OK(sm->truncate(g_desc.state, c, 0, 10));
+    w.pos = 10;
+    ASSERT_OK(sm->write(g_desc.state, c, &w));
+    ASSERT_OK(sm->view(g_desc.state, c, 1, 0, 11, &kt, &vt));
+    ASSERT(kt.data == kdata);
+    sm->destroy(g_desc.state, c);
     ASSERT_NO_LEAKS();
 }
 
@@ -1658,6 +1725,7 @@ TEST_IMPL(loader_builtin_select_call)
     X(attention_edges) \
     X(attention_invalid_args) \
     X(kv_cache_grow_view_truncate) \
+    X(static_cache_allocates_once) \
     X(kv_cache_context_full) \
     X(kv_cache_invalid_args) \
     X(attention_over_cache_views) \

@@ -106,7 +106,9 @@ struct khub_model_opts;
 /* Which kernel serves each role, the from_pretrained(attn_implementation=...)
  * equivalent. Each field is NULL (no preference; the mapping file may name
  * one), a built-in name (attn "eager"/"sdpa", cache "dynamic"/"static",
- * quant "int8"/"nf4"/"q8_0"/"q4_0"), the id of a plugin already loaded, or a
+ * quant "int8"/"nf4"/"q8_0"/"q4_0"; served by the built-in plugins, never
+ * fetched: cache "static" is khub/ref-cpu's static_cache, the Hub's is
+ * "kernels-community/kv-cache:static_cache"), the id of a plugin already loaded, or a
  * Hub ID (fetched, verified and loaded; quant takes "org/name:scheme"). All
  * strings are borrowed for the call. */
 typedef struct khub_model_kernels {

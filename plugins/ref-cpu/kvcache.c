@@ -1,5 +1,7 @@
 /*
- * kvcache.c: the reference dynamic KV cache (op "kv_cache", methods only).
+ * kvcache.c: the reference KV caches (methods only): the dynamic one (op
+ * "kv_cache") and the static one (op "static_cache", the built-in behind
+ * `--cache static`, like Transformers' StaticCache).
  *
  * One slot per (layer, sequence) holds K and V for positions [0, len). A
  * slot's storage starts empty and grows by doubling (from 16 tokens) up to
@@ -9,6 +11,11 @@
  * Transformers' [batch, heads, seq, dim] cache tensors, so views are genuinely
  * strided: shape [n, n_kv_heads, head_dim], strides [head_dim, cap * head_dim,
  * 1] elements.
+ *
+ * The static cache differs in one thing: a slot's first write allocates its
+ * whole capacity (max_tokens), so its storage and the views' strides never
+ * change afterwards and decoding never allocates. Unlike StaticCache it does
+ * not allocate at create: a sequence never written costs nothing.
  *
  * Writes must not leave gaps (pos <= len); rewriting earlier positions is
  * allowed and keeps len = max(len, pos + n). A view's data stays valid until
@@ -28,6 +35,7 @@ typedef struct kv_slot {
 
 struct khub_kv_cache {
     khub_kv_cache_config cfg;
+    bool fixed;     /* static: a slot's first write allocates max_tokens */
     size_t esize;   /* 4 (f32) or 2 (f16) */
     kv_slot *slots; /* [n_layers * n_seqs], layer-major */
 };
@@ -72,7 +80,8 @@ static khub_status kv_config_check(const khub_host_api *host, const khub_kv_cach
     return KHUB_STATUS_OK;
 }
 
-static khub_status ref_kv_create(void *state, const khub_kv_cache_config *cfg, khub_kv_cache **out)
+static khub_status kv_create(void *state, const khub_kv_cache_config *cfg, bool fixed,
+                             khub_kv_cache **out)
 {
     const khub_host_api *host = ((khub_ref_state *)state)->host;
     void *c = host->host_ctx;
@@ -92,10 +101,22 @@ static khub_status ref_kv_create(void *state, const khub_kv_cache_config *cfg, k
     memset(slots, 0, n_slots * sizeof *slots);
     kc->cfg = *cfg;
     kc->cfg.struct_size = sizeof kc->cfg;
+    kc->fixed = fixed;
     kc->esize = esize;
     kc->slots = slots;
     *out = kc;
     return KHUB_STATUS_OK;
+}
+
+static khub_status ref_kv_create(void *state, const khub_kv_cache_config *cfg, khub_kv_cache **out)
+{
+    return kv_create(state, cfg, false, out);
+}
+
+static khub_status ref_static_create(void *state, const khub_kv_cache_config *cfg,
+                                     khub_kv_cache **out)
+{
+    return kv_create(state, cfg, true, out);
 }
 
 static void ref_kv_destroy(void *state, khub_kv_cache *kc)
@@ -220,7 +241,7 @@ static khub_status ref_kv_write(void *state, khub_kv_cache *kc, const khub_kv_wr
     kv_slot *s = kv_slot_at(kc, a->layer, a->seq);
     int64_t n = a->k->shape[0], end = a->pos + n;
     if (n == 0) return KHUB_STATUS_OK;
-    if (end > s->cap) KHUB_PU_TRY(kv_grow(host, kc, s, end));
+    if (end > s->cap) KHUB_PU_TRY(kv_grow(host, kc, s, kc->fixed ? kc->cfg.max_tokens : end));
     kv_store(kc, s, s->k, a->k, a->pos);
     kv_store(kc, s, s->v, a->v, a->pos);
     if (end > s->len) s->len = end;
@@ -308,4 +329,32 @@ const khub_op_desc khub_ref__kv_cache_op = {
     .caps = &kv_caps,
     .run = NULL,
     .methods = &kv_methods,
+};
+
+static const khub_kv_cache_methods static_methods = {
+    KHUB_STRUCT_INIT(khub_kv_cache_methods),
+    .create = ref_static_create,
+    .destroy = ref_kv_destroy,
+    .write = ref_kv_write,
+    .view = ref_kv_view,
+    .truncate = ref_kv_truncate,
+};
+
+/* Priority -1: served only when named (`--cache static`,
+ * "khub/ref-cpu:static_cache"); the dynamic cache stays the default. */
+static const khub_op_caps static_caps = {
+    KHUB_STRUCT_INIT(khub_op_caps),
+    .device_type = KHUB_DEVICE_CPU,
+    .dtypes = KHUB_REF_BIT_F32 | KHUB_REF_BIT_F16,
+    .flags = KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16,
+    .priority = -1,
+};
+
+const khub_op_desc khub_ref__static_cache_op = {
+    KHUB_STRUCT_INIT(khub_op_desc),
+    .name = "static_cache",
+    .kind = KHUB_OP_KV_CACHE,
+    .caps = &static_caps,
+    .run = NULL,
+    .methods = &static_methods,
 };

@@ -1,8 +1,8 @@
 /*
  * plugin.c: the ref-cpu entry point, "khub/ref-cpu".
  *
- * Lists the seven reference ops (attention, linear, qlinear, kv_cache,
- * rms_norm, silu_and_mul, rotary) and owns the plugin state. The same source
+ * Lists the eight reference ops (attention, linear, qlinear, kv_cache,
+ * rms_norm, silu_and_mul, rotary, static_cache) and owns the plugin state. The same source
  * builds as a module (khub_add_plugin defines KHUB_PLUGIN_MODULE, so
  * KHUB_PLUGIN_DEFINE_KINDS exports khub_plugin_init_v1 and the ABI note) or
  * links in statically, where an embedder registers khub_ref_cpu_init.
@@ -81,11 +81,12 @@ static khub_op_desc ref_ops_table(int i)
     case 3: return khub_ref__kv_cache_op;
     case 4: return khub_ref__norm_op;
     case 5: return khub_ref__activation_op;
-    default: return khub_ref__rotary_op;
+    case 6: return khub_ref__rotary_op;
+    default: return khub_ref__static_cache_op;
     }
 }
 
-#define KHUB_REF_N_OPS 7
+#define KHUB_REF_N_OPS 8
 
 /* The host table must reach the last function ref-cpu calls (n_threads). */
 static bool ref_host_ok(const khub_host_api *host)
