@@ -686,6 +686,11 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
     m->kv_dtype = o.kv_dtype.bits ? o.kv_dtype : KHUB_DTYPE_F32;
     int64_t ctx = c->max_position_embeddings > 0 ? c->max_position_embeddings : 4096;
     m->max_context = o.max_context ? o.max_context : (ctx < 4096 ? ctx : 4096);
+    if (c->max_position_embeddings > 0 && m->max_context > c->max_position_embeddings)
+        KHUB_LOG_W(m->rt,
+                   "%s: max_context %lld is beyond the model's trained context %lld "
+                   "(max_position_embeddings); positions past it are not what it learned",
+                   m->file, (long long)m->max_context, (long long)c->max_position_embeddings);
     m->max_batch = o.max_batch ? o.max_batch : 256;
     m->max_seqs = o.max_seqs ? o.max_seqs : 8;
     KHUB_LOG_I(m->rt, "%s: %s, %lld layers, hidden %lld, %lld/%lld heads of %lld, vocab %lld",

@@ -3,6 +3,14 @@
  * (leftmost-longest, honouring lstrip/rstrip; special ones only with
  * KHUB_TOK_PARSE_SPECIAL); each stretch between them is pre-tokenized (for
  * SmolLM2, each digit is split off first) and every piece goes through BPE.
+ *
+ * Invalid UTF-8 in the text is replaced with U+FFFD first, one per maximal
+ * invalid subpart, and the first bad byte's offset is logged (WARN). This is
+ * what Transformers' text path tokenizes: a Python str cannot hold invalid
+ * UTF-8, and bytes.decode(errors="replace") makes the same replacements.
+ * Refusing was the alternative; replacing keeps a prompt read from a file
+ * in a legacy encoding usable, and the warning still says where it broke.
+ * (Before issue 11 such bytes vanished without a word.)
  */
 #include "tokenizer_impl.h"
 
@@ -77,6 +85,65 @@ static size_t strip_right(span t, size_t start)
     return khub__tok_run_end(t, start, khub__uni_is_space);
 }
 
+/* Bytes t takes with each maximal invalid subpart as U+FFFD (3 bytes);
+ * *first is the offset of the first invalid byte (t.n when none) and *bad
+ * the number of replacements. */
+static size_t lossy_size(span t, size_t *first, size_t *bad)
+{
+    size_t i = 0, out = 0;
+    *first = t.n;
+    *bad = 0;
+    while (i < t.n) {
+        uint32_t cp;
+        size_t l = khub__utf8_decode(t.s + i, t.n - i, &cp);
+        if (cp != KHUB__UNI_INVALID) {
+            i += l, out += l;
+            continue;
+        }
+        if (*first == t.n) *first = i;
+        (*bad)++;
+        i += khub__utf8_invalid_len(t.s + i, t.n - i);
+        out += 3; /* at most 3x the input: no overflow below SIZE_MAX / 3 */
+    }
+    return out;
+}
+
+/* When t holds invalid UTF-8: *out (out_n bytes, caller frees with
+ * khub__free) is t with U+FFFD in place of each invalid subpart; else *out
+ * stays NULL. */
+static khub_status replace_invalid(khub_runtime *rt, span t, unsigned char **out, size_t *out_n)
+{
+    *out = NULL;
+    *out_n = 0;
+    size_t first, bad;
+    KHUB_RETURN_IF(rt, t.n > SIZE_MAX / 3, KHUB_STATUS_OVERFLOW, "tokenizer: text of %zu bytes",
+                   t.n);
+    size_t n = lossy_size(t, &first, &bad);
+    if (!bad) return KHUB_STATUS_OK;
+    unsigned char *p = khub__malloc(rt, n); /* n >= 3: one replacement at least */
+    KHUB_RETURN_IF(rt, !p, KHUB_STATUS_NOMEM, "tokenizer: out of memory for %zu bytes", n);
+    size_t i = 0, o = 0;
+    while (i < t.n) {
+        uint32_t cp;
+        size_t l = khub__utf8_decode(t.s + i, t.n - i, &cp);
+        if (cp != KHUB__UNI_INVALID) {
+            memcpy(p + o, t.s + i, l);
+            i += l, o += l;
+            continue;
+        }
+        memcpy(p + o, "\xEF\xBF\xBD", 3);
+        o += 3;
+        i += khub__utf8_invalid_len(t.s + i, t.n - i);
+    }
+    khub__log(rt, KHUB_LOG_WARN,
+              "tokenizer: the text is not valid UTF-8 at byte %zu; %zu invalid sequence%s "
+              "replaced with U+FFFD",
+              first, bad, bad == 1 ? "" : "s");
+    *out = p;
+    *out_n = n;
+    return KHUB_STATUS_OK;
+}
+
 khub_status khub__tokenizer_encode(const khub_tokenizer *tok, const char *str, size_t len,
                                    uint32_t flags, int32_t **ids, size_t *n)
 {
@@ -85,8 +152,12 @@ khub_status khub__tokenizer_encode(const khub_tokenizer *tok, const char *str, s
     *ids = NULL;
     *n = 0;
     enc_state st = {.rt = rt};
-    khub_status s = KHUB_STATUS_OK;
     span t = {(const unsigned char *)str, len};
+    unsigned char *clean = NULL;
+    size_t clean_n = 0;
+    khub_status s = replace_invalid(rt, t, &clean, &clean_n);
+    if (s != KHUB_STATUS_OK) return s;
+    if (clean) t = (span){clean, clean_n}, len = clean_n;
     bool bos = (flags & KHUB_TOK_ADD_BOS) || ((flags & KHUB_TOK_ADD_SPECIAL) && tok->add_bos);
     if (bos && tok->bos < 0) {
         s = khub__fail(rt, KHUB_STATUS_TOKENIZER,
@@ -110,6 +181,7 @@ khub_status khub__tokenizer_encode(const khub_tokenizer *tok, const char *str, s
         pos = after;
     }
     if (s != KHUB_STATUS_OK) goto fail;
+    khub__free(rt, clean, clean_n);
     khub__free(rt, st.syms, st.syms_cap * sizeof *st.syms);
     khub__free(rt, st.heap, st.heap_cap * sizeof *st.heap);
     khub__free(rt, st.buf, st.buf_cap);
@@ -129,6 +201,7 @@ khub_status khub__tokenizer_encode(const khub_tokenizer *tok, const char *str, s
     *n = st.n;
     return KHUB_STATUS_OK;
 fail:
+    khub__free(rt, clean, clean_n);
     khub__free(rt, st.ids, st.cap * sizeof *st.ids);
     khub__free(rt, st.syms, st.syms_cap * sizeof *st.syms);
     khub__free(rt, st.heap, st.heap_cap * sizeof *st.heap);

@@ -5,7 +5,7 @@
 # folder; --json (several prompts in one call, per-prompt results, timings,
 # peak RSS, threads: default = the cores, --threads N); two prompts as
 # text; --chat --system; --stop; seeded
-# sampling; --explain; --quant and --quant-embeddings; the load progress bar
+# sampling; --explain; --max-context; invalid UTF-8 in a prompt; --quant and --quant-embeddings; the load progress bar
 # on a terminal and not through a pipe; option and bad-file errors. Skips
 # what needs a file that is absent.
 set -euo pipefail
@@ -136,6 +136,48 @@ grep -q "loading SmolLM2-135M-Instruct.Q4_1.gguf \[####################\] 30/30 
 grep -q "loading" p.err && fail "progress bar through a pipe: $(cat p.err)"
 echo "ok   progress bar on a terminal, none through a pipe"
 
+# --max-context: the KV capacity per sequence reaches the executor (by
+# default the trained context, at most 4096); past the trained context a
+# warning says so; a prompt that does not fit names the flag.
+"$KHUB" run --model "$GGUF" --prompt hi --max-new-tokens 1 --json > c0.json 2> c0.err ||
+    { cat c0.err; fail "default context"; }
+"$KHUB" run --model "$GGUF" --prompt hi --max-new-tokens 1 --max-context 8192 --json > c1.json \
+    2> c1.err || { cat c1.err; fail "--max-context 8192"; }
+"$KHUB" run --model "$GGUF" --prompt hi --max-new-tokens 1 --max-context 16384 --json > c2.json \
+    2> c2.err || { cat c2.err; fail "--max-context 16384"; }
+python3 - c0.json c1.json c2.json << 'PY' || fail "max_context: $(cat c0.json c1.json c2.json)"
+import json, sys
+c0, c1, c2 = (json.load(open(f)) for f in sys.argv[1:])
+assert c0["context_length"] == 8192 and c0["max_context"] == 4096, c0
+assert c1["max_context"] == 8192 and c2["max_context"] == 16384, (c1, c2)
+PY
+grep -q "beyond the model's trained context" c1.err && fail "warned at 8192: $(cat c1.err)"
+grep -q "max_context 16384 is beyond the model's trained context 8192 (max_position_embeddings)" c2.err ||
+    fail "no warning past the trained context: $(cat c2.err)"
+rc=0
+"$KHUB" run --model "$GGUF" --prompt "The capital of France is a city" --max-context 4 > c3.out \
+    2> c3.err || rc=$?
+[ $rc = 1 ] || fail "prompt over --max-context: exit $rc"
+grep -Eq "prompt 0 has [0-9]+ tokens; the KV cache holds 4 per sequence .*; --max-context N raises it \(the model was trained for 8192\)" c3.err ||
+    fail "context full message: $(cat c3.err)"
+echo "ok   --max-context: 4096 by default, 8192 and 16384 (warned) on request, a full context names the flag"
+
+# Invalid UTF-8 in a prompt is tokenized as U+FFFD (as Transformers' text
+# path does), with a warning naming the byte; it used to vanish.
+"$KHUB" run --model "$GGUF" --prompt $'The caf\xe9 is' --max-new-tokens 1 --json > u8.json \
+    2> u8.err || { cat u8.err; fail "invalid UTF-8 prompt"; }
+grep -q "the text is not valid UTF-8 at byte 7; 1 invalid sequence replaced with U+FFFD" u8.err ||
+    fail "no invalid UTF-8 warning: $(cat u8.err)"
+"$KHUB" run --model "$GGUF" --prompt $'The caf\xef\xbf\xbd is' --max-new-tokens 1 --json \
+    > u8r.json 2> u8r.err || { cat u8r.err; fail "U+FFFD prompt"; }
+[ -s u8r.err ] && fail "a valid prompt warned: $(cat u8r.err)"
+python3 - u8.json u8r.json << 'PY' || fail "invalid UTF-8 is not U+FFFD: $(cat u8.json u8r.json)"
+import json, sys
+a, b = (json.load(open(f))["results"][0] for f in sys.argv[1:])
+assert a["n_prompt_tokens"] == b["n_prompt_tokens"] and a["tokens"] == b["tokens"], (a, b)
+PY
+echo "ok   invalid UTF-8 in a prompt: U+FFFD, warned with the byte offset"
+
 # Errors: options, a missing model, a truncated file (named, with the field).
 err() { # expected exit code, expected message, args...
     local want=$1 msg=$2 rc=0
@@ -147,6 +189,7 @@ err() { # expected exit code, expected message, args...
 err 2 "--quant-embeddings needs --quant SCHEME" --model "$GGUF" --prompt a --quant-embeddings
 err 2 "--top-p needs a number in [0, 1], got '2'" --model "$GGUF" --prompt a --top-p 2
 err 2 "--threads needs a number in [0, 1024], got 'x'" --model "$GGUF" --prompt a --threads x
+err 2 "--max-context needs a number in [1, " --model "$GGUF" --prompt a --max-context 0
 err 2 "unknown option '--bogus'" --model "$GGUF" --prompt a --bogus
 err 2 "--prompt TEXT is required" --model "$GGUF"
 err 1 "nowhere.gguf: no such file or folder" --model nowhere.gguf --prompt a

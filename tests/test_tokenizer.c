@@ -347,6 +347,66 @@ TEST_IMPL(detok_never_splits_utf8)
     khub_runtime_free(rt);
 }
 
+/* Invalid UTF-8 in a text is encoded as U+FFFD, one per maximal invalid
+ * subpart, as Transformers tokenizes bytes.decode(errors="replace"), and
+ * the first bad byte is named in a warning (issue 11: it vanished). */
+static char warned[1024];
+static void keep_warning(void *ud, khub_log_level level, const char *msg)
+{
+    (void)ud;
+    if (level == KHUB_LOG_WARN) snprintf(warned, sizeof warned, "%s", msg);
+}
+
+static void same_ids(const khub_tokenizer *tok, const char *bad, const char *want_text)
+{
+    int32_t *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    ASSERT_OK(khub__tokenizer_encode(tok, bad, strlen(bad), 0, &a, &na));
+    ASSERT_OK(khub__tokenizer_encode(tok, want_text, strlen(want_text), 0, &b, &nb));
+    ASSERT_EQ(na, nb);
+    for (size_t i = 0; i < na; i++) ASSERT_EQ(a[i], b[i]);
+    char *out = NULL;
+    size_t len = 0;
+    ASSERT_OK(khub__tokenizer_decode(tok, a, na, 0, &out, &len));
+    ASSERT_STR_EQ(out, want_text);
+    khub__tokenizer_free_text(tok, out, len);
+    khub__tokenizer_free_ids(tok, a, na);
+    khub__tokenizer_free_ids(tok, b, nb);
+}
+
+TEST_IMPL(invalid_utf8_becomes_fffd)
+{
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 1,
+                           .log = keep_warning};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&o, &rt));
+    static const char *const kinds[] = {"gpt2", "smollm", "llama3"};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        khub_tokenizer *tok = load_fixture(rt, kinds[k]);
+        warned[0] = '\0';
+        same_ids(tok, "caf\xE9 ok", "caf\xEF\xBF\xBD ok"); /* a Latin-1 byte */
+        ASSERT_STR_EQ(warned, "tokenizer: the text is not valid UTF-8 at byte 3; 1 invalid "
+                              "sequence replaced with U+FFFD");
+        /* a truncated 4-byte sequence is one subpart; C0 and a lone
+         * continuation byte are one each; a truncated tail at the end */
+        warned[0] = '\0';
+        same_ids(tok,
+                 "a\xF0\x9F\x98 b\xC0\x80"
+                 "c\xE4\xBD",
+                 "a\xEF\xBF\xBD b\xEF\xBF\xBD\xEF\xBF\xBD"
+                 "c\xEF\xBF\xBD");
+        ASSERT_STR_EQ(warned, "tokenizer: the text is not valid UTF-8 at byte 1; 4 invalid "
+                              "sequences replaced with U+FFFD");
+        /* valid text is untouched and not warned about */
+        warned[0] = '\0';
+        same_ids(tok, "a\xC3\xA9\xE4\xBD\xA0\xF0\x9F\x98\x80z",
+                 "a\xC3\xA9\xE4\xBD\xA0\xF0\x9F\x98\x80z");
+        ASSERT_STR_EQ(warned, "");
+        khub__tokenizer_free(tok);
+    }
+    khub_runtime_free(rt);
+}
+
 TEST_IMPL(detok_matches_decode_on_corpus)
 {
     khub_runtime *rt = new_rt();
@@ -839,6 +899,7 @@ TEST_IMPL(smollm2_chat_prompt)
     X(corpus_from_vocab_spec) \
     X(special_tokens_and_flags) \
     X(detok_never_splits_utf8) \
+    X(invalid_utf8_becomes_fffd) \
     X(detok_matches_decode_on_corpus) \
     X(hostile_json) \
     X(hostile_truncations) \

@@ -27,6 +27,7 @@ typedef struct run_args {
     const char *quant, *attn, *cache, *norm, *act, *rotary, *linear, *system;
     const char *kernels, *lock, *policy;
     int threads, chat, explain, json, strict, ignore_eos, allow_unsigned, quant_embeddings;
+    int64_t max_context; /* 0 = the executor's default */
     khub_generate_opts gen;
 } run_args;
 
@@ -85,6 +86,9 @@ static int parse(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--max-new-tokens")) {
             rc = num(f, v, 1, 1 << 20, &d);
             a->gen.max_new_tokens = (int32_t)d;
+        } else if (!strcmp(f, "--max-context")) {
+            rc = num(f, v, 1, 1 << 22, &d);
+            a->max_context = (int64_t)d;
         } else if (!strcmp(f, "--threads")) {
             rc = num(f, v, 0, 1024, &d);
             a->threads = (int)d;
@@ -205,6 +209,11 @@ static void print_json(khub_runtime *rt, khub_model *m, const run_args *a,
     cJSON_AddNumberToObject(t, "decode_tok_s", res[0].decode_tok_s);
     cJSON_AddNumberToObject(o, "peak_rss_kib", (double)peak_rss_kib());
     cJSON_AddNumberToObject(o, "threads", pool_threads(rt));
+    khub_model_info info = {KHUB_STRUCT_INIT(khub_model_info)};
+    if (khub_model_info_get(m, &info) == KHUB_STATUS_OK) {
+        cJSON_AddNumberToObject(o, "max_context", (double)info.max_context);
+        cJSON_AddNumberToObject(o, "context_length", (double)info.context_length);
+    }
     if (a->explain) cJSON_AddStringToObject(o, "explain", khub_model_explain(m));
     char *s = cJSON_PrintUnformatted(o);
     if (s) printf("%s\n", s);
@@ -221,7 +230,7 @@ static int run(int argc, char **argv)
     khub_runtime *rt = khub_cli_runtime("run", a.threads);
     if (!rt) return 1;
     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .strict = a.strict,
-                          .quant_embeddings = a.quant_embeddings};
+                          .quant_embeddings = a.quant_embeddings, .max_context = a.max_context};
     if (!a.json && isatty(2)) {
         mo.progress = on_layer;
         mo.progress_ud = (void *)a.model;
@@ -264,7 +273,13 @@ static int run(int argc, char **argv)
     for (int i = 0; i < MAX_PROMPTS; i++)
         res[i] = (khub_generate_result){KHUB_STRUCT_INIT(khub_generate_result)};
     khub_status st = khub_model_generate(m, a.prompts, (size_t)a.n_prompts, &a.gen, res);
-    if (st != KHUB_STATUS_OK) {
+    if (st == KHUB_STATUS_CONTEXT_FULL) {
+        if (stream) fputc('\n', stdout);
+        khub_model_info info = {KHUB_STRUCT_INIT(khub_model_info)};
+        khub_model_info_get(m, &info);
+        rc = khub_cli_fail("run", "%s; --max-context N raises it (the model was trained for %lld)",
+                           khub_runtime_errmsg(rt), (long long)info.context_length);
+    } else if (st != KHUB_STATUS_OK) {
         if (stream) fputc('\n', stdout);
         rc = khub_cli_fail("run", "%s", khub_runtime_errmsg(rt));
     } else if (a.json) {
@@ -298,6 +313,9 @@ static const khub_cli_cmd run_cmd = {
     "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"
     "  --prompt TEXT         a prompt; repeat for up to 8 prompts\n"
     "  --max-new-tokens N    tokens to generate per prompt (default 128)\n"
+    "  --max-context N       KV capacity per sequence, prompt and new tokens (default: the\n"
+    "                        model's trained context, at most 4096); past the trained\n"
+    "                        context a warning says the model did not learn it\n"
     "  --threads N           worker threads (default: all cores)\n"
     "  --chat                apply the model's chat template (the prompt is a user turn)\n"
     "  --system TEXT         system message for --chat\n"
@@ -331,7 +349,7 @@ static const khub_cli_cmd run_cmd = {
     "  --explain             print which plugin serves each role, with the selection trace\n"
     "  --json                print one JSON object: results (text, tokens, stop reason per\n"
     "                        prompt), timings (load_ms, prefill/decode ms and tok/s),\n"
-    "                        peak_rss_kib, threads\n"
+    "                        peak_rss_kib, threads, max_context, context_length\n"
     "  --help                print this help\n",
     run};
 
