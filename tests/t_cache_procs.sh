@@ -21,26 +21,31 @@ ROUNDS=${KHUB_PROCS_ROUNDS:-12}
 cp -r "$SRC/kernels-src/kv-cache" kv && rm -rf kv/build
 "$KHUB" build kv --quiet > build.log 2>&1 || fail "build: $(cat build.log)"
 "$KHUB" keygen alice > /dev/null
+# the archive copy is served as kernels-community/kv-archive: its metadata.json
+# must name that repo (a load checks the name), signed again
+cp -r kv kvarch && sed -i 's#"kernels-community/kv-cache"#"kernels-community/kv-archive"#' \
+    "kvarch/build/$V/metadata.json"
 "$KHUB" sign --key alice.key kv > /dev/null || fail "sign"
+"$KHUB" sign --key alice.key kvarch > /dev/null || fail "sign kvarch"
 printf '{"version":1,"publishers":{"kernels-community":["%s"]}}' "$(cat alice.pub)" > policy.json
 export KHUB_POLICY=$T/policy.json
-d=repos/kernels-community/kv/commits/$C1/build
+d=repos/kernels-community/kv-cache/commits/$C1/build
 mkdir -p "$d" && cp -r "kv/build/$V" "$d/$V" # no $V.tar.gz: file by file
 printf '{"branches":{"main":"%s","v1":"%s"},"tags":{}}' $C1 $C1 \
-    > repos/kernels-community/kv/refs.json
+    > repos/kernels-community/kv-cache/refs.json
 # the same build with a per-variant archive: processes race to publish it
 a=repos/kernels-community/kv-archive/commits/$C1/build
-mkdir -p "$a" && cp -r "kv/build/$V" "$a/$V" && (cd "$a/$V" && tar -czf "../$V.tar.gz" ./*)
-cp repos/kernels-community/kv/refs.json repos/kernels-community/kv-archive/refs.json
+mkdir -p "$a" && cp -r "kvarch/build/$V" "$a/$V" && (cd "$a/$V" && tar -czf "../$V.tar.gz" ./*)
+cp repos/kernels-community/kv-cache/refs.json repos/kernels-community/kv-archive/refs.json
 
 t_serve repos serve.out --log log
 export HF_ENDPOINT=$EP HF_TOKEN=
 
-# round R: repo kv (file by file), and every third round kv-archive, whose
+# round R: repo kv-cache (file by file), and every third round kv-archive, whose
 # losers of the publish race verify the winner's copy
 for r in $(seq 1 "$ROUNDS"); do
     export KHUB_CACHE=$T/cache$r
-    repo=kv
+    repo=kv-cache
     [ $((r % 3)) = 0 ] && repo=kv-archive
     pids=()
     for p in 1 2 3 4 5 6 7 8; do
@@ -61,11 +66,11 @@ echo "ok   $ROUNDS rounds of 8 processes fetching and loading one variant (file 
 
 # A kill of an older version left its temporary link in the variant folder.
 export KHUB_CACHE=$T/cache-debris
-"$KHUB" fetch kernels-community/kv@v1 > f.out 2>&1 || fail "debris setup: $(cat f.out)"
-vdir=$KHUB_CACHE/kernels--kernels-community--kv/snapshots/$C1/build/$V
+"$KHUB" fetch kernels-community/kv-cache@v1 > f.out 2>&1 || fail "debris setup: $(cat f.out)"
+vdir=$KHUB_CACHE/kernels--kernels-community--kv-cache/snapshots/$C1/build/$V
 so=$(basename "$(ls "$vdir"/*.so | head -n 1)")
 ln -s "../../../../blobs/gone" "$vdir/$so.0badc0de.tmp"
-if "$KHUB" fetch kernels-community/kv@v1 > f.out 2>&1; then fail "loaded with debris: $(cat f.out)"; fi
+if "$KHUB" fetch kernels-community/kv-cache@v1 > f.out 2>&1; then fail "loaded with debris: $(cat f.out)"; fi
 grep -q "khub cache prune removes it" f.out || fail "debris message: $(cat f.out)"
 if "$KHUB" cache verify > verify.out 2>&1; then fail "cache verify missed it: $(cat verify.out)"; fi
 grep -q "^stale .*$so.0badc0de.tmp (temporary link left inside a snapshot" verify.out &&
@@ -75,6 +80,6 @@ grep -q "^stale .*$so.0badc0de.tmp (temporary link left inside a snapshot" verif
 grep -q "^temporary .*$so.0badc0de.tmp" prune.out || fail "prune report: $(cat prune.out)"
 [ ! -L "$vdir/$so.0badc0de.tmp" ] || fail "prune left the temporary link"
 "$KHUB" cache verify > verify.out 2>&1 || fail "cache verify after prune: $(cat verify.out)"
-"$KHUB" fetch kernels-community/kv@v1 > f.out 2>&1 || fail "after prune: $(cat f.out)"
+"$KHUB" fetch kernels-community/kv-cache@v1 > f.out 2>&1 || fail "after prune: $(cat f.out)"
 echo "ok   a killed download's temporary is reported by cache verify and removed by cache prune"
 echo "2 passed, 0 failed"
