@@ -31,10 +31,12 @@
 
 #include <cjson/cJSON.h>
 
+#include "contain.h"
 #include "hub_impl.h"
 #include "kernel_fetch.h"
 #include "kernel_meta.h"
 #include "plugin_artifacts.h"
+#include "quarantine.h"
 
 #define FALLBACK_PLUGIN "khub/ref-cpu"
 
@@ -356,6 +358,14 @@ static khub_status fetch_load(fetch *f)
     for (size_t i = 0; i < files->count && n < KHUB_KMETA_MAX_FILES; i++)
         arts[n++] = (khub__artifact_file){files->items[i].rel, files->items[i].path,
                                           files->items[i].sha256};
+    /* A build that ended a process before is refused unless allowed; the
+     * marker path goes to the plugin, whose crash would write it. */
+    char qpath[KHUB__PATH_MAX];
+    if (khub__quarantine_path(f->hub, &f->id, f->r->commit, f->r->variant, qpath, sizeof qpath) !=
+        KHUB_STATUS_OK)
+        return hub_failed(f, KHUB_STATUS_BAD_ID, "quarantine marker of");
+    KHUB_FORWARD_IF_ERROR(
+        f->rt, khub__quarantine_gate(f->rt, f->r->repo, f->r->commit, f->r->variant, qpath));
     khub_plugin *p = NULL;
     /* The same file of the same cached variant already loaded (a second
      * model with the same kernel): use it rather than a second copy. */
@@ -368,6 +378,8 @@ static khub_status fetch_load(fetch *f)
     if (!p)
         KHUB_FORWARD_IF_ERROR(f->rt,
                               khub__plugin_load_verified(f->rt, pf->path, pf->sha256, arts, n, &p));
+    KHUB_RETURN_IF(f->rt, khub__plugin_set_quarantine(p, qpath) != KHUB_STATUS_OK,
+                   KHUB_STATUS_NOMEM, "out of memory");
     f->r->plugin = p;
     snprintf(f->r->plugin_id, sizeof f->r->plugin_id, "%s", khub_plugin_id(p));
     if (strcmp(khub_plugin_id(p), f->r->repo) != 0)

@@ -20,6 +20,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "contain.h"
 #include "executor.h"
 
 /* A tensor with its own shape/stride storage. Pass it by pointer only: the
@@ -45,11 +46,14 @@ static khub_tensor *tv(tview *v, float *data, int ndim, int64_t a, int64_t b, in
 }
 
 /* Calls an op and, on failure, adds where it happened (the plugin's own
- * message, when it set one, wins: first error wins). */
+ * message, when it set one, wins: first error wins). what and layer also
+ * name the call if the process dies in it (contain.h). */
 static khub_status call(khub_model *m, khub_binding *b, const void *args, const char *what,
                         int layer)
 {
+    khub__inflight_role(what, layer);
     khub_status st = khub_binding_call(b, args);
+    khub__inflight_role(NULL, -1);
     if (st == KHUB_STATUS_OK) return st;
     return khub__fail(m->rt, st, "%s: layer %d %s failed in %s", m->file, layer, what,
                       khub_binding_name(b));
@@ -115,14 +119,22 @@ static khub_status attend(khub_model *m, const khub__layer *ly, int layer, const
                                 .pos = g->pos0,
                                 .k = tv(&kv_, m->k + off * kvdim, 3, g->n, c->n_kv_heads, hd),
                                 .v = tv(&vv_, m->v + off * kvdim, 3, g->n, c->n_kv_heads, hd)};
+        khub__inflight rec;
+        khub__inflight_role("kv_cache write", layer);
+        khub__binding_enter(m->kv_op, &rec);
         khub_status st = m->kv->write(m->kv_state, m->cache, &w);
+        khub__binding_leave(&rec);
         KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: layer %d kv_cache write failed in %s",
                        m->file, layer, khub_binding_name(m->kv_op));
         tv(&kc, NULL, 3, 0, 0, 0);
         tv(&vc, NULL, 3, 0, 0, 0);
         kc.t.strides = kc.strides;
         vc.t.strides = vc.strides;
+        khub__inflight_role("kv_cache view", layer);
+        khub__binding_enter(m->kv_op, &rec);
         st = m->kv->view(m->kv_state, m->cache, layer, g->seq, g->pos0 + g->n, &kc.t, &vc.t);
+        khub__binding_leave(&rec);
+        khub__inflight_role(NULL, -1);
         KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: layer %d kv_cache view failed in %s",
                        m->file, layer, khub_binding_name(m->kv_op));
         khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
@@ -216,8 +228,13 @@ static khub_status embed(khub_model *m, const int32_t *tokens, int64_t n)
     void *state = NULL;
     const khub_op_desc *op = khub_binding_acquire(m->dequant, &state);
     const khub_qlinear_methods *qm = op ? op->methods : NULL;
+    khub__inflight rec;
+    khub__inflight_role("embedding dequantize", -1);
+    khub__binding_enter(m->dequant, &rec);
     khub_status st =
         khub__weight_rows(m->rt, &m->embed, tokens, n, m->x, qm ? qm->dequantize : NULL, state);
+    khub__binding_leave(&rec);
+    khub__inflight_role(NULL, -1);
     khub_binding_release(m->dequant);
     return st;
 }
@@ -265,7 +282,12 @@ khub_status khub__forward_reset(khub_model *m, int32_t seq)
     KHUB_RETURN_IF(m->rt, seq < 0 || seq >= m->max_seqs, KHUB_STATUS_INVALID_ARG,
                    "forward: sequence %d outside [0, %d)", (int)seq, (int)m->max_seqs);
     KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
+    khub__inflight rec;
+    khub__inflight_role("kv_cache truncate", -1);
+    khub__binding_enter(m->kv_op, &rec);
     khub_status st = m->kv->truncate(m->kv_state, m->cache, seq, 0);
+    khub__binding_leave(&rec);
+    khub__inflight_role(NULL, -1);
     khub_binding_release(m->kv_op);
     KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: kv_cache truncate failed in %s", m->file,
                    khub_binding_name(m->kv_op));

@@ -202,6 +202,7 @@ static void plugin_free(khub_plugin *p)
     khub__strfree(rt, p->version);
     khub__strfree(rt, p->path);
     khub__artifacts_free(rt, p->artifacts);
+    khub__strfree(rt, p->quarantine);
     pthread_mutex_destroy(&p->mod_lock);
     khub__free(rt, p, sizeof *p);
 }

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "contain.h"
 #include "cuda.h"
 #include "runtime_impl.h"
 
@@ -420,7 +421,10 @@ khub_status khub_binding_call(khub_binding *b, const void *args)
         return st;
     }
     khub__plugin_msg_clear();
+    khub__inflight rec;
+    khub__inflight_enter(&rec, p, op);
     khub_status st = op->run(p->desc.state, args);
+    khub__inflight_leave(&rec);
     if (st != KHUB_STATUS_OK) {
         /* Formatted while still pinned: the strings belong to p. */
         const char *why = khub__plugin_msg()[0] ? khub__plugin_msg() : khub_status_str(st);
@@ -434,6 +438,7 @@ khub_status khub_binding_call(khub_binding *b, const void *args)
 static _Thread_local struct {
     const khub_binding *b;
     khub_plugin *p;
+    uint32_t op; /* the op index pinned */
 } tls_pins[MAX_PINS];
 static _Thread_local int tls_n_pins;
 
@@ -452,9 +457,28 @@ const khub_op_desc *khub_binding_acquire(khub_binding *b, void **plugin_state)
     khub_plugin *p = pin(b, &idx);
     tls_pins[tls_n_pins].b = b;
     tls_pins[tls_n_pins].p = p;
+    tls_pins[tls_n_pins].op = idx;
     tls_n_pins++;
     if (plugin_state) *plugin_state = p->desc.state;
     return &p->ops[idx];
+}
+
+void khub__binding_enter(const khub_binding *b, khub__inflight *r)
+{
+    for (int i = tls_n_pins - 1; i >= 0; i--) {
+        if (tls_pins[i].b != b) continue;
+        khub__inflight_enter(r, tls_pins[i].p, &tls_pins[i].p->ops[tls_pins[i].op]);
+        return;
+    }
+    /* Not pinned on this thread (a caller bug): record nothing, but keep
+     * enter/leave paired. */
+    *r = (khub__inflight){.prev = khub__inflight_now(), .layer = -1};
+    r->plugin = NULL;
+}
+
+void khub__binding_leave(khub__inflight *r)
+{
+    if (r->plugin) khub__inflight_leave(r);
 }
 
 bool khub__pinned_here(const khub_plugin *p)

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "contain.h"
 #include "runtime_impl.h"
 
 /* ======================================================================== */
@@ -215,12 +216,22 @@ khub_status khub_option_bounds(khub_option opt, int64_t *min, int64_t *max)
     case KHUB_OPT_LOG_LEVEL: lo = KHUB_LOG_ERROR, hi = KHUB_LOG_DEBUG; break;
     case KHUB_OPT_STRICT:
     case KHUB_OPT_ALLOW_UNVERIFIED:
-    case KHUB_OPT_ISOLATED_INIT: lo = 0, hi = 1; break;
+    case KHUB_OPT_ISOLATED_INIT:
+    case KHUB_OPT_CONTAIN:
+    case KHUB_OPT_ALLOW_QUARANTINED: lo = 0, hi = 1; break;
     default: return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "unknown option %d", (int)opt);
     }
     if (min) *min = lo;
     if (max) *max = hi;
     return KHUB_STATUS_OK;
+}
+
+/* Containment is process-wide: each runtime that wants it holds one count. */
+static void set_contain(khub_runtime *rt, int on)
+{
+    if (on && !rt->contain) khub__contain_acquire();
+    if (!on && rt->contain) khub__contain_release();
+    rt->contain = on;
 }
 
 khub_status khub_runtime_set_option(khub_runtime *rt, khub_option opt, int64_t value)
@@ -238,6 +249,8 @@ khub_status khub_runtime_set_option(khub_runtime *rt, khub_option opt, int64_t v
     case KHUB_OPT_STRICT: rt->strict = (int)value; break;
     case KHUB_OPT_ALLOW_UNVERIFIED: rt->allow_unverified = (int)value; break;
     case KHUB_OPT_ISOLATED_INIT: rt->isolated_init = (int)value; break;
+    case KHUB_OPT_CONTAIN: set_contain(rt, (int)value); break;
+    case KHUB_OPT_ALLOW_QUARANTINED: rt->allow_quarantined = (int)value; break;
     default: break;
     }
     return KHUB_STATUS_OK;
@@ -251,6 +264,8 @@ khub_status khub_runtime_get_option(const khub_runtime *rt, khub_option opt, int
     case KHUB_OPT_STRICT: *value = rt->strict; break;
     case KHUB_OPT_ALLOW_UNVERIFIED: *value = rt->allow_unverified; break;
     case KHUB_OPT_ISOLATED_INIT: *value = rt->isolated_init; break;
+    case KHUB_OPT_CONTAIN: *value = rt->contain; break;
+    case KHUB_OPT_ALLOW_QUARANTINED: *value = rt->allow_quarantined; break;
     default: return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "unknown option %d", (int)opt);
     }
     return KHUB_STATUS_OK;
@@ -360,6 +375,7 @@ khub_status khub_runtime_new(const khub_runtime_opts *opts, khub_runtime **out)
         KHUB_LOG_I(rt, "KHUB_CPU_LEVEL=%s: not using this CPU's %s", getenv("KHUB_CPU_LEVEL"),
                    names);
     }
+    set_contain(rt, 1);
     *out = rt;
     return KHUB_STATUS_OK;
 }
@@ -373,6 +389,7 @@ void khub_runtime_free(khub_runtime *rt)
 {
     if (!rt) return;
     khub__registry_teardown(rt);
+    set_contain(rt, 0);
     khub__pool_free(rt->pool);
     khub__cuda_close(rt);
     pthread_rwlock_destroy(&rt->reg_lock);

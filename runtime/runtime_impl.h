@@ -35,7 +35,9 @@ struct khub_runtime {
     /* Options. */
     int strict;
     int allow_unverified;
-    int isolated_init; /* KHUB_OPT_ISOLATED_INIT */
+    int isolated_init;     /* KHUB_OPT_ISOLATED_INIT */
+    int contain;           /* KHUB_OPT_CONTAIN (holds a khub__contain_acquire when 1) */
+    int allow_quarantined; /* KHUB_OPT_ALLOW_QUARANTINED */
 
     /* Last error (first error wins until khub__clear). */
     pthread_mutex_t err_lock;
@@ -132,6 +134,12 @@ struct khub_plugin {
     /* The verified variant directory host->artifact serves (plugin_artifacts.c);
      * NULL for a plugin loaded from a bare file. Owned, freed with the plugin. */
     struct khub__artifacts *artifacts;
+
+    /* The quarantine marker runtime/contain.c writes when the process dies
+     * or exits inside this plugin (hub/quarantine.c names it after the
+     * cached repo, commit and variant); NULL for plugins not from a cache.
+     * Owned. */
+    char *quarantine;
 };
 
 struct khub_binding {

@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "contain.h"
 #include "internal.h"
 
 #define SPIN_ITERS 20000
@@ -35,6 +36,9 @@ struct khub_pool {
     khub_range_fn fn;
     void *ud;
     int64_t total;
+    /* The submitting thread's plugin call, lent to the workers for the job
+     * so that a crash or exit() in a worker names it (contain.h). */
+    const khub__inflight *inflight;
 };
 
 static _Thread_local int tls_in_job;
@@ -74,7 +78,9 @@ static void *worker_main(void *arg)
         }
         if (atomic_load(&p->stop)) break;
         seen = g;
+        khub__inflight_adopt(p->inflight);
         run_chunk(p, idx);
+        khub__inflight_adopt(NULL);
         atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
     }
     return NULL;
@@ -146,6 +152,7 @@ void khub__pool_for(khub_pool *p, int64_t n, khub_range_fn fn, void *ud)
     p->fn = fn;
     p->ud = ud;
     p->total = n;
+    p->inflight = khub__inflight_now();
     atomic_store(&p->pending, p->n - 1);
     pthread_mutex_lock(&p->lock);
     atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);

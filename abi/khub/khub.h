@@ -120,8 +120,27 @@ typedef enum khub_option {
      * KHUB_STATUS_CHILD_CRASHED or TIMEOUT instead of taking the host down;
      * default 0. Since 0.1. */
     KHUB_OPT_ISOLATED_INIT = 4,
+    /* 1 = contain misbehaving plugins (process-wide while any runtime has it
+     * on): a fatal signal (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT) during
+     * a plugin call prints one line to stderr naming the plugin, op and role
+     * in flight, then the previous handler or the default action runs (the
+     * process still dies of the signal); exit() or quick_exit() called
+     * during a plugin call ends the process with KHUB_EXIT_PLUGIN_EXITED
+     * instead of the plugin's status. A plugin loaded from the Hub cache is
+     * then quarantined (see KHUB_OPT_ALLOW_QUARANTINED). Default 1; 0 removes
+     * the signal handlers this runtime installed. Since 0.1. */
+    KHUB_OPT_CONTAIN = 5,
+    /* 1 = load a kernel build from the Hub cache even though it crashed or
+     * exited during a call before (its quarantine marker is reported as a
+     * warning); default 0: such a load fails with KHUB_STATUS_QUARANTINED.
+     * Since 0.1. */
+    KHUB_OPT_ALLOW_QUARANTINED = 6,
     KHUB_OPT__COUNT
 } khub_option;
+
+/* The exit status of a process in which a plugin called exit() or
+ * quick_exit() during a call, with KHUB_OPT_CONTAIN on (EX_SOFTWARE). */
+#define KHUB_EXIT_PLUGIN_EXITED 70
 
 /* Sets an option; KHUB_STATUS_INVALID_ARG outside its bounds. Since 0.1. */
 KHUB_API khub_status khub_runtime_set_option(khub_runtime *rt, khub_option opt, int64_t value);

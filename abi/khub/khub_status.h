@@ -57,6 +57,7 @@
     X(LOCK_MISMATCH, 206, "content does not match the lock file") \
     X(NAME_MISMATCH, 207, \
       "signed metadata names another kernel or variant than the one asked for") \
+    X(QUARANTINED, 210, "kernel build quarantined: it crashed or exited in a call before") \
     X(NOT_ELF, 300, "not an ELF shared object") \
     X(WRONG_ARCH, 301, "shared object built for another architecture") \
     X(TRUNCATED, 302, "file is truncated") \

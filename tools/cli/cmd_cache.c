@@ -1,6 +1,7 @@
 /*
  * cmd_cache.c: `khub cache ls|verify|prune` on the shared Hugging Face
- * cache (hub/cache_admin.h).
+ * cache (hub/cache_admin.h), and `khub cache quarantine|unquarantine` for
+ * the markers of kernel builds that crashed (hub/quarantine.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "cache_admin.h"
 #include "cli.h"
 #include "khub/khub_hub.h"
+#include "quarantine.h"
 
 static void human(uint64_t n, char *buf, size_t size)
 {
@@ -135,13 +137,50 @@ static int cache_prune(khub_hub *hub, int dry, int json)
     return 0;
 }
 
+static void print_marker(void *ud, const char *repo, const char *commit, const char *variant,
+                         const char *why)
+{
+    item_out *o = ud;
+    if (!o->json) {
+        printf("%s%s@%s %s: %s\n", o->dry ? "cleared " : "", repo, commit, variant, why);
+        return;
+    }
+    printf("%s{\"repo\":", o->n++ ? "," : "");
+    khub_cli_json_str(repo);
+    printf(",\"commit\":\"%s\",\"variant\":", commit);
+    khub_cli_json_str(variant);
+    printf(",\"why\":");
+    khub_cli_json_str(why);
+    printf("}");
+}
+
+/* quarantine: lists the markers (of repo ID); unquarantine: removes them.
+ * --json prints {"quarantined":[...]} or {"cleared":[...]}. */
+static int cache_quarantine(khub_hub *hub, const char *id, int clear, int json)
+{
+    const char *cmd = clear ? "cache unquarantine" : "cache quarantine";
+    item_out o = {json, clear, 0};
+    size_t n = 0;
+    if (json) printf("{\"%s\":[", clear ? "cleared" : "quarantined");
+    khub_status st = khub__quarantine_walk(hub, id, clear, print_marker, &o, &n);
+    if (json) printf("]}\n");
+    if (st != KHUB_STATUS_OK) return khub_cli_fail(cmd, "%s", khub_hub_errmsg(hub));
+    if (!json && clear) printf("%zu quarantine marker(s) cleared\n", n);
+    if (!json && !clear && !n) printf("no kernel build is quarantined\n");
+    return 0;
+}
+
 static const khub_cli_cmd cache_cmd;
 static int run_cache(int argc, char **argv)
 {
     if (khub_cli_wants_help(&cache_cmd, argc, argv)) return 0;
-    if (argc < 2) return khub_cli_usage(&cache_cmd, "missing subcommand (ls, verify, prune)");
+    if (argc < 2)
+        return khub_cli_usage(&cache_cmd,
+                              "missing subcommand (ls, verify, prune, quarantine, unquarantine)");
     const char *sub = argv[1], *id = NULL, *dir = NULL;
-    int json = 0, dry = 0;
+    int json = 0, dry = 0, all = 0;
+    int takes_id =
+        !strcmp(sub, "verify") || !strcmp(sub, "quarantine") || !strcmp(sub, "unquarantine");
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = 1;
@@ -149,13 +188,17 @@ static int run_cache(int argc, char **argv)
             dry = 1;
         else if (!strcmp(argv[i], "--cache") && i + 1 < argc)
             dir = argv[++i];
+        else if (!strcmp(argv[i], "--all") && !strcmp(sub, "unquarantine"))
+            all = 1;
         else if (argv[i][0] == '-')
             return khub_cli_usage(&cache_cmd, "unknown option %s", argv[i]);
-        else if (!id && !strcmp(sub, "verify"))
+        else if (!id && takes_id)
             id = argv[i];
         else
             return khub_cli_usage(&cache_cmd, "unexpected argument %s", argv[i]);
     }
+    if (!strcmp(sub, "unquarantine") && !id == !all)
+        return khub_cli_usage(&cache_cmd, "unquarantine needs a repo ID (org/name) or --all");
     khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = dir, .token = "",
                        .offline = 1};
     khub_hub *hub = NULL;
@@ -168,8 +211,11 @@ static int run_cache(int argc, char **argv)
         rc = cache_verify(hub, id, json);
     } else if (!strcmp(sub, "prune")) {
         rc = cache_prune(hub, dry, json);
+    } else if (!strcmp(sub, "quarantine") || !strcmp(sub, "unquarantine")) {
+        rc = cache_quarantine(hub, id, sub[0] == 'u', json);
     } else {
-        rc = khub_cli_usage(&cache_cmd, "unknown subcommand %s (ls, verify, prune)", sub);
+        rc = khub_cli_usage(
+            &cache_cmd, "unknown subcommand %s (ls, verify, prune, quarantine, unquarantine)", sub);
     }
     khub_hub_free(hub);
     return rc;
@@ -179,7 +225,9 @@ static const khub_cli_cmd cache_cmd = {
     "cache", "list, verify or prune the shared Hugging Face cache",
     "usage: khub cache ls [--json] [--cache DIR]\n"
     "       khub cache verify [ID] [--json] [--cache DIR]\n"
-    "       khub cache prune [--dry-run] [--json] [--cache DIR]\n\n"
+    "       khub cache prune [--dry-run] [--json] [--cache DIR]\n"
+    "       khub cache quarantine [ID] [--json] [--cache DIR]\n"
+    "       khub cache unquarantine ID|--all [--json] [--cache DIR]\n\n"
     "ls      repos, revisions (with the refs naming them), sizes and warnings, like\n"
     "        'hf cache scan' (kernel repos included).\n"
     "verify  re-hashes every blob (of repo ID, org/name or a folder name) against its\n"
@@ -191,8 +239,13 @@ static const khub_cli_cmd cache_cmd = {
     "        (symlink or hard link), then stale temporaries; touches nothing outside\n"
     "        the cache. --dry-run lists\n"
     "        what it would remove.\n"
+    "quarantine    kernel builds (repo@commit variant) that crashed or called exit()\n"
+    "        during a call, with what happened; a load of one is refused unless\n"
+    "        allowed (khub run --allow-quarantined).\n"
+    "unquarantine  removes the markers of repo ID (or --all), so the build loads again.\n"
     "--json  one JSON object: ls {cache,size,repos}; verify {items,checked,corrupt}\n"
-    "        (printed even when a blob is corrupt); prune {dry_run,items,freed}.\n"
+    "        (printed even when a blob is corrupt); prune {dry_run,items,freed};\n"
+    "        quarantine {quarantined}; unquarantine {cleared}: [{repo,commit,variant,why}].\n"
     "The cache is --cache, else KHUB_CACHE, HF_HUB_CACHE, HF_HOME/hub, ~/.cache/...\n",
     run_cache};
 KHUB_CLI_COMMAND(cache_cmd)

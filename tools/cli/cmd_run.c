@@ -28,6 +28,7 @@ typedef struct run_args {
     const char *kernels, *lock, *policy;
     int threads, chat, explain, json, strict, ignore_eos, allow_unsigned, quant_embeddings;
     int64_t max_context; /* 0 = the executor's default */
+    int allow_quarantined;
     khub_generate_opts gen;
 } run_args;
 
@@ -119,6 +120,8 @@ static int parse(int argc, char **argv, run_args *a)
                 a->strict = 1;
             else if (!strcmp(f, "--allow-unsigned"))
                 a->allow_unsigned = 1;
+            else if (!strcmp(f, "--allow-quarantined"))
+                a->allow_quarantined = 1;
             else if (!strcmp(f, "--ignore-eos"))
                 a->ignore_eos = 1;
             else if (!strcmp(f, "--quant-embeddings"))
@@ -229,6 +232,7 @@ static int run(int argc, char **argv)
     if (rc) return rc;
     khub_runtime *rt = khub_cli_runtime("run", a.threads);
     if (!rt) return 1;
+    if (a.allow_quarantined) khub_runtime_set_option(rt, KHUB_OPT_ALLOW_QUARANTINED, 1);
     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .strict = a.strict,
                           .quant_embeddings = a.quant_embeddings, .max_context = a.max_context};
     if (!a.json && isatty(2)) {
@@ -345,6 +349,8 @@ static const khub_cli_cmd run_cmd = {
     "                        roles the mapping names)\n"
     "  --policy FILE         trust policy (default $KHUB_POLICY, ~/.config/khub/policy.json)\n"
     "  --allow-unsigned      accept unsigned kernels of organisations the policy omits\n"
+    "  --allow-quarantined   load a kernel build that crashed or called exit() in an earlier\n"
+    "                        run (khub cache quarantine lists them; a warning says so)\n"
     "  --strict              fail instead of falling back (no variant, plugin cannot serve)\n"
     "  --explain             print which plugin serves each role, with the selection trace\n"
     "  --json                print one JSON object: results (text, tokens, stop reason per\n"

@@ -1,0 +1,42 @@
+/*
+ * quarantine.h: kernel builds that crashed or exited during a call
+ * (hub/quarantine.c). Internal: used by kernel_fetch.c, tools/cli and tests.
+ *
+ * The marker is a one-line file at
+ *     <cache>/<repo folder>/khub-quarantine/<commit>/<variant>
+ * ("kernels--org--name/khub-quarantine/0123.../khub1-cpu-x86_64-linux"),
+ * beside khub-variants/<commit>/<variant> and keyed the same way: the
+ * same build is refused, a new commit of the repo is not. runtime/contain.c
+ * writes it from its signal and exit handlers (the path is handed to the
+ * plugin at load); its text says what happened ("SIGSEGV in plugin ...").
+ */
+#ifndef KHUB_HUB_QUARANTINE_H
+#define KHUB_HUB_QUARANTINE_H
+
+#include "hub_impl.h"
+
+/* The marker path of id@commit's variant into buf. OVERFLOW, BAD_ID. */
+KHUB_INTERNAL khub_status khub__quarantine_path(khub_hub *hub, const khub_hub_id *id,
+                                                const char *commit, const char *variant, char *buf,
+                                                size_t size);
+
+/* Before loading a cached build: when its marker exists, fails on rt with
+ * QUARANTINED (naming the build, what happened and the ways out), unless
+ * rt's KHUB_OPT_ALLOW_QUARANTINED is 1, which logs a warning instead.
+ * path is the marker's path (khub__quarantine_path). */
+KHUB_INTERNAL khub_status khub__quarantine_gate(khub_runtime *rt, const char *repo,
+                                                const char *commit, const char *variant,
+                                                const char *path);
+
+/* One marker: repo "org/name", commit, variant, and its text (one line). */
+typedef void (*khub_quarantine_fn)(void *ud, const char *repo, const char *commit,
+                                   const char *variant, const char *why);
+
+/* Calls fn for every marker in hub's cache, or only repo's ("org/name", or
+ * NULL for all), in folder order. With clear each is removed after fn
+ * hears of it (and the folders left empty). *count gets the number.
+ * Statuses: IO (a marker that cannot be removed). */
+KHUB_INTERNAL khub_status khub__quarantine_walk(khub_hub *hub, const char *repo, int clear,
+                                                khub_quarantine_fn fn, void *ud, size_t *count);
+
+#endif /* KHUB_HUB_QUARANTINE_H */
