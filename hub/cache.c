@@ -219,8 +219,8 @@ khub_status khub__cache_read_ref(khub_hub *hub, const char *repo_dir, const char
 {
     char path[KHUB__PATH_MAX];
     KHUB_FORWARD_IF_ERROR(NULL, ref_path(hub, repo_dir, rev, path, sizeof path));
-    FILE *f = fopen(path, "rb");
-    if (!f) return KHUB_STATUS_NOT_FOUND; /* the caller words the "not cached" message */
+    FILE *f = khub__fopen_regular(path, NULL, 0); /* a FIFO planted there hangs nothing */
+    if (!f) return KHUB_STATUS_NOT_FOUND;         /* the caller words the "not cached" message */
     char buf[64];
     size_t n = fread(buf, 1, sizeof buf - 1, f);
     fclose(f);
@@ -376,7 +376,7 @@ static khub_status place_copy(khub_hub *hub, const char *repo_dir, const char *e
         return KHUB_STATUS_OK; /* already this blob */
     khub_status st = KHUB_STATUS_OK;
     if (link(blob, tmp) != 0) {
-        int in = open(blob, O_RDONLY | O_CLOEXEC);
+        int in = khub__open_regular(blob, NULL, 0);
         int out = in < 0 ? -1 : open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, file_mode());
         char buf[1 << 16];
         ssize_t r = 0;

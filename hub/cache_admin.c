@@ -151,7 +151,7 @@ static int read_refs(const char *dir, const char *rel, strset *out, int depth)
         }
         if (!S_ISREG(sb.st_mode) || sb.st_size != 40 || strstr(de->d_name, ".tmp")) continue;
         char commit[41] = "", pair[600];
-        FILE *f = fopen(path, "rb");
+        FILE *f = khub__fopen_regular(path, NULL, 0);
         size_t got = f ? fread(commit, 1, 40, f) : 0;
         if (f) fclose(f);
         commit[got] = '\0';

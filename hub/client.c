@@ -321,7 +321,7 @@ khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n, khub__tr
 
 static char *read_small_file(const char *path, size_t max, size_t *n_out)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = khub__open_regular(path, NULL, 0); /* never hangs on a FIFO in the cache */
     struct stat sb;
     if (fd < 0) return NULL;
     char *buf = NULL;

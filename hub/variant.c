@@ -381,7 +381,7 @@ bool khub__hub_is_fresh(const khub_hub *hub, const char *path, const char *sha25
  * or NULL when there is none usable. */
 static char *verified_read(const char *path)
 {
-    FILE *f = fopen(path, "rb");
+    FILE *f = khub__fopen_regular(path, NULL, 0);
     if (!f) return NULL;
     char *text = malloc(VERIFIED_MAX + 2);
     size_t n = text ? fread(text + 1, 1, VERIFIED_MAX, f) : 0;

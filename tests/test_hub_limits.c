@@ -387,6 +387,41 @@ TEST_IMPL(oversize_announced_size_refused_before_get)
     fx_done(&fx);
 }
 
+/* A FIFO planted in the cache (another writer to it) or in the served
+ * folder hangs nothing: an offline resolve fails (it used to block in
+ * open() for good), the server answers (its stat checks caught this one
+ * already; every open is now non-blocking too). */
+TEST_IMPL(fifo_in_served_dir_or_cache_hangs_nothing)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    char path[1024], buf[4096];
+    snprintf(path, sizeof path, "%s/org/demo/commits/" C1 "/fifo.bin", fx.repos);
+    ASSERT_EQ(mkfifo(path, 0600), 0);
+    int fd = connect_from(&fx, "127.0.0.1", 3.0);
+    send_text(fd, "GET /kernels/org/demo/resolve/main/fifo.bin HTTP/1.1\r\nHost: x\r\n\r\n");
+    int code = read_status(fd, buf, sizeof buf);
+    ASSERT(code >= 400);
+    close(fd);
+
+    snprintf(path, sizeof path, "%s/kernels--org--demo/refs", fx.cache);
+    mkdir(fx.cache, 0755);
+    snprintf(path, sizeof path, "%s/kernels--org--demo", fx.cache);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/kernels--org--demo/refs", fx.cache);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/kernels--org--demo/refs/main", fx.cache);
+    ASSERT_EQ(mkfifo(path, 0600), 0);
+    khub_hub *hub = fx_hub(&fx, 1, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    char commit[41];
+    alarm(10);
+    ASSERT_STATUS(khub_hub_resolve(hub, &id, commit), KHUB_STATUS_OFFLINE);
+    alarm(0);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(unauthenticated_uploads_refused_at_headers) \
     X(bodies_over_their_limit_refused) \
@@ -395,5 +430,6 @@ TEST_IMPL(oversize_announced_size_refused_before_get)
     X(per_ip_limit_and_idle_timeout) \
     X(next_page_link_to_another_origin_refused) \
     X(trickled_download_ends) \
-    X(oversize_announced_size_refused_before_get)
+    X(oversize_announced_size_refused_before_get) \
+    X(fifo_in_served_dir_or_cache_hangs_nothing)
 TEST_MAIN(TEST_LIST)

@@ -255,7 +255,7 @@ static int load_dir_plugin(khub_runtime *rt, const char *dir, char *what, size_t
     snprintf(vdir, sizeof vdir, "%s/build/khub%d-cpu-%s-linux", dir, KHUB_ABI_MAJOR,
              strcmp(u.machine, "arm64") ? u.machine : "aarch64");
     snprintf(mpath, sizeof mpath, "%s/metadata.json", vdir);
-    FILE *f = fopen(mpath, "rb");
+    FILE *f = khub__fopen_regular(mpath, NULL, 0);
     if (!f)
         return khub_cli_fail("bench",
                              "%s: no metadata.json; build the kernel first (khub build "
