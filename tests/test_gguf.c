@@ -327,7 +327,7 @@ TEST_IMPL(missing_file_and_folder)
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "/nonexistent/x.gguf: cannot open");
     khub__clear(rt);
     ASSERT_STATUS(khub__gguf_open(rt, "/tmp", &g), KHUB_STATUS_IO);
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "/tmp: not a regular file");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "/tmp: is a directory, not a regular file");
     ASSERT(g == NULL);
     khub_runtime_free(rt);
 }
