@@ -194,6 +194,25 @@ expect_dir wrong "wrong-generic.so: "
 grep -q "wrong-generic.so: .*rms_norm \[4, 576\] f32: NMSE [0-9.e+-]* > 1e-08" check.log ||
     fail "NMSE message: $(grep FAIL check.log)"
 echo "ok   check DIR: a wrong result fails its self-test with the NMSE"
+# attention that claims strided K/V (KHUB_CAP_STRIDED_KV, as the template
+# does) but assumes compact K/V: the compact self-test alone passes it; the
+# gate drives the executor's layouts and names the one it failed on
+"$KHUB" init acme/nostride --kind attention --backends cpu > /dev/null || fail "init nostride"
+sed -i 's|t->strides ? t->strides\[[0-2]\] : ||' nostride/nostride.c
+grep -q "t->strides" nostride/nostride.c && fail "the ignore-strides edit did not apply"
+"$KHUB" build nostride --quiet > build.log 2>&1 || fail "build nostride: $(cat build.log)"
+expect_dir nostride "nostride-generic.so: "
+grep -q "nostride-generic.so: .*attention \[7, 9, 3, 64\] f32: NMSE [0-9.e+infa-]* > 1e-08 with K/V f32 khub/ref-cpu kv_cache view (strides \[64, [0-9]*, 1\], byte offset 0), n_q 7, n_kv 7, head_dim 64" check.log ||
+    fail "strided K/V message: $(grep FAIL check.log)"
+# strides honoured, byte offset ignored: the padded view's offset finds it
+"$KHUB" init acme/nooffset --kind attention --backends cpu > /dev/null || fail "init nooffset"
+sed -i 's|(const char \*)t->data + t->byte_offset|(const char *)t->data|' nooffset/nooffset.c
+grep -q "(const char \*)t->data + t->byte_offset" nooffset/nooffset.c && fail "the ignore-offset edit did not apply"
+"$KHUB" build nooffset --quiet > build.log 2>&1 || fail "build nooffset: $(cat build.log)"
+expect_dir nooffset "nooffset-generic.so: "
+grep -q "nooffset-generic.so: .*attention \[7, 9, 3, 64\] f32: NMSE [0-9.e+infa-]* > 1e-08 with K/V f32 padded view (strides \[67, 804, 1\], byte offset 28)" check.log ||
+    fail "byte offset message: $(grep FAIL check.log)"
+echo "ok   check DIR: attention that ignores K/V strides or the byte offset fails on that layout"
 # the ops kernel.json declares (name and kind: the kind fixes the argument
 # struct, the op's signature) against what each plugin registers
 cp meta/kernel.json meta.kernel.json.bak

@@ -113,6 +113,91 @@ TEST_IMPL(wrong_kernel_fails_with_score)
     khub_runtime_free(rt);
 }
 
+/* Attention that claims strided K/V (KHUB_CAP_STRIDED_KV) but reads K and
+ * V as compact [n_kv, n_kv_heads, head_dim] from data (no strides, no byte
+ * offset): right on compact inputs, wrong on the cache views generation
+ * passes. */
+static const char *nostride_src =
+    "#include <math.h>\n"
+    "#include <khub/khub_plugin.h>\n"
+    "static khub_status run(void *s, const void *args) { (void)s;\n"
+    "  const khub_attention_args *a = args;\n"
+    "  long nq = a->q->shape[0], nh = a->q->shape[1], hd = a->q->shape[2];\n"
+    "  long nkv = a->k->shape[0], g = a->k->shape[1];\n"
+    "  const float *q = a->q->data, *k = a->k->data, *v = a->v->data;\n"
+    "  float *o = a->out->data, w[1024];\n"
+    "  if (nkv > 1024) return KHUB_STATUS_UNSUPPORTED;\n"
+    "  for (long i = 0; i < nq; i++) for (long h = 0; h < nh; h++) {\n"
+    "    long gi = h / (nh / g), last = a->q_pos0 + i; float mx = -1e30f, sum = 0;\n"
+    "    for (long j = 0; j <= last; j++) { float d = 0;\n"
+    "      for (long e = 0; e < hd; e++) d += q[(i * nh + h) * hd + e] * k[(j * g + gi) * hd + "
+    "e];\n"
+    "      w[j] = d * a->scale; if (w[j] > mx) mx = w[j]; }\n"
+    "    for (long j = 0; j <= last; j++) sum += (w[j] = expf(w[j] - mx));\n"
+    "    for (long e = 0; e < hd; e++) { float acc = 0;\n"
+    "      for (long j = 0; j <= last; j++) acc += w[j] * v[(j * g + gi) * hd + e];\n"
+    "      o[(i * nh + h) * hd + e] = acc / sum; } }\n"
+    "  return KHUB_STATUS_OK; }\n"
+    "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = 1,\n"
+    "  .dtypes = 1, .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV};\n"
+    "static const khub_op_desc ops[] = {{KHUB_STRUCT_INIT(khub_op_desc), .name = \"attn\",\n"
+    "  .kind = KHUB_OP_ATTENTION, .caps = &caps, .run = run}};\n"
+    "static khub_status init(const khub_host_api *h, khub_plugin_desc *o, char *e, size_t n)\n"
+    "{ (void)h; (void)e; (void)n; khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),\n"
+    "  .id = \"t/nostride\", .version = \"1.0.0\", .n_ops = 1, .ops = ops};\n"
+    "  return khub_plugin_desc_put(o, &d); }\n"
+    "KHUB_PLUGIN_DEFINE(init, \"t/nostride\", \"1.0.0\")\n";
+
+TEST_IMPL(attention_ignoring_strides_fails_on_cache_view)
+{
+    char dir[] = "/tmp/khub-selftest-XXXXXX";
+    ASSERT(mkdtemp(dir) != NULL);
+    char src[128], so[128], cmd[1024];
+    snprintf(src, sizeof src, "%s/nostride.c", dir);
+    snprintf(so, sizeof so, "%s/nostride.so", dir);
+    FILE *f = fopen(src, "w");
+    fputs(nostride_src, f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd,
+             "cc -std=gnu11 -shared -fPIC -fvisibility=hidden -DKHUB_PLUGIN_MODULE -I%s/abi %s "
+             "-o %s -lm",
+             KHUB_SOURCE_DIR, src, so);
+    if (system(cmd) != 0) TEST_SKIP("no C compiler for the fixture");
+    khub_runtime *rt = runtime_with_builtins();
+    char hex[65];
+    ASSERT_OK(khub__sha256_file_hex(so, hex));
+    ASSERT_OK(khub_plugin_load(rt, so, hex, NULL));
+    char rep[512];
+    double e = 0;
+    /* decode step: one query over 10 keys */
+    khub_selftest_spec s = {"attn", {1, 4, 2, 16, 10}, 5, "f32", 1e-8};
+    ASSERT_STATUS(khub__selftest_run(rt, "t/nostride", &s, &e, rep, sizeof rep), KHUB_STATUS_ERROR);
+    fprintf(stderr, "  %s\n", rep);
+    ASSERT_CONTAINS(rep, "attn [1, 4, 2, 16, 10] f32: NMSE ");
+    ASSERT_CONTAINS(rep, "> 1e-08 with K/V f32 khub/ref-cpu kv_cache view (strides [16, 256, 1], "
+                         "byte offset 0), n_q 1, n_kv 10, head_dim 16");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "self-test failed");
+    khub_runtime_free(rt);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ASSERT(system(cmd) == 0);
+}
+
+/* khub/ref-cpu claims every attention layout; against itself each case is
+ * exact, and the report counts them. */
+TEST_IMPL(attention_runs_every_claimed_layout)
+{
+    khub_runtime *rt = runtime_with_builtins();
+    khub_selftest_spec s = {"attention", {3, 4, 2, 16, 9}, 5, "f32", 0};
+    double e = -1;
+    char rep[512];
+    ASSERT_OK(khub__selftest_run(rt, "khub/ref-cpu", &s, &e, rep, sizeof rep));
+    ASSERT_EQ(e, 0);
+    /* compact; f32 and f16 x (view, padded, decode, longer chunk); mask;
+     * window x 2; odd head dim in f32 and f16 */
+    ASSERT_CONTAINS(rep, "attention [3, 4, 2, 16, 9] f32: NMSE 0 <= 0 over 14 layouts");
+    khub_runtime_free(rt);
+}
+
 TEST_IMPL(bad_specs)
 {
     khub_runtime *rt = runtime_with_builtins();
@@ -135,5 +220,7 @@ TEST_IMPL(bad_specs)
     X(ref_against_itself_is_exact) \
     X(optimized_plugin_every_kind) \
     X(wrong_kernel_fails_with_score) \
+    X(attention_ignoring_strides_fails_on_cache_view) \
+    X(attention_runs_every_claimed_layout) \
     X(bad_specs)
 TEST_MAIN(TEST_LIST)
