@@ -198,6 +198,36 @@ TEST_IMPL(attention_runs_every_claimed_layout)
     khub_runtime_free(rt);
 }
 
+/* The built-in attention kernels (plugins/cpu-x86 at each level this CPU
+ * runs) on every layout they claim, including an odd head dim: with the
+ * sizes of SmolLM2 (9 heads, 3 KV heads, head_dim 64) and a decode step. */
+TEST_IMPL(builtin_attention_every_layout)
+{
+    khub_runtime *rt = runtime_with_builtins();
+    static const char *const ids[] = {"khub/cpu-avx2", "khub/cpu-avx512"};
+    const khub_selftest_spec specs[] = {
+        {"attention", {7, 9, 3, 64, 29}, 5, "f32", 1e-8},
+        {"attention", {1, 9, 3, 64, 300}, 5, "f32", 1e-8},
+        {"attention", {4, 8, 8, 15, 33}, 5, "f32", 1e-8},
+    };
+    int ran = 0;
+    for (size_t p = 0; p < sizeof ids / sizeof ids[0]; p++) {
+        if (!loaded(rt, ids[p])) continue;
+        for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+            double e = -1;
+            char rep[512];
+            khub_status st = khub__selftest_run(rt, ids[p], &specs[i], &e, rep, sizeof rep);
+            if (st == KHUB_STATUS_NO_KERNEL) break; /* not usable on this CPU */
+            fprintf(stderr, "  %s: %s\n", ids[p], rep);
+            ASSERT_OK(st);
+            ASSERT_CONTAINS(rep, " layouts");
+            ran++;
+        }
+    }
+    if (!ran) TEST_SKIP("no optimized attention usable on this CPU");
+    khub_runtime_free(rt);
+}
+
 TEST_IMPL(bad_specs)
 {
     khub_runtime *rt = runtime_with_builtins();
@@ -222,5 +252,6 @@ TEST_IMPL(bad_specs)
     X(wrong_kernel_fails_with_score) \
     X(attention_ignoring_strides_fails_on_cache_view) \
     X(attention_runs_every_claimed_layout) \
+    X(builtin_attention_every_layout) \
     X(bad_specs)
 TEST_MAIN(TEST_LIST)
