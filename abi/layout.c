@@ -1,5 +1,6 @@
 /*
- * layout.c: freezes the plugin ABI (1.0, plus the 1.1 and 1.2 additions) on LP64 (x86_64, aarch64).
+ * layout.c: freezes the plugin ABI (1.0, plus the 1.1, 1.2 and 1.3 additions) on LP64 (x86_64,
+ * aarch64).
  *
  * Every struct that crosses the plugin boundary has its size and every field
  * its offset pinned here (the three header fields by KHUB_LAYOUT_HEADER);
@@ -86,7 +87,7 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_host_api.cuda_stream_create");
     _Static_assert(offsetof(khub_host_api, cuda_stream_destroy) == 168,
                    "khub_host_api.cuda_stream_destroy");
-    _Static_assert(sizeof(khub_op_caps) == 56, "khub_op_caps");
+    _Static_assert(sizeof(khub_op_caps) == 72, "khub_op_caps"); /* 56 in ABI 1.0-1.2 */
     KHUB_LAYOUT_HEADER(khub_op_caps);
     _Static_assert(offsetof(khub_op_caps, device_type) == 8, "khub_op_caps.device_type");
     _Static_assert(offsetof(khub_op_caps, cpu_features) == 12, "khub_op_caps.cpu_features");
@@ -100,6 +101,9 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_op_caps, reserved) == 46, "khub_op_caps.reserved");
     _Static_assert(offsetof(khub_op_caps, priority) == 48, "khub_op_caps.priority");
     _Static_assert(offsetof(khub_op_caps, reserved2) == 52, "khub_op_caps.reserved2");
+    /* added in ABI 1.3 */
+    _Static_assert(offsetof(khub_op_caps, kind_flags) == 56, "khub_op_caps.kind_flags");
+    _Static_assert(offsetof(khub_op_caps, act_dtypes) == 64, "khub_op_caps.act_dtypes");
     _Static_assert(sizeof(khub_op_desc) == 48, "khub_op_desc");
     KHUB_LAYOUT_HEADER(khub_op_desc);
     _Static_assert(offsetof(khub_op_desc, name) == 8, "khub_op_desc.name");
@@ -229,6 +233,17 @@ _Static_assert(KHUB_QFORMAT_Q5_0 == 8 && KHUB_QFORMAT_Q5_1 == 9 && KHUB_QFORMAT_
                "quant formats 1.1");
 _Static_assert(KHUB_ABI_MINOR >= 1, "ABI 1.1 has Q5_0 and Q5_1");
 _Static_assert(KHUB_ABI_MINOR >= 2, "ABI 1.2 has cuda_stream_create/destroy");
+_Static_assert(KHUB_ABI_MINOR >= 3, "ABI 1.3 has per-kind caps flags and activation dtypes");
+/* added in ABI 1.3: per-kind flags; bits 0-7 are the 1.0 word's */
+_Static_assert(KHUB_ATTN_CAUSAL == 1 && KHUB_ATTN_GQA == 2 && KHUB_ATTN_MASK == 4 &&
+                   KHUB_ATTN_STRIDED_KV == 8 && KHUB_ATTN_KV_F16 == 16 && KHUB_ATTN_SLIDING == 32 &&
+                   KHUB_LINEAR_BIAS == 64 && KHUB_NORM_RESIDUAL == 128 &&
+                   KHUB_KV_CACHE_STRIDED_VIEW == 8 && KHUB_KV_CACHE_F16 == 16,
+               "per-kind flags");
+_Static_assert(KHUB_CAP_CAUSAL == 1 && KHUB_CAP_GQA == 2 && KHUB_CAP_MASK == 4 &&
+                   KHUB_CAP_STRIDED_KV == 8 && KHUB_CAP_KV_F16 == 16 && KHUB_CAP_SLIDING == 32 &&
+                   KHUB_CAP_BIAS == 64 && KHUB_CAP_RESIDUAL == 128,
+               "the 1.0 flags word");
 _Static_assert(KHUB_DEVICE_CPU == 1 && KHUB_DEVICE_CUDA == 2, "DLPack device codes");
 _Static_assert(KHUB_DL_INT == 0 && KHUB_DL_UINT == 1 && KHUB_DL_FLOAT == 2 && KHUB_DL_BFLOAT == 4,
                "DLPack dtype codes");

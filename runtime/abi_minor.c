@@ -27,6 +27,12 @@ size_t khub__host_api_size(unsigned minor)
     return END_OF(khub_host_api, artifact);       /* 1.0, 1.1 */
 }
 
+size_t khub__op_caps_size(unsigned minor)
+{
+    if (minor >= 3) return sizeof(khub_op_caps); /* 1.3: kind_flags, act_dtypes */
+    return END_OF(khub_op_caps, reserved2);      /* 1.0-1.2 */
+}
+
 size_t khub__plugin_desc_size(unsigned minor)
 {
     (void)minor; /* unchanged since 1.0 */

@@ -224,6 +224,10 @@ KHUB_INTERNAL const char *khub__cpu_level_of(uint32_t features);
  * 0 when the name is no kind. */
 KHUB_INTERNAL const char *khub__op_kind_name(uint32_t kind);
 KHUB_INTERNAL uint32_t khub__op_kind_from_name(const char *name);
+/* The names of a kind's capability flags (khub_op_caps.kind_flags; "causal",
+ * "bias", "bit9" for a bit without a name) joined by sep into buf. */
+KHUB_INTERNAL void khub__cap_flag_names(uint32_t kind, uint64_t mask, const char *sep, char *buf,
+                                        size_t n);
 /* "attention, linear, ...": every kind's name, for messages. */
 #define KHUB__OP_KIND_WORD(NAME, value, name) ", " #name
 #define KHUB__OP_KIND_WORDS                   (KHUB_OP_KINDS(KHUB__OP_KIND_WORD) + 2)

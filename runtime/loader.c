@@ -250,11 +250,25 @@ static bool valid_op_name(const char *s)
     return true;
 }
 
+/* Copies a plugin's caps (struct_size checked) into the host's zeroed copy:
+ * only the fields of the plugin's minor, whatever its struct_size covers
+ * (abi_minor.c), then in the host's terms: kind_flags holds the 1.0 word
+ * too, and act_dtypes 0 means f32, what ops took before 1.3. */
+static void copy_caps(khub_op_caps *dst, const khub_op_caps *src, unsigned minor)
+{
+    size_t n = khub__op_caps_size(minor);
+    if (src->struct_size < n) n = src->struct_size;
+    memcpy(dst, src, n < sizeof *dst ? n : sizeof *dst);
+    dst->kind_flags |= dst->flags;
+    if (!dst->act_dtypes) dst->act_dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32);
+}
+
 /* Checks the plugin's op i (src, untrusted) and copies it and its caps to
  * p->ops[p->n_ops++]; an op of a kind this host does not know is skipped
  * with a trace line (a plugin may offer a kind that only newer hosts run). */
-static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const khub_op_desc *src,
-                           uint32_t stride, size_t *dim_pos, char *msg, size_t n)
+static khub_status copy_op(khub_plugin *p, const char *who, unsigned minor, uint32_t i,
+                           const khub_op_desc *src, uint32_t stride, size_t *dim_pos, char *msg,
+                           size_t n)
 {
     if (src->struct_size != stride) {
         khub__errbuf(msg, n, "%s: op %u has struct_size %u, op 0 has %u", who, i,
@@ -307,8 +321,7 @@ static khub_status copy_op(khub_plugin *p, const char *who, uint32_t i, const kh
     khub_op_desc *op = &p->ops[at];
     khub_op_caps *caps = &p->caps[at];
     memcpy(op, src, stride < sizeof *op ? stride : sizeof *op);
-    memcpy(caps, src->caps,
-           src->caps->struct_size < sizeof *caps ? src->caps->struct_size : sizeof *caps);
+    copy_caps(caps, src->caps, minor);
     op->struct_size = sizeof *op;
     caps->struct_size = sizeof *caps;
     op->caps = caps;
@@ -400,7 +413,8 @@ static khub_status check_ops(khub_plugin *p, const char *who, const khub_plugin_
     size_t dim_pos = 0;
     for (uint32_t i = 0; i < d->n_ops; i++) {
         const khub_op_desc *src = (const khub_op_desc *)((const char *)d->ops + (size_t)i * stride);
-        KHUB_FORWARD_IF_ERROR(NULL, copy_op(p, who, i, src, stride, &dim_pos, msg, n));
+        KHUB_FORWARD_IF_ERROR(NULL,
+                              copy_op(p, who, d->abi_minor, i, src, stride, &dim_pos, msg, n));
         KHUB_FORWARD_IF_ERROR(NULL, check_unique(who, d->ops, stride, i, msg, n));
     }
     return KHUB_STATUS_OK;

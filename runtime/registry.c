@@ -73,28 +73,6 @@ static void text_add(text *t, const char *fmt, ...)
 
 static void text_free(text *t) { khub__free(t->rt, t->s, t->cap); }
 
-/* Appends the names of the set bits of mask from a {bit, name} table. */
-typedef struct bit_name {
-    uint32_t bit;
-    const char *name;
-} bit_name;
-
-static void names_of(char *buf, size_t n, uint32_t mask, const bit_name *tab, size_t count)
-{
-    size_t used = 0;
-    buf[0] = '\0';
-    for (size_t i = 0; i < count && used < n; i++)
-        if (mask & tab[i].bit)
-            used += (size_t)snprintf(buf + used, n - used, "%s%s", used ? " " : "", tab[i].name);
-}
-
-static const bit_name flag_bits[] = {
-    {KHUB_CAP_CAUSAL, "causal"}, {KHUB_CAP_GQA, "gqa"},
-    {KHUB_CAP_MASK, "mask"},     {KHUB_CAP_STRIDED_KV, "strided_kv"},
-    {KHUB_CAP_KV_F16, "kv_f16"}, {KHUB_CAP_SLIDING, "sliding"},
-    {KHUB_CAP_BIAS, "bias"},     {KHUB_CAP_RESIDUAL, "residual"},
-};
-
 const char *khub__dtype_id_name(int id)
 {
     static const char *const base[] = {"f32", "f16", "bf16", "i8", "i32"};
@@ -192,10 +170,21 @@ static bool rejects(khub_runtime *rt, const khub_op_query *q, const khub_plugin 
         snprintf(why, n, "head dim %d not served (serves %s)", (int)q->head_dim, list);
         return true;
     }
-    uint32_t lacking = q->flags & ~c->flags;
+    /* c is the host's copy: kind_flags holds the 1.0 word too, act_dtypes
+     * is never 0 (loader.c copy_caps). */
+    bool v13 = KHUB_HAS_FIELD(q, khub_op_query, act_dtype_id);
+    uint64_t lacking = ((uint64_t)q->flags | (v13 ? q->kind_flags : 0)) & ~c->kind_flags;
     if (lacking) {
-        names_of(list, sizeof list, lacking, flag_bits, sizeof flag_bits / sizeof flag_bits[0]);
-        snprintf(why, n, "missing flag %s", list[0] ? list : "(unknown bits)");
+        khub__cap_flag_names(q->kind, lacking, " ", list, sizeof list);
+        snprintf(why, n, "missing flag %s", list);
+        return true;
+    }
+    int act = v13 ? q->act_dtype_id : KHUB_DTYPE_ID_F32;
+    if (act >= 0 && act < 64 && !(c->act_dtypes & KHUB_DTYPE_BIT(act))) {
+        char want[24];
+        dtype_name(want, sizeof want, act);
+        dtypes_of(list, sizeof list, c->act_dtypes);
+        snprintf(why, n, "activation dtype %s not in caps (takes %s)", want, list);
         return true;
     }
     if (want_dev == KHUB_DEVICE_CUDA && reject_cuda(rt, c, why, n)) return true;

@@ -186,6 +186,7 @@ KHUB_INTERNAL void khub__cuda_unload_modules(khub_plugin *p);
  * a plugin of that minor no more, and reads no field past it. */
 KHUB_INTERNAL size_t khub__host_api_size(unsigned minor);
 KHUB_INTERNAL size_t khub__plugin_desc_size(unsigned minor);
+KHUB_INTERNAL size_t khub__op_caps_size(unsigned minor);
 
 /* ------------------------------------------------------------------------ */
 /* Inspection and ABI rules (elf_inspect.c)                                 */

@@ -244,7 +244,10 @@ TEST_IMPL(abi_sizes_per_minor)
     ASSERT_EQ(khub__host_api_size(0), 160);
     ASSERT_EQ(khub__host_api_size(1), 160);
     ASSERT_EQ(khub__host_api_size(2), 176);
+    ASSERT_EQ(khub__host_api_size(3), 176);
     ASSERT_EQ(khub__host_api_size(KHUB_ABI_MINOR), sizeof(khub_host_api));
+    ASSERT_EQ(khub__op_caps_size(2), 56);
+    ASSERT_EQ(khub__op_caps_size(3), 72);
     for (unsigned m = 0; m <= KHUB_ABI_MINOR; m++) ASSERT_EQ(khub__plugin_desc_size(m), 80);
 }
 
@@ -314,6 +317,95 @@ TEST_IMPL(target_minor_sees_only_its_minor)
     ASSERT_EQ(a.qformat_count, KHUB_QFORMAT__COUNT);
     ASSERT_EQ(a.host_size, sizeof(khub_host_api));
     ASSERT_EQ(a.host_minor, KHUB_ABI_MINOR);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Per-kind caps flags and activation dtypes (1.3)                          */
+/* ------------------------------------------------------------------------ */
+
+/* Selects kind with flags (1.0 word), kind_flags and act dtype; returns the
+ * status, with the registry's message in msg. */
+static khub_status pick(khub_runtime *rt, uint32_t kind, uint32_t flags, uint64_t kind_flags,
+                        int32_t act, char *msg, size_t n)
+{
+    khub_op_query q = {
+        KHUB_STRUCT_INIT(khub_op_query), .kind = kind,       .dtype_id = -1, .flags = flags,
+        .kind_flags = kind_flags,        .act_dtype_id = act};
+    khub_binding *b = NULL;
+    khub_status st = khub_registry_select(rt, &q, &b);
+    snprintf(msg, n, "%s", st == KHUB_STATUS_OK ? khub_binding_name(b) : khub_runtime_errmsg(rt));
+    return st;
+}
+
+TEST_IMPL(per_kind_caps)
+{
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "caps_now");
+    const khub_op_caps *attn = khub_plugin_op(p, 0)->caps, *norm = khub_plugin_op(p, 1)->caps;
+    /* The host's copies: kind_flags holds the 1.0 word too; act 0 = f32. */
+    ASSERT_EQ(attn->kind_flags, KHUB_ATTN_CAUSAL | KHUB_ATTN_GQA);
+    ASSERT_EQ(attn->act_dtypes,
+              KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32) | KHUB_DTYPE_BIT(KHUB_DTYPE_ID_BF16));
+    ASSERT_EQ(norm->kind_flags, KHUB_NORM_RESIDUAL | (UINT64_C(1) << 8));
+    ASSERT_EQ(norm->act_dtypes, KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32));
+    char msg[512];
+    /* A 1.0-word query matches a flag declared only per kind, and back. */
+    ASSERT_OK(pick(rt, KHUB_OP_ATTENTION, KHUB_CAP_GQA, 0, KHUB_DTYPE_ID_F32, msg, sizeof msg));
+    ASSERT_OK(pick(rt, KHUB_OP_NORM, 0, KHUB_NORM_RESIDUAL, KHUB_DTYPE_ID_F32, msg, sizeof msg));
+    /* Bit 8 is a norm flag; attention has no bit 8. */
+    ASSERT_OK(pick(rt, KHUB_OP_NORM, 0, UINT64_C(1) << 8, KHUB_DTYPE_ID_F32, msg, sizeof msg));
+    ASSERT_STATUS(
+        pick(rt, KHUB_OP_ATTENTION, 0, UINT64_C(1) << 8, KHUB_DTYPE_ID_F32, msg, sizeof msg),
+        KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(msg, "khub-test/caps-now :: attn: missing flag bit8");
+    ASSERT_STATUS(pick(rt, KHUB_OP_ATTENTION, 0, KHUB_ATTN_MASK, 0, msg, sizeof msg),
+                  KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(msg, "attn: missing flag mask");
+    /* Activation dtypes. */
+    ASSERT_OK(pick(rt, KHUB_OP_ATTENTION, 0, 0, KHUB_DTYPE_ID_BF16, msg, sizeof msg));
+    ASSERT_STATUS(pick(rt, KHUB_OP_NORM, 0, 0, KHUB_DTYPE_ID_BF16, msg, sizeof msg),
+                  KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(msg, "norm: activation dtype bf16 not in caps (takes f32)");
+    ASSERT_OK(pick(rt, KHUB_OP_NORM, 0, 0, -1, msg, sizeof msg));
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(caps_fields_gated_on_minor)
+{
+    /* Stamped 1.2 with caps bytes where 1.3 has kind_flags and act_dtypes,
+     * all ones: the host reads none of them. */
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "caps_old_wide");
+    uint16_t major, minor;
+    khub_plugin_abi(p, &major, &minor);
+    ASSERT_EQ(minor, 2);
+    const khub_op_caps *attn = khub_plugin_op(p, 0)->caps;
+    ASSERT_EQ(attn->kind_flags, KHUB_ATTN_CAUSAL);
+    ASSERT_EQ(attn->act_dtypes, KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32));
+    ASSERT_EQ(khub_plugin_op(p, 1)->caps->kind_flags, 0);
+    char msg[512];
+    ASSERT_OK(pick(rt, KHUB_OP_ATTENTION, KHUB_CAP_CAUSAL, 0, 0, msg, sizeof msg));
+    ASSERT_STATUS(pick(rt, KHUB_OP_ATTENTION, 0, KHUB_ATTN_GQA, 0, msg, sizeof msg),
+                  KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(msg, "khub-test/caps-old :: attn: missing flag gqa");
+    ASSERT_STATUS(pick(rt, KHUB_OP_ATTENTION, 0, 0, KHUB_DTYPE_ID_BF16, msg, sizeof msg),
+                  KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(msg, "attn: activation dtype bf16 not in caps (takes f32)");
+    khub_runtime_free(rt);
+}
+
+/* A query of library 0.1 (no kind_flags, no act_dtype_id) still works. */
+TEST_IMPL(query_of_0_1)
+{
+    khub_runtime *rt = tp_runtime(1);
+    (void)tp_load(rt, "caps_now");
+    khub_op_query q = {
+        KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_ATTENTION,      .dtype_id = -1,
+        .flags = KHUB_CAP_GQA,           .kind_flags = UINT64_C(1) << 8, .act_dtype_id = 77};
+    q.struct_size = offsetof(khub_op_query, kind_flags);
+    khub_binding *b = NULL;
+    ASSERT_OK(khub_registry_select(rt, &q, &b));
+    khub_runtime_free(rt);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -430,6 +522,9 @@ TEST_IMPL(static_rules)
     X(abi_sizes_per_minor) \
     X(target_minor_stamps_note_and_desc) \
     X(target_minor_sees_only_its_minor) \
+    X(per_kind_caps) \
+    X(caps_fields_gated_on_minor) \
+    X(query_of_0_1) \
     X(static_init_error_via_host_fail) \
     X(static_rules)
 TEST_MAIN(TEST_LIST)

@@ -263,6 +263,13 @@ typedef struct khub_op_query {
     const char *plugin_id; /* prefer this plugin ("kernels-community/flash-attn2"), or NULL */
     const char *op_name;   /* prefer this op within it, or NULL */
     /* End of 0.1. */
+    /* added with plugin ABI 1.3: flags of the query's kind that must be
+     * present (KHUB_ATTN_*, KHUB_NORM_*, ...; ORed with flags), and the
+     * activation dtype the caller passes (khub_dtype_id; 0 is f32, -1 = don't
+     * care). */
+    uint64_t kind_flags;
+    int32_t act_dtype_id;
+    uint32_t reserved2;
 } khub_op_query;
 
 /* A binding: the registry's current answer to a query. It survives hot

@@ -246,6 +246,27 @@ typedef enum khub_op_kind { KHUB_OP_KINDS(KHUB__OP_KIND_ENUM) KHUB_OP_KIND__COUN
 #define KHUB_CAP_BIAS       (1u << 6) /* linear: bias supported */
 #define KHUB_CAP_RESIDUAL   (1u << 7) /* norm: fused residual add */
 
+#if KHUB_PLUGIN_TARGET_MINOR >= 3
+/* Capability flags per op kind (khub_op_caps.kind_flags, added in ABI 1.3).
+ * The 1.0 word above is one 32-bit namespace shared by every kind and it is
+ * nearly full; kind_flags gives each kind 64 bits of its own, so one bit
+ * means different things in different kinds. Bits 0-7 of each kind are the
+ * 1.0 KHUB_CAP_* bits that apply to it, at the same positions, and the host
+ * reads flags | kind_flags, so the 1.0 word stays readable and a 1.0-1.2
+ * plugin's flags keep their meaning. A kind's new flags start at its bit 8.
+ * Values are ABI: never renumber. */
+#define KHUB_ATTN_CAUSAL           ((uint64_t)KHUB_CAP_CAUSAL)
+#define KHUB_ATTN_GQA              ((uint64_t)KHUB_CAP_GQA)
+#define KHUB_ATTN_MASK             ((uint64_t)KHUB_CAP_MASK)
+#define KHUB_ATTN_STRIDED_KV       ((uint64_t)KHUB_CAP_STRIDED_KV) /* strides and byte_offset */
+#define KHUB_ATTN_KV_F16           ((uint64_t)KHUB_CAP_KV_F16)
+#define KHUB_ATTN_SLIDING          ((uint64_t)KHUB_CAP_SLIDING)
+#define KHUB_LINEAR_BIAS           ((uint64_t)KHUB_CAP_BIAS) /* linear and qlinear */
+#define KHUB_NORM_RESIDUAL         ((uint64_t)KHUB_CAP_RESIDUAL)
+#define KHUB_KV_CACHE_STRIDED_VIEW ((uint64_t)KHUB_CAP_STRIDED_KV) /* views are strided */
+#define KHUB_KV_CACHE_F16          ((uint64_t)KHUB_CAP_KV_F16)     /* f16 storage */
+#endif
+
 typedef struct khub_op_caps {
     KHUB_STRUCT_HEADER;
     uint32_t device_type;     /* khub_device_type */
@@ -261,6 +282,16 @@ typedef struct khub_op_caps {
     int32_t priority; /* static preference, higher wins; reference plugins use 0 */
     uint32_t reserved2;
     /* End of ABI 1.0. */
+#if KHUB_PLUGIN_TARGET_MINOR >= 3
+    /* added in ABI 1.3: flags of the op's own kind (KHUB_ATTN_*, KHUB_NORM_*,
+     * ...); the host serves flags | kind_flags. */
+    uint64_t kind_flags;
+    /* added in ABI 1.3: KHUB_DTYPE_BIT(...) of the activation dtypes the op
+     * takes and writes (x, y, q, out, gate, up, residual; weights and K/V
+     * are `dtypes`). 0 = f32 only, which is what every op of 1.0-1.2 takes;
+     * bf16 and f16 are for GPU ops. */
+    uint64_t act_dtypes;
+#endif
 } khub_op_caps;
 
 /* The run function of an op: args points at the kind's argument struct. */
@@ -309,6 +340,54 @@ static inline khub_status khub_plugin_desc_put(khub_plugin_desc *out, const khub
     out->abi_minor = KHUB_PLUGIN_TARGET_MINOR;
     return KHUB_STATUS_OK;
 }
+
+/* ------------------------------------------------------------------------ */
+/* The calling contract: threads, aliasing, strides                         */
+/* ------------------------------------------------------------------------ */
+/*
+ * What the host does when it calls a plugin (runtime/registry.c, the
+ * executor in runtime/forward.c), so what a plugin may rely on and what it
+ * must cope with:
+ *
+ * Threads.
+ *   - init and score run once, at load, before any op call; quiesce then
+ *     shutdown run once, at retirement, after the last call into the plugin
+ *     returned. None of them overlaps anything else of the plugin.
+ *   - selftest may run (khub_plugin_selftest) while ops run on other threads.
+ *   - run (and the qlinear and kv_cache methods) may be called concurrently
+ *     from several threads with the SAME plugin state: there is one state per
+ *     loaded plugin, shared by every binding and every model of the runtime,
+ *     and khub_binding_call takes no lock around the call. Treat the state as
+ *     read-only after init, or guard what you change. A kv_cache object
+ *     (khub_kv_cache) is used by one model, one thread at a time.
+ *   - Inside a call, host->parallel_for runs the body on the runtime's pool;
+ *     a nested parallel_for runs inline. A CUDA op is handed the caller's
+ *     stream and must order its work on it (or on streams it owns and syncs).
+ *   - The plugin is retired (quiesce, shutdown, dlclose) only after every call
+ *     that entered it has returned.
+ * Strides and offsets (khub_tensor.strides in elements, byte_offset in bytes).
+ *   - Attention k and v are cache views: strided (any strides, as the KV
+ *     cache's view returns them; the reference cache's are [head_dim,
+ *     cap * head_dim, 1]) and possibly at a non-zero byte_offset. An
+ *     attention op must honour both (KHUB_CAP_STRIDED_KV says it does).
+ *   - Every other tensor the executor passes (x, y, q, out, gate, up,
+ *     residual, weight, bias, the rotary x, kv_cache write's k and v) is
+ *     compact row-major: strides NULL and byte_offset 0. An op that gets a
+ *     strided tensor it cannot handle returns KHUB_STATUS_INVALID_ARG; it
+ *     never reads it as compact.
+ *   - Block-quantized weights are always compact rows of
+ *     khub_qformat_row_bytes(format, n_cols) bytes.
+ * Aliasing (the executor's in-place calls):
+ *   - norm: y may be x (q_norm and k_norm run in place); residual is never x
+ *     or y.
+ *   - activation: y may be gate (the gated MLP runs in place); up is never y.
+ *   - rotary: x is read and written in place.
+ *   - linear and qlinear: y never overlaps x, weight or bias.
+ *   - attention: out never overlaps q, k, v or mask.
+ *   - kv_cache write: k and v never overlap the cache's storage.
+ *   Where y may alias an input, an op must give the same result as if it
+ *   did not (read a row before writing it).
+ */
 
 /* ------------------------------------------------------------------------ */
 /* Argument structs, one per kind                                           */

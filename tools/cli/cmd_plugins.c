@@ -35,16 +35,10 @@ static void dtype_names(uint64_t mask, char *buf, size_t n)
     }
 }
 
-static void flag_names(uint32_t flags, char *buf, size_t n)
+/* The op's capability flags (the host's copy: the 1.0 word and its kind's). */
+static void flag_names(const khub_op_desc *op, char *buf, size_t n)
 {
-    static const char *names[] = {"causal", "gqa",     "mask", "strided_kv",
-                                  "kv_f16", "sliding", "bias", "residual"};
-    buf[0] = '\0';
-    for (int i = 0; i < 8; i++) {
-        if (!(flags & (1u << i))) continue;
-        size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", len ? "," : "", names[i]);
-    }
+    khub__cap_flag_names(op->kind, op->caps->kind_flags, ",", buf, n);
 }
 
 /* ======================================================================== */
@@ -79,8 +73,10 @@ static cJSON *op_json(const khub_op_desc *op)
     cJSON_AddStringToObject(o, "dtypes", buf);
     cpu_feature_names(c->cpu_features, buf, sizeof buf);
     cJSON_AddStringToObject(o, "cpu_features", buf);
-    flag_names(c->flags, buf, sizeof buf);
+    flag_names(op, buf, sizeof buf);
     cJSON_AddStringToObject(o, "flags", buf);
+    dtype_names(c->act_dtypes, buf, sizeof buf);
+    cJSON_AddStringToObject(o, "act_dtypes", buf);
     cJSON *hd = cJSON_AddArrayToObject(o, "head_dims");
     for (uint32_t i = 0; c->head_dims && i < c->n_head_dims; i++)
         cJSON_AddItemToArray(hd, cJSON_CreateNumber(c->head_dims[i]));
@@ -129,7 +125,7 @@ static void print_plugin_text(const khub_plugin *p)
         char dt[256], cpu[128], fl[128];
         dtype_names(c->dtypes, dt, sizeof dt);
         cpu_feature_names(c->cpu_features, cpu, sizeof cpu);
-        flag_names(c->flags, fl, sizeof fl);
+        flag_names(op, fl, sizeof fl);
         printf("  op %-14s %-10s %s dtypes=%s", op->name, khub__op_kind_name(op->kind),
                c->device_type == KHUB_DEVICE_CUDA ? "cuda" : "cpu", dt[0] ? dt : "-");
         if (cpu[0]) printf(" cpu=%s", cpu);
