@@ -52,7 +52,7 @@ static khub_status call(khub_model *m, khub_binding *b, const void *args, const 
                         int layer)
 {
     khub__inflight_role(what, layer);
-    khub_status st = khub_binding_call(b, args);
+    khub_status st = khub__verified_call(m, b, args, what, layer);
     khub__inflight_role(NULL, -1);
     if (st == KHUB_STATUS_OK) return st;
     return khub__fail(m->rt, st, "%s: layer %d %s failed in %s", m->file, layer, what,

@@ -219,6 +219,7 @@ khub_status khub_option_bounds(khub_option opt, int64_t *min, int64_t *max)
     case KHUB_OPT_ISOLATED_INIT:
     case KHUB_OPT_CONTAIN:
     case KHUB_OPT_ALLOW_QUARANTINED: lo = 0, hi = 1; break;
+    case KHUB_OPT_VERIFY_KERNELS: lo = 0, hi = 1 << 30; break;
     default: return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "unknown option %d", (int)opt);
     }
     if (min) *min = lo;
@@ -251,6 +252,7 @@ khub_status khub_runtime_set_option(khub_runtime *rt, khub_option opt, int64_t v
     case KHUB_OPT_ISOLATED_INIT: rt->isolated_init = (int)value; break;
     case KHUB_OPT_CONTAIN: set_contain(rt, (int)value); break;
     case KHUB_OPT_ALLOW_QUARANTINED: rt->allow_quarantined = (int)value; break;
+    case KHUB_OPT_VERIFY_KERNELS: rt->verify_kernels = (int)value; break;
     default: break;
     }
     return KHUB_STATUS_OK;
@@ -266,6 +268,7 @@ khub_status khub_runtime_get_option(const khub_runtime *rt, khub_option opt, int
     case KHUB_OPT_ISOLATED_INIT: *value = rt->isolated_init; break;
     case KHUB_OPT_CONTAIN: *value = rt->contain; break;
     case KHUB_OPT_ALLOW_QUARANTINED: *value = rt->allow_quarantined; break;
+    case KHUB_OPT_VERIFY_KERNELS: *value = rt->verify_kernels; break;
     default: return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "unknown option %d", (int)opt);
     }
     return KHUB_STATUS_OK;

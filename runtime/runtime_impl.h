@@ -38,6 +38,7 @@ struct khub_runtime {
     int isolated_init;     /* KHUB_OPT_ISOLATED_INIT */
     int contain;           /* KHUB_OPT_CONTAIN (holds a khub__contain_acquire when 1) */
     int allow_quarantined; /* KHUB_OPT_ALLOW_QUARANTINED */
+    int verify_kernels;    /* KHUB_OPT_VERIFY_KERNELS: 1 call in N, 0 = off */
 
     /* Last error (first error wins until khub__clear). */
     pthread_mutex_t err_lock;

@@ -7,7 +7,9 @@
 # Each misbehaviour names the plugin, op and role on stderr; exit(0) is not a
 # success; the crashed build is quarantined in the cache: the next run is
 # refused, `khub cache quarantine` lists it, --allow-quarantined loads it
-# with a warning, `khub cache unquarantine` clears it.
+# with a warning, `khub cache unquarantine` clears it. CRASHY_MODE=wrong makes
+# it wrong on one row (decode) only: its self-test (4 rows) passes and
+# --verify-kernels catches it.
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 MODEL=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -27,7 +29,10 @@ s = s.replace(anchor, anchor + """    static int *volatile wild = (int *)(uintpt
     if (mode && mode[0] == 's') *wild = 1;
     if (mode && mode[0] == 'a') abort();
     if (mode && mode[0] == 'e') exit(0);
+    float wrong = mode && mode[0] == 'w' && n == 1 ? 1.5f : 1.0f; /* self-test rows: 4 */
 """, 1)
+s = s.replace("* scale * w[i];", "* scale * w[i] * wrong;", 1)
+assert "* wrong;" in s
 open(p, "w").write(s)
 PY
 "$KHUB" keygen pub > /dev/null
@@ -89,3 +94,16 @@ CRASHY_MODE=exit run > e.out 2> e.err || rc=$?
 grep -q "^khub: exit() called in plugin acme/crashy 1.0.0 :: rms_norm (norm, role [a-z_]* layer [0-9]*); exiting with status 70 (KHUB_EXIT_PLUGIN_EXITED) instead; quarantined (" e.err ||
     fail "exit line: $(cat e.err)"
 echo "ok   exit(0) in rms_norm: status 70, named, quarantined"
+"$KHUB" cache unquarantine --all > /dev/null || fail "unquarantine --all"
+
+# Wrong on one row only (decode): the self-test passes with the fault on,
+# a plain run does not notice, --verify-kernels names plugin, op and NMSE.
+CRASHY_MODE=wrong "$KHUB" check crashy > w.log 2>&1 || { cat w.log; fail "check with the shape fault"; }
+CRASHY_MODE=wrong run > w.out 2> w.err || { cat w.err; fail "run with the shape fault, unchecked"; }
+rc=0
+CRASHY_MODE=wrong run --verify-kernels > v.out 2> v.err || rc=$?
+[ "$rc" -eq 1 ] || { cat v.err; fail "--verify-kernels: exit status $rc, want 1"; }
+grep -q "SmolLM2-135M-Instruct.Q4_1.gguf: --verify-kernels: acme/crashy 1.0.0 :: rms_norm (attn_norm, layer 0) differs from khub/ref-cpu: NMSE 0.25 of y over [0-9]* values, tolerance 1e-05" v.err ||
+    fail "--verify-kernels message: $(cat v.err)"
+run --verify-kernels > v.out 2> v.err || { cat v.err; fail "--verify-kernels on a correct kernel"; }
+echo "ok   a kernel wrong on the model's shapes passes its self-test; --verify-kernels catches it"

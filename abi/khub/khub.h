@@ -135,6 +135,13 @@ typedef enum khub_option {
      * warning); default 0: such a load fails with KHUB_STATUS_QUARANTINED.
      * Since 0.1. */
     KHUB_OPT_ALLOW_QUARANTINED = 6,
+    /* N > 0 = cross-check kernels at run time: one model-forward call in N
+     * of each op kind (norm, activation, rotary, linear, attention; 1 =
+     * every call) is also run through khub/ref-cpu on copies of its inputs,
+     * and an NMSE over the kind's tolerance fails the call with
+     * KHUB_STATUS_KERNEL_MISMATCH naming the plugin, op, role and NMSE.
+     * Default 0 (off); costs a reference call per checked call. Since 0.1. */
+    KHUB_OPT_VERIFY_KERNELS = 7,
     KHUB_OPT__COUNT
 } khub_option;
 

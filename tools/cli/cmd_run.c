@@ -28,7 +28,7 @@ typedef struct run_args {
     const char *kernels, *lock, *policy;
     int threads, chat, explain, json, strict, ignore_eos, allow_unsigned, quant_embeddings;
     int64_t max_context; /* 0 = the executor's default */
-    int allow_quarantined;
+    int allow_quarantined, verify_kernels;
     khub_generate_opts gen;
 } run_args;
 
@@ -122,6 +122,8 @@ static int parse(int argc, char **argv, run_args *a)
                 a->allow_unsigned = 1;
             else if (!strcmp(f, "--allow-quarantined"))
                 a->allow_quarantined = 1;
+            else if (!strcmp(f, "--verify-kernels"))
+                a->verify_kernels = 1;
             else if (!strcmp(f, "--ignore-eos"))
                 a->ignore_eos = 1;
             else if (!strcmp(f, "--quant-embeddings"))
@@ -233,6 +235,7 @@ static int run(int argc, char **argv)
     khub_runtime *rt = khub_cli_runtime("run", a.threads);
     if (!rt) return 1;
     if (a.allow_quarantined) khub_runtime_set_option(rt, KHUB_OPT_ALLOW_QUARANTINED, 1);
+    if (a.verify_kernels) khub_runtime_set_option(rt, KHUB_OPT_VERIFY_KERNELS, 1);
     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .strict = a.strict,
                           .quant_embeddings = a.quant_embeddings, .max_context = a.max_context};
     if (!a.json && isatty(2)) {
@@ -351,6 +354,9 @@ static const khub_cli_cmd run_cmd = {
     "  --allow-unsigned      accept unsigned kernels of organisations the policy omits\n"
     "  --allow-quarantined   load a kernel build that crashed or called exit() in an earlier\n"
     "                        run (khub cache quarantine lists them; a warning says so)\n"
+    "  --verify-kernels      check every norm, activation, rotary, linear and attention call\n"
+    "                        against khub/ref-cpu (NMSE per op kind); a kernel that differs\n"
+    "                        fails the run naming plugin, op, role and NMSE (slow: a debug aid)\n"
     "  --strict              fail instead of falling back (no variant, plugin cannot serve)\n"
     "  --explain             print which plugin serves each role, with the selection trace\n"
     "  --json                print one JSON object: results (text, tokens, stop reason per\n"
