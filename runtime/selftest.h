@@ -7,7 +7,13 @@
  *   norm        [n, dim]                     (run with and without residual)
  *   activation  [n, ff]
  *   attention   [n_q, n_heads, n_kv_heads, head_dim(, n_kv)]  causal; the queries
- *               are the last n_q of n_kv positions (n_kv = n_q by default)
+ *               are the last n_q of n_kv positions (n_kv = n_q by default);
+ *               compact f32 K/V first, then every case the op's caps claim:
+ *               K/V from khub/ref-cpu's kv_cache view and a padded view with
+ *               a byte offset (STRIDED_KV), a decode step and a longer chunk,
+ *               f16 K/V (KV_F16), a mask (MASK), a window (SLIDING), an odd
+ *               head dim; the score is the worst case's, the report names
+ *               the first case over the tolerance (docs/kernel-format.md)
  *   linear      [n, in, out]                 dtype f32, f16 or bf16 weights
  *   qlinear     [n, in, out]                 dtype q8_0, q4_0, q4_1, int8_row or
  *                                            nf4 (weights quantized by ref-cpu)
