@@ -653,9 +653,9 @@ static khub_status t_attn(bench *b, const char *pid, const khub_selftest_spec *s
         b->rt, bind_pair(b->rt, KHUB_OP_ATTENTION, pid, s->op, KHUB_DTYPE_ID_F32, (int)hd, &p));
     const khub_op_desc *op = khub_binding_acquire(p.test, &(void *){NULL});
     khub_op_caps caps = {0};
-    if (op && op->caps)
-        caps.flags = op->caps->flags, caps.head_dims = op->caps->head_dims,
-        caps.n_head_dims = op->caps->n_head_dims;
+    if (op && op->caps) /* the host's copy: kind_flags (ABI 1.3) holds the 1.0 word too */
+        caps.flags = (uint32_t)(op->caps->flags | op->caps->kind_flags),
+        caps.head_dims = op->caps->head_dims, caps.n_head_dims = op->caps->n_head_dims;
     khub_binding_release(p.test);
     attn_case cases[MAX_ATTN_CASES];
     /* timing (min_s > 0) measures the spec as written, compact */

@@ -139,7 +139,12 @@ static const char *nostride_src =
     "      o[(i * nh + h) * hd + e] = acc / sum; } }\n"
     "  return KHUB_STATUS_OK; }\n"
     "static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = 1,\n"
-    "  .dtypes = 1, .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV};\n"
+    "  .dtypes = 1,\n"
+    "#ifdef KIND_FLAGS /* ABI 1.3: the claim in the attention kind's own word */\n"
+    "  .kind_flags = KHUB_ATTN_CAUSAL | KHUB_ATTN_GQA | KHUB_ATTN_STRIDED_KV};\n"
+    "#else\n"
+    "  .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV};\n"
+    "#endif\n"
     "static const khub_op_desc ops[] = {{KHUB_STRUCT_INIT(khub_op_desc), .name = \"attn\",\n"
     "  .kind = KHUB_OP_ATTENTION, .caps = &caps, .run = run}};\n"
     "static khub_status init(const khub_host_api *h, khub_plugin_desc *o, char *e, size_t n)\n"
@@ -154,30 +159,35 @@ TEST_IMPL(attention_ignoring_strides_fails_on_cache_view)
     ASSERT(mkdtemp(dir) != NULL);
     char src[128], so[128], cmd[1024];
     snprintf(src, sizeof src, "%s/nostride.c", dir);
-    snprintf(so, sizeof so, "%s/nostride.so", dir);
     FILE *f = fopen(src, "w");
     fputs(nostride_src, f);
     fclose(f);
-    snprintf(cmd, sizeof cmd,
-             "cc -std=gnu11 -shared -fPIC -fvisibility=hidden -DKHUB_PLUGIN_MODULE -I%s/abi %s "
-             "-o %s -lm",
-             KHUB_SOURCE_DIR, src, so);
-    if (system(cmd) != 0) TEST_SKIP("no C compiler for the fixture");
-    khub_runtime *rt = runtime_with_builtins();
-    char hex[65];
-    ASSERT_OK(khub__sha256_file_hex(so, hex));
-    ASSERT_OK(khub_plugin_load(rt, so, hex, NULL));
-    char rep[512];
-    double e = 0;
-    /* decode step: one query over 10 keys */
-    khub_selftest_spec s = {"attn", {1, 4, 2, 16, 10}, 5, "f32", 1e-8};
-    ASSERT_STATUS(khub__selftest_run(rt, "t/nostride", &s, &e, rep, sizeof rep), KHUB_STATUS_ERROR);
-    fprintf(stderr, "  %s\n", rep);
-    ASSERT_CONTAINS(rep, "attn [1, 4, 2, 16, 10] f32: NMSE ");
-    ASSERT_CONTAINS(rep, "> 1e-08 with K/V f32 khub/ref-cpu kv_cache view (strides [16, 256, 1], "
-                         "byte offset 0), n_q 1, n_kv 10, head_dim 16");
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "self-test failed");
-    khub_runtime_free(rt);
+    /* the claim in the 1.0 flags word, then in ABI 1.3's kind_flags */
+    for (int v13 = 0; v13 < 2; v13++) {
+        snprintf(so, sizeof so, "%s/nostride%d.so", dir, v13);
+        snprintf(cmd, sizeof cmd,
+                 "cc -std=gnu11 -shared -fPIC -fvisibility=hidden -DKHUB_PLUGIN_MODULE %s -I%s/abi "
+                 "%s -o %s -lm",
+                 v13 ? "-DKIND_FLAGS" : "", KHUB_SOURCE_DIR, src, so);
+        if (system(cmd) != 0) TEST_SKIP("no C compiler for the fixture");
+        khub_runtime *rt = runtime_with_builtins();
+        char hex[65];
+        ASSERT_OK(khub__sha256_file_hex(so, hex));
+        ASSERT_OK(khub_plugin_load(rt, so, hex, NULL));
+        char rep[512];
+        double e = 0;
+        /* decode step: one query over 10 keys */
+        khub_selftest_spec s = {"attn", {1, 4, 2, 16, 10}, 5, "f32", 1e-8};
+        ASSERT_STATUS(khub__selftest_run(rt, "t/nostride", &s, &e, rep, sizeof rep),
+                      KHUB_STATUS_ERROR);
+        fprintf(stderr, "  %s\n", rep);
+        ASSERT_CONTAINS(rep, "attn [1, 4, 2, 16, 10] f32: NMSE ");
+        ASSERT_CONTAINS(rep,
+                        "> 1e-08 with K/V f32 khub/ref-cpu kv_cache view (strides [16, 256, 1], "
+                        "byte offset 0), n_q 1, n_kv 10, head_dim 16");
+        ASSERT_CONTAINS(khub_runtime_errmsg(rt), "self-test failed");
+        khub_runtime_free(rt);
+    }
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     ASSERT(system(cmd) == 0);
 }
