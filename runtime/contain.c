@@ -50,6 +50,10 @@ static const int fatal_signals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
 static pthread_mutex_t install_lock = PTHREAD_MUTEX_INITIALIZER;
 static int n_wanting;         /* runtimes with KHUB_OPT_CONTAIN on (under install_lock) */
 static atomic_int contain_on; /* n_wanting > 0, for the handlers */
+/* Set by the first report: a later signal is a consequence of the first
+ * (a sanitizer's handler, chained to, aborts after a SIGSEGV) and must not
+ * overwrite its line or marker. */
+static atomic_int reported;
 static struct sigaction previous[N_FATAL];
 
 /* ======================================================================== */
@@ -227,7 +231,8 @@ static void on_fatal(int sig, siginfo_t *info, void *ctx)
     size_t i = 0;
     while (i < N_FATAL && fatal_signals[i] != sig) i++;
     const khub__inflight *r = tls_now;
-    if (r && atomic_load(&contain_on)) report(r, signal_name(sig), "the process dies with it");
+    if (r && atomic_load(&contain_on) && !atomic_exchange(&reported, 1))
+        report(r, signal_name(sig), "the process dies with it");
     if (i < N_FATAL) {
         struct sigaction *o = &previous[i];
         sigaction(sig, o, NULL);
@@ -257,7 +262,8 @@ static void on_exit_hook(void)
 {
     const khub__inflight *r = tls_now;
     if (!r || !atomic_load(&contain_on)) return;
-    report(r, "exit() called", "exiting with status 70 (KHUB_EXIT_PLUGIN_EXITED) instead");
+    if (!atomic_exchange(&reported, 1))
+        report(r, "exit() called", "exiting with status 70 (KHUB_EXIT_PLUGIN_EXITED) instead");
     _exit(KHUB_EXIT_PLUGIN_EXITED);
 }
 
