@@ -47,6 +47,15 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_abi_note, kinds) == 12, "khub_abi_note.kinds");
     _Static_assert(offsetof(khub_abi_note, id) == 16, "khub_abi_note.id");
     _Static_assert(offsetof(khub_abi_note, version) == 80, "khub_abi_note.version");
+    /* added in ABI 1.3 */
+    _Static_assert(sizeof(khub_abi_note_v2) == 304, "khub_abi_note_v2");
+    _Static_assert(offsetof(khub_abi_note_v2, note_version) == 0, "khub_abi_note_v2.note_version");
+    _Static_assert(offsetof(khub_abi_note_v2, abi_major) == 4, "khub_abi_note_v2.abi_major");
+    _Static_assert(offsetof(khub_abi_note_v2, abi_minor) == 6, "khub_abi_note_v2.abi_minor");
+    _Static_assert(offsetof(khub_abi_note_v2, ptr_size) == 8, "khub_abi_note_v2.ptr_size");
+    _Static_assert(offsetof(khub_abi_note_v2, kinds) == 12, "khub_abi_note_v2.kinds");
+    _Static_assert(offsetof(khub_abi_note_v2, id) == 16, "khub_abi_note_v2.id");
+    _Static_assert(offsetof(khub_abi_note_v2, version) == 272, "khub_abi_note_v2.version");
     _Static_assert(sizeof(khub_cuda_launch_cfg) == 48, "khub_cuda_launch_cfg");
     KHUB_LAYOUT_HEADER(khub_cuda_launch_cfg);
     _Static_assert(offsetof(khub_cuda_launch_cfg, grid) == 8, "khub_cuda_launch_cfg.grid");

@@ -267,14 +267,11 @@ static void check_note(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, khub_gate_repo
         if (nh.n_type != KHUB_NOTE_TYPE || nh.n_namesz != sizeof(KHUB_NOTE_NAME) ||
             memcmp((const char *)d->d_buf + name_off, KHUB_NOTE_NAME, nh.n_namesz) != 0)
             continue;
-        if (nh.n_descsz < sizeof(khub_abi_note)) {
-            add_finding(rep, "ABI note is %u bytes, want %zu", (unsigned)nh.n_descsz,
-                        sizeof(khub_abi_note));
+        if (!khub__note_decode((const char *)d->d_buf + desc_off, nh.n_descsz, &rep->note)) {
+            add_finding(rep, "ABI note is %u bytes, want %zu (version 1) or %zu (version 2)",
+                        (unsigned)nh.n_descsz, sizeof(khub_abi_note), sizeof(khub_abi_note_v2));
             return;
         }
-        memcpy(&rep->note, (const char *)d->d_buf + desc_off, sizeof rep->note);
-        rep->note.id[sizeof rep->note.id - 1] = '\0';
-        rep->note.version[sizeof rep->note.version - 1] = '\0';
         rep->has_note = 1;
         return;
     }

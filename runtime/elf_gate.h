@@ -38,13 +38,19 @@ typedef struct khub_gate_policy {
 #define KHUB_GATE_MAX_FINDINGS 32
 
 typedef struct khub_gate_report {
-    khub_abi_note note; /* valid when has_note */
+    khub_abi_note_v2 note; /* valid when has_note; a version 1 note decoded */
     int has_note;
     int has_entry;      /* exports KHUB_PLUGIN_ENTRY as a function */
     char max_glibc[32]; /* highest GLIBC_x.y referenced, "" if none */
     size_t n_findings;
     char findings[KHUB_GATE_MAX_FINDINGS][256]; /* one line per violation */
 } khub_gate_report;
+
+/* Decodes an ABI note descriptor of size bytes (untrusted) of version 1 or 2
+ * into the version 2 layout; id and version are "" when not NUL-terminated
+ * within their field (runtime/elf_inspect.c). False when it is too short for its version; an
+ * unknown version is decoded (header only) for the caller to refuse. */
+KHUB_INTERNAL bool khub__note_decode(const void *desc, size_t size, khub_abi_note_v2 *out);
 
 /* The default allow-list: the C library family and the dynamic loader (and,
  * in a KHUB_SANITIZE build, the sanitizer runtimes its own plugins need). */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "elf_gate.h"
 #include "runtime_impl.h"
 
 #if defined(__x86_64__)
@@ -176,8 +177,37 @@ static khub_status check_tables(const unsigned char *b, size_t size, const char 
 static pthread_once_t elf_once = PTHREAD_ONCE_INIT;
 static void elf_init(void) { (void)elf_version(EV_CURRENT); }
 
+/* Copies a string of a note of capacity cap into dst (of dst_cap bytes), or
+ * leaves dst "" when it is not NUL-terminated within cap. */
+static void note_str(char *dst, size_t dst_cap, const char *src, size_t cap)
+{
+    memset(dst, 0, dst_cap);
+    if (memchr(src, '\0', cap) && cap <= dst_cap) memcpy(dst, src, cap);
+}
+
+bool khub__note_decode(const void *desc, size_t size, khub_abi_note_v2 *out)
+{
+    memset(out, 0, sizeof *out);
+    if (size < offsetof(khub_abi_note, id)) return false;
+    memcpy(out, desc, offsetof(khub_abi_note, id)); /* version, ABI, ptr_size, kinds */
+    if (out->note_version == 1 && size >= sizeof(khub_abi_note)) {
+        khub_abi_note v1;
+        memcpy(&v1, desc, sizeof v1);
+        note_str(out->id, sizeof out->id, v1.id, sizeof v1.id);
+        note_str(out->version, sizeof out->version, v1.version, sizeof v1.version);
+    } else if (out->note_version == 2 && size >= sizeof(khub_abi_note_v2)) {
+        khub_abi_note_v2 v2;
+        memcpy(&v2, desc, sizeof v2);
+        note_str(out->id, sizeof out->id, v2.id, sizeof v2.id);
+        note_str(out->version, sizeof out->version, v2.version, sizeof v2.version);
+    } else if (out->note_version == 1 || out->note_version == 2) {
+        return false; /* shorter than its version's layout */
+    }
+    return true;
+}
+
 /* Looks for the khub note in one SHT_NOTE section's data. */
-static bool find_note(Elf_Data *d, khub_abi_note *out)
+static bool find_note(Elf_Data *d, khub_abi_note_v2 *out)
 {
     size_t off = 0, name_off, desc_off;
     GElf_Nhdr nh;
@@ -189,16 +219,14 @@ static bool find_note(Elf_Data *d, khub_abi_note *out)
         const char *name = (const char *)d->d_buf + name_off;
         if (nh.n_type == KHUB_NOTE_TYPE && nh.n_namesz == sizeof(KHUB_NOTE_NAME) &&
             memcmp(name, KHUB_NOTE_NAME, sizeof(KHUB_NOTE_NAME)) == 0 &&
-            nh.n_descsz >= sizeof(khub_abi_note)) {
-            memcpy(out, (const char *)d->d_buf + desc_off, sizeof *out);
+            khub__note_decode((const char *)d->d_buf + desc_off, nh.n_descsz, out))
             return true;
-        }
     }
     return false;
 }
 
 /* 0 = no .note.khub section, 1 = section without a khub note, 2 = found. */
-static int read_note(Elf *e, khub_abi_note *note)
+static int read_note(Elf *e, khub_abi_note_v2 *note)
 {
     size_t shstrndx;
     if (elf_getshdrstrndx(e, &shstrndx) != 0) return 0;
@@ -214,8 +242,6 @@ static int read_note(Elf *e, khub_abi_note *note)
     }
     return result;
 }
-
-static bool str_terminated(const char *s, size_t cap) { return memchr(s, '\0', cap) != NULL; }
 
 /* ======================================================================== */
 /* Plugin names                                                             */
@@ -257,15 +283,14 @@ khub_status khub__plugin_name_check(const char *id, const char *version, char *m
     return KHUB_STATUS_OK;
 }
 
-static khub_status check_note(const khub_abi_note *note, const char *label, char *msg, size_t n)
+static khub_status check_note(const khub_abi_note_v2 *note, const char *label, char *msg, size_t n)
 {
-    if (note->note_version != 1) {
-        khub__errbuf(msg, n, "%s: ABI note version %u, host reads version 1; update khub", label,
-                     (unsigned)note->note_version);
+    if (note->note_version != 1 && note->note_version != 2) {
+        khub__errbuf(msg, n, "%s: ABI note version %u, host reads versions 1 and 2; update khub",
+                     label, (unsigned)note->note_version);
         return KHUB_STATUS_NO_ABI_NOTE;
     }
-    if (!str_terminated(note->id, sizeof note->id) || note->id[0] == '\0' ||
-        !str_terminated(note->version, sizeof note->version) || note->version[0] == '\0') {
+    if (note->id[0] == '\0' || note->version[0] == '\0') { /* "" when unterminated */
         khub__errbuf(msg, n,
                      "%s: malformed ABI note: id or version empty or unterminated; "
                      "rebuild the plugin with KHUB_PLUGIN_DEFINE",
@@ -301,7 +326,7 @@ khub_status khub__elf_inspect(const void *data, size_t size, const char *label,
         khub__errbuf(msg, n, "%s: libelf cannot read it: %s", label, elf_errmsg(-1));
         return KHUB_STATUS_NOT_ELF;
     }
-    khub_abi_note note;
+    khub_abi_note_v2 note;
     int found = read_note(e, &note);
     elf_end(e);
     if (found != 2) {
@@ -316,7 +341,8 @@ khub_status khub__elf_inspect(const void *data, size_t size, const char *label,
     st = check_note(&note, label, msg, n);
     if (st != KHUB_STATUS_OK) return st;
 
-    memcpy(info->id, note.id, sizeof info->id);
+    snprintf(info->id, sizeof info->id, "%s", note.id);
+    memcpy(info->full_id, note.id, sizeof info->full_id);
     memcpy(info->version, note.version, sizeof info->version);
     info->plugin_abi_major = note.abi_major;
     info->plugin_abi_minor = note.abi_minor;

@@ -442,12 +442,13 @@ static khub_status check_desc(const khub_plugin_desc *d, const khub_plugin_info 
                      d->abi_major, d->abi_minor, note->plugin_abi_major, note->plugin_abi_minor);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
-    if (!d->id || strnlen(d->id, sizeof note->id) >= sizeof note->id || !d->id[0] || !d->version ||
-        strnlen(d->version, sizeof note->version) >= sizeof note->version || !d->version[0]) {
+    if (!d->id || strnlen(d->id, sizeof note->full_id) >= sizeof note->full_id || !d->id[0] ||
+        !d->version || strnlen(d->version, sizeof note->version) >= sizeof note->version ||
+        !d->version[0]) {
         khub__errbuf(msg, n,
                      "%s: descriptor id or version is NULL, empty or too long "
                      "(id < %zu, version < %zu bytes)",
-                     who, sizeof note->id, sizeof note->version);
+                     who, sizeof note->full_id, sizeof note->version);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
     char why_name[KHUB_ERROR_SIZE];
@@ -455,9 +456,9 @@ static khub_status check_desc(const khub_plugin_desc *d, const khub_plugin_info 
         khub__errbuf(msg, n, "%s: descriptor %s", who, why_name);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
-    if (note && (strcmp(d->id, note->id) != 0 || strcmp(d->version, note->version) != 0)) {
+    if (note && (strcmp(d->id, note->full_id) != 0 || strcmp(d->version, note->version) != 0)) {
         khub__errbuf(msg, n, "%s: descriptor names %s %s, its ELF note %s %s", who, d->id,
-                     d->version, note->id, note->version);
+                     d->version, note->full_id, note->version);
         return KHUB_STATUS_PLUGIN_INVALID;
     }
     return KHUB_STATUS_OK;
@@ -492,8 +493,8 @@ static khub_status check_kinds(const khub_plugin *p, uint32_t note_kinds, const 
 static khub_status negotiate(khub_plugin *p, khub_plugin_init_fn init, const khub_plugin_info *note,
                              char *msg, size_t n)
 {
-    char who[128];
-    snprintf(who, sizeof who, "plugin %s %s", note ? note->id : "(static)",
+    char who[384]; /* ids are up to 255 bytes (note version 2) */
+    snprintf(who, sizeof who, "plugin %s %s", note ? note->full_id : "(static)",
              note ? note->version : "");
     /* What the plugin's minor declares, and no more (abi_minor.c). A static
      * plugin has no note: it gets this host's whole table. */
@@ -634,7 +635,7 @@ static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_
     p->dl = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
     if (!p->dl) {
         const char *e = dlerror();
-        khub__errbuf(msg, n, "plugin %s %s (%s): dlopen failed: %s", info->id, info->version,
+        khub__errbuf(msg, n, "plugin %s %s (%s): dlopen failed: %s", info->full_id, info->version,
                      p->path, e ? e : "unknown error");
         return KHUB_STATUS_DLOPEN;
     }
@@ -683,7 +684,7 @@ static khub_status prepare(khub_runtime *rt, const char *path, const char *sha25
         khub__errbuf(msg, n,
                      "plugin %s %s (%s): no entry symbol %s; build it with "
                      "KHUB_PLUGIN_DEFINE as a module",
-                     info.id, info.version, path, KHUB_PLUGIN_ENTRY);
+                     info.full_id, info.version, path, KHUB_PLUGIN_ENTRY);
         st = KHUB_STATUS_NO_ENTRY;
         goto fail;
     }

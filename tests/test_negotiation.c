@@ -2,6 +2,7 @@
  * loader applies after init (each broken plugin: status and message). */
 #include "plugins/tp_args.h"
 #include "plugins/tp_util.h"
+#include "elf_gate.h"
 #include "runtime_impl.h"
 
 /* ------------------------------------------------------------------------ */
@@ -319,6 +320,49 @@ TEST_IMPL(target_minor_sees_only_its_minor)
     ASSERT_EQ(a.host_minor, KHUB_ABI_MINOR);
 }
 
+/* ABI note versions: a plugin that targets 1.0-1.2 emits version 1 (which
+ * older hosts read), one that targets 1.3+ version 2; this host reads both. */
+static uint32_t note_version_of(const char *name, char *id, size_t n)
+{
+    khub_gate_report rep;
+    char err[256];
+    (void)khub__gate_check_file(TP(name), NULL, &rep, err, sizeof err);
+    ASSERT(rep.has_note);
+    snprintf(id, n, "%s", rep.note.id);
+    return rep.note.note_version;
+}
+
+#define LONG_ID \
+    "khub-test/a-kernel-whose-hub-id-does-not-fit-the-63-bytes-of-note-version-1-a-kernel-" \
+    "whose-hub-id-does-not-fit-the-63-bytes-of-note-version-1-end"
+
+TEST_IMPL(note_v1_and_v2_read)
+{
+    char id[300];
+    ASSERT_EQ(note_version_of("target_1_1", id, sizeof id), 1);
+    ASSERT_STR_EQ(id, "khub-test/target-1-1");
+    ASSERT_EQ(note_version_of("target_now", id, sizeof id), 2);
+    ASSERT_EQ(note_version_of("long_id", id, sizeof id), 2);
+    ASSERT_STR_EQ(id, LONG_ID);
+    /* Both load: the version 1 note of a 1.1 target, the version 2 note of
+     * this header's (probe() loads and calls them). */
+    uint16_t major, minor;
+    (void)probe("target_1_1", &major, &minor);
+    (void)probe("target_now", &major, &minor);
+    /* A full Hub ID survives the note: inspect, load, and the descriptor's
+     * id must equal the note's whole id. */
+    khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
+    ASSERT_OK(khub_plugin_inspect(TP("long_id"), &info, NULL, 0));
+    ASSERT(strlen(LONG_ID) > 63);
+    ASSERT_STR_EQ(info.full_id, LONG_ID);
+    ASSERT_EQ(strlen(info.id), 63); /* the 0.1 field holds its first 63 bytes */
+    ASSERT(strncmp(info.id, LONG_ID, 63) == 0);
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "long_id");
+    ASSERT_STR_EQ(khub_plugin_id(p), LONG_ID);
+    khub_runtime_free(rt);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Per-kind caps flags and activation dtypes (1.3)                          */
 /* ------------------------------------------------------------------------ */
@@ -449,7 +493,7 @@ static khub_status init_long_id(const khub_host_api *host, khub_plugin_desc *out
                                 size_t errbuf_size)
 {
     (void)host, (void)errbuf, (void)errbuf_size;
-    static char id[100];
+    static char id[300]; /* over the 255 bytes of note version 2 */
     memset(id, 'x', sizeof id - 1);
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = id, .version = "0.1",
                           .shutdown = count_shutdown};
@@ -522,6 +566,7 @@ TEST_IMPL(static_rules)
     X(abi_sizes_per_minor) \
     X(target_minor_stamps_note_and_desc) \
     X(target_minor_sees_only_its_minor) \
+    X(note_v1_and_v2_read) \
     X(per_kind_caps) \
     X(caps_fields_gated_on_minor) \
     X(query_of_0_1) \

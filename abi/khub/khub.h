@@ -198,6 +198,9 @@ typedef struct khub_plugin_info {
     uint32_t elf_machine; /* EM_* */
     char sha256[65];      /* hex digest of the file's bytes */
     /* End of 0.1. */
+    /* added with plugin ABI 1.3 (ABI note version 2): the whole plugin id, up
+     * to 255 bytes; id holds it when it is under 64 bytes, else its first 63. */
+    char full_id[256];
 } khub_plugin_info;
 
 /* Reads a plugin file's ELF header and ABI note and checks them against this

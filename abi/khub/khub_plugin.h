@@ -103,6 +103,23 @@ typedef struct khub_abi_note {
     char version[32];  /* NUL-terminated plugin version, e.g. "1.2.0" */
 } khub_abi_note;
 
+#if KHUB_PLUGIN_TARGET_MINOR >= 3
+/* Version 2 of the note's descriptor (added in ABI 1.3): the same fields with
+ * room for a full Hub ID as plugin id (up to 255 bytes; version 1 holds 63).
+ * KHUB_PLUGIN_DEFINE emits version 2 when the plugin targets 1.3 or newer
+ * and version 1 (which older hosts read) when it targets 1.0-1.2; hosts of
+ * 1.3 and newer read both. */
+typedef struct khub_abi_note_v2 {
+    uint32_t note_version; /* 2 */
+    uint16_t abi_major;
+    uint16_t abi_minor;
+    uint32_t ptr_size;
+    uint32_t kinds;
+    char id[256];     /* NUL-terminated plugin id: a full Hub ID */
+    char version[32]; /* NUL-terminated plugin version */
+} khub_abi_note_v2;
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Host API: the host's function table, handed to the plugin at init        */
 /* ------------------------------------------------------------------------ */
@@ -574,17 +591,24 @@ typedef khub_status (*khub_plugin_init_fn)(const khub_host_api *host, khub_plugi
 
 #if defined(KHUB_PLUGIN_MODULE)
 #define KHUB__NOTE_ALIGN4(n) (((n) + 3u) & ~3u)
+#if KHUB_PLUGIN_TARGET_MINOR >= 3
+#define KHUB__NOTE_DESC    khub_abi_note_v2
+#define KHUB__NOTE_VERSION 2u
+#else
+#define KHUB__NOTE_DESC    khub_abi_note
+#define KHUB__NOTE_VERSION 1u
+#endif
 #define KHUB_PLUGIN_DEFINE_KINDS(init_fn, id_str, version_str, kinds_mask) \
     __attribute__((section(".note.khub"), used, aligned(4))) static const struct { \
         uint32_t namesz, descsz, type; \
         char name[KHUB__NOTE_ALIGN4(sizeof(KHUB_NOTE_NAME))]; \
-        khub_abi_note desc; \
+        KHUB__NOTE_DESC desc; \
     } khub__abi_note = {sizeof(KHUB_NOTE_NAME), \
-                        sizeof(khub_abi_note), \
+                        sizeof(KHUB__NOTE_DESC), \
                         KHUB_NOTE_TYPE, \
                         KHUB_NOTE_NAME, \
-                        {1, KHUB_ABI_MAJOR, KHUB_PLUGIN_TARGET_MINOR, (uint32_t)sizeof(void *), \
-                         (kinds_mask), id_str, version_str}}; \
+                        {KHUB__NOTE_VERSION, KHUB_ABI_MAJOR, KHUB_PLUGIN_TARGET_MINOR, \
+                         (uint32_t)sizeof(void *), (kinds_mask), id_str, version_str}}; \
     KHUB_PLUGIN_EXPORT khub_status khub_plugin_init_v1( \
         const khub_host_api *host, khub_plugin_desc *out, char *errbuf, size_t errbuf_size) \
     { \

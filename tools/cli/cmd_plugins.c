@@ -257,7 +257,7 @@ static int run_check(int argc, char **argv)
         if (st == KHUB_STATUS_OK) {
             char abi[16];
             snprintf(abi, sizeof abi, "%u.%u", info.plugin_abi_major, info.plugin_abi_minor);
-            cJSON_AddStringToObject(o, "id", info.id);
+            cJSON_AddStringToObject(o, "id", info.full_id);
             cJSON_AddStringToObject(o, "version", info.version);
             cJSON_AddStringToObject(o, "abi", abi);
             cJSON_AddStringToObject(o, "sha256", info.sha256);
@@ -279,8 +279,8 @@ static int run_check(int argc, char **argv)
     } else if (st != KHUB_STATUS_OK) {
         printf("FAIL %s: %s\n", path, err);
     } else {
-        printf("%s %s %s (ABI %u.%u)\n  sha256 %s\n", ok ? "ok  " : "FAIL", info.id, info.version,
-               info.plugin_abi_major, info.plugin_abi_minor, info.sha256);
+        printf("%s %s %s (ABI %u.%u)\n  sha256 %s\n", ok ? "ok  " : "FAIL", info.full_id,
+               info.version, info.plugin_abi_major, info.plugin_abi_minor, info.sha256);
         if (report[0]) printf("  %s\n", report);
         for (size_t i = 0; i < gate.n_findings; i++) printf("  ABI gate: %s\n", gate.findings[i]);
         if (gate_st != KHUB_STATUS_OK && !gate.n_findings) printf("  ABI gate: %s\n", gerr);
