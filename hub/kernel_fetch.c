@@ -22,6 +22,7 @@
  * A variant that is not cached yet is downloaded first and judged where it
  * is staged, before it is published into the cache.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -641,4 +642,61 @@ khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int
     }
     khub_hub_variant_list_free(vl);
     return st;
+}
+
+/* The newer of *best and the version of each variant folder under dir
+ * (dir/<variant>/metadata.json), which lies in the cache at commit. */
+static void newer_in_variants(const char *dir, const char *commit, char best[32],
+                              char best_commit[41])
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    for (struct dirent *de; (de = readdir(d));) {
+        char vdir[4096], version[32];
+        bool comparable = false;
+        if (de->d_name[0] == '.' || !KHUB__PATHF(vdir, "%s/%s", dir, de->d_name)) continue;
+        if (khub__lock_version_from_dir(vdir, version, NULL, 0) != KHUB_STATUS_OK) continue;
+        if (khub__lock_version_cmp(version, best, &comparable) <= 0 || !comparable) continue;
+        snprintf(best, 32, "%s", version);
+        snprintf(best_commit, 41, "%s", commit);
+    }
+    closedir(d);
+}
+
+/* Walks root/<commit>/<sub> for every commit folder but skip. */
+static void newer_in_commits(const char *root, const char *sub, const char *skip, char best[32],
+                             char best_commit[41])
+{
+    DIR *d = opendir(root);
+    if (!d) return;
+    for (struct dirent *de; (de = readdir(d));) {
+        char dir[4096];
+        if (strlen(de->d_name) != 40 || !strcmp(de->d_name, skip)) continue;
+        if (KHUB__PATHF(dir, "%s/%s%s", root, de->d_name, sub))
+            newer_in_variants(dir, de->d_name, best, best_commit);
+    }
+    closedir(d);
+}
+
+khub_status khub__kernel_cached_newer(khub_hub *hub, const khub_lock_entry *e, char version[32],
+                                      char commit[41])
+{
+    version[0] = commit[0] = '\0';
+    if (!e->kernel_version[0]) return KHUB_STATUS_OK;
+    khub_hub_id id;
+    char err[KHUB_ERROR_SIZE], repo_dir[4096], root[4096];
+    if (khub_hub_id_parse(e->repo, &id, err, sizeof err) != KHUB_STATUS_OK)
+        return khub__hub_fail(hub, KHUB_STATUS_BAD_ID, "%s", err);
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, &id, repo_dir, sizeof repo_dir));
+    char best[32], best_commit[41] = "";
+    snprintf(best, sizeof best, "%s", e->kernel_version);
+    if (KHUB__PATHF(root, "%s/snapshots", repo_dir))
+        newer_in_commits(root, "/build", e->commit, best, best_commit);
+    if (KHUB__PATHF(root, "%s/khub-variants", repo_dir))
+        newer_in_commits(root, "", e->commit, best, best_commit);
+    if (best_commit[0]) {
+        snprintf(version, 32, "%s", best);
+        snprintf(commit, 41, "%s", best_commit);
+    }
+    return KHUB_STATUS_OK;
 }

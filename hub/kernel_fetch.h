@@ -41,6 +41,14 @@ KHUB_INTERNAL khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_
 KHUB_INTERNAL khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e,
                                                   int all_variants, size_t *n_checked);
 
+/* The newest kernel version already in this cache for e's repo at another
+ * commit than e's (the metadata.json of every snapshot and unpacked
+ * variant, read without a trust decision: it only feeds khub sync's
+ * downgrade warning). version[0] = 0 when no other commit holds a version
+ * newer than e->kernel_version, or e has none. */
+KHUB_INTERNAL khub_status khub__kernel_cached_newer(khub_hub *hub, const khub_lock_entry *e,
+                                                    char version[32], char commit[41]);
+
 /* The highest v<N> branch of the repo and its commit (one refs request);
  * *newest = -1 when it has none. */
 KHUB_INTERNAL khub_status khub__kernel_newest_version(khub_hub *hub, const khub_hub_id *id,

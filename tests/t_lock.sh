@@ -157,10 +157,17 @@ grep -q "warning: kernels-community/kv-cache: downgrading from 1.0.1 (commit 333
     || fail "downgrade warning: $(cat up.out)"
 grep -q "\"commit\":	\"$C1\"" proj/khub.lock && grep -q '"kernel_version":	"1.0.0"' proj/khub.lock \
     || fail "allowed downgrade: $(cat proj/khub.lock)"
+# khub sync installs what the lock says, and warns that this cache already
+# holds a newer build of it (the lock was moved back)
+timeout 60 "$KHUB" sync proj > sync.out 2>&1 || fail "sync of the older lock: $(cat sync.out)"
+grep -q "khub: warning: kernels-community/kv-cache: proj/khub.lock pins version 1.0.0 (commit 111111111111), older than version 1.0.1 (commit 333333333333) already in this cache: was the lock moved back to an older build?" sync.out \
+    || fail "sync downgrade warning: $(cat sync.out)"
 refs kernels-community/kv-cache $C3 $C2
 timeout 60 "$KHUB" update proj kernels-community/kv-cache > up.out 2>&1 || fail "upgrade: $(cat up.out)"
 grep -q "\"commit\":	\"$C3\"" proj/khub.lock || fail "upgrade did not pin $C3"
-echo "ok   downgrade: khub update refuses a v1 moved back to an older signed build (lock unchanged), --allow-downgrade takes it with a warning"
+timeout 60 "$KHUB" sync proj > sync.out 2>&1 || fail "sync: $(cat sync.out)"
+if grep -q "warning" sync.out; then fail "sync of the newest build warned: $(cat sync.out)"; fi
+echo "ok   downgrade: khub update refuses a v1 moved back to an older signed build (lock unchanged), --allow-downgrade takes it with a warning; khub sync of a lock moved back warns"
 
 # --- a tampered cached file is refused, naming it --------------------------
 so=$(ls cache/kernels--kernels-community--kv-cache/khub-variants/$C3/$V/kv-cache-avx2.so)

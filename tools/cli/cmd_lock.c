@@ -267,6 +267,19 @@ static int load_lock(const char *cmd, const lock_args *a, char *lpath, size_t n,
     return 0;
 }
 
+/* A lock moved back to an older build than this machine already holds (a
+ * revert, or a lock from an older checkout): sync installs exactly what the
+ * lock says, so it warns instead of refusing; khub update refuses. */
+static void warn_sync_downgrade(khub_hub *hub, const khub_lock_entry *e, const char *lpath)
+{
+    char newer[32], commit[41];
+    if (khub__kernel_cached_newer(hub, e, newer, commit) != KHUB_STATUS_OK || !newer[0]) return;
+    fprintf(stderr,
+            "khub: warning: %s: %s pins version %s (commit %.12s), older than version %s "
+            "(commit %.12s) already in this cache: was the lock moved back to an older build?\n",
+            e->repo, lpath, e->kernel_version, e->commit, newer, commit);
+}
+
 static const khub_cli_cmd sync_cmd;
 static int run_sync(int argc, char **argv)
 {
@@ -283,9 +296,11 @@ static int run_sync(int argc, char **argv)
         const khub_lock_entry *e = &lock->items[i];
         if (khub__kernel_sync_entry(hub, e, a.all, &n) != KHUB_STATUS_OK)
             rc = khub_cli_fail("sync", "%s", khub_hub_errmsg(hub));
-        else
+        else {
             printf("synced %s@%s: %zu variant%s verified against %s\n", e->repo, e->commit, n,
                    n == 1 ? "" : "s", lpath);
+            warn_sync_downgrade(hub, e, lpath);
+        }
     }
     if (!hub) rc = 1;
     khub__lock_free(lock);
@@ -298,7 +313,9 @@ static const khub_cli_cmd sync_cmd = {
     "usage: khub sync [DIR] [--lock FILE] [--all-variants]\n\n"
     "Fetches the locked commit of every kernel in DIR/khub.lock (the variant this machine\n"
     "would load, or every locked variant with --all-variants, for air-gapped copies) and\n"
-    "checks every file against the lock. A cached, matching variant makes no request.\n",
+    "checks every file against the lock. A cached, matching variant makes no request.\n"
+    "Warns when the cache already holds a newer version of a locked kernel (a lock moved\n"
+    "back to an older build); it still installs what the lock pins.\n",
     run_sync};
 KHUB_CLI_COMMAND(sync_cmd)
 
