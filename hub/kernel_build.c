@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include <cjson/cJSON.h>
 
 #include "elf_gate.h"
+#include "install_paths.h"
 #include "kernel_build.h"
 #include "nvrtc.h"
 
@@ -183,13 +185,21 @@ static void provenance(const char *dir, char *commit, size_t n, int *dirty)
     if (run(st, out, sizeof out) == 0) *dirty = out[0] != '\0';
 }
 
+/* The folder holding khub/khub_plugin.h: the option or $KHUB_INCLUDE_DIR,
+ * else the include folder of the install prefix this code runs from (an
+ * installed khub builds against its own headers), else the source tree's,
+ * else the configured install folder. */
 static const char *find_include_dir(const khub_build_opts *o)
 {
-    static const char *candidates[3];
+    static const char *candidates[4];
+    static char relocated[PATH_MAX];
     candidates[0] = (o && o->include_dir) ? o->include_dir : getenv("KHUB_INCLUDE_DIR");
-    candidates[1] = KHUB_ABI_SOURCE_DIR;
-    candidates[2] = KHUB_ABI_INSTALL_DIR;
-    for (int i = 0; i < 3; i++) {
+    candidates[1] = khub__install_path(KHUB_INCLUDE_INSTALL_REL, relocated, sizeof relocated)
+                        ? relocated
+                        : NULL;
+    candidates[2] = KHUB_ABI_SOURCE_DIR;
+    candidates[3] = KHUB_ABI_INSTALL_DIR;
+    for (int i = 0; i < 4; i++) {
         if (!candidates[i]) continue;
         char probe[1200];
         snprintf(probe, sizeof probe, "%s/khub/khub_plugin.h", candidates[i]);

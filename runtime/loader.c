@@ -35,6 +35,7 @@
 
 #include "check.h"
 #include "elf_gate.h"
+#include "install_paths.h"
 #include "plugin_artifacts.h"
 #include "runtime_impl.h"
 
@@ -989,12 +990,19 @@ static bool plain_file_name(const char *s)
 
 static bool file_exists(const char *path) { return access(path, R_OK) == 0; }
 
-/* The manifest's directory: $KHUB_PLUGIN_DIR, else the build tree's, else
- * the installed one. */
-static const char *builtin_dir(void)
+/* The manifest's directory: $KHUB_PLUGIN_DIR; else the plugins of the
+ * install prefix this library runs from (an installed tree, wherever it was
+ * installed or moved); else the build tree's; else the install directory
+ * compiled in. buf holds the relocated path. */
+static const char *builtin_dir(char *buf, size_t size)
 {
     const char *env = getenv("KHUB_PLUGIN_DIR");
     if (env && env[0]) return env;
+    char probe[PATH_MAX + 16];
+    if (khub__install_path(KHUB_PLUGIN_INSTALL_REL, buf, size)) {
+        snprintf(probe, sizeof probe, "%s/plugins.json", buf);
+        if (file_exists(probe)) return buf;
+    }
     if (file_exists(KHUB_PLUGIN_BUILD_DIR "/plugins.json")) return KHUB_PLUGIN_BUILD_DIR;
     return KHUB_PLUGIN_INSTALL_DIR;
 }
@@ -1033,7 +1041,8 @@ khub_status khub_plugin_load_builtin(khub_runtime *rt)
 {
     KHUB_API_CHECK(NULL, rt != NULL);
     khub__clear(rt);
-    const char *dir = builtin_dir();
+    char dirbuf[PATH_MAX];
+    const char *dir = builtin_dir(dirbuf, sizeof dirbuf);
     char mpath[PATH_MAX], msg[KHUB_ERROR_SIZE];
     int len = snprintf(mpath, sizeof mpath, "%s/plugins.json", dir);
     KHUB_RETURN_IF(rt, len < 0 || (size_t)len >= sizeof mpath, KHUB_STATUS_INVALID_ARG,

@@ -217,8 +217,11 @@ KHUB_API khub_status khub_plugin_inspect(const char *path, khub_plugin_info *inf
 KHUB_API khub_status khub_plugin_load(khub_runtime *rt, const char *path, const char *sha256_hex,
                                       khub_plugin **out);
 /* Loads every plugin listed in the build's manifest (plugins.json with a
- * digest per file) from KHUB_PLUGIN_DIR or, if unset, the directory the
- * library was built with. Since 0.1. */
+ * digest per file) from the first of: $KHUB_PLUGIN_DIR; the plugin folder of
+ * the install prefix this library runs from (LIBDIR/khub/plugins next to an
+ * installed libkhub.so, or next to BINDIR for a program linking libkhub.a;
+ * found at run time, so an installed tree may be moved); the build tree's;
+ * the install folder configured at build time. Since 0.1. */
 KHUB_API khub_status khub_plugin_load_builtin(khub_runtime *rt);
 /* Registers a plugin linked into the program instead of loaded from a file:
  * init_fn is the plugin's init function (the one its KHUB_PLUGIN_DEFINE line

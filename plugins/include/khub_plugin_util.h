@@ -18,9 +18,11 @@
  *     khub_pu_strides(a->x, s);
  *     const float *x = khub_pu_base(a->x);   // x[i * s[0] + j * s[1]]
  *
- * Include it from a plugin source as "../include/khub_plugin_util.h". It is
- * not part of the installed ABI: helpers may change between khub releases
- * (a plugin compiles them in, so a built plugin is never affected).
+ * Include it from a plugin source in this tree as
+ * "../include/khub_plugin_util.h", and from an installed khub as
+ * <khub/helpers/khub_plugin_util.h> (`pkg-config --cflags khub-plugin`). It
+ * is not part of the ABI: helpers may change between khub releases (a plugin
+ * compiles them in, so a built plugin is never affected).
  */
 #ifndef KHUB_PLUGIN_UTIL_H
 #define KHUB_PLUGIN_UTIL_H
