@@ -11,6 +11,10 @@
 #                     lock, download against `khub serve`); its torch extra is
 #                     not installed: a pure-Python torch-universal test kernel
 #                     needs no torch
+#   pytest            the Python binding's tests (python/tests, run by
+#                     tests/t_python.sh, which pip-installs ./python itself)
+#   setuptools        the build backend of ./python, used offline there
+#                     (pip install --no-build-isolation)
 #   gguf, numpy,      `tools/fetch-model.sh --hf` without torch: the light
 #   safetensors,      backend of tools/make-hf-model.py writes the safetensors
 #   tokenizers        copy of the test model (bit-identical to Transformers')
@@ -30,6 +34,8 @@ REQS=(
     "numpy=numpy"
     "safetensors=safetensors>=0.4"
     "tokenizers=tokenizers>=0.20"
+    "pytest=pytest>=7"
+    "setuptools=setuptools>=61"
 )
 
 missing=()
