@@ -7,7 +7,8 @@
 #   - the layout: headers, helpers, libkhub.so with SONAME libkhub.so.0,
 #     libkhub.a, the plugins with plugins.json, the CLI, khub.pc,
 #     khub-plugin.pc, khubConfig.cmake + version file;
-#   - the installed CLI lists the installed plugins (not the build tree's);
+#   - the installed CLI lists the installed plugins (not the build tree's)
+#     and builds a `khub init` kernel against the installed headers;
 #   - (a) tests/install/app.c built with `pkg-config --cflags --libs khub`
 #     loads the built-in plugins from the prefix and runs a tiny model;
 #   - (b) the same app built by CMake with find_package(khub 0.1 COMPONENTS
@@ -68,6 +69,14 @@ PY
 "$P/bin/khub" plugins > plugins.txt 2>&1 || fail "installed khub plugins: $(cat plugins.txt)"
 grep -q "^  file   $LIB/khub/plugins/ref-cpu.so$" plugins.txt ||
     fail "installed khub plugins does not load the prefix's ref-cpu: $(grep file plugins.txt)"
+
+# ... and builds a kernel against the prefix's headers (not the source tree's)
+"$P/bin/khub" init acme/inst --kind norm --dir inst > init.log 2>&1 || fail "init: $(cat init.log)"
+printf '#!/bin/sh\necho "$@" >> %s/cc.log\nexec cc "$@"\n' "$T" > logcc
+chmod +x logcc
+"$P/bin/khub" build inst --cc "$T/logcc" --quiet > build.log 2>&1 || fail "build: $(cat build.log)"
+grep -- "-I$P/include " cc.log > /dev/null || fail "installed khub build: not -I$P/include: $(cat cc.log)"
+grep -- "-I$SRC" cc.log && fail "installed khub build used the source tree's headers"
 
 python3 "$SRC/tools/make-tiny-model.py" "$T/tiny"
 export PKG_CONFIG_PATH=$LIB/pkgconfig
