@@ -103,6 +103,45 @@ KHUB_API khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const ch
 struct khub_model;
 struct khub_model_opts;
 
+/* The kernel roles of a model, one line each, the single list that every
+ * other names them from: khub.json's "roles" keys, `khub run`'s flags, the
+ * fields of khub_model_kernels and of khub_model_opts, and the executor's
+ * preferences.
+ *
+ *     X(NAME, name, flag, opts_field)
+ *       NAME        KHUB_KERNEL_ROLE_<NAME> below
+ *       name        the role in khub.json ("roles": {"attention": ...}) and in
+ *                   messages ("attention kernel ...")
+ *       flag        khub run's option (--attn) and the khub_model_kernels field
+ *       opts_field  the khub_model_opts field (khub_model.h) that receives the
+ *                   loaded plugin's id
+ *
+ * The order is the enum's and the order of the khub_model_kernels fields,
+ * which the library checks at compile time (their layout is frozen).
+ * Roles are appended only at the end. Since 0.1. */
+#define KHUB_KERNEL_ROLES(X) \
+    X(ATTENTION, attention, attn, attn_impl) \
+    X(QUANT, quantization, quant, quant) \
+    X(CACHE, cache, cache, cache_impl) \
+    X(NORM, norm, norm, norm_impl) \
+    X(ACTIVATION, activation, act, act_impl) \
+    X(ROTARY, rotary, rotary, rotary_impl) \
+    X(LINEAR, linear, linear, linear_impl)
+
+typedef enum khub_kernel_role {
+#define KHUB__KERNEL_ROLE_ENUM(NAME, name, flag, field) KHUB_KERNEL_ROLE_##NAME,
+    KHUB_KERNEL_ROLES(KHUB__KERNEL_ROLE_ENUM)
+#undef KHUB__KERNEL_ROLE_ENUM
+        KHUB_KERNEL_ROLE__COUNT /* never use: the number of roles */
+} khub_kernel_role;
+
+/* "attention" for KHUB_KERNEL_ROLE_ATTENTION; "unknown" outside the list.
+ * Static storage. Since 0.1. */
+KHUB_API const char *khub_kernel_role_name(khub_kernel_role role);
+/* The role named name ("quantization"), or KHUB_KERNEL_ROLE__COUNT when no
+ * role has that name. Since 0.1. */
+KHUB_API khub_kernel_role khub_kernel_role_from_name(const char *name);
+
 /* Which kernel serves each role, the from_pretrained(attn_implementation=...)
  * equivalent. Each field is NULL (no preference; the mapping file may name
  * one), a built-in name (attn "eager"/"sdpa", cache "dynamic"/"static",
@@ -113,6 +152,7 @@ struct khub_model_opts;
  * strings are borrowed for the call. */
 typedef struct khub_model_kernels {
     KHUB_STRUCT_HEADER;
+    /* One per role of KHUB_KERNEL_ROLES, in its order (its flag names them). */
     const char *attn, *quant, *cache, *norm, *act, *rotary, *linear;
     /* khub.json; NULL = the model folder's (or the .gguf's folder's)
      * khub.json, else ./khub.json, else none. Command-line names (the fields

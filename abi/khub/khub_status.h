@@ -58,6 +58,7 @@
     X(NAME_MISMATCH, 207, \
       "signed metadata names another kernel or variant than the one asked for") \
     X(QUARANTINED, 210, "kernel build quarantined: it crashed or exited in a call before") \
+    X(DOWNGRADE, 211, "a pin resolves to an older kernel version than the one locked") \
     X(NOT_ELF, 300, "not an ELF shared object") \
     X(WRONG_ARCH, 301, "shared object built for another architecture") \
     X(TRUNCATED, 302, "file is truncated") \

@@ -8,11 +8,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "hub_impl.h"
-#include "kernel_fetch.h"
-#include "kernel_mapping.h"
 #include "khub/khub_kernels.h"
-#include "lockfile.h"
+#include "khub/khub_project.h"
 
 typedef struct lock_args {
     const char *dir, *kernels, *lock, *import, *id, *policy;
@@ -83,55 +80,56 @@ static khub_hub *open_hub(const char *cmd)
     return hub;
 }
 
-/* Warns when e pins a version older than the repo's newest v<N>. */
-static void warn_if_old(khub_hub *hub, const khub_lock_entry *e)
+/* Warns when p pins a version older than the repo's newest v<N>. */
+static void warn_if_old(khub_hub *hub, const khub_lock_pin *p)
 {
     khub_hub_id id;
-    int32_t newest;
-    char c[41];
-    if (e->version < 0 || khub_hub_id_parse(e->repo, &id, NULL, 0) != KHUB_STATUS_OK) return;
-    if (khub__kernel_newest_version(hub, &id, &newest, c) == KHUB_STATUS_OK && newest > e->version)
+    int32_t versions[1024];
+    size_t n = 0;
+    if (p->version < 0 || khub_hub_id_parse(p->repo, &id, NULL, 0) != KHUB_STATUS_OK) return;
+    if (khub_kernel_versions(hub, &id, versions, 1024, &n) == KHUB_STATUS_OK && n &&
+        versions[n - 1] > p->version)
         fprintf(stderr, "khub: warning: %s is pinned to v%d, but v%d is the newest version\n",
-                e->repo, (int)e->version, (int)newest);
+                p->repo, (int)p->version, (int)versions[n - 1]);
 }
 
-static void print_pin(const char *verb, const khub_lock_entry *e)
+static void pin_text(const khub_lock_pin *p, char *buf, size_t n)
+{
+    if (p->version >= 0)
+        snprintf(buf, n, "v%d", (int)p->version);
+    else
+        snprintf(buf, n, "%s", p->revision);
+}
+
+static void print_pin(const char *verb, const khub_lock_pin *p)
 {
     char pin[300];
-    if (e->version >= 0)
-        snprintf(pin, sizeof pin, "v%d", (int)e->version);
-    else
-        snprintf(pin, sizeof pin, "%s", e->revision);
-    printf("%s %s %s -> %s (%zu variant%s)\n", verb, e->repo, pin, e->commit, e->n_variants,
-           e->n_variants == 1 ? "" : "s");
+    pin_text(p, pin, sizeof pin);
+    printf("%s %s %s -> %s (%u variant%s)\n", verb, p->repo, pin, p->commit,
+           (unsigned)p->n_variants, p->n_variants == 1 ? "" : "s");
 }
 
-/* A pin that now resolves to an older build than the one locked: the
- * branch was moved back (by its owner, or by whoever controls the hub).
- * Refused unless allowed (then a warning); returns nonzero to refuse. */
-static int check_downgrade(const char *cmd, const khub_lock *lock, const khub_lock_entry *e,
-                           int allow)
+/* Locks id into lock (khub_lock_kernel) and says what happened: a failure
+ * named by label (a refused downgrade names itself), an allowed downgrade's
+ * warning, the new pin, and a warning when it is not the newest version.
+ * Returns the exit code. */
+static int lock_one(const char *cmd, const char *verb, khub_hub *hub, khub_lock *lock,
+                    const khub_hub_id *id, const char *label, int allow_downgrade)
 {
-    const khub_lock_entry *old = khub__lock_find(lock, e->repo);
-    bool comparable = false;
-    /* A pin changed in khub.json (v2 -> v1) is the user's decision. */
-    if (!old || old->version != e->version || strcmp(old->revision, e->revision) != 0 ||
-        !old->kernel_version[0] || !e->kernel_version[0] ||
-        khub__lock_version_cmp(e->kernel_version, old->kernel_version, &comparable) >= 0 ||
-        !comparable)
-        return 0;
-    if (allow) {
+    khub_lock_opts o = {KHUB_STRUCT_INIT(khub_lock_opts), .allow_downgrade = allow_downgrade};
+    khub_lock_result r = {KHUB_STRUCT_INIT(khub_lock_result)};
+    khub_status st = khub_lock_kernel(hub, lock, id, &o, &r);
+    if (st == KHUB_STATUS_DOWNGRADE) return khub_cli_fail(cmd, "%s", khub_hub_errmsg(hub));
+    if (st != KHUB_STATUS_OK) return khub_cli_fail(cmd, "%s: %s", label, khub_hub_errmsg(hub));
+    if (r.downgrade)
         fprintf(stderr,
                 "khub: warning: %s: downgrading from %s (commit %.12s) to %s (commit %.12s) "
                 "(--allow-downgrade)\n",
-                e->repo, old->kernel_version, old->commit, e->kernel_version, e->commit);
-        return 0;
-    }
-    return khub_cli_fail(cmd,
-                         "%s: the pin now resolves to commit %.12s, version %s, older than the "
-                         "locked %s (commit %.12s): the branch was moved back to an older build; "
-                         "refusing to downgrade (--allow-downgrade accepts it)",
-                         e->repo, e->commit, e->kernel_version, old->kernel_version, old->commit);
+                r.pin.repo, r.previous.kernel_version, r.previous.commit, r.pin.kernel_version,
+                r.pin.commit);
+    print_pin(verb, &r.pin);
+    warn_if_old(hub, &r.pin);
+    return 0;
 }
 
 /* ======================================================================== */
@@ -140,42 +138,33 @@ static int check_downgrade(const char *cmd, const khub_lock *lock, const khub_lo
 
 static int lock_import(const char *cmd, khub_hub *hub, const char *path, khub_lock *lock)
 {
-    char why[KHUB_ERROR_SIZE];
-    FILE *f = khub__fopen_regular(path, why, sizeof why);
-    if (!f) return khub_cli_fail(cmd, "%s", why);
-    static char buf[8 << 20];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
     khub_lock *imp = NULL;
     char err[KHUB_ERROR_SIZE], notes[8192];
-    if (khub__lock_new(&imp) != KHUB_STATUS_OK) return khub_cli_fail(cmd, "out of memory");
-    if (khub__lock_import_python(buf, n, imp, notes, sizeof notes, err, sizeof err)) {
-        khub__lock_free(imp);
-        return khub_cli_fail(cmd, "%s: %s", path, err);
-    }
+    if (khub_lock_import_python(path, &imp, notes, sizeof notes, err, sizeof err))
+        return khub_cli_fail(cmd, "%s", err);
     for (char *line = strtok(notes, "\n"); line; line = strtok(NULL, "\n"))
         fprintf(stderr, "khub lock: not mapped from %s: %s\n", path, line);
     int rc = 0;
-    for (size_t i = 0; i < imp->count && !rc; i++) {
+    for (size_t i = 0; i < khub_lock_count(imp) && !rc; i++) {
         khub_hub_id id;
-        khub_lock_entry e;
-        const khub_lock_entry *src = &imp->items[i];
-        khub_hub_id_parse(src->repo, &id, NULL, 0);
-        if (src->version >= 0)
-            khub_hub_id_set_revision(&id, NULL, src->version);
-        else
-            khub_hub_id_set_revision(&id, src->revision, -1);
-        if (khub__kernel_lock_entry(hub, &id, src->commit, &e) != KHUB_STATUS_OK) {
-            rc = khub_cli_fail(cmd, "%s: %s", src->repo, khub_hub_errmsg(hub));
+        khub_lock_pin src = {KHUB_STRUCT_INIT(khub_lock_pin)};
+        khub_lock_pin_at(imp, i, &src);
+        khub_lock_pin_id(&src, &id);
+        /* A kernels.lock names each kernel once; allow_downgrade keeps a
+         * repeated one from being judged against the first. */
+        khub_lock_opts o = {KHUB_STRUCT_INIT(khub_lock_opts), .commit = src.commit,
+                            .allow_downgrade = 1};
+        khub_lock_result r = {KHUB_STRUCT_INIT(khub_lock_result)};
+        if (khub_lock_kernel(hub, lock, &id, &o, &r) != KHUB_STATUS_OK) {
+            rc = khub_cli_fail(cmd, "%s: %s", src.repo, khub_hub_errmsg(hub));
             break;
         }
-        print_pin("imported", &e);
-        if (e.n_variants == 0)
+        print_pin("imported", &r.pin);
+        if (r.pin.n_variants == 0)
             fprintf(stderr, "khub lock: %s@%.12s has no khub variants; khub cannot load it\n",
-                    e.repo, e.commit);
-        khub__lock_put(lock, &e);
+                    r.pin.repo, r.pin.commit);
     }
-    khub__lock_free(imp);
+    khub_lock_free(imp);
     return rc;
 }
 
@@ -184,32 +173,20 @@ static int lock_mapping(const char *cmd, khub_hub *hub, const char *kpath, khub_
 {
     khub_mapping *m = NULL;
     char err[KHUB_ERROR_SIZE];
-    if (khub__mapping_load(kpath, &m, err, sizeof err) != KHUB_STATUS_OK)
+    if (khub_mapping_load(kpath, &m, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail(cmd, "%s", err);
-    const char *ids[KHUB_ROLE__COUNT * KHUB_MAP_MAX_RULES + KHUB_MAP_MAX_DEPS];
-    size_t n = khub__mapping_kernels(m, ids, sizeof ids / sizeof ids[0]);
     int rc = 0, matched = 0;
-    for (size_t i = 0; i < n && !rc; i++) {
+    for (size_t i = 0; i < khub_mapping_kernel_count(m) && !rc; i++) {
+        const char *text = khub_mapping_kernel(m, i);
         khub_hub_id id;
-        khub_lock_entry e;
-        khub_hub_id_parse(ids[i], &id, NULL, 0);
+        khub_hub_id_parse(text, &id, NULL, 0);
         char repo[200];
         snprintf(repo, sizeof repo, "%s/%s", id.org, id.name);
         if (only && strcmp(only, repo) != 0) continue;
         matched++;
-        if (khub__kernel_lock_entry(hub, &id, NULL, &e) != KHUB_STATUS_OK) {
-            rc = khub_cli_fail(cmd, "%s: %s", ids[i], khub_hub_errmsg(hub));
-            break;
-        }
-        if ((rc = check_downgrade(cmd, lock, &e, allow_downgrade))) {
-            khub__lock_entry_clear(&e);
-            break;
-        }
-        print_pin("locked", &e);
-        warn_if_old(hub, &e);
-        khub__lock_put(lock, &e);
+        rc = lock_one(cmd, "locked", hub, lock, &id, text, allow_downgrade);
     }
-    free(m);
+    khub_mapping_free(m);
     if (!rc && only && !matched) rc = khub_cli_fail(cmd, "%s is not named in %s", only, kpath);
     return rc;
 }
@@ -227,15 +204,19 @@ static int run_lock(int argc, char **argv)
     khub_hub *hub = open_hub("lock");
     if (!hub) return 1;
     khub_lock *lock = NULL;
-    khub__lock_new(&lock);
-    if (a.import)
+    if (khub_lock_new(&lock) != KHUB_STATUS_OK)
+        rc = khub_cli_fail("lock", "%s", khub_last_error());
+    else if (a.import)
         rc = lock_import("lock", hub, a.import, lock);
     else
         rc = lock_mapping("lock", hub, kpath, lock, NULL, 0);
-    if (!rc && khub__lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
+    if (!rc && khub_lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
         rc = khub_cli_fail("lock", "%s", err);
-    if (!rc) printf("wrote %s (%zu kernel%s)\n", lpath, lock->count, lock->count == 1 ? "" : "s");
-    khub__lock_free(lock);
+    if (!rc) {
+        size_t n = khub_lock_count(lock);
+        printf("wrote %s (%zu kernel%s)\n", lpath, n, n == 1 ? "" : "s");
+    }
+    khub_lock_free(lock);
     khub_hub_free(hub);
     return rc;
 }
@@ -262,22 +243,9 @@ static int load_lock(const char *cmd, const lock_args *a, char *lpath, size_t n,
 {
     char err[KHUB_ERROR_SIZE];
     path_in(lpath, n, a->lock, a->dir, "khub.lock");
-    if (khub__lock_load(lpath, out, err, sizeof err) != KHUB_STATUS_OK)
+    if (khub_lock_load(lpath, out, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail(cmd, "%s", err);
     return 0;
-}
-
-/* A lock moved back to an older build than this machine already holds (a
- * revert, or a lock from an older checkout): sync installs exactly what the
- * lock says, so it warns instead of refusing; khub update refuses. */
-static void warn_sync_downgrade(khub_hub *hub, const khub_lock_entry *e, const char *lpath)
-{
-    char newer[32], commit[41];
-    if (khub__kernel_cached_newer(hub, e, newer, commit) != KHUB_STATUS_OK || !newer[0]) return;
-    fprintf(stderr,
-            "khub: warning: %s: %s pins version %s (commit %.12s), older than version %s "
-            "(commit %.12s) already in this cache: was the lock moved back to an older build?\n",
-            e->repo, lpath, e->kernel_version, e->commit, newer, commit);
 }
 
 static const khub_cli_cmd sync_cmd;
@@ -291,19 +259,29 @@ static int run_sync(int argc, char **argv)
     khub_lock *lock = NULL;
     if ((rc = load_lock("sync", &a, lpath, sizeof lpath, &lock))) return rc;
     khub_hub *hub = open_hub("sync");
-    for (size_t i = 0; hub && i < lock->count && !rc; i++) {
-        size_t n = 0;
-        const khub_lock_entry *e = &lock->items[i];
-        if (khub__kernel_sync_entry(hub, e, a.all, &n) != KHUB_STATUS_OK)
+    khub_sync_opts so = {KHUB_STRUCT_INIT(khub_sync_opts), .all_variants = a.all};
+    for (size_t i = 0; hub && i < khub_lock_count(lock) && !rc; i++) {
+        khub_lock_pin e = {KHUB_STRUCT_INIT(khub_lock_pin)};
+        khub_sync_result r = {KHUB_STRUCT_INIT(khub_sync_result)};
+        khub_lock_pin_at(lock, i, &e);
+        if (khub_lock_sync(hub, lock, i, &so, &r) != KHUB_STATUS_OK) {
             rc = khub_cli_fail("sync", "%s", khub_hub_errmsg(hub));
-        else {
-            printf("synced %s@%s: %zu variant%s verified against %s\n", e->repo, e->commit, n,
-                   n == 1 ? "" : "s", lpath);
-            warn_sync_downgrade(hub, e, lpath);
+            break;
         }
+        printf("synced %s@%s: %u variant%s verified against %s\n", e.repo, e.commit,
+               (unsigned)r.n_checked, r.n_checked == 1 ? "" : "s", lpath);
+        /* A lock moved back to an older build than this machine already
+         * holds (a revert, or a lock from an older checkout): sync installs
+         * exactly what the lock says, so it warns; khub update refuses. */
+        if (r.newer_version[0])
+            fprintf(stderr,
+                    "khub: warning: %s: %s pins version %s (commit %.12s), older than version %s "
+                    "(commit %.12s) already in this cache: was the lock moved back to an older "
+                    "build?\n",
+                    e.repo, lpath, e.kernel_version, e.commit, r.newer_version, r.newer_commit);
     }
     if (!hub) rc = 1;
-    khub__lock_free(lock);
+    khub_lock_free(lock);
     khub_hub_free(hub);
     return rc;
 }
@@ -323,6 +301,35 @@ KHUB_CLI_COMMAND(sync_cmd)
 /* khub outdated, khub update                                               */
 /* ======================================================================== */
 
+static void print_outdated_json(size_t i, const khub_lock_pin *e, const char *pin,
+                                const khub_outdated_result *r)
+{
+    printf("%s{\"repo\":", i ? "," : "[");
+    khub_cli_json_str(e->repo);
+    printf(",\"pin\":");
+    khub_cli_json_str(pin);
+    printf(",\"locked\":\"%s\",\"now\":\"%s\",\"moved\":%s,\"newer\":[", e->commit, r->now,
+           r->moved ? "true" : "false");
+    for (uint32_t k = 0; k < r->n_newer; k++) printf("%s%d", k ? "," : "", (int)r->newer[k]);
+    printf("],\"newest\":");
+    if (r->newest >= 0)
+        printf("%d}", (int)r->newest);
+    else
+        printf("null}");
+}
+
+static void print_outdated(const khub_lock_pin *e, const char *pin, const khub_outdated_result *r)
+{
+    printf("%-40s %-8s locked %.12s  now %.12s%s", e->repo, pin, e->commit, r->now,
+           r->moved ? "  (moved: khub update)" : "  (current)");
+    if (r->n_newer) {
+        printf("  newer");
+        for (uint32_t k = 0; k < r->n_newer; k++) printf(" v%d", (int)r->newer[k]);
+        printf(" (newest v%d)", (int)r->newest);
+    }
+    printf("\n");
+}
+
 static int run_outdated(int argc, char **argv)
 {
     if (khub_cli_wants_help(&outdated_cmd, argc, argv)) return 0;
@@ -334,60 +341,25 @@ static int run_outdated(int argc, char **argv)
     if ((rc = load_lock("outdated", &a, lpath, sizeof lpath, &lock))) return rc;
     khub_hub *hub = open_hub("outdated");
     int stale = 0;
-    for (size_t i = 0; hub && i < lock->count && !rc; i++) {
-        const khub_lock_entry *e = &lock->items[i];
-        khub_hub_id id;
-        char now[41];
-        int32_t versions[64];
-        size_t n_versions = 0;
-        khub_hub_id_parse(e->repo, &id, NULL, 0);
-        if (e->version >= 0)
-            khub_hub_id_set_revision(&id, NULL, e->version);
-        else
-            khub_hub_id_set_revision(&id, e->revision, -1);
-        if (khub_hub_resolve(hub, &id, now) != KHUB_STATUS_OK ||
-            khub__kernel_versions(hub, &id, versions, 64, &n_versions) != KHUB_STATUS_OK) {
-            rc = khub_cli_fail("outdated", "%s: %s", e->repo, khub_hub_errmsg(hub));
+    for (size_t i = 0; hub && i < khub_lock_count(lock) && !rc; i++) {
+        khub_lock_pin e = {KHUB_STRUCT_INIT(khub_lock_pin)};
+        khub_outdated_result r = {KHUB_STRUCT_INIT(khub_outdated_result)};
+        khub_lock_pin_at(lock, i, &e);
+        if (khub_lock_outdated(hub, lock, i, &r) != KHUB_STATUS_OK) {
+            rc = khub_cli_fail("outdated", "%s: %s", e.repo, khub_hub_errmsg(hub));
             break;
         }
         char pin[300];
-        if (e->version >= 0)
-            snprintf(pin, sizeof pin, "v%d", (int)e->version);
+        pin_text(&e, pin, sizeof pin);
+        stale |= r.moved || r.n_newer;
+        if (a.json)
+            print_outdated_json(i, &e, pin, &r);
         else
-            snprintf(pin, sizeof pin, "%s", e->revision);
-        int32_t newest = n_versions ? versions[n_versions - 1] : -1;
-        int moved = strcmp(now, e->commit) != 0, newer = e->version >= 0 && newest > e->version;
-        stale |= moved || newer;
-        if (a.json) {
-            printf("%s{\"repo\":", i ? "," : "[");
-            khub_cli_json_str(e->repo);
-            printf(",\"pin\":");
-            khub_cli_json_str(pin);
-            printf(",\"locked\":\"%s\",\"now\":\"%s\",\"moved\":%s,\"newer\":[", e->commit, now,
-                   moved ? "true" : "false");
-            for (size_t k = 0, first = 1; e->version >= 0 && k < n_versions; k++)
-                if (versions[k] > e->version)
-                    printf("%s%d", first ? "" : ",", (int)versions[k]), first = 0;
-            printf("],\"newest\":");
-            if (newest >= 0)
-                printf("%d}", (int)newest);
-            else
-                printf("null}");
-            continue;
-        }
-        printf("%-40s %-8s locked %.12s  now %.12s%s", e->repo, pin, e->commit, now,
-               moved ? "  (moved: khub update)" : "  (current)");
-        if (newer) {
-            printf("  newer");
-            for (size_t k = 0; k < n_versions; k++)
-                if (versions[k] > e->version) printf(" v%d", (int)versions[k]);
-            printf(" (newest v%d)", (int)newest);
-        }
-        printf("\n");
+            print_outdated(&e, pin, &r);
     }
-    if (a.json && !rc) printf("%s\n", lock->count ? "]" : "[]");
+    if (a.json && !rc) printf("%s\n", khub_lock_count(lock) ? "]" : "[]");
     if (!hub) rc = 1;
-    khub__lock_free(lock);
+    khub_lock_free(lock);
     khub_hub_free(hub);
     return rc ? rc : stale ? 3 : 0;
 }
@@ -426,27 +398,19 @@ static int run_update(int argc, char **argv)
     if (!rc && access(kpath, R_OK) == 0) {
         rc = lock_mapping("update", hub, kpath, lock, only[0] ? only : NULL, a.allow_downgrade);
     } else {
-        for (size_t i = 0; !rc && i < lock->count; i++) {
-            khub_lock_entry *old = &lock->items[i], e;
-            if (only[0] && strcmp(only, old->repo)) continue;
+        for (size_t i = 0; !rc && i < khub_lock_count(lock); i++) {
+            khub_lock_pin old = {KHUB_STRUCT_INIT(khub_lock_pin)};
             khub_hub_id id;
-            khub_hub_id_parse(old->repo, &id, NULL, 0);
-            if (old->version >= 0)
-                khub_hub_id_set_revision(&id, NULL, old->version);
-            else
-                khub_hub_id_set_revision(&id, old->revision, -1);
-            if (khub__kernel_lock_entry(hub, &id, NULL, &e) != KHUB_STATUS_OK)
-                rc = khub_cli_fail("update", "%s: %s", old->repo, khub_hub_errmsg(hub));
-            else if ((rc = check_downgrade("update", lock, &e, a.allow_downgrade)))
-                khub__lock_entry_clear(&e);
-            else
-                print_pin("updated", &e), warn_if_old(hub, &e), khub__lock_put(lock, &e);
+            khub_lock_pin_at(lock, i, &old);
+            if (only[0] && strcmp(only, old.repo)) continue;
+            khub_lock_pin_id(&old, &id);
+            rc = lock_one("update", "updated", hub, lock, &id, old.repo, a.allow_downgrade);
         }
     }
-    if (!rc && khub__lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
+    if (!rc && khub_lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
         rc = khub_cli_fail("update", "%s", err);
     if (!rc) printf("wrote %s\n", lpath);
-    khub__lock_free(lock);
+    khub_lock_free(lock);
     khub_hub_free(hub);
     return rc;
 }
