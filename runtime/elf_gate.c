@@ -45,14 +45,16 @@ const size_t khub__gate_n_default_libs =
 /* Helpers                                                                  */
 /* ======================================================================== */
 
-static void add_finding(khub_gate_report *rep, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Records one violation with its khub_check_code (KHUB_CHECK_GATE_*). */
+static void add_finding(khub_gate_report *rep, khub_check_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
-static void add_finding(khub_gate_report *rep, const char *fmt, ...)
+static void add_finding(khub_gate_report *rep, khub_check_code code, const char *fmt, ...)
 {
     if (rep->n_findings >= KHUB_GATE_MAX_FINDINGS) return;
     va_list ap;
     va_start(ap, fmt);
+    rep->codes[rep->n_findings] = code;
     vsnprintf(rep->findings[rep->n_findings++], sizeof rep->findings[0], fmt, ap);
     va_end(ap);
 }
@@ -143,19 +145,23 @@ static void check_dynamic(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, const khub_
         case DT_NEEDED:
             s = elf_strptr(e, sh->sh_link, dyn.d_un.d_val);
             if (!s)
-                add_finding(rep, "DT_NEEDED entry %zu has an invalid name offset", i);
+                add_finding(rep, KHUB_CHECK_GATE_LIBRARY,
+                            "DT_NEEDED entry %zu has an invalid name offset", i);
             else if (!lib_allowed(pol, s))
-                add_finding(rep, "needs library %s, which is not on the allow-list", s);
+                add_finding(rep, KHUB_CHECK_GATE_LIBRARY,
+                            "needs library %s, which is not on the allow-list", s);
             break;
         case DT_RPATH:
         case DT_RUNPATH:
             s = elf_strptr(e, sh->sh_link, dyn.d_un.d_val);
-            add_finding(rep, "has %s '%s' (plugins must not carry search paths)",
+            add_finding(rep, KHUB_CHECK_GATE_SEARCH_PATH,
+                        "has %s '%s' (plugins must not carry search paths)",
                         dyn.d_tag == DT_RPATH ? "RPATH" : "RUNPATH", s ? s : "?");
             break;
         case DT_FLAGS_1:
             if (dyn.d_un.d_val & DF_1_NODELETE)
-                add_finding(rep, "is marked NODELETE (-z nodelete): it could never be unloaded");
+                add_finding(rep, KHUB_CHECK_GATE_NODELETE,
+                            "is marked NODELETE (-z nodelete): it could never be unloaded");
             break;
         default: break;
         }
@@ -190,7 +196,7 @@ static void check_import(const char *name, const GElf_Sym *sym, Elf_Data *versym
     if (GELF_ST_BIND(sym->st_info) != STB_GLOBAL) return;
     GElf_Versym vs = 0;
     if (versym && gelf_getversym(versym, (int)i, &vs) && (vs & 0x7fff) >= 2) return;
-    add_finding(rep,
+    add_finding(rep, KHUB_CHECK_GATE_UNVERSIONED,
                 "imports %s without a symbol version: it comes from no allowed library (the "
                 "host is reached only through khub_host_api)",
                 name);
@@ -210,7 +216,8 @@ static void check_symbols(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, khub_gate_r
         if (!name) name = "?";
         int bind = GELF_ST_BIND(sym.st_info);
         if (bind == STB_GNU_UNIQUE) {
-            add_finding(rep, "symbol %s is STB_GNU_UNIQUE: it pins the library in memory", name);
+            add_finding(rep, KHUB_CHECK_GATE_GNU_UNIQUE,
+                        "symbol %s is STB_GNU_UNIQUE: it pins the library in memory", name);
             continue;
         }
         if (dynamic && sym.st_shndx == SHN_UNDEF && name[0])
@@ -220,7 +227,8 @@ static void check_symbols(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, khub_gate_r
         int vis = GELF_ST_VISIBILITY(sym.st_other);
         if (vis != STV_DEFAULT && vis != STV_PROTECTED) continue;
         if (strcmp(name, KHUB_PLUGIN_ENTRY) != 0)
-            add_finding(rep, "exports %s (only %s may be exported)", name, KHUB_PLUGIN_ENTRY);
+            add_finding(rep, KHUB_CHECK_GATE_EXPORT, "exports %s (only %s may be exported)", name,
+                        KHUB_PLUGIN_ENTRY);
         else if (GELF_ST_TYPE(sym.st_info) == STT_FUNC)
             rep->has_entry = 1;
     }
@@ -245,7 +253,7 @@ static void check_verneed(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, const khub_
                 if (!rep->max_glibc[0] || khub__glibc_version_cmp(v, rep->max_glibc) > 0)
                     snprintf(rep->max_glibc, sizeof rep->max_glibc, "%s", v);
             } else if (v && strcmp(v, "GLIBC_PRIVATE") == 0) {
-                add_finding(rep, "uses GLIBC_PRIVATE symbols");
+                add_finding(rep, KHUB_CHECK_GATE_GLIBC, "uses GLIBC_PRIVATE symbols");
             }
             if (!va.vna_next) break;
             aoff += va.vna_next;
@@ -254,7 +262,8 @@ static void check_verneed(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, const khub_
         off += vn.vn_next;
     }
     if (rep->max_glibc[0] && khub__glibc_version_cmp(rep->max_glibc, ceiling) > 0)
-        add_finding(rep, "needs %s, newer than the ceiling %s", rep->max_glibc, ceiling);
+        add_finding(rep, KHUB_CHECK_GATE_GLIBC, "needs %s, newer than the ceiling %s",
+                    rep->max_glibc, ceiling);
 }
 
 static void check_note(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, khub_gate_report *rep)
@@ -268,7 +277,8 @@ static void check_note(Elf *e, Elf_Scn *scn, const GElf_Shdr *sh, khub_gate_repo
             memcmp((const char *)d->d_buf + name_off, KHUB_NOTE_NAME, nh.n_namesz) != 0)
             continue;
         if (!khub__note_decode((const char *)d->d_buf + desc_off, nh.n_descsz, &rep->note)) {
-            add_finding(rep, "ABI note is %u bytes, want %zu (version 1) or %zu (version 2)",
+            add_finding(rep, KHUB_CHECK_GATE_NOTE,
+                        "ABI note is %u bytes, want %zu (version 1) or %zu (version 2)",
                         (unsigned)nh.n_descsz, sizeof(khub_abi_note), sizeof(khub_abi_note_v2));
             return;
         }
@@ -326,9 +336,12 @@ static khub_status check_elf(Elf *e, const char *path, const khub_gate_policy *p
         default: break;
         }
     }
-    if (!rep->has_note) add_finding(rep, "has no .note.khub ABI note (use KHUB_PLUGIN_DEFINE)");
+    if (!rep->has_note)
+        add_finding(rep, KHUB_CHECK_GATE_NOTE,
+                    "has no .note.khub ABI note (use KHUB_PLUGIN_DEFINE)");
     if (!rep->has_entry)
-        add_finding(rep, "has no entry symbol %s (build it with KHUB_PLUGIN_DEFINE as a module)",
+        add_finding(rep, KHUB_CHECK_GATE_ENTRY,
+                    "has no entry symbol %s (build it with KHUB_PLUGIN_DEFINE as a module)",
                     KHUB_PLUGIN_ENTRY);
     return rep->n_findings ? KHUB_STATUS_PLUGIN_INVALID : KHUB_STATUS_OK;
 }

@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #include "internal.h"
+#include "khub/khub_check.h"
 
 typedef struct khub_gate_policy {
     /* Libraries a plugin may need; NULL = khub__gate_default_libs. */
@@ -43,7 +44,8 @@ typedef struct khub_gate_report {
     int has_entry;      /* exports KHUB_PLUGIN_ENTRY as a function */
     char max_glibc[32]; /* highest GLIBC_x.y referenced, "" if none */
     size_t n_findings;
-    char findings[KHUB_GATE_MAX_FINDINGS][256]; /* one line per violation */
+    char findings[KHUB_GATE_MAX_FINDINGS][256];    /* one line per violation */
+    khub_check_code codes[KHUB_GATE_MAX_FINDINGS]; /* its KHUB_CHECK_GATE_* */
 } khub_gate_report;
 
 /* Decodes an ABI note descriptor of size bytes (untrusted) of version 1 or 2

@@ -4,10 +4,11 @@
  * `khub bench ID|DIR`: each op of a kernel next to khub/ref-cpu's op of the
  * same kind, on the kernel's declared self-test shapes (kernel.json
  * "selftests" for a built source tree DIR) or, for a Hub ID, one shape per
- * kind. The inputs are runtime/selftest.c's (khub__selftest_time), the
- * clock is timing.h's (median of 15 short rounds). A DIR's variant for this
- * machine is verified against its metadata.json and loaded with its digest;
- * an ID goes through khub_kernel_fetch (resolve, verify, trust, load).
+ * kind. The inputs are the self-tests' and the clock a median of 15 short
+ * rounds (khub_op_bench, khub_check.h). A DIR's variant for this machine is
+ * verified against its metadata.json and loaded with its digest
+ * (khub_kernel_dir_load); an ID goes through khub_kernel_fetch (resolve,
+ * verify, trust, load).
  *
  * `khub bench --latency ID`: the cost of getting a cached, pinned kernel
  * ready to load: khub_hub_resolve plus khub_hub_variant_files (every file
@@ -19,15 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/utsname.h>
 #include <time.h>
 
 #include "cli.h"
-#include "kernel_manifest.h"
-#include "kernel_meta.h"
+#include "khub/khub_check.h"
 #include "khub/khub_hub.h"
 #include "khub/khub_kernels.h"
-#include "selftest.h"
 
 static double now_s(void)
 {
@@ -160,13 +158,13 @@ static const char *qlinear_dtype(const khub_op_desc *op)
                             KHUB_QFORMAT_Q5_0, KHUB_QFORMAT_INT8_ROW, KHUB_QFORMAT_NF4};
     for (size_t i = 0; op->caps && i < sizeof q / sizeof q[0]; i++)
         if (op->caps->dtypes & KHUB_DTYPE_BIT_Q(q[i]))
-            return khub__dtype_id_name(KHUB_DTYPE_ID_QBASE + q[i]);
+            return khub_dtype_id_name(KHUB_DTYPE_ID_QBASE + q[i]);
     return NULL;
 }
 
 /* For a Hub ID: one shape per kind, as selftest.h lays them out; 0 when
  * there is none for the op's kind (or formats). */
-static int default_spec(const khub_op_desc *op, khub_selftest_spec *s)
+static int default_spec(const khub_op_desc *op, khub_op_test *s)
 {
     static const struct {
         uint32_t kind;
@@ -186,14 +184,16 @@ static int default_spec(const khub_op_desc *op, khub_selftest_spec *s)
         if (d[i].kind != op->kind) continue;
         const char *dtype = op->kind == KHUB_OP_QLINEAR ? qlinear_dtype(op) : d[i].dtype;
         if (!dtype) return 0;
-        *s = (khub_selftest_spec){op->name, {0}, d[i].ndim, dtype, 0};
+        *s = (khub_op_test){KHUB_STRUCT_INIT(khub_op_test), .ndim = (uint32_t)d[i].ndim};
+        snprintf(s->op, sizeof s->op, "%s", op->name);
+        snprintf(s->dtype, sizeof s->dtype, "%s", dtype);
         memcpy(s->shape, d[i].shape, sizeof d[i].shape);
         return 1;
     }
     return 0;
 }
 
-static void shape_text(const khub_selftest_spec *s, char *buf, size_t n)
+static void shape_text(const khub_op_test *s, char *buf, size_t n)
 {
     size_t len = 0;
     buf[0] = '\0';
@@ -203,17 +203,16 @@ static void shape_text(const khub_selftest_spec *s, char *buf, size_t n)
 }
 
 /* Times one spec and prints its line; 0 or the exit status. */
-static int bench_one(khub_runtime *rt, const char *pid, const khub_selftest_spec *s,
-                     const ops_args *a)
+static int bench_one(khub_runtime *rt, const char *pid, const khub_op_test *s, const ops_args *a)
 {
-    double us = 0, ref = 0;
     char shape[96];
     shape_text(s, shape, sizeof shape);
-    if (khub__selftest_time(rt, pid, s, a->time_s, &us, &ref) != KHUB_STATUS_OK)
+    khub_op_bench_result r = {KHUB_STRUCT_INIT(khub_op_bench_result)};
+    if (khub_op_bench(rt, pid, s, a->time_s, &r) != KHUB_STATUS_OK)
         return khub_cli_fail("bench", "%s [%s] %s: %s", s->op, shape, s->dtype,
                              khub_runtime_errmsg(rt));
-    int flops = 0;
-    double work = khub__selftest_work(khub__selftest_kind(rt, pid, s->op), s, &flops);
+    double us = r.us, ref = r.ref_us, work = r.work;
+    int flops = r.is_flops;
     double rate = us > 0 ? work / us * 1e-3 : 0, rate_ref = ref > 0 ? work / ref * 1e-3 : 0;
     const char *unit = flops ? "GFLOP/s" : "GB/s";
     if (a->json) {
@@ -249,51 +248,25 @@ static khub_status new_runtime(const ops_args *a, khub_runtime **rt)
 static int load_dir_plugin(khub_runtime *rt, const char *dir, char *what, size_t n,
                            khub_plugin **out)
 {
-    struct utsname u;
-    uname(&u);
-    char vdir[2400], mpath[2500], path[2700], err[KHUB_ERROR_SIZE] = "";
-    snprintf(vdir, sizeof vdir, "%s/build/khub%d-cpu-%s-linux", dir, KHUB_ABI_MAJOR,
-             strcmp(u.machine, "arm64") ? u.machine : "aarch64");
-    snprintf(mpath, sizeof mpath, "%s/metadata.json", vdir);
-    FILE *f = khub__fopen_regular(mpath, NULL, 0);
-    if (!f)
-        return khub_cli_fail("bench",
-                             "%s: no metadata.json; build the kernel first (khub build "
-                             "%s)",
-                             vdir, dir);
-    static char json[4u << 20];
-    size_t len = fread(json, 1, sizeof json, f);
-    fclose(f);
-    khub_kmeta *m = calloc(1, sizeof *m);
-    khub_status st = m ? khub__kmeta_parse(json, len, m, err, sizeof err) : KHUB_STATUS_NOMEM;
-    if (st == KHUB_STATUS_OK) st = khub__kmeta_verify_dir(m, vdir, err, sizeof err);
-    const khub_kmeta_plugin *p =
-        st == KHUB_STATUS_OK ? khub__kmeta_pick_plugin(m, khub_cpu_features()) : NULL;
-    int rc = 0;
-    if (st != KHUB_STATUS_OK)
-        rc = khub_cli_fail("bench", "%s: %s", vdir, err[0] ? err : khub_status_str(st));
-    else if (!p)
-        rc = khub_cli_fail("bench", "%s: no plugin file fits this CPU", vdir);
-    else if (snprintf(path, sizeof path, "%s/%s", vdir, p->file) >= (int)sizeof path ||
-             khub_plugin_load(rt, path, khub__kmeta_digest(m, p->file), out) != KHUB_STATUS_OK)
-        rc = khub_cli_fail("bench", "loading %s: %s", path, khub_runtime_errmsg(rt));
-    else
-        snprintf(what, n, "%s, %s", p->file, strrchr(vdir, '/') + 1);
-    free(m);
-    return rc;
+    khub_kernel_dir_plugin dp = {KHUB_STRUCT_INIT(khub_kernel_dir_plugin)};
+    if (khub_kernel_dir_load(rt, dir, &dp) != KHUB_STATUS_OK)
+        return khub_cli_fail("bench", "%s", khub_runtime_errmsg(rt));
+    snprintf(what, n, "%s, %s", dp.file, dp.variant);
+    *out = dp.plugin;
+    return 0;
 }
 
 static int bench_dir(const ops_args *a)
 {
     char err[KHUB_ERROR_SIZE] = "", what[512];
-    khub_kernel_manifest *m = calloc(1, sizeof *m);
-    if (!m) return khub_cli_fail("bench", "out of memory");
+    khub_op_test tests[16] = {{KHUB_STRUCT_INIT(khub_op_test)}};
+    size_t n_tests = 0;
     khub_runtime *rt = NULL;
     khub_plugin *p = NULL;
     int rc = 0;
-    if (khub__km_load(a->target, m, err, sizeof err) != KHUB_STATUS_OK)
+    if (khub_kernel_dir_tests(a->target, tests, 16, &n_tests, err, sizeof err) != KHUB_STATUS_OK)
         rc = khub_cli_fail("bench", "%s", err);
-    else if (m->n_tests == 0)
+    else if (n_tests == 0)
         rc = khub_cli_fail("bench",
                            "%s/kernel.json declares no \"selftests\": nothing to time "
                            "(add shapes, see docs/kernel-format.md)",
@@ -302,15 +275,10 @@ static int bench_dir(const ops_args *a)
         rc = khub_cli_fail("bench", "%s", rt ? khub_runtime_errmsg(rt) : khub_last_error());
     else
         rc = load_dir_plugin(rt, a->target, what, sizeof what, &p);
-    if (rc == 0) header(a, khub_plugin_id(p), what, m->n_tests);
-    for (size_t i = 0; rc == 0 && i < m->n_tests; i++) {
-        khub_selftest_spec s = {
-            m->tests[i].op, {0}, m->tests[i].ndim, m->tests[i].dtype, m->tests[i].tolerance};
-        memcpy(s.shape, m->tests[i].shape, sizeof s.shape);
-        rc = bench_one(rt, khub_plugin_id(p), &s, a);
-    }
+    if (rc == 0) header(a, khub_plugin_id(p), what, n_tests);
+    for (size_t i = 0; rc == 0 && i < n_tests; i++)
+        rc = bench_one(rt, khub_plugin_id(p), &tests[i], a);
     khub_runtime_free(rt);
-    free(m);
     return rc;
 }
 
@@ -335,7 +303,7 @@ static int bench_id(const ops_args *a)
                            a->target, a->target);
     uint32_t n_ops = rc == 0 ? khub_plugin_op_count(kr.plugin) : 0, n = 0;
     for (uint32_t i = 0; i < n_ops; i++) {
-        khub_selftest_spec s;
+        khub_op_test s;
         n += (uint32_t)default_spec(khub_plugin_op(kr.plugin, i), &s);
     }
     if (rc == 0) {
@@ -344,7 +312,7 @@ static int bench_id(const ops_args *a)
         header(a, kr.plugin_id, what, n);
     }
     for (uint32_t i = 0; rc == 0 && i < n_ops; i++) {
-        khub_selftest_spec s;
+        khub_op_test s;
         const khub_op_desc *op = khub_plugin_op(kr.plugin, i);
         if (default_spec(op, &s))
             rc = bench_one(rt, kr.plugin_id, &s, a);

@@ -23,8 +23,7 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "internal.h"
-#include "timing.h"
+#include "khub/khub_check.h"
 
 typedef struct bplug {
     const char *file;
@@ -79,7 +78,7 @@ typedef struct bcase {
     double bytes; /* streamed per call */
 } bcase;
 
-/* One call of a case's op for khub__time_calls: call i reads args[i % n]. */
+/* One call of a case's op for khub_time_calls: call i reads args[i % n]. */
 typedef struct timed_op {
     const khub_op_desc *op;
     void *state;
@@ -103,7 +102,7 @@ static void run_case(const bcase *c, double min_s)
         }
         timed_op t = {op, plugs[i].d.state, c};
         double med = 0;
-        khub_status st = khub__time_calls(call_op, &t, min_s, (int)bench_clock, &med);
+        khub_status st = khub_time_calls(call_op, &t, min_s, (int)bench_clock, &med);
         if (st != KHUB_STATUS_OK) {
             printf(" | %-13s %24s", plugs[i].file, khub_status_name(st));
             continue;
@@ -400,7 +399,7 @@ static int run_bench_ops(int argc, char **argv)
     khub_runtime *rt = NULL;
     if (khub_runtime_new(&o, &rt) != KHUB_STATUS_OK)
         return khub_cli_fail("bench-ops", "%s", khub_last_error());
-    open_plugins(dir, khub__runtime_host(rt));
+    open_plugins(dir, khub_runtime_host(rt));
     printf("khub bench-ops: %d thread(s), %.2f s per plugin and case, %s clock, plugins from %s\n",
            threads, min_s, bench_clock == CLOCK_MONOTONIC ? "wall" : "thread-CPU", dir);
     if (quick == 2) {

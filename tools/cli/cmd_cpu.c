@@ -1,6 +1,6 @@
 /*
  * cmd_cpu.c: `khub cpu`: the CPU features khub detects and uses, and the
- * level they reach, after the KHUB_CPU_LEVEL mask (runtime/cpu.c).
+ * level they reach, after the KHUB_CPU_LEVEL mask (khub_check.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -8,25 +8,26 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "internal.h"
+#include "khub/khub_check.h"
 
 static const khub_cli_cmd cpu_cmd;
 
 static cJSON *feature_array(uint32_t bits)
 {
     cJSON *a = cJSON_CreateArray();
-    for (size_t i = 0; i < khub__cpu_features_count; i++)
-        if (bits & khub__cpu_features_table[i].bit)
-            cJSON_AddItemToArray(a, cJSON_CreateString(khub__cpu_features_table[i].name));
+    uint32_t bit = 0;
+    const char *name;
+    for (size_t i = 0; (name = khub_cpu_feature_at(i, &bit)) != NULL; i++)
+        if (bits & bit) cJSON_AddItemToArray(a, cJSON_CreateString(name));
     return a;
 }
 
 static void print_json(uint32_t host, uint32_t used, const char *env)
 {
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "level", khub__cpu_level_of(used));
+    cJSON_AddStringToObject(o, "level", khub_cpu_level_name(used));
     cJSON_AddItemToObject(o, "features", feature_array(used));
-    cJSON_AddStringToObject(o, "host_level", khub__cpu_level_of(host));
+    cJSON_AddStringToObject(o, "host_level", khub_cpu_level_name(host));
     cJSON_AddItemToObject(o, "host_features", feature_array(host));
     cJSON_AddItemToObject(o, "masked", feature_array(host & ~used));
     if (env && env[0])
@@ -42,12 +43,12 @@ static void print_json(uint32_t host, uint32_t used, const char *env)
 static void print_text(uint32_t host, uint32_t used, const char *env)
 {
     char names[256];
-    printf("level    %s", khub__cpu_level_of(used));
+    printf("level    %s", khub_cpu_level_name(used));
     if (env && env[0])
-        printf(" (KHUB_CPU_LEVEL=%s; this CPU reaches %s)", env, khub__cpu_level_of(host));
-    khub__cpu_feature_list(used, " ", names, sizeof names);
+        printf(" (KHUB_CPU_LEVEL=%s; this CPU reaches %s)", env, khub_cpu_level_name(host));
+    khub_cpu_feature_names(used, " ", names, sizeof names);
     printf("\nfeatures %s\n", names[0] ? names : "-");
-    khub__cpu_feature_list(host & ~used, " ", names, sizeof names);
+    khub_cpu_feature_names(host & ~used, " ", names, sizeof names);
     printf("masked   %s\n", names[0] ? names : "-");
 }
 
@@ -62,7 +63,7 @@ static int run_cpu(int argc, char **argv)
             return khub_cli_usage(&cpu_cmd, "unknown argument '%s'", argv[i]);
     }
     const char *env = getenv("KHUB_CPU_LEVEL");
-    uint32_t host = khub__cpu_features_host(), used = khub_cpu_features();
+    uint32_t host = khub_cpu_features_host(), used = khub_cpu_features();
     if (json)
         print_json(host, used, env);
     else

@@ -9,11 +9,9 @@
 
 #include <cjson/cJSON.h>
 
-#include "check.h"
 #include "check_kernel.h"
-#include "elf_gate.h"
-#include "internal.h"
 #include "cli.h"
+#include "khub/khub_check.h"
 
 /* ======================================================================== */
 /* Names                                                                    */
@@ -22,23 +20,23 @@
 /* The names of a CPU feature mask, comma-separated. */
 static void cpu_feature_names(uint32_t bits, char *buf, size_t n)
 {
-    khub__cpu_feature_list(bits, ",", buf, n);
+    khub_cpu_feature_names(bits, ",", buf, n);
 }
 
 static void dtype_names(uint64_t mask, char *buf, size_t n)
 {
     buf[0] = '\0';
     for (int id = 0; id < 64; id++) {
-        if (!(mask & (UINT64_C(1) << id)) || !khub__dtype_id_name(id)) continue;
+        if (!(mask & (UINT64_C(1) << id)) || !khub_dtype_id_name(id)) continue;
         size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", len ? "," : "", khub__dtype_id_name(id));
+        snprintf(buf + len, n - len, "%s%s", len ? "," : "", khub_dtype_id_name(id));
     }
 }
 
 /* The op's capability flags (the host's copy: the 1.0 word and its kind's). */
 static void flag_names(const khub_op_desc *op, char *buf, size_t n)
 {
-    khub__cap_flag_names(op->kind, op->caps->kind_flags, ",", buf, n);
+    khub_cap_flag_names(op->kind, op->caps->kind_flags, ",", buf, n);
 }
 
 /* ======================================================================== */
@@ -57,7 +55,7 @@ static void plugin_kinds(const khub_plugin *p, char *buf, size_t n)
     for (uint32_t k = 1; k < KHUB_OP_KIND__COUNT; k++) {
         if (!(mask & (1u << k))) continue;
         size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", len ? "," : "", khub__op_kind_name(k));
+        snprintf(buf + len, n - len, "%s%s", len ? "," : "", khub_op_kind_name(k));
     }
 }
 
@@ -66,7 +64,7 @@ static cJSON *op_json(const khub_op_desc *op)
     char buf[256];
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "name", op->name);
-    cJSON_AddStringToObject(o, "kind", khub__op_kind_name(op->kind));
+    cJSON_AddStringToObject(o, "kind", khub_op_kind_name(op->kind));
     const khub_op_caps *c = op->caps;
     cJSON_AddStringToObject(o, "device", c->device_type == KHUB_DEVICE_CUDA ? "cuda" : "cpu");
     dtype_names(c->dtypes, buf, sizeof buf);
@@ -126,7 +124,7 @@ static void print_plugin_text(const khub_plugin *p)
         dtype_names(c->dtypes, dt, sizeof dt);
         cpu_feature_names(c->cpu_features, cpu, sizeof cpu);
         flag_names(op, fl, sizeof fl);
-        printf("  op %-14s %-10s %s dtypes=%s", op->name, khub__op_kind_name(op->kind),
+        printf("  op %-14s %-10s %s dtypes=%s", op->name, khub_op_kind_name(op->kind),
                c->device_type == KHUB_DEVICE_CUDA ? "cuda" : "cpu", dt[0] ? dt : "-");
         if (cpu[0]) printf(" cpu=%s", cpu);
         if (fl[0]) printf(" flags=%s", fl);
@@ -189,6 +187,91 @@ KHUB_CLI_COMMAND(cmd_plugins)
 
 static const khub_cli_cmd cmd_check;
 
+/* A report line's whole text: "FILE: message" or "message". */
+static void line_text(const khub_check_finding *f, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s%s%s", f->file, f->file[0] ? ": " : "", f->message);
+}
+
+/* The ABI gate's lines of a FILE check: a violation without the file's name,
+ * or the whole line when the gate could not read the file. */
+static const char *gate_line(const khub_check_finding *f, char *buf, size_t n)
+{
+    if (f->severity != KHUB_CHECK_FAIL || f->code < KHUB_CHECK_GATE_UNREADABLE ||
+        f->code > KHUB_CHECK_GATE_ENTRY)
+        return NULL;
+    if (f->code != KHUB_CHECK_GATE_UNREADABLE) return f->message;
+    line_text(f, buf, n);
+    return buf;
+}
+
+/* The child's line, or why it did not run ("(--sha256)": the option named). */
+static void load_line(const khub_check_report *rep, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s%s", rep->load_report,
+             !rep->loaded && rep->load_status == KHUB_STATUS_DIGEST_MISMATCH ? " (--sha256)" : "");
+}
+
+static void print_check_json(const char *path, const khub_check_report *rep)
+{
+    const khub_plugin_info *info = rep->info;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "file", path);
+    cJSON_AddBoolToObject(o, "ok", rep->n_failed == 0);
+    cJSON_AddStringToObject(o, "inspect", khub_status_name(rep->inspect_status));
+    char buf[KHUB_ERROR_SIZE + 2400];
+    if (!info) {
+        line_text(khub_check_report_finding(rep, 0), buf, sizeof buf);
+        cJSON_AddStringToObject(o, "error", buf);
+    } else {
+        char abi[16];
+        snprintf(abi, sizeof abi, "%u.%u", info->plugin_abi_major, info->plugin_abi_minor);
+        cJSON_AddStringToObject(o, "id", info->full_id);
+        cJSON_AddStringToObject(o, "version", info->version);
+        cJSON_AddStringToObject(o, "abi", abi);
+        cJSON_AddStringToObject(o, "sha256", info->sha256);
+        cJSON_AddStringToObject(o, "load",
+                                rep->loaded || rep->load_status != KHUB_STATUS_OK
+                                    ? khub_status_name(rep->load_status)
+                                    : "skipped");
+        load_line(rep, buf, sizeof buf);
+        cJSON_AddStringToObject(o, "report", buf);
+        cJSON_AddStringToObject(o, "gate", khub_status_name(rep->gate_status));
+        cJSON *fa = cJSON_AddArrayToObject(o, "gate_findings");
+        for (size_t i = 0; i < rep->n_findings; i++) {
+            const char *g = gate_line(khub_check_report_finding(rep, i), buf, sizeof buf);
+            if (g) cJSON_AddItemToArray(fa, cJSON_CreateString(g));
+        }
+        cJSON_AddStringToObject(o, "max_glibc", rep->max_glibc);
+    }
+    char *s = cJSON_Print(o);
+    printf("%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(o);
+}
+
+static void print_check_text(const char *path, const khub_check_report *rep, const char *ceiling)
+{
+    const khub_plugin_info *info = rep->info;
+    char buf[KHUB_ERROR_SIZE + 2400];
+    if (!info) {
+        line_text(khub_check_report_finding(rep, 0), buf, sizeof buf);
+        printf("FAIL %s: %s\n", path, buf);
+        return;
+    }
+    printf("%s %s %s (ABI %u.%u)\n  sha256 %s\n", rep->n_failed ? "FAIL" : "ok  ", info->full_id,
+           info->version, info->plugin_abi_major, info->plugin_abi_minor, info->sha256);
+    load_line(rep, buf, sizeof buf);
+    if (buf[0]) printf("  %s\n", buf);
+    for (size_t i = 0; i < rep->n_findings; i++) {
+        const char *g = gate_line(khub_check_report_finding(rep, i), buf, sizeof buf);
+        if (g) printf("  ABI gate: %s\n", g);
+    }
+    if (rep->gate_status == KHUB_STATUS_OK)
+        printf("  ABI gate passed (glibc %s, ceiling %s)\n",
+               rep->max_glibc[0] ? rep->max_glibc : "none", ceiling ? ceiling : "GLIBC_2.28");
+}
+
 static int run_check(int argc, char **argv)
 {
     if (khub_cli_wants_help(&cmd_check, argc, argv)) return 0;
@@ -221,73 +304,18 @@ static int run_check(int argc, char **argv)
     if (ceiling && (strncmp(ceiling, "GLIBC_", 6) != 0 || ceiling[6] < '0' || ceiling[6] > '9'))
         return khub_cli_usage(&cmd_check, "--glibc-ceiling '%s' is not like GLIBC_2.28", ceiling);
 
-    char err[KHUB_ERROR_SIZE] = "";
-    khub_plugin_info info = {KHUB_STRUCT_INIT(khub_plugin_info)};
-    khub_status st = khub_plugin_inspect(path, &info, err, sizeof err);
-    /* The ABI gate (libelf, nothing loaded) first, on one read of the file;
-     * only bytes that pass it, and only those (their digest), are loaded. */
-    khub_gate_report gate = {0};
-    khub_gate_policy pol = {.glibc_ceiling = ceiling};
-    char gerr[KHUB_ERROR_SIZE] = "", gate_sha[65] = "";
-    khub_status gate_st =
-        st == KHUB_STATUS_OK
-            ? khub__gate_check_file_sha(path, &pol, &gate, gate_sha, gerr, sizeof gerr)
-            : st;
-    char report[4096] = "";
-    khub_status run_st = KHUB_STATUS_OK;
-    bool ran = false;
-    if (gate_st == KHUB_STATUS_OK && digest && strcasecmp(digest, gate_sha) != 0) {
-        snprintf(report, sizeof report, "not loaded: its SHA-256 is %s, expected %s (--sha256)",
-                 gate_sha, digest);
-        run_st = KHUB_STATUS_DIGEST_MISMATCH;
-    } else if (gate_st == KHUB_STATUS_OK) {
-        run_st = khub__check_in_child(path, gate_sha, report, sizeof report);
-        ran = true;
-    } else if (st == KHUB_STATUS_OK) {
-        snprintf(report, sizeof report,
-                 "not loaded: no plugin code runs until the ABI gate passes");
-    }
-    int ok = st == KHUB_STATUS_OK && gate_st == KHUB_STATUS_OK && ran && run_st == KHUB_STATUS_OK;
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "file", path);
-        cJSON_AddBoolToObject(o, "ok", ok);
-        cJSON_AddStringToObject(o, "inspect", khub_status_name(st));
-        if (st != KHUB_STATUS_OK) cJSON_AddStringToObject(o, "error", err);
-        if (st == KHUB_STATUS_OK) {
-            char abi[16];
-            snprintf(abi, sizeof abi, "%u.%u", info.plugin_abi_major, info.plugin_abi_minor);
-            cJSON_AddStringToObject(o, "id", info.full_id);
-            cJSON_AddStringToObject(o, "version", info.version);
-            cJSON_AddStringToObject(o, "abi", abi);
-            cJSON_AddStringToObject(o, "sha256", info.sha256);
-            cJSON_AddStringToObject(
-                o, "load", ran || run_st != KHUB_STATUS_OK ? khub_status_name(run_st) : "skipped");
-            cJSON_AddStringToObject(o, "report", report);
-            cJSON_AddStringToObject(o, "gate", khub_status_name(gate_st));
-            cJSON *fa = cJSON_AddArrayToObject(o, "gate_findings");
-            for (size_t i = 0; i < gate.n_findings; i++)
-                cJSON_AddItemToArray(fa, cJSON_CreateString(gate.findings[i]));
-            if (gate_st != KHUB_STATUS_OK && !gate.n_findings)
-                cJSON_AddItemToArray(fa, cJSON_CreateString(gerr));
-            cJSON_AddStringToObject(o, "max_glibc", gate.max_glibc);
-        }
-        char *s = cJSON_Print(o);
-        printf("%s\n", s);
-        cJSON_free(s);
-        cJSON_Delete(o);
-    } else if (st != KHUB_STATUS_OK) {
-        printf("FAIL %s: %s\n", path, err);
-    } else {
-        printf("%s %s %s (ABI %u.%u)\n  sha256 %s\n", ok ? "ok  " : "FAIL", info.full_id,
-               info.version, info.plugin_abi_major, info.plugin_abi_minor, info.sha256);
-        if (report[0]) printf("  %s\n", report);
-        for (size_t i = 0; i < gate.n_findings; i++) printf("  ABI gate: %s\n", gate.findings[i]);
-        if (gate_st != KHUB_STATUS_OK && !gate.n_findings) printf("  ABI gate: %s\n", gerr);
-        if (gate_st == KHUB_STATUS_OK)
-            printf("  ABI gate passed (glibc %s, ceiling %s)\n",
-                   gate.max_glibc[0] ? gate.max_glibc : "none", ceiling ? ceiling : "GLIBC_2.28");
-    }
+    khub_check_opts opts = {KHUB_STRUCT_INIT(khub_check_opts), .glibc_ceiling = ceiling,
+                            .sha256 = digest};
+    khub_check_report *rep = NULL;
+    char err[KHUB_ERROR_SIZE];
+    if (khub_check_file(path, &opts, &rep, err, sizeof err) != KHUB_STATUS_OK)
+        return khub_cli_fail("check", "%s", err);
+    int ok = rep->n_failed == 0;
+    if (json)
+        print_check_json(path, rep);
+    else
+        print_check_text(path, rep, ceiling);
+    khub_check_report_free(rep);
     return ok ? 0 : 1;
 }
 

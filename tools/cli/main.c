@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "internal.h"
+#include "khub/khub_check.h"
 
 #define MAX_COMMANDS 64
 
@@ -122,8 +122,8 @@ int main(int argc, char **argv)
     }
     /* Every command chooses by CPU features somewhere (plugins, variants,
      * levels): a mistyped mask is refused up front, not taken as x86-64. */
-    char level_err[160];
-    if (khub__cpu_level_check(level_err, sizeof level_err) != 0) {
+    char level_err[KHUB_ERROR_SIZE];
+    if (khub_cpu_level_check(level_err, sizeof level_err) != KHUB_STATUS_OK) {
         fprintf(stderr, "khub: %s\n", level_err);
         return 2;
     }
