@@ -134,13 +134,6 @@ static const char *signal_name(int sig)
     }
 }
 
-static const char *kind_name(uint32_t k)
-{
-    static const char *const names[] = {"?",        "attention", "linear",     "qlinear",
-                                        "kv_cache", "norm",      "activation", "rotary"};
-    return k < sizeof names / sizeof names[0] ? names[k] : "unknown";
-}
-
 /* "plugin ID VERSION :: OP (KIND, role ROLE layer N)" */
 static void put_call(line *l, const khub__inflight *r)
 {
@@ -151,7 +144,7 @@ static void put_call(line *l, const khub__inflight *r)
     put(l, " :: ");
     put(l, r->op);
     put(l, " (");
-    put(l, kind_name(r->kind));
+    put(l, khub__op_kind_name(r->kind)); /* a switch over literals: signal-safe */
     if (r->role) {
         put(l, ", role ");
         put(l, r->role);
