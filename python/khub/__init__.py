@@ -8,11 +8,13 @@ A thin binding of libkhub's public C API (abi/khub/*.h) through ctypes:
     for piece in model.generate_stream("The capital of France is", max_new_tokens=16):
         print(piece, end="", flush=True)
     print(model.explain())        # which plugin serves each role, and why
+    khub.lock("app")              # app/khub.json -> app/khub.lock (as `khub lock app`)
 
 Failures raise khub.KhubError carrying khub's status (.status, .status_name)
 and its one-line message (str(e)), exactly as the C API reports them.
 """
 import ctypes
+import os
 import queue
 import threading
 from dataclasses import dataclass, field
@@ -22,7 +24,8 @@ from . import _ffi
 
 __all__ = [
     "KhubError", "Runtime", "Hub", "Model", "Plugin", "Op", "Selection", "KernelResult",
-    "GenerationStream", "version", "library_path", "plugins", "lock", "sync", "OP_KINDS",
+    "GenerationStream", "Pin", "version", "library_path", "plugins", "lock", "sync",
+    "OP_KINDS",
 ]
 
 _lib = _ffi.load_library()
@@ -505,18 +508,105 @@ def _status_value(name: str) -> int:
 _OVERFLOW = _status_value("KHUB_STATUS_OVERFLOW")
 
 
-# Teams: lock and sync ----------------------------------------------------------------
-
-_LOCK_NOTE = ("khub.{0}() needs the project API (abi/khub/khub_project.h), which this libkhub "
-              "does not export yet; use `khub {0}` from the command line meanwhile. A lock is "
-              "consumed already: Model.from_pretrained(..., lock='khub.lock').")
+# Teams: lock and sync (khub_project.h) ----------------------------------------------
 
 
-def lock(*args, **kwargs):
-    """Writes khub.lock for a mapping: not available in this binding yet."""
-    raise NotImplementedError(_LOCK_NOTE.format("lock"))
+@dataclass
+class Pin:
+    """One kernel pinned in a khub.lock."""
+
+    repo: str
+    version: int  # the pinned v<N>, -1 when pinned by revision
+    revision: str
+    commit: str
+    kernel_version: str  # metadata.json's "version" at that commit
+    n_variants: int
 
 
-def sync(*args, **kwargs):
-    """Installs a khub.lock's kernels into the cache: not available yet."""
-    raise NotImplementedError(_LOCK_NOTE.format("sync"))
+def _pin(p) -> Pin:
+    return Pin(_s(p.repo), p.version, _s(p.revision), _s(p.commit), _s(p.kernel_version),
+               p.n_variants)
+
+
+def _need_project(what: str) -> None:
+    if _lib.khub_missing:
+        raise NotImplementedError(
+            "khub.%s() needs the project API (khub_project.h), which this libkhub (%s) does "
+            "not export: %s" % (what, _lib._name, ", ".join(_lib.khub_missing)))
+
+
+def _errbuf():
+    return ctypes.create_string_buffer(_ffi.ERROR_SIZE)
+
+
+def lock(directory: str = ".", kernels: Optional[str] = None, lock_path: Optional[str] = None,
+         hub: Optional[Hub] = None) -> List[Pin]:
+    """`khub lock`: resolves every kernel named in the mapping (default
+    DIRECTORY/khub.json) to a commit, downloads and hashes each of its khub
+    variants, and writes the lock (default DIRECTORY/khub.lock). Returns the
+    pins written."""
+    _need_project("lock")
+    kpath = kernels or os.path.join(directory, "khub.json")
+    lpath = lock_path or os.path.join(directory, "khub.lock")
+    own, hub = hub is None, hub or Hub()
+    err, m, lk = _errbuf(), ctypes.c_void_p(), ctypes.c_void_p()
+    try:
+        _check(_lib.khub_mapping_load(_b(kpath), ctypes.byref(m), err, len(err)),
+               lambda: _s(err.value))
+        _check(_lib.khub_lock_new(ctypes.byref(lk)), lambda: _s(_lib.khub_last_error()))
+        pins = []
+        for i in range(_lib.khub_mapping_kernel_count(m)):
+            text = _lib.khub_mapping_kernel(m, i)
+            hid = _ffi.HubId()
+            _check(_lib.khub_hub_id_parse(text, ctypes.byref(hid), err, len(err)),
+                   lambda: _s(err.value))
+            r = _ffi.make(_ffi.LockResult)
+            r.pin = _ffi.make(_ffi.LockPin)
+            r.previous = _ffi.make(_ffi.LockPin)
+            _check(_lib.khub_lock_kernel(hub._h, lk, ctypes.byref(hid), None, ctypes.byref(r)),
+                   lambda: "%s: %s" % (_s(text), _s(_lib.khub_hub_errmsg(hub._h))))
+            pins.append(_pin(r.pin))
+        _check(_lib.khub_lock_save(lk, _b(lpath), err, len(err)), lambda: _s(err.value))
+        return pins
+    finally:
+        if lk:
+            _lib.khub_lock_free(lk)
+        if m:
+            _lib.khub_mapping_free(m)
+        if own:
+            hub.close()
+
+
+def sync(directory: str = ".", lock_path: Optional[str] = None, hub: Optional[Hub] = None,
+         all_variants: bool = False) -> List[dict]:
+    """`khub sync`: fetches the locked commit of every kernel in the lock
+    (default DIRECTORY/khub.lock) into the hub's cache and checks every file
+    against the lock (the variant this machine would load, or every locked
+    variant). Returns one dict per kernel: repo, commit, n_checked, and
+    newer_version / newer_commit when the cache already holds a newer build
+    (a lock moved back; khub sync warns)."""
+    _need_project("sync")
+    lpath = lock_path or os.path.join(directory, "khub.lock")
+    own, hub = hub is None, hub or Hub()
+    err, lk = _errbuf(), ctypes.c_void_p()
+    try:
+        _check(_lib.khub_lock_load(_b(lpath), ctypes.byref(lk), err, len(err)),
+               lambda: _s(err.value))
+        out = []
+        opts = _ffi.make(_ffi.SyncOpts, all_variants=int(all_variants))
+        for i in range(_lib.khub_lock_count(lk)):
+            pin = _ffi.make(_ffi.LockPin)
+            _check(_lib.khub_lock_pin_at(lk, i, ctypes.byref(pin)),
+                   lambda: _s(_lib.khub_last_error()))
+            r = _ffi.make(_ffi.SyncResult)
+            _check(_lib.khub_lock_sync(hub._h, lk, i, ctypes.byref(opts), ctypes.byref(r)),
+                   lambda: "%s: %s" % (_s(pin.repo), _s(_lib.khub_hub_errmsg(hub._h))))
+            out.append({"repo": _s(pin.repo), "commit": _s(pin.commit),
+                        "n_checked": r.n_checked, "newer_version": _s(r.newer_version),
+                        "newer_commit": _s(r.newer_commit)})
+        return out
+    finally:
+        if lk:
+            _lib.khub_lock_free(lk)
+        if own:
+            hub.close()

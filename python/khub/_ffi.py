@@ -267,6 +267,60 @@ class ModelKernelsReport(ctypes.Structure):
     _fields_ = [("text", ctypes.c_char * 8192)]
 
 
+# khub_project.h ---------------------------------------------------------------
+
+HUB_NAME_MAX, HUB_REV_MAX, HUB_SYMBOL_MAX = 96, 255, 127
+
+
+class HubId(ctypes.Structure):
+    _fields_ = [
+        ("org", ctypes.c_char * (HUB_NAME_MAX + 1)),
+        ("name", ctypes.c_char * (HUB_NAME_MAX + 1)),
+        ("rev_kind", u32),
+        ("version", i32),
+        ("revision", ctypes.c_char * (HUB_REV_MAX + 1)),
+        ("symbol", ctypes.c_char * (HUB_SYMBOL_MAX + 1)),
+    ]
+
+
+class LockPin(ctypes.Structure):
+    _fields_ = HEADER + [
+        ("repo", ctypes.c_char * (2 * HUB_NAME_MAX + 2)),
+        ("version", i32),
+        ("revision", ctypes.c_char * (HUB_REV_MAX + 1)),
+        ("commit", ctypes.c_char * 41),
+        ("kernel_version", ctypes.c_char * 32),
+        ("n_variants", u32),
+        ("reserved", u32),
+    ]
+
+
+class LockOpts(ctypes.Structure):
+    _fields_ = HEADER + [("commit", c_char_p), ("allow_downgrade", i32), ("reserved", u32)]
+
+
+class LockResult(ctypes.Structure):
+    _fields_ = HEADER + [
+        ("pin", LockPin),
+        ("replaced", i32),
+        ("downgrade", i32),
+        ("previous", LockPin),
+    ]
+
+
+class SyncOpts(ctypes.Structure):
+    _fields_ = HEADER + [("all_variants", i32), ("reserved", u32)]
+
+
+class SyncResult(ctypes.Structure):
+    _fields_ = HEADER + [
+        ("n_checked", u32),
+        ("reserved", u32),
+        ("newer_version", ctypes.c_char * 32),
+        ("newer_commit", ctypes.c_char * 41),
+    ]
+
+
 # The library ------------------------------------------------------------------
 
 P = ctypes.POINTER
@@ -319,6 +373,25 @@ SIGNATURES = {
                                      P(ModelKernels), P(c_void_p), P(ModelKernelsReport)]),
 }
 
+# The project API (khub_project.h); a libkhub without it still loads, and
+# khub.lock()/sync() then say so.
+OPTIONAL_SIGNATURES = {
+    "khub_hub_id_parse": (STATUS, [c_char_p, P(HubId), c_char_p, ctypes.c_size_t]),
+    "khub_mapping_load": (STATUS, [c_char_p, P(c_void_p), c_char_p, ctypes.c_size_t]),
+    "khub_mapping_free": (None, [c_void_p]),
+    "khub_mapping_kernel_count": (ctypes.c_size_t, [c_void_p]),
+    "khub_mapping_kernel": (c_char_p, [c_void_p, ctypes.c_size_t]),
+    "khub_lock_new": (STATUS, [P(c_void_p)]),
+    "khub_lock_load": (STATUS, [c_char_p, P(c_void_p), c_char_p, ctypes.c_size_t]),
+    "khub_lock_save": (STATUS, [c_void_p, c_char_p, c_char_p, ctypes.c_size_t]),
+    "khub_lock_free": (None, [c_void_p]),
+    "khub_lock_count": (ctypes.c_size_t, [c_void_p]),
+    "khub_lock_pin_at": (STATUS, [c_void_p, ctypes.c_size_t, P(LockPin)]),
+    "khub_lock_kernel": (STATUS, [c_void_p, c_void_p, P(HubId), P(LockOpts), P(LockResult)]),
+    "khub_lock_sync": (STATUS, [c_void_p, c_void_p, ctypes.c_size_t, P(SyncOpts),
+                                P(SyncResult)]),
+}
+
 
 def _candidates():
     """Where libkhub may be, in the order tried, with how each was found."""
@@ -356,6 +429,15 @@ def load_library():
             continue
         for name, (res, args) in SIGNATURES.items():
             fn = getattr(lib, name)
+            fn.restype = res
+            fn.argtypes = args
+        lib.khub_missing = []
+        for name, (res, args) in OPTIONAL_SIGNATURES.items():
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:
+                lib.khub_missing.append(name)
+                continue
             fn.restype = res
             fn.argtypes = args
         return lib

@@ -99,3 +99,24 @@ def test_locked_load_runs_offline(published, tiny_model, tmp_path):
                                     lock=str(tmp_path / "khub.lock"), hub=hub,
                                     policy=str(w / "policy.json")) as m:
         assert "(locked, hashes re-checked)" in m.kernels_report
+
+
+def test_lock_and_sync_through_the_binding(published, tiny_model, tmp_path):
+    ep, w = published
+    (tmp_path / "khub.json").write_text(
+        '{"format": 1, "roles": {"norm": {"cpu": {"repo": "acme/rmsnorm", "version": 1}}}}')
+    pins = khub.lock(str(tmp_path), hub=khub.Hub(endpoint=ep, cache_dir=str(tmp_path / "a")))
+    assert [(p.repo, p.version, p.kernel_version, p.n_variants) for p in pins] == \
+        [("acme/rmsnorm", 1, "1.0.0", 1)]
+    assert len(pins[0].commit) == 40
+    assert pins[0].commit in (tmp_path / "khub.lock").read_text()
+    # sync into another cache, then load from it offline through the lock
+    cache = str(tmp_path / "b")
+    synced = khub.sync(str(tmp_path), hub=khub.Hub(endpoint=ep, cache_dir=cache))
+    assert [(s["repo"], s["commit"], s["n_checked"], s["newer_version"]) for s in synced] == \
+        [("acme/rmsnorm", pins[0].commit, 1, "")]
+    with khub.Model.from_pretrained(tiny_model, kernels=str(tmp_path / "khub.json"),
+                                    lock=str(tmp_path / "khub.lock"),
+                                    hub=khub.Hub(cache_dir=cache, offline=True),
+                                    policy=str(w / "policy.json")) as m:
+        assert "(locked, hashes re-checked)" in m.kernels_report

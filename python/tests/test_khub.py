@@ -123,11 +123,12 @@ def test_generation_error_is_raised_from_the_stream(tiny_model):
         assert str(e.value)
 
 
-def test_lock_and_sync_say_what_is_missing():
-    with pytest.raises(NotImplementedError, match="khub_project.h"):
-        khub.lock("khub.json")
-    with pytest.raises(NotImplementedError, match="khub sync"):
-        khub.sync("khub.lock")
+def test_lock_without_a_mapping_raises_khubs_message(tmp_path):
+    with pytest.raises(khub.KhubError) as e:
+        khub.lock(str(tmp_path), hub=khub.Hub(cache_dir=str(tmp_path / "c"), offline=True))
+    assert e.value.status_name == "KHUB_STATUS_NOT_FOUND"
+    assert str(e.value) == "%s/khub.json: cannot open: No such file or directory" % tmp_path
+    assert not (tmp_path / "khub.lock").exists()
 
 
 def test_smollm2_knows_paris(smollm2):

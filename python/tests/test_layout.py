@@ -18,6 +18,11 @@ STRUCTS = {
     "KernelResult": "khub_kernel_result", "ModelKernels": "khub_model_kernels",
     "ModelKernelsReport": "khub_model_kernels_report",
 }
+PROJECT_STRUCTS = {
+    "HubId": "khub_hub_id", "LockPin": "khub_lock_pin", "LockOpts": "khub_lock_opts",
+    "LockResult": "khub_lock_result", "SyncOpts": "khub_sync_opts",
+    "SyncResult": "khub_sync_result",
+}
 
 
 def test_structs_match_the_headers(src, tmp_path):
@@ -25,9 +30,14 @@ def test_structs_match_the_headers(src, tmp_path):
     if not cc:
         pytest.skip("no C compiler")
     lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <khub/khub_kernels.h>",
-             "#include <khub/khub_model.h>", "int main(void) {"]
+             "#include <khub/khub_model.h>"]
+    structs = dict(STRUCTS)
+    if os.path.exists(os.path.join(src, "abi", "khub", "khub_project.h")):
+        lines.append("#include <khub/khub_project.h>")
+        structs.update(PROJECT_STRUCTS)
+    lines.append("int main(void) {")
     want = []
-    for py, c in STRUCTS.items():
+    for py, c in structs.items():
         cls = getattr(_ffi, py)
         lines.append('printf("%s %%zu\\n", sizeof(%s));' % (c, c))
         want.append("%s %d" % (c, ctypes.sizeof(cls)))
