@@ -4,7 +4,8 @@
 # Installs this build (`cmake --install`, no rebuild) into a scratch prefix
 # and MOVES it, so everything below runs from a prefix that no path compiled
 # into khub names (the tree is relocatable: runtime/install_paths.c). Then:
-#   - the layout: headers, helpers, libkhub.so with SONAME libkhub.so.0,
+#   - the layout: headers (each compiles on its own), helpers, libkhub.so
+#     with SONAME libkhub.so.0,
 #     libkhub.a, the plugins with plugins.json, the CLI, khub.pc,
 #     khub-plugin.pc, khubConfig.cmake + version file;
 #   - the installed CLI lists the installed plugins (not the build tree's)
@@ -64,6 +65,13 @@ for e in entries:
 PY
 [ -z "$(ls "$P/include/khub" | grep -v '\.h$' | grep -v '^helpers$')" ] ||
     fail "non-header files installed in include/khub: $(ls "$P/include/khub")"
+
+# every installed header compiles on its own, from the prefix alone
+for h in "$P"/include/khub/*.h "$P"/include/khub/helpers/*.h; do
+    rel=${h#"$P/include/"}
+    echo "#include <$rel>" | cc -std=c11 -Wall -Werror -fsyntax-only -I"$P/include" -x c - ||
+        fail "the installed $rel does not compile on its own"
+done
 
 # ---- the installed CLI uses the installed plugins
 "$P/bin/khub" plugins > plugins.txt 2>&1 || fail "installed khub plugins: $(cat plugins.txt)"

@@ -79,6 +79,16 @@ def test_tiny_model_loads_with_named_kernels(tiny_model):
         assert re.search(r"^\s+accept khub/ref-cpu", explain, re.M), explain
 
 
+def test_quantization_at_load(tiny_model):
+    with khub.Model.from_pretrained(tiny_model) as dense, \
+            khub.Model.from_pretrained(tiny_model, quantization="nf4") as m:
+        roles = [l for l in m.explain().splitlines() if not l.startswith(" ")]
+        assert "qkv_proj[nf4]: khub/ref-cpu 0.1.0 :: qlinear" in roles, roles
+        assert m.info["weight_bytes"] < dense.info["weight_bytes"]
+        assert len(m.generate("Hello", max_new_tokens=2, ignore_eos=True, details=True)
+                   ["tokens"]) == 2
+
+
 def test_tokenize_round_trip(tiny_model):
     with khub.Model.from_pretrained(tiny_model) as m:
         text = "Hello world, 1234 caf\u00e9!"
