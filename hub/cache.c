@@ -21,7 +21,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,34 +83,6 @@ khub_status khub__cache_repo_dir(khub_hub *hub, const khub_hub_id *id, char *buf
     if (n < 0 || (size_t)n >= size)
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "cache path too long: %s", folder);
     return KHUB_STATUS_OK;
-}
-
-bool khub__path_is_safe(const char *rel)
-{
-    if (!rel || !rel[0] || rel[0] == '/' || strlen(rel) > 1024) return false;
-    if (((rel[0] | 0x20) >= 'a' && (rel[0] | 0x20) <= 'z') && rel[1] == ':') return false;
-    const char *seg = rel;
-    for (const char *p = rel;; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '/' || c == '\0') {
-            size_t n = (size_t)(p - seg);
-            if (n == 0) return false;
-            if (n == 1 && seg[0] == '.') return false;
-            if (n == 2 && seg[0] == '.' && seg[1] == '.') return false;
-            if (c == '\0') return true;
-            seg = p + 1;
-        } else if (c < 0x20 || c == 0x7f || c == '\\') {
-            return false;
-        }
-    }
-}
-
-bool khub__is_commit_hex(const char *s)
-{
-    if (!s) return false;
-    for (int i = 0; i < 40; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return false;
-    return s[40] == '\0';
 }
 
 khub_status khub__mkdirs(khub_hub *hub, const char *path)
@@ -532,20 +503,3 @@ khub_status khub__cache_write_tree(khub_hub *hub, const char *repo_dir, const ch
     free(text);
     return st;
 }
-
-/* ======================================================================== */
-/* Removal                                                                  */
-/* ======================================================================== */
-
-static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
-void khub__rmtree(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }

@@ -42,9 +42,11 @@ KHUB_INTERNAL khub_status khub__vfail(khub_runtime *rt, khub_status st, const ch
 KHUB_INTERNAL void khub__clear(khub_runtime *rt);
 /* Copies the current message of rt (or the thread-local one) into buf. */
 KHUB_INTERNAL void khub__copy_error(const khub_runtime *rt, char *buf, size_t n);
-/* Writes a formatted one-line message into a caller's buffer (NULL/0 ok). */
+/* Writes a formatted one-line message into a caller's buffer (NULL/0 ok);
+ * newlines become spaces (runtime/errbuf.c). */
 KHUB_INTERNAL void khub__errbuf(char *buf, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+KHUB_INTERNAL void khub__verrbuf(char *buf, size_t n, const char *fmt, va_list ap);
 
 /* Fails with st and a message when cond holds; logs file:line at DEBUG. */
 #define KHUB_RETURN_IF(rt, cond, st, ...) \

@@ -18,18 +18,10 @@ static _Thread_local char tls_last_error[KHUB_ERROR_SIZE];
 
 const char *khub_last_error(void) { return tls_last_error; }
 
-/* Formats into buf and replaces any newline, so messages stay one line. */
-static void format_line(char *buf, size_t n, const char *fmt, va_list ap)
-{
-    vsnprintf(buf, n, fmt, ap);
-    for (char *p = buf; *p; p++)
-        if (*p == '\n' || *p == '\r') *p = ' ';
-}
-
 khub_status khub__vfail(khub_runtime *rt, khub_status st, const char *fmt, va_list ap)
 {
     char msg[KHUB_ERROR_SIZE];
-    format_line(msg, sizeof msg, fmt, ap);
+    khub__verrbuf(msg, sizeof msg, fmt, ap);
     memcpy(tls_last_error, msg, sizeof msg);
     if (rt) {
         pthread_mutex_lock(&rt->err_lock);
@@ -64,15 +56,6 @@ void khub__copy_error(const khub_runtime *rt, char *buf, size_t n)
 {
     if (!buf || n == 0) return;
     snprintf(buf, n, "%s", rt ? rt->errmsg : tls_last_error);
-}
-
-void khub__errbuf(char *buf, size_t n, const char *fmt, ...)
-{
-    if (!buf || n == 0) return;
-    va_list ap;
-    va_start(ap, fmt);
-    format_line(buf, n, fmt, ap);
-    va_end(ap);
 }
 
 const char *khub_runtime_errmsg(const khub_runtime *rt) { return rt ? rt->errmsg : tls_last_error; }
@@ -183,7 +166,7 @@ void khub__vlog(const khub_runtime *rt, khub_log_level level, const char *fmt, v
     int threshold = rt ? rt->log_level : KHUB_LOG_WARN;
     if ((int)level > threshold) return;
     char msg[1024];
-    format_line(msg, sizeof msg, fmt, ap);
+    khub__verrbuf(msg, sizeof msg, fmt, ap);
     if (rt && rt->log_cb)
         rt->log_cb(rt->log_ud, level, msg);
     else
