@@ -1,7 +1,8 @@
 /*
  * cache_admin.h: `khub cache ls|verify|prune`: reports on, checks and
  * trims a huggingface_hub-layout cache (hub/cache.c writes it; so does the
- * official Python client). Internal: used by tools/cli and tests.
+ * official Python client). Internal: behind khub/khub_cache.h (hub/cache_api.c)
+ * and used by tests.
  *
  *   scan   repos (kernels--, models--, datasets--, spaces--), their blobs,
  *          revisions (snapshots) with the refs naming them, sizes, and
@@ -25,37 +26,10 @@
 #include <stdint.h>
 
 #include "hub_impl.h"
+#include "khub/khub_cache.h"
 
-typedef struct khub_cache_rev {
-    char commit[41];
-    char refs[256];   /* "main, v1" ("" = detached: prune removes it) */
-    uint64_t n_files; /* files in the snapshot */
-    uint64_t size;    /* bytes of those files */
-} khub_cache_rev;
-
-typedef struct khub_cache_repo {
-    char folder[300]; /* "kernels--org--name" */
-    char type[16];    /* "kernel", "model", "dataset", "space" */
-    char id[200];     /* "org/name" */
-    uint64_t size;    /* bytes on disk: blobs/, khub-variants/ and snapshot
-                         entries that are copies rather than blob links */
-    uint64_t n_blobs;
-    khub_cache_rev *revs; /* by commit */
-    size_t n_revs;
-    char warnings[512]; /* "; "-separated, "" if none */
-} khub_cache_repo;
-
-typedef struct khub_cache_report {
-    khub_cache_repo *repos; /* by folder name */
-    size_t n_repos;
-    uint64_t size; /* sum of the repos' sizes */
-} khub_cache_report;
-
-/* Called for each finding: kind is "corrupt" or "stale" (verify), or
- * "snapshot", "blob", "tree", "no_exist", "variants", "temporary" (prune:
- * removed, or would be with dry_run); detail is one line. */
-typedef void (*khub_cache_item_fn)(void *ud, const char *kind, const char *path,
-                                   const char *detail);
+/* The report types and the item callback are public (khub/khub_cache.h,
+ * whose khub_cache_* functions wrap these). */
 
 /* Scans hub's cache root. A missing root is an empty report. *out is freed
  * with khub__cache_report_free. Statuses: NOMEM, IO. */

@@ -1,6 +1,7 @@
 /*
  * quarantine.h: kernel builds that crashed or exited during a call
- * (hub/quarantine.c). Internal: used by kernel_fetch.c, tools/cli and tests.
+ * (hub/quarantine.c). Internal: used by kernel_fetch.c, hub/cache_api.c (the
+ * public khub_cache_quarantine_*) and tests.
  *
  * The marker is a one-line file at
  *     <cache>/<repo folder>/khub-quarantine/<commit>/<variant>
@@ -14,6 +15,7 @@
 #define KHUB_HUB_QUARANTINE_H
 
 #include "hub_impl.h"
+#include "khub/khub_cache.h"
 
 /* The marker path of id@commit's variant into buf. OVERFLOW, BAD_ID. */
 KHUB_INTERNAL khub_status khub__quarantine_path(khub_hub *hub, const khub_hub_id *id,
@@ -28,9 +30,9 @@ KHUB_INTERNAL khub_status khub__quarantine_gate(khub_runtime *rt, const char *re
                                                 const char *commit, const char *variant,
                                                 const char *path);
 
-/* One marker: repo "org/name", commit, variant, and its text (one line). */
-typedef void (*khub_quarantine_fn)(void *ud, const char *repo, const char *commit,
-                                   const char *variant, const char *why);
+/* One marker: repo "org/name", commit, variant, and its text (one line);
+ * the public khub_cache_quarantine_fn. */
+typedef khub_cache_quarantine_fn khub_quarantine_fn;
 
 /* Calls fn for every marker in hub's cache, or only repo's ("org/name", or
  * NULL for all), in folder order. With clear each is removed after fn

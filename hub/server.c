@@ -321,38 +321,39 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_ctx
 khub_status khub__server_start(const khub__server_opts *o, khub__server **out)
 {
     *out = NULL;
+    khub__srv_clear_error();
     struct stat sb;
     if (!o->dir || stat(o->dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return khub__fail(NULL, KHUB_STATUS_NOT_FOUND,
-                          "serve: %s is not a directory of repos (see docs/hub-server.md)",
-                          o->dir ? o->dir : "(null)");
+        return khub__srv_fail(KHUB_STATUS_NOT_FOUND,
+                              "serve: %s is not a directory of repos (see docs/hub-server.md)",
+                              o->dir ? o->dir : "(null)");
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(o->port)};
     const char *host = o->host ? o->host : "127.0.0.1";
     if (!strcmp(host, "localhost")) host = "127.0.0.1";
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
-        return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
-                          "serve: --host %s is not an IPv4 address (use 127.0.0.1)", host);
+        return khub__srv_fail(KHUB_STATUS_INVALID_ARG,
+                              "serve: --host %s is not an IPv4 address (use 127.0.0.1)", host);
     khub__server *s = calloc(1, sizeof *s);
-    if (!s) return khub__fail(NULL, KHUB_STATUS_NOMEM, "serve: out of memory");
+    if (!s) return khub__srv_fail(KHUB_STATUS_NOMEM, "serve: out of memory");
     khub_status st = KHUB_STATUS_OK;
     pthread_mutex_init(&s->log_lock, NULL);
     pthread_mutex_init(&s->write_lock, NULL);
     s->dir = realpath(o->dir, NULL);
     if (!(s->dc = khub__srv_digest_cache_new())) {
-        st = khub__fail(NULL, KHUB_STATUS_NOMEM, "serve: out of memory");
+        st = khub__srv_fail(KHUB_STATUS_NOMEM, "serve: out of memory");
         goto fail;
     }
     khub__srv_random_hex(s->secret, 32);
     if (o->token && o->token[0] && !(s->token = strdup(o->token))) {
-        st = khub__fail(NULL, KHUB_STATUS_NOMEM, "serve: out of memory");
+        st = khub__srv_fail(KHUB_STATUS_NOMEM, "serve: out of memory");
         goto fail;
     }
     s->page_size = o->page_size ? o->page_size : 1000;
     st = khub__srv_parse_faults(s, o->faults ? o->faults : getenv("KHUB_SERVE_FAULTS"));
     if (st != KHUB_STATUS_OK) goto fail;
     if (o->log_path && !(s->log = fopen(o->log_path, "a"))) {
-        st = khub__fail(NULL, KHUB_STATUS_IO, "serve: cannot open log %s: %s", o->log_path,
-                        strerror(errno));
+        st = khub__srv_fail(KHUB_STATUS_IO, "serve: cannot open log %s: %s", o->log_path,
+                            strerror(errno));
         goto fail;
     }
     s->max_body = o->max_body ? o->max_body : KHUB__SRV_MAX_BODY;
@@ -373,8 +374,8 @@ khub_status khub__server_start(const khub__server_opts *o, khub__server **out)
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
     if (!s->d) {
-        st = khub__fail(NULL, KHUB_STATUS_IO, "serve: cannot listen on %s:%u (port in use?)", host,
-                        o->port);
+        st = khub__srv_fail(KHUB_STATUS_IO, "serve: cannot listen on %s:%u (port in use?)", host,
+                            o->port);
         goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);

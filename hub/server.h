@@ -2,7 +2,9 @@
  * server.h: the local hub server behind `khub serve` (libmicrohttpd). It
  * serves a folder of kernel repos with the read and upload endpoints of
  * the Hub protocol; docs/hub-server.md describes the folder layout and the fault
- * injection used by the tests. Internal: used by tools/cli and tests.
+ * injection used by the tests. Internal: behind khub/khub_server.h
+ * (hub/server_api.c) and used by tests. All of hub/server*.c is
+ * libkhub_server, not libkhub.
  */
 #ifndef KHUB_HUB_SERVER_H
 #define KHUB_HUB_SERVER_H
@@ -34,7 +36,9 @@ typedef struct khub__server_opts {
 #define KHUB__SRV_MAX_BODY        (64ull << 20)
 
 /* Starts serving in background threads. Statuses: INVALID_ARG (bad host or
- * fault name), NOT_FOUND (dir), IO (bind). Message in khub_last_error(). */
+ * fault name), NOT_FOUND (dir), IO (bind). Message in khub__server_errmsg():
+ * the server is its own library (libkhub_server), which cannot reach
+ * libkhub's khub_last_error(). */
 KHUB_INTERNAL khub_status khub__server_start(const khub__server_opts *o, khub__server **out);
 KHUB_INTERNAL uint16_t khub__server_port(const khub__server *s);
 /* Requests served so far (all endpoints). */
@@ -42,5 +46,8 @@ KHUB_INTERNAL uint64_t khub__server_requests(const khub__server *s);
 /* TCP connections accepted so far. */
 KHUB_INTERNAL uint64_t khub__server_connections(const khub__server *s);
 KHUB_INTERNAL void khub__server_stop(khub__server *s);
+/* This thread's message of the last failed khub__server_start, "" if none
+ * (thread-local, valid until the next failure on the thread). */
+KHUB_INTERNAL const char *khub__server_errmsg(void);
 
 #endif /* KHUB_HUB_SERVER_H */

@@ -60,8 +60,8 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
         for (i = 0; i < sizeof names / sizeof names[0]; i++)
             if (!strcmp(t, names[i].name)) break;
         if (i == sizeof names / sizeof names[0])
-            return khub__fail(
-                NULL, KHUB_STATUS_INVALID_ARG,
+            return khub__srv_fail(
+                KHUB_STATUS_INVALID_ARG,
                 "unknown fault \"%s\"; known: drop-body[=N], short-body, "
                 "extra-bytes, wrong-hash, 429[=N], 503[=N], redirect-loop, "
                 "cross-host, ignore-range, rate=MIB_PER_S, ratelimit[=N], 408[=N], gated, "
@@ -69,11 +69,11 @@ khub_status khub__srv_parse_faults(khub__server *s, const char *list)
                 "trickle=BYTES_PER_S",
                 t);
         if (names[i].bit == F_RATE && (count < 1 || count > 1000000))
-            return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
-                              "fault rate needs a speed in MiB/s, 1..1000000 (rate=500)");
+            return khub__srv_fail(KHUB_STATUS_INVALID_ARG,
+                                  "fault rate needs a speed in MiB/s, 1..1000000 (rate=500)");
         if (names[i].bit == F_TRICKLE && (count < 1 || count > 1000000))
-            return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
-                              "fault trickle needs a speed in bytes/s, 1..1000000 (trickle=2)");
+            return khub__srv_fail(KHUB_STATUS_INVALID_ARG,
+                                  "fault trickle needs a speed in bytes/s, 1..1000000 (trickle=2)");
         s->faults |= names[i].bit;
         int c = count >= 0 ? count : names[i].def;
         if (names[i].bit == F_DROP) atomic_store(&s->budget_drop, c);

@@ -16,6 +16,8 @@
  *   server_lfs.c     the LFS batch API, capability PUTs, verify
  *   server_hf.c      organisation overview, whoami-v2, repo listings,
  *                    commit history, and 401 for a token it cannot accept
+ *   server_api.c     the public khub_server_* (khub/khub_server.h) and the
+ *                    server's own error message
  *
  * The int helpers return 1 on success and 0 on failure; the endpoint that
  * calls them chooses the HTTP answer. The public face is server.h.
@@ -115,6 +117,17 @@ typedef struct conn {
     char put_err[160];
     unsigned put_code;
 } conn;
+
+/* ------------------------------------------------------------------------ */
+/* Errors (server_api.c)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Records st's one-line message as this thread's khub__server_errmsg and
+ * returns st. */
+KHUB_INTERNAL khub_status khub__srv_fail(khub_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Forgets the thread's last message (at the start of khub__server_start). */
+KHUB_INTERNAL void khub__srv_clear_error(void);
 
 /* ------------------------------------------------------------------------ */
 /* Replies and request helpers (server.c)                                   */

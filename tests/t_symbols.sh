@@ -2,17 +2,46 @@
 # The linking contract of issue 2: libkhub exports exactly the symbols
 # abi/SYMBOLS.md lists, its SONAME is the major version, neither it nor the
 # CLI links the CUDA driver or NVRTC (both are dlopened), and every built-in
-# plugin exports only its entry and does not link libkhub.
+# plugin exports only its entry and does not link libkhub. Issue 12: the hub
+# server and fault injector are libkhub_server, out of libkhub.
 set -euo pipefail
 B=${KHUB_BUILD:?}
 fail() { echo "FAIL: $*"; exit 1; }
 
-bash "${KHUB_SRC:?}/tools/check-symbols.sh" "$B/libkhub.so"
+bash "${KHUB_SRC:?}/tools/check-symbols.sh" --headers "$B/libkhub.so" "$B/libkhub_server.so"
 
 major=$(sed -n 's/^#define KHUB_VERSION_MAJOR *\([0-9]*\).*/\1/p' "$KHUB_SRC/abi/khub/khub_version.h")
 soname=$(readelf -d "$B/libkhub.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 [ "$soname" = "libkhub.so.$major" ] || fail "SONAME is '$soname', want libkhub.so.$major"
 echo "ok   SONAME $soname"
+
+# The hub server is libkhub_server (issue 12): libkhub neither links
+# libmicrohttpd nor carries server or fault-injection code, and
+# libkhub_server exports exactly what khub_server.h declares.
+soname=$(readelf -d "$B/libkhub_server.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "libkhub_server.so.$major" ] || fail "SONAME is '$soname', want libkhub_server.so.$major"
+dyn=$(readelf -d "$B/libkhub.so")
+if grep -q 'NEEDED.*libmicrohttpd' <<< "$dyn"; then fail "libkhub.so links libmicrohttpd"; fi
+if ldd "$B/libkhub.so" | grep -q libmicrohttpd; then fail "libkhub.so pulls libmicrohttpd in"; fi
+dyn=$(readelf -d "$B/libkhub_server.so")
+grep -q "NEEDED.*\[libkhub.so.$major\]" <<< "$dyn" || fail "libkhub_server.so does not link libkhub"
+grep -q 'NEEDED.*libmicrohttpd' <<< "$dyn" || fail "libkhub_server.so does not link libmicrohttpd"
+undef=$(nm -D --undefined-only "$B/libkhub.so")
+if grep -q ' MHD_' <<< "$undef"; then fail "libkhub.so calls libmicrohttpd"; fi
+syms=$(nm "$B/libkhub.so" 2>/dev/null || true) # empty when stripped
+if grep -E 'khub__srv_|khub__server_|khub_server_' <<< "$syms"; then
+    fail "libkhub.so carries server or fault-injection code"
+fi
+text=$(strings -a "$B/libkhub.so")
+for s in 'unknown fault' 'serve: cannot listen' 'drop-body'; do
+    if grep -qF "$s" <<< "$text"; then fail "libkhub.so holds the server's string '$s'"; fi
+done
+declared=$(grep -ohE 'KHUB_API[^;(]*\bkhub_[a-z0-9_]+ *\(' "$KHUB_SRC/abi/khub/khub_server.h" |
+    grep -oE 'khub_[a-z0-9_]+ *\($' | tr -d ' (' | sort)
+exported=$(nm -D --defined-only "$B/libkhub_server.so" | awk 'NF >= 3 {print $3}' | sort)
+[ -n "$declared" ] && [ "$declared" = "$exported" ] ||
+    fail "libkhub_server exports: $(echo $exported); khub_server.h declares: $(echo $declared)"
+echo "ok   libkhub_server.so.$major: the server and its faults, linking libkhub and libmicrohttpd; libkhub links neither"
 
 for f in "$B/libkhub.so" "${KHUB_BIN:?}"; do
     dyn=$(readelf -d "$f") || fail "cannot read $f"
@@ -35,4 +64,4 @@ for so in "$B"/plugins/*.so; do
 done
 [ "$n" -ge 1 ] || fail "no built-in plugins in $B/plugins"
 echo "ok   $n built-in plugins export only khub_plugin_init_v1, carry .note.khub, skip libkhub"
-echo "4 passed, 0 failed"
+echo "5 passed, 0 failed"

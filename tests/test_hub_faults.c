@@ -237,7 +237,7 @@ TEST_IMPL(rate_paces_bodies)
     khub__server *srv = NULL;
     khub__server_opts so = {.dir = "/tmp", .faults = "rate"};
     ASSERT_STATUS(khub__server_start(&so, &srv), KHUB_STATUS_INVALID_ARG);
-    ASSERT_CONTAINS(khub_last_error(), "fault rate needs a speed in MiB/s");
+    ASSERT_CONTAINS(khub__server_errmsg(), "fault rate needs a speed in MiB/s");
 }
 
 /* A cache on tmpfs (no O_DIRECT on older kernels): the writer falls back to

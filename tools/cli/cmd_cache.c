@@ -1,15 +1,14 @@
 /*
  * cmd_cache.c: `khub cache ls|verify|prune` on the shared Hugging Face
- * cache (hub/cache_admin.h), and `khub cache quarantine|unquarantine` for
- * the markers of kernel builds that crashed (hub/quarantine.h).
+ * cache, and `khub cache quarantine|unquarantine` for the markers of kernel
+ * builds that crashed: argument parsing and printing over khub/khub_cache.h.
  */
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache_admin.h"
 #include "cli.h"
+#include "khub/khub_cache.h"
 #include "khub/khub_hub.h"
-#include "quarantine.h"
 
 static void human(uint64_t n, char *buf, size_t size)
 {
@@ -23,10 +22,8 @@ static void human(uint64_t n, char *buf, size_t size)
 static int cache_ls(khub_hub *hub, int json)
 {
     khub_cache_report *r = NULL;
-    if (khub__cache_scan(hub, &r) != KHUB_STATUS_OK) {
-        khub__cache_report_free(r);
+    if (khub_cache_scan(hub, &r) != KHUB_STATUS_OK)
         return khub_cli_fail("cache ls", "%s", khub_hub_errmsg(hub));
-    }
     char sz[32];
     if (json) {
         printf("{\"cache\":");
@@ -79,7 +76,7 @@ static int cache_ls(khub_hub *hub, int json)
         printf("]}\n");
     else
         printf("\n%zu repo(s), %s on disk in %s\n", r->n_repos, sz, khub_hub_cache_dir(hub));
-    khub__cache_report_free(r);
+    khub_cache_report_free(r);
     return 0;
 }
 
@@ -113,7 +110,7 @@ static int cache_verify(khub_hub *hub, const char *id, int json)
     uint64_t checked = 0, bad = 0;
     item_out o = {json, 0, 0};
     if (json) printf("{\"items\":[");
-    khub_status st = khub__cache_verify(hub, id, print_item, &o, &checked, &bad);
+    khub_status st = khub_cache_verify(hub, id, print_item, &o, &checked, &bad);
     if (json)
         printf("],\"checked\":%llu,\"corrupt\":%llu}\n", (unsigned long long)checked,
                (unsigned long long)bad);
@@ -128,7 +125,7 @@ static int cache_prune(khub_hub *hub, int dry, int json)
     uint64_t freed = 0;
     item_out o = {json, dry, 0};
     if (json) printf("{\"dry_run\":%s,\"items\":[", dry ? "true" : "false");
-    khub_status st = khub__cache_prune(hub, dry, print_item, &o, &freed);
+    khub_status st = khub_cache_prune(hub, dry, print_item, &o, &freed);
     if (json) printf("],\"freed\":%llu}\n", (unsigned long long)freed);
     if (st != KHUB_STATUS_OK) return khub_cli_fail("cache prune", "%s", khub_hub_errmsg(hub));
     char sz[32];
@@ -162,7 +159,8 @@ static int cache_quarantine(khub_hub *hub, const char *id, int clear, int json)
     item_out o = {json, clear, 0};
     size_t n = 0;
     if (json) printf("{\"%s\":[", clear ? "cleared" : "quarantined");
-    khub_status st = khub__quarantine_walk(hub, id, clear, print_marker, &o, &n);
+    khub_status st = clear ? khub_cache_quarantine_clear(hub, id, print_marker, &o, &n)
+                           : khub_cache_quarantine_list(hub, id, print_marker, &o, &n);
     if (json) printf("]}\n");
     if (st != KHUB_STATUS_OK) return khub_cli_fail(cmd, "%s", khub_hub_errmsg(hub));
     if (!json && clear) printf("%zu quarantine marker(s) cleared\n", n);

@@ -10,9 +10,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "hub_impl.h"
 #include "khub/khub_hub.h"
-#include "server.h"
+#include "khub/khub_server.h"
 
 typedef struct hub_args {
     const char *id_text, *variant, *file;
@@ -291,7 +290,7 @@ static const khub_cli_cmd serve_cmd;
 static int run_serve(int argc, char **argv)
 {
     if (khub_cli_wants_help(&serve_cmd, argc, argv)) return 0;
-    khub__server_opts o = {0};
+    khub_server_opts o = {KHUB_STRUCT_INIT(khub_server_opts)};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--port") && i + 1 < argc) {
             long port = option_number(argv[++i], 0, 65535);
@@ -345,16 +344,17 @@ static int run_serve(int argc, char **argv)
             return khub_cli_usage(&serve_cmd, "unexpected argument %s", argv[i]);
     }
     if (!o.dir) return khub_cli_usage(&serve_cmd, "missing DIR");
-    khub__server *s = NULL;
-    if (khub__server_start(&o, &s) != KHUB_STATUS_OK)
-        return khub_cli_fail("serve", "%s", khub_last_error());
+    khub_server *s = NULL;
+    char err[KHUB_ERROR_SIZE];
+    if (khub_server_start(&o, &s, err, sizeof err) != KHUB_STATUS_OK)
+        return khub_cli_fail("serve", "%s", err);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     printf("serving %s on http://%s:%u\n", o.dir, o.host ? o.host : "127.0.0.1",
-           khub__server_port(s));
+           khub_server_port(s));
     fflush(stdout);
     while (!stop_serving) pause();
-    khub__server_stop(s);
+    khub_server_stop(s);
     return 0;
 }
 

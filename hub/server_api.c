@@ -1,0 +1,116 @@
+/*
+ * server_api.c: the public face of the local hub server (khub/khub_server.h)
+ * over khub__server_* (server.c), and the server's own error message.
+ *
+ * The server is a library of its own, libkhub_server, linked on top of
+ * libkhub: libkhub's internal khub__fail and the thread-local message behind
+ * khub_last_error() are hidden inside libkhub.so, so the server keeps its
+ * message here and khub_server_start hands it to the caller's buffer.
+ * (Rejected: exporting an internal setter from libkhub, which would put a
+ * non-API symbol in its ABI; and a second khub_last_error, which would
+ * shadow libkhub's.)
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "khub/khub_server.h"
+#include "server_impl.h"
+
+/* ======================================================================== */
+/* Errors                                                                   */
+/* ======================================================================== */
+
+static _Thread_local char tls_server_error[KHUB_ERROR_SIZE];
+
+khub_status khub__srv_fail(khub_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    khub__verrbuf(tls_server_error, sizeof tls_server_error, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+void khub__srv_clear_error(void) { tls_server_error[0] = '\0'; }
+
+const char *khub__server_errmsg(void) { return tls_server_error; }
+
+/* ======================================================================== */
+/* Public API                                                               */
+/* ======================================================================== */
+
+/* The public handle wraps the internal one, so the two names never alias. */
+struct khub_server {
+    khub__server *s;
+};
+
+static khub_status start_fail(khub_status st, char *errbuf, size_t size, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static khub_status start_fail(khub_status st, char *errbuf, size_t size, const char *fmt, ...)
+{
+    if (fmt) {
+        va_list ap;
+        va_start(ap, fmt);
+        khub__verrbuf(tls_server_error, sizeof tls_server_error, fmt, ap);
+        va_end(ap);
+    }
+    if (errbuf && size) snprintf(errbuf, size, "%s", tls_server_error);
+    return st;
+}
+
+khub_status khub_server_start(const khub_server_opts *opts, khub_server **out, char *errbuf,
+                              size_t errbuf_size)
+{
+    khub__srv_clear_error();
+    if (out) *out = NULL;
+    if (!opts || !out)
+        return start_fail(KHUB_STATUS_MISUSE, errbuf, errbuf_size, "khub_server_start: %s is NULL",
+                          opts ? "out" : "opts");
+    if (opts->struct_size < offsetof(khub_server_opts, max_body) + sizeof(uint64_t))
+        return start_fail(KHUB_STATUS_STRUCT_SIZE, errbuf, errbuf_size,
+                          "khub_server_start: opts.struct_size %u is below the 0.1 size %zu",
+                          opts->struct_size, sizeof(khub_server_opts));
+    khub__server_opts o = {.dir = opts->dir,
+                           .host = opts->host,
+                           .port = opts->port,
+                           .page_size = opts->page_size,
+                           .faults = opts->faults,
+                           .log_path = opts->log_path,
+                           .token = opts->token,
+                           .max_connections = opts->max_connections,
+                           .max_per_ip = opts->max_per_ip,
+                           .idle_timeout_s = opts->idle_timeout_s,
+                           .max_body = opts->max_body};
+    khub_server *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return start_fail(KHUB_STATUS_NOMEM, errbuf, errbuf_size,
+                          "khub_server_start: out of memory");
+    khub_status st = khub__server_start(&o, &srv->s);
+    if (st != KHUB_STATUS_OK) {
+        free(srv);
+        return start_fail(st, errbuf, errbuf_size, NULL);
+    }
+    if (errbuf && errbuf_size) errbuf[0] = '\0';
+    *out = srv;
+    return KHUB_STATUS_OK;
+}
+
+uint16_t khub_server_port(const khub_server *srv) { return srv ? khub__server_port(srv->s) : 0; }
+
+uint64_t khub_server_request_count(const khub_server *srv)
+{
+    return srv ? khub__server_requests(srv->s) : 0;
+}
+
+uint64_t khub_server_connection_count(const khub_server *srv)
+{
+    return srv ? khub__server_connections(srv->s) : 0;
+}
+
+void khub_server_stop(khub_server *srv)
+{
+    if (!srv) return;
+    khub__server_stop(srv->s);
+    free(srv);
+}
