@@ -12,9 +12,12 @@
 #     and builds a `khub init` kernel against the installed headers;
 #   - (a) tests/install/app.c built with `pkg-config --cflags --libs khub`
 #     loads the built-in plugins from the prefix and runs a tiny model;
+#     tests/install/serve_app.c built with khub-server.pc starts the hub
+#     server library (libkhub_server.so.0) and a client asks it for a repo;
 #   - (b) the same app built by CMake with find_package(khub 0.1 COMPONENTS
 #     static), against libkhub.so (khub::khub) and libkhub.a
-#     (khub::khub_static), and a plugin module against khub::abi;
+#     (khub::khub_static), serve_app against khub::khub_server, and a plugin
+#     module against khub::abi;
 #   - (c) tests/install/norm_plugin.c built with `pkg-config --cflags
 #     khub-plugin` from the installed headers alone (cc -MM proves it), loaded
 #     by the installed libkhub through the app, its norm checked.
@@ -35,6 +38,7 @@ done
 cmake --install "$BUILD" --prefix "$T/stage" > install.log 2>&1 ||
     fail "cmake --install: $(cat install.log)"
 grep -v "^-- \(Installing\|Up-to-date\): $T/stage/" install.log |
+    grep -v "^-- Set runtime path of \"$T/stage/[^\"]*\" to \"\$ORIGIN\"$" |
     grep -v '^-- Install configuration: ' | grep . && fail "cmake --install wrote outside the prefix (above)"
 mv "$T/stage" "$T/pkg"
 P=$T/pkg
@@ -47,13 +51,18 @@ for f in include/khub/khub.h include/khub/khub_plugin.h include/khub/khub_model.
     bin/khub; do
     [ -f "$P/$f" ] || fail "$f is not installed"
 done
-for f in libkhub.so libkhub.a khub/plugins/plugins.json pkgconfig/khub.pc \
-    pkgconfig/khub-plugin.pc cmake/khub/khubConfig.cmake cmake/khub/khubConfigVersion.cmake \
+for f in libkhub.so libkhub.a libkhub_server.so libkhub_server.a khub/plugins/plugins.json \
+    pkgconfig/khub.pc pkgconfig/khub-server.pc pkgconfig/khub-plugin.pc \
+    cmake/khub/khubConfig.cmake cmake/khub/khubConfigVersion.cmake \
     cmake/khub/khubTargets.cmake; do
     [ -e "$LIB/$f" ] || fail "$LIB/$f is not installed"
 done
-readelf -d "$LIB/libkhub.so.0" | grep 'SONAME.*\[libkhub\.so\.0\]' > /dev/null ||
-    fail "libkhub.so.0 has no SONAME libkhub.so.0: $(readelf -d "$LIB/libkhub.so.0" | grep SONAME)"
+for l in libkhub libkhub_server; do
+    readelf -d "$LIB/$l.so.0" | grep "SONAME.*\[$l\.so\.0\]" > /dev/null ||
+        fail "$l.so.0 has no SONAME $l.so.0: $(readelf -d "$LIB/$l.so.0" | grep SONAME)"
+done
+[ -f "$P/include/khub/khub_server.h" ] && [ -f "$P/include/khub/khub_cache.h" ] ||
+    fail "khub_server.h or khub_cache.h is not installed"
 python3 - "$LIB/khub/plugins" << 'PY' || fail "the installed plugins do not match plugins.json"
 import hashlib, json, os, sys
 d = sys.argv[1]
@@ -116,6 +125,21 @@ grep -q "^plugin khub/ref-cpu [0-9.]* $LIB/khub/plugins/ref-cpu.so$" app-pc.out 
 grep -q "^norm: acme/install-norm 1.0.0 :: rms_norm$" app-pc.out || fail "norm: $(cat app-pc.out)"
 grep -q "^norm: ok$" app-pc.out || fail "norm: $(cat app-pc.out)"
 grep -q "^generated 4 tokens$" app-pc.out || fail "tiny model: $(cat app-pc.out)"
+# ... and one on the hub server library (khub-server.pc: -lkhub_server -lkhub)
+cp "$SRC/tests/install/serve_app.c" .
+mkdir -p repos
+# shellcheck disable=SC2046
+cc -std=c11 -o serve-pc serve_app.c $(pkg-config --cflags --libs khub-server) \
+    -Wl,-rpath,"$LIB" || fail "serve_app does not build with pkg-config khub-server"
+check_serve_app() { # $1: the program
+    ldd "$1" | grep "libkhub_server.so.0 => $LIB/libkhub_server.so.0" > /dev/null ||
+        fail "$1 does not use the installed libkhub_server: $(ldd "$1" | grep khub)"
+    "$1" "$T/repos" > "$1.out" 2>&1 || fail "$1: $(cat "$1.out")"
+    grep -q "^resolve KHUB_STATUS_REPO_NOT_FOUND$" "$1.out" || fail "$1: $(cat "$1.out")"
+    grep -q "^bad dir KHUB_STATUS_NOT_FOUND: serve: /nonexistent/khub-repos is not a directory" \
+        "$1.out" || fail "$1: $(cat "$1.out")"
+}
+check_serve_app ./serve-pc
 
 # ---- (b) the same with CMake's find_package
 cmake -S . -B cm -DCMAKE_PREFIX_PATH="$P" -DCMAKE_BUILD_RPATH="$LIB" > cm.log 2>&1 ||
@@ -128,6 +152,7 @@ cm/app --plugin "$T/install-norm.so" "$SHA" --model "$T/tiny" > app-cm.out 2>&1 
 grep -q "^plugin khub/ref-cpu [0-9.]* $LIB/khub/plugins/ref-cpu.so$" app-cm.out ||
     fail "cm/app did not load the prefix's built-in plugins: $(cat app-cm.out)"
 grep -q "^generated 4 tokens$" app-cm.out || fail "cm/app: $(cat app-cm.out)"
+check_serve_app cm/serve_app
 # libkhub.a in a program outside the prefix: the plugins are named by the
 # variable the package exports (the program cannot find them next to itself).
 KHUB_PLUGIN_DIR=$LIB/khub/plugins cm/app_static --plugin "$T/cm/install_norm.so" \

@@ -1,6 +1,7 @@
 # package.cmake: the files that let other builds find an installed khub:
-# pkg-config's khub.pc (applications) and khub-plugin.pc (kernel plugins:
-# headers only, no library), and CMake's khubConfig.cmake with its version
+# pkg-config's khub.pc (applications), khub-server.pc (the hub server
+# library, khub_server.h) and khub-plugin.pc (kernel plugins: headers only,
+# no library), and CMake's khubConfig.cmake with its version
 # file and exported targets. Included from the top-level CMakeLists.txt.
 #
 # Both are relocatable: khub.pc derives its prefix from ${pcfiledir}, the
@@ -26,12 +27,13 @@ file(RELATIVE_PATH KHUB_PC_TO_PREFIX ${CMAKE_INSTALL_PREFIX}/${KHUB_PKGCONFIG_IN
     ${CMAKE_INSTALL_PREFIX})
 string(REGEX REPLACE "/$" "" KHUB_PC_TO_PREFIX "${KHUB_PC_TO_PREFIX}")
 # What a static link (pkg-config --static) also needs: the private
-# dependencies of libkhub.a, by their own .pc names.
-set(KHUB_PC_REQUIRES_PRIVATE "libcjson, libarchive, libelf, libmicrohttpd, zlib, libcrypto")
+# dependencies of libkhub.a, by their own .pc names (libmicrohttpd is
+# libkhub_server's: khub-server.pc).
+set(KHUB_PC_REQUIRES_PRIVATE "libcjson, libarchive, libelf, zlib, libcrypto")
 if(KHUB_WITH_CURL)
     string(APPEND KHUB_PC_REQUIRES_PRIVATE ", libcurl")
 endif()
-foreach(pc khub khub-plugin)
+foreach(pc khub khub-server khub-plugin)
     configure_file(${CMAKE_CURRENT_LIST_DIR}/${pc}.pc.in ${PROJECT_BINARY_DIR}/package/${pc}.pc
         @ONLY)
     install(FILES ${PROJECT_BINARY_DIR}/package/${pc}.pc DESTINATION ${KHUB_PKGCONFIG_INSTALL_DIR})
