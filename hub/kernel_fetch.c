@@ -38,6 +38,7 @@
 #include "kernel_meta.h"
 #include "plugin_artifacts.h"
 #include "quarantine.h"
+#include "variant_rank.h"
 
 #define FALLBACK_PLUGIN "khub/ref-cpu"
 
@@ -98,39 +99,31 @@ static bool khub_family(const char *name)
 khub_status khub__kernel_rank_locked(const khub_hub_id *id, const khub_lock_entry *e,
                                      khub_hub_variant_list **out)
 {
+    (void)id;
     *out = NULL;
-    const char *commit = e->commit;
-    char root[] = "/tmp/khub-rank-XXXXXX";
-    if (!mkdtemp(root)) return khub__fail(NULL, KHUB_STATUS_IO, "mkdtemp: %s", strerror(errno));
-    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = root, .token = "",
-                       .offline = 1, .endpoint = "http://127.0.0.1:9"};
-    khub_hub *scratch = NULL;
-    khub_status st = khub_hub_new(&o, &scratch);
-    char dir[KHUB__PATH_MAX], repo_dir[KHUB__PATH_MAX];
-    if (st == KHUB_STATUS_OK) st = khub__cache_repo_dir(scratch, id, repo_dir, sizeof repo_dir);
-    for (size_t i = 0; st == KHUB_STATUS_OK && i < e->n_variants; i++) {
+    khub__rank_host h;
+    khub__rank_host_detect(&h);
+    khub__rank_input in[KHUB_LOCK_MAX_VARIANTS];
+    const char *files[KHUB_LOCK_MAX_VARIANTS][KHUB_LOCK_MAX_FILES];
+    size_t n = 0;
+    for (size_t i = 0; i < e->n_variants && n < KHUB_LOCK_MAX_VARIANTS; i++) {
         const khub_lock_variant *v = &e->variants[i];
-        if (!khub__path_is_safe(v->name) || strchr(v->name, '/')) continue;
-        if (!KHUB__PATHF(dir, "%s/snapshots/%s/build/%s", repo_dir, commit, v->name))
-            st = KHUB_STATUS_OVERFLOW;
-        else
-            st = khub__mkdirs(scratch, dir);
-        /* Empty files under the locked names: the judge matches a CUDA
-         * variant's sm_XY PTX and cubin names against this host's GPUs. */
-        for (size_t j = 0; st == KHUB_STATUS_OK && j < v->n_files; j++) {
-            char file[KHUB__PATH_MAX];
+        /* The names a cached variant folder could have (what the listing
+         * of the cache sees), and for the judge the locked file names: it
+         * matches a CUDA variant's sm_XY PTX and cubin names against this
+         * host's GPUs. */
+        if (!khub__path_is_safe(v->name) || strchr(v->name, '/') || strchr(v->name, '.')) continue;
+        in[n] = (khub__rank_input){v->name, files[n], 0};
+        for (size_t j = 0; j < v->n_files && in[n].n_files < KHUB_LOCK_MAX_FILES; j++) {
             const char *nm = v->files[j].name;
-            if (!khub__path_is_safe(nm) || strchr(nm, '/') || !KHUB__PATHF(file, "%s/%s", dir, nm))
-                continue;
-            FILE *fp = fopen(file, "wb");
-            if (fp) fclose(fp);
+            if (khub__path_is_safe(nm) && !strchr(nm, '/') && nm[0] != '.')
+                files[n][in[n].n_files++] = nm;
         }
+        n++;
     }
-    if (st == KHUB_STATUS_OK) st = khub_hub_variants(scratch, id, commit, out);
-    if (st != KHUB_STATUS_OK && scratch)
-        khub__fail(NULL, st, "ranking locked variants: %s", khub_hub_errmsg(scratch));
-    khub_hub_free(scratch);
-    khub__rmtree(root);
+    khub_status st = khub__rank_variants(in, n, &h, out);
+    if (st != KHUB_STATUS_OK)
+        khub__fail(NULL, st, "ranking locked variants: %s", khub_last_error());
     return st;
 }
 

@@ -1,0 +1,201 @@
+/*
+ * variant_rank.c: the khub family grammar and the verdict on each build
+ * variant for one host, with a reason per variant (variant_rank.h).
+ *
+ * Grammar (docs/hub-server.md): khub{ABI major}-{backend}-{cpu}-{os}, with
+ * backend "cpu" or "cu{major}{minor}" (the last digit is the minor:
+ * cu130 = CUDA 13.0, cu126 = 12.6). Hugging Face's torch* and tvm-ffi*
+ * families are listed and rejected: they need libtorch + CPython or
+ * libtvm_ffi, which khub does not load.
+ *
+ * Ranking is a pure function of names, file names and the host (issue 12):
+ * it once ran on a fake cache of empty files under /tmp for locked
+ * variants, which cost a temporary folder per locked load and could fail
+ * for reasons that had nothing to do with the variants.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+
+#include "cuda.h"
+#include "variant_rank.h"
+
+/* ======================================================================== */
+/* The host                                                                 */
+/* ======================================================================== */
+
+/* The driver version and every GPU's compute capability, through the
+ * runtime's driver layer (opened at run time, never linked, every entry
+ * point through cuGetProcAddress, never dlclosed); no driver, no GPUs. */
+void khub__rank_host_detect(khub__rank_host *h)
+{
+    memset(h, 0, sizeof *h);
+    struct utsname u;
+    uname(&u);
+    snprintf(h->cpu, sizeof h->cpu, "%s", strcmp(u.machine, "arm64") ? u.machine : "aarch64");
+    khub__cpu_feature_list(khub_cpu_features(), " ", h->cpu_features, sizeof h->cpu_features);
+    if (khub__cuda_probe(&h->cuda, h->cc, KHUB__RANK_MAX_GPUS, &h->n_gpus) != KHUB_STATUS_OK)
+        h->cuda = h->n_gpus = 0;
+}
+
+bool khub__rank_wants_files(const char *name, const khub__rank_host *h)
+{
+    int abi = 0, used = 0;
+    return h->cuda && sscanf(name, "khub%d-cu%n", &abi, &used) == 1 && used > 0;
+}
+
+/* ======================================================================== */
+/* One verdict                                                              */
+/* ======================================================================== */
+
+/* The capability in a file name khub build gives a CUDA artifact,
+ * "<name>.sm_<cc>.ptx" or ".cubin"; 0 when the name is not one (*ptx tells
+ * which kind). */
+static int artifact_cc(const char *name, int *ptx)
+{
+    const char *dot = strrchr(name, '.');
+    if (!dot) return 0;
+    *ptx = !strcmp(dot, ".ptx");
+    if (!*ptx && strcmp(dot, ".cubin")) return 0;
+    const char *sm = NULL;
+    for (const char *p = strstr(name, ".sm_"); p && p < dot; p = strstr(p + 1, ".sm_")) sm = p;
+    if (!sm) return 0;
+    char *end = NULL;
+    long cc = strtol(sm + 4, &end, 10);
+    return end == dot && cc >= 10 && cc < 1000 ? (int)cc : 0;
+}
+
+/* Whether a GPU of this host can run one of the variant's artifacts: a PTX
+ * for its capability or below (the driver compiles PTX forward), or a cubin
+ * of its major version at its minor or below. files: the variant's file
+ * names; none that name a capability means the variant says nothing, and
+ * the driver check alone decides. */
+static int cuda_fits(const khub__rank_host *h, const char *const *files, size_t n, char *why,
+                     size_t wn, const char *accept)
+{
+    int ptx_min = 0, any = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ptx = 0, cc = artifact_cc(files[i], &ptx);
+        if (cc && ptx && (!ptx_min || cc < ptx_min)) ptx_min = cc;
+        any |= cc != 0;
+    }
+    if (!h->n_gpus) return snprintf(why, wn, "reject: the CUDA driver reports no GPU"), 0;
+    if (!any) return snprintf(why, wn, "%s (no sm_XY files listed)", accept), 1;
+    for (int g = 0; g < h->n_gpus && g < KHUB__RANK_MAX_GPUS; g++) {
+        int runs = ptx_min && ptx_min <= h->cc[g];
+        for (size_t i = 0; i < n && !runs; i++) {
+            int ptx = 0, cc = artifact_cc(files[i], &ptx);
+            runs = cc && !ptx && cc / 10 == h->cc[g] / 10 && cc <= h->cc[g];
+        }
+        if (runs) return snprintf(why, wn, "%s, GPU %d sm_%d", accept, g, h->cc[g]), 1;
+    }
+    return snprintf(why, wn, "reject: no PTX or cubin for GPU 0 sm_%d%s", h->cc[0],
+                    h->n_gpus > 1 ? " or the other GPUs" : ""),
+           0;
+}
+
+/* A cu{major}{minor} backend on h; returns 1 when accepted. */
+static int judge_cuda(int digits, const khub__rank_host *h, const char *const *files,
+                      size_t n_files, int *rank, char *why, size_t n)
+{
+    int major = digits / 10, minor = digits % 10, need = major * 1000 + minor * 10;
+    if (!h->cuda)
+        return snprintf(why, n, "reject: needs CUDA %d.%d, no CUDA driver", major, minor), 0;
+    if (h->cuda / 1000 != major || h->cuda < need)
+        return snprintf(why, n, "reject: needs CUDA %d.%d, driver supports %d.%d", major, minor,
+                        h->cuda / 1000, (h->cuda % 1000) / 10),
+               0;
+    char accept[96];
+    snprintf(accept, sizeof accept, "accept: CUDA %d.%d build, driver %d.%d", major, minor,
+             h->cuda / 1000, (h->cuda % 1000) / 10);
+    if (!cuda_fits(h, files, n_files, why, n, accept)) return 0;
+    *rank = 100 - minor; /* GPU first, newest matching minor first */
+    return 1;
+}
+
+/* Judges one variant name; returns 1 when accepted, with a rank (lower is
+ * better) and a reason either way. */
+static int judge(const char *name, const khub__rank_host *h, const char *const *files,
+                 size_t n_files, int *rank, char *why, size_t n)
+{
+    *rank = -1;
+    if (!strncmp(name, "torch", 5))
+        return snprintf(why, n,
+                        "reject: torch family needs libtorch and CPython; khub loads "
+                        "khub%d-* variants",
+                        KHUB_ABI_MAJOR),
+               0;
+    if (!strncmp(name, "tvm-ffi", 7))
+        return snprintf(why, n,
+                        "reject: tvm-ffi family needs libtvm_ffi; khub loads "
+                        "khub%d-* variants",
+                        KHUB_ABI_MAJOR),
+               0;
+    char backend[32], cpu[32], os[32];
+    int abi = -1, used = 0;
+    if (sscanf(name, "khub%d-%31[a-z0-9]-%31[a-z0-9_]-%31[a-z]%n", &abi, backend, cpu, os, &used) !=
+            4 ||
+        name[used] != '\0')
+        return snprintf(why, n, "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"), 0;
+    if (abi != KHUB_ABI_MAJOR)
+        return snprintf(why, n, "reject: ABI major %d, host has %d", abi, KHUB_ABI_MAJOR), 0;
+    if (strcmp(os, "linux")) return snprintf(why, n, "reject: built for %s, host is linux", os), 0;
+    if (strcmp(cpu, h->cpu))
+        return snprintf(why, n, "reject: built for %s, host is %s", cpu, h->cpu), 0;
+    if (!strcmp(backend, "cpu")) {
+        /* The CPU feature check picks one of the variant's levels at load,
+         * from its signed metadata.json (a generic level always fits). */
+        *rank = 1000;
+        return snprintf(why, n, "accept: CPU build for %s (level chosen at load; host CPU: %s)",
+                        cpu, h->cpu_features[0] ? h->cpu_features : "no listed features"),
+               1;
+    }
+    int digits = 0;
+    if (sscanf(backend, "cu%d%n", &digits, &used) == 1 && backend[used] == '\0' && digits >= 10)
+        return judge_cuda(digits, h, files, n_files, rank, why, n);
+    return snprintf(why, n, "reject: unknown backend \"%s\"", backend), 0;
+}
+
+/* ======================================================================== */
+/* The ranked list                                                          */
+/* ======================================================================== */
+
+static int cmp_variant(const void *a, const void *b)
+{
+    const khub_hub_variant *x = a, *y = b;
+    if (x->accepted != y->accepted) return y->accepted - x->accepted;
+    if (x->accepted && x->rank != y->rank) return x->rank - y->rank;
+    return strcmp(x->name, y->name);
+}
+
+static bool listed(const khub_hub_variant_list *l, const char *name)
+{
+    for (size_t i = 0; i < l->count; i++)
+        if (!strcmp(l->items[i].name, name)) return true;
+    return false;
+}
+
+khub_status khub__rank_variants(const khub__rank_input *in, size_t n, const khub__rank_host *h,
+                                khub_hub_variant_list **out)
+{
+    *out = NULL;
+    khub_hub_variant_list *l = calloc(1, sizeof *l);
+    if (l) l->items = calloc(n ? n : 1, sizeof *l->items);
+    if (!l || !l->items) {
+        khub_hub_variant_list_free(l);
+        return khub__fail(NULL, KHUB_STATUS_NOMEM, "out of memory ranking %zu variants", n);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *name = in[i].name;
+        if (!name || strlen(name) >= sizeof l->items[0].name || listed(l, name)) continue;
+        khub_hub_variant *e = &l->items[l->count++];
+        snprintf(e->name, sizeof e->name, "%s", name);
+        e->accepted = judge(name, h, in[i].files, in[i].files ? in[i].n_files : 0, &e->rank,
+                            e->reason, sizeof e->reason);
+    }
+    if (l->count) qsort(l->items, l->count, sizeof *l->items, cmp_variant);
+    l->best = l->count && l->items[0].accepted ? l->items[0].name : NULL;
+    *out = l;
+    return KHUB_STATUS_OK;
+}
