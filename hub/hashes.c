@@ -1,7 +1,7 @@
 /*
  * hashes.c: the content ids the Hub uses, through OpenSSL: the git blob id
  * sha1("blob <len>\0" + content) of regular files, and the id of a Git LFS
- * pointer. SHA-256 of content is runtime/digest.c's.
+ * pointer. SHA-256 of content is runtime/base/digest.c's.
  */
 #include <stdio.h>
 #include <string.h>

@@ -7,7 +7,7 @@
  *     <cache>/<repo folder>/khub-quarantine/<commit>/<variant>
  * ("kernels--org--name/khub-quarantine/0123.../khub1-cpu-x86_64-linux"),
  * beside khub-variants/<commit>/<variant> and keyed the same way: the
- * same build is refused, a new commit of the repo is not. runtime/contain.c
+ * same build is refused, a new commit of the repo is not. runtime/loader/contain.c
  * writes it from its signal and exit handlers (the path is handed to the
  * plugin at load); its text says what happened ("SIGSEGV in plugin ...").
  */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cpu_level.sh LEVEL CMD [ARGS...]: runs a test as a CPU of LEVEL (x86-64,
-# avx2, avx512) would, through KHUB_CPU_LEVEL (runtime/cpu.c): the ctest
+# avx2, avx512) would, through KHUB_CPU_LEVEL (runtime/device/cpu.c): the ctest
 # entries NAME@LEVEL of tests/CMakeLists.txt. A level above this CPU's is
 # skipped with the reason (exit 77, ctest's SKIP_RETURN_CODE), not failed;
 # the mask is checked to take effect (`khub cpu` reports LEVEL) before CMD

@@ -3,7 +3,7 @@
 #
 # Installs this build (`cmake --install`, no rebuild) into a scratch prefix
 # and MOVES it, so everything below runs from a prefix that no path compiled
-# into khub names (the tree is relocatable: runtime/install_paths.c). Then:
+# into khub names (the tree is relocatable: runtime/base/install_paths.c). Then:
 #   - the layout: headers (each compiles on its own), helpers, libkhub.so
 #     with SONAME libkhub.so.0,
 #     libkhub.a, the plugins with plugins.json, the CLI, khub.pc,

@@ -1,4 +1,4 @@
-/* test_cpu_level.c: KHUB_CPU_LEVEL (runtime/cpu.c) caps the features khub
+/* test_cpu_level.c: KHUB_CPU_LEVEL (runtime/device/cpu.c) caps the features khub
  * uses at a level, only ever removing: khub_cpu_features(), the runtime's
  * features and host table, and the registry's choice among the built-in
  * plugins follow it; an unknown value is refused by khub_runtime_new.

@@ -1,5 +1,5 @@
 /*
- * test_generate.c: khub_model_generate (runtime/generate.c) on the real
+ * test_generate.c: khub_model_generate (runtime/executor/generate.c) on the real
  * SmolLM2-135M-Instruct GGUF (tools/fetch-model.sh), and on its Hugging Face
  * copy (fetch-model.sh --hf) with a generation_config.json of our own; every
  * case skips with a message when its file is absent.

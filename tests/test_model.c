@@ -1,5 +1,5 @@
 /*
- * test_model.c: model loading and the forward pass (runtime/model.c,
+ * test_model.c: model loading and the forward pass (runtime/executor/model.c,
  * forward.c, weights.c).
  *
  * Two kinds of model:

@@ -1,4 +1,4 @@
-/* test_sampler.c: the next-token sampler (runtime/sampler.c). */
+/* test_sampler.c: the next-token sampler (runtime/executor/sampler.c). */
 #include <math.h>
 
 #include "runner.h"

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Writes runtime/unicode_tables.c: the code point ranges of the Unicode
+"""Writes runtime/executor/unicode_tables.c: the code point ranges of the Unicode
 classes the tokenizer's pre-tokenizer patterns use (\\p{L}, \\p{N}, \\s),
 taken from this Python's unicodedata (the Unicode version is recorded in the
 output as KHUB__UNICODE_VERSION).
 
-    python3 tools/gen-unicode-tables.py > runtime/unicode_tables.c
+    python3 tools/gen-unicode-tables.py > runtime/executor/unicode_tables.c
 
 \\s is Unicode's White_Space property, which unicodedata does not expose;
 its members have been fixed since Unicode 6.3 and are listed below.

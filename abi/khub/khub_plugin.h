@@ -362,8 +362,8 @@ static inline khub_status khub_plugin_desc_put(khub_plugin_desc *out, const khub
 /* The calling contract: threads, aliasing, strides                         */
 /* ------------------------------------------------------------------------ */
 /*
- * What the host does when it calls a plugin (runtime/registry.c, the
- * executor in runtime/forward.c), so what a plugin may rely on and what it
+ * What the host does when it calls a plugin (runtime/loader/registry.c, the
+ * executor in runtime/executor/forward.c), so what a plugin may rely on and what it
  * must cope with:
  *
  * Threads.

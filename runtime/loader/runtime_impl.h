@@ -59,7 +59,7 @@ struct khub_runtime {
     uint64_t warned[32];
     size_t n_warned;
 
-    /* CUDA driver, opened lazily by runtime/cuda.c (NULL = not tried). */
+    /* CUDA driver, opened lazily by runtime/device/cuda.c (NULL = not tried). */
     struct khub__cuda *cuda;
     pthread_once_t cuda_once;
 
@@ -136,7 +136,7 @@ struct khub_plugin {
      * NULL for a plugin loaded from a bare file. Owned, freed with the plugin. */
     struct khub__artifacts *artifacts;
 
-    /* The quarantine marker runtime/contain.c writes when the process dies
+    /* The quarantine marker runtime/loader/contain.c writes when the process dies
      * or exits inside this plugin (hub/quarantine.c names it after the
      * cached repo, commit and variant); NULL for plugins not from a cache.
      * Owned. */

@@ -1,5 +1,5 @@
 /*
- * weights.h: weight tensors of a loaded model (runtime/weights.c).
+ * weights.h: weight tensors of a loaded model (runtime/executor/weights.c).
  *
  * A khub__weight is a khub_tensor describing bytes that stay where they are:
  * in the mmapped GGUF or safetensors file (zero copy), or, when the executor

@@ -148,7 +148,7 @@ KHUB_INTERNAL void khub__vlog(const khub_runtime *rt, khub_log_level level, cons
     khub__log((rt), KHUB_LOG_DEBUG, "%s: " fmt, __func__, ##__VA_ARGS__)
 
 /* ------------------------------------------------------------------------ */
-/* Thread pool (runtime/threadpool.c)                                       */
+/* Thread pool (runtime/device/threadpool.c)                                */
 /* ------------------------------------------------------------------------ */
 
 typedef struct khub_pool khub_pool;
@@ -160,12 +160,12 @@ KHUB_INTERNAL int khub__pool_size(const khub_pool *pool);
  * thread takes part. A call from inside a pool task runs inline. */
 KHUB_INTERNAL void khub__pool_for(khub_pool *pool, int64_t n, khub_range_fn fn, void *ud);
 
-/* The runtime's pool and host API table (runtime/runtime.c). */
+/* The runtime's pool and host API table (runtime/loader/runtime.c). */
 KHUB_INTERNAL khub_pool *khub__runtime_pool(khub_runtime *rt);
 KHUB_INTERNAL const khub_host_api *khub__runtime_host(khub_runtime *rt);
 
 /* ------------------------------------------------------------------------ */
-/* Opening user-given files, small whole-file reads (runtime/file_read.c)   */
+/* Opening user-given files, small whole-file reads (base/file_read.c)     */
 /* ------------------------------------------------------------------------ */
 
 /* Opens path read-only (O_CLOEXEC) without hanging on a FIFO or a device:
@@ -187,7 +187,7 @@ KHUB_INTERNAL khub_status khub__read_file(const char *path, size_t max, char **o
                                           char *errbuf, size_t errbuf_size);
 
 /* ------------------------------------------------------------------------ */
-/* Sorted name index (runtime/name_index.c)                                 */
+/* Sorted name index (runtime/base/name_index.c)                            */
 /* ------------------------------------------------------------------------ */
 
 /* The record of items (n records of elem_size bytes, each starting with its
@@ -197,7 +197,7 @@ KHUB_INTERNAL const void *khub__name_index_find(const void *items, size_t elem_s
                                                 const uint32_t *order, size_t n, const char *name);
 
 /* ------------------------------------------------------------------------ */
-/* CPU feature names (runtime/cpu.c)                                        */
+/* CPU feature names (runtime/device/cpu.c)                                 */
 /* ------------------------------------------------------------------------ */
 
 typedef struct khub__cpu_feature {
@@ -221,7 +221,7 @@ KHUB_INTERNAL int khub__cpu_level_check(char *errbuf, size_t n);
  * AVX-512 F/BW/DQ/VL/CD), "avx2" (AVX2, FMA, F16C) or "x86-64". */
 KHUB_INTERNAL const char *khub__cpu_level_of(uint32_t features);
 
-/* Op kind names from khub_plugin.h's KHUB_OP_KINDS table (runtime/op_kinds.c):
+/* Op kind names from khub_plugin.h's KHUB_OP_KINDS table (runtime/base/op_kinds.c):
  * "norm" for KHUB_OP_NORM, "unknown" for a value that is no kind; by name,
  * 0 when the name is no kind. */
 KHUB_INTERNAL const char *khub__op_kind_name(uint32_t kind);
@@ -236,11 +236,11 @@ KHUB_INTERNAL void khub__cap_flag_names(uint32_t kind, uint64_t mask, const char
 
 /* The name of a capability dtype id (khub_dtype_id_of): "f32", "bf16",
  * "q4_1", "int8_row", ...; NULL for an id that names nothing
- * (runtime/registry.c). */
+ * (runtime/loader/registry.c). */
 KHUB_INTERNAL const char *khub__dtype_id_name(int id);
 
 /* ------------------------------------------------------------------------ */
-/* Digests (runtime/digest.c, OpenSSL libcrypto)                            */
+/* Digests (runtime/base/digest.c, OpenSSL libcrypto)                       */
 /* ------------------------------------------------------------------------ */
 
 /* Lowercase hex of n bytes into hex (2n + 1 bytes, NUL-terminated). */

@@ -1,5 +1,5 @@
 /*
- * sampler.h: picking the next token from a row of logits (runtime/sampler.c).
+ * sampler.h: picking the next token from a row of logits (runtime/executor/sampler.c).
  *
  * The order of the steps is Transformers' (generate's logits processors,
  * then its warpers): repetition penalty, then temperature, top-k, top-p,

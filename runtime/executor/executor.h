@@ -92,7 +92,7 @@ struct khub_model {
     int n_bound;
     khub_binding *norm, *norm_res, *rotary, *attention, *act, *kv_op;
     khub_binding *dequant; /* for a quantized embedding, or NULL */
-    /* KHUB_OPT_VERIFY_KERNELS (runtime/verify.c): khub/ref-cpu's binding per
+    /* KHUB_OPT_VERIFY_KERNELS (runtime/executor/verify.c): khub/ref-cpu's binding per
      * op kind (made on first use) and the calls seen per kind. */
     khub_binding *verify_ref[8];
     int64_t verify_calls[8];
@@ -133,7 +133,7 @@ struct khub_model {
 /* Calls b's op like khub_binding_call; with KHUB_OPT_VERIFY_KERNELS = N > 0
  * one call in N of each kind also runs khub/ref-cpu's op on copies of the
  * inputs and fails with KERNEL_MISMATCH when the outputs differ by more
- * than the kind's NMSE tolerance (runtime/verify.c). */
+ * than the kind's NMSE tolerance (runtime/executor/verify.c). */
 KHUB_INTERNAL khub_status khub__verified_call(khub_model *m, khub_binding *b, const void *args,
                                               const char *what, int layer);
 KHUB_INTERNAL khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg *segs,

@@ -184,7 +184,7 @@ KHUB_INTERNAL void khub__detok_free(khub_detok *d);
 #endif /* KHUB_RUNTIME_TOKENIZER_H */
 
 /* ------------------------------------------------------------------------ */
-/* From an open GGUF (runtime/tokenizer_gguf.c)                             */
+/* From an open GGUF (runtime/executor/tokenizer_gguf.c)                             */
 /* ------------------------------------------------------------------------ */
 
 typedef struct khub_gguf khub_gguf;

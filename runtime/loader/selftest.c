@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../plugins/include/khub_plugin_util.h" /* f16/bf16 conversions, header-only */
+#include "../../plugins/include/khub_plugin_util.h" /* f16/bf16 conversions, header-only */
 #include "runtime_impl.h"
 #include "selftest.h"
 #include "timing.h"

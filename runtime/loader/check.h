@@ -1,5 +1,5 @@
 /*
- * check.h: checking an untrusted plugin in a child process (runtime/check.c).
+ * check.h: checking an untrusted plugin in a child process (runtime/loader/check.c).
  *
  * A crash in a plugin's init or selftest cannot be survived in-process, so
  * `khub check FILE` and `khub check DIR` (the publish-time gate) run both in

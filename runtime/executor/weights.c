@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../plugins/include/khub_plugin_util.h"
+#include "../../plugins/include/khub_plugin_util.h"
 #include "weights.h"
 
 const char *khub__dtype_short(khub_dtype dt)

@@ -1,5 +1,5 @@
 /*
- * cuda.h: the CUDA driver layer (runtime/cuda.c), opened with dlopen at run
+ * cuda.h: the CUDA driver layer (runtime/device/cuda.c), opened with dlopen at run
  * time and never linked. Without a driver every function returns
  * KHUB_STATUS_NO_CUDA with "no CUDA driver (libcuda.so.1: <dlerror>)".
  *
@@ -10,7 +10,7 @@
 #ifndef KHUB_RUNTIME_CUDA_H
 #define KHUB_RUNTIME_CUDA_H
 
-#include "runtime_impl.h"
+#include "internal.h"
 
 /* Driver version (e.g. 12080) and device count; fails with NO_CUDA (message
  * on rt) when there is no driver or cuInit fails. Either pointer may be

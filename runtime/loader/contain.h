@@ -1,6 +1,6 @@
 /*
  * contain.h: what the host knows when a plugin misbehaves at run time
- * (runtime/contain.c). Internal.
+ * (runtime/loader/contain.c). Internal.
  *
  * Every call into plugin op code is bracketed by khub__inflight_enter/leave,
  * which push a record (plugin, op, kind, the executor's role) on a
@@ -46,7 +46,7 @@ KHUB_INTERNAL const khub__inflight *khub__inflight_now(void);
 KHUB_INTERNAL void khub__inflight_adopt(const khub__inflight *r);
 
 /* The same for a call through a methods table of b's op, which this thread
- * pinned with khub_binding_acquire (runtime/registry.c). */
+ * pinned with khub_binding_acquire (runtime/loader/registry.c). */
 KHUB_INTERNAL void khub__binding_enter(const khub_binding *b, khub__inflight *r);
 KHUB_INTERNAL void khub__binding_leave(khub__inflight *r);
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "runtime_impl.h"
 
 /* ======================================================================== */
 /* Driver types (the subset we use, by value as in cuda.h)                  */

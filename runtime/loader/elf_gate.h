@@ -50,7 +50,7 @@ typedef struct khub_gate_report {
 
 /* Decodes an ABI note descriptor of size bytes (untrusted) of version 1 or 2
  * into the version 2 layout; id and version are "" when not NUL-terminated
- * within their field (runtime/elf_inspect.c). False when it is too short for its version; an
+ * within their field (runtime/loader/elf_inspect.c). False when it is too short for its version; an
  * unknown version is decoded (header only) for the caller to refuse. */
 KHUB_INTERNAL bool khub__note_decode(const void *desc, size_t size, khub_abi_note_v2 *out);
 
