@@ -35,6 +35,14 @@ static void kernel_tree(char *dir, size_t n)
     ASSERT_EQ(system(cmd), 0);
 }
 
+/* Removes a folder kernel_tree made. */
+static void rm_tree(const char *dir)
+{
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    ASSERT_EQ(system(cmd), 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* khub_check_file                                                          */
 /* ------------------------------------------------------------------------ */
@@ -149,6 +157,7 @@ TEST_IMPL(dir_not_built)
     khub_check_opts o = {KHUB_STRUCT_INIT(khub_check_opts), .glibc_ceiling = "GLIBC_2.28"};
     ASSERT_STATUS(khub_check_dir(dir, &o, &rep, err, sizeof err), KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(err, "kernel.json");
+    rm_tree(dir);
 }
 
 TEST_IMPL(dir_without_kernel_json)
@@ -195,6 +204,42 @@ TEST_IMPL(dir_findings)
     ASSERT_STR_EQ(f->file, p);
     ASSERT_CONTAINS(f->message, "metadata.json");
     khub_check_report_free(rep);
+    rm_tree(dir);
+}
+
+/* A real build whose self-tests cannot pass (tolerance 1e-300): the gate
+ * passes, the child runs, and the failure names its op. */
+TEST_IMPL(dir_selftest_failure_names_op)
+{
+    const char *khub = getenv("KHUB_BIN");
+    if (!khub) TEST_SKIP("KHUB_BIN unset: no khub CLI to build the kernel with");
+    char dir[64], cmd[2048], err[KHUB_ERROR_SIZE] = "";
+    kernel_tree(dir, sizeof dir);
+    snprintf(cmd, sizeof cmd,
+             "cp %s/kernels-src/rmsnorm/* %s/ && sed -i 's/\"tolerance\": [0-9e.-]*/"
+             "\"tolerance\": 1e-300/' %s/kernel.json && %s build %s > %s/build.log 2>&1",
+             KHUB_SOURCE_DIR, dir, dir, khub, dir, dir);
+    if (system(cmd) != 0) TEST_SKIP("khub build failed (no C compiler?): %s", cmd);
+    khub_check_report *rep = NULL;
+    ASSERT_OK(khub_check_dir(dir, NULL, &rep, err, sizeof err));
+    ASSERT(rep->n_variants >= 1);
+    ASSERT(rep->n_failed >= 1);
+    ASSERT_EQ(find_code(rep, KHUB_CHECK_DIGESTS)->severity, KHUB_CHECK_PASS);
+    ASSERT_EQ(find_code(rep, KHUB_CHECK_GATE)->severity, KHUB_CHECK_PASS);
+    ASSERT_STR_EQ(find_code(rep, KHUB_CHECK_SIGNATURE)->message, "unsigned");
+    const khub_check_finding *f = NULL;
+    for (size_t i = 0; i < rep->n_findings && !f; i++) {
+        const khub_check_finding *g = khub_check_report_finding(rep, i);
+        if (g->code == KHUB_CHECK_SELFTEST && g->severity == KHUB_CHECK_FAIL) f = g;
+    }
+    ASSERT(f != NULL);
+    ASSERT_STR_EQ(f->op, "rms_norm");
+    ASSERT_STR_EQ(f->variant, "khub1-cpu-x86_64-linux");
+    ASSERT_CONTAINS(f->file, "/build/khub1-cpu-x86_64-linux/rmsnorm-");
+    ASSERT_CONTAINS(f->message, "rms_norm [4, 576] f32: NMSE ");
+    ASSERT_CONTAINS(f->message, " > 1e-300");
+    khub_check_report_free(rep);
+    rm_tree(dir);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -261,6 +306,11 @@ TEST_IMPL(kernel_dir_tests)
         khub_kernel_dir_tests(KHUB_SOURCE_DIR "/kernels-src/activation", t, 1, &n, err, sizeof err),
         KHUB_STATUS_OVERFLOW);
     ASSERT_CONTAINS(err, "declares 2 self-tests, room for 1");
+    khub_op_test small = {.struct_size = 8};
+    ASSERT_STATUS(khub_kernel_dir_tests(KHUB_SOURCE_DIR "/kernels-src/activation", &small, 1, &n,
+                                        err, sizeof err),
+                  KHUB_STATUS_MISUSE);
+    ASSERT_CONTAINS(err, "struct_size");
     /* a tree that is not built has nothing to load */
     khub_runtime *rt = NULL;
     ASSERT_OK(khub_runtime_new(NULL, &rt));
@@ -271,6 +321,7 @@ TEST_IMPL(kernel_dir_tests)
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "no metadata.json; build the kernel first");
     ASSERT(dp.plugin == NULL);
     khub_runtime_free(rt);
+    rm_tree(dir);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -332,6 +383,7 @@ TEST_IMPL(cpu_level_check)
     X(dir_not_built) \
     X(dir_without_kernel_json) \
     X(dir_findings) \
+    X(dir_selftest_failure_names_op) \
     X(op_bench_against_ref) \
     X(time_calls) \
     X(kernel_dir_tests) \

@@ -252,7 +252,8 @@ typedef struct khub_op_test {
 /* Reads DIR/kernel.json's "selftests" into tests (max entries; the caller
  * sets tests[0].struct_size, which is the stride of its array) and their
  * number into *n. Statuses: kernel.json's (NOT_FOUND, PARSE, ...; message
- * in errbuf), OVERFLOW when it declares more than max. Since 0.1. */
+ * in errbuf), OVERFLOW when it declares more than max, MISUSE for a NULL
+ * argument or a struct_size below this header's. Since 0.1. */
 KHUB_API khub_status khub_kernel_dir_tests(const char *dir, khub_op_test *tests, size_t max,
                                            size_t *n, char *errbuf, size_t errbuf_size);
 

@@ -24,10 +24,10 @@
 khub_status khub_kernel_dir_tests(const char *dir, khub_op_test *tests, size_t max, size_t *n,
                                   char *errbuf, size_t errbuf_size)
 {
-    if (!dir || !n || (max && (!tests || tests[0].struct_size < sizeof(uint32_t)))) {
+    if (!dir || !n || (max && (!tests || tests[0].struct_size < sizeof(khub_op_test)))) {
         khub__errbuf(errbuf, errbuf_size,
-                     "khub_kernel_dir_tests: misuse: NULL argument or "
-                     "tests[0].struct_size unset");
+                     "khub_kernel_dir_tests: misuse: NULL argument, or tests[0].struct_size "
+                     "below khub_op_test's size in 0.1");
         return KHUB_STATUS_MISUSE;
     }
     *n = 0;
@@ -42,8 +42,8 @@ khub_status khub_kernel_dir_tests(const char *dir, khub_op_test *tests, size_t m
                      dir, m->n_tests, max);
         st = KHUB_STATUS_OVERFLOW;
     }
-    /* The caller's stride and size may be an older (smaller) or newer
-     * khub_op_test: copy what both know, walk by the caller's size. */
+    /* The caller's khub_op_test may be newer (larger) than this library's:
+     * copy what both know, walk by the caller's size. */
     size_t stride = max ? tests[0].struct_size : 0;
     size_t copy = stride < sizeof(khub_op_test) ? stride : sizeof(khub_op_test);
     for (size_t i = 0; st == KHUB_STATUS_OK && i < m->n_tests; i++) {
