@@ -80,7 +80,7 @@ KHUB_INTERNAL bool khub__hub_is_fresh(const khub_hub *hub, const char *path, con
 /* A variant verified from one read of its metadata.json (variant.c)         */
 /* ------------------------------------------------------------------------ */
 
-/* The trust decision on a variant (kernel_fetch.c: lock and signature
+/* The trust decision on a variant (runtime/kernels/kernel_load.c: lock and signature
  * policy), passed with the one call that needs it, never kept on the
  * handle (a handle may serve another caller next). fn sees the exact bytes
  * of metadata.json and of metadata.json.sig (sig NULL when there is none)

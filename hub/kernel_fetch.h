@@ -2,7 +2,7 @@
  * kernel_fetch.h: the hub half of khub_kernel_fetch (khub_kernels.h) that
  * the lock commands share: pinning a kernel into a lock entry, syncing a
  * locked entry into the cache, the newest v<N> of a repo, and the trust
- * policy lookup.
+ * policy lookup. The loading half is runtime/kernels/kernel_load.h.
  */
 #ifndef KHUB_HUB_KERNEL_FETCH_H
 #define KHUB_HUB_KERNEL_FETCH_H
@@ -12,13 +12,6 @@
 #include "khub/khub_kernels.h"
 #include "lockfile.h"
 #include "trust.h"
-
-/* khub_kernel_fetch for a caller that can only use CPU code (the model
- * executor): among the variants that fit this host, the best CPU one, even
- * when a CUDA variant fits too (it would load and serve nothing). */
-KHUB_INTERNAL khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt, const char *id,
-                                                 const khub_kernel_opts *opts,
-                                                 khub_kernel_result *out);
 
 /* Loads the policy: path if given, else $KHUB_POLICY, else the user's
  * config file when present, else the default. *used receives the file read

@@ -1,6 +1,6 @@
 /*
  * quarantine.h: kernel builds that crashed or exited during a call
- * (hub/quarantine.c). Internal: used by kernel_fetch.c, hub/cache_api.c (the
+ * (hub/quarantine.c). Internal: used by runtime/kernels/kernel_load.c, hub/cache_api.c (the
  * public khub_cache_quarantine_*) and tests.
  *
  * The marker is a one-line file at

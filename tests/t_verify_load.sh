@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # t_verify_load.sh: the order of the checks when a kernel named by Hub ID is
-# loaded (hub/kernel_fetch.c), through `khub fetch` against `khub serve`:
+# loaded (runtime/kernels/kernel_load.c), through `khub fetch` against `khub serve`:
 #   - a metadata.json changed after signing: SIGNATURE_INVALID, naming the key;
 #   - metadata.json that is not even JSON under a signature: still the
 #     signature error, because the signature is checked on the exact bytes

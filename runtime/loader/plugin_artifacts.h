@@ -3,7 +3,7 @@
  * host->artifact(name) serves (PTX, cubins, tables of the plugin's own
  * variant).
  *
- * The hub's fetch pipeline (hub/kernel_fetch.c) has already checked every
+ * The fetch pipeline (runtime/kernels/kernel_load.c) has already checked every
  * file of the variant against metadata.json; it hands the loader the list
  * of (name, path, sha256). The bytes are read on first request, hashed
  * again, and served only when they still match: the plugin gets the bytes

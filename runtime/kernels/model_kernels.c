@@ -30,7 +30,7 @@
 #include <sys/stat.h>
 
 #include "hub_impl.h"
-#include "kernel_fetch.h"
+#include "kernel_load.h"
 #include "kernel_mapping.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"

@@ -1,0 +1,20 @@
+/*
+ * kernel_load.h: kernels fetched, verified and loaded by Hub ID
+ * (runtime/kernels/kernel_load.c), beside the public khub_kernel_fetch.
+ * Internal.
+ */
+#ifndef KHUB_KERNELS_KERNEL_LOAD_H
+#define KHUB_KERNELS_KERNEL_LOAD_H
+
+#include "internal.h"
+#include "khub/khub_hub.h"
+#include "khub/khub_kernels.h"
+
+/* khub_kernel_fetch for a caller that can only use CPU code (the model
+ * executor): among the variants that fit this host, the best CPU one, even
+ * when a CUDA variant fits too (it would load and serve nothing). */
+KHUB_INTERNAL khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt, const char *id,
+                                                 const khub_kernel_opts *opts,
+                                                 khub_kernel_result *out);
+
+#endif /* KHUB_KERNELS_KERNEL_LOAD_H */
