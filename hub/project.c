@@ -59,10 +59,7 @@ khub_status khub_mapping_load(const char *path, khub_mapping **out, char *errbuf
     return report(khub__mapping_load(path, out, msg, sizeof msg), msg, errbuf, errbuf_size);
 }
 
-void khub_mapping_free(khub_mapping *m)
-{
-    free(m);
-}
+void khub_mapping_free(khub_mapping *m) { free(m); }
 
 size_t khub_mapping_kernel_count(const khub_mapping *m)
 {
@@ -118,15 +115,9 @@ khub_status khub_lock_save(const khub_lock *lock, const char *path, char *errbuf
     return report(khub__lock_save(lock, path, msg, sizeof msg), msg, errbuf, errbuf_size);
 }
 
-void khub_lock_free(khub_lock *lock)
-{
-    khub__lock_free(lock);
-}
+void khub_lock_free(khub_lock *lock) { khub__lock_free(lock); }
 
-size_t khub_lock_count(const khub_lock *lock)
-{
-    return lock ? lock->count : 0;
-}
+size_t khub_lock_count(const khub_lock *lock) { return lock ? lock->count : 0; }
 
 /* Fills the caller's pin from an entry, as far as its struct_size reaches. */
 static khub_status pin_put(const khub_lock_entry *e, khub_lock_pin *out)

@@ -62,8 +62,7 @@ TEST_IMPL(mapping_errors_name_the_field)
     ASSERT_STATUS(khub_mapping_parse(bad_id, sizeof bad_id - 1, &m, err, sizeof err),
                   KHUB_STATUS_BAD_ID);
     ASSERT_CONTAINS(err, "khub.json: roles.norm: bad Hub ID \"a//b\"");
-    ASSERT_STATUS(khub_mapping_load("/nonexistent/khub.json", &m, NULL, 0),
-                  KHUB_STATUS_NOT_FOUND);
+    ASSERT_STATUS(khub_mapping_load("/nonexistent/khub.json", &m, NULL, 0), KHUB_STATUS_NOT_FOUND);
     ASSERT_CONTAINS(khub_last_error(), "/nonexistent/khub.json");
 }
 
@@ -113,7 +112,8 @@ TEST_IMPL(lock_parse_save_load_and_pins)
     khub_lock_free(again);
     khub_lock_free(NULL);
 
-    static const char bad[] = "{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,\"commit\":\"xyz\"}]}";
+    static const char bad[] =
+        "{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,\"commit\":\"xyz\"}]}";
     ASSERT_STATUS(khub_lock_parse(bad, sizeof bad - 1, &lock, err, sizeof err), KHUB_STATUS_PARSE);
     ASSERT_STR_EQ(err, "kernels[0].commit must be 40 lowercase hex digits");
     ASSERT_STR_EQ(khub_last_error(), err);
