@@ -23,7 +23,15 @@
 #define MAX_MAPPING_BYTES ((size_t)1 << 20)
 
 static const char *const role_names[KHUB_ROLE__COUNT] = {
-    "attention", "quantization", "cache", "norm", "activation", "rotary", "linear"};
+#define ROLE_NAME(NAME, name, flag, field) [KHUB_ROLE_##NAME] = #name,
+    KHUB_KERNEL_ROLES(ROLE_NAME)
+#undef ROLE_NAME
+};
+
+/* ", attention, quantization, ...": the known roles for messages (skip 2). */
+#define ROLE_LIST(NAME, name, flag, field) ", " #name
+static const char known_roles[] = "" KHUB_KERNEL_ROLES(ROLE_LIST);
+#undef ROLE_LIST
 
 khub_role khub__role_from_name(const char *name)
 {
@@ -201,10 +209,8 @@ static khub_status parse_roles(khub_mapping *m, const cJSON *roles, char *errbuf
         char where[120];
         snprintf(where, sizeof where, "roles.%.60s", r->string);
         if (role == KHUB_ROLE__COUNT)
-            return bad(KHUB_STATUS_PARSE, errbuf, n,
-                       "%s: unknown role (known: attention, "
-                       "quantization, cache, norm, activation, rotary, linear)",
-                       where);
+            return bad(KHUB_STATUS_PARSE, errbuf, n, "%s: unknown role (known: %s)", where,
+                       known_roles + 2);
         if (cJSON_IsString(r)) {
             KHUB_FORWARD_IF_ERROR(NULL, add_rule(m, role, where, r, KHUB_DEVICE_CPU, errbuf, n));
             KHUB_FORWARD_IF_ERROR(NULL, add_rule(m, role, where, r, KHUB_DEVICE_CUDA, errbuf, n));

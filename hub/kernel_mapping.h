@@ -10,7 +10,8 @@
  *                           "capability": [75, 90]}]}},
  *      "dependencies": {"kernels-community/kv-cache": {"version": 1}}}
  *
- * Roles: attention, quantization, cache, norm, activation, rotary, linear.
+ * Roles: KHUB_KERNEL_ROLES (khub_kernels.h): attention, quantization, cache,
+ * norm, activation, rotary, linear.
  * Devices: cpu, cuda. Each rule has a version or a revision, never both.
  */
 #ifndef KHUB_HUB_KERNEL_MAPPING_H
@@ -21,16 +22,15 @@
 
 #include "internal.h"
 #include "khub/khub_hub.h"
+#include "khub/khub_kernels.h"
 
+/* The public khub_kernel_role under the hub's older names, generated from
+ * the one table. */
 typedef enum khub_role {
-    KHUB_ROLE_ATTENTION = 0,
-    KHUB_ROLE_QUANT = 1,
-    KHUB_ROLE_CACHE = 2,
-    KHUB_ROLE_NORM = 3,
-    KHUB_ROLE_ACTIVATION = 4,
-    KHUB_ROLE_ROTARY = 5,
-    KHUB_ROLE_LINEAR = 6,
-    KHUB_ROLE__COUNT
+#define KHUB__ROLE_ALIAS(NAME, name, flag, field) KHUB_ROLE_##NAME = KHUB_KERNEL_ROLE_##NAME,
+    KHUB_KERNEL_ROLES(KHUB__ROLE_ALIAS)
+#undef KHUB__ROLE_ALIAS
+        KHUB_ROLE__COUNT = KHUB_KERNEL_ROLE__COUNT
 } khub_role;
 
 #define KHUB_MAP_MAX_RULES 16

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "executor.h"
+#include "khub/khub_kernels.h"
 #include "gguf.h"
 #include "safetensors.h"
 #include "tokenizer.h"
@@ -151,8 +152,10 @@ static const char *const role_names[KHUB__ROLE__COUNT] = {
     "lm_head"};
 
 typedef struct load_prefs {
-    const char *attn, *cache, *norm, *act, *rotary, *linear;
-    const char *quant_plugin; /* plugin id part of opts.quant, or NULL */
+    /* The preferred plugin of each kernel role (KHUB_KERNEL_ROLES), from
+     * khub_model_opts; [KHUB_KERNEL_ROLE_QUANT] is the plugin id part of
+     * opts.quant, or NULL. */
+    const char *pref[KHUB_KERNEL_ROLE__COUNT];
     char quant_plugin_buf[128];
     khub_qformat quant; /* scheme, NONE = keep dtypes */
     int strict;
@@ -266,7 +269,8 @@ static khub_status bind_mat(khub_model *m, const load_prefs *p, khub__role role,
     khub_dtype dt = mat->w.t.dtype;
     bool q = dt.code == KHUB_DL_BLOCKQ;
     uint32_t flags = mat->bias.t.data ? KHUB_CAP_BIAS : 0;
-    const char *pref = q && p->quant_plugin ? p->quant_plugin : p->linear;
+    const char *pref = q && p->pref[KHUB_KERNEL_ROLE_QUANT] ? p->pref[KHUB_KERNEL_ROLE_QUANT]
+                                                            : p->pref[KHUB_KERNEL_ROLE_LINEAR];
     khub_status st = bind(m, role, q ? KHUB_OP_QLINEAR : KHUB_OP_LINEAR, khub_dtype_id_of(dt),
                           flags, pref, &mat->op);
     if (st != KHUB_STATUS_NO_KERNEL || q || khub_dtype_id_of(dt) == KHUB_DTYPE_ID_F32) return st;
@@ -291,7 +295,7 @@ static khub_status parse_quant(khub_runtime *rt, const char *s, load_prefs *p)
                    {"q8_0", KHUB_QFORMAT_Q8_0},
                    {"q4_0", KHUB_QFORMAT_Q4_0}};
     p->quant = KHUB_QFORMAT_NONE;
-    p->quant_plugin = NULL;
+    p->pref[KHUB_KERNEL_ROLE_QUANT] = NULL;
     if (!s || !*s) return KHUB_STATUS_OK;
     const char *scheme = s, *colon = strchr(s, ':');
     if (colon || strchr(s, '/')) {
@@ -300,7 +304,7 @@ static khub_status parse_quant(khub_runtime *rt, const char *s, load_prefs *p)
                        "quant '%s': the plugin id before ':' is empty or too long", s);
         memcpy(p->quant_plugin_buf, s, n);
         p->quant_plugin_buf[n] = '\0';
-        p->quant_plugin = p->quant_plugin_buf;
+        p->pref[KHUB_KERNEL_ROLE_QUANT] = p->quant_plugin_buf;
         if (!colon) return KHUB_STATUS_OK;
         scheme = colon + 1;
     }
@@ -331,7 +335,7 @@ static khub_status quantize_mat(khub_model *m, const load_prefs *p, khub__mat *m
     khub_binding *qb = NULL;
     KHUB_FORWARD_IF_ERROR(m->rt, bind_qmethod(m, KHUB__ROLE_QUANTIZE,
                                               KHUB_DTYPE_ID_QBASE + (int32_t)p->quant, true,
-                                              p->quant_plugin, &qb));
+                                              p->pref[KHUB_KERNEL_ROLE_QUANT], &qb));
     size_t qbytes, row_q = (size_t)khub_qformat_row_bytes(p->quant, cols);
     KHUB_RETURN_IF(m->rt, !khub__mul_ok(row_q, (size_t)rows, &qbytes), KHUB_STATUS_OVERFLOW,
                    "%s: '%s' too large to quantize", m->file, w->name);
@@ -462,7 +466,7 @@ static khub_status load_ends(khub_model *m, const load_prefs *p)
     if (m->embed.t.dtype.code == KHUB_DL_BLOCKQ)
         KHUB_FORWARD_IF_ERROR(m->rt, bind_qmethod(m, KHUB__ROLE_EMBED_DEQUANT,
                                                   khub_dtype_id_of(m->embed.t.dtype), false,
-                                                  p->quant_plugin, &m->dequant));
+                                                  p->pref[KHUB_KERNEL_ROLE_QUANT], &m->dequant));
     return KHUB_STATUS_OK;
 }
 
@@ -478,17 +482,19 @@ static khub_status bind_ops(khub_model *m, const load_prefs *p)
     if (c->n_kv_heads < c->n_heads) aflags |= KHUB_CAP_GQA;
     if (kv_id == KHUB_DTYPE_ID_F16) aflags |= KHUB_CAP_KV_F16;
     if (c->sliding_window > 0) aflags |= KHUB_CAP_SLIDING;
-    KHUB_FORWARD_IF_ERROR(
-        m->rt, bind(m, KHUB__ROLE_NORM, KHUB_OP_NORM, KHUB_DTYPE_ID_F32, 0, p->norm, &m->norm));
-    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_NORM_RESIDUAL, KHUB_OP_NORM, KHUB_DTYPE_ID_F32,
-                                      KHUB_CAP_RESIDUAL, p->norm, &m->norm_res));
+    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_NORM, KHUB_OP_NORM, KHUB_DTYPE_ID_F32, 0,
+                                      p->pref[KHUB_KERNEL_ROLE_NORM], &m->norm));
+    KHUB_FORWARD_IF_ERROR(m->rt,
+                          bind(m, KHUB__ROLE_NORM_RESIDUAL, KHUB_OP_NORM, KHUB_DTYPE_ID_F32,
+                               KHUB_CAP_RESIDUAL, p->pref[KHUB_KERNEL_ROLE_NORM], &m->norm_res));
     KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ROTARY, KHUB_OP_ROTARY, KHUB_DTYPE_ID_F32, 0,
-                                      p->rotary, &m->rotary));
-    KHUB_FORWARD_IF_ERROR(
-        m->rt, bind(m, KHUB__ROLE_ACT, KHUB_OP_ACTIVATION, KHUB_DTYPE_ID_F32, 0, p->act, &m->act));
+                                      p->pref[KHUB_KERNEL_ROLE_ROTARY], &m->rotary));
+    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ACT, KHUB_OP_ACTIVATION, KHUB_DTYPE_ID_F32, 0,
+                                      p->pref[KHUB_KERNEL_ROLE_ACTIVATION], &m->act));
     KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ATTENTION, KHUB_OP_ATTENTION, kv_id, aflags,
-                                      p->attn, &m->attention));
-    return bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, p->cache, &m->kv_op);
+                                      p->pref[KHUB_KERNEL_ROLE_ATTENTION], &m->attention));
+    return bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, p->pref[KHUB_KERNEL_ROLE_CACHE],
+                &m->kv_op);
 }
 
 static khub_status make_cache(khub_model *m)
@@ -570,12 +576,11 @@ static khub_status read_opts(khub_runtime *rt, const khub_model_opts *in, khub_m
                    "khub_model_load: max_context %lld, max_batch %d or max_seqs %d out of range",
                    (long long)o->max_context, (int)o->max_batch, (int)o->max_seqs);
     memset(p, 0, sizeof *p);
-    p->attn = o->attn_impl;
-    p->cache = o->cache_impl;
-    p->norm = o->norm_impl;
-    p->act = o->act_impl;
-    p->rotary = o->rotary_impl;
-    p->linear = o->linear_impl;
+    /* Every role's option field, from the one role table; quant is parsed
+     * below (a scheme, optionally after a plugin id). */
+#define PREF(NAME, name, flag, field) p->pref[KHUB_KERNEL_ROLE_##NAME] = o->field;
+    KHUB_KERNEL_ROLES(PREF)
+#undef PREF
     p->strict = o->strict;
     p->quant_embeddings = o->quant_embeddings;
     return parse_quant(rt, o->quant, p);

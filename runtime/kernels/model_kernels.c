@@ -35,6 +35,24 @@
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 
+/* khub_model_kernels has one field per role, in the table's order, and
+ * khub_model_opts one string per role: their layouts are frozen
+ * (abi/layout.c), so the table is checked against them rather than
+ * generating them. */
+#define CHECK_FIELDS(NAME, name, flag, field) \
+    _Static_assert(offsetof(khub_model_kernels, flag) == \
+                       offsetof(khub_model_kernels, attn) + \
+                           KHUB_KERNEL_ROLE_##NAME * sizeof(const char *), \
+                   "khub_model_kernels." #flag " is not role " #NAME "'s slot"); \
+    _Static_assert(sizeof(((khub_model_opts *)0)->field) == sizeof(const char *), \
+                   "khub_model_opts." #field " is not a string");
+KHUB_KERNEL_ROLES(CHECK_FIELDS)
+#undef CHECK_FIELDS
+_Static_assert(offsetof(khub_model_kernels, mapping_path) ==
+                   offsetof(khub_model_kernels, attn) +
+                       KHUB_KERNEL_ROLE__COUNT * sizeof(const char *),
+               "khub_model_kernels has a role field the table lacks");
+
 static const char *const quant_schemes[] = {"int8", "nf4", "q8_0", "q4_0"};
 
 static int is_scheme(const char *s)
@@ -198,8 +216,11 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
     if (rep) rep->text[0] = '\0';
     khub_model_kernels none = {KHUB_STRUCT_INIT(khub_model_kernels)};
     if (!k) k = &none;
-    const char *given[KHUB_ROLE__COUNT] = {k->attn, k->quant,  k->cache, k->norm,
-                                           k->act,  k->rotary, k->linear};
+    const char *given[KHUB_ROLE__COUNT] = {
+#define GIVEN(NAME, name, flag, field) [KHUB_ROLE_##NAME] = k->flag,
+        KHUB_KERNEL_ROLES(GIVEN)
+#undef GIVEN
+    };
     char mbuf[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE];
     const char *mpath = mapping_path(k->mapping_path, path, mbuf, sizeof mbuf);
     khub_mapping *map = NULL;
@@ -227,14 +248,12 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
     free(map);
     if (st != KHUB_STATUS_OK) return st;
     khub_model_opts o = base ? *base : (khub_model_opts){KHUB_STRUCT_INIT(khub_model_opts)};
-#define SET(field, r) \
-    if (impl[r][0]) o.field = impl[r]
-    SET(attn_impl, KHUB_ROLE_ATTENTION);
-    SET(cache_impl, KHUB_ROLE_CACHE);
-    SET(norm_impl, KHUB_ROLE_NORM);
-    SET(act_impl, KHUB_ROLE_ACTIVATION);
-    SET(rotary_impl, KHUB_ROLE_ROTARY);
-    SET(linear_impl, KHUB_ROLE_LINEAR);
+    /* Each role's loaded plugin into its option field; quantization joins
+     * its plugin and scheme below. */
+#define SET(NAME, name, flag, field) \
+    if (KHUB_ROLE_##NAME != KHUB_ROLE_QUANT && impl[KHUB_ROLE_##NAME][0]) \
+        o.field = impl[KHUB_ROLE_##NAME];
+    KHUB_KERNEL_ROLES(SET)
 #undef SET
     if (impl[KHUB_ROLE_QUANT][0] || scheme[0]) {
         if (impl[KHUB_ROLE_QUANT][0] && scheme[0])

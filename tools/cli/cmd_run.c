@@ -24,7 +24,8 @@ typedef struct run_args {
     int n_prompts;
     const char *stops[MAX_STOPS];
     int n_stops;
-    const char *quant, *attn, *cache, *norm, *act, *rotary, *linear, *system;
+    const char *role[KHUB_KERNEL_ROLE__COUNT]; /* --attn NAME ... by KHUB_KERNEL_ROLES */
+    const char *system;
     const char *kernels, *lock, *policy;
     int threads, chat, explain, json, strict, ignore_eos, allow_unsigned, quant_embeddings;
     int64_t max_context; /* 0 = the executor's default */
@@ -44,6 +45,21 @@ static int num(const char *flag, const char *s, double lo, double hi, double *ou
     return 0;
 }
 
+/* --attn, --quant, ...: one flag per kernel role, from the role table. */
+static const char *const role_flags[KHUB_KERNEL_ROLE__COUNT] = {
+#define ROLE_FLAG(NAME, name, flag, field) [KHUB_KERNEL_ROLE_##NAME] = "--" #flag,
+    KHUB_KERNEL_ROLES(ROLE_FLAG)
+#undef ROLE_FLAG
+};
+
+/* The role whose flag f is, or KHUB_KERNEL_ROLE__COUNT. */
+static int role_of_flag(const char *f)
+{
+    int r = 0;
+    while (r < KHUB_KERNEL_ROLE__COUNT && strcmp(f, role_flags[r]) != 0) r++;
+    return r;
+}
+
 static int parse(int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -51,8 +67,10 @@ static int parse(int argc, char **argv, run_args *a)
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d = 0;
-        int rc = 0, takes = 1;
-        if (!strcmp(f, "--model"))
+        int rc = 0, takes = 1, role = role_of_flag(f);
+        if (role < KHUB_KERNEL_ROLE__COUNT)
+            a->role[role] = v;
+        else if (!strcmp(f, "--model"))
             a->model = v;
         else if (!strcmp(f, "--prompt")) {
             if (a->n_prompts == MAX_PROMPTS)
@@ -62,21 +80,7 @@ static int parse(int argc, char **argv, run_args *a)
             if (a->n_stops == MAX_STOPS)
                 return khub_cli_usage(&run_cmd, "at most %d stop strings", MAX_STOPS);
             if (v) a->stops[a->n_stops++] = v;
-        } else if (!strcmp(f, "--quant"))
-            a->quant = v;
-        else if (!strcmp(f, "--attn"))
-            a->attn = v;
-        else if (!strcmp(f, "--cache"))
-            a->cache = v;
-        else if (!strcmp(f, "--norm"))
-            a->norm = v;
-        else if (!strcmp(f, "--act"))
-            a->act = v;
-        else if (!strcmp(f, "--rotary"))
-            a->rotary = v;
-        else if (!strcmp(f, "--linear"))
-            a->linear = v;
-        else if (!strcmp(f, "--kernels"))
+        } else if (!strcmp(f, "--kernels"))
             a->kernels = v;
         else if (!strcmp(f, "--lock"))
             a->lock = v;
@@ -137,7 +141,7 @@ static int parse(int argc, char **argv, run_args *a)
     }
     if (!a->model) return khub_cli_usage(&run_cmd, "--model PATH is required");
     if (!a->n_prompts) return khub_cli_usage(&run_cmd, "--prompt TEXT is required");
-    if (a->quant_embeddings && !a->quant)
+    if (a->quant_embeddings && !a->role[KHUB_KERNEL_ROLE_QUANT])
         return khub_cli_usage(&run_cmd, "--quant-embeddings needs --quant SCHEME");
     a->gen.stop = a->stops;
     a->gen.n_stop = (uint32_t)a->n_stops;
@@ -243,14 +247,10 @@ static int run(int argc, char **argv)
         mo.progress_ud = (void *)a.model;
     }
     khub_model_kernels mk = {KHUB_STRUCT_INIT(khub_model_kernels),
-                             .attn = a.attn,
-                             .quant = a.quant,
-                             .cache = a.cache,
-                             .norm = a.norm,
-                             .act = a.act,
-                             .rotary = a.rotary,
-                             .linear = a.linear,
-                             .mapping_path = a.kernels,
+#define ROLE_FIELD(NAME, name, flag, field) .flag = a.role[KHUB_KERNEL_ROLE_##NAME],
+                             KHUB_KERNEL_ROLES(ROLE_FIELD)
+#undef ROLE_FIELD
+                                 .mapping_path = a.kernels,
                              .lock_path = a.lock,
                              .policy_path = a.policy,
                              .allow_unsigned = a.allow_unsigned,
