@@ -30,9 +30,14 @@ __all__ = [
 
 _lib = _ffi.load_library()
 
-# khub_op_kind (khub_plugin.h's KHUB_OP_KINDS table).
-OP_KINDS = {"attention": 1, "linear": 2, "qlinear": 3, "kv_cache": 4, "norm": 5,
-            "activation": 6, "rotary": 7}
+# khub_op_kind by name, from the library's one table (khub_plugin.h's
+# KHUB_OP_KINDS, through khub_op_kind_name): kinds are numbered from 1 on.
+OP_KINDS = {}
+for _k in range(1, 64):
+    _name = _lib.khub_op_kind_name(_k).decode()
+    if _name == "unknown":
+        break
+    OP_KINDS[_name] = _k
 _KIND_NAMES = {v: k for k, v in OP_KINDS.items()}
 _STOP_REASONS = {0: "none", 1: "eos", 2: "max_tokens", 3: "stop_string", 4: "callback",
                  5: "context"}

@@ -332,6 +332,7 @@ SIGNATURES = {
     "khub_version_str": (c_char_p, []),
     "khub_status_name": (c_char_p, [STATUS]),
     "khub_status_str": (c_char_p, [STATUS]),
+    "khub_op_kind_name": (c_char_p, [u32]),
     "khub_last_error": (c_char_p, []),
     "khub_runtime_new": (STATUS, [P(RuntimeOpts), P(c_void_p)]),
     "khub_runtime_free": (None, [c_void_p]),
