@@ -571,10 +571,15 @@ TEST_IMPL(hostile_spec)
     khub__clear(rt);
     ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tokenizer.ggml.model \"(missing)\"");
-    sp.model = "llama";
+    sp.model = "bert";
     khub__clear(rt);
     ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tokenizer.ggml.model \"llama\"");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tokenizer.ggml.model \"bert\" is not supported");
+    sp.model = "llama"; /* SentencePiece needs its scores */
+    khub__clear(rt);
+    ASSERT_STATUS(khub__tokenizer_from_vocab(rt, &sp, &tok), KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "tokenizer.ggml.model is llama but "
+                                             "tokenizer.ggml.scores is missing");
     sp.model = "gpt2";
     sp.pre = "deepseek-coder";
     khub__clear(rt);
@@ -630,6 +635,98 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------------------ */
+/* SentencePiece BPE (GGUF "llama")                                         */
+/* ------------------------------------------------------------------------ */
+
+/* A small SentencePiece vocab: <unk> <s> </s>, the 256 byte pieces, and
+ * pieces whose scores order the merges of "hello". */
+#define SPM_N (3 + 256 + 10)
+static khub_tokenizer *spm_tok(khub_runtime *rt, int add_space_prefix)
+{
+    static char bytes[256][8];
+    static const char *toks[SPM_N];
+    static float scores[SPM_N];
+    static int32_t types[SPM_N];
+    static const char *const normal[] = {"\xE2\x96\x81", "h",  "e",   "l",     "o",
+                                         "ll",           "he", "llo", "hello", "\xE2\x96\x81hello"};
+    static const float nscore[] = {-100, -100, -100, -100, -100, -1, -2, -3, -4, -5};
+    const char *specials[] = {"<unk>", "<s>", "</s>"};
+    for (int i = 0; i < 3; i++) toks[i] = specials[i], types[i] = i ? 3 : 2;
+    for (int b = 0; b < 256; b++) {
+        snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+        toks[3 + b] = bytes[b];
+        types[3 + b] = 6;
+    }
+    for (int i = 0; i < 10; i++)
+        toks[259 + i] = normal[i], scores[259 + i] = nscore[i], types[259 + i] = 1;
+    khub_tokenizer_spec sp = KHUB_TOKENIZER_SPEC_INIT;
+    sp.model = "llama";
+    sp.tokens = toks;
+    sp.n_tokens = SPM_N;
+    sp.token_types = types;
+    sp.scores = scores;
+    sp.bos_id = 1;
+    sp.eos_id = 2;
+    sp.unk_id = 0;
+    sp.add_bos = 1;
+    sp.add_space_prefix = add_space_prefix;
+    khub_tokenizer *tok = NULL;
+    khub_status st = khub__tokenizer_from_vocab(rt, &sp, &tok);
+    if (st) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
+    ASSERT_OK(st);
+    return tok;
+}
+
+static void spm_expect(khub_tokenizer *tok, const char *text, uint32_t flags, const int32_t *want,
+                       size_t n_want, const char *decoded)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    ASSERT_OK(khub__tokenizer_encode(tok, text, strlen(text), flags, &ids, &n));
+    ASSERT_EQ(n, n_want);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(ids[i], want[i]);
+    char *out = NULL;
+    size_t len = 0;
+    ASSERT_OK(khub__tokenizer_decode(tok, ids, n, 0, &out, &len));
+    ASSERT_STR_EQ(out, decoded);
+    khub_detok *d = NULL; /* the streaming detokenizer strips the prefix too */
+    ASSERT_OK(khub__detok_new(tok, 0, &d));
+    const char *piece;
+    size_t pl;
+    for (size_t i = 0; i < n; i++) ASSERT_OK(khub__detok_push(d, ids[i], &piece, &pl));
+    ASSERT_OK(khub__detok_flush(d, &piece, &pl));
+    ASSERT_STR_EQ(khub__detok_text(d, NULL), decoded);
+    khub__detok_free(d);
+    khub__tokenizer_free_text(tok, out, len);
+    khub__tokenizer_free_ids(tok, ids, n);
+}
+
+/* Merges by score (ll, he, llo, hello, then the prefixed word), byte
+ * fallback for a character the vocab lacks, "\u2581" for spaces, the space
+ * prefix added and stripped again, bos, and special tokens split out. */
+TEST_IMPL(spm_from_vocab_spec)
+{
+    khub_runtime *rt = new_rt();
+    khub_tokenizer *tok = spm_tok(rt, 1);
+    ASSERT_STR_EQ(khub__tokenizer_pre_name(tok), "spm");
+    spm_expect(tok, "hello", 0, (const int32_t[]){268}, 1, "hello");
+    spm_expect(tok, "hello", KHUB_TOK_ADD_SPECIAL, (const int32_t[]){1, 268}, 2, "hello");
+    /* é is not a piece: its two UTF-8 bytes become <0xC3> <0xA9> */
+    spm_expect(tok, "h\xC3\xA9", 0, (const int32_t[]){259, 260, 3 + 0xC3, 3 + 0xA9}, 4,
+               "h\xC3\xA9");
+    spm_expect(tok, "hello hello", 0, (const int32_t[]){268, 268}, 2, "hello hello");
+    spm_expect(tok, "</s>hello", KHUB_TOK_PARSE_SPECIAL, (const int32_t[]){2, 267}, 2, "hello");
+    khub__tokenizer_free(tok);
+
+    tok = spm_tok(rt, 0); /* Gemma: no prefix, nothing stripped */
+    spm_expect(tok, "hello", 0, (const int32_t[]){267}, 1, "hello");
+    spm_expect(tok, " hello", 0, (const int32_t[]){268}, 1, " hello");
+    spm_expect(tok, "a b", 0, (const int32_t[]){3 + 'a', 259, 3 + 'b'}, 3, "a b");
+    khub__tokenizer_free(tok);
+    khub_runtime_free(rt);
 }
 
 TEST_IMPL(speed_long_prompt)
@@ -852,7 +949,7 @@ TEST_IMPL(chat_refuses)
                                     "'<|im_end|>'}}",
                                     msgs, 1, true, &out),
                   KHUB_STATUS_TOKENIZER);
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "ChatML and Llama-3.0 templates only");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "ChatML, Llama-3.0 and Gemma templates only");
     khub__clear(rt);
     khub_chat_msg bad[] = {{"us<er", "hi"}};
     ASSERT_STATUS(khub__chat_format(rt, "x", bad, 1, true, &out), KHUB_STATUS_TOKENIZER);
@@ -904,6 +1001,7 @@ TEST_IMPL(smollm2_chat_prompt)
     X(hostile_json) \
     X(hostile_truncations) \
     X(hostile_spec) \
+    X(spm_from_vocab_spec) \
     X(speed_long_prompt) \
     X(smollm2_json_and_gguf_agree) \
     X(smollm2_transformers_corpus) \

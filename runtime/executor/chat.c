@@ -5,7 +5,8 @@
  * Why no Jinja: the templates khub's models ship are fixed strings, and a
  * Jinja engine is a large attack surface for a few known outputs. Each
  * format below is checked against the real template text (SmolLM2-Instruct,
- * Qwen2-Instruct, Llama-3-Instruct); anything else is refused by name.
+ * Qwen2-Instruct, Llama-3-Instruct, Gemma 3); anything else is refused by
+ * name.
  */
 #include "chat.h"
 
@@ -63,6 +64,40 @@ static khub_status sb_finish(sbuf *b, char **out)
     khub__free(b->rt, b->p, b->cap);
     return khub__fail(b->rt, KHUB_STATUS_NOMEM, "chat: out of memory formatting the prompt");
 }
+
+/* The text of google/gemma-3-*-it's chat_template, without its image
+ * branches (tests/fixtures/gemma3_reference.json holds the same text and
+ * Transformers' renderings of it). */
+const char khub__chat_gemma_template[] =
+    "{{ bos_token }}\n"
+    "{%- if messages[0]['role'] == 'system' -%}\n"
+    "    {%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}\n"
+    "    {%- set loop_messages = messages[1:] -%}\n"
+    "{%- else -%}\n"
+    "    {%- set first_user_prefix = \"\" -%}\n"
+    "    {%- set loop_messages = messages -%}\n"
+    "{%- endif -%}\n"
+    "{%- for message in loop_messages -%}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}\n"
+    "        {{ raise_exception(\"Conversation roles must alternate "
+    "user/assistant/user/assistant/...\") }}\n"
+    "    {%- endif -%}\n"
+    "    {%- if (message['role'] == 'assistant') -%}\n"
+    "        {%- set role = \"model\" -%}\n"
+    "    {%- else -%}\n"
+    "        {%- set role = message['role'] -%}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else \"\") }}\n"
+    "    {%- if message['content'] is string -%}\n"
+    "        {{ message['content'] | trim }}\n"
+    "    {%- else -%}\n"
+    "        {{ raise_exception(\"Invalid content type\") }}\n"
+    "    {%- endif -%}\n"
+    "    {{ '<end_of_turn>\\n' }}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "    {{'<start_of_turn>model\\n'}}\n"
+    "{%- endif -%}\n";
 
 /* ------------------------------------------------------------------------ */
 /* Recognition                                                              */
@@ -128,6 +163,10 @@ khub_status khub__chat_detect(khub_runtime *rt, const char *tmpl, khub_chat_styl
         if (default_sys) KHUB_FORWARD_IF_ERROR(rt, default_system(rt, tmpl, default_sys));
         return KHUB_STATUS_OK;
     }
+    if (uses_role && !extras && strstr(tmpl, "<start_of_turn>") && strstr(tmpl, "<end_of_turn>")) {
+        *style = KHUB_CHAT_GEMMA;
+        return KHUB_STATUS_OK;
+    }
     if (uses_role && !extras && strstr(tmpl, "<|start_header_id|>") &&
         strstr(tmpl, "<|end_header_id|>") && strstr(tmpl, "<|eot_id|>")) {
         *style = KHUB_CHAT_LLAMA3;
@@ -135,7 +174,7 @@ khub_status khub__chat_detect(khub_runtime *rt, const char *tmpl, khub_chat_styl
     }
     return khub__fail(rt, KHUB_STATUS_TOKENIZER,
                       "chat: template not recognised (starts \"%.40s\"); khub formats "
-                      "ChatML and Llama-3.0 templates only, pass one of those",
+                      "ChatML, Llama-3.0 and Gemma templates only, pass one of those",
                       tmpl);
 }
 
@@ -144,6 +183,7 @@ const char *khub__chat_end_of_turn(khub_chat_style style)
     switch (style) {
     case KHUB_CHAT_CHATML: return "<|im_end|>";
     case KHUB_CHAT_LLAMA3: return "<|eot_id|>";
+    case KHUB_CHAT_GEMMA: return "<end_of_turn>";
     default: return "";
     }
 }
@@ -202,6 +242,28 @@ static void llama3_turn(sbuf *b, const char *role, const char *content)
     sb_str(b, "<|eot_id|>");
 }
 
+/* Gemma: a leading system message becomes the first user turn's prefix;
+ * Jinja's loop.first is the first message after it. */
+static void gemma_format(sbuf *b, const khub_chat_msg *msgs, size_t n, bool gen)
+{
+    size_t first = 0;
+    sb_str(b, "<bos>");
+    if (n > 0 && strcmp(msgs[0].role, "system") == 0) first = 1;
+    for (size_t i = first; i < n; i++) {
+        const char *role = strcmp(msgs[i].role, "assistant") == 0 ? "model" : msgs[i].role;
+        sb_str(b, "<start_of_turn>");
+        sb_str(b, role);
+        sb_str(b, "\n");
+        if (i == first && first == 1) {
+            sb_str(b, msgs[0].content);
+            sb_str(b, "\n\n");
+        }
+        put_trimmed(b, msgs[i].content);
+        sb_str(b, "<end_of_turn>\n");
+    }
+    if (gen) sb_str(b, "<start_of_turn>model\n");
+}
+
 khub_status khub__chat_format(khub_runtime *rt, const char *tmpl, const khub_chat_msg *msgs,
                               size_t n, bool add_generation_prompt, char **out)
 {
@@ -218,12 +280,23 @@ khub_status khub__chat_format(khub_runtime *rt, const char *tmpl, const khub_cha
     khub_chat_style style;
     char *sys = NULL;
     KHUB_FORWARD_IF_ERROR(rt, khub__chat_detect(rt, tmpl, &style, &sys));
+    if (style == KHUB_CHAT_GEMMA) { /* the template raises on anything else */
+        size_t first = n > 0 && strcmp(msgs[0].role, "system") == 0;
+        for (size_t i = first; i < n; i++)
+            KHUB_RETURN_IF(rt, (strcmp(msgs[i].role, "user") == 0) != ((i - first) % 2 == 0),
+                           KHUB_STATUS_TOKENIZER,
+                           "chat: message %zu (%s): Gemma's template needs the roles to "
+                           "alternate user/assistant after an optional system message",
+                           i, msgs[i].role);
+    }
     sbuf b = {.rt = rt};
     if (style == KHUB_CHAT_CHATML) {
         /* The template inserts it on the first loop turn: none for no messages. */
         if (sys && n > 0 && strcmp(msgs[0].role, "system") != 0) chatml_turn(&b, "system", sys);
         for (size_t i = 0; i < n; i++) chatml_turn(&b, msgs[i].role, msgs[i].content);
         if (add_generation_prompt) sb_str(&b, "<|im_start|>assistant\n");
+    } else if (style == KHUB_CHAT_GEMMA) {
+        gemma_format(&b, msgs, n, add_generation_prompt);
     } else {
         if (n > 0) sb_str(&b, "<|begin_of_text|>"); /* bos_token on the first turn */
         for (size_t i = 0; i < n; i++) llama3_turn(&b, msgs[i].role, msgs[i].content);

@@ -17,6 +17,10 @@
  *     Qwen2): when the template inserts a default system message if the
  *     first message is not a system one (SmolLM2 and Qwen2 do), the same
  *     text, taken from the template itself, is inserted.
+ *   - Gemma ("<start_of_turn>role\ncontent<end_of_turn>\n", <bos> text first,
+ *     assistant written "model", content trimmed, a system message's text
+ *     and "\n\n" put before the first user turn's content) as in Gemma 3's
+ *     template (khub__chat_gemma_template).
  *   - Llama-3 ("<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>",
  *     content trimmed, bos text "<|begin_of_text|>" first) as in the
  *     Llama-3.0 Instruct template; the 3.1+ templates (date and tool
@@ -44,8 +48,14 @@ typedef struct khub_chat_msg {
 typedef enum khub_chat_style {
     KHUB_CHAT_UNKNOWN = 0,
     KHUB_CHAT_CHATML = 1,
-    KHUB_CHAT_LLAMA3 = 2
+    KHUB_CHAT_LLAMA3 = 2,
+    KHUB_CHAT_GEMMA = 3
 } khub_chat_style;
+
+/* Gemma 3's chat template (the text google/gemma-3-*-it ship, text-only
+ * parts), for files that carry none, such as the 270M base GGUF: generation
+ * uses it when the vocab has <start_of_turn> and <end_of_turn> tokens. */
+KHUB_INTERNAL extern const char khub__chat_gemma_template[];
 
 /* Recognises tmpl. *style receives the format; *default_system (may be NULL)
  * receives the default system prompt the template inserts, allocated on rt

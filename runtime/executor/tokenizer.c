@@ -26,6 +26,7 @@
  */
 #include "tokenizer_impl.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -73,7 +74,7 @@ static uint64_t hash_u64(uint64_t x)
     return x;
 }
 
-static khub_status put_string(khub_tokenizer *tok, const char *s, size_t n, uint32_t *off)
+khub_status khub__tok_put_string(khub_tokenizer *tok, const char *s, size_t n, uint32_t *off)
 {
     khub_runtime *rt = tok->rt;
     size_t need;
@@ -217,6 +218,7 @@ void khub__tokenizer_free(khub_tokenizer *tok)
     khub__free(rt, tok->vocab_map, tok->vocab_cap * sizeof *tok->vocab_map);
     khub__free(rt, tok->pairs, tok->pairs_cap * sizeof *tok->pairs);
     khub__free(rt, tok->added, tok->n_added * sizeof *tok->added);
+    if (tok->scores) khub__free(rt, tok->scores, tok->n_entries * sizeof *tok->scores);
     khub__strfree(rt, tok->chat_template);
     khub__free(rt, tok, sizeof *tok);
 }
@@ -226,6 +228,7 @@ void khub__tokenizer_free(khub_tokenizer *tok)
  * ByteLevel decoder does. */
 static khub_status store_bytes(khub_tokenizer *tok, tok_entry *e)
 {
+    if (tok->spm) return khub__tok_spm_store_bytes(tok, e);
     const unsigned char *s = (const unsigned char *)entry_text(tok, e);
     size_t n = 0;
     for (size_t i = 0; i < e->text_len; n++) {
@@ -239,7 +242,7 @@ static khub_status store_bytes(khub_tokenizer *tok, tok_entry *e)
     }
     /* Reserve n bytes, then write them (the arena may move: re-read s). */
     uint32_t off;
-    KHUB_FORWARD_IF_ERROR(tok->rt, put_string(tok, NULL, n, &off));
+    KHUB_FORWARD_IF_ERROR(tok->rt, khub__tok_put_string(tok, NULL, n, &off));
     s = (const unsigned char *)entry_text(tok, e);
     unsigned char *out = (unsigned char *)tok->strings + off;
     for (size_t i = 0, k = 0; i < e->text_len; k++) {
@@ -266,7 +269,7 @@ khub_status khub__tok_set_vocab(khub_tokenizer *tok, int32_t id, const char *s, 
     tok_entry *e = &tok->entries[id];
     KHUB_RETURN_IF(rt, e->type != KHUB_TOKEN_UNDEFINED, KHUB_STATUS_TOKENIZER,
                    "%s: id %ld is given to two tokens; remove the duplicate", where, (long)id);
-    KHUB_FORWARD_IF_ERROR(rt, put_string(tok, s, n, &e->text_off));
+    KHUB_FORWARD_IF_ERROR(rt, khub__tok_put_string(tok, s, n, &e->text_off));
     e->text_len = (uint32_t)n;
     e->type = type;
     e->in_vocab = 1;
@@ -297,7 +300,7 @@ khub_status khub__tok_add_added(khub_tokenizer *tok, int32_t id, const char *s, 
     tok->added = a;
     added_tok *t = &a[tok->n_added++];
     *t = (added_tok){id, 0, (uint32_t)n, special, lstrip, rstrip};
-    KHUB_FORWARD_IF_ERROR(rt, put_string(tok, s, n, &t->off));
+    KHUB_FORWARD_IF_ERROR(rt, khub__tok_put_string(tok, s, n, &t->off));
     tok_entry *e = &tok->entries[id];
     if (e->type == KHUB_TOKEN_UNDEFINED) {
         e->text_off = t->off;
@@ -348,8 +351,8 @@ static int cmp_added(const void *pa, const void *pb, void *ud)
 
 static bool name_is_eog(const char *s, size_t n)
 {
-    static const char *const names[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>",
-                                        "<|end_of_text|>", "<|eom_id|>"};
+    static const char *const names[] = {"<|im_end|>",      "<|endoftext|>", "<|eot_id|>",
+                                        "<|end_of_text|>", "<|eom_id|>",    "<end_of_turn>"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strlen(names[i]) == n && memcmp(names[i], s, n) == 0) return true;
     return false;
@@ -360,9 +363,13 @@ khub_status khub__tok_finish(khub_tokenizer *tok)
 {
     khub_runtime *rt = tok->rt;
     for (unsigned b = 0; b < 256; b++) {
-        unsigned char u[4];
-        size_t n = khub__utf8_encode(khub__tok_byte_to_cp(b), u);
-        tok->byte_id[b] = khub__tok_vocab_lookup(tok, (const char *)u, n);
+        char u[8];
+        size_t n;
+        if (tok->spm) /* SentencePiece's byte pieces are "<0x0A>", upper-case hex */
+            n = (size_t)snprintf(u, sizeof u, "<0x%02X>", b);
+        else
+            n = khub__utf8_encode(khub__tok_byte_to_cp(b), (unsigned char *)u);
+        tok->byte_id[b] = khub__tok_vocab_lookup(tok, u, n);
     }
     if (tok->n_added) qsort_r(tok->added, tok->n_added, sizeof *tok->added, cmp_added, tok);
     size_t j = 0;
@@ -401,7 +408,10 @@ int32_t khub__tokenizer_bos(const khub_tokenizer *tok) { return tok->bos; }
 int32_t khub__tokenizer_eos(const khub_tokenizer *tok) { return tok->eos; }
 int32_t khub__tokenizer_pad(const khub_tokenizer *tok) { return tok->pad; }
 const char *khub__tokenizer_chat_template(const khub_tokenizer *tok) { return tok->chat_template; }
-const char *khub__tokenizer_pre_name(const khub_tokenizer *tok) { return pre_names[tok->pre]; }
+const char *khub__tokenizer_pre_name(const khub_tokenizer *tok)
+{
+    return tok->spm ? "spm" : pre_names[tok->pre];
+}
 
 bool khub__tokenizer_is_special(const khub_tokenizer *tok, int32_t id)
 {

@@ -59,7 +59,8 @@ typedef enum khub_token_type {
 /* The tokenizer as GGUF metadata describes it. All pointers are borrowed for
  * the duration of khub__tokenizer_from_vocab only (everything is copied). */
 typedef struct khub_tokenizer_spec {
-    const char *model;         /* tokenizer.ggml.model; only "gpt2" is accepted */
+    const char *model;         /* tokenizer.ggml.model: "gpt2" (byte-level BPE) or "llama"
+                                  (SentencePiece BPE: scores, byte fallback, "\u2581") */
     const char *pre;           /* tokenizer.ggml.pre: "smollm", "gpt2", "llama-bpe",
                                   "qwen2", ...; NULL = "default" (GPT-2's) */
     const char *const *tokens; /* [n_tokens] tokenizer.ggml.tokens, id = index */
@@ -72,12 +73,16 @@ typedef struct khub_tokenizer_spec {
     int32_t bos_id, eos_id, pad_id; /* -1 = none */
     int32_t add_bos;                /* 1 = encode adds bos with KHUB_TOK_ADD_SPECIAL */
     const char *chat_template;      /* tokenizer.chat_template, NULL = none */
+    const float *scores;            /* [n_tokens] tokenizer.ggml.scores; "llama" needs them */
+    int32_t unk_id;                 /* tokenizer.ggml.unknown_token_id, -1 = none */
+    int32_t add_space_prefix;       /* "llama": 1 = a leading space is added to the text
+                                       (SentencePiece's default), 0 = not (Gemma) */
 } khub_tokenizer_spec;
 
 /* A spec with every id -1 and every pointer NULL. */
 #define KHUB_TOKENIZER_SPEC_INIT \
     { \
-        NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, -1, 0, NULL \
+        NULL, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, -1, -1, -1, 0, NULL, NULL, -1, 1 \
     }
 
 /* Loads a Hugging Face tokenizer.json (model.type "BPE", byte-level) at path,

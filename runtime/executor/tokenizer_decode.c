@@ -58,6 +58,13 @@ static size_t put_lossy(khub_runtime *rt, dbuf *out, const unsigned char *s, siz
     return i;
 }
 
+/* 1 when the text starts with the space a SentencePiece tokenizer with
+ * add_space_prefix put there (its decoder strips it), else 0. */
+static size_t strip_prefix(const khub_tokenizer *tok, const char *p, size_t n)
+{
+    return tok->spm && tok->add_space_prefix && n > 0 && p[0] == ' ';
+}
+
 static bool skip_token(const khub_tokenizer *tok, int32_t id, uint32_t flags)
 {
     return tok->entries[id].type == KHUB_TOKEN_CONTROL && !(flags & KHUB_DETOK_SPECIAL);
@@ -94,7 +101,9 @@ khub_status khub__tokenizer_decode(const khub_tokenizer *tok, const int32_t *ids
         if (!skip_token(tok, ids[i], flags) && !dbuf_put(rt, &raw, p, l)) goto fail;
     }
     if (!dbuf_put(rt, &txt, "", 0)) goto fail;
-    if (put_lossy(rt, &txt, (const unsigned char *)raw.p, raw.n, true) == SIZE_MAX) goto fail;
+    size_t skip = strip_prefix(tok, raw.p, raw.n);
+    if (put_lossy(rt, &txt, (const unsigned char *)raw.p + skip, raw.n - skip, true) == SIZE_MAX)
+        goto fail;
     dbuf_free(rt, &raw);
     char *exact = khub__realloc(rt, txt.p, txt.cap, txt.n + 1); /* free_text passes n + 1 */
     if (!exact) goto fail;
@@ -123,9 +132,10 @@ struct khub_detok {
     uint32_t flags;
     unsigned char held[4]; /* incomplete UTF-8 tail carried to the next token */
     size_t n_held;
-    dbuf raw;   /* held bytes + the new token's bytes */
-    dbuf delta; /* text completed by the last call */
-    dbuf all;   /* everything emitted since the last reset */
+    bool started; /* some bytes were emitted (the space prefix is stripped before) */
+    dbuf raw;     /* held bytes + the new token's bytes */
+    dbuf delta;   /* text completed by the last call */
+    dbuf all;     /* everything emitted since the last reset */
 };
 
 khub_status khub__detok_new(const khub_tokenizer *tok, uint32_t flags, khub_detok **out)
@@ -153,6 +163,7 @@ void khub__detok_reset(khub_detok *d)
 {
     if (!d) return;
     d->n_held = 0;
+    d->started = false;
     d->delta.n = d->all.n = 0;
     if (d->delta.p) d->delta.p[0] = '\0';
     if (d->all.p) d->all.p[0] = '\0';
@@ -186,6 +197,12 @@ khub_status khub__detok_push(khub_detok *d, int32_t id, const char **text, size_
     size_t l = 0;
     KHUB_FORWARD_IF_ERROR(rt, khub__tokenizer_token_bytes(d->tok, id, &p, &l));
     if (skip_token(d->tok, id, d->flags)) l = 0;
+    if (!d->started && l > 0) {
+        size_t skip = strip_prefix(d->tok, p, l);
+        p += skip;
+        l -= skip;
+        d->started = true;
+    }
     return detok_run(d, p, l, false, text, len);
 }
 

@@ -2,7 +2,10 @@
  * tokenizer_encode.c: encoding a text. Added tokens are found first
  * (leftmost-longest, honouring lstrip/rstrip; special ones only with
  * KHUB_TOK_PARSE_SPECIAL); each stretch between them is pre-tokenized (for
- * SmolLM2, each digit is split off first) and every piece goes through BPE.
+ * SmolLM2, each digit is split off first) and every piece goes through BPE,
+ * or, for a SentencePiece tokenizer, the stretch goes whole to
+ * tokenizer_spm.c (the space prefix, when the tokenizer has one, only before
+ * a stretch at the very start of the text).
  *
  * Invalid UTF-8 in the text is replaced with U+FFFD first, one per maximal
  * invalid subpart, and the first bad byte's offset is logged (WARN). This is
@@ -176,11 +179,14 @@ khub_status khub__tokenizer_encode(const khub_tokenizer *tok, const char *str, s
             after = at + a->len;
             if (a->rstrip) after = strip_right(t, after);
         }
-        s = encode_stretch(tok, &st, (span){t.s + pos, end - pos});
+        span piece = {t.s + pos, end - pos};
+        s = tok->spm ? khub__tok_spm_stretch(tok, &st, piece, pos == 0)
+                     : encode_stretch(tok, &st, piece);
         if (s == KHUB_STATUS_OK && k >= 0) s = khub__tok_emit(&st, tok->added[k].id);
         pos = after;
     }
     if (s != KHUB_STATUS_OK) goto fail;
+    khub__tok_spm_free(&st);
     khub__free(rt, clean, clean_n);
     khub__free(rt, st.syms, st.syms_cap * sizeof *st.syms);
     khub__free(rt, st.heap, st.heap_cap * sizeof *st.heap);
@@ -201,6 +207,7 @@ khub_status khub__tokenizer_encode(const khub_tokenizer *tok, const char *str, s
     *n = st.n;
     return KHUB_STATUS_OK;
 fail:
+    khub__tok_spm_free(&st);
     khub__free(rt, clean, clean_n);
     khub__free(rt, st.ids, st.cap * sizeof *st.ids);
     khub__free(rt, st.syms, st.syms_cap * sizeof *st.syms);

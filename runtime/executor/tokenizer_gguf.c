@@ -3,7 +3,8 @@
  * llama.cpp's converter writes) and builds the tokenizer from it.
  *
  * GGUF strings are not NUL-terminated, so the spec carries pointers into the
- * mapping plus lengths; only the small scalar strings are copied.
+ * mapping plus lengths; only the small scalar strings are copied. Gemma
+ * files get the two fixes Transformers applies (gemma_fixups).
  */
 #include <string.h>
 
@@ -75,6 +76,65 @@ static khub_status read_str(khub_runtime *rt, const khub_gguf *g, const char *ke
     return KHUB_STATUS_OK;
 }
 
+/* tokenizer.ggml.scores: one f32 per token; NULL when absent. */
+static khub_status read_scores(khub_runtime *rt, const khub_gguf *g, size_t n_tokens, float **out)
+{
+    *out = NULL;
+    const khub_gguf_kv *kv = khub__gguf_find(g, "tokenizer.ggml.scores");
+    if (!kv || n_tokens == 0) return KHUB_STATUS_OK;
+    KHUB_RETURN_IF(rt, kv->type != KHUB_GGUF_ARRAY || kv->count != n_tokens, KHUB_STATUS_TOKENIZER,
+                   "%s: tokenizer.ggml.scores must be an array of %zu numbers, one per token",
+                   khub__gguf_path(g), n_tokens);
+    *out = khub__calloc(rt, n_tokens, sizeof **out);
+    KHUB_RETURN_IF(rt, !*out, KHUB_STATUS_NOMEM, "tokenizer: out of memory for token scores");
+    for (size_t i = 0; i < n_tokens; i++)
+        KHUB_FORWARD_IF_ERROR(rt, khub__gguf_arr_f32(g, kv, i, &(*out)[i]));
+    return KHUB_STATUS_OK;
+}
+
+/* Gemma files, as Transformers reads them (integrations/gguf: gemma_tokenizer):
+ * a token of spaces (whitespace with at least one space) is stored with real
+ * spaces but stands for that many "\u2581", and the merge order is the order
+ * of the tokens in the file, not their scores. So such tokens are respelled
+ * (and become normal vocab pieces instead of user-defined added tokens), and
+ * each score becomes -id. *arena (arena_n bytes, caller frees) holds the new
+ * spellings; toks' pointers are redirected into it. */
+static bool is_space_run(const char *s, size_t n, bool *has_space)
+{
+    *has_space = false;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] == ' ')
+            *has_space = true;
+        else if (s[i] != '\t' && s[i] != '\n' && s[i] != '\r' && s[i] != '\v' && s[i] != '\f')
+            return false;
+    }
+    return n > 0;
+}
+
+static khub_status gemma_fixups(khub_runtime *rt, gguf_strs *toks, int32_t *types, float *scores,
+                                char **arena, size_t *arena_n)
+{
+    size_t need = 0;
+    bool sp;
+    for (size_t i = 0; i < toks->n; i++)
+        if (is_space_run(toks->ptr[i], toks->len[i], &sp) && sp) need += 3 * toks->len[i];
+    *arena = need ? khub__malloc(rt, need) : NULL;
+    *arena_n = need;
+    KHUB_RETURN_IF(rt, need && !*arena, KHUB_STATUS_NOMEM, "tokenizer: out of memory");
+    size_t off = 0;
+    for (size_t i = 0; i < toks->n; i++) {
+        if (scores) scores[i] = -(float)i;
+        if (!is_space_run(toks->ptr[i], toks->len[i], &sp) || !sp) continue;
+        char *d = *arena + off;
+        for (size_t k = 0; k < toks->len[i]; k++) memcpy(d + 3 * k, "\xE2\x96\x81", 3);
+        toks->ptr[i] = d;
+        toks->len[i] *= 3;
+        off += toks->len[i];
+        if (types && types[i] == KHUB_TOKEN_USER_DEFINED) types[i] = KHUB_TOKEN_NORMAL;
+    }
+    return KHUB_STATUS_OK;
+}
+
 static khub_status read_types(khub_runtime *rt, const khub_gguf *g, size_t n_tokens, int32_t **out)
 {
     *out = NULL;
@@ -100,8 +160,10 @@ khub_status khub__tokenizer_from_gguf(khub_runtime *rt, const khub_gguf *g, khub
     *out = NULL;
     gguf_strs toks = {0}, merges = {0};
     int32_t *types = NULL;
-    char *model = NULL, *pre = NULL, *tmpl = NULL;
-    bool add_bos = false;
+    float *scores = NULL;
+    char *model = NULL, *pre = NULL, *tmpl = NULL, *arch = NULL, *arena = NULL;
+    size_t arena_n = 0;
+    bool add_bos = false, add_space = true;
     khub_tokenizer_spec sp = KHUB_TOKENIZER_SPEC_INIT;
     khub_status st;
     if ((st = read_str(rt, g, "tokenizer.ggml.model", &model)) != KHUB_STATUS_OK) goto done;
@@ -111,9 +173,21 @@ khub_status khub__tokenizer_from_gguf(khub_runtime *rt, const khub_gguf *g, khub
     if ((st = read_strs(rt, g, "tokenizer.ggml.merges", false, &merges)) != KHUB_STATUS_OK)
         goto done;
     if ((st = read_types(rt, g, toks.n, &types)) != KHUB_STATUS_OK) goto done;
+    if ((st = read_scores(rt, g, toks.n, &scores)) != KHUB_STATUS_OK) goto done;
+    if ((st = read_str(rt, g, "general.architecture", &arch)) != KHUB_STATUS_OK) goto done;
+    bool gemma = arch && (!strcmp(arch, "gemma") || !strcmp(arch, "gemma2") ||
+                          !strcmp(arch, "gemma3")); /* Transformers' list; not gemma4 */
+    if (gemma && model && strcmp(model, "llama") == 0 &&
+        (st = gemma_fixups(rt, &toks, types, scores, &arena, &arena_n)) != KHUB_STATUS_OK)
+        goto done;
     if ((st = read_id(rt, g, "tokenizer.ggml.bos_token_id", &sp.bos_id)) != KHUB_STATUS_OK ||
         (st = read_id(rt, g, "tokenizer.ggml.eos_token_id", &sp.eos_id)) != KHUB_STATUS_OK ||
-        (st = read_id(rt, g, "tokenizer.ggml.padding_token_id", &sp.pad_id)) != KHUB_STATUS_OK)
+        (st = read_id(rt, g, "tokenizer.ggml.padding_token_id", &sp.pad_id)) != KHUB_STATUS_OK ||
+        (st = read_id(rt, g, "tokenizer.ggml.unknown_token_id", &sp.unk_id)) != KHUB_STATUS_OK)
+        goto done;
+    if (khub__gguf_find(g, "tokenizer.ggml.add_space_prefix") &&
+        (st = khub__gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &add_space)) !=
+            KHUB_STATUS_OK)
         goto done;
     if (khub__gguf_find(g, "tokenizer.ggml.add_bos_token") &&
         (st = khub__gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos)) != KHUB_STATUS_OK)
@@ -129,13 +203,18 @@ khub_status khub__tokenizer_from_gguf(khub_runtime *rt, const khub_gguf *g, khub
     sp.n_merges = merges.n;
     sp.add_bos = add_bos;
     sp.chat_template = tmpl;
+    sp.scores = scores;
+    sp.add_space_prefix = add_space;
     st = khub__tokenizer_from_vocab(rt, &sp, out);
 done:
     strs_free(rt, &toks);
     strs_free(rt, &merges);
     if (types) khub__free(rt, types, toks.n * sizeof *types);
+    if (scores) khub__free(rt, scores, toks.n * sizeof *scores);
     khub__strfree(rt, model);
     khub__strfree(rt, pre);
     khub__strfree(rt, tmpl);
+    khub__strfree(rt, arch);
+    khub__free(rt, arena, arena_n);
     return st;
 }

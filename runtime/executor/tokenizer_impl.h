@@ -11,6 +11,8 @@
  *   tokenizer_gguf.c     filling that spec from an open GGUF
  *   tokenizer_pretok.c   the pre-tokenizer split patterns
  *   tokenizer_bpe.c      the BPE merge loop over one piece
+ *   tokenizer_spm.c      SentencePiece BPE (GGUF "llama"): merges by score,
+ *                        "\u2581" for spaces, byte fallback
  *   tokenizer_encode.c   encode: added tokens, then pre-tokenizer and BPE
  *   tokenizer_decode.c   decode and the streaming detokenizer
  *
@@ -61,6 +63,9 @@ struct khub_tokenizer {
     pre_kind pre;
     bool ignore_merges;
     bool fuse_unk;
+    bool spm;              /* SentencePiece BPE (tokenizer_spm.c) instead of byte-level */
+    bool add_space_prefix; /* spm: a space is put before the text (and stripped on decode) */
+    float *scores;         /* spm: [n_entries] merge priority, higher merges first */
 
     tok_entry *entries; /* [n_entries], index = id */
     size_t n_entries;
@@ -175,8 +180,12 @@ typedef struct enc_state {
     size_t syms_cap;
     merge_cand *heap;
     size_t heap_n, heap_cap;
-    char *buf; /* byte-level form of a piece, for ignore_merges */
+    char *buf; /* byte-level form of a piece, for ignore_merges; spm: the escaped text */
     size_t buf_cap;
+    struct spm_sym *ssyms; /* spm: one per character of the stretch */
+    size_t ssyms_cap;
+    struct spm_bigram *bheap; /* spm: candidate merges, best score first */
+    size_t bheap_n, bheap_cap;
 } enc_state;
 
 /* Appends id to st->ids. */
@@ -184,5 +193,25 @@ KHUB_INTERNAL khub_status khub__tok_emit(enc_state *st, int32_t id);
 /* Encodes one pre-tokenized piece's bytes by merging their byte symbols by
  * rank, appending the resulting ids to st. */
 KHUB_INTERNAL khub_status khub__tok_bpe_piece(const khub_tokenizer *tok, enc_state *st, span p);
+
+/* ------------------------------------------------------------------------ */
+/* SentencePiece BPE (tokenizer_spm.c)                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Encodes one stretch of text between added tokens the SentencePiece way:
+ * spaces become "\u2581" (with a leading one when first and the tokenizer
+ * says add_space_prefix), characters merge by score, what is left outside
+ * the vocab falls back to <0xXX> byte tokens. */
+KHUB_INTERNAL khub_status khub__tok_spm_stretch(const khub_tokenizer *tok, enc_state *st, span t,
+                                                bool first);
+/* Frees what the spm encoder added to st. */
+KHUB_INTERNAL void khub__tok_spm_free(enc_state *st);
+/* What an spm vocab entry decodes to: "\u2581" as a space, "<0xXX>" of a BYTE
+ * token as that byte. Sets e's bytes_off/bytes_len (in tok->strings). */
+KHUB_INTERNAL khub_status khub__tok_spm_store_bytes(khub_tokenizer *tok, tok_entry *e);
+/* Appends s[0..n) to tok's string arena; *off receives its offset (s NULL:
+ * reserve only). */
+KHUB_INTERNAL khub_status khub__tok_put_string(khub_tokenizer *tok, const char *s, size_t n,
+                                               uint32_t *off);
 
 #endif /* KHUB_RUNTIME_TOKENIZER_IMPL_H */

@@ -2,7 +2,9 @@
  * tokenizer_spec.c: building a tokenizer from a khub_tokenizer_spec, the
  * form GGUF metadata takes (tokenizer_gguf.c fills one from a file). The
  * spec's pre names the pre-tokenizer as llama.cpp does; tokens of type
- * CONTROL and USER_DEFINED also become added tokens.
+ * CONTROL and USER_DEFINED also become added tokens. Model "llama" is
+ * SentencePiece BPE (tokenizer_spm.c): scores instead of merges, no
+ * pre-tokenizer, byte pieces "<0xXX>".
  */
 #include "tokenizer_impl.h"
 
@@ -85,6 +87,25 @@ static khub_status spec_merges(khub_tokenizer *tok, const khub_tokenizer_spec *s
     return KHUB_STATUS_OK;
 }
 
+/* SentencePiece: the scores (checked finite), unk and the space prefix. */
+static khub_status spec_spm(khub_tokenizer *tok, const khub_tokenizer_spec *spec)
+{
+    khub_runtime *rt = tok->rt;
+    tok->spm = true;
+    tok->add_space_prefix = spec->add_space_prefix != 0;
+    tok->unk = spec->unk_id;
+    tok->scores = khub__calloc(rt, spec->n_tokens, sizeof *tok->scores);
+    KHUB_RETURN_IF(rt, !tok->scores, KHUB_STATUS_NOMEM, "tokenizer: out of memory for %zu scores",
+                   spec->n_tokens);
+    for (size_t i = 0; i < spec->n_tokens; i++) {
+        float v = spec->scores[i];
+        KHUB_RETURN_IF(rt, !(v == v) || v > 3.4e38f || v < -3.4e38f, KHUB_STATUS_TOKENIZER,
+                       GG "tokenizer.ggml.scores[%zu] is not a finite number", i);
+        tok->scores[i] = v;
+    }
+    return KHUB_STATUS_OK;
+}
+
 static khub_status spec_id(khub_runtime *rt, int32_t id, size_t n, const char *key)
 {
     KHUB_RETURN_IF(rt, id < -1 || (id >= 0 && (size_t)id >= n), KHUB_STATUS_TOKENIZER,
@@ -95,10 +116,15 @@ static khub_status spec_id(khub_runtime *rt, int32_t id, size_t n, const char *k
 static khub_status build_spec(khub_runtime *rt, const khub_tokenizer_spec *spec,
                               khub_tokenizer **out)
 {
-    KHUB_RETURN_IF(rt, !spec->model || strcmp(spec->model, "gpt2") != 0, KHUB_STATUS_TOKENIZER,
-                   GG "tokenizer.ggml.model \"%.40s\" is not supported (only gpt2, byte-level "
-                      "BPE)",
+    bool spm = spec->model && strcmp(spec->model, "llama") == 0;
+    KHUB_RETURN_IF(rt, !spec->model || (!spm && strcmp(spec->model, "gpt2") != 0),
+                   KHUB_STATUS_TOKENIZER,
+                   GG "tokenizer.ggml.model \"%.40s\" is not supported (supported: gpt2, "
+                      "byte-level BPE; llama, SentencePiece BPE)",
                    spec->model ? spec->model : "(missing)");
+    KHUB_RETURN_IF(rt, spm && !spec->scores, KHUB_STATUS_TOKENIZER,
+                   GG "tokenizer.ggml.model is llama but tokenizer.ggml.scores is missing; a "
+                      "SentencePiece vocab needs one score per token");
     KHUB_RETURN_IF(rt, spec->n_tokens == 0 || spec->n_tokens >= TOK_MAX_IDS || !spec->tokens,
                    KHUB_STATUS_TOKENIZER,
                    GG "tokenizer.ggml.tokens has %zu entries (must be "
@@ -108,16 +134,19 @@ static khub_status build_spec(khub_runtime *rt, const khub_tokenizer_spec *spec,
                    KHUB_STATUS_TOKENIZER, GG "tokenizer.ggml.merges is missing or too long");
     pre_kind pre = PRE_GPT2;
     bool ignore_merges = false;
-    KHUB_FORWARD_IF_ERROR(rt, spec_pre(rt, spec->pre, &pre, &ignore_merges));
+    /* SentencePiece has no pre-tokenizer: llama.cpp ignores tokenizer.ggml.pre for it. */
+    if (!spm) KHUB_FORWARD_IF_ERROR(rt, spec_pre(rt, spec->pre, &pre, &ignore_merges));
     KHUB_FORWARD_IF_ERROR(rt, spec_id(rt, spec->bos_id, spec->n_tokens, "bos_token_id"));
     KHUB_FORWARD_IF_ERROR(rt, spec_id(rt, spec->eos_id, spec->n_tokens, "eos_token_id"));
     KHUB_FORWARD_IF_ERROR(rt, spec_id(rt, spec->pad_id, spec->n_tokens, "padding_token_id"));
-    KHUB_FORWARD_IF_ERROR(rt, khub__tok_new(rt, spec->n_tokens, spec->n_merges, out));
+    KHUB_FORWARD_IF_ERROR(rt, spec_id(rt, spec->unk_id, spec->n_tokens, "unknown_token_id"));
+    KHUB_FORWARD_IF_ERROR(rt, khub__tok_new(rt, spec->n_tokens, spm ? 0 : spec->n_merges, out));
     khub_tokenizer *tok = *out;
     tok->pre = pre;
     tok->ignore_merges = ignore_merges;
+    if (spm) KHUB_FORWARD_IF_ERROR(rt, spec_spm(tok, spec));
     KHUB_FORWARD_IF_ERROR(rt, spec_tokens(tok, spec));
-    KHUB_FORWARD_IF_ERROR(rt, spec_merges(tok, spec));
+    if (!spm) KHUB_FORWARD_IF_ERROR(rt, spec_merges(tok, spec));
     tok->bos = spec->bos_id;
     tok->eos = spec->eos_id;
     tok->pad = spec->pad_id;
