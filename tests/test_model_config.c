@@ -1,5 +1,6 @@
 /* test_model_config.c: hyper-parameters from config.json (+ generation_config)
  * and from GGUF metadata; every refusal names its field. */
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -321,7 +322,8 @@ TEST_IMPL(gguf_arches_and_refusals)
     ASSERT_OK(khub__gguf_open_mem(rt, "g2.gguf", b.p, b.n, &g));
     ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_UNSUPPORTED);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "g2.gguf: general.architecture 'gpt2' is not "
-                                             "supported (supported: llama, qwen2, qwen3)");
+                                             "supported (supported: llama, qwen2, qwen3, "
+                                             "gemma3)");
     khub__clear(rt);
     khub__gguf_close(g);
     fx_free(&b);
@@ -341,6 +343,59 @@ TEST_IMPL(gguf_arches_and_refusals)
     ASSERT_OK(khub__gguf_open_mem(rt, "y.gguf", b.p, b.n, &g));
     ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_UNSUPPORTED);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "llama.rope.scaling.type 'yarn' is not supported");
+    khub__gguf_close(g);
+    fx_free(&b);
+    khub_runtime_free(rt);
+}
+
+/* Gemma 3's knobs from a gemma3 GGUF: every sixth layer global, the local
+ * RoPE base, GELU-tanh, post norms, sqrt(hidden) embeddings, q/k norms;
+ * soft-capping keys refused by name. */
+TEST_IMPL(gguf_gemma3)
+{
+    khub_runtime *rt = new_rt();
+    khub_model_config c;
+    khub_gguf *g = NULL;
+    fx_buf b = {0};
+    meta_gguf(&b, "gemma3", 1);
+    b.p[16] = 9; /* three more pairs follow */
+    fx_kv_u32(&b, "gemma3.attention.key_length", 256);
+    fx_kv_u32(&b, "gemma3.attention.sliding_window", 512);
+    fx_kv_f32(&b, "gemma3.rope.freq_base", 1000000.0f);
+    ASSERT_OK(khub__gguf_open_mem(rt, "g3.gguf", b.p, b.n, &g));
+    ASSERT_OK(khub__model_config_from_gguf(rt, g, &c));
+    ASSERT_EQ(c.arch, KHUB_ARCH_GEMMA3);
+    ASSERT_STR_EQ(khub__model_arch_name(c.arch), "gemma3");
+    ASSERT_EQ(c.rope_style, KHUB_ROPE_NEOX);
+    ASSERT(c.qk_norm && c.post_norms && !c.norm_plus_one);
+    ASSERT_EQ(c.act, KHUB_ACT_GELU_TANH);
+    ASSERT_EQ(c.head_dim, 256);
+    ASSERT_EQ(c.sliding_window, 512);
+    ASSERT_EQ(c.sliding_pattern, 6);
+    ASSERT(fabs(c.rope_theta - 1e6) < 1e-3 && fabs(c.rope_theta_local - 1e4) < 1e-9);
+    ASSERT(fabs(c.embed_scale - 16.0) < 1e-12);      /* sqrt(256) */
+    ASSERT(fabs(c.attn_scale - 1.0 / 16.0) < 1e-12); /* 256^-0.5 */
+    ASSERT(c.tie_word_embeddings);
+    khub__gguf_close(g);
+    fx_free(&b);
+
+    meta_gguf(&b, "gemma3", 1);
+    b.p[16] = 7;
+    fx_kv_f32(&b, "gemma3.final_logit_softcapping", 30.0f);
+    ASSERT_OK(khub__gguf_open_mem(rt, "cap.gguf", b.p, b.n, &g));
+    ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_UNSUPPORTED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "cap.gguf: gemma3.final_logit_softcapping is set; "
+                                             "logit soft-capping is not supported");
+    khub__clear(rt);
+    khub__gguf_close(g);
+    fx_free(&b);
+
+    /* Llama-family configs keep the neutral values. */
+    meta_gguf(&b, "llama", 1);
+    ASSERT_OK(khub__gguf_open_mem(rt, "l.gguf", b.p, b.n, &g));
+    ASSERT_OK(khub__model_config_from_gguf(rt, g, &c));
+    ASSERT(!c.post_norms && c.act == KHUB_ACT_SILU && c.embed_scale == 1.0);
+    ASSERT(c.attn_scale == 0 && c.sliding_pattern == 0 && c.rope_theta_local == 0);
     khub__gguf_close(g);
     fx_free(&b);
     khub_runtime_free(rt);
@@ -453,6 +508,7 @@ TEST_IMPL(real_smollm2_config)
     X(hf_dir_with_generation_config) \
     X(gguf_golden_tiny_llama) \
     X(gguf_arches_and_refusals) \
+    X(gguf_gemma3) \
     X(gguf_llama3_rope_freqs) \
     X(real_smollm2_config)
 TEST_MAIN(TEST_LIST)

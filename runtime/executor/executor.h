@@ -55,10 +55,12 @@ typedef struct khub__mat {
 } khub__mat;
 
 typedef struct khub__layer {
-    khub__weight attn_norm, ffn_norm; /* f32 [hidden] */
-    khub__weight q_norm, k_norm;      /* f32 [head_dim], Qwen3 only */
+    khub__weight attn_norm, ffn_norm;           /* f32 [hidden] */
+    khub__weight q_norm, k_norm;                /* f32 [head_dim], Qwen3 and Gemma 3 */
+    khub__weight post_attn_norm, post_ffw_norm; /* f32 [hidden], Gemma 3 only */
     khub__mat q, k, v, o, gate, up, down;
-    int64_t window; /* sliding window in tokens, 0 = full */
+    int64_t window;    /* sliding window in tokens, 0 = full */
+    double rope_theta; /* RoPE base of this layer (Gemma 3: local or global) */
 } khub__layer;
 
 /* One run of consecutive tokens of a sequence in a forward batch. */

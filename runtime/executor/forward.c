@@ -2,15 +2,18 @@
  * forward.c: the decoder forward pass of a Llama-family model, every step an
  * op from the registry (bindings made by model.c).
  *
- * Per layer, in the order of Transformers' LlamaDecoderLayer / Qwen3:
+ * Per layer, in the order of Transformers' LlamaDecoderLayer / Qwen3 /
+ * Gemma3DecoderLayer (Gemma: x = embed * sqrt(hidden) first):
  *   xb = rms_norm(ob + x) (x += ob: the fused residual; layer 0: rms_norm(x))
  *   q, k, v = linear(xb)                  (Qwen2: with bias)
  *   q, k = rms_norm per head              (Qwen3 q_norm / k_norm)
  *   q, k = rotary(q, k, positions)
  *   per segment: kv_cache.write(k, v); k', v' = kv_cache.view; att = attention(q, k', v')
  *   ob = o_proj(att)
+ *   ob = rms_norm(ob)                      (Gemma post_attention_norm)
  *   xb = rms_norm(ob + x) (x += ob)
- *   ob = down(silu(gate(xb)) * up(xb))
+ *   ob = down(act(gate(xb)) * up(xb))      (act: SiLU, Gemma GELU-tanh)
+ *   ob = rms_norm(ob)                      (Gemma post_ffw_norm)
  * then xb = final_norm(ob + x) and logits = lm_head(last row of each segment).
  *
  * The residual add is never done here: the norm op's fused residual does it,
@@ -89,13 +92,16 @@ static khub_status rotary(khub_model *m, float *x, int64_t n, int64_t heads, int
                           const char *what)
 {
     const khub_model_config *c = &m->cfg;
+    const khub__layer *ly = &m->layers[layer];
+    /* Gemma 3's local layers: their own base, no scaling. */
+    bool local = ly->rope_theta != c->rope_theta;
     tview xv;
     khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args),
                           .x = tv(&xv, x, 3, n, heads, c->head_dim),
                           .positions = m->positions,
                           .style = m->rope_style,
-                          .scaling = c->rope_scaling,
-                          .theta = (float)c->rope_theta,
+                          .scaling = local ? KHUB_ROPE_SCALING_NONE : c->rope_scaling,
+                          .theta = (float)ly->rope_theta,
                           .factor = (float)c->rope_factor,
                           .low_freq_factor = (float)c->rope_low_freq_factor,
                           .high_freq_factor = (float)c->rope_high_freq_factor,
@@ -137,16 +143,17 @@ static khub_status attend(khub_model *m, const khub__layer *ly, int layer, const
         khub__inflight_role(NULL, -1);
         KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: layer %d kv_cache view failed in %s",
                        m->file, layer, khub_binding_name(m->kv_op));
-        khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
-                                 .q = tv(&qv, m->q + off * qdim, 3, g->n, c->n_heads, hd),
-                                 .k = &kc.t,
-                                 .v = &vc.t,
-                                 .mask = NULL,
-                                 .out = tv(&ov, m->att + off * qdim, 3, g->n, c->n_heads, hd),
-                                 .scale = (float)(1.0 / sqrt((double)hd)),
-                                 .causal = 1,
-                                 .q_pos0 = g->pos0,
-                                 .window = ly->window};
+        khub_attention_args a = {
+            KHUB_STRUCT_INIT(khub_attention_args),
+            .q = tv(&qv, m->q + off * qdim, 3, g->n, c->n_heads, hd),
+            .k = &kc.t,
+            .v = &vc.t,
+            .mask = NULL,
+            .out = tv(&ov, m->att + off * qdim, 3, g->n, c->n_heads, hd),
+            .scale = (float)(c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd)),
+            .causal = 1,
+            .q_pos0 = g->pos0,
+            .window = ly->window};
         KHUB_FORWARD_IF_ERROR(m->rt, call(m, m->attention, &a, "attention", layer));
         off += g->n;
     }
@@ -175,17 +182,23 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
     KHUB_FORWARD_IF_ERROR(rt, rotary(m, m->k, n, c->n_kv_heads, L, "rotary k"));
     KHUB_FORWARD_IF_ERROR(rt, attend(m, ly, L, segs, n_segs));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->o, m->att, n, m->ob, "o_proj", L));
+    if (c->post_norms)
+        KHUB_FORWARD_IF_ERROR(
+            rt, norm(m, m->ob, NULL, &ly->post_attn_norm, n, hidden, m->ob, "post_attn_norm", L));
 
     KHUB_FORWARD_IF_ERROR(rt, norm(m, m->ob, m->x, &ly->ffn_norm, n, hidden, m->xb, "ffn_norm", L));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->gate, m->xb, n, m->gate, "gate_proj", L));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->up, m->xb, n, m->up, "up_proj", L));
     tview gv, uv, yv;
-    khub_activation_args a = {KHUB_STRUCT_INIT(khub_activation_args), .act_type = KHUB_ACT_SILU,
+    khub_activation_args a = {KHUB_STRUCT_INIT(khub_activation_args), .act_type = c->act,
                               .gate = tv(&gv, m->gate, 2, n, c->intermediate_size, 0),
                               .up = tv(&uv, m->up, 2, n, c->intermediate_size, 0),
                               .y = tv(&yv, m->gate, 2, n, c->intermediate_size, 0)};
-    KHUB_FORWARD_IF_ERROR(rt, call(m, m->act, &a, "silu_and_mul", L));
-    return linear(m, &ly->down, m->gate, n, m->ob, "down_proj", L);
+    KHUB_FORWARD_IF_ERROR(
+        rt, call(m, m->act, &a, c->act == KHUB_ACT_GELU_TANH ? "gelu_and_mul" : "silu_and_mul", L));
+    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->down, m->gate, n, m->ob, "down_proj", L));
+    if (!c->post_norms) return KHUB_STATUS_OK;
+    return norm(m, m->ob, NULL, &ly->post_ffw_norm, n, hidden, m->ob, "post_ffw_norm", L);
 }
 
 /* Checks a batch against the scratch sizes and the cache, fills positions. */
@@ -222,7 +235,26 @@ static khub_status plan(khub_model *m, const khub__seg *segs, int n_segs, int64_
     return KHUB_STATUS_OK;
 }
 
+static khub_status embed_rows(khub_model *m, const int32_t *tokens, int64_t n);
+
+/* Gemma multiplies the embeddings by sqrt(hidden), rounded to the activation
+ * dtype (f32) first as Transformers' Gemma3TextScaledWordEmbedding does. */
+static void embed_scale(khub_model *m, int64_t n)
+{
+    if (m->cfg.embed_scale == 1.0) return;
+    float s = (float)m->cfg.embed_scale;
+    size_t total = (size_t)n * (size_t)m->cfg.hidden_size;
+    for (size_t i = 0; i < total; i++) m->x[i] *= s;
+}
+
 static khub_status embed(khub_model *m, const int32_t *tokens, int64_t n)
+{
+    khub_status st = embed_rows(m, tokens, n);
+    if (st == KHUB_STATUS_OK) embed_scale(m, n);
+    return st;
+}
+
+static khub_status embed_rows(khub_model *m, const int32_t *tokens, int64_t n)
 {
     if (!m->dequant) return khub__weight_rows(m->rt, &m->embed, tokens, n, m->x, NULL, NULL);
     void *state = NULL;

@@ -56,6 +56,18 @@ static double now_ms(void)
 /* Prompts                                                                  */
 /* ======================================================================== */
 
+/* The model's chat template; for a file without one whose vocab has Gemma's
+ * turn tokens (the Gemma 3 base GGUFs), Gemma 3's own template. */
+static const char *chat_template(const khub_model *m)
+{
+    const char *t = khub__tokenizer_chat_template(m->tok);
+    int32_t id;
+    if (!t && khub__tokenizer_find(m->tok, "<start_of_turn>", 15, &id) == KHUB_STATUS_OK &&
+        khub__tokenizer_find(m->tok, "<end_of_turn>", 13, &id) == KHUB_STATUS_OK)
+        t = khub__chat_gemma_template;
+    return t;
+}
+
 /* Tokenizes prompt i (after the chat template, when asked) into s->hist with
  * room for max_new_tokens more ids. */
 static khub_status prompt_ids(gen_ctx *g, size_t i, const char *prompt, gen_seq *s)
@@ -69,8 +81,7 @@ static khub_status prompt_ids(gen_ctx *g, size_t i, const char *prompt, gen_seq 
         size_t nm = 0;
         if (g->o.system) msgs[nm++] = (khub_chat_msg){"system", g->o.system};
         msgs[nm++] = (khub_chat_msg){"user", prompt};
-        KHUB_FORWARD_IF_ERROR(rt, khub__chat_format(rt, khub__tokenizer_chat_template(m->tok), msgs,
-                                                    nm, true, &text));
+        KHUB_FORWARD_IF_ERROR(rt, khub__chat_format(rt, chat_template(m), msgs, nm, true, &text));
     } else {
         flags |= KHUB_TOK_ADD_SPECIAL;
     }

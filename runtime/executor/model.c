@@ -44,18 +44,35 @@ typedef enum wname {
     W_GATE_BIAS,
     W_UP_BIAS,
     W_DOWN_BIAS,
+    W_POST_ATTN_NORM,
+    W_POST_FFW_NORM,
     W__COUNT
 } wname;
 
 /* GGUF and Hugging Face names; per-layer ones take the layer index. */
-static const char *const gguf_names[W__COUNT] = {
-    "token_embd.weight",         "output_norm.weight",        "output.weight",
-    "blk.%d.attn_norm.weight",   "blk.%d.attn_q.weight",      "blk.%d.attn_k.weight",
-    "blk.%d.attn_v.weight",      "blk.%d.attn_output.weight", "blk.%d.attn_q.bias",
-    "blk.%d.attn_k.bias",        "blk.%d.attn_v.bias",        "blk.%d.attn_output.bias",
-    "blk.%d.attn_q_norm.weight", "blk.%d.attn_k_norm.weight", "blk.%d.ffn_norm.weight",
-    "blk.%d.ffn_gate.weight",    "blk.%d.ffn_up.weight",      "blk.%d.ffn_down.weight",
-    "blk.%d.ffn_gate.bias",      "blk.%d.ffn_up.bias",        "blk.%d.ffn_down.bias"};
+static const char *const gguf_names[W__COUNT] = {"token_embd.weight",
+                                                 "output_norm.weight",
+                                                 "output.weight",
+                                                 "blk.%d.attn_norm.weight",
+                                                 "blk.%d.attn_q.weight",
+                                                 "blk.%d.attn_k.weight",
+                                                 "blk.%d.attn_v.weight",
+                                                 "blk.%d.attn_output.weight",
+                                                 "blk.%d.attn_q.bias",
+                                                 "blk.%d.attn_k.bias",
+                                                 "blk.%d.attn_v.bias",
+                                                 "blk.%d.attn_output.bias",
+                                                 "blk.%d.attn_q_norm.weight",
+                                                 "blk.%d.attn_k_norm.weight",
+                                                 "blk.%d.ffn_norm.weight",
+                                                 "blk.%d.ffn_gate.weight",
+                                                 "blk.%d.ffn_up.weight",
+                                                 "blk.%d.ffn_down.weight",
+                                                 "blk.%d.ffn_gate.bias",
+                                                 "blk.%d.ffn_up.bias",
+                                                 "blk.%d.ffn_down.bias",
+                                                 "blk.%d.post_attention_norm.weight",
+                                                 "blk.%d.post_ffw_norm.weight"};
 static const char *const hf_names[W__COUNT] = {"model.embed_tokens.weight",
                                                "model.norm.weight",
                                                "lm_head.weight",
@@ -76,14 +93,29 @@ static const char *const hf_names[W__COUNT] = {"model.embed_tokens.weight",
                                                "model.layers.%d.mlp.down_proj.weight",
                                                "model.layers.%d.mlp.gate_proj.bias",
                                                "model.layers.%d.mlp.up_proj.bias",
-                                               "model.layers.%d.mlp.down_proj.bias"};
+                                               "model.layers.%d.mlp.down_proj.bias",
+                                               NULL,
+                                               NULL};
+/* Gemma 3 folders name the norms around each block differently: their
+ * post_attention_layernorm follows attention, pre_feedforward_layernorm
+ * is the pre-FFN norm Llama calls post_attention_layernorm. */
+static const char *hf_name(const khub_model *m, wname which)
+{
+    if (m->cfg.arch != KHUB_ARCH_GEMMA3) return hf_names[which];
+    switch (which) {
+    case W_FFN_NORM: return "model.layers.%d.pre_feedforward_layernorm.weight";
+    case W_POST_ATTN_NORM: return "model.layers.%d.post_attention_layernorm.weight";
+    case W_POST_FFW_NORM: return "model.layers.%d.post_feedforward_layernorm.weight";
+    default: return hf_names[which];
+    }
+}
 
 /* Finds tensor `which` (of layer L) in m's file. *found is false when it is
  * absent, with no error set (the caller decides whether it is required). */
 static khub_status find_src(khub_model *m, wname which, int L, khub__wsrc *src, bool *found)
 {
     char name[128];
-    const char *fmt = m->gguf ? gguf_names[which] : hf_names[which];
+    const char *fmt = m->gguf ? gguf_names[which] : hf_name(m, which);
     snprintf(name, sizeof name, fmt, L);
     memset(src, 0, sizeof *src);
     *found = false;
@@ -131,7 +163,7 @@ static khub_status load_weight(khub_model *m, wname which, int L, int32_t ndim, 
     if (found) *found = have;
     if (!have) {
         char name[128];
-        snprintf(name, sizeof name, m->gguf ? gguf_names[which] : hf_names[which], L);
+        snprintf(name, sizeof name, m->gguf ? gguf_names[which] : hf_name(m, which), L);
         KHUB_RETURN_IF(m->rt, required, KHUB_STATUS_MODEL_INVALID, "%s: tensor '%s' missing",
                        m->file, name);
         return KHUB_STATUS_OK;
@@ -409,10 +441,28 @@ static khub_status load_mat(khub_model *m, const load_prefs *p, wname which, wna
     return bind_mat(m, p, mat_role(which), mat);
 }
 
+/* Loads a norm weight as f32. With norm_plus_one (Gemma folders: the model
+ * scales by 1 + w) the 1 is added once here, into a copy the weight owns, so
+ * every norm op sees a plain scale, as in a GGUF file. */
 static khub_status load_norm(khub_model *m, wname which, int L, int64_t dim, khub__weight *w)
 {
     KHUB_FORWARD_IF_ERROR(m->rt, load_weight(m, which, L, 1, dim, 0, true, w, NULL));
-    return khub__weight_to_f32(m->rt, w);
+    bool was_f32 = khub_dtype_id_of(w->t.dtype) == KHUB_DTYPE_ID_F32;
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__weight_to_f32(m->rt, w));
+    if (!m->cfg.norm_plus_one) return KHUB_STATUS_OK;
+    if (was_f32 || !w->owned) { /* still a view of the file: copy before writing */
+        size_t bytes = (size_t)dim * sizeof(float);
+        float *cp = khub__aligned_alloc(m->rt, bytes);
+        KHUB_RETURN_IF(m->rt, !cp, KHUB_STATUS_NOMEM, "%s: no memory for '%s'", m->file, w->name);
+        memcpy(cp, w->t.data, bytes);
+        if (w->owned) khub__aligned_free(m->rt, w->owned);
+        w->owned = cp;
+        w->owned_bytes = bytes;
+        w->t.data = cp;
+    }
+    float *v = w->t.data;
+    for (int64_t i = 0; i < dim; i++) v[i] += 1.0f;
+    return KHUB_STATUS_OK;
 }
 
 static khub_status load_layer(khub_model *m, const load_prefs *p, int L)
@@ -434,10 +484,18 @@ static khub_status load_layer(khub_model *m, const load_prefs *p, int L)
         KHUB_FORWARD_IF_ERROR(m->rt, load_norm(m, W_K_NORM, L, c->head_dim, &ly->k_norm));
     }
     KHUB_FORWARD_IF_ERROR(m->rt, load_norm(m, W_FFN_NORM, L, h, &ly->ffn_norm));
+    if (c->post_norms) {
+        KHUB_FORWARD_IF_ERROR(m->rt, load_norm(m, W_POST_ATTN_NORM, L, h, &ly->post_attn_norm));
+        KHUB_FORWARD_IF_ERROR(m->rt, load_norm(m, W_POST_FFW_NORM, L, h, &ly->post_ffw_norm));
+    }
     KHUB_FORWARD_IF_ERROR(m->rt, load_mat(m, p, W_GATE, W_GATE_BIAS, L, ff, h, mb, &ly->gate));
     KHUB_FORWARD_IF_ERROR(m->rt, load_mat(m, p, W_UP, W_UP_BIAS, L, ff, h, mb, &ly->up));
     KHUB_FORWARD_IF_ERROR(m->rt, load_mat(m, p, W_DOWN, W_DOWN_BIAS, L, h, ff, mb, &ly->down));
-    ly->window = c->sliding_window > 0 && L >= c->sliding_from_layer ? c->sliding_window : 0;
+    bool slides =
+        c->sliding_pattern > 0 ? (L + 1) % c->sliding_pattern != 0 : L >= c->sliding_from_layer;
+    ly->window = c->sliding_window > 0 && slides ? c->sliding_window : 0;
+    ly->rope_theta =
+        ly->window > 0 && c->rope_theta_local > 0 ? c->rope_theta_local : c->rope_theta;
     return KHUB_STATUS_OK;
 }
 
@@ -653,10 +711,12 @@ static void fill_info(khub_model *m)
     }
     for (int64_t L = 0; L < c->n_layers; L++) {
         const khub__layer *ly = &m->layers[L];
-        const khub__weight *lw[] = {&ly->attn_norm, &ly->ffn_norm, &ly->q_norm, &ly->k_norm,
-                                    &ly->q.w,       &ly->k.w,      &ly->v.w,    &ly->o.w,
-                                    &ly->gate.w,    &ly->up.w,     &ly->down.w, &ly->q.bias,
-                                    &ly->k.bias,    &ly->v.bias,   &ly->o.bias};
+        const khub__weight *lw[] = {
+            &ly->attn_norm,    &ly->ffn_norm, &ly->q_norm, &ly->k_norm,
+            &ly->q.w,          &ly->k.w,      &ly->v.w,    &ly->o.w,
+            &ly->gate.w,       &ly->up.w,     &ly->down.w, &ly->q.bias,
+            &ly->k.bias,       &ly->v.bias,   &ly->o.bias, &ly->post_attn_norm,
+            &ly->post_ffw_norm};
         for (size_t k = 0; k < sizeof lw / sizeof lw[0]; k++) {
             size_t b;
             if (lw[k]->t.data &&
@@ -789,8 +849,9 @@ void khub_model_free(khub_model *m)
     khub__forward_free(m);
     for (int64_t L = 0; m->layers && L < m->cfg.n_layers; L++) {
         khub__layer *ly = &m->layers[L];
-        khub__weight *ws[] = {&ly->attn_norm, &ly->ffn_norm, &ly->q_norm, &ly->k_norm};
-        for (size_t k = 0; k < 4; k++) khub__weight_free(rt, ws[k]);
+        khub__weight *ws[] = {&ly->attn_norm, &ly->ffn_norm,       &ly->q_norm,
+                              &ly->k_norm,    &ly->post_attn_norm, &ly->post_ffw_norm};
+        for (size_t k = 0; k < 6; k++) khub__weight_free(rt, ws[k]);
         khub__mat *ms[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
         for (size_t k = 0; k < 7; k++) free_mat(rt, ms[k]);
     }

@@ -29,6 +29,7 @@ const char *khub__model_arch_name(khub_model_arch arch)
     case KHUB_ARCH_MISTRAL: return "mistral";
     case KHUB_ARCH_QWEN2: return "qwen2";
     case KHUB_ARCH_QWEN3: return "qwen3";
+    case KHUB_ARCH_GEMMA3: return "gemma3";
     default: return "unknown";
     }
 }
@@ -45,6 +46,8 @@ static void config_defaults(khub_model_config *c)
     c->bos_token_id = -1;
     c->pad_token_id = -1;
     c->torch_dtype = KHUB_DTYPE_F32;
+    c->act = KHUB_ACT_SILU;
+    c->embed_scale = 1.0;
 }
 
 /* The checks every source must pass, so the executor can trust the struct. */
@@ -561,8 +564,10 @@ static khub_status gguf_arch(khub_runtime *rt, const khub_gguf *g, khub_model_co
     static const struct {
         const char *name;
         khub_model_arch arch;
-    } known[] = {
-        {"llama", KHUB_ARCH_LLAMA}, {"qwen2", KHUB_ARCH_QWEN2}, {"qwen3", KHUB_ARCH_QWEN3}};
+    } known[] = {{"llama", KHUB_ARCH_LLAMA},
+                 {"qwen2", KHUB_ARCH_QWEN2},
+                 {"qwen3", KHUB_ARCH_QWEN3},
+                 {"gemma3", KHUB_ARCH_GEMMA3}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (len == strlen(known[i].name) && memcmp(s, known[i].name, len) == 0) {
             c->arch = known[i].arch;
@@ -570,12 +575,12 @@ static khub_status gguf_arch(khub_runtime *rt, const khub_gguf *g, khub_model_co
         }
     KHUB_RETURN_IF(rt, c->arch == KHUB_ARCH_UNKNOWN, KHUB_STATUS_MODEL_UNSUPPORTED,
                    "%s: general.architecture '%.*s' is not supported (supported: llama, qwen2, "
-                   "qwen3)",
+                   "qwen3, gemma3)",
                    khub__gguf_path(g), (int)(len > 60 ? 60 : len), s);
     c->rope_style = c->arch == KHUB_ARCH_LLAMA ? KHUB_ROPE_INTERLEAVED : KHUB_ROPE_NEOX;
     c->attention_bias =
         c->arch == KHUB_ARCH_QWEN2 || khub__gguf_tensor_find(g, "blk.0.attn_q.bias") != NULL;
-    c->qk_norm = c->arch == KHUB_ARCH_QWEN3;
+    c->qk_norm = c->arch == KHUB_ARCH_QWEN3 || c->arch == KHUB_ARCH_GEMMA3;
     c->tie_word_embeddings = khub__gguf_tensor_find(g, "output.weight") == NULL;
     return KHUB_STATUS_OK;
 }
@@ -667,6 +672,39 @@ static khub_status gguf_rope(khub_runtime *rt, const khub_gguf *g, const char *a
     return khub__gguf_get_f64(g, key, &c->rope_factor);
 }
 
+/* Gemma 3's knobs. The GGUF stores only the sliding window; the local RoPE
+ * base (10000), the pattern (every sixth layer global) and the attention
+ * scale are what llama.cpp (src/llama-model.cpp) and Transformers'
+ * Gemma3TextConfig defaults fix for every Gemma 3 file. Soft-capping keys
+ * that a converter wrote are refused: khub does not cap. */
+static khub_status gguf_gemma3(khub_runtime *rt, const khub_gguf *g, khub_model_config *c)
+{
+    const char *name = khub__gguf_path(g);
+    static const char *const refused[] = {"gemma3.final_logit_softcapping",
+                                          "gemma3.attn_logit_softcapping",
+                                          "gemma3.attention.logit_softcapping"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+        KHUB_RETURN_IF(rt, khub__gguf_find(g, refused[i]) != NULL, KHUB_STATUS_MODEL_UNSUPPORTED,
+                       "%s: %s is set; logit soft-capping is not supported", name, refused[i]);
+    KHUB_RETURN_IF(rt, c->rope_scaling != KHUB_ROPE_SCALING_NONE, KHUB_STATUS_MODEL_UNSUPPORTED,
+                   "%s: gemma3.rope.scaling is set; RoPE scaling of Gemma 3's global layers is "
+                   "not supported",
+                   name);
+    int64_t win = 0;
+    KHUB_FORWARD_IF_ERROR(rt, gguf_opt_i64(g, "gemma3", "attention.sliding_window", false, &win));
+    c->sliding_window = win;
+    c->sliding_pattern = win > 0 ? 6 : 0;
+    c->rope_theta_local = 10000.0;
+    c->post_norms = true;
+    c->act = KHUB_ACT_GELU_TANH;
+    c->embed_scale = sqrt((double)c->hidden_size);
+    /* llama.cpp: the 27B (62 layers) scales by hidden / heads, the rest by head_dim. */
+    double scalar =
+        c->n_layers == 62 ? (double)c->hidden_size / (double)c->n_heads : (double)c->head_dim;
+    c->attn_scale = 1.0 / sqrt(scalar);
+    return KHUB_STATUS_OK;
+}
+
 static khub_status gguf_tokens(khub_runtime *rt, const khub_gguf *g, khub_model_config *c)
 {
     int64_t v = -1;
@@ -727,6 +765,7 @@ khub_status khub__model_config_from_gguf(khub_runtime *rt, const khub_gguf *g,
     KHUB_FORWARD_IF_ERROR(
         rt, gguf_opt_f64(g, arch, "attention.layer_norm_rms_epsilon", &c.rms_norm_eps));
     KHUB_FORWARD_IF_ERROR(rt, gguf_rope(rt, g, arch, &c));
+    if (c.arch == KHUB_ARCH_GEMMA3) KHUB_FORWARD_IF_ERROR(rt, gguf_gemma3(rt, g, &c));
     KHUB_FORWARD_IF_ERROR(rt, gguf_tokens(rt, g, &c));
     KHUB_FORWARD_IF_ERROR(rt, validate(rt, khub__gguf_path(g), &c));
     *out = c;

@@ -7,8 +7,13 @@
  *     // or: khub__model_config_from_gguf(rt, g, &cfg);
  *
  * Supported: LlamaForCausalLM (llama, also SmolLM), MistralForCausalLM,
- * Qwen2ForCausalLM, Qwen3ForCausalLM; GGUF general.architecture llama, qwen2,
- * qwen3 (mistral GGUFs say "llama"). Everything else is refused with
+ * Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM; GGUF
+ * general.architecture llama, qwen2, qwen3, gemma3 (mistral GGUFs say "llama").
+ * Gemma 3 from GGUF: gemma3.attention.sliding_window, the rest as llama.cpp
+ * fixes it (local RoPE base 10000, every sixth layer global, attention scale
+ * 1/sqrt(head_dim), as query_pre_attn_scalar = head_dim gives); soft-capping
+ * keys (gemma3.final_logit_softcapping, gemma3.attn_logit_softcapping) are
+ * refused by name. Everything else is refused with
  * MODEL_UNSUPPORTED naming the value and the supported ones, e.g.
  *   "config.json: architectures[0] 'GPT2LMHeadModel' is not supported (supported:
  *    LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"
@@ -38,7 +43,8 @@ typedef enum khub_model_arch {
     KHUB_ARCH_LLAMA = 1,
     KHUB_ARCH_MISTRAL = 2,
     KHUB_ARCH_QWEN2 = 3,
-    KHUB_ARCH_QWEN3 = 4
+    KHUB_ARCH_QWEN3 = 4,
+    KHUB_ARCH_GEMMA3 = 5
 } khub_model_arch;
 
 /* RoPE style and scaling use the plugin ABI's enums (khub_plugin.h):
@@ -73,7 +79,22 @@ typedef struct khub_model_config {
     bool attention_bias;        /* q/k/v (and for llama o) projections have a bias:
                                    Qwen2 always, Llama when attention_bias is true */
     bool mlp_bias;              /* Llama mlp_bias */
-    bool qk_norm;               /* Qwen3: RMSNorm over head_dim of q and k before RoPE */
+    bool qk_norm;               /* Qwen3, Gemma 3: RMSNorm over head_dim of q and k before
+                                   RoPE */
+
+    /* Gemma 3 (all neutral for the Llama family). */
+    bool post_norms;         /* post_attention_norm and post_ffw_norm on each block's
+                                output before its residual add (four norms a layer) */
+    bool norm_plus_one;      /* RMSNorm scales by (1 + w): Gemma HF folders; GGUF files
+                                hold w + 1 already (llama.cpp's converter adds it) */
+    khub_act_type act;       /* gated MLP activation: SILU, or GELU_TANH (Gemma) */
+    double embed_scale;      /* embeddings are multiplied by this (Gemma sqrt(hidden)); 1 */
+    double attn_scale;       /* softmax scale; Gemma query_pre_attn_scalar^-0.5; 0 =
+                                1/sqrt(head_dim) */
+    int64_t sliding_pattern; /* > 0: layer L slides unless (L + 1) % pattern == 0
+                                (Gemma 3: 6); 0: sliding_from_layer decides */
+    double rope_theta_local; /* RoPE base of sliding layers (Gemma 3 rope_local_base_freq,
+                                which use no rope scaling); 0 = rope_theta */
 
     int32_t bos_token_id;                      /* -1 when none */
     int32_t eos_token_ids[KHUB_MODEL_MAX_EOS]; /* generation stops at any of these */
