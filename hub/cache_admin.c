@@ -9,6 +9,9 @@
  * A prune racing a download in another process could remove a blob that
  * was published but not yet linked; run prune when nothing downloads
  * (as with `hf cache delete`).
+ *
+ * The debris of interrupted downloads that verify reports and prune removes
+ * is found by cache_debris.c.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -59,7 +62,7 @@ static int is_hex(const char *s, size_t n)
 }
 
 /* Bytes of the regular files under path (lstat: links are not followed). */
-static uint64_t du(const char *path, int depth)
+uint64_t khub__cache_du(const char *path, int depth)
 {
     struct stat sb;
     if (lstat(path, &sb) != 0) return 0;
@@ -71,7 +74,8 @@ static uint64_t du(const char *path, int depth)
     while (d && (de = readdir(d))) {
         char child[KHUB__PATH_MAX];
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        if (KHUB__PATHF(child, "%s/%s", path, de->d_name)) total += du(child, depth + 1);
+        if (KHUB__PATHF(child, "%s/%s", path, de->d_name))
+            total += khub__cache_du(child, depth + 1);
     }
     if (d) closedir(d);
     return total;
@@ -335,7 +339,7 @@ static khub_status scan_repo(khub_hub *hub, const char *folder, khub_cache_repo 
     if (d) closedir(d);
     if (incomplete) warn(r, "%s partial download(s) in blobs/", incomplete > 1 ? "some" : "a");
     char kv[KHUB__PATH_MAX];
-    if (KHUB__PATHF(kv, "%s/khub-variants", dir)) r->size += du(kv, 0);
+    if (KHUB__PATHF(kv, "%s/khub-variants", dir)) r->size += khub__cache_du(kv, 0);
     strset refs = {0};
     if (!ok || !read_refs(refs_dir, "", &refs, 0)) {
         set_free(&refs);
@@ -399,107 +403,6 @@ void khub__cache_report_free(khub_cache_report *r)
     for (size_t i = 0; i < r->n_repos; i++) free(r->repos[i].revs);
     free(r->repos);
     free(r);
-}
-
-/* ======================================================================== */
-/* Temporary names                                                          */
-/* ======================================================================== */
-
-/* Debris of interrupted downloads (issue 10 item 7). khub makes its
- * temporaries in <repo>/.khub-tmp/ (khub__cache_tmp_path), where nothing
- * verifies; there only a stale one is debris (an in-flight one is not).
- * Older versions made them inside the folders: a "<file>.<8hex>.tmp" link
- * in a snapshot folder, a ".<variant>.<pid>.tmp" folder in
- * khub-variants/<commit>/. Nothing makes those any more, so each one is
- * debris, and one inside a variant folder keeps that variant from
- * verifying for good. */
-
-typedef struct tmp_walk {
-    khub_cache_item_fn fn;
-    void *ud;
-    const char *kind;    /* "stale" (verify) or "temporary" (prune) */
-    int remove, dry_run; /* prune: remove what is found (unless dry_run) */
-    uint64_t n, bytes;
-    char first[KHUB__PATH_MAX];
-} tmp_walk;
-
-static void tmp_found(tmp_walk *w, const char *path, const char *why)
-{
-    struct stat sb;
-    if (lstat(path, &sb) != 0) return;
-    uint64_t bytes = du(path, 0);
-    char detail[200];
-    snprintf(detail, sizeof detail, "%s; %llu bytes", why, (unsigned long long)bytes);
-    if (!w->n++) snprintf(w->first, sizeof w->first, "%s", path);
-    w->bytes += bytes;
-    if (w->fn) w->fn(w->ud, w->kind, path, detail);
-    if (!w->remove || w->dry_run) return;
-    if (S_ISDIR(sb.st_mode))
-        khub__rmtree(path);
-    else
-        unlink(path);
-}
-
-/* "<name>.<8hex>.tmp", the snapshot temporaries of older versions. */
-static int legacy_snapshot_tmp(const char *nm)
-{
-    size_t n = strlen(nm);
-    if (n < 14 || strcmp(nm + n - 4, ".tmp") || nm[n - 13] != '.') return 0;
-    char hex[9];
-    memcpy(hex, nm + n - 12, 8);
-    hex[8] = '\0';
-    return is_hex(hex, 8);
-}
-
-static void tmp_walk_snapshot(tmp_walk *w, const char *dir, int depth)
-{
-    DIR *d = opendir(dir);
-    struct dirent *de;
-    while (d && depth < MAX_DEPTH && (de = readdir(d))) {
-        char path[KHUB__PATH_MAX];
-        struct stat sb;
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-            !KHUB__PATHF(path, "%s/%s", dir, de->d_name) || lstat(path, &sb) != 0)
-            continue;
-        if (S_ISDIR(sb.st_mode))
-            tmp_walk_snapshot(w, path, depth + 1);
-        else if (legacy_snapshot_tmp(de->d_name))
-            tmp_found(w, path,
-                      "temporary link left inside a snapshot by an interrupted download; the "
-                      "folder holding it does not verify");
-    }
-    if (d) closedir(d);
-}
-
-/* The debris of one repo folder, reported to w (and removed with remove). */
-static void tmp_walk_repo(tmp_walk *w, const char *repo_dir)
-{
-    char dir[KHUB__PATH_MAX];
-    DIR *d = KHUB__PATHF(dir, "%s/" KHUB__TMP_DIR, repo_dir) ? opendir(dir) : NULL;
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        char path[KHUB__PATH_MAX];
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-            KHUB__PATHF(path, "%s/%s", dir, de->d_name) && khub__cache_tmp_stale(path, de->d_name))
-            tmp_found(w, path, "temporary left by an interrupted download");
-    }
-    if (d) closedir(d);
-    if (KHUB__PATHF(dir, "%s/snapshots", repo_dir)) tmp_walk_snapshot(w, dir, 0);
-    d = KHUB__PATHF(dir, "%s/khub-variants", repo_dir) ? opendir(dir) : NULL;
-    while (d && (de = readdir(d))) {
-        char cdir[KHUB__PATH_MAX], path[KHUB__PATH_MAX];
-        if (!is_hex(de->d_name, 40) || !KHUB__PATHF(cdir, "%s/%s", dir, de->d_name)) continue;
-        DIR *c = opendir(cdir);
-        struct dirent *ce;
-        while (c && (ce = readdir(c))) {
-            size_t n = strlen(ce->d_name);
-            if (ce->d_name[0] == '.' && n > 5 && !strcmp(ce->d_name + n - 4, ".tmp") &&
-                KHUB__PATHF(path, "%s/%s", cdir, ce->d_name))
-                tmp_found(w, path, "archive unpacked by an interrupted download");
-        }
-        if (c) closedir(c);
-    }
-    if (d) closedir(d);
 }
 
 /* ======================================================================== */
@@ -606,7 +509,7 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
     size_t hit = 0;
     char first[KHUB__PATH_MAX] = "";
     verifier v = {.fn = fn, .ud = ud, .checked = checked, .bad = bad, .first = first};
-    tmp_walk stale = {.fn = fn, .ud = ud, .kind = "stale"};
+    khub__tmp_walk stale = {.fn = fn, .ud = ud, .kind = "stale"};
     for (size_t i = 0; i < rep->n_repos; i++) {
         if (!matches(&rep->repos[i], filter)) continue;
         hit++;
@@ -632,7 +535,7 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
         for (size_t k = 0; k < rep->repos[i].n_revs; k++)
             verify_copies(&v, repo_dir, rep->repos[i].revs[k].commit, &blob_ino);
         set_free(&blob_ino);
-        tmp_walk_repo(&stale, repo_dir);
+        khub__cache_debris_walk(&stale, repo_dir);
     }
     khub__cache_report_free(rep);
     if (filter && !hit)
@@ -666,7 +569,7 @@ typedef struct pruner {
 
 static void drop(pruner *p, const char *kind, const char *path, int is_dir)
 {
-    uint64_t bytes = du(path, 0);
+    uint64_t bytes = khub__cache_du(path, 0);
     char detail[64];
     snprintf(detail, sizeof detail, "%llu bytes", (unsigned long long)bytes);
     if (p->fn) p->fn(p->ud, kind, path, detail);
@@ -741,9 +644,9 @@ static khub_status prune_repo(pruner *p, const char *folder)
         drop(p, "blob", path, 0);
     }
     if (d) closedir(d);
-    tmp_walk tw = {
+    khub__tmp_walk tw = {
         .fn = p->fn, .ud = p->ud, .kind = "temporary", .remove = 1, .dry_run = p->dry_run};
-    tmp_walk_repo(&tw, dir);
+    khub__cache_debris_walk(&tw, dir);
     p->freed += tw.bytes;
     set_free(&refs);
     set_free(&linked);

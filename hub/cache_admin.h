@@ -54,4 +54,26 @@ KHUB_INTERNAL khub_status khub__cache_verify(khub_hub *hub, const char *filter,
 KHUB_INTERNAL khub_status khub__cache_prune(khub_hub *hub, int dry_run, khub_cache_item_fn fn,
                                             void *ud, uint64_t *freed);
 
+/* ------------------------------------------------------------------------ */
+/* Shared by the files of cache administration                              */
+/* ------------------------------------------------------------------------ */
+
+/* Bytes of the regular files under path (lstat: links are not followed);
+ * depth: how deep path already is (the walk stops at 64). cache_admin.c. */
+KHUB_INTERNAL uint64_t khub__cache_du(const char *path, int depth);
+
+/* A walk over the debris of interrupted downloads (cache_debris.c). */
+typedef struct khub__tmp_walk {
+    khub_cache_item_fn fn;
+    void *ud;
+    const char *kind;    /* "stale" (verify) or "temporary" (prune) */
+    int remove, dry_run; /* prune: remove what is found (unless dry_run) */
+    uint64_t n, bytes;
+    char first[KHUB__PATH_MAX];
+} khub__tmp_walk;
+
+/* The debris of one repo folder, reported to w->fn (and removed with
+ * w->remove unless w->dry_run); w->n, w->bytes and w->first add it up. */
+KHUB_INTERNAL void khub__cache_debris_walk(khub__tmp_walk *w, const char *repo_dir);
+
 #endif /* KHUB_HUB_CACHE_ADMIN_H */

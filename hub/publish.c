@@ -14,7 +14,7 @@
  * each variant directory holding a metadata.json, and build/<variant>.tar.gz
  * next to it. Anything else under DIR is not published. A symlink or a name
  * that is not a safe repo path fails the publish: the build is expected to
- * be plain files.
+ * be plain files. Collecting those files is publish_collect.c's.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -26,33 +26,11 @@
 #include <openssl/evp.h>
 
 #include "kernel_manifest.h"
-#include "publish.h"
+#include "publish_impl.h"
 
 #define PREUPLOAD_BATCH 256
 #define LFS_BATCH       100
-#define MAX_FILES       10000
 #define MAX_INLINE      (64u << 20)
-
-typedef struct pub_file {
-    char rel[1024];            /* repo path: build/<variant>/... */
-    char path[KHUB__PATH_MAX]; /* local file */
-    uint64_t size;
-    char sha256[65], sha1[41];
-    int lfs;       /* the server's uploadMode */
-    int unchanged; /* the branch has it with the same oid */
-    int need_put;  /* the LFS batch gave an upload action */
-} pub_file;
-
-typedef struct pub {
-    khub_hub *hub;
-    khub_hub_id id;
-    const char *type;   /* "kernels" or "models" */
-    const char *prefix; /* "kernels/" or "" */
-    pub_file *files;
-    size_t n, cap;
-    char head[41]; /* branch head the publish read */
-    khub_publish_result *res;
-} pub;
 
 /* ======================================================================== */
 /* HTTP                                                                     */
@@ -60,7 +38,7 @@ typedef struct pub {
 
 /* 401/403 get the publishing hint, 409 EXISTS, 412 the moved-branch hint;
  * the rest as http.c maps them. */
-static khub_status pub_error(pub *p, const khub__http_resp *r, const char *what)
+static khub_status pub_error(khub__pub *p, const khub__http_resp *r, const char *what)
 {
     khub_hub *hub = p->hub;
     if (r->status == 401 || r->status == 403)
@@ -86,7 +64,7 @@ static khub_status pub_error(pub *p, const khub__http_resp *r, const char *what)
 
 /* One request with a JSON (or NDJSON) body; r holds the answer, whatever
  * its status. */
-static khub_status send_body(pub *p, const char *method, const char *url, const char *ctype,
+static khub_status send_body(khub__pub *p, const char *method, const char *url, const char *ctype,
                              const char *body, size_t n, const char *what, khub__http_resp *r)
 {
     int lfs = ctype && strstr(ctype, "git-lfs") != NULL;
@@ -101,7 +79,7 @@ static khub_status send_body(pub *p, const char *method, const char *url, const 
     return khub__http_fetch(p->hub, &req, r);
 }
 
-static khub_status send_json_obj(pub *p, const char *method, const char *url, cJSON *j,
+static khub_status send_json_obj(khub__pub *p, const char *method, const char *url, cJSON *j,
                                  const char *ctype, const char *what, khub__http_resp *r)
 {
     char *text = cJSON_PrintUnformatted(j);
@@ -115,7 +93,7 @@ static khub_status send_json_obj(pub *p, const char *method, const char *url, cJ
 
 static int ok2xx(const khub__http_resp *r) { return r->status >= 200 && r->status < 300; }
 
-static khub_status api_url(pub *p, char *buf, size_t size, const char *verb, const char *arg)
+static khub_status api_url(khub__pub *p, char *buf, size_t size, const char *verb, const char *arg)
 {
     char q[600] = "";
     if (arg) KHUB_FORWARD_IF_ERROR(NULL, khub__url_quote(p->hub, arg, 0, q, sizeof q));
@@ -126,118 +104,10 @@ static khub_status api_url(pub *p, char *buf, size_t size, const char *verb, con
 }
 
 /* ======================================================================== */
-/* The local build                                                          */
-/* ======================================================================== */
-
-static khub_status add_file(pub *p, const char *rel, const char *path)
-{
-    khub_hub *hub = p->hub;
-    struct stat sb;
-    if (!khub__path_is_safe(rel))
-        return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
-                              "publish: %s is not a safe repo path; rename it", rel);
-    if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
-                              "publish: %s is not a regular file (symlinks are not published); "
-                              "rebuild with khub build",
-                              path);
-    if (p->n == MAX_FILES)
-        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "publish: more than %d files in build/",
-                              MAX_FILES);
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 32;
-        pub_file *v = realloc(p->files, cap * sizeof *v);
-        if (!v) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "publish: out of memory");
-        p->files = v;
-        p->cap = cap;
-    }
-    pub_file *f = &p->files[p->n];
-    memset(f, 0, sizeof *f);
-    if (!KHUB__PATHF(f->rel, "%s", rel) || !KHUB__PATHF(f->path, "%s", path))
-        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "publish: path too long: %s", rel);
-    f->size = (uint64_t)sb.st_size;
-    if (khub__sha256_file_hex(path, f->sha256) != KHUB_STATUS_OK ||
-        khub__git_blob_sha1_file(path, f->sha1) != KHUB_STATUS_OK)
-        return khub__hub_fail(hub, KHUB_STATUS_IO, "publish: cannot read %s", path);
-    p->n++;
-    return KHUB_STATUS_OK;
-}
-
-static khub_status add_tree(pub *p, const char *dir, const char *rel, int depth)
-{
-    DIR *d = opendir(dir);
-    if (!d) return khub__hub_fail(p->hub, KHUB_STATUS_IO, "publish: cannot open %s", dir);
-    khub_status st = depth > 32 ? khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW,
-                                                 "publish: %s is nested too deep", dir)
-                                : KHUB_STATUS_OK;
-    struct dirent *de;
-    while (st == KHUB_STATUS_OK && (de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        char path[KHUB__PATH_MAX], r2[1024];
-        struct stat sb;
-        if (!KHUB__PATHF(path, "%s/%s", dir, de->d_name) ||
-            !KHUB__PATHF(r2, "%s/%s", rel, de->d_name)) {
-            st = khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW, "publish: path too long in %s", dir);
-        } else if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-            st = add_tree(p, path, r2, depth + 1);
-        } else {
-            st = add_file(p, r2, path);
-        }
-    }
-    closedir(d);
-    return st;
-}
-
-static int cmp_file(const void *a, const void *b)
-{
-    return strcmp(((const pub_file *)a)->rel, ((const pub_file *)b)->rel);
-}
-
-/* build/<variant>/ with a metadata.json, and build/<variant>.tar.gz. */
-static khub_status collect(pub *p, const char *dir)
-{
-    char build[KHUB__PATH_MAX];
-    if (!KHUB__PATHF(build, "%s/build", dir))
-        return khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW, "publish: path too long: %s", dir);
-    DIR *d = opendir(build);
-    if (!d)
-        return khub__hub_fail(p->hub, KHUB_STATUS_NOT_FOUND,
-                              "publish: %s has no build/ directory; run 'khub build %s' first", dir,
-                              dir);
-    khub_status st = KHUB_STATUS_OK;
-    struct dirent *de;
-    size_t variants = 0;
-    while (st == KHUB_STATUS_OK && (de = readdir(d))) {
-        char vdir[KHUB__PATH_MAX], meta[KHUB__PATH_MAX], tgz[KHUB__PATH_MAX], rel[1024];
-        struct stat sb;
-        if (de->d_name[0] == '.' || !KHUB__PATHF(vdir, "%s/%s", build, de->d_name) ||
-            lstat(vdir, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
-            !KHUB__PATHF(meta, "%s/metadata.json", vdir) || lstat(meta, &sb) != 0)
-            continue;
-        variants++;
-        snprintf(rel, sizeof rel, "build/%s", de->d_name);
-        st = add_tree(p, vdir, rel, 0);
-        if (st == KHUB_STATUS_OK && KHUB__PATHF(tgz, "%s.tar.gz", vdir) && lstat(tgz, &sb) == 0) {
-            snprintf(rel, sizeof rel, "build/%s.tar.gz", de->d_name);
-            st = add_file(p, rel, tgz);
-        }
-    }
-    closedir(d);
-    if (st == KHUB_STATUS_OK && variants == 0)
-        st = khub__hub_fail(p->hub, KHUB_STATUS_NOT_FOUND,
-                            "publish: %s/build has no variant with a metadata.json; run 'khub "
-                            "build %s' first",
-                            dir, dir);
-    if (st == KHUB_STATUS_OK) qsort(p->files, p->n, sizeof *p->files, cmp_file);
-    p->res->n_files = p->n;
-    return st;
-}
-
-/* ======================================================================== */
 /* Repo and branch                                                          */
 /* ======================================================================== */
 
-static khub_status create_repo(pub *p)
+static khub_status create_repo(khub__pub *p)
 {
     char url[1024], what[300];
     snprintf(url, sizeof url, "%s/api/repos/create", p->hub->endpoint);
@@ -256,7 +126,7 @@ static khub_status create_repo(pub *p)
 }
 
 /* Reads branch `branch`'s head into head ("" when the branch is absent). */
-static khub_status read_head(pub *p, const char *branch, char head[41])
+static khub_status read_head(khub__pub *p, const char *branch, char head[41])
 {
     char url[1024], what[300];
     KHUB_FORWARD_IF_ERROR(NULL, api_url(p, url, sizeof url, "refs", NULL));
@@ -285,7 +155,7 @@ static khub_status read_head(pub *p, const char *branch, char head[41])
     return st;
 }
 
-static khub_status ensure_branch(pub *p)
+static khub_status ensure_branch(khub__pub *p)
 {
     const char *branch = p->res->branch;
     KHUB_FORWARD_IF_ERROR(NULL, read_head(p, branch, p->head));
@@ -331,16 +201,22 @@ static char *sample_b64(const char *path)
     return b64(buf, n);
 }
 
-static pub_file *find_file(pub *p, const char *rel)
+/* p->files is sorted by rel (khub__publish_collect). */
+static int cmp_file(const void *a, const void *b)
 {
-    pub_file key;
+    return strcmp(((const khub__pub_file *)a)->rel, ((const khub__pub_file *)b)->rel);
+}
+
+static khub__pub_file *find_file(khub__pub *p, const char *rel)
+{
+    khub__pub_file key;
     snprintf(key.rel, sizeof key.rel, "%s", rel);
     return bsearch(&key, p->files, p->n, sizeof *p->files, cmp_file);
 }
 
 /* POST preupload in batches: uploadMode per file, and unchanged when the
  * server's oid is ours (SHA-256 for LFS, the git blob id for regular). */
-static khub_status preupload(pub *p)
+static khub_status preupload(khub__pub *p)
 {
     char url[1024], what[300];
     KHUB_FORWARD_IF_ERROR(NULL, api_url(p, url, sizeof url, "preupload", p->res->branch));
@@ -369,7 +245,7 @@ static khub_status preupload(pub *p)
             cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
             cJSON *mode = cJSON_GetObjectItemCaseSensitive(o, "uploadMode");
             cJSON *oid = cJSON_GetObjectItemCaseSensitive(o, "oid");
-            pub_file *f = cJSON_IsString(path) ? find_file(p, path->valuestring) : NULL;
+            khub__pub_file *f = cJSON_IsString(path) ? find_file(p, path->valuestring) : NULL;
             if (!f || !cJSON_IsString(mode) ||
                 (strcmp(mode->valuestring, "lfs") && strcmp(mode->valuestring, "regular"))) {
                 st = khub__hub_fail(p->hub, KHUB_STATUS_PARSE,
@@ -390,7 +266,7 @@ static khub_status preupload(pub *p)
 
 /* PUT the bytes to href (no credentials: it is a presigned URL), then POST
  * verify when the server asked for it. */
-static khub_status upload_one(pub *p, pub_file *f, const char *href, const char *verify)
+static khub_status upload_one(khub__pub *p, khub__pub_file *f, const char *href, const char *verify)
 {
     char what[1200];
     snprintf(what, sizeof what, "uploading %s", f->rel);
@@ -443,7 +319,7 @@ static const char *href_of(const cJSON *actions, const char *name)
 }
 
 /* One LFS batch call for files [from, to) that need it, then the PUTs. */
-static khub_status lfs_batch(pub *p, pub_file **todo, size_t count)
+static khub_status lfs_batch(khub__pub *p, khub__pub_file **todo, size_t count)
 {
     char url[1024], what[300];
     if (snprintf(url, sizeof url, "%s/%s%s/%s.git/info/lfs/objects/batch", p->hub->endpoint,
@@ -483,7 +359,7 @@ static khub_status lfs_batch(pub *p, pub_file **todo, size_t count)
         cJSON *oid = cJSON_GetObjectItemCaseSensitive(o, "oid");
         cJSON *err = cJSON_GetObjectItemCaseSensitive(o, "error");
         cJSON *act = cJSON_GetObjectItemCaseSensitive(o, "actions");
-        pub_file *f = NULL;
+        khub__pub_file *f = NULL;
         for (size_t i = 0; cJSON_IsString(oid) && i < count && !f; i++)
             if (!strcmp(todo[i]->sha256, oid->valuestring)) f = todo[i];
         if (!f) {
@@ -512,9 +388,9 @@ static khub_status lfs_batch(pub *p, pub_file **todo, size_t count)
     return st;
 }
 
-static khub_status upload_lfs(pub *p)
+static khub_status upload_lfs(khub__pub *p)
 {
-    pub_file **todo = calloc(p->n ? p->n : 1, sizeof *todo);
+    khub__pub_file **todo = calloc(p->n ? p->n : 1, sizeof *todo);
     if (!todo) return khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "publish: out of memory");
     size_t k = 0;
     for (size_t i = 0; i < p->n; i++)
@@ -575,7 +451,7 @@ static cJSON *path_obj(const char *path)
     return v;
 }
 
-static khub_status add_inline(pub *p, ndjson *b, const pub_file *f)
+static khub_status add_inline(khub__pub *p, ndjson *b, const khub__pub_file *f)
 {
     if (f->size > MAX_INLINE)
         return khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW,
@@ -598,7 +474,7 @@ static khub_status add_inline(pub *p, ndjson *b, const pub_file *f)
 }
 
 /* Files the branch has under build/ that the build does not: deleted. */
-static khub_status add_deletions(pub *p, ndjson *b)
+static khub_status add_deletions(khub__pub *p, ndjson *b)
 {
     khub__tree t = {0};
     khub_status st = khub__list_tree(p->hub, &p->id, p->head, "build", 1, &t);
@@ -615,7 +491,7 @@ static khub_status add_deletions(pub *p, ndjson *b)
     return st;
 }
 
-static khub_status commit(pub *p, const char *summary)
+static khub_status commit(khub__pub *p, const char *summary)
 {
     ndjson b = {0};
     cJSON *h = cJSON_CreateObject();
@@ -626,7 +502,7 @@ static khub_status commit(pub *p, const char *summary)
     khub_status st = add_deletions(p, &b);
     size_t changes = p->res->n_deleted;
     for (size_t i = 0; st == KHUB_STATUS_OK && i < p->n; i++) {
-        pub_file *f = &p->files[i];
+        khub__pub_file *f = &p->files[i];
         if (f->unchanged) continue;
         changes++;
         if (!f->lfs) {
@@ -682,10 +558,10 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
     khub_kernel_manifest *m = calloc(1, sizeof *m);
     if (!m) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "publish: out of memory");
     char err[KHUB_ERROR_SIZE];
-    pub p = {.hub = hub,
-             .res = res,
-             .type = khub__repo_api_type(hub, NULL),
-             .prefix = khub__repo_url_prefix(hub, NULL)};
+    khub__pub p = {.hub = hub,
+                   .res = res,
+                   .type = khub__repo_api_type(hub, NULL),
+                   .prefix = khub__repo_url_prefix(hub, NULL)};
     khub_status st = khub__km_load(o->dir, m, err, sizeof err);
     if (st != KHUB_STATUS_OK) {
         free(m);
@@ -712,7 +588,7 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
     if (!o->message)
         snprintf(summary, sizeof summary, "Upload %s %s (khub publish)", res->repo, m->version);
     free(m);
-    st = collect(&p, o->dir);
+    st = khub__publish_collect(&p, o->dir);
     if (st == KHUB_STATUS_OK) st = create_repo(&p);
     if (st == KHUB_STATUS_OK) st = ensure_branch(&p);
     if (st == KHUB_STATUS_OK) st = preupload(&p);
