@@ -11,7 +11,8 @@
  * files is in server_impl.h.
  *
  * This file is the daemon: start and stop, the per-request state and its
- * buffered body, routing, and the reply helpers every endpoint uses.
+ * buffered body, and routing. The reply helpers every endpoint uses are
+ * server_util.c's, below the route files, which never call back here.
  *
  * URLs are split into segments before percent-decoding (a revision such as
  * refs%2Fpr%2F1 is one segment), so libmicrohttpd's own unescaping is
@@ -29,56 +30,6 @@
 #include <unistd.h>
 
 #include "server_impl.h"
-
-/* ======================================================================== */
-/* Replies                                                                  */
-/* ======================================================================== */
-
-/* The one place a JSON body becomes a response: Content-Type type, then
- * the optional X-Error-Code, X-Repo-Commit and X-Error-Message headers. */
-static MHD_RESULT send_body(struct MHD_Connection *c, unsigned code, cJSON *j, const char *type,
-                            const char *err_code, const char *commit, const char *msg)
-{
-    char *text = cJSON_PrintUnformatted(j);
-    cJSON_Delete(j);
-    if (!text) return MHD_NO;
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    MHD_add_response_header(r, "Content-Type", type);
-    if (err_code) MHD_add_response_header(r, "X-Error-Code", err_code);
-    if (commit) MHD_add_response_header(r, "X-Repo-Commit", commit);
-    if (msg) MHD_add_response_header(r, "X-Error-Message", msg);
-    MHD_RESULT ret = MHD_queue_response(c, code, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
-MHD_RESULT khub__srv_send_json(struct MHD_Connection *c, unsigned code, cJSON *j,
-                               const char *err_code, const char *commit)
-{
-    return send_body(c, code, j, "application/json", err_code, commit, NULL);
-}
-
-MHD_RESULT khub__srv_send_typed(struct MHD_Connection *c, unsigned code, cJSON *j,
-                                const char *content_type)
-{
-    return send_body(c, code, j, content_type, NULL, NULL, NULL);
-}
-
-MHD_RESULT khub__srv_send_error(struct MHD_Connection *c, unsigned code, const char *err_code,
-                                const char *commit, const char *msg)
-{
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddStringToObject(j, "error", msg);
-    return send_body(c, code, j, "application/json", err_code, commit, msg);
-}
-
-void khub__srv_self_url(struct MHD_Connection *c, char *buf, size_t size)
-{
-    const char *host = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-    snprintf(buf, size, "http://%s",
-             host && host[0] && !strpbrk(host, "/\\\"<> ") ? host : "127.0.0.1");
-}
 
 /* ======================================================================== */
 /* Request bodies                                                           */
@@ -129,31 +80,6 @@ static void conn_append(conn *k, const char *data, size_t n)
 /* ======================================================================== */
 
 #define MAX_SEGS 64
-
-static int hexval(int c)
-{
-    if (c >= '0' && c <= '9') return c - '0';
-    c |= 0x20;
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* Percent-decodes s in place; returns 0 on a bad escape or an embedded NUL. */
-int khub__srv_pct_decode(char *s)
-{
-    char *o = s;
-    for (char *p = s; *p; p++) {
-        if (*p == '%') {
-            int h = hexval((unsigned char)p[1]), l = h < 0 ? -1 : hexval((unsigned char)p[2]);
-            if (h < 0 || l < 0 || (h == 0 && l == 0)) return 0;
-            *o++ = (char)(h * 16 + l);
-            p += 2;
-        } else {
-            *o++ = *p;
-        }
-    }
-    *o = '\0';
-    return 1;
-}
 
 /* Splits the path of url into percent-decoded segments (in buf); -1 when
  * too long, -2 on a bad escape. */

@@ -1,11 +1,13 @@
 /*
  * server_api.c: the public face of the local hub server (khub/khub_server.h)
- * over khub__server_* (server.c), and the server's own error message.
+ * over khub__server_* (server.c). The server's own error message is kept
+ * by server_util.c, below every server file.
  *
  * The server is a library of its own, libkhub_server, linked on top of
  * libkhub: libkhub's internal khub__fail and the thread-local message behind
  * khub_last_error() are hidden inside libkhub.so, so the server keeps its
- * message here and khub_server_start hands it to the caller's buffer.
+ * message (server_util.c) and khub_server_start hands it to the caller's
+ * buffer.
  * (Rejected: exporting an internal setter from libkhub, which would put a
  * non-API symbol in its ABI; and a second khub_last_error, which would
  * shadow libkhub's.)
@@ -16,25 +18,6 @@
 
 #include "khub/khub_server.h"
 #include "server_impl.h"
-
-/* ======================================================================== */
-/* Errors                                                                   */
-/* ======================================================================== */
-
-static _Thread_local char tls_server_error[KHUB_ERROR_SIZE];
-
-khub_status khub__srv_fail(khub_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    khub__verrbuf(tls_server_error, sizeof tls_server_error, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-void khub__srv_clear_error(void) { tls_server_error[0] = '\0'; }
-
-const char *khub__server_errmsg(void) { return tls_server_error; }
 
 /* ======================================================================== */
 /* Public API                                                               */
@@ -50,12 +33,14 @@ static khub_status start_fail(khub_status st, char *errbuf, size_t size, const c
 static khub_status start_fail(khub_status st, char *errbuf, size_t size, const char *fmt, ...)
 {
     if (fmt) {
+        char msg[KHUB_ERROR_SIZE];
         va_list ap;
         va_start(ap, fmt);
-        khub__verrbuf(tls_server_error, sizeof tls_server_error, fmt, ap);
+        khub__verrbuf(msg, sizeof msg, fmt, ap);
         va_end(ap);
+        khub__srv_fail(st, "%s", msg);
     }
-    if (errbuf && size) snprintf(errbuf, size, "%s", tls_server_error);
+    if (errbuf && size) snprintf(errbuf, size, "%s", khub__server_errmsg());
     return st;
 }
 

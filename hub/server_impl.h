@@ -1,23 +1,28 @@
 /*
- * server_impl.h: what the files of `khub serve` share (private to hub/server*.c):
+ * server_impl.h: what the files of `khub serve` share (private to hub/server*.c).
+ * Calls go down this list of layers, never up or sideways-back (each file
+ * calls only files of the layers below it, or its own; tests/t_hub_layout.sh
+ * checks it on the built objects):
  *
+ *   server_api.c     the public khub_server_* (khub/khub_server.h)
  *   server.c         the daemon: start/stop, request bodies, URL splitting,
- *                    routing, the JSON reply helpers
- *   server_faults.c  fault injection by name (docs/hub-server.md)
- *   server_digest.c  the digest cache: file SHA-256 and git blob ids by path
- *   server_store.c   the repos folder on disk: opening a repo, resolving a
- *                    revision, atomic file and refs.json replacement, commit ids
+ *                    routing to the route files
  *   server_read.c    the read endpoints: repo info, refs, tree, paths-info,
  *                    resolve (HEAD/GET with Range)
- *   server_write.c   write routing and auth, repos/create, branches, tags,
- *                    preupload
+ *   server_write.c   write routing, repos/create, branches, tags, preupload
+ *   ---------------- (route files called by the two above)
+ *   server_hf.c      organisation overview, whoami-v2, repo listings,
+ *                    commit history, and 401 for a token it cannot accept
  *   server_commit.c  one commit: NDJSON or JSON operations applied to a copy
  *                    of the parent's tree
  *   server_lfs.c     the LFS batch API, capability PUTs, verify
- *   server_hf.c      organisation overview, whoami-v2, repo listings,
- *                    commit history, and 401 for a token it cannot accept
- *   server_api.c     the public khub_server_* (khub/khub_server.h) and the
- *                    server's own error message
+ *   server_faults.c  fault injection by name (docs/hub-server.md)
+ *   ---------------- (below every route file)
+ *   server_util.c    JSON and error replies, percent-decoding, the server's
+ *                    own URL, the write token check, request body checks
+ *   server_store.c   the repos folder on disk: opening a repo, resolving a
+ *                    revision, atomic file and refs.json replacement, commit ids
+ *   server_digest.c  the digest cache: file SHA-256 and git blob ids by path
  *
  * The int helpers return 1 on success and 0 on failure; the endpoint that
  * calls them chooses the HTTP answer. The public face is server.h.
@@ -119,18 +124,18 @@ typedef struct conn {
 } conn;
 
 /* ------------------------------------------------------------------------ */
-/* Errors (server_api.c)                                                    */
+/* Errors (server_util.c)                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Records st's one-line message as this thread's khub__server_errmsg and
- * returns st. */
+/* Records st's one-line message as this thread's khub__server_errmsg
+ * (the server's own message: see server_util.c) and returns st. */
 KHUB_INTERNAL khub_status khub__srv_fail(khub_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Forgets the thread's last message (at the start of khub__server_start). */
 KHUB_INTERNAL void khub__srv_clear_error(void);
 
 /* ------------------------------------------------------------------------ */
-/* Replies and request helpers (server.c)                                   */
+/* Replies and request helpers (server_util.c)                              */
 /* ------------------------------------------------------------------------ */
 
 /* Queues j (consumed) as a JSON answer with optional X-Error-Code and
@@ -149,8 +154,12 @@ KHUB_INTERNAL int khub__srv_pct_decode(char *s);
 /* "http://<Host header>" (or 127.0.0.1 when absent or odd) into buf. */
 KHUB_INTERNAL void khub__srv_self_url(struct MHD_Connection *c, char *buf, size_t size);
 /* Whether the request carries "Authorization: Bearer <the server's token>"
- * (always when the server has none); constant-time (server_write.c). */
+ * (always when the server has none); constant-time. */
 KHUB_INTERNAL int khub__srv_write_allowed(const khub__server *s, struct MHD_Connection *c);
+/* Checks of request bodies: an oid is 64 lowercase hex. */
+KHUB_INTERNAL int khub__srv_is_sha256_lower(const char *s);
+/* A JSON number that is a whole byte count in [0, max]. */
+KHUB_INTERNAL int khub__srv_json_size(const cJSON *v, uint64_t max, uint64_t *out);
 
 /* ------------------------------------------------------------------------ */
 /* Faults (server_faults.c)                                                 */
@@ -274,10 +283,6 @@ KHUB_INTERNAL MHD_RESULT khub__srv_route_paths_info(khub__server *s, struct MHD_
 /* POST, PUT and DELETE; the caller holds s->write_lock (server_write.c). */
 KHUB_INTERNAL MHD_RESULT khub__srv_route_write(khub__server *s, struct MHD_Connection *c,
                                                const char *method, char **seg, int n, conn *k);
-/* Checks of request bodies (server_write.c): an oid is 64 lowercase hex. */
-KHUB_INTERNAL int khub__srv_is_sha256_lower(const char *s);
-/* A JSON number that is a whole byte count in [0, max]. */
-KHUB_INTERNAL int khub__srv_json_size(const cJSON *v, uint64_t max, uint64_t *out);
 /* POST .../commit/{branch} (server_commit.c). */
 KHUB_INTERNAL MHD_RESULT khub__srv_api_commit(khub__server *s, struct MHD_Connection *c, repo *r,
                                               const char *branch, const char *api_type, conn *k);

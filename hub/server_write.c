@@ -22,41 +22,6 @@
 /* Checks                                                                   */
 /* ======================================================================== */
 
-/* With --token T every write needs "Authorization: Bearer T"; reads stay
- * open unless they carry another token (khub__srv_read_auth). The compare is constant-time over the
- * expected length. server.c asks at the headers, before any of the body is read; route_write asks
- * again (the same answer) so that no write path depends on that order. */
-int khub__srv_write_allowed(const khub__server *s, struct MHD_Connection *c)
-{
-    if (!s->token) return 1;
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
-    const char *t = h + 7;
-    size_t n = strlen(s->token);
-    if (strlen(t) != n) return 0;
-    unsigned char diff = 0;
-    for (size_t i = 0; i < n; i++) diff |= (unsigned char)(t[i] ^ s->token[i]);
-    return diff == 0;
-}
-
-int khub__srv_is_sha256_lower(const char *s)
-{
-    if (!khub__is_sha256_hex(s)) return 0;
-    for (const char *p = s; *p; p++)
-        if (*p >= 'A' && *p <= 'F') return 0;
-    return 1;
-}
-
-/* A JSON number that is a whole byte count in [0, max]. */
-int khub__srv_json_size(const cJSON *v, uint64_t max, uint64_t *out)
-{
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > (double)max ||
-        v->valuedouble != (double)(uint64_t)v->valuedouble)
-        return 0;
-    *out = (uint64_t)v->valuedouble;
-    return 1;
-}
-
 /* Branch and tag names: [A-Za-z0-9._-] segments joined by '/', each safe. */
 static int ref_name_ok(const char *n)
 {
