@@ -15,6 +15,7 @@ step "dependencies"
 bash tools/install-deps.sh
 if [ -f tools/install-test-deps.sh ]; then bash tools/install-test-deps.sh; fi
 bash tools/fetch-model.sh --hf   # the GGUF, and the HF copy the safetensors tests use
+bash tools/fetch-gemma.sh        # Gemma 3 270M, the second real model (test_gemma)
 
 step "release build (-Werror)"
 cmake -S . -B build -DKHUB_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
