@@ -153,7 +153,7 @@ static khub_status resolve_online(khub_hub *hub, const khub_hub_id *id, const ch
         khub_status rs = khub__cache_read_ref(hub, repo_dir, fb_rev, commit);
         hub->err_set = s2;
         if (rs == KHUB_STATUS_OK) {
-            khub__log(NULL, KHUB_LOG_WARN,
+            khub__log(hub->rt, KHUB_LOG_WARN,
                       "%s: hub unreachable or refused (%s); using the "
                       "cached refs/%s",
                       what, st == KHUB_STATUS_OK ? r.error_code : hub->errmsg, fb_rev);

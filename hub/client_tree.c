@@ -188,8 +188,8 @@ static int tree_cached_entry(const cJSON *v, khub__tree_entry *e)
     return 1;
 }
 
-/* The files of trees/<commit>.json into files; false when there is no
- * usable cache file. */
+/* The files of trees/<commit>.json into files; false (silently) when there
+ * is no usable cache file. */
 bool khub__tree_read_cache(const char *path, khub__tree *files)
 {
     size_t n = 0;
@@ -207,10 +207,7 @@ bool khub__tree_read_cache(const char *path, khub__tree *files)
         if (!(ok = tree_cached_entry(v, &e) && tree_push(files, &e, e.path, strlen(e.path)))) break;
     }
     cJSON_Delete(root);
-    if (!ok) {
-        khub__log(NULL, KHUB_LOG_WARN, "ignoring the unusable tree cache %s", path);
-        khub__tree_free(files);
-    }
+    if (!ok) khub__tree_free(files);
     return ok;
 }
 
@@ -270,7 +267,7 @@ static void tree_write_cache(khub_hub *hub, const khub_hub_id *id, const char *c
     hub->err_set = 0;
     if (khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir) != KHUB_STATUS_OK ||
         khub__cache_write_tree(hub, repo_dir, commit, t) != KHUB_STATUS_OK)
-        khub__log(NULL, KHUB_LOG_WARN, "not caching the listing of %s/%s@%.12s: %s", id->org,
+        khub__log(hub->rt, KHUB_LOG_WARN, "not caching the listing of %s/%s@%.12s: %s", id->org,
                   id->name, commit, hub->errmsg);
     hub->err_set = saved;
     memcpy(hub->errmsg, msg, sizeof msg);
@@ -322,6 +319,10 @@ static khub_status list_tree_once(khub_hub *hub, const khub_hub_id *id, const ch
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "tree cache path too long");
     khub__tree files = {0};
     if (!khub__tree_read_cache(path, &files)) {
+        /* Warned here, where the handle (and its log callback) is known,
+         * and where the file is then fetched and rewritten. */
+        if (access(path, F_OK) == 0)
+            khub__log(hub->rt, KHUB_LOG_WARN, "ignoring the unusable tree cache %s", path);
         if (hub->offline)
             return khub__hub_fail(hub, KHUB_STATUS_OFFLINE,
                                   "listing %s/%s@%.12s: no cached listing (%s) and "

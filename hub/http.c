@@ -566,7 +566,7 @@ khub_status khub__http_fetch(khub_hub *hub, const khub__http_req *req, khub__htt
             long ra = hint > hub->max_retry_after_s ? hub->max_retry_after_s : hint;
             if (ra * 1000 > ms) ms = ra * 1000;
         }
-        khub__log(NULL, KHUB_LOG_INFO, "%s: %s, retrying in %ld ms", req->what,
+        khub__log(hub->rt, KHUB_LOG_INFO, "%s: %s, retrying in %ld ms", req->what,
                   st == KHUB_STATUS_OK ? "HTTP error" : hub->errmsg, ms);
         hub->err_set = saved; /* a retried failure is not the error to report */
         if (!progressed) {

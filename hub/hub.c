@@ -54,6 +54,11 @@ void khub_hub_set_progress(khub_hub *hub, khub_hub_progress_fn fn, void *ud)
     hub->progress_ud = ud;
 }
 
+void khub_hub_set_runtime(khub_hub *hub, const khub_runtime *rt)
+{
+    if (hub) hub->rt = rt;
+}
+
 /* ======================================================================== */
 /* Repo type: kernel first, model as the fallback                           */
 /* ======================================================================== */
@@ -112,7 +117,7 @@ bool khub__repo_fallback_begin(khub_hub *hub, const khub_hub_id *id, khub_status
     snprintf(hub->fallback_msg, sizeof hub->fallback_msg, "%s", hub->errmsg);
     repo_key(id, hub->legacy[hub->n_legacy++ % 8], sizeof hub->legacy[0]);
     khub__hub_clear(hub);
-    khub__log(NULL, KHUB_LOG_INFO, "%s/%s is not a kernel repo on %s; trying it as a model repo",
+    khub__log(hub->rt, KHUB_LOG_INFO, "%s/%s is not a kernel repo on %s; trying it as a model repo",
               id->org, id->name, hub->endpoint);
     return true;
 }

@@ -38,6 +38,8 @@ struct khub_hub {
     uint64_t n_requests;
     khub_hub_progress_fn progress;
     void *progress_ud;
+    const khub_runtime
+        *rt; /* log callback and level (khub_hub_set_runtime); borrowed, NULL = stderr */
     int err_set;
     char errmsg[KHUB_ERROR_SIZE];
     /* Files this handle itself hashed while writing them (a download, an
@@ -244,7 +246,8 @@ KHUB_INTERNAL khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, 
 KHUB_INTERNAL khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n,
                                            khub__tree *t);
 /* The files of a trees/<commit>.json at path into files; false (files
- * empty) when it is missing or unusable. */
+ * empty) when it is missing or unusable. Logs nothing: khub__list_tree
+ * warns about an unusable one through the hub's log. */
 KHUB_INTERNAL bool khub__tree_read_cache(const char *path, khub__tree *files);
 /* trees/<commit>.json in huggingface_hub's format_version 1. */
 KHUB_INTERNAL khub_status khub__cache_write_tree(khub_hub *hub, const char *repo_dir,

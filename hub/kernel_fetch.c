@@ -195,7 +195,7 @@ khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id, const 
         if (st != KHUB_STATUS_OK) return st;
         e->version = newest;
         if (newest < 0) snprintf(e->revision, sizeof e->revision, "main");
-        khub__log(NULL, KHUB_LOG_WARN, "%s: no version given; pinned to %s%s", e->repo,
+        khub__log(hub->rt, KHUB_LOG_WARN, "%s: no version given; pinned to %s%s", e->repo,
                   newest >= 0 ? "v" : "main", newest >= 0 ? "(newest)" : "");
     }
     khub_hub_variant_list *vl = NULL;

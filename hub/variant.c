@@ -147,7 +147,7 @@ static void verified_write(khub_hub *hub, const char *path, const char *lines)
     if (slash) *slash = '\0';
     if (khub__mkdirs(hub, dir) != KHUB_STATUS_OK ||
         khub__atomic_write(hub, path, lines, strlen(lines)) != KHUB_STATUS_OK)
-        khub__log(NULL, KHUB_LOG_DEBUG, "not recording verified fingerprints: %s", hub->errmsg);
+        khub__log(hub->rt, KHUB_LOG_DEBUG, "not recording verified fingerprints: %s", hub->errmsg);
     hub->err_set = saved;
     memcpy(hub->errmsg, msg, sizeof msg);
 }

@@ -161,6 +161,56 @@ TEST_IMPL(trees_unusable_file_ignored)
     fx_done(&fx);
 }
 
+typedef struct logged {
+    int n_warn;
+    char last[1024];
+} logged;
+
+static void capture(void *ud, khub_log_level level, const char *msg)
+{
+    logged *l = ud;
+    if (level != KHUB_LOG_WARN) return;
+    l->n_warn++;
+    snprintf(l->last, sizeof l->last, "%s", msg);
+}
+
+/* A hub handed a runtime (khub_hub_set_runtime) logs through the runtime's
+ * callback, not stderr: the unusable tree cache's warning arrives there,
+ * once, naming the file; unset again, the callback hears nothing. */
+TEST_IMPL(hub_warnings_go_to_the_runtime_log)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    logged lg = {0};
+    khub_runtime_opts ro = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 1, .log = capture,
+                            .log_ud = &lg};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&ro, &rt));
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_set_runtime(hub, rt);
+    khub_hub_id id = fx_id("org/demo@" C1);
+    char path[512];
+    tree_path(&fx, C1, path, sizeof path);
+    fx_write(path, "not json", 8);
+    khub__tree t = {0};
+    ASSERT_OK(khub__list_tree(hub, &id, C1, "", 0, &t));
+    khub__tree_free(&t);
+    ASSERT_EQ(lg.n_warn, 1);
+    ASSERT_CONTAINS(lg.last, "ignoring the unusable tree cache ");
+    ASSERT_CONTAINS(lg.last, "/trees/" C1 ".json");
+    ASSERT_OK(khub__list_tree(hub, &id, C1, "", 0, &t)); /* rewritten: no warning */
+    khub__tree_free(&t);
+    ASSERT_EQ(lg.n_warn, 1);
+    khub_hub_set_runtime(hub, NULL);
+    fx_write(path, "not json", 8);
+    ASSERT_OK(khub__list_tree(hub, &id, C1, "", 0, &t));
+    khub__tree_free(&t);
+    ASSERT_EQ(lg.n_warn, 1);
+    khub_hub_free(hub);
+    khub_runtime_free(rt);
+    fx_done(&fx);
+}
+
 /* A cache where trees/ cannot be written still lists (the write is best
  * effort): here trees is a file, which works as root too. */
 TEST_IMPL(trees_unwritable_cache)
@@ -275,6 +325,7 @@ TEST_IMPL(trees_written_by_huggingface_hub)
     X(trees_written_once_then_reused) \
     X(trees_offline) \
     X(trees_unusable_file_ignored) \
+    X(hub_warnings_go_to_the_runtime_log) \
     X(trees_unwritable_cache) \
     X(trees_read_by_huggingface_hub) \
     X(trees_written_by_huggingface_hub)

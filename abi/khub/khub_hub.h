@@ -133,6 +133,15 @@ KHUB_API uint64_t khub_hub_request_count(const khub_hub *hub);
 typedef void (*khub_hub_progress_fn)(void *ud, const char *path, uint64_t done, uint64_t total);
 KHUB_API void khub_hub_set_progress(khub_hub *hub, khub_hub_progress_fn fn, void *ud);
 
+/* Sends hub's log messages (a refused hub answered from the cached refs, an
+ * unusable tree cache, a no-version pin: WARN; retries and the model-repo
+ * fallback: INFO) to rt's log callback at rt's KHUB_OPT_LOG_LEVEL, as the
+ * runtime's own messages go (khub_log_set). rt is borrowed and must outlive
+ * hub or be unset first; NULL, the default, logs to stderr at WARN and
+ * above. Failures are not logged: they are returned with
+ * khub_hub_errmsg. Not thread-safe with other calls on hub. Since 0.1. */
+KHUB_API void khub_hub_set_runtime(khub_hub *hub, const khub_runtime *rt);
+
 /* ------------------------------------------------------------------------ */
 /* Resolution and downloads                                                 */
 /* ------------------------------------------------------------------------ */
