@@ -126,7 +126,7 @@ static khub_status pin_put(const khub_lock_entry *e, khub_lock_pin *out)
         return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE,
                           "khub_lock_pin: struct_size %u is below 0.1's %zu",
                           (unsigned)out->struct_size, offsetof(khub_lock_pin, reserved));
-    khub_lock_pin p = {KHUB_STRUCT_INIT(khub_lock_pin), .version = e->version,
+    khub_lock_pin p = {KHUB_APP_INIT(khub_lock_pin), .version = e->version,
                        .n_variants = (uint32_t)e->n_variants};
     snprintf(p.repo, sizeof p.repo, "%s", e->repo);
     snprintf(p.revision, sizeof p.revision, "%s", e->revision);

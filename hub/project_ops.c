@@ -26,7 +26,7 @@ static khub_status too_small(khub_hub *hub, const char *what, uint32_t size, siz
 
 static void entry_to_pin(const khub_lock_entry *e, khub_lock_pin *p)
 {
-    *p = (khub_lock_pin){KHUB_STRUCT_INIT(khub_lock_pin), .version = e->version,
+    *p = (khub_lock_pin){KHUB_APP_INIT(khub_lock_pin), .version = e->version,
                          .n_variants = (uint32_t)e->n_variants};
     snprintf(p->repo, sizeof p->repo, "%s", e->repo);
     snprintf(p->revision, sizeof p->revision, "%s", e->revision);
@@ -57,7 +57,7 @@ khub_status khub_lock_kernel(khub_hub *hub, khub_lock *lock, const khub_hub_id *
 {
     KHUB_API_CHECK(NULL, hub != NULL && lock != NULL && id != NULL);
     khub__hub_clear(hub);
-    khub_lock_opts o = {KHUB_STRUCT_INIT(khub_lock_opts)};
+    khub_lock_opts o = {KHUB_APP_INIT(khub_lock_opts)};
     if (opts) {
         if (!REACHES(opts, khub_lock_opts, allow_downgrade))
             return too_small(hub, "khub_lock_opts", opts->struct_size,
@@ -85,7 +85,7 @@ khub_status khub_lock_kernel(khub_hub *hub, khub_lock *lock, const khub_hub_id *
     }
     if (out) {
         uint32_t size = out->struct_size;
-        khub_lock_result r = {KHUB_STRUCT_INIT(khub_lock_result), .replaced = old != NULL,
+        khub_lock_result r = {KHUB_APP_INIT(khub_lock_result), .replaced = old != NULL,
                               .downgrade = down};
         entry_to_pin(&e, &r.pin);
         if (old) entry_to_pin(old, &r.previous);
@@ -128,7 +128,7 @@ khub_status khub_lock_sync(khub_hub *hub, const khub_lock *lock, size_t i,
     KHUB_FORWARD_IF_ERROR(NULL, entry_at(hub, lock, i, &e));
     size_t n = 0;
     KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_sync_entry(hub, e, opts && opts->all_variants, &n));
-    khub_sync_result r = {KHUB_STRUCT_INIT(khub_sync_result), .n_checked = (uint32_t)n};
+    khub_sync_result r = {KHUB_APP_INIT(khub_sync_result), .n_checked = (uint32_t)n};
     /* Only a warning: a cache it cannot read is no reason to fail the sync. */
     if (khub__kernel_cached_newer(hub, e, r.newer_version, r.newer_commit) != KHUB_STATUS_OK) {
         khub__hub_clear(hub);
@@ -156,7 +156,7 @@ khub_status khub_lock_outdated(khub_hub *hub, const khub_lock *lock, size_t i,
     khub_hub_id id;
     if (khub_lock_pin_id(&pin, &id) != KHUB_STATUS_OK)
         return khub__hub_fail(hub, KHUB_STATUS_BAD_ID, "%s", khub_last_error());
-    khub_outdated_result r = {KHUB_STRUCT_INIT(khub_outdated_result), .newest = -1};
+    khub_outdated_result r = {KHUB_APP_INIT(khub_outdated_result), .newest = -1};
     int32_t versions[1024];
     size_t n = 0;
     KHUB_FORWARD_IF_ERROR(NULL, khub_hub_resolve(hub, &id, r.now));

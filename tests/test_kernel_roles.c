@@ -75,7 +75,7 @@ TEST_IMPL(every_field_reaches_its_role)
     for (size_t i = 0; i < N_ROWS; i++) {
         /* No mapping: none next to the (absent) model, none in the test's
          * working directory. */
-        khub_model_kernels mk = {KHUB_STRUCT_INIT(khub_model_kernels)};
+        khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels)};
         const char **field[] = {
 #define FIELD(NAME, name, flag, opts_field) &mk.flag,
             KHUB_KERNEL_ROLES(FIELD)

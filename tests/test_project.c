@@ -84,7 +84,7 @@ TEST_IMPL(lock_parse_save_load_and_pins)
     ASSERT_OK(khub_lock_save(lock, path, err, sizeof err));
     ASSERT_OK(khub_lock_load(path, &again, err, sizeof err));
     unlink(path);
-    khub_lock_pin p = {KHUB_STRUCT_INIT(khub_lock_pin)};
+    khub_lock_pin p = {KHUB_APP_INIT(khub_lock_pin)};
     ASSERT_OK(khub_lock_pin_at(again, 0, &p));
     ASSERT_STR_EQ(p.repo, "org/k");
     ASSERT_EQ(p.version, 3);
@@ -132,7 +132,7 @@ TEST_IMPL(import_python_lock)
     khub_lock *lock = NULL;
     ASSERT_OK(khub_lock_import_python(path, &lock, notes, sizeof notes, err, sizeof err));
     ASSERT_EQ(khub_lock_count(lock), 1u);
-    khub_lock_pin p = {KHUB_STRUCT_INIT(khub_lock_pin)};
+    khub_lock_pin p = {KHUB_APP_INIT(khub_lock_pin)};
     ASSERT_OK(khub_lock_pin_at(lock, 0, &p));
     ASSERT_STR_EQ(p.repo, "kernels-community/activation");
     ASSERT_EQ(p.version, 1);
@@ -159,7 +159,7 @@ TEST_IMPL(lock_sync_outdated_and_downgrade)
     khub_lock *lock = NULL;
     ASSERT_OK(khub_lock_new(&lock));
     khub_hub_id id = fx_id("org/demo@version=1");
-    khub_lock_result r = {KHUB_STRUCT_INIT(khub_lock_result)};
+    khub_lock_result r = {KHUB_APP_INIT(khub_lock_result)};
     ASSERT_OK(khub_lock_kernel(hub, lock, &id, NULL, &r));
     ASSERT_STR_EQ(r.pin.repo, "org/demo");
     ASSERT_EQ(r.pin.version, 1);
@@ -169,14 +169,14 @@ TEST_IMPL(lock_sync_outdated_and_downgrade)
     ASSERT_EQ(r.replaced, 0);
     ASSERT_EQ(khub_lock_count(lock), 1u);
 
-    khub_sync_result s = {KHUB_STRUCT_INIT(khub_sync_result)};
+    khub_sync_result s = {KHUB_APP_INIT(khub_sync_result)};
     ASSERT_OK(khub_lock_sync(hub, lock, 0, NULL, &s));
     ASSERT_EQ(s.n_checked, 1u);
     ASSERT_STR_EQ(s.newer_version, "");
     ASSERT_STATUS(khub_lock_sync(hub, lock, 1, NULL, &s), KHUB_STATUS_NOT_FOUND);
     ASSERT_STR_EQ(khub_hub_errmsg(hub), "lock entry 1 is past the 1 pins");
 
-    khub_outdated_result o = {KHUB_STRUCT_INIT(khub_outdated_result)};
+    khub_outdated_result o = {KHUB_APP_INIT(khub_outdated_result)};
     ASSERT_OK(khub_lock_outdated(hub, lock, 0, &o));
     ASSERT_STR_EQ(o.now, C1);
     ASSERT_EQ(o.moved, 0);
@@ -202,10 +202,10 @@ TEST_IMPL(lock_sync_outdated_and_downgrade)
                   "org/demo: the pin now resolves to commit 111111111111, version 1.0.0, older "
                   "than the locked 1.5.0 (commit 222222222222): the branch was moved back to an "
                   "older build; refusing to downgrade (--allow-downgrade accepts it)");
-    khub_lock_pin p = {KHUB_STRUCT_INIT(khub_lock_pin)};
+    khub_lock_pin p = {KHUB_APP_INIT(khub_lock_pin)};
     ASSERT_OK(khub_lock_pin_at(moved, 0, &p));
     ASSERT_STR_EQ(p.commit, C2);
-    khub_lock_opts lo = {KHUB_STRUCT_INIT(khub_lock_opts), .allow_downgrade = 1};
+    khub_lock_opts lo = {KHUB_APP_INIT(khub_lock_opts), .allow_downgrade = 1};
     ASSERT_OK(khub_lock_kernel(hub, moved, &id, &lo, &r));
     ASSERT_EQ(r.downgrade, 1);
     ASSERT_EQ(r.replaced, 1);

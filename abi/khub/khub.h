@@ -11,7 +11,7 @@
  *         return 1;
  *     }
  *     khub_plugin_load_builtin(rt);                 // ref-cpu and friends
- *     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_NORM};
+ *     khub_op_query q = {KHUB_APP_INIT(khub_op_query), .kind = KHUB_OP_NORM};
  *     khub_binding *norm = NULL;
  *     khub_registry_select(rt, &q, &norm);
  *     khub_binding_call(norm, &norm_args);          // safe during hot reload
@@ -51,6 +51,24 @@ extern "C" {
 #else
 #define KHUB_API
 #endif
+
+/* Initialiser of the header of an application struct (one the application
+ * fills or hands to the library to fill: khub_runtime_opts, khub_op_query,
+ * khub_plugin_info, khub_hub_opts, khub_kernel_opts, khub_kernel_result,
+ * khub_model_kernels, khub_model_opts, khub_model_info, khub_generate_opts,
+ * khub_generate_result, and khub_project.h's): its size, and the application
+ * API's version (KHUB_API_VERSION_*) in the abi_major/abi_minor words.
+ *
+ * Application structs are versioned by struct_size alone: a field appended
+ * in a later release is read only when struct_size covers it, and the
+ * stamp is never compared, so one built against an older header keeps
+ * working, and so does one stamped with the plugin ABI's numbers by
+ * KHUB_STRUCT_INIT (what callers before 0.1's split wrote), whatever
+ * plugin minor that was. Plugin structs (khub_plugin.h) keep
+ * KHUB_STRUCT_INIT. Since 0.1. */
+#define KHUB_APP_INIT(type) \
+    .struct_size = sizeof(type), .abi_major = KHUB_API_VERSION_MAJOR, \
+    .abi_minor = KHUB_API_VERSION_MINOR
 
 /* Size of an error buffer that always holds a whole message. */
 #define KHUB_ERROR_SIZE 512

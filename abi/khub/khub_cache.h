@@ -4,7 +4,7 @@
  * it, whether its bytes are intact, what can be removed, and which kernel
  * builds are quarantined because they crashed a process.
  *
- *     khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .offline = 1};
+ *     khub_hub_opts o = {KHUB_APP_INIT(khub_hub_opts), .offline = 1};
  *     khub_hub *hub = NULL;
  *     if (khub_hub_new(&o, &hub) != KHUB_STATUS_OK)
  *         return fprintf(stderr, "%s\n", khub_last_error()), 1;

@@ -5,19 +5,19 @@
  *
  *     khub_hub *hub = NULL;
  *     khub_hub_new(NULL, &hub);
- *     khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .lock_path = "khub.lock"};
- *     khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
+ *     khub_kernel_opts ko = {KHUB_APP_INIT(khub_kernel_opts), .lock_path = "khub.lock"};
+ *     khub_kernel_result kr = {KHUB_APP_INIT(khub_kernel_result)};
  *     if (khub_kernel_fetch(hub, rt, "kernels-community/flash-attn2@version=1", &ko, &kr))
  *         fprintf(stderr, "%s\n", khub_runtime_errmsg(rt));
- *     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_ATTENTION,
+ *     khub_op_query q = {KHUB_APP_INIT(khub_op_query), .kind = KHUB_OP_ATTENTION,
  *                        .plugin_id = kr.plugin_id, .op_name = kr.op_name[0] ? kr.op_name : NULL};
  *
  * A model with its kernels named by Hub ID (from_pretrained's
  * attn_implementation, quantization_config and cache_implementation, with
  * the device and threads in the base options):
  *
- *     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .device = {KHUB_DEVICE_CPU, 0}};
- *     khub_model_kernels mk = {KHUB_STRUCT_INIT(khub_model_kernels),
+ *     khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .device = {KHUB_DEVICE_CPU, 0}};
+ *     khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels),
  *                              .attn = "kernels-community/flash-attn2", .quant = "nf4",
  *                              .cache = "static", .mapping_path = "khub.json"};
  *     khub_model *m = NULL;

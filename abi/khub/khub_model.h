@@ -9,14 +9,14 @@
  *     khub_runtime *rt = NULL;
  *     khub_runtime_new(NULL, &rt);
  *     khub_plugin_load_builtin(rt);
- *     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts),
+ *     khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),
  *                           .attn_impl = "khub/cpu-avx2"};  // a loaded plugin, or NULL
  *     khub_model *m = NULL;
  *     if (khub_model_load(rt, "SmolLM2-135M-Instruct.Q4_1.gguf", &mo, &m) != KHUB_STATUS_OK)
  *         fprintf(stderr, "%s\n", khub_runtime_errmsg(rt));
  *     const char *prompts[] = {"The capital of France is"};
- *     khub_generate_opts go = {KHUB_STRUCT_INIT(khub_generate_opts), .max_new_tokens = 32};
- *     khub_generate_result res = {KHUB_STRUCT_INIT(khub_generate_result)};
+ *     khub_generate_opts go = {KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = 32};
+ *     khub_generate_result res = {KHUB_APP_INIT(khub_generate_result)};
  *     khub_model_generate(m, prompts, 1, &go, &res);
  *     printf("%s\n", res.text);
  *     khub_generate_results_free(m, &res, 1);

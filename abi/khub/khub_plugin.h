@@ -71,7 +71,10 @@ extern "C" {
     uint16_t abi_minor
 
 /* Initialiser for those fields: the struct's size and ABI version as the
- * plugin's target minor declares them (KHUB_PLUGIN_TARGET_MINOR). */
+ * plugin's target minor declares them (KHUB_PLUGIN_TARGET_MINOR). For the
+ * structs a plugin exchanges with the host; an application's own structs
+ * (khub.h and the other application headers) take KHUB_APP_INIT, and
+ * ignore these numbers when given them. */
 #define KHUB_STRUCT_INIT(type) \
     .struct_size = sizeof(type), .abi_major = KHUB_ABI_MAJOR, .abi_minor = KHUB_PLUGIN_TARGET_MINOR
 

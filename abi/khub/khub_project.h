@@ -14,7 +14,7 @@
  *         return fprintf(stderr, "%s\n", khub_last_error()), 1;
  *     for (size_t i = 0; i < khub_mapping_kernel_count(map); i++) {    // khub lock
  *         khub_hub_id id;
- *         khub_lock_result r = {KHUB_STRUCT_INIT(khub_lock_result)};
+ *         khub_lock_result r = {KHUB_APP_INIT(khub_lock_result)};
  *         khub_hub_id_parse(khub_mapping_kernel(map, i), &id, NULL, 0);
  *         if (khub_lock_kernel(hub, lock, &id, NULL, &r) != KHUB_STATUS_OK)
  *             return fprintf(stderr, "%s\n", khub_hub_errmsg(hub)), 1;
@@ -22,7 +22,7 @@
  *     }
  *     khub_lock_save(lock, "khub.lock", err, sizeof err);
  *     for (size_t i = 0; i < khub_lock_count(lock); i++) {              // khub sync
- *         khub_sync_result s = {KHUB_STRUCT_INIT(khub_sync_result)};
+ *         khub_sync_result s = {KHUB_APP_INIT(khub_sync_result)};
  *         khub_lock_sync(hub, lock, i, NULL, &s);
  *     }
  *     khub_hub_free(hub);

@@ -6,7 +6,7 @@
  * library use it through HF_ENDPOINT. docs/hub-server.md describes the
  * folder layout, the endpoints, the limits and the test faults.
  *
- *     khub_server_opts so = {KHUB_STRUCT_INIT(khub_server_opts), .dir = "repos"};
+ *     khub_server_opts so = {KHUB_APP_INIT(khub_server_opts), .dir = "repos"};
  *     khub_server *srv = NULL;
  *     char err[KHUB_ERROR_SIZE];
  *     if (khub_server_start(&so, &srv, err, sizeof err) != KHUB_STATUS_OK)

@@ -1,8 +1,10 @@
 /*
  * khub_version.h: version macros for libkhub and for the plugin ABI.
  *
- * Two numbers live here and they move independently:
+ * Three numbers live here and they move independently:
  *   - the library version (KHUB_VERSION_*), bumped with every release;
+ *   - the application API version (KHUB_API_VERSION_*), the library's
+ *     major.minor: the version of the structs an application fills;
  *   - the plugin ABI version (KHUB_ABI_*), bumped only when a struct that
  *     crosses the plugin boundary grows (minor) or breaks (major).
  *
@@ -28,6 +30,15 @@
     ((KHUB_VERSION_MAJOR << 16) | (KHUB_VERSION_MINOR << 8) | KHUB_VERSION_PATCH)
 
 #define KHUB_VERSION_AT_LEAST(x, y, z) (KHUB_VERSION_NUM >= (((x) << 16) | ((y) << 8) | (z)))
+
+/* The application API (khub.h, khub_hub.h, khub_kernels.h, khub_model.h,
+ * khub_project.h): versioned with the library, not with the plugin ABI.
+ * KHUB_APP_INIT (khub.h) stamps an application struct with these numbers,
+ * but the library tells the versions of those structs apart by struct_size
+ * alone and never compares the stamp (abi/ABI.md, "The application API").
+ * Since 0.1. */
+#define KHUB_API_VERSION_MAJOR KHUB_VERSION_MAJOR
+#define KHUB_API_VERSION_MINOR KHUB_VERSION_MINOR
 
 /* The plugin ABI. A plugin built against ABI a.b loads into a host of ABI
  * A.B when a == A and b <= B (see abi/ABI.md). */

@@ -399,11 +399,13 @@ void khub_generate_results_free(khub_model *m, khub_generate_result *results, si
         khub__free(m->rt, r->text, r->text ? r->text_len + 1 : 0);
         khub__free(m->rt, r->tokens,
                    r->tokens ? (r->n_tokens ? (size_t)r->n_tokens : 1) * sizeof *r->tokens : 0);
+        /* The caller's header stays as the caller wrote it. */
         uint32_t size = r->struct_size;
+        uint16_t major = r->abi_major, minor = r->abi_minor;
         memset(r, 0, sizeof *r);
         r->struct_size = size;
-        r->abi_major = KHUB_ABI_MAJOR;
-        r->abi_minor = KHUB_ABI_MINOR;
+        r->abi_major = major;
+        r->abi_minor = minor;
     }
 }
 

@@ -685,8 +685,8 @@ static void fill_info(khub_model *m)
     const khub_model_config *c = &m->cfg;
     khub_model_info *i = &m->info;
     i->struct_size = sizeof *i;
-    i->abi_major = KHUB_ABI_MAJOR;
-    i->abi_minor = KHUB_ABI_MINOR;
+    i->abi_major = KHUB_API_VERSION_MAJOR; /* an application struct */
+    i->abi_minor = KHUB_API_VERSION_MINOR;
     snprintf(i->arch, sizeof i->arch, "%s", khub__model_arch_name(c->arch));
     i->n_layers = (int32_t)c->n_layers;
     i->hidden = (int32_t)c->hidden_size;

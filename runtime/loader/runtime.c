@@ -327,11 +327,13 @@ khub_status khub_runtime_new(const khub_runtime_opts *opts, khub_runtime **out)
     char level_err[160];
     if (khub__cpu_level_check(level_err, sizeof level_err) != 0)
         return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "khub_runtime_new: %s", level_err);
-    if (opts && (opts->struct_size < offsetof(khub_runtime_opts, log_ud) + sizeof(void *) ||
-                 opts->abi_major != KHUB_ABI_MAJOR))
-        return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE,
-                          "khub_runtime_opts: struct_size %u / ABI %u is not this library's",
-                          (unsigned)opts->struct_size, (unsigned)opts->abi_major);
+    /* An application struct: struct_size is its version, and the stamp is
+     * not compared (callers stamped it with the plugin ABI's numbers before
+     * 0.1, KHUB_APP_INIT with the API's; ABI.md "The application API"). */
+    if (opts && opts->struct_size < offsetof(khub_runtime_opts, log_ud) + sizeof(void *))
+        return khub__fail(
+            NULL, KHUB_STATUS_STRUCT_SIZE, "khub_runtime_opts: struct_size %u is below 0.1's %zu",
+            (unsigned)opts->struct_size, offsetof(khub_runtime_opts, log_ud) + sizeof(void *));
     khub_allocator a = (opts && opts->allocator.realloc) ? opts->allocator : default_alloc;
     khub_runtime *rt = a.realloc(a.ud, NULL, 0, sizeof *rt);
     if (!rt) return khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_runtime_new: out of memory");

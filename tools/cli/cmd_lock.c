@@ -116,8 +116,8 @@ static void print_pin(const char *verb, const khub_lock_pin *p)
 static int lock_one(const char *cmd, const char *verb, khub_hub *hub, khub_lock *lock,
                     const khub_hub_id *id, const char *label, int allow_downgrade)
 {
-    khub_lock_opts o = {KHUB_STRUCT_INIT(khub_lock_opts), .allow_downgrade = allow_downgrade};
-    khub_lock_result r = {KHUB_STRUCT_INIT(khub_lock_result)};
+    khub_lock_opts o = {KHUB_APP_INIT(khub_lock_opts), .allow_downgrade = allow_downgrade};
+    khub_lock_result r = {KHUB_APP_INIT(khub_lock_result)};
     khub_status st = khub_lock_kernel(hub, lock, id, &o, &r);
     if (st == KHUB_STATUS_DOWNGRADE) return khub_cli_fail(cmd, "%s", khub_hub_errmsg(hub));
     if (st != KHUB_STATUS_OK) return khub_cli_fail(cmd, "%s: %s", label, khub_hub_errmsg(hub));
@@ -147,14 +147,14 @@ static int lock_import(const char *cmd, khub_hub *hub, const char *path, khub_lo
     int rc = 0;
     for (size_t i = 0; i < khub_lock_count(imp) && !rc; i++) {
         khub_hub_id id;
-        khub_lock_pin src = {KHUB_STRUCT_INIT(khub_lock_pin)};
+        khub_lock_pin src = {KHUB_APP_INIT(khub_lock_pin)};
         khub_lock_pin_at(imp, i, &src);
         khub_lock_pin_id(&src, &id);
         /* A kernels.lock names each kernel once; allow_downgrade keeps a
          * repeated one from being judged against the first. */
-        khub_lock_opts o = {KHUB_STRUCT_INIT(khub_lock_opts), .commit = src.commit,
+        khub_lock_opts o = {KHUB_APP_INIT(khub_lock_opts), .commit = src.commit,
                             .allow_downgrade = 1};
-        khub_lock_result r = {KHUB_STRUCT_INIT(khub_lock_result)};
+        khub_lock_result r = {KHUB_APP_INIT(khub_lock_result)};
         if (khub_lock_kernel(hub, lock, &id, &o, &r) != KHUB_STATUS_OK) {
             rc = khub_cli_fail(cmd, "%s: %s", src.repo, khub_hub_errmsg(hub));
             break;
@@ -259,10 +259,10 @@ static int run_sync(int argc, char **argv)
     khub_lock *lock = NULL;
     if ((rc = load_lock("sync", &a, lpath, sizeof lpath, &lock))) return rc;
     khub_hub *hub = open_hub("sync");
-    khub_sync_opts so = {KHUB_STRUCT_INIT(khub_sync_opts), .all_variants = a.all};
+    khub_sync_opts so = {KHUB_APP_INIT(khub_sync_opts), .all_variants = a.all};
     for (size_t i = 0; hub && i < khub_lock_count(lock) && !rc; i++) {
-        khub_lock_pin e = {KHUB_STRUCT_INIT(khub_lock_pin)};
-        khub_sync_result r = {KHUB_STRUCT_INIT(khub_sync_result)};
+        khub_lock_pin e = {KHUB_APP_INIT(khub_lock_pin)};
+        khub_sync_result r = {KHUB_APP_INIT(khub_sync_result)};
         khub_lock_pin_at(lock, i, &e);
         if (khub_lock_sync(hub, lock, i, &so, &r) != KHUB_STATUS_OK) {
             rc = khub_cli_fail("sync", "%s", khub_hub_errmsg(hub));
@@ -342,8 +342,8 @@ static int run_outdated(int argc, char **argv)
     khub_hub *hub = open_hub("outdated");
     int stale = 0;
     for (size_t i = 0; hub && i < khub_lock_count(lock) && !rc; i++) {
-        khub_lock_pin e = {KHUB_STRUCT_INIT(khub_lock_pin)};
-        khub_outdated_result r = {KHUB_STRUCT_INIT(khub_outdated_result)};
+        khub_lock_pin e = {KHUB_APP_INIT(khub_lock_pin)};
+        khub_outdated_result r = {KHUB_APP_INIT(khub_outdated_result)};
         khub_lock_pin_at(lock, i, &e);
         if (khub_lock_outdated(hub, lock, i, &r) != KHUB_STATUS_OK) {
             rc = khub_cli_fail("outdated", "%s: %s", e.repo, khub_hub_errmsg(hub));
@@ -399,7 +399,7 @@ static int run_update(int argc, char **argv)
         rc = lock_mapping("update", hub, kpath, lock, only[0] ? only : NULL, a.allow_downgrade);
     } else {
         for (size_t i = 0; !rc && i < khub_lock_count(lock); i++) {
-            khub_lock_pin old = {KHUB_STRUCT_INIT(khub_lock_pin)};
+            khub_lock_pin old = {KHUB_APP_INIT(khub_lock_pin)};
             khub_hub_id id;
             khub_lock_pin_at(lock, i, &old);
             if (only[0] && strcmp(only, old.repo)) continue;
@@ -441,13 +441,13 @@ static int run_fetch(int argc, char **argv)
         khub_runtime_free(rt);
         return 1;
     }
-    khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts),
+    khub_kernel_opts ko = {KHUB_APP_INIT(khub_kernel_opts),
                            .policy_path = a.policy,
                            .lock_path = a.lock,
                            .allow_unsigned = a.allow_unsigned,
                            .strict = a.strict,
                            .allow_name_mismatch = a.allow_name_mismatch};
-    khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
+    khub_kernel_result kr = {KHUB_APP_INIT(khub_kernel_result)};
     khub_status st = khub_kernel_fetch(hub, rt, a.id, &ko, &kr);
     if (st != KHUB_STATUS_OK) {
         rc = khub_cli_fail("fetch", "%s: %s", khub_status_name(st), khub_runtime_errmsg(rt));

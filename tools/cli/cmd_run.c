@@ -63,7 +63,7 @@ static int role_of_flag(const char *f)
 static int parse(int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof *a);
-    a->gen = (khub_generate_opts){KHUB_STRUCT_INIT(khub_generate_opts), .max_new_tokens = 128};
+    a->gen = (khub_generate_opts){KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = 128};
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d = 0;
@@ -218,7 +218,7 @@ static void print_json(khub_runtime *rt, khub_model *m, const run_args *a,
     cJSON_AddNumberToObject(t, "decode_tok_s", res[0].decode_tok_s);
     cJSON_AddNumberToObject(o, "peak_rss_kib", (double)peak_rss_kib());
     cJSON_AddNumberToObject(o, "threads", pool_threads(rt));
-    khub_model_info info = {KHUB_STRUCT_INIT(khub_model_info)};
+    khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
     if (khub_model_info_get(m, &info) == KHUB_STATUS_OK) {
         cJSON_AddNumberToObject(o, "max_context", (double)info.max_context);
         cJSON_AddNumberToObject(o, "context_length", (double)info.context_length);
@@ -240,13 +240,13 @@ static int run(int argc, char **argv)
     if (!rt) return 1;
     if (a.allow_quarantined) khub_runtime_set_option(rt, KHUB_OPT_ALLOW_QUARANTINED, 1);
     if (a.verify_kernels) khub_runtime_set_option(rt, KHUB_OPT_VERIFY_KERNELS, 1);
-    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .strict = a.strict,
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .strict = a.strict,
                           .quant_embeddings = a.quant_embeddings, .max_context = a.max_context};
     if (!a.json && isatty(2)) {
         mo.progress = on_layer;
         mo.progress_ud = (void *)a.model;
     }
-    khub_model_kernels mk = {KHUB_STRUCT_INIT(khub_model_kernels),
+    khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels),
 #define ROLE_FIELD(NAME, name, flag, field) .flag = a.role[KHUB_KERNEL_ROLE_##NAME],
                              KHUB_KERNEL_ROLES(ROLE_FIELD)
 #undef ROLE_FIELD
@@ -278,11 +278,11 @@ static int run(int argc, char **argv)
     if (stream) a.gen.callback = on_text;
     khub_generate_result res[MAX_PROMPTS];
     for (int i = 0; i < MAX_PROMPTS; i++)
-        res[i] = (khub_generate_result){KHUB_STRUCT_INIT(khub_generate_result)};
+        res[i] = (khub_generate_result){KHUB_APP_INIT(khub_generate_result)};
     khub_status st = khub_model_generate(m, a.prompts, (size_t)a.n_prompts, &a.gen, res);
     if (st == KHUB_STATUS_CONTEXT_FULL) {
         if (stream) fputc('\n', stdout);
-        khub_model_info info = {KHUB_STRUCT_INIT(khub_model_info)};
+        khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
         khub_model_info_get(m, &info);
         rc = khub_cli_fail("run", "%s; --max-context N raises it (the model was trained for %lld)",
                            khub_runtime_errmsg(rt), (long long)info.context_length);
