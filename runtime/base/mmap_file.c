@@ -66,8 +66,3 @@ void khub__mmap_close(khub_runtime *rt, khub_mmap *m)
     if (m->path) khub__strfree(rt, m->path);
     memset(m, 0, sizeof *m);
 }
-
-void khub__mmap_prefetch(const khub_mmap *m)
-{
-    if (m && m->data) (void)madvise((void *)m->data, m->size, MADV_WILLNEED);
-}

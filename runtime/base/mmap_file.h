@@ -31,8 +31,4 @@ KHUB_INTERNAL khub_status khub__mmap_open(khub_runtime *rt, const char *path, kh
 /* Unmaps and frees m's path; m is zeroed. NULL or a zeroed m is fine. */
 KHUB_INTERNAL void khub__mmap_close(khub_runtime *rt, khub_mmap *m);
 
-/* Tells the kernel the mapping will be read sequentially soon (madvise
- * WILLNEED); a hint only, failures are ignored. */
-KHUB_INTERNAL void khub__mmap_prefetch(const khub_mmap *m);
-
 #endif /* KHUB_RUNTIME_MMAP_FILE_H */

@@ -138,4 +138,11 @@ KHUB_INTERNAL khub_status khub__model_config_from_gguf(khub_runtime *rt, const k
 /* "llama", "mistral", "qwen2", "qwen3"; "unknown" otherwise. */
 KHUB_INTERNAL const char *khub__model_arch_name(khub_model_arch arch);
 
+/* Transformers' defaults for the optional fields (model_config.c). */
+KHUB_INTERNAL void khub__model_config_defaults(khub_model_config *c);
+/* The shape and value checks every source's config passes; name (the file)
+ * goes into the message. */
+KHUB_INTERNAL khub_status khub__model_config_validate(khub_runtime *rt, const char *name,
+                                                      khub_model_config *c);
+
 #endif /* KHUB_RUNTIME_MODEL_CONFIG_H */

@@ -76,16 +76,6 @@ static const dtype_info dtypes[KHUB_ST_DTYPE__COUNT] = {
     [KHUB_ST_F4] = {"F4", 4, DT(KHUB_DL_OPAQUE, 4)},
 };
 
-const char *khub__st_dtype_name(khub_st_dtype d)
-{
-    return (unsigned)d < KHUB_ST_DTYPE__COUNT ? dtypes[d].name : "?";
-}
-
-int khub__st_dtype_bits(khub_st_dtype d)
-{
-    return (unsigned)d < KHUB_ST_DTYPE__COUNT ? dtypes[d].bits : 0;
-}
-
 static bool dtype_from_name(const char *s, khub_st_dtype *out)
 {
     for (int i = 0; i < KHUB_ST_DTYPE__COUNT; i++)

@@ -127,9 +127,4 @@ KHUB_INTERNAL size_t khub__safetensors_shard_count(const khub_safetensors *st);
 /* The path of shard i (as opened), or NULL when out of range. */
 KHUB_INTERNAL const char *khub__safetensors_shard_path(const khub_safetensors *st, size_t i);
 
-/* "BF16", ...; "?" for an unknown value. */
-KHUB_INTERNAL const char *khub__st_dtype_name(khub_st_dtype d);
-/* Bits per element (BOOL: 8, F4: 4, F6_*: 6). */
-KHUB_INTERNAL int khub__st_dtype_bits(khub_st_dtype d);
-
 #endif /* KHUB_RUNTIME_SAFETENSORS_H */

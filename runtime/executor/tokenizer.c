@@ -406,7 +406,6 @@ int32_t khub__tok_find_any(const khub_tokenizer *tok, const char *s, size_t n)
 size_t khub__tokenizer_n_vocab(const khub_tokenizer *tok) { return tok->n_entries; }
 int32_t khub__tokenizer_bos(const khub_tokenizer *tok) { return tok->bos; }
 int32_t khub__tokenizer_eos(const khub_tokenizer *tok) { return tok->eos; }
-int32_t khub__tokenizer_pad(const khub_tokenizer *tok) { return tok->pad; }
 const char *khub__tokenizer_chat_template(const khub_tokenizer *tok) { return tok->chat_template; }
 const char *khub__tokenizer_pre_name(const khub_tokenizer *tok)
 {

@@ -139,7 +139,6 @@ KHUB_INTERNAL void khub__tokenizer_free_text(const khub_tokenizer *tok, char *te
 KHUB_INTERNAL size_t khub__tokenizer_n_vocab(const khub_tokenizer *tok);
 KHUB_INTERNAL int32_t khub__tokenizer_bos(const khub_tokenizer *tok);
 KHUB_INTERNAL int32_t khub__tokenizer_eos(const khub_tokenizer *tok);
-KHUB_INTERNAL int32_t khub__tokenizer_pad(const khub_tokenizer *tok);
 /* True for CONTROL tokens (special added tokens). False for ids outside. */
 KHUB_INTERNAL bool khub__tokenizer_is_special(const khub_tokenizer *tok, int32_t id);
 /* True for the eos id and for the end-of-turn/end-of-text tokens that stop

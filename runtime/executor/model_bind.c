@@ -1,0 +1,250 @@
+/*
+ * model_bind.c: a model's op bindings, selected from the registry per
+ * (role, dtype) on first use: the linear and qlinear ops of its weights,
+ * the ops without weights, the KV cache, and khub_model_explain, which
+ * lists them.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "model_impl.h"
+
+/* ======================================================================== */
+/* Bindings                                                                 */
+/* ======================================================================== */
+
+static const char *const role_names[KHUB__ROLE__COUNT] = {
+    "embed_dequant", "quantize",  "rms_norm", "rms_norm+residual", "qkv_proj",     "rotary",
+    "kv_cache",      "attention", "o_proj",   "gate_up_proj",      "silu_and_mul", "down_proj",
+    "lm_head"};
+
+/* The binding for (role, dtype_id), selecting it on first use. */
+static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t dtype_id,
+                        uint32_t flags, const char *pref, khub_binding **out)
+{
+    for (int i = 0; i < m->n_bound; i++) {
+        if (m->bound[i].role == role && m->bound[i].dtype_id == dtype_id) {
+            *out = m->bound[i].b;
+            return KHUB_STATUS_OK;
+        }
+    }
+    KHUB_RETURN_IF(m->rt, m->n_bound >= (int)(sizeof m->bound / sizeof m->bound[0]),
+                   KHUB_STATUS_INTERNAL, "%s: too many op bindings", m->file);
+    /* pref is "plugin/id" or "plugin/id:op" (an op inside it, as a Hub ID's
+     * :symbol names one). */
+    char pid[160] = "", *op = NULL;
+    if (pref) {
+        snprintf(pid, sizeof pid, "%s", pref);
+        char *colon = strchr(pid, ':');
+        if (colon) *colon = '\0', op = colon + 1;
+    }
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
+                       .kind = kind,
+                       .device_type = KHUB_DEVICE_CPU,
+                       .dtype_id = dtype_id,
+                       .head_dim = role == KHUB__ROLE_ATTENTION ? (int32_t)m->cfg.head_dim : 0,
+                       .flags = flags,
+                       .plugin_id = pref ? pid : NULL,
+                       .op_name = op && *op ? op : NULL};
+    khub_binding *b = NULL;
+    khub_status st = khub_registry_select(m->rt, &q, &b);
+    if (st != KHUB_STATUS_OK) return st; /* the registry's message names the op */
+    m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b};
+    KHUB_LOG_I(m->rt, "%s -> %s", role_names[role], khub_binding_name(b));
+    *out = b;
+    return KHUB_STATUS_OK;
+}
+
+/* True when b's op has the qlinear method asked for (quantize or dequantize). */
+static bool has_qmethod(const khub_binding *b, bool quantize)
+{
+    void *state;
+    const khub_qlinear_methods *qm = khub_binding_methods(b, &state);
+    if (!qm || qm->struct_size < offsetof(khub_qlinear_methods, dequantize) + sizeof(void *))
+        return false;
+    return quantize ? qm->quantize != NULL : qm->dequantize != NULL;
+}
+
+/* Binds a qlinear op of dtype_id that has the method asked for. The best
+ * ranked qlinear may lack it (methods are optional), so when it does, the
+ * loaded plugins are asked one by one for a qlinear op that has it. */
+khub_status khub__model_bind_qmethod(khub_model *m, khub__role role, int32_t dtype_id,
+                                     bool quantize, const char *pref, khub_binding **out)
+{
+    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, role, KHUB_OP_QLINEAR, dtype_id, 0, pref, out));
+    if (has_qmethod(*out, quantize)) return KHUB_STATUS_OK;
+    m->n_bound--; /* forget the binding without the method */
+    for (size_t i = 0; i < khub_plugin_count(m->rt); i++) {
+        const khub_plugin *pl = khub_plugin_at(m->rt, i);
+        for (uint32_t k = 0; k < khub_plugin_op_count(pl); k++) {
+            const khub_op_desc *op = khub_plugin_op(pl, k);
+            const khub_qlinear_methods *qm = op ? op->methods : NULL;
+            if (!op || op->kind != KHUB_OP_QLINEAR || !qm ||
+                !(quantize ? qm->quantize : qm->dequantize))
+                continue;
+            khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_QLINEAR,
+                               .device_type = KHUB_DEVICE_CPU,  .dtype_id = dtype_id,
+                               .plugin_id = khub_plugin_id(pl), .op_name = op->name};
+            khub_binding *b = NULL;
+            if (khub_registry_select(m->rt, &q, &b) != KHUB_STATUS_OK) {
+                khub__clear(m->rt);
+                continue;
+            }
+            if (!has_qmethod(b, quantize)) continue;
+            m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b};
+            *out = b;
+            return KHUB_STATUS_OK;
+        }
+    }
+    return khub__fail(m->rt, KHUB_STATUS_NO_KERNEL,
+                      "%s: no loaded qlinear plugin can %s %s weights; load one that does "
+                      "(khub/ref-cpu can)",
+                      m->file, quantize ? "quantize to" : "dequantize",
+                      khub__dtype_short(KHUB_DTYPE_Q(dtype_id - KHUB_DTYPE_ID_QBASE)));
+}
+
+/* Binds the linear (dense) or qlinear (block format) op for mat's dtype. A
+ * dense f16/bf16 weight that no linear plugin serves is converted to f32
+ * once, with a log line, rather than failing. */
+khub_status khub__model_bind_mat(khub_model *m, const load_prefs *p, khub__role role,
+                                 khub__mat *mat)
+{
+    khub_dtype dt = mat->w.t.dtype;
+    bool q = dt.code == KHUB_DL_BLOCKQ;
+    uint32_t flags = mat->bias.t.data ? KHUB_CAP_BIAS : 0;
+    const char *pref = q && p->pref[KHUB_KERNEL_ROLE_QUANT] ? p->pref[KHUB_KERNEL_ROLE_QUANT]
+                                                            : p->pref[KHUB_KERNEL_ROLE_LINEAR];
+    khub_status st = bind(m, role, q ? KHUB_OP_QLINEAR : KHUB_OP_LINEAR, khub_dtype_id_of(dt),
+                          flags, pref, &mat->op);
+    if (st != KHUB_STATUS_NO_KERNEL || q || khub_dtype_id_of(dt) == KHUB_DTYPE_ID_F32) return st;
+    khub__clear(m->rt);
+    KHUB_LOG_I(m->rt, "%s: no linear op takes %s weights; using an f32 copy of '%s'", m->file,
+               khub__dtype_short(dt), mat->w.name);
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__weight_to_f32(m->rt, &mat->w));
+    return bind(m, role, KHUB_OP_LINEAR, KHUB_DTYPE_ID_F32, flags, pref, &mat->op);
+}
+
+/* ======================================================================== */
+/* Ops without weights and the KV cache                                     */
+/* ======================================================================== */
+
+khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
+{
+    const khub_model_config *c = &m->cfg;
+    int kv_id = khub_dtype_id_of(m->kv_dtype);
+    uint32_t aflags = KHUB_CAP_CAUSAL | KHUB_CAP_STRIDED_KV;
+    if (c->n_kv_heads < c->n_heads) aflags |= KHUB_CAP_GQA;
+    if (kv_id == KHUB_DTYPE_ID_F16) aflags |= KHUB_CAP_KV_F16;
+    if (c->sliding_window > 0) aflags |= KHUB_CAP_SLIDING;
+    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_NORM, KHUB_OP_NORM, KHUB_DTYPE_ID_F32, 0,
+                                      p->pref[KHUB_KERNEL_ROLE_NORM], &m->norm));
+    KHUB_FORWARD_IF_ERROR(m->rt,
+                          bind(m, KHUB__ROLE_NORM_RESIDUAL, KHUB_OP_NORM, KHUB_DTYPE_ID_F32,
+                               KHUB_CAP_RESIDUAL, p->pref[KHUB_KERNEL_ROLE_NORM], &m->norm_res));
+    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ROTARY, KHUB_OP_ROTARY, KHUB_DTYPE_ID_F32, 0,
+                                      p->pref[KHUB_KERNEL_ROLE_ROTARY], &m->rotary));
+    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ACT, KHUB_OP_ACTIVATION, KHUB_DTYPE_ID_F32, 0,
+                                      p->pref[KHUB_KERNEL_ROLE_ACTIVATION], &m->act));
+    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ATTENTION, KHUB_OP_ATTENTION, kv_id, aflags,
+                                      p->pref[KHUB_KERNEL_ROLE_ATTENTION], &m->attention));
+    return bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, p->pref[KHUB_KERNEL_ROLE_CACHE],
+                &m->kv_op);
+}
+
+khub_status khub__model_make_cache(khub_model *m)
+{
+    const khub_model_config *c = &m->cfg;
+    void *state = NULL;
+    const khub_op_desc *op = khub_binding_acquire(m->kv_op, &state);
+    const khub_kv_cache_methods *kv = op ? op->methods : NULL;
+    khub_status st = KHUB_STATUS_OK;
+    if (!kv || !kv->create || !kv->destroy || !kv->write || !kv->view || !kv->truncate) {
+        st = khub__fail(m->rt, KHUB_STATUS_PLUGIN_INVALID, "%s: %s lacks a KV cache method",
+                        m->file, khub_binding_name(m->kv_op));
+    } else {
+        khub_kv_cache_config cc = {KHUB_STRUCT_INIT(khub_kv_cache_config),
+                                   .n_layers = (int32_t)c->n_layers,
+                                   .n_kv_heads = (int32_t)c->n_kv_heads,
+                                   .head_dim = (int32_t)c->head_dim,
+                                   .n_seqs = m->max_seqs,
+                                   .max_tokens = m->max_context,
+                                   .dtype = m->kv_dtype};
+        st = kv->create(state, &cc, &m->cache);
+        if (st != KHUB_STATUS_OK)
+            khub__fail(m->rt, st,
+                       "%s: creating a KV cache of %lld tokens x %d sequences in %s "
+                       "failed",
+                       m->file, (long long)m->max_context, (int)m->max_seqs,
+                       khub_binding_name(m->kv_op));
+        m->kv = kv;
+        m->kv_state = state;
+    }
+    khub_binding_release(m->kv_op);
+    if (st == KHUB_STATUS_OK) {
+        size_t per = (size_t)c->n_layers * (size_t)c->n_kv_heads * (size_t)c->head_dim * 2 *
+                     (size_t)(m->kv_dtype.bits / 8);
+        m->info.scratch_bytes += per * (size_t)m->max_context * (size_t)m->max_seqs;
+    }
+    return st;
+}
+
+/* ======================================================================== */
+/* Explain and tokens                                                       */
+/* ======================================================================== */
+
+/* Appends to a growing string; false on OOM. */
+static bool append(khub_runtime *rt, char **s, size_t *len, size_t *cap, const char *text)
+{
+    size_t n = strlen(text);
+    if (*len + n + 1 > *cap) {
+        size_t nc = (*cap ? *cap * 2 : 1024);
+        while (nc < *len + n + 1) nc *= 2;
+        char *p = khub__realloc(rt, *s, *cap, nc);
+        if (!p) return false;
+        *s = p;
+        *cap = nc;
+    }
+    memcpy(*s + *len, text, n + 1);
+    *len += n;
+    return true;
+}
+
+const char *khub_model_explain(khub_model *m)
+{
+    if (!m) return "";
+    if (m->explain) return m->explain;
+    char *s = NULL, line[512];
+    size_t len = 0, cap = 0;
+    bool ok = true;
+    for (int i = 0; i < m->n_bound && ok; i++) {
+        const khub__bound *b = &m->bound[i];
+        const char *dt = "";
+        if (b->dtype_id >= KHUB_DTYPE_ID_QBASE)
+            dt = khub__dtype_short(KHUB_DTYPE_Q(b->dtype_id - KHUB_DTYPE_ID_QBASE));
+        else if (b->dtype_id == KHUB_DTYPE_ID_F16)
+            dt = "f16";
+        else if (b->dtype_id == KHUB_DTYPE_ID_BF16)
+            dt = "bf16";
+        else if (b->dtype_id == KHUB_DTYPE_ID_F32)
+            dt = "f32";
+        snprintf(line, sizeof line, "%s[%s]: %s\n", role_names[b->role], dt,
+                 khub_binding_name(b->b));
+        ok = append(m->rt, &s, &len, &cap, line);
+        const char *tr = khub_binding_trace(b->b);
+        while (ok && tr && *tr) {
+            const char *nl = strchr(tr, '\n');
+            size_t n = nl ? (size_t)(nl - tr) : strlen(tr);
+            snprintf(line, sizeof line, "    %.*s\n", (int)(n < 400 ? n : 400), tr);
+            ok = append(m->rt, &s, &len, &cap, line);
+            tr = nl ? nl + 1 : tr + n;
+        }
+    }
+    if (!ok || !s) {
+        khub__free(m->rt, s, cap);
+        return "";
+    }
+    /* Shrink to strlen + 1 so khub__strfree can release it. */
+    m->explain = khub__strdup(m->rt, s);
+    khub__free(m->rt, s, cap);
+    return m->explain ? m->explain : "";
+}
