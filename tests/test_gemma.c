@@ -297,7 +297,7 @@ TEST_IMPL(gemma3_matches_transformers)
             "  %d prompts: logits within 1e-3, greedy equal on %d, near-tie divergence "
             "on %d\n",
             n_cases, n_cases - near_ties, near_ties);
-    ASSERT(n_cases >= 5 && greedy_ok == n_cases);
+    ASSERT(n_cases >= 8 && greedy_ok == n_cases);
     free(got);
     khub_model_free(m);
     khub_runtime_free(rt);
