@@ -364,8 +364,8 @@ khub_status khub__cache_scan(khub_hub *hub, khub_cache_report **out)
     if (!*out) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "cache scan: out of memory");
     khub_cache_report *rep = *out;
     rep->struct_size = sizeof *rep;
-    rep->abi_major = KHUB_ABI_MAJOR;
-    rep->abi_minor = KHUB_ABI_MINOR;
+    rep->abi_major = KHUB_API_VERSION_MAJOR; /* an application struct */
+    rep->abi_minor = KHUB_API_VERSION_MINOR;
     DIR *d = opendir(hub->cache_dir);
     if (!d)
         return errno == ENOENT ? KHUB_STATUS_OK

@@ -16,7 +16,7 @@ typedef struct pub_fixture {
 
 static khub_server_opts server_opts(const char *dir)
 {
-    khub_server_opts so = {KHUB_STRUCT_INIT(khub_server_opts), .dir = dir, .faults = ""};
+    khub_server_opts so = {KHUB_APP_INIT(khub_server_opts), .dir = dir, .faults = ""};
     return so;
 }
 
@@ -159,7 +159,7 @@ TEST_IMPL(cache_scan_verify_prune)
     khub_cache_report *r = NULL;
     ASSERT_OK(khub_cache_scan(hub, &r));
     ASSERT_EQ(r->struct_size, sizeof *r);
-    ASSERT_EQ(r->abi_major, KHUB_ABI_MAJOR);
+    ASSERT_EQ(r->abi_major, KHUB_API_VERSION_MAJOR);
     ASSERT_EQ(r->n_repos, 1);
     ASSERT_STR_EQ(r->repos[0].id, "org/demo");
     ASSERT_STR_EQ(r->repos[0].type, "kernel");
@@ -283,7 +283,7 @@ TEST_IMPL(cache_misuse)
     ASSERT_STATUS(khub_cache_scan(NULL, &r), KHUB_STATUS_MISUSE);
     ASSERT(r == NULL);
     ASSERT_STR_EQ(khub_last_error(), "khub_cache_scan: hub is NULL");
-    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = "/nonexistent/khub-cache",
+    khub_hub_opts o = {KHUB_APP_INIT(khub_hub_opts), .cache_dir = "/nonexistent/khub-cache",
                        .token = "", .offline = 1};
     khub_hub *hub = NULL;
     ASSERT_OK(khub_hub_new(&o, &hub));

@@ -15,7 +15,7 @@
 int main(int argc, char **argv)
 {
     if (argc != 2) return fprintf(stderr, "usage: serve_app DIR\n"), 2;
-    khub_server_opts so = {KHUB_STRUCT_INIT(khub_server_opts), .dir = argv[1], .faults = ""};
+    khub_server_opts so = {KHUB_APP_INIT(khub_server_opts), .dir = argv[1], .faults = ""};
     khub_server *srv = NULL;
     char err[KHUB_ERROR_SIZE];
     if (khub_server_start(&so, &srv, err, sizeof err) != KHUB_STATUS_OK)
@@ -23,7 +23,7 @@ int main(int argc, char **argv)
     printf("port %u\n", khub_server_port(srv));
     char endpoint[64], commit[41];
     snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%u", khub_server_port(srv));
-    khub_hub_opts ho = {KHUB_STRUCT_INIT(khub_hub_opts),
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts),
                         .endpoint = endpoint,
                         .cache_dir = argv[1],
                         .token = "",

@@ -197,8 +197,7 @@ static int run_cache(int argc, char **argv)
     }
     if (!strcmp(sub, "unquarantine") && !id == !all)
         return khub_cli_usage(&cache_cmd, "unquarantine needs a repo ID (org/name) or --all");
-    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .cache_dir = dir, .token = "",
-                       .offline = 1};
+    khub_hub_opts o = {KHUB_APP_INIT(khub_hub_opts), .cache_dir = dir, .token = "", .offline = 1};
     khub_hub *hub = NULL;
     if (khub_hub_new(&o, &hub) != KHUB_STATUS_OK)
         return khub_cli_fail("cache", "%s", khub_last_error());

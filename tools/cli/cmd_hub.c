@@ -290,7 +290,7 @@ static const khub_cli_cmd serve_cmd;
 static int run_serve(int argc, char **argv)
 {
     if (khub_cli_wants_help(&serve_cmd, argc, argv)) return 0;
-    khub_server_opts o = {KHUB_STRUCT_INIT(khub_server_opts)};
+    khub_server_opts o = {KHUB_APP_INIT(khub_server_opts)};
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--port") && i + 1 < argc) {
             long port = option_number(argv[++i], 0, 65535);
