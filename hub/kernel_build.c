@@ -241,7 +241,7 @@ static khub_status write_metadata(const khub_kernel_manifest *m, const char *vdi
     cJSON_AddStringToObject(j, "variant", variant);
     cJSON *abi = cJSON_AddObjectToObject(j, "abi");
     cJSON_AddNumberToObject(abi, "major", KHUB_ABI_MAJOR);
-    cJSON_AddNumberToObject(abi, "minor", KHUB_ABI_MINOR);
+    cJSON_AddNumberToObject(abi, "minor", m->target_minor); /* what the plugins' notes say */
     cJSON *be = cJSON_AddObjectToObject(j, "backend");
     cJSON_AddStringToObject(be, "type", backend);
     cJSON *archs = cJSON_AddArrayToObject(be, "archs");
@@ -303,7 +303,7 @@ static khub_status compile_so(const khub_kernel_manifest *m, const khub_build_op
 {
     const char *cc = (o && o->cc) ? o->cc : (getenv("CC") ? getenv("CC") : "cc");
     char *argv[MAX_ARGS];
-    char srcpath[KHUB_KM_MAX_SOURCES][1200], incflag[1200], dirflag[1200];
+    char srcpath[KHUB_KM_MAX_SOURCES][1200], incflag[1200], dirflag[1200], minorflag[48];
     int a = 0;
     argv[a++] = (char *)cc;
     static const char *base[] = {"-std=gnu11",
@@ -321,6 +321,10 @@ static khub_status compile_so(const khub_kernel_manifest *m, const khub_build_op
     snprintf(dirflag, sizeof dirflag, "-I%s", m->dir);
     argv[a++] = incflag;
     argv[a++] = dirflag;
+    /* kernel.json's abi.target_minor (or the header's minor): the plugin's
+     * ABI note and structs say 1.N and it sees only what 1.N declares. */
+    snprintf(minorflag, sizeof minorflag, "-DKHUB_PLUGIN_TARGET_MINOR=%d", m->target_minor);
+    argv[a++] = minorflag;
     for (size_t i = 0; i < n_flags; i++) argv[a++] = flags[i];
     for (size_t i = 0; i < n_sources; i++) {
         snprintf(srcpath[i], sizeof srcpath[i], "%s/%s", m->dir, sources[i]);
@@ -411,9 +415,10 @@ static khub_status nvrtc_artifacts(const khub_kernel_manifest *m, const khub_bui
                                    built_file *files, size_t *n_files, char *errbuf,
                                    size_t errbuf_size)
 {
-    char incopt[1300];
+    char incopt[1300], minoropt[48];
     snprintf(incopt, sizeof incopt, "-I%s", inc);
-    const char *extra[] = {incopt};
+    snprintf(minoropt, sizeof minoropt, "-DKHUB_PLUGIN_TARGET_MINOR=%d", m->target_minor);
+    const char *extra[] = {incopt, minoropt};
     for (size_t s = 0; s < m->n_cuda_sources; s++) {
         char path[1200], stem[128];
         snprintf(path, sizeof path, "%s/%s", m->dir, m->cuda_sources[s]);
@@ -437,7 +442,7 @@ static khub_status nvrtc_artifacts(const khub_kernel_manifest *m, const khub_bui
                 char *img = NULL;
                 size_t img_n = 0;
                 khub_status st = khub__nvrtc_compile(nv, src, m->cuda_sources[s], m->ccs[c], kind,
-                                                     extra, 1, &img, &img_n, errbuf, errbuf_size);
+                                                     extra, 2, &img, &img_n, errbuf, errbuf_size);
                 if (st != KHUB_STATUS_OK) {
                     free(src);
                     return st;

@@ -5,6 +5,7 @@
  * its field.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +129,42 @@ static khub_status parse_glibc_ceiling(ctx *c, const cJSON *j, khub_kernel_manif
     }
     if (!p || *p || parts < 2 || parts > 3)
         return bad(c, "'glibc_ceiling' '%s' is not a glibc version like GLIBC_2.28", g);
+    return KHUB_STATUS_OK;
+}
+
+/* Optional "abi": {"target_minor": N}, the KHUB_PLUGIN_TARGET_MINOR the
+ * plugins are built with (khub_version.h): hosts of ABI major.N and newer
+ * then load them. A minor newer than this khub's ABI is refused here, with
+ * the range it can build, rather than by the compiler's #error. Any other
+ * key in "abi" is refused: a misspelt target_minor must not silently build
+ * for the newest ABI, which older hosts refuse. */
+static khub_status parse_abi(ctx *c, const cJSON *j, khub_kernel_manifest *m)
+{
+    m->target_minor = KHUB_ABI_MINOR;
+    const cJSON *abi = cJSON_GetObjectItemCaseSensitive(j, "abi"), *e;
+    if (!abi) return KHUB_STATUS_OK;
+    if (!cJSON_IsObject(abi)) return bad(c, "'abi' must be an object like {\"target_minor\": 2}");
+    cJSON_ArrayForEach(e, abi)
+    {
+        if (strcmp(e->string, "target_minor") != 0)
+            return bad(c, "abi.%s is not a field (abi has only target_minor)", e->string);
+    }
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(abi, "target_minor");
+    if (!t) return KHUB_STATUS_OK;
+    double v = cJSON_IsNumber(t) ? t->valuedouble : -1;
+    if (!cJSON_IsNumber(t) || v != floor(v))
+        return bad(c, "abi.target_minor must be a whole number (the N of plugin ABI %d.N)",
+                   KHUB_ABI_MAJOR);
+    if (v > KHUB_ABI_MINOR)
+        return bad(c,
+                   "abi.target_minor %g is newer than this khub's plugin ABI %d.%d (it builds "
+                   "for %d.%d-%d.%d): lower target_minor or use a newer khub",
+                   v, KHUB_ABI_MAJOR, KHUB_ABI_MINOR, KHUB_ABI_MAJOR, KHUB_ABI_MINOR_MIN,
+                   KHUB_ABI_MAJOR, KHUB_ABI_MINOR);
+    if (v < KHUB_ABI_MINOR_MIN)
+        return bad(c, "abi.target_minor %g is older than this khub's oldest plugin ABI %d.%d", v,
+                   KHUB_ABI_MAJOR, KHUB_ABI_MINOR_MIN);
+    m->target_minor = (int)t->valuedouble;
     return KHUB_STATUS_OK;
 }
 
@@ -269,6 +306,7 @@ khub_status khub__km_parse(const char *json, size_t n, const char *dir, khub_ker
     khub_status st = parse_repo(&c, j, out);
     if (st == KHUB_STATUS_OK) st = parse_ops(&c, j, out);
     if (st == KHUB_STATUS_OK) st = parse_glibc_ceiling(&c, j, out);
+    if (st == KHUB_STATUS_OK) st = parse_abi(&c, j, out);
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(j, "sources");
     if (st == KHUB_STATUS_OK && !cJSON_IsObject(src))
         st = bad(&c, "'sources' must be an object with 'cpu', 'cuda_host' and/or 'cuda'");

@@ -70,6 +70,10 @@ typedef struct khub_kernel_manifest {
     khub_km_selftest tests[KHUB_KM_MAX_TESTS];
     size_t n_tests;
     char glibc_ceiling[32]; /* "GLIBC_x.y" for the ABI gate; "" = its default */
+    /* "abi": {"target_minor": N}: the plugin ABI minor the plugins are built
+     * for (-DKHUB_PLUGIN_TARGET_MINOR=N), KHUB_ABI_MINOR_MIN..KHUB_ABI_MINOR;
+     * KHUB_ABI_MINOR when kernel.json has none. */
+    int target_minor;
 } khub_kernel_manifest;
 
 /* Reads dir/kernel.json. Errors name the field: "kernel.json: ops[1].kind

@@ -46,6 +46,46 @@ for spec in "attention cpu,cuda" "norm cpu,cuda" "activation cpu,cuda" "linear c
     echo "ok   init/build/check $1 ($2)"
 done
 
+# kernel.json's "abi": {"target_minor": N} builds the plugins with
+# -DKHUB_PLUGIN_TARGET_MINOR=N: their ABI notes and metadata.json say 1.N (so
+# hosts of 1.N load them), and khub check passes; a minor newer than this
+# khub's header, or a misspelt key, is refused by name before anything is built.
+hdr_minor=$(sed -n 's/^#define KHUB_ABI_MINOR *\([0-9]*\).*/\1/p' "$SRC/abi/khub/khub_version.h")
+target=$((hdr_minor - 1))
+set_abi() { # DIR JSON-OBJECT
+    python3 - "$1/kernel.json" "$2" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1])); m["abi"] = json.loads(sys.argv[2])
+json.dump(m, open(sys.argv[1], "w"), indent=2)
+PY
+}
+"$KHUB" init acme/tmin --kind norm > /dev/null || fail "init tmin"
+set_abi tmin "{\"target_minor\": $target}"
+"$KHUB" build tmin --quiet > build.log 2>&1 || fail "build tmin: $(cat build.log)"
+for so in tmin/build/khub1-cpu-*-linux/tmin-*.so; do
+    "$KHUB" check "$so" > check.log 2>&1 || { cat check.log; fail "check $so"; }
+    grep -q "^ok   acme/tmin 1.0.0 (ABI 1.$target)$" check.log || fail "ABI note of $so: $(head -1 check.log)"
+done
+python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))["abi"]; assert a == {"major": 1, "minor": int(sys.argv[2])}, a' \
+    tmin/build/khub1-cpu-*-linux/metadata.json "$target" || fail "metadata.json abi of tmin"
+"$KHUB" check tmin > check.log 2>&1 || { cat check.log; fail "check tmin"; }
+grep -q "0 findings" check.log || fail "check tmin summary"
+rm -rf tmin/build
+set_abi tmin "{\"target_minor\": $((hdr_minor + 1))}"
+if "$KHUB" build tmin > build.log 2>&1; then fail "build accepted target_minor $((hdr_minor + 1))"; fi
+grep -q "khub build: kernel.json: abi.target_minor $((hdr_minor + 1)) is newer than this khub's plugin ABI 1.$hdr_minor (it builds for 1.0-1.$hdr_minor): lower target_minor or use a newer khub$" build.log ||
+    fail "newer target_minor message: $(cat build.log)"
+[ ! -e tmin/build ] || fail "a refused build wrote tmin/build"
+set_abi tmin '{"target-minor": 1}'
+if "$KHUB" build tmin > build.log 2>&1; then fail "build accepted abi.target-minor"; fi
+grep -q "kernel.json: abi.target-minor is not a field (abi has only target_minor)" build.log ||
+    fail "misspelt abi key message: $(cat build.log)"
+set_abi tmin '{"target_minor": 1.5}'
+if "$KHUB" build tmin > build.log 2>&1; then fail "build accepted target_minor 1.5"; fi
+grep -q "kernel.json: abi.target_minor must be a whole number (the N of plugin ABI 1.N)" build.log ||
+    fail "fractional target_minor message: $(cat build.log)"
+echo "ok   kernel.json abi.target_minor: plugins stamped 1.$target, a newer minor refused"
+
 # provenance in metadata.json: a scaffold committed to git builds clean (its
 # own build/ does not count), an edit makes it dirty, a tree outside git is
 # "unknown" and dirty; the compiler's and NVRTC's versions are recorded.
