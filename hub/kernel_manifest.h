@@ -80,8 +80,8 @@ typedef struct khub_kernel_manifest {
  * 'softmax' is not an op kind (attention, linear, qlinear, kv_cache, norm,
  * activation, rotary)". Source names must be plain relative paths inside
  * dir (no '..', not absolute). */
-KHUB_INTERNAL khub_status khub__km_load(const char *dir, khub_kernel_manifest *out, char *errbuf,
-                                        size_t errbuf_size);
+KHUB_PRIVATE_API khub_status khub__km_load(const char *dir, khub_kernel_manifest *out, char *errbuf,
+                                           size_t errbuf_size);
 KHUB_INTERNAL khub_status khub__km_parse(const char *json, size_t n, const char *dir,
                                          khub_kernel_manifest *out, char *errbuf,
                                          size_t errbuf_size);

@@ -52,7 +52,7 @@ typedef struct khub_publish_result {
  * commit), HTTP (412: the branch moved during the publish; other codes),
  * NETWORK, UNSAFE_PATH (a symlink or odd name in build/), IO, OVERFLOW.
  * The message is khub_hub_errmsg(hub). */
-KHUB_INTERNAL khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o,
-                                        khub_publish_result *res);
+KHUB_PRIVATE_API khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o,
+                                           khub_publish_result *res);
 
 #endif /* KHUB_HUB_PUBLISH_H */

@@ -56,22 +56,22 @@ typedef struct khub_trust_policy khub_trust_policy;
 
 /* Generates a key pair: private key (PEM, 0600) at priv_path and public key
  * line at pub_path. Refuses to overwrite existing files (EXISTS). */
-KHUB_INTERNAL khub_status khub__key_generate(const char *priv_path, const char *pub_path,
-                                             khub_pubkey *out, char *errbuf, size_t errbuf_size);
+KHUB_PRIVATE_API khub_status khub__key_generate(const char *priv_path, const char *pub_path,
+                                                khub_pubkey *out, char *errbuf, size_t errbuf_size);
 /* Parses a "khub-ed25519 <base64>" line (trailing newline allowed). */
 KHUB_INTERNAL khub_status khub__pubkey_parse(const char *line, khub_pubkey *out);
 KHUB_INTERNAL khub_status khub__pubkey_load(const char *path, khub_pubkey *out, char *errbuf,
                                             size_t errbuf_size);
 /* Formats key as its one-line text form into buf (>= 64 bytes). */
-KHUB_INTERNAL void khub__pubkey_format(const khub_pubkey *key, char *buf, size_t n);
+KHUB_PRIVATE_API void khub__pubkey_format(const khub_pubkey *key, char *buf, size_t n);
 
 /* Signs data with the private key at priv_path; writes the signature JSON
  * (NUL-terminated, caller frees with free()) to *sig_json. */
 KHUB_INTERNAL khub_status khub__sign(const char *priv_path, const void *data, size_t n,
                                      char **sig_json, char *errbuf, size_t errbuf_size);
 /* Signs the file at path, writing path + ".sig". */
-KHUB_INTERNAL khub_status khub__sign_file(const char *priv_path, const char *path, char *errbuf,
-                                          size_t errbuf_size);
+KHUB_PRIVATE_API khub_status khub__sign_file(const char *priv_path, const char *path, char *errbuf,
+                                             size_t errbuf_size);
 
 #define KHUB_SIG_STATEMENT_MAGIC "khub-signed-statement 1"
 
@@ -102,8 +102,8 @@ KHUB_INTERNAL khub_status khub__sign_statement(const char *priv_path,
 /* Signs the metadata.json at path with a format-2 statement (its name,
  * version, variant and digest), writing path + ".sig". METADATA_INVALID
  * when it does not parse. */
-KHUB_INTERNAL khub_status khub__sign_metadata(const char *priv_path, const char *path, char *errbuf,
-                                              size_t errbuf_size);
+KHUB_PRIVATE_API khub_status khub__sign_metadata(const char *priv_path, const char *path,
+                                                 char *errbuf, size_t errbuf_size);
 
 /* Parses a signature JSON of either format, strictly (unknown fields,
  * duplicate keys, trailing text: PARSE with the reason in errbuf). */

@@ -15,8 +15,19 @@ t_begin author
 # With NVRTC (opened at run time) the CUDA variant must be built; without it
 # khub build says why it skipped it, and so does this test.
 nvrtc=1
-for spec in "attention cpu,cuda" "norm cpu,cuda" "activation cpu,cuda" "linear cpu,cuda" \
-    "qlinear cpu,cuda" "rotary cpu,cuda" "kv_cache cpu" "norm cpu" "activation cuda" "rotary cuda"; do
+specs=("attention cpu,cuda" "norm cpu,cuda" "activation cpu,cuda" "linear cpu,cuda"
+    "qlinear cpu,cuda" "rotary cpu,cuda" "kv_cache cpu" "norm cpu" "activation cuda" "rotary cuda")
+# every template of hub/author/templates/index.json is instantiated below, with
+# each backend it offers: a new template cannot go untested
+for t in $(python3 -c 'import json, sys
+for t in json.load(open(sys.argv[1]))["templates"]:
+    print(t["kind"] + ("/cuda" if t["cuda"] else ""))' "$SRC/hub/author/templates/index.json"); do
+    printf '%s\n' "${specs[@]}" | grep -q "^${t%/cuda} cpu" || fail "template ${t%/cuda}: no cpu spec"
+    if [[ $t == */cuda ]]; then
+        printf '%s\n' "${specs[@]}" | grep -q "^${t%/cuda} .*cuda" || fail "template ${t%/cuda}: no cuda spec"
+    fi
+done
+for spec in "${specs[@]}"; do
     set -- $spec
     name="t-$1-${2/,/-}"
     "$KHUB" init "acme/$name" --kind "$1" --backends "$2" > init.log || fail "init $1: $(cat init.log)"

@@ -3,12 +3,15 @@
 # abi/SYMBOLS.md lists, its SONAME is the major version, neither it nor the
 # CLI links the CUDA driver or NVRTC (both are dlopened), and every built-in
 # plugin exports only its entry and does not link libkhub. Issue 12: the hub
-# server and fault injector are libkhub_server, out of libkhub.
+# server and fault injector are libkhub_server, out of libkhub; the kernel
+# author's code (compiler driver, NVRTC, templates) is libkhub_author, which
+# exports exactly its part of SYMBOLS.md and links libkhub.
 set -euo pipefail
 B=${KHUB_BUILD:?}
 fail() { echo "FAIL: $*"; exit 1; }
 
-bash "${KHUB_SRC:?}/tools/check-symbols.sh" --headers "$B/libkhub.so" "$B/libkhub_server.so"
+bash "${KHUB_SRC:?}/tools/check-symbols.sh" --headers "$B/libkhub.so" "$B/libkhub_server.so" \
+    "$B/libkhub_author.so"
 
 major=$(sed -n 's/^#define KHUB_VERSION_MAJOR *\([0-9]*\).*/\1/p' "$KHUB_SRC/abi/khub/khub_version.h")
 soname=$(readelf -d "$B/libkhub.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
@@ -43,13 +46,35 @@ exported=$(nm -D --defined-only "$B/libkhub_server.so" | awk 'NF >= 3 {print $3}
     fail "libkhub_server exports: $(echo $exported); khub_server.h declares: $(echo $declared)"
 echo "ok   libkhub_server.so.$major: the server and its faults, linking libkhub and libmicrohttpd; libkhub links neither"
 
-for f in "$B/libkhub.so" "${KHUB_BIN:?}"; do
+soname=$(readelf -d "$B/libkhub_author.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "libkhub_author.so.$major" ] || fail "libkhub_author SONAME is '$soname'"
+readelf -d "$B/libkhub_author.so" | grep -q "NEEDED.*\[libkhub.so.$major\]" ||
+    fail "libkhub_author.so does not link libkhub.so.$major"
+echo "ok   libkhub_author: SONAME $soname, links libkhub.so.$major"
+
+# libkhub.so holds no authoring code: none of its symbols (the full symbol
+# table, hidden ones too: nm, not only nm -D) is the compiler driver's,
+# NVRTC's or the templates', none of its dynamic symbols is khub_author_*,
+# and neither NVRTC's library name nor a template's text is in its bytes.
+all_syms=$(nm "$B/libkhub.so")
+grep -q ' khub__pool_new$' <<< "$all_syms" || fail "libkhub.so has no symbol table to check (stripped?)"
+if grep -E ' (khub__kernel_build|khub__variant_pack|khub__nvrtc_[a-z_]*|khub__cpu_variant_name|khub__author_[a-z_]*|khub_author_[a-z_]*)$' <<< "$all_syms"; then
+    fail "libkhub.so contains authoring code (above)"
+fi
+if nm -D --defined-only "$B/libkhub.so" | grep ' khub_author_'; then fail "libkhub.so exports khub_author_*"; fi
+for text in libnvrtc TEMPLATE_CNAME; do
+    if grep -aq "$text" "$B/libkhub.so"; then fail "libkhub.so contains '$text'"; fi
+    grep -aq "$text" "$B/libkhub_author.so" || fail "libkhub_author.so lacks '$text' (test out of date?)"
+done
+echo "ok   libkhub.so carries no compiler driver, NVRTC or templates; libkhub_author.so does"
+
+for f in "$B/libkhub.so" "$B/libkhub_author.so" "${KHUB_BIN:?}"; do
     dyn=$(readelf -d "$f") || fail "cannot read $f"
     if grep -E 'NEEDED.*(libcuda|libnvrtc|libcudart)' <<< "$dyn"; then
         fail "$f links CUDA; it must be opened at run time"
     fi
 done
-echo "ok   libkhub and khub link no CUDA library"
+echo "ok   libkhub, libkhub_author and khub link no CUDA library"
 
 n=0
 for so in "$B"/plugins/*.so; do
@@ -64,4 +89,4 @@ for so in "$B"/plugins/*.so; do
 done
 [ "$n" -ge 1 ] || fail "no built-in plugins in $B/plugins"
 echo "ok   $n built-in plugins export only khub_plugin_init_v1, carry .note.khub, skip libkhub"
-echo "5 passed, 0 failed"
+echo "7 passed, 0 failed"

@@ -17,6 +17,6 @@
  * library in its bindir (as configured: CMAKE_INSTALL_LIBDIR/BINDIR). False
  * when that file cannot be found, the path does not fit, or it is absent
  * (from the build tree, for instance). Thread-safe. */
-KHUB_INTERNAL bool khub__install_path(const char *rel, char *buf, size_t size);
+KHUB_PRIVATE_API bool khub__install_path(const char *rel, char *buf, size_t size);
 
 #endif /* KHUB_RUNTIME_INSTALL_PATHS_H */

@@ -21,6 +21,13 @@
 #include "khub/khub.h"
 
 #define KHUB_INTERNAL __attribute__((visibility("hidden")))
+/* An internal function (or table) that khub's sibling libraries, built from
+ * this tree and installed with it, call (libkhub_author: the compiler
+ * driver, templates, signing and publishing wrappers): exported from
+ * libkhub.so under "Private" in abi/SYMBOLS.md, but not API: no header in
+ * abi/, no promise between versions, never for applications. Everything
+ * else internal stays KHUB_INTERNAL (hidden). */
+#define KHUB_PRIVATE_API __attribute__((visibility("default")))
 
 /* The host sees the whole ABI; only plugins may target an older minor. */
 #if KHUB_PLUGIN_TARGET_MINOR != KHUB_ABI_MINOR
@@ -34,7 +41,7 @@
 /* Records a one-line message for st on rt (or, when rt is NULL, in the
  * thread-local last error) and returns st. The first message since the last
  * khub__clear wins. */
-KHUB_INTERNAL khub_status khub__fail(khub_runtime *rt, khub_status st, const char *fmt, ...)
+KHUB_PRIVATE_API khub_status khub__fail(khub_runtime *rt, khub_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 KHUB_INTERNAL khub_status khub__vfail(khub_runtime *rt, khub_status st, const char *fmt,
                                       va_list ap);
@@ -135,7 +142,7 @@ KHUB_INTERNAL void khub__aligned_free(khub_runtime *rt, void *p);
 /* Logging                                                                  */
 /* ------------------------------------------------------------------------ */
 
-KHUB_INTERNAL void khub__log(const khub_runtime *rt, khub_log_level level, const char *fmt, ...)
+KHUB_PRIVATE_API void khub__log(const khub_runtime *rt, khub_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 KHUB_INTERNAL void khub__vlog(const khub_runtime *rt, khub_log_level level, const char *fmt,
                               va_list ap);
@@ -205,8 +212,8 @@ typedef struct khub__cpu_feature {
     const char *name; /* "avx2" */
 } khub__cpu_feature;
 
-KHUB_INTERNAL extern const khub__cpu_feature khub__cpu_features_table[];
-KHUB_INTERNAL extern const size_t khub__cpu_features_count;
+KHUB_PRIVATE_API extern const khub__cpu_feature khub__cpu_features_table[];
+KHUB_PRIVATE_API extern const size_t khub__cpu_features_count;
 /* The KHUB_CPU_* bit of a name ("avx2"; "sse42" also for SSE4.2), 0 if none. */
 KHUB_INTERNAL uint32_t khub__cpu_feature_bit(const char *name);
 /* The names of mask's bits joined by sep into buf (always NUL-terminated). */
@@ -224,7 +231,7 @@ KHUB_INTERNAL const char *khub__cpu_level_of(uint32_t features);
 /* Op kind names from khub_plugin.h's KHUB_OP_KINDS table (runtime/base/op_kinds.c):
  * "norm" for KHUB_OP_NORM, "unknown" for a value that is no kind; by name,
  * 0 when the name is no kind. */
-KHUB_INTERNAL const char *khub__op_kind_name(uint32_t kind);
+KHUB_PRIVATE_API const char *khub__op_kind_name(uint32_t kind);
 KHUB_INTERNAL uint32_t khub__op_kind_from_name(const char *name);
 /* The names of a kind's capability flags (khub_op_caps.kind_flags; "causal",
  * "bias", "bit9" for a bit without a name) joined by sep into buf. */

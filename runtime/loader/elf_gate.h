@@ -63,9 +63,9 @@ KHUB_INTERNAL extern const size_t khub__gate_n_default_libs;
  * file passes, KHUB_STATUS_PLUGIN_INVALID when it has findings (listed in
  * rep), or NOT_ELF / WRONG_ARCH / TRUNCATED / IO when it cannot be read as an
  * ELF64 shared object at all (message in errbuf). policy may be NULL. */
-KHUB_INTERNAL khub_status khub__gate_check_file(const char *path, const khub_gate_policy *policy,
-                                                khub_gate_report *rep, char *errbuf,
-                                                size_t errbuf_size);
+KHUB_PRIVATE_API khub_status khub__gate_check_file(const char *path, const khub_gate_policy *policy,
+                                                   khub_gate_report *rep, char *errbuf,
+                                                   size_t errbuf_size);
 
 /* The same checks on an image in memory (size bytes at data, untrusted,
  * not modified); label names it in messages. With sha256_out (65 bytes, may
@@ -92,8 +92,8 @@ KHUB_INTERNAL int khub__glibc_version_cmp(const char *a, const char *b);
 /* Reads a PTX text's ".version X.Y" and ".target sm_NN[a|f]" directives.
  * isa is X*10+Y, sm is NN; suffix receives 'a', 'f' or '\0'. Returns
  * KHUB_STATUS_PARSE when either directive is missing or malformed. */
-KHUB_INTERNAL khub_status khub__ptx_inspect(const char *text, size_t len, int *isa, int *sm,
-                                            char *suffix);
+KHUB_PRIVATE_API khub_status khub__ptx_inspect(const char *text, size_t len, int *isa, int *sm,
+                                               char *suffix);
 
 /* Reads the SM (e.g. 90) a cubin was compiled for from its ELF header (the
  * first 64 bytes of data). Returns NOT_ELF when it is no little-endian

@@ -1,17 +1,15 @@
 /*
  * cmd_author.c: the kernel author's commands: `khub build DIR`,
- * `khub keygen`, `khub sign DIR|FILE`, `khub init ORG/NAME` (its templates
- * are in init_templates.c).
+ * `khub keygen`, `khub sign DIR|FILE`, `khub init ORG/NAME`, over
+ * libkhub_author (abi/khub/khub_author.h; the templates are files in
+ * hub/author/templates/).
  */
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "init_templates.h"
-#include "kernel_build.h"
-#include "trust.h"
+#include "khub/khub_author.h"
 
 /* ======================================================================== */
 /* khub build                                                               */
@@ -43,20 +41,17 @@ static int run_build(int argc, char **argv)
     }
     if (!dir)
         return khub_cli_usage(&cmd_build, "missing DIR (a kernel source tree with kernel.json)");
-    khub_kernel_manifest *m = calloc(1, sizeof *m);
-    if (!m) return khub_cli_fail("build", "out of memory");
     char err[KHUB_ERROR_SIZE];
-    if (khub__km_load(dir, m, err, sizeof err) != KHUB_STATUS_OK) {
-        free(m);
+    khub_author_manifest m = {KHUB_STRUCT_INIT(khub_author_manifest)};
+    if (khub_author_manifest_read(dir, &m, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail("build", "%s", err);
-    }
-    if (!quiet) fprintf(stderr, "building %s %s (branch v%d)\n", m->repo, m->version, m->major);
-    khub_build_opts opts = {.cc = cc, .progress = print_progress, .progress_ud = &quiet};
-    khub_build_result res;
-    khub_status st = khub__kernel_build(m, &opts, &res, err, sizeof err);
-    free(m);
-    if (st != KHUB_STATUS_OK) return khub_cli_fail("build", "%s", err);
-    for (size_t i = 0; i < res.n_variants; i++) printf("%s/build/%s\n", dir, res.variants[i]);
+    if (!quiet) fprintf(stderr, "building %s %s (branch v%d)\n", m.repo, m.version, m.major);
+    khub_author_build_opts opts = {KHUB_STRUCT_INIT(khub_author_build_opts), .cc = cc,
+                                   .progress = print_progress, .progress_ud = &quiet};
+    khub_author_build_result res = {KHUB_STRUCT_INIT(khub_author_build_result)};
+    if (khub_author_build(dir, &opts, &res, err, sizeof err) != KHUB_STATUS_OK)
+        return khub_cli_fail("build", "%s", err);
+    for (uint32_t i = 0; i < res.n_variants; i++) printf("%s/build/%s\n", dir, res.variants[i]);
     if (res.skipped[0]) fprintf(stderr, "khub build: warning: %s\n", res.skipped);
     return 0;
 }
@@ -94,15 +89,14 @@ static int run_keygen(int argc, char **argv)
     }
     if (!prefix)
         return khub_cli_usage(&cmd_keygen, "missing PREFIX (writes PREFIX.key and PREFIX.pub)");
-    char priv[1100], pub[1100], err[KHUB_ERROR_SIZE], line[96];
+    char priv[1100], pub[1100], err[KHUB_ERROR_SIZE];
     snprintf(priv, sizeof priv, "%s.key", prefix);
     snprintf(pub, sizeof pub, "%s.pub", prefix);
-    khub_pubkey key;
-    if (khub__key_generate(priv, pub, &key, err, sizeof err) != KHUB_STATUS_OK)
+    khub_author_key key = {KHUB_STRUCT_INIT(khub_author_key)};
+    if (khub_author_key_generate(priv, pub, &key, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail("keygen", "%s", err);
-    khub__pubkey_format(&key, line, sizeof line);
-    printf("%s\nkey id %s\nprivate key: %s (keep it secret)\npublic key:  %s\n", line, key.id, priv,
-           pub);
+    printf("%s\nkey id %s\nprivate key: %s (keep it secret)\npublic key:  %s\n", key.public_key,
+           key.key_id, priv, pub);
     return 0;
 }
 
@@ -120,35 +114,10 @@ KHUB_CLI_COMMAND(cmd_keygen)
 /* khub sign                                                                */
 /* ======================================================================== */
 
-/* Signs DIR/build/<variant>/metadata.json for every variant and repacks each
- * variant archive so it carries the signature. */
-static int sign_kernel_dir(const char *dir, const char *key)
+static void print_signed(void *ud, const char *meta)
 {
-    char build[1100], err[KHUB_ERROR_SIZE];
-    snprintf(build, sizeof build, "%s/build", dir);
-    DIR *d = opendir(build);
-    if (!d)
-        return khub_cli_fail("sign", "%s: no build directory (run 'khub build %s' first)", build,
-                             dir);
-    int signed_n = 0, rc = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] == '.') continue;
-        char meta[2400];
-        snprintf(meta, sizeof meta, "%s/%s/metadata.json", build, e->d_name);
-        struct stat sb;
-        if (stat(meta, &sb) != 0) continue;
-        if (khub__sign_metadata(key, meta, err, sizeof err) != KHUB_STATUS_OK ||
-            khub__variant_pack(build, e->d_name, err, sizeof err) != KHUB_STATUS_OK) {
-            rc = khub_cli_fail("sign", "%s", err);
-            break;
-        }
-        printf("signed %s\n", meta);
-        signed_n++;
-    }
-    closedir(d);
-    if (!rc && !signed_n) rc = khub_cli_fail("sign", "%s: no variant with a metadata.json", build);
-    return rc;
+    (void)ud;
+    printf("signed %s\n", meta);
 }
 
 static const khub_cli_cmd cmd_sign;
@@ -172,9 +141,14 @@ static int run_sign(int argc, char **argv)
     struct stat sb;
     if (stat(target, &sb) != 0)
         return khub_cli_fail("sign", "%s: no such file or directory", target);
-    if (S_ISDIR(sb.st_mode)) return sign_kernel_dir(target, key);
     char err[KHUB_ERROR_SIZE];
-    if (khub__sign_file(key, target, err, sizeof err) != KHUB_STATUS_OK)
+    if (S_ISDIR(sb.st_mode)) {
+        if (khub_author_sign_build(key, target, print_signed, NULL, err, sizeof err) !=
+            KHUB_STATUS_OK)
+            return khub_cli_fail("sign", "%s", err);
+        return 0;
+    }
+    if (khub_author_sign_file(key, target, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail("sign", "%s", err);
     printf("signed %s -> %s.sig\n", target, target);
     return 0;
@@ -195,52 +169,25 @@ KHUB_CLI_COMMAND(cmd_sign)
 /* khub init                                                                */
 /* ======================================================================== */
 
-/* Replaces every @KEY@ of text with its value (pairs of key, value). */
-static char *substitute(const char *text, const char *const *kv, size_t n_kv)
+/* "attention, norm, ..." (with_cuda: only the kinds with a CUDA template). */
+static void kinds_list(char *buf, size_t n, int with_cuda)
 {
-    size_t cap = strlen(text) * 2 + 1024, len = 0;
-    char *out = malloc(cap);
-    if (!out) return NULL;
-    for (const char *p = text; *p;) {
-        size_t k;
-        for (k = 0; k < n_kv; k += 2) {
-            size_t kl = strlen(kv[k]);
-            if (strncmp(p, kv[k], kl) == 0) break;
-        }
-        const char *piece = k < n_kv ? kv[k + 1] : p;
-        size_t plen = k < n_kv ? strlen(kv[k + 1]) : 1;
-        if (len + plen + 1 > cap) {
-            cap = (cap + plen) * 2;
-            char *grown = realloc(out, cap);
-            if (!grown) return free(out), NULL;
-            out = grown;
-        }
-        memcpy(out + len, piece, plen);
-        len += plen;
-        p += k < n_kv ? strlen(kv[k]) : 1;
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < khub_author_template_count(); i++) {
+        khub_author_template t = {KHUB_STRUCT_INIT(khub_author_template)};
+        if (khub_author_template_at(i, &t) != KHUB_STATUS_OK || (with_cuda && !t.cuda)) continue;
+        int w = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", t.kind);
+        if (w < 0 || (size_t)w >= n - len) return;
+        len += (size_t)w;
     }
-    out[len] = '\0';
-    return out;
 }
 
-static int write_new(const char *dir, const char *file, const char *a, const char *b, const char *c,
-                     const char *const *kv, size_t n_kv)
+/* The template of kind into t; 0 when there is none. */
+static int find_template(const char *kind, khub_author_template *t)
 {
-    char path[1200];
-    snprintf(path, sizeof path, "%s/%s", dir, file);
-    FILE *f = fopen(path, "wx");
-    if (!f) return khub_cli_fail("init", "%s: cannot create (does it exist already?)", path);
-    const char *parts[] = {a, b, c};
-    int ok = 1;
-    for (int i = 0; i < 3; i++) {
-        if (!parts[i]) continue;
-        char *s = substitute(parts[i], kv, n_kv);
-        ok &= s && fputs(s, f) >= 0;
-        free(s);
-    }
-    ok &= fclose(f) == 0;
-    if (!ok) return khub_cli_fail("init", "%s: write failed", path);
-    printf("  %s\n", path);
+    for (size_t i = 0; i < khub_author_template_count(); i++)
+        if (khub_author_template_at(i, t) == KHUB_STATUS_OK && strcmp(t->kind, kind) == 0) return 1;
     return 0;
 }
 
@@ -248,19 +195,33 @@ static const khub_cli_cmd cmd_init;
 
 /* "cpu", "cuda" or both, comma-separated; anything else (an unknown or empty
  * entry) is refused rather than ignored. */
-static int parse_backends(const char *list, int *cpu, int *cuda)
+static int parse_backends(const char *list, uint32_t *backends)
 {
     for (const char *p = list;;) {
         size_t len = strcspn(p, ",");
         if (len == 3 && strncmp(p, "cpu", 3) == 0)
-            *cpu = 1;
+            *backends |= KHUB_AUTHOR_BACKEND_CPU;
         else if (len == 4 && strncmp(p, "cuda", 4) == 0)
-            *cuda = 1;
+            *backends |= KHUB_AUTHOR_BACKEND_CUDA;
         else
             return -1;
         if (!p[len]) return 0;
         p += len + 1;
     }
+}
+
+typedef struct init_print {
+    const char *repo, *kind, *backends, *dir;
+    int started;
+} init_print;
+
+/* Each file written: the heading before the first one, then its path. */
+static void print_file(void *ud, const char *path)
+{
+    init_print *ip = ud;
+    if (!ip->started++)
+        printf("scaffolding %s (%s, %s) in %s/\n", ip->repo, ip->kind, ip->backends, ip->dir);
+    printf("  %s\n", path);
 }
 
 static int run_init(int argc, char **argv)
@@ -286,63 +247,34 @@ static int run_init(int argc, char **argv)
     if (!slash || slash == repo || !slash[1] || strchr(slash + 1, '/') || strlen(repo) > 150)
         return khub_cli_usage(&cmd_init, "'%s' is not ORG/NAME", repo);
     char kinds[256];
-    khub_init_kinds(kinds, sizeof kinds, 0);
+    kinds_list(kinds, sizeof kinds, 0);
     if (!kind) return khub_cli_usage(&cmd_init, "missing --kind (%s)", kinds);
-    const khub_init_template *t = khub_init_template_find(kind);
-    if (!t) return khub_cli_usage(&cmd_init, "no template for kind '%s' (%s)", kind, kinds);
-    int cpu = 0, cuda = 0;
-    if (parse_backends(backends, &cpu, &cuda) != 0)
+    khub_author_template t = {KHUB_STRUCT_INIT(khub_author_template)};
+    if (!find_template(kind, &t))
+        return khub_cli_usage(&cmd_init, "no template for kind '%s' (%s)", kind, kinds);
+    uint32_t bits = 0;
+    if (parse_backends(backends, &bits) != 0)
         return khub_cli_usage(&cmd_init, "--backends '%s': a comma-separated list of cpu and cuda",
                               backends);
-    if (cuda && !t->cuda_src) {
-        khub_init_kinds(kinds, sizeof kinds, 1);
+    if ((bits & KHUB_AUTHOR_BACKEND_CUDA) && !t.cuda) {
+        kinds_list(kinds, sizeof kinds, 1);
         return khub_cli_usage(&cmd_init,
                               "--backends '%s': kind '%s' has a template for cpu only (use "
                               "--backends cpu; cuda is offered for %s)",
                               backends, kind, kinds);
     }
-    const char *name = slash + 1;
-    char cname[160];
-    snprintf(cname, sizeof cname, "%s", name);
-    for (char *p = cname; *p; p++)
-        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
-            *p = '_';
-    char dbuf[1024];
-    if (!dir) snprintf(dbuf, sizeof dbuf, "%s", name), dir = dbuf;
-    if (mkdir(dir, 0755) != 0)
-        return khub_cli_fail("init", "%s: cannot create directory (exists?)", dir);
-    const char *kv[] = {"@ID@", repo,         "@NAME@",     name,       "@CNAME@",
-                        cname,  "@CCS_DESC@", "90, 80, 75", "@CC_MIN@", "75"};
-    size_t n_kv = sizeof kv / sizeof kv[0];
-    char manifest[4096], src[300], glue[300], cu[300];
-    snprintf(src, sizeof src, "%s.c", name);
-    snprintf(glue, sizeof glue, "%s_cuda.c", name);
-    snprintf(cu, sizeof cu, "%s.cu", name);
-    snprintf(
-        manifest, sizeof manifest,
-        "{\n  \"repo\": \"%s\",\n  \"major\": 1,\n  \"version\": \"1.0.0\",\n"
-        "  \"ops\": [{\"name\": \"%s\", \"kind\": \"%s\"}],\n"
-        "  \"sources\": {%s%s%s%s%s%s%s},\n"
-        "  \"variants\": {%s%s%s},\n"
-        "  \"selftests\": %s\n}\n",
-        repo, t->op, kind, cpu ? "\"cpu\": [\"" : "", cpu ? src : "", cpu ? "\"]" : "",
-        cpu && cuda ? ", " : "", cuda ? "\"cuda_host\": [\"" : "", cuda ? glue : "",
-        cuda ? "\"], \"cuda\": [\"@NAME@.cu\"]" : "",
-        cpu ? "\"cpu\": [{\"level\": \"generic\"}, {\"level\": \"avx2\", \"flags\": "
-              "[\"-mavx2\", \"-mfma\", \"-mf16c\"], \"features\": [\"avx2\", \"fma\", \"f16c\"]}]"
-            : "",
-        cpu && cuda ? ", " : "",
-        cuda ? "\"cuda\": {\"capabilities\": [75, 80, 90], \"cubin\": false}" : "", t->selftests);
-    printf("scaffolding %s (%s, %s) in %s/\n", repo, kind, backends, dir);
-    if (write_new(dir, "kernel.json", manifest, NULL, NULL, kv, n_kv) ||
-        write_new(dir, ".gitignore", "/build/\n", NULL, NULL, kv, n_kv))
-        return 1;
-    if (cpu && write_new(dir, src, t->cpu_src, khub_init_cpu_entry(), NULL, kv, n_kv)) return 1;
-    if (cuda && (write_new(dir, glue, khub_init_cuda_head(), t->cuda_glue, khub_init_cuda_entry(),
-                           kv, n_kv) ||
-                 write_new(dir, cu, t->cuda_src, NULL, NULL, kv, n_kv)))
-        return 1;
-    printf("next: khub build %s && khub check %s\n", dir, dir);
+    init_print ip = {repo, kind, backends, dir ? dir : slash + 1, 0};
+    khub_author_init_opts o = {KHUB_STRUCT_INIT(khub_author_init_opts),
+                               .repo = repo,
+                               .kind = kind,
+                               .backends = bits,
+                               .dir = dir,
+                               .on_file = print_file,
+                               .on_file_ud = &ip};
+    char err[KHUB_ERROR_SIZE];
+    if (khub_author_init(&o, err, sizeof err) != KHUB_STATUS_OK)
+        return khub_cli_fail("init", "%s", err);
+    printf("next: khub build %s && khub check %s\n", ip.dir, ip.dir);
     return 0;
 }
 

@@ -1,15 +1,15 @@
 /*
  * cmd_publish.c: `khub publish DIR`: uploads DIR/build/ to branch
- * v<major> of the kernel's Hub repo (hub/publish.h has the protocol).
+ * v<major> of the kernel's Hub repo (khub_author_publish; hub/publish.h
+ * has the protocol).
  */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
-#include "hub_impl.h"
+#include "khub/khub_author.h"
 #include "khub/khub_hub.h"
-#include "publish.h"
 
 static void progress(void *ud, const char *path, uint64_t done, uint64_t total)
 {
@@ -23,7 +23,7 @@ static const khub_cli_cmd publish_cmd;
 static int run_publish(int argc, char **argv)
 {
     if (khub_cli_wants_help(&publish_cmd, argc, argv)) return 0;
-    khub_publish_opts po = {0};
+    khub_author_publish_opts po = {KHUB_STRUCT_INIT(khub_author_publish_opts)};
     khub_hub_opts ho = {KHUB_STRUCT_INIT(khub_hub_opts), .offline = 0};
     int json = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
@@ -55,8 +55,8 @@ static int run_publish(int argc, char **argv)
     if (khub_hub_new(&ho, &hub) != KHUB_STATUS_OK)
         return khub_cli_fail("publish", "%s", khub_last_error());
     if (!quiet && !json && isatty(2)) khub_hub_set_progress(hub, progress, NULL);
-    khub_publish_result res;
-    khub_status st = khub__publish(hub, &po, &res);
+    khub_author_publish_result res = {KHUB_STRUCT_INIT(khub_author_publish_result)};
+    khub_status st = khub_author_publish(hub, &po, &res);
     if (st != KHUB_STATUS_OK) {
         int rc = khub_cli_fail("publish", "%s", khub_hub_errmsg(hub));
         khub_hub_free(hub);
@@ -70,19 +70,21 @@ static int run_publish(int argc, char **argv)
         printf(",\"version\":");
         khub_cli_json_str(res.version);
         printf(",\"commit\":\"%s\","
-               "\"changed\":%s,\"files\":%zu,\"unchanged\":%zu,\"uploaded\":%zu,"
-               "\"already_stored\":%zu,\"deleted\":%zu,\"created_repo\":%s,"
+               "\"changed\":%s,\"files\":%llu,\"unchanged\":%llu,\"uploaded\":%llu,"
+               "\"already_stored\":%llu,\"deleted\":%llu,\"created_repo\":%s,"
                "\"created_branch\":%s}\n",
-               res.commit, res.changed ? "true" : "false", res.n_files, res.n_unchanged,
-               res.n_uploaded, res.n_lfs_stored, res.n_deleted, res.created_repo ? "true" : "false",
-               res.created_branch ? "true" : "false");
+               res.commit, res.changed ? "true" : "false", (unsigned long long)res.n_files,
+               (unsigned long long)res.n_unchanged, (unsigned long long)res.n_uploaded,
+               (unsigned long long)res.n_lfs_stored, (unsigned long long)res.n_deleted,
+               res.created_repo ? "true" : "false", res.created_branch ? "true" : "false");
     } else {
         if (!quiet)
             fprintf(stderr,
-                    "%s %s -> %s@%s: %zu files, %zu unchanged, %zu uploaded, %zu "
+                    "%s %s -> %s@%s: %llu files, %llu unchanged, %llu uploaded, %llu "
                     "deleted%s\n",
-                    po.dir, res.version, res.repo, res.branch, res.n_files, res.n_unchanged,
-                    res.n_uploaded, res.n_deleted,
+                    po.dir, res.version, res.repo, res.branch, (unsigned long long)res.n_files,
+                    (unsigned long long)res.n_unchanged, (unsigned long long)res.n_uploaded,
+                    (unsigned long long)res.n_deleted,
                     res.changed ? "" : " (no changes since the last publish)");
         printf("%s\n", res.commit);
     }

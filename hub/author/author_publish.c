@@ -1,0 +1,36 @@
+/*
+ * author_publish.c: khub_author_publish, the public face of hub/publish.c
+ * (which stays in libkhub beside the HTTP client it drives).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "author_impl.h"
+#include "publish.h"
+
+khub_status khub_author_publish(khub_hub *hub, const khub_author_publish_opts *opts,
+                                khub_author_publish_result *res)
+{
+    if (!hub) return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_author_publish: hub is NULL");
+    if (!opts || !KHUB_AUTHOR_SIZE_OK(opts, khub_author_publish_opts) || !res ||
+        !KHUB_AUTHOR_SIZE_OK(res, khub_author_publish_result))
+        return khub__fail(NULL, KHUB_STATUS_MISUSE,
+                          "khub_author_publish: opts or res is NULL or too small");
+    khub_publish_opts po = {.dir = opts->dir, .repo = opts->repo, .message = opts->message};
+    khub_publish_result r = {0};
+    khub_status st = khub__publish(hub, &po, &r);
+    snprintf(res->repo, sizeof res->repo, "%s", r.repo);
+    snprintf(res->branch, sizeof res->branch, "%s", r.branch);
+    snprintf(res->version, sizeof res->version, "%s", r.version);
+    snprintf(res->commit, sizeof res->commit, "%s", r.commit);
+    snprintf(res->url, sizeof res->url, "%s", r.url);
+    res->changed = r.changed;
+    res->created_repo = r.created_repo;
+    res->created_branch = r.created_branch;
+    res->n_files = r.n_files;
+    res->n_unchanged = r.n_unchanged;
+    res->n_uploaded = r.n_uploaded;
+    res->n_lfs_stored = r.n_lfs_stored;
+    res->n_deleted = r.n_deleted;
+    return st;
+}
