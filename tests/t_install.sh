@@ -47,11 +47,12 @@ LIB=$(dirname "$(find "$P" -name libkhub.so.0 | head -n 1)")
 
 # ---- the layout
 for f in include/khub/khub.h include/khub/khub_plugin.h include/khub/khub_model.h \
-    include/khub/khub_kernels.h include/khub/khub_hub.h include/khub/helpers/khub_plugin_util.h \
-    bin/khub; do
+    include/khub/khub_kernels.h include/khub/khub_hub.h include/khub/khub_author.h \
+    include/khub/helpers/khub_plugin_util.h bin/khub; do
     [ -f "$P/$f" ] || fail "$f is not installed"
 done
-for f in libkhub.so libkhub.a libkhub_server.so libkhub_server.a khub/plugins/plugins.json \
+for f in libkhub.so libkhub.a libkhub_server.so libkhub_server.a libkhub_author.so \
+    libkhub_author.so.0 libkhub_author.a khub/plugins/plugins.json \
     pkgconfig/khub.pc pkgconfig/khub-server.pc pkgconfig/khub-plugin.pc \
     cmake/khub/khubConfig.cmake cmake/khub/khubConfigVersion.cmake \
     cmake/khub/khubTargets.cmake; do
