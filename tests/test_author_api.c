@@ -34,13 +34,13 @@ TEST_IMPL(templates_listed_in_order)
                                         "qlinear",   "rotary", "kv_cache"};
     ASSERT_EQ(khub_author_template_count(), 7);
     for (size_t i = 0; i < 7; i++) {
-        khub_author_template t = {KHUB_STRUCT_INIT(khub_author_template)};
+        khub_author_template t = {KHUB_APP_INIT(khub_author_template)};
         ASSERT_OK(khub_author_template_at(i, &t));
         ASSERT_STR_EQ(t.kind, kinds[i]);
         ASSERT(t.op && t.op[0]);
         ASSERT_EQ(t.cuda, i < 6);
     }
-    khub_author_template t = {KHUB_STRUCT_INIT(khub_author_template)};
+    khub_author_template t = {KHUB_APP_INIT(khub_author_template)};
     ASSERT_STATUS(khub_author_template_at(7, &t), KHUB_STATUS_INVALID_ARG);
     ASSERT_STR_EQ(khub_last_error(), "khub_author_template_at: no template 7 (there are 7)");
 }
@@ -49,7 +49,7 @@ TEST_IMPL(init_writes_a_tree_and_reads_back)
 {
     in_scratch();
     int n_files = 0;
-    khub_author_init_opts o = {KHUB_STRUCT_INIT(khub_author_init_opts),
+    khub_author_init_opts o = {KHUB_APP_INIT(khub_author_init_opts),
                                .repo = "acme/rms-2",
                                .kind = "norm",
                                .backends = KHUB_AUTHOR_BACKEND_CPU | KHUB_AUTHOR_BACKEND_CUDA,
@@ -69,7 +69,7 @@ TEST_IMPL(init_writes_a_tree_and_reads_back)
     ASSERT(strstr(text, "rms_2_init(") && strstr(text, "\"acme/rms-2\""));
     ASSERT(!strstr(text, "TEMPLATE_CNAME") && !strstr(text, "@ID@") && !strstr(text, "@NAME@"));
 
-    khub_author_manifest m = {KHUB_STRUCT_INIT(khub_author_manifest)};
+    khub_author_manifest m = {KHUB_APP_INIT(khub_author_manifest)};
     ASSERT_OK(khub_author_manifest_read("rms-2", &m, err, sizeof err));
     ASSERT_STR_EQ(m.repo, "acme/rms-2");
     ASSERT_EQ(m.major, 1);
@@ -88,7 +88,7 @@ TEST_IMPL(init_refusals_name_what_is_offered)
 {
     in_scratch();
     char err[KHUB_ERROR_SIZE] = "";
-    khub_author_init_opts o = {KHUB_STRUCT_INIT(khub_author_init_opts), .repo = "acme/x",
+    khub_author_init_opts o = {KHUB_APP_INIT(khub_author_init_opts), .repo = "acme/x",
                                .kind = "softmax"};
     ASSERT_STATUS(khub_author_init(&o, err, sizeof err), KHUB_STATUS_NOT_FOUND);
     ASSERT_STR_EQ(err, "no template for kind 'softmax' (attention, norm, linear, activation, "
@@ -109,16 +109,16 @@ TEST_IMPL(manifest_and_sign_errors)
 {
     in_scratch();
     char err[KHUB_ERROR_SIZE] = "";
-    khub_author_manifest m = {KHUB_STRUCT_INIT(khub_author_manifest)};
+    khub_author_manifest m = {KHUB_APP_INIT(khub_author_manifest)};
     ASSERT_STATUS(khub_author_manifest_read("nowhere", &m, err, sizeof err), KHUB_STATUS_NOT_FOUND);
     ASSERT(strstr(err, "nowhere/kernel.json") && strstr(err, "is nowhere a kernel source dir?"));
-    khub_author_init_opts o = {KHUB_STRUCT_INIT(khub_author_init_opts), .repo = "acme/n",
+    khub_author_init_opts o = {KHUB_APP_INIT(khub_author_init_opts), .repo = "acme/n",
                                .kind = "norm"};
     ASSERT_OK(khub_author_init(&o, err, sizeof err));
     ASSERT_STATUS(khub_author_sign_build("k.key", "n", NULL, NULL, err, sizeof err),
                   KHUB_STATUS_NOT_FOUND);
     ASSERT_STR_EQ(err, "n/build: no build directory (run 'khub build n' first)");
-    khub_author_key key = {KHUB_STRUCT_INIT(khub_author_key)};
+    khub_author_key key = {KHUB_APP_INIT(khub_author_key)};
     ASSERT_OK(khub_author_key_generate("k.key", "k.pub", &key, err, sizeof err));
     ASSERT_EQ(strncmp(key.public_key, "khub-ed25519 ", 13), 0);
     ASSERT_EQ(strlen(key.key_id), 16);

@@ -7,20 +7,19 @@
  * alone and carries none of this (no compiler driver, no NVRTC, no
  * templates).
  *
- *     khub_author_init_opts io = {KHUB_STRUCT_INIT(khub_author_init_opts),
+ *     khub_author_init_opts io = {KHUB_APP_INIT(khub_author_init_opts),
  *                                 .repo = "acme/rmsnorm", .kind = "norm"};
  *     char err[KHUB_ERROR_SIZE];
  *     if (khub_author_init(&io, err, sizeof err)) return fprintf(stderr, "%s\n", err), 1;
- *     khub_author_build_result br = {KHUB_STRUCT_INIT(khub_author_build_result)};
- *     if (khub_author_build("rmsnorm", NULL, &br, err, sizeof err)) ...
- *     khub_author_key kp = {KHUB_STRUCT_INIT(khub_author_key)};
+ *     khub_author_build_result br = {KHUB_APP_INIT(khub_author_build_result)};
+ *     if (khub_author_build("rmsnorm", NULL, &br, err, sizeof err)) return 1;
+ *     khub_author_key kp = {KHUB_APP_INIT(khub_author_key)};
  *     khub_author_key_generate("me.key", "me.pub", &kp, err, sizeof err);
  *     khub_author_sign_build("me.key", "rmsnorm", NULL, NULL, err, sizeof err);
- *     khub_hub *hub = NULL;
  *     khub_hub_new(NULL, &hub);                           // endpoint and token
- *     khub_author_publish_result pr = {KHUB_STRUCT_INIT(khub_author_publish_result)};
- *     khub_author_publish(hub, &(khub_author_publish_opts){
- *         KHUB_STRUCT_INIT(khub_author_publish_opts), .dir = "rmsnorm"}, &pr);
+ *     khub_author_publish_opts po = {KHUB_APP_INIT(khub_author_publish_opts), .dir = "rmsnorm"};
+ *     khub_author_publish_result pr = {KHUB_APP_INIT(khub_author_publish_result)};
+ *     khub_author_publish(hub, &po, &pr);
  *
  * docs/kernel-format.md describes kernel.json, DIR/build/ and the
  * signature files these functions read and write.

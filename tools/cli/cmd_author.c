@@ -42,13 +42,13 @@ static int run_build(int argc, char **argv)
     if (!dir)
         return khub_cli_usage(&cmd_build, "missing DIR (a kernel source tree with kernel.json)");
     char err[KHUB_ERROR_SIZE];
-    khub_author_manifest m = {KHUB_STRUCT_INIT(khub_author_manifest)};
+    khub_author_manifest m = {KHUB_APP_INIT(khub_author_manifest)};
     if (khub_author_manifest_read(dir, &m, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail("build", "%s", err);
     if (!quiet) fprintf(stderr, "building %s %s (branch v%d)\n", m.repo, m.version, m.major);
-    khub_author_build_opts opts = {KHUB_STRUCT_INIT(khub_author_build_opts), .cc = cc,
+    khub_author_build_opts opts = {KHUB_APP_INIT(khub_author_build_opts), .cc = cc,
                                    .progress = print_progress, .progress_ud = &quiet};
-    khub_author_build_result res = {KHUB_STRUCT_INIT(khub_author_build_result)};
+    khub_author_build_result res = {KHUB_APP_INIT(khub_author_build_result)};
     if (khub_author_build(dir, &opts, &res, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail("build", "%s", err);
     for (uint32_t i = 0; i < res.n_variants; i++) printf("%s/build/%s\n", dir, res.variants[i]);
@@ -92,7 +92,7 @@ static int run_keygen(int argc, char **argv)
     char priv[1100], pub[1100], err[KHUB_ERROR_SIZE];
     snprintf(priv, sizeof priv, "%s.key", prefix);
     snprintf(pub, sizeof pub, "%s.pub", prefix);
-    khub_author_key key = {KHUB_STRUCT_INIT(khub_author_key)};
+    khub_author_key key = {KHUB_APP_INIT(khub_author_key)};
     if (khub_author_key_generate(priv, pub, &key, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail("keygen", "%s", err);
     printf("%s\nkey id %s\nprivate key: %s (keep it secret)\npublic key:  %s\n", key.public_key,
@@ -175,7 +175,7 @@ static void kinds_list(char *buf, size_t n, int with_cuda)
     size_t len = 0;
     buf[0] = '\0';
     for (size_t i = 0; i < khub_author_template_count(); i++) {
-        khub_author_template t = {KHUB_STRUCT_INIT(khub_author_template)};
+        khub_author_template t = {KHUB_APP_INIT(khub_author_template)};
         if (khub_author_template_at(i, &t) != KHUB_STATUS_OK || (with_cuda && !t.cuda)) continue;
         int w = snprintf(buf + len, n - len, "%s%s", len ? ", " : "", t.kind);
         if (w < 0 || (size_t)w >= n - len) return;
@@ -249,7 +249,7 @@ static int run_init(int argc, char **argv)
     char kinds[256];
     kinds_list(kinds, sizeof kinds, 0);
     if (!kind) return khub_cli_usage(&cmd_init, "missing --kind (%s)", kinds);
-    khub_author_template t = {KHUB_STRUCT_INIT(khub_author_template)};
+    khub_author_template t = {KHUB_APP_INIT(khub_author_template)};
     if (!find_template(kind, &t))
         return khub_cli_usage(&cmd_init, "no template for kind '%s' (%s)", kind, kinds);
     uint32_t bits = 0;
@@ -264,7 +264,7 @@ static int run_init(int argc, char **argv)
                               backends, kind, kinds);
     }
     init_print ip = {repo, kind, backends, dir ? dir : slash + 1, 0};
-    khub_author_init_opts o = {KHUB_STRUCT_INIT(khub_author_init_opts),
+    khub_author_init_opts o = {KHUB_APP_INIT(khub_author_init_opts),
                                .repo = repo,
                                .kind = kind,
                                .backends = bits,

@@ -23,7 +23,7 @@ static const khub_cli_cmd publish_cmd;
 static int run_publish(int argc, char **argv)
 {
     if (khub_cli_wants_help(&publish_cmd, argc, argv)) return 0;
-    khub_author_publish_opts po = {KHUB_STRUCT_INIT(khub_author_publish_opts)};
+    khub_author_publish_opts po = {KHUB_APP_INIT(khub_author_publish_opts)};
     khub_hub_opts ho = {KHUB_STRUCT_INIT(khub_hub_opts), .offline = 0};
     int json = 0, quiet = 0;
     for (int i = 1; i < argc; i++) {
@@ -55,7 +55,7 @@ static int run_publish(int argc, char **argv)
     if (khub_hub_new(&ho, &hub) != KHUB_STATUS_OK)
         return khub_cli_fail("publish", "%s", khub_last_error());
     if (!quiet && !json && isatty(2)) khub_hub_set_progress(hub, progress, NULL);
-    khub_author_publish_result res = {KHUB_STRUCT_INIT(khub_author_publish_result)};
+    khub_author_publish_result res = {KHUB_APP_INIT(khub_author_publish_result)};
     khub_status st = khub_author_publish(hub, &po, &res);
     if (st != KHUB_STATUS_OK) {
         int rc = khub_cli_fail("publish", "%s", khub_hub_errmsg(hub));
