@@ -38,7 +38,7 @@ done
 cmake --install "$BUILD" --prefix "$T/stage" > install.log 2>&1 ||
     fail "cmake --install: $(cat install.log)"
 grep -v "^-- \(Installing\|Up-to-date\): $T/stage/" install.log |
-    grep -v "^-- Set runtime path of \"$T/stage/[^\"]*\" to \"\$ORIGIN\"$" |
+    grep -v "^-- Set runtime path of \"$T/stage/[^\"]*\" to \"\$ORIGIN[^\"]*\"$" |
     grep -v '^-- Install configuration: ' | grep . && fail "cmake --install wrote outside the prefix (above)"
 mv "$T/stage" "$T/pkg"
 P=$T/pkg
