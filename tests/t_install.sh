@@ -14,9 +14,12 @@
 #     loads the built-in plugins from the prefix and runs a tiny model;
 #     tests/install/serve_app.c built with khub-server.pc starts the hub
 #     server library (libkhub_server.so.0) and a client asks it for a repo;
+#     tests/install/author_app.c built with khub-author.pc lists the
+#     templates libkhub_author.so.0 embeds;
 #   - (b) the same app built by CMake with find_package(khub 0.1 COMPONENTS
 #     static), against libkhub.so (khub::khub) and libkhub.a
-#     (khub::khub_static), serve_app against khub::khub_server, and a plugin
+#     (khub::khub_static), serve_app against khub::khub_server, author_app against
+#     khub::khub_author, and a plugin
 #     module against khub::abi;
 #   - (c) tests/install/norm_plugin.c built with `pkg-config --cflags
 #     khub-plugin` from the installed headers alone (cc -MM proves it), loaded
@@ -53,12 +56,12 @@ for f in include/khub/khub.h include/khub/khub_plugin.h include/khub/khub_model.
 done
 for f in libkhub.so libkhub.a libkhub_server.so libkhub_server.a libkhub_author.so \
     libkhub_author.so.0 libkhub_author.a khub/plugins/plugins.json \
-    pkgconfig/khub.pc pkgconfig/khub-server.pc pkgconfig/khub-plugin.pc \
+    pkgconfig/khub.pc pkgconfig/khub-server.pc pkgconfig/khub-author.pc pkgconfig/khub-plugin.pc \
     cmake/khub/khubConfig.cmake cmake/khub/khubConfigVersion.cmake \
     cmake/khub/khubTargets.cmake; do
     [ -e "$LIB/$f" ] || fail "$LIB/$f is not installed"
 done
-for l in libkhub libkhub_server; do
+for l in libkhub libkhub_server libkhub_author; do
     readelf -d "$LIB/$l.so.0" | grep "SONAME.*\[$l\.so\.0\]" > /dev/null ||
         fail "$l.so.0 has no SONAME $l.so.0: $(readelf -d "$LIB/$l.so.0" | grep SONAME)"
 done
@@ -141,6 +144,20 @@ check_serve_app() { # $1: the program
         "$1.out" || fail "$1: $(cat "$1.out")"
 }
 check_serve_app ./serve-pc
+# ... and one on the kernel author's library (khub-author.pc: -lkhub_author -lkhub)
+cp "$SRC/tests/install/author_app.c" .
+# shellcheck disable=SC2046
+cc -std=c11 -o author-pc author_app.c $(pkg-config --cflags --libs khub-author) \
+    -Wl,-rpath,"$LIB" || fail "author_app does not build with pkg-config khub-author"
+check_author_app() { # $1: the program
+    ldd "$1" | grep "libkhub_author.so.0 => $LIB/libkhub_author.so.0" > /dev/null ||
+        fail "$1 does not use the installed libkhub_author: $(ldd "$1" | grep khub)"
+    "$1" > "$1.out" 2>&1 || fail "$1: $(cat "$1.out")"
+    grep -q "^templates [1-9][0-9]*$" "$1.out" || fail "$1: $(cat "$1.out")"
+    grep -q "^template norm rms_norm cuda=1$" "$1.out" || fail "$1 lists no norm template: $(cat "$1.out")"
+    grep -q "^out of range KHUB_STATUS_INVALID_ARG$" "$1.out" || fail "$1: $(cat "$1.out")"
+}
+check_author_app ./author-pc
 
 # ---- (b) the same with CMake's find_package
 cmake -S . -B cm -DCMAKE_PREFIX_PATH="$P" -DCMAKE_BUILD_RPATH="$LIB" > cm.log 2>&1 ||
@@ -154,6 +171,7 @@ grep -q "^plugin khub/ref-cpu [0-9.]* $LIB/khub/plugins/ref-cpu.so$" app-cm.out 
     fail "cm/app did not load the prefix's built-in plugins: $(cat app-cm.out)"
 grep -q "^generated 4 tokens$" app-cm.out || fail "cm/app: $(cat app-cm.out)"
 check_serve_app cm/serve_app
+check_author_app cm/author_app
 # libkhub.a in a program outside the prefix: the plugins are named by the
 # variable the package exports (the program cannot find them next to itself).
 KHUB_PLUGIN_DIR=$LIB/khub/plugins cm/app_static --plugin "$T/cm/install_norm.so" \

@@ -1,6 +1,7 @@
 # package.cmake: the files that let other builds find an installed khub:
 # pkg-config's khub.pc (applications), khub-server.pc (the hub server
-# library, khub_server.h) and khub-plugin.pc (kernel plugins: headers only,
+# library, khub_server.h), khub-author.pc (the kernel author's library,
+# khub_author.h) and khub-plugin.pc (kernel plugins: headers only,
 # no library), and CMake's khubConfig.cmake with its version
 # file and exported targets. Included from the top-level CMakeLists.txt.
 #
@@ -33,7 +34,7 @@ set(KHUB_PC_REQUIRES_PRIVATE "libcjson, libarchive, libelf, zlib, libcrypto")
 if(KHUB_WITH_CURL)
     string(APPEND KHUB_PC_REQUIRES_PRIVATE ", libcurl")
 endif()
-foreach(pc khub khub-server khub-plugin)
+foreach(pc khub khub-server khub-author khub-plugin)
     configure_file(${CMAKE_CURRENT_LIST_DIR}/${pc}.pc.in ${PROJECT_BINARY_DIR}/package/${pc}.pc
         @ONLY)
     install(FILES ${PROJECT_BINARY_DIR}/package/${pc}.pc DESTINATION ${KHUB_PKGCONFIG_INSTALL_DIR})
