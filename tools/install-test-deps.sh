@@ -13,8 +13,9 @@
 #                     needs no torch
 #   pytest            the Python binding's tests (python/tests, run by
 #                     tests/t_python.sh, which pip-installs ./python itself)
-#   setuptools        the build backend of ./python, used offline there
-#                     (pip install --no-build-isolation)
+#   setuptools,       the build backend of ./python, used offline there
+#   wheel             (pip install --no-build-isolation); setuptools before
+#                     70.1 has no bdist_wheel of its own and needs `wheel`
 #   gguf, numpy,      `tools/fetch-model.sh --hf` without torch: the light
 #   safetensors,      backend of tools/make-hf-model.py writes the safetensors
 #   tokenizers        copy of the test model (bit-identical to Transformers')
@@ -36,6 +37,7 @@ REQS=(
     "tokenizers=tokenizers>=0.20"
     "pytest=pytest>=7"
     "setuptools=setuptools>=61"
+    "wheel=wheel"
 )
 
 missing=()
