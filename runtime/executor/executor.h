@@ -107,6 +107,10 @@ struct khub_model {
     khub_dtype kv_dtype;
     int64_t max_context;
     int64_t *seq_len; /* owned, [max_seqs] tokens cached per sequence */
+    /* What each sequence may hold (kv_budget.c). */
+    int64_t *kv_held;      /* owned, [max_seqs] tokens granted per sequence */
+    int64_t kv_held_total; /* sum of kv_held */
+    int64_t kv_limit;      /* tokens all sequences may hold together */
 
     /* Scratch, allocated at load: no allocation per token. */
     int32_t max_batch, max_seqs;
@@ -146,5 +150,28 @@ KHUB_INTERNAL khub_status khub__forward_reset(khub_model *m, int32_t seq);
 /* Allocates m's scratch for its config, max_batch and max_seqs. */
 KHUB_INTERNAL khub_status khub__forward_alloc(khub_model *m);
 KHUB_INTERNAL void khub__forward_free(khub_model *m);
+
+/* ---- kv_budget.c: KV capacity per sequence ------------------------------
+ * The scheduler's view of the cache: a sequence (a slot in [0, max_seqs))
+ * is granted tokens before a forward call writes them, and gives them all
+ * back when it leaves. Dense: slots of max_context tokens under a total
+ * limit; a paged pool answers from its blocks. */
+KHUB_INTERNAL khub_status khub__kv_budget_init(khub_model *m); /* after forward_alloc */
+KHUB_INTERNAL void khub__kv_budget_free(khub_model *m);
+/* Whether seq can hold n tokens in all (what it holds counts as granted). */
+KHUB_INTERNAL bool khub__kv_can_grow(const khub_model *m, int32_t seq, int64_t n);
+/* Grants seq n tokens in all; CONTEXT_FULL when khub__kv_can_grow says no. */
+KHUB_INTERNAL khub_status khub__kv_grow(khub_model *m, int32_t seq, int64_t n);
+/* Gives back all of seq's tokens and empties its cache. */
+KHUB_INTERNAL khub_status khub__kv_release(khub_model *m, int32_t seq);
+/* Tokens not granted to any sequence, granted, the limit, and the most the
+ * cache could hold (every slot full). */
+KHUB_INTERNAL int64_t khub__kv_free_tokens(const khub_model *m);
+KHUB_INTERNAL int64_t khub__kv_used_tokens(const khub_model *m);
+KHUB_INTERNAL int64_t khub__kv_limit_tokens(const khub_model *m);
+KHUB_INTERNAL int64_t khub__kv_capacity_tokens(const khub_model *m);
+/* Limits the tokens all sequences hold together (0 = the capacity);
+ * INVALID_ARG outside [0, capacity]. */
+KHUB_INTERNAL khub_status khub__kv_set_limit(khub_model *m, int64_t tokens);
 
 #endif /* KHUB_RUNTIME_EXECUTOR_H */

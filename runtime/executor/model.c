@@ -211,6 +211,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
                   khub__dtype_short(m->layers[0].q.w.t.dtype));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__model_make_cache(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_alloc(m));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__kv_budget_init(m));
     fill_info(m);
     return KHUB_STATUS_OK;
 }
@@ -272,6 +273,7 @@ void khub_model_free(khub_model *m)
             KHUB_LOG_W(rt, "%s: KV cache plugin was reloaded; its cache is leaked", m->file);
         khub_binding_release(m->kv_op);
     }
+    khub__kv_budget_free(m);
     khub__forward_free(m);
     for (int64_t L = 0; m->layers && L < m->cfg.n_layers; L++) {
         khub__layer *ly = &m->layers[L];

@@ -1,0 +1,526 @@
+/*
+ * test_batch.c: continuous batching (khub_batch.h; runtime/executor/batch.c,
+ * scheduler.c, kv_budget.c) on a tiny random Llama written here (token-id
+ * prompts; SmolLM2 with text prompts is test_batch_smollm2.c). Every greedy output of a batch must
+ * equal the same request run alone: with requests joining mid-run, chunked prefill mixed with
+ * decode, preemption forced by a small KV limit, and cancellation; bad input gets its status and
+ * message; no KV is left held.
+ */
+#include <pthread.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "executor.h"
+#include "khub/khub_batch.h"
+#include "runner.h"
+
+/* ======================================================================== */
+/* A tiny random Llama (safetensors, F32): 2 layers, vocab 256               */
+/* ======================================================================== */
+
+enum { H = 64, F = 128, L = 2, NH = 4, NKV = 2, HD = 16, V = 256 };
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+typedef struct tt {
+    char name[80];
+    int64_t rows, cols; /* cols 0: a vector */
+} tt;
+
+static int tiny_tensors(tt *t)
+{
+    int n = 0;
+#define ADD(r, c, ...) \
+    do { \
+        snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__); \
+        t[n].rows = (r); \
+        t[n++].cols = (c); \
+    } while (0)
+    ADD(V, H, "model.embed_tokens.weight");
+    ADD(H, 0, "model.norm.weight");
+    for (int l = 0; l < L; l++) {
+        ADD(H, 0, "model.layers.%d.input_layernorm.weight", l);
+        ADD(H, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        ADD(NH * HD, H, "model.layers.%d.self_attn.q_proj.weight", l);
+        ADD(NKV * HD, H, "model.layers.%d.self_attn.k_proj.weight", l);
+        ADD(NKV * HD, H, "model.layers.%d.self_attn.v_proj.weight", l);
+        ADD(H, NH * HD, "model.layers.%d.self_attn.o_proj.weight", l);
+        ADD(F, H, "model.layers.%d.mlp.gate_proj.weight", l);
+        ADD(F, H, "model.layers.%d.mlp.up_proj.weight", l);
+        ADD(H, F, "model.layers.%d.mlp.down_proj.weight", l);
+    }
+#undef ADD
+    return n;
+}
+
+static const char *tiny_dir(void)
+{
+    static char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/khub-test-batch-%d", (int)getpid());
+    mkdir(dir, 0700);
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    ASSERT(f);
+    fprintf(f,
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+            "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
+            "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
+            "\"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, "
+            "\"max_position_embeddings\": 512, \"tie_word_embeddings\": true, "
+            "\"bos_token_id\": 1, \"eos_token_id\": 2, \"hidden_act\": \"silu\", "
+            "\"torch_dtype\": \"float32\"}\n",
+            H, F, L, NH, NKV, HD, V);
+    fclose(f);
+    static tt t[32];
+    int n = tiny_tensors(t);
+    char hdr[8192];
+    size_t hl = 0, off = 0;
+    hl += (size_t)snprintf(hdr, sizeof hdr, "{");
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1) * 4;
+        char shape[48];
+        if (t[i].cols)
+            snprintf(shape, sizeof shape, "%lld,%lld", (long long)t[i].rows, (long long)t[i].cols);
+        else
+            snprintf(shape, sizeof shape, "%lld", (long long)t[i].rows);
+        hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl,
+                               "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],"
+                               "\"data_offsets\":[%zu,%zu]}",
+                               i ? "," : "", t[i].name, shape, off, off + bytes);
+        off += bytes;
+    }
+    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "}");
+    while (hl % 8) hdr[hl++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    ASSERT(f);
+    uint64_t len = hl;
+    fwrite(&len, 8, 1, f);
+    fwrite(hdr, 1, hl, f);
+    rng = 88172645463325252ull;
+    for (int i = 0; i < n; i++) {
+        int vec = t[i].cols == 0;
+        float scale = vec ? 0.1f : 1.0f / sqrtf((float)t[i].cols);
+        for (int64_t k = 0; k < t[i].rows * (vec ? 1 : t[i].cols); k++) {
+            float v = frand() * scale + (vec ? 1.0f : 0.0f);
+            fwrite(&v, 4, 1, f);
+        }
+    }
+    fclose(f);
+    return dir;
+}
+
+static void tiny_remove(const char *dir)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+typedef struct fixture {
+    khub_runtime *rt;
+    khub_model *m;
+    const char *dir;
+} fixture;
+
+/* The tiny model with the default kernels, or with khub/ref-cpu for all. */
+static fixture tiny_open(int ref, int max_seqs, int max_batch, int64_t max_context)
+{
+    fixture f = {0};
+    khub_runtime_opts ro = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
+    ASSERT_OK(khub_runtime_new(&ro, &f.rt));
+    ASSERT_OK(khub_plugin_load_builtin(f.rt));
+    const char *r = ref ? "khub/ref-cpu" : NULL;
+    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts),
+                          .attn_impl = r,
+                          .quant = r,
+                          .cache_impl = r,
+                          .norm_impl = r,
+                          .act_impl = r,
+                          .rotary_impl = r,
+                          .linear_impl = r,
+                          .max_seqs = max_seqs,
+                          .max_batch = max_batch,
+                          .max_context = max_context};
+    f.dir = tiny_dir();
+    ASSERT_OK(khub_model_load(f.rt, f.dir, &mo, &f.m));
+    return f;
+}
+
+static void fixture_close(fixture *f)
+{
+    khub_model_free(f->m);
+    khub_runtime_free(f->rt);
+    if (f->dir) tiny_remove(f->dir);
+}
+
+/* ======================================================================== */
+/* Requests and their solo runs                                             */
+/* ======================================================================== */
+
+enum { NREQ = 12 };
+
+typedef struct reqset {
+    int32_t ids[NREQ][48];
+    khub_generate_opts opts[NREQ];
+    khub_batch_request req[NREQ];
+    int n;
+} reqset;
+
+/* n requests of 1..45 prompt tokens and 1..24 new tokens, greedy. */
+static void make_reqs(reqset *s, int n)
+{
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    for (int i = 0; i < n; i++) {
+        int len = 1 + (i * 17) % 45;
+        for (int k = 0; k < len; k++) s->ids[i][k] = 3 + (i * 31 + k * 7) % (V - 3);
+        s->opts[i] = (khub_generate_opts){KHUB_STRUCT_INIT(khub_generate_opts),
+                                          .max_new_tokens = 1 + (i * 5) % 24, .ignore_eos = 1};
+        s->req[i] = (khub_batch_request){KHUB_STRUCT_INIT(khub_batch_request), .tokens = s->ids[i],
+                                         .n_tokens = (size_t)len, .opts = &s->opts[i]};
+    }
+}
+
+static khub_batch_result result(void)
+{
+    return (khub_batch_result){KHUB_STRUCT_INIT(khub_batch_result)};
+}
+
+/* Each request alone, then all together under cfg: the same tokens. */
+static void check_equals_solo(khub_model *m, reqset *s, const khub_batch_config *cfg,
+                              khub_batch_stats *after)
+{
+    khub_batch_result solo[NREQ], all[NREQ];
+    for (int i = 0; i < s->n; i++) {
+        solo[i] = result();
+        all[i] = result();
+        ASSERT_OK(khub_generate_batch(m, &s->req[i], 1, NULL, &solo[i]));
+        ASSERT_EQ(solo[i].status, KHUB_STATUS_OK);
+        ASSERT_EQ(solo[i].n_tokens, s->opts[i].max_new_tokens);
+    }
+    khub_batch *b = NULL;
+    ASSERT_OK(khub_batch_new(m, cfg, &b));
+    for (int i = 0; i < s->n; i++) ASSERT_OK(khub_batch_submit(b, &s->req[i], NULL));
+    ASSERT_OK(khub_batch_run(b, 0));
+    if (after) {
+        *after = (khub_batch_stats){KHUB_STRUCT_INIT(khub_batch_stats)};
+        ASSERT_OK(khub_batch_stats_get(b, after));
+    }
+    khub_batch_free(b);
+    ASSERT_OK(khub_generate_batch(m, s->req, (size_t)s->n, cfg, all));
+    for (int i = 0; i < s->n; i++) {
+        ASSERT_EQ(all[i].status, KHUB_STATUS_OK);
+        ASSERT_EQ(all[i].id, i + 1);
+        ASSERT_EQ(all[i].n_tokens, solo[i].n_tokens);
+        for (int64_t t = 0; t < solo[i].n_tokens; t++)
+            if (all[i].tokens[t] != solo[i].tokens[t])
+                TEST_FAIL_("request %d token %lld: batched %d, alone %d", i, (long long)t,
+                           (int)all[i].tokens[t], (int)solo[i].tokens[t]);
+    }
+    /* Different prompts give different outputs (the comparison can fail). */
+    ASSERT(memcmp(solo[3].tokens, solo[4].tokens, 4) != 0 ||
+           memcmp(solo[5].tokens, solo[6].tokens, 4) != 0);
+    khub_batch_results_free(m, solo, (size_t)s->n);
+    khub_batch_results_free(m, all, (size_t)s->n);
+}
+
+/* ======================================================================== */
+/* Equal to solo                                                            */
+/* ======================================================================== */
+
+static void check_tiny(int ref)
+{
+    /* 4 sequences, 16-token steps: 12 requests queue, join as others
+     * finish, and long prompts are prefilled in chunks beside decodes. */
+    fixture f = tiny_open(ref, 4, 16, 128);
+    reqset s;
+    make_reqs(&s, NREQ);
+    khub_batch_config cfg = {KHUB_STRUCT_INIT(khub_batch_config), .max_batch_tokens = 16};
+    khub_batch_stats st;
+    check_equals_solo(f.m, &s, &cfg, &st);
+    ASSERT_EQ(st.completed, NREQ);
+    ASSERT_EQ(st.running, 0);
+    ASSERT_EQ(st.queued, 0);
+    ASSERT_EQ(st.kv_tokens_used, 0);
+    ASSERT(st.steps > 0);
+    fixture_close(&f);
+}
+
+TEST_IMPL(batch_tiny_ref_equals_solo) { check_tiny(1); }
+TEST_IMPL(batch_tiny_default_kernels_equal_solo) { check_tiny(0); }
+
+TEST_IMPL(batch_tiny_preemption_equals_solo)
+{
+    /* 4 slots of 128 tokens, but 80 KV tokens in all: requests of up to 68
+     * tokens cannot all fit, so the latest admitted are preempted and
+     * recomputed. */
+    fixture f = tiny_open(0, 4, 16, 128);
+    reqset s;
+    make_reqs(&s, NREQ);
+    khub_batch_config cfg = {KHUB_STRUCT_INIT(khub_batch_config), .max_batch_tokens = 16,
+                             .max_kv_tokens = 80};
+    khub_batch_stats st;
+    check_equals_solo(f.m, &s, &cfg, &st);
+    ASSERT(st.preemptions > 0);
+    ASSERT_EQ(st.kv_tokens_used, 0);
+    ASSERT_EQ(st.kv_tokens_limit, 80);
+    fixture_close(&f);
+}
+
+/* ======================================================================== */
+/* Cancellation                                                             */
+/* ======================================================================== */
+
+typedef struct done_log {
+    khub_batch_result r[NREQ + 1]; /* by id, tokens copied */
+    int32_t toks[NREQ + 1][64];
+    int calls[NREQ + 1];
+} done_log;
+
+static void on_done(void *ud, uint64_t id, const khub_batch_result *r)
+{
+    done_log *d = ud;
+    ASSERT(id >= 1 && id <= NREQ);
+    d->calls[id]++;
+    d->r[id] = *r;
+    ASSERT(r->n_tokens <= 64);
+    if (r->n_tokens) memcpy(d->toks[id], r->tokens, (size_t)r->n_tokens * 4);
+    d->r[id].tokens = d->toks[id];
+    d->r[id].text = NULL;
+}
+
+TEST_IMPL(batch_tiny_cancel_frees_kv)
+{
+    fixture f = tiny_open(0, 4, 16, 128);
+    reqset s;
+    make_reqs(&s, NREQ);
+    static done_log d;
+    memset(&d, 0, sizeof d);
+    khub_batch_config cfg = {KHUB_STRUCT_INIT(khub_batch_config), .max_batch_tokens = 16};
+    khub_batch *b = NULL;
+    ASSERT_OK(khub_batch_new(f.m, &cfg, &b));
+    for (int i = 0; i < NREQ; i++) {
+        s.req[i].on_done = on_done;
+        s.req[i].ud = &d;
+        ASSERT_OK(khub_batch_submit(b, &s.req[i], NULL));
+    }
+    int64_t left = 0;
+    for (int k = 0; k < 6; k++) ASSERT_OK(khub_batch_step(b, &left));
+    khub_batch_stats st = {KHUB_STRUCT_INIT(khub_batch_stats)};
+    ASSERT_OK(khub_batch_stats_get(b, &st));
+    ASSERT(st.running > 0 && st.queued > 0 && st.kv_tokens_used > 0);
+    /* One running (request 4 has 23 new tokens to go), one waiting. */
+    ASSERT_EQ(d.calls[4], 0);
+    ASSERT_OK(khub_batch_cancel(b, 4));
+    ASSERT_OK(khub_batch_cancel(b, NREQ));
+    ASSERT_STATUS(khub_batch_cancel(b, 999), KHUB_STATUS_NOT_FOUND);
+    ASSERT_CONTAINS(khub_last_error(), "no request 999");
+    ASSERT_OK(khub_batch_run(b, 0));
+    ASSERT_OK(khub_batch_stats_get(b, &st));
+    ASSERT_EQ(st.kv_tokens_used, 0);
+    ASSERT_EQ(st.running, 0);
+    ASSERT_EQ(st.completed, NREQ);
+    ASSERT_EQ(khub__kv_free_tokens(f.m), khub__kv_capacity_tokens(f.m));
+    /* Cancelling an ended request is NOT_FOUND. */
+    ASSERT_STATUS(khub_batch_cancel(b, 1), KHUB_STATUS_NOT_FOUND);
+    khub_batch_free(b);
+    for (int id = 1; id <= NREQ; id++) {
+        ASSERT_EQ(d.calls[id], 1);
+        ASSERT_EQ(d.r[id].status, KHUB_STATUS_OK);
+        bool cancelled = id == 4 || id == NREQ;
+        ASSERT_EQ(d.r[id].stop_reason, cancelled ? KHUB_STOP_CANCELLED : KHUB_STOP_MAX_TOKENS);
+        if (cancelled) continue;
+        khub_batch_result one = result();
+        s.req[id - 1].on_done = NULL;
+        ASSERT_OK(khub_generate_batch(f.m, &s.req[id - 1], 1, NULL, &one));
+        ASSERT_EQ(one.n_tokens, d.r[id].n_tokens);
+        ASSERT(memcmp(one.tokens, d.toks[id], (size_t)one.n_tokens * 4) == 0);
+        khub_batch_results_free(f.m, &one, 1);
+    }
+    ASSERT(d.r[4].n_tokens < s.opts[3].max_new_tokens);
+    ASSERT_EQ(d.r[NREQ].n_tokens, 0);
+    fixture_close(&f);
+}
+
+/* ======================================================================== */
+/* Threads: a loop thread serves, the main thread submits                   */
+/* ======================================================================== */
+
+typedef struct server {
+    khub_batch *b;
+    khub_status st;
+} server;
+
+static void *serve(void *ud)
+{
+    server *s = ud;
+    s->st = khub_batch_run(s->b, 1);
+    return NULL;
+}
+
+typedef struct waiter {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done;
+    done_log log;
+} waiter;
+
+static void on_done_signal(void *ud, uint64_t id, const khub_batch_result *r)
+{
+    waiter *w = ud;
+    pthread_mutex_lock(&w->mu);
+    on_done(&w->log, id, r);
+    w->done++;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+TEST_IMPL(batch_tiny_threads)
+{
+    fixture f = tiny_open(0, 4, 16, 128);
+    reqset s;
+    make_reqs(&s, NREQ);
+    static waiter w;
+    memset(&w, 0, sizeof w);
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    server sv = {0};
+    ASSERT_OK(khub_batch_new(f.m, NULL, &sv.b));
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, serve, &sv), 0);
+    for (int i = 0; i < NREQ; i++) {
+        s.req[i].on_done = on_done_signal;
+        s.req[i].ud = &w;
+        uint64_t id = 0;
+        ASSERT_OK(khub_batch_submit(sv.b, &s.req[i], &id));
+        ASSERT_EQ(id, i + 1);
+        if (i % 3 == 0) usleep(2000); /* some join a running batch */
+    }
+    pthread_mutex_lock(&w.mu);
+    while (w.done < NREQ) pthread_cond_wait(&w.cv, &w.mu);
+    pthread_mutex_unlock(&w.mu);
+    khub_batch_stop(sv.b);
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT_OK(sv.st);
+    khub_batch_free(sv.b);
+    for (int i = 0; i < NREQ; i++) {
+        khub_batch_result one = result();
+        s.req[i].on_done = NULL;
+        ASSERT_OK(khub_generate_batch(f.m, &s.req[i], 1, NULL, &one));
+        ASSERT_EQ(w.log.r[i + 1].n_tokens, one.n_tokens);
+        ASSERT(memcmp(one.tokens, w.log.toks[i + 1], (size_t)one.n_tokens * 4) == 0);
+        khub_batch_results_free(f.m, &one, 1);
+    }
+    fixture_close(&f);
+}
+
+/* ======================================================================== */
+/* Bad input                                                                */
+/* ======================================================================== */
+
+TEST_IMPL(batch_tiny_errors)
+{
+    fixture f = tiny_open(0, 2, 16, 32);
+    khub_batch *b = NULL;
+    khub_batch_config cfg = {KHUB_STRUCT_INIT(khub_batch_config), .max_batch_tokens = -1};
+    ASSERT_STATUS(khub_batch_new(f.m, &cfg, &b), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt), "max_batch_tokens -1 is outside [1, 16]");
+    cfg = (khub_batch_config){KHUB_STRUCT_INIT(khub_batch_config), .max_seqs = 3};
+    ASSERT_STATUS(khub_batch_new(f.m, &cfg, &b), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt), "max_seqs 3 is outside [1, 2]");
+    cfg = (khub_batch_config){KHUB_STRUCT_INIT(khub_batch_config), .max_kv_tokens = 65};
+    ASSERT_STATUS(khub_batch_new(f.m, &cfg, &b), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt), "max_kv_tokens 65 is outside [1, 64]");
+    cfg = (khub_batch_config){KHUB_STRUCT_INIT(khub_batch_config), .max_queue = 3};
+    ASSERT_OK(khub_batch_new(f.m, &cfg, &b));
+
+    int32_t ids[40];
+    for (int k = 0; k < 40; k++) ids[k] = 5 + k;
+    khub_generate_opts o = {KHUB_STRUCT_INIT(khub_generate_opts), .max_new_tokens = -2};
+    khub_batch_request q = {KHUB_STRUCT_INIT(khub_batch_request), .tokens = ids, .n_tokens = 4,
+                            .opts = &o};
+    ASSERT_STATUS(khub_batch_submit(b, &q, NULL), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_last_error(), "khub_batch_submit: max_new_tokens -2");
+    o.max_new_tokens = 4;
+    q.prompt = "both";
+    ASSERT_STATUS(khub_batch_submit(b, &q, NULL), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_last_error(), "needs a prompt or tokens (not both)");
+    q.prompt = NULL;
+    ids[2] = V;
+    ASSERT_STATUS(khub_batch_submit(b, &q, NULL), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_last_error(), "token 2 is 256, outside the vocabulary [0, 256)");
+    ids[2] = 7;
+    const char *stops[] = {""};
+    o.stop = stops;
+    o.n_stop = 1;
+    ASSERT_STATUS(khub_batch_submit(b, &q, NULL), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_last_error(), "stop string 0 is NULL or empty");
+    o.n_stop = 0;
+
+    /* A request longer than the cache fails alone; the others finish. */
+    static done_log d;
+    memset(&d, 0, sizeof d);
+    q.on_done = on_done;
+    q.ud = &d;
+    ASSERT_OK(khub_batch_submit(b, &q, NULL));
+    khub_batch_request big = q;
+    big.n_tokens = 40; /* the slots hold 32 */
+    ASSERT_OK(khub_batch_submit(b, &big, NULL));
+    ASSERT_OK(khub_batch_submit(b, &q, NULL));
+    ASSERT_STATUS(khub_batch_submit(b, &q, NULL), KHUB_STATUS_BUSY);
+    ASSERT_CONTAINS(khub_last_error(), "3 requests are waiting (max_queue)");
+    khub_batch_request text = {KHUB_STRUCT_INIT(khub_batch_request), .prompt = "hello"};
+    (void)text;
+    ASSERT_OK(khub_batch_run(b, 0));
+    ASSERT_EQ(d.r[1].status, KHUB_STATUS_OK);
+    ASSERT_EQ(d.r[1].n_tokens, 4);
+    ASSERT_EQ(d.r[2].status, KHUB_STATUS_CONTEXT_FULL);
+    ASSERT_CONTAINS(d.r[2].error, "request 2 has 40 tokens; the KV cache holds 32 per sequence");
+    ASSERT_EQ(d.r[3].status, KHUB_STATUS_OK);
+    /* The tiny model has no tokenizer: a text prompt fails when admitted. */
+    text.on_done = on_done;
+    text.ud = &d;
+    ASSERT_OK(khub_batch_submit(b, &text, NULL));
+    ASSERT_OK(khub_batch_run(b, 0));
+    ASSERT_EQ(d.r[4].status, KHUB_STATUS_TOKENIZER);
+    ASSERT_CONTAINS(d.r[4].error, "has no tokenizer");
+    khub_batch_free(b);
+
+    /* With a KV limit of 20 tokens in all, 24 tokens cannot run even alone. */
+    cfg = (khub_batch_config){KHUB_STRUCT_INIT(khub_batch_config), .max_kv_tokens = 20};
+    ASSERT_OK(khub_batch_new(f.m, &cfg, &b));
+    big.n_tokens = 24;
+    ASSERT_OK(khub_batch_submit(b, &big, NULL));
+    ASSERT_OK(khub_batch_run(b, 0));
+    ASSERT_EQ(d.r[1].status, KHUB_STATUS_CONTEXT_FULL);
+    ASSERT_CONTAINS(d.r[1].error, "request 1 has 24 tokens; the batch's KV cache holds 20 in all");
+    /* 16 tokens fit; generation then stops when the 20 are used. */
+    big.n_tokens = 16;
+    o.max_new_tokens = 10;
+    ASSERT_OK(khub_batch_submit(b, &big, NULL));
+    ASSERT_OK(khub_batch_run(b, 0));
+    ASSERT_EQ(d.r[2].status, KHUB_STATUS_OK);
+    ASSERT_EQ(d.r[2].stop_reason, KHUB_STOP_CONTEXT);
+    ASSERT_EQ(d.r[2].n_tokens, 5);
+    khub_batch_free(b);
+    fixture_close(&f);
+}
+
+#define TEST_LIST(X) \
+    X(batch_tiny_ref_equals_solo) \
+    X(batch_tiny_default_kernels_equal_solo) \
+    X(batch_tiny_preemption_equals_solo) \
+    X(batch_tiny_cancel_frees_kv) X(batch_tiny_threads) X(batch_tiny_errors)
+TEST_MAIN(TEST_LIST)
