@@ -16,6 +16,9 @@ LIB=${KHUB_BUILD:?set by ctest}/libkhub.so
 # khub_server.h's example links libkhub_server too (when it is built).
 SERVER_LIB=
 [ -f "$KHUB_BUILD/libkhub_server.so" ] && SERVER_LIB=$KHUB_BUILD/libkhub_server.so
+# khub_model_server.h's example links libkhub_model_server too.
+[ -f "$KHUB_BUILD/libkhub_model_server.so" ] &&
+    SERVER_LIB="$SERVER_LIB $KHUB_BUILD/libkhub_model_server.so"
 # khub_author.h's example links libkhub_author too.
 [ -f "$KHUB_BUILD/libkhub_author.so" ] && SERVER_LIB="$SERVER_LIB $KHUB_BUILD/libkhub_author.so"
 n=0

@@ -16,6 +16,8 @@
 #                     check a kernel folder)
 #   hub/author        libkhub_author (not libkhub): base, device, loader's ELF
 #                     gate, hub, itself: build, templates, sign, publish
+#   runtime/model_server  libkhub_model_server (not libkhub): base and itself;
+#                     the model through libkhub's public API only
 #   tools             public headers only (abi/), once issue 12 item 2 lands;
 #                     until then not checked here
 #
@@ -43,6 +45,9 @@ allowed = {
     # libkhub_author, its own library above libkhub: `khub build` runs the
     # publish gate's ELF rules on what it built.
     "hub/author": {"runtime/base", "runtime/device", "runtime/loader", "hub", "hub/author"},
+    # libkhub_model_server, above libkhub: the OpenAI server uses libkhub's
+    # public API, and from the layers only base (errors, strict JSON).
+    "runtime/model_server": {"runtime/base", "runtime/model_server"},
 }
 # Known exceptions, each with its reason; an entry that is no longer needed
 # fails the check too, so the list only shrinks.

@@ -11,7 +11,7 @@ B=${KHUB_BUILD:?}
 fail() { echo "FAIL: $*"; exit 1; }
 
 bash "${KHUB_SRC:?}/tools/check-symbols.sh" --headers "$B/libkhub.so" "$B/libkhub_server.so" \
-    "$B/libkhub_author.so"
+    "$B/libkhub_author.so" "$B/libkhub_model_server.so"
 
 major=$(sed -n 's/^#define KHUB_VERSION_MAJOR *\([0-9]*\).*/\1/p' "$KHUB_SRC/abi/khub/khub_version.h")
 soname=$(readelf -d "$B/libkhub.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
@@ -28,6 +28,12 @@ if grep -q 'NEEDED.*libmicrohttpd' <<< "$dyn"; then fail "libkhub.so links libmi
 if ldd "$B/libkhub.so" | grep -q libmicrohttpd; then fail "libkhub.so pulls libmicrohttpd in"; fi
 dyn=$(readelf -d "$B/libkhub_server.so")
 grep -q "NEEDED.*\[libkhub.so.$major\]" <<< "$dyn" || fail "libkhub_server.so does not link libkhub"
+# The model server (issue 16) is libkhub_model_server, on top of libkhub.
+soname=$(readelf -d "$B/libkhub_model_server.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "libkhub_model_server.so.$major" ] ||
+    fail "SONAME is '$soname', want libkhub_model_server.so.$major"
+grep -q "NEEDED.*\[libkhub.so.$major\]" <<< "$(readelf -d "$B/libkhub_model_server.so")" ||
+    fail "libkhub_model_server.so does not link libkhub"
 grep -q 'NEEDED.*libmicrohttpd' <<< "$dyn" || fail "libkhub_server.so does not link libmicrohttpd"
 undef=$(nm -D --undefined-only "$B/libkhub.so")
 if grep -q ' MHD_' <<< "$undef"; then fail "libkhub.so calls libmicrohttpd"; fi

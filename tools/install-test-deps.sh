@@ -16,6 +16,9 @@
 #   setuptools,       the build backend of ./python, used offline there
 #   wheel             (pip install --no-build-isolation); setuptools before
 #                     70.1 has no bdist_wheel of its own and needs `wheel`
+#   openai            the OpenAI Python client, the outside check of `khub
+#                     serve-model` (tests/t_model_server.sh: chat, streaming,
+#                     completions, models, error statuses)
 #   gguf, numpy,      `tools/fetch-model.sh --hf` without torch: the light
 #   safetensors,      backend of tools/make-hf-model.py writes the safetensors
 #   tokenizers        copy of the test model (bit-identical to Transformers')
@@ -36,6 +39,7 @@ REQS=(
     "safetensors=safetensors>=0.4"
     "tokenizers=tokenizers>=0.20"
     "pytest=pytest>=7"
+    "openai=openai>=1.40"
     "setuptools=setuptools>=61"
     "wheel=wheel"
 )

@@ -136,6 +136,9 @@ typedef struct khub_model_info {
 
 /* Fills info (its struct_size set by the caller). Since 0.1. */
 KHUB_API khub_status khub_model_info_get(const khub_model *m, khub_model_info *info);
+/* The runtime m was loaded on (borrowed; for khub_runtime_errmsg after a
+ * khub_model_* call failed); NULL for NULL. Since 0.1. */
+KHUB_API khub_runtime *khub_model_runtime(const khub_model *m);
 
 /* The role -> plugin table: one line per role ("q_proj[q4_1]: khub/ref-cpu
  * 0.1.0 :: qlinear") followed by that binding's decision trace, indented.
@@ -156,6 +159,23 @@ KHUB_API khub_status khub_model_tokenize(khub_model *m, const char *text, int ad
  * tokens are dropped. Since 0.1. */
 KHUB_API khub_status khub_model_detokenize(khub_model *m, const int32_t *ids, size_t n, char *buf,
                                            size_t cap, size_t *len);
+
+/* Formats a conversation with the model's own chat template (ChatML,
+ * Llama-3 or Gemma, recognised from the template text; khub has no Jinja
+ * engine): roles[i] ("system", "user", "assistant") and contents[i] for
+ * i < n, both borrowed; add_generation_prompt 1 appends the opening of the
+ * assistant's turn. The text, NUL-terminated, goes to buf[cap] and *len
+ * receives its length without the NUL (KHUB_STATUS_OVERFLOW when it does
+ * not fit: call again with cap > *len). It is meant as a prompt of
+ * khub_model_generate with chat = 0, which adds the model's BOS when the
+ * tokenizer asks for one, so a BOS text that the template writes first is
+ * left out then. Statuses: TOKENIZER (no tokenizer, no or an unrecognised
+ * template, an empty role, a NULL content, roles that Gemma's template
+ * refuses), OVERFLOW, NOMEM. Since 0.1. */
+KHUB_API khub_status khub_model_chat_format(khub_model *m, const char *const *roles,
+                                            const char *const *contents, size_t n,
+                                            int add_generation_prompt, char *buf, size_t cap,
+                                            size_t *len);
 
 /* ------------------------------------------------------------------------ */
 /* Generation                                                               */

@@ -74,6 +74,12 @@ KHUB_INTERNAL khub_status khub__chat_format(khub_runtime *rt, const char *tmpl,
                                             const khub_chat_msg *msgs, size_t n,
                                             bool add_generation_prompt, char **out);
 
+/* The model's chat template (tokenizer.chat_template); for a file without
+ * one whose vocab has Gemma's turn tokens (the Gemma 3 base GGUFs), Gemma
+ * 3's own template; NULL when neither (chat_api.c). */
+struct khub_model;
+KHUB_INTERNAL const char *khub__model_chat_template(const struct khub_model *m);
+
 /* The text that ends an assistant turn in a style ("<|im_end|>", "<|eot_id|>");
  * static storage; "" for KHUB_CHAT_UNKNOWN. */
 KHUB_INTERNAL const char *khub__chat_end_of_turn(khub_chat_style style);

@@ -39,18 +39,6 @@ khub_status khub__gen_read_opts(khub_runtime *rt, const char *who, const khub_ge
     return KHUB_STATUS_OK;
 }
 
-/* The model's chat template; for a file without one whose vocab has Gemma's
- * turn tokens (the Gemma 3 base GGUFs), Gemma 3's own template. */
-static const char *chat_template(const khub_model *m)
-{
-    const char *t = khub__tokenizer_chat_template(m->tok);
-    int32_t id;
-    if (!t && khub__tokenizer_find(m->tok, "<start_of_turn>", 15, &id) == KHUB_STATUS_OK &&
-        khub__tokenizer_find(m->tok, "<end_of_turn>", 13, &id) == KHUB_STATUS_OK)
-        t = khub__chat_gemma_template;
-    return t;
-}
-
 khub_status khub__gen_prompt_ids(khub_model *m, const char *label, const char *prompt, int chat,
                                  const char *system, int32_t **ids, size_t *n)
 {
@@ -64,7 +52,8 @@ khub_status khub__gen_prompt_ids(khub_model *m, const char *label, const char *p
         size_t nm = 0;
         if (system) msgs[nm++] = (khub_chat_msg){"system", system};
         msgs[nm++] = (khub_chat_msg){"user", prompt};
-        KHUB_FORWARD_IF_ERROR(rt, khub__chat_format(rt, chat_template(m), msgs, nm, true, &text));
+        KHUB_FORWARD_IF_ERROR(
+            rt, khub__chat_format(rt, khub__model_chat_template(m), msgs, nm, true, &text));
     } else {
         flags |= KHUB_TOK_ADD_SPECIAL;
     }

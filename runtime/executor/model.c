@@ -304,6 +304,8 @@ khub_status khub_model_info_get(const khub_model *m, khub_model_info *info)
     return KHUB_STATUS_OK;
 }
 
+khub_runtime *khub_model_runtime(const khub_model *m) { return m ? m->rt : NULL; }
+
 /* ======================================================================== */
 /* Tokens                                                                   */
 /* ======================================================================== */

@@ -13,6 +13,7 @@
 #include <stdio.h>
 
 #include "khub/khub.h"
+#include "khub/khub_kernels.h"
 
 typedef struct khub_cli_cmd {
     const char *name;    /* "resolve" */
@@ -45,5 +46,9 @@ void khub_cli_json_str(const char *s);
 /* A runtime with the built-in plugins loaded, or NULL after printing why.
  * n_threads 0 = all cores. */
 khub_runtime *khub_cli_runtime(const char *cmd, int n_threads);
+
+/* The flag that names a role's kernel ("--attn" for KHUB_KERNEL_ROLE_ATTENTION),
+ * from the role table; "" outside it. */
+const char *khub_cli_role_flag(khub_kernel_role role);
 
 #endif /* KHUB_CLI_H */

@@ -45,18 +45,12 @@ static int num(const char *flag, const char *s, double lo, double hi, double *ou
     return 0;
 }
 
-/* --attn, --quant, ...: one flag per kernel role, from the role table. */
-static const char *const role_flags[KHUB_KERNEL_ROLE__COUNT] = {
-#define ROLE_FLAG(NAME, name, flag, field) [KHUB_KERNEL_ROLE_##NAME] = "--" #flag,
-    KHUB_KERNEL_ROLES(ROLE_FLAG)
-#undef ROLE_FLAG
-};
-
-/* The role whose flag f is, or KHUB_KERNEL_ROLE__COUNT. */
+/* The role whose flag f is (--attn, --quant, ...), or KHUB_KERNEL_ROLE__COUNT. */
 static int role_of_flag(const char *f)
 {
     int r = 0;
-    while (r < KHUB_KERNEL_ROLE__COUNT && strcmp(f, role_flags[r]) != 0) r++;
+    while (r < KHUB_KERNEL_ROLE__COUNT && strcmp(f, khub_cli_role_flag((khub_kernel_role)r)) != 0)
+        r++;
     return r;
 }
 

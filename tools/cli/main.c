@@ -85,6 +85,16 @@ khub_runtime *khub_cli_runtime(const char *cmd, int n_threads)
     return rt;
 }
 
+const char *khub_cli_role_flag(khub_kernel_role role)
+{
+    static const char *const flags[KHUB_KERNEL_ROLE__COUNT] = {
+#define ROLE_FLAG(NAME, name, flag, field) [KHUB_KERNEL_ROLE_##NAME] = "--" #flag,
+        KHUB_KERNEL_ROLES(ROLE_FLAG)
+#undef ROLE_FLAG
+    };
+    return (unsigned)role < KHUB_KERNEL_ROLE__COUNT ? flags[role] : "";
+}
+
 static int cmp_cmd(const void *a, const void *b)
 {
     return strcmp((*(const khub_cli_cmd *const *)a)->name, (*(const khub_cli_cmd *const *)b)->name);

@@ -1,6 +1,6 @@
 /* json_strict.h: strict JSON for the files khub decides with (json_strict.c). */
-#ifndef KHUB_HUB_JSON_STRICT_H
-#define KHUB_HUB_JSON_STRICT_H
+#ifndef KHUB_BASE_JSON_STRICT_H
+#define KHUB_BASE_JSON_STRICT_H
 
 #include <stdbool.h>
 #include <stddef.h>

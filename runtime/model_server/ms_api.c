@@ -1,0 +1,120 @@
+/*
+ * ms_api.c: the public face of the model server (khub/khub_model_server.h)
+ * over the daemon (ms_http.c) and the request engine.
+ *
+ * Start order: what the endpoints read (the explain table, the model's
+ * numbers) is copied before the engine thread exists, because from then on
+ * only that thread may touch the model. Stop order: the engine is shut
+ * down first, finishing every queued and running request, so that the
+ * connection threads waiting on them return and libmicrohttpd can join
+ * them; the engine is freed last.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_server.h"
+
+struct khub_model_server {
+    khub__ms s;
+};
+
+static khub_status start_fail(khub_status st, char *errbuf, size_t size, const char *msg)
+{
+    if (errbuf && size) snprintf(errbuf, size, "%s", msg);
+    return st;
+}
+
+static char *dup_or_null(const char *s, int *oom)
+{
+    if (!s || !*s) return NULL;
+    char *d = strdup(s);
+    if (!d) *oom = 1;
+    return d;
+}
+
+khub_status khub_model_server_start(const khub_model_server_opts *opts, khub_model_server **out,
+                                    char *errbuf, size_t errbuf_size)
+{
+    char msg[KHUB_ERROR_SIZE] = "";
+    if (out) *out = NULL;
+    if (!opts || !out)
+        return start_fail(KHUB_STATUS_MISUSE, errbuf, errbuf_size,
+                          opts ? "khub_model_server_start: out is NULL"
+                               : "khub_model_server_start: opts is NULL");
+    if (opts->struct_size < offsetof(khub_model_server_opts, max_body) + sizeof(uint64_t)) {
+        khub__errbuf(msg, sizeof msg,
+                     "khub_model_server_start: opts.struct_size %u is below the 0.1 size %zu",
+                     opts->struct_size, sizeof(khub_model_server_opts));
+        return start_fail(KHUB_STATUS_STRUCT_SIZE, errbuf, errbuf_size, msg);
+    }
+    if (!opts->model)
+        return start_fail(KHUB_STATUS_INVALID_ARG, errbuf, errbuf_size,
+                          "khub_model_server_start: opts.model is NULL (load a model first)");
+    khub_model_server *srv = calloc(1, sizeof *srv);
+    if (!srv) return start_fail(KHUB_STATUS_NOMEM, errbuf, errbuf_size, "out of memory");
+    khub__ms *s = &srv->s;
+    khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
+    khub_model_info_get(opts->model, &info);
+    int oom = 0;
+    s->model = opts->model;
+    s->model_id = dup_or_null(opts->model_id ? opts->model_id : "khub-model", &oom);
+    s->api_key = dup_or_null(opts->api_key, &oom);
+    s->kernels_report = dup_or_null(opts->kernels_report, &oom);
+    s->explain = strdup(khub_model_explain(opts->model));
+    s->max_context = info.max_context;
+    s->context_length = info.context_length;
+    s->max_body = opts->max_body ? opts->max_body : KHUB__MS_MAX_BODY;
+    s->created = time(NULL);
+    khub_status st = KHUB_STATUS_NOMEM;
+    snprintf(msg, sizeof msg, "serve-model: out of memory");
+    if (oom || !s->explain || !s->model_id) goto fail;
+    if (!(s->eng = khub__ms_engine_serial_new(opts->model, opts->max_queue ? opts->max_queue : 64)))
+        goto fail;
+    st = khub__ms_start(s, opts->host, opts->port, opts, msg, sizeof msg);
+    if (st != KHUB_STATUS_OK) goto fail;
+    *out = srv;
+    if (errbuf && errbuf_size) errbuf[0] = '\0';
+    return KHUB_STATUS_OK;
+fail:
+    khub_model_server_stop(srv);
+    return start_fail(st, errbuf, errbuf_size, msg);
+}
+
+uint16_t khub_model_server_port(const khub_model_server *srv) { return srv ? srv->s.port : 0; }
+
+khub_status khub_model_server_stats_get(const khub_model_server *srv, khub_model_server_stats *out)
+{
+    if (!srv || !out) return KHUB_STATUS_MISUSE;
+    if (out->struct_size < offsetof(khub_model_server_stats, kv_capacity) + sizeof(uint64_t))
+        return KHUB_STATUS_STRUCT_SIZE;
+    khub__ms *s = (khub__ms *)&srv->s;
+    khub__ms_engine_stats es = {0};
+    s->eng->vt->stats(s->eng, &es);
+    out->requests = atomic_load(&s->n_requests);
+    out->errors = atomic_load(&s->n_errors);
+    out->completions = atomic_load(&s->n_completions);
+    out->cancelled = atomic_load(&s->n_cancelled);
+    out->prompt_tokens = atomic_load(&s->prompt_tokens);
+    out->completion_tokens = atomic_load(&s->completion_tokens);
+    out->queued = es.queued;
+    out->running = es.running;
+    out->kv_tokens = es.kv_tokens;
+    out->kv_capacity = es.kv_capacity;
+    return KHUB_STATUS_OK;
+}
+
+void khub_model_server_stop(khub_model_server *srv)
+{
+    if (!srv) return;
+    khub__ms *s = &srv->s;
+    if (s->eng) s->eng->vt->shutdown(s->eng);
+    khub__ms_stop(s);
+    if (s->eng) s->eng->vt->free(s->eng);
+    if (s->api_key) memset(s->api_key, 0, strlen(s->api_key));
+    free(s->api_key);
+    free(s->model_id);
+    free(s->kernels_report);
+    free(s->explain);
+    free(srv);
+}

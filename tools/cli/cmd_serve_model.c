@@ -1,0 +1,236 @@
+/*
+ * cmd_serve_model.c: `khub serve-model`: load a model (kernels by Hub ID
+ * as `khub run` takes them) and serve it over the OpenAI HTTP API
+ * (khub_model_server.h) until SIGINT or SIGTERM.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "khub/khub_kernels.h"
+#include "khub/khub_model.h"
+#include "khub/khub_model_server.h"
+
+static const khub_cli_cmd serve_model_cmd;
+
+typedef struct sm_args {
+    const char *model, *model_id, *host, *api_key;
+    const char *role[KHUB_KERNEL_ROLE__COUNT]; /* --attn NAME ... by KHUB_KERNEL_ROLES */
+    const char *kernels, *lock, *policy;
+    int threads, strict, allow_unsigned;
+    long port, max_queue, max_connections, timeout;
+    int64_t max_context;
+    double max_body_mib;
+} sm_args;
+
+/* A number in [lo, hi] into *out; 0 on success, else the usage error. */
+static int num(const char *flag, const char *s, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    double v = s ? strtod(s, &end) : 0;
+    if (!s || !*s || *end || v < lo || v > hi)
+        return khub_cli_usage(&serve_model_cmd, "%s needs a number in [%g, %g], got '%s'", flag, lo,
+                              hi, s ? s : "");
+    *out = v;
+    return 0;
+}
+
+/* Flags with a numeric value: name, bounds, and where it goes. */
+static int numeric_flag(sm_args *a, const char *f, const char *v, int *rc)
+{
+    double d = 0;
+    if (!strcmp(f, "--port")) {
+        *rc = num(f, v, 0, 65535, &d), a->port = (long)d;
+    } else if (!strcmp(f, "--threads")) {
+        *rc = num(f, v, 0, 1024, &d), a->threads = (int)d;
+    } else if (!strcmp(f, "--max-context")) {
+        *rc = num(f, v, 1, 1 << 22, &d), a->max_context = (int64_t)d;
+    } else if (!strcmp(f, "--max-queue")) {
+        *rc = num(f, v, 1, 1 << 16, &d), a->max_queue = (long)d;
+    } else if (!strcmp(f, "--max-connections")) {
+        *rc = num(f, v, 1, 1 << 16, &d), a->max_connections = (long)d;
+    } else if (!strcmp(f, "--timeout")) {
+        *rc = num(f, v, 1, 86400, &d), a->timeout = (long)d;
+    } else if (!strcmp(f, "--max-body-mib")) {
+        *rc = num(f, v, 0.001, 1024, &d), a->max_body_mib = d;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+static int parse(int argc, char **argv, sm_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->port = 8080;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc = 0, takes = 1;
+        khub_kernel_role role = KHUB_KERNEL_ROLE__COUNT;
+        for (int r = 0; r < KHUB_KERNEL_ROLE__COUNT; r++)
+            if (!strcmp(f, khub_cli_role_flag((khub_kernel_role)r))) role = (khub_kernel_role)r;
+        if (role < KHUB_KERNEL_ROLE__COUNT)
+            a->role[role] = v;
+        else if (numeric_flag(a, f, v, &rc))
+            ;
+        else if (!strcmp(f, "--model"))
+            a->model = v;
+        else if (!strcmp(f, "--model-id"))
+            a->model_id = v;
+        else if (!strcmp(f, "--host"))
+            a->host = v;
+        else if (!strcmp(f, "--api-key"))
+            a->api_key = v;
+        else if (!strcmp(f, "--kernels"))
+            a->kernels = v;
+        else if (!strcmp(f, "--lock"))
+            a->lock = v;
+        else if (!strcmp(f, "--policy"))
+            a->policy = v;
+        else {
+            takes = 0;
+            if (!strcmp(f, "--strict"))
+                a->strict = 1;
+            else if (!strcmp(f, "--allow-unsigned"))
+                a->allow_unsigned = 1;
+            else
+                return khub_cli_usage(&serve_model_cmd, "unknown option '%s'", f);
+        }
+        if (rc) return rc;
+        if (takes && !v) return khub_cli_usage(&serve_model_cmd, "%s needs a value", f);
+        i += takes;
+    }
+    if (!a->model) return khub_cli_usage(&serve_model_cmd, "--model PATH is required");
+    if (!a->api_key) a->api_key = getenv("KHUB_API_KEY");
+    return 0;
+}
+
+/* The model's file or folder name, the default id. */
+static const char *base_name(const char *path)
+{
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    static char buf[256];
+    snprintf(buf, sizeof buf, "%.*s", (int)n, path);
+    const char *b = strrchr(buf, '/');
+    return b && b[1] ? b + 1 : buf;
+}
+
+static khub_model *load(khub_runtime *rt, const sm_args *a, khub_model_kernels_report *rep)
+{
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .strict = a->strict,
+                          .max_context = a->max_context};
+    khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels),
+#define ROLE_FIELD(NAME, name, flag, field) .flag = a->role[KHUB_KERNEL_ROLE_##NAME],
+                             KHUB_KERNEL_ROLES(ROLE_FIELD)
+#undef ROLE_FIELD
+                                 .mapping_path = a->kernels,
+                             .lock_path = a->lock,
+                             .policy_path = a->policy,
+                             .allow_unsigned = a->allow_unsigned,
+                             .strict = a->strict};
+    khub_hub *hub = NULL;
+    if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK) {
+        khub_cli_fail("serve-model", "%s", khub_last_error());
+        return NULL;
+    }
+    khub_model *m = NULL;
+    if (khub_model_load_hub(hub, rt, a->model, &mo, &mk, &m, rep) != KHUB_STATUS_OK)
+        khub_cli_fail("serve-model", "%s", khub_runtime_errmsg(rt));
+    khub_hub_free(hub);
+    return m;
+}
+
+static int run(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&serve_model_cmd, argc, argv)) return 0;
+    sm_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc) return rc;
+    /* Blocked before any thread starts, so every thread inherits the mask
+     * and sigwait below is the one place they are taken. */
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    khub_runtime *rt = khub_cli_runtime("serve-model", a.threads);
+    if (!rt) return 1;
+    static khub_model_kernels_report rep;
+    khub_model *m = load(rt, &a, &rep);
+    if (!m) {
+        khub_runtime_free(rt);
+        return 1;
+    }
+    khub_model_server_opts so = {KHUB_APP_INIT(khub_model_server_opts),
+                                 .model = m,
+                                 .model_id = a.model_id ? a.model_id : base_name(a.model),
+                                 .host = a.host,
+                                 .port = (uint16_t)a.port,
+                                 .api_key = a.api_key,
+                                 .kernels_report = rep.text[0] ? rep.text : NULL,
+                                 .max_queue = (uint32_t)a.max_queue,
+                                 .max_connections = (uint32_t)a.max_connections,
+                                 .idle_timeout_s = (uint32_t)a.timeout,
+                                 .max_body = (uint64_t)(a.max_body_mib * 1048576.0)};
+    khub_model_server *srv = NULL;
+    char err[KHUB_ERROR_SIZE];
+    if (khub_model_server_start(&so, &srv, err, sizeof err) != KHUB_STATUS_OK) {
+        rc = khub_cli_fail("serve-model", "%s", err);
+    } else {
+        printf("khub serve-model: serving %s as '%s' at http://%s:%u/v1%s\n", a.model, so.model_id,
+               a.host ? a.host : "127.0.0.1", khub_model_server_port(srv),
+               a.api_key && *a.api_key ? " (API key required)" : "");
+        fflush(stdout);
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        khub_model_server_stats st = {KHUB_APP_INIT(khub_model_server_stats)};
+        khub_model_server_stats_get(srv, &st);
+        khub_model_server_stop(srv);
+        fprintf(stderr,
+                "khub serve-model: stopped: %llu requests, %llu completions, %llu prompt and "
+                "%llu generated tokens\n",
+                (unsigned long long)st.requests, (unsigned long long)st.completions,
+                (unsigned long long)st.prompt_tokens, (unsigned long long)st.completion_tokens);
+    }
+    khub_model_free(m);
+    khub_runtime_free(rt);
+    return rc;
+}
+
+static const khub_cli_cmd serve_model_cmd = {
+    "serve-model", "serve a model over the OpenAI HTTP API",
+    "usage: khub serve-model --model PATH [options]\n"
+    "\n"
+    "Loads a model and answers the OpenAI API on it until SIGINT or SIGTERM:\n"
+    "POST /v1/chat/completions (stream: true as server-sent events), POST\n"
+    "/v1/completions, GET /v1/models, GET /v1/kernels, GET /health, GET /metrics\n"
+    "(docs/model-server.md). Requests run one at a time, in arrival order.\n"
+    "\n"
+    "Options:\n"
+    "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"
+    "  --model-id NAME       the model's name in the API (default: the file name)\n"
+    "  --host ADDR           IPv4 address to listen on (default 127.0.0.1; anything\n"
+    "                        else exposes the model to the network: set --api-key)\n"
+    "  --port N              TCP port (default 8080; 0 = a free one, printed)\n"
+    "  --api-key KEY         /v1 requests need \"Authorization: Bearer KEY\"\n"
+    "                        (default $KHUB_API_KEY; none = open)\n"
+    "  --threads N           worker threads (default: all cores)\n"
+    "  --max-context N       KV capacity per request, prompt and answer (default: the\n"
+    "                        model's trained context, at most 4096)\n"
+    "  --max-queue N         requests waiting to run; more get 503 (default 64)\n"
+    "  --max-connections N   open connections (default 256; 64 per client address)\n"
+    "  --timeout S           close a connection silent for S seconds (default 30)\n"
+    "  --max-body-mib N      request body limit in MiB (default 1; over: 413)\n"
+    "\n"
+    "Kernels, as for khub run (each NAME a Hub ID, a loaded plugin's id or a built-in):\n"
+    "  --attn NAME  --quant NAME  --cache NAME  --norm NAME  --act NAME\n"
+    "  --rotary NAME  --linear NAME\n"
+    "  --kernels FILE        khub.json mapping   --lock FILE   khub.lock\n"
+    "  --policy FILE         trust policy        --allow-unsigned   --strict\n"
+    "  --help                print this help\n",
+    run};
+
+KHUB_CLI_COMMAND(serve_model_cmd)
