@@ -75,6 +75,30 @@ grep -q "preferred kernels-community/flash-attn2 :: nope for attention is unusab
     fail "missing symbol, strict: $(cat f.err)"
 echo "ok   --attn ID@version=N:symbol, @branch, @commit; a missing :symbol warns, --strict fails"
 
+# Gemma 3 (issue 15) with flash-attn2 by Hub ID: the tiny Gemma folder
+# (head_dim 256, query_pre_attn_scalar 64, 4-token sliding window on five
+# layers of six) runs with it, and its greedy text equals the default
+# attention's, so the scale and the per-layer window reach the kernel; a
+# head size the kernel does not list is refused under --strict, naming it.
+GEMMA=$SRC/tests/fixtures/gemma3_tiny
+GPROMPT="Sliding window attention looks at the last few tokens, global layers see all."
+"$KHUB" run --model "$GEMMA" --prompt "$GPROMPT" --max-new-tokens 12 --ignore-eos \
+    > g0.out 2> g0.err || { cat g0.err; fail "tiny Gemma, default attention"; }
+"$KHUB" run --model "$GEMMA" --prompt "$GPROMPT" --max-new-tokens 12 --ignore-eos --strict \
+    --attn kernels-community/flash-attn2 --explain > g1.out 2> g1.err ||
+    { cat g1.err; fail "tiny Gemma with flash-attn2"; }
+grep -q "^attention\[f32\]: kernels-community/flash-attn2 1.0.0 :: flash_attn" g1.out ||
+    fail "flash-attn2 does not serve Gemma's attention: $(grep attention g1.out)"
+grep -q "^gelu_tanh_and_mul\[f32\]: " g1.out || fail "explain names Gemma's activation: $(cat g1.out)"
+[ "$(tail -n 1 g0.out)" = "$(tail -n 1 g1.out)" ] ||
+    fail "Gemma with flash-attn2 generates '$(tail -n 1 g1.out)', default attention '$(tail -n 1 g0.out)'"
+mkdir g48 && cp "$GEMMA"/* g48/ && sed -i 's/"head_dim": 256/"head_dim": 48/' g48/config.json
+if "$KHUB" run --model g48 --prompt hi --max-new-tokens 1 --strict \
+    --attn kernels-community/flash-attn2 > g2.out 2> g2.err; then fail "head_dim 48 ran with flash-attn2"; fi
+grep -q "preferred kernels-community/flash-attn2 for attention is rejected: head dim 48 not served (serves 64 80 96 128 256)" g2.err ||
+    fail "head_dim 48 refusal: $(cat g2.err)"
+echo "ok   Gemma 3 with --attn kernels-community/flash-attn2: same tokens as the default; head_dim 48 refused"
+
 # the other roles by Hub ID: activation serves; rotary (no kernel of the hub
 # has a rotary op) is fetched, loaded, and the fallback says why; one fetch
 # serves both names

@@ -5,7 +5,10 @@
  * tools/make-gemma-reference.py from the GGUF that tools/fetch-gemma.sh
  * fetches (docs/reference-fixtures.md). The chat test needs only the
  * fixture; the tokenizer and model tests need the model file and skip, saying
- * so, when it is absent (KHUB_MODEL_DIR or ~/.cache/khub/models).
+ * so, when it is absent (KHUB_MODEL_DIR or ~/.cache/khub/models). The
+ * gemma3_hf_* tests run the same fixture through the Hugging Face folder
+ * tools/make-hf-model.py makes from that GGUF with Transformers, and skip
+ * when it has not been made.
  */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -53,6 +56,28 @@ static khub_runtime *new_rt(void)
 }
 
 static char gguf_path[1024];
+
+static char hf_path[1024];
+
+/* The Hugging Face folder tools/make-hf-model.py makes from the GGUF with
+ * Transformers (dequantized float32 weights, the tokenizer.json of
+ * Transformers' GGUF conversion), or a skip that says how to make it. */
+static void need_hf(void)
+{
+    const char *d = getenv("KHUB_MODEL_DIR");
+    char base[900];
+    snprintf(base, sizeof base, "%s", d ? d : "");
+    if (!d)
+        snprintf(base, sizeof base, "%s/.cache/khub/models", getenv("HOME") ? getenv("HOME") : "");
+    snprintf(hf_path, sizeof hf_path, "%s/gemma-3-270m-hf", base);
+    char cfg[1100];
+    snprintf(cfg, sizeof cfg, "%s/config.json", hf_path);
+    struct stat sb;
+    if (stat(cfg, &sb) != 0)
+        TEST_SKIP("%s not found; make it with tools/make-hf-model.py --gguf .../" GEMMA_FILE
+                  " --out %s (needs tools/requirements-reference.txt)",
+                  hf_path, hf_path);
+}
 
 /* The model file, or a skip that says where it was looked for. */
 static void need_model(void)
@@ -118,11 +143,19 @@ TEST_IMPL(gemma3_chat_matches_jinja)
 /* Tokenizer                                                                */
 /* ------------------------------------------------------------------------ */
 
-static khub_tokenizer *load_tok(khub_runtime *rt)
+static khub_tokenizer *load_tok(khub_runtime *rt, bool hf)
 {
+    khub_tokenizer *tok = NULL;
+    if (hf) {
+        char p[1100];
+        snprintf(p, sizeof p, "%s/tokenizer.json", hf_path);
+        khub_status st = khub__tokenizer_from_json(rt, p, &tok);
+        if (st) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
+        ASSERT_OK(st);
+        return tok;
+    }
     khub_gguf *g = NULL;
     ASSERT_OK(khub__gguf_open(rt, gguf_path, &g));
-    khub_tokenizer *tok = NULL;
     khub_status st = khub__tokenizer_from_gguf(rt, g, &tok);
     if (st) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
     ASSERT_OK(st);
@@ -130,13 +163,13 @@ static khub_tokenizer *load_tok(khub_runtime *rt)
     return tok;
 }
 
-/* Transformers' ids (bos first) and decoded text for every corpus string. */
-TEST_IMPL(gemma3_tokenizer_matches_transformers)
+/* Transformers' ids (bos first) and decoded text for every corpus string,
+ * from the GGUF's vocabulary or from the folder's tokenizer.json. */
+static void check_tokenizer(bool hf)
 {
-    need_model();
     cJSON *fx = fixture();
     khub_runtime *rt = new_rt();
-    khub_tokenizer *tok = load_tok(rt);
+    khub_tokenizer *tok = load_tok(rt, hf);
     ASSERT_STR_EQ(khub__tokenizer_pre_name(tok), "spm");
     ASSERT_EQ(khub__tokenizer_n_vocab(tok), 262144);
     ASSERT_EQ(khub__tokenizer_bos(tok), 2);
@@ -192,6 +225,18 @@ TEST_IMPL(gemma3_tokenizer_matches_transformers)
     cJSON_Delete(fx);
 }
 
+TEST_IMPL(gemma3_tokenizer_matches_transformers)
+{
+    need_model();
+    check_tokenizer(false);
+}
+
+TEST_IMPL(gemma3_hf_tokenizer_json_matches_transformers)
+{
+    need_hf();
+    check_tokenizer(true);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Logits and greedy generation                                             */
 /* ------------------------------------------------------------------------ */
@@ -225,9 +270,8 @@ static void greedy(khub_model *m, const int32_t *ids, int64_t n, int32_t *out, i
 /* The fixture's stored logits (top 64 and 192 fixed ids) against khub's,
  * relative to max|logit| over the whole vocabulary, then 64 greedy tokens.
  * The default plugins (optimized, f32 compute) serve every op. */
-TEST_IMPL(gemma3_matches_transformers)
+static void check_model(const char *path)
 {
-    need_model();
     cJSON *fx = fixture();
     const cJSON *cases = cJSON_GetObjectItem(fx, "cases");
     if (cJSON_GetArraySize(cases) == 0) TEST_SKIP("the fixture has no model cases");
@@ -235,7 +279,7 @@ TEST_IMPL(gemma3_matches_transformers)
     ASSERT_OK(khub_plugin_load_builtin(rt));
     khub_model_opts o = {KHUB_STRUCT_INIT(khub_model_opts)};
     khub_model *m = NULL;
-    khub_status st = khub_model_load(rt, gguf_path, &o, &m);
+    khub_status st = khub_model_load(rt, path, &o, &m);
     if (st) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
     ASSERT_OK(st);
     int64_t V = m->cfg.vocab_size;
@@ -304,8 +348,25 @@ TEST_IMPL(gemma3_matches_transformers)
     cJSON_Delete(fx);
 }
 
+TEST_IMPL(gemma3_matches_transformers)
+{
+    need_model();
+    check_model(gguf_path);
+}
+
+/* The same fixture through the Hugging Face folder: its weights are the
+ * ones Transformers computed the fixture with, in config.json's Gemma 3
+ * knobs and (1 + w) norms. */
+TEST_IMPL(gemma3_hf_matches_transformers)
+{
+    need_hf();
+    check_model(hf_path);
+}
+
 #define TEST_LIST(X) \
     X(gemma3_chat_matches_jinja) \
     X(gemma3_tokenizer_matches_transformers) \
-    X(gemma3_matches_transformers)
+    X(gemma3_matches_transformers) \
+    X(gemma3_hf_tokenizer_json_matches_transformers) \
+    X(gemma3_hf_matches_transformers)
 TEST_MAIN(TEST_LIST)

@@ -1,5 +1,6 @@
 /* test_model_config.c: hyper-parameters from config.json (+ generation_config)
  * and from GGUF metadata; every refusal names its field. */
+#include <cjson/cJSON.h>
 #include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -131,6 +132,156 @@ TEST_IMPL(hf_qwen_and_mistral)
     ASSERT(c.rope_factor == 2.0);
 }
 
+/* google/gemma-3-270m's config.json (Transformers 4.55 layout), less the
+ * layer_types list, which gemma_json() writes for n layers. */
+#define GEMMA3_HEAD \
+    "{\"_sliding_window_pattern\":6,\"architectures\":[\"Gemma3ForCausalLM\"]," \
+    "\"attention_bias\":false,\"attention_dropout\":0.0,\"attn_logit_softcapping\":null," \
+    "\"bos_token_id\":2,\"eos_token_id\":1,\"final_logit_softcapping\":null,\"head_dim\":256," \
+    "\"hidden_activation\":\"gelu_pytorch_tanh\",\"hidden_size\":640," \
+    "\"initializer_range\":0.02,\"intermediate_size\":2048,\"max_position_embeddings\":32768," \
+    "\"model_type\":\"gemma3_text\",\"num_attention_heads\":4,\"num_key_value_heads\":1," \
+    "\"pad_token_id\":0,\"query_pre_attn_scalar\":256,\"rms_norm_eps\":1e-06," \
+    "\"rope_local_base_freq\":10000.0,\"rope_scaling\":null,\"rope_theta\":1000000.0," \
+    "\"sliding_window\":512,\"torch_dtype\":\"bfloat16\",\"use_bidirectional_attention\":false," \
+    "\"use_cache\":true,\"vocab_size\":262144,"
+
+/* GEMMA3_HEAD with num_hidden_layers n, layer_types from types ('s'
+ * sliding, 'f' full, other: chunked, one letter a layer; NULL: none), and
+ * the members of extra ("\"key\":value," ...) added or replacing the
+ * head's. */
+static char *gemma_json(const char *extra, int n, const char *types)
+{
+    static char buf[8192];
+    int k = snprintf(buf, sizeof buf, GEMMA3_HEAD "\"num_hidden_layers\":%d", n);
+    if (types) {
+        k += snprintf(buf + k, sizeof buf - (size_t)k, ",\"layer_types\":[");
+        for (int i = 0; types[i]; i++)
+            k += snprintf(buf + k, sizeof buf - (size_t)k, "%s\"%s_attention\"", i ? "," : "",
+                          types[i] == 'f'   ? "full"
+                          : types[i] == 's' ? "sliding"
+                                            : "chunked");
+        k += snprintf(buf + k, sizeof buf - (size_t)k, "]");
+    }
+    snprintf(buf + k, sizeof buf - (size_t)k, "}");
+    cJSON *root = cJSON_Parse(buf);
+    char more[4096];
+    snprintf(more, sizeof more, "{%s\"_end\":0}", extra);
+    cJSON *add = cJSON_Parse(more);
+    ASSERT(root && add);
+    for (cJSON *e = add->child; e; e = e->next) {
+        if (!strcmp(e->string, "_end")) continue;
+        cJSON_DeleteItemFromObjectCaseSensitive(root, e->string);
+        cJSON_AddItemToObject(root, e->string, cJSON_Duplicate(e, 1));
+    }
+    char *out = cJSON_PrintUnformatted(root);
+    snprintf(buf, sizeof buf, "%s", out);
+    free(out);
+    cJSON_Delete(add);
+    cJSON_Delete(root);
+    return buf;
+}
+
+/* Every Gemma 3 knob from config.json: as published, in Transformers v5's
+ * rope_parameters layout, and with the defaults Gemma3TextConfig fills. */
+TEST_IMPL(hf_gemma3)
+{
+    khub_model_config c;
+    ASSERT_OK(from_json(NULL, gemma_json("", 18, "sssssfsssssfsssssf"), &c));
+    ASSERT_STR_EQ(khub__model_arch_name(c.arch), "gemma3");
+    ASSERT_EQ(c.head_dim, 256);
+    ASSERT_EQ(c.n_kv_heads, 1);
+    ASSERT_EQ(c.act, KHUB_ACT_GELU_TANH);
+    ASSERT(c.qk_norm && c.post_norms && c.norm_plus_one && c.tie_word_embeddings);
+    ASSERT(fabs(c.embed_scale - sqrt(640.0)) < 1e-12);
+    ASSERT(fabs(c.attn_scale - 1.0 / 16) < 1e-12);
+    ASSERT_EQ(c.sliding_window, 512);
+    ASSERT_EQ(c.sliding_pattern, 6);
+    ASSERT(c.rope_theta == 1000000.0 && c.rope_theta_local == 10000.0);
+    ASSERT_EQ(c.rope_scaling, KHUB_ROPE_SCALING_NONE);
+    ASSERT_EQ(c.bos_token_id, 2);
+    ASSERT_EQ(c.eos_token_ids[0], 1);
+    ASSERT_EQ(c.max_position_embeddings, 32768);
+
+    /* v5: rope_parameters per layer type; linear scaling on the global
+     * layers; query_pre_attn_scalar other than head_dim; no layer_types
+     * (sliding_window_pattern 4). */
+    ASSERT_OK(from_json(
+        NULL,
+        gemma_json("\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\","
+                   "\"factor\":8.0,\"rope_theta\":1000000.0},\"sliding_attention\":{"
+                   "\"rope_type\":\"default\",\"rope_theta\":5000.0}},\"sliding_window_pattern\":4,"
+                   "\"query_pre_attn_scalar\":144,",
+                   8, NULL),
+        &c));
+    ASSERT_EQ(c.rope_scaling, KHUB_ROPE_SCALING_LINEAR);
+    ASSERT(c.rope_factor == 8.0 && c.rope_theta == 1000000.0 && c.rope_theta_local == 5000.0);
+    ASSERT_EQ(c.sliding_pattern, 4);
+    ASSERT(fabs(c.attn_scale - 1.0 / 12) < 1e-12);
+
+    /* Only what Gemma3ForCausalLM requires: the rest from the defaults. */
+    ASSERT_OK(from_json(NULL,
+                        "{\"model_type\":\"gemma3_text\",\"hidden_size\":64,"
+                        "\"intermediate_size\":128,\"num_hidden_layers\":7,"
+                        "\"num_attention_heads\":2,\"vocab_size\":300}",
+                        &c));
+    ASSERT_EQ(c.head_dim, 256);
+    ASSERT(c.rope_theta == 1000000.0 && c.rope_theta_local == 10000.0);
+    ASSERT_EQ(c.sliding_window, 4096);
+    ASSERT_EQ(c.sliding_pattern, 6);
+    ASSERT(fabs(c.attn_scale - 1.0 / 16) < 1e-12);
+    ASSERT(c.tie_word_embeddings);
+    ASSERT_EQ(c.act, KHUB_ACT_GELU_TANH);
+}
+
+/* What a Gemma folder can ask for that khub does not compute: refused,
+ * naming the key. */
+TEST_IMPL(hf_gemma3_refusals)
+{
+    static const struct {
+        const char *extra, *types;
+        int n;
+        khub_status st;
+        const char *msg;
+    } cases[] = {
+        {"\"final_logit_softcapping\":30.0,", NULL, 6, KHUB_STATUS_MODEL_UNSUPPORTED,
+         "config.json: final_logit_softcapping is 30; logit soft-capping is not supported"},
+        {"\"attn_logit_softcapping\":50,", NULL, 6, KHUB_STATUS_MODEL_UNSUPPORTED,
+         "config.json: attn_logit_softcapping is 50; logit soft-capping is not supported"},
+        {"\"hidden_activation\":\"gelu\",", NULL, 6, KHUB_STATUS_MODEL_UNSUPPORTED,
+         "hidden_activation 'gelu' is not supported for Gemma 3 (supported: gelu_pytorch_tanh"},
+        {"", "sssfssss", 8, KHUB_STATUS_MODEL_UNSUPPORTED,
+         "config.json: layer_types[7] is sliding_attention; khub serves Gemma 3's regular "
+         "pattern (every 4-th layer full_attention"},
+        {"", "sxs", 3, KHUB_STATUS_MODEL_UNSUPPORTED, "layer_types[1] is not full_attention"},
+        {"", "ss", 3, KHUB_STATUS_MODEL_INVALID, "layer_types is not a list of 3 strings"},
+        {"\"use_bidirectional_attention\":true,", NULL, 6, KHUB_STATUS_MODEL_UNSUPPORTED,
+         "use_bidirectional_attention is true"},
+        {"\"query_pre_attn_scalar\":0,", NULL, 6, KHUB_STATUS_MODEL_INVALID,
+         "query_pre_attn_scalar 0 is not positive"},
+        {"\"text_config\":{},", NULL, 6, KHUB_STATUS_MODEL_UNSUPPORTED,
+         "text_config is set: a multimodal checkpoint"},
+        {"\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"},"
+         "\"sliding_attention\":{\"rope_type\":\"linear\",\"factor\":2}},",
+         NULL, 6, KHUB_STATUS_MODEL_UNSUPPORTED,
+         "rope_parameters.sliding_attention.rope_type 'linear' is not supported"},
+        {"\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"default\"}},", NULL, 6,
+         KHUB_STATUS_MODEL_INVALID, "rope_parameters needs both full_attention and"},
+    };
+    khub_runtime *rt = new_rt();
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        khub_model_config c;
+        khub_status st = from_json(rt, gemma_json(cases[i].extra, cases[i].n, cases[i].types), &c);
+        if (st != cases[i].st || !strstr(khub_runtime_errmsg(rt), cases[i].msg))
+            fprintf(stderr, "  case %zu: %s: %s\n", i, khub_status_name(st),
+                    khub_runtime_errmsg(rt));
+        ASSERT_STATUS(st, cases[i].st);
+        ASSERT_CONTAINS(khub_runtime_errmsg(rt), cases[i].msg);
+        khub__clear(rt);
+    }
+    khub_runtime_free(rt);
+}
+
 typedef struct reject_case {
     const char *json;
     khub_status st;
@@ -144,7 +295,8 @@ typedef struct reject_case {
 static const reject_case rejects[] = {
     {"{\"architectures\":[\"GPT2LMHeadModel\"]," BASE "}", KHUB_STATUS_MODEL_UNSUPPORTED,
      "config.json: architectures[0] 'GPT2LMHeadModel' is not supported (supported: "
-     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"},
+     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+     "Gemma3ForCausalLM)"},
     {"{" BASE "}", KHUB_STATUS_MODEL_INVALID,
      "config.json: neither architectures nor model_type is given"},
     {"{\"model_type\":\"gemma\"," BASE "}", KHUB_STATUS_MODEL_UNSUPPORTED,
@@ -509,6 +661,8 @@ TEST_IMPL(real_smollm2_config)
     X(gguf_golden_tiny_llama) \
     X(gguf_arches_and_refusals) \
     X(gguf_gemma3) \
+    X(hf_gemma3) \
+    X(hf_gemma3_refusals) \
     X(gguf_llama3_rope_freqs) \
     X(real_smollm2_config)
 TEST_MAIN(TEST_LIST)

@@ -249,7 +249,9 @@ def build_transformers(gguf_path, tmp, dtype_name):
           file=sys.stderr)
     model = AutoModelForCausalLM.from_pretrained(src_dir, gguf_file=src_name, dtype=dtype)
     tok = AutoTokenizer.from_pretrained(src_dir, gguf_file=src_name)
-    if not getattr(tok, "chat_template", None):
+    arch = gguf_string(gguf_path, "general.architecture")
+    if not getattr(tok, "chat_template", None) and arch != "gemma3":
+        # (a Gemma 3 base GGUF has none; khub then uses Gemma 3's own template)
         sys.exit("make-hf-model: the tokenizer read from the GGUF has no chat template; "
                  "the GGUF key tokenizer.chat_template is missing or was not mapped")
     fix_pre_tokenizer(tok, gguf_path)

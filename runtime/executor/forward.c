@@ -195,7 +195,8 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
                               .up = tv(&uv, m->up, 2, n, c->intermediate_size, 0),
                               .y = tv(&yv, m->gate, 2, n, c->intermediate_size, 0)};
     KHUB_FORWARD_IF_ERROR(
-        rt, call(m, m->act, &a, c->act == KHUB_ACT_GELU_TANH ? "gelu_and_mul" : "silu_and_mul", L));
+        rt, call(m, m->act, &a, c->act == KHUB_ACT_GELU_TANH ? "gelu_tanh_and_mul" : "silu_and_mul",
+                 L));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->down, m->gate, n, m->ob, "down_proj", L));
     if (!c->post_norms) return KHUB_STATUS_OK;
     return norm(m, m->ob, NULL, &ly->post_ffw_norm, n, hidden, m->ob, "post_ffw_norm", L);

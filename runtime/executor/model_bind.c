@@ -18,6 +18,15 @@ static const char *const role_names[KHUB__ROLE__COUNT] = {
     "kv_cache",      "attention", "o_proj",   "gate_up_proj",      "silu_and_mul", "down_proj",
     "lm_head"};
 
+/* A role's name in logs and khub_model_explain: the gated activation is
+ * named by the function the model applies (Gemma's is GELU-tanh), not by
+ * the op that serves it. */
+static const char *role_name(const khub_model *m, khub__role role)
+{
+    if (role == KHUB__ROLE_ACT && m->cfg.act == KHUB_ACT_GELU_TANH) return "gelu_tanh_and_mul";
+    return role_names[role];
+}
+
 /* The binding for (role, dtype_id), selecting it on first use. */
 static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t dtype_id,
                         uint32_t flags, const char *pref, khub_binding **out)
@@ -50,7 +59,7 @@ static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t d
     khub_status st = khub_registry_select(m->rt, &q, &b);
     if (st != KHUB_STATUS_OK) return st; /* the registry's message names the op */
     m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b};
-    KHUB_LOG_I(m->rt, "%s -> %s", role_names[role], khub_binding_name(b));
+    KHUB_LOG_I(m->rt, "%s -> %s", role_name(m, role), khub_binding_name(b));
     *out = b;
     return KHUB_STATUS_OK;
 }
@@ -227,7 +236,7 @@ const char *khub_model_explain(khub_model *m)
             dt = "bf16";
         else if (b->dtype_id == KHUB_DTYPE_ID_F32)
             dt = "f32";
-        snprintf(line, sizeof line, "%s[%s]: %s\n", role_names[b->role], dt,
+        snprintf(line, sizeof line, "%s[%s]: %s\n", role_name(m, b->role), dt,
                  khub_binding_name(b->b));
         ok = append(m->rt, &s, &len, &cap, line);
         const char *tr = khub_binding_trace(b->b);

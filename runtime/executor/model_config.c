@@ -3,10 +3,11 @@
  * metadata (see model_config.h for the contract).
  *
  * Defaults follow Transformers' configuration classes (LlamaConfig,
- * MistralConfig, Qwen2Config, Qwen3Config) where a field is optional there.
- * Fields that would change the math in ways khub does not implement
- * (quantization_config, partial rotary, YaRN and other RoPE variants, a
- * non-SiLU activation, irregular layer_types) are refused, not ignored: a
+ * MistralConfig, Qwen2Config, Qwen3Config, Gemma3TextConfig) where a field is
+ * optional there. Fields that would change the math in ways khub does not
+ * implement (quantization_config, partial rotary, YaRN and other RoPE
+ * variants, an activation other than SiLU (Gemma: GELU-tanh), irregular
+ * layer_types, logit soft-capping) are refused, not ignored: a
  * silently mis-run model is worse than a clear error.
  */
 #include <cjson/cJSON.h>
@@ -258,13 +259,20 @@ static const struct {
     {"MistralForCausalLM", "mistral", KHUB_ARCH_MISTRAL},
     {"Qwen2ForCausalLM", "qwen2", KHUB_ARCH_QWEN2},
     {"Qwen3ForCausalLM", "qwen3", KHUB_ARCH_QWEN3},
+    {"Gemma3ForCausalLM", "gemma3_text", KHUB_ARCH_GEMMA3},
 };
-#define HF_SUPPORTED "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"
+#define HF_SUPPORTED \
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM"
 
 static khub_status hf_arch(khub_runtime *rt, const char *name, const cJSON *root,
                            khub_model_config *c)
 {
     const cJSON *archs = field(root, "architectures");
+    KHUB_RETURN_IF(rt, field(root, "text_config") != NULL, KHUB_STATUS_MODEL_UNSUPPORTED,
+                   "%s: text_config is set: a multimodal checkpoint (such as "
+                   "Gemma3ForConditionalGeneration); khub runs text-only folders "
+                   "(supported: " HF_SUPPORTED ")",
+                   name);
     if (archs) {
         const cJSON *a0 = cJSON_IsArray(archs) ? archs->child : NULL;
         KHUB_RETURN_IF(rt, !cJSON_IsString(a0), KHUB_STATUS_MODEL_INVALID,
@@ -285,7 +293,7 @@ static khub_status hf_arch(khub_runtime *rt, const char *name, const cJSON *root
         if (strcmp(mt, hf_archs[i].model_type) == 0) c->arch = hf_archs[i].arch;
     KHUB_RETURN_IF(rt, c->arch == KHUB_ARCH_UNKNOWN, KHUB_STATUS_MODEL_UNSUPPORTED,
                    "%s: model_type '%.100s' is not supported (supported: llama, mistral, qwen2, "
-                   "qwen3)",
+                   "qwen3, gemma3_text)",
                    name, mt);
     return KHUB_STATUS_OK;
 }
@@ -384,14 +392,163 @@ static khub_status hf_window(khub_runtime *rt, const char *name, const cJSON *ro
     return KHUB_STATUS_OK;
 }
 
+/* ======================================================================== */
+/* Gemma 3 (Gemma3ForCausalLM, model_type gemma3_text)                      */
+/* ======================================================================== */
+
+/* hidden_activation (Gemma's key; hidden_act when that is all there is):
+ * the tanh approximation of GELU, as Transformers' gelu_pytorch_tanh and
+ * gelu_new compute it. The exact erf GELU is another function: refused. */
+static khub_status hf_gemma3_act(khub_runtime *rt, const char *name, const cJSON *root,
+                                 khub_model_config *c)
+{
+    const char *act, *key = "hidden_activation";
+    KHUB_FORWARD_IF_ERROR(rt, json_str(rt, name, root, "", key, &act));
+    if (!act) KHUB_FORWARD_IF_ERROR(rt, json_str(rt, name, root, "", key = "hidden_act", &act));
+    KHUB_RETURN_IF(rt, act && strcmp(act, "gelu_pytorch_tanh") != 0 && strcmp(act, "gelu_new") != 0,
+                   KHUB_STATUS_MODEL_UNSUPPORTED,
+                   "%s: %s '%.60s' is not supported for Gemma 3 (supported: gelu_pytorch_tanh, "
+                   "gelu_new)",
+                   name, key, act);
+    c->act = KHUB_ACT_GELU_TANH;
+    return KHUB_STATUS_OK;
+}
+
+/* Transformers v5 writes rope_parameters per layer type:
+ * {"full_attention": {...}, "sliding_attention": {...}}. The full entry is
+ * the global RoPE (scaling allowed, as hf_rope reads it); the sliding entry
+ * must be plain RoPE and gives the local base. */
+static khub_status hf_gemma3_rope(khub_runtime *rt, const char *name, const cJSON *root,
+                                  khub_model_config *c)
+{
+    const cJSON *rp = field(root, "rope_parameters");
+    const cJSON *full = rp ? field(rp, "full_attention") : NULL;
+    const cJSON *local = rp ? field(rp, "sliding_attention") : NULL;
+    if (!full && !local) return hf_rope(rt, name, root, c);
+    KHUB_RETURN_IF(rt, !cJSON_IsObject(full) || !cJSON_IsObject(local), KHUB_STATUS_MODEL_INVALID,
+                   "%s: rope_parameters needs both full_attention and sliding_attention objects",
+                   name);
+    cJSON *wrap = cJSON_CreateObject();
+    KHUB_RETURN_IF(rt, !wrap, KHUB_STATUS_NOMEM, "%s: out of memory", name);
+    cJSON_AddItemReferenceToObject(wrap, "rope_parameters", (cJSON *)full);
+    khub_status st = hf_rope(rt, name, wrap, c);
+    cJSON_Delete(wrap);
+    KHUB_FORWARD_IF_ERROR(rt, st);
+    const char *type;
+    KHUB_FORWARD_IF_ERROR(
+        rt, json_str(rt, name, local, "rope_parameters.sliding_attention.", "rope_type", &type));
+    KHUB_RETURN_IF(rt, type && strcmp(type, "default") != 0, KHUB_STATUS_MODEL_UNSUPPORTED,
+                   "%s: rope_parameters.sliding_attention.rope_type '%.60s' is not supported "
+                   "(only default)",
+                   name, type);
+    return json_num(rt, name, local, "rope_parameters.sliding_attention.", "rope_theta", false,
+                    &c->rope_theta_local);
+}
+
+/* The layer pattern: layer_types when given, else sliding_window_pattern
+ * (or the older _sliding_window_pattern; Gemma3TextConfig's default 6).
+ * khub serves the regular Gemma 3 pattern, every pattern-th layer global;
+ * layer_types must spell one out, or it is refused naming the first layer
+ * that breaks it. */
+static khub_status hf_gemma3_layers(khub_runtime *rt, const char *name, const cJSON *root,
+                                    khub_model_config *c)
+{
+    int64_t pattern = 6;
+    KHUB_FORWARD_IF_ERROR(
+        rt, json_int(rt, name, root, "", "_sliding_window_pattern", false, 1, MAX_DIM, &pattern));
+    KHUB_FORWARD_IF_ERROR(
+        rt, json_int(rt, name, root, "", "sliding_window_pattern", false, 1, MAX_DIM, &pattern));
+    const cJSON *lt = field(root, "layer_types");
+    if (lt) {
+        KHUB_RETURN_IF(rt, !cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers,
+                       KHUB_STATUS_MODEL_INVALID, "%s: layer_types is not a list of %lld strings",
+                       name, (long long)c->n_layers);
+        pattern = 0;
+        int64_t i = 0;
+        for (const cJSON *e = lt->child; e; e = e->next, i++) {
+            bool full = cJSON_IsString(e) && strcmp(e->valuestring, "full_attention") == 0;
+            bool sliding = cJSON_IsString(e) && strcmp(e->valuestring, "sliding_attention") == 0;
+            KHUB_RETURN_IF(rt, !full && !sliding, KHUB_STATUS_MODEL_UNSUPPORTED,
+                           "%s: layer_types[%lld] is not full_attention or sliding_attention", name,
+                           (long long)i);
+            if (full && pattern == 0) pattern = i + 1;
+            bool want_full = pattern > 0 && (i + 1) % pattern == 0;
+            KHUB_RETURN_IF(rt, pattern > 0 && full != want_full, KHUB_STATUS_MODEL_UNSUPPORTED,
+                           "%s: layer_types[%lld] is %s; khub serves Gemma 3's regular pattern "
+                           "(every %lld-th layer full_attention, the rest sliding_attention)",
+                           name, (long long)i, e->valuestring, (long long)pattern);
+        }
+        if (pattern == 0) pattern = c->n_layers + 1; /* every layer slides */
+    }
+    int64_t win = 4096; /* Gemma3TextConfig's default */
+    KHUB_FORWARD_IF_ERROR(
+        rt, json_int(rt, name, root, "", "sliding_window", false, 1, MAX_TOKENS, &win));
+    c->sliding_window = pattern == 1 ? 0 : win;
+    c->sliding_pattern = pattern == 1 ? 0 : pattern;
+    c->sliding_from_layer = 0;
+    return KHUB_STATUS_OK;
+}
+
+/* Logit soft-capping (Gemma 2: cap * tanh(x / cap)) on the attention
+ * scores or the final logits. Gemma 3 sets both to null; a number is a
+ * model khub would compute wrongly, so it is refused by name. */
+static khub_status hf_softcaps(khub_runtime *rt, const char *name, const cJSON *root)
+{
+    static const char *const keys[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        double cap = 0;
+        KHUB_FORWARD_IF_ERROR(rt, json_num(rt, name, root, "", keys[i], false, &cap));
+        KHUB_RETURN_IF(rt, cap != 0, KHUB_STATUS_MODEL_UNSUPPORTED,
+                       "%s: %s is %g; logit soft-capping is not supported (khub's attention "
+                       "and lm_head ops have no cap argument)",
+                       name, keys[i], cap);
+    }
+    return KHUB_STATUS_OK;
+}
+
+/* Everything Gemma 3 sets beyond the Llama fields, with Gemma3TextConfig's
+ * defaults where a key is absent. */
+static khub_status hf_gemma3(khub_runtime *rt, const char *name, const cJSON *root,
+                             khub_model_config *c)
+{
+    bool bidir = false;
+    KHUB_FORWARD_IF_ERROR(rt, json_bool(rt, name, root, "use_bidirectional_attention", &bidir));
+    KHUB_RETURN_IF(rt, bidir, KHUB_STATUS_MODEL_UNSUPPORTED,
+                   "%s: use_bidirectional_attention is true (an encoder); khub runs causal "
+                   "decoders only",
+                   name);
+    KHUB_FORWARD_IF_ERROR(rt, hf_softcaps(rt, name, root));
+    KHUB_FORWARD_IF_ERROR(rt, hf_gemma3_layers(rt, name, root, c));
+    c->rope_theta_local = 10000.0;
+    KHUB_FORWARD_IF_ERROR(
+        rt, json_num(rt, name, root, "", "rope_local_base_freq", false, &c->rope_theta_local));
+    KHUB_FORWARD_IF_ERROR(rt, hf_gemma3_rope(rt, name, root, c));
+    KHUB_RETURN_IF(rt, !(c->rope_theta_local > 0 && isfinite(c->rope_theta_local)),
+                   KHUB_STATUS_MODEL_INVALID, "%s: rope_local_base_freq %g is not positive", name,
+                   c->rope_theta_local);
+    double scalar = 256; /* Gemma3TextConfig's default */
+    KHUB_FORWARD_IF_ERROR(rt,
+                          json_num(rt, name, root, "", "query_pre_attn_scalar", false, &scalar));
+    KHUB_RETURN_IF(rt, !(scalar > 0), KHUB_STATUS_MODEL_INVALID,
+                   "%s: query_pre_attn_scalar %g is not positive", name, scalar);
+    c->attn_scale = 1.0 / sqrt(scalar);
+    c->qk_norm = c->post_norms = c->norm_plus_one = true;
+    c->embed_scale = sqrt((double)c->hidden_size);
+    return KHUB_STATUS_OK;
+}
+
 /* Fields khub refuses rather than ignore. */
 static khub_status hf_refusals(khub_runtime *rt, const char *name, const cJSON *root,
                                khub_model_config *c)
 {
     const char *act, *dt;
-    KHUB_FORWARD_IF_ERROR(rt, json_str(rt, name, root, "", "hidden_act", &act));
-    KHUB_RETURN_IF(rt, act && strcmp(act, "silu") != 0, KHUB_STATUS_MODEL_UNSUPPORTED,
-                   "%s: hidden_act '%.60s' is not supported (supported: silu)", name, act);
+    if (c->arch == KHUB_ARCH_GEMMA3) {
+        KHUB_FORWARD_IF_ERROR(rt, hf_gemma3_act(rt, name, root, c));
+    } else {
+        KHUB_FORWARD_IF_ERROR(rt, json_str(rt, name, root, "", "hidden_act", &act));
+        KHUB_RETURN_IF(rt, act && strcmp(act, "silu") != 0, KHUB_STATUS_MODEL_UNSUPPORTED,
+                       "%s: hidden_act '%.60s' is not supported (supported: silu)", name, act);
+    }
     const cJSON *q = field(root, "quantization_config");
     if (q) {
         const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
@@ -465,10 +622,18 @@ khub_status khub__model_config_from_json(khub_runtime *rt, const char *name, con
     cJSON *root;
     KHUB_FORWARD_IF_ERROR(rt, parse_json(rt, name, json, len, &root));
     khub_status st = hf_arch(rt, name, root, &c);
+    bool gemma = c.arch == KHUB_ARCH_GEMMA3;
+    if (gemma) { /* Gemma3TextConfig's defaults for the keys hf_shape reads */
+        c.head_dim = 256;
+        c.rope_theta = 1000000.0;
+        c.max_position_embeddings = 131072;
+        c.tie_word_embeddings = true;
+    }
     if (st == KHUB_STATUS_OK) st = hf_refusals(rt, name, root, &c);
     if (st == KHUB_STATUS_OK) st = hf_shape(rt, name, root, &c);
-    if (st == KHUB_STATUS_OK) st = hf_rope(rt, name, root, &c);
-    if (st == KHUB_STATUS_OK) st = hf_window(rt, name, root, &c);
+    if (st == KHUB_STATUS_OK && !gemma) st = hf_rope(rt, name, root, &c);
+    if (st == KHUB_STATUS_OK && !gemma) st = hf_window(rt, name, root, &c);
+    if (st == KHUB_STATUS_OK && gemma) st = hf_gemma3(rt, name, root, &c);
     if (st == KHUB_STATUS_OK) st = json_tokens(rt, name, root, &c);
     cJSON_Delete(root);
     if (st == KHUB_STATUS_OK) st = khub__model_config_validate(rt, name, &c);

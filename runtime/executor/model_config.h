@@ -13,10 +13,18 @@
  * fixes it (local RoPE base 10000, every sixth layer global, attention scale
  * 1/sqrt(head_dim), as query_pre_attn_scalar = head_dim gives); soft-capping
  * keys (gemma3.final_logit_softcapping, gemma3.attn_logit_softcapping) are
- * refused by name. Everything else is refused with
+ * refused by name. Gemma 3 from config.json (Gemma3ForCausalLM or model_type
+ * gemma3_text): hidden_activation gelu_pytorch_tanh, query_pre_attn_scalar,
+ * sliding_window with layer_types (a regular every-n-th-layer-global
+ * pattern) or sliding_window_pattern, rope_local_base_freq (or v5's
+ * rope_parameters per layer type), Gemma3TextConfig's defaults for absent
+ * keys; attn_logit_softcapping / final_logit_softcapping other than null,
+ * use_bidirectional_attention and a text_config (multimodal) folder are
+ * refused. Everything else is refused with
  * MODEL_UNSUPPORTED naming the value and the supported ones, e.g.
  *   "config.json: architectures[0] 'GPT2LMHeadModel' is not supported (supported:
- *    LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)"
+ *    LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+ *    Gemma3ForCausalLM)"
  *   "config.json: rope_scaling.rope_type 'yarn' is not supported (supported: default,
  *    linear, llama3)"
  * Malformed input (bad JSON, wrong JSON types, missing required fields,
@@ -135,7 +143,7 @@ KHUB_INTERNAL khub_status khub__model_config_apply_generation(khub_runtime *rt, 
 KHUB_INTERNAL khub_status khub__model_config_from_gguf(khub_runtime *rt, const khub_gguf *g,
                                                        khub_model_config *out);
 
-/* "llama", "mistral", "qwen2", "qwen3"; "unknown" otherwise. */
+/* "llama", "mistral", "qwen2", "qwen3", "gemma3"; "unknown" otherwise. */
 KHUB_INTERNAL const char *khub__model_arch_name(khub_model_arch arch);
 
 /* Transformers' defaults for the optional fields (model_config.c). */

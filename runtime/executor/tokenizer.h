@@ -2,7 +2,9 @@
  * tokenizer.h: byte-level BPE tokenizers (GPT-2 family: SmolLM2, Llama-3,
  * Qwen2), loaded from a Hugging Face tokenizer.json or from GGUF metadata,
  * and SentencePiece BPE tokenizers from GGUF metadata (tokenizer.ggml.model
- * "llama": Llama 2, Mistral v0.1, TinyLlama, Gemma; tokenizer_spm.c), with a
+ * "llama": Llama 2, Mistral v0.1, TinyLlama, Gemma; tokenizer_spm.c) or from
+ * a tokenizer.json of Gemma's shape ("\u2581" normalizer, byte-fallback BPE,
+ * merges by rank; tokenizer_json.c), with a
  * streaming detokenizer that never emits a split UTF-8 sequence.
  *
  *     khub_tokenizer *tok = NULL;
@@ -20,17 +22,19 @@
  * What is matched: Transformers' (tokenizers') output, id for id, for the
  * pre-tokenizers khub recognises (GPT-2's, Llama-3's and SmolLM2's, Qwen2's),
  * and, for SentencePiece GGUFs, Transformers' reading of the same file
- * (checked on Gemma 3 270M: test_gemma); an unknown pre-tokenizer or model
+ * (checked on Gemma 3 270M: test_gemma), and for a Gemma-shaped
+ * tokenizer.json Transformers' output (test_gemma_tiny); an unknown pre-tokenizer or model
  * type is refused with KHUB_STATUS_TOKENIZER naming it, never approximated.
  *
  * Errors: every loader failure is KHUB_STATUS_TOKENIZER (or NOMEM / IO /
  * NOT_FOUND for the file) with a one-line message on rt naming the field,
  * e.g. "tokenizer.json: model.merges[17]: \"x\" is not in the vocab; the
  * merges do not belong to this vocab". Input files are treated as hostile.
- * Not implemented (refused by name): normalizers (Qwen2's tokenizer.json has
- * NFC; its GGUF form, which has none, loads), add_prefix_space, single_word
- * added tokens, BPE dropout, byte_fallback and SentencePiece models in a
- * tokenizer.json (the GGUF form of those is supported).
+ * Not implemented (refused by name): normalizers other than Gemma's
+ * Replace (Qwen2's tokenizer.json has NFC; its GGUF form, which has none,
+ * loads), add_prefix_space, single_word added tokens, BPE dropout, and in a
+ * tokenizer.json a Prepend normalizer, a Metaspace pre-tokenizer and
+ * Unigram models (the GGUF form of SentencePiece BPE with a prefix loads).
  *
  * Threading: a loaded tokenizer is immutable; encode, decode and the queries
  * may run concurrently on one tokenizer. A khub_detok belongs to one thread.

@@ -66,6 +66,8 @@ struct khub_tokenizer {
     bool spm;              /* SentencePiece BPE (tokenizer_spm.c) instead of byte-level */
     bool add_space_prefix; /* spm: a space is put before the text (and stripped on decode) */
     float *scores;         /* spm: [n_entries] merge priority, higher merges first */
+    bool spm_merges;       /* spm from tokenizer.json: a pair merges only when it is in
+                              model.merges, lowest rank first (pairs), not by score */
 
     tok_entry *entries; /* [n_entries], index = id */
     size_t n_entries;

@@ -1,6 +1,7 @@
 /*
  * tokenizer_json.c: loading a Hugging Face tokenizer.json (model.type BPE,
- * byte-level), plus tokenizer_config.json from the same directory for the
+ * byte-level; or SentencePiece-style, with a "\u2581" normalizer and byte
+ * fallback, as Gemma's), plus tokenizer_config.json from the same directory for the
  * chat template, the bos/eos/pad tokens and add_bos_token. The
  * pre-tokenizer is recognised by its exact shape (ByteLevel; Digits +
  * ByteLevel; Split with the Llama-3 or Qwen2 regex + ByteLevel); any other,
@@ -142,10 +143,14 @@ static khub_status check_model(khub_tokenizer *tok, const cJSON *model)
     bool byte_fallback;
     KHUB_FORWARD_IF_ERROR(rt,
                           jbool(rt, model, "byte_fallback", false, &byte_fallback, TJ "model."));
-    KHUB_RETURN_IF(rt, byte_fallback, KHUB_STATUS_TOKENIZER,
-                   TJ "model.byte_fallback is true; not supported for byte-level BPE");
+    KHUB_RETURN_IF(rt, byte_fallback != tok->spm, KHUB_STATUS_TOKENIZER,
+                   tok->spm ? TJ "model.byte_fallback is false; khub's SentencePiece-style BPE "
+                                 "(normalizer Replace \" \" -> \"\u2581\") needs it true"
+                            : TJ "model.byte_fallback is true; not supported for byte-level BPE");
     KHUB_FORWARD_IF_ERROR(
         rt, jbool(rt, model, "ignore_merges", false, &tok->ignore_merges, TJ "model."));
+    KHUB_RETURN_IF(rt, tok->spm && tok->ignore_merges, KHUB_STATUS_TOKENIZER,
+                   TJ "model.ignore_merges is true; not supported for SentencePiece-style BPE");
     KHUB_FORWARD_IF_ERROR(rt, jbool(rt, model, "fuse_unk", false, &tok->fuse_unk, TJ "model."));
     return KHUB_STATUS_OK;
 }
@@ -322,19 +327,72 @@ static khub_status load_config(khub_tokenizer *tok, const char *cfg_text, size_t
     return st;
 }
 
+/* ------------------------------------------------------------------------ */
+/* SentencePiece-style BPE (Gemma's tokenizer.json)                         */
+/* ------------------------------------------------------------------------ */
+
+#define SPACE_MARK "\xE2\x96\x81" /* U+2581, SentencePiece's space */
+
+static bool is_type(const cJSON *o, const char *type)
+{
+    const cJSON *t = jget(o, "type");
+    return cJSON_IsString(t) && strcmp(t->valuestring, type) == 0;
+}
+
+/* A Replace step of the given pattern string and content. */
+static bool is_replace(const cJSON *o, const char *from, const char *to)
+{
+    const cJSON *p = jget(jget(o, "pattern"), "String"), *c = jget(o, "content");
+    return is_type(o, "Replace") && cJSON_IsString(p) && strcmp(p->valuestring, from) == 0 &&
+           cJSON_IsString(c) && strcmp(c->valuestring, to) == 0;
+}
+
+/* The decoder of such a file: Replace("\u2581" -> " "), ByteFallback, Fuse. */
+static bool is_spm_decoder(const cJSON *dec)
+{
+    const cJSON *d = jget(dec, "decoders");
+    if (!is_type(dec, "Sequence") || cJSON_GetArraySize(d) != 3) return false;
+    const cJSON *a = d->child, *b = a->next, *c = b->next;
+    return is_replace(a, SPACE_MARK, " ") && is_type(b, "ByteFallback") && is_type(c, "Fuse");
+}
+
+/* Which BPE the file describes. Byte-level: no normalizer, ByteLevel
+ * decoder (the pre-tokenizer is read by detect_pre). SentencePiece-style,
+ * as Gemma's files (and Transformers' conversion of a GGUF "llama"
+ * vocab) have it: the normalizer turns each space into "\u2581", there is
+ * no pre-tokenizer, and the decoder undoes it with byte fallback; merges
+ * then run over characters, with <0xXX> tokens for the rest
+ * (tokenizer_spm.c). Any other normalizer, or a prefix ("Prepend") khub
+ * would place differently, is refused by name. */
+static khub_status detect_kind(khub_runtime *rt, const cJSON *root, bool *spm)
+{
+    const cJSON *norm = jget(root, "normalizer"), *dec = jget(root, "decoder");
+    *spm = !jnull(norm);
+    if (*spm) {
+        KHUB_RETURN_IF(rt, !is_replace(norm, " ", SPACE_MARK), KHUB_STATUS_TOKENIZER,
+                       TJ "normalizer \"%.40s\" is not supported (supported: none, for "
+                          "byte-level BPE; Replace \" \" -> \"\u2581\", for SentencePiece-style "
+                          "BPE)",
+                       cJSON_IsString(jget(norm, "type")) ? jget(norm, "type")->valuestring : "?");
+        KHUB_RETURN_IF(rt, !jnull(jget(root, "pre_tokenizer")), KHUB_STATUS_TOKENIZER,
+                       TJ "pre_tokenizer is set with a \"\u2581\" normalizer; khub's "
+                          "SentencePiece-style BPE has none");
+        KHUB_RETURN_IF(rt, !is_spm_decoder(dec), KHUB_STATUS_TOKENIZER,
+                       TJ "decoder is not Sequence [Replace \"\u2581\" -> \" \", ByteFallback, "
+                          "Fuse], which a \"\u2581\" normalizer needs");
+        return KHUB_STATUS_OK;
+    }
+    const cJSON *dt = jget(dec, "type");
+    KHUB_RETURN_IF(rt, !cJSON_IsString(dt) || strcmp(dt->valuestring, "ByteLevel") != 0,
+                   KHUB_STATUS_TOKENIZER, TJ "decoder \"%.40s\" is not supported (only ByteLevel)",
+                   cJSON_IsString(dt) ? dt->valuestring : "(missing)");
+    return KHUB_STATUS_OK;
+}
+
 static khub_status check_top(khub_runtime *rt, const cJSON *root)
 {
     KHUB_RETURN_IF(rt, !cJSON_IsObject(root), KHUB_STATUS_TOKENIZER,
                    TJ "not a JSON object; re-download the tokenizer");
-    const cJSON *norm = jget(root, "normalizer");
-    KHUB_RETURN_IF(rt, !jnull(norm), KHUB_STATUS_TOKENIZER,
-                   TJ "normalizer \"%.40s\" is not supported (khub implements byte-level BPE "
-                      "without a normalizer)",
-                   cJSON_IsString(jget(norm, "type")) ? jget(norm, "type")->valuestring : "?");
-    const cJSON *dec = jget(root, "decoder"), *dt = jget(dec, "type");
-    KHUB_RETURN_IF(rt, !cJSON_IsString(dt) || strcmp(dt->valuestring, "ByteLevel") != 0,
-                   KHUB_STATUS_TOKENIZER, TJ "decoder \"%.40s\" is not supported (only ByteLevel)",
-                   cJSON_IsString(dt) ? dt->valuestring : "(missing)");
     const cJSON *added = jget(root, "added_tokens");
     KHUB_RETURN_IF(rt, !jnull(added) && !cJSON_IsArray(added), KHUB_STATUS_TOKENIZER,
                    TJ "added_tokens must be a list");
@@ -354,12 +412,19 @@ static khub_status build_json(khub_runtime *rt, const cJSON *root, const char *c
     const cJSON *model = jget(root, "model"), *vocab = jget(model, "vocab");
     const cJSON *merges = jget(model, "merges"), *added = jget(root, "added_tokens");
     pre_kind pre = PRE_GPT2;
-    KHUB_FORWARD_IF_ERROR(rt, detect_pre(rt, jget(root, "pre_tokenizer"), &pre));
+    bool spm = false;
+    KHUB_FORWARD_IF_ERROR(rt, detect_kind(rt, root, &spm));
+    if (!spm) KHUB_FORWARD_IF_ERROR(rt, detect_pre(rt, jget(root, "pre_tokenizer"), &pre));
+    /* spm ranks become float scores (tokenizer_spm.c): exact below 2^24 */
+    KHUB_RETURN_IF(rt, spm && cJSON_GetArraySize(merges) >= (1 << 24), KHUB_STATUS_TOKENIZER,
+                   TJ "model.merges has %d entries (at most %d)", cJSON_GetArraySize(merges),
+                   (1 << 24) - 1);
     size_t n_ids = 0;
     KHUB_FORWARD_IF_ERROR(rt, count_ids(rt, vocab, cJSON_IsArray(added) ? added : NULL, &n_ids));
     KHUB_FORWARD_IF_ERROR(rt, khub__tok_new(rt, n_ids, (size_t)cJSON_GetArraySize(merges), out));
     khub_tokenizer *tok = *out;
     tok->pre = pre;
+    tok->spm = tok->spm_merges = spm; /* before the vocab: spm pieces decode differently */
     KHUB_FORWARD_IF_ERROR(rt, check_model(tok, model));
     KHUB_FORWARD_IF_ERROR(rt, load_vocab(tok, vocab));
     KHUB_FORWARD_IF_ERROR(rt, load_added(tok, cJSON_IsArray(added) ? added : NULL));

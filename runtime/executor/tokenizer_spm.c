@@ -8,7 +8,8 @@
  *      put in front of the first stretch of text;
  *   2. the text is split into UTF-8 characters, a linked list of symbols;
  *   3. each neighbouring pair whose concatenation is a vocab token is a
- *      candidate with that token's score; the best (highest score, then the
+ *      candidate with that token's score (from a tokenizer.json: each pair
+ *      model.merges lists, with minus its rank as the score); the best (highest score, then the
  *      leftmost) is merged, its new neighbours become candidates, and stale
  *      candidates (a side already merged into something else) are skipped;
  *   4. each remaining symbol is its token, or (a character the vocab lacks)
@@ -146,6 +147,13 @@ static khub_status try_pair(const khub_tokenizer *tok, enc_state *st, int32_t le
     if (left < 0 || right < 0) return KHUB_STATUS_OK;
     const spm_sym *l = &st->ssyms[left], *r = &st->ssyms[right];
     uint32_t n = l->n + r->n;
+    if (tok->spm_merges) { /* tokenizer.json: only listed merges, by rank */
+        int32_t a = khub__tok_vocab_lookup(tok, st->buf + l->off, l->n);
+        int32_t b = khub__tok_vocab_lookup(tok, st->buf + r->off, r->n);
+        const pair_slot *p = a >= 0 && b >= 0 ? khub__tok_pair_lookup(tok, a, b) : NULL;
+        if (!p) return KHUB_STATUS_OK;
+        return heap_push(st, (spm_bigram){-(float)p->rank, left, right, n});
+    }
     int32_t id = khub__tok_vocab_lookup(tok, st->buf + l->off, n);
     if (id < 0) return KHUB_STATUS_OK;
     return heap_push(st, (spm_bigram){tok->scores[id], left, right, n});
