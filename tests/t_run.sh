@@ -191,7 +191,7 @@ err 2 "--top-p needs a number in [0, 1], got '2'" --model "$GGUF" --prompt a --t
 err 2 "--threads needs a number in [0, 1024], got 'x'" --model "$GGUF" --prompt a --threads x
 err 2 "--max-context needs a number in [1, " --model "$GGUF" --prompt a --max-context 0
 err 2 "unknown option '--bogus'" --model "$GGUF" --prompt a --bogus
-err 2 "--prompt TEXT is required" --model "$GGUF"
+err 2 "--prompt TEXT or --prompts-file FILE is required" --model "$GGUF"
 err 1 "nowhere.gguf: no such file or folder" --model nowhere.gguf --prompt a
 head -c 100000 "$GGUF" > cut.gguf
 err 1 "cut.gguf: " --model cut.gguf --prompt a

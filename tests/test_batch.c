@@ -515,6 +515,28 @@ TEST_IMPL(batch_tiny_errors)
     ASSERT_EQ(d.r[2].stop_reason, KHUB_STOP_CONTEXT);
     ASSERT_EQ(d.r[2].n_tokens, 5);
     khub_batch_free(b);
+
+    /* Three that each reach the 20-token limit, two slots: they preempt
+     * each other, and each still ends at the limit, as alone (no livelock). */
+    o.max_new_tokens = 30;
+    big.n_tokens = 8;
+    memset(&d, 0, sizeof d);
+    ASSERT_OK(khub_batch_new(f.m, &cfg, &b));
+    for (int i = 0; i < 3; i++) {
+        ids[0] = 50 + i;
+        ASSERT_OK(khub_batch_submit(b, &big, NULL));
+    }
+    ASSERT_OK(khub_batch_run(b, 0));
+    khub_batch_stats st = {KHUB_STRUCT_INIT(khub_batch_stats)};
+    ASSERT_OK(khub_batch_stats_get(b, &st));
+    ASSERT(st.preemptions > 0);
+    ASSERT_EQ(st.kv_tokens_used, 0);
+    khub_batch_free(b);
+    for (int id = 1; id <= 3; id++) {
+        ASSERT_EQ(d.calls[id], 1);
+        ASSERT_EQ(d.r[id].stop_reason, KHUB_STOP_CONTEXT);
+        ASSERT_EQ(d.r[id].n_tokens, 13); /* 8 + 13 = 21: the 21st needs a 21st KV token */
+    }
     fixture_close(&f);
 }
 

@@ -234,7 +234,9 @@ typedef struct khub_generate_result {
 } khub_generate_result;
 
 /* Generates a continuation for each of prompts[n] (n <= max_seqs of the
- * load; the prompts are prefilled together and decoded as one batch).
+ * load), batched by the continuous-batching scheduler (khub_batch.h): the
+ * prompts are tokenized and checked first, then prefilled in chunks beside
+ * each other's decode steps.
  * results[n] are filled; free them with khub_generate_results_free, also
  * after a failure. Statuses: TOKENIZER, CONTEXT_FULL (a prompt longer than
  * the KV capacity), INVALID_ARG, NOMEM, and op failures. Since 0.1. */

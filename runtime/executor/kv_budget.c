@@ -44,7 +44,7 @@ khub_status khub__kv_set_limit(khub_model *m, int64_t tokens)
 {
     int64_t cap = khub__kv_capacity_tokens(m);
     KHUB_RETURN_IF(m->rt, tokens < 0 || tokens > cap, KHUB_STATUS_INVALID_ARG,
-                   "%s: a KV limit of %lld tokens is outside [1, %lld] (%d sequences of %lld)",
+                   "%s: a KV limit of %lld tokens is outside [0, %lld] (%d sequences of %lld)",
                    m->file, (long long)tokens, (long long)cap, (int)m->max_seqs,
                    (long long)m->max_context);
     m->kv_limit = tokens ? tokens : cap;

@@ -94,6 +94,11 @@ static void add_seg(khub_batch *b, plan *p, khub__breq *r, int64_t take)
 static bool plan_running(khub_batch *b, plan *p, khub__breq *r)
 {
     khub_model *m = b->m;
+    if ((int64_t)r->seq.n_hist > khub__kv_limit_tokens(m)) {
+        /* Its next token needs more KV than the batch has at all. */
+        khub__batch_end(b, r, KHUB_STATUS_OK, NULL, KHUB_STOP_CONTEXT);
+        return false;
+    }
     int64_t want = (int64_t)r->seq.n_hist - r->ctx;
     if (want > b->max_batch_tokens - p->n_tokens) want = b->max_batch_tokens - p->n_tokens;
     if (want <= 0 || p->n_segs == b->max_seqs) return true;
@@ -199,6 +204,12 @@ static void admit(khub_batch *b, plan *p)
         }
         r->seq.emit = emit_text;
         r->seq.emit_ud = r;
+        if ((int64_t)r->seq.n_hist > khub__kv_limit_tokens(m)) {
+            /* Preempted when its next token needed more than the limit. */
+            unqueue_head(b, r, false);
+            khub__batch_end(b, r, KHUB_STATUS_OK, NULL, KHUB_STOP_CONTEXT);
+            continue;
+        }
         int32_t slot = free_slot(b);
         if (slot < 0 || (int64_t)r->seq.n_hist > khub__kv_free_tokens(m)) return;
         unqueue_head(b, r, true);

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
+#include "prompts_file.h"
 
 #define MAX_PROMPTS 8
 #define MAX_STOPS   16
@@ -31,6 +32,8 @@ typedef struct run_args {
     int64_t max_context; /* 0 = the executor's default */
     int allow_quarantined, verify_kernels;
     khub_generate_opts gen;
+    const char *prompts_file;           /* --prompts-file: a batch (run_batch.c) */
+    int32_t max_batch_tokens, parallel; /* 0 = defaults */
 } run_args;
 
 /* Parses a number into *out within [lo, hi]; 0 on success. */
@@ -82,7 +85,15 @@ static int parse(int argc, char **argv, run_args *a)
             a->policy = v;
         else if (!strcmp(f, "--system"))
             a->system = v;
-        else if (!strcmp(f, "--max-new-tokens")) {
+        else if (!strcmp(f, "--prompts-file"))
+            a->prompts_file = v;
+        else if (!strcmp(f, "--max-batch-tokens")) {
+            rc = num(f, v, 1, 65536, &d);
+            a->max_batch_tokens = (int32_t)d;
+        } else if (!strcmp(f, "--parallel")) {
+            rc = num(f, v, 1, 256, &d);
+            a->parallel = (int32_t)d;
+        } else if (!strcmp(f, "--max-new-tokens")) {
             rc = num(f, v, 1, 1 << 20, &d);
             a->gen.max_new_tokens = (int32_t)d;
         } else if (!strcmp(f, "--max-context")) {
@@ -134,7 +145,10 @@ static int parse(int argc, char **argv, run_args *a)
         i += takes;
     }
     if (!a->model) return khub_cli_usage(&run_cmd, "--model PATH is required");
-    if (!a->n_prompts) return khub_cli_usage(&run_cmd, "--prompt TEXT is required");
+    if (a->n_prompts && a->prompts_file)
+        return khub_cli_usage(&run_cmd, "--prompt and --prompts-file exclude each other");
+    if (!a->n_prompts && !a->prompts_file)
+        return khub_cli_usage(&run_cmd, "--prompt TEXT or --prompts-file FILE is required");
     if (a->quant_embeddings && !a->role[KHUB_KERNEL_ROLE_QUANT])
         return khub_cli_usage(&run_cmd, "--quant-embeddings needs --quant SCHEME");
     a->gen.stop = a->stops;
@@ -230,12 +244,24 @@ static int run(int argc, char **argv)
     run_args a;
     int rc = parse(argc, argv, &a);
     if (rc) return rc;
+    /* The prompts file is read before the model: a mistake in it costs no load. */
+    cli_prompts prompts = {0};
+    if (a.prompts_file && cli_prompts_read(a.prompts_file, &a.gen, &prompts)) return 1;
     khub_runtime *rt = khub_cli_runtime("run", a.threads);
-    if (!rt) return 1;
+    if (!rt) {
+        cli_prompts_free(&prompts);
+        return 1;
+    }
     if (a.allow_quarantined) khub_runtime_set_option(rt, KHUB_OPT_ALLOW_QUARANTINED, 1);
     if (a.verify_kernels) khub_runtime_set_option(rt, KHUB_OPT_VERIFY_KERNELS, 1);
-    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .strict = a.strict,
-                          .quant_embeddings = a.quant_embeddings, .max_context = a.max_context};
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),
+                          .strict = a.strict,
+                          .quant_embeddings = a.quant_embeddings,
+                          .max_context = a.max_context,
+                          .max_batch = a.max_batch_tokens,
+                          .max_seqs = a.parallel       ? a.parallel
+                                      : a.prompts_file ? 16
+                                                       : 0};
     if (!a.json && isatty(2)) {
         mo.progress = on_layer;
         mo.progress_ud = (void *)a.model;
@@ -252,6 +278,7 @@ static int run(int argc, char **argv)
     khub_hub *hub = NULL;
     if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK) {
         rc = khub_cli_fail("run", "%s", khub_last_error());
+        cli_prompts_free(&prompts);
         khub_runtime_free(rt);
         return rc;
     }
@@ -259,6 +286,7 @@ static int run(int argc, char **argv)
     static khub_model_kernels_report rep;
     if (khub_model_load_hub(hub, rt, a.model, &mo, &mk, &m, &rep) != KHUB_STATUS_OK) {
         rc = khub_cli_fail("run", "%s", khub_runtime_errmsg(rt));
+        cli_prompts_free(&prompts);
         khub_hub_free(hub);
         khub_runtime_free(rt);
         return rc;
@@ -267,6 +295,18 @@ static int run(int argc, char **argv)
     if (a.explain && !a.json) {
         if (rep.text[0]) printf("kernels:\n%s", rep.text);
         fputs(khub_model_explain(m), stdout);
+    }
+    if (a.prompts_file) {
+        cli_batch_args ba = {.json = a.json,
+                             .progress = !a.json && isatty(2),
+                             .max_batch_tokens = a.max_batch_tokens,
+                             .max_seqs = a.parallel,
+                             .threads = pool_threads(rt)};
+        rc = cli_run_batch(rt, m, &prompts, &ba);
+        cli_prompts_free(&prompts);
+        khub_model_free(m);
+        khub_runtime_free(rt);
+        return rc;
     }
     int stream = !a.json && a.n_prompts == 1;
     if (stream) a.gen.callback = on_text;
@@ -305,6 +345,7 @@ static int run(int argc, char **argv)
 static const khub_cli_cmd run_cmd = {
     "run", "load a model and generate text",
     "usage: khub run --model PATH --prompt TEXT [options]\n"
+    "       khub run --model PATH --prompts-file FILE [options]\n"
     "\n"
     "Loads a .gguf file or a Hugging Face model folder and generates a continuation of\n"
     "each prompt, streaming the text to stdout as it is produced (one prompt) or\n"
@@ -313,6 +354,15 @@ static const khub_cli_cmd run_cmd = {
     "Options:\n"
     "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"
     "  --prompt TEXT         a prompt; repeat for up to 8 prompts\n"
+    "  --prompts-file FILE   one request per line, run with continuous batching: a plain\n"
+    "                        prompt, or a JSON object {\"prompt\": TEXT, \"max_tokens\": N,\n"
+    "                        \"temperature\", \"top_k\", \"top_p\", \"repeat_penalty\", \"seed\",\n"
+    "                        \"stop\": STR or [STR...], \"chat\", \"system\", \"ignore_eos\"}\n"
+    "                        (the options below are the defaults); results print in file\n"
+    "                        order, a failed request on stderr with its line (exit 1)\n"
+    "  --parallel N          requests running together (default 16 with --prompts-file)\n"
+    "  --max-batch-tokens N  tokens per forward step: prefill chunks and decodes share it\n"
+    "                        (default 256)\n"
     "  --max-new-tokens N    tokens to generate per prompt (default 128)\n"
     "  --max-context N       KV capacity per sequence, prompt and new tokens (default: the\n"
     "                        model's trained context, at most 4096); past the trained\n"
@@ -355,7 +405,9 @@ static const khub_cli_cmd run_cmd = {
     "  --explain             print which plugin serves each role, with the selection trace\n"
     "  --json                print one JSON object: results (text, tokens, stop reason per\n"
     "                        prompt), timings (load_ms, prefill/decode ms and tok/s),\n"
-    "                        peak_rss_kib, threads, max_context, context_length\n"
+    "                        peak_rss_kib, threads, max_context, context_length; with\n"
+    "                        --prompts-file: results with status, line and timings (queue_ms,\n"
+    "                        ttft_ms, total_ms, decode_tok_s) per request, and totals\n"
     "  --help                print this help\n",
     run};
 

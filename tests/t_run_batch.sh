@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# t_run_batch.sh: `khub run --prompts-file` (continuous batching, issue 13)
+# through the real CLI on the tiny random Llama with SmolLM2's tokenizer
+# (tools/make-tiny-model.py: milliseconds per token, so 200 requests stay
+# fast in CI). A generated file of 200 mixed requests (plain lines and JSON
+# lines; prompts of 1 to ~90 tokens; max_tokens 1..24; greedy and seeded
+# sampling; chat with a system message; stop strings) runs with 16 requests
+# in flight and 48-token steps, so requests join mid-run and prefill chunks
+# share steps with decodes; every output must equal its solo run: all 200
+# with --parallel 1 (one request at a time), and every 5th also as its own
+# `khub run --prompt` process. Then --json's per-request timings and totals,
+# the text output, and bad files: malformed JSON, zero max_tokens, an
+# unknown setting (each with its line), an empty file, and a request longer
+# than the cache failing alone while the others finish.
+set -euo pipefail
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin run_batch
+command -v python3 > /dev/null || t_skip "python3 absent"
+python3 "$SRC/tools/make-tiny-model.py" tiny > /dev/null
+
+python3 - > prompts.jsonl << 'PY'
+import json, random
+r = random.Random(13)
+words = "the a cat dog sat on mat red blue green sky sea runs fast slow big small one two".split()
+for i in range(200):
+    text = " ".join(r.choice(words) for _ in range(1 + (i * 7) % 60))
+    if i % 4 == 0:
+        print(text)  # a plain line: the command line's settings
+        continue
+    req = {"prompt": text, "max_tokens": 1 + (i * 5) % 24, "ignore_eos": True}
+    if i % 4 == 2:
+        req.update(temperature=0.9, top_k=40, seed=i)
+    if i % 8 == 3:
+        req.update(chat=True, system="be brief")
+    if i % 12 == 5:
+        req["stop"] = ["e"]
+    print(json.dumps(req))
+PY
+
+"$KHUB" run --model tiny --prompts-file prompts.jsonl --max-new-tokens 6 --ignore-eos \
+    --parallel 16 --max-batch-tokens 48 --json > batch.json 2> batch.err ||
+    { cat batch.err; fail "batched run"; }
+"$KHUB" run --model tiny --prompts-file prompts.jsonl --max-new-tokens 6 --ignore-eos \
+    --parallel 1 --json > solo.json 2> solo.err || { cat solo.err; fail "solo run"; }
+python3 - batch.json solo.json << 'PY' || fail "batched differs from solo"
+import json, sys
+b, s = (json.load(open(p)) for p in sys.argv[1:3])
+assert len(b["results"]) == len(s["results"]) == 200
+for x, y in zip(b["results"], s["results"]):
+    assert x["status"] == "ok", x
+    assert x["tokens"] == y["tokens"] and x["text"] == y["text"], (x["index"], x, y)
+    assert x["stop_reason"] == y["stop_reason"]
+    t = x["timings"]
+    assert t["total_ms"] >= t["ttft_ms"] > 0 and t["queue_ms"] >= 0, t
+texts = {x["text"] for x in b["results"]}
+assert len(texts) > 100, "outputs too alike for the comparison to mean much: %d" % len(texts)
+stops = [x for x in b["results"] if x["stop_reason"] == "stop_string"]
+assert stops and all("e" not in x["text"] for x in stops)
+tot = b["totals"]
+assert tot["requests"] == 200 and tot["failed"] == 0 and tot["generated_tokens"] > 0, tot
+assert tot["generated_tok_s"] > 0 and tot["steps"] > 0 and tot["peak_rss_kib"] > 0, tot
+# Batching did batch: far fewer steps than one request at a time.
+assert tot["steps"] * 3 < s["totals"]["steps"], (tot["steps"], s["totals"]["steps"])
+print("ok   200 requests: batched = --parallel 1; %d steps against %d" %
+      (tot["steps"], s["totals"]["steps"]))
+PY
+
+# Every 5th request as its own process, with the same settings as flags.
+python3 - prompts.jsonl batch.json << 'PY' > solo_cmds
+import json, shlex, sys
+lines = [l.rstrip("\n") for l in open(sys.argv[1])]
+res = json.load(open(sys.argv[2]))["results"]
+for i in range(0, 200, 5):
+    l = lines[i]
+    req = json.loads(l) if l.startswith("{") else {"prompt": l}
+    args = ["--prompt", req["prompt"], "--max-new-tokens", str(req.get("max_tokens", 6)),
+            "--ignore-eos", "--json"]
+    if "temperature" in req:
+        args += ["--temperature", str(req["temperature"]), "--top-k", str(req["top_k"]),
+                 "--seed", str(req["seed"])]
+    if req.get("chat"):
+        args += ["--chat", "--system", req["system"]]
+    for st in req.get("stop", []):
+        args += ["--stop", st]
+    print(i, json.dumps(res[i]["tokens"], separators=(",", ":")), shlex.join(args))
+PY
+n=0
+while read -r i want args; do
+    eval "set -- $args"
+    "$KHUB" run --model tiny "$@" > one.json 2> one.err || { cat one.err; fail "solo $i"; }
+    got=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))["results"][0]["tokens"], separators=(",", ":")))' one.json)
+    [ "$got" = "$want" ] || fail "request $i alone: $got, batched: $want"
+    n=$((n + 1))
+done < solo_cmds
+[ "$n" = 40 ] || fail "ran $n solo processes, not 40"
+echo "ok   40 requests as their own khub run equal the batch"
+
+# Text output: in file order, a summary line on stderr.
+printf 'one two\n{"prompt": "three", "max_tokens": 2}\n' > two.txt
+"$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 3 > two.out 2> two.err ||
+    { cat two.err; fail "text output"; }
+[ "$(grep -c '^--- prompt [01] ---$' two.out)" = 2 ] || fail "text output: $(cat two.out)"
+grep -Eq "^khub run: 2 requests, [0-9]+ prompt and [0-9]+ generated tokens in" two.err ||
+    fail "summary: $(cat two.err)"
+echo "ok   text output"
+
+# Bad files: a clear message with the line, exit 1, nothing run.
+bad() { # FILE-CONTENT EXPECTED-MESSAGE
+    printf '%b' "$1" > bad.txt
+    if "$KHUB" run --model tiny --prompts-file bad.txt > bad.out 2> bad.err; then
+        fail "accepted: $1"
+    fi
+    grep -qF "$2" bad.err || fail "message for '$1': $(cat bad.err)"
+}
+bad 'ok\n\n{"prompt": "x",\n' 'bad.txt:3: malformed JSON object'
+bad 'ok\n{"prompt": "x", "max_tokens": 0}\n' 'bad.txt:2: "max_tokens" must be an integer in [1, 1048576]'
+bad '{"prompt": "x", "max_tokens": -3}\n' 'bad.txt:1: "max_tokens" must be an integer'
+bad '{"prompt": "x", "colour": 1}\n' 'bad.txt:1: unknown setting "colour"'
+bad '{"max_tokens": 2}\n' 'bad.txt:1: no "prompt"'
+bad '{"prompt": "x", "stop": [""]}\n' 'bad.txt:1: "stop" must hold non-empty strings'
+bad '\n  \n' 'bad.txt: no prompts'
+"$KHUB" run --model tiny --prompts-file nothere.txt > /dev/null 2> nf.err && fail "missing file"
+grep -qF "nothere.txt: No such file" nf.err || fail "missing file: $(cat nf.err)"
+"$KHUB" run --model tiny --prompts-file two.txt --prompt x > /dev/null 2> ex.err && fail "both"
+grep -qF -- "--prompt and --prompts-file exclude each other" ex.err || fail "both: $(cat ex.err)"
+"$KHUB" run --model tiny --prompts-file two.txt --max-batch-tokens 0 > /dev/null 2> z.err &&
+    fail "zero max-batch-tokens"
+grep -qF -- "--max-batch-tokens needs a number in [1, 65536], got '0'" z.err ||
+    fail "zero: $(cat z.err)"
+echo "ok   bad files and limits refused"
+
+# A request longer than the cache fails alone; the others finish.
+python3 -c 'print("short one"); print(" ".join(["cat"] * 80)); print("short two")' > long.txt
+if "$KHUB" run --model tiny --prompts-file long.txt --max-context 48 --max-new-tokens 4 \
+    --json > long.json 2> long.err; then
+    fail "a failed request must make the exit status 1"
+fi
+python3 - long.json << 'PY' || fail "long request: $(cat long.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))["results"]
+assert [x["status"] for x in r] == ["ok", "KHUB_STATUS_CONTEXT_FULL", "ok"], r
+assert "request 2 has" in r[1]["error"] and "the KV cache holds 48 per sequence" in r[1]["error"]
+assert len(r[0]["tokens"]) == 4 and len(r[2]["tokens"]) == 4
+PY
+"$KHUB" run --model tiny --prompts-file long.txt --max-context 48 --max-new-tokens 4 \
+    > long.out 2> long.err && fail "text: exit 1 expected"
+grep -qF "prompt 1 (line 2): request 2 has" long.err || fail "text: $(cat long.err)"
+[ "$(grep -c '^--- prompt' long.out)" = 2 ] || fail "text: $(cat long.out)"
+echo "ok   a request longer than the cache fails alone"
+echo "1 passed, 0 failed"
