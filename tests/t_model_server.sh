@@ -33,7 +33,7 @@ set -e
 echo "ok   usage errors: no --model (2), a bad --host (1)"
 
 "$KHUB" serve-model --model "$GGUF" --model-id smollm2 --port 0 --threads 2 --api-key "$KEY" \
-    --max-queue 1 --timeout 3 --max-context 512 > srv.out 2> srv.err &
+    --max-queue 3 --parallel 2 --timeout 3 --max-context 512 > srv.out 2> srv.err &
 SRV=$!
 for _ in $(seq 300); do
     grep -q http srv.out 2> /dev/null && break
@@ -147,7 +147,7 @@ for m in http_requests_total completions_total prompt_tokens_total generated_tok
     queue_depth batch_size kv_tokens_used kv_tokens_capacity; do
     grep -q "^# TYPE khub_$m " m.txt && grep -Eq "^khub_$m [0-9]+$" m.txt || fail "metric $m: $(cat m.txt)"
 done
-grep -q "^khub_kv_tokens_capacity 512$" m.txt || fail "kv capacity: $(cat m.txt)"
+grep -q "^khub_kv_tokens_capacity 1024$" m.txt || fail "kv capacity (2 x 512): $(cat m.txt)"
 echo "ok   kernels (a role per binding), metrics (Prometheus text), health"
 
 # --- hostile input --------------------------------------------------------------
@@ -207,6 +207,27 @@ t1=$(date +%s)
 health "the slow client"
 echo "ok   a silent connection is closed after the timeout ($((t1 - t0)) s); the server answers meanwhile"
 
+# --- continuous batching: requests together give what each gives alone ----
+BASE=$BASE KEY=$KEY python3 - << 'EOF' || fail "concurrent requests (above)"
+import json, os, threading, urllib.request
+def ask(content, out=None, i=0):
+    body = json.dumps({"messages": [{"role": "user", "content": content}], "max_tokens": 12,
+                       "temperature": 0}).encode()
+    rq = urllib.request.Request(os.environ["BASE"] + "/v1/chat/completions", body,
+                                {"Authorization": "Bearer " + os.environ["KEY"]})
+    r = json.load(urllib.request.urlopen(rq, timeout=300))["choices"][0]["message"]["content"]
+    if out is not None: out[i] = r
+    return r
+qs = ["What is the capital of France?", "Name a color.", "What is 2+2?"]
+alone = [ask(q) for q in qs]
+together = [None] * 3
+ts = [threading.Thread(target=ask, args=(q, together, i)) for i, q in enumerate(qs)]
+for t in ts: t.start()
+for t in ts: t.join()
+assert together == alone, (together, alone)
+print("ok   3 concurrent greedy requests (2 in the batch, 1 waiting) equal their solo runs")
+EOF
+
 # --- queue full and hang-ups ------------------------------------------------
 metric() { curl -s "$BASE/metrics" | sed -n "s/^khub_$1 //p"; }
 wait_metric() { # NAME VALUE: up to 30 s
@@ -216,24 +237,26 @@ wait_metric() { # NAME VALUE: up to 30 s
 LONG="{\"messages\":[{\"role\":\"user\",\"content\":\"Count to 1000.\"}],\"max_tokens\":400,\"temperature\":0"
 curl -sN -H "$AUTH" "$BASE$C" -d "$LONG,\"stream\":true}" > run1.txt &
 C1=$!
-wait_metric batch_size 1
 curl -s -H "$AUTH" "$BASE$C" -d "$LONG}" > run2.txt &
 C2=$!
-wait_metric queue_depth 1
+wait_metric batch_size 2
+for i in 3 4 5; do curl -s -H "$AUTH" "$BASE$C" -d "$LONG}" > run$i.txt & done
+wait_metric queue_depth 3
 curl -s -D hdr.txt -H "$AUTH" -o busy.json -w '%{http_code}' "$BASE$C" -d "{$Q}" > code.txt
 [ "$(cat code.txt)" = 503 ] && grep -qi '^Retry-After: 1' hdr.txt && grep -q "queue of waiting requests is full" busy.json ||
     fail "queue full: $(cat code.txt hdr.txt busy.json)"
-echo "ok   a full queue: 503 with Retry-After and an error object"
+echo "ok   two requests share the running batch; three wait; a sixth: 503 with Retry-After"
 for _ in $(seq 300); do grep -q '"content":"[^"]' run1.txt && break; sleep 0.1; done
 grep -q '"content":"[^"]' run1.txt || fail "the stream sent no text: $(cat run1.txt)"
 cancelled=$(metric cancelled_total)
-kill $C2 $C1
-wait $C1 $C2 2> /dev/null || true
-wait_metric cancelled_total $((cancelled + 2))
+kill $(jobs -p | grep -vx "$SRV")
+for p in $(jobs -p | grep -vx "$SRV"); do wait "$p" 2> /dev/null || true; done
+wait_metric cancelled_total $((cancelled + 5))
 wait_metric batch_size 0
 wait_metric queue_depth 0
+wait_metric kv_tokens_used 0
 expect 200 "Paris" "$C" "{$Q,\"max_tokens\":12,\"temperature\":0}"
-echo "ok   two clients that hang up (one streaming, one queued) are cancelled at once; the next request runs"
+echo "ok   five clients that hang up (streaming, plain, queued) are cancelled and their KV freed; the next request runs"
 
 kill -TERM $SRV
 wait $SRV 2> /dev/null || true

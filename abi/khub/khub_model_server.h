@@ -25,8 +25,10 @@
  *
  * Requests: every request is treated as hostile (strict JSON, a body limit,
  * connection limits and an idle timeout); generation requests wait in a
- * bounded queue and run one at a time through khub_model_generate (the
- * continuous-batching engine replaces this once it lands, issue 16).
+ * bounded queue and run with continuous batching (khub_batch.h): many
+ * clients share one running batch, up to the model's max_seqs
+ * (khub_model_opts), and a client that hangs up has its request cancelled
+ * and its KV freed at the next step.
  *
  * Errors: khub_model_server_start is the only fallible function besides the
  * stats query; its one-line message goes into the caller's buffer.
@@ -73,7 +75,11 @@ typedef struct khub_model_server_opts {
     uint32_t max_per_ip;        /* open connections per client address; 0 = 64 */
     uint32_t idle_timeout_s;    /* a connection silent this long is closed, s; 0 = 30 */
     uint32_t reserved1;
-    uint64_t max_body; /* bytes of a request body (over: 413); 0 = 1 MiB */
+    uint64_t max_body;        /* bytes of a request body (over: 413); 0 = 1 MiB */
+    int32_t max_batch_tokens; /* tokens per batched forward step (khub_batch_config);
+                                 0 = the model's max_batch */
+    uint32_t serial;          /* 1 = no batching: one request at a time through
+                                 khub_model_generate (the reference engine) */
     /* End of 0.1. */
 } khub_model_server_opts;
 

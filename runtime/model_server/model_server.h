@@ -10,14 +10,16 @@
  *                  kernels, health, metrics
  *   ms_openai.c    OpenAI request bodies read into a request, and the answer
  *                  and chunk objects written from one
+ *   ms_engine_batch.c   the request engine on khub_batch.h: continuous
+ *                  batching, many requests in one running batch (default)
  *   ms_engine_serial.c  the request engine that runs one request at a time
- *                  through khub_model_generate
+ *                  through khub_model_generate (the simple reference)
  *   ms_request.c   one generation request shared by its connection and the
  *                  engine: text produced so far, waits, cancellation
  *
  * The engine is an interface (khub__ms_engine_vt) so that the HTTP layer
- * does not care how requests are scheduled: the serial engine now, the
- * continuous-batching scheduler (khub_batch.h, issue 13) when it lands.
+ * does not care how requests are scheduled: the continuous-batching
+ * scheduler (khub_batch.h, issue 13) by default, or one at a time.
  * Only the engine thread touches the model (khub_model is one thread's at
  * a time); the HTTP threads see requests only.
  */
@@ -78,6 +80,7 @@ typedef struct khub__ms_req {
     int64_t n_completion;  /* generated tokens */
     uint32_t stop_reason;  /* khub_stop_reason */
     struct timespec t_sub; /* submitted */
+    uint64_t engine_id;    /* the engine's id for it (khub_batch), 0 = none yet */
 } khub__ms_req;
 
 /* A request with one reference (the caller's); NULL when out of memory. */
@@ -123,6 +126,9 @@ typedef struct khub__ms_engine_vt {
     /* Takes a reference to r and queues it; 0 when the queue is full (r
      * untouched), 1 when taken. Any thread. */
     int (*submit)(khub__ms_engine *e, khub__ms_req *r);
+    /* r's client went away (r is already marked cancelled): free its place
+     * in the engine now rather than at its next token. Any thread. */
+    void (*cancel)(khub__ms_engine *e, khub__ms_req *r);
     void (*stats)(khub__ms_engine *e, khub__ms_engine_stats *out);
     /* Cancels everything queued or running (finished with 503) and refuses
      * new requests; returns when the engine thread is idle. */
@@ -138,6 +144,13 @@ struct khub__ms_engine {
  * in a thread of its own, max_queue waiting. NULL when out of memory or
  * when the thread cannot start. */
 KHUB_INTERNAL khub__ms_engine *khub__ms_engine_serial_new(khub_model *m, uint32_t max_queue);
+/* The continuous-batching engine (ms_engine_batch.c, khub_batch.h): every
+ * admitted request shares one running batch; max_queue wait (in its intake
+ * and the batch's queue together); max_batch_tokens per step, 0 = the
+ * model's max_batch. NULL with the reason in err. */
+KHUB_INTERNAL khub__ms_engine *khub__ms_engine_batch_new(khub_model *m, uint32_t max_queue,
+                                                         int32_t max_batch_tokens, char *err,
+                                                         size_t err_size);
 
 /* ------------------------------------------------------------------------ */
 /* The server (ms_http.c) and its endpoints (ms_routes.c)                   */

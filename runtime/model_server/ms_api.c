@@ -42,7 +42,7 @@ khub_status khub_model_server_start(const khub_model_server_opts *opts, khub_mod
         return start_fail(KHUB_STATUS_MISUSE, errbuf, errbuf_size,
                           opts ? "khub_model_server_start: out is NULL"
                                : "khub_model_server_start: opts is NULL");
-    if (opts->struct_size < offsetof(khub_model_server_opts, max_body) + sizeof(uint64_t)) {
+    if (opts->struct_size < offsetof(khub_model_server_opts, serial) + sizeof(uint32_t)) {
         khub__errbuf(msg, sizeof msg,
                      "khub_model_server_start: opts.struct_size %u is below the 0.1 size %zu",
                      opts->struct_size, sizeof(khub_model_server_opts));
@@ -69,8 +69,14 @@ khub_status khub_model_server_start(const khub_model_server_opts *opts, khub_mod
     khub_status st = KHUB_STATUS_NOMEM;
     snprintf(msg, sizeof msg, "serve-model: out of memory");
     if (oom || !s->explain || !s->model_id) goto fail;
-    if (!(s->eng = khub__ms_engine_serial_new(opts->model, opts->max_queue ? opts->max_queue : 64)))
-        goto fail;
+    uint32_t max_queue = opts->max_queue ? opts->max_queue : 64;
+    if (opts->serial)
+        s->eng = khub__ms_engine_serial_new(opts->model, max_queue);
+    else
+        s->eng = khub__ms_engine_batch_new(opts->model, max_queue, opts->max_batch_tokens, msg,
+                                           sizeof msg);
+    if (!s->eng && opts->max_batch_tokens) st = KHUB_STATUS_INVALID_ARG; /* over the model's */
+    if (!s->eng) goto fail;
     st = khub__ms_start(s, opts->host, opts->port, opts, msg, sizeof msg);
     if (st != KHUB_STATUS_OK) goto fail;
     *out = srv;

@@ -1,9 +1,8 @@
 /*
  * ms_engine_serial.c: the request engine that runs one request at a time
  * through khub_model_generate, in a thread of its own, with a bounded FIFO
- * of waiting requests. It is the server's engine until the continuous-
- * batching scheduler (khub_batch.h) lands; then many requests share one
- * running batch and this file stays as the simple reference.
+ * of waiting requests: the simple reference beside the continuous-batching
+ * engine (ms_engine_batch.c), chosen with khub_model_server_opts.serial.
  *
  * Only this thread touches the model: it formats chat messages with the
  * model's template, counts the prompt's tokens against the context (a 400
@@ -193,6 +192,10 @@ static int serial_submit(khub__ms_engine *base, khub__ms_req *r)
     return ok;
 }
 
+/* The running request stops at its next token (on_text sees the flag); a
+ * queued one is finished when its turn comes, without running. */
+static void serial_cancel(khub__ms_engine *base, khub__ms_req *r) { (void)base, (void)r; }
+
 static void serial_stats(khub__ms_engine *base, khub__ms_engine_stats *out)
 {
     serial *e = (serial *)base;
@@ -226,8 +229,8 @@ static void serial_free(khub__ms_engine *base)
     free(e);
 }
 
-static const khub__ms_engine_vt serial_vt = {serial_submit, serial_stats, serial_shutdown,
-                                             serial_free};
+static const khub__ms_engine_vt serial_vt = {serial_submit, serial_cancel, serial_stats,
+                                             serial_shutdown, serial_free};
 
 khub__ms_engine *khub__ms_engine_serial_new(khub_model *m, uint32_t max_queue)
 {

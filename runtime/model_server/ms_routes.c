@@ -159,7 +159,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void stream_free(void *cls)
 {
     stream *st = cls;
-    khub__ms_req_cancel(st->r);
+    pthread_mutex_lock(&st->r->mu);
+    int done = st->r->done;
+    pthread_mutex_unlock(&st->r->mu);
+    if (!done) {
+        khub__ms_req_cancel(st->r);
+        st->s->eng->vt->cancel(st->s->eng, st->r);
+    }
     account(st->s, st->r);
     khub__ms_req_unref(st->r);
     free(st->out);
@@ -217,6 +223,7 @@ static MHD_RESULT completion(khub__ms *s, struct MHD_Connection *c, khub__ms_con
     int fd = khub__ms_conn_fd(c);
     khub__ms_wait w = khub__ms_req_wait(r, p.stream ? 0 : SIZE_MAX, fd);
     if (w == KHUB__MS_GONE) { /* nobody to answer: close */
+        s->eng->vt->cancel(s->eng, r);
         account(s, r);
         khub__ms_req_unref(r);
         return MHD_NO;

@@ -19,7 +19,7 @@ typedef struct sm_args {
     const char *model, *model_id, *host, *api_key;
     const char *role[KHUB_KERNEL_ROLE__COUNT]; /* --attn NAME ... by KHUB_KERNEL_ROLES */
     const char *kernels, *lock, *policy;
-    int threads, strict, allow_unsigned;
+    int threads, strict, allow_unsigned, serial, parallel, max_batch_tokens;
     long port, max_queue, max_connections, timeout;
     int64_t max_context;
     double max_body_mib;
@@ -47,6 +47,10 @@ static int numeric_flag(sm_args *a, const char *f, const char *v, int *rc)
         *rc = num(f, v, 0, 1024, &d), a->threads = (int)d;
     } else if (!strcmp(f, "--max-context")) {
         *rc = num(f, v, 1, 1 << 22, &d), a->max_context = (int64_t)d;
+    } else if (!strcmp(f, "--parallel")) {
+        *rc = num(f, v, 1, 64, &d), a->parallel = (int)d;
+    } else if (!strcmp(f, "--max-batch-tokens")) {
+        *rc = num(f, v, 1, 1 << 16, &d), a->max_batch_tokens = (int)d;
     } else if (!strcmp(f, "--max-queue")) {
         *rc = num(f, v, 1, 1 << 16, &d), a->max_queue = (long)d;
     } else if (!strcmp(f, "--max-connections")) {
@@ -95,6 +99,8 @@ static int parse(int argc, char **argv, sm_args *a)
                 a->strict = 1;
             else if (!strcmp(f, "--allow-unsigned"))
                 a->allow_unsigned = 1;
+            else if (!strcmp(f, "--serial"))
+                a->serial = 1;
             else
                 return khub_cli_usage(&serve_model_cmd, "unknown option '%s'", f);
         }
@@ -121,7 +127,8 @@ static const char *base_name(const char *path)
 static khub_model *load(khub_runtime *rt, const sm_args *a, khub_model_kernels_report *rep)
 {
     khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .strict = a->strict,
-                          .max_context = a->max_context};
+                          .max_context = a->max_context, .max_seqs = a->parallel,
+                          .max_batch = a->max_batch_tokens};
     khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels),
 #define ROLE_FIELD(NAME, name, flag, field) .flag = a->role[KHUB_KERNEL_ROLE_##NAME],
                              KHUB_KERNEL_ROLES(ROLE_FIELD)
@@ -174,7 +181,8 @@ static int run(int argc, char **argv)
                                  .max_queue = (uint32_t)a.max_queue,
                                  .max_connections = (uint32_t)a.max_connections,
                                  .idle_timeout_s = (uint32_t)a.timeout,
-                                 .max_body = (uint64_t)(a.max_body_mib * 1048576.0)};
+                                 .max_body = (uint64_t)(a.max_body_mib * 1048576.0),
+                                 .serial = (uint32_t)a.serial};
     khub_model_server *srv = NULL;
     char err[KHUB_ERROR_SIZE];
     if (khub_model_server_start(&so, &srv, err, sizeof err) != KHUB_STATUS_OK) {
@@ -207,7 +215,8 @@ static const khub_cli_cmd serve_model_cmd = {
     "Loads a model and answers the OpenAI API on it until SIGINT or SIGTERM:\n"
     "POST /v1/chat/completions (stream: true as server-sent events), POST\n"
     "/v1/completions, GET /v1/models, GET /v1/kernels, GET /health, GET /metrics\n"
-    "(docs/model-server.md). Requests run one at a time, in arrival order.\n"
+    "(docs/model-server.md). Requests share one running batch (continuous batching):\n"
+    "each joins it when there is room and leaves it when done.\n"
     "\n"
     "Options:\n"
     "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"
@@ -220,6 +229,10 @@ static const khub_cli_cmd serve_model_cmd = {
     "  --threads N           worker threads (default: all cores)\n"
     "  --max-context N       KV capacity per request, prompt and answer (default: the\n"
     "                        model's trained context, at most 4096)\n"
+    "  --parallel N          requests in the running batch at once (default 8)\n"
+    "  --max-batch-tokens N  tokens per forward step, prefill chunks and decodes\n"
+    "                        together (default 256)\n"
+    "  --serial              no batching: one request at a time (the reference engine)\n"
     "  --max-queue N         requests waiting to run; more get 503 (default 64)\n"
     "  --max-connections N   open connections (default 256; 64 per client address)\n"
     "  --timeout S           close a connection silent for S seconds (default 30)\n"
