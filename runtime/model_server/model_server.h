@@ -104,12 +104,14 @@ KHUB_INTERNAL void khub__ms_req_cancel(khub__ms_req *r);
 typedef enum khub__ms_wait {
     KHUB__MS_MORE = 0, /* text beyond `have` is there */
     KHUB__MS_DONE = 1, /* finished, and nothing beyond `have` */
-    KHUB__MS_GONE = 2  /* the client hung up (the request is cancelled) */
+    KHUB__MS_GONE = 2, /* the client hung up (the request is cancelled) */
+    KHUB__MS_IDLE = 3  /* max_ms passed with neither */
 } khub__ms_wait;
 /* Waits until the request has more than `have` bytes of text or is done,
  * checking every 200 ms whether the client on socket fd (-1 = unknown)
- * hung up. */
-KHUB_INTERNAL khub__ms_wait khub__ms_req_wait(khub__ms_req *r, size_t have, int fd);
+ * hung up; after max_ms (0 = no limit) without either, KHUB__MS_IDLE. */
+KHUB_INTERNAL khub__ms_wait khub__ms_req_wait(khub__ms_req *r, size_t have, int fd,
+                                              unsigned max_ms);
 
 /* ------------------------------------------------------------------------ */
 /* Request engines (ms_engine_serial.c)                                     */
@@ -163,6 +165,7 @@ typedef struct khub__ms {
     char *model_id, *api_key, *explain, *kernels_report; /* owned */
     int64_t max_context, context_length;
     uint64_t max_body;
+    unsigned idle_s; /* connection idle timeout, s */
     uint16_t port;
     time_t created;
     atomic_ullong n_requests, n_errors, n_completions, n_cancelled;

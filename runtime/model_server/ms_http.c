@@ -235,6 +235,7 @@ khub_status khub__ms_start(khub__ms *s, const char *host, uint16_t port,
     unsigned max_conn = o->max_connections ? o->max_connections : 256;
     unsigned per_ip = o->max_per_ip ? o->max_per_ip : 64;
     unsigned idle = o->idle_timeout_s ? o->idle_timeout_s : 30;
+    s->idle_s = idle;
     s->d = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL, 0, NULL,
         NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &sa, MHD_OPTION_CONNECTION_TIMEOUT, idle,

@@ -138,10 +138,14 @@ static int hung_up(int fd)
     return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
 }
 
-khub__ms_wait khub__ms_req_wait(khub__ms_req *r, size_t have, int fd)
+khub__ms_wait khub__ms_req_wait(khub__ms_req *r, size_t have, int fd, unsigned max_ms)
 {
     pthread_mutex_lock(&r->mu);
-    while (r->len <= have && !r->done) {
+    for (unsigned waited = 0; r->len <= have && !r->done; waited += 200) {
+        if (max_ms && waited >= max_ms) {
+            pthread_mutex_unlock(&r->mu);
+            return KHUB__MS_IDLE;
+        }
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
         t.tv_nsec += 200 * 1000000L;

@@ -73,6 +73,24 @@ static int put_event(stream *st, cJSON *j, const char *raw)
     return o ? 0 : -1;
 }
 
+/* An SSE comment, which clients skip: sent after a second without text
+ * (a long prefill, a slow step), so that the connection's idle timeout
+ * measures a client that stopped reading, not a model that is thinking. */
+static int put_comment(stream *st)
+{
+    static const char ka[] = ": keep-alive\n\n";
+    size_t keep = st->out_n - st->out_off;
+    char *o = malloc(keep + sizeof ka);
+    if (!o) return -1;
+    if (keep) memcpy(o, st->out + st->out_off, keep);
+    memcpy(o + keep, ka, sizeof ka);
+    free(st->out);
+    st->out = o;
+    st->out_off = 0;
+    st->out_n = keep + sizeof ka - 1;
+    return 0;
+}
+
 /* The events after the last text: the finish chunk, usage, [DONE]. */
 static int put_end(stream *st)
 {
@@ -119,8 +137,9 @@ static int next_event(stream *st)
             return put_event(st, khub__ms_chunk(st->s, &st->p, st->id, st->created, NULL, 0, NULL),
                              NULL);
     }
-    khub__ms_wait w = khub__ms_req_wait(st->r, st->have, st->fd);
+    khub__ms_wait w = khub__ms_req_wait(st->r, st->have, st->fd, 1000);
     if (w == KHUB__MS_GONE) return -1;
+    if (w == KHUB__MS_IDLE) return put_comment(st);
     if (w == KHUB__MS_DONE) {
         st->phase = 2;
         return put_end(st);
@@ -221,7 +240,12 @@ static MHD_RESULT completion(khub__ms *s, struct MHD_Connection *c, khub__ms_con
                                    "retry later");
     }
     int fd = khub__ms_conn_fd(c);
-    khub__ms_wait w = khub__ms_req_wait(r, p.stream ? 0 : SIZE_MAX, fd);
+    /* Waiting in the queue and generating is not the client's idleness: no
+     * timeout meanwhile (a hang-up is seen by polling fd); a stream's
+     * keep-alive comments keep its connection active afterwards. */
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    khub__ms_wait w = khub__ms_req_wait(r, p.stream ? 0 : SIZE_MAX, fd, 0);
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->idle_s);
     if (w == KHUB__MS_GONE) { /* nobody to answer: close */
         s->eng->vt->cancel(s->eng, r);
         account(s, r);
