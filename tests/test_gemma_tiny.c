@@ -231,9 +231,16 @@ TEST_IMPL(gemma3_tokenizer_json_refusals)
         ASSERT(tok == NULL);
         khub__clear(rt);
     }
-    /* and the accepted shape loads, merging by the listed merge */
-    const char *ok = "{" NORM_OK "," DEC_OK "," MODEL("true") "}";
+    /* the accepted shapes load (Transformers' Gemma conversion adds a Split
+     * on " ", a no-op after the normalizer), merging by the listed merge */
+    const char *split = "{" NORM_OK ",\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{"
+                        "\"String\":\" \"},\"behavior\":\"MergedWithPrevious\",\"invert\":"
+                        "false}," DEC_OK "," MODEL("true") "}";
     khub_tokenizer *tok = NULL;
+    ASSERT_OK(khub__tokenizer_from_json_mem(rt, split, strlen(split), NULL, 0, &tok));
+    khub__tokenizer_free(tok);
+    const char *ok = "{" NORM_OK "," DEC_OK "," MODEL("true") "}";
+    tok = NULL;
     ASSERT_OK(khub__tokenizer_from_json_mem(rt, ok, strlen(ok), NULL, 0, &tok));
     int32_t *ids = NULL;
     size_t k = 0;

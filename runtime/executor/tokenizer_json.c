@@ -356,11 +356,22 @@ static bool is_spm_decoder(const cJSON *dec)
     return is_replace(a, SPACE_MARK, " ") && is_type(b, "ByteFallback") && is_type(c, "Fuse");
 }
 
+/* No pre-tokenizer, or a Split on the string " " (Transformers' Gemma
+ * conversion writes one): after the normalizer has turned every space into
+ * "\u2581" there is no " " left, so it splits nothing. */
+static bool is_space_split(const cJSON *pre)
+{
+    if (jnull(pre)) return true;
+    const cJSON *p = jget(jget(pre, "pattern"), "String"), *inv = jget(pre, "invert");
+    return is_type(pre, "Split") && cJSON_IsString(p) && strcmp(p->valuestring, " ") == 0 &&
+           (jnull(inv) || cJSON_IsFalse(inv));
+}
+
 /* Which BPE the file describes. Byte-level: no normalizer, ByteLevel
  * decoder (the pre-tokenizer is read by detect_pre). SentencePiece-style,
  * as Gemma's files (and Transformers' conversion of a GGUF "llama"
  * vocab) have it: the normalizer turns each space into "\u2581", there is
- * no pre-tokenizer, and the decoder undoes it with byte fallback; merges
+ * no pre-tokenizer (or a no-op Split on " "), and the decoder undoes it with byte fallback; merges
  * then run over characters, with <0xXX> tokens for the rest
  * (tokenizer_spm.c). Any other normalizer, or a prefix ("Prepend") khub
  * would place differently, is refused by name. */
@@ -374,9 +385,10 @@ static khub_status detect_kind(khub_runtime *rt, const cJSON *root, bool *spm)
                           "byte-level BPE; Replace \" \" -> \"\u2581\", for SentencePiece-style "
                           "BPE)",
                        cJSON_IsString(jget(norm, "type")) ? jget(norm, "type")->valuestring : "?");
-        KHUB_RETURN_IF(rt, !jnull(jget(root, "pre_tokenizer")), KHUB_STATUS_TOKENIZER,
+        KHUB_RETURN_IF(rt, !is_space_split(jget(root, "pre_tokenizer")), KHUB_STATUS_TOKENIZER,
                        TJ "pre_tokenizer is set with a \"\u2581\" normalizer; khub's "
-                          "SentencePiece-style BPE has none");
+                          "SentencePiece-style BPE has none (or a Split on \" \", which "
+                          "the normalizer leaves nothing to split)");
         KHUB_RETURN_IF(rt, !is_spm_decoder(dec), KHUB_STATUS_TOKENIZER,
                        TJ "decoder is not Sequence [Replace \"\u2581\" -> \" \", ByteFallback, "
                           "Fuse], which a \"\u2581\" normalizer needs");
