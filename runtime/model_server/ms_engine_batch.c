@@ -49,9 +49,12 @@ static void on_done(void *ud, uint64_t id, const khub_batch_result *res)
 {
     khub__ms_req *r = ud;
     (void)id;
-    if (res->stop_reason == KHUB_STOP_CANCELLED)
+    if (res->stop_reason == KHUB_STOP_CANCELLED && khub__ms_req_cancelled(r))
         khub__ms_req_finish(r, 499, "cancelled", res->n_prompt_tokens, res->n_tokens,
                             KHUB_STOP_CANCELLED, "cancelled");
+    else if (res->stop_reason == KHUB_STOP_CANCELLED) /* khub_batch_free at shutdown */
+        khub__ms_req_finish(r, 503, "server_error", res->n_prompt_tokens, res->n_tokens,
+                            KHUB_STOP_CANCELLED, "the server is shutting down");
     else if (res->status == KHUB_STATUS_CONTEXT_FULL || res->status == KHUB_STATUS_INVALID_ARG)
         khub__ms_req_finish(r, 400, "invalid_request_error", res->n_prompt_tokens, 0, 0, "%s",
                             res->error);

@@ -7,9 +7,9 @@
  *  - a body announced over the limit is answered 413 at the headers, before
  *    a byte of it is read; a chunked one that grows past it is dropped as
  *    it comes and answered 413 after (cut off at 16 times the limit);
- *  - a /v1 request without the key has its small body read and dropped and
- *    is answered 401 (answering first and closing with the body unread can
- *    reset the connection before the client reads its 401);
+ *  - a /v1 request without the key has its body (within the limit) read
+ *    and dropped and is answered 401 (answering first and closing with the
+ *    body unread can reset the connection before the client reads its 401);
  *  - connections are capped in all and per address, a silent one is closed
  *    after the idle timeout, and libmicrohttpd's per-connection memory
  *    limit answers an oversized header block (10k headers) itself.
