@@ -479,6 +479,58 @@ TEST_IMPL(qlinear_q6_k) { qlinear_shapes(KHUB_QFORMAT_Q6_K, KQUANT_SHAPES); }
 TEST_IMPL(qlinear_q5_0) { qlinear_shapes(KHUB_QFORMAT_Q5_0, Q5_SHAPES); }
 TEST_IMPL(qlinear_q5_1) { qlinear_shapes(KHUB_QFORMAT_Q5_1, Q5_SHAPES); }
 
+/* One call of the default qlinear on rows [t0, t0 + n) of x into y. */
+static void qlinear_rows(const plug *p, int f, const uint8_t *w, int64_t in, int64_t out,
+                         const float *x, int64_t t0, int64_t n, float *y)
+{
+    int64_t sx[2] = {n, in}, sw[2] = {out, in}, sy[2] = {n, out};
+    khub_tensor tx = tens((void *)(x + t0 * in), KHUB_DTYPE_F32, 2, sx);
+    khub_tensor tw = tens((void *)w, KHUB_DTYPE_Q(f), 2, sw);
+    khub_tensor ty = tens(y, KHUB_DTYPE_F32, 2, sy);
+    khub_linear_args a = {KHUB_STRUCT_INIT(khub_linear_args), .x = &tx, .weight = &tw, .y = &ty};
+    ASSERT_OK(plug_run(p, KHUB_OP_QLINEAR, &a));
+}
+
+/* Batch invariance (continuous batching mixes sequences in one call): below
+ * KX_GEMM_MIN_N = 16 tokens, every token of a call gets bit for bit what it
+ * gets alone or in any other group, for every format, with the runtime's
+ * two threads splitting the rows. From 16 tokens on the call is a prefill
+ * GEMM in f32 (qgemm.c), which rounds differently: shown here, so that the
+ * comparison is known to see a difference when there is one. */
+TEST_IMPL(qlinear_batch_invariant)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    const int fmts[] = {KHUB_QFORMAT_Q4_0, KHUB_QFORMAT_Q4_1, KHUB_QFORMAT_Q5_0, KHUB_QFORMAT_Q5_1,
+                        KHUB_QFORMAT_Q8_0, KHUB_QFORMAT_Q4_K, KHUB_QFORMAT_Q6_K};
+    const int64_t out = 193, n = 16;
+    for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
+        int f = fmts[k];
+        int64_t in = is_kquant(f) ? 512 : 576;
+        uint8_t *w = rand_qweight(f, out, in);
+        float *x = malloc(sizeof(float) * (size_t)(n * in));
+        float *all = malloc(sizeof(float) * (size_t)(n * out));
+        float *one = malloc(sizeof(float) * (size_t)out);
+        float *three = malloc(sizeof(float) * (size_t)(3 * out));
+        for (int64_t i = 0; i < n * in; i++) x[i] = nrand() * (i % 97 == 0 ? 40.0f : 1.0f);
+        for (int l = 0; l < nlv; l++) {
+            qlinear_rows(&lv[l], f, w, in, out, x, 0, n - 1, all);
+            for (int64_t t = 0; t < n - 1; t++) {
+                qlinear_rows(&lv[l], f, w, in, out, x, t, 1, one);
+                if (memcmp(one, all + t * out, sizeof(float) * (size_t)out) != 0)
+                    TEST_FAIL_("%s format %d: token %lld alone differs from it in a call of %lld",
+                               lv[l].d.id, f, (long long)t, (long long)(n - 1));
+            }
+            qlinear_rows(&lv[l], f, w, in, out, x, 4, 3, three);
+            ASSERT(memcmp(three, all + 4 * out, sizeof(float) * (size_t)(3 * out)) == 0);
+            qlinear_rows(&lv[l], f, w, in, out, x, 0, n, all); /* the GEMM */
+            qlinear_rows(&lv[l], f, w, in, out, x, 0, 1, one);
+            ASSERT(memcmp(one, all, sizeof(float) * (size_t)out) != 0);
+        }
+        free(w), free(x), free(all), free(one), free(three);
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Dense linear                                                             */
 /* ------------------------------------------------------------------------ */
@@ -978,6 +1030,7 @@ TEST_IMPL(follows_the_runtime_features)
     X(qlinear_q6_k) \
     X(qlinear_q5_0) \
     X(qlinear_q5_1) \
+    X(qlinear_batch_invariant) \
     X(linear_dense) \
     X(attention_shapes) \
     X(norm_rms_and_layer) \
