@@ -1,6 +1,6 @@
 /*
- * layout.c: freezes the plugin ABI (1.0, plus the 1.1, 1.2 and 1.3 additions) on LP64 (x86_64,
- * aarch64).
+ * layout.c: freezes the plugin ABI (1.0, plus the 1.1, 1.2, 1.3 and 1.4 additions) on LP64
+ * (x86_64, aarch64).
  *
  * Every struct that crosses the plugin boundary has its size and every field
  * its offset pinned here (the three header fields by KHUB_LAYOUT_HEADER);
@@ -198,7 +198,7 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_rotary_args, original_max_pos) == 56,
                    "khub_rotary_args.original_max_pos");
     _Static_assert(offsetof(khub_rotary_args, rotary_dim) == 60, "khub_rotary_args.rotary_dim");
-    _Static_assert(sizeof(khub_kv_cache_config) == 40, "khub_kv_cache_config");
+    _Static_assert(sizeof(khub_kv_cache_config) == 56, "khub_kv_cache_config"); /* 40 in 1.0-1.3 */
     KHUB_LAYOUT_HEADER(khub_kv_cache_config);
     _Static_assert(offsetof(khub_kv_cache_config, n_layers) == 8, "khub_kv_cache_config.n_layers");
     _Static_assert(offsetof(khub_kv_cache_config, n_kv_heads) == 12,
@@ -209,6 +209,20 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_kv_cache_config.max_tokens");
     _Static_assert(offsetof(khub_kv_cache_config, dtype) == 32, "khub_kv_cache_config.dtype");
     _Static_assert(offsetof(khub_kv_cache_config, reserved) == 36, "khub_kv_cache_config.reserved");
+    /* added in ABI 1.4 */
+    _Static_assert(offsetof(khub_kv_cache_config, options) == 40, "khub_kv_cache_config.options");
+    _Static_assert(offsetof(khub_kv_cache_config, layer_window) == 48,
+                   "khub_kv_cache_config.layer_window");
+    _Static_assert(sizeof(khub_kv_cache_memory) == 40, "khub_kv_cache_memory"); /* ABI 1.4 */
+    KHUB_LAYOUT_HEADER(khub_kv_cache_memory);
+    _Static_assert(offsetof(khub_kv_cache_memory, bytes_total) == 8,
+                   "khub_kv_cache_memory.bytes_total");
+    _Static_assert(offsetof(khub_kv_cache_memory, bytes_per_token) == 16,
+                   "khub_kv_cache_memory.bytes_per_token");
+    _Static_assert(offsetof(khub_kv_cache_memory, tokens_capacity) == 24,
+                   "khub_kv_cache_memory.tokens_capacity");
+    _Static_assert(offsetof(khub_kv_cache_memory, tokens_used) == 32,
+                   "khub_kv_cache_memory.tokens_used");
     _Static_assert(sizeof(khub_kv_write_args) == 40, "khub_kv_write_args");
     KHUB_LAYOUT_HEADER(khub_kv_write_args);
     _Static_assert(offsetof(khub_kv_write_args, layer) == 8, "khub_kv_write_args.layer");
@@ -216,7 +230,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_kv_write_args, pos) == 16, "khub_kv_write_args.pos");
     _Static_assert(offsetof(khub_kv_write_args, k) == 24, "khub_kv_write_args.k");
     _Static_assert(offsetof(khub_kv_write_args, v) == 32, "khub_kv_write_args.v");
-    _Static_assert(sizeof(khub_kv_cache_methods) == 48, "khub_kv_cache_methods");
+    _Static_assert(sizeof(khub_kv_cache_methods) == 64,
+                   "khub_kv_cache_methods"); /* 48 in 1.0-1.3 */
     KHUB_LAYOUT_HEADER(khub_kv_cache_methods);
     _Static_assert(offsetof(khub_kv_cache_methods, create) == 8, "khub_kv_cache_methods.create");
     _Static_assert(offsetof(khub_kv_cache_methods, destroy) == 16, "khub_kv_cache_methods.destroy");
@@ -224,6 +239,10 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_kv_cache_methods, view) == 32, "khub_kv_cache_methods.view");
     _Static_assert(offsetof(khub_kv_cache_methods, truncate) == 40,
                    "khub_kv_cache_methods.truncate");
+    /* added in ABI 1.4 */
+    _Static_assert(offsetof(khub_kv_cache_methods, memory) == 48, "khub_kv_cache_methods.memory");
+    _Static_assert(offsetof(khub_kv_cache_methods, view_from) == 56,
+                   "khub_kv_cache_methods.view_from");
 }
 #endif
 

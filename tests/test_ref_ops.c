@@ -585,6 +585,14 @@ TEST_IMPL(kv_cache_grow_view_truncate)
         ASSERT_EQ(kst[1], 64 * D);
         ASSERT_EQ(kst[2], 1);
         ASSERT_EQ(kt.dtype.bits, f16 ? 16 : 32);
+        /* memory (ABI 1.4): one slot of 64 tokens allocated, 37 used */
+        khub_kv_cache_memory mem = {KHUB_STRUCT_INIT(khub_kv_cache_memory)};
+        uint64_t es = f16 ? 2 : 4;
+        ASSERT_OK(kvm()->memory(g_desc.state, c, &mem));
+        ASSERT_EQ(mem.bytes_per_token, 2 * H * D * es * 2); /* 2 layers, K and V */
+        ASSERT_EQ(mem.bytes_total, 64 * H * D * es * 2);
+        ASSERT_EQ(mem.tokens_capacity, 100);
+        ASSERT_EQ(mem.tokens_used, N);
         for (int64_t i = 0; i < N * H * D; i++) {
             int64_t t = i / (H * D), h = (i / D) % H, d = i % D;
             float wk = f16 ? khub_pu_f16_to_f32(khub_pu_f32_to_f16(k[i])) : k[i];
@@ -653,6 +661,11 @@ TEST_IMPL(static_cache_allocates_once)
         ASSERT_OK(sm->write(g_desc.state, c, &w));
     }
     ASSERT_EQ(g_live, live); /* no allocation after the first write */
+    khub_kv_cache_memory mem = {KHUB_STRUCT_INIT(khub_kv_cache_memory)};
+    ASSERT_OK(sm->memory(g_desc.state, c, &mem));
+    ASSERT_EQ(mem.bytes_total, MAX * H * D * 4 * 2); /* one slot, its whole capacity */
+    ASSERT_EQ(mem.bytes_per_token, 2 * H * D * 4 * 2);
+    ASSERT_EQ(mem.tokens_used, MAX);
     ASSERT_OK(sm->view(g_desc.state, c, 1, 0, MAX, &kt, &vt));
     ASSERT(kt.data == kdata && vt.data == vdata);
     ASSERT_EQ(kst[1], MAX * D);

@@ -132,6 +132,10 @@ typedef struct khub_model_info {
     int32_t bos;            /* beginning-of-sequence id, -1 = none */
     uint32_t reserved;
     /* End of 0.1. */
+    /* KV cache bytes of one token of one sequence (every layer, K and V,
+     * scales amortized) as the cache plugin reports it (ABI 1.4 `memory`);
+     * 0 when the cache does not say. Since 0.1 (plugin ABI 1.4). */
+    uint64_t kv_bytes_per_token;
 } khub_model_info;
 
 /* Fills info (its struct_size set by the caller). Since 0.1. */

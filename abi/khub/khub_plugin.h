@@ -539,7 +539,31 @@ typedef struct khub_kv_cache_config {
     khub_dtype dtype;   /* storage dtype (f32 or f16) */
     uint32_t reserved;
     /* End of ABI 1.0. */
+#if KHUB_PLUGIN_TARGET_MINOR >= 4
+    /* added in ABI 1.4: the strategy's options, "key=value[,key=value...]"
+     * (e.g. "q_group_size=32,residual_length=128" for a quantized cache), or
+     * NULL. Borrowed for the call; a cache refuses a key it does not know
+     * with KHUB_STATUS_INVALID_ARG. */
+    const char *options;
+    /* added in ABI 1.4: [n_layers] tokens each layer attends to (its sliding
+     * window; 0 = every position), or NULL (no layer slides). Borrowed for
+     * the call. A sliding-window cache keeps only that many per sequence. */
+    const int64_t *layer_window;
+#endif
 } khub_kv_cache_config;
+
+#if KHUB_PLUGIN_TARGET_MINOR >= 4
+/* What a KV cache holds (khub_kv_cache_methods.memory, added in ABI 1.4). */
+typedef struct khub_kv_cache_memory {
+    KHUB_STRUCT_HEADER;
+    uint64_t bytes_total;     /* bytes the cache holds now, in every tier */
+    uint64_t bytes_per_token; /* one token of one sequence: every layer, K and V,
+                                 scales and metadata amortized */
+    int64_t tokens_capacity;  /* tokens per sequence it can hold, -1 = unbounded */
+    int64_t tokens_used;      /* tokens cached now, summed over sequences (the
+                                 longest layer's count of each) */
+} khub_kv_cache_memory;
+#endif
 
 /* Store n tokens of K and V for one layer and sequence at positions
  * [pos, pos + n). */
@@ -567,6 +591,19 @@ typedef struct khub_kv_cache_methods {
     /* Forgets positions >= n of a sequence (n = 0 clears it). */
     khub_status (*truncate)(void *plugin_state, khub_kv_cache *cache, int32_t seq, int64_t n);
     /* End of ABI 1.0. */
+#if KHUB_PLUGIN_TARGET_MINOR >= 4
+    /* added in ABI 1.4, optional (the host checks KHUB_HAS_FIELD and NULL):
+     * what the cache holds now and what one more token costs. */
+    khub_status (*memory)(void *plugin_state, khub_kv_cache *cache, khub_kv_cache_memory *out);
+    /* added in ABI 1.4, optional: as view, but the cache may describe only
+     * positions [*first, n) (it sets *first, 0 <= *first <= n), as
+     * tensors [n - *first, n_kv_heads, head_dim]: a sliding-window cache
+     * that dropped older positions. The host then passes attention
+     * q_pos0 = (position of query 0) - *first. A cache without view_from
+     * describes every position [0, n) through view. */
+    khub_status (*view_from)(void *plugin_state, khub_kv_cache *cache, int32_t layer, int32_t seq,
+                             int64_t n, int64_t *first, khub_tensor *k, khub_tensor *v);
+#endif
 } khub_kv_cache_methods;
 
 /* ------------------------------------------------------------------------ */

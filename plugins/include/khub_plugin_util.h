@@ -289,4 +289,25 @@ static inline khub_status khub_pu_args_check(const khub_host_api *host, const ch
     return KHUB_STATUS_OK;
 }
 
+/* The size of khub_kv_cache_config in ABI 1.0-1.3 (every host sends at
+ * least this much). */
+#define KHUB_PU_KV_CONFIG_1_0_SIZE 40u
+
+/* Copies the host's cache config into dst, never past the host's
+ * struct_size; fields the host lacks are zero. The borrowed pointers of ABI
+ * 1.4 (options, layer_window) are cleared: they are valid only during
+ * create. */
+static inline void khub_pu_kv_config_copy(khub_kv_cache_config *dst,
+                                          const khub_kv_cache_config *src)
+{
+    uint32_t n = src->struct_size < sizeof *dst ? src->struct_size : (uint32_t)sizeof *dst;
+    memset(dst, 0, sizeof *dst);
+    memcpy(dst, src, n);
+    dst->struct_size = sizeof *dst;
+#if KHUB_PLUGIN_TARGET_MINOR >= 4
+    dst->options = NULL;
+    dst->layer_window = NULL;
+#endif
+}
+
 #endif /* KHUB_PLUGIN_UTIL_H */

@@ -23,7 +23,7 @@
  * Threading: none inside; calls on one cache must be serialised by the
  * caller, calls on different caches are independent.
  */
-#include "ref_cpu.h"
+#include "kvcache_strategy.h"
 
 #define KV_MIN_CAP 16
 
@@ -51,35 +51,6 @@ static bool kv_is_f16(const khub_kv_cache *c) { return c->esize == 2; }
 /* create / destroy                                                         */
 /* ------------------------------------------------------------------------ */
 
-static khub_status kv_config_check(const khub_host_api *host, const khub_kv_cache_config *cfg,
-                                   size_t *esize)
-{
-    void *c = host->host_ctx;
-    const char *op = "kv_cache.create";
-    KHUB_PU_TRY(khub_pu_args_check(host, op, cfg, sizeof(khub_kv_cache_config)));
-    if (cfg->n_layers < 1 || cfg->n_kv_heads < 1 || cfg->head_dim < 1 || cfg->n_seqs < 1 ||
-        cfg->max_tokens < 1)
-        return host->fail(c, KHUB_STATUS_INVALID_ARG,
-                          "%s: config (got n_layers %d, n_kv_heads %d, head_dim %d, n_seqs %d, "
-                          "max_tokens %lld; want all >= 1)",
-                          op, (int)cfg->n_layers, (int)cfg->n_kv_heads, (int)cfg->head_dim,
-                          (int)cfg->n_seqs, (long long)cfg->max_tokens);
-    int id = khub_dtype_id_of(cfg->dtype);
-    if (id != KHUB_DTYPE_ID_F32 && id != KHUB_DTYPE_ID_F16)
-        return host->fail(c, KHUB_STATUS_INVALID_ARG, "%s: dtype (got %s, want f32 or f16)", op,
-                          khub_pu_dtype_name(cfg->dtype));
-    *esize = id == KHUB_DTYPE_ID_F32 ? 4 : 2;
-    size_t bytes;
-    if (__builtin_mul_overflow((size_t)cfg->max_tokens, (size_t)cfg->n_kv_heads, &bytes) ||
-        __builtin_mul_overflow(bytes, (size_t)cfg->head_dim * *esize, &bytes) ||
-        bytes > (size_t)INT64_MAX / 2)
-        return host->fail(c, KHUB_STATUS_OVERFLOW,
-                          "%s: max_tokens %lld x n_kv_heads %d x head_dim %d overflows a slot "
-                          "(lower max_tokens)",
-                          op, (long long)cfg->max_tokens, (int)cfg->n_kv_heads, (int)cfg->head_dim);
-    return KHUB_STATUS_OK;
-}
-
 static khub_status kv_create(void *state, const khub_kv_cache_config *cfg, bool fixed,
                              khub_kv_cache **out)
 {
@@ -88,7 +59,7 @@ static khub_status kv_create(void *state, const khub_kv_cache_config *cfg, bool 
     if (!out) return host->fail(c, KHUB_STATUS_INVALID_ARG, "kv_cache.create: out is NULL");
     *out = NULL;
     size_t esize = 0;
-    KHUB_PU_TRY(kv_config_check(host, cfg, &esize));
+    KHUB_PU_TRY(khub_ref__kv_config_check(host, "kv_cache.create", cfg, &esize));
     size_t n_slots = (size_t)cfg->n_layers * (size_t)cfg->n_seqs; /* < 2^62: int32 x int32 */
     khub_kv_cache *kc = host->alloc(c, sizeof *kc);
     kv_slot *slots = host->alloc(c, n_slots * sizeof *slots);
@@ -99,8 +70,7 @@ static khub_status kv_create(void *state, const khub_kv_cache_config *cfg, bool 
                           n_slots);
     }
     memset(slots, 0, n_slots * sizeof *slots);
-    kc->cfg = *cfg;
-    kc->cfg.struct_size = sizeof kc->cfg;
+    khub_pu_kv_config_copy(&kc->cfg, cfg);
     kc->fixed = fixed;
     kc->esize = esize;
     kc->slots = slots;
@@ -193,45 +163,19 @@ static void kv_store(const khub_kv_cache *kc, const kv_slot *s, uint8_t *dst, co
 static khub_status kv_locate(const khub_host_api *host, const char *op, khub_kv_cache *kc,
                              int32_t layer, int32_t seq)
 {
-    void *c = host->host_ctx;
-    if (!kc) return host->fail(c, KHUB_STATUS_INVALID_ARG, "%s: cache is NULL", op);
-    if (layer < 0 || layer >= kc->cfg.n_layers)
-        return host->fail(c, KHUB_STATUS_INVALID_ARG, "%s: layer (got %d, want 0..%d)", op,
-                          (int)layer, (int)kc->cfg.n_layers - 1);
-    if (seq < 0 || seq >= kc->cfg.n_seqs)
-        return host->fail(c, KHUB_STATUS_INVALID_ARG, "%s: seq (got %d, want 0..%d)", op, (int)seq,
-                          (int)kc->cfg.n_seqs - 1);
-    return KHUB_STATUS_OK;
+    if (!kc) return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG, "%s: cache is NULL", op);
+    return khub_ref__kv_locate(host, op, &kc->cfg, layer, seq);
 }
 
 static khub_status kv_write_check(const khub_host_api *host, khub_kv_cache *kc,
                                   const khub_kv_write_args *a)
 {
     const char *op = "kv_cache.write";
-    void *c = host->host_ctx;
+    if (!kc) return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG, "%s: cache is NULL", op);
     KHUB_PU_TRY(khub_pu_args_check(host, op, a, sizeof(khub_kv_write_args)));
     KHUB_PU_TRY(kv_locate(host, op, kc, a->layer, a->seq));
-    const uint64_t f32 = KHUB_REF_BIT_F32;
-    KHUB_PU_TRY(khub_pu_tensor_check(host, op, "k", a->k, 3, f32, KHUB_DEVICE_CPU));
-    KHUB_PU_TRY(khub_pu_tensor_check(host, op, "v", a->v, 3, f32, KHUB_DEVICE_CPU));
-    KHUB_PU_TRY(khub_pu_dim_check(host, op, "k", a->k, 1, kc->cfg.n_kv_heads, "n_kv_heads"));
-    KHUB_PU_TRY(khub_pu_dim_check(host, op, "k", a->k, 2, kc->cfg.head_dim, "head_dim"));
-    KHUB_PU_TRY(khub_pu_dim_check(host, op, "v", a->v, 0, a->k->shape[0], "n"));
-    KHUB_PU_TRY(khub_pu_dim_check(host, op, "v", a->v, 1, kc->cfg.n_kv_heads, "n_kv_heads"));
-    KHUB_PU_TRY(khub_pu_dim_check(host, op, "v", a->v, 2, kc->cfg.head_dim, "head_dim"));
     const kv_slot *s = kv_slot_at(kc, a->layer, a->seq);
-    if (a->pos < 0 || a->pos > s->len)
-        return host->fail(c, KHUB_STATUS_INVALID_ARG,
-                          "%s: pos (got %lld, want 0..%lld, the length of layer %d seq %d; "
-                          "positions are written without gaps)",
-                          op, (long long)a->pos, (long long)s->len, (int)a->layer, (int)a->seq);
-    if (a->k->shape[0] > kc->cfg.max_tokens - a->pos)
-        return host->fail(c, KHUB_STATUS_CONTEXT_FULL,
-                          "%s: positions %lld..%lld exceed max_tokens %lld (truncate the sequence "
-                          "or create a larger cache)",
-                          op, (long long)a->pos, (long long)(a->pos + a->k->shape[0] - 1),
-                          (long long)kc->cfg.max_tokens);
-    return KHUB_STATUS_OK;
+    return khub_ref__kv_write_check(host, op, &kc->cfg, a, 0, s->len);
 }
 
 static khub_status ref_kv_write(void *state, khub_kv_cache *kc, const khub_kv_write_args *a)
@@ -306,6 +250,34 @@ static khub_status ref_kv_truncate(void *state, khub_kv_cache *kc, int32_t seq, 
     return KHUB_STATUS_OK;
 }
 
+/* ------------------------------------------------------------------------ */
+/* memory                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static khub_status ref_kv_memory(void *state, khub_kv_cache *kc, khub_kv_cache_memory *out)
+{
+    const khub_host_api *host = ((khub_ref_state *)state)->host;
+    KHUB_PU_TRY(kv_locate(host, "kv_cache.memory", kc, 0, 0));
+    KHUB_PU_TRY(khub_pu_args_check(host, "kv_cache.memory", out, sizeof *out));
+    uint64_t row = (uint64_t)kc->cfg.n_kv_heads * (uint64_t)kc->cfg.head_dim * kc->esize * 2;
+    uint64_t total = 0;
+    int64_t used = 0;
+    for (int32_t q = 0; q < kc->cfg.n_seqs; q++) {
+        int64_t longest = 0;
+        for (int32_t l = 0; l < kc->cfg.n_layers; l++) {
+            const kv_slot *s = kv_slot_at(kc, l, q);
+            total += (uint64_t)s->cap * row;
+            if (s->len > longest) longest = s->len;
+        }
+        used += longest;
+    }
+    out->bytes_total = total;
+    out->bytes_per_token = row * (uint64_t)kc->cfg.n_layers;
+    out->tokens_capacity = kc->cfg.max_tokens;
+    out->tokens_used = used;
+    return KHUB_STATUS_OK;
+}
+
 static const khub_kv_cache_methods kv_methods = {
     KHUB_STRUCT_INIT(khub_kv_cache_methods),
     .create = ref_kv_create,
@@ -313,6 +285,7 @@ static const khub_kv_cache_methods kv_methods = {
     .write = ref_kv_write,
     .view = ref_kv_view,
     .truncate = ref_kv_truncate,
+    .memory = ref_kv_memory,
 };
 
 static const khub_op_caps kv_caps = {
@@ -338,6 +311,7 @@ static const khub_kv_cache_methods static_methods = {
     .write = ref_kv_write,
     .view = ref_kv_view,
     .truncate = ref_kv_truncate,
+    .memory = ref_kv_memory,
 };
 
 /* Priority -1: served only when named (`--cache static`,

@@ -104,6 +104,7 @@ struct khub_model {
     const khub_kv_cache_methods *kv;
     void *kv_state;
     khub_kv_cache *cache;
+    bool kv_view_from; /* the cache has view_from (ABI 1.4) */
     khub_dtype kv_dtype;
     int64_t max_context;
     int64_t *seq_len; /* owned, [max_seqs] tokens cached per sequence */

@@ -138,11 +138,21 @@ static khub_status attend(khub_model *m, const khub__layer *ly, int layer, const
         vc.t.strides = vc.strides;
         khub__inflight_role("kv_cache view", layer);
         khub__binding_enter(m->kv_op, &rec);
-        st = m->kv->view(m->kv_state, m->cache, layer, g->seq, g->pos0 + g->n, &kc.t, &vc.t);
+        /* A cache of ABI 1.4 may describe only [first, n) (view_from): a
+         * sliding-window cache that dropped older positions. */
+        int64_t first = 0;
+        if (m->kv_view_from)
+            st = m->kv->view_from(m->kv_state, m->cache, layer, g->seq, g->pos0 + g->n, &first,
+                                  &kc.t, &vc.t);
+        else
+            st = m->kv->view(m->kv_state, m->cache, layer, g->seq, g->pos0 + g->n, &kc.t, &vc.t);
         khub__binding_leave(&rec);
         khub__inflight_role(NULL, -1);
         KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: layer %d kv_cache view failed in %s",
                        m->file, layer, khub_binding_name(m->kv_op));
+        KHUB_RETURN_IF(m->rt, first < 0 || first > g->pos0, KHUB_STATUS_PLUGIN_INVALID,
+                       "%s: layer %d kv_cache view_from of %s: first %lld (want 0..%lld)", m->file,
+                       layer, khub_binding_name(m->kv_op), (long long)first, (long long)g->pos0);
         khub_attention_args a = {
             KHUB_STRUCT_INIT(khub_attention_args),
             .q = tv(&qv, m->q + off * qdim, 3, g->n, c->n_heads, hd),
@@ -152,7 +162,7 @@ static khub_status attend(khub_model *m, const khub__layer *ly, int layer, const
             .out = tv(&ov, m->att + off * qdim, 3, g->n, c->n_heads, hd),
             .scale = (float)(c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd)),
             .causal = 1,
-            .q_pos0 = g->pos0,
+            .q_pos0 = g->pos0 - first,
             .window = ly->window};
         KHUB_FORWARD_IF_ERROR(m->rt, call(m, m->attention, &a, "attention", layer));
         off += g->n;

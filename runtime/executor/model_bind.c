@@ -160,6 +160,19 @@ khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
                 &m->kv_op);
 }
 
+/* Asks a cache of ABI 1.4 or newer what one token costs (info.kv_bytes_per_token);
+ * an older cache has no `memory` method and reports nothing. */
+static khub_status cache_memory(khub_model *m, const khub_kv_cache_methods *kv, void *state)
+{
+    if (!KHUB_HAS_FIELD(kv, khub_kv_cache_methods, memory) || !kv->memory) return KHUB_STATUS_OK;
+    khub_kv_cache_memory mem = {KHUB_STRUCT_INIT(khub_kv_cache_memory)};
+    khub_status st = kv->memory(state, m->cache, &mem);
+    KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: %s: kv_cache memory failed", m->file,
+                   khub_binding_name(m->kv_op));
+    m->info.kv_bytes_per_token = mem.bytes_per_token;
+    return KHUB_STATUS_OK;
+}
+
 khub_status khub__model_make_cache(khub_model *m)
 {
     const khub_model_config *c = &m->cfg;
@@ -187,7 +200,9 @@ khub_status khub__model_make_cache(khub_model *m)
                        khub_binding_name(m->kv_op));
         m->kv = kv;
         m->kv_state = state;
+        m->kv_view_from = KHUB_HAS_FIELD(kv, khub_kv_cache_methods, view_from) && kv->view_from;
     }
+    if (st == KHUB_STATUS_OK) st = cache_memory(m, kv, state);
     khub_binding_release(m->kv_op);
     if (st == KHUB_STATUS_OK) {
         size_t per = (size_t)c->n_layers * (size_t)c->n_kv_heads * (size_t)c->head_dim * 2 *
@@ -247,6 +262,11 @@ const char *khub_model_explain(khub_model *m)
             ok = append(m->rt, &s, &len, &cap, line);
             tr = nl ? nl + 1 : tr + n;
         }
+    }
+    if (ok && m->info.kv_bytes_per_token) {
+        snprintf(line, sizeof line, "kv_cache memory: %llu bytes per token\n",
+                 (unsigned long long)m->info.kv_bytes_per_token);
+        ok = append(m->rt, &s, &len, &cap, line);
     }
     if (!ok || !s) {
         khub__free(m->rt, s, cap);

@@ -230,6 +230,7 @@ static void print_json(khub_runtime *rt, khub_model *m, const run_args *a,
     if (khub_model_info_get(m, &info) == KHUB_STATUS_OK) {
         cJSON_AddNumberToObject(o, "max_context", (double)info.max_context);
         cJSON_AddNumberToObject(o, "context_length", (double)info.context_length);
+        cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)info.kv_bytes_per_token);
     }
     if (a->explain) cJSON_AddStringToObject(o, "explain", khub_model_explain(m));
     char *s = cJSON_PrintUnformatted(o);
