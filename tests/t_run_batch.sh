@@ -11,7 +11,8 @@
 # `khub run --prompt` process. Then --json's per-request timings and totals,
 # the text output, and bad files: malformed JSON, zero max_tokens, an
 # unknown setting (each with its line), an empty file, and a request longer
-# than the cache failing alone while the others finish.
+# than the cache failing alone while the others finish; and a small
+# `khub bench-batch` run.
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 t_begin run_batch
@@ -147,4 +148,19 @@ PY
 grep -qF "prompt 1 (line 2): request 2 has" long.err || fail "text: $(cat long.err)"
 [ "$(grep -c '^--- prompt' long.out)" = 2 ] || fail "text: $(cat long.out)"
 echo "ok   a request longer than the cache fails alone"
+
+# khub bench-batch (issue 13 item 8): one JSON line per request count.
+"$KHUB" bench-batch --model tiny --seqs 1,4 --prompt-tokens 8 --gen-tokens 4 > bb.jsonl 2> bb.err ||
+    { cat bb.err; fail "bench-batch"; }
+python3 - bb.jsonl << 'PY' || fail "bench-batch output: $(cat bb.jsonl)"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["seqs"] for r in rows] == [1, 4], rows
+for r in rows:
+    assert r["gen_tok_s"] > 0 and r["ttft_ms_max"] >= r["ttft_ms_median"] > 0, r
+    assert r["peak_rss_kib"] > 0 and r["steps"] >= 4, r
+PY
+"$KHUB" bench-batch --model tiny --seqs 0 > /dev/null 2> bb0.err && fail "bench-batch --seqs 0"
+grep -qF -- "--seqs needs an integer in [1, 256], got '0'" bb0.err || fail "bb0: $(cat bb0.err)"
+echo "ok   bench-batch"
 echo "1 passed, 0 failed"

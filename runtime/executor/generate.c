@@ -212,8 +212,7 @@ khub_status khub_generate_batch(khub_model *m, const khub_batch_request *reqs, s
     KHUB_FORWARD_IF_ERROR(m->rt, khub_batch_new(m, cfg, &b));
     khub_status st = KHUB_STATUS_OK;
     for (size_t i = 0; i < n && st == KHUB_STATUS_OK; i++) {
-        khub_batch_request q = reqs[i];
-        q.struct_size = sizeof q;
+        khub_batch_request q = {0}; /* read no further than the caller's struct_size */
         memcpy(&q, &reqs[i], reqs[i].struct_size < sizeof q ? reqs[i].struct_size : sizeof q);
         q.on_text = batch_text;
         q.on_done = batch_done;

@@ -1,0 +1,237 @@
+/*
+ * cmd_bench_batch.c: `khub bench-batch`: continuous-batching throughput
+ * (issue 13 item 8) through the public khub_batch.h API, after llama.cpp's
+ * llama-batched-bench: for each count N, N requests of P prompt tokens and G
+ * generated tokens (ignore_eos, greedy) are submitted at once to one batch
+ * and run to the end. One JSON object per N goes to stdout: total generated
+ * tokens per second by the wall clock (and by the process CPU clock divided
+ * by the pool size, since a shared machine's wall clock also counts waiting
+ * for a core), time to first token (mean, median, max), steps, and the peak
+ * RSS of the process so far (ru_maxrss only grows: it is the largest N's).
+ *
+ * Prompts are distinct per request (token ids of a repeated text, shifted),
+ * so no two requests share work. The model is loaded once with N's largest
+ * value as max_seqs and P + G + 1 tokens of context.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "cli.h"
+#include "khub/khub_batch.h"
+
+#define MAX_COUNTS 8
+
+static const khub_cli_cmd bench_batch_cmd;
+
+typedef struct bb_args {
+    const char *model;
+    int counts[MAX_COUNTS], n_counts;
+    int prompt_tokens, gen_tokens, threads, max_batch_tokens;
+} bb_args;
+
+static int int_arg(const char *flag, const char *v, int lo, int hi, int *out)
+{
+    char *end = NULL;
+    long x = v ? strtol(v, &end, 10) : 0;
+    if (!v || !*v || *end || x < lo || x > hi)
+        return khub_cli_usage(&bench_batch_cmd, "%s needs an integer in [%d, %d], got '%s'", flag,
+                              lo, hi, v ? v : "");
+    *out = (int)x;
+    return 0;
+}
+
+static int counts_arg(const char *v, bb_args *a)
+{
+    a->n_counts = 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", v ? v : "");
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (a->n_counts == MAX_COUNTS)
+            return khub_cli_usage(&bench_batch_cmd, "--seqs takes at most %d counts", MAX_COUNTS);
+        int rc = int_arg("--seqs", t, 1, 256, &a->counts[a->n_counts++]);
+        if (rc) return rc;
+    }
+    return a->n_counts ? 0 : khub_cli_usage(&bench_batch_cmd, "--seqs needs a value");
+}
+
+static int parse(int argc, char **argv, bb_args *a)
+{
+    *a =
+        (bb_args){.counts = {1, 8, 32, 64}, .n_counts = 4, .prompt_tokens = 128, .gen_tokens = 128};
+    for (int i = 1; i < argc; i += 2) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int rc;
+        if (!v) return khub_cli_usage(&bench_batch_cmd, "%s needs a value", f);
+        if (!strcmp(f, "--model")) {
+            a->model = v;
+            rc = 0;
+        } else if (!strcmp(f, "--seqs"))
+            rc = counts_arg(v, a);
+        else if (!strcmp(f, "--prompt-tokens"))
+            rc = int_arg(f, v, 1, 8192, &a->prompt_tokens);
+        else if (!strcmp(f, "--gen-tokens"))
+            rc = int_arg(f, v, 1, 8192, &a->gen_tokens);
+        else if (!strcmp(f, "--threads"))
+            rc = int_arg(f, v, 0, 1024, &a->threads);
+        else if (!strcmp(f, "--max-batch-tokens"))
+            rc = int_arg(f, v, 1, 65536, &a->max_batch_tokens);
+        else
+            return khub_cli_usage(&bench_batch_cmd, "unknown option '%s'", f);
+        if (rc) return rc;
+    }
+    if (!a->model) return khub_cli_usage(&bench_batch_cmd, "--model PATH is required");
+    return 0;
+}
+
+static double now_s(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef struct bb_run {
+    double ttft_ms[256];
+    int n_done, failed;
+    char error[256];
+} bb_run;
+
+static void on_done(void *ud, uint64_t id, const khub_batch_result *r)
+{
+    (void)id;
+    bb_run *s = ud;
+    if (r->status != KHUB_STATUS_OK && !s->failed++)
+        snprintf(s->error, sizeof s->error, "%s", r->error);
+    s->ttft_ms[s->n_done++] = r->ttft_ms;
+}
+
+static int cmp_double(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* N requests at once; prints one JSON line. */
+static int run_count(khub_runtime *rt, khub_model *m, const bb_args *a, const int32_t *ids,
+                     size_t n_ids, int n, int threads)
+{
+    khub_generate_opts o = {KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = a->gen_tokens,
+                            .ignore_eos = 1};
+    khub_batch_config cfg = {KHUB_APP_INIT(khub_batch_config), .max_seqs = n,
+                             .max_batch_tokens = a->max_batch_tokens};
+    khub_batch *b = NULL;
+    if (khub_batch_new(m, &cfg, &b) != KHUB_STATUS_OK)
+        return khub_cli_fail("bench-batch", "%s", khub_runtime_errmsg(rt));
+    static bb_run s;
+    memset(&s, 0, sizeof s);
+    int32_t *p = malloc((size_t)a->prompt_tokens * sizeof *p);
+    if (!p) abort();
+    double w0 = now_s(CLOCK_MONOTONIC), c0 = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    for (int i = 0; i < n; i++) {
+        for (int k = 0; k < a->prompt_tokens; k++) p[k] = ids[((size_t)k + (size_t)i) % n_ids];
+        khub_batch_request q = {KHUB_APP_INIT(khub_batch_request),
+                                .tokens = p,
+                                .n_tokens = (size_t)a->prompt_tokens,
+                                .opts = &o,
+                                .on_done = on_done,
+                                .ud = &s};
+        if (khub_batch_submit(b, &q, NULL) != KHUB_STATUS_OK) {
+            free(p);
+            khub_batch_free(b);
+            return khub_cli_fail("bench-batch", "%s", khub_last_error());
+        }
+    }
+    free(p);
+    khub_status st = khub_batch_run(b, 0);
+    double wall = now_s(CLOCK_MONOTONIC) - w0, cpu = now_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    khub_batch_stats bs = {KHUB_APP_INIT(khub_batch_stats)};
+    khub_batch_stats_get(b, &bs);
+    khub_batch_free(b);
+    if (st != KHUB_STATUS_OK || s.failed)
+        return khub_cli_fail("bench-batch", "%d requests: %s", n,
+                             s.failed ? s.error : "the run failed");
+    qsort(s.ttft_ms, (size_t)s.n_done, sizeof s.ttft_ms[0], cmp_double);
+    double sum = 0;
+    for (int i = 0; i < s.n_done; i++) sum += s.ttft_ms[i];
+    struct rusage ru;
+    long rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+    double gen = (double)bs.generated_tokens;
+    printf("{\"seqs\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, \"threads\": %d, "
+           "\"wall_s\": %.3f, \"gen_tok_s\": %.2f, \"gen_tok_s_cpu\": %.2f, "
+           "\"total_tok_s\": %.2f, \"ttft_ms_mean\": %.1f, \"ttft_ms_median\": %.1f, "
+           "\"ttft_ms_max\": %.1f, \"steps\": %lld, \"peak_rss_kib\": %ld}\n",
+           n, a->prompt_tokens, a->gen_tokens, threads, wall, gen / wall,
+           cpu > 0 ? gen / (cpu / threads) : 0, (gen + (double)bs.prompt_tokens) / wall,
+           sum / s.n_done, s.ttft_ms[s.n_done / 2], s.ttft_ms[s.n_done - 1], (long long)bs.steps,
+           rss);
+    fflush(stdout);
+    return 0;
+}
+
+static int pool_size(const khub_runtime *rt)
+{
+    const khub_feature *f = NULL;
+    size_t n = 0;
+    if (khub_runtime_features(rt, &f, &n) != KHUB_STATUS_OK) return 1;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(f[i].name, "threads")) return atoi(f[i].value);
+    return 1;
+}
+
+static int bench_batch(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&bench_batch_cmd, argc, argv)) return 0;
+    bb_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc) return rc;
+    int max_n = 1;
+    for (int i = 0; i < a.n_counts; i++)
+        if (a.counts[i] > max_n) max_n = a.counts[i];
+    khub_runtime *rt = khub_cli_runtime("bench-batch", a.threads);
+    if (!rt) return 1;
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .max_seqs = max_n,
+                          .max_context = a.prompt_tokens + a.gen_tokens + 1,
+                          .max_batch = a.max_batch_tokens};
+    khub_model *m = NULL;
+    if (khub_model_load(rt, a.model, &mo, &m) != KHUB_STATUS_OK) {
+        rc = khub_cli_fail("bench-batch", "%s", khub_runtime_errmsg(rt));
+        khub_runtime_free(rt);
+        return rc;
+    }
+    static const char text[] = "The history of the printing press begins with movable type, "
+                               "paper and ink, and the spread of books changed how people read.";
+    int32_t ids[256];
+    size_t n_ids = 0;
+    if (khub_model_tokenize(m, text, 0, ids, 256, &n_ids) != KHUB_STATUS_OK || n_ids == 0) {
+        for (n_ids = 0; n_ids < 200; n_ids++) ids[n_ids] = (int32_t)(100 + n_ids * 7);
+    }
+    for (int i = 0; i < a.n_counts && !rc; i++)
+        rc = run_count(rt, m, &a, ids, n_ids, a.counts[i], pool_size(rt));
+    khub_model_free(m);
+    khub_runtime_free(rt);
+    return rc;
+}
+
+static const khub_cli_cmd bench_batch_cmd = {
+    "bench-batch", "continuous-batching throughput: N requests of P + G tokens",
+    "usage: khub bench-batch --model PATH [options]\n"
+    "\n"
+    "Runs, for each N of --seqs, N requests of P prompt tokens and G generated tokens\n"
+    "(greedy, past EOS) submitted at once to one continuous batch (khub_batch.h), as\n"
+    "llama.cpp's llama-batched-bench does, and prints one JSON line per N: total\n"
+    "generated tok/s (wall, and CPU-clock based), prompt+generated tok/s, time to first\n"
+    "token (mean, median, max), forward steps and peak RSS.\n"
+    "\n"
+    "Options:\n"
+    "  --model PATH           .gguf file or Hugging Face folder\n"
+    "  --seqs N,N,...         request counts (default 1,8,32,64)\n"
+    "  --prompt-tokens P      prompt length (default 128)\n"
+    "  --gen-tokens G         tokens generated per request (default 128)\n"
+    "  --max-batch-tokens N   tokens per forward step (default 256)\n"
+    "  --threads N            worker threads (default: all cores)\n"
+    "  --help                 print this help\n",
+    bench_batch};
+
+KHUB_CLI_COMMAND(bench_batch_cmd)
