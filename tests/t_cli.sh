@@ -73,11 +73,12 @@ assert p["version"] == "0.1.0" and p["abi"] == abi, p
 assert p["file"] == so and p["sha256"] == sha, (p["file"], p["sha256"])
 kinds = "attention,linear,qlinear,kv_cache,norm,activation,rotary"
 assert p["kinds"] == kinds, p["kinds"]
-# two KV caches: the dynamic default and the static one (--cache static),
-# chosen only when named
-assert sorted(o["kind"] for o in p["ops"]) == sorted(kinds.split(",") + ["kv_cache"]), p["ops"]
-static = [o for o in p["ops"] if o["name"] == "static_cache"]
-assert len(static) == 1 and static[0]["kind"] == "kv_cache" and static[0]["priority"] == -1, static
+# four KV caches: the dynamic default, and the static, int8 and int4 ones
+# (--cache static|quantized|quantized-int4), chosen only when named
+assert sorted(o["kind"] for o in p["ops"]) == sorted(kinds.split(",") + ["kv_cache"] * 3), p["ops"]
+for name in ("static_cache", "quantized_cache", "quantized_cache_int4"):
+    named = [o for o in p["ops"] if o["name"] == name]
+    assert len(named) == 1 and named[0]["kind"] == "kv_cache" and named[0]["priority"] == -1, named
 for o in plugins[0]["ops"] + p["ops"]:
     for key in ("name", "kind", "device", "dtypes", "cpu_features", "flags", "head_dims",
                 "priority"):

@@ -180,7 +180,7 @@ TEST_IMPL(descriptor)
     setup();
     ASSERT_STR_EQ(g_desc.id, "khub/ref-cpu");
     ASSERT_STR_EQ(g_desc.version, "0.1.0");
-    ASSERT_EQ(g_desc.n_ops, 8);
+    ASSERT_EQ(g_desc.n_ops, 10);
     static const struct {
         const char *name;
         uint32_t kind;
@@ -196,6 +196,8 @@ TEST_IMPL(descriptor)
         {"silu_and_mul", KHUB_OP_ACTIVATION, 0},
         {"rotary", KHUB_OP_ROTARY, 0},
         {"static_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
+        {"quantized_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
+        {"quantized_cache_int4", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const khub_op_desc *d = op(want[i].name);

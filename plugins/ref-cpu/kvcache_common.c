@@ -66,8 +66,7 @@ khub_status khub_ref__kv_opts_parse(const khub_host_api *host, const char *op,
                                     const khub_kv_cache_config *cfg, const khub_ref_kv_opt *opts,
                                     int n_opts)
 {
-    if (!KHUB_HAS_FIELD(cfg, khub_kv_cache_config, options) || !cfg->options)
-        return KHUB_STATUS_OK;
+    if (!KHUB_HAS_FIELD(cfg, khub_kv_cache_config, options) || !cfg->options) return KHUB_STATUS_OK;
     const char *p = cfg->options;
     while (*p) {
         const char *end = strchr(p, ',');

@@ -59,7 +59,7 @@ KHUB_REF_INTERNAL khub_status khub_ref__kv_write_check(const khub_host_api *host
 static inline void khub_ref__kv_read_row(const khub_tensor *t, int64_t i, int64_t h, int64_t D,
                                          float *row)
 {
-    int64_t st[3];
+    int64_t st[3] = {0, 0, 0};
     khub_pu_strides(t, st);
     const float *x = (const float *)khub_pu_base(t) + i * st[0] + h * st[1];
     for (int64_t d = 0; d < D; d++) row[d] = x[d * st[2]];

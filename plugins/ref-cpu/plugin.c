@@ -82,11 +82,13 @@ static khub_op_desc ref_ops_table(int i)
     case 4: return khub_ref__norm_op;
     case 5: return khub_ref__activation_op;
     case 6: return khub_ref__rotary_op;
-    default: return khub_ref__static_cache_op;
+    case 7: return khub_ref__static_cache_op;
+    case 8: return khub_ref__quantized_cache_op;
+    default: return khub_ref__quantized_cache_int4_op;
     }
 }
 
-#define KHUB_REF_N_OPS 8
+#define KHUB_REF_N_OPS 10
 
 /* The host table must reach the last function ref-cpu calls (n_threads). */
 static bool ref_host_ok(const khub_host_api *host)

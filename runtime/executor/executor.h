@@ -104,7 +104,8 @@ struct khub_model {
     const khub_kv_cache_methods *kv;
     void *kv_state;
     khub_kv_cache *cache;
-    bool kv_view_from; /* the cache has view_from (ABI 1.4) */
+    bool kv_view_from;    /* the cache has view_from (ABI 1.4) */
+    char kv_options[192]; /* the cache strategy's "key=value,..." options, "" = none */
     khub_dtype kv_dtype;
     int64_t max_context;
     int64_t *seq_len; /* owned, [max_seqs] tokens cached per sequence */

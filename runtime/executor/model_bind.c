@@ -156,8 +156,17 @@ khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
                                       p->pref[KHUB_KERNEL_ROLE_ACTIVATION], &m->act));
     KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ATTENTION, KHUB_OP_ATTENTION, kv_id, aflags,
                                       p->pref[KHUB_KERNEL_ROLE_ATTENTION], &m->attention));
-    return bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, p->pref[KHUB_KERNEL_ROLE_CACHE],
-                &m->kv_op);
+    /* The cache's name may carry the strategy's options after a comma
+     * ("khub/ref-cpu:quantized_cache,q_group_size=32"): kept for create. */
+    const char *cpref = p->pref[KHUB_KERNEL_ROLE_CACHE];
+    char cbuf[256];
+    if (cpref && strchr(cpref, ',')) {
+        const char *comma = strchr(cpref, ',');
+        snprintf(m->kv_options, sizeof m->kv_options, "%s", comma + 1);
+        snprintf(cbuf, sizeof cbuf, "%.*s", (int)(comma - cpref), cpref);
+        cpref = cbuf;
+    }
+    return bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, cpref, &m->kv_op);
 }
 
 /* Asks a cache of ABI 1.4 or newer what one token costs (info.kv_bytes_per_token);
@@ -190,8 +199,15 @@ khub_status khub__model_make_cache(khub_model *m)
                                    .head_dim = (int32_t)c->head_dim,
                                    .n_seqs = m->max_seqs,
                                    .max_tokens = m->max_context,
-                                   .dtype = m->kv_dtype};
-        st = kv->create(state, &cc, &m->cache);
+                                   .dtype = m->kv_dtype,
+                                   .options = m->kv_options[0] ? m->kv_options : NULL,
+                                   .layer_window = NULL};
+        int64_t *win = khub__calloc(m->rt, (size_t)c->n_layers, sizeof *win);
+        for (int64_t l = 0; win && l < c->n_layers; l++) win[l] = m->layers[l].window;
+        cc.layer_window = win;
+        st = win ? kv->create(state, &cc, &m->cache)
+                 : khub__fail(m->rt, KHUB_STATUS_NOMEM, "%s: out of memory", m->file);
+        khub__free(m->rt, win, (size_t)c->n_layers * sizeof *win);
         if (st != KHUB_STATUS_OK)
             khub__fail(m->rt, st,
                        "%s: creating a KV cache of %lld tokens x %d sequences in %s "

@@ -16,7 +16,10 @@
  * names (a project's lock is used whenever its khub.json is), and names
  * from the caller are loaded unlocked. A name is one of
  *   - a built-in alias: attention "eager" or "sdpa" (khub/ref-cpu), cache
- *     "dynamic" or "static" (khub/ref-cpu's kv_cache and static_cache),
+ *     "dynamic", "static", "quantized" (= "quantized-int8"), "quantized-int4":
+ *     khub/ref-cpu's kv_cache, static_cache, quantized_cache,
+ *     quantized_cache_int4; a cache name may end in ",key=value,..." options
+ *     for the cache's create (docs/caches.md),
  *     quantization schemes "int8", "nf4", "q8_0", "q4_0". A built-in name
  *     never touches the network; the Hub's static cache is named by its ID
  *     (kernels-community/kv-cache:static_cache);
@@ -60,6 +63,23 @@ static int is_scheme(const char *s)
     for (size_t i = 0; i < sizeof quant_schemes / sizeof quant_schemes[0]; i++)
         if (strcmp(s, quant_schemes[i]) == 0) return 1;
     return 0;
+}
+
+/* The built-in cache strategies (Transformers' cache_implementation names)
+ * and the khub/ref-cpu op behind each ("" = the plugin's default cache);
+ * NULL when name is none of them. */
+static const char *builtin_cache(const char *name)
+{
+    static const char *const map[][2] = {
+        {"dynamic", ""},
+        {"static", "static_cache"},
+        {"quantized", "quantized_cache"},
+        {"quantized-int8", "quantized_cache"},
+        {"quantized-int4", "quantized_cache_int4"},
+    };
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+        if (strcmp(name, map[i][0]) == 0) return map[i][1];
+    return NULL;
 }
 
 static int plugin_loaded(khub_runtime *rt, const char *id)
@@ -121,9 +141,9 @@ static void note(khub_model_kernels_report *rep, const char *fmt, ...)
 /* Resolves one role's name into impl (the string for khub_model_opts), or
  * leaves impl empty for "no preference". For quantization, scheme receives
  * a scheme named as ":scheme" or alone. */
-static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, const char *name,
-                           const khub_model_kernels *k, const char *lock, char *impl, size_t n,
-                           char *scheme, size_t scheme_n, khub_model_kernels_report *rep)
+static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role, const char *name,
+                                const khub_model_kernels *k, const char *lock, char *impl, size_t n,
+                                char *scheme, size_t scheme_n, khub_model_kernels_report *rep)
 {
     impl[0] = '\0';
     if (!name || !name[0]) return KHUB_STATUS_OK;
@@ -133,18 +153,14 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
         note(rep, "%s: %s = khub/ref-cpu (built-in)", rname, name);
         return KHUB_STATUS_OK;
     }
-    if (role == KHUB_ROLE_CACHE && !strcmp(name, "dynamic")) {
-        snprintf(impl, n, "khub/ref-cpu");
-        note(rep, "%s: dynamic = khub/ref-cpu (built-in)", rname);
-        return KHUB_STATUS_OK;
-    }
-    if (role == KHUB_ROLE_CACHE && !strcmp(name, "static")) {
-        snprintf(impl, n, "khub/ref-cpu:static_cache");
-        note(rep, "%s: static = khub/ref-cpu:static_cache (built-in)", rname);
-        return KHUB_STATUS_OK;
-    }
     char id[512];
     snprintf(id, sizeof id, "%s", name);
+    const char *cache_op = role == KHUB_ROLE_CACHE ? builtin_cache(id) : NULL;
+    if (cache_op) {
+        snprintf(impl, n, "khub/ref-cpu%s%s", cache_op[0] ? ":" : "", cache_op);
+        note(rep, "%s: %s = %s (built-in)", rname, id, impl);
+        return KHUB_STATUS_OK;
+    }
     if (role == KHUB_ROLE_QUANT) {
         if (is_scheme(id)) {
             snprintf(scheme, scheme_n, "%s", id);
@@ -161,7 +177,7 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
         static const char *const builtin[KHUB_ROLE__COUNT] = {
             [KHUB_ROLE_ATTENTION] = "eager, sdpa",
             [KHUB_ROLE_QUANT] = "int8, nf4, q8_0, q4_0",
-            [KHUB_ROLE_CACHE] = "dynamic, static"};
+            [KHUB_ROLE_CACHE] = "dynamic, static, quantized, quantized-int4"};
         char what[128];
         if (builtin[role])
             snprintf(what, sizeof what, " nor a built-in name (%s)", builtin[role]);
@@ -203,6 +219,30 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
         snprintf(impl, n, "%s", kr.plugin_id);
     note(rep, "%s: %s -> %s commit %.12s variant %s file %s%s; %s", rname, id, kr.plugin_id,
          kr.commit, kr.variant, kr.file, kr.locked ? " (locked, hashes re-checked)" : "", kr.trust);
+    return KHUB_STATUS_OK;
+}
+
+/* resolve_name, and for the cache role a name may end in the strategy's
+ * options, "NAME,key=value,...": they travel after the resolved name (the
+ * executor hands them to the cache's create, abi/ABI.md 1.4). */
+static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, const char *name,
+                           const khub_model_kernels *k, const char *lock, char *impl, size_t n,
+                           char *scheme, size_t scheme_n, khub_model_kernels_report *rep)
+{
+    const char *comma = role == KHUB_ROLE_CACHE && name ? strchr(name, ',') : NULL;
+    if (!comma) return resolve_name(hub, rt, role, name, k, lock, impl, n, scheme, scheme_n, rep);
+    char base[512];
+    snprintf(base, sizeof base, "%.*s", (int)(comma - name), name);
+    khub_status st = resolve_name(hub, rt, role, base, k, lock, impl, n, scheme, scheme_n, rep);
+    if (st != KHUB_STATUS_OK) return st;
+    size_t len = strlen(impl);
+    if (!comma[1] || len + strlen(comma) + 1 > n)
+        return khub__fail(rt, KHUB_STATUS_INVALID_ARG,
+                          "cache kernel \"%s\": options after the comma are %s (want "
+                          "NAME,key=value[,key=value], at most %zu characters in all)",
+                          name, comma[1] ? "too long" : "empty", n - 1);
+    snprintf(impl + len, n - len, "%s", comma);
+    note(rep, "cache: options %s", comma + 1);
     return KHUB_STATUS_OK;
 }
 
