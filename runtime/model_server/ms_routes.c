@@ -302,7 +302,8 @@ static MHD_RESULT models(khub__ms *s, struct MHD_Connection *c, khub__ms_conn *k
 }
 
 /* Each role of khub_model_explain's table ("role: plugin version :: op"
- * lines, the trace indented below them) as {"role", "binding"}. */
+ * lines, the trace indented below them) as {"role", "binding"}. The table
+ * is text, not an API: this reads only the lines of that shape. */
 static MHD_RESULT kernels(khub__ms *s, struct MHD_Connection *c, khub__ms_conn *k)
 {
     cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data");
@@ -313,7 +314,10 @@ static MHD_RESULT kernels(khub__ms *s, struct MHD_Connection *c, khub__ms_conn *
         size_t n = end ? (size_t)(end - line) : strlen(line);
         char buf[512];
         snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf ? n : sizeof buf - 1), line);
-        if (buf[0] != ' ' && buf[0] != '\t' && (colon = strstr(buf, ": "))) {
+        /* a role's line names a plugin's op ("id version :: op"); other
+         * top-level lines (the KV cache's bytes per token) stay in explain */
+        if (buf[0] != ' ' && buf[0] != '\t' && (colon = strstr(buf, ": ")) &&
+            strstr(colon, " :: ")) {
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "binding", colon + 2);
             buf[colon - buf] = '\0';
