@@ -59,8 +59,9 @@ struct khub__blob_sink {
      * ring[k % N_CHUNKS]. */
     int piped;
     pthread_mutex_t mu;
-    pthread_cond_t cv; /* broadcast on every counter change */
-    unsigned char *ring[N_CHUNKS];
+    pthread_cond_t cv;                 /* broadcast on every counter change */
+    unsigned char *ring[N_CHUNKS];     /* DIRECT_ALIGN-aligned, inside ring_mem[k] */
+    unsigned char *ring_mem[N_CHUNKS]; /* the hub's blocks (khub__mem_alloc) */
     size_t len[N_CHUNKS];
     uint64_t produced, hashed, written;
     size_t fill; /* bytes in the chunk being filled */
@@ -246,10 +247,12 @@ static int pipeline_errno(khub__blob_sink *s)
 static void pipeline_start(khub__blob_sink *s)
 {
     for (int i = 0; i < N_CHUNKS; i++) {
-        if (posix_memalign((void **)&s->ring[i], DIRECT_ALIGN, CHUNK) != 0) {
-            s->ring[i] = NULL;
-            return;
-        }
+        /* O_DIRECT wants DIRECT_ALIGN; the hub's allocator gives 16. */
+        s->ring_mem[i] = khub__mem_alloc(khub__hub_alloc(s->hub), CHUNK + DIRECT_ALIGN);
+        if (!s->ring_mem[i]) return;
+        uintptr_t at =
+            ((uintptr_t)s->ring_mem[i] + DIRECT_ALIGN - 1) & ~(uintptr_t)(DIRECT_ALIGN - 1);
+        s->ring[i] = (unsigned char *)at;
     }
     if (pthread_mutex_init(&s->mu, NULL) != 0) return;
     if (pthread_cond_init(&s->cv, NULL) != 0) {
@@ -375,7 +378,7 @@ khub_status khub__blob_sink_new(khub_hub *hub, int fd, uint64_t have, uint64_t e
                                 const char *path, int git, khub__blob_sink **out)
 {
     *out = NULL;
-    khub__blob_sink *s = calloc(1, sizeof *s);
+    khub__blob_sink *s = khub__mem_calloc(khub__hub_alloc(hub), 1, sizeof *s);
     if (!s) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory for %s", path);
     s->sink = (khub__sink){s, on_start, on_write, on_offset};
     s->hub = hub;
@@ -415,8 +418,8 @@ void khub__blob_sink_free(khub__blob_sink *s)
 {
     if (!s) return;
     if (s->piped) pipeline_stop(s);
-    for (int i = 0; i < N_CHUNKS; i++) free(s->ring[i]);
+    for (int i = 0; i < N_CHUNKS; i++) khub__mem_free(s->ring_mem[i]);
     EVP_MD_CTX_free(s->md);
     EVP_MD_CTX_free(s->md256);
-    free(s);
+    khub__mem_free(s);
 }

@@ -60,7 +60,7 @@ khub_status khub__cache_default_dir(khub_hub *hub, char **out)
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: the cache path is too long",
                                   order[i].var);
         if (!got) continue;
-        *out = strdup(buf);
+        *out = khub__mem_strdup(khub__hub_alloc(hub), buf);
         return *out ? KHUB_STATUS_OK : khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     }
     return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND,
@@ -500,6 +500,6 @@ khub_status khub__cache_write_tree(khub_hub *hub, const char *repo_dir, const ch
                  ? khub__atomic_write(hub, path, text, strlen(text))
                  : khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "tree path too long");
     }
-    free(text);
+    cJSON_free(text);
     return st;
 }

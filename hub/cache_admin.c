@@ -95,18 +95,19 @@ typedef struct strset {
     char **v;
     size_t n, cap;
     int sorted;
+    const khub_allocator *a; /* the hub's (khub__hub_alloc) */
 } strset;
 
 static int set_add(strset *s, const char *x)
 {
     if (s->n == s->cap) {
         size_t cap = s->cap ? 2 * s->cap : 64;
-        char **v = realloc(s->v, cap * sizeof *v);
+        char **v = khub__mem_realloc(s->a, s->v, cap * sizeof *v);
         if (!v) return 0;
         s->v = v;
         s->cap = cap;
     }
-    if (!(s->v[s->n] = strdup(x))) return 0;
+    if (!(s->v[s->n] = khub__mem_strdup(s->a, x))) return 0;
     s->n++;
     s->sorted = 0;
     return 1;
@@ -126,9 +127,9 @@ static int set_has(strset *s, const char *x)
 
 static void set_free(strset *s)
 {
-    for (size_t i = 0; i < s->n; i++) free(s->v[i]);
-    free(s->v);
-    memset(s, 0, sizeof *s);
+    for (size_t i = 0; i < s->n; i++) khub__mem_free(s->v[i]);
+    khub__mem_free(s->v);
+    *s = (strset){.a = s->a};
 }
 
 /* ======================================================================== */
@@ -281,7 +282,8 @@ static khub_status scan_snapshots(khub_hub *hub, const char *repo_dir, khub_cach
             warn(r, "snapshots/%s is not a commit folder", de->d_name);
             continue;
         }
-        khub_cache_rev *v = realloc(r->revs, (r->n_revs + 1) * sizeof *v);
+        khub_cache_rev *v =
+            khub__mem_realloc(khub__hub_alloc(hub), r->revs, (r->n_revs + 1) * sizeof *v);
         if (!v) {
             st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "cache scan: out of memory");
             break;
@@ -299,11 +301,11 @@ static khub_status scan_snapshots(khub_hub *hub, const char *repo_dir, khub_cach
     closedir(d);
     r->size += w.copy_bytes;
     if (w.broken) warn(r, "%s broken or outside links in snapshots/", w.broken > 1 ? "some" : "a");
-    qsort(r->revs, r->n_revs, sizeof *r->revs, cmp_rev);
+    if (r->n_revs) qsort(r->revs, r->n_revs, sizeof *r->revs, cmp_rev);
     for (size_t i = 0; i < refs->n; i++) {
         khub_cache_rev key;
         snprintf(key.commit, sizeof key.commit, "%.40s", refs->v[i]);
-        if (!bsearch(&key, r->revs, r->n_revs, sizeof *r->revs, cmp_rev))
+        if (!r->n_revs || !bsearch(&key, r->revs, r->n_revs, sizeof *r->revs, cmp_rev))
             warn(r, "ref %s points to a commit with no snapshot", refs->v[i] + 41);
     }
     return st;
@@ -321,7 +323,7 @@ static khub_status scan_repo(khub_hub *hub, const char *folder, khub_cache_repo 
     DIR *d = opendir(blobs);
     struct dirent *de;
     int incomplete = 0, ok = 1;
-    strset blob_inodes = {0};
+    strset blob_inodes = {.a = khub__hub_alloc(hub)};
     while (d && (de = readdir(d))) {
         char path[KHUB__PATH_MAX], key[48];
         struct stat sb;
@@ -340,7 +342,7 @@ static khub_status scan_repo(khub_hub *hub, const char *folder, khub_cache_repo 
     if (incomplete) warn(r, "%s partial download(s) in blobs/", incomplete > 1 ? "some" : "a");
     char kv[KHUB__PATH_MAX];
     if (KHUB__PATHF(kv, "%s/khub-variants", dir)) r->size += khub__cache_du(kv, 0);
-    strset refs = {0};
+    strset refs = {.a = khub__hub_alloc(hub)};
     if (!ok || !read_refs(refs_dir, "", &refs, 0)) {
         set_free(&refs);
         set_free(&blob_inodes);
@@ -360,7 +362,7 @@ static int cmp_repo(const void *a, const void *b)
 khub_status khub__cache_scan(khub_hub *hub, khub_cache_report **out)
 {
     khub__hub_clear(hub);
-    *out = calloc(1, sizeof **out);
+    *out = khub__mem_calloc(khub__hub_alloc(hub), 1, sizeof **out);
     if (!*out) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "cache scan: out of memory");
     khub_cache_report *rep = *out;
     rep->struct_size = sizeof *rep;
@@ -382,7 +384,8 @@ khub_status khub__cache_scan(khub_hub *hub, khub_cache_report **out)
             !KHUB__PATHF(path, "%s/%s", hub->cache_dir, de->d_name) || lstat(path, &sb) != 0 ||
             !S_ISDIR(sb.st_mode))
             continue; /* a symlinked repo folder is not walked */
-        khub_cache_repo *v = realloc(rep->repos, (rep->n_repos + 1) * sizeof *v);
+        khub_cache_repo *v =
+            khub__mem_realloc(khub__hub_alloc(hub), rep->repos, (rep->n_repos + 1) * sizeof *v);
         if (!v) {
             st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "cache scan: out of memory");
             break;
@@ -393,16 +396,16 @@ khub_status khub__cache_scan(khub_hub *hub, khub_cache_report **out)
         rep->n_repos++;
     }
     closedir(d);
-    qsort(rep->repos, rep->n_repos, sizeof *rep->repos, cmp_repo);
+    if (rep->n_repos) qsort(rep->repos, rep->n_repos, sizeof *rep->repos, cmp_repo);
     return st;
 }
 
 void khub__cache_report_free(khub_cache_report *r)
 {
     if (!r) return;
-    for (size_t i = 0; i < r->n_repos; i++) free(r->repos[i].revs);
-    free(r->repos);
-    free(r);
+    for (size_t i = 0; i < r->n_repos; i++) khub__mem_free(r->repos[i].revs);
+    khub__mem_free(r->repos);
+    khub__mem_free(r);
 }
 
 /* ======================================================================== */
@@ -413,7 +416,8 @@ typedef struct verifier {
     khub_cache_item_fn fn;
     void *ud;
     uint64_t *checked, *bad, unchecked;
-    char *first; /* KHUB__PATH_MAX: the first corrupt path */
+    char *first;             /* KHUB__PATH_MAX: the first corrupt path */
+    const khub_allocator *a; /* the hub's */
 } verifier;
 
 /* Hashes path (SHA-256, else the git blob SHA-1), compares with want and
@@ -476,8 +480,8 @@ static void verify_copies(verifier *v, const char *repo_dir, const char *commit,
     if (!KHUB__PATHF(tpath, "%s/trees/%s.json", repo_dir, commit) ||
         !KHUB__PATHF(sdir, "%s/snapshots/%s", repo_dir, commit))
         return;
-    int have_tree = khub__tree_read_cache(tpath, &tree);
-    strset done = {0}; /* the paths the tree named */
+    int have_tree = khub__tree_read_cache(v->a, tpath, &tree);
+    strset done = {.a = v->a}; /* the paths the tree named */
     for (size_t i = 0; have_tree && i < tree.count; i++) {
         const khub__tree_entry *e = &tree.items[i];
         char path[KHUB__PATH_MAX], key[48];
@@ -508,7 +512,12 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
     KHUB_FORWARD_IF_ERROR(NULL, khub__cache_scan(hub, &rep));
     size_t hit = 0;
     char first[KHUB__PATH_MAX] = "";
-    verifier v = {.fn = fn, .ud = ud, .checked = checked, .bad = bad, .first = first};
+    verifier v = {.fn = fn,
+                  .ud = ud,
+                  .checked = checked,
+                  .bad = bad,
+                  .first = first,
+                  .a = khub__hub_alloc(hub)};
     khub__tmp_walk stale = {.fn = fn, .ud = ud, .kind = "stale"};
     for (size_t i = 0; i < rep->n_repos; i++) {
         if (!matches(&rep->repos[i], filter)) continue;
@@ -516,7 +525,7 @@ khub_status khub__cache_verify(khub_hub *hub, const char *filter, khub_cache_ite
         char blobs[KHUB__PATH_MAX], repo_dir[KHUB__PATH_MAX];
         snprintf(repo_dir, sizeof repo_dir, "%s/%s", hub->cache_dir, rep->repos[i].folder);
         snprintf(blobs, sizeof blobs, "%s/blobs", repo_dir);
-        strset blob_ino = {0};
+        strset blob_ino = {.a = khub__hub_alloc(hub)};
         DIR *d = opendir(blobs);
         struct dirent *de;
         while (d && (de = readdir(d))) {
@@ -593,7 +602,8 @@ static void drop_if_exists(pruner *p, const char *kind, const char *dir, const c
 static khub_status prune_repo(pruner *p, const char *folder)
 {
     char dir[KHUB__PATH_MAX], sdir[KHUB__PATH_MAX], sub[KHUB__PATH_MAX];
-    strset refs = {0}, linked = {0}, inodes = {0};
+    const khub_allocator *a = khub__hub_alloc(p->hub);
+    strset refs = {.a = a}, linked = {.a = a}, inodes = {.a = a};
     snprintf(dir, sizeof dir, "%s/%s", p->hub->cache_dir, folder);
     snprintf(sdir, sizeof sdir, "%s/snapshots", dir);
     snprintf(sub, sizeof sub, "%s/refs", dir);

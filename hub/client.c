@@ -359,14 +359,14 @@ done:
  * git blob SHA-1 and size, which is all the HEAD would say, so a file it
  * lists costs one request (the GET) instead of two. The bytes are still
  * checked against that digest before they are stored. */
-static bool blob_from_tree(const char *repo_dir, const char *commit, const char *path,
-                           char etag[80], uint64_t *size)
+static bool blob_from_tree(const khub_hub *hub, const char *repo_dir, const char *commit,
+                           const char *path, char etag[80], uint64_t *size)
 {
     char tree[KHUB__PATH_MAX];
     khub__tree files = {0};
     bool found = false;
     if (!KHUB__PATHF(tree, "%s/trees/%s.json", repo_dir, commit) ||
-        !khub__tree_read_cache(tree, &files))
+        !khub__tree_read_cache(khub__hub_alloc(hub), tree, &files))
         return false;
     for (size_t i = 0; i < files.count && !found; i++) {
         const khub__tree_entry *e = &files.items[i];
@@ -418,7 +418,7 @@ static khub_status head_blob(khub_hub *hub, const khub_hub_id *id, const char *r
 }
 
 static khub_status download_file_once(khub_hub *hub, const khub_hub_id *id, const char *commit,
-                                      const char *path, char **path_out)
+                                      const char *path, char *out, size_t out_size)
 {
     if (!khub__is_commit_hex(commit))
         return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG,
@@ -449,7 +449,7 @@ static khub_status download_file_once(khub_hub *hub, const khub_hub_id *id, cons
             return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "resolve URL too long");
         char etag_copy[80];
         uint64_t size = 0;
-        if (!blob_from_tree(repo_dir, commit, path, etag_copy, &size))
+        if (!blob_from_tree(hub, repo_dir, commit, path, etag_copy, &size))
             KHUB_FORWARD_IF_ERROR(
                 NULL, head_blob(hub, id, repo_dir, commit, path, url, etag_copy, &size));
         char blob[KHUB__PATH_MAX];
@@ -460,19 +460,36 @@ static khub_status download_file_once(khub_hub *hub, const khub_hub_id *id, cons
             KHUB_FORWARD_IF_ERROR(NULL, fetch_blob(hub, id, repo_dir, url, etag_copy, size, path));
         KHUB_FORWARD_IF_ERROR(NULL, khub__cache_link(hub, repo_dir, commit, path, etag_copy));
     }
-    *path_out = strdup(snap);
-    return *path_out ? KHUB_STATUS_OK : khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
+    if (snprintf(out, out_size, "%s", snap) >= (int)out_size)
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: path longer than the %zu-byte buffer",
+                              snap, out_size);
+    return KHUB_STATUS_OK;
 }
 
+khub_status khub_hub_download_path(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                   const char *path, char *buf, size_t size)
+{
+    if (!hub || !id || !commit || !path || !buf || !size)
+        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_download_path: NULL argument");
+    khub__hub_clear(hub);
+    buf[0] = '\0';
+    khub_status st = download_file_once(hub, id, commit, path, buf, size);
+    if (khub__repo_fallback_begin(hub, id, st))
+        st = khub__repo_fallback_end(hub, id, download_file_once(hub, id, commit, path, buf, size));
+    if (st != KHUB_STATUS_OK) buf[0] = '\0';
+    return st;
+}
+
+/* The 0.1 form: its string is the C library's, whatever hub's allocator,
+ * because 0.1 callers free it with free() (khub_hub.h). */
 khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id, const char *commit,
                                    const char *path, char **path_out)
 {
-    if (!hub || !id || !commit || !path || !path_out)
+    if (!path_out)
         return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_download_file: NULL argument");
-    khub__hub_clear(hub);
     *path_out = NULL;
-    khub_status st = download_file_once(hub, id, commit, path, path_out);
-    if (khub__repo_fallback_begin(hub, id, st))
-        st = khub__repo_fallback_end(hub, id, download_file_once(hub, id, commit, path, path_out));
-    return st;
+    char buf[KHUB_HUB_PATH_MAX];
+    KHUB_FORWARD_IF_ERROR(NULL, khub_hub_download_path(hub, id, commit, path, buf, sizeof buf));
+    *path_out = strdup(buf); /* free() is this function's contract (0.1) */
+    return *path_out ? KHUB_STATUS_OK : khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
 }

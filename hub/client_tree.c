@@ -25,8 +25,8 @@
 void khub__tree_free(khub__tree *t)
 {
     if (!t) return;
-    for (size_t i = 0; i < t->count; i++) free(t->items[i].path);
-    free(t->items);
+    for (size_t i = 0; i < t->count; i++) khub__mem_free(t->items[i].path);
+    khub__mem_free(t->items);
     memset(t, 0, sizeof *t);
 }
 
@@ -83,7 +83,8 @@ khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n, khub__tr
         }
         if (t->count == t->cap) {
             size_t cap = t->cap ? 2 * t->cap : 64;
-            khub__tree_entry *v = realloc(t->items, cap * sizeof *v);
+            khub__tree_entry *v =
+                khub__mem_realloc(khub__hub_alloc(hub), t->items, cap * sizeof *v);
             if (!v) {
                 st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory in a tree listing");
                 break;
@@ -91,7 +92,7 @@ khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n, khub__tr
             t->items = v;
             t->cap = cap;
         }
-        ent.path = strdup(path->valuestring);
+        ent.path = khub__mem_strdup(khub__hub_alloc(hub), path->valuestring);
         t->items[t->count++] = ent;
     }
     cJSON_Delete(root);
@@ -114,14 +115,14 @@ khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n, khub__tr
 
 #define MAX_TREE_FILE (64u << 20)
 
-static char *read_small_file(const char *path, size_t max, size_t *n_out)
+static char *read_small_file(const khub_allocator *a, const char *path, size_t max, size_t *n_out)
 {
     int fd = khub__open_regular(path, NULL, 0); /* never hangs on a FIFO in the cache */
     struct stat sb;
     if (fd < 0) return NULL;
     char *buf = NULL;
     if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size <= max &&
-        (buf = malloc((size_t)sb.st_size + 1))) {
+        (buf = khub__mem_alloc(a, (size_t)sb.st_size + 1))) {
         size_t n = (size_t)sb.st_size, got = 0;
         while (got < n) {
             ssize_t r = read(fd, buf + got, n - got);
@@ -132,7 +133,7 @@ static char *read_small_file(const char *path, size_t max, size_t *n_out)
         buf[got] = '\0';
         *n_out = got;
         if (got != n) {
-            free(buf);
+            khub__mem_free(buf);
             buf = NULL;
         }
     }
@@ -141,11 +142,11 @@ static char *read_small_file(const char *path, size_t max, size_t *n_out)
 }
 
 /* Appends e, taking its path. */
-static int tree_take(khub__tree *t, const khub__tree_entry *e)
+static int tree_take(const khub_allocator *a, khub__tree *t, const khub__tree_entry *e)
 {
     if (t->count == t->cap) {
         size_t cap = t->cap ? 2 * t->cap : 64;
-        khub__tree_entry *v = realloc(t->items, cap * sizeof *v);
+        khub__tree_entry *v = khub__mem_realloc(a, t->items, cap * sizeof *v);
         if (!v) return 0;
         t->items = v;
         t->cap = cap;
@@ -155,12 +156,13 @@ static int tree_take(khub__tree *t, const khub__tree_entry *e)
 }
 
 /* Appends e with a copy of path[0, len). */
-static int tree_push(khub__tree *t, const khub__tree_entry *e, const char *path, size_t len)
+static int tree_push(const khub_allocator *a, khub__tree *t, const khub__tree_entry *e,
+                     const char *path, size_t len)
 {
     khub__tree_entry c = *e;
-    if (!(c.path = strndup(path, len))) return 0;
-    if (tree_take(t, &c)) return 1;
-    free(c.path);
+    if (!(c.path = khub__mem_strndup(a, path, len))) return 0;
+    if (tree_take(a, t, &c)) return 1;
+    khub__mem_free(c.path);
     return 0;
 }
 
@@ -190,13 +192,13 @@ static int tree_cached_entry(const cJSON *v, khub__tree_entry *e)
 
 /* The files of trees/<commit>.json into files; false (silently) when there
  * is no usable cache file. */
-bool khub__tree_read_cache(const char *path, khub__tree *files)
+bool khub__tree_read_cache(const khub_allocator *a, const char *path, khub__tree *files)
 {
     size_t n = 0;
-    char *text = read_small_file(path, MAX_TREE_FILE, &n);
+    char *text = read_small_file(a, path, MAX_TREE_FILE, &n);
     if (!text) return false;
     cJSON *root = cJSON_ParseWithLength(text, n), *v;
-    free(text);
+    khub__mem_free(text);
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "format_version");
     const cJSON *fl = cJSON_GetObjectItemCaseSensitive(root, "files");
     bool ok = cJSON_IsNumber(ver) && ver->valuedouble == 1 && cJSON_IsObject(fl);
@@ -204,7 +206,8 @@ bool khub__tree_read_cache(const char *path, khub__tree *files)
     cJSON_ArrayForEach(v, walk)
     {
         khub__tree_entry e;
-        if (!(ok = tree_cached_entry(v, &e) && tree_push(files, &e, e.path, strlen(e.path)))) break;
+        if (!(ok = tree_cached_entry(v, &e) && tree_push(a, files, &e, e.path, strlen(e.path))))
+            break;
     }
     cJSON_Delete(root);
     if (!ok) khub__tree_free(files);
@@ -214,7 +217,8 @@ bool khub__tree_read_cache(const char *path, khub__tree *files)
 /* Adds one file of a full listing to the listing of sub: the file when it
  * is in it, and the directories between sub and it (recursive) or the
  * first one (not recursive). Repeated directories are dropped later. */
-static int tree_add(khub__tree *t, const khub__tree_entry *f, const char *sub, int recursive)
+static int tree_add(const khub_allocator *a, khub__tree *t, const khub__tree_entry *f,
+                    const char *sub, int recursive)
 {
     size_t sl = strlen(sub);
     const char *rel = f->path;
@@ -225,8 +229,8 @@ static int tree_add(khub__tree *t, const khub__tree_entry *f, const char *sub, i
     }
     khub__tree_entry dir = {.is_dir = 1};
     for (const char *s = strchr(rel, '/'); s; s = recursive ? strchr(s + 1, '/') : NULL)
-        if (!tree_push(t, &dir, f->path, (size_t)(s - f->path))) return 0;
-    return recursive || !strchr(rel, '/') ? tree_push(t, f, f->path, strlen(f->path)) : 1;
+        if (!tree_push(a, t, &dir, f->path, (size_t)(s - f->path))) return 0;
+    return recursive || !strchr(rel, '/') ? tree_push(a, t, f, f->path, strlen(f->path)) : 1;
 }
 
 /* The listing of sub, derived from the full listing in files, appended to
@@ -237,7 +241,7 @@ static khub_status tree_select(khub_hub *hub, const khub_hub_id *id, const char 
 {
     khub__tree t = {0};
     for (size_t i = 0; i < files->count; i++)
-        if (!tree_add(&t, &files->items[i], sub, recursive)) {
+        if (!tree_add(khub__hub_alloc(hub), &t, &files->items[i], sub, recursive)) {
             khub__tree_free(&t);
             return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory in a tree listing");
         }
@@ -245,12 +249,13 @@ static khub_status tree_select(khub_hub *hub, const khub_hub_id *id, const char 
         return khub__hub_fail(hub, KHUB_STATUS_ENTRY_NOT_FOUND,
                               "listing %s/%s@%.12s/%s: no such directory at that commit", id->org,
                               id->name, commit, sub);
-    qsort(t.items, t.count, sizeof *t.items, cmp_entry);
+    if (t.count) qsort(t.items, t.count, sizeof *t.items, cmp_entry);
     khub_status st = KHUB_STATUS_OK;
     for (size_t i = 0; i < t.count; i++) {
         int dup = i > 0 && !strcmp(t.items[i - 1].path, t.items[i].path);
         if (dup || st != KHUB_STATUS_OK) continue;
-        if (!tree_push(out, &t.items[i], t.items[i].path, strlen(t.items[i].path)))
+        if (!tree_push(khub__hub_alloc(hub), out, &t.items[i], t.items[i].path,
+                       strlen(t.items[i].path)))
             st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory in a tree listing");
     }
     khub__tree_free(&t);
@@ -318,7 +323,7 @@ static khub_status list_tree_once(khub_hub *hub, const khub_hub_id *id, const ch
     if (!KHUB__PATHF(path, "%s/trees/%s.json", repo_dir, commit))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "tree cache path too long");
     khub__tree files = {0};
-    if (!khub__tree_read_cache(path, &files)) {
+    if (!khub__tree_read_cache(khub__hub_alloc(hub), path, &files)) {
         /* Warned here, where the handle (and its log callback) is known,
          * and where the file is then fetched and rewritten. */
         if (access(path, F_OK) == 0)
@@ -346,7 +351,8 @@ khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, const char *co
     size_t had = out->count;
     khub_status st = list_tree_once(hub, id, commit, sub, recursive, out);
     if (khub__repo_fallback_begin(hub, id, st)) {
-        while (out->count > had) free(out->items[--out->count].path); /* a partial listing */
+        while (out->count > had)
+            khub__mem_free(out->items[--out->count].path); /* a partial listing */
         st = khub__repo_fallback_end(hub, id, list_tree_once(hub, id, commit, sub, recursive, out));
     }
     return st;

@@ -52,7 +52,7 @@ khub_status khub__url_quote(khub_hub *hub, const char *s, int keep_slash, char *
 void khub__http_resp_free(khub__http_resp *resp)
 {
     if (!resp) return;
-    free(resp->body);
+    khub__mem_free(resp->body);
     resp->body = NULL;
     resp->body_len = resp->body_cap = 0;
 }
@@ -122,6 +122,7 @@ typedef struct xfer {
     int started; /* sink->start called for this response */
     khub_status sink_st;
     int overflow;
+    const khub_allocator *alloc; /* the hub's, for a buffered body */
 } xfer;
 
 static void trim_copy(char *dst, size_t size, const char *src, size_t n)
@@ -241,14 +242,15 @@ static size_t on_header(char *data, size_t sz, size_t nitems, void *ud)
     return n;
 }
 
-static size_t buffer_body(khub__http_resp *r, const void *data, size_t n, size_t max)
+static size_t buffer_body(const khub_allocator *a, khub__http_resp *r, const void *data, size_t n,
+                          size_t max)
 {
     size_t need;
     if (!khub__add_ok(r->body_len, n + 1, &need) || need > max) return 0;
     if (need > r->body_cap) {
         size_t cap = r->body_cap ? r->body_cap : 4096;
         while (cap < need) cap *= 2;
-        char *b = realloc(r->body, cap);
+        char *b = khub__mem_realloc(a, r->body, cap);
         if (!b) return 0;
         r->body = b;
         r->body_cap = cap;
@@ -265,7 +267,7 @@ static size_t on_body(char *data, size_t sz, size_t nitems, void *ud)
     size_t n = sz * nitems;
     long st = x->resp->status;
     if (!x->sink || st < 200 || st >= 300) {
-        size_t w = buffer_body(x->resp, data, n, x->sink ? MAX_ERROR_BODY : MAX_BODY);
+        size_t w = buffer_body(x->alloc, x->resp, data, n, x->sink ? MAX_ERROR_BODY : MAX_BODY);
         if (w != n) x->overflow = 1;
         return w;
     }
@@ -279,7 +281,7 @@ static size_t on_body(char *data, size_t sz, size_t nitems, void *ud)
 
 static void reset_resp(khub__http_resp *r)
 {
-    free(r->body);
+    khub__mem_free(r->body);
     memset(r, 0, sizeof *r);
     r->linked_size = r->content_length = r->range_start = -1;
     r->retry_after = r->ratelimit_wait = -1;
@@ -367,7 +369,7 @@ static khub_status exchange(khub_hub *hub, const khub__http_req *req, const char
         curl_slist_free_all(hdrs);
         return bst;
     }
-    xfer x = {.resp = resp, .sink = req->sink, .curl = c};
+    xfer x = {.resp = resp, .sink = req->sink, .curl = c, .alloc = khub__hub_alloc(hub)};
     char errbuf[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdrs);

@@ -59,6 +59,12 @@ void khub_hub_set_runtime(khub_hub *hub, const khub_runtime *rt)
     if (hub) hub->rt = rt;
 }
 
+const khub_allocator *khub__hub_alloc(const khub_hub *hub)
+{
+    if (!hub) return NULL;
+    return hub->rt ? khub__runtime_allocator(hub->rt) : &hub->alloc;
+}
+
 /* ======================================================================== */
 /* Repo type: kernel first, model as the fallback                           */
 /* ======================================================================== */
@@ -193,7 +199,7 @@ static const char *env_nonempty(const char *name)
 }
 
 /* Reads a token file: surrounding whitespace stripped; empty means none. */
-static char *read_token_file(const char *path)
+static char *read_token_file(const khub_allocator *a, const char *path)
 {
     FILE *f = khub__fopen_regular(path, NULL, 0); /* a FIFO is no token */
     if (!f) return NULL;
@@ -205,21 +211,23 @@ static char *read_token_file(const char *path)
     while (*s && isspace((unsigned char)*s)) s++;
     char *e = s + strlen(s);
     while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
-    return s[0] ? strdup(s) : NULL;
+    char *t = s[0] ? khub__mem_strdup(a, s) : NULL;
+    memset(buf, 0, sizeof buf);
+    return t;
 }
 
 /* HF_TOKEN, HUGGING_FACE_HUB_TOKEN, then $HF_TOKEN_PATH, $HF_HOME/token,
  * ~/.cache/huggingface/token (XDG_CACHE_HOME honoured); the paths expanded
  * as huggingface_hub expands them (hf_env.c). */
-static char *find_token(void)
+static char *find_token(const khub_allocator *a)
 {
     const char *t = env_nonempty("HF_TOKEN");
     if (!t) t = env_nonempty("HUGGING_FACE_HUB_TOKEN");
-    if (t) return strdup(t);
+    if (t) return khub__mem_strdup(a, t);
     char path[KHUB__PATH_MAX], dir[KHUB__PATH_MAX];
     int got;
     if ((got = khub__env_path("HF_TOKEN_PATH", path, sizeof path)) != 0)
-        return got > 0 ? read_token_file(path) : NULL;
+        return got > 0 ? read_token_file(a, path) : NULL;
     if ((got = khub__env_path("HF_HOME", dir, sizeof dir)) != 0) {
         if (got < 0 || !KHUB__PATHF(path, "%s/token", dir)) return NULL;
     } else if ((got = khub__env_path("XDG_CACHE_HOME", dir, sizeof dir)) != 0) {
@@ -229,14 +237,14 @@ static char *find_token(void)
     } else {
         return NULL;
     }
-    return read_token_file(path);
+    return read_token_file(a, path);
 }
 
-static char *endpoint_from(const char *given)
+static char *endpoint_from(const khub_allocator *a, const char *given)
 {
     const char *e = given ? given : env_nonempty("HF_ENDPOINT");
     if (!e) e = "https://huggingface.co";
-    char *s = strdup(e);
+    char *s = khub__mem_strdup(a, e);
     if (!s) return NULL;
     size_t n = strlen(s);
     while (n > 0 && s[n - 1] == '/') s[--n] = '\0';
@@ -255,11 +263,13 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
     *out = NULL;
     khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .offline = -1};
     if (opts) {
-        if (opts->struct_size < offsetof(khub_hub_opts, max_retry_after_s) + sizeof(int32_t))
+        if (opts->struct_size < KHUB__HUB_OPTS_0_1)
             return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE,
                               "khub_hub_new: opts.struct_size %u is below the 0.1 size %zu",
-                              opts->struct_size, sizeof(khub_hub_opts));
-        o = *opts;
+                              opts->struct_size, (size_t)KHUB__HUB_OPTS_0_1);
+        /* Only what the caller's struct has: an older one is shorter (the
+         * fields after it keep their defaults). */
+        memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
     }
     if (o.repo_type > KHUB_HUB_REPO_MODEL)
         return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "khub_hub_new: unknown repo_type %u",
@@ -272,8 +282,10 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
         NULL, env_bytes("KHUB_DOWNLOAD_MIN_RATE", KHUB__MIN_RATE_DEFAULT, 1ull << 30, &min_rate));
     KHUB_FORWARD_IF_ERROR(NULL, env_bytes("KHUB_MAX_DOWNLOAD_SIZE", KHUB__MAX_DOWNLOAD_DEFAULT,
                                           1ull << 50, &max_download));
-    khub_hub *hub = calloc(1, sizeof *hub);
+    const khub_allocator *a = &o.allocator;
+    khub_hub *hub = khub__mem_calloc(a, 1, sizeof *hub);
     if (!hub) return khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_hub_new: out of memory");
+    hub->alloc = o.allocator;
     hub->min_rate = min_rate;
     hub->max_download = max_download;
     hub->repo_type = o.repo_type;
@@ -282,18 +294,18 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
     hub->backoff_ms = clamp_default(o.backoff_ms, 1000, 60000);
     hub->timeout_s = clamp_default(o.timeout_s, env_timeout, 3600);
     hub->max_retry_after_s = clamp_default(o.max_retry_after_s, 60, 3600);
-    hub->endpoint = endpoint_from(o.endpoint);
+    hub->endpoint = endpoint_from(a, o.endpoint);
     /* HF_HUB_DISABLE_IMPLICIT_TOKEN: a token only when the caller gives one. */
     if (o.token)
-        hub->token = o.token[0] ? strdup(o.token) : NULL;
+        hub->token = o.token[0] ? khub__mem_strdup(a, o.token) : NULL;
     else if (!khub__env_truthy("HF_HUB_DISABLE_IMPLICIT_TOKEN"))
-        hub->token = find_token();
+        hub->token = find_token(a);
     const char *origin = env_nonempty("HF_HUB_USER_AGENT_ORIGIN");
     snprintf(hub->user_agent, sizeof hub->user_agent, "khub/%s%s%.100s", KHUB_VERSION_STRING,
              origin ? "; origin/" : "", origin ? origin : "");
     khub_status st = KHUB_STATUS_OK;
     if (o.cache_dir)
-        hub->cache_dir = strdup(o.cache_dir);
+        hub->cache_dir = khub__mem_strdup(a, o.cache_dir);
     else
         st = khub__cache_default_dir(hub, &hub->cache_dir);
     if (st == KHUB_STATUS_OK && (!hub->endpoint || !hub->cache_dir))
@@ -310,11 +322,8 @@ void khub_hub_free(khub_hub *hub)
 {
     if (!hub) return;
     khub__http_close(hub);
-    free(hub->endpoint);
-    free(hub->cache_dir);
-    if (hub->token) {
-        memset(hub->token, 0, strlen(hub->token));
-        free(hub->token);
-    }
-    free(hub);
+    khub__mem_free(hub->endpoint);
+    khub__mem_free(hub->cache_dir);
+    khub__mem_wipe_free(hub->token);
+    khub__mem_free(hub);
 }

@@ -38,8 +38,10 @@ struct khub_hub {
     uint64_t n_requests;
     khub_hub_progress_fn progress;
     void *progress_ud;
-    const khub_runtime
-        *rt; /* log callback and level (khub_hub_set_runtime); borrowed, NULL = stderr */
+    /* Log callback and level, and the allocator while set
+     * (khub_hub_set_runtime); borrowed, NULL = stderr and alloc. */
+    const khub_runtime *rt;
+    khub_allocator alloc; /* khub_hub_opts.allocator (realloc NULL = the C library's) */
     int err_set;
     char errmsg[KHUB_ERROR_SIZE];
     /* Files this handle itself hashed while writing them (a download, an
@@ -57,6 +59,16 @@ struct khub_hub {
     unsigned n_legacy;
     char fallback_msg[KHUB_ERROR_SIZE];
 };
+
+/* khub_hub_opts up to its last 0.1 field: the smallest struct accepted. */
+#define KHUB__HUB_OPTS_0_1 (offsetof(khub_hub_opts, max_retry_after_s) + sizeof(int32_t))
+
+/* The allocator of the hub's memory (hub.c): the attached runtime's
+ * (khub_hub_set_runtime), else khub_hub_opts.allocator; NULL for a NULL hub
+ * (the C library's). Every block the hub allocates comes from this through
+ * khub__mem_* (runtime/base/mem_block.c) and is freed with khub__mem_free,
+ * which returns it to the allocator it came from. */
+KHUB_INTERNAL const khub_allocator *khub__hub_alloc(const khub_hub *hub);
 
 /* huggingface_hub's truthy values for a variable: 1, ON, YES, TRUE (any
  * case); unset or anything else is false. */
@@ -162,8 +174,8 @@ KHUB_INTERNAL khub_status khub__cache_repo_dir(khub_hub *hub, const khub_hub_id 
 /* True for a repo-relative path that is safe to join: not empty, not
  * absolute, no drive letter, no backslash, no control character, no empty,
  * "." or ".." segment. */
-KHUB_INTERNAL bool khub__path_is_safe(const char *rel);
-KHUB_INTERNAL bool khub__is_commit_hex(const char *s);
+KHUB_PRIVATE_API bool khub__path_is_safe(const char *rel);
+KHUB_PRIVATE_API bool khub__is_commit_hex(const char *s);
 /* mkdir -p (mode 0755). */
 KHUB_INTERNAL khub_status khub__mkdirs(khub_hub *hub, const char *path);
 /* Writes data to path through a unique temp file, fsync and rename. */
@@ -248,7 +260,8 @@ KHUB_INTERNAL khub_status khub__tree_parse(khub_hub *hub, const char *json, size
 /* The files of a trees/<commit>.json at path into files; false (files
  * empty) when it is missing or unusable. Logs nothing: khub__list_tree
  * warns about an unusable one through the hub's log. */
-KHUB_INTERNAL bool khub__tree_read_cache(const char *path, khub__tree *files);
+KHUB_INTERNAL bool khub__tree_read_cache(const khub_allocator *a, const char *path,
+                                         khub__tree *files);
 /* trees/<commit>.json in huggingface_hub's format_version 1. */
 KHUB_INTERNAL khub_status khub__cache_write_tree(khub_hub *hub, const char *repo_dir,
                                                  const char *commit, const khub__tree *t);
@@ -361,8 +374,8 @@ KHUB_INTERNAL bool khub__url_same_origin(const char *a, const char *b);
 /* ------------------------------------------------------------------------ */
 
 /* Git blob id: sha1("blob <len>\0" + content), of a file. */
-KHUB_INTERNAL khub_status khub__git_blob_sha1_file(const char *path, char hex[41]);
-KHUB_INTERNAL khub_status khub__git_blob_sha1_buf(const void *data, size_t n, char hex[41]);
+KHUB_PRIVATE_API khub_status khub__git_blob_sha1_file(const char *path, char hex[41]);
+KHUB_PRIVATE_API khub_status khub__git_blob_sha1_buf(const void *data, size_t n, char hex[41]);
 
 /* ------------------------------------------------------------------------ */
 /* Archives (archive.c)                                                     */
@@ -382,6 +395,6 @@ typedef struct khub__unpack_limits {
 KHUB_INTERNAL khub_status khub__archive_unpack(khub_hub *hub, const char *archive, const char *dest,
                                                const khub__unpack_limits *lim);
 /* rm -rf path (no symlink is followed). */
-KHUB_INTERNAL void khub__rmtree(const char *path);
+KHUB_PRIVATE_API void khub__rmtree(const char *path);
 
 #endif /* KHUB_HUB_IMPL_H */

@@ -62,10 +62,9 @@ static bool khub_family(const char *name)
 /* Ranking locked names without the network                                 */
 /* ======================================================================== */
 
-khub_status khub__kernel_rank_locked(const khub_hub_id *id, const khub_lock_entry *e,
+khub_status khub__kernel_rank_locked(khub_hub *hub, const khub_lock_entry *e,
                                      khub_hub_variant_list **out)
 {
-    (void)id;
     *out = NULL;
     khub__rank_host h;
     khub__rank_host_detect(&h);
@@ -87,7 +86,7 @@ khub_status khub__kernel_rank_locked(const khub_hub_id *id, const khub_lock_entr
         }
         n++;
     }
-    khub_status st = khub__rank_variants(in, n, &h, out);
+    khub_status st = khub__rank_variants(khub__hub_alloc(hub), in, n, &h, out);
     if (st != KHUB_STATUS_OK)
         khub__fail(NULL, st, "ranking locked variants: %s", khub_last_error());
     return st;
@@ -200,7 +199,8 @@ khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id, const 
     }
     khub_hub_variant_list *vl = NULL;
     KHUB_FORWARD_IF_ERROR(NULL, khub_hub_variants(hub, id, e->commit, &vl));
-    e->variants = calloc(vl->count ? vl->count : 1, sizeof *e->variants);
+    e->variants =
+        khub__mem_calloc(khub__hub_alloc(hub), vl->count ? vl->count : 1, sizeof *e->variants);
     if (!e->variants) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     for (size_t i = 0; st == KHUB_STATUS_OK && i < vl->count; i++) {
         const char *name = vl->items[i].name;
@@ -209,11 +209,12 @@ khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id, const 
         char err[KHUB_ERROR_SIZE];
         st = khub_hub_download_variant(hub, id, e->commit, name, &fl);
         if (st == KHUB_STATUS_OK) {
-            st = khub__lock_variant_from_dir(name, fl->dir, &e->variants[e->n_variants], err,
-                                             sizeof err);
+            st = khub__lock_variant_from_dir(khub__hub_alloc(hub), name, fl->dir,
+                                             &e->variants[e->n_variants], err, sizeof err);
             /* for khub update's downgrade check; unparsable metadata fails at load */
             if (st == KHUB_STATUS_OK && !e->kernel_version[0])
-                (void)khub__lock_version_from_dir(fl->dir, e->kernel_version, NULL, 0);
+                (void)khub__lock_version_from_dir(khub__hub_alloc(hub), fl->dir, e->kernel_version,
+                                                  NULL, 0);
             if (st != KHUB_STATUS_OK)
                 khub__hub_fail(hub, st, "%s", err);
             else
@@ -260,7 +261,7 @@ khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int
          * another one: the model executor loads the CPU variant even where a
          * CUDA variant fits (khub__kernel_fetch_cpu), so an offline `khub run`
          * needs it. */
-        KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_rank_locked(&id, e, &vl));
+        KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_rank_locked(hub, e, &vl));
         n = 0;
         if (vl->best) names[n++] = vl->best;
         for (size_t i = 0; i < vl->count; i++)
@@ -289,8 +290,8 @@ khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int
 
 /* The newer of *best and the version of each variant folder under dir
  * (dir/<variant>/metadata.json), which lies in the cache at commit. */
-static void newer_in_variants(const char *dir, const char *commit, char best[32],
-                              char best_commit[41])
+static void newer_in_variants(const khub_allocator *a, const char *dir, const char *commit,
+                              char best[32], char best_commit[41])
 {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -298,7 +299,7 @@ static void newer_in_variants(const char *dir, const char *commit, char best[32]
         char vdir[4096], version[32];
         bool comparable = false;
         if (de->d_name[0] == '.' || !KHUB__PATHF(vdir, "%s/%s", dir, de->d_name)) continue;
-        if (khub__lock_version_from_dir(vdir, version, NULL, 0) != KHUB_STATUS_OK) continue;
+        if (khub__lock_version_from_dir(a, vdir, version, NULL, 0) != KHUB_STATUS_OK) continue;
         if (khub__lock_version_cmp(version, best, &comparable) <= 0 || !comparable) continue;
         snprintf(best, 32, "%s", version);
         snprintf(best_commit, 41, "%s", commit);
@@ -307,8 +308,8 @@ static void newer_in_variants(const char *dir, const char *commit, char best[32]
 }
 
 /* Walks root/<commit>/<sub> for every commit folder but skip. */
-static void newer_in_commits(const char *root, const char *sub, const char *skip, char best[32],
-                             char best_commit[41])
+static void newer_in_commits(const khub_allocator *a, const char *root, const char *sub,
+                             const char *skip, char best[32], char best_commit[41])
 {
     DIR *d = opendir(root);
     if (!d) return;
@@ -316,7 +317,7 @@ static void newer_in_commits(const char *root, const char *sub, const char *skip
         char dir[4096];
         if (strlen(de->d_name) != 40 || !strcmp(de->d_name, skip)) continue;
         if (KHUB__PATHF(dir, "%s/%s%s", root, de->d_name, sub))
-            newer_in_variants(dir, de->d_name, best, best_commit);
+            newer_in_variants(a, dir, de->d_name, best, best_commit);
     }
     closedir(d);
 }
@@ -334,9 +335,9 @@ khub_status khub__kernel_cached_newer(khub_hub *hub, const khub_lock_entry *e, c
     char best[32], best_commit[41] = "";
     snprintf(best, sizeof best, "%s", e->kernel_version);
     if (KHUB__PATHF(root, "%s/snapshots", repo_dir))
-        newer_in_commits(root, "/build", e->commit, best, best_commit);
+        newer_in_commits(khub__hub_alloc(hub), root, "/build", e->commit, best, best_commit);
     if (KHUB__PATHF(root, "%s/khub-variants", repo_dir))
-        newer_in_commits(root, "", e->commit, best, best_commit);
+        newer_in_commits(khub__hub_alloc(hub), root, "", e->commit, best, best_commit);
     if (best_commit[0]) {
         snprintf(version, 32, "%s", best);
         snprintf(commit, 41, "%s", best_commit);

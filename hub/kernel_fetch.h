@@ -53,9 +53,10 @@ KHUB_INTERNAL khub_status khub__kernel_versions(khub_hub *hub, const khub_hub_id
                                                 int32_t *versions, size_t cap, size_t *n);
 
 /* Ranks the locked variants of e for this host without any request: the
- * hub's own judge runs over a scratch offline cache holding only the locked
- * names (each variant's files as empty files, so a CUDA variant's sm_XY
- * names are matched against this host's GPUs). *out as khub_hub_variants. */
-KHUB_INTERNAL khub_status khub__kernel_rank_locked(const khub_hub_id *id, const khub_lock_entry *e,
+ * locked names and file names go through khub__rank_variants, the judge
+ * the hub's listing uses (a CUDA variant's sm_XY names are matched against
+ * this host's GPUs). *out as khub_hub_variants, from hub's allocator (hub
+ * may be NULL: the C library's). */
+KHUB_INTERNAL khub_status khub__kernel_rank_locked(khub_hub *hub, const khub_lock_entry *e,
                                                    khub_hub_variant_list **out);
 #endif /* KHUB_HUB_KERNEL_FETCH_H */

@@ -334,7 +334,7 @@ khub_status khub__km_load(const char *dir, khub_kernel_manifest *out, char *errb
     char *buf = NULL;
     size_t n = 0;
     char why[KHUB_ERROR_SIZE];
-    khub_status st = khub__read_file(path, MAX_MANIFEST_BYTES, &buf, &n, why, sizeof why);
+    khub_status st = khub__read_file_mem(NULL, path, MAX_MANIFEST_BYTES, &buf, &n, why, sizeof why);
     if (st == KHUB_STATUS_NOT_FOUND) {
         khub__errbuf(errbuf, errbuf_size, "%s (is %s a kernel source dir?)", why, dir);
         return st;
@@ -344,6 +344,6 @@ khub_status khub__km_load(const char *dir, khub_kernel_manifest *out, char *errb
         return st == KHUB_STATUS_OVERFLOW ? KHUB_STATUS_PARSE : st;
     }
     st = khub__km_parse(buf, n, dir, out, errbuf, errbuf_size);
-    free(buf);
+    khub__mem_free(buf);
     return st;
 }

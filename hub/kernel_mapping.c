@@ -289,6 +289,9 @@ khub_status khub__mapping_parse(const char *json, size_t n, khub_mapping **out, 
                  "unknown top-level field \"%.60s\" "
                  "(known: format, roles, dependencies)",
                  extra);
+    /* The C library's, not a tagged block (khub__mem_alloc): a mapping is
+     * made without a handle, and runtime/kernels/model_kernels.c frees its
+     * own with free(). */
     khub_mapping *m = st == KHUB_STATUS_OK ? calloc(1, sizeof *m) : NULL;
     if (st == KHUB_STATUS_OK && !m) st = KHUB_STATUS_NOMEM;
     if (st == KHUB_STATUS_OK)
@@ -311,11 +314,12 @@ khub_status khub__mapping_load(const char *path, khub_mapping **out, char *errbu
     *out = NULL;
     char *buf = NULL;
     size_t got = 0;
-    khub_status rs = khub__read_file(path, MAX_MAPPING_BYTES, &buf, &got, errbuf, errbuf_size);
+    khub_status rs =
+        khub__read_file_mem(NULL, path, MAX_MAPPING_BYTES, &buf, &got, errbuf, errbuf_size);
     if (rs != KHUB_STATUS_OK) return rs == KHUB_STATUS_OVERFLOW ? KHUB_STATUS_PARSE : rs;
     char why[KHUB_ERROR_SIZE];
     khub_status st = khub__mapping_parse(buf, got, out, why, sizeof why);
-    free(buf);
+    khub__mem_free(buf);
     /* "PATH: roles.attn: ...", not "PATH: khub.json: roles.attn: ..." */
     const char *w = strncmp(why, "khub.json: ", 11) == 0 ? why + 11 : why;
     if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, w);

@@ -53,15 +53,15 @@ static bool plain_name(const char *s)
 
 khub_status khub__lock_new(khub_lock **out)
 {
-    *out = calloc(1, sizeof **out);
+    *out = khub__mem_calloc(NULL, 1, sizeof **out); /* no handle: the C library's */
     return *out ? KHUB_STATUS_OK : KHUB_STATUS_NOMEM;
 }
 
 void khub__lock_entry_clear(khub_lock_entry *e)
 {
     if (!e) return;
-    for (size_t i = 0; i < e->n_variants; i++) free(e->variants[i].files);
-    free(e->variants);
+    for (size_t i = 0; i < e->n_variants; i++) khub__mem_free(e->variants[i].files);
+    khub__mem_free(e->variants);
     e->variants = NULL;
     e->n_variants = 0;
 }
@@ -70,8 +70,8 @@ void khub__lock_free(khub_lock *lock)
 {
     if (!lock) return;
     for (size_t i = 0; i < lock->count; i++) khub__lock_entry_clear(&lock->items[i]);
-    free(lock->items);
-    free(lock);
+    khub__mem_free(lock->items);
+    khub__mem_free(lock);
 }
 
 khub_lock_entry *khub__lock_find(const khub_lock *lock, const char *repo)
@@ -96,7 +96,9 @@ khub_status khub__lock_put(khub_lock *lock, khub_lock_entry *e)
         *old = *e;
     } else {
         if (lock->count >= KHUB_LOCK_MAX_ENTRIES) return KHUB_STATUS_OVERFLOW;
-        khub_lock_entry *items = realloc(lock->items, (lock->count + 1) * sizeof *items);
+        /* a lock is made without a handle: the C library's allocator */
+        khub_lock_entry *items =
+            khub__mem_realloc(NULL, lock->items, (lock->count + 1) * sizeof *items);
         if (!items) return KHUB_STATUS_NOMEM;
         lock->items = items;
         lock->items[lock->count++] = *e;
@@ -148,14 +150,14 @@ static bool is_regular(const char *path)
     return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
-khub_status khub__lock_variant_from_dir(const char *name, const char *dir, khub_lock_variant *v,
-                                        char *errbuf, size_t errbuf_size)
+khub_status khub__lock_variant_from_dir(const khub_allocator *a, const char *name, const char *dir,
+                                        khub_lock_variant *v, char *errbuf, size_t errbuf_size)
 {
     memset(v, 0, sizeof *v);
     if (!plain_name(name))
         return bad(errbuf, errbuf_size, "variant name \"%.100s\" is not plain", name);
     snprintf(v->name, sizeof v->name, "%s", name);
-    v->files = calloc(KHUB_LOCK_MAX_FILES, sizeof *v->files);
+    v->files = khub__mem_calloc(a, KHUB_LOCK_MAX_FILES, sizeof *v->files);
     if (!v->files) return KHUB_STATUS_NOMEM;
     DIR *d = opendir(dir);
     if (!d) {
@@ -195,7 +197,7 @@ khub_status khub__lock_variant_from_dir(const char *name, const char *dir, khub_
     closedir(d);
     if (st == KHUB_STATUS_OK) st = khub__lock_content_hash(v->files, v->n_files, v->hash);
     if (st != KHUB_STATUS_OK) {
-        free(v->files);
+        khub__mem_free(v->files);
         memset(v, 0, sizeof *v);
     }
     return st;
@@ -274,7 +276,7 @@ static khub_status parse_variant(const cJSON *jv, const char *where, khub_lock_v
         cJSON_GetArraySize(fs) > KHUB_LOCK_MAX_FILES)
         return bad(errbuf, n, "%s.variants.%s.files must be an object of 1-%d files", where,
                    v->name, KHUB_LOCK_MAX_FILES);
-    v->files = calloc((size_t)cJSON_GetArraySize(fs), sizeof *v->files);
+    v->files = khub__mem_calloc(NULL, (size_t)cJSON_GetArraySize(fs), sizeof *v->files);
     if (!v->files) return KHUB_STATUS_NOMEM;
     cJSON_ArrayForEach(f, fs)
     {
@@ -357,7 +359,7 @@ static khub_status parse_entry(const cJSON *je, int idx, khub_lock_entry *e, cha
         return bad(errbuf, n, "%s.variants must be an object of at most %d variants", where,
                    KHUB_LOCK_MAX_VARIANTS);
     int nv = vars ? cJSON_GetArraySize(vars) : 0;
-    e->variants = nv ? calloc((size_t)nv, sizeof *e->variants) : NULL;
+    e->variants = nv ? khub__mem_calloc(NULL, (size_t)nv, sizeof *e->variants) : NULL;
     if (nv && !e->variants) return KHUB_STATUS_NOMEM;
     cJSON_ArrayForEach(jv, vars)
     {
@@ -423,10 +425,10 @@ khub_status khub__lock_load(const char *path, khub_lock **out, char *errbuf, siz
     *out = NULL;
     char *text = NULL, why[KHUB_ERROR_SIZE];
     size_t len = 0;
-    KHUB_FORWARD_IF_ERROR(NULL,
-                          khub__read_file(path, MAX_LOCK_BYTES, &text, &len, errbuf, errbuf_size));
+    KHUB_FORWARD_IF_ERROR(
+        NULL, khub__read_file_mem(NULL, path, MAX_LOCK_BYTES, &text, &len, errbuf, errbuf_size));
     khub_status st = khub__lock_parse(text, len, out, why, sizeof why);
-    free(text);
+    khub__mem_free(text);
     if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, why);
     return st;
 }
@@ -435,20 +437,20 @@ khub_status khub__lock_load(const char *path, khub_lock **out, char *errbuf, siz
 /* Versions                                                                 */
 /* ======================================================================== */
 
-khub_status khub__lock_version_from_dir(const char *dir, char out[32], char *errbuf,
-                                        size_t errbuf_size)
+khub_status khub__lock_version_from_dir(const khub_allocator *a, const char *dir, char out[32],
+                                        char *errbuf, size_t errbuf_size)
 {
     char path[4096], *text = NULL;
     size_t n = 0;
     out[0] = '\0';
     snprintf(path, sizeof path, "%s/metadata.json", dir);
-    KHUB_FORWARD_IF_ERROR(NULL,
-                          khub__read_file(path, (size_t)4 << 20, &text, &n, errbuf, errbuf_size));
-    khub_kmeta *m = malloc(sizeof *m);
+    KHUB_FORWARD_IF_ERROR(
+        NULL, khub__read_file_mem(a, path, (size_t)4 << 20, &text, &n, errbuf, errbuf_size));
+    khub_kmeta *m = khub__mem_alloc(a, sizeof *m);
     khub_status st = m ? khub__kmeta_parse(text, n, m, errbuf, errbuf_size) : KHUB_STATUS_NOMEM;
     if (st == KHUB_STATUS_OK) snprintf(out, 32, "%s", m->version);
-    free(m);
-    free(text);
+    khub__mem_free(m);
+    khub__mem_free(text);
     return st;
 }
 
@@ -537,7 +539,7 @@ khub_status khub__lock_save(const khub_lock *lock, const char *path, char *errbu
         khub__errbuf(errbuf, errbuf_size, "cannot write %s: %s", path, strerror(errno));
         unlink(tmp);
     }
-    free(text);
+    cJSON_free(text);
     return st;
 }
 

@@ -92,10 +92,11 @@ KHUB_INTERNAL khub_status khub__lock_content_hash(const khub_lock_file *files, s
                                                   char out[KHUB_LOCK_HASH_LEN + 1]);
 /* Fills v from the variant directory dir: SHA-256 of every regular file in
  * it except metadata.json.sig (a subdirectory or other entry is refused),
- * and the content hash. */
-KHUB_INTERNAL khub_status khub__lock_variant_from_dir(const char *name, const char *dir,
-                                                      khub_lock_variant *v, char *errbuf,
-                                                      size_t errbuf_size);
+ * and the content hash. v->files comes from a (khub__mem_alloc; NULL = the
+ * C library's). */
+KHUB_INTERNAL khub_status khub__lock_variant_from_dir(const khub_allocator *a, const char *name,
+                                                      const char *dir, khub_lock_variant *v,
+                                                      char *errbuf, size_t errbuf_size);
 /* Checks dir against v: every locked file is present with its digest, and
  * no other file (besides metadata.json.sig) is there. LOCK_MISMATCH names
  * the file, both digests and the repo label. */
@@ -106,7 +107,8 @@ KHUB_INTERNAL khub_status khub__lock_check_dir(const khub_lock_variant *v, const
  * out (METADATA_INVALID when it does not parse). Read without a trust
  * decision: it only feeds the downgrade check, and a load still judges the
  * signature over the same bytes. */
-KHUB_INTERNAL khub_status khub__lock_version_from_dir(const char *dir, char out[32], char *errbuf,
+KHUB_INTERNAL khub_status khub__lock_version_from_dir(const khub_allocator *a, const char *dir,
+                                                      char out[32], char *errbuf,
                                                       size_t errbuf_size);
 /* Compares two kernel versions ("1.2.0", "1.10", "2.0.0-rc1"): dot-separated
  * numbers compared as numbers, a missing part is 0, and a pre-release

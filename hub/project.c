@@ -172,7 +172,7 @@ khub_status khub_lock_import_python(const char *path, khub_lock **out, char *not
     if (notes && notes_size) notes[0] = '\0';
     char *buf = NULL, msg[KHUB_ERROR_SIZE] = "", err[KHUB_ERROR_SIZE] = "", scratch[1];
     size_t n = 0;
-    khub_status st = khub__read_file(path, MAX_IMPORT_BYTES, &buf, &n, msg, sizeof msg);
+    khub_status st = khub__read_file_mem(NULL, path, MAX_IMPORT_BYTES, &buf, &n, msg, sizeof msg);
     if (st == KHUB_STATUS_OVERFLOW) st = KHUB_STATUS_PARSE;
     if (st != KHUB_STATUS_OK) return report(st, msg, errbuf, errbuf_size);
     khub_lock *lock = NULL;
@@ -182,7 +182,7 @@ khub_status khub_lock_import_python(const char *path, khub_lock **out, char *not
                                       notes ? notes_size : sizeof scratch, err, sizeof err);
     else
         snprintf(err, sizeof err, "out of memory");
-    free(buf);
+    khub__mem_free(buf);
     if (st != KHUB_STATUS_OK) {
         khub__lock_free(lock);
         snprintf(msg, sizeof msg, "%s: %s", path, err);

@@ -87,7 +87,7 @@ static khub_status send_json_obj(khub__pub *p, const char *method, const char *u
     if (!text) return khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "%s: out of memory", what);
     khub_status st =
         send_body(p, method, url, ctype ? ctype : "application/json", text, strlen(text), what, r);
-    free(text);
+    cJSON_free(text);
     return st;
 }
 
@@ -182,23 +182,23 @@ static khub_status ensure_branch(khub__pub *p)
 /* Classification and LFS                                                   */
 /* ======================================================================== */
 
-static char *b64(const void *data, size_t n)
+static char *b64(const khub_allocator *a, const void *data, size_t n)
 {
     size_t out;
     if (!khub__mul_ok((n + 2) / 3, 4, &out) || out > INT32_MAX - 1) return NULL;
-    char *s = malloc(out + 1);
+    char *s = khub__mem_alloc(a, out + 1);
     if (s) EVP_EncodeBlock((unsigned char *)s, data, (int)n);
     if (s) s[out] = '\0';
     return s;
 }
 
-static char *sample_b64(const char *path)
+static char *sample_b64(const khub_allocator *a, const char *path)
 {
     unsigned char buf[512];
     FILE *f = khub__fopen_regular(path, NULL, 0);
     size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
     if (f) fclose(f);
-    return b64(buf, n);
+    return b64(a, buf, n);
 }
 
 /* p->files is sorted by rel (khub__publish_collect). */
@@ -225,13 +225,13 @@ static khub_status preupload(khub__pub *p)
         size_t to = from + PREUPLOAD_BATCH < p->n ? from + PREUPLOAD_BATCH : p->n;
         cJSON *j = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(j, "files");
         for (size_t i = from; i < to; i++) {
-            char *s = sample_b64(p->files[i].path);
+            char *s = sample_b64(khub__hub_alloc(p->hub), p->files[i].path);
             cJSON *o = cJSON_CreateObject();
             cJSON_AddStringToObject(o, "path", p->files[i].rel);
             cJSON_AddStringToObject(o, "sample", s ? s : "");
             cJSON_AddNumberToObject(o, "size", (double)p->files[i].size);
             cJSON_AddItemToArray(arr, o);
-            free(s);
+            khub__mem_free(s);
         }
         khub__http_resp r = {0};
         khub_status st = send_json_obj(p, "POST", url, j, NULL, what, &r);
@@ -302,7 +302,7 @@ static khub_status upload_one(khub__pub *p, khub__pub_file *f, const char *href,
                         .content_type = "application/vnd.git-lfs+json",
                         .accept = "application/vnd.git-lfs+json"};
     st = khub__http_fetch(p->hub, &v, &r);
-    free(text);
+    cJSON_free(text);
     if (st == KHUB_STATUS_OK && !ok2xx(&r)) st = pub_error(p, &r, what);
     khub__http_resp_free(&r);
     return st;
@@ -390,7 +390,8 @@ static khub_status lfs_batch(khub__pub *p, khub__pub_file **todo, size_t count)
 
 static khub_status upload_lfs(khub__pub *p)
 {
-    khub__pub_file **todo = calloc(p->n ? p->n : 1, sizeof *todo);
+    khub__pub_file **todo =
+        khub__mem_calloc(khub__hub_alloc(p->hub), p->n ? p->n : 1, sizeof *todo);
     if (!todo) return khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "publish: out of memory");
     size_t k = 0;
     for (size_t i = 0; i < p->n; i++)
@@ -398,7 +399,7 @@ static khub_status upload_lfs(khub__pub *p)
     khub_status st = KHUB_STATUS_OK;
     for (size_t from = 0; st == KHUB_STATUS_OK && from < k; from += LFS_BATCH)
         st = lfs_batch(p, todo + from, k - from < LFS_BATCH ? k - from : LFS_BATCH);
-    free(todo);
+    khub__mem_free(todo);
     return st;
 }
 
@@ -410,6 +411,7 @@ typedef struct ndjson {
     char *s;
     size_t n, cap;
     int oom;
+    const khub_allocator *a; /* the hub's */
 } ndjson;
 
 static void nd_line(ndjson *b, const char *key, cJSON *value)
@@ -422,16 +424,16 @@ static void nd_line(ndjson *b, const char *key, cJSON *value)
     size_t tn = t ? strlen(t) : 0, need;
     if (!t || !khub__add_ok(b->n, tn + 2, &need)) {
         b->oom = 1;
-        free(t);
+        cJSON_free(t);
         return;
     }
     if (need > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < need) cap *= 2;
-        char *s = realloc(b->s, cap);
+        char *s = khub__mem_realloc(b->a, b->s, cap);
         if (!s) {
             b->oom = 1;
-            free(t);
+            cJSON_free(t);
             return;
         }
         b->s = s;
@@ -441,7 +443,7 @@ static void nd_line(ndjson *b, const char *key, cJSON *value)
     b->s[b->n + tn] = '\n';
     b->n += tn + 1;
     b->s[b->n] = '\0';
-    free(t);
+    cJSON_free(t);
 }
 
 static cJSON *path_obj(const char *path)
@@ -459,16 +461,17 @@ static khub_status add_inline(khub__pub *p, ndjson *b, const khub__pub_file *f)
                               "should have classified it as LFS",
                               f->rel, (unsigned long long)f->size);
     FILE *in = khub__fopen_regular(f->path, NULL, 0);
-    char *data = malloc(f->size ? f->size : 1);
+    const khub_allocator *a = khub__hub_alloc(p->hub);
+    char *data = khub__mem_alloc(a, f->size ? f->size : 1);
     size_t got = in && data ? fread(data, 1, f->size, in) : 0;
     if (in) fclose(in);
-    char *enc = got == f->size ? b64(data, got) : NULL;
-    free(data);
+    char *enc = got == f->size ? b64(a, data, got) : NULL;
+    khub__mem_free(data);
     if (!enc) return khub__hub_fail(p->hub, KHUB_STATUS_IO, "publish: cannot read %s", f->path);
     cJSON *v = path_obj(f->rel);
     cJSON_AddStringToObject(v, "content", enc);
     cJSON_AddStringToObject(v, "encoding", "base64");
-    free(enc);
+    khub__mem_free(enc);
     nd_line(b, "file", v);
     return KHUB_STATUS_OK;
 }
@@ -493,7 +496,7 @@ static khub_status add_deletions(khub__pub *p, ndjson *b)
 
 static khub_status commit(khub__pub *p, const char *summary)
 {
-    ndjson b = {0};
+    ndjson b = {.a = khub__hub_alloc(p->hub)};
     cJSON *h = cJSON_CreateObject();
     cJSON_AddStringToObject(h, "summary", summary);
     cJSON_AddStringToObject(h, "description", "");
@@ -519,7 +522,7 @@ static khub_status commit(khub__pub *p, const char *summary)
         st = khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "publish: out of memory for the commit");
     if (st != KHUB_STATUS_OK || changes == 0) { /* nothing changed: the head stands */
         memcpy(p->res->commit, p->head, 41);
-        free(b.s);
+        khub__mem_free(b.s);
         return st;
     }
     char url[1024], what[300];
@@ -528,7 +531,7 @@ static khub_status commit(khub__pub *p, const char *summary)
     khub__http_resp r = {0};
     if (st == KHUB_STATUS_OK)
         st = send_body(p, "POST", url, "application/x-ndjson", b.s, b.n, what, &r);
-    free(b.s);
+    khub__mem_free(b.s);
     if (st == KHUB_STATUS_OK && !ok2xx(&r)) st = pub_error(p, &r, what);
     cJSON *ans = st == KHUB_STATUS_OK ? cJSON_Parse(r.body ? r.body : "") : NULL;
     khub__http_resp_free(&r);
@@ -555,7 +558,7 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
     khub__hub_clear(hub);
     memset(res, 0, sizeof *res);
     if (!o || !o->dir) return khub__hub_fail(hub, KHUB_STATUS_MISUSE, "publish: no DIR given");
-    khub_kernel_manifest *m = calloc(1, sizeof *m);
+    khub_kernel_manifest *m = khub__mem_calloc(khub__hub_alloc(hub), 1, sizeof *m);
     if (!m) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "publish: out of memory");
     char err[KHUB_ERROR_SIZE];
     khub__pub p = {.hub = hub,
@@ -564,7 +567,7 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
                    .prefix = khub__repo_url_prefix(hub, NULL)};
     khub_status st = khub__km_load(o->dir, m, err, sizeof err);
     if (st != KHUB_STATUS_OK) {
-        free(m);
+        khub__mem_free(m);
         return khub__hub_fail(hub, st, "publish: %s", err);
     }
     const char *repo = o->repo ? o->repo : m->repo;
@@ -577,7 +580,7 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
                             repo);
     }
     if (st != KHUB_STATUS_OK) {
-        free(m);
+        khub__mem_free(m);
         return st;
     }
     snprintf(res->repo, sizeof res->repo, "%s/%s", p.id.org, p.id.name);
@@ -587,13 +590,13 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
     snprintf(summary, sizeof summary, "%s", o->message ? o->message : "");
     if (!o->message)
         snprintf(summary, sizeof summary, "Upload %s %s (khub publish)", res->repo, m->version);
-    free(m);
+    khub__mem_free(m);
     st = khub__publish_collect(&p, o->dir);
     if (st == KHUB_STATUS_OK) st = create_repo(&p);
     if (st == KHUB_STATUS_OK) st = ensure_branch(&p);
     if (st == KHUB_STATUS_OK) st = preupload(&p);
     if (st == KHUB_STATUS_OK) st = upload_lfs(&p);
     if (st == KHUB_STATUS_OK) st = commit(&p, summary);
-    free(p.files);
+    khub__mem_free(p.files);
     return st;
 }

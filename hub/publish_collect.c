@@ -31,7 +31,7 @@ static khub_status add_file(khub__pub *p, const char *rel, const char *path)
                               MAX_FILES);
     if (p->n == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 32;
-        khub__pub_file *v = realloc(p->files, cap * sizeof *v);
+        khub__pub_file *v = khub__mem_realloc(khub__hub_alloc(hub), p->files, cap * sizeof *v);
         if (!v) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "publish: out of memory");
         p->files = v;
         p->cap = cap;

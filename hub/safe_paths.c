@@ -1,9 +1,8 @@
 /*
  * safe_paths.c: the checks on names that come from a hub or a client (a
  * repo-relative path, a commit id) and the removal of a tree that never
- * follows a link out of it. Self-contained (libc only) on purpose: the hub
- * server (libkhub_server) compiles this file in as well, the way curl's
- * tool compiles lib/curlx, since libkhub keeps its internals hidden.
+ * follows a link out of it. The hub server (libkhub_server) calls these
+ * through libkhub's KHUB_PRIVATE_API exports (abi/SYMBOLS.md, "Private").
  */
 #include <ftw.h>
 #include <string.h>

@@ -103,10 +103,13 @@ static void log_request(khub__server *s, struct MHD_Connection *c, const char *m
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     const char *range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range");
     const char *ua = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "User-Agent");
+    char line[KHUB_ERROR_SIZE * 2];
+    snprintf(line, sizeof line, "%s %s auth=%s range=%s ua=%s", method, url, auth ? "yes" : "no",
+             range ? range : "-", ua ? ua : "-");
+    for (char *p = line; *p; p++) /* one line: a client's header holds no newline */
+        if (*p == '\n' || *p == '\r') *p = ' ';
     pthread_mutex_lock(&s->log_lock);
-    fprintf(s->log, "%s %s auth=%s range=%s ua=%s\n", method, url, auth ? "yes" : "no",
-            range ? range : "-", ua ? ua : "-");
-    fflush(s->log);
+    s->log(s->log_ud, KHUB_LOG_INFO, line);
     pthread_mutex_unlock(&s->log_lock);
 }
 
@@ -277,11 +280,8 @@ khub_status khub__server_start(const khub__server_opts *o, khub__server **out)
     s->page_size = o->page_size ? o->page_size : 1000;
     st = khub__srv_parse_faults(s, o->faults ? o->faults : getenv("KHUB_SERVE_FAULTS"));
     if (st != KHUB_STATUS_OK) goto fail;
-    if (o->log_path && !(s->log = fopen(o->log_path, "a"))) {
-        st = khub__srv_fail(KHUB_STATUS_IO, "serve: cannot open log %s: %s", o->log_path,
-                            strerror(errno));
-        goto fail;
-    }
+    s->log = o->log;
+    s->log_ud = o->log_ud;
     s->max_body = o->max_body ? o->max_body : KHUB__SRV_MAX_BODY;
     /* Thread per connection (the handlers block: the write lock, hashing a
      * commit, the paced fault bodies), polled with poll() so that no
@@ -321,7 +321,6 @@ void khub__server_stop(khub__server *s)
 {
     if (!s) return;
     if (s->d) MHD_stop_daemon(s->d);
-    if (s->log) fclose(s->log);
     khub__srv_digest_cache_free(s->dc);
     pthread_mutex_destroy(&s->log_lock);
     pthread_mutex_destroy(&s->write_lock);

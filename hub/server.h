@@ -16,13 +16,14 @@
 typedef struct khub__server khub__server;
 
 typedef struct khub__server_opts {
-    const char *dir;      /* the repos folder: <dir>/<org>/<name>/refs.json, commits/<sha>/ */
-    const char *host;     /* IPv4 address to bind, NULL = 127.0.0.1 */
-    uint16_t port;        /* 0 = an ephemeral port */
-    uint32_t page_size;   /* tree entries per page, 0 = 1000 */
-    const char *faults;   /* "drop-body=1,ignore-range", NULL = $KHUB_SERVE_FAULTS */
-    const char *log_path; /* one line per request, NULL = none */
-    const char *token;    /* writes need "Authorization: Bearer <token>"; NULL = open */
+    const char *dir;    /* the repos folder: <dir>/<org>/<name>/refs.json, commits/<sha>/ */
+    const char *host;   /* IPv4 address to bind, NULL = 127.0.0.1 */
+    uint16_t port;      /* 0 = an ephemeral port */
+    uint32_t page_size; /* tree entries per page, 0 = 1000 */
+    const char *faults; /* "drop-body=1,ignore-range", NULL = $KHUB_SERVE_FAULTS */
+    khub_log_fn log;    /* one line per request at INFO, one call at a time; NULL = none */
+    void *log_ud;
+    const char *token; /* writes need "Authorization: Bearer <token>"; NULL = open */
     /* Resource limits (docs/hub-server.md, "Limits"); 0 = the default. */
     uint32_t max_connections; /* open connections in all, KHUB__SRV_MAX_CONNECTIONS */
     uint32_t max_per_ip;      /* open connections per client address, KHUB__SRV_MAX_PER_IP */

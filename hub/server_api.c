@@ -12,9 +12,11 @@
  * non-API symbol in its ABI; and a second khub_last_error, which would
  * shadow libkhub's.)
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "khub/khub_server.h"
 #include "server_impl.h"
@@ -26,7 +28,19 @@
 /* The public handle wraps the internal one, so the two names never alias. */
 struct khub_server {
     khub__server *s;
+    FILE *log_file; /* 0.1's log_path, when no log callback is given */
 };
+
+/* 0.1's log_path: the access log through the same callback, into a file
+ * this wrapper owns. (New callers pass their own callback: the library
+ * itself writes no log file.) */
+static void log_to_file(void *ud, khub_log_level level, const char *msg)
+{
+    (void)level;
+    FILE *f = ud;
+    fprintf(f, "%s\n", msg);
+    fflush(f);
+}
 
 static khub_status start_fail(khub_status st, char *errbuf, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -52,27 +66,43 @@ khub_status khub_server_start(const khub_server_opts *opts, khub_server **out, c
     if (!opts || !out)
         return start_fail(KHUB_STATUS_MISUSE, errbuf, errbuf_size, "khub_server_start: %s is NULL",
                           opts ? "out" : "opts");
-    if (opts->struct_size < offsetof(khub_server_opts, max_body) + sizeof(uint64_t))
+    const size_t size_0_1 = offsetof(khub_server_opts, max_body) + sizeof(uint64_t);
+    if (opts->struct_size < size_0_1)
         return start_fail(KHUB_STATUS_STRUCT_SIZE, errbuf, errbuf_size,
                           "khub_server_start: opts.struct_size %u is below the 0.1 size %zu",
-                          opts->struct_size, sizeof(khub_server_opts));
-    khub__server_opts o = {.dir = opts->dir,
-                           .host = opts->host,
-                           .port = opts->port,
-                           .page_size = opts->page_size,
-                           .faults = opts->faults,
-                           .log_path = opts->log_path,
-                           .token = opts->token,
-                           .max_connections = opts->max_connections,
-                           .max_per_ip = opts->max_per_ip,
-                           .idle_timeout_s = opts->idle_timeout_s,
-                           .max_body = opts->max_body};
+                          opts->struct_size, size_0_1);
+    /* Only what the caller's struct has: a 0.1 caller's is shorter. */
+    khub_server_opts so = {0};
+    memcpy(&so, opts, opts->struct_size < sizeof so ? opts->struct_size : sizeof so);
+    khub__server_opts o = {.dir = so.dir,
+                           .host = so.host,
+                           .port = so.port,
+                           .page_size = so.page_size,
+                           .faults = so.faults,
+                           .log = so.log,
+                           .log_ud = so.log_ud,
+                           .token = so.token,
+                           .max_connections = so.max_connections,
+                           .max_per_ip = so.max_per_ip,
+                           .idle_timeout_s = so.idle_timeout_s,
+                           .max_body = so.max_body};
     khub_server *srv = calloc(1, sizeof *srv);
     if (!srv)
         return start_fail(KHUB_STATUS_NOMEM, errbuf, errbuf_size,
                           "khub_server_start: out of memory");
+    if (!o.log && so.log_path) {
+        if (!(srv->log_file = fopen(so.log_path, "a"))) {
+            int e = errno;
+            free(srv);
+            return start_fail(KHUB_STATUS_IO, errbuf, errbuf_size, "serve: cannot open log %s: %s",
+                              so.log_path, strerror(e));
+        }
+        o.log = log_to_file;
+        o.log_ud = srv->log_file;
+    }
     khub_status st = khub__server_start(&o, &srv->s);
     if (st != KHUB_STATUS_OK) {
+        if (srv->log_file) fclose(srv->log_file);
         free(srv);
         return start_fail(st, errbuf, errbuf_size, NULL);
     }
@@ -97,5 +127,6 @@ void khub_server_stop(khub_server *srv)
 {
     if (!srv) return;
     khub__server_stop(srv->s);
+    if (srv->log_file) fclose(srv->log_file);
     free(srv);
 }

@@ -84,8 +84,9 @@ struct khub__server {
     uint64_t trickle; /* F_TRICKLE: body bytes per second, a few at a time */
     atomic_ullong n_requests;
     atomic_ullong n_connections; /* TCP connections accepted */
-    FILE *log;
-    pthread_mutex_t log_lock;
+    khub_log_fn log;             /* the access log (khub_server_opts.log), NULL = none */
+    void *log_ud;
+    pthread_mutex_t log_lock;   /* one log call at a time */
     char *token;                /* writes need "Bearer <token>"; NULL = open */
     uint64_t max_body;          /* bytes of a write's body (--max-body) */
     char secret[65];            /* keys the upload capabilities */

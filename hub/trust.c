@@ -85,10 +85,10 @@ khub_status khub__pubkey_load(const char *path, khub_pubkey *out, char *errbuf, 
 {
     char *text = NULL;
     size_t n = 0;
-    khub_status st = khub__read_file(path, 256, &text, &n, errbuf, errbuf_size);
+    khub_status st = khub__read_file_mem(NULL, path, 256, &text, &n, errbuf, errbuf_size);
     if (st != KHUB_STATUS_OK) return st;
     st = khub__pubkey_parse(text, out);
-    free(text);
+    khub__mem_free(text);
     if (st != KHUB_STATUS_OK)
         khub__errbuf(errbuf, errbuf_size,
                      "%s: not a khub public key (want one line 'khub-ed25519 <base64>')", path);
@@ -220,7 +220,7 @@ khub_status khub__sign(const char *priv_path, const void *data, size_t n, char *
     KHUB_FORWARD_IF_ERROR(NULL, sign_raw(priv_path, data, n, sig, key_id, errbuf, errbuf_size));
     b64_encode(sig, 64, b64);
     size_t cap = 200;
-    *sig_json = malloc(cap);
+    *sig_json = khub__mem_alloc(NULL, cap);
     if (!*sig_json) return KHUB_STATUS_NOMEM;
     snprintf(*sig_json, cap,
              "{\"algorithm\": \"ed25519\", \"key_id\": \"%s\", \"signature\": \"%s\"}\n", key_id,
@@ -250,15 +250,15 @@ khub_status khub__sign_file(const char *priv_path, const char *path, char *errbu
 {
     char *data = NULL, *sig = NULL;
     size_t n = 0;
-    khub_status st = khub__read_file(path, 64u << 20, &data, &n, errbuf, errbuf_size);
+    khub_status st = khub__read_file_mem(NULL, path, 64u << 20, &data, &n, errbuf, errbuf_size);
     if (st != KHUB_STATUS_OK) return st;
     st = khub__sign(priv_path, data, n, &sig, errbuf, errbuf_size);
-    free(data);
+    khub__mem_free(data);
     if (st != KHUB_STATUS_OK) return st;
     char sig_path[4096];
     snprintf(sig_path, sizeof sig_path, "%s.sig", path);
     st = write_sig(sig_path, sig, errbuf, errbuf_size);
-    free(sig);
+    khub__mem_free(sig);
     return st;
 }
 
@@ -283,7 +283,7 @@ khub_status khub__sign_statement(const char *priv_path, const khub_sig_statement
     char b64[96];
     b64_encode(sig, 64, b64);
     size_t cap = 1024;
-    *sig_json = malloc(cap);
+    *sig_json = khub__mem_alloc(NULL, cap);
     if (!*sig_json) return KHUB_STATUS_NOMEM;
     snprintf(*sig_json, cap,
              "{\"format\": 2, \"algorithm\": \"ed25519\", \"key_id\": \"%s\",\n"
@@ -299,8 +299,9 @@ khub_status khub__sign_metadata(const char *priv_path, const char *path, char *e
 {
     char *data = NULL, *sig = NULL;
     size_t n = 0;
-    KHUB_FORWARD_IF_ERROR(NULL, khub__read_file(path, 4u << 20, &data, &n, errbuf, errbuf_size));
-    khub_kmeta *m = malloc(sizeof *m);
+    KHUB_FORWARD_IF_ERROR(
+        NULL, khub__read_file_mem(NULL, path, 4u << 20, &data, &n, errbuf, errbuf_size));
+    khub_kmeta *m = khub__mem_alloc(NULL, sizeof *m);
     khub_sig_statement stmt = {0};
     char why[KHUB_ERROR_SIZE] = "";
     khub_status st = m ? khub__kmeta_parse(data, n, m, why, sizeof why) : KHUB_STATUS_NOMEM;
@@ -313,14 +314,14 @@ khub_status khub__sign_metadata(const char *priv_path, const char *path, char *e
     } else {
         khub__errbuf(errbuf, errbuf_size, "%s: %s", path, why);
     }
-    free(m);
-    free(data);
+    khub__mem_free(m);
+    khub__mem_free(data);
     if (st == KHUB_STATUS_OK) {
         char sig_path[4096];
         snprintf(sig_path, sizeof sig_path, "%s.sig", path);
         st = write_sig(sig_path, sig, errbuf, errbuf_size);
     }
-    free(sig);
+    khub__mem_free(sig);
     return st;
 }
 

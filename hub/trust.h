@@ -66,7 +66,7 @@ KHUB_INTERNAL khub_status khub__pubkey_load(const char *path, khub_pubkey *out, 
 KHUB_PRIVATE_API void khub__pubkey_format(const khub_pubkey *key, char *buf, size_t n);
 
 /* Signs data with the private key at priv_path; writes the signature JSON
- * (NUL-terminated, caller frees with free()) to *sig_json. */
+ * (NUL-terminated, caller frees with khub__mem_free()) to *sig_json. */
 KHUB_INTERNAL khub_status khub__sign(const char *priv_path, const void *data, size_t n,
                                      char **sig_json, char *errbuf, size_t errbuf_size);
 /* Signs the file at path, writing path + ".sig". */
@@ -95,7 +95,7 @@ typedef struct khub_sig {
  * (0 when buf is too small). */
 KHUB_INTERNAL size_t khub__sig_statement_text(const khub_sig_statement *st, char *buf, size_t n);
 /* Signs stmt with the private key; *sig_json receives the format-2 JSON
- * (caller frees with free()). INVALID_ARG for a field with spaces etc. */
+ * (caller frees with khub__mem_free()). INVALID_ARG for a field with spaces etc. */
 KHUB_INTERNAL khub_status khub__sign_statement(const char *priv_path,
                                                const khub_sig_statement *stmt, char **sig_json,
                                                char *errbuf, size_t errbuf_size);

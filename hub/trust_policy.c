@@ -29,7 +29,7 @@ typedef struct trust_org {
 } trust_org;
 
 struct khub_trust_policy {
-    trust_org *orgs; /* [n_orgs], malloc'd */
+    trust_org *orgs; /* [n_orgs], khub__mem_alloc'd */
     size_t n_orgs;
     char revoked[MAX_REVOKED][KHUB_KEY_ID_LEN + 1];
     size_t n_revoked;
@@ -42,15 +42,15 @@ struct khub_trust_policy {
 
 khub_status khub__trust_policy_default(khub_trust_policy **out)
 {
-    *out = calloc(1, sizeof **out);
+    *out = khub__mem_calloc(NULL, 1, sizeof **out); /* no handle: the C library's */
     return *out ? KHUB_STATUS_OK : KHUB_STATUS_NOMEM;
 }
 
 void khub__trust_policy_free(khub_trust_policy *p)
 {
     if (!p) return;
-    free(p->orgs);
-    free(p);
+    khub__mem_free(p->orgs);
+    khub__mem_free(p);
 }
 
 static trust_org *find_org(const khub_trust_policy *p, const char *org)
@@ -65,7 +65,7 @@ static trust_org *get_org(khub_trust_policy *p, const char *org)
     trust_org *o = find_org(p, org);
     if (o) return o;
     if (p->n_orgs >= MAX_ORGS || strlen(org) >= sizeof o->name) return NULL;
-    trust_org *grown = realloc(p->orgs, (p->n_orgs + 1) * sizeof *grown);
+    trust_org *grown = khub__mem_realloc(NULL, p->orgs, (p->n_orgs + 1) * sizeof *grown);
     if (!grown) return NULL;
     p->orgs = grown;
     o = &p->orgs[p->n_orgs++];
@@ -225,11 +225,12 @@ khub_status khub__trust_policy_load(const char *path, khub_trust_policy **out, c
 {
     char *text = NULL;
     size_t n = 0;
-    khub_status st = khub__read_file(path, MAX_POLICY_BYTES, &text, &n, errbuf, errbuf_size);
+    khub_status st =
+        khub__read_file_mem(NULL, path, MAX_POLICY_BYTES, &text, &n, errbuf, errbuf_size);
     if (st != KHUB_STATUS_OK) return st;
     char inner[KHUB_ERROR_SIZE] = "";
     st = khub__trust_policy_parse(text, n, out, inner, sizeof inner);
-    free(text);
+    khub__mem_free(text);
     if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, inner);
     return st;
 }

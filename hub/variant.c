@@ -29,11 +29,11 @@ void khub_hub_file_list_free(khub_hub_file_list *list)
 {
     if (!list) return;
     for (size_t i = 0; i < list->count; i++) {
-        free(list->items[i].rel);
-        free(list->items[i].path);
+        khub__mem_free(list->items[i].rel);
+        khub__mem_free(list->items[i].path);
     }
-    free(list->items);
-    free(list);
+    khub__mem_free(list->items);
+    khub__mem_free(list);
 }
 
 static int plain_variant_name(const char *v)
@@ -107,15 +107,15 @@ bool khub__hub_is_fresh(const khub_hub *hub, const char *path, const char *sha25
 
 /* The sidecar as "\n<lines>" (so every line can be found as "\n<line>"),
  * or NULL when there is none usable. */
-static char *verified_read(const char *path)
+static char *verified_read(const khub_allocator *a, const char *path)
 {
     FILE *f = khub__fopen_regular(path, NULL, 0);
     if (!f) return NULL;
-    char *text = malloc(VERIFIED_MAX + 2);
+    char *text = khub__mem_alloc(a, VERIFIED_MAX + 2);
     size_t n = text ? fread(text + 1, 1, VERIFIED_MAX, f) : 0;
     fclose(f);
     if (!text || n == 0 || n == VERIFIED_MAX || strncmp(text + 1, "khub-verified 1\n", 16)) {
-        free(text);
+        khub__mem_free(text);
         return NULL;
     }
     text[0] = '\n';
@@ -124,10 +124,10 @@ static char *verified_read(const char *path)
 }
 
 /* Appends line to *lines (grown as needed); false on OOM. */
-static bool lines_add(char **lines, size_t *len, const char *line)
+static bool lines_add(const khub_allocator *a, char **lines, size_t *len, const char *line)
 {
     size_t l = strlen(line);
-    char *p = realloc(*lines, *len + l + 1);
+    char *p = khub__mem_realloc(a, *lines, *len + l + 1);
     if (!p) return false;
     memcpy(p + *len, line, l + 1);
     *lines = p;
@@ -194,9 +194,9 @@ void khub__variant_clear(khub__variant *v)
 {
     if (!v) return;
     khub_hub_file_list_free(v->files);
-    free(v->km);
-    free(v->meta);
-    free(v->sig);
+    khub__mem_free(v->km);
+    khub__mem_free(v->meta);
+    khub__mem_free(v->sig);
     memset(v, 0, sizeof *v);
 }
 
@@ -208,7 +208,8 @@ static khub_status read_meta(khub_hub *hub, const char *dir, khub__variant *v, b
     char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "";
     if (!KHUB__PATHF(path, "%s/metadata.json", dir))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: path too long", dir);
-    khub_status st = khub__read_file(path, MAX_META_BYTES, &v->meta, &v->meta_len, err, sizeof err);
+    khub_status st = khub__read_file_mem(khub__hub_alloc(hub), path, MAX_META_BYTES, &v->meta,
+                                         &v->meta_len, err, sizeof err);
     if (st == KHUB_STATUS_NOT_FOUND && (*incomplete = true))
         return khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
                               "%s: no metadata.json; a variant without a digest table is "
@@ -219,7 +220,8 @@ static khub_status read_meta(khub_hub *hub, const char *dir, khub__variant *v, b
                               khub_status_name(st));
     if (!KHUB__PATHF(path, "%s/metadata.json.sig", dir))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: path too long", dir);
-    st = khub__read_file(path, MAX_SIG_BYTES, &v->sig, &v->sig_len, err, sizeof err);
+    st = khub__read_file_mem(khub__hub_alloc(hub), path, MAX_SIG_BYTES, &v->sig, &v->sig_len, err,
+                             sizeof err);
     if (st == KHUB_STATUS_NOT_FOUND) return KHUB_STATUS_OK; /* unsigned: the policy decides */
     if (st != KHUB_STATUS_OK)
         return khub__hub_fail(hub, KHUB_STATUS_SIGNATURE_INVALID, "%s (%s)", err,
@@ -247,9 +249,10 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
     if (!realpath(repo_dir, rroot))
         return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s is not cached", dir);
     khub_status st = KHUB_STATUS_OK;
-    char *known = verified ? verified_read(verified) : NULL, *lines = NULL;
+    const khub_allocator *a = khub__hub_alloc(hub);
+    char *known = verified ? verified_read(a, verified) : NULL, *lines = NULL;
     size_t lines_len = 0;
-    bool record = verified && lines_add(&lines, &lines_len, "khub-verified 1\n"), hashed = false;
+    bool record = verified && lines_add(a, &lines, &lines_len, "khub-verified 1\n"), hashed = false;
     for (size_t i = 0; st == KHUB_STATUS_OK && i < m->n_files; i++) {
         char real[KHUB__PATH_MAX], line[KHUB__PATH_MAX + 200], probe[KHUB__PATH_MAX + 202];
         const char *name = m->files[i].name, *want = m->files[i].sha256;
@@ -281,14 +284,14 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
             if (st == KHUB_STATUS_OK && !verified) khub__hub_note_fresh(hub, real, want);
         }
         if (st != KHUB_STATUS_OK) break;
-        record = record && line[0] && lines_add(&lines, &lines_len, line);
+        record = record && line[0] && lines_add(a, &lines, &lines_len, line);
         khub_hub_file *e = &l->items[l->count++];
-        e->rel = strdup(name);
-        e->path = strdup(real);
+        e->rel = khub__mem_strdup(a, name);
+        e->path = khub__mem_strdup(a, real);
         memcpy(e->sha256, want, 65);
         if (!e->rel || !e->path) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     }
-    free(known);
+    khub__mem_free(known);
     DIR *d = st == KHUB_STATUS_OK ? opendir(dir) : NULL;
     struct dirent *de;
     while (d && st == KHUB_STATUS_OK && (de = readdir(d))) {
@@ -305,7 +308,7 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
     }
     if (d) closedir(d);
     if (st == KHUB_STATUS_OK && record && hashed) verified_write(hub, verified, lines);
-    free(lines);
+    khub__mem_free(lines);
     return st;
 }
 
@@ -333,8 +336,8 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
         }
     }
     if (st == KHUB_STATUS_OK) {
-        out->km = calloc(1, sizeof *out->km);
-        out->files = calloc(1, sizeof *out->files);
+        out->km = khub__mem_calloc(khub__hub_alloc(hub), 1, sizeof *out->km);
+        out->files = khub__mem_calloc(khub__hub_alloc(hub), 1, sizeof *out->files);
         st = (!out->km || !out->files)
                  ? khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory")
                  : khub__kmeta_parse(out->meta, out->meta_len, out->km, err, sizeof err);
@@ -342,7 +345,8 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
     }
     if (st == KHUB_STATUS_OK) {
         snprintf(out->files->dir, sizeof out->files->dir, "%s", dir);
-        out->files->items = calloc(out->km->n_files ? out->km->n_files : 1, sizeof(khub_hub_file));
+        out->files->items = khub__mem_calloc(
+            khub__hub_alloc(hub), out->km->n_files ? out->km->n_files : 1, sizeof(khub_hub_file));
         if (!out->files->items) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     }
     if (st == KHUB_STATUS_OK)
@@ -413,8 +417,8 @@ static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const cha
 {
     char rel[256], final[KHUB__PATH_MAX], tmp[KHUB__PATH_MAX], parent[KHUB__PATH_MAX];
     snprintf(rel, sizeof rel, "build/%s.tar.gz", variant);
-    char *blob = NULL;
-    KHUB_FORWARD_IF_ERROR(NULL, khub_hub_download_file(hub, id, commit, rel, &blob));
+    char blob[KHUB__PATH_MAX];
+    KHUB_FORWARD_IF_ERROR(NULL, khub_hub_download_path(hub, id, commit, rel, blob, sizeof blob));
     khub_status st = KHUB_STATUS_OK;
     if (!KHUB__PATHF(parent, "%s/khub-variants/%s", repo_dir, commit) ||
         !KHUB__PATHF(final, "%s/%s", parent, variant))
@@ -440,19 +444,19 @@ static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const cha
                                 strerror(errno));
     }
     khub__rmtree(tmp); /* what is left: nothing, or a copy another process beat */
-    free(blob);
     if (st == KHUB_STATUS_OK && !raced) {
         /* Same inodes, new folder: the verified paths move with the rename. */
         khub_hub_file_list *l = out->files;
         snprintf(l->dir, sizeof l->dir, "%s", final);
         for (size_t i = 0; st == KHUB_STATUS_OK && i < l->count; i++) {
-            char *p = malloc(strlen(final) + strlen(l->items[i].rel) + 2);
+            char *p =
+                khub__mem_alloc(khub__hub_alloc(hub), strlen(final) + strlen(l->items[i].rel) + 2);
             if (!p) {
                 st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
                 break;
             }
             sprintf(p, "%s/%s", final, l->items[i].rel);
-            free(l->items[i].path);
+            khub__mem_free(l->items[i].path);
             l->items[i].path = p;
         }
     }
@@ -500,9 +504,8 @@ static khub_status fetch_variant(khub_hub *hub, const khub_hub_id *id, const cha
         for (size_t i = 0; st == KHUB_STATUS_OK && i < t.count; i++) {
             int is_meta = strcmp(t.items[i].path, meta_rel) == 0;
             if (t.items[i].is_dir || is_meta != last) continue;
-            char *p = NULL;
-            st = khub_hub_download_file(hub, id, commit, t.items[i].path, &p);
-            free(p);
+            char p[KHUB__PATH_MAX];
+            st = khub_hub_download_path(hub, id, commit, t.items[i].path, p, sizeof p);
         }
     khub__tree_free(&t);
     KHUB_FORWARD_IF_ERROR(NULL, st);

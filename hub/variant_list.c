@@ -30,21 +30,23 @@ typedef struct found {
 typedef struct listing {
     found *v;
     size_t n, cap;
+    const khub_allocator *a; /* the hub's */
 } listing;
 
-static void found_file(found *f, const char *name)
+static void found_file(const listing *l, found *f, const char *name)
 {
-    if (f->n_files < MAX_VARIANT_FILES && (f->files[f->n_files] = strdup(name))) f->n_files++;
+    if (f->n_files < MAX_VARIANT_FILES && (f->files[f->n_files] = khub__mem_strdup(l->a, name)))
+        f->n_files++;
 }
 
 static void listing_free(listing *l)
 {
     for (size_t i = 0; i < l->n; i++) {
-        for (size_t k = 0; k < l->v[i].n_files; k++) free(l->v[i].files[k]);
-        free(l->v[i].name);
+        for (size_t k = 0; k < l->v[i].n_files; k++) khub__mem_free(l->v[i].files[k]);
+        khub__mem_free(l->v[i].name);
     }
-    free(l->v);
-    memset(l, 0, sizeof *l);
+    khub__mem_free(l->v);
+    *l = (listing){.a = l->a};
 }
 
 /* A new entry for name at the end of l; NULL when out of memory. */
@@ -52,20 +54,20 @@ static found *listing_add(listing *l, const char *name)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 8;
-        found *v = realloc(l->v, cap * sizeof *v);
+        found *v = khub__mem_realloc(l->a, l->v, cap * sizeof *v);
         if (!v) return NULL;
         l->v = v;
         l->cap = cap;
     }
     found *f = &l->v[l->n];
     memset(f, 0, sizeof *f);
-    if (!(f->name = strdup(name))) return NULL;
+    if (!(f->name = khub__mem_strdup(l->a, name))) return NULL;
     l->n++;
     return f;
 }
 
 /* The regular files directly in dir (a cached variant folder). */
-static void files_in(const char *dir, found *f)
+static void files_in(const listing *l, const char *dir, found *f)
 {
     DIR *d = opendir(dir);
     struct dirent *de;
@@ -74,7 +76,7 @@ static void files_in(const char *dir, found *f)
         struct stat sb;
         if (de->d_name[0] != '.' && KHUB__PATHF(p, "%s/%s", dir, de->d_name) && stat(p, &sb) == 0 &&
             S_ISREG(sb.st_mode))
-            found_file(f, de->d_name);
+            found_file(l, f, de->d_name);
     }
     if (d) closedir(d);
 }
@@ -92,7 +94,7 @@ static khub_status scan_dirs(khub_hub *hub, listing *l, const char *dir, const k
         if (stat(p, &sb) != 0 || !S_ISDIR(sb.st_mode) || strchr(de->d_name, '.')) continue;
         found *f = listing_add(l, de->d_name);
         if (!f) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory listing variants");
-        if (f && khub__rank_wants_files(de->d_name, h)) files_in(p, f);
+        if (f && khub__rank_wants_files(de->d_name, h)) files_in(l, p, f);
     }
     if (d) closedir(d);
     return st;
@@ -115,7 +117,7 @@ static khub_status scan_tree(khub_hub *hub, const khub_hub_id *id, const char *c
         st = khub__list_tree(hub, id, commit, t.items[i].path, 0, &vt);
         for (size_t k = 0; st == KHUB_STATUS_OK && k < vt.count; k++) {
             const char *slash = strrchr(vt.items[k].path, '/');
-            if (!vt.items[k].is_dir) found_file(f, slash ? slash + 1 : vt.items[k].path);
+            if (!vt.items[k].is_dir) found_file(l, f, slash ? slash + 1 : vt.items[k].path);
         }
         khub__tree_free(&vt);
     }
@@ -130,20 +132,20 @@ static khub_status scan_tree(khub_hub *hub, const khub_hub_id *id, const char *c
 void khub_hub_variant_list_free(khub_hub_variant_list *list)
 {
     if (!list) return;
-    free(list->items);
-    free(list);
+    khub__mem_free(list->items);
+    khub__mem_free(list);
 }
 
 static khub_status rank_listing(khub_hub *hub, const listing *l, const khub__rank_host *h,
                                 khub_hub_variant_list **out)
 {
-    khub__rank_input *in = calloc(l->n ? l->n : 1, sizeof *in);
+    khub__rank_input *in = khub__mem_calloc(l->a, l->n ? l->n : 1, sizeof *in);
     if (!in) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory listing variants");
     for (size_t i = 0; i < l->n; i++)
         in[i] =
             (khub__rank_input){l->v[i].name, (const char *const *)l->v[i].files, l->v[i].n_files};
-    khub_status st = khub__rank_variants(in, l->n, h, out);
-    free(in);
+    khub_status st = khub__rank_variants(l->a, in, l->n, h, out);
+    khub__mem_free(in);
     return st == KHUB_STATUS_OK ? st : khub__hub_fail(hub, st, "%s", khub_last_error());
 }
 
@@ -158,7 +160,7 @@ khub_status khub_hub_variants(khub_hub *hub, const khub_hub_id *id, const char *
         return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "variants need a 40-hex commit");
     khub__rank_host h;
     khub__rank_host_detect(&h);
-    listing l = {0};
+    listing l = {.a = khub__hub_alloc(hub)};
     char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX];
     khub_status st = khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir);
     if (st == KHUB_STATUS_OK && hub->offline) {

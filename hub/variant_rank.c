@@ -176,12 +176,12 @@ static bool listed(const khub_hub_variant_list *l, const char *name)
     return false;
 }
 
-khub_status khub__rank_variants(const khub__rank_input *in, size_t n, const khub__rank_host *h,
-                                khub_hub_variant_list **out)
+khub_status khub__rank_variants(const khub_allocator *a, const khub__rank_input *in, size_t n,
+                                const khub__rank_host *h, khub_hub_variant_list **out)
 {
     *out = NULL;
-    khub_hub_variant_list *l = calloc(1, sizeof *l);
-    if (l) l->items = calloc(n ? n : 1, sizeof *l->items);
+    khub_hub_variant_list *l = khub__mem_calloc(a, 1, sizeof *l);
+    if (l) l->items = khub__mem_calloc(a, n ? n : 1, sizeof *l->items);
     if (!l || !l->items) {
         khub_hub_variant_list_free(l);
         return khub__fail(NULL, KHUB_STATUS_NOMEM, "out of memory ranking %zu variants", n);

@@ -45,11 +45,11 @@ KHUB_INTERNAL bool khub__rank_wants_files(const char *name, const khub__rank_hos
  * before CPU builds, newest matching CUDA minor first), then rejected, ties
  * by name; each with its "accept: ..." or "reject: ..." reason. A name
  * listed twice is judged once; a name of 128 bytes or more is left out.
- * *out (freed with khub_hub_variant_list_free) has best = items[0].name
+ * *out (from a, freed with khub_hub_variant_list_free) has best = items[0].name
  * when that is accepted, else NULL. Reads nothing but its arguments.
  * Statuses: NOMEM (message in khub_last_error()). */
-KHUB_INTERNAL khub_status khub__rank_variants(const khub__rank_input *in, size_t n,
-                                              const khub__rank_host *h,
+KHUB_INTERNAL khub_status khub__rank_variants(const khub_allocator *a, const khub__rank_input *in,
+                                              size_t n, const khub__rank_host *h,
                                               khub_hub_variant_list **out);
 
 #endif /* KHUB_HUB_VARIANT_RANK_H */

@@ -31,7 +31,16 @@ typedef struct fixture {
     char endpoint[64];
     char variant[64];
     khub__server *srv;
+    FILE *log_file; /* the access log, through the server's log callback */
 } fixture;
+
+/* The server's access log callback: one line per call into fx->log. */
+static inline void fx_log_line(void *ud, khub_log_level level, const char *msg)
+{
+    (void)level;
+    fprintf((FILE *)ud, "%s\n", msg);
+    fflush((FILE *)ud);
+}
 
 static inline void fx_write(const char *path, const void *data, size_t n)
 {
@@ -115,10 +124,12 @@ static inline void fx_init(fixture *fx, const char *faults, uint32_t page_size)
     snprintf(fx->log, sizeof fx->log, "%s/server.log", fx->root);
     mkdir(fx->repos, 0755);
     fx_make_repos(fx);
+    ASSERT((fx->log_file = fopen(fx->log, "a")) != NULL);
     khub__server_opts so = {.dir = fx->repos,
                             .faults = faults ? faults : "",
                             .page_size = page_size,
-                            .log_path = fx->log};
+                            .log = fx_log_line,
+                            .log_ud = fx->log_file};
     ASSERT_OK(khub__server_start(&so, &fx->srv));
     snprintf(fx->endpoint, sizeof fx->endpoint, "http://127.0.0.1:%u", khub__server_port(fx->srv));
 }
@@ -159,6 +170,7 @@ static inline char *fx_log(const fixture *fx)
 static inline void fx_done(fixture *fx)
 {
     khub__server_stop(fx->srv);
+    if (fx->log_file) fclose(fx->log_file);
     khub__rmtree(fx->root);
 }
 

@@ -3,6 +3,8 @@
  * khub_server_start on the fixture's repos folder, downloads through
  * khub_hub, then scan, verify, prune and the quarantine markers, and every
  * error a caller can meet with its status and message. */
+#include <pthread.h>
+#include <stddef.h>
 #include <sys/stat.h>
 
 #include "hub_fixture.h"
@@ -84,6 +86,86 @@ TEST_IMPL(server_serves_counts_and_stops)
     pub_done(&p);
     khub_server_stop(NULL); /* accepted */
     ASSERT_EQ(khub_server_port(NULL), 0);
+}
+
+/* The access log through khub_server_opts.log (issue 12): one call per
+ * request at INFO, one line each, and no file of the library's own. */
+typedef struct log_seen {
+    pthread_mutex_t mu;
+    int calls, bad_level, newline;
+    char text[8192];
+} log_seen;
+
+static void collect_log(void *ud, khub_log_level level, const char *msg)
+{
+    log_seen *ls = ud;
+    pthread_mutex_lock(&ls->mu);
+    ls->calls++;
+    ls->bad_level += level != KHUB_LOG_INFO;
+    ls->newline += strchr(msg, '\n') != NULL;
+    size_t n = strlen(ls->text);
+    snprintf(ls->text + n, sizeof ls->text - n, "%s|", msg);
+    pthread_mutex_unlock(&ls->mu);
+}
+
+TEST_IMPL(server_access_log_goes_to_the_callback)
+{
+    pub_fixture p;
+    memset(&p, 0, sizeof p);
+    fixture *fx = &p.fx;
+    snprintf(fx->root, sizeof fx->root, "/tmp/khub-adminapi-XXXXXX");
+    ASSERT(mkdtemp(fx->root) != NULL);
+    snprintf(fx->repos, sizeof fx->repos, "%s/repos", fx->root);
+    snprintf(fx->cache, sizeof fx->cache, "%s/cache", fx->root);
+    mkdir(fx->repos, 0755);
+    fx_make_repos(fx);
+    log_seen ls = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    khub_server_opts so = server_opts(fx->repos);
+    so.log = collect_log;
+    so.log_ud = &ls;
+    so.log_path = "/nonexistent/dir/server.log"; /* not opened: log wins */
+    char err[KHUB_ERROR_SIZE] = "";
+    ASSERT_OK(khub_server_start(&so, &p.srv, err, sizeof err));
+    snprintf(fx->endpoint, sizeof fx->endpoint, "http://127.0.0.1:%u", khub_server_port(p.srv));
+    khub_hub *hub = fill_cache(&p);
+    khub_hub_free(hub);
+    uint64_t served = khub_server_request_count(p.srv);
+    khub_server_stop(p.srv);
+    ASSERT_LE(3, served);
+    ASSERT_EQ((uint64_t)ls.calls, served);
+    ASSERT_EQ(ls.bad_level, 0);
+    ASSERT_EQ(ls.newline, 0);
+    ASSERT_CONTAINS(ls.text, "/resolve/" C1 "/README.md auth=no range=- ua=khub/");
+    khub__rmtree(fx->root);
+}
+
+/* A 0.1 caller's khub_server_opts ends at max_body: nothing after it is
+ * read (the bytes there are garbage that would crash as a log callback). */
+TEST_IMPL(server_reads_only_struct_size)
+{
+    const size_t size_0_1 = offsetof(khub_server_opts, max_body) + sizeof(uint64_t);
+    ASSERT(size_0_1 < sizeof(khub_server_opts));
+    unsigned char raw[sizeof(khub_server_opts) + 64];
+    memset(raw, 0xA5, sizeof raw);
+    khub_server_opts so = server_opts("/tmp");
+    memcpy(raw, &so, size_0_1);
+    ((khub_server_opts *)(void *)raw)->struct_size = (uint32_t)size_0_1;
+    khub_server *srv = NULL;
+    char err[KHUB_ERROR_SIZE] = "";
+    ASSERT_OK(khub_server_start((const khub_server_opts *)(void *)raw, &srv, err, sizeof err));
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .token = "", .max_tries = 1};
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "http://127.0.0.1:%u", khub_server_port(srv));
+    ho.endpoint = endpoint;
+    ho.cache_dir = "/nonexistent/khub-cache";
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&ho, &hub));
+    khub_hub_id id = fx_id("org/none@main");
+    char commit[41];
+    (void)khub_hub_resolve(hub, &id, commit); /* a request: the log would be called */
+    ASSERT_LE(1, khub_server_request_count(srv));
+    khub_hub_free(hub);
+    khub_server_stop(srv);
 }
 
 static void expect_start_error(const khub_server_opts *so, khub_status want, const char *msg)
@@ -307,6 +389,8 @@ TEST_IMPL(cache_misuse)
 #define TEST_LIST(X) \
     X(server_serves_counts_and_stops) \
     X(server_start_errors) \
+    X(server_access_log_goes_to_the_callback) \
+    X(server_reads_only_struct_size) \
     X(cache_scan_verify_prune) \
     X(cache_quarantine_list_and_clear) \
     X(cache_misuse)

@@ -32,7 +32,8 @@ static void fx_restart(fixture *fx, khub__server_opts o)
 {
     khub__server_stop(fx->srv);
     o.dir = fx->repos;
-    o.log_path = fx->log;
+    o.log = fx_log_line;
+    o.log_ud = fx->log_file;
     if (!o.faults) o.faults = "";
     ASSERT_OK(khub__server_start(&o, &fx->srv));
     snprintf(fx->endpoint, sizeof fx->endpoint, "http://127.0.0.1:%u", khub__server_port(fx->srv));

@@ -56,7 +56,8 @@ static void start_with_token(fixture *fx)
 {
     fx_init(fx, NULL, 0);
     khub__server_stop(fx->srv);
-    khub__server_opts so = {.dir = fx->repos, .log_path = fx->log, .token = TOKEN};
+    khub__server_opts so = {
+        .dir = fx->repos, .log = fx_log_line, .log_ud = fx->log_file, .token = TOKEN};
     ASSERT_OK(khub__server_start(&so, &fx->srv));
     snprintf(fx->endpoint, sizeof fx->endpoint, "http://127.0.0.1:%u", khub__server_port(fx->srv));
 }

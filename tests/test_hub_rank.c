@@ -32,7 +32,7 @@ static khub__rank_host cuda_host(int major, int minor, int n_gpus, const int *cc
 static khub_hub_variant_list *rank(const khub__rank_input *in, size_t n, const khub__rank_host *h)
 {
     khub_hub_variant_list *l = NULL;
-    ASSERT_OK(khub__rank_variants(in, n, h, &l));
+    ASSERT_OK(khub__rank_variants(NULL, in, n, h, &l));
     ASSERT(l != NULL);
     return l;
 }
@@ -214,7 +214,7 @@ TEST_IMPL(locked_names_rank_like_the_listing)
     khub_hub_id id;
     ASSERT_OK(khub_hub_id_parse("org/demo", &id, NULL, 0));
     khub_hub_variant_list *locked = NULL;
-    ASSERT_OK(khub__kernel_rank_locked(&id, &e, &locked));
+    ASSERT_OK(khub__kernel_rank_locked(NULL, &e, &locked));
     khub__rank_input in[] = {
         {other, NULL, 0}, {"torch29-cxx11-cpu-x86_64-linux", NULL, 0}, {cpu, NULL, 0}};
     khub_hub_variant_list *listed = rank(in, 3, &h);

@@ -165,7 +165,8 @@ TEST_IMPL(check_dir_names_the_file)
     snprintf(path, sizeof path, "%s/k.so", dir);
     write_file(path, "library");
     khub_lock_variant v;
-    ASSERT_OK(khub__lock_variant_from_dir("khub1-cpu-x86_64-linux", dir, &v, err, sizeof err));
+    ASSERT_OK(
+        khub__lock_variant_from_dir(NULL, "khub1-cpu-x86_64-linux", dir, &v, err, sizeof err));
     ASSERT_EQ(v.n_files, (size_t)2);
     ASSERT_OK(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err));
     write_file(path, "librarY");
@@ -192,7 +193,8 @@ TEST_IMPL(check_dir_names_the_file)
     snprintf(path, sizeof path, "%s/metadata.json.sig", dir);
     write_file(path, "signature");
     khub_lock_variant v2;
-    ASSERT_OK(khub__lock_variant_from_dir("khub1-cpu-x86_64-linux", dir, &v2, err, sizeof err));
+    ASSERT_OK(
+        khub__lock_variant_from_dir(NULL, "khub1-cpu-x86_64-linux", dir, &v2, err, sizeof err));
     ASSERT_EQ(v2.n_files, (size_t)2);
     ASSERT_STR_EQ(v2.hash, v.hash);
     ASSERT_OK(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err));
@@ -206,8 +208,8 @@ TEST_IMPL(check_dir_names_the_file)
     ASSERT_OK(khub__sha256_hex(line, (size_t)n, want));
     ASSERT(strncmp(v.hash, "sha256:", 7) == 0);
     ASSERT_STR_EQ(v.hash + 7, want);
-    free(v.files);
-    free(v2.files);
+    khub__mem_free(v.files);
+    khub__mem_free(v2.files);
     khub__rmtree(dir);
 }
 

@@ -75,7 +75,7 @@ TEST_IMPL(sign_and_verify)
     raw[5] ^= 0x80;
     ASSERT_STATUS(khub__sig_verify(&key, metadata, strlen(metadata), raw),
                   KHUB_STATUS_SIGNATURE_INVALID);
-    free(sig);
+    khub__mem_free(sig);
 }
 
 static khub_trust_policy *policy_with(const char *org, const khub_pubkey *key)
@@ -96,7 +96,7 @@ TEST_IMPL(decide_signed_trusted)
     ASSERT_OK(khub__trust_decide(p, "kernels-community", metadata, strlen(metadata), sig,
                                  strlen(sig), 0, err, sizeof err));
     khub__trust_policy_free(p);
-    free(sig);
+    khub__mem_free(sig);
 }
 
 TEST_IMPL(decide_bad_signature)
@@ -117,7 +117,7 @@ TEST_IMPL(decide_bad_signature)
                   KHUB_STATUS_SIGNATURE_INVALID);
     ASSERT_CONTAINS(err, "malformed");
     khub__trust_policy_free(p);
-    free(sig);
+    khub__mem_free(sig);
 }
 
 TEST_IMPL(decide_unknown_key)
@@ -138,7 +138,7 @@ TEST_IMPL(decide_unknown_key)
                                      strlen(sig), 1, err, sizeof err),
                   KHUB_STATUS_KEY_UNKNOWN);
     khub__trust_policy_free(p);
-    free(sig);
+    khub__mem_free(sig);
 }
 
 /* A key trusted for one organisation does not vouch for another: signed by
@@ -169,7 +169,7 @@ TEST_IMPL(decide_key_of_other_org)
                   KHUB_STATUS_KEY_UNKNOWN);
     ASSERT_CONTAINS(err, "the policy does not list that key");
     khub__trust_policy_free(p);
-    free(sig);
+    khub__mem_free(sig);
 }
 
 TEST_IMPL(decide_revoked_key)
@@ -191,7 +191,7 @@ TEST_IMPL(decide_revoked_key)
                   KHUB_STATUS_KEY_REVOKED);
     ASSERT_CONTAINS(err, "revoked key");
     khub__trust_policy_free(p);
-    free(sig);
+    khub__mem_free(sig);
 }
 
 TEST_IMPL(decide_unsigned)
@@ -342,7 +342,7 @@ TEST_IMPL(policy_org_without_keys)
     ASSERT_OK(
         khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 0, err, sizeof err));
     khub__trust_policy_free(p);
-    free(sig);
+    khub__mem_free(sig);
 }
 
 /* The .sig is read as strictly as the policy: an unknown field or a key
@@ -370,7 +370,7 @@ TEST_IMPL(sig_strict_fields)
                   KHUB_STATUS_SIGNATURE_INVALID);
     ASSERT_CONTAINS(err, "malformed (duplicate key \"key_id\"");
     khub__trust_policy_free(p);
-    free(sig);
+    khub__mem_free(sig);
 }
 
 static const char real_meta[] =
@@ -493,7 +493,7 @@ TEST_IMPL(bind_refuses_another_kernel)
     ASSERT_STATUS(khub__trust_bind(&want, &got, sig, strlen(sig), err, sizeof err),
                   KHUB_STATUS_SIGNATURE_INVALID);
     ASSERT_CONTAINS(err, "the signed statement names kernels-community/flash-attn2 1.2.0");
-    free(sig);
+    khub__mem_free(sig);
 }
 
 #define TEST_LIST(X) \

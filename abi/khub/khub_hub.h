@@ -112,12 +112,23 @@ typedef struct khub_hub_opts {
     int32_t timeout_s;         /* connect and stall timeout, 0 = 10 */
     int32_t max_retry_after_s; /* cap on a server's Retry-After, 0 = 60 */
     /* End of 0.1. */
+    /* The allocator of the hub's own memory: the handle, its buffers, and
+     * the results it returns (lists, reports, locks grown through it).
+     * realloc NULL = the C library's. A runtime attached with
+     * khub_hub_set_runtime replaces it while attached. Each block remembers
+     * the allocator it came from, so results are freed by their own
+     * functions whatever is attached then; ud must stay valid until the
+     * last of them is freed. libcurl, cJSON, libarchive and OpenSSL keep
+     * their own (process-wide) allocators. Added in 0.2. */
+    khub_allocator allocator;
 } khub_hub_opts;
 
 typedef struct khub_hub khub_hub;
 
 /* Creates a hub client; opts may be NULL. Makes no network connection.
- * On failure *out is NULL and khub_last_error() says why. Since 0.1. */
+ * Only the first opts->struct_size bytes of opts are read (a 0.1 caller's
+ * struct has no allocator field); below 0.1's size is STRUCT_SIZE. On
+ * failure *out is NULL and khub_last_error() says why. Since 0.1. */
 KHUB_API khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out);
 /* Frees hub. Accepts NULL. Since 0.1. */
 KHUB_API void khub_hub_free(khub_hub *hub);
@@ -136,10 +147,14 @@ KHUB_API void khub_hub_set_progress(khub_hub *hub, khub_hub_progress_fn fn, void
 /* Sends hub's log messages (a refused hub answered from the cached refs, an
  * unusable tree cache, a no-version pin: WARN; retries and the model-repo
  * fallback: INFO) to rt's log callback at rt's KHUB_OPT_LOG_LEVEL, as the
- * runtime's own messages go (khub_log_set). rt is borrowed and must outlive
- * hub or be unset first; NULL, the default, logs to stderr at WARN and
- * above. Failures are not logged: they are returned with
- * khub_hub_errmsg. Not thread-safe with other calls on hub. Since 0.1. */
+ * runtime's own messages go (khub_log_set), and, since 0.2, makes hub
+ * allocate from rt's allocator (khub_runtime_opts.allocator) from now on:
+ * memory allocated before keeps the allocator it came from
+ * (khub_hub_opts.allocator) and is returned to it. rt is borrowed and must
+ * outlive hub or be unset first; NULL, the default, logs to stderr at WARN
+ * and above and allocates from khub_hub_opts.allocator. Failures are not
+ * logged: they are returned with khub_hub_errmsg. Not thread-safe with
+ * other calls on hub. Since 0.1. */
 KHUB_API void khub_hub_set_runtime(khub_hub *hub, const khub_runtime *rt);
 
 /* ------------------------------------------------------------------------ */
@@ -154,12 +169,23 @@ KHUB_API void khub_hub_set_runtime(khub_hub *hub, const khub_runtime *rt);
  * NETWORK, HTTP, RATE_LIMITED, PARSE. Since 0.1. */
 KHUB_API khub_status khub_hub_resolve(khub_hub *hub, const khub_hub_id *id, char commit_out[41]);
 
+/* Longest path the hub writes into a caller's buffer, NUL included. */
+#define KHUB_HUB_PATH_MAX 4096
+
 /* Downloads one file of the repo at commit into the cache (verified against
  * its ETag: SHA-256 for LFS files, git blob SHA-1 for others, before it
- * enters blobs/) and returns the snapshot path in *path_out (caller frees
- * with free()). A file already in the snapshot makes no request. Statuses
- * as khub_hub_resolve plus ENTRY_NOT_FOUND, DIGEST_MISMATCH, UNSAFE_PATH,
- * IO. Since 0.1. */
+ * enters blobs/) and writes its snapshot path into buf (size bytes;
+ * KHUB_HUB_PATH_MAX always suffice, a shorter buffer that the path does not
+ * fit is OVERFLOW); nothing is allocated for the caller. A file already in
+ * the snapshot makes no request. Statuses as khub_hub_resolve plus
+ * ENTRY_NOT_FOUND, DIGEST_MISMATCH, UNSAFE_PATH, IO, OVERFLOW. Since 0.2. */
+KHUB_API khub_status khub_hub_download_path(khub_hub *hub, const khub_hub_id *id,
+                                            const char *commit, const char *path, char *buf,
+                                            size_t size);
+/* The 0.1 form of khub_hub_download_path: the path in *path_out, which the
+ * caller frees with free(). That string alone comes from the C library's
+ * allocator whatever hub's allocator is (0.1 callers free it with free());
+ * new code uses khub_hub_download_path. Since 0.1. */
 KHUB_API khub_status khub_hub_download_file(khub_hub *hub, const khub_hub_id *id,
                                             const char *commit, const char *path, char **path_out);
 

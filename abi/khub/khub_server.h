@@ -51,7 +51,9 @@ typedef struct khub_server_opts {
     uint32_t page_size;   /* tree entries per listing page; 0 = 1000 */
     const char *token;    /* writes need "Authorization: Bearer <token>" (reads stay open);
                              NULL or "" = writes are open to anyone who can connect */
-    const char *log_path; /* one line per request appended to this file; NULL = none */
+    const char *log_path; /* 0.1: the access log appended to this file, when log is NULL;
+                             new code sets log (the library writes no file of its own
+                             then) */
     /* Test faults, "drop-body=1,ignore-range" (the table in docs/hub-server.md):
      * NULL = $KHUB_SERVE_FAULTS, "" = none. For testing clients only. */
     const char *faults;
@@ -61,18 +63,26 @@ typedef struct khub_server_opts {
     uint32_t reserved1;
     uint64_t max_body; /* bytes of an authenticated write's body (over: 413); 0 = 64 MiB */
     /* End of 0.1. */
+    /* The access log: one line per request, "GET /api/kernels/org/name
+     * auth=yes|no range=<Range or -> ua=<User-Agent or ->" (no newline), at
+     * KHUB_LOG_INFO, called from the server's threads one call at a time
+     * until khub_server_stop returns. NULL = no access log (or log_path's
+     * file). Added in 0.2. */
+    khub_log_fn log;
+    void *log_ud;
 } khub_server_opts;
 
 typedef struct khub_server khub_server;
 
-/* Starts serving opts->dir in background threads and returns at once. On
- * failure *out is NULL and, when errbuf is not NULL, its errbuf_size bytes
- * (KHUB_ERROR_SIZE always suffice) get the message. Statuses: NOT_FOUND
- * (dir is not a directory), INVALID_ARG (host is not an IPv4 address, an
- * unknown fault or a fault without its value), IO (the log cannot be
- * opened, the address cannot be bound: "serve: cannot listen on
- * 127.0.0.1:8080 (port in use?)"), STRUCT_SIZE (opts older than 0.1),
- * NOMEM, MISUSE (opts or out NULL). Since 0.1. */
+/* Starts serving opts->dir in background threads and returns at once. Only
+ * the first opts->struct_size bytes of opts are read. On failure *out is
+ * NULL and, when errbuf is not NULL, its errbuf_size bytes (KHUB_ERROR_SIZE
+ * always suffice) get the message. Statuses: NOT_FOUND (dir is not a
+ * directory), INVALID_ARG (host is not an IPv4 address, an unknown fault or
+ * a fault without its value), IO (log_path cannot be opened, the address
+ * cannot be bound: "serve: cannot listen on 127.0.0.1:8080 (port in
+ * use?)"), STRUCT_SIZE (opts older than 0.1), NOMEM, MISUSE (opts or out
+ * NULL). Since 0.1. */
 KHUB_API khub_status khub_server_start(const khub_server_opts *opts, khub_server **out,
                                        char *errbuf, size_t errbuf_size);
 /* The TCP port the server listens on (the chosen one when opts.port was 0). */

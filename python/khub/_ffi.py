@@ -217,6 +217,7 @@ class HubOpts(ctypes.Structure):
         ("backoff_ms", i32),
         ("timeout_s", i32),
         ("max_retry_after_s", i32),
+        ("allocator", Allocator),  # 0.2; zero = the C library's
     ]
 
 

@@ -77,14 +77,18 @@ FILE *khub__fopen_regular(const char *path, char *errbuf, size_t errbuf_size)
     return f;
 }
 
-khub_status khub__read_file(const char *path, size_t max, char **out, size_t *n, char *errbuf,
-                            size_t errbuf_size)
+/* The read itself, into a buffer from alloc(ud, n), released with
+ * release(p) on failure: the C library's for khub__read_file, a tagged
+ * block for khub__read_file_mem. */
+static khub_status read_into(const char *path, size_t max, void *(*alloc)(const void *, size_t),
+                             void (*release)(void *), const void *ud, char **out, size_t *n,
+                             char *errbuf, size_t errbuf_size)
 {
     *out = NULL;
     *n = 0;
     FILE *f = khub__fopen_regular(path, errbuf, errbuf_size);
     if (!f) return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
-    char *buf = malloc(max + 1);
+    char *buf = max < SIZE_MAX ? alloc(ud, max + 1) : NULL;
     size_t got = buf ? fread(buf, 1, max + 1, f) : 0;
     int err = ferror(f);
     fclose(f);
@@ -93,7 +97,7 @@ khub_status khub__read_file(const char *path, size_t max, char **out, size_t *n,
         return KHUB_STATUS_NOMEM;
     }
     if (err || got > max) {
-        free(buf);
+        release(buf);
         if (err) {
             khub__errbuf(errbuf, errbuf_size, "%s: read error", path);
             return KHUB_STATUS_IO;
@@ -105,4 +109,24 @@ khub_status khub__read_file(const char *path, size_t max, char **out, size_t *n,
     *out = buf;
     *n = got;
     return KHUB_STATUS_OK;
+}
+
+static void *libc_alloc(const void *ud, size_t n)
+{
+    (void)ud;
+    return malloc(n);
+}
+
+static void *block_alloc(const void *ud, size_t n) { return khub__mem_alloc(ud, n); }
+
+khub_status khub__read_file(const char *path, size_t max, char **out, size_t *n, char *errbuf,
+                            size_t errbuf_size)
+{
+    return read_into(path, max, libc_alloc, free, NULL, out, n, errbuf, errbuf_size);
+}
+
+khub_status khub__read_file_mem(const khub_allocator *a, const char *path, size_t max, char **out,
+                                size_t *n, char *errbuf, size_t errbuf_size)
+{
+    return read_into(path, max, block_alloc, khub__mem_free, a, out, n, errbuf, errbuf_size);
 }

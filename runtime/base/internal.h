@@ -22,11 +22,13 @@
 
 #define KHUB_INTERNAL __attribute__((visibility("hidden")))
 /* An internal function (or table) that khub's sibling libraries, built from
- * this tree and installed with it, call (libkhub_author: the compiler
- * driver, templates, signing and publishing wrappers): exported from
- * libkhub.so under "Private" in abi/SYMBOLS.md, but not API: no header in
- * abi/, no promise between versions, never for applications. Everything
- * else internal stays KHUB_INTERNAL (hidden). */
+ * this tree and installed with it, call (libkhub_server and libkhub_author:
+ * errors, log, file reading, digests, safe paths, the compiler driver's
+ * gate, signing and publishing): exported from libkhub.so under "Private"
+ * in abi/SYMBOLS.md, but not API: no header in abi/, no promise between
+ * versions, never for applications. This is the siblings' only way in;
+ * nothing is compiled into two libraries. Everything else internal stays
+ * KHUB_INTERNAL (hidden). */
 #define KHUB_PRIVATE_API __attribute__((visibility("default")))
 
 /* The host sees the whole ABI; only plugins may target an older minor. */
@@ -51,9 +53,9 @@ KHUB_INTERNAL void khub__clear(khub_runtime *rt);
 KHUB_INTERNAL void khub__copy_error(const khub_runtime *rt, char *buf, size_t n);
 /* Writes a formatted one-line message into a caller's buffer (NULL/0 ok);
  * newlines become spaces (runtime/errbuf.c). */
-KHUB_INTERNAL void khub__errbuf(char *buf, size_t n, const char *fmt, ...)
+KHUB_PRIVATE_API void khub__errbuf(char *buf, size_t n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-KHUB_INTERNAL void khub__verrbuf(char *buf, size_t n, const char *fmt, va_list ap);
+KHUB_PRIVATE_API void khub__verrbuf(char *buf, size_t n, const char *fmt, va_list ap);
 
 /* Fails with st and a message when cond holds; logs file:line at DEBUG. */
 #define KHUB_RETURN_IF(rt, cond, st, ...) \
@@ -138,6 +140,27 @@ KHUB_INTERNAL void khub__strfree(khub_runtime *rt, char *s);
 KHUB_INTERNAL void *khub__aligned_alloc(khub_runtime *rt, size_t n);
 KHUB_INTERNAL void khub__aligned_free(khub_runtime *rt, void *p);
 
+/* Blocks that remember their allocator (runtime/base/mem_block.c): the
+ * hub's memory. Each block carries its size and a copy of the allocator it
+ * came from (a NULL allocator, or a NULL realloc, is the C library's), so
+ * khub__mem_free and khub__mem_realloc need nothing but the block. Never
+ * mix with free() or khub__free. */
+KHUB_INTERNAL void *khub__mem_alloc(const khub_allocator *a, size_t n);
+KHUB_INTERNAL void *khub__mem_calloc(const khub_allocator *a, size_t count, size_t size);
+/* p == NULL allocates from a; otherwise p's own allocator is used and a is
+ * ignored. NULL on failure, p untouched. */
+KHUB_INTERNAL void *khub__mem_realloc(const khub_allocator *a, void *p, size_t n);
+KHUB_INTERNAL void khub__mem_free(void *p);
+/* Zeroes the block (a token, a key) before freeing it. */
+KHUB_INTERNAL void khub__mem_wipe_free(void *p);
+/* The size asked for at allocation (0 for NULL). */
+KHUB_INTERNAL size_t khub__mem_size(const void *p);
+KHUB_INTERNAL char *khub__mem_strdup(const khub_allocator *a, const char *s);
+/* At most n bytes of s, NUL-terminated. */
+KHUB_INTERNAL char *khub__mem_strndup(const khub_allocator *a, const char *s, size_t n);
+/* The runtime's allocator (runtime/loader/runtime.c), NULL for NULL. */
+KHUB_INTERNAL const khub_allocator *khub__runtime_allocator(const khub_runtime *rt);
+
 /* ------------------------------------------------------------------------ */
 /* Logging                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -182,16 +205,21 @@ KHUB_INTERNAL const khub_host_api *khub__runtime_host(khub_runtime *rt);
  * "<path>: cannot open: <reason>" or "<path>: is a FIFO, not a regular
  * file". Every path a user names (model, plugin, policy, lock, key, token,
  * khub.json) is opened through this or khub__fopen_regular. */
-KHUB_INTERNAL int khub__open_regular(const char *path, char *errbuf, size_t errbuf_size);
+KHUB_PRIVATE_API int khub__open_regular(const char *path, char *errbuf, size_t errbuf_size);
 /* The same as a stdio stream ("rb"); NULL with errno and errbuf set. */
-KHUB_INTERNAL FILE *khub__fopen_regular(const char *path, char *errbuf, size_t errbuf_size);
+KHUB_PRIVATE_API FILE *khub__fopen_regular(const char *path, char *errbuf, size_t errbuf_size);
 
 /* Reads all of path, at most max bytes, into *out (NUL-terminated, the
  * caller frees it with free()); *n gets the length. NOT_FOUND when absent,
  * IO, OVERFLOW when larger than max, NOMEM; errbuf (may be NULL) gets
  * "<path>: cannot open: <reason>" and the like. */
-KHUB_INTERNAL khub_status khub__read_file(const char *path, size_t max, char **out, size_t *n,
-                                          char *errbuf, size_t errbuf_size);
+KHUB_PRIVATE_API khub_status khub__read_file(const char *path, size_t max, char **out, size_t *n,
+                                             char *errbuf, size_t errbuf_size);
+/* The same into a block of allocator a (khub__mem_alloc; freed with
+ * khub__mem_free): the hub's reads. */
+KHUB_INTERNAL khub_status khub__read_file_mem(const khub_allocator *a, const char *path, size_t max,
+                                              char **out, size_t *n, char *errbuf,
+                                              size_t errbuf_size);
 
 /* ------------------------------------------------------------------------ */
 /* Sorted name index (runtime/base/name_index.c)                            */
@@ -253,11 +281,11 @@ KHUB_INTERNAL const char *khub__dtype_id_name(int id);
 /* Lowercase hex of n bytes into hex (2n + 1 bytes, NUL-terminated). */
 KHUB_INTERNAL void khub__to_hex(const unsigned char *bytes, unsigned n, char *hex);
 /* hex must hold 65 bytes. */
-KHUB_INTERNAL khub_status khub__sha256_hex(const void *data, size_t n, char hex[65]);
-KHUB_INTERNAL khub_status khub__sha256_file_hex(const char *path, char hex[65]);
+KHUB_PRIVATE_API khub_status khub__sha256_hex(const void *data, size_t n, char hex[65]);
+KHUB_PRIVATE_API khub_status khub__sha256_file_hex(const char *path, char hex[65]);
 /* Constant-time compare of two lowercase/uppercase hex digests. */
-KHUB_INTERNAL bool khub__digest_eq(const char *a, const char *b);
+KHUB_PRIVATE_API bool khub__digest_eq(const char *a, const char *b);
 /* True for exactly 64 hex digits. */
-KHUB_INTERNAL bool khub__is_sha256_hex(const char *s);
+KHUB_PRIVATE_API bool khub__is_sha256_hex(const char *s);
 
 #endif /* KHUB_RUNTIME_INTERNAL_H */

@@ -48,7 +48,10 @@ static bool unique_keys(const cJSON *j, const char **dup, bool *nomem)
     const cJSON *c;
     cJSON_ArrayForEach(c, j) n++;
     if (cJSON_IsObject(j) && n > 1) {
-        const char **names = malloc(n * sizeof *names);
+        /* Objects of trust files are small: the stack, without allocating
+         * (this runs inside hub calls that have no allocator to hand). */
+        const char *small[64];
+        const char **names = n <= 64 ? small : khub__mem_calloc(NULL, n, sizeof *names);
         if (!names) {
             *nomem = true;
             return false;
@@ -58,7 +61,7 @@ static bool unique_keys(const cJSON *j, const char **dup, bool *nomem)
         qsort(names, n, sizeof *names, cmp_name);
         for (size_t i = 1; i < n && !*dup; i++)
             if (!strcmp(names[i - 1], names[i])) *dup = names[i];
-        free(names);
+        if (names != small) khub__mem_free(names);
         if (*dup) return false;
     }
     cJSON_ArrayForEach(c, j) if (!unique_keys(c, dup, nomem)) return false;

@@ -117,7 +117,7 @@ static khub_status fetch_variants(fetch *f)
     khub_status st;
     if (f->entry) {
         memcpy(f->r->commit, f->entry->commit, 41);
-        st = khub__kernel_rank_locked(&f->id, f->entry, &f->vl);
+        st = khub__kernel_rank_locked(f->hub, f->entry, &f->vl);
         if (st != KHUB_STATUS_OK)
             return khub__fail(f->rt, st, "%s: %s", f->r->repo, khub_last_error());
         f->r->locked = 1;

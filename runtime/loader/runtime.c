@@ -88,6 +88,11 @@ static const khub_allocator *alloc_of(const khub_runtime *rt)
     return rt ? &rt->alloc : &default_alloc;
 }
 
+const khub_allocator *khub__runtime_allocator(const khub_runtime *rt)
+{
+    return rt ? &rt->alloc : NULL;
+}
+
 void *khub__realloc(khub_runtime *rt, void *p, size_t old_n, size_t new_n)
 {
     const khub_allocator *a = alloc_of(rt);

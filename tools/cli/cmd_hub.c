@@ -286,11 +286,21 @@ static long option_number(const char *v, long lo, long hi)
     return errno || end == v || *end || n < lo || n > hi ? -1 : n;
 }
 
+/* --log FILE: the server's access log callback, one line per request
+ * appended to the file (the library writes no file of its own). */
+static void serve_log_line(void *ud, khub_log_level level, const char *msg)
+{
+    (void)level;
+    fprintf((FILE *)ud, "%s\n", msg);
+    fflush((FILE *)ud);
+}
+
 static const khub_cli_cmd serve_cmd;
 static int run_serve(int argc, char **argv)
 {
     if (khub_cli_wants_help(&serve_cmd, argc, argv)) return 0;
     khub_server_opts o = {KHUB_APP_INIT(khub_server_opts)};
+    const char *log_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--port") && i + 1 < argc) {
             long port = option_number(argv[++i], 0, 65535);
@@ -303,7 +313,7 @@ static int run_serve(int argc, char **argv)
         else if (!strcmp(argv[i], "--fault") && i + 1 < argc)
             o.faults = argv[++i];
         else if (!strcmp(argv[i], "--log") && i + 1 < argc)
-            o.log_path = argv[++i];
+            log_path = argv[++i];
         else if (!strcmp(argv[i], "--token") && i + 1 < argc)
             o.token = argv[++i];
         else if (!strcmp(argv[i], "--page-size") && i + 1 < argc) {
@@ -344,10 +354,17 @@ static int run_serve(int argc, char **argv)
             return khub_cli_usage(&serve_cmd, "unexpected argument %s", argv[i]);
     }
     if (!o.dir) return khub_cli_usage(&serve_cmd, "missing DIR");
+    FILE *log = log_path ? fopen(log_path, "a") : NULL;
+    if (log_path && !log)
+        return khub_cli_fail("serve", "serve: cannot open log %s: %s", log_path, strerror(errno));
+    o.log = log ? serve_log_line : NULL;
+    o.log_ud = log;
     khub_server *s = NULL;
     char err[KHUB_ERROR_SIZE];
-    if (khub_server_start(&o, &s, err, sizeof err) != KHUB_STATUS_OK)
+    if (khub_server_start(&o, &s, err, sizeof err) != KHUB_STATUS_OK) {
+        if (log) fclose(log);
         return khub_cli_fail("serve", "%s", err);
+    }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     printf("serving %s on http://%s:%u\n", o.dir, o.host ? o.host : "127.0.0.1",
@@ -355,6 +372,7 @@ static int run_serve(int argc, char **argv)
     fflush(stdout);
     while (!stop_serving) pause();
     khub_server_stop(s);
+    if (log) fclose(log);
     return 0;
 }
 
