@@ -58,13 +58,13 @@ readelf -d "$B/libkhub_author.so" | grep -q "NEEDED.*\[libkhub.so.$major\]" ||
     fail "libkhub_author.so does not link libkhub.so.$major"
 echo "ok   libkhub_author: SONAME $soname, links libkhub.so.$major"
 
-# One way into libkhub for both sibling libraries (issue 12): its Private
+# One way into libkhub for every sibling library (issue 12): its Private
 # exports. Neither defines any of them itself (no copy of a libkhub source
 # compiled in), and each calls at least one.
 private=$(awk '/^## Private/ {on = 1; next} /^## / {on = 0} on && /^- `/ {gsub(/[-` ]/, ""); print}' \
     "$KHUB_SRC/abi/SYMBOLS.md" | sort)
 [ -n "$private" ] || fail "SYMBOLS.md lists no Private exports (test out of date?)"
-for lib in libkhub_server libkhub_author; do
+for lib in libkhub_server libkhub_author libkhub_model_server; do
     own=$(nm --defined-only "$B/$lib.so" | awk 'NF >= 3 {print $3}' | sort -u)
     copies=$(comm -12 <(echo "$private") <(echo "$own"))
     [ -z "$copies" ] || fail "$lib.so defines libkhub's private functions itself: $(echo $copies)"
@@ -72,7 +72,7 @@ for lib in libkhub_server libkhub_author; do
     [ -n "$(comm -12 <(echo "$private") <(echo "$used"))" ] ||
         fail "$lib.so calls none of libkhub's private exports (test out of date?)"
 done
-echo "ok   libkhub_server and libkhub_author reach libkhub only through its Private exports"
+echo "ok   libkhub_server, libkhub_author and libkhub_model_server reach libkhub only through its Private exports"
 
 # libkhub.so holds no authoring code: none of its symbols (the full symbol
 # table, hidden ones too: nm, not only nm -D) is the compiler driver's,

@@ -168,7 +168,7 @@ TEST_IMPL(oom_at_any_allocation_fails_and_leaks_nothing)
 {
     fixture fx;
     fx_init(&fx, NULL, 0);
-    {   /* fill the cache online first */
+    { /* fill the cache online first */
         counter c = {{-1, 0}, 0};
         khub_hub_opts o = opts_with(&fx, 0, &c);
         khub_hub *hub = NULL;
@@ -185,7 +185,7 @@ TEST_IMPL(oom_at_any_allocation_fails_and_leaks_nothing)
     }
     long k = 0;
     while (k < 5000 && !oom_round(&fx, k)) k++;
-    ASSERT_LE(5, k);   /* the round needs several allocations: each one failed once */
+    ASSERT_LE(5, k);  /* the round needs several allocations: each one failed once */
     ASSERT(k < 5000); /* and with enough of them it succeeds */
     fx_done(&fx);
 }

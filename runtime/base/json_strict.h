@@ -20,7 +20,7 @@ KHUB_INTERNAL bool khub__json_unique_keys(const cJSON *j, const char **dup);
  * could read differently: a duplicate key anywhere, or text after the
  * document. NULL with a short reason in why ("duplicate key \"x\" ...",
  * "not valid JSON"); free the result with cJSON_Delete. */
-KHUB_INTERNAL cJSON *khub__json_parse_strict(const char *text, size_t n, char *why,
-                                             size_t why_size);
+KHUB_PRIVATE_API cJSON *khub__json_parse_strict(const char *text, size_t n, char *why,
+                                                size_t why_size);
 
 #endif
