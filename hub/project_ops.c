@@ -78,7 +78,7 @@ khub_status khub_lock_kernel(khub_hub *hub, khub_lock *lock, const khub_hub_id *
         khub__hub_fail(hub, KHUB_STATUS_DOWNGRADE,
                        "%s: the pin now resolves to commit %.12s, version %s, older than the "
                        "locked %s (commit %.12s): the branch was moved back to an older build; "
-                       "refusing to downgrade (--allow-downgrade accepts it)",
+                       "refusing to downgrade (khub_lock_opts.allow_downgrade accepts it)",
                        e.repo, e.commit, e.kernel_version, old->kernel_version, old->commit);
         khub__lock_entry_clear(&e);
         return KHUB_STATUS_DOWNGRADE;

@@ -44,7 +44,7 @@ static khub_status pub_error(khub__pub *p, const khub__http_resp *r, const char 
     if (r->status == 401 || r->status == 403)
         return khub__hub_fail(hub, KHUB_STATUS_UNAUTHORIZED,
                               "%s: HTTP %ld: token %s; publishing needs a token with write "
-                              "access to %s (set HF_TOKEN or pass --token)%s",
+                              "access to %s (set HF_TOKEN or khub_hub_opts.token)%s",
                               what, r->status,
                               hub->token ? "rejected or it lacks write access" : "missing",
                               p->id.org,

@@ -63,8 +63,8 @@ khub_status khub__quarantine_gate(khub_runtime *rt, const char *repo, const char
     }
     return khub__fail(rt, KHUB_STATUS_QUARANTINED,
                       "%s@%.12s variant %s is quarantined: it ended a process before (%s). Clear "
-                      "it with `khub cache unquarantine %s` to retry, or load it anyway with "
-                      "--allow-quarantined (KHUB_OPT_ALLOW_QUARANTINED)",
+                      "it with khub_cache_quarantine_clear on %s to retry, or load it anyway "
+                      "with KHUB_OPT_ALLOW_QUARANTINED",
                       repo, commit, variant, why[0] ? why : "no detail", repo);
 }
 

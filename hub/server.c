@@ -261,7 +261,9 @@ khub_status khub__server_start(const khub__server_opts *o, khub__server **out)
     if (!strcmp(host, "localhost")) host = "127.0.0.1";
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1)
         return khub__srv_fail(KHUB_STATUS_INVALID_ARG,
-                              "serve: --host %s is not an IPv4 address (use 127.0.0.1)", host);
+                              "serve: host %s (khub_server_opts.host) is not an IPv4 address "
+                              "(use 127.0.0.1)",
+                              host);
     khub__server *s = calloc(1, sizeof *s);
     if (!s) return khub__srv_fail(KHUB_STATUS_NOMEM, "serve: out of memory");
     khub_status st = KHUB_STATUS_OK;

@@ -45,7 +45,7 @@ int khub__srv_read_auth(khub__server *s, struct MHD_Connection *c, MHD_RESULT *r
     if (!h || khub__srv_write_allowed(s, c)) return 1;
     *ret = khub__srv_send_error(c, 401, NULL, NULL,
                                 "Invalid credentials in Authorization header: the token is not "
-                                "this server's (khub serve --token)");
+                                "this server's");
     return 0;
 }
 

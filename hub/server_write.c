@@ -255,7 +255,8 @@ MHD_RESULT khub__srv_route_write(khub__server *s, struct MHD_Connection *c, cons
                                     "Invalid credentials in Authorization header: "
                                     "writes need the server's token");
     if (k->too_big)
-        return khub__srv_send_error(c, 413, NULL, NULL, "request body over the --max-body limit");
+        return khub__srv_send_error(c, 413, NULL, NULL,
+                                    "request body over the server's max_body limit");
     if (n == 2 && !strcmp(seg[0], "api") && !strcmp(seg[1], "validate-yaml"))
         return khub__srv_send_json(c, 200, cJSON_Parse("{\"errors\":[],\"warnings\":[]}"), NULL,
                                    NULL);

@@ -315,10 +315,11 @@ khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, cons
             return KHUB_STATUS_UNSIGNED;
         }
         if (!opted_in) {
-            khub__errbuf(errbuf, errbuf_size,
-                         "%s: unsigned kernel from an organisation the policy does not list; "
-                         "opt in with --allow-unsigned or allow_unsigned in the policy",
-                         org);
+            khub__errbuf(
+                errbuf, errbuf_size,
+                "%s: unsigned kernel from an organisation the policy does not list; "
+                "opt in with khub_kernel_opts.allow_unsigned or allow_unsigned in the policy",
+                org);
             return KHUB_STATUS_UNSIGNED;
         }
         return KHUB_STATUS_OK;
@@ -341,8 +342,8 @@ khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, cons
         if (opted_in) return KHUB_STATUS_OK; /* unsigned would pass too */
         khub__errbuf(errbuf, errbuf_size,
                      "%s: signed with key %s, but the policy lists no keys for this "
-                     "organisation (%s); opt in with --allow-unsigned or allow_unsigned in the "
-                     "policy",
+                     "organisation (%s); opt in with khub_kernel_opts.allow_unsigned or "
+                     "allow_unsigned in the policy",
                      org, key_id,
                      find_key(p, NULL, key_id) ? "that key is trusted for another organisation"
                                                : "the policy does not list that key");
@@ -384,14 +385,14 @@ khub_status khub__trust_bind(const khub_trust_subject *want, const khub_trust_su
     if (strcasecmp(want->repo, got->repo) != 0) {
         khub__errbuf(errbuf, errbuf_size,
                      "%s: the hub served the signed build of another kernel (metadata.json names "
-                     "%s %s); refusing it (--allow-name-mismatch loads it anyway)",
+                     "%s %s); refusing it (khub_kernel_opts.allow_name_mismatch loads it anyway)",
                      want->repo, got->repo, got->version);
         return KHUB_STATUS_NAME_MISMATCH;
     }
     if (want->variant && strcmp(want->variant, got->variant) != 0) {
         khub__errbuf(errbuf, errbuf_size,
                      "%s: variant %s holds the signed build of variant %s; refusing it "
-                     "(--allow-name-mismatch loads it anyway)",
+                     "(khub_kernel_opts.allow_name_mismatch loads it anyway)",
                      want->repo, want->variant, got->variant);
         return KHUB_STATUS_NAME_MISMATCH;
     }

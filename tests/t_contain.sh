@@ -60,7 +60,7 @@ echo "ok   SIGSEGV in rms_norm: $(grep '^khub: SIGSEGV' s.err | cut -c1-100)..."
 
 # The next load is refused, naming what happened and the ways out.
 if run > q.out 2> q.err; then fail "a quarantined build loaded"; fi
-grep -q "acme/crashy@[0-9a-f]\{12\} variant khub1-cpu-[a-z0-9_]*-linux is quarantined: it ended a process before (SIGSEGV in plugin acme/crashy 1.0.0 :: rms_norm (norm, role .*)). Clear it with \`khub cache unquarantine acme/crashy\` to retry, or load it anyway with --allow-quarantined" q.err ||
+grep -q "acme/crashy@[0-9a-f]\{12\} variant khub1-cpu-[a-z0-9_]*-linux is quarantined: it ended a process before (SIGSEGV in plugin acme/crashy 1.0.0 :: rms_norm (norm, role .*)). Clear it with khub cache unquarantine acme/crashy to retry, or load it anyway with --allow-quarantined" q.err ||
     fail "quarantine refusal: $(cat q.err)"
 "$KHUB" cache quarantine > l.out 2>&1 || fail "cache quarantine: $(cat l.out)"
 grep -q "^acme/crashy@[0-9a-f]\{40\} khub1-cpu-[a-z0-9_]*-linux: SIGSEGV in plugin acme/crashy 1.0.0 :: rms_norm" l.out ||

@@ -186,7 +186,7 @@ TEST_IMPL(server_start_errors)
     so = server_opts("/tmp");
     so.host = "999.0.0.1";
     expect_start_error(&so, KHUB_STATUS_INVALID_ARG,
-                       "serve: --host 999.0.0.1 is not an IPv4 address");
+                       "serve: host 999.0.0.1 (khub_server_opts.host) is not an IPv4 address");
     so = server_opts("/tmp");
     so.faults = "drop-body,nope";
     expect_start_error(&so, KHUB_STATUS_INVALID_ARG, "unknown fault \"nope\"; known: drop-body");

@@ -201,7 +201,7 @@ TEST_IMPL(lock_sync_outdated_and_downgrade)
     ASSERT_STR_EQ(khub_hub_errmsg(hub),
                   "org/demo: the pin now resolves to commit 111111111111, version 1.0.0, older "
                   "than the locked 1.5.0 (commit 222222222222): the branch was moved back to an "
-                  "older build; refusing to downgrade (--allow-downgrade accepts it)");
+                  "older build; refusing to downgrade (khub_lock_opts.allow_downgrade accepts it)");
     khub_lock_pin p = {KHUB_APP_INIT(khub_lock_pin)};
     ASSERT_OK(khub_lock_pin_at(moved, 0, &p));
     ASSERT_STR_EQ(p.commit, C2);

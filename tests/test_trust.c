@@ -158,7 +158,7 @@ TEST_IMPL(decide_key_of_other_org)
     ASSERT_CONTAINS(err, key.id);
     ASSERT_CONTAINS(err, "lists no keys for this organisation");
     ASSERT_CONTAINS(err, "that key is trusted for another organisation");
-    ASSERT_CONTAINS(err, "--allow-unsigned");
+    ASSERT_CONTAINS(err, "opt in with khub_kernel_opts.allow_unsigned or allow_unsigned in");
     ASSERT_OK(khub__trust_decide(p, "someone", metadata, strlen(metadata), sig, strlen(sig), 1, err,
                                  sizeof err));
     khub__trust_policy_free(p);
@@ -209,7 +209,7 @@ TEST_IMPL(decide_unsigned)
     ASSERT_STATUS(
         khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 0, err, sizeof err),
         KHUB_STATUS_UNSIGNED);
-    ASSERT_CONTAINS(err, "--allow-unsigned");
+    ASSERT_CONTAINS(err, "opt in with khub_kernel_opts.allow_unsigned or allow_unsigned in");
     ASSERT_OK(
         khub__trust_decide(p, "someone", metadata, strlen(metadata), NULL, 0, 1, err, sizeof err));
     khub__trust_policy_free(p);
@@ -471,7 +471,7 @@ TEST_IMPL(bind_refuses_another_kernel)
                   KHUB_STATUS_NAME_MISMATCH);
     ASSERT_CONTAINS(err, "kernels-community/flash-attn2: the hub served the signed build of "
                          "another kernel (metadata.json names kernels-community/rmsnorm 1.2.0)");
-    ASSERT_CONTAINS(err, "--allow-name-mismatch");
+    ASSERT_CONTAINS(err, "(khub_kernel_opts.allow_name_mismatch loads it anyway)");
     want.repo = "Kernels-Community/RMSNorm"; /* Hub names ignore case */
     ASSERT_OK(khub__trust_bind(&want, &got, NULL, 0, err, sizeof err));
     want.variant = "khub1-cpu-aarch64-linux";

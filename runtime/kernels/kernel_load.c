@@ -196,7 +196,8 @@ static khub_status fetch_trust(fetch *f, const char *meta, size_t meta_len, cons
                  key_id);
     else
         snprintf(f->r->trust, sizeof f->r->trust, "unsigned, accepted by opt-in (%s)",
-                 f->o.allow_unsigned ? "--allow-unsigned" : "allow_unsigned in the policy");
+                 f->o.allow_unsigned ? "khub_kernel_opts.allow_unsigned"
+                                     : "allow_unsigned in the policy");
     return KHUB_STATUS_OK;
 }
 
@@ -248,7 +249,8 @@ static khub_status fetch_bind(fetch *f)
     if (st == KHUB_STATUS_NAME_MISMATCH && f->o.allow_name_mismatch) {
         char *refusing = strstr(err, "; refusing it");
         if (refusing) *refusing = '\0';
-        khub__log(f->rt, KHUB_LOG_WARN, "%s; loading it anyway (--allow-name-mismatch)", err);
+        khub__log(f->rt, KHUB_LOG_WARN,
+                  "%s; loading it anyway (khub_kernel_opts.allow_name_mismatch)", err);
     } else if (st != KHUB_STATUS_OK)
         return khub__fail(f->rt, st, "refusing %s@%.12s: %s", f->r->repo, f->r->commit, err);
     return KHUB_STATUS_OK;

@@ -228,7 +228,9 @@ khub_status khub__ms_start(khub__ms *s, const char *host, uint16_t port,
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
     if (!host || !strcmp(host, "localhost")) host = "127.0.0.1";
     if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
-        khub__errbuf(err, err_size, "serve-model: --host %s is not an IPv4 address (use 127.0.0.1)",
+        khub__errbuf(err, err_size,
+                     "serve-model: host %s (khub_model_server_opts.host) is not an IPv4 "
+                     "address (use 127.0.0.1)",
                      host);
         return KHUB_STATUS_INVALID_ARG;
     }

@@ -32,7 +32,16 @@ void khub_cli_register(const khub_cli_cmd *cmd);
         khub_cli_register(&var); \
     }
 
-/* Prints "khub <cmd>: <msg>" to stderr; returns 1. */
+/* msg with the library's option names (khub_kernel_opts.allow_unsigned)
+ * written as the CLI's flags (--allow-unsigned), into buf; returns buf
+ * (flag_hints.c). */
+const char *khub_cli_flag_hints(const char *msg, char *buf, size_t size);
+/* The runtime's log callback in the CLI: "khub: <level>: <msg>" to stderr,
+ * as libkhub's default, with khub_cli_flag_hints applied. */
+void khub_cli_log(void *ud, khub_log_level level, const char *msg);
+
+/* Prints "khub <cmd>: <msg>" to stderr, the library's option names in msg
+ * written as flags (khub_cli_flag_hints); returns 1. */
 int khub_cli_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Prints the usage error and a hint to run --help; returns 2. */
 int khub_cli_usage(const khub_cli_cmd *cmd, const char *fmt, ...)

@@ -238,7 +238,8 @@ static void header(const ops_args *a, const char *pid, const char *what, size_t 
 
 static khub_status new_runtime(const ops_args *a, khub_runtime **rt)
 {
-    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = a->threads};
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = a->threads,
+                           .log = khub_cli_log};
     khub_status st = khub_runtime_new(&o, rt);
     if (st == KHUB_STATUS_OK) st = khub_plugin_load_builtin(*rt); /* khub/ref-cpu */
     return st;

@@ -395,7 +395,8 @@ static int run_bench_ops(int argc, char **argv)
         if (slash) strcpy(slash, "/../plugins");
         dir = exe_dir;
     }
-    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = threads};
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = threads,
+                           .log = khub_cli_log};
     khub_runtime *rt = NULL;
     if (khub_runtime_new(&o, &rt) != KHUB_STATUS_OK)
         return khub_cli_fail("bench-ops", "%s", khub_last_error());

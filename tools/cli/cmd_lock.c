@@ -456,7 +456,8 @@ static int run_fetch(int argc, char **argv)
         printf("variant  %s\n", kr.fell_back ? "(none fits: fallback)" : kr.variant);
         printf("plugin   %s%s%s\n", kr.plugin_id, kr.file[0] ? " from " : "", kr.file);
         if (kr.plugin) printf("version  %s\n", khub_plugin_version(kr.plugin));
-        printf("trust    %s\n", kr.trust);
+        char hint[sizeof kr.trust + 64];
+        printf("trust    %s\n", khub_cli_flag_hints(kr.trust, hint, sizeof hint));
         printf("requests %llu\n", (unsigned long long)khub_hub_request_count(hub));
         printf("trace\n");
         for (char *line = strtok(kr.trace, "\n"); line; line = strtok(NULL, "\n"))

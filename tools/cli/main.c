@@ -37,11 +37,11 @@ void khub_cli_json_str(const char *s)
 int khub_cli_fail(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
+    char msg[4096], buf[4096];
     va_start(ap, fmt);
-    fprintf(stderr, "khub %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "khub %s: %s\n", cmd, khub_cli_flag_hints(msg, buf, sizeof buf));
     return 1;
 }
 
@@ -70,7 +70,8 @@ int khub_cli_wants_help(const khub_cli_cmd *cmd, int argc, char **argv)
 
 khub_runtime *khub_cli_runtime(const char *cmd, int n_threads)
 {
-    khub_runtime_opts opts = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = n_threads};
+    khub_runtime_opts opts = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = n_threads,
+                              .log = khub_cli_log};
     khub_runtime *rt = NULL;
     if (khub_runtime_new(&opts, &rt) != KHUB_STATUS_OK) {
         khub_cli_fail(cmd, "%s", khub_last_error());
