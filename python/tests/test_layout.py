@@ -25,6 +25,16 @@ PROJECT_STRUCTS = {
 }
 
 
+SIBLING_STRUCTS = {  # (module, class): C struct, of khub_server.h and khub_author.h
+    ("server", "ServerOpts"): "khub_server_opts",
+    ("author", "Template"): "khub_author_template", ("author", "InitOpts"): "khub_author_init_opts",
+    ("author", "BuildOpts"): "khub_author_build_opts",
+    ("author", "BuildResult"): "khub_author_build_result", ("author", "Key"): "khub_author_key",
+    ("author", "PublishOpts"): "khub_author_publish_opts",
+    ("author", "PublishResult"): "khub_author_publish_result",
+}
+
+
 def test_structs_match_the_headers(src, tmp_path):
     cc = shutil.which("cc")
     if not cc:
@@ -35,10 +45,14 @@ def test_structs_match_the_headers(src, tmp_path):
     if os.path.exists(os.path.join(src, "abi", "khub", "khub_project.h")):
         lines.append("#include <khub/khub_project.h>")
         structs.update(PROJECT_STRUCTS)
+    from khub import author, server  # noqa: F401 (the sibling libraries' structs)
+    lines += ["#include <khub/khub_server.h>", "#include <khub/khub_author.h>"]
+    classes = {c: getattr(_ffi, py) for py, c in structs.items()}
+    for (mod, py), c in SIBLING_STRUCTS.items():
+        classes[c] = getattr({"server": server, "author": author}[mod], py)
     lines.append("int main(void) {")
     want = []
-    for py, c in structs.items():
-        cls = getattr(_ffi, py)
+    for c, cls in classes.items():
         lines.append('printf("%s %%zu\\n", sizeof(%s));' % (c, c))
         want.append("%s %d" % (c, ctypes.sizeof(cls)))
         for name, _ in cls._fields_:
