@@ -14,7 +14,7 @@ import subprocess
 
 # khub_version.h: the plugin ABI these declarations follow.
 ABI_MAJOR = 1
-ABI_MINOR = 3
+ABI_MINOR = 4
 ERROR_SIZE = 512
 
 c_char_p = ctypes.c_char_p
@@ -164,6 +164,7 @@ class ModelInfo(ctypes.Structure):
         ("eos", i32 * 8),
         ("bos", i32),
         ("reserved", u32),
+        ("kv_bytes_per_token", u64),  # plugin ABI 1.4
     ]
 
 
