@@ -237,7 +237,12 @@ if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --cache bogus > m
     fail "--cache bogus was accepted"; fi
 grep -q 'cache kernel "bogus": not a Hub ID (org/name\[@REV\]\[:symbol\]) nor a built-in name (dynamic, static, quantized, quantized-int4)' m.err ||
     fail "unknown built-in message: $(cat m.err)"
-echo "ok   malformed khub.json, kernel IDs and built-in names refused with the field"
+# a cache strategy's options reach its create, which refuses bad ones by name
+if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --cache quantized,q_group_size=0 \
+    > m.out 2> m.err; then fail "--cache quantized,q_group_size=0 was accepted"; fi
+grep -q 'quantized_cache failed: quantized_cache.create: q_group_size (got 0, want a divisor of head_dim' m.err ||
+    fail "bad cache option message: $(cat m.err)"
+echo "ok   malformed khub.json, kernel IDs, built-in names and cache options refused with the field"
 
 # khub.json + khub.lock, then offline with the server gone
 mkdir project

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model_impl.h"
+#include "runtime_impl.h"
 
 /* ======================================================================== */
 /* Bindings                                                                 */
@@ -205,15 +206,16 @@ khub_status khub__model_make_cache(khub_model *m)
         int64_t *win = khub__calloc(m->rt, (size_t)c->n_layers, sizeof *win);
         for (int64_t l = 0; win && l < c->n_layers; l++) win[l] = m->layers[l].window;
         cc.layer_window = win;
+        khub__plugin_msg_clear();
         st = win ? kv->create(state, &cc, &m->cache)
                  : khub__fail(m->rt, KHUB_STATUS_NOMEM, "%s: out of memory", m->file);
         khub__free(m->rt, win, (size_t)c->n_layers * sizeof *win);
         if (st != KHUB_STATUS_OK)
             khub__fail(m->rt, st,
                        "%s: creating a KV cache of %lld tokens x %d sequences in %s "
-                       "failed",
+                       "failed: %s",
                        m->file, (long long)m->max_context, (int)m->max_seqs,
-                       khub_binding_name(m->kv_op));
+                       khub_binding_name(m->kv_op), khub__plugin_msg());
         m->kv = kv;
         m->kv_state = state;
         m->kv_view_from = KHUB_HAS_FIELD(kv, khub_kv_cache_methods, view_from) && kv->view_from;
