@@ -96,7 +96,7 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_host_api.cuda_stream_create");
     _Static_assert(offsetof(khub_host_api, cuda_stream_destroy) == 168,
                    "khub_host_api.cuda_stream_destroy");
-    _Static_assert(sizeof(khub_op_caps) == 72, "khub_op_caps"); /* 56 in ABI 1.0-1.2 */
+    _Static_assert(sizeof(khub_op_caps) == 80, "khub_op_caps"); /* 56 in 1.0-1.2, 72 in 1.3 */
     KHUB_LAYOUT_HEADER(khub_op_caps);
     _Static_assert(offsetof(khub_op_caps, device_type) == 8, "khub_op_caps.device_type");
     _Static_assert(offsetof(khub_op_caps, cpu_features) == 12, "khub_op_caps.cpu_features");
@@ -113,6 +113,8 @@ static inline void khub_abi_layout_asserts(void)
     /* added in ABI 1.3 */
     _Static_assert(offsetof(khub_op_caps, kind_flags) == 56, "khub_op_caps.kind_flags");
     _Static_assert(offsetof(khub_op_caps, act_dtypes) == 64, "khub_op_caps.act_dtypes");
+    /* added in ABI 1.4 */
+    _Static_assert(offsetof(khub_op_caps, kv_layouts) == 72, "khub_op_caps.kv_layouts");
     _Static_assert(sizeof(khub_op_desc) == 48, "khub_op_desc");
     KHUB_LAYOUT_HEADER(khub_op_desc);
     _Static_assert(offsetof(khub_op_desc, name) == 8, "khub_op_desc.name");
@@ -198,7 +200,7 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_rotary_args, original_max_pos) == 56,
                    "khub_rotary_args.original_max_pos");
     _Static_assert(offsetof(khub_rotary_args, rotary_dim) == 60, "khub_rotary_args.rotary_dim");
-    _Static_assert(sizeof(khub_kv_cache_config) == 56, "khub_kv_cache_config"); /* 40 in 1.0-1.3 */
+    _Static_assert(sizeof(khub_kv_cache_config) == 72, "khub_kv_cache_config"); /* 40 in 1.0-1.3 */
     KHUB_LAYOUT_HEADER(khub_kv_cache_config);
     _Static_assert(offsetof(khub_kv_cache_config, n_layers) == 8, "khub_kv_cache_config.n_layers");
     _Static_assert(offsetof(khub_kv_cache_config, n_kv_heads) == 12,
@@ -223,6 +225,11 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_kv_cache_memory.tokens_capacity");
     _Static_assert(offsetof(khub_kv_cache_memory, tokens_used) == 32,
                    "khub_kv_cache_memory.tokens_used");
+    _Static_assert(offsetof(khub_kv_cache_config, block_size) == 56,
+                   "khub_kv_cache_config.block_size");
+    _Static_assert(offsetof(khub_kv_cache_config, n_blocks) == 60, "khub_kv_cache_config.n_blocks");
+    _Static_assert(offsetof(khub_kv_cache_config, max_bytes) == 64,
+                   "khub_kv_cache_config.max_bytes");
     _Static_assert(sizeof(khub_kv_write_args) == 40, "khub_kv_write_args");
     KHUB_LAYOUT_HEADER(khub_kv_write_args);
     _Static_assert(offsetof(khub_kv_write_args, layer) == 8, "khub_kv_write_args.layer");
@@ -230,7 +237,7 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_kv_write_args, pos) == 16, "khub_kv_write_args.pos");
     _Static_assert(offsetof(khub_kv_write_args, k) == 24, "khub_kv_write_args.k");
     _Static_assert(offsetof(khub_kv_write_args, v) == 32, "khub_kv_write_args.v");
-    _Static_assert(sizeof(khub_kv_cache_methods) == 64,
+    _Static_assert(sizeof(khub_kv_cache_methods) == 88,
                    "khub_kv_cache_methods"); /* 48 in 1.0-1.3 */
     KHUB_LAYOUT_HEADER(khub_kv_cache_methods);
     _Static_assert(offsetof(khub_kv_cache_methods, create) == 8, "khub_kv_cache_methods.create");
@@ -243,6 +250,71 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_kv_cache_methods, memory) == 48, "khub_kv_cache_methods.memory");
     _Static_assert(offsetof(khub_kv_cache_methods, view_from) == 56,
                    "khub_kv_cache_methods.view_from");
+    _Static_assert(offsetof(khub_kv_cache_methods, reserve) == 64, "khub_kv_cache_methods.reserve");
+    _Static_assert(offsetof(khub_kv_cache_methods, release) == 72, "khub_kv_cache_methods.release");
+    _Static_assert(offsetof(khub_kv_cache_methods, paged_view) == 80,
+                   "khub_kv_cache_methods.paged_view");
+    _Static_assert(sizeof(khub_kv_paged_view) == 72, "khub_kv_paged_view");
+    KHUB_LAYOUT_HEADER(khub_kv_paged_view);
+    _Static_assert(offsetof(khub_kv_paged_view, layout) == 8, "khub_kv_paged_view.layout");
+    _Static_assert(offsetof(khub_kv_paged_view, block_size) == 12, "khub_kv_paged_view.block_size");
+    _Static_assert(offsetof(khub_kv_paged_view, k_pool) == 16, "khub_kv_paged_view.k_pool");
+    _Static_assert(offsetof(khub_kv_paged_view, v_pool) == 24, "khub_kv_paged_view.v_pool");
+    _Static_assert(offsetof(khub_kv_paged_view, k_scales) == 32, "khub_kv_paged_view.k_scales");
+    _Static_assert(offsetof(khub_kv_paged_view, v_scales) == 40, "khub_kv_paged_view.v_scales");
+    _Static_assert(offsetof(khub_kv_paged_view, block_table) == 48,
+                   "khub_kv_paged_view.block_table");
+    _Static_assert(offsetof(khub_kv_paged_view, block_table_stride) == 56,
+                   "khub_kv_paged_view.block_table_stride");
+    _Static_assert(offsetof(khub_kv_paged_view, n_blocks) == 64, "khub_kv_paged_view.n_blocks");
+    _Static_assert(offsetof(khub_kv_paged_view, n_free) == 68, "khub_kv_paged_view.n_free");
+    _Static_assert(sizeof(khub_call_ctx) == 48, "khub_call_ctx");
+    KHUB_LAYOUT_HEADER(khub_call_ctx);
+    _Static_assert(offsetof(khub_call_ctx, device) == 8, "khub_call_ctx.device");
+    _Static_assert(offsetof(khub_call_ctx, stream) == 16, "khub_call_ctx.stream");
+    _Static_assert(offsetof(khub_call_ctx, workspace) == 24, "khub_call_ctx.workspace");
+    _Static_assert(offsetof(khub_call_ctx, workspace_bytes) == 32, "khub_call_ctx.workspace_bytes");
+    _Static_assert(offsetof(khub_call_ctx, n_threads) == 40, "khub_call_ctx.n_threads");
+    _Static_assert(offsetof(khub_call_ctx, reserved) == 44, "khub_call_ctx.reserved");
+    _Static_assert(sizeof(khub_paged_attention_args) == 144, "khub_paged_attention_args");
+    KHUB_LAYOUT_HEADER(khub_paged_attention_args);
+    _Static_assert(offsetof(khub_paged_attention_args, ctx) == 8, "khub_paged_attention_args.ctx");
+    _Static_assert(offsetof(khub_paged_attention_args, layout) == 16,
+                   "khub_paged_attention_args.layout");
+    _Static_assert(offsetof(khub_paged_attention_args, n_seqs) == 20,
+                   "khub_paged_attention_args.n_seqs");
+    _Static_assert(offsetof(khub_paged_attention_args, q) == 24, "khub_paged_attention_args.q");
+    _Static_assert(offsetof(khub_paged_attention_args, out) == 32, "khub_paged_attention_args.out");
+    _Static_assert(offsetof(khub_paged_attention_args, k_pool) == 40,
+                   "khub_paged_attention_args.k_pool");
+    _Static_assert(offsetof(khub_paged_attention_args, v_pool) == 48,
+                   "khub_paged_attention_args.v_pool");
+    _Static_assert(offsetof(khub_paged_attention_args, k_scales) == 56,
+                   "khub_paged_attention_args.k_scales");
+    _Static_assert(offsetof(khub_paged_attention_args, v_scales) == 64,
+                   "khub_paged_attention_args.v_scales");
+    _Static_assert(offsetof(khub_paged_attention_args, cu_seqlens_q) == 72,
+                   "khub_paged_attention_args.cu_seqlens_q");
+    _Static_assert(offsetof(khub_paged_attention_args, q_pos0) == 80,
+                   "khub_paged_attention_args.q_pos0");
+    _Static_assert(offsetof(khub_paged_attention_args, kv_lens) == 88,
+                   "khub_paged_attention_args.kv_lens");
+    _Static_assert(offsetof(khub_paged_attention_args, block_table) == 96,
+                   "khub_paged_attention_args.block_table");
+    _Static_assert(offsetof(khub_paged_attention_args, seq_rows) == 104,
+                   "khub_paged_attention_args.seq_rows");
+    _Static_assert(offsetof(khub_paged_attention_args, block_table_stride) == 112,
+                   "khub_paged_attention_args.block_table_stride");
+    _Static_assert(offsetof(khub_paged_attention_args, block_size) == 120,
+                   "khub_paged_attention_args.block_size");
+    _Static_assert(offsetof(khub_paged_attention_args, scale) == 124,
+                   "khub_paged_attention_args.scale");
+    _Static_assert(offsetof(khub_paged_attention_args, causal) == 128,
+                   "khub_paged_attention_args.causal");
+    _Static_assert(offsetof(khub_paged_attention_args, reserved) == 132,
+                   "khub_paged_attention_args.reserved");
+    _Static_assert(offsetof(khub_paged_attention_args, window) == 136,
+                   "khub_paged_attention_args.window");
 }
 #endif
 
@@ -262,6 +334,13 @@ _Static_assert(KHUB_QFORMAT_Q5_0 == 8 && KHUB_QFORMAT_Q5_1 == 9 && KHUB_QFORMAT_
 _Static_assert(KHUB_ABI_MINOR >= 1, "ABI 1.1 has Q5_0 and Q5_1");
 _Static_assert(KHUB_ABI_MINOR >= 2, "ABI 1.2 has cuda_stream_create/destroy");
 _Static_assert(KHUB_ABI_MINOR >= 3, "ABI 1.3 has per-kind caps flags and activation dtypes");
+_Static_assert(KHUB_ABI_MINOR >= 4, "ABI 1.4 has paged attention and paged KV caches");
+/* added in ABI 1.4 */
+_Static_assert(KHUB_OP_PAGED_ATTENTION == 8 && KHUB_OP_KIND__COUNT == 9, "op kinds 1.4");
+_Static_assert(KHUB_KV_LAYOUT_NONE == 0 && KHUB_KV_LAYOUT_PAGED_HTD == 1 &&
+                   KHUB_KV_LAYOUT_PAGED_HTD_Q8 == 2,
+               "paged KV layouts");
+_Static_assert(KHUB_STATUS_KV_FULL == 404, "status KV_FULL");
 /* added in ABI 1.3: per-kind flags; bits 0-7 are the 1.0 word's */
 _Static_assert(KHUB_ATTN_CAUSAL == 1 && KHUB_ATTN_GQA == 2 && KHUB_ATTN_MASK == 4 &&
                    KHUB_ATTN_STRIDED_KV == 8 && KHUB_ATTN_KV_F16 == 16 && KHUB_ATTN_SLIDING == 32 &&

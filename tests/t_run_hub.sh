@@ -235,7 +235,7 @@ grep -q "bad Hub ID" m.err || fail "bad ID message: $(cat m.err)"
 # a name with no '/' is a built-in name or nothing
 if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --cache bogus > m.out 2> m.err; then
     fail "--cache bogus was accepted"; fi
-grep -q 'cache kernel "bogus": not a Hub ID (org/name\[@REV\]\[:symbol\]) nor a built-in name (dynamic, static, quantized, quantized-int4)' m.err ||
+grep -q 'cache kernel "bogus": not a Hub ID (org/name\[@REV\]\[:symbol\]) nor a built-in name (dynamic, static, quantized, quantized-int4, paged)' m.err ||
     fail "unknown built-in message: $(cat m.err)"
 # a cache strategy's options reach its create, which refuses bad ones by name
 if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --cache quantized,q_group_size=0 \

@@ -463,10 +463,67 @@ static void check_consistency(const tiny_spec *spec)
     khub_runtime_free(rt);
 }
 
+/* The paged cache (issue 13) gives the dense cache's logits: a ragged batch
+ * of three prompts in one forward call (blocks of 3 tokens, so every
+ * sequence crosses blocks), then two decode steps of all three, then
+ * sequence 1 released and run again on the blocks it gave back. A pool too
+ * small for the batch fails with KV_FULL and its numbers. */
+static void check_paged(const tiny_spec *spec)
+{
+    khub_runtime *rt = runtime();
+    const char *dir = tiny_write(spec);
+    khub_model_opts o = ref_opts();
+    o.max_batch = 16;
+    o.max_seqs = 3;
+    khub_model *dense = NULL, *paged = NULL;
+    ASSERT_OK(khub_model_load(rt, dir, &o, &dense));
+    o.cache_impl = "khub/ref-cpu:paged_cache";
+    o.kv_block_size = 3;
+    ASSERT_OK(khub_model_load(rt, dir, &o, &paged));
+    ASSERT_CONTAINS(khub_model_explain(paged),
+                    "paged_attention[f32]: khub/ref-cpu 0.1.0 :: paged_attention\n    paired "
+                    "with kv_cache khub/ref-cpu 0.1.0 :: paged_cache by KV layout paged_htd");
+    int32_t ids[13] = {1, 17, 200, 3, 99, 45, 45, 45, 250, 7, 8, 128, 64};
+    khub__seg segs[3] = {{0, 0, 0, 7}, {1, 0, 0, 2}, {2, 0, 0, 4}};
+    khub_model *ms[2] = {dense, paged};
+    float want[3 * T_VOCAB];
+    for (int step = 0; step < 4; step++) {
+        for (int k = 0; k < 2; k++) {
+            if (step == 3) { /* sequence 1 again, from scratch, alone */
+                ASSERT_OK(khub__forward_reset(ms[k], 1));
+                khub__seg one = {1, 0, 0, 5};
+                ASSERT_OK(khub__forward(ms[k], ids + 2, &one, 1));
+            } else {
+                ASSERT_OK(khub__forward(ms[k], ids, segs, 3));
+            }
+            int n = step == 3 ? 1 : 3;
+            if (k == 0) memcpy(want, dense->logits, (size_t)n * T_VOCAB * sizeof(float));
+            for (int s = 0; k == 1 && s < n; s++)
+                ASSERT_LE(rel_err(paged->logits + s * T_VOCAB, want + s * T_VOCAB, T_VOCAB), 1e-6);
+        }
+        for (int s = 0; s < 3; s++) segs[s].pos0 += segs[s].n, segs[s].n = 1;
+    }
+    khub_model_free(paged);
+    o.kv_num_blocks = 4; /* 12 tokens: the 7 + 2 + 4 of the batch need 3 + 1 + 2 blocks */
+    ASSERT_OK(khub_model_load(rt, dir, &o, &paged));
+    khub__seg first[3] = {{0, 0, 0, 7}, {1, 0, 0, 2}, {2, 0, 0, 4}};
+    ASSERT_STATUS(khub__forward(paged, ids, first, 3), KHUB_STATUS_KV_FULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "paged_cache.reserve: sequence 2 needs 2 more blocks of 3 tokens for 4 tokens, "
+                    "the pool has 0 of 4 free");
+    ASSERT_OK(khub__forward_reset(paged, 0)); /* gives its 3 blocks back */
+    ASSERT_OK(khub__forward(paged, ids, first + 2, 1));
+    khub_model_free(paged);
+    khub_model_free(dense);
+    tiny_cleanup(dir);
+    khub_runtime_free(rt);
+}
+
 static void check_arch(tiny_arch arch, const char *extra)
 {
     tiny_spec spec = {arch, NULL, NULL, NULL, 0, 0, extra, NULL, 0};
     check_consistency(&spec);
+    check_paged(&spec);
 }
 
 TEST_IMPL(model_tiny_llama_prefill_equals_incremental) { check_arch(TINY_LLAMA, NULL); }

@@ -68,8 +68,9 @@ TEST_IMPL(op_kind_table)
     ASSERT_STR_EQ(khub__op_kind_name(0), "unknown");
     ASSERT_STR_EQ(khub__op_kind_name(KHUB_OP_KIND__COUNT), "unknown");
     ASSERT_EQ(khub__op_kind_from_name("softmax"), 0);
-    ASSERT_STR_EQ(KHUB__OP_KIND_WORDS,
-                  "attention, linear, qlinear, kv_cache, norm, activation, rotary");
+    ASSERT_STR_EQ(
+        KHUB__OP_KIND_WORDS,
+        "attention, linear, qlinear, kv_cache, norm, activation, rotary, paged_attention");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -143,8 +144,8 @@ TEST_IMPL(unknown_kind_skipped)
     char want[256];
     snprintf(want, sizeof want,
              "2 plugin khub-test/bad 1.0.0: op second skipped: kind 99 is unknown to this host "
-             "(ABI 1.%d knows kinds 1-7: attention, linear, qlinear, kv_cache, norm, activation, "
-             "rotary); its other ops load",
+             "(ABI 1.%d knows kinds 1-8: attention, linear, qlinear, kv_cache, norm, activation, "
+             "rotary, paged_attention); its other ops load",
              KHUB_ABI_MINOR);
     ASSERT_CONTAINS(log_lines, want);
     /* The op that loaded serves. */
@@ -249,6 +250,7 @@ TEST_IMPL(abi_sizes_per_minor)
     ASSERT_EQ(khub__host_api_size(KHUB_ABI_MINOR), sizeof(khub_host_api));
     ASSERT_EQ(khub__op_caps_size(2), 56);
     ASSERT_EQ(khub__op_caps_size(3), 72);
+    ASSERT_EQ(khub__op_caps_size(4), 80); /* kv_layouts */
     for (unsigned m = 0; m <= KHUB_ABI_MINOR; m++) ASSERT_EQ(khub__plugin_desc_size(m), 80);
 }
 

@@ -180,7 +180,7 @@ TEST_IMPL(descriptor)
     setup();
     ASSERT_STR_EQ(g_desc.id, "khub/ref-cpu");
     ASSERT_STR_EQ(g_desc.version, "0.1.0");
-    ASSERT_EQ(g_desc.n_ops, 10);
+    ASSERT_EQ(g_desc.n_ops, 12); /* quantized caches, paged_cache, paged_attention (1.4) */
     static const struct {
         const char *name;
         uint32_t kind;
@@ -198,6 +198,9 @@ TEST_IMPL(descriptor)
         {"static_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
         {"quantized_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
         {"quantized_cache_int4", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
+        {"paged_cache", KHUB_OP_KV_CACHE, KHUB_CAP_KV_F16},
+        {"paged_attention", KHUB_OP_PAGED_ATTENTION,
+         KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const khub_op_desc *d = op(want[i].name);
@@ -213,6 +216,9 @@ TEST_IMPL(descriptor)
     ASSERT(op("static_cache")->methods != NULL);
     ASSERT_EQ(op("kv_cache")->caps->priority, 0);
     ASSERT_EQ(op("static_cache")->caps->priority, -1); /* only when named */
+    ASSERT_EQ(op("paged_cache")->caps->priority, -1);  /* only when named */
+    ASSERT_EQ(op("paged_cache")->caps->kv_layouts, KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD));
+    ASSERT_EQ(op("kv_cache")->caps->kv_layouts, 0); /* dense */
     for (int f = 1; f < KHUB_QFORMAT__COUNT; f++)
         ASSERT(op("qlinear")->caps->dtypes & KHUB_DTYPE_BIT_Q(f));
     ASSERT(g_desc.score(g_desc.state) > 0);

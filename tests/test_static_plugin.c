@@ -35,7 +35,7 @@ TEST_IMPL(static_registers_like_a_module)
     ASSERT_EQ(maj, KHUB_ABI_MAJOR);
     ASSERT_EQ(min, KHUB_ABI_MINOR);
     ASSERT_EQ(khub_plugin_op_count(p),
-              10); /* static_cache since issue 11, quantized_cache(_int4) since issue 13 */
+              12); /* static_cache since issue 11, quantized and paged 1.4 */
     char err[KHUB_ERROR_SIZE];
     ASSERT_OK(khub_plugin_selftest(p, err, sizeof err));
     khub_runtime_free(rt);

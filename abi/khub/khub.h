@@ -301,6 +301,12 @@ typedef struct khub_op_query {
     uint64_t kind_flags;
     int32_t act_dtype_id;
     uint32_t reserved2;
+    /* added in 0.1 with plugin ABI 1.4: a paged KV layout (KHUB_KV_LAYOUT_*)
+     * the op must list in caps.kv_layouts, 0 = don't care. The executor
+     * asks for the paged_attention op by its paged cache's layout, which
+     * binds the two as a pair. */
+    uint32_t kv_layout;
+    uint32_t reserved3;
 } khub_op_query;
 
 /* A binding: the registry's current answer to a query. It survives hot

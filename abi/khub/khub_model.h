@@ -94,6 +94,16 @@ typedef struct khub_model_opts {
     void (*progress)(void *ud, int32_t done, int32_t total);
     void *progress_ud;
     /* End of 0.1. */
+    /* Since 0.1 with plugin ABI 1.4 (issue 13): the paged KV cache's pool
+     * (`--cache paged`; dense caches ignore them). kv_block_size: tokens per
+     * block, 0 = the cache's default (16 for khub/ref-cpu); kv_num_blocks:
+     * blocks in the pool, 0 = what kv_max_bytes holds, or with no budget
+     * enough for max_seqs sequences of max_context tokens; kv_max_bytes: the
+     * pool's memory budget in bytes, 0 = none. A sequence that needs a
+     * block when none is free fails with KHUB_STATUS_KV_FULL. */
+    int32_t kv_block_size;
+    int32_t kv_num_blocks;
+    uint64_t kv_max_bytes;
 } khub_model_opts;
 
 /* Loads the model at path: a .gguf file, or a folder holding config.json and

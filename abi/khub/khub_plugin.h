@@ -250,7 +250,15 @@ typedef struct khub_host_api {
     X(ACTIVATION, 6, activation) /* khub_activation_args */ \
     X(ROTARY, 7, rotary)         /* khub_rotary_args */
 
+#if KHUB_PLUGIN_TARGET_MINOR >= 4
+/* added in ABI 1.4 */
+#define KHUB_OP_KINDS_1_4(X) \
+    X(PAGED_ATTENTION, 8, paged_attention) /* khub_paged_attention_args \
+                                            */
+#define KHUB_OP_KINDS(X) KHUB_OP_KINDS_1_0(X) KHUB_OP_KINDS_1_4(X)
+#else
 #define KHUB_OP_KINDS(X) KHUB_OP_KINDS_1_0(X)
+#endif
 
 #define KHUB__OP_KIND_ENUM(NAME, value, name) KHUB_OP_##NAME = value,
 typedef enum khub_op_kind { KHUB_OP_KINDS(KHUB__OP_KIND_ENUM) KHUB_OP_KIND__COUNT } khub_op_kind;
@@ -287,6 +295,24 @@ typedef enum khub_op_kind { KHUB_OP_KINDS(KHUB__OP_KIND_ENUM) KHUB_OP_KIND__COUN
 #define KHUB_KV_CACHE_F16          ((uint64_t)KHUB_CAP_KV_F16)     /* f16 storage */
 #endif
 
+#if KHUB_PLUGIN_TARGET_MINOR >= 4
+/* Paged KV layouts (added in ABI 1.4): how a paged cache arranges its block
+ * pool, the contract between a kv_cache op that produces it (paged_view)
+ * and a paged_attention op that reads it; both name it in caps.kv_layouts
+ * and the registry binds them as a pair. Values are ABI: never renumber.
+ *   PAGED_HTD: per layer, K and V pools [n_blocks, n_kv_heads, block_size,
+ *     head_dim], compact, f32 or f16 (the pool tensors' dtype); token t of a
+ *     sequence lives in block block_table[t / block_size], slot
+ *     t % block_size. No scales.
+ *   PAGED_HTD_Q8: the same arrangement in int8 with one f32 scale per
+ *     (block, KV head) for K and one for V: value = q * scale[block][head]
+ *     (k_scales / v_scales [n_blocks, n_kv_heads]). */
+#define KHUB_KV_LAYOUT_NONE         0u
+#define KHUB_KV_LAYOUT_PAGED_HTD    1u
+#define KHUB_KV_LAYOUT_PAGED_HTD_Q8 2u
+#define KHUB_KV_LAYOUT_BIT(id)      (UINT64_C(1) << (id))
+#endif
+
 typedef struct khub_op_caps {
     KHUB_STRUCT_HEADER;
     uint32_t device_type;     /* khub_device_type */
@@ -311,6 +337,14 @@ typedef struct khub_op_caps {
      * are `dtypes`). 0 = f32 only, which is what every op of 1.0-1.2 takes;
      * bf16 and f16 are for GPU ops. */
     uint64_t act_dtypes;
+#endif
+#if KHUB_PLUGIN_TARGET_MINOR >= 4
+    /* added in ABI 1.4: KHUB_KV_LAYOUT_BIT(...) of the paged KV layouts the
+     * op serves: a kv_cache op lists the one its paged_view produces, a
+     * paged_attention op those it reads. The registry binds a paged cache
+     * and a paged attention op as a pair that shares one layout. 0 = none
+     * (a dense cache; every op before 1.4). */
+    uint64_t kv_layouts;
 #endif
 } khub_op_caps;
 
@@ -523,6 +557,70 @@ typedef struct khub_rotary_args {
     /* End of ABI 1.0. */
 } khub_rotary_args;
 
+#if KHUB_PLUGIN_TARGET_MINOR >= 4
+/* The per-call context (added in ABI 1.4): where and with what an op runs,
+ * passed by pointer in the argument structs of kinds added since 1.4 (the
+ * 1.0 structs keep their own `stream` and do not grow). It grows at the end
+ * like any boundary struct, so a new per-call resource reaches every new
+ * kind without touching their argument structs. May be NULL in args: then
+ * the op runs on the CPU, on the host's pool, without a workspace.
+ *   - device and stream: where the op runs; stream is the CUstream of a
+ *     CUDA op (NULL = default stream), NULL on the CPU.
+ *   - workspace: scratch the caller lends for this call only (device memory
+ *     of `device`), workspace_bytes long, 64-byte aligned, or NULL/0. An op
+ *     that needs more allocates its own (host->alloc) or fails with NOMEM.
+ *   - n_threads: workers of the thread pool the call's host->parallel_for
+ *     runs on (the pool is the host's; this sizes per-worker scratch), 0 =
+ *     ask host->n_threads. Ops never start threads of their own. */
+typedef struct khub_call_ctx {
+    KHUB_STRUCT_HEADER;
+    khub_device device;     /* KHUB_DEVICE_CPU or KHUB_DEVICE_CUDA, device id */
+    void *stream;           /* CUstream, or NULL */
+    void *workspace;        /* borrowed for the call, or NULL */
+    size_t workspace_bytes; /* bytes at workspace */
+    int32_t n_threads;      /* workers of parallel_for, 0 = host->n_threads */
+    uint32_t reserved;
+    /* End of ABI 1.4. */
+} khub_call_ctx;
+
+/* Batched attention over a paged KV cache (KHUB_OP_PAGED_ATTENTION, added
+ * in ABI 1.4): one call serves every sequence of a batch for one layer.
+ * Queries of n_seqs sequences are packed: sequence s owns rows
+ * [cu_seqlens_q[s], cu_seqlens_q[s + 1]) of q and out; its query i sits at
+ * position q_pos0[s] + i and sees keys j in [0, kv_lens[s]) with, when
+ * causal, j <= q_pos0[s] + i and, when window > 0, (q_pos0[s] + i) - j <
+ * window. Key j of sequence s is read from block
+ * block_table[seq_rows[s] * block_table_stride + j / block_size] of the
+ * pools, slot j % block_size, in `layout`'s arrangement. GQA: query head h
+ * reads KV head h / (n_heads / n_kv_heads). A query that sees no key gets
+ * zeros. out never overlaps q, the pools or the tables. */
+typedef struct khub_paged_attention_args {
+    KHUB_STRUCT_HEADER;
+    const khub_call_ctx *ctx;    /* borrowed, or NULL (CPU, host pool) */
+    uint32_t layout;             /* KHUB_KV_LAYOUT_* of the pools */
+    int32_t n_seqs;              /* sequences in the batch, >= 1 */
+    const khub_tensor *q;        /* [total_q, n_heads, head_dim] f32, compact */
+    khub_tensor *out;            /* [total_q, n_heads, head_dim] f32, compact, written */
+    const khub_tensor *k_pool;   /* this layer's K pool, in layout's shape */
+    const khub_tensor *v_pool;   /* this layer's V pool, in layout's shape */
+    const khub_tensor *k_scales; /* [n_blocks, n_kv_heads] f32 (Q8 layouts), else NULL */
+    const khub_tensor *v_scales; /* [n_blocks, n_kv_heads] f32 (Q8 layouts), else NULL */
+    const int32_t *cu_seqlens_q; /* [n_seqs + 1]: 0, ascending, total_q last */
+    const int32_t *q_pos0;       /* [n_seqs] position of each sequence's first query */
+    const int32_t *kv_lens;      /* [n_seqs] keys of each sequence, >= q_pos0 + n_q */
+    const int32_t *block_table;  /* rows of block ids, block_table_stride apart */
+    const int32_t *seq_rows;     /* [n_seqs] block_table row of each sequence, or NULL:
+                                    row s for sequence s */
+    int64_t block_table_stride;  /* entries per block_table row */
+    int32_t block_size;          /* tokens per block, >= 1 */
+    float scale;                 /* usually 1/sqrt(head_dim) */
+    uint32_t causal;             /* 1 = causal */
+    uint32_t reserved;
+    int64_t window; /* sliding window in tokens, 0 = none */
+    /* End of ABI 1.4. */
+} khub_paged_attention_args;
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* KV cache (KHUB_OP_KV_CACHE methods)                                      */
 /* ------------------------------------------------------------------------ */
@@ -549,6 +647,14 @@ typedef struct khub_kv_cache_config {
      * window; 0 = every position), or NULL (no layer slides). Borrowed for
      * the call. A sliding-window cache keeps only that many per sequence. */
     const int64_t *layer_window;
+    /* added in ABI 1.4, for paged caches (dense caches ignore them): tokens
+     * per block (0 = the cache's default), blocks in the pool (0 = from
+     * max_bytes, else enough for n_seqs x max_tokens), and a memory budget
+     * for the pool in bytes (0 = none; with n_blocks 0 the cache fits as
+     * many blocks as the budget holds). */
+    int32_t block_size;
+    int32_t n_blocks;
+    uint64_t max_bytes;
 #endif
 } khub_kv_cache_config;
 
@@ -563,6 +669,25 @@ typedef struct khub_kv_cache_memory {
     int64_t tokens_used;      /* tokens cached now, summed over sequences (the
                                  longest layer's count of each) */
 } khub_kv_cache_memory;
+/* A paged cache's view of one layer (added in ABI 1.4), filled by
+ * khub_kv_cache_methods.paged_view: the layer's pools and the cache's block
+ * table, everything the paged_attention op of the same layout reads. The
+ * tensors and the table are the cache's: valid until the next reserve,
+ * release, truncate or destroy of the cache. */
+typedef struct khub_kv_paged_view {
+    KHUB_STRUCT_HEADER;
+    uint32_t layout;             /* KHUB_KV_LAYOUT_* */
+    int32_t block_size;          /* tokens per block */
+    const khub_tensor *k_pool;   /* in layout's shape, e.g. [n_blocks, n_kv_heads, bs, hd] */
+    const khub_tensor *v_pool;   /* same shape as k_pool */
+    const khub_tensor *k_scales; /* [n_blocks, n_kv_heads] f32 (Q8 layouts), else NULL */
+    const khub_tensor *v_scales; /* [n_blocks, n_kv_heads] f32 (Q8 layouts), else NULL */
+    const int32_t *block_table;  /* [n_seqs, block_table_stride] block ids; -1 = none yet */
+    int64_t block_table_stride;  /* entries per row: blocks one sequence can hold */
+    int32_t n_blocks;            /* blocks in the pool */
+    int32_t n_free;              /* blocks not held by any sequence */
+    /* End of ABI 1.4. */
+} khub_kv_paged_view;
 #endif
 
 /* Store n tokens of K and V for one layer and sequence at positions
@@ -603,6 +728,19 @@ typedef struct khub_kv_cache_methods {
      * describes every position [0, n) through view. */
     khub_status (*view_from)(void *plugin_state, khub_kv_cache *cache, int32_t layer, int32_t seq,
                              int64_t n, int64_t *first, khub_tensor *k, khub_tensor *v);
+    /* added in ABI 1.4, paged caches only (NULL in a dense cache; the host
+     * checks KHUB_HAS_FIELD and the plugin's minor before calling):
+     * reserve makes sequence seq able to hold positions [0, n_tokens),
+     * taking blocks from the pool as needed (never moving written K/V;
+     * a no-op when it already can). KHUB_STATUS_KV_FULL, with a message
+     * naming the blocks needed and free, when the pool is short; then
+     * nothing is taken. release returns every block of seq to the pool and
+     * empties it (truncate to 0 keeps the blocks). paged_view describes a
+     * layer's pools and the block table (view->struct_size is the host's). */
+    khub_status (*reserve)(void *plugin_state, khub_kv_cache *cache, int32_t seq, int64_t n_tokens);
+    khub_status (*release)(void *plugin_state, khub_kv_cache *cache, int32_t seq);
+    khub_status (*paged_view)(void *plugin_state, khub_kv_cache *cache, int32_t layer,
+                              khub_kv_paged_view *view);
 #endif
 } khub_kv_cache_methods;
 

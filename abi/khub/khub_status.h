@@ -79,7 +79,8 @@
     X(MODEL_INVALID, 400, "model file is malformed") \
     X(MODEL_UNSUPPORTED, 401, "model architecture or field value not supported") \
     X(TOKENIZER, 402, "tokenizer error") \
-    X(CONTEXT_FULL, 403, "context length exceeded")
+    X(CONTEXT_FULL, 403, "context length exceeded") \
+    X(KV_FULL, 404, "KV cache block pool exhausted")
 
 typedef enum khub_status {
 #define KHUB__STATUS_ENUM(name, value, text) KHUB_STATUS_##name = value,

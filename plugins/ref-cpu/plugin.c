@@ -1,8 +1,9 @@
 /*
  * plugin.c: the ref-cpu entry point, "khub/ref-cpu".
  *
- * Lists the eight reference ops (attention, linear, qlinear, kv_cache,
- * rms_norm, silu_and_mul, rotary, static_cache) and owns the plugin state. The same source
+ * Lists the ten reference ops (attention, linear, qlinear, kv_cache,
+ * rms_norm, silu_and_mul, rotary, static_cache and, since ABI 1.4,
+ * paged_cache and paged_attention) and owns the plugin state. The same source
  * builds as a module (khub_add_plugin defines KHUB_PLUGIN_MODULE, so
  * KHUB_PLUGIN_DEFINE_KINDS exports khub_plugin_init_v1 and the ABI note) or
  * links in statically, where an embedder registers khub_ref_cpu_init.
@@ -17,7 +18,7 @@
     (KHUB_KIND_BIT(KHUB_OP_ATTENTION) | KHUB_KIND_BIT(KHUB_OP_LINEAR) | \
      KHUB_KIND_BIT(KHUB_OP_QLINEAR) | KHUB_KIND_BIT(KHUB_OP_KV_CACHE) | \
      KHUB_KIND_BIT(KHUB_OP_NORM) | KHUB_KIND_BIT(KHUB_OP_ACTIVATION) | \
-     KHUB_KIND_BIT(KHUB_OP_ROTARY))
+     KHUB_KIND_BIT(KHUB_OP_ROTARY) | KHUB_KIND_BIT(KHUB_OP_PAGED_ATTENTION))
 
 static int32_t ref_score(void *state)
 {
@@ -84,11 +85,13 @@ static khub_op_desc ref_ops_table(int i)
     case 6: return khub_ref__rotary_op;
     case 7: return khub_ref__static_cache_op;
     case 8: return khub_ref__quantized_cache_op;
-    default: return khub_ref__quantized_cache_int4_op;
+    case 9: return khub_ref__quantized_cache_int4_op;
+    case 10: return khub_ref__paged_cache_op;
+    default: return khub_ref__paged_attention_op;
     }
 }
 
-#define KHUB_REF_N_OPS 10
+#define KHUB_REF_N_OPS 12
 
 /* The host table must reach the last function ref-cpu calls (n_threads). */
 static bool ref_host_ok(const khub_host_api *host)

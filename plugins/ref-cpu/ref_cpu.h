@@ -38,6 +38,8 @@ KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__quantized_cache_int4_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__norm_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__activation_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__rotary_op;
+KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__paged_cache_op;     /* ABI 1.4 */
+KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__paged_attention_op; /* ABI 1.4 */
 
 /* quant.c: dequantizes one row of n weights (n a whole number of blocks,
  * already checked) from packed bytes into f32. Used by qlinear. */

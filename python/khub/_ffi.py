@@ -99,6 +99,8 @@ class OpQuery(ctypes.Structure):
         ("kind_flags", u64),  # ABI 1.3
         ("act_dtype_id", i32),
         ("reserved2", u32),
+        ("kv_layout", u32),  # plugin ABI 1.4: a paged KV layout, 0 = any
+        ("reserved3", u32),
     ]
 
 
@@ -140,6 +142,9 @@ class ModelOpts(ctypes.Structure):
         ("max_seqs", i32),
         ("progress", PROGRESS_FN),
         ("progress_ud", c_void_p),
+        ("kv_block_size", i32),  # paged cache pool (plugin ABI 1.4)
+        ("kv_num_blocks", i32),
+        ("kv_max_bytes", u64),
     ]
 
 

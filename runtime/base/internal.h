@@ -265,6 +265,10 @@ KHUB_INTERNAL uint32_t khub__op_kind_from_name(const char *name);
  * "bias", "bit9" for a bit without a name) joined by sep into buf. */
 KHUB_INTERNAL void khub__cap_flag_names(uint32_t kind, uint64_t mask, const char *sep, char *buf,
                                         size_t n);
+/* A paged KV layout's name ("paged_htd"; "none" for 0, "unknown"), and the
+ * names of a KHUB_KV_LAYOUT_BIT mask, space-separated ("none" for 0). */
+KHUB_INTERNAL const char *khub__kv_layout_name(uint32_t layout);
+KHUB_INTERNAL void khub__kv_layouts_list(uint64_t mask, char *buf, size_t n);
 /* "attention, linear, ...": every kind's name, for messages. */
 #define KHUB__OP_KIND_WORD(NAME, value, name) ", " #name
 #define KHUB__OP_KIND_WORDS                   (KHUB_OP_KINDS(KHUB__OP_KIND_WORD) + 2)

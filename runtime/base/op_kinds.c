@@ -48,6 +48,11 @@ static const flag_name flag_names[] = {
     {KHUB_OP_NORM, KHUB_NORM_RESIDUAL, "residual"},
     {KHUB_OP_KV_CACHE, KHUB_KV_CACHE_STRIDED_VIEW, "strided_kv"},
     {KHUB_OP_KV_CACHE, KHUB_KV_CACHE_F16, "kv_f16"},
+    /* paged_attention (1.4) takes attention's flags, same bits */
+    {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_CAUSAL, "causal"},
+    {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_GQA, "gqa"},
+    {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_KV_F16, "kv_f16"},
+    {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_SLIDING, "sliding"},
 };
 
 void khub__cap_flag_names(uint32_t kind, uint64_t mask, const char *sep, char *buf, size_t n)
@@ -65,6 +70,30 @@ void khub__cap_flag_names(uint32_t kind, uint64_t mask, const char *sep, char *b
         if (!name) snprintf(other, sizeof other, "bit%d", b);
         int w = snprintf(buf + used, n - used, "%s%s", used ? sep : "", name ? name : other);
         if (w < 0) return;
+        used += (size_t)w;
+    }
+}
+
+/* Paged KV layout names (khub_plugin.h, KHUB_KV_LAYOUT_*). */
+const char *khub__kv_layout_name(uint32_t layout)
+{
+    switch (layout) {
+    case KHUB_KV_LAYOUT_NONE: return "none";
+    case KHUB_KV_LAYOUT_PAGED_HTD: return "paged_htd";
+    case KHUB_KV_LAYOUT_PAGED_HTD_Q8: return "paged_htd_q8";
+    default: return "unknown";
+    }
+}
+
+void khub__kv_layouts_list(uint64_t mask, char *buf, size_t n)
+{
+    size_t used = 0;
+    if (!n) return;
+    snprintf(buf, n, "none");
+    for (uint32_t b = 1; b < 64 && mask; b++) {
+        if (!(mask & KHUB_KV_LAYOUT_BIT(b))) continue;
+        int w = snprintf(buf + used, n - used, "%s%s", used ? " " : "", khub__kv_layout_name(b));
+        if (w < 0 || (size_t)w >= n - used) return;
         used += (size_t)w;
     }
 }

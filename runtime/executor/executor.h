@@ -38,6 +38,7 @@ typedef enum khub__role {
     KHUB__ROLE_ACT,
     KHUB__ROLE_DOWN,
     KHUB__ROLE_LM_HEAD,
+    KHUB__ROLE_PAGED_ATTENTION, /* the paged cache's attention, bound by its KV layout */
     KHUB__ROLE__COUNT
 } khub__role;
 
@@ -96,8 +97,8 @@ struct khub_model {
     khub_binding *dequant; /* for a quantized embedding, or NULL */
     /* KHUB_OPT_VERIFY_KERNELS (runtime/executor/verify.c): khub/ref-cpu's binding per
      * op kind (made on first use) and the calls seen per kind. */
-    khub_binding *verify_ref[8];
-    int64_t verify_calls[8];
+    khub_binding *verify_ref[KHUB_OP_KIND__COUNT];
+    int64_t verify_calls[KHUB_OP_KIND__COUNT];
     uint32_t rope_style; /* khub_rope_style */
 
     /* KV cache (plugin-owned). */
@@ -113,6 +114,16 @@ struct khub_model {
     int64_t *kv_held;      /* owned, [max_seqs] tokens granted per sequence */
     int64_t kv_held_total; /* sum of kv_held */
     int64_t kv_limit;      /* tokens all sequences may hold together */
+    /* Paged cache (issue 13): set when the bound cache serves a paged KV
+     * layout (caps.kv_layouts); attention then goes through paged_attn, one
+     * call per layer for the whole batch. NULL / 0 for a dense cache. */
+    khub_binding *paged_attn;
+    uint32_t kv_layout;    /* KHUB_KV_LAYOUT_* shared by the cache and paged_attn */
+    int32_t kv_block_size; /* khub_model_opts: tokens per block, 0 = the cache's */
+    int32_t kv_num_blocks; /* khub_model_opts: blocks in the pool, 0 = from the budget */
+    uint64_t kv_max_bytes; /* khub_model_opts: KV memory budget, 0 = none */
+    int32_t *pa_ints;      /* owned, [4 * max_seqs + 1]: cu_seqlens_q, q_pos0, kv_lens,
+                              seq_rows of a paged call */
 
     /* Scratch, allocated at load: no allocation per token. */
     int32_t max_batch, max_seqs;

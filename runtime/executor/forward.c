@@ -9,6 +9,8 @@
  *   q, k = rms_norm per head              (Qwen3 q_norm / k_norm)
  *   q, k = rotary(q, k, positions)
  *   per segment: kv_cache.write(k, v); k', v' = kv_cache.view; att = attention(q, k', v')
+ *   (a paged cache: every segment's kv_cache.write, then one paged_attention
+ *   call over the layer's block pools for the whole batch)
  *   ob = o_proj(att)
  *   ob = rms_norm(ob)                      (Gemma post_attention_norm)
  *   xb = rms_norm(ob + x) (x += ob)
@@ -25,6 +27,7 @@
 
 #include "contain.h"
 #include "executor.h"
+#include "runtime_impl.h" /* khub__plugin_msg: a cache method's own message */
 
 /* A tensor with its own shape/stride storage. Pass it by pointer only: the
  * khub_tensor inside points at its arrays. */
@@ -170,6 +173,87 @@ static khub_status attend(khub_model *m, const khub__layer *ly, int layer, const
     return KHUB_STATUS_OK;
 }
 
+/* Calls a KV cache method under the in-flight record (contain.h) and adds
+ * where it failed. */
+#define KV_CALL(m, what, layer, expr) \
+    do { \
+        khub__inflight rec_; \
+        khub__inflight_role("kv_cache " what, layer); \
+        khub__plugin_msg_clear(); \
+        khub__binding_enter((m)->kv_op, &rec_); \
+        khub_status st_ = (expr); \
+        khub__binding_leave(&rec_); \
+        khub__inflight_role(NULL, -1); \
+        KHUB_RETURN_IF((m)->rt, st_ != KHUB_STATUS_OK, st_, \
+                       "%s: layer %d kv_cache " what " failed in %s: %s", (m)->file, layer, \
+                       khub_binding_name((m)->kv_op), \
+                       khub__plugin_msg()[0] ? khub__plugin_msg() : khub_status_str(st_)); \
+    } while (0)
+
+/* The paged path (issue 13): every segment's K/V written into its blocks,
+ * then one paged_attention call for the whole batch over the layer's pools
+ * and the cache's block table. The blocks were reserved by reserve_blocks. */
+static khub_status attend_paged(khub_model *m, const khub__layer *ly, int layer,
+                                const khub__seg *segs, int n_segs)
+{
+    const khub_model_config *c = &m->cfg;
+    int64_t hd = c->head_dim, kvdim = c->n_kv_heads * hd, off = 0, n = 0;
+    int32_t *cu = m->pa_ints, *pos0 = cu + n_segs + 1, *lens = pos0 + n_segs, *rows = lens + n_segs;
+    cu[0] = 0;
+    for (int s = 0; s < n_segs; s++) {
+        const khub__seg *g = &segs[s];
+        tview kv_, vv_;
+        khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args),
+                                .layer = layer,
+                                .seq = g->seq,
+                                .pos = g->pos0,
+                                .k = tv(&kv_, m->k + off * kvdim, 3, g->n, c->n_kv_heads, hd),
+                                .v = tv(&vv_, m->v + off * kvdim, 3, g->n, c->n_kv_heads, hd)};
+        KV_CALL(m, "write", layer, m->kv->write(m->kv_state, m->cache, &w));
+        off += g->n;
+        cu[s + 1] = (int32_t)off;
+        pos0[s] = (int32_t)g->pos0;
+        lens[s] = (int32_t)(g->pos0 + g->n);
+        rows[s] = g->seq;
+    }
+    n = off;
+    khub_kv_paged_view pv = {KHUB_STRUCT_INIT(khub_kv_paged_view)};
+    KV_CALL(m, "paged_view", layer, m->kv->paged_view(m->kv_state, m->cache, layer, &pv));
+    tview qv, ov;
+    khub_paged_attention_args a = {
+        KHUB_STRUCT_INIT(khub_paged_attention_args),
+        .ctx = NULL,
+        .layout = pv.layout,
+        .n_seqs = n_segs,
+        .q = tv(&qv, m->q, 3, n, c->n_heads, hd),
+        .out = tv(&ov, m->att, 3, n, c->n_heads, hd),
+        .k_pool = pv.k_pool,
+        .v_pool = pv.v_pool,
+        .k_scales = pv.k_scales,
+        .v_scales = pv.v_scales,
+        .cu_seqlens_q = cu,
+        .q_pos0 = pos0,
+        .kv_lens = lens,
+        .block_table = pv.block_table,
+        .seq_rows = rows,
+        .block_table_stride = pv.block_table_stride,
+        .block_size = pv.block_size,
+        .scale = (float)(c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd)),
+        .causal = 1,
+        .window = ly->window};
+    return call(m, m->paged_attn, &a, "paged_attention", layer);
+}
+
+/* Takes the blocks every segment needs before layer 0, so a batch that does
+ * not fit fails (KV_FULL) before anything is written. */
+static khub_status reserve_blocks(khub_model *m, const khub__seg *segs, int n_segs)
+{
+    for (int s = 0; s < n_segs && m->kv_layout; s++)
+        KV_CALL(m, "reserve", -1,
+                m->kv->reserve(m->kv_state, m->cache, segs[s].seq, segs[s].pos0 + segs[s].n));
+    return KHUB_STATUS_OK;
+}
+
 static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__seg *segs, int n_segs)
 {
     const khub_model_config *c = &m->cfg;
@@ -190,7 +274,8 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
     }
     KHUB_FORWARD_IF_ERROR(rt, rotary(m, m->q, n, c->n_heads, L, "rotary q"));
     KHUB_FORWARD_IF_ERROR(rt, rotary(m, m->k, n, c->n_kv_heads, L, "rotary k"));
-    KHUB_FORWARD_IF_ERROR(rt, attend(m, ly, L, segs, n_segs));
+    KHUB_FORWARD_IF_ERROR(rt, m->kv_layout ? attend_paged(m, ly, L, segs, n_segs)
+                                           : attend(m, ly, L, segs, n_segs));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->o, m->att, n, m->ob, "o_proj", L));
     if (c->post_norms)
         KHUB_FORWARD_IF_ERROR(
@@ -302,7 +387,7 @@ khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg 
     KHUB_FORWARD_IF_ERROR(m->rt, plan(m, segs, n_segs, &n));
     KHUB_FORWARD_IF_ERROR(m->rt, embed(m, tokens, n));
     KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
-    khub_status st = KHUB_STATUS_OK;
+    khub_status st = reserve_blocks(m, segs, n_segs);
     for (int L = 0; L < m->cfg.n_layers && st == KHUB_STATUS_OK; L++)
         st = layer_forward(m, L, n, segs, n_segs);
     khub_binding_release(m->kv_op);
@@ -328,7 +413,9 @@ khub_status khub__forward_reset(khub_model *m, int32_t seq)
     khub__inflight rec;
     khub__inflight_role("kv_cache truncate", -1);
     khub__binding_enter(m->kv_op, &rec);
-    khub_status st = m->kv->truncate(m->kv_state, m->cache, seq, 0);
+    /* A paged cache gives the sequence's blocks back to the pool. */
+    khub_status st = m->kv_layout ? m->kv->release(m->kv_state, m->cache, seq)
+                                  : m->kv->truncate(m->kv_state, m->cache, seq, 0);
     khub__binding_leave(&rec);
     khub__inflight_role(NULL, -1);
     khub_binding_release(m->kv_op);
@@ -380,7 +467,8 @@ khub_status khub__forward_alloc(khub_model *m)
     m->logits = scratch(m, S, c->vocab_size, &ok);
     m->positions = (int32_t *)scratch(m, B, 1, &ok); /* int32 fits in a float's size */
     m->seq_len = khub__calloc(m->rt, (size_t)S, sizeof *m->seq_len);
-    KHUB_RETURN_IF(m->rt, !ok || !m->seq_len, KHUB_STATUS_NOMEM,
+    m->pa_ints = khub__calloc(m->rt, (size_t)(4 * S + 1), sizeof *m->pa_ints);
+    KHUB_RETURN_IF(m->rt, !ok || !m->seq_len || !m->pa_ints, KHUB_STATUS_NOMEM,
                    "%s: no memory for %lld x %lld activation scratch", m->file, (long long)B,
                    (long long)c->hidden_size);
     return KHUB_STATUS_OK;
@@ -398,4 +486,7 @@ void khub__forward_free(khub_model *m)
     m->positions = NULL;
     khub__free(m->rt, m->seq_len, m->seq_len ? (size_t)m->max_seqs * sizeof *m->seq_len : 0);
     m->seq_len = NULL;
+    khub__free(m->rt, m->pa_ints,
+               m->pa_ints ? (size_t)(4 * m->max_seqs + 1) * sizeof *m->pa_ints : 0);
+    m->pa_ints = NULL;
 }

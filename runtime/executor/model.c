@@ -59,6 +59,11 @@ static khub_status read_opts(khub_runtime *rt, const khub_model_opts *in, khub_m
                    KHUB_STATUS_INVALID_ARG,
                    "khub_model_load: max_context %lld, max_batch %d or max_seqs %d out of range",
                    (long long)o->max_context, (int)o->max_batch, (int)o->max_seqs);
+    KHUB_RETURN_IF(rt, o->kv_block_size < 0 || o->kv_block_size > 65536 || o->kv_num_blocks < 0,
+                   KHUB_STATUS_INVALID_ARG,
+                   "khub_model_load: kv_block_size %d or kv_num_blocks %d out of range (want "
+                   "block size 0..65536, blocks >= 0; 0 = default)",
+                   (int)o->kv_block_size, (int)o->kv_num_blocks);
     memset(p, 0, sizeof *p);
     /* Every role's option field, from the one role table; quant is parsed
      * below (a scheme, optionally after a plugin id). */
@@ -184,6 +189,9 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
                    m->file, (long long)m->max_context, (long long)c->max_position_embeddings);
     m->max_batch = o.max_batch ? o.max_batch : 256;
     m->max_seqs = o.max_seqs ? o.max_seqs : 8;
+    m->kv_block_size = o.kv_block_size;
+    m->kv_num_blocks = o.kv_num_blocks;
+    m->kv_max_bytes = o.kv_max_bytes;
     KHUB_LOG_I(m->rt, "%s: %s, %lld layers, hidden %lld, %lld/%lld heads of %lld, vocab %lld",
                m->file, khub__model_arch_name(c->arch), (long long)c->n_layers,
                (long long)c->hidden_size, (long long)c->n_heads, (long long)c->n_kv_heads,

@@ -15,9 +15,9 @@
 /* ======================================================================== */
 
 static const char *const role_names[KHUB__ROLE__COUNT] = {
-    "embed_dequant", "quantize",  "rms_norm", "rms_norm+residual", "qkv_proj",     "rotary",
-    "kv_cache",      "attention", "o_proj",   "gate_up_proj",      "silu_and_mul", "down_proj",
-    "lm_head"};
+    "embed_dequant", "quantize",       "rms_norm", "rms_norm+residual", "qkv_proj",     "rotary",
+    "kv_cache",      "attention",      "o_proj",   "gate_up_proj",      "silu_and_mul", "down_proj",
+    "lm_head",       "paged_attention"};
 
 /* A role's name in logs and khub_model_explain: the gated activation is
  * named by the function the model applies (Gemma's is GELU-tanh), not by
@@ -29,8 +29,9 @@ static const char *role_name(const khub_model *m, khub__role role)
 }
 
 /* The binding for (role, dtype_id), selecting it on first use. */
-static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t dtype_id,
-                        uint32_t flags, const char *pref, khub_binding **out)
+static khub_status bind_layout(khub_model *m, khub__role role, uint32_t kind, int32_t dtype_id,
+                               uint32_t flags, uint32_t kv_layout, const char *pref,
+                               khub_binding **out)
 {
     for (int i = 0; i < m->n_bound; i++) {
         if (m->bound[i].role == role && m->bound[i].dtype_id == dtype_id) {
@@ -52,10 +53,14 @@ static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t d
                        .kind = kind,
                        .device_type = KHUB_DEVICE_CPU,
                        .dtype_id = dtype_id,
-                       .head_dim = role == KHUB__ROLE_ATTENTION ? (int32_t)m->cfg.head_dim : 0,
+                       .head_dim =
+                           role == KHUB__ROLE_ATTENTION || role == KHUB__ROLE_PAGED_ATTENTION
+                               ? (int32_t)m->cfg.head_dim
+                               : 0,
                        .flags = flags,
                        .plugin_id = pref ? pid : NULL,
-                       .op_name = op && *op ? op : NULL};
+                       .op_name = op && *op ? op : NULL,
+                       .kv_layout = kv_layout};
     khub_binding *b = NULL;
     khub_status st = khub_registry_select(m->rt, &q, &b);
     if (st != KHUB_STATUS_OK) return st; /* the registry's message names the op */
@@ -63,6 +68,12 @@ static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t d
     KHUB_LOG_I(m->rt, "%s -> %s", role_name(m, role), khub_binding_name(b));
     *out = b;
     return KHUB_STATUS_OK;
+}
+
+static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t dtype_id,
+                        uint32_t flags, const char *pref, khub_binding **out)
+{
+    return bind_layout(m, role, kind, dtype_id, flags, 0, pref, out);
 }
 
 /* True when b's op has the qlinear method asked for (quantize or dequantize). */
@@ -138,6 +149,23 @@ khub_status khub__model_bind_mat(khub_model *m, const load_prefs *p, khub__role 
 /* Ops without weights and the KV cache                                     */
 /* ======================================================================== */
 
+/* The paged KV layout the bound cache produces, or 0 for a dense cache.
+ * The host's copy of the caps holds kv_layouts only for plugins of ABI 1.4
+ * and newer (negotiate.c), and a paged cache must have the 1.4 methods. */
+static uint32_t kv_layout_of(khub_binding *b)
+{
+    void *state = NULL;
+    const khub_op_desc *op = khub_binding_acquire(b, &state);
+    const khub_kv_cache_methods *kv = op ? op->methods : NULL;
+    uint32_t layout = 0;
+    if (op && kv && op->caps->kv_layouts && KHUB_HAS_FIELD(kv, khub_kv_cache_methods, paged_view) &&
+        kv->reserve && kv->release && kv->paged_view)
+        for (uint32_t id = 1; id < 64 && !layout; id++)
+            if (op->caps->kv_layouts & KHUB_KV_LAYOUT_BIT(id)) layout = id;
+    khub_binding_release(b);
+    return layout;
+}
+
 khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
 {
     const khub_model_config *c = &m->cfg;
@@ -155,8 +183,6 @@ khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
                                       p->pref[KHUB_KERNEL_ROLE_ROTARY], &m->rotary));
     KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ACT, KHUB_OP_ACTIVATION, KHUB_DTYPE_ID_F32, 0,
                                       p->pref[KHUB_KERNEL_ROLE_ACTIVATION], &m->act));
-    KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_ATTENTION, KHUB_OP_ATTENTION, kv_id, aflags,
-                                      p->pref[KHUB_KERNEL_ROLE_ATTENTION], &m->attention));
     /* The cache's name may carry the strategy's options after a comma
      * ("khub/ref-cpu:quantized_cache,q_group_size=32"): kept for create. */
     const char *cpref = p->pref[KHUB_KERNEL_ROLE_CACHE];
@@ -167,7 +193,17 @@ khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
         snprintf(cbuf, sizeof cbuf, "%.*s", (int)(comma - cpref), cpref);
         cpref = cbuf;
     }
-    return bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, cpref, &m->kv_op);
+    KHUB_FORWARD_IF_ERROR(
+        m->rt, bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, cpref, &m->kv_op));
+    m->kv_layout = kv_layout_of(m->kv_op);
+    if (!m->kv_layout)
+        return bind(m, KHUB__ROLE_ATTENTION, KHUB_OP_ATTENTION, kv_id, aflags,
+                    p->pref[KHUB_KERNEL_ROLE_ATTENTION], &m->attention);
+    /* A paged cache: its reader is the paged_attention op of the same
+     * layout (the pair). The strided-view flag means nothing there. */
+    return bind_layout(m, KHUB__ROLE_PAGED_ATTENTION, KHUB_OP_PAGED_ATTENTION, kv_id,
+                       aflags & ~(uint32_t)KHUB_CAP_STRIDED_KV, m->kv_layout,
+                       p->pref[KHUB_KERNEL_ROLE_ATTENTION], &m->paged_attn);
 }
 
 /* Asks a cache of ABI 1.4 or newer what one token costs (info.kv_bytes_per_token);
@@ -202,7 +238,10 @@ khub_status khub__model_make_cache(khub_model *m)
                                    .max_tokens = m->max_context,
                                    .dtype = m->kv_dtype,
                                    .options = m->kv_options[0] ? m->kv_options : NULL,
-                                   .layer_window = NULL};
+                                   .layer_window = NULL,
+                                   .block_size = m->kv_block_size,
+                                   .n_blocks = m->kv_num_blocks,
+                                   .max_bytes = m->kv_max_bytes};
         int64_t *win = khub__calloc(m->rt, (size_t)c->n_layers, sizeof *win);
         for (int64_t l = 0; win && l < c->n_layers; l++) win[l] = m->layers[l].window;
         cc.layer_window = win;
@@ -220,13 +259,27 @@ khub_status khub__model_make_cache(khub_model *m)
         m->kv_state = state;
         m->kv_view_from = KHUB_HAS_FIELD(kv, khub_kv_cache_methods, view_from) && kv->view_from;
     }
+    size_t per = (size_t)c->n_layers * (size_t)c->n_kv_heads * (size_t)c->head_dim * 2 *
+                 (size_t)(m->kv_dtype.bits / 8);
+    size_t tokens = (size_t)m->max_context * (size_t)m->max_seqs;
+    if (st == KHUB_STATUS_OK && m->kv_layout) {
+        khub_kv_paged_view pv = {KHUB_STRUCT_INIT(khub_kv_paged_view)};
+        st = kv->paged_view(state, m->cache, 0, &pv);
+        if (st != KHUB_STATUS_OK)
+            khub__fail(m->rt, st, "%s: paged_view of %s failed", m->file,
+                       khub_binding_name(m->kv_op));
+        else if (pv.layout != m->kv_layout)
+            st = khub__fail(m->rt, KHUB_STATUS_PLUGIN_INVALID,
+                            "%s: %s declares KV layout %u in its caps but its paged_view gives %u",
+                            m->file, khub_binding_name(m->kv_op), (unsigned)m->kv_layout,
+                            (unsigned)pv.layout);
+        tokens = (size_t)pv.n_blocks * (size_t)pv.block_size;
+        KHUB_LOG_I(m->rt, "%s: paged KV cache, %d blocks of %d tokens (%zu bytes)", m->file,
+                   (int)pv.n_blocks, (int)pv.block_size, per * tokens);
+    }
     if (st == KHUB_STATUS_OK) st = cache_memory(m, kv, state);
     khub_binding_release(m->kv_op);
-    if (st == KHUB_STATUS_OK) {
-        size_t per = (size_t)c->n_layers * (size_t)c->n_kv_heads * (size_t)c->head_dim * 2 *
-                     (size_t)(m->kv_dtype.bits / 8);
-        m->info.scratch_bytes += per * (size_t)m->max_context * (size_t)m->max_seqs;
-    }
+    if (st == KHUB_STATUS_OK) m->info.scratch_bytes += per * tokens;
     return st;
 }
 
@@ -272,6 +325,11 @@ const char *khub_model_explain(khub_model *m)
         snprintf(line, sizeof line, "%s[%s]: %s\n", role_name(m, b->role), dt,
                  khub_binding_name(b->b));
         ok = append(m->rt, &s, &len, &cap, line);
+        if (ok && b->role == KHUB__ROLE_PAGED_ATTENTION) {
+            snprintf(line, sizeof line, "    paired with kv_cache %s by KV layout %s\n",
+                     khub_binding_name(m->kv_op), khub__kv_layout_name(m->kv_layout));
+            ok = append(m->rt, &s, &len, &cap, line);
+        }
         const char *tr = khub_binding_trace(b->b);
         while (ok && tr && *tr) {
             const char *nl = strchr(tr, '\n');

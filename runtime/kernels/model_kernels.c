@@ -18,7 +18,8 @@
  *   - a built-in alias: attention "eager" or "sdpa" (khub/ref-cpu), cache
  *     "dynamic", "static", "quantized" (= "quantized-int8"), "quantized-int4":
  *     khub/ref-cpu's kv_cache, static_cache, quantized_cache,
- *     quantized_cache_int4; a cache name may end in ",key=value,..." options
+ *     quantized_cache_int4, and "paged" (paged_cache; attention by its KV
+ *     layout); a cache name may end in ",key=value,..." options
  *     for the cache's create (docs/caches.md),
  *     quantization schemes "int8", "nf4", "q8_0", "q4_0". A built-in name
  *     never touches the network; the Hub's static cache is named by its ID
@@ -177,7 +178,7 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
         static const char *const builtin[KHUB_ROLE__COUNT] = {
             [KHUB_ROLE_ATTENTION] = "eager, sdpa",
             [KHUB_ROLE_QUANT] = "int8, nf4, q8_0, q4_0",
-            [KHUB_ROLE_CACHE] = "dynamic, static, quantized, quantized-int4"};
+            [KHUB_ROLE_CACHE] = "dynamic, static, quantized, quantized-int4, paged"};
         char what[128];
         if (builtin[role])
             snprintf(what, sizeof what, " nor a built-in name (%s)", builtin[role]);

@@ -29,8 +29,9 @@ size_t khub__host_api_size(unsigned minor)
 
 size_t khub__op_caps_size(unsigned minor)
 {
-    if (minor >= 3) return sizeof(khub_op_caps); /* 1.3: kind_flags, act_dtypes */
-    return END_OF(khub_op_caps, reserved2);      /* 1.0-1.2 */
+    if (minor >= 4) return sizeof(khub_op_caps);             /* 1.4: kv_layouts */
+    if (minor >= 3) return END_OF(khub_op_caps, act_dtypes); /* 1.3: kind_flags, act_dtypes */
+    return END_OF(khub_op_caps, reserved2);                  /* 1.0-1.2 */
 }
 
 size_t khub__plugin_desc_size(unsigned minor)

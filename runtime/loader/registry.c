@@ -187,6 +187,13 @@ static bool rejects(khub_runtime *rt, const khub_op_query *q, const khub_plugin 
         snprintf(why, n, "activation dtype %s not in caps (takes %s)", want, list);
         return true;
     }
+    uint32_t layout = KHUB_HAS_FIELD(q, khub_op_query, kv_layout) ? q->kv_layout : 0;
+    if (layout && (layout >= 64 || !(c->kv_layouts & KHUB_KV_LAYOUT_BIT(layout)))) {
+        khub__kv_layouts_list(c->kv_layouts, list, sizeof list);
+        snprintf(why, n, "KV layout %s not in caps (serves %s)", khub__kv_layout_name(layout),
+                 list);
+        return true;
+    }
     if (want_dev == KHUB_DEVICE_CUDA && reject_cuda(rt, c, why, n)) return true;
     if (p->score == 0) {
         snprintf(why, n, "score 0: unsupported on this machine");

@@ -29,7 +29,8 @@ typedef struct run_args {
     const char *system;
     const char *kernels, *lock, *policy;
     int threads, chat, explain, json, strict, ignore_eos, allow_unsigned, quant_embeddings;
-    int64_t max_context; /* 0 = the executor's default */
+    int64_t max_context;                /* 0 = the executor's default */
+    int num_blocks, block_size, kv_mib; /* paged cache pool; 0 = defaults */
     int allow_quarantined, verify_kernels;
     khub_generate_opts gen;
     const char *prompts_file;           /* --prompts-file: a batch (run_batch.c) */
@@ -99,6 +100,10 @@ static int parse(int argc, char **argv, run_args *a)
         } else if (!strcmp(f, "--max-context")) {
             rc = num(f, v, 1, 1 << 22, &d);
             a->max_context = (int64_t)d;
+        } else if (!strcmp(f, "--num-blocks") || !strcmp(f, "--block-size") ||
+                   !strcmp(f, "--kv-memory")) {
+            rc = num(f, v, 1, f[2] == 'b' ? 65536 : 1 << 30, &d);
+            *(f[2] == 'n' ? &a->num_blocks : f[2] == 'b' ? &a->block_size : &a->kv_mib) = (int)d;
         } else if (!strcmp(f, "--threads")) {
             rc = num(f, v, 0, 1024, &d);
             a->threads = (int)d;
@@ -262,7 +267,10 @@ static int run(int argc, char **argv)
                           .max_batch = a.max_batch_tokens,
                           .max_seqs = a.parallel       ? a.parallel
                                       : a.prompts_file ? 16
-                                                       : 0};
+                                                       : 0,
+                          .kv_num_blocks = a.num_blocks,
+                          .kv_block_size = a.block_size,
+                          .kv_max_bytes = (uint64_t)a.kv_mib << 20};
     if (!a.json && isatty(2)) {
         mo.progress = on_layer;
         mo.progress_ud = (void *)a.model;
@@ -387,7 +395,11 @@ static const khub_cli_cmd run_cmd = {
     "                        and the output head stay as they are\n"
     "  --quant-embeddings    with --quant: quantize the output head (lm_head, or the tied\n"
     "                        embedding's copy used as the head) too\n"
-    "  --cache NAME          KV cache (built-ins: dynamic, static)\n"
+    "  --cache NAME          KV cache (built-ins: dynamic, static, paged)\n"
+    "  --num-blocks N        paged cache: blocks in the pool (default: what --kv-memory\n"
+    "                        holds, else every sequence at --max-context)\n"
+    "  --block-size N        paged cache: tokens per block (default 16)\n"
+    "  --kv-memory MIB       paged cache: memory budget of the pool in MiB\n"
     "  --norm NAME           RMSNorm      --act NAME   SiLU-and-mul\n"
     "  --rotary NAME         rotary       --linear NAME dense and quantized linear\n"
     "  --kernels FILE        khub.json mapping (default: next to the model, else ./khub.json);\n"
