@@ -279,6 +279,39 @@ TEST_IMPL(batch_tiny_preemption_equals_solo)
     fixture_close(&f);
 }
 
+/* The paged cache (issue 13 item 2) under the scheduler: a pool of 20
+ * blocks of 4 tokens (80 tokens, less than the 4 x 128 slots) is what runs
+ * out, so kv_budget.c answers from the free blocks, the scheduler preempts,
+ * every request still equals its solo run, and the pool drains to empty. */
+TEST_IMPL(batch_tiny_paged_pool_equals_solo)
+{
+    fixture f = {0};
+    khub_runtime_opts ro = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
+    ASSERT_OK(khub_runtime_new(&ro, &f.rt));
+    ASSERT_OK(khub_plugin_load_builtin(f.rt));
+    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts),
+                          .cache_impl = "khub/ref-cpu:paged_cache",
+                          .max_seqs = 4,
+                          .max_batch = 16,
+                          .max_context = 128,
+                          .kv_block_size = 4,
+                          .kv_num_blocks = 20};
+    f.dir = tiny_dir();
+    ASSERT_OK(khub_model_load(f.rt, f.dir, &mo, &f.m));
+    ASSERT_CONTAINS(khub_model_explain(f.m), "by KV layout paged_htd");
+    ASSERT_EQ(khub__kv_capacity_tokens(f.m), 80);
+    reqset s;
+    make_reqs(&s, NREQ);
+    khub_batch_config cfg = {KHUB_STRUCT_INIT(khub_batch_config), .max_batch_tokens = 16};
+    khub_batch_stats st;
+    check_equals_solo(f.m, &s, &cfg, &st);
+    ASSERT(st.preemptions > 0);
+    ASSERT_EQ(st.kv_tokens_used, 0);
+    for (int32_t q = 0; q < 4; q++) ASSERT_OK(khub__kv_release(f.m, q));
+    ASSERT_EQ(khub__kv_free_tokens(f.m), 80); /* every block back in the pool */
+    fixture_close(&f);
+}
+
 /* ======================================================================== */
 /* Cancellation                                                             */
 /* ======================================================================== */
@@ -544,5 +577,6 @@ TEST_IMPL(batch_tiny_errors)
     X(batch_tiny_ref_equals_solo) \
     X(batch_tiny_default_kernels_equal_solo) \
     X(batch_tiny_preemption_equals_solo) \
+    X(batch_tiny_paged_pool_equals_solo) \
     X(batch_tiny_cancel_frees_kv) X(batch_tiny_threads) X(batch_tiny_errors)
 TEST_MAIN(TEST_LIST)

@@ -22,7 +22,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "kx_simd.h"
+#include "kx_attn_tile.h"
 
 #define KT       32  /* keys per tile */
 #define MAX_ROWS 16  /* query rows per work item */
@@ -41,40 +41,6 @@ typedef struct job {
 typedef struct scratch {
     float *k, *v, *q, *acc;
 } scratch;
-
-static inline float dot(const float *a, const float *b, int64_t n)
-{
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    for (; i + 8 <= n; i += 8)
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float s = kx_hsum8(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* acc = acc * c + sum_j p[j] v[j] over nk keys. */
-static inline void rescale_axpy(float *acc, float c, const float *p, const float *v, int64_t nk,
-                                int64_t n)
-{
-    int64_t i = 0;
-    const __m256 vc = _mm256_set1_ps(c);
-    for (; i + 8 <= n; i += 8) {
-        __m256 s = _mm256_mul_ps(_mm256_loadu_ps(acc + i), vc);
-        for (int64_t j = 0; j < nk; j++)
-            s = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * n + i), s);
-        _mm256_storeu_ps(acc + i, s);
-    }
-    for (; i < n; i++) {
-        float s = acc[i] * c;
-        for (int64_t j = 0; j < nk; j++) s += p[j] * v[j * n + i];
-        acc[i] = s;
-    }
-}
 
 /* Copies keys [j0, j0 + nk) of head g of a K or V view into dst [nk][hd] f32. */
 static void load_tile(const void *base, int f16, int64_t st, int64_t sh, int64_t g, int64_t j0,
@@ -113,27 +79,6 @@ static float tile_scores(const kx_attn *a, const float *q, const float *kt, int6
         if (s > mx) mx = s;
     }
     return mx;
-}
-
-/* p[j] = exp(s[j] - m), exactly 0 where s[j] = -inf; returns the sum. */
-static float exp_scores(float *sc, int64_t nk, float m)
-{
-    const __m256 vm = _mm256_set1_ps(m), ninf = _mm256_set1_ps(-INFINITY);
-    __m256 sum = _mm256_setzero_ps();
-    int64_t j = 0;
-    for (; j + 8 <= nk; j += 8) {
-        __m256 s = _mm256_loadu_ps(sc + j);
-        __m256 p = KX(exp8)(_mm256_sub_ps(s, vm));
-        p = _mm256_and_ps(p, _mm256_cmp_ps(s, ninf, _CMP_NEQ_OQ));
-        _mm256_storeu_ps(sc + j, p);
-        sum = _mm256_add_ps(sum, p);
-    }
-    float t = kx_hsum8(sum);
-    for (; j < nk; j++) {
-        sc[j] = sc[j] == -INFINITY ? 0.0f : expf(sc[j] - m);
-        t += sc[j];
-    }
-    return t;
 }
 
 /* The keys any row of queries [i0, i1) may see: [*lo, *hi). */

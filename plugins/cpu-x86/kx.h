@@ -113,6 +113,9 @@ khub_status KX(qlinear_q16k_run)(kx_state *s, const kx_linear *a);
 khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a);
 khub_status KX(linear_run)(kx_state *s, const kx_linear *a);
 khub_status KX(attention_run)(kx_state *s, const kx_attn *a);
+/* paged_attention.c: the checked call of khub_paged_check.h, layout PAGED_HTD. */
+struct khub_pu_paged;
+khub_status KX(paged_attention_run)(kx_state *s, const struct khub_pu_paged *p);
 khub_status KX(norm_run)(kx_state *s, const kx_norm *a);
 khub_status KX(act_run)(kx_state *s, const kx_act *a);
 

@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdio.h>
 
+#include "../include/khub_paged_check.h"
 #include "kx.h"
 
 #if defined(KX_LEVEL_AVX512)
@@ -457,6 +458,20 @@ static const khub_op_caps caps_qlinear_q8a = {KHUB_STRUCT_INIT(khub_op_caps),
                                                         KHUB_DTYPE_BIT_Q(KHUB_QFORMAT_Q8_0),
                                               .flags = KHUB_CAP_BIAS,
                                               .priority = 1};
+/* ------------------------------------------------------------------------ */
+/* Paged attention (ABI 1.4)                                                */
+/* ------------------------------------------------------------------------ */
+
+static khub_status run_paged_attention(void *state, const void *args)
+{
+    kx_state *s = state;
+    if (!s->runnable) return not_runnable(s, "paged_attention");
+    khub_pu_paged p;
+    CHECK(khub_pu_paged_check(s->host, "paged_attention", args,
+                              KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD), &p));
+    return KX(paged_attention_run)(s, &p);
+}
+
 static const khub_op_caps caps_linear = {KHUB_STRUCT_INIT(khub_op_caps),
                                          .device_type = KHUB_DEVICE_CPU,
                                          .cpu_features = KX_NEED,
@@ -473,6 +488,14 @@ static const khub_op_caps caps_attention = {
     .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_MASK | KHUB_CAP_STRIDED_KV |
              KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING,
     .priority = KX_PRIORITY};
+static const khub_op_caps caps_paged_attention = {
+    KHUB_STRUCT_INIT(khub_op_caps),
+    .device_type = KHUB_DEVICE_CPU,
+    .cpu_features = KX_NEED,
+    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32) | KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16),
+    .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING,
+    .priority = KX_PRIORITY,
+    .kv_layouts = KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD)};
 static const khub_op_caps caps_norm = {
     KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU,
     .cpu_features = KX_NEED,        .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32),
@@ -492,6 +515,8 @@ static const khub_op_desc ops[] = {
      .run = run_linear},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "attention", .kind = KHUB_OP_ATTENTION,
      .caps = &caps_attention, .run = run_attention},
+    {KHUB_STRUCT_INIT(khub_op_desc), .name = "paged_attention", .kind = KHUB_OP_PAGED_ATTENTION,
+     .caps = &caps_paged_attention, .run = run_paged_attention},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "rms_norm", .kind = KHUB_OP_NORM, .caps = &caps_norm,
      .run = run_norm},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "silu_and_mul", .kind = KHUB_OP_ACTIVATION,
@@ -540,4 +565,5 @@ khub_status KX_INIT(const khub_host_api *host, khub_plugin_desc *out, char *errb
 KHUB_PLUGIN_DEFINE_KINDS(KX_INIT, KX_ID, KX_VERSION,
                          KHUB_KIND_BIT(KHUB_OP_ATTENTION) | KHUB_KIND_BIT(KHUB_OP_LINEAR) |
                              KHUB_KIND_BIT(KHUB_OP_QLINEAR) | KHUB_KIND_BIT(KHUB_OP_NORM) |
-                             KHUB_KIND_BIT(KHUB_OP_ACTIVATION))
+                             KHUB_KIND_BIT(KHUB_OP_ACTIVATION) |
+                             KHUB_KIND_BIT(KHUB_OP_PAGED_ATTENTION))

@@ -12,10 +12,12 @@
  * [n_blocks, n_kv_heads, block_size, head_dim]. A query that sees nothing
  * gets zeros. Work is split over (query row, head) pairs.
  */
+#include "ref_cpu.h"
+
+#if KHUB_PLUGIN_TARGET_MINOR >= 4 /* paged ops are ABI 1.4 (tests/plugins builds a 1.3 copy) */
 #include <math.h>
 
 #include "../include/khub_paged_check.h"
-#include "ref_cpu.h"
 
 #define OP "paged_attention"
 
@@ -131,3 +133,5 @@ const khub_op_desc khub_ref__paged_attention_op = {
     KHUB_STRUCT_INIT(khub_op_desc), .name = "paged_attention",  .kind = KHUB_OP_PAGED_ATTENTION,
     .caps = &paged_attention_caps,  .run = ref_paged_attention,
 };
+
+#endif

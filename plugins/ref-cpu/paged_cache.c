@@ -30,9 +30,11 @@
  */
 #include "ref_cpu.h"
 
-#define PC_DEFAULT_BLOCK      16
-#define OPN                   "paged_cache"
-#define KHUB_PU_KV_CONFIG_1_0 40 /* sizeof(khub_kv_cache_config) in ABI 1.0-1.3 */
+#if KHUB_PLUGIN_TARGET_MINOR >= 4 /* paged ops are ABI 1.4 (tests/plugins builds a 1.3 copy) */
+
+#define PC_DEFAULT_BLOCK 16
+#define OPN              "paged_cache"
+#define PC_CONFIG_1_0    40 /* sizeof(khub_kv_cache_config) in ABI 1.0-1.3 */
 
 typedef struct pc_layer {
     uint8_t *k, *v;     /* pools, [n_blocks][H][bs][D] elements of esize bytes */
@@ -106,8 +108,7 @@ static khub_status pc_check(const khub_host_api *host, const khub_kv_cache_confi
                             size_t *esize, int32_t *bs)
 {
     void *c = host->host_ctx;
-    KHUB_PU_TRY(
-        khub_pu_args_check(host, OPN ".create", cfg, offsetof(khub_kv_cache_config, block_size)));
+    KHUB_PU_TRY(khub_pu_args_check(host, OPN ".create", cfg, PC_CONFIG_1_0));
     if (cfg->n_layers < 1 || cfg->n_kv_heads < 1 || cfg->head_dim < 1 || cfg->n_seqs < 1 ||
         cfg->max_tokens < 1 || cfg->max_tokens > INT32_MAX)
         return host->fail(c, KHUB_STATUS_INVALID_ARG,
@@ -439,3 +440,5 @@ const khub_op_desc khub_ref__paged_cache_op = {
     .run = NULL,
     .methods = &paged_methods,
 };
+
+#endif

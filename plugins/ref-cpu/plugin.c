@@ -1,10 +1,10 @@
 /*
  * plugin.c: the ref-cpu entry point, "khub/ref-cpu".
  *
- * Lists the ten reference ops (attention, linear, qlinear, kv_cache,
+ * Lists the reference ops (attention, linear, qlinear, kv_cache,
  * rms_norm, silu_and_mul, rotary, static_cache and, since ABI 1.4,
- * paged_cache and paged_attention) and owns the plugin state. The same source
- * builds as a module (khub_add_plugin defines KHUB_PLUGIN_MODULE, so
+ * quantized_cache, quantized_cache_int4, paged_cache and paged_attention) and owns the plugin
+ * state. The same source builds as a module (khub_add_plugin defines KHUB_PLUGIN_MODULE, so
  * KHUB_PLUGIN_DEFINE_KINDS exports khub_plugin_init_v1 and the ABI note) or
  * links in statically, where an embedder registers khub_ref_cpu_init.
  */
@@ -18,7 +18,8 @@
     (KHUB_KIND_BIT(KHUB_OP_ATTENTION) | KHUB_KIND_BIT(KHUB_OP_LINEAR) | \
      KHUB_KIND_BIT(KHUB_OP_QLINEAR) | KHUB_KIND_BIT(KHUB_OP_KV_CACHE) | \
      KHUB_KIND_BIT(KHUB_OP_NORM) | KHUB_KIND_BIT(KHUB_OP_ACTIVATION) | \
-     KHUB_KIND_BIT(KHUB_OP_ROTARY) | KHUB_KIND_BIT(KHUB_OP_PAGED_ATTENTION))
+     KHUB_KIND_BIT(KHUB_OP_ROTARY) | KHUB_REF_KINDS_1_4)
+#define KHUB_REF_KINDS_1_4 KHUB_KIND_BIT(KHUB_OP_PAGED_ATTENTION)
 
 static int32_t ref_score(void *state)
 {

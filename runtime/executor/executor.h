@@ -118,12 +118,13 @@ struct khub_model {
      * layout (caps.kv_layouts); attention then goes through paged_attn, one
      * call per layer for the whole batch. NULL / 0 for a dense cache. */
     khub_binding *paged_attn;
-    uint32_t kv_layout;    /* KHUB_KV_LAYOUT_* shared by the cache and paged_attn */
-    int32_t kv_block_size; /* khub_model_opts: tokens per block, 0 = the cache's */
-    int32_t kv_num_blocks; /* khub_model_opts: blocks in the pool, 0 = from the budget */
-    uint64_t kv_max_bytes; /* khub_model_opts: KV memory budget, 0 = none */
-    int32_t *pa_ints;      /* owned, [4 * max_seqs + 1]: cu_seqlens_q, q_pos0, kv_lens,
-                              seq_rows of a paged call */
+    uint32_t kv_layout;     /* KHUB_KV_LAYOUT_* shared by the cache and paged_attn */
+    int32_t kv_block_size;  /* khub_model_opts: tokens per block, 0 = the cache's */
+    int32_t kv_num_blocks;  /* khub_model_opts: blocks in the pool, 0 = from the budget */
+    uint64_t kv_max_bytes;  /* khub_model_opts: KV memory budget, 0 = none */
+    int64_t kv_pool_tokens; /* blocks x block size of the paged pool */
+    int32_t *pa_ints;       /* owned, [4 * max_seqs + 1]: cu_seqlens_q, q_pos0, kv_lens,
+                               seq_rows of a paged call */
 
     /* Scratch, allocated at load: no allocation per token. */
     int32_t max_batch, max_seqs;

@@ -274,6 +274,7 @@ khub_status khub__model_make_cache(khub_model *m)
                             m->file, khub_binding_name(m->kv_op), (unsigned)m->kv_layout,
                             (unsigned)pv.layout);
         tokens = (size_t)pv.n_blocks * (size_t)pv.block_size;
+        m->kv_pool_tokens = (int64_t)tokens;
         KHUB_LOG_I(m->rt, "%s: paged KV cache, %d blocks of %d tokens (%zu bytes)", m->file,
                    (int)pv.n_blocks, (int)pv.block_size, per * tokens);
     }
