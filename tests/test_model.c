@@ -27,7 +27,6 @@
 #include "executor.h"
 #include "model_fixtures.h"
 #include "ref_oracle.h"
-#include "plugins/tp_util.h"
 #include "runner.h"
 
 /* ======================================================================== */
@@ -516,44 +515,6 @@ static void check_paged(const tiny_spec *spec)
     ASSERT_OK(khub__forward(paged, ids, first + 2, 1));
     khub_model_free(paged);
     khub_model_free(dense);
-    tiny_cleanup(dir);
-    khub_runtime_free(rt);
-}
-
-/* A KV cache plugin built for ABI 1.3 (khub/ref-cpu's sources with
- * KHUB_PLUGIN_TARGET_MINOR 3, tests/plugins: no paged ops, 1.3 caps and
- * kv_cache methods) loads into this host and serves a model with its dense
- * cache and kind 1 attention, giving the 1.4 build's logits; its cache is
- * not paged, so asking it for paged_cache finds no such op. */
-TEST_IMPL(model_tiny_cache_plugin_built_for_1_3)
-{
-    khub_runtime *rt = tp_runtime(2);
-    khub_plugin *p = tp_load(rt, "ref_cpu_1_3");
-    uint16_t major = 0, minor = 0;
-    khub_plugin_abi(p, &major, &minor);
-    ASSERT_EQ(minor, 3);
-    ASSERT_EQ(khub_plugin_op_count(p), 8);
-    tiny_spec spec = {TINY_LLAMA, NULL, NULL, NULL, 0, 0, NULL, NULL, 0};
-    const char *dir = tiny_write(&spec);
-    khub_model_opts o = ref_opts();
-    khub_model *m = NULL;
-    ASSERT_OK(khub_model_load(rt, dir, &o, &m));
-    ASSERT_CONTAINS(khub_model_explain(m), "kv_cache[f32]: khub/ref-cpu 0.1.0 :: kv_cache");
-    ASSERT_CONTAINS(khub_model_explain(m), "attention[f32]: khub/ref-cpu 0.1.0 :: attention");
-    ASSERT_EQ(m->kv_layout, 0);
-    int32_t ids[5] = {1, 17, 200, 3, 99};
-    float old[T_VOCAB], now[T_VOCAB];
-    ASSERT_OK(khub_model_logits(m, ids, 5, old));
-    khub_model_free(m);
-    khub_runtime *rt2 = runtime();
-    ASSERT_OK(khub_model_load(rt2, dir, &o, &m));
-    ASSERT_OK(khub_model_logits(m, ids, 5, now));
-    ASSERT_LE(rel_err(old, now, T_VOCAB), 1e-7);
-    khub_model_free(m);
-    khub_runtime_free(rt2);
-    o.cache_impl = "khub/ref-cpu:paged_cache";
-    o.strict = 1;
-    ASSERT_STATUS(khub_model_load(rt, dir, &o, &m), KHUB_STATUS_NO_KERNEL);
     tiny_cleanup(dir);
     khub_runtime_free(rt);
 }
@@ -1244,7 +1205,6 @@ TEST_IMPL(model_smollm2_gguf_prefill_equals_incremental)
 
 #define TEST_LIST(X) \
     X(model_tiny_llama_prefill_equals_incremental) \
-    X(model_tiny_cache_plugin_built_for_1_3) \
     X(model_tiny_qwen2_prefill_equals_incremental) \
     X(model_tiny_qwen3_prefill_equals_incremental) \
     X(model_tiny_llama_hf_equals_gguf) \

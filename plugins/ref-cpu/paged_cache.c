@@ -30,7 +30,8 @@
  */
 #include "ref_cpu.h"
 
-#if KHUB_PLUGIN_TARGET_MINOR >= 4 /* paged ops are ABI 1.4 (tests/plugins builds a 1.3 copy) */
+#if KHUB_PLUGIN_TARGET_MINOR >= \
+    4 /* paged ops are ABI 1.4: a build for an older minor leaves them out */
 
 #define PC_DEFAULT_BLOCK 16
 #define OPN              "paged_cache"
