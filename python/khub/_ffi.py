@@ -72,6 +72,7 @@ class OpCaps(ctypes.Structure):
         ("reserved2", u32),
         ("kind_flags", u64),  # ABI 1.3
         ("act_dtypes", u64),  # ABI 1.3
+        ("kv_layouts", u64),  # ABI 1.4: KHUB_KV_LAYOUT_BIT mask
     ]
 
 
