@@ -52,7 +52,7 @@ ref_sha=$(sha256sum "$ref_so" | cut -d' ' -f1)
 grep -q "^khub/ref-cpu 0.1.0 (ABI $(hdr KHUB_ABI_MAJOR).$(hdr KHUB_ABI_MINOR))$" "$T/plugins.txt" ||
     fail "khub plugins: no 'khub/ref-cpu 0.1.0 (ABI ...)' line"
 awk '/^khub\/ref-cpu /{f = 1; next} /^[^ ]/{f = 0} f' "$T/plugins.txt" > "$T/ref.txt"
-grep -q "^  kinds  attention,linear,qlinear,kv_cache,norm,activation,rotary$" "$T/ref.txt" ||
+grep -q "^  kinds  attention,linear,qlinear,kv_cache,norm,activation,rotary,paged_attention$" "$T/ref.txt" ||
     fail "ref-cpu kinds line: $(grep kinds "$T/ref.txt")"
 grep -q "^  file   $ref_so$" "$T/ref.txt" || fail "ref-cpu file line"
 grep -q "^  sha256 $ref_sha$" "$T/ref.txt" || fail "ref-cpu sha256 is not the file's"
@@ -71,12 +71,12 @@ assert len(ref) == 1, [p["id"] for p in plugins]
 p = ref[0]
 assert p["version"] == "0.1.0" and p["abi"] == abi, p
 assert p["file"] == so and p["sha256"] == sha, (p["file"], p["sha256"])
-kinds = "attention,linear,qlinear,kv_cache,norm,activation,rotary"
+kinds = "attention,linear,qlinear,kv_cache,norm,activation,rotary,paged_attention"
 assert p["kinds"] == kinds, p["kinds"]
-# four KV caches: the dynamic default, and the static, int8 and int4 ones
-# (--cache static|quantized|quantized-int4), chosen only when named
-assert sorted(o["kind"] for o in p["ops"]) == sorted(kinds.split(",") + ["kv_cache"] * 3), p["ops"]
-for name in ("static_cache", "quantized_cache", "quantized_cache_int4"):
+# five KV caches: the dynamic default, and the static, int8, int4 and paged
+# ones (--cache static|quantized|quantized-int4|paged), chosen only when named
+assert sorted(o["kind"] for o in p["ops"]) == sorted(kinds.split(",") + ["kv_cache"] * 4), p["ops"]
+for name in ("static_cache", "quantized_cache", "quantized_cache_int4", "paged_cache"):
     named = [o for o in p["ops"] if o["name"] == name]
     assert len(named) == 1 and named[0]["kind"] == "kv_cache" and named[0]["priority"] == -1, named
 for o in plugins[0]["ops"] + p["ops"]:

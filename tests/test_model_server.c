@@ -71,7 +71,8 @@ TEST_IMPL(model_server_start_stop)
                                 .host = "127.0.0.1.5"};
     khub_model_server *srv = NULL, *srv2 = NULL;
     ASSERT_STATUS(khub_model_server_start(&o, &srv, err, sizeof err), KHUB_STATUS_INVALID_ARG);
-    ASSERT_STR_EQ(err, "serve-model: --host 127.0.0.1.5 is not an IPv4 address (use 127.0.0.1)");
+    ASSERT_STR_EQ(err, "serve-model: host 127.0.0.1.5 (khub_model_server_opts.host) is not an IPv4 "
+                       "address (use 127.0.0.1)");
     o.host = NULL;
     ASSERT_OK(khub_model_server_start(&o, &srv, err, sizeof err));
     ASSERT_STR_EQ(err, "");
