@@ -15,6 +15,10 @@
 #                 its stdout in OUT and stderr in OUT.err, waits for the
 #                 address it prints and sets EP to it (SRV to its pid); fails
 #                 with the server's own words when it prints none in 5 s.
+# t_flip_byte FILE OFFSET
+#                 tampers FILE in place: inverts every bit of the byte at
+#                 OFFSET, so the file always changes (writing a fixed byte
+#                 left random data unchanged once in 256 runs).
 
 fail() {
     echo "FAIL: $*" >&2
@@ -40,6 +44,20 @@ t_begin() {
     SRV=
     trap t_cleanup EXIT
     cd "$T"
+}
+
+t_flip_byte() {
+    python3 - "$1" "$2" <<'PY'
+import sys
+path, off = sys.argv[1], int(sys.argv[2])
+with open(path, "r+b") as f:
+    f.seek(off)
+    b = f.read(1)
+    if len(b) != 1:
+        sys.exit(f"t_flip_byte: {path} has no byte at offset {off}")
+    f.seek(off)
+    f.write(bytes([b[0] ^ 0xFF]))
+PY
 }
 
 t_serve() {

@@ -196,7 +196,7 @@ grep -q "signed (metadata.json.sig)" check.log || fail "check does not see the s
 
 # a tampered build is refused by check, naming the file
 so=$(ls t-norm-cpu-cuda/build/khub1-cpu-*-linux/t-norm-cpu-cuda-generic.so)
-printf 'X' | dd of="$so" bs=1 seek=200 conv=notrunc status=none
+t_flip_byte "$so" 200
 if "$KHUB" check t-norm-cpu-cuda > check.log 2>&1; then fail "check accepted a tampered .so"; fi
 grep -q "t-norm-cpu-cuda-generic.so: SHA-256" check.log || fail "tamper message: $(grep FAIL check.log)"
 echo "ok   keygen, sign, tamper detection"

@@ -60,7 +60,7 @@ PY
 
 # a tampered cache fails the bench instead of timing a broken kernel
 blob=$(readlink -f "$KHUB_CACHE/kernels--org--bk/snapshots/$C1/build/$V/libk.so")
-printf 'Z' | dd of="$blob" bs=1 seek=10 conv=notrunc status=none
+t_flip_byte "$blob" 10
 set +e
 out=$(HF_HUB_OFFLINE=1 timeout 20 "$KHUB" bench --latency org/bk@$C1 -n 5 2>&1); rc=$?
 set -e
@@ -143,7 +143,7 @@ done
 
 # a tampered build is refused, not timed
 so=$(ls "$T"/rmsnorm-copy/build/$V/*.so | head -1)
-printf 'Z' | dd of="$so" bs=1 seek=100 conv=notrunc status=none
+t_flip_byte "$so" 100
 set +e
 out=$(cd "$T" && "$KHUB" bench rmsnorm-copy 2>&1); rc=$?
 set -e

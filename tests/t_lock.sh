@@ -171,7 +171,7 @@ echo "ok   downgrade: khub update refuses a v1 moved back to an older signed bui
 
 # --- a tampered cached file is refused, naming it --------------------------
 so=$(ls cache/kernels--kernels-community--kv-cache/khub-variants/$C3/$V/kv-cache-avx2.so)
-printf 'X' | dd of="$so" bs=1 seek=300 conv=notrunc status=none
+t_flip_byte "$so" 300
 if "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1; then
     fail "tampered cache loaded"; fi
 grep -q "KHUB_STATUS_LOCK_MISMATCH" f.out && grep -q "kv-cache-avx2.so has SHA-256" f.out \

@@ -92,7 +92,7 @@ timeout 20 "$KHUB" cache ls --json | python3 -c 'import json,sys; json.load(sys.
 timeout 60 "$KHUB" cache verify acme/norm > /dev/null || fail "cache verify of a good cache"
 B=$(ls "$KHUB_CACHE"/kernels--acme--norm/blobs | head -1)
 cp "$KHUB_CACHE/kernels--acme--norm/blobs/$B" "$T/blob.bak"
-printf 'X' | dd of="$KHUB_CACHE/kernels--acme--norm/blobs/$B" bs=1 count=1 conv=notrunc 2>/dev/null
+t_flip_byte "$KHUB_CACHE/kernels--acme--norm/blobs/$B" 0
 out=$(timeout 60 "$KHUB" cache verify 2>&1) && fail "cache verify missed a corrupt blob"
 grep -q <<<"$out" "corrupt .*$B" || fail "cache verify output: $out"
 out=$(timeout 60 "$KHUB" cache verify --json 2>/dev/null) && fail "verify --json missed it"

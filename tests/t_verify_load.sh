@@ -98,7 +98,7 @@ echo "ok   a signed plugin with a RUNPATH is refused at load, before any of its 
 so=$(find cache -path "*kernels--kernels-community--kv-cache*" -name 'kv-cache-*.so' | head -n 1)
 [ -n "$so" ] || fail "no cached plugin"
 so=$(readlink -f "$so")
-printf 'X' | dd of="$so" bs=1 seek=300 conv=notrunc status=none
+t_flip_byte "$so" 300
 expect KHUB_STATUS_DIGEST_MISMATCH "kv-cache-[a-z0-9]*.so has SHA-256 [0-9a-f]*, metadata.json says" kernels-community/kv-cache@v1
 grep -q "loaded" f.out && grep -q "^file " f.out && fail "a tampered plugin was loaded: $(cat f.out)"
 echo "ok   a tampered cached plugin is refused (digest) before it is loaded"
