@@ -5,16 +5,14 @@
 # holds a "--flag" but the argument lists handed to other programs (the
 # compiler, git, NVRTC) and the exceptions listed. The CLI writes its flags
 # in place of the option names (tools/cli/flag_hints.c); t_lock, t_contain
-# and t_bench check that its output still names them.
+# t_bench and t_contain check that its output still names them.
 set -euo pipefail
 SRC=${KHUB_SRC:?set by ctest}
 fail() { echo "FAIL: $*"; exit 1; }
 
 # file: why its "--" strings are not CLI flags (or not yet changed)
 #   hub/author/kernel_build.c, hub/author/nvrtc.c: arguments of cc, git, NVRTC
-#   runtime/executor/verify.c: "--verify-kernels:" still names the flag
-#     (left for the executor's owner; KHUB_OPT_VERIFY_KERNELS is the option)
-skip='^(hub/author/kernel_build\.c|hub/author/nvrtc\.c|runtime/executor/verify\.c)$'
+skip='^(hub/author/kernel_build\.c|hub/author/nvrtc\.c)$'
 
 found=""
 n=0

@@ -4,11 +4,18 @@
  * headers: every refusal of khub_model_server_start with its status and
  * message; on SmolLM2-135M-Instruct (skipped when absent) a start on a free
  * port, the stats before any request, a second server on the same port
- * refused with IO, and the chat template applied to a conversation. The
- * HTTP side is tests/t_model_server.sh's.
+ * refused with IO, and the chat template applied to a conversation; a
+ * client that hangs up on a plain (not streamed) request while its tokens
+ * flow cancels it. The rest of the HTTP side is tests/t_model_server.sh's.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "khub/khub_model.h"
 #include "khub/khub_model_server.h"
@@ -117,5 +124,70 @@ TEST_IMPL(model_server_start_stop)
     khub_runtime_free(rt);
 }
 
-#define TEST_LIST(X) X(model_server_start_refusals) X(model_server_start_stop)
+static void sleep_ms(int ms)
+{
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* Polls the server's stats until ok(stats) holds, for up to ms. */
+static int wait_stats(khub_model_server *srv, khub_model_server_stats *st, int ms,
+                      int (*ok)(const khub_model_server_stats *))
+{
+    for (int waited = 0; waited <= ms; waited += 20) {
+        if (khub_model_server_stats_get(srv, st) != KHUB_STATUS_OK) return 0;
+        if (ok(st)) return 1;
+        sleep_ms(20);
+    }
+    return 0;
+}
+static int one_running(const khub_model_server_stats *st) { return st->running == 1; }
+static int some_tokens(const khub_model_server_stats *st) { return st->kv_tokens >= 24; }
+static int one_cancelled(const khub_model_server_stats *st) { return st->cancelled == 1; }
+static int idle(const khub_model_server_stats *st) { return !st->running && !st->kv_tokens; }
+
+/* A plain request is woken by every token it waits for; its client's
+ * hang-up must still be seen while the tokens flow (it was seen only after
+ * 200 ms without a token, so the request ran to its end and counted as
+ * completed: t_model_server's five hang-ups became four). */
+TEST_IMPL(model_server_plain_hangup_cancels)
+{
+    khub_runtime *rt = NULL;
+    khub_model *m = smollm2(&rt);
+    if (!m) {
+        khub_runtime_free(rt);
+        TEST_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf absent (tools/fetch-model.sh)");
+    }
+    char err[KHUB_ERROR_SIZE];
+    khub_model_server_opts o = {KHUB_APP_INIT(khub_model_server_opts), .model = m};
+    khub_model_server *srv = NULL;
+    ASSERT_OK(khub_model_server_start(&o, &srv, err, sizeof err));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(khub_model_server_port(srv))};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    /* 220 new tokens fill the 256-position context: seconds of generation */
+    const char *body = "{\"prompt\":\"Count to 1000: 1, 2, 3,\",\"max_tokens\":220,"
+                       "\"temperature\":0}";
+    char req[512];
+    int n = snprintf(req, sizeof req,
+                     "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    ASSERT_EQ(write(fd, req, (size_t)n), n);
+    khub_model_server_stats st = {KHUB_APP_INIT(khub_model_server_stats)};
+    ASSERT(wait_stats(srv, &st, 60000, one_running));
+    ASSERT(wait_stats(srv, &st, 60000, some_tokens)); /* decoding: tokens flow */
+    close(fd);
+    ASSERT(wait_stats(srv, &st, 5000, one_cancelled));
+    ASSERT_EQ(st.completions, 0);
+    ASSERT(wait_stats(srv, &st, 5000, idle)); /* its KV freed */
+    khub_model_server_stop(srv);
+    khub_model_free(m);
+    khub_runtime_free(rt);
+}
+
+#define TEST_LIST(X) \
+    X(model_server_start_refusals) X(model_server_start_stop) X(model_server_plain_hangup_cancels)
 TEST_MAIN(TEST_LIST)

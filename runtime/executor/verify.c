@@ -243,11 +243,12 @@ static khub_status cross_check(khub_model *m, khub_binding *b, khub_binding *ref
     for (int i = 0; i < c.n_out && st == KHUB_STATUS_OK; i++) {
         double e = nmse(c.out[i]->data, c.ref[i].data, c.ref[i].n);
         if (!(e <= tolerance(b->kind)))
-            st = khub__fail(rt, KHUB_STATUS_KERNEL_MISMATCH,
-                            "%s: --verify-kernels: %s (%s, layer %d) differs from %s: NMSE %.3g "
-                            "of %s over %zu values, tolerance %.0e",
-                            m->file, khub_binding_name(b), what, layer, REF_PLUGIN, e,
-                            out_name(b->kind, i), c.ref[i].n, tolerance(b->kind));
+            st = khub__fail(
+                rt, KHUB_STATUS_KERNEL_MISMATCH,
+                "%s: KHUB_OPT_VERIFY_KERNELS: %s (%s, layer %d) differs from %s: NMSE %.3g "
+                "of %s over %zu values, tolerance %.0e",
+                m->file, khub_binding_name(b), what, layer, REF_PLUGIN, e, out_name(b->kind, i),
+                c.ref[i].n, tolerance(b->kind));
     }
     check_free(rt, &c);
     return st;

@@ -141,7 +141,10 @@ static int hung_up(int fd)
 khub__ms_wait khub__ms_req_wait(khub__ms_req *r, size_t have, int fd, unsigned max_ms)
 {
     pthread_mutex_lock(&r->mu);
-    for (unsigned waited = 0; r->len <= have && !r->done; waited += 200) {
+    /* The peer is looked at after every wake-up, not only after a quiet
+     * 200 ms: a plain request that waits for its whole answer is woken by
+     * each of its tokens, and tokens come faster than that. */
+    for (unsigned waited = 0; r->len <= have && !r->done;) {
         if (max_ms && waited >= max_ms) {
             pthread_mutex_unlock(&r->mu);
             return KHUB__MS_IDLE;
@@ -150,7 +153,8 @@ khub__ms_wait khub__ms_req_wait(khub__ms_req *r, size_t have, int fd, unsigned m
         clock_gettime(CLOCK_MONOTONIC, &t);
         t.tv_nsec += 200 * 1000000L;
         if (t.tv_nsec >= 1000000000L) t.tv_sec++, t.tv_nsec -= 1000000000L;
-        if (pthread_cond_timedwait(&r->cv, &r->mu, &t) != 0 && hung_up(fd)) {
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &t) != 0) waited += 200;
+        if (hung_up(fd)) {
             r->cancel = 1;
             pthread_mutex_unlock(&r->mu);
             return KHUB__MS_GONE;

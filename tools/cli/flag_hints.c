@@ -21,6 +21,7 @@ static const struct {
     {"khub_kernel_opts.allow_name_mismatch", "--allow-name-mismatch"},
     {"khub_lock_opts.allow_downgrade", "--allow-downgrade"},
     {"KHUB_OPT_ALLOW_QUARANTINED", "--allow-quarantined"},
+    {"KHUB_OPT_VERIFY_KERNELS", "--verify-kernels"},
     {"khub_cache_quarantine_clear on", "khub cache unquarantine"},
     {"khub_hub_opts.token", "--token"},
     {"khub_server_opts.host", "--host"},
