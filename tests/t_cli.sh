@@ -73,10 +73,12 @@ assert p["version"] == "0.1.0" and p["abi"] == abi, p
 assert p["file"] == so and p["sha256"] == sha, (p["file"], p["sha256"])
 kinds = "attention,linear,qlinear,kv_cache,norm,activation,rotary,paged_attention"
 assert p["kinds"] == kinds, p["kinds"]
-# five KV caches: the dynamic default, and the static, int8, int4 and paged
-# ones (--cache static|quantized|quantized-int4|paged), chosen only when named
-assert sorted(o["kind"] for o in p["ops"]) == sorted(kinds.split(",") + ["kv_cache"] * 4), p["ops"]
-for name in ("static_cache", "quantized_cache", "quantized_cache_int4", "paged_cache"):
+# seven KV caches: the dynamic default, and the static, int8, int4, paged,
+# sliding and offloaded ones (--cache static|quantized|quantized-int4|paged|
+# sliding|offloaded), chosen only when named
+assert sorted(o["kind"] for o in p["ops"]) == sorted(kinds.split(",") + ["kv_cache"] * 6), p["ops"]
+for name in ("static_cache", "quantized_cache", "quantized_cache_int4", "paged_cache",
+             "sliding_cache", "offloaded_cache"):
     named = [o for o in p["ops"] if o["name"] == name]
     assert len(named) == 1 and named[0]["kind"] == "kv_cache" and named[0]["priority"] == -1, named
 for o in plugins[0]["ops"] + p["ops"]:

@@ -235,13 +235,31 @@ grep -q "bad Hub ID" m.err || fail "bad ID message: $(cat m.err)"
 # a name with no '/' is a built-in name or nothing
 if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --cache bogus > m.out 2> m.err; then
     fail "--cache bogus was accepted"; fi
-grep -q 'cache kernel "bogus": not a Hub ID (org/name\[@REV\]\[:symbol\]) nor a built-in name (dynamic, static, quantized, quantized-int4, paged)' m.err ||
+grep -q 'cache kernel "bogus": not a Hub ID (org/name\[@REV\]\[:symbol\]) nor a built-in name (dynamic, static, quantized, quantized-int4, paged, sliding, offloaded)' m.err ||
     fail "unknown built-in message: $(cat m.err)"
 # a cache strategy's options reach its create, which refuses bad ones by name
 if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --cache quantized,q_group_size=0 \
     > m.out 2> m.err; then fail "--cache quantized,q_group_size=0 was accepted"; fi
 grep -q 'quantized_cache failed: quantized_cache.create: q_group_size (got 0, want a divisor of head_dim' m.err ||
     fail "bad cache option message: $(cat m.err)"
+# every built-in cache name runs (paged was listed but unmapped once)
+for c in paged sliding sliding_window offloaded "offloaded,budget=64K,dir=$PWD"; do
+    "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 2 --cache "$c" --explain \
+        > m.out 2> m.err || fail "--cache $c exited $?: $(cat m.err)"
+    grep -q '^kv_cache memory: [1-9][0-9]* bytes per token' m.out m.err ||
+        fail "--cache $c: no memory line: $(cat m.out m.err)"
+done
+ls "$PWD" | grep -q khub-kv- && fail "the offloaded cache left its file behind"
+# the offloaded cache's hostile options, refused at load with their key
+if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --cache offloaded,budget=0 \
+    > m.out 2> m.err; then fail "--cache offloaded,budget=0 was accepted"; fi
+grep -q 'offloaded_cache.create: option budget (got 0, want at least 1 byte' m.err ||
+    fail "budget=0 message: $(cat m.err)"
+if "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 \
+    --cache offloaded,dir=/nonexistent/kv > m.out 2> m.err; then
+    fail "--cache offloaded,dir=/nonexistent/kv was accepted"; fi
+grep -q 'offloaded_cache.create: dir "/nonexistent/kv": No such file or directory (want an existing writable directory)' m.err ||
+    fail "bad dir message: $(cat m.err)"
 echo "ok   malformed khub.json, kernel IDs, built-in names and cache options refused with the field"
 
 # khub.json + khub.lock, then offline with the server gone

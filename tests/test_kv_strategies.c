@@ -3,189 +3,15 @@
  * through the same fake host as test_ref_ops (leaks and every message
  * checked): the quantized caches' write/view/truncate semantics, their
  * round-trip error bounds against the group scales, the residual window
- * kept exact, memory per token, and refused options.
+ * kept exact, memory per token, and refused options; the sliding-window
+ * cache's dropping, views, refusals and memory (test_kv_offload.c has the
+ * offloaded cache; test_kv_cache_model.c both inside a model).
  */
-#include <dlfcn.h>
-#include <stdarg.h>
-
-#include <khub/khub_plugin.h>
-
-#include "../plugins/include/khub_plugin_util.h"
 #include <khub/khub.h>
+
 #include "gguf.h"
+#include "kv_host.h"
 #include "ref_oracle.h"
-#include "runner.h"
-
-/* ------------------------------------------------------------------------ */
-/* The fake host                                                            */
-/* ------------------------------------------------------------------------ */
-
-static char g_err[1024];
-static int g_live;        /* blocks allocated and not freed */
-static int g_fail_allocs; /* when > 0, the g_fail_allocs-th alloc from now fails */
-static int g_live_base;   /* g_live after setup (the plugin state) */
-
-#define ASSERT_NO_LEAKS() ASSERT_EQ(g_live, g_live_base)
-
-static void th_log(void *ctx, khub_log_level lv, const char *fmt, ...)
-{
-    (void)ctx, (void)lv, (void)fmt;
-}
-
-static khub_status th_fail(void *ctx, khub_status st, const char *fmt, ...)
-{
-    (void)ctx;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-static void *th_alloc(void *ctx, size_t n)
-{
-    (void)ctx;
-    if (g_fail_allocs > 0 && --g_fail_allocs == 0) return NULL;
-    void *p = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
-    if (p) g_live++;
-    return p;
-}
-
-static void th_free(void *ctx, void *p)
-{
-    (void)ctx;
-    if (p) g_live--;
-    free(p);
-}
-
-static void th_parallel_for(void *ctx, int64_t n, khub_range_fn fn, void *ud)
-{
-    (void)ctx;
-    int64_t a = n / 3, b = 2 * n / 3;
-    if (a > 0) fn(ud, 0, a, 0);
-    if (b > a) fn(ud, a, b, 1);
-    if (n > b) fn(ud, b, n, 2);
-}
-
-static int th_n_threads(void *ctx) { return (void)ctx, 3; }
-static uint32_t th_cpu(void *ctx) { return (void)ctx, 0u; }
-
-static khub_host_api g_host = {
-    KHUB_STRUCT_INIT(khub_host_api),
-    .log = th_log,
-    .fail = th_fail,
-    .alloc = th_alloc,
-    .free = th_free,
-    .parallel_for = th_parallel_for,
-    .n_threads = th_n_threads,
-    .cpu_features = th_cpu,
-};
-
-static khub_plugin_desc g_desc;
-
-static khub_plugin_init_fn load_entry(void)
-{
-    void *h = dlopen(KHUB_PLUGIN_DIR_BUILD "/ref-cpu.so", RTLD_NOW | RTLD_LOCAL);
-    if (!h) TEST_FAIL_("dlopen ref-cpu.so: %s", dlerror());
-    khub_plugin_init_fn init = (khub_plugin_init_fn)(uintptr_t)dlsym(h, KHUB_PLUGIN_ENTRY);
-    ASSERT(init != NULL);
-    return init;
-}
-
-static void setup(void)
-{
-    khub_plugin_init_fn init = load_entry();
-    memset(&g_desc, 0, sizeof g_desc);
-    g_desc.struct_size = sizeof g_desc;
-    char eb[256] = "";
-    ASSERT_OK(init(&g_host, &g_desc, eb, sizeof eb));
-    g_live_base = g_live;
-}
-
-static const khub_op_desc *op(const char *name)
-{
-    for (uint32_t i = 0; i < g_desc.n_ops; i++)
-        if (strcmp(g_desc.ops[i].name, name) == 0) return &g_desc.ops[i];
-    TEST_FAIL_("op %s not found", name);
-}
-
-/* Asserts the status and that the message names the problem. */
-#define ASSERT_FAILS(expr, st, needle) \
-    do { \
-        g_err[0] = '\0'; \
-        ASSERT_STATUS((expr), (st)); \
-        ASSERT_CONTAINS(g_err, (needle)); \
-    } while (0)
-
-/* ------------------------------------------------------------------------ */
-/* Tensors                                                                  */
-/* ------------------------------------------------------------------------ */
-
-typedef struct tens {
-    khub_tensor t;
-    int64_t shape[4];
-    int64_t strides[4];
-} tens;
-
-/* A compact (strides NULL) tensor of up to 3 dims; unused dims are 0. */
-static khub_tensor *mk(tens *s, void *data, khub_dtype dt, int ndim, int64_t d0, int64_t d1,
-                       int64_t d2)
-{
-    memset(s, 0, sizeof *s);
-    s->shape[0] = d0, s->shape[1] = d1, s->shape[2] = d2;
-    s->t = (khub_tensor){
-        .data = data, .device = {KHUB_DEVICE_CPU, 0}, .ndim = ndim, .dtype = dt, .shape = s->shape};
-    return &s->t;
-}
-
-static float *fbuf(size_t n)
-{
-    float *p = calloc(n ? n : 1, sizeof(float));
-    ASSERT(p != NULL);
-    return p;
-}
-
-static khub_kv_cache *cache_new(const char *name, int32_t layers, int32_t H, int32_t D,
-                                int32_t seqs, int64_t max_tokens, khub_dtype dt,
-                                const char *options)
-{
-    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config),
-                                .n_layers = layers,
-                                .n_kv_heads = H,
-                                .head_dim = D,
-                                .n_seqs = seqs,
-                                .max_tokens = max_tokens,
-                                .dtype = dt,
-                                .options = options};
-    khub_kv_cache *c = NULL;
-    const khub_kv_cache_methods *m = op(name)->methods;
-    ASSERT_OK(m->create(g_desc.state, &cfg, &c));
-    ASSERT(c != NULL);
-    return c;
-}
-
-static khub_status put(const char *name, khub_kv_cache *c, int32_t layer, int32_t seq, int64_t pos,
-                       float *k, float *v, int64_t n, int64_t H, int64_t D)
-{
-    tens tk, tv;
-    khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args),
-                            .layer = layer,
-                            .seq = seq,
-                            .pos = pos,
-                            .k = mk(&tk, k, KHUB_DTYPE_F32, 3, n, H, D),
-                            .v = mk(&tv, v, KHUB_DTYPE_F32, 3, n, H, D)};
-    g_err[0] = '\0';
-    const khub_kv_cache_methods *m = op(name)->methods;
-    return m->write(g_desc.state, c, &w);
-}
-
-static float view_at(const khub_tensor *t, int64_t i, int64_t h, int64_t d)
-{
-    int64_t off = i * t->strides[0] + h * t->strides[1] + d * t->strides[2];
-    const void *base = khub_pu_base(t);
-    if (t->dtype.bits == 32) return ((const float *)base)[off];
-    return khub_pu_f16_to_f32(((const uint16_t *)base)[off]);
-}
 
 /* The largest error a group of G values of x may get: half a step of the
  * group's scale (int8: absmax / 127; int4: (max - min) / 15), plus f16
@@ -346,7 +172,188 @@ TEST_IMPL(quantized_bad_options)
     ASSERT_NO_LEAKS();
 }
 
+/* ------------------------------------------------------------------------ */
+/* The sliding-window cache                                                 */
+/* ------------------------------------------------------------------------ */
+
+#define SW "sliding_cache"
+
+static khub_status sw_new(const int64_t *win, int32_t layers, khub_dtype dt, const char *options,
+                          khub_kv_cache **c)
+{
+    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config),
+                                .n_layers = layers,
+                                .n_kv_heads = 2,
+                                .head_dim = 3,
+                                .n_seqs = 2,
+                                .max_tokens = 64,
+                                .dtype = dt,
+                                .options = options,
+                                .layer_window = win};
+    *c = NULL;
+    g_err[0] = '\0';
+    return kvm(SW)->create(g_desc.state, &cfg, c);
+}
+
+/* Value of token p, head h, dim d (K; V is its negation): distinct, and
+ * exact in f16 (< 2048). */
+static float sw_val(int64_t p, int64_t h, int64_t d) { return (float)(p * 8 + h * 4 + d); }
+
+static khub_status sw_put(khub_kv_cache *c, int32_t layer, int32_t seq, int64_t pos, int64_t n)
+{
+    float k[32 * 6], v[32 * 6];
+    for (int64_t i = 0; i < n * 6; i++) {
+        k[i] = sw_val(pos + i / 6, (i / 3) % 2, i % 3);
+        v[i] = -k[i];
+    }
+    return put(SW, c, layer, seq, pos, k, v, n, 2, 3);
+}
+
+/* view_from of [first, n): every position holds its own values. */
+static int64_t sw_check_view(khub_kv_cache *c, int32_t layer, int32_t seq, int64_t n)
+{
+    int64_t ks[3], kst[3], vs[3], vst[3], first = -1;
+    khub_tensor kt = {.shape = ks, .strides = kst}, vt = {.shape = vs, .strides = vst};
+    ASSERT_OK(kvm(SW)->view_from(g_desc.state, c, layer, seq, n, &first, &kt, &vt));
+    ASSERT(first >= 0 && first <= n);
+    ASSERT_EQ(ks[0], n - first);
+    for (int64_t i = 0; i < n - first; i++)
+        for (int64_t h = 0; h < 2; h++)
+            for (int64_t d = 0; d < 3; d++) {
+                ASSERT(view_at(&kt, i, h, d) == sw_val(first + i, h, d));
+                ASSERT(view_at(&vt, i, h, d) == -sw_val(first + i, h, d));
+            }
+    return first;
+}
+
+/* Layer 0 has a window of 4, layer 1 none: one token at a time, then
+ * chunks. Layer 0 keeps what the window reaches back from the last write's
+ * first position (at least), bounded storage; layer 1 keeps everything. */
+TEST_IMPL(sliding_keeps_the_window)
+{
+    setup();
+    const khub_kv_cache_methods *m = op(SW)->methods;
+    int64_t win[2] = {4, 0};
+    khub_kv_cache *c = NULL;
+    ASSERT_OK(sw_new(win, 2, KHUB_DTYPE_F32, NULL, &c));
+    int64_t pos = 0;
+    static const int64_t chunks[] = {1, 1, 1, 1, 1, 1, 7, 1, 13, 1, 1, 20, 1, 1};
+    for (size_t i = 0; i < sizeof chunks / sizeof chunks[0]; i++) {
+        for (int32_t l = 0; l < 2; l++) ASSERT_OK(sw_put(c, l, 1, pos, chunks[i]));
+        int64_t f0 = sw_check_view(c, 0, 1, pos + chunks[i]);
+        ASSERT(f0 <= (pos - 3 > 0 ? pos - 3 : 0)); /* the first query reaches back W - 1 */
+        ASSERT_EQ(sw_check_view(c, 1, 1, pos + chunks[i]), 0);
+        pos += chunks[i];
+    }
+    ASSERT(sw_check_view(c, 0, 1, pos) > 0); /* it did drop */
+    khub_kv_cache_memory mem = {KHUB_STRUCT_INIT(khub_kv_cache_memory)};
+    ASSERT_OK(m->memory(g_desc.state, c, &mem));
+    ASSERT_EQ(mem.bytes_per_token, 2 * 6 * 4); /* layer 1 only: K and V of 2 x 3 f32 */
+    ASSERT_EQ(mem.tokens_used, pos);
+    ASSERT_EQ(mem.tokens_capacity, 64);
+    /* layer 1 grew to 64 rows (50 tokens); layer 0 to W - 1 + 20 -> 32 */
+    ASSERT_EQ(mem.bytes_total, (64 + 32) * 6 * 4 * 2);
+    /* seq 0 untouched */
+    ASSERT_EQ(sw_check_view(c, 0, 0, 0), 0);
+    m->destroy(g_desc.state, c);
+    ASSERT_NO_LEAKS();
+}
+
+/* What the cache cannot do once it dropped positions is refused with the
+ * numbers, changing nothing. */
+TEST_IMPL(sliding_refusals)
+{
+    setup();
+    const khub_kv_cache_methods *m = op(SW)->methods;
+    int64_t win[2] = {4, 0};
+    khub_kv_cache *c = NULL;
+    ASSERT_OK(sw_new(win, 2, KHUB_DTYPE_F32, NULL, &c));
+    for (int64_t p = 0; p < 20; p++)
+        for (int32_t l = 0; l < 2; l++) ASSERT_OK(sw_put(c, l, 0, p, 1));
+    int64_t base = sw_check_view(c, 0, 0, 20);
+    ASSERT(base > 0 && base <= 16);
+    int64_t ks[3], kst[3], vs[3], vst[3], first;
+    khub_tensor kt = {.shape = ks, .strides = kst}, vt = {.shape = vs, .strides = vst};
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "sliding_cache.view: layer 0 seq 0 dropped positions below %lld (window 4); read "
+             "it with view_from (a host of ABI 1.4)",
+             (long long)base);
+    ASSERT_FAILS(m->view(g_desc.state, c, 0, 0, 20, &kt, &vt), KHUB_STATUS_UNSUPPORTED, msg);
+    ASSERT_OK(m->view(g_desc.state, c, 1, 0, 20, &kt, &vt)); /* layer 1 dropped nothing */
+    snprintf(msg, sizeof msg, "sliding_cache.view_from: n (got %lld, want %lld..20",
+             (long long)base - 1, (long long)base);
+    ASSERT_FAILS(m->view_from(g_desc.state, c, 0, 0, base - 1, &first, &kt, &vt),
+                 KHUB_STATUS_INVALID_ARG, msg);
+    /* a write needs the W - 1 positions before it */
+    snprintf(msg, sizeof msg, "sliding_cache.write: pos (got %lld, want %lld..20",
+             (long long)base + 2, (long long)base + 3);
+    ASSERT_FAILS(sw_put(c, 0, 0, base + 2, 1), KHUB_STATUS_INVALID_ARG, msg);
+    ASSERT_OK(sw_put(c, 0, 0, 19, 1)); /* rewriting the newest is fine */
+    /* truncate: refused (for every layer) when a layer lacks what a write at
+     * n needs; 0 always works */
+    snprintf(msg, sizeof msg,
+             "sliding_cache.truncate: seq 0 to 5 tokens: layer 0 keeps positions from %lld only "
+             "(window 4), a write at 5 needs them from 2 (truncate to 0 and recompute)",
+             (long long)base);
+    ASSERT_FAILS(m->truncate(g_desc.state, c, 0, 5), KHUB_STATUS_UNSUPPORTED, msg);
+    ASSERT_EQ(sw_check_view(c, 1, 0, 20), 0); /* layer 1 still has all 20 */
+    ASSERT_OK(m->truncate(g_desc.state, c, 0, 19));
+    ASSERT_FAILS(m->view_from(g_desc.state, c, 0, 0, 20, &first, &kt, &vt), KHUB_STATUS_INVALID_ARG,
+                 "n (got 20, want");
+    ASSERT_EQ(sw_check_view(c, 0, 0, 19), base);
+    ASSERT_OK(m->truncate(g_desc.state, c, 0, 0));
+    ASSERT_OK(sw_put(c, 0, 0, 0, 3));
+    ASSERT_EQ(sw_check_view(c, 0, 0, 3), 0);
+    m->destroy(g_desc.state, c);
+    /* config */
+    ASSERT_FAILS(sw_new(win, 2, KHUB_DTYPE_F32, "window=8", &c), KHUB_STATUS_INVALID_ARG,
+                 "sliding_cache.create: unknown option \"window\" (keys: none)");
+    ASSERT(c == NULL);
+    int64_t bad[2] = {4, -1};
+    ASSERT_FAILS(sw_new(bad, 2, KHUB_DTYPE_F32, NULL, &c), KHUB_STATUS_INVALID_ARG,
+                 "sliding_cache.create: layer_window[1] (got -1, want >= 0; 0 = no window)");
+    ASSERT(c == NULL);
+    ASSERT_NO_LEAKS();
+}
+
+/* No layer_window (a model without windows, or a 1.3 host's 40-byte
+ * config): every layer keeps everything, like the dynamic cache; f16
+ * storage rounds once; out of memory at any allocation is NOMEM and leaks
+ * nothing. */
+TEST_IMPL(sliding_without_windows_f16_and_oom)
+{
+    setup();
+    khub_kv_cache *c = NULL;
+    ASSERT_OK(sw_new(NULL, 2, KHUB_DTYPE_F16, NULL, &c));
+    for (int64_t p = 0; p < 30; p += 3) ASSERT_OK(sw_put(c, 0, 0, p, 3));
+    ASSERT_EQ(sw_check_view(c, 0, 0, 30), 0); /* the values are exact in f16 */
+    khub_kv_cache_memory mem = {KHUB_STRUCT_INIT(khub_kv_cache_memory)};
+    ASSERT_OK(kvm(SW)->memory(g_desc.state, c, &mem));
+    ASSERT_EQ(mem.bytes_per_token, 2 * 2 * 6 * 2); /* both layers, f16 */
+    kvm(SW)->destroy(g_desc.state, c);
+    int64_t win[2] = {4, 4};
+    int failed = 0;
+    for (int k = 1; k < 20; k++) {
+        g_fail_allocs = k;
+        khub_status st = sw_new(win, 2, KHUB_DTYPE_F32, NULL, &c);
+        for (int64_t p = 0; st == KHUB_STATUS_OK && p < 40; p += 5) st = sw_put(c, 1, 1, p, 5);
+        g_fail_allocs = 0;
+        if (st != KHUB_STATUS_OK) {
+            ASSERT_EQ(st, KHUB_STATUS_NOMEM);
+            ASSERT_CONTAINS(g_err, "sliding_cache.");
+            failed++;
+        }
+        kvm(SW)->destroy(g_desc.state, c);
+        ASSERT_NO_LEAKS();
+    }
+    ASSERT(failed >= 3);
+}
+
 #define TEST_LIST(X) \
+    X(sliding_keeps_the_window) \
+    X(sliding_refusals) \
+    X(sliding_without_windows_f16_and_oom) \
     X(quantized_round_trip_and_residual) \
     X(quantized_no_residual_and_rewrite) \
     X(quantized_bad_options)

@@ -562,6 +562,46 @@ TEST_IMPL(pool_sizing)
     ASSERT(c == NULL);
 }
 
+/* memory (ABI 1.4): the whole pool is allocated at create; a token costs
+ * one block slot in every layer; capacity is the pool's or max_tokens,
+ * whichever is less; tokens used follow writes and release. */
+TEST_IMPL(pool_memory)
+{
+    pool p = pool_new(3, 64, 4, 5, 0); /* 5 blocks of 4: 20 tokens < 64 */
+    ASSERT(KHUB_HAS_FIELD(p.m, khub_kv_cache_methods, memory) && p.m->memory);
+    khub_kv_cache_memory mem = {KHUB_STRUCT_INIT(khub_kv_cache_memory)};
+    ASSERT_OK(p.m->memory(p.st, p.c, &mem));
+    /* per token: 2 (K, V) x 2 layers x 2 heads x 4 dims x 4 bytes = 128 */
+    ASSERT_EQ(mem.bytes_per_token, 128);
+    ASSERT_EQ(mem.bytes_total, 5 * 4 * 128);
+    ASSERT_EQ(mem.tokens_capacity, 20);
+    ASSERT_EQ(mem.tokens_used, 0);
+    float kv[6 * 2 * 4] = {0};
+    int64_t sh[3] = {6, 2, 4};
+    khub_tensor t = {kv, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, sh, NULL, 0};
+    khub_kv_write_args w = {
+        KHUB_STRUCT_INIT(khub_kv_write_args), .layer = 1, .seq = 2, .pos = 0, .k = &t, .v = &t};
+    ASSERT_OK(p.m->write(p.st, p.c, &w));
+    sh[0] = 3, w.seq = 0;
+    ASSERT_OK(p.m->write(p.st, p.c, &w));
+    ASSERT_OK(p.m->memory(p.st, p.c, &mem));
+    ASSERT_EQ(mem.tokens_used, 9);
+    ASSERT_EQ(mem.bytes_total, 5 * 4 * 128); /* the pool does not grow */
+    ASSERT_OK(p.m->release(p.st, p.c, 2));
+    ASSERT_OK(p.m->memory(p.st, p.c, &mem));
+    ASSERT_EQ(mem.tokens_used, 3);
+    khub__plugin_msg_clear();
+    mem.struct_size = 8; /* a struct too small for the answer is refused */
+    ASSERT_STATUS(p.m->memory(p.st, p.c, &mem), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub__plugin_msg(), "paged_cache.memory: args.struct_size (got 8, want >= 40)");
+    p.m->destroy(p.st, p.c);
+    pool q = pool_new(1, 10, 4, 0, 0); /* 3 blocks: 12 tokens, max_tokens 10 */
+    mem.struct_size = sizeof mem;
+    ASSERT_OK(q.m->memory(q.st, q.c, &mem));
+    ASSERT_EQ(mem.tokens_capacity, 10);
+    q.m->destroy(q.st, q.c);
+}
+
 #define TEST_LIST(X) \
     X(paged_matches_dense) \
     X(paged_q8_scales_match_dense) \
@@ -569,5 +609,6 @@ TEST_IMPL(pool_sizing)
     X(paged_attention_bad_args) \
     X(pool_exhaustion_is_kv_full) \
     X(pool_drains_after_release) \
-    X(pool_sizing)
+    X(pool_sizing) \
+    X(pool_memory)
 TEST_MAIN(TEST_LIST)

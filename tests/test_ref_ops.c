@@ -180,7 +180,9 @@ TEST_IMPL(descriptor)
     setup();
     ASSERT_STR_EQ(g_desc.id, "khub/ref-cpu");
     ASSERT_STR_EQ(g_desc.version, "0.1.0");
-    ASSERT_EQ(g_desc.n_ops, 12); /* quantized caches, paged_cache, paged_attention (1.4) */
+    /* quantized caches, paged_cache, paged_attention, sliding_cache and
+     * offloaded_cache (1.4) */
+    ASSERT_EQ(g_desc.n_ops, 14);
     static const struct {
         const char *name;
         uint32_t kind;
@@ -201,6 +203,8 @@ TEST_IMPL(descriptor)
         {"paged_cache", KHUB_OP_KV_CACHE, KHUB_CAP_KV_F16},
         {"paged_attention", KHUB_OP_PAGED_ATTENTION,
          KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING},
+        {"sliding_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
+        {"offloaded_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const khub_op_desc *d = op(want[i].name);
@@ -217,6 +221,8 @@ TEST_IMPL(descriptor)
     ASSERT_EQ(op("kv_cache")->caps->priority, 0);
     ASSERT_EQ(op("static_cache")->caps->priority, -1); /* only when named */
     ASSERT_EQ(op("paged_cache")->caps->priority, -1);  /* only when named */
+    ASSERT_EQ(op("sliding_cache")->caps->priority, -1);
+    ASSERT_EQ(op("offloaded_cache")->caps->priority, -1);
     ASSERT_EQ(op("paged_cache")->caps->kv_layouts, KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD));
     ASSERT_EQ(op("kv_cache")->caps->kv_layouts, 0); /* dense */
     for (int f = 1; f < KHUB_QFORMAT__COUNT; f++)

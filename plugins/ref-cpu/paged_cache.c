@@ -410,6 +410,36 @@ static khub_status pc_paged_view(void *state, khub_kv_cache *kc, int32_t layer,
     return KHUB_STATUS_OK;
 }
 
+/* The pool is allocated whole at create: bytes_total is all of it (pages
+ * never written cost address space only, see the file comment); a token
+ * costs one block slot in every layer, K and V; the block table is a fixed
+ * cost. A sequence holds at most max_tokens, and at most the pool. */
+static khub_status pc_memory(void *state, khub_kv_cache *kc, khub_kv_cache_memory *out)
+{
+    const khub_host_api *host = ((khub_ref_state *)state)->host;
+    KHUB_PU_TRY(pc_locate(host, OPN ".memory", kc, 0, 0));
+    KHUB_PU_TRY(khub_pu_args_check(host, OPN ".memory", out, sizeof *out));
+    const paged_cache *pc = pc_of(kc);
+    uint64_t L = (uint64_t)pc->cfg.n_layers,
+             pool_tokens = (uint64_t)pc->n_blocks * (uint64_t)pc->bs;
+    int64_t used = 0;
+    for (int32_t q = 0; q < pc->cfg.n_seqs; q++) {
+        int64_t longest = 0;
+        for (int32_t l = 0; l < pc->cfg.n_layers; l++) {
+            int64_t n = pc->len[(size_t)l * (size_t)pc->cfg.n_seqs + (size_t)q];
+            if (n > longest) longest = n;
+        }
+        used += longest;
+    }
+    out->bytes_total = (uint64_t)pc->n_blocks * pc_block_bytes(pc) * 2 * L;
+    out->bytes_per_token =
+        (uint64_t)pc->cfg.n_kv_heads * (uint64_t)pc->cfg.head_dim * pc->esize * 2 * L;
+    out->tokens_capacity =
+        (int64_t)pool_tokens < pc->cfg.max_tokens ? (int64_t)pool_tokens : pc->cfg.max_tokens;
+    out->tokens_used = used;
+    return KHUB_STATUS_OK;
+}
+
 static const khub_kv_cache_methods paged_methods = {
     KHUB_STRUCT_INIT(khub_kv_cache_methods),
     .create = pc_create,
@@ -417,6 +447,7 @@ static const khub_kv_cache_methods paged_methods = {
     .write = pc_write,
     .view = pc_view,
     .truncate = pc_truncate,
+    .memory = pc_memory,
     .reserve = pc_reserve,
     .release = pc_release,
     .paged_view = pc_paged_view,

@@ -3,7 +3,8 @@
  *
  * Lists the reference ops (attention, linear, qlinear, kv_cache,
  * rms_norm, silu_and_mul, rotary, static_cache and, since ABI 1.4,
- * quantized_cache, quantized_cache_int4, paged_cache and paged_attention) and owns the plugin
+ * quantized_cache, quantized_cache_int4, paged_cache, paged_attention,
+ * sliding_cache and offloaded_cache) and owns the plugin
  * state. The same source builds as a module (khub_add_plugin defines KHUB_PLUGIN_MODULE, so
  * KHUB_PLUGIN_DEFINE_KINDS exports khub_plugin_init_v1 and the ABI note) or
  * links in statically, where an embedder registers khub_ref_cpu_init.
@@ -88,11 +89,13 @@ static khub_op_desc ref_ops_table(int i)
     case 8: return khub_ref__quantized_cache_op;
     case 9: return khub_ref__quantized_cache_int4_op;
     case 10: return khub_ref__paged_cache_op;
-    default: return khub_ref__paged_attention_op;
+    case 11: return khub_ref__paged_attention_op;
+    case 12: return khub_ref__sliding_cache_op;
+    default: return khub_ref__offloaded_cache_op;
     }
 }
 
-#define KHUB_REF_N_OPS 12
+#define KHUB_REF_N_OPS 14
 
 /* The host table must reach the last function ref-cpu calls (n_threads). */
 static bool ref_host_ok(const khub_host_api *host)

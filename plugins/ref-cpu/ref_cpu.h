@@ -35,6 +35,8 @@ KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__kv_cache_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__static_cache_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__quantized_cache_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__quantized_cache_int4_op;
+KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__sliding_cache_op;   /* ABI 1.4 */
+KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__offloaded_cache_op; /* ABI 1.4 */
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__norm_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__activation_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__rotary_op;

@@ -18,8 +18,9 @@
  *   - a built-in alias: attention "eager" or "sdpa" (khub/ref-cpu), cache
  *     "dynamic", "static", "quantized" (= "quantized-int8"), "quantized-int4":
  *     khub/ref-cpu's kv_cache, static_cache, quantized_cache,
- *     quantized_cache_int4, and "paged" (paged_cache; attention by its KV
- *     layout); a cache name may end in ",key=value,..." options
+ *     quantized_cache_int4, "paged" (paged_cache; attention by its KV
+ *     layout), "sliding" (= "sliding_window", sliding_cache) and "offloaded"
+ *     (offloaded_cache); a cache name may end in ",key=value,..." options
  *     for the cache's create (docs/caches.md),
  *     quantization schemes "int8", "nf4", "q8_0", "q4_0". A built-in name
  *     never touches the network; the Hub's static cache is named by its ID
@@ -77,6 +78,10 @@ static const char *builtin_cache(const char *name)
         {"quantized", "quantized_cache"},
         {"quantized-int8", "quantized_cache"},
         {"quantized-int4", "quantized_cache_int4"},
+        {"paged", "paged_cache"},
+        {"sliding", "sliding_cache"},
+        {"sliding_window", "sliding_cache"},
+        {"offloaded", "offloaded_cache"},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(name, map[i][0]) == 0) return map[i][1];
@@ -178,7 +183,8 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
         static const char *const builtin[KHUB_ROLE__COUNT] = {
             [KHUB_ROLE_ATTENTION] = "eager, sdpa",
             [KHUB_ROLE_QUANT] = "int8, nf4, q8_0, q4_0",
-            [KHUB_ROLE_CACHE] = "dynamic, static, quantized, quantized-int4, paged"};
+            [KHUB_ROLE_CACHE] = "dynamic, static, quantized, quantized-int4, paged, sliding, "
+                                "offloaded"};
         char what[128];
         if (builtin[role])
             snprintf(what, sizeof what, " nor a built-in name (%s)", builtin[role]);
