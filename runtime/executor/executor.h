@@ -110,6 +110,10 @@ struct khub_model {
     khub_dtype kv_dtype;
     int64_t max_context;
     int64_t *seq_len; /* owned, [max_seqs] tokens cached per sequence */
+    /* owned, [max_seqs] times each sequence was truncated: a khub_session
+     * (session.c) sees from it that another user took its sequence. */
+    uint64_t *seq_resets;
+    struct khub_session *session; /* the model's khub_session, or NULL (borrowed) */
     /* What each sequence may hold (kv_budget.c). */
     int64_t *kv_held;      /* owned, [max_seqs] tokens granted per sequence */
     int64_t kv_held_total; /* sum of kv_held */
@@ -160,6 +164,10 @@ KHUB_INTERNAL khub_status khub__forward(khub_model *m, const int32_t *tokens, co
                                         int n_segs);
 /* Forgets sequence seq's cache (a new prompt starts at position 0). */
 KHUB_INTERNAL khub_status khub__forward_reset(khub_model *m, int32_t seq);
+/* Forgets positions >= n of sequence seq (n <= its length; 0 = reset):
+ * the cache plugin's truncate, which a cache that dropped older positions
+ * may refuse (then the caller resets). */
+KHUB_INTERNAL khub_status khub__forward_truncate(khub_model *m, int32_t seq, int64_t n);
 
 /* Allocates m's scratch for its config, max_batch and max_seqs. */
 KHUB_INTERNAL khub_status khub__forward_alloc(khub_model *m);

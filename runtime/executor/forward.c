@@ -407,21 +407,30 @@ khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg 
 
 khub_status khub__forward_reset(khub_model *m, int32_t seq)
 {
+    return khub__forward_truncate(m, seq, 0);
+}
+
+khub_status khub__forward_truncate(khub_model *m, int32_t seq, int64_t n)
+{
     KHUB_RETURN_IF(m->rt, seq < 0 || seq >= m->max_seqs, KHUB_STATUS_INVALID_ARG,
                    "forward: sequence %d outside [0, %d)", (int)seq, (int)m->max_seqs);
+    KHUB_RETURN_IF(m->rt, n < 0 || n > m->seq_len[seq], KHUB_STATUS_INVALID_ARG,
+                   "forward: truncating sequence %d of %lld tokens to %lld", (int)seq,
+                   (long long)m->seq_len[seq], (long long)n);
     KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
     khub__inflight rec;
     khub__inflight_role("kv_cache truncate", -1);
     khub__binding_enter(m->kv_op, &rec);
-    /* A paged cache gives the sequence's blocks back to the pool. */
-    khub_status st = m->kv_layout ? m->kv->release(m->kv_state, m->cache, seq)
-                                  : m->kv->truncate(m->kv_state, m->cache, seq, 0);
+    /* A paged cache gives the sequence's blocks back to the pool on a reset. */
+    khub_status st = m->kv_layout && n == 0 ? m->kv->release(m->kv_state, m->cache, seq)
+                                            : m->kv->truncate(m->kv_state, m->cache, seq, n);
     khub__binding_leave(&rec);
     khub__inflight_role(NULL, -1);
     khub_binding_release(m->kv_op);
+    m->seq_resets[seq]++;
     KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: kv_cache truncate failed in %s", m->file,
                    khub_binding_name(m->kv_op));
-    m->seq_len[seq] = 0;
+    m->seq_len[seq] = n;
     return KHUB_STATUS_OK;
 }
 
@@ -467,8 +476,9 @@ khub_status khub__forward_alloc(khub_model *m)
     m->logits = scratch(m, S, c->vocab_size, &ok);
     m->positions = (int32_t *)scratch(m, B, 1, &ok); /* int32 fits in a float's size */
     m->seq_len = khub__calloc(m->rt, (size_t)S, sizeof *m->seq_len);
+    m->seq_resets = khub__calloc(m->rt, (size_t)S, sizeof *m->seq_resets);
     m->pa_ints = khub__calloc(m->rt, (size_t)(4 * S + 1), sizeof *m->pa_ints);
-    KHUB_RETURN_IF(m->rt, !ok || !m->seq_len || !m->pa_ints, KHUB_STATUS_NOMEM,
+    KHUB_RETURN_IF(m->rt, !ok || !m->seq_len || !m->seq_resets || !m->pa_ints, KHUB_STATUS_NOMEM,
                    "%s: no memory for %lld x %lld activation scratch", m->file, (long long)B,
                    (long long)c->hidden_size);
     return KHUB_STATUS_OK;
@@ -486,6 +496,9 @@ void khub__forward_free(khub_model *m)
     m->positions = NULL;
     khub__free(m->rt, m->seq_len, m->seq_len ? (size_t)m->max_seqs * sizeof *m->seq_len : 0);
     m->seq_len = NULL;
+    khub__free(m->rt, m->seq_resets,
+               m->seq_resets ? (size_t)m->max_seqs * sizeof *m->seq_resets : 0);
+    m->seq_resets = NULL;
     khub__free(m->rt, m->pa_ints,
                m->pa_ints ? (size_t)(4 * m->max_seqs + 1) * sizeof *m->pa_ints : 0);
     m->pa_ints = NULL;

@@ -12,116 +12,79 @@
 #include "cli.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
+#include "model_flags.h"
 #include "prompts_file.h"
 
 #define MAX_PROMPTS 8
-#define MAX_STOPS   16
+#define MAX_STDIN   (16 << 20) /* bytes of a prompt read from standard input */
 
 static const khub_cli_cmd run_cmd;
 
 typedef struct run_args {
-    const char *model;
+    cli_model_args ma; /* the model, kernels, cache and sampling (model_flags.h) */
     const char *prompts[MAX_PROMPTS];
     int n_prompts;
-    const char *stops[MAX_STOPS];
-    int n_stops;
-    const char *role[KHUB_KERNEL_ROLE__COUNT]; /* --attn NAME ... by KHUB_KERNEL_ROLES */
-    const char *system;
-    const char *kernels, *lock, *policy;
-    int threads, chat, explain, json, strict, ignore_eos, allow_unsigned, quant_embeddings;
-    int64_t max_context;                /* 0 = the executor's default */
-    int num_blocks, block_size, kv_mib; /* paged cache pool; 0 = defaults */
-    int allow_quarantined, verify_kernels;
-    khub_generate_opts gen;
-    const char *prompts_file;           /* --prompts-file: a batch (run_batch.c) */
-    int32_t max_batch_tokens, parallel; /* 0 = defaults */
+    int chat, explain, json;
+    const char *prompts_file; /* --prompts-file: a batch (run_batch.c) */
+    int32_t parallel;         /* 0 = the default */
+    char *stdin_prompt;       /* owned: --prompt - */
 } run_args;
 
-/* Parses a number into *out within [lo, hi]; 0 on success. */
-static int num(const char *flag, const char *s, double lo, double hi, double *out)
+/* Reads all of standard input as the prompt of `--prompt -` (one trailing
+ * newline dropped: `echo TEXT |` gives TEXT). 0, or 1 after printing why. */
+static int read_stdin_prompt(char **out)
 {
-    char *end = NULL;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || !*s || *end || v < lo || v > hi)
-        return khub_cli_usage(&run_cmd, "%s needs a number in [%g, %g], got '%s'", flag, lo, hi,
-                              s ? s : "");
-    *out = v;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got = 1; buf && got;) {
+        if (n + 1 == cap) {
+            char *p = cap < MAX_STDIN ? realloc(buf, cap * 2) : NULL;
+            if (!p) {
+                free(buf);
+                return khub_cli_fail("run", "--prompt -: standard input is over %d MiB",
+                                     MAX_STDIN >> 20);
+            }
+            buf = p;
+            cap *= 2;
+        }
+        got = fread(buf + n, 1, cap - 1 - n, stdin);
+        n += got;
+    }
+    if (!buf || ferror(stdin)) {
+        free(buf);
+        return khub_cli_fail("run", "--prompt -: cannot read standard input");
+    }
+    if (n && buf[n - 1] == '\n') n--;
+    buf[n] = '\0';
+    if (strlen(buf) != n) {
+        free(buf);
+        return khub_cli_fail("run", "--prompt -: standard input holds a NUL byte");
+    }
+    *out = buf;
     return 0;
-}
-
-/* The role whose flag f is (--attn, --quant, ...), or KHUB_KERNEL_ROLE__COUNT. */
-static int role_of_flag(const char *f)
-{
-    int r = 0;
-    while (r < KHUB_KERNEL_ROLE__COUNT && strcmp(f, khub_cli_role_flag((khub_kernel_role)r)) != 0)
-        r++;
-    return r;
 }
 
 static int parse(int argc, char **argv, run_args *a)
 {
     memset(a, 0, sizeof *a);
-    a->gen = (khub_generate_opts){KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = 128};
+    cli_model_args_init(&a->ma);
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         double d = 0;
-        int rc = 0, takes = 1, role = role_of_flag(f);
-        if (role < KHUB_KERNEL_ROLE__COUNT)
-            a->role[role] = v;
-        else if (!strcmp(f, "--model"))
-            a->model = v;
-        else if (!strcmp(f, "--prompt")) {
+        int rc = 0, takes = 1;
+        if (cli_model_flag(&run_cmd, &a->ma, argc, argv, &i, &rc)) {
+            if (rc) return rc;
+            continue;
+        }
+        if (!strcmp(f, "--prompt")) {
             if (a->n_prompts == MAX_PROMPTS)
                 return khub_cli_usage(&run_cmd, "at most %d prompts", MAX_PROMPTS);
             if (v) a->prompts[a->n_prompts++] = v;
-        } else if (!strcmp(f, "--stop")) {
-            if (a->n_stops == MAX_STOPS)
-                return khub_cli_usage(&run_cmd, "at most %d stop strings", MAX_STOPS);
-            if (v) a->stops[a->n_stops++] = v;
-        } else if (!strcmp(f, "--kernels"))
-            a->kernels = v;
-        else if (!strcmp(f, "--lock"))
-            a->lock = v;
-        else if (!strcmp(f, "--policy"))
-            a->policy = v;
-        else if (!strcmp(f, "--system"))
-            a->system = v;
-        else if (!strcmp(f, "--prompts-file"))
+        } else if (!strcmp(f, "--prompts-file"))
             a->prompts_file = v;
-        else if (!strcmp(f, "--max-batch-tokens")) {
-            rc = num(f, v, 1, 65536, &d);
-            a->max_batch_tokens = (int32_t)d;
-        } else if (!strcmp(f, "--parallel")) {
-            rc = num(f, v, 1, 256, &d);
+        else if (!strcmp(f, "--parallel")) {
+            rc = cli_num(&run_cmd, f, v, 1, 256, &d);
             a->parallel = (int32_t)d;
-        } else if (!strcmp(f, "--max-new-tokens")) {
-            rc = num(f, v, 1, 1 << 20, &d);
-            a->gen.max_new_tokens = (int32_t)d;
-        } else if (!strcmp(f, "--max-context")) {
-            rc = num(f, v, 1, 1 << 22, &d);
-            a->max_context = (int64_t)d;
-        } else if (!strcmp(f, "--num-blocks") || !strcmp(f, "--block-size") ||
-                   !strcmp(f, "--kv-memory")) {
-            rc = num(f, v, 1, f[2] == 'b' ? 65536 : 1 << 30, &d);
-            *(f[2] == 'n' ? &a->num_blocks : f[2] == 'b' ? &a->block_size : &a->kv_mib) = (int)d;
-        } else if (!strcmp(f, "--threads")) {
-            rc = num(f, v, 0, 1024, &d);
-            a->threads = (int)d;
-        } else if (!strcmp(f, "--temperature")) {
-            rc = num(f, v, 0, 100, &d);
-            a->gen.temperature = (float)d;
-        } else if (!strcmp(f, "--top-k")) {
-            rc = num(f, v, 0, 1 << 24, &d);
-            a->gen.top_k = (int32_t)d;
-        } else if (!strcmp(f, "--top-p")) {
-            rc = num(f, v, 0, 1, &d);
-            a->gen.top_p = (float)d;
-        } else if (!strcmp(f, "--repeat-penalty")) {
-            rc = num(f, v, 0, 100, &d);
-            a->gen.repetition_penalty = (float)d;
-        } else if (!strcmp(f, "--seed")) {
-            rc = num(f, v, 0, 18446744073709551615.0, &d);
-            a->gen.seed = (uint64_t)d;
         } else {
             takes = 0;
             if (!strcmp(f, "--chat"))
@@ -130,18 +93,6 @@ static int parse(int argc, char **argv, run_args *a)
                 a->explain = 1;
             else if (!strcmp(f, "--json"))
                 a->json = 1;
-            else if (!strcmp(f, "--strict"))
-                a->strict = 1;
-            else if (!strcmp(f, "--allow-unsigned"))
-                a->allow_unsigned = 1;
-            else if (!strcmp(f, "--allow-quarantined"))
-                a->allow_quarantined = 1;
-            else if (!strcmp(f, "--verify-kernels"))
-                a->verify_kernels = 1;
-            else if (!strcmp(f, "--ignore-eos"))
-                a->ignore_eos = 1;
-            else if (!strcmp(f, "--quant-embeddings"))
-                a->quant_embeddings = 1;
             else
                 return khub_cli_usage(&run_cmd, "unknown option '%s'", f);
         }
@@ -149,31 +100,28 @@ static int parse(int argc, char **argv, run_args *a)
         if (takes && !v) return khub_cli_usage(&run_cmd, "%s needs a value", f);
         i += takes;
     }
-    if (!a->model) return khub_cli_usage(&run_cmd, "--model PATH is required");
+    int rc = cli_model_args_finish(&run_cmd, &a->ma);
+    if (rc) return rc;
     if (a->n_prompts && a->prompts_file)
         return khub_cli_usage(&run_cmd, "--prompt and --prompts-file exclude each other");
     if (!a->n_prompts && !a->prompts_file)
         return khub_cli_usage(&run_cmd, "--prompt TEXT or --prompts-file FILE is required");
-    if (a->quant_embeddings && !a->role[KHUB_KERNEL_ROLE_QUANT])
-        return khub_cli_usage(&run_cmd, "--quant-embeddings needs --quant SCHEME");
-    a->gen.stop = a->stops;
-    a->gen.n_stop = (uint32_t)a->n_stops;
-    a->gen.chat = (uint32_t)a->chat;
-    a->gen.system = a->system;
-    a->gen.ignore_eos = a->ignore_eos;
+    int n_stdin = 0;
+    for (int i = 0; i < a->n_prompts; i++) n_stdin += !strcmp(a->prompts[i], "-");
+    if (n_stdin > 1) return khub_cli_usage(&run_cmd, "--prompt - (standard input) at most once");
+    a->ma.gen.chat = (uint32_t)a->chat;
     return 0;
 }
 
-/* A one-line progress bar on stderr while layers load (terminals only). */
-static void on_layer(void *ud, int32_t done, int32_t total)
+/* Replaces a `--prompt -` by standard input's text; 0 or 1. */
+static int stdin_prompts(run_args *a)
 {
-    const char *model = ud, *base = strrchr(model, '/');
-    base = base && base[1] ? base + 1 : model;
-    int width = 20, fill = total > 0 ? (int)((int64_t)done * width / total) : width;
-    fprintf(stderr, "\rloading %.32s [%.*s%*s] %d/%d layers", base, fill, "####################",
-            width - fill, "", (int)done, (int)total);
-    if (done == total) fputs("\r\033[K", stderr);
-    fflush(stderr);
+    for (int i = 0; i < a->n_prompts; i++) {
+        if (strcmp(a->prompts[i], "-") != 0) continue;
+        if (read_stdin_prompt(&a->stdin_prompt)) return 1;
+        a->prompts[i] = a->stdin_prompt;
+    }
+    return 0;
 }
 
 static int on_text(void *ud, int32_t prompt, const char *text, size_t len)
@@ -250,57 +198,19 @@ static int run(int argc, char **argv)
     run_args a;
     int rc = parse(argc, argv, &a);
     if (rc) return rc;
-    /* The prompts file is read before the model: a mistake in it costs no load. */
+    /* The prompts are read before the model: a mistake in them costs no load. */
+    if (stdin_prompts(&a)) return 1;
     cli_prompts prompts = {0};
-    if (a.prompts_file && cli_prompts_read(a.prompts_file, &a.gen, &prompts)) return 1;
-    khub_runtime *rt = khub_cli_runtime("run", a.threads);
-    if (!rt) {
+    if (a.prompts_file && cli_prompts_read(a.prompts_file, &a.ma.gen, &prompts)) return 1;
+    khub_runtime *rt = NULL;
+    static khub_model_kernels_report rep;
+    int32_t max_seqs = a.parallel ? a.parallel : a.prompts_file ? 16 : 0;
+    khub_model *m = cli_model_open("run", &a.ma, max_seqs, !a.json && isatty(2), &rt, &rep);
+    if (!m) {
         cli_prompts_free(&prompts);
+        free(a.stdin_prompt);
         return 1;
     }
-    if (a.allow_quarantined) khub_runtime_set_option(rt, KHUB_OPT_ALLOW_QUARANTINED, 1);
-    if (a.verify_kernels) khub_runtime_set_option(rt, KHUB_OPT_VERIFY_KERNELS, 1);
-    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),
-                          .strict = a.strict,
-                          .quant_embeddings = a.quant_embeddings,
-                          .max_context = a.max_context,
-                          .max_batch = a.max_batch_tokens,
-                          .max_seqs = a.parallel       ? a.parallel
-                                      : a.prompts_file ? 16
-                                                       : 0,
-                          .kv_num_blocks = a.num_blocks,
-                          .kv_block_size = a.block_size,
-                          .kv_max_bytes = (uint64_t)a.kv_mib << 20};
-    if (!a.json && isatty(2)) {
-        mo.progress = on_layer;
-        mo.progress_ud = (void *)a.model;
-    }
-    khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels),
-#define ROLE_FIELD(NAME, name, flag, field) .flag = a.role[KHUB_KERNEL_ROLE_##NAME],
-                             KHUB_KERNEL_ROLES(ROLE_FIELD)
-#undef ROLE_FIELD
-                                 .mapping_path = a.kernels,
-                             .lock_path = a.lock,
-                             .policy_path = a.policy,
-                             .allow_unsigned = a.allow_unsigned,
-                             .strict = a.strict};
-    khub_hub *hub = NULL;
-    if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK) {
-        rc = khub_cli_fail("run", "%s", khub_last_error());
-        cli_prompts_free(&prompts);
-        khub_runtime_free(rt);
-        return rc;
-    }
-    khub_model *m = NULL;
-    static khub_model_kernels_report rep;
-    if (khub_model_load_hub(hub, rt, a.model, &mo, &mk, &m, &rep) != KHUB_STATUS_OK) {
-        rc = khub_cli_fail("run", "%s", khub_runtime_errmsg(rt));
-        cli_prompts_free(&prompts);
-        khub_hub_free(hub);
-        khub_runtime_free(rt);
-        return rc;
-    }
-    khub_hub_free(hub);
     if (a.explain && !a.json) {
         if (rep.text[0]) printf("kernels:\n%s", rep.text);
         fputs(khub_model_explain(m), stdout);
@@ -308,7 +218,7 @@ static int run(int argc, char **argv)
     if (a.prompts_file) {
         cli_batch_args ba = {.json = a.json,
                              .progress = !a.json && isatty(2),
-                             .max_batch_tokens = a.max_batch_tokens,
+                             .max_batch_tokens = a.ma.max_batch_tokens,
                              .max_seqs = a.parallel,
                              .threads = pool_threads(rt)};
         rc = cli_run_batch(rt, m, &prompts, &ba);
@@ -318,11 +228,11 @@ static int run(int argc, char **argv)
         return rc;
     }
     int stream = !a.json && a.n_prompts == 1;
-    if (stream) a.gen.callback = on_text;
+    if (stream) a.ma.gen.callback = on_text;
     khub_generate_result res[MAX_PROMPTS];
     for (int i = 0; i < MAX_PROMPTS; i++)
         res[i] = (khub_generate_result){KHUB_APP_INIT(khub_generate_result)};
-    khub_status st = khub_model_generate(m, a.prompts, (size_t)a.n_prompts, &a.gen, res);
+    khub_status st = khub_model_generate(m, a.prompts, (size_t)a.n_prompts, &a.ma.gen, res);
     if (st == KHUB_STATUS_CONTEXT_FULL) {
         if (stream) fputc('\n', stdout);
         khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
@@ -348,6 +258,7 @@ static int run(int argc, char **argv)
     khub_generate_results_free(m, res, (size_t)a.n_prompts);
     khub_model_free(m);
     khub_runtime_free(rt);
+    free(a.stdin_prompt);
     return rc;
 }
 
@@ -362,7 +273,8 @@ static const khub_cli_cmd run_cmd = {
     "\n"
     "Options:\n"
     "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"
-    "  --prompt TEXT         a prompt; repeat for up to 8 prompts\n"
+    "  --prompt TEXT         a prompt; repeat for up to 8 prompts; - reads one from standard\n"
+    "                        input (up to 16 MiB, one trailing newline dropped)\n"
     "  --prompts-file FILE   one request per line, run with continuous batching: a plain\n"
     "                        prompt, or a JSON object {\"prompt\": TEXT, \"max_tokens\": N,\n"
     "                        \"temperature\", \"top_k\", \"top_p\", \"repeat_penalty\", \"seed\",\n"
@@ -370,51 +282,9 @@ static const khub_cli_cmd run_cmd = {
     "                        (the options below are the defaults); results print in file\n"
     "                        order, a failed request on stderr with its line (exit 1)\n"
     "  --parallel N          requests running together (default 16 with --prompts-file)\n"
-    "  --max-batch-tokens N  tokens per forward step: prefill chunks and decodes share it\n"
-    "                        (default 256)\n"
-    "  --max-new-tokens N    tokens to generate per prompt (default 128)\n"
-    "  --max-context N       KV capacity per sequence, prompt and new tokens (default: the\n"
-    "                        model's trained context, at most 4096); past the trained\n"
-    "                        context a warning says the model did not learn it\n"
-    "  --threads N           worker threads (default: all cores)\n"
     "  --chat                apply the model's chat template (the prompt is a user turn)\n"
-    "  --system TEXT         system message for --chat\n"
-    "  --temperature T       0 = greedy (default)\n"
-    "  --top-k K             keep the K most likely tokens (0 = all)\n"
-    "  --top-p P             nucleus sampling mass (0 or 1 = off)\n"
-    "  --repeat-penalty R    CTRL repetition penalty (1 = off)\n"
-    "  --seed S              sampling seed (default 0)\n"
-    "  --stop STR            stop when STR appears (repeatable; STR is not printed)\n"
-    "  --ignore-eos          keep going past end-of-sequence tokens\n"
-    "\n"
-    "Kernels (each NAME is a Hub ID org/name[@REV|@version=N][:symbol], fetched from\n"
-    "HF_ENDPOINT, verified and loaded; or a loaded plugin's id; or a built-in name):\n"
-    "  --attn NAME           attention (built-ins: eager, sdpa)\n"
-    "  --quant NAME          quantize dense weights at load: int8, nf4, q8_0, q4_0, or a\n"
-    "                        kernel (ID, or ID:SCHEME to quantize with it); the embedding\n"
-    "                        and the output head stay as they are\n"
-    "  --quant-embeddings    with --quant: quantize the output head (lm_head, or the tied\n"
-    "                        embedding's copy used as the head) too\n"
-    "  --cache NAME          KV cache (built-ins: dynamic, static, paged)\n"
-    "  --num-blocks N        paged cache: blocks in the pool (default: what --kv-memory\n"
-    "                        holds, else every sequence at --max-context)\n"
-    "  --block-size N        paged cache: tokens per block (default 16)\n"
-    "  --kv-memory MIB       paged cache: memory budget of the pool in MiB\n"
-    "  --norm NAME           RMSNorm      --act NAME   SiLU-and-mul\n"
-    "  --rotary NAME         rotary       --linear NAME dense and quantized linear\n"
-    "  --kernels FILE        khub.json mapping (default: next to the model, else ./khub.json);\n"
-    "                        the flags above override it\n"
-    "  --lock FILE           load every role through khub.lock: locked commits, hashes\n"
-    "                        re-checked (default: the khub.lock next to the mapping, for the\n"
-    "                        roles the mapping names)\n"
-    "  --policy FILE         trust policy (default $KHUB_POLICY, ~/.config/khub/policy.json)\n"
-    "  --allow-unsigned      accept unsigned kernels of organisations the policy omits\n"
-    "  --allow-quarantined   load a kernel build that crashed or called exit() in an earlier\n"
-    "                        run (khub cache quarantine lists them; a warning says so)\n"
-    "  --verify-kernels      check every norm, activation, rotary, linear and attention call\n"
-    "                        against khub/ref-cpu (NMSE per op kind); a kernel that differs\n"
-    "                        fails the run naming plugin, op, role and NMSE (slow: a debug aid)\n"
-    "  --strict              fail instead of falling back (no variant, plugin cannot serve)\n"
+    "  --system TEXT         system message for --chat\n" CLI_MODEL_SAMPLING_HELP
+    "\n" CLI_MODEL_KERNELS_HELP
     "  --explain             print which plugin serves each role, with the selection trace\n"
     "  --json                print one JSON object: results (text, tokens, stop reason per\n"
     "                        prompt), timings (load_ms, prefill/decode ms and tok/s),\n"
