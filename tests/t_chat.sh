@@ -6,7 +6,7 @@
 #
 # Session 1: two turns (turn 1's answer equals `khub run --chat` of the same
 # message), /save, /clear, /load of the saved file and /save again (the same
-# file), a third turn, a row of bad /load files (each refused with its
+# file), /stats (turn 2 reused turn 1's cache), a third turn, a row of bad /load files (each refused with its
 # reason, the conversation unchanged), an unknown command, /help, /system,
 # and Ctrl-D at the prompt (exit 0).
 # Session 2: Ctrl-C while a long answer streams (the answer stops, the
@@ -141,8 +141,25 @@ def messages(path):
 c = Chat("--max-new-tokens", "8")
 c.until(r"khub chat: tiny, context 512 tokens\. /help lists the commands")
 c.prompt()
+c.send("/stats")
+c.until(r"\[no turn yet\]")
+STATS = (r"\[last turn: prompt (\d+) tokens \((\d+) reused from the cache, (\d+) computed in "
+         r"[\d.]+ ms\); answer (\d+) tokens in [\d.]+ ms \([\d.]+ tok/s\); cache (\d+) of 512 tokens\]")
+
+
+def stats():
+    c.send("/stats")
+    return [int(x) for x in re.search(STATS, c.until(STATS)).groups()]
+
+
 c.turn("Hello")
+p1, r1, c1, n1, k1 = stats()
 c.turn("How are you?")
+p2, r2, c2, n2, k2 = stats()
+# Turn 2 reuses all turn 1 cached, but maybe its last token (BPE may merge the
+# template's newline with the answer's first characters: docs/chat.md).
+if r1 != 0 or c1 != p1 or r2 < k1 - 1 or r2 + c2 != p2 or k2 != p2 + n2 - (n2 == 8):
+    fail("/stats: turn 1 %r, turn 2 %r" % ((p1, r1, c1, n1, k1), (p2, r2, c2, n2, k2)))
 c.send("/save s1.json")
 c.until(r"\[saved 4 messages to s1\.json\]")
 c.prompt()

@@ -42,6 +42,9 @@ typedef struct chat {
     char *text;     /* the template's output */
     size_t text_cap;
     int64_t trained; /* the model's trained context, tokens */
+    /* The last generate call, for /stats. */
+    khub_generate_result last;
+    khub_session_info last_info;
 } chat;
 
 /* ======================================================================== */
@@ -88,6 +91,32 @@ static void context_note(chat *c, const khub_generate_result *r)
                 used * 100 / max);
 }
 
+/* Keeps r's numbers (not its text) and the session's for /stats. */
+static void remember(chat *c, const khub_generate_result *r)
+{
+    c->last = *r;
+    c->last.text = NULL;
+    c->last.tokens = NULL;
+    c->last_info = (khub_session_info){KHUB_APP_INIT(khub_session_info)};
+    khub_session_info_get(c->s, &c->last_info);
+}
+
+static void print_stats(const chat *c)
+{
+    const khub_generate_result *r = &c->last;
+    const khub_session_info *i = &c->last_info;
+    if (!i->struct_size) {
+        fprintf(stderr, "[no turn yet]\n");
+        return;
+    }
+    fprintf(stderr,
+            "[last turn: prompt %lld tokens (%lld reused from the cache, %lld computed in %.1f "
+            "ms); answer %lld tokens in %.1f ms (%.1f tok/s); cache %lld of %lld tokens]\n",
+            (long long)r->n_prompt_tokens, (long long)i->n_reused, (long long)i->n_prefilled,
+            r->prefill_ms, (long long)r->n_tokens, r->decode_ms, r->decode_tok_s,
+            (long long)i->n_cached, (long long)i->max_context);
+}
+
 /* Generates the answer to c->h (which ends with a user message) with opts,
  * streaming it when stream; on success the answer joins the conversation.
  * On failure the user message is taken back out and the reason printed. */
@@ -118,6 +147,7 @@ static void answer(chat *c, khub_generate_opts opts, int stream)
             fprintf(stderr, "[stopped: the partial answer stays in the conversation]\n");
         if (chat_history_add(&c->h, "assistant", r.text, r.text_len))
             khub_cli_fail("chat", "out of memory");
+        remember(c, &r);
         context_note(c, &r);
     }
     khub_generate_results_free(c->m, &r, 1);
@@ -135,6 +165,8 @@ static int prefill(chat *c, const chat_history *h, const char *path)
                            khub_runtime_errmsg(c->rt));
     else if (khub_session_generate(c->s, c->text, &opts, &r) != KHUB_STATUS_OK)
         rc = khub_cli_fail("chat", "/load %s: %s", path, khub_runtime_errmsg(c->rt));
+    else
+        remember(c, &r);
     khub_generate_results_free(c->m, &r, 1);
     return rc;
 }
@@ -149,6 +181,7 @@ static const char help_text[] =
     "  /save FILE    write the conversation as JSON {\"messages\": [{role, content}...]}\n"
     "  /load FILE    replace the conversation by FILE's (its KV is computed now; a last\n"
     "                message from the user is answered)\n"
+    "  /stats        the last turn: tokens reused from the cache and computed, times\n"
     "  /help         this list        /exit  leave (so does Ctrl-D at the prompt)\n"
     "  Ctrl-C stops an answer (what was said stays); at the prompt it leaves.\n"
     "  A line ending in \\ goes on on the next line; //text sends /text.\n";
@@ -201,6 +234,8 @@ static int command(chat *c, const char *line)
     if (IS("/exit") || IS("/quit")) return 1;
     if (IS("/help")) {
         fputs(help_text, stderr);
+    } else if (IS("/stats")) {
+        print_stats(c);
     } else if (IS("/clear")) {
         restart(c, c->h.n && !strcmp(c->h.roles[0], "system") ? c->h.contents[0] : NULL);
         fprintf(stderr, "[conversation cleared]\n");
@@ -372,6 +407,8 @@ static const khub_cli_cmd chat_cmd = {
     "  /load FILE    replace the conversation by FILE's, or an array of messages (a bad\n"
     "                file is refused with the reason and the conversation stays); its KV\n"
     "                is computed at once, and a last message from the user is answered\n"
+    "  /stats        the last turn: prompt tokens reused from the cache and computed,\n"
+    "                prefill and decode times, the cache's use\n"
     "  /help, /exit  (Ctrl-D at the prompt leaves too)\n"
     "  A line ending in \\ goes on on the next line; //text sends /text.\n"
     "  Ctrl-C while an answer streams stops it; the partial answer stays in the\n"

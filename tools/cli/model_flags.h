@@ -58,8 +58,8 @@ int cli_model_args_finish(const khub_cli_cmd *cmd, cli_model_args *a);
  * (khub_model_load_hub); max_seqs 0 = the default; progress: a progress bar
  * on stderr while layers load; rep (may be NULL) receives the kernels'
  * report. NULL after printing why as "khub <cmd>: ...". */
-khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max_seqs,
-                           int progress, khub_runtime **rt, khub_model_kernels_report *rep);
+khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max_seqs, int progress,
+                           khub_runtime **rt, khub_model_kernels_report *rep);
 
 /* The shared flags' lines of a --help text. */
 #define CLI_MODEL_SAMPLING_HELP \
