@@ -341,6 +341,12 @@ KHUB_API const char *khub_binding_name(const khub_binding *b);
  * "accept khub/ref-cpu 0.1.0 :: attention (priority 0)" or
  * "reject acme/fa 1.0 :: fa: needs cpu avx512f". Owned by the binding. */
 KHUB_API const char *khub_binding_trace(const khub_binding *b);
+/* Calls made through b since it was selected: each khub_binding_call, and
+ * each call the executor makes through a pinned methods table (the KV
+ * cache's write and view, the embedding's dequantize). A hot reload of the
+ * plugin keeps counting on the same binding. A relaxed atomic read: any
+ * thread, any time, no lock; 0 for NULL. Since 0.1. */
+KHUB_API uint64_t khub_binding_calls(const khub_binding *b);
 
 #ifdef __cplusplus
 }

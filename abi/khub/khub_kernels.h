@@ -187,6 +187,76 @@ KHUB_API khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const 
                                          const khub_model_kernels *kernels, struct khub_model **out,
                                          khub_model_kernels_report *rep);
 
+/* ------------------------------------------------------------------------ */
+/* Swapping a role's kernel in a loaded model (a live reload)               */
+/* ------------------------------------------------------------------------ */
+
+/* A kernel made ready to serve a role: resolved, fetched, verified, loaded
+ * and self-tested by khub_kernel_swap_prepare, switched in by
+ * khub_model_kernel_swap. The two steps let a server do the slow, fallible
+ * part on any thread while its model keeps generating, and switch on the
+ * model's own thread between two forward calls:
+ *
+ *     khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+ *     khub_model_kernels policy = {KHUB_APP_INIT(khub_model_kernels),
+ *                                  .lock_path = "khub.lock"};
+ *     if (khub_kernel_swap_prepare(hub, rt, KHUB_KERNEL_ROLE_ATTENTION,
+ *                                  "kernels-community/flash-attn2@v2", &policy, &sw) ||
+ *         khub_model_kernel_swap(m, &sw))               // on the model's thread
+ *         fprintf(stderr, "%s\n", khub_last_error());   // the old kernel still serves
+ */
+typedef struct khub_kernel_swap {
+    KHUB_STRUCT_HEADER;
+    int32_t role; /* khub_kernel_role */
+    uint32_t reserved;
+    khub_plugin *plugin;   /* borrowed: the loaded plugin that serves the role after the swap */
+    char op_name[128];     /* the ID's :symbol, "" = the plugin's best op of the role's kind */
+    char resolved[1024];   /* how the name was resolved, one line: "attention: ID -> org/name
+                              commit C variant V file F; <trust decision>"
+                              (khub_model_kernels_report's) */
+    char selftest[256];    /* "passed", or "none" when the plugin has no selftest */
+    char previous[192];    /* filled by khub_model_kernel_swap: the op that served the
+                              role before ("khub/ref-cpu 0.1.0 :: attention") */
+    char now_serving[192]; /* filled by khub_model_kernel_swap: the op serving it now */
+    /* End of 0.1. */
+} khub_kernel_swap;
+
+/* Makes the kernel `name` ready to serve `role` of a model on rt, without
+ * touching any model: resolves the name as khub_model_load_hub does (a
+ * built-in alias, a loaded plugin's id, or a Hub ID "org/name[@REV][:symbol]"
+ * fetched and verified under policy: its trust policy, allow_unsigned and
+ * lock_path, whose pinned commit and hashes then apply; the role fields and
+ * mapping_path are ignored; never a fallback to the reference plugin), loads
+ * it into rt, and runs the plugin's selftest when it has one. Arbitrary file
+ * paths are not names: loading code from a path needs khub_plugin_load's
+ * explicit digest. Any thread (the runtime serialises loads); a model on rt
+ * may keep running meanwhile. On failure nothing serves differently and
+ * khub_last_error() (this thread's) says why. Statuses: INVALID_ARG (role
+ * outside the list), UNSUPPORTED (cache, linear and quantization cannot be
+ * swapped in a running model: the KV cache holds the sequences in its
+ * plugin's format, the weights were laid out for their op at load), those
+ * of khub_kernel_fetch (BAD_ID, REPO_NOT_FOUND, NO_VARIANT, UNSIGNED,
+ * SIGNATURE_INVALID, KEY_UNKNOWN, DIGEST_MISMATCH, LOCK_MISMATCH, NOT_FOUND
+ * when not in the lock, ...), and the selftest's failure status. policy may
+ * be NULL (the default policy, unlocked). Since 0.1. */
+KHUB_API khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt,
+                                              khub_kernel_role role, const char *name,
+                                              const khub_model_kernels *policy,
+                                              khub_kernel_swap *out);
+/* Switches every op binding of sw->role in m to sw->plugin (attention: the
+ * dense or the paged one; norm: with and without the residual), strictly:
+ * if the plugin cannot serve one of them (head dim, dtype, flags, the paged
+ * cache's KV layout) nothing changes and the status is NO_KERNEL with the
+ * reason. Call it on the thread that runs m, between two calls of
+ * khub_model_*: every later forward call uses the new kernel, none before
+ * it did, so a generation in progress goes on, on the new kernel, from its
+ * next step. The bindings replaced stay listed (retired) by
+ * khub_model_binding_get with their counts; khub_model_explain answers the
+ * new table. Fills sw->previous and sw->now_serving. Statuses: NO_KERNEL,
+ * UNSUPPORTED (see above), NOT_FOUND (the model has no op of the role),
+ * NOMEM, MISUSE. Since 0.1. */
+KHUB_API khub_status khub_model_kernel_swap(struct khub_model *m, khub_kernel_swap *sw);
+
 #ifdef __cplusplus
 }
 #endif

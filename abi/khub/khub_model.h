@@ -156,8 +156,32 @@ KHUB_API khub_runtime *khub_model_runtime(const khub_model *m);
 
 /* The role -> plugin table: one line per role ("q_proj[q4_1]: khub/ref-cpu
  * 0.1.0 :: qlinear") followed by that binding's decision trace, indented.
- * Owned by the model, valid until khub_model_free. Since 0.1. */
+ * Owned by the model, valid until khub_model_free (a kernel swap,
+ * khub_model_kernel_swap in khub_kernels.h, makes the next call return a
+ * new table; the old one stays valid). Since 0.1. */
 KHUB_API const char *khub_model_explain(khub_model *m);
+
+/* One op binding of a model, a line of khub_model_explain's table, and how
+ * often it was called. */
+typedef struct khub_model_binding {
+    KHUB_STRUCT_HEADER;
+    char role[32];    /* "attention", "qkv_proj", "kv_cache", "rms_norm+residual", ... */
+    char dtype[16];   /* its weight or KV dtype: "f32", "q4_1", ...; "" when none */
+    char kernel[192]; /* the op serving it: "khub/ref-cpu 0.1.0 :: attention" */
+    uint64_t calls;   /* calls made through it since the load (khub_binding_calls) */
+    uint32_t retired; /* 1 = a kernel swap replaced it: it takes no new call */
+    uint32_t reserved;
+    /* End of 0.1. */
+} khub_model_binding;
+
+/* Fills *out (its struct_size set by the caller) with binding i of m: the
+ * bindings serving now, in khub_model_explain's order, then the ones kernel
+ * swaps retired, oldest first, so that their counts are not lost (a
+ * counter in Prometheus's sense only grows). Any thread, also while
+ * another thread runs the model: it reads atomics under a lock that only
+ * a kernel swap takes. Statuses: NOT_FOUND past the last binding (the loop
+ * ends there), STRUCT_SIZE (out older than 0.1), MISUSE. Since 0.1. */
+KHUB_API khub_status khub_model_binding_get(const khub_model *m, size_t i, khub_model_binding *out);
 
 /* ------------------------------------------------------------------------ */
 /* Tokens                                                                   */

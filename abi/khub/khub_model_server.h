@@ -3,9 +3,9 @@
  * the library behind `khub serve-model` (libkhub_model_server, linked on
  * top of libkhub; it links libmicrohttpd). It answers POST
  * /v1/chat/completions (streaming as server-sent events), POST
- * /v1/completions, GET /v1/models, GET /v1/kernels, GET /health and GET
- * /metrics; docs/model-server.md lists the fields, the errors and the
- * limits.
+ * /v1/completions, GET /v1/models, GET /v1/kernels, POST /v1/kernels/reload
+ * (a live kernel swap), GET /health and GET /metrics; docs/model-server.md
+ * lists the fields, the errors and the limits.
  *
  *     khub_model *m = NULL;                       // or khub_model_load_hub
  *     if (khub_model_load(rt, "SmolLM2-135M-Instruct.Q4_1.gguf", NULL, &m) != KHUB_STATUS_OK)
@@ -30,13 +30,14 @@
  * (khub_model_opts), and a client that hangs up has its request cancelled
  * and its KV freed at the next step.
  *
- * Errors: khub_model_server_start is the only fallible function besides the
- * stats query; its one-line message goes into the caller's buffer.
+ * Errors: khub_model_server_start and khub_model_server_reload put their
+ * one-line message into the caller's buffer.
  *
  * Threading: the server answers in threads of its own (one per connection)
  * and generates in one more; from start to stop it alone uses the model
- * (the caller must not call khub_model_* on it meanwhile). The query
- * functions may be called from any thread while it runs;
+ * (the caller must not call khub_model_* on it meanwhile, except the
+ * thread-safe khub_model_binding_get). The query functions and
+ * khub_model_server_reload may be called from any thread while it runs;
  * khub_model_server_stop must not race with them.
  *
  * Anything not declared in abi/khub/ is not part of khub's API.
@@ -48,6 +49,7 @@
 #include <stdint.h>
 
 #include "khub.h"
+#include "khub_hub.h"
 #include "khub_model.h"
 
 #ifdef __cplusplus
@@ -81,6 +83,19 @@ typedef struct khub_model_server_opts {
     uint32_t serial;          /* 1 = no batching: one request at a time through
                                  khub_model_generate (the reference engine) */
     /* End of 0.1. */
+    /* Since 0.1 (issue 16 item 4): live kernel swaps, POST /v1/kernels/reload
+     * and khub_model_server_reload. hub: the handle that fetches the Hub IDs
+     * a swap names (borrowed, used only by the server, one swap at a time,
+     * until stop); NULL = the server opens its own with khub_hub_new(NULL)
+     * at the first swap. The policy a swap follows, as at load: lock_path
+     * (a named ID must be in the lock; its commit and hashes apply),
+     * policy_path (trust policy; NULL = the default lookup) and
+     * allow_unsigned; strings copied at start. */
+    khub_hub *hub;
+    const char *lock_path;
+    const char *policy_path;
+    int32_t allow_unsigned;
+    uint32_t reserved2;
 } khub_model_server_opts;
 
 /* What the server has done so far (GET /metrics shows the same numbers). */
@@ -97,6 +112,9 @@ typedef struct khub_model_server_stats {
     uint64_t kv_tokens;         /* KV cache positions in use now (all running requests) */
     uint64_t kv_capacity;       /* KV cache positions the running batch may use */
     /* End of 0.1. */
+    /* Since 0.1 (issue 16 item 4); filled when struct_size covers them. */
+    uint64_t reloads;         /* kernel swaps done */
+    uint64_t reload_failures; /* kernel swaps refused (the old kernel kept serving) */
 } khub_model_server_stats;
 
 typedef struct khub_model_server khub_model_server;
@@ -118,6 +136,24 @@ KHUB_API uint16_t khub_model_server_port(const khub_model_server *srv);
  * STRUCT_SIZE (out older than 0.1). Since 0.1. */
 KHUB_API khub_status khub_model_server_stats_get(const khub_model_server *srv,
                                                  khub_model_server_stats *out);
+/* Swaps the kernel serving `role` ("attention", "norm", "activation",
+ * "rotary"; khub_kernels.h's role names) for the one called `kernel` (a Hub
+ * ID "org/name[@REV][:symbol]" fetched and verified under the server's
+ * policy and lock, a loaded plugin's id, or "eager"/"sdpa" for attention),
+ * as POST /v1/kernels/reload does but without HTTP or its API key: the
+ * kernel is prepared on the calling thread (khub_kernel_swap_prepare:
+ * fetch, verify, load, selftest) while requests keep running, then switched
+ * on the engine thread between two steps (khub_model_kernel_swap), so every
+ * request in flight goes on and none fails. On failure nothing changed, the
+ * old kernel keeps serving, and errbuf gets the message. Statuses:
+ * INVALID_ARG (an unknown role, named in the message with the list),
+ * UNSUPPORTED (cache, linear, quantization: not swappable in a running
+ * model), those of khub_kernel_swap_prepare (fetch and verification) and
+ * khub_model_kernel_swap (NO_KERNEL: the kernel cannot serve this model's
+ * role), BUSY (the server is stopping), MISUSE. Blocks until done; swaps
+ * run one at a time. Since 0.1. */
+KHUB_API khub_status khub_model_server_reload(khub_model_server *srv, const char *role,
+                                              const char *kernel, char *errbuf, size_t errbuf_size);
 /* Stops accepting, cancels the queued and running requests, waits for the
  * connections in flight, frees srv (not the model). Accepts NULL.
  * Since 0.1. */

@@ -15,6 +15,8 @@
 #ifndef KHUB_RUNTIME_EXECUTOR_H
 #define KHUB_RUNTIME_EXECUTOR_H
 
+#include <pthread.h>
+
 #include "khub/khub_model.h"
 #include "model_config.h"
 #include "weights.h"
@@ -90,9 +92,18 @@ struct khub_model {
                                 and w.t.data points at embed's data */
     khub__layer *layers;     /* owned, [n_layers] */
 
-    /* Bindings. */
+    /* Bindings. bound[] and retired[] change only on the model's thread (at
+     * load, and in khub__model_rebind) and only under bind_lock, which
+     * khub_model_binding_get takes to read them from any thread; the
+     * forward pass reads the pointers below without it (same thread). */
     khub__bound bound[64];
     int n_bound;
+    khub__bound *retired; /* owned, [n_retired]: bindings a rebind replaced, oldest first */
+    int n_retired, cap_retired;
+    char **old_explain; /* owned, [n_old_explain]: explain tables of before a rebind, kept
+                           because khub_model_explain's answer lives until khub_model_free */
+    int n_old_explain;
+    pthread_mutex_t bind_lock;
     khub_binding *norm, *norm_res, *rotary, *attention, *act, *kv_op;
     khub_binding *dequant; /* for a quantized embedding, or NULL */
     /* KHUB_OPT_VERIFY_KERNELS (runtime/executor/verify.c): khub/ref-cpu's binding per
@@ -168,6 +179,28 @@ KHUB_INTERNAL khub_status khub__forward_reset(khub_model *m, int32_t seq);
  * the cache plugin's truncate, which a cache that dropped older positions
  * may refuse (then the caller resets). */
 KHUB_INTERNAL khub_status khub__forward_truncate(khub_model *m, int32_t seq, int64_t n);
+
+/* ---- model_rebind.c: a kernel role switched to another plugin ---------- */
+
+/* Rebinds every binding of kernel role `role` (khub_kernel_role: attention,
+ * norm, activation or rotary) to plugin's op (op_name, or its best op of the
+ * kind), strictly: all of the role's queries must be served by plugin, or
+ * nothing changes (NO_KERNEL saying why). The cache, linear and
+ * quantization roles are refused with UNSUPPORTED. Call on the model's
+ * thread, between forward calls. */
+KHUB_INTERNAL khub_status khub__model_rebind(khub_model *m, int role, const khub_plugin *plugin,
+                                             const char *op_name);
+KHUB_INTERNAL void khub__model_rebind_free(khub_model *m);
+
+/* ---- model_bind.c ------------------------------------------------------ */
+
+/* An executor role's name as khub_model_explain shows it. */
+KHUB_INTERNAL const char *khub__model_role_name(const khub_model *m, khub__role role);
+/* A binding's weight or KV dtype as explain writes it ("f32", "q4_1"; ""
+ * when it has none). Static storage. */
+KHUB_INTERNAL const char *khub__model_bound_dtype(const khub__bound *b);
+/* The KHUB_CAP_* flags the model's attention query asks for. */
+KHUB_INTERNAL uint32_t khub__model_attn_flags(const khub_model *m);
 
 /* Allocates m's scratch for its config, max_batch and max_seqs. */
 KHUB_INTERNAL khub_status khub__forward_alloc(khub_model *m);

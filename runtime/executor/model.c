@@ -234,6 +234,7 @@ khub_status khub_model_load(khub_runtime *rt, const char *path, const khub_model
     khub_model *m = khub__calloc(rt, 1, sizeof *m);
     KHUB_RETURN_IF(rt, !m, KHUB_STATUS_NOMEM, "khub_model_load: out of memory");
     m->rt = rt;
+    pthread_mutex_init(&m->bind_lock, NULL);
     snprintf(m->path, sizeof m->path, "%s", path);
     snprintf(m->file, sizeof m->file, "%s", base_name(path));
     /* strict is the registry's option: set it for the selections of this
@@ -299,6 +300,8 @@ void khub_model_free(khub_model *m)
     khub__gguf_close(m->gguf);
     khub__safetensors_close(m->st);
     khub__strfree(rt, m->explain);
+    khub__model_rebind_free(m);
+    pthread_mutex_destroy(&m->bind_lock);
     khub__free(rt, m, sizeof *m);
 }
 

@@ -22,7 +22,7 @@ static const char *const role_names[KHUB__ROLE__COUNT] = {
 /* A role's name in logs and khub_model_explain: the gated activation is
  * named by the function the model applies (Gemma's is GELU-tanh), not by
  * the op that serves it. */
-static const char *role_name(const khub_model *m, khub__role role)
+const char *khub__model_role_name(const khub_model *m, khub__role role)
 {
     if (role == KHUB__ROLE_ACT && m->cfg.act == KHUB_ACT_GELU_TANH) return "gelu_tanh_and_mul";
     return role_names[role];
@@ -65,7 +65,7 @@ static khub_status bind_layout(khub_model *m, khub__role role, uint32_t kind, in
     khub_status st = khub_registry_select(m->rt, &q, &b);
     if (st != KHUB_STATUS_OK) return st; /* the registry's message names the op */
     m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b};
-    KHUB_LOG_I(m->rt, "%s -> %s", role_name(m, role), khub_binding_name(b));
+    KHUB_LOG_I(m->rt, "%s -> %s", khub__model_role_name(m, role), khub_binding_name(b));
     *out = b;
     return KHUB_STATUS_OK;
 }
@@ -166,14 +166,20 @@ static uint32_t kv_layout_of(khub_binding *b)
     return layout;
 }
 
-khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
+uint32_t khub__model_attn_flags(const khub_model *m)
 {
     const khub_model_config *c = &m->cfg;
-    int kv_id = khub_dtype_id_of(m->kv_dtype);
     uint32_t aflags = KHUB_CAP_CAUSAL | KHUB_CAP_STRIDED_KV;
     if (c->n_kv_heads < c->n_heads) aflags |= KHUB_CAP_GQA;
-    if (kv_id == KHUB_DTYPE_ID_F16) aflags |= KHUB_CAP_KV_F16;
+    if (khub_dtype_id_of(m->kv_dtype) == KHUB_DTYPE_ID_F16) aflags |= KHUB_CAP_KV_F16;
     if (c->sliding_window > 0) aflags |= KHUB_CAP_SLIDING;
+    return aflags;
+}
+
+khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
+{
+    int kv_id = khub_dtype_id_of(m->kv_dtype);
+    uint32_t aflags = khub__model_attn_flags(m);
     KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_NORM, KHUB_OP_NORM, KHUB_DTYPE_ID_F32, 0,
                                       p->pref[KHUB_KERNEL_ROLE_NORM], &m->norm));
     KHUB_FORWARD_IF_ERROR(m->rt,
@@ -305,6 +311,16 @@ static bool append(khub_runtime *rt, char **s, size_t *len, size_t *cap, const c
     return true;
 }
 
+const char *khub__model_bound_dtype(const khub__bound *b)
+{
+    if (b->dtype_id >= KHUB_DTYPE_ID_QBASE)
+        return khub__dtype_short(KHUB_DTYPE_Q(b->dtype_id - KHUB_DTYPE_ID_QBASE));
+    if (b->dtype_id == KHUB_DTYPE_ID_F16) return "f16";
+    if (b->dtype_id == KHUB_DTYPE_ID_BF16) return "bf16";
+    if (b->dtype_id == KHUB_DTYPE_ID_F32) return "f32";
+    return "";
+}
+
 const char *khub_model_explain(khub_model *m)
 {
     if (!m) return "";
@@ -314,16 +330,8 @@ const char *khub_model_explain(khub_model *m)
     bool ok = true;
     for (int i = 0; i < m->n_bound && ok; i++) {
         const khub__bound *b = &m->bound[i];
-        const char *dt = "";
-        if (b->dtype_id >= KHUB_DTYPE_ID_QBASE)
-            dt = khub__dtype_short(KHUB_DTYPE_Q(b->dtype_id - KHUB_DTYPE_ID_QBASE));
-        else if (b->dtype_id == KHUB_DTYPE_ID_F16)
-            dt = "f16";
-        else if (b->dtype_id == KHUB_DTYPE_ID_BF16)
-            dt = "bf16";
-        else if (b->dtype_id == KHUB_DTYPE_ID_F32)
-            dt = "f32";
-        snprintf(line, sizeof line, "%s[%s]: %s\n", role_name(m, b->role), dt,
+        const char *dt = khub__model_bound_dtype(b);
+        snprintf(line, sizeof line, "%s[%s]: %s\n", khub__model_role_name(m, b->role), dt,
                  khub_binding_name(b->b));
         ok = append(m->rt, &s, &len, &cap, line);
         if (ok && b->role == KHUB__ROLE_PAGED_ATTENTION) {

@@ -17,4 +17,15 @@ KHUB_INTERNAL khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt
                                                  const khub_kernel_opts *opts,
                                                  khub_kernel_result *out);
 
+/* One role's name resolved as khub_model_load_hub resolves it (a built-in
+ * alias, a loaded plugin's id, or a Hub ID fetched, verified and loaded
+ * under k's policy and k->lock_path): impl[n] gets the string the executor
+ * is given ("org/name:op"), *plugin the exact plugin that serves it, and
+ * rep (may be NULL) the resolution line (model_kernels.c). */
+KHUB_INTERNAL khub_status khub__kernel_resolve_role(khub_hub *hub, khub_runtime *rt,
+                                                    khub_kernel_role role, const char *name,
+                                                    const khub_model_kernels *k, char *impl,
+                                                    size_t n, khub_plugin **plugin,
+                                                    khub_model_kernels_report *rep);
+
 #endif /* KHUB_KERNELS_KERNEL_LOAD_H */

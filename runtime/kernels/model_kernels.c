@@ -88,12 +88,17 @@ static const char *builtin_cache(const char *name)
     return NULL;
 }
 
-static int plugin_loaded(khub_runtime *rt, const char *id)
+/* The first loaded plugin called id (the one a selection by id ranks
+ * first among equals), or NULL. */
+static khub_plugin *loaded_plugin(khub_runtime *rt, const char *id)
 {
     for (size_t i = 0; i < khub_plugin_count(rt); i++)
-        if (strcmp(khub_plugin_id(khub_plugin_at(rt, i)), id) == 0) return 1;
-    return 0;
+        if (strcmp(khub_plugin_id(khub_plugin_at(rt, i)), id) == 0)
+            return (khub_plugin *)khub_plugin_at(rt, i); /* the registry's handle */
+    return NULL;
 }
+
+static int plugin_loaded(khub_runtime *rt, const char *id) { return loaded_plugin(rt, id) != NULL; }
 
 /* The mapping file: the caller's, else <model dir>/khub.json, else
  * ./khub.json; NULL when none exists. */
@@ -149,14 +154,17 @@ static void note(khub_model_kernels_report *rep, const char *fmt, ...)
  * a scheme named as ":scheme" or alone. */
 static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role, const char *name,
                                 const khub_model_kernels *k, const char *lock, char *impl, size_t n,
-                                char *scheme, size_t scheme_n, khub_model_kernels_report *rep)
+                                char *scheme, size_t scheme_n, khub_model_kernels_report *rep,
+                                khub_plugin **plugin)
 {
     impl[0] = '\0';
+    if (plugin) *plugin = NULL;
     if (!name || !name[0]) return KHUB_STATUS_OK;
     const char *rname = khub__role_name(role);
     if (role == KHUB_ROLE_ATTENTION && (!strcmp(name, "eager") || !strcmp(name, "sdpa"))) {
         snprintf(impl, n, "khub/ref-cpu");
         note(rep, "%s: %s = khub/ref-cpu (built-in)", rname, name);
+        if (plugin) *plugin = loaded_plugin(rt, impl);
         return KHUB_STATUS_OK;
     }
     char id[512];
@@ -197,6 +205,7 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
     if (plugin_loaded(rt, id)) {
         snprintf(impl, n, "%s", id);
         note(rep, "%s: %s (loaded plugin)", rname, id);
+        if (plugin) *plugin = loaded_plugin(rt, id);
         return KHUB_STATUS_OK;
     }
     khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .policy_path = k->policy_path,
@@ -218,8 +227,10 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
                   rname, id, rname, kr.trace);
         note(rep, "%s: %s -> fell back to khub/ref-cpu (no variant fits)\n%s", rname, id, kr.trace);
         snprintf(impl, n, "khub/ref-cpu");
+        if (plugin) *plugin = loaded_plugin(rt, impl);
         return KHUB_STATUS_OK;
     }
+    if (plugin) *plugin = kr.plugin;
     if (kr.op_name[0])
         snprintf(impl, n, "%s:%s", kr.plugin_id, kr.op_name);
     else
@@ -237,10 +248,12 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
                            char *scheme, size_t scheme_n, khub_model_kernels_report *rep)
 {
     const char *comma = role == KHUB_ROLE_CACHE && name ? strchr(name, ',') : NULL;
-    if (!comma) return resolve_name(hub, rt, role, name, k, lock, impl, n, scheme, scheme_n, rep);
+    if (!comma)
+        return resolve_name(hub, rt, role, name, k, lock, impl, n, scheme, scheme_n, rep, NULL);
     char base[512];
     snprintf(base, sizeof base, "%.*s", (int)(comma - name), name);
-    khub_status st = resolve_name(hub, rt, role, base, k, lock, impl, n, scheme, scheme_n, rep);
+    khub_status st =
+        resolve_name(hub, rt, role, base, k, lock, impl, n, scheme, scheme_n, rep, NULL);
     if (st != KHUB_STATUS_OK) return st;
     size_t len = strlen(impl);
     if (!comma[1] || len + strlen(comma) + 1 > n)
@@ -251,6 +264,16 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
     snprintf(impl + len, n - len, "%s", comma);
     note(rep, "cache: options %s", comma + 1);
     return KHUB_STATUS_OK;
+}
+
+khub_status khub__kernel_resolve_role(khub_hub *hub, khub_runtime *rt, khub_kernel_role role,
+                                      const char *name, const khub_model_kernels *k, char *impl,
+                                      size_t n, khub_plugin **plugin,
+                                      khub_model_kernels_report *rep)
+{
+    char scheme[16] = "";
+    return resolve_name(hub, rt, (khub_role)role, name, k, k->lock_path, impl, n, scheme,
+                        sizeof scheme, rep, plugin);
 }
 
 khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *path,

@@ -46,8 +46,9 @@ KHUB_INTERNAL const khub__inflight *khub__inflight_now(void);
 KHUB_INTERNAL void khub__inflight_adopt(const khub__inflight *r);
 
 /* The same for a call through a methods table of b's op, which this thread
- * pinned with khub_binding_acquire (runtime/loader/registry.c). */
-KHUB_INTERNAL void khub__binding_enter(const khub_binding *b, khub__inflight *r);
+ * pinned with khub_binding_acquire (runtime/loader/registry.c); counts one
+ * call of b (khub_binding_calls). */
+KHUB_INTERNAL void khub__binding_enter(khub_binding *b, khub__inflight *r);
 KHUB_INTERNAL void khub__binding_leave(khub__inflight *r);
 
 /* Counts runtimes that want containment: the first installs the handlers

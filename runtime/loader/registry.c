@@ -230,6 +230,7 @@ static bool better(const choice *a, const choice *b)
 }
 
 typedef struct walk {
+    const khub_plugin *only; /* khub__registry_select_in: the one plugin that may win */
     choice best;
     size_t n_seen, n_accepted;
     char pref_why[256]; /* why the preferred plugin/op did not win */
@@ -245,7 +246,9 @@ static void walk_candidates(khub_runtime *rt, const khub_op_query *q, text *trac
             if (op->kind != q->kind) continue;
             w->n_seen++;
             char why[224];
-            choice c = {p, j, is_preferred(q, p, op)};
+            bool pref = w->only ? p == w->only && (!q->op_name || !strcmp(op->name, q->op_name))
+                                : is_preferred(q, p, op);
+            choice c = {p, j, pref};
             if (rejects(rt, q, p, op, why, sizeof why)) {
                 text_add(trace, "reject %s %s :: %s: %s\n", p->id, p->version, op->name, why);
                 if (!w->first_reject[0])
@@ -319,12 +322,12 @@ static khub_status add_binding(khub_runtime *rt, const choice *c, text *trace, k
     return KHUB_STATUS_OK;
 }
 
-static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, text *trace,
-                                 khub_binding **out)
+static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, const khub_plugin *only,
+                                 text *trace, khub_binding **out)
 {
-    walk w = {0};
+    walk w = {.only = only};
     walk_candidates(rt, q, trace, &w);
-    bool asked = q->plugin_id || q->op_name;
+    bool asked = q->plugin_id || q->op_name || only;
     char pref[160];
     snprintf(pref, sizeof pref, "%s%s%s", q->plugin_id ? q->plugin_id : "",
              q->op_name ? " :: " : "", q->op_name ? q->op_name : "");
@@ -341,6 +344,10 @@ static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, text 
     const char *bop = bp->ops[w.best.op].name;
     if (asked && !w.best.preferred) {
         explain_absent(rt, q, &w);
+        if (only)
+            return khub__fail(rt, KHUB_STATUS_NO_KERNEL, "%s %s%s%s for %s is %s", only->id,
+                              only->version, q->op_name ? " :: " : "", q->op_name ? q->op_name : "",
+                              khub__op_kind_name(q->kind), w.pref_why);
         if (rt->strict)
             return khub__fail(rt, KHUB_STATUS_NO_KERNEL,
                               "preferred %s for %s is %s, and KHUB_OPT_STRICT forbids falling "
@@ -376,7 +383,21 @@ khub_status khub_registry_select(khub_runtime *rt, const khub_op_query *q, khub_
                    "khub_op_query: unknown op kind %u", (unsigned)q->kind);
     text trace = {.rt = rt};
     pthread_rwlock_wrlock(&rt->reg_lock);
-    khub_status st = select_locked(rt, q, &trace, out);
+    khub_status st = select_locked(rt, q, NULL, &trace, out);
+    pthread_rwlock_unlock(&rt->reg_lock);
+    text_free(&trace);
+    return st;
+}
+
+khub_status khub__registry_select_in(khub_runtime *rt, const khub_op_query *q,
+                                     const khub_plugin *plugin, khub_binding **out)
+{
+    KHUB_ASSERT(rt && q && plugin && out);
+    khub__clear(rt);
+    *out = NULL;
+    text trace = {.rt = rt};
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    khub_status st = select_locked(rt, q, plugin, &trace, out);
     pthread_rwlock_unlock(&rt->reg_lock);
     text_free(&trace);
     return st;
@@ -407,6 +428,7 @@ khub_status khub_binding_call(khub_binding *b, const void *args)
     KHUB_API_CHECK(NULL, b != NULL);
     uint32_t idx;
     khub_plugin *p = pin(b, &idx);
+    atomic_fetch_add_explicit(&b->calls, 1, memory_order_relaxed);
     const khub_op_desc *op = &p->ops[idx];
     if (!op->run) {
         khub_status st = khub__fail(b->rt, KHUB_STATUS_UNSUPPORTED,
@@ -459,8 +481,9 @@ const khub_op_desc *khub_binding_acquire(khub_binding *b, void **plugin_state)
     return &p->ops[idx];
 }
 
-void khub__binding_enter(const khub_binding *b, khub__inflight *r)
+void khub__binding_enter(khub_binding *b, khub__inflight *r)
 {
+    if (b) atomic_fetch_add_explicit(&b->calls, 1, memory_order_relaxed);
     for (int i = tls_n_pins - 1; i >= 0; i--) {
         if (tls_pins[i].b != b) continue;
         khub__inflight_enter(r, tls_pins[i].p, &tls_pins[i].p->ops[tls_pins[i].op]);
@@ -519,6 +542,11 @@ size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p)
     size_t n = 0;
     for (size_t i = 0; i < rt->bindings.count; i++) n += rt->bindings.items[i]->plugin == p;
     return n;
+}
+
+uint64_t khub_binding_calls(const khub_binding *b)
+{
+    return b ? atomic_load_explicit(&b->calls, memory_order_relaxed) : 0;
 }
 
 void khub__binding_set_name(khub_binding *b)

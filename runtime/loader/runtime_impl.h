@@ -151,6 +151,9 @@ struct khub_binding {
     char name[192]; /* "id version :: op", rewritten on reload */
     char *trace;    /* owned, NUL-terminated */
     size_t trace_cap;
+    /* Calls made through it (khub_binding_calls): one relaxed atomic add per
+     * call, no lock, so counting costs the hot path nothing measurable. */
+    atomic_ullong calls;
 };
 
 /* Host tables: fills t for plugin p (NULL: the runtime's own). */
@@ -173,6 +176,13 @@ KHUB_INTERNAL size_t khub__registry_bindings_of(const khub_runtime *rt, const kh
  * lock state): waiting for p to go idle would then wait forever. */
 KHUB_INTERNAL bool khub__pinned_here(const khub_plugin *p);
 KHUB_INTERNAL void khub__binding_set_name(khub_binding *b);
+/* khub_registry_select restricted to one loaded plugin: only plugin's ops
+ * (the one named q->op_name, when set) may win, and when none of them can
+ * serve q the selection fails with NO_KERNEL saying why, whatever
+ * KHUB_OPT_STRICT says (a kernel swap never falls back). Unlike a
+ * plugin_id, a pointer tells two loaded builds of one plugin apart. */
+KHUB_INTERNAL khub_status khub__registry_select_in(khub_runtime *rt, const khub_op_query *q,
+                                                   const khub_plugin *plugin, khub_binding **out);
 KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
 
 /* CUDA streams and modules of a plugin are destroyed and unloaded when it

@@ -7,7 +7,12 @@
  *   ms_http.c      the daemon: start/stop, request bodies and limits, the API
  *                  key, routing, error replies
  *   ms_routes.c    the endpoints: completions (plain and streamed), models,
- *                  kernels, health, metrics
+ *                  health, metrics
+ *   ms_kernels.c   the kernel endpoints: GET /v1/kernels, POST
+ *                  /v1/kernels/reload, and the per-kernel call counts of
+ *                  /metrics
+ *   ms_swap.c      a live kernel swap: prepared on the caller's thread,
+ *                  switched on the engine thread between two steps
  *   ms_openai.c    OpenAI request bodies read into a request, and the answer
  *                  and chunk objects written from one
  *   ms_engine_batch.c   the request engine on khub_batch.h: continuous
@@ -35,6 +40,7 @@
 #include <microhttpd.h>
 
 #include "internal.h"
+#include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 #include "khub/khub_model_server.h"
 
@@ -124,6 +130,28 @@ typedef struct khub__ms_engine_stats {
     uint64_t kv_tokens, kv_capacity;
 } khub__ms_engine_stats;
 
+/* A kernel swap handed to the engine thread (ms_swap.c): the thread that
+ * asks fills sw, the engine thread runs khub_model_kernel_swap between two
+ * steps and fills the rest. Under the engine's mutex: taken, done. */
+typedef struct khub__ms_swap {
+    khub_kernel_swap *sw;
+    khub_status st;
+    char err[KHUB_ERROR_SIZE];
+    char *explain; /* malloc'd: the model's explain table after the swap */
+    int taken, done;
+} khub__ms_swap;
+
+/* The engine thread, between steps, with *slot read under mu: runs the
+ * swap waiting there, if any, and wakes its waiter (cv). Call without mu
+ * held. */
+KHUB_INTERNAL void khub__ms_swap_serve(khub_model *m, pthread_mutex_t *mu, pthread_cond_t *cv,
+                                       khub__ms_swap **slot);
+/* The asking thread: puts box in *slot and waits (on cv, under mu) until
+ * the engine has run it, or the engine stops first (then box->st is BUSY).
+ * *stopping is read under mu. */
+KHUB_INTERNAL void khub__ms_swap_wait(pthread_mutex_t *mu, pthread_cond_t *cv, khub__ms_swap **slot,
+                                      const int *stopping, khub__ms_swap *box);
+
 typedef struct khub__ms_engine_vt {
     /* Takes a reference to r and queues it; 0 when the queue is full (r
      * untouched), 1 when taken. Any thread. */
@@ -136,6 +164,10 @@ typedef struct khub__ms_engine_vt {
      * new requests; returns when the engine thread is idle. */
     void (*shutdown)(khub__ms_engine *e);
     void (*free)(khub__ms_engine *e);
+    /* Runs box's kernel swap on the engine thread between two steps (the
+     * batch engine: between forward calls; the serial one: between
+     * requests) and returns when it ran or the engine stopped. */
+    void (*swap)(khub__ms_engine *e, khub__ms_swap *box);
 } khub__ms_engine_vt;
 
 struct khub__ms_engine {
@@ -158,11 +190,38 @@ KHUB_INTERNAL khub__ms_engine *khub__ms_engine_batch_new(khub_model *m, uint32_t
 /* The server (ms_http.c) and its endpoints (ms_routes.c)                   */
 /* ------------------------------------------------------------------------ */
 
+#define KHUB__MS_MAX_RELOADS 16 /* reloads remembered for GET /v1/kernels */
+
+/* One live kernel swap as GET /v1/kernels shows it. */
+typedef struct khub__ms_reload_rec {
+    time_t at;
+    char role[24];
+    char kernel[256];    /* the name asked for */
+    char previous[192];  /* the op that served before */
+    char now[192];       /* the op serving after */
+    char resolved[1024]; /* the resolution line: commit, variant, trust decision */
+    char selftest[32];
+} khub__ms_reload_rec;
+
 typedef struct khub__ms {
     struct MHD_Daemon *d;
     khub_model *model;
+    khub_runtime *rt; /* the model's */
     khub__ms_engine *eng;
-    char *model_id, *api_key, *explain, *kernels_report; /* owned */
+    char *model_id, *api_key, *kernels_report; /* owned */
+    /* Live kernel swaps (ms_swap.c): one at a time under reload_mu; the
+     * hub handle (borrowed from the options, or made at the first swap
+     * that needs one and owned) is used only under it. kmu guards explain
+     * and the history, which the endpoints read. */
+    pthread_mutex_t reload_mu, kmu;
+    khub_hub *hub;
+    int own_hub;
+    char *lock_path, *policy_path; /* owned copies of the reload policy, NULL = none */
+    int allow_unsigned;
+    char *explain; /* owned, under kmu: the model's table, refreshed after a swap */
+    khub__ms_reload_rec reloads[KHUB__MS_MAX_RELOADS]; /* under kmu, a ring */
+    uint64_t n_reloads;                                /* under kmu */
+    atomic_ullong n_reload_failures;
     int64_t max_context, context_length;
     uint64_t max_body;
     unsigned idle_s; /* connection idle timeout, s */
@@ -203,6 +262,25 @@ KHUB_INTERNAL int khub__ms_conn_fd(struct MHD_Connection *c);
 /* Endpoints. path has no query. */
 KHUB_INTERNAL MHD_RESULT khub__ms_route(khub__ms *s, struct MHD_Connection *c, khub__ms_conn *k,
                                         const char *method, const char *path);
+/* The error object with "code" set (a khub status name, NULL = null). */
+KHUB_INTERNAL MHD_RESULT khub__ms_send_error_code(struct MHD_Connection *c, khub__ms_conn *k,
+                                                  unsigned code, const char *type,
+                                                  const char *param, const char *err_code,
+                                                  const char *msg);
+
+/* ms_kernels.c: GET /v1/kernels, POST /v1/kernels/reload, and the kernel
+ * lines of /metrics appended to text (a malloc'd string, grown; NULL when
+ * out of memory). */
+KHUB_INTERNAL MHD_RESULT khub__ms_kernels(khub__ms *s, struct MHD_Connection *c, khub__ms_conn *k);
+KHUB_INTERNAL MHD_RESULT khub__ms_reload_route(khub__ms *s, struct MHD_Connection *c,
+                                               khub__ms_conn *k);
+KHUB_INTERNAL char *khub__ms_kernel_metrics(khub__ms *s, char *text);
+
+/* ms_swap.c: swaps role's kernel for the one called name (both from the
+ * caller); one at a time. On failure the message goes to err. */
+KHUB_INTERNAL khub_status khub__ms_reload(khub__ms *s, const char *role, const char *name,
+                                          char *err, size_t err_size);
+KHUB_INTERNAL void khub__ms_reload_free(khub__ms *s);
 
 /* ------------------------------------------------------------------------ */
 /* OpenAI bodies (ms_openai.c)                                              */

@@ -62,6 +62,15 @@ khub_status khub_model_server_start(const khub_model_server_opts *opts, khub_mod
     s->api_key = dup_or_null(opts->api_key, &oom);
     s->kernels_report = dup_or_null(opts->kernels_report, &oom);
     s->explain = strdup(khub_model_explain(opts->model));
+    s->rt = khub_model_runtime(opts->model);
+    pthread_mutex_init(&s->reload_mu, NULL);
+    pthread_mutex_init(&s->kmu, NULL);
+    if (opts->struct_size >= offsetof(khub_model_server_opts, reserved2) + sizeof(uint32_t)) {
+        s->hub = opts->hub;
+        s->lock_path = dup_or_null(opts->lock_path, &oom);
+        s->policy_path = dup_or_null(opts->policy_path, &oom);
+        s->allow_unsigned = opts->allow_unsigned;
+    }
     s->max_context = info.max_context;
     s->context_length = info.context_length;
     s->max_body = opts->max_body ? opts->max_body : KHUB__MS_MAX_BODY;
@@ -107,7 +116,26 @@ khub_status khub_model_server_stats_get(const khub_model_server *srv, khub_model
     out->running = es.running;
     out->kv_tokens = es.kv_tokens;
     out->kv_capacity = es.kv_capacity;
+    if (out->struct_size >= offsetof(khub_model_server_stats, reload_failures) + sizeof(uint64_t)) {
+        pthread_mutex_lock(&s->kmu);
+        out->reloads = s->n_reloads;
+        pthread_mutex_unlock(&s->kmu);
+        out->reload_failures = atomic_load(&s->n_reload_failures);
+    }
     return KHUB_STATUS_OK;
+}
+
+khub_status khub_model_server_reload(khub_model_server *srv, const char *role, const char *kernel,
+                                     char *errbuf, size_t errbuf_size)
+{
+    char msg[KHUB_ERROR_SIZE] = "";
+    if (!srv || !role || !kernel)
+        return start_fail(KHUB_STATUS_MISUSE, errbuf, errbuf_size,
+                          !srv    ? "khub_model_server_reload: srv is NULL"
+                          : !role ? "khub_model_server_reload: role is NULL"
+                                  : "khub_model_server_reload: kernel is NULL");
+    khub_status st = khub__ms_reload(&srv->s, role, kernel, msg, sizeof msg);
+    return start_fail(st, errbuf, errbuf_size, st == KHUB_STATUS_OK ? "" : msg);
 }
 
 void khub_model_server_stop(khub_model_server *srv)
@@ -117,6 +145,11 @@ void khub_model_server_stop(khub_model_server *srv)
     if (s->eng) s->eng->vt->shutdown(s->eng);
     khub__ms_stop(s);
     if (s->eng) s->eng->vt->free(s->eng);
+    khub__ms_reload_free(s);
+    if (s->rt) { /* initialised together with rt */
+        pthread_mutex_destroy(&s->reload_mu);
+        pthread_mutex_destroy(&s->kmu);
+    }
     if (s->api_key) memset(s->api_key, 0, strlen(s->api_key));
     free(s->api_key);
     free(s->model_id);

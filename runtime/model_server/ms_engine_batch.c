@@ -33,6 +33,7 @@ typedef struct batch_eng {
     khub__ms_req **intake; /* [max_queue] submitted, not yet in the batch */
     uint32_t n_intake, max_queue;
     int stopping;
+    khub__ms_swap *swap; /* a kernel swap to run before the next step (ms_swap.c) */
 } batch_eng;
 
 /* ======================================================================== */
@@ -175,8 +176,14 @@ static void *loop(void *arg)
     int64_t pending = 0;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->stopping && !e->n_intake && !pending) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->stopping && !e->n_intake && !pending && !e->swap)
+            pthread_cond_wait(&e->cv, &e->mu);
         if (e->stopping) break;
+        if (e->swap) { /* between two steps: no forward call is in flight */
+            pthread_mutex_unlock(&e->mu);
+            khub__ms_swap_serve(e->m, &e->mu, &e->cv, &e->swap);
+            pthread_mutex_lock(&e->mu);
+        }
         uint32_t n = e->n_intake < 256 ? e->n_intake : 256;
         memcpy(take, e->intake, n * sizeof *take);
         memmove(e->intake, e->intake + n, (e->n_intake - n) * sizeof *take);
@@ -264,8 +271,14 @@ static void batch_free_engine(khub__ms_engine *base)
     free(e);
 }
 
-static const khub__ms_engine_vt batch_vt = {batch_submit, batch_cancel, batch_stats, batch_shutdown,
-                                            batch_free_engine};
+static void batch_swap(khub__ms_engine *base, khub__ms_swap *box)
+{
+    batch_eng *e = (batch_eng *)base;
+    khub__ms_swap_wait(&e->mu, &e->cv, &e->swap, &e->stopping, box);
+}
+
+static const khub__ms_engine_vt batch_vt = {batch_submit,   batch_cancel,      batch_stats,
+                                            batch_shutdown, batch_free_engine, batch_swap};
 
 khub__ms_engine *khub__ms_engine_batch_new(khub_model *m, uint32_t max_queue,
                                            int32_t max_batch_tokens, char *err, size_t err_size)

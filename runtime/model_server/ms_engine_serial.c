@@ -28,7 +28,8 @@ typedef struct serial {
     uint32_t max_queue, head, n;
     int stopping, idle;
     khub__ms_req *running;
-    uint64_t kv_tokens; /* the running request's prompt plus pieces streamed */
+    uint64_t kv_tokens;  /* the running request's prompt plus pieces streamed */
+    khub__ms_swap *swap; /* a kernel swap to run before the next request (ms_swap.c) */
 } serial;
 
 /* ======================================================================== */
@@ -148,10 +149,16 @@ static void *loop(void *arg)
     serial *e = arg;
     pthread_mutex_lock(&e->mu);
     for (;;) {
-        while (!e->n && !e->stopping) {
+        while (!e->n && !e->stopping && !e->swap) {
             e->idle = 1;
             pthread_cond_broadcast(&e->cv);
             pthread_cond_wait(&e->cv, &e->mu);
+        }
+        if (e->swap && !e->stopping) { /* between requests: the model is idle */
+            pthread_mutex_unlock(&e->mu);
+            khub__ms_swap_serve(e->m, &e->mu, &e->cv, &e->swap);
+            pthread_mutex_lock(&e->mu);
+            continue;
         }
         if (!e->n && e->stopping) break;
         e->idle = 0;
@@ -229,8 +236,14 @@ static void serial_free(khub__ms_engine *base)
     free(e);
 }
 
-static const khub__ms_engine_vt serial_vt = {serial_submit, serial_cancel, serial_stats,
-                                             serial_shutdown, serial_free};
+static void serial_swap(khub__ms_engine *base, khub__ms_swap *box)
+{
+    serial *e = (serial *)base;
+    khub__ms_swap_wait(&e->mu, &e->cv, &e->swap, &e->stopping, box);
+}
+
+static const khub__ms_engine_vt serial_vt = {serial_submit,   serial_cancel, serial_stats,
+                                             serial_shutdown, serial_free,   serial_swap};
 
 khub__ms_engine *khub__ms_engine_serial_new(khub_model *m, uint32_t max_queue)
 {

@@ -74,6 +74,24 @@ MHD_RESULT khub__ms_send_json(struct MHD_Connection *c, khub__ms_conn *k, unsign
     return send_json_ra(c, k, code, j, 0);
 }
 
+static MHD_RESULT send_error_obj(struct MHD_Connection *c, khub__ms_conn *k, unsigned code,
+                                 const char *type, const char *param, const char *err_code,
+                                 unsigned retry_after, const char *msg)
+{
+    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    if (param && *param)
+        cJSON_AddStringToObject(e, "param", param);
+    else
+        cJSON_AddNullToObject(e, "param");
+    if (err_code)
+        cJSON_AddStringToObject(e, "code", err_code);
+    else
+        cJSON_AddNullToObject(e, "code");
+    return send_json_ra(c, k, code, j, retry_after);
+}
+
 MHD_RESULT khub__ms_send_error(struct MHD_Connection *c, khub__ms_conn *k, unsigned code,
                                const char *type, const char *param, unsigned retry_after,
                                const char *fmt, ...)
@@ -83,15 +101,16 @@ MHD_RESULT khub__ms_send_error(struct MHD_Connection *c, khub__ms_conn *k, unsig
     va_start(ap, fmt);
     khub__verrbuf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    cJSON *j = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(j, "error");
-    cJSON_AddStringToObject(e, "message", msg);
-    cJSON_AddStringToObject(e, "type", type);
-    if (param && *param)
-        cJSON_AddStringToObject(e, "param", param);
-    else
-        cJSON_AddNullToObject(e, "param");
-    cJSON_AddNullToObject(e, "code");
-    return send_json_ra(c, k, code, j, retry_after);
+    return send_error_obj(c, k, code, type, param, NULL, retry_after, msg);
+}
+
+MHD_RESULT khub__ms_send_error_code(struct MHD_Connection *c, khub__ms_conn *k, unsigned code,
+                                    const char *type, const char *param, const char *err_code,
+                                    const char *msg)
+{
+    char one[KHUB_ERROR_SIZE];
+    khub__errbuf(one, sizeof one, "%s", msg);
+    return send_error_obj(c, k, code, type, param, err_code, 0, one);
 }
 
 int khub__ms_conn_fd(struct MHD_Connection *c)

@@ -271,7 +271,7 @@ static MHD_RESULT completion(khub__ms *s, struct MHD_Connection *c, khub__ms_con
 }
 
 /* ======================================================================== */
-/* Models, kernels, health, metrics                                         */
+/* Models, health, metrics                                                 */
 /* ======================================================================== */
 
 static cJSON *model_object(const khub__ms *s)
@@ -298,39 +298,6 @@ static MHD_RESULT models(khub__ms *s, struct MHD_Connection *c, khub__ms_conn *k
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "object", "list");
     cJSON_AddItemToArray(cJSON_AddArrayToObject(o, "data"), model_object(s));
-    return khub__ms_send_json(c, k, 200, o);
-}
-
-/* Each role of khub_model_explain's table ("role: plugin version :: op"
- * lines, the trace indented below them) as {"role", "binding"}. The table
- * is text, not an API: this reads only the lines of that shape. */
-static MHD_RESULT kernels(khub__ms *s, struct MHD_Connection *c, khub__ms_conn *k)
-{
-    cJSON *o = cJSON_CreateObject(), *data = cJSON_AddArrayToObject(o, "data");
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON_AddStringToObject(o, "model", s->model_id);
-    for (const char *line = s->explain; *line;) {
-        const char *end = strchr(line, '\n'), *colon;
-        size_t n = end ? (size_t)(end - line) : strlen(line);
-        char buf[512];
-        snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf ? n : sizeof buf - 1), line);
-        /* a role's line names a plugin's op ("id version :: op"); other
-         * top-level lines (the KV cache's bytes per token) stay in explain */
-        if (buf[0] != ' ' && buf[0] != '\t' && (colon = strstr(buf, ": ")) &&
-            strstr(colon, " :: ")) {
-            cJSON *e = cJSON_CreateObject();
-            cJSON_AddStringToObject(e, "binding", colon + 2);
-            buf[colon - buf] = '\0';
-            cJSON_AddStringToObject(e, "role", buf);
-            cJSON_AddItemToArray(data, e);
-        }
-        line += n + (end != NULL);
-    }
-    cJSON_AddStringToObject(o, "explain", s->explain);
-    if (s->kernels_report)
-        cJSON_AddStringToObject(o, "resolved", s->kernels_report);
-    else
-        cJSON_AddNullToObject(o, "resolved");
     return khub__ms_send_json(c, k, 200, o);
 }
 
@@ -364,7 +331,11 @@ static MHD_RESULT metrics(khub__ms *s, struct MHD_Connection *c, khub__ms_conn *
     METRIC("kv_tokens_capacity", "gauge", "KV cache positions the running batch may use.", "%llu",
            (unsigned long long)es.kv_capacity);
 #undef METRIC
-    return khub__ms_send_text(c, k, 200, "text/plain; version=0.0.4", text);
+    char *all = khub__ms_kernel_metrics(s, strdup(text));
+    if (!all) return khub__ms_send_error(c, k, 500, "server_error", NULL, 0, "out of memory");
+    MHD_RESULT ret = khub__ms_send_text(c, k, 200, "text/plain; version=0.0.4", all);
+    free(all);
+    return ret;
 }
 
 /* ======================================================================== */
@@ -385,8 +356,11 @@ MHD_RESULT khub__ms_route(khub__ms *s, struct MHD_Connection *c, khub__ms_conn *
         if (get) return models(s, c, k, path[10] ? path + 11 : NULL);
         want = "GET";
     } else if (!strcmp(path, "/v1/kernels")) {
-        if (get) return kernels(s, c, k);
+        if (get) return khub__ms_kernels(s, c, k);
         want = "GET";
+    } else if (!strcmp(path, "/v1/kernels/reload")) {
+        if (post) return khub__ms_reload_route(s, c, k);
+        want = "POST";
     } else if (!strcmp(path, "/health")) {
         if (get) return khub__ms_send_text(c, k, 200, "application/json", "{\"status\":\"ok\"}");
         want = "GET";

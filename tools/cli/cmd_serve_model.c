@@ -124,7 +124,8 @@ static const char *base_name(const char *path)
     return b && b[1] ? b + 1 : buf;
 }
 
-static khub_model *load(khub_runtime *rt, const sm_args *a, khub_model_kernels_report *rep)
+static khub_model *load(khub_runtime *rt, khub_hub *hub, const sm_args *a,
+                        khub_model_kernels_report *rep)
 {
     khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .strict = a->strict,
                           .max_context = a->max_context, .max_seqs = a->parallel,
@@ -138,15 +139,9 @@ static khub_model *load(khub_runtime *rt, const sm_args *a, khub_model_kernels_r
                              .policy_path = a->policy,
                              .allow_unsigned = a->allow_unsigned,
                              .strict = a->strict};
-    khub_hub *hub = NULL;
-    if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK) {
-        khub_cli_fail("serve-model", "%s", khub_last_error());
-        return NULL;
-    }
     khub_model *m = NULL;
     if (khub_model_load_hub(hub, rt, a->model, &mo, &mk, &m, rep) != KHUB_STATUS_OK)
         khub_cli_fail("serve-model", "%s", khub_runtime_errmsg(rt));
-    khub_hub_free(hub);
     return m;
 }
 
@@ -166,8 +161,15 @@ static int run(int argc, char **argv)
     khub_runtime *rt = khub_cli_runtime("serve-model", a.threads);
     if (!rt) return 1;
     static khub_model_kernels_report rep;
-    khub_model *m = load(rt, &a, &rep);
+    /* The hub handle outlives the load: live kernel swaps fetch with it. */
+    khub_hub *hub = NULL;
+    if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK) {
+        khub_runtime_free(rt);
+        return khub_cli_fail("serve-model", "%s", khub_last_error());
+    }
+    khub_model *m = load(rt, hub, &a, &rep);
     if (!m) {
+        khub_hub_free(hub);
         khub_runtime_free(rt);
         return 1;
     }
@@ -182,7 +184,11 @@ static int run(int argc, char **argv)
                                  .max_connections = (uint32_t)a.max_connections,
                                  .idle_timeout_s = (uint32_t)a.timeout,
                                  .max_body = (uint64_t)(a.max_body_mib * 1048576.0),
-                                 .serial = (uint32_t)a.serial};
+                                 .serial = (uint32_t)a.serial,
+                                 .hub = hub,
+                                 .lock_path = a.lock,
+                                 .policy_path = a.policy,
+                                 .allow_unsigned = a.allow_unsigned};
     khub_model_server *srv = NULL;
     char err[KHUB_ERROR_SIZE];
     if (khub_model_server_start(&so, &srv, err, sizeof err) != KHUB_STATUS_OK) {
@@ -204,6 +210,7 @@ static int run(int argc, char **argv)
                 (unsigned long long)st.prompt_tokens, (unsigned long long)st.completion_tokens);
     }
     khub_model_free(m);
+    khub_hub_free(hub);
     khub_runtime_free(rt);
     return rc;
 }
@@ -214,9 +221,11 @@ static const khub_cli_cmd serve_model_cmd = {
     "\n"
     "Loads a model and answers the OpenAI API on it until SIGINT or SIGTERM:\n"
     "POST /v1/chat/completions (stream: true as server-sent events), POST\n"
-    "/v1/completions, GET /v1/models, GET /v1/kernels, GET /health, GET /metrics\n"
-    "(docs/model-server.md). Requests share one running batch (continuous batching):\n"
-    "each joins it when there is room and leaves it when done.\n"
+    "/v1/completions, GET /v1/models, GET /v1/kernels, POST /v1/kernels/reload,\n"
+    "GET /health, GET /metrics (docs/model-server.md). Requests share one running\n"
+    "batch (continuous batching): each joins it when there is room and leaves it\n"
+    "when done. A kernel reload swaps a role's kernel (attention, norm, activation,\n"
+    "rotary) live, fetched and verified under --policy and --lock; it needs --api-key.\n"
     "\n"
     "Options:\n"
     "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"

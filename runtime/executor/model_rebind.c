@@ -1,0 +1,195 @@
+/*
+ * model_rebind.c: a loaded model's kernel role switched to another plugin
+ * (a live kernel swap, issue 16 item 4), and the bindings with their call
+ * counts as the public khub_model_binding_get lists them.
+ *
+ * Why a rebind and not khub_plugin_reload: a reload swaps every binding of
+ * one plugin to a new build of the same plugin, which cannot move the
+ * attention role from khub/ref-cpu (which also serves the KV cache, norms
+ * and projections) to kernels-community/flash-attn2, and a reload of the
+ * plugin that made the KV cache breaks the model (forward.c refuses it).
+ * A rebind selects new bindings for the role's queries from one named
+ * plugin and swaps the model's pointers; the old bindings stay valid (the
+ * runtime owns them) and keep their counts, listed as retired.
+ *
+ * Ordering: the model is one thread's at a time, so a rebind made between
+ * two forward calls on that thread switches whole forward calls: a step
+ * runs every layer on the old kernel or every layer on the new one, never
+ * a mix. What can be swapped: ops without state or weights (attention,
+ * norm, activation, rotary). The KV cache holds every running sequence's
+ * keys and values in its plugin's own format, and the projections' weights
+ * were laid out (quantized, repacked) for their op at load: those roles are
+ * refused; they change with a new load.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "khub/khub_kernels.h"
+#include "model_impl.h"
+#include "runtime_impl.h"
+
+/* khub.json's name of each kernel role ("attention"), from the one list. */
+static const char *kernel_role_name(int role)
+{
+#define ROLE_NAME(NAME, name, flag, field) [KHUB_KERNEL_ROLE_##NAME] = #name,
+    static const char *const names[KHUB_KERNEL_ROLE__COUNT] = {KHUB_KERNEL_ROLES(ROLE_NAME)};
+#undef ROLE_NAME
+    return role >= 0 && role < KHUB_KERNEL_ROLE__COUNT ? names[role] : "unknown";
+}
+
+/* The executor roles a kernel role covers; 0 when it cannot be swapped. */
+static int roles_of(int role, khub__role out[2])
+{
+    switch (role) {
+    case KHUB_KERNEL_ROLE_ATTENTION:
+        out[0] = KHUB__ROLE_ATTENTION, out[1] = KHUB__ROLE_PAGED_ATTENTION;
+        return 2;
+    case KHUB_KERNEL_ROLE_NORM:
+        out[0] = KHUB__ROLE_NORM, out[1] = KHUB__ROLE_NORM_RESIDUAL;
+        return 2;
+    case KHUB_KERNEL_ROLE_ACTIVATION: out[0] = KHUB__ROLE_ACT; return 1;
+    case KHUB_KERNEL_ROLE_ROTARY: out[0] = KHUB__ROLE_ROTARY; return 1;
+    default: return 0;
+    }
+}
+
+/* The query the load made for bound role r (model_bind.c's), for plugin. */
+static khub_op_query query_of(const khub_model *m, const khub__bound *b, const char *op_name)
+{
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .device_type = KHUB_DEVICE_CPU,
+                       .dtype_id = b->dtype_id, .op_name = op_name && *op_name ? op_name : NULL};
+    switch (b->role) {
+    case KHUB__ROLE_ATTENTION:
+        q.kind = KHUB_OP_ATTENTION;
+        q.head_dim = (int32_t)m->cfg.head_dim;
+        q.flags = khub__model_attn_flags(m);
+        break;
+    case KHUB__ROLE_PAGED_ATTENTION:
+        q.kind = KHUB_OP_PAGED_ATTENTION;
+        q.head_dim = (int32_t)m->cfg.head_dim;
+        q.flags = khub__model_attn_flags(m) & ~(uint32_t)KHUB_CAP_STRIDED_KV;
+        q.kv_layout = m->kv_layout;
+        break;
+    case KHUB__ROLE_NORM_RESIDUAL: q.kind = KHUB_OP_NORM, q.flags = KHUB_CAP_RESIDUAL; break;
+    case KHUB__ROLE_NORM: q.kind = KHUB_OP_NORM; break;
+    case KHUB__ROLE_ACT: q.kind = KHUB_OP_ACTIVATION; break;
+    default: q.kind = KHUB_OP_ROTARY; break;
+    }
+    return q;
+}
+
+/* The model's pointer that serves executor role r. */
+static khub_binding **slot_of(khub_model *m, khub__role r)
+{
+    switch (r) {
+    case KHUB__ROLE_ATTENTION: return &m->attention;
+    case KHUB__ROLE_PAGED_ATTENTION: return &m->paged_attn;
+    case KHUB__ROLE_NORM: return &m->norm;
+    case KHUB__ROLE_NORM_RESIDUAL: return &m->norm_res;
+    case KHUB__ROLE_ACT: return &m->act;
+    default: return &m->rotary;
+    }
+}
+
+/* Makes room for n more retired bindings and one more old explain table. */
+static khub_status reserve(khub_model *m, int n)
+{
+    if (m->n_retired + n > m->cap_retired) {
+        int cap = m->cap_retired ? 2 * m->cap_retired : 8;
+        while (cap < m->n_retired + n) cap *= 2;
+        khub__bound *r = khub__realloc(m->rt, m->retired, (size_t)m->cap_retired * sizeof *r,
+                                       (size_t)cap * sizeof *r);
+        KHUB_RETURN_IF(m->rt, !r, KHUB_STATUS_NOMEM, "%s: out of memory", m->file);
+        m->retired = r;
+        m->cap_retired = cap;
+    }
+    char **e = khub__realloc(m->rt, m->old_explain, (size_t)m->n_old_explain * sizeof *e,
+                             (size_t)(m->n_old_explain + 1) * sizeof *e);
+    KHUB_RETURN_IF(m->rt, !e, KHUB_STATUS_NOMEM, "%s: out of memory", m->file);
+    m->old_explain = e;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__model_rebind(khub_model *m, int role, const khub_plugin *plugin,
+                               const char *op_name)
+{
+    khub__role roles[2];
+    int n_roles = roles_of(role, roles);
+    const char *rname = kernel_role_name(role);
+    KHUB_RETURN_IF(m->rt, n_roles == 0, KHUB_STATUS_UNSUPPORTED,
+                   "%s: the %s kernel cannot be swapped in a running model (%s); load the "
+                   "model again with the new kernel",
+                   m->file, rname,
+                   role == KHUB_KERNEL_ROLE_CACHE
+                       ? "the KV cache holds the running sequences in its plugin's own format"
+                       : "the weights were laid out for their op at load");
+    int idx[8], n = 0;
+    khub_binding *nb[8];
+    for (int i = 0; i < m->n_bound && n < 8; i++)
+        if (m->bound[i].role == roles[0] || (n_roles > 1 && m->bound[i].role == roles[1]))
+            idx[n++] = i;
+    KHUB_RETURN_IF(m->rt, n == 0, KHUB_STATUS_NOT_FOUND, "%s: no op serves the %s role", m->file,
+                   rname);
+    for (int k = 0; k < n; k++) {
+        khub_op_query q = query_of(m, &m->bound[idx[k]], op_name);
+        khub_status st = khub__registry_select_in(m->rt, &q, plugin, &nb[k]);
+        if (st != KHUB_STATUS_OK) {
+            char why[KHUB_ERROR_SIZE];
+            khub__copy_error(m->rt, why, sizeof why);
+            khub__clear(m->rt);
+            return khub__fail(m->rt, st, "%s: %s cannot serve %s: %s; nothing changed", m->file,
+                              khub_plugin_id(plugin),
+                              khub__model_role_name(m, m->bound[idx[k]].role), why);
+        }
+    }
+    pthread_mutex_lock(&m->bind_lock);
+    khub_status st = reserve(m, n);
+    for (int k = 0; k < n && st == KHUB_STATUS_OK; k++) {
+        khub__bound *b = &m->bound[idx[k]];
+        m->retired[m->n_retired++] = *b;
+        b->b = nb[k];
+        *slot_of(m, b->role) = nb[k];
+        KHUB_LOG_I(m->rt, "%s -> %s (swapped)", khub__model_role_name(m, b->role),
+                   khub_binding_name(nb[k]));
+    }
+    if (st == KHUB_STATUS_OK && m->explain) m->old_explain[m->n_old_explain++] = m->explain;
+    if (st == KHUB_STATUS_OK) m->explain = NULL; /* rebuilt on the next khub_model_explain */
+    pthread_mutex_unlock(&m->bind_lock);
+    return st;
+}
+
+void khub__model_rebind_free(khub_model *m)
+{
+    for (int i = 0; i < m->n_old_explain; i++) khub__strfree(m->rt, m->old_explain[i]);
+    khub__free(m->rt, m->old_explain, (size_t)m->n_old_explain * sizeof *m->old_explain);
+    khub__free(m->rt, m->retired, (size_t)m->cap_retired * sizeof *m->retired);
+}
+
+/* ======================================================================== */
+/* Bindings and their counts                                                */
+/* ======================================================================== */
+
+khub_status khub_model_binding_get(const khub_model *m, size_t i, khub_model_binding *out)
+{
+    KHUB_API_CHECK(m ? m->rt : NULL, m && out);
+    if (out->struct_size < offsetof(khub_model_binding, reserved) + sizeof(uint32_t))
+        return KHUB_STATUS_STRUCT_SIZE;
+    khub_model *mm = (khub_model *)m; /* the lock only */
+    pthread_mutex_lock(&mm->bind_lock);
+    const khub__bound *b = NULL;
+    int retired = 0;
+    if (i < (size_t)m->n_bound)
+        b = &m->bound[i];
+    else if (i - (size_t)m->n_bound < (size_t)m->n_retired)
+        b = &m->retired[i - (size_t)m->n_bound], retired = 1;
+    if (b) {
+        snprintf(out->role, sizeof out->role, "%s", khub__model_role_name(m, b->role));
+        snprintf(out->dtype, sizeof out->dtype, "%s", khub__model_bound_dtype(b));
+        snprintf(out->kernel, sizeof out->kernel, "%s", khub_binding_name(b->b));
+        out->calls = khub_binding_calls(b->b);
+        out->retired = (uint32_t)retired;
+        out->reserved = 0;
+    }
+    pthread_mutex_unlock(&mm->bind_lock);
+    return b ? KHUB_STATUS_OK : KHUB_STATUS_NOT_FOUND;
+}

@@ -1,0 +1,142 @@
+/*
+ * kernel_swap.c: a role's kernel swapped in a loaded model (issue 16 item
+ * 4): khub_kernel_swap_prepare resolves, fetches, verifies, loads and
+ * self-tests the new kernel; khub_model_kernel_swap switches the model's
+ * bindings of the role to it (runtime/executor/model_rebind.c).
+ *
+ * Prepare never falls back: at model load a kernel with no variant for
+ * this machine gives way to the reference plugin with a warning, but an
+ * operator who asks a running server for a kernel wants that kernel or a
+ * refusal. Its failure message is left on the calling thread
+ * (khub_last_error) as well as on the runtime, because a server prepares on
+ * one thread while its engine thread uses the same runtime.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "executor.h"
+#include "kernel_load.h"
+#include "khub/khub_kernels.h"
+#include "khub/khub_model.h"
+#include "runtime_impl.h"
+
+/* Whether role can be swapped while the model runs (model_rebind.c decides
+ * the same; checked here first so that nothing is fetched in vain). */
+static int swappable(khub_kernel_role role)
+{
+    return role == KHUB_KERNEL_ROLE_ATTENTION || role == KHUB_KERNEL_ROLE_NORM ||
+           role == KHUB_KERNEL_ROLE_ACTIVATION || role == KHUB_KERNEL_ROLE_ROTARY;
+}
+
+/* The resolution line of role in rep (the last line that names it). */
+static void copy_line(const khub_model_kernels_report *rep, char *out, size_t n)
+{
+    const char *t = rep->text;
+    size_t len = strlen(t);
+    while (len && t[len - 1] == '\n') len--;
+    const char *start = t + len;
+    while (start > t && start[-1] != '\n') start--;
+    snprintf(out, n, "%.*s", (int)(t + len - start), start);
+}
+
+khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role role,
+                                     const char *name, const khub_model_kernels *policy,
+                                     khub_kernel_swap *out)
+{
+    KHUB_API_CHECK(rt, hub && rt && name && out);
+    khub__clear(rt);
+    KHUB_RETURN_IF(rt, out->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
+                   KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
+                   (unsigned)out->struct_size, sizeof(khub_kernel_swap));
+    uint32_t size = out->struct_size;
+    memset(out, 0, sizeof *out);
+    out->struct_size = size;
+    out->abi_major = KHUB_API_VERSION_MAJOR, out->abi_minor = KHUB_API_VERSION_MINOR;
+    out->role = (int32_t)role;
+    KHUB_RETURN_IF(rt, (int)role < 0 || role >= KHUB_KERNEL_ROLE__COUNT, KHUB_STATUS_INVALID_ARG,
+                   "kernel swap: role %d is not a kernel role", (int)role);
+    const char *rname = khub_kernel_role_name(role);
+    KHUB_RETURN_IF(rt, !swappable(role), KHUB_STATUS_UNSUPPORTED,
+                   "kernel swap: the %s kernel cannot be swapped in a running model (%s); load "
+                   "the model again with it",
+                   rname,
+                   role == KHUB_KERNEL_ROLE_CACHE
+                       ? "the KV cache holds the running sequences in its plugin's own format"
+                       : "the weights were laid out for their op at load");
+    KHUB_RETURN_IF(rt, !name[0], KHUB_STATUS_INVALID_ARG,
+                   "kernel swap: the %s kernel's name is "
+                   "empty (want a Hub ID org/name[@REV][:symbol] or a loaded plugin's id)",
+                   rname);
+    khub_model_kernels k = {KHUB_STRUCT_INIT(khub_model_kernels)};
+    if (policy) {
+        k.lock_path = policy->lock_path;
+        k.policy_path = policy->policy_path;
+        k.allow_unsigned = policy->allow_unsigned;
+    }
+    k.strict = 1; /* no fallback to the reference plugin */
+    khub_model_kernels_report rep;
+    rep.text[0] = '\0';
+    char impl[256];
+    khub_plugin *p = NULL;
+    khub_status st =
+        khub__kernel_resolve_role(hub, rt, role, name, &k, impl, sizeof impl, &p, &rep);
+    if (st == KHUB_STATUS_OK && !p)
+        st = khub__fail(rt, KHUB_STATUS_NOT_FOUND,
+                        "%s kernel %s: resolved to %s, which is not "
+                        "loaded",
+                        rname, name, impl);
+    if (st != KHUB_STATUS_OK) {
+        char why[KHUB_ERROR_SIZE];
+        khub__copy_error(rt, why, sizeof why);
+        khub__clear(rt);
+        return khub__fail(rt, st, "%s", why); /* also this thread's khub_last_error */
+    }
+    const char *colon = strchr(impl, ':');
+    snprintf(out->op_name, sizeof out->op_name, "%s", colon ? colon + 1 : "");
+    copy_line(&rep, out->resolved, sizeof out->resolved);
+    char err[KHUB_ERROR_SIZE] = "";
+    st = khub_plugin_selftest(p, err, sizeof err);
+    if (st != KHUB_STATUS_OK) {
+        khub__clear(rt);
+        return khub__fail(rt, st, "%s kernel %s: %s; refusing it, the old kernel keeps serving",
+                          rname, name, err);
+    }
+    snprintf(out->selftest, sizeof out->selftest, "%s", p->desc.selftest ? "passed" : "none");
+    out->plugin = p;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub_model_kernel_swap(khub_model *m, khub_kernel_swap *sw)
+{
+    KHUB_API_CHECK(m ? m->rt : NULL, m && sw && sw->plugin);
+    khub__clear(m->rt);
+    KHUB_RETURN_IF(m->rt, sw->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
+                   KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
+                   (unsigned)sw->struct_size, sizeof(khub_kernel_swap));
+    const khub_binding *before = NULL;
+    if (sw->role == KHUB_KERNEL_ROLE_ATTENTION)
+        before = m->paged_attn ? m->paged_attn : m->attention;
+    else if (sw->role == KHUB_KERNEL_ROLE_NORM)
+        before = m->norm;
+    else if (sw->role == KHUB_KERNEL_ROLE_ACTIVATION)
+        before = m->act;
+    else if (sw->role == KHUB_KERNEL_ROLE_ROTARY)
+        before = m->rotary;
+    char prev[192];
+    snprintf(prev, sizeof prev, "%s", before ? khub_binding_name(before) : "");
+    khub_status st = khub__model_rebind(m, sw->role, sw->plugin, sw->op_name);
+    if (st != KHUB_STATUS_OK) {
+        char why[KHUB_ERROR_SIZE];
+        khub__copy_error(m->rt, why, sizeof why);
+        khub__clear(m->rt);
+        return khub__fail(m->rt, st, "%s", why);
+    }
+    const khub_binding *now = sw->role == KHUB_KERNEL_ROLE_ATTENTION
+                                  ? (m->paged_attn ? m->paged_attn : m->attention)
+                              : sw->role == KHUB_KERNEL_ROLE_NORM       ? m->norm
+                              : sw->role == KHUB_KERNEL_ROLE_ACTIVATION ? m->act
+                                                                        : m->rotary;
+    snprintf(sw->previous, sizeof sw->previous, "%s", prev);
+    snprintf(sw->now_serving, sizeof sw->now_serving, "%s", khub_binding_name(now));
+    return KHUB_STATUS_OK;
+}

@@ -1,0 +1,194 @@
+/*
+ * test_kernel_swap.c: a live kernel swap through the public API
+ * (khub_kernel_swap_prepare, khub_model_kernel_swap in khub_kernels.h) and
+ * the call counts of khub_model_binding_get / khub_binding_calls, on the
+ * tiny Gemma 3 fixture (tests/fixtures/gemma3_tiny, no download): the
+ * attention role moves to khub/ref-cpu by its loaded id and back, the
+ * greedy tokens stay those of before, the replaced binding is listed as
+ * retired with its count frozen while the new one counts; every refusal
+ * comes with its status and message and changes nothing (cache, linear and
+ * quantization roles, a plugin without the role's op, a role outside the
+ * list, an empty name, a name that is no Hub ID, an old struct_size).
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "khub/khub_kernels.h"
+#include "khub/khub_model.h"
+#include "runner.h"
+
+typedef struct fixture {
+    khub_runtime *rt;
+    khub_hub *hub;
+    khub_model *m;
+} fixture;
+
+static void open_fixture(fixture *f)
+{
+    khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = 1};
+    ASSERT_OK(khub_runtime_new(&ro, &f->rt));
+    ASSERT_OK(khub_plugin_load_builtin(f->rt));
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .offline = 1};
+    ASSERT_OK(khub_hub_new(&ho, &f->hub));
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .max_context = 64, .max_seqs = 2};
+    ASSERT_OK(khub_model_load(f->rt, KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny", &mo, &f->m));
+}
+
+static void close_fixture(fixture *f)
+{
+    khub_model_free(f->m);
+    khub_hub_free(f->hub);
+    khub_runtime_free(f->rt);
+}
+
+/* 10 greedy tokens of a fixed prompt into ids. */
+static void greedy(khub_model *m, int32_t ids[10])
+{
+    const char *prompt[] = {"Sliding window attention looks at the last few tokens"};
+    khub_generate_opts go = {KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = 10,
+                             .ignore_eos = 1};
+    khub_generate_result res = {KHUB_APP_INIT(khub_generate_result)};
+    ASSERT_OK(khub_model_generate(m, prompt, 1, &go, &res));
+    ASSERT_EQ(res.n_tokens, 10);
+    memcpy(ids, res.tokens, 10 * sizeof *ids);
+    khub_generate_results_free(m, &res, 1);
+}
+
+/* The binding of role (retired or not) as khub_model_binding_get lists it;
+ * its index, or -1. */
+static int find(khub_model *m, const char *role, uint32_t retired, khub_model_binding *out)
+{
+    for (size_t i = 0;; i++) {
+        khub_model_binding b = {KHUB_APP_INIT(khub_model_binding)};
+        khub_status st = khub_model_binding_get(m, i, &b);
+        if (st == KHUB_STATUS_NOT_FOUND) return -1;
+        ASSERT_OK(st);
+        if (!strcmp(b.role, role) && b.retired == retired) {
+            *out = b;
+            return (int)i;
+        }
+    }
+}
+
+TEST_IMPL(kernel_swap_attention_and_back)
+{
+    fixture f = {0};
+    open_fixture(&f);
+    int32_t before[10], after[10], back[10];
+    greedy(f.m, before);
+    khub_model_binding att = {0}, old = {0};
+    ASSERT(find(f.m, "attention", 0, &att) >= 0);
+    ASSERT_STR_EQ(att.dtype, "f32");
+    /* 11 positions (prompt) + 9 decode steps, one call per layer each */
+    ASSERT(att.calls > 0);
+    ASSERT(find(f.m, "attention", 1, &old) < 0);
+    char first[192];
+    snprintf(first, sizeof first, "%s", att.kernel);
+
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "khub/ref-cpu",
+                                       NULL, &sw));
+    ASSERT_STR_EQ(khub_plugin_id(sw.plugin), "khub/ref-cpu");
+    ASSERT_STR_EQ(sw.resolved, "attention: khub/ref-cpu (loaded plugin)");
+    ASSERT(!strcmp(sw.selftest, "passed") || !strcmp(sw.selftest, "none"));
+    ASSERT_OK(khub_model_kernel_swap(f.m, &sw));
+    ASSERT_STR_EQ(sw.previous, first);
+    ASSERT_STR_EQ(sw.now_serving, "khub/ref-cpu 0.1.0 :: attention");
+    ASSERT_CONTAINS(khub_model_explain(f.m), "attention[f32]: khub/ref-cpu 0.1.0 :: attention");
+
+    khub_model_binding now = {0};
+    ASSERT(find(f.m, "attention", 1, &old) >= 0);
+    ASSERT_STR_EQ(old.kernel, first);
+    ASSERT_EQ(old.calls, att.calls);
+    ASSERT(find(f.m, "attention", 0, &now) >= 0);
+    ASSERT_EQ(now.calls, 0);
+    greedy(f.m, after);
+    for (int i = 0; i < 10; i++) ASSERT_EQ(after[i], before[i]);
+    ASSERT(find(f.m, "attention", 0, &now) >= 0);
+    ASSERT_EQ(now.calls, att.calls); /* the same work, now all on the new kernel */
+    khub_model_binding frozen = {0};
+    find(f.m, "attention", 1, &frozen);
+    ASSERT_EQ(frozen.calls, old.calls);
+
+    /* and back by the built-in alias */
+    khub_kernel_swap sw2 = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(
+        khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "sdpa", NULL, &sw2));
+    ASSERT_STR_EQ(sw2.resolved, "attention: sdpa = khub/ref-cpu (built-in)");
+    ASSERT_OK(khub_model_kernel_swap(f.m, &sw2));
+    greedy(f.m, back);
+    for (int i = 0; i < 10; i++) ASSERT_EQ(back[i], before[i]);
+    close_fixture(&f);
+}
+
+TEST_IMPL(kernel_swap_refusals_change_nothing)
+{
+    fixture f = {0};
+    open_fixture(&f);
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_STATUS(
+        khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_CACHE, "static", NULL, &sw),
+        KHUB_STATUS_UNSUPPORTED);
+    ASSERT_STR_EQ(khub_last_error(),
+                  "kernel swap: the cache kernel cannot be swapped in a running model (the KV "
+                  "cache holds the running sequences in its plugin's own format); load the "
+                  "model again with it");
+    ASSERT_STATUS(
+        khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_LINEAR, "khub/ref-cpu", NULL, &sw),
+        KHUB_STATUS_UNSUPPORTED);
+    ASSERT_CONTAINS(khub_last_error(), "the linear kernel cannot be swapped in a running model "
+                                       "(the weights were laid out for their op at load)");
+    ASSERT_STATUS(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_QUANT, "nf4", NULL, &sw),
+                  KHUB_STATUS_UNSUPPORTED);
+    ASSERT_STATUS(khub_kernel_swap_prepare(f.hub, f.rt, (khub_kernel_role)99, "x/y", NULL, &sw),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_STR_EQ(khub_last_error(), "kernel swap: role 99 is not a kernel role");
+    ASSERT_STATUS(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "", NULL, &sw),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_last_error(), "the attention kernel's name is empty");
+    ASSERT_STATUS(
+        khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "nope", NULL, &sw),
+        KHUB_STATUS_BAD_ID);
+    ASSERT_STR_EQ(khub_last_error(), "attention kernel \"nope\": not a Hub ID "
+                                     "(org/name[@REV][:symbol]) nor a built-in name (eager, sdpa)");
+    /* offline and not cached: the hub's refusal, nothing loaded */
+    ASSERT(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "acme/none", NULL,
+                                    &sw) != KHUB_STATUS_OK);
+    ASSERT_CONTAINS(khub_last_error(), "attention kernel acme/none: ");
+    khub_kernel_swap old = {.struct_size = 16};
+    ASSERT_STATUS(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "khub/ref-cpu",
+                                           NULL, &old),
+                  KHUB_STATUS_STRUCT_SIZE);
+
+    /* a plugin without the role's op: prepared, then refused at the swap */
+    khub_model_binding rot = {0};
+    ASSERT(find(f.m, "rotary", 0, &rot) >= 0);
+    const char *ex = khub_model_explain(f.m);
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ACTIVATION, "khub/ref-cpu",
+                                       NULL, &sw));
+    sw.role = KHUB_KERNEL_ROLE_ROTARY;
+    for (size_t i = 0; i < khub_plugin_count(f.rt); i++)
+        if (!strcmp(khub_plugin_id(khub_plugin_at(f.rt, i)), "khub/cpu-avx2"))
+            sw.plugin = (khub_plugin *)khub_plugin_at(f.rt, i);
+    if (sw.plugin && !strcmp(khub_plugin_id(sw.plugin), "khub/cpu-avx2")) {
+        ASSERT_STATUS(khub_model_kernel_swap(f.m, &sw), KHUB_STATUS_NO_KERNEL);
+        ASSERT_STR_EQ(khub_last_error(), "gemma3_tiny: khub/cpu-avx2 cannot serve rotary: "
+                                         "khub/cpu-avx2 0.1.0 for rotary is unusable: it has no "
+                                         "rotary op; nothing changed");
+        ASSERT(khub_model_explain(f.m) == ex); /* the same table: nothing changed */
+        khub_model_binding still = {0};
+        ASSERT(find(f.m, "rotary", 0, &still) >= 0);
+        ASSERT_STR_EQ(still.kernel, rot.kernel);
+        ASSERT(find(f.m, "rotary", 1, &still) < 0);
+    }
+    /* the bindings' list ends with NOT_FOUND; an old struct is refused */
+    khub_model_binding b = {KHUB_APP_INIT(khub_model_binding)};
+    ASSERT_STATUS(khub_model_binding_get(f.m, 1000, &b), KHUB_STATUS_NOT_FOUND);
+    b.struct_size = 8;
+    ASSERT_STATUS(khub_model_binding_get(f.m, 0, &b), KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_EQ(khub_binding_calls(NULL), 0);
+    close_fixture(&f);
+}
+
+#define TEST_LIST(X) X(kernel_swap_attention_and_back) X(kernel_swap_refusals_change_nothing)
+TEST_MAIN(TEST_LIST)
