@@ -6,7 +6,10 @@
  * port, the stats before any request, a second server on the same port
  * refused with IO, and the chat template applied to a conversation; a
  * client that hangs up on a plain (not streamed) request while its tokens
- * flow cancels it. The rest of the HTTP side is tests/t_model_server.sh's.
+ * flow cancels it; on the tiny Gemma fixture, khub_model_server_reload (a
+ * swap with no HTTP and no key, its refusals, the reload counters in the
+ * stats). The rest of the HTTP side is tests/t_model_server.sh's and
+ * tests/t_serve_reload.sh's.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -188,6 +191,52 @@ TEST_IMPL(model_server_plain_hangup_cancels)
     khub_runtime_free(rt);
 }
 
+TEST_IMPL(model_server_reload_api)
+{
+    khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = 1};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&ro, &rt));
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .max_context = 64, .max_seqs = 2};
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny", &mo, &m));
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .offline = 1};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&ho, &hub));
+    /* no key: the C API needs none (the embedder is trusted) */
+    khub_model_server_opts o = {KHUB_APP_INIT(khub_model_server_opts), .model = m, .hub = hub};
+    khub_model_server *srv = NULL;
+    char err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub_model_server_start(&o, &srv, err, sizeof err));
+    ASSERT_OK(khub_model_server_reload(srv, "attention", "sdpa", err, sizeof err));
+    ASSERT_STR_EQ(err, "");
+    ASSERT_STATUS(khub_model_server_reload(srv, "attn", "sdpa", err, sizeof err),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_STR_EQ(err, "unknown kernel role 'attn' (roles: attention, quantization, cache, norm, "
+                       "activation, rotary, linear)");
+    ASSERT_STATUS(khub_model_server_reload(srv, "cache", "static", err, sizeof err),
+                  KHUB_STATUS_UNSUPPORTED);
+    ASSERT_CONTAINS(err, "the cache kernel cannot be swapped in a running model");
+    ASSERT_STATUS(khub_model_server_reload(srv, "norm", "acme/none", err, sizeof err),
+                  KHUB_STATUS_OFFLINE);
+    ASSERT_CONTAINS(err, "norm kernel acme/none: ");
+    ASSERT_STATUS(khub_model_server_reload(srv, NULL, "sdpa", err, sizeof err), KHUB_STATUS_MISUSE);
+    ASSERT_STR_EQ(err, "khub_model_server_reload: role is NULL");
+    ASSERT_STATUS(khub_model_server_reload(NULL, "attention", "sdpa", err, sizeof err),
+                  KHUB_STATUS_MISUSE);
+    khub_model_server_stats st = {KHUB_APP_INIT(khub_model_server_stats)};
+    ASSERT_OK(khub_model_server_stats_get(srv, &st));
+    ASSERT_EQ(st.reloads, 1);
+    ASSERT_EQ(st.reload_failures, 3);
+    khub_model_server_stop(srv);
+    /* the model is the caller's again, with the swapped binding */
+    ASSERT_CONTAINS(khub_model_explain(m), "attention[f32]: khub/ref-cpu 0.1.0 :: attention");
+    khub_model_free(m);
+    khub_hub_free(hub);
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X) \
-    X(model_server_start_refusals) X(model_server_start_stop) X(model_server_plain_hangup_cancels)
+    X(model_server_start_refusals) \
+    X(model_server_start_stop) X(model_server_plain_hangup_cancels) X(model_server_reload_api)
 TEST_MAIN(TEST_LIST)
