@@ -5,7 +5,8 @@ set -euo pipefail
 
 PKGS=(build-essential cmake pkg-config clang libclang-rt-14-dev clang-format
       libcurl4-openssl-dev libarchive-dev zlib1g-dev libcjson-dev libssl-dev
-      libelf-dev libmicrohttpd-dev python3 python3-pip curl)
+      libelf-dev libmicrohttpd-dev python3 python3-pip curl
+      libopenmpi-dev openmpi-bin) # MPI: khub run --tp N under mpirun (optional at build time)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "khub.h"
+#include "khub_comm.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -104,6 +105,15 @@ typedef struct khub_model_opts {
     int32_t kv_block_size;
     int32_t kv_num_blocks;
     uint64_t kv_max_bytes;
+    /* Since 0.1 (issue 18): tensor parallelism (docs/parallelism.md).
+     * tp_size: ranks the model is split over, 0 or 1 = none; comm: their
+     * collectives (khub_comm.h; borrowed for the model's life), required
+     * when tp_size > 1 with comm->size == tp_size. Every rank loads the same
+     * file with the same options; rank 0 then generates and the others call
+     * khub_model_tp_serve. */
+    int32_t tp_size;
+    uint32_t reserved2;
+    const khub_comm *comm;
 } khub_model_opts;
 
 /* Loads the model at path: a .gguf file, or a folder holding config.json and
@@ -146,6 +156,10 @@ typedef struct khub_model_info {
      * scales amortized) as the cache plugin reports it (ABI 1.4 `memory`);
      * 0 when the cache does not say. Since 0.1 (plugin ABI 1.4). */
     uint64_t kv_bytes_per_token;
+    /* This rank and the ranks of a tensor-parallel load (0 and 1 without);
+     * weight_bytes and scratch_bytes are then this rank's. Since 0.1 (issue 18). */
+    int32_t tp_rank;
+    int32_t tp_size;
 } khub_model_info;
 
 /* Fills info (its struct_size set by the caller). Since 0.1. */
@@ -153,6 +167,14 @@ KHUB_API khub_status khub_model_info_get(const khub_model *m, khub_model_info *i
 /* The runtime m was loaded on (borrowed; for khub_runtime_errmsg after a
  * khub_model_* call failed); NULL for NULL. Since 0.1. */
 KHUB_API khub_runtime *khub_model_runtime(const khub_model *m);
+/* Tensor parallelism, ranks other than 0: runs the forward steps that rank
+ * 0 of the same model broadcasts (its khub_model_generate, khub_model_logits,
+ * batches) on this rank's shards, and returns KHUB_STATUS_OK when rank 0
+ * frees its model. A failed step or collective returns its status (the
+ * message names the rank and the step): the job cannot go on, so end the
+ * process and let the launcher stop the others. INVALID_ARG on rank 0 or
+ * without tp_size > 1. Since 0.1 (issue 18). */
+KHUB_API khub_status khub_model_tp_serve(khub_model *m);
 
 /* The role -> plugin table: one line per role ("q_proj[q4_1]: khub/ref-cpu
  * 0.1.0 :: qlinear") followed by that binding's decision trace, indented.

@@ -146,6 +146,9 @@ class ModelOpts(ctypes.Structure):
         ("kv_block_size", i32),  # paged cache pool (plugin ABI 1.4)
         ("kv_num_blocks", i32),
         ("kv_max_bytes", u64),
+        ("tp_size", i32),  # tensor parallelism (issue 18); the binding passes no comm
+        ("reserved2", u32),
+        ("comm", ctypes.c_void_p),
     ]
 
 
@@ -171,6 +174,8 @@ class ModelInfo(ctypes.Structure):
         ("bos", i32),
         ("reserved", u32),
         ("kv_bytes_per_token", u64),  # plugin ABI 1.4
+        ("tp_rank", i32),  # tensor parallelism (issue 18)
+        ("tp_size", i32),
     ]
 
 

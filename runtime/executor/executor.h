@@ -19,6 +19,7 @@
 
 #include "khub/khub_model.h"
 #include "model_config.h"
+#include "tp.h"
 #include "weights.h"
 
 typedef struct khub_tokenizer khub_tokenizer;
@@ -158,6 +159,9 @@ struct khub_model {
     size_t scratch_bytes;
 
     char *explain; /* owned, built on first khub_model_explain */
+
+    /* Tensor parallelism (tp.h): size 1 without. */
+    khub__tp tp;
 };
 
 /* Runs tokens[0..n) laid out as segs[0..n_segs) (n = sum of segs[i].n <=

@@ -277,6 +277,7 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
     KHUB_FORWARD_IF_ERROR(rt, m->kv_layout ? attend_paged(m, ly, L, segs, n_segs)
                                            : attend(m, ly, L, segs, n_segs));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->o, m->att, n, m->ob, "o_proj", L));
+    KHUB_FORWARD_IF_ERROR(rt, khub__tp_all_reduce(m, m->ob, n * hidden));
     if (c->post_norms)
         KHUB_FORWARD_IF_ERROR(
             rt, norm(m, m->ob, NULL, &ly->post_attn_norm, n, hidden, m->ob, "post_attn_norm", L));
@@ -293,6 +294,7 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
         rt, call(m, m->act, &a, c->act == KHUB_ACT_GELU_TANH ? "gelu_tanh_and_mul" : "silu_and_mul",
                  L));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->down, m->gate, n, m->ob, "down_proj", L));
+    KHUB_FORWARD_IF_ERROR(rt, khub__tp_all_reduce(m, m->ob, n * hidden));
     if (!c->post_norms) return KHUB_STATUS_OK;
     return norm(m, m->ob, NULL, &ly->post_ffw_norm, n, hidden, m->ob, "post_ffw_norm", L);
 }
@@ -385,6 +387,7 @@ khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg 
 {
     int64_t n = 0, hidden = m->cfg.hidden_size;
     KHUB_FORWARD_IF_ERROR(m->rt, plan(m, segs, n_segs, &n));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_lead_forward(m, tokens, segs, n_segs));
     KHUB_FORWARD_IF_ERROR(m->rt, embed(m, tokens, n));
     KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
     khub_status st = reserve_blocks(m, segs, n_segs);
@@ -402,7 +405,12 @@ khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg 
         memcpy(m->last + (size_t)s * hidden, m->xb + (size_t)(row - 1) * hidden,
                (size_t)hidden * sizeof(float));
     }
-    return linear(m, &m->lm_head, m->last, n_segs, m->logits, "lm_head", (int)m->cfg.n_layers);
+    if (m->tp.size < 2)
+        return linear(m, &m->lm_head, m->last, n_segs, m->logits, "lm_head", (int)m->cfg.n_layers);
+    /* Tensor parallel: this rank's slice of the vocabulary, then all of it. */
+    KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &m->lm_head, m->last, n_segs, m->tp.logits, "lm_head",
+                                        (int)m->cfg.n_layers));
+    return khub__tp_gather_logits(m, n_segs);
 }
 
 khub_status khub__forward_reset(khub_model *m, int32_t seq)
@@ -417,6 +425,7 @@ khub_status khub__forward_truncate(khub_model *m, int32_t seq, int64_t n)
     KHUB_RETURN_IF(m->rt, n < 0 || n > m->seq_len[seq], KHUB_STATUS_INVALID_ARG,
                    "forward: truncating sequence %d of %lld tokens to %lld", (int)seq,
                    (long long)m->seq_len[seq], (long long)n);
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_lead_truncate(m, seq, n));
     KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
     khub__inflight rec;
     khub__inflight_role("kv_cache truncate", -1);

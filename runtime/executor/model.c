@@ -113,7 +113,9 @@ static khub_status open_source(khub_model *m, const char *path)
 
 static void fill_info(khub_model *m)
 {
-    const khub_model_config *c = &m->cfg;
+    /* The whole model's sizes, also on a rank of a tensor-parallel job (whose
+     * m->cfg holds its part); the bytes below are this rank's. */
+    const khub_model_config *c = &m->tp.full;
     khub_model_info *i = &m->info;
     i->struct_size = sizeof *i;
     i->abi_major = KHUB_API_VERSION_MAJOR; /* an application struct */
@@ -131,10 +133,12 @@ static void fill_info(khub_model *m)
     i->n_eos = c->n_eos;
     for (int e = 0; e < c->n_eos && e < 8; e++) i->eos[e] = c->eos_token_ids[e];
     i->bos = c->bos_token_id;
+    i->tp_rank = m->tp.rank;
+    i->tp_size = m->tp.size;
     i->scratch_bytes += m->scratch_bytes;
     const khub__weight *ws[] = {
         &m->embed, &m->final_norm,
-        m->lm_head.w.owned || m->lm_head.w.t.data != m->embed.t.data ? &m->lm_head.w : NULL};
+        m->lm_head.w.owned || m->lm_head.w.name != m->embed.name ? &m->lm_head.w : NULL};
     for (size_t k = 0; k < 3; k++) {
         size_t b;
         if (ws[k] && khub__dtype_bytes(ws[k]->t.dtype, ws[k]->shape[0], ws[k]->shape[1], &b))
@@ -176,6 +180,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
     khub_model_opts o;
     load_prefs p;
     KHUB_FORWARD_IF_ERROR(m->rt, read_opts(m->rt, opts, &o, &p));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_setup(m, o.tp_size, o.comm));
     KHUB_FORWARD_IF_ERROR(m->rt, open_source(m, path));
     const khub_model_config *c = &m->cfg;
     m->rope_style = c->rope_style;
@@ -197,6 +202,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
                (long long)c->hidden_size, (long long)c->n_heads, (long long)c->n_kv_heads,
                (long long)c->head_dim, (long long)c->vocab_size);
 
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_plan(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__model_bind_ops(m, &p));
     m->layers = khub__calloc(m->rt, (size_t)c->n_layers, sizeof *m->layers);
     KHUB_RETURN_IF(m->rt, !m->layers, KHUB_STATUS_NOMEM, "%s: no memory for %lld layers", m->file,
@@ -217,6 +223,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
                   "not dense (only F32/F16/BF16 weights are converted)",
                   m->file, khub__dtype_short(KHUB_DTYPE_Q(p.quant)),
                   khub__dtype_short(m->layers[0].q.w.t.dtype));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_localize(m)); /* m->cfg: this rank's part */
     KHUB_FORWARD_IF_ERROR(m->rt, khub__model_make_cache(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_alloc(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__kv_budget_init(m));
@@ -246,6 +253,8 @@ khub_status khub_model_load(khub_runtime *rt, const char *path, const khub_model
                   opts->strict;
     if (strict) khub_runtime_set_option(rt, KHUB_OPT_STRICT, 1);
     khub_status st = load(m, path, opts);
+    /* Tensor parallel: every rank fails when any did, or loaded other bytes. */
+    st = khub__tp_agree(m, st);
     if (strict) {
         char keep[KHUB_ERROR_SIZE];
         khub__copy_error(rt, keep, sizeof keep); /* set_option clears the message */
@@ -273,6 +282,12 @@ void khub_model_free(khub_model *m)
 {
     if (!m) return;
     khub_runtime *rt = m->rt;
+    khub__tp_lead_stop(m); /* the other ranks leave khub_model_tp_serve */
+    if (m->tp.size > 1)
+        KHUB_LOG_I(rt, "%s: tp rank %d: %llu collectives, %.1f ms in them", m->file,
+                   (int)m->tp.rank, (unsigned long long)m->tp.n_collectives,
+                   (double)m->tp.comm_ns / 1e6);
+    khub__tp_free(m);
     if (m->cache && m->kv) {
         void *state = NULL;
         const khub_op_desc *op = khub_binding_acquire(m->kv_op, &state);

@@ -353,6 +353,17 @@ const char *khub_model_explain(khub_model *m)
                  (unsigned long long)m->info.kv_bytes_per_token);
         ok = append(m->rt, &s, &len, &cap, line);
     }
+    if (ok && m->tp.size > 1) {
+        char plan[2048];
+        khub__tp_explain(m, plan, sizeof plan);
+        ok = append(m->rt, &s, &len, &cap, plan);
+        snprintf(line, sizeof line,
+                 "tp memory: rank %d holds %llu bytes of weights, %llu of "
+                 "scratch and KV cache\n",
+                 (int)m->tp.rank, (unsigned long long)m->info.weight_bytes,
+                 (unsigned long long)m->info.scratch_bytes);
+        ok = ok && append(m->rt, &s, &len, &cap, line);
+    }
     if (!ok || !s) {
         khub__free(m->rt, s, cap);
         return "";

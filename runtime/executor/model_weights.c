@@ -167,6 +167,22 @@ static khub_status load_weight(khub_model *m, wname which, int L, int32_t ndim, 
     return KHUB_STATUS_OK;
 }
 
+/* Where each projection goes under tensor parallelism (tp.h). */
+static khub__tp_split tp_split(wname which)
+{
+    switch (which) {
+    case W_Q: return KHUB__TP_COL_Q;
+    case W_K:
+    case W_V: return KHUB__TP_COL_KV;
+    case W_O: return KHUB__TP_ROW_HEADS;
+    case W_GATE:
+    case W_UP: return KHUB__TP_COL_FFN;
+    case W_DOWN: return KHUB__TP_ROW_FFN;
+    case W_LM_HEAD: return KHUB__TP_COL_VOCAB;
+    default: return KHUB__TP_REPLICATE;
+    }
+}
+
 static khub__role mat_role(wname which)
 {
     switch (which) {
@@ -307,6 +323,7 @@ static khub_status load_mat(khub_model *m, const load_prefs *p, wname which, wna
     bool embedish = which == W_LM_HEAD;
     if (p->quant != KHUB_QFORMAT_NONE && dense && (!embedish || p->quant_embeddings))
         KHUB_FORWARD_IF_ERROR(m->rt, quantize_mat(m, p, mat));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_shard(m, tp_split(which), mat));
     return khub__model_bind_mat(m, p, mat_role(which), mat);
 }
 
@@ -389,6 +406,7 @@ khub_status khub__model_load_ends(khub_model *m, const load_prefs *p)
     bool dense = m->lm_head.w.t.dtype.code != KHUB_DL_BLOCKQ;
     if (p->quant != KHUB_QFORMAT_NONE && dense && p->quant_embeddings)
         KHUB_FORWARD_IF_ERROR(m->rt, quantize_mat(m, p, &m->lm_head));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_shard(m, KHUB__TP_COL_VOCAB, &m->lm_head));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__model_bind_mat(m, p, KHUB__ROLE_LM_HEAD, &m->lm_head));
     if (m->embed.t.dtype.code == KHUB_DL_BLOCKQ)
         KHUB_FORWARD_IF_ERROR(

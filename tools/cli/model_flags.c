@@ -163,11 +163,17 @@ khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max
     if (!*rt) return NULL;
     if (a->allow_quarantined) khub_runtime_set_option(*rt, KHUB_OPT_ALLOW_QUARANTINED, 1);
     if (a->verify_kernels) khub_runtime_set_option(*rt, KHUB_OPT_VERIFY_KERNELS, 1);
-    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),           .strict = a->strict,
-                          .quant_embeddings = a->quant_embeddings,  .max_context = a->max_context,
-                          .max_batch = a->max_batch_tokens,         .max_seqs = max_seqs,
-                          .kv_num_blocks = a->num_blocks,           .kv_block_size = a->block_size,
-                          .kv_max_bytes = (uint64_t)a->kv_mib << 20};
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),
+                          .strict = a->strict,
+                          .quant_embeddings = a->quant_embeddings,
+                          .max_context = a->max_context,
+                          .max_batch = a->max_batch_tokens,
+                          .max_seqs = max_seqs,
+                          .kv_num_blocks = a->num_blocks,
+                          .kv_block_size = a->block_size,
+                          .kv_max_bytes = (uint64_t)a->kv_mib << 20,
+                          .tp_size = a->tp,
+                          .comm = a->comm};
     if (progress) {
         mo.progress = on_layer;
         mo.progress_ud = (void *)a->model;

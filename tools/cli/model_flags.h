@@ -38,6 +38,8 @@ typedef struct cli_model_args {
     int allow_quarantined, verify_kernels;
     int32_t max_batch_tokens; /* 0 = the default */
     khub_generate_opts gen;   /* sampling; stop and system point into this struct */
+    int tp;                   /* tensor-parallel ranks (khub run --tp), 0 = none */
+    const khub_comm *comm;    /* their collectives (comm_mpi.h), borrowed; NULL = none */
 } cli_model_args;
 
 /* Empty arguments with the defaults (128 new tokens, greedy). */
