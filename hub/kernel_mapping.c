@@ -114,13 +114,52 @@ static khub_status parse_capability(const char *where, const cJSON *cap, khub_ma
     return KHUB_STATUS_OK;
 }
 
-/* A rule: "ID" or {"repo", "version" | "revision", "capability"}. */
-static khub_status parse_rule(const char *where, const cJSON *j, uint32_t device, khub_map_rule *r,
-                              char *errbuf, size_t n)
+/* The built-in names a role takes on the command line (`khub run --quant
+ * nf4`), served by the built-in plugins and never fetched; the same list as
+ * runtime/kernels/model_kernels.c resolves. A cache name may carry its
+ * options ("quantized-int4,q_group_size=32"). NULL = the role has none. */
+static const char *builtin_names(khub_role role)
+{
+    switch (role) {
+    case KHUB_ROLE_ATTENTION: return "eager, sdpa";
+    case KHUB_ROLE_QUANT: return "int8, nf4, q8_0, q4_0";
+    case KHUB_ROLE_CACHE:
+        return "dynamic, static, quantized, quantized-int8, quantized-int4, paged, sliding, "
+               "sliding_window, offloaded";
+    default: return NULL;
+    }
+}
+
+static bool is_builtin(khub_role role, const char *text)
+{
+    const char *list = builtin_names(role);
+    size_t len = role == KHUB_ROLE_CACHE ? strcspn(text, ",") : strlen(text);
+    for (const char *p = list; p && *p; p += strspn(p, ", ")) {
+        size_t w = strcspn(p, ",");
+        if (w == len && len && !strncmp(p, text, len)) return true;
+        p += w;
+    }
+    return false;
+}
+
+/* A rule: "ID", a built-in name, or {"repo", "version" | "revision", "capability"}. */
+static khub_status parse_rule(const char *where, khub_role role, const cJSON *j, uint32_t device,
+                              khub_map_rule *r, char *errbuf, size_t n)
 {
     static const char *const keys[] = {"repo", "version", "revision", "capability", NULL};
     memset(r, 0, sizeof *r);
     r->device = device;
+    if (cJSON_IsString(j) && !strchr(j->valuestring, '/')) {
+        /* No org: not a Hub ID, so it can only be a built-in name. */
+        if (!is_builtin(role, j->valuestring) || strlen(j->valuestring) >= sizeof r->text)
+            return bad(KHUB_STATUS_BAD_ID, errbuf, n,
+                       "%s: \"%.60s\" is neither a Hub ID (org/name) nor a built-in name%s%s%s",
+                       where, j->valuestring, builtin_names(role) ? " (" : " (the role has none",
+                       builtin_names(role) ? builtin_names(role) : "", ")");
+        snprintf(r->text, sizeof r->text, "%s", j->valuestring);
+        r->builtin = 1;
+        return parse_capability(where, NULL, r, errbuf, n);
+    }
     if (cJSON_IsString(j)) {
         KHUB_FORWARD_IF_ERROR(
             NULL, parse_id(where, j->valuestring, NULL, NULL, &r->id, r->text, errbuf, n));
@@ -163,7 +202,7 @@ static khub_status add_rule(khub_mapping *m, khub_role role, const char *where, 
         return bad(KHUB_STATUS_PARSE, errbuf, n, "%s: more than %d rules for one role", where,
                    KHUB_MAP_MAX_RULES);
     KHUB_FORWARD_IF_ERROR(
-        NULL, parse_rule(where, j, device, &m->rules[role][m->n_rules[role]], errbuf, n));
+        NULL, parse_rule(where, role, j, device, &m->rules[role][m->n_rules[role]], errbuf, n));
     m->n_rules[role]++;
     return KHUB_STATUS_OK;
 }
@@ -368,7 +407,8 @@ size_t khub__mapping_kernels(const khub_mapping *m, const char **ids, size_t cap
     if (cap > total) cap = total;
     for (int r = 0; m && r < KHUB_ROLE__COUNT; r++)
         for (size_t i = 0; i < m->n_rules[r]; i++)
-            count = add_unique(seen, ids, count, cap, &m->rules[r][i].id, m->rules[r][i].text);
+            if (!m->rules[r][i].builtin) /* nothing to fetch or lock */
+                count = add_unique(seen, ids, count, cap, &m->rules[r][i].id, m->rules[r][i].text);
     for (size_t i = 0; m && i < m->n_deps; i++)
         count = add_unique(seen, ids, count, cap, &m->deps[i], m->dep_text[i]);
     return count;

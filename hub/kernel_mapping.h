@@ -41,7 +41,8 @@ typedef struct khub_map_rule {
     uint32_t device;            /* khub_device_type */
     int32_t cc_min, cc_max;     /* inclusive capability x10; 0..INT32_MAX when not given */
     khub_hub_id id;             /* with its version or revision */
-    char text[KHUB_MAP_ID_MAX]; /* canonical ID text (khub_hub_id_format) */
+    char text[KHUB_MAP_ID_MAX]; /* canonical ID text (khub_hub_id_format), or the built-in name */
+    int32_t builtin; /* 1 = text is a built-in name ("nf4", "quantized-int4"); id unset */
 } khub_map_rule;
 
 typedef struct khub_mapping {

@@ -47,8 +47,8 @@ if grep -E 'target_link_libraries\(khub_cli[^)]*_static' <<< "$cm"; then
 fi
 dyn=$(readelf -d "$BIN")
 major=$(sed -n 's/^#define KHUB_VERSION_MAJOR *\([0-9]*\).*/\1/p' "$SRC/abi/khub/khub_version.h")
-for lib in libkhub libkhub_server libkhub_author libkhub_model_server; do
+for lib in libkhub libkhub_server libkhub_author libkhub_model_server libkhub_tune; do
     grep -q "NEEDED.*\[$lib\.so\.$major\]" <<< "$dyn" || fail "$BIN does not link $lib.so.$major"
 done
-echo "ok   khub_cli: include path abi/ and tools/cli, links libkhub, libkhub_server, libkhub_author, libkhub_model_server"
+echo "ok   khub_cli: include path abi/ and tools/cli, links libkhub, libkhub_server, libkhub_author, libkhub_model_server, libkhub_tune"
 echo "2 passed, 0 failed"

@@ -21,6 +21,8 @@ SERVER_LIB=
     SERVER_LIB="$SERVER_LIB $KHUB_BUILD/libkhub_model_server.so"
 # khub_author.h's example links libkhub_author too.
 [ -f "$KHUB_BUILD/libkhub_author.so" ] && SERVER_LIB="$SERVER_LIB $KHUB_BUILD/libkhub_author.so"
+# khub_tune.h's example links libkhub_tune too.
+[ -f "$KHUB_BUILD/libkhub_tune.so" ] && SERVER_LIB="$SERVER_LIB $KHUB_BUILD/libkhub_tune.so"
 n=0
 for h in "$SRC"/abi/khub/*.h; do
     base=$(basename "$h" .h)

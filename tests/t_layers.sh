@@ -18,6 +18,8 @@
 #                     gate, hub, itself: build, templates, sign, publish
 #   runtime/model_server  libkhub_model_server (not libkhub): base and itself;
 #                     the model through libkhub's public API only
+#   runtime/tune      libkhub_tune (not libkhub): itself only; the model
+#                     through libkhub's public API
 #   tools             public headers only (abi/), once issue 12 item 2 lands;
 #                     until then not checked here
 #
@@ -48,6 +50,8 @@ allowed = {
     # libkhub_model_server, above libkhub: the OpenAI server uses libkhub's
     # public API, and from the layers only base (errors, strict JSON).
     "runtime/model_server": {"runtime/base", "runtime/model_server"},
+    # libkhub_tune, above libkhub: the advisor uses libkhub's public API only.
+    "runtime/tune": {"runtime/tune"},
 }
 # Known exceptions, each with its reason; an entry that is no longer needed
 # fails the check too, so the list only shrinks.

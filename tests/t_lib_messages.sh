@@ -12,7 +12,10 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 # file: why its "--" strings are not CLI flags (or not yet changed)
 #   hub/author/kernel_build.c, hub/author/nvrtc.c: arguments of cc, git, NVRTC
-skip='^(hub/author/kernel_build\.c|hub/author/nvrtc\.c)$'
+#   runtime/tune/report.c: the tune report's recommended `khub run` flags
+#     and validation commands are khub's command lines by design (issue 17:
+#     khub_tune_report_run_flags); its messages name no flag
+skip='^(hub/author/kernel_build\.c|hub/author/nvrtc\.c|runtime/tune/report\.c)$'
 
 found=""
 n=0

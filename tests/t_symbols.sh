@@ -11,7 +11,7 @@ B=${KHUB_BUILD:?}
 fail() { echo "FAIL: $*"; exit 1; }
 
 bash "${KHUB_SRC:?}/tools/check-symbols.sh" --headers "$B/libkhub.so" "$B/libkhub_server.so" \
-    "$B/libkhub_author.so" "$B/libkhub_model_server.so"
+    "$B/libkhub_author.so" "$B/libkhub_model_server.so" "$B/libkhub_tune.so"
 
 major=$(sed -n 's/^#define KHUB_VERSION_MAJOR *\([0-9]*\).*/\1/p' "$KHUB_SRC/abi/khub/khub_version.h")
 soname=$(readelf -d "$B/libkhub.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
@@ -34,6 +34,11 @@ soname=$(readelf -d "$B/libkhub_model_server.so" | sed -n 's/.*(SONAME).*\[\(.*\
     fail "SONAME is '$soname', want libkhub_model_server.so.$major"
 grep -q "NEEDED.*\[libkhub.so.$major\]" <<< "$(readelf -d "$B/libkhub_model_server.so")" ||
     fail "libkhub_model_server.so does not link libkhub"
+# The advisor (issue 17) is libkhub_tune, on top of libkhub's public API.
+soname=$(readelf -d "$B/libkhub_tune.so" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[ "$soname" = "libkhub_tune.so.$major" ] || fail "SONAME is '$soname', want libkhub_tune.so.$major"
+grep -q "NEEDED.*\[libkhub.so.$major\]" <<< "$(readelf -d "$B/libkhub_tune.so")" ||
+    fail "libkhub_tune.so does not link libkhub"
 grep -q 'NEEDED.*libmicrohttpd' <<< "$dyn" || fail "libkhub_server.so does not link libmicrohttpd"
 undef=$(nm -D --undefined-only "$B/libkhub.so")
 if grep -q ' MHD_' <<< "$undef"; then fail "libkhub.so calls libmicrohttpd"; fi

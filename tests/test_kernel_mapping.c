@@ -77,5 +77,39 @@ TEST_IMPL(errors_name_the_field)
     refused("[]", KHUB_STATUS_PARSE, "not a JSON object");
 }
 
-#define TEST_LIST(X) X(rules_and_pick) X(errors_name_the_field)
+/* The names `khub run --attn/--quant/--cache` take are accepted as rules
+ * (issue 17: `khub tune` writes them), kept as built-in names, and never
+ * listed as kernels to fetch or lock; a word that is none is refused with
+ * the role's list. */
+TEST_IMPL(builtin_names)
+{
+    khub_mapping *m = NULL;
+    char err[KHUB_ERROR_SIZE];
+    ASSERT_STATUS(parse("{\"format\":1,\"roles\":{\"attention\":\"eager\",\"quantization\":"
+                        "\"nf4\",\"cache\":\"quantized-int4,q_group_size=32\",\"norm\":"
+                        "\"kernels-community/rmsnorm@version=1\"}}",
+                        &m, err),
+                  KHUB_STATUS_OK);
+    const khub_map_rule *r = khub__mapping_pick(m, KHUB_ROLE_CACHE, KHUB_DEVICE_CPU, 0);
+    ASSERT(r != NULL && r->builtin == 1);
+    ASSERT_STR_EQ(r->text, "quantized-int4,q_group_size=32");
+    r = khub__mapping_pick(m, KHUB_ROLE_QUANT, KHUB_DEVICE_CPU, 0);
+    ASSERT(r != NULL && r->builtin == 1);
+    ASSERT_STR_EQ(r->text, "nf4");
+    const char *ids[32];
+    ASSERT_EQ(khub__mapping_kernels(m, ids, 32), (size_t)1); /* rmsnorm only */
+    ASSERT_CONTAINS(ids[0], "kernels-community/rmsnorm");
+    free(m);
+    refused("{\"format\":1,\"roles\":{\"cache\":\"nf4\"}}", KHUB_STATUS_BAD_ID,
+            "khub.json: roles.cache: \"nf4\" is neither a Hub ID (org/name) nor a built-in name "
+            "(dynamic, static, quantized, quantized-int8, quantized-int4, paged, sliding, "
+            "sliding_window, offloaded)");
+    refused("{\"format\":1,\"roles\":{\"norm\":\"fast\"}}", KHUB_STATUS_BAD_ID,
+            "roles.norm: \"fast\" is neither a Hub ID (org/name) nor a built-in name (the role "
+            "has none)");
+    refused("{\"format\":1,\"roles\":{\"attention\":\"eagerly\"}}", KHUB_STATUS_BAD_ID,
+            "(eager, sdpa)");
+}
+
+#define TEST_LIST(X) X(rules_and_pick) X(errors_name_the_field) X(builtin_names)
 TEST_MAIN(TEST_LIST)

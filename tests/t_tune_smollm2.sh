@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# t_tune_smollm2.sh (label slow): `khub tune` on the real SmolLM2-135M
+# (tools/fetch-model.sh; skipped when it is not cached) with a workload
+# file, for --goal memory and --goal throughput (issue 17's "done when"):
+# each produces a report whose rows are measured, skipped or unverified with
+# a reason, whose quantize-at-load rows are skipped (the GGUF is already
+# Q4_1), whose recommendation is the baseline or a measured winner, and whose
+# saved khub.json `khub run --kernels` accepts with the recommended flags.
+# Timings are never asserted (a shared 2-core machine); structure is.
+set -euo pipefail
+. "${KHUB_SRC:?set by ctest}/tests/lib.sh"
+t_begin tune_smollm2
+command -v python3 > /dev/null || t_skip "python3 absent"
+MODEL=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -f "$MODEL" ] || t_skip "$MODEL absent (run tools/fetch-model.sh)"
+
+cat > w.jsonl << 'W'
+{"concurrency": 2}
+{"prompt": "The capital of France is", "max_tokens": 12}
+{"prompt": "Explain gravity in one sentence.", "max_tokens": 16}
+{"prompt": "List three uses of copper:", "max_tokens": 12}
+W
+for goal in memory throughput; do
+    "$KHUB" tune --model "$MODEL" --workload w.jsonl --goal $goal --time-budget 800 --json \
+        --save $goal.khub.json > $goal.json 2> $goal.err || { cat $goal.err; fail "tune --goal $goal"; }
+    python3 - $goal.json $goal << 'PY' || fail "report for --goal $goal"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["goal"] == sys.argv[2]
+rows = {c["name"]: c for c in r["candidates"]}
+for c in r["candidates"]:
+    assert c["state"] in ("measured", "skipped", "unverified")
+    assert c["state"] == "measured" or c["reason"], c
+for q in ("quant=q8_0", "quant=q4_0", "quant=nf4"):
+    assert rows[q]["state"] == "skipped" and "already quantized" in rows[q]["reason"], rows[q]
+assert rows["baseline#1"]["measured"]["kv_bytes_per_token"] == 46080  # docs/caches.md
+assert rows["cache=quantized-int4"]["measured"]["kv_bytes_per_token"] == 6480
+rec = r["recommendation"]
+assert rec["name"] == "baseline" or (rows[rec["name"]]["state"] == "measured" and
+                                     rows[rec["name"]]["winner"]), rec
+print(sys.argv[2], "->", rec["name"], rec["run_flags"])
+PY
+    flags=$(python3 -c 'import json,sys; f=json.load(open(sys.argv[1]))["recommendation"]["run_flags"]; print("" if f.startswith("(") else f)' $goal.json)
+    # shellcheck disable=SC2086
+    "$KHUB" run --model "$MODEL" --kernels $goal.khub.json $flags --prompt "Hi" \
+        --max-new-tokens 4 > run.out 2> run.err || { cat run.err; fail "khub run ($goal: $flags)"; }
+    echo "ok   --goal $goal: report, khub.json accepted by khub run"
+done
+echo "2 passed, 0 failed"

@@ -1,0 +1,182 @@
+/*
+ * cmd_tune.c: `khub tune`, the optimization advisor: a thin shell over
+ * khub_tune.h (libkhub_tune). It parses the flags, reads the workload,
+ * draws the progress line, prints the report and saves the khub.json.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "khub/khub_tune.h"
+
+static const khub_cli_cmd tune_cmd;
+
+typedef struct tune_args {
+    khub_tune_opts o;
+    const char *workload, *save;
+    int json, markdown;
+} tune_args;
+
+/* SIZE: bytes, or a number with K, M, G (binary units, optional "iB"). */
+static int size_arg(const char *v, uint64_t *out)
+{
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : -1;
+    double mul = 1;
+    if (end && (*end == 'K' || *end == 'k'))
+        mul = 1024, end++;
+    else if (end && (*end == 'M' || *end == 'm'))
+        mul = 1048576, end++;
+    else if (end && (*end == 'G' || *end == 'g'))
+        mul = 1073741824, end++;
+    if (end && mul > 1 && !strcmp(end, "iB")) end += 2;
+    if (!v || !*v || !end || *end || x <= 0 || x * mul > 1e18)
+        return khub_cli_usage(&tune_cmd, "--max-memory needs a size such as 512M or 2G, got '%s'",
+                              v ? v : "");
+    *out = (uint64_t)(x * mul);
+    return 0;
+}
+
+static int num_arg(const char *f, const char *v, double lo, double hi, double *out)
+{
+    char *end = NULL;
+    double x = v ? strtod(v, &end) : 0;
+    if (!v || !*v || *end || x < lo || x > hi)
+        return khub_cli_usage(&tune_cmd, "%s needs a number in [%g, %g], got '%s'", f, lo, hi,
+                              v ? v : "");
+    *out = x;
+    return 0;
+}
+
+static int parse(int argc, char **argv, tune_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->o = (khub_tune_opts){KHUB_APP_INIT(khub_tune_opts), .goal = KHUB_TUNE_GOAL_LATENCY};
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        double d = 0;
+        int rc = 0;
+        if (!strcmp(f, "--json") || !strcmp(f, "--markdown")) {
+            *(f[2] == 'j' ? &a->json : &a->markdown) = 1;
+            continue;
+        }
+        if (!v) return khub_cli_usage(&tune_cmd, "%s needs a value", f);
+        if (!strcmp(f, "--model"))
+            a->o.model = v;
+        else if (!strcmp(f, "--workload"))
+            a->workload = v;
+        else if (!strcmp(f, "--save"))
+            a->save = v;
+        else if (!strcmp(f, "--kernels-from"))
+            a->o.kernels_from = v;
+        else if (!strcmp(f, "--inject-failure"))
+            a->o.fail_candidate = v;
+        else if (!strcmp(f, "--goal")) {
+            if (!strcmp(v, "latency"))
+                a->o.goal = KHUB_TUNE_GOAL_LATENCY;
+            else if (!strcmp(v, "throughput"))
+                a->o.goal = KHUB_TUNE_GOAL_THROUGHPUT;
+            else if (!strcmp(v, "memory"))
+                a->o.goal = KHUB_TUNE_GOAL_MEMORY;
+            else
+                return khub_cli_usage(&tune_cmd,
+                                      "--goal is latency, throughput or memory, got '%s'", v);
+        } else if (!strcmp(f, "--max-memory"))
+            rc = size_arg(v, &a->o.max_memory);
+        else if (!strcmp(f, "--min-quality"))
+            rc = num_arg(f, v, 0, 1, &a->o.min_quality);
+        else if (!strcmp(f, "--time-budget"))
+            rc = num_arg(f, v, 1, 86400, &a->o.time_budget_s);
+        else if (!strcmp(f, "--baseline-runs")) {
+            rc = num_arg(f, v, 2, 20, &d);
+            a->o.baseline_runs = (int32_t)d;
+        } else
+            return khub_cli_usage(&tune_cmd, "unknown option '%s'", f);
+        if (rc) return rc;
+        i++;
+    }
+    if (!a->o.model) return khub_cli_usage(&tune_cmd, "--model PATH is required");
+    if (a->json && a->markdown)
+        return khub_cli_usage(&tune_cmd, "--json and --markdown exclude each other");
+    return 0;
+}
+
+/* The progress line on a terminal: which run of how many, and what. */
+static void on_progress(void *ud, int32_t done, int32_t total, const char *label)
+{
+    (void)ud;
+    int width = 20, fill = total > 0 ? (int)((int64_t)done * width / total) : width;
+    fprintf(stderr, "\rtune [%.*s%*s] %d/%d %-40.40s", fill, "####################", width - fill,
+            "", (int)done, (int)total, label);
+    if (done >= total) fputs("\r\033[K", stderr);
+    fflush(stderr);
+}
+
+static int save(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+        if (f) fclose(f);
+        return khub_cli_fail("tune", "cannot write %s", path);
+    }
+    return 0;
+}
+
+static int tune(int argc, char **argv)
+{
+    if (khub_cli_wants_help(&tune_cmd, argc, argv)) return 0;
+    tune_args a;
+    int rc = parse(argc, argv, &a);
+    if (rc) return rc;
+    char err[KHUB_ERROR_SIZE];
+    khub_tune_workload *w = NULL;
+    if (a.workload && khub_tune_workload_read(a.workload, &w, err, sizeof err) != KHUB_STATUS_OK)
+        return khub_cli_fail("tune", "%s", err);
+    a.o.workload = w;
+    if (isatty(2)) a.o.progress = on_progress;
+    khub_tune_report *r = NULL;
+    khub_status st = khub_tune_run(&a.o, &r, err, sizeof err);
+    khub_tune_workload_free(w);
+    if (st != KHUB_STATUS_OK) return khub_cli_fail("tune", "%s", err);
+    const char *text = khub_tune_report_render(r, a.json       ? KHUB_TUNE_FORMAT_JSON
+                                                  : a.markdown ? KHUB_TUNE_FORMAT_MARKDOWN
+                                                               : KHUB_TUNE_FORMAT_TEXT);
+    if (!text)
+        rc = khub_cli_fail("tune", "out of memory rendering the report");
+    else
+        fputs(text, stdout);
+    if (!rc && a.save) rc = save(a.save, khub_tune_report_khub_json(r));
+    khub_tune_report_free(r);
+    return rc;
+}
+
+static const khub_cli_cmd tune_cmd = {
+    "tune", "measure one change at a time on a workload and recommend a configuration",
+    "usage: khub tune --model PATH [options]\n"
+    "\n"
+    "Measures a baseline (twice or more: its spread is the noise), names the\n"
+    "bottleneck, then tries each compatible change alone on the same workload\n"
+    "(attention plugin, quantization at load, KV cache, threads, batch tokens,\n"
+    "kernels from --kernels-from), then the winners together, each in a child\n"
+    "process of its own. Reports peak RSS, time to first token, per-token latency,\n"
+    "throughput, greedy token agreement with the baseline and perplexity on a\n"
+    "held-out text, and recommends only measured changes (docs/tune.md).\n"
+    "\n"
+    "Options:\n"
+    "  --model PATH           .gguf file or Hugging Face model folder\n"
+    "  --workload FILE        JSONL: {\"prompt\": \"...\", \"max_tokens\": N} per line and\n"
+    "                         one {\"concurrency\": N} (default: a built-in mixed workload)\n"
+    "  --goal G               latency (default), throughput or memory\n"
+    "  --max-memory SIZE      peak RSS allowed, e.g. 512M, 2G\n"
+    "  --min-quality X        least greedy token agreement, 0..1 (default 0.9)\n"
+    "  --kernels-from SRC     a khub.json, or a hub endpoint URL to try Hub kernels from\n"
+    "  --time-budget S        seconds for the whole run (default 600)\n"
+    "  --baseline-runs N      baseline repetitions for the noise (default 2)\n"
+    "  --save FILE            write the recommended khub.json to FILE\n"
+    "  --json, --markdown     the report as JSON or Markdown (default: a table)\n"
+    "  --inject-failure NAME  make candidate NAME crash, or hang with NAME:hang (tests)\n"
+    "  --help                 print this help\n",
+    tune};
+
+KHUB_CLI_COMMAND(tune_cmd)
