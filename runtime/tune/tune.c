@@ -217,8 +217,8 @@ static void kernel_candidates(khub_tune_report *r, const char *from)
 static void unavailable_levers(khub_tune_report *r)
 {
     skip(add_row(r, "parallelism", "tp"),
-         "not measured: tensor parallelism runs one process per rank (mpirun -np N khub run "
-         "--tp N); tune measures one process and has no communicator to give it");
+         "not measured: tensor parallelism runs one process per rank over a communicator "
+         "(khub_model_opts.comm and tp_size); tune measures one process and has none to give");
 }
 
 /* ------------------------------------------------------------------------ */
