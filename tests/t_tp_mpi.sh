@@ -61,6 +61,9 @@ for g in 0 5; do
         2> t2_$g.err || { cat t2_$g.err; fail "tp 2, prompts $g-$((g + 4))"; }
     same_tokens t1_$g.json t2_$g.json || fail "tp 2 vs tp 1, prompts $g-$((g + 4))"
     [ "$(grep -c '"results"' t2_$g.json)" = 1 ] || fail "tp 2: more than rank 0 printed"
+    python3 -c 'import json, sys; j = json.load(open(sys.argv[1]))
+assert j["tp_size"] == 2 and j["tp_collectives"] > 64 * 60 and j["tp_comm_ms"] > 0, j' t2_$g.json ||
+        fail "tp 2: --json lacks the collectives' count and time"
     echo "ok   tp 2 = tp 1: 64 greedy tokens of prompts $g-$((g + 4))"
 done
 "${MPI[@]}" -np 3 "$KHUB" run --model "$GGUF" --tp 3 "${args[@]}" "${GEN[@]}" > t3.json \

@@ -160,6 +160,10 @@ typedef struct khub_model_info {
      * weight_bytes and scratch_bytes are then this rank's. Since 0.1 (issue 18). */
     int32_t tp_rank;
     int32_t tp_size;
+    /* Collectives this rank has run since the load, and the wall time spent
+     * in them (ns): the communication share of a step. Since 0.1 (issue 18). */
+    uint64_t tp_collectives;
+    uint64_t tp_comm_ns;
 } khub_model_info;
 
 /* Fills info (its struct_size set by the caller). Since 0.1. */

@@ -176,6 +176,8 @@ class ModelInfo(ctypes.Structure):
         ("kv_bytes_per_token", u64),  # plugin ABI 1.4
         ("tp_rank", i32),  # tensor parallelism (issue 18)
         ("tp_size", i32),
+        ("tp_collectives", u64),
+        ("tp_comm_ns", u64),
     ]
 
 

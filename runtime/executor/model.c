@@ -327,6 +327,11 @@ khub_status khub_model_info_get(const khub_model *m, khub_model_info *info)
     memcpy((char *)info + sizeof(uint32_t), (const char *)&m->info + sizeof(uint32_t),
            n - sizeof(uint32_t));
     info->struct_size = n;
+    /* Live counters, not the load's snapshot. */
+    if (n >= offsetof(khub_model_info, tp_comm_ns) + sizeof info->tp_comm_ns) {
+        info->tp_collectives = m->tp.n_collectives;
+        info->tp_comm_ns = m->tp.comm_ns;
+    }
     return KHUB_STATUS_OK;
 }
 

@@ -160,6 +160,19 @@ static int pool_threads(const khub_runtime *rt)
     return -1;
 }
 
+/* Under --tp: rank 0's collectives and their share of prefill + decode. */
+static void print_tp_share(const khub_model *m, const khub_generate_result *r)
+{
+    khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
+    if (khub_model_info_get(m, &info) != KHUB_STATUS_OK) return;
+    double ms = (double)info.tp_comm_ns / 1e6, total = r->prefill_ms + r->decode_ms;
+    fprintf(stderr,
+            "khub run: tp %d: rank 0 ran %llu collectives, %.1f ms in them (%.0f%% of "
+            "prefill and decode)\n",
+            (int)info.tp_size, (unsigned long long)info.tp_collectives, ms,
+            total > 0 ? 100.0 * ms / total : 0.0);
+}
+
 static void print_json(khub_runtime *rt, khub_model *m, const run_args *a,
                        const khub_generate_result *res)
 {
@@ -188,6 +201,11 @@ static void print_json(khub_runtime *rt, khub_model *m, const run_args *a,
         cJSON_AddNumberToObject(o, "max_context", (double)info.max_context);
         cJSON_AddNumberToObject(o, "context_length", (double)info.context_length);
         cJSON_AddNumberToObject(o, "kv_bytes_per_token", (double)info.kv_bytes_per_token);
+        if (info.tp_size > 1) {
+            cJSON_AddNumberToObject(o, "tp_size", info.tp_size);
+            cJSON_AddNumberToObject(o, "tp_collectives", (double)info.tp_collectives);
+            cJSON_AddNumberToObject(o, "tp_comm_ms", (double)info.tp_comm_ns / 1e6);
+        }
     }
     if (a->explain) cJSON_AddStringToObject(o, "explain", khub_model_explain(m));
     char *s = cJSON_PrintUnformatted(o);
@@ -298,6 +316,7 @@ static int run(int argc, char **argv)
                 "tok/s (load %.0f ms, peak RSS %ld MiB)\n",
                 (long long)res[0].n_prompt_tokens, res[0].prefill_tok_s, (long long)res[0].n_tokens,
                 res[0].decode_tok_s, res[0].load_ms, peak_rss_kib() / 1024);
+        if (a.ma.tp > 1) print_tp_share(m, &res[0]);
     }
     khub_generate_results_free(m, res, (size_t)a.n_prompts);
     if (rc && a.ma.tp > 1) cli_mpi_end(rc);
