@@ -150,7 +150,9 @@ class Load:
                           % (role, name, want[0], want[1], st, body))
             if busy == 0:
                 self.fail("reload %s=%s: no request was in flight (done %d)" % (role, name, done))
-            what = body.get("binding") if st == 200 else body["error"]["code"]
+            what = ("%s; prepared in %s ms, switched %s ms later"
+                    % (body.get("binding"), body.get("prepare_ms"), body.get("switch_ms"))
+                    if st == 200 else body["error"]["code"])
             log.append("%s=%s %d (%s) in %.0f ms with %d in flight, %d done"
                        % (role, name, st, what, ms, busy, done))
             time.sleep(self.a.gap)

@@ -201,6 +201,8 @@ typedef struct khub__ms_reload_rec {
     char now[192];       /* the op serving after */
     char resolved[1024]; /* the resolution line: commit, variant, trust decision */
     char selftest[32];
+    double prepare_ms; /* resolve, fetch, verify, load, selftest (the asking thread) */
+    double switch_ms;  /* handed to the engine until switched (waits out a step) */
 } khub__ms_reload_rec;
 
 typedef struct khub__ms {

@@ -56,6 +56,8 @@ static cJSON *reload_object(const khub__ms_reload_rec *r)
     cJSON_AddStringToObject(o, "binding", r->now);
     cJSON_AddStringToObject(o, "resolved", r->resolved);
     cJSON_AddStringToObject(o, "selftest", r->selftest);
+    cJSON_AddNumberToObject(o, "prepare_ms", (double)(int64_t)(r->prepare_ms * 10) / 10);
+    cJSON_AddNumberToObject(o, "switch_ms", (double)(int64_t)(r->switch_ms * 10) / 10);
     return o;
 }
 

@@ -89,8 +89,15 @@ static khub_status hub_of(khub__ms *s, char *err, size_t n)
     return KHUB_STATUS_OK;
 }
 
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
 static void remember(khub__ms *s, const char *role, const char *name, const khub_kernel_swap *sw,
-                     char *explain)
+                     char *explain, double prepare_ms, double switch_ms)
 {
     pthread_mutex_lock(&s->kmu);
     khub__ms_reload_rec *r = &s->reloads[s->n_reloads % KHUB__MS_MAX_RELOADS];
@@ -101,6 +108,8 @@ static void remember(khub__ms *s, const char *role, const char *name, const khub
     snprintf(r->now, sizeof r->now, "%s", sw->now_serving);
     snprintf(r->resolved, sizeof r->resolved, "%s", sw->resolved);
     snprintf(r->selftest, sizeof r->selftest, "%s", sw->selftest);
+    r->prepare_ms = prepare_ms;
+    r->switch_ms = switch_ms;
     s->n_reloads++;
     if (explain) {
         free(s->explain);
@@ -127,6 +136,7 @@ khub_status khub__ms_reload(khub__ms *s, const char *role, const char *name, cha
     khub_model_kernels policy = {KHUB_APP_INIT(khub_model_kernels), .lock_path = s->lock_path,
                                  .policy_path = s->policy_path,
                                  .allow_unsigned = s->allow_unsigned};
+    double t0 = now_ms(), t1 = t0;
     khub_status st = hub_of(s, err, err_size);
     if (st == KHUB_STATUS_OK) {
         st = khub_kernel_swap_prepare(s->hub, s->rt, kr, name, &policy, &sw);
@@ -134,12 +144,13 @@ khub_status khub__ms_reload(khub__ms *s, const char *role, const char *name, cha
     }
     khub__ms_swap box = {.sw = &sw};
     if (st == KHUB_STATUS_OK) {
+        t1 = now_ms();
         s->eng->vt->swap(s->eng, &box);
         st = box.st;
         if (st != KHUB_STATUS_OK) snprintf(err, err_size, "%s", box.err);
     }
     if (st == KHUB_STATUS_OK)
-        remember(s, khub_kernel_role_name(kr), name, &sw, box.explain);
+        remember(s, khub_kernel_role_name(kr), name, &sw, box.explain, t1 - t0, now_ms() - t1);
     else
         free(box.explain), atomic_fetch_add(&s->n_reload_failures, 1);
     pthread_mutex_unlock(&s->reload_mu);
