@@ -74,7 +74,7 @@ N_SWAPS=$((${#SWAPS[@]} / 2))
 
 # --- the load test: 32 streaming clients x 4 requests, swaps in flight -------
 if python3 -c "import openai" 2> /dev/null; then
-    python3 "$SRC/tests/serve_load.py" "$BASE" "$KEY" --mode completion --max-tokens 40 \
+    python3 "$SRC/tests/serve_load.py" "$BASE" "$KEY" --mode completion --max-tokens 64 \
         --clients 32 --requests 4 --deadline 240 "${SWAPS[@]}" \
         --refuse 'cache=static:409:KHUB_STATUS_UNSUPPORTED' > load.out 2>&1 ||
         { cat load.out; fail "the load test (above)"; }
