@@ -252,11 +252,13 @@ if st != 0:
     fail("Ctrl-D: exit %d; the terminal shows %r" % (st, c.buf[-3000:]))
 
 # ---- session 2: Ctrl-C ----
-c = Chat("--max-new-tokens", "100000", "--ignore-eos", "--max-context", "4096")
+# A 16384-token context (past the tiny model's trained 512: a warning) and no
+# EOS: an answer runs for seconds unless it is stopped.
+c = Chat("--max-new-tokens", "100000", "--ignore-eos", "--max-context", "16384")
 c.prompt()
 for n, line in enumerate(["Tell me a long story.", "Go on."]):
     c.send(line)
-    time.sleep(0.2)
+    c.until(r".")  # the answer's first bytes
     os.write(c.fd, b"\x03")  # Ctrl-C while the answer streams
     c.until(r"\[stopped: the partial answer stays in the conversation\]")
     c.prompt()

@@ -8,10 +8,12 @@
  * computes only the new tokens. Answers stream to stdout; notes go to stderr.
  *
  * Signals, as llama-cli: Ctrl-C while an answer streams stops that answer
- * (the stream callback sees the flag and asks to stop) and the partial
- * answer stays in the conversation, as it stays in the KV cache; Ctrl-C at
- * the prompt leaves with status 130. SIGINT is caught without SA_RESTART so
- * that a read at the prompt returns EINTR instead of waiting for a line.
+ * (the handler sets a flag, the stream callback sees it and asks to stop)
+ * and the partial answer stays in the conversation, as it stays in the KV
+ * cache; Ctrl-C at any other time (at the prompt, during a /load) leaves at
+ * once with status 130 from the handler itself (_exit, as llama-cli does):
+ * a flag checked before a blocking read would leave a window in which the
+ * signal comes after the check and the read then waits for a line.
  */
 #include <errno.h>
 #include <signal.h>
@@ -25,12 +27,18 @@
 
 static const khub_cli_cmd chat_cmd;
 
-static volatile sig_atomic_t interrupted;
+static volatile sig_atomic_t generating, interrupted;
 
 static void on_sigint(int sig)
 {
     (void)sig;
-    interrupted = 1;
+    if (generating) {
+        interrupted = 1;
+        return;
+    }
+    ssize_t w = write(STDOUT_FILENO, "\n", 1); /* async-signal-safe, as _exit */
+    (void)w;
+    _exit(130);
 }
 
 typedef struct chat {
@@ -130,7 +138,9 @@ static void answer(chat *c, khub_generate_opts opts, int stream)
     }
     opts.callback = stream ? on_text : NULL;
     interrupted = 0;
+    generating = 1;
     khub_status st = khub_session_generate(c->s, c->text, &opts, &r);
+    generating = 0;
     if (st != KHUB_STATUS_OK) {
         if (st == KHUB_STATUS_CONTEXT_FULL)
             fprintf(stderr,
@@ -183,7 +193,7 @@ static const char help_text[] =
     "                message from the user is answered)\n"
     "  /stats        the last turn: tokens reused from the cache and computed, times\n"
     "  /help         this list        /exit  leave (so does Ctrl-D at the prompt)\n"
-    "  Ctrl-C stops an answer (what was said stays); at the prompt it leaves.\n"
+    "  Ctrl-C stops an answer (what was said stays); at any other time it leaves.\n"
     "  A line ending in \\ goes on on the next line; //text sends /text.\n";
 
 static void restart(chat *c, const char *system)
@@ -269,7 +279,7 @@ static int command(chat *c, const char *line)
 /* ======================================================================== */
 
 /* Reads one message (lines ending in '\' continue) into *buf. Returns 1 for
- * a message, 0 at end of input, -1 after Ctrl-C. */
+ * a message, 0 at end of input (Ctrl-C does not come back: on_sigint). */
 static int read_message(char **buf, size_t *cap)
 {
     size_t len = 0;
@@ -278,11 +288,9 @@ static int read_message(char **buf, size_t *cap)
     fputs("> ", stdout);
     for (;;) {
         fflush(stdout);
-        interrupted = 0;
         ssize_t got = getline(&line, &line_cap, stdin);
         if (got < 0) {
             free(line);
-            if (interrupted) return -1;
             return len ? 1 : 0;
         }
         if (got && line[got - 1] == '\n') line[--got] = '\0';
@@ -312,10 +320,8 @@ static int loop(chat *c)
     size_t cap = 0;
     int rc = 0;
     for (;;) {
-        int got = read_message(&buf, &cap);
-        if (got <= 0) {
+        if (!read_message(&buf, &cap)) {
             fputc('\n', stdout);
-            rc = got < 0 ? 130 : 0;
             break;
         }
         const char *msg = buf;
@@ -372,7 +378,7 @@ static int run(int argc, char **argv)
         rc = khub_cli_fail("chat", "%s", khub_runtime_errmsg(c.rt));
     } else {
         struct sigaction sa = {0};
-        sa.sa_handler = on_sigint; /* no SA_RESTART: Ctrl-C interrupts a read */
+        sa.sa_handler = on_sigint;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
         fprintf(stderr,
@@ -412,7 +418,8 @@ static const khub_cli_cmd chat_cmd = {
     "  /help, /exit  (Ctrl-D at the prompt leaves too)\n"
     "  A line ending in \\ goes on on the next line; //text sends /text.\n"
     "  Ctrl-C while an answer streams stops it; the partial answer stays in the\n"
-    "  conversation. Ctrl-C at the prompt leaves with status 130 (as llama-cli).\n"
+    "  conversation. Ctrl-C at any other time (at the prompt, during a /load) leaves\n"
+    "  at once with status 130 (as llama-cli).\n"
     "\n"
     "Options:\n"
     "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"
