@@ -89,7 +89,9 @@ khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max
     "                        and the output head stay as they are\n" \
     "  --quant-embeddings    with --quant: quantize the output head (lm_head, or the tied\n" \
     "                        embedding's copy used as the head) too\n" \
-    "  --cache NAME          KV cache (built-ins: dynamic, static, paged)\n" \
+    "  --cache NAME          KV cache (built-ins: dynamic, static, quantized, quantized-int4,\n" \
+    "                        paged, sliding, offloaded; NAME,key=value,... passes options,\n" \
+    "                        e.g. offloaded,budget=1G,dir=/var/tmp; docs/caches.md)\n" \
     "  --num-blocks N        paged cache: blocks in the pool (default: what --kv-memory\n" \
     "                        holds, else every sequence at --max-context)\n" \
     "  --block-size N        paged cache: tokens per block (default 16)\n" \
