@@ -1,8 +1,9 @@
 /*
  * kvcache_strategy.h: what the cache strategies of ref-cpu share (the
- * quantized, offloaded and sliding-window caches; kvcache.c is the dense
- * one): their options parser, argument checks and view filling
- * (kvcache_opts.c), and the write checks every cache makes.
+ * quantized caches in kvcache_quant.c, the sliding-window one in
+ * kvcache_sliding.c, the offloaded one in kvcache_offload.c; kvcache.c is
+ * the dense one): their options parser, argument checks and view filling
+ * (kvcache_common.c), and the write checks every cache makes.
  */
 #ifndef KHUB_REF_KVCACHE_STRATEGY_H
 #define KHUB_REF_KVCACHE_STRATEGY_H
