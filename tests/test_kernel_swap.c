@@ -8,7 +8,8 @@
  * retired with its count frozen while the new one counts; every refusal
  * comes with its status and message and changes nothing (cache, linear and
  * quantization roles, a plugin without the role's op, a role outside the
- * list, an empty name, a name that is no Hub ID, an old struct_size).
+ * list, an empty name, a name that is no Hub ID, an old struct_size); with
+ * a paged KV cache the swap moves the paged_attention binding.
  */
 #include <stdio.h>
 #include <string.h>
@@ -23,16 +24,19 @@ typedef struct fixture {
     khub_model *m;
 } fixture;
 
-static void open_fixture(fixture *f)
+static void open_fixture_cache(fixture *f, const char *cache)
 {
     khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = 1};
     ASSERT_OK(khub_runtime_new(&ro, &f->rt));
     ASSERT_OK(khub_plugin_load_builtin(f->rt));
     khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .offline = 1};
     ASSERT_OK(khub_hub_new(&ho, &f->hub));
-    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .max_context = 64, .max_seqs = 2};
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .max_context = 64, .max_seqs = 2,
+                          .cache_impl = cache};
     ASSERT_OK(khub_model_load(f->rt, KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny", &mo, &f->m));
 }
+
+static void open_fixture(fixture *f) { open_fixture_cache(f, NULL); }
 
 static void close_fixture(fixture *f)
 {
@@ -190,5 +194,32 @@ TEST_IMPL(kernel_swap_refusals_change_nothing)
     close_fixture(&f);
 }
 
-#define TEST_LIST(X) X(kernel_swap_attention_and_back) X(kernel_swap_refusals_change_nothing)
+/* A paged cache reads through a paged_attention op of its KV layout: the
+ * swap moves that binding, asking the new plugin for the same layout. */
+TEST_IMPL(kernel_swap_paged_attention)
+{
+    fixture f = {0};
+    open_fixture_cache(&f, "khub/ref-cpu:paged_cache");
+    int32_t before[10], after[10];
+    greedy(f.m, before);
+    khub_model_binding pa = {0};
+    ASSERT(find(f.m, "paged_attention", 0, &pa) >= 0);
+    ASSERT(find(f.m, "attention", 0, &pa) < 0);
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "khub/ref-cpu",
+                                       NULL, &sw));
+    ASSERT_OK(khub_model_kernel_swap(f.m, &sw));
+    ASSERT_STR_EQ(sw.now_serving, "khub/ref-cpu 0.1.0 :: paged_attention");
+    ASSERT(find(f.m, "paged_attention", 1, &pa) >= 0);
+    ASSERT(pa.calls > 0);
+    greedy(f.m, after);
+    for (int i = 0; i < 10; i++) ASSERT_EQ(after[i], before[i]);
+    ASSERT(find(f.m, "paged_attention", 0, &pa) >= 0);
+    ASSERT(pa.calls > 0);
+    close_fixture(&f);
+}
+
+#define TEST_LIST(X) \
+    X(kernel_swap_attention_and_back) \
+    X(kernel_swap_refusals_change_nothing) X(kernel_swap_paged_attention)
 TEST_MAIN(TEST_LIST)
