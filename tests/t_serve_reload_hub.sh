@@ -13,7 +13,9 @@
 # and the unsigned kernel (the policy does not list its organisation).
 # Every streamed text must equal its solo greedy run, none lost. Then
 # GET /v1/kernels names v2 with its commit and trust decision, /metrics
-# shows calls on both v1 (retired) and v2, and a wrong key gets 401.
+# shows calls on both v1 (retired) and v2, and a wrong key gets 401. A
+# server with --lock reloads the locked commit (hashes re-checked) and
+# refuses a kernel outside the lock (404) or another commit (422).
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 MODEL=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -108,7 +110,42 @@ echo "ok   after the load: v2 serves (commit, trust decision), v1 retired with i
 kill -TERM $SRV
 wait $SRV 2> /dev/null || true
 SRV=
+
+# --- a locked server: the lock's rules hold for a reload ----------------------
+# (the tiny Gemma, head dim 256, which flash-attn2 serves; a fresh cache)
+mkdir lk
+echo '{"format": 1, "roles": {"attention": "kernels-community/flash-attn2@version=1"}}' > lk/khub.json
+KHUB_CACHE=$T/cache2 "$KHUB" lock lk > lk.out 2>&1 || fail "lock: $(cat lk.out)"
+V1=$(KHUB_CACHE=$T/cache2 "$KHUB" resolve kernels-community/flash-attn2@v1)
+KHUB_CACHE=$T/cache2 "$KHUB" serve-model --model "$SRC/tests/fixtures/gemma3_tiny" --port 0 \
+    --threads 1 --api-key "$KEY" --policy policy.json --lock lk/khub.lock > srv2.out 2> srv2.err &
+SRV=$!
+for _ in $(seq 300); do
+    grep -q http srv2.out 2> /dev/null && break
+    kill -0 $SRV 2> /dev/null || fail "locked serve-model exited: $(cat srv2.err)"
+    sleep 0.1
+done
+BASE=$(grep -o 'http://[0-9.:]*' srv2.out | head -n 1 || true)
+lreload() { curl -s -H "$AUTH" -w '\n%{http_code}' "$BASE/v1/kernels/reload" -d "$1"; }
+out=$(lreload '{"role":"attention","kernel":"other-org/flash-attn2"}')
+[ "$(tail -n 1 <<< "$out")" = 404 ] &&
+    grep -qF "other-org/flash-attn2 is not in lk/khub.lock; add it to khub.json and run khub lock" <<< "$out" ||
+    fail "a kernel outside the lock: $out"
+out=$(lreload "{\"role\":\"attention\",\"kernel\":\"kernels-community/flash-attn2@$V2\"}")
+[ "$(tail -n 1 <<< "$out")" = 422 ] && grep -qF "KHUB_STATUS_LOCK_MISMATCH" <<< "$out" ||
+    fail "a commit other than the locked one: $out"
+# a branch names no commit: the lock's commit is loaded, as at model load
+for id in kernels-community/flash-attn2 kernels-community/flash-attn2@v2; do
+    out=$(lreload "{\"role\":\"attention\",\"kernel\":\"$id\"}")
+    [ "$(tail -n 1 <<< "$out")" = 200 ] &&
+        grep -qF "commit ${V1:0:12}" <<< "$out" && grep -qF "(locked, hashes re-checked)" <<< "$out" ||
+        fail "the locked kernel as $id: $out"
+done
+kill -TERM $SRV
+wait $SRV 2> /dev/null || true
+SRV=
+echo "ok   with --lock a reload loads the locked commit, hashes re-checked (also for @v2); outside the lock: 404; another commit: 422"
 # under the sanitizers (tools/test.sh's pass) a report fails the test
-! grep -E "AddressSanitizer|LeakSanitizer|runtime error:" srv.err ||
+! grep -E "AddressSanitizer|LeakSanitizer|runtime error:" srv.err srv2.err ||
     fail "sanitizer report (above)"
 echo "passed"
