@@ -120,8 +120,9 @@ typedef struct khub_tune_report khub_tune_report;
  * winners together. *out receives the report, freed with
  * khub_tune_report_free. Statuses: INVALID_ARG (a bad option, or max_memory
  * below what the weights need in any configuration: the message gives both
- * sizes), NOT_FOUND / MODEL_INVALID / MODEL_UNSUPPORTED (the model does not
- * load: the probe's message), TIMEOUT (the budget ended before the baseline
+ * sizes), the load's status when the model does not load (NOT_FOUND, IO,
+ * MODEL_INVALID, MODEL_UNSUPPORTED, ...: the probe's message; IO when the
+ * probe process died without one), TIMEOUT (the budget ended before the baseline
  * was measured), NOMEM, IO. A candidate's failure is not an error: it is in
  * the report as unverified with its reason. Since 0.1. */
 KHUB_API khub_status khub_tune_run(const khub_tune_opts *opts, khub_tune_report **out, char *errbuf,

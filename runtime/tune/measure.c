@@ -229,10 +229,12 @@ static void child_run(const tune_run_ctx *ctx, const tune_row *row, int probe, t
                              .mapping_path = c->kernels[0] ? c->kernels : ctx->empty_mapping,
                              .strict = 1};
     double t0 = khub__tune_now();
-    if (khub_plugin_load_builtin(rt) != KHUB_STATUS_OK ||
-        khub_hub_new(&ho, &hub) != KHUB_STATUS_OK ||
-        khub_model_load_hub(hub, rt, ctx->model, &mo, &mk, &m, NULL) != KHUB_STATUS_OK ||
-        khub_model_info_get(m, &info) != KHUB_STATUS_OK) {
+    khub_status st = khub_plugin_load_builtin(rt);
+    if (st == KHUB_STATUS_OK) st = khub_hub_new(&ho, &hub);
+    if (st == KHUB_STATUS_OK) st = khub_model_load_hub(hub, rt, ctx->model, &mo, &mk, &m, NULL);
+    if (st == KHUB_STATUS_OK) st = khub_model_info_get(m, &info);
+    if (st != KHUB_STATUS_OK) {
+        out->status = st;
         snprintf(out->why, sizeof out->why, "load: %s",
                  hub ? khub_runtime_errmsg(rt) : khub_last_error());
         goto done;

@@ -141,6 +141,8 @@ static void memory_line(khub_tune_report *r, const tune_meas *m, double kv_est)
         MIB(m->peak_rss), MIB(m->weight_bytes), MIB(kv_est),
         (unsigned long long)m->kv_bytes_per_token, (int)r->concurrency, other > 0 ? other : 0,
         what);
+    if (r->goal == KHUB_TUNE_GOAL_MEMORY)
+        cat(r->bottleneck, sizeof r->bottleneck, "Bottleneck for peak RSS: %s.\n", what);
 }
 
 static void time_line(khub_tune_report *r, const tune_meas *m)
@@ -153,10 +155,12 @@ static void time_line(khub_tune_report *r, const tune_meas *m)
         "queueing %.1f ms mean at concurrency %d (all measured).\n",
         m->prefill_short_ms, (int)m->short_len, m->prefill_long_ms, (int)m->long_len, per_short,
         per_long,
-        per_long > per_short * 1.2 ? "attention's share grows with the sequence"
-                                   : "roughly linear in length",
+        per_long > per_short * 1.2   ? "attention's share grows with the sequence"
+        : per_long < per_short * 0.8 ? "fixed costs weigh on short prefills"
+                                     : "roughly linear in length",
         m->token_ms, m->ttft_ms, m->ttft_p90_ms, m->queue_ms, (int)r->concurrency);
     const char *b;
+    if (r->goal == KHUB_TUNE_GOAL_MEMORY) return; /* memory_line named it */
     if (r->concurrency > 1 && m->queue_ms > 0.3 * m->latency_ms)
         b = "queueing: requests wait for a slot for a large part of their time (more sequences "
             "at once, or a larger batch, would shorten it)";

@@ -311,7 +311,7 @@ static khub_status plan(tune_run *t, char *errbuf, size_t n)
     measure(t, probe, 1);
     if (probe->state != TUNE_MEASURED) {
         fail_msg(errbuf, n, "the model does not load: %s", probe->reason);
-        return KHUB_STATUS_INVALID_ARG;
+        return probe->m.status ? (khub_status)probe->m.status : KHUB_STATUS_IO;
     }
     tune_meas pm = probe->m;
     r->n_rows = 0; /* the probe is not a row of the report */

@@ -41,8 +41,9 @@ typedef struct tune_config {
 
 /* What one child process measured. Times in ms, sizes in bytes. */
 typedef struct tune_meas {
-    int32_t ok;    /* 1 = measured; 0 = see why */
-    char why[480]; /* the failure, one line */
+    int32_t ok;     /* 1 = measured; 0 = see why */
+    int32_t status; /* khub_status of a failed load, 0 otherwise */
+    char why[480];  /* the failure, one line */
     double load_ms;
     uint64_t weight_bytes, n_params, kv_bytes_per_token, peak_rss;
     int32_t head_dim, n_kv_heads, n_layers, threads;
