@@ -4,6 +4,7 @@
 #   - `mpirun -np 2 khub run --tp 2` gives `--tp 1`'s greedy tokens, 64 new
 #     tokens on every prompt of tests/fixtures/smollm2_greedy.json (tp 3 on
 #     the first five), and only rank 0 prints;
+#   - continuous batching (--prompts-file) at tp 2 gives tp 1's texts;
 #   - --explain prints the plan per tensor and the memory of each rank;
 #   - tp 4 (3 KV heads) is refused naming the tensor; --tp 2 without mpirun
 #     says how to launch;
@@ -70,6 +71,18 @@ done
     2> t3.err || { cat t3.err; fail "tp 3"; }
 same_tokens t1_5.json t3.json || fail "tp 3 vs tp 1"
 echo "ok   tp 3 = tp 1: 64 greedy tokens of prompts 5-9"
+
+# Continuous batching on top: rank 0 schedules, each step is broadcast.
+printf '%s\n' "The capital of France is" "1, 1, 2, 3, 5, 8," \
+    '{"prompt": "def add(a, b):", "max_tokens": 12}' > batch.txt
+"$KHUB" run --model "$GGUF" --prompts-file batch.txt --max-new-tokens 16 --threads 1 --json \
+    > b1.json 2> b1.err || { cat b1.err; fail "batch, tp 1"; }
+"${MPI[@]}" -np 2 "$KHUB" run --model "$GGUF" --prompts-file batch.txt --max-new-tokens 16 \
+    --threads 1 --tp 2 --json > b2.json 2> b2.err || { cat b2.err; fail "batch, tp 2"; }
+python3 -c 'import json, sys
+a, b = ([r["text"] for r in json.load(open(p))["results"]] for p in sys.argv[1:3])
+assert len(a) == 3 and a == b, (a, b)' b1.json b2.json || fail "batch: tp 2 texts differ from tp 1"
+echo "ok   --prompts-file (continuous batching) at tp 2 = tp 1"
 
 # The plan, per tensor, and each rank's memory.
 "${MPI[@]}" -np 2 "$KHUB" run --model "$GGUF" --tp 2 --prompt "Hi" --max-new-tokens 1 --explain \
