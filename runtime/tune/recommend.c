@@ -190,8 +190,9 @@ void khub__tune_diagnose(khub_tune_report *r)
         if (row->state != TUNE_MEASURED || !(row->winner || i == r->recommended)) continue;
         double kv0 = (double)m->kv_bytes_per_token, kv1 = (double)row->m.kv_bytes_per_token;
         cat(r->tradeoffs, sizeof r->tradeoffs,
-            "%s: peak RSS %+.1f%% (%.1f -> %.1f MiB), KV %+.1f%% per token, throughput "
-            "%+.1f%%, median latency %+.1f%%, token agreement %.0f%%, perplexity %.2f -> %.2f\n",
+            "%s, against baseline run 1 (the verdicts use the runs' mean): peak RSS %+.1f%% "
+            "(%.1f -> %.1f MiB), KV %+.1f%% per token, throughput %+.1f%%, median latency %+.1f%%, "
+            "token agreement %.0f%%, perplexity %.2f -> %.2f\n",
             row->name, 100 * (MIB(row->m.peak_rss) / MIB(m->peak_rss) - 1), MIB(m->peak_rss),
             MIB(row->m.peak_rss), kv0 > 0 ? 100 * (kv1 / kv0 - 1) : 0,
             100 * (row->m.throughput / m->throughput - 1),
