@@ -30,7 +30,13 @@ set +e
 rc=$?
 set -e
 [ $rc -eq 1 ] && grep -q "is not an IPv4 address" h.err || fail "bad host: rc $rc $(cat h.err)"
-echo "ok   usage errors: no --model (2), a bad --host (1)"
+set +e
+"$KHUB" serve-model --model "$GGUF" --temperature 0.7 > t.out 2> t.err
+rc=$?
+set -e
+[ $rc -eq 2 ] && grep -qx "khub serve-model: --temperature is set per request (in the request's body), not for the server" t.err ||
+    fail "sampling flag: rc $rc $(cat t.err)"
+echo "ok   usage errors: no --model (2), a sampling flag (2), a bad --host (1)"
 
 "$KHUB" serve-model --model "$GGUF" --model-id smollm2 --port 0 --threads 2 --api-key "$KEY" \
     --max-queue 3 --parallel 2 --timeout 3 --max-context 512 > srv.out 2> srv.err &

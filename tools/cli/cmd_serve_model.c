@@ -8,57 +8,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "cli.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 #include "khub/khub_model_server.h"
+#include "model_flags.h"
 
 static const khub_cli_cmd serve_model_cmd;
 
 typedef struct sm_args {
-    const char *model, *model_id, *host, *api_key;
-    const char *role[KHUB_KERNEL_ROLE__COUNT]; /* --attn NAME ... by KHUB_KERNEL_ROLES */
-    const char *kernels, *lock, *policy;
-    int threads, strict, allow_unsigned, serial, parallel, max_batch_tokens;
+    cli_model_args m; /* the model and kernel flags khub run takes (model_flags.h) */
+    const char *model_id, *host, *api_key;
+    int serial, parallel;
     long port, max_queue, max_connections, timeout;
-    int64_t max_context;
     double max_body_mib;
 } sm_args;
 
-/* A number in [lo, hi] into *out; 0 on success, else the usage error. */
-static int num(const char *flag, const char *s, double lo, double hi, double *out)
-{
-    char *end = NULL;
-    double v = s ? strtod(s, &end) : 0;
-    if (!s || !*s || *end || v < lo || v > hi)
-        return khub_cli_usage(&serve_model_cmd, "%s needs a number in [%g, %g], got '%s'", flag, lo,
-                              hi, s ? s : "");
-    *out = v;
-    return 0;
-}
-
-/* Flags with a numeric value: name, bounds, and where it goes. */
+/* serve-model's own flags with a numeric value; 1 when f was one. */
 static int numeric_flag(sm_args *a, const char *f, const char *v, int *rc)
 {
+    const khub_cli_cmd *c = &serve_model_cmd;
     double d = 0;
     if (!strcmp(f, "--port")) {
-        *rc = num(f, v, 0, 65535, &d), a->port = (long)d;
-    } else if (!strcmp(f, "--threads")) {
-        *rc = num(f, v, 0, 1024, &d), a->threads = (int)d;
-    } else if (!strcmp(f, "--max-context")) {
-        *rc = num(f, v, 1, 1 << 22, &d), a->max_context = (int64_t)d;
+        *rc = cli_num(c, f, v, 0, 65535, &d), a->port = (long)d;
     } else if (!strcmp(f, "--parallel")) {
-        *rc = num(f, v, 1, 64, &d), a->parallel = (int)d;
-    } else if (!strcmp(f, "--max-batch-tokens")) {
-        *rc = num(f, v, 1, 1 << 16, &d), a->max_batch_tokens = (int)d;
+        *rc = cli_num(c, f, v, 1, 64, &d), a->parallel = (int)d;
     } else if (!strcmp(f, "--max-queue")) {
-        *rc = num(f, v, 1, 1 << 16, &d), a->max_queue = (long)d;
+        *rc = cli_num(c, f, v, 1, 1 << 16, &d), a->max_queue = (long)d;
     } else if (!strcmp(f, "--max-connections")) {
-        *rc = num(f, v, 1, 1 << 16, &d), a->max_connections = (long)d;
+        *rc = cli_num(c, f, v, 1, 1 << 16, &d), a->max_connections = (long)d;
     } else if (!strcmp(f, "--timeout")) {
-        *rc = num(f, v, 1, 86400, &d), a->timeout = (long)d;
+        *rc = cli_num(c, f, v, 1, 86400, &d), a->timeout = (long)d;
     } else if (!strcmp(f, "--max-body-mib")) {
-        *rc = num(f, v, 0.001, 1024, &d), a->max_body_mib = d;
+        *rc = cli_num(c, f, v, 0.001, 1024, &d), a->max_body_mib = d;
     } else {
         return 0;
     }
@@ -68,47 +52,40 @@ static int numeric_flag(sm_args *a, const char *f, const char *v, int *rc)
 static int parse(int argc, char **argv, sm_args *a)
 {
     memset(a, 0, sizeof *a);
+    cli_model_args_init(&a->m);
     a->port = 8080;
     for (int i = 1; i < argc; i++) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0, takes = 1;
-        khub_kernel_role role = KHUB_KERNEL_ROLE__COUNT;
-        for (int r = 0; r < KHUB_KERNEL_ROLE__COUNT; r++)
-            if (!strcmp(f, khub_cli_role_flag((khub_kernel_role)r))) role = (khub_kernel_role)r;
-        if (role < KHUB_KERNEL_ROLE__COUNT)
-            a->role[role] = v;
-        else if (numeric_flag(a, f, v, &rc))
+        int rc = 0;
+        if (cli_model_sampling_flag(f))
+            return khub_cli_usage(&serve_model_cmd,
+                                  "%s is set per request (in the request's body), not for the "
+                                  "server",
+                                  f);
+        if (cli_model_flag(&serve_model_cmd, &a->m, argc, argv, &i, &rc)) {
+            if (rc) return rc;
+            continue;
+        }
+        if (!strcmp(f, "--serial")) {
+            a->serial = 1;
+            continue;
+        }
+        if (numeric_flag(a, f, v, &rc))
             ;
-        else if (!strcmp(f, "--model"))
-            a->model = v;
         else if (!strcmp(f, "--model-id"))
             a->model_id = v;
         else if (!strcmp(f, "--host"))
             a->host = v;
         else if (!strcmp(f, "--api-key"))
             a->api_key = v;
-        else if (!strcmp(f, "--kernels"))
-            a->kernels = v;
-        else if (!strcmp(f, "--lock"))
-            a->lock = v;
-        else if (!strcmp(f, "--policy"))
-            a->policy = v;
-        else {
-            takes = 0;
-            if (!strcmp(f, "--strict"))
-                a->strict = 1;
-            else if (!strcmp(f, "--allow-unsigned"))
-                a->allow_unsigned = 1;
-            else if (!strcmp(f, "--serial"))
-                a->serial = 1;
-            else
-                return khub_cli_usage(&serve_model_cmd, "unknown option '%s'", f);
-        }
+        else
+            return khub_cli_usage(&serve_model_cmd, "unknown option '%s'", f);
         if (rc) return rc;
-        if (takes && !v) return khub_cli_usage(&serve_model_cmd, "%s needs a value", f);
-        i += takes;
+        if (!v) return khub_cli_usage(&serve_model_cmd, "%s needs a value", f);
+        i++;
     }
-    if (!a->model) return khub_cli_usage(&serve_model_cmd, "--model PATH is required");
+    int rc = cli_model_args_finish(&serve_model_cmd, &a->m);
+    if (rc) return rc;
     if (!a->api_key) a->api_key = getenv("KHUB_API_KEY");
     return 0;
 }
@@ -124,27 +101,6 @@ static const char *base_name(const char *path)
     return b && b[1] ? b + 1 : buf;
 }
 
-static khub_model *load(khub_runtime *rt, khub_hub *hub, const sm_args *a,
-                        khub_model_kernels_report *rep)
-{
-    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .strict = a->strict,
-                          .max_context = a->max_context, .max_seqs = a->parallel,
-                          .max_batch = a->max_batch_tokens};
-    khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels),
-#define ROLE_FIELD(NAME, name, flag, field) .flag = a->role[KHUB_KERNEL_ROLE_##NAME],
-                             KHUB_KERNEL_ROLES(ROLE_FIELD)
-#undef ROLE_FIELD
-                                 .mapping_path = a->kernels,
-                             .lock_path = a->lock,
-                             .policy_path = a->policy,
-                             .allow_unsigned = a->allow_unsigned,
-                             .strict = a->strict};
-    khub_model *m = NULL;
-    if (khub_model_load_hub(hub, rt, a->model, &mo, &mk, &m, rep) != KHUB_STATUS_OK)
-        khub_cli_fail("serve-model", "%s", khub_runtime_errmsg(rt));
-    return m;
-}
-
 static int run(int argc, char **argv)
 {
     if (khub_cli_wants_help(&serve_model_cmd, argc, argv)) return 0;
@@ -158,24 +114,20 @@ static int run(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    khub_runtime *rt = khub_cli_runtime("serve-model", a.threads);
-    if (!rt) return 1;
     static khub_model_kernels_report rep;
     /* The hub handle outlives the load: live kernel swaps fetch with it. */
     khub_hub *hub = NULL;
-    if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK) {
-        khub_runtime_free(rt);
+    if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK)
         return khub_cli_fail("serve-model", "%s", khub_last_error());
-    }
-    khub_model *m = load(rt, hub, &a, &rep);
+    khub_runtime *rt = NULL;
+    khub_model *m = cli_model_open_hub("serve-model", &a.m, a.parallel, isatty(2), hub, &rt, &rep);
     if (!m) {
         khub_hub_free(hub);
-        khub_runtime_free(rt);
         return 1;
     }
     khub_model_server_opts so = {KHUB_APP_INIT(khub_model_server_opts),
                                  .model = m,
-                                 .model_id = a.model_id ? a.model_id : base_name(a.model),
+                                 .model_id = a.model_id ? a.model_id : base_name(a.m.model),
                                  .host = a.host,
                                  .port = (uint16_t)a.port,
                                  .api_key = a.api_key,
@@ -186,16 +138,16 @@ static int run(int argc, char **argv)
                                  .max_body = (uint64_t)(a.max_body_mib * 1048576.0),
                                  .serial = (uint32_t)a.serial,
                                  .hub = hub,
-                                 .lock_path = a.lock,
-                                 .policy_path = a.policy,
-                                 .allow_unsigned = a.allow_unsigned};
+                                 .lock_path = a.m.lock,
+                                 .policy_path = a.m.policy,
+                                 .allow_unsigned = a.m.allow_unsigned};
     khub_model_server *srv = NULL;
     char err[KHUB_ERROR_SIZE];
     if (khub_model_server_start(&so, &srv, err, sizeof err) != KHUB_STATUS_OK) {
         rc = khub_cli_fail("serve-model", "%s", err);
     } else {
-        printf("khub serve-model: serving %s as '%s' at http://%s:%u/v1%s\n", a.model, so.model_id,
-               a.host ? a.host : "127.0.0.1", khub_model_server_port(srv),
+        printf("khub serve-model: serving %s as '%s' at http://%s:%u/v1%s\n", a.m.model,
+               so.model_id, a.host ? a.host : "127.0.0.1", khub_model_server_port(srv),
                a.api_key && *a.api_key ? " (API key required)" : "");
         fflush(stdout);
         int sig = 0;
@@ -246,13 +198,9 @@ static const khub_cli_cmd serve_model_cmd = {
     "  --max-connections N   open connections (default 256; 64 per client address)\n"
     "  --timeout S           close a connection silent for S seconds (default 30)\n"
     "  --max-body-mib N      request body limit in MiB (default 1; over: 413)\n"
-    "\n"
-    "Kernels, as for khub run (each NAME a Hub ID, a loaded plugin's id or a built-in):\n"
-    "  --attn NAME  --quant NAME  --cache NAME  --norm NAME  --act NAME\n"
-    "  --rotary NAME  --linear NAME\n"
-    "  --kernels FILE        khub.json mapping   --lock FILE   khub.lock\n"
-    "  --policy FILE         trust policy        --allow-unsigned   --strict\n"
-    "  --help                print this help\n",
+    "  --help                print this help\n"
+    "Sampling (--temperature, --max-new-tokens, --stop, ...) is set per request.\n"
+    "\n" CLI_MODEL_KERNELS_HELP,
     run};
 
 KHUB_CLI_COMMAND(serve_model_cmd)

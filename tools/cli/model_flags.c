@@ -1,6 +1,6 @@
 /*
- * model_flags.c: the flags `khub run` and `khub chat` share, and loading the
- * model they name (model_flags.h).
+ * model_flags.c: the flags `khub run`, `khub chat` and `khub serve-model`
+ * share, and loading the model they name (model_flags.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -156,8 +156,25 @@ static void on_layer(void *ud, int32_t done, int32_t total)
     fflush(stderr);
 }
 
+int cli_model_sampling_flag(const char *f)
+{
+    static const char *const flags[] = {"--max-new-tokens", "--temperature",    "--top-k",
+                                        "--top-p",          "--repeat-penalty", "--seed",
+                                        "--stop",           "--system",         "--ignore-eos"};
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+        if (!strcmp(f, flags[k])) return 1;
+    return 0;
+}
+
 khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max_seqs, int progress,
                            khub_runtime **rt, khub_model_kernels_report *rep)
+{
+    return cli_model_open_hub(cmd, a, max_seqs, progress, NULL, rt, rep);
+}
+
+khub_model *cli_model_open_hub(const char *cmd, const cli_model_args *a, int32_t max_seqs,
+                               int progress, khub_hub *hub, khub_runtime **rt,
+                               khub_model_kernels_report *rep)
 {
     *rt = khub_cli_runtime(cmd, a->threads);
     if (!*rt) return NULL;
@@ -187,13 +204,14 @@ khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max
                              .policy_path = a->policy,
                              .allow_unsigned = a->allow_unsigned,
                              .strict = a->strict};
-    khub_hub *hub = NULL;
+    khub_hub *own = NULL;
     khub_model *m = NULL;
-    if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK)
+    if (!hub && khub_hub_new(NULL, &own) != KHUB_STATUS_OK)
         khub_cli_fail(cmd, "%s", khub_last_error());
-    else if (khub_model_load_hub(hub, *rt, a->model, &mo, &mk, &m, rep) != KHUB_STATUS_OK)
+    else if (khub_model_load_hub(hub ? hub : own, *rt, a->model, &mo, &mk, &m, rep) !=
+             KHUB_STATUS_OK)
         khub_cli_fail(cmd, "%s", khub_runtime_errmsg(*rt));
-    khub_hub_free(hub);
+    khub_hub_free(own);
     if (!m) {
         khub_runtime_free(*rt);
         *rt = NULL;

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "cli.h"
+#include "khub/khub_hub.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 
@@ -62,6 +63,14 @@ int cli_model_args_finish(const khub_cli_cmd *cmd, cli_model_args *a);
  * report. NULL after printing why as "khub <cmd>: ...". */
 khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max_seqs, int progress,
                            khub_runtime **rt, khub_model_kernels_report *rep);
+/* The same with the caller's hub handle (borrowed; it may outlive the load,
+ * as serve-model's live kernel swaps need); NULL = a handle of its own. */
+khub_model *cli_model_open_hub(const char *cmd, const cli_model_args *a, int32_t max_seqs,
+                               int progress, khub_hub *hub, khub_runtime **rt,
+                               khub_model_kernels_report *rep);
+/* Whether f is a sampling flag (--temperature, --stop, ...), which a
+ * command that takes its settings per request refuses. */
+int cli_model_sampling_flag(const char *f);
 
 /* The shared flags' lines of a --help text. */
 #define CLI_MODEL_SAMPLING_HELP \
