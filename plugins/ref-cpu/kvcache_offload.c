@@ -346,26 +346,6 @@ static khub_status of_grow(const khub_host_api *host, of_cache *c, int32_t layer
     return KHUB_STATUS_OK;
 }
 
-/* Copies t ([n, H, D] f32, strided) into rows of dst starting at row r0. */
-static void of_store(const of_cache *c, uint8_t *dst, const khub_tensor *t, int64_t r0)
-{
-    int64_t st[3], n = t->shape[0], H = c->cfg.n_kv_heads, D = c->cfg.head_dim;
-    khub_pu_strides(t, st);
-    const float *src = khub_pu_base(t);
-    for (int64_t i = 0; i < n; i++) {
-        for (int64_t h = 0; h < H; h++) {
-            const float *x = src + i * st[0] + h * st[1];
-            int64_t at = ((r0 + i) * H + h) * D;
-            for (int64_t d = 0; d < D; d++) {
-                if (c->esize == 2)
-                    ((uint16_t *)dst)[at + d] = khub_pu_f32_to_f16(x[d * st[2]]);
-                else
-                    ((float *)dst)[at + d] = x[d * st[2]];
-            }
-        }
-    }
-}
-
 static khub_status of_write(void *state, khub_kv_cache *kc, const khub_kv_write_args *a)
 {
     const khub_host_api *host = ((khub_ref_state *)state)->host;
@@ -379,8 +359,8 @@ static khub_status of_write(void *state, khub_kv_cache *kc, const khub_kv_write_
     int64_t n = a->k->shape[0], end = a->pos + n;
     if (n == 0) return KHUB_STATUS_OK;
     if (end > s->cap) KHUB_PU_TRY(of_grow(host, c, a->layer, a->seq, s, end));
-    of_store(c, s->k, a->k, a->pos);
-    of_store(c, s->v, a->v, a->pos);
+    khub_ref__kv_store_rows(&c->cfg, c->esize, s->k, a->k, a->pos);
+    khub_ref__kv_store_rows(&c->cfg, c->esize, s->v, a->v, a->pos);
     if (end > s->len) s->len = end;
     return KHUB_STATUS_OK;
 }

@@ -3,7 +3,8 @@
  * quantized caches in kvcache_quant.c, the sliding-window one in
  * kvcache_sliding.c, the offloaded one in kvcache_offload.c; kvcache.c is
  * the dense one): their options parser, argument checks and view filling
- * (kvcache_common.c), and the write checks every cache makes.
+ * (kvcache_common.c), the write checks every cache makes, and the row
+ * copy the sliding and offloaded caches share.
  */
 #ifndef KHUB_REF_KVCACHE_STRATEGY_H
 #define KHUB_REF_KVCACHE_STRATEGY_H
@@ -64,6 +65,30 @@ static inline void khub_ref__kv_read_row(const khub_tensor *t, int64_t i, int64_
     khub_pu_strides(t, st);
     const float *x = (const float *)khub_pu_base(t) + i * st[0] + h * st[1];
     for (int64_t d = 0; d < D; d++) row[d] = x[d * st[2]];
+}
+
+/* Copies a write's k or v t ([n, H, D] f32, strided) into rows r0 .. r0+n-1
+ * of dst, a contiguous [rows, H, D] buffer of cfg->dtype (esize 4: f32,
+ * 2: f16). The sliding and offloaded caches store this way; the paged one
+ * scatters into blocks. */
+static inline void khub_ref__kv_store_rows(const khub_kv_cache_config *cfg, size_t esize,
+                                           uint8_t *dst, const khub_tensor *t, int64_t r0)
+{
+    int64_t st[3] = {0, 0, 0}, n = t->shape[0], H = cfg->n_kv_heads, D = cfg->head_dim;
+    khub_pu_strides(t, st);
+    const float *src = khub_pu_base(t);
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t h = 0; h < H; h++) {
+            const float *x = src + i * st[0] + h * st[1];
+            int64_t at = ((r0 + i) * H + h) * D;
+            for (int64_t d = 0; d < D; d++) {
+                if (esize == 2)
+                    ((uint16_t *)dst)[at + d] = khub_pu_f32_to_f16(x[d * st[2]]);
+                else
+                    ((float *)dst)[at + d] = x[d * st[2]];
+            }
+        }
+    }
 }
 
 #endif /* KHUB_REF_KVCACHE_STRATEGY_H */
