@@ -166,8 +166,10 @@ static inline __attribute__((always_inline)) void kernel(const int rn, const flo
             for (int v = 0; v < NV; v++) acc[t][v] = VFMA(w[v], xb, acc[t][v]);
         }
     }
+#pragma GCC unroll 6
     for (int t = 0; t < rn; t++) {
         float out[PW];
+#pragma GCC unroll 2
         for (int v = 0; v < NV; v++) VSTOREU(out + v * VL, acc[t][v]);
         for (int j = 0; j < cols; j++) y[t * ldy + j] = out[j] + (bias ? bias[j] : 0.0f);
     }
