@@ -28,7 +28,7 @@ grep -q -- '--cache bogus: cache kernel "bogus": not a Hub ID' u.err || fail "bo
 echo "ok   usage errors, a fixture without cases and an unknown cache refused"
 
 "$KHUB" bench-kv-quality --model "$G" --fixture "$FX" --tokens 16 --json --threads 2 \
-    --cache sliding --cache "offloaded,budget=1,dir=$T" --cache quantized-int4,residual_length=0 \
+    --cache sliding --cache "offloaded,budget=1,dir=$T" --cache quantized-int4,residual_length=0,q_group_size=16 \
     > q.json 2> q.err || fail "bench-kv-quality exited $?: $(cat q.err)"
 python3 - q.json <<'PY'
 import json, sys
@@ -41,9 +41,9 @@ assert len(exact) == 2, rows.keys()
 for r in exact:
     assert r["agreement_mean"] == 1.0 and r["prompts_identical"] == r["prompts"], r
     assert r["logits_rel_err_max"] == 0 and r["argmax_same"] == r["prompts"], r
-q4 = rows["quantized-int4,residual_length=0"]
+q4 = rows["quantized-int4,residual_length=0,q_group_size=16"]
 assert q4["logits_rel_err_max"] > 0 and q4["kv_bytes_per_token"] < f32["kv_bytes_per_token"] / 4, q4
-print("  int4, no residual, tiny Gemma 3: agreement %.3f, logits rel err max %.2e"
+print("  int4, no residual, keys per channel in blocks of 16 tokens, tiny Gemma 3: agreement %.3f, logits rel err max %.2e"
       % (q4["agreement_mean"], q4["logits_rel_err_max"]))
 PY
 echo "ok   f32 = Transformers; sliding and offloaded exact; int4 lossy, all measured"

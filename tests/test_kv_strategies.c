@@ -43,7 +43,7 @@ TEST_IMPL(quantized_round_trip_and_residual)
             const khub_kv_cache_methods *m = op(name)->methods;
             khub_kv_cache *c = cache_new(name, 2, (int32_t)H, (int32_t)D, 2, 64,
                                          f16 ? KHUB_DTYPE_F16 : KHUB_DTYPE_F32,
-                                         "q_group_size=4,residual_length=8");
+                                         "q_group_size=4,residual_length=8,axis_key=token");
             float *k = fbuf((size_t)(N * H * D)), *v = fbuf((size_t)(N * H * D));
             oracle_rng r = {7};
             oracle_fill(&r, k, (size_t)(N * H * D), -3, 3);
@@ -111,7 +111,8 @@ TEST_IMPL(quantized_no_residual_and_rewrite)
     const int64_t H = 1, D = 64, N = 5;
     const char *name = "quantized_cache_int4";
     const khub_kv_cache_methods *m = op(name)->methods;
-    khub_kv_cache *c = cache_new(name, 1, 1, 64, 1, 16, KHUB_DTYPE_F32, "residual_length=0");
+    khub_kv_cache *c =
+        cache_new(name, 1, 1, 64, 1, 16, KHUB_DTYPE_F32, "residual_length=0,axis_key=token");
     float k[5 * 64], v[5 * 64];
     for (int i = 0; i < N * D; i++) k[i] = (float)(i % 16), v[i] = (float)(i % 16) - 8;
     ASSERT_OK(put(name, c, 0, 0, 0, k, v, N, H, D));
@@ -130,6 +131,102 @@ TEST_IMPL(quantized_no_residual_and_rewrite)
     ASSERT_OK(m->memory(g_desc.state, c, &mem));
     ASSERT_EQ(mem.bytes_per_token, (64 / 2 + 4) * 2); /* one group of 64: 36 bytes, K and V */
     m->destroy(g_desc.state, c);
+    ASSERT_NO_LEAKS();
+}
+
+/* The worst error of the quantized keys of positions [0, n) on every
+ * channel but the outlier (channel 3 of head 0). */
+static double key_error_off_outlier(const khub_tensor *kt, const float *k, int64_t n, int64_t H,
+                                    int64_t D)
+{
+    double worst = 0;
+    for (int64_t i = 0; i < n * H * D; i++)
+        if (i % (H * D) != 3)
+            worst = fmax(worst, fabs(view_at(kt, i / (H * D), (i / D) % H, i % D) - k[i]));
+    return worst;
+}
+
+/* axis_key=channel (KIVI, the default): keys quantized per channel in blocks of
+ * q_group_size tokens, values per token. 50 tokens (7 + 43), blocks of 4,
+ * no residual: 48 positions quantized, each key within half a step of its
+ * channel-block's range, values within their token groups' bounds, the
+ * last 2 exact. One outlier channel (x100) spoils a per-token group of
+ * keys but not the other channels of a per-channel block. A truncate
+ * inside a block moves its kept positions, as they were, into the
+ * residual; a rewrite below qlen requantizes its block. */
+TEST_IMPL(quantized_channel_keys)
+{
+    setup();
+    const int64_t H = 2, D = 8, N = 50, T = 4, HD = H * D;
+    for (int bits = 4; bits <= 8; bits += 4) {
+        const char *name = bits == 8 ? "quantized_cache" : "quantized_cache_int4";
+        const khub_kv_cache_methods *m = op(name)->methods;
+        float *k = fbuf((size_t)(N * HD)), *v = fbuf((size_t)(N * HD)), col[4];
+        oracle_rng r = {11};
+        oracle_fill(&r, k, (size_t)(N * HD), -1, 1);
+        oracle_fill(&r, v, (size_t)(N * HD), -1, 2);
+        for (int64_t t = 0; t < N; t++) k[t * HD + 3] = 100.0f + (float)t; /* the outlier */
+        double off[2] = {0, 0};
+        for (int chan = 0; chan < 2; chan++) {
+            khub_kv_cache *c = cache_new(name, 1, (int32_t)H, (int32_t)D, 1, 64, KHUB_DTYPE_F32,
+                                         chan ? "q_group_size=4,residual_length=0"
+                                              : "q_group_size=4,residual_length=0,axis_key=token");
+            ASSERT_OK(put(name, c, 0, 0, 0, k, v, 7, H, D));
+            ASSERT_OK(put(name, c, 0, 0, 7, k + 7 * HD, v + 7 * HD, N - 7, H, D));
+            int64_t ks[3], kst[3], vs[3], vst[3];
+            khub_tensor kt = {.shape = ks, .strides = kst}, vt = {.shape = vs, .strides = vst};
+            ASSERT_OK(m->view(g_desc.state, c, 0, 0, N, &kt, &vt));
+            off[chan] = key_error_off_outlier(&kt, k, 48, H, D);
+            if (!chan) {
+                m->destroy(g_desc.state, c);
+                continue;
+            }
+            for (int64_t i = 0; i < N * HD; i++) {
+                int64_t t = i / HD, ch = i % HD;
+                float gk = view_at(&kt, t, ch / D, ch % D), gv = view_at(&vt, t, ch / D, ch % D);
+                if (t >= 48) { /* the partial block: exact */
+                    ASSERT(gk == k[i] && gv == v[i]);
+                    continue;
+                }
+                for (int64_t j = 0; j < T; j++) col[j] = k[(t - t % T + j) * HD + ch];
+                ASSERT(fabs(gk - k[i]) <= group_bound(col, T, bits));
+                ASSERT(fabs(gv - v[i]) <= group_bound(v + (i / T) * T, T, bits));
+            }
+            khub_kv_cache_memory mem = {KHUB_STRUCT_INIT(khub_kv_cache_memory)};
+            ASSERT_OK(m->memory(g_desc.state, c, &mem));
+            /* a key block: 4 tokens of codes + 16 channels x (s[, m]); values per token */
+            uint64_t codes = (uint64_t)(HD * bits / 8), par = bits == 8 ? 2 : 4;
+            uint64_t krec = (T * codes + HD * par + T - 1) / T, vrec = codes + HD / T * par;
+            ASSERT_EQ(mem.bytes_per_token, krec + vrec);
+            ASSERT_EQ(mem.tokens_used, N);
+            /* truncate inside block 5 (20..23): 20 and 21 stay as they read */
+            float k20 = view_at(&kt, 20, 1, 2), k21 = view_at(&kt, 21, 0, 0);
+            float v21 = view_at(&vt, 21, 1, 7);
+            ASSERT_OK(m->truncate(g_desc.state, c, 0, 22));
+            ASSERT_OK(m->view(g_desc.state, c, 0, 0, 22, &kt, &vt));
+            ASSERT(view_at(&kt, 20, 1, 2) == k20 && view_at(&kt, 21, 0, 0) == k21);
+            ASSERT(view_at(&vt, 21, 1, 7) == v21);
+            /* grow again from 22: 22..25 re-form block 5 with 20 and 21 */
+            ASSERT_OK(put(name, c, 0, 0, 22, k + 22 * HD, v + 22 * HD, 8, H, D));
+            ASSERT_OK(m->view(g_desc.state, c, 0, 0, 30, &kt, &vt));
+            ASSERT(view_at(&kt, 29, 1, 1) == k[29 * HD + 9]); /* 28, 29: exact */
+            for (int64_t j = 0; j < T; j++) col[j] = k[(24 + j) * HD + 5];
+            ASSERT(fabs(view_at(&kt, 25, 0, 5) - k[25 * HD + 5]) <= group_bound(col, T, bits));
+            /* rewrite position 5 below qlen: its block is requantized around it */
+            float nk[16], nv[16];
+            for (int i = 0; i < 16; i++) nk[i] = 7.0f, nv[i] = -7.0f;
+            ASSERT_OK(put(name, c, 0, 0, 5, nk, nv, 1, H, D));
+            ASSERT_OK(m->view(g_desc.state, c, 0, 0, 30, &kt, &vt));
+            ASSERT(fabs(view_at(&kt, 5, 1, 4) - 7.0f) < 0.6);
+            ASSERT(fabs(view_at(&vt, 5, 0, 0) + 7.0f) < 0.01);
+            ASSERT(fabs(view_at(&kt, 6, 1, 4) - k[6 * HD + 12]) < 0.6);
+            m->destroy(g_desc.state, c);
+        }
+        printf("  int%d keys off the outlier channel: per token %.4f, per channel %.4f\n", bits,
+               off[0], off[1]);
+        ASSERT(off[1] * 4 < off[0]);
+        free(k), free(v);
+    }
     ASSERT_NO_LEAKS();
 }
 
@@ -155,7 +252,8 @@ TEST_IMPL(quantized_bad_options)
         {"q_group_size=1", "q_group_size (got 1, want an even number)"},
         {"q_group_size=-4", "option q_group_size (got \"-4\", want a non-negative integer)"},
         {"group=4", "quantized_cache.create: unknown option \"group\" (keys: q_group_size, "
-                    "residual_length)"},
+                    "residual_length, axis_key)"},
+        {"axis_key=row", "quantized_cache.create: axis_key (got \"row\", want token or channel)"},
         {"residual_length", "option \"residual_length\" is not key=value"},
         {"residual_length=99999999999999999999", "option residual_length (got 9999"},
     };
@@ -356,5 +454,6 @@ TEST_IMPL(sliding_without_windows_f16_and_oom)
     X(sliding_without_windows_f16_and_oom) \
     X(quantized_round_trip_and_residual) \
     X(quantized_no_residual_and_rewrite) \
+    X(quantized_channel_keys) \
     X(quantized_bad_options)
 TEST_MAIN(TEST_LIST)
