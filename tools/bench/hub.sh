@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
-# tools/bench/hub.sh: cold `khub download ID` against `curl -o /dev/null` of
-# the same file's resolve URL, both from `khub serve` on loopback.
+# tools/bench/hub.sh: cold `khub download ID` against what a user would
+# otherwise run (huggingface_hub's `hf_hub_download`, and `curl -o FILE &&
+# sha256sum FILE`) and against `curl -o /dev/null`, all of the same file from
+# the same `khub serve` on loopback, in interleaved rounds (issue 14 item 4).
 #
 # usage: tools/bench/hub.sh [--build DIR] [--before DIR] [--size-mb 100] [--rounds 5]
-#                           [--work DIR] [--rate MIB_PER_S]
+#                           [--work DIR] [--rate MIB_PER_S] [--python PY]
+#
+# --python names the interpreter whose huggingface_hub runs `hf_hub_download`
+# (default python3; tools/install-test-deps.sh installs it). The sample
+# `hf` is the whole process (interpreter start, import, download into an
+# empty cache_dir, HF_ENDPOINT at the local server), as `khub download` is;
+# `hf_call` is the `hf_hub_download` call alone, timed inside the process.
+# hf_hub_download does not hash what it stores (its ETag names the blob), so
+# it does less than khub. Without huggingface_hub the hf rows are skipped and
+# the script says so.
 #
 # --rate paces every GET body of both servers to that speed (khub serve's
 # `rate` fault), as a network link of that speed would: the same pace for
@@ -38,6 +49,7 @@ rounds=5
 work=
 before=
 rate=
+python=python3
 while [ $# -gt 0 ]; do
     case "$1" in
     --build) build=$2; shift 2 ;;
@@ -46,7 +58,8 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --rate) rate=$2; shift 2 ;;
-    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+    --python) python=$2; shift 2 ;;
+    -h|--help) sed -n '2,42p' "$0"; exit 0 ;;
     *) echo "hub.sh: unknown option '$1'; see --help" >&2; exit 2 ;;
     esac
 done
@@ -141,6 +154,41 @@ run_curl_checked() {
     rm -f "$work/curl.out"
     echo "$1 $(echo "$t1 - $t0" | bc -l)"
 }
+# curl_sha256sum: what a user checking a download by hand runs,
+# `curl -o FILE && sha256sum FILE` (coreutils' sha256sum, no sync).
+run_curl_sha256sum() {
+    local t0 t1
+    rm -f "$work/curl.out"
+    t0=$(now)
+    curl -sf -o "$work/curl.out" "$2/$rel" && sha256sum "$work/curl.out" > /dev/null
+    t1=$(now)
+    rm -f "$work/curl.out"
+    echo "$1 $(echo "$t1 - $t0" | bc -l)"
+}
+# run_hf LABEL ENDPOINT: huggingface_hub's hf_hub_download of the same file
+# into an empty cache_dir; prints the whole process's time as LABEL and the
+# call's own as LABEL_call.
+run_hf() {
+    rm -rf "$work/hf-cache"
+    local t0 t1 call
+    t0=$(now)
+    call=$(HF_ENDPOINT=$2 HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_DISABLE_PROGRESS_BARS=1 \
+        "$python" - "$work/hf-cache" "build/$variant/libbig.so" 2> "$work/hf.err" <<'PY'
+import sys, time
+t0 = time.perf_counter()
+from huggingface_hub import hf_hub_download
+t1 = time.perf_counter()
+p = hf_hub_download("bench/big", sys.argv[2], repo_type="kernel", revision="v1",
+                    cache_dir=sys.argv[1])
+t2 = time.perf_counter()
+print(t2 - t1, p)
+PY
+) || { echo "hub.sh: hf_hub_download failed: $(cat "$work/hf.err")" >&2; exit 1; }
+    t1=$(now)
+    cmp -s "${call#* }" "$vdir/libbig.so" || { echo "hub.sh: hf_hub_download's copy differs" >&2; exit 1; }
+    echo "$1 $(echo "$t1 - $t0" | bc -l)"
+    echo "${1}_call ${call%% *}"
+}
 # sha256: the hash alone, of the served file (in the page cache): a floor
 # for any download that checks its bytes on this machine.
 run_sha256() {
@@ -152,7 +200,14 @@ run_sha256() {
 }
 jobs_list=("run_khub khub $khub $endpoint" "run_curl curl $endpoint"
            "run_curl_file curl_file $endpoint" "run_curl_checked curl_checked $endpoint"
-           "run_sha256 sha256")
+           "run_curl_sha256sum curl_sha256sum $endpoint" "run_sha256 sha256")
+have_hf=0
+if "$python" -c 'import huggingface_hub' 2>/dev/null; then
+    have_hf=1
+    jobs_list+=("run_hf hf $endpoint")
+else
+    echo "hub.sh: $python has no huggingface_hub: the hf_hub_download rows are skipped" >&2
+fi
 if [ -n "$before" ]; then
     jobs_list+=("run_khub khub_before $before/bin/khub $endpoint_before"
                 "run_curl curl_before $endpoint_before")
@@ -214,6 +269,21 @@ awk -v mk="$mk" -v mc="$mc" -v mb="$size_mb" -v n="$rounds" -v load="$(cut -d' '
     printf "| curl -o /dev/null | %.3f | %.0f |\n", mc, mb / mc
     printf "\nkhub/curl throughput ratio: %.2f\n", mc / mk
 }'
+mcs=$(median curl_sha256sum)
+awk -v mk="$mk" -v m="$mcs" -v mb="$size_mb" 'BEGIN {
+    printf "curl -o FILE && sha256sum FILE: %.3f s, %.0f MiB/s; khub/that ratio: %.2f (target >= 1.0)\n",
+           m, mb / m, m / mk
+}'
+if [ "$have_hf" = 1 ]; then
+    mh=$(median hf)
+    mhc=$(median hf_call)
+    awk -v mk="$mk" -v m="$mh" -v mc="$mhc" -v mb="$size_mb" 'BEGIN {
+        printf "hf_hub_download, whole process: %.3f s, %.0f MiB/s; khub/that ratio: %.2f (target >= 1.5)\n",
+               m, mb / m, m / mk
+        printf "hf_hub_download, the call alone: %.3f s, %.0f MiB/s; khub/that ratio: %.2f\n",
+               mc, mb / mc, mc / mk
+    }'
+fi
 mcf=$(median curl_file)
 mcc=$(median curl_checked)
 msh=$(median sha256)
