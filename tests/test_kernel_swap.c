@@ -3,7 +3,8 @@
  * (khub_kernel_swap_prepare, khub_model_kernel_swap in khub_kernels.h) and
  * the call counts of khub_model_binding_get / khub_binding_calls, on the
  * tiny Gemma 3 fixture (tests/fixtures/gemma3_tiny, no download): the
- * attention role moves to khub/ref-cpu by its loaded id and back, the
+ * attention role moves to khub/ref-cpu by its loaded id (and by
+ * "id:op") and back, the
  * greedy tokens stay those of before, the replaced binding is listed as
  * retired with its count frozen while the new one counts; every refusal
  * comes with its status and message and changes nothing (cache, linear and
@@ -122,6 +123,21 @@ TEST_IMPL(kernel_swap_attention_and_back)
     ASSERT_OK(khub_model_kernel_swap(f.m, &sw2));
     greedy(f.m, back);
     for (int i = 0; i < 10; i++) ASSERT_EQ(back[i], before[i]);
+
+    /* "id:op" of a loaded plugin is that op, never a Hub fetch (the hub is
+     * offline here: a fetch would fail) */
+    khub_kernel_swap sw3 = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION,
+                                       "khub/ref-cpu:attention", NULL, &sw3));
+    ASSERT_STR_EQ(sw3.resolved,
+                  "attention: khub/ref-cpu:attention (op attention of the loaded plugin)");
+    ASSERT_STR_EQ(khub_plugin_id(sw3.plugin), "khub/ref-cpu");
+    ASSERT_OK(khub_model_kernel_swap(f.m, &sw3));
+    ASSERT_STR_EQ(sw3.now_serving, "khub/ref-cpu 0.1.0 :: attention");
+    /* with a revision it is a Hub ID: offline, not cached, refused */
+    ASSERT(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION,
+                                    "khub/ref-cpu@v1:attention", NULL, &sw3) != KHUB_STATUS_OK);
+    ASSERT_CONTAINS(khub_last_error(), "attention kernel khub/ref-cpu@v1:attention: ");
     close_fixture(&f);
 }
 

@@ -147,7 +147,8 @@ KHUB_API khub_kernel_role khub_kernel_role_from_name(const char *name);
  * one), a built-in name (attn "eager"/"sdpa", cache "dynamic"/"static",
  * quant "int8"/"nf4"/"q8_0"/"q4_0"; served by the built-in plugins, never
  * fetched: cache "static" is khub/ref-cpu's static_cache, the Hub's is
- * "kernels-community/kv-cache:static_cache"), the id of a plugin already loaded, or a
+ * "kernels-community/kv-cache:static_cache"), the id of a plugin already loaded
+ * (alone or "id:op" for one of its ops; never fetched), or a
  * Hub ID (fetched, verified and loaded; quant takes "org/name:scheme"). All
  * strings are borrowed for the call. */
 typedef struct khub_model_kernels {

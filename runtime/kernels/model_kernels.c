@@ -25,7 +25,8 @@
  *     quantization schemes "int8", "nf4", "q8_0", "q4_0". A built-in name
  *     never touches the network; the Hub's static cache is named by its ID
  *     (kernels-community/kv-cache:static_cache);
- *   - the id of a plugin already loaded in the runtime (used as is);
+ *   - the id of a plugin already loaded in the runtime, alone or as
+ *     "id:op" for one of its ops (used as is, never fetched);
  *   - a Hub ID, fetched; for quantization "org/name:scheme" names the
  *     plugin and the scheme to quantize with.
  */
@@ -207,6 +208,20 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
         note(rep, "%s: %s (loaded plugin)", rname, id);
         if (plugin) *plugin = loaded_plugin(rt, id);
         return KHUB_STATUS_OK;
+    }
+    /* "id:op" with id a loaded plugin (no @REV): that plugin's op, as is;
+     * the executor refuses an op the plugin does not have. */
+    char *op = strchr(id, ':');
+    if (op && !strchr(id, '@')) {
+        *op = '\0';
+        khub_plugin *p = loaded_plugin(rt, id);
+        *op = ':';
+        if (p) {
+            snprintf(impl, n, "%s", id);
+            note(rep, "%s: %s (op %s of the loaded plugin)", rname, id, op + 1);
+            if (plugin) *plugin = p;
+            return KHUB_STATUS_OK;
+        }
     }
     khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .policy_path = k->policy_path,
                            .lock_path = lock, .allow_unsigned = k->allow_unsigned,
