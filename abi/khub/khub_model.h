@@ -64,9 +64,15 @@ typedef struct khub_model khub_model;
  * or, with strict, loading fails with KHUB_STATUS_NO_KERNEL. */
 typedef struct khub_model_opts {
     KHUB_STRUCT_HEADER;
-    int32_t n_threads;  /* 0 = the runtime's pool; else must equal its size (the pool
-                           belongs to the runtime: set khub_runtime_opts.n_threads) */
-    khub_device device; /* {0, 0} or {KHUB_DEVICE_CPU, 0}; only the CPU for now */
+    int32_t n_threads; /* 0 = the runtime's pool; else must equal its size (the pool
+                          belongs to the runtime: set khub_runtime_opts.n_threads) */
+    /* {0, 0} or {KHUB_DEVICE_CPU, 0}: the CPU. {KHUB_DEVICE_CUDA, N}: placed on
+     * CUDA device N (docs/gpu.md): each role with a CUDA op runs there and its
+     * weights are uploaded once; a role without one stays on the CPU (refused
+     * with strict); memory is checked per part before allocating. The forward
+     * pass on the device is not built yet: generation on such a model fails
+     * with KHUB_STATUS_UNSUPPORTED. */
+    khub_device device;
     /* Role preferences: a loaded plugin's id ("kernels-community/flash-attn2"),
      * optionally with ":op" to name one of its ops, or NULL. Hub IDs and
      * built-in names are resolved one level up (khub_model_load_hub in
@@ -121,7 +127,9 @@ typedef struct khub_model_opts {
  * quantized copy only). Progress is logged at INFO. opts may be NULL.
  * Statuses: IO, NOT_FOUND, MODEL_INVALID (malformed file, a tensor missing
  * or of the wrong shape), MODEL_UNSUPPORTED (architecture or field value),
- * NO_KERNEL (no plugin serves a role), NOMEM, INVALID_ARG (an option).
+ * NO_KERNEL (no plugin serves a role), NOMEM, INVALID_ARG (an option);
+ * with a CUDA device also NO_CUDA (no driver or no GPU), CUDA (a driver call
+ * failed), NOMEM (the model does not fit the device's free memory).
  * *out is NULL on failure. Since 0.1. */
 KHUB_API khub_status khub_model_load(khub_runtime *rt, const char *path,
                                      const khub_model_opts *opts, khub_model **out);

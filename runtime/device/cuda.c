@@ -62,6 +62,7 @@ typedef struct cuda_driver {
     cu_result (*primary_ctx_retain)(cu_context *, cu_device);
     cu_result (*ctx_set_current)(cu_context);
     cu_result (*ctx_get_current)(cu_context *);
+    cu_result (*mem_get_info)(size_t *, size_t *);
     cu_result (*mem_alloc)(cu_deviceptr *, size_t);
     cu_result (*mem_free)(cu_deviceptr);
     cu_result (*memcpy_htod_async)(cu_deviceptr, const void *, size_t, cu_stream);
@@ -113,6 +114,7 @@ static bool resolve_all(void)
         {"cuDevicePrimaryCtxRetain", (void **)&drv.primary_ctx_retain},
         {"cuCtxSetCurrent", (void **)&drv.ctx_set_current},
         {"cuCtxGetCurrent", (void **)&drv.ctx_get_current},
+        {"cuMemGetInfo", (void **)&drv.mem_get_info},
         {"cuMemAlloc", (void **)&drv.mem_alloc},
         {"cuMemFree", (void **)&drv.mem_free},
         {"cuMemcpyHtoDAsync", (void **)&drv.memcpy_htod_async},
@@ -272,6 +274,50 @@ khub_status khub__cuda_device_cc(khub_runtime *rt, int device, int *cc)
     khub_status st = khub__cuda_host_device_cc(NULL, device, cc);
     if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", khub__plugin_msg());
     return st;
+}
+
+/* The executor's calls (runtime/executor/placement.c): a failure's message
+ * goes to the runtime, prefixed with what was being done. */
+static khub_status rt_fail(khub_runtime *rt, khub_status st, const char *what)
+{
+    if (st == KHUB_STATUS_OK) return st;
+    return khub__fail(rt, st, "%s: %s", what, khub__plugin_msg());
+}
+
+khub_status khub__cuda_mem_info(khub_runtime *rt, int device, size_t *free_bytes, size_t *total)
+{
+    *free_bytes = *total = 0;
+    khub__plugin_msg_clear();
+    khub_status st = drv_ready();
+    if (st == KHUB_STATUS_OK) st = use_device(device);
+    if (st == KHUB_STATUS_OK) st = cu_check(drv.mem_get_info(free_bytes, total), "cuMemGetInfo");
+    return rt_fail(rt, st, "device memory");
+}
+
+khub_status khub__cuda_stream_new(khub_runtime *rt, int device, void **stream)
+{
+    *stream = NULL;
+    khub__plugin_msg_clear();
+    khub_status st = drv_ready();
+    if (st == KHUB_STATUS_OK) st = use_device(device);
+    cu_stream s = NULL;
+    if (st == KHUB_STATUS_OK) st = cu_check(drv.stream_create(&s, 0), "cuStreamCreate");
+    if (st == KHUB_STATUS_OK) *stream = s;
+    return rt_fail(rt, st, "a stream");
+}
+
+khub_status khub__cuda_stream_free(khub_runtime *rt, int device, void *stream)
+{
+    if (!stream) return KHUB_STATUS_OK;
+    khub__plugin_msg_clear();
+    khub_status st = drv_ready();
+    if (st == KHUB_STATUS_OK) st = use_device(device);
+    if (st != KHUB_STATUS_OK) return rt_fail(rt, st, "a stream");
+    /* Drained first: cuStreamDestroy returns at once and would let queued
+     * work run on into memory the caller frees next. */
+    khub_status sync = cu_check(drv.stream_synchronize((cu_stream)stream), "cuStreamSynchronize");
+    st = cu_check(drv.stream_destroy((cu_stream)stream), "cuStreamDestroy");
+    return rt_fail(rt, sync != KHUB_STATUS_OK ? sync : st, "a stream");
 }
 
 void khub__cuda_close(khub_runtime *rt)

@@ -47,6 +47,17 @@ KHUB_INTERNAL khub_status khub__cuda_host_launch(void *host_ctx, void *function,
                                                  const khub_cuda_launch_cfg *cfg,
                                                  void **kernel_params);
 
+/* For the executor (its own device memory and stream, not a plugin's),
+ * failing with the message on rt: free and total bytes of device (makes its
+ * primary context current on this thread); a stream on device, and its
+ * release, which waits for the stream's work first. Allocation and copies
+ * are the khub__cuda_host_* functions with a NULL host_ctx (their message is
+ * khub__plugin_msg()). */
+KHUB_INTERNAL khub_status khub__cuda_mem_info(khub_runtime *rt, int device, size_t *free_bytes,
+                                              size_t *total);
+KHUB_INTERNAL khub_status khub__cuda_stream_new(khub_runtime *rt, int device, void **stream);
+KHUB_INTERNAL khub_status khub__cuda_stream_free(khub_runtime *rt, int device, void *stream);
+
 /* Releases the runtime's hold on the driver (the library itself stays
  * mapped: unloading a GPU driver from a live process is unsafe). */
 KHUB_INTERNAL void khub__cuda_close(khub_runtime *rt);

@@ -23,6 +23,7 @@
 #include "weights.h"
 
 typedef struct khub_tokenizer khub_tokenizer;
+typedef struct khub__place khub__place;
 typedef struct khub_gguf khub_gguf;
 typedef struct khub_safetensors khub_safetensors;
 
@@ -49,6 +50,9 @@ typedef struct khub__bound {
     khub__role role;
     int32_t dtype_id; /* of the weight / KV, -1 when none */
     khub_binding *b;  /* owned by the runtime */
+    /* The registry query that chose b, for the same query on another
+     * device (placement.c); 0 where the binding was not made by a query. */
+    uint32_t kind, flags, kv_layout;
 } khub__bound;
 
 /* A weight matrix with the binding that runs it (linear or qlinear). */
@@ -162,6 +166,9 @@ struct khub_model {
 
     /* Tensor parallelism (tp.h): size 1 without. */
     khub__tp tp;
+
+    /* Device placement (placement.h): owned, NULL for a model on the CPU. */
+    khub__place *place;
 };
 
 /* Runs tokens[0..n) laid out as segs[0..n_segs) (n = sum of segs[i].n <=

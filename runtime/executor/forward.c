@@ -386,6 +386,12 @@ static khub_status kv_pin(khub_model *m)
 khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg *segs, int n_segs)
 {
     int64_t n = 0, hidden = m->cfg.hidden_size;
+    /* A model placed on a CUDA device (placement.c) has its weights and
+     * blocks there, but the pass below reads host memory only. */
+    KHUB_RETURN_IF(m->rt, m->place, KHUB_STATUS_UNSUPPORTED,
+                   "%s: the forward pass on a CUDA device is not built yet (issue 19: placement, "
+                   "upload and memory are; see docs/gpu.md); load the model for the CPU",
+                   m->file);
     KHUB_FORWARD_IF_ERROR(m->rt, plan(m, segs, n_segs, &n));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_lead_forward(m, tokens, segs, n_segs));
     KHUB_FORWARD_IF_ERROR(m->rt, embed(m, tokens, n));

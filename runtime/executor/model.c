@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "model_impl.h"
+#include "placement.h"
 #include "safetensors.h"
 #include "tokenizer.h"
 
@@ -44,11 +45,14 @@ static khub_status read_opts(khub_runtime *rt, const khub_model_opts *in, khub_m
                    "khub_model_load: n_threads %d differs from the runtime's pool of %d; set "
                    "khub_runtime_opts.n_threads instead",
                    (int)o->n_threads, pool);
-    KHUB_RETURN_IF(rt, o->device.device_type != 0 && o->device.device_type != KHUB_DEVICE_CPU,
-                   KHUB_STATUS_UNSUPPORTED,
-                   "khub_model_load: device type %d is not supported "
-                   "by the executor yet (only the CPU)",
-                   (int)o->device.device_type);
+    int dt = o->device.device_type;
+    KHUB_RETURN_IF(rt, dt != 0 && dt != KHUB_DEVICE_CPU && dt != KHUB_DEVICE_CUDA,
+                   KHUB_STATUS_INVALID_ARG,
+                   "khub_model_load: device type %d: want KHUB_DEVICE_CPU or KHUB_DEVICE_CUDA", dt);
+    KHUB_RETURN_IF(rt, o->device.device_id < 0 || (dt != KHUB_DEVICE_CUDA && o->device.device_id),
+                   KHUB_STATUS_INVALID_ARG,
+                   "khub_model_load: device id %d: want 0 for the CPU, a CUDA ordinal >= 0",
+                   (int)o->device.device_id);
     int kv_id = khub_dtype_id_of(o->kv_dtype);
     KHUB_RETURN_IF(
         rt, o->kv_dtype.bits != 0 && kv_id != KHUB_DTYPE_ID_F32 && kv_id != KHUB_DTYPE_ID_F16,
@@ -227,6 +231,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
     KHUB_FORWARD_IF_ERROR(m->rt, khub__model_make_cache(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_alloc(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__kv_budget_init(m));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__place_model(m, o.device, p.strict));
     fill_info(m);
     return KHUB_STATUS_OK;
 }
@@ -288,6 +293,7 @@ void khub_model_free(khub_model *m)
                    (int)m->tp.rank, (unsigned long long)m->tp.n_collectives,
                    (double)m->tp.comm_ns / 1e6);
     khub__tp_free(m);
+    khub__place_free(m);
     if (m->cache && m->kv) {
         void *state = NULL;
         const khub_op_desc *op = khub_binding_acquire(m->kv_op, &state);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "model_impl.h"
+#include "placement.h"
 #include "runtime_impl.h"
 
 /* ======================================================================== */
@@ -64,7 +65,7 @@ static khub_status bind_layout(khub_model *m, khub__role role, uint32_t kind, in
     khub_binding *b = NULL;
     khub_status st = khub_registry_select(m->rt, &q, &b);
     if (st != KHUB_STATUS_OK) return st; /* the registry's message names the op */
-    m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b};
+    m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b, kind, flags, kv_layout};
     KHUB_LOG_I(m->rt, "%s -> %s", khub__model_role_name(m, role), khub_binding_name(b));
     *out = b;
     return KHUB_STATUS_OK;
@@ -112,7 +113,7 @@ khub_status khub__model_bind_qmethod(khub_model *m, khub__role role, int32_t dty
                 continue;
             }
             if (!has_qmethod(b, quantize)) continue;
-            m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b};
+            m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b, KHUB_OP_QLINEAR, 0, 0};
             *out = b;
             return KHUB_STATUS_OK;
         }
@@ -353,6 +354,7 @@ const char *khub_model_explain(khub_model *m)
                  (unsigned long long)m->info.kv_bytes_per_token);
         ok = append(m->rt, &s, &len, &cap, line);
     }
+    if (ok && m->place && m->place->text) ok = append(m->rt, &s, &len, &cap, m->place->text);
     if (ok && m->tp.size > 1) {
         char plan[2048];
         khub__tp_explain(m, plan, sizeof plan);

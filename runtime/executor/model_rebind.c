@@ -116,6 +116,10 @@ khub_status khub__model_rebind(khub_model *m, int role, const khub_plugin *plugi
     khub__role roles[2];
     int n_roles = roles_of(role, roles);
     const char *rname = kernel_role_name(role);
+    KHUB_RETURN_IF(m->rt, m->place, KHUB_STATUS_UNSUPPORTED,
+                   "%s: kernel swaps in a model placed on a CUDA device are not built yet; load "
+                   "the model again with the new kernel",
+                   m->file);
     KHUB_RETURN_IF(m->rt, n_roles == 0, KHUB_STATUS_UNSUPPORTED,
                    "%s: the %s kernel cannot be swapped in a running model (%s); load the "
                    "model again with the new kernel",

@@ -28,6 +28,7 @@ typedef struct khub__weight {
     void *owned;      /* khub__aligned_alloc block holding the data, or NULL (mapped) */
     size_t owned_bytes;
     const char *name; /* borrowed from the file's tensor table: for messages */
+    uint64_t dptr;    /* its copy in device memory (placement.c), 0 = none */
 } khub__weight;
 
 /* A source tensor as the file describes it, in PyTorch order (outermost

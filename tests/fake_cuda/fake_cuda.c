@@ -1,18 +1,90 @@
 /* fake_cuda.c: a stand-in libcuda.so.1 for tests on machines without a GPU,
- * found through LD_LIBRARY_PATH. It answers the few driver calls the hub's
- * variant selection makes, from KHUB_FAKE_CUDA="VERSION:CC,CC,..." (for
- * example "13000:90,75": driver 13.0, two GPUs of compute capability 9.0
- * and 7.5). Like a real driver it hands these out through
- * cuGetProcAddress_v2, the only way khub looks them up. Everything else a
- * real driver offers is absent, so the runtime still reports no usable
- * driver to plugins ("lacks cuDevicePrimaryCtxRetain"). */
+ * found through LD_LIBRARY_PATH (scripts) or dlopened by path before khub
+ * opens "libcuda.so.1" (C tests: the loaded library's soname answers).
+ *
+ * Two modes, both from the environment, read on the first call:
+ *   - KHUB_FAKE_CUDA="VERSION:CC,CC,..." (for example "13000:90,75": driver
+ *     13.0, two GPUs of compute capability 9.0 and 7.5) answers only the
+ *     calls the hub's variant selection makes. Everything else is absent,
+ *     so the runtime still reports no usable driver to plugins ("lacks
+ *     cuDevicePrimaryCtxRetain").
+ *   - With KHUB_FAKE_CUDA_MEM=BYTES as well, it is a whole driver as far as
+ *     khub uses one: primary contexts, memory (BYTES per GPU; device
+ *     pointers are host memory, so copies really copy), copies, streams,
+ *     modules and launches. A launch runs nothing: it is counted and marks
+ *     its stream busy until the stream is synchronised. There are no CUDA
+ *     graphs (khub does not capture any yet).
+ * KHUB_FAKE_CUDA_FAIL="cuName" or "cuName@N" makes that call fail (every
+ * time, or the Nth time only) with the error a real driver gives for it
+ * (CUDA_ERROR_OUT_OF_MEMORY for cuMemAlloc, CUDA_ERROR_LAUNCH_FAILED for
+ * cuLaunchKernel, CUDA_ERROR_INVALID_VALUE otherwise).
+ *
+ * Tests read what happened through khub_fake_cuda_stat("name") (dlsym):
+ * allocs_live, bytes_live, bytes_peak, htod_bytes, dtoh_bytes, launches,
+ * streams_live, stream_syncs, busy_destroyed (a stream destroyed with
+ * launches not yet synchronised), modules_live, contexts.
+ *
+ * Every entry point is handed out through cuGetProcAddress_v2, the only way
+ * khub looks them up, and is not thread-safe beyond what khub's tests need
+ * (one thread calls the driver at a time). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define FAKE_MAX_GPUS 8
+#define EXPORT        __attribute__((visibility("default")))
+
+enum {
+    CU_OK = 0,
+    CU_INVALID_VALUE = 1,
+    CU_OUT_OF_MEMORY = 2,
+    CU_NOT_INITIALIZED = 3,
+    CU_NO_DEVICE = 100,
+    CU_INVALID_DEVICE = 101,
+    CU_INVALID_CONTEXT = 201,
+    CU_INVALID_HANDLE = 400,
+    CU_NOT_FOUND = 500,
+    CU_LAUNCH_FAILED = 719
+};
 
 static int version, n_gpus, ccs[FAKE_MAX_GPUS];
+static unsigned long long mem_limit; /* bytes per GPU, 0 = probe-only driver */
+static char fail_name[64];
+static long fail_at; /* 0 = every call */
+static long fail_seen;
+
+typedef struct fake_alloc {
+    struct fake_alloc *next;
+    void *p;
+    size_t n;
+    int dev;
+} fake_alloc;
+
+typedef struct fake_stream {
+    struct fake_stream *next;
+    int dev;
+    long pending; /* launches since the last synchronisation */
+} fake_stream;
+
+typedef struct fake_module {
+    struct fake_module *next;
+    int dev;
+} fake_module;
+
+static fake_alloc *allocs;
+static fake_stream *streams;
+static fake_module *modules;
+static unsigned long long used[FAKE_MAX_GPUS];
+static long st_allocs_live, st_launches, st_streams_live, st_syncs, st_busy_destroyed;
+static long st_modules_live, st_contexts;
+static unsigned long long st_bytes_live, st_bytes_peak, st_htod, st_dtoh;
+static long legacy_pending; /* launches on the NULL stream */
+/* The device of the current context: one for the process, not per thread
+ * as in a real driver (a __thread here trips LeakSanitizer's scan of
+ * dynamic TLS in a dlopened library); khub's tests call the driver from
+ * one thread at a time. */
+static int current = -1;
 
 static void parse(void)
 {
@@ -29,77 +101,367 @@ static void parse(void)
         if (end == s) break;
         ccs[n_gpus++] = cc;
     }
+    const char *m = getenv("KHUB_FAKE_CUDA_MEM");
+    if (m) mem_limit = strtoull(m, NULL, 10);
+    const char *f = getenv("KHUB_FAKE_CUDA_FAIL");
+    if (f) {
+        snprintf(fail_name, sizeof fail_name, "%s", f);
+        char *at = strchr(fail_name, '@');
+        if (at) *at = '\0', fail_at = strtol(at + 1, NULL, 10);
+    }
 }
 
-__attribute__((visibility("default"))) int cuInit(unsigned flags)
+/* Whether this call of `name` is the one told to fail. */
+static int fails(const char *name)
+{
+    if (!fail_name[0] || strcmp(name, fail_name) != 0) return 0;
+    fail_seen++;
+    return fail_at == 0 || fail_seen == fail_at;
+}
+
+EXPORT long khub_fake_cuda_stat(const char *what)
+{
+    const struct {
+        const char *name;
+        long value;
+    } t[] = {
+        {"allocs_live", st_allocs_live},
+        {"bytes_live", (long)st_bytes_live},
+        {"bytes_peak", (long)st_bytes_peak},
+        {"htod_bytes", (long)st_htod},
+        {"dtoh_bytes", (long)st_dtoh},
+        {"launches", st_launches},
+        {"streams_live", st_streams_live},
+        {"stream_syncs", st_syncs},
+        {"busy_destroyed", st_busy_destroyed},
+        {"modules_live", st_modules_live},
+        {"contexts", st_contexts},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (strcmp(what, t[i].name) == 0) return t[i].value;
+    return -1;
+}
+
+/* ======================================================================== */
+/* Probe: driver version, devices, attributes                               */
+/* ======================================================================== */
+
+EXPORT int cuInit(unsigned flags)
 {
     (void)flags;
     parse();
-    return version > 0 ? 0 : 100; /* CUDA_ERROR_NO_DEVICE */
+    return version > 0 ? CU_OK : CU_NO_DEVICE;
 }
 
-__attribute__((visibility("default"))) int cuDriverGetVersion(int *v)
+EXPORT int cuDriverGetVersion(int *v)
 {
     parse();
     *v = version;
-    return version > 0 ? 0 : 100;
+    return version > 0 ? CU_OK : CU_NO_DEVICE;
 }
 
-__attribute__((visibility("default"))) int cuDeviceGetCount(int *n)
+EXPORT int cuDeviceGetCount(int *n)
 {
     parse();
     *n = n_gpus;
-    return 0;
+    return CU_OK;
 }
 
-__attribute__((visibility("default"))) int cuDeviceGet(int *dev, int ordinal)
+EXPORT int cuDeviceGet(int *dev, int ordinal)
 {
     parse();
-    if (ordinal < 0 || ordinal >= n_gpus) return 101; /* CUDA_ERROR_INVALID_DEVICE */
+    if (ordinal < 0 || ordinal >= n_gpus) return CU_INVALID_DEVICE;
     *dev = ordinal;
-    return 0;
+    return CU_OK;
 }
 
 /* 75, 76: CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR / _MINOR. */
-__attribute__((visibility("default"))) int cuDeviceGetAttribute(int *v, int attr, int dev)
+EXPORT int cuDeviceGetAttribute(int *v, int attr, int dev)
 {
     parse();
-    if (dev < 0 || dev >= n_gpus) return 101;
+    if (dev < 0 || dev >= n_gpus) return CU_INVALID_DEVICE;
     if (attr == 75)
         *v = ccs[dev] / 10;
     else if (attr == 76)
         *v = ccs[dev] % 10;
     else
-        return 1; /* CUDA_ERROR_INVALID_VALUE */
+        return CU_INVALID_VALUE;
+    return CU_OK;
+}
+
+/* ======================================================================== */
+/* Contexts (a context is its device + 1)                                   */
+/* ======================================================================== */
+
+EXPORT int cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+    if (dev < 0 || dev >= n_gpus) return CU_INVALID_DEVICE;
+    if (fails("cuDevicePrimaryCtxRetain")) return CU_OUT_OF_MEMORY;
+    *ctx = (void *)(intptr_t)(dev + 1);
+    st_contexts++;
+    return CU_OK;
+}
+
+EXPORT int cuCtxSetCurrent(void *ctx)
+{
+    intptr_t d = (intptr_t)ctx - 1;
+    if (ctx && (d < 0 || d >= n_gpus)) return CU_INVALID_CONTEXT;
+    current = ctx ? (int)d : -1;
+    return CU_OK;
+}
+
+EXPORT int cuCtxGetCurrent(void **ctx)
+{
+    *ctx = current < 0 ? NULL : (void *)(intptr_t)(current + 1);
+    return CU_OK;
+}
+
+/* ======================================================================== */
+/* Memory and copies                                                        */
+/* ======================================================================== */
+
+EXPORT int cuMemGetInfo(size_t *free_bytes, size_t *total)
+{
+    if (current < 0) return CU_INVALID_CONTEXT;
+    if (fails("cuMemGetInfo")) return CU_INVALID_VALUE;
+    *total = (size_t)mem_limit;
+    *free_bytes = (size_t)(mem_limit - used[current]);
+    return CU_OK;
+}
+
+EXPORT int cuMemAlloc(unsigned long long *dptr, size_t n)
+{
+    if (current < 0) return CU_INVALID_CONTEXT;
+    if (n == 0) return CU_INVALID_VALUE;
+    if (fails("cuMemAlloc") || n > mem_limit - used[current]) return CU_OUT_OF_MEMORY;
+    fake_alloc *a = calloc(1, sizeof *a);
+    void *p = malloc(n);
+    if (!a || !p) {
+        free(a), free(p);
+        return CU_OUT_OF_MEMORY;
+    }
+    memset(p, 0xA5, n); /* device memory starts as garbage, never zeros */
+    *a = (fake_alloc){allocs, p, n, current};
+    allocs = a;
+    used[current] += n;
+    st_allocs_live++;
+    st_bytes_live += n;
+    if (st_bytes_live > st_bytes_peak) st_bytes_peak = st_bytes_live;
+    *dptr = (unsigned long long)(uintptr_t)p;
+    return CU_OK;
+}
+
+EXPORT int cuMemFree(unsigned long long dptr)
+{
+    fake_alloc **at = &allocs;
+    while (*at && (uintptr_t)(*at)->p != dptr) at = &(*at)->next;
+    if (!*at) return CU_INVALID_VALUE;
+    fake_alloc *a = *at;
+    *at = a->next;
+    used[a->dev] -= a->n;
+    st_allocs_live--;
+    st_bytes_live -= a->n;
+    free(a->p);
+    free(a);
+    return CU_OK;
+}
+
+/* Whether [p, p + n) lies inside one allocation: a copy outside one is a
+ * bug in the caller that a real GPU reports as an illegal address. */
+static int inside(unsigned long long p, size_t n)
+{
+    for (fake_alloc *a = allocs; a; a = a->next) {
+        uintptr_t b = (uintptr_t)a->p;
+        if (p >= b && p - b <= a->n && n <= a->n - (p - b)) return 1;
+    }
     return 0;
 }
 
+EXPORT int cuMemcpyHtoDAsync(unsigned long long dst, const void *src, size_t n, void *stream)
+{
+    (void)stream;
+    if (fails("cuMemcpyHtoDAsync") || !inside(dst, n)) return CU_INVALID_VALUE;
+    memcpy((void *)(uintptr_t)dst, src, n);
+    st_htod += n;
+    return CU_OK;
+}
+
+EXPORT int cuMemcpyDtoHAsync(void *dst, unsigned long long src, size_t n, void *stream)
+{
+    (void)stream;
+    if (fails("cuMemcpyDtoHAsync") || !inside(src, n)) return CU_INVALID_VALUE;
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    st_dtoh += n;
+    return CU_OK;
+}
+
+/* ======================================================================== */
+/* Streams                                                                  */
+/* ======================================================================== */
+
+static fake_stream *find_stream(void *s)
+{
+    fake_stream *f = streams;
+    while (f && f != s) f = f->next;
+    return f;
+}
+
+EXPORT int cuStreamCreate(void **stream, unsigned flags)
+{
+    (void)flags;
+    if (current < 0) return CU_INVALID_CONTEXT;
+    if (fails("cuStreamCreate")) return CU_OUT_OF_MEMORY;
+    fake_stream *s = calloc(1, sizeof *s);
+    if (!s) return CU_OUT_OF_MEMORY;
+    s->dev = current;
+    s->next = streams;
+    streams = s;
+    st_streams_live++;
+    *stream = s;
+    return CU_OK;
+}
+
+EXPORT int cuStreamSynchronize(void *stream)
+{
+    if (fails("cuStreamSynchronize")) return CU_LAUNCH_FAILED; /* a kernel's error surfaces here */
+    st_syncs++;
+    if (!stream) {
+        legacy_pending = 0;
+        return CU_OK;
+    }
+    fake_stream *s = find_stream(stream);
+    if (!s) return CU_INVALID_HANDLE;
+    s->pending = 0;
+    return CU_OK;
+}
+
+EXPORT int cuStreamDestroy(void *stream)
+{
+    fake_stream **at = &streams;
+    while (*at && *at != stream) at = &(*at)->next;
+    if (!*at) return CU_INVALID_HANDLE;
+    fake_stream *s = *at;
+    *at = s->next;
+    if (s->pending) st_busy_destroyed++;
+    st_streams_live--;
+    free(s);
+    return CU_OK;
+}
+
+/* ======================================================================== */
+/* Modules and launches                                                     */
+/* ======================================================================== */
+
+EXPORT int cuModuleLoadData(void **mod, const void *image)
+{
+    if (current < 0) return CU_INVALID_CONTEXT;
+    if (!image || fails("cuModuleLoadData")) return CU_INVALID_VALUE;
+    fake_module *m = calloc(1, sizeof *m);
+    if (!m) return CU_OUT_OF_MEMORY;
+    m->dev = current;
+    m->next = modules;
+    modules = m;
+    st_modules_live++;
+    *mod = m;
+    return CU_OK;
+}
+
+EXPORT int cuModuleGetFunction(void **fn, void *mod, const char *name)
+{
+    if (!mod || !name || fails("cuModuleGetFunction")) return CU_NOT_FOUND;
+    *fn = mod; /* any non-NULL handle will do */
+    return CU_OK;
+}
+
+EXPORT int cuModuleUnload(void *mod)
+{
+    fake_module **at = &modules;
+    while (*at && *at != mod) at = &(*at)->next;
+    if (!*at) return CU_INVALID_HANDLE;
+    fake_module *m = *at;
+    *at = m->next;
+    st_modules_live--;
+    free(m);
+    return CU_OK;
+}
+
+EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, unsigned shared, void *stream, void **params, void **extra)
+{
+    (void)shared, (void)params, (void)extra;
+    if (!fn || !gx || !gy || !gz || !bx || !by || !bz || (unsigned long)bx * by * bz > 1024)
+        return CU_INVALID_VALUE;
+    if (fails("cuLaunchKernel")) return CU_LAUNCH_FAILED;
+    fake_stream *s = stream ? find_stream(stream) : NULL;
+    if (stream && !s) return CU_INVALID_HANDLE;
+    if (s)
+        s->pending++;
+    else
+        legacy_pending++;
+    st_launches++;
+    return CU_OK;
+}
+
+EXPORT int cuGetErrorName(int r, const char **name)
+{
+    switch (r) {
+    case CU_OK: *name = "CUDA_SUCCESS"; return CU_OK;
+    case CU_INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; return CU_OK;
+    case CU_OUT_OF_MEMORY: *name = "CUDA_ERROR_OUT_OF_MEMORY"; return CU_OK;
+    case CU_INVALID_CONTEXT: *name = "CUDA_ERROR_INVALID_CONTEXT"; return CU_OK;
+    case CU_INVALID_HANDLE: *name = "CUDA_ERROR_INVALID_HANDLE"; return CU_OK;
+    case CU_NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; return CU_OK;
+    case CU_LAUNCH_FAILED: *name = "CUDA_ERROR_LAUNCH_FAILED"; return CU_OK;
+    default: *name = NULL; return CU_INVALID_VALUE;
+    }
+}
+
+/* ======================================================================== */
+/* cuGetProcAddress_v2                                                      */
+/* ======================================================================== */
+
 /* CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
  *                              cuuint64_t flags, CUdriverProcAddressQueryResult *status) */
-__attribute__((visibility("default"))) int cuGetProcAddress_v2(const char *symbol, void **pfn,
-                                                               int cuda_version,
-                                                               unsigned long long flags,
-                                                               int *status)
+EXPORT int cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version,
+                               unsigned long long flags, int *status)
 {
     static const struct {
         const char *name;
         void *fn;
+        int full; /* only in the whole-driver mode */
     } table[] = {
-        {"cuInit", (void *)cuInit},
-        {"cuDriverGetVersion", (void *)cuDriverGetVersion},
-        {"cuDeviceGetCount", (void *)cuDeviceGetCount},
-        {"cuDeviceGet", (void *)cuDeviceGet},
-        {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute},
+        {"cuInit", (void *)cuInit, 0},
+        {"cuDriverGetVersion", (void *)cuDriverGetVersion, 0},
+        {"cuDeviceGetCount", (void *)cuDeviceGetCount, 0},
+        {"cuDeviceGet", (void *)cuDeviceGet, 0},
+        {"cuDeviceGetAttribute", (void *)cuDeviceGetAttribute, 0},
+        {"cuDevicePrimaryCtxRetain", (void *)cuDevicePrimaryCtxRetain, 1},
+        {"cuCtxSetCurrent", (void *)cuCtxSetCurrent, 1},
+        {"cuCtxGetCurrent", (void *)cuCtxGetCurrent, 1},
+        {"cuMemGetInfo", (void *)cuMemGetInfo, 1},
+        {"cuMemAlloc", (void *)cuMemAlloc, 1},
+        {"cuMemFree", (void *)cuMemFree, 1},
+        {"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync, 1},
+        {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync, 1},
+        {"cuStreamSynchronize", (void *)cuStreamSynchronize, 1},
+        {"cuStreamCreate", (void *)cuStreamCreate, 1},
+        {"cuStreamDestroy", (void *)cuStreamDestroy, 1},
+        {"cuModuleLoadData", (void *)cuModuleLoadData, 1},
+        {"cuModuleGetFunction", (void *)cuModuleGetFunction, 1},
+        {"cuModuleUnload", (void *)cuModuleUnload, 1},
+        {"cuLaunchKernel", (void *)cuLaunchKernel, 1},
+        {"cuGetErrorName", (void *)cuGetErrorName, 1},
     };
     (void)cuda_version, (void)flags;
+    parse();
     *pfn = NULL;
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-        if (strcmp(symbol, table[i].name) == 0) {
+        if (strcmp(symbol, table[i].name) == 0 && (!table[i].full || mem_limit > 0)) {
             *pfn = table[i].fn;
             if (status) *status = 0; /* CU_GET_PROC_ADDRESS_SUCCESS */
-            return 0;
+            return CU_OK;
         }
     }
     if (status) *status = 1; /* CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND */
-    return 500;              /* CUDA_ERROR_NOT_FOUND */
+    return CU_NOT_FOUND;
 }

@@ -48,6 +48,24 @@ static int switch_flag(cli_model_args *a, const char *f)
     return to != NULL;
 }
 
+/* --device: "cpu", "cuda" or "cuda:N"; 0, or the usage error's status. */
+static int device_flag(const khub_cli_cmd *cmd, cli_model_args *a, const char *v)
+{
+    char *end = NULL;
+    if (v && !strcmp(v, "cpu")) {
+        a->device = (khub_device){KHUB_DEVICE_CPU, 0};
+        return 0;
+    }
+    if (v && !strncmp(v, "cuda", 4) && (!v[4] || v[4] == ':')) {
+        long n = v[4] ? strtol(v + 5, &end, 10) : 0;
+        if (!v[4] || (end != v + 5 && !*end && n >= 0 && n < 1024)) {
+            a->device = (khub_device){KHUB_DEVICE_CUDA, (int32_t)n};
+            return 0;
+        }
+    }
+    return khub_cli_usage(cmd, "--device wants cpu, cuda or cuda:N, got '%s'", v ? v : "");
+}
+
 /* The shared flags with a string value; 1 when f was one. */
 static int string_flag(const khub_cli_cmd *cmd, cli_model_args *a, const char *f, const char *v,
                        int *rc)
@@ -57,6 +75,8 @@ static int string_flag(const khub_cli_cmd *cmd, cli_model_args *a, const char *f
         a->role[role] = v;
     else if (!strcmp(f, "--model"))
         a->model = v;
+    else if (!strcmp(f, "--device"))
+        *rc = v ? device_flag(cmd, a, v) : 0;
     else if (!strcmp(f, "--kernels"))
         a->kernels = v;
     else if (!strcmp(f, "--lock"))
@@ -190,7 +210,8 @@ khub_model *cli_model_open_hub(const char *cmd, const cli_model_args *a, int32_t
                           .kv_block_size = a->block_size,
                           .kv_max_bytes = (uint64_t)a->kv_mib << 20,
                           .tp_size = a->tp,
-                          .comm = a->comm};
+                          .comm = a->comm,
+                          .device = a->device};
     if (progress) {
         mo.progress = on_layer;
         mo.progress_ud = (void *)a->model;

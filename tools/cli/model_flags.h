@@ -40,6 +40,7 @@ typedef struct cli_model_args {
     int32_t max_batch_tokens; /* 0 = the default */
     khub_generate_opts gen;   /* sampling; stop and system point into this struct */
     int tp;                   /* tensor-parallel ranks (khub run --tp), 0 = none */
+    khub_device device;       /* --device: {0, 0} = the CPU */
     const khub_comm *comm;    /* their collectives (comm_mpi.h), borrowed; NULL = none */
 } cli_model_args;
 
@@ -119,6 +120,10 @@ int cli_model_sampling_flag(const char *f);
     "  --verify-kernels      check every norm, activation, rotary, linear and attention call\n" \
     "                        against khub/ref-cpu (NMSE per op kind); a kernel that differs\n" \
     "                        fails the run naming plugin, op, role and NMSE (slow: a debug aid)\n" \
-    "  --strict              fail instead of falling back (no variant, plugin cannot serve)\n"
+    "  --strict              fail instead of falling back (no variant, plugin cannot serve,\n" \
+    "                        with --device cuda: a role without a CUDA kernel)\n" \
+    "  --device DEV          cpu (default), cuda or cuda:N: places the model on a CUDA GPU\n" \
+    "                        (weights uploaded, memory per part in --explain; the forward\n" \
+    "                        pass on the device is not built yet: docs/gpu.md)\n"
 
 #endif /* KHUB_CLI_MODEL_FLAGS_H */

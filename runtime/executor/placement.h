@@ -1,0 +1,53 @@
+/*
+ * placement.h: where a model's parts live when it is loaded for a CUDA
+ * device (khub_model_opts.device, `khub run --device cuda[:N]`; issue 19),
+ * m->place, NULL for a model on the CPU.
+ * runtime/executor/placement.c; docs/gpu.md says what runs and what waits.
+ *
+ * The plan, made after the CPU load (so every role has its CPU binding as
+ * the fallback): each role asks the registry for a CUDA op of the same
+ * kind, dtype and flags. A role that gets one runs on the device and its
+ * weights are uploaded there once (block formats as they are: quantized
+ * weights stay quantized); a role that gets none stays on the CPU, and the
+ * copies that costs per token are named in khub_model_explain, or, with
+ * strict, the load fails. Activations and scratch are on the device; the
+ * KV cache is there when the kv_cache role has a CUDA op. The memory of
+ * each part is checked against the device's free memory before anything
+ * is allocated.
+ *
+ * What waits (docs/gpu.md): the forward pass on the device. A model placed
+ * on CUDA loads, reports and frees, and khub__forward refuses it with
+ * UNSUPPORTED until the device forward lands with a GPU to check it.
+ */
+#ifndef KHUB_RUNTIME_PLACEMENT_H
+#define KHUB_RUNTIME_PLACEMENT_H
+
+#include "executor.h"
+
+typedef struct khub__place {
+    int32_t device;                        /* CUDA ordinal */
+    int32_t driver;                        /* driver version, e.g. 12080 */
+    int32_t cc;                            /* compute capability x10 */
+    khub_binding *cuda[KHUB__ROLE__COUNT]; /* the role's CUDA op, NULL = CPU (runtime-owned) */
+    bool used[KHUB__ROLE__COUNT];          /* the model calls the role in its forward pass */
+    void *stream;                          /* the model's CUstream (owned) */
+    uint64_t weights_dptr, kv_dptr, scratch_dptr;   /* device blocks (owned), 0 = none */
+    uint64_t weight_bytes, kv_bytes, scratch_bytes; /* planned device bytes per part */
+    uint64_t host_weight_bytes;                     /* weights of CPU roles, left in host memory */
+    uint64_t free_bytes, total_bytes; /* the device's memory before this load's blocks */
+    int32_t n_cuda, n_cpu;            /* roles on each side */
+    char *text;                       /* owned: khub_model_explain's placement section */
+} khub__place;
+
+/* Makes m's placement for opts.device (a CUDA device; the CPU needs none):
+ * the driver and the device, the plan, the memory check, the allocations
+ * and the weight upload. strict: a role without a CUDA op is an error.
+ * Statuses (each message names the device): NO_CUDA (no driver, or no GPU
+ * on it), INVALID_ARG (no such ordinal), NO_KERNEL (strict, naming the
+ * role), NOMEM (does not fit: each part, the sum and the free bytes),
+ * CUDA (a driver call failed), UNSUPPORTED (tensor parallelism). */
+KHUB_INTERNAL khub_status khub__place_model(khub_model *m, khub_device device, bool strict);
+/* Frees the device blocks and the stream (waiting for it first). */
+KHUB_INTERNAL void khub__place_free(khub_model *m);
+
+#endif /* KHUB_RUNTIME_PLACEMENT_H */

@@ -1,0 +1,504 @@
+/*
+ * test_placement.c: the host side of a model loaded for a CUDA device
+ * (runtime/executor/placement.c, issue 19 items 1, 4 and 5) and of the
+ * driver layer under it (runtime/device/cuda.c), without a GPU: each case
+ * dlopens the fake driver (tests/fake_cuda) by path before khub opens
+ * "libcuda.so.1", so the name resolves to it, and reads what the driver
+ * saw through khub_fake_cuda_stat. The fake runs no kernel: nothing here
+ * checks numbers computed on a device (tools/gpu-check.sh does, on a GPU).
+ *
+ * The model is a tiny random Llama written here (F32 safetensors, tied
+ * embeddings), so its sizes are known exactly.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "khub/khub_model.h"
+#include "plugins/tp_util.h"
+#include "runtime_impl.h"
+
+/* ======================================================================== */
+/* The fake driver                                                          */
+/* ======================================================================== */
+
+static long (*fake_stat)(const char *);
+
+/* Loads the fake driver with KHUB_FAKE_CUDA=spec, KHUB_FAKE_CUDA_MEM=mem
+ * and KHUB_FAKE_CUDA_FAIL=fail (NULL = unset). Each case is its own
+ * process, so each gets a fresh driver. */
+static void fake(const char *spec, const char *mem, const char *fail)
+{
+    setenv("KHUB_FAKE_CUDA", spec, 1);
+    if (mem)
+        setenv("KHUB_FAKE_CUDA_MEM", mem, 1);
+    else
+        unsetenv("KHUB_FAKE_CUDA_MEM");
+    if (fail)
+        setenv("KHUB_FAKE_CUDA_FAIL", fail, 1);
+    else
+        unsetenv("KHUB_FAKE_CUDA_FAIL");
+    void *h = dlopen(KHUB_BINARY_DIR "/fake-cuda/libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) TEST_FAIL_("the fake driver: %s", dlerror());
+    fake_stat = (long (*)(const char *))dlsym(h, "khub_fake_cuda_stat");
+    ASSERT(fake_stat != NULL);
+}
+
+static long stat_of(const char *what)
+{
+    long v = fake_stat(what);
+    if (v < 0) TEST_FAIL_("the fake driver has no statistic %s", what);
+    return v;
+}
+
+/* ======================================================================== */
+/* A tiny model                                                             */
+/* ======================================================================== */
+
+enum { HID = 64, HEADS = 4, KVH = 2, HD = 16, FFN = 128, VOCAB = 256, LAYERS = 2 };
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+/* Elements of every tensor, in file order (its names below). */
+typedef struct tensor {
+    char name[80];
+    int64_t r, c; /* c 0 = a vector */
+} tensor;
+
+static int tensors(tensor *t)
+{
+    int n = 0;
+#define ADD(R, C, ...) \
+    (snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__), t[n].r = (R), t[n].c = (C), n++)
+    ADD(VOCAB, HID, "model.embed_tokens.weight");
+    ADD(HID, 0, "model.norm.weight");
+    for (int L = 0; L < LAYERS; L++) {
+        ADD(HID, 0, "model.layers.%d.input_layernorm.weight", L);
+        ADD(HID, 0, "model.layers.%d.post_attention_layernorm.weight", L);
+        ADD(HEADS * HD, HID, "model.layers.%d.self_attn.q_proj.weight", L);
+        ADD(KVH * HD, HID, "model.layers.%d.self_attn.k_proj.weight", L);
+        ADD(KVH * HD, HID, "model.layers.%d.self_attn.v_proj.weight", L);
+        ADD(HID, HEADS * HD, "model.layers.%d.self_attn.o_proj.weight", L);
+        ADD(FFN, HID, "model.layers.%d.mlp.gate_proj.weight", L);
+        ADD(FFN, HID, "model.layers.%d.mlp.up_proj.weight", L);
+        ADD(HID, FFN, "model.layers.%d.mlp.down_proj.weight", L);
+    }
+#undef ADD
+    return n;
+}
+
+static const char *tiny_model(void)
+{
+    static char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/khub-placement-%d", (int)getpid());
+    mkdir(dir, 0700);
+    char path[256], hdr[8192];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    ASSERT(f);
+    fprintf(f,
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+            "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
+            "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
+            "\"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, "
+            "\"max_position_embeddings\": 512, \"tie_word_embeddings\": true, "
+            "\"bos_token_id\": 1, \"eos_token_id\": 2, \"hidden_act\": \"silu\", "
+            "\"torch_dtype\": \"float32\"}\n",
+            HID, FFN, LAYERS, HEADS, KVH, HD, VOCAB);
+    fclose(f);
+    tensor t[32];
+    int n = tensors(t);
+    size_t len = 1, off = 0;
+    hdr[0] = '{';
+    for (int i = 0; i < n; i++) {
+        size_t cnt = (size_t)t[i].r * (size_t)(t[i].c ? t[i].c : 1);
+        if (t[i].c)
+            len += (size_t)snprintf(hdr + len, sizeof hdr - len,
+                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
+                                    "\"data_offsets\":[%zu,%zu]}",
+                                    i ? "," : "", t[i].name, (long long)t[i].r, (long long)t[i].c,
+                                    off, off + cnt * 4);
+        else
+            len += (size_t)snprintf(hdr + len, sizeof hdr - len,
+                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
+                                    "\"data_offsets\":[%zu,%zu]}",
+                                    i ? "," : "", t[i].name, (long long)t[i].r, off, off + cnt * 4);
+        off += cnt * 4;
+    }
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
+    while (len % 8) hdr[len++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    ASSERT(f);
+    uint64_t hl = len;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, len, f);
+    for (int i = 0; i < n; i++) {
+        size_t cnt = (size_t)t[i].r * (size_t)(t[i].c ? t[i].c : 1);
+        for (size_t k = 0; k < cnt; k++) {
+            float v = t[i].c ? frand() / sqrtf((float)t[i].c) : 1.0f + 0.1f * frand();
+            fwrite(&v, 4, 1, f);
+        }
+    }
+    ASSERT_EQ(fclose(f), 0);
+    return dir;
+}
+
+static void tiny_rm(const char *dir)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
+static size_t up256(size_t n) { return (n + 255) / 256 * 256; }
+
+/* Device bytes of the weights of the roles test/cuda-ops serves (norms and
+ * every dense projection, and the tied head as its own copy: the lm_head
+ * role reads it), each rounded up to placement.c's 256-byte alignment; and
+ * the same weights' bytes as copied. */
+static void device_weights(size_t *aligned, size_t *copied)
+{
+    tensor t[32];
+    int n = tensors(t);
+    *aligned = *copied = 0;
+    for (int i = 0; i < n; i++) {
+        size_t b = (size_t)t[i].r * (size_t)(t[i].c ? t[i].c : 1) * 4;
+        *aligned += up256(b); /* the embedding's bytes count once, as the head's */
+        *copied += b;
+    }
+}
+
+/* ======================================================================== */
+/* Loading                                                                  */
+/* ======================================================================== */
+
+typedef struct fixture {
+    khub_runtime *rt;
+    khub_model *m;
+    const char *dir;
+} fixture;
+
+/* A runtime with the built-in plugins (and test/cuda-ops when cuda_ops),
+ * and the tiny model loaded for device; st is what the load returned. */
+static khub_status load(fixture *f, khub_device device, bool cuda_ops, bool strict)
+{
+    memset(f, 0, sizeof *f);
+    f->rt = tp_runtime(1);
+    ASSERT_OK(khub_plugin_load_builtin(f->rt));
+    if (cuda_ops) tp_load(f->rt, "cuda_ops");
+    f->dir = tiny_model();
+    khub_model_opts o = {KHUB_APP_INIT(khub_model_opts),
+                         .device = device,
+                         .strict = strict,
+                         .max_context = 64,
+                         .max_seqs = 2,
+                         .max_batch = 16};
+    return khub_model_load(f->rt, f->dir, &o, &f->m);
+}
+
+static void unload(fixture *f)
+{
+    khub_model_free(f->m);
+    khub_runtime_free(f->rt);
+    tiny_rm(f->dir);
+}
+
+static const khub_device cuda0 = {KHUB_DEVICE_CUDA, 0};
+
+/* ======================================================================== */
+/* The driver and the device                                                */
+/* ======================================================================== */
+
+TEST_IMPL(placement_without_driver)
+{
+    if (khub__cuda_info(NULL, NULL, NULL) == KHUB_STATUS_OK)
+        TEST_SKIP("a CUDA driver is present; this case checks its absence");
+    fixture f;
+    ASSERT_STATUS(load(&f, cuda0, false, false), KHUB_STATUS_NO_CUDA);
+    ASSERT(f.m == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": device cuda:0 needs the CUDA driver: no CUDA driver (libcuda.so.1: ");
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt), "; use the CPU");
+    unload(&f);
+}
+
+TEST_IMPL(placement_driver_without_gpu)
+{
+    fake("12080:", "1000000", NULL);
+    fixture f;
+    ASSERT_STATUS(load(&f, cuda0, false, false), KHUB_STATUS_NO_CUDA);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": device cuda:0: CUDA driver 12.8 is present but sees no GPU; use the CPU");
+    unload(&f);
+}
+
+TEST_IMPL(placement_no_such_ordinal)
+{
+    fake("12080:90,80", "100000000", NULL);
+    fixture f;
+    ASSERT_STATUS(load(&f, (khub_device){KHUB_DEVICE_CUDA, 2}, false, false),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": device cuda:2: 2 CUDA device(s) present (cuda:0..cuda:1)");
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    unload(&f);
+}
+
+TEST_IMPL(placement_bad_device_options)
+{
+    fixture f;
+    ASSERT_STATUS(load(&f, (khub_device){7, 0}, false, false), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    "khub_model_load: device type 7: want KHUB_DEVICE_CPU or KHUB_DEVICE_CUDA");
+    unload(&f);
+    ASSERT_STATUS(load(&f, (khub_device){KHUB_DEVICE_CPU, 1}, false, false),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    "khub_model_load: device id 1: want 0 for the CPU, a CUDA ordinal >= 0");
+    unload(&f);
+}
+
+/* ======================================================================== */
+/* The plan: fallback, strict, mixed                                        */
+/* ======================================================================== */
+
+/* Only CPU plugins: every role falls back, named with its copies; the
+ * activations' scratch is still the only block on the device; the forward
+ * pass is refused (it is not built for the device yet). */
+TEST_IMPL(placement_all_roles_fall_back)
+{
+    fake("12080:90", "100000000", NULL);
+    fixture f;
+    ASSERT_OK(load(&f, cuda0, false, false));
+    const char *ex = khub_model_explain(f.m);
+    ASSERT_CONTAINS(ex, "placement: cuda:0 (sm_90, driver 12.8): 0 roles on the device, ");
+    ASSERT_CONTAINS(ex, "  rms_norm: cpu fallback, khub/");
+    ASSERT_CONTAINS(ex, "(no CUDA kernel: no norm op fits: ");
+    ASSERT_CONTAINS(ex, "  qkv_proj: cpu fallback, ");
+    ASSERT_CONTAINS(ex, "    copies per token each time it runs: device->host 256 B (x), "
+                        "host->device 512 B (q, k, v)\n");
+    ASSERT_CONTAINS(ex, "KV cache 0.0 MiB (on the host)");
+    ASSERT_CONTAINS(ex, "forward pass on the device: not built yet (docs/gpu.md); CUDA graphs: no");
+    ASSERT_EQ(stat_of("allocs_live"), 1); /* the scratch */
+    ASSERT_EQ(stat_of("htod_bytes"), 0);  /* no weight went up */
+    ASSERT_EQ(stat_of("streams_live"), 1);
+    float logits[VOCAB];
+    int32_t ids[] = {1, 5};
+    khub_status st = khub_model_logits(f.m, ids, 2, logits);
+    ASSERT_STATUS(st, KHUB_STATUS_UNSUPPORTED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": the forward pass on a CUDA device is not built yet (issue 19: placement, "
+                    "upload and memory are; see docs/gpu.md); load the model for the CPU");
+    khub_model_free(f.m);
+    f.m = NULL;
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    ASSERT_EQ(stat_of("busy_destroyed"), 0);
+    unload(&f);
+}
+
+TEST_IMPL(placement_strict_refuses_a_cpu_role)
+{
+    fake("12080:90", "100000000", NULL);
+    fixture f;
+    ASSERT_STATUS(load(&f, cuda0, true, true), KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": cuda:0: strict: role rotary has no CUDA kernel (");
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    "); load one that serves it, or drop strict to run it on the CPU");
+    ASSERT_EQ(stat_of("allocs_live"), 0); /* refused before any allocation */
+    unload(&f);
+}
+
+/* test/cuda-ops serves the norms, the dense projections and the
+ * activation: their weights go up once, exactly their bytes; rotary, the
+ * cache and attention stay on the CPU with their copies named. */
+TEST_IMPL(placement_mixed_uploads_device_weights)
+{
+    fake("12080:90", "100000000", NULL);
+    fixture f;
+    ASSERT_OK(load(&f, cuda0, true, false));
+    const char *ex = khub_model_explain(f.m);
+    ASSERT_CONTAINS(ex, "placement: cuda:0 (sm_90, driver 12.8): 8 roles on the device, "
+                        "3 on the CPU\n");
+    ASSERT_CONTAINS(ex, "  rms_norm: cuda:0, khub-test/cuda-ops 1.0.0 :: rms_norm\n");
+    ASSERT_CONTAINS(ex, "  qkv_proj: cuda:0, khub-test/cuda-ops 1.0.0 :: linear\n");
+    ASSERT_CONTAINS(ex, "  silu_and_mul: cuda:0, khub-test/cuda-ops 1.0.0 :: silu_and_mul\n");
+    ASSERT_CONTAINS(ex, "  rotary: cpu fallback, khub/ref-cpu 0.1.0 :: rotary");
+    ASSERT_CONTAINS(ex, "  attention: cpu fallback, ");
+    size_t aligned, copied;
+    device_weights(&aligned, &copied);
+    ASSERT_EQ((long)stat_of("htod_bytes"), (long)copied);
+    ASSERT_EQ(stat_of("allocs_live"), 2); /* weights and scratch; the KV cache is on the host */
+    size_t scratch = (size_t)stat_of("bytes_live") - aligned;
+    char want[160];
+    snprintf(want, sizeof want, "device memory: weights %.1f MiB, KV cache 0.0 MiB (on the host)",
+             (double)aligned / (1024.0 * 1024.0));
+    ASSERT_CONTAINS(ex, want);
+    ASSERT(scratch > 0);
+    ASSERT(stat_of("stream_syncs") >= 1); /* the host's weights outlived the copies */
+    khub_model_free(f.m);
+    f.m = NULL;
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    ASSERT_EQ(stat_of("bytes_live"), 0);
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    unload(&f);
+}
+
+/* ======================================================================== */
+/* Memory and driver failures                                               */
+/* ======================================================================== */
+
+TEST_IMPL(placement_does_not_fit)
+{
+    fake("12080:90", "200000", NULL); /* 195 KiB: less than the weights */
+    fixture f;
+    ASSERT_STATUS(load(&f, cuda0, true, false), KHUB_STATUS_NOMEM);
+    const char *e = khub_runtime_errmsg(f.rt);
+    ASSERT_CONTAINS(e, ": cuda:0: the model needs ");
+    ASSERT_CONTAINS(e, " MiB of device memory (weights ");
+    ASSERT_CONTAINS(e, " MiB, KV cache 0.0 MiB, scratch ");
+    ASSERT_CONTAINS(e, " MiB) and 0.2 MiB of 0.2 MiB are free; lower max_context or max_seqs, "
+                       "quantize the weights, or use another device");
+    ASSERT_EQ(stat_of("allocs_live"), 0); /* checked before allocating anything */
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    unload(&f);
+}
+
+TEST_IMPL(placement_allocation_fails)
+{
+    fake("12080:90", "100000000", "cuMemAlloc@2"); /* the weights' block, then the scratch's */
+    fixture f;
+    ASSERT_STATUS(load(&f, cuda0, true, false), KHUB_STATUS_CUDA);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": cuda:0: allocating 0.0 MiB for the scratch: cuMemAlloc failed: "
+                    "CUDA_ERROR_OUT_OF_MEMORY (2)");
+    ASSERT_EQ(stat_of("allocs_live"), 0); /* the weights' block was given back */
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    unload(&f);
+}
+
+TEST_IMPL(placement_upload_fails)
+{
+    fake("12080:90", "100000000", "cuMemcpyHtoDAsync@3");
+    fixture f;
+    ASSERT_STATUS(load(&f, cuda0, true, false), KHUB_STATUS_CUDA);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt), ": cuda:0: uploading 'model.layers.0.");
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    "': cuMemcpyHtoDAsync failed: CUDA_ERROR_INVALID_VALUE (1)");
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    unload(&f);
+}
+
+/* ======================================================================== */
+/* The driver layer as plugins use it                                       */
+/* ======================================================================== */
+
+TEST_IMPL(cuda_layer_roundtrip_on_fake_driver)
+{
+    fake("12080:90", "4096", NULL);
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "cuda_ops");
+    const khub_host_api *h = &p->host;
+    int n = 0, cc = 0;
+    ASSERT_OK(h->cuda_device_count(h->host_ctx, &n));
+    ASSERT_EQ(n, 1);
+    ASSERT_OK(h->cuda_device_cc(h->host_ctx, 0, &cc));
+    ASSERT_EQ(cc, 90);
+    float host[32], back[32];
+    for (int i = 0; i < 32; i++) host[i] = (float)i;
+    uint64_t d = 0;
+    ASSERT_OK(h->cuda_mem_alloc(h->host_ctx, 0, sizeof host, &d));
+    ASSERT_OK(h->cuda_memcpy_htod(h->host_ctx, d, host, sizeof host, NULL));
+    ASSERT_OK(h->cuda_memcpy_dtoh(h->host_ctx, back, d, sizeof back, NULL));
+    ASSERT_OK(h->cuda_stream_sync(h->host_ctx, NULL));
+    ASSERT_EQ(memcmp(host, back, sizeof host), 0);
+    /* Out of the fake's 4096 bytes; the driver's error, named. */
+    uint64_t big = 0;
+    khub__plugin_msg_clear();
+    ASSERT_STATUS(h->cuda_mem_alloc(h->host_ctx, 0, 8192, &big), KHUB_STATUS_CUDA);
+    ASSERT_STR_EQ(khub__plugin_msg(), "cuMemAlloc failed: CUDA_ERROR_OUT_OF_MEMORY (2)");
+    ASSERT_EQ(big, 0);
+    ASSERT_OK(h->cuda_mem_free(h->host_ctx, d));
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    khub_runtime_free(rt);
+}
+
+static khub_status nop_launch(const khub_host_api *h, void *stream, void **fn)
+{
+    static const char ptx[] = ".version 7.0\n.target sm_52\n.address_size 64\n"
+                              ".visible .entry nop()\n{\n  ret;\n}\n";
+    khub_cuda_module *m = NULL;
+    khub_status st = h->cuda_module_load(h->host_ctx, 0, ptx, sizeof ptx, &m);
+    if (st == KHUB_STATUS_OK) st = h->cuda_module_function(h->host_ctx, m, "nop", fn);
+    khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg), .grid = {1, 1, 1},
+                                .block = {32, 1, 1}, .stream = stream};
+    if (st == KHUB_STATUS_OK) st = h->cuda_launch(h->host_ctx, *fn, &cfg, NULL);
+    return st;
+}
+
+TEST_IMPL(cuda_layer_launch_failure)
+{
+    fake("12080:90", "4096", "cuLaunchKernel");
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "cuda_ops");
+    void *fn = NULL;
+    khub__plugin_msg_clear();
+    ASSERT_STATUS(nop_launch(&p->host, NULL, &fn), KHUB_STATUS_CUDA);
+    ASSERT_STR_EQ(khub__plugin_msg(), "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED (719)");
+    ASSERT_EQ(stat_of("launches"), 0);
+    khub_runtime_free(rt);
+    ASSERT_EQ(stat_of("modules_live"), 0);
+}
+
+/* A plugin retired with work queued on its streams: the host drains each
+ * stream before destroying it and unloads the modules after. */
+TEST_IMPL(cuda_layer_unload_while_streams_busy)
+{
+    fake("12080:90", "4096", NULL);
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "cuda_ops");
+    const khub_host_api *h = &p->host;
+    void *s1 = NULL, *s2 = NULL, *fn = NULL;
+    ASSERT_OK(h->cuda_stream_create(h->host_ctx, 0, &s1));
+    ASSERT_OK(h->cuda_stream_create(h->host_ctx, 0, &s2));
+    ASSERT_OK(nop_launch(h, s1, &fn));
+    ASSERT_OK(nop_launch(h, s2, &fn));
+    ASSERT_EQ(stat_of("launches"), 2);
+    ASSERT_EQ(stat_of("streams_live"), 2);
+    ASSERT_EQ(stat_of("modules_live"), 2);
+    long syncs = stat_of("stream_syncs");
+    khub_runtime_free(rt); /* retires the plugin with both streams busy */
+    ASSERT_EQ(stat_of("busy_destroyed"), 0);
+    ASSERT_EQ(stat_of("stream_syncs"), syncs + 2);
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    ASSERT_EQ(stat_of("modules_live"), 0);
+}
+
+#define TEST_LIST(X) \
+    X(placement_without_driver) \
+    X(placement_driver_without_gpu) \
+    X(placement_no_such_ordinal) \
+    X(placement_bad_device_options) \
+    X(placement_all_roles_fall_back) \
+    X(placement_strict_refuses_a_cpu_role) \
+    X(placement_mixed_uploads_device_weights) \
+    X(placement_does_not_fit) \
+    X(placement_allocation_fails) \
+    X(placement_upload_fails) \
+    X(cuda_layer_roundtrip_on_fake_driver) \
+    X(cuda_layer_launch_failure) \
+    X(cuda_layer_unload_while_streams_busy)
+TEST_MAIN(TEST_LIST)
