@@ -29,12 +29,29 @@ static inline float dot(const float *a, const float *b, int64_t n)
     return s;
 }
 
-/* acc = acc * c + sum_j p[j] v[j] over nk keys. */
+/* acc = acc * c + sum_j p[j] v[j] over nk keys. Each element adds its
+ * terms in the order j = 0, 1, ...; 64 elements (8 vectors) at a time are
+ * kept in registers while j runs, so the 8 FMA chains are independent (one
+ * chain per vector was bound by the FMA latency). */
 static inline void rescale_axpy(float *acc, float c, const float *p, const float *v, int64_t nk,
                                 int64_t n)
 {
     int64_t i = 0;
     const __m256 vc = _mm256_set1_ps(c);
+    for (; i + 64 <= n; i += 64) {
+        __m256 s[8];
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) s[u] = _mm256_mul_ps(_mm256_loadu_ps(acc + i + 8 * u), vc);
+        for (int64_t j = 0; j < nk; j++) {
+            const __m256 b = _mm256_set1_ps(p[j]);
+            const float *vj = v + j * n + i;
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; u++)
+                s[u] = _mm256_fmadd_ps(b, _mm256_loadu_ps(vj + 8 * u), s[u]);
+        }
+#pragma GCC unroll 8
+        for (int u = 0; u < 8; u++) _mm256_storeu_ps(acc + i + 8 * u, s[u]);
+    }
     for (; i + 8 <= n; i += 8) {
         __m256 s = _mm256_mul_ps(_mm256_loadu_ps(acc + i), vc);
         for (int64_t j = 0; j < nk; j++)
@@ -71,12 +88,28 @@ static inline float dot_wide(const float *a, const float *b, int64_t n)
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-/* acc = acc * c + sum_j p[j] v[j] over nk keys. */
+/* acc = acc * c + sum_j p[j] v[j] over nk keys, in the same order per
+ * element as rescale_axpy; 64 elements (4 vectors) in registers at a time. */
 static inline void rescale_axpy_wide(float *acc, float c, const float *p, const float *v,
                                      int64_t nk, int64_t n)
 {
     const __m512 vc = _mm512_set1_ps(c);
-    for (int64_t i = 0; i < n; i += 16) {
+    int64_t i0 = 0;
+    for (; i0 + 64 <= n; i0 += 64) {
+        __m512 s[4];
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) s[u] = _mm512_mul_ps(_mm512_loadu_ps(acc + i0 + 16 * u), vc);
+        for (int64_t j = 0; j < nk; j++) {
+            const __m512 b = _mm512_set1_ps(p[j]);
+            const float *vj = v + j * n + i0;
+#pragma GCC unroll 4
+            for (int u = 0; u < 4; u++)
+                s[u] = _mm512_fmadd_ps(b, _mm512_loadu_ps(vj + 16 * u), s[u]);
+        }
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; u++) _mm512_storeu_ps(acc + i0 + 16 * u, s[u]);
+    }
+    for (int64_t i = i0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
         __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + i), vc);
         for (int64_t j = 0; j < nk; j++)
