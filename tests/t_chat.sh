@@ -12,6 +12,9 @@
 # Session 2: Ctrl-C while a long answer streams (the answer stops, the
 # partial answer stays in the conversation), another turn stopped the same
 # way, then Ctrl-C at the prompt (exit 130, as llama-cli).
+# Session 2b: Ctrl-C while a long system prompt is prefilled: the turn stops
+# before its answer with part of the prompt computed, the message is not
+# added.
 # Session 3: a 128-token context: the usage note near the end, a message that
 # does not fit (refused with the numbers, not added), an answer that fills
 # the context (stops and says so).
@@ -273,6 +276,37 @@ st = c.exit_status()
 if st != 130:
     fail("Ctrl-C at the prompt: exit %d, want 130; the terminal shows %r" % (st, c.buf[-3000:]))
 
+# ---- session 2b: Ctrl-C while the prompt is computed ----
+# A system prompt of about 7800 tokens through khub/ref-cpu's attention in
+# chunks of 64: some 8 s of prefill on an idle core (more under the
+# sanitizers) before the first answer token, so a Ctrl-C half a second in
+# lands in the prefill. khub_session_cancel stops it within one chunk; the
+# message is taken back.
+c = Chat("--system", "seven green apples " * 600, "--max-context", "16384",
+         "--max-batch-tokens", "64", "--attn", "khub/ref-cpu", "--linear", "khub/ref-cpu",
+         "--max-new-tokens", "4")
+c.prompt()
+c.send("Hi")
+time.sleep(0.5)
+t0 = time.time()
+os.write(c.fd, b"\x03")  # Ctrl-C during the prefill
+out = c.until(r"\[stopped before the answer began \((\d+) of the prompt's (\d+) tokens "
+              r"computed\): the message was not added\]")
+took = time.time() - t0
+done, total = map(int, re.search(r"\((\d+) of the prompt's (\d+)", out).groups())
+if not (0 < done < total - 1 and total > 7000):
+    fail("Ctrl-C in the prefill: %d of %d tokens computed" % (done, total))
+c.prompt()
+c.turn("/save s2b.json")
+if [m["role"] for m in messages("s2b.json")] != ["system"]:
+    fail("the cancelled message was kept: %r" % messages("s2b.json"))
+print("Ctrl-C in the prefill: stopped %.2f s after the key, %d of %d prompt tokens computed"
+      % (took, done, total))
+c.key(b"\x03")
+st = c.exit_status()
+if st != 130:
+    fail("Ctrl-C at the prompt after a cancelled prefill: exit %d" % st)
+
 # ---- session 3: a 128-token context ----
 c = Chat("--max-context", "128", "--max-new-tokens", "30", "--ignore-eos")
 c.prompt()
@@ -294,6 +328,6 @@ c.key(b"\x04")
 st = c.exit_status()
 if st != 0:
     fail("Ctrl-D after a full context: exit %d; the terminal shows %r" % (st, c.buf[-3000:]))
-print("ok      chat: 3 sessions through a pty")
+print("ok      chat: 4 sessions through a pty")
 PY
 echo "1 passed, 0 failed, 0 skipped"

@@ -7,8 +7,13 @@
  * answer stopped by the stream callback, after another user took the
  * session's KV sequence, after a reset, and with an edited history. A
  * prompt over the context fails with its numbers and keeps the cache.
+ * khub_session_cancel from another thread stops a long prefill part way,
+ * keeps what was computed, and the next call goes on from there.
  */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "khub/khub_session.h"
@@ -307,8 +312,130 @@ TEST_IMPL(session_context_full)
     fixture_close(&f);
 }
 
+/* ======================================================================== */
+/* Cancel                                                                   */
+/* ======================================================================== */
+
+typedef struct canceller {
+    khub_session *s;
+    atomic_int started; /* set by the generating thread just before its call */
+    int delay_ms;
+} canceller;
+
+static void *cancel_later(void *ud)
+{
+    canceller *c = ud;
+    while (!atomic_load(&c->started)) sched_yield();
+    struct timespec d = {c->delay_ms / 1000, (long)(c->delay_ms % 1000) * 1000000L};
+    nanosleep(&d, NULL);
+    khub_session_cancel(c->s);
+    return NULL;
+}
+
+static double mono_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* A prompt of about 2700 tokens fed one token per forward call (max_batch
+ * 1) through khub/ref-cpu: about 1.8 s of prefill on an idle EPYC core, far
+ * longer than the canceller's 150 ms. */
+static char *long_prompt(khub_model *m, convo *c)
+{
+    char *text = calloc(1, 8192);
+    ASSERT(text);
+    for (int i = 0; i < 200; i++) strcat(text, "seven green apples ");
+    say(c, "user", text);
+    free(text);
+    return strdup(prompt_of(m, c));
+}
+
+/* Cancelled mid-prefill from another thread: OK, KHUB_STOP_CANCELLED, no
+ * token, part of the prompt cached; the same prompt again reuses that part
+ * and its answer equals scratch. A cancel sent before a call stops it at its
+ * first check, and is consumed: the call after it runs. */
+TEST_IMPL(session_cancel_mid_prefill)
+{
+    fixture f = {0};
+    snprintf(f.dir, sizeof f.dir, "/tmp/khub-test-session-%d", (int)getpid());
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "python3 %s/tools/make-tiny-model.py %s > /dev/null", KHUB_SOURCE_DIR,
+             f.dir);
+    ASSERT_EQ(system(cmd), 0);
+    khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = 2};
+    ASSERT_OK(khub_runtime_new(&ro, &f.rt));
+    ASSERT_OK(khub_plugin_load_builtin(f.rt));
+    const char *r0 = "khub/ref-cpu"; /* the scalar oracle: a slow, steady prefill */
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),
+                          .attn_impl = r0,
+                          .cache_impl = r0,
+                          .norm_impl = r0,
+                          .act_impl = r0,
+                          .rotary_impl = r0,
+                          .linear_impl = r0,
+                          .max_seqs = 2,
+                          .max_batch = 1,
+                          .max_context = 4096};
+    ASSERT_OK(khub_model_load(f.rt, f.dir, &mo, &f.m));
+    ASSERT_OK(khub_session_new(f.m, &f.s));
+    convo c = {0};
+    char *prompt = long_prompt(f.m, &c);
+    khub_generate_opts o = greedy(8);
+    o.ignore_eos = 1;
+
+    canceller k = {.s = f.s, .delay_ms = 150};
+    pthread_t th;
+    ASSERT_EQ(pthread_create(&th, NULL, cancel_later, &k), 0);
+    khub_generate_result r = result();
+    atomic_store(&k.started, 1);
+    double t0 = mono_ms();
+    ASSERT_OK(khub_session_generate(f.s, prompt, &o, &r));
+    double took = mono_ms() - t0;
+    ASSERT_EQ(pthread_join(th, NULL), 0);
+    ASSERT_EQ(r.stop_reason, KHUB_STOP_CANCELLED);
+    ASSERT_EQ(r.n_tokens, 0);
+    ASSERT_EQ(r.text_len, 0);
+    int64_t cached = info_of(f.s).n_cached;
+    fprintf(stderr, "cancelled after %.0f ms: %lld of %lld prompt tokens prefilled\n", took,
+            (long long)cached, (long long)r.n_prompt_tokens);
+    ASSERT(r.n_prompt_tokens > 400);
+    ASSERT(cached > 0);
+    ASSERT(cached < r.n_prompt_tokens - 1);
+    khub_generate_results_free(f.m, &r, 1);
+
+    /* The same prompt: the cached part is reused, the rest prefilled. */
+    r = result();
+    ASSERT_OK(khub_session_generate(f.s, prompt, &o, &r));
+    khub_session_info i = info_of(f.s);
+    ASSERT_EQ(i.n_reused, cached);
+    ASSERT_EQ(i.n_prefilled, r.n_prompt_tokens - cached);
+    ASSERT_EQ(r.stop_reason, KHUB_STOP_MAX_TOKENS);
+    check_scratch(f.m, prompt, &o, &r); /* takes sequence 0: the session's is 1 */
+    khub_generate_results_free(f.m, &r, 1);
+
+    /* Sent before the call: stopped at the first check, nothing computed. */
+    khub_session_cancel(f.s);
+    r = result();
+    ASSERT_OK(khub_session_generate(f.s, "Hello", &o, &r));
+    ASSERT_EQ(r.stop_reason, KHUB_STOP_CANCELLED);
+    ASSERT_EQ(r.n_tokens, 0);
+    khub_generate_results_free(f.m, &r, 1);
+    r = result();
+    ASSERT_OK(khub_session_generate(f.s, "Hello", &o, &r)); /* consumed */
+    ASSERT_EQ(r.stop_reason, KHUB_STOP_MAX_TOKENS);
+    ASSERT_EQ(r.n_tokens, 8);
+    khub_generate_results_free(f.m, &r, 1);
+    khub_session_cancel(NULL); /* accepted, does nothing */
+    free(prompt);
+    convo_free(&c);
+    fixture_close(&f);
+}
+
 #define TEST_LIST(X) \
     X(session_ref_turns_equal_scratch) \
     X(session_default_kernels_turns_equal_scratch) \
-    X(session_callback_stop_keeps_answer) X(session_taken_reset_edited) X(session_context_full)
+    X(session_callback_stop_keeps_answer) \
+    X(session_taken_reset_edited) X(session_context_full) X(session_cancel_mid_prefill)
 TEST_MAIN(TEST_LIST)

@@ -284,7 +284,7 @@ typedef enum khub_stop_reason {
     KHUB_STOP_STRING = 3,     /* a stop string appeared (it is cut from text) */
     KHUB_STOP_CALLBACK = 4,   /* the stream callback asked to stop */
     KHUB_STOP_CONTEXT = 5,    /* the KV cache is full */
-    KHUB_STOP_CANCELLED = 6   /* khub_batch_cancel (khub_batch.h); added in 0.1 */
+    KHUB_STOP_CANCELLED = 6   /* khub_batch_cancel, khub_session_cancel; added in 0.1 */
 } khub_stop_reason;
 
 /* One prompt's output. The caller sets struct_size; khub fills the rest. */

@@ -92,10 +92,24 @@ KHUB_API void khub_session_free(khub_session *s);
  * the message gives both numbers; the cache is kept), TOKENIZER,
  * INVALID_ARG (an empty prompt, a bad option), STRUCT_SIZE, NOMEM, and op
  * failures (the session is then empty). An answer that fills the context
- * stops with KHUB_STOP_CONTEXT. Since 0.1. */
+ * stops with KHUB_STOP_CONTEXT, one cancelled by khub_session_cancel with
+ * KHUB_STOP_CANCELLED. Since 0.1. */
 KHUB_API khub_status khub_session_generate(khub_session *s, const char *prompt,
                                            const khub_generate_opts *opts,
                                            khub_generate_result *result);
+
+/* Asks the khub_session_generate call running on s in another thread to
+ * stop, during its prefill as during its decode: it checks before each
+ * forward call (a prefill chunk of khub_model_opts.max_batch_tokens prompt
+ * tokens, or one decode step), so it stops within one such call. The call
+ * then returns OK with stop_reason KHUB_STOP_CANCELLED and what it
+ * generated so far; the session keeps the K/V it computed (a prompt cut
+ * short is prefilled from there by the next call). The request is consumed
+ * when a generate call returns; sent with no call in flight, it stops the
+ * next call at its first check. Safe from any thread and from a signal
+ * handler (one lock-free atomic store; `khub chat` calls it on Ctrl-C).
+ * Accepts NULL (does nothing); cannot fail. Since 0.1. */
+KHUB_API void khub_session_cancel(khub_session *s);
 
 /* Forgets the conversation: the next generate prefills its whole prompt.
  * Since 0.1. */

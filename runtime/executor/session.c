@@ -23,6 +23,7 @@
  * batch frees a request's KV when it ends, and a request that outlives its
  * answer would need a new request state that only this caller wants.
  */
+#include <stdatomic.h>
 #include <string.h>
 #include <time.h>
 
@@ -37,6 +38,10 @@ struct khub_session {
     size_t n_ids, cap;
     uint64_t resets; /* m->seq_resets[seq] after the session's last truncate */
     int64_t n_reused, n_prefilled;
+    /* Set by khub_session_cancel from any thread or a signal handler (a
+     * lock-free atomic store is async-signal-safe); run() reads it before
+     * every forward call and clears it when a generate call returns. */
+    atomic_int cancel;
 };
 
 /* ======================================================================== */
@@ -171,6 +176,13 @@ static khub_status run(khub_session *s, khub__gen_seq *g, khub_generate_result *
     double t0 = now_ms(), t_first = 0;
     int64_t decoded = 0;
     while (g->live) {
+        /* Checked before each prefill chunk and each decode step: a cancel
+         * takes effect within one forward call (max_batch prompt tokens,
+         * or one token). What was computed stays cached. */
+        if (atomic_load_explicit(&s->cancel, memory_order_relaxed)) {
+            khub__gen_end(g, KHUB_STOP_CANCELLED);
+            break;
+        }
         size_t ctx = (size_t)m->seq_len[s->seq];
         int64_t take = (int64_t)(g->n_hist - ctx);
         if (take > m->max_batch) take = m->max_batch;
@@ -255,5 +267,13 @@ khub_status khub_session_generate(khub_session *s, const char *prompt,
         khub__fail(rt, st, "%s", keep);
     }
     khub__gen_seq_free(m, &g);
+    /* A cancel is for the call in flight (or, sent just before it, the
+     * next one): consumed here whatever stopped the call. */
+    atomic_store(&s->cancel, 0);
     return st;
+}
+
+void khub_session_cancel(khub_session *s)
+{
+    if (s) atomic_store(&s->cancel, 1);
 }

@@ -7,10 +7,13 @@
  * it to a khub_session, which keeps the KV cache of the turns before and
  * computes only the new tokens. Answers stream to stdout; notes go to stderr.
  *
- * Signals, as llama-cli: Ctrl-C while an answer streams stops that answer
- * (the handler sets a flag, the stream callback sees it and asks to stop)
- * and the partial answer stays in the conversation, as it stays in the KV
- * cache; Ctrl-C at any other time (at the prompt, during a /load) leaves at
+ * Signals, as llama-cli: Ctrl-C while an answer is being computed stops it
+ * (the handler calls khub_session_cancel, async-signal-safe, which the
+ * session checks before each forward call): during the prompt's prefill
+ * the message is taken back (the K/V computed so far stays cached and is
+ * reused if the next prompt starts the same way), during the answer the
+ * partial answer stays in the conversation, as it stays in the KV cache;
+ * Ctrl-C at any other time (at the prompt, during a /load) leaves at
  * once with status 130 from the handler itself (_exit, as llama-cli does):
  * a flag checked before a blocking read would leave a window in which the
  * signal comes after the check and the read then waits for a line.
@@ -27,13 +30,14 @@
 
 static const khub_cli_cmd chat_cmd;
 
-static volatile sig_atomic_t generating, interrupted;
+static volatile sig_atomic_t generating;
+static khub_session *volatile sigint_session; /* the chat's, for on_sigint */
 
 static void on_sigint(int sig)
 {
     (void)sig;
     if (generating) {
-        interrupted = 1;
+        khub_session_cancel(sigint_session);
         return;
     }
     ssize_t w = write(STDOUT_FILENO, "\n", 1); /* async-signal-safe, as _exit */
@@ -81,7 +85,7 @@ static int on_text(void *ud, int32_t prompt, const char *text, size_t len)
     (void)ud, (void)prompt;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
-    return interrupted;
+    return 0;
 }
 
 static void context_note(chat *c, const khub_generate_result *r)
@@ -137,11 +141,19 @@ static void answer(chat *c, khub_generate_opts opts, int stream)
         return;
     }
     opts.callback = stream ? on_text : NULL;
-    interrupted = 0;
     generating = 1;
     khub_status st = khub_session_generate(c->s, c->text, &opts, &r);
     generating = 0;
-    if (st != KHUB_STATUS_OK) {
+    if (st == KHUB_STATUS_OK && r.stop_reason == KHUB_STOP_CANCELLED && r.n_tokens == 0) {
+        khub_session_info i = {KHUB_APP_INIT(khub_session_info)};
+        khub_session_info_get(c->s, &i);
+        fprintf(stderr,
+                "[stopped before the answer began (%lld of the prompt's %lld tokens computed): "
+                "the message was not added]\n",
+                (long long)i.n_cached, (long long)r.n_prompt_tokens);
+        remember(c, &r);
+        chat_history_pop(&c->h);
+    } else if (st != KHUB_STATUS_OK) {
         if (st == KHUB_STATUS_CONTEXT_FULL)
             fprintf(stderr,
                     "[context full: %s. The message was not added; /clear starts again, "
@@ -153,7 +165,7 @@ static void answer(chat *c, khub_generate_opts opts, int stream)
     } else {
         if (stream) fputc('\n', stdout);
         fflush(stdout);
-        if (r.stop_reason == KHUB_STOP_CALLBACK)
+        if (r.stop_reason == KHUB_STOP_CANCELLED)
             fprintf(stderr, "[stopped: the partial answer stays in the conversation]\n");
         if (chat_history_add(&c->h, "assistant", r.text, r.text_len))
             khub_cli_fail("chat", "out of memory");
@@ -193,7 +205,8 @@ static const char help_text[] =
     "                message from the user is answered)\n"
     "  /stats        the last turn: tokens reused from the cache and computed, times\n"
     "  /help         this list        /exit  leave (so does Ctrl-D at the prompt)\n"
-    "  Ctrl-C stops an answer (what was said stays); at any other time it leaves.\n"
+    "  Ctrl-C stops an answer (what was said stays) or, while the prompt is computed,\n"
+    "  the turn (the message is taken back); at any other time it leaves.\n"
     "  A line ending in \\ goes on on the next line; //text sends /text.\n";
 
 static void restart(chat *c, const char *system)
@@ -378,6 +391,7 @@ static int run(int argc, char **argv)
         rc = khub_cli_fail("chat", "%s", khub_runtime_errmsg(c.rt));
     } else {
         struct sigaction sa = {0};
+        sigint_session = c.s;
         sa.sa_handler = on_sigint;
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, NULL);
@@ -418,7 +432,9 @@ static const khub_cli_cmd chat_cmd = {
     "  /help, /exit  (Ctrl-D at the prompt leaves too)\n"
     "  A line ending in \\ goes on on the next line; //text sends /text.\n"
     "  Ctrl-C while an answer streams stops it; the partial answer stays in the\n"
-    "  conversation. Ctrl-C at any other time (at the prompt, during a /load) leaves\n"
+    "  conversation. Ctrl-C while the prompt is computed (before the answer's first\n"
+    "  token) stops at once and takes the message back. Ctrl-C at any other time (at\n"
+    "  the prompt, during a /load) leaves\n"
     "  at once with status 130 (as llama-cli).\n"
     "\n"
     "Options:\n"
