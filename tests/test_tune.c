@@ -2,7 +2,11 @@
  * test_tune.c: khub_tune.h's contracts that need no model run: the
  * workload reader's statuses and messages (the file and line), the
  * built-in workload, and khub_tune_run's and the report's refusals of bad
- * arguments. tests/t_tune.sh runs the advisor itself on the tiny model.
+ * arguments; and the decision step (khub__tune_recommend, a pure function
+ * of the measurements) on made-up measurements: the same recommendation
+ * when every number moves inside the stated noise, and no winner by less
+ * than the noise + 1%. tests/t_tune.sh runs the advisor itself on the tiny
+ * model.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +14,7 @@
 
 #include "khub/khub_tune.h"
 #include "runner.h"
+#include "../runtime/tune/tune_impl.h"
 
 static khub_status read_text(const char *text, khub_tune_workload **w, char *err)
 {
@@ -92,5 +97,127 @@ TEST_IMPL(bad_arguments)
     khub_tune_report_free(NULL);
 }
 
-#define TEST_LIST(X) X(workload_file) X(builtin_workload) X(bad_arguments)
+/* ======================================================================== */
+/* The decision step                                                        */
+/* ======================================================================== */
+
+/* One measured row: throughput tok/s, peak RSS MiB, greedy ids all 7. */
+static void put_row(khub_tune_report *r, const char *name, double tok_s, double rss_mib)
+{
+    tune_row *row = &r->rows[r->n_rows++];
+    memset(row, 0, sizeof *row);
+    snprintf(row->name, sizeof row->name, "%s", name);
+    snprintf(row->lever, sizeof row->lever, "%s", r->n_rows <= r->n_baseline ? "baseline" : "x");
+    row->state = TUNE_MEASURED;
+    row->m.ok = 1;
+    row->m.throughput = tok_s;
+    row->m.latency_ms = 1000.0 / tok_s;
+    row->m.ttft_ms = 10;
+    row->m.peak_rss = (uint64_t)(rss_mib * 1048576);
+    row->m.n_tokens[0] = 8;
+    for (int k = 0; k < 8; k++) row->m.tokens[0][k] = 7;
+    if (!strncmp(name, "cache=", 6))
+        snprintf(row->cfg.cache, sizeof row->cfg.cache, "%s", name + 6);
+}
+
+/* Three baseline runs of 100, 104 and 98 tok/s (noise 6.0%), then
+ * candidates: far=120 (+19%, past noise + 1%), near=107.5 (+6.8%: past the
+ * noise alone, not past noise + 1%), flat=101. With d > 0, baseline run 1
+ * is 101 + 2.5 j[0] and candidate k's value is times (1 + j[k] d), j in
+ * [-1, 1] from the caller. */
+static khub_tune_report *made_up(const double *j, double d, int with_far)
+{
+    khub_tune_report *r = calloc(1, sizeof *r);
+    ASSERT(r != NULL);
+    r->goal = KHUB_TUNE_GOAL_THROUGHPUT;
+    r->min_quality = 0.9;
+    r->n_baseline = 3;
+    /* The band's ends make the stated noise; run 1 moves inside it, the
+     * candidates by up to d. */
+    put_row(r, "baseline", d > 0 ? 101 + 2.5 * j[0] : 100, 300);
+    put_row(r, "baseline", 104, 300);
+    put_row(r, "baseline", 98, 300);
+    if (with_far) put_row(r, "cache=quantized", 120 * (1 + j[3] * d), 290);
+    put_row(r, "cache=static", 107.5 * (1 + j[4] * d), 300);
+    put_row(r, "cache=paged", 101 * (1 + j[5] * d), 300);
+    return r;
+}
+
+/* The same measurements give the same answer; moved inside the noise, too. */
+TEST_IMPL(decision_stable_inside_noise)
+{
+    const double zero[6] = {0};
+    khub_tune_report *r = made_up(zero, 0, 1);
+    khub__tune_recommend(r);
+    ASSERT(r->noise[1] > 0.059 && r->noise[1] < 0.060);
+    ASSERT_STR_EQ(r->rows[r->recommended].name, "cache=quantized");
+    ASSERT_EQ(r->rows[3].winner, 1);
+    ASSERT_CONTAINS(r->rows[3].verdict, "winner: throughput +19.2% (noise + 1%: 7.0%)");
+    ASSERT_EQ(r->rows[4].winner, 0);
+    ASSERT_STR_EQ(r->rows[4].verdict, "no win: throughput +6.8%, within the noise + 1% (7.0%)");
+    ASSERT_EQ(r->rows[5].winner, 0);
+    ASSERT_STR_EQ(r->run_flags, "--cache quantized");
+    ASSERT_CONTAINS(r->khub_json, "\"cache\":\t\"quantized\"");
+    char json[sizeof r->khub_json], verdicts[3][256];
+    memcpy(json, r->khub_json, sizeof json);
+    for (int i = 0; i < 3; i++) memcpy(verdicts[i], r->rows[3 + i].verdict, 256);
+    khub__tune_recommend(r); /* again on the same numbers: the same words */
+    ASSERT_STR_EQ(r->khub_json, json);
+    for (int i = 0; i < 3; i++) ASSERT_STR_EQ(r->rows[3 + i].verdict, verdicts[i]);
+    free(r);
+    /* 500 draws (a fixed seed), each number moved by up to half the noise:
+     * the recommendation never changes. */
+    srand(17);
+    for (int t = 0; t < 500; t++) {
+        double j[6] = {0};
+        for (int k = 0; k < 6; k++) j[k] = 2.0 * rand() / RAND_MAX - 1;
+        r = made_up(j, 0.03, 1);
+        khub__tune_recommend(r);
+        ASSERT_STR_EQ(r->rows[r->recommended].name, "cache=quantized");
+        ASSERT_STR_EQ(r->khub_json, json);
+        free(r);
+    }
+}
+
+/* A winner by more than the noise but less than the noise + 1% is not
+ * recommended: the baseline is kept. */
+TEST_IMPL(decision_margin_is_noise_plus_one_percent)
+{
+    const double zero[6] = {0};
+    khub_tune_report *r = made_up(zero, 0, 0);
+    khub__tune_recommend(r);
+    ASSERT(r->rows[3].gain > r->noise[1]);        /* beats the noise alone */
+    ASSERT(r->rows[3].gain < r->noise[1] + 0.01); /* not the noise + 1% */
+    ASSERT_EQ(r->rows[3].winner, 0);
+    ASSERT_EQ(r->recommended, 0);
+    ASSERT_STR_EQ(r->run_flags, "(none: the defaults)");
+    free(r);
+    /* One baseline run: noise 0, and still a 1% margin. */
+    r = calloc(1, sizeof *r);
+    ASSERT(r != NULL);
+    r->goal = KHUB_TUNE_GOAL_THROUGHPUT;
+    r->min_quality = 0.9;
+    r->n_baseline = 1;
+    put_row(r, "baseline", 100, 300);
+    put_row(r, "cache=static", 100.9, 300);
+    khub__tune_recommend(r);
+    ASSERT_EQ(r->noise[1], 0.0);
+    ASSERT_EQ(r->recommended, 0);
+    r->rows[1].m.throughput = 101.2;
+    khub__tune_recommend(r);
+    ASSERT_EQ(r->recommended, 1);
+    /* A winner whose tokens differ from the baseline's is rejected. */
+    r->rows[1].m.tokens[0][0] = 8;
+    khub__tune_recommend(r);
+    ASSERT_EQ(r->recommended, 0);
+    ASSERT_STR_EQ(r->rows[1].verdict, "rejected: token agreement 0% is below the minimum 90%");
+    free(r);
+}
+
+#define TEST_LIST(X) \
+    X(workload_file) \
+    X(builtin_workload) \
+    X(bad_arguments) \
+    X(decision_stable_inside_noise) \
+    X(decision_margin_is_noise_plus_one_percent)
 TEST_MAIN(TEST_LIST)

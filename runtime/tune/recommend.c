@@ -1,10 +1,19 @@
 /*
  * recommend.c: from measured rows to a verdict. The noise is the spread
  * of the baseline's repeated runs; a candidate wins only when its gain on
- * the goal exceeds that noise (and at least 1%), its greedy token agreement
- * with the baseline is at least min_quality, and its peak RSS is within
- * max_memory. The recommendation is the best measured winner, the
- * combination included, or the baseline itself: never an unmeasured change.
+ * the goal exceeds that noise plus 1%, its greedy token agreement with the
+ * baseline is at least min_quality, and its peak RSS is within max_memory.
+ * The recommendation is the best measured winner, the combination included,
+ * or the baseline itself: never an unmeasured change.
+ *
+ * khub__tune_recommend is the decision step, a pure function of the
+ * measurements: it reads goal, min_quality, max_memory, n_baseline and the
+ * rows' state and m, and writes only noise, the rows' agreement, gain,
+ * winner and verdict, recommended, khub_json and run_flags; no clock, no
+ * I/O, no other state. So the same measurements always give the same
+ * recommendation, and tests/test_tune.c checks that measurements moved
+ * inside the stated noise do too (the margin of noise + 1% is what makes
+ * that hold: a winner by less is not recommended).
  * The diagnosis names where memory or time goes in the baseline, with the
  * numbers, separating what was measured from what is estimated.
  */
@@ -73,7 +82,7 @@ static double goal_noise(const khub_tune_report *r)
 
 static void judge(khub_tune_report *r, tune_row *row, double base)
 {
-    double v = khub__tune_goal_value(r->goal, &row->m), margin = fmax(goal_noise(r), 0.01);
+    double v = khub__tune_goal_value(r->goal, &row->m), margin = goal_noise(r) + 0.01;
     row->gain = base > 0 ? (r->goal == KHUB_TUNE_GOAL_THROUGHPUT ? v - base : base - v) / base : 0;
     double change = base > 0 ? v / base - 1 : 0; /* of the metric itself, as shown */
     row->agreement = agreement(&r->rows[0].m, &row->m);
@@ -87,14 +96,15 @@ static void judge(khub_tune_report *r, tune_row *row, double base)
                  "rejected: peak RSS %.1f MiB is over the maximum %.1f MiB",
                  (double)row->m.peak_rss / 1048576, (double)r->max_memory / 1048576);
     else if (row->gain < -margin)
-        snprintf(row->verdict, sizeof row->verdict, "worse: %s %+.1f%% (noise %.1f%%)",
+        snprintf(row->verdict, sizeof row->verdict, "worse: %s %+.1f%% (noise + 1%%: %.1f%%)",
                  goal_name(r->goal), change * 100, margin * 100);
     else if (row->gain <= margin)
-        snprintf(row->verdict, sizeof row->verdict, "no win: %s %+.1f%%, within the noise %.1f%%",
-                 goal_name(r->goal), change * 100, margin * 100);
+        snprintf(row->verdict, sizeof row->verdict,
+                 "no win: %s %+.1f%%, within the noise + 1%% (%.1f%%)", goal_name(r->goal),
+                 change * 100, margin * 100);
     else {
         row->winner = 1;
-        snprintf(row->verdict, sizeof row->verdict, "winner: %s %+.1f%% (noise %.1f%%)",
+        snprintf(row->verdict, sizeof row->verdict, "winner: %s %+.1f%% (noise + 1%%: %.1f%%)",
                  goal_name(r->goal), change * 100, margin * 100);
     }
 }
