@@ -3,7 +3,9 @@
 # scratch folder (offline: no build isolation, no dependencies), then runs
 # its pytest suite (python/tests) from there against this build's libkhub:
 # plugins with selection traces, a tiny model (tools/make-tiny-model.py)
-# loaded with named kernels, tokens, generation whole and streamed, errors
+# loaded with named kernels, tokens, generation whole and streamed, a
+# khub.Session over chat turns (cache reuse, reset, cancel) with
+# Model.chat_format, errors
 # as khub.KhubError with khub's message, the ctypes layouts against the
 # headers, and SmolLM2 when KHUB_MODEL_DIR (or ~/.cache/khub/models) has it.
 set -euo pipefail

@@ -7,6 +7,10 @@ A thin binding of libkhub's public C API (abi/khub/*.h) through ctypes:
                                        attn_implementation="kernels-community/flash-attn2")
     for piece in model.generate_stream("The capital of France is", max_new_tokens=16):
         print(piece, end="", flush=True)
+    with khub.Session(model) as chat:     # a conversation that keeps its KV cache
+        msgs = [{"role": "user", "content": "Hi"}]
+        msgs.append({"role": "assistant",
+                     "content": chat.generate(model.chat_format(msgs), max_new_tokens=64)})
     print(model.explain())        # which plugin serves each role, and why
     khub.lock("app")              # app/khub.json -> app/khub.lock (as `khub lock app`)
 
@@ -17,6 +21,7 @@ import ctypes
 import os
 import queue
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Sequence
 
@@ -24,7 +29,7 @@ from . import _ffi
 
 __all__ = [
     "KhubError", "Runtime", "Hub", "Model", "Plugin", "Op", "Selection", "KernelResult",
-    "GenerationStream", "Pin", "version", "library_path", "plugins", "lock", "sync",
+    "GenerationStream", "Session", "Pin", "version", "library_path", "plugins", "lock", "sync",
     "OP_KINDS",
 ]
 
@@ -40,7 +45,7 @@ for _k in range(1, 64):
     OP_KINDS[_name] = _k
 _KIND_NAMES = {v: k for k, v in OP_KINDS.items()}
 _STOP_REASONS = {0: "none", 1: "eos", 2: "max_tokens", 3: "stop_string", 4: "callback",
-                 5: "context"}
+                 5: "context", 6: "cancelled"}
 _OPT_STRICT, _OPT_ALLOW_UNVERIFIED = 2, 3
 
 
@@ -430,18 +435,7 @@ class Model:
             return buf.raw[:n.value].decode("utf-8", "replace")
 
     def _generate(self, prompts: Sequence[str], kw: dict, callback=None) -> List[dict]:
-        stop = [_b(s) for s in kw.get("stop") or []]
-        stop_arr = (ctypes.c_char_p * max(len(stop), 1))(*stop)
-        system = _b(kw.get("system"))
-        o = _ffi.make(_ffi.GenerateOpts, max_new_tokens=kw.get("max_new_tokens", 0),
-                      temperature=kw.get("temperature", 0.0), top_k=kw.get("top_k", 0),
-                      top_p=kw.get("top_p", 0.0),
-                      repetition_penalty=kw.get("repetition_penalty", 0.0),
-                      seed=kw.get("seed", 0), stop=stop_arr, n_stop=len(stop),
-                      chat=int(kw.get("chat", False)), system=system,
-                      ignore_eos=int(kw.get("ignore_eos", False)))
-        if callback is not None:
-            o.callback = callback
+        o, keep = _gen_opts(kw, callback)
         enc = [_b(p) for p in prompts]
         parr = (ctypes.c_char_p * len(enc))(*enc)
         res = (_ffi.GenerateResult * len(enc))()
@@ -449,18 +443,9 @@ class Model:
             r.struct_size = ctypes.sizeof(_ffi.GenerateResult)
         st = _lib.khub_model_generate(self._h, parr, len(enc), ctypes.byref(o), res)
         msg = self.runtime._errmsg() if st else ""
-        out = []
-        for r in res:
-            out.append({
-                "text": ctypes.string_at(r.text, r.text_len).decode("utf-8", "replace")
-                if r.text else "",
-                "tokens": list(r.tokens[:r.n_tokens]) if r.tokens else [],
-                "n_prompt_tokens": r.n_prompt_tokens,
-                "stop_reason": _STOP_REASONS.get(r.stop_reason, str(r.stop_reason)),
-                "prefill_ms": r.prefill_ms, "decode_ms": r.decode_ms,
-                "decode_tok_s": r.decode_tok_s,
-            })
+        out = [_result_dict(r) for r in res]
         _lib.khub_generate_results_free(self._h, res, len(enc))
+        del keep
         _check(st, lambda: msg)
         return out
 
@@ -482,13 +467,157 @@ class Model:
         """Like generate() for one prompt, as an iterator of text pieces."""
         return GenerationStream(self, prompt, kw)
 
+    def chat_format(self, messages, add_generation_prompt: bool = True) -> str:
+        """The conversation through the model's chat template
+        (khub_model_chat_format): messages are {"role": ..., "content": ...}
+        dicts (as OpenAI's API takes them) or (role, content) pairs; with
+        add_generation_prompt the text ends where the assistant's answer
+        begins. KhubError (TOKENIZER) for a model without a known template or
+        roles the template refuses."""
+        pairs = [(m["role"], m["content"]) if isinstance(m, dict) else tuple(m)
+                 for m in messages]
+        roles = (ctypes.c_char_p * max(len(pairs), 1))(*[_b(r) for r, _ in pairs])
+        contents = (ctypes.c_char_p * max(len(pairs), 1))(*[_b(c) for _, c in pairs])
+        n = ctypes.c_size_t()
+        cap = 256 + sum(len(_b(c) or b"") + 64 for _, c in pairs)
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            st = _lib.khub_model_chat_format(self._h, roles, contents, len(pairs),
+                                             int(add_generation_prompt), buf, cap,
+                                             ctypes.byref(n))
+            if st == _OVERFLOW and n.value + 1 > cap:
+                cap = n.value + 1
+                continue
+            self.runtime._call(st)
+            return buf.raw[:n.value].decode("utf-8", "replace")
+
     def close(self) -> None:
-        """Frees the model (and the runtime and hub it made for itself)."""
+        """Frees the model (and the runtime and hub it made for itself); a
+        Session still open on it is closed first."""
         if getattr(self, "_h", None):
+            ref = getattr(self, "_session", None)
+            sess = ref() if ref is not None else None
+            if sess is not None:
+                sess.close()
             _lib.khub_model_free(self._h)
             self._h = None
             if self._own_runtime:
                 self.runtime.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+
+def _gen_opts(kw: dict, callback=None):
+    """khub_generate_opts from generate()'s keywords, and what must stay
+    alive while the call runs."""
+    stop = [_b(s) for s in kw.get("stop") or []]
+    stop_arr = (ctypes.c_char_p * max(len(stop), 1))(*stop)
+    system = _b(kw.get("system"))
+    o = _ffi.make(_ffi.GenerateOpts, max_new_tokens=kw.get("max_new_tokens", 0),
+                  temperature=kw.get("temperature", 0.0), top_k=kw.get("top_k", 0),
+                  top_p=kw.get("top_p", 0.0),
+                  repetition_penalty=kw.get("repetition_penalty", 0.0),
+                  seed=kw.get("seed", 0), stop=stop_arr, n_stop=len(stop),
+                  chat=int(kw.get("chat", False)), system=system,
+                  ignore_eos=int(kw.get("ignore_eos", False)))
+    if callback is not None:
+        o.callback = callback
+    return o, (stop, stop_arr, system, callback)
+
+
+def _result_dict(r) -> dict:
+    """A khub_generate_result as generate(details=True) returns it."""
+    return {
+        "text": ctypes.string_at(r.text, r.text_len).decode("utf-8", "replace")
+        if r.text else "",
+        "tokens": list(r.tokens[:r.n_tokens]) if r.tokens else [],
+        "n_prompt_tokens": r.n_prompt_tokens,
+        "stop_reason": _STOP_REASONS.get(r.stop_reason, str(r.stop_reason)),
+        "prefill_ms": r.prefill_ms, "decode_ms": r.decode_ms,
+        "decode_tok_s": r.decode_tok_s,
+    }
+
+
+class Session:
+    """A conversation that keeps its KV cache between generate calls
+    (khub_session.h), the engine of `khub chat`: each call takes the whole
+    conversation so far (Model.chat_format's text) and computes only the
+    tokens after the longest prefix it shares with the last call's. One
+    session per model (a second raises KhubError BUSY); use it from one
+    thread at a time, except cancel(), which any thread may call."""
+
+    def __init__(self, model: Model):
+        if not getattr(model, "_h", None):
+            raise ValueError("khub.Session: the model is closed")
+        h = ctypes.c_void_p()
+        model.runtime._call(_lib.khub_session_new(model._h, ctypes.byref(h)))
+        self.model, self._h = model, h
+        model._session = weakref.ref(self)  # Model.close closes it first
+
+    def _generate(self, prompts: Sequence[str], kw: dict, callback=None) -> List[dict]:
+        (prompt,) = prompts
+        o, keep = _gen_opts(kw, callback)
+        r = _ffi.make(_ffi.GenerateResult)
+        st = _lib.khub_session_generate(self._h, _b(prompt), ctypes.byref(o), ctypes.byref(r))
+        msg = self.model.runtime._errmsg() if st else ""
+        out = _result_dict(r)
+        _lib.khub_generate_results_free(self.model._h, ctypes.byref(r), 1)
+        del keep
+        _check(st, lambda: msg)
+        return [out]
+
+    def generate(self, prompt: str, **kw):
+        """Continues prompt (the whole conversation so far), reusing the
+        cached K/V of what it shares with the last call. Keywords as
+        Model.generate's; returns the text, or with details=True the result
+        dict (stop_reason "cancelled" after cancel())."""
+        details = kw.pop("details", False)
+        r = self._live()._generate([prompt], kw)[0]
+        return r if details else r["text"]
+
+    def generate_stream(self, prompt: str, **kw) -> GenerationStream:
+        """Like generate(), as an iterator of text pieces."""
+        return GenerationStream(self._live(), prompt, kw)
+
+    def cancel(self) -> None:
+        """Stops the generate call running on this session in another thread,
+        during its prefill as during its decode (khub_session_cancel); with
+        no call running, the next call stops at its first check."""
+        if self._h:
+            _lib.khub_session_cancel(self._h)
+
+    def reset(self) -> None:
+        """Forgets the conversation: the next call prefills its whole prompt."""
+        self.model.runtime._call(_lib.khub_session_reset(self._live()._h))
+
+    @property
+    def info(self) -> dict:
+        """n_cached (tokens whose K/V the session holds), max_context, and of
+        the last call's prompt n_reused and n_prefilled."""
+        i = _ffi.make(_ffi.SessionInfo)
+        self.model.runtime._call(_lib.khub_session_info_get(self._live()._h, ctypes.byref(i)))
+        return {k: getattr(i, k) for k, _ in _ffi.SessionInfo._fields_[3:]}
+
+    def _live(self) -> "Session":
+        if not self._h:
+            raise ValueError("khub.Session: the session is closed")
+        return self
+
+    def close(self) -> None:
+        """Frees the session (khub_session_free); the model stays open."""
+        if getattr(self, "_h", None):
+            _lib.khub_session_free(self._h)
+            self._h = None
+            ref = getattr(self.model, "_session", None)
+            if ref is not None and ref() is self:
+                self.model._session = None
 
     def __enter__(self):
         return self

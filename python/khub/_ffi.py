@@ -200,6 +200,15 @@ class GenerateOpts(ctypes.Structure):
     ]
 
 
+class SessionInfo(ctypes.Structure):  # khub_session.h
+    _fields_ = HEADER + [
+        ("n_cached", i64),
+        ("max_context", i64),
+        ("n_reused", i64),
+        ("n_prefilled", i64),
+    ]
+
+
 class GenerateResult(ctypes.Structure):
     _fields_ = HEADER + [
         ("text", ctypes.POINTER(ctypes.c_char)),
@@ -379,6 +388,15 @@ SIGNATURES = {
     "khub_model_generate": (STATUS, [c_void_p, P(c_char_p), ctypes.c_size_t, P(GenerateOpts),
                                      P(GenerateResult)]),
     "khub_generate_results_free": (None, [c_void_p, P(GenerateResult), ctypes.c_size_t]),
+    "khub_model_chat_format": (STATUS, [c_void_p, P(c_char_p), P(c_char_p), ctypes.c_size_t,
+                                        ctypes.c_int, P(ctypes.c_char), ctypes.c_size_t,
+                                        P(ctypes.c_size_t)]),
+    "khub_session_new": (STATUS, [c_void_p, P(c_void_p)]),
+    "khub_session_free": (None, [c_void_p]),
+    "khub_session_generate": (STATUS, [c_void_p, c_char_p, P(GenerateOpts), P(GenerateResult)]),
+    "khub_session_cancel": (None, [c_void_p]),
+    "khub_session_reset": (STATUS, [c_void_p]),
+    "khub_session_info_get": (STATUS, [c_void_p, P(SessionInfo)]),
     "khub_hub_new": (STATUS, [P(HubOpts), P(c_void_p)]),
     "khub_hub_free": (None, [c_void_p]),
     "khub_hub_errmsg": (c_char_p, [c_void_p]),

@@ -14,6 +14,7 @@ STRUCTS = {
     "OpQuery": "khub_op_query", "Device": "khub_device", "Dtype": "khub_dtype",
     "ModelOpts": "khub_model_opts", "ModelInfo": "khub_model_info",
     "GenerateOpts": "khub_generate_opts", "GenerateResult": "khub_generate_result",
+    "SessionInfo": "khub_session_info",
     "HubOpts": "khub_hub_opts", "KernelOpts": "khub_kernel_opts",
     "KernelResult": "khub_kernel_result", "ModelKernels": "khub_model_kernels",
     "ModelKernelsReport": "khub_model_kernels_report",
@@ -40,7 +41,7 @@ def test_structs_match_the_headers(src, tmp_path):
     if not cc:
         pytest.skip("no C compiler")
     lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <khub/khub_kernels.h>",
-             "#include <khub/khub_model.h>"]
+             "#include <khub/khub_model.h>", "#include <khub/khub_session.h>"]
     structs = dict(STRUCTS)
     if os.path.exists(os.path.join(src, "abi", "khub", "khub_project.h")):
         lines.append("#include <khub/khub_project.h>")
