@@ -254,8 +254,9 @@ KHUB_API khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt,
  * next step. The bindings replaced stay listed (retired) by
  * khub_model_binding_get with their counts; khub_model_explain answers the
  * new table. Fills sw->previous and sw->now_serving. Statuses: NO_KERNEL,
- * UNSUPPORTED (see above), NOT_FOUND (the model has no op of the role),
- * NOMEM, MISUSE. Since 0.1. */
+ * UNSUPPORTED (see above; also a model loaded with tp_size > 1, whose ranks
+ * would have to switch together), NOT_FOUND (the model has no op of the
+ * role), NOMEM, MISUSE. Since 0.1. */
 KHUB_API khub_status khub_model_kernel_swap(struct khub_model *m, khub_kernel_swap *sw);
 
 #ifdef __cplusplus

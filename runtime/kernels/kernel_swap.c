@@ -113,6 +113,14 @@ khub_status khub_model_kernel_swap(khub_model *m, khub_kernel_swap *sw)
     KHUB_RETURN_IF(m->rt, sw->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
                    KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
                    (unsigned)sw->struct_size, sizeof(khub_kernel_swap));
+    /* Under tp every rank must switch at the same step, or the ranks' halves
+     * of a layer would come from different kernels; nothing coordinates
+     * that yet (issue 18 item 4), so one rank never swaps alone. */
+    KHUB_RETURN_IF(m->rt, m->tp.size > 1, KHUB_STATUS_UNSUPPORTED,
+                   "kernel swap: %s runs tensor-parallel over %d ranks, and a swap on rank 0 "
+                   "alone would mix kernels within a layer; restart the job with the new "
+                   "kernel",
+                   m->file, (int)m->tp.size);
     const khub_binding *before = NULL;
     if (sw->role == KHUB_KERNEL_ROLE_ATTENTION)
         before = m->paged_attn ? m->paged_attn : m->attention;

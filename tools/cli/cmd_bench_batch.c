@@ -20,6 +20,7 @@
 
 #include "cli.h"
 #include "khub/khub_batch.h"
+#include "tp_job.h"
 
 #define MAX_COUNTS 8
 
@@ -29,6 +30,7 @@ typedef struct bb_args {
     const char *model;
     int counts[MAX_COUNTS], n_counts;
     int prompt_tokens, gen_tokens, threads, max_batch_tokens;
+    int tp; /* --tp N: ranks of an mpirun job (tp_job.h); 0 = one process */
 } bb_args;
 
 static int int_arg(const char *flag, const char *v, int lo, int hi, int *out)
@@ -77,6 +79,8 @@ static int parse(int argc, char **argv, bb_args *a)
             rc = int_arg(f, v, 0, 1024, &a->threads);
         else if (!strcmp(f, "--max-batch-tokens"))
             rc = int_arg(f, v, 1, 65536, &a->max_batch_tokens);
+        else if (!strcmp(f, "--tp"))
+            rc = int_arg(f, v, 1, 4096, &a->tp);
         else
             return khub_cli_usage(&bench_batch_cmd, "unknown option '%s'", f);
         if (rc) return rc;
@@ -189,17 +193,23 @@ static int bench_batch(int argc, char **argv)
     int max_n = 1;
     for (int i = 0; i < a.n_counts; i++)
         if (a.counts[i] > max_n) max_n = a.counts[i];
+    cli_tp_job job;
+    if ((rc = cli_tp_begin(&job, "bench-batch", a.tp, 0)) != 0) return rc;
     khub_runtime *rt = khub_cli_runtime("bench-batch", a.threads);
-    if (!rt) return 1;
-    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .max_seqs = max_n,
+    if (!rt) return cli_tp_end(&job, 1);
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),
+                          .max_seqs = max_n,
                           .max_context = a.prompt_tokens + a.gen_tokens + 1,
-                          .max_batch = a.max_batch_tokens};
+                          .max_batch = a.max_batch_tokens,
+                          .tp_size = a.tp,
+                          .comm = cli_tp_comm(&job)};
     khub_model *m = NULL;
     if (khub_model_load(rt, a.model, &mo, &m) != KHUB_STATUS_OK) {
         rc = khub_cli_fail("bench-batch", "%s", khub_runtime_errmsg(rt));
         khub_runtime_free(rt);
-        return rc;
+        return cli_tp_end(&job, rc);
     }
+    if (job.comm.rank != 0) return cli_tp_end(&job, cli_tp_follow(&job, rt, m));
     static const char text[] = "The history of the printing press begins with movable type, "
                                "paper and ink, and the spread of books changed how people read.";
     int32_t ids[256];
@@ -209,9 +219,10 @@ static int bench_batch(int argc, char **argv)
     }
     for (int i = 0; i < a.n_counts && !rc; i++)
         rc = run_count(rt, m, &a, ids, n_ids, a.counts[i], pool_size(rt));
+    cli_tp_abort_if(&job, rc);
     khub_model_free(m);
     khub_runtime_free(rt);
-    return rc;
+    return cli_tp_end(&job, rc);
 }
 
 static const khub_cli_cmd bench_batch_cmd = {
@@ -231,6 +242,9 @@ static const khub_cli_cmd bench_batch_cmd = {
     "  --gen-tokens G         tokens generated per request (default 128)\n"
     "  --max-batch-tokens N   tokens per forward step (default 256)\n"
     "  --threads N            worker threads (default: all cores)\n"
+    "  --tp N                 tensor parallelism over N MPI ranks: mpirun -np N khub\n"
+    "                         bench-batch --tp N ...; rank 0 schedules and prints\n"
+    "                         (docs/parallelism.md)\n"
     "  --help                 print this help\n",
     bench_batch};
 

@@ -23,6 +23,7 @@
 
 #include "cli.h"
 #include "khub/khub_model.h"
+#include "tp_job.h"
 
 #define MAX_REPS    64
 #define MAX_TCOUNTS 8
@@ -34,12 +35,14 @@ typedef struct bench_args {
     int pp, tg, reps;
     int threads[MAX_TCOUNTS];
     int n_threads;
+    int tp; /* --tp N: ranks of an mpirun job (tp_job.h); 0 = one process */
 } bench_args;
 
 typedef struct samples {
     double wall[MAX_REPS]; /* tok/s */
     double cpu[MAX_REPS];  /* tok/s by CPU time per thread */
     int n;
+    double comm_share; /* under --tp: rank 0's share of the timed reps' wall time in collectives */
 } samples;
 
 static double wall_s(void)
@@ -102,6 +105,8 @@ static int parse(int argc, char **argv, bench_args *a)
             rc = parse_int(f, v, 1, MAX_REPS, &a->reps);
         } else if (!strcmp(f, "--threads") || !strcmp(f, "-t")) {
             rc = parse_threads(v, a);
+        } else if (!strcmp(f, "--tp")) {
+            rc = parse_int(f, v, 1, 4096, &a->tp);
         } else {
             return khub_cli_usage(&bench_model_cmd, "unknown option '%s'", f);
         }
@@ -202,6 +207,8 @@ static void print_result(const char *test, int n_tok, int threads, const samples
            (unsigned long long)info->weight_bytes, (unsigned long long)info->n_params,
            layer_macs * info->n_layers, (double)info->hidden * info->vocab,
            2.0 * info->n_heads * hd * info->n_layers, 2.0 * 2 * kv * info->n_layers, rss);
+    if (info->tp_size > 1) /* the shape figures above are then rank 0's part */
+        printf(",\"tp\":%d,\"tp_comm_share\":%.4f", (int)info->tp_size, s->comm_share);
     print_list("samples_ts", s->wall, s->n);
     print_list("samples_cpu_ts", s->cpu, s->n);
     printf("}\n");
@@ -212,14 +219,38 @@ static void print_result(const char *test, int n_tok, int threads, const samples
 /* Driver                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static int bench_threads(const bench_args *a, int threads)
+/* Rank 0's time in collectives so far, in seconds (0 without --tp). */
+static double comm_s(const khub_model *m)
+{
+    khub_model_info i = {KHUB_STRUCT_INIT(khub_model_info)};
+    return khub_model_info_get(m, &i) == KHUB_STATUS_OK ? (double)i.tp_comm_ns / 1e9 : 0;
+}
+
+/* The timed reps of one test (ids: prefill, NULL: decode); the warm-up has run. */
+static int time_test(khub_runtime *rt, khub_model *m, const bench_args *a, const int32_t *ids,
+                     int threads, float *logits, samples *s)
+{
+    int rc = 0;
+    double w0 = wall_s(), c0 = comm_s(m);
+    for (s->n = 0; !rc && s->n < a->reps; s->n++)
+        rc = ids ? run_pp(rt, m, ids, a->pp, threads, logits, &s->wall[s->n], &s->cpu[s->n])
+                 : run_tg(rt, m, a->tg, threads, &s->wall[s->n], &s->cpu[s->n]);
+    s->comm_share = (comm_s(m) - c0) / (wall_s() - w0);
+    return rc;
+}
+
+static int bench_threads(const bench_args *a, const cli_tp_job *job, int threads)
 {
     khub_runtime *rt = khub_cli_runtime("bench-model", threads);
     if (!rt) return 1;
     int pp = a->pp > 0 ? a->pp : 1;
-    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .kv_dtype = KHUB_DTYPE_F16,
-                          .max_batch = pp < 16 ? 16 : pp, .max_seqs = 1,
-                          .max_context = (int64_t)pp + a->tg + 16};
+    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts),
+                          .kv_dtype = KHUB_DTYPE_F16,
+                          .max_batch = pp < 16 ? 16 : pp,
+                          .max_seqs = 1,
+                          .max_context = (int64_t)pp + a->tg + 16,
+                          .tp_size = a->tp,
+                          .comm = cli_tp_comm(job)};
     khub_model *m = NULL;
     khub_model_info info = {KHUB_STRUCT_INIT(khub_model_info)};
     int32_t *ids = NULL;
@@ -230,6 +261,7 @@ static int bench_threads(const bench_args *a, int threads)
         rc = khub_cli_fail("bench-model", "%s", khub_runtime_errmsg(rt));
         goto done;
     }
+    if (job->comm.rank != 0) return cli_tp_follow(job, rt, m);
     ids = malloc(sizeof *ids * (size_t)pp);
     logits = malloc(sizeof *logits * (size_t)info.vocab);
     if (!ids || !logits) {
@@ -246,17 +278,16 @@ static int bench_threads(const bench_args *a, int threads)
     double w, c;
     if (a->pp) {
         rc = run_pp(rt, m, ids, a->pp, threads, logits, &w, &c); /* warm-up */
-        for (s.n = 0; !rc && s.n < a->reps; s.n++)
-            rc = run_pp(rt, m, ids, a->pp, threads, logits, &s.wall[s.n], &s.cpu[s.n]);
+        if (!rc) rc = time_test(rt, m, a, ids, threads, logits, &s);
         if (!rc) print_result("pp", a->pp, threads, &s, info.load_ms, &info);
     }
     if (a->tg && !rc) {
         rc = run_tg(rt, m, a->tg, threads, &w, &c);
-        for (s.n = 0; !rc && s.n < a->reps; s.n++)
-            rc = run_tg(rt, m, a->tg, threads, &s.wall[s.n], &s.cpu[s.n]);
+        if (!rc) rc = time_test(rt, m, a, NULL, threads, logits, &s);
         if (!rc) print_result("tg", a->tg, threads, &s, info.load_ms, &info);
     }
 done:
+    cli_tp_abort_if(job, rc);
     free(ids);
     free(logits);
     khub_model_free(m);
@@ -269,8 +300,12 @@ static int bench_model(int argc, char **argv)
     if (khub_cli_wants_help(&bench_model_cmd, argc, argv)) return 0;
     bench_args a;
     int rc = parse(argc, argv, &a);
-    for (int t = 0; !rc && t < a.n_threads; t++) rc = bench_threads(&a, a.threads[t]);
-    return rc;
+    if (rc) return rc;
+    cli_tp_job job;
+    if ((rc = cli_tp_begin(&job, "bench-model", a.tp, 0)) != 0) return rc;
+    /* Every rank loads the model once per thread count, in the same order. */
+    for (int t = 0; !rc && t < a.n_threads; t++) rc = bench_threads(&a, &job, a.threads[t]);
+    return cli_tp_end(&job, rc);
 }
 
 static const khub_cli_cmd bench_model_cmd = {
@@ -289,6 +324,10 @@ static const khub_cli_cmd bench_model_cmd = {
     "  -n, --gen-tokens N       decode length (default 128; 0 = skip)\n"
     "  -t, --threads LIST       thread counts, e.g. 1,2 (default 1)\n"
     "  -r, --reps N             timed repetitions (default 5)\n"
+    "  --tp N                   tensor parallelism over N MPI ranks: mpirun -np N khub\n"
+    "                           bench-model --tp N ...; rank 0 prints, adding \"tp\" and\n"
+    "                           \"tp_comm_share\" (its share of the timed wall time in\n"
+    "                           collectives) (docs/parallelism.md)\n"
     "  --help                   print this help\n",
     bench_model};
 

@@ -27,6 +27,7 @@
 #include "chat_history.h"
 #include "khub/khub_session.h"
 #include "model_flags.h"
+#include "tp_job.h"
 
 static const khub_cli_cmd chat_cmd;
 
@@ -381,8 +382,12 @@ static int run(int argc, char **argv)
     int rc = parse(argc, argv, &c.a);
     if (rc) return rc;
     c.a.gen.system = NULL; /* the system message is in the history */
-    c.m = cli_model_open("chat", &c.a, 1, isatty(2), &c.rt, NULL);
-    if (!c.m) return 1;
+    cli_tp_job job;
+    if ((rc = cli_tp_begin(&job, "chat", c.a.tp, 0)) != 0) return rc;
+    c.a.comm = cli_tp_comm(&job);
+    c.m = cli_model_open("chat", &c.a, 1, isatty(2) && job.comm.rank == 0, &c.rt, NULL);
+    if (!c.m) return cli_tp_end(&job, 1);
+    if (job.comm.rank != 0) return cli_tp_end(&job, cli_tp_follow(&job, c.rt, c.m));
     khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
     khub_model_info_get(c.m, &info);
     c.trained = info.context_length;
@@ -401,12 +406,13 @@ static int run(int argc, char **argv)
                 c.a.model, (long long)info.max_context);
         rc = loop(&c);
     }
+    cli_tp_abort_if(&job, rc);
     chat_history_free(&c.h);
     free(c.text);
     khub_session_free(c.s);
     khub_model_free(c.m);
     khub_runtime_free(c.rt);
-    return rc;
+    return cli_tp_end(&job, rc);
 }
 
 static const khub_cli_cmd chat_cmd = {
@@ -439,7 +445,8 @@ static const khub_cli_cmd chat_cmd = {
     "\n"
     "Options:\n"
     "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"
-    "  --system TEXT         the system prompt to start with\n" CLI_MODEL_SAMPLING_HELP
+    "  --system TEXT         the system prompt to start with\n" CLI_MODEL_TP_HELP
+        CLI_MODEL_SAMPLING_HELP
     "                        (khub chat's default --max-new-tokens is 1024)\n"
     "\n" CLI_MODEL_KERNELS_HELP "  --help                print this help\n",
     run};

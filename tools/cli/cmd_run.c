@@ -10,11 +10,11 @@
 #include <cjson/cJSON.h>
 
 #include "cli.h"
-#include "comm_mpi.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 #include "model_flags.h"
 #include "prompts_file.h"
+#include "tp_job.h"
 
 #define MAX_PROMPTS 8
 #define MAX_STDIN   (16 << 20) /* bytes of a prompt read from standard input */
@@ -86,9 +86,6 @@ static int parse(int argc, char **argv, run_args *a)
         else if (!strcmp(f, "--parallel")) {
             rc = cli_num(&run_cmd, f, v, 1, 256, &d);
             a->parallel = (int32_t)d;
-        } else if (!strcmp(f, "--tp")) {
-            rc = cli_num(&run_cmd, f, v, 1, 4096, &d);
-            a->ma.tp = (int)d;
         } else {
             takes = 0;
             if (!strcmp(f, "--chat"))
@@ -216,28 +213,11 @@ static void print_json(khub_runtime *rt, khub_model *m, const run_args *a,
 
 /* Ranks other than 0 of `--tp N`: rank 0's steps on this rank's shards
  * until rank 0 is done; with --explain its plan and memory on stderr. */
-static int serve_rank(khub_runtime *rt, khub_model *m, const run_args *a, int rank)
+static int follow(const cli_tp_job *job, khub_runtime *rt, khub_model *m, const run_args *a)
 {
     const char *plan = strstr(khub_model_explain(m), "tp plan: rank");
     if (a->explain && plan) fputs(plan, stderr);
-    int rc = 0;
-    if (khub_model_tp_serve(m) != KHUB_STATUS_OK)
-        rc = khub_cli_fail("run", "tp rank %d: %s", rank, khub_runtime_errmsg(rt));
-    if (rc) cli_mpi_end(rc); /* MPI_Abort: does not return */
-    khub_model_free(m);
-    khub_runtime_free(rt);
-    cli_mpi_end(0);
-    return 0;
-}
-
-/* The end of a `--tp N` run: MPI_Finalize, or after a failure MPI_Abort
- * (it does not return), so that no rank is left waiting in a collective
- * for this one; freeing the model would broadcast a stop they cannot
- * match, so a failure aborts before it. */
-static int tp_end(int tp, int rc)
-{
-    if (tp > 1) cli_mpi_end(rc);
-    return rc;
+    return cli_tp_end(job, cli_tp_follow(job, rt, m));
 }
 
 static int run(int argc, char **argv)
@@ -250,27 +230,27 @@ static int run(int argc, char **argv)
     if (stdin_prompts(&a)) return 1;
     cli_prompts prompts = {0};
     if (a.prompts_file && cli_prompts_read(a.prompts_file, &a.ma.gen, &prompts)) return 1;
-    khub_comm comm = {KHUB_APP_INIT(khub_comm)};
-    if (a.ma.tp > 1 && (rc = cli_mpi_start(a.ma.tp, &comm)) != 0) {
+    cli_tp_job job;
+    if ((rc = cli_tp_begin(&job, "run", a.ma.tp, 0)) != 0) {
         cli_prompts_free(&prompts);
         free(a.stdin_prompt);
         return rc;
     }
-    a.ma.comm = a.ma.tp > 1 ? &comm : NULL;
+    a.ma.comm = cli_tp_comm(&job);
     khub_runtime *rt = NULL;
     static khub_model_kernels_report rep;
     int32_t max_seqs = a.parallel ? a.parallel : a.prompts_file ? 16 : 0;
-    int progress = !a.json && isatty(2) && comm.rank == 0;
+    int progress = !a.json && isatty(2) && job.comm.rank == 0;
     khub_model *m = cli_model_open("run", &a.ma, max_seqs, progress, &rt, &rep);
     if (!m) {
         cli_prompts_free(&prompts);
         free(a.stdin_prompt);
-        return tp_end(a.ma.tp, 1);
+        return cli_tp_end(&job, 1);
     }
-    if (comm.rank != 0) {
+    if (job.comm.rank != 0) {
         cli_prompts_free(&prompts);
         free(a.stdin_prompt);
-        return serve_rank(rt, m, &a, comm.rank);
+        return follow(&job, rt, m, &a);
     }
     if (a.explain && !a.json) {
         if (rep.text[0]) printf("kernels:\n%s", rep.text);
@@ -284,10 +264,10 @@ static int run(int argc, char **argv)
                              .threads = pool_threads(rt)};
         rc = cli_run_batch(rt, m, &prompts, &ba);
         cli_prompts_free(&prompts);
-        if (rc && a.ma.tp > 1) cli_mpi_end(rc);
+        cli_tp_abort_if(&job, rc);
         khub_model_free(m);
         khub_runtime_free(rt);
-        return tp_end(a.ma.tp, rc);
+        return cli_tp_end(&job, rc);
     }
     int stream = !a.json && a.n_prompts == 1;
     if (stream) a.ma.gen.callback = on_text;
@@ -319,11 +299,11 @@ static int run(int argc, char **argv)
         if (a.ma.tp > 1) print_tp_share(m, &res[0]);
     }
     khub_generate_results_free(m, res, (size_t)a.n_prompts);
-    if (rc && a.ma.tp > 1) cli_mpi_end(rc);
+    cli_tp_abort_if(&job, rc);
     khub_model_free(m);
     khub_runtime_free(rt);
     free(a.stdin_prompt);
-    return tp_end(a.ma.tp, rc);
+    return cli_tp_end(&job, rc);
 }
 
 static const khub_cli_cmd run_cmd = {
@@ -345,9 +325,8 @@ static const khub_cli_cmd run_cmd = {
     "                        \"stop\": STR or [STR...], \"chat\", \"system\", \"ignore_eos\"}\n"
     "                        (the options below are the defaults); results print in file\n"
     "                        order, a failed request on stderr with its line (exit 1)\n"
-    "  --parallel N          requests running together (default 16 with --prompts-file)\n"
-    "  --tp N                tensor parallelism over N MPI ranks, launched as mpirun -np N\n"
-    "                        khub run --tp N ...; rank 0 prints (docs/parallelism.md)\n"
+    "  --parallel N          requests running together (default 16 with "
+    "--prompts-file)\n" CLI_MODEL_TP_HELP
     "  --chat                apply the model's chat template (the prompt is a user turn)\n"
     "  --system TEXT         system message for --chat\n" CLI_MODEL_SAMPLING_HELP
     "\n" CLI_MODEL_KERNELS_HELP

@@ -15,6 +15,7 @@
 #include "khub/khub_model.h"
 #include "khub/khub_model_server.h"
 #include "model_flags.h"
+#include "tp_job.h"
 
 static const khub_cli_cmd serve_model_cmd;
 
@@ -114,16 +115,28 @@ static int run(int argc, char **argv)
     sigaddset(&sigs, SIGINT);
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+    /* Under --tp, MPI starts after the mask, so that its threads inherit it
+     * too: a SIGTERM that mpirun passes to every rank ends rank 0's sigwait,
+     * and the other ranks, which never take it, leave when rank 0's model
+     * is freed (the stop broadcast). The engine thread drives the model. */
+    cli_tp_job job;
+    if ((rc = cli_tp_begin(&job, "serve-model", a.m.tp, 1)) != 0) return rc;
+    a.m.comm = cli_tp_comm(&job);
     static khub_model_kernels_report rep;
     /* The hub handle outlives the load: live kernel swaps fetch with it. */
     khub_hub *hub = NULL;
     if (khub_hub_new(NULL, &hub) != KHUB_STATUS_OK)
-        return khub_cli_fail("serve-model", "%s", khub_last_error());
+        return cli_tp_end(&job, khub_cli_fail("serve-model", "%s", khub_last_error()));
     khub_runtime *rt = NULL;
-    khub_model *m = cli_model_open_hub("serve-model", &a.m, a.parallel, isatty(2), hub, &rt, &rep);
+    khub_model *m = cli_model_open_hub("serve-model", &a.m, a.parallel,
+                                       isatty(2) && job.comm.rank == 0, hub, &rt, &rep);
     if (!m) {
         khub_hub_free(hub);
-        return 1;
+        return cli_tp_end(&job, 1);
+    }
+    if (job.comm.rank != 0) {
+        khub_hub_free(hub);
+        return cli_tp_end(&job, cli_tp_follow(&job, rt, m));
     }
     khub_model_server_opts so = {KHUB_APP_INIT(khub_model_server_opts),
                                  .model = m,
@@ -161,10 +174,11 @@ static int run(int argc, char **argv)
                 (unsigned long long)st.requests, (unsigned long long)st.completions,
                 (unsigned long long)st.prompt_tokens, (unsigned long long)st.completion_tokens);
     }
+    cli_tp_abort_if(&job, rc);
     khub_model_free(m);
     khub_hub_free(hub);
     khub_runtime_free(rt);
-    return rc;
+    return cli_tp_end(&job, rc);
 }
 
 static const khub_cli_cmd serve_model_cmd = {
@@ -187,7 +201,9 @@ static const khub_cli_cmd serve_model_cmd = {
     "  --port N              TCP port (default 8080; 0 = a free one, printed)\n"
     "  --api-key KEY         /v1 requests need \"Authorization: Bearer KEY\"\n"
     "                        (default $KHUB_API_KEY; none = open)\n"
-    "  --threads N           worker threads (default: all cores)\n"
+    "  --threads N           worker threads (default: all cores)\n" CLI_MODEL_TP_HELP
+    "                        (rank 0 serves HTTP and schedules; SIGTERM to rank 0\n"
+    "                        stops every rank)\n"
     "  --max-context N       KV capacity per request, prompt and answer (default: the\n"
     "                        model's trained context, at most 4096)\n"
     "  --parallel N          requests in the running batch at once (default 8)\n"

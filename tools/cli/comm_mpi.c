@@ -64,20 +64,31 @@ static khub_status barrier(void *ud, char *err, size_t es)
     return mpi_st(MPI_Barrier(MPI_COMM_WORLD), "Barrier", err, es);
 }
 
-int cli_mpi_start(int tp, khub_comm *c)
+int cli_mpi_start(const char *cmd, int tp, int threaded, khub_comm *c)
 {
     int provided = 0, rank = 0, size = 0;
-    if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
-        return khub_cli_fail("run", "--tp %d: MPI_Init failed; launch with mpirun -np %d", tp, tp);
+    int want = threaded ? MPI_THREAD_SERIALIZED : MPI_THREAD_FUNNELED;
+    if (MPI_Init_thread(NULL, NULL, want, &provided) != MPI_SUCCESS)
+        return khub_cli_fail(cmd, "--tp %d: MPI_Init failed; launch with mpirun -np %d", tp, tp);
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (size != tp) {
         if (rank == 0)
-            khub_cli_fail("run",
+            khub_cli_fail(cmd,
                           "--tp %d but MPI started %d rank%s; launch as mpirun -np %d khub "
-                          "run --tp %d ...",
-                          tp, size, size == 1 ? "" : "s", tp, tp);
+                          "%s --tp %d ...",
+                          tp, size, size == 1 ? "" : "s", tp, cmd, tp);
+        MPI_Finalize();
+        return 1;
+    }
+    if (provided < want) {
+        if (rank == 0)
+            khub_cli_fail(cmd,
+                          "--tp %d: this MPI gives thread level %d, and khub %s calls it from "
+                          "%s (MPI_THREAD_%s)",
+                          tp, provided, cmd, threaded ? "its engine thread" : "the main thread",
+                          threaded ? "SERIALIZED" : "FUNNELED");
         MPI_Finalize();
         return 1;
     }
@@ -104,10 +115,10 @@ void cli_mpi_end(int failed)
 
 #else /* !KHUB_WITH_MPI */
 
-int cli_mpi_start(int tp, khub_comm *c)
+int cli_mpi_start(const char *cmd, int tp, int threaded, khub_comm *c)
 {
-    (void)c;
-    return khub_cli_fail("run",
+    (void)c, (void)threaded;
+    return khub_cli_fail(cmd,
                          "--tp %d needs MPI, and this khub was built without it (install "
                          "libopenmpi-dev, tools/install-deps.sh, and configure again)",
                          tp);

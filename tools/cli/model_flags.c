@@ -1,6 +1,7 @@
 /*
  * model_flags.c: the flags `khub run`, `khub chat` and `khub serve-model`
- * share, and loading the model they name (model_flags.h).
+ * share (--tp included: tp_job.h runs the job), and loading the model they
+ * name (model_flags.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -116,6 +117,9 @@ static int number_flag(const khub_cli_cmd *cmd, cli_model_args *a, const char *f
     } else if (!strcmp(f, "--threads")) {
         *rc = cli_num(cmd, f, v, 0, 1024, &d);
         a->threads = (int)d;
+    } else if (!strcmp(f, "--tp")) {
+        *rc = cli_num(cmd, f, v, 1, 4096, &d);
+        a->tp = (int)d;
     } else if (!strcmp(f, "--temperature")) {
         *rc = cli_num(cmd, f, v, 0, 100, &d);
         a->gen.temperature = (float)d;

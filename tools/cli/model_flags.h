@@ -39,9 +39,9 @@ typedef struct cli_model_args {
     int allow_quarantined, verify_kernels;
     int32_t max_batch_tokens; /* 0 = the default */
     khub_generate_opts gen;   /* sampling; stop and system point into this struct */
-    int tp;                   /* tensor-parallel ranks (khub run --tp), 0 = none */
+    int tp;                   /* tensor-parallel ranks (--tp N), 0 = none */
     khub_device device;       /* --device: {0, 0} = the CPU */
-    const khub_comm *comm;    /* their collectives (comm_mpi.h), borrowed; NULL = none */
+    const khub_comm *comm;    /* their collectives (tp_job.h), borrowed; NULL = none */
 } cli_model_args;
 
 /* Empty arguments with the defaults (128 new tokens, greedy). */
@@ -89,6 +89,12 @@ int cli_model_sampling_flag(const char *f);
     "  --seed S              sampling seed (default 0)\n" \
     "  --stop STR            stop when STR appears (repeatable; STR is not printed)\n" \
     "  --ignore-eos          keep going past end-of-sequence tokens\n"
+
+/* The --tp lines of a --help text. */
+#define CLI_MODEL_TP_HELP \
+    "  --tp N                tensor parallelism over N MPI ranks: launch the command as\n" \
+    "                        mpirun -np N khub COMMAND --tp N ...; rank 0 runs it, the\n" \
+    "                        others follow its steps (docs/parallelism.md)\n"
 
 #define CLI_MODEL_KERNELS_HELP \
     "Kernels (each NAME is a Hub ID org/name[@REV|@version=N][:symbol], fetched from\n" \
