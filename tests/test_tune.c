@@ -214,10 +214,36 @@ TEST_IMPL(decision_margin_is_noise_plus_one_percent)
     free(r);
 }
 
+/* A configuration from a --kernels-from khub.json saves that file's roles
+ * (Hub IDs included) with the one-role changes on top. */
+TEST_IMPL(saved_json_keeps_the_mapping_roles)
+{
+    FILE *f = fopen("map.json", "w");
+    ASSERT(f != NULL);
+    fputs("{\"format\": 1, \"roles\": {\"attention\": \"kernels-community/flash-attn2\", "
+          "\"cache\": \"static\"}}\n",
+          f);
+    fclose(f);
+    tune_config c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.kernels, sizeof c.kernels, "map.json");
+    snprintf(c.cache, sizeof c.cache, "quantized");
+    char buf[1024];
+    khub__tune_config_json(&c, buf, sizeof buf);
+    ASSERT_STR_EQ(buf,
+                  "{\n\t\"format\":\t1,\n\t\"roles\":\t{\n\t\t\"attention\":\t"
+                  "\"kernels-community/flash-attn2\",\n\t\t\"cache\":\t\"quantized\"\n\t}\n}\n");
+    remove("map.json"); /* unreadable now: the roles of the flags only */
+    khub__tune_config_json(&c, buf, sizeof buf);
+    ASSERT_STR_EQ(buf,
+                  "{\n\t\"format\":\t1,\n\t\"roles\":\t{\n\t\t\"cache\":\t\"quantized\"\n\t}\n}\n");
+}
+
 #define TEST_LIST(X) \
     X(workload_file) \
     X(builtin_workload) \
     X(bad_arguments) \
     X(decision_stable_inside_noise) \
-    X(decision_margin_is_noise_plus_one_percent)
+    X(decision_margin_is_noise_plus_one_percent) \
+    X(saved_json_keeps_the_mapping_roles)
 TEST_MAIN(TEST_LIST)

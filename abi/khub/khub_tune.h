@@ -107,9 +107,18 @@ typedef struct khub_tune_opts {
     void *progress_ud;
     /* For tests of the honesty rules: the candidate with this name (as the
      * report names it, "cache=quantized-int4") aborts in its child process;
-     * with ":hang" after the name it never ends (the budget's kill). NULL =
+     * with ":hang" after the name it never ends (the budget's kill); with
+     * ":slow" its workload's wall time is 1 s longer (throughput, not the
+     * requests' own times), and "baseline:slow" slows every baseline run
+     * (a recommendation that does not depend on the machine's speed). NULL =
      * none. Borrowed. */
     const char *fail_candidate;
+    /* The levers to try, comma-separated, from attention, quantization,
+     * cache, threads, batching, kernels, parallelism; the others are left
+     * out of the report. NULL or "" = all. Borrowed. Added in 0.1 (issue
+     * 17: a team that only wants to compare kernels, and tests that need
+     * one candidate). */
+    const char *levers;
     /* End of 0.1. */
 } khub_tune_opts;
 
@@ -118,7 +127,7 @@ typedef struct khub_tune_report khub_tune_report;
 /* Runs the advisor: a probe load (model facts, the memory check), the
  * baseline (baseline_runs times), each compatible candidate alone, then the
  * winners together. *out receives the report, freed with
- * khub_tune_report_free. Statuses: INVALID_ARG (a bad option, or max_memory
+ * khub_tune_report_free. Statuses: INVALID_ARG (a bad option, an unknown lever, or max_memory
  * below what the weights need in any configuration: the message gives both
  * sizes), the load's status when the model does not load (NOT_FOUND, IO,
  * MODEL_INVALID, MODEL_UNSUPPORTED, ...: the probe's message; IO when the

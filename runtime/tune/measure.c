@@ -142,8 +142,16 @@ static int measure_ppl(khub_model *m, int32_t vocab, tune_meas *out)
 
 /* Runs the workload with continuous batching, concurrency requests at once,
  * greedy and past EOS so every configuration generates the same count. */
+/* Tests of the recommendation: the workload's wall time (throughput's
+ * denominator) is made slow_s longer; the requests' own times are not. */
+static void sleep_s(double slow_s)
+{
+    struct timespec d = {(time_t)slow_s, (long)((slow_s - (double)(time_t)slow_s) * 1e9)};
+    while (nanosleep(&d, &d) != 0) continue;
+}
+
 static int measure_workload(khub_model *m, const khub_tune_workload *w, const tune_config *c,
-                            tune_meas *out)
+                            double slow_s, tune_meas *out)
 {
     static khub_generate_opts go[TUNE_MAX_REQUESTS];
     static khub_batch_request rq[TUNE_MAX_REQUESTS];
@@ -159,6 +167,7 @@ static int measure_workload(khub_model *m, const khub_tune_workload *w, const tu
                             .max_batch_tokens = c->max_batch};
     double t0 = khub__tune_now();
     khub_status st = khub_generate_batch(m, rq, w->n, &bc, res);
+    if (slow_s > 0) sleep_s(slow_s);
     out->wall_ms = (khub__tune_now() - t0) * 1e3;
     int rc = 0;
     if (st != KHUB_STATUS_OK) {
@@ -198,13 +207,17 @@ static void child_run(const tune_run_ctx *ctx, const tune_row *row, int probe, t
 {
     const tune_config *c = &row->cfg;
     reset_peak();
-    /* Tests of the report: "NAME" crashes, "NAME:hang" never ends. */
+    /* Tests of the report: "NAME" crashes, "NAME:hang" never ends,
+     * "NAME:slow" (or "baseline:slow": every baseline run) takes 1 s more
+     * for the workload. */
     const char *fc = ctx->fail_candidate;
     size_t nl = strlen(row->name);
     if (fc && !strncmp(fc, row->name, nl) && (!fc[nl] || !strcmp(fc + nl, ":hang"))) {
         while (fc[nl]) pause();
         abort();
     }
+    int slow = fc && ((!strncmp(fc, row->name, nl) && !strcmp(fc + nl, ":slow")) ||
+                      (!strcmp(fc, "baseline:slow") && !strncmp(row->name, "baseline#", 9)));
     khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = c->threads,
                             .log = quiet_log};
     khub_runtime *rt = NULL;
@@ -247,7 +260,8 @@ static void child_run(const tune_run_ctx *ctx, const tune_row *row, int probe, t
     out->n_kv_heads = info.n_kv_heads;
     out->n_layers = info.n_layers;
     out->threads = pool_threads(rt);
-    if (!probe && (measure_ppl(m, info.vocab, out) || measure_workload(m, ctx->w, c, out)))
+    if (!probe &&
+        (measure_ppl(m, info.vocab, out) || measure_workload(m, ctx->w, c, slow ? 1.0 : 0, out)))
         goto done;
     out->peak_rss = peak_rss();
     out->ok = 1;

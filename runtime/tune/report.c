@@ -28,15 +28,49 @@ static const char *goal_str(uint32_t g)
                                           : "latency";
 }
 
+/* The roles object of the khub.json at path (a --kernels-from mapping),
+ * or NULL when it cannot be read: the candidate's load would have failed,
+ * and no row that failed is recommended. */
+static cJSON *mapping_roles(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char text[65536];
+    size_t len = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    cJSON *doc = cJSON_Parse(text);
+    cJSON *roles = cJSON_DetachItemFromObject(doc, "roles");
+    cJSON_Delete(doc);
+    if (roles && !cJSON_IsObject(roles)) {
+        cJSON_Delete(roles);
+        return NULL;
+    }
+    return roles;
+}
+
+static void put_role(cJSON *roles, const char *role, const char *value)
+{
+    if (!value[0]) return;
+    cJSON_DeleteItemFromObject(roles, role); /* the flag overrides the mapping, as in khub run */
+    cJSON_AddStringToObject(roles, role, value);
+}
+
 void khub__tune_config_json(const tune_config *c, char *buf, size_t n)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "format", 1);
-    cJSON *roles = cJSON_AddObjectToObject(o, "roles");
-    const char *attn = c->hub_attn[0] ? c->hub_attn : c->attn;
-    if (attn[0]) cJSON_AddStringToObject(roles, "attention", attn);
-    if (c->quant[0]) cJSON_AddStringToObject(roles, "quantization", c->quant);
-    if (c->cache[0]) cJSON_AddStringToObject(roles, "cache", c->cache);
+    /* A configuration from a --kernels-from khub.json keeps that file's
+     * roles (Hub IDs included), so the saved khub.json is what was
+     * measured; the one-role changes go on top, as their flags do. */
+    cJSON *roles = c->kernels[0] ? mapping_roles(c->kernels) : NULL;
+    if (roles)
+        cJSON_AddItemToObject(o, "roles", roles);
+    else
+        roles = cJSON_AddObjectToObject(o, "roles");
+    put_role(roles, "attention", c->hub_attn[0] ? c->hub_attn : c->attn);
+    put_role(roles, "quantization", c->quant);
+    put_role(roles, "cache", c->cache);
     char *s = cJSON_Print(o);
     snprintf(buf, n, "%s\n", s ? s : "{\"format\": 1}");
     cJSON_free(s);

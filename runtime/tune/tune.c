@@ -304,6 +304,43 @@ static int combine(khub_tune_report *r, tune_config *c)
     return n >= 2;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Levers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static const char *const lever_names[] = {"attention", "threads", "quantization", "batching",
+                                          "cache",     "kernels", "parallelism"};
+
+/* 1 when lever is in the comma-separated list (NULL or "" = all). */
+static int lever_in(const char *list, const char *lever)
+{
+    if (!list || !*list) return 1;
+    size_t n = strlen(lever);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && !strncmp(p, lever, n)) return 1;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
+/* The first name in list that is no lever, into bad; 0 when all are. */
+static int bad_lever(const char *list, char *bad, size_t n)
+{
+    for (const char *p = list ? list : ""; *p;) {
+        size_t len = strcspn(p, ","), k = 0;
+        while (k < sizeof lever_names / sizeof lever_names[0] &&
+               (strlen(lever_names[k]) != len || strncmp(p, lever_names[k], len)))
+            k++;
+        if (k == sizeof lever_names / sizeof lever_names[0]) {
+            snprintf(bad, n, "%.*s", (int)len, p);
+            return 1;
+        }
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 static khub_status plan(tune_run *t, char *errbuf, size_t n)
 {
     khub_tune_report *r = t->r;
@@ -328,14 +365,19 @@ static khub_status plan(tune_run *t, char *errbuf, size_t n)
         return KHUB_STATUS_INVALID_ARG;
     }
     cpu_names(khub_cpu_features(), r->cpu, sizeof r->cpu);
-    attention_candidates(r, rt, pm.head_dim);
-    quant_candidates(r, &pm);
-    cache_candidates(r, rt);
+    const char *lv = t->o->levers;
+    if (lever_in(lv, "attention")) attention_candidates(r, rt, pm.head_dim);
+    if (lever_in(lv, "quantization")) quant_candidates(r, &pm);
+    if (lever_in(lv, "cache")) cache_candidates(r, rt);
     khub_runtime_free(rt); /* before any fork: no thread pool to inherit */
-    thread_candidates(r);
-    batch_candidates(r);
-    kernel_candidates(r, t->o->kernels_from);
-    unavailable_levers(r);
+    if (lever_in(lv, "threads")) thread_candidates(r);
+    if (lever_in(lv, "batching")) batch_candidates(r);
+    if (lever_in(lv, "kernels"))
+        kernel_candidates(r, t->o->kernels_from);
+    else
+        snprintf(r->kernels_note, sizeof r->kernels_note,
+                 "the kernels lever was not asked for (levers): no kernel source was tried");
+    if (lever_in(lv, "parallelism")) unavailable_levers(r);
     t->total = t->done + 1; /* the combination, when there is one */
     for (int i = 0; i < r->n_rows; i++) t->total += r->rows[i].state == TUNE_MEASURED;
     return KHUB_STATUS_OK;
@@ -399,6 +441,14 @@ khub_status khub_tune_run(const khub_tune_opts *o, khub_tune_report **out, char 
         return KHUB_STATUS_INVALID_ARG;
     }
     *out = NULL;
+    char bad[64];
+    if (bad_lever(o->levers, bad, sizeof bad)) {
+        fail_msg(errbuf, errbuf_size,
+                 "khub_tune_run: unknown lever \"%s\" in levers (known: attention, quantization, "
+                 "cache, threads, batching, kernels, parallelism)",
+                 bad);
+        return KHUB_STATUS_INVALID_ARG;
+    }
     khub_tune_workload *builtin = NULL;
     const khub_tune_workload *w = o->workload;
     if (!w && khub_tune_workload_builtin(&builtin) != KHUB_STATUS_OK) return KHUB_STATUS_NOMEM;

@@ -1,13 +1,17 @@
 /*
  * cmd_tune.c: `khub tune`, the optimization advisor: a thin shell over
  * khub_tune.h (libkhub_tune). It parses the flags, reads the workload,
- * draws the progress line, prints the report and saves the khub.json.
+ * draws the progress line, prints the report and saves the khub.json; when
+ * that names kernels by Hub ID, it also pins them in a khub.lock beside it
+ * (khub_project.h, as `khub lock` does), so the recommendation runs from
+ * verified, pinned builds.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
+#include "khub/khub_project.h"
 #include "khub/khub_tune.h"
 
 static const khub_cli_cmd tune_cmd;
@@ -70,6 +74,8 @@ static int parse(int argc, char **argv, tune_args *a)
             a->save = v;
         else if (!strcmp(f, "--kernels-from"))
             a->o.kernels_from = v;
+        else if (!strcmp(f, "--levers"))
+            a->o.levers = v;
         else if (!strcmp(f, "--inject-failure"))
             a->o.fail_candidate = v;
         else if (!strcmp(f, "--goal")) {
@@ -123,6 +129,63 @@ static int save(const char *path, const char *text)
     return 0;
 }
 
+/* The lock beside the saved khub.json: NAME.json -> NAME.lock, else
+ * PATH.lock. */
+static void lock_path(const char *json, char *buf, size_t n)
+{
+    size_t len = strlen(json);
+    if (len > 5 && !strcmp(json + len - 5, ".json"))
+        snprintf(buf, n, "%.*s.lock", (int)(len - 5), json);
+    else
+        snprintf(buf, n, "%s.lock", json);
+}
+
+/* Pins every Hub kernel that the saved khub.json at path names into its
+ * lock (khub_lock_kernel: resolved, downloaded and every file's digest
+ * recorded), through the hub at endpoint (NULL = HF_ENDPOINT's or the
+ * default). Nothing is written when it names none. Exit code. */
+static int save_lock(const char *path, const char *endpoint)
+{
+    char err[KHUB_ERROR_SIZE], lpath[4096];
+    khub_mapping *m = NULL;
+    if (khub_mapping_load(path, &m, err, sizeof err) != KHUB_STATUS_OK)
+        return khub_cli_fail("tune", "the saved %s: %s", path, err);
+    size_t n = khub_mapping_kernel_count(m);
+    if (!n) {
+        khub_mapping_free(m);
+        return 0;
+    }
+    lock_path(path, lpath, sizeof lpath);
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .endpoint = endpoint};
+    khub_hub *hub = NULL;
+    khub_lock *lock = NULL;
+    int rc = 0;
+    if (khub_hub_new(&ho, &hub) != KHUB_STATUS_OK || khub_lock_new(&lock) != KHUB_STATUS_OK)
+        rc = khub_cli_fail("tune", "locking %s: %s", path, khub_last_error());
+    for (size_t i = 0; i < n && !rc; i++) {
+        const char *text = khub_mapping_kernel(m, i);
+        khub_hub_id id;
+        khub_lock_opts lo = {KHUB_APP_INIT(khub_lock_opts)};
+        khub_lock_result lr = {KHUB_APP_INIT(khub_lock_result)};
+        if (khub_hub_id_parse(text, &id, err, sizeof err) != KHUB_STATUS_OK)
+            rc = khub_cli_fail("tune", "locking %s: %s", path, err);
+        else if (khub_lock_kernel(hub, lock, &id, &lo, &lr) != KHUB_STATUS_OK)
+            rc = khub_cli_fail("tune",
+                               "locking %s: %s: %s (the khub.json is saved, the lock is "
+                               "not)",
+                               path, text, khub_hub_errmsg(hub));
+        else
+            fprintf(stderr, "tune: locked %s -> %s\n", lr.pin.repo, lr.pin.commit);
+    }
+    if (!rc && khub_lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
+        rc = khub_cli_fail("tune", "%s", err);
+    if (!rc) fprintf(stderr, "tune: wrote %s (%zu kernel%s)\n", lpath, n, n == 1 ? "" : "s");
+    khub_lock_free(lock);
+    khub_hub_free(hub);
+    khub_mapping_free(m);
+    return rc;
+}
+
 static int tune(int argc, char **argv)
 {
     if (khub_cli_wants_help(&tune_cmd, argc, argv)) return 0;
@@ -147,6 +210,8 @@ static int tune(int argc, char **argv)
     else
         fputs(text, stdout);
     if (!rc && a.save) rc = save(a.save, khub_tune_report_khub_json(r));
+    const char *from = a.o.kernels_from;
+    if (!rc && a.save) rc = save_lock(a.save, from && strstr(from, "://") ? from : NULL);
     khub_tune_report_free(r);
     return rc;
 }
@@ -173,9 +238,14 @@ static const khub_cli_cmd tune_cmd = {
     "  --kernels-from SRC     a khub.json, or a hub endpoint URL to try Hub kernels from\n"
     "  --time-budget S        seconds for the whole run (default 600)\n"
     "  --baseline-runs N      baseline repetitions for the noise (default 2)\n"
-    "  --save FILE            write the recommended khub.json to FILE\n"
+    "  --levers LIST          only these levers, comma-separated: attention,\n"
+    "                         quantization, cache, threads, batching, kernels,\n"
+    "                         parallelism (default: all)\n"
+    "  --save FILE            write the recommended khub.json to FILE; when it names\n"
+    "                         Hub kernels, also pin them in FILE's .lock (khub lock)\n"
     "  --json, --markdown     the report as JSON or Markdown (default: a table)\n"
-    "  --inject-failure NAME  make candidate NAME crash, or hang with NAME:hang (tests)\n"
+    "  --inject-failure NAME  make candidate NAME crash, hang with NAME:hang, or its\n"
+    "                         workload 1 s slower with NAME:slow or baseline:slow (tests)\n"
     "  --help                 print this help\n",
     tune};
 
