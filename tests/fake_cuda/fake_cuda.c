@@ -24,6 +24,10 @@
  * streams_live, stream_syncs, busy_destroyed (a stream destroyed with
  * launches not yet synchronised), modules_live, contexts.
  *
+ * Not for NVRTC: libnvrtc finds this library too and crashes inside
+ * nvrtcCompileProgram when KHUB_FAKE_CUDA names a driver, so run `khub
+ * build` without it.
+ *
  * Every entry point is handed out through cuGetProcAddress_v2, the only way
  * khub looks them up, and is not thread-safe beyond what khub's tests need
  * (one thread calls the driver at a time). */
