@@ -41,12 +41,12 @@ grep -q "^placement: cuda:0 (sm_90, driver 12.8): 0 roles on the device, 11 on t
     fail "placement line: $(grep -A3 placement x.out)"
 grep -q "^  device memory: weights 0.0 MiB, KV cache 0.0 MiB (on the host), scratch " x.out ||
     fail "device memory line: $(grep -A3 placement x.out)"
-grep -q "^  qkv_proj: cpu fallback, khub/" x.out || fail "qkv fallback: $(grep qkv x.out)"
+grep -q "^  qkv_proj\[q4_1\]: cpu fallback, khub/" x.out || fail "qkv fallback: $(grep qkv x.out)"
 grep -q "^    copies per token each time it runs: device->host 2304 B (x), host->device 3840 B (q, k, v)$" x.out ||
     fail "qkv copies: $(grep -A1 '^  qkv' x.out)"
 echo "ok   fake GPU: placement in --explain, every role on the CPU with its copies, forward refused"
 
-err 1 ": cuda:0: strict: role rms_norm has no CUDA kernel (no norm op fits: " \
+err 1 ": cuda:0: strict: role rms_norm[f32] has no CUDA kernel (no norm op fits: " \
     "$FAKE KHUB_FAKE_CUDA_MEM=1073741824" --device cuda --strict
 err 1 ": device cuda:1: 1 CUDA device(s) present (cuda:0..cuda:0)" \
     "$FAKE KHUB_FAKE_CUDA_MEM=1073741824" --device cuda:1

@@ -284,9 +284,9 @@ TEST_IMPL(placement_all_roles_fall_back)
     ASSERT_OK(load(&f, cuda0, false, false));
     const char *ex = khub_model_explain(f.m);
     ASSERT_CONTAINS(ex, "placement: cuda:0 (sm_90, driver 12.8): 0 roles on the device, ");
-    ASSERT_CONTAINS(ex, "  rms_norm: cpu fallback, khub/");
+    ASSERT_CONTAINS(ex, "  rms_norm[f32]: cpu fallback, khub/");
     ASSERT_CONTAINS(ex, "(no CUDA kernel: no norm op fits: ");
-    ASSERT_CONTAINS(ex, "  qkv_proj: cpu fallback, ");
+    ASSERT_CONTAINS(ex, "  qkv_proj[f32]: cpu fallback, ");
     ASSERT_CONTAINS(ex, "    copies per token each time it runs: device->host 256 B (x), "
                         "host->device 512 B (q, k, v)\n");
     ASSERT_CONTAINS(ex, "KV cache 0.0 MiB (on the host)");
@@ -315,7 +315,7 @@ TEST_IMPL(placement_strict_refuses_a_cpu_role)
     fixture f;
     ASSERT_STATUS(load(&f, cuda0, true, true), KHUB_STATUS_NO_KERNEL);
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
-                    ": cuda:0: strict: role rotary has no CUDA kernel (");
+                    ": cuda:0: strict: role rotary[f32] has no CUDA kernel (");
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
                     "); load one that serves it, or drop strict to run it on the CPU");
     ASSERT_EQ(stat_of("allocs_live"), 0); /* refused before any allocation */
@@ -333,11 +333,11 @@ TEST_IMPL(placement_mixed_uploads_device_weights)
     const char *ex = khub_model_explain(f.m);
     ASSERT_CONTAINS(ex, "placement: cuda:0 (sm_90, driver 12.8): 8 roles on the device, "
                         "3 on the CPU\n");
-    ASSERT_CONTAINS(ex, "  rms_norm: cuda:0, khub-test/cuda-ops 1.0.0 :: rms_norm\n");
-    ASSERT_CONTAINS(ex, "  qkv_proj: cuda:0, khub-test/cuda-ops 1.0.0 :: linear\n");
-    ASSERT_CONTAINS(ex, "  silu_and_mul: cuda:0, khub-test/cuda-ops 1.0.0 :: silu_and_mul\n");
-    ASSERT_CONTAINS(ex, "  rotary: cpu fallback, khub/ref-cpu 0.1.0 :: rotary");
-    ASSERT_CONTAINS(ex, "  attention: cpu fallback, ");
+    ASSERT_CONTAINS(ex, "  rms_norm[f32]: cuda:0, khub-test/cuda-ops 1.0.0 :: rms_norm\n");
+    ASSERT_CONTAINS(ex, "  qkv_proj[f32]: cuda:0, khub-test/cuda-ops 1.0.0 :: linear\n");
+    ASSERT_CONTAINS(ex, "  silu_and_mul[f32]: cuda:0, khub-test/cuda-ops 1.0.0 :: silu_and_mul\n");
+    ASSERT_CONTAINS(ex, "  rotary[f32]: cpu fallback, khub/ref-cpu 0.1.0 :: rotary");
+    ASSERT_CONTAINS(ex, "  attention[f32]: cpu fallback, ");
     size_t aligned, copied;
     device_weights(&aligned, &copied);
     ASSERT_EQ((long)stat_of("htod_bytes"), (long)copied);

@@ -129,40 +129,66 @@ static bool in_forward(khub__role r)
     return r != KHUB__ROLE_QUANTIZE && r != KHUB__ROLE_EMBED_DEQUANT;
 }
 
+static void copies_line(khub_model *m, khub__role r, text *t)
+{
+    role_io io = io_of(m, r);
+    if (io.out)
+        add(m->rt, t,
+            "    copies per token each time it runs: device->host %lld B (%s), host->device "
+            "%lld B (%s)\n",
+            (long long)(4 * io.in), io.in_names, (long long)(4 * io.out), io.out_names);
+    else if (io.in)
+        add(m->rt, t, "    copies per token each time it runs: device->host %lld B (%s)\n",
+            (long long)(4 * io.in), io.in_names);
+}
+
+/* A role is bound once per weight dtype (a GGUF may mix Q4_K and Q6_K
+ * projections); it runs on the device only when every one of its bindings
+ * has a CUDA op, so a role is never split between the two sides. */
 static khub_status plan_roles(khub_model *m, bool strict, text *t)
 {
     khub__place *pl = m->place;
+    khub_binding *found[sizeof m->bound / sizeof m->bound[0]] = {NULL};
+    bool cpu[KHUB__ROLE__COUNT] = {false};
+    char why[640];
     for (int i = 0; i < m->n_bound; i++) {
         const khub__bound *b = &m->bound[i];
-        if (!in_forward(b->role) || pl->used[b->role]) continue;
+        if (!in_forward(b->role)) continue;
         pl->used[b->role] = true;
-        const char *name = khub__model_role_name(m, b->role);
-        char why[640] = "";
-        pl->cuda[b->role] = b->kind ? cuda_op(m, b, why, sizeof why) : NULL;
-        if (!b->kind) snprintf(why, sizeof why, "not chosen by a registry query");
-        if (pl->cuda[b->role]) {
-            pl->n_cuda++;
-            add(m->rt, t, "  %s: cuda:%d, %s\n", name, (int)pl->device,
-                khub_binding_name(pl->cuda[b->role]));
+        snprintf(why, sizeof why, "not chosen by a registry query");
+        found[i] = b->kind ? cuda_op(m, b, why, sizeof why) : NULL;
+        if (found[i]) continue;
+        KHUB_RETURN_IF(m->rt, strict, KHUB_STATUS_NO_KERNEL,
+                       "%s: cuda:%d: strict: role %s[%s] has no CUDA kernel (%s); load one "
+                       "that serves it, or drop strict to run it on the CPU",
+                       m->file, (int)pl->device, khub__model_role_name(m, b->role),
+                       khub__model_bound_dtype(b), why);
+        cpu[b->role] = true;
+    }
+    for (int i = 0; i < m->n_bound; i++) {
+        const khub__bound *b = &m->bound[i];
+        if (!in_forward(b->role)) continue;
+        const char *name = khub__model_role_name(m, b->role), *dt = khub__model_bound_dtype(b);
+        if (found[i] && !cpu[b->role]) {
+            if (!pl->cuda[b->role]) pl->cuda[b->role] = found[i];
+            add(m->rt, t, "  %s[%s]: cuda:%d, %s\n", name, dt, (int)pl->device,
+                khub_binding_name(found[i]));
             continue;
         }
-        KHUB_RETURN_IF(m->rt, strict, KHUB_STATUS_NO_KERNEL,
-                       "%s: cuda:%d: strict: role %s has no CUDA kernel (%s); load one that "
-                       "serves it, or drop strict to run it on the CPU",
-                       m->file, (int)pl->device, name, why);
-        pl->n_cpu++;
-        role_io io = io_of(m, b->role);
-        add(m->rt, t, "  %s: cpu fallback, %s (no CUDA kernel: %s)\n", name,
+        if (found[i])
+            snprintf(why, sizeof why, "%s has one, but the role's other weights have none",
+                     khub_binding_name(found[i]));
+        else if (b->kind)
+            cuda_op(m, b, why, sizeof why); /* the registry's reason again */
+        add(m->rt, t, "  %s[%s]: cpu fallback, %s (no CUDA kernel: %s)\n", name, dt,
             khub_binding_name(b->b), why);
-        if (io.out)
-            add(m->rt, t,
-                "    copies per token each time it runs: device->host %lld B (%s), host->device "
-                "%lld B (%s)\n",
-                (long long)(4 * io.in), io.in_names, (long long)(4 * io.out), io.out_names);
-        else if (io.in)
-            add(m->rt, t, "    copies per token each time it runs: device->host %lld B (%s)\n",
-                (long long)(4 * io.in), io.in_names);
+        copies_line(m, b->role, t);
     }
+    for (int r = 0; r < KHUB__ROLE__COUNT; r++)
+        if (pl->used[r] && pl->cuda[r])
+            pl->n_cuda++;
+        else if (pl->used[r])
+            pl->n_cpu++;
     /* The cache and its reader on different sides: every cached position
      * crosses for each layer of each step, not just the new rows. */
     const khub_model_config *c = &m->cfg;
