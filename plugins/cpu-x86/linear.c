@@ -39,23 +39,37 @@ static inline float load1(const int wt, const uint8_t *row, int64_t k)
 static inline __attribute__((always_inline)) void tile(const int wt, const int TR, const int TC,
                                                        const kx_linear *a, int64_t r0, int64_t c0)
 {
+    /* Every loop over r and c is unrolled explicitly (-O2 does not, and
+     * TR, TC are constants only after inlining): rolled, the converted
+     * weights and acc[][] lived on the stack and every 8 weights paid a store
+     * and a reload per row (the prefill GEMM's problem, c72e56e). Same
+     * operations in the same order, so the same results. */
     __m256 acc[TR_MAX][TC_MAX];
     const uint8_t *w[TR_MAX];
     const float *x[TC_MAX];
+#pragma GCC unroll 4
     for (int r = 0; r < TR; r++) w[r] = a->w + (size_t)(r0 + r) * a->w_row_bytes;
+#pragma GCC unroll 4
     for (int c = 0; c < TC; c++) x[c] = a->x + (c0 + c) * a->ldx;
+#pragma GCC unroll 4
     for (int r = 0; r < TR; r++)
+#pragma GCC unroll 4
         for (int c = 0; c < TC; c++) acc[r][c] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= a->in; k += 8) {
         __m256 wv[TR_MAX];
+#pragma GCC unroll 4
         for (int r = 0; r < TR; r++) wv[r] = load8(wt, w[r], k);
+#pragma GCC unroll 4
         for (int c = 0; c < TC; c++) {
             __m256 xv = _mm256_loadu_ps(x[c] + k);
+#pragma GCC unroll 4
             for (int r = 0; r < TR; r++) acc[r][c] = _mm256_fmadd_ps(wv[r], xv, acc[r][c]);
         }
     }
+#pragma GCC unroll 4
     for (int c = 0; c < TC; c++)
+#pragma GCC unroll 4
         for (int r = 0; r < TR; r++) {
             float sum = kx_hsum8(acc[r][c]);
             for (int64_t t = k; t < a->in; t++) sum += load1(wt, w[r], t) * x[c][t];
