@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../plugins/include/khub_plugin_util.h" /* f32 -> f16 */
 #include "cuda.h"
 #include "khub/khub_model.h"
 #include "plugins/tp_util.h"
@@ -71,13 +72,19 @@ static float frand(void)
 typedef struct tensor {
     char name[80];
     int64_t r, c; /* c 0 = a vector */
+    bool f16;     /* stored as F16 (else F32) */
 } tensor;
+
+/* Layer 0's q_proj stored as F16 (the others F32): the qkv role is then
+ * bound twice, once per dtype. */
+static bool f16_q0;
 
 static int tensors(tensor *t)
 {
     int n = 0;
 #define ADD(R, C, ...) \
-    (snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__), t[n].r = (R), t[n].c = (C), n++)
+    (snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__), t[n].r = (R), t[n].c = (C), \
+     t[n].f16 = f16_q0 && !strcmp(t[n].name, "model.layers.0.self_attn.q_proj.weight"), n++)
     ADD(VOCAB, HID, "model.embed_tokens.weight");
     ADD(HID, 0, "model.norm.weight");
     for (int L = 0; L < LAYERS; L++) {
@@ -119,19 +126,18 @@ static const char *tiny_model(void)
     size_t len = 1, off = 0;
     hdr[0] = '{';
     for (int i = 0; i < n; i++) {
-        size_t cnt = (size_t)t[i].r * (size_t)(t[i].c ? t[i].c : 1);
+        size_t cnt = (size_t)t[i].r * (size_t)(t[i].c ? t[i].c : 1), es = t[i].f16 ? 2 : 4;
+        char shape[48];
         if (t[i].c)
-            len += (size_t)snprintf(hdr + len, sizeof hdr - len,
-                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld,%lld],"
-                                    "\"data_offsets\":[%zu,%zu]}",
-                                    i ? "," : "", t[i].name, (long long)t[i].r, (long long)t[i].c,
-                                    off, off + cnt * 4);
+            snprintf(shape, sizeof shape, "%lld,%lld", (long long)t[i].r, (long long)t[i].c);
         else
-            len += (size_t)snprintf(hdr + len, sizeof hdr - len,
-                                    "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld],"
-                                    "\"data_offsets\":[%zu,%zu]}",
-                                    i ? "," : "", t[i].name, (long long)t[i].r, off, off + cnt * 4);
-        off += cnt * 4;
+            snprintf(shape, sizeof shape, "%lld", (long long)t[i].r);
+        len += (size_t)snprintf(hdr + len, sizeof hdr - len,
+                                "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%s],"
+                                "\"data_offsets\":[%zu,%zu]}",
+                                i ? "," : "", t[i].name, t[i].f16 ? "F16" : "F32", shape, off,
+                                off + cnt * es);
+        off += cnt * es;
     }
     len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
     while (len % 8) hdr[len++] = ' ';
@@ -145,7 +151,11 @@ static const char *tiny_model(void)
         size_t cnt = (size_t)t[i].r * (size_t)(t[i].c ? t[i].c : 1);
         for (size_t k = 0; k < cnt; k++) {
             float v = t[i].c ? frand() / sqrtf((float)t[i].c) : 1.0f + 0.1f * frand();
-            fwrite(&v, 4, 1, f);
+            uint16_t h = khub_pu_f32_to_f16(v);
+            if (t[i].f16)
+                fwrite(&h, 2, 1, f);
+            else
+                fwrite(&v, 4, 1, f);
         }
     }
     ASSERT_EQ(fclose(f), 0);
@@ -357,6 +367,35 @@ TEST_IMPL(placement_mixed_uploads_device_weights)
     unload(&f);
 }
 
+/* A role bound for two dtypes, one of them without a CUDA op, is not split:
+ * the whole qkv role stays on the CPU, and none of its weights go up. */
+TEST_IMPL(placement_never_splits_a_role)
+{
+    fake("12080:90", "100000000", NULL);
+    f16_q0 = true;
+    fixture f;
+    ASSERT_OK(load(&f, cuda0, true, false));
+    const char *ex = khub_model_explain(f.m);
+    ASSERT_CONTAINS(ex, "placement: cuda:0 (sm_90, driver 12.8): 7 roles on the device, "
+                        "4 on the CPU\n");
+    ASSERT_CONTAINS(ex, "  qkv_proj[f16]: cpu fallback, khub/");
+    ASSERT_CONTAINS(ex, ":: linear (no CUDA kernel: no linear op fits: ");
+    ASSERT_CONTAINS(ex, "  qkv_proj[f32]: cpu fallback, khub/");
+    ASSERT_CONTAINS(ex, "(no CUDA kernel: khub-test/cuda-ops 1.0.0 :: linear has one, but the "
+                        "role's other weights have none)\n");
+    ASSERT_CONTAINS(ex, "  o_proj[f32]: cuda:0, khub-test/cuda-ops 1.0.0 :: linear\n");
+    size_t aligned, copied, qkv = 0;
+    device_weights(&aligned, &copied);
+    tensor t[32];
+    int n = tensors(t);
+    for (int i = 0; i < n; i++)
+        if (strstr(t[i].name, "_proj.weight") && strstr(t[i].name, "self_attn.") &&
+            !strstr(t[i].name, "o_proj"))
+            qkv += (size_t)t[i].r * (size_t)t[i].c * 4;
+    ASSERT_EQ((long)stat_of("htod_bytes"), (long)(copied - qkv));
+    unload(&f);
+}
+
 /* ======================================================================== */
 /* Memory and driver failures                                               */
 /* ======================================================================== */
@@ -495,6 +534,7 @@ TEST_IMPL(cuda_layer_unload_while_streams_busy)
     X(placement_all_roles_fall_back) \
     X(placement_strict_refuses_a_cpu_role) \
     X(placement_mixed_uploads_device_weights) \
+    X(placement_never_splits_a_role) \
     X(placement_does_not_fit) \
     X(placement_allocation_fails) \
     X(placement_upload_fails) \
