@@ -155,7 +155,7 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_qlinear_methods, quantize) == 8, "khub_qlinear_methods.quantize");
     _Static_assert(offsetof(khub_qlinear_methods, dequantize) == 16,
                    "khub_qlinear_methods.dequantize");
-    _Static_assert(sizeof(khub_attention_args) == 80, "khub_attention_args");
+    _Static_assert(sizeof(khub_attention_args) == 88, "khub_attention_args"); /* 80 in 1.0-1.4 */
     KHUB_LAYOUT_HEADER(khub_attention_args);
     _Static_assert(offsetof(khub_attention_args, stream) == 8, "khub_attention_args.stream");
     _Static_assert(offsetof(khub_attention_args, q) == 16, "khub_attention_args.q");
@@ -167,6 +167,9 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_attention_args, causal) == 60, "khub_attention_args.causal");
     _Static_assert(offsetof(khub_attention_args, q_pos0) == 64, "khub_attention_args.q_pos0");
     _Static_assert(offsetof(khub_attention_args, window) == 72, "khub_attention_args.window");
+    _Static_assert(offsetof(khub_attention_args, softcap) == 80, "khub_attention_args.softcap");
+    _Static_assert(offsetof(khub_attention_args, reserved_1_5) == 84,
+                   "khub_attention_args.reserved_1_5");
     _Static_assert(sizeof(khub_norm_args) == 56, "khub_norm_args");
     KHUB_LAYOUT_HEADER(khub_norm_args);
     _Static_assert(offsetof(khub_norm_args, stream) == 8, "khub_norm_args.stream");
@@ -276,7 +279,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_call_ctx, workspace_bytes) == 32, "khub_call_ctx.workspace_bytes");
     _Static_assert(offsetof(khub_call_ctx, n_threads) == 40, "khub_call_ctx.n_threads");
     _Static_assert(offsetof(khub_call_ctx, reserved) == 44, "khub_call_ctx.reserved");
-    _Static_assert(sizeof(khub_paged_attention_args) == 144, "khub_paged_attention_args");
+    _Static_assert(sizeof(khub_paged_attention_args) == 152,
+                   "khub_paged_attention_args"); /* 144 in 1.4 */
     KHUB_LAYOUT_HEADER(khub_paged_attention_args);
     _Static_assert(offsetof(khub_paged_attention_args, ctx) == 8, "khub_paged_attention_args.ctx");
     _Static_assert(offsetof(khub_paged_attention_args, layout) == 16,
@@ -315,6 +319,10 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_paged_attention_args.reserved");
     _Static_assert(offsetof(khub_paged_attention_args, window) == 136,
                    "khub_paged_attention_args.window");
+    _Static_assert(offsetof(khub_paged_attention_args, softcap) == 144,
+                   "khub_paged_attention_args.softcap");
+    _Static_assert(offsetof(khub_paged_attention_args, reserved_1_5) == 148,
+                   "khub_paged_attention_args.reserved_1_5");
 }
 #endif
 
@@ -341,6 +349,9 @@ _Static_assert(KHUB_KV_LAYOUT_NONE == 0 && KHUB_KV_LAYOUT_PAGED_HTD == 1 &&
                    KHUB_KV_LAYOUT_PAGED_HTD_Q8 == 2,
                "paged KV layouts");
 _Static_assert(KHUB_STATUS_KV_FULL == 404, "status KV_FULL");
+/* added in ABI 1.5 */
+_Static_assert(KHUB_ABI_MINOR >= 5, "ABI 1.5 has attention logit soft-capping");
+_Static_assert(KHUB_ATTN_SOFTCAP == 256, "attention flag softcap (kind bit 8)");
 /* added in ABI 1.3: per-kind flags; bits 0-7 are the 1.0 word's */
 _Static_assert(KHUB_ATTN_CAUSAL == 1 && KHUB_ATTN_GQA == 2 && KHUB_ATTN_MASK == 4 &&
                    KHUB_ATTN_STRIDED_KV == 8 && KHUB_ATTN_KV_F16 == 16 && KHUB_ATTN_SLIDING == 32 &&

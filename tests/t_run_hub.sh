@@ -99,6 +99,45 @@ grep -q "preferred kernels-community/flash-attn2 for attention is rejected: head
     fail "head_dim 48 refusal: $(cat g2.err)"
 echo "ok   Gemma 3 with --attn kernels-community/flash-attn2: same tokens as the default; head_dim 48 refused"
 
+# A capped model (Gemma 2's attn_logit_softcapping set on the tiny folder):
+# flash-attn2 does not declare the softcap capability (ABI 1.5), so --strict
+# refuses it naming the flag, and without --strict the fallback says why and
+# --explain's trace shows the rejection.
+mkdir gcap && cp "$GEMMA"/* gcap/ &&
+    sed -i 's/"attn_logit_softcapping": null/"attn_logit_softcapping": 1.0/' gcap/config.json
+grep -q '"attn_logit_softcapping": 1.0' gcap/config.json || fail "could not set the cap in config.json"
+if "$KHUB" run --model gcap --prompt hi --max-new-tokens 1 --strict \
+    --attn kernels-community/flash-attn2 > g3.out 2> g3.err; then fail "a capped model ran with flash-attn2"; fi
+grep -q "preferred kernels-community/flash-attn2 for attention is rejected: missing flag softcap, and KHUB_OPT_STRICT forbids" g3.err ||
+    fail "softcap refusal: $(cat g3.err)"
+"$KHUB" run --model gcap --prompt hi --max-new-tokens 1 --attn kernels-community/flash-attn2 \
+    --explain > g4.out 2> g4.err || { cat g4.err; fail "capped model, fallback"; }
+grep -q "warning: preferred kernels-community/flash-attn2 for attention is rejected: missing flag softcap; falling back to khub/" g4.err ||
+    fail "softcap fallback warning: $(cat g4.err)"
+grep -q "reject kernels-community/flash-attn2 1.0.0 :: flash_attn: missing flag softcap" g4.out ||
+    fail "--explain does not say why flash-attn2 was passed over: $(grep -A8 '^attention' g4.out)"
+echo "ok   a soft-capped model: flash-attn2 (no softcap capability) refused under --strict, passed over with the reason otherwise"
+
+# The real Gemma 3 270M GGUF (tools/fetch-gemma.sh), when present: flash-attn2
+# lists head dim 256 and sliding windows, so it serves the attention under
+# --strict, and greedy text equals the default attention's (the file is a base
+# model: a raw prompt, not a chat).
+GGEMMA=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/gemma-3-270m-q4_k_m.gguf
+if [ -f "$GGEMMA" ]; then
+    "$KHUB" run --model "$GGEMMA" --prompt "The capital of France is" --max-new-tokens 12 \
+        --ignore-eos > g5.out 2> g5.err || { cat g5.err; fail "Gemma 3 270M GGUF, default attention"; }
+    "$KHUB" run --model "$GGEMMA" --prompt "The capital of France is" --max-new-tokens 12 \
+        --ignore-eos --strict --attn kernels-community/flash-attn2 --explain > g6.out 2> g6.err ||
+        { cat g6.err; fail "Gemma 3 270M GGUF with flash-attn2"; }
+    grep -q "^attention\[f[0-9]*\]: kernels-community/flash-attn2 1.0.0 :: flash_attn" g6.out ||
+        fail "flash-attn2 does not serve the Gemma GGUF's attention: $(grep attention g6.out)"
+    [ "$(tail -n 1 g5.out)" = "$(tail -n 1 g6.out)" ] ||
+        fail "Gemma 3 270M with flash-attn2 generates '$(tail -n 1 g6.out)', default '$(tail -n 1 g5.out)'"
+    echo "ok   Gemma 3 270M GGUF with --attn kernels-community/flash-attn2 --strict: serves, same text as the default"
+else
+    echo "skip Gemma 3 270M GGUF with flash-attn2: $GGEMMA absent (run tools/fetch-gemma.sh)"
+fi
+
 # the other roles by Hub ID: activation serves; rotary (no kernel of the hub
 # has a rotary op) is fetched, loaded, and the fallback says why; one fetch
 # serves both names

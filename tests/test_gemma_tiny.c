@@ -11,7 +11,10 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 
+#include <unistd.h>
+
 #include "executor.h"
+#include "plugins/tp_util.h"
 #include "runner.h"
 #include "tokenizer.h"
 
@@ -253,9 +256,216 @@ TEST_IMPL(gemma3_tokenizer_json_refusals)
     khub_runtime_free(rt);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Logit soft-capping (Gemma 2's knobs on the tiny Gemma 3)                 */
+/* ------------------------------------------------------------------------ */
+
+#define SOFTCAP_FIXTURE KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny_softcap_reference.json"
+
+static cJSON *read_json(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    ASSERT(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    ASSERT(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
+    fclose(f);
+    buf[n] = '\0';
+    cJSON *j = cJSON_Parse(buf);
+    free(buf);
+    ASSERT(j != NULL);
+    return j;
+}
+
+static const char *const softcap_files[] = {"model.safetensors", "tokenizer.json",
+                                            "tokenizer_config.json", "generation_config.json"};
+
+/* A copy of the tiny folder in dir (weights and tokenizer linked) whose
+ * config.json carries the fixture's two soft-caps. */
+static void softcap_folder(char *dir, const cJSON *caps)
+{
+    ASSERT(mkdtemp(dir) != NULL);
+    char from[512], to[512];
+    for (size_t i = 0; i < sizeof softcap_files / sizeof softcap_files[0]; i++) {
+        snprintf(from, sizeof from, "%s/%s", FOLDER, softcap_files[i]);
+        snprintf(to, sizeof to, "%s/%s", dir, softcap_files[i]);
+        ASSERT(symlink(from, to) == 0);
+    }
+    cJSON *cfg = read_json(FOLDER "/config.json");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, caps)
+    {
+        cJSON_DeleteItemFromObject(cfg, c->string);
+        cJSON_AddNumberToObject(cfg, c->string, c->valuedouble);
+    }
+    char *text = cJSON_Print(cfg);
+    snprintf(to, sizeof to, "%s/config.json", dir);
+    FILE *f = fopen(to, "w");
+    ASSERT(f != NULL);
+    ASSERT(fputs(text, f) >= 0);
+    ASSERT(fclose(f) == 0);
+    free(text);
+    cJSON_Delete(cfg);
+}
+
+static void softcap_folder_free(const char *dir)
+{
+    char path[512];
+    for (size_t i = 0; i < sizeof softcap_files / sizeof softcap_files[0]; i++) {
+        snprintf(path, sizeof path, "%s/%s", dir, softcap_files[i]);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* One case: khub's last-position logits against the fixture's (the largest
+ * error, and how far the attention cap alone moves the reference, both over
+ * max|logit|) and
+ * the greedy tokens with the cache; returns the tokens equal. */
+static int softcap_case(khub_model *m, const cJSON *c, float *got, double *err, double *moved)
+{
+    int64_t V = m->cfg.vocab_size;
+    const cJSON *in = cJSON_GetObjectItem(c, "input_ids");
+    const cJSON *want = cJSON_GetObjectItem(c, "logits");
+    const cJSON *plain = cJSON_GetObjectItem(c, "uncapped_logits");
+    ASSERT_EQ(cJSON_GetArraySize(want), V);
+    int64_t n = cJSON_GetArraySize(in);
+    int32_t ids[512];
+    ASSERT(n + 64 <= 512);
+    for (int64_t i = 0; i < n; i++) ids[i] = cJSON_GetArrayItem(in, (int)i)->valueint;
+    ASSERT_OK(khub_model_logits(m, ids, (size_t)n, got));
+    double max_abs = cJSON_GetObjectItem(c, "max_abs")->valuedouble;
+    double fcap = m->cfg.final_softcap;
+    *err = *moved = 0;
+    for (int64_t v = 0; v < V; v++) {
+        double w = cJSON_GetArrayItem(want, (int)v)->valuedouble;
+        double u = cJSON_GetArrayItem(plain, (int)v)->valuedouble;
+        double e = fabs((double)got[v] - w) / max_abs;
+        /* how far the reference is from the uncapped logits with only the
+         * head's cap: what the attention cap alone moves */
+        double d = fabs(fcap * tanh(u / fcap) - w) / max_abs;
+        *err = e > *err ? e : *err;
+        *moved = d > *moved ? d : *moved;
+    }
+    const cJSON *g = cJSON_GetObjectItem(c, "greedy_ids");
+    int steps = cJSON_GetArraySize(g), equal = 0;
+    ASSERT_OK(khub__forward_reset(m, 0));
+    khub__seg seg = {0, 0, 0, n};
+    ASSERT_OK(khub__forward(m, ids, &seg, 1));
+    for (int s = 0; s < steps; s++) {
+        ids[n + s] = argmax(m->logits, V);
+        if (ids[n + s] != cJSON_GetArrayItem(g, s)->valueint) break;
+        equal++;
+        seg = (khub__seg){0, 0, n + s, 1};
+        if (s + 1 < steps) ASSERT_OK(khub__forward(m, &ids[n + s], &seg, 1));
+    }
+    return equal;
+}
+
+/* One load of the capped folder with attention and cache preferences, over
+ * every case: logits within 1e-4 of max|logit|, greedy tokens equal. */
+static void softcap_run(const char *dir, const cJSON *fx, const char *attn, const char *cache,
+                        const char *want_attn)
+{
+    khub_runtime *rt = new_rt();
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    khub_model_opts o = {KHUB_STRUCT_INIT(khub_model_opts), .attn_impl = attn, .cache_impl = cache};
+    khub_model *m = NULL;
+    khub_status st = khub_model_load(rt, dir, &o, &m);
+    if (st) fprintf(stderr, "  %s\n", khub_runtime_errmsg(rt));
+    ASSERT_OK(st);
+    ASSERT(m->cfg.attn_softcap == 1.0 && m->cfg.final_softcap == 1.5);
+    ASSERT_CONTAINS(khub_model_explain(m), want_attn);
+    float *got = malloc((size_t)m->cfg.vocab_size * sizeof *got);
+    int n_cases = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(fx, "cases"))
+    {
+        double err, moved;
+        int equal = softcap_case(m, c, got, &err, &moved);
+        int steps = cJSON_GetArraySize(cJSON_GetObjectItem(c, "greedy_ids"));
+        fprintf(stderr,
+                "  %s %-10s logits max rel err %.2e (the attention cap moves them %.2f), greedy "
+                "equal "
+                "%d of %d\n",
+                want_attn, cJSON_GetObjectItem(c, "name")->valuestring, err, moved, equal, steps);
+        ASSERT(moved > 0.1); /* the attention cap matters: a run without it fails */
+        ASSERT_LE(err, 1e-4);
+        ASSERT_EQ(equal, steps);
+        n_cases++;
+    }
+    ASSERT(n_cases >= 4);
+    free(got);
+    khub_model_free(m);
+    khub_runtime_free(rt);
+}
+
+/* attn_logit_softcapping and final_logit_softcapping set on the tiny model
+ * (tools/make-gemma-softcap.py): Transformers' eager attention caps the
+ * scaled scores, the head caps the logits. khub matches it through the
+ * attention ops that declare the capability: the best ranked (cpu-x86's
+ * where the CPU has AVX2, else the reference), the reference's, and the
+ * paged_attention of each with a paged cache. */
+TEST_IMPL(gemma3_tiny_softcap_matches_transformers)
+{
+    cJSON *fx = read_json(SOFTCAP_FIXTURE);
+    char dir[] = "/tmp/khub-softcap-XXXXXX";
+    softcap_folder(dir, cJSON_GetObjectItem(fx, "config"));
+    softcap_run(dir, fx, NULL, NULL, "attention[f32]: ");
+    softcap_run(dir, fx, "khub/ref-cpu", NULL, "attention[f32]: khub/ref-cpu ");
+    softcap_run(dir, fx, "khub/ref-cpu", "khub/ref-cpu:paged_cache",
+                "paged_attention[f32]: khub/ref-cpu ");
+    softcap_run(dir, fx, NULL, "khub/ref-cpu:paged_cache", "paged_attention[f32]: ");
+    softcap_folder_free(dir);
+    cJSON_Delete(fx);
+}
+
+/* A capped model and an attention op without the capability (a 1.4 plugin,
+ * which cannot have it): with strict selection the load fails naming the
+ * missing flag; without, the registry falls back to an op that caps and
+ * explain's trace says why the preferred one was passed over. The same op
+ * serves the uncapped folder. */
+TEST_IMPL(gemma3_tiny_softcap_needs_the_capability)
+{
+    cJSON *fx = read_json(SOFTCAP_FIXTURE);
+    char dir[] = "/tmp/khub-softcap-XXXXXX";
+    softcap_folder(dir, cJSON_GetObjectItem(fx, "config"));
+    khub_runtime *rt = new_rt();
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    (void)tp_load(rt, "softcap_1_4");
+    khub_model_opts o = {KHUB_STRUCT_INIT(khub_model_opts), .attn_impl = "khub-test/softcap-1-4"};
+    khub_model *m = NULL;
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_STRICT, 1));
+    ASSERT_STATUS(khub_model_load(rt, dir, &o, &m), KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "preferred khub-test/softcap-1-4 for attention is rejected: missing flag "
+                    "softcap, and KHUB_OPT_STRICT forbids falling back to");
+    ASSERT(m == NULL);
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_STRICT, 0));
+    ASSERT_OK(khub_model_load(rt, dir, &o, &m));
+    const char *ex = khub_model_explain(m);
+    fprintf(stderr, "%s", ex);
+    ASSERT_CONTAINS(ex, "reject khub-test/softcap-1-4 1.0.0 :: attn: missing flag softcap");
+    khub_model_free(m);
+    m = NULL;
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_STRICT, 1));
+    ASSERT_OK(khub_model_load(rt, FOLDER, &o, &m));
+    ASSERT_CONTAINS(khub_model_explain(m), "attention[f32]: khub-test/softcap-1-4 1.0.0 :: attn");
+    khub_model_free(m);
+    khub_runtime_free(rt);
+    softcap_folder_free(dir);
+    cJSON_Delete(fx);
+}
+
 #define TEST_LIST(X) \
     X(gemma3_tiny_config_and_explain) \
     X(gemma3_tiny_tokenizer_matches_transformers) \
     X(gemma3_tiny_matches_transformers) \
-    X(gemma3_tokenizer_json_refusals)
+    X(gemma3_tokenizer_json_refusals) \
+    X(gemma3_tiny_softcap_matches_transformers) \
+    X(gemma3_tiny_softcap_needs_the_capability)
 TEST_MAIN(TEST_LIST)

@@ -244,10 +244,13 @@ TEST_IMPL(hf_gemma3_refusals)
         khub_status st;
         const char *msg;
     } cases[] = {
-        {"\"final_logit_softcapping\":30.0,", NULL, 6, KHUB_STATUS_MODEL_UNSUPPORTED,
-         "config.json: final_logit_softcapping is 30; logit soft-capping is not supported"},
-        {"\"attn_logit_softcapping\":50,", NULL, 6, KHUB_STATUS_MODEL_UNSUPPORTED,
-         "config.json: attn_logit_softcapping is 50; logit soft-capping is not supported"},
+        {"\"final_logit_softcapping\":-30.0,", NULL, 6, KHUB_STATUS_MODEL_INVALID,
+         "config.json: final_logit_softcapping is -30; a soft-cap must be a positive number "
+         "(or null for none)"},
+        {"\"attn_logit_softcapping\":0,", NULL, 6, KHUB_STATUS_MODEL_INVALID,
+         "config.json: attn_logit_softcapping is 0; a soft-cap must be a positive number"},
+        {"\"attn_logit_softcapping\":\"50\",", NULL, 6, KHUB_STATUS_MODEL_INVALID,
+         "config.json: attn_logit_softcapping is not a number"},
         {"\"hidden_activation\":\"gelu\",", NULL, 6, KHUB_STATUS_MODEL_UNSUPPORTED,
          "hidden_activation 'gelu' is not supported for Gemma 3 (supported: gelu_pytorch_tanh"},
         {"", "sssfssss", 8, KHUB_STATUS_MODEL_UNSUPPORTED,
@@ -269,6 +272,14 @@ TEST_IMPL(hf_gemma3_refusals)
          KHUB_STATUS_MODEL_INVALID, "rope_parameters needs both full_attention and"},
     };
     khub_runtime *rt = new_rt();
+    /* Soft-caps (Gemma 2's knobs) are read; null is none. */
+    khub_model_config cap;
+    ASSERT_OK(from_json(
+        rt, gemma_json("\"attn_logit_softcapping\":50,\"final_logit_softcapping\":30.0,", 6, NULL),
+        &cap));
+    ASSERT(cap.attn_softcap == 50.0 && cap.final_softcap == 30.0);
+    ASSERT_OK(from_json(rt, gemma_json("", 6, NULL), &cap));
+    ASSERT(cap.attn_softcap == 0.0 && cap.final_softcap == 0.0);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         khub_model_config c;
         khub_status st = from_json(rt, gemma_json(cases[i].extra, cases[i].n, cases[i].types), &c);
@@ -532,12 +543,22 @@ TEST_IMPL(gguf_gemma3)
     fx_free(&b);
 
     meta_gguf(&b, "gemma3", 1);
-    b.p[16] = 7;
+    b.p[16] = 8; /* the key count: meta_gguf's and these two */
     fx_kv_f32(&b, "gemma3.final_logit_softcapping", 30.0f);
+    fx_kv_f32(&b, "gemma3.attn_logit_softcapping", 50.0f);
     ASSERT_OK(khub__gguf_open_mem(rt, "cap.gguf", b.p, b.n, &g));
-    ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_UNSUPPORTED);
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "cap.gguf: gemma3.final_logit_softcapping is set; "
-                                             "logit soft-capping is not supported");
+    ASSERT_OK(khub__model_config_from_gguf(rt, g, &c));
+    ASSERT(c.final_softcap == 30.0 && c.attn_softcap == 50.0);
+    khub__gguf_close(g);
+    fx_free(&b);
+
+    meta_gguf(&b, "gemma3", 1);
+    b.p[16] = 7;
+    fx_kv_f32(&b, "gemma3.attn_logit_softcapping", -1.0f);
+    ASSERT_OK(khub__gguf_open_mem(rt, "cap.gguf", b.p, b.n, &g));
+    ASSERT_STATUS(khub__model_config_from_gguf(rt, g, &c), KHUB_STATUS_MODEL_INVALID);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt), "cap.gguf: gemma3.attn_logit_softcapping is -1; a "
+                                           "soft-cap must be positive (0: none)");
     khub__clear(rt);
     khub__gguf_close(g);
     fx_free(&b);

@@ -398,12 +398,17 @@ TEST_IMPL(per_kind_caps)
     /* A 1.0-word query matches a flag declared only per kind, and back. */
     ASSERT_OK(pick(rt, KHUB_OP_ATTENTION, KHUB_CAP_GQA, 0, KHUB_DTYPE_ID_F32, msg, sizeof msg));
     ASSERT_OK(pick(rt, KHUB_OP_NORM, 0, KHUB_NORM_RESIDUAL, KHUB_DTYPE_ID_F32, msg, sizeof msg));
-    /* Bit 8 is a norm flag; attention has no bit 8. */
+    /* Bit 8 is a norm flag here; this attention op lacks bit 8 (softcap,
+     * 1.5) and bit 9 (no host names it). */
     ASSERT_OK(pick(rt, KHUB_OP_NORM, 0, UINT64_C(1) << 8, KHUB_DTYPE_ID_F32, msg, sizeof msg));
     ASSERT_STATUS(
         pick(rt, KHUB_OP_ATTENTION, 0, UINT64_C(1) << 8, KHUB_DTYPE_ID_F32, msg, sizeof msg),
         KHUB_STATUS_NO_KERNEL);
-    ASSERT_CONTAINS(msg, "khub-test/caps-now :: attn: missing flag bit8");
+    ASSERT_CONTAINS(msg, "khub-test/caps-now :: attn: missing flag softcap");
+    ASSERT_STATUS(
+        pick(rt, KHUB_OP_ATTENTION, 0, UINT64_C(1) << 9, KHUB_DTYPE_ID_F32, msg, sizeof msg),
+        KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(msg, "khub-test/caps-now :: attn: missing flag bit9");
     ASSERT_STATUS(pick(rt, KHUB_OP_ATTENTION, 0, KHUB_ATTN_MASK, 0, msg, sizeof msg),
                   KHUB_STATUS_NO_KERNEL);
     ASSERT_CONTAINS(msg, "attn: missing flag mask");
@@ -437,6 +442,77 @@ TEST_IMPL(caps_fields_gated_on_minor)
     ASSERT_STATUS(pick(rt, KHUB_OP_ATTENTION, 0, 0, KHUB_DTYPE_ID_BF16, msg, sizeof msg),
                   KHUB_STATUS_NO_KERNEL);
     ASSERT_CONTAINS(msg, "attn: activation dtype bf16 not in caps (takes f32)");
+    khub_runtime_free(rt);
+}
+
+/* Calls attention op 0 of p with 1.5 args carrying softcap 30; returns what
+ * the op saw: [struct_size, abi_minor, softcap or -1]. */
+static void softcap_call(khub_runtime *rt, const char *id, float seen[3])
+{
+    int64_t shape[3] = {1, 1, 4};
+    float q[4] = {0}, out[4] = {0};
+    khub_tensor tq = {.data = q,
+                      .device = {KHUB_DEVICE_CPU, 0},
+                      .ndim = 3,
+                      .dtype = KHUB_DTYPE_F32,
+                      .shape = shape};
+    khub_tensor to = tq;
+    to.data = out;
+    khub_op_query qu = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_ATTENTION, .dtype_id = -1,
+                        .plugin_id = id};
+    khub_binding *b = NULL;
+    ASSERT_OK(khub_registry_select(rt, &qu, &b));
+    ASSERT(strncmp(khub_binding_name(b), id, strlen(id)) == 0);
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
+                             .q = &tq,
+                             .k = &tq,
+                             .v = &tq,
+                             .out = &to,
+                             .scale = 1.0f,
+                             .softcap = 30.0f};
+    ASSERT_OK(khub_binding_call(b, &a));
+    for (int i = 0; i < 3; i++) seen[i] = out[i];
+}
+
+/* Soft-capping (1.5): a 1.4 attention op's bit 8 is not believed (1.4 has
+ * no such flag), and whatever the caller fills, a 1.4 op is sent 1.4's
+ * 80-byte args stamped 1.4, so it never sees softcap; a 1.5 op declares
+ * KHUB_ATTN_SOFTCAP and gets the 88-byte args with the cap. */
+TEST_IMPL(softcap_gated_on_minor)
+{
+    ASSERT_EQ(khub__attention_args_size(4), 80);
+    ASSERT_EQ(khub__attention_args_size(5), 88);
+    ASSERT_EQ(khub__paged_attention_args_size(4), 144);
+    ASSERT_EQ(khub__paged_attention_args_size(5), 152);
+    ASSERT_EQ(khub__attention_args_size(KHUB_ABI_MINOR), sizeof(khub_attention_args));
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *old = tp_load(rt, "softcap_1_4"), *now = tp_load(rt, "softcap_1_5");
+    uint16_t major, minor;
+    khub_plugin_abi(old, &major, &minor);
+    ASSERT_EQ(minor, 4);
+    ASSERT_EQ(khub_plugin_op(old, 0)->caps->kind_flags & KHUB_ATTN_SOFTCAP, 0);
+    ASSERT_EQ(khub_plugin_op(now, 0)->caps->kind_flags & KHUB_ATTN_SOFTCAP, KHUB_ATTN_SOFTCAP);
+    char msg[512];
+    ASSERT_STATUS(pick(rt, KHUB_OP_ATTENTION, 0, KHUB_ATTN_SOFTCAP, 0, msg, sizeof msg),
+                  KHUB_STATUS_OK);
+    ASSERT_STR_EQ(msg, "khub-test/softcap-1-5 1.0.0 :: attn");
+    float seen[3];
+    softcap_call(rt, "khub-test/softcap-1-4", seen);
+    ASSERT_EQ((int)seen[0], 80);
+    ASSERT_EQ((int)seen[1], 4);
+    ASSERT(seen[2] == -1.0f);
+    softcap_call(rt, "khub-test/softcap-1-5", seen);
+    ASSERT_EQ((int)seen[0], 88);
+    ASSERT_EQ((int)seen[1], KHUB_ABI_MINOR);
+    ASSERT(seen[2] == 30.0f);
+    /* Only the 1.4 op loaded: a capped query is refused, naming the flag. */
+    khub_runtime *rt4 = tp_runtime(1);
+    (void)tp_load(rt4, "softcap_1_4");
+    ASSERT_STATUS(pick(rt4, KHUB_OP_ATTENTION, 0, KHUB_ATTN_SOFTCAP, 0, msg, sizeof msg),
+                  KHUB_STATUS_NO_KERNEL);
+    ASSERT_STR_EQ(msg, "no attention op fits: all 1 candidates rejected (first: "
+                       "khub-test/softcap-1-4 :: attn: missing flag softcap)");
+    khub_runtime_free(rt4);
     khub_runtime_free(rt);
 }
 
@@ -572,6 +648,7 @@ TEST_IMPL(static_rules)
     X(per_kind_caps) \
     X(caps_fields_gated_on_minor) \
     X(query_of_0_1) \
+    X(softcap_gated_on_minor) \
     X(static_init_error_via_host_fail) \
     X(static_rules)
 TEST_MAIN(TEST_LIST)

@@ -295,6 +295,15 @@ typedef enum khub_op_kind { KHUB_OP_KINDS(KHUB__OP_KIND_ENUM) KHUB_OP_KIND__COUN
 #define KHUB_KV_CACHE_F16          ((uint64_t)KHUB_CAP_KV_F16)     /* f16 storage */
 #endif
 
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+/* added in ABI 1.5: attention (and paged_attention) applies logit
+ * soft-capping, s' = softcap * tanh(s / softcap) on the scaled scores
+ * s = scale * q.k before the softmax, when the args' softcap is > 0 (Gemma 2,
+ * Grok). The host asks for it only for a model that caps, and never sends a
+ * softcap to an op without the flag or to a plugin of an older minor. */
+#define KHUB_ATTN_SOFTCAP ((uint64_t)1 << 8)
+#endif
+
 #if KHUB_PLUGIN_TARGET_MINOR >= 4
 /* Paged KV layouts (added in ABI 1.4): how a paged cache arranges its block
  * pool, the contract between a kv_cache op that produces it (paged_view)
@@ -479,7 +488,8 @@ typedef struct khub_qlinear_methods {
 } khub_qlinear_methods;
 
 /* Scaled dot-product attention for one sequence:
- * out[i,h] = softmax(scale * q[i,h] . k[j,g]^T + mask[i,j]) v[j,g], with
+ * out[i,h] = softmax(cap(scale * q[i,h] . k[j,g]^T) + mask[i,j]) v[j,g], with
+ * cap(s) = s, or softcap * tanh(s / softcap) when softcap > 0 (ABI 1.5), and
  * g = h / (n_heads / n_kv_heads) (GQA) and, when causal, j <= q_pos0 + i. */
 typedef struct khub_attention_args {
     KHUB_STRUCT_HEADER;
@@ -494,6 +504,13 @@ typedef struct khub_attention_args {
     int64_t q_pos0;          /* position of query 0 within the key sequence */
     int64_t window;          /* sliding window in tokens, 0 = none */
     /* End of ABI 1.0. */
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    /* added in ABI 1.5: logit soft-cap of the scaled scores (KHUB_ATTN_SOFTCAP),
+     * 0 = none. Read it only when KHUB_HAS_FIELD(args, khub_attention_args,
+     * softcap): a host sends it only to plugins of 1.5 and newer. */
+    float softcap;
+    uint32_t reserved_1_5;
+#endif
 } khub_attention_args;
 
 typedef enum khub_norm_type { KHUB_NORM_RMS = 1, KHUB_NORM_LAYER = 2 } khub_norm_type;
@@ -618,6 +635,11 @@ typedef struct khub_paged_attention_args {
     uint32_t reserved;
     int64_t window; /* sliding window in tokens, 0 = none */
     /* End of ABI 1.4. */
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    /* added in ABI 1.5: as khub_attention_args.softcap */
+    float softcap;
+    uint32_t reserved_1_5;
+#endif
 } khub_paged_attention_args;
 #endif
 

@@ -43,7 +43,7 @@
 /* The plugin ABI. A plugin built against ABI a.b loads into a host of ABI
  * A.B when a == A and b <= B (see abi/ABI.md). */
 #define KHUB_ABI_MAJOR 1
-#define KHUB_ABI_MINOR 4
+#define KHUB_ABI_MINOR 5
 /* The oldest plugin minor this host still accepts (always 0 within a major). */
 #define KHUB_ABI_MINOR_MIN 0
 

@@ -7,9 +7,11 @@
  * (GQA), so each K/V tile, read once (and converted from f16 once), serves
  * all QB * G rows while it sits in L1. Per row the recurrence keeps the
  * running max m, the running sum l and the unnormalised output acc:
- *     s_j = scale q.k_j + mask_j,  m' = max(m, max_j s_j),
+ *     s_j = cap(scale q.k_j) + mask_j,  m' = max(m, max_j s_j),
  *     l = l e^(m - m') + sum_j e^(s_j - m'),  acc = acc e^(m - m') + sum_j e^(s_j - m') v_j,
  * and out = acc / l at the end. Nothing of size n_kv is materialised.
+ * cap(s) is s, or softcap * tanh(s / softcap) when the call's softcap > 0
+ * (ABI 1.5; a scalar tanhf per score, paid only by models that cap).
  *
  * Visibility of key j to query i (position p = q_pos0 + i): j <= p when
  * causal; p - j < window when window > 0 (the window counts the query's own
@@ -73,6 +75,7 @@ static float tile_scores(const kx_attn *a, const float *q, const float *kt, int6
         float s = -INFINITY;
         if (!hidden) {
             s = dot(q, kt + j * a->hd, a->hd);
+            if (a->softcap > 0.0f) s = a->softcap * tanhf(s / a->softcap);
             if (a->mask) s += a->mask[i * a->smask + kj];
         }
         sc[j] = s;

@@ -68,6 +68,7 @@ typedef struct kx_attn {
     float scale;
     int causal;
     int64_t q_pos0, window;
+    float softcap; /* > 0: scores s become softcap * tanh(s / softcap) (ABI 1.5) */
 } kx_attn;
 
 typedef struct kx_norm {

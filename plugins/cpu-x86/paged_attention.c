@@ -15,7 +15,8 @@
  * nothing of size kv_len is materialised and sequences of any length share
  * one call. Visibility is the reference's: key j < kv_lens[s], j <= p when
  * causal, p - j < window when window > 0 (p = q_pos0[s] + i); a row that
- * sees nothing gets zeros. Items go to host->parallel_for, ordered by
+ * sees nothing gets zeros. A softcap > 0 (ABI 1.5) caps each scaled score
+ * as attention.c does. Items go to host->parallel_for, ordered by
  * sequence; each worker allocates its tile buffers once per call.
  */
 #include <immintrin.h>
@@ -58,14 +59,16 @@ static const float *tile(const khub_pu_paged *p, const void *pool, const int32_t
 }
 
 /* Scores of one row (position pos) against a tile; returns the tile max. */
-static float scores(const khub_paged_attention_args *a, const float *q, const float *kt, int64_t hd,
-                    int64_t pos, int64_t j0, int64_t nk, float *sc)
+static float scores(const khub_paged_attention_args *a, float cap, const float *q, const float *kt,
+                    int64_t hd, int64_t pos, int64_t j0, int64_t nk, float *sc)
 {
     float mx = -INFINITY;
     for (int64_t j = 0; j < nk; j++) {
         int64_t kj = j0 + j;
         int hidden = (a->causal && kj > pos) || (a->window > 0 && pos - kj >= a->window);
-        sc[j] = hidden ? -INFINITY : dot_wide(q, kt + j * hd, hd);
+        float s = hidden ? -INFINITY : dot_wide(q, kt + j * hd, hd);
+        if (!hidden && cap > 0.0f) s = cap * tanhf(s / cap);
+        sc[j] = s;
         if (sc[j] > mx) mx = sc[j];
     }
     return mx;
@@ -114,7 +117,7 @@ static void run_item(const pjob *jb, const pscratch *sc, int64_t it)
         const float *kt = tile(p, p->k, row, g, j0, nk, sc->k);
         const float *vt = tile(p, p->v, row, g, j0, nk, sc->v);
         for (int64_t r = 0; r < R; r++) {
-            float mt = scores(a, sc->q + r * hd, kt, hd, pos0 + i0 + r / G, j0, nk, pw);
+            float mt = scores(a, p->softcap, sc->q + r * hd, kt, hd, pos0 + i0 + r / G, j0, nk, pw);
             if (mt == -INFINITY) continue;
             float mn = mt > m[r] ? mt : m[r];
             float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);

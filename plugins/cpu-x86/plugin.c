@@ -344,6 +344,10 @@ static khub_status check_attention(kx_state *s, const khub_attention_args *a, kx
     A->causal = (int)a->causal;
     A->q_pos0 = a->q_pos0;
     A->window = a->window;
+    A->softcap = 0.0f;
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    CHECK(khub_pu_softcap(s->host, op, a, offsetof(khub_attention_args, softcap), &A->softcap));
+#endif
     return KHUB_STATUS_OK;
 }
 
@@ -487,6 +491,9 @@ static const khub_op_caps caps_attention = {
     .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32) | KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16),
     .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_MASK | KHUB_CAP_STRIDED_KV |
              KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING,
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    .kind_flags = KHUB_ATTN_SOFTCAP,
+#endif
     .priority = KX_PRIORITY};
 static const khub_op_caps caps_paged_attention = {
     KHUB_STRUCT_INIT(khub_op_caps),
@@ -494,6 +501,9 @@ static const khub_op_caps caps_paged_attention = {
     .cpu_features = KX_NEED,
     .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32) | KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16),
     .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING,
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    .kind_flags = KHUB_ATTN_SOFTCAP,
+#endif
     .priority = KX_PRIORITY,
     .kv_layouts = KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD)};
 static const khub_op_caps caps_norm = {

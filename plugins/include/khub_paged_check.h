@@ -36,6 +36,7 @@ typedef struct khub_pu_paged {
     float *out;           /* [total_q, n_heads, hd] */
     const void *k, *v;    /* [n_blocks, n_kv_heads, bs, hd] */
     const float *ks, *vs; /* [n_blocks, n_kv_heads] (Q8), else NULL */
+    float softcap;        /* the args' softcap (ABI 1.5), 0 = none or an older host */
 } khub_pu_paged;
 
 /* Sequence s's row of the block table. */
@@ -142,10 +143,14 @@ static inline khub_status khub_pu_paged_check(const khub_host_api *host, const c
                                               const void *args, uint64_t layouts, khub_pu_paged *p)
 {
     void *c = host->host_ctx;
-    KHUB_PU_TRY(khub_pu_args_check(host, op, args, sizeof(khub_paged_attention_args)));
+    KHUB_PU_TRY(khub_pu_args_check(host, op, args, KHUB_PU_PAGED_ARGS_1_4_SIZE));
     const khub_paged_attention_args *a = args;
     memset(p, 0, sizeof *p);
     p->a = a;
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    KHUB_PU_TRY(
+        khub_pu_softcap(host, op, args, offsetof(khub_paged_attention_args, softcap), &p->softcap));
+#endif
     if (a->layout >= 64 || !(layouts & KHUB_KV_LAYOUT_BIT(a->layout)))
         return host->fail(c, KHUB_STATUS_UNSUPPORTED, "%s: KV layout %u is not served here", op,
                           (unsigned)a->layout);

@@ -289,6 +289,33 @@ static inline khub_status khub_pu_args_check(const khub_host_api *host, const ch
     return KHUB_STATUS_OK;
 }
 
+/* The sizes of the attention argument structs before ABI 1.5 appended
+ * softcap: what every host sends at least (1.0's khub_attention_args, 1.4's
+ * khub_paged_attention_args). */
+#define KHUB_PU_ATTN_ARGS_1_0_SIZE  80u
+#define KHUB_PU_PAGED_ARGS_1_4_SIZE 144u
+
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+/* The logit soft-cap of an attention call (ABI 1.5): the args' softcap when
+ * the host's struct_size covers it (offset `at`, 80 in khub_attention_args,
+ * 144 in khub_paged_attention_args), else 0 (no cap). Refuses a negative or
+ * non-finite cap. */
+static inline khub_status khub_pu_softcap(const khub_host_api *host, const char *op,
+                                          const void *args, size_t at, float *cap)
+{
+    uint32_t size;
+    memcpy(&size, args, sizeof size);
+    *cap = 0.0f;
+    if (size < at + sizeof(float)) return KHUB_STATUS_OK;
+    memcpy(cap, (const char *)args + at, sizeof *cap);
+    if (!(*cap >= 0.0f) || *cap > 3.4e38f)
+        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
+                          "%s: softcap (got %g, want 0 or a finite positive cap)", op,
+                          (double)*cap);
+    return KHUB_STATUS_OK;
+}
+#endif
+
 /* The size of khub_kv_cache_config in ABI 1.0-1.3 (every host sends at
  * least this much). */
 #define KHUB_PU_KV_CONFIG_1_0_SIZE 40u

@@ -3,8 +3,11 @@
  *
  * For query i, head h (kv head g = h / (n_heads / n_kv_heads)) and the keys
  * j it may see:
- *     s_j   = scale * q[i,h] . k[j,g] + mask[i,j]
+ *     s_j   = cap(scale * q[i,h] . k[j,g]) + mask[i,j]
  *     out   = sum_j softmax(s)_j v[j,g]
+ * with cap(s) = softcap * tanh(s / softcap) when the args' softcap (ABI 1.5)
+ * is > 0, else s (Gemma 2's attn_logit_softcapping, applied as Transformers'
+ * eager attention does: after the scale, before the mask and the softmax).
  * Key j is visible when
  *     causal:  j <= q_pos0 + i
  *     window:  (q_pos0 + i) - j < window     (window > 0; HF's sliding rule,
@@ -26,6 +29,7 @@
 typedef struct attn_job {
     const khub_host_api *host;
     const khub_attention_args *a;
+    double softcap; /* 0 = none */
     int64_t n_q, n_kv, n_heads, n_kv_heads, head_dim;
     int64_t sq[3], sk[3], sv[3], so[3], sm[2];
     const float *q, *mask;
@@ -59,6 +63,7 @@ static void attn_row(const attn_job *j, int64_t i, int64_t h, double *scores, do
         for (int64_t d = 0; d < D; d++)
             dot += (double)q[d * j->sq[2]] * (double)khub_ref__load(kb, kdt, d * j->sk[2]);
         double s = (double)j->a->scale * dot;
+        if (j->softcap > 0) s = j->softcap * tanh(s / j->softcap);
         if (j->mask) s += (double)j->mask[i * j->sm[0] + key * j->sm[1]];
         scores[key] = s;
         if (s > maxs) maxs = s;
@@ -152,10 +157,15 @@ static khub_status attn_check(const khub_host_api *host, const khub_attention_ar
 static khub_status ref_attention(void *state, const void *args)
 {
     const khub_host_api *host = ((khub_ref_state *)state)->host;
-    KHUB_PU_TRY(khub_pu_args_check(host, OP, args, sizeof(khub_attention_args)));
+    KHUB_PU_TRY(khub_pu_args_check(host, OP, args, KHUB_PU_ATTN_ARGS_1_0_SIZE));
     const khub_attention_args *a = args;
     attn_job j = {.host = host, .a = a};
     KHUB_PU_TRY(attn_check(host, a, &j));
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    float cap = 0.0f;
+    KHUB_PU_TRY(khub_pu_softcap(host, OP, args, offsetof(khub_attention_args, softcap), &cap));
+    j.softcap = cap;
+#endif
     khub_pu_strides(a->q, j.sq);
     khub_pu_strides(a->k, j.sk);
     khub_pu_strides(a->v, j.sv);
@@ -183,6 +193,9 @@ static const khub_op_caps attention_caps = {
     .dtypes = KHUB_REF_BIT_F32 | KHUB_REF_BIT_F16,
     .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_MASK | KHUB_CAP_STRIDED_KV |
              KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING,
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    .kind_flags = KHUB_ATTN_SOFTCAP,
+#endif
 };
 
 const khub_op_desc khub_ref__attention_op = {

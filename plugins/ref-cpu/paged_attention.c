@@ -9,7 +9,9 @@
  * (p - j < window), and key j is read from block row[j / block_size], slot
  * j % block_size of the pools. Layouts: PAGED_HTD (f32 or f16 pools) and
  * PAGED_HTD_Q8 (int8 pools times a per-(block, KV head) f32 scale), both
- * [n_blocks, n_kv_heads, block_size, head_dim]. A query that sees nothing
+ * [n_blocks, n_kv_heads, block_size, head_dim]. With softcap > 0 (ABI 1.5)
+ * each scaled score s becomes softcap * tanh(s / softcap) before the
+ * softmax, as attention.c. A query that sees nothing
  * gets zeros. Work is split over (query row, head) pairs.
  */
 #include "ref_cpu.h"
@@ -72,6 +74,7 @@ static void pa_row(const pa_job *j, int64_t t, int64_t h, double *scores, double
         for (int64_t d = 0; d < D; d++)
             dot += (double)q[d] * pa_load(p, p->k, p->ks, blk, g, slot, d);
         scores[key] = (double)a->scale * dot;
+        if (p->softcap > 0) scores[key] = p->softcap * tanh(scores[key] / p->softcap);
         if (scores[key] > maxs) maxs = scores[key];
     }
     for (int64_t d = 0; d < D; d++) acc[d] = 0.0;
@@ -126,6 +129,9 @@ static const khub_op_caps paged_attention_caps = {
     .device_type = KHUB_DEVICE_CPU,
     .dtypes = KHUB_REF_BIT_F32 | KHUB_REF_BIT_F16 | KHUB_DTYPE_BIT(KHUB_DTYPE_ID_I8),
     .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING,
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    .kind_flags = KHUB_ATTN_SOFTCAP,
+#endif
     .kv_layouts = KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD) |
                   KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD_Q8),
 };

@@ -14,7 +14,7 @@ import subprocess
 
 # khub_version.h: the plugin ABI these declarations follow.
 ABI_MAJOR = 1
-ABI_MINOR = 4
+ABI_MINOR = 5
 ERROR_SIZE = 512
 
 c_char_p = ctypes.c_char_p

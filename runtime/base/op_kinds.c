@@ -43,6 +43,7 @@ static const flag_name flag_names[] = {
     {KHUB_OP_ATTENTION, KHUB_ATTN_STRIDED_KV, "strided_kv"},
     {KHUB_OP_ATTENTION, KHUB_ATTN_KV_F16, "kv_f16"},
     {KHUB_OP_ATTENTION, KHUB_ATTN_SLIDING, "sliding"},
+    {KHUB_OP_ATTENTION, KHUB_ATTN_SOFTCAP, "softcap"}, /* 1.5 */
     {KHUB_OP_LINEAR, KHUB_LINEAR_BIAS, "bias"},
     {KHUB_OP_QLINEAR, KHUB_LINEAR_BIAS, "bias"},
     {KHUB_OP_NORM, KHUB_NORM_RESIDUAL, "residual"},
@@ -53,6 +54,7 @@ static const flag_name flag_names[] = {
     {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_GQA, "gqa"},
     {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_KV_F16, "kv_f16"},
     {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_SLIDING, "sliding"},
+    {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_SOFTCAP, "softcap"}, /* 1.5 */
 };
 
 void khub__cap_flag_names(uint32_t kind, uint64_t mask, const char *sep, char *buf, size_t n)

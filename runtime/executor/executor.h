@@ -210,8 +210,9 @@ KHUB_INTERNAL const char *khub__model_role_name(const khub_model *m, khub__role 
 /* A binding's weight or KV dtype as explain writes it ("f32", "q4_1"; ""
  * when it has none). Static storage. */
 KHUB_INTERNAL const char *khub__model_bound_dtype(const khub__bound *b);
-/* The KHUB_CAP_* flags the model's attention query asks for. */
-KHUB_INTERNAL uint32_t khub__model_attn_flags(const khub_model *m);
+/* The KHUB_ATTN_* flags the model's attention query asks for (bits 0-7 are
+ * the 1.0 KHUB_CAP_* word's; KHUB_ATTN_SOFTCAP, ABI 1.5, when it caps). */
+KHUB_INTERNAL uint64_t khub__model_attn_flags(const khub_model *m);
 
 /* Allocates m's scratch for its config, max_batch and max_seqs. */
 KHUB_INTERNAL khub_status khub__forward_alloc(khub_model *m);

@@ -16,7 +16,10 @@
  *   xb = rms_norm(ob + x) (x += ob)
  *   ob = down(act(gate(xb)) * up(xb))      (act: SiLU, Gemma GELU-tanh)
  *   ob = rms_norm(ob)                      (Gemma post_ffw_norm)
- * then xb = final_norm(ob + x) and logits = lm_head(last row of each segment).
+ * then xb = final_norm(ob + x) and logits = lm_head(last row of each segment)
+ * (Gemma 2-style final_logit_softcapping: logits = cap * tanh(logits / cap)).
+ * A capped attention (attn_logit_softcapping) is the attention op's job
+ * (KHUB_ATTN_SOFTCAP, ABI 1.5): forward.c passes the cap in its args.
  *
  * The residual add is never done here: the norm op's fused residual does it,
  * one layer late, which is why `ob` carries each block's output forward.
@@ -166,7 +169,8 @@ static khub_status attend(khub_model *m, const khub__layer *ly, int layer, const
             .scale = (float)(c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd)),
             .causal = 1,
             .q_pos0 = g->pos0 - first,
-            .window = ly->window};
+            .window = ly->window,
+            .softcap = (float)c->attn_softcap};
         KHUB_FORWARD_IF_ERROR(m->rt, call(m, m->attention, &a, "attention", layer));
         off += g->n;
     }
@@ -240,7 +244,8 @@ static khub_status attend_paged(khub_model *m, const khub__layer *ly, int layer,
         .block_size = pv.block_size,
         .scale = (float)(c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd)),
         .causal = 1,
-        .window = ly->window};
+        .window = ly->window,
+        .softcap = (float)c->attn_softcap};
     return call(m, m->paged_attn, &a, "paged_attention", layer);
 }
 
@@ -252,6 +257,18 @@ static khub_status reserve_blocks(khub_model *m, const khub__seg *segs, int n_se
         KV_CALL(m, "reserve", -1,
                 m->kv->reserve(m->kv_state, m->cache, segs[s].seq, segs[s].pos0 + segs[s].n));
     return KHUB_STATUS_OK;
+}
+
+/* The final logit soft-cap (Gemma 2's final_logit_softcapping): logits =
+ * cap * tanh(logits / cap), done here on the gathered logits rather than by
+ * an op: it is elementwise over n_segs rows of the vocabulary, and the
+ * lm_head op stays a plain linear. */
+static void softcap_logits(khub_model *m, int n_segs)
+{
+    double cap = m->cfg.final_softcap;
+    if (!(cap > 0)) return;
+    size_t n = (size_t)n_segs * (size_t)m->cfg.vocab_size;
+    for (size_t i = 0; i < n; i++) m->logits[i] = (float)(cap * tanh(m->logits[i] / cap));
 }
 
 static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__seg *segs, int n_segs)
@@ -411,12 +428,17 @@ khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg 
         memcpy(m->last + (size_t)s * hidden, m->xb + (size_t)(row - 1) * hidden,
                (size_t)hidden * sizeof(float));
     }
-    if (m->tp.size < 2)
-        return linear(m, &m->lm_head, m->last, n_segs, m->logits, "lm_head", (int)m->cfg.n_layers);
-    /* Tensor parallel: this rank's slice of the vocabulary, then all of it. */
-    KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &m->lm_head, m->last, n_segs, m->tp.logits, "lm_head",
-                                        (int)m->cfg.n_layers));
-    return khub__tp_gather_logits(m, n_segs);
+    if (m->tp.size < 2) {
+        KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &m->lm_head, m->last, n_segs, m->logits, "lm_head",
+                                            (int)m->cfg.n_layers));
+    } else {
+        /* Tensor parallel: this rank's slice of the vocabulary, then all of it. */
+        KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &m->lm_head, m->last, n_segs, m->tp.logits,
+                                            "lm_head", (int)m->cfg.n_layers));
+        KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_gather_logits(m, n_segs));
+    }
+    softcap_logits(m, n_segs);
+    return KHUB_STATUS_OK;
 }
 
 khub_status khub__forward_reset(khub_model *m, int32_t seq)

@@ -31,7 +31,7 @@ const char *khub__model_role_name(const khub_model *m, khub__role role)
 
 /* The binding for (role, dtype_id), selecting it on first use. */
 static khub_status bind_layout(khub_model *m, khub__role role, uint32_t kind, int32_t dtype_id,
-                               uint32_t flags, uint32_t kv_layout, const char *pref,
+                               uint64_t flags, uint32_t kv_layout, const char *pref,
                                khub_binding **out)
 {
     for (int i = 0; i < m->n_bound; i++) {
@@ -58,7 +58,8 @@ static khub_status bind_layout(khub_model *m, khub__role role, uint32_t kind, in
                            role == KHUB__ROLE_ATTENTION || role == KHUB__ROLE_PAGED_ATTENTION
                                ? (int32_t)m->cfg.head_dim
                                : 0,
-                       .flags = flags,
+                       .flags = (uint32_t)(flags & 0xff), /* the 1.0 word's bits */
+                       .kind_flags = flags,
                        .plugin_id = pref ? pid : NULL,
                        .op_name = op && *op ? op : NULL,
                        .kv_layout = kv_layout};
@@ -72,7 +73,7 @@ static khub_status bind_layout(khub_model *m, khub__role role, uint32_t kind, in
 }
 
 static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t dtype_id,
-                        uint32_t flags, const char *pref, khub_binding **out)
+                        uint64_t flags, const char *pref, khub_binding **out)
 {
     return bind_layout(m, role, kind, dtype_id, flags, 0, pref, out);
 }
@@ -167,20 +168,23 @@ static uint32_t kv_layout_of(khub_binding *b)
     return layout;
 }
 
-uint32_t khub__model_attn_flags(const khub_model *m)
+uint64_t khub__model_attn_flags(const khub_model *m)
 {
     const khub_model_config *c = &m->cfg;
-    uint32_t aflags = KHUB_CAP_CAUSAL | KHUB_CAP_STRIDED_KV;
-    if (c->n_kv_heads < c->n_heads) aflags |= KHUB_CAP_GQA;
-    if (khub_dtype_id_of(m->kv_dtype) == KHUB_DTYPE_ID_F16) aflags |= KHUB_CAP_KV_F16;
-    if (c->sliding_window > 0) aflags |= KHUB_CAP_SLIDING;
+    uint64_t aflags = KHUB_ATTN_CAUSAL | KHUB_ATTN_STRIDED_KV;
+    if (c->n_kv_heads < c->n_heads) aflags |= KHUB_ATTN_GQA;
+    if (khub_dtype_id_of(m->kv_dtype) == KHUB_DTYPE_ID_F16) aflags |= KHUB_ATTN_KV_F16;
+    if (c->sliding_window > 0) aflags |= KHUB_ATTN_SLIDING;
+    /* A capped model needs an op that caps: one that does not would compute
+     * another model, so it is passed over ("missing flag softcap"). */
+    if (c->attn_softcap > 0) aflags |= KHUB_ATTN_SOFTCAP;
     return aflags;
 }
 
 khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
 {
     int kv_id = khub_dtype_id_of(m->kv_dtype);
-    uint32_t aflags = khub__model_attn_flags(m);
+    uint64_t aflags = khub__model_attn_flags(m);
     KHUB_FORWARD_IF_ERROR(m->rt, bind(m, KHUB__ROLE_NORM, KHUB_OP_NORM, KHUB_DTYPE_ID_F32, 0,
                                       p->pref[KHUB_KERNEL_ROLE_NORM], &m->norm));
     KHUB_FORWARD_IF_ERROR(m->rt,
@@ -209,7 +213,7 @@ khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
     /* A paged cache: its reader is the paged_attention op of the same
      * layout (the pair). The strided-view flag means nothing there. */
     return bind_layout(m, KHUB__ROLE_PAGED_ATTENTION, KHUB_OP_PAGED_ATTENTION, kv_id,
-                       aflags & ~(uint32_t)KHUB_CAP_STRIDED_KV, m->kv_layout,
+                       aflags & ~KHUB_ATTN_STRIDED_KV, m->kv_layout,
                        p->pref[KHUB_KERNEL_ROLE_ATTENTION], &m->paged_attn);
 }
 

@@ -489,19 +489,23 @@ static khub_status hf_gemma3_layers(khub_runtime *rt, const char *name, const cJ
     return KHUB_STATUS_OK;
 }
 
-/* Logit soft-capping (Gemma 2: cap * tanh(x / cap)) on the attention
- * scores or the final logits. Gemma 3 sets both to null; a number is a
- * model khub would compute wrongly, so it is refused by name. */
-static khub_status hf_softcaps(khub_runtime *rt, const char *name, const cJSON *root)
+/* Logit soft-capping (Gemma 2: cap * tanh(x / cap)) of the attention
+ * scores and of the final logits. Gemma 3 sets both to null (none); a
+ * number must be a positive cap. */
+static khub_status hf_softcaps(khub_runtime *rt, const char *name, const cJSON *root,
+                               khub_model_config *c)
 {
     static const char *const keys[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    double *dst[] = {&c->attn_softcap, &c->final_softcap};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const cJSON *j = field(root, keys[i]);
+        if (!j || cJSON_IsNull(j)) continue;
         double cap = 0;
         KHUB_FORWARD_IF_ERROR(rt, json_num(rt, name, root, "", keys[i], false, &cap));
-        KHUB_RETURN_IF(rt, cap != 0, KHUB_STATUS_MODEL_UNSUPPORTED,
-                       "%s: %s is %g; logit soft-capping is not supported (khub's attention "
-                       "and lm_head ops have no cap argument)",
+        KHUB_RETURN_IF(rt, !(cap > 0), KHUB_STATUS_MODEL_INVALID,
+                       "%s: %s is %g; a soft-cap must be a positive number (or null for none)",
                        name, keys[i], cap);
+        *dst[i] = cap;
     }
     return KHUB_STATUS_OK;
 }
@@ -517,7 +521,7 @@ static khub_status hf_gemma3(khub_runtime *rt, const char *name, const cJSON *ro
                    "%s: use_bidirectional_attention is true (an encoder); khub runs causal "
                    "decoders only",
                    name);
-    KHUB_FORWARD_IF_ERROR(rt, hf_softcaps(rt, name, root));
+    KHUB_FORWARD_IF_ERROR(rt, hf_softcaps(rt, name, root, c));
     KHUB_FORWARD_IF_ERROR(rt, hf_gemma3_layers(rt, name, root, c));
     c->rope_theta_local = 10000.0;
     KHUB_FORWARD_IF_ERROR(

@@ -11,16 +11,17 @@
  * general.architecture llama, qwen2, qwen3, gemma3 (mistral GGUFs say "llama").
  * Gemma 3 from GGUF: gemma3.attention.sliding_window, the rest as llama.cpp
  * fixes it (local RoPE base 10000, every sixth layer global, attention scale
- * 1/sqrt(head_dim), as query_pre_attn_scalar = head_dim gives); soft-capping
- * keys (gemma3.final_logit_softcapping, gemma3.attn_logit_softcapping) are
- * refused by name. Gemma 3 from config.json (Gemma3ForCausalLM or model_type
+ * 1/sqrt(head_dim), as query_pre_attn_scalar = head_dim gives); the
+ * soft-caps gemma3.attn_logit_softcapping (alias gemma3.attention.
+ * logit_softcapping) and gemma3.final_logit_softcapping when a file sets them
+ * (Gemma 3 does not). Gemma 3 from config.json (Gemma3ForCausalLM or model_type
  * gemma3_text): hidden_activation gelu_pytorch_tanh, query_pre_attn_scalar,
  * sliding_window with layer_types (a regular every-n-th-layer-global
  * pattern) or sliding_window_pattern, rope_local_base_freq (or v5's
  * rope_parameters per layer type), Gemma3TextConfig's defaults for absent
- * keys; attn_logit_softcapping / final_logit_softcapping other than null,
- * use_bidirectional_attention and a text_config (multimodal) folder are
- * refused. Everything else is refused with
+ * keys, attn_logit_softcapping and final_logit_softcapping (null or absent
+ * = none; a cap must be a positive number); use_bidirectional_attention and
+ * a text_config (multimodal) folder are refused. Everything else is refused with
  * MODEL_UNSUPPORTED naming the value and the supported ones, e.g.
  *   "config.json: architectures[0] 'GPT2LMHeadModel' is not supported (supported:
  *    LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
@@ -103,6 +104,11 @@ typedef struct khub_model_config {
                                 (Gemma 3: 6); 0: sliding_from_layer decides */
     double rope_theta_local; /* RoPE base of sliding layers (Gemma 3 rope_local_base_freq,
                                 which use no rope scaling); 0 = rope_theta */
+    double attn_softcap;     /* > 0: attention scores s become cap * tanh(s / cap) after the
+                                scale (attn_logit_softcapping; the attention op needs
+                                KHUB_ATTN_SOFTCAP); 0 = none */
+    double final_softcap;    /* > 0: logits become cap * tanh(logit / cap)
+                                (final_logit_softcapping); 0 = none */
 
     int32_t bos_token_id;                      /* -1 when none */
     int32_t eos_token_ids[KHUB_MODEL_MAX_EOS]; /* generation stops at any of these */

@@ -162,20 +162,34 @@ static khub_status gguf_rope(khub_runtime *rt, const khub_gguf *g, const char *a
     return khub__gguf_get_f64(g, key, &c->rope_factor);
 }
 
-/* Gemma 3's knobs. The GGUF stores only the sliding window; the local RoPE
- * base (10000), the pattern (every sixth layer global) and the attention
- * scale are what llama.cpp (src/llama-model.cpp) and Transformers'
- * Gemma3TextConfig defaults fix for every Gemma 3 file. Soft-capping keys
- * that a converter wrote are refused: khub does not cap. */
+/* The soft-caps a converter wrote (llama.cpp's %s.attn_logit_softcapping and
+ * %s.final_logit_softcapping, f32; Gemma 3 files have none): > 0 each. */
+static khub_status gguf_softcaps(khub_runtime *rt, const khub_gguf *g, khub_model_config *c)
+{
+    const char *name = khub__gguf_path(g);
+    static const char *const keys[] = {"attn_logit_softcapping", "attention.logit_softcapping",
+                                       "final_logit_softcapping"};
+    double *dst[] = {&c->attn_softcap, &c->attn_softcap, &c->final_softcap};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        double cap = 0;
+        KHUB_FORWARD_IF_ERROR(rt, gguf_opt_f64(g, "gemma3", keys[i], &cap));
+        KHUB_RETURN_IF(rt, !(cap >= 0) || !isfinite(cap), KHUB_STATUS_MODEL_INVALID,
+                       "%s: gemma3.%s is %g; a soft-cap must be positive (0: none)", name, keys[i],
+                       cap);
+        if (cap > 0) *dst[i] = cap;
+    }
+    return KHUB_STATUS_OK;
+}
+
+/* Gemma 3's knobs. The GGUF stores only the sliding window (and, when a
+ * converter wrote them, the soft-caps); the local RoPE base (10000), the
+ * pattern (every sixth layer global) and the attention scale are what
+ * llama.cpp (src/llama-model.cpp) and Transformers' Gemma3TextConfig
+ * defaults fix for every Gemma 3 file. */
 static khub_status gguf_gemma3(khub_runtime *rt, const khub_gguf *g, khub_model_config *c)
 {
     const char *name = khub__gguf_path(g);
-    static const char *const refused[] = {"gemma3.final_logit_softcapping",
-                                          "gemma3.attn_logit_softcapping",
-                                          "gemma3.attention.logit_softcapping"};
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
-        KHUB_RETURN_IF(rt, khub__gguf_find(g, refused[i]) != NULL, KHUB_STATUS_MODEL_UNSUPPORTED,
-                       "%s: %s is set; logit soft-capping is not supported", name, refused[i]);
+    KHUB_FORWARD_IF_ERROR(rt, gguf_softcaps(rt, g, c));
     KHUB_RETURN_IF(rt, c->rope_scaling != KHUB_ROPE_SCALING_NONE, KHUB_STATUS_MODEL_UNSUPPORTED,
                    "%s: gemma3.rope.scaling is set; RoPE scaling of Gemma 3's global layers is "
                    "not supported",

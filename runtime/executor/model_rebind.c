@@ -62,12 +62,14 @@ static khub_op_query query_of(const khub_model *m, const khub__bound *b, const c
     case KHUB__ROLE_ATTENTION:
         q.kind = KHUB_OP_ATTENTION;
         q.head_dim = (int32_t)m->cfg.head_dim;
-        q.flags = khub__model_attn_flags(m);
+        q.kind_flags = khub__model_attn_flags(m);
+        q.flags = (uint32_t)(q.kind_flags & 0xff);
         break;
     case KHUB__ROLE_PAGED_ATTENTION:
         q.kind = KHUB_OP_PAGED_ATTENTION;
         q.head_dim = (int32_t)m->cfg.head_dim;
-        q.flags = khub__model_attn_flags(m) & ~(uint32_t)KHUB_CAP_STRIDED_KV;
+        q.kind_flags = khub__model_attn_flags(m) & ~KHUB_ATTN_STRIDED_KV;
+        q.flags = (uint32_t)(q.kind_flags & 0xff);
         q.kv_layout = m->kv_layout;
         break;
     case KHUB__ROLE_NORM_RESIDUAL: q.kind = KHUB_OP_NORM, q.flags = KHUB_CAP_RESIDUAL; break;

@@ -16,6 +16,8 @@
  * Each boundary struct that grows gets a function here that gives its size
  * at a minor; tests/test_negotiation.c pins the values.
  */
+#include <string.h>
+
 #include "runtime_impl.h"
 
 /* The end of field f of struct T: the size of T up to and including f. */
@@ -32,6 +34,46 @@ size_t khub__op_caps_size(unsigned minor)
     if (minor >= 4) return sizeof(khub_op_caps);             /* 1.4: kv_layouts */
     if (minor >= 3) return END_OF(khub_op_caps, act_dtypes); /* 1.3: kind_flags, act_dtypes */
     return END_OF(khub_op_caps, reserved2);                  /* 1.0-1.2 */
+}
+
+/* The argument structs the host fills for a call: stamped with the size of
+ * the op's plugin's minor, so a 1.4 attention op is never sent softcap. */
+size_t khub__attention_args_size(unsigned minor)
+{
+    if (minor >= 5) return sizeof(khub_attention_args); /* 1.5: softcap */
+    return END_OF(khub_attention_args, window);         /* 1.0-1.4 */
+}
+
+size_t khub__paged_attention_args_size(unsigned minor)
+{
+    if (minor >= 5) return sizeof(khub_paged_attention_args); /* 1.5: softcap */
+    return END_OF(khub_paged_attention_args, window);         /* 1.4 */
+}
+
+const void *khub__args_for_minor(uint32_t kind, unsigned minor, const void *args,
+                                 khub__args_buf *buf)
+{
+    size_t n = kind == KHUB_OP_ATTENTION         ? khub__attention_args_size(minor)
+               : kind == KHUB_OP_PAGED_ATTENTION ? khub__paged_attention_args_size(minor)
+                                                 : 0;
+    const uint32_t *size = args; /* every args struct starts with struct_size */
+    if (!n || !args || *size <= n || n > sizeof *buf) return args;
+    memset(buf, 0, sizeof *buf);
+    memcpy(buf, args, n);
+    buf->attn.struct_size = (uint32_t)n;
+    buf->attn.abi_minor = (uint16_t)minor;
+    return buf;
+}
+
+/* The flags of kind_flags a plugin of this minor can mean. Bits 8 and up
+ * of every kind were first defined in 1.5 (KHUB_ATTN_SOFTCAP), so a 1.0-1.4
+ * plugin has only bits 0-7 (the 1.0 word's); a bit above that is, to it, a
+ * bit it never defined, and is not believed. A 1.5 plugin keeps every bit
+ * (one this host does not name simply matches no query). */
+uint64_t khub__kind_flags_known(uint32_t kind, unsigned minor)
+{
+    (void)kind; /* per kind when a later minor gives one kind bits before another */
+    return minor >= 5 ? ~UINT64_C(0) : UINT64_C(0xff);
 }
 
 size_t khub__plugin_desc_size(unsigned minor)

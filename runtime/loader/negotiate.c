@@ -32,12 +32,12 @@ static bool valid_op_name(const char *s)
  * only the fields of the plugin's minor, whatever its struct_size covers
  * (abi_minor.c), then in the host's terms: kind_flags holds the 1.0 word
  * too, and act_dtypes 0 means f32, what ops took before 1.3. */
-static void copy_caps(khub_op_caps *dst, const khub_op_caps *src, unsigned minor)
+static void copy_caps(khub_op_caps *dst, const khub_op_caps *src, uint32_t kind, unsigned minor)
 {
     size_t n = khub__op_caps_size(minor);
     if (src->struct_size < n) n = src->struct_size;
     memcpy(dst, src, n < sizeof *dst ? n : sizeof *dst);
-    dst->kind_flags |= dst->flags;
+    dst->kind_flags = (dst->kind_flags | dst->flags) & khub__kind_flags_known(kind, minor);
     if (!dst->act_dtypes) dst->act_dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32);
 }
 
@@ -99,7 +99,7 @@ static khub_status copy_op(khub_plugin *p, const char *who, unsigned minor, uint
     khub_op_desc *op = &p->ops[at];
     khub_op_caps *caps = &p->caps[at];
     memcpy(op, src, stride < sizeof *op ? stride : sizeof *op);
-    copy_caps(caps, src->caps, minor);
+    copy_caps(caps, src->caps, src->kind, minor);
     op->struct_size = sizeof *op;
     caps->struct_size = sizeof *caps;
     op->caps = caps;

@@ -439,9 +439,11 @@ khub_status khub_binding_call(khub_binding *b, const void *args)
         return st;
     }
     khub__plugin_msg_clear();
+    khub__args_buf cut;
+    const void *sent = khub__args_for_minor(op->kind, p->abi_minor, args, &cut);
     khub__inflight rec;
     khub__inflight_enter(&rec, p, op);
-    khub_status st = op->run(p->desc.state, args);
+    khub_status st = op->run(p->desc.state, sent);
     khub__inflight_leave(&rec);
     if (st != KHUB_STATUS_OK) {
         /* Formatted while still pinned: the strings belong to p. */

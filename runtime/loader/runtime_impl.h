@@ -198,6 +198,22 @@ KHUB_INTERNAL void khub__cuda_unload_modules(khub_plugin *p);
 KHUB_INTERNAL size_t khub__host_api_size(unsigned minor);
 KHUB_INTERNAL size_t khub__plugin_desc_size(unsigned minor);
 KHUB_INTERNAL size_t khub__op_caps_size(unsigned minor);
+/* The call arguments the host fills for an op of a plugin of that minor
+ * (struct_size of the 1.minor layout: a 1.4 attention op is sent no softcap). */
+KHUB_INTERNAL size_t khub__attention_args_size(unsigned minor);
+KHUB_INTERNAL size_t khub__paged_attention_args_size(unsigned minor);
+/* The args of a call to an op of `kind` in a plugin of that minor: args
+ * itself, or a copy in *buf cut to the minor's struct_size and stamped 1.minor
+ * when args is larger (attention kinds), so an older plugin is never sent a
+ * field its minor lacks (khub_binding_call does it for every call). */
+typedef union khub__args_buf {
+    khub_attention_args attn;
+    khub_paged_attention_args paged;
+} khub__args_buf;
+KHUB_INTERNAL const void *khub__args_for_minor(uint32_t kind, unsigned minor, const void *args,
+                                               khub__args_buf *buf);
+/* The kind_flags bits of `kind` that a plugin of that minor can declare. */
+KHUB_INTERNAL uint64_t khub__kind_flags_known(uint32_t kind, unsigned minor);
 
 /* ------------------------------------------------------------------------ */
 /* Inspection and ABI rules (elf_inspect.c)                                 */

@@ -25,6 +25,7 @@ typedef struct attn_case {
     int64_t nq, nkv, hd;
     int layout, f16, mask;
     int64_t window;
+    float softcap; /* ABI 1.5 KHUB_ATTN_SOFTCAP; 0 = none */
 } attn_case;
 
 #define MAX_ATTN_CASES 16
@@ -43,31 +44,35 @@ static int attn_cases(const khub_op_caps *caps, int64_t nq, int64_t nkv, int64_t
     int n = 0;
     uint32_t fl = caps->flags;
     int strided = (fl & KHUB_CAP_STRIDED_KV) != 0;
-    attn_add(c, &n, (attn_case){nq, nkv, hd, KV_COMPACT, 0, 0, 0});
+    attn_add(c, &n, (attn_case){nq, nkv, hd, KV_COMPACT, 0, 0, 0, 0});
     for (int f16 = 0; f16 <= ((fl & KHUB_CAP_KV_F16) ? 1 : 0); f16++) {
         if (!strided) {
-            if (f16) attn_add(c, &n, (attn_case){nq, nkv, hd, KV_COMPACT, 1, 0, 0});
+            if (f16) attn_add(c, &n, (attn_case){nq, nkv, hd, KV_COMPACT, 1, 0, 0, 0});
             continue;
         }
-        attn_add(c, &n, (attn_case){nq, nkv, hd, KV_CACHE_VIEW, f16, 0, 0});
-        attn_add(c, &n, (attn_case){nq, nkv, hd, KV_PADDED, f16, 0, 0});
-        attn_add(c, &n, (attn_case){1, nkv + 3, hd, KV_CACHE_VIEW, f16, 0, 0});
-        attn_add(c, &n, (attn_case){nq + 2, nkv + 19, hd, KV_PADDED, f16, 0, 0});
+        attn_add(c, &n, (attn_case){nq, nkv, hd, KV_CACHE_VIEW, f16, 0, 0, 0});
+        attn_add(c, &n, (attn_case){nq, nkv, hd, KV_PADDED, f16, 0, 0, 0});
+        attn_add(c, &n, (attn_case){1, nkv + 3, hd, KV_CACHE_VIEW, f16, 0, 0, 0});
+        attn_add(c, &n, (attn_case){nq + 2, nkv + 19, hd, KV_PADDED, f16, 0, 0, 0});
     }
     int lay = strided ? KV_PADDED : KV_COMPACT;
-    if (fl & KHUB_CAP_MASK) attn_add(c, &n, (attn_case){nq, nkv, hd, lay, 0, 1, 0});
+    if (fl & KHUB_CAP_MASK) attn_add(c, &n, (attn_case){nq, nkv, hd, lay, 0, 1, 0, 0});
     if (fl & KHUB_CAP_SLIDING) {
         int64_t win = nkv / 3 > 0 ? nkv / 3 : 1;
-        attn_add(c, &n, (attn_case){nq, nkv, hd, strided ? KV_CACHE_VIEW : lay, 0, 0, win});
-        attn_add(c, &n, (attn_case){1, nkv + 7, hd, lay, 0, 0, win});
+        attn_add(c, &n, (attn_case){nq, nkv, hd, strided ? KV_CACHE_VIEW : lay, 0, 0, win, 0});
+        attn_add(c, &n, (attn_case){1, nkv + 7, hd, lay, 0, 0, win, 0});
     }
+    /* A cap near the scores' size, so tanh bends them (q and k are random
+     * in [-1, 1): scaled scores of a few units). */
+    if (caps->flags & KHUB_ATTN_SOFTCAP)
+        attn_add(c, &n, (attn_case){nq, nkv, hd, lay, 0, 0, 0, 0.75f});
     int64_t odd = 0;
     if (!caps->head_dims) odd = hd % 2 ? hd : hd + 1;
     for (uint32_t i = 0; caps->head_dims && i < caps->n_head_dims && !odd; i++)
         if (caps->head_dims[i] % 2) odd = caps->head_dims[i];
     if (odd && odd != hd) {
-        attn_add(c, &n, (attn_case){nq, nkv, odd, lay, 0, 0, 0});
-        if (fl & KHUB_CAP_KV_F16) attn_add(c, &n, (attn_case){nq, nkv, odd, lay, 1, 0, 0});
+        attn_add(c, &n, (attn_case){nq, nkv, odd, lay, 0, 0, 0, 0});
+        if (fl & KHUB_CAP_KV_F16) attn_add(c, &n, (attn_case){nq, nkv, odd, lay, 1, 0, 0, 0});
     }
     return n;
 }
@@ -193,7 +198,9 @@ static void attn_describe(const attn_case *c, const attn_kv *kv, char *buf, size
                         (long long)c->nq, (long long)c->nkv, (long long)c->hd,
                         c->mask ? ", mask" : "");
     if (c->window && len >= 0 && (size_t)len < n)
-        snprintf(buf + len, n - (size_t)len, ", window %lld", (long long)c->window);
+        len += snprintf(buf + len, n - (size_t)len, ", window %lld", (long long)c->window);
+    if (c->softcap > 0 && len >= 0 && (size_t)len < n)
+        snprintf(buf + len, n - (size_t)len, ", softcap %g", (double)c->softcap);
 }
 
 /* Runs one case through both ops; *score is its NMSE. */
@@ -219,7 +226,8 @@ static khub_status attn_run_case(bench *b, pair *p, const attn_case *c, int64_t 
                              .scale = 1.0f / sqrtf((float)c->hd),
                              .causal = 1,
                              .q_pos0 = c->nkv - c->nq,
-                             .window = c->window};
+                             .window = c->window,
+                             .softcap = c->softcap};
     if (st == KHUB_STATUS_OK) st = khub__st_call(b, p->test, &a, 0);
     a.out = r;
     if (st == KHUB_STATUS_OK) st = khub__st_call(b, p->ref, &a, 1);
@@ -250,7 +258,7 @@ khub_status khub__st_attention(bench *b, const char *pid, const khub_selftest_sp
     attn_case cases[MAX_ATTN_CASES];
     /* timing (min_s > 0) measures the spec as written, compact */
     int n = b->min_s > 0 ? 1 : attn_cases(&caps, nq, nkv, hd, cases);
-    if (b->min_s > 0) cases[0] = (attn_case){nq, nkv, hd, KV_COMPACT, 0, 0, 0};
+    if (b->min_s > 0) cases[0] = (attn_case){nq, nkv, hd, KV_COMPACT, 0, 0, 0, 0};
     b->scored = 1;
     b->score = 0;
     for (int i = 0; i < n; i++) {

@@ -1,6 +1,8 @@
 /* @NAME@: causal scaled dot-product attention with GQA for the CPU.
  * Plain C: one (query, head) pair at a time, two passes over the keys
- * (max, then softmax-weighted sum). Replace with a tiled kernel. */
+ * (max, then softmax-weighted sum). Replace with a tiled kernel. Built for
+ * ABI 1.5 or newer it declares KHUB_ATTN_SOFTCAP and caps the scaled scores
+ * (softcap * tanh(s / softcap)) when the host sends a softcap > 0. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -23,6 +25,12 @@ static khub_status attention(void *state, const void *args)
         a->mask || a->window)
         return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
                           "@NAME@: needs f32 q/k/v [n, heads, dim], no mask, no window");
+    float cap = 0.0f; /* logit soft-cap (ABI 1.5), 0 = none */
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    if (KHUB_HAS_FIELD(a, khub_attention_args, softcap)) cap = a->softcap;
+#endif
+    if (!(cap >= 0.0f) || isinf(cap))
+        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG, "@NAME@: softcap %g", cap);
     int64_t nq = a->q->shape[0], nh = a->q->shape[1], hd = a->q->shape[2];
     int64_t nkv = a->k->shape[0], nkvh = a->k->shape[1];
     if (nkvh <= 0 || nh % nkvh || a->k->shape[2] != hd || a->v->shape[0] != nkv)
@@ -40,6 +48,7 @@ static khub_status attention(void *state, const void *args)
                 float s = 0.0f;
                 for (int64_t d = 0; d < hd; d++) s += at(a->q, i, h, d) * at(a->k, j, g, d);
                 w[j] = s * a->scale;
+                if (cap > 0.0f) w[j] = cap * tanhf(w[j] / cap);
                 if (w[j] > mx) mx = w[j];
             }
             for (int64_t j = 0; j <= last; j++) sum += (w[j] = expf(w[j] - mx));
@@ -55,9 +64,13 @@ static khub_status attention(void *state, const void *args)
     return KHUB_STATUS_OK;
 }
 
-static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CPU,
+static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps),
+                                  .device_type = KHUB_DEVICE_CPU,
                                   .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32),
                                   .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV,
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+                                  .kind_flags = KHUB_ATTN_SOFTCAP,
+#endif
                                   .priority = 5};
 #define OP_KIND    KHUB_OP_ATTENTION
 #define OP_NAME    "attention"

@@ -55,14 +55,17 @@ static khub_status run(void *state, const void *args)
     long long ks1 = a->k->strides ? a->k->strides[1] : hd;
     long long vs0 = a->v->strides ? a->v->strides[0] : (long long)nkvh * hd;
     long long vs1 = a->v->strides ? a->v->strides[1] : hd;
-    float scale = a->scale;
+    float scale = a->scale, cap = 0.0f; /* cap: the logit soft-cap (ABI 1.5), 0 = none */
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    if (KHUB_HAS_FIELD(a, khub_attention_args, softcap)) cap = a->softcap;
+#endif
     long long q0 = a->q_pos0;
     void *q = (char *)a->q->data + a->q->byte_offset;
     void *k = (char *)a->k->data + a->k->byte_offset;
     void *v = (char *)a->v->data + a->v->byte_offset;
     void *o = (char *)a->out->data + a->out->byte_offset;
     void *params[] = {&q,  &k,   &v,   &o,   &nq,  &nh,    &nkv, &nkvh,
-                      &hd, &ks0, &ks1, &vs0, &vs1, &scale, &q0};
+                      &hd, &ks0, &ks1, &vs0, &vs1, &scale, &q0,  &cap};
     uint32_t threads = (uint32_t)(nq * nh);
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(threads + 127) / 128, 1, 1}, .block = {128, 1, 1},
@@ -78,6 +81,9 @@ static const khub_op_caps caps = {KHUB_STRUCT_INIT(khub_op_caps),
                                   .device_type = KHUB_DEVICE_CUDA,
                                   .dtypes = OP_DTYPES,
                                   .flags = OP_FLAGS,
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+                                  .kind_flags = KHUB_ATTN_SOFTCAP, /* kernel.cu caps */
+#endif
                                   .cc_min = 75,
                                   .priority = 30};
 static const khub_op_desc ops[] = {
