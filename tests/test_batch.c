@@ -313,6 +313,54 @@ TEST_IMPL(batch_tiny_paged_pool_equals_solo)
 }
 
 /* ======================================================================== */
+/* Step policy                                                              */
+/* ======================================================================== */
+
+/* Decodes go first (scheduler.c): while a 45-token prompt is prefilled in
+ * chunks of max_batch_tokens, a running request gets one token in every
+ * step, and the prompt takes only what the step has left (16 - 1 = 15
+ * tokens), so it needs 3 steps; a step of the prompt alone would have
+ * stalled the decoding request for them. */
+TEST_IMPL(batch_tiny_decode_every_step_beside_prefill)
+{
+    fixture f = tiny_open(0, 2, 16, 128);
+    int32_t a_ids[3] = {5, 9, 17}, b_ids[45];
+    for (int k = 0; k < 45; k++) b_ids[k] = 3 + (k * 11) % (V - 3);
+    khub_generate_opts o = {KHUB_STRUCT_INIT(khub_generate_opts), .max_new_tokens = 20,
+                            .ignore_eos = 1};
+    khub_batch_request ra = {KHUB_STRUCT_INIT(khub_batch_request), .tokens = a_ids, .n_tokens = 3,
+                             .opts = &o};
+    khub_batch_request rb = {KHUB_STRUCT_INIT(khub_batch_request), .tokens = b_ids, .n_tokens = 45,
+                             .opts = &o};
+    khub_batch_config cfg = {KHUB_STRUCT_INIT(khub_batch_config), .max_batch_tokens = 16};
+    khub_batch *b = NULL;
+    ASSERT_OK(khub_batch_new(f.m, &cfg, &b));
+    ASSERT_OK(khub_batch_submit(b, &ra, NULL));
+    int64_t pending = 0;
+    ASSERT_OK(khub_batch_step(b, &pending)); /* A's prompt and its first token */
+    khub_batch_stats st = {KHUB_STRUCT_INIT(khub_batch_stats)};
+    ASSERT_OK(khub_batch_stats_get(b, &st));
+    ASSERT_EQ(st.generated_tokens, 1);
+    ASSERT_OK(khub_batch_submit(b, &rb, NULL));
+    int64_t gen = st.generated_tokens, prompt = st.prompt_tokens;
+    for (int step = 0; step < 3; step++) {
+        ASSERT_OK(khub_batch_step(b, &pending));
+        ASSERT_OK(khub_batch_stats_get(b, &st));
+        /* step 3 also ends B's prompt: its first token */
+        ASSERT_EQ(st.generated_tokens - gen, (step < 2 ? 1 : 2));
+        ASSERT_EQ(st.prompt_tokens - prompt, 15);
+        ASSERT_EQ(st.running, 2);
+        gen = st.generated_tokens, prompt = st.prompt_tokens;
+    }
+    ASSERT_OK(khub_batch_run(b, 0));
+    ASSERT_OK(khub_batch_stats_get(b, &st));
+    ASSERT_EQ(st.generated_tokens, 40);
+    ASSERT_EQ(st.completed, 2);
+    khub_batch_free(b);
+    fixture_close(&f);
+}
+
+/* ======================================================================== */
 /* Cancellation                                                             */
 /* ======================================================================== */
 
@@ -578,5 +626,6 @@ TEST_IMPL(batch_tiny_errors)
     X(batch_tiny_default_kernels_equal_solo) \
     X(batch_tiny_preemption_equals_solo) \
     X(batch_tiny_paged_pool_equals_solo) \
+    X(batch_tiny_decode_every_step_beside_prefill) \
     X(batch_tiny_cancel_frees_kv) X(batch_tiny_threads) X(batch_tiny_errors)
 TEST_MAIN(TEST_LIST)

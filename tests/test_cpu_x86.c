@@ -19,8 +19,8 @@
  *       leaves 8x for heavier blocks. Measured values are printed.
  *   qlinear vs the f32 math: 1e-8. With d_x = max|x| / 32767 the same
  *       estimate gives ~4e-10 (256^2 times smaller); 1e-8 leaves 25x. From
- *       16 tokens on (KX_GEMM_MIN_N) qlinear is a dequantize + f32 GEMM, so
- *       its emulation there is the f32 math itself.
+ *       gemm_min_n() tokens on (kx.h KX_GEMM_MIN_N, KX_GEMM_MIN_N_K) qlinear is
+ *       a dequantize + f32 GEMM, so its emulation there is the f32 math itself.
  *   qlinear_f32 (f32 activations) vs the f32 math: 1e-9.
  *   Q4_K / Q6_K (the default qlinear only): the same bounds; their weights
  *       are dequantized by tests/ref_oracle.h's published-order loops.
@@ -243,6 +243,11 @@ static double nmse_f(const float *y, const float *ref, int64_t n)
 /* ------------------------------------------------------------------------ */
 
 static int is_kquant(int f) { return f == KHUB_QFORMAT_Q4_K || f == KHUB_QFORMAT_Q6_K; }
+
+/* Tokens from which the default qlinear (int16 tiles) becomes the f32 GEMM:
+ * plugins/cpu-x86/kx.h KX_GEMM_MIN_N and KX_GEMM_MIN_N_K.
+ * qlinear_batch_invariant fails when these and kx.h disagree. */
+static int64_t gemm_min_n(int f) { return is_kquant(f) ? 32 : 48; }
 static size_t qblk_bytes(int f) { return (size_t)khub_qformat_block_bytes((khub_qformat)f); }
 static size_t qrow_bytes(int f, int64_t in)
 {
@@ -372,8 +377,8 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
     size_t rb = qrow_bytes(c.fmt, c.in);
     for (int64_t i = 0; i < c.n * c.in; i++) x[i] = nrand();
     for (int64_t i = 0; i < c.out; i++) bias[i] = nrand();
-    /* qlinear (int16) becomes an f32 GEMM from 16 tokens on (kx.h KX_GEMM_MIN_N). */
-    float levels = g_qop == &qops[0] && c.n >= 16 ? 0.0f : g_qop->levels;
+    /* qlinear (int16) becomes an f32 GEMM from gemm_min_n() tokens on. */
+    float levels = g_qop == &qops[0] && c.n >= gemm_min_n(c.fmt) ? 0.0f : g_qop->levels;
     for (int64_t t = 0; t < c.n; t++) quant_x(x + t * c.in, c.in, levels, xq + t * c.in);
     double *wrow = malloc(sizeof(double) * (size_t)c.in);
     double *orow = malloc(sizeof(double) * (size_t)c.in);
@@ -433,7 +438,8 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
 static const qcase shapes_block[] = {
     {0, 1, 576, 576, 0},   {0, 1, 576, 192, 1},   {0, 1, 576, 1536, 0},  {0, 1, 1536, 576, 0},
     {0, 1, 576, 49152, 0}, {0, 3, 576, 193, 1},   {0, 17, 64, 7, 0},     {0, 5, 32, 1, 1},
-    {0, 512, 576, 192, 0}, {0, 512, 1536, 65, 1}, {0, 16, 576, 1536, 1},
+    {0, 512, 576, 192, 0}, {0, 512, 1536, 65, 1}, {0, 16, 576, 1536, 1}, {0, 47, 576, 65, 1},
+    {0, 48, 576, 193, 0},
 };
 /* Q4_K and Q6_K rows are whole 256-blocks: SmolLM2-135M's FFN down
  * projection (1536 -> 576) is the one matrix of a Q4_K_M SmolLM2 that has
@@ -441,7 +447,8 @@ static const qcase shapes_block[] = {
 static const qcase shapes_kquant[] = {
     {0, 1, 1536, 576, 0},  {0, 1, 256, 192, 1}, {0, 1, 768, 1536, 0},  {0, 1, 512, 8195, 0},
     {0, 3, 512, 193, 1},   {0, 5, 256, 1, 1},   {0, 15, 768, 9, 0},    {0, 16, 512, 65, 1},
-    {0, 64, 1536, 576, 1}, {0, 17, 768, 7, 0},  {0, 512, 256, 192, 0},
+    {0, 64, 1536, 576, 1}, {0, 17, 768, 7, 0},  {0, 512, 256, 192, 0}, {0, 31, 512, 9, 1},
+    {0, 32, 512, 65, 0},
 };
 
 /* Every case of shapes (n of them) in format fmt, on the first n_ops qlinear ops. */
@@ -492,20 +499,22 @@ static void qlinear_rows(const plug *p, int f, const uint8_t *w, int64_t in, int
 }
 
 /* Batch invariance (continuous batching mixes sequences in one call): below
- * KX_GEMM_MIN_N = 16 tokens, every token of a call gets bit for bit what it
- * gets alone or in any other group, for every format, with the runtime's
- * two threads splitting the rows. From 16 tokens on the call is a prefill
- * GEMM in f32 (qgemm.c), which rounds differently: shown here, so that the
- * comparison is known to see a difference when there is one. */
+ * gemm_min_n() tokens (47 for the 32-blocks, 31 for the k-quants), every
+ * token of a call gets bit for bit what it gets alone or in any other group,
+ * for every format, with the runtime's two threads splitting the rows. From
+ * gemm_min_n() tokens on the call is a prefill GEMM in f32 (qgemm.c), which
+ * rounds differently: shown here, so that the comparison is known to see a
+ * difference when there is one. */
 TEST_IMPL(qlinear_batch_invariant)
 {
     plug lv[2];
     int nlv = open_levels(lv);
     const int fmts[] = {KHUB_QFORMAT_Q4_0, KHUB_QFORMAT_Q4_1, KHUB_QFORMAT_Q5_0, KHUB_QFORMAT_Q5_1,
                         KHUB_QFORMAT_Q8_0, KHUB_QFORMAT_Q4_K, KHUB_QFORMAT_Q6_K};
-    const int64_t out = 193, n = 16;
+    const int64_t out = 193;
     for (size_t k = 0; k < sizeof fmts / sizeof fmts[0]; k++) {
         int f = fmts[k];
+        const int64_t n = gemm_min_n(f);
         int64_t in = is_kquant(f) ? 512 : 576;
         uint8_t *w = rand_qweight(f, out, in);
         float *x = malloc(sizeof(float) * (size_t)(n * in));
@@ -835,12 +844,12 @@ TEST_IMPL(perturbation_is_detected)
     ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
     q.fmt = KHUB_QFORMAT_Q8_0;
     ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
-    q.n = 17; /* the prefill GEMM */
+    q.n = gemm_min_n(q.fmt); /* the prefill GEMM */
     ASSERT(run_qcase(lv, nlv, q, 1) > 1e-9);
     qcase k[] = {{KHUB_QFORMAT_Q4_K, 1, 768, 64, 0},  {KHUB_QFORMAT_Q6_K, 1, 768, 64, 0},
-                 {KHUB_QFORMAT_Q4_K, 17, 768, 64, 0}, {KHUB_QFORMAT_Q6_K, 17, 768, 64, 0},
+                 {KHUB_QFORMAT_Q4_K, 32, 768, 64, 0}, {KHUB_QFORMAT_Q6_K, 32, 768, 64, 0},
                  {KHUB_QFORMAT_Q5_0, 1, 576, 64, 0},  {KHUB_QFORMAT_Q5_1, 1, 576, 64, 0},
-                 {KHUB_QFORMAT_Q5_0, 17, 576, 64, 0}, {KHUB_QFORMAT_Q5_1, 17, 576, 64, 0}};
+                 {KHUB_QFORMAT_Q5_0, 48, 576, 64, 0}, {KHUB_QFORMAT_Q5_1, 48, 576, 64, 0}};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) ASSERT(run_qcase(lv, nlv, k[i], 1) > 1e-9);
     ASSERT(run_dense(lv, nlv, KHUB_DTYPE_F16, 1, 64, 8, 1) > 1e-9);
     acase c = {3, 40, 4, 2, 64, 37, 0, 1, 0, 1, 1};

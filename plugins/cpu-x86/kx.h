@@ -108,9 +108,17 @@ khub_status KX(qlinear_f32_run)(kx_state *s, const kx_linear *a); /* f32 activat
 khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a); /* int16 activations */
 /* The Q4_K / Q6_K tiles of qlinear_q16_run (in a multiple of 256, n small). */
 khub_status KX(qlinear_q16k_run)(kx_state *s, const kx_linear *a);
-/* qlinear_q16_run hands calls of at least KX_GEMM_MIN_N tokens to qgemm_run:
- * weights dequantized per panel, f32 GEMM (the f32 math, exact). */
-#define KX_GEMM_MIN_N 16
+/* qlinear_q16_run hands calls of at least KX_GEMM_MIN_N tokens (Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0) or KX_GEMM_MIN_N_K tokens (Q4_K, Q6_K) to qgemm_run:
+ * weights dequantized per panel, f32 GEMM (the f32 math, exact). Below, the
+ * int16 tiles, which give each token bit for bit its one-token result. Chosen
+ * by measurement (docs/performance.md, "Batched decode"): the tiles cost the
+ * same per token from 2 to 128 tokens, the GEMM's panel packing makes it
+ * 1.3-2.4x slower per token at 16-32 tokens, and it wins from about 48
+ * (32 for the k-quants, whose tiles are slower); measured with AVX2 on Zen 3,
+ * used unmeasured by the AVX-512 build too. */
+#define KX_GEMM_MIN_N   48
+#define KX_GEMM_MIN_N_K 32
 khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a);
 khub_status KX(linear_run)(kx_state *s, const kx_linear *a);
 khub_status KX(attention_run)(kx_state *s, const kx_attn *a);

@@ -23,8 +23,9 @@
  * decode GEMV, so blocks go in pairs as in qlinear.c: the two blocks' int32
  * lanes are folded into one vector (hadd) and scaled with one FMA.
  *
- * Calls of KX_GEMM_MIN_N tokens or more (prefill) go to qgemm.c instead, and
- * Q4_K / Q6_K weights to qlinear_q16k.c (same activations, same pair step).
+ * Calls of KX_GEMM_MIN_N tokens or more (KX_GEMM_MIN_N_K for Q4_K / Q6_K:
+ * prefill) go to qgemm.c instead (kx.h says why there), and Q4_K / Q6_K
+ * weights to qlinear_q16k.c (same activations, same pair step).
  *
  * Work split: host->parallel_for over tiles of TR output rows; in a tile,
  * groups of TC tokens share each unpacked weight block (prefill), and one
@@ -261,9 +262,9 @@ static const kx_qtile_fn tiles_q5_1[TR][TC] = KX_TILE_PTRS(q5_1);
 
 khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
 {
-    if (a->n >= KX_GEMM_MIN_N) return KX(qgemm_run)(s, a);
-    if (a->wfmt == KHUB_QFORMAT_Q4_K || a->wfmt == KHUB_QFORMAT_Q6_K)
-        return KX(qlinear_q16k_run)(s, a);
+    const int kq = a->wfmt == KHUB_QFORMAT_Q4_K || a->wfmt == KHUB_QFORMAT_Q6_K;
+    if (a->n >= (kq ? KX_GEMM_MIN_N_K : KX_GEMM_MIN_N)) return KX(qgemm_run)(s, a);
+    if (kq) return KX(qlinear_q16k_run)(s, a);
     kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL};
     if (is_q5(a->wfmt)) k.quantize_row = quantize_row_q5;
     switch (a->wfmt) {
