@@ -64,7 +64,8 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_cuda_launch_cfg.shared_bytes");
     _Static_assert(offsetof(khub_cuda_launch_cfg, reserved) == 36, "khub_cuda_launch_cfg.reserved");
     _Static_assert(offsetof(khub_cuda_launch_cfg, stream) == 40, "khub_cuda_launch_cfg.stream");
-    _Static_assert(sizeof(khub_host_api) == 176, "khub_host_api"); /* 160 in ABI 1.0 and 1.1 */
+    _Static_assert(sizeof(khub_host_api) == 200,
+                   "khub_host_api"); /* 160 in ABI 1.0 and 1.1, 176 in 1.2-1.4 */
     KHUB_LAYOUT_HEADER(khub_host_api);
     _Static_assert(offsetof(khub_host_api, host_ctx) == 8, "khub_host_api.host_ctx");
     _Static_assert(offsetof(khub_host_api, log) == 16, "khub_host_api.log");
@@ -96,6 +97,12 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_host_api.cuda_stream_create");
     _Static_assert(offsetof(khub_host_api, cuda_stream_destroy) == 168,
                    "khub_host_api.cuda_stream_destroy");
+    /* added in ABI 1.5 */
+    _Static_assert(offsetof(khub_host_api, comm_info) == 176, "khub_host_api.comm_info");
+    _Static_assert(offsetof(khub_host_api, comm_all_reduce_sum) == 184,
+                   "khub_host_api.comm_all_reduce_sum");
+    _Static_assert(offsetof(khub_host_api, comm_all_gather) == 192,
+                   "khub_host_api.comm_all_gather");
     _Static_assert(sizeof(khub_op_caps) == 80, "khub_op_caps"); /* 56 in 1.0-1.2, 72 in 1.3 */
     KHUB_LAYOUT_HEADER(khub_op_caps);
     _Static_assert(offsetof(khub_op_caps, device_type) == 8, "khub_op_caps.device_type");

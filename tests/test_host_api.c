@@ -239,11 +239,154 @@ TEST_IMPL(runtime_pool_parallel_for)
     khub_runtime_free(rt);
 }
 
+/* ======================================================================== */
+/* Collectives (ABI 1.5)                                                    */
+/* ======================================================================== */
+
+/* A job of two whose other rank adds 10 to every element and sends {7, 7}
+ * bytes of 0x5A; fail_with makes the next call fail like a transport. */
+typedef struct fake_job {
+    int calls;
+    khub_status fail_with;
+} fake_job;
+
+static khub_status fake_reduce(void *ud, float *buf, int64_t n, char *err, size_t es)
+{
+    fake_job *j = ud;
+    j->calls++;
+    if (j->fail_with) return snprintf(err, es, "peer 1 hung up"), j->fail_with;
+    for (int64_t i = 0; i < n; i++) buf[i] += 10.0f;
+    return KHUB_STATUS_OK;
+}
+
+static khub_status fake_gather(void *ud, const void *send, size_t bytes, void *recv, char *err,
+                               size_t es)
+{
+    (void)err, (void)es;
+    ((fake_job *)ud)->calls++;
+    memcpy(recv, send, bytes);
+    memset((char *)recv + bytes, 0x5A, bytes);
+    return KHUB_STATUS_OK;
+}
+
+static khub_tensor host_vec(void *data, khub_dtype dt, int64_t *n)
+{
+    return (khub_tensor){
+        .data = data, .device = {KHUB_DEVICE_CPU, 0}, .ndim = 1, .dtype = dt, .shape = n};
+}
+
+TEST_IMPL(comm_job_of_one)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const khub_host_api *h = khub__runtime_host(rt);
+    ASSERT(KHUB_HAS_FIELD(h, khub_host_api, comm_all_gather));
+    int32_t rank = -1, size = -1;
+    ASSERT_OK(h->comm_info(h->host_ctx, &rank, &size));
+    ASSERT_EQ(rank, 0);
+    ASSERT_EQ(size, 1);
+    float v[3] = {1, 2, 3};
+    int64_t n3 = 3;
+    khub_tensor t = host_vec(v, KHUB_DTYPE_F32, &n3);
+    ASSERT_OK(h->comm_all_reduce_sum(h->host_ctx, &t)); /* a sum over one rank */
+    ASSERT(v[0] == 1 && v[1] == 2 && v[2] == 3);
+    int32_t s[3] = {4, 5, 6}, r[3] = {0};
+    khub_tensor ts = host_vec(s, KHUB_DTYPE_I32, &n3), tr = host_vec(r, KHUB_DTYPE_I32, &n3);
+    ASSERT_OK(h->comm_all_gather(h->host_ctx, &ts, &tr));
+    ASSERT(r[0] == 4 && r[1] == 5 && r[2] == 6);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(comm_refuses_bad_tensors)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const khub_host_api *h = khub__runtime_host(rt);
+    float v[4] = {0};
+    int64_t n4 = 4, n2 = 2, shape[2] = {2, 2}, strides[2] = {1, 2};
+    khub__plugin_msg_clear();
+    ASSERT_STATUS(h->comm_info(h->host_ctx, NULL, NULL), KHUB_STATUS_INVALID_ARG);
+    ASSERT_STR_EQ(khub__plugin_msg(), "host: comm_info: rank or size is NULL");
+    khub_tensor t = host_vec(v, KHUB_DTYPE_F16, &n4);
+    ASSERT_STATUS(h->comm_all_reduce_sum(h->host_ctx, &t), KHUB_STATUS_INVALID_ARG);
+    ASSERT_STR_EQ(khub__plugin_msg(),
+                  "host: comm_all_reduce_sum: t has dtype code 2, 16 bits; the sum takes f32");
+    t = host_vec(v, KHUB_DTYPE_F32, &n4);
+    t.device = (khub_device){KHUB_DEVICE_CUDA, 0};
+    ASSERT_STATUS(h->comm_all_reduce_sum(h->host_ctx, &t), KHUB_STATUS_UNSUPPORTED);
+    ASSERT_STR_EQ(khub__plugin_msg(), "host: comm_all_reduce_sum: t is on device type 2; this "
+                                      "job's collectives take host (CPU) tensors only");
+    t = (khub_tensor){.data = v,
+                      .device = {KHUB_DEVICE_CPU, 0},
+                      .ndim = 2,
+                      .dtype = KHUB_DTYPE_F32,
+                      .shape = shape,
+                      .strides = strides};
+    ASSERT_STATUS(h->comm_all_reduce_sum(h->host_ctx, &t), KHUB_STATUS_INVALID_ARG);
+    ASSERT_STR_EQ(khub__plugin_msg(),
+                  "host: comm_all_reduce_sum: t is not compact row-major (dimension 1)");
+    t = host_vec(v, KHUB_DTYPE_Q(KHUB_QFORMAT_Q8_0), &n4);
+    ASSERT_STATUS(h->comm_all_reduce_sum(h->host_ctx, &t), KHUB_STATUS_INVALID_ARG);
+    ASSERT_STR_EQ(khub__plugin_msg(),
+                  "host: comm_all_reduce_sum: t is not a tensor of whole-byte elements");
+    khub_tensor s = host_vec(v, KHUB_DTYPE_F32, &n4), r = host_vec(v, KHUB_DTYPE_F32, &n2);
+    ASSERT_STATUS(h->comm_all_gather(h->host_ctx, &s, &r), KHUB_STATUS_INVALID_ARG);
+    ASSERT_STR_EQ(khub__plugin_msg(), "host: comm_all_gather: recv holds 8 bytes and send 16; "
+                                      "recv wants send's dtype and 1 times its bytes");
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(comm_uses_the_lent_job)
+{
+    khub_runtime *rt = tp_runtime(1);
+    const khub_host_api *h = khub__runtime_host(rt);
+    fake_job fj = {0};
+    khub_comm c = {KHUB_APP_INIT(khub_comm),
+                   .rank = 1,
+                   .size = 2,
+                   .ud = &fj,
+                   .all_reduce_sum_f32 = fake_reduce,
+                   .all_gather = fake_gather};
+    int owner = 0, other = 0;
+    khub__runtime_lend_comm(rt, &c, &owner);
+    khub_comm c2 = c;
+    c2.rank = 0;
+    khub__runtime_lend_comm(rt, &c2, &other); /* the first lender keeps it */
+    int32_t rank = -1, size = -1;
+    ASSERT_OK(h->comm_info(h->host_ctx, &rank, &size));
+    ASSERT_EQ(rank, 1);
+    ASSERT_EQ(size, 2);
+    float v[2] = {1, 2};
+    int64_t n2 = 2, n4 = 4;
+    khub_tensor t = host_vec(v, KHUB_DTYPE_F32, &n2);
+    ASSERT_OK(h->comm_all_reduce_sum(h->host_ctx, &t));
+    ASSERT(v[0] == 11 && v[1] == 12);
+    uint16_t s[2] = {1, 2}, r[4] = {0};
+    khub_tensor ts = host_vec(s, KHUB_DTYPE_F16, &n2), tr = host_vec(r, KHUB_DTYPE_F16, &n4);
+    ASSERT_OK(h->comm_all_gather(h->host_ctx, &ts, &tr));
+    ASSERT(r[0] == 1 && r[1] == 2 && r[2] == 0x5A5A && r[3] == 0x5A5A);
+    ASSERT_EQ(fj.calls, 2);
+    fj.fail_with = KHUB_STATUS_IO;
+    khub__plugin_msg_clear();
+    ASSERT_STATUS(h->comm_all_reduce_sum(h->host_ctx, &t), KHUB_STATUS_IO);
+    ASSERT_STR_EQ(khub__plugin_msg(), "host: comm_all_reduce_sum: tp rank 1 of 2: peer 1 hung up");
+    khub__runtime_return_comm(rt, &other); /* not the lender: nothing changes */
+    ASSERT_OK(h->comm_info(h->host_ctx, &rank, &size));
+    ASSERT_EQ(size, 2);
+    khub__runtime_return_comm(rt, &owner);
+    ASSERT_OK(h->comm_info(h->host_ctx, &rank, &size));
+    ASSERT_EQ(rank, 0);
+    ASSERT_EQ(size, 1);
+    ASSERT_EQ(fj.calls, 3);
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X) \
     X(host_table_from_an_op) \
     X(each_plugin_gets_its_own_context) \
     X(runtime_host_table) \
     X(runtime_pool_parallel_for) \
     X(cuda_without_driver) \
-    X(cuda_roundtrip_and_launch)
+    X(cuda_roundtrip_and_launch) \
+    X(comm_job_of_one) \
+    X(comm_refuses_bad_tensors) \
+    X(comm_uses_the_lent_job)
 TEST_MAIN(TEST_LIST)

@@ -247,6 +247,8 @@ TEST_IMPL(abi_sizes_per_minor)
     ASSERT_EQ(khub__host_api_size(1), 160);
     ASSERT_EQ(khub__host_api_size(2), 176);
     ASSERT_EQ(khub__host_api_size(3), 176);
+    ASSERT_EQ(khub__host_api_size(4), 176);
+    ASSERT_EQ(khub__host_api_size(5), 200);
     ASSERT_EQ(khub__host_api_size(KHUB_ABI_MINOR), sizeof(khub_host_api));
     ASSERT_EQ(khub__op_caps_size(2), 56);
     ASSERT_EQ(khub__op_caps_size(3), 72);
@@ -312,6 +314,13 @@ TEST_IMPL(target_minor_sees_only_its_minor)
     ASSERT_EQ(a.qformat_count, 8); /* no Q5_0 / Q5_1 (1.1) */
     ASSERT_EQ(a.host_size, 160);
     ASSERT_EQ(a.host_minor, 0);
+
+    /* 1.4: the streams of 1.2, not the collectives of 1.5. */
+    a = probe("target_1_4", &major, &minor);
+    ASSERT_EQ(minor, 4);
+    ASSERT_EQ(a.own_host_size, 176);
+    ASSERT_EQ(a.host_size, 176);
+    ASSERT_EQ(a.host_minor, 4);
 
     /* Built for this header's minor: the whole table. */
     a = probe("target_now", &major, &minor);

@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "executor.h"
+#include "plugins/tp_util.h"
 #include "runner.h"
 #include "tp_thread_comm.h"
 
@@ -147,7 +148,14 @@ typedef struct rank_job {
     int32_t greedy[NEW];
     char explain[4096];
     uint64_t weight_bytes;
+    char act[192];      /* the activation binding's name */
+    uint64_t act_calls; /* and its calls */
 } rank_job;
+
+/* When set, every rank loads the test plugin "comm" (tests/plugins/comm.c)
+ * and runs the model's activation on it: it calls the host's collectives
+ * (ABI 1.5) at each call and fails unless every rank's met. */
+static int with_comm_plugin;
 
 static khub_model_opts ref_opts(void)
 {
@@ -232,6 +240,7 @@ static void *rank_main(void *arg)
     khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = 1};
     khub_runtime *rt = NULL;
     if (khub_runtime_new(&ro, &rt) != KHUB_STATUS_OK || khub_plugin_load_builtin(rt)) abort();
+    if (with_comm_plugin) (void)tp_load(rt, "comm");
     khub_comm comm = tc_comm(j->g, &j->r, j->rank);
     khub_model_opts o =
         j->real == 1 ? (khub_model_opts){KHUB_APP_INIT(khub_model_opts)} : ref_opts();
@@ -241,6 +250,7 @@ static void *rank_main(void *arg)
     o.tp_size = j->size;
     o.comm = j->size > 1 ? &comm : NULL;
     if (j->quant) o.quant = j->quant;
+    if (with_comm_plugin) o.act_impl = "khub-test/comm";
     khub_model *m = NULL;
     j->load_st = khub_model_load(rt, j->dir, &o, &m);
     snprintf(j->msg, sizeof j->msg, "%s", khub_runtime_errmsg(rt));
@@ -253,6 +263,8 @@ static void *rank_main(void *arg)
                                    : drive(m, j);
         if (j->serve_st != KHUB_STATUS_OK)
             snprintf(j->msg, sizeof j->msg, "%s", khub_runtime_errmsg(rt));
+        snprintf(j->act, sizeof j->act, "%s", khub_binding_name(m->act));
+        j->act_calls = khub_binding_calls(m->act);
     }
     khub_model_free(m);
     khub_runtime_free(rt);
@@ -530,8 +542,33 @@ TEST_IMPL(tp_options_checked)
     khub_runtime_free(rt);
 }
 
+/* A plugin's activation calls the job's collectives through the host (ABI
+ * 1.5) at every call on every rank: tp 2 still gives tp 1's tokens, and the
+ * calls all went through it (it fails any call whose collectives disagree). */
+TEST_IMPL(tp2_plugin_collectives_through_the_host)
+{
+    tiny t = {6, 3, 128, 256, 0, 0};
+    with_comm_plugin = 1;
+    check_matches(&t, 2, NULL);
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/khub-test-tp-comm-%d", (int)getpid());
+    tiny_write(dir, &t);
+    const char *dirs[2] = {dir, NULL};
+    rank_job jobs[2];
+    run_ranks(2, dirs, NULL, jobs);
+    with_comm_plugin = 0;
+    tiny_rm(dir);
+    for (int r = 0; r < 2; r++) {
+        ASSERT_OK(jobs[r].serve_st);
+        ASSERT_CONTAINS(jobs[r].act, "khub-test/comm 1.0.0 :: silu_and_mul");
+        /* a prefill and NEW decode steps, once per layer each */
+        ASSERT_EQ(jobs[r].act_calls, (uint64_t)(1 + NEW) * LAYERS);
+    }
+}
+
 #define TEST_LIST(X) \
     X(tp2_uneven_gqa_groups_match_tp1) \
+    X(tp2_plugin_collectives_through_the_host) \
     X(tp2_replicated_kv_head_matches_tp1) \
     X(tp4_qwen2_biases_match_tp1) \
     X(tp2_q8_0_matches_tp1) \

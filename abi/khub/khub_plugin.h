@@ -226,6 +226,31 @@ typedef struct khub_host_api {
     khub_status (*cuda_stream_create)(void *host_ctx, int device, void **stream);
     khub_status (*cuda_stream_destroy)(void *host_ctx, void *stream);
 #endif
+
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    /* added in ABI 1.5: the collectives of the tensor-parallel job that the
+     * plugin's runtime runs a model in (docs/parallelism.md), so that a
+     * fused kernel can do its own communication (an all-reduce overlapped
+     * with its compute). comm_info gives this rank and the job's size: 0
+     * and 1 when the runtime runs no tensor-parallel model, and then both
+     * collectives leave the data as it is (a job of one). The collectives
+     * are collective: every rank calls them in the same order with the same
+     * sizes, from the thread that runs the op (never from parallel_for
+     * workers), and they block. Tensors are compact row-major (strides NULL
+     * or compact) on the host (KHUB_DEVICE_CPU); others are refused.
+     * Statuses: INVALID_ARG (dtype, layout, sizes), UNSUPPORTED (a device
+     * tensor the job's communicator does not take), IO or another failure
+     * of the transport (the job cannot go on), each with its message
+     * through fail. Check KHUB_HAS_FIELD(host, khub_host_api,
+     * comm_all_gather) first: an older host has none of the three. */
+    khub_status (*comm_info)(void *host_ctx, int32_t *rank, int32_t *size);
+    /* t (f32) = the element-wise sum over ranks of every rank's t, in place. */
+    khub_status (*comm_all_reduce_sum)(void *host_ctx, khub_tensor *t);
+    /* recv = every rank's send in rank order: rank r's bytes at byte
+     * r * bytes(send). recv has send's dtype and size * numel(send)
+     * elements (any shape). */
+    khub_status (*comm_all_gather)(void *host_ctx, const khub_tensor *send, khub_tensor *recv);
+#endif
 } khub_host_api;
 
 /* ------------------------------------------------------------------------ */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "executor.h"
+#include "runtime_impl.h"
 
 /* [first, first + n) of `total` units for rank r of T, as even as whole
  * units allow (the first total % T ranks get one more). */
@@ -77,6 +78,7 @@ khub_status khub__tp_setup(khub_model *m, int32_t tp_size, const khub_comm *comm
     tp->comm = *comm;
     tp->size = tp_size;
     tp->rank = comm->rank;
+    khub__runtime_lend_comm(m->rt, comm, m); /* plugins' host->comm_* (ABI 1.5) */
     return KHUB_STATUS_OK;
 }
 
@@ -200,6 +202,7 @@ khub_status khub__tp_localize(khub_model *m)
 void khub__tp_free(khub_model *m)
 {
     khub__tp *tp = &m->tp;
+    khub__runtime_return_comm(m->rt, m);
     khub__aligned_free(m->rt, tp->logits);
     khub__aligned_free(m->rt, tp->gathered);
     khub__free(m->rt, tp->tokens, tp->tokens ? (size_t)m->max_batch * sizeof *tp->tokens : 0);

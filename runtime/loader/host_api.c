@@ -162,6 +162,9 @@ void khub__host_api_fill(khub_runtime *rt, khub_plugin *p, khub__host_ctx *ctx, 
         .cuda_stream_create = khub__cuda_host_stream_create,
         .cuda_stream_destroy = khub__cuda_host_stream_destroy,
         .artifact = host_artifact,
+        .comm_info = khub__host_comm_info,
+        .comm_all_reduce_sum = khub__host_comm_all_reduce_sum,
+        .comm_all_gather = khub__host_comm_all_gather,
     };
 }
 

@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 
 #include "internal.h"
+#include "khub/khub_comm.h"
 
 #define KHUB__MAX_FEATURES 32
 
@@ -71,6 +72,11 @@ struct khub_runtime {
     /* The runtime's own host table (khub__runtime_host), built on first use
      * under err_lock, freed by khub__registry_teardown. */
     struct khub__runtime_host *host_table;
+    /* The collectives of the tensor-parallel model this runtime runs, lent
+     * for plugins (host->comm_*, host_comm.c; under err_lock); tp_owner is
+     * that model, NULL = none. */
+    khub_comm tp_comm;
+    const void *tp_owner;
     /* Load order counter for plugins (under reg_lock). */
     uint64_t plugin_seq;
 };
@@ -168,6 +174,16 @@ KHUB_INTERNAL khub_status khub__plugin_fail(khub_status st, const char *fmt, ...
     __attribute__((format(printf, 2, 3)));
 /* Frees the table of khub__runtime_host (khub__registry_teardown calls it). */
 KHUB_INTERNAL void khub__runtime_host_free(khub_runtime *rt);
+/* host_comm.c: the job's collectives for plugins. lend: owner's comm
+ * (copied) becomes the plugins' unless another owner lent one first;
+ * return: owner's is withdrawn. The host_api entries of ABI 1.5. */
+KHUB_INTERNAL void khub__runtime_lend_comm(khub_runtime *rt, const khub_comm *comm,
+                                           const void *owner);
+KHUB_INTERNAL void khub__runtime_return_comm(khub_runtime *rt, const void *owner);
+KHUB_INTERNAL khub_status khub__host_comm_info(void *host_ctx, int32_t *rank, int32_t *size);
+KHUB_INTERNAL khub_status khub__host_comm_all_reduce_sum(void *host_ctx, khub_tensor *t);
+KHUB_INTERNAL khub_status khub__host_comm_all_gather(void *host_ctx, const khub_tensor *send,
+                                                     khub_tensor *recv);
 
 /* Registry internals shared by loader.c and registry.c (call with
  * rt->reg_lock held for writing). */

@@ -12,6 +12,8 @@
 
 #if KHUB_PLUGIN_TARGET_MINOR < 2
 _Static_assert(sizeof(khub_host_api) == 160, "a 1.0 or 1.1 target sees no 1.2 host entries");
+#elif KHUB_PLUGIN_TARGET_MINOR < 5
+_Static_assert(sizeof(khub_host_api) == 176, "a 1.2-1.4 target sees no 1.5 host entries");
 #endif
 #if KHUB_PLUGIN_TARGET_MINOR < 1
 _Static_assert(KHUB_QFORMAT__COUNT == 8, "a 1.0 target sees no 1.1 quant formats");
