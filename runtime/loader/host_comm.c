@@ -85,8 +85,8 @@ static size_t host_bytes(const khub__host_ctx *c, const char *fn, const char *na
         size_t next = 0;
         if (t->shape[d] < 0 || !khub__mul_ok(n, (size_t)t->shape[d], &next) ||
             (t->strides && t->strides[d] != want && t->shape[d] > 1)) {
-            khub__plugin_fail(*st, "%s: %s: %s is not compact row-major (dimension %d)", who(c),
-                              fn, name, d);
+            khub__plugin_fail(*st, "%s: %s: %s is not compact row-major (dimension %d)", who(c), fn,
+                              name, d);
             return 0;
         }
         want *= t->shape[d];
@@ -134,8 +134,8 @@ khub_status khub__host_comm_all_gather(void *host_ctx, const khub_tensor *send, 
     if (st != KHUB_STATUS_OK) return st;
     const khub_comm *j = job(c);
     int32_t size = j ? j->size : 1;
-    if (memcmp(&send->dtype, &recv->dtype, sizeof send->dtype) != 0 ||
-        rb / (size_t)size != sb || rb % (size_t)size)
+    if (memcmp(&send->dtype, &recv->dtype, sizeof send->dtype) != 0 || rb / (size_t)size != sb ||
+        rb % (size_t)size)
         return khub__plugin_fail(KHUB_STATUS_INVALID_ARG,
                                  "%s: comm_all_gather: recv holds %zu bytes and send %zu; recv "
                                  "wants send's dtype and %d times its bytes",

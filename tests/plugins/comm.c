@@ -34,8 +34,11 @@ static khub_status check_job(void)
     if (st != KHUB_STATUS_OK) return st;
     float v[3] = {1.0f, (float)r, (float)(r * r)};
     int64_t n3 = 3, n2 = 2, n2s = 2 * (int64_t)s;
-    khub_tensor t = {.data = v, .device = {KHUB_DEVICE_CPU, 0}, .ndim = 1,
-                     .dtype = KHUB_DTYPE_F32, .shape = &n3};
+    khub_tensor t = {.data = v,
+                     .device = {KHUB_DEVICE_CPU, 0},
+                     .ndim = 1,
+                     .dtype = KHUB_DTYPE_F32,
+                     .shape = &n3};
     if ((st = h->comm_all_reduce_sum(h->host_ctx, &t)) != KHUB_STATUS_OK) return st;
     float sq = 0;
     for (int32_t k = 0; k < s; k++) sq += (float)(k * k);
@@ -45,10 +48,16 @@ static khub_status check_job(void)
                        (int)r, (int)s, v[0], v[1], v[2], (int)s, (int)(s * (s - 1) / 2), sq);
     int32_t mine[2] = {r, -r}, all[2 * 64];
     if (s > 64) return KHUB_STATUS_OK;
-    khub_tensor a = {.data = mine, .device = {KHUB_DEVICE_CPU, 0}, .ndim = 1,
-                     .dtype = KHUB_DTYPE_I32, .shape = &n2};
-    khub_tensor b = {.data = all, .device = {KHUB_DEVICE_CPU, 0}, .ndim = 1,
-                     .dtype = KHUB_DTYPE_I32, .shape = &n2s};
+    khub_tensor a = {.data = mine,
+                     .device = {KHUB_DEVICE_CPU, 0},
+                     .ndim = 1,
+                     .dtype = KHUB_DTYPE_I32,
+                     .shape = &n2};
+    khub_tensor b = {.data = all,
+                     .device = {KHUB_DEVICE_CPU, 0},
+                     .ndim = 1,
+                     .dtype = KHUB_DTYPE_I32,
+                     .shape = &n2s};
     if ((st = h->comm_all_gather(h->host_ctx, &a, &b)) != KHUB_STATUS_OK) return st;
     for (int32_t k = 0; k < s; k++)
         if (all[2 * k] != k || all[2 * k + 1] != -k)
