@@ -135,6 +135,19 @@ KHUB_INTERNAL void *khub__realloc(khub_runtime *rt, void *p, size_t old_n, size_
 KHUB_INTERNAL void khub__free(khub_runtime *rt, void *p, size_t n);
 KHUB_INTERNAL char *khub__strdup(khub_runtime *rt, const char *s);
 KHUB_INTERNAL void khub__strfree(khub_runtime *rt, char *s);
+/* A growing text in the runtime's memory (explain tables, selection
+ * traces): khub__text t = {.rt = rt}; khub__text_add appends printf-style;
+ * on out of memory it sets oom and drops this and every later addition;
+ * khub__text_free releases s. */
+typedef struct khub__text {
+    khub_runtime *rt;
+    char *s;
+    size_t len, cap;
+    bool oom;
+} khub__text;
+KHUB_INTERNAL void khub__text_add(khub__text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+KHUB_INTERNAL void khub__text_free(khub__text *t);
 /* 64-byte aligned blocks (for tensors and plugin allocations); the size is
  * remembered in a header. */
 KHUB_INTERNAL void *khub__aligned_alloc(khub_runtime *rt, size_t n);

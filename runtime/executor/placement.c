@@ -25,48 +25,6 @@
 
 #define ALIGN 256u
 
-/* ======================================================================== */
-/* The text of khub_model_explain's section                                 */
-/* ======================================================================== */
-
-typedef struct text {
-    char *s;
-    size_t len, cap;
-    bool oom;
-} text;
-
-static void put(khub_runtime *rt, text *t, const char *line)
-{
-    size_t n = strlen(line);
-    if (t->oom) return;
-    size_t need = t->len + n + 1;
-    if (need > t->cap) {
-        size_t nc = t->cap ? t->cap * 2 : 1024;
-        while (nc < need) nc *= 2;
-        char *p = khub__realloc(rt, t->s, t->cap, nc);
-        if (!p) {
-            t->oom = true;
-            return;
-        }
-        t->s = p, t->cap = nc;
-    }
-    memcpy(t->s + t->len, line, n + 1);
-    t->len += n;
-}
-
-/* One line (of at most 1 KiB) onto t. */
-static void add(khub_runtime *rt, text *t, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void add(khub_runtime *rt, text *t, const char *fmt, ...)
-{
-    char line[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    put(rt, t, line);
-}
-
 static double mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
 /* ======================================================================== */
@@ -129,23 +87,24 @@ static bool in_forward(khub__role r)
     return r != KHUB__ROLE_QUANTIZE && r != KHUB__ROLE_EMBED_DEQUANT;
 }
 
-static void copies_line(khub_model *m, khub__role r, text *t)
+static void copies_line(khub_model *m, khub__role r, khub__text *t)
 {
     role_io io = io_of(m, r);
     if (io.out)
-        add(m->rt, t,
+        khub__text_add(
+            t,
             "    copies per token each time it runs: device->host %lld B (%s), host->device "
             "%lld B (%s)\n",
             (long long)(4 * io.in), io.in_names, (long long)(4 * io.out), io.out_names);
     else if (io.in)
-        add(m->rt, t, "    copies per token each time it runs: device->host %lld B (%s)\n",
-            (long long)(4 * io.in), io.in_names);
+        khub__text_add(t, "    copies per token each time it runs: device->host %lld B (%s)\n",
+                       (long long)(4 * io.in), io.in_names);
 }
 
 /* A role is bound once per weight dtype (a GGUF may mix Q4_K and Q6_K
  * projections); it runs on the device only when every one of its bindings
  * has a CUDA op, so a role is never split between the two sides. */
-static khub_status plan_roles(khub_model *m, bool strict, text *t)
+static khub_status plan_roles(khub_model *m, bool strict, khub__text *t)
 {
     khub__place *pl = m->place;
     khub_binding *found[sizeof m->bound / sizeof m->bound[0]] = {NULL};
@@ -171,8 +130,8 @@ static khub_status plan_roles(khub_model *m, bool strict, text *t)
         const char *name = khub__model_role_name(m, b->role), *dt = khub__model_bound_dtype(b);
         if (found[i] && !cpu[b->role]) {
             if (!pl->cuda[b->role]) pl->cuda[b->role] = found[i];
-            add(m->rt, t, "  %s[%s]: cuda:%d, %s\n", name, dt, (int)pl->device,
-                khub_binding_name(found[i]));
+            khub__text_add(t, "  %s[%s]: cuda:%d, %s\n", name, dt, (int)pl->device,
+                           khub_binding_name(found[i]));
             continue;
         }
         if (found[i])
@@ -180,8 +139,8 @@ static khub_status plan_roles(khub_model *m, bool strict, text *t)
                      khub_binding_name(found[i]));
         else if (b->kind)
             cuda_op(m, b, why, sizeof why); /* the registry's reason again */
-        add(m->rt, t, "  %s[%s]: cpu fallback, %s (no CUDA kernel: %s)\n", name, dt,
-            khub_binding_name(b->b), why);
+        khub__text_add(t, "  %s[%s]: cpu fallback, %s (no CUDA kernel: %s)\n", name, dt,
+                       khub_binding_name(b->b), why);
         copies_line(m, b->role, t);
     }
     for (int r = 0; r < KHUB__ROLE__COUNT; r++)
@@ -195,7 +154,8 @@ static khub_status plan_roles(khub_model *m, bool strict, text *t)
     long long per_pos = 2LL * c->n_kv_heads * c->head_dim * (m->kv_dtype.bits / 8);
     bool attn_dev = pl->cuda[KHUB__ROLE_ATTENTION] || pl->cuda[KHUB__ROLE_PAGED_ATTENTION];
     if (pl->used[KHUB__ROLE_KV_CACHE] && attn_dev != (pl->cuda[KHUB__ROLE_KV_CACHE] != NULL))
-        add(m->rt, t,
+        khub__text_add(
+            t,
             "  attention on the %s reads a KV cache on the %s: %lld B per cached position cross "
             "for each layer of each step\n",
             attn_dev ? "device" : "CPU", attn_dev ? "host" : "device", per_pos);
@@ -367,24 +327,26 @@ static khub_status open_device(khub_model *m, int32_t ordinal)
     return khub__cuda_device_cc(m->rt, ordinal, &pl->cc);
 }
 
-static void report(khub_model *m, text *t)
+static void report(khub_model *m, khub__text *t)
 {
     khub__place *pl = m->place;
-    add(m->rt, t,
-        "placement: cuda:%d (sm_%d, driver %d.%d): %d roles on the device, %d on the CPU\n",
+    khub__text_add(
+        t, "placement: cuda:%d (sm_%d, driver %d.%d): %d roles on the device, %d on the CPU\n",
         (int)pl->device, (int)pl->cc, pl->driver / 1000, pl->driver % 1000 / 10, (int)pl->n_cuda,
         (int)pl->n_cpu);
-    add(m->rt, t,
+    khub__text_add(
+        t,
         "  device memory: weights %.1f MiB, KV cache %.1f MiB%s, scratch %.1f MiB = %.1f MiB; "
         "%.1f MiB were free of %.1f MiB\n",
         mib(pl->weight_bytes), mib(pl->kv_bytes), pl->kv_bytes ? "" : " (on the host)",
         mib(pl->scratch_bytes), mib(pl->weight_bytes + pl->kv_bytes + pl->scratch_bytes),
         mib(pl->free_bytes), mib(pl->total_bytes));
-    add(m->rt, t,
-        "  host memory: weights of CPU roles %.1f MiB; embedding lookup on the host, "
-        "host->device %lld B per token\n",
-        mib(pl->host_weight_bytes), (long long)(4 * m->cfg.hidden_size));
-    add(m->rt, t, "  forward pass on the device: not built yet (docs/gpu.md); CUDA graphs: no\n");
+    khub__text_add(t,
+                   "  host memory: weights of CPU roles %.1f MiB; embedding lookup on the host, "
+                   "host->device %lld B per token\n",
+                   mib(pl->host_weight_bytes), (long long)(4 * m->cfg.hidden_size));
+    khub__text_add(t,
+                   "  forward pass on the device: not built yet (docs/gpu.md); CUDA graphs: no\n");
 }
 
 khub_status khub__place_model(khub_model *m, khub_device device, bool strict)
@@ -401,7 +363,7 @@ khub_status khub__place_model(khub_model *m, khub_device device, bool strict)
     khub__place *pl = m->place;
     pl->device = device.device_id;
     KHUB_FORWARD_IF_ERROR(m->rt, open_device(m, device.device_id));
-    text roles = {0}, t = {0};
+    khub__text roles = {.rt = m->rt}, t = {.rt = m->rt};
     khub_status st = plan_roles(m, strict, &roles);
     if (st == KHUB_STATUS_OK) {
         each_weight(m, count_weight, pl);
@@ -412,15 +374,15 @@ khub_status khub__place_model(khub_model *m, khub_device device, bool strict)
     if (st == KHUB_STATUS_OK) st = allocate_and_upload(m);
     if (st == KHUB_STATUS_OK) {
         report(m, &t);
-        if (roles.s) put(m->rt, &t, roles.s);
+        if (roles.s) khub__text_add(&t, "%s", roles.s);
         if (t.oom) st = khub__fail(m->rt, KHUB_STATUS_NOMEM, "%s: out of memory", m->file);
     }
-    khub__free(m->rt, roles.s, roles.cap);
+    khub__text_free(&roles);
     if (st == KHUB_STATUS_OK) {
         pl->text = khub__strdup(m->rt, t.s);
         if (!pl->text) st = khub__fail(m->rt, KHUB_STATUS_NOMEM, "%s: out of memory", m->file);
     }
-    khub__free(m->rt, t.s, t.cap);
+    khub__text_free(&t);
     if (st == KHUB_STATUS_OK)
         KHUB_LOG_I(m->rt, "%s: cuda:%d holds %.1f MiB (weights %.1f, KV %.1f, scratch %.1f)",
                    m->file, (int)pl->device,

@@ -35,44 +35,6 @@ static const char *device_name(uint32_t d)
     }
 }
 
-/* ======================================================================== */
-/* Text helpers                                                             */
-/* ======================================================================== */
-
-typedef struct text {
-    khub_runtime *rt;
-    char *s;
-    size_t len, cap;
-    bool oom;
-} text;
-
-static void text_add(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void text_add(text *t, const char *fmt, ...)
-{
-    char line[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    if (n < 0 || t->oom) return;
-    size_t add = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
-    if (t->len + add + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 256;
-        while (cap < t->len + add + 1) cap *= 2;
-        char *s = khub__realloc(t->rt, t->s, t->cap, cap);
-        if (!s) {
-            t->oom = true;
-            return;
-        }
-        t->s = s;
-        t->cap = cap;
-    }
-    memcpy(t->s + t->len, line, add + 1);
-    t->len += add;
-}
-
-static void text_free(text *t) { khub__free(t->rt, t->s, t->cap); }
-
 const char *khub__dtype_id_name(int id)
 {
     static const char *const base[] = {"f32", "f16", "bf16", "i8", "i32"};
@@ -237,7 +199,7 @@ typedef struct walk {
     char first_reject[256];
 } walk;
 
-static void walk_candidates(khub_runtime *rt, const khub_op_query *q, text *trace, walk *w)
+static void walk_candidates(khub_runtime *rt, const khub_op_query *q, khub__text *trace, walk *w)
 {
     for (size_t i = 0; i < rt->plugins.count; i++) {
         khub_plugin *p = rt->plugins.items[i];
@@ -250,7 +212,7 @@ static void walk_candidates(khub_runtime *rt, const khub_op_query *q, text *trac
                                 : is_preferred(q, p, op);
             choice c = {p, j, pref};
             if (rejects(rt, q, p, op, why, sizeof why)) {
-                text_add(trace, "reject %s %s :: %s: %s\n", p->id, p->version, op->name, why);
+                khub__text_add(trace, "reject %s %s :: %s: %s\n", p->id, p->version, op->name, why);
                 if (!w->first_reject[0])
                     snprintf(w->first_reject, sizeof w->first_reject, "%s :: %s: %s", p->id,
                              op->name, why);
@@ -259,8 +221,8 @@ static void walk_candidates(khub_runtime *rt, const khub_op_query *q, text *trac
                 continue;
             }
             w->n_accepted++;
-            text_add(trace, "accept %s %s :: %s (priority %d)\n", p->id, p->version, op->name,
-                     (int)p->caps[j].priority);
+            khub__text_add(trace, "accept %s %s :: %s (priority %d)\n", p->id, p->version, op->name,
+                           (int)p->caps[j].priority);
             if (better(&c, &w->best)) w->best = c;
         }
     }
@@ -295,7 +257,8 @@ static void explain_absent(const khub_runtime *rt, const khub_op_query *q, walk 
                  q->op_name ? q->op_name : "");
 }
 
-static khub_status add_binding(khub_runtime *rt, const choice *c, text *trace, khub_binding **out)
+static khub_status add_binding(khub_runtime *rt, const choice *c, khub__text *trace,
+                               khub_binding **out)
 {
     khub__binding_list *l = &rt->bindings;
     if (l->count == l->cap) {
@@ -323,7 +286,7 @@ static khub_status add_binding(khub_runtime *rt, const choice *c, text *trace, k
 }
 
 static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, const khub_plugin *only,
-                                 text *trace, khub_binding **out)
+                                 khub__text *trace, khub_binding **out)
 {
     walk w = {.only = only};
     walk_candidates(rt, q, trace, &w);
@@ -358,12 +321,12 @@ static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, const
         snprintf(msg, sizeof msg, "preferred %s for %s is %s; falling back to %s %s :: %s", pref,
                  khub__op_kind_name(q->kind), w.pref_why, bp->id, bp->version, bop);
         if (first_warning(rt, msg)) khub__log(rt, KHUB_LOG_WARN, "%s", msg);
-        text_add(trace, "chose %s %s :: %s (fallback: preferred %s is %s)", bp->id, bp->version,
-                 bop, pref, w.pref_why);
+        khub__text_add(trace, "chose %s %s :: %s (fallback: preferred %s is %s)", bp->id,
+                       bp->version, bop, pref, w.pref_why);
     } else {
-        text_add(trace, "chose %s %s :: %s (%s, priority %d, %zu of %zu accepted)", bp->id,
-                 bp->version, bop, w.best.preferred ? "preferred" : "best ranked",
-                 (int)bp->caps[w.best.op].priority, w.n_accepted, w.n_seen);
+        khub__text_add(trace, "chose %s %s :: %s (%s, priority %d, %zu of %zu accepted)", bp->id,
+                       bp->version, bop, w.best.preferred ? "preferred" : "best ranked",
+                       (int)bp->caps[w.best.op].priority, w.n_accepted, w.n_seen);
     }
     if (trace->oom) return khub__fail(rt, KHUB_STATUS_NOMEM, "selection trace: out of memory");
     KHUB_RETURN_IF(rt, add_binding(rt, &w.best, trace, out) != KHUB_STATUS_OK, KHUB_STATUS_NOMEM,
@@ -381,11 +344,11 @@ khub_status khub_registry_select(khub_runtime *rt, const khub_op_query *q, khub_
                    (unsigned)q->struct_size, offsetof(khub_op_query, op_name) + sizeof(char *));
     KHUB_RETURN_IF(rt, q->kind == 0 || q->kind >= KHUB_OP_KIND__COUNT, KHUB_STATUS_INVALID_ARG,
                    "khub_op_query: unknown op kind %u", (unsigned)q->kind);
-    text trace = {.rt = rt};
+    khub__text trace = {.rt = rt};
     pthread_rwlock_wrlock(&rt->reg_lock);
     khub_status st = select_locked(rt, q, NULL, &trace, out);
     pthread_rwlock_unlock(&rt->reg_lock);
-    text_free(&trace);
+    khub__text_free(&trace);
     return st;
 }
 
@@ -395,11 +358,11 @@ khub_status khub__registry_select_in(khub_runtime *rt, const khub_op_query *q,
     KHUB_ASSERT(rt && q && plugin && out);
     khub__clear(rt);
     *out = NULL;
-    text trace = {.rt = rt};
+    khub__text trace = {.rt = rt};
     pthread_rwlock_wrlock(&rt->reg_lock);
     khub_status st = select_locked(rt, q, plugin, &trace, out);
     pthread_rwlock_unlock(&rt->reg_lock);
-    text_free(&trace);
+    khub__text_free(&trace);
     return st;
 }
 
