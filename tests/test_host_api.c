@@ -1,6 +1,7 @@
 /* test_host_api.c: the host table as a plugin sees it (from inside an op),
  * the runtime's own table and its thread pool (parallel_for), and the CUDA
  * layer without a driver. */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <unistd.h>
@@ -202,12 +203,29 @@ static void pf_body(void *ud, int64_t begin, int64_t end, int thread)
     if (j->nest) j->h->parallel_for(j->h->host_ctx, 10, pf_inner, j);
 }
 
+/* This process's threads, from /proc/self/task. */
+static int thread_count(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    ASSERT(d != NULL);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
 TEST_IMPL(runtime_pool_parallel_for)
 {
+    int before = thread_count();
     khub_runtime *rt = tp_runtime(PF_THREADS);
     static pf_job j;
     j.h = khub__runtime_host(rt);
     ASSERT_EQ(j.h->n_threads(j.h->host_ctx), PF_THREADS);
+    /* The workers start with the first job: a runtime that only loads
+     * plugins never creates a thread. */
+    ASSERT_EQ(thread_count(), before);
+    j.h->parallel_for(j.h->host_ctx, 1, pf_body, &j); /* one item: inline, still none */
+    ASSERT_EQ(thread_count(), before);
     for (int round = 0; round < 50; round++) { /* the pool is reused, job after job */
         for (int i = 0; i < PF_ITEMS; i++) atomic_store(&j.hits[i], 0);
         atomic_store(&j.chunks, 0);
@@ -221,6 +239,7 @@ TEST_IMPL(runtime_pool_parallel_for)
     ASSERT(pthread_equal(j.who[0], pthread_self()));
     ASSERT(!pthread_equal(j.who[1], pthread_self()) && !pthread_equal(j.who[2], pthread_self()));
     ASSERT(!pthread_equal(j.who[1], j.who[2]));
+    ASSERT_EQ(thread_count(), before + PF_THREADS - 1);
 
     j.nest = 1; /* nested from every thread: inline, no deadlock */
     atomic_store(&j.chunks, 0);
@@ -232,6 +251,7 @@ TEST_IMPL(runtime_pool_parallel_for)
     j.h->parallel_for(j.h->host_ctx, 0, pf_body, &j); /* nothing to do: not called */
     ASSERT_EQ(atomic_load(&j.chunks), 0);
     khub_runtime_free(rt);
+    ASSERT_EQ(thread_count(), before); /* joined */
 
     rt = tp_runtime(0);
     const khub_host_api *h = khub__runtime_host(rt);

@@ -14,6 +14,7 @@
  * masks down to x86-64 here (removing is always safe); khub_runtime_new and
  * the CLI refuse it with khub__cpu_level_check's message.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,7 +133,7 @@ static uint64_t xgetbv0(void)
     return ((uint64_t)hi << 32) | lo;
 }
 
-uint32_t khub__cpu_features_host(void)
+static uint32_t cpu_detect(void)
 {
     unsigned a, b, c, d;
     uint32_t f = 0;
@@ -161,6 +162,22 @@ uint32_t khub__cpu_features_host(void)
         }
     }
     return f;
+}
+
+/* CPUID is a VM exit on most hypervisors (~1-2 us each, four leaves per
+ * detection) and the answer cannot change while the process runs, so it
+ * is asked once; KHUB_CPU_LEVEL stays read on every khub_cpu_features()
+ * call. Two threads racing on the first call compute the same value. */
+uint32_t khub__cpu_features_host(void)
+{
+    static _Atomic uint32_t cached; /* detected | known_bit once asked */
+    const uint32_t known_bit = 0x80000000u;
+    uint32_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!(v & known_bit)) {
+        v = cpu_detect() | known_bit;
+        atomic_store_explicit(&cached, v, memory_order_relaxed);
+    }
+    return v & ~known_bit;
 }
 #else
 uint32_t khub__cpu_features_host(void) { return 0; }

@@ -8,7 +8,10 @@
  * The caller runs chunk 0 itself and waits for `pending` to reach zero.
  * Jobs are serialised by `submit_lock`; a parallel_for called from inside a
  * job (any worker, or the submitting thread) runs inline instead of
- * deadlocking.
+ * deadlocking. The workers start with the first job, not with the pool: a
+ * runtime that only loads, checks or lists plugins never creates a thread
+ * (a warm kernel load paid a clone, a join and a spinning worker for
+ * nothing); if they cannot start, every job runs on the caller.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -32,6 +35,7 @@ struct khub_pool {
     atomic_int stop;
     struct worker_arg *args; /* [n - 1] */
     int n_started;
+    int start_failed; /* the workers could not all start: jobs run inline */
     /* the current job */
     khub_range_fn fn;
     void *ud;
@@ -108,15 +112,27 @@ khub_status khub__pool_new(khub_runtime *rt, int n_threads, khub_pool **out)
         for (int i = 1; i < n_threads; i++) {
             p->args[i - 1].pool = p;
             p->args[i - 1].idx = i;
-            if (pthread_create(&p->threads[i - 1], NULL, worker_main, &p->args[i - 1]) != 0) {
-                khub__pool_free(p);
-                return KHUB_STATUS_ERROR;
-            }
-            p->n_started++;
         }
     }
     *out = p;
     return KHUB_STATUS_OK;
+}
+
+/* Under submit_lock, before the first job is published (generation is
+ * still 0, which every worker starts out having seen). */
+static int start_workers(khub_pool *p)
+{
+    while (!p->start_failed && p->n_started < p->n - 1) {
+        int i = p->n_started;
+        if (pthread_create(&p->threads[i], NULL, worker_main, &p->args[i]) != 0) {
+            p->start_failed = 1;
+            khub__log(p->rt, KHUB_LOG_WARN,
+                      "could not start worker thread %d of %d; running on one thread", i + 1,
+                      p->n - 1);
+        } else
+            p->n_started++;
+    }
+    return !p->start_failed;
 }
 
 void khub__pool_free(khub_pool *p)
@@ -148,6 +164,11 @@ void khub__pool_for(khub_pool *p, int64_t n, khub_range_fn fn, void *ud)
         return;
     }
     pthread_mutex_lock(&p->submit_lock);
+    if (!start_workers(p)) {
+        pthread_mutex_unlock(&p->submit_lock);
+        fn(ud, 0, n, 0);
+        return;
+    }
     tls_in_job = 1;
     p->fn = fn;
     p->ud = ud;
