@@ -180,22 +180,30 @@ khub_status khub__kernel_lock_entry(khub_hub *hub, const khub_hub_id *id, const 
     snprintf(e->repo, sizeof e->repo, "%s/%s", id->org, id->name);
     e->version = id->rev_kind == KHUB_HUB_REV_VERSION ? id->version : -1;
     khub_status st = KHUB_STATUS_OK;
-    if (commit_pin) {
-        memcpy(e->commit, commit_pin, 41);
-    } else {
-        KHUB_FORWARD_IF_ERROR(NULL, khub_hub_resolve(hub, id, e->commit));
-    }
-    if (id->rev_kind == KHUB_HUB_REV_NAME || id->rev_kind == KHUB_HUB_REV_COMMIT) {
-        snprintf(e->revision, sizeof e->revision, "%s", id->revision);
-    } else if (id->rev_kind == KHUB_HUB_REV_DEFAULT) {
+    if (commit_pin) memcpy(e->commit, commit_pin, 41);
+    if (id->rev_kind == KHUB_HUB_REV_DEFAULT) {
+        /* No version asked: the newest v<N> branch and its commit; a repo
+         * without one pins its default branch. */
         int32_t newest;
         char c[41];
-        st = khub__kernel_newest_version(hub, id, &newest, c);
-        if (st != KHUB_STATUS_OK) return st;
+        KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_newest_version(hub, id, &newest, c));
         e->version = newest;
-        if (newest < 0) snprintf(e->revision, sizeof e->revision, "main");
-        khub__log(hub->rt, KHUB_LOG_WARN, "%s: no version given; pinned to %s%s", e->repo,
-                  newest >= 0 ? "v" : "main", newest >= 0 ? "(newest)" : "");
+        if (newest >= 0) {
+            if (!commit_pin) memcpy(e->commit, c, 41);
+            khub__log(hub->rt, KHUB_LOG_WARN,
+                      "%s: no version given; pinned to v%d (the newest), commit %.12s", e->repo,
+                      (int)newest, e->commit);
+        } else {
+            snprintf(e->revision, sizeof e->revision, "main");
+            if (!commit_pin) KHUB_FORWARD_IF_ERROR(NULL, khub_hub_resolve(hub, id, e->commit));
+            khub__log(hub->rt, KHUB_LOG_WARN,
+                      "%s: no version given and no v<N> branch; pinned to main, commit %.12s",
+                      e->repo, e->commit);
+        }
+    } else {
+        if (!commit_pin) KHUB_FORWARD_IF_ERROR(NULL, khub_hub_resolve(hub, id, e->commit));
+        if (id->rev_kind == KHUB_HUB_REV_NAME || id->rev_kind == KHUB_HUB_REV_COMMIT)
+            snprintf(e->revision, sizeof e->revision, "%s", id->revision);
     }
     khub_hub_variant_list *vl = NULL;
     KHUB_FORWARD_IF_ERROR(NULL, khub_hub_variants(hub, id, e->commit, &vl));

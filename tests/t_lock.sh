@@ -85,6 +85,18 @@ grep -q "\"commit\":	\"$C1\"" proj/khub.lock || fail "lock content: $(cat proj/k
 grep -q '"hash":	"sha256:' proj/khub.lock || fail "no content hash"
 echo "ok   khub lock pins v1 to its commit, warns that v2 exists"
 
+# no version named: the newest v<N> and its own commit (not main's); a cache
+# of its own, so the v2 build it fetches does not reach the checks below
+mkdir bare
+echo '{"format": 1, "roles": {"cache": {"cpu": {"repo": "kernels-community/kv-cache"}}}}' \
+    > bare/khub.json
+KHUB_CACHE=$T/cache-bare timeout 60 "$KHUB" lock bare > lock.out 2> lock.err || fail "lock bare: $(cat lock.err)"
+grep -q "kernels-community/kv-cache: no version given; pinned to v2 (the newest), commit 222222222222" \
+    lock.err || fail "no-version warning: $(cat lock.err)"
+grep -q "\"commit\":	\"$C2\"" bare/khub.lock && grep -q '"version":	2' bare/khub.lock \
+    && grep -q '"kernel_version":	"2.0.0"' bare/khub.lock || fail "bare lock: $(cat bare/khub.lock)"
+echo "ok   khub lock without a version pins the newest v2 and its commit"
+
 # --- locked load, signed, zero requests with a full cache ------------------
 timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1 \
     || fail "locked fetch: $(cat f.out)"
