@@ -330,10 +330,10 @@ TEST_IMPL(comm_refuses_bad_tensors)
     ASSERT_STR_EQ(khub__plugin_msg(),
                   "host: comm_all_reduce_sum: t has dtype code 2, 16 bits; the sum takes f32");
     t = host_vec(v, KHUB_DTYPE_F32, &n4);
-    t.device = (khub_device){KHUB_DEVICE_CUDA, 0};
+    t.device = (khub_device){KHUB_DEVICE_CUDA_HOST, 0}; /* CUDA tensors: test_nccl */
     ASSERT_STATUS(h->comm_all_reduce_sum(h->host_ctx, &t), KHUB_STATUS_UNSUPPORTED);
-    ASSERT_STR_EQ(khub__plugin_msg(), "host: comm_all_reduce_sum: t is on device type 2; this "
-                                      "job's collectives take host (CPU) tensors only");
+    ASSERT_STR_EQ(khub__plugin_msg(), "host: comm_all_reduce_sum: t is on device type 3; the "
+                                      "collectives take host (CPU) and CUDA tensors");
     t = (khub_tensor){.data = v,
                       .device = {KHUB_DEVICE_CPU, 0},
                       .ndim = 2,

@@ -3,7 +3,7 @@
  * the ranks of one model call, as a table of functions the embedder fills.
  *
  * libkhub links no transport. An embedder that runs a model over several
- * processes (MPI ranks; NCCL later) wraps its engine's communicator in a
+ * processes (MPI ranks, say) wraps its engine's communicator in a
  * khub_comm and passes it with khub_model_opts.tp_size; `khub run --tp N`
  * under mpirun does so with MPI_COMM_WORLD (tools/cli/comm_mpi.c). Every
  * rank loads the same model with the same options, then:

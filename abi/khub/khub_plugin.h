@@ -237,9 +237,15 @@ typedef struct khub_host_api {
      * are collective: every rank calls them in the same order with the same
      * sizes, from the thread that runs the op (never from parallel_for
      * workers), and they block. Tensors are compact row-major (strides NULL
-     * or compact) on the host (KHUB_DEVICE_CPU); others are refused.
-     * Statuses: INVALID_ARG (dtype, layout, sizes), UNSUPPORTED (a device
-     * tensor the job's communicator does not take), IO or another failure
+     * or compact), on the host (KHUB_DEVICE_CPU: the job's communicator) or
+     * on a CUDA device (KHUB_DEVICE_CUDA: NCCL, which the host opens at run
+     * time and joins at the first CUDA collective, on that tensor's device;
+     * one device per rank; the plugin's writes to the tensor must be
+     * complete, i.e. its stream synchronised, and the result is in device
+     * memory when the call returns); others are refused.
+     * Statuses: INVALID_ARG (dtype, layout, sizes, a second device),
+     * UNSUPPORTED (another device type), NO_NCCL (a CUDA tensor, and no
+     * usable libnccl.so.2), CUDA, IO or another failure
      * of the transport (the job cannot go on), each with its message
      * through fail. Check KHUB_HAS_FIELD(host, khub_host_api,
      * comm_all_gather) first: an older host has none of the three. */

@@ -75,6 +75,7 @@
     X(NO_CUDA, 313, "no CUDA driver") \
     X(CUDA, 314, "CUDA driver call failed") \
     X(PTR_SIZE, 315, "plugin pointer size differs from the host's") \
+    X(NO_NCCL, 316, "no usable NCCL library") \
     X(KERNEL_MISMATCH, 330, "kernel output differs from khub/ref-cpu beyond its tolerance") \
     X(MODEL_INVALID, 400, "model file is malformed") \
     X(MODEL_UNSUPPORTED, 401, "model architecture or field value not supported") \

@@ -320,6 +320,31 @@ khub_status khub__cuda_stream_free(khub_runtime *rt, int device, void *stream)
     return rt_fail(rt, sync != KHUB_STATUS_OK ? sync : st, "a stream");
 }
 
+khub_status khub__cuda_use_device(int device)
+{
+    KHUB_FORWARD_IF_ERROR(NULL, drv_ready());
+    return use_device(device);
+}
+
+khub_status khub__cuda_stream_open(int device, void **stream)
+{
+    *stream = NULL;
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cuda_use_device(device));
+    cu_stream s = NULL;
+    KHUB_FORWARD_IF_ERROR(NULL, cu_check(drv.stream_create(&s, 0), "cuStreamCreate"));
+    *stream = s;
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__cuda_stream_close(int device, void *stream)
+{
+    if (!stream) return KHUB_STATUS_OK;
+    KHUB_FORWARD_IF_ERROR(NULL, khub__cuda_use_device(device));
+    khub_status sync = cu_check(drv.stream_synchronize((cu_stream)stream), "cuStreamSynchronize");
+    khub_status st = cu_check(drv.stream_destroy((cu_stream)stream), "cuStreamDestroy");
+    return sync != KHUB_STATUS_OK ? sync : st;
+}
+
 void khub__cuda_close(khub_runtime *rt)
 {
     if (rt) rt->cuda = NULL;

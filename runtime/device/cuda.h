@@ -58,6 +58,13 @@ KHUB_INTERNAL khub_status khub__cuda_mem_info(khub_runtime *rt, int device, size
 KHUB_INTERNAL khub_status khub__cuda_stream_new(khub_runtime *rt, int device, void **stream);
 KHUB_INTERNAL khub_status khub__cuda_stream_free(khub_runtime *rt, int device, void *stream);
 
+/* For NCCL (nccl.c), failing with the message in khub__plugin_msg(): makes
+ * device's primary context current on this thread; a stream on device, and
+ * its release (drained first). */
+KHUB_INTERNAL khub_status khub__cuda_use_device(int device);
+KHUB_INTERNAL khub_status khub__cuda_stream_open(int device, void **stream);
+KHUB_INTERNAL khub_status khub__cuda_stream_close(int device, void *stream);
+
 /* Releases the runtime's hold on the driver (the library itself stays
  * mapped: unloading a GPU driver from a live process is unsafe). */
 KHUB_INTERNAL void khub__cuda_close(khub_runtime *rt);

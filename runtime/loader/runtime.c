@@ -381,6 +381,9 @@ KHUB_INTERNAL void khub__cuda_close(khub_runtime *rt);
 void khub_runtime_free(khub_runtime *rt)
 {
     if (!rt) return;
+    /* A model still holding the communicator (freed after its runtime: a
+     * misuse) leaves no NCCL communicator behind. */
+    if (rt->tp_owner) khub__runtime_return_comm(rt, rt->tp_owner);
     khub__registry_teardown(rt);
     set_contain(rt, 0);
     khub__pool_free(rt->pool);

@@ -77,6 +77,9 @@ struct khub_runtime {
      * that model, NULL = none. */
     khub_comm tp_comm;
     const void *tp_owner;
+    /* NCCL over tp_comm's ranks for CUDA tensors (host_comm.c): made at the
+     * first CUDA tensor's collective, freed with the lent communicator. */
+    struct khub__nccl *nccl;
     /* Load order counter for plugins (under reg_lock). */
     uint64_t plugin_seq;
 };

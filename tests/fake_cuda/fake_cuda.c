@@ -29,8 +29,10 @@
  * build` without it.
  *
  * Every entry point is handed out through cuGetProcAddress_v2, the only way
- * khub looks them up, and is not thread-safe beyond what khub's tests need
- * (one thread calls the driver at a time). */
+ * khub looks them up, and is not thread-safe beyond what khub's tests need:
+ * memory, copies and streams are under one lock; the current context is
+ * one for the process, so threads calling at once must use one device. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +91,10 @@ static long legacy_pending; /* launches on the NULL stream */
  * dynamic TLS in a dlopened library); khub's tests call the driver from
  * one thread at a time. */
 static int current = -1;
+/* Memory, copies and streams take this lock: the ranks of a tensor-parallel
+ * test are threads that make streams and sync them at the same time
+ * (test_nccl). */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void parse(void)
 {
@@ -233,7 +239,7 @@ EXPORT int cuMemGetInfo(size_t *free_bytes, size_t *total)
     return CU_OK;
 }
 
-EXPORT int cuMemAlloc(unsigned long long *dptr, size_t n)
+static int unlocked_cuMemAlloc(unsigned long long *dptr, size_t n)
 {
     if (current < 0) return CU_INVALID_CONTEXT;
     if (n == 0) return CU_INVALID_VALUE;
@@ -255,7 +261,15 @@ EXPORT int cuMemAlloc(unsigned long long *dptr, size_t n)
     return CU_OK;
 }
 
-EXPORT int cuMemFree(unsigned long long dptr)
+EXPORT int cuMemAlloc(unsigned long long *dptr, size_t n)
+{
+    pthread_mutex_lock(&lock);
+    int r = unlocked_cuMemAlloc(dptr, n);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static int unlocked_cuMemFree(unsigned long long dptr)
 {
     fake_alloc **at = &allocs;
     while (*at && (uintptr_t)(*at)->p != dptr) at = &(*at)->next;
@@ -270,6 +284,14 @@ EXPORT int cuMemFree(unsigned long long dptr)
     return CU_OK;
 }
 
+EXPORT int cuMemFree(unsigned long long dptr)
+{
+    pthread_mutex_lock(&lock);
+    int r = unlocked_cuMemFree(dptr);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
 /* Whether [p, p + n) lies inside one allocation: a copy outside one is a
  * bug in the caller that a real GPU reports as an illegal address. */
 static int inside(unsigned long long p, size_t n)
@@ -281,7 +303,8 @@ static int inside(unsigned long long p, size_t n)
     return 0;
 }
 
-EXPORT int cuMemcpyHtoDAsync(unsigned long long dst, const void *src, size_t n, void *stream)
+static int unlocked_cuMemcpyHtoDAsync(unsigned long long dst, const void *src, size_t n,
+                                      void *stream)
 {
     (void)stream;
     if (fails("cuMemcpyHtoDAsync") || !inside(dst, n)) return CU_INVALID_VALUE;
@@ -290,13 +313,29 @@ EXPORT int cuMemcpyHtoDAsync(unsigned long long dst, const void *src, size_t n, 
     return CU_OK;
 }
 
-EXPORT int cuMemcpyDtoHAsync(void *dst, unsigned long long src, size_t n, void *stream)
+EXPORT int cuMemcpyHtoDAsync(unsigned long long dst, const void *src, size_t n, void *stream)
+{
+    pthread_mutex_lock(&lock);
+    int r = unlocked_cuMemcpyHtoDAsync(dst, src, n, stream);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static int unlocked_cuMemcpyDtoHAsync(void *dst, unsigned long long src, size_t n, void *stream)
 {
     (void)stream;
     if (fails("cuMemcpyDtoHAsync") || !inside(src, n)) return CU_INVALID_VALUE;
     memcpy(dst, (const void *)(uintptr_t)src, n);
     st_dtoh += n;
     return CU_OK;
+}
+
+EXPORT int cuMemcpyDtoHAsync(void *dst, unsigned long long src, size_t n, void *stream)
+{
+    pthread_mutex_lock(&lock);
+    int r = unlocked_cuMemcpyDtoHAsync(dst, src, n, stream);
+    pthread_mutex_unlock(&lock);
+    return r;
 }
 
 /* ======================================================================== */
@@ -310,7 +349,7 @@ static fake_stream *find_stream(void *s)
     return f;
 }
 
-EXPORT int cuStreamCreate(void **stream, unsigned flags)
+static int unlocked_cuStreamCreate(void **stream, unsigned flags)
 {
     (void)flags;
     if (current < 0) return CU_INVALID_CONTEXT;
@@ -325,7 +364,15 @@ EXPORT int cuStreamCreate(void **stream, unsigned flags)
     return CU_OK;
 }
 
-EXPORT int cuStreamSynchronize(void *stream)
+EXPORT int cuStreamCreate(void **stream, unsigned flags)
+{
+    pthread_mutex_lock(&lock);
+    int r = unlocked_cuStreamCreate(stream, flags);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static int unlocked_cuStreamSynchronize(void *stream)
 {
     if (fails("cuStreamSynchronize")) return CU_LAUNCH_FAILED; /* a kernel's error surfaces here */
     st_syncs++;
@@ -339,7 +386,15 @@ EXPORT int cuStreamSynchronize(void *stream)
     return CU_OK;
 }
 
-EXPORT int cuStreamDestroy(void *stream)
+EXPORT int cuStreamSynchronize(void *stream)
+{
+    pthread_mutex_lock(&lock);
+    int r = unlocked_cuStreamSynchronize(stream);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+static int unlocked_cuStreamDestroy(void *stream)
 {
     fake_stream **at = &streams;
     while (*at && *at != stream) at = &(*at)->next;
@@ -350,6 +405,14 @@ EXPORT int cuStreamDestroy(void *stream)
     st_streams_live--;
     free(s);
     return CU_OK;
+}
+
+EXPORT int cuStreamDestroy(void *stream)
+{
+    pthread_mutex_lock(&lock);
+    int r = unlocked_cuStreamDestroy(stream);
+    pthread_mutex_unlock(&lock);
+    return r;
 }
 
 /* ======================================================================== */
