@@ -215,11 +215,11 @@ TEST_IMPL(gemma3_tokenizer_json_refusals)
          "\"prepend\":\"\\u2581\"}]}," DEC_OK "," MODEL("true") "}",
          "tokenizer.json: normalizer \"Sequence\" is not supported (supported: none"},
         {"{" NORM_OK ",\"pre_tokenizer\":{\"type\":\"Metaspace\"}," DEC_OK "," MODEL("true") "}",
-         "tokenizer.json: pre_tokenizer is set with a"},
+         "tokenizer.json: pre_tokenizer \"Metaspace\" is set with a \"\u2581\" normalizer"},
         {"{" NORM_OK ",\"decoder\":{\"type\":\"ByteLevel\"}," MODEL("true") "}",
          "tokenizer.json: decoder is not Sequence [Replace"},
         {"{" NORM_OK "," DEC_OK ",\"model\":{\"type\":\"Unigram\",\"vocab\":[[\"a\",0.0]]}}",
-         "tokenizer.json: model.vocab is missing, empty or not an object"},
+         "tokenizer.json: model.unk_id is missing or not an index of model.vocab (1 pieces)"},
     };
     khub_runtime *rt = new_rt();
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

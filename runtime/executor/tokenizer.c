@@ -219,6 +219,8 @@ void khub__tokenizer_free(khub_tokenizer *tok)
     khub__free(rt, tok->pairs, tok->pairs_cap * sizeof *tok->pairs);
     khub__free(rt, tok->added, tok->n_added * sizeof *tok->added);
     if (tok->scores) khub__free(rt, tok->scores, tok->n_entries * sizeof *tok->scores);
+    if (tok->uni_scores) khub__free(rt, tok->uni_scores, tok->n_entries * sizeof *tok->uni_scores);
+    khub__free(rt, tok->uni_prefix, tok->uni_prefix_cap * sizeof *tok->uni_prefix);
     khub__strfree(rt, tok->chat_template);
     khub__free(rt, tok, sizeof *tok);
 }
@@ -309,6 +311,8 @@ khub_status khub__tok_add_added(khub_tokenizer *tok, int32_t id, const char *s, 
     e->type = special ? KHUB_TOKEN_CONTROL : KHUB_TOKEN_USER_DEFINED;
     e->bytes_off = t->off;
     e->bytes_len = t->len;
+    /* an spm decoder's Replace/ByteFallback (or Metaspace) runs on added tokens too */
+    if (tok->spm) return khub__tok_spm_store_bytes(tok, e);
     return KHUB_STATUS_OK;
 }
 

@@ -3,9 +3,13 @@
  * Qwen2), loaded from a Hugging Face tokenizer.json or from GGUF metadata,
  * and SentencePiece BPE tokenizers from GGUF metadata (tokenizer.ggml.model
  * "llama": Llama 2, Mistral v0.1, TinyLlama, Gemma; tokenizer_spm.c) or from
- * a tokenizer.json of Gemma's shape ("\u2581" normalizer, byte-fallback BPE,
- * merges by rank; tokenizer_json.c), with a
- * streaming detokenizer that never emits a split UTF-8 sequence.
+ * a tokenizer.json (byte-fallback BPE, merges by rank; or a Unigram model,
+ * tokenizer_unigram.c) of the shapes Transformers writes for them: Gemma's
+ * Replace " " -> "\u2581" normalizer,
+ * the legacy Llama Sequence [Prepend "\u2581", Replace], or a Metaspace
+ * pre-tokenizer (prepend_scheme first/always/never, split), with the decoders
+ * Replace + ByteFallback + Fuse (+ Strip) or Metaspace (tokenizer_json_spm.c),
+ * with a streaming detokenizer that never emits a split UTF-8 sequence.
  *
  *     khub_tokenizer *tok = NULL;
  *     KHUB_FORWARD_IF_ERROR(rt, khub__tokenizer_from_json(rt, "dir/tokenizer.json", &tok));
@@ -22,19 +26,22 @@
  * What is matched: Transformers' (tokenizers') output, id for id, for the
  * pre-tokenizers khub recognises (GPT-2's, Llama-3's and SmolLM2's, Qwen2's),
  * and, for SentencePiece GGUFs, Transformers' reading of the same file
- * (checked on Gemma 3 270M: test_gemma), and for a Gemma-shaped
- * tokenizer.json Transformers' output (test_gemma_tiny); an unknown pre-tokenizer or model
- * type is refused with KHUB_STATUS_TOKENIZER naming it, never approximated.
+ * (checked on Gemma 3 270M: test_gemma), and for the SentencePiece-style
+ * tokenizer.json shapes the tokenizers library's output (test_gemma_tiny,
+ * test_tokenizer_spm); an unknown pre-tokenizer or model type is refused
+ * with KHUB_STATUS_TOKENIZER naming it, never approximated.
  *
  * Errors: every loader failure is KHUB_STATUS_TOKENIZER (or NOMEM / IO /
  * NOT_FOUND for the file) with a one-line message on rt naming the field,
  * e.g. "tokenizer.json: model.merges[17]: \"x\" is not in the vocab; the
  * merges do not belong to this vocab". Input files are treated as hostile.
- * Not implemented (refused by name): normalizers other than Gemma's
- * Replace (Qwen2's tokenizer.json has NFC; its GGUF form, which has none,
- * loads), add_prefix_space, single_word added tokens, BPE dropout, and in a
- * tokenizer.json a Prepend normalizer, a Metaspace pre-tokenizer and
- * Unigram models (the GGUF form of SentencePiece BPE with a prefix loads).
+ * Not implemented (refused by name): normalizers other than Replace " " ->
+ * "\u2581" and Sequence [Prepend "\u2581", Replace] (Qwen2's tokenizer.json
+ * has NFC; its GGUF form, which has none, loads), ByteLevel's
+ * add_prefix_space, single_word added tokens, normalized added tokens beside
+ * a Prepend normalizer, BPE dropout, Metaspace replacements other than
+ * "\u2581", and Unigram models without an unk_id (the library fails only on
+ * a text with an unknown character; khub refuses the file).
  *
  * Threading: a loaded tokenizer is immutable; encode, decode and the queries
  * may run concurrently on one tokenizer. A khub_detok belongs to one thread.

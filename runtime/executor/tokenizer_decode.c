@@ -58,11 +58,34 @@ static size_t put_lossy(khub_runtime *rt, dbuf *out, const unsigned char *s, siz
     return i;
 }
 
-/* 1 when the text starts with the space a SentencePiece tokenizer with
- * add_space_prefix put there (its decoder strips it), else 0. */
+/* 1 when the text starts with the space a SentencePiece decoder strips
+ * (Strip after Fuse; GGUF add_space_prefix), else 0. */
 static size_t strip_prefix(const khub_tokenizer *tok, const char *p, size_t n)
 {
-    return tok->spm && tok->add_space_prefix && n > 0 && p[0] == ' ';
+    return tok->spm && tok->spm_strip == SPM_STRIP_SPACE && n > 0 && p[0] == ' ';
+}
+
+/* Appends the first decoded token of a Metaspace decoder (prepend_scheme
+ * not "never"): its text without any "\u2581" (tokenizers drops them all
+ * from token 0, not only a leading one). False on OOM. */
+static bool put_first_token(const khub_tokenizer *tok, dbuf *out, int32_t id)
+{
+    const tok_entry *e = &tok->entries[id];
+    const char *s = tok->strings + e->text_off;
+    size_t run = 0, n = e->text_len;
+    for (size_t i = 0; i + 3 <= n; i++) {
+        if (memcmp(s + i, "\xE2\x96\x81", 3) != 0) continue;
+        if (!dbuf_put(tok->rt, out, s + run, i - run)) return false;
+        run = i + 3;
+        i += 2;
+    }
+    return dbuf_put(tok->rt, out, s + run, n - run);
+}
+
+/* Whether token id is the first of the text and decodes by put_first_token. */
+static bool first_token_rule(const khub_tokenizer *tok, bool first)
+{
+    return first && tok->spm && tok->spm_strip == SPM_STRIP_FIRST_TOKEN;
 }
 
 static bool skip_token(const khub_tokenizer *tok, int32_t id, uint32_t flags)
@@ -93,12 +116,17 @@ khub_status khub__tokenizer_decode(const khub_tokenizer *tok, const int32_t *ids
     *len = 0;
     dbuf raw = {0}, txt = {0};
     khub_status st = KHUB_STATUS_NOMEM;
+    bool first_done = false;
     for (size_t i = 0; i < n; i++) {
         const char *p = NULL; /* set on OK; initialised for -O3's flow analysis */
         size_t l = 0;
         if ((st = khub__tokenizer_token_bytes(tok, ids[i], &p, &l)) != KHUB_STATUS_OK) goto fail;
         st = KHUB_STATUS_NOMEM;
-        if (!skip_token(tok, ids[i], flags) && !dbuf_put(rt, &raw, p, l)) goto fail;
+        if (skip_token(tok, ids[i], flags)) continue;
+        bool ok = first_token_rule(tok, !first_done) ? put_first_token(tok, &raw, ids[i])
+                                                     : dbuf_put(rt, &raw, p, l);
+        if (!ok) goto fail;
+        first_done = true;
     }
     if (!dbuf_put(rt, &txt, "", 0)) goto fail;
     size_t skip = strip_prefix(tok, raw.p, raw.n);
@@ -136,6 +164,7 @@ struct khub_detok {
     dbuf raw;     /* held bytes + the new token's bytes */
     dbuf delta;   /* text completed by the last call */
     dbuf all;     /* everything emitted since the last reset */
+    dbuf first;   /* the first token's text under a Metaspace decoder */
 };
 
 khub_status khub__detok_new(const khub_tokenizer *tok, uint32_t flags, khub_detok **out)
@@ -156,6 +185,7 @@ void khub__detok_free(khub_detok *d)
     dbuf_free(rt, &d->raw);
     dbuf_free(rt, &d->delta);
     dbuf_free(rt, &d->all);
+    dbuf_free(rt, &d->first);
     khub__free(rt, d, sizeof *d);
 }
 
@@ -196,7 +226,15 @@ khub_status khub__detok_push(khub_detok *d, int32_t id, const char **text, size_
     const char *p = NULL; /* set on OK; initialised for -O3's flow analysis */
     size_t l = 0;
     KHUB_FORWARD_IF_ERROR(rt, khub__tokenizer_token_bytes(d->tok, id, &p, &l));
-    if (skip_token(d->tok, id, d->flags)) l = 0;
+    if (skip_token(d->tok, id, d->flags)) return detok_run(d, "", 0, false, text, len);
+    if (first_token_rule(d->tok, !d->started)) {
+        d->started = true;
+        d->first.n = 0;
+        KHUB_RETURN_IF(rt,
+                       !dbuf_put(rt, &d->first, "", 0) || !put_first_token(d->tok, &d->first, id),
+                       KHUB_STATUS_NOMEM, "tokenizer: out of memory detokenizing");
+        return detok_run(d, d->first.p, d->first.n, false, text, len);
+    }
     if (!d->started && l > 0) {
         size_t skip = strip_prefix(d->tok, p, l);
         p += skip;

@@ -197,9 +197,9 @@ khub_status khub__tokenizer_encode(const khub_tokenizer *tok, const char *str, s
     }
     if (st.cap != st.n) { /* exact size, so free_ids can give it back with n */
         int32_t *p = khub__realloc(rt, st.ids, st.cap * sizeof *st.ids, st.n * sizeof *st.ids);
-        if (!p) {
-            s = khub__fail(rt, KHUB_STATUS_NOMEM, "tokenizer: out of memory for %zu ids", st.n);
-            goto fail;
+        if (!p) { /* the buffers above are freed already: not the fail path */
+            khub__free(rt, st.ids, st.cap * sizeof *st.ids);
+            return khub__fail(rt, KHUB_STATUS_NOMEM, "tokenizer: out of memory for %zu ids", st.n);
         }
         st.ids = p;
     }

@@ -7,10 +7,12 @@
  *   tokenizer.c          byte-level mapping, storage (strings, vocab and
  *                        merge hashes), building a tokenizer, queries
  *   tokenizer_json.c     loading tokenizer.json (+ tokenizer_config.json)
+ *   tokenizer_json_spm.c which SentencePiece-style pipeline a tokenizer.json has
  *   tokenizer_spec.c     building from a khub_tokenizer_spec (GGUF's form)
  *   tokenizer_gguf.c     filling that spec from an open GGUF
  *   tokenizer_pretok.c   the pre-tokenizer split patterns
  *   tokenizer_bpe.c      the BPE merge loop over one piece
+ *   tokenizer_unigram.c  the Unigram model of a tokenizer.json (Viterbi)
  *   tokenizer_spm.c      SentencePiece BPE (GGUF "llama"): merges by score,
  *                        "\u2581" for spaces, byte fallback
  *   tokenizer_encode.c   encode: added tokens, then pre-tokenizer and BPE
@@ -38,6 +40,26 @@ typedef enum pre_kind {
     PRE_QWEN2     /* the Llama-3 pattern with single digits, \p{N} */
 } pre_kind;
 
+/* Where an spm tokenizer puts a "\u2581" before a stretch of text (the text
+ * between added tokens), as the file says. */
+typedef enum spm_prefix_kind {
+    SPM_PREFIX_NONE = 0,   /* Gemma; Metaspace prepend_scheme "never" */
+    SPM_PREFIX_START,      /* GGUF add_space_prefix: before the stretch at offset 0 */
+    SPM_PREFIX_EACH,       /* normalizer Prepend: before every non-empty stretch */
+    SPM_PREFIX_META_FIRST, /* Metaspace "first": before the stretch at offset 0 unless
+                              it starts with " " or "\u2581" */
+    SPM_PREFIX_META_ALWAYS /* Metaspace "always": before every stretch, same exception */
+} spm_prefix_kind;
+
+/* What an spm tokenizer's decoder drops at the start of the text. */
+typedef enum spm_strip_kind {
+    SPM_STRIP_NONE = 0,
+    SPM_STRIP_SPACE,      /* one leading space of the whole text (decoder Strip after
+                             Fuse; GGUF add_space_prefix) */
+    SPM_STRIP_FIRST_TOKEN /* every "\u2581" of the first token decoded (decoder Metaspace,
+                             prepend_scheme not "never") */
+} spm_strip_kind;
+
 typedef struct tok_entry {
     uint32_t text_off, text_len;   /* vocab string in strings[] (byte-level form) */
     uint32_t bytes_off, bytes_len; /* what the token decodes to, in strings[] */
@@ -63,11 +85,20 @@ struct khub_tokenizer {
     pre_kind pre;
     bool ignore_merges;
     bool fuse_unk;
-    bool spm;              /* SentencePiece BPE (tokenizer_spm.c) instead of byte-level */
-    bool add_space_prefix; /* spm: a space is put before the text (and stripped on decode) */
-    float *scores;         /* spm: [n_entries] merge priority, higher merges first */
-    bool spm_merges;       /* spm from tokenizer.json: a pair merges only when it is in
-                              model.merges, lowest rank first (pairs), not by score */
+    bool spm;           /* SentencePiece BPE (tokenizer_spm.c) instead of byte-level */
+    uint8_t spm_prefix; /* spm_prefix_kind: where a "\u2581" goes before a stretch */
+    uint8_t spm_strip;  /* spm_strip_kind: what decoding drops at the start */
+    bool spm_split;     /* Metaspace split: merges never cross into a "\u2581" */
+    bool spm_raw_bytes; /* decoder without ByteFallback: "<0xXX>" decodes as its text */
+    bool unigram;       /* spm with a Unigram model (tokenizer_unigram.c), not BPE */
+    bool uni_byte_fallback;
+    double *uni_scores;   /* unigram: [n_entries] piece scores, as the file has them */
+    double uni_unk_score; /* unigram: min score - 10 */
+    uint64_t *uni_prefix; /* unigram: [uni_prefix_cap] hashes of piece prefixes */
+    size_t uni_prefix_cap;
+    float *scores;   /* spm: [n_entries] merge priority, higher merges first */
+    bool spm_merges; /* spm from tokenizer.json: a pair merges only when it is in
+                        model.merges, lowest rank first (pairs), not by score */
 
     tok_entry *entries; /* [n_entries], index = id */
     size_t n_entries;
@@ -173,6 +204,14 @@ typedef struct sym {
     uint32_t alive;
 } sym;
 
+/* One end position of a Unigram lattice (tokenizer_unigram.c). */
+typedef struct uni_node {
+    double score;  /* best path score ending here */
+    int32_t start; /* where that path's last piece starts; -1 = not reached */
+    int32_t id;    /* that piece, or the unk id */
+    int32_t path;  /* scratch: the k-th end position of the path, read backwards */
+} uni_node;
+
 /* Per-call buffers (encode stays reentrant on a shared tokenizer). */
 typedef struct enc_state {
     khub_runtime *rt;
@@ -188,6 +227,8 @@ typedef struct enc_state {
     size_t ssyms_cap;
     struct spm_bigram *bheap; /* spm: candidate merges, best score first */
     size_t bheap_n, bheap_cap;
+    uni_node *unodes; /* unigram: one per byte of the piece, + 1 */
+    size_t unodes_cap;
 } enc_state;
 
 /* Appends id to st->ids. */
@@ -215,5 +256,37 @@ KHUB_INTERNAL khub_status khub__tok_spm_store_bytes(khub_tokenizer *tok, tok_ent
  * reserve only). */
 KHUB_INTERNAL khub_status khub__tok_put_string(khub_tokenizer *tok, const char *s, size_t n,
                                                uint32_t *off);
+
+/* ------------------------------------------------------------------------ */
+/* SentencePiece-style tokenizer.json shapes (tokenizer_json_spm.c)         */
+/* ------------------------------------------------------------------------ */
+
+typedef struct spm_shape {
+    bool spm;       /* a SentencePiece-style pipeline (else byte-level) */
+    uint8_t prefix; /* spm_prefix_kind */
+    uint8_t strip;  /* spm_strip_kind */
+    bool split;     /* Metaspace split */
+    bool raw_bytes; /* decoder without ByteFallback */
+} spm_shape;
+
+struct cJSON;
+/* Reads root's normalizer, pre_tokenizer and decoder into *sh; a shape khub
+ * does not run exactly as tokenizers does is TOKENIZER, naming the field. */
+KHUB_INTERNAL khub_status khub__tok_json_spm_shape(khub_runtime *rt, const struct cJSON *root,
+                                                   spm_shape *sh);
+
+/* ------------------------------------------------------------------------ */
+/* Unigram (tokenizer_unigram.c)                                            */
+/* ------------------------------------------------------------------------ */
+
+/* Checks a Unigram model.vocab (a list of [piece, score]) and counts it. */
+KHUB_INTERNAL khub_status khub__tok_unigram_count(khub_runtime *rt, const struct cJSON *vocab,
+                                                  size_t *n_pieces);
+/* Loads model.vocab (ids = positions), the scores, unk_id and the prefix
+ * set into tok (spm already set; n_entries covers the vocab). */
+KHUB_INTERNAL khub_status khub__tok_unigram_load(khub_tokenizer *tok, const struct cJSON *model);
+/* Segments st->buf[off..off+n) (escaped text) and emits its ids. */
+KHUB_INTERNAL khub_status khub__tok_unigram_piece(const khub_tokenizer *tok, enc_state *st,
+                                                  size_t off, size_t n);
 
 #endif /* KHUB_RUNTIME_TOKENIZER_IMPL_H */

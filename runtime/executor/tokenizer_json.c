@@ -205,6 +205,14 @@ static khub_status load_added(khub_tokenizer *tok, const cJSON *added)
         KHUB_FORWARD_IF_ERROR(rt, jbool(rt, a, "single_word", false, &single, where));
         KHUB_RETURN_IF(rt, single, KHUB_STATUS_TOKENIZER,
                        "%s: single_word added tokens are not supported", where);
+        bool normalized;
+        KHUB_FORWARD_IF_ERROR(rt, jbool(rt, a, "normalized", true, &normalized, where));
+        /* tokenizers matches such a token after Prepend put a "\u2581" before its
+         * piece; khub matches added tokens on the raw text (tokenizer_json_spm.c) */
+        KHUB_RETURN_IF(rt, normalized && tok->spm_prefix == SPM_PREFIX_EACH, KHUB_STATUS_TOKENIZER,
+                       "%s: \"%.40s\" is a normalized added token beside a Prepend normalizer; "
+                       "not supported (only normalized: false)",
+                       where, content->valuestring);
         int32_t id = (int32_t)jget(a, "id")->valuedouble; /* checked by count_ids */
         KHUB_FORWARD_IF_ERROR(rt, khub__tok_add_added(tok, id, content->valuestring,
                                                       strlen(content->valuestring), special, lstrip,
@@ -327,73 +335,49 @@ static khub_status load_config(khub_tokenizer *tok, const char *cfg_text, size_t
     return st;
 }
 
-/* ------------------------------------------------------------------------ */
-/* SentencePiece-style BPE (Gemma's tokenizer.json)                         */
-/* ------------------------------------------------------------------------ */
-
-#define SPACE_MARK "\xE2\x96\x81" /* U+2581, SentencePiece's space */
-
-static bool is_type(const cJSON *o, const char *type)
+static bool is_unigram(const cJSON *model)
 {
-    const cJSON *t = jget(o, "type");
-    return cJSON_IsString(t) && strcmp(t->valuestring, type) == 0;
+    const cJSON *t = jget(model, "type");
+    return cJSON_IsString(t) && strcmp(t->valuestring, "Unigram") == 0;
 }
 
-/* A Replace step of the given pattern string and content. */
-static bool is_replace(const cJSON *o, const char *from, const char *to)
+/* A Unigram model: its vocab, scores, unk and byte_fallback (the
+ * pipeline around it must be SentencePiece-style). */
+static khub_status build_unigram(khub_runtime *rt, const cJSON *root, const spm_shape *sh,
+                                 khub_tokenizer **out)
 {
-    const cJSON *p = jget(jget(o, "pattern"), "String"), *c = jget(o, "content");
-    return is_type(o, "Replace") && cJSON_IsString(p) && strcmp(p->valuestring, from) == 0 &&
-           cJSON_IsString(c) && strcmp(c->valuestring, to) == 0;
-}
-
-/* The decoder of such a file: Replace("\u2581" -> " "), ByteFallback, Fuse. */
-static bool is_spm_decoder(const cJSON *dec)
-{
-    const cJSON *d = jget(dec, "decoders");
-    if (!is_type(dec, "Sequence") || cJSON_GetArraySize(d) != 3) return false;
-    const cJSON *a = d->child, *b = a->next, *c = b->next;
-    return is_replace(a, SPACE_MARK, " ") && is_type(b, "ByteFallback") && is_type(c, "Fuse");
-}
-
-/* No pre-tokenizer, or a Split on the string " " (Transformers' Gemma
- * conversion writes one): after the normalizer has turned every space into
- * "\u2581" there is no " " left, so it splits nothing. */
-static bool is_space_split(const cJSON *pre)
-{
-    if (jnull(pre)) return true;
-    const cJSON *p = jget(jget(pre, "pattern"), "String"), *inv = jget(pre, "invert");
-    return is_type(pre, "Split") && cJSON_IsString(p) && strcmp(p->valuestring, " ") == 0 &&
-           (jnull(inv) || cJSON_IsFalse(inv));
-}
-
-/* Which BPE the file describes. Byte-level: no normalizer, ByteLevel
- * decoder (the pre-tokenizer is read by detect_pre). SentencePiece-style,
- * as Gemma's files (and Transformers' conversion of a GGUF "llama"
- * vocab) have it: the normalizer turns each space into "\u2581", there is
- * no pre-tokenizer (or a no-op Split on " "), and the decoder undoes it with byte fallback; merges
- * then run over characters, with <0xXX> tokens for the rest
- * (tokenizer_spm.c). Any other normalizer, or a prefix ("Prepend") khub
- * would place differently, is refused by name. */
-static khub_status detect_kind(khub_runtime *rt, const cJSON *root, bool *spm)
-{
-    const cJSON *norm = jget(root, "normalizer"), *dec = jget(root, "decoder");
-    *spm = !jnull(norm);
-    if (*spm) {
-        KHUB_RETURN_IF(rt, !is_replace(norm, " ", SPACE_MARK), KHUB_STATUS_TOKENIZER,
-                       TJ "normalizer \"%.40s\" is not supported (supported: none, for "
-                          "byte-level BPE; Replace \" \" -> \"\u2581\", for SentencePiece-style "
-                          "BPE)",
-                       cJSON_IsString(jget(norm, "type")) ? jget(norm, "type")->valuestring : "?");
-        KHUB_RETURN_IF(rt, !is_space_split(jget(root, "pre_tokenizer")), KHUB_STATUS_TOKENIZER,
-                       TJ "pre_tokenizer is set with a \"\u2581\" normalizer; khub's "
-                          "SentencePiece-style BPE has none (or a Split on \" \", which "
-                          "the normalizer leaves nothing to split)");
-        KHUB_RETURN_IF(rt, !is_spm_decoder(dec), KHUB_STATUS_TOKENIZER,
-                       TJ "decoder is not Sequence [Replace \"\u2581\" -> \" \", ByteFallback, "
-                          "Fuse], which a \"\u2581\" normalizer needs");
-        return KHUB_STATUS_OK;
+    const cJSON *model = jget(root, "model"), *added = jget(root, "added_tokens");
+    KHUB_RETURN_IF(rt, !sh->spm, KHUB_STATUS_TOKENIZER,
+                   TJ "model.type \"Unigram\" needs a SentencePiece-style pipeline (a "
+                      "Metaspace pre-tokenizer or a \"\u2581\" normalizer); this file has neither");
+    size_t n_pieces = 0, n_ids = 0;
+    KHUB_FORWARD_IF_ERROR(rt, khub__tok_unigram_count(rt, jget(model, "vocab"), &n_pieces));
+    n_ids = n_pieces;
+    for (const cJSON *a = cJSON_IsArray(added) ? added->child : NULL; a; a = a->next) {
+        int32_t id;
+        KHUB_FORWARD_IF_ERROR(rt, jid(rt, jget(a, "id"), &id, TJ "added_tokens", "[].id"));
+        KHUB_RETURN_IF(rt, (size_t)id >= n_pieces + 256, KHUB_STATUS_TOKENIZER,
+                       TJ "added_tokens: id %ld is far beyond the %zu pieces; the file is corrupt",
+                       (long)id, n_pieces);
+        if ((size_t)id >= n_ids) n_ids = (size_t)id + 1;
     }
+    KHUB_FORWARD_IF_ERROR(rt, khub__tok_new(rt, n_ids, 0, out));
+    khub_tokenizer *tok = *out;
+    tok->spm = true;
+    tok->spm_prefix = sh->prefix;
+    tok->spm_strip = sh->strip;
+    tok->spm_split = sh->split;
+    tok->spm_raw_bytes = sh->raw_bytes;
+    KHUB_FORWARD_IF_ERROR(
+        rt, jbool(rt, model, "byte_fallback", false, &tok->uni_byte_fallback, TJ "model."));
+    KHUB_FORWARD_IF_ERROR(rt, khub__tok_unigram_load(tok, model));
+    KHUB_FORWARD_IF_ERROR(rt, load_added(tok, cJSON_IsArray(added) ? added : NULL));
+    return load_post(tok, jget(root, "post_processor"));
+}
+
+/* A byte-level file's decoder: ByteLevel. */
+static khub_status check_bytelevel_decoder(khub_runtime *rt, const cJSON *dec)
+{
     const cJSON *dt = jget(dec, "type");
     KHUB_RETURN_IF(rt, !cJSON_IsString(dt) || strcmp(dt->valuestring, "ByteLevel") != 0,
                    KHUB_STATUS_TOKENIZER, TJ "decoder \"%.40s\" is not supported (only ByteLevel)",
@@ -408,6 +392,12 @@ static khub_status check_top(khub_runtime *rt, const cJSON *root)
     const cJSON *added = jget(root, "added_tokens");
     KHUB_RETURN_IF(rt, !jnull(added) && !cJSON_IsArray(added), KHUB_STATUS_TOKENIZER,
                    TJ "added_tokens must be a list");
+    const cJSON *t = jget(jget(root, "model"), "type");
+    if (is_unigram(jget(root, "model"))) return KHUB_STATUS_OK; /* tokenizer_unigram.c */
+    KHUB_RETURN_IF(rt, !jnull(t) && !(cJSON_IsString(t) && strcmp(t->valuestring, "BPE") == 0),
+                   KHUB_STATUS_TOKENIZER,
+                   TJ "model.type \"%.40s\" is not supported (only BPE and Unigram)",
+                   cJSON_IsString(t) ? t->valuestring : "?");
     const cJSON *vocab = jget(jget(root, "model"), "vocab");
     KHUB_RETURN_IF(rt, !cJSON_IsObject(vocab) || !vocab->child, KHUB_STATUS_TOKENIZER,
                    TJ "model.vocab is missing, empty or not an object");
@@ -424,9 +414,16 @@ static khub_status build_json(khub_runtime *rt, const cJSON *root, const char *c
     const cJSON *model = jget(root, "model"), *vocab = jget(model, "vocab");
     const cJSON *merges = jget(model, "merges"), *added = jget(root, "added_tokens");
     pre_kind pre = PRE_GPT2;
-    bool spm = false;
-    KHUB_FORWARD_IF_ERROR(rt, detect_kind(rt, root, &spm));
+    spm_shape sh;
+    KHUB_FORWARD_IF_ERROR(rt, khub__tok_json_spm_shape(rt, root, &sh));
+    if (is_unigram(model)) {
+        KHUB_FORWARD_IF_ERROR(rt, build_unigram(rt, root, &sh, out));
+        if (cfg) KHUB_FORWARD_IF_ERROR(rt, load_config(*out, cfg, cfg_len));
+        return khub__tok_finish(*out);
+    }
+    bool spm = sh.spm;
     if (!spm) KHUB_FORWARD_IF_ERROR(rt, detect_pre(rt, jget(root, "pre_tokenizer"), &pre));
+    if (!spm) KHUB_FORWARD_IF_ERROR(rt, check_bytelevel_decoder(rt, jget(root, "decoder")));
     /* spm ranks become float scores (tokenizer_spm.c): exact below 2^24 */
     KHUB_RETURN_IF(rt, spm && cJSON_GetArraySize(merges) >= (1 << 24), KHUB_STATUS_TOKENIZER,
                    TJ "model.merges has %d entries (at most %d)", cJSON_GetArraySize(merges),
@@ -437,6 +434,10 @@ static khub_status build_json(khub_runtime *rt, const cJSON *root, const char *c
     khub_tokenizer *tok = *out;
     tok->pre = pre;
     tok->spm = tok->spm_merges = spm; /* before the vocab: spm pieces decode differently */
+    tok->spm_prefix = sh.prefix;
+    tok->spm_strip = sh.strip;
+    tok->spm_split = sh.split;
+    tok->spm_raw_bytes = sh.raw_bytes;
     KHUB_FORWARD_IF_ERROR(rt, check_model(tok, model));
     KHUB_FORWARD_IF_ERROR(rt, load_vocab(tok, vocab));
     KHUB_FORWARD_IF_ERROR(rt, load_added(tok, cJSON_IsArray(added) ? added : NULL));

@@ -92,7 +92,8 @@ static khub_status spec_spm(khub_tokenizer *tok, const khub_tokenizer_spec *spec
 {
     khub_runtime *rt = tok->rt;
     tok->spm = true;
-    tok->add_space_prefix = spec->add_space_prefix != 0;
+    tok->spm_prefix = spec->add_space_prefix ? SPM_PREFIX_START : SPM_PREFIX_NONE;
+    tok->spm_strip = spec->add_space_prefix ? SPM_STRIP_SPACE : SPM_STRIP_NONE;
     tok->unk = spec->unk_id;
     tok->scores = khub__calloc(rt, spec->n_tokens, sizeof *tok->scores);
     KHUB_RETURN_IF(rt, !tok->scores, KHUB_STATUS_NOMEM, "tokenizer: out of memory for %zu scores",

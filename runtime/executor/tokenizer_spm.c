@@ -4,8 +4,12 @@
  * Gemma). It runs as llama.cpp's llm_tokenizer_spm does, which is also what
  * Transformers' converted tokenizer (BPE with merges ranked by the same
  * scores, byte_fallback) computes when the scores are distinct:
- *   1. every space becomes "\u2581" (U+2581); with add_space_prefix one is
- *      put in front of the first stretch of text;
+ *   1. every space becomes "\u2581" (U+2581), and one is put in front of the
+ *      stretch as the file says (spm_prefix_kind: GGUF add_space_prefix before
+ *      the first stretch; a tokenizer.json Prepend before each, Metaspace's
+ *      "first" / "always" unless the stretch starts with a space); a
+ *      Metaspace with split then cuts the text before every "\u2581" and
+ *      merges each piece on its own;
  *   2. the text is split into UTF-8 characters, a linked list of symbols;
  *   3. each neighbouring pair whose concatenation is a vocab token is a
  *      candidate with that token's score (from a tokenizer.json: each pair
@@ -60,7 +64,7 @@ static int byte_piece(const char *s, size_t n)
 khub_status khub__tok_spm_store_bytes(khub_tokenizer *tok, tok_entry *e)
 {
     const char *s = tok->strings + e->text_off;
-    int b = byte_piece(s, e->text_len);
+    int b = tok->spm_raw_bytes ? -1 : byte_piece(s, e->text_len);
     size_t marks = 0;
     for (size_t i = 0; i + SPACE_MARK_N <= e->text_len; i++)
         if (memcmp(s + i, SPACE_MARK, SPACE_MARK_N) == 0) marks++, i += SPACE_MARK_N - 1;
@@ -175,12 +179,29 @@ static khub_status emit_sym(const khub_tokenizer *tok, enc_state *st, const spm_
     return KHUB_STATUS_OK;
 }
 
+/* Whether a "\u2581" goes before the stretch t (non-empty; first: it starts
+ * at offset 0 of the text). Metaspace checks after it replaced the spaces,
+ * so a stretch starting with " " or a literal "\u2581" gets none. */
+static bool wants_prefix(const khub_tokenizer *tok, span t, bool first)
+{
+    bool marked =
+        t.s[0] == ' ' || (t.n >= SPACE_MARK_N && memcmp(t.s, SPACE_MARK, SPACE_MARK_N) == 0);
+    switch ((spm_prefix_kind)tok->spm_prefix) {
+    case SPM_PREFIX_START: return first;
+    case SPM_PREFIX_EACH: return true;
+    case SPM_PREFIX_META_FIRST: return first && !marked;
+    case SPM_PREFIX_META_ALWAYS: return !marked;
+    case SPM_PREFIX_NONE: break;
+    }
+    return false;
+}
+
 /* st->buf[0..*n) = t with spaces escaped (and the prefix when asked). */
 static khub_status escape(const khub_tokenizer *tok, enc_state *st, span t, bool first, size_t *n)
 {
     size_t spaces = 0, need;
     for (size_t i = 0; i < t.n; i++) spaces += t.s[i] == ' ';
-    bool prefix = first && tok->add_space_prefix;
+    bool prefix = wants_prefix(tok, t, first);
     if (!khub__add_ok(t.n, 2 * spaces + (prefix ? SPACE_MARK_N : 0), &need) ||
         !khub__tok_grow(st->rt, (void **)&st->buf, &st->buf_cap, need ? need : 1, 1))
         return khub__fail(st->rt, KHUB_STATUS_NOMEM, "tokenizer: out of memory for %zu bytes", t.n);
@@ -198,22 +219,15 @@ static khub_status escape(const khub_tokenizer *tok, enc_state *st, span t, bool
     return KHUB_STATUS_OK;
 }
 
-khub_status khub__tok_spm_stretch(const khub_tokenizer *tok, enc_state *st, span t, bool first)
+/* Merges the characters of st->buf[off..off+n) and emits the tokens. */
+static khub_status merge_piece(const khub_tokenizer *tok, enc_state *st, size_t off, size_t n)
 {
     khub_runtime *rt = st->rt;
-    if (t.n == 0) return KHUB_STATUS_OK;
-    size_t n = 0;
-    KHUB_FORWARD_IF_ERROR(rt, escape(tok, st, t, first, &n));
-    if (n == 0) return KHUB_STATUS_OK;
-    KHUB_RETURN_IF(rt,
-                   n > INT32_MAX || !khub__tok_grow(rt, (void **)&st->ssyms, &st->ssyms_cap, n,
-                                                    sizeof *st->ssyms),
-                   KHUB_STATUS_NOMEM, "tokenizer: out of memory for a %zu-byte text", n);
     /* The text is valid UTF-8 here (tokenizer_encode.c replaced what was not). */
     int32_t count = 0;
-    for (size_t i = 0; i < n;) {
+    for (size_t i = off; i < off + n;) {
         uint32_t cp;
-        size_t l = khub__utf8_decode((const unsigned char *)st->buf + i, n - i, &cp);
+        size_t l = khub__utf8_decode((const unsigned char *)st->buf + i, off + n - i, &cp);
         st->ssyms[count] = (spm_sym){(uint32_t)i, (uint32_t)l, count - 1, -1};
         if (count > 0) st->ssyms[count - 1].next = count;
         count++;
@@ -237,11 +251,42 @@ khub_status khub__tok_spm_stretch(const khub_tokenizer *tok, enc_state *st, span
     return KHUB_STATUS_OK;
 }
 
+/* One piece of the escaped text through the model: BPE merges or Unigram. */
+static khub_status piece(const khub_tokenizer *tok, enc_state *st, size_t off, size_t n)
+{
+    return tok->unigram ? khub__tok_unigram_piece(tok, st, off, n) : merge_piece(tok, st, off, n);
+}
+
+khub_status khub__tok_spm_stretch(const khub_tokenizer *tok, enc_state *st, span t, bool first)
+{
+    khub_runtime *rt = st->rt;
+    if (t.n == 0) return KHUB_STATUS_OK;
+    size_t n = 0;
+    KHUB_FORWARD_IF_ERROR(rt, escape(tok, st, t, first, &n));
+    if (n == 0) return KHUB_STATUS_OK;
+    KHUB_RETURN_IF(rt,
+                   n > INT32_MAX || !khub__tok_grow(rt, (void **)&st->ssyms, &st->ssyms_cap, n,
+                                                    sizeof *st->ssyms),
+                   KHUB_STATUS_NOMEM, "tokenizer: out of memory for a %zu-byte text", n);
+    if (!tok->spm_split) return piece(tok, st, 0, n);
+    /* Metaspace split: a piece starts at every "\u2581" (MergedWithNext) */
+    size_t start = 0;
+    for (size_t i = 1; i + SPACE_MARK_N <= n; i++) {
+        if (memcmp(st->buf + i, SPACE_MARK, SPACE_MARK_N) != 0) continue;
+        KHUB_FORWARD_IF_ERROR(rt, piece(tok, st, start, i - start));
+        start = i;
+        i += SPACE_MARK_N - 1;
+    }
+    return piece(tok, st, start, n - start);
+}
+
 void khub__tok_spm_free(enc_state *st)
 {
     khub__free(st->rt, st->ssyms, st->ssyms_cap * sizeof *st->ssyms);
     khub__free(st->rt, st->bheap, st->bheap_cap * sizeof *st->bheap);
+    khub__free(st->rt, st->unodes, st->unodes_cap * sizeof *st->unodes);
     st->ssyms = NULL;
     st->bheap = NULL;
-    st->ssyms_cap = st->bheap_cap = st->bheap_n = 0;
+    st->unodes = NULL;
+    st->ssyms_cap = st->bheap_cap = st->bheap_n = st->unodes_cap = 0;
 }
