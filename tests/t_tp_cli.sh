@@ -4,8 +4,13 @@
 # (tools/make-tiny-model.py; 2 KV heads, so tp 2 splits it):
 #   - `khub serve-model --tp 2` answers /v1/completions and
 #     /v1/chat/completions (greedy, 16 tokens) with tp 1's text; a kernel
-#     reload is refused (every rank would have to switch alike); SIGTERM to
-#     rank 0 stops every rank (mpirun exits 0, one "stopped" line);
+#     reload swaps on both ranks (khub/ref-cpu for attention: 200, and the
+#     text stays tp 1's); SIGTERM to rank 0 stops every rank (mpirun exits
+#     0, one "stopped" line);
+#   - a reload that one rank cannot make (rank 1 started with
+#     KHUB_CPU_LEVEL=x86-64 and asked for khub/cpu-avx2, an MPMD launch):
+#     422 with rank 1's reason, both ranks keep khub/ref-cpu, rank 1 says
+#     so on stderr, and the text is still tp 1's;
 #   - a serve-model rank killed with SIGKILL mid-request ends the job within
 #     30 s with Open MPI's message naming the rank;
 #   - `khub chat --tp 2`: two turns, the same text as tp 1;
@@ -40,11 +45,12 @@ rank_pid() { # the process of JOB's tree whose environment says rank $1
             { echo "$p"; return; }
     done
 }
-start_server() { # OUT TP: sets JOB and BASE
-    local out=$1 launch=("$KHUB")
+start_server() { # OUT TP [RANK1_ENV]: sets JOB and BASE; rank 1 gets env RANK1_ENV
+    local out=$1 launch=("$KHUB") flags=(--model tiny --port 0 --threads 1 --api-key k --tp "$2")
     [ "$2" = 1 ] || launch=("${MPI[@]}" -np "$2" "$KHUB")
-    "${launch[@]}" serve-model --model tiny --port 0 --threads 1 --api-key k --tp "$2" > "$out" \
-        2> "$out.err" &
+    [ -z "${3:-}" ] || launch=("${MPI[@]}" -np 1 "$KHUB" serve-model "${flags[@]}" : -np 1
+        -x "$3" "$KHUB")
+    "${launch[@]}" serve-model "${flags[@]}" > "$out" 2> "$out.err" &
     JOB=$!
     for _ in $(seq 300); do
         grep -q http "$out" 2> /dev/null && break
@@ -75,22 +81,55 @@ start_server s2.out 2
 ask two
 cmp one.txt two.txt || fail "serve-model tp 2 answers $(cat two.txt), tp 1 $(cat one.txt)"
 echo "ok   serve-model --tp 2 answers tp 1's greedy text: $(cat two.txt)"
-out=$(curl -s -w '\n%{http_code}' -H "Authorization: Bearer k" "$BASE/v1/kernels/reload" \
-    -d '{"role": "attention", "kernel": "sdpa"}')
-grep -qF "runs tensor-parallel over 2 ranks, and a swap on rank 0 alone would mix kernels" \
+reload() { # KERNEL: the answer's body, then its status
+    curl -s -w '\n%{http_code}' -H "Authorization: Bearer k" "$BASE/v1/kernels/reload" \
+        -d "{\"role\": \"attention\", \"kernel\": \"$1\"}"
+}
+attention() { # the binding rank 0 serves attention with
+    curl -s -H "Authorization: Bearer k" "$BASE/v1/kernels" | python3 -c 'import json, sys
+print([e["binding"] for e in json.load(sys.stdin)["data"] if e["role"] == "attention[f32]"])'
+}
+out=$(reload khub/ref-cpu)
+[ "$(tail -n 1 <<< "$out")" = 200 ] && grep -qF '"binding":"khub/ref-cpu 0.1.0 :: attention"' \
     <<< "$out" || fail "reload under tp: $out"
+[ "$(attention)" = "['khub/ref-cpu 0.1.0 :: attention']" ] || fail "after the reload: $(attention)"
 ask again
-cmp one.txt again.txt || fail "after the refused reload: $(cat again.txt)"
-echo "ok   a kernel reload under --tp 2 is refused ($(tail -n 1 <<< "$out")), the server goes on"
+cmp one.txt again.txt || fail "after the reload: $(cat again.txt)"
+echo "ok   a kernel reload under --tp 2 swaps on every rank (200), the text stays tp 1's"
 R0=$(rank_pid 0)
 [ -n "$R0" ] || fail "rank 0's process not found under mpirun $JOB"
 kill -TERM "$R0"
 rc=0
 wait $JOB || rc=$?
 [ "$rc" = 0 ] || fail "SIGTERM to rank 0: mpirun exit $rc: $(cat s2.out.err)"
-[ "$(grep -c 'khub serve-model: stopped: 5 requests, 4 completions' s2.out.err)" = 1 ] ||
+[ "$(grep -c 'khub serve-model: stopped: 6 requests, 4 completions' s2.out.err)" = 1 ] ||
     fail "stop: $(cat s2.out.err)"
 echo "ok   SIGTERM to rank 0 stops every rank (mpirun exit 0)"
+
+# A reload that rank 1 cannot make: every rank keeps its kernel.
+AVX2=0
+"$KHUB" run --model tiny --prompt hi --max-new-tokens 1 --explain 2> /dev/null |
+    grep -q '^attention\[f32\]: khub/cpu-avx2 ' && AVX2=1
+if [ "$AVX2" = 1 ]; then
+    start_server f.out 2 KHUB_CPU_LEVEL=x86-64
+    [ "$(tail -n 1 <<< "$(reload khub/ref-cpu)")" = 200 ] || fail "reload to khub/ref-cpu"
+    out=$(reload khub/cpu-avx2)
+    [ "$(tail -n 1 <<< "$out")" = 422 ] || fail "a reload rank 1 cannot make: $out"
+    grep -qF '"message":"tp rank 1: tiny: khub/cpu-avx2 cannot serve attention: khub/cpu-avx2 0.1.0 for attention is rejected: needs cpu avx2 fma f16c; nothing changed"' \
+        <<< "$out" || fail "rank 1's reason: $out"
+    grep -qF '"code":"KHUB_STATUS_NO_KERNEL"' <<< "$out" || fail "rank 1's status: $out"
+    [ "$(attention)" = "['khub/ref-cpu 0.1.0 :: attention']" ] ||
+        fail "after the failed reload rank 0 serves $(attention)"
+    grep -qF "tp rank 1 kept its kernels: tiny: khub/cpu-avx2 cannot serve attention" f.out.err ||
+        fail "rank 1 did not say it kept its kernels: $(cat f.out.err)"
+    ask failed
+    cmp one.txt failed.txt || fail "after the failed reload: $(cat failed.txt)"
+    kill -TERM "$(rank_pid 0)"
+    wait $JOB || fail "stopping the MPMD job: $(cat f.out.err)"
+    echo "ok   a reload rank 1 cannot make: 422 with rank 1's reason, every rank keeps its kernel"
+else
+    echo "skip a reload rank 1 cannot make: this CPU does not run khub/cpu-avx2"
+fi
 
 # A rank killed while a long request runs: the job ends, saying which rank.
 start_server k.out 2

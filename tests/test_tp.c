@@ -18,6 +18,7 @@
 #include <cjson/cJSON.h>
 
 #include "executor.h"
+#include "khub/khub_kernels.h"
 #include "plugins/tp_util.h"
 #include "runner.h"
 #include "tp_thread_comm.h"
@@ -148,9 +149,18 @@ typedef struct rank_job {
     int32_t greedy[NEW];
     char explain[4096];
     uint64_t weight_bytes;
-    char act[192];      /* the activation binding's name */
-    uint64_t act_calls; /* and its calls */
+    char act[192];       /* the activation binding's name */
+    uint64_t act_calls;  /* and its calls */
+    khub_status swap_st; /* rank 0's kernel swap (swap_mode) */
+    char swap_msg[KHUB_ERROR_SIZE];
 } rank_job;
+
+/* When set, every rank loads the test plugin "comm" and rank 0 swaps the
+ * activation to it after the load and before driving (its op calls the
+ * job's collectives, so a rank left on the old kernel would not meet the
+ * others); 1: the other ranks follow with khub_model_tp_serve_kernels, 2:
+ * with plain khub_model_tp_serve (which refuses swaps). */
+static int swap_mode;
 
 /* When set, every rank loads the test plugin "comm" (tests/plugins/comm.c)
  * and runs the model's activation on it: it calls the host's collectives
@@ -240,7 +250,7 @@ static void *rank_main(void *arg)
     khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = 1};
     khub_runtime *rt = NULL;
     if (khub_runtime_new(&ro, &rt) != KHUB_STATUS_OK || khub_plugin_load_builtin(rt)) abort();
-    if (with_comm_plugin) (void)tp_load(rt, "comm");
+    if (with_comm_plugin || swap_mode) (void)tp_load(rt, "comm");
     khub_comm comm = tc_comm(j->g, &j->r, j->rank);
     khub_model_opts o =
         j->real == 1 ? (khub_model_opts){KHUB_APP_INIT(khub_model_opts)} : ref_opts();
@@ -258,9 +268,20 @@ static void *rank_main(void *arg)
         const char *ex = strstr(khub_model_explain(m), "tp plan: rank");
         snprintf(j->explain, sizeof j->explain, "%s", ex ? ex : "");
         j->weight_bytes = m->info.weight_bytes;
-        j->serve_st = j->rank != 0 ? khub_model_tp_serve(m)
+        khub_hub *hub = NULL;
+        if (swap_mode && khub_hub_new(NULL, &hub) != KHUB_STATUS_OK) abort();
+        if (swap_mode && j->rank == 0) {
+            khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+            j->swap_st = khub_kernel_swap_prepare(hub, rt, KHUB_KERNEL_ROLE_ACTIVATION,
+                                                  "khub-test/comm", NULL, &sw);
+            if (j->swap_st == KHUB_STATUS_OK) j->swap_st = khub_model_kernel_swap(m, &sw);
+            snprintf(j->swap_msg, sizeof j->swap_msg, "%s", khub_runtime_errmsg(rt));
+        }
+        j->serve_st = j->rank != 0 ? (swap_mode == 1 ? khub_model_tp_serve_kernels(m, hub, NULL)
+                                                     : khub_model_tp_serve(m))
                       : j->real    ? drive_real(m, case_logits[j->size])
                                    : drive(m, j);
+        khub_hub_free(hub);
         if (j->serve_st != KHUB_STATUS_OK)
             snprintf(j->msg, sizeof j->msg, "%s", khub_runtime_errmsg(rt));
         snprintf(j->act, sizeof j->act, "%s", khub_binding_name(m->act));
@@ -566,7 +587,56 @@ TEST_IMPL(tp2_plugin_collectives_through_the_host)
     }
 }
 
+/* A kernel swap under tp (issue 18 item 4): every rank switches at the
+ * same step and the tokens stay tp 1's; a rank that cannot follow (plain
+ * khub_model_tp_serve) makes rank 0's swap fail with that rank's reason,
+ * every rank keeps its kernel, and the job goes on. */
+static void swap_run(int mode, const tiny *t, rank_job *jobs)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/khub-test-tp-swap-%d", (int)getpid());
+    tiny_write(dir, t);
+    const char *dirs[2] = {dir, NULL};
+    swap_mode = mode;
+    run_ranks(2, dirs, NULL, jobs);
+    swap_mode = 0;
+    tiny_rm(dir);
+}
+
+TEST_IMPL(tp2_kernel_swap_on_every_rank)
+{
+    tiny t = {6, 3, 128, 256, 0, 0};
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/khub-test-tp-swap1-%d", (int)getpid());
+    tiny_write(dir, &t);
+    const char *dirs[2] = {dir, NULL};
+    rank_job one[1], jobs[2];
+    run_ranks(1, dirs, NULL, one);
+    tiny_rm(dir);
+    ASSERT_OK(one[0].serve_st);
+    swap_run(1, &t, jobs);
+    ASSERT_OK(jobs[0].swap_st);
+    for (int r = 0; r < 2; r++) {
+        ASSERT_OK(jobs[r].serve_st);
+        ASSERT_STR_EQ(jobs[r].act, "khub-test/comm 1.0.0 :: silu_and_mul");
+        ASSERT_EQ(jobs[r].act_calls, (uint64_t)(1 + NEW) * LAYERS); /* every step after it */
+    }
+    for (int i = 0; i < NEW; i++) ASSERT_EQ(jobs[0].greedy[i], one[0].greedy[i]);
+
+    swap_run(2, &t, jobs);
+    ASSERT_STATUS(jobs[0].swap_st, KHUB_STATUS_UNSUPPORTED);
+    ASSERT_STR_EQ(jobs[0].swap_msg,
+                  "tp rank 1: kernel swap: this rank follows with khub_model_tp_serve, which "
+                  "cannot swap kernels (khub_model_tp_serve_kernels can)");
+    for (int r = 0; r < 2; r++) {
+        ASSERT_OK(jobs[r].serve_st); /* the job went on */
+        ASSERT_STR_EQ(jobs[r].act, "khub/ref-cpu 0.1.0 :: silu_and_mul");
+    }
+    for (int i = 0; i < NEW; i++) ASSERT_EQ(jobs[0].greedy[i], one[0].greedy[i]);
+}
+
 #define TEST_LIST(X) \
+    X(tp2_kernel_swap_on_every_rank) \
     X(tp2_uneven_gqa_groups_match_tp1) \
     X(tp2_plugin_collectives_through_the_host) \
     X(tp2_replicated_kv_head_matches_tp1) \

@@ -220,6 +220,8 @@ typedef struct khub_kernel_swap {
                               role before ("khub/ref-cpu 0.1.0 :: attention") */
     char now_serving[192]; /* filled by khub_model_kernel_swap: the op serving it now */
     /* End of 0.1. */
+    char name[1024]; /* filled by khub_kernel_swap_prepare: the name asked for, which the
+                        other ranks of a tensor-parallel model prepare too (added in 0.2) */
 } khub_kernel_swap;
 
 /* Makes the kernel `name` ready to serve `role` of a model on rt, without
@@ -254,10 +256,31 @@ KHUB_API khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt,
  * next step. The bindings replaced stay listed (retired) by
  * khub_model_binding_get with their counts; khub_model_explain answers the
  * new table. Fills sw->previous and sw->now_serving. Statuses: NO_KERNEL,
- * UNSUPPORTED (see above; also a model loaded with tp_size > 1, whose ranks
- * would have to switch together), NOT_FOUND (the model has no op of the
- * role), NOMEM, MISUSE. Since 0.1. */
+ * UNSUPPORTED (see above), NOT_FOUND (the model has no op of the role),
+ * NOMEM, MISUSE.
+ *
+ * A model loaded with tp_size > 1 (rank 0, which drives) swaps on every
+ * rank at the same step (since 0.2): rank 0 sends sw->name to the others,
+ * which prepare it for themselves (khub_model_tp_serve_kernels: each rank
+ * resolves, verifies and self-tests under its own policy and lock); every
+ * rank then says whether it could, and whether it got the same plugin bytes
+ * as rank 0, and only when all could does every rank switch (a rank whose
+ * switch fails makes the others switch back). Otherwise no rank changes,
+ * and the status and message are the first failing rank's, as
+ * "tp rank R: <its reason>" (DIGEST_MISMATCH when a rank's plugin differs;
+ * UNSUPPORTED when a rank follows with plain khub_model_tp_serve, or sw is a
+ * 0.1 struct without name). The other ranks wait in the step while they
+ * prepare. Since 0.1. */
 KHUB_API khub_status khub_model_kernel_swap(struct khub_model *m, khub_kernel_swap *sw);
+/* A rank other than 0 of a tensor-parallel model: khub_model_tp_serve, and
+ * when rank 0 swaps a kernel (khub_model_kernel_swap), this rank prepares
+ * the same name with hub under policy (as khub_kernel_swap_prepare; NULL =
+ * the default policy) and switches with the others, or keeps its kernel with
+ * them. A swap that fails does not end the loop; a failed collective does.
+ * hub and policy are borrowed for the call. Statuses: those of
+ * khub_model_tp_serve. Since 0.2. */
+KHUB_API khub_status khub_model_tp_serve_kernels(struct khub_model *m, khub_hub *hub,
+                                                 const khub_model_kernels *policy);
 
 #ifdef __cplusplus
 }

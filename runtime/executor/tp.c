@@ -20,13 +20,15 @@
 #include "executor.h"
 #include "safetensors.h"
 
-enum { STEP_FORWARD = 1, STEP_TRUNCATE = 2, STEP_STOP = 3 };
+enum { STEP_FORWARD = 1, STEP_TRUNCATE = 2, STEP_STOP = 3, STEP_SWAP = 4 };
+enum { SWAP_NAME_MAX = 1024 };
 
 typedef struct step_hdr {
     int32_t op;
     int32_t n_segs;   /* STEP_FORWARD */
     int32_t n_tokens; /* STEP_FORWARD */
-    int32_t seq;      /* STEP_TRUNCATE: the sequence and the tokens it keeps */
+    int32_t seq;      /* STEP_TRUNCATE: the sequence and the tokens it keeps;
+                         STEP_SWAP: the role and the bytes of the name */
     int64_t keep;
 } step_hdr;
 
@@ -44,6 +46,7 @@ static khub_status comm_done(khub_model *m, khub_status st, const char *what, co
     m->tp.comm_ns += now_ns() - t0;
     m->tp.n_collectives++;
     if (st == KHUB_STATUS_OK) return st;
+    m->tp.broken = true;
     return khub__fail(m->rt, st, "%s: tp rank %d of %d: %s failed: %s", m->file, (int)m->tp.rank,
                       (int)m->tp.size, what, err[0] ? err : khub_status_str(st));
 }
@@ -108,6 +111,82 @@ khub_status khub__tp_lead_truncate(khub_model *m, int32_t seq, int64_t keep)
     return bcast(m, &h, sizeof h, "step broadcast");
 }
 
+khub_status khub__tp_lead_swap(khub_model *m, int32_t role, const char *name)
+{
+    if (!leads(m)) return KHUB_STATUS_OK;
+    char buf[SWAP_NAME_MAX] = "";
+    size_t n = strlen(name) + 1;
+    KHUB_RETURN_IF(m->rt, n > sizeof buf, KHUB_STATUS_INVALID_ARG,
+                   "kernel swap: the name is %zu bytes; at most %d under tp", n - 1,
+                   SWAP_NAME_MAX - 1);
+    memcpy(buf, name, n);
+    step_hdr h = {STEP_SWAP, 0, 0, role, (int64_t)n};
+    KHUB_FORWARD_IF_ERROR(m->rt, bcast(m, &h, sizeof h, "step broadcast"));
+    return bcast(m, buf, n, "step broadcast");
+}
+
+typedef struct swap_rec {
+    int32_t status;
+    int32_t pad;
+    char sha[72];
+    char msg[432];
+} swap_rec;
+
+khub_status khub__tp_agree_swap(khub_model *m, khub_status st, const char *sha256)
+{
+    khub__tp *tp = &m->tp;
+    swap_rec mine = {.status = (int32_t)st};
+    snprintf(mine.sha, sizeof mine.sha, "%s", sha256 ? sha256 : "");
+    if (st != KHUB_STATUS_OK) snprintf(mine.msg, sizeof mine.msg, "%s", khub_runtime_errmsg(m->rt));
+    swap_rec *all = khub__calloc(m->rt, (size_t)tp->size, sizeof *all);
+    KHUB_RETURN_IF(m->rt, !all, KHUB_STATUS_NOMEM, "%s: out of memory", m->file);
+    char err[256] = "";
+    uint64_t t0 = now_ns();
+    khub_status cs = tp->comm.all_gather(tp->comm.ud, &mine, sizeof mine, all, err, sizeof err);
+    cs = comm_done(m, cs, "kernel swap agreement", err, t0);
+    if (cs == KHUB_STATUS_OK && st != KHUB_STATUS_OK) cs = st; /* our own message is set */
+    for (int r = 0; r < tp->size && cs == KHUB_STATUS_OK; r++) {
+        if (all[r].status != KHUB_STATUS_OK)
+            cs = khub__fail(m->rt, (khub_status)all[r].status, "tp rank %d: %.420s", r, all[r].msg);
+        else if (strcmp(all[r].sha, all[0].sha) != 0)
+            cs = khub__fail(m->rt, KHUB_STATUS_DIGEST_MISMATCH,
+                            "kernel swap: tp rank %d prepared different kernel bytes than rank 0 "
+                            "(sha256 %.12s... vs %.12s...); every rank must run the same build",
+                            r, all[r].sha[0] ? all[r].sha : "(built-in)",
+                            all[0].sha[0] ? all[0].sha : "(built-in)");
+    }
+    khub__free(m->rt, all, (size_t)tp->size * sizeof *all);
+    return cs;
+}
+
+/* A rank > 0 told to swap: its way to follow, or a refusal every rank
+ * hears. A swap that fails leaves every rank on its old kernel and the
+ * job running; only a failed collective ends it. */
+static khub_status serve_swap(khub_model *m, const step_hdr *h)
+{
+    char name[SWAP_NAME_MAX];
+    KHUB_RETURN_IF(m->rt, h->keep < 1 || h->keep > SWAP_NAME_MAX, KHUB_STATUS_INTERNAL,
+                   "%s: tp rank %d: rank 0 sent a kernel name of %lld bytes", m->file,
+                   (int)m->tp.rank, (long long)h->keep);
+    KHUB_FORWARD_IF_ERROR(m->rt, bcast(m, name, (size_t)h->keep, "step broadcast"));
+    name[h->keep - 1] = '\0';
+    khub_status st;
+    if (m->tp.on_swap) {
+        st = m->tp.on_swap(m->tp.on_swap_ud, m, h->seq, name);
+    } else {
+        khub__fail(m->rt, KHUB_STATUS_UNSUPPORTED,
+                   "kernel swap: this rank follows with khub_model_tp_serve, which cannot swap "
+                   "kernels (khub_model_tp_serve_kernels can)");
+        st = khub__tp_agree_swap(m, KHUB_STATUS_UNSUPPORTED, NULL);
+    }
+    if (st != KHUB_STATUS_OK && !m->tp.broken) {
+        KHUB_LOG_W(m->rt, "%s: tp rank %d kept its kernels: %s", m->file, (int)m->tp.rank,
+                   khub_runtime_errmsg(m->rt));
+        return KHUB_STATUS_OK;
+    }
+    return st;
+}
+
 void khub__tp_lead_stop(khub_model *m)
 {
     if (!leads(m) || !m->tp.serving) return;
@@ -128,6 +207,7 @@ static khub_status serve_step(khub_model *m, bool *stop)
         return KHUB_STATUS_OK;
     }
     if (h.op == STEP_TRUNCATE) return khub__forward_truncate(m, h.seq, h.keep);
+    if (h.op == STEP_SWAP) return serve_swap(m, &h);
     KHUB_RETURN_IF(m->rt,
                    h.op != STEP_FORWARD || h.n_segs < 1 || h.n_segs > m->max_seqs ||
                        h.n_tokens < 1 || h.n_tokens > m->max_batch,

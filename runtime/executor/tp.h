@@ -43,6 +43,12 @@ typedef enum khub__tp_split {
     KHUB__TP_ROW_FFN    /* columns of this rank's FFN slice (down_proj) */
 } khub__tp_split;
 
+/* A kernel swap that rank 0 asked for (khub_model_kernel_swap under tp),
+ * run on a rank > 0 from khub_model_tp_serve: make `name` ready for role,
+ * agree with the other ranks (khub__tp_agree_swap) and switch, or not. The
+ * executor knows no hub; runtime/kernels sets it (khub_model_tp_serve_kernels). */
+typedef khub_status (*khub__tp_swap_fn)(void *ud, khub_model *m, int32_t role, const char *name);
+
 typedef struct khub__tp {
     int32_t size, rank; /* 1, 0 without tensor parallelism */
     khub_comm comm;     /* the embedder's table, copied up to its struct_size */
@@ -56,6 +62,9 @@ typedef struct khub__tp {
     khub__seg *segs;  /* [max_seqs] a step's segments (ranks > 0) */
     uint64_t comm_ns; /* time spent in collectives */
     uint64_t n_collectives;
+    bool broken;              /* a collective failed: the job cannot go on */
+    khub__tp_swap_fn on_swap; /* ranks > 0: how to follow a swap; NULL = refuse it */
+    void *on_swap_ud;
 } khub__tp;
 
 /* ---- tp_plan.c ---------------------------------------------------------- */
@@ -95,6 +104,15 @@ KHUB_INTERNAL khub_status khub__tp_gather_logits(khub_model *m, int n);
 KHUB_INTERNAL khub_status khub__tp_lead_forward(khub_model *m, const int32_t *tokens,
                                                 const khub__seg *segs, int n_segs);
 KHUB_INTERNAL khub_status khub__tp_lead_truncate(khub_model *m, int32_t seq, int64_t keep);
+/* Rank 0 tells the others to swap role's kernel to `name` (at most 1023
+ * bytes); then every rank runs the same agreement (khub__tp_agree_swap). */
+KHUB_INTERNAL khub_status khub__tp_lead_swap(khub_model *m, int32_t role, const char *name);
+/* One round of a swap's agreement, collective: every rank gives its status
+ * (and message on m->rt when failed) and, when OK, the SHA-256 of the plugin
+ * it would switch to ("" for a built-in one). OK when every rank is OK with
+ * the same bytes; else every rank fails with the first failing rank's
+ * status and "tp rank R: <its message>" (its own message when it failed). */
+KHUB_INTERNAL khub_status khub__tp_agree_swap(khub_model *m, khub_status st, const char *sha256);
 /* Rank 0 releases the others' serve loops (khub_model_free). */
 KHUB_INTERNAL void khub__tp_lead_stop(khub_model *m);
 /* After the load on every rank, its status: every rank learns every

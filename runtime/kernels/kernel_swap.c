@@ -102,8 +102,81 @@ khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt, khub_kerne
                           rname, name, err);
     }
     snprintf(out->selftest, sizeof out->selftest, "%s", p->desc.selftest ? "passed" : "none");
+    if (size >= offsetof(khub_kernel_swap, name) + sizeof out->name)
+        snprintf(out->name, sizeof out->name, "%s", name);
     out->plugin = p;
     return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Every rank together (tensor parallelism, issue 18 item 4)                */
+/* ======================================================================== */
+
+static const khub_binding *serving(const khub_model *m, int32_t role)
+{
+    if (role == KHUB_KERNEL_ROLE_ATTENTION) return m->paged_attn ? m->paged_attn : m->attention;
+    if (role == KHUB_KERNEL_ROLE_NORM) return m->norm;
+    if (role == KHUB_KERNEL_ROLE_ACTIVATION) return m->act;
+    if (role == KHUB_KERNEL_ROLE_ROTARY) return m->rotary;
+    return NULL;
+}
+
+/* Two rounds on every rank: all prepared (and the same bytes), then all
+ * switched; a rank whose switch failed makes the others switch back to
+ * what served before, so every rank runs the same kernels after it. prep
+ * is this rank's preparation (its message on m->rt when failed). */
+static khub_status tp_switch(khub_model *m, int32_t role, khub_plugin *p, const char *op,
+                             khub_status prep)
+{
+    KHUB_FORWARD_IF_ERROR(m->rt,
+                          khub__tp_agree_swap(m, prep, prep == KHUB_STATUS_OK ? p->sha256 : NULL));
+    const khub_binding *before = serving(m, role);
+    khub_plugin *old_p = before ? before->plugin : NULL;
+    char old_op[128] = "";
+    if (old_p && before->op_index < old_p->n_ops)
+        snprintf(old_op, sizeof old_op, "%s", old_p->ops[before->op_index].name);
+    khub_status st = khub__model_rebind(m, role, p, op);
+    khub_status all = khub__tp_agree_swap(m, st, NULL);
+    if (all != KHUB_STATUS_OK && st == KHUB_STATUS_OK && old_p && !m->tp.broken) {
+        char why[KHUB_ERROR_SIZE];
+        khub__copy_error(m->rt, why, sizeof why);
+        if (khub__model_rebind(m, role, old_p, old_op) != KHUB_STATUS_OK)
+            KHUB_LOG_E(m->rt, "kernel swap: switching back failed: %s", khub_runtime_errmsg(m->rt));
+        khub__clear(m->rt);
+        khub__fail(m->rt, all, "%s", why);
+    }
+    return all;
+}
+
+typedef struct follow_ctx {
+    khub_hub *hub;
+    const khub_model_kernels *policy;
+} follow_ctx;
+
+static khub_status follow_swap(void *ud, khub_model *m, int32_t role, const char *name)
+{
+    follow_ctx *f = ud;
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    khub_status st =
+        khub_kernel_swap_prepare(f->hub, m->rt, (khub_kernel_role)role, name, f->policy, &sw);
+    khub_status all = tp_switch(m, role, sw.plugin, sw.op_name, st);
+    if (all == KHUB_STATUS_OK)
+        KHUB_LOG_I(m->rt, "%s: tp rank %d: %s kernel swapped to %s", m->file, (int)m->tp.rank,
+                   khub_kernel_role_name((khub_kernel_role)role), name);
+    return all;
+}
+
+khub_status khub_model_tp_serve_kernels(khub_model *m, khub_hub *hub,
+                                        const khub_model_kernels *policy)
+{
+    KHUB_API_CHECK(m ? m->rt : NULL, m && hub);
+    follow_ctx f = {hub, policy};
+    m->tp.on_swap = follow_swap;
+    m->tp.on_swap_ud = &f;
+    khub_status st = khub_model_tp_serve(m);
+    m->tp.on_swap = NULL;
+    m->tp.on_swap_ud = NULL;
+    return st;
 }
 
 khub_status khub_model_kernel_swap(khub_model *m, khub_kernel_swap *sw)
@@ -113,37 +186,35 @@ khub_status khub_model_kernel_swap(khub_model *m, khub_kernel_swap *sw)
     KHUB_RETURN_IF(m->rt, sw->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
                    KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
                    (unsigned)sw->struct_size, sizeof(khub_kernel_swap));
-    /* Under tp every rank must switch at the same step, or the ranks' halves
-     * of a layer would come from different kernels; nothing coordinates
-     * that yet (issue 18 item 4), so one rank never swaps alone. */
-    KHUB_RETURN_IF(m->rt, m->tp.size > 1, KHUB_STATUS_UNSUPPORTED,
-                   "kernel swap: %s runs tensor-parallel over %d ranks, and a swap on rank 0 "
-                   "alone would mix kernels within a layer; restart the job with the new "
-                   "kernel",
-                   m->file, (int)m->tp.size);
-    const khub_binding *before = NULL;
-    if (sw->role == KHUB_KERNEL_ROLE_ATTENTION)
-        before = m->paged_attn ? m->paged_attn : m->attention;
-    else if (sw->role == KHUB_KERNEL_ROLE_NORM)
-        before = m->norm;
-    else if (sw->role == KHUB_KERNEL_ROLE_ACTIVATION)
-        before = m->act;
-    else if (sw->role == KHUB_KERNEL_ROLE_ROTARY)
-        before = m->rotary;
+    /* Under tp every rank switches at the same step, or the ranks' halves
+     * of a layer would come from different kernels: rank 0 (this call)
+     * sends the name, and every rank prepares, agrees and switches. */
+    KHUB_RETURN_IF(m->rt, m->tp.size > 1 && m->tp.rank != 0, KHUB_STATUS_MISUSE,
+                   "kernel swap: %s is tp rank %d; rank 0 swaps for every rank", m->file,
+                   (int)m->tp.rank);
+    KHUB_RETURN_IF(m->rt,
+                   m->tp.size > 1 && sw->struct_size < offsetof(khub_kernel_swap, name) + 1024,
+                   KHUB_STATUS_UNSUPPORTED,
+                   "kernel swap: %s runs tensor-parallel over %d ranks, and this khub_kernel_swap "
+                   "(0.1, %u bytes) has no name to send to the other ranks",
+                   m->file, (int)m->tp.size, (unsigned)sw->struct_size);
+    const khub_binding *before = serving(m, sw->role);
     char prev[192];
     snprintf(prev, sizeof prev, "%s", before ? khub_binding_name(before) : "");
-    khub_status st = khub__model_rebind(m, sw->role, sw->plugin, sw->op_name);
+    khub_status st;
+    if (m->tp.size > 1) {
+        st = khub__tp_lead_swap(m, sw->role, sw->name);
+        if (st == KHUB_STATUS_OK) st = tp_switch(m, sw->role, sw->plugin, sw->op_name, st);
+    } else {
+        st = khub__model_rebind(m, sw->role, sw->plugin, sw->op_name);
+    }
     if (st != KHUB_STATUS_OK) {
         char why[KHUB_ERROR_SIZE];
         khub__copy_error(m->rt, why, sizeof why);
         khub__clear(m->rt);
         return khub__fail(m->rt, st, "%s", why);
     }
-    const khub_binding *now = sw->role == KHUB_KERNEL_ROLE_ATTENTION
-                                  ? (m->paged_attn ? m->paged_attn : m->attention)
-                              : sw->role == KHUB_KERNEL_ROLE_NORM       ? m->norm
-                              : sw->role == KHUB_KERNEL_ROLE_ACTIVATION ? m->act
-                                                                        : m->rotary;
+    const khub_binding *now = serving(m, sw->role);
     snprintf(sw->previous, sizeof sw->previous, "%s", prev);
     snprintf(sw->now_serving, sizeof sw->now_serving, "%s", khub_binding_name(now));
     return KHUB_STATUS_OK;

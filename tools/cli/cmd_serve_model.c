@@ -134,9 +134,13 @@ static int run(int argc, char **argv)
         khub_hub_free(hub);
         return cli_tp_end(&job, 1);
     }
-    if (job.comm.rank != 0) {
+    if (job.comm.rank != 0) { /* follows rank 0's steps and its kernel swaps */
+        khub_model_kernels policy = {KHUB_APP_INIT(khub_model_kernels), .lock_path = a.m.lock,
+                                     .policy_path = a.m.policy,
+                                     .allow_unsigned = a.m.allow_unsigned};
+        rc = cli_tp_follow_kernels(&job, rt, m, hub, &policy);
         khub_hub_free(hub);
-        return cli_tp_end(&job, cli_tp_follow(&job, rt, m));
+        return cli_tp_end(&job, rc);
     }
     khub_model_server_opts so = {KHUB_APP_INIT(khub_model_server_opts),
                                  .model = m,

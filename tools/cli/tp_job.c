@@ -20,7 +20,14 @@ const khub_comm *cli_tp_comm(const cli_tp_job *j) { return j->tp > 1 ? &j->comm 
 
 int cli_tp_follow(const cli_tp_job *j, khub_runtime *rt, khub_model *m)
 {
-    if (khub_model_tp_serve(m) != KHUB_STATUS_OK) {
+    return cli_tp_follow_kernels(j, rt, m, NULL, NULL);
+}
+
+int cli_tp_follow_kernels(const cli_tp_job *j, khub_runtime *rt, khub_model *m, khub_hub *hub,
+                          const khub_model_kernels *policy)
+{
+    khub_status st = hub ? khub_model_tp_serve_kernels(m, hub, policy) : khub_model_tp_serve(m);
+    if (st != KHUB_STATUS_OK) {
         khub_cli_fail(j->cmd, "tp rank %d: %s", (int)j->comm.rank, khub_runtime_errmsg(rt));
         cli_mpi_end(1); /* MPI_Abort: does not return */
     }

@@ -20,6 +20,7 @@
 #define KHUB_CLI_TP_JOB_H
 
 #include "khub/khub_comm.h"
+#include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 
 typedef struct cli_tp_job {
@@ -38,6 +39,11 @@ const khub_comm *cli_tp_comm(const cli_tp_job *j);
  * model, then frees m and rt. Returns 0; on a failed step it prints why
  * and calls MPI_Abort (it does not return), which ends every rank. */
 int cli_tp_follow(const cli_tp_job *j, khub_runtime *rt, khub_model *m);
+/* cli_tp_follow that also follows rank 0's kernel swaps (serve-model's
+ * POST /v1/kernels/reload): this rank prepares each with hub under policy
+ * (khub_model_tp_serve_kernels). */
+int cli_tp_follow_kernels(const cli_tp_job *j, khub_runtime *rt, khub_model *m, khub_hub *hub,
+                          const khub_model_kernels *policy);
 /* On rank 0 after a failure and before khub_model_free: MPI_Abort, which
  * does not return (freeing would broadcast a stop that ranks stuck in
  * another collective cannot match). Nothing without a job or when rc is 0. */
