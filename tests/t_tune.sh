@@ -3,7 +3,8 @@
 # (tools/make-tiny-model.py: milliseconds per run). It checks the report's
 # structure and the honesty rules, never timings: every candidate row is
 # measured, skipped or unverified with a reason; an injected crash shows as
-# unverified with its signal; tensor parallelism is listed as not measured;
+# unverified with its signal; the parallelism lever is left out with
+# --levers (tests/t_tune_tp.sh measures it under mpirun);
 # the recommendation is a measured winner (the combination's parts too) or
 # the baseline; the saved khub.json and the recommended flags are accepted
 # by `khub run`; the Markdown and text reports have their sections; and bad
@@ -25,6 +26,7 @@ cat > w.jsonl << 'EOF'
 EOF
 
 "$KHUB" tune --model tiny --workload w.jsonl --goal throughput --time-budget 300 --json \
+    --levers attention,quantization,cache,threads,batching,kernels \
     --save rec.json --inject-failure cache=static > t.json 2> t.err ||
     { cat t.err; fail "tune --json"; }
 python3 - t.json rec.json << 'PY' || fail "report structure or honesty rules"
@@ -48,7 +50,7 @@ for c in r["candidates"]:
 # the injected crash is reported, with the signal, not dropped
 assert rows["cache=static"]["state"] == "unverified", rows["cache=static"]
 assert "crashed: signal 6" in rows["cache=static"]["reason"], rows["cache=static"]
-assert rows["tp"]["state"] == "skipped" and "tune measures one process" in rows["tp"]["reason"]
+assert not any(c["lever"] == "parallelism" for c in r["candidates"])  # not asked for
 for lever in ("attention", "quantization", "cache", "threads", "batching"):
     assert any(c["lever"] == lever for c in r["candidates"]), lever
 # the baseline agrees with itself

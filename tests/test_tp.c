@@ -145,7 +145,8 @@ typedef struct rank_job {
     int real;          /* SmolLM2, the fixtures' last logits: 1 default kernels, 2 ref-cpu */
     khub_status load_st, serve_st;
     char msg[KHUB_ERROR_SIZE];
-    float logits[256]; /* rank 0: the prompt's last logits */
+    float logits[256];   /* rank 0: the prompt's last logits */
+    float all[13 * 256]; /* rank 0: every position's (khub_model_logits_all) */
     int32_t greedy[NEW];
     char explain[4096];
     uint64_t weight_bytes;
@@ -190,7 +191,8 @@ static int32_t argmax(const float *x, int64_t n)
 }
 
 /* Rank 0's work: the prompt's logits (one prefill), then NEW greedy tokens
- * one decode step at a time through the KV cache. */
+ * one decode step at a time through the KV cache, then every position's
+ * logits (the other ranks follow khub_model_logits_all's steps too). */
 static khub_status drive(khub_model *m, rank_job *j)
 {
     int64_t V = m->cfg.vocab_size;
@@ -203,7 +205,7 @@ static khub_status drive(khub_model *m, rank_job *j)
         khub__seg s = {0, 0, 13 + i, 1};
         KHUB_FORWARD_IF_ERROR(m->rt, khub__forward(m, &j->greedy[i], &s, 1));
     }
-    return KHUB_STATUS_OK;
+    return khub_model_logits_all(m, PROMPT, 13, j->all);
 }
 
 /* The fixture prompts of tests/fixtures/smollm2_greedy.json: ids and count. */
@@ -353,6 +355,14 @@ static void check_matches(const tiny *t, int size, const char *quant)
     printf("tp %d: logits rel err %.3g\n", size, e);
     ASSERT_LE(e, 1e-4);
     for (int i = 0; i < NEW; i++) ASSERT_EQ(many[0].greedy[i], one[0].greedy[i]);
+    /* Every position's logits: tp's against tp 1's, and the last row against
+     * the prompt's last logits of the same ranks. */
+    double ea = rel_err(many[0].all, one[0].all, 13 * t->vocab);
+    double el = rel_err(many[0].all + 12 * t->vocab, many[0].logits, t->vocab);
+    printf("tp %d: all-positions logits rel err %.3g, last row vs last logits %.3g\n", size, ea,
+           el);
+    ASSERT_LE(ea, 1e-4);
+    ASSERT_LE(el, 1e-5);
     tiny_rm(dir);
 }
 
@@ -589,8 +599,9 @@ TEST_IMPL(tp2_plugin_collectives_through_the_host)
     for (int r = 0; r < 2; r++) {
         ASSERT_OK(jobs[r].serve_st);
         ASSERT_CONTAINS(jobs[r].act, "khub-test/comm 1.0.0 :: silu_and_mul");
-        /* a prefill and NEW decode steps, once per layer each */
-        ASSERT_EQ(jobs[r].act_calls, (uint64_t)(1 + NEW) * LAYERS);
+        /* a prefill, NEW decode steps and khub_model_logits_all's prefill,
+         * once per layer each */
+        ASSERT_EQ(jobs[r].act_calls, (uint64_t)(2 + NEW) * LAYERS);
     }
 }
 
@@ -626,7 +637,9 @@ TEST_IMPL(tp2_kernel_swap_on_every_rank)
     for (int r = 0; r < 2; r++) {
         ASSERT_OK(jobs[r].serve_st);
         ASSERT_STR_EQ(jobs[r].act, "khub-test/comm 1.0.0 :: silu_and_mul");
-        ASSERT_EQ(jobs[r].act_calls, (uint64_t)(1 + NEW) * LAYERS); /* every step after it */
+        /* every step after it: the prefill, NEW decode steps and
+         * khub_model_logits_all's prefill */
+        ASSERT_EQ(jobs[r].act_calls, (uint64_t)(2 + NEW) * LAYERS);
     }
     for (int i = 0; i < NEW; i++) ASSERT_EQ(jobs[0].greedy[i], one[0].greedy[i]);
 

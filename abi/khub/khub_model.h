@@ -323,6 +323,18 @@ KHUB_API void khub_generate_results_free(khub_model *m, khub_generate_result *re
  * Since 0.1. */
 KHUB_API khub_status khub_model_logits(khub_model *m, const int32_t *ids, size_t n,
                                        float *out_last_logits);
+/* Runs ids[n] as a fresh sequence, as khub_model_logits does, and writes
+ * the logits of every position to out[n * vocab] (row i: the next-token
+ * logits after ids[0..i]), e.g. for perplexity over a whole text in one
+ * prefill. Row n - 1 is khub_model_logits' result up to the rounding of a
+ * matrix product over more rows. With tp_size > 1, call it on rank 0 (the
+ * other ranks run it in khub_model_tp_serve). Statuses: CONTEXT_FULL (n
+ * over the KV capacity per sequence, khub_model_info.max_context), MISUSE
+ * (NULL m, ids or out, or n == 0), TOKENIZER for an id outside the
+ * vocabulary, and op failures. Not thread-safe with other calls on m.
+ * Since 0.2 (issue 17). */
+KHUB_API khub_status khub_model_logits_all(khub_model *m, const int32_t *ids, size_t n,
+                                           float *out_all_logits);
 
 #ifdef __cplusplus
 }

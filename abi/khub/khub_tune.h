@@ -4,7 +4,8 @@
  * person choosing an inference optimization, on the user's own workload:
  * measure a baseline and name where memory or time goes, then apply one
  * change at a time (attention backend, quantization at load, KV cache
- * strategy, thread count, batching limits, kernels from a hub), each
+ * strategy, thread count, batching limits, kernels from a hub, tensor
+ * parallelism under mpirun), each
  * checked for compatibility first and measured on the same workload (peak
  * RSS, time to first token, per-token latency, throughput, greedy token
  * agreement with the baseline, perplexity on a held-out text), then measure
@@ -43,6 +44,8 @@
 #include <stdint.h>
 
 #include "khub.h"
+#include "khub_comm.h"
+#include "khub_model.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -120,6 +123,18 @@ typedef struct khub_tune_opts {
      * one candidate). */
     const char *levers;
     /* End of 0.1. */
+    /* The parallelism lever (added in 0.2, issue 17): tensor parallelism
+     * over tp_size ranks (0 = 2), measured under `mpirun` (found on PATH)
+     * on the same workload as a candidate of its own. tp_rank_program is
+     * the program mpirun starts for each rank, as `PROG tune-rank --tp N
+     * SPEC`, which must run khub_tune_rank_load and khub_tune_rank_measure
+     * below (the khub CLI passes itself: `khub tune-rank`); NULL lists the
+     * lever as unavailable with tp_unavailable as the reason (e.g. "this
+     * khub was built without MPI"; NULL = a generic one). Borrowed. */
+    int32_t tp_size;
+    const char *tp_rank_program;
+    const char *tp_unavailable;
+    /* End of 0.2. */
 } khub_tune_opts;
 
 typedef struct khub_tune_report khub_tune_report;
@@ -155,6 +170,34 @@ KHUB_API const char *khub_tune_report_khub_json(const khub_tune_report *r);
 KHUB_API const char *khub_tune_report_run_flags(const khub_tune_report *r);
 /* Accepts NULL. Since 0.1. */
 KHUB_API void khub_tune_report_free(khub_tune_report *r);
+
+/* ------------------------------------------------------------------------ */
+/* One rank of the parallelism lever's job                                  */
+/* ------------------------------------------------------------------------ */
+
+/* In the rank program that khub_tune_run starts under mpirun (`PROG
+ * tune-rank --tp N SPEC`; opts.tp_rank_program), on every rank, with the
+ * job's communicator (khub_comm.h; comm->size must be the spec's N):
+ * reads SPEC (a JSON file khub_tune_run wrote: model, configuration,
+ * workload, result path) and loads the model on this rank's shards with
+ * the configuration's kernels, as a one-process measurement would; the
+ * caller owns *rt and *m (ranks > 0 then run khub_model_tp_serve, rank 0
+ * khub_tune_rank_measure; free m before rt). A collective: every rank
+ * calls it. On failure rank 0 also writes the reason into the result, so
+ * the report can give it. Statuses: PARSE (not a spec), INVALID_ARG (NULL
+ * arguments, or a job size other than the spec's), the load's. errbuf
+ * (KHUB_ERROR_SIZE bytes) receives the reason. Since 0.2 (issue 17). */
+KHUB_API khub_status khub_tune_rank_load(const char *spec_path, const khub_comm *comm,
+                                         khub_runtime **rt, khub_model **m, char *errbuf,
+                                         size_t errbuf_size);
+/* On rank 0 after khub_tune_rank_load: runs the spec's workload and the
+ * held-out perplexity on m (the other ranks follow in khub_model_tp_serve),
+ * reads every rank's peak RSS (the ranks run on this machine: their pids
+ * were written at the load), and writes the result file khub_tune_run
+ * reads, also on failure with the reason. Statuses: PARSE, INVALID_ARG,
+ * IO (a step failed: errbuf says which). Since 0.2 (issue 17). */
+KHUB_API khub_status khub_tune_rank_measure(const char *spec_path, khub_model *m, char *errbuf,
+                                            size_t errbuf_size);
 
 #ifdef __cplusplus
 }

@@ -184,6 +184,12 @@ KHUB_INTERNAL khub_status khub__verified_call(khub_model *m, khub_binding *b, co
                                               const char *what, int layer);
 KHUB_INTERNAL khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg *segs,
                                         int n_segs);
+/* khub__forward, and with all_rows the logits of every row of the step,
+ * [tokens, vocab], into out instead of the last rows' into m->logits (out
+ * is NULL on tp ranks > 0: they only join the logits' all-gathers). */
+KHUB_INTERNAL khub_status khub__forward_rows(khub_model *m, const int32_t *tokens,
+                                             const khub__seg *segs, int n_segs, bool all_rows,
+                                             float *out);
 /* Forgets sequence seq's cache (a new prompt starts at position 0). */
 KHUB_INTERNAL khub_status khub__forward_reset(khub_model *m, int32_t seq);
 /* Forgets positions >= n of sequence seq (n <= its length; 0 = reset):

@@ -17,7 +17,8 @@
  *   ob = down(act(gate(xb)) * up(xb))      (act: SiLU, Gemma GELU-tanh)
  *   ob = rms_norm(ob)                      (Gemma post_ffw_norm)
  * then xb = final_norm(ob + x) and logits = lm_head(last row of each segment)
- * (Gemma 2-style final_logit_softcapping: logits = cap * tanh(logits / cap)).
+ * (Gemma 2-style final_logit_softcapping: logits = cap * tanh(logits / cap)),
+ * or, for khub_model_logits_all, lm_head of every row (khub__forward_rows).
  * A capped attention (attn_logit_softcapping) is the attention op's job
  * (KHUB_ATTN_SOFTCAP, ABI 1.5): forward.c passes the cap in its args.
  *
@@ -263,12 +264,12 @@ static khub_status reserve_blocks(khub_model *m, const khub__seg *segs, int n_se
  * cap * tanh(logits / cap), done here on the gathered logits rather than by
  * an op: it is elementwise over n_segs rows of the vocabulary, and the
  * lm_head op stays a plain linear. */
-static void softcap_logits(khub_model *m, int n_segs)
+static void softcap_rows(const khub_model *m, float *logits, int64_t rows)
 {
     double cap = m->cfg.final_softcap;
     if (!(cap > 0)) return;
-    size_t n = (size_t)n_segs * (size_t)m->cfg.vocab_size;
-    for (size_t i = 0; i < n; i++) m->logits[i] = (float)(cap * tanh(m->logits[i] / cap));
+    size_t n = (size_t)rows * (size_t)m->cfg.vocab_size;
+    for (size_t i = 0; i < n; i++) logits[i] = (float)(cap * tanh(logits[i] / cap));
 }
 
 static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__seg *segs, int n_segs)
@@ -400,29 +401,37 @@ static khub_status kv_pin(khub_model *m)
                       m->file);
 }
 
-khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg *segs, int n_segs)
+/* The logits of every row of xb, [n, vocab], into out (NULL on ranks > 0,
+ * which only take part in the all-gathers). Without tp, one lm_head call on
+ * all n rows writes out directly. With tp, groups of max_seqs rows go
+ * through the last-row buffers, so the gather's scratch stays [max_seqs,
+ * vocab] per rank instead of growing to max_batch rows. */
+static khub_status head_all_rows(khub_model *m, int64_t n, float *out)
 {
-    int64_t n = 0, hidden = m->cfg.hidden_size;
-    /* A model placed on a CUDA device (placement.c) has its weights and
-     * blocks there, but the pass below reads host memory only. */
-    KHUB_RETURN_IF(m->rt, m->place, KHUB_STATUS_UNSUPPORTED,
-                   "%s: the forward pass on a CUDA device is not built yet (issue 19: placement, "
-                   "upload and memory are; see docs/gpu.md); load the model for the CPU",
-                   m->file);
-    KHUB_FORWARD_IF_ERROR(m->rt, plan(m, segs, n_segs, &n));
-    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_lead_forward(m, tokens, segs, n_segs));
-    KHUB_FORWARD_IF_ERROR(m->rt, embed(m, tokens, n));
-    KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
-    khub_status st = reserve_blocks(m, segs, n_segs);
-    for (int L = 0; L < m->cfg.n_layers && st == KHUB_STATUS_OK; L++)
-        st = layer_forward(m, L, n, segs, n_segs);
-    khub_binding_release(m->kv_op);
-    KHUB_FORWARD_IF_ERROR(m->rt, st);
-    for (int s = 0; s < n_segs; s++) m->seq_len[segs[s].seq] += segs[s].n;
+    int64_t hidden = m->cfg.hidden_size;
+    size_t V = (size_t)m->cfg.vocab_size;
+    int layer = (int)m->cfg.n_layers;
+    if (m->tp.size < 2) {
+        KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &m->lm_head, m->xb, n, out, "lm_head", layer));
+        softcap_rows(m, out, n);
+        return KHUB_STATUS_OK;
+    }
+    for (int64_t r = 0; r < n; r += m->max_seqs) {
+        int k = (int)(n - r < m->max_seqs ? n - r : m->max_seqs);
+        memcpy(m->last, m->xb + (size_t)(r * hidden), (size_t)k * (size_t)hidden * sizeof(float));
+        KHUB_FORWARD_IF_ERROR(m->rt,
+                              linear(m, &m->lm_head, m->last, k, m->tp.logits, "lm_head", layer));
+        KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_gather_logits(m, k));
+        softcap_rows(m, m->logits, k);
+        if (out) memcpy(out + (size_t)r * V, m->logits, (size_t)k * V * sizeof(float));
+    }
+    return KHUB_STATUS_OK;
+}
 
-    KHUB_FORWARD_IF_ERROR(m->rt, norm(m, m->ob, m->x, &m->final_norm, n, hidden, m->xb,
-                                      "final_norm", (int)m->cfg.n_layers));
-    int64_t row = 0;
+/* The logits of the last row of each segment into m->logits [n_segs, vocab]. */
+static khub_status head_last_rows(khub_model *m, const khub__seg *segs, int n_segs)
+{
+    int64_t row = 0, hidden = m->cfg.hidden_size;
     for (int s = 0; s < n_segs; s++) {
         row += segs[s].n;
         memcpy(m->last + (size_t)s * hidden, m->xb + (size_t)(row - 1) * hidden,
@@ -437,8 +446,39 @@ khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg 
                                             "lm_head", (int)m->cfg.n_layers));
         KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_gather_logits(m, n_segs));
     }
-    softcap_logits(m, n_segs);
+    softcap_rows(m, m->logits, n_segs);
     return KHUB_STATUS_OK;
+}
+
+khub_status khub__forward_rows(khub_model *m, const int32_t *tokens, const khub__seg *segs,
+                               int n_segs, bool all_rows, float *out)
+{
+    int64_t n = 0, hidden = m->cfg.hidden_size;
+    /* A model placed on a CUDA device (placement.c) has its weights and
+     * blocks there, but the pass below reads host memory only. */
+    KHUB_RETURN_IF(m->rt, m->place, KHUB_STATUS_UNSUPPORTED,
+                   "%s: the forward pass on a CUDA device is not built yet (issue 19: placement, "
+                   "upload and memory are; see docs/gpu.md); load the model for the CPU",
+                   m->file);
+    KHUB_FORWARD_IF_ERROR(m->rt, plan(m, segs, n_segs, &n));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_lead_forward(m, tokens, segs, n_segs, all_rows));
+    KHUB_FORWARD_IF_ERROR(m->rt, embed(m, tokens, n));
+    KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
+    khub_status st = reserve_blocks(m, segs, n_segs);
+    for (int L = 0; L < m->cfg.n_layers && st == KHUB_STATUS_OK; L++)
+        st = layer_forward(m, L, n, segs, n_segs);
+    khub_binding_release(m->kv_op);
+    KHUB_FORWARD_IF_ERROR(m->rt, st);
+    for (int s = 0; s < n_segs; s++) m->seq_len[segs[s].seq] += segs[s].n;
+
+    KHUB_FORWARD_IF_ERROR(m->rt, norm(m, m->ob, m->x, &m->final_norm, n, hidden, m->xb,
+                                      "final_norm", (int)m->cfg.n_layers));
+    return all_rows ? head_all_rows(m, n, out) : head_last_rows(m, segs, n_segs);
+}
+
+khub_status khub__forward(khub_model *m, const int32_t *tokens, const khub__seg *segs, int n_segs)
+{
+    return khub__forward_rows(m, tokens, segs, n_segs, false, NULL);
 }
 
 khub_status khub__forward_reset(khub_model *m, int32_t seq)

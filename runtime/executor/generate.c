@@ -252,7 +252,7 @@ void khub_batch_results_free(khub_model *m, khub_batch_result *results, size_t n
 }
 
 /* ======================================================================== */
-/* khub_model_logits                                                        */
+/* khub_model_logits, khub_model_logits_all                                 */
 /* ======================================================================== */
 
 khub_status khub_model_logits(khub_model *m, const int32_t *ids, size_t n, float *out)
@@ -270,5 +270,26 @@ khub_status khub_model_logits(khub_model *m, const int32_t *ids, size_t n, float
         done += (size_t)take;
     }
     memcpy(out, m->logits, (size_t)m->cfg.vocab_size * sizeof *out);
+    return KHUB_STATUS_OK;
+}
+
+/* Every position's logits: the same chunks as khub_model_logits, each with
+ * the LM head on all of its rows, written straight into out. */
+khub_status khub_model_logits_all(khub_model *m, const int32_t *ids, size_t n, float *out)
+{
+    KHUB_API_CHECK(m ? m->rt : NULL, m && ids && out && n > 0);
+    khub__clear(m->rt);
+    KHUB_RETURN_IF(m->rt, n > (size_t)m->max_context, KHUB_STATUS_CONTEXT_FULL,
+                   "khub_model_logits_all: %zu tokens, the KV cache holds %lld", n,
+                   (long long)m->max_context);
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_reset(m, 0));
+    size_t V = (size_t)m->cfg.vocab_size;
+    for (size_t done = 0; done < n;) {
+        int64_t take = (int64_t)(n - done) < m->max_batch ? (int64_t)(n - done) : m->max_batch;
+        khub__seg seg = {0, 0, (int64_t)done, take};
+        KHUB_FORWARD_IF_ERROR(m->rt,
+                              khub__forward_rows(m, ids + done, &seg, 1, true, out + done * V));
+        done += (size_t)take;
+    }
     return KHUB_STATUS_OK;
 }

@@ -29,6 +29,7 @@ typedef struct step_hdr {
     int32_t n_tokens; /* STEP_FORWARD */
     int32_t seq;      /* STEP_TRUNCATE: the sequence and the tokens it keeps;
                          STEP_SWAP: the role and the bytes of the name */
+    int32_t all_rows; /* STEP_FORWARD: 1 = every row's logits (khub_model_logits_all) */
     int64_t keep;
 } step_hdr;
 
@@ -92,12 +93,12 @@ khub_status khub__tp_gather_logits(khub_model *m, int n)
 static bool leads(const khub_model *m) { return m->tp.size > 1 && m->tp.rank == 0; }
 
 khub_status khub__tp_lead_forward(khub_model *m, const int32_t *tokens, const khub__seg *segs,
-                                  int n_segs)
+                                  int n_segs, bool all_rows)
 {
     if (!leads(m)) return KHUB_STATUS_OK;
     int64_t n = 0;
     for (int s = 0; s < n_segs; s++) n += segs[s].n;
-    step_hdr h = {STEP_FORWARD, n_segs, (int32_t)n, -1, 0};
+    step_hdr h = {STEP_FORWARD, n_segs, (int32_t)n, -1, all_rows, 0};
     KHUB_FORWARD_IF_ERROR(m->rt, bcast(m, &h, sizeof h, "step broadcast"));
     KHUB_FORWARD_IF_ERROR(m->rt,
                           bcast(m, (void *)segs, (size_t)n_segs * sizeof *segs, "step broadcast"));
@@ -107,7 +108,7 @@ khub_status khub__tp_lead_forward(khub_model *m, const int32_t *tokens, const kh
 khub_status khub__tp_lead_truncate(khub_model *m, int32_t seq, int64_t keep)
 {
     if (!leads(m)) return KHUB_STATUS_OK;
-    step_hdr h = {STEP_TRUNCATE, 0, 0, seq, keep};
+    step_hdr h = {STEP_TRUNCATE, 0, 0, seq, 0, keep};
     return bcast(m, &h, sizeof h, "step broadcast");
 }
 
@@ -120,7 +121,7 @@ khub_status khub__tp_lead_swap(khub_model *m, int32_t role, const char *name)
                    "kernel swap: the name is %zu bytes; at most %d under tp", n - 1,
                    SWAP_NAME_MAX - 1);
     memcpy(buf, name, n);
-    step_hdr h = {STEP_SWAP, 0, 0, role, (int64_t)n};
+    step_hdr h = {STEP_SWAP, 0, 0, role, 0, (int64_t)n};
     KHUB_FORWARD_IF_ERROR(m->rt, bcast(m, &h, sizeof h, "step broadcast"));
     return bcast(m, buf, n, "step broadcast");
 }
@@ -190,7 +191,7 @@ static khub_status serve_swap(khub_model *m, const step_hdr *h)
 void khub__tp_lead_stop(khub_model *m)
 {
     if (!leads(m) || !m->tp.serving) return;
-    step_hdr h = {STEP_STOP, 0, 0, -1, 0};
+    step_hdr h = {STEP_STOP, 0, 0, -1, 0, 0};
     if (bcast(m, &h, sizeof h, "stop broadcast") != KHUB_STATUS_OK)
         KHUB_LOG_W(m->rt, "%s", khub_runtime_errmsg(m->rt));
     m->tp.serving = false;
@@ -220,7 +221,7 @@ static khub_status serve_step(khub_model *m, bool *stop)
         m->rt, bcast(m, tp->segs, (size_t)h.n_segs * sizeof *tp->segs, "step broadcast"));
     KHUB_FORWARD_IF_ERROR(
         m->rt, bcast(m, tp->tokens, (size_t)h.n_tokens * sizeof *tp->tokens, "step broadcast"));
-    return khub__forward(m, tp->tokens, tp->segs, h.n_segs);
+    return khub__forward_rows(m, tp->tokens, tp->segs, h.n_segs, h.all_rows != 0, NULL);
 }
 
 khub_status khub_model_tp_serve(khub_model *m)

@@ -99,10 +99,11 @@ KHUB_INTERNAL khub_status khub__tp_shard(khub_model *m, khub__tp_split split, kh
 KHUB_INTERNAL khub_status khub__tp_all_reduce(khub_model *m, float *buf, int64_t n);
 /* The lm_head's local logits (tp.logits) of n rows into m->logits [n, vocab]. */
 KHUB_INTERNAL khub_status khub__tp_gather_logits(khub_model *m, int n);
-/* Rank 0 tells the others to run the same forward step (or truncate a
- * sequence to `keep` tokens); no-op on other ranks and without tp. */
+/* Rank 0 tells the others to run the same forward step (all_rows: with
+ * every row's logits, khub_model_logits_all), or to truncate a sequence to
+ * `keep` tokens; no-op on other ranks and without tp. */
 KHUB_INTERNAL khub_status khub__tp_lead_forward(khub_model *m, const int32_t *tokens,
-                                                const khub__seg *segs, int n_segs);
+                                                const khub__seg *segs, int n_segs, bool all_rows);
 KHUB_INTERNAL khub_status khub__tp_lead_truncate(khub_model *m, int32_t seq, int64_t keep);
 /* Rank 0 tells the others to swap role's kernel to `name` (at most 1023
  * bytes); then every rank runs the same agreement (khub__tp_agree_swap). */

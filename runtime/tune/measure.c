@@ -12,6 +12,7 @@
  * tune_meas back through a pipe.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -29,9 +30,9 @@
 #include "khub/khub_model.h"
 #include "tune_impl.h"
 
-#define PPL_FIRST 24 /* the first evaluated position of the held-out text */
-#define PPL_EVALS 12 /* positions evaluated, evenly spaced to PPL_LAST */
-#define PPL_LAST  160
+#define PREFILL_SHORT 24  /* tokens of the diagnosis' short prefill */
+#define PREFILL_LONG  160 /* and of its long one (held-out text permitting) */
+#define PPL_MAX       512 /* held-out tokens evaluated at most */
 
 double khub__tune_now(void)
 {
@@ -55,15 +56,16 @@ static void reset_peak(void)
     fclose(f);
 }
 
-static uint64_t peak_rss(void)
+uint64_t khub__tune_peak_rss(int pid)
 {
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
+    char path[64], line[256];
+    snprintf(path, sizeof path, pid ? "/proc/%d/status" : "/proc/self/status", pid);
+    FILE *f = fopen(path, "r");
     unsigned long long kib = 0;
     while (f && fgets(line, sizeof line, f))
         if (sscanf(line, "VmHWM: %llu kB", &kib) == 1) break;
     if (f) fclose(f);
-    if (!kib) {
+    if (!kib && !pid) {
         struct rusage ru;
         if (getrusage(RUSAGE_SELF, &ru) == 0) kib = (unsigned long long)ru.ru_maxrss;
     }
@@ -99,44 +101,62 @@ static void quiet_log(void *ud, khub_log_level level, const char *msg)
     (void)ud, (void)level, (void)msg; /* the row's reason carries what matters */
 }
 
-/* Perplexity on the held-out text, and the prefill time of its shortest
- * and longest evaluated prefixes (khub_model_logits gives the last
- * position's logits only, so each position is its own prefill). */
-static int measure_ppl(khub_model *m, int32_t vocab, tune_meas *out)
+/* One prefill of ids[n] (khub_model_logits) and its wall time in ms. */
+static int timed_prefill(khub_model *m, const int32_t *ids, size_t n, float *logits, double *ms)
 {
+    double t0 = khub__tune_now();
+    if (khub_model_logits(m, ids, n, logits) != KHUB_STATUS_OK) return -1;
+    *ms = (khub__tune_now() - t0) * 1e3;
+    return 0;
+}
+
+/* Perplexity on every position of the held-out text (one
+ * khub_model_logits_all: row i predicts token i + 1), and the prefill time
+ * of its first PREFILL_SHORT and PREFILL_LONG tokens for the diagnosis.
+ * Run after the workload's peak RSS was read: the [tokens, vocab] logits
+ * (33 MiB for SmolLM2) are the evaluation's, not the configuration's. */
+int khub__tune_perplexity(khub_model *m, tune_meas *out)
+{
+    khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
+    if (khub_model_info_get(m, &info) != KHUB_STATUS_OK)
+        return snprintf(out->why, sizeof out->why, "perplexity: %s",
+                        khub_runtime_errmsg(khub_model_runtime(m))),
+               -1;
+    int32_t vocab = info.vocab;
     static int32_t ids[2048];
     size_t n = 0;
     if (khub_model_tokenize(m, khub__tune_heldout_text, 1, ids, 2048, &n) != KHUB_STATUS_OK ||
-        n < PPL_FIRST + PPL_EVALS)
+        n < PREFILL_SHORT + 2)
         return snprintf(out->why, sizeof out->why, "held-out text: %s",
                         khub_runtime_errmsg(khub_model_runtime(m))),
                -1;
-    if (n > PPL_LAST + 1) n = PPL_LAST + 1; /* bounds the cost: one prefill per position */
-    float *logits = malloc(sizeof *logits * (size_t)vocab);
+    if (n > PPL_MAX) n = PPL_MAX;
+    if ((int64_t)n > info.max_context) n = (size_t)info.max_context;
+    size_t long_len = n < PREFILL_LONG ? n : PREFILL_LONG;
+    float *logits = malloc(sizeof *logits * (size_t)vocab * n);
     if (!logits) return snprintf(out->why, sizeof out->why, "out of memory for logits"), -1;
+    int rc = timed_prefill(m, ids, PREFILL_SHORT, logits, &out->prefill_short_ms) ||
+             timed_prefill(m, ids, long_len, logits, &out->prefill_long_ms) ||
+             khub_model_logits_all(m, ids, n, logits) != KHUB_STATUS_OK;
+    if (rc) {
+        snprintf(out->why, sizeof out->why, "perplexity: %s",
+                 khub_runtime_errmsg(khub_model_runtime(m)));
+        free(logits);
+        return -1;
+    }
+    out->short_len = PREFILL_SHORT, out->long_len = (int32_t)long_len;
     double nll = 0;
-    size_t span = n - 1 - PPL_FIRST;
-    for (int e = 0; e < PPL_EVALS; e++) {
-        size_t pos = PPL_FIRST + span * (size_t)e / (PPL_EVALS - 1);
-        double t0 = khub__tune_now();
-        if (khub_model_logits(m, ids, pos, logits) != KHUB_STATUS_OK) {
-            snprintf(out->why, sizeof out->why, "perplexity: %s",
-                     khub_runtime_errmsg(khub_model_runtime(m)));
-            free(logits);
-            return -1;
-        }
-        double ms = (khub__tune_now() - t0) * 1e3;
-        if (e == 0) out->prefill_short_ms = ms, out->short_len = (int32_t)pos;
-        out->prefill_long_ms = ms, out->long_len = (int32_t)pos;
-        float mx = logits[0];
-        for (int32_t v = 1; v < vocab; v++) mx = logits[v] > mx ? logits[v] : mx;
+    for (size_t i = 0; i + 1 < n; i++) {
+        const float *row = logits + i * (size_t)vocab;
+        float mx = row[0];
+        for (int32_t v = 1; v < vocab; v++) mx = row[v] > mx ? row[v] : mx;
         double sum = 0;
-        for (int32_t v = 0; v < vocab; v++) sum += exp((double)(logits[v] - mx));
-        nll -= (double)(logits[ids[pos]] - mx) - log(sum);
+        for (int32_t v = 0; v < vocab; v++) sum += exp((double)(row[v] - mx));
+        nll -= (double)(row[ids[i + 1]] - mx) - log(sum);
     }
     free(logits);
-    out->ppl = exp(nll / PPL_EVALS);
-    out->ppl_positions = PPL_EVALS;
+    out->ppl_positions = (int32_t)(n - 1);
+    out->ppl = exp(nll / (double)(n - 1));
     return 0;
 }
 
@@ -150,7 +170,7 @@ static void sleep_s(double slow_s)
     while (nanosleep(&d, &d) != 0) continue;
 }
 
-static int measure_workload(khub_model *m, const khub_tune_workload *w, const tune_config *c,
+int khub__tune_run_workload(khub_model *m, const khub_tune_workload *w, const tune_config *c,
                             double slow_s, tune_meas *out)
 {
     static khub_generate_opts go[TUNE_MAX_REQUESTS];
@@ -203,6 +223,68 @@ static int measure_workload(khub_model *m, const khub_tune_workload *w, const tu
     return rc;
 }
 
+khub_status khub__tune_open(const char *model, const tune_config *c, const char *empty_mapping,
+                            int32_t max_seqs, const khub_comm *comm, khub_runtime **rtp,
+                            khub_model **mp, tune_meas *out)
+{
+    *rtp = NULL, *mp = NULL;
+    khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = c->threads,
+                            .log = quiet_log};
+    khub_runtime *rt = NULL;
+    if (khub_runtime_new(&ro, &rt) != KHUB_STATUS_OK) {
+        snprintf(out->why, sizeof out->why, "runtime: %s", khub_last_error());
+        return out->status = KHUB_STATUS_NOMEM;
+    }
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts),
+                        .endpoint = c->endpoint[0] ? c->endpoint : NULL, .max_tries = 1,
+                        .timeout_s = 5};
+    khub_hub *hub = NULL;
+    khub_model *m = NULL;
+    khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),
+                          .max_batch = c->max_batch,
+                          .max_seqs = max_seqs,
+                          .strict = 1,
+                          .tp_size = comm ? comm->size : 0,
+                          .comm = comm};
+    khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels),
+                             .attn = c->hub_attn[0] ? c->hub_attn
+                                     : c->attn[0]   ? c->attn
+                                                    : NULL,
+                             .quant = c->quant[0] ? c->quant : NULL,
+                             .cache = c->cache[0] ? c->cache : NULL,
+                             .mapping_path = c->kernels[0] ? c->kernels : empty_mapping,
+                             .strict = 1};
+    double t0 = khub__tune_now();
+    khub_status st = khub_plugin_load_builtin(rt);
+    if (st == KHUB_STATUS_OK) st = khub_hub_new(&ho, &hub);
+    if (st == KHUB_STATUS_OK) st = khub_model_load_hub(hub, rt, model, &mo, &mk, &m, NULL);
+    if (st == KHUB_STATUS_OK) st = khub_model_info_get(m, &info);
+    if (st != KHUB_STATUS_OK) {
+        out->status = st;
+        snprintf(out->why, sizeof out->why, "load: %s",
+                 hub ? khub_runtime_errmsg(rt) : khub_last_error());
+        khub_model_free(m);
+        khub_hub_free(hub);
+        khub_runtime_free(rt);
+        return st;
+    }
+    khub_hub_free(hub); /* the kernels are in rt; the hub only resolved them */
+    out->load_ms = (khub__tune_now() - t0) * 1e3;
+    out->weight_bytes = info.weight_bytes;
+    out->n_params = info.n_params;
+    out->kv_bytes_per_token = info.kv_bytes_per_token;
+    out->head_dim = info.head_dim;
+    out->n_kv_heads = info.n_kv_heads;
+    out->n_heads = info.n_heads;
+    out->ffn = info.ffn;
+    out->vocab = info.vocab;
+    out->n_layers = info.n_layers;
+    out->threads = pool_threads(rt);
+    *rtp = rt, *mp = m;
+    return KHUB_STATUS_OK;
+}
+
 static void child_run(const tune_run_ctx *ctx, const tune_row *row, int probe, tune_meas *out)
 {
     const tune_config *c = &row->cfg;
@@ -216,58 +298,23 @@ static void child_run(const tune_run_ctx *ctx, const tune_row *row, int probe, t
         while (fc[nl]) pause();
         abort();
     }
-    int slow = fc && ((!strncmp(fc, row->name, nl) && !strcmp(fc + nl, ":slow")) ||
-                      (!strcmp(fc, "baseline:slow") && !strncmp(row->name, "baseline#", 9)));
-    khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = c->threads,
-                            .log = quiet_log};
-    khub_runtime *rt = NULL;
-    if (khub_runtime_new(&ro, &rt) != KHUB_STATUS_OK) {
-        snprintf(out->why, sizeof out->why, "runtime: %s", khub_last_error());
+    if (!probe && c->tp > 1) {
+        khub__tune_tp_measure(ctx, row, out);
         return;
     }
-    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts),
-                        .endpoint = c->endpoint[0] ? c->endpoint : NULL, .max_tries = 1,
-                        .timeout_s = 5};
-    khub_hub *hub = NULL;
+    int slow = fc && ((!strncmp(fc, row->name, nl) && !strcmp(fc + nl, ":slow")) ||
+                      (!strcmp(fc, "baseline:slow") && !strncmp(row->name, "baseline#", 9)));
+    khub_runtime *rt = NULL;
     khub_model *m = NULL;
-    khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
-    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .max_batch = c->max_batch,
-                          .max_seqs = ctx->w->concurrency, .strict = 1};
-    khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels),
-                             .attn = c->hub_attn[0] ? c->hub_attn
-                                     : c->attn[0]   ? c->attn
-                                                    : NULL,
-                             .quant = c->quant[0] ? c->quant : NULL,
-                             .cache = c->cache[0] ? c->cache : NULL,
-                             .mapping_path = c->kernels[0] ? c->kernels : ctx->empty_mapping,
-                             .strict = 1};
-    double t0 = khub__tune_now();
-    khub_status st = khub_plugin_load_builtin(rt);
-    if (st == KHUB_STATUS_OK) st = khub_hub_new(&ho, &hub);
-    if (st == KHUB_STATUS_OK) st = khub_model_load_hub(hub, rt, ctx->model, &mo, &mk, &m, NULL);
-    if (st == KHUB_STATUS_OK) st = khub_model_info_get(m, &info);
-    if (st != KHUB_STATUS_OK) {
-        out->status = st;
-        snprintf(out->why, sizeof out->why, "load: %s",
-                 hub ? khub_runtime_errmsg(rt) : khub_last_error());
-        goto done;
-    }
-    out->load_ms = (khub__tune_now() - t0) * 1e3;
-    out->weight_bytes = info.weight_bytes;
-    out->n_params = info.n_params;
-    out->kv_bytes_per_token = info.kv_bytes_per_token;
-    out->head_dim = info.head_dim;
-    out->n_kv_heads = info.n_kv_heads;
-    out->n_layers = info.n_layers;
-    out->threads = pool_threads(rt);
-    if (!probe &&
-        (measure_ppl(m, info.vocab, out) || measure_workload(m, ctx->w, c, slow ? 1.0 : 0, out)))
-        goto done;
-    out->peak_rss = peak_rss();
+    if (khub__tune_open(ctx->model, c, ctx->empty_mapping, ctx->w->concurrency, NULL, &rt, &m,
+                        out) != KHUB_STATUS_OK)
+        return;
+    if (!probe && khub__tune_run_workload(m, ctx->w, c, slow ? 1.0 : 0, out)) goto done;
+    out->peak_rss = khub__tune_peak_rss(0); /* the configuration's, before the evaluation's */
+    if (!probe && khub__tune_perplexity(m, out)) goto done;
     out->ok = 1;
 done:
     khub_model_free(m);
-    khub_hub_free(hub);
     khub_runtime_free(rt);
 }
 
@@ -312,6 +359,7 @@ static void run_child(const tune_run_ctx *ctx, tune_row *row, int probe, int fds
 {
     static tune_meas m; /* 70 KiB: not on the stack */
     close(fds[0]);
+    fcntl(fds[1], F_SETFD, FD_CLOEXEC); /* not into mpirun and its ranks (tp rows) */
     memset(&m, 0, sizeof m);
     child_run(ctx, row, probe, &m);
     const char *p = (const char *)&m;
@@ -362,7 +410,14 @@ void khub__tune_measure(const tune_run_ctx *ctx, tune_row *row, int probe)
         unverified(row, "not run: fork: %s", strerror(errno));
         return;
     }
-    if (pid == 0) run_child(ctx, row, probe, fds);
+    /* A tp row's child runs mpirun and its ranks: a process group of their
+     * own, so that the budget's kill reaches all of them. */
+    int group = !probe && row->cfg.tp > 1;
+    if (pid == 0) {
+        if (group) setpgid(0, 0);
+        run_child(ctx, row, probe, fds);
+    }
+    if (group) setpgid(pid, pid); /* both sides: whichever runs first */
     close(fds[1]);
     memset(&m, 0, sizeof m);
     double t0 = khub__tune_now();
@@ -370,6 +425,7 @@ void khub__tune_measure(const tune_run_ctx *ctx, tune_row *row, int probe)
     close(fds[0]);
     int status = 0;
     if (got < 0) {
+        if (group) kill(-pid, SIGKILL);
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
         unverified(row, "ran past the time budget: killed after %.1f s", khub__tune_now() - t0);

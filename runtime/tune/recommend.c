@@ -80,6 +80,12 @@ static double goal_noise(const khub_tune_report *r)
     return r->noise[g];
 }
 
+/* The peak RSS the machine holds: a tp row's ranks together. */
+static uint64_t all_ranks(const tune_meas *m)
+{
+    return m->tp_ranks > 1 ? m->peak_rss_total : m->peak_rss;
+}
+
 static void judge(khub_tune_report *r, tune_row *row, double base)
 {
     double v = khub__tune_goal_value(r->goal, &row->m), margin = goal_noise(r) + 0.01;
@@ -91,10 +97,12 @@ static void judge(khub_tune_report *r, tune_row *row, double base)
         snprintf(row->verdict, sizeof row->verdict,
                  "rejected: token agreement %.0f%% is below the minimum %.0f%%",
                  row->agreement * 100, r->min_quality * 100);
-    else if (r->max_memory && row->m.peak_rss > r->max_memory)
+    else if (r->max_memory && all_ranks(&row->m) > r->max_memory)
         snprintf(row->verdict, sizeof row->verdict,
-                 "rejected: peak RSS %.1f MiB is over the maximum %.1f MiB",
-                 (double)row->m.peak_rss / 1048576, (double)r->max_memory / 1048576);
+                 "rejected: peak RSS %.1f MiB%s is over the maximum %.1f MiB",
+                 (double)all_ranks(&row->m) / 1048576,
+                 row->m.tp_ranks > 1 ? " (all ranks on this machine)" : "",
+                 (double)r->max_memory / 1048576);
     else if (row->gain < -margin)
         snprintf(row->verdict, sizeof row->verdict, "worse: %s %+.1f%% (noise + 1%%: %.1f%%)",
                  goal_name(r->goal), change * 100, margin * 100);
@@ -106,6 +114,12 @@ static void judge(khub_tune_report *r, tune_row *row, double base)
         row->winner = 1;
         snprintf(row->verdict, sizeof row->verdict, "winner: %s %+.1f%% (noise + 1%%: %.1f%%)",
                  goal_name(r->goal), change * 100, margin * 100);
+    }
+    if (row->m.tp_ranks > 1) { /* the memory column is per rank: say so */
+        size_t len = strlen(row->verdict);
+        snprintf(row->verdict + len, sizeof row->verdict - len,
+                 "; peak RSS per rank (the largest of %d; %.1f MiB in all)", (int)row->m.tp_ranks,
+                 (double)row->m.peak_rss_total / 1048576);
     }
 }
 
@@ -200,10 +214,11 @@ void khub__tune_diagnose(khub_tune_report *r)
         if (row->state != TUNE_MEASURED || !(row->winner || i == r->recommended)) continue;
         double kv0 = (double)m->kv_bytes_per_token, kv1 = (double)row->m.kv_bytes_per_token;
         cat(r->tradeoffs, sizeof r->tradeoffs,
-            "%s, against baseline run 1 (the verdicts use the runs' mean): peak RSS %+.1f%% "
+            "%s, against baseline run 1 (the verdicts use the runs' mean): peak RSS%s %+.1f%% "
             "(%.1f -> %.1f MiB), KV %+.1f%% per token, throughput %+.1f%%, median latency %+.1f%%, "
             "token agreement %.0f%%, perplexity %.2f -> %.2f\n",
-            row->name, 100 * (MIB(row->m.peak_rss) / MIB(m->peak_rss) - 1), MIB(m->peak_rss),
+            row->name, row->m.tp_ranks > 1 ? " per rank" : "",
+            100 * (MIB(row->m.peak_rss) / MIB(m->peak_rss) - 1), MIB(m->peak_rss),
             MIB(row->m.peak_rss), kv0 > 0 ? 100 * (kv1 / kv0 - 1) : 0,
             100 * (row->m.throughput / m->throughput - 1),
             100 * (row->m.latency_ms / m->latency_ms - 1), row->agreement * 100, m->ppl,

@@ -88,6 +88,7 @@ void khub__tune_config_flags(const tune_config *c, char *buf, size_t n)
     if (c->cache[0]) ADD(" --cache %s", c->cache);
     if (c->threads) ADD(" --threads %d", (int)c->threads);
     if (c->max_batch) ADD(" --max-batch-tokens %d", (int)c->max_batch);
+    if (c->tp > 1) ADD(" --tp %d", (int)c->tp); /* under mpirun -np N */
 #undef ADD
     if (!buf[0]) snprintf(buf, n, " (none: the defaults)");
     memmove(buf, buf + 1, strlen(buf)); /* the leading space */
@@ -170,8 +171,8 @@ static void render_prose(sbuf *b, const khub_tune_report *r, int md)
         li, khub_version_str(), r->max_memory ? "" : " (none given: no limit)");
     put(b,
         "%squality: greedy token agreement with baseline run 1 (minimum %.0f%%) and "
-        "perplexity on the held-out text: %s\n",
-        li, r->min_quality * 100, khub__tune_heldout_source);
+        "perplexity on all %d predicted positions of the held-out text: %s\n",
+        li, r->min_quality * 100, (int)r->rows[0].m.ppl_positions, khub__tune_heldout_source);
     put(b, "%skernels: %s\n", li, r->kernels_note);
     put(b,
         "%snoise (spread of %d baseline runs): latency %.1f%%, throughput %.1f%%, peak RSS "
@@ -192,13 +193,21 @@ static void render_prose(sbuf *b, const khub_tune_report *r, int md)
     put(b, "\n%sOpen questions\n\n", h);
     put(b,
         "%sunverified and skipped rows above were not measured here; their effect is "
-        "unknown\n%stensor parallelism: not measured by tune (one process per rank)\n",
-        li, li);
+        "unknown\n",
+        li);
+    for (int i = 0; i < r->n_rows; i++)
+        if (r->rows[i].state == TUNE_MEASURED && r->rows[i].m.tp_ranks > 1)
+            put(b,
+                "%s%s: measured with its %d ranks on this one machine, sharing its cores; "
+                "across machines or devices the collectives cost differently\n",
+                li, r->rows[i].name, (int)r->rows[i].m.tp_ranks);
+    char mpirun[32] = "";
+    if (rec->cfg.tp > 1) snprintf(mpirun, sizeof mpirun, "mpirun -np %d ", (int)rec->cfg.tp);
     put(b,
-        "\n%sValidation\n\n%s%skhub run --model %s --kernels khub.json %s --prompt "
+        "\n%sValidation\n\n%s%s%skhub run --model %s --kernels khub.json %s --prompt "
         "\"...\" --json\n%skhub tune --model %s --goal %s --workload FILE (again: the same "
         "recommendation when margins exceed the noise)\n%s",
-        h, md ? "```\n" : "", li, r->model, r->run_flags[0] == '(' ? "" : r->run_flags, li,
+        h, md ? "```\n" : "", li, mpirun, r->model, r->run_flags[0] == '(' ? "" : r->run_flags, li,
         r->model, goal_str(r->goal), md ? "```\n" : "");
 }
 
@@ -211,6 +220,10 @@ static void meas_json(cJSON *o, const tune_row *w)
     const tune_meas *m = &w->m;
     cJSON *x = cJSON_AddObjectToObject(o, "measured");
     cJSON_AddNumberToObject(x, "peak_rss_bytes", (double)m->peak_rss);
+    if (m->tp_ranks > 1) { /* per rank: the largest rank's, and all of them */
+        cJSON_AddNumberToObject(x, "tp_ranks", m->tp_ranks);
+        cJSON_AddNumberToObject(x, "peak_rss_all_ranks_bytes", (double)m->peak_rss_total);
+    }
     cJSON_AddNumberToObject(x, "weight_bytes", (double)m->weight_bytes);
     cJSON_AddNumberToObject(x, "kv_bytes_per_token", (double)m->kv_bytes_per_token);
     cJSON_AddNumberToObject(x, "load_ms", m->load_ms);
@@ -225,6 +238,7 @@ static void meas_json(cJSON *o, const tune_row *w)
     cJSON_AddNumberToObject(x, "prefill_long_ms", m->prefill_long_ms);
     cJSON_AddNumberToObject(x, "prefill_long_tokens", m->long_len);
     cJSON_AddNumberToObject(x, "perplexity", m->ppl);
+    cJSON_AddNumberToObject(x, "perplexity_positions", m->ppl_positions);
     cJSON_AddNumberToObject(x, "token_agreement", w->agreement);
     cJSON_AddNumberToObject(x, "threads", m->threads);
     cJSON_AddNumberToObject(x, "generated_tokens", (double)m->gen_tokens);

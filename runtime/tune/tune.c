@@ -211,14 +211,42 @@ static void kernel_candidates(khub_tune_report *r, const char *from)
     khub_hub_free(hub);
 }
 
-/* Tensor parallelism (`khub run --tp N` under mpirun, issue 18) runs one
- * process per rank over a communicator; a tune child is one process with no
- * communicator, so tune cannot measure it and says so. */
-static void unavailable_levers(khub_tune_report *r)
+/* 1 when an executable NAME is in one of PATH's folders. */
+static int on_path(const char *name)
 {
-    skip(add_row(r, "parallelism", "tp"),
-         "not measured: tensor parallelism runs one process per rank over a communicator "
-         "(khub_model_opts.comm and tp_size); tune measures one process and has none to give");
+    const char *path = getenv("PATH");
+    for (const char *p = path ? path : ""; *p;) {
+        size_t len = strcspn(p, ":");
+        char full[4096];
+        snprintf(full, sizeof full, "%.*s/%s", (int)len, len ? p : ".", name);
+        if (access(full, X_OK) == 0) return 1;
+        p += len + (p[len] == ':');
+    }
+    return 0;
+}
+
+/* Tensor parallelism (`khub run --tp N` under mpirun, issue 18): one
+ * candidate, measured as a job of N ranks (tp.c) when a rank program and
+ * mpirun are there and the model splits over N. */
+static void parallelism_candidates(khub_tune_report *r, const khub_tune_opts *o,
+                                   const tune_meas *probe)
+{
+    int32_t tp = o->tp_size ? o->tp_size : 2;
+    tune_row *row = add_row(r, "parallelism", "tp=%d", (int)tp);
+    if (!row) return;
+    row->cfg.tp = tp;
+    char why[400];
+    if (!o->tp_rank_program)
+        skip(row, "unavailable: %s",
+             o->tp_unavailable ? o->tp_unavailable
+                               : "no rank program (khub_tune_opts.tp_rank_program): tensor "
+                                 "parallelism runs one process per rank under mpirun");
+    else if (!on_path("mpirun"))
+        skip(row,
+             "unavailable: mpirun is not on PATH (tensor parallelism runs one process per rank "
+             "under it; tools/install-deps.sh installs Open MPI's openmpi-bin)");
+    else if (khub__tune_tp_unfit(probe, tp, why, sizeof why))
+        skip(row, "unavailable: %s", why);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -294,6 +322,7 @@ static int combine(khub_tune_report *r, tune_config *c)
         if (x->cache[0]) memcpy(c->cache, x->cache, sizeof c->cache);
         if (x->threads) c->threads = x->threads;
         if (x->max_batch) c->max_batch = x->max_batch;
+        if (x->tp) c->tp = x->tp;
         if (x->kernels[0]) memcpy(c->kernels, x->kernels, sizeof c->kernels);
         if (x->hub_attn[0]) {
             memcpy(c->hub_attn, x->hub_attn, sizeof c->hub_attn);
@@ -377,7 +406,7 @@ static khub_status plan(tune_run *t, char *errbuf, size_t n)
     else
         snprintf(r->kernels_note, sizeof r->kernels_note,
                  "the kernels lever was not asked for (levers): no kernel source was tried");
-    if (lever_in(lv, "parallelism")) unavailable_levers(r);
+    if (lever_in(lv, "parallelism")) parallelism_candidates(r, t->o, &pm);
     t->total = t->done + 1; /* the combination, when there is one */
     for (int i = 0; i < r->n_rows; i++) t->total += r->rows[i].state == TUNE_MEASURED;
     return KHUB_STATUS_OK;
@@ -427,10 +456,16 @@ static int empty_mapping(char *dir, size_t dn, char *path, size_t pn)
     return fclose(f);
 }
 
-khub_status khub_tune_run(const khub_tune_opts *o, khub_tune_report **out, char *errbuf,
+khub_status khub_tune_run(const khub_tune_opts *opts, khub_tune_report **out, char *errbuf,
                           size_t errbuf_size)
 {
     if (errbuf && errbuf_size) errbuf[0] = '\0';
+    /* Fields past the caller's struct_size (an application built against
+     * 0.1 has no tp_*) read as zero. */
+    khub_tune_opts copy = {0};
+    if (opts)
+        memcpy(&copy, opts, opts->struct_size < sizeof copy ? opts->struct_size : sizeof copy);
+    const khub_tune_opts *o = opts ? &copy : NULL;
     if (!o || !out || !o->model || o->goal > KHUB_TUNE_GOAL_MEMORY || o->min_quality < 0 ||
         o->min_quality > 1 || o->time_budget_s < 0) {
         fail_msg(errbuf, errbuf_size, "khub_tune_run: %s",
@@ -441,6 +476,11 @@ khub_status khub_tune_run(const khub_tune_opts *o, khub_tune_report **out, char 
         return KHUB_STATUS_INVALID_ARG;
     }
     *out = NULL;
+    if (o->tp_size && (o->tp_size < 2 || o->tp_size > 64)) {
+        fail_msg(errbuf, errbuf_size, "khub_tune_run: tp_size %d out of range (want 2..64, 0 = 2)",
+                 (int)o->tp_size);
+        return KHUB_STATUS_INVALID_ARG;
+    }
     char bad[64];
     if (bad_lever(o->levers, bad, sizeof bad)) {
         fail_msg(errbuf, errbuf_size,
@@ -465,6 +505,8 @@ khub_status khub_tune_run(const khub_tune_opts *o, khub_tune_report **out, char 
                            .w = w,
                            .fail_candidate = o->fail_candidate,
                            .empty_mapping = mapping,
+                           .tmp_dir = dir,
+                           .tp_program = o->tp_rank_program,
                            .deadline = t0 + (o->time_budget_s > 0 ? o->time_budget_s : 600)};
     snprintf(r->model, sizeof r->model, "%s", o->model);
     r->goal = o->goal;

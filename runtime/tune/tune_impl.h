@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "khub/khub_comm.h"
+#include "khub/khub_model.h"
 #include "khub/khub_tune.h"
 
 #define TUNE_MAX_REQUESTS 64
@@ -37,6 +39,7 @@ typedef struct tune_config {
     char kernels[512];  /* --kernels: a khub.json path, "" = none */
     char hub_attn[128]; /* --attn Hub ID fetched from endpoint, "" = none */
     char endpoint[256]; /* hub endpoint for hub_attn */
+    int32_t tp;         /* --tp: ranks under mpirun, 0 = one process */
 } tune_config;
 
 /* What one child process measured. Times in ms, sizes in bytes. */
@@ -47,12 +50,15 @@ typedef struct tune_meas {
     double load_ms;
     uint64_t weight_bytes, n_params, kv_bytes_per_token, peak_rss;
     int32_t head_dim, n_kv_heads, n_layers, threads;
-    double ttft_ms, ttft_p90_ms;              /* median and 90th percentile over requests */
-    double token_ms;                          /* per-token decode latency, median over requests */
-    double latency_ms;                        /* median request time, submit to end */
-    double queue_ms;                          /* mean time requests waited for admission */
-    double throughput;                        /* generated tokens / workload wall seconds */
-    double wall_ms;                           /* the workload's wall time */
+    int32_t n_heads, ffn, vocab; /* the probe's, for the tp divisibility check */
+    int32_t tp_ranks;            /* ranks measured (tp lever), 0 = one process */
+    uint64_t peak_rss_total;     /* tp: the ranks' peaks summed; peak_rss is the largest */
+    double ttft_ms, ttft_p90_ms; /* median and 90th percentile over requests */
+    double token_ms;             /* per-token decode latency, median over requests */
+    double latency_ms;           /* median request time, submit to end */
+    double queue_ms;             /* mean time requests waited for admission */
+    double throughput;           /* generated tokens / workload wall seconds */
+    double wall_ms;              /* the workload's wall time */
     double prefill_short_ms, prefill_long_ms; /* one prefill of short_len, long_len tokens */
     int32_t short_len, long_len;
     double ppl; /* perplexity on the held-out text's evaluated positions */
@@ -89,12 +95,34 @@ typedef struct tune_run_ctx {
     const khub_tune_workload *w;
     const char *fail_candidate;
     const char *empty_mapping; /* a khub.json with no roles, so no stray ./khub.json applies */
+    const char *tmp_dir;       /* the run's temporary folder (the tp job's files) */
+    const char *tp_program;    /* the rank program mpirun starts (tp rows) */
     double deadline;           /* monotonic seconds */
 } tune_run_ctx;
 
 /* Measures cfg in a child process; the row's state, reason and m are set.
  * probe = 1: load only (model facts). */
 void khub__tune_measure(const tune_run_ctx *ctx, tune_row *row, int probe);
+/* In the process that measures: loads the model as `khub run` would with
+ * c's flags (comm: a tp rank's communicator, else NULL; max_seqs: the
+ * workload's concurrency), filling the model facts of out; on failure
+ * out->why and out->status, and *m is NULL. */
+khub_status khub__tune_open(const char *model, const tune_config *c, const char *empty_mapping,
+                            int32_t max_seqs, const khub_comm *comm, khub_runtime **rt,
+                            khub_model **m, tune_meas *out);
+/* The workload (greedy, continuous batching) and the held-out perplexity
+ * on a loaded model, into out; -1 with out->why on failure. */
+int khub__tune_run_workload(khub_model *m, const khub_tune_workload *w, const tune_config *c,
+                            double slow_s, tune_meas *out);
+int khub__tune_perplexity(khub_model *m, tune_meas *out);
+/* VmHWM of process pid (0 = this one), bytes; 0 when unreadable. */
+uint64_t khub__tune_peak_rss(int pid);
+/* tp.c: the parallelism lever. Why tp ranks cannot split the probed model
+ * (0 when they can), and one tp configuration measured under mpirun (in
+ * the measuring child: writes the job's spec, runs mpirun, reads rank 0's
+ * result). */
+int khub__tune_tp_unfit(const tune_meas *probe, int32_t tp, char *why, size_t n);
+void khub__tune_tp_measure(const tune_run_ctx *ctx, const tune_row *row, tune_meas *out);
 /* Sets row's state and its reason (printf format). */
 void khub__tune_set_state(tune_row *row, tune_state state, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

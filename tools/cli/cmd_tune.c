@@ -97,6 +97,9 @@ static int parse(int argc, char **argv, tune_args *a)
         else if (!strcmp(f, "--baseline-runs")) {
             rc = num_arg(f, v, 2, 20, &d);
             a->o.baseline_runs = (int32_t)d;
+        } else if (!strcmp(f, "--tp")) {
+            rc = num_arg(f, v, 2, 64, &d);
+            a->o.tp_size = (int32_t)d;
         } else
             return khub_cli_usage(&tune_cmd, "unknown option '%s'", f);
         if (rc) return rc;
@@ -186,6 +189,26 @@ static int save_lock(const char *path, const char *endpoint)
     return rc;
 }
 
+/* The parallelism lever's rank program: this khub (`khub tune-rank`, on
+ * tp_job.c's lifecycle) when it was built with MPI. */
+static void tp_program(khub_tune_opts *o, char *buf, size_t n)
+{
+#ifdef KHUB_WITH_MPI
+    ssize_t len = readlink("/proc/self/exe", buf, n - 1);
+    if (len > 0) {
+        buf[len] = '\0';
+        o->tp_rank_program = buf;
+        return;
+    }
+    o->tp_unavailable = "the path of this khub (/proc/self/exe) is unreadable, so mpirun cannot "
+                        "start it as the ranks";
+#else
+    (void)buf, (void)n;
+    o->tp_unavailable = "this khub was built without MPI (install libopenmpi-dev, "
+                        "tools/install-deps.sh, and configure again)";
+#endif
+}
+
 static int tune(int argc, char **argv)
 {
     if (khub_cli_wants_help(&tune_cmd, argc, argv)) return 0;
@@ -198,6 +221,8 @@ static int tune(int argc, char **argv)
         return khub_cli_fail("tune", "%s", err);
     a.o.workload = w;
     if (isatty(2)) a.o.progress = on_progress;
+    char self[4096];
+    tp_program(&a.o, self, sizeof self);
     khub_tune_report *r = NULL;
     khub_status st = khub_tune_run(&a.o, &r, err, sizeof err);
     khub_tune_workload_free(w);
@@ -223,10 +248,11 @@ static const khub_cli_cmd tune_cmd = {
     "Measures a baseline (twice or more: its spread is the noise), names the\n"
     "bottleneck, then tries each compatible change alone on the same workload\n"
     "(attention plugin, quantization at load, KV cache, threads, batch tokens,\n"
-    "kernels from --kernels-from), then the winners together, each in a child\n"
-    "process of its own. Reports peak RSS, time to first token, per-token latency,\n"
-    "throughput, greedy token agreement with the baseline and perplexity on a\n"
-    "held-out text, and recommends only measured changes (docs/tune.md).\n"
+    "kernels from --kernels-from, --tp ranks under mpirun), then the winners\n"
+    "together, each in a child process of its own. Reports peak RSS (per rank\n"
+    "for --tp), time to first token, per-token latency, throughput, greedy token\n"
+    "agreement with the baseline and perplexity on a held-out text, and\n"
+    "recommends only measured changes (docs/tune.md).\n"
     "\n"
     "Options:\n"
     "  --model PATH           .gguf file or Hugging Face model folder\n"
@@ -238,6 +264,8 @@ static const khub_cli_cmd tune_cmd = {
     "  --kernels-from SRC     a khub.json, or a hub endpoint URL to try Hub kernels from\n"
     "  --time-budget S        seconds for the whole run (default 600)\n"
     "  --baseline-runs N      baseline repetitions for the noise (default 2)\n"
+    "  --tp N                 ranks for the parallelism lever, measured under mpirun\n"
+    "                         (default 2)\n"
     "  --levers LIST          only these levers, comma-separated: attention,\n"
     "                         quantization, cache, threads, batching, kernels,\n"
     "                         parallelism (default: all)\n"

@@ -109,7 +109,8 @@ static void print_help(FILE *f)
             "Commands:\n",
             khub_version_str(), KHUB_ABI_MAJOR, KHUB_ABI_MINOR);
     for (int i = 0; i < n_commands; i++)
-        fprintf(f, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
+        if (commands[i]->summary) /* NULL: a hidden command (tune-rank) */
+            fprintf(f, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
     fprintf(f, "\nOptions:\n  --version    print the version and exit\n"
                "  --help       print this help and exit\n\n"
                "Run 'khub <command> --help' for a command's options.\n");
