@@ -194,12 +194,28 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
     __m128 cor[TR][TC]; /* lanes 1 and 3 collect c * sum(x) */
     const size_t bb = blk_bytes(fmt);
     kx_q16_zero(tr, tc, acc, cor);
+    /* Q8_0: the tile's rows are adjacent, so its weights are one region of
+     * tr * wrb bytes, of which a pair step reads tr * 68. That region is
+     * prefetched as one stream, KX_PF_DIST ahead at the pace it is read,
+     * instead of each row's stream on its own: with four per-row streams
+     * the cold Q8_0 GEMV (the tied output heads) read 7-9 GB/s where one
+     * core streams 13-15 (docs/performance.md, "The Q8_0 decode tile: one
+     * prefetch stream per tile"). The other formats keep the per-row
+     * prefetch: for them the sweep was not measured to help. */
+    const int seq_pf = fmt == KHUB_QFORMAT_Q8_0;
+    const int step = tr * 2 * (int)bb;
+    const char *pf = (const char *)w + KX_PF_DIST;
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+        if (seq_pf) {
+#pragma GCC unroll 8
+            for (int k = 0; k < (step + 63) / 64; k++) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
+            pf += step;
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < tr; r++) {
             const uint8_t *blk = w + (size_t)r * wrb + (size_t)b * bb;
-            _mm_prefetch((const char *)blk + KX_PF_DIST, _MM_HINT_T0);
+            if (!seq_pf) _mm_prefetch((const char *)blk + KX_PF_DIST, _MM_HINT_T0);
             __m256i w0l, w0h, w1l, w1h;
             codes16(fmt, blk, &w0l, &w0h);
             codes16(fmt, blk + bb, &w1l, &w1h);

@@ -330,6 +330,19 @@ static void bench_q5(double min_s)
             bench_linear(fmts[f].label, KHUB_DTYPE_Q(fmts[f].f), 1, shp[i][1], shp[i][0], 1, min_s);
 }
 
+/* The tied output heads of the real models (Q8_0: SmolLM2-135M 49152 x 576,
+ * Gemma 3 270M 262144 x 640) and a Q8_0 layer matrix hot and cold, next to
+ * Q4_1 for scale: the cases of the Q8_0 decode tile (qlinear_q16.c). */
+static void bench_head(double min_s)
+{
+    const khub_dtype q8 = KHUB_DTYPE_Q(KHUB_QFORMAT_Q8_0);
+    bench_linear("qlinear Q4_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1), 1, 576, 1536, 1, min_s);
+    bench_linear("qlinear Q8_0", q8, 1, 576, 1536, 1, min_s);
+    bench_linear("qlinear Q8_0", q8, 1, 576, 1536, 0, min_s);
+    bench_linear("qlinear Q8_0", q8, 1, 576, 49152, 1, min_s);
+    bench_linear("qlinear Q8_0", q8, 1, 640, 262144, 1, min_s);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Command                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -339,7 +352,7 @@ static int run_bench_ops(int argc, char **argv);
 static const khub_cli_cmd cmd_bench_ops = {
     "bench-ops", "micro-benchmark each op of the built-in CPU plugins",
     "usage: khub bench-ops [--threads N] [--time S] [--clock wall|cpu] [--plugin-dir DIR]\n"
-    "                      [--quick | --kquant | --q5]\n"
+    "                      [--quick | --kquant | --q5 | --head]\n"
     "\n"
     "Times single op calls of ref-cpu, cpu-avx2 and cpu-avx512 side by side and\n"
     "prints the median time per call, GFLOP/s and GB/s of the streamed operand.\n"
@@ -351,7 +364,9 @@ static const khub_cli_cmd cmd_bench_ops = {
     "                    ../plugins next to this binary)\n"
     "  --quick           only the decode GEMV cases\n"
     "  --kquant          only the Q4_K / Q6_K cases (rows of whole 256-blocks)\n"
-    "  --q5              only the Q5_0 / Q5_1 decode cases, next to Q4_0 / Q4_1\n",
+    "  --q5              only the Q5_0 / Q5_1 decode cases, next to Q4_0 / Q4_1\n"
+    "  --head            only the Q8_0 decode cases: the tied output heads of\n"
+    "                    SmolLM2-135M and Gemma 3 270M, a layer matrix hot and cold\n",
     run_bench_ops};
 
 static int run_bench_ops(int argc, char **argv)
@@ -374,6 +389,8 @@ static int run_bench_ops(int argc, char **argv)
             quick = 2;
         else if (!strcmp(argv[i], "--q5"))
             quick = 3;
+        else if (!strcmp(argv[i], "--head"))
+            quick = 4;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
             bench_clock = CLOCK_THREAD_CPUTIME_ID, i++;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "wall"))
@@ -409,6 +426,10 @@ static int run_bench_ops(int argc, char **argv)
     }
     if (quick == 3) {
         bench_q5(min_s);
+        goto done;
+    }
+    if (quick == 4) {
+        bench_head(min_s);
         goto done;
     }
     bench_linear("qlinear Q4_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1), 1, 576, 1536, 1, min_s);
