@@ -93,11 +93,24 @@ typedef struct kx_act {
 typedef void (*kx_qrow_fn)(const float *x, int64_t in, void *out);
 typedef void (*kx_qtile_fn)(const uint8_t *w, size_t wrb, const void *x, int64_t xs, int64_t nb,
                             const float *bias, float *y, int64_t ldy);
+/* A batch tile (qlinear_q16.c): one output row against tb <= KX_TB tokens,
+ * bit for bit what the kx_qtile_fn tiles give each (row, token), with the
+ * per-block scale work shared by the tokens: dxv holds per token and block
+ * pair the activation scales as [dx0 dx0 dx1 dx1 dx0 dx0 dx1 dx1] (token t
+ * at dxv + t * dxs), sv per block the tokens' exact block sums
+ * (sv[b * KX_TB + t]); qdriver.c builds both once per call. */
+typedef void (*kx_qbtile_fn)(const uint8_t *w, const void *x, int64_t xs, int64_t nb,
+                             const float *dxv, int64_t dxs, const float *sv, const float *bias,
+                             float *y, int64_t ldy);
+#define KX_TB 8
 typedef struct kx_qkernel {
     int tr, tc;       /* tile rows and tokens */
     size_t blk_bytes; /* bytes of one quantized 32-block of x */
     kx_qrow_fn quantize_row;
     const kx_qtile_fn *tiles; /* [tr][tc] flattened: tiles[(rows - 1) * tc + tokens - 1] */
+    /* Batch tiles [tb - 1], or NULL: used for calls of at least
+     * KX_BATCH_MIN_N tokens. x's blocks must then start with float d, s. */
+    const kx_qbtile_fn *btiles;
 } kx_qkernel;
 
 /* Kernels (kernel files, compiled with the module's ISA flags). They return
@@ -112,13 +125,19 @@ khub_status KX(qlinear_q16k_run)(kx_state *s, const kx_linear *a);
  * Q5_0, Q5_1, Q8_0) or KX_GEMM_MIN_N_K tokens (Q4_K, Q6_K) to qgemm_run:
  * weights dequantized per panel, f32 GEMM (the f32 math, exact). Below, the
  * int16 tiles, which give each token bit for bit its one-token result. Chosen
- * by measurement (docs/performance.md, "Batched decode"): the tiles cost the
- * same per token from 2 to 128 tokens, the GEMM's panel packing makes it
+ * by measurement (docs/performance.md, "Batched decode"): the 4 x 2 tiles cost
+ * the same per token from 2 to 128 tokens, the GEMM's panel packing makes it
  * 1.3-2.4x slower per token at 16-32 tokens, and it wins from about 48
  * (32 for the k-quants, whose tiles are slower); measured with AVX2 on Zen 3,
- * used unmeasured by the AVX-512 build too. */
+ * used unmeasured by the AVX-512 build too. The batch tiles (from
+ * KX_BATCH_MIN_N, session 10) are faster than the 4 x 2 tiles; against the
+ * GEMM at 48-256 tokens a loaded machine showed no consistent winner. */
 #define KX_GEMM_MIN_N   48
 #define KX_GEMM_MIN_N_K 32
+/* From this many tokens the 32-block formats' int16 path runs the batch
+ * tiles (one row x up to KX_TB tokens, kx_qbtile_fn) instead of the
+ * KX_TR x KX_TC tiles: the same results, less work per token. */
+#define KX_BATCH_MIN_N 3
 khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a);
 khub_status KX(linear_run)(kx_state *s, const kx_linear *a);
 khub_status KX(attention_run)(kx_state *s, const kx_attn *a);

@@ -6,6 +6,7 @@
  * the tiles of k->tr output rows x k->tc tokens, parallel over row tiles.
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "kx.h"
 
@@ -47,8 +48,92 @@ static void rows_range(void *ud, int64_t begin, int64_t end, int thread)
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* Batch tiles: one row x up to KX_TB tokens                                */
+/* ------------------------------------------------------------------------ */
+
+typedef struct bjob {
+    job j;
+    float *dxv; /* [n][np][8]: per token and block pair, see kx_qbtile_fn */
+    float *sv;  /* [groups][nb][KX_TB]: the block sums of each token group */
+    int64_t np;
+} bjob;
+
+/* Quantizes tokens [begin, end) and lays out their scales for the tiles. */
+static void bquantize_range(void *ud, int64_t begin, int64_t end, int thread)
+{
+    const bjob *bj = ud;
+    quantize_range((void *)&bj->j, begin, end, thread);
+    size_t row_bytes = (size_t)bj->j.nb * bj->j.k->blk_bytes;
+    for (int64_t t = begin; t < end; t++) {
+        const unsigned char *xb = bj->j.xq + (size_t)t * row_bytes;
+        float *dx = bj->dxv + (size_t)t * (size_t)bj->np * 8;
+        float *sv = bj->sv + (size_t)(t / KX_TB) * (size_t)bj->j.nb * KX_TB + t % KX_TB;
+        for (int64_t b = 0; b < bj->j.nb; b++) {
+            float ds[2]; /* d, s: the first two floats of every block */
+            memcpy(ds, xb + (size_t)b * bj->j.k->blk_bytes, sizeof ds);
+            sv[b * KX_TB] = ds[1];
+            if (b < 2 * bj->np)
+                for (int l = 0; l < 8; l++)
+                    if (((l >> 1) & 1) == (b & 1)) dx[(b / 2) * 8 + l] = ds[0];
+        }
+    }
+}
+
+/* Items are output rows; within a thread's range the token groups are the
+ * outer loop, so a group's activations stay in L1 while the rows stream. */
+static void brows_range(void *ud, int64_t begin, int64_t end, int thread)
+{
+    (void)thread;
+    const bjob *bj = ud;
+    const kx_linear *a = bj->j.a;
+    const int64_t nb = bj->j.nb, dxs = bj->np * 8;
+    size_t row_bytes = (size_t)nb * bj->j.k->blk_bytes;
+    for (int64_t c0 = 0; c0 < a->n; c0 += KX_TB) {
+        int tb = (int)(a->n - c0 < KX_TB ? a->n - c0 : KX_TB);
+        const kx_qbtile_fn fn = bj->j.k->btiles[tb - 1];
+        const unsigned char *x = bj->j.xq + (size_t)c0 * row_bytes;
+        const float *dxv = bj->dxv + c0 * dxs, *sv = bj->sv + (c0 / KX_TB) * nb * KX_TB;
+        for (int64_t r = begin; r < end; r++)
+            fn(a->w + (size_t)r * a->w_row_bytes, x, nb, nb, dxv, dxs, sv,
+               a->bias ? a->bias + r : NULL, a->y + c0 * a->ldy + r, a->ldy);
+    }
+}
+
+static khub_status batch_run(kx_state *s, const kx_linear *a, const kx_qkernel *k)
+{
+    const khub_host_api *h = s->host;
+    bjob bj = {.j = {.a = a, .k = k, .nb = a->in / 32}};
+    bj.np = bj.j.nb / 2;
+    const size_t groups = (size_t)(a->n + KX_TB - 1) / KX_TB;
+    size_t xq_bytes, dx_bytes, sv_bytes, bytes;
+    /* plugin.c bounds in; the products below are checked anyway. */
+    if (__builtin_mul_overflow((size_t)a->n, (size_t)bj.j.nb * k->blk_bytes, &xq_bytes) ||
+        __builtin_mul_overflow((size_t)a->n, (size_t)bj.np * 8 * sizeof(float), &dx_bytes) ||
+        __builtin_mul_overflow(groups, (size_t)bj.j.nb * KX_TB * sizeof(float), &sv_bytes) ||
+        __builtin_add_overflow(xq_bytes, dx_bytes, &bytes) ||
+        __builtin_add_overflow(bytes, sv_bytes, &bytes))
+        return KX_FAIL(s, KHUB_STATUS_OVERFLOW,
+                       "qlinear: %lld tokens of %lld inputs overflow the scratch size",
+                       (long long)a->n, (long long)a->in);
+    /* xq_bytes is a multiple of 8 (blocks start with two floats). */
+    unsigned char *raw = h->alloc(h->host_ctx, bytes);
+    if (!raw)
+        return KX_FAIL(s, KHUB_STATUS_NOMEM,
+                       "qlinear: no memory for %zu bytes of quantized activations", bytes);
+    bj.j.xq = raw;
+    bj.dxv = (float *)(raw + xq_bytes);
+    bj.sv = (float *)(raw + xq_bytes + dx_bytes);
+    memset(bj.sv, 0, sv_bytes); /* the tokens past n of the last group */
+    h->parallel_for(h->host_ctx, a->n, bquantize_range, &bj);
+    h->parallel_for(h->host_ctx, a->out, brows_range, &bj);
+    h->free(h->host_ctx, raw);
+    return KHUB_STATUS_OK;
+}
+
 khub_status KX(qdriver_run)(kx_state *s, const kx_linear *a, const kx_qkernel *k)
 {
+    if (k->btiles && a->n >= KX_BATCH_MIN_N) return batch_run(s, a, k);
     const khub_host_api *h = s->host;
     job j = {.a = a, .k = k, .nb = a->in / 32};
     size_t bytes;

@@ -273,6 +273,116 @@ static const kx_qtile_fn tiles_q5_0[TR][TC] = KX_TILE_PTRS(q5_0);
 static const kx_qtile_fn tiles_q5_1[TR][TC] = KX_TILE_PTRS(q5_1);
 
 /* ------------------------------------------------------------------------ */
+/* Batch tiles: one row x up to KX_TB tokens                                */
+/* ------------------------------------------------------------------------ */
+
+/* a * b, never fused into a following add: the tiles above add the product
+ * of the offset term to cor with a separate rounding (their product has a
+ * second use), and a batch tile must round the same way. GCC 12 at -O2 does
+ * not fuse it here even without the empty asm (checked: the test still
+ * passes without it); the asm keeps it so under -ffp-contract=fast. */
+static inline __m256 mul_unfused(__m256 a, __m256 b)
+{
+    __m256 p = _mm256_mul_ps(a, b);
+    __asm__("" : "+x"(p));
+    return p;
+}
+
+/* Row w against tokens x[t * xs], t < tb: for every (row, token) the same
+ * operations in the same order as tile() (kx_q16_pair), so the same bits.
+ * What the tokens share is done once per block pair: unpacking the codes,
+ * the weight scales in the lane order of the pair step ([d0 d0 d1 d1 d0 d0
+ * d1 d1], times the token's dxv gives kx_q16_pair's sc), and the offset
+ * term, vectorised over the tokens (lanes = tokens, sv). The 4 x 2 tile
+ * spills on AVX2 (16 accumulator registers); this one holds 4 code vectors,
+ * the scales and tb accumulators. */
+static inline __attribute__((always_inline)) void
+btile(const int fmt, const int tb, const uint8_t *w, const q16blk *x, int64_t xs, int64_t nb,
+      const float *dxv, int64_t dxs, const float *sv, const float *bias, float *y, int64_t ldy)
+{
+    const __m256i pick = _mm256_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2);
+    const size_t bb = blk_bytes(fmt);
+    __m256 acc[KX_TB], cor1 = _mm256_setzero_ps(), cor3 = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int t = 0; t < tb; t++) acc[t] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        const uint8_t *blk = w + (size_t)b * bb;
+        _mm_prefetch((const char *)blk + KX_PF_DIST, _MM_HINT_T0);
+        __m256i w0l, w0h, w1l, w1h;
+        codes16(fmt, blk, &w0l, &w0h);
+        codes16(fmt, blk + bb, &w1l, &w1h);
+        const __m128 sw = scales2(fmt, blk, bb);
+        const __m256 dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sw), pick);
+#pragma GCC unroll 8
+        for (int t = 0; t < tb; t++) {
+            const q16blk *xb = x + t * xs + b;
+            __m256i d =
+                _mm256_hadd_epi32(kx_q16_dot(w0l, w0h, xb[0].p), kx_q16_dot(w1l, w1h, xb[1].p));
+            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(dxv + t * dxs + (b / 2) * 8));
+            acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc[t]);
+        }
+        if (fmt != KHUB_QFORMAT_Q8_0) {
+            const __m256 c0 = _mm256_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(sw, sw, 1)));
+            const __m256 c1 = _mm256_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(sw, sw, 3)));
+            cor1 = _mm256_add_ps(cor1, mul_unfused(c0, _mm256_loadu_ps(sv + b * KX_TB)));
+            cor3 = _mm256_add_ps(cor3, mul_unfused(c1, _mm256_loadu_ps(sv + (b + 1) * KX_TB)));
+        }
+    }
+    float cs[KX_TB]; /* kx_q16_cor: lane 1 + lane 3 of each token */
+    _mm256_storeu_ps(cs,
+                     fmt == KHUB_QFORMAT_Q8_0 ? _mm256_setzero_ps() : _mm256_add_ps(cor1, cor3));
+    for (; b < nb; b++) { /* odd block count: the last block alone, as tile() */
+        const uint8_t *blk = w + (size_t)b * bb;
+        __m256i wl, wh;
+        codes16(fmt, blk, &wl, &wh);
+        float dw = _cvtsh_ss(kx_rd16(blk));
+        float cw = fmt == KHUB_QFORMAT_Q4_1 || fmt == KHUB_QFORMAT_Q5_1
+                       ? _cvtsh_ss(kx_rd16(blk + 2))
+                   : fmt == KHUB_QFORMAT_Q4_0 ? -8.0f * dw
+                   : fmt == KHUB_QFORMAT_Q5_0 ? -16.0f * dw
+                                              : 0.0f;
+#pragma GCC unroll 8
+        for (int t = 0; t < tb; t++) {
+            const q16blk *xb = x + t * xs + b;
+            __m256 d = _mm256_cvtepi32_ps(kx_q16_dot(wl, wh, xb->p));
+            acc[t] = _mm256_fmadd_ps(d, _mm256_set1_ps(dw * xb->d), acc[t]);
+            cs[t] += cw * xb->s;
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < tb; t++) y[t * ldy] = kx_hsum8(acc[t]) + cs[t] + (bias ? bias[0] : 0.0f);
+}
+
+#define BTILE_DEF(F, K, T) \
+    static void btile_##F##_##T(const uint8_t *w, const void *x, int64_t xs, int64_t nb, \
+                                const float *dxv, int64_t dxs, const float *sv, const float *bias, \
+                                float *y, int64_t ldy) \
+    { \
+        btile(K, T, w, x, xs, nb, dxv, dxs, sv, bias, y, ldy); \
+    }
+#define BTILES(F, K) \
+    BTILE_DEF(F, K, 1) \
+    BTILE_DEF(F, K, 2) \
+    BTILE_DEF(F, K, 3) \
+    BTILE_DEF(F, K, 4) \
+    BTILE_DEF(F, K, 5) \
+    BTILE_DEF(F, K, 6) \
+    BTILE_DEF(F, K, 7) \
+    BTILE_DEF(F, K, 8) \
+    static const kx_qbtile_fn btiles_##F[KX_TB] = {btile_##F##_1, btile_##F##_2, btile_##F##_3, \
+                                                   btile_##F##_4, btile_##F##_5, btile_##F##_6, \
+                                                   btile_##F##_7, btile_##F##_8};
+_Static_assert(KX_TB == 8, "BTILES makes tiles of 1 to 8 tokens");
+// clang-format off
+BTILES(q4_0, KHUB_QFORMAT_Q4_0)
+BTILES(q4_1, KHUB_QFORMAT_Q4_1)
+BTILES(q8_0, KHUB_QFORMAT_Q8_0)
+BTILES(q5_0, KHUB_QFORMAT_Q5_0)
+BTILES(q5_1, KHUB_QFORMAT_Q5_1)
+// clang-format on
+
+/* ------------------------------------------------------------------------ */
 /* Entry (the driver is qdriver.c)                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -281,14 +391,14 @@ khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
     const int kq = a->wfmt == KHUB_QFORMAT_Q4_K || a->wfmt == KHUB_QFORMAT_Q6_K;
     if (a->n >= (kq ? KX_GEMM_MIN_N_K : KX_GEMM_MIN_N)) return KX(qgemm_run)(s, a);
     if (kq) return KX(qlinear_q16k_run)(s, a);
-    kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL};
+    kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL, NULL};
     if (is_q5(a->wfmt)) k.quantize_row = quantize_row_q5;
     switch (a->wfmt) {
-    case KHUB_QFORMAT_Q4_0: k.tiles = &tiles_q4_0[0][0]; break;
-    case KHUB_QFORMAT_Q4_1: k.tiles = &tiles_q4_1[0][0]; break;
-    case KHUB_QFORMAT_Q8_0: k.tiles = &tiles_q8_0[0][0]; break;
-    case KHUB_QFORMAT_Q5_0: k.tiles = &tiles_q5_0[0][0]; break;
-    case KHUB_QFORMAT_Q5_1: k.tiles = &tiles_q5_1[0][0]; break;
+    case KHUB_QFORMAT_Q4_0: k.tiles = &tiles_q4_0[0][0], k.btiles = btiles_q4_0; break;
+    case KHUB_QFORMAT_Q4_1: k.tiles = &tiles_q4_1[0][0], k.btiles = btiles_q4_1; break;
+    case KHUB_QFORMAT_Q8_0: k.tiles = &tiles_q8_0[0][0], k.btiles = btiles_q8_0; break;
+    case KHUB_QFORMAT_Q5_0: k.tiles = &tiles_q5_0[0][0], k.btiles = btiles_q5_0; break;
+    case KHUB_QFORMAT_Q5_1: k.tiles = &tiles_q5_1[0][0], k.btiles = btiles_q5_1; break;
     default:
         return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: format %d reached the kernel", a->wfmt);
     }

@@ -343,6 +343,21 @@ static void bench_head(double min_s)
     bench_linear("qlinear Q8_0", q8, 1, 640, 262144, 1, min_s);
 }
 
+/* Batched steps (issue 13 item 8): SmolLM2-135M's Q4_1 layer matrices and
+ * its Q8_0 head (out x in) at the row counts of continuous-batching steps,
+ * weights in cache (a step reuses them for every row). The int16 tiles run
+ * below 48 rows, the f32 GEMM from there (plugins/cpu-x86/kx.h). */
+static void bench_batch(double min_s)
+{
+    static const int64_t shp[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
+    static const int64_t ns[] = {1, 2, 4, 8, 16, 32, 47, 48, 64, 128, 256};
+    for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
+        for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
+            bench_linear(shp[i][0] == 49152 ? "qlinear Q8_0" : "qlinear Q4_1",
+                         KHUB_DTYPE_Q(shp[i][0] == 49152 ? KHUB_QFORMAT_Q8_0 : KHUB_QFORMAT_Q4_1),
+                         ns[k], shp[i][1], shp[i][0], 0, min_s);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Command                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -352,7 +367,7 @@ static int run_bench_ops(int argc, char **argv);
 static const khub_cli_cmd cmd_bench_ops = {
     "bench-ops", "micro-benchmark each op of the built-in CPU plugins",
     "usage: khub bench-ops [--threads N] [--time S] [--clock wall|cpu] [--plugin-dir DIR]\n"
-    "                      [--quick | --kquant | --q5 | --head]\n"
+    "                      [--quick | --kquant | --q5 | --head | --batch]\n"
     "\n"
     "Times single op calls of ref-cpu, cpu-avx2 and cpu-avx512 side by side and\n"
     "prints the median time per call, GFLOP/s and GB/s of the streamed operand.\n"
@@ -366,7 +381,9 @@ static const khub_cli_cmd cmd_bench_ops = {
     "  --kquant          only the Q4_K / Q6_K cases (rows of whole 256-blocks)\n"
     "  --q5              only the Q5_0 / Q5_1 decode cases, next to Q4_0 / Q4_1\n"
     "  --head            only the Q8_0 decode cases: the tied output heads of\n"
-    "                    SmolLM2-135M and Gemma 3 270M, a layer matrix hot and cold\n",
+    "                    SmolLM2-135M and Gemma 3 270M, a layer matrix hot and cold\n"
+    "  --batch           only qlinear at the row counts of batched steps (1 to 256\n"
+    "                    tokens, SmolLM2's Q4_1 layers and Q8_0 head, hot)\n",
     run_bench_ops};
 
 static int run_bench_ops(int argc, char **argv)
@@ -391,6 +408,8 @@ static int run_bench_ops(int argc, char **argv)
             quick = 3;
         else if (!strcmp(argv[i], "--head"))
             quick = 4;
+        else if (!strcmp(argv[i], "--batch"))
+            quick = 5;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "cpu"))
             bench_clock = CLOCK_THREAD_CPUTIME_ID, i++;
         else if (!strcmp(argv[i], "--clock") && i + 1 < argc && !strcmp(argv[i + 1], "wall"))
@@ -430,6 +449,10 @@ static int run_bench_ops(int argc, char **argv)
     }
     if (quick == 4) {
         bench_head(min_s);
+        goto done;
+    }
+    if (quick == 5) {
+        bench_batch(min_s);
         goto done;
     }
     bench_linear("qlinear Q4_1", KHUB_DTYPE_Q(KHUB_QFORMAT_Q4_1), 1, 576, 1536, 1, min_s);
