@@ -8,6 +8,7 @@
  * than the noise + 1%. tests/t_tune.sh runs the advisor itself on the tiny
  * model.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,17 @@ TEST_IMPL(bad_arguments)
     ASSERT(r == NULL);
     ASSERT_CONTAINS(err, "the model does not load: load: ");
     ASSERT_CONTAINS(err, "no/such/model.gguf");
+    /* tp_size out of range; the same bytes past a 0.1 caller's struct_size
+     * are not read (the run goes on to the probe and stops there). */
+    o.tp_size = 1;
+    ASSERT_STATUS(khub_tune_run(&o, &r, err, sizeof err), KHUB_STATUS_INVALID_ARG);
+    ASSERT_STR_EQ(err, "khub_tune_run: tp_size 1 out of range (want 2..64, 0 = 2)");
+    o.struct_size = (uint32_t)offsetof(khub_tune_opts, tp_size);
+    st = khub_tune_run(&o, &r, err, sizeof err);
+    ASSERT(st == KHUB_STATUS_NOT_FOUND || st == KHUB_STATUS_IO);
+    ASSERT_CONTAINS(err, "the model does not load: load: ");
+    o.struct_size = sizeof o;
+    o.tp_size = 0;
     ASSERT(khub_tune_report_render(NULL, KHUB_TUNE_FORMAT_TEXT) == NULL);
     ASSERT(khub_tune_report_khub_json(NULL) == NULL);
     ASSERT(khub_tune_report_run_flags(NULL) == NULL);
