@@ -128,7 +128,8 @@ khub_status khub__tokenizer_decode(const khub_tokenizer *tok, const int32_t *ids
         if (!ok) goto fail;
         first_done = true;
     }
-    if (!dbuf_put(rt, &txt, "", 0)) goto fail;
+    /* raw.p is NULL when every token was skipped: no pointer arithmetic on it */
+    if (!dbuf_put(rt, &txt, "", 0) || !dbuf_put(rt, &raw, "", 0)) goto fail;
     size_t skip = strip_prefix(tok, raw.p, raw.n);
     if (put_lossy(rt, &txt, (const unsigned char *)raw.p + skip, raw.n - skip, true) == SIZE_MAX)
         goto fail;

@@ -28,9 +28,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#define TJ              "tokenizer.json: "
-#define UNK_PENALTY     10.0        /* tokenizers' K_UNK_PENALTY */
-#define MAX_VOCAB_BYTES (64u << 20) /* bytes of all pieces together */
+#define TJ          "tokenizer.json: "
+#define UNK_PENALTY 10.0 /* tokenizers' K_UNK_PENALTY */
+/* bytes of all pieces together: the prefix set takes at most 32 bytes per
+ * byte (a power of two >= twice the bytes, 8 bytes a slot): 256 MiB at this
+ * cap for a hostile file; XLM-R's 250k pieces are about 2 MB */
+#define MAX_VOCAB_BYTES (8u << 20)
 #define FNV_BASIS       14695981039346656037ull
 #define FNV_PRIME       1099511628211ull
 
@@ -117,7 +120,7 @@ khub_status khub__tok_unigram_load(khub_tokenizer *tok, const cJSON *model)
     tok->unk = (int32_t)unk->valuedouble;
     tok->uni_unk_score = min - UNK_PENALTY;
     size_t cap = 64;
-    while (cap < 2 * bytes) cap *= 2; /* bytes <= 64 MiB: no overflow */
+    while (cap < 2 * bytes) cap *= 2; /* bytes <= 8 MiB: no overflow */
     tok->uni_prefix = khub__calloc(rt, cap, sizeof *tok->uni_prefix);
     KHUB_RETURN_IF(rt, !tok->uni_prefix, KHUB_STATUS_NOMEM,
                    "tokenizer: out of memory for the prefixes of %zu pieces", n);

@@ -28,6 +28,13 @@ for t in $TARGETS; do mkdir -p "$CORPUS/$t"; done
 cp "$SRC"/tests/golden/*.gguf "$CORPUS/gguf/" 2>/dev/null || true
 cp "$SRC"/tests/golden/*.safetensors "$CORPUS/safetensors/" 2>/dev/null || true
 cp "$SRC"/tests/fixtures/tokenizer/*.json "$CORPUS/tokenizer/" 2>/dev/null || true
+# tokenizer.json mode (an even first byte): every fixture tokenizer, the
+# SentencePiece-style shapes and Unigram models of tests/fixtures/tokenizer/spm too
+for j in "$SRC"/tests/fixtures/tokenizer/*/tokenizer.json "$SRC"/tests/fixtures/tokenizer/spm/*.json \
+    "$SRC"/tests/fixtures/gemma3_tiny/tokenizer.json; do
+    [ "$(basename "$j")" = corpus.json ] && continue
+    { printf '\0'; cat "$j"; } > "$CORPUS/tokenizer/json-$(basename "$(dirname "$j")")-$(basename "$j")"
+done
 # hub_formats: the first byte picks the parser (see fuzz_hub_formats.c).
 hub_seed() { { printf "\\$(printf '%03o' "$1")"; cat; } > "$CORPUS/hub_formats/seed-$1-$2"; }
 C=1111111111111111111111111111111111111111
