@@ -46,6 +46,11 @@ for k in kernels-src/*/; do
     cp -r "$k" "$WORK/src/$name"
     rm -rf "$WORK/src/$name/build"
     $KHUB build "$WORK/src/$name" --quiet > /dev/null
+    if ! ls -d "$WORK/src/$name"/build/khub1-*-linux > /dev/null 2>&1; then
+        echo "$name: CUDA only and NVRTC is missing: skipped"
+        rm -rf "${WORK:?}/src/$name"
+        continue
+    fi
     $KHUB check "$WORK/src/$name" | tail -n 1
     $KHUB sign --key "$WORK/publisher.key" "$WORK/src/$name" > /dev/null
 done

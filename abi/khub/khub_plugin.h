@@ -471,6 +471,9 @@ static inline khub_status khub_plugin_desc_put(khub_plugin_desc *out, const khub
  *     never reads it as compact.
  *   - Block-quantized weights are always compact rows of
  *     khub_qformat_row_bytes(format, n_cols) bytes.
+ *   - A CUDA op (caps device_type KHUB_DEVICE_CUDA) gets device memory for
+ *     every pointer of its args: tensor data and also khub_rotary_args
+ *     positions (an int32 array on the device).
  * Aliasing (the executor's in-place calls):
  *   - norm: y may be x (q_norm and k_norm run in place); residual is never x
  *     or y.
@@ -593,7 +596,7 @@ typedef struct khub_rotary_args {
     KHUB_STRUCT_HEADER;
     void *stream;
     khub_tensor *x;           /* [n, n_heads, head_dim] f32, in place */
-    const int32_t *positions; /* [n] token positions */
+    const int32_t *positions; /* [n] token positions (device memory for a CUDA op) */
     uint32_t style;           /* khub_rope_style */
     uint32_t scaling;         /* khub_rope_scaling */
     float theta;              /* base, e.g. 10000 */

@@ -1,0 +1,273 @@
+/*
+ * kv_cache_cuda.c: kernels-community/kv-cache-cuda, a static KV cache in
+ * device memory (host glue).
+ *
+ * As kernels-community/kv-cache on the CPU (Transformers' StaticCache):
+ * create() allocates, per sequence, one device block of
+ * [n_layers][2][max_tokens][n_kv_heads][head_dim] elements (f32 or f16) up
+ * front, so the decode loop never allocates and the K/V addresses never move
+ * (what CUDA graph capture needs); write() appends n tokens of f32 K/V
+ * device rows with one launch (kv_append.cu, rounding to f16 for f16
+ * storage); view() describes positions [0, n) in place as device tensors
+ * [n, n_kv_heads, head_dim] with a token stride of n_kv_heads x head_dim
+ * elements. Writing past max_tokens is KHUB_STATUS_CONTEXT_FULL.
+ *
+ * khub_kv_write_args carries no stream: write() launches on the legacy
+ * default stream (stream NULL), which every stream khub creates (blocking
+ * streams, cuStreamCreate flags 0) waits for and is waited by, so the append
+ * is ordered after the projection that produced K/V and before the
+ * attention that reads them. The cache lives on CUDA device 0.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <khub/khub_plugin.h>
+
+static const int ccs[] = {90, 80, 75}; /* kernel.json's capabilities, highest first */
+
+typedef struct kv_state {
+    const khub_host_api *host;
+    pthread_mutex_t lock;
+    int loaded;
+    void *fn[2]; /* CUfunction: append to f32, append to f16 */
+} kv_state;
+
+static kv_state g_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+struct khub_kv_cache {
+    khub_kv_cache_config cfg;
+    int elem;        /* 2 (f16) or 4 (f32) */
+    int64_t row;     /* elements per token: n_kv_heads * head_dim */
+    int64_t *len;    /* [n_seqs] positions held */
+    uint64_t *block; /* [n_seqs] device pointers */
+};
+
+static int32_t score(void *sp)
+{
+    const khub_host_api *host = ((kv_state *)sp)->host;
+    int n = 0;
+    return host->cuda_device_count(host->host_ctx, &n) == KHUB_STATUS_OK && n > 0 ? 1 : 0;
+}
+
+static khub_status load_locked(kv_state *s)
+{
+    const khub_host_api *host = s->host;
+    int cc = 0;
+    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
+    if (st != KHUB_STATUS_OK) return st;
+    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
+        char name[64];
+        const void *img = NULL;
+        size_t n = 0;
+        snprintf(name, sizeof name, "kv_append.sm_%d.ptx", ccs[i]);
+        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)
+            continue;
+        khub_cuda_module *mod = NULL;
+        if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod)) != KHUB_STATUS_OK)
+            return st;
+        st = host->cuda_module_function(host->host_ctx, mod, "khub_kv_append_f32", &s->fn[0]);
+        if (st == KHUB_STATUS_OK)
+            st = host->cuda_module_function(host->host_ctx, mod, "khub_kv_append_f16", &s->fn[1]);
+        s->loaded = st == KHUB_STATUS_OK;
+        return st;
+    }
+    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
+                      "static_cache (cuda): no PTX for compute capability %d.%d", cc / 10, cc % 10);
+}
+
+static khub_status load(kv_state *s)
+{
+    pthread_mutex_lock(&s->lock);
+    khub_status st = s->loaded ? KHUB_STATUS_OK : load_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    return st;
+}
+
+static void destroy(void *sp, khub_kv_cache *c)
+{
+    const khub_host_api *host = ((kv_state *)sp)->host;
+    if (!c) return;
+    for (int32_t s = 0; c->block && s < c->cfg.n_seqs; s++)
+        if (c->block[s]) host->cuda_mem_free(host->host_ctx, c->block[s]);
+    host->free(host->host_ctx, c->block);
+    host->free(host->host_ctx, c->len);
+    host->free(host->host_ctx, c);
+}
+
+static khub_status create(void *sp, const khub_kv_cache_config *cfg, khub_kv_cache **out)
+{
+    const khub_host_api *host = ((kv_state *)sp)->host;
+    *out = NULL;
+    int f16 = cfg && cfg->dtype.code == KHUB_DL_FLOAT && cfg->dtype.bits == 16;
+    int f32 = cfg && cfg->dtype.code == KHUB_DL_FLOAT && cfg->dtype.bits == 32;
+    if (!cfg || cfg->struct_size < sizeof *cfg || (!f16 && !f32) || cfg->n_layers < 1 ||
+        cfg->n_kv_heads < 1 || cfg->head_dim < 1 || cfg->n_seqs < 1 || cfg->n_seqs > 4096 ||
+        cfg->max_tokens < 1 || cfg->max_tokens > (INT64_C(1) << 24))
+        return host->fail(
+            host->host_ctx, KHUB_STATUS_INVALID_ARG,
+            "static_cache (cuda): config needs f16 or f32, positive sizes, max_tokens <= 2^24");
+    khub_kv_cache *c = host->alloc(host->host_ctx, sizeof *c);
+    if (!c)
+        return host->fail(host->host_ctx, KHUB_STATUS_NOMEM, "static_cache (cuda): out of memory");
+    memset(c, 0, sizeof *c);
+    c->cfg = *cfg;
+    c->elem = f16 ? 2 : 4;
+    c->row = (int64_t)cfg->n_kv_heads * cfg->head_dim;
+    unsigned __int128 bytes = (unsigned __int128)cfg->n_layers * 2 * (uint64_t)cfg->max_tokens *
+                              (uint64_t)c->row * (uint64_t)c->elem;
+    c->len = host->alloc(host->host_ctx, sizeof(int64_t) * (size_t)cfg->n_seqs);
+    c->block = host->alloc(host->host_ctx, sizeof(uint64_t) * (size_t)cfg->n_seqs);
+    if (!c->len || !c->block || bytes > ((unsigned __int128)1 << 40)) {
+        destroy(sp, c);
+        return host->fail(host->host_ctx, KHUB_STATUS_NOMEM, "static_cache (cuda): out of memory");
+    }
+    memset(c->len, 0, sizeof(int64_t) * (size_t)cfg->n_seqs);
+    memset(c->block, 0, sizeof(uint64_t) * (size_t)cfg->n_seqs);
+    for (int32_t s = 0; s < cfg->n_seqs; s++) {
+        khub_status st = host->cuda_mem_alloc(host->host_ctx, 0, (size_t)bytes, &c->block[s]);
+        if (st != KHUB_STATUS_OK) {
+            c->block[s] = 0;
+            destroy(sp, c);
+            return st; /* the driver layer's message names the call and the error */
+        }
+    }
+    *out = c;
+    return KHUB_STATUS_OK;
+}
+
+static int rows_ok(const khub_tensor *t, const khub_kv_cache *c, int64_t n)
+{
+    return t && t->ndim == 3 && t->dtype.code == KHUB_DL_FLOAT && t->dtype.bits == 32 &&
+           !t->strides && !t->byte_offset && t->device.device_type == KHUB_DEVICE_CUDA &&
+           t->shape[0] == n && t->shape[1] == c->cfg.n_kv_heads && t->shape[2] == c->cfg.head_dim;
+}
+
+/* Device address of (seq, layer, K or V, pos). */
+static uint64_t kv_at(const khub_kv_cache *c, int32_t seq, int32_t layer, int which, int64_t pos)
+{
+    uint64_t per_tensor = (uint64_t)c->cfg.max_tokens * (uint64_t)c->row * (uint64_t)c->elem;
+    return c->block[seq] + ((uint64_t)layer * 2 + (uint64_t)which) * per_tensor +
+           (uint64_t)pos * (uint64_t)c->row * (uint64_t)c->elem;
+}
+
+static khub_status write(void *sp, khub_kv_cache *c, const khub_kv_write_args *a)
+{
+    kv_state *s = sp;
+    const khub_host_api *host = s->host;
+    if (!c || !a || a->struct_size < sizeof *a || !a->k || a->layer < 0 ||
+        a->layer >= c->cfg.n_layers || a->seq < 0 || a->seq >= c->cfg.n_seqs || a->pos < 0 ||
+        a->k->ndim != 3)
+        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
+                          "static_cache (cuda) write: layer, seq or pos out of range");
+    int64_t n = a->k->shape[0];
+    if (!rows_ok(a->k, c, n) || !rows_ok(a->v, c, n))
+        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
+                          "static_cache (cuda) write: k and v must be compact f32 CUDA tensors "
+                          "[n, %d, %d]",
+                          c->cfg.n_kv_heads, c->cfg.head_dim);
+    if (a->pos > c->len[a->seq] || a->pos + n > c->cfg.max_tokens)
+        return host->fail(
+            host->host_ctx,
+            a->pos + n > c->cfg.max_tokens ? KHUB_STATUS_CONTEXT_FULL : KHUB_STATUS_INVALID_ARG,
+            "static_cache (cuda) write: positions [%lld, %lld) with %lld held, capacity %lld",
+            (long long)a->pos, (long long)(a->pos + n), (long long)c->len[a->seq],
+            (long long)c->cfg.max_tokens);
+    khub_status st = load(s);
+    if (st != KHUB_STATUS_OK) return st;
+    const void *k = a->k->data, *v = a->v->data;
+    void *dk = (void *)(uintptr_t)kv_at(c, a->seq, a->layer, 0, a->pos);
+    void *dv = (void *)(uintptr_t)kv_at(c, a->seq, a->layer, 1, a->pos);
+    long long count = (long long)(n * c->row);
+    void *params[] = {&k, &v, &dk, &dv, &count};
+    khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
+                                .grid = {(uint32_t)((count + 255) / 256), 2, 1},
+                                .block = {256, 1, 1}};
+    if (count > 0) st = host->cuda_launch(host->host_ctx, s->fn[c->elem == 2], &cfg, params);
+    if (st != KHUB_STATUS_OK) return st;
+    /* the sequence holds positions up to the furthest one written in any layer */
+    if (a->pos + n > c->len[a->seq]) c->len[a->seq] = a->pos + n;
+    return KHUB_STATUS_OK;
+}
+
+static void describe(khub_tensor *t, uint64_t base, const khub_kv_cache *c, int64_t n)
+{
+    t->data = (void *)(uintptr_t)base;
+    t->device = (khub_device){KHUB_DEVICE_CUDA, 0};
+    t->ndim = 3;
+    t->dtype = (khub_dtype){KHUB_DL_FLOAT, (uint8_t)(c->elem * 8), 1};
+    t->byte_offset = 0;
+    t->shape[0] = n;
+    t->shape[1] = c->cfg.n_kv_heads;
+    t->shape[2] = c->cfg.head_dim;
+    t->strides[0] = c->row;
+    t->strides[1] = c->cfg.head_dim;
+    t->strides[2] = 1;
+}
+
+static khub_status view(void *sp, khub_kv_cache *c, int32_t layer, int32_t seq, int64_t n,
+                        khub_tensor *k, khub_tensor *v)
+{
+    const khub_host_api *host = ((kv_state *)sp)->host;
+    if (!c || layer < 0 || layer >= c->cfg.n_layers || seq < 0 || seq >= c->cfg.n_seqs || n < 0 ||
+        n > c->len[seq] || !k || !v || !k->shape || !k->strides || !v->shape || !v->strides)
+        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
+                          "static_cache (cuda) view: layer %d, seq %d or n %lld out of range, or "
+                          "no shape/stride arrays",
+                          layer, seq, (long long)n);
+    describe(k, kv_at(c, seq, layer, 0, 0), c, n);
+    describe(v, kv_at(c, seq, layer, 1, 0), c, n);
+    return KHUB_STATUS_OK;
+}
+
+static khub_status truncate_seq(void *sp, khub_kv_cache *c, int32_t seq, int64_t n)
+{
+    const khub_host_api *host = ((kv_state *)sp)->host;
+    if (!c || seq < 0 || seq >= c->cfg.n_seqs || n < 0)
+        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
+                          "static_cache (cuda) truncate: seq %d or n %lld out of range", seq,
+                          (long long)n);
+    if (n < c->len[seq]) c->len[seq] = n;
+    return KHUB_STATUS_OK;
+}
+
+static const khub_kv_cache_methods methods = {KHUB_STRUCT_INIT(khub_kv_cache_methods),
+                                              .create = create,
+                                              .destroy = destroy,
+                                              .write = write,
+                                              .view = view,
+                                              .truncate = truncate_seq};
+
+static const khub_op_caps caps = {
+    KHUB_STRUCT_INIT(khub_op_caps),
+    .device_type = KHUB_DEVICE_CUDA,
+    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32) | KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F16),
+    .flags = KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16,
+    .cc_min = 75,
+    .priority = 30,
+};
+
+static const khub_op_desc ops[] = {
+    {KHUB_STRUCT_INIT(khub_op_desc), .name = "static_cache", .kind = KHUB_OP_KV_CACHE,
+     .caps = &caps, .methods = &methods},
+};
+
+khub_status khub_kv_cache_cuda_init(const khub_host_api *h, khub_plugin_desc *out, char *errbuf,
+                                    size_t errbuf_size)
+{
+    (void)errbuf, (void)errbuf_size;
+    g_state.host = h;
+    g_state.loaded = 0;
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
+                          .id = "kernels-community/kv-cache-cuda",
+                          .version = "1.0.0",
+                          .n_ops = 1,
+                          .ops = ops,
+                          .state = &g_state,
+                          .score = score};
+    return khub_plugin_desc_put(out, &d);
+}
+
+KHUB_PLUGIN_DEFINE_KINDS(khub_kv_cache_cuda_init, "kernels-community/kv-cache-cuda", "1.0.0",
+                         KHUB_KIND_BIT(KHUB_OP_KV_CACHE))
