@@ -3,7 +3,8 @@
 # (tools/fetch-model.sh), without a GPU (docs/gpu.md): the flag's values, the
 # missing-driver error this machine gives, and, on the fake driver
 # (tests/fake_cuda, a whole driver with KHUB_FAKE_CUDA_MEM), the placement in
-# --explain, the forward pass refused, --strict, and a model that does not fit.
+# --explain, the forward pass with every role on the CPU between copies (the
+# CPU's tokens), --strict, and a model that does not fit.
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 DIR=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}
@@ -35,8 +36,14 @@ else
     echo "ok   no driver: $(cat x.err)"
 fi
 
-err 1 "khub run: SmolLM2-135M-Instruct.Q4_1.gguf: the forward pass on a CUDA device is not built yet" \
-    "$FAKE KHUB_FAKE_CUDA_MEM=1073741824" --device cuda:0 --explain
+# Every role falls back to the CPU: the pass computes on the CPU between
+# copies through the fake's memory (copies really copy), so the greedy
+# tokens are the CPU's.
+env $FAKE KHUB_FAKE_CUDA_MEM=1073741824 "$KHUB" run --model "$GGUF" --prompt hi --max-new-tokens 2 \
+    --device cuda:0 > d.out 2> d.err || { cat d.err; fail "--device cuda:0 on the fake driver"; }
+cmp -s c.out d.out || fail "the fake device's tokens differ from the CPU's: $(cat d.out) vs $(cat c.out)"
+env $FAKE KHUB_FAKE_CUDA_MEM=1073741824 "$KHUB" run --model "$GGUF" --prompt hi --max-new-tokens 2 \
+    --device cuda:0 --explain > x.out 2> x.err || { cat x.err; fail "--device cuda:0 --explain"; }
 grep -q "^placement: cuda:0 (sm_90, driver 12.8): 0 roles on the device, 11 on the CPU$" x.out ||
     fail "placement line: $(grep -A3 placement x.out)"
 grep -q "^  device memory: weights 0.0 MiB, KV cache 0.0 MiB (on the host), scratch " x.out ||
@@ -44,7 +51,7 @@ grep -q "^  device memory: weights 0.0 MiB, KV cache 0.0 MiB (on the host), scra
 grep -q "^  qkv_proj\[q4_1\]: cpu fallback, khub/" x.out || fail "qkv fallback: $(grep qkv x.out)"
 grep -q "^    copies per token each time it runs: device->host 2304 B (x), host->device 3840 B (q, k, v)$" x.out ||
     fail "qkv copies: $(grep -A1 '^  qkv' x.out)"
-echo "ok   fake GPU: placement in --explain, every role on the CPU with its copies, forward refused"
+echo "ok   fake GPU: placement in --explain, every role on the CPU with its copies, the CPU's tokens"
 
 err 1 ": cuda:0: strict: role rms_norm[f32] has no CUDA kernel (no norm op fits: " \
     "$FAKE KHUB_FAKE_CUDA_MEM=1073741824" --device cuda --strict

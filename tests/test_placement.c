@@ -200,14 +200,15 @@ typedef struct fixture {
     const char *dir;
 } fixture;
 
-/* A runtime with the built-in plugins (and test/cuda-ops when cuda_ops),
- * and the tiny model loaded for device; st is what the load returned. */
-static khub_status load(fixture *f, khub_device device, bool cuda_ops, bool strict)
+/* A runtime with the built-in plugins (and the test plugin `cuda`, e.g.
+ * "cuda_ops" or "cuda_all", unless NULL), and the tiny model loaded for
+ * device; st is what the load returned. */
+static khub_status load(fixture *f, khub_device device, const char *cuda, bool strict)
 {
     memset(f, 0, sizeof *f);
     f->rt = tp_runtime(1);
     ASSERT_OK(khub_plugin_load_builtin(f->rt));
-    if (cuda_ops) tp_load(f->rt, "cuda_ops");
+    if (cuda) tp_load(f->rt, cuda);
     f->dir = tiny_model();
     khub_model_opts o = {KHUB_APP_INIT(khub_model_opts),
                          .device = device,
@@ -236,7 +237,7 @@ TEST_IMPL(placement_without_driver)
     if (khub__cuda_info(NULL, NULL, NULL) == KHUB_STATUS_OK)
         TEST_SKIP("a CUDA driver is present; this case checks its absence");
     fixture f;
-    ASSERT_STATUS(load(&f, cuda0, false, false), KHUB_STATUS_NO_CUDA);
+    ASSERT_STATUS(load(&f, cuda0, NULL, false), KHUB_STATUS_NO_CUDA);
     ASSERT(f.m == NULL);
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
                     ": device cuda:0 needs the CUDA driver: no CUDA driver (libcuda.so.1: ");
@@ -248,7 +249,7 @@ TEST_IMPL(placement_driver_without_gpu)
 {
     fake("12080:", "1000000", NULL);
     fixture f;
-    ASSERT_STATUS(load(&f, cuda0, false, false), KHUB_STATUS_NO_CUDA);
+    ASSERT_STATUS(load(&f, cuda0, NULL, false), KHUB_STATUS_NO_CUDA);
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
                     ": device cuda:0: CUDA driver 12.8 is present but sees no GPU; use the CPU");
     unload(&f);
@@ -258,7 +259,7 @@ TEST_IMPL(placement_no_such_ordinal)
 {
     fake("12080:90,80", "100000000", NULL);
     fixture f;
-    ASSERT_STATUS(load(&f, (khub_device){KHUB_DEVICE_CUDA, 2}, false, false),
+    ASSERT_STATUS(load(&f, (khub_device){KHUB_DEVICE_CUDA, 2}, NULL, false),
                   KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
                     ": device cuda:2: 2 CUDA device(s) present (cuda:0..cuda:1)");
@@ -269,11 +270,11 @@ TEST_IMPL(placement_no_such_ordinal)
 TEST_IMPL(placement_bad_device_options)
 {
     fixture f;
-    ASSERT_STATUS(load(&f, (khub_device){7, 0}, false, false), KHUB_STATUS_INVALID_ARG);
+    ASSERT_STATUS(load(&f, (khub_device){7, 0}, NULL, false), KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
                     "khub_model_load: device type 7: want KHUB_DEVICE_CPU or KHUB_DEVICE_CUDA");
     unload(&f);
-    ASSERT_STATUS(load(&f, (khub_device){KHUB_DEVICE_CPU, 1}, false, false),
+    ASSERT_STATUS(load(&f, (khub_device){KHUB_DEVICE_CPU, 1}, NULL, false),
                   KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
                     "khub_model_load: device id 1: want 0 for the CPU, a CUDA ordinal >= 0");
@@ -285,13 +286,13 @@ TEST_IMPL(placement_bad_device_options)
 /* ======================================================================== */
 
 /* Only CPU plugins: every role falls back, named with its copies; the
- * activations' scratch is still the only block on the device; the forward
- * pass is refused (it is not built for the device yet). */
+ * activations' scratch is still the only block on the device, and a forward
+ * pass copies exactly what the explain lines name, per token and role. */
 TEST_IMPL(placement_all_roles_fall_back)
 {
     fake("12080:90", "100000000", NULL);
     fixture f;
-    ASSERT_OK(load(&f, cuda0, false, false));
+    ASSERT_OK(load(&f, cuda0, NULL, false));
     const char *ex = khub_model_explain(f.m);
     ASSERT_CONTAINS(ex, "placement: cuda:0 (sm_90, driver 12.8): 0 roles on the device, ");
     ASSERT_CONTAINS(ex, "  rms_norm[f32]: cpu fallback, khub/");
@@ -300,17 +301,38 @@ TEST_IMPL(placement_all_roles_fall_back)
     ASSERT_CONTAINS(ex, "    copies per token each time it runs: device->host 256 B (x), "
                         "host->device 512 B (q, k, v)\n");
     ASSERT_CONTAINS(ex, "KV cache 0.0 MiB (on the host)");
-    ASSERT_CONTAINS(ex, "forward pass on the device: not built yet (docs/gpu.md); CUDA graphs: no");
+    ASSERT_CONTAINS(ex, "forward pass on the device: one stream, synchronised around each CPU "
+                        "role; logits device->host 0 B per sequence per step; CUDA graphs: no");
     ASSERT_EQ(stat_of("allocs_live"), 1); /* the scratch */
     ASSERT_EQ(stat_of("htod_bytes"), 0);  /* no weight went up */
     ASSERT_EQ(stat_of("streams_live"), 1);
     float logits[VOCAB];
     int32_t ids[] = {1, 5};
-    khub_status st = khub_model_logits(f.m, ids, 2, logits);
-    ASSERT_STATUS(st, KHUB_STATUS_UNSUPPORTED);
-    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
-                    ": the forward pass on a CUDA device is not built yet (issue 19: placement, "
-                    "upload and memory are; see docs/gpu.md); load the model for the CPU");
+    ASSERT_OK(khub_model_logits(f.m, ids, 2, logits));
+    /* Floats per token each role's explain line names (h 64, q 64, kv 32,
+     * ffn 128), down and up: layer 0's attn_norm is a plain norm (h, h),
+     * layer 1's a residual one (2h, 2h); per layer qkv (h, q + 2kv), rotary
+     * q and k (q + kv, q + kv), cache + attention (q + 2kv, q), o (q, h),
+     * ffn_norm (2h, 2h), gate/up (h, 2f), act (2f, f), down (f, h); then
+     * final_norm (2h, 2h); the embedding row goes up (h); lm_head takes the
+     * last row down (h, once per sequence) and keeps the logits. */
+    long layer_down = 64 + 96 + 128 + 64 + 128 + 64 + 256 + 128,
+         layer_up = 128 + 96 + 64 + 64 + 128 + 256 + 128 + 64;
+    long down = 2 * layer_down + 64 + 128 + 128, up = 2 * layer_up + 64 + 128 + 128 + 64;
+    ASSERT_EQ(stat_of("dtoh_bytes"), 4 * (2 * down + 64));
+    ASSERT_EQ(stat_of("htod_bytes"), 4 * 2 * up);
+    ASSERT_EQ(stat_of("dtod_bytes"), 4 * 64); /* the last row gathered on the device */
+    ASSERT_EQ(stat_of("launches"), 0);
+    /* The fake's copies really copy, so this pass computed on the CPU
+     * through device memory: the same logits as the model loaded for it. */
+    khub_model_opts o = {KHUB_APP_INIT(khub_model_opts), .max_context = 64, .max_seqs = 2,
+                         .max_batch = 16};
+    khub_model *cpu = NULL;
+    ASSERT_OK(khub_model_load(f.rt, f.dir, &o, &cpu)); /* the same files */
+    float want[VOCAB];
+    ASSERT_OK(khub_model_logits(cpu, ids, 2, want));
+    ASSERT_EQ(memcmp(logits, want, sizeof want), 0);
+    khub_model_free(cpu);
     khub_model_free(f.m);
     f.m = NULL;
     ASSERT_EQ(stat_of("allocs_live"), 0);
@@ -323,7 +345,7 @@ TEST_IMPL(placement_strict_refuses_a_cpu_role)
 {
     fake("12080:90", "100000000", NULL);
     fixture f;
-    ASSERT_STATUS(load(&f, cuda0, true, true), KHUB_STATUS_NO_KERNEL);
+    ASSERT_STATUS(load(&f, cuda0, "cuda_ops", true), KHUB_STATUS_NO_KERNEL);
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
                     ": cuda:0: strict: role rotary[f32] has no CUDA kernel (");
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
@@ -339,7 +361,7 @@ TEST_IMPL(placement_mixed_uploads_device_weights)
 {
     fake("12080:90", "100000000", NULL);
     fixture f;
-    ASSERT_OK(load(&f, cuda0, true, false));
+    ASSERT_OK(load(&f, cuda0, "cuda_ops", false));
     const char *ex = khub_model_explain(f.m);
     ASSERT_CONTAINS(ex, "placement: cuda:0 (sm_90, driver 12.8): 8 roles on the device, "
                         "3 on the CPU\n");
@@ -374,7 +396,7 @@ TEST_IMPL(placement_never_splits_a_role)
     fake("12080:90", "100000000", NULL);
     f16_q0 = true;
     fixture f;
-    ASSERT_OK(load(&f, cuda0, true, false));
+    ASSERT_OK(load(&f, cuda0, "cuda_ops", false));
     const char *ex = khub_model_explain(f.m);
     ASSERT_CONTAINS(ex, "placement: cuda:0 (sm_90, driver 12.8): 7 roles on the device, "
                         "4 on the CPU\n");
@@ -404,7 +426,7 @@ TEST_IMPL(placement_does_not_fit)
 {
     fake("12080:90", "200000", NULL); /* 195 KiB: less than the weights */
     fixture f;
-    ASSERT_STATUS(load(&f, cuda0, true, false), KHUB_STATUS_NOMEM);
+    ASSERT_STATUS(load(&f, cuda0, "cuda_ops", false), KHUB_STATUS_NOMEM);
     const char *e = khub_runtime_errmsg(f.rt);
     ASSERT_CONTAINS(e, ": cuda:0: the model needs ");
     ASSERT_CONTAINS(e, " MiB of device memory (weights ");
@@ -420,7 +442,7 @@ TEST_IMPL(placement_allocation_fails)
 {
     fake("12080:90", "100000000", "cuMemAlloc@2"); /* the weights' block, then the scratch's */
     fixture f;
-    ASSERT_STATUS(load(&f, cuda0, true, false), KHUB_STATUS_CUDA);
+    ASSERT_STATUS(load(&f, cuda0, "cuda_ops", false), KHUB_STATUS_CUDA);
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
                     ": cuda:0: allocating 0.0 MiB for the scratch: cuMemAlloc failed: "
                     "CUDA_ERROR_OUT_OF_MEMORY (2)");
@@ -433,11 +455,110 @@ TEST_IMPL(placement_upload_fails)
 {
     fake("12080:90", "100000000", "cuMemcpyHtoDAsync@3");
     fixture f;
-    ASSERT_STATUS(load(&f, cuda0, true, false), KHUB_STATUS_CUDA);
+    ASSERT_STATUS(load(&f, cuda0, "cuda_ops", false), KHUB_STATUS_CUDA);
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt), ": cuda:0: uploading 'model.layers.0.");
     ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
                     "': cuMemcpyHtoDAsync failed: CUDA_ERROR_INVALID_VALUE (1)");
     ASSERT_EQ(stat_of("allocs_live"), 0);
+    unload(&f);
+}
+
+/* ======================================================================== */
+/* The forward pass with every role on the device                           */
+/* ======================================================================== */
+
+static const char *(*launch_name)(long);
+
+static void launch_log(void)
+{
+    void *h = dlopen(KHUB_BINARY_DIR "/fake-cuda/libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    launch_name = h ? (const char *(*)(long))dlsym(h, "khub_fake_cuda_launch_name") : NULL;
+    ASSERT(launch_name != NULL);
+}
+
+/* test/cuda-all serves every role: one step launches each layer's ops in
+ * forward.c's order on the model's stream, copies only the embedding rows
+ * and positions up and the logits row down, and synchronises once. */
+TEST_IMPL(device_forward_every_role_on_device)
+{
+    fake("12080:90", "100000000", NULL);
+    launch_log();
+    fixture f;
+    ASSERT_OK(load(&f, cuda0, "cuda_all", false));
+    const char *ex = khub_model_explain(f.m);
+    ASSERT_CONTAINS(ex, " roles on the device, 0 on the CPU\n");
+    ASSERT_CONTAINS(ex, "  kv_cache[f32]: cuda:0, khub-test/cuda-all 1.0.0 :: static_cache\n");
+    ASSERT_CONTAINS(ex, "host->device 256 B per token (+ 4 B of position)");
+    ASSERT_CONTAINS(ex, "forward pass on the device: one stream, one synchronisation per step; "
+                        "logits device->host 1024 B per sequence per step; CUDA graphs: no");
+    ASSERT_EQ(stat_of("allocs_live"), 3); /* weights, scratch, the device cache */
+    long up0 = stat_of("htod_bytes"), syncs0 = stat_of("stream_syncs");
+    float logits[VOCAB];
+    int32_t ids[] = {1, 5};
+    ASSERT_OK(khub_model_logits(f.m, ids, 2, logits));
+    static const char *const layer[] = {"norm",   "linear",   "linear",    "linear", "rotary",
+                                        "rotary", "kv_write", "attention", "linear", "norm",
+                                        "linear", "linear",   "act",       "linear"};
+    long i = 0;
+    for (int L = 0; L < LAYERS; L++)
+        for (size_t k = 0; k < sizeof layer / sizeof layer[0]; k++, i++) {
+            char want[64];
+            snprintf(want, sizeof want, "khub_test_%s", layer[k]);
+            ASSERT_STR_EQ(launch_name(i), want);
+        }
+    ASSERT_STR_EQ(launch_name(i++), "khub_test_norm");   /* final_norm */
+    ASSERT_STR_EQ(launch_name(i++), "khub_test_linear"); /* lm_head */
+    ASSERT_EQ(stat_of("launches"), i);
+    ASSERT_EQ(stat_of("htod_bytes") - up0, 2 * (4 * HID + 4)); /* rows and positions */
+    ASSERT_EQ(stat_of("dtoh_bytes"), 4 * VOCAB);               /* the logits row */
+    ASSERT_EQ(stat_of("dtod_bytes"), 4 * HID);                 /* the last row gathered */
+    ASSERT_EQ(stat_of("stream_syncs") - syncs0, 1);
+    khub_model_free(f.m);
+    f.m = NULL;
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    ASSERT_EQ(stat_of("busy_destroyed"), 0);
+    unload(&f);
+}
+
+/* A launch failing mid-pass (the 5th: layer 0's rotary q) surfaces with the
+ * role, the layer, the op and the driver's error; the next call works and
+ * freeing the model gives everything back. */
+TEST_IMPL(device_forward_launch_failure)
+{
+    fake("12080:90", "100000000", "cuLaunchKernel@5");
+    fixture f;
+    ASSERT_OK(load(&f, cuda0, "cuda_all", false));
+    float logits[VOCAB];
+    int32_t ids[] = {1, 5};
+    ASSERT_STATUS(khub_model_logits(f.m, ids, 2, logits), KHUB_STATUS_CUDA);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": cuda:0: layer 0 rotary q failed: khub-test/cuda-all 1.0.0 :: rotary: "
+                    "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED (719)");
+    ASSERT_EQ(stat_of("launches"), 4);
+    ASSERT_OK(khub_model_logits(f.m, ids, 2, logits)); /* @5 fails once */
+    khub_model_free(f.m);
+    f.m = NULL;
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    ASSERT_EQ(stat_of("bytes_live"), 0);
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    ASSERT_EQ(stat_of("busy_destroyed"), 0);
+    unload(&f);
+}
+
+/* The device cache's own allocation (the third, after the weights and the
+ * scratch) failing fails the load, named, and leaks nothing. */
+TEST_IMPL(device_forward_cache_out_of_memory)
+{
+    fake("12080:90", "100000000", "cuMemAlloc@3");
+    fixture f;
+    ASSERT_STATUS(load(&f, cuda0, "cuda_all", false), KHUB_STATUS_CUDA);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": cuda:0: creating the device KV cache (64 tokens x 2 sequences) in "
+                    "khub-test/cuda-all 1.0.0 :: static_cache: cuMemAlloc failed: "
+                    "CUDA_ERROR_OUT_OF_MEMORY (2)");
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    ASSERT_EQ(stat_of("streams_live"), 0);
     unload(&f);
 }
 
@@ -538,6 +659,9 @@ TEST_IMPL(cuda_layer_unload_while_streams_busy)
     X(placement_does_not_fit) \
     X(placement_allocation_fails) \
     X(placement_upload_fails) \
+    X(device_forward_every_role_on_device) \
+    X(device_forward_launch_failure) \
+    X(device_forward_cache_out_of_memory) \
     X(cuda_layer_roundtrip_on_fake_driver) \
     X(cuda_layer_launch_failure) \
     X(cuda_layer_unload_while_streams_busy)

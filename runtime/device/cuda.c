@@ -67,6 +67,7 @@ typedef struct cuda_driver {
     cu_result (*mem_free)(cu_deviceptr);
     cu_result (*memcpy_htod_async)(cu_deviceptr, const void *, size_t, cu_stream);
     cu_result (*memcpy_dtoh_async)(void *, cu_deviceptr, size_t, cu_stream);
+    cu_result (*memcpy_dtod_async)(cu_deviceptr, cu_deviceptr, size_t, cu_stream);
     cu_result (*stream_synchronize)(cu_stream);
     cu_result (*stream_create)(cu_stream *, unsigned);
     cu_result (*stream_destroy)(cu_stream);
@@ -119,6 +120,7 @@ static bool resolve_all(void)
         {"cuMemFree", (void **)&drv.mem_free},
         {"cuMemcpyHtoDAsync", (void **)&drv.memcpy_htod_async},
         {"cuMemcpyDtoHAsync", (void **)&drv.memcpy_dtoh_async},
+        {"cuMemcpyDtoDAsync", (void **)&drv.memcpy_dtod_async},
         {"cuStreamSynchronize", (void **)&drv.stream_synchronize},
         {"cuStreamCreate", (void **)&drv.stream_create},
         {"cuStreamDestroy", (void **)&drv.stream_destroy}, /* the _v2 at version 12000 */
@@ -446,6 +448,12 @@ khub_status khub__cuda_host_memcpy_dtoh(void *host_ctx, void *dst, uint64_t src,
     (void)host_ctx;
     KHUB_FORWARD_IF_ERROR(NULL, use_current());
     return cu_check(drv.memcpy_dtoh_async(dst, src, n, (cu_stream)stream), "cuMemcpyDtoHAsync");
+}
+
+khub_status khub__cuda_memcpy_dtod(uint64_t dst, uint64_t src, size_t n, void *stream)
+{
+    KHUB_FORWARD_IF_ERROR(NULL, use_current());
+    return cu_check(drv.memcpy_dtod_async(dst, src, n, (cu_stream)stream), "cuMemcpyDtoDAsync");
 }
 
 khub_status khub__cuda_host_stream_sync(void *host_ctx, void *stream)

@@ -57,6 +57,10 @@ KHUB_INTERNAL khub_status khub__cuda_mem_info(khub_runtime *rt, int device, size
                                               size_t *total);
 KHUB_INTERNAL khub_status khub__cuda_stream_new(khub_runtime *rt, int device, void **stream);
 KHUB_INTERNAL khub_status khub__cuda_stream_free(khub_runtime *rt, int device, void *stream);
+/* A device-to-device copy of n bytes on stream (the executor's; message as
+ * the khub__cuda_host_* copies). */
+KHUB_INTERNAL khub_status khub__cuda_memcpy_dtod(uint64_t dst, uint64_t src, size_t n,
+                                                 void *stream);
 
 /* For NCCL (nccl.c), failing with the message in khub__plugin_msg(): makes
  * device's primary context current on this thread; a stream on device, and

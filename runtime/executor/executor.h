@@ -190,6 +190,10 @@ KHUB_INTERNAL khub_status khub__forward(khub_model *m, const int32_t *tokens, co
 KHUB_INTERNAL khub_status khub__forward_rows(khub_model *m, const int32_t *tokens,
                                              const khub__seg *segs, int n_segs, bool all_rows,
                                              float *out);
+/* The host's KV cache write, view and attention of one layer for a batch
+ * (forward.c; the device pass calls it when both sit on the CPU). */
+KHUB_INTERNAL khub_status khub__forward_attend_host(khub_model *m, int layer, const khub__seg *segs,
+                                                    int n_segs);
 /* Forgets sequence seq's cache (a new prompt starts at position 0). */
 KHUB_INTERNAL khub_status khub__forward_reset(khub_model *m, int32_t seq);
 /* Forgets positions >= n of sequence seq (n <= its length; 0 = reset):

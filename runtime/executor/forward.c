@@ -31,6 +31,7 @@
 
 #include "contain.h"
 #include "executor.h"
+#include "placement.h"
 #include "runtime_impl.h" /* khub__plugin_msg: a cache method's own message */
 
 /* A tensor with its own shape/stride storage. Pass it by pointer only: the
@@ -428,6 +429,27 @@ static khub_status head_all_rows(khub_model *m, int64_t n, float *out)
     return KHUB_STATUS_OK;
 }
 
+khub_status khub__forward_attend_host(khub_model *m, int layer, const khub__seg *segs, int n_segs)
+{
+    const khub__layer *ly = &m->layers[layer];
+    return m->kv_layout ? attend_paged(m, ly, layer, segs, n_segs)
+                        : attend(m, ly, layer, segs, n_segs);
+}
+
+/* A model placed on a CUDA device: the host's embedding lookup, then
+ * forward_device.c's pass (the host cache pinned in case attention uses it). */
+static khub_status forward_placed(khub_model *m, const int32_t *tokens, const khub__seg *segs,
+                                  int n_segs, int64_t n)
+{
+    KHUB_FORWARD_IF_ERROR(m->rt, embed(m, tokens, n));
+    KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
+    khub_status st = khub__forward_device(m, segs, n_segs, n);
+    khub_binding_release(m->kv_op);
+    KHUB_FORWARD_IF_ERROR(m->rt, st);
+    softcap_rows(m, m->logits, n_segs);
+    return KHUB_STATUS_OK;
+}
+
 /* The logits of the last row of each segment into m->logits [n_segs, vocab]. */
 static khub_status head_last_rows(khub_model *m, const khub__seg *segs, int n_segs)
 {
@@ -454,13 +476,13 @@ khub_status khub__forward_rows(khub_model *m, const int32_t *tokens, const khub_
                                int n_segs, bool all_rows, float *out)
 {
     int64_t n = 0, hidden = m->cfg.hidden_size;
-    /* A model placed on a CUDA device (placement.c) has its weights and
-     * blocks there, but the pass below reads host memory only. */
-    KHUB_RETURN_IF(m->rt, m->place, KHUB_STATUS_UNSUPPORTED,
-                   "%s: the forward pass on a CUDA device is not built yet (issue 19: placement, "
-                   "upload and memory are; see docs/gpu.md); load the model for the CPU",
+    /* A model placed on a CUDA device reads back only the last rows' logits. */
+    KHUB_RETURN_IF(m->rt, m->place && all_rows, KHUB_STATUS_UNSUPPORTED,
+                   "%s: the logits of every row on a CUDA device are not built (docs/gpu.md); "
+                   "load the model for the CPU",
                    m->file);
     KHUB_FORWARD_IF_ERROR(m->rt, plan(m, segs, n_segs, &n));
+    if (m->place) return forward_placed(m, tokens, segs, n_segs, n);
     KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_lead_forward(m, tokens, segs, n_segs, all_rows));
     KHUB_FORWARD_IF_ERROR(m->rt, embed(m, tokens, n));
     KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
@@ -507,6 +529,7 @@ khub_status khub__forward_truncate(khub_model *m, int32_t seq, int64_t n)
     m->seq_resets[seq]++;
     KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: kv_cache truncate failed in %s", m->file,
                    khub_binding_name(m->kv_op));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_device_truncate(m, seq, n));
     m->seq_len[seq] = n;
     return KHUB_STATUS_OK;
 }

@@ -130,6 +130,7 @@ static khub_status plan_roles(khub_model *m, bool strict, khub__text *t)
         const char *name = khub__model_role_name(m, b->role), *dt = khub__model_bound_dtype(b);
         if (found[i] && !cpu[b->role]) {
             if (!pl->cuda[b->role]) pl->cuda[b->role] = found[i];
+            pl->cuda_of[i] = found[i];
             khub__text_add(t, "  %s[%s]: cuda:%d, %s\n", name, dt, (int)pl->device,
                            khub_binding_name(found[i]));
             continue;
@@ -288,8 +289,10 @@ static khub_status allocate_and_upload(khub_model *m)
     khub__place *pl = m->place;
     KHUB_FORWARD_IF_ERROR(m->rt, khub__cuda_stream_new(m->rt, pl->device, &pl->stream));
     KHUB_FORWARD_IF_ERROR(m->rt, dev_alloc(m, pl->weight_bytes, &pl->weights_dptr, "weights"));
-    KHUB_FORWARD_IF_ERROR(m->rt, dev_alloc(m, pl->kv_bytes, &pl->kv_dptr, "KV cache"));
     KHUB_FORWARD_IF_ERROR(m->rt, dev_alloc(m, pl->scratch_bytes, &pl->scratch_dptr, "scratch"));
+    /* The KV cache (pl->kv_bytes, counted in check_fit) is the kv_cache
+     * role's CUDA op's own allocation, made here. */
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_device_init(m));
     upload u = {0, KHUB_STATUS_OK, NULL};
     khub__plugin_msg_clear();
     each_weight(m, upload_weight, &u);
@@ -343,10 +346,15 @@ static void report(khub_model *m, khub__text *t)
         mib(pl->free_bytes), mib(pl->total_bytes));
     khub__text_add(t,
                    "  host memory: weights of CPU roles %.1f MiB; embedding lookup on the host, "
-                   "host->device %lld B per token\n",
-                   mib(pl->host_weight_bytes), (long long)(4 * m->cfg.hidden_size));
+                   "host->device %lld B per token%s\n",
+                   mib(pl->host_weight_bytes), (long long)(4 * m->cfg.hidden_size),
+                   pl->cuda[KHUB__ROLE_ROTARY] ? " (+ 4 B of position)" : "");
     khub__text_add(t,
-                   "  forward pass on the device: not built yet (docs/gpu.md); CUDA graphs: no\n");
+                   "  forward pass on the device: one stream%s; logits device->host %lld B per "
+                   "sequence per step; CUDA graphs: no\n",
+                   pl->n_cpu ? ", synchronised around each CPU role"
+                             : ", one synchronisation per step",
+                   pl->cuda[KHUB__ROLE_LM_HEAD] ? (long long)(4 * m->cfg.vocab_size) : 0LL);
 }
 
 khub_status khub__place_model(khub_model *m, khub_device device, bool strict)
@@ -400,6 +408,7 @@ void khub__place_free(khub_model *m)
     if (pl->stream && khub__cuda_stream_free(m->rt, pl->device, pl->stream) != KHUB_STATUS_OK)
         KHUB_LOG_W(m->rt, "%s: cuda:%d: releasing the model's stream: %s", m->file, (int)pl->device,
                    khub_runtime_errmsg(m->rt));
+    khub__forward_device_free(m);
     uint64_t blocks[] = {pl->weights_dptr, pl->kv_dptr, pl->scratch_dptr};
     for (int i = 0; i < 3; i++) {
         khub__plugin_msg_clear();

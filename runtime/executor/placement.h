@@ -15,9 +15,9 @@
  * each part is checked against the device's free memory before anything
  * is allocated.
  *
- * What waits (docs/gpu.md): the forward pass on the device. A model placed
- * on CUDA loads, reports and frees, and khub__forward refuses it with
- * UNSUPPORTED until the device forward lands with a GPU to check it.
+ * The forward pass of a placed model is forward_device.c's: activations in
+ * the device scratch, one stream, the CPU roles between copies. What waits
+ * (docs/gpu.md): a GPU to check its numbers.
  */
 #ifndef KHUB_RUNTIME_PLACEMENT_H
 #define KHUB_RUNTIME_PLACEMENT_H
@@ -37,6 +37,11 @@ typedef struct khub__place {
     uint64_t free_bytes, total_bytes; /* the device's memory before this load's blocks */
     int32_t n_cuda, n_cpu;            /* roles on each side */
     char *text;                       /* owned: khub_model_explain's placement section */
+    khub_binding *cuda_of[64]; /* per m->bound[i]: its CUDA op when the role is on the device */
+    uint64_t dbuf[12];         /* device twins of the host scratch (forward_device.c) */
+    const khub_kv_cache_methods *dkv; /* the device cache's methods, or NULL */
+    void *dkv_state;
+    khub_kv_cache *dcache; /* the KV cache in device memory (owned), NULL = the host's */
 } khub__place;
 
 /* Makes m's placement for opts.device (a CUDA device; the CPU needs none):
@@ -49,5 +54,20 @@ typedef struct khub__place {
 KHUB_INTERNAL khub_status khub__place_model(khub_model *m, khub_device device, bool strict);
 /* Frees the device blocks and the stream (waiting for it first). */
 KHUB_INTERNAL void khub__place_free(khub_model *m);
+
+/* ---- forward_device.c ---------------------------------------------------- */
+
+/* After the device blocks exist: lays the device twins of the scratch out
+ * and, when the kv_cache role is on the device, creates the device cache
+ * through its CUDA op (statuses and messages of its create). */
+KHUB_INTERNAL khub_status khub__forward_device_init(khub_model *m);
+/* Destroys the device cache (before the blocks and stream go). */
+KHUB_INTERNAL void khub__forward_device_free(khub_model *m);
+/* The forward pass of khub__forward for a placed model, after plan() and
+ * the embedding lookup into m->x (n tokens in n_segs segments). */
+KHUB_INTERNAL khub_status khub__forward_device(khub_model *m, const khub__seg *segs, int n_segs,
+                                               int64_t n);
+/* The device cache's truncate (no-op when the cache is the host's). */
+KHUB_INTERNAL khub_status khub__forward_device_truncate(khub_model *m, int32_t seq, int64_t n);
 
 #endif /* KHUB_RUNTIME_PLACEMENT_H */

@@ -20,9 +20,11 @@
  * cuLaunchKernel, CUDA_ERROR_INVALID_VALUE otherwise).
  *
  * Tests read what happened through khub_fake_cuda_stat("name") (dlsym):
- * allocs_live, bytes_live, bytes_peak, htod_bytes, dtoh_bytes, launches,
- * streams_live, stream_syncs, busy_destroyed (a stream destroyed with
- * launches not yet synchronised), modules_live, contexts.
+ * allocs_live, bytes_live, bytes_peak, htod_bytes, dtoh_bytes, dtod_bytes,
+ * launches, streams_live, stream_syncs, busy_destroyed (a stream destroyed
+ * with launches not yet synchronised), modules_live, contexts; and each
+ * launch in order through khub_fake_cuda_launch_name(i) (the function's
+ * name) and khub_fake_cuda_launch_arg0(i) (its first argument's 8 bytes).
  *
  * Not for NVRTC: libnvrtc finds this library too and crashes inside
  * nvrtcCompileProgram when KHUB_FAKE_CUDA names a driver, so run `khub
@@ -84,7 +86,7 @@ static fake_module *modules;
 static unsigned long long used[FAKE_MAX_GPUS];
 static long st_allocs_live, st_launches, st_streams_live, st_syncs, st_busy_destroyed;
 static long st_modules_live, st_contexts;
-static unsigned long long st_bytes_live, st_bytes_peak, st_htod, st_dtoh;
+static unsigned long long st_bytes_live, st_bytes_peak, st_htod, st_dtoh, st_dtod;
 static long legacy_pending; /* launches on the NULL stream */
 /* The device of the current context: one for the process, not per thread
  * as in a real driver (a __thread here trips LeakSanitizer's scan of
@@ -135,17 +137,12 @@ EXPORT long khub_fake_cuda_stat(const char *what)
         const char *name;
         long value;
     } t[] = {
-        {"allocs_live", st_allocs_live},
-        {"bytes_live", (long)st_bytes_live},
-        {"bytes_peak", (long)st_bytes_peak},
-        {"htod_bytes", (long)st_htod},
-        {"dtoh_bytes", (long)st_dtoh},
-        {"launches", st_launches},
-        {"streams_live", st_streams_live},
-        {"stream_syncs", st_syncs},
-        {"busy_destroyed", st_busy_destroyed},
-        {"modules_live", st_modules_live},
-        {"contexts", st_contexts},
+        {"allocs_live", st_allocs_live},     {"bytes_live", (long)st_bytes_live},
+        {"bytes_peak", (long)st_bytes_peak}, {"htod_bytes", (long)st_htod},
+        {"dtoh_bytes", (long)st_dtoh},       {"dtod_bytes", (long)st_dtod},
+        {"launches", st_launches},           {"streams_live", st_streams_live},
+        {"stream_syncs", st_syncs},          {"busy_destroyed", st_busy_destroyed},
+        {"modules_live", st_modules_live},   {"contexts", st_contexts},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(what, t[i].name) == 0) return t[i].value;
@@ -321,6 +318,24 @@ EXPORT int cuMemcpyHtoDAsync(unsigned long long dst, const void *src, size_t n, 
     return r;
 }
 
+static int unlocked_cuMemcpyDtoDAsync(unsigned long long dst, unsigned long long src, size_t n,
+                                      void *stream)
+{
+    (void)stream;
+    if (fails("cuMemcpyDtoDAsync") || !inside(dst, n) || !inside(src, n)) return CU_INVALID_VALUE;
+    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    st_dtod += n;
+    return CU_OK;
+}
+
+EXPORT int cuMemcpyDtoDAsync(unsigned long long dst, unsigned long long src, size_t n, void *stream)
+{
+    pthread_mutex_lock(&lock);
+    int r = unlocked_cuMemcpyDtoDAsync(dst, src, n, stream);
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
 static int unlocked_cuMemcpyDtoHAsync(void *dst, unsigned long long src, size_t n, void *stream)
 {
     (void)stream;
@@ -433,11 +448,40 @@ EXPORT int cuModuleLoadData(void **mod, const void *image)
     return CU_OK;
 }
 
+/* Functions are interned by name (a handle is its entry; never freed), so
+ * the launch log can name what ran. */
+#define FAKE_MAX_FNS      64
+#define FAKE_MAX_LAUNCHES 16384
+static char fn_names[FAKE_MAX_FNS][64];
+static int n_fns;
+static int launch_fn[FAKE_MAX_LAUNCHES];                  /* fn_names index per launch */
+static unsigned long long launch_arg0[FAKE_MAX_LAUNCHES]; /* the first 8 bytes of params[0] */
+
 EXPORT int cuModuleGetFunction(void **fn, void *mod, const char *name)
 {
     if (!mod || !name || fails("cuModuleGetFunction")) return CU_NOT_FOUND;
-    *fn = mod; /* any non-NULL handle will do */
+    int i = 0;
+    while (i < n_fns && strcmp(fn_names[i], name)) i++;
+    if (i == n_fns) {
+        if (n_fns == FAKE_MAX_FNS || strlen(name) >= sizeof fn_names[0]) return CU_NOT_FOUND;
+        snprintf(fn_names[n_fns++], sizeof fn_names[0], "%s", name);
+    }
+    *fn = fn_names[i];
     return CU_OK;
+}
+
+/* The name of the i-th launch since the driver loaded (0-based), or NULL. */
+EXPORT const char *khub_fake_cuda_launch_name(long i)
+{
+    if (i < 0 || i >= st_launches || i >= FAKE_MAX_LAUNCHES) return NULL;
+    return fn_names[launch_fn[i]];
+}
+
+/* The first 8 bytes the i-th launch's params[0] pointed at (a kernel's
+ * first argument, for the test plugins a tensor's device address), or 0. */
+EXPORT unsigned long long khub_fake_cuda_launch_arg0(long i)
+{
+    return i >= 0 && i < st_launches && i < FAKE_MAX_LAUNCHES ? launch_arg0[i] : 0;
 }
 
 EXPORT int cuModuleUnload(void *mod)
@@ -465,6 +509,11 @@ EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsig
         s->pending++;
     else
         legacy_pending++;
+    if (st_launches < FAKE_MAX_LAUNCHES) {
+        launch_fn[st_launches] = (int)((char(*)[64])fn - fn_names);
+        launch_arg0[st_launches] = 0;
+        if (params && params[0]) memcpy(&launch_arg0[st_launches], params[0], 8);
+    }
     st_launches++;
     return CU_OK;
 }
@@ -509,6 +558,7 @@ EXPORT int cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version,
         {"cuMemAlloc", (void *)cuMemAlloc, 1},
         {"cuMemFree", (void *)cuMemFree, 1},
         {"cuMemcpyHtoDAsync", (void *)cuMemcpyHtoDAsync, 1},
+        {"cuMemcpyDtoDAsync", (void *)cuMemcpyDtoDAsync, 1},
         {"cuMemcpyDtoHAsync", (void *)cuMemcpyDtoHAsync, 1},
         {"cuStreamSynchronize", (void *)cuStreamSynchronize, 1},
         {"cuStreamCreate", (void *)cuStreamCreate, 1},

@@ -129,7 +129,8 @@ int cli_model_sampling_flag(const char *f);
     "  --strict              fail instead of falling back (no variant, plugin cannot serve,\n" \
     "                        with --device cuda: a role without a CUDA kernel)\n" \
     "  --device DEV          cpu (default), cuda or cuda:N: places the model on a CUDA GPU\n" \
-    "                        (weights uploaded, memory per part in --explain; the forward\n" \
-    "                        pass on the device is not built yet: docs/gpu.md)\n"
+    "                        (weights uploaded once, activations on the device, roles\n" \
+    "                        without a CUDA kernel on the CPU between copies; memory and\n" \
+    "                        copies in --explain; docs/gpu.md)\n"
 
 #endif /* KHUB_CLI_MODEL_FLAGS_H */
