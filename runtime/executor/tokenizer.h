@@ -173,7 +173,8 @@ KHUB_INTERNAL khub_status khub__tokenizer_find(const khub_tokenizer *tok, const 
 /* The chat template string (tokenizer_config.json "chat_template" or GGUF
  * tokenizer.chat_template), owned by tok; NULL if none. */
 KHUB_INTERNAL const char *khub__tokenizer_chat_template(const khub_tokenizer *tok);
-/* The pre-tokenizer khub recognised: "gpt2", "llama3", "smollm", "qwen2". */
+/* The pre-tokenizer khub recognised: "gpt2", "llama3", "smollm", "qwen2", or
+ * "spm" for every SentencePiece-style tokenizer (BPE or Unigram). */
 KHUB_INTERNAL const char *khub__tokenizer_pre_name(const khub_tokenizer *tok);
 
 /* Streaming detokenizer: push one id at a time, get back the UTF-8 text that

@@ -1,12 +1,16 @@
 /*
- * tokenizer_json.c: loading a Hugging Face tokenizer.json (model.type BPE,
- * byte-level; or SentencePiece-style, with a "\u2581" normalizer and byte
- * fallback, as Gemma's), plus tokenizer_config.json from the same directory for the
- * chat template, the bos/eos/pad tokens and add_bos_token. The
- * pre-tokenizer is recognised by its exact shape (ByteLevel; Digits +
- * ByteLevel; Split with the Llama-3 or Qwen2 regex + ByteLevel); any other,
- * a normalizer, and every model option khub does not implement are refused
- * with a message naming the field.
+ * tokenizer_json.c: loading a Hugging Face tokenizer.json, plus
+ * tokenizer_config.json from the same directory for the chat template, the
+ * bos/eos/pad tokens and add_bos_token. Two families:
+ *   - byte-level BPE: no normalizer, a ByteLevel decoder, and a
+ *     pre-tokenizer recognised by its exact shape (ByteLevel; Digits +
+ *     ByteLevel; Split with the Llama-3 or Qwen2 regex + ByteLevel);
+ *   - SentencePiece-style: the normalizer / pre-tokenizer / decoder shapes
+ *     tokenizer_json_spm.c reads (Gemma's Replace, Llama's Prepend or
+ *     Metaspace), over byte-fallback BPE (merges by rank, tokenizer_spm.c)
+ *     or a Unigram model (tokenizer_unigram.c).
+ * Any other shape, and every model option khub does not implement, is
+ * refused with a message naming the field.
  */
 #include "tokenizer_impl.h"
 
