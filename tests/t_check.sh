@@ -247,4 +247,23 @@ rc=0; "$KHUB" bench quant --time 0.01 > out.log 2>&1 || rc=$?
 [ $rc = 1 ] && grep -q "khub bench: qlinear_bnb \[1, 576, 192\] q8_0: preferred kernels-community/quantization" out.log ||
     fail "bench of an unserved format: $rc $(cat out.log)"
 echo "ok   check DIR and bench DIR: a self-test format the kernel does not serve, with the reason"
+
+# a CUDA variant's numeric self-tests (issue 11): skipped, said so, without a
+# GPU; with a driver that sees one they run through the device with the
+# variant's PTX as artifacts. The fake driver (tests/fake_cuda) runs no
+# kernel, so the op's output stays as uploaded (zeros) and the comparison
+# fails: the present-device branch ran up to the launch and back.
+cp -r "$SRC/kernels-src/rmsnorm" rms && rm -rf rms/build
+"$KHUB" build rms --quiet > build.log 2>&1 || fail "build rms: $(cat build.log)"
+if ls -d rms/build/khub1-cu*-linux > /dev/null 2>&1; then
+    "$KHUB" check rms > check.log 2>&1 || { cat check.log; fail "check rms without a GPU"; }
+    grep -q "^ok   rms/build/khub1-cu[0-9]*-x86_64-linux/rmsnorm-cuda.so: kernels-community/rmsnorm 1.0.0: loaded, 1 ops, selftest passed, ops as kernel.json declares (numeric self-tests need a GPU: skipped)$" check.log ||
+        fail "no GPU: $(grep cuda.so check.log)"
+    export LD_LIBRARY_PATH=${KHUB_BUILD:?set by ctest}/fake-cuda KHUB_FAKE_CUDA=12080:90 KHUB_FAKE_CUDA_MEM=1073741824
+    expect_dir rms "rmsnorm-cuda.so: kernels-community/rmsnorm 1.0.0: loaded, 1 ops, selftest passed, ops as kernel.json declares; rms_norm [4, 576] f32: NMSE 1 > 1e-10"
+    unset LD_LIBRARY_PATH KHUB_FAKE_CUDA KHUB_FAKE_CUDA_MEM
+    echo "ok   check DIR: a CUDA variant's numeric self-tests skipped without a GPU, run through the (fake) device with one"
+else
+    echo "skip CUDA numeric self-tests: no CUDA variant was built ($(grep -o 'CUDA variant skipped: .*' build.log || echo no reason))"
+fi
 echo "1 passed, 0 failed"

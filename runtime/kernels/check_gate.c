@@ -21,6 +21,7 @@
 #include "internal.h"
 #include "kernel_manifest.h"
 #include "kernel_meta.h"
+#include "plugin_artifacts.h"
 #include "khub/khub_check.h"
 #include "selftest.h"
 
@@ -395,6 +396,28 @@ static void failed_op(const khub_kernel_manifest *m, const char *report, char *o
     }
 }
 
+/* The variant's files other than its plugins, as verified artifacts (the
+ * gate checked every digest): what a CUDA glue loads its PTX from. */
+typedef struct artifact_list {
+    khub__artifact_file files[KHUB_KMETA_MAX_FILES];
+    char paths[KHUB_KMETA_MAX_FILES][1400];
+    size_t n;
+} artifact_list;
+
+static void artifacts_of(const variant_ctx *v, artifact_list *af)
+{
+    for (size_t i = 0; i < v->meta->n_files && af->n < KHUB_KMETA_MAX_FILES; i++) {
+        const khub_kmeta_file *f = &v->meta->files[i];
+        bool plugin = false;
+        for (size_t k = 0; k < v->meta->n_plugins; k++)
+            plugin = plugin || !strcmp(v->meta->plugins[k].file, f->name);
+        if (plugin) continue;
+        snprintf(af->paths[af->n], sizeof af->paths[0], "%s/%s", v->vdir, f->name);
+        af->files[af->n] = (khub__artifact_file){f->name, af->paths[af->n], f->sha256};
+        af->n++;
+    }
+}
+
 /* Loads and self-tests each plugin the gate passed, in a child. */
 static void run_selftests(variant_ctx *v, const bool *gated)
 {
@@ -411,6 +434,12 @@ static void run_selftests(variant_ctx *v, const bool *gated)
             (khub_check_op){m->ops[i].name, m->ops[i].kind, khub__op_kind_name(m->ops[i].kind)};
     uint32_t cpu = khub_cpu_features();
     int cuda = strcmp(v->meta->backend, "cuda") == 0;
+    /* A CUDA variant's numbers run through the device when one is present
+     * (selftest_cuda.c), its PTX served as artifacts; without one only its
+     * glue is loaded and checked. */
+    bool numeric = !cuda || khub__selftest_cuda_present();
+    artifact_list af = {0};
+    if (cuda && numeric) artifacts_of(v, &af);
     for (size_t i = 0; i < v->meta->n_plugins; i++) {
         const khub_kmeta_plugin *p = &v->meta->plugins[i];
         char path[2400], report[4096] = "", op[64];
@@ -425,16 +454,16 @@ static void run_selftests(variant_ctx *v, const bool *gated)
                  "this CPU lacks the level's features");
             continue;
         }
-        khub_status st = khub__check_in_child_declared(path, khub__kmeta_digest(v->meta, p->file),
-                                                       cuda ? NULL : specs, cuda ? 0 : m->n_tests,
-                                                       ops, m->n_ops, report, sizeof report);
+        khub_status st = khub__check_in_child_declared(
+            path, khub__kmeta_digest(v->meta, p->file), numeric ? specs : NULL,
+            numeric ? m->n_tests : 0, ops, m->n_ops, af.files, af.n, report, sizeof report);
         if (st != KHUB_STATUS_OK) {
             failed_op(m, report, op, sizeof op);
             add_text(v->r, KHUB_CHECK_FAIL, KHUB_CHECK_SELFTEST, v->variant, path, true, op,
                      report);
         } else {
             addf(v->r, KHUB_CHECK_PASS, KHUB_CHECK_SELFTEST, v->variant, path, "%s%s", report,
-                 cuda ? " (numeric self-tests need a GPU: skipped)" : "");
+                 numeric ? "" : " (numeric self-tests need a GPU: skipped)");
         }
     }
 }

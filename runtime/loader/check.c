@@ -48,6 +48,7 @@
 #include <openssl/hmac.h>
 
 #include "check.h"
+#include "plugin_artifacts.h"
 #include "selftest.h"
 
 #define CHECK_TIMEOUT_S 60
@@ -209,7 +210,8 @@ static void child_setup(int rfd, int kfd)
 }
 
 static void child_main(const char *path, const char *sha, const khub_selftest_spec *specs,
-                       size_t n_specs, const khub_check_op *ops, size_t n_ops)
+                       size_t n_specs, const khub_check_op *ops, size_t n_ops,
+                       const khub__artifact_file *files, size_t n_files)
 {
     const int fd = RESULT_FD;
     khub_runtime_opts opts = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 1};
@@ -222,7 +224,8 @@ static void child_main(const char *path, const char *sha, const khub_selftest_sp
     if (!sha) khub_runtime_set_option(rt, KHUB_OPT_ALLOW_UNVERIFIED, 1);
     put_line(fd, "Pinit\n");
     khub_plugin *p = NULL;
-    st = khub_plugin_load(rt, path, sha, &p);
+    st = n_files ? khub__plugin_load_verified(rt, path, sha, files, n_files, &p)
+                 : khub_plugin_load(rt, path, sha, &p);
     if (st != KHUB_STATUS_OK) {
         child_result(fd, st, khub_runtime_errmsg(rt));
         _exit(0);
@@ -407,7 +410,8 @@ khub_status khub__check_in_child_with_tests(const char *path, const char *sha256
                                             const khub_selftest_spec *specs, size_t n_specs,
                                             char *report, size_t n)
 {
-    return khub__check_in_child_declared(path, sha256_or_NULL, specs, n_specs, NULL, 0, report, n);
+    return khub__check_in_child_declared(path, sha256_or_NULL, specs, n_specs, NULL, 0, NULL, 0,
+                                         report, n);
 }
 
 /* The verdict from a finished child: its signal, its authenticated result
@@ -460,8 +464,9 @@ static bool exited_by(pid_t pid, int64_t deadline)
 
 static khub_status run_child(const char *path, const char *sha256_or_NULL,
                              const khub_selftest_spec *specs, size_t n_specs,
-                             const khub_check_op *ops, size_t n_ops, child_run *c, char *report,
-                             size_t n)
+                             const khub_check_op *ops, size_t n_ops,
+                             const khub__artifact_file *files, size_t n_files, child_run *c,
+                             char *report, size_t n)
 {
     /* The key goes over a socket, sent with MSG_NOSIGNAL: plugin code that
      * closes the child's end and then asks for the key must not kill the
@@ -479,7 +484,7 @@ static khub_status run_child(const char *path, const char *sha256_or_NULL,
     }
     if (c->pid == 0) {
         child_setup(rp[1], kp[0]);
-        child_main(path, sha256_or_NULL, specs, n_specs, ops, n_ops);
+        child_main(path, sha256_or_NULL, specs, n_specs, ops, n_ops, files, n_files);
     }
     setpgid(c->pid, c->pid); /* as the child does: whichever runs first */
     close(rp[1]);
@@ -500,8 +505,9 @@ io:
 
 khub_status khub__check_in_child_declared(const char *path, const char *sha256_or_NULL,
                                           const khub_selftest_spec *specs, size_t n_specs,
-                                          const khub_check_op *ops, size_t n_ops, char *report,
-                                          size_t n)
+                                          const khub_check_op *ops, size_t n_ops,
+                                          const khub__artifact_file *files, size_t n_files,
+                                          char *report, size_t n)
 {
     if (!path || !path[0]) {
         khub__errbuf(report, n, "plugin path is empty");
@@ -514,7 +520,8 @@ khub_status khub__check_in_child_declared(const char *path, const char *sha256_o
     }
     c->rfd = c->kfd = -1;
     int limit = timeout_s();
-    khub_status st = run_child(path, sha256_or_NULL, specs, n_specs, ops, n_ops, c, report, n);
+    khub_status st =
+        run_child(path, sha256_or_NULL, specs, n_specs, ops, n_ops, files, n_files, c, report, n);
     if (st != KHUB_STATUS_OK) goto done;
     int64_t deadline = now_ms() + (int64_t)limit * 1000;
     bool exited = read_child(c, deadline) && exited_by(c->pid, deadline);

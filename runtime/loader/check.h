@@ -12,6 +12,8 @@
 
 #include "internal.h"
 
+struct khub__artifact_file; /* plugin_artifacts.h */
+
 /* Forks; the child makes a runtime, loads path (verified against
  * sha256_or_NULL, or unverified when NULL) and runs the plugin's selftest,
  * then exits. report (n bytes, may be NULL/0) receives one line: on success
@@ -50,11 +52,12 @@ typedef struct khub_check_op {
  * plugin may register no op that is not declared. A mismatch fails with
  * KHUB_STATUS_PLUGIN_INVALID naming the op ("kernel.json declares op
  * 'rms_norm' (norm); the plugin registers no op by that name (it registers:
- * rmsnorm (norm))"). */
-KHUB_INTERNAL khub_status khub__check_in_child_declared(const char *path,
-                                                        const char *sha256_or_NULL,
-                                                        const struct khub_selftest_spec *specs,
-                                                        size_t n_specs, const khub_check_op *ops,
-                                                        size_t n_ops, char *report, size_t n);
+ * rmsnorm (norm))"). files[n_files] (or NULL, 0) are the plugin's verified
+ * artifacts (a CUDA variant's PTX), served to it through host->artifact as
+ * a fetched kernel's are, so a CUDA op can run its numeric self-tests. */
+KHUB_INTERNAL khub_status khub__check_in_child_declared(
+    const char *path, const char *sha256_or_NULL, const struct khub_selftest_spec *specs,
+    size_t n_specs, const khub_check_op *ops, size_t n_ops, const struct khub__artifact_file *files,
+    size_t n_files, char *report, size_t n);
 
 #endif /* KHUB_RUNTIME_CHECK_H */

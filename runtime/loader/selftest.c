@@ -89,12 +89,28 @@ double khub__st_nmse(const khub_tensor *y, const khub_tensor *ref)
 /* Bindings                                                                 */
 /* ======================================================================== */
 
+/* The device plugin's op of kind (named op, or its first of the kind) runs
+ * on: CUDA ops get their self-test through selftest_cuda.c. */
+static int32_t op_device(khub_runtime *rt, uint32_t kind, const char *plugin, const char *op)
+{
+    for (size_t i = 0; i < khub_plugin_count(rt); i++) {
+        const khub_plugin *p = khub_plugin_at(rt, i);
+        if (strcmp(khub_plugin_id(p), plugin) != 0) continue;
+        for (uint32_t j = 0; j < khub_plugin_op_count(p); j++) {
+            const khub_op_desc *d = khub_plugin_op(p, j);
+            if (d->kind == kind && (!op || !strcmp(d->name, op)) && d->caps)
+                return d->caps->device_type;
+        }
+    }
+    return KHUB_DEVICE_CPU;
+}
+
 khub_status khub__st_bind(khub_runtime *rt, uint32_t kind, const char *plugin, const char *op,
                           int dtype_id, int head_dim, khub_binding **out)
 {
     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
                        .kind = kind,
-                       .device_type = KHUB_DEVICE_CPU,
+                       .device_type = op_device(rt, kind, plugin, op),
                        .dtype_id = dtype_id,
                        .head_dim = head_dim,
                        .plugin_id = plugin,
@@ -132,6 +148,11 @@ static khub_status timed_call(void *ud, int i)
 
 khub_status khub__st_call(bench *b, khub_binding *binding, const void *args, int which)
 {
+    const khub_op_desc *op = khub_binding_acquire(binding, &(void *){NULL});
+    bool cuda = op && op->caps && op->caps->device_type == KHUB_DEVICE_CUDA;
+    uint32_t kind = op ? op->kind : 0;
+    khub_binding_release(binding);
+    if (cuda) return khub__st_call_cuda(b, binding, kind, args); /* not timed */
     KHUB_FORWARD_IF_ERROR(b->rt, khub_binding_call(binding, args));
     if (b->min_s <= 0) return KHUB_STATUS_OK;
     timed t = {binding, args};

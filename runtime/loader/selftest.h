@@ -60,6 +60,9 @@ KHUB_INTERNAL khub_status khub__selftest_time(khub_runtime *rt, const char *plug
                                               double *us_test, double *us_ref);
 /* The op kind of plugin_id's op named op in rt; 0 when there is none. */
 KHUB_INTERNAL uint32_t khub__selftest_kind(khub_runtime *rt, const char *plugin_id, const char *op);
+/* Whether a CUDA driver sees a GPU, asked in a child process so that this
+ * one never initialises CUDA before it forks (selftest_cuda.c). */
+KHUB_INTERNAL bool khub__selftest_cuda_present(void);
 /* The work of one call on spec's shape: FLOPs (*is_flops = 1: linear,
  * qlinear, attention) or f32 bytes moved (norm, activation, rotary,
  * kv_cache); 0 when the shape does not fit the kind. */

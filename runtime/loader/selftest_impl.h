@@ -58,6 +58,11 @@ KHUB_INTERNAL khub_status khub__st_bind_pair(khub_runtime *rt, uint32_t kind, co
 /* One call (timed when the bench times; which: 0 plugin, 1 ref-cpu). */
 KHUB_INTERNAL khub_status khub__st_call(bench *b, khub_binding *binding, const void *args,
                                         int which);
+/* One call of a CUDA op of kind on copies of the host tensors of args in
+ * device memory; its outputs come back into the host tensors
+ * (selftest_cuda.c). */
+KHUB_INTERNAL khub_status khub__st_call_cuda(bench *b, khub_binding *binding, uint32_t kind,
+                                             const void *args);
 /* The attention self-test (selftest_attn.c). */
 KHUB_INTERNAL khub_status khub__st_attention(bench *b, const char *pid, const khub_selftest_spec *s,
                                              result *res);
