@@ -15,7 +15,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 #   runtime/tune/report.c: the tune report's recommended `khub run` flags
 #     and validation commands are khub's command lines by design (issue 17:
 #     khub_tune_report_run_flags); its messages name no flag
-skip='^(hub/author/kernel_build\.c|hub/author/nvrtc\.c|runtime/tune/report\.c)$'
+#   runtime/tune/tp.c: the argument list of `mpirun ... khub tune-rank --tp N`
+#     (the tp lever's rank program); its messages name no flag
+skip='^(hub/author/kernel_build\.c|hub/author/nvrtc\.c|runtime/tune/report\.c|runtime/tune/tp\.c)$'
 
 found=""
 n=0
