@@ -194,16 +194,17 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
     __m128 cor[TR][TC]; /* lanes 1 and 3 collect c * sum(x) */
     const size_t bb = blk_bytes(fmt);
     kx_q16_zero(tr, tc, acc, cor);
-    /* Q8_0 and Q4_1: the tile's rows are adjacent, so its weights are one
-     * region of tr * wrb bytes, of which a pair step reads tr * 2 * bb.
-     * That region is prefetched as one stream, KX_PF_DIST ahead at the pace
-     * it is read, instead of each row's stream on its own: with four
-     * per-row streams the cold Q8_0 GEMV (the tied output heads) read 7-9
-     * GB/s where one core streams 13-15 (docs/performance.md, "The Q8_0
-     * decode tile: one prefetch stream per tile"); SmolLM2's Q4_1 decode
-     * gained 1.04-1.18x more. Q4_0 and Q5 keep the per-row prefetch: not
-     * measured with the sweep in a model. */
-    const int seq_pf = fmt == KHUB_QFORMAT_Q8_0 || fmt == KHUB_QFORMAT_Q4_1;
+    /* The tile's rows are adjacent, so its weights are one region of
+     * tr * wrb bytes, of which a pair step reads tr * 2 * bb. That region
+     * is prefetched as one stream, KX_PF_DIST ahead at the pace it is read,
+     * instead of each row's stream on its own: with four per-row streams
+     * the cold Q8_0 GEMV (the tied output heads) read 7-9 GB/s where one
+     * core streams 13-15 (docs/performance.md, "The Q8_0 decode tile: one
+     * prefetch stream per tile"); SmolLM2's Q4_1 decode gained 1.04-1.18x
+     * more; the Q4_0 and Q5 GEMVs 1.1-1.7x in bench-ops, a 1.05x tie in
+     * decode-ab ("Q4_0, Q8_0 and Q4_K_M files"). Prefetches only. */
+    const int seq_pf = fmt == KHUB_QFORMAT_Q8_0 || fmt == KHUB_QFORMAT_Q4_1 ||
+                       fmt == KHUB_QFORMAT_Q4_0 || is_q5(fmt);
     const int step = tr * 2 * (int)bb;
     const char *pf = (const char *)w + KX_PF_DIST;
     int64_t b = 0;
