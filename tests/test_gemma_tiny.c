@@ -15,28 +15,14 @@
 
 #include "executor.h"
 #include "plugins/tp_util.h"
+#include "json_fixture.h"
 #include "runner.h"
 #include "tokenizer.h"
 
 #define FOLDER  KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny"
 #define FIXTURE KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny_reference.json"
 
-static cJSON *fixture(void)
-{
-    FILE *f = fopen(FIXTURE, "rb");
-    ASSERT(f != NULL);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ASSERT(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    ASSERT(j != NULL);
-    return j;
-}
+static cJSON *fixture(void) { return fx_json_file(FIXTURE); }
 
 static khub_runtime *new_rt(void)
 {
@@ -262,23 +248,6 @@ TEST_IMPL(gemma3_tokenizer_json_refusals)
 
 #define SOFTCAP_FIXTURE KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny_softcap_reference.json"
 
-static cJSON *read_json(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ASSERT(f != NULL);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ASSERT(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    ASSERT(j != NULL);
-    return j;
-}
-
 static const char *const softcap_files[] = {"model.safetensors", "tokenizer.json",
                                             "tokenizer_config.json", "generation_config.json"};
 
@@ -293,7 +262,7 @@ static void softcap_folder(char *dir, const cJSON *caps)
         snprintf(to, sizeof to, "%s/%s", dir, softcap_files[i]);
         ASSERT(symlink(from, to) == 0);
     }
-    cJSON *cfg = read_json(FOLDER "/config.json");
+    cJSON *cfg = fx_json_file(FOLDER "/config.json");
     const cJSON *c;
     cJSON_ArrayForEach(c, caps)
     {
@@ -412,7 +381,7 @@ static void softcap_run(const char *dir, const cJSON *fx, const char *attn, cons
  * paged_attention of each with a paged cache. */
 TEST_IMPL(gemma3_tiny_softcap_matches_transformers)
 {
-    cJSON *fx = read_json(SOFTCAP_FIXTURE);
+    cJSON *fx = fx_json_file(SOFTCAP_FIXTURE);
     char dir[] = "/tmp/khub-softcap-XXXXXX";
     softcap_folder(dir, cJSON_GetObjectItem(fx, "config"));
     softcap_run(dir, fx, NULL, NULL, "attention[f32]: ");
@@ -431,7 +400,7 @@ TEST_IMPL(gemma3_tiny_softcap_matches_transformers)
  * serves the uncapped folder. */
 TEST_IMPL(gemma3_tiny_softcap_needs_the_capability)
 {
-    cJSON *fx = read_json(SOFTCAP_FIXTURE);
+    cJSON *fx = fx_json_file(SOFTCAP_FIXTURE);
     char dir[] = "/tmp/khub-softcap-XXXXXX";
     softcap_folder(dir, cJSON_GetObjectItem(fx, "config"));
     khub_runtime *rt = new_rt();

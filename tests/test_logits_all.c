@@ -18,27 +18,13 @@
 #include <math.h>
 
 #include "khub/khub_model.h"
+#include "json_fixture.h"
 #include "runner.h"
 
 #define FOLDER  KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny"
 #define FIXTURE KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny_reference.json"
 
-static cJSON *fixture(void)
-{
-    FILE *f = fopen(FIXTURE, "rb");
-    ASSERT(f != NULL);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ASSERT(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    ASSERT(j != NULL);
-    return j;
-}
+static cJSON *fixture(void) { return fx_json_file(FIXTURE); }
 
 static khub_model *load(khub_runtime **rt, int32_t max_batch, int64_t max_context)
 {

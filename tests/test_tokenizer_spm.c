@@ -13,27 +13,11 @@
 #include <cjson/cJSON.h>
 
 #include "budget_alloc.h"
+#include "json_fixture.h"
 #include "runner.h"
 #include "tokenizer.h"
 
 #define SPM KHUB_SOURCE_DIR "/tests/fixtures/tokenizer/spm"
-
-static cJSON *load_json(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    ASSERT(f != NULL);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ASSERT(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    buf[n] = '\0';
-    cJSON *j = cJSON_Parse(buf);
-    free(buf);
-    ASSERT(j != NULL);
-    return j;
-}
 
 static khub_runtime *new_rt(void)
 {
@@ -142,7 +126,7 @@ static int check_shape(const cJSON *fx, const cJSON *shape, const cJSON **prev_i
 /* Every shape gives the library's ids and decoded text on every string. */
 TEST_IMPL(spm_json_shapes_match_tokenizers)
 {
-    cJSON *fx = load_json(SPM "/corpus.json");
+    cJSON *fx = fx_json_file(SPM "/corpus.json");
     const cJSON *strings = cJSON_GetObjectItem(fx, "strings");
     int n = cJSON_GetArraySize(strings), shapes = 0, bad = 0;
     ASSERT(n >= 750);
