@@ -33,6 +33,9 @@ grep -q "built without" s.err && t_skip "this khub was built without MPI: $(cat 
 grep -q "khub run: --tp 2 but MPI started 1 rank; launch as mpirun -np 2 khub run --tp 2" s.err ||
     fail "--tp 2 alone: $(cat s.err)"
 echo "ok   --tp 2 without mpirun refused"
+if "$KHUB" run --model "$GGUF" --prompt x --tp-plan sum > s.out 2> s.err; then fail "--tp-plan sum ran"; fi
+grep -q "khub run: --tp-plan wants reduce or gather, got 'sum'" s.err || fail "--tp-plan sum: $(cat s.err)"
+echo "ok   --tp-plan sum refused"
 
 # Greedy tokens of tp N against tp 1, five prompts per call.
 mapfile -d '' -t P < <(python3 -c '
@@ -71,6 +74,15 @@ done
     2> t3.err || { cat t3.err; fail "tp 3"; }
 same_tokens t1_5.json t3.json || fail "tp 3 vs tp 1"
 echo "ok   tp 3 = tp 1: 64 greedy tokens of prompts 5-9"
+# The gather plan (no sum across ranks): same tokens, and its plan printed.
+"${MPI[@]}" -np 2 "$KHUB" run --model "$GGUF" --tp 2 --tp-plan gather "${args[@]}" "${GEN[@]}" \
+    > tg.json 2> tg.err || { cat tg.err; fail "tp 2, gather plan"; }
+same_tokens t1_5.json tg.json || fail "tp 2 gather plan vs tp 1"
+"${MPI[@]}" -np 2 "$KHUB" run --model "$GGUF" --tp 2 --tp-plan gather --prompt "Hi" \
+    --max-new-tokens 1 --explain > eg.out 2> eg.err || { cat eg.err; fail "gather --explain"; }
+grep -qF "blk.*.ffn_down.weight              colwise   hidden rows 0-287 of 576 from the whole FFN activation (all-gathered), then all-gather" \
+    eg.out || fail "gather plan --explain: $(cat eg.out)"
+echo "ok   tp 2, gather plan = tp 1: 64 greedy tokens of prompts 5-9; plan printed"
 
 # Continuous batching on top: rank 0 schedules, each step is broadcast.
 printf '%s\n' "The capital of France is" "1, 1, 2, 3, 5, 8," \
@@ -87,7 +99,7 @@ echo "ok   --prompts-file (continuous batching) at tp 2 = tp 1"
 # The plan, per tensor, and each rank's memory.
 "${MPI[@]}" -np 2 "$KHUB" run --model "$GGUF" --tp 2 --prompt "Hi" --max-new-tokens 1 --explain \
     > e.out 2> e.err || { cat e.err; fail "--explain"; }
-for want in "tp plan: rank 0 of 2" \
+for want in "tp plan: rank 0 of 2 (reduce)" \
     "blk.*.attn_q.weight                colwise   query heads 0-5 of 9: rows 0-383" \
     "blk.*.attn_k.weight                colwise   KV heads 0-1 of 3: rows 0-127" \
     "blk.*.attn_output.weight           rowwise   columns of the query heads above, then all-reduce" \

@@ -4,11 +4,13 @@
  * Hugging Face models written here. tests/t_tp_mpi.sh runs the same through
  * mpirun and the CLI on SmolLM2.
  *
- * Why logits are compared within 1e-4 and not bit for bit: a rowwise
- * projection (o_proj, down_proj) sums its dot products in two halves that
- * the all-reduce then adds, where one process adds them in one run; float
- * addition is not associative, so the last bits differ. Greedy tokens are
- * compared exactly.
+ * Why logits are compared within 1e-4 and not bit for bit: under the
+ * reduce plan a rowwise projection (o_proj, down_proj) sums its dot
+ * products in two halves that the all-reduce then adds, where one process
+ * adds them in one run; float addition is not associative, so the last bits
+ * differ. The gather plan sums nothing across ranks: its tests compare the
+ * bytes where the kernels allow (khub/ref-cpu). Greedy tokens are compared
+ * exactly.
  */
 #include <math.h>
 #include <pthread.h>
@@ -168,6 +170,10 @@ static int swap_mode;
  * (ABI 1.5) at each call and fails unless every rank's met. */
 static int with_comm_plugin;
 
+/* Every rank's khub_model_opts.tp_plan (KHUB_TP_PLAN_REDUCE unless a test
+ * sets it). */
+static int32_t plan_opt;
+
 static khub_model_opts ref_opts(void)
 {
     const char *r = "khub/ref-cpu";
@@ -260,6 +266,7 @@ static void *rank_main(void *arg)
     o.max_context = 512;
     o.max_seqs = 1;
     o.tp_size = j->size;
+    o.tp_plan = plan_opt;
     o.comm = j->size > 1 ? &comm : NULL;
     if (j->quant) o.quant = j->quant;
     if (with_comm_plugin) o.act_impl = "khub-test/comm";
@@ -352,8 +359,15 @@ static void check_matches(const tiny *t, int size, const char *quant)
         ASSERT(many[r].weight_bytes < one[0].weight_bytes);
     }
     double e = rel_err(many[0].logits, one[0].logits, t->vocab);
-    printf("tp %d: logits rel err %.3g\n", size, e);
+    printf("tp %d (%s plan): logits rel err %.3g\n", size, plan_opt ? "gather" : "reduce", e);
     ASSERT_LE(e, 1e-4);
+    /* The gather plan sums nothing across ranks: with khub/ref-cpu (whose
+     * rows do not depend on which rows a call computes) the logits are tp
+     * 1's bit for bit. */
+    if (plan_opt == KHUB_TP_PLAN_GATHER && !quant) {
+        ASSERT_EQ(memcmp(many[0].logits, one[0].logits, sizeof one[0].logits), 0);
+        ASSERT_EQ(memcmp(many[0].all, one[0].all, 13 * (size_t)t->vocab * sizeof(float)), 0);
+    }
     for (int i = 0; i < NEW; i++) ASSERT_EQ(many[0].greedy[i], one[0].greedy[i]);
     /* Every position's logits: tp's against tp 1's, and the last row against
      * the prompt's last logits of the same ranks. */
@@ -399,6 +413,43 @@ TEST_IMPL(tp2_q8_0_matches_tp1)
     check_matches(&t, 2, "q8_0");
 }
 
+/* The gather plan on the shapes above: same tokens, same logits bit for
+ * bit (uneven GQA groups, a replicated KV head, Qwen2's biases sliced by
+ * output rows), and a Q8_0 model within 1e-4. */
+TEST_IMPL(tp_gather_plan_matches_tp1)
+{
+    plan_opt = KHUB_TP_PLAN_GATHER;
+    tiny a = {6, 3, 128, 256, 0, 0}, b = {4, 1, 64, 256, 0, 0}, c = {8, 4, 128, 256, 1, 0},
+         d = {4, 2, 128, 256, 0, 0};
+    check_matches(&a, 2, NULL);
+    check_matches(&b, 2, NULL);
+    check_matches(&c, 4, NULL);
+    check_matches(&d, 2, "q8_0");
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/khub-test-tp-%d", (int)getpid());
+    tiny_write(dir, &a);
+    const char *dirs[2] = {dir, NULL};
+    rank_job jobs[2];
+    run_ranks(2, dirs, NULL, jobs);
+    for (int r = 0; r < 2; r++) {
+        char o_line[160], d_line[160];
+        snprintf(o_line, sizeof o_line,
+                 "colwise   hidden rows %d-%d of 64 from the whole attention output "
+                 "(all-gathered), then all-gather",
+                 32 * r, 32 * r + 31);
+        snprintf(d_line, sizeof d_line,
+                 "colwise   hidden rows %d-%d of 64 from the whole FFN activation "
+                 "(all-gathered), then all-gather",
+                 32 * r, 32 * r + 31);
+        ASSERT_OK(jobs[r].load_st);
+        ASSERT_CONTAINS(jobs[r].explain, "(gather)");
+        ASSERT_CONTAINS(jobs[r].explain, o_line);
+        ASSERT_CONTAINS(jobs[r].explain, d_line);
+    }
+    tiny_rm(dir);
+    plan_opt = KHUB_TP_PLAN_REDUCE;
+}
+
 static void check_refused(const tiny *t, int size, const char *quant, khub_status want,
                           const char *msg)
 {
@@ -431,6 +482,18 @@ TEST_IMPL(tp3_ffn_not_dividing_refused)
     check_refused(&t, 3, NULL, KHUB_STATUS_INVALID_ARG,
                   "tp_size 3 cannot split 'model.layers.0.mlp.gate_proj.weight': intermediate "
                   "size 128 is not a multiple of 3");
+}
+
+/* The gather plan splits the hidden rows: 64 over 3 ranks cannot. */
+TEST_IMPL(tp3_gather_plan_hidden_not_dividing_refused)
+{
+    plan_opt = KHUB_TP_PLAN_GATHER;
+    tiny t = {6, 3, 129, 255, 0, 0};
+    check_refused(&t, 3, NULL, KHUB_STATUS_INVALID_ARG,
+                  "tp_size 3 with the gather plan cannot split "
+                  "'model.layers.0.self_attn.o_proj.weight': hidden size 64 is not a multiple "
+                  "of 3");
+    plan_opt = KHUB_TP_PLAN_REDUCE;
 }
 
 TEST_IMPL(tp3_vocab_not_dividing_refused)
@@ -546,6 +609,17 @@ TEST_IMPL(tp_smollm2_logits_match_tp1)
     check_smollm2(1, 3, sizes, 1e-3, N_CASES);
 }
 
+/* The gather plan with the default kernels (integer activations): nothing
+ * is summed across ranks, so the reduce plan's amplified rounding
+ * differences (above) do not arise: within 1e-4 of tp 1 at tp 2 and 3. */
+TEST_IMPL(tp_smollm2_gather_plan_logits_match_tp1)
+{
+    plan_opt = KHUB_TP_PLAN_GATHER;
+    int sizes[3] = {1, 2, 3};
+    check_smollm2(1, 3, sizes, 1e-4, N_CASES);
+    plan_opt = KHUB_TP_PLAN_REDUCE;
+}
+
 TEST_IMPL(tp_options_checked)
 {
     khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = 1};
@@ -576,6 +650,13 @@ TEST_IMPL(tp_options_checked)
     ASSERT_STATUS(khub_model_tp_serve(m), KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(khub_runtime_errmsg(rt), "only ranks other than 0");
     khub_model_free(m);
+    /* A plan that is not one is refused, with or without tp. */
+    o.tp_plan = 7;
+    ASSERT_STATUS(khub_model_load(rt, dir, &o, &m), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "khub_model_load: tp_plan 7 is not a plan (want 0 = KHUB_TP_PLAN_REDUCE or "
+                    "1 = KHUB_TP_PLAN_GATHER)");
+    ASSERT(m == NULL);
     tiny_rm(dir);
     khub_runtime_free(rt);
 }
@@ -669,5 +750,8 @@ TEST_IMPL(tp2_kernel_swap_on_every_rank)
     X(tp2_mismatched_model_on_one_rank_refused) \
     X(tp_smollm2_ref_logits_match_tp1) \
     X(tp_smollm2_logits_match_tp1) \
+    X(tp_smollm2_gather_plan_logits_match_tp1) \
+    X(tp_gather_plan_matches_tp1) \
+    X(tp3_gather_plan_hidden_not_dividing_refused) \
     X(tp_options_checked)
 TEST_MAIN(TEST_LIST)

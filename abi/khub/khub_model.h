@@ -57,6 +57,13 @@ typedef struct khub_model khub_model;
 /* Loading                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Splits of o_proj and down_proj under tensor parallelism
+ * (khub_model_opts.tp_plan). Since 0.2. */
+typedef enum khub_tp_plan {
+    KHUB_TP_PLAN_REDUCE = 0, /* rowwise, then one all-reduce (Megatron-LM's) */
+    KHUB_TP_PLAN_GATHER = 1  /* input all-gathered, output rows split, all-gathered */
+} khub_tp_plan;
+
 /* How to load a model. Zero / NULL fields take the defaults. The *_impl
  * strings name a plugin id ("kernels-community/flash-attn2") that the
  * registry should prefer for that role; when it cannot serve the model (head
@@ -118,7 +125,16 @@ typedef struct khub_model_opts {
      * file with the same options; rank 0 then generates and the others call
      * khub_model_tp_serve. */
     int32_t tp_size;
-    uint32_t reserved2;
+    /* Since 0.2 (issue 18; 0.1's reserved2, zero there): how o_proj and
+     * down_proj are split, the same on every rank (enum khub_tp_plan).
+     * KHUB_TP_PLAN_REDUCE (0): Megatron-LM's, each rank multiplies its
+     * columns and one all-reduce sums the partial outputs; the float sum's
+     * other order moves the last bits, which kernels with integer
+     * activations carry further (docs/parallelism.md). KHUB_TP_PLAN_GATHER:
+     * the input is all-gathered whole and each rank computes its rows of
+     * the output, then all-gathered: no sum crosses ranks, so each logit is
+     * computed as one process computes it; more bytes move per layer. */
+    int32_t tp_plan;
     const khub_comm *comm;
 } khub_model_opts;
 

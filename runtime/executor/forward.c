@@ -273,6 +273,24 @@ static void softcap_rows(const khub_model *m, float *logits, int64_t rows)
     for (size_t i = 0; i < n; i++) logits[i] = (float)(cap * tanh(logits[i] / cap));
 }
 
+/* o_proj and down_proj: m->ob [n, hidden] = x W^T. Under tensor
+ * parallelism's reduce plan each rank multiplies its columns of x and the
+ * partial outputs are summed; under the gather plan x is all-gathered whole
+ * and each rank computes its rows of the output, then those are gathered
+ * (tp.h). */
+static khub_status out_linear(khub_model *m, const khub__mat *mat, khub__tp_part part, float *x,
+                              int64_t n, const char *what, int layer)
+{
+    khub__tp *tp = &m->tp;
+    if (tp->size < 2 || tp->plan != KHUB_TP_PLAN_GATHER) {
+        KHUB_FORWARD_IF_ERROR(m->rt, linear(m, mat, x, n, m->ob, what, layer));
+        return khub__tp_all_reduce(m, m->ob, n * m->cfg.hidden_size);
+    }
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_gather_input(m, part, x, n));
+    KHUB_FORWARD_IF_ERROR(m->rt, linear(m, mat, tp->whole, n, tp->part, what, layer));
+    return khub__tp_gather_output(m, n, m->ob);
+}
+
 static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__seg *segs, int n_segs)
 {
     const khub_model_config *c = &m->cfg;
@@ -295,8 +313,7 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
     KHUB_FORWARD_IF_ERROR(rt, rotary(m, m->k, n, c->n_kv_heads, L, "rotary k"));
     KHUB_FORWARD_IF_ERROR(rt, m->kv_layout ? attend_paged(m, ly, L, segs, n_segs)
                                            : attend(m, ly, L, segs, n_segs));
-    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->o, m->att, n, m->ob, "o_proj", L));
-    KHUB_FORWARD_IF_ERROR(rt, khub__tp_all_reduce(m, m->ob, n * hidden));
+    KHUB_FORWARD_IF_ERROR(rt, out_linear(m, &ly->o, KHUB__TP_PART_HEADS, m->att, n, "o_proj", L));
     if (c->post_norms)
         KHUB_FORWARD_IF_ERROR(
             rt, norm(m, m->ob, NULL, &ly->post_attn_norm, n, hidden, m->ob, "post_attn_norm", L));
@@ -312,8 +329,8 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
     KHUB_FORWARD_IF_ERROR(
         rt, call(m, m->act, &a, c->act == KHUB_ACT_GELU_TANH ? "gelu_tanh_and_mul" : "silu_and_mul",
                  L));
-    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->down, m->gate, n, m->ob, "down_proj", L));
-    KHUB_FORWARD_IF_ERROR(rt, khub__tp_all_reduce(m, m->ob, n * hidden));
+    KHUB_FORWARD_IF_ERROR(rt,
+                          out_linear(m, &ly->down, KHUB__TP_PART_FFN, m->gate, n, "down_proj", L));
     if (!c->post_norms) return KHUB_STATUS_OK;
     return norm(m, m->ob, NULL, &ly->post_ffw_norm, n, hidden, m->ob, "post_ffw_norm", L);
 }

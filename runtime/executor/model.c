@@ -184,7 +184,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
     khub_model_opts o;
     load_prefs p;
     KHUB_FORWARD_IF_ERROR(m->rt, read_opts(m->rt, opts, &o, &p));
-    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_setup(m, o.tp_size, o.comm));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_setup(m, o.tp_size, o.tp_plan, o.comm));
     KHUB_FORWARD_IF_ERROR(m->rt, open_source(m, path));
     const khub_model_config *c = &m->cfg;
     m->rope_style = c->rope_style;

@@ -168,16 +168,17 @@ static khub_status load_weight(khub_model *m, wname which, int L, int32_t ndim, 
 }
 
 /* Where each projection goes under tensor parallelism (tp.h). */
-static khub__tp_split tp_split(wname which)
+static khub__tp_split tp_split(const khub_model *m, wname which)
 {
+    bool gather = m->tp.plan == KHUB_TP_PLAN_GATHER;
     switch (which) {
     case W_Q: return KHUB__TP_COL_Q;
     case W_K:
     case W_V: return KHUB__TP_COL_KV;
-    case W_O: return KHUB__TP_ROW_HEADS;
+    case W_O: return gather ? KHUB__TP_COL_HIDDEN : KHUB__TP_ROW_HEADS;
     case W_GATE:
     case W_UP: return KHUB__TP_COL_FFN;
-    case W_DOWN: return KHUB__TP_ROW_FFN;
+    case W_DOWN: return gather ? KHUB__TP_COL_HIDDEN : KHUB__TP_ROW_FFN;
     case W_LM_HEAD: return KHUB__TP_COL_VOCAB;
     default: return KHUB__TP_REPLICATE;
     }
@@ -323,7 +324,7 @@ static khub_status load_mat(khub_model *m, const load_prefs *p, wname which, wna
     bool embedish = which == W_LM_HEAD;
     if (p->quant != KHUB_QFORMAT_NONE && dense && (!embedish || p->quant_embeddings))
         KHUB_FORWARD_IF_ERROR(m->rt, quantize_mat(m, p, mat));
-    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_shard(m, tp_split(which), mat));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_shard(m, tp_split(m, which), mat));
     return khub__model_bind_mat(m, p, mat_role(which), mat);
 }
 

@@ -7,8 +7,9 @@
  * forward call or sequence truncation broadcasts the step (a header, then the
  * segments and tokens) so the other ranks make the same call on their
  * shards. The forward pass itself then meets twice per layer (the
- * all-reduce after o_proj and after down_proj) and once at the end (the
- * all-gather of the logits). Any collective that fails ends the job on
+ * all-reduce after o_proj and after down_proj; the gather plan meets four
+ * times: each projection's input and output all-gathered) and once at the
+ * end (the all-gather of the logits). Any collective that fails ends the job on
  * that rank with a message naming the rank and the step; a rank that dies
  * is noticed by the transport (mpirun ends the job), never by a timeout of
  * ours.
@@ -84,6 +85,47 @@ khub_status khub__tp_gather_logits(khub_model *m, int n)
             memcpy(m->logits + (size_t)s * V + (size_t)r * nv,
                    tp->gathered + ((size_t)r * (size_t)n + (size_t)s) * nv, nv * sizeof(float));
     return KHUB_STATUS_OK;
+}
+
+/* Every rank's [n, its share of part] block of an [n, cols] matrix into out
+ * (in the model's column order). The blocks travel padded to the widest
+ * share, since an all-gather moves the same bytes from every rank. */
+static khub_status gather_cols(khub_model *m, khub__tp_part part, const float *x, int64_t n,
+                               float *out, int64_t cols, const char *what)
+{
+    khub__tp *tp = &m->tp;
+    size_t w = tp->share_floats / (size_t)m->max_batch, rows = (size_t)n;
+    int64_t c0, nc;
+    khub__tp_share_of(m, part, tp->rank, &c0, &nc);
+    for (size_t i = 0; i < rows; i++)
+        memcpy(tp->send + i * w, x + i * (size_t)nc, (size_t)nc * sizeof(float));
+    char err[256] = "";
+    uint64_t t0 = now_ns();
+    khub_status st = tp->comm.all_gather(tp->comm.ud, tp->send, rows * w * sizeof(float), tp->recv,
+                                         err, sizeof err);
+    KHUB_FORWARD_IF_ERROR(m->rt, comm_done(m, st, what, err, t0));
+    for (int32_t r = 0; r < tp->size; r++) {
+        khub__tp_share_of(m, part, r, &c0, &nc);
+        const float *blk = tp->recv + (size_t)r * rows * w;
+        for (size_t i = 0; i < rows; i++)
+            memcpy(out + i * (size_t)cols + (size_t)c0, blk + i * w, (size_t)nc * sizeof(float));
+    }
+    return KHUB_STATUS_OK;
+}
+
+khub_status khub__tp_gather_input(khub_model *m, khub__tp_part part, const float *x, int64_t n)
+{
+    const khub_model_config *f = &m->tp.full;
+    bool heads = part == KHUB__TP_PART_HEADS;
+    return gather_cols(m, part, x, n, m->tp.whole,
+                       heads ? f->n_heads * f->head_dim : f->intermediate_size,
+                       heads ? "attention output all-gather" : "FFN activation all-gather");
+}
+
+khub_status khub__tp_gather_output(khub_model *m, int64_t n, float *y)
+{
+    return gather_cols(m, KHUB__TP_PART_HIDDEN, m->tp.part, n, y, m->tp.full.hidden_size,
+                       "hidden rows all-gather");
 }
 
 /* ======================================================================== */

@@ -11,6 +11,11 @@
  *                         all-reduce (sum) of the [tokens, hidden] partials
  *   lm_head               colwise over the vocabulary, logits all-gathered
  *   embedding, norms      replicated
+ * The gather plan (KHUB_TP_PLAN_GATHER) splits o_proj and down_proj the
+ * other way: each rank computes its rows of the [tokens, hidden] output
+ * from the whole input (all-gathered: the query heads' attention output,
+ * the FFN channels), then the rows are all-gathered. No float sum crosses
+ * ranks, so a row-deterministic kernel gives the logits one process gives.
  * Attention heads go by whole GQA groups: a rank holds some KV heads and the
  * query heads that read them. With fewer KV heads than ranks each KV head is
  * replicated on ranks/kv_heads ranks, which split its query heads. The
@@ -40,8 +45,18 @@ typedef enum khub__tp_split {
     KHUB__TP_COL_FFN,   /* rows of this rank's FFN slice (gate, up) */
     KHUB__TP_COL_VOCAB, /* rows of this rank's vocabulary slice (lm_head) */
     KHUB__TP_ROW_HEADS, /* columns of this rank's query heads (o_proj) */
-    KHUB__TP_ROW_FFN    /* columns of this rank's FFN slice (down_proj) */
+    KHUB__TP_ROW_FFN,   /* columns of this rank's FFN slice (down_proj) */
+    KHUB__TP_COL_HIDDEN /* rows of this rank's hidden slice (gather plan's o/down) */
 } khub__tp_split;
+
+/* What the gather plan all-gathers: the inputs of o_proj (the query heads'
+ * attention output) and down_proj (the FFN channels), and their outputs
+ * (hidden rows). */
+typedef enum khub__tp_part {
+    KHUB__TP_PART_HEADS,
+    KHUB__TP_PART_FFN,
+    KHUB__TP_PART_HIDDEN
+} khub__tp_part;
 
 /* A kernel swap that rank 0 asked for (khub_model_kernel_swap under tp),
  * run on a rank > 0 from khub_model_tp_serve: make `name` ready for role,
@@ -51,10 +66,16 @@ typedef khub_status (*khub__tp_swap_fn)(void *ud, khub_model *m, int32_t role, c
 
 typedef struct khub__tp {
     int32_t size, rank; /* 1, 0 without tensor parallelism */
+    int32_t plan;       /* enum khub_tp_plan */
     khub_comm comm;     /* the embedder's table, copied up to its struct_size */
     khub_model_config full;
     /* This rank's part, [first, first + n) in heads, channels or tokens. */
-    int64_t q0, nq, kv0, nkv, ffn0, nffn, vocab0, nvocab;
+    int64_t q0, nq, kv0, nkv, ffn0, nffn, vocab0, nvocab, h0, nh;
+    /* The gather plan's buffers: the whole input [max_batch, columns], this
+     * rank's output rows [max_batch, nh], and the all-gather's send
+     * [max_batch, widest share] and receive [size, max_batch, widest share]. */
+    float *whole, *part, *send, *recv;
+    size_t whole_floats, share_floats;
     bool serving;     /* rank 0: the others wait in khub_model_tp_serve */
     float *logits;    /* [max_seqs, nvocab] this rank's logits */
     float *gathered;  /* [size, max_seqs, nvocab] every rank's */
@@ -72,7 +93,8 @@ typedef struct khub__tp {
 /* Checks tp_size and comm of the options and keeps them in m->tp (size 1
  * without); before anything else of the load, so that every rank takes
  * part in the load agreement (khub__tp_agree) whatever fails later. */
-KHUB_INTERNAL khub_status khub__tp_setup(khub_model *m, int32_t tp_size, const khub_comm *comm);
+KHUB_INTERNAL khub_status khub__tp_setup(khub_model *m, int32_t tp_size, int32_t plan,
+                                         const khub_comm *comm);
 /* Computes this rank's ranges from m->cfg (the whole model's, kept in
  * tp.full), refusing with INVALID_ARG a split that cannot be made, naming
  * the tensor. */
@@ -84,6 +106,11 @@ KHUB_INTERNAL void khub__tp_explain(const khub_model *m, char *buf, size_t cap);
  * model's), and the tp scratch is allocated. */
 KHUB_INTERNAL khub_status khub__tp_localize(khub_model *m);
 KHUB_INTERNAL void khub__tp_free(khub_model *m);
+
+/* Rank r's share [first, first + n) of `part`'s columns (heads in units of
+ * head_dim), as khub__tp_plan gave it to that rank. */
+KHUB_INTERNAL void khub__tp_share_of(const khub_model *m, khub__tp_part part, int32_t r,
+                                     int64_t *first, int64_t *n);
 
 /* ---- tp_shard.c --------------------------------------------------------- */
 
@@ -97,6 +124,13 @@ KHUB_INTERNAL khub_status khub__tp_shard(khub_model *m, khub__tp_split split, kh
 
 /* Sums buf[0..n) over the ranks (no-op without tp). */
 KHUB_INTERNAL khub_status khub__tp_all_reduce(khub_model *m, float *buf, int64_t n);
+/* The gather plan: x [n, this rank's columns of part] all-gathered into
+ * tp.whole [n, every column], in the model's column order. */
+KHUB_INTERNAL khub_status khub__tp_gather_input(khub_model *m, khub__tp_part part, const float *x,
+                                                int64_t n);
+/* The gather plan: tp.part [n, nh] of every rank all-gathered into
+ * y [n, hidden]. */
+KHUB_INTERNAL khub_status khub__tp_gather_output(khub_model *m, int64_t n, float *y);
 /* The lm_head's local logits (tp.logits) of n rows into m->logits [n, vocab]. */
 KHUB_INTERNAL khub_status khub__tp_gather_logits(khub_model *m, int n);
 /* Rank 0 tells the others to run the same forward step (all_rows: with

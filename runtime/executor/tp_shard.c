@@ -100,6 +100,7 @@ khub_status khub__tp_shard(khub_model *m, khub__tp_split split, khub__mat *mat)
     case KHUB__TP_COL_VOCAB: return colwise(m, mat, tp->vocab0, tp->nvocab);
     case KHUB__TP_ROW_HEADS: return rowwise(m, mat, tp->q0 * hd, tp->nq * hd);
     case KHUB__TP_ROW_FFN: return rowwise(m, mat, tp->ffn0, tp->nffn);
+    case KHUB__TP_COL_HIDDEN: return colwise(m, mat, tp->h0, tp->nh);
     }
     return khub__fail(m->rt, KHUB_STATUS_INTERNAL, "tp: unknown split %d", (int)split);
 }

@@ -86,7 +86,14 @@ static int string_flag(const khub_cli_cmd *cmd, cli_model_args *a, const char *f
         a->policy = v;
     else if (!strcmp(f, "--system"))
         a->system = v;
-    else if (!strcmp(f, "--stop")) {
+    else if (!strcmp(f, "--tp-plan")) {
+        if (v && !strcmp(v, "reduce"))
+            a->tp_plan = KHUB_TP_PLAN_REDUCE;
+        else if (v && !strcmp(v, "gather"))
+            a->tp_plan = KHUB_TP_PLAN_GATHER;
+        else if (v)
+            *rc = khub_cli_usage(cmd, "--tp-plan wants reduce or gather, got '%s'", v);
+    } else if (!strcmp(f, "--stop")) {
         if (a->n_stops == CLI_MAX_STOPS)
             *rc = khub_cli_usage(cmd, "at most %d stop strings", CLI_MAX_STOPS);
         else if (v)
@@ -214,6 +221,7 @@ khub_model *cli_model_open_hub(const char *cmd, const cli_model_args *a, int32_t
                           .kv_block_size = a->block_size,
                           .kv_max_bytes = (uint64_t)a->kv_mib << 20,
                           .tp_size = a->tp,
+                          .tp_plan = a->tp_plan,
                           .comm = a->comm,
                           .device = a->device};
     if (progress) {

@@ -40,6 +40,7 @@ typedef struct cli_model_args {
     int32_t max_batch_tokens; /* 0 = the default */
     khub_generate_opts gen;   /* sampling; stop and system point into this struct */
     int tp;                   /* tensor-parallel ranks (--tp N), 0 = none */
+    int32_t tp_plan;          /* --tp-plan: enum khub_tp_plan */
     khub_device device;       /* --device: {0, 0} = the CPU */
     const khub_comm *comm;    /* their collectives (tp_job.h), borrowed; NULL = none */
 } cli_model_args;
@@ -94,7 +95,10 @@ int cli_model_sampling_flag(const char *f);
 #define CLI_MODEL_TP_HELP \
     "  --tp N                tensor parallelism over N MPI ranks: launch the command as\n" \
     "                        mpirun -np N khub COMMAND --tp N ...; rank 0 runs it, the\n" \
-    "                        others follow its steps (docs/parallelism.md)\n"
+    "                        others follow its steps (docs/parallelism.md)\n" \
+    "  --tp-plan PLAN        how o_proj and down_proj are split: reduce (default: columns,\n" \
+    "                        then an all-reduce) or gather (inputs all-gathered, output\n" \
+    "                        rows split: the logits of one process, more bytes moved)\n"
 
 #define CLI_MODEL_KERNELS_HELP \
     "Kernels (each NAME is a Hub ID org/name[@REV|@version=N][:symbol], fetched from\n" \
