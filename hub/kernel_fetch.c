@@ -244,10 +244,11 @@ typedef struct sync_judge {
 static khub_status sync_judge_fn(void *ud, const char *dir, const char *meta, size_t meta_len,
                                  const char *sig, size_t sig_len)
 {
-    (void)meta, (void)meta_len, (void)sig, (void)sig_len;
+    (void)sig, (void)sig_len;
     const sync_judge *sj = ud;
-    char err[KHUB_ERROR_SIZE];
-    khub_status st = khub__lock_check_dir(sj->v, dir, sj->label, err, sizeof err);
+    char err[KHUB_ERROR_SIZE], meta_sha[65];
+    KHUB_FORWARD_IF_ERROR(NULL, khub__sha256_hex(meta, meta_len, meta_sha));
+    khub_status st = khub__lock_check_dir(sj->v, dir, meta_sha, sj->label, err, sizeof err);
     return st == KHUB_STATUS_OK ? st : khub__hub_fail(sj->hub, st, "%s", err);
 }
 

@@ -98,10 +98,14 @@ KHUB_INTERNAL khub_status khub__lock_variant_from_dir(const khub_allocator *a, c
                                                       const char *dir, khub_lock_variant *v,
                                                       char *errbuf, size_t errbuf_size);
 /* Checks dir against v: every locked file is present with its digest, and
- * no other file (besides metadata.json.sig) is there. LOCK_MISMATCH names
- * the file, both digests and the repo label. */
+ * no other file (besides metadata.json.sig) is there. meta_sha256 (may be
+ * NULL): the SHA-256 of the metadata.json bytes the caller read from dir
+ * and goes on to use; metadata.json is then checked by it instead of being
+ * read again. LOCK_MISMATCH names the file, both digests and the repo
+ * label. */
 KHUB_INTERNAL khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir,
-                                               const char *label, char *errbuf, size_t errbuf_size);
+                                               const char *meta_sha256, const char *label,
+                                               char *errbuf, size_t errbuf_size);
 
 /* The "version" of the metadata.json in the variant directory dir, into
  * out (METADATA_INVALID when it does not parse). Read without a trust

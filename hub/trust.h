@@ -142,6 +142,27 @@ KHUB_INTERNAL khub_status khub__trust_decide(const khub_trust_policy *p, const c
                                              const char *sig_json, size_t sig_len,
                                              int allow_unsigned, char *errbuf, size_t errbuf_size);
 
+/* What khub__trust_decide_ex judges: the exact bytes of metadata.json, the
+ * SHA-256 of those bytes when the caller has it already (NULL: computed
+ * here; a caller passes only a digest it computed from these bytes), and
+ * the metadata.json.sig text (NULL when absent). */
+typedef struct khub_trust_input {
+    const void *metadata;
+    size_t metadata_len;
+    const char *metadata_sha256; /* 64 hex digits, or NULL */
+    const char *sig_json;
+    size_t sig_len;
+} khub_trust_input;
+
+/* khub__trust_decide on in, without parsing or hashing anything twice:
+ * sig_out (may be NULL) receives the parsed signature whenever it parsed
+ * (format 0, zeroed, when unsigned or malformed), for khub__trust_bind_sig
+ * and the caller's trust line. Same statuses and messages. */
+KHUB_INTERNAL khub_status khub__trust_decide_ex(const khub_trust_policy *p, const char *org,
+                                                const khub_trust_input *in, int allow_unsigned,
+                                                khub_sig *sig_out, char *errbuf,
+                                                size_t errbuf_size);
+
 /* A kernel as asked for (want) or as its signed metadata.json says (got). */
 typedef struct khub_trust_subject {
     const char *repo;    /* "org/name" */
@@ -158,5 +179,10 @@ typedef struct khub_trust_subject {
 KHUB_INTERNAL khub_status khub__trust_bind(const khub_trust_subject *want,
                                            const khub_trust_subject *got, const char *sig_json,
                                            size_t sig_len, char *errbuf, size_t errbuf_size);
+/* The same with the signature already parsed (NULL: unsigned), as
+ * khub__trust_decide_ex gives it. */
+KHUB_INTERNAL khub_status khub__trust_bind_sig(const khub_trust_subject *want,
+                                               const khub_trust_subject *got, const khub_sig *sig,
+                                               char *errbuf, size_t errbuf_size);
 
 #endif /* KHUB_HUB_TRUST_H */

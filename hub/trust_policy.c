@@ -263,8 +263,8 @@ static const khub_pubkey *find_key(const khub_trust_policy *p, const trust_org *
 /* Format 1 signs metadata.json's bytes; format 2 signs the statement, which
  * names metadata.json's SHA-256. */
 static khub_status verify_metadata(const khub_pubkey *key, const khub_sig *sg, const char *org,
-                                   const void *metadata, size_t metadata_len, char *errbuf,
-                                   size_t errbuf_size)
+                                   const void *metadata, size_t metadata_len,
+                                   const char *metadata_sha256, char *errbuf, size_t errbuf_size)
 {
     if (sg->format == 1) {
         if (khub__sig_verify(key, metadata, metadata_len, sg->sig) == KHUB_STATUS_OK)
@@ -274,7 +274,10 @@ static khub_status verify_metadata(const khub_pubkey *key, const khub_sig *sg, c
         return KHUB_STATUS_SIGNATURE_INVALID;
     }
     char have[65], text[1024];
-    khub__sha256_hex(metadata, metadata_len, have);
+    if (metadata_sha256)
+        snprintf(have, sizeof have, "%s", metadata_sha256);
+    else if (khub__sha256_hex(metadata, metadata_len, have) != KHUB_STATUS_OK)
+        have[0] = '\0'; /* matches no statement: refused below */
     size_t n = khub__sig_statement_text(&sg->stmt, text, sizeof text);
     if (!n || khub__sig_verify(key, text, n, sg->sig) != KHUB_STATUS_OK) {
         khub__errbuf(errbuf, errbuf_size,
@@ -296,6 +299,17 @@ khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, cons
                                size_t metadata_len, const char *sig_json, size_t sig_len,
                                int allow_unsigned, char *errbuf, size_t errbuf_size)
 {
+    khub_trust_input in = {metadata, metadata_len, NULL, sig_json, sig_len};
+    return khub__trust_decide_ex(p, org, &in, allow_unsigned, NULL, errbuf, errbuf_size);
+}
+
+khub_status khub__trust_decide_ex(const khub_trust_policy *p, const char *org,
+                                  const khub_trust_input *in, int allow_unsigned, khub_sig *sig_out,
+                                  char *errbuf, size_t errbuf_size)
+{
+    const char *sig_json = in->sig_json;
+    khub_sig sg_local, *psg = sig_out ? sig_out : &sg_local;
+    if (sig_out) memset(sig_out, 0, sizeof *sig_out);
     const trust_org *o = find_org(p, org);
     int listed = o && o->listed;
     int opted_in = allow_unsigned || p->allow_unsigned_all || (o && o->allow_unsigned);
@@ -324,13 +338,14 @@ khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, cons
         }
         return KHUB_STATUS_OK;
     }
-    khub_sig sg;
     char why[KHUB_ERROR_SIZE / 2] = "";
-    if (khub__sig_parse_full(sig_json, sig_len, &sg, why, sizeof why) != KHUB_STATUS_OK) {
+    if (khub__sig_parse_full(sig_json, in->sig_len, psg, why, sizeof why) != KHUB_STATUS_OK) {
         khub__errbuf(errbuf, errbuf_size, "%s: metadata.json.sig is malformed (%s)", org, why);
+        if (sig_out) memset(sig_out, 0, sizeof *sig_out);
         return KHUB_STATUS_SIGNATURE_INVALID;
     }
-    const char *key_id = sg.key_id;
+    const khub_sig *sg = psg;
+    const char *key_id = sg->key_id;
     if (is_revoked(p, key_id)) {
         khub__errbuf(errbuf, errbuf_size, "%s: signed with revoked key %s", org, key_id);
         return KHUB_STATUS_KEY_REVOKED;
@@ -357,7 +372,8 @@ khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, cons
                      org, key_id);
         return KHUB_STATUS_KEY_UNKNOWN;
     }
-    return verify_metadata(key, &sg, org, metadata, metadata_len, errbuf, errbuf_size);
+    return verify_metadata(key, sg, org, in->metadata, in->metadata_len, in->metadata_sha256,
+                           errbuf, errbuf_size);
 }
 
 /* ======================================================================== */
@@ -368,8 +384,16 @@ khub_status khub__trust_bind(const khub_trust_subject *want, const khub_trust_su
                              const char *sig_json, size_t sig_len, char *errbuf, size_t errbuf_size)
 {
     khub_sig sg;
-    if (sig_json && khub__sig_parse_full(sig_json, sig_len, &sg, NULL, 0) == KHUB_STATUS_OK &&
-        sg.format == 2 &&
+    bool parsed =
+        sig_json && khub__sig_parse_full(sig_json, sig_len, &sg, NULL, 0) == KHUB_STATUS_OK;
+    return khub__trust_bind_sig(want, got, parsed ? &sg : NULL, errbuf, errbuf_size);
+}
+
+khub_status khub__trust_bind_sig(const khub_trust_subject *want, const khub_trust_subject *got,
+                                 const khub_sig *sig, char *errbuf, size_t errbuf_size)
+{
+    const khub_sig sg = sig ? *sig : (khub_sig){0};
+    if (sig && sg.format == 2 &&
         (strcmp(sg.stmt.repo, got->repo) || strcmp(sg.stmt.version, got->version) ||
          strcmp(sg.stmt.variant, got->variant))) {
         /* The statement signs metadata.json's digest, so the two can only

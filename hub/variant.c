@@ -237,6 +237,29 @@ static bool temp_name(const char *nm)
     return n > 13 && !strcmp(nm + n - 4, ".tmp") && nm[n - 13] == '.';
 }
 
+/* Whether real (an absolute path without links) lies strictly inside root. */
+static bool inside(const char *real, const char *root)
+{
+    size_t n = strlen(root);
+    return !strncmp(real, root, n) && real[n] == '/';
+}
+
+/* The real path of dir/name into real: rdir/name when dir/name is a
+ * regular file (rdir is dir's real path: nothing left to resolve), else
+ * realpath() of it (a snapshot's link to its blob). One realpath of the
+ * folder instead of one per file: each walks every component of a long
+ * cache path with a system call. false when it does not exist. */
+static bool real_file(const char *dir, const char *rdir, const char *name,
+                      char path[KHUB__PATH_MAX], char real[KHUB__PATH_MAX])
+{
+    struct stat sb;
+    int n = snprintf(path, KHUB__PATH_MAX, "%s/%s", dir, name);
+    if (n < 0 || n >= KHUB__PATH_MAX || lstat(path, &sb) != 0) return false;
+    if (!S_ISREG(sb.st_mode) || strchr(name, '/')) return realpath(path, real) != NULL;
+    n = snprintf(real, KHUB__PATH_MAX, "%s/%s", rdir, name);
+    return n > 0 && n < KHUB__PATH_MAX;
+}
+
 /* Every file km lists is in dir, inside the cache, and matches its digest;
  * the list goes to l. verified: the sidecar of this directory, NULL = neither
  * read nor write one (an archive being unpacked, verified before it is
@@ -245,8 +268,8 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
                                const char *verified, const khub_kmeta *m, khub_hub_file_list *l,
                                bool *incomplete)
 {
-    char path[KHUB__PATH_MAX], rroot[KHUB__PATH_MAX];
-    if (!realpath(repo_dir, rroot))
+    char path[KHUB__PATH_MAX], rroot[KHUB__PATH_MAX], rdir[KHUB__PATH_MAX];
+    if (!realpath(repo_dir, rroot) || !realpath(dir, rdir))
         return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s is not cached", dir);
     khub_status st = KHUB_STATUS_OK;
     const khub_allocator *a = khub__hub_alloc(hub);
@@ -256,13 +279,13 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
     for (size_t i = 0; st == KHUB_STATUS_OK && i < m->n_files; i++) {
         char real[KHUB__PATH_MAX], line[KHUB__PATH_MAX + 200], probe[KHUB__PATH_MAX + 202];
         const char *name = m->files[i].name, *want = m->files[i].sha256;
-        if (!KHUB__PATHF(path, "%s/%s", dir, name) || !realpath(path, real)) {
+        if (!real_file(dir, rdir, name, path, real)) {
             *incomplete = true;
             st = khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s: listed file %s is missing", dir,
                                 name);
             break;
         }
-        if (strncmp(real, rroot, strlen(rroot)) || real[strlen(rroot)] != '/') {
+        if (!inside(real, rroot)) {
             st = khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
                                 "%s: %s resolves outside the "
                                 "cache (%s)",

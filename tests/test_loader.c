@@ -1,5 +1,6 @@
 /* test_loader.c: inspection before load, verified loading, built-ins, the
  * child-process check. Every rejection asserts its status and its message. */
+#include <dirent.h>
 #include <elf.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -186,17 +187,31 @@ TEST_IMPL(load_good)
     khub_runtime_free(rt);
 }
 
+/* Open file descriptors of this process. */
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    for (struct dirent *de; d && (de = readdir(d));) n += de->d_name[0] != '.';
+    if (d) closedir(d);
+    return n;
+}
+
 TEST_IMPL(digest_mismatch)
 {
     khub_runtime *rt = tp_runtime(1);
     const char *path = TP("good_v1");
     const char *wrong = "0000000000000000000000000000000000000000000000000000000000000000";
+    int fds = open_fds();
     ASSERT_STATUS(khub_plugin_load(rt, path, wrong, NULL), KHUB_STATUS_DIGEST_MISMATCH);
     const char *msg = khub_runtime_errmsg(rt);
     ASSERT_CONTAINS(msg, path);
     ASSERT_CONTAINS(msg, wrong);
     ASSERT_CONTAINS(msg, TP_SHA(path));
     ASSERT_EQ(khub_plugin_count(rt), 0);
+    /* The digest is taken of the sealed memfd (the bytes dlopen would map),
+     * so the refusal comes after it was made: it is closed again. */
+    ASSERT_EQ(open_fds(), fds);
     khub_runtime_free(rt);
 }
 

@@ -168,23 +168,23 @@ TEST_IMPL(check_dir_names_the_file)
     ASSERT_OK(
         khub__lock_variant_from_dir(NULL, "khub1-cpu-x86_64-linux", dir, &v, err, sizeof err));
     ASSERT_EQ(v.n_files, (size_t)2);
-    ASSERT_OK(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err));
+    ASSERT_OK(khub__lock_check_dir(&v, dir, NULL, "org/k@111", err, sizeof err));
     write_file(path, "librarY");
-    ASSERT_STATUS(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err),
+    ASSERT_STATUS(khub__lock_check_dir(&v, dir, NULL, "org/k@111", err, sizeof err),
                   KHUB_STATUS_LOCK_MISMATCH);
     ASSERT_CONTAINS(err, "k.so has SHA-256");
     ASSERT_CONTAINS(err, "khub.lock says");
     write_file(path, "library");
     snprintf(path, sizeof path, "%s/extra.ptx", dir);
     write_file(path, "x");
-    ASSERT_STATUS(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err),
+    ASSERT_STATUS(khub__lock_check_dir(&v, dir, NULL, "org/k@111", err, sizeof err),
                   KHUB_STATUS_LOCK_MISMATCH);
     ASSERT_CONTAINS(err, "extra.ptx is in");
     unlink(path);
     /* a missing file is named too */
     snprintf(path, sizeof path, "%s/k.so", dir);
     unlink(path);
-    ASSERT_STATUS(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err),
+    ASSERT_STATUS(khub__lock_check_dir(&v, dir, NULL, "org/k@111", err, sizeof err),
                   KHUB_STATUS_LOCK_MISMATCH);
     ASSERT_CONTAINS(err, "locked file k.so is missing from");
     write_file(path, "library");
@@ -197,7 +197,26 @@ TEST_IMPL(check_dir_names_the_file)
         khub__lock_variant_from_dir(NULL, "khub1-cpu-x86_64-linux", dir, &v2, err, sizeof err));
     ASSERT_EQ(v2.n_files, (size_t)2);
     ASSERT_STR_EQ(v2.hash, v.hash);
-    ASSERT_OK(khub__lock_check_dir(&v, dir, "org/k@111", err, sizeof err));
+    ASSERT_OK(khub__lock_check_dir(&v, dir, NULL, "org/k@111", err, sizeof err));
+    /* With the caller's digest of the metadata.json it read, that digest is
+     * judged, not a second read of the file: another digest is refused
+     * naming it, and the file on disk is not looked at. */
+    char other[65], meta_sha[65];
+    ASSERT_OK(khub__sha256_hex("{ }", 3, other));
+    ASSERT_OK(khub__sha256_hex("{}", 2, meta_sha));
+    ASSERT_STATUS(khub__lock_check_dir(&v, dir, other, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    char expect[300];
+    snprintf(expect, sizeof expect, "metadata.json has SHA-256 %s, khub.lock says %s", other,
+             meta_sha);
+    ASSERT_CONTAINS(err, expect);
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    write_file(path, "{\"changed\": 1}");
+    ASSERT_OK(khub__lock_check_dir(&v, dir, meta_sha, "org/k@111", err, sizeof err));
+    ASSERT_STATUS(khub__lock_check_dir(&v, dir, NULL, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "metadata.json has SHA-256");
+    write_file(path, "{}");
     /* the documented hash of these two files, computed here */
     char want[65], line[200];
     const char text_k[] = "library", text_m[] = "{}";

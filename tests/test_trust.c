@@ -496,6 +496,67 @@ TEST_IMPL(bind_refuses_another_kernel)
     khub__mem_free(sig);
 }
 
+/* khub__trust_decide_ex judges the digest it is handed as that of the
+ * bytes (it is not recomputed), and hands back the signature it parsed;
+ * khub__trust_bind_sig on that parse decides as khub__trust_bind on the
+ * text. */
+TEST_IMPL(decide_ex_parses_and_hashes_once)
+{
+    khub_pubkey key;
+    make_key("dx", &key);
+    char path[256], sigpath[300], err[KHUB_ERROR_SIZE] = "";
+    write_real_meta(path, sizeof path);
+    ASSERT_OK(khub__sign_metadata(priv, path, err, sizeof err));
+    snprintf(sigpath, sizeof sigpath, "%s.sig", path);
+    size_t n;
+    char *sig = slurp(sigpath, &n);
+    char hex[65], other[65];
+    ASSERT_OK(khub__sha256_hex(real_meta, strlen(real_meta), hex));
+    ASSERT_OK(khub__sha256_hex("{}", 2, other));
+    khub_trust_policy *p = policy_with("kernels-community", &key);
+    khub_trust_input in = {real_meta, strlen(real_meta), hex, sig, n};
+    khub_sig sg;
+    memset(&sg, 0x5a, sizeof sg);
+    ASSERT_OK(khub__trust_decide_ex(p, "kernels-community", &in, 0, &sg, err, sizeof err));
+    ASSERT_EQ(sg.format, 2);
+    ASSERT_STR_EQ(sg.key_id, key.id);
+    ASSERT_STR_EQ(sg.stmt.metadata_sha256, hex);
+    /* the digest handed in is the one compared with the statement's */
+    in.metadata_sha256 = other;
+    ASSERT_STATUS(khub__trust_decide_ex(p, "kernels-community", &in, 0, &sg, err, sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    char want_msg[200];
+    snprintf(want_msg, sizeof want_msg, "metadata.json has %.16s...", other);
+    ASSERT_CONTAINS(err, want_msg);
+    /* unsigned or malformed: format 0 */
+    in.metadata_sha256 = NULL;
+    in.sig_json = "{\"algorithm\": \"ed25519\"}";
+    in.sig_len = strlen(in.sig_json);
+    ASSERT_STATUS(khub__trust_decide_ex(p, "kernels-community", &in, 0, &sg, err, sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    ASSERT_CONTAINS(err, "metadata.json.sig is malformed");
+    ASSERT_EQ(sg.format, 0);
+    in.sig_json = NULL;
+    in.sig_len = 0;
+    ASSERT_OK(khub__trust_decide_ex(p, "someone", &in, 1, &sg, err, sizeof err));
+    ASSERT_EQ(sg.format, 0);
+    khub__trust_policy_free(p);
+    /* the binding on the parse: a statement naming another kernel */
+    khub_sig_statement stmt = {"kernels-community/flash-attn2", "1.2.0", "khub1-cpu-x86_64-linux",
+                               ""};
+    memset(stmt.metadata_sha256, 'a', 64);
+    char *other_sig = NULL;
+    ASSERT_OK(khub__sign_statement(priv, &stmt, &other_sig, err, sizeof err));
+    ASSERT_OK(khub__sig_parse_full(other_sig, strlen(other_sig), &sg, err, sizeof err));
+    khub_trust_subject want = {"kernels-community/rmsnorm", NULL, NULL};
+    khub_trust_subject got = {"kernels-community/rmsnorm", "1.2.0", "khub1-cpu-x86_64-linux"};
+    ASSERT_STATUS(khub__trust_bind_sig(&want, &got, &sg, err, sizeof err),
+                  KHUB_STATUS_SIGNATURE_INVALID);
+    ASSERT_CONTAINS(err, "the signed statement names kernels-community/flash-attn2 1.2.0");
+    ASSERT_OK(khub__trust_bind_sig(&want, &got, NULL, err, sizeof err));
+    khub__mem_free(other_sig);
+}
+
 #define TEST_LIST(X) \
     X(keygen_files_and_formats) \
     X(sign_and_verify) \
@@ -511,5 +572,6 @@ TEST_IMPL(bind_refuses_another_kernel)
     X(policy_org_without_keys) \
     X(sig_strict_fields) \
     X(statement_signs_what_was_built) \
-    X(bind_refuses_another_kernel)
+    X(bind_refuses_another_kernel) \
+    X(decide_ex_parses_and_hashes_once)
 TEST_MAIN(TEST_LIST)

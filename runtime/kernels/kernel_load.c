@@ -67,6 +67,7 @@ typedef struct fetch {
     khub_hub_variant_list *vl;
     khub__variant v;    /* metadata.json read once, its parse, the verified files */
     khub_status judged; /* what fetch_judge returned (its message is on rt) */
+    khub_sig sig;       /* the judged metadata.json.sig, parsed once (format 0: none) */
 } fetch;
 
 static void fetch_free(fetch *f)
@@ -152,48 +153,45 @@ static khub_status fetch_fallback(fetch *f)
     return KHUB_STATUS_OK;
 }
 
-/* The locked content check, on the directory and on meta, the bytes of
- * metadata.json that will be parsed: the lock pins them (their digest is
- * among the locked files), so the table they hold is the locked one. */
-static khub_status fetch_check_lock(fetch *f, const char *dir, const char *meta, size_t meta_len)
+/* The locked content check, on the directory and on meta_sha256, the
+ * digest of the bytes of metadata.json that will be parsed: the lock pins
+ * them (their digest is among the locked files), so the table they hold is
+ * the locked one. metadata.json itself is judged by that digest of the
+ * bytes read, never by a second read of the file. */
+static khub_status fetch_check_lock(fetch *f, const char *dir, const char *meta_sha256)
 {
     if (!f->entry) return KHUB_STATUS_OK;
     const khub_lock_variant *v = khub__lock_variant(f->entry, f->r->variant);
-    char err[KHUB_ERROR_SIZE], label[300], got[65];
+    char err[KHUB_ERROR_SIZE], label[300];
     snprintf(label, sizeof label, "%s@%.12s", f->r->repo, f->r->commit);
     KHUB_RETURN_IF(f->rt, !v, KHUB_STATUS_LOCK_MISMATCH, "%s: variant %s is not in %s", label,
                    f->r->variant, f->o.lock_path);
-    khub_status st = khub__lock_check_dir(v, dir, label, err, sizeof err);
+    khub_status st = khub__lock_check_dir(v, dir, meta_sha256, label, err, sizeof err);
     if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s", err);
-    const char *want = NULL;
-    for (size_t i = 0; i < v->n_files && !want; i++)
-        if (!strcmp(v->files[i].name, "metadata.json")) want = v->files[i].sha256;
-    KHUB_FORWARD_IF_ERROR(f->rt, khub__sha256_hex(meta, meta_len, got));
-    KHUB_RETURN_IF(f->rt, !want || !khub__digest_eq(got, want), KHUB_STATUS_LOCK_MISMATCH,
-                   "%s variant %s: the metadata.json read for verification has SHA-256 %s, "
-                   "khub.lock says %s; the cached copy changed while it was checked: delete it "
-                   "and run khub sync",
-                   label, f->r->variant, got, want ? want : "(not locked)");
+    bool locked_meta = false;
+    for (size_t i = 0; i < v->n_files && !locked_meta; i++)
+        locked_meta = !strcmp(v->files[i].name, "metadata.json");
+    KHUB_RETURN_IF(f->rt, !locked_meta, KHUB_STATUS_LOCK_MISMATCH,
+                   "%s variant %s: khub.lock pins no metadata.json; run khub lock again", label,
+                   f->r->variant);
     return KHUB_STATUS_OK;
 }
 
-/* Trust on the exact bytes, before metadata.json is parsed anywhere. */
-static khub_status fetch_trust(fetch *f, const char *meta, size_t meta_len, const char *sig,
-                               size_t sig_len)
+/* Trust on the exact bytes, before metadata.json is parsed anywhere; the
+ * signature is parsed once, into f->sig, for the binding check. */
+static khub_status fetch_trust(fetch *f, const khub_trust_input *in)
 {
     char err[KHUB_ERROR_SIZE] = "";
-    khub_status st = khub__trust_decide(f->policy, f->id.org, meta, meta_len, sig, sig_len,
-                                        f->o.allow_unsigned, err, sizeof err);
+    khub_status st = khub__trust_decide_ex(f->policy, f->id.org, in, f->o.allow_unsigned, &f->sig,
+                                           err, sizeof err);
     if (st != KHUB_STATUS_OK)
         return khub__fail(f->rt, st, "refusing %s@%.12s variant %s: %s", f->r->repo, f->r->commit,
                           f->r->variant, err);
-    char key_id[KHUB_KEY_ID_LEN + 1];
-    unsigned char raw[64];
-    if (sig && khub__sig_parse(sig, sig_len, key_id, raw) == KHUB_STATUS_OK)
+    if (f->sig.format)
         snprintf(f->r->trust, sizeof f->r->trust,
                  "metadata.json signed with key %s, accepted "
                  "by the policy",
-                 key_id);
+                 f->sig.key_id);
     else
         snprintf(f->r->trust, sizeof f->r->trust, "unsigned, accepted by opt-in (%s)",
                  f->o.allow_unsigned ? "khub_kernel_opts.allow_unsigned"
@@ -207,8 +205,13 @@ static khub_status fetch_judge(void *ud, const char *dir, const char *meta, size
                                const char *sig, size_t sig_len)
 {
     fetch *f = ud;
-    f->judged = fetch_check_lock(f, dir, meta, meta_len);
-    if (f->judged == KHUB_STATUS_OK) f->judged = fetch_trust(f, meta, meta_len, sig, sig_len);
+    char meta_sha[65]; /* hashed once: the lock and the signed statement both name it */
+    f->judged = khub__sha256_hex(meta, meta_len, meta_sha);
+    if (f->judged != KHUB_STATUS_OK)
+        return khub__fail(f->rt, f->judged, "hashing metadata.json of %s", f->r->repo);
+    f->judged = fetch_check_lock(f, dir, meta_sha);
+    khub_trust_input in = {meta, meta_len, meta_sha, sig, sig_len};
+    if (f->judged == KHUB_STATUS_OK) f->judged = fetch_trust(f, &in);
     return f->judged;
 }
 
@@ -245,7 +248,8 @@ static khub_status fetch_bind(fetch *f)
     const khub_kmeta *km = f->v.km;
     khub_trust_subject want = {f->r->repo, NULL, f->r->variant};
     khub_trust_subject got = {km->name, km->version, km->variant};
-    khub_status st = khub__trust_bind(&want, &got, f->v.sig, f->v.sig_len, err, sizeof err);
+    khub_status st =
+        khub__trust_bind_sig(&want, &got, f->sig.format ? &f->sig : NULL, err, sizeof err);
     if (st == KHUB_STATUS_NAME_MISMATCH && f->o.allow_name_mismatch) {
         char *refusing = strstr(err, "; refusing it");
         if (refusing) *refusing = '\0';

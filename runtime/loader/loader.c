@@ -4,9 +4,12 @@
  * the plugin list are plugin_list.c; the built-in manifest is builtins.c.
  *
  * Load only the bytes you verified. The file is read once into memory and
- * hashed; the bytes are copied into a memfd that is then sealed (no write,
- * grow, shrink, or further seals), so nobody can change them between the
- * check and dlopen. The sealed memfd is mapped and hashed again, its ELF
+ * copied into a memfd that is then sealed (no write, grow, shrink, or
+ * further seals), so nobody can change them between the check and dlopen.
+ * The sealed memfd is mapped and hashed, once: that digest is the one
+ * compared with the expected digest (and the plugin's recorded SHA-256),
+ * because only the sealed bytes are the ones dlopen maps; hashing the read
+ * buffer as well (before session 10) checked the same bytes twice. Its ELF
  * header and ABI note are read from that mapping, and only then is it
  * dlopened through /proc/self/fd/N. The memfd stays open until dlclose:
  * glibc reuses an already-loaded library whose name matches, so a recycled
@@ -178,10 +181,13 @@ static khub_status gate_bytes(khub_runtime *rt, const void *map, size_t size, co
     return st;
 }
 
-/* Copies the verified bytes into a sealed memfd, re-hashes and inspects
- * the sealed copy, and dlopens it. */
+/* Copies the bytes read into a sealed memfd, hashes the sealed copy into
+ * p->sha256 and checks it against want (NULL: an unverified load), inspects
+ * it, and dlopens it. Hashing after the seal covers a write to the memfd
+ * through /proc/PID/fd before it was sealed as well as a file changed
+ * before it was read. */
 static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_t size,
-                               khub_plugin_info *info, char *msg, size_t n)
+                               const char *want, khub_plugin_info *info, char *msg, size_t n)
 {
     snprintf(p->memfd_name, sizeof p->memfd_name, "khub-plugin-%llu-%d", (unsigned long long)p->seq,
              (int)getpid());
@@ -202,11 +208,12 @@ static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_
         khub__errbuf(msg, n, "%s: mmap of the sealed memfd: %s", p->path, strerror(errno));
         return KHUB_STATUS_IO;
     }
-    char again[65];
-    khub_status st = khub__sha256_hex(map, size, again);
-    if (st == KHUB_STATUS_OK && !khub__digest_eq(again, p->sha256)) {
-        khub__errbuf(msg, n, "%s: sealed copy has SHA-256 %s, read bytes had %s", p->path, again,
-                     p->sha256);
+    khub_status st = khub__sha256_hex(map, size, p->sha256);
+    if (st == KHUB_STATUS_OK && want && !khub__digest_eq(p->sha256, want)) {
+        khub__errbuf(msg, n,
+                     "plugin file %s: SHA-256 is %s, expected %s; the file is not the "
+                     "one that was verified, fetch it again",
+                     p->path, p->sha256, want);
         st = KHUB_STATUS_DIGEST_MISMATCH;
     }
     if (st == KHUB_STATUS_OK) st = khub__elf_inspect(map, size, p->path, info, msg, n);
@@ -252,15 +259,7 @@ khub_status khub__plugin_prepare(khub_runtime *rt, const char *path, const char 
     if (st != KHUB_STATUS_OK) khub__errbuf(msg, n, "loading %s: out of memory", path);
     if (st == KHUB_STATUS_OK)
         st = khub__plugin_read_file(rt, path, MAX_PLUGIN_BYTES, &bytes, &size, msg, n);
-    if (st == KHUB_STATUS_OK) st = khub__sha256_hex(bytes, size, p->sha256);
-    if (st == KHUB_STATUS_OK && sha256_hex && !khub__digest_eq(p->sha256, sha256_hex)) {
-        khub__errbuf(msg, n,
-                     "plugin file %s: SHA-256 is %s, expected %s; the file is not the "
-                     "one that was verified, fetch it again",
-                     path, p->sha256, sha256_hex);
-        st = KHUB_STATUS_DIGEST_MISMATCH;
-    }
-    if (st == KHUB_STATUS_OK) st = open_sealed(p, bytes, size, &info, msg, n);
+    if (st == KHUB_STATUS_OK) st = open_sealed(p, bytes, size, sha256_hex, &info, msg, n);
     khub__free(rt, bytes, size + 1);
     if (st != KHUB_STATUS_OK) goto fail;
 

@@ -13,10 +13,11 @@
  *    that checks a digest before loading can do;
  *  - khub: khub_hub_new + khub_runtime_new + khub_kernel_fetch(ID, lock =
  *    LOCK) on fresh handles (HF_HUB_OFFLINE=1 is set by the script), that
- *    is: the locked commit, every cached file of the variant re-hashed
+ *    is: the locked commit, the cached files of the variant checked
  *    against the lock, the trust decision on metadata.json, the files
- *    checked against metadata.json, the plugin sealed into a memfd, hashed
- *    again and dlopened, and its init run. "fetch" is the call alone.
+ *    checked against metadata.json, the plugin sealed into a memfd, its
+ *    sealed bytes hashed and dlopened, and its init run. "fetch" is the
+ *    call alone.
  * dlclose, khub_runtime_free and khub_hub_free are outside the clock.
  * Prints one line per measure: median, min and max in microseconds, and
  * the first round's value (the first load in a fresh process), by the wall
