@@ -223,6 +223,28 @@ print(" ".join(str(c) for c in v.get("cuda", {}).get("capabilities", [])))' "$k/
                 fail "kernels-src/$n: no NVRTC-built PTX for sm_$cc: $(cat check.log)"
         done
         echo "ok   kernels-src/$n: NVRTC built PTX for sm_${ccs// /, sm_}"
+        # gemv: each PTX holds every kernel the glue can name, from the glue's
+        # own table (suffix, the lowest capability with a GEMM; 0: none): the
+        # GEMV of each format, the GEMM from that capability on, and no GEMM
+        # below it (bf16 mma needs sm_80)
+        if [ "$n" = gemv ]; then
+            table=$(grep -o '\[F_[A-Z0-9_]*\] = {"[a-z0-9_]*", [0-9]*}' "$k/gemv_cuda.c" |
+                sed 's/.*{"\([a-z0-9_]*\)", \([0-9]*\)}/\1:\2/')
+            [ "$(echo $table | wc -w)" -eq 9 ] || fail "kernels-src/gemv: the glue's format table: '$table'"
+            for cc in $ccs; do
+                ptx=$(ls intree/gemv/build/khub1-cu*-linux/gemv.sm_$cc.ptx)
+                for e in $table; do
+                    f=${e%%:*} from=${e##*:}
+                    grep -q "\.entry khub_gemv_$f(" "$ptx" || fail "$ptx lacks khub_gemv_$f"
+                    if [ "$from" -gt 0 ] && [ "$cc" -ge "$from" ]; then
+                        grep -q "\.entry khub_gemm_$f(" "$ptx" || fail "$ptx lacks khub_gemm_$f"
+                    elif grep -q "\.entry khub_gemm_$f(" "$ptx"; then
+                        fail "$ptx has khub_gemm_$f, which the glue never launches on sm_$cc"
+                    fi
+                done
+            done
+            echo "ok   kernels-src/gemv: the GEMV and GEMM of every format the glue names in the PTX of sm_${ccs// /, sm_}"
+        fi
     elif [ -n "$ccs" ]; then
         echo "skip kernels-src/$n CUDA variant: $(grep -o 'CUDA variant skipped: .*' build.log)"
     fi

@@ -14,8 +14,11 @@
 #      (khub build, khub check: ABI gate and glue load);
 #   6. each CUDA op against khub/ref-cpu on the executor's tensors
 #      (test_gpu_ops: rms_norm+residual at an offset, silu_and_mul, flash
-#      attention over strided K/V, rotary, linear f32/f16, qlinear Q8_0/
-#      Q4_0/Q4_1/Q4_K/Q6_K, the device KV cache; NMSE per op);
+#      attention over strided K/V, rotary, the device KV cache; then
+#      test_gpu_linear: linear f32/f16/bf16 and qlinear Q8_0/Q4_0/Q4_1/
+#      Q4_K/Q6_K/NF4 on offset, row-strided x and y through the GEMV and the
+#      tensor-core GEMM; NMSE per op), and the GEMM's GFLOP/s on SmolLM2's
+#      prefill shapes;
 #   7. SmolLM2-135M on the device against the CPU's greedy tokens (test_gpu_ops
 #      gpu_smollm2_device_matches_cpu, every in-tree CUDA kernel loaded);
 #   8. the benchmark: decode and prefill tokens/s (bench-model) on the CPU,
@@ -104,11 +107,13 @@ for k in kernels-src/*/; do
     [ $rc -eq 0 ] && ok "build and check $n" || bad "check $n (exit $rc)"
 done
 
-step "6. each CUDA op against khub/ref-cpu on executor-shaped tensors (test_gpu_ops)"
+step "6. each CUDA op against khub/ref-cpu on executor-shaped tensors (test_gpu_ops, test_gpu_linear)"
 if [ $built -eq 0 ]; then
     skip "ops: no CUDA kernel was built"
 else
     run_test "CUDA ops vs khub/ref-cpu" env KHUB_GPU_KERNELS="$work" $B/tests/test_gpu_ops
+    run_test "CUDA linear layers (GEMV, GEMM) vs khub/ref-cpu, GEMM timing" \
+        env KHUB_GPU_KERNELS="$work" $B/tests/test_gpu_linear
 fi
 
 step "7. SmolLM2-135M on the device vs the CPU's greedy tokens"

@@ -24,7 +24,8 @@
  * launches, streams_live, stream_syncs, busy_destroyed (a stream destroyed
  * with launches not yet synchronised), modules_live, contexts; and each
  * launch in order through khub_fake_cuda_launch_name(i) (the function's
- * name) and khub_fake_cuda_launch_arg0(i) (its first argument's 8 bytes).
+ * name), khub_fake_cuda_launch_arg0(i) (its first argument's 8 bytes) and
+ * khub_fake_cuda_launch_dims(i, dims) (its grid, block and shared bytes).
  *
  * Not for NVRTC: libnvrtc finds this library too and crashes inside
  * nvrtcCompileProgram when KHUB_FAKE_CUDA names a driver, so run `khub
@@ -456,6 +457,7 @@ static char fn_names[FAKE_MAX_FNS][64];
 static int n_fns;
 static int launch_fn[FAKE_MAX_LAUNCHES];                  /* fn_names index per launch */
 static unsigned long long launch_arg0[FAKE_MAX_LAUNCHES]; /* the first 8 bytes of params[0] */
+static unsigned launch_dims[FAKE_MAX_LAUNCHES][7]; /* grid x y z, block x y z, shared bytes */
 
 EXPORT int cuModuleGetFunction(void **fn, void *mod, const char *name)
 {
@@ -484,6 +486,15 @@ EXPORT unsigned long long khub_fake_cuda_launch_arg0(long i)
     return i >= 0 && i < st_launches && i < FAKE_MAX_LAUNCHES ? launch_arg0[i] : 0;
 }
 
+/* The i-th launch's grid (x, y, z), block (x, y, z) and dynamic shared
+ * memory bytes into dims[7]: 1, or 0 when there is no such launch. */
+EXPORT int khub_fake_cuda_launch_dims(long i, unsigned *dims)
+{
+    if (i < 0 || i >= st_launches || i >= FAKE_MAX_LAUNCHES) return 0;
+    memcpy(dims, launch_dims[i], sizeof launch_dims[i]);
+    return 1;
+}
+
 EXPORT int cuModuleUnload(void *mod)
 {
     fake_module **at = &modules;
@@ -499,7 +510,7 @@ EXPORT int cuModuleUnload(void *mod)
 EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shared, void *stream, void **params, void **extra)
 {
-    (void)shared, (void)params, (void)extra;
+    (void)params, (void)extra;
     if (!fn || !gx || !gy || !gz || !bx || !by || !bz || (unsigned long)bx * by * bz > 1024)
         return CU_INVALID_VALUE;
     if (fails("cuLaunchKernel")) return CU_LAUNCH_FAILED;
@@ -513,6 +524,8 @@ EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsig
         launch_fn[st_launches] = (int)((char(*)[64])fn - fn_names);
         launch_arg0[st_launches] = 0;
         if (params && params[0]) memcpy(&launch_arg0[st_launches], params[0], 8);
+        unsigned dims[7] = {gx, gy, gz, bx, by, bz, shared};
+        memcpy(launch_dims[st_launches], dims, sizeof dims);
     }
     st_launches++;
     return CU_OK;

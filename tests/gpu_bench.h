@@ -1,0 +1,242 @@
+/*
+ * gpu_bench.h: the bench the CUDA op tests (test_gpu_ops, test_gpu_linear;
+ * CTest label gpu) share: loading a built kernel's CUDA variant from
+ * $KHUB_GPU_KERNELS with its PTX as verified artifacts, host buffers with
+ * their device copies, tensor views over them, op selection, and the NMSE
+ * comparison with khub/ref-cpu. On the fake driver (tests/fake_cuda) no
+ * kernel runs: compare() then says that it compared nothing.
+ */
+#ifndef KHUB_TESTS_GPU_BENCH_H
+#define KHUB_TESTS_GPU_BENCH_H
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <openssl/evp.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "plugin_artifacts.h"
+#include "runtime_impl.h"
+#include "runner.h"
+
+/* ======================================================================== */
+/* Loading a built kernel's CUDA variant                                    */
+/* ======================================================================== */
+
+static inline void sha256_file(const char *path, char hex[65])
+{
+    FILE *f = fopen(path, "rb");
+    ASSERT(f);
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    EVP_DigestInit_ex(c, EVP_sha256(), NULL);
+    unsigned char buf[65536], md[32];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) EVP_DigestUpdate(c, buf, n);
+    unsigned len = 0;
+    EVP_DigestFinal_ex(c, md, &len);
+    EVP_MD_CTX_free(c);
+    fclose(f);
+    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
+}
+
+/* Loads kernel folder `name`'s CUDA variant (build/khub1-cu*) from
+ * $KHUB_GPU_KERNELS: its glue (*.so) with every other file as artifact. */
+static inline void load_cuda_variant(khub_runtime *rt, const char *name)
+{
+    const char *root = getenv("KHUB_GPU_KERNELS");
+    if (!root) TEST_SKIP("KHUB_GPU_KERNELS is not set (tools/gpu-check.sh sets it)");
+    char build[1024], vdir[1400] = "";
+    snprintf(build, sizeof build, "%s/%s/build", root, name);
+    DIR *d = opendir(build);
+    if (!d) TEST_SKIP("%s: not built (khub build)", build);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (!strncmp(e->d_name, "khub1-cu", 8) && !strstr(e->d_name, ".tar"))
+            snprintf(vdir, sizeof vdir, "%s/%s", build, e->d_name);
+    closedir(d);
+    if (!vdir[0]) TEST_SKIP("%s: no CUDA variant (NVRTC missing when it was built?)", build);
+    static char paths[16][1600], names[16][256], sums[16][65];
+    khub__artifact_file files[16];
+    int n = 0, glue = -1;
+    d = opendir(vdir);
+    ASSERT(d);
+    while ((e = readdir(d)) && n < 16) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "metadata.json") || strstr(e->d_name, ".sig"))
+            continue;
+        snprintf(names[n], sizeof names[n], "%s", e->d_name);
+        snprintf(paths[n], sizeof paths[n], "%s/%s", vdir, e->d_name);
+        sha256_file(paths[n], sums[n]);
+        if (strstr(e->d_name, ".so")) glue = n;
+        n++;
+    }
+    closedir(d);
+    ASSERT(glue >= 0);
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (i != glue) files[k++] = (khub__artifact_file){names[i], paths[i], sums[i]};
+    khub_status st =
+        khub__plugin_load_verified(rt, paths[glue], sums[glue], files, (size_t)k, NULL);
+    if (st != KHUB_STATUS_OK) TEST_FAIL_("loading %s: %s", paths[glue], khub_runtime_errmsg(rt));
+}
+
+/* ======================================================================== */
+/* The bench: host buffers, their device copies, the comparison             */
+/* ======================================================================== */
+
+static bool fake_driver; /* the stand-in driver: kernels do not run */
+
+static inline khub_runtime *bench_runtime(void)
+{
+    if (khub__cuda_info(NULL, NULL, NULL) != KHUB_STATUS_OK)
+        TEST_SKIP("no CUDA driver on this machine");
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    fake_driver = h && dlsym(h, "khub_fake_cuda_stat");
+    khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&o, &rt));
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    return rt;
+}
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static inline uint64_t rng_next(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+
+/* Element i of a row of f32 (elem 4) or f16 (elem 2) values. */
+static inline float load_elem(const uint8_t *row, size_t elem, int64_t i)
+{
+    if (elem == 4) {
+        float f;
+        memcpy(&f, row + 4 * i, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, row + 2 * i, 2);
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, x;
+    if (e == 0 && m == 0) {
+        x = sign;
+    } else if (e == 0) { /* subnormal: renormalise */
+        e = 113;
+        while (!(m & 0x400)) m <<= 1, e--;
+        x = sign | (e << 23) | ((m & 0x3ff) << 13);
+    } else {
+        x = sign | ((e == 31 ? 255 : e + 112) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static inline float rnd(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+/* A buffer of n floats, U(-1, 1) (or zeros), and its device copy. */
+typedef struct buf {
+    float *h;
+    uint64_t d;
+    size_t n;
+} buf;
+
+static inline buf mkbuf(size_t n, bool fill)
+{
+    buf b = {calloc(n, sizeof(float)), 0, n};
+    ASSERT(b.h);
+    for (size_t i = 0; fill && i < n; i++) b.h[i] = rnd();
+    khub__plugin_msg_clear();
+    if (khub__cuda_host_mem_alloc(NULL, 0, n * sizeof(float), &b.d) != KHUB_STATUS_OK)
+        TEST_FAIL_("cuMemAlloc of %zu floats: %s", n, khub__plugin_msg());
+    if (khub__cuda_host_memcpy_htod(NULL, b.d, b.h, n * sizeof(float), NULL) != KHUB_STATUS_OK)
+        TEST_FAIL_("upload: %s", khub__plugin_msg());
+    return b;
+}
+
+/* The host copy (h) to the device again, after the test changed it. */
+static inline void upload(const buf *b)
+{
+    khub__plugin_msg_clear();
+    if (khub__cuda_host_memcpy_htod(NULL, b->d, b->h, b->n * sizeof(float), NULL) != KHUB_STATUS_OK)
+        TEST_FAIL_("upload: %s", khub__plugin_msg());
+}
+
+/* The device copy back into out[n] (after the stream drained). */
+static inline void download(const buf *b, float *out)
+{
+    khub__plugin_msg_clear();
+    if (khub__cuda_host_stream_sync(NULL, NULL) != KHUB_STATUS_OK ||
+        khub__cuda_host_memcpy_dtoh(NULL, out, b->d, b->n * sizeof(float), NULL) !=
+            KHUB_STATUS_OK ||
+        khub__cuda_host_stream_sync(NULL, NULL) != KHUB_STATUS_OK)
+        TEST_FAIL_("download: %s", khub__plugin_msg());
+}
+
+static inline void freebuf(buf *b)
+{
+    khub__cuda_host_mem_free(NULL, b->d);
+    free(b->h);
+}
+
+/* A tensor over a buffer, from element `off`, with row strides (NULL =
+ * compact). shape and strides are borrowed. */
+static inline khub_tensor view(const buf *b, bool device, size_t off, int nd, int64_t *shape,
+                               int64_t *strides)
+{
+    return (khub_tensor){.data = device ? (void *)(uintptr_t)(b->d + off * sizeof(float))
+                                        : (void *)(b->h + off),
+                         .device = {device ? KHUB_DEVICE_CUDA : KHUB_DEVICE_CPU, 0},
+                         .ndim = nd,
+                         .dtype = KHUB_DTYPE_F32,
+                         .shape = shape,
+                         .strides = strides};
+}
+
+static inline khub_binding *op_dt(khub_runtime *rt, uint32_t kind, bool cuda, const char *plugin,
+                                  int dtype_id, uint32_t flags, int32_t head_dim)
+{
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
+                       .kind = kind,
+                       .device_type = cuda ? KHUB_DEVICE_CUDA : KHUB_DEVICE_CPU,
+                       .dtype_id = dtype_id,
+                       .flags = flags,
+                       .head_dim = head_dim,
+                       .plugin_id = plugin};
+    khub_binding *b = NULL;
+    if (khub_registry_select(rt, &q, &b) != KHUB_STATUS_OK)
+        TEST_FAIL_("%s: %s", plugin, khub_runtime_errmsg(rt));
+    return b;
+}
+
+static inline khub_binding *op(khub_runtime *rt, uint32_t kind, bool cuda, const char *plugin,
+                               uint32_t flags, int32_t head_dim)
+{
+    return op_dt(rt, kind, cuda, plugin, KHUB_DTYPE_ID_F32, flags, head_dim);
+}
+
+/* NMSE of got against want over n values, printed; fails above tol. On
+ * the fake driver it compares nothing and says so. */
+static inline void compare(const char *what, const float *got, const float *want, size_t n,
+                           double tol)
+{
+    if (fake_driver) {
+        printf("  %s: fake driver, nothing compared\n", what);
+        return;
+    }
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        err += d * d;
+        ref += (double)want[i] * want[i];
+    }
+    double nmse = ref > 0 ? err / ref : err;
+    printf("  %s: NMSE %.3g (tolerance %.0e)\n", what, nmse, tol);
+    if (!(nmse <= tol)) TEST_FAIL_("%s: NMSE %.3g above %.0e", what, nmse, tol);
+}
+
+#endif /* KHUB_TESTS_GPU_BENCH_H */
