@@ -64,7 +64,7 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_cuda_launch_cfg.shared_bytes");
     _Static_assert(offsetof(khub_cuda_launch_cfg, reserved) == 36, "khub_cuda_launch_cfg.reserved");
     _Static_assert(offsetof(khub_cuda_launch_cfg, stream) == 40, "khub_cuda_launch_cfg.stream");
-    _Static_assert(sizeof(khub_host_api) == 200,
+    _Static_assert(sizeof(khub_host_api) == 208,
                    "khub_host_api"); /* 160 in ABI 1.0 and 1.1, 176 in 1.2-1.4 */
     KHUB_LAYOUT_HEADER(khub_host_api);
     _Static_assert(offsetof(khub_host_api, host_ctx) == 8, "khub_host_api.host_ctx");
@@ -103,6 +103,8 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_host_api.comm_all_reduce_sum");
     _Static_assert(offsetof(khub_host_api, comm_all_gather) == 192,
                    "khub_host_api.comm_all_gather");
+    _Static_assert(offsetof(khub_host_api, cuda_module_compile) == 200,
+                   "khub_host_api.cuda_module_compile");
     _Static_assert(sizeof(khub_op_caps) == 80, "khub_op_caps"); /* 56 in 1.0-1.2, 72 in 1.3 */
     KHUB_LAYOUT_HEADER(khub_op_caps);
     _Static_assert(offsetof(khub_op_caps, device_type) == 8, "khub_op_caps.device_type");

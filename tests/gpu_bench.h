@@ -9,6 +9,7 @@
 #ifndef KHUB_TESTS_GPU_BENCH_H
 #define KHUB_TESTS_GPU_BENCH_H
 
+#include <ctype.h>
 #include <dirent.h>
 #include <dlfcn.h>
 #include <openssl/evp.h>
@@ -219,8 +220,54 @@ static inline khub_binding *op(khub_runtime *rt, uint32_t kind, bool cuda, const
     return op_dt(rt, kind, cuda, plugin, KHUB_DTYPE_ID_F32, flags, head_dim);
 }
 
-/* NMSE of got against want over n values, printed; fails above tol. On
- * the fake driver it compares nothing and says so. */
+static inline double nmse_of(const float *got, const float *want, size_t n)
+{
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        err += d * d;
+        ref += (double)want[i] * want[i];
+    }
+    return ref > 0 ? err / ref : err;
+}
+
+/* KHUB_GPU_OUTPUTS=DIR: each device output is kept in DIR, one file per
+ * comparison named after it, or, when that file is there already (written
+ * by a run with KHUB_CUDA_JIT=0: the build-time PTX), compared with it
+ * under the same tolerance. tools/gpu-check.sh step 6 checks the kernels
+ * compiled at load against the build-time ones so (the inputs are the same
+ * in both runs: the generator starts from one seed in each case's child). */
+static inline void against_earlier_run(const char *what, const float *got, size_t n, double tol)
+{
+    const char *dir = getenv("KHUB_GPU_OUTPUTS");
+    if (!dir || !dir[0]) return;
+    char path[1200], name[160];
+    size_t k = 0;
+    for (const char *c = what; *c && k + 1 < sizeof name; c++)
+        name[k++] = isalnum((unsigned char)*c) ? *c : '_';
+    name[k] = '\0';
+    snprintf(path, sizeof path, "%s/%s.f32", dir, name);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        f = fopen(path, "wb");
+        ASSERT(f && fwrite(got, sizeof(float), n, f) == n);
+        fclose(f);
+        return;
+    }
+    float *was = malloc(n * sizeof(float));
+    ASSERT(was);
+    size_t r = fread(was, sizeof(float), n, f);
+    fclose(f);
+    if (r != n) TEST_FAIL_("%s: %s holds %zu values, this run has %zu", what, path, r, n);
+    double e = nmse_of(got, was, n);
+    free(was);
+    printf("  %s: against the earlier run (%s): NMSE %.3g (tolerance %.0e)\n", what, dir, e, tol);
+    if (!(e <= tol)) TEST_FAIL_("%s: NMSE %.3g against the earlier run, above %.0e", what, e, tol);
+}
+
+/* NMSE of got against want over n values, printed; fails above tol; and
+ * against an earlier run's output (above). On the fake driver it compares
+ * nothing and says so. */
 static inline void compare(const char *what, const float *got, const float *want, size_t n,
                            double tol)
 {
@@ -228,15 +275,10 @@ static inline void compare(const char *what, const float *got, const float *want
         printf("  %s: fake driver, nothing compared\n", what);
         return;
     }
-    double err = 0, ref = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)got[i] - want[i];
-        err += d * d;
-        ref += (double)want[i] * want[i];
-    }
-    double nmse = ref > 0 ? err / ref : err;
+    double nmse = nmse_of(got, want, n);
     printf("  %s: NMSE %.3g (tolerance %.0e)\n", what, nmse, tol);
     if (!(nmse <= tol)) TEST_FAIL_("%s: NMSE %.3g above %.0e", what, nmse, tol);
+    against_earlier_run(what, got, n, tol);
 }
 
 #endif /* KHUB_TESTS_GPU_BENCH_H */

@@ -148,6 +148,16 @@ if [ $nvrtc = 1 ]; then
             fail "no checked cubin for sm_$cc: $(cat check.log)"
     done
     m=$(ls cub/build/khub1-cu*-linux/metadata.json)
+    # the CUDA source ships in the variant for load-time compilation
+    # (docs/gpu.md): digested in files, no artifacts entry
+    python3 - "$m" <<'PY' || fail "cub.cu is not a digested file of the CUDA variant"
+import hashlib, json, os, sys
+m = json.load(open(sys.argv[1]))
+src = os.path.join(os.path.dirname(sys.argv[1]), "cub.cu")
+assert m["files"]["cub.cu"] == hashlib.sha256(open(src, "rb").read()).hexdigest(), m["files"]
+assert open(src).read() == open("cub/cub.cu").read()
+assert all(a["file"] != "cub.cu" for a in m["artifacts"]), m["artifacts"]
+PY
     python3 - "$m" <<'PY'
 import json, sys
 m = json.load(open(sys.argv[1]))

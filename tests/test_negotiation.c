@@ -248,7 +248,7 @@ TEST_IMPL(abi_sizes_per_minor)
     ASSERT_EQ(khub__host_api_size(2), 176);
     ASSERT_EQ(khub__host_api_size(3), 176);
     ASSERT_EQ(khub__host_api_size(4), 176);
-    ASSERT_EQ(khub__host_api_size(5), 200);
+    ASSERT_EQ(khub__host_api_size(5), 208);
     ASSERT_EQ(khub__host_api_size(KHUB_ABI_MINOR), sizeof(khub_host_api));
     ASSERT_EQ(khub__op_caps_size(2), 56);
     ASSERT_EQ(khub__op_caps_size(3), 72);

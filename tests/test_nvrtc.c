@@ -1,11 +1,13 @@
 /*
  * test_nvrtc.c: NVRTC opened at run time compiles CUDA C to PTX and cubin
- * without a GPU; skipped with a message where no NVRTC library exists.
+ * without a GPU; skipped with a message where no NVRTC library exists
+ * (missing_library_is_reported runs everywhere).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "elf_gate.h"
+#include "internal.h"
 #include "nvrtc.h"
 #include "runner.h"
 
@@ -19,7 +21,7 @@ static khub_nvrtc *open_or_skip(void)
     khub_nvrtc *nv = NULL;
     char err[KHUB_ERROR_SIZE];
     khub_status st = khub__nvrtc_open(&nv, err, sizeof err);
-    if (st == KHUB_STATUS_UNSUPPORTED) TEST_SKIP("%s", err);
+    if (st == KHUB_STATUS_NO_NVRTC) TEST_SKIP("%s", err);
     ASSERT_OK(st);
     return nv;
 }
@@ -79,25 +81,60 @@ TEST_IMPL(compile_error_has_log)
     khub__nvrtc_close(nv);
 }
 
+/* The sources the in-tree glues have compiled at load (docs/gpu.md) build
+ * as the host builds them (a cubin for the device, the shape as -D
+ * constants, no include path) and hold their _spec kernel: what test_cuda_jit
+ * cannot show with its fake NVRTC. */
+static void spec_compiles(const char *rel, const char *const *defs, size_t n, const char *entry)
+{
+    khub_nvrtc *nv = open_or_skip();
+    char path[512], *src = NULL, *cubin = NULL, err[KHUB_ERROR_SIZE];
+    size_t src_n = 0, cubin_n = 0;
+    snprintf(path, sizeof path, "%s/kernels-src/%s", KHUB_SOURCE_DIR, rel);
+    ASSERT_OK(khub__read_file(path, 1 << 20, &src, &src_n, NULL, 0));
+    khub_status st = khub__nvrtc_compile(nv, src, rel, 90, KHUB_NVRTC_CUBIN, defs, n, &cubin,
+                                         &cubin_n, err, sizeof err);
+    if (st != KHUB_STATUS_OK) TEST_FAIL_("%s: %s", rel, err);
+    ASSERT(memcmp(cubin, "\177ELF", 4) == 0);
+    ASSERT(memmem(cubin, cubin_n, entry, strlen(entry) + 1) != NULL); /* in its symbol names */
+    free(src), free(cubin);
+    khub__nvrtc_close(nv);
+}
+
+TEST_IMPL(kernels_src_specialise_at_load)
+{
+    const char *rope[] = {"-DKHUB_ROPE_HALF=24", "-DKHUB_ROPE_HEAD_DIM=64", "-DKHUB_ROPE_SCALING=2",
+                          "-DKHUB_ROPE_STYLE=1"};
+    spec_compiles("rotary/rotary.cu", rope, 4, "khub_rope_f32_spec");
+    const char *fa[] = {"-DKHUB_FA2_GROUP=3", "-DKHUB_FA2_HD=64", "-DKHUB_FA2_HEADS=9"};
+    spec_compiles("flash-attn2/flash_attn.cu", fa, 3, "khub_fa2_spec");
+}
+
 TEST_IMPL(missing_library_is_reported)
 {
-    setenv("KHUB_NVRTC_PATH", "/nonexistent/libnvrtc.so", 1);
-    /* The explicit path fails but the default names may still be found; the
-     * message of a failed open must name a reason either way. */
+    /* A named library is the only one tried: the toolkit's libnvrtc, which
+     * this machine may have, is not taken in its place. */
+    setenv("KHUB_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so", 1);
     khub_nvrtc *nv = NULL;
     char err[KHUB_ERROR_SIZE] = "";
-    khub_status st = khub__nvrtc_open(&nv, err, sizeof err);
-    if (st == KHUB_STATUS_OK)
-        khub__nvrtc_close(nv);
-    else {
-        ASSERT_STATUS(st, KHUB_STATUS_UNSUPPORTED);
-        ASSERT_CONTAINS(err, "NVRTC not found");
-    }
+    ASSERT_STATUS(khub__nvrtc_open(&nv, err, sizeof err), KHUB_STATUS_NO_NVRTC);
+    ASSERT(nv == NULL);
+    ASSERT_STR_EQ(err, "NVRTC not found (/nonexistent/libnvrtc.so: cannot open shared object "
+                       "file: No such file or directory); install the CUDA toolkit's NVRTC or "
+                       "set KHUB_NVRTC_LIBRARY to its libnvrtc.so");
+    /* the older name, read when KHUB_NVRTC_LIBRARY is not set */
+    unsetenv("KHUB_NVRTC_LIBRARY");
+    setenv("KHUB_NVRTC_PATH", "/nonexistent/libnvrtc.so.12", 1);
+    ASSERT_STATUS(khub__nvrtc_open(&nv, err, sizeof err), KHUB_STATUS_NO_NVRTC);
+    ASSERT_STR_EQ(err, "NVRTC not found (/nonexistent/libnvrtc.so.12: cannot open shared object "
+                       "file: No such file or directory); install the CUDA toolkit's NVRTC or "
+                       "set KHUB_NVRTC_LIBRARY to its libnvrtc.so");
 }
 
 #define TEST_LIST(X) \
     X(ptx_for_sm80) \
     X(cubin_for_sm90) \
     X(compile_error_has_log) \
+    X(kernels_src_specialise_at_load) \
     X(missing_library_is_reported)
 TEST_MAIN(TEST_LIST)

@@ -18,7 +18,10 @@
 #      test_gpu_linear: linear f32/f16/bf16 and qlinear Q8_0/Q4_0/Q4_1/
 #      Q4_K/Q6_K/NF4 on offset, row-strided x and y through the GEMV and the
 #      tensor-core GEMM; NMSE per op), and the GEMM's GFLOP/s on SmolLM2's
-#      prefill shapes;
+#      prefill shapes; test_gpu_ops once with the build-time PTX
+#      (KHUB_CUDA_JIT=0) and once compiled at load (flash-attn2 and rotary
+#      specialised on the shapes, NVRTC at run time, a fresh disk cache),
+#      each output also against the first run's;
 #   7. SmolLM2-135M on the device against the CPU's greedy tokens (test_gpu_ops
 #      gpu_smollm2_device_matches_cpu, every in-tree CUDA kernel loaded);
 #   8. the benchmark: decode and prefill tokens/s (bench-model) on the CPU,
@@ -111,7 +114,22 @@ step "6. each CUDA op against khub/ref-cpu on executor-shaped tensors (test_gpu_
 if [ $built -eq 0 ]; then
     skip "ops: no CUDA kernel was built"
 else
-    run_test "CUDA ops vs khub/ref-cpu" env KHUB_GPU_KERNELS="$work" $B/tests/test_gpu_ops
+    # First with the build-time PTX only (KHUB_CUDA_JIT=0), keeping every
+    # device output; then with load-time compilation into an empty cache
+    # (flash-attn2 and rotary specialised on the shapes), each output also
+    # held to its tolerance against the build-time run's.
+    mkdir -p "$work/outputs" "$work/jit-cache"
+    run_test "CUDA ops vs khub/ref-cpu, build-time PTX" env KHUB_GPU_KERNELS="$work" \
+        KHUB_CUDA_JIT=0 KHUB_GPU_OUTPUTS="$work/outputs" $B/tests/test_gpu_ops
+    run_test "CUDA ops vs khub/ref-cpu and vs the build-time PTX, compiled at load" \
+        env KHUB_GPU_KERNELS="$work" KHUB_CUDA_CACHE="$work/jit-cache" \
+        KHUB_GPU_OUTPUTS="$work/outputs" $B/tests/test_gpu_ops
+    n_jit=$(ls "$work/jit-cache" | grep -c '\.cubin$')
+    if [ "$n_jit" -gt 0 ]; then
+        ok "load-time compilation ran: $n_jit cubins in the cache"
+    else
+        skip "load-time compilation: nothing compiled (no NVRTC on this machine? KHUB_NVRTC_LIBRARY)"
+    fi
     run_test "CUDA linear layers (GEMV, GEMM) vs khub/ref-cpu, GEMM timing" \
         env KHUB_GPU_KERNELS="$work" $B/tests/test_gpu_linear
 fi

@@ -256,6 +256,30 @@ typedef struct khub_host_api {
      * r * bytes(send). recv has send's dtype and size * numel(send)
      * elements (any shape). */
     khub_status (*comm_all_gather)(void *host_ctx, const khub_tensor *send, khub_tensor *recv);
+
+    /* added in ABI 1.5 (issue 19): load-time CUDA compilation. Compiles
+     * `source`, the name of a CUDA C++ file of the plugin's own verified
+     * variant (as for artifact: a file its metadata.json digests, re-hashed
+     * when read; self-contained, no #include of other files), with NVRTC
+     * (opened at run time) to a cubin for device's compute capability, and
+     * loads it as cuda_module_load does (the host owns the module). The
+     * n_defines (at most 16) strings of defines become -D options: "NAME" or
+     * "NAME=VALUE", NAME an identifier, VALUE letters, digits and _ . + -
+     * (at most 64 characters each): compile-time constants such as a
+     * model's head_dim, for a module specialised on them. The result is
+     * cached on disk (docs/gpu.md), keyed by the SHA-256 of the source, the
+     * architecture, NVRTC's and the driver's versions and the options, so
+     * one compile serves every later load. Statuses: NOT_FOUND (no such
+     * file in the variant, or no variant), DIGEST_MISMATCH (it changed
+     * since it was verified), INVALID_ARG (a define), NO_NVRTC (no usable
+     * NVRTC library), UNSUPPORTED (turned off: KHUB_CUDA_JIT=0), ERROR (the
+     * compiler's log in the message), NO_CUDA / CUDA (the driver), each
+     * with its message through fail. A plugin keeps its build-time PTX as
+     * the fallback when this fails. Check KHUB_HAS_FIELD(host, khub_host_api,
+     * cuda_module_compile) first: an older host has none. */
+    khub_status (*cuda_module_compile)(void *host_ctx, int device, const char *source,
+                                       const char *const *defines, size_t n_defines,
+                                       khub_cuda_module **out);
 #endif
 } khub_host_api;
 

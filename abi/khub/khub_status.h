@@ -76,6 +76,7 @@
     X(CUDA, 314, "CUDA driver call failed") \
     X(PTR_SIZE, 315, "plugin pointer size differs from the host's") \
     X(NO_NCCL, 316, "no usable NCCL library") \
+    X(NO_NVRTC, 317, "no usable NVRTC library (load-time CUDA compilation)") \
     X(KERNEL_MISMATCH, 330, "kernel output differs from khub/ref-cpu beyond its tolerance") \
     X(MODEL_INVALID, 400, "model file is malformed") \
     X(MODEL_UNSUPPORTED, 401, "model architecture or field value not supported") \

@@ -219,7 +219,8 @@ typedef struct built_file {
     uint32_t features; /* for plugins */
     int is_plugin;
     int sm, ptx_isa;  /* for PTX and cubin artifacts */
-    const char *kind; /* "ptx", "cubin" */
+    const char *kind; /* "ptx", "cubin"; "source" for a CUDA source shipped for load-time
+                         compilation (digested in files, not an artifacts entry) */
 } built_file;
 
 static void add_features(cJSON *arr, uint32_t f)
@@ -265,6 +266,8 @@ static khub_status write_metadata(const khub_kernel_manifest *m, const char *vdi
             cJSON_AddStringToObject(o, "level", f->level);
             add_features(cJSON_AddArrayToObject(o, "cpu_features"), f->features);
             cJSON_AddItemToArray(plugins, o);
+        } else if (!strcmp(f->kind, "source")) {
+            cJSON_Delete(o); /* in "files" only: older khubs read this metadata unchanged */
         } else {
             cJSON_AddStringToObject(o, "kind", f->kind);
             cJSON_AddNumberToObject(o, "sm", f->sm);
@@ -410,6 +413,41 @@ static void stem_of(const char *src, char *out, size_t n)
     if (dot) *dot = '\0';
 }
 
+/* The CUDA source itself goes into the variant as a digested file, so a
+ * glue can have the host compile it at load (host->cuda_module_compile:
+ * for a GPU newer than every listed capability, or specialised on a
+ * model's shapes; docs/gpu.md). Self-contained sources only: the load-time
+ * compile has no include path. */
+static khub_status ship_source(const char *vdir, const char *rel, const char *src, size_t src_n,
+                               built_file *files, size_t *n_files, char *errbuf, size_t errbuf_size)
+{
+    const char *base = strrchr(rel, '/');
+    base = base ? base + 1 : rel;
+    for (size_t i = 0; i < *n_files; i++)
+        if (!strcmp(files[i].name, base)) {
+            khub__errbuf(errbuf, errbuf_size, "sources.cuda: two files named %s", base);
+            return KHUB_STATUS_INVALID_ARG;
+        }
+    if (*n_files >= KHUB_KMETA_MAX_FILES_BUILD || strlen(base) >= sizeof files[0].name) {
+        khub__errbuf(errbuf, errbuf_size, "sources.cuda: too many files, or %s too long", base);
+        return KHUB_STATUS_OVERFLOW;
+    }
+    built_file *bf = &files[*n_files];
+    memset(bf, 0, sizeof *bf);
+    snprintf(bf->name, sizeof bf->name, "%s", base);
+    bf->kind = "source";
+    char out[1500];
+    snprintf(out, sizeof out, "%s/%s", vdir, bf->name);
+    khub_status st = write_file_atomic(out, src, src_n);
+    if (st == KHUB_STATUS_OK) st = khub__sha256_file_hex(out, bf->sha256);
+    if (st != KHUB_STATUS_OK) {
+        khub__errbuf(errbuf, errbuf_size, "%s: cannot write", out);
+        return st;
+    }
+    (*n_files)++;
+    return KHUB_STATUS_OK;
+}
+
 static khub_status nvrtc_artifacts(const khub_kernel_manifest *m, const khub_build_opts *o,
                                    khub_nvrtc *nv, const char *inc, const char *vdir,
                                    built_file *files, size_t *n_files, char *errbuf,
@@ -428,6 +466,12 @@ static khub_status nvrtc_artifacts(const khub_kernel_manifest *m, const khub_bui
         if (khub__read_file(path, 4u << 20, &src, &src_n, NULL, 0) != KHUB_STATUS_OK) {
             khub__errbuf(errbuf, errbuf_size, "%s: cannot read", path);
             return KHUB_STATUS_IO;
+        }
+        khub_status shipped =
+            ship_source(vdir, m->cuda_sources[s], src, src_n, files, n_files, errbuf, errbuf_size);
+        if (shipped != KHUB_STATUS_OK) {
+            free(src);
+            return shipped;
         }
         for (size_t c = 0; c < m->n_ccs; c++) {
             for (int kind = KHUB_NVRTC_PTX; kind <= (m->cubin ? KHUB_NVRTC_CUBIN : KHUB_NVRTC_PTX);

@@ -8,11 +8,18 @@
 // is never materialised. Causal: row i (position q_pos0 + i) sees keys
 // j <= q_pos0 + i. K/V are f32 [n_kv, n_kv_heads, HD] with row strides ks/vs
 // (elements), so KV-cache views are read in place.
+//
+// Built ahead for head_dim 64 and 128 (khub_fa2_hd64, khub_fa2_hd128). At
+// load, when the host can compile (ABI 1.5 host->cuda_module_compile), the
+// glue (flash_attn_cuda.c) has this file compiled once per model shape with
+// KHUB_FA2_HD, KHUB_FA2_HEADS and KHUB_FA2_GROUP (query heads per KV head)
+// defined and launches khub_fa2_spec: the KV head of a query head is a
+// division by a constant and the q/out row stride a constant.
 
 #define BR 64
 #define BC 32
 
-template <int HD>
+template <int HD, int GROUP> // GROUP 0: nh / nkvh at run time
 __device__ void fa2(const float *__restrict__ q, const float *__restrict__ k,
                     const float *__restrict__ v, float *__restrict__ out, int nq, int nh,
                     int nkv, int nkvh, long long ks, long long vs, float scale, long long q_pos0)
@@ -20,7 +27,7 @@ __device__ void fa2(const float *__restrict__ q, const float *__restrict__ k,
     __shared__ float kt[BC][HD];
     __shared__ float vt[BC][HD];
     const int h = blockIdx.y;
-    const int g = h / (nh / nkvh);
+    const int g = GROUP ? h / GROUP : h / (nh / nkvh);
     const int i = blockIdx.x * BR + threadIdx.x;
     const bool active = i < nq;
     float qr[HD], acc[HD];
@@ -68,12 +75,23 @@ extern "C" __global__ void __launch_bounds__(BR)
 khub_fa2_hd64(const float *q, const float *k, const float *v, float *out, int nq, int nh, int nkv,
               int nkvh, long long ks, long long vs, float scale, long long q_pos0)
 {
-    fa2<64>(q, k, v, out, nq, nh, nkv, nkvh, ks, vs, scale, q_pos0);
+    fa2<64, 0>(q, k, v, out, nq, nh, nkv, nkvh, ks, vs, scale, q_pos0);
 }
 
 extern "C" __global__ void __launch_bounds__(BR)
 khub_fa2_hd128(const float *q, const float *k, const float *v, float *out, int nq, int nh, int nkv,
                int nkvh, long long ks, long long vs, float scale, long long q_pos0)
 {
-    fa2<128>(q, k, v, out, nq, nh, nkv, nkvh, ks, vs, scale, q_pos0);
+    fa2<128, 0>(q, k, v, out, nq, nh, nkv, nkvh, ks, vs, scale, q_pos0);
 }
+
+#ifdef KHUB_FA2_HD
+extern "C" __global__ void __launch_bounds__(BR)
+khub_fa2_spec(const float *q, const float *k, const float *v, float *out, int nq, int nh, int nkv,
+              int nkvh, long long ks, long long vs, float scale, long long q_pos0)
+{
+    (void)nh, (void)nkvh; // the compile-time shape below
+    fa2<KHUB_FA2_HD, KHUB_FA2_GROUP>(q, k, v, out, nq, KHUB_FA2_HEADS, nkv,
+                                     KHUB_FA2_HEADS / KHUB_FA2_GROUP, ks, vs, scale, q_pos0);
+}
+#endif

@@ -14,6 +14,13 @@
 // rotated whole) are template instantiations with the pair count a
 // compile-time constant (one pass, no loop); any other rotary_dim takes the
 // generic kernel (HALF = 0), which loops over pairs.
+//
+// Specialised at load (rotary_cuda.c): when the host can compile (ABI 1.5
+// host->cuda_module_compile), the glue has this file compiled once per shape
+// set with KHUB_ROPE_HALF (pairs), KHUB_ROPE_HEAD_DIM, KHUB_ROPE_STYLE and
+// KHUB_ROPE_SCALING defined, and launches khub_rope_f32_spec: any pair count
+// up to 1024 runs one pair per thread, the row stride is a constant and the
+// branches on the pair layout and the scaling rule fold away.
 
 #define SCALING_LINEAR 1
 #define SCALING_LLAMA3 2
@@ -75,3 +82,14 @@ extern "C" __global__ void khub_rope_f32(float *x, const int *pos, rope_params p
 {
     rope<0>(x, pos, p);
 }
+
+#ifdef KHUB_ROPE_HALF
+extern "C" __global__ void khub_rope_f32_spec(float *x, const int *pos, rope_params p)
+{
+    p.head_dim = KHUB_ROPE_HEAD_DIM; // constants from here on: the compiler folds them
+    p.style = KHUB_ROPE_STYLE;
+    p.scaling = KHUB_ROPE_SCALING;
+    p.half = KHUB_ROPE_HALF;
+    rope<KHUB_ROPE_HALF>(x, pos, p);
+}
+#endif

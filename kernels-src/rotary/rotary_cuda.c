@@ -9,9 +9,17 @@
  * executor keeps the step's positions on the device). Without a CUDA
  * driver the plugin initialises and scores 0.
  *
- * Specialisation (rotary.cu): a rotary_dim of 64, 128 or 256 launches the
- * kernel built for that pair count; any other even rotary_dim the generic
- * one.
+ * Specialisation (rotary.cu), at build time: a rotary_dim of 64, 128 or
+ * 256 launches the kernel built for that pair count; any other even
+ * rotary_dim the generic one. At load, when the host can compile (ABI 1.5
+ * host->cuda_module_compile, docs/gpu.md): the first call with a shape set
+ * (pairs, head_dim, pair layout, scaling rule) has rotary.cu, shipped in
+ * the variant, compiled with them as -D constants (once per process; the
+ * host's disk cache keeps it across processes) and launches that kernel.
+ * When that compile fails (no NVRTC, turned off with KHUB_CUDA_JIT=0) the
+ * build-time kernels run, as before. A GPU newer than every listed
+ * capability gets the generic module compiled for its own architecture,
+ * else the newest PTX (the driver compiles it forward).
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -24,11 +32,23 @@ enum { F_GENERIC, F_HALF32, F_HALF64, F_HALF128, F_COUNT };
 static const char *const fn_names[F_COUNT] = {"khub_rope_f32", "khub_rope_f32_half32",
                                               "khub_rope_f32_half64", "khub_rope_f32_half128"};
 
+/* A kernel compiled at load for one shape set; fn NULL when that failed
+ * (then the build-time kernels run for it, without asking again). */
+typedef struct rope_spec {
+    int32_t half, head_dim;
+    uint32_t style, scaling;
+    void *fn; /* CUfunction */
+} rope_spec;
+
+#define MAX_SPECS 16
+
 typedef struct rope_state {
     const khub_host_api *host;
     pthread_mutex_t lock;
     int loaded;
     void *fn[F_COUNT]; /* CUfunction */
+    rope_spec spec[MAX_SPECS];
+    int n_spec;
 } rope_state;
 
 static rope_state g_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -46,12 +66,36 @@ static int32_t score(void *sp)
     return host->cuda_device_count(host->host_ctx, &n) == KHUB_STATUS_OK && n > 0 ? 1 : 0;
 }
 
+static int can_compile(const khub_host_api *host)
+{
+    return KHUB_HAS_FIELD(host, khub_host_api, cuda_module_compile) &&
+           host->cuda_module_compile != NULL;
+}
+
+static khub_status functions_of(rope_state *s, khub_cuda_module *mod)
+{
+    const khub_host_api *host = s->host;
+    khub_status st = KHUB_STATUS_OK;
+    for (int f = 0; f < F_COUNT && st == KHUB_STATUS_OK; f++)
+        st = host->cuda_module_function(host->host_ctx, mod, fn_names[f], &s->fn[f]);
+    s->loaded = st == KHUB_STATUS_OK;
+    return st;
+}
+
 static khub_status load_locked(rope_state *s)
 {
     const khub_host_api *host = s->host;
     int cc = 0;
     khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
     if (st != KHUB_STATUS_OK) return st;
+    if (cc > ccs[0] && can_compile(host)) { /* newer than the build: its own code */
+        khub_cuda_module *mod = NULL;
+        if (host->cuda_module_compile(host->host_ctx, 0, "rotary.cu", NULL, 0, &mod) ==
+            KHUB_STATUS_OK)
+            return functions_of(s, mod);
+        host->log(host->host_ctx, KHUB_LOG_INFO, "rotary: sm_%d: using the PTX for sm_%d", cc,
+                  ccs[0]);
+    }
     for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
         char name[64];
         const void *img = NULL;
@@ -62,10 +106,7 @@ static khub_status load_locked(rope_state *s)
         khub_cuda_module *mod = NULL;
         if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod)) != KHUB_STATUS_OK)
             return st;
-        for (int f = 0; f < F_COUNT && st == KHUB_STATUS_OK; f++)
-            st = host->cuda_module_function(host->host_ctx, mod, fn_names[f], &s->fn[f]);
-        s->loaded = st == KHUB_STATUS_OK;
-        return st;
+        return functions_of(s, mod);
     }
     return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
                       "rotary: no PTX for compute capability %d.%d", cc / 10, cc % 10);
@@ -77,6 +118,43 @@ static khub_status load(rope_state *s)
     khub_status st = s->loaded ? KHUB_STATUS_OK : load_locked(s);
     pthread_mutex_unlock(&s->lock);
     return st;
+}
+
+/* The kernel compiled for this shape set, compiling it on the first call
+ * that has it; NULL: run the build-time kernels. */
+static void *specialised(rope_state *s, int32_t half, int32_t hd, uint32_t style, uint32_t scaling)
+{
+    const khub_host_api *host = s->host;
+    if (half > 1024 || !can_compile(host)) return NULL;
+    pthread_mutex_lock(&s->lock);
+    void *fn = NULL;
+    int i = 0;
+    while (i < s->n_spec && !(s->spec[i].half == half && s->spec[i].head_dim == hd &&
+                              s->spec[i].style == style && s->spec[i].scaling == scaling))
+        i++;
+    if (i < s->n_spec) {
+        fn = s->spec[i].fn;
+    } else if (s->n_spec < MAX_SPECS) {
+        char d[4][48];
+        snprintf(d[0], sizeof d[0], "KHUB_ROPE_HALF=%d", (int)half);
+        snprintf(d[1], sizeof d[1], "KHUB_ROPE_HEAD_DIM=%d", (int)hd);
+        snprintf(d[2], sizeof d[2], "KHUB_ROPE_STYLE=%u", style);
+        snprintf(d[3], sizeof d[3], "KHUB_ROPE_SCALING=%u", scaling);
+        const char *defs[4] = {d[0], d[1], d[2], d[3]};
+        khub_cuda_module *mod = NULL;
+        if (host->cuda_module_compile(host->host_ctx, 0, "rotary.cu", defs, 4, &mod) ==
+                KHUB_STATUS_OK &&
+            host->cuda_module_function(host->host_ctx, mod, "khub_rope_f32_spec", &fn) !=
+                KHUB_STATUS_OK)
+            fn = NULL;
+        if (!fn)
+            host->log(host->host_ctx, KHUB_LOG_INFO,
+                      "rotary: %d pairs of head_dim %d: the build-time kernels run", (int)half,
+                      (int)hd);
+        s->spec[s->n_spec++] = (rope_spec){half, hd, style, scaling, fn};
+    }
+    pthread_mutex_unlock(&s->lock);
+    return fn;
 }
 
 static khub_status run(void *sp, const void *args)
@@ -119,11 +197,13 @@ static khub_status run(void *sp, const void *args)
     void *x = a->x->data;
     const void *pos = a->positions;
     void *params[] = {&x, &pos, &p};
+    void *fn = specialised(s, half, (int32_t)hd, a->style, a->scaling);
     uint32_t threads = f == F_GENERIC ? (half < 128 ? (uint32_t)half : 128) : (uint32_t)half;
+    if (fn) threads = (uint32_t)half; /* one pair per thread */
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(uint32_t)n, (uint32_t)heads, 1}, .block = {threads, 1, 1},
                                 .stream = a->stream};
-    return host->cuda_launch(host->host_ctx, s->fn[f], &cfg, params);
+    return host->cuda_launch(host->host_ctx, fn ? fn : s->fn[f], &cfg, params);
 }
 
 static const khub_op_caps caps = {
@@ -145,6 +225,7 @@ khub_status khub_rotary_cuda_init(const khub_host_api *h, khub_plugin_desc *out,
     (void)errbuf, (void)errbuf_size;
     g_state.host = h;
     g_state.loaded = 0;
+    g_state.n_spec = 0;
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
                           .id = "kernels-community/rotary",
                           .version = "1.0.0",

@@ -25,7 +25,7 @@
 
 size_t khub__host_api_size(unsigned minor)
 {
-    if (minor >= 5) return sizeof(khub_host_api); /* 1.5: comm_info, comm_all_* */
+    if (minor >= 5) return sizeof(khub_host_api); /* 1.5: comm_*, cuda_module_compile */
     if (minor >= 2) return END_OF(khub_host_api, cuda_stream_destroy); /* 1.2-1.4 */
     return END_OF(khub_host_api, artifact);                            /* 1.0, 1.1 */
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cuda.h"
+#include "cuda_jit.h"
 #include "plugin_artifacts.h"
 #include "runtime_impl.h"
 
@@ -165,6 +166,7 @@ void khub__host_api_fill(khub_runtime *rt, khub_plugin *p, khub__host_ctx *ctx, 
         .comm_info = khub__host_comm_info,
         .comm_all_reduce_sum = khub__host_comm_all_reduce_sum,
         .comm_all_gather = khub__host_comm_all_gather,
+        .cuda_module_compile = khub__cuda_host_module_compile,
     };
 }
 

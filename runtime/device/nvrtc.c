@@ -4,6 +4,7 @@
  * not included so khub builds without the toolkit.
  */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,21 +32,32 @@ struct khub_nvrtc {
     nvrtcResult (*GetProgramLog)(nvrtcProgram, char *);
 };
 
+/* $KHUB_NVRTC_LIBRARY alone when it is set (a path, as KHUB_NCCL_LIBRARY:
+ * a named library that fails to open is an error, not a reason to take
+ * another one); else the toolkit's names in order. why gets the first
+ * failure: the named library's, or libnvrtc.so.13's. */
 static void *open_lib(char *path, size_t n, char *why, size_t why_n)
 {
-    const char *env = getenv("KHUB_NVRTC_PATH");
-    const char *candidates[] = {env, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
-                                "/usr/local/cuda/lib64/libnvrtc.so"};
+    const char *env = getenv("KHUB_NVRTC_LIBRARY");
+    if (!env || !env[0]) env = getenv("KHUB_NVRTC_PATH"); /* the older name */
+    const char *defaults[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so",
+                              "/usr/local/cuda/lib64/libnvrtc.so"};
+    const char *only[] = {env};
+    bool named = env && env[0];
+    const char *const *candidates = named ? only : defaults;
+    size_t count = named ? 1 : sizeof defaults / sizeof defaults[0];
     why[0] = '\0';
-    for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
-        if (!candidates[i] || !candidates[i][0]) continue;
+    for (size_t i = 0; i < count; i++) {
         dlerror();
         void *lib = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
         if (lib) {
             snprintf(path, n, "%s", candidates[i]);
             return lib;
         }
-        if (!why[0]) snprintf(why, why_n, "%s", dlerror());
+        if (!why[0]) {
+            const char *e = dlerror();
+            snprintf(why, why_n, "%s", e ? e : candidates[i]);
+        }
     }
     return NULL;
 }
@@ -60,18 +72,19 @@ khub_status khub__nvrtc_open(khub_nvrtc **out, char *errbuf, size_t errbuf_size)
     if (!nv->lib) {
         free(nv);
         khub__errbuf(errbuf, errbuf_size,
-                     "NVRTC not found (%s); install the CUDA toolkit or "
-                     "set KHUB_NVRTC_PATH",
+                     "NVRTC not found (%s); install the CUDA toolkit's NVRTC or set "
+                     "KHUB_NVRTC_LIBRARY to its libnvrtc.so",
                      why);
-        return KHUB_STATUS_UNSUPPORTED;
+        return KHUB_STATUS_NO_NVRTC;
     }
 #define SYM(field, name) \
     do { \
         *(void **)&nv->field = dlsym(nv->lib, name); \
         if (!nv->field) { \
-            khub__errbuf(errbuf, errbuf_size, "%s: missing symbol %s", nv->path, name); \
+            khub__errbuf(errbuf, errbuf_size, "NVRTC %s lacks %s; use the CUDA toolkit's", \
+                         nv->path, name); \
             khub__nvrtc_close(nv); \
-            return KHUB_STATUS_UNSUPPORTED; \
+            return KHUB_STATUS_NO_NVRTC; \
         } \
     } while (0)
     SYM(Version, "nvrtcVersion");
@@ -121,6 +134,8 @@ static void copy_log(khub_nvrtc *nv, nvrtcProgram prog, const char *name, char *
     if (!log) return;
     if (nv->GetProgramLog(prog, log) == 0) {
         log[n] = '\0';
+        size_t len = strlen(log); /* without the log's closing newlines */
+        while (len && (log[len - 1] == '\n' || log[len - 1] == ' ')) log[--len] = '\0';
         khub__errbuf(errbuf, errbuf_size, "%s: NVRTC: %s", name, log);
     }
     free(log);
