@@ -5,6 +5,7 @@
  * their device copies, tensor views over them, op selection, and the NMSE
  * comparison with khub/ref-cpu. On the fake driver (tests/fake_cuda) no
  * kernel runs: compare() then says that it compared nothing.
+ * test_gemv_cuda (no label: fake driver only) uses its sha256_file.
  */
 #ifndef KHUB_TESTS_GPU_BENCH_H
 #define KHUB_TESTS_GPU_BENCH_H

@@ -13,15 +13,7 @@
  * tests/t_author.sh's check; the numbers are tools/gpu-check.sh's
  * (test_gpu_ops, on a GPU).
  */
-#include <dlfcn.h>
-#include <openssl/evp.h>
-#include <stdlib.h>
-#include <unistd.h>
-
-#include "cuda.h"
-#include "plugin_artifacts.h"
-#include "runtime_impl.h"
-#include "runner.h"
+#include "gpu_bench.h" /* sha256_file */
 
 /* ======================================================================== */
 /* The fake driver and the glue                                             */
@@ -49,28 +41,6 @@ static void fake(int cc)
     ASSERT(fake_stat && launch_name && launch_arg0 && launch_dims);
 }
 
-static void sha256_hex(const void *p, size_t n, char hex[65])
-{
-    unsigned char md[32];
-    unsigned len = 0;
-    ASSERT(EVP_Digest(p, n, md, &len, EVP_sha256(), NULL) == 1);
-    for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", md[i]);
-}
-
-static void sha256_file(const char *path, char hex[65])
-{
-    FILE *f = fopen(path, "rb");
-    ASSERT(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    ASSERT(buf && fread(buf, 1, (size_t)n, f) == (size_t)n);
-    fclose(f);
-    sha256_hex(buf, (size_t)n, hex);
-    free(buf);
-}
-
 static khub_runtime *g_rt; /* the case's runtime (one per process) */
 static char g_dir[] = "/tmp/khub-gemv-XXXXXX", g_paths[3][96];
 
@@ -96,7 +66,7 @@ static khub_runtime *glue_runtime(void)
         FILE *f = fopen(paths[i], "wb");
         ASSERT(f && fwrite(text, 1, (size_t)n, f) == (size_t)n);
         fclose(f);
-        sha256_hex(text, (size_t)n, sums[i]);
+        sha256_file(paths[i], sums[i]);
         files[i] = (khub__artifact_file){names[i], paths[i], sums[i]};
     }
     const char *so = KHUB_TEST_PLUGIN_DIR "/gemv_cuda.so";
