@@ -101,13 +101,21 @@ KHUB_INTERNAL bool khub__hub_is_fresh(const khub_hub *hub, const char *path, con
  * before anything parses them; dir is where they were read (a staging
  * folder while an archive is unpacked). It returns OK or the refusal, with
  * its message wherever its caller keeps messages. */
+struct khub_kmeta;
+
 typedef struct khub__variant_judge {
     khub_status (*fn)(void *ud, const char *dir, const char *meta, size_t meta_len, const char *sig,
                       size_t sig_len);
     void *ud;
+    /* Optional (NULL: none): runs once on the parse of the judged bytes,
+     * before any file is checked against it (a locked load compares that
+     * table with the lock there); a refusal is the judge's. */
+    khub_status (*table)(void *ud, const struct khub_kmeta *km);
+    /* Optional: the file that pins the table's digests ("khub.lock") once
+     * table accepted it; a file that does not match is then LOCK_MISMATCH
+     * naming it, not DIGEST_MISMATCH. */
+    const char *pinned_by;
 } khub__variant_judge;
-
-struct khub_kmeta;
 
 /* A verified variant: metadata.json read once (meta), judged, parsed once
  * (km, from exactly those bytes), and every file checked against km

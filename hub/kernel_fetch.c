@@ -287,7 +287,7 @@ khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int
          * its metadata.json is parsed (strictly, since issue 10): a tampered
          * copy is named by the lock, not refused as bad JSON. */
         sync_judge sj = {hub, khub__lock_variant(e, names[i]), label};
-        khub__variant_judge judge = {sync_judge_fn, &sj};
+        khub__variant_judge judge = {.fn = sync_judge_fn, .ud = &sj};
         khub__variant v;
         st = khub__hub_variant_open(hub, &id, e->commit, names[i], true, &judge, &v);
         if (st == KHUB_STATUS_OK) (*n_checked)++;

@@ -106,6 +106,24 @@ KHUB_INTERNAL khub_status khub__lock_variant_from_dir(const khub_allocator *a, c
 KHUB_INTERNAL khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir,
                                                const char *meta_sha256, const char *label,
                                                char *errbuf, size_t errbuf_size);
+/* The part of khub__lock_check_dir a load needs before metadata.json is
+ * parsed, without hashing the other files: every locked file is present,
+ * no other file is there, and meta_sha256 (required here) is the locked
+ * digest of metadata.json. The other files are then held to the lock by
+ * khub__lock_check_table and checked against the table: the hub's check
+ * (hashed unless its fingerprint sidecar vouches for them unchanged), the
+ * loader's hash of the sealed plugin, an artifact's hash when it is read. */
+KHUB_INTERNAL khub_status khub__lock_check_names(const khub_lock_variant *v, const char *dir,
+                                                 const char *meta_sha256, const char *label,
+                                                 char *errbuf, size_t errbuf_size);
+struct khub_kmeta;
+/* The parsed metadata.json m states the lock's digest for every file and
+ * lists every locked file but metadata.json itself: with metadata.json's
+ * bytes locked (khub__lock_check_names) this can only fail for a lock
+ * edited by hand. LOCK_MISMATCH names the file and both digests. */
+KHUB_INTERNAL khub_status khub__lock_check_table(const khub_lock_variant *v,
+                                                 const struct khub_kmeta *m, const char *label,
+                                                 char *errbuf, size_t errbuf_size);
 
 /* The "version" of the metadata.json in the variant directory dir, into
  * out (METADATA_INVALID when it does not parse). Read without a trust

@@ -57,9 +57,12 @@ static int plain_variant_name(const char *v)
  *
  * This is a cache of this function's answer, not of what gets loaded: the
  * loader hashes the exact bytes it copies into a sealed memfd and compares
- * them with the digest before dlopen, locked loads re-hash every file
- * against khub.lock (khub__lock_check_dir), and `khub cache verify`
- * re-hashes every blob. */
+ * them with the digest before dlopen, an artifact is hashed when it is
+ * read, `khub sync` re-hashes every locked file against khub.lock
+ * (khub__lock_check_dir), and `khub cache verify` re-hashes every blob. A
+ * locked load trusts this sidecar like any load (since session 10): the
+ * digests it checks against are then the lock's (the judge's table check),
+ * and what runs or is read is hashed where it is used. */
 
 #define VERIFIED_MAX (1u << 20)
 
@@ -168,15 +171,22 @@ static bool settled(long long ctime_ns)
 }
 
 /* Hashes real and checks it against want; on a match, the fingerprint line
- * into line ("" when the file changed while it was hashed). */
+ * into line ("" when the file changed while it was hashed). pinned_by (may
+ * be NULL): the file that pins want as well ("khub.lock"), named in the
+ * LOCK_MISMATCH a mismatch then is. */
 static khub_status hash_check(khub_hub *hub, const char *dir, const char *name, const char *real,
-                              const char *want, char *line, size_t size)
+                              const char *want, const char *pinned_by, char *line, size_t size)
 {
     char before[KHUB__PATH_MAX + 200], got[65];
     long long ct = 0;
     bool fp = fingerprint_line(real, name, want, before, sizeof before, &ct);
     if (khub__sha256_file_hex(real, got) != KHUB_STATUS_OK)
         return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read %s", real);
+    if (!khub__digest_eq(got, want) && pinned_by)
+        return khub__hub_fail(hub, KHUB_STATUS_LOCK_MISMATCH,
+                              "%s: %s has SHA-256 %s, %s says %s (as metadata.json does); the "
+                              "cached copy was changed: delete it and run khub sync",
+                              dir, name, got, pinned_by, want);
     if (!khub__digest_eq(got, want))
         return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
                               "%s: %s has SHA-256 %s, metadata.json says %s", dir, name, got, want);
@@ -265,8 +275,8 @@ static bool real_file(const char *dir, const char *rdir, const char *name,
  * read nor write one (an archive being unpacked, verified before it is
  * renamed). */
 static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *dir,
-                               const char *verified, const khub_kmeta *m, khub_hub_file_list *l,
-                               bool *incomplete)
+                               const char *verified, const khub_kmeta *m, const char *pinned_by,
+                               khub_hub_file_list *l, bool *incomplete)
 {
     char path[KHUB__PATH_MAX], rroot[KHUB__PATH_MAX], rdir[KHUB__PATH_MAX];
     if (!realpath(repo_dir, rroot) || !realpath(dir, rdir))
@@ -302,7 +312,7 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
                 line[0] = '\0';
         }
         if (!trusted) {
-            st = hash_check(hub, dir, name, real, want, line, sizeof line);
+            st = hash_check(hub, dir, name, real, want, pinned_by, line, sizeof line);
             hashed = true;
             if (st == KHUB_STATUS_OK && !verified) khub__hub_note_fresh(hub, real, want);
         }
@@ -372,8 +382,17 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
             khub__hub_alloc(hub), out->km->n_files ? out->km->n_files : 1, sizeof(khub_hub_file));
         if (!out->files->items) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     }
+    if (st == KHUB_STATUS_OK && judge && judge->table) {
+        st = judge->table(judge->ud, out->km);
+        if (st != KHUB_STATUS_OK) {
+            if (why) *why = VERIFY_REFUSED;
+            khub__variant_clear(out);
+            return st;
+        }
+    }
     if (st == KHUB_STATUS_OK)
-        st = check_files(hub, repo_dir, dir, verified, out->km, out->files, &incomplete);
+        st = check_files(hub, repo_dir, dir, verified, out->km, judge ? judge->pinned_by : NULL,
+                         out->files, &incomplete);
     if (st != KHUB_STATUS_OK) khub__variant_clear(out);
     if (why) *why = incomplete ? VERIFY_INCOMPLETE : VERIFY_FAILED;
     return st;

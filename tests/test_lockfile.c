@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "hub_impl.h"
+#include "kernel_meta.h"
 #include "lockfile.h"
 #include "plugin_artifacts.h"
 #include "runner.h"
@@ -232,6 +233,102 @@ TEST_IMPL(check_dir_names_the_file)
     khub__rmtree(dir);
 }
 
+/* A metadata.json table for k.so (and extra, when not NULL) with these
+ * digests, parsed. */
+static void table_of(const char *k_sha, const char *extra, const char *extra_sha, khub_kmeta *m)
+{
+    char json[2048], err[KHUB_ERROR_SIZE] = "", more[300] = "";
+    if (extra) snprintf(more, sizeof more, ",\"%s\":\"%s\"", extra, extra_sha);
+    snprintf(json, sizeof json,
+             "{\"format\":1,\"name\":\"org/k\",\"version\":\"1.0.0\",\"major\":1,"
+             "\"variant\":\"khub1-cpu-x86_64-linux\",\"abi\":{\"major\":1,\"minor\":0},"
+             "\"backend\":{\"type\":\"cpu\",\"archs\":[\"x86_64\"]},"
+             "\"plugins\":[{\"file\":\"k.so\",\"level\":\"generic\",\"cpu_features\":[]}],"
+             "\"files\":{\"k.so\":\"%s\"%s},"
+             "\"provenance\":{\"source_commit\":\"unknown\",\"dirty\":false}}",
+             k_sha, more);
+    khub_status st = khub__kmeta_parse(json, strlen(json), m, err, sizeof err);
+    if (st != KHUB_STATUS_OK) fprintf(stderr, "table_of: %s\n", err);
+    ASSERT_OK(st);
+}
+
+/* What a load checks before the parse (names, presence, metadata.json by
+ * the digest of the bytes read) hashes no other file; the table check then
+ * holds the parsed digests to the lock's. */
+TEST_IMPL(check_names_and_table)
+{
+    char dir[] = "/tmp/khub-locktest-XXXXXX", path[300], err[KHUB_ERROR_SIZE];
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    write_file(path, "{}");
+    snprintf(path, sizeof path, "%s/k.so", dir);
+    write_file(path, "library");
+    khub_lock_variant v;
+    ASSERT_OK(
+        khub__lock_variant_from_dir(NULL, "khub1-cpu-x86_64-linux", dir, &v, err, sizeof err));
+    char meta_sha[65], k_sha[65], other[65];
+    ASSERT_OK(khub__sha256_hex("{}", 2, meta_sha));
+    ASSERT_OK(khub__sha256_hex("library", 7, k_sha));
+    ASSERT_OK(khub__sha256_hex("librarY", 7, other));
+    ASSERT_OK(khub__lock_check_names(&v, dir, meta_sha, "org/k@111", err, sizeof err));
+    /* k.so changed: not this check's to see (the full check does) */
+    write_file(path, "librarY");
+    ASSERT_OK(khub__lock_check_names(&v, dir, meta_sha, "org/k@111", err, sizeof err));
+    ASSERT_STATUS(khub__lock_check_dir(&v, dir, meta_sha, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "k.so has SHA-256");
+    /* missing and extra names, and metadata.json's digest, still refused */
+    unlink(path);
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, meta_sha, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "locked file k.so is missing from");
+    write_file(path, "library");
+    char extra[300];
+    snprintf(extra, sizeof extra, "%s/extra.ptx", dir);
+    write_file(extra, "x");
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, meta_sha, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "extra.ptx is in");
+    unlink(extra);
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, other, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "metadata.json has SHA-256");
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, NULL, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(err, "no digest of metadata.json to check");
+
+    /* the table: the lock's digests, every locked file listed */
+    khub_kmeta *m = calloc(1, sizeof *m);
+    ASSERT(m != NULL);
+    table_of(k_sha, NULL, NULL, m);
+    ASSERT_OK(khub__lock_check_table(&v, m, "org/k@111", err, sizeof err));
+    table_of(other, NULL, NULL, m);
+    ASSERT_STATUS(khub__lock_check_table(&v, m, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    char want[300];
+    snprintf(want, sizeof want, "metadata.json states SHA-256 %s for k.so, khub.lock says %s",
+             other, k_sha);
+    ASSERT_CONTAINS(err, want);
+    ASSERT_CONTAINS(err, "run khub lock again");
+    table_of(k_sha, "x.ptx", other, m);
+    ASSERT_STATUS(khub__lock_check_table(&v, m, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "for x.ptx, khub.lock does not pin it");
+    /* a lock pinning a file the table does not list */
+    write_file(extra, "x");
+    khub_lock_variant v2;
+    ASSERT_OK(
+        khub__lock_variant_from_dir(NULL, "khub1-cpu-x86_64-linux", dir, &v2, err, sizeof err));
+    table_of(k_sha, NULL, NULL, m);
+    ASSERT_STATUS(khub__lock_check_table(&v2, m, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_CONTAINS(err, "khub.lock pins extra.ptx, which metadata.json does not list");
+    free(m);
+    khub__mem_free(v.files);
+    khub__mem_free(v2.files);
+    khub__rmtree(dir);
+}
+
 TEST_IMPL(import_python_lock)
 {
     const char *legacy = "[{\"repo_id\":\"kernels-community/relu\",\"sha\":\"" C1 "\","
@@ -296,6 +393,7 @@ TEST_IMPL(artifacts_serve_verified_bytes)
     X(parse_strict_and_kernel_version) \
     X(version_order) \
     X(check_dir_names_the_file) \
+    X(check_names_and_table) \
     X(import_python_lock) \
     X(artifacts_serve_verified_bytes)
 TEST_MAIN(TEST_LIST)

@@ -207,7 +207,7 @@ TEST_IMPL(judge_sees_what_is_parsed)
     khub_hub_id id = fx_id("org/swapped");
     char variant[64];
     snprintf(variant, sizeof variant, "khub1-cpu-%s-linux", fx_arch());
-    khub__variant_judge judge = {swap_in, &j};
+    khub__variant_judge judge = {.fn = swap_in, .ud = &j};
     khub__variant v;
     ASSERT_STATUS(khub__hub_variant_open(hub, &id, C1, variant, true, &judge, &v),
                   KHUB_STATUS_DIGEST_MISMATCH);

@@ -9,11 +9,18 @@
  *  1. The commit comes from the lock when there is one, so a moved branch
  *     cannot change what a locked project loads.
  *  2. A cached variant is compared with the lock before anything in it is
- *     read as data: the lock is the root of trust for content.
+ *     read as data: the lock is the root of trust for content. Its file
+ *     names are the locked ones, and the digest of the metadata.json bytes
+ *     read is the locked one, so the table they hold is the locked table.
  *  3. The trust policy judges the exact bytes of metadata.json and its .sig
  *     before metadata.json is parsed here.
- *  4. Then the hub verifies every file against metadata.json, and the loader
- *     hashes the plugin's bytes once more as it seals them into a memfd.
+ *  4. After the parse, the table must state the lock's digest for every
+ *     file (it does unless the lock was edited). Then the hub checks every
+ *     file against it (a mismatch on a locked load is LOCK_MISMATCH naming
+ *     khub.lock), and the loader hashes the plugin's bytes as it seals them
+ *     into a memfd: each byte that runs or is read is hashed once, against
+ *     the lock's digest (session 10; before, the lock check hashed every
+ *     file from disk as well).
  * One read of metadata.json is the single source of truth (issue 10 item
  * 1): the hub reads it once (khub__hub_variant_open), steps 2-3 judge those
  * bytes (a judge passed with the call, never stored on the shared handle,
@@ -153,11 +160,15 @@ static khub_status fetch_fallback(fetch *f)
     return KHUB_STATUS_OK;
 }
 
-/* The locked content check, on the directory and on meta_sha256, the
- * digest of the bytes of metadata.json that will be parsed: the lock pins
- * them (their digest is among the locked files), so the table they hold is
- * the locked one. metadata.json itself is judged by that digest of the
- * bytes read, never by a second read of the file. */
+/* The locked content check before the parse, on the directory and on
+ * meta_sha256, the digest of the bytes of metadata.json that will be
+ * parsed: the lock pins them (their digest is among the locked files), so
+ * the table they hold is the locked one (fetch_table then checks that it
+ * states the lock's digests). metadata.json itself is judged by that digest
+ * of the bytes read, never by a second read of the file. The other files
+ * are not hashed here: the hub checks each against that table next, the
+ * loader hashes the sealed plugin against it, and an artifact is hashed
+ * when it is read; a file nobody reads is never trusted for anything. */
 static khub_status fetch_check_lock(fetch *f, const char *dir, const char *meta_sha256)
 {
     if (!f->entry) return KHUB_STATUS_OK;
@@ -166,7 +177,7 @@ static khub_status fetch_check_lock(fetch *f, const char *dir, const char *meta_
     snprintf(label, sizeof label, "%s@%.12s", f->r->repo, f->r->commit);
     KHUB_RETURN_IF(f->rt, !v, KHUB_STATUS_LOCK_MISMATCH, "%s: variant %s is not in %s", label,
                    f->r->variant, f->o.lock_path);
-    khub_status st = khub__lock_check_dir(v, dir, meta_sha256, label, err, sizeof err);
+    khub_status st = khub__lock_check_names(v, dir, meta_sha256, label, err, sizeof err);
     if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s", err);
     bool locked_meta = false;
     for (size_t i = 0; i < v->n_files && !locked_meta; i++)
@@ -215,11 +226,30 @@ static khub_status fetch_judge(void *ud, const char *dir, const char *meta, size
     return f->judged;
 }
 
+/* After the parse of the judged bytes, before any file is checked against
+ * them: on a locked load the table states the lock's digest for every file,
+ * so a file that matches the table matches the lock. */
+static khub_status fetch_table(void *ud, const khub_kmeta *km)
+{
+    fetch *f = ud;
+    if (!f->entry) return KHUB_STATUS_OK;
+    const khub_lock_variant *v = khub__lock_variant(f->entry, f->r->variant);
+    char err[KHUB_ERROR_SIZE], label[300];
+    snprintf(label, sizeof label, "%s@%.12s", f->r->repo, f->r->commit);
+    KHUB_ASSERT(v != NULL); /* fetch_check_lock refused a variant the lock lacks */
+    f->judged = khub__lock_check_table(v, km, label, err, sizeof err);
+    if (f->judged != KHUB_STATUS_OK) return khub__fail(f->rt, f->judged, "%s", err);
+    return KHUB_STATUS_OK;
+}
+
 /* The variant, downloaded when not cached, judged and verified in one pass
  * of the hub over one read of its metadata.json (f->v). */
 static khub_status fetch_variant_files(fetch *f)
 {
-    khub__variant_judge judge = {fetch_judge, f};
+    khub__variant_judge judge = {.fn = fetch_judge,
+                                 .ud = f,
+                                 .table = fetch_table,
+                                 .pinned_by = f->entry ? "khub.lock" : NULL};
     f->judged = KHUB_STATUS_OK;
     khub_status st =
         khub__hub_variant_open(f->hub, &f->id, f->r->commit, f->r->variant, true, &judge, &f->v);
