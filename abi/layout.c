@@ -242,13 +242,15 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_kv_cache_config, n_blocks) == 60, "khub_kv_cache_config.n_blocks");
     _Static_assert(offsetof(khub_kv_cache_config, max_bytes) == 64,
                    "khub_kv_cache_config.max_bytes");
-    _Static_assert(sizeof(khub_kv_write_args) == 40, "khub_kv_write_args");
+    _Static_assert(sizeof(khub_kv_write_args) == 48, "khub_kv_write_args"); /* 40 in 1.0-1.4 */
     KHUB_LAYOUT_HEADER(khub_kv_write_args);
     _Static_assert(offsetof(khub_kv_write_args, layer) == 8, "khub_kv_write_args.layer");
     _Static_assert(offsetof(khub_kv_write_args, seq) == 12, "khub_kv_write_args.seq");
     _Static_assert(offsetof(khub_kv_write_args, pos) == 16, "khub_kv_write_args.pos");
     _Static_assert(offsetof(khub_kv_write_args, k) == 24, "khub_kv_write_args.k");
     _Static_assert(offsetof(khub_kv_write_args, v) == 32, "khub_kv_write_args.v");
+    /* added in ABI 1.5 */
+    _Static_assert(offsetof(khub_kv_write_args, ctx) == 40, "khub_kv_write_args.ctx");
     _Static_assert(sizeof(khub_kv_cache_methods) == 88,
                    "khub_kv_cache_methods"); /* 48 in 1.0-1.3 */
     KHUB_LAYOUT_HEADER(khub_kv_cache_methods);

@@ -319,20 +319,22 @@ TEST_IMPL(gpu_kv_cache_vs_ref_cpu)
 /* SmolLM2 on the device                                                    */
 /* ======================================================================== */
 
-/* Greedy text of SmolLM2-135M Q4_1 for a prompt, loaded for device. */
-static char *smollm2_text(khub_runtime *rt, const char *gguf, khub_device device)
+/* Greedy text of SmolLM2-135M Q4_1 for a prompt, n_new tokens, loaded for
+ * device (its placement printed when explain), and the decode tok/s. */
+static char *smollm2_run(khub_runtime *rt, const char *gguf, khub_device device, bool explain,
+                         int n_new, double *decode_tok_s)
 {
     khub_model_opts o = {KHUB_APP_INIT(khub_model_opts), .device = device, .max_context = 256};
     khub_model *m = NULL;
     if (khub_model_load(rt, gguf, &o, &m) != KHUB_STATUS_OK)
         TEST_FAIL_("loading %s: %s", gguf, khub_runtime_errmsg(rt));
-    if (device.device_type == KHUB_DEVICE_CUDA)
-        printf("%s", strstr(khub_model_explain(m), "placement:"));
+    if (explain) printf("%s", strstr(khub_model_explain(m), "placement:"));
     const char *prompts[] = {"The capital of France is"};
-    khub_generate_opts go = {KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = 16};
+    khub_generate_opts go = {KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = n_new};
     khub_generate_result res = {KHUB_APP_INIT(khub_generate_result)};
     if (khub_model_generate(m, prompts, 1, &go, &res) != KHUB_STATUS_OK)
         TEST_FAIL_("generating: %s", khub_runtime_errmsg(rt));
+    if (decode_tok_s) *decode_tok_s = res.decode_tok_s;
     char *text = strdup(res.text);
     khub_generate_results_free(m, &res, 1);
     khub_model_free(m);
@@ -354,8 +356,8 @@ TEST_IMPL(gpu_smollm2_device_matches_cpu)
                                           "rotary",  "gemv",       "kv-cache-cuda"};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
         load_cuda_variant(rt, kernels[i]);
-    char *cpu = smollm2_text(rt, gguf, (khub_device){KHUB_DEVICE_CPU, 0});
-    char *dev = smollm2_text(rt, gguf, (khub_device){KHUB_DEVICE_CUDA, 0});
+    char *cpu = smollm2_run(rt, gguf, (khub_device){KHUB_DEVICE_CPU, 0}, false, 16, NULL);
+    char *dev = smollm2_run(rt, gguf, (khub_device){KHUB_DEVICE_CUDA, 0}, true, 16, NULL);
     printf("  cpu:  %s\n  cuda: %s\n", cpu, dev);
     if (fake_driver)
         printf("  SmolLM2 greedy tokens: fake driver, nothing compared\n");
@@ -365,11 +367,61 @@ TEST_IMPL(gpu_smollm2_device_matches_cpu)
     khub_runtime_free(rt);
 }
 
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* SmolLM2 on the device with CUDA graphs off (KHUB_CUDA_GRAPHS=0) and on,
+ * three interleaved rounds of 64 greedy tokens each: the same tokens, and
+ * the decode tok/s medians and their ratio (the speedup graphs give). */
+TEST_IMPL(gpu_smollm2_graphs_on_off)
+{
+    const char *dir = getenv("KHUB_MODEL_DIR");
+    char gguf[1024];
+    snprintf(gguf, sizeof gguf, "%s%s/SmolLM2-135M-Instruct.Q4_1.gguf", dir ? dir : getenv("HOME"),
+             dir ? "" : "/.cache/khub/models");
+    if (access(gguf, R_OK) != 0) TEST_SKIP("%s absent (tools/fetch-model.sh)", gguf);
+    khub_runtime *rt = bench_runtime();
+    static const char *const kernels[] = {"rmsnorm", "activation", "flash-attn2",
+                                          "rotary",  "gemv",       "kv-cache-cuda"};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        load_cuda_variant(rt, kernels[i]);
+    const khub_device cuda = {KHUB_DEVICE_CUDA, 0};
+    double tok_s[2][3];
+    char *text[2] = {NULL, NULL};
+    for (int round = 0; round < 3; round++)
+        for (int on = 0; on < 2; on++) {
+            if (on)
+                unsetenv("KHUB_CUDA_GRAPHS");
+            else
+                setenv("KHUB_CUDA_GRAPHS", "0", 1);
+            char *t = smollm2_run(rt, gguf, cuda, round == 0 && on, 64, &tok_s[on][round]);
+            if (!text[on])
+                text[on] = t;
+            else
+                free(t);
+        }
+    unsetenv("KHUB_CUDA_GRAPHS");
+    for (int on = 0; on < 2; on++) qsort(tok_s[on], 3, sizeof(double), by_value);
+    printf("  graphs off: %s\n  graphs on:  %s\n", text[0], text[1]);
+    printf("  decode tok/s, median of 3 (64 tokens): graphs off %.1f, on %.1f: %.2fx\n",
+           tok_s[0][1], tok_s[1][1], tok_s[0][1] > 0 ? tok_s[1][1] / tok_s[0][1] : 0.0);
+    if (fake_driver)
+        printf("  CUDA graphs on/off: fake driver, nothing compared\n");
+    else if (strcmp(text[0], text[1]) != 0)
+        TEST_FAIL_("SmolLM2's greedy text differs with CUDA graphs on and off");
+    free(text[0]), free(text[1]);
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X) \
     X(gpu_rms_norm_vs_ref_cpu) \
     X(gpu_silu_and_mul_vs_ref_cpu) \
     X(gpu_flash_attention_vs_ref_cpu) \
     X(gpu_rotary_vs_ref_cpu) \
     X(gpu_kv_cache_vs_ref_cpu) \
-    X(gpu_smollm2_device_matches_cpu)
+    X(gpu_smollm2_device_matches_cpu) \
+    X(gpu_smollm2_graphs_on_off)
 TEST_MAIN(TEST_LIST)

@@ -525,6 +525,31 @@ TEST_IMPL(softcap_gated_on_minor)
     khub_runtime_free(rt);
 }
 
+/* The KV cache write's ctx (1.5: the stream a device cache appends on):
+ * a kv_cache op of a 1.4 plugin is sent a copy cut to the 40-byte 1.0
+ * layout and stamped 1.4, so it never sees ctx; a 1.5 op gets the args as
+ * they are (48 bytes, ctx set). */
+TEST_IMPL(kv_write_ctx_gated_on_minor)
+{
+    ASSERT_EQ(khub__kv_write_args_size(4), 40);
+    ASSERT_EQ(khub__kv_write_args_size(5), 48);
+    ASSERT_EQ(khub__kv_write_args_size(KHUB_ABI_MINOR), sizeof(khub_kv_write_args));
+    khub_call_ctx ctx = {KHUB_STRUCT_INIT(khub_call_ctx), .stream = &ctx};
+    khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args), .layer = 3, .pos = 17,
+                            .ctx = &ctx};
+    khub__args_buf buf;
+    const khub_kv_write_args *old = khub__args_for_minor(KHUB_OP_KV_CACHE, 4, &w, &buf);
+    ASSERT(old != &w);
+    ASSERT_EQ(old->struct_size, 40);
+    ASSERT_EQ(old->abi_minor, 4);
+    ASSERT_EQ(old->layer, 3);
+    ASSERT_EQ(old->pos, 17);
+    ASSERT(old->ctx == NULL);
+    const khub_kv_write_args *now = khub__args_for_minor(KHUB_OP_KV_CACHE, 5, &w, &buf);
+    ASSERT(now == &w);
+    ASSERT(now->ctx == &ctx);
+}
+
 /* A query of library 0.1 (no kind_flags, no act_dtype_id) still works. */
 TEST_IMPL(query_of_0_1)
 {
@@ -658,6 +683,7 @@ TEST_IMPL(static_rules)
     X(caps_fields_gated_on_minor) \
     X(query_of_0_1) \
     X(softcap_gated_on_minor) \
+    X(kv_write_ctx_gated_on_minor) \
     X(static_init_error_via_host_fail) \
     X(static_rules)
 TEST_MAIN(TEST_LIST)

@@ -7,7 +7,8 @@
 #   1. build (release, all targets, in build-gpu/);
 #   2. the driver and GPU (nvidia-smi);
 #   3. the host side of device placement on the fake driver (test_placement,
-#      runs without a GPU: the fallback, strict, memory and error paths);
+#      runs without a GPU: the fallback, strict, memory and error paths; and
+#      test_cuda_graphs: the decode step as a CUDA graph);
 #   4. the CUDA driver layer: memory, streams, a PTX kernel launched
 #      (test_host_api cuda_roundtrip_and_launch);
 #   5. the in-tree CUDA kernels built to PTX with NVRTC and checked
@@ -23,7 +24,9 @@
 #      specialised on the shapes, NVRTC at run time, a fresh disk cache),
 #      each output also against the first run's;
 #   7. SmolLM2-135M on the device against the CPU's greedy tokens (test_gpu_ops
-#      gpu_smollm2_device_matches_cpu, every in-tree CUDA kernel loaded);
+#      gpu_smollm2_device_matches_cpu, every in-tree CUDA kernel loaded), and
+#      with CUDA graphs off and on (gpu_smollm2_graphs_on_off: the same
+#      tokens, decode tok/s medians of 3 interleaved rounds and the ratio);
 #   8. the benchmark: decode and prefill tokens/s (bench-model) on the CPU,
 #      and on the device once it runs there.
 # Options: --jobs N (build parallelism, default nproc). KHUB_GPU_BUILD: the
@@ -84,6 +87,7 @@ fi
 
 step "3. host side of device placement on the fake driver (no GPU needed)"
 run_test "test_placement" $B/tests/test_placement
+run_test "test_cuda_graphs (decode-step CUDA graphs on the fake driver)" $B/tests/test_cuda_graphs
 
 step "4. CUDA driver layer (test_host_api cuda_roundtrip_and_launch)"
 run_test "driver layer round trip and launch" $B/tests/test_host_api cuda_roundtrip_and_launch
@@ -134,7 +138,7 @@ else
         env KHUB_GPU_KERNELS="$work" $B/tests/test_gpu_linear
 fi
 
-step "7. SmolLM2-135M on the device vs the CPU's greedy tokens"
+step "7. SmolLM2-135M on the device vs the CPU's greedy tokens; CUDA graphs off vs on"
 MODEL=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f "$MODEL" ]; then
     skip "SmolLM2: $MODEL absent (tools/fetch-model.sh on a machine with network, then copy it)"
@@ -145,6 +149,9 @@ else
     # the device, 16 greedy tokens against the CPU's
     run_test "SmolLM2 greedy tokens, device vs CPU" env KHUB_GPU_KERNELS="$work" \
         KHUB_MODEL_DIR="$(dirname "$MODEL")" $B/tests/test_gpu_ops gpu_smollm2_device_matches_cpu
+    # the decode step as a CUDA graph vs plain launches: same tokens, timing
+    run_test "SmolLM2 CUDA graphs off vs on" env KHUB_GPU_KERNELS="$work" \
+        KHUB_MODEL_DIR="$(dirname "$MODEL")" $B/tests/test_gpu_ops gpu_smollm2_graphs_on_off
 fi
 
 step "8. benchmark"

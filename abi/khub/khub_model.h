@@ -77,8 +77,9 @@ typedef struct khub_model_opts {
      * CUDA device N (docs/gpu.md): each role with a CUDA op runs there and its
      * weights are uploaded once; a role without one stays on the CPU (refused
      * with strict); memory is checked per part before allocating. The forward
-     * pass on the device is not built yet: generation on such a model fails
-     * with KHUB_STATUS_UNSUPPORTED. */
+     * pass runs on the device, its decode steps as CUDA graphs when every
+     * role is there (KHUB_CUDA_GRAPHS=0 in the environment turns them off;
+     * khub_model_explain says which, and why). */
     khub_device device;
     /* Role preferences: a loaded plugin's id ("kernels-community/flash-attn2"),
      * optionally with ":op" to name one of its ops, or NULL. Hub IDs and

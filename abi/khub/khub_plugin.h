@@ -635,7 +635,8 @@ typedef struct khub_rotary_args {
 #if KHUB_PLUGIN_TARGET_MINOR >= 4
 /* The per-call context (added in ABI 1.4): where and with what an op runs,
  * passed by pointer in the argument structs of kinds added since 1.4 (the
- * 1.0 structs keep their own `stream` and do not grow). It grows at the end
+ * 1.0 structs keep their own `stream` and do not grow; khub_kv_write_args,
+ * which had none, carries one since 1.5). It grows at the end
  * like any boundary struct, so a new per-call resource reaches every new
  * kind without touching their argument structs. May be NULL in args: then
  * the op runs on the CPU, on the host's pool, without a workspace.
@@ -780,6 +781,18 @@ typedef struct khub_kv_write_args {
     const khub_tensor *k; /* [n, n_kv_heads, head_dim] f32 */
     const khub_tensor *v; /* [n, n_kv_heads, head_dim] f32 */
     /* End of ABI 1.0. */
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    /* added in ABI 1.5: where the write runs (borrowed for the call, or
+     * NULL: the CPU, or for a cache in device memory the legacy default
+     * stream, as before 1.5). A cache in device memory orders its device
+     * work on ctx->stream, the stream of the ops that made k and v and of
+     * the attention that reads the cache, and nowhere else: the host may be
+     * capturing that stream into a CUDA graph, and work on the legacy
+     * stream (or a synchronisation) during a capture breaks it. A plugin of
+     * 1.0-1.4 is sent the 1.0 layout (40 bytes) and never sees ctx; the host
+     * then captures no graph around its writes (docs/gpu.md). */
+    const khub_call_ctx *ctx;
+#endif
 } khub_kv_write_args;
 
 typedef struct khub_kv_cache_methods {

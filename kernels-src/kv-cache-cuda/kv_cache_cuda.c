@@ -12,11 +12,15 @@
  * [n, n_kv_heads, head_dim] with a token stride of n_kv_heads x head_dim
  * elements. Writing past max_tokens is KHUB_STATUS_CONTEXT_FULL.
  *
- * khub_kv_write_args carries no stream: write() launches on the legacy
- * default stream (stream NULL), which every stream khub creates (blocking
- * streams, cuStreamCreate flags 0) waits for and is waited by, so the append
- * is ordered after the projection that produced K/V and before the
- * attention that reads them. The cache lives on CUDA device 0.
+ * write() appends on the stream the host names in the args' ctx (ABI 1.5):
+ * the model's stream, so the append is ordered after the projection that
+ * produced K/V and before the attention that reads them, and a CUDA graph
+ * the host captures on that stream records it (a launch on the legacy
+ * default stream during a capture would invalidate the capture). Without a
+ * ctx (a host that sends none) it launches on the legacy default stream,
+ * which every stream khub creates (blocking streams, cuStreamCreate flags
+ * 0) waits for and is waited by: ordered too, but never inside a graph.
+ * The cache lives on CUDA device 0.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -181,9 +185,10 @@ static khub_status write(void *sp, khub_kv_cache *c, const khub_kv_write_args *a
     void *dv = (void *)(uintptr_t)kv_at(c, a->seq, a->layer, 1, a->pos);
     long long count = (long long)(n * c->row);
     void *params[] = {&k, &v, &dk, &dv, &count};
+    void *stream = KHUB_HAS_FIELD(a, khub_kv_write_args, ctx) && a->ctx ? a->ctx->stream : NULL;
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(uint32_t)((count + 255) / 256), 2, 1},
-                                .block = {256, 1, 1}};
+                                .block = {256, 1, 1}, .stream = stream};
     if (count > 0) st = host->cuda_launch(host->host_ctx, s->fn[c->elem == 2], &cfg, params);
     if (st != KHUB_STATUS_OK) return st;
     /* the sequence holds positions up to the furthest one written in any layer */

@@ -202,6 +202,16 @@ static khub_status cu_check(cu_result r, const char *what)
                              name ? name : "CUDA error", r);
 }
 
+/* For cuda_graph.c: the driver's optional entry points and its checks. */
+int khub__cuda_driver_version(void) { return drv_ready() == KHUB_STATUS_OK ? drv.version : 0; }
+
+bool khub__cuda_proc(const char *name, void **fn, int version)
+{
+    return drv_ready() == KHUB_STATUS_OK && get_proc(name, fn, version);
+}
+
+khub_status khub__cuda_check(int result, const char *what) { return cu_check(result, what); }
+
 /* Makes device's primary context current on this thread. */
 static khub_status use_device(int device)
 {
@@ -232,6 +242,8 @@ static khub_status use_current(void)
     if (drv.ctx_get_current(&cur) == CU_SUCCESS && cur) return KHUB_STATUS_OK;
     return use_device(0);
 }
+
+khub_status khub__cuda_use_current(void) { return use_current(); }
 
 /* ======================================================================== */
 /* Runtime-facing                                                           */

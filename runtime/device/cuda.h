@@ -69,6 +69,35 @@ KHUB_INTERNAL khub_status khub__cuda_use_device(int device);
 KHUB_INTERNAL khub_status khub__cuda_stream_open(int device, void **stream);
 KHUB_INTERNAL khub_status khub__cuda_stream_close(int device, void *stream);
 
+/* CUDA graphs (cuda_graph.c; issue 19 item 3), for the executor's decode
+ * step, failing with the message in khub__plugin_msg() like the copies:
+ * whether this driver has them (UNSUPPORTED, saying why, when it lacks an
+ * entry point or is older than 12.0, whose cuGraphExecUpdate form khub
+ * calls); a capture of stream (relaxed mode: a plugin's first call may
+ * load its module) begun and ended, the graph in *graph (CUgraph, owned by
+ * the caller; NULL when the capture failed, e.g. invalidated by a
+ * synchronisation or a legacy-stream call); an executable graph made from
+ * it; an executable updated in place from a new capture of the same
+ * topology, which fails with *reshaped set when the driver says the two
+ * differ in more than kernel parameters (instantiate again then); a
+ * launch on stream; and the releases (NULL accepted). */
+KHUB_INTERNAL khub_status khub__cuda_graphs_check(void);
+KHUB_INTERNAL khub_status khub__cuda_capture_begin(void *stream);
+KHUB_INTERNAL khub_status khub__cuda_capture_end(void *stream, void **graph);
+KHUB_INTERNAL khub_status khub__cuda_graph_instantiate(void *graph, void **exec);
+KHUB_INTERNAL khub_status khub__cuda_graph_update(void *exec, void *graph, bool *reshaped);
+KHUB_INTERNAL khub_status khub__cuda_graph_launch(void *exec, void *stream);
+KHUB_INTERNAL void khub__cuda_graph_free(void *graph);
+KHUB_INTERNAL void khub__cuda_graph_exec_free(void *exec);
+/* cuda.c's own, for cuda_graph.c: the driver's version (0 without one), an
+ * entry point by name through cuGetProcAddress (false when absent), a
+ * result turned into a status and message ("what failed: NAME (n)"), and
+ * the thread's current context made usable. */
+KHUB_INTERNAL int khub__cuda_driver_version(void);
+KHUB_INTERNAL bool khub__cuda_proc(const char *name, void **fn, int version);
+KHUB_INTERNAL khub_status khub__cuda_check(int result, const char *what);
+KHUB_INTERNAL khub_status khub__cuda_use_current(void);
+
 /* Releases the runtime's hold on the driver (the library itself stays
  * mapped: unloading a GPU driver from a live process is unsafe). */
 KHUB_INTERNAL void khub__cuda_close(khub_runtime *rt);

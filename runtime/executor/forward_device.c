@@ -24,6 +24,13 @@
  * layer. Kernel verification (KHUB_OPT_VERIFY_KERNELS) does not apply to
  * device ops: ref-cpu cannot read device memory.
  *
+ * A decode step may run as a CUDA graph (forward_graph.c): the body
+ * (khub__forward_device_body: every op call, nothing copied to or from the
+ * host) is what gets captured, so it must not synchronise or use the
+ * legacy stream, and it may run twice for one step (once captured, then
+ * plainly after a failed capture): whatever it changes on the host is
+ * set, not accumulated (the sequence lengths grow after it).
+ *
  * Nothing here is numerically checked without a GPU: on the fake driver
  * (tests/fake_cuda) the kernels do not run, so tests/test_device_forward.c
  * checks the order and arguments of the launches and copies, and
@@ -116,6 +123,7 @@ khub_status khub__forward_device_init(khub_model *m)
     /* The cache on the device: the kv_cache role's CUDA op makes its own. */
     const khub_op_desc *op = khub_binding_acquire(pl->cuda[KHUB__ROLE_KV_CACHE], &pl->dkv_state);
     pl->dkv = op ? op->methods : NULL;
+    if (op) pl->dkv_minor = pl->cuda[KHUB__ROLE_KV_CACHE]->plugin->abi_minor; /* pinned */
     khub_binding_release(pl->cuda[KHUB__ROLE_KV_CACHE]);
     KHUB_RETURN_IF(m->rt,
                    !pl->dkv || !pl->dkv->create || !pl->dkv->destroy || !pl->dkv->write ||
@@ -363,6 +371,10 @@ static khub_status attend_device(khub_model *m, const khub__layer *ly, int layer
     const khub_model_config *c = &m->cfg;
     khub__place *pl = m->place;
     int64_t hd = c->head_dim, qdim = c->n_heads * hd, kvdim = c->n_kv_heads * hd, off = 0;
+    /* The cache appends on the model's stream (ABI 1.5; a plugin of an
+     * older minor gets the 1.0 args and appends on the legacy stream). */
+    khub_call_ctx ctx = {KHUB_STRUCT_INIT(khub_call_ctx), .device = {KHUB_DEVICE_CUDA, pl->device},
+                         .stream = pl->stream};
     for (int s = 0; s < n_segs; s++) {
         const khub__seg *g = &segs[s];
         tview kw, vw, kc, vc, qv, ov;
@@ -372,9 +384,13 @@ static khub_status attend_device(khub_model *m, const khub__layer *ly, int layer
             .seq = g->seq,
             .pos = g->pos0,
             .k = tens(&kw, dev_ptr(m, B_K, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
-            .v = tens(&vw, dev_ptr(m, B_V, off * kvdim), true, 3, g->n, c->n_kv_heads, hd)};
+            .v = tens(&vw, dev_ptr(m, B_V, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
+            .ctx = &ctx};
+        khub__args_buf cut;
+        const khub_kv_write_args *sent =
+            khub__args_for_minor(KHUB_OP_KV_CACHE, pl->dkv_minor, &w, &cut);
         khub__plugin_msg_clear();
-        khub_status st = pl->dkv->write(pl->dkv_state, pl->dcache, &w);
+        khub_status st = pl->dkv->write(pl->dkv_state, pl->dcache, sent);
         KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st,
                        "%s: cuda:%d: layer %d kv_cache write failed in %s: %s", m->file,
                        (int)pl->device, layer, khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]),
@@ -492,12 +508,11 @@ static khub_status upload_inputs(khub_model *m, int64_t n)
     return up_async(m, s, m->place->cuda[KHUB__ROLE_ROTARY] ? 2 : 1, "embedding upload", -1);
 }
 
-/* The final norm, the last row of each segment into `last`, the head and
- * the logits rows down to the host. */
+/* The final norm, the last row of each segment into `last` and the head. */
 static khub_status head(khub_model *m, int64_t n, const khub__seg *segs, int n_segs)
 {
     khub__place *pl = m->place;
-    int64_t hidden = m->cfg.hidden_size, vocab = m->cfg.vocab_size, row = 0;
+    int64_t hidden = m->cfg.hidden_size, row = 0;
     int L = (int)m->cfg.n_layers;
     KHUB_FORWARD_IF_ERROR(m->rt,
                           norm(m, B_OB, B_X, &m->final_norm, n, hidden, B_XB, "final_norm", L));
@@ -510,22 +525,39 @@ static khub_status head(khub_model *m, int64_t n, const khub__seg *segs, int n_s
         KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: cuda:%d: gathering the last rows: %s",
                        m->file, (int)pl->device, khub__plugin_msg());
     }
-    KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &m->lm_head, KHUB__ROLE_LM_HEAD, B_LAST, B_LOGITS,
-                                        n_segs, KEEP_Y, "lm_head", L));
-    if (!pl->cuda[KHUB__ROLE_LM_HEAD]) return KHUB_STATUS_OK; /* the host has them */
-    span s = {B_LOGITS, 0, n_segs * vocab};
-    return down(m, &s, 1, "reading the logits", L);
+    return linear(m, &m->lm_head, KHUB__ROLE_LM_HEAD, B_LAST, B_LOGITS, n_segs, KEEP_Y, "lm_head",
+                  L);
 }
 
+/* The logits rows down to the host (the step's one synchronisation). */
+static khub_status read_logits(khub_model *m, int n_segs)
+{
+    if (!m->place->cuda[KHUB__ROLE_LM_HEAD]) return KHUB_STATUS_OK; /* the host has them */
+    span s = {B_LOGITS, 0, n_segs * m->cfg.vocab_size};
+    return down(m, &s, 1, "reading the logits", (int)m->cfg.n_layers);
+}
+
+khub_status khub__forward_device_body(khub_model *m, const khub__seg *segs, int n_segs, int64_t n)
+{
+    khub_status st = KHUB_STATUS_OK;
+    for (int L = 0; L < m->cfg.n_layers && st == KHUB_STATUS_OK; L++)
+        st = layer_forward(m, L, n, segs, n_segs);
+    return st == KHUB_STATUS_OK ? head(m, n, segs, n_segs) : st;
+}
+
+/* A decode step may run as a CUDA graph of the body (forward_graph.c);
+ * otherwise, and for prefill, the body's launches go to the stream one by
+ * one. The inputs go up before and the logits come down after, either way. */
 khub_status khub__forward_device(khub_model *m, const khub__seg *segs, int n_segs, int64_t n)
 {
     KHUB_FORWARD_IF_ERROR(m->rt, supported(m));
+    bool graphed = false;
     khub_status st = upload_inputs(m, n);
-    for (int L = 0; L < m->cfg.n_layers && st == KHUB_STATUS_OK; L++)
-        st = layer_forward(m, L, n, segs, n_segs);
+    if (st == KHUB_STATUS_OK) st = khub__graph_step(m, segs, n_segs, n, &graphed);
+    if (st == KHUB_STATUS_OK && !graphed) st = khub__forward_device_body(m, segs, n_segs, n);
     if (st == KHUB_STATUS_OK) {
         for (int s = 0; s < n_segs; s++) m->seq_len[segs[s].seq] += segs[s].n;
-        st = head(m, n, segs, n_segs);
+        st = read_logits(m, n_segs);
     }
     if (st != KHUB_STATUS_OK) /* drain what was queued; the error is already set */
         (void)khub__cuda_host_stream_sync(NULL, m->place->stream);

@@ -349,12 +349,14 @@ static void report(khub_model *m, khub__text *t)
                    "host->device %lld B per token%s\n",
                    mib(pl->host_weight_bytes), (long long)(4 * m->cfg.hidden_size),
                    pl->cuda[KHUB__ROLE_ROTARY] ? " (+ 4 B of position)" : "");
+    char graphs[400];
+    khub__graph_explain(m, graphs, sizeof graphs);
     khub__text_add(t,
                    "  forward pass on the device: one stream%s; logits device->host %lld B per "
-                   "sequence per step; CUDA graphs: no\n",
+                   "sequence per step; CUDA graphs: %s\n",
                    pl->n_cpu ? ", synchronised around each CPU role"
                              : ", one synchronisation per step",
-                   pl->cuda[KHUB__ROLE_LM_HEAD] ? (long long)(4 * m->cfg.vocab_size) : 0LL);
+                   pl->cuda[KHUB__ROLE_LM_HEAD] ? (long long)(4 * m->cfg.vocab_size) : 0LL, graphs);
 }
 
 khub_status khub__place_model(khub_model *m, khub_device device, bool strict)
@@ -381,6 +383,7 @@ khub_status khub__place_model(khub_model *m, khub_device device, bool strict)
     }
     if (st == KHUB_STATUS_OK) st = allocate_and_upload(m);
     if (st == KHUB_STATUS_OK) {
+        khub__graph_plan(m);
         report(m, &t);
         if (roles.s) khub__text_add(&t, "%s", roles.s);
         if (t.oom) st = khub__fail(m->rt, KHUB_STATUS_NOMEM, "%s: out of memory", m->file);
@@ -408,6 +411,7 @@ void khub__place_free(khub_model *m)
     if (pl->stream && khub__cuda_stream_free(m->rt, pl->device, pl->stream) != KHUB_STATUS_OK)
         KHUB_LOG_W(m->rt, "%s: cuda:%d: releasing the model's stream: %s", m->file, (int)pl->device,
                    khub_runtime_errmsg(m->rt));
+    khub__graph_free(m);
     khub__forward_device_free(m);
     uint64_t blocks[] = {pl->weights_dptr, pl->kv_dptr, pl->scratch_dptr};
     for (int i = 0; i < 3; i++) {

@@ -24,6 +24,18 @@
 
 #include "executor.h"
 
+/* The decode step as a CUDA graph (forward_graph.c). */
+typedef struct khub__graph {
+    bool on;        /* decode steps are captured (every role on the device, ...) */
+    char why[320];  /* when off: why (--explain), or what turned them off */
+    void *exec;     /* CUgraphExec of the last decode step (owned), NULL = none */
+    int32_t n_segs; /* the batch shape exec was made for: sequences of one token */
+    /* What happened, for tests and logs: decode steps captured, graphs
+     * instantiated, updated in place, launched; 1 once a failure turned
+     * graphs off. */
+    uint64_t captures, instantiations, updates, launches, fallbacks;
+} khub__graph;
+
 typedef struct khub__place {
     int32_t device;                        /* CUDA ordinal */
     int32_t driver;                        /* driver version, e.g. 12080 */
@@ -42,6 +54,8 @@ typedef struct khub__place {
     const khub_kv_cache_methods *dkv; /* the device cache's methods, or NULL */
     void *dkv_state;
     khub_kv_cache *dcache; /* the KV cache in device memory (owned), NULL = the host's */
+    uint16_t dkv_minor;    /* ABI minor of the device cache's plugin */
+    khub__graph graph;
 } khub__place;
 
 /* Makes m's placement for opts.device (a CUDA device; the CPU needs none):
@@ -69,5 +83,33 @@ KHUB_INTERNAL khub_status khub__forward_device(khub_model *m, const khub__seg *s
                                                int64_t n);
 /* The device cache's truncate (no-op when the cache is the host's). */
 KHUB_INTERNAL khub_status khub__forward_device_truncate(khub_model *m, int32_t seq, int64_t n);
+/* Every op call of one step on the model's stream, the inputs uploaded:
+ * the layers, the final norm, the last rows gathered and lm_head (what a
+ * CUDA graph of the step holds). The logits stay on the device. */
+KHUB_INTERNAL khub_status khub__forward_device_body(khub_model *m, const khub__seg *segs,
+                                                    int n_segs, int64_t n);
+
+/* ---- forward_graph.c ------------------------------------------------------ */
+
+/* At placement, after the device cache exists: whether decode steps run as
+ * CUDA graphs, and if not why (pl->graph.on / why). Off with
+ * KHUB_CUDA_GRAPHS=0, with a role on the CPU (its copies synchronise the
+ * stream mid-step), with a device cache of a plugin older than ABI 1.5 (it
+ * writes on the legacy stream), or with a driver without graphs. */
+KHUB_INTERNAL void khub__graph_plan(khub_model *m);
+/* --explain's words for it: "yes (...)" or "no (why)". */
+KHUB_INTERNAL void khub__graph_explain(const khub_model *m, char *buf, size_t n);
+/* Runs the step as a graph when it is a decode step (one token per
+ * sequence) and graphs are on: captures the body, updates the executable
+ * graph made for this batch shape in place (or instantiates one: first
+ * step, new shape, or an update the driver refuses), launches it; *ran
+ * says whether it did. A failed capture, update or instantiation turns
+ * graphs off for the model with one warning and leaves *ran false (the
+ * caller runs the step with plain launches); only a failed graph launch is
+ * an error (CUDA, named). */
+KHUB_INTERNAL khub_status khub__graph_step(khub_model *m, const khub__seg *segs, int n_segs,
+                                           int64_t n, bool *ran);
+/* Destroys the executable graph. */
+KHUB_INTERNAL void khub__graph_free(khub_model *m);
 
 #endif /* KHUB_RUNTIME_PLACEMENT_H */

@@ -51,11 +51,18 @@ size_t khub__paged_attention_args_size(unsigned minor)
     return END_OF(khub_paged_attention_args, window);         /* 1.4 */
 }
 
+size_t khub__kv_write_args_size(unsigned minor)
+{
+    if (minor >= 5) return sizeof(khub_kv_write_args); /* 1.5: ctx */
+    return END_OF(khub_kv_write_args, v);              /* 1.0-1.4 */
+}
+
 const void *khub__args_for_minor(uint32_t kind, unsigned minor, const void *args,
                                  khub__args_buf *buf)
 {
     size_t n = kind == KHUB_OP_ATTENTION         ? khub__attention_args_size(minor)
                : kind == KHUB_OP_PAGED_ATTENTION ? khub__paged_attention_args_size(minor)
+               : kind == KHUB_OP_KV_CACHE        ? khub__kv_write_args_size(minor)
                                                  : 0;
     const uint32_t *size = args; /* every args struct starts with struct_size */
     if (!n || !args || *size <= n || n > sizeof *buf) return args;

@@ -221,13 +221,18 @@ KHUB_INTERNAL size_t khub__op_caps_size(unsigned minor);
  * (struct_size of the 1.minor layout: a 1.4 attention op is sent no softcap). */
 KHUB_INTERNAL size_t khub__attention_args_size(unsigned minor);
 KHUB_INTERNAL size_t khub__paged_attention_args_size(unsigned minor);
+/* khub_kv_write_args (1.5: ctx). */
+KHUB_INTERNAL size_t khub__kv_write_args_size(unsigned minor);
 /* The args of a call to an op of `kind` in a plugin of that minor: args
  * itself, or a copy in *buf cut to the minor's struct_size and stamped 1.minor
- * when args is larger (attention kinds), so an older plugin is never sent a
- * field its minor lacks (khub_binding_call does it for every call). */
+ * when args is larger (attention kinds; for KHUB_OP_KV_CACHE the write
+ * method's khub_kv_write_args), so an older plugin is never sent a field its
+ * minor lacks (khub_binding_call does it for every call, the device forward
+ * pass for its cache writes). */
 typedef union khub__args_buf {
     khub_attention_args attn;
     khub_paged_attention_args paged;
+    khub_kv_write_args kv_write;
 } khub__args_buf;
 KHUB_INTERNAL const void *khub__args_for_minor(uint32_t kind, unsigned minor, const void *args,
                                                khub__args_buf *buf);

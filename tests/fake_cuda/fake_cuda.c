@@ -11,20 +11,27 @@
  *   - With KHUB_FAKE_CUDA_MEM=BYTES as well, it is a whole driver as far as
  *     khub uses one: primary contexts, memory (BYTES per GPU; device
  *     pointers are host memory, so copies really copy), copies, streams,
- *     modules and launches. A launch runs nothing: it is counted and marks
- *     its stream busy until the stream is synchronised. There are no CUDA
- *     graphs (khub does not capture any yet).
+ *     modules, launches and CUDA graphs (fake_graph.c: stream capture,
+ *     instantiate, update, launch). A launch marks its stream busy until
+ *     the stream is synchronised and runs nothing, unless the test gave
+ *     the kernel a host body (khub_fake_cuda_kernel): then that runs, on
+ *     the kernel's parameters, when the launch runs.
  * KHUB_FAKE_CUDA_FAIL="cuName" or "cuName@N" makes that call fail (every
  * time, or the Nth time only) with the error a real driver gives for it
- * (CUDA_ERROR_OUT_OF_MEMORY for cuMemAlloc, CUDA_ERROR_LAUNCH_FAILED for
- * cuLaunchKernel, CUDA_ERROR_INVALID_VALUE otherwise).
+ * (CUDA_ERROR_OUT_OF_MEMORY for cuMemAlloc and cuGraphInstantiateWithFlags,
+ * CUDA_ERROR_LAUNCH_FAILED for cuLaunchKernel and cuGraphLaunch,
+ * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED for cuStreamEndCapture,
+ * CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE for cuGraphExecUpdate,
+ * CUDA_ERROR_INVALID_VALUE otherwise).
  *
  * Tests read what happened through khub_fake_cuda_stat("name") (dlsym):
  * allocs_live, bytes_live, bytes_peak, htod_bytes, dtoh_bytes, dtod_bytes,
- * launches, streams_live, stream_syncs, busy_destroyed (a stream destroyed
- * with launches not yet synchronised), modules_live, contexts; and each
- * launch in order through khub_fake_cuda_launch_name(i) (the function's
- * name), khub_fake_cuda_launch_arg0(i) (its first argument's 8 bytes) and
+ * launches (kernels that ran, in a graph or not), streams_live,
+ * stream_syncs, busy_destroyed (a stream destroyed with launches not yet
+ * synchronised), modules_live, contexts, and fake_graph.c's graph_*
+ * counters; and each launch in the order it ran through
+ * khub_fake_cuda_launch_name(i) (the function's name),
+ * khub_fake_cuda_launch_arg0(i) (its first argument's 8 bytes) and
  * khub_fake_cuda_launch_dims(i, dims) (its grid, block and shared bytes).
  *
  * Not for NVRTC: libnvrtc finds this library too and crashes inside
@@ -35,27 +42,14 @@
  * khub looks them up, and is not thread-safe beyond what khub's tests need:
  * memory, copies and streams are under one lock; the current context is
  * one for the process, so threads calling at once must use one device. */
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define FAKE_MAX_GPUS 8
-#define EXPORT        __attribute__((visibility("default")))
+#include "fake_cuda.h"
 
-enum {
-    CU_OK = 0,
-    CU_INVALID_VALUE = 1,
-    CU_OUT_OF_MEMORY = 2,
-    CU_NOT_INITIALIZED = 3,
-    CU_NO_DEVICE = 100,
-    CU_INVALID_DEVICE = 101,
-    CU_INVALID_CONTEXT = 201,
-    CU_INVALID_HANDLE = 400,
-    CU_NOT_FOUND = 500,
-    CU_LAUNCH_FAILED = 719
-};
+#define FAKE_MAX_GPUS 8
 
 static int version, n_gpus, ccs[FAKE_MAX_GPUS];
 static unsigned long long mem_limit; /* bytes per GPU, 0 = probe-only driver */
@@ -70,19 +64,13 @@ typedef struct fake_alloc {
     int dev;
 } fake_alloc;
 
-typedef struct fake_stream {
-    struct fake_stream *next;
-    int dev;
-    long pending; /* launches since the last synchronisation */
-} fake_stream;
-
 typedef struct fake_module {
     struct fake_module *next;
     int dev;
 } fake_module;
 
 static fake_alloc *allocs;
-static fake_stream *streams;
+fake_stream *fake_streams;
 static fake_module *modules;
 static unsigned long long used[FAKE_MAX_GPUS];
 static long st_allocs_live, st_launches, st_streams_live, st_syncs, st_busy_destroyed;
@@ -94,10 +82,10 @@ static long legacy_pending; /* launches on the NULL stream */
  * dynamic TLS in a dlopened library); khub's tests call the driver from
  * one thread at a time. */
 static int current = -1;
-/* Memory, copies and streams take this lock: the ranks of a tensor-parallel
- * test are threads that make streams and sync them at the same time
- * (test_nccl). */
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Memory, copies, streams, launches and graphs take this lock: the ranks
+ * of a tensor-parallel test are threads that make streams and sync them at
+ * the same time (test_nccl). */
+pthread_mutex_t fake_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void parse(void)
 {
@@ -125,7 +113,7 @@ static void parse(void)
 }
 
 /* Whether this call of `name` is the one told to fail. */
-static int fails(const char *name)
+int fake_fails(const char *name)
 {
     if (!fail_name[0] || strcmp(name, fail_name) != 0) return 0;
     fail_seen++;
@@ -147,7 +135,9 @@ EXPORT long khub_fake_cuda_stat(const char *what)
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(what, t[i].name) == 0) return t[i].value;
-    return -1;
+    int found = 0;
+    long v = fake_graph_stat(what, &found);
+    return found ? v : -1;
 }
 
 /* ======================================================================== */
@@ -204,7 +194,7 @@ EXPORT int cuDeviceGetAttribute(int *v, int attr, int dev)
 EXPORT int cuDevicePrimaryCtxRetain(void **ctx, int dev)
 {
     if (dev < 0 || dev >= n_gpus) return CU_INVALID_DEVICE;
-    if (fails("cuDevicePrimaryCtxRetain")) return CU_OUT_OF_MEMORY;
+    if (fake_fails("cuDevicePrimaryCtxRetain")) return CU_OUT_OF_MEMORY;
     *ctx = (void *)(intptr_t)(dev + 1);
     st_contexts++;
     return CU_OK;
@@ -231,7 +221,7 @@ EXPORT int cuCtxGetCurrent(void **ctx)
 EXPORT int cuMemGetInfo(size_t *free_bytes, size_t *total)
 {
     if (current < 0) return CU_INVALID_CONTEXT;
-    if (fails("cuMemGetInfo")) return CU_INVALID_VALUE;
+    if (fake_fails("cuMemGetInfo")) return CU_INVALID_VALUE;
     *total = (size_t)mem_limit;
     *free_bytes = (size_t)(mem_limit - used[current]);
     return CU_OK;
@@ -241,7 +231,9 @@ static int unlocked_cuMemAlloc(unsigned long long *dptr, size_t n)
 {
     if (current < 0) return CU_INVALID_CONTEXT;
     if (n == 0) return CU_INVALID_VALUE;
-    if (fails("cuMemAlloc") || n > mem_limit - used[current]) return CU_OUT_OF_MEMORY;
+    int r = fake_capture_alloc();
+    if (r) return r;
+    if (fake_fails("cuMemAlloc") || n > mem_limit - used[current]) return CU_OUT_OF_MEMORY;
     fake_alloc *a = calloc(1, sizeof *a);
     void *p = malloc(n);
     if (!a || !p) {
@@ -261,9 +253,9 @@ static int unlocked_cuMemAlloc(unsigned long long *dptr, size_t n)
 
 EXPORT int cuMemAlloc(unsigned long long *dptr, size_t n)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&fake_lock);
     int r = unlocked_cuMemAlloc(dptr, n);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&fake_lock);
     return r;
 }
 
@@ -284,9 +276,9 @@ static int unlocked_cuMemFree(unsigned long long dptr)
 
 EXPORT int cuMemFree(unsigned long long dptr)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&fake_lock);
     int r = unlocked_cuMemFree(dptr);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&fake_lock);
     return r;
 }
 
@@ -301,66 +293,65 @@ static int inside(unsigned long long p, size_t n)
     return 0;
 }
 
-static int unlocked_cuMemcpyHtoDAsync(unsigned long long dst, const void *src, size_t n,
-                                      void *stream)
+/* Copies: run at once, or recorded when their stream is capturing. */
+int fake_run_copy(const fake_node *c)
 {
-    (void)stream;
-    if (fails("cuMemcpyHtoDAsync") || !inside(dst, n)) return CU_INVALID_VALUE;
-    memcpy((void *)(uintptr_t)dst, src, n);
-    st_htod += n;
+    if (c->kind == NODE_HTOD) {
+        if (!inside(c->dst, c->n)) return CU_INVALID_VALUE;
+        memcpy((void *)(uintptr_t)c->dst, (const void *)(uintptr_t)c->src, c->n);
+        st_htod += c->n;
+    } else if (c->kind == NODE_DTOH) {
+        if (!inside(c->src, c->n)) return CU_INVALID_VALUE;
+        memcpy((void *)(uintptr_t)c->dst, (const void *)(uintptr_t)c->src, c->n);
+        st_dtoh += c->n;
+    } else {
+        if (!inside(c->dst, c->n) || !inside(c->src, c->n)) return CU_INVALID_VALUE;
+        memmove((void *)(uintptr_t)c->dst, (const void *)(uintptr_t)c->src, c->n);
+        st_dtod += c->n;
+    }
     return CU_OK;
+}
+
+static int copy(const char *name, int kind, unsigned long long dst, unsigned long long src,
+                size_t n, void *stream)
+{
+    fake_node c = {.kind = kind, .dst = dst, .src = src, .n = n};
+    pthread_mutex_lock(&fake_lock);
+    int r = fake_fails(name) ? CU_INVALID_VALUE : CU_OK;
+    /* Checked when recorded too, as a driver checks a captured copy. */
+    if (!r && ((kind != NODE_DTOH && !inside(dst, n)) || (kind != NODE_HTOD && !inside(src, n))))
+        r = CU_INVALID_VALUE;
+    if (!r) r = fake_capture_gate(stream, &c);
+    if (r == FAKE_RECORDED)
+        r = CU_OK; /* recorded */
+    else if (!r)
+        r = fake_run_copy(&c);
+    pthread_mutex_unlock(&fake_lock);
+    return r;
 }
 
 EXPORT int cuMemcpyHtoDAsync(unsigned long long dst, const void *src, size_t n, void *stream)
 {
-    pthread_mutex_lock(&lock);
-    int r = unlocked_cuMemcpyHtoDAsync(dst, src, n, stream);
-    pthread_mutex_unlock(&lock);
-    return r;
-}
-
-static int unlocked_cuMemcpyDtoDAsync(unsigned long long dst, unsigned long long src, size_t n,
-                                      void *stream)
-{
-    (void)stream;
-    if (fails("cuMemcpyDtoDAsync") || !inside(dst, n) || !inside(src, n)) return CU_INVALID_VALUE;
-    memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
-    st_dtod += n;
-    return CU_OK;
+    return copy("cuMemcpyHtoDAsync", NODE_HTOD, dst, (unsigned long long)(uintptr_t)src, n, stream);
 }
 
 EXPORT int cuMemcpyDtoDAsync(unsigned long long dst, unsigned long long src, size_t n, void *stream)
 {
-    pthread_mutex_lock(&lock);
-    int r = unlocked_cuMemcpyDtoDAsync(dst, src, n, stream);
-    pthread_mutex_unlock(&lock);
-    return r;
-}
-
-static int unlocked_cuMemcpyDtoHAsync(void *dst, unsigned long long src, size_t n, void *stream)
-{
-    (void)stream;
-    if (fails("cuMemcpyDtoHAsync") || !inside(src, n)) return CU_INVALID_VALUE;
-    memcpy(dst, (const void *)(uintptr_t)src, n);
-    st_dtoh += n;
-    return CU_OK;
+    return copy("cuMemcpyDtoDAsync", NODE_DTOD, dst, src, n, stream);
 }
 
 EXPORT int cuMemcpyDtoHAsync(void *dst, unsigned long long src, size_t n, void *stream)
 {
-    pthread_mutex_lock(&lock);
-    int r = unlocked_cuMemcpyDtoHAsync(dst, src, n, stream);
-    pthread_mutex_unlock(&lock);
-    return r;
+    return copy("cuMemcpyDtoHAsync", NODE_DTOH, (unsigned long long)(uintptr_t)dst, src, n, stream);
 }
 
 /* ======================================================================== */
 /* Streams                                                                  */
 /* ======================================================================== */
 
-static fake_stream *find_stream(void *s)
+fake_stream *fake_find_stream(void *s)
 {
-    fake_stream *f = streams;
+    fake_stream *f = fake_streams;
     while (f && f != s) f = f->next;
     return f;
 }
@@ -369,12 +360,12 @@ static int unlocked_cuStreamCreate(void **stream, unsigned flags)
 {
     (void)flags;
     if (current < 0) return CU_INVALID_CONTEXT;
-    if (fails("cuStreamCreate")) return CU_OUT_OF_MEMORY;
+    if (fake_fails("cuStreamCreate")) return CU_OUT_OF_MEMORY;
     fake_stream *s = calloc(1, sizeof *s);
     if (!s) return CU_OUT_OF_MEMORY;
     s->dev = current;
-    s->next = streams;
-    streams = s;
+    s->next = fake_streams;
+    fake_streams = s;
     st_streams_live++;
     *stream = s;
     return CU_OK;
@@ -382,42 +373,45 @@ static int unlocked_cuStreamCreate(void **stream, unsigned flags)
 
 EXPORT int cuStreamCreate(void **stream, unsigned flags)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&fake_lock);
     int r = unlocked_cuStreamCreate(stream, flags);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&fake_lock);
     return r;
 }
 
 static int unlocked_cuStreamSynchronize(void *stream)
 {
-    if (fails("cuStreamSynchronize")) return CU_LAUNCH_FAILED; /* a kernel's error surfaces here */
+    if (fake_fails("cuStreamSynchronize"))
+        return CU_LAUNCH_FAILED; /* a kernel's error surfaces here */
+    fake_stream *s = stream ? fake_find_stream(stream) : NULL;
+    if (stream && !s) return CU_INVALID_HANDLE;
+    int r = fake_capture_sync(stream);
+    if (r) return r;
     st_syncs++;
-    if (!stream) {
+    if (s)
+        s->pending = 0;
+    else
         legacy_pending = 0;
-        return CU_OK;
-    }
-    fake_stream *s = find_stream(stream);
-    if (!s) return CU_INVALID_HANDLE;
-    s->pending = 0;
     return CU_OK;
 }
 
 EXPORT int cuStreamSynchronize(void *stream)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&fake_lock);
     int r = unlocked_cuStreamSynchronize(stream);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&fake_lock);
     return r;
 }
 
 static int unlocked_cuStreamDestroy(void *stream)
 {
-    fake_stream **at = &streams;
+    fake_stream **at = &fake_streams;
     while (*at && *at != stream) at = &(*at)->next;
     if (!*at) return CU_INVALID_HANDLE;
     fake_stream *s = *at;
     *at = s->next;
     if (s->pending) st_busy_destroyed++;
+    fake_capture_drop(s);
     st_streams_live--;
     free(s);
     return CU_OK;
@@ -425,9 +419,9 @@ static int unlocked_cuStreamDestroy(void *stream)
 
 EXPORT int cuStreamDestroy(void *stream)
 {
-    pthread_mutex_lock(&lock);
+    pthread_mutex_lock(&fake_lock);
     int r = unlocked_cuStreamDestroy(stream);
-    pthread_mutex_unlock(&lock);
+    pthread_mutex_unlock(&fake_lock);
     return r;
 }
 
@@ -438,7 +432,7 @@ EXPORT int cuStreamDestroy(void *stream)
 EXPORT int cuModuleLoadData(void **mod, const void *image)
 {
     if (current < 0) return CU_INVALID_CONTEXT;
-    if (!image || fails("cuModuleLoadData")) return CU_INVALID_VALUE;
+    if (!image || fake_fails("cuModuleLoadData")) return CU_INVALID_VALUE;
     fake_module *m = calloc(1, sizeof *m);
     if (!m) return CU_OUT_OF_MEMORY;
     m->dev = current;
@@ -451,7 +445,6 @@ EXPORT int cuModuleLoadData(void **mod, const void *image)
 
 /* Functions are interned by name (a handle is its entry; never freed), so
  * the launch log can name what ran. */
-#define FAKE_MAX_FNS      64
 #define FAKE_MAX_LAUNCHES 16384
 static char fn_names[FAKE_MAX_FNS][64];
 static int n_fns;
@@ -459,15 +452,15 @@ static int launch_fn[FAKE_MAX_LAUNCHES];                  /* fn_names index per 
 static unsigned long long launch_arg0[FAKE_MAX_LAUNCHES]; /* the first 8 bytes of params[0] */
 static unsigned launch_dims[FAKE_MAX_LAUNCHES][7]; /* grid x y z, block x y z, shared bytes */
 
+static int intern(const char *name);
+
 EXPORT int cuModuleGetFunction(void **fn, void *mod, const char *name)
 {
-    if (!mod || !name || fails("cuModuleGetFunction")) return CU_NOT_FOUND;
-    int i = 0;
-    while (i < n_fns && strcmp(fn_names[i], name)) i++;
-    if (i == n_fns) {
-        if (n_fns == FAKE_MAX_FNS || strlen(name) >= sizeof fn_names[0]) return CU_NOT_FOUND;
-        snprintf(fn_names[n_fns++], sizeof fn_names[0], "%s", name);
-    }
+    if (!mod || !name || fake_fails("cuModuleGetFunction")) return CU_NOT_FOUND;
+    pthread_mutex_lock(&fake_lock);
+    int i = intern(name);
+    pthread_mutex_unlock(&fake_lock);
+    if (i < 0) return CU_NOT_FOUND;
     *fn = fn_names[i];
     return CU_OK;
 }
@@ -507,28 +500,81 @@ EXPORT int cuModuleUnload(void *mod)
     return CU_OK;
 }
 
-EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-                          unsigned bz, unsigned shared, void *stream, void **params, void **extra)
+/* Host bodies of kernels, by function index (khub_fake_cuda_kernel). */
+static struct {
+    int n_params;
+    void (*run)(const unsigned long long *params);
+} bodies[FAKE_MAX_FNS];
+
+static int intern(const char *name)
 {
-    (void)params, (void)extra;
-    if (!fn || !gx || !gy || !gz || !bx || !by || !bz || (unsigned long)bx * by * bz > 1024)
-        return CU_INVALID_VALUE;
-    if (fails("cuLaunchKernel")) return CU_LAUNCH_FAILED;
-    fake_stream *s = stream ? find_stream(stream) : NULL;
-    if (stream && !s) return CU_INVALID_HANDLE;
+    int i = 0;
+    while (i < n_fns && strcmp(fn_names[i], name)) i++;
+    if (i < n_fns) return i;
+    if (n_fns == FAKE_MAX_FNS || strlen(name) >= sizeof fn_names[0]) return -1;
+    snprintf(fn_names[n_fns++], sizeof fn_names[0], "%s", name);
+    return i;
+}
+
+/* Gives kernel `name` a host body: each time a launch of it runs (at once,
+ * or when the graph holding it is launched), run(params) is called with
+ * its first n_params parameters, 8 bytes each, as they were when it was
+ * launched or captured (a driver copies parameters then). Tests use it to
+ * make test plugins' kernels compute. 0, or -1 when full. */
+EXPORT int khub_fake_cuda_kernel(const char *name, int n_params,
+                                 void (*run)(const unsigned long long *params))
+{
+    if (n_params < 0 || n_params > FAKE_MAX_PARAMS) return -1;
+    pthread_mutex_lock(&fake_lock);
+    int i = intern(name);
+    if (i >= 0) bodies[i].n_params = n_params, bodies[i].run = run;
+    pthread_mutex_unlock(&fake_lock);
+    return i < 0 ? -1 : 0;
+}
+
+void fake_run_kernel(const fake_node *k, fake_stream *s)
+{
     if (s)
         s->pending++;
     else
         legacy_pending++;
     if (st_launches < FAKE_MAX_LAUNCHES) {
-        launch_fn[st_launches] = (int)((char(*)[64])fn - fn_names);
-        launch_arg0[st_launches] = 0;
-        if (params && params[0]) memcpy(&launch_arg0[st_launches], params[0], 8);
-        unsigned dims[7] = {gx, gy, gz, bx, by, bz, shared};
+        launch_fn[st_launches] = k->fn;
+        launch_arg0[st_launches] = k->n_params > 0 ? k->params[0] : 0;
+        unsigned dims[7] = {k->grid[0],  k->grid[1],  k->grid[2], k->block[0],
+                            k->block[1], k->block[2], k->shared};
         memcpy(launch_dims[st_launches], dims, sizeof dims);
     }
     st_launches++;
-    return CU_OK;
+    if (bodies[k->fn].run) bodies[k->fn].run(k->params);
+}
+
+EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                          unsigned bz, unsigned shared, void *stream, void **params, void **extra)
+{
+    (void)extra;
+    if (!fn || !gx || !gy || !gz || !bx || !by || !bz || (unsigned long)bx * by * bz > 1024)
+        return CU_INVALID_VALUE;
+    if (fake_fails("cuLaunchKernel")) return CU_LAUNCH_FAILED;
+    fake_node k = {.kind = NODE_KERNEL,
+                   .fn = (int)((char(*)[64])fn - fn_names),
+                   .grid = {gx, gy, gz},
+                   .block = {bx, by, bz},
+                   .shared = shared};
+    pthread_mutex_lock(&fake_lock);
+    /* The parameters by value: the registered count, else the first 8
+     * bytes of the first (what the launch log shows). */
+    k.n_params = bodies[k.fn].run ? bodies[k.fn].n_params : (params && params[0] ? 1 : 0);
+    for (int i = 0; i < k.n_params; i++)
+        if (params && params[i]) memcpy(&k.params[i], params[i], 8);
+    fake_stream *s = stream ? fake_find_stream(stream) : NULL;
+    int r = stream && !s ? CU_INVALID_HANDLE : fake_capture_gate(stream, &k);
+    if (r == FAKE_RECORDED)
+        r = CU_OK; /* recorded into the capture */
+    else if (!r)
+        fake_run_kernel(&k, s);
+    pthread_mutex_unlock(&fake_lock);
+    return r;
 }
 
 EXPORT int cuGetErrorName(int r, const char **name)
@@ -541,6 +587,11 @@ EXPORT int cuGetErrorName(int r, const char **name)
     case CU_INVALID_HANDLE: *name = "CUDA_ERROR_INVALID_HANDLE"; return CU_OK;
     case CU_NOT_FOUND: *name = "CUDA_ERROR_NOT_FOUND"; return CU_OK;
     case CU_LAUNCH_FAILED: *name = "CUDA_ERROR_LAUNCH_FAILED"; return CU_OK;
+    case CU_ILLEGAL_STATE: *name = "CUDA_ERROR_ILLEGAL_STATE"; return CU_OK;
+    case CU_CAPTURE_UNSUPPORTED: *name = "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"; return CU_OK;
+    case CU_CAPTURE_INVALIDATED: *name = "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"; return CU_OK;
+    case CU_CAPTURE_IMPLICIT: *name = "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"; return CU_OK;
+    case CU_GRAPH_UPDATE_FAILURE: *name = "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"; return CU_OK;
     default: *name = NULL; return CU_INVALID_VALUE;
     }
 }
@@ -581,6 +632,14 @@ EXPORT int cuGetProcAddress_v2(const char *symbol, void **pfn, int cuda_version,
         {"cuModuleUnload", (void *)cuModuleUnload, 1},
         {"cuLaunchKernel", (void *)cuLaunchKernel, 1},
         {"cuGetErrorName", (void *)cuGetErrorName, 1},
+        {"cuStreamBeginCapture", (void *)cuStreamBeginCapture_v2, 1},
+        {"cuStreamEndCapture", (void *)cuStreamEndCapture, 1},
+        {"cuStreamIsCapturing", (void *)cuStreamIsCapturing, 1},
+        {"cuGraphInstantiateWithFlags", (void *)cuGraphInstantiateWithFlags, 1},
+        {"cuGraphExecUpdate", (void *)cuGraphExecUpdate_v2, 1},
+        {"cuGraphLaunch", (void *)cuGraphLaunch, 1},
+        {"cuGraphDestroy", (void *)cuGraphDestroy, 1},
+        {"cuGraphExecDestroy", (void *)cuGraphExecDestroy, 1},
     };
     (void)cuda_version, (void)flags;
     parse();

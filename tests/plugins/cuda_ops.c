@@ -9,12 +9,19 @@
  *     attention (causal, GQA, strided K/V) and a kv_cache op keeping its
  *     K/V in device memory (host->cuda_mem_alloc; views are device
  *     tensors), so every role of a Llama can sit on the device.
+ *   - khub-test/cuda-all-1-4 (CUDA_OPS_ALL, TARGET_MINOR 4): cuda-all
+ *     built for ABI 1.4, whose cache writes get no stream (ctx is 1.5) and
+ *     launch on the legacy default stream.
  * Each op launches its own kernel name (khub_test_<op>) from one PTX module
- * loaded on the first call, on the call's stream, with the address of its
- * first output tensor as the first argument; the fake driver logs both
- * (khub_fake_cuda_launch_name / _arg0). Nothing here computes (the fake
- * runs no kernel), so no test may read numbers from it. Without a driver
- * it still initialises and scores 0.
+ * loaded on the first call, on the call's stream (the cache write: on the
+ * stream of the args' ctx, 1.5), with its arguments by value, 8 bytes each
+ * (pointers, integers, doubles), the address of its first output first;
+ * the fake driver logs the name and that address (khub_fake_cuda_launch_name
+ * / _arg0). The kernels compute nothing unless a test gives them host
+ * bodies through the fake driver (khub_fake_cuda_kernel;
+ * tests/test_cuda_graphs.c does, with the argument lists written next to
+ * each op below). Without a driver the plugin still initialises and
+ * scores 0.
  */
 #include <stdint.h>
 #include <string.h>
@@ -36,8 +43,8 @@ static int32_t score(void *s)
     return g_host->cuda_device_count(g_host->host_ctx, &count) == KHUB_STATUS_OK && count > 0;
 }
 
-/* Launches khub_test_<what> on stream with arg as its one argument. */
-static khub_status launch(const char *what, void *stream, const void *arg)
+/* Launches khub_test_<what> on stream with the n 8-byte arguments a. */
+static khub_status launch(const char *what, void *stream, uint64_t *a, int n)
 {
     if (!g_mod) {
         khub_status st = g_host->cuda_module_load(g_host->host_ctx, 0, ptx, sizeof ptx, &g_mod);
@@ -50,8 +57,18 @@ static khub_status launch(const char *what, void *stream, const void *arg)
     if (st != KHUB_STATUS_OK) return st;
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg), .grid = {1, 1, 1},
                                 .block = {32, 1, 1}, .stream = stream};
-    void *params[] = {&arg};
+    void *params[16];
+    for (int i = 0; i < n && i < 16; i++) params[i] = &a[i];
     return g_host->cuda_launch(g_host->host_ctx, fn, &cfg, params);
+}
+
+static uint64_t P(const void *p) { return (uint64_t)(uintptr_t)p; }
+static uint64_t T(const khub_tensor *t) { return t ? P(t->data) : 0; }
+static uint64_t D(double d)
+{
+    uint64_t u;
+    memcpy(&u, &d, 8);
+    return u;
 }
 
 /* A CUDA op refuses host tensors: a test that passes one fails here. */
@@ -75,7 +92,15 @@ static khub_status norm(void *s, const void *args)
     TRY(dev(a->x, "norm"));
     TRY(dev(a->weight, "norm"));
     TRY(dev(a->y, "norm"));
-    return launch("norm", a->stream, a->y->data);
+    /* y, x, residual (0 = none), weight, rows, dim, eps (double) */
+    uint64_t p[] = {T(a->y),
+                    T(a->x),
+                    T(a->residual),
+                    T(a->weight),
+                    (uint64_t)a->x->shape[0],
+                    (uint64_t)a->x->shape[1],
+                    D(a->eps)};
+    return launch("norm", a->stream, p, 7);
 }
 
 static khub_status linear(void *s, const void *args)
@@ -85,7 +110,15 @@ static khub_status linear(void *s, const void *args)
     TRY(dev(a->x, "linear"));
     TRY(dev(a->weight, "linear"));
     TRY(dev(a->y, "linear"));
-    return launch("linear", a->stream, a->y->data);
+    /* y, x, weight [out, in] f32, bias (0 = none), rows, in, out */
+    uint64_t p[] = {T(a->y),
+                    T(a->x),
+                    T(a->weight),
+                    T(a->bias),
+                    (uint64_t)a->x->shape[0],
+                    (uint64_t)a->x->shape[1],
+                    (uint64_t)a->y->shape[1]};
+    return launch("linear", a->stream, p, 7);
 }
 
 static khub_status act(void *s, const void *args)
@@ -94,7 +127,10 @@ static khub_status act(void *s, const void *args)
     const khub_activation_args *a = args;
     TRY(dev(a->gate, "act"));
     TRY(dev(a->y, "act"));
-    return launch("act", a->stream, a->y->data);
+    /* y, gate, up, elements: y = silu(gate) * up */
+    uint64_t p[] = {T(a->y), T(a->gate), T(a->up),
+                    (uint64_t)(a->gate->shape[0] * a->gate->shape[1])};
+    return launch("act", a->stream, p, 4);
 }
 
 static const khub_op_caps norm_caps = {
@@ -113,7 +149,15 @@ static khub_status rotary(void *s, const void *args)
     (void)s;
     const khub_rotary_args *a = args;
     TRY(dev(a->x, "rotary"));
-    return launch("rotary", a->stream, a->x->data);
+    /* x [n, heads, head_dim] in place, positions (int32, device), n, heads,
+     * head_dim, theta (double): NEOX pairs (i, i + head_dim / 2) */
+    uint64_t p[] = {T(a->x),
+                    P(a->positions),
+                    (uint64_t)a->x->shape[0],
+                    (uint64_t)a->x->shape[1],
+                    (uint64_t)a->x->shape[2],
+                    D(a->theta)};
+    return launch("rotary", a->stream, p, 6);
 }
 
 static khub_status attention(void *s, const void *args)
@@ -124,7 +168,22 @@ static khub_status attention(void *s, const void *args)
     TRY(dev(a->k, "attention"));
     TRY(dev(a->v, "attention"));
     TRY(dev(a->out, "attention"));
-    return launch("attention", a->stream, a->out->data);
+    /* out, q [n, heads, hd], k, v [kv_len, kv_heads, hd] with kv_stride
+     * elements per position, n, heads, kv_heads, hd, kv_stride, q_pos0,
+     * kv_len, scale (double): causal GQA */
+    uint64_t p[] = {T(a->out),
+                    T(a->q),
+                    T(a->k),
+                    T(a->v),
+                    (uint64_t)a->q->shape[0],
+                    (uint64_t)a->q->shape[1],
+                    (uint64_t)a->k->shape[1],
+                    (uint64_t)a->q->shape[2],
+                    (uint64_t)(a->k->strides ? a->k->strides[0] : a->k->shape[1] * a->k->shape[2]),
+                    (uint64_t)a->q_pos0,
+                    (uint64_t)a->k->shape[0],
+                    D(a->scale)};
+    return launch("attention", a->stream, p, 12);
 }
 
 /* The cache: [n_seqs][n_layers][2][max_tokens][row] f32 in one device block. */
@@ -180,9 +239,15 @@ static khub_status kv_write(void *s, khub_kv_cache *c, const khub_kv_write_args 
     int64_t end = a->pos + a->k->shape[0];
     if (end > c->cfg.max_tokens) return KHUB_STATUS_CONTEXT_FULL;
     if (end > c->len[a->seq]) c->len[a->seq] = end;
-    return launch(
-        "kv_write", NULL,
-        (void *)(uintptr_t)(kv_at(c, a->seq, a->layer, 0) + (uint64_t)(a->pos * c->row) * 4u));
+    void *stream = NULL; /* before 1.5: the legacy default stream */
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    if (KHUB_HAS_FIELD(a, khub_kv_write_args, ctx) && a->ctx) stream = a->ctx->stream;
+#endif
+    /* K destination, V destination, k, v, floats per tensor */
+    uint64_t at = (uint64_t)(a->pos * c->row) * 4u;
+    uint64_t p[] = {kv_at(c, a->seq, a->layer, 0) + at, kv_at(c, a->seq, a->layer, 1) + at, T(a->k),
+                    T(a->v), (uint64_t)(a->k->shape[0] * c->row)};
+    return launch("kv_write", stream, p, 5);
 }
 
 static void describe(khub_tensor *t, uint64_t base, const khub_kv_cache *c, int64_t n)
@@ -226,7 +291,11 @@ static const khub_op_caps attn_caps = {
 static const khub_op_caps kv_caps = {
     KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CUDA,
     .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .flags = KHUB_CAP_STRIDED_KV};
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
 #define PLUGIN_ID "khub-test/cuda-all"
+#else
+#define PLUGIN_ID "khub-test/cuda-all-1-4"
+#endif
 #else
 #define PLUGIN_ID "khub-test/cuda-ops"
 #endif

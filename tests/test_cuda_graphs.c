@@ -1,0 +1,558 @@
+/*
+ * test_cuda_graphs.c: the decode step of a placed model as a CUDA graph
+ * (runtime/executor/forward_graph.c, issue 19 item 3) and the fake
+ * driver's graphs under it (tests/fake_cuda/fake_graph.c), without a GPU.
+ *
+ * khub-test/cuda-all serves every role on the device. Its kernels are
+ * given host bodies here (khub_fake_cuda_kernel: the fake runs them when a
+ * launch runs, at once or inside a graph launch), so the pass computes:
+ * a graph that replayed stale parameters (the K/V slot of an earlier step,
+ * the old number of cached positions) or ran its nodes out of order would
+ * give other logits than plain launches. Every case is its own process,
+ * with a fresh fake driver.
+ *
+ * The steps (run_steps): a prefill of 3 and 2 tokens into sequences 0 and
+ * 1 (plain launches), three decode steps of both (the first captures and
+ * instantiates, the next two update in place), two of sequence 0 alone (a
+ * new batch shape: instantiated again, then updated), and one of both
+ * (instantiated again).
+ */
+#include "cuda.h"
+#include "device_fixture.h"
+#include "executor.h"
+#include "placement.h"
+
+/* ======================================================================== */
+/* Host bodies of the test plugin's kernels (argument lists: cuda_ops.c)    */
+/* ======================================================================== */
+
+typedef unsigned long long u64;
+
+static float *F(u64 p) { return (float *)(uintptr_t)p; }
+static double DBL(u64 u)
+{
+    double d;
+    memcpy(&d, &u, 8);
+    return d;
+}
+
+/* y, x, residual, weight, rows, dim, eps: residual += x, y = rms(residual) w */
+static void k_norm(const u64 *p)
+{
+    float *y = F(p[0]), *x = F(p[1]), *r = F(p[2]), *w = F(p[3]);
+    int64_t rows = (int64_t)p[4], dim = (int64_t)p[5];
+    for (int64_t i = 0; i < rows; i++) {
+        float *src = x + i * dim, *yi = y + i * dim;
+        if (r) {
+            for (int64_t d = 0; d < dim; d++) r[i * dim + d] += src[d];
+            src = r + i * dim;
+        }
+        double ss = 0;
+        for (int64_t d = 0; d < dim; d++) ss += (double)src[d] * src[d];
+        float sc = (float)(1.0 / sqrt(ss / (double)dim + DBL(p[6])));
+        for (int64_t d = 0; d < dim; d++) yi[d] = src[d] * sc * w[d];
+    }
+}
+
+/* y, x, weight [out, in], bias, rows, in, out */
+static void k_linear(const u64 *p)
+{
+    float *y = F(p[0]), *x = F(p[1]), *w = F(p[2]), *b = F(p[3]);
+    int64_t rows = (int64_t)p[4], in = (int64_t)p[5], out = (int64_t)p[6];
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t o = 0; o < out; o++) {
+            float acc = b ? b[o] : 0.0f;
+            for (int64_t k = 0; k < in; k++) acc += x[i * in + k] * w[o * in + k];
+            y[i * out + o] = acc;
+        }
+}
+
+/* y, gate, up, elements */
+static void k_act(const u64 *p)
+{
+    float *y = F(p[0]), *g = F(p[1]), *u = F(p[2]);
+    for (u64 i = 0; i < p[3]; i++) y[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+/* x [n, heads, hd] in place, positions, n, heads, hd, theta (NEOX pairs) */
+static void k_rotary(const u64 *p)
+{
+    float *x = F(p[0]);
+    const int32_t *pos = (const int32_t *)(uintptr_t)p[1];
+    int64_t n = (int64_t)p[2], heads = (int64_t)p[3], hd = (int64_t)p[4], half = hd / 2;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t h = 0; h < heads; h++) {
+            float *v = x + (t * heads + h) * hd;
+            for (int64_t i = 0; i < half; i++) {
+                double a = pos[t] * pow(DBL(p[5]), -2.0 * (double)i / (double)hd);
+                float c = (float)cos(a), s = (float)sin(a), x0 = v[i], x1 = v[i + half];
+                v[i] = x0 * c - x1 * s;
+                v[i + half] = x0 * s + x1 * c;
+            }
+        }
+}
+
+/* out, q, k, v, n, heads, kv_heads, hd, kv_stride, q_pos0, kv_len, scale */
+static void k_attention(const u64 *p)
+{
+    float *out = F(p[0]), *q = F(p[1]), *k = F(p[2]), *v = F(p[3]);
+    int64_t n = (int64_t)p[4], heads = (int64_t)p[5], kvh = (int64_t)p[6], hd = (int64_t)p[7],
+            stride = (int64_t)p[8], q0 = (int64_t)p[9], len = (int64_t)p[10];
+    float sc[64 * 4];
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t h = 0; h < heads; h++) {
+            const float *qi = q + (t * heads + h) * hd;
+            int64_t g = h / (heads / kvh), upto = q0 + t + 1 < len ? q0 + t + 1 : len;
+            float mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < upto; j++) {
+                float d = 0;
+                for (int64_t e = 0; e < hd; e++) d += qi[e] * k[j * stride + g * hd + e];
+                sc[j] = d * (float)DBL(p[11]);
+                mx = sc[j] > mx ? sc[j] : mx;
+            }
+            for (int64_t j = 0; j < upto; j++) sum += sc[j] = expf(sc[j] - mx);
+            float *o = out + (t * heads + h) * hd;
+            for (int64_t e = 0; e < hd; e++) {
+                float acc = 0;
+                for (int64_t j = 0; j < upto; j++) acc += sc[j] * v[j * stride + g * hd + e];
+                o[e] = acc / sum;
+            }
+        }
+}
+
+/* K destination, V destination, k, v, floats each */
+static void k_kv_write(const u64 *p)
+{
+    memcpy(F(p[0]), F(p[2]), (size_t)p[4] * 4);
+    memcpy(F(p[1]), F(p[3]), (size_t)p[4] * 4);
+}
+
+static void computing_kernels(void)
+{
+    void *h = dlopen(KHUB_BINARY_DIR "/fake-cuda/libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    int (*kernel)(const char *, int, void (*)(const u64 *)) =
+        h ? (int (*)(const char *, int, void (*)(const u64 *)))dlsym(h, "khub_fake_cuda_kernel")
+          : NULL;
+    ASSERT(kernel != NULL);
+    ASSERT_EQ(kernel("khub_test_norm", 7, k_norm), 0);
+    ASSERT_EQ(kernel("khub_test_linear", 7, k_linear), 0);
+    ASSERT_EQ(kernel("khub_test_act", 4, k_act), 0);
+    ASSERT_EQ(kernel("khub_test_rotary", 6, k_rotary), 0);
+    ASSERT_EQ(kernel("khub_test_attention", 12, k_attention), 0);
+    ASSERT_EQ(kernel("khub_test_kv_write", 5, k_kv_write), 0);
+    launch_log();
+}
+
+/* ======================================================================== */
+/* The steps                                                                */
+/* ======================================================================== */
+
+enum { N_STEPS = 7 };
+static const int step_seqs[N_STEPS] = {2, 2, 2, 2, 1, 1, 2};
+
+/* What the fake driver saw during one step. */
+typedef struct seen {
+    long captures, instantiations, updates, graph_launches, launches, syncs, first_launch;
+} seen;
+
+static seen snapshot(void)
+{
+    return (seen){stat_of("graph_captures"),
+                  stat_of("graph_instantiations"),
+                  stat_of("graph_updates"),
+                  stat_of("graph_launches"),
+                  stat_of("launches"),
+                  stat_of("stream_syncs"),
+                  0};
+}
+
+typedef struct run {
+    float logits[N_STEPS][2][VOCAB];
+    seen step[N_STEPS];
+} run;
+
+/* The kernel launches of one step with n_seqs sequences: per layer norm,
+ * q, k, v, rotary q and k, a cache write and attention per sequence, o,
+ * norm, gate, up, act, down; then the final norm and lm_head. */
+static long launches_per_step(int n_seqs) { return LAYERS * (12 + 2 * n_seqs) + 2; }
+
+/* Step 0 prefills 3 and 2 tokens; the others decode one token of each of
+ * their sequences. Every step's logits rows and what the driver saw. */
+static void run_steps(khub_model *m, run *out, int n_steps)
+{
+    int64_t len[2] = {0, 0};
+    for (int s = 0; s < n_steps; s++) {
+        khub__seg segs[2];
+        int32_t toks[8];
+        int n = 0;
+        for (int q = 0; q < step_seqs[s]; q++) {
+            segs[q] = (khub__seg){.seq = q, .pos0 = len[q], .n = s == 0 ? 3 - q : 1};
+            for (int64_t i = 0; i < segs[q].n; i++)
+                toks[n++] = (s * 7 + q * 3 + (int)i + 1) % VOCAB;
+        }
+        seen a = snapshot();
+        ASSERT_OK(khub__forward(m, toks, segs, step_seqs[s]));
+        seen b = snapshot();
+        out->step[s] = (seen){b.captures - a.captures,
+                              b.instantiations - a.instantiations,
+                              b.updates - a.updates,
+                              b.graph_launches - a.graph_launches,
+                              b.launches - a.launches,
+                              b.syncs - a.syncs,
+                              a.launches};
+        memcpy(out->logits[s], m->logits, (size_t)step_seqs[s] * VOCAB * sizeof(float));
+        for (int q = 0; q < step_seqs[s]; q++) len[q] += segs[q].n;
+    }
+}
+
+/* A fixture with cuda_all and graphs on (graphs 1) or KHUB_CUDA_GRAPHS=0;
+ * the same random weights every time. */
+static void load_all(fixture *f, bool graphs, const char *plugin)
+{
+    if (graphs)
+        unsetenv("KHUB_CUDA_GRAPHS");
+    else
+        setenv("KHUB_CUDA_GRAPHS", "0", 1);
+    rng = 88172645463325252ull;
+    ASSERT_OK(load(f, cuda0, plugin, false));
+}
+
+static void assert_freed(fixture *f)
+{
+    khub_model_free(f->m);
+    f->m = NULL;
+    ASSERT_EQ(stat_of("graphs_live"), 0);
+    ASSERT_EQ(stat_of("graph_execs_live"), 0);
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    ASSERT_EQ(stat_of("busy_destroyed"), 0);
+    unload(f);
+}
+
+static char log_lines[4096];
+static void capture_log(void *ud, khub_log_level level, const char *msg)
+{
+    (void)ud;
+    size_t len = strlen(log_lines);
+    if (level == KHUB_LOG_WARN) snprintf(log_lines + len, sizeof log_lines - len, "%s\n", msg);
+}
+
+/* ======================================================================== */
+/* Graphs on                                                                */
+/* ======================================================================== */
+
+/* The first decode step captures and instantiates, the next of the same
+ * shape update in place and launch; a new shape instantiates again; each
+ * graph step runs exactly a plain step's launches and synchronises once. */
+TEST_IMPL(graphs_decode_steps_capture_update_launch)
+{
+    fake("12080:90", "100000000", NULL);
+    computing_kernels();
+    fixture f;
+    load_all(&f, true, "cuda_all");
+    ASSERT_CONTAINS(khub_model_explain(f.m),
+                    "CUDA graphs: yes (decode steps: captured each step, instantiated once per "
+                    "batch shape, then updated in place with cuGraphExecUpdate; prefill runs "
+                    "plain launches)\n");
+    static run r;
+    run_steps(f.m, &r, N_STEPS);
+    /* captures, instantiations, updates, graph launches per step */
+    static const long want[N_STEPS][4] = {{0, 0, 0, 0}, {1, 1, 0, 1}, {1, 0, 1, 1}, {1, 0, 1, 1},
+                                          {1, 1, 0, 1}, {1, 0, 1, 1}, {1, 1, 0, 1}};
+    for (int s = 0; s < N_STEPS; s++) {
+        ASSERT_EQ(r.step[s].captures, want[s][0]);
+        ASSERT_EQ(r.step[s].instantiations, want[s][1]);
+        ASSERT_EQ(r.step[s].updates, want[s][2]);
+        ASSERT_EQ(r.step[s].graph_launches, want[s][3]);
+        ASSERT_EQ(r.step[s].launches, launches_per_step(step_seqs[s]));
+        ASSERT_EQ(r.step[s].syncs, 1); /* reading the logits */
+    }
+    const khub__graph *g = &f.m->place->graph;
+    ASSERT(g->on);
+    ASSERT_EQ((long)g->captures, 6);
+    ASSERT_EQ((long)g->instantiations, 3);
+    ASSERT_EQ((long)g->updates, 3);
+    ASSERT_EQ((long)g->launches, 6);
+    ASSERT_EQ(stat_of("graphs_live"), 0);      /* each capture freed after use */
+    ASSERT_EQ(stat_of("graph_execs_live"), 1); /* the last shape's */
+    assert_freed(&f);
+}
+
+/* The same steps with KHUB_CUDA_GRAPHS=0 and with graphs: the same kernels
+ * in the same order each step, and the same logits bit for bit (the
+ * kernels compute here, so stale parameters would show). */
+TEST_IMPL(graphs_same_launches_and_logits_as_plain)
+{
+    fake("12080:90", "100000000", NULL);
+    computing_kernels();
+    static run plain, graphed;
+    fixture f;
+    load_all(&f, false, "cuda_all");
+    ASSERT_CONTAINS(khub_model_explain(f.m), "CUDA graphs: no (KHUB_CUDA_GRAPHS=0)\n");
+    run_steps(f.m, &plain, N_STEPS);
+    ASSERT_EQ(stat_of("graph_captures"), 0);
+    assert_freed(&f);
+    load_all(&f, true, "cuda_all");
+    run_steps(f.m, &graphed, N_STEPS);
+    ASSERT_EQ(stat_of("graph_launches"), N_STEPS - 1);
+    for (int s = 0; s < N_STEPS; s++) {
+        ASSERT_EQ(graphed.step[s].launches, plain.step[s].launches);
+        for (long i = 0; i < plain.step[s].launches; i++)
+            ASSERT_STR_EQ(launch_name(graphed.step[s].first_launch + i),
+                          launch_name(plain.step[s].first_launch + i));
+        ASSERT_EQ(memcmp(graphed.logits[s], plain.logits[s],
+                         (size_t)step_seqs[s] * VOCAB * sizeof(float)),
+                  0);
+    }
+    /* The logits are computed, not left-over memory: they move from step to
+     * step and are finite. */
+    ASSERT(memcmp(plain.logits[1][0], plain.logits[2][0], VOCAB * sizeof(float)) != 0);
+    ASSERT(memcmp(plain.logits[4][0], plain.logits[5][0], VOCAB * sizeof(float)) != 0);
+    for (int i = 0; i < VOCAB; i++) ASSERT(isfinite(plain.logits[6][1][i]));
+    assert_freed(&f);
+}
+
+/* ======================================================================== */
+/* Graphs off, with the reason                                              */
+/* ======================================================================== */
+
+/* A role on the CPU synchronises mid-step: no graphs, and a decode step
+ * captures nothing. */
+TEST_IMPL(graphs_off_with_a_cpu_role)
+{
+    fake("12080:90", "100000000", NULL);
+    fixture f;
+    ASSERT_OK(load(&f, cuda0, "cuda_ops", false));
+    ASSERT_CONTAINS(khub_model_explain(f.m),
+                    "CUDA graphs: no (3 roles on the CPU (first: rotary), whose copies "
+                    "synchronise the stream mid-step)\n");
+    static run r;
+    run_steps(f.m, &r, 2);
+    ASSERT_EQ(r.step[1].captures, 0);
+    ASSERT_EQ(stat_of("graph_captures"), 0);
+    assert_freed(&f);
+}
+
+/* A device cache of ABI 1.4 gets no stream (ctx is 1.5) and appends on the
+ * legacy stream, which a capture cannot hold: no graphs, said why. */
+TEST_IMPL(graphs_off_for_a_cache_of_abi_1_4)
+{
+    fake("12080:90", "100000000", NULL);
+    fixture f;
+    ASSERT_OK(load(&f, cuda0, "cuda_all_1_4", false));
+    ASSERT_CONTAINS(khub_model_explain(f.m),
+                    "CUDA graphs: no (the device KV cache khub-test/cuda-all-1-4 1.0.0 :: "
+                    "static_cache targets ABI 1.4: it appends on the legacy default stream, "
+                    "which a capture cannot hold (1.5 passes the stream))\n");
+    static run r;
+    run_steps(f.m, &r, 2);
+    ASSERT_EQ(stat_of("graph_captures"), 0);
+    assert_freed(&f);
+}
+
+TEST_IMPL(graphs_off_on_a_driver_before_12_0)
+{
+    fake("11080:90", "100000000", NULL);
+    fixture f;
+    ASSERT_OK(load(&f, cuda0, "cuda_all", false));
+    ASSERT_CONTAINS(khub_model_explain(f.m),
+                    "CUDA graphs: no (CUDA driver 11.8 is older than 12.0, whose "
+                    "cuGraphExecUpdate khub calls)\n");
+    assert_freed(&f);
+}
+
+/* ======================================================================== */
+/* Failures                                                                 */
+/* ======================================================================== */
+
+/* A failure of the graph machinery at the first decode step: one warning,
+ * graphs off from then on, and every step computes what plain launches
+ * compute. */
+static int count(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *at = strstr(hay, needle); at; at = strstr(at + 1, needle)) n++;
+    return n;
+}
+
+static void falls_back(const char *fail, const char *why)
+{
+    /* The plain run first: it makes no graph call, so `fail` (the first
+     * such call) hits the run with graphs. */
+    fake("12080:90", "100000000", fail);
+    computing_kernels();
+    static run plain, failed;
+    fixture f;
+    load_all(&f, false, "cuda_all");
+    run_steps(f.m, &plain, N_STEPS);
+    assert_freed(&f);
+    load_all(&f, true, "cuda_all");
+    log_lines[0] = '\0';
+    khub_log_set(f.rt, capture_log, NULL);
+    run_steps(f.m, &failed, N_STEPS);
+    char want[512];
+    snprintf(want, sizeof want,
+             ": cuda:0: CUDA graphs turned off: %s; decode steps run plain stream launches "
+             "from now on\n",
+             why);
+    ASSERT_CONTAINS(log_lines, want);
+    ASSERT_EQ(count(log_lines, "CUDA graphs turned off"), 1);
+    snprintf(want, sizeof want, "turned off: %s", why);
+    ASSERT_STR_EQ(f.m->place->graph.why, want);
+    ASSERT(!f.m->place->graph.on);
+    ASSERT_EQ((long)f.m->place->graph.fallbacks, 1);
+    ASSERT_EQ(failed.step[1].graph_launches, 0);
+    for (int s = 2; s < N_STEPS; s++) ASSERT_EQ(failed.step[s].captures, 0);
+    for (int s = 0; s < N_STEPS; s++) {
+        ASSERT_EQ(failed.step[s].launches, plain.step[s].launches);
+        ASSERT_EQ(
+            memcmp(failed.logits[s], plain.logits[s], (size_t)step_seqs[s] * VOCAB * sizeof(float)),
+            0);
+    }
+    assert_freed(&f);
+}
+
+TEST_IMPL(graphs_capture_failure_falls_back)
+{
+    falls_back("cuStreamEndCapture@1",
+               "capturing the decode step failed: cuStreamEndCapture failed: "
+               "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901)");
+}
+
+TEST_IMPL(graphs_instantiate_failure_falls_back)
+{
+    falls_back("cuGraphInstantiateWithFlags@1",
+               "instantiating the decode step's graph failed: cuGraphInstantiateWithFlags "
+               "failed: CUDA_ERROR_OUT_OF_MEMORY (2)");
+}
+
+/* An update the driver refuses is not a failure: the step instantiates
+ * anew and graphs stay on (no warning). */
+TEST_IMPL(graphs_update_refused_instantiates_again)
+{
+    fake("12080:90", "100000000", "cuGraphExecUpdate@1");
+    computing_kernels();
+    fixture f;
+    load_all(&f, true, "cuda_all");
+    log_lines[0] = '\0';
+    khub_log_set(f.rt, capture_log, NULL);
+    static run r;
+    run_steps(f.m, &r, 4);
+    ASSERT_EQ(r.step[2].updates, 0);
+    ASSERT_EQ(r.step[2].instantiations, 1);
+    ASSERT_EQ(r.step[2].graph_launches, 1);
+    ASSERT_EQ(r.step[3].updates, 1);
+    ASSERT_EQ(stat_of("graph_update_failures"), 1);
+    ASSERT_STR_EQ(log_lines, "");
+    ASSERT(f.m->place->graph.on);
+    assert_freed(&f);
+}
+
+/* A graph launch that fails is the step's error, named like a launch
+ * failure; the model stays usable and graphs stay on. */
+TEST_IMPL(graphs_launch_failure_is_an_error)
+{
+    fake("12080:90", "100000000", "cuGraphLaunch@1");
+    fixture f;
+    load_all(&f, true, "cuda_all");
+    static run r;
+    run_steps(f.m, &r, 1);
+    khub__seg segs[2] = {{.seq = 0, .pos0 = 3, .n = 1}, {.seq = 1, .pos0 = 2, .n = 1}};
+    int32_t toks[2] = {7, 9};
+    ASSERT_STATUS(khub__forward(f.m, toks, segs, 2), KHUB_STATUS_CUDA);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": cuda:0: launching the decode step's graph (2 sequences): cuGraphLaunch "
+                    "failed: CUDA_ERROR_LAUNCH_FAILED (719)");
+    khub__clear(f.rt);
+    ASSERT_OK(khub__forward(f.m, toks, segs, 2)); /* @1 fails once */
+    ASSERT_EQ(stat_of("graph_launches"), 1);
+    ASSERT(f.m->place->graph.on);
+    assert_freed(&f);
+}
+
+/* ======================================================================== */
+/* The fake driver's capture, as the driver layer sees it                   */
+/* ======================================================================== */
+
+/* Work on the legacy stream or a synchronisation breaks a capture with the
+ * real driver's errors; a capture that holds records launches and copies
+ * without running them, and its graph runs them when launched. */
+TEST_IMPL(fake_capture_breaks_and_replays_like_a_driver)
+{
+    fake("12080:90", "65536", NULL);
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = tp_load(rt, "cuda_ops");
+    const khub_host_api *h = &p->host;
+    void *stream = NULL, *graph = NULL, *exec = NULL, *fn = NULL;
+    ASSERT_OK(khub__cuda_stream_new(rt, 0, &stream));
+    khub__plugin_msg_clear();
+    ASSERT_OK(khub__cuda_capture_begin(stream));
+    ASSERT_STATUS(nop_launch(h, NULL, &fn), KHUB_STATUS_CUDA);
+    ASSERT_STR_EQ(khub__plugin_msg(),
+                  "cuLaunchKernel failed: CUDA_ERROR_STREAM_CAPTURE_IMPLICIT (906)");
+    ASSERT_STATUS(khub__cuda_capture_end(stream, &graph), KHUB_STATUS_CUDA);
+    ASSERT_STR_EQ(khub__plugin_msg(),
+                  "cuStreamEndCapture failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901)");
+    ASSERT(graph == NULL);
+    ASSERT_OK(khub__cuda_capture_begin(stream));
+    ASSERT_STATUS(h->cuda_stream_sync(h->host_ctx, stream), KHUB_STATUS_CUDA);
+    ASSERT_STR_EQ(khub__plugin_msg(),
+                  "cuStreamSynchronize failed: CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (900)");
+    ASSERT_STATUS(nop_launch(h, stream, &fn), KHUB_STATUS_CUDA);
+    ASSERT_STR_EQ(khub__plugin_msg(),
+                  "cuLaunchKernel failed: CUDA_ERROR_STREAM_CAPTURE_INVALIDATED (901)");
+    ASSERT_STATUS(khub__cuda_capture_end(stream, &graph), KHUB_STATUS_CUDA);
+    ASSERT_EQ(stat_of("graph_captures_invalidated"), 2);
+    /* A capture that holds: recorded, not run, until the graph runs. */
+    uint64_t d = 0;
+    float src[8] = {1, 2, 3, 4, 5, 6, 7, 8}, back[8] = {0};
+    ASSERT_OK(h->cuda_mem_alloc(h->host_ctx, 0, sizeof src, &d));
+    long launches = stat_of("launches"), htod = stat_of("htod_bytes");
+    ASSERT_OK(khub__cuda_capture_begin(stream));
+    ASSERT_OK(h->cuda_memcpy_htod(h->host_ctx, d, src, sizeof src, stream));
+    ASSERT_OK(nop_launch(h, stream, &fn));
+    ASSERT_OK(khub__cuda_capture_end(stream, &graph));
+    ASSERT(graph != NULL);
+    ASSERT_EQ(stat_of("launches"), launches);
+    ASSERT_EQ(stat_of("htod_bytes"), htod);
+    ASSERT_OK(khub__cuda_graph_instantiate(graph, &exec));
+    ASSERT_OK(khub__cuda_graph_launch(exec, stream));
+    ASSERT_EQ(stat_of("launches"), launches + 1);
+    ASSERT_EQ(stat_of("htod_bytes"), htod + (long)sizeof src);
+    ASSERT_OK(h->cuda_memcpy_dtoh(h->host_ctx, back, d, sizeof back, stream));
+    ASSERT_EQ(memcmp(src, back, sizeof src), 0);
+    /* The same graph again updates in place; one with more nodes does not. */
+    bool reshaped = true;
+    ASSERT_OK(khub__cuda_graph_update(exec, graph, &reshaped));
+    ASSERT(!reshaped);
+    void *bigger = NULL;
+    ASSERT_OK(khub__cuda_capture_begin(stream));
+    for (int i = 0; i < 3; i++) ASSERT_OK(nop_launch(h, stream, &fn));
+    ASSERT_OK(khub__cuda_capture_end(stream, &bigger));
+    ASSERT_STATUS(khub__cuda_graph_update(exec, bigger, &reshaped), KHUB_STATUS_CUDA);
+    ASSERT(reshaped);
+    ASSERT_STR_EQ(khub__plugin_msg(),
+                  "cuGraphExecUpdate failed: "
+                  "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE (910) (update result 2)");
+    khub__cuda_graph_free(bigger);
+    khub__cuda_graph_free(graph);
+    khub__cuda_graph_exec_free(exec);
+    ASSERT_EQ(stat_of("graphs_live"), 0);
+    ASSERT_EQ(stat_of("graph_execs_live"), 0);
+    ASSERT_OK(h->cuda_mem_free(h->host_ctx, d));
+    ASSERT_OK(khub__cuda_stream_free(rt, 0, stream));
+    khub_runtime_free(rt);
+}
+
+#define TEST_LIST(X) \
+    X(graphs_decode_steps_capture_update_launch) \
+    X(graphs_same_launches_and_logits_as_plain) \
+    X(graphs_off_with_a_cpu_role) \
+    X(graphs_off_for_a_cache_of_abi_1_4) \
+    X(graphs_off_on_a_driver_before_12_0) \
+    X(graphs_capture_failure_falls_back) \
+    X(graphs_instantiate_failure_falls_back) \
+    X(graphs_update_refused_instantiates_again) \
+    X(graphs_launch_failure_is_an_error) \
+    X(fake_capture_breaks_and_replays_like_a_driver)
+TEST_MAIN(TEST_LIST)
