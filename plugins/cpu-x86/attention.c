@@ -94,10 +94,21 @@ static void key_range(const kx_attn *a, int64_t i0, int64_t i1, int64_t *lo, int
     *hi = h < 0 ? 0 : h;
 }
 
+/* Item `item` is KV head item % n_kv_heads of query block zigzag(item /
+ * n_kv_heads), zigzag(k) = k / 2 for even k, n_qblk - 1 - k / 2 for odd k:
+ * blocks taken from both ends in turn. A causal block's cost grows with its
+ * position, and parallel_for gives each thread one contiguous range of
+ * items, so in block order the last thread got the costly end (with two
+ * threads a 1.25 : 1.75 split of a 512-token prefill); in this order every
+ * contiguous range mixes cheap and costly blocks. Each item's rows are
+ * computed the same way whatever the order, so the results are the same
+ * bits. */
 static void run_item(job *jb, const scratch *sc, int64_t item)
 {
     const kx_attn *a = jb->a;
-    const int64_t g = item / jb->n_qblk, i0 = (item % jb->n_qblk) * jb->qb;
+    const int64_t k = item / a->n_kv_heads, g = item % a->n_kv_heads;
+    const int64_t qblk = k % 2 == 0 ? k / 2 : jb->n_qblk - 1 - k / 2;
+    const int64_t i0 = qblk * jb->qb;
     const int64_t i1 = i0 + jb->qb < a->n_q ? i0 + jb->qb : a->n_q;
     const int64_t hd = a->hd, G = jb->group, R = (i1 - i0) * G;
     float m[MAX_ROWS], l[MAX_ROWS], p[KT];

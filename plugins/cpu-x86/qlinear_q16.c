@@ -56,9 +56,11 @@ static inline __m256i pack16(__m256i a, __m256i b)
 }
 
 /* One 32-block of x. q5: store the codes in the Q5 order (elements 0..7,
- * 16..23, 8..15, 24..31; see q5_codes), else in element order. */
+ * 16..23, 8..15, 24..31; see q5_codes), else in element order. The block
+ * sum is stored times smul (1, or the -8 / -16 of the Q4_0 / Q5_0 offset,
+ * see offset_factor). */
 static inline __attribute__((always_inline)) void quantize_blk(const float *p, q16blk *o,
-                                                               const int q5)
+                                                               const int q5, const float smul)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8);
@@ -73,20 +75,34 @@ static inline __attribute__((always_inline)) void quantize_blk(const float *p, q
     _mm256_storeu_si256((__m256i *)o->p, pack16(r0, q5 ? r2 : r1));
     _mm256_storeu_si256((__m256i *)(o->p + 16), pack16(q5 ? r1 : r2, r3));
     o->d = amax / 32767.0f;
-    o->s = kx_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
+    o->s = smul * kx_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
 }
 
 void KX(q16_quantize_row)(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0);
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, 1.0f);
 }
 
-/* The row quantizer of the Q5 tiles: the codes in the Q5 order. */
+/* The row quantizer of the Q5_1 tiles: the codes in the Q5 order. */
 static void quantize_row_q5(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1);
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1, 1.0f);
+}
+
+/* Q4_0 and Q5_0: the offset factor folded into the block sums (-8 s, -16 s),
+ * see offset_factor. */
+static void quantize_row_q4_0(const float *x, int64_t in, void *out_)
+{
+    q16blk *out = out_;
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, -8.0f);
+}
+
+static void quantize_row_q5_0(const float *x, int64_t in, void *out_)
+{
+    q16blk *out = out_;
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1, -16.0f);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -112,7 +128,7 @@ static inline int qs_offset(int fmt) { return fmt == KHUB_QFORMAT_Q4_0 ? 2 : 4; 
 /* The 32 codes (0..31) of a Q5 block as two vectors of 16 int16 in the Q5
  * order: lo holds elements 0..7, 16..23, hi 8..15, 24..31, which is what
  * unpacking one 256-bit vector of the codes (0..15 in lane 0, 16..31 in
- * lane 1) against zero gives; quantize_row_q5 stores x to match. Bit 4 of
+ * lane 1) against zero gives; the Q5 row quantizers store x to match. Bit 4 of
  * code l is bit l of the little-endian u32 qh. Shuffles are what the old
  * per-16-codes expansion ran out of (docs/performance.md, Q5_0 and Q5_1):
  * this costs one shuffle for all 32 bits (AVX2) or none (AVX-512: qh is
@@ -167,18 +183,31 @@ static inline __attribute__((always_inline)) void codes16(const int fmt, const u
     *hi = _mm256_srli_epi16(v, 4);
 }
 
-/* [d0, c0, d1, c1] of blocks blk and blk + bb (c = additive term factor). */
+/* The offset term of Q4_0 / Q5_0 is c sum(x) with c = -8 d (-16 d). The
+ * factor rides on the activation block sums instead (their quantizers store
+ * s = -8 sum(x), -16 sum(x)), so c here is d itself and the tiles spend no
+ * multiply on it: d (-8 s) and (-8 d) s are the same exact product (a power
+ * of two scales exactly), rounded once, so the results are the same bits as
+ * with c = -8 d, unless -8 sum(x) overflows f32 (|sum(x)| > 4e37). */
+static inline int offset_factor(int fmt)
+{
+    return fmt == KHUB_QFORMAT_Q4_0 ? -8 : fmt == KHUB_QFORMAT_Q5_0 ? -16 : 1;
+}
+
+/* [d0, c0, d1, c1] of blocks blk and blk + bb (c = additive term factor;
+ * for Q4_0 / Q5_0 c = d, see offset_factor). Q8_0 has no offset term and
+ * its tiles never read lanes 1 and 3 (they hold d0, d1 too): masking them to
+ * zero cost an instruction per block pair and row for nothing. */
 static inline __m128 scales2(const int fmt, const uint8_t *blk, size_t bb)
 {
     uint32_t h0, h1;
     memcpy(&h0, blk, 4);
     memcpy(&h1, blk + bb, 4);
-    __m128 f = _mm_cvtph_ps(_mm_setr_epi32((int)h0, (int)h1, 0, 0)); /* d0 m0 d1 m1 */
-    if (fmt == KHUB_QFORMAT_Q4_1 || fmt == KHUB_QFORMAT_Q5_1) return f;
-    __m128 d = _mm_shuffle_ps(f, f, _MM_SHUFFLE(2, 2, 0, 0));
-    if (fmt == KHUB_QFORMAT_Q4_0) return _mm_mul_ps(d, _mm_setr_ps(1.0f, -8.0f, 1.0f, -8.0f));
-    if (fmt == KHUB_QFORMAT_Q5_0) return _mm_mul_ps(d, _mm_setr_ps(1.0f, -16.0f, 1.0f, -16.0f));
-    return _mm_and_ps(d, _mm_castsi128_ps(_mm_setr_epi32(-1, 0, -1, 0)));
+    /* vmovd zeroes lanes 1-3 and vcvtph2ps reads lanes 0-1 only: no
+     * zeroing move is needed (_mm_setr_epi32(h0, h1, 0, 0) made one). */
+    __m128 f = _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)h0), (int)h1, 1));
+    if (fmt == KHUB_QFORMAT_Q4_1 || fmt == KHUB_QFORMAT_Q5_1) return f; /* d0 m0 d1 m1 */
+    return _mm_shuffle_ps(f, f, _MM_SHUFFLE(2, 2, 0, 0));               /* d0 d0 d1 d1 */
 }
 
 /* One tr x tc tile: rows w[0..tr) (stride wrb bytes) against token block
@@ -243,9 +272,8 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
             float dw = _cvtsh_ss(kx_rd16(blk));
             float cw = fmt == KHUB_QFORMAT_Q4_1 || fmt == KHUB_QFORMAT_Q5_1
                            ? _cvtsh_ss(kx_rd16(blk + 2))
-                       : fmt == KHUB_QFORMAT_Q4_0 ? -8.0f * dw
-                       : fmt == KHUB_QFORMAT_Q5_0 ? -16.0f * dw
-                                                  : 0.0f;
+                       : offset_factor(fmt) != 1 ? dw
+                                                 : 0.0f;
 #pragma GCC unroll 4
             for (int c = 0; c < tc; c++) {
                 const q16blk *xb = x + c * xs + b;
@@ -341,9 +369,8 @@ btile(const int fmt, const int tb, const uint8_t *w, const q16blk *x, int64_t xs
         float dw = _cvtsh_ss(kx_rd16(blk));
         float cw = fmt == KHUB_QFORMAT_Q4_1 || fmt == KHUB_QFORMAT_Q5_1
                        ? _cvtsh_ss(kx_rd16(blk + 2))
-                   : fmt == KHUB_QFORMAT_Q4_0 ? -8.0f * dw
-                   : fmt == KHUB_QFORMAT_Q5_0 ? -16.0f * dw
-                                              : 0.0f;
+                   : offset_factor(fmt) != 1 ? dw
+                                             : 0.0f;
 #pragma GCC unroll 8
         for (int t = 0; t < tb; t++) {
             const q16blk *xb = x + t * xs + b;
@@ -394,7 +421,9 @@ khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
     if (a->n >= (kq ? KX_GEMM_MIN_N_K : KX_GEMM_MIN_N)) return KX(qgemm_run)(s, a);
     if (kq) return KX(qlinear_q16k_run)(s, a);
     kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL, NULL};
-    if (is_q5(a->wfmt)) k.quantize_row = quantize_row_q5;
+    if (a->wfmt == KHUB_QFORMAT_Q5_1) k.quantize_row = quantize_row_q5;
+    if (a->wfmt == KHUB_QFORMAT_Q5_0) k.quantize_row = quantize_row_q5_0;
+    if (a->wfmt == KHUB_QFORMAT_Q4_0) k.quantize_row = quantize_row_q4_0;
     switch (a->wfmt) {
     case KHUB_QFORMAT_Q4_0: k.tiles = &tiles_q4_0[0][0], k.btiles = btiles_q4_0; break;
     case KHUB_QFORMAT_Q4_1: k.tiles = &tiles_q4_1[0][0], k.btiles = btiles_q4_1; break;
