@@ -11,7 +11,8 @@
 # `khub run --prompt` process. Then --json's per-request timings and totals,
 # the text output, and bad files: malformed JSON, zero max_tokens, an
 # unknown setting (each with its line), an empty file, and a request longer
-# than the cache failing alone while the others finish; and a small
+# than the cache failing alone while the others finish; the default KV
+# cache of a multi-request run (dense) and --cache paged; and a small
 # `khub bench-batch` run.
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
@@ -104,6 +105,21 @@ printf 'one two\n{"prompt": "three", "max_tokens": 2}\n' > two.txt
 grep -Eq "^khub run: 2 requests, [0-9]+ prompt and [0-9]+ generated tokens in" two.err ||
     fail "summary: $(cat two.err)"
 echo "ok   text output"
+
+# The default KV cache of a multi-request run is the dense `dynamic` one
+# (docs/batching.md says why paged is not the default): the explain lists
+# khub/ref-cpu's kv_cache and a dense attention op, no paged_attention.
+"$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 1 --explain > ex.out 2> ex.err ||
+    { cat ex.err; fail "--explain of a prompts file"; }
+grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: kv_cache$' ex.out ||
+    fail "default cache: $(grep '^kv_cache' ex.out)"
+grep -q '^attention\[f32\]: ' ex.out || fail "no dense attention in: $(cat ex.out)"
+if grep -q 'paged' <(grep -v '^    ' ex.out); then fail "a paged role by default: $(cat ex.out)"; fi
+"$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 1 --explain --cache paged \
+    > exp.out 2> exp.err || { cat exp.err; fail "--cache paged"; }
+grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: paged_cache$' exp.out ||
+    fail "--cache paged: $(grep '^kv_cache' exp.out)"
+echo "ok   the default cache of a batch is dynamic; --cache paged selects the pool"
 
 # Bad files: a clear message with the line, exit 1, nothing run.
 bad() { # FILE-CONTENT EXPECTED-MESSAGE

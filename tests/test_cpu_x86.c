@@ -524,9 +524,10 @@ static int tokens_match_alone(const plug *p, int f, const uint8_t *w, int64_t in
  * gemm_min_n() tokens (47 for the 32-blocks, 31 for the k-quants), every
  * token of a call gets bit for bit what it gets alone or in any other group,
  * for every format, with the runtime's two threads splitting the rows. The
- * call sizes cover the 4 x KX_TC tiles (2 tokens) and the batch tiles of 1
- * to KX_TB tokens per group from KX_BATCH_MIN_N = 3 (kx.h: 3, 8, 9, 17 and
- * 47 tokens), and the 32-block formats run with an even (576) and an odd
+ * call sizes cover the 4 x KX_TC tiles (2 tokens) and the batch tiles of
+ * every group size, 1 to KX_TB tokens, from KX_BATCH_MIN_N = 3 (kx.h: calls
+ * of 3, 8, 9, 10, 12, 13, 14, 17 and 47 tokens end in groups of 3, 8, 1,
+ * 2, 4, 5, 6, 1 and 7), and the 32-block formats run with an even (576) and an odd
  * (608) number of blocks per row, whose last block the tiles treat alone.
  * From gemm_min_n() tokens on the call is a prefill GEMM in f32 (qgemm.c),
  * which rounds differently: shown here, so that the comparison is known to
@@ -554,6 +555,10 @@ TEST_IMPL(qlinear_batch_invariant)
             ASSERT(tokens_match_alone(&lv[l], f, w, in, out, x, 4, 3));
             ASSERT(tokens_match_alone(&lv[l], f, w, in, out, x, 1, 8));
             ASSERT(tokens_match_alone(&lv[l], f, w, in, out, x, 5, 9));
+            ASSERT(tokens_match_alone(&lv[l], f, w, in, out, x, 0, 10));
+            ASSERT(tokens_match_alone(&lv[l], f, w, in, out, x, 2, 12));
+            ASSERT(tokens_match_alone(&lv[l], f, w, in, out, x, 3, 13));
+            ASSERT(tokens_match_alone(&lv[l], f, w, in, out, x, 6, 14));
             ASSERT(tokens_match_alone(&lv[l], f, w, in, out, x, 7, 17));
             qlinear_rows(&lv[l], f, w, in, out, x, 0, n, all); /* the GEMM */
             qlinear_rows(&lv[l], f, w, in, out, x, 0, 1, one);

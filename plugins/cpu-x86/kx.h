@@ -95,14 +95,20 @@ typedef void (*kx_qtile_fn)(const uint8_t *w, size_t wrb, const void *x, int64_t
                             const float *bias, float *y, int64_t ldy);
 /* A batch tile (qlinear_q16.c): one output row against tb <= KX_TB tokens,
  * bit for bit what the kx_qtile_fn tiles give each (row, token), with the
- * per-block scale work shared by the tokens: dxv holds per token and block
- * pair the activation scales as [dx0 dx0 dx1 dx1 dx0 dx0 dx1 dx1] (token t
- * at dxv + t * dxs), sv per block the tokens' exact block sums
- * (sv[b * KX_TB + t]); qdriver.c builds both once per call. */
+ * per-block work shared by the tokens: xp holds per token (at xp + t * xps)
+ * and block pair the pair's codes in the order kx_qpairs_fn lays them out;
+ * dxv per token and block pair the activation scales as [dx0 dx0 dx1 dx1
+ * dx0 dx0 dx1 dx1] (token t at dxv + t * dxs); sv per block the tokens'
+ * exact block sums (sv[b * KX_TB + t]); x (token t at x + t * xs) is read
+ * only for an odd last block. qdriver.c builds xp, dxv and sv once per call. */
 typedef void (*kx_qbtile_fn)(const uint8_t *w, const void *x, int64_t xs, int64_t nb,
-                             const float *dxv, int64_t dxs, const float *sv, const float *bias,
-                             float *y, int64_t ldy);
-#define KX_TB 8
+                             const int16_t *xp, int64_t xps, const float *dxv, int64_t dxs,
+                             const float *sv, const float *bias, float *y, int64_t ldy);
+/* Lays out the block pairs of one quantized row (nb blocks) for the batch
+ * tiles: (nb / 2) * KX_PAIR_CODES int16 at xp. */
+typedef void (*kx_qpairs_fn)(const void *xrow, int64_t nb, int16_t *xp);
+#define KX_TB         8
+#define KX_PAIR_CODES 64
 typedef struct kx_qkernel {
     int tr, tc;       /* tile rows and tokens */
     size_t blk_bytes; /* bytes of one quantized 32-block of x */
@@ -111,6 +117,7 @@ typedef struct kx_qkernel {
     /* Batch tiles [tb - 1], or NULL: used for calls of at least
      * KX_BATCH_MIN_N tokens. x's blocks must then start with float d, s. */
     const kx_qbtile_fn *btiles;
+    kx_qpairs_fn pairs; /* with btiles: the pair layout their xp holds */
 } kx_qkernel;
 
 /* Kernels (kernel files, compiled with the module's ISA flags). They return

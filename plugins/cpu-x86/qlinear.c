@@ -252,7 +252,7 @@ static void quantize_row_any(const float *x, int64_t in, void *out) { quantize_r
 
 khub_status KX(qlinear_run)(kx_state *s, const kx_linear *a)
 {
-    kx_qkernel k = {TR_MAX, TC_MAX, sizeof(q8blk), quantize_row_any, NULL, NULL};
+    kx_qkernel k = {TR_MAX, TC_MAX, sizeof(q8blk), quantize_row_any, NULL, NULL, NULL};
     switch (a->wfmt) {
     case KHUB_QFORMAT_Q4_0: k.tiles = &tiles_q4_0[0][0]; break;
     case KHUB_QFORMAT_Q4_1: k.tiles = &tiles_q4_1[0][0]; break;

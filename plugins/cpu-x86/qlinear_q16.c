@@ -318,50 +318,113 @@ static inline __m256 mul_unfused(__m256 a, __m256 b)
     return p;
 }
 
-/* Row w against tokens x[t * xs], t < tb: for every (row, token) the same
- * operations in the same order as tile() (kx_q16_pair), so the same bits.
- * What the tokens share is done once per block pair: unpacking the codes,
- * the weight scales in the lane order of the pair step ([d0 d0 d1 d1 d0 d0
- * d1 d1], times the token's dxv gives kx_q16_pair's sc), and the offset
- * term, vectorised over the tokens (lanes = tokens, sv). The 4 x 2 tile
- * spills on AVX2 (16 accumulator registers); this one holds 4 code vectors,
- * the scales and tb accumulators. */
+/* The pair layout of the batch tiles. kx_q16_pair folds the dot products
+ * of two blocks with a vphaddd, whose lanes are, per 128-bit half h,
+ * [A(4h) + A(4h+1), A(4h+2) + A(4h+3), B(4h) + B(4h+1), B(4h+2) + B(4h+3)]
+ * for the int32 madd lanes A of the first block and B of the second (lane j
+ * of A: the products of int16 pairs j of the low and of the high code
+ * vector). Taking the even and the odd int32 pairs of the two blocks' low
+ * vectors (and of their high vectors) with one shufps each gives four
+ * vectors whose madd lanes, summed, are those same integers: the same
+ * values (integer sums are exact, |lane| < 2^26), without the vphaddd, the
+ * tile's slowest instruction per token. The weights are shuffled once per
+ * row and pair and shared by the tokens; the activations once per call. */
+static inline __attribute__((always_inline)) void perm4(__m256i l0, __m256i h0, __m256i l1,
+                                                        __m256i h1, __m256i v[4])
+{
+#define SHUF(a, b, i) \
+    _mm256_castps_si256(_mm256_shuffle_ps(_mm256_castsi256_ps(a), _mm256_castsi256_ps(b), i))
+    v[0] = SHUF(l0, l1, _MM_SHUFFLE(2, 0, 2, 0));
+    v[1] = SHUF(l0, l1, _MM_SHUFFLE(3, 1, 3, 1));
+    v[2] = SHUF(h0, h1, _MM_SHUFFLE(2, 0, 2, 0));
+    v[3] = SHUF(h0, h1, _MM_SHUFFLE(3, 1, 3, 1));
+#undef SHUF
+}
+
+/* kx_qpairs_fn: each block pair's activation codes through perm4. */
+static void q16_pairs(const void *xrow, int64_t nb, int16_t *xp)
+{
+    const q16blk *x = xrow;
+    for (int64_t b = 0; b + 2 <= nb; b += 2, xp += KX_PAIR_CODES) {
+        __m256i v[4];
+        perm4(_mm256_loadu_si256((const __m256i *)x[b].p),
+              _mm256_loadu_si256((const __m256i *)(x[b].p + 16)),
+              _mm256_loadu_si256((const __m256i *)x[b + 1].p),
+              _mm256_loadu_si256((const __m256i *)(x[b + 1].p + 16)), v);
+        for (int i = 0; i < 4; i++) _mm256_storeu_si256((__m256i *)(xp + 16 * i), v[i]);
+    }
+}
+
+/* The int32 lanes of kx_q16_pair's hadd for weights wv (perm4) against one
+ * token's pair xp (q16_pairs). */
+static inline __attribute__((always_inline)) __m256i pair_dot(const __m256i wv[4],
+                                                              const int16_t *xp)
+{
+    const __m256i *x = (const __m256i *)xp;
+#if defined(KX_LEVEL_AVX512)
+    __m256i d = _mm256_madd_epi16(wv[0], _mm256_loadu_si256(x));
+    d = _mm256_dpwssd_epi32(d, wv[1], _mm256_loadu_si256(x + 1));
+    d = _mm256_dpwssd_epi32(d, wv[2], _mm256_loadu_si256(x + 2));
+    return _mm256_dpwssd_epi32(d, wv[3], _mm256_loadu_si256(x + 3));
+#else
+    return _mm256_add_epi32(_mm256_add_epi32(_mm256_madd_epi16(wv[0], _mm256_loadu_si256(x)),
+                                             _mm256_madd_epi16(wv[1], _mm256_loadu_si256(x + 1))),
+                            _mm256_add_epi32(_mm256_madd_epi16(wv[2], _mm256_loadu_si256(x + 2)),
+                                             _mm256_madd_epi16(wv[3], _mm256_loadu_si256(x + 3))));
+#endif
+}
+
+/* Row w against tokens t < tb: for every (row, token) the same float
+ * operations in the same order as tile() (kx_q16_pair) on the same
+ * integers (pair_dot), so the same bits. What the tokens share is done
+ * once per block pair: unpacking and shuffling the codes, the weight
+ * scales in the lane order of the pair step ([d0 d0 d1 d1 d0 d0 d1 d1],
+ * times the token's dxv gives kx_q16_pair's sc). The offset term runs in a
+ * second pass over the row's scales, vectorised over the tokens (lanes =
+ * tokens, sv), so that the main loop holds only the 4 code vectors, the
+ * scales, tb accumulators and two temporaries: 15 of AVX2's 16 registers,
+ * no spills (with the offset term inside it kept 4 accumulators on the
+ * stack). */
 static inline __attribute__((always_inline)) void
 btile(const int fmt, const int tb, const uint8_t *w, const q16blk *x, int64_t xs, int64_t nb,
-      const float *dxv, int64_t dxs, const float *sv, const float *bias, float *y, int64_t ldy)
+      const int16_t *xp, int64_t xps, const float *dxv, int64_t dxs, const float *sv,
+      const float *bias, float *y, int64_t ldy)
 {
     const __m256i pick = _mm256_setr_epi32(0, 0, 2, 2, 0, 0, 2, 2);
     const size_t bb = blk_bytes(fmt);
-    __m256 acc[KX_TB], cor1 = _mm256_setzero_ps(), cor3 = _mm256_setzero_ps();
+    __m256 acc[KX_TB];
 #pragma GCC unroll 8
     for (int t = 0; t < tb; t++) acc[t] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
         const uint8_t *blk = w + (size_t)b * bb;
         _mm_prefetch((const char *)blk + KX_PF_DIST, _MM_HINT_T0);
-        __m256i w0l, w0h, w1l, w1h;
+        __m256i w0l, w0h, w1l, w1h, wv[4];
         codes16(fmt, blk, &w0l, &w0h);
         codes16(fmt, blk + bb, &w1l, &w1h);
+        perm4(w0l, w0h, w1l, w1h, wv);
         const __m128 sw = scales2(fmt, blk, bb);
         const __m256 dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(sw), pick);
+        const int16_t *xpb = xp + (b / 2) * KX_PAIR_CODES;
+        const float *dxb = dxv + (b / 2) * 8;
 #pragma GCC unroll 8
         for (int t = 0; t < tb; t++) {
-            const q16blk *xb = x + t * xs + b;
-            __m256i d =
-                _mm256_hadd_epi32(kx_q16_dot(w0l, w0h, xb[0].p), kx_q16_dot(w1l, w1h, xb[1].p));
-            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(dxv + t * dxs + (b / 2) * 8));
+            __m256i d = pair_dot(wv, xpb + t * xps);
+            __m256 sc = _mm256_mul_ps(dw, _mm256_loadu_ps(dxb + t * dxs));
             acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, acc[t]);
-        }
-        if (fmt != KHUB_QFORMAT_Q8_0) {
-            const __m256 c0 = _mm256_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(sw, sw, 1)));
-            const __m256 c1 = _mm256_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(sw, sw, 3)));
-            cor1 = _mm256_add_ps(cor1, mul_unfused(c0, _mm256_loadu_ps(sv + b * KX_TB)));
-            cor3 = _mm256_add_ps(cor3, mul_unfused(c1, _mm256_loadu_ps(sv + (b + 1) * KX_TB)));
         }
     }
     float cs[KX_TB]; /* kx_q16_cor: lane 1 + lane 3 of each token */
-    _mm256_storeu_ps(cs,
-                     fmt == KHUB_QFORMAT_Q8_0 ? _mm256_setzero_ps() : _mm256_add_ps(cor1, cor3));
+    __m256 cor1 = _mm256_setzero_ps(), cor3 = _mm256_setzero_ps();
+    if (fmt != KHUB_QFORMAT_Q8_0)
+        for (int64_t b2 = 0; b2 + 2 <= nb; b2 += 2) {
+            const __m128 sw = scales2(fmt, w + (size_t)b2 * bb, bb);
+            const __m256 c0 = _mm256_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(sw, sw, 1)));
+            const __m256 c1 = _mm256_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(sw, sw, 3)));
+            cor1 = _mm256_add_ps(cor1, mul_unfused(c0, _mm256_loadu_ps(sv + b2 * KX_TB)));
+            cor3 = _mm256_add_ps(cor3, mul_unfused(c1, _mm256_loadu_ps(sv + (b2 + 1) * KX_TB)));
+        }
+    _mm256_storeu_ps(cs, _mm256_add_ps(cor1, cor3));
     for (; b < nb; b++) { /* odd block count: the last block alone, as tile() */
         const uint8_t *blk = w + (size_t)b * bb;
         __m256i wl, wh;
@@ -385,10 +448,10 @@ btile(const int fmt, const int tb, const uint8_t *w, const q16blk *x, int64_t xs
 
 #define BTILE_DEF(F, K, T) \
     static void btile_##F##_##T(const uint8_t *w, const void *x, int64_t xs, int64_t nb, \
-                                const float *dxv, int64_t dxs, const float *sv, const float *bias, \
-                                float *y, int64_t ldy) \
+                                const int16_t *xp, int64_t xps, const float *dxv, int64_t dxs, \
+                                const float *sv, const float *bias, float *y, int64_t ldy) \
     { \
-        btile(K, T, w, x, xs, nb, dxv, dxs, sv, bias, y, ldy); \
+        btile(K, T, w, x, xs, nb, xp, xps, dxv, dxs, sv, bias, y, ldy); \
     }
 #define BTILES(F, K) \
     BTILE_DEF(F, K, 1) \
@@ -420,7 +483,7 @@ khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
     const int kq = a->wfmt == KHUB_QFORMAT_Q4_K || a->wfmt == KHUB_QFORMAT_Q6_K;
     if (a->n >= (kq ? KX_GEMM_MIN_N_K : KX_GEMM_MIN_N)) return KX(qgemm_run)(s, a);
     if (kq) return KX(qlinear_q16k_run)(s, a);
-    kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL, NULL};
+    kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL, NULL, q16_pairs};
     if (a->wfmt == KHUB_QFORMAT_Q5_1) k.quantize_row = quantize_row_q5;
     if (a->wfmt == KHUB_QFORMAT_Q5_0) k.quantize_row = quantize_row_q5_0;
     if (a->wfmt == KHUB_QFORMAT_Q4_0) k.quantize_row = quantize_row_q4_0;

@@ -172,7 +172,7 @@ static const kx_qtile_fn tiles_q6_k[TR][TC] = KX_TILE_PTRS(q6_k);
 
 khub_status KX(qlinear_q16k_run)(kx_state *s, const kx_linear *a)
 {
-    kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL, NULL};
+    kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL, NULL, NULL};
     if (a->in % QKK != 0)
         return KX_FAIL(s, KHUB_STATUS_INTERNAL, "qlinear: %lld inputs reached the k-quant kernel",
                        (long long)a->in);
