@@ -147,7 +147,7 @@ class ModelOpts(ctypes.Structure):
         ("kv_num_blocks", i32),
         ("kv_max_bytes", u64),
         ("tp_size", i32),  # tensor parallelism (issue 18); the binding passes no comm
-        ("reserved2", u32),
+        ("tp_plan", i32),  # enum khub_tp_plan (0.1's reserved2)
         ("comm", ctypes.c_void_p),
     ]
 
