@@ -7,8 +7,10 @@
 #   1. build (release, all targets, in build-gpu/);
 #   2. the driver and GPU (nvidia-smi);
 #   3. the host side of device placement on the fake driver (test_placement,
-#      runs without a GPU: the fallback, strict, memory and error paths; and
-#      test_cuda_graphs: the decode step as a CUDA graph);
+#      runs without a GPU: the fallback, strict, memory and error paths;
+#      test_cuda_graphs: the decode step as a CUDA graph; and
+#      test_device_paged: split-K and paged attention launches, the
+#      device paged cache's blocks);
 #   4. the CUDA driver layer: memory, streams, a PTX kernel launched
 #      (test_host_api cuda_roundtrip_and_launch);
 #   5. the in-tree CUDA kernels built to PTX with NVRTC and checked
@@ -23,6 +25,10 @@
 #      (KHUB_CUDA_JIT=0) and once compiled at load (flash-attn2 and rotary
 #      specialised on the shapes, NVRTC at run time, a fresh disk cache),
 #      each output also against the first run's;
+#      and test_gpu_paged: the paged cache and paged attention of
+#      kv-cache-cuda against ref-cpu's dense attention (decode batches
+#      through split-K, prefill batches through the tiles, f32 and f16
+#      pools, a sliding window and the soft-cap);
 #   7. SmolLM2-135M on the device against the CPU's greedy tokens (test_gpu_ops
 #      gpu_smollm2_device_matches_cpu, every in-tree CUDA kernel loaded), and
 #      with CUDA graphs off and on (gpu_smollm2_graphs_on_off: the same
@@ -88,6 +94,7 @@ fi
 step "3. host side of device placement on the fake driver (no GPU needed)"
 run_test "test_placement" $B/tests/test_placement
 run_test "test_cuda_graphs (decode-step CUDA graphs on the fake driver)" $B/tests/test_cuda_graphs
+run_test "test_device_paged" $B/tests/test_device_paged
 
 step "4. CUDA driver layer (test_host_api cuda_roundtrip_and_launch)"
 run_test "driver layer round trip and launch" $B/tests/test_host_api cuda_roundtrip_and_launch
@@ -136,6 +143,8 @@ else
     fi
     run_test "CUDA linear layers (GEMV, GEMM) vs khub/ref-cpu, GEMM timing" \
         env KHUB_GPU_KERNELS="$work" $B/tests/test_gpu_linear
+    run_test "paged attention vs dense (ref-cpu)" env KHUB_GPU_KERNELS="$work" \
+        $B/tests/test_gpu_paged
 fi
 
 step "7. SmolLM2-135M on the device vs the CPU's greedy tokens; CUDA graphs off vs on"

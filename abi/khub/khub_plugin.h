@@ -754,7 +754,9 @@ typedef struct khub_kv_cache_memory {
  * khub_kv_cache_methods.paged_view: the layer's pools and the cache's block
  * table, everything the paged_attention op of the same layout reads. The
  * tensors and the table are the cache's: valid until the next reserve,
- * release, truncate or destroy of the cache. */
+ * release, truncate or destroy of the cache. A CUDA cache's pools and
+ * block table are device memory (what its CUDA paged_attention reads): the
+ * host reads only the view's numbers (block_size, n_blocks, n_free). */
 typedef struct khub_kv_paged_view {
     KHUB_STRUCT_HEADER;
     uint32_t layout;             /* KHUB_KV_LAYOUT_* */

@@ -21,6 +21,9 @@
  * which every stream khub creates (blocking streams, cuStreamCreate flags
  * 0) waits for and is waited by: ordered too, but never inside a graph.
  * The cache lives on CUDA device 0.
+ *
+ * The plugin's other two ops, the paged cache and the paged attention that
+ * reads it (layout PAGED_HTD), are paged_cuda.c's.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -253,10 +256,18 @@ static const khub_op_caps caps = {
     .priority = 30,
 };
 
-static const khub_op_desc ops[] = {
-    {KHUB_STRUCT_INIT(khub_op_desc), .name = "static_cache", .kind = KHUB_OP_KV_CACHE,
-     .caps = &caps, .methods = &methods},
-};
+/* paged_cuda.c: the paged cache and its attention (layout PAGED_HTD). */
+extern const khub_op_desc khub_kvc__paged_ops[2];
+void khub_kvc__paged_init(const khub_host_api *host);
+void khub_kvc__paged_shutdown(void);
+
+static khub_op_desc ops[3];
+
+static void kv_shutdown(void *sp)
+{
+    (void)sp;
+    khub_kvc__paged_shutdown();
+}
 
 khub_status khub_kv_cache_cuda_init(const khub_host_api *h, khub_plugin_desc *out, char *errbuf,
                                     size_t errbuf_size)
@@ -264,15 +275,21 @@ khub_status khub_kv_cache_cuda_init(const khub_host_api *h, khub_plugin_desc *ou
     (void)errbuf, (void)errbuf_size;
     g_state.host = h;
     g_state.loaded = 0;
+    khub_kvc__paged_init(h);
+    ops[0] = (khub_op_desc){KHUB_STRUCT_INIT(khub_op_desc), .name = "static_cache",
+                            .kind = KHUB_OP_KV_CACHE, .caps = &caps, .methods = &methods};
+    ops[1] = khub_kvc__paged_ops[0];
+    ops[2] = khub_kvc__paged_ops[1];
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
                           .id = "kernels-community/kv-cache-cuda",
                           .version = "1.0.0",
-                          .n_ops = 1,
+                          .n_ops = 3,
                           .ops = ops,
                           .state = &g_state,
-                          .score = score};
+                          .score = score,
+                          .shutdown = kv_shutdown};
     return khub_plugin_desc_put(out, &d);
 }
 
 KHUB_PLUGIN_DEFINE_KINDS(khub_kv_cache_cuda_init, "kernels-community/kv-cache-cuda", "1.0.0",
-                         KHUB_KIND_BIT(KHUB_OP_KV_CACHE))
+                         KHUB_KIND_BIT(KHUB_OP_KV_CACHE) | KHUB_KIND_BIT(KHUB_OP_PAGED_ATTENTION))

@@ -19,10 +19,15 @@
  * each host buffer has a device twin. The KV cache is the device one (made
  * by the kv_cache role's CUDA op at load) when that role is on the device,
  * else the model's host cache with attention on the host too: a cache and
- * its attention on different sides, and a paged cache, are refused
- * (UNSUPPORTED, saying so) rather than copying every cached position each
- * layer. Kernel verification (KHUB_OPT_VERIFY_KERNELS) does not apply to
- * device ops: ref-cpu cannot read device memory.
+ * its attention on different sides are refused (UNSUPPORTED, saying so)
+ * rather than copying every cached position each layer. A paged cache runs
+ * only on the device, with paged attention there too: its blocks are
+ * reserved before layer 0 (the scheduler's budget asks the device pool,
+ * kv_budget.c), the call's int32 arrays go up once per step, and each
+ * layer appends K/V into the blocks and makes one paged_attention call
+ * (device_kv.c holds the pool's side). Kernel verification
+ * (KHUB_OPT_VERIFY_KERNELS) does not apply to device ops: ref-cpu cannot
+ * read device memory.
  *
  * A decode step may run as a CUDA graph (forward_graph.c): the body
  * (khub__forward_device_body: every op call, nothing copied to or from the
@@ -68,12 +73,29 @@ static khub_tensor *tens(tview *v, void *data, bool dev, int ndim, int64_t a, in
 /* Device twins of the host scratch                                         */
 /* ======================================================================== */
 
-enum { B_X, B_XB, B_OB, B_Q, B_ATT, B_K, B_V, B_GATE, B_UP, B_LAST, B_LOGITS, B_POS, B__COUNT };
+/* B_PA: the int32 arrays of a paged attention call (cu_seqlens_q, q_pos0,
+ * kv_lens, seq_rows: m->pa_ints' twin), only with a paged device cache. */
+enum {
+    B_X,
+    B_XB,
+    B_OB,
+    B_Q,
+    B_ATT,
+    B_K,
+    B_V,
+    B_GATE,
+    B_UP,
+    B_LAST,
+    B_LOGITS,
+    B_POS,
+    B_PA,
+    B__COUNT
+};
 
 static float **host_buf(khub_model *m, int b)
 {
-    float **bufs[B__COUNT] = {&m->x, &m->xb,   &m->ob, &m->q,    &m->att,    &m->k,
-                              &m->v, &m->gate, &m->up, &m->last, &m->logits, NULL};
+    float **bufs[B__COUNT] = {&m->x,    &m->xb, &m->ob,   &m->q,      &m->att, &m->k, &m->v,
+                              &m->gate, &m->up, &m->last, &m->logits, NULL,    NULL};
     return bufs[b];
 }
 
@@ -90,6 +112,7 @@ static void *dev_ptr(const khub_model *m, int b, int64_t elem)
 
 static float *host_at(khub_model *m, int b, int64_t elem)
 {
+    if (b == B_PA) return (float *)(void *)(m->pa_ints + elem);
     return b == B_POS ? (float *)m->positions + elem : *host_buf(m, b) + elem;
 }
 
@@ -110,7 +133,8 @@ khub_status khub__forward_device_init(khub_model *m)
                                B * f,
                                S * h,
                                S * c->vocab_size,
-                               B};
+                               B,
+                               m->kv_layout ? 4 * S + 1 : 0};
     uint64_t off = 0;
     for (int b = 0; b < B__COUNT; b++) {
         pl->dbuf[b] = pl->scratch_dptr + off;
@@ -130,6 +154,7 @@ khub_status khub__forward_device_init(khub_model *m)
                        !pl->dkv->view || !pl->dkv->truncate,
                    KHUB_STATUS_PLUGIN_INVALID, "%s: %s lacks a KV cache method", m->file,
                    khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]));
+    /* A paged cache is sized as the host's was (the same config). */
     khub_kv_cache_config cc = {KHUB_STRUCT_INIT(khub_kv_cache_config),
                                .n_layers = (int32_t)c->n_layers,
                                .n_kv_heads = (int32_t)c->n_kv_heads,
@@ -137,7 +162,10 @@ khub_status khub__forward_device_init(khub_model *m)
                                .n_seqs = m->max_seqs,
                                .max_tokens = m->max_context,
                                .dtype = m->kv_dtype,
-                               .options = m->kv_options[0] ? m->kv_options : NULL};
+                               .options = m->kv_options[0] ? m->kv_options : NULL,
+                               .block_size = m->kv_block_size,
+                               .n_blocks = m->kv_num_blocks,
+                               .max_bytes = m->kv_max_bytes};
     khub__plugin_msg_clear();
     khub_status st = pl->dkv->create(pl->dkv_state, &cc, &pl->dcache);
     KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st,
@@ -145,7 +173,7 @@ khub_status khub__forward_device_init(khub_model *m)
                    "%s",
                    m->file, (int)pl->device, (long long)m->max_context, (int)m->max_seqs,
                    khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]), khub__plugin_msg());
-    return KHUB_STATUS_OK;
+    return m->kv_layout ? khub__device_pool_init(m) : KHUB_STATUS_OK;
 }
 
 void khub__forward_device_free(khub_model *m)
@@ -153,17 +181,8 @@ void khub__forward_device_free(khub_model *m)
     khub__place *pl = m->place;
     if (pl && pl->dcache) pl->dkv->destroy(pl->dkv_state, pl->dcache);
     if (pl) pl->dcache = NULL;
-}
-
-khub_status khub__forward_device_truncate(khub_model *m, int32_t seq, int64_t n)
-{
-    khub__place *pl = m->place;
-    if (!pl || !pl->dcache) return KHUB_STATUS_OK;
-    khub__plugin_msg_clear();
-    khub_status st = pl->dkv->truncate(pl->dkv_state, pl->dcache, seq, n);
-    KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: device kv_cache truncate failed in %s: %s",
-                   m->file, khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]), khub__plugin_msg());
-    return KHUB_STATUS_OK;
+    if (pl) khub__free(m->rt, pl->dheld, pl->dheld ? (size_t)m->max_seqs * sizeof *pl->dheld : 0);
+    if (pl) pl->dheld = NULL;
 }
 
 /* ======================================================================== */
@@ -438,6 +457,95 @@ static khub_status attend_host(khub_model *m, int layer, int64_t n, const khub__
     return up(m, &out, 1, "attention", layer);
 }
 
+/* The paged path on the device (issue 19 item 2): every segment's K/V
+ * appended into its blocks by the device cache, then one paged_attention
+ * call for the whole batch over the layer's pools and the device block
+ * table. The blocks were reserved before layer 0 and the int32 arrays of
+ * the call (B_PA) went up with the step's inputs. */
+static khub_status attend_device_paged(khub_model *m, const khub__layer *ly, int layer,
+                                       const khub__seg *segs, int n_segs, int64_t n)
+{
+    const khub_model_config *c = &m->cfg;
+    khub__place *pl = m->place;
+    int64_t hd = c->head_dim, kvdim = c->n_kv_heads * hd, off = 0;
+    /* The appends and the attention on the model's stream (ABI 1.5 ctx). */
+    khub_call_ctx ctx = {KHUB_STRUCT_INIT(khub_call_ctx), .device = {KHUB_DEVICE_CUDA, pl->device},
+                         .stream = pl->stream};
+    for (int s = 0; s < n_segs; s++) {
+        const khub__seg *g = &segs[s];
+        tview kw, vw;
+        khub_kv_write_args w = {
+            KHUB_STRUCT_INIT(khub_kv_write_args),
+            .layer = layer,
+            .seq = g->seq,
+            .pos = g->pos0,
+            .k = tens(&kw, dev_ptr(m, B_K, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
+            .v = tens(&vw, dev_ptr(m, B_V, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
+            .ctx = &ctx};
+        khub__args_buf cut;
+        const khub_kv_write_args *sent =
+            khub__args_for_minor(KHUB_OP_KV_CACHE, pl->dkv_minor, &w, &cut);
+        khub__plugin_msg_clear();
+        khub_status st = pl->dkv->write(pl->dkv_state, pl->dcache, sent);
+        KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st,
+                       "%s: cuda:%d: layer %d kv_cache write failed in %s: %s", m->file,
+                       (int)pl->device, layer, khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]),
+                       khub__plugin_msg());
+        off += g->n;
+    }
+    khub_kv_paged_view pv = {KHUB_STRUCT_INIT(khub_kv_paged_view)};
+    khub__plugin_msg_clear();
+    khub_status st = pl->dkv->paged_view(pl->dkv_state, pl->dcache, layer, &pv);
+    KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st,
+                   "%s: cuda:%d: layer %d kv_cache paged_view failed in %s: %s", m->file,
+                   (int)pl->device, layer, khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]),
+                   khub__plugin_msg());
+    const int32_t *cu = dev_ptr(m, B_PA, 0);
+    tview qv, ov;
+    khub_paged_attention_args a = {
+        KHUB_STRUCT_INIT(khub_paged_attention_args),
+        .ctx = &ctx,
+        .layout = pv.layout,
+        .n_seqs = n_segs,
+        .q = tens(&qv, dev_ptr(m, B_Q, 0), true, 3, n, c->n_heads, hd),
+        .out = tens(&ov, dev_ptr(m, B_ATT, 0), true, 3, n, c->n_heads, hd),
+        .k_pool = pv.k_pool,
+        .v_pool = pv.v_pool,
+        .k_scales = pv.k_scales,
+        .v_scales = pv.v_scales,
+        .cu_seqlens_q = cu,
+        .q_pos0 = cu + n_segs + 1,
+        .kv_lens = cu + 2 * n_segs + 1,
+        .block_table = pv.block_table,
+        .seq_rows = cu + 3 * n_segs + 1,
+        .block_table_stride = pv.block_table_stride,
+        .block_size = pv.block_size,
+        .scale = (float)(c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd)),
+        .causal = 1,
+        .window = ly->window,
+        .softcap = (float)c->attn_softcap};
+    return call(m, pl->cuda[KHUB__ROLE_PAGED_ATTENTION], &a, "paged_attention", layer);
+}
+
+/* Takes every segment's blocks in the device cache before layer 0, so a
+ * batch that does not fit fails (KV_FULL) before anything is written, and
+ * fills the paged call's int32 arrays (forward.c's attend_paged does the
+ * same per layer on the host). */
+static khub_status paged_step(khub_model *m, const khub__seg *segs, int n_segs)
+{
+    int32_t *cu = m->pa_ints, *pos0 = cu + n_segs + 1, *lens = pos0 + n_segs, *rows = lens + n_segs;
+    cu[0] = 0;
+    for (int s = 0; s < n_segs; s++) {
+        const khub__seg *g = &segs[s];
+        KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_device_reserve(m, g->seq, g->pos0 + g->n));
+        cu[s + 1] = cu[s] + (int32_t)g->n;
+        pos0[s] = (int32_t)g->pos0;
+        lens[s] = (int32_t)(g->pos0 + g->n);
+        rows[s] = g->seq;
+    }
+    return KHUB_STATUS_OK;
+}
+
 /* ======================================================================== */
 /* The pass                                                                 */
 /* ======================================================================== */
@@ -461,8 +569,11 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
     }
     KHUB_FORWARD_IF_ERROR(rt, rotary(m, B_Q, n, c->n_heads, L, "rotary q"));
     KHUB_FORWARD_IF_ERROR(rt, rotary(m, B_K, n, c->n_kv_heads, L, "rotary k"));
-    KHUB_FORWARD_IF_ERROR(rt, m->place->dcache ? attend_device(m, ly, L, segs, n_segs)
-                                               : attend_host(m, L, n, segs, n_segs));
+    if (khub__forward_device_paged(m))
+        KHUB_FORWARD_IF_ERROR(rt, attend_device_paged(m, ly, L, segs, n_segs, n));
+    else
+        KHUB_FORWARD_IF_ERROR(rt, m->place->dcache ? attend_device(m, ly, L, segs, n_segs)
+                                                   : attend_host(m, L, n, segs, n_segs));
     KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->o, KHUB__ROLE_O, B_ATT, B_OB, n, 0, "o_proj", L));
     if (c->post_norms)
         KHUB_FORWARD_IF_ERROR(
@@ -479,16 +590,27 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
     return norm(m, B_OB, -1, &ly->post_ffw_norm, n, hidden, B_OB, "post_ffw_norm", L);
 }
 
-/* What the device pass cannot do, refused before anything runs. */
+/* What the device pass cannot do, refused before anything runs: a cache
+ * and its reader on different sides (every cached position would cross
+ * each layer), and a paged cache anywhere but on the device with its
+ * paged attention. */
 static khub_status supported(khub_model *m)
 {
     khub__place *pl = m->place;
+    bool cache_dev = pl->dcache != NULL;
+    if (m->kv_layout) {
+        bool pa_dev = pl->cuda[KHUB__ROLE_PAGED_ATTENTION] != NULL;
+        KHUB_RETURN_IF(m->rt, !pa_dev || !cache_dev, KHUB_STATUS_UNSUPPORTED,
+                       "%s: cuda:%d: a paged KV cache runs on the device only with both the "
+                       "paged cache and paged attention as CUDA ops (here the cache is on the %s "
+                       "and paged attention on the %s); load kernels-community/kv-cache-cuda, or "
+                       "load the model with a dense cache",
+                       m->file, (int)pl->device, cache_dev ? "device" : "CPU",
+                       pa_dev ? "device" : "CPU");
+        return KHUB_STATUS_OK;
+    }
     bool attn_dev = pl->cuda[KHUB__ROLE_ATTENTION] != NULL;
-    KHUB_RETURN_IF(m->rt, m->kv_layout, KHUB_STATUS_UNSUPPORTED,
-                   "%s: cuda:%d: a paged KV cache on a CUDA device is not built yet; load the "
-                   "model with a dense cache",
-                   m->file, (int)pl->device);
-    KHUB_RETURN_IF(m->rt, attn_dev != (pl->dcache != NULL), KHUB_STATUS_UNSUPPORTED,
+    KHUB_RETURN_IF(m->rt, attn_dev != cache_dev, KHUB_STATUS_UNSUPPORTED,
                    "%s: cuda:%d: attention on the %s with the KV cache on the %s is not built "
                    "(every cached position would cross each layer); load a %s op for the %s "
                    "role",
@@ -502,10 +624,14 @@ static khub_status supported(khub_model *m)
  * waited for: the step ends by reading the logits (a synchronisation), and
  * a failed step synchronises before returning, so the next step's lookup
  * never overwrites rows still in flight. */
-static khub_status upload_inputs(khub_model *m, int64_t n)
+static khub_status upload_inputs(khub_model *m, int64_t n, int n_segs)
 {
     span s[2] = {{B_X, 0, n * m->cfg.hidden_size}, {B_POS, 0, n}};
-    return up_async(m, s, m->place->cuda[KHUB__ROLE_ROTARY] ? 2 : 1, "embedding upload", -1);
+    KHUB_FORWARD_IF_ERROR(
+        m->rt, up_async(m, s, m->place->cuda[KHUB__ROLE_ROTARY] ? 2 : 1, "embedding upload", -1));
+    span pa = {B_PA, 0, 4 * n_segs + 1};
+    return khub__forward_device_paged(m) ? up_async(m, &pa, 1, "paged attention tables", -1)
+                                         : KHUB_STATUS_OK;
 }
 
 /* The final norm, the last row of each segment into `last` and the head. */
@@ -551,8 +677,9 @@ khub_status khub__forward_device_body(khub_model *m, const khub__seg *segs, int 
 khub_status khub__forward_device(khub_model *m, const khub__seg *segs, int n_segs, int64_t n)
 {
     KHUB_FORWARD_IF_ERROR(m->rt, supported(m));
+    if (khub__forward_device_paged(m)) KHUB_FORWARD_IF_ERROR(m->rt, paged_step(m, segs, n_segs));
     bool graphed = false;
-    khub_status st = upload_inputs(m, n);
+    khub_status st = upload_inputs(m, n, n_segs);
     if (st == KHUB_STATUS_OK) st = khub__graph_step(m, segs, n_segs, n, &graphed);
     if (st == KHUB_STATUS_OK && !graphed) st = khub__forward_device_body(m, segs, n_segs, n);
     if (st == KHUB_STATUS_OK) {

@@ -28,7 +28,9 @@
  * Graphs are off (and --explain says why) when a role runs on the CPU (its
  * copies synchronise the stream mid-step, which a capture cannot hold),
  * when the device KV cache's plugin predates ABI 1.5 (it appends on the
- * legacy default stream), when the driver has no graphs, or with
+ * legacy default stream), with a paged device cache (its reserve copies on
+ * the legacy stream, its split-K scratch may grow mid-step), when the
+ * driver has no graphs, or with
  * KHUB_CUDA_GRAPHS=0. A capture, update or instantiation that fails turns
  * them off for the model with one warning; the step then runs with plain
  * launches, so it computes the same.
@@ -75,6 +77,13 @@ void khub__graph_plan(khub_model *m)
                  "the device KV cache %s targets ABI 1.%d: it appends on the legacy default "
                  "stream, which a capture cannot hold (1.5 passes the stream)",
                  khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]), (int)pl->dkv_minor);
+        return;
+    }
+    if (pl->dheld) {
+        snprintf(g->why, sizeof g->why,
+                 "a paged device KV cache: its reserve copies the block table outside the "
+                 "model's stream and its split-K scratch may grow mid-step, which a capture "
+                 "cannot hold");
         return;
     }
     khub__plugin_msg_clear();

@@ -14,6 +14,8 @@
  * (so a granted sequence never meets KV_FULL in the forward pass), release
  * gives them back (khub__forward_reset), the free tokens are the free
  * blocks' and the capacity is the pool's. The scheduler does not change.
+ * On a model placed on a CUDA device whose paged pool is in device memory
+ * (placement.h), the same questions go to that pool.
  *
  * Reservations are in tokens per sequence (m->kv_held[seq]): the scheduler
  * grows a sequence before the forward call that writes its new positions,
@@ -22,6 +24,7 @@
 #include <string.h>
 
 #include "executor.h"
+#include "placement.h"    /* a paged pool in device memory */
 #include "runtime_impl.h" /* khub__plugin_msg: the pool's own message */
 
 /* The pool's free blocks and block size, and how many blocks seq holds (its
@@ -31,6 +34,7 @@ static bool pool_state(const khub_model *m, int32_t seq, int64_t *n_free, int64_
                        int64_t *held)
 {
     if (!m->kv_layout) return false;
+    if (khub__forward_device_paged(m)) return khub__forward_device_pool(m, seq, n_free, bs, held);
     void *state = NULL;
     const khub_op_desc *op = khub_binding_acquire(m->kv_op, &state);
     khub_kv_paged_view v = {KHUB_STRUCT_INIT(khub_kv_paged_view)};
@@ -51,6 +55,7 @@ static bool pool_state(const khub_model *m, int32_t seq, int64_t *n_free, int64_
  * plugin's cache: forward.c's kv_pin says the same). */
 static khub_status pool_reserve(khub_model *m, int32_t seq, int64_t n)
 {
+    if (khub__forward_device_paged(m)) return khub__forward_device_reserve(m, seq, n);
     void *state = NULL;
     const khub_op_desc *op = khub_binding_acquire(m->kv_op, &state);
     khub_status st = KHUB_STATUS_BUSY;

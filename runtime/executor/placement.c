@@ -67,15 +67,28 @@ static role_io io_of(const khub_model *m, khub__role r)
  * registry's reason in why) when there is none. */
 static khub_binding *cuda_op(khub_model *m, const khub__bound *b, char *why, size_t n)
 {
+    /* The cache is bound before its layout is known (model_bind.c): its
+     * device twin is asked for the model's layout. */
+    uint32_t layout = b->role == KHUB__ROLE_KV_CACHE ? m->kv_layout : b->kv_layout;
     khub_op_query q = {
         KHUB_STRUCT_INIT(khub_op_query), .kind = b->kind,   .device_type = KHUB_DEVICE_CUDA,
-        .dtype_id = b->dtype_id,         .flags = b->flags, .kv_layout = b->kv_layout};
+        .dtype_id = b->dtype_id,         .flags = b->flags, .kv_layout = layout};
     if (b->role == KHUB__ROLE_ATTENTION || b->role == KHUB__ROLE_PAGED_ATTENTION)
         q.head_dim = (int32_t)m->cfg.head_dim;
     khub_binding *out = NULL;
-    if (khub_registry_select(m->rt, &q, &out) == KHUB_STATUS_OK) return out;
-    snprintf(why, n, "%s", khub_runtime_errmsg(m->rt));
-    khub__clear(m->rt);
+    if (khub_registry_select(m->rt, &q, &out) != KHUB_STATUS_OK) {
+        snprintf(why, n, "%s", khub_runtime_errmsg(m->rt));
+        khub__clear(m->rt);
+        return NULL;
+    }
+    /* A dense query is not refused by layout: a paged CUDA cache would
+     * answer it, and the model's cache is dense. */
+    void *state = NULL;
+    const khub_op_desc *op = khub_binding_acquire(out, &state);
+    bool paged = op && b->role == KHUB__ROLE_KV_CACHE && !layout && op->caps->kv_layouts;
+    khub_binding_release(out);
+    if (!paged) return out;
+    snprintf(why, n, "%s is a paged cache; the model's is dense", khub_binding_name(out));
     return NULL;
 }
 
@@ -378,7 +391,8 @@ khub_status khub__place_model(khub_model *m, khub_device device, bool strict)
     if (st == KHUB_STATUS_OK) {
         each_weight(m, count_weight, pl);
         pl->kv_bytes = pl->cuda[KHUB__ROLE_KV_CACHE] ? kv_bytes(m) : 0;
-        pl->scratch_bytes = m->scratch_bytes;
+        /* + a paged call's int32 arrays (forward_device.c's B_PA) */
+        pl->scratch_bytes = m->scratch_bytes + (m->kv_layout ? (4u * m->max_seqs + 1) * 4u : 0);
         st = check_fit(m);
     }
     if (st == KHUB_STATUS_OK) st = allocate_and_upload(m);

@@ -50,12 +50,17 @@ typedef struct khub__place {
     int32_t n_cuda, n_cpu;            /* roles on each side */
     char *text;                       /* owned: khub_model_explain's placement section */
     khub_binding *cuda_of[64]; /* per m->bound[i]: its CUDA op when the role is on the device */
-    uint64_t dbuf[12];         /* device twins of the host scratch (forward_device.c) */
+    uint64_t dbuf[13];         /* device twins of the host scratch (forward_device.c) */
     const khub_kv_cache_methods *dkv; /* the device cache's methods, or NULL */
     void *dkv_state;
     khub_kv_cache *dcache; /* the KV cache in device memory (owned), NULL = the host's */
     uint16_t dkv_minor;    /* ABI minor of the device cache's plugin */
     khub__graph graph;
+    /* A paged device cache: blocks each sequence holds (owned, [max_seqs];
+     * counted as reserve takes them: its block table is device memory) and
+     * the pool's block size. */
+    int32_t *dheld;
+    int32_t dblock;
 } khub__place;
 
 /* Makes m's placement for opts.device (a CUDA device; the CPU needs none):
@@ -68,6 +73,24 @@ typedef struct khub__place {
 KHUB_INTERNAL khub_status khub__place_model(khub_model *m, khub_device device, bool strict);
 /* Frees the device blocks and the stream (waiting for it first). */
 KHUB_INTERNAL void khub__place_free(khub_model *m);
+
+/* ---- device_kv.c --------------------------------------------------------- */
+
+/* After the device cache's create: a paged cache's methods, layout and pool
+ * (PLUGIN_INVALID naming what is wrong); the budget follows its pool. */
+KHUB_INTERNAL khub_status khub__device_pool_init(khub_model *m);
+/* The device cache's truncate (no-op when the cache is the host's); a
+ * paged cache's truncate to 0 releases the sequence's blocks. */
+KHUB_INTERNAL khub_status khub__forward_device_truncate(khub_model *m, int32_t seq, int64_t n);
+/* Whether m's KV cache is a paged pool in device memory. */
+KHUB_INTERNAL bool khub__forward_device_paged(const khub_model *m);
+/* The paged device cache's reserve (KV_FULL or CONTEXT_FULL, named, when
+ * the pool or the sequence is too small; then nothing is taken). */
+KHUB_INTERNAL khub_status khub__forward_device_reserve(khub_model *m, int32_t seq, int64_t n);
+/* The paged device pool's free blocks, block size and the blocks seq holds
+ * (0 for seq < 0); false when m's cache is not a paged device pool. */
+KHUB_INTERNAL bool khub__forward_device_pool(const khub_model *m, int32_t seq, int64_t *n_free,
+                                             int64_t *bs, int64_t *held);
 
 /* ---- forward_device.c ---------------------------------------------------- */
 
@@ -95,7 +118,8 @@ KHUB_INTERNAL khub_status khub__forward_device_body(khub_model *m, const khub__s
  * CUDA graphs, and if not why (pl->graph.on / why). Off with
  * KHUB_CUDA_GRAPHS=0, with a role on the CPU (its copies synchronise the
  * stream mid-step), with a device cache of a plugin older than ABI 1.5 (it
- * writes on the legacy stream), or with a driver without graphs. */
+ * writes on the legacy stream), with a paged device cache, or with a
+ * driver without graphs. */
 KHUB_INTERNAL void khub__graph_plan(khub_model *m);
 /* --explain's words for it: "yes (...)" or "no (why)". */
 KHUB_INTERNAL void khub__graph_explain(const khub_model *m, char *buf, size_t n);

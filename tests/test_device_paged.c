@@ -1,0 +1,537 @@
+/*
+ * test_device_paged.c: the host side of attention on a CUDA device (issue
+ * 19 item 2) on the fake driver (tests/fake_cuda), which runs no kernel:
+ *
+ *   - kernels-src/kv-cache-cuda's paged_attention op: split-K for decode
+ *     batches, tiles for prefill batches, its refusals.
+ *   - a model placed on the device with a paged KV cache (that plugin's
+ *     paged_cache and paged_attention, test/cuda-all for the other roles):
+ *     each layer appends K/V and makes one paged_attention call whose first
+ *     argument is the device block table, which holds each sequence's
+ *     blocks; reserve before layer 0 and KV_FULL with its message before
+ *     anything runs; a continuous batch with cancellations gives every
+ *     block back (the pool drained); and the mixed sides refused.
+ * Numbers are tools/gpu-check.sh's (step 6): nothing here computes.
+ *
+ * The kv-cache-cuda glue is built as a test plugin (tests/plugins) and
+ * loaded with stand-in PTX artifacts: the fake driver loads any image.
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cuda.h"
+#include "executor.h"
+#include "khub/khub_batch.h"
+#include "khub/khub_model.h"
+#include "plugin_artifacts.h"
+#include "plugins/tp_util.h"
+#include "runtime_impl.h"
+
+/* ======================================================================== */
+/* The fake driver and the kernels-src glue                                 */
+/* ======================================================================== */
+
+static long (*fake_stat)(const char *);
+static const char *(*launch_name)(long);
+static unsigned long long (*launch_arg0)(long);
+static int (*launch_dims)(long, unsigned *);
+
+static void fake(const char *fail)
+{
+    setenv("KHUB_FAKE_CUDA", "12080:90", 1);
+    setenv("KHUB_FAKE_CUDA_MEM", "200000000", 1);
+    if (fail)
+        setenv("KHUB_FAKE_CUDA_FAIL", fail, 1);
+    else
+        unsetenv("KHUB_FAKE_CUDA_FAIL");
+    void *h = dlopen(KHUB_BINARY_DIR "/fake-cuda/libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!h) TEST_FAIL_("the fake driver: %s", dlerror());
+    fake_stat = (long (*)(const char *))dlsym(h, "khub_fake_cuda_stat");
+    launch_name = (const char *(*)(long))dlsym(h, "khub_fake_cuda_launch_name");
+    launch_arg0 = (unsigned long long (*)(long))dlsym(h, "khub_fake_cuda_launch_arg0");
+    launch_dims = (int (*)(long, unsigned *))dlsym(h, "khub_fake_cuda_launch_dims");
+    ASSERT(fake_stat && launch_name && launch_arg0 && launch_dims);
+}
+
+static long stat_of(const char *what) { return fake_stat(what); }
+
+/* Launch i had this name, grid and block. */
+static void launched(long i, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx)
+{
+    unsigned d[7]; /* grid, block, shared bytes */
+    ASSERT(launch_dims(i, d));
+    ASSERT_STR_EQ(launch_name(i), name);
+    ASSERT_EQ(d[0], gx);
+    ASSERT_EQ(d[1], gy);
+    ASSERT_EQ(d[2], gz);
+    ASSERT_EQ(d[3], bx);
+}
+
+/* Loads test plugin `name` (kernels-src glue) with stand-in PTX files
+ * `ptx[n]` (names as the glue asks for them) as its verified artifacts. */
+static char ptx_paths[4][256]; /* the stand-ins, read when the glue first asks */
+static int n_ptx;
+
+static void ptx_rm(void)
+{
+    for (int i = 0; i < n_ptx; i++) unlink(ptx_paths[i]);
+}
+
+static void load_glue(khub_runtime *rt, const char *name, const char *const *ptx, int n)
+{
+    static const char text[] = ".version 7.0\n.target sm_90\n.address_size 64\n";
+    static char sums[4][65];
+    char(*paths)[256] = ptx_paths + n_ptx;
+    khub__artifact_file files[4];
+    ASSERT(n_ptx + n <= 4);
+    if (!n_ptx) atexit(ptx_rm);
+    n_ptx += n;
+    for (int i = 0; i < n; i++) {
+        snprintf(paths[i], sizeof paths[i], "/tmp/khub-devpaged-%d-%s", (int)getpid(), ptx[i]);
+        FILE *f = fopen(paths[i], "wb");
+        ASSERT(f);
+        ASSERT_EQ(fwrite(text, 1, sizeof text, f), sizeof text); /* with its NUL */
+        ASSERT_EQ(fclose(f), 0);
+        ASSERT_OK(khub__sha256_file_hex(paths[i], sums[i]));
+        files[i] = (khub__artifact_file){ptx[i], paths[i], sums[i]};
+    }
+    const char *so = TP(name);
+    khub_status st = khub__plugin_load_verified(rt, so, TP_SHA(so), files, (size_t)n, NULL);
+    if (st != KHUB_STATUS_OK) TEST_FAIL_("loading %s: %s", name, khub_runtime_errmsg(rt));
+}
+
+static void load_kv_cache_cuda(khub_runtime *rt)
+{
+    static const char *const ptx[] = {"kv_append.sm_90.ptx", "paged_attn.sm_90.ptx"};
+    load_glue(rt, "ksrc_kv_cache_cuda", ptx, 2);
+}
+
+/* A device buffer of n floats (never read: nothing computes). */
+static khub_tensor dev_tensor(uint64_t *d, int nd, int64_t *shape, size_t n, int bits)
+{
+    ASSERT_OK(khub__cuda_host_mem_alloc(NULL, 0, n * (size_t)bits / 8, d));
+    return (khub_tensor){.data = (void *)(uintptr_t)*d,
+                         .device = {KHUB_DEVICE_CUDA, 0},
+                         .ndim = nd,
+                         .dtype = {KHUB_DL_FLOAT, (uint8_t)bits, 1},
+                         .shape = shape};
+}
+
+static khub_binding *cuda_op(khub_runtime *rt, uint32_t kind, uint32_t flags, int32_t hd,
+                             uint32_t layout)
+{
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
+                       .kind = kind,
+                       .device_type = KHUB_DEVICE_CUDA,
+                       .dtype_id = KHUB_DTYPE_ID_F32,
+                       .flags = flags,
+                       .head_dim = hd,
+                       .kv_layout = layout};
+    khub_binding *b = NULL;
+    if (khub_registry_select(rt, &q, &b) != KHUB_STATUS_OK)
+        TEST_FAIL_("no CUDA op: %s", khub_runtime_errmsg(rt));
+    return b;
+}
+
+/* ======================================================================== */
+/* kv-cache-cuda's paged_attention: split-K for decode batches              */
+/* ======================================================================== */
+
+typedef struct pa_bench {
+    khub_binding *op;
+    uint64_t dq, dout, dk, dv, dints;
+    int64_t qs[3], ps[4];
+    khub_tensor q, out, k, v;
+    khub_call_ctx ctx;
+    khub_paged_attention_args a;
+} pa_bench;
+
+/* total rows of 9 heads of 64 in n_seqs sequences over pools of 8 blocks
+ * of 16 tokens (f32 or f16), block tables of `stride` entries. */
+static void pa_setup(pa_bench *b, khub_runtime *rt, int32_t total, int32_t n_seqs, int64_t stride,
+                     int bits)
+{
+    memset(b, 0, sizeof *b);
+    b->op = cuda_op(rt, KHUB_OP_PAGED_ATTENTION, KHUB_CAP_CAUSAL | KHUB_CAP_GQA, 64,
+                    KHUB_KV_LAYOUT_PAGED_HTD);
+    b->qs[0] = total, b->qs[1] = 9, b->qs[2] = 64;
+    b->ps[0] = 8, b->ps[1] = 3, b->ps[2] = 16, b->ps[3] = 64;
+    b->q = dev_tensor(&b->dq, 3, b->qs, (size_t)total * 9 * 64, 32);
+    b->out = dev_tensor(&b->dout, 3, b->qs, (size_t)total * 9 * 64, 32);
+    b->k = dev_tensor(&b->dk, 4, b->ps, 8 * 3 * 16 * 64, bits);
+    b->v = dev_tensor(&b->dv, 4, b->ps, 8 * 3 * 16 * 64, bits);
+    /* cu_seqlens_q, q_pos0, kv_lens, seq_rows, then the table: device
+     * memory the op never reads on the host */
+    ASSERT_OK(khub__cuda_host_mem_alloc(NULL, 0, (size_t)(4 * n_seqs + 1 + n_seqs * stride) * 4,
+                                        &b->dints));
+    const int32_t *ints = (const int32_t *)(uintptr_t)b->dints;
+    b->ctx = (khub_call_ctx){KHUB_STRUCT_INIT(khub_call_ctx), .device = {KHUB_DEVICE_CUDA, 0}};
+    b->a = (khub_paged_attention_args){KHUB_STRUCT_INIT(khub_paged_attention_args),
+                                       .ctx = &b->ctx,
+                                       .layout = KHUB_KV_LAYOUT_PAGED_HTD,
+                                       .n_seqs = n_seqs,
+                                       .q = &b->q,
+                                       .out = &b->out,
+                                       .k_pool = &b->k,
+                                       .v_pool = &b->v,
+                                       .cu_seqlens_q = ints,
+                                       .q_pos0 = ints + n_seqs + 1,
+                                       .kv_lens = ints + 2 * n_seqs + 1,
+                                       .seq_rows = ints + 3 * n_seqs + 1,
+                                       .block_table = ints + 4 * n_seqs + 1,
+                                       .block_table_stride = stride,
+                                       .block_size = 16,
+                                       .scale = 0.125f,
+                                       .causal = 1};
+}
+
+static void pa_free(pa_bench *b)
+{
+    uint64_t bufs[] = {b->dq, b->dout, b->dk, b->dv, b->dints};
+    for (int i = 0; i < 5; i++) ASSERT_OK(khub__cuda_host_mem_free(NULL, bufs[i]));
+}
+
+TEST_IMPL(paged_attention_split_k_for_decode_batches)
+{
+    fake(NULL);
+    khub_runtime *rt = tp_runtime(1);
+    load_kv_cache_cuda(rt);
+    pa_bench b;
+    /* 4 sequences, one row each, 8 x 16 = 128 keys reachable: one split,
+     * written directly; the first argument is the block table */
+    pa_setup(&b, rt, 4, 4, 8, 32);
+    long i = stat_of("launches");
+    if (khub_binding_call(b.op, &b.a) != KHUB_STATUS_OK)
+        TEST_FAIL_("paged_attention: %s", khub_runtime_errmsg(rt));
+    launched(i, "khub_pa_decode_hd64_f32", 1, 9, 4, 128);
+    ASSERT_EQ(launch_arg0(i), (unsigned long long)(uintptr_t)b.a.block_table);
+    ASSERT_EQ(stat_of("launches"), i + 1);
+    pa_free(&b);
+    /* 64 x 16 = 1024 keys reachable: 4 splits, then the merge */
+    pa_setup(&b, rt, 4, 4, 64, 32);
+    i = stat_of("launches");
+    ASSERT_OK(khub_binding_call(b.op, &b.a));
+    launched(i, "khub_pa_decode_hd64_f32", 4, 9, 4, 128);
+    launched(i + 1, "khub_pa_merge_hd64", 36, 1, 1, 64);
+    pa_free(&b);
+    /* f16 pools, 16 rows in 2 sequences (8 each on average): still decode */
+    pa_setup(&b, rt, 16, 2, 8, 16);
+    i = stat_of("launches");
+    ASSERT_OK(khub_binding_call(b.op, &b.a));
+    launched(i, "khub_pa_decode_hd64_f16", 1, 9, 16, 128);
+    pa_free(&b);
+    /* 40 rows in 2 sequences: a prefill, the tiles, grid.z the sequence */
+    pa_setup(&b, rt, 40, 2, 8, 32);
+    i = stat_of("launches");
+    ASSERT_OK(khub_binding_call(b.op, &b.a));
+    launched(i, "khub_pa_hd64_f32", 1, 9, 2, 64);
+    ASSERT_EQ(launch_arg0(i), (unsigned long long)(uintptr_t)b.a.block_table);
+    ASSERT_EQ(stat_of("launches"), i + 1);
+    pa_free(&b);
+    khub_runtime_free(rt);
+}
+
+TEST_IMPL(paged_attention_refusals)
+{
+    fake(NULL);
+    khub_runtime *rt = tp_runtime(1);
+    load_kv_cache_cuda(rt);
+    pa_bench b;
+    pa_setup(&b, rt, 4, 4, 8, 32);
+    long n = stat_of("launches");
+    b.a.ctx = NULL;
+    ASSERT_STATUS(khub_binding_call(b.op, &b.a), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "paged_attention (cuda): ctx must name the CUDA device and the stream");
+    b.a.ctx = &b.ctx;
+    b.a.layout = KHUB_KV_LAYOUT_PAGED_HTD_Q8;
+    ASSERT_STATUS(khub_binding_call(b.op, &b.a), KHUB_STATUS_UNSUPPORTED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "paged_attention (cuda): KV layout 2 is not served here");
+    b.a.layout = KHUB_KV_LAYOUT_PAGED_HTD;
+    b.a.block_size = 8; /* the pools' blocks hold 16 */
+    ASSERT_STATUS(khub_binding_call(b.op, &b.a), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "paged_attention (cuda): k_pool/v_pool must be compact f32 or f16 CUDA "
+                    "tensors [n_blocks, n_kv_heads (a divisor of n_heads), block_size, "
+                    "head_dim], alike");
+    ASSERT_EQ(stat_of("launches"), n);
+    pa_free(&b);
+    khub_runtime_free(rt);
+}
+
+/* ======================================================================== */
+/* A model placed on the device with a paged cache                          */
+/* ======================================================================== */
+
+/* A tiny random Llama with head_dim 64 (what kv-cache-cuda's attention
+ * serves): F32 safetensors, tied embeddings. */
+enum { HID = 128, HEADS = 2, KVH = 1, HD = 64, FFN = 256, VOCAB = 128, LAYERS = 2 };
+
+static uint64_t rng = 88172645463325252ull;
+static float frand(void)
+{
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
+}
+
+static const char *tiny_model(void)
+{
+    static char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/khub-devpaged-%d", (int)getpid());
+    mkdir(dir, 0700);
+    char path[256], hdr[8192], names[32][80];
+    int64_t rows[32], cols[32];
+    int n = 0;
+#define ADD(R, C, ...) (snprintf(names[n], 80, __VA_ARGS__), rows[n] = (R), cols[n] = (C), n++)
+    ADD(VOCAB, HID, "model.embed_tokens.weight");
+    ADD(HID, 0, "model.norm.weight");
+    for (int L = 0; L < LAYERS; L++) {
+        ADD(HID, 0, "model.layers.%d.input_layernorm.weight", L);
+        ADD(HID, 0, "model.layers.%d.post_attention_layernorm.weight", L);
+        ADD(HEADS * HD, HID, "model.layers.%d.self_attn.q_proj.weight", L);
+        ADD(KVH * HD, HID, "model.layers.%d.self_attn.k_proj.weight", L);
+        ADD(KVH * HD, HID, "model.layers.%d.self_attn.v_proj.weight", L);
+        ADD(HID, HEADS * HD, "model.layers.%d.self_attn.o_proj.weight", L);
+        ADD(FFN, HID, "model.layers.%d.mlp.gate_proj.weight", L);
+        ADD(FFN, HID, "model.layers.%d.mlp.up_proj.weight", L);
+        ADD(HID, FFN, "model.layers.%d.mlp.down_proj.weight", L);
+    }
+#undef ADD
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    ASSERT(f);
+    fprintf(f,
+            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
+            "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
+            "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
+            "\"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, "
+            "\"max_position_embeddings\": 512, \"tie_word_embeddings\": true, "
+            "\"bos_token_id\": 1, \"eos_token_id\": 2, \"hidden_act\": \"silu\", "
+            "\"torch_dtype\": \"float32\"}\n",
+            HID, FFN, LAYERS, HEADS, KVH, HD, VOCAB);
+    fclose(f);
+    size_t len = 1, off = 0;
+    hdr[0] = '{';
+    for (int i = 0; i < n; i++) {
+        size_t cnt = (size_t)rows[i] * (size_t)(cols[i] ? cols[i] : 1);
+        char shape[48];
+        if (cols[i])
+            snprintf(shape, sizeof shape, "%lld,%lld", (long long)rows[i], (long long)cols[i]);
+        else
+            snprintf(shape, sizeof shape, "%lld", (long long)rows[i]);
+        len += (size_t)snprintf(hdr + len, sizeof hdr - len,
+                                "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],"
+                                "\"data_offsets\":[%zu,%zu]}",
+                                i ? "," : "", names[i], shape, off, off + cnt * 4);
+        off += cnt * 4;
+    }
+    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
+    while (len % 8) hdr[len++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    f = fopen(path, "wb");
+    ASSERT(f);
+    uint64_t hl = len;
+    fwrite(&hl, 8, 1, f);
+    fwrite(hdr, 1, len, f);
+    for (int i = 0; i < n; i++)
+        for (size_t k = 0; k < (size_t)rows[i] * (size_t)(cols[i] ? cols[i] : 1); k++) {
+            float v = cols[i] ? frand() / sqrtf((float)cols[i]) : 1.0f + 0.1f * frand();
+            fwrite(&v, 4, 1, f);
+        }
+    ASSERT_EQ(fclose(f), 0);
+    return dir;
+}
+
+static void tiny_rm(const char *dir)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s/config.json", dir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    unlink(p);
+    rmdir(dir);
+}
+
+typedef struct fixture {
+    khub_runtime *rt;
+    khub_model *m;
+    const char *dir;
+} fixture;
+
+/* The tiny model on cuda:0 with a paged cache of n_blocks blocks of 4
+ * tokens (64 positions per sequence, 4 sequences), test/cuda-all for the
+ * other roles, and kv-cache-cuda (its paged cache and attention) unless
+ * `no_pair`. */
+static khub_status load(fixture *f, int32_t n_blocks, bool no_pair)
+{
+    memset(f, 0, sizeof *f);
+    f->rt = tp_runtime(1);
+    ASSERT_OK(khub_plugin_load_builtin(f->rt));
+    tp_load(f->rt, "cuda_all");
+    if (!no_pair) load_kv_cache_cuda(f->rt);
+    f->dir = tiny_model();
+    khub_model_opts o = {KHUB_APP_INIT(khub_model_opts),
+                         .device = {KHUB_DEVICE_CUDA, 0},
+                         .cache_impl = "khub/ref-cpu:paged_cache",
+                         .max_context = 64,
+                         .max_seqs = 4,
+                         .max_batch = 32,
+                         .kv_block_size = 4,
+                         .kv_num_blocks = n_blocks};
+    khub_status st = khub_model_load(f->rt, f->dir, &o, &f->m);
+    if (st != KHUB_STATUS_OK) fprintf(stderr, "  load: %s\n", khub_runtime_errmsg(f->rt));
+    return st;
+}
+
+static void unload(fixture *f)
+{
+    khub_model_free(f->m);
+    khub_runtime_free(f->rt);
+    tiny_rm(f->dir);
+}
+
+/* One step of 5 tokens: each layer's launches in forward order, the K/V
+ * append into sequence 0's blocks and one paged_attention call reading the
+ * device block table, which holds blocks 0 and 1 for the 5 positions. */
+TEST_IMPL(device_paged_launches_per_layer)
+{
+    fake(NULL);
+    fixture f;
+    ASSERT_OK(load(&f, 32, false));
+    const char *ex = khub_model_explain(f.m);
+    ASSERT_CONTAINS(ex, " roles on the device, 0 on the CPU\n");
+    ASSERT_CONTAINS(ex, "  kv_cache[f32]: cuda:0, kernels-community/kv-cache-cuda 1.0.0 :: "
+                        "paged_cache\n");
+    ASSERT_CONTAINS(ex, "  paged_attention[f32]: cuda:0, kernels-community/kv-cache-cuda 1.0.0 "
+                        ":: paged_attention\n");
+    ASSERT_CONTAINS(ex, "CUDA graphs: no (a paged device KV cache: its reserve copies the block "
+                        "table outside the model's stream and its split-K scratch may grow "
+                        "mid-step, which a capture cannot hold)\n");
+    long i = stat_of("launches");
+    float logits[VOCAB];
+    int32_t ids[] = {1, 5, 9, 13, 17};
+    ASSERT_OK(khub_model_logits(f.m, ids, 5, logits));
+    static const char *const layer[] = {
+        "khub_test_norm",   "khub_test_linear", "khub_test_linear",   "khub_test_linear",
+        "khub_test_rotary", "khub_test_rotary", "khub_pkv_write_f32", "khub_pa_decode_hd64_f32",
+        "khub_test_linear", "khub_test_norm",   "khub_test_linear",   "khub_test_linear",
+        "khub_test_act",    "khub_test_linear"};
+    unsigned long long table = 0;
+    for (int L = 0; L < LAYERS; L++)
+        for (size_t k = 0; k < sizeof layer / sizeof layer[0]; k++, i++) {
+            ASSERT_STR_EQ(launch_name(i), layer[k]);
+            if (k == 6) table = launch_arg0(i); /* sequence 0's row */
+            if (k == 7) ASSERT_EQ(launch_arg0(i), table);
+        }
+    launched(i - 7, "khub_pa_decode_hd64_f32", 1, HEADS, 5, 128); /* 16 x 4 keys: one split */
+    ASSERT_STR_EQ(launch_name(i++), "khub_test_norm");
+    ASSERT_STR_EQ(launch_name(i++), "khub_test_linear");
+    ASSERT_EQ(stat_of("launches"), i);
+    const int32_t *row = (const int32_t *)(uintptr_t)table; /* the fake's device memory */
+    ASSERT_EQ(row[0], 0);
+    ASSERT_EQ(row[1], 1);
+    ASSERT_EQ(row[2], -1);
+    /* khub_model_logits resets sequence 0 first: its blocks went back to
+     * the pool and the same two, lowest first, are taken again */
+    ASSERT_OK(khub_model_logits(f.m, ids, 5, logits));
+    ASSERT_EQ(row[0], 0);
+    ASSERT_EQ(row[1], 1);
+    ASSERT_EQ(row[2], -1);
+    khub_model_free(f.m);
+    f.m = NULL;
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    ASSERT_EQ(stat_of("busy_destroyed"), 0);
+    unload(&f);
+}
+
+/* A pool of 2 blocks (8 tokens) and a 10-token prompt: KV_FULL with the
+ * pool's numbers, before any launch of the step. */
+TEST_IMPL(device_paged_kv_full)
+{
+    fake(NULL);
+    fixture f;
+    ASSERT_OK(load(&f, 2, false));
+    long n = stat_of("launches");
+    float logits[VOCAB];
+    int32_t ids[10] = {1, 5, 9, 13, 17, 21, 25, 29, 33, 37};
+    ASSERT_STATUS(khub_model_logits(f.m, ids, 10, logits), KHUB_STATUS_KV_FULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": cuda:0: device kv_cache reserve failed in kernels-community/kv-cache-cuda "
+                    "1.0.0 :: paged_cache: paged_cache (cuda) reserve: sequence 0 needs 3 more "
+                    "blocks of 4 tokens for 10 tokens, the pool has 2 of 2 free (release "
+                    "finished sequences, or raise --num-blocks or the KV memory budget)");
+    ASSERT_EQ(stat_of("launches"), n);
+    ASSERT_OK(khub_model_logits(f.m, ids, 8, logits)); /* 8 tokens fit */
+    unload(&f);
+}
+
+/* A continuous batch of 6 requests over 4 sequence slots and a pool of 12
+ * blocks (48 tokens, less than the slots' 256): the scheduler's budget asks
+ * the device pool, requests wait, two are cancelled mid-run, and at the
+ * end every block is back (the pool drained). */
+TEST_IMPL(device_paged_batch_drains_the_pool)
+{
+    fake(NULL);
+    fixture f;
+    ASSERT_OK(load(&f, 12, false));
+    ASSERT_EQ(khub__kv_capacity_tokens(f.m), 48);
+    khub_generate_opts go = {KHUB_STRUCT_INIT(khub_generate_opts), .max_new_tokens = 6,
+                             .ignore_eos = 1};
+    int32_t ids[6][8];
+    khub_batch_config cfg = {KHUB_STRUCT_INIT(khub_batch_config), .max_batch_tokens = 16};
+    khub_batch *b = NULL;
+    ASSERT_OK(khub_batch_new(f.m, &cfg, &b));
+    uint64_t id[6];
+    for (int r = 0; r < 6; r++) {
+        for (int k = 0; k < 8; k++) ids[r][k] = 3 + (r * 7 + k * 5) % (VOCAB - 3);
+        khub_batch_request q = {KHUB_STRUCT_INIT(khub_batch_request), .tokens = ids[r],
+                                .n_tokens = 3 + r, .opts = &go};
+        ASSERT_OK(khub_batch_submit(b, &q, &id[r]));
+    }
+    int64_t pending = 0;
+    ASSERT_OK(khub_batch_step(b, &pending));
+    ASSERT_OK(khub_batch_step(b, &pending));
+    ASSERT(khub__kv_free_tokens(f.m) < 48); /* blocks are held */
+    ASSERT_OK(khub_batch_cancel(b, id[0]));
+    ASSERT_OK(khub_batch_cancel(b, id[5]));
+    for (int s = 0; s < 200 && pending > 0; s++) ASSERT_OK(khub_batch_step(b, &pending));
+    ASSERT_EQ(pending, 0);
+    khub_batch_stats st = {KHUB_APP_INIT(khub_batch_stats)};
+    ASSERT_OK(khub_batch_stats_get(b, &st));
+    ASSERT_EQ(st.kv_tokens_used, 0);
+    khub_batch_free(b);
+    ASSERT_EQ(khub__kv_free_tokens(f.m), 48); /* every block back in the device pool */
+    unload(&f);
+}
+
+/* Without kv-cache-cuda the paged cache and paged attention stay on the
+ * CPU: the device pass refuses them, saying where each is. */
+TEST_IMPL(device_paged_refuses_mixed_sides)
+{
+    fake(NULL);
+    fixture f;
+    ASSERT_OK(load(&f, 32, true));
+    float logits[VOCAB];
+    int32_t ids[] = {1, 5};
+    ASSERT_STATUS(khub_model_logits(f.m, ids, 2, logits), KHUB_STATUS_UNSUPPORTED);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": cuda:0: a paged KV cache runs on the device only with both the paged "
+                    "cache and paged attention as CUDA ops (here the cache is on the CPU and "
+                    "paged attention on the CPU); load kernels-community/kv-cache-cuda, or load "
+                    "the model with a dense cache");
+    unload(&f);
+}
+
+#define TEST_LIST(X) \
+    X(paged_attention_split_k_for_decode_batches) \
+    X(paged_attention_refusals) \
+    X(device_paged_launches_per_layer) \
+    X(device_paged_kv_full) \
+    X(device_paged_batch_drains_the_pool) \
+    X(device_paged_refuses_mixed_sides)
+TEST_MAIN(TEST_LIST)
