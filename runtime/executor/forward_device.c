@@ -383,37 +383,49 @@ static khub_status activation(khub_model *m, int64_t n, int layer)
 /* Attention                                                                */
 /* ======================================================================== */
 
+/* Appends segment g's K/V rows (from row off of the device scratch) to the
+ * device cache, on the model's stream through ctx (ABI 1.5; a plugin of an
+ * older minor gets the 1.0 args and appends on the legacy stream). */
+static khub_status kv_write(khub_model *m, int layer, const khub__seg *g, int64_t off,
+                            const khub_call_ctx *ctx)
+{
+    const khub_model_config *c = &m->cfg;
+    khub__place *pl = m->place;
+    int64_t hd = c->head_dim, kvdim = c->n_kv_heads * hd;
+    tview kw, vw;
+    khub_kv_write_args w = {
+        KHUB_STRUCT_INIT(khub_kv_write_args),
+        .layer = layer,
+        .seq = g->seq,
+        .pos = g->pos0,
+        .k = tens(&kw, dev_ptr(m, B_K, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
+        .v = tens(&vw, dev_ptr(m, B_V, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
+        .ctx = ctx};
+    khub__args_buf cut;
+    const khub_kv_write_args *sent =
+        khub__args_for_minor(KHUB_OP_KV_CACHE, pl->dkv_minor, &w, &cut);
+    khub__plugin_msg_clear();
+    khub_status st = pl->dkv->write(pl->dkv_state, pl->dcache, sent);
+    KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st,
+                   "%s: cuda:%d: layer %d kv_cache write failed in %s: %s", m->file,
+                   (int)pl->device, layer, khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]),
+                   khub__plugin_msg());
+    return KHUB_STATUS_OK;
+}
 /* Cache write, view and attention per segment, all on the device. */
 static khub_status attend_device(khub_model *m, const khub__layer *ly, int layer,
                                  const khub__seg *segs, int n_segs)
 {
     const khub_model_config *c = &m->cfg;
     khub__place *pl = m->place;
-    int64_t hd = c->head_dim, qdim = c->n_heads * hd, kvdim = c->n_kv_heads * hd, off = 0;
-    /* The cache appends on the model's stream (ABI 1.5; a plugin of an
-     * older minor gets the 1.0 args and appends on the legacy stream). */
+    int64_t hd = c->head_dim, qdim = c->n_heads * hd, off = 0;
     khub_call_ctx ctx = {KHUB_STRUCT_INIT(khub_call_ctx), .device = {KHUB_DEVICE_CUDA, pl->device},
                          .stream = pl->stream};
     for (int s = 0; s < n_segs; s++) {
         const khub__seg *g = &segs[s];
-        tview kw, vw, kc, vc, qv, ov;
-        khub_kv_write_args w = {
-            KHUB_STRUCT_INIT(khub_kv_write_args),
-            .layer = layer,
-            .seq = g->seq,
-            .pos = g->pos0,
-            .k = tens(&kw, dev_ptr(m, B_K, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
-            .v = tens(&vw, dev_ptr(m, B_V, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
-            .ctx = &ctx};
-        khub__args_buf cut;
-        const khub_kv_write_args *sent =
-            khub__args_for_minor(KHUB_OP_KV_CACHE, pl->dkv_minor, &w, &cut);
-        khub__plugin_msg_clear();
-        khub_status st = pl->dkv->write(pl->dkv_state, pl->dcache, sent);
-        KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st,
-                       "%s: cuda:%d: layer %d kv_cache write failed in %s: %s", m->file,
-                       (int)pl->device, layer, khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]),
-                       khub__plugin_msg());
+        tview kc, vc, qv, ov;
+        KHUB_FORWARD_IF_ERROR(m->rt, kv_write(m, layer, g, off, &ctx));
+        khub_status st;
         tens(&kc, NULL, false, 3, 0, 0, 0);
         tens(&vc, NULL, false, 3, 0, 0, 0);
         kc.t.strides = kc.strides;
@@ -467,30 +479,13 @@ static khub_status attend_device_paged(khub_model *m, const khub__layer *ly, int
 {
     const khub_model_config *c = &m->cfg;
     khub__place *pl = m->place;
-    int64_t hd = c->head_dim, kvdim = c->n_kv_heads * hd, off = 0;
+    int64_t hd = c->head_dim, off = 0;
     /* The appends and the attention on the model's stream (ABI 1.5 ctx). */
     khub_call_ctx ctx = {KHUB_STRUCT_INIT(khub_call_ctx), .device = {KHUB_DEVICE_CUDA, pl->device},
                          .stream = pl->stream};
     for (int s = 0; s < n_segs; s++) {
         const khub__seg *g = &segs[s];
-        tview kw, vw;
-        khub_kv_write_args w = {
-            KHUB_STRUCT_INIT(khub_kv_write_args),
-            .layer = layer,
-            .seq = g->seq,
-            .pos = g->pos0,
-            .k = tens(&kw, dev_ptr(m, B_K, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
-            .v = tens(&vw, dev_ptr(m, B_V, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
-            .ctx = &ctx};
-        khub__args_buf cut;
-        const khub_kv_write_args *sent =
-            khub__args_for_minor(KHUB_OP_KV_CACHE, pl->dkv_minor, &w, &cut);
-        khub__plugin_msg_clear();
-        khub_status st = pl->dkv->write(pl->dkv_state, pl->dcache, sent);
-        KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st,
-                       "%s: cuda:%d: layer %d kv_cache write failed in %s: %s", m->file,
-                       (int)pl->device, layer, khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]),
-                       khub__plugin_msg());
+        KHUB_FORWARD_IF_ERROR(m->rt, kv_write(m, layer, g, off, &ctx));
         off += g->n;
     }
     khub_kv_paged_view pv = {KHUB_STRUCT_INIT(khub_kv_paged_view)};
