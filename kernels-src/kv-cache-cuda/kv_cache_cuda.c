@@ -22,8 +22,10 @@
  * 0) waits for and is waited by: ordered too, but never inside a graph.
  * The cache lives on CUDA device 0.
  *
- * The plugin's other two ops, the paged cache and the paged attention that
- * reads it (layout PAGED_HTD), are paged_cuda.c's.
+ * The plugin's other two ops are the paged cache (paged_cuda.c) and the
+ * paged attention that reads it (paged_attention_cuda.c), layout
+ * PAGED_HTD. This file also loads the package's modules for all three
+ * (khub_kvc__module, kv_cache_cuda.h).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -32,7 +34,66 @@
 
 #include <khub/khub_plugin.h>
 
+#include "kv_cache_cuda.h"
+
+/* ======================================================================== */
+/* The package's modules (kv_cache_cuda.h)                                  */
+/* ======================================================================== */
+
 static const int ccs[] = {90, 80, 75}; /* kernel.json's capabilities, highest first */
+
+/* Each module once per plugin load: the static cache loads kv_append, the
+ * paged cache and the paged attention share paged_attn. */
+static struct {
+    pthread_mutex_t lock;
+    const char *stem[2];
+    khub_cuda_module *mod[2];
+} g_mods = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static khub_status module_locked(const khub_host_api *host, const char *stem, const char *who,
+                                 khub_cuda_module **mod)
+{
+    size_t slot = 0;
+    while (slot < 2 && g_mods.stem[slot] && strcmp(g_mods.stem[slot], stem) != 0) slot++;
+    if (slot == 2) /* two stems in this package: unreachable */
+        return host->fail(host->host_ctx, KHUB_STATUS_INTERNAL, "%s: module %s: table full", who,
+                          stem);
+    if (g_mods.stem[slot]) {
+        *mod = g_mods.mod[slot];
+        return KHUB_STATUS_OK;
+    }
+    int cc = 0;
+    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
+    if (st != KHUB_STATUS_OK) return st;
+    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
+        char name[64];
+        const void *img = NULL;
+        size_t n = 0;
+        snprintf(name, sizeof name, "%s.sm_%d.ptx", stem, ccs[i]);
+        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)
+            continue;
+        st = host->cuda_module_load(host->host_ctx, 0, img, n, mod);
+        if (st != KHUB_STATUS_OK) return st;
+        g_mods.stem[slot] = stem;
+        g_mods.mod[slot] = *mod;
+        return KHUB_STATUS_OK;
+    }
+    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
+                      "%s: no PTX for compute capability %d.%d", who, cc / 10, cc % 10);
+}
+
+khub_status khub_kvc__module(const khub_host_api *host, const char *stem, const char *who,
+                             khub_cuda_module **mod)
+{
+    pthread_mutex_lock(&g_mods.lock);
+    khub_status st = module_locked(host, stem, who, mod);
+    pthread_mutex_unlock(&g_mods.lock);
+    return st;
+}
+
+/* ======================================================================== */
+/* The static cache                                                         */
+/* ======================================================================== */
 
 typedef struct kv_state {
     const khub_host_api *host;
@@ -61,27 +122,14 @@ static int32_t score(void *sp)
 static khub_status load_locked(kv_state *s)
 {
     const khub_host_api *host = s->host;
-    int cc = 0;
-    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
-    if (st != KHUB_STATUS_OK) return st;
-    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
-        char name[64];
-        const void *img = NULL;
-        size_t n = 0;
-        snprintf(name, sizeof name, "kv_append.sm_%d.ptx", ccs[i]);
-        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)
-            continue;
-        khub_cuda_module *mod = NULL;
-        if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod)) != KHUB_STATUS_OK)
-            return st;
+    khub_cuda_module *mod = NULL;
+    khub_status st = khub_kvc__module(host, "kv_append", "static_cache (cuda)", &mod);
+    if (st == KHUB_STATUS_OK)
         st = host->cuda_module_function(host->host_ctx, mod, "khub_kv_append_f32", &s->fn[0]);
-        if (st == KHUB_STATUS_OK)
-            st = host->cuda_module_function(host->host_ctx, mod, "khub_kv_append_f16", &s->fn[1]);
-        s->loaded = st == KHUB_STATUS_OK;
-        return st;
-    }
-    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
-                      "static_cache (cuda): no PTX for compute capability %d.%d", cc / 10, cc % 10);
+    if (st == KHUB_STATUS_OK)
+        st = host->cuda_module_function(host->host_ctx, mod, "khub_kv_append_f16", &s->fn[1]);
+    s->loaded = st == KHUB_STATUS_OK;
+    return st;
 }
 
 static khub_status load(kv_state *s)
@@ -256,17 +304,15 @@ static const khub_op_caps caps = {
     .priority = 30,
 };
 
-/* paged_cuda.c: the paged cache and its attention (layout PAGED_HTD). */
-extern const khub_op_desc khub_kvc__paged_ops[2];
-void khub_kvc__paged_init(const khub_host_api *host);
-void khub_kvc__paged_shutdown(void);
-
 static khub_op_desc ops[3];
 
 static void kv_shutdown(void *sp)
 {
     (void)sp;
     khub_kvc__paged_shutdown();
+    khub_kvc__attention_shutdown();
+    memset(g_mods.stem, 0, sizeof g_mods.stem); /* the host unloads the modules */
+    memset(g_mods.mod, 0, sizeof g_mods.mod);
 }
 
 khub_status khub_kv_cache_cuda_init(const khub_host_api *h, khub_plugin_desc *out, char *errbuf,
@@ -275,11 +321,14 @@ khub_status khub_kv_cache_cuda_init(const khub_host_api *h, khub_plugin_desc *ou
     (void)errbuf, (void)errbuf_size;
     g_state.host = h;
     g_state.loaded = 0;
+    memset(g_mods.stem, 0, sizeof g_mods.stem);
+    memset(g_mods.mod, 0, sizeof g_mods.mod);
     khub_kvc__paged_init(h);
+    khub_kvc__attention_init(h);
     ops[0] = (khub_op_desc){KHUB_STRUCT_INIT(khub_op_desc), .name = "static_cache",
                             .kind = KHUB_OP_KV_CACHE, .caps = &caps, .methods = &methods};
-    ops[1] = khub_kvc__paged_ops[0];
-    ops[2] = khub_kvc__paged_ops[1];
+    ops[1] = khub_kvc__paged_cache_op;
+    ops[2] = khub_kvc__paged_attention_op;
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
                           .id = "kernels-community/kv-cache-cuda",
                           .version = "1.0.0",
