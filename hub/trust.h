@@ -2,7 +2,7 @@
  * trust.h: Ed25519 signatures over a variant's metadata.json, and the
  * verification policy that says whose signatures count.
  *
- * Formats (docs/trust.md has the full description):
+ * Formats (docs/kernel-format.md, "Signatures", has the full description):
  *   - public key file:  one line "khub-ed25519 <base64 of the 32 raw bytes>"
  *   - private key file: PKCS#8 PEM, mode 0600
  *   - key id:           the first 16 hex digits of SHA-256(raw public key)
@@ -112,9 +112,32 @@ KHUB_INTERNAL khub_status khub__sig_parse_full(const char *sig_json, size_t n, k
 /* The same, keeping only the key id and the 64 signature bytes. */
 KHUB_INTERNAL khub_status khub__sig_parse(const char *sig_json, size_t n,
                                           char key_id[KHUB_KEY_ID_LEN + 1], unsigned char sig[64]);
-/* SIGNATURE_INVALID unless sig is key's Ed25519 signature of data. */
+/* SIGNATURE_INVALID unless sig is key's Ed25519 signature of data. A
+ * success is remembered for the rest of the process (hub/sig_memo.c): the
+ * same key, signature and data verify again without the curve arithmetic;
+ * anything else is verified. Thread-safe. */
 KHUB_INTERNAL khub_status khub__sig_verify(const khub_pubkey *key, const void *data, size_t n,
                                            const unsigned char sig[64]);
+
+/* The memo of Ed25519 successes (hub/sig_memo.c). An entry is id =
+ * SHA-256(key->raw || sig || data), computed from the bytes judged now. */
+#define KHUB_SIG_MEMO_SLOTS 64
+KHUB_INTERNAL khub_status khub__sig_memo_id(const khub_pubkey *key, const unsigned char sig[64],
+                                            const void *data, size_t n, unsigned char id[32]);
+/* True when id verified before in this process. Never waits: false when
+ * another thread holds the table. */
+KHUB_INTERNAL bool khub__sig_memo_find(const unsigned char id[32]);
+/* Records a success (the oldest entry makes room; skipped when another
+ * thread holds the table). */
+KHUB_INTERNAL void khub__sig_memo_add(const unsigned char id[32]);
+typedef struct khub_sig_memo_stats {
+    size_t hits;    /* finds that answered true */
+    size_t busy;    /* finds and adds that went without the table */
+    size_t entries; /* successes held now, <= KHUB_SIG_MEMO_SLOTS */
+} khub_sig_memo_stats;
+/* For tests: the counts since the last clear; clear empties the memo. */
+KHUB_INTERNAL void khub__sig_memo_stats(khub_sig_memo_stats *out);
+KHUB_INTERNAL void khub__sig_memo_clear(void);
 
 /* Loads a policy file (hostile JSON: bounded, types checked). */
 KHUB_INTERNAL khub_status khub__trust_policy_load(const char *path, khub_trust_policy **out,

@@ -74,6 +74,43 @@ def test_hub_fetch_reports_variant_and_trust(published, tmp_path):
         assert any(p.id == "acme/rmsnorm" for p in rt.plugins())
 
 
+def test_second_load_of_a_forged_signature_is_refused(published, tmp_path):
+    """In one process (this one): a signed load, the same load again (its
+    Ed25519 verdict is remembered, hub/sig_memo.c), then the cached
+    metadata.json.sig edited: a forged signature and an edited statement
+    are refused with the status and message a first load would get."""
+    ep, w = published
+    cache, policy = str(tmp_path / "c"), str(w / "policy.json")
+    with khub.Runtime() as rt, khub.Hub(endpoint=ep, cache_dir=cache) as hub:
+        first = hub.fetch(rt, "acme/rmsnorm@version=1", policy=policy)
+    kid = first.trust.split("signed with key ")[1].split(",")[0]
+    pinned = "acme/rmsnorm@" + first.commit
+    with khub.Runtime() as rt, khub.Hub(cache_dir=cache, offline=True) as hub:
+        assert hub.fetch(rt, pinned, policy=policy).trust == first.trust
+    sig = os.path.realpath(os.path.join(cache, "kernels--acme--rmsnorm", "khub-variants",
+                                        first.commit, first.variant, "metadata.json.sig"))
+    good = open(sig).read()
+    at = good.index('"signature": "') + len('"signature": "')
+    forged = good[:at] + ("B" if good[at] == "A" else "A") + good[at + 1:]
+    edited = good.replace('"version": "1.0.0"', '"version": "1.0.1"')
+    assert edited != good
+    want = ("refusing acme/rmsnorm@%s variant %s: acme: signature by key %s does not verify "
+            "over its signed statement" % (first.commit[:12], first.variant, kid))
+    os.chmod(sig, 0o644)
+    for text in (forged, edited):
+        with open(sig, "w") as f:
+            f.write(text)
+        with khub.Runtime() as rt, khub.Hub(cache_dir=cache, offline=True) as hub:
+            with pytest.raises(khub.KhubError) as e:
+                hub.fetch(rt, pinned, policy=policy)
+        assert e.value.status_name == "KHUB_STATUS_SIGNATURE_INVALID"
+        assert str(e.value) == want
+    with open(sig, "w") as f:
+        f.write(good)
+    with khub.Runtime() as rt, khub.Hub(cache_dir=cache, offline=True) as hub:
+        assert hub.fetch(rt, pinned, policy=policy).trust == first.trust
+
+
 def test_unlisted_signer_is_refused_with_khubs_message(published, tiny_model, tmp_path):
     ep, w = published
     (tmp_path / "empty.json").write_text('{"version": 1, "publishers": {}}')
