@@ -255,6 +255,25 @@ print(" ".join(str(c) for c in v.get("cuda", {}).get("capabilities", [])))' "$k/
             done
             echo "ok   kernels-src/gemv: the GEMV and GEMM of every format the glue names in the PTX of sm_${ccs// /, sm_}"
         fi
+        # flash-attn2: each PTX holds every build-time kernel the glue names
+        # (tiles, split-K decode, merge per head_dim) and none of the kernels
+        # it has compiled at load for a shape (khub_fa2_*spec: -D only)
+        if [ "$n" = flash-attn2 ]; then
+            names=$(grep -o '"khub_fa2_[a-z0-9_]*"' "$k/flash_attn_cuda.c" | tr -d '"' | sort -u)
+            fa_built=$(echo "$names" | grep -v 'spec$')
+            [ "$(echo $fa_built | wc -w)" -eq 6 ] || fail "kernels-src/flash-attn2: the glue's kernels: '$fa_built'"
+            for cc in $ccs; do
+                ptx=$(ls intree/flash-attn2/build/khub1-cu*-linux/flash_attn.sm_$cc.ptx)
+                for f in $names; do
+                    if [ "${f%spec}" = "$f" ]; then
+                        grep -q "\.entry $f(" "$ptx" || fail "$ptx lacks $f"
+                    elif grep -q "\.entry $f(" "$ptx"; then
+                        fail "$ptx has $f, which only a load-time compile defines"
+                    fi
+                done
+            done
+            echo "ok   kernels-src/flash-attn2: tiles, split-K and merge for head_dim 64 and 128 in the PTX of sm_${ccs// /, sm_}"
+        fi
     elif [ -n "$ccs" ]; then
         echo "skip kernels-src/$n CUDA variant: $(grep -o 'CUDA variant skipped: .*' build.log)"
     fi

@@ -665,30 +665,31 @@ TEST_IMPL(rotary_on_a_newer_gpu_compiles_for_it)
 TEST_IMPL(flash_attn2_specialises_on_the_model_shape)
 {
     setup();
+    /* 5 rows over 5 keys: split-K (test_fa2_cuda checks the tiles too) */
     load_spec s = {.glue = 'f', .heads = 9, .kv_heads = 3, .head_dim = 64};
     load_result r = load(&s);
-    assert_launched(&r, "khub_fa2_spec");
+    assert_launched(&r, "khub_fa2_decode_spec");
     ASSERT_STR_EQ(r.nvrtc_log, "compile flash_attn.cu --gpu-architecture=sm_90 --std=c++17 "
                                "-default-device -DKHUB_FA2_GROUP=3 -DKHUB_FA2_HD=64 "
                                "-DKHUB_FA2_HEADS=9\n");
     ASSERT_STR_EQ(r.warn, "");
     r = load(&s);
-    assert_launched(&r, "khub_fa2_spec");
+    assert_launched(&r, "khub_fa2_decode_spec");
     ASSERT_EQ(r.compiles, 0);
     /* another model's heads: another module */
     s.heads = 8, s.kv_heads = 2, s.head_dim = 128;
     r = load(&s);
-    assert_launched(&r, "khub_fa2_spec");
+    assert_launched(&r, "khub_fa2_decode_spec");
     ASSERT_CONTAINS(r.nvrtc_log, " -DKHUB_FA2_GROUP=4 -DKHUB_FA2_HD=128 -DKHUB_FA2_HEADS=8\n");
     ASSERT_EQ(r.compiles, 1);
     s.jit = "0";
     r = load(&s);
-    assert_launched(&r, "khub_fa2_hd128");
+    assert_launched(&r, "khub_fa2_decode_hd128");
     ASSERT_EQ(r.compiles, 0);
     s.jit = NULL, s.nvrtc = "/nonexistent/libnvrtc.so.13";
     s.heads = 9, s.kv_heads = 3, s.head_dim = 64;
     r = load(&s);
-    assert_launched(&r, "khub_fa2_hd64");
+    assert_launched(&r, "khub_fa2_decode_hd64");
     ASSERT_STR_EQ(r.warn, NO_NVRTC_MSG("kernels-community/flash-attn2", "flash_attn.cu", "sm_90"));
     teardown();
 }

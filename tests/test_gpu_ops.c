@@ -3,8 +3,9 @@
  * khub/ref-cpu on the tensors the executor hands it (issue 19 item 5):
  * rms_norm with the fused residual on rows that start past the start of
  * their buffer, silu_and_mul, flash attention over strided K/V views (the
- * cache's rows are wider than n_kv_heads x head_dim) for prefill and for a
- * decode step, rotary (NEOX and interleaved, two bases, Llama 3.1 scaling,
+ * cache's rows are wider than n_kv_heads x head_dim) for prefill (the
+ * tiles) and decode steps of 1-8 rows over up to 20480 keys (split-K), GQA
+ * at head_dim 64 and 128, rotary (NEOX and interleaved, two bases, Llama 3.1 scaling,
  * a partial rotary_dim), and the device KV cache (append, then views read
  * back) against the reference static cache; and SmolLM2 on the device
  * against the CPU's greedy tokens. SmolLM2-135M's shapes: hidden 576, ffn
@@ -18,6 +19,8 @@
  * then check only the plumbing (uploads, launches, downloads) and say that
  * they compared nothing.
  */
+#include <math.h>
+
 #include "gpu_bench.h"
 #include "khub/khub_model.h"
 
@@ -103,17 +106,19 @@ TEST_IMPL(gpu_silu_and_mul_vs_ref_cpu)
     khub_runtime_free(rt);
 }
 
-/* Attention of n_q queries at positions [n_kv - n_q, n_kv) over n_kv cached
- * positions whose K and V rows are ROW floats apart (wider than NKV x HD,
- * as in a cache with room per row). */
-static void attn_case(khub_binding *cu, khub_binding *ref, int64_t n_q, int64_t n_kv)
+/* Attention of n_q queries (nh heads of hd) at positions [n_kv - n_q,
+ * n_kv) over n_kv cached positions of nkvh KV heads whose K and V rows are
+ * nkvh x hd + 64 floats apart (wider than the heads, as in a cache with
+ * room per row). */
+static void attn_case(khub_binding *cu, khub_binding *ref, int64_t nh, int64_t nkvh, int64_t hd,
+                      int64_t n_q, int64_t n_kv)
 {
-    enum { ROW = NKV * HD + 64 };
-    size_t nq = (size_t)n_q * NH * HD, nkv = (size_t)n_kv * ROW;
+    const int64_t row = nkvh * hd + 64;
+    size_t nq = (size_t)(n_q * nh * hd), nkv = (size_t)(n_kv * row);
     buf q = mkbuf(nq, true), k = mkbuf(nkv, true), v = mkbuf(nkv, true), o = mkbuf(nq, false);
     float *got = malloc(nq * sizeof(float));
     ASSERT(got);
-    int64_t qs[3] = {n_q, NH, HD}, ks[3] = {n_kv, NKV, HD}, kst[3] = {ROW, HD, 1};
+    int64_t qs[3] = {n_q, nh, hd}, ks[3] = {n_kv, nkvh, hd}, kst[3] = {row, hd, 1};
     khub_tensor dq = view(&q, true, 0, 3, qs, NULL), dk = view(&k, true, 0, 3, ks, kst),
                 dv = view(&v, true, 0, 3, ks, kst), dout = view(&o, true, 0, 3, qs, NULL);
     khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
@@ -121,7 +126,7 @@ static void attn_case(khub_binding *cu, khub_binding *ref, int64_t n_q, int64_t 
                              .k = &dk,
                              .v = &dv,
                              .out = &dout,
-                             .scale = 0.125f, /* 1/sqrt(64) */
+                             .scale = 1.0f / sqrtf((float)hd),
                              .causal = 1,
                              .q_pos0 = n_kv - n_q};
     ASSERT_OK(khub_binding_call(cu, &a));
@@ -130,23 +135,41 @@ static void attn_case(khub_binding *cu, khub_binding *ref, int64_t n_q, int64_t 
                 hv = view(&v, false, 0, 3, ks, kst), hout = view(&o, false, 0, 3, qs, NULL);
     a.q = &hq, a.k = &hk, a.v = &hv, a.out = &hout;
     ASSERT_OK(khub_binding_call(ref, &a));
-    char what[96];
-    snprintf(what, sizeof what, "attention q [%lld, %d, %d] over %lld strided K/V rows",
-             (long long)n_q, NH, HD, (long long)n_kv);
+    char what[112];
+    snprintf(what, sizeof what,
+             "attention q [%lld, %lld, %lld] over %lld strided K/V rows of %lld heads",
+             (long long)n_q, (long long)nh, (long long)hd, (long long)n_kv, (long long)nkvh);
     compare(what, got, o.h, nq, 1e-6);
     free(got);
     freebuf(&q), freebuf(&k), freebuf(&v), freebuf(&o);
 }
 
+/* flash-attn2's two paths (flash_attn_cuda.c): the prefill tiles for more
+ * than 8 query rows, split-K for 1-8 (one split written directly, several
+ * merged, the 64-split cap, the partials' budget capping 64 heads of 128
+ * at 59 splits), on SmolLM2's heads (9 over 3, head_dim 64) and a Llama
+ * 3 8B's (32 over 8, head_dim 128). */
 TEST_IMPL(gpu_flash_attention_vs_ref_cpu)
 {
     khub_runtime *rt = bench_runtime();
     load_cuda_variant(rt, "flash-attn2");
     uint32_t flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV;
-    khub_binding *cu = op(rt, KHUB_OP_ATTENTION, true, "kernels-community/flash-attn2", flags, HD);
+    const char *fa = "kernels-community/flash-attn2";
+    khub_binding *cu = op(rt, KHUB_OP_ATTENTION, true, fa, flags, HD);
     khub_binding *ref = op(rt, KHUB_OP_ATTENTION, false, "khub/ref-cpu", flags, HD);
-    attn_case(cu, ref, 37, 37); /* prefill */
-    attn_case(cu, ref, 1, 300); /* a decode step */
+    attn_case(cu, ref, NH, NKV, HD, 37, 37);   /* prefill: the tiles */
+    attn_case(cu, ref, NH, NKV, HD, 9, 9);     /* 9 rows: the tiles */
+    attn_case(cu, ref, NH, NKV, HD, 1, 200);   /* decode: one split, one launch */
+    attn_case(cu, ref, NH, NKV, HD, 1, 300);   /* 2 splits and the merge */
+    attn_case(cu, ref, NH, NKV, HD, 1, 4096);  /* 16 splits */
+    attn_case(cu, ref, NH, NKV, HD, 8, 2000);  /* 8 rows, 8 splits */
+    attn_case(cu, ref, NH, NKV, HD, 1, 20480); /* 64 splits of 320 */
+    cu = op(rt, KHUB_OP_ATTENTION, true, fa, flags, 128);
+    ref = op(rt, KHUB_OP_ATTENTION, false, "khub/ref-cpu", flags, 128);
+    attn_case(cu, ref, 32, 8, 128, 37, 37);
+    attn_case(cu, ref, 32, 8, 128, 1, 4096);
+    attn_case(cu, ref, 32, 8, 128, 4, 1000);
+    attn_case(cu, ref, 64, 8, 128, 8, 20480); /* the budget: 59 splits of 352 */
     khub_runtime_free(rt);
 }
 

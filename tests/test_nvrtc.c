@@ -83,9 +83,10 @@ TEST_IMPL(compile_error_has_log)
 
 /* The sources the in-tree glues have compiled at load (docs/gpu.md) build
  * as the host builds them (a cubin for the device, the shape as -D
- * constants, no include path) and hold their _spec kernel: what test_cuda_jit
- * cannot show with its fake NVRTC. */
-static void spec_compiles(const char *rel, const char *const *defs, size_t n, const char *entry)
+ * constants, no include path) and hold their _spec kernels (entries, up to
+ * a NULL): what test_cuda_jit cannot show with its fake NVRTC. */
+static void spec_compiles(const char *rel, const char *const *defs, size_t n,
+                          const char *const *entries)
 {
     khub_nvrtc *nv = open_or_skip();
     char path[512], *src = NULL, *cubin = NULL, err[KHUB_ERROR_SIZE];
@@ -96,7 +97,8 @@ static void spec_compiles(const char *rel, const char *const *defs, size_t n, co
                                          &cubin_n, err, sizeof err);
     if (st != KHUB_STATUS_OK) TEST_FAIL_("%s: %s", rel, err);
     ASSERT(memcmp(cubin, "\177ELF", 4) == 0);
-    ASSERT(memmem(cubin, cubin_n, entry, strlen(entry) + 1) != NULL); /* in its symbol names */
+    for (const char *const *e = entries; *e; e++) /* in its symbol names */
+        if (!memmem(cubin, cubin_n, *e, strlen(*e) + 1)) TEST_FAIL_("%s: no %s", rel, *e);
     free(src), free(cubin);
     khub__nvrtc_close(nv);
 }
@@ -105,9 +107,11 @@ TEST_IMPL(kernels_src_specialise_at_load)
 {
     const char *rope[] = {"-DKHUB_ROPE_HALF=24", "-DKHUB_ROPE_HEAD_DIM=64", "-DKHUB_ROPE_SCALING=2",
                           "-DKHUB_ROPE_STYLE=1"};
-    spec_compiles("rotary/rotary.cu", rope, 4, "khub_rope_f32_spec");
+    const char *const rope_k[] = {"khub_rope_f32_spec", NULL};
+    spec_compiles("rotary/rotary.cu", rope, 4, rope_k);
     const char *fa[] = {"-DKHUB_FA2_GROUP=3", "-DKHUB_FA2_HD=64", "-DKHUB_FA2_HEADS=9"};
-    spec_compiles("flash-attn2/flash_attn.cu", fa, 3, "khub_fa2_spec");
+    const char *const fa_k[] = {"khub_fa2_spec", "khub_fa2_decode_spec", NULL};
+    spec_compiles("flash-attn2/flash_attn.cu", fa, 3, fa_k);
 }
 
 TEST_IMPL(missing_library_is_reported)

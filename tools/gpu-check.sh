@@ -8,16 +8,19 @@
 #   2. the driver and GPU (nvidia-smi);
 #   3. the host side of device placement on the fake driver (test_placement,
 #      runs without a GPU: the fallback, strict, memory and error paths;
-#      test_cuda_graphs: the decode step as a CUDA graph; and
-#      test_device_paged: split-K and paged attention launches, the
-#      device paged cache's blocks);
+#      test_cuda_graphs: the decode step as a CUDA graph;
+#      test_device_paged: paged attention launches, the device paged
+#      cache's blocks; and test_fa2_cuda: flash-attn2's split-K and tiles,
+#      their scratch, inside a graph capture, compiled at load);
 #   4. the CUDA driver layer: memory, streams, a PTX kernel launched
 #      (test_host_api cuda_roundtrip_and_launch);
 #   5. the in-tree CUDA kernels built to PTX with NVRTC and checked
 #      (khub build, khub check: ABI gate and glue load);
 #   6. each CUDA op against khub/ref-cpu on the executor's tensors
 #      (test_gpu_ops: rms_norm+residual at an offset, silu_and_mul, flash
-#      attention over strided K/V, rotary, the device KV cache; then
+#      attention over strided K/V: prefill tiles and split-K decode steps of
+#      1-8 rows over up to 20480 keys, GQA 9/3 at head_dim 64 and 32/8 and
+#      64/8 at 128; rotary, the device KV cache; then
 #      test_gpu_linear: linear f32/f16/bf16 and qlinear Q8_0/Q4_0/Q4_1/
 #      Q4_K/Q6_K/NF4 on offset, row-strided x and y through the GEMV and the
 #      tensor-core GEMM; NMSE per op), and the GEMM's GFLOP/s on SmolLM2's
@@ -95,6 +98,7 @@ step "3. host side of device placement on the fake driver (no GPU needed)"
 run_test "test_placement" $B/tests/test_placement
 run_test "test_cuda_graphs (decode-step CUDA graphs on the fake driver)" $B/tests/test_cuda_graphs
 run_test "test_device_paged" $B/tests/test_device_paged
+run_test "test_fa2_cuda (flash-attn2 split-K and tiles on the fake driver)" $B/tests/test_fa2_cuda
 
 step "4. CUDA driver layer (test_host_api cuda_roundtrip_and_launch)"
 run_test "driver layer round trip and launch" $B/tests/test_host_api cuda_roundtrip_and_launch
