@@ -62,12 +62,13 @@ static bool khub_family(const char *name)
 /* Ranking locked names without the network                                 */
 /* ======================================================================== */
 
-khub_status khub__kernel_rank_locked(khub_hub *hub, const khub_lock_entry *e,
+khub_status khub__kernel_rank_locked(khub_hub *hub, const khub_lock_entry *e, int gpu,
                                      khub_hub_variant_list **out)
 {
     *out = NULL;
     khub__rank_host h;
     khub__rank_host_detect(&h);
+    khub__rank_host_only_gpu(&h, gpu);
     khub__rank_input in[KHUB_LOCK_MAX_VARIANTS];
     const char *files[KHUB_LOCK_MAX_VARIANTS][KHUB_LOCK_MAX_FILES];
     size_t n = 0;
@@ -270,7 +271,7 @@ khub_status khub__kernel_sync_entry(khub_hub *hub, const khub_lock_entry *e, int
          * another one: the model executor loads the CPU variant even where a
          * CUDA variant fits (khub__kernel_fetch_cpu), so an offline `khub run`
          * needs it. */
-        KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_rank_locked(hub, e, &vl));
+        KHUB_FORWARD_IF_ERROR(NULL, khub__kernel_rank_locked(hub, e, -1, &vl));
         n = 0;
         if (vl->best) names[n++] = vl->best;
         for (size_t i = 0; i < vl->count; i++)

@@ -55,8 +55,9 @@ KHUB_INTERNAL khub_status khub__kernel_versions(khub_hub *hub, const khub_hub_id
 /* Ranks the locked variants of e for this host without any request: the
  * locked names and file names go through khub__rank_variants, the judge
  * the hub's listing uses (a CUDA variant's sm_XY names are matched against
- * this host's GPUs). *out as khub_hub_variants, from hub's allocator (hub
- * may be NULL: the C library's). */
-KHUB_INTERNAL khub_status khub__kernel_rank_locked(khub_hub *hub, const khub_lock_entry *e,
+ * this host's GPUs, or with gpu >= 0 against CUDA device gpu alone, as
+ * khub__hub_variants_gpu). *out as khub_hub_variants, from hub's allocator
+ * (hub may be NULL: the C library's). */
+KHUB_INTERNAL khub_status khub__kernel_rank_locked(khub_hub *hub, const khub_lock_entry *e, int gpu,
                                                    khub_hub_variant_list **out);
 #endif /* KHUB_HUB_KERNEL_FETCH_H */

@@ -152,6 +152,12 @@ static khub_status rank_listing(khub_hub *hub, const listing *l, const khub__ran
 khub_status khub_hub_variants(khub_hub *hub, const khub_hub_id *id, const char *commit,
                               khub_hub_variant_list **out)
 {
+    return khub__hub_variants_gpu(hub, id, commit, -1, out);
+}
+
+khub_status khub__hub_variants_gpu(khub_hub *hub, const khub_hub_id *id, const char *commit,
+                                   int gpu, khub_hub_variant_list **out)
+{
     if (!hub || !id || !commit || !out)
         return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_hub_variants: NULL argument");
     khub__hub_clear(hub);
@@ -160,6 +166,7 @@ khub_status khub_hub_variants(khub_hub *hub, const khub_hub_id *id, const char *
         return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG, "variants need a 40-hex commit");
     khub__rank_host h;
     khub__rank_host_detect(&h);
+    khub__rank_host_only_gpu(&h, gpu);
     listing l = {.a = khub__hub_alloc(hub)};
     char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX];
     khub_status st = khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir);

@@ -39,6 +39,15 @@ void khub__rank_host_detect(khub__rank_host *h)
         h->cuda = h->n_gpus = 0;
 }
 
+void khub__rank_host_only_gpu(khub__rank_host *h, int gpu)
+{
+    if (gpu < 0) return;
+    bool there = gpu < h->n_gpus && gpu < KHUB__RANK_MAX_GPUS;
+    h->cc[0] = there ? h->cc[gpu] : 0;
+    h->n_gpus = there ? 1 : 0;
+    h->gpu0 = gpu;
+}
+
 bool khub__rank_wants_files(const char *name, const khub__rank_host *h)
 {
     int abi = 0, used = 0;
@@ -88,9 +97,9 @@ static int cuda_fits(const khub__rank_host *h, const char *const *files, size_t 
             int ptx = 0, cc = artifact_cc(files[i], &ptx);
             runs = cc && !ptx && cc / 10 == h->cc[g] / 10 && cc <= h->cc[g];
         }
-        if (runs) return snprintf(why, wn, "%s, GPU %d sm_%d", accept, g, h->cc[g]), 1;
+        if (runs) return snprintf(why, wn, "%s, GPU %d sm_%d", accept, h->gpu0 + g, h->cc[g]), 1;
     }
-    return snprintf(why, wn, "reject: no PTX or cubin for GPU 0 sm_%d%s", h->cc[0],
+    return snprintf(why, wn, "reject: no PTX or cubin for GPU %d sm_%d%s", h->gpu0, h->cc[0],
                     h->n_gpus > 1 ? " or the other GPUs" : ""),
            0;
 }

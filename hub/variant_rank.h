@@ -21,6 +21,7 @@ typedef struct khub__rank_host {
     int cuda;                    /* driver version as 1000*major + 10*minor, 0 = none */
     int n_gpus;                  /* devices the driver reports (with cuda) */
     int cc[KHUB__RANK_MAX_GPUS]; /* their compute capabilities x10 (90 = 9.0) */
+    int gpu0;                    /* the ordinal of cc[0] (not 0 for a host cut to one GPU) */
 } khub__rank_host;
 
 /* One variant to judge. files: the names of the files directly in its
@@ -35,6 +36,12 @@ typedef struct khub__rank_input {
 /* This host: uname, khub_cpu_features(), and the CUDA driver through the
  * runtime's driver layer (no driver: cuda 0, no GPUs). */
 KHUB_INTERNAL void khub__rank_host_detect(khub__rank_host *h);
+
+/* h cut to CUDA device ordinal gpu alone (a model placed on it: a CUDA
+ * variant must run on that GPU, not on some GPU of the host); gpu < 0
+ * leaves h as it is. A gpu the driver does not report leaves no GPU, so
+ * every CUDA variant is rejected ("the CUDA driver reports no GPU"). */
+KHUB_INTERNAL void khub__rank_host_only_gpu(khub__rank_host *h, int gpu);
 
 /* Whether judging name on h reads its file names (a khub CUDA build with a
  * driver present: its sm_XY artifacts are matched against the GPUs); a
@@ -51,5 +58,12 @@ KHUB_INTERNAL bool khub__rank_wants_files(const char *name, const khub__rank_hos
 KHUB_INTERNAL khub_status khub__rank_variants(const khub_allocator *a, const khub__rank_input *in,
                                               size_t n, const khub__rank_host *h,
                                               khub_hub_variant_list **out);
+
+/* khub_hub_variants judged for CUDA device ordinal gpu alone (a model
+ * placed on it): a CUDA variant is accepted only when it runs on that GPU.
+ * gpu < 0: every GPU of the host, as khub_hub_variants (variant_list.c). */
+KHUB_INTERNAL khub_status khub__hub_variants_gpu(khub_hub *hub, const khub_hub_id *id,
+                                                 const char *commit, int gpu,
+                                                 khub_hub_variant_list **out);
 
 #endif /* KHUB_HUB_VARIANT_RANK_H */

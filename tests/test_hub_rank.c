@@ -165,6 +165,37 @@ TEST_IMPL(cuda_artifacts_match_gpus)
     ASSERT(!khub__rank_wants_files("khub1-cpu-x86_64-linux", &cases[0].h));
 }
 
+/* A host cut to one GPU (a model placed on cuda:N) judges a CUDA variant
+ * against that GPU alone, naming it by its ordinal: on GPUs sm_75 and
+ * sm_90 the sm_90 cubin fits cuda:1 and not cuda:0, though the whole host
+ * accepts it; an ordinal the driver lacks leaves no GPU. */
+TEST_IMPL(cuda_one_gpu_of_several)
+{
+    int two[] = {75, 90};
+    const char *cubin90[] = {"libk.so", "attn.sm_90.cubin"};
+    struct {
+        int gpu;
+        const char *reason;
+    } cases[] = {
+        {-1, "accept: CUDA 13.0 build, driver 13.0, GPU 1 sm_90"},
+        {0, "reject: no PTX or cubin for GPU 0 sm_75"},
+        {1, "accept: CUDA 13.0 build, driver 13.0, GPU 1 sm_90"},
+        {2, "reject: the CUDA driver reports no GPU"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        khub__rank_host h = cuda_host(13, 0, 2, two);
+        khub__rank_host_only_gpu(&h, cases[i].gpu);
+        khub__rank_input in[] = {{"khub1-cu130-x86_64-linux", cubin90, 2},
+                                 {"khub1-cpu-x86_64-linux", NULL, 0}};
+        khub_hub_variant_list *l = rank(in, 2, &h);
+        const khub_hub_variant *v = find(l, "khub1-cu130-x86_64-linux");
+        ASSERT_STR_EQ(v->reason, cases[i].reason);
+        /* the CPU build is what is left when the GPU runs nothing */
+        ASSERT_STR_EQ(l->best, v->accepted ? "khub1-cu130-x86_64-linux" : "khub1-cpu-x86_64-linux");
+        khub_hub_variant_list_free(l);
+    }
+}
+
 /* A name given twice is judged once (the first), one of 128 bytes or more
  * is left out, and nothing at all is an empty list with no best. */
 TEST_IMPL(duplicates_long_names_and_empty)
@@ -214,7 +245,7 @@ TEST_IMPL(locked_names_rank_like_the_listing)
     khub_hub_id id;
     ASSERT_OK(khub_hub_id_parse("org/demo", &id, NULL, 0));
     khub_hub_variant_list *locked = NULL;
-    ASSERT_OK(khub__kernel_rank_locked(NULL, &e, &locked));
+    ASSERT_OK(khub__kernel_rank_locked(NULL, &e, -1, &locked));
     khub__rank_input in[] = {
         {other, NULL, 0}, {"torch29-cxx11-cpu-x86_64-linux", NULL, 0}, {cpu, NULL, 0}};
     khub_hub_variant_list *listed = rank(in, 3, &h);
@@ -234,5 +265,6 @@ TEST_IMPL(locked_names_rank_like_the_listing)
     X(cpu_host_verdicts) \
     X(cuda_ranks_before_cpu) \
     X(cuda_artifacts_match_gpus) \
+    X(cuda_one_gpu_of_several) \
     X(duplicates_long_names_and_empty) X(locked_names_rank_like_the_listing)
 TEST_MAIN(TEST_LIST)

@@ -10,8 +10,10 @@
 #      runs without a GPU: the fallback, strict, memory and error paths;
 #      test_cuda_graphs: the decode step as a CUDA graph;
 #      test_device_paged: paged attention launches, the device paged
-#      cache's blocks; and test_fa2_cuda: flash-attn2's split-K and tiles,
-#      their scratch, inside a graph capture, compiled at load);
+#      cache's blocks; test_fa2_cuda: flash-attn2's split-K and tiles,
+#      their scratch, inside a graph capture, compiled at load; and
+#      test_placement_hub: a Hub kernel's CUDA variant chosen for the
+#      placed GPU, or its CPU variant on the CPU);
 #   4. the CUDA driver layer: memory, streams, a PTX kernel launched
 #      (test_host_api cuda_roundtrip_and_launch);
 #   5. the in-tree CUDA kernels built to PTX with NVRTC and checked
@@ -99,6 +101,8 @@ run_test "test_placement" $B/tests/test_placement
 run_test "test_cuda_graphs (decode-step CUDA graphs on the fake driver)" $B/tests/test_cuda_graphs
 run_test "test_device_paged" $B/tests/test_device_paged
 run_test "test_fa2_cuda (flash-attn2 split-K and tiles on the fake driver)" $B/tests/test_fa2_cuda
+run_test "test_placement_hub (Hub kernels' CUDA variants for a placed model)" \
+    $B/tests/test_placement_hub
 
 step "4. CUDA driver layer (test_host_api cuda_roundtrip_and_launch)"
 run_test "driver layer round trip and launch" $B/tests/test_host_api cuda_roundtrip_and_launch

@@ -179,11 +179,13 @@ static bool any_in_scheme(const khub_model *m, khub_qformat q)
     return false;
 }
 
-static khub_status load(khub_model *m, const char *path, const khub_model_opts *opts)
+static khub_status load(khub_model *m, const char *path, const khub_model_opts *opts,
+                        const khub__device_prefs *dev)
 {
     khub_model_opts o;
     load_prefs p;
     KHUB_FORWARD_IF_ERROR(m->rt, read_opts(m->rt, opts, &o, &p));
+    p.dev = dev;
     KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_setup(m, o.tp_size, o.tp_plan, o.comm));
     KHUB_FORWARD_IF_ERROR(m->rt, open_source(m, path));
     const khub_model_config *c = &m->cfg;
@@ -231,13 +233,19 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
     KHUB_FORWARD_IF_ERROR(m->rt, khub__model_make_cache(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__forward_alloc(m));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__kv_budget_init(m));
-    KHUB_FORWARD_IF_ERROR(m->rt, khub__place_model(m, o.device, p.strict));
+    KHUB_FORWARD_IF_ERROR(m->rt, khub__place_model(m, o.device, p.strict, p.dev));
     fill_info(m);
     return KHUB_STATUS_OK;
 }
 
 khub_status khub_model_load(khub_runtime *rt, const char *path, const khub_model_opts *opts,
                             khub_model **out)
+{
+    return khub__model_load_placed(rt, path, opts, NULL, out);
+}
+
+khub_status khub__model_load_placed(khub_runtime *rt, const char *path, const khub_model_opts *opts,
+                                    const khub__device_prefs *dev, khub_model **out)
 {
     KHUB_API_CHECK(rt, rt && path && out);
     khub__clear(rt);
@@ -257,7 +265,7 @@ khub_status khub_model_load(khub_runtime *rt, const char *path, const khub_model
                   opts->struct_size >= offsetof(khub_model_opts, strict) + sizeof(int32_t) &&
                   opts->strict;
     if (strict) khub_runtime_set_option(rt, KHUB_OPT_STRICT, 1);
-    khub_status st = load(m, path, opts);
+    khub_status st = load(m, path, opts, dev);
     /* Tensor parallel: every rank fails when any did, or loaded other bytes. */
     st = khub__tp_agree(m, st);
     if (strict) {

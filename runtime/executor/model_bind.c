@@ -202,7 +202,8 @@ khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
         const char *comma = strchr(cpref, ',');
         snprintf(m->kv_options, sizeof m->kv_options, "%s", comma + 1);
         snprintf(cbuf, sizeof cbuf, "%.*s", (int)(comma - cpref), cpref);
-        cpref = cbuf;
+        /* ",options" alone: a placed model's Hub cache prefers no CPU op */
+        cpref = cbuf[0] ? cbuf : NULL;
     }
     KHUB_FORWARD_IF_ERROR(
         m->rt, bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, cpref, &m->kv_op));

@@ -18,6 +18,7 @@ typedef struct load_prefs {
     khub_qformat quant; /* scheme, NONE = keep dtypes */
     int strict;
     int quant_embeddings;
+    const struct khub__device_prefs *dev; /* a placed model's device choices (placement.h) */
 } load_prefs;
 
 /* ---- model_weights.c --------------------------------------------------- */

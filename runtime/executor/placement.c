@@ -63,16 +63,25 @@ static role_io io_of(const khub_model *m, khub__role r)
     }
 }
 
-/* Asks the registry for a CUDA op answering b's query; NULL (and the
+/* Asks the registry for a CUDA op answering b's query, preferring plugin
+ * pref ("org/name" or "org/name:op"; NULL = none); NULL (and the
  * registry's reason in why) when there is none. */
-static khub_binding *cuda_op(khub_model *m, const khub__bound *b, char *why, size_t n)
+static khub_binding *cuda_op(khub_model *m, const khub__bound *b, const char *pref, char *why,
+                             size_t n)
 {
     /* The cache is bound before its layout is known (model_bind.c): its
      * device twin is asked for the model's layout. */
     uint32_t layout = b->role == KHUB__ROLE_KV_CACHE ? m->kv_layout : b->kv_layout;
+    char pid[256] = "", *op = NULL;
+    if (pref) {
+        snprintf(pid, sizeof pid, "%s", pref);
+        char *colon = strchr(pid, ':');
+        if (colon) *colon = '\0', op = colon + 1;
+    }
     khub_op_query q = {
-        KHUB_STRUCT_INIT(khub_op_query), .kind = b->kind,   .device_type = KHUB_DEVICE_CUDA,
-        .dtype_id = b->dtype_id,         .flags = b->flags, .kv_layout = layout};
+        KHUB_STRUCT_INIT(khub_op_query),  .kind = b->kind,    .device_type = KHUB_DEVICE_CUDA,
+        .dtype_id = b->dtype_id,          .flags = b->flags,  .plugin_id = pref ? pid : NULL,
+        .op_name = op && *op ? op : NULL, .kv_layout = layout};
     if (b->role == KHUB__ROLE_ATTENTION || b->role == KHUB__ROLE_PAGED_ATTENTION)
         q.head_dim = (int32_t)m->cfg.head_dim;
     khub_binding *out = NULL;
@@ -84,12 +93,54 @@ static khub_binding *cuda_op(khub_model *m, const khub__bound *b, char *why, siz
     /* A dense query is not refused by layout: a paged CUDA cache would
      * answer it, and the model's cache is dense. */
     void *state = NULL;
-    const khub_op_desc *op = khub_binding_acquire(out, &state);
-    bool paged = op && b->role == KHUB__ROLE_KV_CACHE && !layout && op->caps->kv_layouts;
+    const khub_op_desc *op_desc = khub_binding_acquire(out, &state);
+    bool paged = op_desc && b->role == KHUB__ROLE_KV_CACHE && !layout && op_desc->caps->kv_layouts;
     khub_binding_release(out);
     if (!paged) return out;
     snprintf(why, n, "%s is a paged cache; the model's is dense", khub_binding_name(out));
     return NULL;
+}
+
+/* The kernel role (khub_model_load_hub's) whose device choice applies to
+ * b; KHUB_KERNEL_ROLE__COUNT for none. A block-format projection (a
+ * qlinear op) takes the quantization role's choice when it has one, as
+ * its CPU binding takes that role's plugin (model_bind.c). */
+static khub_kernel_role kernel_role(const khub__bound *b, const khub__device_prefs *dev)
+{
+    switch (b->role) {
+    case KHUB__ROLE_NORM:
+    case KHUB__ROLE_NORM_RESIDUAL: return KHUB_KERNEL_ROLE_NORM;
+    case KHUB__ROLE_ROTARY: return KHUB_KERNEL_ROLE_ROTARY;
+    case KHUB__ROLE_KV_CACHE: return KHUB_KERNEL_ROLE_CACHE;
+    case KHUB__ROLE_ATTENTION:
+    case KHUB__ROLE_PAGED_ATTENTION: return KHUB_KERNEL_ROLE_ATTENTION;
+    case KHUB__ROLE_ACT: return KHUB_KERNEL_ROLE_ACTIVATION;
+    case KHUB__ROLE_QKV:
+    case KHUB__ROLE_O:
+    case KHUB__ROLE_GATE_UP:
+    case KHUB__ROLE_DOWN:
+    case KHUB__ROLE_LM_HEAD:
+        return b->kind == KHUB_OP_QLINEAR &&
+                       (dev->impl[KHUB_KERNEL_ROLE_QUANT] || dev->cpu_why[KHUB_KERNEL_ROLE_QUANT])
+                   ? KHUB_KERNEL_ROLE_QUANT
+                   : KHUB_KERNEL_ROLE_LINEAR;
+    default: return KHUB_KERNEL_ROLE__COUNT;
+    }
+}
+
+/* b's CUDA op under dev's choices (may be NULL): none when its role is
+ * kept on the CPU (why: dev's reason), else the registry's answer with
+ * dev's preferred plugin. */
+static khub_binding *device_op(khub_model *m, const khub__bound *b, const khub__device_prefs *dev,
+                               char *why, size_t n)
+{
+    khub_kernel_role kr = dev ? kernel_role(b, dev) : KHUB_KERNEL_ROLE__COUNT;
+    if (kr != KHUB_KERNEL_ROLE__COUNT && dev->cpu_why[kr]) {
+        snprintf(why, n, "%s", dev->cpu_why[kr]);
+        return NULL;
+    }
+    if (!b->kind) return NULL;
+    return cuda_op(m, b, kr != KHUB_KERNEL_ROLE__COUNT ? dev->impl[kr] : NULL, why, n);
 }
 
 /* The roles the forward pass calls: every binding but the load's own
@@ -117,7 +168,8 @@ static void copies_line(khub_model *m, khub__role r, khub__text *t)
 /* A role is bound once per weight dtype (a GGUF may mix Q4_K and Q6_K
  * projections); it runs on the device only when every one of its bindings
  * has a CUDA op, so a role is never split between the two sides. */
-static khub_status plan_roles(khub_model *m, bool strict, khub__text *t)
+static khub_status plan_roles(khub_model *m, bool strict, const khub__device_prefs *dev,
+                              khub__text *t)
 {
     khub__place *pl = m->place;
     khub_binding *found[sizeof m->bound / sizeof m->bound[0]] = {NULL};
@@ -128,7 +180,7 @@ static khub_status plan_roles(khub_model *m, bool strict, khub__text *t)
         if (!in_forward(b->role)) continue;
         pl->used[b->role] = true;
         snprintf(why, sizeof why, "not chosen by a registry query");
-        found[i] = b->kind ? cuda_op(m, b, why, sizeof why) : NULL;
+        found[i] = device_op(m, b, dev, why, sizeof why);
         if (found[i]) continue;
         KHUB_RETURN_IF(m->rt, strict, KHUB_STATUS_NO_KERNEL,
                        "%s: cuda:%d: strict: role %s[%s] has no CUDA kernel (%s); load one "
@@ -151,8 +203,10 @@ static khub_status plan_roles(khub_model *m, bool strict, khub__text *t)
         if (found[i])
             snprintf(why, sizeof why, "%s has one, but the role's other weights have none",
                      khub_binding_name(found[i]));
-        else if (b->kind)
-            cuda_op(m, b, why, sizeof why); /* the registry's reason again */
+        else {
+            snprintf(why, sizeof why, "not chosen by a registry query");
+            device_op(m, b, dev, why, sizeof why); /* the reason again */
+        }
         khub__text_add(t, "  %s[%s]: cpu fallback, %s (no CUDA kernel: %s)\n", name, dt,
                        khub_binding_name(b->b), why);
         copies_line(m, b->role, t);
@@ -372,7 +426,8 @@ static void report(khub_model *m, khub__text *t)
                    pl->cuda[KHUB__ROLE_LM_HEAD] ? (long long)(4 * m->cfg.vocab_size) : 0LL, graphs);
 }
 
-khub_status khub__place_model(khub_model *m, khub_device device, bool strict)
+khub_status khub__place_model(khub_model *m, khub_device device, bool strict,
+                              const khub__device_prefs *dev)
 {
     if (device.device_type == 0 || device.device_type == KHUB_DEVICE_CPU) return KHUB_STATUS_OK;
     KHUB_RETURN_IF(m->rt, device.device_type != KHUB_DEVICE_CUDA, KHUB_STATUS_INVALID_ARG,
@@ -387,7 +442,7 @@ khub_status khub__place_model(khub_model *m, khub_device device, bool strict)
     pl->device = device.device_id;
     KHUB_FORWARD_IF_ERROR(m->rt, open_device(m, device.device_id));
     khub__text roles = {.rt = m->rt}, t = {.rt = m->rt};
-    khub_status st = plan_roles(m, strict, &roles);
+    khub_status st = plan_roles(m, strict, dev, &roles);
     if (st == KHUB_STATUS_OK) {
         each_weight(m, count_weight, pl);
         pl->kv_bytes = pl->cuda[KHUB__ROLE_KV_CACHE] ? kv_bytes(m) : 0;

@@ -23,6 +23,27 @@
 #define KHUB_RUNTIME_PLACEMENT_H
 
 #include "executor.h"
+#include "khub/khub_kernels.h"
+
+/* What khub_model_load_hub decided for the roles of a model placed on a
+ * CUDA device (runtime/kernels/model_kernels.c), per kernel role
+ * (KHUB_KERNEL_ROLES): the plugin whose CUDA op the role's device query
+ * prefers (a Hub kernel's CUDA variant, "org/name" or "org/name:op"), or
+ * why the role stays on the CPU (the named Hub kernel has no CUDA variant
+ * for the device: its CPU variant serves the role). Both NULL: the
+ * registry's best CUDA op, as for khub_model_load. Borrowed for the load.
+ * A block-format projection (a qlinear op) takes the quantization role's
+ * entries when they are set, else the linear role's, as its CPU binding
+ * takes the plugins. */
+typedef struct khub__device_prefs {
+    const char *impl[KHUB_KERNEL_ROLE__COUNT];
+    const char *cpu_why[KHUB_KERNEL_ROLE__COUNT];
+} khub__device_prefs;
+
+/* khub_model_load with dev (may be NULL) for a placed model's roles. */
+KHUB_INTERNAL khub_status khub__model_load_placed(khub_runtime *rt, const char *path,
+                                                  const khub_model_opts *opts,
+                                                  const khub__device_prefs *dev, khub_model **out);
 
 /* The decode step as a CUDA graph (forward_graph.c). */
 typedef struct khub__graph {
@@ -66,11 +87,13 @@ typedef struct khub__place {
 /* Makes m's placement for opts.device (a CUDA device; the CPU needs none):
  * the driver and the device, the plan, the memory check, the allocations
  * and the weight upload. strict: a role without a CUDA op is an error.
+ * dev (may be NULL): the roles' device preferences and CPU pins.
  * Statuses (each message names the device): NO_CUDA (no driver, or no GPU
  * on it), INVALID_ARG (no such ordinal), NO_KERNEL (strict, naming the
  * role), NOMEM (does not fit: each part, the sum and the free bytes),
  * CUDA (a driver call failed), UNSUPPORTED (tensor parallelism). */
-KHUB_INTERNAL khub_status khub__place_model(khub_model *m, khub_device device, bool strict);
+KHUB_INTERNAL khub_status khub__place_model(khub_model *m, khub_device device, bool strict,
+                                            const khub__device_prefs *dev);
 /* Frees the device blocks and the stream (waiting for it first). */
 KHUB_INTERNAL void khub__place_free(khub_model *m);
 

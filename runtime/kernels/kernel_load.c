@@ -41,6 +41,7 @@
 #include "kernel_meta.h"
 #include "plugin_artifacts.h"
 #include "quarantine.h"
+#include "variant_rank.h"
 
 #define FALLBACK_PLUGIN "khub/ref-cpu"
 
@@ -75,6 +76,7 @@ typedef struct fetch {
     khub__variant v;    /* metadata.json read once, its parse, the verified files */
     khub_status judged; /* what fetch_judge returned (its message is on rt) */
     khub_sig sig;       /* the judged metadata.json.sig, parsed once (format 0: none) */
+    int gpu;            /* CUDA variants judged for this ordinal alone, -1 = every GPU */
 } fetch;
 
 static void fetch_free(fetch *f)
@@ -125,14 +127,14 @@ static khub_status fetch_variants(fetch *f)
     khub_status st;
     if (f->entry) {
         memcpy(f->r->commit, f->entry->commit, 41);
-        st = khub__kernel_rank_locked(f->hub, f->entry, &f->vl);
+        st = khub__kernel_rank_locked(f->hub, f->entry, f->gpu, &f->vl);
         if (st != KHUB_STATUS_OK)
             return khub__fail(f->rt, st, "%s: %s", f->r->repo, khub_last_error());
         f->r->locked = 1;
     } else {
         st = khub_hub_resolve(f->hub, &f->id, f->r->commit);
         if (st != KHUB_STATUS_OK) return hub_failed(f, st, "resolving");
-        st = khub_hub_variants(f->hub, &f->id, f->r->commit, &f->vl);
+        st = khub__hub_variants_gpu(f->hub, &f->id, f->r->commit, f->gpu, &f->vl);
         if (st != KHUB_STATUS_OK) return hub_failed(f, st, "listing the variants of");
     }
     format_trace(f->vl, f->r->trace, sizeof f->r->trace);
@@ -342,9 +344,16 @@ static khub_status fetch_load(fetch *f)
     return KHUB_STATUS_OK;
 }
 
+/* Whether name is a khub CUDA build ("khub1-cu130-x86_64-linux"). */
+static bool is_cuda_variant(const char *name)
+{
+    int abi = 0, digits = 0;
+    return sscanf(name, "khub%d-cu%d", &abi, &digits) == 2;
+}
+
 /* The first (best ranked) accepted CPU variant, for callers that run on
  * the CPU; notes the choice in the trace when it is not the overall best. */
-static void prefer_cpu(fetch *f)
+static void prefer_cpu(fetch *f, const char *why)
 {
     khub_hub_variant_list *l = f->vl;
     const char *cpu = NULL;
@@ -352,22 +361,58 @@ static void prefer_cpu(fetch *f)
         if (l->items[i].accepted && strstr(l->items[i].name, "-cpu-")) cpu = l->items[i].name;
     if (l->best && cpu != l->best) {
         size_t n = strlen(f->r->trace);
-        snprintf(f->r->trace + n, sizeof f->r->trace - n,
-                 "%s%s passed over: the executor runs on the CPU\n",
-                 n && f->r->trace[n - 1] != '\n' ? "\n" : "", l->best);
+        snprintf(f->r->trace + n, sizeof f->r->trace - n, "%s%s passed over: %s\n",
+                 n && f->r->trace[n - 1] != '\n' ? "\n" : "", l->best, why);
     }
     l->best = cpu;
 }
 
+/* For a model placed on CUDA device gpu (the ranking judged the CUDA
+ * variants against that GPU alone): the best CUDA variant. Without one,
+ * strict fails; else the best CPU variant serves the role on the CPU, and
+ * cpu_why says why in one line (the CUDA variants' verdicts). */
+static khub_status prefer_cuda(fetch *f, int gpu, char *cpu_why, size_t n)
+{
+    khub_hub_variant_list *l = f->vl;
+    char verdicts[1024] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < l->count; i++) {
+        if (!is_cuda_variant(l->items[i].name)) continue;
+        if (l->items[i].accepted) {
+            l->best = l->items[i].name;
+            return KHUB_STATUS_OK;
+        }
+        int w = snprintf(verdicts + len, sizeof verdicts - len, "%s%s: %s", len ? "; " : "",
+                         l->items[i].name, l->items[i].reason);
+        if (w > 0) len = len + (size_t)w < sizeof verdicts ? len + (size_t)w : sizeof verdicts - 1;
+    }
+    if (!len) snprintf(verdicts, sizeof verdicts, "it has no CUDA variant");
+    KHUB_RETURN_IF(f->rt, f->o.strict, KHUB_STATUS_NO_VARIANT,
+                   "%s@%.12s: no CUDA variant runs on cuda:%d (strict): %s", f->r->repo,
+                   f->r->commit, gpu, verdicts);
+    snprintf(cpu_why, n, "%s@%.12s has no CUDA variant that runs on cuda:%d (%s)", f->r->repo,
+             f->r->commit, gpu, verdicts);
+    char over[64];
+    snprintf(over, sizeof over, "no CUDA variant runs on cuda:%d", gpu);
+    prefer_cpu(f, over);
+    return KHUB_STATUS_OK;
+}
+
+/* target: KERNEL_ANY (the best variant for this host), KERNEL_CPU (the
+ * best CPU variant), or a CUDA ordinal (prefer_cuda; cpu_why as there). */
+enum { KERNEL_ANY = -2, KERNEL_CPU = -1 };
+
 static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
-                                const khub_kernel_opts *opts, int cpu_only, khub_kernel_result *out)
+                                const khub_kernel_opts *opts, int target, khub_kernel_result *out,
+                                char *cpu_why, size_t why_n)
 {
     KHUB_API_CHECK(NULL, hub != NULL && rt != NULL && id != NULL && out != NULL);
     khub__clear(rt);
     uint32_t want = out->struct_size;
     memset(out, 0, sizeof *out);
     out->struct_size = want ? want : sizeof *out;
-    fetch f = {.hub = hub, .rt = rt, .r = out};
+    if (cpu_why && why_n) cpu_why[0] = '\0';
+    fetch f = {.hub = hub, .rt = rt, .r = out, .gpu = target >= 0 ? target : -1};
     f.o = (khub_kernel_opts){KHUB_STRUCT_INIT(khub_kernel_opts)};
     if (opts)
         memcpy(&f.o, opts,
@@ -375,7 +420,9 @@ static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                                                                    : sizeof f.o);
     khub_status st = fetch_setup(&f, id);
     if (st == KHUB_STATUS_OK) st = fetch_variants(&f);
-    if (st == KHUB_STATUS_OK && cpu_only) prefer_cpu(&f);
+    if (st == KHUB_STATUS_OK && target == KERNEL_CPU)
+        prefer_cpu(&f, "the executor runs on the CPU");
+    if (st == KHUB_STATUS_OK && target >= 0) st = prefer_cuda(&f, target, cpu_why, why_n);
     if (st == KHUB_STATUS_OK && !f.vl->best) {
         st = fetch_fallback(&f);
         fetch_free(&f);
@@ -394,11 +441,18 @@ static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
 khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                               const khub_kernel_opts *opts, khub_kernel_result *out)
 {
-    return kernel_fetch(hub, rt, id, opts, 0, out);
+    return kernel_fetch(hub, rt, id, opts, KERNEL_ANY, out, NULL, 0);
 }
 
 khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt, const char *id,
                                    const khub_kernel_opts *opts, khub_kernel_result *out)
 {
-    return kernel_fetch(hub, rt, id, opts, 1, out);
+    return kernel_fetch(hub, rt, id, opts, KERNEL_CPU, out, NULL, 0);
+}
+
+khub_status khub__kernel_fetch_gpu(khub_hub *hub, khub_runtime *rt, const char *id,
+                                   const khub_kernel_opts *opts, int gpu, khub_kernel_result *out,
+                                   char *cpu_why, size_t why_n)
+{
+    return kernel_fetch(hub, rt, id, opts, gpu, out, cpu_why, why_n);
 }

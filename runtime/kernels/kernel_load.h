@@ -17,6 +17,18 @@ KHUB_INTERNAL khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt
                                                  const khub_kernel_opts *opts,
                                                  khub_kernel_result *out);
 
+/* khub_kernel_fetch for a model placed on CUDA device gpu: the best CUDA
+ * variant that runs on that GPU (the variants judged against it alone).
+ * Without one: with opts->strict NO_VARIANT ("R@C: no CUDA variant runs on
+ * cuda:N (strict): <each CUDA variant's verdict>"); else the best CPU
+ * variant is loaded and cpu_why[why_n] says why in one line (it is ""
+ * when a CUDA variant was loaded). No variant at all: as khub_kernel_fetch
+ * (fell_back, or NO_VARIANT with strict). */
+KHUB_INTERNAL khub_status khub__kernel_fetch_gpu(khub_hub *hub, khub_runtime *rt, const char *id,
+                                                 const khub_kernel_opts *opts, int gpu,
+                                                 khub_kernel_result *out, char *cpu_why,
+                                                 size_t why_n);
+
 /* One role's name resolved as khub_model_load_hub resolves it (a built-in
  * alias, a loaded plugin's id, or a Hub ID fetched, verified and loaded
  * under k's policy and k->lock_path): impl[n] gets the string the executor

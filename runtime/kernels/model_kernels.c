@@ -35,11 +35,13 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cuda.h"
 #include "hub_impl.h"
 #include "kernel_load.h"
 #include "kernel_mapping.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
+#include "placement.h"
 
 /* khub_model_kernels has one field per role, in the table's order, and
  * khub_model_opts one string per role: their layouts are frozen
@@ -150,13 +152,84 @@ static void note(khub_model_kernels_report *rep, const char *fmt, ...)
     if (len + 1 < sizeof rep->text) rep->text[len] = '\n', rep->text[len + 1] = '\0';
 }
 
+/* The CUDA device a model is placed on: its ordinal and capability. */
+typedef struct placed {
+    int gpu, cc;
+    bool noted; /* the report has its device line */
+} placed;
+
+/* A role's choice for the device of a placed model (placement.h's
+ * khub__device_prefs): the plugin whose CUDA op it prefers, or why it
+ * stays on the CPU; both "" when the registry's best CUDA op serves it. */
+typedef struct role_dev {
+    char impl[256];
+    char cpu_why[1024];
+} role_dev;
+
+/* The line of the variant trace about variant ("name: accept: ..."), the
+ * reason only, into buf. */
+static void variant_reason(const char *trace, const char *variant, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    size_t len = strlen(variant);
+    for (const char *l = trace; l && *l;) {
+        const char *end = strchr(l, '\n');
+        size_t line = end ? (size_t)(end - l) : strlen(l);
+        if (line > len + 2 && !strncmp(l, variant, len) && !strncmp(l + len, ": ", 2)) {
+            snprintf(buf, n, "%.*s", (int)(line - len - 2), l + len + 2);
+            return;
+        }
+        l = end ? end + 1 : NULL;
+    }
+}
+
+/* A Hub kernel fetched for role on a placed model (pl, dev): its CUDA
+ * variant for the device, whose plugin the role's device query prefers
+ * (the CPU binding keeps the registry's best: impl stays empty); or, with
+ * none that runs on that GPU, its CPU variant, which serves the role on
+ * the CPU (impl names it; dev->cpu_why says why). */
+static khub_status fetch_placed(khub_hub *hub, khub_runtime *rt, const char *rname, const char *id,
+                                const khub_kernel_opts *ko, placed *pl, char *impl, size_t n,
+                                role_dev *dev, khub_model_kernels_report *rep,
+                                khub_kernel_result *kr)
+{
+    char cpu_why[640]; /* with the words below, fits dev->cpu_why */
+    if (!pl->noted)
+        note(rep, "device: cuda:%d (sm_%d): Hub kernels load their CUDA variant for it", pl->gpu,
+             pl->cc);
+    pl->noted = true;
+    khub_status st = khub__kernel_fetch_gpu(hub, rt, id, ko, pl->gpu, kr, cpu_why, sizeof cpu_why);
+    if (st != KHUB_STATUS_OK || kr->fell_back) return st;
+    char loaded[256], why[300];
+    snprintf(loaded, sizeof loaded, "%s%s%s", kr->plugin_id, kr->op_name[0] ? ":" : "",
+             kr->op_name);
+    variant_reason(kr->trace, kr->variant, why, sizeof why);
+    if (!cpu_why[0]) {
+        snprintf(dev->impl, sizeof dev->impl, "%s", loaded);
+        note(rep, "%s: %s -> %s commit %.12s variant %s for cuda:%d (%s) file %s%s; %s", rname, id,
+             kr->plugin_id, kr->commit, kr->variant, pl->gpu, why, kr->file,
+             kr->locked ? " (locked, hashes re-checked)" : "", kr->trust);
+        return KHUB_STATUS_OK;
+    }
+    snprintf(impl, n, "%s", loaded);
+    snprintf(dev->cpu_why, sizeof dev->cpu_why, "%s; its CPU variant %s serves %s on the CPU",
+             cpu_why, kr->variant, rname);
+    note(rep, "%s: %s -> %s commit %.12s variant %s on the CPU (%s) file %s%s; %s", rname, id,
+         kr->plugin_id, kr->commit, kr->variant, cpu_why, kr->file,
+         kr->locked ? " (locked, hashes re-checked)" : "", kr->trust);
+    return KHUB_STATUS_OK;
+}
+
 /* Resolves one role's name into impl (the string for khub_model_opts), or
  * leaves impl empty for "no preference". For quantization, scheme receives
- * a scheme named as ":scheme" or alone. */
+ * a scheme named as ":scheme" or alone. pl (NULL = the CPU): the model is
+ * placed on that CUDA device, and a Hub ID is fetched for it
+ * (fetch_placed, into dev); quantization is always fetched for the CPU,
+ * where quantize-at-load runs. */
 static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role, const char *name,
                                 const khub_model_kernels *k, const char *lock, char *impl, size_t n,
                                 char *scheme, size_t scheme_n, khub_model_kernels_report *rep,
-                                khub_plugin **plugin)
+                                khub_plugin **plugin, placed *pl, role_dev *dev)
 {
     impl[0] = '\0';
     if (plugin) *plugin = NULL;
@@ -227,8 +300,10 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
                            .lock_path = lock, .allow_unsigned = k->allow_unsigned,
                            .strict = k->strict};
     khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
-    /* The executor runs on the CPU: a CUDA variant would serve nothing. */
-    khub_status st = khub__kernel_fetch_cpu(hub, rt, id, &ko, &kr);
+    /* A model on the CPU: a CUDA variant would serve nothing. */
+    bool on_dev = pl && dev && role != KHUB_ROLE_QUANT;
+    khub_status st = on_dev ? fetch_placed(hub, rt, rname, id, &ko, pl, impl, n, dev, rep, &kr)
+                            : khub__kernel_fetch_cpu(hub, rt, id, &ko, &kr);
     if (st != KHUB_STATUS_OK) {
         char msg[KHUB_ERROR_SIZE];
         snprintf(msg, sizeof msg, "%s", khub_runtime_errmsg(rt));
@@ -243,9 +318,14 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
         note(rep, "%s: %s -> fell back to khub/ref-cpu (no variant fits)\n%s", rname, id, kr.trace);
         snprintf(impl, n, "khub/ref-cpu");
         if (plugin) *plugin = loaded_plugin(rt, impl);
+        if (on_dev)
+            snprintf(dev->cpu_why, sizeof dev->cpu_why,
+                     "%s has no variant for this machine; khub/ref-cpu serves %s on the CPU", id,
+                     rname);
         return KHUB_STATUS_OK;
     }
     if (plugin) *plugin = kr.plugin;
+    if (on_dev) return KHUB_STATUS_OK; /* fetch_placed set impl or dev and noted it */
     if (kr.op_name[0])
         snprintf(impl, n, "%s:%s", kr.plugin_id, kr.op_name);
     else
@@ -260,15 +340,17 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
  * executor hands them to the cache's create, abi/ABI.md 1.4). */
 static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, const char *name,
                            const khub_model_kernels *k, const char *lock, char *impl, size_t n,
-                           char *scheme, size_t scheme_n, khub_model_kernels_report *rep)
+                           char *scheme, size_t scheme_n, khub_model_kernels_report *rep,
+                           placed *pl, role_dev *dev)
 {
     const char *comma = role == KHUB_ROLE_CACHE && name ? strchr(name, ',') : NULL;
     if (!comma)
-        return resolve_name(hub, rt, role, name, k, lock, impl, n, scheme, scheme_n, rep, NULL);
+        return resolve_name(hub, rt, role, name, k, lock, impl, n, scheme, scheme_n, rep, NULL, pl,
+                            dev);
     char base[512];
     snprintf(base, sizeof base, "%.*s", (int)(comma - name), name);
     khub_status st =
-        resolve_name(hub, rt, role, base, k, lock, impl, n, scheme, scheme_n, rep, NULL);
+        resolve_name(hub, rt, role, base, k, lock, impl, n, scheme, scheme_n, rep, NULL, pl, dev);
     if (st != KHUB_STATUS_OK) return st;
     size_t len = strlen(impl);
     if (!comma[1] || len + strlen(comma) + 1 > n)
@@ -288,7 +370,24 @@ khub_status khub__kernel_resolve_role(khub_hub *hub, khub_runtime *rt, khub_kern
 {
     char scheme[16] = "";
     return resolve_name(hub, rt, (khub_role)role, name, k, k->lock_path, impl, n, scheme,
-                        sizeof scheme, rep, plugin);
+                        sizeof scheme, rep, plugin, NULL, NULL);
+}
+
+/* The CUDA device base places the model on, with its capability (the
+ * mapping's capability ranges and the variants are judged against it);
+ * false for the CPU, or when the driver does not report that device:
+ * khub_model_load then refuses it with its own message. */
+static bool placed_device(const khub_model_opts *base, placed *pl)
+{
+    if (!base || base->struct_size < offsetof(khub_model_opts, device) + sizeof base->device ||
+        base->device.device_type != KHUB_DEVICE_CUDA)
+        return false;
+    int driver = 0, n = 0, cc[16];
+    pl->gpu = base->device.device_id;
+    if (khub__cuda_probe(&driver, cc, 16, &n) != KHUB_STATUS_OK || pl->gpu < 0 || pl->gpu >= n)
+        return false;
+    pl->cc = cc[pl->gpu];
+    return true;
 }
 
 khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *path,
@@ -320,17 +419,33 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
     }
     char impl[KHUB_ROLE__COUNT][256];
     char scheme[16] = "", quant[300];
+    placed pl = {0};
+    bool on_dev = placed_device(base, &pl);
+    role_dev dev[KHUB_ROLE__COUNT];
+    memset(dev, 0, sizeof dev);
     khub_status st = KHUB_STATUS_OK;
     for (int r = 0; r < KHUB_ROLE__COUNT && st == KHUB_STATUS_OK; r++) {
         const char *name = given[r], *lock = k->lock_path;
+        bool rule_dev = on_dev; /* a cpu-only rule names the role's CPU kernel only */
         if (!name && map) {
-            const khub_map_rule *rule = khub__mapping_pick(map, (khub_role)r, KHUB_DEVICE_CPU, 0);
+            const khub_map_rule *rule =
+                on_dev ? khub__mapping_pick(map, (khub_role)r, KHUB_DEVICE_CUDA, pl.cc) : NULL;
+            if (!rule) {
+                rule = khub__mapping_pick(map, (khub_role)r, KHUB_DEVICE_CPU, 0);
+                rule_dev = false;
+            }
             if (rule) name = rule->text, lock = map_lock;
         }
         st = resolve(hub, rt, (khub_role)r, name, k, lock, impl[r], sizeof impl[r], scheme,
-                     sizeof scheme, rep);
+                     sizeof scheme, rep, rule_dev ? &pl : NULL, &dev[r]);
     }
     free(map);
+    khub__device_prefs dp;
+    memset(&dp, 0, sizeof dp);
+    for (int r = 0; r < KHUB_ROLE__COUNT; r++) {
+        if (dev[r].impl[0]) dp.impl[r] = dev[r].impl;
+        if (dev[r].cpu_why[0]) dp.cpu_why[r] = dev[r].cpu_why;
+    }
     if (st != KHUB_STATUS_OK) return st;
     khub_model_opts o = base ? *base : (khub_model_opts){KHUB_STRUCT_INIT(khub_model_opts)};
     /* Each role's loaded plugin into its option field; quantization joins
@@ -348,5 +463,5 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
         o.quant = quant;
     }
     if (k->strict) o.strict = 1;
-    return khub_model_load(rt, path, &o, out);
+    return khub__model_load_placed(rt, path, &o, on_dev ? &dp : NULL, out);
 }
