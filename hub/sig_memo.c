@@ -51,8 +51,8 @@ static struct {
 static atomic_flag busy = ATOMIC_FLAG_INIT;
 static atomic_size_t n_hits, n_busy;
 
-khub_status khub__sig_memo_id(const khub_pubkey *key, const unsigned char sig[64],
-                              const void *data, size_t n, unsigned char id[32])
+khub_status khub__sig_memo_id(const khub_pubkey *key, const unsigned char sig[64], const void *data,
+                              size_t n, unsigned char id[32])
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned len = 0;

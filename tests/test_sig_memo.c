@@ -98,8 +98,7 @@ TEST_IMPL(second_load_of_a_tampered_statement_is_refused)
     khub_pubkey key;
     make_key("st", &key);
     static const char meta[] = "{\"name\": \"kernels-community/rmsnorm\"}";
-    khub_sig_statement stmt = {"kernels-community/rmsnorm", "1.2.0", "khub1-cpu-x86_64-linux",
-                               ""};
+    khub_sig_statement stmt = {"kernels-community/rmsnorm", "1.2.0", "khub1-cpu-x86_64-linux", ""};
     ASSERT_OK(khub__sha256_hex(meta, strlen(meta), stmt.metadata_sha256));
     char *sig = NULL, err[KHUB_ERROR_SIZE] = "";
     ASSERT_OK(khub__sign_statement(priv, &stmt, &sig, err, sizeof err));
@@ -189,7 +188,8 @@ TEST_IMPL(memo_is_bounded)
         sign_raw(text[i], strlen(text[i]), sigs[i]);
     }
     khub__sig_memo_clear();
-    for (int i = 0; i < N; i++) ASSERT_OK(khub__sig_verify(&key, text[i], strlen(text[i]), sigs[i]));
+    for (int i = 0; i < N; i++)
+        ASSERT_OK(khub__sig_verify(&key, text[i], strlen(text[i]), sigs[i]));
     ASSERT_EQ(stats().entries, KHUB_SIG_MEMO_SLOTS);
     ASSERT_EQ(stats().hits, 0);
     ASSERT_OK(khub__sig_verify(&key, text[0], strlen(text[0]), sigs[0])); /* evicted */
