@@ -1,5 +1,5 @@
 /*
- * layout.c: freezes the plugin ABI (1.0, plus the 1.1, 1.2, 1.3 and 1.4 additions) on LP64
+ * layout.c: freezes the plugin ABI (1.0, plus the 1.1-1.5 additions) on LP64
  * (x86_64, aarch64).
  *
  * Every struct that crosses the plugin boundary has its size and every field
@@ -290,6 +290,16 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_call_ctx, workspace_bytes) == 32, "khub_call_ctx.workspace_bytes");
     _Static_assert(offsetof(khub_call_ctx, n_threads) == 40, "khub_call_ctx.n_threads");
     _Static_assert(offsetof(khub_call_ctx, reserved) == 44, "khub_call_ctx.reserved");
+    _Static_assert(sizeof(khub_embedding_args) == 72, "khub_embedding_args"); /* 1.5 */
+    KHUB_LAYOUT_HEADER(khub_embedding_args);
+    _Static_assert(offsetof(khub_embedding_args, ctx) == 8, "khub_embedding_args.ctx");
+    _Static_assert(offsetof(khub_embedding_args, table) == 16, "khub_embedding_args.table");
+    _Static_assert(offsetof(khub_embedding_args, ids) == 24, "khub_embedding_args.ids");
+    _Static_assert(offsetof(khub_embedding_args, y) == 32, "khub_embedding_args.y");
+    _Static_assert(offsetof(khub_embedding_args, n) == 40, "khub_embedding_args.n");
+    _Static_assert(offsetof(khub_embedding_args, scale) == 48, "khub_embedding_args.scale");
+    _Static_assert(offsetof(khub_embedding_args, reserved) == 52, "khub_embedding_args.reserved");
+    _Static_assert(offsetof(khub_embedding_args, reserved2) == 56, "khub_embedding_args.reserved2");
     _Static_assert(sizeof(khub_paged_attention_args) == 152,
                    "khub_paged_attention_args"); /* 144 in 1.4 */
     KHUB_LAYOUT_HEADER(khub_paged_attention_args);
@@ -355,7 +365,7 @@ _Static_assert(KHUB_ABI_MINOR >= 2, "ABI 1.2 has cuda_stream_create/destroy");
 _Static_assert(KHUB_ABI_MINOR >= 3, "ABI 1.3 has per-kind caps flags and activation dtypes");
 _Static_assert(KHUB_ABI_MINOR >= 4, "ABI 1.4 has paged attention and paged KV caches");
 /* added in ABI 1.4 */
-_Static_assert(KHUB_OP_PAGED_ATTENTION == 8 && KHUB_OP_KIND__COUNT == 9, "op kinds 1.4");
+_Static_assert(KHUB_OP_PAGED_ATTENTION == 8, "op kinds 1.4");
 _Static_assert(KHUB_KV_LAYOUT_NONE == 0 && KHUB_KV_LAYOUT_PAGED_HTD == 1 &&
                    KHUB_KV_LAYOUT_PAGED_HTD_Q8 == 2,
                "paged KV layouts");
@@ -363,6 +373,9 @@ _Static_assert(KHUB_STATUS_KV_FULL == 404, "status KV_FULL");
 /* added in ABI 1.5 */
 _Static_assert(KHUB_ABI_MINOR >= 5, "ABI 1.5 has attention logit soft-capping");
 _Static_assert(KHUB_ATTN_SOFTCAP == 256, "attention flag softcap (kind bit 8)");
+_Static_assert(KHUB_OP_EMBEDDING == 9 && KHUB_OP_KIND__COUNT == 10, "op kinds 1.5");
+_Static_assert(KHUB_EMBEDDING_SCALE == 256 && KHUB_EMBEDDING_STRIDED_OUT == 512,
+               "embedding flags (kind bits 8, 9)");
 /* added in ABI 1.3: per-kind flags; bits 0-7 are the 1.0 word's */
 _Static_assert(KHUB_ATTN_CAUSAL == 1 && KHUB_ATTN_GQA == 2 && KHUB_ATTN_MASK == 4 &&
                    KHUB_ATTN_STRIDED_KV == 8 && KHUB_ATTN_KV_F16 == 16 && KHUB_ATTN_SLIDING == 32 &&

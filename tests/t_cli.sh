@@ -52,7 +52,7 @@ ref_sha=$(sha256sum "$ref_so" | cut -d' ' -f1)
 grep -q "^khub/ref-cpu 0.1.0 (ABI $(hdr KHUB_ABI_MAJOR).$(hdr KHUB_ABI_MINOR))$" "$T/plugins.txt" ||
     fail "khub plugins: no 'khub/ref-cpu 0.1.0 (ABI ...)' line"
 awk '/^khub\/ref-cpu /{f = 1; next} /^[^ ]/{f = 0} f' "$T/plugins.txt" > "$T/ref.txt"
-grep -q "^  kinds  attention,linear,qlinear,kv_cache,norm,activation,rotary,paged_attention$" "$T/ref.txt" ||
+grep -q "^  kinds  attention,linear,qlinear,kv_cache,norm,activation,rotary,paged_attention,embedding$" "$T/ref.txt" ||
     fail "ref-cpu kinds line: $(grep kinds "$T/ref.txt")"
 grep -q "^  file   $ref_so$" "$T/ref.txt" || fail "ref-cpu file line"
 grep -q "^  sha256 $ref_sha$" "$T/ref.txt" || fail "ref-cpu sha256 is not the file's"
@@ -71,7 +71,7 @@ assert len(ref) == 1, [p["id"] for p in plugins]
 p = ref[0]
 assert p["version"] == "0.1.0" and p["abi"] == abi, p
 assert p["file"] == so and p["sha256"] == sha, (p["file"], p["sha256"])
-kinds = "attention,linear,qlinear,kv_cache,norm,activation,rotary,paged_attention"
+kinds = "attention,linear,qlinear,kv_cache,norm,activation,rotary,paged_attention,embedding"
 assert p["kinds"] == kinds, p["kinds"]
 # seven KV caches: the dynamic default, and the static, int8, int4, paged,
 # sliding and offloaded ones (--cache static|quantized|quantized-int4|paged|

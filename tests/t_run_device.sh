@@ -46,6 +46,12 @@ env $FAKE KHUB_FAKE_CUDA_MEM=1073741824 "$KHUB" run --model "$GGUF" --prompt hi 
     --device cuda:0 --explain > x.out 2> x.err || { cat x.err; fail "--device cuda:0 --explain"; }
 grep -q "^placement: cuda:0 (sm_90, driver 12.8): 0 roles on the device, 11 on the CPU$" x.out ||
     fail "placement line: $(grep -A3 placement x.out)"
+# the embedding is a role (ABI 1.5): without a CUDA op its rows are looked
+# up on the host and cross, SmolLM2's hidden 576 x 4 B per token
+grep -q "^  embedding\[q8_0\]: host lookup (no CUDA kernel: no embedding op fits: " x.out ||
+    fail "embedding line: $(grep -A1 '^  embedding' x.out)"
+grep -q "embedding lookup on the host, host->device 2304 B per token$" x.out ||
+    fail "host memory line: $(grep 'host memory' x.out)"
 grep -q "^  device memory: weights 0.0 MiB, KV cache 0.0 MiB (on the host), scratch " x.out ||
     fail "device memory line: $(grep -A3 placement x.out)"
 grep -q "^  qkv_proj\[q4_1\]: cpu fallback, khub/" x.out || fail "qkv fallback: $(grep qkv x.out)"

@@ -375,8 +375,8 @@ TEST_IMPL(gpu_smollm2_device_matches_cpu)
              dir ? "" : "/.cache/khub/models");
     if (access(gguf, R_OK) != 0) TEST_SKIP("%s absent (tools/fetch-model.sh)", gguf);
     khub_runtime *rt = bench_runtime();
-    static const char *const kernels[] = {"rmsnorm", "activation", "flash-attn2",
-                                          "rotary",  "gemv",       "kv-cache-cuda"};
+    static const char *const kernels[] = {"rmsnorm", "activation",    "flash-attn2", "rotary",
+                                          "gemv",    "kv-cache-cuda", "embedding"};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
         load_cuda_variant(rt, kernels[i]);
     char *cpu = smollm2_run(rt, gguf, (khub_device){KHUB_DEVICE_CPU, 0}, false, 16, NULL);

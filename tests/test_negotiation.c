@@ -70,7 +70,8 @@ TEST_IMPL(op_kind_table)
     ASSERT_EQ(khub__op_kind_from_name("softmax"), 0);
     ASSERT_STR_EQ(
         KHUB__OP_KIND_WORDS,
-        "attention, linear, qlinear, kv_cache, norm, activation, rotary, paged_attention");
+        "attention, linear, qlinear, kv_cache, norm, activation, rotary, paged_attention, "
+        "embedding");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -144,8 +145,8 @@ TEST_IMPL(unknown_kind_skipped)
     char want[256];
     snprintf(want, sizeof want,
              "2 plugin khub-test/bad 1.0.0: op second skipped: kind 99 is unknown to this host "
-             "(ABI 1.%d knows kinds 1-8: attention, linear, qlinear, kv_cache, norm, activation, "
-             "rotary, paged_attention); its other ops load",
+             "(ABI 1.%d knows kinds 1-9: attention, linear, qlinear, kv_cache, norm, activation, "
+             "rotary, paged_attention, embedding); its other ops load",
              KHUB_ABI_MINOR);
     ASSERT_CONTAINS(log_lines, want);
     /* The op that loaded serves. */
@@ -321,6 +322,27 @@ TEST_IMPL(target_minor_sees_only_its_minor)
     ASSERT_EQ(a.own_host_size, 176);
     ASSERT_EQ(a.host_size, 176);
     ASSERT_EQ(a.host_minor, 4);
+
+    /* Kind 9 (embedding) is 1.5's: skipped from a 1.4 plugin (and older),
+     * loaded from a 1.5 one. */
+    khub_runtime *rt = tp_runtime(1);
+    log_lines[0] = '\0';
+    khub_log_set(rt, capture_log, NULL);
+    ASSERT_OK(khub_runtime_set_option(rt, KHUB_OPT_LOG_LEVEL, KHUB_LOG_INFO));
+    khub_plugin *p4 = tp_load(rt, "target_1_4"), *p1 = tp_load(rt, "target_1_1"),
+                *pn = tp_load(rt, "target_now");
+    ASSERT_EQ(khub_plugin_op_count(p4), 1);
+    ASSERT_EQ(khub_plugin_op_count(p1), 1);
+    ASSERT_EQ(khub_plugin_op_count(pn), 2);
+    ASSERT_EQ(khub_plugin_op(pn, 1)->kind, KHUB_OP_EMBEDDING);
+    ASSERT_CONTAINS(log_lines, "2 plugin khub-test/target-1-4 1.0.0: op kind9 skipped: kind 9 "
+                               "(embedding) is from a later ABI than the plugin's 1.4 (1.4 "
+                               "knows kinds 1-8); its other ops load");
+    ASSERT_CONTAINS(log_lines, "(1.1 knows kinds 1-7)");
+    ASSERT_EQ(khub__op_kind_max(3), KHUB_OP_ROTARY);
+    ASSERT_EQ(khub__op_kind_max(4), KHUB_OP_PAGED_ATTENTION);
+    ASSERT_EQ(khub__op_kind_max(5), KHUB_OP_EMBEDDING);
+    khub_runtime_free(rt);
 
     /* Built for this header's minor: the whole table. */
     a = probe("target_now", &major, &minor);

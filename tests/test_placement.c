@@ -87,6 +87,9 @@ TEST_IMPL(placement_all_roles_fall_back)
     ASSERT_CONTAINS(ex, "    copies per token each time it runs: device->host 256 B (x), "
                         "host->device 512 B (q, k, v)\n");
     ASSERT_CONTAINS(ex, "KV cache 0.0 MiB (on the host)");
+    ASSERT_CONTAINS(ex, "  embedding[f32]: host lookup (no CUDA kernel: no embedding op fits: ");
+    ASSERT_CONTAINS(ex, "    copies per token each time it runs: host->device 256 B (the row)\n");
+    ASSERT_CONTAINS(ex, "embedding lookup on the host, host->device 256 B per token\n");
     ASSERT_CONTAINS(ex, "forward pass on the device: one stream, synchronised around each CPU "
                         "role; logits device->host 0 B per sequence per step; CUDA graphs: no "
                         "(11 roles on the CPU (first: ");
@@ -328,6 +331,54 @@ TEST_IMPL(device_forward_launch_failure)
     unload(&f);
 }
 
+/* test/cuda-embed serves every role and the embedding (ABI 1.5): the table
+ * goes up once (the tied head reads that copy: the load copies each weight's
+ * bytes once), a step launches the embedding before the layers and copies
+ * only the token ids and positions up (4 + 4 B per token); an id outside
+ * the vocabulary is refused before anything goes up or runs, and the
+ * embedding's own launch failing is named like any role's. */
+TEST_IMPL(device_forward_embedding_on_device)
+{
+    fake("12080:90", "100000000", "cuLaunchKernel@32");
+    launch_log();
+    fixture f;
+    ASSERT_OK(load(&f, cuda0, "cuda_embed", false));
+    const char *ex = khub_model_explain(f.m);
+    ASSERT_CONTAINS(ex, " roles on the device, 0 on the CPU\n");
+    ASSERT_CONTAINS(ex, "  embedding[f32]: cuda:0, khub-test/cuda-embed 1.0.0 :: embedding\n");
+    ASSERT_CONTAINS(ex, "embedding lookup on the device (its table 0.1 MiB in device memory, read "
+                        "by the tied lm_head too), host->device 4 B of token id per token (+ 4 B "
+                        "of position)\n");
+    size_t aligned, copied;
+    device_weights(&aligned, &copied);
+    ASSERT_EQ((long)stat_of("htod_bytes"), (long)copied); /* the table once, not twice */
+    long up0 = stat_of("htod_bytes");
+    float logits[VOCAB];
+    int32_t bad[] = {1, VOCAB};
+    ASSERT_STATUS(khub_model_logits(f.m, bad, 2, logits), KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    "token id 256 at position 1 is outside the vocabulary [0, 256)");
+    ASSERT_EQ(stat_of("launches"), 0);
+    ASSERT_EQ(stat_of("htod_bytes") - up0, 0); /* nothing went up */
+    int32_t ids[] = {1, 5};
+    ASSERT_OK(khub_model_logits(f.m, ids, 2, logits));
+    ASSERT_STR_EQ(launch_name(0), "khub_test_embedding");
+    ASSERT_STR_EQ(launch_name(1), "khub_test_norm"); /* layer 0's attn_norm */
+    ASSERT_EQ(stat_of("launches"), 1 + LAYERS * 14 + 2);
+    ASSERT_EQ(stat_of("htod_bytes") - up0, 2 * (4 + 4)); /* ids and positions */
+    /* the 32nd launch is the next step's embedding */
+    ASSERT_STATUS(khub_model_logits(f.m, ids, 2, logits), KHUB_STATUS_CUDA);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": cuda:0: layer -1 embedding failed: khub-test/cuda-embed 1.0.0 :: "
+                    "embedding: cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED (719)");
+    khub_model_free(f.m);
+    f.m = NULL;
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    ASSERT_EQ(stat_of("streams_live"), 0);
+    ASSERT_EQ(stat_of("busy_destroyed"), 0);
+    unload(&f);
+}
+
 /* The device cache's own allocation (the third, after the weights and the
  * scratch) failing fails the load, named, and leaks nothing. */
 TEST_IMPL(device_forward_cache_out_of_memory)
@@ -430,6 +481,7 @@ TEST_IMPL(cuda_layer_unload_while_streams_busy)
     X(placement_upload_fails) \
     X(device_forward_every_role_on_device) \
     X(device_forward_launch_failure) \
+    X(device_forward_embedding_on_device) \
     X(device_forward_cache_out_of_memory) \
     X(cuda_layer_roundtrip_on_fake_driver) \
     X(cuda_layer_launch_failure) \

@@ -181,8 +181,8 @@ TEST_IMPL(descriptor)
     ASSERT_STR_EQ(g_desc.id, "khub/ref-cpu");
     ASSERT_STR_EQ(g_desc.version, "0.1.0");
     /* quantized caches, paged_cache, paged_attention, sliding_cache and
-     * offloaded_cache (1.4) */
-    ASSERT_EQ(g_desc.n_ops, 14);
+     * offloaded_cache (1.4), embedding (1.5) */
+    ASSERT_EQ(g_desc.n_ops, 15);
     static const struct {
         const char *name;
         uint32_t kind;
@@ -205,6 +205,7 @@ TEST_IMPL(descriptor)
          KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_KV_F16 | KHUB_CAP_SLIDING},
         {"sliding_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
         {"offloaded_cache", KHUB_OP_KV_CACHE, KHUB_CAP_STRIDED_KV | KHUB_CAP_KV_F16},
+        {"embedding", KHUB_OP_EMBEDDING, 0},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const khub_op_desc *d = op(want[i].name);
@@ -225,8 +226,11 @@ TEST_IMPL(descriptor)
     ASSERT_EQ(op("offloaded_cache")->caps->priority, -1);
     ASSERT_EQ(op("paged_cache")->caps->kv_layouts, KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD));
     ASSERT_EQ(op("kv_cache")->caps->kv_layouts, 0); /* dense */
-    for (int f = 1; f < KHUB_QFORMAT__COUNT; f++)
+    for (int f = 1; f < KHUB_QFORMAT__COUNT; f++) {
         ASSERT(op("qlinear")->caps->dtypes & KHUB_DTYPE_BIT_Q(f));
+        ASSERT(op("embedding")->caps->dtypes & KHUB_DTYPE_BIT_Q(f));
+    }
+    ASSERT_EQ(op("embedding")->caps->kind_flags, KHUB_EMBEDDING_SCALE | KHUB_EMBEDDING_STRIDED_OUT);
     ASSERT(g_desc.score(g_desc.state) > 0);
     char eb[128] = "";
     ASSERT_OK(g_desc.selftest(g_desc.state, eb, sizeof eb));

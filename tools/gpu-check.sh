@@ -30,10 +30,12 @@
 #      (KHUB_CUDA_JIT=0) and once compiled at load (flash-attn2 and rotary
 #      specialised on the shapes, NVRTC at run time, a fresh disk cache),
 #      each output also against the first run's;
-#      and test_gpu_paged: the paged cache and paged attention of
+#      test_gpu_paged: the paged cache and paged attention of
 #      kv-cache-cuda against ref-cpu's dense attention (decode batches
 #      through split-K, prefill batches through the tiles, f32 and f16
-#      pools, a sliding window and the soft-cap);
+#      pools, a sliding window and the soft-cap); and test_gpu_embedding:
+#      the embedding lookup for f32/f16/bf16/Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/Q4_K/
+#      Q6_K tables into strided rows, bit for bit;
 #   7. SmolLM2-135M on the device against the CPU's greedy tokens (test_gpu_ops
 #      gpu_smollm2_device_matches_cpu, every in-tree CUDA kernel loaded), and
 #      with CUDA graphs off and on (gpu_smollm2_graphs_on_off: the same
@@ -129,7 +131,7 @@ for k in kernels-src/*/; do
     [ $rc -eq 0 ] && ok "build and check $n" || bad "check $n (exit $rc)"
 done
 
-step "6. each CUDA op against khub/ref-cpu on executor-shaped tensors (test_gpu_ops, test_gpu_linear)"
+step "6. each CUDA op against khub/ref-cpu on executor-shaped tensors (test_gpu_ops, test_gpu_linear, test_gpu_paged, test_gpu_embedding)"
 if [ $built -eq 0 ]; then
     skip "ops: no CUDA kernel was built"
 else
@@ -153,6 +155,8 @@ else
         env KHUB_GPU_KERNELS="$work" $B/tests/test_gpu_linear
     run_test "paged attention vs dense (ref-cpu)" env KHUB_GPU_KERNELS="$work" \
         $B/tests/test_gpu_paged
+    run_test "CUDA embedding vs khub/ref-cpu, bit for bit" env KHUB_GPU_KERNELS="$work" \
+        $B/tests/test_gpu_embedding
 fi
 
 step "7. SmolLM2-135M on the device vs the CPU's greedy tokens; CUDA graphs off vs on"

@@ -5,7 +5,8 @@
  * and carries one ELF note, ".note.khub", that the host reads before dlopen.
  * The host calls the entry once with its function table (khub_host_api); the
  * plugin fills a khub_plugin_desc that lists its ops. Each op has a kind
- * (attention, linear, quantized linear, KV cache, norm, activation, rotary),
+ * (attention, linear, quantized linear, KV cache, norm, activation, rotary,
+ * paged attention since ABI 1.4, embedding since 1.5),
  * declared capabilities (khub_op_caps) and a run function taking that kind's
  * argument struct.
  *
@@ -310,10 +311,16 @@ typedef struct khub_host_api {
 #define KHUB_OP_KINDS_1_4(X) \
     X(PAGED_ATTENTION, 8, paged_attention) /* khub_paged_attention_args \
                                             */
-#define KHUB_OP_KINDS(X) KHUB_OP_KINDS_1_0(X) KHUB_OP_KINDS_1_4(X)
 #else
-#define KHUB_OP_KINDS(X) KHUB_OP_KINDS_1_0(X)
+#define KHUB_OP_KINDS_1_4(X)
 #endif
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+/* added in ABI 1.5 */
+#define KHUB_OP_KINDS_1_5(X) X(EMBEDDING, 9, embedding) /* khub_embedding_args */
+#else
+#define KHUB_OP_KINDS_1_5(X)
+#endif
+#define KHUB_OP_KINDS(X) KHUB_OP_KINDS_1_0(X) KHUB_OP_KINDS_1_4(X) KHUB_OP_KINDS_1_5(X)
 
 #define KHUB__OP_KIND_ENUM(NAME, value, name) KHUB_OP_##NAME = value,
 typedef enum khub_op_kind { KHUB_OP_KINDS(KHUB__OP_KIND_ENUM) KHUB_OP_KIND__COUNT } khub_op_kind;
@@ -357,6 +364,13 @@ typedef enum khub_op_kind { KHUB_OP_KINDS(KHUB__OP_KIND_ENUM) KHUB_OP_KIND__COUN
  * Grok). The host asks for it only for a model that caps, and never sends a
  * softcap to an op without the flag or to a plugin of an older minor. */
 #define KHUB_ATTN_SOFTCAP ((uint64_t)1 << 8)
+/* added in ABI 1.5, embedding's flags (its bits 0-7 are unused: no 1.0
+ * flag applies to the kind): the op applies khub_embedding_args.scale
+ * (a model that scales its embeddings, Gemma: sqrt(hidden)); the op
+ * writes y with any row stride (strides[0] >= hidden; a row's values stay
+ * contiguous, strides[1] = 1) and byte offset (else y must be compact). */
+#define KHUB_EMBEDDING_SCALE       ((uint64_t)1 << 8)
+#define KHUB_EMBEDDING_STRIDED_OUT ((uint64_t)1 << 9)
 #endif
 
 #if KHUB_PLUGIN_TARGET_MINOR >= 4
@@ -497,7 +511,10 @@ static inline khub_status khub_plugin_desc_put(khub_plugin_desc *out, const khub
  *     khub_qformat_row_bytes(format, n_cols) bytes.
  *   - A CUDA op (caps device_type KHUB_DEVICE_CUDA) gets device memory for
  *     every pointer of its args: tensor data and also khub_rotary_args
- *     positions (an int32 array on the device).
+ *     positions and khub_embedding_args ids (int32 arrays on the device).
+ *   - embedding (1.5): the table is compact rows (a byte offset allowed); y
+ *     is compact unless the op declares KHUB_EMBEDDING_STRIDED_OUT (the
+ *     executor passes it compact).
  * Aliasing (the executor's in-place calls):
  *   - norm: y may be x (q_norm and k_norm run in place); residual is never x
  *     or y.
@@ -506,6 +523,7 @@ static inline khub_status khub_plugin_desc_put(khub_plugin_desc *out, const khub
  *   - linear and qlinear: y never overlaps x, weight or bias.
  *   - attention: out never overlaps q, k, v or mask.
  *   - kv_cache write: k and v never overlap the cache's storage.
+ *   - embedding: y never overlaps the table or ids.
  *   Where y may alias an input, an op must give the same result as if it
  *   did not (read a row before writing it).
  */
@@ -700,6 +718,38 @@ typedef struct khub_paged_attention_args {
     uint32_t reserved_1_5;
 #endif
 } khub_paged_attention_args;
+#endif
+
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+/* Token embedding lookup (KHUB_OP_EMBEDDING, added in ABI 1.5):
+ *   y[i, :] = row(table, ids[i]) * scale, i in [0, n),
+ * where row() converts row ids[i] of the table to f32 exactly as
+ * khub/ref-cpu's qlinear dequantize does (f16/bf16 widened; block formats
+ * value by value in their ggml layout), and the product is one f32
+ * multiply (skipped when scale is 0 or 1, which are "no scale").
+ * The table is the model's embedding as stored: f32, f16, bf16, or
+ * block-quantized rows (KHUB_DL_BLOCKQ: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1,
+ * Q4_K, Q6_K, ...; compact rows of khub_qformat_row_bytes(format, hidden)
+ * bytes, shape [vocab, hidden] in values); caps.dtypes lists the formats an
+ * op reads. ids and every tensor are in the op's memory (device memory for
+ * a CUDA op). An id outside [0, vocab) is refused by a CPU op with
+ * INVALID_ARG before anything is written; a CUDA op cannot return a status
+ * per id: it must never read outside the table and writes NaN rows for such
+ * ids (the host checks ids before it uploads them). y never overlaps the
+ * table or ids. */
+typedef struct khub_embedding_args {
+    KHUB_STRUCT_HEADER;
+    const khub_call_ctx *ctx; /* borrowed, or NULL (CPU, host pool) */
+    const khub_tensor *table; /* [vocab, hidden], strides NULL (compact rows) */
+    const int32_t *ids;       /* [n] token ids, int32, in the op's memory */
+    khub_tensor *y;           /* [n, hidden] f32, written; strided only with
+                                 KHUB_EMBEDDING_STRIDED_OUT */
+    int64_t n;                /* tokens, >= 0 (0: nothing to do) */
+    float scale;              /* per-value factor (KHUB_EMBEDDING_SCALE); 0 or 1 = none */
+    uint32_t reserved;        /* 0 */
+    uint64_t reserved2[2];    /* 0: room for later fields */
+    /* End of ABI 1.5. */
+} khub_embedding_args;
 #endif
 
 /* ------------------------------------------------------------------------ */

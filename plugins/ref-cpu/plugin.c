@@ -4,7 +4,7 @@
  * Lists the reference ops (attention, linear, qlinear, kv_cache,
  * rms_norm, silu_and_mul, rotary, static_cache and, since ABI 1.4,
  * quantized_cache, quantized_cache_int4, paged_cache, paged_attention,
- * sliding_cache and offloaded_cache) and owns the plugin
+ * sliding_cache and offloaded_cache, and since ABI 1.5 embedding) and owns the plugin
  * state. The same source builds as a module (khub_add_plugin defines KHUB_PLUGIN_MODULE, so
  * KHUB_PLUGIN_DEFINE_KINDS exports khub_plugin_init_v1 and the ABI note) or
  * links in statically, where an embedder registers khub_ref_cpu_init.
@@ -20,7 +20,9 @@
      KHUB_KIND_BIT(KHUB_OP_QLINEAR) | KHUB_KIND_BIT(KHUB_OP_KV_CACHE) | \
      KHUB_KIND_BIT(KHUB_OP_NORM) | KHUB_KIND_BIT(KHUB_OP_ACTIVATION) | \
      KHUB_KIND_BIT(KHUB_OP_ROTARY) | KHUB_REF_KINDS_1_4)
-#define KHUB_REF_KINDS_1_4 KHUB_KIND_BIT(KHUB_OP_PAGED_ATTENTION)
+#define KHUB_REF_KINDS_1_4 \
+    (KHUB_KIND_BIT(KHUB_OP_PAGED_ATTENTION) | KHUB_KIND_BIT(KHUB_OP_EMBEDDING)) /* 8: 1.4, 9: 1.5 \
+                                                                                 */
 
 static int32_t ref_score(void *state)
 {
@@ -91,11 +93,12 @@ static khub_op_desc ref_ops_table(int i)
     case 10: return khub_ref__paged_cache_op;
     case 11: return khub_ref__paged_attention_op;
     case 12: return khub_ref__sliding_cache_op;
-    default: return khub_ref__offloaded_cache_op;
+    case 13: return khub_ref__offloaded_cache_op;
+    default: return khub_ref__embedding_op;
     }
 }
 
-#define KHUB_REF_N_OPS 14
+#define KHUB_REF_N_OPS 15
 
 /* The host table must reach the last function ref-cpu calls (n_threads). */
 static bool ref_host_ok(const khub_host_api *host)

@@ -42,6 +42,7 @@ KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__activation_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__rotary_op;
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__paged_cache_op;     /* ABI 1.4 */
 KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__paged_attention_op; /* ABI 1.4 */
+KHUB_REF_INTERNAL extern const khub_op_desc khub_ref__embedding_op;       /* ABI 1.5 */
 
 /* quant.c: dequantizes one row of n weights (n a whole number of blocks,
  * already checked) from packed bytes into f32. Used by qlinear. */

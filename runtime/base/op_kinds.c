@@ -54,7 +54,9 @@ static const flag_name flag_names[] = {
     {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_GQA, "gqa"},
     {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_KV_F16, "kv_f16"},
     {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_SLIDING, "sliding"},
-    {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_SOFTCAP, "softcap"}, /* 1.5 */
+    {KHUB_OP_PAGED_ATTENTION, KHUB_ATTN_SOFTCAP, "softcap"},        /* 1.5 */
+    {KHUB_OP_EMBEDDING, KHUB_EMBEDDING_SCALE, "scale"},             /* 1.5 */
+    {KHUB_OP_EMBEDDING, KHUB_EMBEDDING_STRIDED_OUT, "strided_out"}, /* 1.5 */
 };
 
 void khub__cap_flag_names(uint32_t kind, uint64_t mask, const char *sep, char *buf, size_t n)

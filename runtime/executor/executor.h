@@ -43,6 +43,11 @@ typedef enum khub__role {
     KHUB__ROLE_DOWN,
     KHUB__ROLE_LM_HEAD,
     KHUB__ROLE_PAGED_ATTENTION, /* the paged cache's attention, bound by its KV layout */
+    /* The token embedding lookup as an op (ABI 1.5). The CPU pass looks rows
+     * up itself (khub__weight_rows; khub/ref-cpu's embedding op is bit for
+     * bit the same, tests/test_embedding.c), so no CPU binding is made:
+     * only placement asks for a CUDA op of the role (placement.c). */
+    KHUB__ROLE_EMBEDDING,
     KHUB__ROLE__COUNT
 } khub__role;
 

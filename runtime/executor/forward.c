@@ -453,14 +453,29 @@ khub_status khub__forward_attend_host(khub_model *m, int layer, const khub__seg 
                         : attend(m, ly, layer, segs, n_segs);
 }
 
-/* A model placed on a CUDA device: the host's embedding lookup, then
+/* The ids of a step whose embedding runs on the device, checked before
+ * anything is reserved or goes up, with the host lookup's message: a CUDA
+ * op cannot refuse one (it writes a NaN row). */
+static khub_status check_ids(khub_model *m, const int32_t *tokens, int64_t n)
+{
+    int64_t vocab = m->embed.shape[0];
+    for (int64_t i = 0; i < n; i++)
+        KHUB_RETURN_IF(m->rt, tokens[i] < 0 || tokens[i] >= vocab, KHUB_STATUS_INVALID_ARG,
+                       "token id %d at position %lld is outside the vocabulary [0, %lld)",
+                       (int)tokens[i], (long long)i, (long long)vocab);
+    return KHUB_STATUS_OK;
+}
+
+/* A model placed on a CUDA device: the host's embedding lookup unless the
+ * embedding role runs on the device (then only the ids go up), then
  * forward_device.c's pass (the host cache pinned in case attention uses it). */
 static khub_status forward_placed(khub_model *m, const int32_t *tokens, const khub__seg *segs,
                                   int n_segs, int64_t n)
 {
-    KHUB_FORWARD_IF_ERROR(m->rt, embed(m, tokens, n));
+    KHUB_FORWARD_IF_ERROR(m->rt, m->place->cuda[KHUB__ROLE_EMBEDDING] ? check_ids(m, tokens, n)
+                                                                      : embed(m, tokens, n));
     KHUB_FORWARD_IF_ERROR(m->rt, kv_pin(m));
-    khub_status st = khub__forward_device(m, segs, n_segs, n);
+    khub_status st = khub__forward_device(m, tokens, segs, n_segs, n);
     khub_binding_release(m->kv_op);
     KHUB_FORWARD_IF_ERROR(m->rt, st);
     softcap_rows(m, m->logits, n_segs);

@@ -3,16 +3,17 @@
  * (placement.h; issue 19 items 1 and 4): the layer loop of forward.c with
  * the activations in device memory, every call on the model's one stream.
  *
- * What the host touches per step: the token ids (it looks their embedding
- * rows up in the host table and uploads them, hidden x 4 B per token), the
- * positions (4 B per token, uploaded when rotary runs on the device) and
- * the logits rows it downloads at the end. Everything else stays on the
- * device, except the inputs and outputs of a role placed on the CPU (no
- * CUDA op served it): those are downloaded into the host scratch, the CPU
- * op runs there, and its outputs go back up, exactly the copies
- * khub_model_explain names for that role. A CPU role therefore synchronises
- * the stream (twice per call); a model with every role on the device
- * synchronises once per step, to read the logits.
+ * What the host touches per step: the token ids (4 B per token, looked up
+ * on the device by the embedding role's CUDA op; without one the host looks
+ * their rows up in the host table and uploads those, hidden x 4 B per
+ * token), the positions (4 B per token, uploaded when rotary runs on the
+ * device) and the logits rows it downloads at the end. Everything else
+ * stays on the device, except the inputs and outputs of a role placed on
+ * the CPU (no CUDA op served it): those are downloaded into the host
+ * scratch, the CPU op runs there, and its outputs go back up, exactly the
+ * copies khub_model_explain names for that role. A CPU role therefore
+ * synchronises the stream (twice per call); a model with every role on the
+ * device synchronises once per step, to read the logits.
  *
  * The device scratch block mirrors the host scratch (forward.c's
  * khub__forward_alloc, the same buffers in the same order and sizes), so
@@ -30,11 +31,11 @@
  * read device memory.
  *
  * A decode step may run as a CUDA graph (forward_graph.c): the body
- * (khub__forward_device_body: every op call, nothing copied to or from the
- * host) is what gets captured, so it must not synchronise or use the
- * legacy stream, and it may run twice for one step (once captured, then
- * plainly after a failed capture): whatever it changes on the host is
- * set, not accumulated (the sequence lengths grow after it).
+ * (khub__forward_device_body: every op call, the embedding's first, nothing
+ * copied to or from the host) is what gets captured, so it must not
+ * synchronise or use the legacy stream, and it may run twice for one step
+ * (once captured, then plainly after a failed capture): whatever it changes
+ * on the host is set, not accumulated (the sequence lengths grow after it).
  *
  * Nothing here is numerically checked without a GPU: on the fake driver
  * (tests/fake_cuda) the kernels do not run, so tests/test_device_forward.c
@@ -74,7 +75,11 @@ static khub_tensor *tens(tview *v, void *data, bool dev, int ndim, int64_t a, in
 /* ======================================================================== */
 
 /* B_PA: the int32 arrays of a paged attention call (cu_seqlens_q, q_pos0,
- * kv_lens, seq_rows: m->pa_ints' twin), only with a paged device cache. */
+ * kv_lens, seq_rows: m->pa_ints' twin), only with a paged device cache.
+ * B_IDS: the step's token ids (int32), only when the embedding role is on
+ * the device; no host twin: they go up from the caller's array into this
+ * fixed buffer before the body runs, so a captured decode step's embedding
+ * launch reads each step's ids (placement.c adds both to the scratch). */
 enum {
     B_X,
     B_XB,
@@ -89,13 +94,16 @@ enum {
     B_LOGITS,
     B_POS,
     B_PA,
+    B_IDS,
     B__COUNT
 };
+_Static_assert(B__COUNT == sizeof(((khub__place *)0)->dbuf) / sizeof(uint64_t),
+               "placement.h's dbuf holds one device address per buffer");
 
 static float **host_buf(khub_model *m, int b)
 {
     float **bufs[B__COUNT] = {&m->x,    &m->xb, &m->ob,   &m->q,      &m->att, &m->k, &m->v,
-                              &m->gate, &m->up, &m->last, &m->logits, NULL,    NULL};
+                              &m->gate, &m->up, &m->last, &m->logits, NULL,    NULL,  NULL};
     return bufs[b];
 }
 
@@ -134,7 +142,8 @@ khub_status khub__forward_device_init(khub_model *m)
                                S * h,
                                S * c->vocab_size,
                                B,
-                               m->kv_layout ? 4 * S + 1 : 0};
+                               m->kv_layout ? 4 * S + 1 : 0,
+                               pl->cuda[KHUB__ROLE_EMBEDDING] ? B : 0};
     uint64_t off = 0;
     for (int b = 0; b < B__COUNT; b++) {
         pl->dbuf[b] = pl->scratch_dptr + off;
@@ -614,19 +623,54 @@ static khub_status supported(khub_model *m)
     return KHUB_STATUS_OK;
 }
 
-/* Embedding rows (looked up on the host into m->x, scaled there for Gemma)
- * and positions go up; positions only when rotary runs on the device. Not
- * waited for: the step ends by reading the logits (a synchronisation), and
- * a failed step synchronises before returning, so the next step's lookup
- * never overwrites rows still in flight. */
-static khub_status upload_inputs(khub_model *m, int64_t n, int n_segs)
+/* The step's inputs: the token ids into B_IDS when the embedding role is
+ * on the device (forward.c checked them against the vocabulary), else the
+ * rows the host looked up into m->x (scaled there for Gemma); the
+ * positions when rotary runs on the device; a paged call's int32 arrays.
+ * They go up before the body (outside a graph's capture: a captured copy
+ * would keep this step's host address), into fixed device buffers the
+ * body's launches read. Not waited for: the step ends by reading the
+ * logits (a synchronisation), and a failed step synchronises before
+ * returning, so neither the next step's lookup nor the caller's ids array
+ * are written while copies of them are in flight. */
+static khub_status upload_inputs(khub_model *m, const int32_t *tokens, int64_t n, int n_segs)
 {
-    span s[2] = {{B_X, 0, n * m->cfg.hidden_size}, {B_POS, 0, n}};
+    khub__place *pl = m->place;
+    span s[2] = {{B_POS, 0, n}, {B_X, 0, n * m->cfg.hidden_size}};
     KHUB_FORWARD_IF_ERROR(
-        m->rt, up_async(m, s, m->place->cuda[KHUB__ROLE_ROTARY] ? 2 : 1, "embedding upload", -1));
+        m->rt, up_async(m, s, pl->cuda[KHUB__ROLE_ROTARY] ? 1 : 0, "position upload", -1));
+    if (pl->cuda[KHUB__ROLE_EMBEDDING]) {
+        khub__plugin_msg_clear();
+        khub_status st = khub__cuda_host_memcpy_htod(NULL, dev_at(m, B_IDS, 0), tokens,
+                                                     (size_t)n * 4u, pl->stream);
+        KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: cuda:%d: uploading the token ids: %s",
+                       m->file, (int)pl->device, khub__plugin_msg());
+    } else {
+        KHUB_FORWARD_IF_ERROR(m->rt, up_async(m, &s[1], 1, "embedding upload", -1));
+    }
     span pa = {B_PA, 0, 4 * n_segs + 1};
     return khub__forward_device_paged(m) ? up_async(m, &pa, 1, "paged attention tables", -1)
                                          : KHUB_STATUS_OK;
+}
+
+/* The embedding role on the device, the body's first launch: the op reads
+ * the ids from B_IDS and writes the rows of x from the table in device
+ * memory, scaled there for Gemma. */
+static khub_status embed_device(khub_model *m, int64_t n)
+{
+    khub__place *pl = m->place;
+    tview yv;
+    khub_tensor table = weight_t(&m->embed, true);
+    khub_call_ctx ctx = {KHUB_STRUCT_INIT(khub_call_ctx), .device = {KHUB_DEVICE_CUDA, pl->device},
+                         .stream = pl->stream};
+    khub_embedding_args a = {KHUB_STRUCT_INIT(khub_embedding_args),
+                             .ctx = &ctx,
+                             .table = &table,
+                             .ids = dev_ptr(m, B_IDS, 0),
+                             .y = tens(&yv, dev_ptr(m, B_X, 0), true, 2, n, m->cfg.hidden_size, 0),
+                             .n = n,
+                             .scale = m->cfg.embed_scale == 1.0 ? 1.0f : (float)m->cfg.embed_scale};
+    return call(m, pl->cuda[KHUB__ROLE_EMBEDDING], &a, "embedding", -1);
 }
 
 /* The final norm, the last row of each segment into `last` and the head. */
@@ -660,7 +704,7 @@ static khub_status read_logits(khub_model *m, int n_segs)
 
 khub_status khub__forward_device_body(khub_model *m, const khub__seg *segs, int n_segs, int64_t n)
 {
-    khub_status st = KHUB_STATUS_OK;
+    khub_status st = m->place->cuda[KHUB__ROLE_EMBEDDING] ? embed_device(m, n) : KHUB_STATUS_OK;
     for (int L = 0; L < m->cfg.n_layers && st == KHUB_STATUS_OK; L++)
         st = layer_forward(m, L, n, segs, n_segs);
     return st == KHUB_STATUS_OK ? head(m, n, segs, n_segs) : st;
@@ -669,12 +713,13 @@ khub_status khub__forward_device_body(khub_model *m, const khub__seg *segs, int 
 /* A decode step may run as a CUDA graph of the body (forward_graph.c);
  * otherwise, and for prefill, the body's launches go to the stream one by
  * one. The inputs go up before and the logits come down after, either way. */
-khub_status khub__forward_device(khub_model *m, const khub__seg *segs, int n_segs, int64_t n)
+khub_status khub__forward_device(khub_model *m, const int32_t *tokens, const khub__seg *segs,
+                                 int n_segs, int64_t n)
 {
     KHUB_FORWARD_IF_ERROR(m->rt, supported(m));
     if (khub__forward_device_paged(m)) KHUB_FORWARD_IF_ERROR(m->rt, paged_step(m, segs, n_segs));
     bool graphed = false;
-    khub_status st = upload_inputs(m, n, n_segs);
+    khub_status st = upload_inputs(m, tokens, n, n_segs);
     if (st == KHUB_STATUS_OK) st = khub__graph_step(m, segs, n_segs, n, &graphed);
     if (st == KHUB_STATUS_OK && !graphed) st = khub__forward_device_body(m, segs, n_segs, n);
     if (st == KHUB_STATUS_OK) {

@@ -16,9 +16,10 @@
 /* ======================================================================== */
 
 static const char *const role_names[KHUB__ROLE__COUNT] = {
-    "embed_dequant", "quantize",       "rms_norm", "rms_norm+residual", "qkv_proj",     "rotary",
-    "kv_cache",      "attention",      "o_proj",   "gate_up_proj",      "silu_and_mul", "down_proj",
-    "lm_head",       "paged_attention"};
+    "embed_dequant", "quantize",        "rms_norm",     "rms_norm+residual",
+    "qkv_proj",      "rotary",          "kv_cache",     "attention",
+    "o_proj",        "gate_up_proj",    "silu_and_mul", "down_proj",
+    "lm_head",       "paged_attention", "embedding"};
 
 /* A role's name in logs and khub_model_explain: the gated activation is
  * named by the function the model applies (Gemma's is GELU-tanh), not by

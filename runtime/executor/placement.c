@@ -165,6 +165,44 @@ static void copies_line(khub_model *m, khub__role r, khub__text *t)
                        (long long)(4 * io.in), io.in_names);
 }
 
+/* The embedding role (ABI 1.5): a CUDA embedding op for the table's dtype
+ * (asking for the scale flag when the model scales its embeddings, Gemma)
+ * looks the rows up on the device from the uploaded table; without one the
+ * host looks them up and each token's row crosses. It has no CPU binding
+ * (the host lookup is the CPU path), so it is asked here, after the bound
+ * roles: strict refuses it like any other role. */
+static khub_status plan_embedding(khub_model *m, bool strict, khub__text *t)
+{
+    khub__place *pl = m->place;
+    const char *dt = khub__dtype_short(m->embed.t.dtype);
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_EMBEDDING,
+                       .device_type = KHUB_DEVICE_CUDA,
+                       .dtype_id = khub_dtype_id_of(m->embed.t.dtype),
+                       .kind_flags = m->cfg.embed_scale != 1.0 ? KHUB_EMBEDDING_SCALE : 0};
+    char why[640] = "";
+    khub_binding *b = NULL;
+    if (khub_registry_select(m->rt, &q, &b) != KHUB_STATUS_OK) {
+        snprintf(why, sizeof why, "%s", khub_runtime_errmsg(m->rt));
+        khub__clear(m->rt);
+        b = NULL;
+    }
+    pl->used[KHUB__ROLE_EMBEDDING] = true;
+    pl->cuda[KHUB__ROLE_EMBEDDING] = b;
+    if (b) {
+        khub__text_add(t, "  embedding[%s]: cuda:%d, %s\n", dt, (int)pl->device,
+                       khub_binding_name(b));
+        return KHUB_STATUS_OK;
+    }
+    KHUB_RETURN_IF(m->rt, strict, KHUB_STATUS_NO_KERNEL,
+                   "%s: cuda:%d: strict: role embedding[%s] has no CUDA kernel (%s); load one "
+                   "that serves it, or drop strict to run it on the CPU",
+                   m->file, (int)pl->device, dt, why);
+    khub__text_add(t, "  embedding[%s]: host lookup (no CUDA kernel: %s)\n", dt, why);
+    khub__text_add(t, "    copies per token each time it runs: host->device %lld B (the row)\n",
+                   (long long)(4 * m->cfg.hidden_size));
+    return KHUB_STATUS_OK;
+}
+
 /* A role is bound once per weight dtype (a GGUF may mix Q4_K and Q6_K
  * projections); it runs on the device only when every one of its bindings
  * has a CUDA op, so a role is never split between the two sides. */
@@ -211,10 +249,11 @@ static khub_status plan_roles(khub_model *m, bool strict, const khub__device_pre
                        khub_binding_name(b->b), why);
         copies_line(m, b->role, t);
     }
+    KHUB_FORWARD_IF_ERROR(m->rt, plan_embedding(m, strict, t));
     for (int r = 0; r < KHUB__ROLE__COUNT; r++)
         if (pl->used[r] && pl->cuda[r])
             pl->n_cuda++;
-        else if (pl->used[r])
+        else if (pl->used[r] && r != KHUB__ROLE_EMBEDDING) /* a host lookup is an input */
             pl->n_cpu++;
     /* The cache and its reader on different sides: every cached position
      * crosses for each layer of each step, not just the new rows. */
@@ -249,14 +288,25 @@ static void each_mat(khub_model *m, khub__mat *mat, khub__role r, weight_fn fn, 
         if (ws[k]->t.data) fn(m, ws[k], dev ? ud : NULL);
 }
 
+/* The head reads the embedding table (tied) and both sit on the device:
+ * the table goes up once and the head reads that copy. */
+static bool head_shares_table(const khub_model *m)
+{
+    const khub__place *pl = m->place;
+    return m->lm_head.w.t.data == m->embed.t.data && pl->cuda[KHUB__ROLE_EMBEDDING] &&
+           pl->cuda[KHUB__ROLE_LM_HEAD];
+}
+
 /* Calls fn for every weight of the forward pass with ud when its role is on
  * the device and NULL when it stays on the host. The embedding table is
- * the host's row lookup: always host. */
+ * visited only when the embedding role is on the device (else it is the
+ * host lookup's, as always); a tied head that shares it is not visited. */
 static void each_weight(khub_model *m, weight_fn fn, void *ud)
 {
     void *norm_ud = norms_on_device(m->place) ? ud : NULL;
     fn(m, &m->final_norm, norm_ud);
-    each_mat(m, &m->lm_head, KHUB__ROLE_LM_HEAD, fn, ud);
+    if (m->place->cuda[KHUB__ROLE_EMBEDDING]) fn(m, &m->embed, ud);
+    if (!head_shares_table(m)) each_mat(m, &m->lm_head, KHUB__ROLE_LM_HEAD, fn, ud);
     for (int64_t L = 0; L < m->cfg.n_layers; L++) {
         khub__layer *ly = &m->layers[L];
         khub__weight *norms[] = {&ly->attn_norm, &ly->ffn_norm,       &ly->q_norm,
@@ -365,6 +415,7 @@ static khub_status allocate_and_upload(khub_model *m)
     each_weight(m, upload_weight, &u);
     KHUB_RETURN_IF(m->rt, u.st != KHUB_STATUS_OK, u.st, "%s: cuda:%d: uploading '%s': %s", m->file,
                    (int)pl->device, u.failed ? u.failed : "?", khub__plugin_msg());
+    if (head_shares_table(m)) m->lm_head.w.dptr = m->embed.dptr;
     /* The host's weights must outlive the asynchronous copies. */
     khub_status st = khub__cuda_host_stream_sync(NULL, pl->stream);
     KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st, "%s: cuda:%d: uploading the weights: %s",
@@ -411,11 +462,19 @@ static void report(khub_model *m, khub__text *t)
         mib(pl->weight_bytes), mib(pl->kv_bytes), pl->kv_bytes ? "" : " (on the host)",
         mib(pl->scratch_bytes), mib(pl->weight_bytes + pl->kv_bytes + pl->scratch_bytes),
         mib(pl->free_bytes), mib(pl->total_bytes));
-    khub__text_add(t,
-                   "  host memory: weights of CPU roles %.1f MiB; embedding lookup on the host, "
-                   "host->device %lld B per token%s\n",
-                   mib(pl->host_weight_bytes), (long long)(4 * m->cfg.hidden_size),
-                   pl->cuda[KHUB__ROLE_ROTARY] ? " (+ 4 B of position)" : "");
+    const char *pos = pl->cuda[KHUB__ROLE_ROTARY] ? " (+ 4 B of position)" : "";
+    if (pl->cuda[KHUB__ROLE_EMBEDDING])
+        khub__text_add(t,
+                       "  host memory: weights of CPU roles %.1f MiB; embedding lookup on the "
+                       "device (its table %.1f MiB in device memory%s), host->device 4 B of "
+                       "token id per token%s\n",
+                       mib(pl->host_weight_bytes), mib(weight_bytes(&m->embed)),
+                       head_shares_table(m) ? ", read by the tied lm_head too" : "", pos);
+    else
+        khub__text_add(t,
+                       "  host memory: weights of CPU roles %.1f MiB; embedding lookup on the "
+                       "host, host->device %lld B per token%s\n",
+                       mib(pl->host_weight_bytes), (long long)(4 * m->cfg.hidden_size), pos);
     char graphs[400];
     khub__graph_explain(m, graphs, sizeof graphs);
     khub__text_add(t,
@@ -446,8 +505,11 @@ khub_status khub__place_model(khub_model *m, khub_device device, bool strict,
     if (st == KHUB_STATUS_OK) {
         each_weight(m, count_weight, pl);
         pl->kv_bytes = pl->cuda[KHUB__ROLE_KV_CACHE] ? kv_bytes(m) : 0;
-        /* + a paged call's int32 arrays (forward_device.c's B_PA) */
-        pl->scratch_bytes = m->scratch_bytes + (m->kv_layout ? (4u * m->max_seqs + 1) * 4u : 0);
+        /* + a paged call's int32 arrays (forward_device.c's B_PA) and the
+         * step's token ids when the embedding is looked up there (B_IDS) */
+        pl->scratch_bytes =
+            m->scratch_bytes + (m->kv_layout ? (4u * m->max_seqs + 1) * 4u : 0) +
+            (pl->cuda[KHUB__ROLE_EMBEDDING] ? round_up((size_t)m->max_batch * 4u) : 0);
         st = check_fit(m);
     }
     if (st == KHUB_STATUS_OK) st = allocate_and_upload(m);

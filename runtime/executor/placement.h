@@ -71,7 +71,7 @@ typedef struct khub__place {
     int32_t n_cuda, n_cpu;            /* roles on each side */
     char *text;                       /* owned: khub_model_explain's placement section */
     khub_binding *cuda_of[64]; /* per m->bound[i]: its CUDA op when the role is on the device */
-    uint64_t dbuf[13];         /* device twins of the host scratch (forward_device.c) */
+    uint64_t dbuf[14];         /* device twins of the host scratch (forward_device.c) */
     const khub_kv_cache_methods *dkv; /* the device cache's methods, or NULL */
     void *dkv_state;
     khub_kv_cache *dcache; /* the KV cache in device memory (owned), NULL = the host's */
@@ -123,10 +123,12 @@ KHUB_INTERNAL bool khub__forward_device_pool(const khub_model *m, int32_t seq, i
 KHUB_INTERNAL khub_status khub__forward_device_init(khub_model *m);
 /* Destroys the device cache (before the blocks and stream go). */
 KHUB_INTERNAL void khub__forward_device_free(khub_model *m);
-/* The forward pass of khub__forward for a placed model, after plan() and
- * the embedding lookup into m->x (n tokens in n_segs segments). */
-KHUB_INTERNAL khub_status khub__forward_device(khub_model *m, const khub__seg *segs, int n_segs,
-                                               int64_t n);
+/* The forward pass of khub__forward for a placed model, after plan(): the
+ * token ids (n in n_segs segments) go to the device and the embedding op
+ * looks them up there when the embedding role is on the device; else the
+ * rows the host looked up into m->x go up (forward.c). */
+KHUB_INTERNAL khub_status khub__forward_device(khub_model *m, const int32_t *tokens,
+                                               const khub__seg *segs, int n_segs, int64_t n);
 /* The device cache's truncate (no-op when the cache is the host's). */
 KHUB_INTERNAL khub_status khub__forward_device_truncate(khub_model *m, int32_t seq, int64_t n);
 /* Every op call of one step on the model's stream, the inputs uploaded:

@@ -73,6 +73,17 @@ const void *khub__args_for_minor(uint32_t kind, unsigned minor, const void *args
     return buf;
 }
 
+/* Kinds are gated like fields: kind 8 (paged_attention) is 1.4's and kind
+ * 9 (embedding) 1.5's, so a plugin of an older minor that sets such a
+ * number set a number its header never declared; its op is skipped as an
+ * unknown kind would be. */
+uint32_t khub__op_kind_max(unsigned minor)
+{
+    if (minor >= 5) return KHUB_OP_EMBEDDING;       /* 1.5: embedding */
+    if (minor >= 4) return KHUB_OP_PAGED_ATTENTION; /* 1.4: paged_attention */
+    return KHUB_OP_ROTARY;                          /* 1.0-1.3 */
+}
+
 /* The flags of kind_flags a plugin of this minor can mean. Bits 8 and up
  * of every kind were first defined in 1.5 (KHUB_ATTN_SOFTCAP), so a 1.0-1.4
  * plugin has only bits 0-7 (the 1.0 word's); a bit above that is, to it, a

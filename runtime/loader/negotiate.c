@@ -72,6 +72,14 @@ static khub_status copy_op(khub_plugin *p, const char *who, unsigned minor, uint
                   KHUB_OP_KIND__COUNT - 1, KHUB__OP_KIND_WORDS);
         return KHUB_STATUS_OK;
     }
+    if (src->kind > khub__op_kind_max(minor)) {
+        khub__log(p->rt, KHUB_LOG_INFO,
+                  "%s: op %s skipped: kind %u (%s) is from a later ABI than the plugin's 1.%u "
+                  "(1.%u knows kinds 1-%u); its other ops load",
+                  who, name, (unsigned)src->kind, khub__op_kind_name(src->kind), minor, minor,
+                  (unsigned)khub__op_kind_max(minor));
+        return KHUB_STATUS_OK;
+    }
     if (!src->caps) {
         khub__errbuf(msg, n, "%s: op %s: caps is NULL (required)", who, name);
         return KHUB_STATUS_PLUGIN_INVALID;

@@ -236,6 +236,9 @@ typedef union khub__args_buf {
 } khub__args_buf;
 KHUB_INTERNAL const void *khub__args_for_minor(uint32_t kind, unsigned minor, const void *args,
                                                khub__args_buf *buf);
+/* The highest op kind ABI 1.minor declares (7 for 1.0-1.3, 8 for 1.4, 9
+ * for 1.5): an op of a higher kind from such a plugin is skipped. */
+KHUB_INTERNAL uint32_t khub__op_kind_max(unsigned minor);
 /* The kind_flags bits of `kind` that a plugin of that minor can declare. */
 KHUB_INTERNAL uint64_t khub__kind_flags_known(uint32_t kind, unsigned minor);
 

@@ -413,6 +413,85 @@ static khub_status t_linear(bench *b, const char *pid, const khub_selftest_spec 
     return khub__st_call(b, p.ref, &a, 1);
 }
 
+/* Block-quantized rows of random codes whose scales are small finite
+ * values: what a GGUF holds, for every format (Q4_K and Q6_K have no
+ * reference quantizer, so the bytes are made, not quantized). */
+static void random_rows(bench *b, khub_qformat f, uint8_t *dst, int64_t rows, int64_t cols)
+{
+    int64_t rb = khub_qformat_row_bytes(f, cols), be = khub_qformat_block_elems(f),
+            bb = khub_qformat_block_bytes(f);
+    for (int64_t i = 0; i < rows * rb; i++) {
+        b->rng ^= b->rng << 13, b->rng ^= b->rng >> 7, b->rng ^= b->rng << 17;
+        dst[i] = (uint8_t)(b->rng >> 56);
+    }
+    for (int64_t r = 0; r < rows; r++) {
+        uint8_t *row = dst + r * rb;
+        if (f == KHUB_QFORMAT_INT8_ROW) {
+            khub_pu_store_f32(row, 0.01f + 0.01f * (rnd(b) + 1.0f));
+            continue;
+        }
+        for (int64_t k = 0; k < cols / be; k++) {
+            uint8_t *blk = row + k * bb;
+            switch (f) {
+            case KHUB_QFORMAT_NF4: khub_pu_store_f32(blk, 0.5f + 0.25f * rnd(b)); break;
+            case KHUB_QFORMAT_Q6_K: khub_pu_store_f16le(blk + 208, 0.01f * rnd(b)); break;
+            case KHUB_QFORMAT_Q4_1:
+            case KHUB_QFORMAT_Q5_1:
+            case KHUB_QFORMAT_Q4_K:
+                khub_pu_store_f16le(blk, 0.05f * rnd(b));
+                khub_pu_store_f16le(blk + 2, 0.05f * rnd(b));
+                break;
+            default: khub_pu_store_f16le(blk, 0.05f * rnd(b)); break;
+            }
+        }
+    }
+}
+
+/* embedding [n, vocab, hidden], dtype = the table's: ids spread over the
+ * vocabulary (its first and last rows included), the scale sqrt(hidden) as
+ * Gemma's, y compact. */
+static khub_status t_embedding(bench *b, const char *pid, const khub_selftest_spec *s, result *res)
+{
+    if (s->ndim != 3) return KHUB_STATUS_INVALID_ARG;
+    int64_t n = s->shape[0], vocab = s->shape[1], hidden = s->shape[2];
+    int fmt = qformat_of(s->dtype);
+    int dtype_id = fmt                             ? KHUB_DTYPE_ID_QBASE + fmt
+                   : strcmp(s->dtype, "f16") == 0  ? KHUB_DTYPE_ID_F16
+                   : strcmp(s->dtype, "bf16") == 0 ? KHUB_DTYPE_ID_BF16
+                   : strcmp(s->dtype, "f32") == 0  ? KHUB_DTYPE_ID_F32
+                                                   : -1;
+    if (dtype_id < 0 || (fmt && khub_qformat_row_bytes((khub_qformat)fmt, hidden) <= 0))
+        return KHUB_STATUS_INVALID_ARG;
+    pair p;
+    KHUB_FORWARD_IF_ERROR(
+        b->rt, khub__st_bind_pair(b->rt, KHUB_OP_EMBEDDING, pid, s->op, dtype_id, 0, &p));
+    khub_tensor *table;
+    if (fmt) {
+        int64_t rb = khub_qformat_row_bytes((khub_qformat)fmt, hidden);
+        table = mk(b, KHUB_DTYPE_Q(fmt), 1, 0, 2, vocab, rb, 0);
+        if (table) {
+            table->shape[1] = hidden; /* logical shape */
+            random_rows(b, (khub_qformat)fmt, table->data, vocab, hidden);
+        }
+    } else {
+        khub_tensor *t32 = khub__st_f32(b, 1, 2, vocab, hidden, 0);
+        table = t32 ? weights_as(b, t32, s->dtype) : NULL;
+    }
+    khub_tensor *ids = mk(b, KHUB_DTYPE_I32, 4, 0, 1, n, 0, 0);
+    res->y = khub__st_f32(b, 0, 2, n, hidden, 0);
+    res->r = khub__st_f32(b, 0, 2, n, hidden, 0);
+    if (!table || !ids || !res->y || !res->r) return KHUB_STATUS_NOMEM;
+    int32_t *id = ids->data;
+    for (int64_t i = 0; i < n; i++)
+        id[i] = i == 0 ? (int32_t)(vocab - 1) : (int32_t)((i * 7919) % vocab);
+    khub_embedding_args a = {
+        KHUB_STRUCT_INIT(khub_embedding_args), .table = table, .ids = id, .y = res->y, .n = n,
+        .scale = (float)sqrt((double)hidden)};
+    KHUB_FORWARD_IF_ERROR(b->rt, khub__st_call(b, p.test, &a, 0));
+    a.y = res->r;
+    return khub__st_call(b, p.ref, &a, 1);
+}
+
 /* ======================================================================== */
 /* Entry                                                                    */
 /* ======================================================================== */
@@ -448,6 +527,7 @@ static khub_status run_kind(bench *b, uint32_t kind, const char *plugin_id,
     case KHUB_OP_LINEAR: return t_linear(b, plugin_id, spec, res, 0);
     case KHUB_OP_QLINEAR: return t_linear(b, plugin_id, spec, res, 1);
     case KHUB_OP_KV_CACHE: return t_kv(b, plugin_id, spec, res);
+    case KHUB_OP_EMBEDDING: return t_embedding(b, plugin_id, spec, res);
     default: b->no_test = 1; return KHUB_STATUS_UNSUPPORTED;
     }
 }
@@ -545,6 +625,8 @@ double khub__selftest_work(uint32_t kind, const khub_selftest_spec *s, int *is_f
         w = 2.0 * 4 * (double)d[0] * (double)d[1] * (double)d[2]; /* read and written once */
     else if (kind == KHUB_OP_KV_CACHE && s->ndim == 4)
         w = 4.0 * 4 * (double)d[0] * (double)d[1] * (double)d[2] * (double)d[3]; /* K,V in+out */
+    else if (kind == KHUB_OP_EMBEDDING && s->ndim == 3)
+        w = 4.0 * (double)d[0] * (double)d[2]; /* f32 rows written (the table's reads vary) */
     else if ((kind == KHUB_OP_LINEAR || kind == KHUB_OP_QLINEAR) && s->ndim == 3)
         *is_flops = 1, w = 2.0 * (double)d[0] * (double)d[1] * (double)d[2];
     else if (kind == KHUB_OP_ATTENTION && s->ndim >= 4) /* QK^T and PV, before causal masking */

@@ -20,6 +20,10 @@
  *   rotary      [n, n_heads, head_dim]       NEOX, theta 10000
  *   kv_cache    [n_layers, n_kv_heads, head_dim, n_tokens]  dtype f32 or f16: the
  *               same K/V written in two chunks per layer and read back by view()
+ *   embedding   [n, vocab, hidden]           dtype f32, f16, bf16 or a block format
+ *               (q8_0, q4_0, q4_1, q5_0, q5_1, q4_k, q6_k, int8_row, nf4: random
+ *               codes with small finite scales); ids spread over the vocabulary,
+ *               its last row first; scale sqrt(hidden)
  * The score is the normalised mean squared error
  *   NMSE = sum((y - y_ref)^2) / sum(y_ref^2),
  * which must not exceed the tolerance.

@@ -5,8 +5,8 @@
  * the same cases: strided and offset K/V views included); for a CUDA op
  * each tensor of the call is copied to device memory with its strides and
  * byte offset as they are, the op runs on the device pointers (rotary's
- * positions too), the outputs come back into the host tensors, and the
- * comparison with khub/ref-cpu is the one a CPU op gets.
+ * positions and embedding's ids too), the outputs come back into the host
+ * tensors, and the comparison with khub/ref-cpu is the one a CPU op gets.
  *
  * Whether a device is present is asked in a short child process: khub
  * check runs each plugin's self-test in a forked child, and a process that
@@ -63,6 +63,7 @@ static int fields_of(uint32_t kind, field *f)
         F(khub_attention_args, v, 0), F(khub_attention_args, mask, 0);
         F(khub_attention_args, out, 1);
         break;
+    case KHUB_OP_EMBEDDING: F(khub_embedding_args, table, 0), F(khub_embedding_args, y, 1); break;
     default: break;
     }
 #undef F
@@ -138,6 +139,14 @@ khub_status khub__st_call_cuda(bench *b, khub_binding *binding, uint32_t kind, c
             .data = (void *)r->positions, .ndim = 1, .dtype = KHUB_DTYPE_I32, .shape = pos_shape};
         st = put(&d[nd], &pos, 0);
         r->positions = (const int32_t *)d[nd++].t.data;
+    }
+    if (st == KHUB_STATUS_OK && kind == KHUB_OP_EMBEDDING) { /* ids: [n] int32 */
+        khub_embedding_args *e = (khub_embedding_args *)a;
+        pos_shape[0] = e->n;
+        pos = (khub_tensor){
+            .data = (void *)e->ids, .ndim = 1, .dtype = KHUB_DTYPE_I32, .shape = pos_shape};
+        st = put(&d[nd], &pos, 0);
+        e->ids = (const int32_t *)d[nd++].t.data;
     }
     if (st == KHUB_STATUS_OK) st = khub_binding_call(binding, a);
     if (st == KHUB_STATUS_OK) st = khub__cuda_host_stream_sync(NULL, NULL);

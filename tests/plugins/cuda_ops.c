@@ -9,6 +9,9 @@
  *     attention (causal, GQA, strided K/V) and a kv_cache op keeping its
  *     K/V in device memory (host->cuda_mem_alloc; views are device
  *     tensors), so every role of a Llama can sit on the device.
+ *   - khub-test/cuda-embed (CUDA_OPS_ALL and CUDA_OPS_EMBED): cuda-all
+ *     plus the embedding lookup of an f32 table (ABI 1.5), so the
+ *     embedding sits on the device too (test_placement).
  *   - khub-test/cuda-all-1-4 (CUDA_OPS_ALL, TARGET_MINOR 4): cuda-all
  *     built for ABI 1.4, whose cache writes get no stream (ctx is 1.5) and
  *     launch on the legacy default stream.
@@ -31,7 +34,7 @@
 #define ENTRY(name) ".visible .entry " name "(.param .u64 a)\n{\n  ret;\n}\n"
 static const char ptx[] = ".version 7.0\n.target sm_52\n.address_size 64\n" ENTRY("khub_test_norm")
     ENTRY("khub_test_linear") ENTRY("khub_test_act") ENTRY("khub_test_rotary")
-        ENTRY("khub_test_attention") ENTRY("khub_test_kv_write");
+        ENTRY("khub_test_attention") ENTRY("khub_test_kv_write") ENTRY("khub_test_embedding");
 
 static const khub_host_api *g_host;
 static khub_cuda_module *g_mod;
@@ -291,7 +294,26 @@ static const khub_op_caps attn_caps = {
 static const khub_op_caps kv_caps = {
     KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CUDA,
     .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .flags = KHUB_CAP_STRIDED_KV};
-#if KHUB_PLUGIN_TARGET_MINOR >= 5
+#if defined(CUDA_OPS_EMBED) && KHUB_PLUGIN_TARGET_MINOR >= 5
+/* The embedding (1.5): table and y on the device, launched on the call
+ * context's stream: y, table, ids, n, hidden (computes nothing). */
+static khub_status embedding(void *s, const void *args)
+{
+    (void)s;
+    const khub_embedding_args *a = args;
+    TRY(dev(a->table, "embedding"));
+    TRY(dev(a->y, "embedding"));
+    if (!a->ctx || !a->ids)
+        return g_host->fail(g_host->host_ctx, KHUB_STATUS_INVALID_ARG,
+                            "cuda-embed embedding: no call context or no ids");
+    uint64_t p[] = {T(a->y), T(a->table), P(a->ids), (uint64_t)a->n, (uint64_t)a->y->shape[1]};
+    return launch("embedding", a->ctx->stream, p, 5);
+}
+static const khub_op_caps embed_caps = {
+    KHUB_STRUCT_INIT(khub_op_caps), .device_type = KHUB_DEVICE_CUDA,
+    .dtypes = KHUB_DTYPE_BIT(KHUB_DTYPE_ID_F32), .kind_flags = KHUB_EMBEDDING_SCALE};
+#define PLUGIN_ID "khub-test/cuda-embed"
+#elif KHUB_PLUGIN_TARGET_MINOR >= 5
 #define PLUGIN_ID "khub-test/cuda-all"
 #else
 #define PLUGIN_ID "khub-test/cuda-all-1-4"
@@ -314,6 +336,10 @@ static const khub_op_desc ops[] = {
      .caps = &attn_caps, .run = attention},
     {KHUB_STRUCT_INIT(khub_op_desc), .name = "static_cache", .kind = KHUB_OP_KV_CACHE,
      .caps = &kv_caps, .methods = &kv_methods},
+#endif
+#if defined(CUDA_OPS_EMBED) && KHUB_PLUGIN_TARGET_MINOR >= 5
+    {KHUB_STRUCT_INIT(khub_op_desc), .name = "embedding", .kind = KHUB_OP_EMBEDDING,
+     .caps = &embed_caps, .run = embedding},
 #endif
 };
 
