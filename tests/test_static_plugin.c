@@ -34,8 +34,9 @@ TEST_IMPL(static_registers_like_a_module)
     khub_plugin_abi(p, &maj, &min);
     ASSERT_EQ(maj, KHUB_ABI_MAJOR);
     ASSERT_EQ(min, KHUB_ABI_MINOR);
-    /* static_cache since issue 11; quantized, paged, sliding, offloaded 1.4 */
-    ASSERT_EQ(khub_plugin_op_count(p), 14);
+    /* static_cache since issue 11; quantized, paged, sliding, offloaded 1.4;
+     * embedding 1.5 */
+    ASSERT_EQ(khub_plugin_op_count(p), 15);
     char err[KHUB_ERROR_SIZE];
     ASSERT_OK(khub_plugin_selftest(p, err, sizeof err));
     khub_runtime_free(rt);
