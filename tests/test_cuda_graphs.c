@@ -11,6 +11,9 @@
  * give other logits than plain launches. Every case is its own process,
  * with a fresh fake driver.
  *
+ * khub-test/cuda-embed adds the embedding on the device, whose launch a
+ * decode step's graph holds, reading the ids uploaded before it.
+ *
  * The steps (run_steps): a prefill of 3 and 2 tokens into sequences 0 and
  * 1 (plain launches), three decode steps of both (the first captures and
  * instantiates, the next two update in place), two of sequence 0 alone (a
@@ -120,6 +123,15 @@ static void k_attention(const u64 *p)
         }
 }
 
+/* y, table [vocab, hidden] f32, ids (int32), n, hidden: y's rows are the
+ * ids' rows of the table (cuda-embed's embedding) */
+static void k_embedding(const u64 *p)
+{
+    const int32_t *ids = (const int32_t *)(uintptr_t)p[2];
+    int64_t n = (int64_t)p[3], h = (int64_t)p[4];
+    for (int64_t i = 0; i < n; i++) memcpy(F(p[0]) + i * h, F(p[1]) + ids[i] * h, (size_t)h * 4);
+}
+
 /* K destination, V destination, k, v, floats each */
 static void k_kv_write(const u64 *p)
 {
@@ -140,6 +152,7 @@ static void computing_kernels(void)
     ASSERT_EQ(kernel("khub_test_rotary", 6, k_rotary), 0);
     ASSERT_EQ(kernel("khub_test_attention", 12, k_attention), 0);
     ASSERT_EQ(kernel("khub_test_kv_write", 5, k_kv_write), 0);
+    ASSERT_EQ(kernel("khub_test_embedding", 5, k_embedding), 0);
     launch_log();
 }
 
@@ -153,6 +166,7 @@ static const int step_seqs[N_STEPS] = {2, 2, 2, 2, 1, 1, 2};
 /* What the fake driver saw during one step. */
 typedef struct seen {
     long captures, instantiations, updates, graph_launches, launches, syncs, first_launch;
+    long nodes, htod; /* graph nodes recorded, bytes copied host->device */
 } seen;
 
 static seen snapshot(void)
@@ -163,7 +177,9 @@ static seen snapshot(void)
                   stat_of("graph_launches"),
                   stat_of("launches"),
                   stat_of("stream_syncs"),
-                  0};
+                  0,
+                  stat_of("graph_nodes_recorded"),
+                  stat_of("htod_bytes")};
 }
 
 typedef struct run {
@@ -199,7 +215,9 @@ static void run_steps(khub_model *m, run *out, int n_steps)
                               b.graph_launches - a.graph_launches,
                               b.launches - a.launches,
                               b.syncs - a.syncs,
-                              a.launches};
+                              a.launches,
+                              b.nodes - a.nodes,
+                              b.htod - a.htod};
         memcpy(out->logits[s], m->logits, (size_t)step_seqs[s] * VOCAB * sizeof(float));
         for (int q = 0; q < step_seqs[s]; q++) len[q] += segs[q].n;
     }
@@ -308,6 +326,50 @@ TEST_IMPL(graphs_same_launches_and_logits_as_plain)
      * step and are finite. */
     ASSERT(memcmp(plain.logits[1][0], plain.logits[2][0], VOCAB * sizeof(float)) != 0);
     ASSERT(memcmp(plain.logits[4][0], plain.logits[5][0], VOCAB * sizeof(float)) != 0);
+    for (int i = 0; i < VOCAB; i++) ASSERT(isfinite(plain.logits[6][1][i]));
+    assert_freed(&f);
+}
+
+/* khub-test/cuda-embed adds the embedding to cuda-all's device roles: a
+ * decode step's graph holds the embedding launch (the body's first node:
+ * one node more than the step's other launches and last-row gathers), the
+ * step copies up only the ids and positions (4 + 4 B per sequence, before
+ * the capture, into fixed device buffers), and the logits equal plain
+ * launches' and those of cuda-all's host lookup (an f32 row copied either
+ * way) bit for bit at every step. The ids change each step, so a graph
+ * reading stale ids would give other logits. */
+TEST_IMPL(graphs_hold_the_embedding_launch)
+{
+    fake("12080:90", "100000000", NULL);
+    computing_kernels();
+    static run host, plain, graphed;
+    fixture f;
+    load_all(&f, false, "cuda_embed");
+    run_steps(f.m, &plain, N_STEPS);
+    ASSERT_EQ(stat_of("graph_captures"), 0);
+    assert_freed(&f);
+    load_all(&f, true, "cuda_all");
+    run_steps(f.m, &host, N_STEPS);
+    assert_freed(&f);
+    load_all(&f, true, "cuda_embed");
+    const char *ex = khub_model_explain(f.m);
+    ASSERT_CONTAINS(ex, "  embedding[f32]: cuda:0, khub-test/cuda-embed 1.0.0 :: embedding\n");
+    ASSERT_CONTAINS(ex, "CUDA graphs: yes (decode steps: ");
+    run_steps(f.m, &graphed, N_STEPS);
+    for (int s = 0; s < N_STEPS; s++) {
+        int q = step_seqs[s];
+        long toks = s == 0 ? 5 : q; /* step 0 prefills 3 + 2 */
+        ASSERT_EQ(graphed.step[s].launches, launches_per_step(q) + 1);
+        ASSERT_EQ(plain.step[s].launches, graphed.step[s].launches);
+        ASSERT_STR_EQ(launch_name(graphed.step[s].first_launch), "khub_test_embedding");
+        ASSERT_STR_EQ(launch_name(plain.step[s].first_launch), "khub_test_embedding");
+        ASSERT_EQ(graphed.step[s].htod, toks * (4 + 4)); /* ids, positions */
+        ASSERT_EQ(graphed.step[s].graph_launches, (s == 0 ? 0 : 1));
+        ASSERT_EQ(graphed.step[s].nodes, (s == 0 ? 0 : launches_per_step(q) + 1 + q));
+        ASSERT_EQ(memcmp(graphed.logits[s], plain.logits[s], (size_t)q * VOCAB * sizeof(float)), 0);
+        ASSERT_EQ(memcmp(graphed.logits[s], host.logits[s], (size_t)q * VOCAB * sizeof(float)), 0);
+    }
+    ASSERT(memcmp(plain.logits[2][0], plain.logits[3][0], VOCAB * sizeof(float)) != 0);
     for (int i = 0; i < VOCAB; i++) ASSERT(isfinite(plain.logits[6][1][i]));
     assert_freed(&f);
 }
@@ -547,6 +609,7 @@ TEST_IMPL(fake_capture_breaks_and_replays_like_a_driver)
 #define TEST_LIST(X) \
     X(graphs_decode_steps_capture_update_launch) \
     X(graphs_same_launches_and_logits_as_plain) \
+    X(graphs_hold_the_embedding_launch) \
     X(graphs_off_with_a_cpu_role) \
     X(graphs_off_for_a_cache_of_abi_1_4) \
     X(graphs_off_on_a_driver_before_12_0) \

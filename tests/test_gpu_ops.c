@@ -364,6 +364,16 @@ static char *smollm2_run(khub_runtime *rt, const char *gguf, khub_device device,
     return text;
 }
 
+/* The in-tree CUDA kernels (gpu-check.sh step 5 built them), so every role
+ * of SmolLM2, the embedding's included, runs on the device. */
+static void load_every_cuda_kernel(khub_runtime *rt)
+{
+    static const char *const kernels[] = {"rmsnorm", "activation",    "flash-attn2", "rotary",
+                                          "gemv",    "kv-cache-cuda", "embedding"};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
+        load_cuda_variant(rt, kernels[i]);
+}
+
 /* Every in-tree CUDA kernel loaded, SmolLM2 placed on the device with every
  * role there, and its greedy tokens against the CPU's. On the fake driver
  * the pass runs (launches, copies) but computes nothing: not compared. */
@@ -375,10 +385,7 @@ TEST_IMPL(gpu_smollm2_device_matches_cpu)
              dir ? "" : "/.cache/khub/models");
     if (access(gguf, R_OK) != 0) TEST_SKIP("%s absent (tools/fetch-model.sh)", gguf);
     khub_runtime *rt = bench_runtime();
-    static const char *const kernels[] = {"rmsnorm", "activation",    "flash-attn2", "rotary",
-                                          "gemv",    "kv-cache-cuda", "embedding"};
-    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
-        load_cuda_variant(rt, kernels[i]);
+    load_every_cuda_kernel(rt);
     char *cpu = smollm2_run(rt, gguf, (khub_device){KHUB_DEVICE_CPU, 0}, false, 16, NULL);
     char *dev = smollm2_run(rt, gguf, (khub_device){KHUB_DEVICE_CUDA, 0}, true, 16, NULL);
     printf("  cpu:  %s\n  cuda: %s\n", cpu, dev);
@@ -407,10 +414,7 @@ TEST_IMPL(gpu_smollm2_graphs_on_off)
              dir ? "" : "/.cache/khub/models");
     if (access(gguf, R_OK) != 0) TEST_SKIP("%s absent (tools/fetch-model.sh)", gguf);
     khub_runtime *rt = bench_runtime();
-    static const char *const kernels[] = {"rmsnorm", "activation", "flash-attn2",
-                                          "rotary",  "gemv",       "kv-cache-cuda"};
-    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++)
-        load_cuda_variant(rt, kernels[i]);
+    load_every_cuda_kernel(rt);
     const khub_device cuda = {KHUB_DEVICE_CUDA, 0};
     double tok_s[2][3];
     char *text[2] = {NULL, NULL};

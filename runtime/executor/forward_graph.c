@@ -18,6 +18,12 @@
  * length), instantiates again. Prefill steps, whose shapes rarely repeat,
  * run plain launches.
  *
+ * The step's inputs (token ids or embedding rows, positions, a paged
+ * call's arrays) go up before the capture begins, into fixed device
+ * buffers: a copy captured from the host would keep that step's host
+ * address. With the embedding role on the device its launch is the body's
+ * first, so the graph holds it and it reads the ids just uploaded.
+ *
  * Capturing every step (rather than replaying one graph with parameters
  * read from device memory) keeps the ops unaware of graphs: any CUDA
  * plugin that launches on the stream it is given is captured as it is.
@@ -48,10 +54,13 @@
 /* Whether graphs are used                                                  */
 /* ======================================================================== */
 
+/* The host's embedding lookup is not counted (placement.c's n_cpu): its
+ * rows go up with the step's inputs, before a capture begins. */
 static const char *first_cpu_role(const khub_model *m)
 {
     for (int r = 0; r < KHUB__ROLE__COUNT; r++)
-        if (m->place->used[r] && !m->place->cuda[r]) return khub__model_role_name(m, (khub__role)r);
+        if (m->place->used[r] && !m->place->cuda[r] && r != KHUB__ROLE_EMBEDDING)
+            return khub__model_role_name(m, (khub__role)r);
     return "?";
 }
 
