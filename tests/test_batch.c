@@ -13,120 +13,30 @@
 #include "executor.h"
 #include "khub/khub_batch.h"
 #include "runner.h"
+#include "tiny_llama.h"
 
 /* ======================================================================== */
-/* A tiny random Llama (safetensors, F32): 2 layers, vocab 256               */
+/* A tiny random Llama (tiny_llama.h): 2 layers, vocab 256                   */
 /* ======================================================================== */
 
 enum { H = 64, F = 128, L = 2, NH = 4, NKV = 2, HD = 16, V = 256 };
-
-static uint64_t rng = 88172645463325252ull;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
-}
-
-typedef struct tt {
-    char name[80];
-    int64_t rows, cols; /* cols 0: a vector */
-} tt;
-
-static int tiny_tensors(tt *t)
-{
-    int n = 0;
-#define ADD(r, c, ...) \
-    do { \
-        snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__); \
-        t[n].rows = (r); \
-        t[n++].cols = (c); \
-    } while (0)
-    ADD(V, H, "model.embed_tokens.weight");
-    ADD(H, 0, "model.norm.weight");
-    for (int l = 0; l < L; l++) {
-        ADD(H, 0, "model.layers.%d.input_layernorm.weight", l);
-        ADD(H, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-        ADD(NH * HD, H, "model.layers.%d.self_attn.q_proj.weight", l);
-        ADD(NKV * HD, H, "model.layers.%d.self_attn.k_proj.weight", l);
-        ADD(NKV * HD, H, "model.layers.%d.self_attn.v_proj.weight", l);
-        ADD(H, NH * HD, "model.layers.%d.self_attn.o_proj.weight", l);
-        ADD(F, H, "model.layers.%d.mlp.gate_proj.weight", l);
-        ADD(F, H, "model.layers.%d.mlp.up_proj.weight", l);
-        ADD(H, F, "model.layers.%d.mlp.down_proj.weight", l);
-    }
-#undef ADD
-    return n;
-}
 
 static const char *tiny_dir(void)
 {
     static char dir[128];
     snprintf(dir, sizeof dir, "/tmp/khub-test-batch-%d", (int)getpid());
-    mkdir(dir, 0700);
-    char path[256];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    ASSERT(f);
-    fprintf(f,
-            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
-            "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
-            "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
-            "\"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, "
-            "\"max_position_embeddings\": 512, \"tie_word_embeddings\": true, "
-            "\"bos_token_id\": 1, \"eos_token_id\": 2, \"hidden_act\": \"silu\", "
-            "\"torch_dtype\": \"float32\"}\n",
-            H, F, L, NH, NKV, HD, V);
-    fclose(f);
-    static tt t[32];
-    int n = tiny_tensors(t);
-    char hdr[8192];
-    size_t hl = 0, off = 0;
-    hl += (size_t)snprintf(hdr, sizeof hdr, "{");
-    for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)t[i].rows * (size_t)(t[i].cols ? t[i].cols : 1) * 4;
-        char shape[48];
-        if (t[i].cols)
-            snprintf(shape, sizeof shape, "%lld,%lld", (long long)t[i].rows, (long long)t[i].cols);
-        else
-            snprintf(shape, sizeof shape, "%lld", (long long)t[i].rows);
-        hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl,
-                               "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],"
-                               "\"data_offsets\":[%zu,%zu]}",
-                               i ? "," : "", t[i].name, shape, off, off + bytes);
-        off += bytes;
-    }
-    hl += (size_t)snprintf(hdr + hl, sizeof hdr - hl, "}");
-    while (hl % 8) hdr[hl++] = ' ';
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    ASSERT(f);
-    uint64_t len = hl;
-    fwrite(&len, 8, 1, f);
-    fwrite(hdr, 1, hl, f);
-    rng = 88172645463325252ull;
-    for (int i = 0; i < n; i++) {
-        int vec = t[i].cols == 0;
-        float scale = vec ? 0.1f : 1.0f / sqrtf((float)t[i].cols);
-        for (int64_t k = 0; k < t[i].rows * (vec ? 1 : t[i].cols); k++) {
-            float v = frand() * scale + (vec ? 1.0f : 0.0f);
-            fwrite(&v, 4, 1, f);
-        }
-    }
-    fclose(f);
+    tiny_llama t = {.hidden = H,
+                    .ffn = F,
+                    .layers = L,
+                    .heads = NH,
+                    .kv_heads = NKV,
+                    .head_dim = HD,
+                    .vocab = V};
+    tiny_llama_write(dir, &t);
     return dir;
 }
 
-static void tiny_remove(const char *dir)
-{
-    char path[256];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    unlink(path);
-    rmdir(dir);
-}
+static void tiny_remove(const char *dir) { tiny_llama_rm(dir); }
 
 typedef struct fixture {
     khub_runtime *rt;

@@ -231,7 +231,6 @@ static void load_all(fixture *f, bool graphs, const char *plugin)
         unsetenv("KHUB_CUDA_GRAPHS");
     else
         setenv("KHUB_CUDA_GRAPHS", "0", 1);
-    rng = 88172645463325252ull;
     ASSERT_OK(load(f, cuda0, plugin, false));
 }
 

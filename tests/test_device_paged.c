@@ -29,6 +29,7 @@
 #include "plugin_artifacts.h"
 #include "plugins/tp_util.h"
 #include "runtime_impl.h"
+#include "tiny_llama.h"
 
 /* ======================================================================== */
 /* The fake driver and the kernels-src glue                                 */
@@ -268,93 +269,25 @@ TEST_IMPL(paged_attention_refusals)
 /* ======================================================================== */
 
 /* A tiny random Llama with head_dim 64 (what kv-cache-cuda's attention
- * serves): F32 safetensors, tied embeddings. */
+ * serves), from tiny_llama.h. */
 enum { HID = 128, HEADS = 2, KVH = 1, HD = 64, FFN = 256, VOCAB = 128, LAYERS = 2 };
-
-static uint64_t rng = 88172645463325252ull;
-static float frand(void)
-{
-    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return (float)((rng >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
-}
 
 static const char *tiny_model(void)
 {
     static char dir[128];
     snprintf(dir, sizeof dir, "/tmp/khub-devpaged-%d", (int)getpid());
-    mkdir(dir, 0700);
-    char path[256], hdr[8192], names[32][80];
-    int64_t rows[32], cols[32];
-    int n = 0;
-#define ADD(R, C, ...) (snprintf(names[n], 80, __VA_ARGS__), rows[n] = (R), cols[n] = (C), n++)
-    ADD(VOCAB, HID, "model.embed_tokens.weight");
-    ADD(HID, 0, "model.norm.weight");
-    for (int L = 0; L < LAYERS; L++) {
-        ADD(HID, 0, "model.layers.%d.input_layernorm.weight", L);
-        ADD(HID, 0, "model.layers.%d.post_attention_layernorm.weight", L);
-        ADD(HEADS * HD, HID, "model.layers.%d.self_attn.q_proj.weight", L);
-        ADD(KVH * HD, HID, "model.layers.%d.self_attn.k_proj.weight", L);
-        ADD(KVH * HD, HID, "model.layers.%d.self_attn.v_proj.weight", L);
-        ADD(HID, HEADS * HD, "model.layers.%d.self_attn.o_proj.weight", L);
-        ADD(FFN, HID, "model.layers.%d.mlp.gate_proj.weight", L);
-        ADD(FFN, HID, "model.layers.%d.mlp.up_proj.weight", L);
-        ADD(HID, FFN, "model.layers.%d.mlp.down_proj.weight", L);
-    }
-#undef ADD
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    ASSERT(f);
-    fprintf(f,
-            "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", "
-            "\"hidden_size\": %d, \"intermediate_size\": %d, \"num_hidden_layers\": %d, "
-            "\"num_attention_heads\": %d, \"num_key_value_heads\": %d, \"head_dim\": %d, "
-            "\"vocab_size\": %d, \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, "
-            "\"max_position_embeddings\": 512, \"tie_word_embeddings\": true, "
-            "\"bos_token_id\": 1, \"eos_token_id\": 2, \"hidden_act\": \"silu\", "
-            "\"torch_dtype\": \"float32\"}\n",
-            HID, FFN, LAYERS, HEADS, KVH, HD, VOCAB);
-    fclose(f);
-    size_t len = 1, off = 0;
-    hdr[0] = '{';
-    for (int i = 0; i < n; i++) {
-        size_t cnt = (size_t)rows[i] * (size_t)(cols[i] ? cols[i] : 1);
-        char shape[48];
-        if (cols[i])
-            snprintf(shape, sizeof shape, "%lld,%lld", (long long)rows[i], (long long)cols[i]);
-        else
-            snprintf(shape, sizeof shape, "%lld", (long long)rows[i]);
-        len += (size_t)snprintf(hdr + len, sizeof hdr - len,
-                                "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%s],"
-                                "\"data_offsets\":[%zu,%zu]}",
-                                i ? "," : "", names[i], shape, off, off + cnt * 4);
-        off += cnt * 4;
-    }
-    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
-    while (len % 8) hdr[len++] = ' ';
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    ASSERT(f);
-    uint64_t hl = len;
-    fwrite(&hl, 8, 1, f);
-    fwrite(hdr, 1, len, f);
-    for (int i = 0; i < n; i++)
-        for (size_t k = 0; k < (size_t)rows[i] * (size_t)(cols[i] ? cols[i] : 1); k++) {
-            float v = cols[i] ? frand() / sqrtf((float)cols[i]) : 1.0f + 0.1f * frand();
-            fwrite(&v, 4, 1, f);
-        }
-    ASSERT_EQ(fclose(f), 0);
+    tiny_llama t = {.hidden = HID,
+                    .ffn = FFN,
+                    .layers = LAYERS,
+                    .heads = HEADS,
+                    .kv_heads = KVH,
+                    .head_dim = HD,
+                    .vocab = VOCAB};
+    tiny_llama_write(dir, &t);
     return dir;
 }
 
-static void tiny_rm(const char *dir)
-{
-    char p[256];
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    unlink(p);
-    rmdir(dir);
-}
+static void tiny_rm(const char *dir) { tiny_llama_rm(dir); }
 
 typedef struct fixture {
     khub_runtime *rt;

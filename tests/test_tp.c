@@ -23,6 +23,7 @@
 #include "khub/khub_kernels.h"
 #include "plugins/tp_util.h"
 #include "runner.h"
+#include "tiny_llama.h"
 #include "tp_thread_comm.h"
 
 /* ======================================================================== */
@@ -37,99 +38,22 @@ typedef struct tiny {
 
 enum { HID = 64, HD = 16, LAYERS = 2, MAXT = 64 };
 
-static float frand(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return (float)((*s >> 40) / (double)(1ull << 24)) * 2.0f - 1.0f;
-}
-
 /* Writes dir/config.json and dir/model.safetensors (F32) for t. */
 static void tiny_write(const char *dir, const tiny *t)
 {
-    mkdir(dir, 0700);
-    char path[300], hdr[16384];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    FILE *f = fopen(path, "w");
-    ASSERT(f);
-    fprintf(f,
-            "{\"architectures\": [\"%s\"], \"model_type\": \"%s\", \"hidden_size\": %d, "
-            "\"intermediate_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
-            "\"num_key_value_heads\": %d, \"head_dim\": %d, \"vocab_size\": %d, "
-            "\"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"max_position_embeddings\": 512, "
-            "\"tie_word_embeddings\": true, \"bos_token_id\": 1, \"eos_token_id\": 2, "
-            "\"hidden_act\": \"silu\", \"torch_dtype\": \"float32\"}\n",
-            t->qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", t->qwen2 ? "qwen2" : "llama", HID,
-            t->ffn, LAYERS, t->heads, t->kv, HD, t->vocab);
-    fclose(f);
-    struct {
-        char name[80];
-        int64_t r, c;
-    } ts[64];
-    int n = 0;
-#define ADD(R, C, ...) \
-    (snprintf(ts[n].name, sizeof ts[n].name, __VA_ARGS__), ts[n].r = (R), ts[n].c = (C), n++)
-    ADD(t->vocab, HID, "model.embed_tokens.weight");
-    ADD(HID, 0, "model.norm.weight");
-    for (int L = 0; L < LAYERS; L++) {
-        ADD(HID, 0, "model.layers.%d.input_layernorm.weight", L);
-        ADD(HID, 0, "model.layers.%d.post_attention_layernorm.weight", L);
-        ADD(t->heads * HD, HID, "model.layers.%d.self_attn.q_proj.weight", L);
-        ADD(t->kv * HD, HID, "model.layers.%d.self_attn.k_proj.weight", L);
-        ADD(t->kv * HD, HID, "model.layers.%d.self_attn.v_proj.weight", L);
-        ADD(HID, t->heads * HD, "model.layers.%d.self_attn.o_proj.weight", L);
-        if (t->qwen2) {
-            ADD(t->heads * HD, 0, "model.layers.%d.self_attn.q_proj.bias", L);
-            ADD(t->kv * HD, 0, "model.layers.%d.self_attn.k_proj.bias", L);
-            ADD(t->kv * HD, 0, "model.layers.%d.self_attn.v_proj.bias", L);
-        }
-        ADD(t->ffn, HID, "model.layers.%d.mlp.gate_proj.weight", L);
-        ADD(t->ffn, HID, "model.layers.%d.mlp.up_proj.weight", L);
-        ADD(HID, t->ffn, "model.layers.%d.mlp.down_proj.weight", L);
-    }
-#undef ADD
-    size_t len = 1, off = 0;
-    hdr[0] = '{';
-    for (int i = 0; i < n; i++) {
-        size_t cnt = (size_t)ts[i].r * (size_t)(ts[i].c ? ts[i].c : 1);
-        len += (size_t)snprintf(hdr + len, sizeof hdr - len,
-                                "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld%s%.0lld],"
-                                "\"data_offsets\":[%zu,%zu]}",
-                                i ? "," : "", ts[i].name, (long long)ts[i].r, ts[i].c ? "," : "",
-                                (long long)ts[i].c, off, off + cnt * 4);
-        off += cnt * 4;
-    }
-    len += (size_t)snprintf(hdr + len, sizeof hdr - len, "}");
-    while (len % 8) hdr[len++] = ' ';
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    f = fopen(path, "wb");
-    ASSERT(f);
-    uint64_t hl = len;
-    fwrite(&hl, 8, 1, f);
-    fwrite(hdr, 1, len, f);
-    uint64_t s = t->rng ? t->rng : 88172645463325252ull;
-    for (int i = 0; i < n; i++) {
-        int vec = ts[i].c == 0;
-        float scale = vec ? 0.1f : 1.0f / sqrtf((float)ts[i].c);
-        size_t cnt = (size_t)ts[i].r * (size_t)(vec ? 1 : ts[i].c);
-        for (size_t k = 0; k < cnt; k++) {
-            float v = frand(&s) * scale + (vec && strstr(ts[i].name, "norm") ? 1.0f : 0.0f);
-            fwrite(&v, 4, 1, f);
-        }
-    }
-    ASSERT_EQ(fclose(f), 0);
+    tiny_llama m = {.hidden = HID,
+                    .ffn = t->ffn,
+                    .layers = LAYERS,
+                    .heads = t->heads,
+                    .kv_heads = t->kv,
+                    .head_dim = HD,
+                    .vocab = t->vocab,
+                    .qwen2 = t->qwen2 != 0,
+                    .seed = t->rng};
+    tiny_llama_write(dir, &m);
 }
 
-static void tiny_rm(const char *dir)
-{
-    char p[300];
-    snprintf(p, sizeof p, "%s/config.json", dir);
-    unlink(p);
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    unlink(p);
-    rmdir(dir);
-}
+static void tiny_rm(const char *dir) { tiny_llama_rm(dir); }
 
 /* ======================================================================== */
 /* Ranks as threads                                                         */
