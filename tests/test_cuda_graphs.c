@@ -22,6 +22,7 @@
  */
 #include "cuda.h"
 #include "device_fixture.h"
+#include "khub/khub_kernels.h"
 #include "executor.h"
 #include "placement.h"
 
@@ -605,6 +606,61 @@ TEST_IMPL(fake_capture_breaks_and_replays_like_a_driver)
     khub_runtime_free(rt);
 }
 
+/* A kernel swap on a placed model (khub_model_kernel_swap, issue 19): the
+ * activation moves from khub-test/cuda-all's CUDA op to acme/act's
+ * (tests/plugins/hub_act.c, kernel khub_hub_act). A plugin with no CUDA op
+ * for the role is refused with nothing changed. The swap waits for a
+ * launch still queued on the model's stream, destroys the decode step's
+ * executable graph (it holds the old kernel), and the next decode step
+ * captures and instantiates anew, launching the new kernel in place of
+ * the old one. */
+TEST_IMPL(graphs_swap_on_a_placed_model)
+{
+    fake("12080:90", "100000000", NULL);
+    computing_kernels();
+    fixture f;
+    load_all(&f, true, "cuda_all");
+    khub_plugin *act = tp_load(f.rt, "hub_act_cuda"), *cpu = tp_load(f.rt, "hub_act_cpu");
+    static run r;
+    run_steps(f.m, &r, 3); /* a prefill, then two decode steps: one graph */
+    ASSERT_EQ(stat_of("graph_execs_live"), 1);
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap), .role = KHUB_KERNEL_ROLE_ACTIVATION,
+                           .plugin = cpu};
+    ASSERT_STATUS(khub_model_kernel_swap(f.m, &sw), KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    ": acme/act cannot serve silu_and_mul on cuda:0: acme/act 1.0.0 for "
+                    "activation is rejected: ");
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt), "; nothing changed");
+    ASSERT_EQ(stat_of("graph_execs_live"), 1);
+    /* a launch still queued on the model's stream */
+    void *fn = NULL;
+    ASSERT_OK(nop_launch(&act->host, f.m->place->stream, &fn));
+    long syncs = stat_of("stream_syncs");
+    sw.plugin = act;
+    ASSERT_OK(khub_model_kernel_swap(f.m, &sw));
+    ASSERT_EQ(stat_of("stream_syncs"), syncs + 1);
+    ASSERT_EQ(stat_of("graph_execs_live"), 0);
+    ASSERT_STR_EQ(sw.previous, "khub-test/cuda-all 1.0.0 :: silu_and_mul");
+    ASSERT_STR_EQ(sw.now_serving, "acme/act 1.0.0 :: silu_and_mul");
+    ASSERT_CONTAINS(khub_model_explain(f.m),
+                    "  swapped: silu_and_mul[f32]: on the device, acme/act 1.0.0 :: silu_and_mul "
+                    "(was khub-test/cuda-all 1.0.0 :: silu_and_mul)\n");
+    ASSERT_OK(khub__forward_reset(f.m, 0));
+    ASSERT_OK(khub__forward_reset(f.m, 1));
+    long first = stat_of("launches");
+    run_steps(f.m, &r, 3);
+    ASSERT_EQ(r.step[1].instantiations, 1); /* captured anew, not updated */
+    ASSERT_EQ(r.step[2].updates, 1);
+    long hub = 0, old = 0;
+    for (long i = first; i < stat_of("launches"); i++) {
+        hub += !strcmp(launch_name(i), "khub_hub_act");
+        old += !strcmp(launch_name(i), "khub_test_act");
+    }
+    ASSERT_EQ(hub, 3 * LAYERS); /* each layer of each step */
+    ASSERT_EQ(old, 0);
+    assert_freed(&f);
+}
+
 #define TEST_LIST(X) \
     X(graphs_decode_steps_capture_update_launch) \
     X(graphs_same_launches_and_logits_as_plain) \
@@ -616,5 +672,6 @@ TEST_IMPL(fake_capture_breaks_and_replays_like_a_driver)
     X(graphs_instantiate_failure_falls_back) \
     X(graphs_update_refused_instantiates_again) \
     X(graphs_launch_failure_is_an_error) \
+    X(graphs_swap_on_a_placed_model) \
     X(fake_capture_breaks_and_replays_like_a_driver)
 TEST_MAIN(TEST_LIST)

@@ -255,9 +255,17 @@ KHUB_API khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt,
  * it did, so a generation in progress goes on, on the new kernel, from its
  * next step. The bindings replaced stay listed (retired) by
  * khub_model_binding_get with their counts; khub_model_explain answers the
- * new table. Fills sw->previous and sw->now_serving. Statuses: NO_KERNEL,
- * UNSUPPORTED (see above), NOT_FOUND (the model has no op of the role),
- * NOMEM, MISUSE.
+ * new table. Fills sw->previous and sw->now_serving. On a model placed on
+ * a CUDA device (since 0.2) a role that runs on the device switches to the
+ * plugin's CUDA op and a role on the CPU to its CPU op (a plugin without
+ * one is NO_KERNEL: a swap never moves a role between the two); the
+ * model's stream is drained first and the decode step's CUDA graph
+ * dropped, so the next decode step captures the new op. A Hub ID prepared
+ * by khub_kernel_swap_prepare resolves to its CPU variant: for a device
+ * role fetch the CUDA variant with khub_kernel_fetch and prepare its
+ * plugin's id. Statuses: NO_KERNEL, UNSUPPORTED (see above), NOT_FOUND (the
+ * model has no op of the role), NOMEM, MISUSE, CUDA (draining the stream
+ * failed; nothing changed).
  *
  * A model loaded with tp_size > 1 (rank 0, which drives) swaps on every
  * rank at the same step (since 0.2): rank 0 sends sw->name to the others,

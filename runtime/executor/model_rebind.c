@@ -20,12 +20,25 @@
  * keys and values in its plugin's own format, and the projections' weights
  * were laid out (quantized, repacked) for their op at load: those roles are
  * refused; they change with a new load.
+ *
+ * A model placed on a CUDA device (issue 19): a role that runs on the
+ * device is switched to the plugin's CUDA op, a role on the CPU to its CPU
+ * op; a plugin without an op on the role's side is refused (moving a role
+ * across would change the copies and the memory the load planned). Before
+ * the switch the model's stream is drained, so no launch of the old op is
+ * still queued, and the decode step's executable graph, which holds the
+ * old op's kernels, is destroyed: the next decode step captures the new
+ * op. The old op's plugin keeps its modules until it is unloaded: its
+ * retired binding still names it (khub_plugin_unload answers BUSY), and
+ * the runtime's free drains each of its streams before destroying it.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "cuda.h"
 #include "khub/khub_kernels.h"
 #include "model_impl.h"
+#include "placement.h"
 #include "runtime_impl.h"
 
 /* khub.json's name of each kernel role ("attention"), from the one list. */
@@ -112,16 +125,45 @@ static khub_status reserve(khub_model *m, int n)
     return KHUB_STATUS_OK;
 }
 
+/* A placed model's explain gets the swap's line under its placement (the
+ * placement lines describe the load). */
+static void note_swap(khub_model *m, const khub__bound *b, const khub_binding *old)
+{
+    khub__place *pl = m->place;
+    char line[512];
+    snprintf(line, sizeof line, "  swapped: %s[%s]: %s%s (was %s)\n",
+             khub__model_role_name(m, b->role), khub__model_bound_dtype(b),
+             pl->cuda_of[b - m->bound] ? "on the device, " : "on the CPU, ",
+             khub_binding_name(pl->cuda_of[b - m->bound] ? pl->cuda_of[b - m->bound] : b->b),
+             khub_binding_name(old));
+    size_t a = pl->text ? strlen(pl->text) : 0, n = strlen(line);
+    char *t = khub__realloc(m->rt, pl->text, pl->text ? a + 1 : 0, a + n + 1);
+    if (!t) return; /* the swap stands; only its explain line is lost */
+    memcpy(t + a, line, n + 1);
+    pl->text = t;
+}
+
+/* A placed model: wait for the model's stream (launches of the old op may
+ * be queued), then drop the decode step's graph (it holds them). */
+static khub_status drain(khub_model *m)
+{
+    khub__place *pl = m->place;
+    if (!pl) return KHUB_STATUS_OK;
+    khub__plugin_msg_clear();
+    khub_status st = khub__cuda_host_stream_sync(NULL, pl->stream);
+    KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st,
+                   "%s: cuda:%d: draining the model's stream before the swap: %s; nothing changed",
+                   m->file, (int)pl->device, khub__plugin_msg());
+    khub__graph_free(m);
+    return KHUB_STATUS_OK;
+}
+
 khub_status khub__model_rebind(khub_model *m, int role, const khub_plugin *plugin,
                                const char *op_name)
 {
     khub__role roles[2];
     int n_roles = roles_of(role, roles);
     const char *rname = kernel_role_name(role);
-    KHUB_RETURN_IF(m->rt, m->place, KHUB_STATUS_UNSUPPORTED,
-                   "%s: kernel swaps in a model placed on a CUDA device are not built yet; load "
-                   "the model again with the new kernel",
-                   m->file);
     KHUB_RETURN_IF(m->rt, n_roles == 0, KHUB_STATUS_UNSUPPORTED,
                    "%s: the %s kernel cannot be swapped in a running model (%s); load the "
                    "model again with the new kernel",
@@ -136,25 +178,38 @@ khub_status khub__model_rebind(khub_model *m, int role, const khub_plugin *plugi
             idx[n++] = i;
     KHUB_RETURN_IF(m->rt, n == 0, KHUB_STATUS_NOT_FOUND, "%s: no op serves the %s role", m->file,
                    rname);
+    khub__place *pl = m->place;
     for (int k = 0; k < n; k++) {
         khub_op_query q = query_of(m, &m->bound[idx[k]], op_name);
+        bool dev = pl && pl->cuda_of[idx[k]];
+        if (dev) q.device_type = KHUB_DEVICE_CUDA;
         khub_status st = khub__registry_select_in(m->rt, &q, plugin, &nb[k]);
         if (st != KHUB_STATUS_OK) {
-            char why[KHUB_ERROR_SIZE];
+            char why[KHUB_ERROR_SIZE], side[48] = "";
             khub__copy_error(m->rt, why, sizeof why);
             khub__clear(m->rt);
-            return khub__fail(m->rt, st, "%s: %s cannot serve %s: %s; nothing changed", m->file,
+            if (pl) snprintf(side, sizeof side, dev ? " on cuda:%d" : " on the CPU", pl->device);
+            return khub__fail(m->rt, st, "%s: %s cannot serve %s%s: %s; nothing changed", m->file,
                               khub_plugin_id(plugin),
-                              khub__model_role_name(m, m->bound[idx[k]].role), why);
+                              khub__model_role_name(m, m->bound[idx[k]].role), side, why);
         }
     }
+    KHUB_FORWARD_IF_ERROR(m->rt, drain(m));
     pthread_mutex_lock(&m->bind_lock);
     khub_status st = reserve(m, n);
     for (int k = 0; k < n && st == KHUB_STATUS_OK; k++) {
         khub__bound *b = &m->bound[idx[k]];
+        khub_binding *old = b->b;
         m->retired[m->n_retired++] = *b;
-        b->b = nb[k];
-        *slot_of(m, b->role) = nb[k];
+        if (pl && pl->cuda_of[idx[k]]) {
+            /* the CPU binding stays the role's fallback; the device op changes */
+            old = m->retired[m->n_retired - 1].b = pl->cuda_of[idx[k]];
+            pl->cuda_of[idx[k]] = pl->cuda[b->role] = nb[k];
+        } else {
+            b->b = nb[k];
+            *slot_of(m, b->role) = nb[k];
+        }
+        if (pl) note_swap(m, b, old);
         KHUB_LOG_I(m->rt, "%s -> %s (swapped)", khub__model_role_name(m, b->role),
                    khub_binding_name(nb[k]));
     }

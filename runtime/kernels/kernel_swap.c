@@ -18,6 +18,7 @@
 #include "kernel_load.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
+#include "placement.h"
 #include "runtime_impl.h"
 
 /* Whether role can be swapped while the model runs (model_rebind.c decides
@@ -112,8 +113,20 @@ khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt, khub_kerne
 /* Every rank together (tensor parallelism, issue 18 item 4)                */
 /* ======================================================================== */
 
+/* The op serving role: on a placed model the device's when the role runs
+ * there (its CPU binding is then the fallback that runs nothing). */
 static const khub_binding *serving(const khub_model *m, int32_t role)
 {
+    const khub__place *pl = m->place;
+    if (pl && role == KHUB_KERNEL_ROLE_ATTENTION &&
+        (pl->cuda[KHUB__ROLE_PAGED_ATTENTION] || pl->cuda[KHUB__ROLE_ATTENTION]))
+        return pl->cuda[KHUB__ROLE_PAGED_ATTENTION] ? pl->cuda[KHUB__ROLE_PAGED_ATTENTION]
+                                                    : pl->cuda[KHUB__ROLE_ATTENTION];
+    khub__role r = role == KHUB_KERNEL_ROLE_NORM         ? KHUB__ROLE_NORM
+                   : role == KHUB_KERNEL_ROLE_ACTIVATION ? KHUB__ROLE_ACT
+                   : role == KHUB_KERNEL_ROLE_ROTARY     ? KHUB__ROLE_ROTARY
+                                                         : KHUB__ROLE__COUNT;
+    if (pl && r != KHUB__ROLE__COUNT && pl->cuda[r]) return pl->cuda[r];
     if (role == KHUB_KERNEL_ROLE_ATTENTION) return m->paged_attn ? m->paged_attn : m->attention;
     if (role == KHUB_KERNEL_ROLE_NORM) return m->norm;
     if (role == KHUB_KERNEL_ROLE_ACTIVATION) return m->act;
