@@ -212,7 +212,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_rotary_args, original_max_pos) == 56,
                    "khub_rotary_args.original_max_pos");
     _Static_assert(offsetof(khub_rotary_args, rotary_dim) == 60, "khub_rotary_args.rotary_dim");
-    _Static_assert(sizeof(khub_kv_cache_config) == 72, "khub_kv_cache_config"); /* 40 in 1.0-1.3 */
+    _Static_assert(sizeof(khub_kv_cache_config) == 80,
+                   "khub_kv_cache_config"); /* 40 in 1.0-1.3, 72 in 1.4 */
     KHUB_LAYOUT_HEADER(khub_kv_cache_config);
     _Static_assert(offsetof(khub_kv_cache_config, n_layers) == 8, "khub_kv_cache_config.n_layers");
     _Static_assert(offsetof(khub_kv_cache_config, n_kv_heads) == 12,
@@ -242,6 +243,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_kv_cache_config, n_blocks) == 60, "khub_kv_cache_config.n_blocks");
     _Static_assert(offsetof(khub_kv_cache_config, max_bytes) == 64,
                    "khub_kv_cache_config.max_bytes");
+    /* added in ABI 1.5 */
+    _Static_assert(offsetof(khub_kv_cache_config, ctx) == 72, "khub_kv_cache_config.ctx");
     _Static_assert(sizeof(khub_kv_write_args) == 48, "khub_kv_write_args"); /* 40 in 1.0-1.4 */
     KHUB_LAYOUT_HEADER(khub_kv_write_args);
     _Static_assert(offsetof(khub_kv_write_args, layer) == 8, "khub_kv_write_args.layer");

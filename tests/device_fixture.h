@@ -1,10 +1,10 @@
 /*
  * device_fixture.h: what the host-side tests of a model placed on a CUDA
- * device share (test_placement.c, test_cuda_graphs.c): the fake driver
- * (tests/fake_cuda), dlopened by path before khub opens "libcuda.so.1" so
- * the name resolves to it, and read through khub_fake_cuda_stat and its
- * launch log; and a tiny random Llama written to /tmp (tiny_llama.h) with
- * its loading for a device.
+ * device share (test_placement.c, test_cuda_graphs.c, test_graphs_paged.c):
+ * the fake driver (tests/fake_cuda), dlopened by path before khub opens
+ * "libcuda.so.1" so the name resolves to it, and read through
+ * khub_fake_cuda_stat and its launch log; and a tiny random Llama written
+ * to /tmp (tiny_llama.h) with its loading for a device.
  */
 #ifndef KHUB_TESTS_DEVICE_FIXTURE_H
 #define KHUB_TESTS_DEVICE_FIXTURE_H
@@ -58,7 +58,12 @@ static inline long stat_of(const char *what)
 /* A tiny model                                                             */
 /* ======================================================================== */
 
+/* The model's sizes; a test that needs others (test_graphs_paged.c: head_dim
+ * 64, what kv-cache-cuda's paged attention serves) defines
+ * DEVICE_FIXTURE_DIMS and the same names before including this file. */
+#ifndef DEVICE_FIXTURE_DIMS
 enum { HID = 64, HEADS = 4, KVH = 2, HD = 16, FFN = 128, VOCAB = 256, LAYERS = 2 };
+#endif
 
 /* Layer 0's q_proj stored as F16 (the others F32): the qkv role is then
  * bound twice, once per dtype. */

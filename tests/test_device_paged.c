@@ -235,6 +235,43 @@ TEST_IMPL(paged_attention_split_k_for_decode_batches)
     khub_runtime_free(rt);
 }
 
+/* The split-K partials' scratch is allocated once per stream at the
+ * plan's budget (16 MiB) and never grows: a bigger decode batch on the same
+ * stream neither allocates nor synchronises, so a capture of the stream
+ * holds (a growth would wait for the stream, which breaks the capture). */
+TEST_IMPL(paged_attention_scratch_fixed_under_capture)
+{
+    fake(NULL);
+    khub_runtime *rt = tp_runtime(1);
+    load_kv_cache_cuda(rt);
+    void *stream = NULL, *graph = NULL;
+    ASSERT_OK(khub__cuda_stream_new(rt, 0, &stream));
+    long base = stat_of("allocs_live");
+    pa_bench small, big;
+    pa_setup(&small, rt, 4, 4, 64, 32); /* 4 splits: 4 x 9 x 4 x 66 floats */
+    pa_setup(&big, rt, 64, 8, 64, 32);  /* 64 rows, 4 splits: 16x the partials */
+    small.ctx.stream = big.ctx.stream = stream;
+    long allocs = stat_of("allocs_live"), bytes = stat_of("bytes_live"),
+         syncs = stat_of("stream_syncs"), broken = stat_of("graph_captures_invalidated");
+    ASSERT_OK(khub__cuda_capture_begin(stream));
+    ASSERT_OK(khub_binding_call(small.op, &small.a));
+    ASSERT_EQ(stat_of("allocs_live"), allocs + 1);
+    ASSERT_EQ(stat_of("bytes_live"), bytes + (16l << 20));
+    ASSERT_OK(khub_binding_call(big.op, &big.a));
+    ASSERT_OK(khub_binding_call(small.op, &small.a));
+    ASSERT_EQ(stat_of("allocs_live"), allocs + 1);
+    ASSERT_EQ(stat_of("stream_syncs"), syncs);
+    ASSERT_OK(khub__cuda_capture_end(stream, &graph));
+    ASSERT(graph != NULL);
+    ASSERT_EQ(stat_of("graph_captures_invalidated"), broken);
+    khub__cuda_graph_free(graph);
+    pa_free(&small);
+    pa_free(&big);
+    ASSERT_OK(khub__cuda_stream_free(rt, 0, stream));
+    khub_runtime_free(rt);
+    ASSERT_EQ(stat_of("allocs_live"), base); /* the scratch went with the plugin */
+}
+
 TEST_IMPL(paged_attention_refusals)
 {
     fake(NULL);
@@ -341,9 +378,11 @@ TEST_IMPL(device_paged_launches_per_layer)
                         "paged_cache\n");
     ASSERT_CONTAINS(ex, "  paged_attention[f32]: cuda:0, kernels-community/kv-cache-cuda 1.0.0 "
                         ":: paged_attention\n");
-    ASSERT_CONTAINS(ex, "CUDA graphs: no (a paged device KV cache: its reserve copies the block "
-                        "table outside the model's stream and its split-K scratch may grow "
-                        "mid-step, which a capture cannot hold)\n");
+    ASSERT_CONTAINS(ex, "CUDA graphs: yes (decode steps: captured each step, instantiated once "
+                        "per batch shape, then updated in place with cuGraphExecUpdate; prefill "
+                        "runs plain launches; the paged KV cache's blocks are reserved and its "
+                        "block table copied on the model's stream before each step, outside the "
+                        "graph)\n");
     long i = stat_of("launches");
     float logits[VOCAB];
     int32_t ids[] = {1, 5, 9, 13, 17};
@@ -462,6 +501,7 @@ TEST_IMPL(device_paged_refuses_mixed_sides)
 
 #define TEST_LIST(X) \
     X(paged_attention_split_k_for_decode_batches) \
+    X(paged_attention_scratch_fixed_under_capture) \
     X(paged_attention_refusals) \
     X(device_paged_launches_per_layer) \
     X(device_paged_kv_full) \

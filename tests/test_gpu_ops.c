@@ -343,11 +343,15 @@ TEST_IMPL(gpu_kv_cache_vs_ref_cpu)
 /* ======================================================================== */
 
 /* Greedy text of SmolLM2-135M Q4_1 for a prompt, n_new tokens, loaded for
- * device (its placement printed when explain), and the decode tok/s. */
-static char *smollm2_run(khub_runtime *rt, const char *gguf, khub_device device, bool explain,
-                         int n_new, double *decode_tok_s)
+ * device (its placement printed when explain) with the KV cache cache_impl
+ * names (NULL: the dense default; "khub/ref-cpu:paged_cache": a paged
+ * cache, kv-cache-cuda's on the device), and the decode tok/s. */
+static char *smollm2_run_cache(khub_runtime *rt, const char *gguf, khub_device device,
+                               const char *cache_impl, bool explain, int n_new,
+                               double *decode_tok_s)
 {
-    khub_model_opts o = {KHUB_APP_INIT(khub_model_opts), .device = device, .max_context = 256};
+    khub_model_opts o = {KHUB_APP_INIT(khub_model_opts), .device = device, .max_context = 256,
+                         .cache_impl = cache_impl};
     khub_model *m = NULL;
     if (khub_model_load(rt, gguf, &o, &m) != KHUB_STATUS_OK)
         TEST_FAIL_("loading %s: %s", gguf, khub_runtime_errmsg(rt));
@@ -362,6 +366,12 @@ static char *smollm2_run(khub_runtime *rt, const char *gguf, khub_device device,
     khub_generate_results_free(m, &res, 1);
     khub_model_free(m);
     return text;
+}
+
+static char *smollm2_run(khub_runtime *rt, const char *gguf, khub_device device, bool explain,
+                         int n_new, double *decode_tok_s)
+{
+    return smollm2_run_cache(rt, gguf, device, NULL, explain, n_new, decode_tok_s);
 }
 
 /* The in-tree CUDA kernels (gpu-check.sh step 5 built them), so every role
@@ -404,8 +414,9 @@ static int by_value(const void *a, const void *b)
 }
 
 /* SmolLM2 on the device with CUDA graphs off (KHUB_CUDA_GRAPHS=0) and on,
- * three interleaved rounds of 64 greedy tokens each: the same tokens, and
- * the decode tok/s medians and their ratio (the speedup graphs give). */
+ * three interleaved rounds of 64 greedy tokens each, with the dense device
+ * cache and then the paged one: the same tokens, and the decode tok/s
+ * medians and their ratio (the speedup graphs give). */
 TEST_IMPL(gpu_smollm2_graphs_on_off)
 {
     const char *dir = getenv("KHUB_MODEL_DIR");
@@ -416,30 +427,41 @@ TEST_IMPL(gpu_smollm2_graphs_on_off)
     khub_runtime *rt = bench_runtime();
     load_every_cuda_kernel(rt);
     const khub_device cuda = {KHUB_DEVICE_CUDA, 0};
-    double tok_s[2][3];
-    char *text[2] = {NULL, NULL};
-    for (int round = 0; round < 3; round++)
-        for (int on = 0; on < 2; on++) {
-            if (on)
-                unsetenv("KHUB_CUDA_GRAPHS");
-            else
-                setenv("KHUB_CUDA_GRAPHS", "0", 1);
-            char *t = smollm2_run(rt, gguf, cuda, round == 0 && on, 64, &tok_s[on][round]);
-            if (!text[on])
-                text[on] = t;
-            else
-                free(t);
-        }
-    unsetenv("KHUB_CUDA_GRAPHS");
-    for (int on = 0; on < 2; on++) qsort(tok_s[on], 3, sizeof(double), by_value);
-    printf("  graphs off: %s\n  graphs on:  %s\n", text[0], text[1]);
-    printf("  decode tok/s, median of 3 (64 tokens): graphs off %.1f, on %.1f: %.2fx\n",
-           tok_s[0][1], tok_s[1][1], tok_s[0][1] > 0 ? tok_s[1][1] / tok_s[0][1] : 0.0);
-    if (fake_driver)
-        printf("  CUDA graphs on/off: fake driver, nothing compared\n");
-    else if (strcmp(text[0], text[1]) != 0)
-        TEST_FAIL_("SmolLM2's greedy text differs with CUDA graphs on and off");
-    free(text[0]), free(text[1]);
+    /* The dense device cache, then the paged one (kv-cache-cuda's paged
+     * cache and attention: blocks reserved on the model's stream before
+     * each graph). */
+    static const char *const caches[2] = {NULL, "khub/ref-cpu:paged_cache"};
+    for (int c = 0; c < 2; c++) {
+        double tok_s[2][3];
+        char *text[2] = {NULL, NULL};
+        for (int round = 0; round < 3; round++)
+            for (int on = 0; on < 2; on++) {
+                if (on)
+                    unsetenv("KHUB_CUDA_GRAPHS");
+                else
+                    setenv("KHUB_CUDA_GRAPHS", "0", 1);
+                char *t = smollm2_run_cache(rt, gguf, cuda, caches[c], round == 0 && on, 64,
+                                            &tok_s[on][round]);
+                if (!text[on])
+                    text[on] = t;
+                else
+                    free(t);
+            }
+        unsetenv("KHUB_CUDA_GRAPHS");
+        for (int on = 0; on < 2; on++) qsort(tok_s[on], 3, sizeof(double), by_value);
+        const char *cache = c ? "paged" : "dense";
+        printf("  %s cache, graphs off: %s\n  %s cache, graphs on:  %s\n", cache, text[0], cache,
+               text[1]);
+        printf("  %s cache, decode tok/s, median of 3 (64 tokens): graphs off %.1f, on %.1f: "
+               "%.2fx\n",
+               cache, tok_s[0][1], tok_s[1][1], tok_s[0][1] > 0 ? tok_s[1][1] / tok_s[0][1] : 0.0);
+        if (fake_driver)
+            printf("  CUDA graphs on/off, %s cache: fake driver, nothing compared\n", cache);
+        else if (strcmp(text[0], text[1]) != 0)
+            TEST_FAIL_("SmolLM2's greedy text differs with CUDA graphs on and off (%s cache)",
+                       cache);
+        free(text[0]), free(text[1]);
+    }
     khub_runtime_free(rt);
 }
 

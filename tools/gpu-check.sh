@@ -10,7 +10,8 @@
 #      runs without a GPU: the fallback, strict, memory and error paths;
 #      test_cuda_graphs: the decode step as a CUDA graph;
 #      test_device_paged: paged attention launches, the device paged
-#      cache's blocks; test_fa2_cuda: flash-attn2's split-K and tiles,
+#      cache's blocks; test_graphs_paged: CUDA graphs with the paged device
+#      cache; test_fa2_cuda: flash-attn2's split-K and tiles,
 #      their scratch, inside a graph capture, compiled at load; and
 #      test_placement_hub: a Hub kernel's CUDA variant chosen for the
 #      placed GPU, or its CPU variant on the CPU);
@@ -39,7 +40,8 @@
 #   7. SmolLM2-135M on the device against the CPU's greedy tokens (test_gpu_ops
 #      gpu_smollm2_device_matches_cpu, every in-tree CUDA kernel loaded), and
 #      with CUDA graphs off and on (gpu_smollm2_graphs_on_off: the same
-#      tokens, decode tok/s medians of 3 interleaved rounds and the ratio);
+#      tokens, decode tok/s medians of 3 interleaved rounds and the ratio,
+#      with the dense device cache and with the paged one);
 #   8. the benchmark: decode and prefill tokens/s (bench-model) on the CPU,
 #      and on the device once it runs there.
 # Options: --jobs N (build parallelism, default nproc). KHUB_GPU_BUILD: the
@@ -105,6 +107,8 @@ run_test "test_device_paged" $B/tests/test_device_paged
 run_test "test_fa2_cuda (flash-attn2 split-K and tiles on the fake driver)" $B/tests/test_fa2_cuda
 run_test "test_placement_hub (Hub kernels' CUDA variants for a placed model)" \
     $B/tests/test_placement_hub
+run_test "test_graphs_paged (CUDA graphs with the paged device cache on the fake driver)" \
+    $B/tests/test_graphs_paged
 
 step "4. CUDA driver layer (test_host_api cuda_roundtrip_and_launch)"
 run_test "driver layer round trip and launch" $B/tests/test_host_api cuda_roundtrip_and_launch
@@ -159,7 +163,7 @@ else
         $B/tests/test_gpu_embedding
 fi
 
-step "7. SmolLM2-135M on the device vs the CPU's greedy tokens; CUDA graphs off vs on"
+step "7. SmolLM2-135M on the device vs the CPU's greedy tokens; CUDA graphs off vs on (dense and paged cache)"
 MODEL=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/SmolLM2-135M-Instruct.Q4_1.gguf
 if [ ! -f "$MODEL" ]; then
     skip "SmolLM2: $MODEL absent (tools/fetch-model.sh on a machine with network, then copy it)"
@@ -170,8 +174,9 @@ else
     # the device, 16 greedy tokens against the CPU's
     run_test "SmolLM2 greedy tokens, device vs CPU" env KHUB_GPU_KERNELS="$work" \
         KHUB_MODEL_DIR="$(dirname "$MODEL")" $B/tests/test_gpu_ops gpu_smollm2_device_matches_cpu
-    # the decode step as a CUDA graph vs plain launches: same tokens, timing
-    run_test "SmolLM2 CUDA graphs off vs on" env KHUB_GPU_KERNELS="$work" \
+    # the decode step as a CUDA graph vs plain launches, with the dense
+    # device cache and with the paged one: same tokens, timing
+    run_test "SmolLM2 CUDA graphs off vs on, dense and paged KV cache" env KHUB_GPU_KERNELS="$work" \
         KHUB_MODEL_DIR="$(dirname "$MODEL")" $B/tests/test_gpu_ops gpu_smollm2_graphs_on_off
 fi
 

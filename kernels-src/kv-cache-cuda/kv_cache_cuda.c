@@ -211,7 +211,8 @@ static khub_status write(void *sp, khub_kv_cache *c, const khub_kv_write_args *a
 {
     kv_state *s = sp;
     const khub_host_api *host = s->host;
-    if (!c || !a || a->struct_size < sizeof *a || !a->k || a->layer < 0 ||
+    /* the 1.0 layout at least; ctx (1.5) is read only when the args hold it */
+    if (!c || !a || a->struct_size < offsetof(khub_kv_write_args, ctx) || !a->k || a->layer < 0 ||
         a->layer >= c->cfg.n_layers || a->seq < 0 || a->seq >= c->cfg.n_seqs || a->pos < 0 ||
         a->k->ndim != 3)
         return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,

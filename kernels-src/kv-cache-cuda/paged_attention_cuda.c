@@ -16,8 +16,17 @@
  * merged (one split writes out directly); with more rows per sequence, the
  * prefill tiles: one block per (64 rows of a sequence, head), grid.z the
  * sequence. Both are causal or not, with GQA, a sliding window and the
- * soft-cap (ABI 1.5). The partials' scratch is this plugin's, one buffer
- * per stream (as flash-attn2's).
+ * soft-cap (ABI 1.5).
+ *
+ * The partials' scratch is this plugin's, one buffer per stream, allocated
+ * at the stream's first split-K call at the budget's size (16 MiB): the
+ * split plan never asks for more, so the buffer never grows. A growth
+ * would have to wait for the stream (work queued may still read the old
+ * buffer) and free it, and a decode step the host captures as a CUDA graph
+ * cannot hold a synchronisation of its stream; a fixed buffer also keeps
+ * every captured step pointing at the same partials (FlashInfer sizes its
+ * split-K workspace once for the same reason). The one allocation may fall
+ * inside a capture, which the host's relaxed capture mode allows.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -41,9 +50,8 @@
     } while (0)
 
 typedef struct pg_scratch {
-    void *stream;
-    uint64_t dptr;
-    size_t bytes;
+    void *stream;  /* CUstream (NULL: the legacy one) */
+    uint64_t dptr; /* PG_PART_BUDGET floats */
     int used;
 } pg_scratch;
 
@@ -85,11 +93,16 @@ static khub_status load_locked(void)
     return st;
 }
 
-/* The partials' scratch of stream, at least bytes long (flash-attn2's rule:
- * a buffer that grows is replaced after its stream drained). */
+/* The partials' scratch of stream (the file comment): PG_PART_BUDGET
+ * floats, allocated once. */
 static khub_status scratch_locked(void *stream, size_t bytes, uint64_t *out)
 {
     const khub_host_api *host = g_pg.host;
+    if (bytes > (size_t)PG_PART_BUDGET * sizeof(float)) /* pa_split_plan's bound */
+        return FAIL(KHUB_STATUS_INTERNAL,
+                    "paged_attention (cuda): split-K partials of %zu bytes exceed the budget of "
+                    "%zu",
+                    bytes, (size_t)PG_PART_BUDGET * sizeof(float));
     pg_scratch *e = NULL, *free_slot = NULL;
     for (int i = 0; i < PG_STREAMS && !e; i++)
         if (g_pg.scratch[i].used && g_pg.scratch[i].stream == stream)
@@ -101,22 +114,12 @@ static khub_status scratch_locked(void *stream, size_t bytes, uint64_t *out)
                     "paged_attention (cuda): split-K scratch is kept for %d streams; this call "
                     "is on another one",
                     PG_STREAMS);
-    if (!e) *(e = free_slot) = (pg_scratch){.stream = stream, .used = 1};
-    if (e->bytes < bytes) {
-        khub_status st = KHUB_STATUS_OK;
-        if (e->dptr) {
-            st = host->cuda_stream_sync(host->host_ctx, stream);
-            if (st == KHUB_STATUS_OK) st = host->cuda_mem_free(host->host_ctx, e->dptr);
-            if (st != KHUB_STATUS_OK) return st;
-            e->dptr = 0, e->bytes = 0;
-        }
-        size_t want = bytes < 2 * e->bytes ? 2 * e->bytes : bytes;
-        st = host->cuda_mem_alloc(host->host_ctx, 0, want, &e->dptr);
-        if (st != KHUB_STATUS_OK) {
-            e->dptr = 0;
-            return st;
-        }
-        e->bytes = want;
+    if (!e) {
+        uint64_t d = 0;
+        khub_status st =
+            host->cuda_mem_alloc(host->host_ctx, 0, (size_t)PG_PART_BUDGET * sizeof(float), &d);
+        if (st != KHUB_STATUS_OK) return st; /* the driver layer's message names the call */
+        *(e = free_slot) = (pg_scratch){.stream = stream, .dptr = d, .used = 1};
     }
     *out = e->dptr;
     return KHUB_STATUS_OK;

@@ -11,10 +11,18 @@
  * table is kept twice: on the host (the truth, with the free list and the
  * blocks each sequence holds) and in device memory ([n_seqs][row] int32,
  * -1 = none), which the attention and the append kernels read; reserve and
- * release copy the entries they change up at once (on the legacy stream:
- * their args carry no stream; the model's blocking stream is ordered with
- * it, so a kernel queued before the copy reads the old entries and one
- * queued after the new), a write that takes blocks on its ctx's stream.
+ * release copy the entries they change up at once, on the stream of the
+ * config's ctx (ABI 1.5: the model's stream, the one the host captures
+ * decode steps on as CUDA graphs; a kernel queued on it before the copy
+ * reads the old entries, one queued after the new ones, and no other
+ * stream is touched, so a capture anywhere holds), a write that takes
+ * blocks on its own ctx's stream. Without a ctx (a host of 1.4) they copy
+ * on the legacy default stream, which every blocking stream is ordered
+ * with, but which a capture in progress on any stream cannot hold. The
+ * copies read the host table, pageable memory: the driver stages it before
+ * the call returns, so the table may change at once. They are never made
+ * inside a capture: the host reserves before a step, and a write inside
+ * one finds its blocks taken.
  * paged_view describes device tensors and the DEVICE table: the host must
  * not read block_table through it (n_free and n_blocks are host values).
  * Sizing is ref-cpu's: n_blocks if set; else as many blocks as max_bytes
@@ -87,6 +95,7 @@ typedef struct pg_cache {
     int64_t *len;         /* [n_layers][n_seqs] positions written */
     uint64_t pool;        /* device: every layer's K and V pools */
     uint64_t dtable;      /* device: [n_seqs][row] int32, the table's copy */
+    void *stream;         /* the config's ctx->stream (ABI 1.5), NULL = legacy */
     int64_t shape[4];     /* [n_blocks, n_kv_heads, bs, head_dim] */
     khub_tensor *kt, *vt; /* [n_layers] the pools as tensors (paged_view) */
 } pg_cache;
@@ -131,6 +140,13 @@ static khub_status pg_config(pg_cache *c, const khub_kv_cache_config *cfg)
     size_t n = cfg->struct_size < sizeof c->cfg ? cfg->struct_size : sizeof c->cfg;
     memcpy(&c->cfg, cfg, n);
     c->cfg.struct_size = sizeof c->cfg;
+    const khub_call_ctx *ctx = KHUB_HAS_FIELD(cfg, khub_kv_cache_config, ctx) ? cfg->ctx : NULL;
+    c->cfg.ctx = NULL; /* borrowed for the call: only its stream is kept */
+    if (ctx && (ctx->struct_size < offsetof(khub_call_ctx, stream) + sizeof ctx->stream ||
+                ctx->device.device_type != KHUB_DEVICE_CUDA))
+        return FAIL(KHUB_STATUS_INVALID_ARG, "%s: ctx must name the CUDA device and the stream",
+                    op);
+    c->stream = ctx ? ctx->stream : NULL;
     int f16 = cfg->dtype.code == KHUB_DL_FLOAT && cfg->dtype.bits == 16;
     int f32 = cfg->dtype.code == KHUB_DL_FLOAT && cfg->dtype.bits == 32;
     if ((!f16 && !f32) || cfg->n_layers < 1 || cfg->n_kv_heads < 1 || cfg->head_dim < 1 ||
@@ -204,7 +220,7 @@ static khub_status pg_alloc(pg_cache *c)
         c->dtable = 0;
         return st;
     }
-    st = host->cuda_memcpy_htod(hc, c->dtable, c->table, S * R * sizeof(int32_t), NULL);
+    st = host->cuda_memcpy_htod(hc, c->dtable, c->table, S * R * sizeof(int32_t), c->stream);
     if (st != KHUB_STATUS_OK) return st;
     for (size_t l = 0; l < L; l++) {
         khub_tensor t = {NULL, {KHUB_DEVICE_CUDA, 0}, 4, c->cfg.dtype, c->shape, NULL, 0};
@@ -247,7 +263,7 @@ static khub_status pg_locate(const char *op, khub_kv_cache *kc, int32_t layer, i
 }
 
 /* Copies entries [from, to) of seq's table row to the device, on stream
- * (NULL: the legacy stream). */
+ * (NULL: the legacy stream; the file comment says which). */
 static khub_status pg_sync_row(pg_cache *c, int32_t seq, int32_t from, int32_t to, void *stream)
 {
     if (to <= from) return KHUB_STATUS_OK;
@@ -301,7 +317,7 @@ static khub_status pg_reserve(void *sp, khub_kv_cache *kc, int32_t seq, int64_t 
     khub_status st = pg_locate("paged_cache (cuda) reserve", kc, 0, seq);
     return st != KHUB_STATUS_OK
                ? st
-               : pg_grow(pg_of(kc), "paged_cache (cuda) reserve", seq, n_tokens, NULL);
+               : pg_grow(pg_of(kc), "paged_cache (cuda) reserve", seq, n_tokens, pg_of(kc)->stream);
 }
 
 static khub_status pg_release(void *sp, khub_kv_cache *kc, int32_t seq)
@@ -313,7 +329,7 @@ static khub_status pg_release(void *sp, khub_kv_cache *kc, int32_t seq)
     pg_drop(c, seq, 0);
     for (int32_t l = 0; l < c->cfg.n_layers; l++)
         c->len[(size_t)l * (size_t)c->cfg.n_seqs + (size_t)seq] = 0;
-    return pg_sync_row(c, seq, 0, had, NULL); /* the device table forgets them too */
+    return pg_sync_row(c, seq, 0, had, c->stream); /* the device table forgets them too */
 }
 
 static int rows_ok(const khub_tensor *t, const pg_cache *c, int64_t n)
@@ -324,14 +340,15 @@ static int rows_ok(const khub_tensor *t, const pg_cache *c, int64_t n)
 }
 
 /* Appends n tokens of K/V (device rows) at pos with one launch on the
- * stream of the args' ctx (ABI 1.5; without one the legacy stream, as
- * kv_cache_cuda.c's write), taking the blocks it needs first (their table
- * entries go up on that stream too). */
+ * stream of the args' ctx (ABI 1.5; without one the config's, else the
+ * legacy stream, as kv_cache_cuda.c's write), taking the blocks it needs
+ * first (their table entries go up on that stream too). */
 static khub_status pg_write(void *sp, khub_kv_cache *kc, const khub_kv_write_args *a)
 {
     (void)sp;
     const char *op = "paged_cache (cuda) write";
-    if (!a || a->struct_size < sizeof *a || !a->k || a->k->ndim != 3)
+    /* the 1.0 layout at least; ctx (1.5) is read only when the args hold it */
+    if (!a || a->struct_size < offsetof(khub_kv_write_args, ctx) || !a->k || a->k->ndim != 3)
         return FAIL(KHUB_STATUS_INVALID_ARG, "%s: args", op);
     PG_TRY(pg_locate(op, kc, a->layer, a->seq));
     pg_cache *c = pg_of(kc);
@@ -347,7 +364,8 @@ static khub_status pg_write(void *sp, khub_kv_cache *kc, const khub_kv_write_arg
                     "are written without gaps)",
                     op, (long long)a->pos, (long long)*len, (int)a->layer, (int)a->seq);
     if (n == 0) return KHUB_STATUS_OK;
-    void *stream = KHUB_HAS_FIELD(a, khub_kv_write_args, ctx) && a->ctx ? a->ctx->stream : NULL;
+    void *stream =
+        KHUB_HAS_FIELD(a, khub_kv_write_args, ctx) && a->ctx ? a->ctx->stream : c->stream;
     PG_TRY(pg_grow(c, op, a->seq, a->pos + n, stream));
     PG_TRY(load_write());
     void *row = (void *)(uintptr_t)(c->dtable + (uint64_t)a->seq * (uint64_t)c->row * 4u);

@@ -24,9 +24,10 @@
  * rather than copying every cached position each layer. A paged cache runs
  * only on the device, with paged attention there too: its blocks are
  * reserved before layer 0 (the scheduler's budget asks the device pool,
- * kv_budget.c), the call's int32 arrays go up once per step, and each
- * layer appends K/V into the blocks and makes one paged_attention call
- * (device_kv.c holds the pool's side). Kernel verification
+ * kv_budget.c; a 1.5 cache copies its block table on the model's stream,
+ * before the step's graph when it runs as one), the call's int32 arrays go
+ * up once per step, and each layer appends K/V into the blocks and makes
+ * one paged_attention call (device_kv.c holds the pool's side). Kernel verification
  * (KHUB_OPT_VERIFY_KERNELS) does not apply to device ops: ref-cpu cannot
  * read device memory.
  *
@@ -163,7 +164,12 @@ khub_status khub__forward_device_init(khub_model *m)
                        !pl->dkv->view || !pl->dkv->truncate,
                    KHUB_STATUS_PLUGIN_INVALID, "%s: %s lacks a KV cache method", m->file,
                    khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]));
-    /* A paged cache is sized as the host's was (the same config). */
+    /* A paged cache is sized as the host's was (the same config). A cache
+     * of ABI 1.5 gets the model's stream for its own copies (a paged one's
+     * reserve and release), so they run in order with the steps and never
+     * on the legacy stream, which a CUDA graph capture cannot hold. */
+    khub_call_ctx ctx = {KHUB_STRUCT_INIT(khub_call_ctx), .device = {KHUB_DEVICE_CUDA, pl->device},
+                         .stream = pl->stream};
     khub_kv_cache_config cc = {KHUB_STRUCT_INIT(khub_kv_cache_config),
                                .n_layers = (int32_t)c->n_layers,
                                .n_kv_heads = (int32_t)c->n_kv_heads,
@@ -174,7 +180,8 @@ khub_status khub__forward_device_init(khub_model *m)
                                .options = m->kv_options[0] ? m->kv_options : NULL,
                                .block_size = m->kv_block_size,
                                .n_blocks = m->kv_num_blocks,
-                               .max_bytes = m->kv_max_bytes};
+                               .max_bytes = m->kv_max_bytes,
+                               .ctx = pl->dkv_minor >= 5 ? &ctx : NULL};
     khub__plugin_msg_clear();
     khub_status st = pl->dkv->create(pl->dkv_state, &cc, &pl->dcache);
     KHUB_RETURN_IF(m->rt, st != KHUB_STATUS_OK, st,

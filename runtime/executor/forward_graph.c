@@ -31,15 +31,24 @@
  * saves the per-launch gaps. How much that is waits for a GPU
  * (tools/gpu-check.sh step 7 prints the on/off timing).
  *
+ * A paged device cache (device_kv.c) takes a step's blocks before the
+ * capture: reserve copies the block-table entries it changes on the
+ * model's stream (ABI 1.5: the config's ctx), so they reach the device
+ * table before the graph's kernels read it, outside the graph; the step's
+ * int32 arrays (sequence lengths, positions) go up on that stream before
+ * it too. The captured kernels read both from device memory, so a block
+ * allocated mid-run is seen by the step that first writes it, whether it
+ * runs as a graph or not. kv-cache-cuda's paged attention sizes its
+ * split-K scratch once at the largest its plan uses, so no step grows it
+ * (which would synchronise the capturing stream).
+ *
  * Graphs are off (and --explain says why) when a role runs on the CPU (its
  * copies synchronise the stream mid-step, which a capture cannot hold),
- * when the device KV cache's plugin predates ABI 1.5 (it appends on the
- * legacy default stream), with a paged device cache (its reserve copies on
- * the legacy stream, its split-K scratch may grow mid-step), when the
- * driver has no graphs, or with
- * KHUB_CUDA_GRAPHS=0. A capture, update or instantiation that fails turns
- * them off for the model with one warning; the step then runs with plain
- * launches, so it computes the same.
+ * when the device KV cache's plugin predates ABI 1.5 (it appends, and a
+ * paged one reserves and releases, on the legacy default stream), when the
+ * driver has no graphs, or with KHUB_CUDA_GRAPHS=0. A capture, update or
+ * instantiation that fails turns them off for the model with one warning;
+ * the step then runs with plain launches, so it computes the same.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,18 +90,19 @@ void khub__graph_plan(khub_model *m)
                  (int)pl->n_cpu, pl->n_cpu == 1 ? "" : "s", first_cpu_role(m));
         return;
     }
+    if (pl->dheld && pl->dkv_minor < 5) {
+        snprintf(g->why, sizeof g->why,
+                 "the paged device KV cache %s targets ABI 1.%d: it appends, reserves and "
+                 "releases blocks on the legacy default stream, which a capture cannot hold (1.5 "
+                 "gives the cache the model's stream)",
+                 khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]), (int)pl->dkv_minor);
+        return;
+    }
     if (pl->dcache && pl->dkv_minor < 5) {
         snprintf(g->why, sizeof g->why,
                  "the device KV cache %s targets ABI 1.%d: it appends on the legacy default "
                  "stream, which a capture cannot hold (1.5 passes the stream)",
                  khub_binding_name(pl->cuda[KHUB__ROLE_KV_CACHE]), (int)pl->dkv_minor);
-        return;
-    }
-    if (pl->dheld) {
-        snprintf(g->why, sizeof g->why,
-                 "a paged device KV cache: its reserve copies the block table outside the "
-                 "model's stream and its split-K scratch may grow mid-step, which a capture "
-                 "cannot hold");
         return;
     }
     khub__plugin_msg_clear();
@@ -109,7 +119,11 @@ void khub__graph_explain(const khub_model *m, char *buf, size_t n)
     if (g->on)
         snprintf(buf, n,
                  "yes (decode steps: captured each step, instantiated once per batch shape, "
-                 "then updated in place with cuGraphExecUpdate; prefill runs plain launches)");
+                 "then updated in place with cuGraphExecUpdate; prefill runs plain launches%s)",
+                 m->place->dheld ? "; the paged KV cache's blocks are reserved and its block "
+                                   "table copied on the model's stream before each step, "
+                                   "outside the graph"
+                                 : "");
     else
         snprintf(buf, n, "no (%s)", g->why);
 }

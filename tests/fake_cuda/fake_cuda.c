@@ -28,7 +28,8 @@
  * allocs_live, bytes_live, bytes_peak, htod_bytes, dtoh_bytes, dtod_bytes,
  * launches (kernels that ran, in a graph or not), streams_live,
  * stream_syncs, busy_destroyed (a stream destroyed with launches not yet
- * synchronised), modules_live, contexts, and fake_graph.c's graph_*
+ * synchronised), modules_live, contexts, copies_legacy (copies issued on
+ * the legacy default stream, run or refused), and fake_graph.c's graph_*
  * counters; and each launch in the order it ran through
  * khub_fake_cuda_launch_name(i) (the function's name),
  * khub_fake_cuda_launch_arg0(i) (its first argument's 8 bytes) and
@@ -74,7 +75,7 @@ fake_stream *fake_streams;
 static fake_module *modules;
 static unsigned long long used[FAKE_MAX_GPUS];
 static long st_allocs_live, st_launches, st_streams_live, st_syncs, st_busy_destroyed;
-static long st_modules_live, st_contexts;
+static long st_modules_live, st_contexts, st_copies_legacy;
 static unsigned long long st_bytes_live, st_bytes_peak, st_htod, st_dtoh, st_dtod;
 static long legacy_pending; /* launches on the NULL stream */
 /* The device of the current context: one for the process, not per thread
@@ -132,6 +133,7 @@ EXPORT long khub_fake_cuda_stat(const char *what)
         {"launches", st_launches},           {"streams_live", st_streams_live},
         {"stream_syncs", st_syncs},          {"busy_destroyed", st_busy_destroyed},
         {"modules_live", st_modules_live},   {"contexts", st_contexts},
+        {"copies_legacy", st_copies_legacy},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(what, t[i].name) == 0) return t[i].value;
@@ -317,6 +319,7 @@ static int copy(const char *name, int kind, unsigned long long dst, unsigned lon
 {
     fake_node c = {.kind = kind, .dst = dst, .src = src, .n = n};
     pthread_mutex_lock(&fake_lock);
+    if (!stream) st_copies_legacy++;
     int r = fake_fails(name) ? CU_INVALID_VALUE : CU_OK;
     /* Checked when recorded too, as a driver checks a captured copy. */
     if (!r && ((kind != NODE_DTOH && !inside(dst, n)) || (kind != NODE_HTOD && !inside(src, n))))
@@ -503,6 +506,7 @@ EXPORT int cuModuleUnload(void *mod)
 /* Host bodies of kernels, by function index (khub_fake_cuda_kernel). */
 static struct {
     int n_params;
+    unsigned char size[FAKE_MAX_PARAMS]; /* bytes of each parameter: 4 or 8 */
     void (*run)(const unsigned long long *params);
 } bodies[FAKE_MAX_FNS];
 
@@ -521,13 +525,34 @@ static int intern(const char *name)
  * its first n_params parameters, 8 bytes each, as they were when it was
  * launched or captured (a driver copies parameters then). Tests use it to
  * make test plugins' kernels compute. 0, or -1 when full. */
+EXPORT int khub_fake_cuda_kernel_sized(const char *name, const char *sizes,
+                                       void (*run)(const unsigned long long *params));
+
 EXPORT int khub_fake_cuda_kernel(const char *name, int n_params,
                                  void (*run)(const unsigned long long *params))
 {
     if (n_params < 0 || n_params > FAKE_MAX_PARAMS) return -1;
+    char sizes[FAKE_MAX_PARAMS + 1];
+    memset(sizes, '8', (size_t)n_params);
+    sizes[n_params] = '\0';
+    return khub_fake_cuda_kernel_sized(name, sizes, run);
+}
+
+/* As khub_fake_cuda_kernel, for kernels whose parameters are not all 8
+ * bytes: sizes has one character per parameter, '4' or '8' (its bytes; a
+ * 4-byte one arrives zero-extended in its 8-byte slot, a float as its bit
+ * pattern in the low 4 bytes). 0, or -1 when full or malformed. */
+EXPORT int khub_fake_cuda_kernel_sized(const char *name, const char *sizes,
+                                       void (*run)(const unsigned long long *params))
+{
+    size_t n = strlen(sizes);
+    if (n > FAKE_MAX_PARAMS || strspn(sizes, "48") != n) return -1;
     pthread_mutex_lock(&fake_lock);
     int i = intern(name);
-    if (i >= 0) bodies[i].n_params = n_params, bodies[i].run = run;
+    if (i >= 0) {
+        bodies[i].n_params = (int)n, bodies[i].run = run;
+        for (size_t k = 0; k < n; k++) bodies[i].size[k] = (unsigned char)(sizes[k] - '0');
+    }
     pthread_mutex_unlock(&fake_lock);
     return i < 0 ? -1 : 0;
 }
@@ -566,7 +591,8 @@ EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsig
      * bytes of the first (what the launch log shows). */
     k.n_params = bodies[k.fn].run ? bodies[k.fn].n_params : (params && params[0] ? 1 : 0);
     for (int i = 0; i < k.n_params; i++)
-        if (params && params[i]) memcpy(&k.params[i], params[i], 8);
+        if (params && params[i])
+            memcpy(&k.params[i], params[i], bodies[k.fn].run ? bodies[k.fn].size[i] : 8);
     fake_stream *s = stream ? fake_find_stream(stream) : NULL;
     int r = stream && !s ? CU_INVALID_HANDLE : fake_capture_gate(stream, &k);
     if (r == FAKE_RECORDED)

@@ -8,7 +8,7 @@
 #include <stddef.h>
 
 #define EXPORT          __attribute__((visibility("default")))
-#define FAKE_MAX_PARAMS 16
+#define FAKE_MAX_PARAMS 24
 #define FAKE_MAX_FNS    64
 
 enum {

@@ -22,14 +22,20 @@
  * the fake driver logs the name and that address (khub_fake_cuda_launch_name
  * / _arg0). The kernels compute nothing unless a test gives them host
  * bodies through the fake driver (khub_fake_cuda_kernel;
- * tests/test_cuda_graphs.c does, with the argument lists written next to
- * each op below). Without a driver the plugin still initialises and
+ * tests/fake_kernels.h does, with the argument lists written next to each
+ * op below). Without a driver the plugin still initialises and
  * scores 0.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include <khub/khub_plugin.h>
+
+#if KHUB_PLUGIN_TARGET_MINOR == 4
+/* A 1.4 target sees the config without ctx (1.5), so the host's 1.5 config
+ * reaches it cut to what it reads. */
+_Static_assert(sizeof(khub_kv_cache_config) == 72, "the 1.4 kv cache config");
+#endif
 
 #define ENTRY(name) ".visible .entry " name "(.param .u64 a)\n{\n  ret;\n}\n"
 static const char ptx[] = ".version 7.0\n.target sm_52\n.address_size 64\n" ENTRY("khub_test_norm")
