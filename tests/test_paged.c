@@ -9,6 +9,9 @@
  *     ragged batches of up to 7 sequences, block tables shuffled so no
  *     sequence's blocks are contiguous; and the int8 layout with per-block
  *     scales against the dense attention of the dequantized values.
+ *   - cpu-x86's paged attention gives the bits of its own dense attention
+ *     (memcmp; sequences of several 32-key tiles, any block size): the
+ *     paged cache keeps a batch's rows equal to their solo runs.
  *   - the paged cache: pool exhaustion is KV_FULL with its message and takes
  *     nothing; random reserve/release rounds never hand a block to two
  *     sequences, and releasing everything drains the pool to empty.
@@ -165,6 +168,8 @@ static float pool_put(batch *b, void *pool, float *scale, int blk, int h, int sl
     return (float)qv * scale[blk * b->H + h];
 }
 
+static int g_max_len = 40; /* longest sequence batch_make draws */
+
 static void batch_make(batch *b, int n_seqs, int H, int G, int D, int bs, int window, int kv_id)
 {
     memset(b, 0, sizeof *b);
@@ -172,7 +177,7 @@ static void batch_make(batch *b, int n_seqs, int H, int G, int D, int bs, int wi
         .n_seqs = n_seqs, .H = H, .G = G, .D = D, .bs = bs, .window = window, .kv_id = kv_id};
     int need = 0;
     for (int s = 0; s < n_seqs; s++) {
-        b->lens[s] = irand(1, 40);
+        b->lens[s] = irand(1, g_max_len);
         int nq = irand(1, b->lens[s] < 9 ? b->lens[s] : 9);
         b->pos0[s] = b->lens[s] - nq;
         b->cu[s + 1] = b->cu[s] + nq;
@@ -360,6 +365,70 @@ TEST_IMPL(paged_q8_scales_match_dense)
 {
     setup();
     for (int t = 0; t < 20; t++) one_case(KHUB_DTYPE_ID_I8, t);
+}
+
+/* khub/cpu-avx2's (and cpu-avx512's) paged attention gives the bits of the
+ * same module's dense attention, sequence by sequence: both walk tiles of 32
+ * keys through kx_attn_tile.h, so a batch on the paged cache equals its solo
+ * run on the dense one (docs/batching.md). Sequences of up to 150 keys
+ * (several tiles), block sizes that do and do not divide 32, windows,
+ * soft-capping; memcmp, no tolerance. */
+static void bits_case(const plug *pl, int kv_id, int trial)
+{
+    int H = irand(1, 3), G = (int[]){1, 2, 3, 4}[irand(0, 3)];
+    int D = (int[]){1, 5, 8, 13, 16, 33, 64}[irand(0, 6)];
+    int bs = (int[]){1, 3, 7, 16, 32, 48}[irand(0, 5)], win = irand(0, 2) ? 0 : irand(1, 70);
+    float cap = irand(0, 3) ? 0.0f : 0.75f;
+    batch b;
+    batch_make(&b, irand(1, MAXS), H, G, D, bs, win, kv_id);
+    pa_call c;
+    pa_fill(&c, &b);
+    c.a.softcap = cap;
+    size_t n = (size_t)b.total_q * H * G * D;
+    ASSERT_OK(run_op(pl, KHUB_OP_PAGED_ATTENTION, &c.a));
+    const khub_op_desc *att = op_of(pl, KHUB_OP_ATTENTION, NULL);
+    ASSERT(att != NULL);
+    khub_device cpu = {KHUB_DEVICE_CPU, 0};
+    int64_t nh = (int64_t)H * G;
+    memset(b.ref, 0xff, n * sizeof(float));
+    for (int s = 0; s < b.n_seqs; s++) {
+        int64_t nq = b.cu[s + 1] - b.cu[s];
+        int64_t qs[3] = {nq, nh, D}, ks[3] = {b.lens[s], H, D};
+        size_t off = (size_t)b.cu[s] * nh * D;
+        khub_tensor q = {b.q + off, cpu, 3, KHUB_DTYPE_F32, qs, NULL, 0};
+        khub_tensor o = {b.ref + off, cpu, 3, KHUB_DTYPE_F32, qs, NULL, 0};
+        khub_tensor k = {b.kd[s], cpu, 3, KHUB_DTYPE_F32, ks, NULL, 0};
+        khub_tensor v = {b.vd[s], cpu, 3, KHUB_DTYPE_F32, ks, NULL, 0};
+        khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
+                                 .q = &q,
+                                 .k = &k,
+                                 .v = &v,
+                                 .out = &o,
+                                 .scale = c.a.scale,
+                                 .causal = 1,
+                                 .q_pos0 = b.pos0[s],
+                                 .window = b.window,
+                                 .softcap = cap};
+        khub__plugin_msg_clear();
+        ASSERT_OK(att->run(pl->d.state, &a));
+    }
+    if (memcmp(b.out, b.ref, n * sizeof(float)) != 0)
+        TEST_FAIL_("%s trial %d (kv %d, %d seqs, H %d G %d D %d bs %d window %d cap %g): paged "
+                   "differs from dense by up to %g",
+                   pl->d.id, trial, kv_id, b.n_seqs, H, G, D, bs, win, (double)cap,
+                   max_abs(b.out, b.ref, n));
+    batch_free(&b);
+}
+
+TEST_IMPL(paged_bits_equal_dense_cpu_x86)
+{
+    setup();
+    if (g_n_lv == 0) TEST_SKIP("this CPU runs no khub/cpu-x86 level");
+    g_max_len = 150;
+    for (int i = 0; i < g_n_lv; i++)
+        for (int t = 0; t < 40; t++)
+            bits_case(&g_lv[i], t % 2 ? KHUB_DTYPE_ID_F16 : KHUB_DTYPE_ID_F32, t);
+    g_max_len = 40;
 }
 
 /* The comparison can fail: one key of one block changed moves the output. */
@@ -604,6 +673,7 @@ TEST_IMPL(pool_memory)
 
 #define TEST_LIST(X) \
     X(paged_matches_dense) \
+    X(paged_bits_equal_dense_cpu_x86) \
     X(paged_q8_scales_match_dense) \
     X(paged_perturbation_is_detected) \
     X(paged_attention_bad_args) \

@@ -4,12 +4,10 @@
  *
  * A work item is one KV head g and a block of QB queries. Its rows are the
  * QB queries times the G = n_heads / n_kv_heads query heads that share g
- * (GQA), so each K/V tile, read once (and converted from f16 once), serves
- * all QB * G rows while it sits in L1. Per row the recurrence keeps the
- * running max m, the running sum l and the unnormalised output acc:
- *     s_j = cap(scale q.k_j) + mask_j,  m' = max(m, max_j s_j),
- *     l = l e^(m - m') + sum_j e^(s_j - m'),  acc = acc e^(m - m') + sum_j e^(s_j - m') v_j,
- * and out = acc / l at the end. Nothing of size n_kv is materialised.
+ * (GQA), so each tile of 32 keys (read in place when f32, converted from
+ * f16 once) serves all QB * G rows while it sits in L1. The online-softmax
+ * recurrence is kx_attn_tile.h's, shared with paged_attention.c, so the two
+ * ops give the same bits. Nothing of size n_kv is materialised.
  * cap(s) is s, or softcap * tanh(s / softcap) when the call's softcap > 0
  * (ABI 1.5; a scalar tanhf per score, paid only by models that cap).
  *
@@ -26,10 +24,6 @@
 
 #include "kx_attn_tile.h"
 
-#define KT       32  /* keys per tile */
-#define MAX_ROWS 16  /* query rows per work item */
-#define MAX_HD   256 /* plugin.c rejects larger head dims */
-
 typedef struct job {
     const kx_attn *a;
     int64_t group; /* G: query heads per KV head */
@@ -39,49 +33,24 @@ typedef struct job {
     kx_state *s;
 } job;
 
-/* Per-worker scratch: K and V tiles as f32 [KT][hd], rows' q, acc [R][hd]. */
+/* Per-worker scratch: f16 K and V tiles converted to f32 [KX_ATT_KT][hd], the
+ * rows' q and acc [R][hd]. */
 typedef struct scratch {
     float *k, *v, *q, *acc;
 } scratch;
 
-/* Copies keys [j0, j0 + nk) of head g of a K or V view into dst [nk][hd] f32. */
-static void load_tile(const void *base, int f16, int64_t st, int64_t sh, int64_t g, int64_t j0,
-                      int64_t nk, int64_t hd, float *dst)
+/* Row pointers of keys [j0, j0 + nk) of head g of a K or V view: in place
+ * when f32, converted into buf when f16. */
+static void tile_rows(const void *base, int f16, int64_t st, int64_t sh, int64_t g, int64_t j0,
+                      int64_t nk, int64_t hd, float *buf, const float **rows)
 {
-    for (int64_t j = 0; j < nk; j++) {
-        int64_t off = (j0 + j) * st + g * sh;
-        float *o = dst + j * hd;
-        if (!f16) {
-            memcpy(o, (const float *)base + off, (size_t)hd * sizeof(float));
-            continue;
-        }
-        const uint16_t *src = (const uint16_t *)base + off;
-        int64_t d = 0;
-        for (; d + 8 <= hd; d += 8)
-            _mm256_storeu_ps(o + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + d))));
-        for (; d < hd; d++) o[d] = kx_f16_to_f32(src[d]);
+    if (!f16) {
+        for (int64_t j = 0; j < nk; j++) rows[j] = (const float *)base + (j0 + j) * st + g * sh;
+        return;
     }
-}
-
-/* Scores of one row against a tile, with visibility; returns the tile max. */
-static float tile_scores(const kx_attn *a, const float *q, const float *kt, int64_t i, int64_t j0,
-                         int64_t nk, float *sc)
-{
-    const int64_t pos = a->q_pos0 + i;
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < nk; j++) {
-        int64_t kj = j0 + j;
-        int hidden = (a->causal && kj > pos) || (a->window > 0 && pos - kj >= a->window);
-        float s = -INFINITY;
-        if (!hidden) {
-            s = dot(q, kt + j * a->hd, a->hd);
-            if (a->softcap > 0.0f) s = a->softcap * tanhf(s / a->softcap);
-            if (a->mask) s += a->mask[i * a->smask + kj];
-        }
-        sc[j] = s;
-        if (s > mx) mx = s;
-    }
-    return mx;
+    const uint16_t *src[KX_ATT_KT];
+    for (int64_t j = 0; j < nk; j++) src[j] = (const uint16_t *)base + (j0 + j) * st + g * sh;
+    kx_att_f16_rows(src, nk, hd, buf, rows);
 }
 
 /* The keys any row of queries [i0, i1) may see: [*lo, *hi). */
@@ -110,38 +79,31 @@ static void run_item(job *jb, const scratch *sc, int64_t item)
     const int64_t qblk = k % 2 == 0 ? k / 2 : jb->n_qblk - 1 - k / 2;
     const int64_t i0 = qblk * jb->qb;
     const int64_t i1 = i0 + jb->qb < a->n_q ? i0 + jb->qb : a->n_q;
-    const int64_t hd = a->hd, G = jb->group, R = (i1 - i0) * G;
-    float m[MAX_ROWS], l[MAX_ROWS], p[KT];
-    for (int64_t r = 0; r < R; r++) {
-        int64_t i = i0 + r / G, h = g * G + r % G;
-        const float *q = a->q + i * a->sq_t + h * a->sq_h;
-        for (int64_t d = 0; d < hd; d++) sc->q[r * hd + d] = q[d] * a->scale;
-        memset(sc->acc + r * hd, 0, (size_t)hd * sizeof(float));
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
+    const int64_t hd = a->hd, G = jb->group;
+    kx_att_rows w = {.R = (i1 - i0) * G,
+                     .G = G,
+                     .hd = hd,
+                     .q = sc->q,
+                     .acc = sc->acc,
+                     .pos0 = a->q_pos0 + i0,
+                     .window = a->window,
+                     .causal = a->causal,
+                     .softcap = a->softcap,
+                     .mask = a->mask ? a->mask + i0 * a->smask : NULL,
+                     .smask = a->smask};
+    for (int64_t r = 0; r < w.R; r++)
+        kx_att_row_init(&w, r, a->q + (i0 + r / G) * a->sq_t + (g * G + r % G) * a->sq_h, a->scale);
     int64_t lo, hi;
     key_range(a, i0, i1, &lo, &hi);
-    for (int64_t j0 = lo; j0 < hi; j0 += KT) {
-        int64_t nk = hi - j0 < KT ? hi - j0 : KT;
-        load_tile(a->k, a->kv_f16, a->sk_t, a->sk_h, g, j0, nk, hd, sc->k);
-        load_tile(a->v, a->kv_f16, a->sv_t, a->sv_h, g, j0, nk, hd, sc->v);
-        for (int64_t r = 0; r < R; r++) {
-            float mt = tile_scores(a, sc->q + r * hd, sc->k, i0 + r / G, j0, nk, p);
-            if (mt == -INFINITY) continue;
-            float mn = mt > m[r] ? mt : m[r];
-            float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
-            l[r] = l[r] * corr + exp_scores(p, nk, mn);
-            rescale_axpy(sc->acc + r * hd, corr, p, sc->v, nk, hd);
-            m[r] = mn;
-        }
+    const float *kr[KX_ATT_KT], *vr[KX_ATT_KT];
+    for (int64_t j0 = lo; j0 < hi; j0 += KX_ATT_KT) {
+        int64_t nk = hi - j0 < KX_ATT_KT ? hi - j0 : KX_ATT_KT;
+        tile_rows(a->k, a->kv_f16, a->sk_t, a->sk_h, g, j0, nk, hd, sc->k, kr);
+        tile_rows(a->v, a->kv_f16, a->sv_t, a->sv_h, g, j0, nk, hd, sc->v, vr);
+        kx_attn_tile(&w, kr, vr, j0, nk);
     }
-    for (int64_t r = 0; r < R; r++) {
-        int64_t i = i0 + r / G, h = g * G + r % G;
-        float *o = a->out + i * a->so_t + h * a->so_h;
-        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        for (int64_t d = 0; d < hd; d++) o[d] = sc->acc[r * hd + d] * inv;
-    }
+    for (int64_t r = 0; r < w.R; r++)
+        kx_att_row_out(&w, r, a->out + (i0 + r / G) * a->so_t + (g * G + r % G) * a->so_h);
 }
 
 static void items_range(void *ud, int64_t begin, int64_t end, int thread)
@@ -150,12 +112,13 @@ static void items_range(void *ud, int64_t begin, int64_t end, int thread)
     job *jb = ud;
     const khub_host_api *h = jb->s->host;
     const size_t hd = (size_t)jb->a->hd;
-    float *buf = h->alloc(h->host_ctx, (2 * KT + 2 * MAX_ROWS) * hd * sizeof(float));
+    float *buf = h->alloc(h->host_ctx, (2 * KX_ATT_KT + 2 * KX_ATT_MAX_ROWS) * hd * sizeof(float));
     if (!buf) {
         atomic_store(&jb->nomem, 1);
         return;
     }
-    scratch sc = {buf, buf + KT * hd, buf + 2 * KT * hd, buf + (2 * KT + MAX_ROWS) * hd};
+    scratch sc = {buf, buf + KX_ATT_KT * hd, buf + 2 * KX_ATT_KT * hd,
+                  buf + (2 * KX_ATT_KT + KX_ATT_MAX_ROWS) * hd};
     for (int64_t it = begin; it < end; it++) run_item(jb, &sc, it);
     h->free(h->host_ctx, buf);
 }
@@ -163,13 +126,13 @@ static void items_range(void *ud, int64_t begin, int64_t end, int thread)
 khub_status KX(attention_run)(kx_state *s, const kx_attn *a)
 {
     job jb = {.a = a, .s = s, .group = a->n_heads / a->n_kv_heads};
-    jb.qb = MAX_ROWS / jb.group > 0 ? MAX_ROWS / jb.group : 1;
+    jb.qb = KX_ATT_MAX_ROWS / jb.group > 0 ? KX_ATT_MAX_ROWS / jb.group : 1;
     if (jb.qb > a->n_q) jb.qb = a->n_q;
     atomic_init(&jb.nomem, 0);
-    if (jb.group > MAX_ROWS)
+    if (jb.group > KX_ATT_MAX_ROWS)
         return KX_FAIL(s, KHUB_STATUS_UNSUPPORTED,
                        "attention: %lld query heads per KV head, this kernel serves at most %d",
-                       (long long)jb.group, MAX_ROWS);
+                       (long long)jb.group, KX_ATT_MAX_ROWS);
     if (a->n_q == 0) return KHUB_STATUS_OK;
     jb.n_qblk = (a->n_q + jb.qb - 1) / jb.qb;
     s->host->parallel_for(s->host->host_ctx, jb.n_qblk * a->n_kv_heads, items_range, &jb);

@@ -120,6 +120,13 @@ typedef struct kx_qkernel {
     kx_qpairs_fn pairs; /* with btiles: the pair layout their xp holds */
 } kx_qkernel;
 
+/* Row-wise work of up to this many elements (rows x row length: a decode
+ * step's activations to quantize, its norms and its gated activation at a
+ * few sequences) runs on the calling thread: it takes microseconds, less
+ * than one fork/join of the pool, which on a busy machine also waits for a
+ * core. Which thread computes a row does not change its bits. */
+#define KX_INLINE_ELEMS 16384
+
 /* Kernels (kernel files, compiled with the module's ISA flags). They return
  * NOMEM when scratch memory cannot be had, else OK. */
 khub_status KX(qdriver_run)(kx_state *s, const kx_linear *a, const kx_qkernel *k);

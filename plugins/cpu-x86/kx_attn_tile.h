@@ -1,11 +1,14 @@
 /*
- * kx_attn_tile.h: the inner loops of the flash-attention recurrence shared
- * by attention.c (dense, strided K/V views) and paged_attention.c (K/V in
- * the blocks of a paged pool): a row's dot product with a key, the
- * rescale-and-accumulate of a tile of values, and the masked exponentials of
- * a tile's scores. Included only by kernel files (module ISA flags).
- * dot_wide and rescale_axpy_wide are 16-lane in the AVX-512 module
- * (KX_LEVEL_AVX512, as kx_simd.h dispatches) and the 8-lane ones otherwise.
+ * kx_attn_tile.h: the flash-attention recurrence shared by attention.c
+ * (dense, strided K/V views) and paged_attention.c (K/V in the blocks of a
+ * paged pool). Both walk a work item's keys in tiles of KX_ATT_KT keys
+ * starting at the first key any of its rows may see, and hand each tile to
+ * kx_attn_tile() as row pointers (f32 K/V read in place, f16 converted once
+ * per tile). So one sequence's attention is the same float operations in
+ * the same order whichever op computes it, whatever the paged cache's block
+ * size: a batch on the paged cache gives each row the bits of its solo run
+ * on the dense cache (tests/test_paged.c `paged_bits_equal_dense_cpu_x86`).
+ * Included only by kernel files (module ISA flags).
  */
 #ifndef KHUB_CPU_X86_KX_ATTN_TILE_H
 #define KHUB_CPU_X86_KX_ATTN_TILE_H
@@ -13,6 +16,10 @@
 #include <math.h>
 
 #include "kx_simd.h"
+
+#define KX_ATT_KT       32  /* keys per tile */
+#define KX_ATT_MAX_ROWS 16  /* query rows per work item */
+#define KX_ATT_MAX_HD   256 /* plugin.c rejects larger head dims */
 
 static inline float dot(const float *a, const float *b, int64_t n)
 {
@@ -29,12 +36,13 @@ static inline float dot(const float *a, const float *b, int64_t n)
     return s;
 }
 
-/* acc = acc * c + sum_j p[j] v[j] over nk keys. Each element adds its
- * terms in the order j = 0, 1, ...; 64 elements (8 vectors) at a time are
- * kept in registers while j runs, so the 8 FMA chains are independent (one
- * chain per vector was bound by the FMA latency). */
-static inline void rescale_axpy(float *acc, float c, const float *p, const float *v, int64_t nk,
-                                int64_t n)
+/* acc = acc * c + sum_j p[j] v[j] over nk keys (value row j at v[j]). Each
+ * element adds its terms in the order j = 0, 1, ...; 64 elements (8
+ * vectors) at a time are kept in registers while j runs, so the 8 FMA
+ * chains are independent (one chain per vector was bound by the FMA
+ * latency). */
+static inline void rescale_axpy(float *acc, float c, const float *p, const float *const *v,
+                                int64_t nk, int64_t n)
 {
     int64_t i = 0;
     const __m256 vc = _mm256_set1_ps(c);
@@ -44,7 +52,7 @@ static inline void rescale_axpy(float *acc, float c, const float *p, const float
         for (int u = 0; u < 8; u++) s[u] = _mm256_mul_ps(_mm256_loadu_ps(acc + i + 8 * u), vc);
         for (int64_t j = 0; j < nk; j++) {
             const __m256 b = _mm256_set1_ps(p[j]);
-            const float *vj = v + j * n + i;
+            const float *vj = v[j] + i;
 #pragma GCC unroll 8
             for (int u = 0; u < 8; u++)
                 s[u] = _mm256_fmadd_ps(b, _mm256_loadu_ps(vj + 8 * u), s[u]);
@@ -55,72 +63,15 @@ static inline void rescale_axpy(float *acc, float c, const float *p, const float
     for (; i + 8 <= n; i += 8) {
         __m256 s = _mm256_mul_ps(_mm256_loadu_ps(acc + i), vc);
         for (int64_t j = 0; j < nk; j++)
-            s = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v + j * n + i), s);
+            s = _mm256_fmadd_ps(_mm256_set1_ps(p[j]), _mm256_loadu_ps(v[j] + i), s);
         _mm256_storeu_ps(acc + i, s);
     }
     for (; i < n; i++) {
         float s = acc[i] * c;
-        for (int64_t j = 0; j < nk; j++) s += p[j] * v[j * n + i];
+        for (int64_t j = 0; j < nk; j++) s += p[j] * v[j][i];
         acc[i] = s;
     }
 }
-
-/* The same two in the module's widest vectors: 16 lanes with masked tails
- * in the AVX-512 module, the 8-lane ones above in the AVX2 module.
- * paged_attention.c uses these; attention.c keeps the 8-lane ones. */
-#if defined(KX_LEVEL_AVX512)
-static inline float dot_wide(const float *a, const float *b, int64_t n)
-{
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
-    }
-    if (i + 16 <= n) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
-        i += 16;
-    }
-    if (i < n) { /* the tail under a mask: no scalar loop */
-        __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-}
-
-/* acc = acc * c + sum_j p[j] v[j] over nk keys, in the same order per
- * element as rescale_axpy; 64 elements (4 vectors) in registers at a time. */
-static inline void rescale_axpy_wide(float *acc, float c, const float *p, const float *v,
-                                     int64_t nk, int64_t n)
-{
-    const __m512 vc = _mm512_set1_ps(c);
-    int64_t i0 = 0;
-    for (; i0 + 64 <= n; i0 += 64) {
-        __m512 s[4];
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) s[u] = _mm512_mul_ps(_mm512_loadu_ps(acc + i0 + 16 * u), vc);
-        for (int64_t j = 0; j < nk; j++) {
-            const __m512 b = _mm512_set1_ps(p[j]);
-            const float *vj = v + j * n + i0;
-#pragma GCC unroll 4
-            for (int u = 0; u < 4; u++)
-                s[u] = _mm512_fmadd_ps(b, _mm512_loadu_ps(vj + 16 * u), s[u]);
-        }
-#pragma GCC unroll 4
-        for (int u = 0; u < 4; u++) _mm512_storeu_ps(acc + i0 + 16 * u, s[u]);
-    }
-    for (int64_t i = i0; i < n; i += 16) {
-        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1u);
-        __m512 s = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, acc + i), vc);
-        for (int64_t j = 0; j < nk; j++)
-            s = _mm512_fmadd_ps(_mm512_set1_ps(p[j]), _mm512_maskz_loadu_ps(m, v + j * n + i), s);
-        _mm512_mask_storeu_ps(acc + i, m, s);
-    }
-}
-#else
-#define dot_wide          dot
-#define rescale_axpy_wide rescale_axpy
-#endif
 
 /* p[j] = exp(s[j] - m), exactly 0 where s[j] = -inf; returns the sum. */
 static inline float exp_scores(float *sc, int64_t nk, float m)
@@ -141,6 +92,98 @@ static inline float exp_scores(float *sc, int64_t nk, float m)
         t += sc[j];
     }
     return t;
+}
+
+/* The rows of one work item: R = queries x G query heads sharing a KV head;
+ * row r is query r / G, at position pos0 + r / G. Per row the recurrence
+ * keeps the running max m, the running sum l and the unnormalised output
+ * acc:
+ *     s_j = cap(scale q.k_j) + mask_j,  m' = max(m, max_j s_j),
+ *     l = l e^(m - m') + sum_j e^(s_j - m'),  acc = acc e^(m - m') + sum_j e^(s_j - m') v_j,
+ * and out = acc / l at the end. Key j is visible to position p when j <= p
+ * (causal) and p - j < window (window > 0), and mask[q][j] (row stride
+ * smask; NULL: none) is added. */
+typedef struct kx_att_rows {
+    int64_t R, G, hd;
+    float *q, *acc; /* [R][hd]: the rows' queries times scale; their outputs */
+    float m[KX_ATT_MAX_ROWS], l[KX_ATT_MAX_ROWS];
+    int64_t pos0, window;
+    int causal;
+    float softcap; /* > 0: s = softcap * tanh(s / softcap) (ABI 1.5) */
+    const float *mask;
+    int64_t smask;
+} kx_att_rows;
+
+/* Scores of row r against a tile of nk keys from key index j0; returns the
+ * tile's max. */
+static inline float kx_att_scores(const kx_att_rows *w, int64_t r, const float *const *k,
+                                  int64_t j0, int64_t nk, float *sc)
+{
+    const int64_t qi = r / w->G, pos = w->pos0 + qi;
+    const float *q = w->q + r * w->hd;
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < nk; j++) {
+        int64_t kj = j0 + j;
+        int hidden = (w->causal && kj > pos) || (w->window > 0 && pos - kj >= w->window);
+        float s = -INFINITY;
+        if (!hidden) {
+            s = dot(q, k[j], w->hd);
+            if (w->softcap > 0.0f) s = w->softcap * tanhf(s / w->softcap);
+            if (w->mask) s += w->mask[qi * w->smask + kj];
+        }
+        sc[j] = s;
+        if (s > mx) mx = s;
+    }
+    return mx;
+}
+
+/* Feeds a tile of nk <= KX_ATT_KT keys (key j0 + j at k[j], its value at
+ * v[j]) to every row of w. */
+static inline void kx_attn_tile(kx_att_rows *w, const float *const *k, const float *const *v,
+                                int64_t j0, int64_t nk)
+{
+    float p[KX_ATT_KT];
+    for (int64_t r = 0; r < w->R; r++) {
+        float mt = kx_att_scores(w, r, k, j0, nk, p);
+        if (mt == -INFINITY) continue;
+        float mn = mt > w->m[r] ? mt : w->m[r];
+        float corr = w->m[r] == -INFINITY ? 0.0f : expf(w->m[r] - mn);
+        w->l[r] = w->l[r] * corr + exp_scores(p, nk, mn);
+        rescale_axpy(w->acc + r * w->hd, corr, p, v, nk, w->hd);
+        w->m[r] = mn;
+    }
+}
+
+/* Row r's query (not yet scaled) into w, its state reset. */
+static inline void kx_att_row_init(kx_att_rows *w, int64_t r, const float *q, float scale)
+{
+    for (int64_t d = 0; d < w->hd; d++) w->q[r * w->hd + d] = q[d] * scale;
+    memset(w->acc + r * w->hd, 0, (size_t)w->hd * sizeof(float));
+    w->m[r] = -INFINITY;
+    w->l[r] = 0.0f;
+}
+
+/* Row r's output acc / l (zeros for a row that saw no key) into o. */
+static inline void kx_att_row_out(const kx_att_rows *w, int64_t r, float *o)
+{
+    float inv = w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f;
+    for (int64_t d = 0; d < w->hd; d++) o[d] = w->acc[r * w->hd + d] * inv;
+}
+
+/* nk rows of hd f16 (row j at src + j * stride) into dst [nk][hd] f32, the
+ * row pointers into rows[]. */
+static inline void kx_att_f16_rows(const uint16_t *const *src, int64_t nk, int64_t hd, float *dst,
+                                   const float **rows)
+{
+    for (int64_t j = 0; j < nk; j++) {
+        float *o = dst + j * hd;
+        int64_t d = 0;
+        for (; d + 8 <= hd; d += 8)
+            _mm256_storeu_ps(o + d,
+                             _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src[j] + d))));
+        for (; d < hd; d++) o[d] = kx_f16_to_f32(src[j][d]);
+        rows[j] = o;
+    }
 }
 
 #endif /* KHUB_CPU_X86_KX_ATTN_TILE_H */

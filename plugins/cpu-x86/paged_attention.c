@@ -1,22 +1,23 @@
 /*
  * paged_attention.c: batched attention over a paged KV cache (op
  * "paged_attention", kind KHUB_OP_PAGED_ATTENTION, layout PAGED_HTD; issue
- * 13), the flash-attention recurrence of attention.c walked block by block.
+ * 13), the flash-attention recurrence of attention.c over keys found
+ * through a block table.
  *
  * A work item is one sequence s, one KV head g and a block of up to QB of
  * s's queries; its rows are those queries times the G query heads that
- * share g (GQA), so each K/V tile serves QB * G rows. In layout PAGED_HTD the
- * keys of head g in one block are bs rows of hd contiguous elements, so a
- * tile never crosses a block: it is [nk][hd] at
- * pool + ((blk * n_kv_heads + g) * bs + slot) * hd, read in place when f32
- * and converted once into scratch when f16. Per row the recurrence keeps
- * the running max, sum and unnormalised output (kx_attn_tile.h; 16-lane
- * dot products and accumulates in the AVX-512 module), so
- * nothing of size kv_len is materialised and sequences of any length share
- * one call. Visibility is the reference's: key j < kv_lens[s], j <= p when
- * causal, p - j < window when window > 0 (p = q_pos0[s] + i); a row that
- * sees nothing gets zeros. A softcap > 0 (ABI 1.5) caps each scaled score
- * as attention.c does. Items go to host->parallel_for, ordered by
+ * share g (GQA), so each K/V tile serves QB * G rows. In layout PAGED_HTD
+ * key j of head g is hd contiguous elements at
+ * pool + ((row[j / bs] * n_kv_heads + g) * bs + j % bs) * hd. A tile is the
+ * dense op's: 32 keys from the first key the rows may see, across block
+ * boundaries, given to kx_attn_tile.h as row pointers (read in place when
+ * f32, converted once into scratch when f16), so every row gets the bits
+ * the dense op gives the same sequence (the solo run's), whatever the block
+ * size. Nothing of size kv_len is materialised and sequences of any length
+ * share one call. Visibility is the reference's: key j < kv_lens[s], j <= p
+ * when causal, p - j < window when window > 0 (p = q_pos0[s] + i); a row
+ * that sees nothing gets zeros. A softcap > 0 (ABI 1.5) caps each scaled
+ * score as attention.c does. Items go to host->parallel_for, ordered by
  * sequence; each worker allocates its tile buffers once per call.
  */
 #include <immintrin.h>
@@ -26,9 +27,6 @@
 
 #include "../include/khub_paged_check.h"
 #include "kx_attn_tile.h"
-
-#define KT       32 /* keys per tile, at most */
-#define MAX_ROWS 16 /* query rows per work item */
 
 typedef struct pjob {
     const khub_pu_paged *p;
@@ -40,38 +38,30 @@ typedef struct pjob {
 } pjob;
 
 typedef struct pscratch {
-    float *k, *v, *q, *acc; /* [KT][hd] x2 (f16 only), [R][hd] x2 */
+    float *k, *v, *q, *acc; /* [KX_ATT_KT][hd] x2 (f16 only), [R][hd] x2 */
 } pscratch;
 
-/* Keys [j0, j0 + nk) of head g of a sequence, within one block: a pointer to
- * nk rows of hd f32, converted into buf when the pool is f16. */
-static const float *tile(const khub_pu_paged *p, const void *pool, const int32_t *row, int64_t g,
-                         int64_t j0, int64_t nk, float *buf)
+/* Row pointers of keys [j0, j0 + nk) of head g of a sequence (block table
+ * row `row`) in a pool: in place when f32, converted into buf when f16. */
+static void tile_rows(const khub_pu_paged *p, const void *pool, const int32_t *row, int64_t g,
+                      int64_t j0, int64_t nk, float *buf, const float **rows)
 {
-    int64_t blk = row[j0 / p->bs], at = ((blk * p->n_kv_heads + g) * p->bs + j0 % p->bs) * p->hd;
-    if (p->kv_id == KHUB_DTYPE_ID_F32) return (const float *)pool + at;
-    const uint16_t *src = (const uint16_t *)pool + at;
-    int64_t n = nk * p->hd, d = 0;
-    for (; d + 8 <= n; d += 8)
-        _mm256_storeu_ps(buf + d, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + d))));
-    for (; d < n; d++) buf[d] = kx_f16_to_f32(src[d]);
-    return buf;
-}
-
-/* Scores of one row (position pos) against a tile; returns the tile max. */
-static float scores(const khub_paged_attention_args *a, float cap, const float *q, const float *kt,
-                    int64_t hd, int64_t pos, int64_t j0, int64_t nk, float *sc)
-{
-    float mx = -INFINITY;
-    for (int64_t j = 0; j < nk; j++) {
-        int64_t kj = j0 + j;
-        int hidden = (a->causal && kj > pos) || (a->window > 0 && pos - kj >= a->window);
-        float s = hidden ? -INFINITY : dot_wide(q, kt + j * hd, hd);
-        if (!hidden && cap > 0.0f) s = cap * tanhf(s / cap);
-        sc[j] = s;
-        if (sc[j] > mx) mx = sc[j];
+    const int64_t bs = p->bs, H = p->n_kv_heads, hd = p->hd;
+    const int f32 = p->kv_id == KHUB_DTYPE_ID_F32;
+    const uint16_t *half[KX_ATT_KT];
+    for (int64_t j = 0; j < nk;) {
+        int64_t at = j0 + j, slot = at % bs, run = bs - slot;
+        if (run > nk - j) run = nk - j;
+        size_t first = (size_t)(((row[at / bs] * H + g) * bs + slot) * hd);
+        for (int64_t t = 0; t < run; t++, j++) {
+            size_t e = first + (size_t)(t * hd);
+            if (f32)
+                rows[j] = (const float *)pool + e;
+            else
+                half[j] = (const uint16_t *)pool + e;
+        }
     }
-    return mx;
+    if (!f32) kx_att_f16_rows(half, nk, hd, buf, rows);
 }
 
 /* The sequence of item `it` (first[] ascending). */
@@ -95,43 +85,36 @@ static void run_item(const pjob *jb, const pscratch *sc, int64_t it)
     const int64_t s = seq_of(jb, it), H = p->n_kv_heads, G = jb->group, hd = p->hd;
     const int64_t local = it - jb->first[s], g = local % H, i0 = (local / H) * jb->qb;
     const int64_t n_q = a->cu_seqlens_q[s + 1] - a->cu_seqlens_q[s], t0 = a->cu_seqlens_q[s];
-    const int64_t i1 = i0 + jb->qb < n_q ? i0 + jb->qb : n_q, R = (i1 - i0) * G;
+    const int64_t i1 = i0 + jb->qb < n_q ? i0 + jb->qb : n_q;
     const int64_t pos0 = a->q_pos0[s], kv = a->kv_lens[s];
     const int32_t *row = khub_pu_paged_row(p, s);
-    float m[MAX_ROWS], l[MAX_ROWS], pw[KT];
-    for (int64_t r = 0; r < R; r++) {
-        const float *q = p->q + ((t0 + i0 + r / G) * p->n_heads + g * G + r % G) * hd;
-        for (int64_t d = 0; d < hd; d++) sc->q[r * hd + d] = q[d] * a->scale;
-        memset(sc->acc + r * hd, 0, (size_t)hd * sizeof(float));
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
-    /* Keys any of the rows may see: [lo, hi). */
+    kx_att_rows w = {.R = (i1 - i0) * G,
+                     .G = G,
+                     .hd = hd,
+                     .q = sc->q,
+                     .acc = sc->acc,
+                     .pos0 = pos0 + i0,
+                     .window = a->window,
+                     .causal = a->causal,
+                     .softcap = p->softcap,
+                     .mask = NULL,
+                     .smask = 0};
+    for (int64_t r = 0; r < w.R; r++)
+        kx_att_row_init(&w, r, p->q + ((t0 + i0 + r / G) * p->n_heads + g * G + r % G) * hd,
+                        a->scale);
+    /* Keys any of the rows may see: [lo, hi), as attention.c's key_range. */
     int64_t hi = kv, lo = 0;
     if (a->causal && pos0 + i1 < hi) hi = pos0 + i1;
     if (a->window > 0 && pos0 + i0 - a->window + 1 > 0) lo = pos0 + i0 - a->window + 1;
-    for (int64_t j0 = lo; j0 < hi;) {
-        int64_t room = p->bs - j0 % p->bs, nk = hi - j0;
-        if (nk > room) nk = room;
-        if (nk > KT) nk = KT;
-        const float *kt = tile(p, p->k, row, g, j0, nk, sc->k);
-        const float *vt = tile(p, p->v, row, g, j0, nk, sc->v);
-        for (int64_t r = 0; r < R; r++) {
-            float mt = scores(a, p->softcap, sc->q + r * hd, kt, hd, pos0 + i0 + r / G, j0, nk, pw);
-            if (mt == -INFINITY) continue;
-            float mn = mt > m[r] ? mt : m[r];
-            float corr = m[r] == -INFINITY ? 0.0f : expf(m[r] - mn);
-            l[r] = l[r] * corr + exp_scores(pw, nk, mn);
-            rescale_axpy_wide(sc->acc + r * hd, corr, pw, vt, nk, hd);
-            m[r] = mn;
-        }
-        j0 += nk;
+    const float *kr[KX_ATT_KT], *vr[KX_ATT_KT];
+    for (int64_t j0 = lo; j0 < hi; j0 += KX_ATT_KT) {
+        int64_t nk = hi - j0 < KX_ATT_KT ? hi - j0 : KX_ATT_KT;
+        tile_rows(p, p->k, row, g, j0, nk, sc->k, kr);
+        tile_rows(p, p->v, row, g, j0, nk, sc->v, vr);
+        kx_attn_tile(&w, kr, vr, j0, nk);
     }
-    for (int64_t r = 0; r < R; r++) {
-        float *o = p->out + ((t0 + i0 + r / G) * p->n_heads + g * G + r % G) * hd;
-        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        for (int64_t d = 0; d < hd; d++) o[d] = sc->acc[r * hd + d] * inv;
-    }
+    for (int64_t r = 0; r < w.R; r++)
+        kx_att_row_out(&w, r, p->out + ((t0 + i0 + r / G) * p->n_heads + g * G + r % G) * hd);
 }
 
 static void items_range(void *ud, int64_t begin, int64_t end, int thread)
@@ -140,12 +123,13 @@ static void items_range(void *ud, int64_t begin, int64_t end, int thread)
     pjob *jb = ud;
     const khub_host_api *h = jb->s->host;
     const size_t hd = (size_t)jb->p->hd;
-    float *buf = h->alloc(h->host_ctx, (2 * KT + 2 * MAX_ROWS) * hd * sizeof(float));
+    float *buf = h->alloc(h->host_ctx, (2 * KX_ATT_KT + 2 * KX_ATT_MAX_ROWS) * hd * sizeof(float));
     if (!buf) {
         atomic_store(&jb->nomem, 1);
         return;
     }
-    pscratch sc = {buf, buf + KT * hd, buf + 2 * KT * hd, buf + (2 * KT + MAX_ROWS) * hd};
+    pscratch sc = {buf, buf + KX_ATT_KT * hd, buf + 2 * KX_ATT_KT * hd,
+                   buf + (2 * KX_ATT_KT + KX_ATT_MAX_ROWS) * hd};
     for (int64_t it = begin; it < end; it++) run_item(jb, &sc, it);
     h->free(h->host_ctx, buf);
 }
@@ -154,12 +138,12 @@ khub_status KX(paged_attention_run)(kx_state *s, const khub_pu_paged *p)
 {
     const khub_paged_attention_args *a = p->a;
     pjob jb = {.p = p, .s = s, .group = p->n_heads / p->n_kv_heads};
-    if (jb.group > MAX_ROWS)
+    if (jb.group > KX_ATT_MAX_ROWS)
         return KX_FAIL(s, KHUB_STATUS_UNSUPPORTED,
                        "paged_attention: %lld query heads per KV head, this kernel serves at most "
                        "%d",
-                       (long long)jb.group, MAX_ROWS);
-    jb.qb = MAX_ROWS / jb.group;
+                       (long long)jb.group, KX_ATT_MAX_ROWS);
+    jb.qb = KX_ATT_MAX_ROWS / jb.group;
     const khub_host_api *h = s->host;
     jb.first = h->alloc(h->host_ctx, (size_t)(a->n_seqs + 1) * sizeof(int64_t));
     if (!jb.first) return KX_FAIL(s, KHUB_STATUS_NOMEM, "paged_attention: no memory for the items");

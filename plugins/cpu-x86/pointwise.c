@@ -6,7 +6,8 @@
  * Both activations are x * sigmoid(t): t = x for SiLU, and for the tanh GELU
  * t = 2 sqrt(2/pi) (x + 0.044715 x^3), since 0.5 (1 + tanh z) = sigmoid(2z).
  * sigmoid uses kx_exp8 (below), whose relative error is a few ulp.
- * Rows are split over threads when there is more than one.
+ * Rows are split over threads when there are more than KX_INLINE_ELEMS
+ * elements.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -99,7 +100,7 @@ static void norm_range(void *ud, int64_t begin, int64_t end, int thread)
 
 khub_status KX(norm_run)(kx_state *s, const kx_norm *a)
 {
-    if (a->n > 1)
+    if (a->n * a->dim > KX_INLINE_ELEMS)
         s->host->parallel_for(s->host->host_ctx, a->n, norm_range, (void *)a);
     else
         norm_range((void *)a, 0, a->n, 0);
@@ -142,7 +143,7 @@ static void act_range(void *ud, int64_t begin, int64_t end, int thread)
 
 khub_status KX(act_run)(kx_state *s, const kx_act *a)
 {
-    if (a->n > 1)
+    if (a->n * a->ff > KX_INLINE_ELEMS)
         s->host->parallel_for(s->host->host_ctx, a->n, act_range, (void *)a);
     else
         act_range((void *)a, 0, a->n, 0);

@@ -2,7 +2,7 @@
  * qdriver.c: the driver shared by the quantized-activation qlinear kernels
  * (qlinear.c: int8 blocks, qlinear_q16.c: int16 blocks). Each kernel says
  * how to quantize one row of x and gives its tile functions; the driver
- * quantizes x (in parallel over tokens when there are several), then runs
+ * quantizes x (in parallel over tokens when there are many), then runs
  * the tiles of k->tr output rows x k->tc tokens, parallel over row tiles.
  */
 #include <stdint.h>
@@ -145,7 +145,10 @@ static khub_status batch_run(kx_state *s, const kx_linear *a, const kx_qkernel *
     bj.dxv = (float *)(raw + xq_bytes + xp_bytes);
     bj.sv = (float *)(raw + xq_bytes + xp_bytes + dx_bytes);
     memset(bj.sv, 0, sv_bytes); /* the tokens past n of the last group */
-    h->parallel_for(h->host_ctx, a->n, bquantize_range, &bj);
+    if (a->n * a->in <= KX_INLINE_ELEMS)
+        bquantize_range(&bj, 0, a->n, 0);
+    else
+        h->parallel_for(h->host_ctx, a->n, bquantize_range, &bj);
     h->parallel_for(h->host_ctx, a->out, brows_range, &bj);
     h->free(h->host_ctx, raw);
     return KHUB_STATUS_OK;
@@ -165,7 +168,7 @@ khub_status KX(qdriver_run)(kx_state *s, const kx_linear *a, const kx_qkernel *k
     if (!j.xq)
         return KX_FAIL(s, KHUB_STATUS_NOMEM,
                        "qlinear: no memory for %zu bytes of quantized activations", bytes);
-    if (a->n > 1)
+    if (a->n * a->in > KX_INLINE_ELEMS)
         h->parallel_for(h->host_ctx, a->n, quantize_range, &j);
     else
         quantize_range(&j, 0, a->n, 0);
