@@ -12,7 +12,7 @@
 # the text output, and bad files: malformed JSON, zero max_tokens, an
 # unknown setting (each with its line), an empty file, and a request longer
 # than the cache failing alone while the others finish; the default KV
-# cache of a multi-request run (dense) and --cache paged; and a small
+# cache of a multi-request run (paged) and what keeps the dense one; and a small
 # `khub bench-batch` run.
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
@@ -106,20 +106,29 @@ grep -Eq "^khub run: 2 requests, [0-9]+ prompt and [0-9]+ generated tokens in" t
     fail "summary: $(cat two.err)"
 echo "ok   text output"
 
-# The default KV cache of a multi-request run is the dense `dynamic` one
-# (docs/batching.md says why paged is not the default): the explain lists
-# khub/ref-cpu's kv_cache and a dense attention op, no paged_attention.
+# The default KV cache of a multi-request run is the paged pool, read by
+# one paged_attention call per layer (docs/batching.md); its outputs above
+# equal the --parallel 1 run and the solo processes, which use the dense
+# `dynamic` cache: the two attention ops give the same bits. --cache
+# dynamic (and --attn, or a khub.json) keeps the dense cache.
 "$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 1 --explain > ex.out 2> ex.err ||
     { cat ex.err; fail "--explain of a prompts file"; }
-grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: kv_cache$' ex.out ||
+grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: paged_cache$' ex.out ||
     fail "default cache: $(grep '^kv_cache' ex.out)"
-grep -q '^attention\[f32\]: ' ex.out || fail "no dense attention in: $(cat ex.out)"
-if grep -q 'paged' <(grep -v '^    ' ex.out); then fail "a paged role by default: $(cat ex.out)"; fi
-"$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 1 --explain --cache paged \
-    > exp.out 2> exp.err || { cat exp.err; fail "--cache paged"; }
-grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: paged_cache$' exp.out ||
-    fail "--cache paged: $(grep '^kv_cache' exp.out)"
-echo "ok   the default cache of a batch is dynamic; --cache paged selects the pool"
+grep -q '^paged_attention\[f32\]: khub/cpu-avx' ex.out || fail "no paged attention in: $(cat ex.out)"
+"$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 1 --explain --parallel 1 \
+    > ex1.out 2> ex1.err || { cat ex1.err; fail "--explain --parallel 1"; }
+grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: kv_cache$' ex1.out ||
+    fail "--parallel 1 cache: $(grep '^kv_cache' ex1.out)"
+for flags in "--cache dynamic" "--attn sdpa"; do
+    # shellcheck disable=SC2086
+    "$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 1 --explain $flags \
+        > exd.out 2> exd.err || { cat exd.err; fail "$flags"; }
+    grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: kv_cache$' exd.out ||
+        fail "$flags: $(grep '^kv_cache' exd.out)"
+    if grep -q 'paged' <(grep -v '^    ' exd.out); then fail "$flags: a paged role: $(cat exd.out)"; fi
+done
+echo "ok   the default cache of a batch is paged; --parallel 1, --cache dynamic, --attn keep dense"
 
 # Bad files: a clear message with the line, exit 1, nothing run.
 bad() { # FILE-CONTENT EXPECTED-MESSAGE

@@ -3,8 +3,8 @@
  * (tools/fetch-model.sh; skipped without it): text prompts, chat and plain,
  * a stop string, streaming; every greedy output equals the same prompt run
  * alone through khub_model_generate, with the default kernels (khub/ref-cpu
- * on the tiny model is test_batch.c: on SmolLM2 it takes minutes). Label
- * slow.
+ * on the tiny model is test_batch.c: on SmolLM2 it takes minutes), and a
+ * batch on the paged cache against solo runs on the dense one. Label slow.
  */
 #include <sys/stat.h>
 
@@ -50,7 +50,9 @@ static int on_text(void *ud, uint64_t id, const char *text, size_t n)
     return 0;
 }
 
-static void check_smollm2(int ref)
+/* The batch runs on a model loaded with batch_cache (NULL: the same model
+ * as the solo runs, the dense default cache). */
+static void check_smollm2(int ref, const char *batch_cache)
 {
     const char *path = smollm2_path();
     khub_runtime_opts ro = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
@@ -69,8 +71,13 @@ static void check_smollm2(int ref)
                           .max_seqs = 4,
                           .max_batch = 32,
                           .max_context = 256};
-    khub_model *m = NULL;
+    khub_model *m = NULL, *mb = NULL;
     ASSERT_OK(khub_model_load(rt, path, &mo, &m));
+    if (batch_cache) {
+        mo.cache_impl = batch_cache;
+        ASSERT_OK(khub_model_load(rt, path, &mo, &mb));
+        ASSERT_CONTAINS(khub_model_explain(mb), "paged_attention");
+    }
     static const char *const prompts[] = {"The capital of France is",
                                           "def fibonacci(n):",
                                           "Once upon a time, in a land far away,",
@@ -98,7 +105,7 @@ static void check_smollm2(int ref)
     khub_batch_result all[N];
     for (int i = 0; i < N; i++) all[i] = result();
     khub_batch_config cfg = {KHUB_STRUCT_INIT(khub_batch_config), .max_batch_tokens = 32};
-    ASSERT_OK(khub_generate_batch(m, q, N, &cfg, all));
+    ASSERT_OK(khub_generate_batch(mb ? mb : m, q, N, &cfg, all));
     for (int i = 0; i < N; i++) {
         khub_generate_result one = {KHUB_STRUCT_INIT(khub_generate_result)};
         ASSERT_OK(khub_model_generate(m, &prompts[i], 1, &o[i], &one));
@@ -119,12 +126,20 @@ static void check_smollm2(int ref)
     }
     ASSERT_EQ(all[2].stop_reason, KHUB_STOP_STRING);
     ASSERT(strchr(all[2].text, '.') == NULL);
-    khub_batch_results_free(m, all, N);
+    khub_batch_results_free(mb ? mb : m, all, N);
+    khub_model_free(mb);
     khub_model_free(m);
     khub_runtime_free(rt);
 }
 
-TEST_IMPL(batch_smollm2_default_kernels_equal_solo) { check_smollm2(0); }
+TEST_IMPL(batch_smollm2_default_kernels_equal_solo) { check_smollm2(0, NULL); }
 
-#define TEST_LIST(X) X(batch_smollm2_default_kernels_equal_solo)
+/* A batch on the paged cache (what `khub run --prompts-file` uses by
+ * default) gives every prompt the tokens of its solo run on the dense cache:
+ * khub/cpu-avx2's paged and dense attention compute the same bits. */
+TEST_IMPL(batch_smollm2_paged_equals_dense_solo) { check_smollm2(0, "khub/ref-cpu:paged_cache"); }
+
+#define TEST_LIST(X) \
+    X(batch_smollm2_default_kernels_equal_solo) \
+    X(batch_smollm2_paged_equals_dense_solo)
 TEST_MAIN(TEST_LIST)

@@ -11,7 +11,8 @@
  *
  * Prompts are distinct per request (token ids of a repeated text, shifted),
  * so no two requests share work. The model is loaded once with N's largest
- * value as max_seqs and P + G + 1 tokens of context.
+ * value as max_seqs and P + G + 1 tokens of context, on the paged KV cache
+ * unless --cache names another (or --tp runs it: then dynamic).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +31,9 @@ typedef struct bb_args {
     const char *model;
     int counts[MAX_COUNTS], n_counts;
     int prompt_tokens, gen_tokens, threads, max_batch_tokens;
-    int tp; /* --tp N: ranks of an mpirun job (tp_job.h); 0 = one process */
+    int tp;            /* --tp N: ranks of an mpirun job (tp_job.h); 0 = one process */
+    const char *cache; /* --cache: "dynamic", "paged" or a plugin id ("org/name:op"); NULL =
+                          paged, dynamic under --tp (khub run --prompts-file's choice) */
 } bb_args;
 
 static int int_arg(const char *flag, const char *v, int lo, int hi, int *out)
@@ -81,7 +84,10 @@ static int parse(int argc, char **argv, bb_args *a)
             rc = int_arg(f, v, 1, 65536, &a->max_batch_tokens);
         else if (!strcmp(f, "--tp"))
             rc = int_arg(f, v, 1, 4096, &a->tp);
-        else
+        else if (!strcmp(f, "--cache")) {
+            a->cache = v;
+            rc = 0;
+        } else
             return khub_cli_usage(&bench_batch_cmd, "unknown option '%s'", f);
         if (rc) return rc;
     }
@@ -184,6 +190,17 @@ static int pool_size(const khub_runtime *rt)
     return 1;
 }
 
+/* The KV cache op of --cache: khub run's built-in names dynamic (the
+ * executor's default, NULL) and paged, or a loaded plugin's id as given;
+ * without --cache what `khub run --prompts-file` picks (docs/batching.md). */
+static const char *cache_impl(const char *name, int tp)
+{
+    if (!name) name = tp > 1 ? "dynamic" : "paged";
+    if (!strcmp(name, "dynamic")) return NULL;
+    if (!strcmp(name, "paged")) return "khub/ref-cpu:paged_cache";
+    return name;
+}
+
 static int bench_batch(int argc, char **argv)
 {
     if (khub_cli_wants_help(&bench_batch_cmd, argc, argv)) return 0;
@@ -201,6 +218,7 @@ static int bench_batch(int argc, char **argv)
                           .max_seqs = max_n,
                           .max_context = a.prompt_tokens + a.gen_tokens + 1,
                           .max_batch = a.max_batch_tokens,
+                          .cache_impl = cache_impl(a.cache, a.tp),
                           .tp_size = a.tp,
                           .comm = cli_tp_comm(&job)};
     khub_model *m = NULL;
@@ -242,6 +260,8 @@ static const khub_cli_cmd bench_batch_cmd = {
     "  --gen-tokens G         tokens generated per request (default 128)\n"
     "  --max-batch-tokens N   tokens per forward step (default 256)\n"
     "  --threads N            worker threads (default: all cores)\n"
+    "  --cache NAME           KV cache: paged (default; dynamic with --tp), dynamic, or a\n"
+    "                         loaded plugin's id (org/name:op)\n"
     "  --tp N                 tensor parallelism over N MPI ranks: mpirun -np N khub\n"
     "                         bench-batch --tp N ...; rank 0 schedules and prints\n"
     "                         (docs/parallelism.md)\n"

@@ -240,6 +240,7 @@ static int run(int argc, char **argv)
     khub_runtime *rt = NULL;
     static khub_model_kernels_report rep;
     int32_t max_seqs = a.parallel ? a.parallel : a.prompts_file ? 16 : 0;
+    if (a.prompts_file && max_seqs > 1) a.ma.default_cache = CLI_BATCH_CACHE;
     int progress = !a.json && isatty(2) && job.comm.rank == 0;
     khub_model *m = cli_model_open("run", &a.ma, max_seqs, progress, &rt, &rep);
     if (!m) {

@@ -3,8 +3,10 @@
  * share (--tp included: tp_job.h runs the job), and loading the model they
  * name (model_flags.h).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "model_flags.h"
 
@@ -197,6 +199,36 @@ int cli_model_sampling_flag(const char *f)
     return 0;
 }
 
+/* Whether a khub.json names this run's kernels: --kernels, else one next to
+ * the model (in its folder) or in the current directory, as
+ * khub_model_load_hub looks for it. */
+static int mapping_present(const cli_model_args *a)
+{
+    struct stat sb;
+    char buf[4096];
+    if (a->kernels) return 1;
+    if (stat(a->model, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(buf, sizeof buf, "%s/khub.json", a->model);
+    else {
+        const char *slash = strrchr(a->model, '/');
+        snprintf(buf, sizeof buf, "%.*s%skhub.json", slash ? (int)(slash - a->model) : 0, a->model,
+                 slash ? "/" : "");
+    }
+    return stat(buf, &sb) == 0 || stat("khub.json", &sb) == 0;
+}
+
+/* a->default_cache where nothing else chooses the cache or its reader: no
+ * --cache, no --attn (an attention kernel named for a dense cache may have
+ * no paged op), no khub.json, the CPU, one process. */
+static const char *default_cache(const cli_model_args *a)
+{
+    if (!a->default_cache || a->role[KHUB_KERNEL_ROLE_CACHE] ||
+        a->role[KHUB_KERNEL_ROLE_ATTENTION] || a->device.device_type == KHUB_DEVICE_CUDA ||
+        a->tp > 1 || mapping_present(a))
+        return NULL;
+    return a->default_cache;
+}
+
 khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max_seqs, int progress,
                            khub_runtime **rt, khub_model_kernels_report *rep)
 {
@@ -217,6 +249,7 @@ khub_model *cli_model_open_hub(const char *cmd, const cli_model_args *a, int32_t
                           .max_context = a->max_context,
                           .max_batch = a->max_batch_tokens,
                           .max_seqs = max_seqs,
+                          .cache_impl = default_cache(a),
                           .kv_num_blocks = a->num_blocks,
                           .kv_block_size = a->block_size,
                           .kv_max_bytes = (uint64_t)a->kv_mib << 20,

@@ -43,7 +43,15 @@ typedef struct cli_model_args {
     int32_t tp_plan;          /* --tp-plan: enum khub_tp_plan */
     khub_device device;       /* --device: {0, 0} = the CPU */
     const khub_comm *comm;    /* their collectives (tp_job.h), borrowed; NULL = none */
+    /* The KV cache when nothing else chooses one (no --cache, --attn or
+     * khub.json; the CPU, no --tp); NULL = the executor's (dynamic). A
+     * multi-request command sets CLI_BATCH_CACHE (docs/batching.md). */
+    const char *default_cache;
 } cli_model_args;
+
+/* The KV cache of a multi-request run: the paged pool, read in place by one
+ * paged_attention call per layer. */
+#define CLI_BATCH_CACHE "khub/ref-cpu:paged_cache"
 
 /* Empty arguments with the defaults (128 new tokens, greedy). */
 void cli_model_args_init(cli_model_args *a);
@@ -111,7 +119,8 @@ int cli_model_sampling_flag(const char *f);
     "                        embedding's copy used as the head) too\n" \
     "  --cache NAME          KV cache (built-ins: dynamic, static, quantized, quantized-int4,\n" \
     "                        paged, sliding, offloaded; NAME,key=value,... passes options,\n" \
-    "                        e.g. offloaded,budget=1G,dir=/var/tmp; docs/caches.md)\n" \
+    "                        e.g. offloaded,budget=1G,dir=/var/tmp; docs/caches.md); default\n" \
+    "                        dynamic, paged for a --prompts-file run of --parallel > 1\n" \
     "  --num-blocks N        paged cache: blocks in the pool (default: what --kv-memory\n" \
     "                        holds, else every sequence at --max-context)\n" \
     "  --block-size N        paged cache: tokens per block (default 16)\n" \
