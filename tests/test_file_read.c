@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -58,6 +59,39 @@ TEST_IMPL(absent_and_directory)
     ASSERT(buf == NULL);
 }
 
+/* The buffer is sized by fstat: a file of exactly the bound, a large one
+ * (one read past 4 KiB), and /proc files, which report size 0 and are
+ * longer than the first 4 KiB buffer (the buffer grows, up to the bound). */
+TEST_IMPL(sized_by_fstat_and_grown)
+{
+    static char big[100000];
+    for (size_t i = 0; i < sizeof big - 1; i++) big[i] = (char)('a' + i % 26);
+    const char *p = write_tmp(big);
+    char *buf = NULL, err[KHUB_ERROR_SIZE] = "";
+    size_t n = 0;
+    ASSERT_OK(khub__read_file_mem(NULL, p, sizeof big - 1, &buf, &n, err, sizeof err));
+    ASSERT_EQ(n, sizeof big - 1);
+    ASSERT(memcmp(buf, big, n) == 0 && buf[n] == '\0');
+    khub__mem_free(buf);
+    ASSERT_STATUS(khub__read_file_mem(NULL, p, sizeof big - 2, &buf, &n, err, sizeof err),
+                  KHUB_STATUS_OVERFLOW);
+    ASSERT_CONTAINS(err, "larger than 99998 bytes");
+    unlink(p);
+    /* /proc/self/maps: st_size 0, more than 4 KiB with libkhub's libraries mapped */
+    struct stat sb;
+    ASSERT_EQ(stat("/proc/self/maps", &sb), 0);
+    ASSERT_EQ(sb.st_size, 0);
+    ASSERT_OK(khub__read_file("/proc/self/maps", 1 << 20, &buf, &n, err, sizeof err));
+    ASSERT(n > 4096);
+    ASSERT_EQ(strlen(buf), n);
+    ASSERT_EQ(buf[n - 1], '\n'); /* whole lines: not cut at a buffer's end */
+    free(buf);
+    ASSERT_STATUS(khub__read_file("/proc/self/maps", 5000, &buf, &n, err, sizeof err),
+                  KHUB_STATUS_OVERFLOW);
+    ASSERT(buf == NULL);
+    ASSERT_CONTAINS(err, "/proc/self/maps: larger than 5000 bytes");
+}
+
 /* A FIFO named as a file used to block the open() for good, waiting for a
  * writer that never comes (issue 10). Every opener refuses it at once; an
  * alarm turns a hang into a failure. */
@@ -101,5 +135,6 @@ TEST_IMPL(fifo_refused_at_once)
     X(reads_whole_file) \
     X(over_the_bound_is_refused) \
     X(absent_and_directory) \
+    X(sized_by_fstat_and_grown) \
     X(fifo_refused_at_once)
 TEST_MAIN(TEST_LIST)

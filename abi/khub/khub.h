@@ -108,7 +108,8 @@ typedef void (*khub_log_fn)(void *ud, khub_log_level level, const char *msg);
 typedef struct khub_runtime_opts {
     KHUB_STRUCT_HEADER;
     khub_allocator allocator; /* realloc NULL = the C library's */
-    int32_t n_threads;        /* thread pool size, 0 = number of online CPUs */
+    int32_t n_threads;        /* thread pool size, 0 = number of online CPUs
+                                 (counted once, at the process's first runtime) */
     uint32_t reserved;
     khub_log_fn log; /* NULL = stderr at WARN and above */
     void *log_ud;

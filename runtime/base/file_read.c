@@ -30,7 +30,8 @@ static const char *type_name(mode_t m)
     return "not a plain file";
 }
 
-int khub__open_regular(const char *path, char *errbuf, size_t errbuf_size)
+/* khub__open_regular, handing back the descriptor's stat as well. */
+static int open_regular_stat(const char *path, struct stat *sbp, char *errbuf, size_t errbuf_size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
@@ -58,7 +59,14 @@ int khub__open_regular(const char *path, char *errbuf, size_t errbuf_size)
      * "this flag has no effect for regular files and block devices"), and
      * clearing it cost two fcntl calls per file, 26 of the ~170 system
      * calls of a warm locked kernel load (docs/performance.md). */
+    *sbp = sb;
     return fd;
+}
+
+int khub__open_regular(const char *path, char *errbuf, size_t errbuf_size)
+{
+    struct stat sb;
+    return open_regular_stat(path, &sb, errbuf, errbuf_size);
 }
 
 FILE *khub__fopen_regular(const char *path, char *errbuf, size_t errbuf_size)
@@ -75,22 +83,58 @@ FILE *khub__fopen_regular(const char *path, char *errbuf, size_t errbuf_size)
     return f;
 }
 
+/* Reads fd to its end into *buf (capacity *cap, from alloc), growing it
+ * (alloc, copy, release) up to limit bytes; *got counts what was read.
+ * Returns 0 (stopped at the end, where *got < *cap, or with *got == limit),
+ * -1 on a read error, -2 when alloc failed. */
+static int read_all(int fd, char **buf, size_t *cap, size_t limit, size_t *got,
+                    void *(*alloc)(const void *, size_t), void (*release)(void *), const void *ud)
+{
+    for (;;) {
+        if (*got == *cap) {
+            if (*cap >= limit) return 0;
+            size_t grow = *cap > limit / 2 ? limit : *cap * 2;
+            char *bigger = alloc(ud, grow);
+            if (!bigger) return -2;
+            memcpy(bigger, *buf, *got);
+            release(*buf);
+            *buf = bigger;
+            *cap = grow;
+        }
+        ssize_t r = read(fd, *buf + *got, *cap - *got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return -1;
+        if (r == 0) return 0;
+        *got += (size_t)r;
+    }
+}
+
 /* The read itself, into a buffer from alloc(ud, n), released with
  * release(p) on failure: the C library's for khub__read_file, a tagged
- * block for khub__read_file_mem. */
+ * block for khub__read_file_mem. The buffer is sized by fstat (the file's
+ * size + 1, at most max + 1; a file that grows while it is read, or a
+ * /proc file that reports size 0, makes it grow), read with read(2): no
+ * stdio stream (its fcntl and second fstat) and no max-sized buffer per
+ * file (a warm locked load reads five small files; docs/performance.md). */
 static khub_status read_into(const char *path, size_t max, void *(*alloc)(const void *, size_t),
                              void (*release)(void *), const void *ud, char **out, size_t *n,
                              char *errbuf, size_t errbuf_size)
 {
     *out = NULL;
     *n = 0;
-    FILE *f = khub__fopen_regular(path, errbuf, errbuf_size);
-    if (!f) return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
-    char *buf = max < SIZE_MAX ? alloc(ud, max + 1) : NULL;
-    size_t got = buf ? fread(buf, 1, max + 1, f) : 0;
-    int err = ferror(f);
-    fclose(f);
-    if (!buf) {
+    struct stat sb;
+    int fd = open_regular_stat(path, &sb, errbuf, errbuf_size);
+    if (fd < 0) return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
+    size_t limit = max < SIZE_MAX ? max + 1 : 0; /* one byte past max tells "larger" */
+    size_t size = sb.st_size > 0 ? (size_t)sb.st_size : 0;
+    size_t cap = size < 4096 ? 4096 : size + 1;
+    if (cap > limit) cap = limit;
+    char *buf = limit ? alloc(ud, cap) : NULL;
+    size_t got = 0;
+    int err = buf ? read_all(fd, &buf, &cap, limit, &got, alloc, release, ud) : 0;
+    close(fd);
+    if (!buf || err == -2) {
+        if (buf) release(buf);
         khub__errbuf(errbuf, errbuf_size, "%s: out of memory for %zu bytes", path, max);
         return KHUB_STATUS_NOMEM;
     }
@@ -103,7 +147,7 @@ static khub_status read_into(const char *path, size_t max, void *(*alloc)(const 
         khub__errbuf(errbuf, errbuf_size, "%s: larger than %zu bytes", path, max);
         return KHUB_STATUS_OVERFLOW;
     }
-    buf[got] = '\0';
+    buf[got] = '\0'; /* got < cap: read_all stops at the end with room left */
     *out = buf;
     *n = got;
     return KHUB_STATUS_OK;

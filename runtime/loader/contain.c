@@ -283,11 +283,11 @@ void khub__contain_acquire(void)
         sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
         sigemptyset(&sa.sa_mask);
         for (size_t i = 0; i < N_FATAL; i++) {
+            /* One call installs ours and hands back what it replaced (five
+             * system calls per runtime fewer than a query, then a set). */
             struct sigaction cur;
-            sigaction(fatal_signals[i], NULL, &cur);
-            if (is_ours(&cur)) continue; /* still ours from before: keep the saved one */
-            previous[i] = cur;
-            sigaction(fatal_signals[i], &sa, NULL);
+            sigaction(fatal_signals[i], &sa, &cur);
+            if (!is_ours(&cur)) previous[i] = cur; /* still ours from before: keep the saved one */
         }
         atomic_store(&contain_on, 1);
     }

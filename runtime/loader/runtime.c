@@ -2,6 +2,7 @@
  * runtime.c: the khub_runtime object: creation and teardown, the per-runtime
  * allocator, error messages, logging, options and features.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -318,10 +319,21 @@ khub_status khub_runtime_features(const khub_runtime *rt, const khub_feature **l
 /* Lifecycle                                                                */
 /* ======================================================================== */
 
+/* The default thread count, asked once per process: sysconf reads
+ * /sys/devices/system/cpu/online (open, read, close of a sysfs file),
+ * ~16 us of a ~350 us warm kernel load that makes a runtime each time
+ * (docs/performance.md, "Warm load, session 12"). A CPU brought online or
+ * offline later does not change a later runtime's default (as with the
+ * CPUID answer, cached the same way); khub_runtime_opts.n_threads chooses. */
 static int online_cpus(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n < 1 ? 1 : (n > 256 ? 256 : (int)n);
+    static atomic_int cached; /* 0: not asked yet */
+    int n = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (n) return n;
+    long c = sysconf(_SC_NPROCESSORS_ONLN);
+    n = c < 1 ? 1 : (c > 256 ? 256 : (int)c);
+    atomic_store_explicit(&cached, n, memory_order_relaxed);
+    return n;
 }
 
 khub_status khub_runtime_new(const khub_runtime_opts *opts, khub_runtime **out)
