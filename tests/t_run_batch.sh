@@ -187,5 +187,16 @@ for r in rows:
 PY
 "$KHUB" bench-batch --model tiny --seqs 0 > /dev/null 2> bb0.err && fail "bench-batch --seqs 0"
 grep -qF -- "--seqs needs an integer in [1, 256], got '0'" bb0.err || fail "bb0: $(cat bb0.err)"
+# a --cache id that no loaded plugin has is refused, not timed as the dense cache
+"$KHUB" bench-batch --model tiny --seqs 1 --cache nosuch/plugin > /dev/null 2> bbc.err &&
+    fail "bench-batch --cache nosuch/plugin"
+grep -qF -- "--cache nosuch/plugin: no loaded plugin has that id; use dynamic, paged or a loaded plugin's id" bbc.err ||
+    fail "bbc: $(cat bbc.err)"
+"$KHUB" bench-batch --model tiny --seqs 1 --cache khub/ref-cpu:nosuch > /dev/null 2> bbo.err &&
+    fail "bench-batch --cache khub/ref-cpu:nosuch"
+grep -qF -- '--cache khub/ref-cpu:nosuch: plugin khub/ref-cpu has no op "nosuch"' bbo.err ||
+    fail "bbo: $(cat bbo.err)"
+"$KHUB" bench-batch --model tiny --seqs 1 --prompt-tokens 4 --gen-tokens 2 --cache khub/ref-cpu:kv_cache \
+    > /dev/null 2> bbk.err || { cat bbk.err; fail "bench-batch --cache khub/ref-cpu:kv_cache"; }
 echo "ok   bench-batch"
 echo "1 passed, 0 failed"

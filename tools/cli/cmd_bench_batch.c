@@ -201,6 +201,30 @@ static const char *cache_impl(const char *name, int tp)
     return name;
 }
 
+/* --cache ID must name a loaded plugin (and, with ":op", one of its ops):
+ * the library would warn and fall back to the dense cache, and the run
+ * would time another cache than the one asked for. 0 when it does. */
+static int check_cache_id(khub_runtime *rt, const char *id)
+{
+    if (!id || !strcmp(id, "khub/ref-cpu:paged_cache")) return 0;
+    const char *colon = strchr(id, ':');
+    size_t plen = colon ? (size_t)(colon - id) : strlen(id);
+    for (size_t i = 0; i < khub_plugin_count(rt); i++) {
+        const khub_plugin *p = khub_plugin_at(rt, i);
+        const char *pid = khub_plugin_id(p);
+        if (strlen(pid) != plen || strncmp(pid, id, plen)) continue;
+        if (!colon) return 0;
+        for (uint32_t k = 0; k < khub_plugin_op_count(p); k++)
+            if (!strcmp(khub_plugin_op(p, k)->name, colon + 1)) return 0;
+        return khub_cli_fail("bench-batch", "--cache %s: plugin %.*s has no op \"%s\"", id,
+                             (int)plen, id, colon + 1);
+    }
+    return khub_cli_fail("bench-batch",
+                         "--cache %s: no loaded plugin has that id; use dynamic, paged or a "
+                         "loaded plugin's id (khub plugins lists them)",
+                         id);
+}
+
 static int bench_batch(int argc, char **argv)
 {
     if (khub_cli_wants_help(&bench_batch_cmd, argc, argv)) return 0;
@@ -214,6 +238,10 @@ static int bench_batch(int argc, char **argv)
     if ((rc = cli_tp_begin(&job, "bench-batch", a.tp, 0)) != 0) return rc;
     khub_runtime *rt = khub_cli_runtime("bench-batch", a.threads);
     if (!rt) return cli_tp_end(&job, 1);
+    if ((rc = check_cache_id(rt, cache_impl(a.cache, a.tp))) != 0) {
+        khub_runtime_free(rt);
+        return cli_tp_end(&job, rc);
+    }
     khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),
                           .max_seqs = max_n,
                           .max_context = a.prompt_tokens + a.gen_tokens + 1,
