@@ -6,7 +6,7 @@
 # flash-attn2 is built, signed and published to `khub serve` as in
 # t_run_hub.sh. With a policy that trusts its key, the Hub kernel candidate is
 # fetched from the endpoint, verified and measured; every baseline run is
-# made 1 s slower (--inject-failure baseline:slow), so the candidate wins on
+# made 3 s slower (--inject-failure baseline:slow), so the candidate wins on
 # throughput whatever this machine's speed, and `--save` writes the khub.json
 # naming it and a khub.lock pinning it (khub_project.h, as `khub lock`),
 # which `khub run --kernels --lock` then loads with its hashes re-checked (an

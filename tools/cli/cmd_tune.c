@@ -273,7 +273,7 @@ static const khub_cli_cmd tune_cmd = {
     "                         Hub kernels, also pin them in FILE's .lock (khub lock)\n"
     "  --json, --markdown     the report as JSON or Markdown (default: a table)\n"
     "  --inject-failure NAME  make candidate NAME crash, hang with NAME:hang, or its\n"
-    "                         workload 1 s slower with NAME:slow or baseline:slow (tests)\n"
+    "                         workload 3 s slower with NAME:slow or baseline:slow (tests)\n"
     "  --help                 print this help\n",
     tune};
 
