@@ -329,9 +329,183 @@ TEST_IMPL(hub_locked_cuda_variant_and_tamper)
     env_done(&e);
 }
 
+/* ======================================================================== */
+/* Kernel swaps on a placed model (khub_model_kernel_swap_prepare)           */
+/* ======================================================================== */
+
+/* The swap's policy: the test's trust policy, acme's unsigned builds
+ * accepted. */
+static khub_model_kernels swap_policy(const env *e)
+{
+    return (khub_model_kernels){KHUB_APP_INIT(khub_model_kernels), .policy_path = e->policy,
+                                .allow_unsigned = 1};
+}
+
+/* The loaded plugin called id. */
+static khub_plugin *plugin_named(khub_runtime *rt, const char *id)
+{
+    for (size_t i = 0; i < khub_plugin_count(rt); i++)
+        if (!strcmp(khub_plugin_id(khub_plugin_at(rt, i)), id))
+            return (khub_plugin *)khub_plugin_at(rt, i);
+    return NULL;
+}
+
+/* The retired binding of role serving kernel, as khub_model_binding_get
+ * lists it; false when there is none. */
+static bool retired_binding(khub_model *m, const char *role, const char *kernel,
+                            khub_model_binding *out)
+{
+    for (size_t i = 0;; i++) {
+        khub_model_binding b = {KHUB_APP_INIT(khub_model_binding)};
+        if (khub_model_binding_get(m, i, &b) != KHUB_STATUS_OK) return false;
+        if (b.retired && !strcmp(b.role, role) && !strcmp(b.kernel, kernel)) {
+            *out = b;
+            return true;
+        }
+    }
+}
+
+#define UNLOAD_BUSY \
+    "unload acme/act 1.0.0: 1 binding(s) use it; reload it instead, or free the runtime"
+
+/* A swap to a Hub ID on a placed model loads the kernel's CUDA variant for
+ * the device (the load's choice, named in sw.resolved) and its CUDA op
+ * serves the role; khub_kernel_swap_prepare, which knows no model, still
+ * resolves the CPU variant. The old plugin is BUSY while it serves, and
+ * unloads once a swap has replaced it, its retired binding still listed. */
+TEST_IMPL(hub_swap_loads_the_cuda_variant)
+{
+    fake("12080:90", "100000000", NULL);
+    env e;
+    env_init(&e, cuda0);
+    ASSERT_OK(env_load(&e));
+    ASSERT_CONTAINS(khub_model_explain(e.m),
+                    "  silu_and_mul[f32]: cuda:0, khub-test/cuda-all 1.0.0 :: silu_and_mul\n");
+    khub_model_kernels pol = swap_policy(&e);
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_kernel_swap_prepare(e.hub, e.rt, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v1",
+                                       &pol, &sw));
+    ASSERT_CONTAINS(sw.resolved, "variant " CPU_VARIANT " file act.so");
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v1",
+                                             &pol, &sw));
+    ASSERT_STR_EQ(sw.resolved,
+                  "activation: acme/act@v1 -> acme/act commit 111111111111 variant " CUDA_VARIANT
+                  " for cuda:0 (accept: CUDA 12.8 build, driver 12.8, GPU 0 sm_90) file act.so; "
+                  "unsigned, accepted by opt-in (khub_kernel_opts.allow_unsigned)");
+    khub_plugin *act = sw.plugin;
+    ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+    ASSERT_STR_EQ(sw.previous, "khub-test/cuda-all 1.0.0 :: silu_and_mul");
+    ASSERT_STR_EQ(sw.now_serving, "acme/act 1.0.0 :: silu_and_mul");
+    ASSERT_CONTAINS(khub_model_explain(e.m),
+                    "  swapped: silu_and_mul[f32]: on the device, acme/act 1.0.0 :: silu_and_mul "
+                    "(was khub-test/cuda-all 1.0.0 :: silu_and_mul)\n");
+    forward(e.m);
+    ASSERT(launched("khub_hub_act"));
+
+    /* it serves: unloading it is refused, and changes nothing */
+    ASSERT_STATUS(khub_plugin_unload(e.rt, act), KHUB_STATUS_BUSY);
+    ASSERT_STR_EQ(khub_runtime_errmsg(e.rt), UNLOAD_BUSY);
+    forward(e.m);
+    /* swapped away (to a loaded plugin's id), nothing can call it: it unloads */
+    size_t n = khub_plugin_count(e.rt);
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION,
+                                             "khub-test/cuda-all", &pol, &sw));
+    ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+    ASSERT_STR_EQ(sw.now_serving, "khub-test/cuda-all 1.0.0 :: silu_and_mul");
+    ASSERT_OK(khub_plugin_unload(e.rt, act));
+    ASSERT_EQ(khub_plugin_count(e.rt), n - 1);
+    for (size_t i = 0; i < khub_plugin_count(e.rt); i++) ASSERT(khub_plugin_at(e.rt, i) != act);
+    khub_model_binding old = {0};
+    ASSERT(retired_binding(e.m, "silu_and_mul", "acme/act 1.0.0 :: silu_and_mul", &old));
+    ASSERT(old.calls > 0);
+    forward(e.m);
+    /* a plugin that still serves other roles stays BUSY */
+    ASSERT_STATUS(khub_plugin_unload(e.rt, plugin_named(e.rt, "khub-test/cuda-all")),
+                  KHUB_STATUS_BUSY);
+    env_done(&e);
+}
+
+/* A kernel without a CUDA variant for the device: strict refuses it in the
+ * hub with the load's message; without strict its CPU variant is loaded
+ * and the switch refuses it (a swap never moves a role off the device).
+ * Nothing changes either way. */
+TEST_IMPL(hub_swap_without_a_cuda_variant_changes_nothing)
+{
+    fake("12080:90", "100000000", NULL);
+    env e;
+    env_init(&e, cuda0);
+    ASSERT_OK(env_load(&e));
+    const char *x = khub_model_explain(e.m);
+    khub_model_kernels pol = swap_policy(&e);
+    pol.strict = 1;
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_STATUS(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION,
+                                                 "acme/act@v2", &pol, &sw),
+                  KHUB_STATUS_NO_VARIANT);
+    ASSERT_STR_EQ(khub_last_error(),
+                  "activation kernel acme/act@v2: acme/act@222222222222: no CUDA variant runs on "
+                  "cuda:0 (strict): it has no CUDA variant");
+    ASSERT(plugin_named(e.rt, "acme/act") == NULL); /* refused before anything was loaded */
+    pol.strict = 0;
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v2",
+                                             &pol, &sw));
+    ASSERT_STR_EQ(sw.resolved,
+                  "activation: acme/act@v2 -> acme/act commit 222222222222 variant " CPU_VARIANT
+                  " on the CPU (acme/act@222222222222 has no CUDA variant that runs on cuda:0 (it "
+                  "has no CUDA variant)) file act.so; unsigned, accepted by opt-in "
+                  "(khub_kernel_opts.allow_unsigned)");
+    ASSERT_STATUS(khub_model_kernel_swap(e.m, &sw), KHUB_STATUS_NO_KERNEL);
+    ASSERT_CONTAINS(khub_last_error(),
+                    ": acme/act cannot serve silu_and_mul on cuda:0: acme/act 1.0.0 for "
+                    "activation is rejected: device cpu, wants cuda; nothing changed");
+    ASSERT(!strncmp(khub_last_error(), "khub-placement-", 15)); /* the model's file */
+    ASSERT(khub_model_explain(e.m) == x); /* the same table: nothing changed */
+    forward(e.m);
+    ASSERT(launched("khub_test_act") && !launched("khub_hub_act"));
+    env_done(&e);
+}
+
+/* On the CPU the model-aware prepare is khub_kernel_swap_prepare's, and the
+ * replaced binding is released at the switch: the old plugin unloads. */
+TEST_IMPL(hub_swap_on_the_cpu_releases_the_old_plugin)
+{
+    fake("12080:90", "100000000", NULL);
+    env e;
+    env_init(&e, (khub_device){KHUB_DEVICE_CPU, 0});
+    ASSERT_OK(env_load(&e));
+    khub_model_kernels pol = swap_policy(&e);
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v1",
+                                             &pol, &sw));
+    ASSERT_STR_EQ(sw.resolved,
+                  "activation: acme/act@v1 -> acme/act commit 111111111111 variant " CPU_VARIANT
+                  " file act.so; unsigned, accepted by opt-in (khub_kernel_opts.allow_unsigned)");
+    khub_plugin *act = sw.plugin;
+    ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+    ASSERT_STR_EQ(sw.now_serving, "acme/act 1.0.0 :: silu_and_mul");
+    forward(e.m);
+    ASSERT_STATUS(khub_plugin_unload(e.rt, act), KHUB_STATUS_BUSY);
+    ASSERT_STR_EQ(khub_runtime_errmsg(e.rt), UNLOAD_BUSY);
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION,
+                                             "khub/ref-cpu", &pol, &sw));
+    ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+    ASSERT_OK(khub_plugin_unload(e.rt, act));
+    ASSERT(plugin_named(e.rt, "acme/act") == NULL);
+    khub_model_binding old = {0};
+    ASSERT(retired_binding(e.m, "silu_and_mul", "acme/act 1.0.0 :: silu_and_mul", &old));
+    ASSERT(old.calls > 0);
+    forward(e.m);
+    env_done(&e);
+}
+
 #define TEST_LIST(X) \
     X(hub_cuda_variant_serves_the_device) \
     X(hub_no_ptx_for_the_gpu_runs_the_cpu_variant) \
     X(hub_variant_judged_for_the_placed_gpu) \
-    X(hub_cpu_only_kernel_falls_back_or_strict_refuses) X(hub_locked_cuda_variant_and_tamper)
+    X(hub_cpu_only_kernel_falls_back_or_strict_refuses) \
+    X(hub_locked_cuda_variant_and_tamper) \
+    X(hub_swap_loads_the_cuda_variant) \
+    X(hub_swap_without_a_cuda_variant_changes_nothing) \
+    X(hub_swap_on_the_cpu_releases_the_old_plugin) \
+    /* end */
 TEST_MAIN(TEST_LIST)

@@ -246,6 +246,24 @@ KHUB_API khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt,
                                               khub_kernel_role role, const char *name,
                                               const khub_model_kernels *policy,
                                               khub_kernel_swap *out);
+/* khub_kernel_swap_prepare for `role` of model m, on m's runtime: on a
+ * model placed on a CUDA device (khub_model_opts.device) a role that runs
+ * on the device gets a Hub ID's CUDA variant for that GPU, chosen, verified
+ * (digests, trust policy, lock, quarantine) and loaded as
+ * khub_model_load_hub chooses it, and sw->resolved names the variant and
+ * the device. A kernel with no CUDA variant for the GPU: with
+ * policy->strict NO_VARIANT ("... no CUDA variant runs on cuda:N (strict):
+ * <each CUDA variant's verdict>", the load's message); else its CPU variant
+ * is loaded (sw->resolved says why) and khub_model_kernel_swap refuses it
+ * with NO_KERNEL, nothing changed: a swap never moves a role off the
+ * device. A role on the CPU, or a model on the CPU: exactly
+ * khub_kernel_swap_prepare. Any thread, while m keeps running on its own
+ * (m is only read). Statuses: those of khub_kernel_swap_prepare. Since
+ * 0.2. */
+KHUB_API khub_status khub_model_kernel_swap_prepare(khub_hub *hub, const struct khub_model *m,
+                                                    khub_kernel_role role, const char *name,
+                                                    const khub_model_kernels *policy,
+                                                    khub_kernel_swap *out);
 /* Switches every op binding of sw->role in m to sw->plugin (attention: the
  * dense or the paged one; norm: with and without the residual), strictly:
  * if the plugin cannot serve one of them (head dim, dtype, flags, the paged
@@ -254,16 +272,19 @@ KHUB_API khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt,
  * khub_model_*: every later forward call uses the new kernel, none before
  * it did, so a generation in progress goes on, on the new kernel, from its
  * next step. The bindings replaced stay listed (retired) by
- * khub_model_binding_get with their counts; khub_model_explain answers the
+ * khub_model_binding_get with their final counts, and are released when
+ * the call returns (since 0.2): nothing can call them any more, so
+ * khub_plugin_unload of the old plugin succeeds when no other binding uses
+ * it (before the switch it answers BUSY). khub_model_explain answers the
  * new table. Fills sw->previous and sw->now_serving. On a model placed on
  * a CUDA device (since 0.2) a role that runs on the device switches to the
  * plugin's CUDA op and a role on the CPU to its CPU op (a plugin without
  * one is NO_KERNEL: a swap never moves a role between the two); the
  * model's stream is drained first and the decode step's CUDA graph
- * dropped, so the next decode step captures the new op. A Hub ID prepared
- * by khub_kernel_swap_prepare resolves to its CPU variant: for a device
- * role fetch the CUDA variant with khub_kernel_fetch and prepare its
- * plugin's id. Statuses: NO_KERNEL, UNSUPPORTED (see above), NOT_FOUND (the
+ * dropped, so the next decode step captures the new op. Prepare a Hub ID
+ * for a placed model with khub_model_kernel_swap_prepare (its CUDA variant
+ * for a device role); khub_kernel_swap_prepare resolves it to its CPU
+ * variant. Statuses: NO_KERNEL, UNSUPPORTED (see above), NOT_FOUND (the
  * model has no op of the role), NOMEM, MISUSE, CUDA (draining the stream
  * failed; nothing changed).
  *

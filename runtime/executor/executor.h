@@ -60,6 +60,16 @@ typedef struct khub__bound {
     uint32_t kind, flags, kv_layout;
 } khub__bound;
 
+/* A binding a kernel swap replaced, as khub_model_binding_get lists it:
+ * the binding itself is released at the swap (khub__registry_drop), so its
+ * name and its final count are kept here. */
+typedef struct khub__retired {
+    khub__role role;
+    int32_t dtype_id;
+    char kernel[192]; /* khub_binding_name of the binding: "id version :: op" */
+    uint64_t calls;   /* the calls it made; final (nothing calls it after the swap) */
+} khub__retired;
+
 /* A weight matrix with the binding that runs it (linear or qlinear). */
 typedef struct khub__mat {
     khub__weight w;
@@ -108,7 +118,7 @@ struct khub_model {
      * forward pass reads the pointers below without it (same thread). */
     khub__bound bound[64];
     int n_bound;
-    khub__bound *retired; /* owned, [n_retired]: bindings a rebind replaced, oldest first */
+    khub__retired *retired; /* owned, [n_retired]: bindings a rebind replaced, oldest first */
     int n_retired, cap_retired;
     char **old_explain; /* owned, [n_old_explain]: explain tables of before a rebind, kept
                            because khub_model_explain's answer lives until khub_model_free */

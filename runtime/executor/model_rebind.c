@@ -9,8 +9,8 @@
  * and projections) to kernels-community/flash-attn2, and a reload of the
  * plugin that made the KV cache breaks the model (forward.c refuses it).
  * A rebind selects new bindings for the role's queries from one named
- * plugin and swaps the model's pointers; the old bindings stay valid (the
- * runtime owns them) and keep their counts, listed as retired.
+ * plugin and swaps the model's pointers; the old bindings are listed as
+ * retired with their names and final counts, and released (below).
  *
  * Ordering: the model is one thread's at a time, so a rebind made between
  * two forward calls on that thread switches whole forward calls: a step
@@ -28,9 +28,20 @@
  * the switch the model's stream is drained, so no launch of the old op is
  * still queued, and the decode step's executable graph, which holds the
  * old op's kernels, is destroyed: the next decode step captures the new
- * op. The old op's plugin keeps its modules until it is unloaded: its
- * retired binding still names it (khub_plugin_unload answers BUSY), and
- * the runtime's free drains each of its streams before destroying it.
+ * op. The old op's plugin keeps its modules until it is unloaded.
+ *
+ * Releasing the old bindings (issue 19): once the pointers are switched,
+ * nothing can call an old binding any more. The model's thread is the only
+ * one that runs its steps, and it is here, between two of them; on a
+ * placed model the stream was drained and the graph holding the old
+ * kernels destroyed before the switch. So each old binding is dropped from
+ * the runtime right after the switch (its name and count kept for
+ * khub_model_binding_get), and khub_plugin_unload of its plugin succeeds
+ * when no other binding uses it. Until the switch it answers BUSY: a
+ * server's prepared kernel waiting for the engine thread leaves the old
+ * one serving, and bound. Rejected: keeping the binding and not counting
+ * it, which would leave a binding whose plugin pointer dangles after the
+ * unload, for a reload's scan of the bindings to trip on.
  */
 #include <stdio.h>
 #include <string.h>
@@ -112,8 +123,8 @@ static khub_status reserve(khub_model *m, int n)
     if (m->n_retired + n > m->cap_retired) {
         int cap = m->cap_retired ? 2 * m->cap_retired : 8;
         while (cap < m->n_retired + n) cap *= 2;
-        khub__bound *r = khub__realloc(m->rt, m->retired, (size_t)m->cap_retired * sizeof *r,
-                                       (size_t)cap * sizeof *r);
+        khub__retired *r = khub__realloc(m->rt, m->retired, (size_t)m->cap_retired * sizeof *r,
+                                         (size_t)cap * sizeof *r);
         KHUB_RETURN_IF(m->rt, !r, KHUB_STATUS_NOMEM, "%s: out of memory", m->file);
         m->retired = r;
         m->cap_retired = cap;
@@ -195,27 +206,32 @@ khub_status khub__model_rebind(khub_model *m, int role, const khub_plugin *plugi
         }
     }
     KHUB_FORWARD_IF_ERROR(m->rt, drain(m));
+    khub_binding *old[8] = {NULL};
     pthread_mutex_lock(&m->bind_lock);
     khub_status st = reserve(m, n);
     for (int k = 0; k < n && st == KHUB_STATUS_OK; k++) {
         khub__bound *b = &m->bound[idx[k]];
-        khub_binding *old = b->b;
-        m->retired[m->n_retired++] = *b;
+        old[k] = b->b;
         if (pl && pl->cuda_of[idx[k]]) {
             /* the CPU binding stays the role's fallback; the device op changes */
-            old = m->retired[m->n_retired - 1].b = pl->cuda_of[idx[k]];
+            old[k] = pl->cuda_of[idx[k]];
             pl->cuda_of[idx[k]] = pl->cuda[b->role] = nb[k];
         } else {
             b->b = nb[k];
             *slot_of(m, b->role) = nb[k];
         }
-        if (pl) note_swap(m, b, old);
+        khub__retired *r = &m->retired[m->n_retired++];
+        *r = (khub__retired){b->role, b->dtype_id, "", khub_binding_calls(old[k])};
+        snprintf(r->kernel, sizeof r->kernel, "%s", khub_binding_name(old[k]));
+        if (pl) note_swap(m, b, old[k]);
         KHUB_LOG_I(m->rt, "%s -> %s (swapped)", khub__model_role_name(m, b->role),
                    khub_binding_name(nb[k]));
     }
     if (st == KHUB_STATUS_OK && m->explain) m->old_explain[m->n_old_explain++] = m->explain;
     if (st == KHUB_STATUS_OK) m->explain = NULL; /* rebuilt on the next khub_model_explain */
     pthread_mutex_unlock(&m->bind_lock);
+    /* Nothing calls the old bindings now (see the top of this file). */
+    for (int k = 0; k < n && st == KHUB_STATUS_OK; k++) khub__registry_drop(m->rt, old[k]);
     return st;
 }
 
@@ -237,20 +253,23 @@ khub_status khub_model_binding_get(const khub_model *m, size_t i, khub_model_bin
         return KHUB_STATUS_STRUCT_SIZE;
     khub_model *mm = (khub_model *)m; /* the lock only */
     pthread_mutex_lock(&mm->bind_lock);
-    const khub__bound *b = NULL;
-    int retired = 0;
+    bool found = true;
+    khub__bound b = {0};
+    const khub__retired *r = NULL;
     if (i < (size_t)m->n_bound)
-        b = &m->bound[i];
+        b = m->bound[i];
     else if (i - (size_t)m->n_bound < (size_t)m->n_retired)
-        b = &m->retired[i - (size_t)m->n_bound], retired = 1;
-    if (b) {
-        snprintf(out->role, sizeof out->role, "%s", khub__model_role_name(m, b->role));
-        snprintf(out->dtype, sizeof out->dtype, "%s", khub__model_bound_dtype(b));
-        snprintf(out->kernel, sizeof out->kernel, "%s", khub_binding_name(b->b));
-        out->calls = khub_binding_calls(b->b);
-        out->retired = (uint32_t)retired;
+        r = &m->retired[i - (size_t)m->n_bound], b.role = r->role, b.dtype_id = r->dtype_id;
+    else
+        found = false;
+    if (found) {
+        snprintf(out->role, sizeof out->role, "%s", khub__model_role_name(m, b.role));
+        snprintf(out->dtype, sizeof out->dtype, "%s", khub__model_bound_dtype(&b));
+        snprintf(out->kernel, sizeof out->kernel, "%s", r ? r->kernel : khub_binding_name(b.b));
+        out->calls = r ? r->calls : khub_binding_calls(b.b);
+        out->retired = r != NULL;
         out->reserved = 0;
     }
     pthread_mutex_unlock(&mm->bind_lock);
-    return b ? KHUB_STATUS_OK : KHUB_STATUS_NOT_FOUND;
+    return found ? KHUB_STATUS_OK : KHUB_STATUS_NOT_FOUND;
 }

@@ -77,6 +77,7 @@ typedef struct fetch {
     khub_status judged; /* what fetch_judge returned (its message is on rt) */
     khub_sig sig;       /* the judged metadata.json.sig, parsed once (format 0: none) */
     int gpu;            /* CUDA variants judged for this ordinal alone, -1 = every GPU */
+    bool strict_cuda;   /* with gpu >= 0: no CUDA variant for it is NO_VARIANT */
 } fetch;
 
 static void fetch_free(fetch *f)
@@ -387,7 +388,7 @@ static khub_status prefer_cuda(fetch *f, int gpu, char *cpu_why, size_t n)
         if (w > 0) len = len + (size_t)w < sizeof verdicts ? len + (size_t)w : sizeof verdicts - 1;
     }
     if (!len) snprintf(verdicts, sizeof verdicts, "it has no CUDA variant");
-    KHUB_RETURN_IF(f->rt, f->o.strict, KHUB_STATUS_NO_VARIANT,
+    KHUB_RETURN_IF(f->rt, f->strict_cuda, KHUB_STATUS_NO_VARIANT,
                    "%s@%.12s: no CUDA variant runs on cuda:%d (strict): %s", f->r->repo,
                    f->r->commit, gpu, verdicts);
     snprintf(cpu_why, n, "%s@%.12s has no CUDA variant that runs on cuda:%d (%s)", f->r->repo,
@@ -403,8 +404,8 @@ static khub_status prefer_cuda(fetch *f, int gpu, char *cpu_why, size_t n)
 enum { KERNEL_ANY = -2, KERNEL_CPU = -1 };
 
 static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
-                                const khub_kernel_opts *opts, int target, khub_kernel_result *out,
-                                char *cpu_why, size_t why_n)
+                                const khub_kernel_opts *opts, int target, bool strict_cuda,
+                                khub_kernel_result *out, char *cpu_why, size_t why_n)
 {
     KHUB_API_CHECK(NULL, hub != NULL && rt != NULL && id != NULL && out != NULL);
     khub__clear(rt);
@@ -412,7 +413,11 @@ static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
     memset(out, 0, sizeof *out);
     out->struct_size = want ? want : sizeof *out;
     if (cpu_why && why_n) cpu_why[0] = '\0';
-    fetch f = {.hub = hub, .rt = rt, .r = out, .gpu = target >= 0 ? target : -1};
+    fetch f = {.hub = hub,
+               .rt = rt,
+               .r = out,
+               .gpu = target >= 0 ? target : -1,
+               .strict_cuda = strict_cuda};
     f.o = (khub_kernel_opts){KHUB_STRUCT_INIT(khub_kernel_opts)};
     if (opts)
         memcpy(&f.o, opts,
@@ -441,18 +446,18 @@ static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
 khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                               const khub_kernel_opts *opts, khub_kernel_result *out)
 {
-    return kernel_fetch(hub, rt, id, opts, KERNEL_ANY, out, NULL, 0);
+    return kernel_fetch(hub, rt, id, opts, KERNEL_ANY, false, out, NULL, 0);
 }
 
 khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt, const char *id,
                                    const khub_kernel_opts *opts, khub_kernel_result *out)
 {
-    return kernel_fetch(hub, rt, id, opts, KERNEL_CPU, out, NULL, 0);
+    return kernel_fetch(hub, rt, id, opts, KERNEL_CPU, false, out, NULL, 0);
 }
 
 khub_status khub__kernel_fetch_gpu(khub_hub *hub, khub_runtime *rt, const char *id,
-                                   const khub_kernel_opts *opts, int gpu, khub_kernel_result *out,
-                                   char *cpu_why, size_t why_n)
+                                   const khub_kernel_opts *opts, int gpu, bool strict_cuda,
+                                   khub_kernel_result *out, char *cpu_why, size_t why_n)
 {
-    return kernel_fetch(hub, rt, id, opts, gpu, out, cpu_why, why_n);
+    return kernel_fetch(hub, rt, id, opts, gpu, strict_cuda, out, cpu_why, why_n);
 }

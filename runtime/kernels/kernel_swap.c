@@ -10,6 +10,16 @@
  * refusal. Its failure message is left on the calling thread
  * (khub_last_error) as well as on the runtime, because a server prepares on
  * one thread while its engine thread uses the same runtime.
+ *
+ * A model placed on a CUDA device (issue 19): khub_model_kernel_swap_prepare
+ * knows the model, and for a role that runs on the device it resolves a Hub
+ * ID through the load's own path (khub__kernel_resolve_role with the
+ * device: model_kernels.c's fetch_placed, kernel_load.c's variant choice
+ * for that GPU, then the same digest, trust, lock and quarantine checks).
+ * Without a CUDA variant for the GPU, strict refuses it there (the load's
+ * NO_VARIANT); else its CPU variant is loaded as the load would, and the
+ * switch refuses it (NO_KERNEL, nothing changed): a swap never moves a
+ * role off the device.
  */
 #include <stdio.h>
 #include <string.h>
@@ -40,11 +50,12 @@ static void copy_line(const khub_model_kernels_report *rep, char *out, size_t n)
     snprintf(out, n, "%.*s", (int)(t + len - start), start);
 }
 
-khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role role,
-                                     const char *name, const khub_model_kernels *policy,
-                                     khub_kernel_swap *out)
+/* khub_kernel_swap_prepare for a role that runs where target says (NULL:
+ * the CPU). */
+static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role role, const char *name,
+                           const khub_model_kernels *policy, const khub__kernel_target *target,
+                           khub_kernel_swap *out)
 {
-    KHUB_API_CHECK(rt, hub && rt && name && out);
     khub__clear(rt);
     KHUB_RETURN_IF(rt, out->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
                    KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
@@ -80,7 +91,7 @@ khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt, khub_kerne
     char impl[256];
     khub_plugin *p = NULL;
     khub_status st =
-        khub__kernel_resolve_role(hub, rt, role, name, &k, impl, sizeof impl, &p, &rep);
+        khub__kernel_resolve_role(hub, rt, role, name, &k, target, impl, sizeof impl, &p, &rep);
     if (st == KHUB_STATUS_OK && !p)
         st = khub__fail(rt, KHUB_STATUS_NOT_FOUND,
                         "%s kernel %s: resolved to %s, which is not "
@@ -109,6 +120,46 @@ khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt, khub_kerne
     return KHUB_STATUS_OK;
 }
 
+khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role role,
+                                     const char *name, const khub_model_kernels *policy,
+                                     khub_kernel_swap *out)
+{
+    KHUB_API_CHECK(rt, hub && rt && name && out);
+    return prepare(hub, rt, role, name, policy, NULL, out);
+}
+
+/* Whether kernel role `role` of placed model m runs on the device (its
+ * bindings' CUDA ops; the load fixed which side, a swap never changes it). */
+static bool on_device(const khub__place *pl, int32_t role)
+{
+    switch (role) {
+    case KHUB_KERNEL_ROLE_ATTENTION:
+        return pl->cuda[KHUB__ROLE_ATTENTION] || pl->cuda[KHUB__ROLE_PAGED_ATTENTION];
+    case KHUB_KERNEL_ROLE_NORM: return pl->cuda[KHUB__ROLE_NORM] != NULL;
+    case KHUB_KERNEL_ROLE_ACTIVATION: return pl->cuda[KHUB__ROLE_ACT] != NULL;
+    case KHUB_KERNEL_ROLE_ROTARY: return pl->cuda[KHUB__ROLE_ROTARY] != NULL;
+    default: return false;
+    }
+}
+
+khub_status khub_model_kernel_swap_prepare(khub_hub *hub, const khub_model *m,
+                                           khub_kernel_role role, const char *name,
+                                           const khub_model_kernels *policy, khub_kernel_swap *out)
+{
+    KHUB_API_CHECK(m ? m->rt : NULL, hub && m && name && out);
+    const khub__place *pl = m->place; /* set at load, freed with m */
+    khub__kernel_target t = {0};
+    bool dev = false;
+    if (pl) {
+        khub_model *mm = (khub_model *)m; /* the lock only: a rebind writes pl->cuda[] */
+        pthread_mutex_lock(&mm->bind_lock);
+        dev = on_device(pl, (int32_t)role);
+        pthread_mutex_unlock(&mm->bind_lock);
+        t = (khub__kernel_target){pl->device, pl->cc, policy && policy->strict};
+    }
+    return prepare(hub, m->rt, role, name, policy, dev ? &t : NULL, out);
+}
+
 /* ======================================================================== */
 /* Every rank together (tensor parallelism, issue 18 item 4)                */
 /* ======================================================================== */
@@ -118,8 +169,7 @@ khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt, khub_kerne
 static const khub_binding *serving(const khub_model *m, int32_t role)
 {
     const khub__place *pl = m->place;
-    if (pl && role == KHUB_KERNEL_ROLE_ATTENTION &&
-        (pl->cuda[KHUB__ROLE_PAGED_ATTENTION] || pl->cuda[KHUB__ROLE_ATTENTION]))
+    if (pl && role == KHUB_KERNEL_ROLE_ATTENTION && on_device(pl, role))
         return pl->cuda[KHUB__ROLE_PAGED_ATTENTION] ? pl->cuda[KHUB__ROLE_PAGED_ATTENTION]
                                                     : pl->cuda[KHUB__ROLE_ATTENTION];
     khub__role r = role == KHUB_KERNEL_ROLE_NORM         ? KHUB__ROLE_NORM
@@ -171,7 +221,7 @@ static khub_status follow_swap(void *ud, khub_model *m, int32_t role, const char
     follow_ctx *f = ud;
     khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
     khub_status st =
-        khub_kernel_swap_prepare(f->hub, m->rt, (khub_kernel_role)role, name, f->policy, &sw);
+        khub_model_kernel_swap_prepare(f->hub, m, (khub_kernel_role)role, name, f->policy, &sw);
     khub_status all = tp_switch(m, role, sw.plugin, sw.op_name, st);
     if (all == KHUB_STATUS_OK)
         KHUB_LOG_I(m->rt, "%s: tp rank %d: %s kernel swapped to %s", m->file, (int)m->tp.rank,

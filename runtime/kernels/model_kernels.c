@@ -155,7 +155,8 @@ static void note(khub_model_kernels_report *rep, const char *fmt, ...)
 /* The CUDA device a model is placed on: its ordinal and capability. */
 typedef struct placed {
     int gpu, cc;
-    bool noted; /* the report has its device line */
+    bool strict_cuda; /* no CUDA variant for it is NO_VARIANT (khub__kernel_fetch_gpu) */
+    bool noted;       /* the report has its device line */
 } placed;
 
 /* A role's choice for the device of a placed model (placement.h's
@@ -198,7 +199,8 @@ static khub_status fetch_placed(khub_hub *hub, khub_runtime *rt, const char *rna
         note(rep, "device: cuda:%d (sm_%d): Hub kernels load their CUDA variant for it", pl->gpu,
              pl->cc);
     pl->noted = true;
-    khub_status st = khub__kernel_fetch_gpu(hub, rt, id, ko, pl->gpu, kr, cpu_why, sizeof cpu_why);
+    khub_status st = khub__kernel_fetch_gpu(hub, rt, id, ko, pl->gpu, pl->strict_cuda, kr, cpu_why,
+                                            sizeof cpu_why);
     if (st != KHUB_STATUS_OK || kr->fell_back) return st;
     char loaded[256], why[300];
     snprintf(loaded, sizeof loaded, "%s%s%s", kr->plugin_id, kr->op_name[0] ? ":" : "",
@@ -364,13 +366,20 @@ static khub_status resolve(khub_hub *hub, khub_runtime *rt, khub_role role, cons
 }
 
 khub_status khub__kernel_resolve_role(khub_hub *hub, khub_runtime *rt, khub_kernel_role role,
-                                      const char *name, const khub_model_kernels *k, char *impl,
-                                      size_t n, khub_plugin **plugin,
-                                      khub_model_kernels_report *rep)
+                                      const char *name, const khub_model_kernels *k,
+                                      const khub__kernel_target *target, char *impl, size_t n,
+                                      khub_plugin **plugin, khub_model_kernels_report *rep)
 {
     char scheme[16] = "";
-    return resolve_name(hub, rt, (khub_role)role, name, k, k->lock_path, impl, n, scheme,
-                        sizeof scheme, rep, plugin, NULL, NULL);
+    placed pl = {0};
+    role_dev dev;
+    memset(&dev, 0, sizeof dev);
+    if (target) pl = (placed){target->gpu, target->cc, target->strict_cuda, false};
+    khub_status st = resolve_name(hub, rt, (khub_role)role, name, k, k->lock_path, impl, n, scheme,
+                                  sizeof scheme, rep, plugin, target ? &pl : NULL, &dev);
+    /* a CUDA variant's plugin is the device query's preference (dev.impl) */
+    if (st == KHUB_STATUS_OK && dev.impl[0]) snprintf(impl, n, "%s", dev.impl);
+    return st;
 }
 
 /* The CUDA device base places the model on, with its capability (the
@@ -419,7 +428,7 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
     }
     char impl[KHUB_ROLE__COUNT][256];
     char scheme[16] = "", quant[300];
-    placed pl = {0};
+    placed pl = {.strict_cuda = k->strict != 0};
     bool on_dev = placed_device(base, &pl);
     role_dev dev[KHUB_ROLE__COUNT];
     memset(dev, 0, sizeof dev);

@@ -509,6 +509,23 @@ size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p)
     return n;
 }
 
+void khub__registry_drop(khub_runtime *rt, khub_binding *b)
+{
+    khub__binding_list *l = &rt->bindings;
+    bool found = false;
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    for (size_t i = 0; i < l->count && !found; i++) {
+        if (l->items[i] != b) continue;
+        memmove(l->items + i, l->items + i + 1, (l->count - i - 1) * sizeof *l->items);
+        l->count--;
+        found = true;
+    }
+    pthread_rwlock_unlock(&rt->reg_lock);
+    if (NEVER(!found)) return; /* not this runtime's: leave it alone */
+    khub__free(rt, b->trace, b->trace_cap);
+    khub__free(rt, b, sizeof *b);
+}
+
 uint64_t khub_binding_calls(const khub_binding *b)
 {
     return b ? atomic_load_explicit(&b->calls, memory_order_relaxed) : 0;

@@ -203,6 +203,11 @@ KHUB_INTERNAL void khub__binding_set_name(khub_binding *b);
 KHUB_INTERNAL khub_status khub__registry_select_in(khub_runtime *rt, const khub_op_query *q,
                                                    const khub_plugin *plugin, khub_binding **out);
 KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
+/* Removes b from rt's bindings and frees it (takes rt->reg_lock): a binding
+ * its model replaced and nothing can call any more (a kernel swap, after the
+ * switch), so khub_plugin_unload no longer counts it as a user of its
+ * plugin. The caller must hold the only pointer to b. */
+KHUB_INTERNAL void khub__registry_drop(khub_runtime *rt, khub_binding *b);
 
 /* CUDA streams and modules of a plugin are destroyed and unloaded when it
  * retires (cuda.c). */

@@ -3,8 +3,9 @@
  * POST /v1/kernels/reload and khub_model_server_reload.
  *
  * Two threads, two steps. The asking thread (a connection's, or the
- * embedder's) does the slow and fallible part with khub_kernel_swap_prepare:
- * resolve the name under the server's policy and lock, fetch, verify
+ * embedder's) does the slow and fallible part with
+ * khub_model_kernel_swap_prepare: resolve the name under the server's
+ * policy and lock (for a role on a CUDA device, its CUDA variant), fetch, verify
  * (digests, signature, lock hashes), load, selftest; meanwhile the engine
  * keeps generating. Then it hands the prepared kernel to the engine thread,
  * which alone may touch the model, and which switches it with
@@ -139,7 +140,7 @@ khub_status khub__ms_reload(khub__ms *s, const char *role, const char *name, cha
     double t0 = now_ms(), t1 = t0;
     khub_status st = hub_of(s, err, err_size);
     if (st == KHUB_STATUS_OK) {
-        st = khub_kernel_swap_prepare(s->hub, s->rt, kr, name, &policy, &sw);
+        st = khub_model_kernel_swap_prepare(s->hub, s->model, kr, name, &policy, &sw);
         if (st != KHUB_STATUS_OK) snprintf(err, err_size, "%s", khub_last_error());
     }
     khub__ms_swap box = {.sw = &sw};
