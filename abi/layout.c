@@ -105,7 +105,8 @@ static inline void khub_abi_layout_asserts(void)
                    "khub_host_api.comm_all_gather");
     _Static_assert(offsetof(khub_host_api, cuda_module_compile) == 200,
                    "khub_host_api.cuda_module_compile");
-    _Static_assert(sizeof(khub_op_caps) == 80, "khub_op_caps"); /* 56 in 1.0-1.2, 72 in 1.3 */
+    _Static_assert(sizeof(khub_op_caps) == 88,
+                   "khub_op_caps"); /* 56 in 1.0-1.2, 72 in 1.3, 80 in 1.4 */
     KHUB_LAYOUT_HEADER(khub_op_caps);
     _Static_assert(offsetof(khub_op_caps, device_type) == 8, "khub_op_caps.device_type");
     _Static_assert(offsetof(khub_op_caps, cpu_features) == 12, "khub_op_caps.cpu_features");
@@ -124,6 +125,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_op_caps, act_dtypes) == 64, "khub_op_caps.act_dtypes");
     /* added in ABI 1.4 */
     _Static_assert(offsetof(khub_op_caps, kv_layouts) == 72, "khub_op_caps.kv_layouts");
+    /* added in ABI 1.5 */
+    _Static_assert(offsetof(khub_op_caps, stream_bytes) == 80, "khub_op_caps.stream_bytes");
     _Static_assert(sizeof(khub_op_desc) == 48, "khub_op_desc");
     KHUB_LAYOUT_HEADER(khub_op_desc);
     _Static_assert(offsetof(khub_op_desc, name) == 8, "khub_op_desc.name");
@@ -132,7 +135,7 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_op_desc, caps) == 24, "khub_op_desc.caps");
     _Static_assert(offsetof(khub_op_desc, run) == 32, "khub_op_desc.run");
     _Static_assert(offsetof(khub_op_desc, methods) == 40, "khub_op_desc.methods");
-    _Static_assert(sizeof(khub_plugin_desc) == 80, "khub_plugin_desc");
+    _Static_assert(sizeof(khub_plugin_desc) == 88, "khub_plugin_desc"); /* 80 in 1.0-1.4 */
     KHUB_LAYOUT_HEADER(khub_plugin_desc);
     _Static_assert(offsetof(khub_plugin_desc, id) == 8, "khub_plugin_desc.id");
     _Static_assert(offsetof(khub_plugin_desc, version) == 16, "khub_plugin_desc.version");
@@ -144,6 +147,8 @@ static inline void khub_abi_layout_asserts(void)
     _Static_assert(offsetof(khub_plugin_desc, selftest) == 56, "khub_plugin_desc.selftest");
     _Static_assert(offsetof(khub_plugin_desc, quiesce) == 64, "khub_plugin_desc.quiesce");
     _Static_assert(offsetof(khub_plugin_desc, shutdown) == 72, "khub_plugin_desc.shutdown");
+    /* added in ABI 1.5 */
+    _Static_assert(offsetof(khub_plugin_desc, stream_end) == 80, "khub_plugin_desc.stream_end");
     _Static_assert(sizeof(khub_linear_args) == 48, "khub_linear_args");
     KHUB_LAYOUT_HEADER(khub_linear_args);
     _Static_assert(offsetof(khub_linear_args, stream) == 8, "khub_linear_args.stream");

@@ -1,10 +1,11 @@
 /*
  * device_fixture.h: what the host-side tests of a model placed on a CUDA
- * device share (test_placement.c, test_cuda_graphs.c, test_graphs_paged.c):
- * the fake driver (tests/fake_cuda), dlopened by path before khub opens
- * "libcuda.so.1" so the name resolves to it, and read through
- * khub_fake_cuda_stat and its launch log; and a tiny random Llama written
- * to /tmp (tiny_llama.h) with its loading for a device.
+ * device share (test_placement.c, test_cuda_graphs.c, test_graphs_paged.c,
+ * test_device_paged.c): the fake driver (tests/fake_cuda), dlopened by path
+ * before khub opens "libcuda.so.1" so the name resolves to it, and read
+ * through khub_fake_cuda_stat and its launch log; a tiny random Llama
+ * written to /tmp (tiny_llama.h) with its loading for a device; and a
+ * kernels-src CUDA glue loaded with stand-in PTX artifacts.
  */
 #ifndef KHUB_TESTS_DEVICE_FIXTURE_H
 #define KHUB_TESTS_DEVICE_FIXTURE_H
@@ -17,6 +18,7 @@
 
 #include "../plugins/include/khub_plugin_util.h" /* f32 -> f16 */
 #include "khub/khub_model.h"
+#include "plugin_artifacts.h"
 #include "plugins/tp_util.h"
 #include "runtime_impl.h"
 #include "tiny_llama.h"
@@ -164,6 +166,59 @@ static inline void launch_log(void)
     void *h = dlopen(KHUB_BINARY_DIR "/fake-cuda/libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     launch_name = h ? (const char *(*)(long))dlsym(h, "khub_fake_cuda_launch_name") : NULL;
     ASSERT(launch_name != NULL);
+}
+
+/* ======================================================================== */
+/* kernels-src glues with stand-in PTX                                      */
+/* ======================================================================== */
+
+static char glue_ptx[8][256]; /* the stand-ins written, removed at exit */
+
+static inline void glue_ptx_rm(void)
+{
+    for (int i = 0; i < 8; i++)
+        if (glue_ptx[i][0]) unlink(glue_ptx[i]);
+}
+
+/* Loads test plugin `name` (a kernels-src glue built as a test plugin,
+ * tests/plugins) with n stand-in PTX files, named ptx[i] as the glue asks
+ * for them, as its verified artifacts (the fake driver loads any image),
+ * and returns it. The stand-ins go to /tmp (one file per name and
+ * process), are read when the glue first asks, and are removed at exit. */
+static inline khub_plugin *load_glue(khub_runtime *rt, const char *name, const char *const *ptx,
+                                     int n)
+{
+    static const char text[] = ".version 7.0\n.target sm_90\n.address_size 64\n";
+    char sums[8][65];
+    khub__artifact_file files[8];
+    ASSERT(n <= 8);
+    for (int i = 0; i < n; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "/tmp/khub-glue-%d-%s", (int)getpid(), ptx[i]);
+        int k = 0;
+        while (k < 8 && glue_ptx[k][0] && strcmp(glue_ptx[k], path) != 0) k++;
+        ASSERT(k < 8);
+        if (!glue_ptx[0][0]) atexit(glue_ptx_rm);
+        snprintf(glue_ptx[k], sizeof glue_ptx[k], "%s", path);
+        FILE *f = fopen(path, "wb");
+        ASSERT(f);
+        ASSERT_EQ(fwrite(text, 1, sizeof text, f), sizeof text); /* with its NUL */
+        ASSERT_EQ(fclose(f), 0);
+        ASSERT_OK(khub__sha256_file_hex(path, sums[i]));
+        files[i] = (khub__artifact_file){ptx[i], glue_ptx[k], sums[i]};
+    }
+    const char *so = TP(name);
+    khub_plugin *p = NULL;
+    if (khub__plugin_load_verified(rt, so, TP_SHA(so), files, (size_t)n, &p) != KHUB_STATUS_OK)
+        TEST_FAIL_("loading %s: %s", name, khub_runtime_errmsg(rt));
+    return p;
+}
+
+/* kernels-src/kv-cache-cuda's glue: its caches, append and paged attention. */
+static inline khub_plugin *load_kv_cache_cuda(khub_runtime *rt)
+{
+    static const char *const ptx[] = {"kv_append.sm_90.ptx", "paged_attn.sm_90.ptx"};
+    return load_glue(rt, "ksrc_kv_cache_cuda", ptx, 2);
 }
 
 /* Loads a one-kernel PTX module through plugin host table h and launches

@@ -10,54 +10,45 @@
  *     argument is the device block table, which holds each sequence's
  *     blocks; reserve before layer 0 and KV_FULL with its message before
  *     anything runs; a continuous batch with cancellations gives every
- *     block back (the pool drained); and the mixed sides refused.
+ *     block back (the pool drained); the mixed sides refused; and 40
+ *     models in a row, each one's split-K scratch freed with its stream.
  * Numbers are tools/gpu-check.sh's (step 6): nothing here computes.
  *
  * The kv-cache-cuda glue is built as a test plugin (tests/plugins) and
- * loaded with stand-in PTX artifacts: the fake driver loads any image.
+ * loaded with stand-in PTX artifacts (device_fixture.h's
+ * load_kv_cache_cuda): the fake driver loads any image.
  */
-#include <dlfcn.h>
-#include <math.h>
-#include <stdlib.h>
-#include <sys/stat.h>
-#include <unistd.h>
+/* A tiny random Llama with head_dim 64 (what kv-cache-cuda's attention
+ * serves), device_fixture.h's model with these sizes. */
+#define DEVICE_FIXTURE_DIMS
+enum { HID = 128, HEADS = 2, KVH = 1, HD = 64, FFN = 256, VOCAB = 128, LAYERS = 2 };
 
 #include "cuda.h"
+#include "device_fixture.h"
 #include "executor.h"
 #include "khub/khub_batch.h"
-#include "khub/khub_model.h"
-#include "plugin_artifacts.h"
-#include "plugins/tp_util.h"
-#include "runtime_impl.h"
-#include "tiny_llama.h"
 
 /* ======================================================================== */
 /* The fake driver and the kernels-src glue                                 */
 /* ======================================================================== */
 
-static long (*fake_stat)(const char *);
-static const char *(*launch_name)(long);
 static unsigned long long (*launch_arg0)(long);
 static int (*launch_dims)(long, unsigned *);
 
-static void fake(const char *fail)
+/* The fake driver (sm_90) with `mem` bytes of device memory, and its
+ * launch log. */
+static void fake_mem(const char *fail, const char *mem)
 {
-    setenv("KHUB_FAKE_CUDA", "12080:90", 1);
-    setenv("KHUB_FAKE_CUDA_MEM", "200000000", 1);
-    if (fail)
-        setenv("KHUB_FAKE_CUDA_FAIL", fail, 1);
-    else
-        unsetenv("KHUB_FAKE_CUDA_FAIL");
-    void *h = dlopen(KHUB_BINARY_DIR "/fake-cuda/libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (!h) TEST_FAIL_("the fake driver: %s", dlerror());
-    fake_stat = (long (*)(const char *))dlsym(h, "khub_fake_cuda_stat");
-    launch_name = (const char *(*)(long))dlsym(h, "khub_fake_cuda_launch_name");
+    fake("12080:90", mem, fail);
+    launch_log();
+    void *h = dlopen(KHUB_BINARY_DIR "/fake-cuda/libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ASSERT(h != NULL);
     launch_arg0 = (unsigned long long (*)(long))dlsym(h, "khub_fake_cuda_launch_arg0");
     launch_dims = (int (*)(long, unsigned *))dlsym(h, "khub_fake_cuda_launch_dims");
-    ASSERT(fake_stat && launch_name && launch_arg0 && launch_dims);
+    ASSERT(launch_arg0 && launch_dims);
 }
 
-static long stat_of(const char *what) { return fake_stat(what); }
+static void fake_paged(const char *fail) { fake_mem(fail, "200000000"); }
 
 /* Launch i had this name, grid and block. */
 static void launched(long i, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned bx)
@@ -69,45 +60,6 @@ static void launched(long i, const char *name, unsigned gx, unsigned gy, unsigne
     ASSERT_EQ(d[1], gy);
     ASSERT_EQ(d[2], gz);
     ASSERT_EQ(d[3], bx);
-}
-
-/* Loads test plugin `name` (kernels-src glue) with stand-in PTX files
- * `ptx[n]` (names as the glue asks for them) as its verified artifacts. */
-static char ptx_paths[4][256]; /* the stand-ins, read when the glue first asks */
-static int n_ptx;
-
-static void ptx_rm(void)
-{
-    for (int i = 0; i < n_ptx; i++) unlink(ptx_paths[i]);
-}
-
-static void load_glue(khub_runtime *rt, const char *name, const char *const *ptx, int n)
-{
-    static const char text[] = ".version 7.0\n.target sm_90\n.address_size 64\n";
-    static char sums[4][65];
-    char(*paths)[256] = ptx_paths + n_ptx;
-    khub__artifact_file files[4];
-    ASSERT(n_ptx + n <= 4);
-    if (!n_ptx) atexit(ptx_rm);
-    n_ptx += n;
-    for (int i = 0; i < n; i++) {
-        snprintf(paths[i], sizeof paths[i], "/tmp/khub-devpaged-%d-%s", (int)getpid(), ptx[i]);
-        FILE *f = fopen(paths[i], "wb");
-        ASSERT(f);
-        ASSERT_EQ(fwrite(text, 1, sizeof text, f), sizeof text); /* with its NUL */
-        ASSERT_EQ(fclose(f), 0);
-        ASSERT_OK(khub__sha256_file_hex(paths[i], sums[i]));
-        files[i] = (khub__artifact_file){ptx[i], paths[i], sums[i]};
-    }
-    const char *so = TP(name);
-    khub_status st = khub__plugin_load_verified(rt, so, TP_SHA(so), files, (size_t)n, NULL);
-    if (st != KHUB_STATUS_OK) TEST_FAIL_("loading %s: %s", name, khub_runtime_errmsg(rt));
-}
-
-static void load_kv_cache_cuda(khub_runtime *rt)
-{
-    static const char *const ptx[] = {"kv_append.sm_90.ptx", "paged_attn.sm_90.ptx"};
-    load_glue(rt, "ksrc_kv_cache_cuda", ptx, 2);
 }
 
 /* A device buffer of n floats (never read: nothing computes). */
@@ -197,7 +149,7 @@ static void pa_free(pa_bench *b)
 
 TEST_IMPL(paged_attention_split_k_for_decode_batches)
 {
-    fake(NULL);
+    fake_paged(NULL);
     khub_runtime *rt = tp_runtime(1);
     load_kv_cache_cuda(rt);
     pa_bench b;
@@ -241,7 +193,7 @@ TEST_IMPL(paged_attention_split_k_for_decode_batches)
  * holds (a growth would wait for the stream, which breaks the capture). */
 TEST_IMPL(paged_attention_scratch_fixed_under_capture)
 {
-    fake(NULL);
+    fake_paged(NULL);
     khub_runtime *rt = tp_runtime(1);
     load_kv_cache_cuda(rt);
     void *stream = NULL, *graph = NULL;
@@ -274,7 +226,7 @@ TEST_IMPL(paged_attention_scratch_fixed_under_capture)
 
 TEST_IMPL(paged_attention_refusals)
 {
-    fake(NULL);
+    fake_paged(NULL);
     khub_runtime *rt = tp_runtime(1);
     load_kv_cache_cuda(rt);
     pa_bench b;
@@ -305,38 +257,11 @@ TEST_IMPL(paged_attention_refusals)
 /* A model placed on the device with a paged cache                          */
 /* ======================================================================== */
 
-/* A tiny random Llama with head_dim 64 (what kv-cache-cuda's attention
- * serves), from tiny_llama.h. */
-enum { HID = 128, HEADS = 2, KVH = 1, HD = 64, FFN = 256, VOCAB = 128, LAYERS = 2 };
-
-static const char *tiny_model(void)
-{
-    static char dir[128];
-    snprintf(dir, sizeof dir, "/tmp/khub-devpaged-%d", (int)getpid());
-    tiny_llama t = {.hidden = HID,
-                    .ffn = FFN,
-                    .layers = LAYERS,
-                    .heads = HEADS,
-                    .kv_heads = KVH,
-                    .head_dim = HD,
-                    .vocab = VOCAB};
-    tiny_llama_write(dir, &t);
-    return dir;
-}
-
-static void tiny_rm(const char *dir) { tiny_llama_rm(dir); }
-
-typedef struct fixture {
-    khub_runtime *rt;
-    khub_model *m;
-    const char *dir;
-} fixture;
-
 /* The tiny model on cuda:0 with a paged cache of n_blocks blocks of 4
  * tokens (64 positions per sequence, 4 sequences), test/cuda-all for the
  * other roles, and kv-cache-cuda (its paged cache and attention) unless
  * `no_pair`. */
-static khub_status load(fixture *f, int32_t n_blocks, bool no_pair)
+static khub_status load_paged(fixture *f, int32_t n_blocks, bool no_pair)
 {
     memset(f, 0, sizeof *f);
     f->rt = tp_runtime(1);
@@ -357,21 +282,14 @@ static khub_status load(fixture *f, int32_t n_blocks, bool no_pair)
     return st;
 }
 
-static void unload(fixture *f)
-{
-    khub_model_free(f->m);
-    khub_runtime_free(f->rt);
-    tiny_rm(f->dir);
-}
-
 /* One step of 5 tokens: each layer's launches in forward order, the K/V
  * append into sequence 0's blocks and one paged_attention call reading the
  * device block table, which holds blocks 0 and 1 for the 5 positions. */
 TEST_IMPL(device_paged_launches_per_layer)
 {
-    fake(NULL);
+    fake_paged(NULL);
     fixture f;
-    ASSERT_OK(load(&f, 32, false));
+    ASSERT_OK(load_paged(&f, 32, false));
     const char *ex = khub_model_explain(f.m);
     ASSERT_CONTAINS(ex, " roles on the device, 0 on the CPU\n");
     ASSERT_CONTAINS(ex, "  kv_cache[f32]: cuda:0, kernels-community/kv-cache-cuda 1.0.0 :: "
@@ -383,6 +301,9 @@ TEST_IMPL(device_paged_launches_per_layer)
                         "runs plain launches; the paged KV cache's blocks are reserved and its "
                         "block table copied on the model's stream before each step, outside the "
                         "graph)\n");
+    /* its paged attention's split-K partials, 16 MiB kept for the stream */
+    ASSERT_CONTAINS(ex, " MiB, the ops' own scratch 16.0 MiB (kernels-community/kv-cache-cuda "
+                        "1.0.0 :: paged_attention 16.0 MiB, kept for the model's stream) = ");
     long i = stat_of("launches");
     float logits[VOCAB];
     int32_t ids[] = {1, 5, 9, 13, 17};
@@ -425,9 +346,9 @@ TEST_IMPL(device_paged_launches_per_layer)
  * pool's numbers, before any launch of the step. */
 TEST_IMPL(device_paged_kv_full)
 {
-    fake(NULL);
+    fake_paged(NULL);
     fixture f;
-    ASSERT_OK(load(&f, 2, false));
+    ASSERT_OK(load_paged(&f, 2, false));
     long n = stat_of("launches");
     float logits[VOCAB];
     int32_t ids[10] = {1, 5, 9, 13, 17, 21, 25, 29, 33, 37};
@@ -448,9 +369,9 @@ TEST_IMPL(device_paged_kv_full)
  * end every block is back (the pool drained). */
 TEST_IMPL(device_paged_batch_drains_the_pool)
 {
-    fake(NULL);
+    fake_paged(NULL);
     fixture f;
-    ASSERT_OK(load(&f, 12, false));
+    ASSERT_OK(load_paged(&f, 12, false));
     ASSERT_EQ(khub__kv_capacity_tokens(f.m), 48);
     khub_generate_opts go = {KHUB_STRUCT_INIT(khub_generate_opts), .max_new_tokens = 6,
                              .ignore_eos = 1};
@@ -481,13 +402,103 @@ TEST_IMPL(device_paged_batch_drains_the_pool)
     unload(&f);
 }
 
+/* The paged attention's 16 MiB of split-K partials (caps.stream_bytes)
+ * count in the fit check too: with 10 MB of device memory the model, whose
+ * own blocks take under 1 MiB, does not fit, and the message says why. */
+TEST_IMPL(device_paged_fit_counts_the_ops_scratch)
+{
+    fake_mem(NULL, "10000000");
+    fixture f;
+    ASSERT_STATUS(load_paged(&f, 32, false), KHUB_STATUS_NOMEM);
+    ASSERT_CONTAINS(khub_runtime_errmsg(f.rt),
+                    " MiB, the ops' own scratch 16.0 MiB) and 9.5 MiB of 9.5 MiB are free; lower "
+                    "max_context or max_seqs, quantize the weights, or use another device");
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    unload(&f);
+}
+
+/* The tiny model with a context of 512 keys (block tables of 128 blocks of
+ * 4): a decode call's split-K plan has 2 splits, so each paged_attention
+ * call needs the partials' scratch of its stream. */
+static khub_model *long_context_model(khub_runtime *rt, const char *dir)
+{
+    khub_model_opts o = {KHUB_APP_INIT(khub_model_opts),
+                         .device = {KHUB_DEVICE_CUDA, 0},
+                         .cache_impl = "khub/ref-cpu:paged_cache",
+                         .max_context = 512,
+                         .max_seqs = 1,
+                         .max_batch = 8,
+                         .kv_block_size = 4,
+                         .kv_num_blocks = 8};
+    khub_model *m = NULL;
+    if (khub_model_load(rt, dir, &o, &m) != KHUB_STATUS_OK)
+        TEST_FAIL_("loading the model: %s", khub_runtime_errmsg(rt));
+    return m;
+}
+
+/* One step of 3 tokens, which runs the split-K kernels in every layer: the
+ * partials' buffer (the merge's first argument) of each layer's call. */
+static unsigned long long split_k_step(khub_model *m)
+{
+    long i = stat_of("launches");
+    float logits[VOCAB];
+    int32_t ids[] = {1, 5, 9};
+    if (khub_model_logits(m, ids, 3, logits) != KHUB_STATUS_OK)
+        TEST_FAIL_("a step: %s", khub_runtime_errmsg(khub_model_runtime(m)));
+    unsigned long long part = 0;
+    int merges = 0;
+    for (long n = i; n < stat_of("launches"); n++) {
+        if (strcmp(launch_name(n), "khub_pa_merge_hd64") != 0) continue;
+        launched(n - 1, "khub_pa_decode_hd64_f32", 2, HEADS, 3, 128);
+        ASSERT(merges == 0 || launch_arg0(n) == part); /* one buffer per stream */
+        part = launch_arg0(n);
+        merges++;
+    }
+    ASSERT_EQ(merges, LAYERS);
+    return part;
+}
+
+/* 40 models placed, given a split-K step and freed in a row in one runtime
+ * (issue 19): each model's stream ends with it and kv-cache-cuda frees its
+ * scratch for that stream (stream_end), so every one runs though the
+ * plugin keeps scratch for at most 16 live streams, and device memory does
+ * not grow. A model alive throughout keeps its own buffer, never given to
+ * another model's stream. */
+TEST_IMPL(device_paged_scratch_freed_with_each_model)
+{
+    fake_paged(NULL);
+    khub_runtime *rt = tp_runtime(1);
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    tp_load(rt, "cuda_all");
+    load_kv_cache_cuda(rt);
+    const char *dir = tiny_model();
+    khub_model *kept = long_context_model(rt, dir);
+    unsigned long long kept_part = split_k_step(kept);
+    long allocs = stat_of("allocs_live"), bytes = stat_of("bytes_live");
+    for (int n = 0; n < 40; n++) {
+        khub_model *m = long_context_model(rt, dir);
+        ASSERT(split_k_step(m) != kept_part);
+        khub_model_free(m);
+        ASSERT_EQ(stat_of("allocs_live"), allocs);
+        ASSERT_EQ(stat_of("bytes_live"), bytes);
+        ASSERT_EQ(stat_of("streams_live"), 1);
+    }
+    ASSERT_EQ(split_k_step(kept), kept_part);
+    ASSERT_EQ(stat_of("allocs_live"), allocs);
+    khub_model_free(kept);
+    ASSERT_EQ(stat_of("allocs_live"), 0);
+    ASSERT_EQ(stat_of("busy_destroyed"), 0);
+    khub_runtime_free(rt);
+    tiny_rm(dir);
+}
+
 /* Without kv-cache-cuda the paged cache and paged attention stay on the
  * CPU: the device pass refuses them, saying where each is. */
 TEST_IMPL(device_paged_refuses_mixed_sides)
 {
-    fake(NULL);
+    fake_paged(NULL);
     fixture f;
-    ASSERT_OK(load(&f, 32, true));
+    ASSERT_OK(load_paged(&f, 32, true));
     float logits[VOCAB];
     int32_t ids[] = {1, 5};
     ASSERT_STATUS(khub_model_logits(f.m, ids, 2, logits), KHUB_STATUS_UNSUPPORTED);
@@ -506,5 +517,7 @@ TEST_IMPL(device_paged_refuses_mixed_sides)
     X(device_paged_launches_per_layer) \
     X(device_paged_kv_full) \
     X(device_paged_batch_drains_the_pool) \
+    X(device_paged_scratch_freed_with_each_model) \
+    X(device_paged_fit_counts_the_ops_scratch) \
     X(device_paged_refuses_mixed_sides)
 TEST_MAIN(TEST_LIST)

@@ -9,7 +9,9 @@
  *     caps (64 splits, the partials' budget), the keys the last row sees;
  *   - the partials' scratch: one buffer per stream, sized for the shape's
  *     worst case at its first use, so a growing context never regrows it;
- *     replaced after a drain for a larger shape; freed with the plugin;
+ *     replaced after a drain for a larger shape; freed when its stream
+ *     ends (stream_end) or with the plugin, and never handed to another
+ *     stream while its own lives;
  *   - that scratch inside a CUDA graph capture (what forward_graph.c does
  *     to a decode step): no synchronisation, the capture survives; and
  *     what happens when a larger shape arrives mid-capture;
@@ -35,6 +37,7 @@
 static long (*fake_stat)(const char *);
 static const char *(*launch_name)(long);
 static int (*launch_dims)(long, unsigned *);
+static unsigned long long (*launch_arg0)(long);
 static char tmp[128]; /* this case's folder: the stand-in PTX, the JIT cache, NVRTC's log */
 
 static void cleanup(void)
@@ -69,7 +72,8 @@ static void fake(const char *fail, bool jit)
     fake_stat = (long (*)(const char *))dlsym(h, "khub_fake_cuda_stat");
     launch_name = (const char *(*)(long))dlsym(h, "khub_fake_cuda_launch_name");
     launch_dims = (int (*)(long, unsigned *))dlsym(h, "khub_fake_cuda_launch_dims");
-    ASSERT(fake_stat && launch_name && launch_dims);
+    launch_arg0 = (unsigned long long (*)(long))dlsym(h, "khub_fake_cuda_launch_arg0");
+    ASSERT(fake_stat && launch_name && launch_dims && launch_arg0);
 }
 
 static long stat_of(const char *what) { return fake_stat(what); }
@@ -264,6 +268,11 @@ TEST_IMPL(split_k_for_decode_tiles_for_prefill)
     ASSERT_EQ(stat_of("allocs_live"), allocs0 + 1);
     ASSERT_EQ(stat_of("bytes_live"), bytes0 + shape_max(64, 128));
     ASSERT_EQ(shape_max(64, 128), 16l << 20);
+    /* the most a stream's scratch can be, declared for the host's memory
+     * check (caps.stream_bytes) */
+    void *state = NULL;
+    ASSERT_EQ(khub_binding_acquire(op, &state)->caps->stream_bytes, (uint64_t)shape_max(64, 128));
+    khub_binding_release(op);
     /* 9 rows, and a prefill: the tiles, one block per 64 rows and head */
     op = attention_op(rt, 64);
     i = ok_call(rt, op, 9, 9, 3, 64, 300);
@@ -402,8 +411,8 @@ TEST_IMPL(refusals_name_what_is_wrong)
         ASSERT_CONTAINS(khub_runtime_errmsg(rt), REFUSED);
     }
     ASSERT_EQ(stat_of("launches"), n);
-    /* a scratch per stream for 16 streams; a 17th is refused (the first 16
-     * keep working) */
+    /* a scratch per stream for 16 live streams; a 17th is refused (the
+     * first 16 keep working) until one of them ends */
     void *streams[17];
     for (int s = 0; s < 17; s++) ASSERT_OK(khub__cuda_stream_new(rt, 0, &streams[s]));
     for (int s = 0; s < 17; s++) {
@@ -411,11 +420,15 @@ TEST_IMPL(refusals_name_what_is_wrong)
         khub__clear(rt);
         ASSERT_STATUS(run_call(op, &c), s < 16 ? KHUB_STATUS_OK : KHUB_STATUS_NOMEM);
     }
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "flash_attn (cuda): split-K scratch is kept for 16 "
-                                             "streams; this call is on another one");
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "flash_attn (cuda): split-K scratch is kept for 16 live streams; this call "
+                    "is on another one (free a model placed on the device first)");
     call c = shape(1, 9, 3, 64, 300, 299, streams[3]);
     ASSERT_OK(run_call(op, &c));
-    for (int s = 0; s < 17; s++) ASSERT_OK(khub__cuda_stream_free(rt, 0, streams[s]));
+    ASSERT_OK(khub__cuda_stream_free(rt, 0, streams[0]));
+    c = shape(1, 9, 3, 64, 300, 299, streams[16]);
+    ASSERT_OK(run_call(op, &c));
+    for (int s = 1; s < 17; s++) ASSERT_OK(khub__cuda_stream_free(rt, 0, streams[s]));
     free_bufs();
     khub_runtime_free(rt);
 }
@@ -443,10 +456,82 @@ TEST_IMPL(scratch_allocation_failure)
     khub_runtime_free(rt);
 }
 
+/* A stream's scratch lives as long as the stream (issue 19): 40 streams
+ * made, given a split-K call and freed in a row (what 40 models placed one
+ * after another do) all succeed, each one's scratch freed when it ends, so
+ * device memory does not grow; a stream alive throughout keeps its own
+ * buffer, never given to another stream. The merge's first argument is the
+ * partials' buffer. */
+TEST_IMPL(scratch_freed_when_its_stream_ends)
+{
+    fake(NULL, false);
+    khub_runtime *rt = runtime_with_glue();
+    khub_binding *op = attention_op(rt, 64);
+    alloc_bufs();
+    void *kept = NULL;
+    ASSERT_OK(khub__cuda_stream_new(rt, 0, &kept));
+    call k = shape(1, 9, 3, 64, 300, 299, kept);
+    long i = stat_of("launches");
+    ASSERT_OK(run_call(op, &k));
+    launched(i + 1, "khub_fa2_merge_hd64", 9, 1, 1, 64);
+    unsigned long long kept_part = launch_arg0(i + 1);
+    long allocs = stat_of("allocs_live"), bytes = stat_of("bytes_live");
+    for (int m = 0; m < 40; m++) {
+        void *s = NULL;
+        ASSERT_OK(khub__cuda_stream_new(rt, 0, &s));
+        call c = shape(1, 9, 3, 64, 300, 299, s);
+        i = stat_of("launches");
+        if (run_call(op, &c) != KHUB_STATUS_OK)
+            TEST_FAIL_("stream %d: %s", m, khub_runtime_errmsg(rt));
+        launched(i + 1, "khub_fa2_merge_hd64", 9, 1, 1, 64);
+        ASSERT(launch_arg0(i + 1) != kept_part);
+        ASSERT_EQ(stat_of("allocs_live"), allocs + 1);
+        ASSERT_EQ(stat_of("bytes_live"), bytes + shape_max(9, 64));
+        ASSERT_OK(khub__cuda_stream_free(rt, 0, s));
+        ASSERT_EQ(stat_of("allocs_live"), allocs);
+        ASSERT_EQ(stat_of("bytes_live"), bytes);
+        i = stat_of("launches");
+        ASSERT_OK(run_call(op, &k));
+        ASSERT_EQ(launch_arg0(i + 1), kept_part);
+    }
+    ASSERT_EQ(stat_of("allocs_live"), allocs);
+    ASSERT_OK(khub__cuda_stream_free(rt, 0, kept));
+    ASSERT_EQ(stat_of("allocs_live"), allocs - 1);
+    ASSERT_EQ(stat_of("bytes_live"), bytes - shape_max(9, 64));
+    free_bufs();
+    khub_runtime_free(rt);
+}
+
+/* A stream whose drain fails (a kernel's error surfaced there) keeps its
+ * scratch: work may still be queued on the stream, so the host does not
+ * call stream_end; the plugin frees the buffer at unload. */
+TEST_IMPL(scratch_kept_when_the_drain_fails)
+{
+    fake("cuStreamSynchronize", false);
+    khub_runtime *rt = runtime_with_glue();
+    khub_binding *op = attention_op(rt, 64);
+    long base = stat_of("allocs_live");
+    void *s = NULL;
+    ASSERT_OK(khub__cuda_stream_new(rt, 0, &s));
+    call c = shape(1, 9, 3, 64, 300, 299, s);
+    ASSERT_OK(run_call(op, &c));
+    long allocs = stat_of("allocs_live");
+    ASSERT_EQ(allocs, base + 4 + 1);
+    ASSERT_STATUS(khub__cuda_stream_free(rt, 0, s), KHUB_STATUS_CUDA);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "a stream: cuStreamSynchronize failed: CUDA_ERROR_LAUNCH_FAILED (719)");
+    ASSERT_EQ(stat_of("allocs_live"), allocs);
+    free_bufs();
+    khub_runtime_free(rt);
+    ASSERT_EQ(stat_of("allocs_live"), base);
+}
+
 #define TEST_LIST(X) \
     X(split_k_for_decode_tiles_for_prefill) \
     X(split_k_inside_a_graph_capture) \
     X(split_k_specialised_at_load) \
     X(refusals_name_what_is_wrong) \
-    X(scratch_allocation_failure)
+    X(scratch_allocation_failure) \
+    X(scratch_freed_when_its_stream_ends) \
+    X(scratch_kept_when_the_drain_fails)
 TEST_MAIN(TEST_LIST)

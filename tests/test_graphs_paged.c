@@ -20,7 +20,7 @@
  * seen by its graph.
  *
  * The kv-cache-cuda glue is built as a test plugin and loaded with
- * stand-in PTX artifacts, as in test_device_paged.c.
+ * stand-in PTX artifacts (device_fixture.h's load_kv_cache_cuda).
  */
 #define DEVICE_FIXTURE_DIMS
 enum { HID = 128, HEADS = 2, KVH = 1, HD = 64, FFN = 256, VOCAB = 128, LAYERS = 2 };
@@ -29,7 +29,6 @@ enum { HID = 128, HEADS = 2, KVH = 1, HD = 64, FFN = 256, VOCAB = 128, LAYERS = 
 #include "device_fixture.h"
 #include "executor.h"
 #include "placement.h"
-#include "plugin_artifacts.h"
 
 #include "fake_kernels.h"
 
@@ -141,40 +140,6 @@ static void paged_kernels(void)
 /* ======================================================================== */
 /* Loading                                                                  */
 /* ======================================================================== */
-
-static char ptx_paths[2][256]; /* the stand-ins, read when the glue first asks */
-
-static void ptx_rm(void)
-{
-    for (int i = 0; i < 2; i++)
-        if (ptx_paths[i][0]) unlink(ptx_paths[i]);
-}
-
-/* kernels-src/kv-cache-cuda's glue with stand-in PTX artifacts (the fake
- * loads any image). */
-static khub_plugin *load_kv_cache_cuda(khub_runtime *rt)
-{
-    static const char *const ptx[2] = {"kv_append.sm_90.ptx", "paged_attn.sm_90.ptx"};
-    static const char text[] = ".version 7.0\n.target sm_90\n.address_size 64\n";
-    static char sums[2][65];
-    khub__artifact_file files[2];
-    if (!ptx_paths[0][0]) atexit(ptx_rm);
-    for (int i = 0; i < 2; i++) {
-        snprintf(ptx_paths[i], sizeof ptx_paths[i], "/tmp/khub-graphpaged-%d-%s", (int)getpid(),
-                 ptx[i]);
-        FILE *f = fopen(ptx_paths[i], "wb");
-        ASSERT(f);
-        ASSERT_EQ(fwrite(text, 1, sizeof text, f), sizeof text); /* with its NUL */
-        ASSERT_EQ(fclose(f), 0);
-        ASSERT_OK(khub__sha256_file_hex(ptx_paths[i], sums[i]));
-        files[i] = (khub__artifact_file){ptx[i], ptx_paths[i], sums[i]};
-    }
-    const char *so = TP("ksrc_kv_cache_cuda");
-    khub_plugin *p = NULL;
-    if (khub__plugin_load_verified(rt, so, TP_SHA(so), files, 2, &p) != KHUB_STATUS_OK)
-        TEST_FAIL_("loading kv-cache-cuda: %s", khub_runtime_errmsg(rt));
-    return p;
-}
 
 /* The tiny model on cuda:0 with a paged cache of 32 blocks of 4 tokens (64
  * positions, 2 sequences), khub-test/cuda-all for the other roles, graphs on

@@ -254,7 +254,10 @@ TEST_IMPL(abi_sizes_per_minor)
     ASSERT_EQ(khub__op_caps_size(2), 56);
     ASSERT_EQ(khub__op_caps_size(3), 72);
     ASSERT_EQ(khub__op_caps_size(4), 80); /* kv_layouts */
-    for (unsigned m = 0; m <= KHUB_ABI_MINOR; m++) ASSERT_EQ(khub__plugin_desc_size(m), 80);
+    ASSERT_EQ(khub__op_caps_size(5), 88); /* stream_bytes */
+    for (unsigned m = 0; m <= 4; m++) ASSERT_EQ(khub__plugin_desc_size(m), 80);
+    ASSERT_EQ(khub__plugin_desc_size(5), 88); /* stream_end */
+    ASSERT_EQ(khub__plugin_desc_size(KHUB_ABI_MINOR), sizeof(khub_plugin_desc));
 }
 
 /* Loads name in a runtime of its own and calls its "probe" op. */

@@ -424,6 +424,15 @@ typedef struct khub_op_caps {
      * (a dense cache; every op before 1.4). */
     uint64_t kv_layouts;
 #endif
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    /* added in ABI 1.5: the most device memory, in bytes, the op allocates
+     * for itself per stream it runs on and keeps while that stream lives
+     * (a split-K attention's partials), freed in the plugin's stream_end
+     * (khub_plugin_desc) or shutdown. The host counts it in the memory a
+     * model placed on a device needs (the fit check and `--explain`), once
+     * per op the model binds. 0 = none, or not declared. */
+    uint64_t stream_bytes;
+#endif
 } khub_op_caps;
 
 /* The run function of an op: args points at the kind's argument struct. */
@@ -457,6 +466,21 @@ typedef struct khub_plugin_desc {
     /* Optional: frees state; called once, before dlclose. */
     void (*shutdown)(void *state);
     /* End of ABI 1.0. */
+#if KHUB_PLUGIN_TARGET_MINOR >= 5
+    /* added in ABI 1.5, optional: `stream` (a CUstream the host passed to
+     * the plugin's ops, in args or ctx) ends. The host calls it once per
+     * stream it made for ops (a placed model's), for every loaded plugin
+     * that has it, after the stream's queued work finished (the host
+     * synchronised it) and before the stream is destroyed, so the handle
+     * cannot belong to a new stream while the plugin still keys state on
+     * it. No op call on that stream runs during it or follows it; calls on
+     * other streams may run concurrently. The plugin frees what it keeps
+     * for that stream (scratch: host->cuda_mem_free, no synchronisation
+     * needed) and ignores a stream it never saw. Not called for the NULL
+     * stream, for streams the plugin made itself (cuda_stream_create), or
+     * when the synchronisation failed (the state stays until shutdown). */
+    void (*stream_end)(void *state, void *stream);
+#endif
 } khub_plugin_desc;
 
 /* Copies src into the host's out, never past out->struct_size (the host's

@@ -19,7 +19,10 @@
  *     kernel writes out itself (one launch).
  *
  * The partials' scratch is the plugin's: one device buffer per stream, at
- * most FA_STREAMS streams, freed at shutdown. Its first split-K call with
+ * most FA_STREAMS live streams, freed when the host ends the stream
+ * (stream_end, ABI 1.5: after the stream drained, before the handle can
+ * name a new stream) or at shutdown; a slot of a stream still alive is
+ * never given to another. Its first split-K call with
  * partials sizes it for the most any call of that (heads, head_dim) can
  * need (8 rows x 64 splits, within the budget), so a model's decode steps
  * never grow it as the context grows: no synchronisation and no new
@@ -57,7 +60,7 @@ static const int ccs[] = {90, 86, 80}; /* kernel.json's capabilities, highest fi
 #define FA_SPLIT_KEYS   256        /* keys per split, before the caps below */
 #define FA_MAX_SPLITS   64         /* splits per (row, head) */
 #define FA_PART_BUDGET  (4u << 20) /* floats of partials per call */
-#define FA_STREAMS      16         /* streams with a scratch of their own */
+#define FA_STREAMS      16         /* live streams with a scratch of their own */
 #define MAX_SPECS       16
 
 enum { FN_PREFILL, FN_DECODE, FN_MERGE };
@@ -207,8 +210,8 @@ static khub_status scratch_locked(fa_state *s, void *stream, size_t need, size_t
             free_slot = &s->scratch[i];
     if (!e && !free_slot)
         return host->fail(host->host_ctx, KHUB_STATUS_NOMEM,
-                          "flash_attn (cuda): split-K scratch is kept for %d streams; this call "
-                          "is on another one",
+                          "flash_attn (cuda): split-K scratch is kept for %d live streams; this "
+                          "call is on another one (free a model placed on the device first)",
                           FA_STREAMS);
     if (!e) *(e = free_slot) = (fa_scratch){.stream = stream, .used = 1};
     if (e->bytes < need) {
@@ -228,6 +231,22 @@ static khub_status scratch_locked(fa_state *s, void *stream, size_t need, size_t
     }
     *out = e->dptr;
     return KHUB_STATUS_OK;
+}
+
+/* The host ended `stream` (khub_plugin_desc.stream_end): it drained, and
+ * no call on it follows, so its scratch is freed without a synchronisation
+ * and its slot serves the next stream. */
+static void fa_stream_end(void *sp, void *stream)
+{
+    fa_state *s = sp;
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < FA_STREAMS; i++) {
+        fa_scratch *e = &s->scratch[i];
+        if (!e->used || e->stream != stream) continue;
+        if (e->dptr) s->host->cuda_mem_free(s->host->host_ctx, e->dptr);
+        *e = (fa_scratch){0};
+    }
+    pthread_mutex_unlock(&s->lock);
 }
 
 /* Loads the module on the first call and finds the call's scratch (need
@@ -363,6 +382,7 @@ static const khub_op_caps caps = {
     .flags = KHUB_CAP_CAUSAL | KHUB_CAP_GQA | KHUB_CAP_STRIDED_KV,
     .cc_min = 80,
     .priority = 50,
+    .stream_bytes = (uint64_t)FA_PART_BUDGET * 4, /* the most shape_max_bytes gives */
 };
 
 static const khub_op_desc ops[] = {
@@ -385,7 +405,8 @@ khub_status khub_flash_attn2_cuda_init(const khub_host_api *h, khub_plugin_desc 
                           .ops = ops,
                           .state = &g_state,
                           .score = score,
-                          .shutdown = fa_shutdown};
+                          .shutdown = fa_shutdown,
+                          .stream_end = fa_stream_end};
     return khub_plugin_desc_put(out, &d);
 }
 

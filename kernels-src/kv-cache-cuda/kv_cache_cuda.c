@@ -316,6 +316,14 @@ static void kv_shutdown(void *sp)
     memset(g_mods.mod, 0, sizeof g_mods.mod);
 }
 
+/* Only the paged attention keeps device memory per stream (its split-K
+ * scratch). */
+static void kv_stream_end(void *sp, void *stream)
+{
+    (void)sp;
+    khub_kvc__attention_stream_end(stream);
+}
+
 khub_status khub_kv_cache_cuda_init(const khub_host_api *h, khub_plugin_desc *out, char *errbuf,
                                     size_t errbuf_size)
 {
@@ -337,7 +345,8 @@ khub_status khub_kv_cache_cuda_init(const khub_host_api *h, khub_plugin_desc *ou
                           .ops = ops,
                           .state = &g_state,
                           .score = score,
-                          .shutdown = kv_shutdown};
+                          .shutdown = kv_shutdown,
+                          .stream_end = kv_stream_end};
     return khub_plugin_desc_put(out, &d);
 }
 

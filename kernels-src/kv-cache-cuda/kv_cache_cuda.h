@@ -26,5 +26,8 @@ void khub_kvc__paged_shutdown(void);
 extern const khub_op_desc khub_kvc__paged_attention_op;
 void khub_kvc__attention_init(const khub_host_api *host);
 void khub_kvc__attention_shutdown(void);
+/* The host ended `stream` (khub_plugin_desc.stream_end, ABI 1.5; drained):
+ * its split-K scratch is freed and its slot free for another stream. */
+void khub_kvc__attention_stream_end(void *stream);
 
 #endif /* KHUB_KV_CACHE_CUDA_H */

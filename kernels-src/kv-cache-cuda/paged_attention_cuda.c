@@ -18,7 +18,11 @@
  * sequence. Both are causal or not, with GQA, a sliding window and the
  * soft-cap (ABI 1.5).
  *
- * The partials' scratch is this plugin's, one buffer per stream, allocated
+ * The partials' scratch is this plugin's, one buffer per live stream (at
+ * most PG_STREAMS), freed when the host ends the stream (stream_end, ABI
+ * 1.5: after it drained, before the handle can name a new stream) or at
+ * shutdown, and declared in caps.stream_bytes so that a placed model's
+ * memory check counts it. It is allocated
  * at the stream's first split-K call at the budget's size (16 MiB): the
  * split plan never asks for more, so the buffer never grows. A growth
  * would have to wait for the stream (work queued may still read the old
@@ -111,8 +115,8 @@ static khub_status scratch_locked(void *stream, size_t bytes, uint64_t *out)
             free_slot = &g_pg.scratch[i];
     if (!e && !free_slot)
         return FAIL(KHUB_STATUS_NOMEM,
-                    "paged_attention (cuda): split-K scratch is kept for %d streams; this call "
-                    "is on another one",
+                    "paged_attention (cuda): split-K scratch is kept for %d live streams; this "
+                    "call is on another one (free a model placed on the device first)",
                     PG_STREAMS);
     if (!e) {
         uint64_t d = 0;
@@ -284,6 +288,7 @@ static const khub_op_caps pa_caps = {
     .priority = 50,
     .kind_flags = KHUB_ATTN_SOFTCAP,
     .kv_layouts = KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD),
+    .stream_bytes = (uint64_t)PG_PART_BUDGET * sizeof(float),
 };
 
 const khub_op_desc khub_kvc__paged_attention_op = {
@@ -295,6 +300,18 @@ void khub_kvc__attention_init(const khub_host_api *host)
     g_pg.host = host;
     g_pg.loaded = 0;
     memset(g_pg.scratch, 0, sizeof g_pg.scratch);
+}
+
+void khub_kvc__attention_stream_end(void *stream)
+{
+    pthread_mutex_lock(&g_pg.lock);
+    for (int i = 0; i < PG_STREAMS; i++) {
+        pg_scratch *e = &g_pg.scratch[i];
+        if (!e->used || e->stream != stream) continue;
+        if (e->dptr) g_pg.host->cuda_mem_free(g_pg.host->host_ctx, e->dptr);
+        *e = (pg_scratch){0};
+    }
+    pthread_mutex_unlock(&g_pg.lock);
 }
 
 void khub_kvc__attention_shutdown(void)

@@ -73,6 +73,7 @@ class OpCaps(ctypes.Structure):
         ("kind_flags", u64),  # ABI 1.3
         ("act_dtypes", u64),  # ABI 1.3
         ("kv_layouts", u64),  # ABI 1.4: KHUB_KV_LAYOUT_BIT mask
+        ("stream_bytes", u64),  # ABI 1.5: device bytes kept per stream
     ]
 
 

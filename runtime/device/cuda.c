@@ -328,9 +328,18 @@ khub_status khub__cuda_stream_free(khub_runtime *rt, int device, void *stream)
     if (st == KHUB_STATUS_OK) st = use_device(device);
     if (st != KHUB_STATUS_OK) return rt_fail(rt, st, "a stream");
     /* Drained first: cuStreamDestroy returns at once and would let queued
-     * work run on into memory the caller frees next. */
+     * work run on into memory the caller frees next. Then the plugins
+     * forget it (their per-stream scratch), before the handle can name a
+     * new stream; not when the drain failed, since work may still be
+     * queued on what they would free. */
     khub_status sync = cu_check(drv.stream_synchronize((cu_stream)stream), "cuStreamSynchronize");
-    st = cu_check(drv.stream_destroy((cu_stream)stream), "cuStreamDestroy");
+    if (sync == KHUB_STATUS_OK) {
+        khub__plugins_stream_end(rt, stream);
+        khub__plugin_msg_clear(); /* a plugin's message is logged, not this call's */
+        st = use_device(device);  /* current again, whatever a plugin made current */
+    }
+    if (st == KHUB_STATUS_OK)
+        st = cu_check(drv.stream_destroy((cu_stream)stream), "cuStreamDestroy");
     return rt_fail(rt, sync != KHUB_STATUS_OK ? sync : st, "a stream");
 }
 

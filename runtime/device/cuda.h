@@ -49,8 +49,10 @@ KHUB_INTERNAL khub_status khub__cuda_host_launch(void *host_ctx, void *function,
 
 /* For the executor (its own device memory and stream, not a plugin's),
  * failing with the message on rt: free and total bytes of device (makes its
- * primary context current on this thread); a stream on device, and its
- * release, which waits for the stream's work first. Allocation and copies
+ * primary context current on this thread); a stream on device, for ops,
+ * and its release, which waits for the stream's work first and then tells
+ * rt's plugins that it ended (their stream_end, ABI 1.5; not when the wait
+ * failed) before it destroys the handle. Allocation and copies
  * are the khub__cuda_host_* functions with a NULL host_ctx (their message is
  * khub__plugin_msg()). */
 KHUB_INTERNAL khub_status khub__cuda_mem_info(khub_runtime *rt, int device, size_t *free_bytes,

@@ -361,6 +361,37 @@ static void upload_weight(khub_model *m, khub__weight *w, void *ud)
 /* Memory                                                                   */
 /* ======================================================================== */
 
+/* The device memory the model's CUDA ops say they keep for each stream
+ * they run on (caps.stream_bytes, ABI 1.5: a split-K attention's
+ * partials), each op once: the ops allocate it themselves at their first
+ * call on the model's stream and free it when the stream ends, so it is
+ * not in the model's blocks, but the model needs it all the same. An op
+ * of a plugin before 1.5 declares nothing (0). Each op's name and bytes
+ * go to t when it is not NULL. */
+static uint64_t op_stream_bytes(khub_model *m, khub__text *t)
+{
+    khub__place *pl = m->place;
+    const khub_op_desc *seen[sizeof pl->cuda_of / sizeof pl->cuda_of[0] + 1];
+    int n_seen = 0;
+    uint64_t sum = 0;
+    for (int i = 0; i <= m->n_bound; i++) {
+        khub_binding *b = i < m->n_bound ? pl->cuda_of[i] : pl->cuda[KHUB__ROLE_EMBEDDING];
+        void *state = NULL;
+        const khub_op_desc *op = b ? khub_binding_acquire(b, &state) : NULL;
+        bool again = false;
+        for (int k = 0; k < n_seen && !again; k++) again = seen[k] == op;
+        if (op && !again) {
+            seen[n_seen++] = op;
+            uint64_t n = op->caps->stream_bytes;
+            if (n && t)
+                khub__text_add(t, "%s%s %.1f MiB", sum ? ", " : "", khub_binding_name(b), mib(n));
+            sum += n;
+        }
+        if (op) khub_binding_release(b);
+    }
+    return sum;
+}
+
 static khub_status check_fit(khub_model *m)
 {
     khub__place *pl = m->place;
@@ -368,13 +399,16 @@ static khub_status check_fit(khub_model *m)
     khub__plugin_msg_clear();
     KHUB_FORWARD_IF_ERROR(m->rt, khub__cuda_mem_info(m->rt, pl->device, &free_b, &total));
     pl->free_bytes = free_b, pl->total_bytes = total;
-    uint64_t need = pl->weight_bytes + pl->kv_bytes + pl->scratch_bytes;
+    uint64_t need = pl->weight_bytes + pl->kv_bytes + pl->scratch_bytes + pl->op_bytes;
+    char ops[64] = "";
+    if (pl->op_bytes)
+        snprintf(ops, sizeof ops, ", the ops' own scratch %.1f MiB", mib(pl->op_bytes));
     KHUB_RETURN_IF(m->rt, need > free_b, KHUB_STATUS_NOMEM,
                    "%s: cuda:%d: the model needs %.1f MiB of device memory (weights %.1f MiB, KV "
-                   "cache %.1f MiB, scratch %.1f MiB) and %.1f MiB of %.1f MiB are free; lower "
+                   "cache %.1f MiB, scratch %.1f MiB%s) and %.1f MiB of %.1f MiB are free; lower "
                    "max_context or max_seqs, quantize the weights, or use another device",
                    m->file, (int)pl->device, mib(need), mib(pl->weight_bytes), mib(pl->kv_bytes),
-                   mib(pl->scratch_bytes), mib(free_b), mib(total));
+                   mib(pl->scratch_bytes), ops, mib(free_b), mib(total));
     return KHUB_STATUS_OK;
 }
 
@@ -455,13 +489,22 @@ static void report(khub_model *m, khub__text *t)
         t, "placement: cuda:%d (sm_%d, driver %d.%d): %d roles on the device, %d on the CPU\n",
         (int)pl->device, (int)pl->cc, pl->driver / 1000, pl->driver % 1000 / 10, (int)pl->n_cuda,
         (int)pl->n_cpu);
+    khub__text ops = {.rt = m->rt};
+    if (pl->op_bytes) {
+        khub__text_add(&ops, ", the ops' own scratch %.1f MiB (", mib(pl->op_bytes));
+        op_stream_bytes(m, &ops);
+        khub__text_add(&ops, ", kept for the model's stream)");
+    }
     khub__text_add(
         t,
-        "  device memory: weights %.1f MiB, KV cache %.1f MiB%s, scratch %.1f MiB = %.1f MiB; "
+        "  device memory: weights %.1f MiB, KV cache %.1f MiB%s, scratch %.1f MiB%s = %.1f MiB; "
         "%.1f MiB were free of %.1f MiB\n",
         mib(pl->weight_bytes), mib(pl->kv_bytes), pl->kv_bytes ? "" : " (on the host)",
-        mib(pl->scratch_bytes), mib(pl->weight_bytes + pl->kv_bytes + pl->scratch_bytes),
+        mib(pl->scratch_bytes), ops.s ? ops.s : "",
+        mib(pl->weight_bytes + pl->kv_bytes + pl->scratch_bytes + pl->op_bytes),
         mib(pl->free_bytes), mib(pl->total_bytes));
+    t->oom |= ops.oom;
+    khub__text_free(&ops);
     const char *pos = pl->cuda[KHUB__ROLE_ROTARY] ? " (+ 4 B of position)" : "";
     if (pl->cuda[KHUB__ROLE_EMBEDDING])
         khub__text_add(t,
@@ -510,6 +553,7 @@ khub_status khub__place_model(khub_model *m, khub_device device, bool strict,
         pl->scratch_bytes =
             m->scratch_bytes + (m->kv_layout ? (4u * m->max_seqs + 1) * 4u : 0) +
             (pl->cuda[KHUB__ROLE_EMBEDDING] ? round_up((size_t)m->max_batch * 4u) : 0);
+        pl->op_bytes = op_stream_bytes(m, NULL);
         st = check_fit(m);
     }
     if (st == KHUB_STATUS_OK) st = allocate_and_upload(m);
@@ -526,10 +570,13 @@ khub_status khub__place_model(khub_model *m, khub_device device, bool strict,
     }
     khub__text_free(&t);
     if (st == KHUB_STATUS_OK)
-        KHUB_LOG_I(m->rt, "%s: cuda:%d holds %.1f MiB (weights %.1f, KV %.1f, scratch %.1f)",
+        KHUB_LOG_I(m->rt,
+                   "%s: cuda:%d holds %.1f MiB (weights %.1f, KV %.1f, scratch %.1f, the ops' "
+                   "own %.1f)",
                    m->file, (int)pl->device,
-                   mib(pl->weight_bytes + pl->kv_bytes + pl->scratch_bytes), mib(pl->weight_bytes),
-                   mib(pl->kv_bytes), mib(pl->scratch_bytes));
+                   mib(pl->weight_bytes + pl->kv_bytes + pl->scratch_bytes + pl->op_bytes),
+                   mib(pl->weight_bytes), mib(pl->kv_bytes), mib(pl->scratch_bytes),
+                   mib(pl->op_bytes));
     return st;
 }
 

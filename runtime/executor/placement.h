@@ -67,6 +67,7 @@ typedef struct khub__place {
     uint64_t weights_dptr, kv_dptr, scratch_dptr;   /* device blocks (owned), 0 = none */
     uint64_t weight_bytes, kv_bytes, scratch_bytes; /* planned device bytes per part */
     uint64_t host_weight_bytes;                     /* weights of CPU roles, left in host memory */
+    uint64_t op_bytes; /* what the CUDA ops keep for the model's stream (caps.stream_bytes) */
     uint64_t free_bytes, total_bytes; /* the device's memory before this load's blocks */
     int32_t n_cuda, n_cpu;            /* roles on each side */
     char *text;                       /* owned: khub_model_explain's placement section */

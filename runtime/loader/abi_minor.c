@@ -32,7 +32,8 @@ size_t khub__host_api_size(unsigned minor)
 
 size_t khub__op_caps_size(unsigned minor)
 {
-    if (minor >= 4) return sizeof(khub_op_caps);             /* 1.4: kv_layouts */
+    if (minor >= 5) return sizeof(khub_op_caps);             /* 1.5: stream_bytes */
+    if (minor >= 4) return END_OF(khub_op_caps, kv_layouts); /* 1.4: kv_layouts */
     if (minor >= 3) return END_OF(khub_op_caps, act_dtypes); /* 1.3: kind_flags, act_dtypes */
     return END_OF(khub_op_caps, reserved2);                  /* 1.0-1.2 */
 }
@@ -97,6 +98,6 @@ uint64_t khub__kind_flags_known(uint32_t kind, unsigned minor)
 
 size_t khub__plugin_desc_size(unsigned minor)
 {
-    (void)minor; /* unchanged since 1.0 */
-    return sizeof(khub_plugin_desc);
+    if (minor >= 5) return sizeof(khub_plugin_desc); /* 1.5: stream_end */
+    return END_OF(khub_plugin_desc, shutdown);       /* 1.0-1.4 */
 }

@@ -303,6 +303,9 @@ khub_status khub__plugin_negotiate(khub_plugin *p, khub_plugin_init_fn init,
         return KHUB_STATUS_INIT_FAILED;
     }
     if (d.struct_size > sizeof d) d.struct_size = sizeof d;
+    /* stream_end is 1.5's: from an older minor it is bytes that plugin
+     * never set (abi_minor.c). */
+    if (d.abi_minor < 5 || d.struct_size < khub__plugin_desc_size(5)) d.stream_end = NULL;
     st = check_desc(&d, note, who, msg, n);
     if (st == KHUB_STATUS_OK) {
         snprintf(who, sizeof who, "plugin %s %s", d.id, d.version);

@@ -264,6 +264,31 @@ void khub__registry_teardown(khub_runtime *rt)
 }
 
 /* ======================================================================== */
+/* The end of a stream                                                      */
+/* ======================================================================== */
+
+/* Under the read lock, so that no plugin is retired during its call (reload
+ * and unload take the write lock before they retire one); the calls are
+ * short (a cuMemFree each) and take no registry lock themselves. */
+void khub__plugins_stream_end(khub_runtime *rt, void *stream)
+{
+    if (!rt || !stream) return;
+    pthread_rwlock_rdlock(&rt->reg_lock);
+    for (size_t i = 0; i < rt->plugins.count; i++) {
+        khub_plugin *p = rt->plugins.items[i];
+        if (!p->desc.stream_end) continue;
+        khub__plugin_msg_clear();
+        atomic_fetch_add(&p->inflight, 1);
+        p->desc.stream_end(p->desc.state, stream);
+        atomic_fetch_sub(&p->inflight, 1);
+        if (khub__plugin_msg()[0])
+            khub__log(rt, KHUB_LOG_WARN, "plugin %s %s: at the end of stream %p: %s", p->id,
+                      p->version, stream, khub__plugin_msg());
+    }
+    pthread_rwlock_unlock(&rt->reg_lock);
+}
+
+/* ======================================================================== */
 /* Accessors                                                                */
 /* ======================================================================== */
 

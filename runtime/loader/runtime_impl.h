@@ -188,6 +188,11 @@ KHUB_INTERNAL khub_status khub__host_comm_all_reduce_sum(void *host_ctx, khub_te
 KHUB_INTERNAL khub_status khub__host_comm_all_gather(void *host_ctx, const khub_tensor *send,
                                                      khub_tensor *recv);
 
+/* Calls every loaded plugin's stream_end (ABI 1.5) for stream, which the
+ * runtime made for ops and is about to destroy after its work drained
+ * (khub__cuda_stream_free); a plugin's failure message is logged as a
+ * warning. NULL rt or stream: nothing. */
+KHUB_INTERNAL void khub__plugins_stream_end(khub_runtime *rt, void *stream);
 /* Registry internals shared by loader.c and registry.c (call with
  * rt->reg_lock held for writing). */
 KHUB_INTERNAL size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p);
