@@ -354,7 +354,8 @@ typedef struct qcase {
 typedef struct qop {
     const char *name; /* op name */
     float levels;     /* 32767 (int16), 127 (int8), 0 (f32) */
-    int exact_offset; /* the block's additive term meets the exact f32 sum of x */
+    int exact_offset; /* the block's additive term meets the exact f32 sum of x
+                       * (except Q5_0 in the default qlinear, see exact_offset) */
     double bound_f32; /* NMSE bound against the f32 math */
 } qop;
 
@@ -362,6 +363,15 @@ static const qop qops[] = {{"qlinear", 32767.0f, 1, 1e-8},
                            {"qlinear_q8a", 127.0f, 0, 2e-4},
                            {"qlinear_f32", 0.0f, 1, 1e-9}};
 static const qop *g_qop = &qops[0];
+
+/* Whether format f's additive term meets the exact f32 sum of x in g_qop.
+ * The default qlinear's Q5_0 tiles have no separate offset term: their int16
+ * codes are the signed 16 (q - 16) (qlinear_q16.c q5_0_codes), so the -16 d
+ * meets the rounded x like the rest of the weight, as in Q8_0. */
+static int exact_offset(int f)
+{
+    return g_qop->exact_offset && !(g_qop == &qops[0] && f == KHUB_QFORMAT_Q5_0);
+}
 
 /* Runs one qlinear case on every level; returns the largest NMSE against
  * the f32 math (the emulation bound is asserted inside). */
@@ -384,7 +394,7 @@ static double run_qcase(const plug *lv, int nlv, qcase c, int perturb)
     double *orow = malloc(sizeof(double) * (size_t)c.in);
     for (int64_t o = 0; o < c.out; o++) {
         qrow_values(c.fmt, w + (size_t)o * rb, c.in, wrow, orow);
-        if (!g_qop->exact_offset) memset(orow, 0, sizeof(double) * (size_t)c.in);
+        if (!exact_offset(c.fmt)) memset(orow, 0, sizeof(double) * (size_t)c.in);
         for (int64_t t = 0; t < c.n; t++) {
             double s = c.bias ? bias[o] : 0, e = s;
             for (int64_t i = 0; i < c.in; i++) {

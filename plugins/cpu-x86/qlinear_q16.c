@@ -12,12 +12,15 @@
  * two vpmaddwd (AVX2) or two vpdpwssd (AVX-512 VNNI) per block.
  *
  * The math per block of 32: w_i = d_w q_i + c, c = m (Q4_1, Q5_1), -8 d_w
- * (Q4_0), -16 d_w (Q5_0), 0 (Q8_0); x_i ~= d_x p_i. So sum_i w_i x_i ~=
- * d_w d_x sum_i q_i p_i + c * sum_i x_i, where the block sum of x is the
- * exact f32 sum (the offset term adds no rounding). No int32 lane can
- * overflow: a lane sums four products of |q| <= 128 and |p| <= 32767, below
- * 2^24. The Q5 codes (0..31) are the Q4 nibbles with bit 4 taken from the
- * block's 32-bit qh mask, expanded to bytes by a shuffle and a compare.
+ * (Q4_0), 0 (Q8_0); x_i ~= d_x p_i. So sum_i w_i x_i ~= d_w d_x sum_i q_i
+ * p_i + c * sum_i x_i, where the block sum of x is the exact f32 sum (the
+ * offset term adds no rounding). Q5_0 has no offset term: its int16 codes
+ * are the signed 16 (q - 16), built as cheaply as the unsigned ones (see
+ * q5_0_codes), and its activation scale is d_x / 16. No int32 lane can
+ * overflow: a lane sums four products of |q| <= 256 (Q5_0's 16 (q - 16);
+ * 128 for the others) and |p| <= 32767, below 2^25. The Q5 codes are
+ * the Q4 nibbles with bit 4 taken from the block's 32-bit qh mask,
+ * expanded to bytes by a shuffle and a compare.
  *
  * Float work per block (scale, convert, accumulate) is what bounds the
  * decode GEMV, so blocks go in pairs as in qlinear.c: the two blocks' int32
@@ -57,10 +60,11 @@ static inline __m256i pack16(__m256i a, __m256i b)
 
 /* One 32-block of x. q5: store the codes in the Q5 order (elements 0..7,
  * 16..23, 8..15, 24..31; see q5_codes), else in element order. The block
- * sum is stored times smul (1, or the -8 / -16 of the Q4_0 / Q5_0 offset,
- * see offset_factor). */
-static inline __attribute__((always_inline)) void quantize_blk(const float *p, q16blk *o,
-                                                               const int q5, const float smul)
+ * sum is stored times smul (1, or the -8 of the Q4_0 offset, see
+ * offset_factor), the scale times dmul (1, or the 1/16 of the Q5_0 codes,
+ * see q5_0_codes; exact, a power of two). */
+static inline __attribute__((always_inline)) void
+quantize_blk(const float *p, q16blk *o, const int q5, const float smul, const float dmul)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8);
@@ -74,35 +78,37 @@ static inline __attribute__((always_inline)) void quantize_blk(const float *p, q
     __m256i r2 = round_i32(v2, id), r3 = round_i32(v3, id);
     _mm256_storeu_si256((__m256i *)o->p, pack16(r0, q5 ? r2 : r1));
     _mm256_storeu_si256((__m256i *)(o->p + 16), pack16(q5 ? r1 : r2, r3));
-    o->d = amax / 32767.0f;
+    o->d = amax / 32767.0f * dmul;
     o->s = smul * kx_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
 }
 
 void KX(q16_quantize_row)(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, 1.0f);
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, 1.0f, 1.0f);
 }
 
 /* The row quantizer of the Q5_1 tiles: the codes in the Q5 order. */
 static void quantize_row_q5(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1, 1.0f);
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1, 1.0f, 1.0f);
 }
 
-/* Q4_0 and Q5_0: the offset factor folded into the block sums (-8 s, -16 s),
- * see offset_factor. */
+/* Q4_0: the offset factor folded into the block sums (-8 s), see
+ * offset_factor. */
 static void quantize_row_q4_0(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, -8.0f);
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, -8.0f, 1.0f);
 }
 
+/* Q5_0: the Q5 order, and d_x / 16 against the codes 16 (q - 16) of
+ * q5_0_codes (the block sums are not read). */
 static void quantize_row_q5_0(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1, -16.0f);
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1, 1.0f, 1.0f / 16.0f);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -121,6 +127,13 @@ static inline size_t blk_bytes(int fmt)
 }
 
 static inline int is_q5(int fmt) { return fmt == KHUB_QFORMAT_Q5_0 || fmt == KHUB_QFORMAT_Q5_1; }
+
+/* Whether a block has an additive term c (Q8_0 and the signed Q5_0 codes
+ * do not): the tiles skip its accumulation. */
+static inline int has_offset(int fmt)
+{
+    return fmt != KHUB_QFORMAT_Q8_0 && fmt != KHUB_QFORMAT_Q5_0;
+}
 
 /* Byte offset of the nibbles qs[16] in a Q4 block (q5_codes finds its own). */
 static inline int qs_offset(int fmt) { return fmt == KHUB_QFORMAT_Q4_0 ? 2 : 4; }
@@ -159,14 +172,59 @@ static inline __attribute__((always_inline)) void q5_codes(const int fmt, const 
     *hi = _mm256_unpackhi_epi8(n, _mm256_setzero_si256());
 }
 
+/* The 32 codes of a Q5_0 block as 16 (q - 16) in two vectors of 16 int16,
+ * in the Q5 order of q5_codes. The signed codes carry the block's offset
+ * -16 d, so the tiles spend nothing on an offset term (as for Q8_0), and
+ * they cost fewer instructions than the unsigned ones: an int16 lane made
+ * by unpacking byte a (low) with byte b (high) is a + 256 b, so with a =
+ * 16 n (the nibble n shifted into the byte's high half, which the shift
+ * that splits the nibbles does anyway) and b = 0xff (-1) where bit 4 is 0,
+ * else 0, it is 16 n - 256 (1 - bit4) = 16 (q - 16). Against q5_codes that
+ * drops the AND with 0x10 and the OR that merged bit 4 into the byte (AVX2:
+ * 7 vector instructions per block, was 9), and the offset term's add per
+ * row and block pair. |16 (q - 16)| <= 256, so no int32 lane can overflow.
+ * The activation scale is d_x / 16 (quantize_row_q5_0): d_w (d_x / 16) is
+ * d_w d_x / 16 exactly. */
+static inline __attribute__((always_inline)) void q5_0_codes(const uint8_t *blk, __m256i *lo,
+                                                             __m256i *hi)
+{
+    const uint8_t *qh = blk + 2;
+    const __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(qh + 4)));
+    /* lane 0: the low nibbles shifted up by 4 (64-bit shifts carry the next
+     * byte's high nibble in, the AND drops it); lane 1: the high nibbles. */
+    const __m256i n = _mm256_and_si256(_mm256_sllv_epi64(q, _mm256_setr_epi64x(4, 4, 0, 0)),
+                                       _mm256_set1_epi8((char)0xf0));
+    uint32_t h;
+    memcpy(&h, qh, 4);
+#if defined(KX_LEVEL_AVX512)
+    const __m256i m = _mm256_movm_epi8((__mmask32)~h); /* 0xff where bit 4 is 0 */
+#else
+    /* byte l: the qh byte holding bit l (as in q5_codes), tested against
+     * 1 << (l % 8); 0xff where the bit is 0. */
+    const __m256i sel =
+        _mm256_setr_epi64x(0, 0x0101010101010101ll, 0x0202020202020202ll, 0x0303030303030303ll);
+    const __m256i bit = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    const __m256i m = _mm256_cmpeq_epi8(
+        _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit),
+        _mm256_setzero_si256());
+#endif
+    *lo = _mm256_unpacklo_epi8(n, m);
+    *hi = _mm256_unpackhi_epi8(n, m);
+}
+
 /* The block's 32 codes as two vectors of 16 int16: elements 0..15 and
- * 16..31, or the Q5 order of q5_codes. */
+ * 16..31, or the Q5 order of q5_codes (Q5_0: the signed codes of
+ * q5_0_codes). */
 static inline __attribute__((always_inline)) void codes16(const int fmt, const uint8_t *blk,
                                                           __m256i *lo, __m256i *hi)
 {
     if (fmt == KHUB_QFORMAT_Q8_0) {
         *lo = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 2)));
         *hi = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(blk + 18)));
+        return;
+    }
+    if (fmt == KHUB_QFORMAT_Q5_0) {
+        q5_0_codes(blk, lo, hi);
         return;
     }
     if (is_q5(fmt)) {
@@ -183,20 +241,17 @@ static inline __attribute__((always_inline)) void codes16(const int fmt, const u
     *hi = _mm256_srli_epi16(v, 4);
 }
 
-/* The offset term of Q4_0 / Q5_0 is c sum(x) with c = -8 d (-16 d). The
- * factor rides on the activation block sums instead (their quantizers store
- * s = -8 sum(x), -16 sum(x)), so c here is d itself and the tiles spend no
- * multiply on it: d (-8 s) and (-8 d) s are the same exact product (a power
- * of two scales exactly), rounded once, so the results are the same bits as
- * with c = -8 d, unless -8 sum(x) overflows f32 (|sum(x)| > 4e37). */
-static inline int offset_factor(int fmt)
-{
-    return fmt == KHUB_QFORMAT_Q4_0 ? -8 : fmt == KHUB_QFORMAT_Q5_0 ? -16 : 1;
-}
+/* The offset term of Q4_0 is c sum(x) with c = -8 d. The factor rides on
+ * the activation block sums instead (its quantizer stores s = -8 sum(x)),
+ * so c here is d itself and the tiles spend no multiply on it: d (-8 s) and
+ * (-8 d) s are the same exact product (a power of two scales exactly),
+ * rounded once, so the results are the same bits as with c = -8 d, unless
+ * -8 sum(x) overflows f32 (|sum(x)| > 4e37). */
+static inline int offset_factor(int fmt) { return fmt == KHUB_QFORMAT_Q4_0 ? -8 : 1; }
 
 /* [d0, c0, d1, c1] of blocks blk and blk + bb (c = additive term factor;
- * for Q4_0 / Q5_0 c = d, see offset_factor). Q8_0 has no offset term and
- * its tiles never read lanes 1 and 3 (they hold d0, d1 too): masking them to
+ * for Q4_0 c = d, see offset_factor). Q8_0 and Q5_0 have no offset term and
+ * their tiles never read lanes 1 and 3 (they hold d0, d1 too): masking them to
  * zero cost an instruction per block pair and row for nothing. */
 static inline __m128 scales2(const int fmt, const uint8_t *blk, size_t bb)
 {
@@ -261,7 +316,7 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
     for (int r = 0; r < tr; r++)
 #pragma GCC unroll 4
         for (int c = 0; c < tc; c++) {
-            cs[r][c] = fmt == KHUB_QFORMAT_Q8_0 ? 0.0f : kx_q16_cor(cor[r][c]);
+            cs[r][c] = has_offset(fmt) ? kx_q16_cor(cor[r][c]) : 0.0f;
         }
     for (; b < nb; b++) { /* odd block count: the last block alone */
 #pragma GCC unroll 4
@@ -416,7 +471,7 @@ btile(const int fmt, const int tb, const uint8_t *w, const q16blk *x, int64_t xs
     }
     float cs[KX_TB]; /* kx_q16_cor: lane 1 + lane 3 of each token */
     __m256 cor1 = _mm256_setzero_ps(), cor3 = _mm256_setzero_ps();
-    if (fmt != KHUB_QFORMAT_Q8_0)
+    if (has_offset(fmt))
         for (int64_t b2 = 0; b2 + 2 <= nb; b2 += 2) {
             const __m128 sw = scales2(fmt, w + (size_t)b2 * bb, bb);
             const __m256 c0 = _mm256_set1_ps(_mm_cvtss_f32(_mm_shuffle_ps(sw, sw, 1)));
