@@ -812,12 +812,13 @@ typedef struct khub_kv_cache_config {
     uint64_t max_bytes;
 #endif
 #if KHUB_PLUGIN_TARGET_MINOR >= 5
-    /* added in ABI 1.5: where a cache in device memory does device work of
+    /* added in ABI 1.5: where a cache in device memory lives (ctx->device:
+     * its memory and its kernels are that device's) and does device work of
      * its own (a paged cache's block-table copies in create, reserve and
-     * release), or NULL: the CPU, or the legacy default stream as before
-     * 1.5. Borrowed for the call; the cache keeps ctx->stream, which the
-     * host keeps alive until its last reserve or release (destroy uses no
-     * stream). The host passes the stream of the model's ops, the one it
+     * release), or NULL: the CPU, or cuda:0 and the legacy default stream
+     * as before 1.5. Borrowed for the call; the cache keeps ctx->stream,
+     * which the host keeps alive until its last reserve or release (destroy
+     * uses no stream). The host passes the stream of the model's ops, the one it
      * may capture decode steps on as CUDA graphs: copies there run in order
      * with the steps, and work on the legacy stream while any stream
      * captures breaks that capture. The host sets it only for a plugin of

@@ -1,18 +1,20 @@
 /*
  * activation_cuda.c: host glue of kernels-community/activation for CUDA.
- * Loads the best PTX artifact for the device on first use and launches
+ * Loads the best PTX artifact for a device on its first call there (once
+ * per device: the tensors' device id picks it) and launches
  * khub_act_and_mul over gate/up/y device tensors. Scores 0 without a CUDA
  * driver.
  */
 #include <stdio.h>
 
+#include <khub/helpers/khub_cuda_glue.h>
 #include <khub/khub_plugin.h>
 
 static const int ccs[] = {90, 80, 75}; /* kernel.json's capabilities, highest first */
 
 typedef struct act_state {
     const khub_host_api *host;
-    void *fn;
+    void *fn[KHUB_CG_MAX_DEVICES]; /* CUfunction per device, loaded on first use */
 } act_state;
 
 static act_state g_state;
@@ -24,26 +26,15 @@ static int32_t score(void *sp)
     return host->cuda_device_count(host->host_ctx, &n) == KHUB_STATUS_OK && n > 0 ? 1 : 0;
 }
 
-static khub_status load(act_state *s)
+static khub_status load(act_state *s, int dev)
 {
     const khub_host_api *host = s->host;
     int cc = 0;
-    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
-    if (st != KHUB_STATUS_OK) return st;
-    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
-        char name[64];
-        const void *img = NULL;
-        size_t n = 0;
-        snprintf(name, sizeof name, "activation.sm_%d.ptx", ccs[i]);
-        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)
-            continue;
-        khub_cuda_module *mod = NULL;
-        if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod)) != KHUB_STATUS_OK)
-            return st;
-        return host->cuda_module_function(host->host_ctx, mod, "khub_act_and_mul", &s->fn);
-    }
-    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
-                      "silu_and_mul: no PTX for compute capability %d.%d", cc / 10, cc % 10);
+    khub_cuda_module *mod = NULL;
+    KHUB_CG_TRY(host->cuda_device_cc(host->host_ctx, dev, &cc));
+    KHUB_CG_TRY(khub_cg_load_ptx(host, dev, cc, "activation", ccs, sizeof ccs / sizeof ccs[0],
+                                 "silu_and_mul", &mod));
+    return host->cuda_module_function(host->host_ctx, mod, "khub_act_and_mul", &s->fn[dev]);
 }
 
 static khub_status run(void *sp, const void *args)
@@ -55,10 +46,9 @@ static khub_status run(void *sp, const void *args)
         a->gate->device.device_type != KHUB_DEVICE_CUDA)
         return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
                           "silu_and_mul (cuda): needs CUDA tensors gate/up/y [n, ff]");
-    if (!s->fn) {
-        khub_status st = load(s);
-        if (st != KHUB_STATUS_OK) return st;
-    }
+    int dev = 0;
+    KHUB_CG_TRY(khub_cg_device(host, "silu_and_mul (cuda)", a->gate->device, &dev));
+    if (!s->fn[dev]) KHUB_CG_TRY(load(s, dev));
     long long n = a->gate->shape[0] * a->gate->shape[1];
     int act = (int)a->act_type;
     void *g = a->gate->data, *u = a->up->data, *y = a->y->data;
@@ -66,7 +56,7 @@ static khub_status run(void *sp, const void *args)
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(uint32_t)((n + 255) / 256), 1, 1}, .block = {256, 1, 1},
                                 .stream = a->stream};
-    return host->cuda_launch(host->host_ctx, s->fn, &cfg, params);
+    return host->cuda_launch(host->host_ctx, s->fn[dev], &cfg, params);
 }
 
 static const khub_op_caps caps = {

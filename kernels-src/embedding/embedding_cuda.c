@@ -3,9 +3,10 @@
  * op "embedding" (kind KHUB_OP_EMBEDDING, ABI 1.5) over a table of f32,
  * f16, bf16 or GGUF Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q6_K rows.
  *
- * Loads the best PTX artifact for the device (the highest sm at or below
- * its compute capability) on the first call, under a lock (ops may be
- * called from several threads), and launches the format's kernel: one
+ * Loads the best PTX artifact for a device (the highest sm at or below
+ * its compute capability) on the first call there (one module per device,
+ * the one y lives on), under a lock (ops may be called from several
+ * threads), and launches the format's kernel: one
  * block of 256 threads per token, on the call context's stream. Every
  * pointer is device memory, the token ids too; the table is compact (a
  * byte offset is allowed), y has any row stride and byte offset with a
@@ -16,7 +17,9 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
+#include <khub/helpers/khub_cuda_glue.h>
 #include <khub/khub_plugin.h>
 
 static const int ccs[] = {90, 80, 75}; /* kernel.json's capabilities, highest first */
@@ -32,8 +35,8 @@ static const char *const fn_names[K_COUNT] = {
 typedef struct embed_state {
     const khub_host_api *host;
     pthread_mutex_t lock;
-    int loaded;
-    void *fn[K_COUNT]; /* CUfunction */
+    int loaded[KHUB_CG_MAX_DEVICES];
+    void *fn[KHUB_CG_MAX_DEVICES][K_COUNT]; /* CUfunction per device */
 } embed_state;
 
 static embed_state g_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -45,35 +48,25 @@ static int32_t score(void *sp)
     return host->cuda_device_count(host->host_ctx, &n) == KHUB_STATUS_OK && n > 0 ? 1 : 0;
 }
 
-static khub_status load_locked(embed_state *s)
+static khub_status load_locked(embed_state *s, int dev)
 {
     const khub_host_api *host = s->host;
     int cc = 0;
-    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
-    if (st != KHUB_STATUS_OK) return st;
-    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
-        char name[64];
-        const void *img = NULL;
-        size_t n = 0;
-        snprintf(name, sizeof name, "embedding.sm_%d.ptx", ccs[i]);
-        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)
-            continue;
-        khub_cuda_module *mod = NULL;
-        if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod)) != KHUB_STATUS_OK)
-            return st;
-        for (int f = 0; f < K_COUNT && st == KHUB_STATUS_OK; f++)
-            st = host->cuda_module_function(host->host_ctx, mod, fn_names[f], &s->fn[f]);
-        s->loaded = st == KHUB_STATUS_OK;
-        return st;
-    }
-    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
-                      "embedding: no PTX for compute capability %d.%d", cc / 10, cc % 10);
+    khub_cuda_module *mod = NULL;
+    KHUB_CG_TRY(host->cuda_device_cc(host->host_ctx, dev, &cc));
+    KHUB_CG_TRY(khub_cg_load_ptx(host, dev, cc, "embedding", ccs, sizeof ccs / sizeof ccs[0],
+                                 "embedding", &mod));
+    khub_status st = KHUB_STATUS_OK;
+    for (int f = 0; f < K_COUNT && st == KHUB_STATUS_OK; f++)
+        st = host->cuda_module_function(host->host_ctx, mod, fn_names[f], &s->fn[dev][f]);
+    s->loaded[dev] = st == KHUB_STATUS_OK;
+    return st;
 }
 
-static khub_status load(embed_state *s)
+static khub_status load(embed_state *s, int dev)
 {
     pthread_mutex_lock(&s->lock);
-    khub_status st = s->loaded ? KHUB_STATUS_OK : load_locked(s);
+    khub_status st = s->loaded[dev] ? KHUB_STATUS_OK : load_locked(s, dev);
     pthread_mutex_unlock(&s->lock);
     return st;
 }
@@ -137,8 +130,9 @@ static khub_status run(void *sp, const void *args)
                           "in whole blocks)",
                           t->dtype.code, t->dtype.bits, (long long)hidden);
     if (a->n == 0) return KHUB_STATUS_OK;
-    khub_status st = load(s);
-    if (st != KHUB_STATUS_OK) return st;
+    int dev = 0;
+    KHUB_CG_TRY(khub_cg_device(host, "embedding (cuda)", y->device, &dev));
+    KHUB_CG_TRY(load(s, dev));
     const void *table = (const char *)t->data + t->byte_offset, *ids = a->ids;
     void *out = (char *)y->data + y->byte_offset;
     int32_t h32 = (int32_t)hidden;
@@ -148,7 +142,7 @@ static khub_status run(void *sp, const void *args)
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(uint32_t)a->n, 1, 1}, .block = {THREADS, 1, 1},
                                 .stream = a->ctx ? a->ctx->stream : NULL};
-    return host->cuda_launch(host->host_ctx, s->fn[k], &cfg, params);
+    return host->cuda_launch(host->host_ctx, s->fn[dev][k], &cfg, params);
 }
 
 static const khub_op_caps caps = {
@@ -174,7 +168,7 @@ khub_status khub_embedding_cuda_init(const khub_host_api *h, khub_plugin_desc *o
 {
     (void)errbuf, (void)errbuf_size;
     g_state.host = h;
-    g_state.loaded = 0;
+    memset(g_state.loaded, 0, sizeof g_state.loaded);
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
                           .id = "kernels-community/embedding",
                           .version = "1.0.0",

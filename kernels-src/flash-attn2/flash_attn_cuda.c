@@ -1,9 +1,12 @@
 /*
  * flash_attn_cuda.c: host glue of kernels-community/flash-attn2 for CUDA.
  *
- * Loads the best PTX artifact for the device (the highest sm at or below its
- * compute capability; PTX is forward compatible) on first use and launches
- * one of two paths (flash_attn.cu), chosen from the shapes of the call:
+ * Loads the best PTX artifact for a device (the highest sm at or below its
+ * compute capability; PTX is forward compatible) on its first call there
+ * and launches one of two paths (flash_attn.cu), chosen from the shapes of
+ * the call. Modules, kernels, specialisations and scratch are kept per
+ * device (q's device id picks it): a CUfunction launches only on the device
+ * its module was loaded on. The paths:
  *
  *   - n_q > FA_DECODE_MAX_Q (8) query rows: the prefill tiles, khub_fa2_hd64
  *     or khub_fa2_hd128, one block of 64 threads per 64 query rows and head.
@@ -30,6 +33,8 @@
  * executor's forward_graph.c; relaxed mode, so that first allocation may
  * happen in it) could not hold. A call whose partials do not fit (a
  * larger shape on the same stream) replaces it after that stream drained.
+ * A scratch is keyed by stream and device (each device has its own legacy
+ * stream) and allocated on that device.
  *
  * At load, when the host can compile (ABI 1.5 host->cuda_module_compile,
  * docs/gpu.md): the first call with a shape (head_dim, query heads, KV
@@ -52,6 +57,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <khub/helpers/khub_cuda_glue.h>
 #include <khub/khub_plugin.h>
 
 static const int ccs[] = {90, 86, 80}; /* kernel.json's capabilities, highest first */
@@ -61,7 +67,7 @@ static const int ccs[] = {90, 86, 80}; /* kernel.json's capabilities, highest fi
 #define FA_MAX_SPLITS   64         /* splits per (row, head) */
 #define FA_PART_BUDGET  (4u << 20) /* floats of partials per call */
 #define FA_STREAMS      16         /* live streams with a scratch of their own */
-#define MAX_SPECS       16
+#define MAX_SPECS       16         /* over every device */
 
 enum { FN_PREFILL, FN_DECODE, FN_MERGE };
 
@@ -69,12 +75,13 @@ enum { FN_PREFILL, FN_DECODE, FN_MERGE };
  * NULL when that failed (the build-time kernels run for it, without asking
  * again). */
 typedef struct fa_spec {
-    int hd, nh, nkvh;
+    int device, hd, nh, nkvh;
     void *fn[2]; /* CUfunction */
 } fa_spec;
 
 typedef struct fa_scratch {
     void *stream; /* CUstream (NULL = the legacy stream) */
+    int device;   /* the stream's */
     uint64_t dptr;
     size_t bytes;
     int used;
@@ -83,8 +90,9 @@ typedef struct fa_scratch {
 typedef struct fa_state {
     const khub_host_api *host;
     pthread_mutex_t lock;
-    int loaded;
-    void *fn[2][3]; /* CUfunction per head dim (64, 128): prefill, decode, merge */
+    int loaded[KHUB_CG_MAX_DEVICES];
+    void *fn[KHUB_CG_MAX_DEVICES][2][3]; /* CUfunction per device and head dim (64, 128):
+                                            prefill, decode, merge */
     fa_spec spec[MAX_SPECS];
     int n_spec;
     fa_scratch scratch[FA_STREAMS];
@@ -109,7 +117,7 @@ static int can_compile(const khub_host_api *host)
 /* The modules                                                              */
 /* ======================================================================== */
 
-static khub_status functions_of(fa_state *s, khub_cuda_module *mod)
+static khub_status functions_of(fa_state *s, int dev, khub_cuda_module *mod)
 {
     static const char *const names[2][3] = {
         {"khub_fa2_hd64", "khub_fa2_decode_hd64", "khub_fa2_merge_hd64"},
@@ -118,53 +126,42 @@ static khub_status functions_of(fa_state *s, khub_cuda_module *mod)
     khub_status st = KHUB_STATUS_OK;
     for (int h = 0; h < 2; h++)
         for (int f = 0; f < 3 && st == KHUB_STATUS_OK; f++)
-            st = host->cuda_module_function(host->host_ctx, mod, names[h][f], &s->fn[h][f]);
-    s->loaded = st == KHUB_STATUS_OK;
+            st = host->cuda_module_function(host->host_ctx, mod, names[h][f], &s->fn[dev][h][f]);
+    s->loaded[dev] = st == KHUB_STATUS_OK;
     return st;
 }
 
-static khub_status load_locked(fa_state *s)
+static khub_status load_locked(fa_state *s, int dev)
 {
     const khub_host_api *host = s->host;
     int cc = 0;
-    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
-    if (st != KHUB_STATUS_OK) return st;
+    KHUB_CG_TRY(host->cuda_device_cc(host->host_ctx, dev, &cc));
     if (cc > ccs[0] && can_compile(host)) { /* newer than the build: its own code */
         khub_cuda_module *mod = NULL;
-        if (host->cuda_module_compile(host->host_ctx, 0, "flash_attn.cu", NULL, 0, &mod) ==
+        if (host->cuda_module_compile(host->host_ctx, dev, "flash_attn.cu", NULL, 0, &mod) ==
             KHUB_STATUS_OK)
-            return functions_of(s, mod);
+            return functions_of(s, dev, mod);
         host->log(host->host_ctx, KHUB_LOG_INFO, "flash_attn: sm_%d: using the PTX for sm_%d", cc,
                   ccs[0]);
     }
-    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
-        char name[64];
-        const void *img = NULL;
-        size_t n = 0;
-        snprintf(name, sizeof name, "flash_attn.sm_%d.ptx", ccs[i]);
-        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)
-            continue;
-        khub_cuda_module *mod = NULL;
-        if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod)) != KHUB_STATUS_OK)
-            return st;
-        return functions_of(s, mod);
-    }
-    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
-                      "flash_attn: no PTX for compute capability %d.%d", cc / 10, cc % 10);
+    khub_cuda_module *mod = NULL;
+    KHUB_CG_TRY(khub_cg_load_ptx(host, dev, cc, "flash_attn", ccs, sizeof ccs / sizeof ccs[0],
+                                 "flash_attn", &mod));
+    return functions_of(s, dev, mod);
 }
 
 /* The kernels compiled for this shape (fn[0] prefill, fn[1] decode),
  * compiling them on the first call that has it; NULLs: run the build-time
  * kernels. */
-static void specialised(fa_state *s, int hd, int nh, int nkvh, void *fn[2])
+static void specialised(fa_state *s, int dev, int hd, int nh, int nkvh, void *fn[2])
 {
     const khub_host_api *host = s->host;
     fn[0] = fn[1] = NULL;
     if (nkvh <= 0 || nh % nkvh || !can_compile(host)) return;
     pthread_mutex_lock(&s->lock);
     int i = 0;
-    while (i < s->n_spec &&
-           !(s->spec[i].hd == hd && s->spec[i].nh == nh && s->spec[i].nkvh == nkvh))
+    while (i < s->n_spec && !(s->spec[i].device == dev && s->spec[i].hd == hd &&
+                              s->spec[i].nh == nh && s->spec[i].nkvh == nkvh))
         i++;
     if (i < s->n_spec) {
         fn[0] = s->spec[i].fn[0], fn[1] = s->spec[i].fn[1];
@@ -175,7 +172,7 @@ static void specialised(fa_state *s, int hd, int nh, int nkvh, void *fn[2])
         snprintf(d[2], sizeof d[2], "KHUB_FA2_GROUP=%d", nh / nkvh);
         const char *defs[3] = {d[0], d[1], d[2]};
         khub_cuda_module *mod = NULL;
-        if (host->cuda_module_compile(host->host_ctx, 0, "flash_attn.cu", defs, 3, &mod) !=
+        if (host->cuda_module_compile(host->host_ctx, dev, "flash_attn.cu", defs, 3, &mod) !=
                 KHUB_STATUS_OK ||
             host->cuda_module_function(host->host_ctx, mod, "khub_fa2_spec", &fn[0]) !=
                 KHUB_STATUS_OK ||
@@ -186,7 +183,7 @@ static void specialised(fa_state *s, int hd, int nh, int nkvh, void *fn[2])
             host->log(host->host_ctx, KHUB_LOG_INFO,
                       "flash_attn: head_dim %d, %d/%d heads: the build-time kernels run", hd, nh,
                       nkvh);
-        s->spec[s->n_spec++] = (fa_spec){hd, nh, nkvh, {fn[0], fn[1]}};
+        s->spec[s->n_spec++] = (fa_spec){dev, hd, nh, nkvh, {fn[0], fn[1]}};
     }
     pthread_mutex_unlock(&s->lock);
 }
@@ -195,16 +192,17 @@ static void specialised(fa_state *s, int hd, int nh, int nkvh, void *fn[2])
 /* The partials' scratch                                                    */
 /* ======================================================================== */
 
-/* The scratch of `stream`, at least `need` bytes long; a new buffer is
- * `shape_max` bytes (file comment). A buffer that grows is replaced only
- * after its stream drained (a kernel queued earlier may still read it). */
-static khub_status scratch_locked(fa_state *s, void *stream, size_t need, size_t shape_max,
+/* The scratch of `stream` on device dev, at least `need` bytes long; a
+ * new buffer is `shape_max` bytes (file comment). A buffer that grows is
+ * replaced only after its stream drained (a kernel queued earlier may
+ * still read it). */
+static khub_status scratch_locked(fa_state *s, int dev, void *stream, size_t need, size_t shape_max,
                                   uint64_t *out)
 {
     const khub_host_api *host = s->host;
     fa_scratch *e = NULL, *free_slot = NULL;
     for (int i = 0; i < FA_STREAMS && !e; i++)
-        if (s->scratch[i].used && s->scratch[i].stream == stream)
+        if (s->scratch[i].used && s->scratch[i].stream == stream && s->scratch[i].device == dev)
             e = &s->scratch[i];
         else if (!s->scratch[i].used && !free_slot)
             free_slot = &s->scratch[i];
@@ -213,7 +211,7 @@ static khub_status scratch_locked(fa_state *s, void *stream, size_t need, size_t
                           "flash_attn (cuda): split-K scratch is kept for %d live streams; this "
                           "call is on another one (free a model placed on the device first)",
                           FA_STREAMS);
-    if (!e) *(e = free_slot) = (fa_scratch){.stream = stream, .used = 1};
+    if (!e) *(e = free_slot) = (fa_scratch){.stream = stream, .device = dev, .used = 1};
     if (e->bytes < need) {
         khub_status st = KHUB_STATUS_OK;
         if (e->dptr) {
@@ -223,7 +221,7 @@ static khub_status scratch_locked(fa_state *s, void *stream, size_t need, size_t
             e->dptr = 0, e->bytes = 0;
         }
         size_t want = shape_max > need ? shape_max : need;
-        if ((st = host->cuda_mem_alloc(host->host_ctx, 0, want, &e->dptr)) != KHUB_STATUS_OK) {
+        if ((st = host->cuda_mem_alloc(host->host_ctx, dev, want, &e->dptr)) != KHUB_STATUS_OK) {
             e->dptr = 0;
             return st;
         }
@@ -249,14 +247,14 @@ static void fa_stream_end(void *sp, void *stream)
     pthread_mutex_unlock(&s->lock);
 }
 
-/* Loads the module on the first call and finds the call's scratch (need
- * 0: none). */
-static khub_status prepare(fa_state *s, void *stream, size_t need, size_t shape_max,
+/* Loads dev's module on the first call there and finds the call's scratch
+ * (need 0: none). */
+static khub_status prepare(fa_state *s, int dev, void *stream, size_t need, size_t shape_max,
                            uint64_t *scratch)
 {
     pthread_mutex_lock(&s->lock);
-    khub_status st = s->loaded ? KHUB_STATUS_OK : load_locked(s);
-    if (st == KHUB_STATUS_OK && need) st = scratch_locked(s, stream, need, shape_max, scratch);
+    khub_status st = s->loaded[dev] ? KHUB_STATUS_OK : load_locked(s, dev);
+    if (st == KHUB_STATUS_OK && need) st = scratch_locked(s, dev, stream, need, shape_max, scratch);
     pthread_mutex_unlock(&s->lock);
     return st;
 }
@@ -334,17 +332,19 @@ static khub_status flash_attn_cuda(void *sp, const void *args)
                       ? (size_t)nq * (size_t)nh * (size_t)nsplit * (size_t)(hd + 2) * 4
                       : 0;
     uint64_t scratch = 0;
-    khub_status st = prepare(s, a->stream, need, shape_max_bytes(nh, hd), &scratch);
+    int dev = 0;
+    KHUB_CG_TRY(khub_cg_device(host, "flash_attn (cuda)", a->q->device, &dev));
+    khub_status st = prepare(s, dev, a->stream, need, shape_max_bytes(nh, hd), &scratch);
     if (st != KHUB_STATUS_OK) return st;
     void *spec[2];
-    specialised(s, hd, nh, nkvh, spec);
+    specialised(s, dev, hd, nh, nkvh, spec);
     if (nq > FA_DECODE_MAX_Q) {
         void *params[] = {&q, &k, &v, &o, &nq, &nh, &nkv, &nkvh, &ks, &vs, &scale, &q0};
         khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                     .grid = {(uint32_t)((nq + 63) / 64), (uint32_t)nh, 1},
                                     .block = {64, 1, 1}, .stream = a->stream};
-        return host->cuda_launch(host->host_ctx, spec[0] ? spec[0] : s->fn[h][FN_PREFILL], &cfg,
-                                 params);
+        return host->cuda_launch(host->host_ctx, spec[0] ? spec[0] : s->fn[dev][h][FN_PREFILL],
+                                 &cfg, params);
     }
     void *part = (void *)(uintptr_t)scratch;
     void *params[] = {&q,    &k,  &v,  &o,     &part, &nh,     &nkv,
@@ -352,13 +352,14 @@ static khub_status flash_attn_cuda(void *sp, const void *args)
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(uint32_t)nsplit, (uint32_t)nh, (uint32_t)nq},
                                 .block = {128, 1, 1}, .stream = a->stream};
-    st = host->cuda_launch(host->host_ctx, spec[1] ? spec[1] : s->fn[h][FN_DECODE], &cfg, params);
+    st = host->cuda_launch(host->host_ctx, spec[1] ? spec[1] : s->fn[dev][h][FN_DECODE], &cfg,
+                           params);
     if (st != KHUB_STATUS_OK || nsplit == 1) return st;
     void *mparams[] = {&part, &o, &nsplit};
     khub_cuda_launch_cfg mcfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                  .grid = {(uint32_t)(nq * nh), 1, 1}, .block = {(uint32_t)hd, 1, 1},
                                  .stream = a->stream};
-    return host->cuda_launch(host->host_ctx, s->fn[h][FN_MERGE], &mcfg, mparams);
+    return host->cuda_launch(host->host_ctx, s->fn[dev][h][FN_MERGE], &mcfg, mparams);
 }
 
 static void fa_shutdown(void *sp)
@@ -367,7 +368,7 @@ static void fa_shutdown(void *sp)
     for (int i = 0; i < FA_STREAMS; i++)
         if (s->scratch[i].dptr) s->host->cuda_mem_free(s->host->host_ctx, s->scratch[i].dptr);
     memset(s->scratch, 0, sizeof s->scratch);
-    s->loaded = 0;
+    memset(s->loaded, 0, sizeof s->loaded);
     s->n_spec = 0;
 }
 
@@ -395,7 +396,7 @@ khub_status khub_flash_attn2_cuda_init(const khub_host_api *h, khub_plugin_desc 
 {
     (void)errbuf, (void)errbuf_size;
     g_state.host = h;
-    g_state.loaded = 0;
+    memset(g_state.loaded, 0, sizeof g_state.loaded);
     g_state.n_spec = 0;
     memset(g_state.scratch, 0, sizeof g_state.scratch);
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),

@@ -3,10 +3,12 @@
  * "linear" (f32, f16 and bf16 weights) and "qlinear" (Q8_0, Q4_0, Q4_1,
  * Q4_K, Q6_K stored as GGUF blocks, and NF4), both with an optional f32 bias.
  *
- * Loads the best PTX artifact for the device (the highest sm at or below its
- * compute capability) on the first call, under a lock (ops may be called
- * from several threads), and looks each kernel up the first time it is
- * launched. A call runs one of two kernels of gemv.cu for the weight format:
+ * Loads the best PTX artifact for a device (the highest sm at or below its
+ * compute capability) on the first call there, under a lock (ops may be
+ * called from several threads), and looks each kernel up the first time it
+ * is launched there: module, capability and kernels are kept per device
+ * (x's device id picks it; a CUfunction launches only on its module's). A call runs one of two
+ * kernels of gemv.cu for the weight format:
  *   - the GEMM (khub_gemm_<format>, tensor cores through mma.sync; x staged
  *     as f16, or bf16 for bf16 weights) when x has more than GEMM_ABOVE rows
  *     and the device has the format's GEMM (compute capability 7.5 for f16
@@ -25,7 +27,9 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
+#include <khub/helpers/khub_cuda_glue.h>
 #include <khub/khub_plugin.h>
 
 static const int ccs[] = {90, 80, 75}; /* kernel.json's capabilities, highest first */
@@ -47,12 +51,17 @@ static const struct {
 
 enum { P_GEMV, P_GEMM };
 
+/* One device's module and kernels. */
+typedef struct gemv_dev {
+    khub_cuda_module *mod; /* NULL until the first call there loads it */
+    int cc;                /* the device's compute capability, 10 x major + minor */
+    void *fn[2][F_COUNT];  /* CUfunction per path and format, looked up on first use */
+} gemv_dev;
+
 typedef struct gemv_state {
     const khub_host_api *host;
     pthread_mutex_t lock;
-    khub_cuda_module *mod; /* NULL until the first call loads it */
-    int cc;                /* the device's compute capability, 10 x major + minor */
-    void *fn[2][F_COUNT];  /* CUfunction per path and format, looked up on first use */
+    gemv_dev dev[KHUB_CG_MAX_DEVICES];
 } gemv_state;
 
 static gemv_state g_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -64,44 +73,35 @@ static int32_t score(void *sp)
     return host->cuda_device_count(host->host_ctx, &n) == KHUB_STATUS_OK && n > 0 ? 1 : 0;
 }
 
-static khub_status load_locked(gemv_state *s)
+static khub_status load_locked(gemv_state *s, int dev)
 {
     const khub_host_api *host = s->host;
+    gemv_dev *d = &s->dev[dev];
     int cc = 0;
-    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
-    if (st != KHUB_STATUS_OK) return st;
-    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
-        char name[64];
-        const void *img = NULL;
-        size_t n = 0;
-        snprintf(name, sizeof name, "gemv.sm_%d.ptx", ccs[i]);
-        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)
-            continue;
-        if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &s->mod)) != KHUB_STATUS_OK)
-            return st;
-        s->cc = cc;
-        return KHUB_STATUS_OK;
-    }
-    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
-                      "gemv: no PTX for compute capability %d.%d", cc / 10, cc % 10);
+    KHUB_CG_TRY(host->cuda_device_cc(host->host_ctx, dev, &cc));
+    KHUB_CG_TRY(
+        khub_cg_load_ptx(host, dev, cc, "gemv", ccs, sizeof ccs / sizeof ccs[0], "gemv", &d->mod));
+    d->cc = cc;
+    return KHUB_STATUS_OK;
 }
 
-/* The path for n x rows of format f (loading the module on the first call:
- * the path depends on the device's capability) and its kernel, looked up
- * on first use. */
-static khub_status kernel(gemv_state *s, int f, int64_t n, int *p, void **fn)
+/* The path for n x rows of format f on device dev (loading the module on
+ * the first call there: the path depends on the device's capability) and
+ * its kernel, looked up on first use. */
+static khub_status kernel(gemv_state *s, int dev, int f, int64_t n, int *p, void **fn)
 {
     pthread_mutex_lock(&s->lock);
-    khub_status st = s->mod ? KHUB_STATUS_OK : load_locked(s);
+    gemv_dev *d = &s->dev[dev];
+    khub_status st = d->mod ? KHUB_STATUS_OK : load_locked(s, dev);
     if (st == KHUB_STATUS_OK) {
-        *p = n > GEMM_ABOVE && fmts[f].gemm_cc && s->cc >= fmts[f].gemm_cc ? P_GEMM : P_GEMV;
-        if (!s->fn[*p][f]) {
+        *p = n > GEMM_ABOVE && fmts[f].gemm_cc && d->cc >= fmts[f].gemm_cc ? P_GEMM : P_GEMV;
+        if (!d->fn[*p][f]) {
             char name[32];
             snprintf(name, sizeof name, "khub_%s_%s", *p == P_GEMM ? "gemm" : "gemv",
                      fmts[f].suffix);
-            st = s->host->cuda_module_function(s->host->host_ctx, s->mod, name, &s->fn[*p][f]);
+            st = s->host->cuda_module_function(s->host->host_ctx, d->mod, name, &d->fn[*p][f]);
         }
-        *fn = s->fn[*p][f];
+        *fn = d->fn[*p][f];
     }
     pthread_mutex_unlock(&s->lock);
     return st;
@@ -227,8 +227,9 @@ static khub_status run(void *sp, const void *args, const char *op)
     khub_status st = check_args(host, op, a, &c);
     if (st != KHUB_STATUS_OK) return st;
     void *fn = NULL;
-    int p = P_GEMV;
-    if ((st = kernel(s, c.f, c.n, &p, &fn)) != KHUB_STATUS_OK) return st;
+    int p = P_GEMV, dev = 0;
+    KHUB_CG_TRY(khub_cg_device(host, op, a->x->device, &dev));
+    if ((st = kernel(s, dev, c.f, c.n, &p, &fn)) != KHUB_STATUS_OK) return st;
     int64_t rows_per = p == P_GEMM ? BM : NT, cols_per = p == P_GEMM ? BN : WARPS;
     if ((c.n + rows_per - 1) / rows_per > 65535)
         return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
@@ -285,10 +286,7 @@ khub_status khub_gemv_cuda_init(const khub_host_api *h, khub_plugin_desc *out, c
     (void)errbuf, (void)errbuf_size;
     pthread_mutex_lock(&g_state.lock);
     g_state.host = h;
-    g_state.mod = NULL;
-    g_state.cc = 0;
-    for (int p = 0; p < 2; p++)
-        for (int f = 0; f < F_COUNT; f++) g_state.fn[p][f] = NULL;
+    memset(g_state.dev, 0, sizeof g_state.dev);
     pthread_mutex_unlock(&g_state.lock);
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
                           .id = "kernels-community/gemv",

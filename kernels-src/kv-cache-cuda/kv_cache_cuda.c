@@ -20,7 +20,10 @@
  * ctx (a host that sends none) it launches on the legacy default stream,
  * which every stream khub creates (blocking streams, cuStreamCreate flags
  * 0) waits for and is waited by: ordered too, but never inside a graph.
- * The cache lives on CUDA device 0.
+ * The cache lives on the device of the config's ctx (ABI 1.5; cuda:0
+ * without one), and its append kernel is that device's module: modules
+ * and kernels are kept per device in all three ops (a CUfunction launches
+ * only on the device its module was loaded on).
  *
  * The plugin's other two ops are the paged cache (paged_cuda.c) and the
  * paged attention that reads it (paged_attention_cuda.c), layout
@@ -42,53 +45,55 @@
 
 static const int ccs[] = {90, 80, 75}; /* kernel.json's capabilities, highest first */
 
-/* Each module once per plugin load: the static cache loads kv_append, the
- * paged cache and the paged attention share paged_attn. */
+/* Each module once per device and plugin load: the static cache loads
+ * kv_append, the paged cache and the paged attention share paged_attn. */
+static const char *const stems[2] = {"kv_append", "paged_attn"};
+
 static struct {
     pthread_mutex_t lock;
-    const char *stem[2];
-    khub_cuda_module *mod[2];
+    khub_cuda_module *mod[KHUB_CG_MAX_DEVICES][2]; /* [device][stems index] */
 } g_mods = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static khub_status module_locked(const khub_host_api *host, const char *stem, const char *who,
-                                 khub_cuda_module **mod)
+static khub_status module_locked(const khub_host_api *host, int device, const char *stem,
+                                 const char *who, khub_cuda_module **mod)
 {
     size_t slot = 0;
-    while (slot < 2 && g_mods.stem[slot] && strcmp(g_mods.stem[slot], stem) != 0) slot++;
-    if (slot == 2) /* two stems in this package: unreachable */
-        return host->fail(host->host_ctx, KHUB_STATUS_INTERNAL, "%s: module %s: table full", who,
-                          stem);
-    if (g_mods.stem[slot]) {
-        *mod = g_mods.mod[slot];
+    while (slot < 2 && strcmp(stems[slot], stem) != 0) slot++;
+    if (slot == 2 || device < 0 || device >= KHUB_CG_MAX_DEVICES) /* callers' bug */
+        return host->fail(host->host_ctx, KHUB_STATUS_INTERNAL, "%s: module %s on cuda:%d", who,
+                          stem, device);
+    if (g_mods.mod[device][slot]) {
+        *mod = g_mods.mod[device][slot];
         return KHUB_STATUS_OK;
     }
     int cc = 0;
-    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
-    if (st != KHUB_STATUS_OK) return st;
-    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
-        char name[64];
-        const void *img = NULL;
-        size_t n = 0;
-        snprintf(name, sizeof name, "%s.sm_%d.ptx", stem, ccs[i]);
-        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)
-            continue;
-        st = host->cuda_module_load(host->host_ctx, 0, img, n, mod);
-        if (st != KHUB_STATUS_OK) return st;
-        g_mods.stem[slot] = stem;
-        g_mods.mod[slot] = *mod;
-        return KHUB_STATUS_OK;
-    }
-    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
-                      "%s: no PTX for compute capability %d.%d", who, cc / 10, cc % 10);
+    KHUB_CG_TRY(host->cuda_device_cc(host->host_ctx, device, &cc));
+    KHUB_CG_TRY(
+        khub_cg_load_ptx(host, device, cc, stem, ccs, sizeof ccs / sizeof ccs[0], who, mod));
+    g_mods.mod[device][slot] = *mod;
+    return KHUB_STATUS_OK;
 }
 
-khub_status khub_kvc__module(const khub_host_api *host, const char *stem, const char *who,
-                             khub_cuda_module **mod)
+khub_status khub_kvc__module(const khub_host_api *host, int device, const char *stem,
+                             const char *who, khub_cuda_module **mod)
 {
     pthread_mutex_lock(&g_mods.lock);
-    khub_status st = module_locked(host, stem, who, mod);
+    khub_status st = module_locked(host, device, stem, who, mod);
     pthread_mutex_unlock(&g_mods.lock);
     return st;
+}
+
+khub_status khub_kvc__config_device(const khub_host_api *host, const char *who,
+                                    const khub_kv_cache_config *cfg, int *device)
+{
+    const khub_call_ctx *ctx = KHUB_HAS_FIELD(cfg, khub_kv_cache_config, ctx) ? cfg->ctx : NULL;
+    *device = 0;
+    if (!ctx) return KHUB_STATUS_OK;
+    if (ctx->struct_size < offsetof(khub_call_ctx, stream) + sizeof ctx->stream ||
+        ctx->device.device_type != KHUB_DEVICE_CUDA)
+        return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
+                          "%s: ctx must name the CUDA device and the stream", who);
+    return khub_cg_device(host, who, ctx->device, device);
 }
 
 /* ======================================================================== */
@@ -98,14 +103,15 @@ khub_status khub_kvc__module(const khub_host_api *host, const char *stem, const 
 typedef struct kv_state {
     const khub_host_api *host;
     pthread_mutex_t lock;
-    int loaded;
-    void *fn[2]; /* CUfunction: append to f32, append to f16 */
+    int loaded[KHUB_CG_MAX_DEVICES];
+    void *fn[KHUB_CG_MAX_DEVICES][2]; /* CUfunction per device: append to f32, to f16 */
 } kv_state;
 
 static kv_state g_state = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 struct khub_kv_cache {
     khub_kv_cache_config cfg;
+    int device;      /* the CUDA ordinal the blocks live on */
     int elem;        /* 2 (f16) or 4 (f32) */
     int64_t row;     /* elements per token: n_kv_heads * head_dim */
     int64_t *len;    /* [n_seqs] positions held */
@@ -119,23 +125,23 @@ static int32_t score(void *sp)
     return host->cuda_device_count(host->host_ctx, &n) == KHUB_STATUS_OK && n > 0 ? 1 : 0;
 }
 
-static khub_status load_locked(kv_state *s)
+static khub_status load_locked(kv_state *s, int dev)
 {
     const khub_host_api *host = s->host;
     khub_cuda_module *mod = NULL;
-    khub_status st = khub_kvc__module(host, "kv_append", "static_cache (cuda)", &mod);
+    khub_status st = khub_kvc__module(host, dev, "kv_append", "static_cache (cuda)", &mod);
     if (st == KHUB_STATUS_OK)
-        st = host->cuda_module_function(host->host_ctx, mod, "khub_kv_append_f32", &s->fn[0]);
+        st = host->cuda_module_function(host->host_ctx, mod, "khub_kv_append_f32", &s->fn[dev][0]);
     if (st == KHUB_STATUS_OK)
-        st = host->cuda_module_function(host->host_ctx, mod, "khub_kv_append_f16", &s->fn[1]);
-    s->loaded = st == KHUB_STATUS_OK;
+        st = host->cuda_module_function(host->host_ctx, mod, "khub_kv_append_f16", &s->fn[dev][1]);
+    s->loaded[dev] = st == KHUB_STATUS_OK;
     return st;
 }
 
-static khub_status load(kv_state *s)
+static khub_status load(kv_state *s, int dev)
 {
     pthread_mutex_lock(&s->lock);
-    khub_status st = s->loaded ? KHUB_STATUS_OK : load_locked(s);
+    khub_status st = s->loaded[dev] ? KHUB_STATUS_OK : load_locked(s, dev);
     pthread_mutex_unlock(&s->lock);
     return st;
 }
@@ -163,11 +169,15 @@ static khub_status create(void *sp, const khub_kv_cache_config *cfg, khub_kv_cac
         return host->fail(
             host->host_ctx, KHUB_STATUS_INVALID_ARG,
             "static_cache (cuda): config needs f16 or f32, positive sizes, max_tokens <= 2^24");
+    int dev = 0;
+    KHUB_CG_TRY(khub_kvc__config_device(host, "static_cache (cuda) create", cfg, &dev));
     khub_kv_cache *c = host->alloc(host->host_ctx, sizeof *c);
     if (!c)
         return host->fail(host->host_ctx, KHUB_STATUS_NOMEM, "static_cache (cuda): out of memory");
     memset(c, 0, sizeof *c);
     c->cfg = *cfg;
+    c->cfg.ctx = NULL; /* borrowed for the call */
+    c->device = dev;
     c->elem = f16 ? 2 : 4;
     c->row = (int64_t)cfg->n_kv_heads * cfg->head_dim;
     unsigned __int128 bytes = (unsigned __int128)cfg->n_layers * 2 * (uint64_t)cfg->max_tokens *
@@ -181,7 +191,7 @@ static khub_status create(void *sp, const khub_kv_cache_config *cfg, khub_kv_cac
     memset(c->len, 0, sizeof(int64_t) * (size_t)cfg->n_seqs);
     memset(c->block, 0, sizeof(uint64_t) * (size_t)cfg->n_seqs);
     for (int32_t s = 0; s < cfg->n_seqs; s++) {
-        khub_status st = host->cuda_mem_alloc(host->host_ctx, 0, (size_t)bytes, &c->block[s]);
+        khub_status st = host->cuda_mem_alloc(host->host_ctx, dev, (size_t)bytes, &c->block[s]);
         if (st != KHUB_STATUS_OK) {
             c->block[s] = 0;
             destroy(sp, c);
@@ -230,7 +240,7 @@ static khub_status write(void *sp, khub_kv_cache *c, const khub_kv_write_args *a
             "static_cache (cuda) write: positions [%lld, %lld) with %lld held, capacity %lld",
             (long long)a->pos, (long long)(a->pos + n), (long long)c->len[a->seq],
             (long long)c->cfg.max_tokens);
-    khub_status st = load(s);
+    khub_status st = load(s, c->device);
     if (st != KHUB_STATUS_OK) return st;
     const void *k = a->k->data, *v = a->v->data;
     void *dk = (void *)(uintptr_t)kv_at(c, a->seq, a->layer, 0, a->pos);
@@ -241,7 +251,8 @@ static khub_status write(void *sp, khub_kv_cache *c, const khub_kv_write_args *a
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(uint32_t)((count + 255) / 256), 2, 1},
                                 .block = {256, 1, 1}, .stream = stream};
-    if (count > 0) st = host->cuda_launch(host->host_ctx, s->fn[c->elem == 2], &cfg, params);
+    if (count > 0)
+        st = host->cuda_launch(host->host_ctx, s->fn[c->device][c->elem == 2], &cfg, params);
     if (st != KHUB_STATUS_OK) return st;
     /* the sequence holds positions up to the furthest one written in any layer */
     if (a->pos + n > c->len[a->seq]) c->len[a->seq] = a->pos + n;
@@ -251,7 +262,7 @@ static khub_status write(void *sp, khub_kv_cache *c, const khub_kv_write_args *a
 static void describe(khub_tensor *t, uint64_t base, const khub_kv_cache *c, int64_t n)
 {
     t->data = (void *)(uintptr_t)base;
-    t->device = (khub_device){KHUB_DEVICE_CUDA, 0};
+    t->device = (khub_device){KHUB_DEVICE_CUDA, c->device};
     t->ndim = 3;
     t->dtype = (khub_dtype){KHUB_DL_FLOAT, (uint8_t)(c->elem * 8), 1};
     t->byte_offset = 0;
@@ -312,8 +323,8 @@ static void kv_shutdown(void *sp)
     (void)sp;
     khub_kvc__paged_shutdown();
     khub_kvc__attention_shutdown();
-    memset(g_mods.stem, 0, sizeof g_mods.stem); /* the host unloads the modules */
-    memset(g_mods.mod, 0, sizeof g_mods.mod);
+    memset(g_mods.mod, 0, sizeof g_mods.mod); /* the host unloads the modules */
+    memset(g_state.loaded, 0, sizeof g_state.loaded);
 }
 
 /* Only the paged attention keeps device memory per stream (its split-K
@@ -329,8 +340,7 @@ khub_status khub_kv_cache_cuda_init(const khub_host_api *h, khub_plugin_desc *ou
 {
     (void)errbuf, (void)errbuf_size;
     g_state.host = h;
-    g_state.loaded = 0;
-    memset(g_mods.stem, 0, sizeof g_mods.stem);
+    memset(g_state.loaded, 0, sizeof g_state.loaded);
     memset(g_mods.mod, 0, sizeof g_mods.mod);
     khub_kvc__paged_init(h);
     khub_kvc__attention_init(h);

@@ -31,6 +31,10 @@
  * every captured step pointing at the same partials (FlashInfer sizes its
  * split-K workspace once for the same reason). The one allocation may fall
  * inside a capture, which the host's relaxed capture mode allows.
+ *
+ * Kernels and scratch are kept per device, the one the call's ctx names (a
+ * CUfunction launches only on the device its module was loaded on; each
+ * device has its own legacy stream).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -55,6 +59,7 @@
 
 typedef struct pg_scratch {
     void *stream;  /* CUstream (NULL: the legacy one) */
+    int device;    /* the stream's */
     uint64_t dptr; /* PG_PART_BUDGET floats */
     int used;
 } pg_scratch;
@@ -62,9 +67,9 @@ typedef struct pg_scratch {
 static struct {
     const khub_host_api *host;
     pthread_mutex_t lock;
-    int loaded;
-    void *attn[2][2][2]; /* [head dim 64/128][f32/f16][tiles/decode] */
-    void *merge[2];      /* [head dim 64/128] */
+    int loaded[KHUB_CG_MAX_DEVICES];
+    void *attn[KHUB_CG_MAX_DEVICES][2][2][2]; /* [device][head dim 64/128][f32/f16][tiles/decode] */
+    void *merge[KHUB_CG_MAX_DEVICES][2];      /* [device][head dim 64/128] */
     pg_scratch scratch[PG_STREAMS];
 } g_pg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -74,32 +79,33 @@ static struct {
 /* The module and the scratch                                               */
 /* ======================================================================== */
 
-static khub_status load_locked(void)
+static khub_status load_locked(int dev)
 {
     const khub_host_api *host = g_pg.host;
     khub_cuda_module *mod = NULL;
-    khub_status st = khub_kvc__module(host, "paged_attn", "paged_attention (cuda)", &mod);
+    khub_status st = khub_kvc__module(host, dev, "paged_attn", "paged_attention (cuda)", &mod);
     static const char *const dt[2] = {"f32", "f16"};
     static const int hds[2] = {64, 128};
     for (int h = 0; h < 2 && st == KHUB_STATUS_OK; h++) {
         char name[64];
         snprintf(name, sizeof name, "khub_pa_merge_hd%d", hds[h]);
-        st = host->cuda_module_function(host->host_ctx, mod, name, &g_pg.merge[h]);
+        st = host->cuda_module_function(host->host_ctx, mod, name, &g_pg.merge[dev][h]);
         for (int d = 0; d < 2 && st == KHUB_STATUS_OK; d++) {
             snprintf(name, sizeof name, "khub_pa_hd%d_%s", hds[h], dt[d]);
-            st = host->cuda_module_function(host->host_ctx, mod, name, &g_pg.attn[h][d][0]);
+            st = host->cuda_module_function(host->host_ctx, mod, name, &g_pg.attn[dev][h][d][0]);
             snprintf(name, sizeof name, "khub_pa_decode_hd%d_%s", hds[h], dt[d]);
             if (st == KHUB_STATUS_OK)
-                st = host->cuda_module_function(host->host_ctx, mod, name, &g_pg.attn[h][d][1]);
+                st =
+                    host->cuda_module_function(host->host_ctx, mod, name, &g_pg.attn[dev][h][d][1]);
         }
     }
-    g_pg.loaded = st == KHUB_STATUS_OK;
+    g_pg.loaded[dev] = st == KHUB_STATUS_OK;
     return st;
 }
 
-/* The partials' scratch of stream (the file comment): PG_PART_BUDGET
- * floats, allocated once. */
-static khub_status scratch_locked(void *stream, size_t bytes, uint64_t *out)
+/* The partials' scratch of stream on device dev (the file comment):
+ * PG_PART_BUDGET floats, allocated once. */
+static khub_status scratch_locked(int dev, void *stream, size_t bytes, uint64_t *out)
 {
     const khub_host_api *host = g_pg.host;
     if (bytes > (size_t)PG_PART_BUDGET * sizeof(float)) /* pa_split_plan's bound */
@@ -109,7 +115,8 @@ static khub_status scratch_locked(void *stream, size_t bytes, uint64_t *out)
                     bytes, (size_t)PG_PART_BUDGET * sizeof(float));
     pg_scratch *e = NULL, *free_slot = NULL;
     for (int i = 0; i < PG_STREAMS && !e; i++)
-        if (g_pg.scratch[i].used && g_pg.scratch[i].stream == stream)
+        if (g_pg.scratch[i].used && g_pg.scratch[i].stream == stream &&
+            g_pg.scratch[i].device == dev)
             e = &g_pg.scratch[i];
         else if (!g_pg.scratch[i].used && !free_slot)
             free_slot = &g_pg.scratch[i];
@@ -121,19 +128,19 @@ static khub_status scratch_locked(void *stream, size_t bytes, uint64_t *out)
     if (!e) {
         uint64_t d = 0;
         khub_status st =
-            host->cuda_mem_alloc(host->host_ctx, 0, (size_t)PG_PART_BUDGET * sizeof(float), &d);
+            host->cuda_mem_alloc(host->host_ctx, dev, (size_t)PG_PART_BUDGET * sizeof(float), &d);
         if (st != KHUB_STATUS_OK) return st; /* the driver layer's message names the call */
-        *(e = free_slot) = (pg_scratch){.stream = stream, .dptr = d, .used = 1};
+        *(e = free_slot) = (pg_scratch){.stream = stream, .device = dev, .dptr = d, .used = 1};
     }
     *out = e->dptr;
     return KHUB_STATUS_OK;
 }
 
-static khub_status prepare(void *stream, size_t bytes, uint64_t *scratch)
+static khub_status prepare(int dev, void *stream, size_t bytes, uint64_t *scratch)
 {
     pthread_mutex_lock(&g_pg.lock);
-    khub_status st = g_pg.loaded ? KHUB_STATUS_OK : load_locked();
-    if (st == KHUB_STATUS_OK && bytes) st = scratch_locked(stream, bytes, scratch);
+    khub_status st = g_pg.loaded[dev] ? KHUB_STATUS_OK : load_locked(dev);
+    if (st == KHUB_STATUS_OK && bytes) st = scratch_locked(dev, stream, bytes, scratch);
     pthread_mutex_unlock(&g_pg.lock);
     return st;
 }
@@ -245,7 +252,9 @@ static khub_status paged_attention_cuda(void *sp, const void *args)
                        ? (size_t)total * (size_t)nh * (size_t)nsplit * (size_t)(hd + 2) * 4
                        : 0;
     uint64_t scratch = 0;
-    PG_TRY(prepare(stream, bytes, &scratch));
+    int dev = 0;
+    PG_TRY(khub_cg_device(host, "paged_attention (cuda)", a->ctx->device, &dev));
+    PG_TRY(prepare(dev, stream, bytes, &scratch));
     const void *table = a->block_table, *q = a->q->data, *kp = a->k_pool->data,
                *vp = a->v_pool->data, *cu = a->cu_seqlens_q, *p0 = a->q_pos0, *kl = a->kv_lens,
                *rows = a->seq_rows;
@@ -262,13 +271,13 @@ static khub_status paged_attention_cuda(void *sp, const void *args)
         cfg.block[0] = 128;
     }
     cfg.block[1] = cfg.block[2] = 1;
-    PG_TRY(host->cuda_launch(host->host_ctx, g_pg.attn[h][dt][decode], &cfg, params));
+    PG_TRY(host->cuda_launch(host->host_ctx, g_pg.attn[dev][h][dt][decode], &cfg, params));
     if (!decode || nsplit == 1) return KHUB_STATUS_OK;
     void *mparams[] = {&part, &out, &nsplit};
     khub_cuda_launch_cfg mcfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                  .grid = {(uint32_t)(total * nh), 1, 1},
                                  .block = {(uint32_t)hd, 1, 1}, .stream = stream};
-    return host->cuda_launch(host->host_ctx, g_pg.merge[h], &mcfg, mparams);
+    return host->cuda_launch(host->host_ctx, g_pg.merge[dev][h], &mcfg, mparams);
 }
 
 /* ======================================================================== */
@@ -298,7 +307,7 @@ const khub_op_desc khub_kvc__paged_attention_op = {
 void khub_kvc__attention_init(const khub_host_api *host)
 {
     g_pg.host = host;
-    g_pg.loaded = 0;
+    memset(g_pg.loaded, 0, sizeof g_pg.loaded);
     memset(g_pg.scratch, 0, sizeof g_pg.scratch);
 }
 
@@ -320,5 +329,5 @@ void khub_kvc__attention_shutdown(void)
         if (g_pg.scratch[i].dptr)
             g_pg.host->cuda_mem_free(g_pg.host->host_ctx, g_pg.scratch[i].dptr);
     memset(g_pg.scratch, 0, sizeof g_pg.scratch);
-    g_pg.loaded = 0;
+    memset(g_pg.loaded, 0, sizeof g_pg.loaded);
 }

@@ -29,7 +29,9 @@
  * holds; else every sequence at max_tokens; block_size 16 unless set.
  * Reserve takes blocks lowest id first and fails with KHUB_STATUS_KV_FULL,
  * taking nothing, when the pool is short; write takes what it needs the
- * same way. There is no dense view (view: UNSUPPORTED).
+ * same way. There is no dense view (view: UNSUPPORTED). The pool, the
+ * device table and the append kernel are the config ctx's device's
+ * (cuda:0 without a ctx).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -51,28 +53,28 @@
 static struct {
     const khub_host_api *host;
     pthread_mutex_t lock;
-    int loaded;
-    void *write[2]; /* CUfunction: append to f32, to f16 pools */
+    int loaded[KHUB_CG_MAX_DEVICES];
+    void *write[KHUB_CG_MAX_DEVICES][2]; /* CUfunction per device: append to f32, to f16 pools */
 } g_pg = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 #define FAIL(st, ...) g_pg.host->fail(g_pg.host->host_ctx, (st), __VA_ARGS__)
 
-/* The append kernels, from the module the attention shares. */
-static khub_status load_write(void)
+/* dev's append kernels, from the module the attention shares. */
+static khub_status load_write(int dev)
 {
     const khub_host_api *host = g_pg.host;
     khub_status st = KHUB_STATUS_OK;
     pthread_mutex_lock(&g_pg.lock);
-    if (!g_pg.loaded) {
+    if (!g_pg.loaded[dev]) {
         khub_cuda_module *mod = NULL;
-        st = khub_kvc__module(host, "paged_attn", "paged_cache (cuda)", &mod);
+        st = khub_kvc__module(host, dev, "paged_attn", "paged_cache (cuda)", &mod);
         if (st == KHUB_STATUS_OK)
             st = host->cuda_module_function(host->host_ctx, mod, "khub_pkv_write_f32",
-                                            &g_pg.write[0]);
+                                            &g_pg.write[dev][0]);
         if (st == KHUB_STATUS_OK)
             st = host->cuda_module_function(host->host_ctx, mod, "khub_pkv_write_f16",
-                                            &g_pg.write[1]);
-        g_pg.loaded = st == KHUB_STATUS_OK;
+                                            &g_pg.write[dev][1]);
+        g_pg.loaded[dev] = st == KHUB_STATUS_OK;
     }
     pthread_mutex_unlock(&g_pg.lock);
     return st;
@@ -84,6 +86,7 @@ static khub_status load_write(void)
 
 typedef struct pg_cache {
     khub_kv_cache_config cfg;
+    int device;           /* the CUDA ordinal of the pool and the device table */
     int esize;            /* 4 (f32) or 2 (f16) */
     int32_t bs;           /* tokens per block */
     int32_t n_blocks;     /* blocks in the pool */
@@ -141,11 +144,8 @@ static khub_status pg_config(pg_cache *c, const khub_kv_cache_config *cfg)
     memcpy(&c->cfg, cfg, n);
     c->cfg.struct_size = sizeof c->cfg;
     const khub_call_ctx *ctx = KHUB_HAS_FIELD(cfg, khub_kv_cache_config, ctx) ? cfg->ctx : NULL;
-    c->cfg.ctx = NULL; /* borrowed for the call: only its stream is kept */
-    if (ctx && (ctx->struct_size < offsetof(khub_call_ctx, stream) + sizeof ctx->stream ||
-                ctx->device.device_type != KHUB_DEVICE_CUDA))
-        return FAIL(KHUB_STATUS_INVALID_ARG, "%s: ctx must name the CUDA device and the stream",
-                    op);
+    c->cfg.ctx = NULL; /* borrowed for the call: only its stream and device are kept */
+    PG_TRY(khub_kvc__config_device(g_pg.host, op, cfg, &c->device));
     c->stream = ctx ? ctx->stream : NULL;
     int f16 = cfg->dtype.code == KHUB_DL_FLOAT && cfg->dtype.bits == 16;
     int f32 = cfg->dtype.code == KHUB_DL_FLOAT && cfg->dtype.bits == 32;
@@ -210,12 +210,13 @@ static khub_status pg_alloc(pg_cache *c)
     c->shape[0] = c->n_blocks, c->shape[1] = c->cfg.n_kv_heads;
     c->shape[2] = c->bs, c->shape[3] = c->cfg.head_dim;
     /* on failure the driver layer's message names the call */
-    khub_status st = host->cuda_mem_alloc(hc, 0, (size_t)(pg_pool_bytes(c) * 2 * L), &c->pool);
+    khub_status st =
+        host->cuda_mem_alloc(hc, c->device, (size_t)(pg_pool_bytes(c) * 2 * L), &c->pool);
     if (st != KHUB_STATUS_OK) {
         c->pool = 0;
         return st;
     }
-    st = host->cuda_mem_alloc(hc, 0, S * R * sizeof(int32_t), &c->dtable);
+    st = host->cuda_mem_alloc(hc, c->device, S * R * sizeof(int32_t), &c->dtable);
     if (st != KHUB_STATUS_OK) {
         c->dtable = 0;
         return st;
@@ -223,7 +224,7 @@ static khub_status pg_alloc(pg_cache *c)
     st = host->cuda_memcpy_htod(hc, c->dtable, c->table, S * R * sizeof(int32_t), c->stream);
     if (st != KHUB_STATUS_OK) return st;
     for (size_t l = 0; l < L; l++) {
-        khub_tensor t = {NULL, {KHUB_DEVICE_CUDA, 0}, 4, c->cfg.dtype, c->shape, NULL, 0};
+        khub_tensor t = {NULL, {KHUB_DEVICE_CUDA, c->device}, 4, c->cfg.dtype, c->shape, NULL, 0};
         c->kt[l] = c->vt[l] = t;
         c->kt[l].data = (void *)(uintptr_t)pg_pool_at(c, (int32_t)l, 0);
         c->vt[l].data = (void *)(uintptr_t)pg_pool_at(c, (int32_t)l, 1);
@@ -367,7 +368,7 @@ static khub_status pg_write(void *sp, khub_kv_cache *kc, const khub_kv_write_arg
     void *stream =
         KHUB_HAS_FIELD(a, khub_kv_write_args, ctx) && a->ctx ? a->ctx->stream : c->stream;
     PG_TRY(pg_grow(c, op, a->seq, a->pos + n, stream));
-    PG_TRY(load_write());
+    PG_TRY(load_write(c->device));
     void *row = (void *)(uintptr_t)(c->dtable + (uint64_t)a->seq * (uint64_t)c->row * 4u);
     const void *k = a->k->data, *v = a->v->data;
     void *kp = (void *)(uintptr_t)pg_pool_at(c, a->layer, 0);
@@ -379,7 +380,8 @@ static khub_status pg_write(void *sp, khub_kv_cache *kc, const khub_kv_write_arg
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(uint32_t)((total + 255) / 256), 2, 1},
                                 .block = {256, 1, 1}, .stream = stream};
-    PG_TRY(g_pg.host->cuda_launch(g_pg.host->host_ctx, g_pg.write[c->esize == 2], &cfg, params));
+    PG_TRY(g_pg.host->cuda_launch(g_pg.host->host_ctx, g_pg.write[c->device][c->esize == 2], &cfg,
+                                  params));
     if (a->pos + n > *len) *len = a->pos + n;
     return KHUB_STATUS_OK;
 }
@@ -488,7 +490,7 @@ const khub_op_desc khub_kvc__paged_cache_op = {KHUB_STRUCT_INIT(khub_op_desc),
 void khub_kvc__paged_init(const khub_host_api *host)
 {
     g_pg.host = host;
-    g_pg.loaded = 0;
+    memset(g_pg.loaded, 0, sizeof g_pg.loaded);
 }
 
-void khub_kvc__paged_shutdown(void) { g_pg.loaded = 0; }
+void khub_kvc__paged_shutdown(void) { memset(g_pg.loaded, 0, sizeof g_pg.loaded); }

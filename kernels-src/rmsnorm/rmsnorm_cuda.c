@@ -4,7 +4,8 @@
  * The GPU code ships as PTX artifacts (rmsnorm.sm_<cc>.ptx) in the verified
  * variant; the host loads the best one for the device (the highest sm at or
  * below the device's compute capability: PTX is forward compatible) on the
- * first call, and launches khub_rms_norm_f32 with one block per row. Tensors
+ * first call on that device (one module per device, chosen by the tensors'
+ * device id), and launches khub_rms_norm_f32 with one block per row. Tensors
  * are device pointers (device type CUDA). Without a CUDA driver the plugin
  * still initialises (so `khub check` works anywhere) and scores 0, so the
  * registry never picks it.
@@ -12,13 +13,14 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <khub/helpers/khub_cuda_glue.h>
 #include <khub/khub_plugin.h>
 
 static const int ccs[] = {90, 80, 75}; /* must match kernel.json, highest first */
 
 typedef struct state {
     const khub_host_api *host;
-    void *fn; /* CUfunction, loaded on first use */
+    void *fn[KHUB_CG_MAX_DEVICES]; /* CUfunction per device, loaded on first use */
 } state;
 
 static state g_state;
@@ -30,26 +32,15 @@ static int32_t score(void *s)
     return host->cuda_device_count(host->host_ctx, &count) == KHUB_STATUS_OK && count > 0 ? 1 : 0;
 }
 
-static khub_status load_function(state *s)
+static khub_status load_function(state *s, int dev)
 {
     const khub_host_api *host = s->host;
     int cc = 0;
-    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
-    if (st != KHUB_STATUS_OK) return st;
-    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
-        if (ccs[i] > cc) continue;
-        char name[64];
-        snprintf(name, sizeof name, "rmsnorm.sm_%d.ptx", ccs[i]);
-        const void *img = NULL;
-        size_t n = 0;
-        if (host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK) continue;
-        khub_cuda_module *mod = NULL;
-        st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod);
-        if (st != KHUB_STATUS_OK) return st;
-        return host->cuda_module_function(host->host_ctx, mod, "khub_rms_norm_f32", &s->fn);
-    }
-    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
-                      "rmsnorm: no PTX for compute capability %d.%d", cc / 10, cc % 10);
+    khub_cuda_module *mod = NULL;
+    KHUB_CG_TRY(host->cuda_device_cc(host->host_ctx, dev, &cc));
+    KHUB_CG_TRY(khub_cg_load_ptx(host, dev, cc, "rmsnorm", ccs, sizeof ccs / sizeof ccs[0],
+                                 "rmsnorm", &mod));
+    return host->cuda_module_function(host->host_ctx, mod, "khub_rms_norm_f32", &s->fn[dev]);
 }
 
 static khub_status rms_norm_cuda(void *sp, const void *args)
@@ -61,10 +52,9 @@ static khub_status rms_norm_cuda(void *sp, const void *args)
         a->x->ndim != 2 || a->x->device.device_type != KHUB_DEVICE_CUDA)
         return host->fail(host->host_ctx, KHUB_STATUS_INVALID_ARG,
                           "rms_norm (cuda): needs KHUB_NORM_RMS args with CUDA tensors [n, dim]");
-    if (!s->fn) {
-        khub_status st = load_function(s);
-        if (st != KHUB_STATUS_OK) return st;
-    }
+    int dev = 0;
+    KHUB_CG_TRY(khub_cg_device(host, "rms_norm (cuda)", a->x->device, &dev));
+    if (!s->fn[dev]) KHUB_CG_TRY(load_function(s, dev));
     int rows = (int)a->x->shape[0], dim = (int)a->x->shape[1];
     void *x = a->x->data, *w = a->weight->data, *y = a->y->data;
     void *res = a->residual ? a->residual->data : NULL;
@@ -73,7 +63,7 @@ static khub_status rms_norm_cuda(void *sp, const void *args)
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(uint32_t)rows, 1, 1}, .block = {256, 1, 1},
                                 .shared_bytes = 256 * sizeof(float), .stream = a->stream};
-    return host->cuda_launch(host->host_ctx, s->fn, &cfg, params);
+    return host->cuda_launch(host->host_ctx, s->fn[dev], &cfg, params);
 }
 
 static const khub_op_caps caps = {
@@ -96,7 +86,7 @@ khub_status khub_rmsnorm_cuda_init(const khub_host_api *h, khub_plugin_desc *out
 {
     (void)errbuf, (void)errbuf_size;
     g_state.host = h;
-    g_state.fn = NULL;
+    memset(g_state.fn, 0, sizeof g_state.fn);
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
                           .id = "kernels-community/rmsnorm",
                           .version = "1.0.0",

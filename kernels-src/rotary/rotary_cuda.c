@@ -1,9 +1,11 @@
 /*
  * rotary_cuda.c: host glue of kernels-community/rotary for CUDA.
  *
- * Loads the best PTX artifact for the device (the highest sm at or below
- * its compute capability) on the first call, under a lock (ops may be
- * called from several threads), and launches one block per (token, head).
+ * Loads the best PTX artifact for a device (the highest sm at or below
+ * its compute capability) on the first call there, under a lock (ops may
+ * be called from several threads), and launches one block per (token,
+ * head). Modules, kernels and specialisations are kept per device (x's
+ * device id picks it): a CUfunction launches only on its module's device.
  * Every pointer of the call is device memory: x and also `positions`, an
  * int32 array on the device (a CUDA op never reads host memory; the
  * executor keeps the step's positions on the device). Without a CUDA
@@ -23,7 +25,9 @@
  */
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
 
+#include <khub/helpers/khub_cuda_glue.h>
 #include <khub/khub_plugin.h>
 
 static const int ccs[] = {90, 80, 75}; /* kernel.json's capabilities, highest first */
@@ -35,18 +39,18 @@ static const char *const fn_names[F_COUNT] = {"khub_rope_f32", "khub_rope_f32_ha
 /* A kernel compiled at load for one shape set; fn NULL when that failed
  * (then the build-time kernels run for it, without asking again). */
 typedef struct rope_spec {
-    int32_t half, head_dim;
+    int32_t device, half, head_dim;
     uint32_t style, scaling;
     void *fn; /* CUfunction */
 } rope_spec;
 
-#define MAX_SPECS 16
+#define MAX_SPECS 16 /* over every device */
 
 typedef struct rope_state {
     const khub_host_api *host;
     pthread_mutex_t lock;
-    int loaded;
-    void *fn[F_COUNT]; /* CUfunction */
+    int loaded[KHUB_CG_MAX_DEVICES];
+    void *fn[KHUB_CG_MAX_DEVICES][F_COUNT]; /* CUfunction per device */
     rope_spec spec[MAX_SPECS];
     int n_spec;
 } rope_state;
@@ -72,65 +76,56 @@ static int can_compile(const khub_host_api *host)
            host->cuda_module_compile != NULL;
 }
 
-static khub_status functions_of(rope_state *s, khub_cuda_module *mod)
+static khub_status functions_of(rope_state *s, int dev, khub_cuda_module *mod)
 {
     const khub_host_api *host = s->host;
     khub_status st = KHUB_STATUS_OK;
     for (int f = 0; f < F_COUNT && st == KHUB_STATUS_OK; f++)
-        st = host->cuda_module_function(host->host_ctx, mod, fn_names[f], &s->fn[f]);
-    s->loaded = st == KHUB_STATUS_OK;
+        st = host->cuda_module_function(host->host_ctx, mod, fn_names[f], &s->fn[dev][f]);
+    s->loaded[dev] = st == KHUB_STATUS_OK;
     return st;
 }
 
-static khub_status load_locked(rope_state *s)
+static khub_status load_locked(rope_state *s, int dev)
 {
     const khub_host_api *host = s->host;
     int cc = 0;
-    khub_status st = host->cuda_device_cc(host->host_ctx, 0, &cc);
-    if (st != KHUB_STATUS_OK) return st;
+    KHUB_CG_TRY(host->cuda_device_cc(host->host_ctx, dev, &cc));
     if (cc > ccs[0] && can_compile(host)) { /* newer than the build: its own code */
         khub_cuda_module *mod = NULL;
-        if (host->cuda_module_compile(host->host_ctx, 0, "rotary.cu", NULL, 0, &mod) ==
+        if (host->cuda_module_compile(host->host_ctx, dev, "rotary.cu", NULL, 0, &mod) ==
             KHUB_STATUS_OK)
-            return functions_of(s, mod);
+            return functions_of(s, dev, mod);
         host->log(host->host_ctx, KHUB_LOG_INFO, "rotary: sm_%d: using the PTX for sm_%d", cc,
                   ccs[0]);
     }
-    for (size_t i = 0; i < sizeof ccs / sizeof ccs[0]; i++) {
-        char name[64];
-        const void *img = NULL;
-        size_t n = 0;
-        snprintf(name, sizeof name, "rotary.sm_%d.ptx", ccs[i]);
-        if (ccs[i] > cc || host->artifact(host->host_ctx, name, &img, &n) != KHUB_STATUS_OK)
-            continue;
-        khub_cuda_module *mod = NULL;
-        if ((st = host->cuda_module_load(host->host_ctx, 0, img, n, &mod)) != KHUB_STATUS_OK)
-            return st;
-        return functions_of(s, mod);
-    }
-    return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
-                      "rotary: no PTX for compute capability %d.%d", cc / 10, cc % 10);
+    khub_cuda_module *mod = NULL;
+    KHUB_CG_TRY(
+        khub_cg_load_ptx(host, dev, cc, "rotary", ccs, sizeof ccs / sizeof ccs[0], "rotary", &mod));
+    return functions_of(s, dev, mod);
 }
 
-static khub_status load(rope_state *s)
+static khub_status load(rope_state *s, int dev)
 {
     pthread_mutex_lock(&s->lock);
-    khub_status st = s->loaded ? KHUB_STATUS_OK : load_locked(s);
+    khub_status st = s->loaded[dev] ? KHUB_STATUS_OK : load_locked(s, dev);
     pthread_mutex_unlock(&s->lock);
     return st;
 }
 
 /* The kernel compiled for this shape set, compiling it on the first call
  * that has it; NULL: run the build-time kernels. */
-static void *specialised(rope_state *s, int32_t half, int32_t hd, uint32_t style, uint32_t scaling)
+static void *specialised(rope_state *s, int dev, int32_t half, int32_t hd, uint32_t style,
+                         uint32_t scaling)
 {
     const khub_host_api *host = s->host;
     if (half > 1024 || !can_compile(host)) return NULL;
     pthread_mutex_lock(&s->lock);
     void *fn = NULL;
     int i = 0;
-    while (i < s->n_spec && !(s->spec[i].half == half && s->spec[i].head_dim == hd &&
-                              s->spec[i].style == style && s->spec[i].scaling == scaling))
+    while (i < s->n_spec &&
+           !(s->spec[i].device == dev && s->spec[i].half == half && s->spec[i].head_dim == hd &&
+             s->spec[i].style == style && s->spec[i].scaling == scaling))
         i++;
     if (i < s->n_spec) {
         fn = s->spec[i].fn;
@@ -142,7 +137,7 @@ static void *specialised(rope_state *s, int32_t half, int32_t hd, uint32_t style
         snprintf(d[3], sizeof d[3], "KHUB_ROPE_SCALING=%u", scaling);
         const char *defs[4] = {d[0], d[1], d[2], d[3]};
         khub_cuda_module *mod = NULL;
-        if (host->cuda_module_compile(host->host_ctx, 0, "rotary.cu", defs, 4, &mod) ==
+        if (host->cuda_module_compile(host->host_ctx, dev, "rotary.cu", defs, 4, &mod) ==
                 KHUB_STATUS_OK &&
             host->cuda_module_function(host->host_ctx, mod, "khub_rope_f32_spec", &fn) !=
                 KHUB_STATUS_OK)
@@ -151,7 +146,7 @@ static void *specialised(rope_state *s, int32_t half, int32_t hd, uint32_t style
             host->log(host->host_ctx, KHUB_LOG_INFO,
                       "rotary: %d pairs of head_dim %d: the build-time kernels run", (int)half,
                       (int)hd);
-        s->spec[s->n_spec++] = (rope_spec){half, hd, style, scaling, fn};
+        s->spec[s->n_spec++] = (rope_spec){dev, half, hd, style, scaling, fn};
     }
     pthread_mutex_unlock(&s->lock);
     return fn;
@@ -180,8 +175,9 @@ static khub_status run(void *sp, const void *args)
     if (a->scaling > KHUB_ROPE_SCALING_LLAMA3)
         return host->fail(host->host_ctx, KHUB_STATUS_UNSUPPORTED,
                           "rotary (cuda): unknown scaling %u", a->scaling);
-    khub_status st = load(s);
-    if (st != KHUB_STATUS_OK) return st;
+    int dev = 0;
+    KHUB_CG_TRY(khub_cg_device(host, "rotary (cuda)", a->x->device, &dev));
+    KHUB_CG_TRY(load(s, dev));
     int32_t half = (int32_t)(rd / 2);
     int f = half == 32 ? F_HALF32 : half == 64 ? F_HALF64 : half == 128 ? F_HALF128 : F_GENERIC;
     rope_params p = {a->theta,
@@ -197,13 +193,13 @@ static khub_status run(void *sp, const void *args)
     void *x = a->x->data;
     const void *pos = a->positions;
     void *params[] = {&x, &pos, &p};
-    void *fn = specialised(s, half, (int32_t)hd, a->style, a->scaling);
+    void *fn = specialised(s, dev, half, (int32_t)hd, a->style, a->scaling);
     uint32_t threads = f == F_GENERIC ? (half < 128 ? (uint32_t)half : 128) : (uint32_t)half;
     if (fn) threads = (uint32_t)half; /* one pair per thread */
     khub_cuda_launch_cfg cfg = {KHUB_STRUCT_INIT(khub_cuda_launch_cfg),
                                 .grid = {(uint32_t)n, (uint32_t)heads, 1}, .block = {threads, 1, 1},
                                 .stream = a->stream};
-    return host->cuda_launch(host->host_ctx, fn ? fn : s->fn[f], &cfg, params);
+    return host->cuda_launch(host->host_ctx, fn ? fn : s->fn[dev][f], &cfg, params);
 }
 
 static const khub_op_caps caps = {
@@ -224,7 +220,7 @@ khub_status khub_rotary_cuda_init(const khub_host_api *h, khub_plugin_desc *out,
 {
     (void)errbuf, (void)errbuf_size;
     g_state.host = h;
-    g_state.loaded = 0;
+    memset(g_state.loaded, 0, sizeof g_state.loaded);
     g_state.n_spec = 0;
     khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc),
                           .id = "kernels-community/rotary",

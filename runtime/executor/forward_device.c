@@ -59,12 +59,21 @@ typedef struct tview {
     int64_t strides[3];
 } tview;
 
-static khub_tensor *tens(tview *v, void *data, bool dev, int ndim, int64_t a, int64_t b, int64_t c)
+/* Where a call's tensor lives: the model's device (its ordinal: a CUDA
+ * op keeps its modules per device and picks them by it) or the host. */
+static khub_device where(const khub_model *m, bool dev)
+{
+    return dev ? (khub_device){KHUB_DEVICE_CUDA, m->place->device}
+               : (khub_device){KHUB_DEVICE_CPU, 0};
+}
+
+static khub_tensor *tens(tview *v, void *data, khub_device d, int ndim, int64_t a, int64_t b,
+                         int64_t c)
 {
     memset(v, 0, sizeof *v);
     v->shape[0] = a, v->shape[1] = b, v->shape[2] = c;
     v->t.data = data;
-    v->t.device = (khub_device){dev ? KHUB_DEVICE_CUDA : KHUB_DEVICE_CPU, 0};
+    v->t.device = d;
     v->t.ndim = ndim;
     v->t.dtype = KHUB_DTYPE_F32;
     v->t.shape = v->shape;
@@ -278,12 +287,12 @@ static khub_status call(khub_model *m, khub_binding *b, const void *args, const 
 }
 
 /* The weight tensor of w as the op sees it: its device copy or the host's. */
-static khub_tensor weight_t(const khub__weight *w, bool dev)
+static khub_tensor weight_t(const khub_model *m, const khub__weight *w, bool dev)
 {
     khub_tensor t = w->t;
     if (dev) {
         t.data = (void *)(uintptr_t)w->dptr;
-        t.device = (khub_device){KHUB_DEVICE_CUDA, 0};
+        t.device = where(m, true);
     }
     return t;
 }
@@ -312,14 +321,14 @@ static khub_status linear(khub_model *m, const khub__mat *mat, khub__role role, 
     span x = {xb, 0, n * in}, y = {yb, 0, n * out};
     if (!dev && !(flags & HAVE_X)) KHUB_FORWARD_IF_ERROR(m->rt, down(m, &x, 1, what, layer));
     tview xv, yv;
-    khub_tensor w = weight_t(&mat->w, dev), bias = weight_t(&mat->bias, dev);
+    khub_tensor w = weight_t(m, &mat->w, dev), bias = weight_t(m, &mat->bias, dev);
     khub_linear_args a = {
         KHUB_STRUCT_INIT(khub_linear_args),
         .stream = dev ? m->place->stream : NULL,
-        .x = tens(&xv, dev ? dev_ptr(m, xb, 0) : host_at(m, xb, 0), dev, 2, n, in, 0),
+        .x = tens(&xv, dev ? dev_ptr(m, xb, 0) : host_at(m, xb, 0), where(m, dev), 2, n, in, 0),
         .weight = &w,
         .bias = mat->bias.t.data ? &bias : NULL,
-        .y = tens(&yv, dev ? dev_ptr(m, yb, 0) : host_at(m, yb, 0), dev, 2, n, out, 0)};
+        .y = tens(&yv, dev ? dev_ptr(m, yb, 0) : host_at(m, yb, 0), where(m, dev), 2, n, out, 0)};
     KHUB_FORWARD_IF_ERROR(m->rt, call(m, dev ? dev : mat->op, &a, what, layer));
     return dev || (flags & KEEP_Y) ? KHUB_STATUS_OK : up(m, &y, 1, what, layer);
 }
@@ -335,16 +344,17 @@ static khub_status norm(khub_model *m, int xb, int rb, const khub__weight *w, in
     int n_io = rb >= 0 ? 2 : 1;
     if (!dev) KHUB_FORWARD_IF_ERROR(m->rt, down(m, in, n_io, what, layer));
     tview xv, rv, yv;
-    khub_tensor wt = weight_t(w, dev);
+    khub_tensor wt = weight_t(m, w, dev);
 #define AT(b) (dev ? dev_ptr(m, b, 0) : (void *)host_at(m, b, 0))
     khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args),
                         .stream = dev ? m->place->stream : NULL,
                         .norm_type = KHUB_NORM_RMS,
                         .eps = (float)m->cfg.rms_norm_eps,
-                        .x = tens(&xv, AT(xb), dev, 2, rows, dim, 0),
-                        .residual = rb >= 0 ? tens(&rv, AT(rb), dev, 2, rows, dim, 0) : NULL,
+                        .x = tens(&xv, AT(xb), where(m, dev), 2, rows, dim, 0),
+                        .residual =
+                            rb >= 0 ? tens(&rv, AT(rb), where(m, dev), 2, rows, dim, 0) : NULL,
                         .weight = &wt,
-                        .y = tens(&yv, AT(yb), dev, 2, rows, dim, 0)};
+                        .y = tens(&yv, AT(yb), where(m, dev), 2, rows, dim, 0)};
     KHUB_FORWARD_IF_ERROR(m->rt,
                           call(m, dev ? dev : (rb >= 0 ? m->norm_res : m->norm), &a, what, layer));
     return dev ? KHUB_STATUS_OK : up(m, out, n_io, what, layer);
@@ -362,7 +372,7 @@ static khub_status rotary(khub_model *m, int xb, int64_t n, int64_t heads, int l
     tview xv;
     khub_rotary_args a = {KHUB_STRUCT_INIT(khub_rotary_args),
                           .stream = dev ? m->place->stream : NULL,
-                          .x = tens(&xv, AT(xb), dev, 3, n, heads, c->head_dim),
+                          .x = tens(&xv, AT(xb), where(m, dev), 3, n, heads, c->head_dim),
                           .positions = dev ? dev_ptr(m, B_POS, 0) : m->positions,
                           .style = m->rope_style,
                           .scaling = local ? KHUB_ROPE_SCALING_NONE : c->rope_scaling,
@@ -387,9 +397,9 @@ static khub_status activation(khub_model *m, int64_t n, int layer)
     khub_activation_args a = {KHUB_STRUCT_INIT(khub_activation_args),
                               .stream = dev ? m->place->stream : NULL,
                               .act_type = c->act,
-                              .gate = tens(&gv, AT(B_GATE), dev, 2, n, f, 0),
-                              .up = tens(&uv, AT(B_UP), dev, 2, n, f, 0),
-                              .y = tens(&yv, AT(B_GATE), dev, 2, n, f, 0)};
+                              .gate = tens(&gv, AT(B_GATE), where(m, dev), 2, n, f, 0),
+                              .up = tens(&uv, AT(B_UP), where(m, dev), 2, n, f, 0),
+                              .y = tens(&yv, AT(B_GATE), where(m, dev), 2, n, f, 0)};
     KHUB_FORWARD_IF_ERROR(m->rt, call(m, dev ? dev : m->act, &a, what, layer));
     return dev ? KHUB_STATUS_OK : up(m, &out, 1, what, layer);
 }
@@ -414,8 +424,8 @@ static khub_status kv_write(khub_model *m, int layer, const khub__seg *g, int64_
         .layer = layer,
         .seq = g->seq,
         .pos = g->pos0,
-        .k = tens(&kw, dev_ptr(m, B_K, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
-        .v = tens(&vw, dev_ptr(m, B_V, off * kvdim), true, 3, g->n, c->n_kv_heads, hd),
+        .k = tens(&kw, dev_ptr(m, B_K, off * kvdim), where(m, true), 3, g->n, c->n_kv_heads, hd),
+        .v = tens(&vw, dev_ptr(m, B_V, off * kvdim), where(m, true), 3, g->n, c->n_kv_heads, hd),
         .ctx = ctx};
     khub__args_buf cut;
     const khub_kv_write_args *sent =
@@ -442,8 +452,8 @@ static khub_status attend_device(khub_model *m, const khub__layer *ly, int layer
         tview kc, vc, qv, ov;
         KHUB_FORWARD_IF_ERROR(m->rt, kv_write(m, layer, g, off, &ctx));
         khub_status st;
-        tens(&kc, NULL, false, 3, 0, 0, 0);
-        tens(&vc, NULL, false, 3, 0, 0, 0);
+        tens(&kc, NULL, where(m, false), 3, 0, 0, 0);
+        tens(&vc, NULL, where(m, false), 3, 0, 0, 0);
         kc.t.strides = kc.strides;
         vc.t.strides = vc.strides;
         khub__plugin_msg_clear();
@@ -455,10 +465,11 @@ static khub_status attend_device(khub_model *m, const khub__layer *ly, int layer
         khub_attention_args a = {
             KHUB_STRUCT_INIT(khub_attention_args),
             .stream = pl->stream,
-            .q = tens(&qv, dev_ptr(m, B_Q, off * qdim), true, 3, g->n, c->n_heads, hd),
+            .q = tens(&qv, dev_ptr(m, B_Q, off * qdim), where(m, true), 3, g->n, c->n_heads, hd),
             .k = &kc.t,
             .v = &vc.t,
-            .out = tens(&ov, dev_ptr(m, B_ATT, off * qdim), true, 3, g->n, c->n_heads, hd),
+            .out =
+                tens(&ov, dev_ptr(m, B_ATT, off * qdim), where(m, true), 3, g->n, c->n_heads, hd),
             .scale = (float)(c->attn_scale > 0 ? c->attn_scale : 1.0 / sqrt((double)hd)),
             .causal = 1,
             .q_pos0 = g->pos0,
@@ -518,8 +529,8 @@ static khub_status attend_device_paged(khub_model *m, const khub__layer *ly, int
         .ctx = &ctx,
         .layout = pv.layout,
         .n_seqs = n_segs,
-        .q = tens(&qv, dev_ptr(m, B_Q, 0), true, 3, n, c->n_heads, hd),
-        .out = tens(&ov, dev_ptr(m, B_ATT, 0), true, 3, n, c->n_heads, hd),
+        .q = tens(&qv, dev_ptr(m, B_Q, 0), where(m, true), 3, n, c->n_heads, hd),
+        .out = tens(&ov, dev_ptr(m, B_ATT, 0), where(m, true), 3, n, c->n_heads, hd),
         .k_pool = pv.k_pool,
         .v_pool = pv.v_pool,
         .k_scales = pv.k_scales,
@@ -667,16 +678,17 @@ static khub_status embed_device(khub_model *m, int64_t n)
 {
     khub__place *pl = m->place;
     tview yv;
-    khub_tensor table = weight_t(&m->embed, true);
+    khub_tensor table = weight_t(m, &m->embed, true);
     khub_call_ctx ctx = {KHUB_STRUCT_INIT(khub_call_ctx), .device = {KHUB_DEVICE_CUDA, pl->device},
                          .stream = pl->stream};
-    khub_embedding_args a = {KHUB_STRUCT_INIT(khub_embedding_args),
-                             .ctx = &ctx,
-                             .table = &table,
-                             .ids = dev_ptr(m, B_IDS, 0),
-                             .y = tens(&yv, dev_ptr(m, B_X, 0), true, 2, n, m->cfg.hidden_size, 0),
-                             .n = n,
-                             .scale = m->cfg.embed_scale == 1.0 ? 1.0f : (float)m->cfg.embed_scale};
+    khub_embedding_args a = {
+        KHUB_STRUCT_INIT(khub_embedding_args),
+        .ctx = &ctx,
+        .table = &table,
+        .ids = dev_ptr(m, B_IDS, 0),
+        .y = tens(&yv, dev_ptr(m, B_X, 0), where(m, true), 2, n, m->cfg.hidden_size, 0),
+        .n = n,
+        .scale = m->cfg.embed_scale == 1.0 ? 1.0f : (float)m->cfg.embed_scale};
     return call(m, pl->cuda[KHUB__ROLE_EMBEDDING], &a, "embedding", -1);
 }
 
@@ -724,6 +736,13 @@ khub_status khub__forward_device(khub_model *m, const int32_t *tokens, const khu
                                  int n_segs, int64_t n)
 {
     KHUB_FORWARD_IF_ERROR(m->rt, supported(m));
+    /* Launches and copies run in the thread's current context: the model's
+     * device's, whichever thread runs the step and whatever it ran before
+     * (the driver's default, with no context current, is cuda:0's). */
+    khub__plugin_msg_clear();
+    khub_status cur = khub__cuda_use_device(m->place->device);
+    KHUB_RETURN_IF(m->rt, cur != KHUB_STATUS_OK, cur, "%s: cuda:%d: %s", m->file,
+                   (int)m->place->device, khub__plugin_msg());
     if (khub__forward_device_paged(m)) KHUB_FORWARD_IF_ERROR(m->rt, paged_step(m, segs, n_segs));
     bool graphed = false;
     khub_status st = upload_inputs(m, tokens, n, n_segs);

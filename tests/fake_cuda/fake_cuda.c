@@ -16,6 +16,15 @@
  *     the stream is synchronised and runs nothing, unless the test gave
  *     the kernel a host body (khub_fake_cuda_kernel): then that runs, on
  *     the kernel's parameters, when the launch runs.
+ *     Contexts are per device, as a real driver's: memory, streams and
+ *     modules belong to the device current when they were made, and a
+ *     function to its module's. cuLaunchKernel fails with
+ *     CUDA_ERROR_INVALID_HANDLE, as a real driver does for a function of
+ *     another context, when the function or the stream is another
+ *     device's than the current context's, or when a parameter it reads
+ *     (the first one's 8 bytes, or every 8-byte one of a kernel with a host
+ *     body) points into another device's memory (a real GPU would fault on
+ *     that address later; here it is caught at the launch).
  * KHUB_FAKE_CUDA_FAIL="cuName" or "cuName@N" makes that call fail (every
  * time, or the Nth time only) with the error a real driver gives for it
  * (CUDA_ERROR_OUT_OF_MEMORY for cuMemAlloc and cuGraphInstantiateWithFlags,
@@ -29,8 +38,10 @@
  * launches (kernels that ran, in a graph or not), streams_live,
  * stream_syncs, busy_destroyed (a stream destroyed with launches not yet
  * synchronised), modules_live, contexts, copies_legacy (copies issued on
- * the legacy default stream, run or refused), and fake_graph.c's graph_*
- * counters; and each launch in the order it ran through
+ * the legacy default stream, run or refused), per device N (0..7)
+ * launches_on_N (kernels run there), allocs_on_N and modules_on_N (every
+ * cuMemAlloc and cuModuleLoadData that succeeded there), and
+ * fake_graph.c's graph_* counters; and each launch in the order it ran through
  * khub_fake_cuda_launch_name(i) (the function's name),
  * khub_fake_cuda_launch_arg0(i) (its first argument's 8 bytes) and
  * khub_fake_cuda_launch_dims(i, dims) (its grid, block and shared bytes).
@@ -76,6 +87,8 @@ static fake_module *modules;
 static unsigned long long used[FAKE_MAX_GPUS];
 static long st_allocs_live, st_launches, st_streams_live, st_syncs, st_busy_destroyed;
 static long st_modules_live, st_contexts, st_copies_legacy;
+static long st_launches_on[FAKE_MAX_GPUS], st_allocs_on[FAKE_MAX_GPUS],
+    st_modules_on[FAKE_MAX_GPUS];
 static unsigned long long st_bytes_live, st_bytes_peak, st_htod, st_dtoh, st_dtod;
 static long legacy_pending; /* launches on the NULL stream */
 /* The device of the current context: one for the process, not per thread
@@ -137,6 +150,18 @@ EXPORT long khub_fake_cuda_stat(const char *what)
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (strcmp(what, t[i].name) == 0) return t[i].value;
+    const struct {
+        const char *prefix;
+        const long *per_dev;
+    } d[] = {{"launches_on_", st_launches_on},
+             {"allocs_on_", st_allocs_on},
+             {"modules_on_", st_modules_on}};
+    for (size_t i = 0; i < sizeof d / sizeof d[0]; i++) {
+        size_t n = strlen(d[i].prefix);
+        if (strncmp(what, d[i].prefix, n) == 0 && what[n] >= '0' && what[n] < '0' + FAKE_MAX_GPUS &&
+            what[n + 1] == '\0')
+            return d[i].per_dev[what[n] - '0'];
+    }
     int found = 0;
     long v = fake_graph_stat(what, &found);
     return found ? v : -1;
@@ -246,6 +271,7 @@ static int unlocked_cuMemAlloc(unsigned long long *dptr, size_t n)
     *a = (fake_alloc){allocs, p, n, current};
     allocs = a;
     used[current] += n;
+    st_allocs_on[current]++;
     st_allocs_live++;
     st_bytes_live += n;
     if (st_bytes_live > st_bytes_peak) st_bytes_peak = st_bytes_live;
@@ -282,6 +308,16 @@ EXPORT int cuMemFree(unsigned long long dptr)
     int r = unlocked_cuMemFree(dptr);
     pthread_mutex_unlock(&fake_lock);
     return r;
+}
+
+/* The device of the allocation p points into, or -1 (not device memory). */
+static int device_of(unsigned long long p)
+{
+    for (fake_alloc *a = allocs; a; a = a->next) {
+        uintptr_t b = (uintptr_t)a->p;
+        if (p >= b && p - b < a->n) return a->dev;
+    }
+    return -1;
 }
 
 /* Whether [p, p + n) lies inside one allocation: a copy outside one is a
@@ -442,18 +478,21 @@ EXPORT int cuModuleLoadData(void **mod, const void *image)
     m->next = modules;
     modules = m;
     st_modules_live++;
+    st_modules_on[current]++;
     *mod = m;
     return CU_OK;
 }
 
-/* Functions are interned by name (a handle is its entry; never freed), so
- * the launch log can name what ran. */
+/* Functions are interned by name (never freed), so the launch log can name
+ * what ran; a handle is the name's entry in its device's row of fn_handles,
+ * so a launch knows the context its function belongs to. */
 #define FAKE_MAX_LAUNCHES 16384
 static char fn_names[FAKE_MAX_FNS][64];
 static int n_fns;
 static int launch_fn[FAKE_MAX_LAUNCHES];                  /* fn_names index per launch */
 static unsigned long long launch_arg0[FAKE_MAX_LAUNCHES]; /* the first 8 bytes of params[0] */
-static unsigned launch_dims[FAKE_MAX_LAUNCHES][7]; /* grid x y z, block x y z, shared bytes */
+static unsigned launch_dims[FAKE_MAX_LAUNCHES][7];   /* grid x y z, block x y z, shared bytes */
+static char fn_handles[FAKE_MAX_GPUS][FAKE_MAX_FNS]; /* [device][name index]: the handles */
 
 static int intern(const char *name);
 
@@ -464,7 +503,7 @@ EXPORT int cuModuleGetFunction(void **fn, void *mod, const char *name)
     int i = intern(name);
     pthread_mutex_unlock(&fake_lock);
     if (i < 0) return CU_NOT_FOUND;
-    *fn = fn_names[i];
+    *fn = &fn_handles[((fake_module *)mod)->dev][i];
     return CU_OK;
 }
 
@@ -563,6 +602,7 @@ void fake_run_kernel(const fake_node *k, fake_stream *s)
         s->pending++;
     else
         legacy_pending++;
+    st_launches_on[k->dev]++;
     if (st_launches < FAKE_MAX_LAUNCHES) {
         launch_fn[st_launches] = k->fn;
         launch_arg0[st_launches] = k->n_params > 0 ? k->params[0] : 0;
@@ -574,6 +614,21 @@ void fake_run_kernel(const fake_node *k, fake_stream *s)
     if (bodies[k->fn].run) bodies[k->fn].run(k->params);
 }
 
+/* Whether launch k, with its parameters copied, runs in the current
+ * context: its function, its stream (NULL: the context's legacy one) and
+ * the device memory its parameters point into are the current device's
+ * (the file comment). */
+static int in_context(const fake_node *k, const fake_stream *s)
+{
+    if (k->dev != current || (s && s->dev != current)) return 0;
+    for (int i = 0; i < k->n_params; i++) {
+        int size = bodies[k->fn].run ? bodies[k->fn].size[i] : 8;
+        int dev = size == 8 ? device_of(k->params[i]) : -1;
+        if (dev >= 0 && dev != current) return 0;
+    }
+    return 1;
+}
+
 EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                           unsigned bz, unsigned shared, void *stream, void **params, void **extra)
 {
@@ -581,8 +636,11 @@ EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsig
     if (!fn || !gx || !gy || !gz || !bx || !by || !bz || (unsigned long)bx * by * bz > 1024)
         return CU_INVALID_VALUE;
     if (fake_fails("cuLaunchKernel")) return CU_LAUNCH_FAILED;
+    ptrdiff_t h = (char *)fn - &fn_handles[0][0];
+    if (h < 0 || h >= (ptrdiff_t)sizeof fn_handles) return CU_INVALID_HANDLE;
     fake_node k = {.kind = NODE_KERNEL,
-                   .fn = (int)((char(*)[64])fn - fn_names),
+                   .fn = (int)(h % FAKE_MAX_FNS),
+                   .dev = (int)(h / FAKE_MAX_FNS),
                    .grid = {gx, gy, gz},
                    .block = {bx, by, bz},
                    .shared = shared};
@@ -594,7 +652,8 @@ EXPORT int cuLaunchKernel(void *fn, unsigned gx, unsigned gy, unsigned gz, unsig
         if (params && params[i])
             memcpy(&k.params[i], params[i], bodies[k.fn].run ? bodies[k.fn].size[i] : 8);
     fake_stream *s = stream ? fake_find_stream(stream) : NULL;
-    int r = stream && !s ? CU_INVALID_HANDLE : fake_capture_gate(stream, &k);
+    int r =
+        (stream && !s) || !in_context(&k, s) ? CU_INVALID_HANDLE : fake_capture_gate(stream, &k);
     if (r == FAKE_RECORDED)
         r = CU_OK; /* recorded into the capture */
     else if (!r)

@@ -34,6 +34,7 @@ enum { NODE_KERNEL = 1, NODE_HTOD, NODE_DTOH, NODE_DTOD };
 typedef struct fake_node {
     int kind;
     int fn;                                     /* kernel: index into the function names */
+    int dev;                                    /* kernel: the device it was launched on */
     unsigned grid[3], block[3], shared;         /* kernel: dimensions, shared bytes */
     int n_params;                               /* kernel: parameters copied, 8 bytes each */
     unsigned long long params[FAKE_MAX_PARAMS]; /* by value, as a driver copies them */
