@@ -14,7 +14,7 @@
  * khub-test/cuda-embed adds the embedding on the device, whose launch a
  * decode step's graph holds, reading the ids uploaded before it.
  *
- * The steps (run_steps): a prefill of 3 and 2 tokens into sequences 0 and
+ * The steps (graph_steps.h's run_steps): a prefill of 3 and 2 tokens into sequences 0 and
  * 1 (plain launches), three decode steps of both (the first captures and
  * instantiates, the next two update in place), two of sequence 0 alone (a
  * new batch shape: instantiated again, then updated), and one of both
@@ -27,73 +27,16 @@
 #include "placement.h"
 
 #include "fake_kernels.h"
+#include "graph_steps.h"
 
 /* ======================================================================== */
-/* The steps                                                                */
+/* The steps (graph_steps.h)                                                */
 /* ======================================================================== */
-
-enum { N_STEPS = 7 };
-static const int step_seqs[N_STEPS] = {2, 2, 2, 2, 1, 1, 2};
-
-/* What the fake driver saw during one step. */
-typedef struct seen {
-    long captures, instantiations, updates, graph_launches, launches, syncs, first_launch;
-    long nodes, htod; /* graph nodes recorded, bytes copied host->device */
-} seen;
-
-static seen snapshot(void)
-{
-    return (seen){stat_of("graph_captures"),
-                  stat_of("graph_instantiations"),
-                  stat_of("graph_updates"),
-                  stat_of("graph_launches"),
-                  stat_of("launches"),
-                  stat_of("stream_syncs"),
-                  0,
-                  stat_of("graph_nodes_recorded"),
-                  stat_of("htod_bytes")};
-}
-
-typedef struct run {
-    float logits[N_STEPS][2][VOCAB];
-    seen step[N_STEPS];
-} run;
 
 /* The kernel launches of one step with n_seqs sequences: per layer norm,
  * q, k, v, rotary q and k, a cache write and attention per sequence, o,
  * norm, gate, up, act, down; then the final norm and lm_head. */
 static long launches_per_step(int n_seqs) { return LAYERS * (12 + 2 * n_seqs) + 2; }
-
-/* Step 0 prefills 3 and 2 tokens; the others decode one token of each of
- * their sequences. Every step's logits rows and what the driver saw. */
-static void run_steps(khub_model *m, run *out, int n_steps)
-{
-    int64_t len[2] = {0, 0};
-    for (int s = 0; s < n_steps; s++) {
-        khub__seg segs[2];
-        int32_t toks[8];
-        int n = 0;
-        for (int q = 0; q < step_seqs[s]; q++) {
-            segs[q] = (khub__seg){.seq = q, .pos0 = len[q], .n = s == 0 ? 3 - q : 1};
-            for (int64_t i = 0; i < segs[q].n; i++)
-                toks[n++] = (s * 7 + q * 3 + (int)i + 1) % VOCAB;
-        }
-        seen a = snapshot();
-        ASSERT_OK(khub__forward(m, toks, segs, step_seqs[s]));
-        seen b = snapshot();
-        out->step[s] = (seen){b.captures - a.captures,
-                              b.instantiations - a.instantiations,
-                              b.updates - a.updates,
-                              b.graph_launches - a.graph_launches,
-                              b.launches - a.launches,
-                              b.syncs - a.syncs,
-                              a.launches,
-                              b.nodes - a.nodes,
-                              b.htod - a.htod};
-        memcpy(out->logits[s], m->logits, (size_t)step_seqs[s] * VOCAB * sizeof(float));
-        for (int q = 0; q < step_seqs[s]; q++) len[q] += segs[q].n;
-    }
-}
 
 /* A fixture with cuda_all and graphs on (graphs 1) or KHUB_CUDA_GRAPHS=0;
  * the same random weights every time. */
@@ -144,7 +87,7 @@ TEST_IMPL(graphs_decode_steps_capture_update_launch)
                     "batch shape, then updated in place with cuGraphExecUpdate; prefill runs "
                     "plain launches)\n");
     static run r;
-    run_steps(f.m, &r, N_STEPS);
+    run_steps(f.m, &r, N_STEPS, NULL);
     /* captures, instantiations, updates, graph launches per step */
     static const long want[N_STEPS][4] = {{0, 0, 0, 0}, {1, 1, 0, 1}, {1, 0, 1, 1}, {1, 0, 1, 1},
                                           {1, 1, 0, 1}, {1, 0, 1, 1}, {1, 1, 0, 1}};
@@ -178,11 +121,11 @@ TEST_IMPL(graphs_same_launches_and_logits_as_plain)
     fixture f;
     load_all(&f, false, "cuda_all");
     ASSERT_CONTAINS(khub_model_explain(f.m), "CUDA graphs: no (KHUB_CUDA_GRAPHS=0)\n");
-    run_steps(f.m, &plain, N_STEPS);
+    run_steps(f.m, &plain, N_STEPS, NULL);
     ASSERT_EQ(stat_of("graph_captures"), 0);
     assert_freed(&f);
     load_all(&f, true, "cuda_all");
-    run_steps(f.m, &graphed, N_STEPS);
+    run_steps(f.m, &graphed, N_STEPS, NULL);
     ASSERT_EQ(stat_of("graph_launches"), N_STEPS - 1);
     for (int s = 0; s < N_STEPS; s++) {
         ASSERT_EQ(graphed.step[s].launches, plain.step[s].launches);
@@ -216,17 +159,17 @@ TEST_IMPL(graphs_hold_the_embedding_launch)
     static run host, plain, graphed;
     fixture f;
     load_all(&f, false, "cuda_embed");
-    run_steps(f.m, &plain, N_STEPS);
+    run_steps(f.m, &plain, N_STEPS, NULL);
     ASSERT_EQ(stat_of("graph_captures"), 0);
     assert_freed(&f);
     load_all(&f, true, "cuda_all");
-    run_steps(f.m, &host, N_STEPS);
+    run_steps(f.m, &host, N_STEPS, NULL);
     assert_freed(&f);
     load_all(&f, true, "cuda_embed");
     const char *ex = khub_model_explain(f.m);
     ASSERT_CONTAINS(ex, "  embedding[f32]: cuda:0, khub-test/cuda-embed 1.0.0 :: embedding\n");
     ASSERT_CONTAINS(ex, "CUDA graphs: yes (decode steps: ");
-    run_steps(f.m, &graphed, N_STEPS);
+    run_steps(f.m, &graphed, N_STEPS, NULL);
     for (int s = 0; s < N_STEPS; s++) {
         int q = step_seqs[s];
         long toks = s == 0 ? 5 : q; /* step 0 prefills 3 + 2 */
@@ -260,7 +203,7 @@ TEST_IMPL(graphs_off_with_a_cpu_role)
                     "CUDA graphs: no (3 roles on the CPU (first: rotary), whose copies "
                     "synchronise the stream mid-step)\n");
     static run r;
-    run_steps(f.m, &r, 2);
+    run_steps(f.m, &r, 2, NULL);
     ASSERT_EQ(r.step[1].captures, 0);
     ASSERT_EQ(stat_of("graph_captures"), 0);
     assert_freed(&f);
@@ -278,7 +221,7 @@ TEST_IMPL(graphs_off_for_a_cache_of_abi_1_4)
                     "static_cache targets ABI 1.4: it appends on the legacy default stream, "
                     "which a capture cannot hold (1.5 passes the stream))\n");
     static run r;
-    run_steps(f.m, &r, 2);
+    run_steps(f.m, &r, 2, NULL);
     ASSERT_EQ(stat_of("graph_captures"), 0);
     assert_freed(&f);
 }
@@ -317,12 +260,12 @@ static void falls_back(const char *fail, const char *why)
     static run plain, failed;
     fixture f;
     load_all(&f, false, "cuda_all");
-    run_steps(f.m, &plain, N_STEPS);
+    run_steps(f.m, &plain, N_STEPS, NULL);
     assert_freed(&f);
     load_all(&f, true, "cuda_all");
     log_lines[0] = '\0';
     khub_log_set(f.rt, capture_log, NULL);
-    run_steps(f.m, &failed, N_STEPS);
+    run_steps(f.m, &failed, N_STEPS, NULL);
     char want[512];
     snprintf(want, sizeof want,
              ": cuda:0: CUDA graphs turned off: %s; decode steps run plain stream launches "
@@ -370,7 +313,7 @@ TEST_IMPL(graphs_update_refused_instantiates_again)
     log_lines[0] = '\0';
     khub_log_set(f.rt, capture_log, NULL);
     static run r;
-    run_steps(f.m, &r, 4);
+    run_steps(f.m, &r, 4, NULL);
     ASSERT_EQ(r.step[2].updates, 0);
     ASSERT_EQ(r.step[2].instantiations, 1);
     ASSERT_EQ(r.step[2].graph_launches, 1);
@@ -389,7 +332,7 @@ TEST_IMPL(graphs_launch_failure_is_an_error)
     fixture f;
     load_all(&f, true, "cuda_all");
     static run r;
-    run_steps(f.m, &r, 1);
+    run_steps(f.m, &r, 1, NULL);
     khub__seg segs[2] = {{.seq = 0, .pos0 = 3, .n = 1}, {.seq = 1, .pos0 = 2, .n = 1}};
     int32_t toks[2] = {7, 9};
     ASSERT_STATUS(khub__forward(f.m, toks, segs, 2), KHUB_STATUS_CUDA);
@@ -493,7 +436,7 @@ TEST_IMPL(graphs_swap_on_a_placed_model)
     load_all(&f, true, "cuda_all");
     khub_plugin *act = tp_load(f.rt, "hub_act_cuda"), *cpu = tp_load(f.rt, "hub_act_cpu");
     static run r;
-    run_steps(f.m, &r, 3); /* a prefill, then two decode steps: one graph */
+    run_steps(f.m, &r, 3, NULL); /* a prefill, then two decode steps: one graph */
     ASSERT_EQ(stat_of("graph_execs_live"), 1);
     khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap), .role = KHUB_KERNEL_ROLE_ACTIVATION,
                            .plugin = cpu};
@@ -519,7 +462,7 @@ TEST_IMPL(graphs_swap_on_a_placed_model)
     ASSERT_OK(khub__forward_reset(f.m, 0));
     ASSERT_OK(khub__forward_reset(f.m, 1));
     long first = stat_of("launches");
-    run_steps(f.m, &r, 3);
+    run_steps(f.m, &r, 3, NULL);
     ASSERT_EQ(r.step[1].instantiations, 1); /* captured anew, not updated */
     ASSERT_EQ(r.step[2].updates, 1);
     long hub = 0, old = 0;

@@ -12,7 +12,7 @@
  * stale block table or stale sequence lengths therefore gives other logits
  * than plain launches.
  *
- * The steps (run_steps), in blocks of 4 tokens: a prefill of 3 and 2
+ * The steps (graph_steps.h), in blocks of 4 tokens: a prefill of 3 and 2
  * tokens into sequences 0 and 1 (plain launches; 5 rows of 2 sequences go
  * through the decode kernel), then decode steps of 2, 2, 2, 1, 1 and 2
  * sequences. Sequence 0 takes a new block at steps 2 and 6 (positions 4
@@ -31,6 +31,7 @@ enum { HID = 128, HEADS = 2, KVH = 1, HD = 64, FFN = 256, VOCAB = 128, LAYERS = 
 #include "placement.h"
 
 #include "fake_kernels.h"
+#include "graph_steps.h"
 
 /* ======================================================================== */
 /* Host bodies of kv-cache-cuda's kernels (argument lists: paged_attn.cu)   */
@@ -187,57 +188,13 @@ static const int32_t *table_row(khub_model *m, int seq)
 /* The steps                                                                */
 /* ======================================================================== */
 
-enum { N_STEPS = 7 };
-static const int step_seqs[N_STEPS] = {2, 2, 2, 2, 1, 1, 2};
-
-typedef struct seen {
-    long captures, instantiations, updates, graph_launches, launches, legacy_copies, first;
-} seen;
-
-static seen snapshot(void)
+/* Each sequence's first 3 block-table entries after each step. */
+static void record_rows(khub_model *m, run *out, int step)
 {
-    return (seen){stat_of("graph_captures"),
-                  stat_of("graph_instantiations"),
-                  stat_of("graph_updates"),
-                  stat_of("graph_launches"),
-                  stat_of("launches"),
-                  stat_of("copies_legacy"),
-                  0};
+    for (int q = 0; q < 2; q++) memcpy(out->rows[step][q], table_row(m, q), 3 * sizeof(int32_t));
 }
 
-typedef struct run {
-    float logits[N_STEPS][2][VOCAB];
-    int32_t rows[N_STEPS][2][3]; /* each sequence's first 3 blocks after the step */
-    seen step[N_STEPS];
-} run;
-
-static void run_steps(khub_model *m, run *out)
-{
-    int64_t len[2] = {0, 0};
-    for (int s = 0; s < N_STEPS; s++) {
-        khub__seg segs[2];
-        int32_t toks[8];
-        int n = 0;
-        for (int q = 0; q < step_seqs[s]; q++) {
-            segs[q] = (khub__seg){.seq = q, .pos0 = len[q], .n = s == 0 ? 3 - q : 1};
-            for (int64_t i = 0; i < segs[q].n; i++)
-                toks[n++] = (s * 7 + q * 3 + (int)i + 1) % VOCAB;
-        }
-        seen a = snapshot();
-        ASSERT_OK(khub__forward(m, toks, segs, step_seqs[s]));
-        seen b = snapshot();
-        out->step[s] = (seen){b.captures - a.captures,
-                              b.instantiations - a.instantiations,
-                              b.updates - a.updates,
-                              b.graph_launches - a.graph_launches,
-                              b.launches - a.launches,
-                              b.legacy_copies - a.legacy_copies,
-                              a.launches};
-        memcpy(out->logits[s], m->logits, (size_t)step_seqs[s] * VOCAB * sizeof(float));
-        for (int q = 0; q < 2; q++) memcpy(out->rows[s][q], table_row(m, q), 3 * sizeof(int32_t));
-        for (int q = 0; q < step_seqs[s]; q++) len[q] += segs[q].n;
-    }
-}
+static void run_paged(khub_model *m, run *out) { run_steps(m, out, N_STEPS, record_rows); }
 
 static void assert_freed(fixture *f)
 {
@@ -266,7 +223,7 @@ TEST_IMPL(graphs_paged_same_logits_as_plain)
     fixture f;
     load_paged(&f, false, false);
     ASSERT_CONTAINS(khub_model_explain(f.m), "CUDA graphs: no (KHUB_CUDA_GRAPHS=0)\n");
-    run_steps(f.m, &plain);
+    run_paged(f.m, &plain);
     ASSERT_EQ(stat_of("graph_captures"), 0);
     assert_freed(&f);
     load_paged(&f, true, false);
@@ -275,7 +232,7 @@ TEST_IMPL(graphs_paged_same_logits_as_plain)
                     "batch shape, then updated in place with cuGraphExecUpdate; prefill runs "
                     "plain launches; the paged KV cache's blocks are reserved and its block "
                     "table copied on the model's stream before each step, outside the graph)\n");
-    run_steps(f.m, &graphed);
+    run_paged(f.m, &graphed);
     static const long want[N_STEPS][4] = {{0, 0, 0, 0}, {1, 1, 0, 1}, {1, 0, 1, 1}, {1, 0, 1, 1},
                                           {1, 1, 0, 1}, {1, 0, 1, 1}, {1, 1, 0, 1}};
     for (int s = 0; s < N_STEPS; s++) {
@@ -286,8 +243,8 @@ TEST_IMPL(graphs_paged_same_logits_as_plain)
         ASSERT_EQ(graphed.step[s].legacy_copies, 0);
         ASSERT_EQ(graphed.step[s].launches, plain.step[s].launches);
         for (long i = 0; i < plain.step[s].launches; i++)
-            ASSERT_STR_EQ(launch_name(graphed.step[s].first + i),
-                          launch_name(plain.step[s].first + i));
+            ASSERT_STR_EQ(launch_name(graphed.step[s].first_launch + i),
+                          launch_name(plain.step[s].first_launch + i));
         ASSERT_EQ(memcmp(graphed.logits[s], plain.logits[s],
                          (size_t)step_seqs[s] * VOCAB * sizeof(float)),
                   0);
@@ -320,7 +277,7 @@ TEST_IMPL(graphs_off_for_a_paged_cache_of_abi_1_4)
     static run now, old;
     fixture f;
     load_paged(&f, true, false);
-    run_steps(f.m, &now);
+    run_paged(f.m, &now);
     assert_freed(&f);
     long captures = stat_of("graph_captures");
     load_paged(&f, true, true);
@@ -329,7 +286,7 @@ TEST_IMPL(graphs_off_for_a_paged_cache_of_abi_1_4)
                     "1.0.0 :: paged_cache targets ABI 1.4: it appends, reserves and releases "
                     "blocks on the legacy default stream, which a capture cannot hold (1.5 gives "
                     "the cache the model's stream))\n");
-    run_steps(f.m, &old);
+    run_paged(f.m, &old);
     ASSERT_EQ(stat_of("graph_captures"), captures);
     ASSERT(old.step[2].legacy_copies > 0); /* sequence 0's new block */
     ASSERT(old.step[3].legacy_copies > 0); /* sequence 1's */
