@@ -5,7 +5,7 @@
 # folder; --json (several prompts in one call, per-prompt results, timings,
 # peak RSS, threads: default = the cores, --threads N); two prompts as
 # text; --chat --system; --stop; seeded
-# sampling; --explain; --max-context; invalid UTF-8 in a prompt; --quant and --quant-embeddings; the load progress bar
+# sampling; --explain; --embed; --max-context; invalid UTF-8 in a prompt; --quant and --quant-embeddings; the load progress bar
 # on a terminal and not through a pipe; option and bad-file errors. Skips
 # what needs a file that is absent.
 set -euo pipefail
@@ -114,6 +114,20 @@ for role in 'attention\[f32\]' 'kv_cache\[f32\]' 'rms_norm\[f32\]' 'rotary\[f32\
 done
 grep -Eq "^    chose khub/[a-z0-9-]+ [0-9.]+ :: attention \(best ranked" e.out || fail "no trace"
 echo "ok   --explain names a plugin and the reason for every role"
+
+# --embed (the embedding role, 0.2): the named plugin's op does the lookup,
+# --explain lists it, and the greedy tokens are the host lookup's.
+"$KHUB" run --model "$GGUF" --prompt hi --max-new-tokens 1 --embed khub/ref-cpu --explain \
+    > em.out 2> /dev/null || fail "--embed"
+grep -q '^embedding\[q8_0\]: khub/ref-cpu 0.1.0 :: embedding$' em.out ||
+    fail "no embedding line: $(grep -v '^ ' em.out)"
+grep -q '^embedding\[' e.out && fail "an embedding binding without --embed"
+"$KHUB" run --model "$GGUF" --prompt "The capital of France is" --max-new-tokens 6 > g1.out 2> /dev/null ||
+    fail "greedy"
+"$KHUB" run --model "$GGUF" --prompt "The capital of France is" --max-new-tokens 6 --embed khub/ref-cpu \
+    > g2.out 2> /dev/null || fail "greedy --embed"
+cmp -s g1.out g2.out || fail "--embed changed the text: $(cat g1.out) / $(cat g2.out)"
+echo "ok   --embed binds the embedding op, same text as the host lookup"
 
 # Quantize at load: the head stays as it is unless asked.
 if [ -f "$HF/model.safetensors" ]; then

@@ -131,7 +131,7 @@ expect 400 "the request body must be a JSON object" '["attention","sdpa"]'
 expect 400 "'role' must be a non-empty string" '{"kernel":"sdpa"}'
 expect 400 '"param":"role"' '{"role":7,"kernel":"sdpa"}'
 expect 400 "'kernel' must be a non-empty string" '{"role":"attention"}'
-expect 400 "unknown kernel role 'attn' (roles: attention, quantization, cache, norm, activation, rotary, linear)" \
+expect 400 "unknown kernel role 'attn' (roles: attention, quantization, cache, norm, activation, rotary, linear, embedding)" \
     '{"role":"attn","kernel":"sdpa"}'
 expect 400 '"code":"KHUB_STATUS_BAD_ID"' '{"role":"attention","kernel":"flash"}'
 expect 409 "the cache kernel cannot be swapped in a running model" '{"role":"cache","kernel":"static"}'

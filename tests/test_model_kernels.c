@@ -6,7 +6,8 @@
  * caller overrides it, and a malformed one is refused naming the field;
  * through a lock the locked commit loads with no request once cached, and
  * a changed cached file is refused naming it; a kernel with no variant for this machine falls back
- * with the variant trace in the warning, or is NO_VARIANT with strict.
+ * with the variant trace in the warning, or is NO_VARIANT with strict; the
+ * embedding role (0.2) named in khub.json binds that plugin's op.
  *
  * The kernel is the built ref-cpu plugin published as "acme/ref" (and as
  * "acme/away", built for the other architecture only); the model is the
@@ -337,8 +338,97 @@ TEST_IMPL(no_variant_falls_back_or_strict_fails)
     env_done(&e);
 }
 
+/* The binding of role (not retired) as khub_model_binding_get lists it;
+ * false when the model has none. */
+static bool binding_of(khub_model *m, const char *role, khub_model_binding *out)
+{
+    for (size_t i = 0;; i++) {
+        khub_model_binding b = {KHUB_APP_INIT(khub_model_binding)};
+        if (khub_model_binding_get(m, i, &b) != KHUB_STATUS_OK) return false;
+        if (!b.retired && !strcmp(b.role, role)) {
+            *out = b;
+            return true;
+        }
+    }
+}
+
+/* The embedding role (0.2): a khub.json naming a plugin for it binds that
+ * plugin's embedding op, which looks the rows up (the same logits, bit for
+ * bit, as the host's own lookup: khub/ref-cpu's op is that lookup); the
+ * caller's khub_model_kernels.embed does the same, a 0.1-sized struct
+ * never reads it, and a role name the list lacks is still refused. */
+TEST_IMPL(embedding_role_binds_the_named_plugin)
+{
+    env e;
+    env_init(&e);
+    khub_runtime *rt = runtime(1);
+    khub_model_opts base = base_opts();
+    khub_model_kernels k = {KHUB_STRUCT_INIT(khub_model_kernels), .mapping_path = e.map,
+                            .policy_path = e.policy, .allow_unsigned = 1};
+    khub_model_kernels_report rep;
+    khub_model *m = NULL;
+    const int32_t ids[3] = {1, 2, 3};
+    float *want = malloc(49152 * sizeof *want), *got = malloc(49152 * sizeof *got);
+    ASSERT(want && got);
+    const char *none = "{\"format\":1,\"roles\":{}}";
+    fx_write(e.map, none, strlen(none));
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    khub_model_binding b = {0};
+    ASSERT(!binding_of(m, "embedding", &b)); /* the host's own lookup */
+    ASSERT_OK(khub_model_logits(m, ids, 3, want));
+    khub_model_free(m);
+
+    const char *map = "{\"format\":1,\"roles\":{\"embedding\":\"khub/ref-cpu\"}}";
+    fx_write(e.map, map, strlen(map));
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    ASSERT_CONTAINS(rep.text, "embedding: khub/ref-cpu (loaded plugin)\n");
+    ASSERT(binding_of(m, "embedding", &b));
+    ASSERT_STR_EQ(b.kernel, "khub/ref-cpu 0.1.0 :: embedding");
+    char line[128];
+    snprintf(line, sizeof line, "\nembedding[%s]: khub/ref-cpu 0.1.0 :: embedding\n", b.dtype);
+    ASSERT_CONTAINS(khub_model_explain(m), line);
+    ASSERT_EQ(b.calls, 0);
+    ASSERT_OK(khub_model_logits(m, ids, 3, got));
+    ASSERT(binding_of(m, "embedding", &b));
+    ASSERT_EQ(b.calls, 1);
+    ASSERT(memcmp(want, got, 49152 * sizeof *got) == 0);
+    khub_model_free(m);
+
+    /* the caller's field, which a 0.1 struct (smaller struct_size) lacks */
+    fx_write(e.map, none, strlen(none));
+    k.embed = "khub/ref-cpu";
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    ASSERT(binding_of(m, "embedding", &b));
+    khub_model_free(m);
+    k.struct_size = (uint32_t)offsetof(khub_model_kernels, embed);
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    ASSERT(!binding_of(m, "embedding", &b));
+    khub_model_free(m);
+    k.struct_size = (uint32_t)offsetof(khub_model_kernels, strict);
+    ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep),
+                  KHUB_STATUS_STRUCT_SIZE);
+    k.struct_size = sizeof k;
+    k.embed = NULL;
+
+    /* a role the list lacks is still refused, the known ones named */
+    const char *typo = "{\"format\":1,\"roles\":{\"embeddings\":\"khub/ref-cpu\"}}";
+    fx_write(e.map, typo, strlen(typo));
+    ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep), KHUB_STATUS_PARSE);
+    ASSERT(m == NULL);
+    ASSERT_CONTAINS(khub_runtime_errmsg(rt),
+                    "roles.embeddings: unknown role (known: attention, quantization, cache, norm, "
+                    "activation, rotary, linear, embedding)");
+    free(want);
+    free(got);
+    khub_runtime_free(rt);
+    env_done(&e);
+}
+
 #define TEST_LIST(X) \
     X(attn_by_hub_id_with_threads_and_device) \
     X(mapping_override_and_errors) \
-    X(locked_load_no_request_and_tamper) X(no_variant_falls_back_or_strict_fails)
+    X(locked_load_no_request_and_tamper) \
+    X(no_variant_falls_back_or_strict_fails) \
+    X(embedding_role_binds_the_named_plugin) \
+    /* end */
 TEST_MAIN(TEST_LIST)

@@ -213,7 +213,7 @@ TEST_IMPL(model_server_reload_api)
     ASSERT_STATUS(khub_model_server_reload(srv, "attn", "sdpa", err, sizeof err),
                   KHUB_STATUS_INVALID_ARG);
     ASSERT_STR_EQ(err, "unknown kernel role 'attn' (roles: attention, quantization, cache, norm, "
-                       "activation, rotary, linear)");
+                       "activation, rotary, linear, embedding)");
     ASSERT_STATUS(khub_model_server_reload(srv, "cache", "static", err, sizeof err),
                   KHUB_STATUS_UNSUPPORTED);
     ASSERT_CONTAINS(err, "the cache kernel cannot be swapped in a running model");

@@ -498,6 +498,31 @@ TEST_IMPL(hub_swap_on_the_cpu_releases_the_old_plugin)
     env_done(&e);
 }
 
+/* The embedding role named on a placed model whose plugins have no CUDA
+ * embedding op: the named plugin's CPU op looks the rows up on the host,
+ * named in --explain, and the forward pass runs through it. */
+TEST_IMPL(hub_embedding_role_on_a_placed_model)
+{
+    fake("12080:90", "100000000", NULL);
+    env e;
+    env_init(&e, cuda0);
+    e.k.embed = "khub/ref-cpu";
+    ASSERT_OK(env_load(&e));
+    ASSERT_CONTAINS(e.rep.text, "embedding: khub/ref-cpu (loaded plugin)\n");
+    ASSERT_CONTAINS(khub_model_explain(e.m),
+                    "  embedding[f32]: cpu fallback, khub/ref-cpu 0.1.0 :: embedding (no CUDA "
+                    "kernel: ");
+    forward(e.m);
+    khub_model_binding b = {KHUB_APP_INIT(khub_model_binding)};
+    bool found = false;
+    for (size_t i = 0; !found && khub_model_binding_get(e.m, i, &b) == KHUB_STATUS_OK; i++)
+        found = !strcmp(b.role, "embedding");
+    ASSERT(found);
+    ASSERT_STR_EQ(b.kernel, "khub/ref-cpu 0.1.0 :: embedding");
+    ASSERT_EQ(b.calls, 1);
+    env_done(&e);
+}
+
 #define TEST_LIST(X) \
     X(hub_cuda_variant_serves_the_device) \
     X(hub_no_ptx_for_the_gpu_runs_the_cpu_variant) \
@@ -507,5 +532,6 @@ TEST_IMPL(hub_swap_on_the_cpu_releases_the_old_plugin)
     X(hub_swap_loads_the_cuda_variant) \
     X(hub_swap_without_a_cuda_variant_changes_nothing) \
     X(hub_swap_on_the_cpu_releases_the_old_plugin) \
+    X(hub_embedding_role_on_a_placed_model) \
     /* end */
 TEST_MAIN(TEST_LIST)

@@ -56,7 +56,7 @@ TEST_IMPL(mapping_errors_name_the_field)
                   KHUB_STATUS_PARSE);
     ASSERT(m == NULL);
     ASSERT_STR_EQ(err, "khub.json: roles.attn: unknown role (known: attention, quantization, "
-                       "cache, norm, activation, rotary, linear)");
+                       "cache, norm, activation, rotary, linear, embedding)");
     ASSERT_STR_EQ(khub_last_error(), err);
     static const char bad_id[] = "{\"format\":1,\"roles\":{\"norm\":\"a//b\"}}";
     ASSERT_STATUS(khub_mapping_parse(bad_id, sizeof bad_id - 1, &m, err, sizeof err),

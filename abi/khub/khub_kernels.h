@@ -116,9 +116,13 @@ struct khub_model_opts;
  *       opts_field  the khub_model_opts field (khub_model.h) that receives the
  *                   loaded plugin's id
  *
- * The order is the enum's and the order of the khub_model_kernels fields,
- * which the library checks at compile time (their layout is frozen).
- * Roles are appended only at the end. Since 0.1. */
+ * The order is the enum's. The khub_model_kernels fields of the roles of
+ * 0.1 (attention to linear) are in that order, and those of later roles
+ * are appended at the struct's end, as are their khub_model_opts fields;
+ * the library checks both at compile time (their layout is frozen). Roles
+ * are appended only at the end. Since 0.1; embedding since 0.2 (the token
+ * embedding lookup, op kind 9 of plugin ABI 1.5: khub.json's "embedding",
+ * `khub run --embed`). */
 #define KHUB_KERNEL_ROLES(X) \
     X(ATTENTION, attention, attn, attn_impl) \
     X(QUANT, quantization, quant, quant) \
@@ -126,7 +130,8 @@ struct khub_model_opts;
     X(NORM, norm, norm, norm_impl) \
     X(ACTIVATION, activation, act, act_impl) \
     X(ROTARY, rotary, rotary, rotary_impl) \
-    X(LINEAR, linear, linear, linear_impl)
+    X(LINEAR, linear, linear, linear_impl) \
+    X(EMBEDDING, embedding, embed, embed_impl)
 
 typedef enum khub_kernel_role {
 #define KHUB__KERNEL_ROLE_ENUM(NAME, name, flag, field) KHUB_KERNEL_ROLE_##NAME,
@@ -153,7 +158,8 @@ KHUB_API khub_kernel_role khub_kernel_role_from_name(const char *name);
  * strings are borrowed for the call. */
 typedef struct khub_model_kernels {
     KHUB_STRUCT_HEADER;
-    /* One per role of KHUB_KERNEL_ROLES, in its order (its flag names them). */
+    /* One per role of KHUB_KERNEL_ROLES of 0.1, in its order (its flag names
+     * them); later roles' fields follow strict. */
     const char *attn, *quant, *cache, *norm, *act, *rotary, *linear;
     /* khub.json; NULL = the model folder's (or the .gguf's folder's)
      * khub.json, else ./khub.json, else none. Command-line names (the fields
@@ -167,6 +173,9 @@ typedef struct khub_model_kernels {
     int32_t allow_unsigned;  /* opt in to unsigned kernels of unlisted organisations */
     int32_t strict;          /* no fallback: a kernel with no variant here is an error */
     /* End of 0.1. */
+    /* The embedding role's kernel, as the role fields above (added in 0.2;
+     * read only when struct_size covers it). */
+    const char *embed;
 } khub_model_kernels;
 
 /* What was resolved, one line per role: "attention: kernels-community/flash-
@@ -235,9 +244,9 @@ typedef struct khub_kernel_swap {
  * explicit digest. Any thread (the runtime serialises loads); a model on rt
  * may keep running meanwhile. On failure nothing serves differently and
  * khub_last_error() (this thread's) says why. Statuses: INVALID_ARG (role
- * outside the list), UNSUPPORTED (cache, linear and quantization cannot be
- * swapped in a running model: the KV cache holds the sequences in its
- * plugin's format, the weights were laid out for their op at load), those
+ * outside the list), UNSUPPORTED (cache, linear, quantization and embedding
+ * cannot be swapped in a running model: the KV cache holds the sequences in
+ * its plugin's format, the weights were laid out for their op at load), those
  * of khub_kernel_fetch (BAD_ID, REPO_NOT_FOUND, NO_VARIANT, UNSIGNED,
  * SIGNATURE_INVALID, KEY_UNKNOWN, DIGEST_MISMATCH, LOCK_MISMATCH, NOT_FOUND
  * when not in the lock, ...), and the selftest's failure status. policy may

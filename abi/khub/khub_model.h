@@ -137,6 +137,11 @@ typedef struct khub_model_opts {
      * computed as one process computes it; more bytes move per layer. */
     int32_t tp_plan;
     const khub_comm *comm;
+    /* Since 0.2 (issue 19): the embedding role's plugin id (borrowed), or
+     * NULL: the host's own row lookup, as in 0.1. A named plugin's
+     * embedding op (kind 9, plugin ABI 1.5) looks the rows up instead, on
+     * the CPU; a model placed on a CUDA device prefers its CUDA op. */
+    const char *embed_impl;
 } khub_model_opts;
 
 /* Loads the model at path: a .gguf file, or a folder holding config.json and

@@ -150,6 +150,7 @@ class ModelOpts(ctypes.Structure):
         ("tp_size", i32),  # tensor parallelism (issue 18); the binding passes no comm
         ("tp_plan", i32),  # enum khub_tp_plan (0.1's reserved2)
         ("comm", ctypes.c_void_p),
+        ("embed_impl", c_char_p),  # the embedding role's plugin (0.2)
     ]
 
 
@@ -285,6 +286,7 @@ class ModelKernels(ctypes.Structure):
         ("policy_path", c_char_p),
         ("allow_unsigned", i32),
         ("strict", i32),
+        ("embed", c_char_p),  # the embedding role (0.2), after 0.1's end
     ]
 
 

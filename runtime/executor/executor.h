@@ -126,6 +126,9 @@ struct khub_model {
     pthread_mutex_t bind_lock;
     khub_binding *norm, *norm_res, *rotary, *attention, *act, *kv_op;
     khub_binding *dequant; /* for a quantized embedding, or NULL */
+    /* The embedding role's CPU op (kind 9) when khub_model_opts.embed_impl
+     * names a plugin, else NULL: the host looks the rows up itself. */
+    khub_binding *embed_op;
     /* KHUB_OPT_VERIFY_KERNELS (runtime/executor/verify.c): khub/ref-cpu's binding per
      * op kind (made on first use) and the calls seen per kind. */
     khub_binding *verify_ref[KHUB_OP_KIND__COUNT];

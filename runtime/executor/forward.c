@@ -388,8 +388,26 @@ static khub_status embed(khub_model *m, const int32_t *tokens, int64_t n)
     return st;
 }
 
+static khub_status check_ids(khub_model *m, const int32_t *tokens, int64_t n);
+
+/* The embedding role's op looks the rows up (khub_model_opts.embed_impl),
+ * the ids checked first with the host lookup's message. */
+static khub_status embed_op(khub_model *m, const int32_t *tokens, int64_t n)
+{
+    KHUB_FORWARD_IF_ERROR(m->rt, check_ids(m, tokens, n));
+    tview yv;
+    khub_embedding_args a = {KHUB_STRUCT_INIT(khub_embedding_args),
+                             .table = &m->embed.t,
+                             .ids = tokens,
+                             .y = tv(&yv, m->x, 2, n, m->cfg.hidden_size, 0),
+                             .n = n,
+                             .scale = 1.0f};
+    return call(m, m->embed_op, &a, "embedding", -1);
+}
+
 static khub_status embed_rows(khub_model *m, const int32_t *tokens, int64_t n)
 {
+    if (m->embed_op) return embed_op(m, tokens, n);
     if (!m->dequant) return khub__weight_rows(m->rt, &m->embed, tokens, n, m->x, NULL, NULL);
     void *state = NULL;
     const khub_op_desc *op = khub_binding_acquire(m->dequant, &state);

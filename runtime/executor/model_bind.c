@@ -79,6 +79,14 @@ static khub_status bind(khub_model *m, khub__role role, uint32_t kind, int32_t d
     return bind_layout(m, role, kind, dtype_id, flags, 0, pref, out);
 }
 
+khub_status khub__model_bind_embedding(khub_model *m, const load_prefs *p)
+{
+    /* Asked without the scale flag: a scaled model's rows are scaled by the
+     * host after the lookup, as after its own (forward.c). */
+    return bind(m, KHUB__ROLE_EMBEDDING, KHUB_OP_EMBEDDING, khub_dtype_id_of(m->embed.t.dtype), 0,
+                p->pref[KHUB_KERNEL_ROLE_EMBEDDING], &m->embed_op);
+}
+
 /* True when b's op has the qlinear method asked for (quantize or dequantize). */
 static bool has_qmethod(const khub_binding *b, bool quantize)
 {

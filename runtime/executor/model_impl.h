@@ -33,6 +33,10 @@ KHUB_INTERNAL khub_status khub__model_load_layer(khub_model *m, const load_prefs
 
 /* ---- model_bind.c ------------------------------------------------------ */
 
+/* The embedding role named (p->pref): binds the embedding op (kind 9) of
+ * the table's dtype from that plugin into m->embed_op, the CPU's lookup
+ * (the registry's message when none serves it). */
+KHUB_INTERNAL khub_status khub__model_bind_embedding(khub_model *m, const load_prefs *p);
 /* Binds the linear (dense) or qlinear (block format) op for mat's dtype. */
 KHUB_INTERNAL khub_status khub__model_bind_mat(khub_model *m, const load_prefs *p, khub__role role,
                                                khub__mat *mat);

@@ -409,6 +409,7 @@ khub_status khub__model_load_ends(khub_model *m, const load_prefs *p)
         KHUB_FORWARD_IF_ERROR(m->rt, quantize_mat(m, p, &m->lm_head));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_shard(m, KHUB__TP_COL_VOCAB, &m->lm_head));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__model_bind_mat(m, p, KHUB__ROLE_LM_HEAD, &m->lm_head));
+    if (p->pref[KHUB_KERNEL_ROLE_EMBEDDING]) return khub__model_bind_embedding(m, p);
     if (m->embed.t.dtype.code == KHUB_DL_BLOCKQ)
         KHUB_FORWARD_IF_ERROR(
             m->rt, khub__model_bind_qmethod(m, KHUB__ROLE_EMBED_DEQUANT,

@@ -143,12 +143,14 @@ static khub_binding *device_op(khub_model *m, const khub__bound *b, const khub__
     return cuda_op(m, b, kr != KHUB_KERNEL_ROLE__COUNT ? dev->impl[kr] : NULL, why, n);
 }
 
-/* The roles the forward pass calls: every binding but the load's own
- * (quantize-at-load) and the embedding's dequantize, which the host's row
- * lookup uses (the embedding stays in host memory; its rows are copied). */
+/* The roles the forward pass calls that are planned here: every binding
+ * but the load's own (quantize-at-load), the embedding's dequantize, which
+ * the host's row lookup uses (the embedding stays in host memory; its rows
+ * are copied), and the embedding op named for the CPU's lookup, which
+ * plan_embedding plans with the role. */
 static bool in_forward(khub__role r)
 {
-    return r != KHUB__ROLE_QUANTIZE && r != KHUB__ROLE_EMBED_DEQUANT;
+    return r != KHUB__ROLE_QUANTIZE && r != KHUB__ROLE_EMBED_DEQUANT && r != KHUB__ROLE_EMBEDDING;
 }
 
 static void copies_line(khub_model *m, khub__role r, khub__text *t)
@@ -168,20 +170,35 @@ static void copies_line(khub_model *m, khub__role r, khub__text *t)
 /* The embedding role (ABI 1.5): a CUDA embedding op for the table's dtype
  * (asking for the scale flag when the model scales its embeddings, Gemma)
  * looks the rows up on the device from the uploaded table; without one the
- * host looks them up and each token's row crosses. It has no CPU binding
- * (the host lookup is the CPU path), so it is asked here, after the bound
- * roles: strict refuses it like any other role. */
-static khub_status plan_embedding(khub_model *m, bool strict, khub__text *t)
+ * host looks them up (itself, or through the CPU op the role named,
+ * m->embed_op) and each token's row crosses. Its CPU binding is not
+ * planned with the others, so it is asked here, after the bound roles,
+ * with the role's device choice (dev: a Hub kernel's CUDA variant, or why
+ * its CPU variant serves): strict refuses it like any other role. */
+static khub_status plan_embedding(khub_model *m, bool strict, const khub__device_prefs *dev,
+                                  khub__text *t)
 {
     khub__place *pl = m->place;
     const char *dt = khub__dtype_short(m->embed.t.dtype);
-    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_EMBEDDING,
+    const char *pref = dev ? dev->impl[KHUB_KERNEL_ROLE_EMBEDDING] : NULL;
+    char pid[256] = "", *op = NULL;
+    if (pref) {
+        snprintf(pid, sizeof pid, "%s", pref);
+        char *colon = strchr(pid, ':');
+        if (colon) *colon = '\0', op = colon + 1;
+    }
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
+                       .kind = KHUB_OP_EMBEDDING,
                        .device_type = KHUB_DEVICE_CUDA,
                        .dtype_id = khub_dtype_id_of(m->embed.t.dtype),
-                       .kind_flags = m->cfg.embed_scale != 1.0 ? KHUB_EMBEDDING_SCALE : 0};
+                       .kind_flags = m->cfg.embed_scale != 1.0 ? KHUB_EMBEDDING_SCALE : 0,
+                       .plugin_id = pref ? pid : NULL,
+                       .op_name = op && *op ? op : NULL};
     char why[640] = "";
     khub_binding *b = NULL;
-    if (khub_registry_select(m->rt, &q, &b) != KHUB_STATUS_OK) {
+    if (dev && dev->cpu_why[KHUB_KERNEL_ROLE_EMBEDDING]) {
+        snprintf(why, sizeof why, "%s", dev->cpu_why[KHUB_KERNEL_ROLE_EMBEDDING]);
+    } else if (khub_registry_select(m->rt, &q, &b) != KHUB_STATUS_OK) {
         snprintf(why, sizeof why, "%s", khub_runtime_errmsg(m->rt));
         khub__clear(m->rt);
         b = NULL;
@@ -197,7 +214,11 @@ static khub_status plan_embedding(khub_model *m, bool strict, khub__text *t)
                    "%s: cuda:%d: strict: role embedding[%s] has no CUDA kernel (%s); load one "
                    "that serves it, or drop strict to run it on the CPU",
                    m->file, (int)pl->device, dt, why);
-    khub__text_add(t, "  embedding[%s]: host lookup (no CUDA kernel: %s)\n", dt, why);
+    if (m->embed_op)
+        khub__text_add(t, "  embedding[%s]: cpu fallback, %s (no CUDA kernel: %s)\n", dt,
+                       khub_binding_name(m->embed_op), why);
+    else
+        khub__text_add(t, "  embedding[%s]: host lookup (no CUDA kernel: %s)\n", dt, why);
     khub__text_add(t, "    copies per token each time it runs: host->device %lld B (the row)\n",
                    (long long)(4 * m->cfg.hidden_size));
     return KHUB_STATUS_OK;
@@ -249,7 +270,7 @@ static khub_status plan_roles(khub_model *m, bool strict, const khub__device_pre
                        khub_binding_name(b->b), why);
         copies_line(m, b->role, t);
     }
-    KHUB_FORWARD_IF_ERROR(m->rt, plan_embedding(m, strict, t));
+    KHUB_FORWARD_IF_ERROR(m->rt, plan_embedding(m, strict, dev, t));
     for (int r = 0; r < KHUB__ROLE__COUNT; r++)
         if (pl->used[r] && pl->cuda[r])
             pl->n_cuda++;

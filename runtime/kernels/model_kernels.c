@@ -43,23 +43,32 @@
 #include "khub/khub_model.h"
 #include "placement.h"
 
-/* khub_model_kernels has one field per role, in the table's order, and
- * khub_model_opts one string per role: their layouts are frozen
- * (abi/layout.c), so the table is checked against them rather than
- * generating them. */
+/* khub_model_kernels has one field per role of 0.1, in the table's order,
+ * later roles' fields after strict, and khub_model_opts one string per
+ * role: their layouts are frozen, so the table is checked against them
+ * rather than generating them. */
+#define ROLES_0_1 (KHUB_KERNEL_ROLE_LINEAR + 1)
 #define CHECK_FIELDS(NAME, name, flag, field) \
-    _Static_assert(offsetof(khub_model_kernels, flag) == \
-                       offsetof(khub_model_kernels, attn) + \
-                           KHUB_KERNEL_ROLE_##NAME * sizeof(const char *), \
+    _Static_assert(KHUB_KERNEL_ROLE_##NAME >= ROLES_0_1 || \
+                       offsetof(khub_model_kernels, flag) == \
+                           offsetof(khub_model_kernels, attn) + \
+                               KHUB_KERNEL_ROLE_##NAME * sizeof(const char *), \
                    "khub_model_kernels." #flag " is not role " #NAME "'s slot"); \
+    _Static_assert(KHUB_KERNEL_ROLE_##NAME < ROLES_0_1 || \
+                       offsetof(khub_model_kernels, flag) > offsetof(khub_model_kernels, strict), \
+                   "khub_model_kernels." #flag " of a role after 0.1 is not appended"); \
     _Static_assert(sizeof(((khub_model_opts *)0)->field) == sizeof(const char *), \
                    "khub_model_opts." #field " is not a string");
 KHUB_KERNEL_ROLES(CHECK_FIELDS)
 #undef CHECK_FIELDS
 _Static_assert(offsetof(khub_model_kernels, mapping_path) ==
-                   offsetof(khub_model_kernels, attn) +
-                       KHUB_KERNEL_ROLE__COUNT * sizeof(const char *),
-               "khub_model_kernels has a role field the table lacks");
+                   offsetof(khub_model_kernels, attn) + ROLES_0_1 * sizeof(const char *),
+               "khub_model_kernels has a 0.1 role field the table lacks");
+/* embed is the first role field after 0.1's end */
+_Static_assert(sizeof(khub_model_kernels) ==
+                   offsetof(khub_model_kernels, embed) +
+                       (KHUB_KERNEL_ROLE__COUNT - ROLES_0_1) * sizeof(const char *),
+               "khub_model_kernels has a later role field the table lacks");
 
 static const char *const quant_schemes[] = {"int8", "nf4", "q8_0", "q4_0"};
 
@@ -407,8 +416,17 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
     khub__clear(rt);
     *out = NULL;
     if (rep) rep->text[0] = '\0';
-    khub_model_kernels none = {KHUB_STRUCT_INIT(khub_model_kernels)};
-    if (!k) k = &none;
+    /* The caller's fields up to its struct_size (a 0.1 caller's has no
+     * embed); the rest stay NULL. */
+    khub_model_kernels own = {KHUB_STRUCT_INIT(khub_model_kernels)};
+    if (k) {
+        KHUB_RETURN_IF(rt, k->struct_size < offsetof(khub_model_kernels, embed),
+                       KHUB_STATUS_STRUCT_SIZE,
+                       "khub_model_load_hub: kernels.struct_size %u is below 0.1's %zu",
+                       (unsigned)k->struct_size, offsetof(khub_model_kernels, embed));
+        memcpy(&own, k, k->struct_size < sizeof own ? k->struct_size : sizeof own);
+    }
+    k = &own;
     const char *given[KHUB_ROLE__COUNT] = {
 #define GIVEN(NAME, name, flag, field) [KHUB_ROLE_##NAME] = k->flag,
         KHUB_KERNEL_ROLES(GIVEN)
@@ -456,7 +474,15 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
         if (dev[r].cpu_why[0]) dp.cpu_why[r] = dev[r].cpu_why;
     }
     if (st != KHUB_STATUS_OK) return st;
-    khub_model_opts o = base ? *base : (khub_model_opts){KHUB_STRUCT_INIT(khub_model_opts)};
+    /* The caller's options up to its struct_size; the fields set below are
+     * read whatever it was (read_opts still refuses one below 0.1's). */
+    khub_model_opts o = {KHUB_STRUCT_INIT(khub_model_opts)};
+    if (base) {
+        memcpy(&o, base, base->struct_size < sizeof o ? base->struct_size : sizeof o);
+        o.struct_size = base->struct_size < offsetof(khub_model_opts, n_threads)
+                            ? base->struct_size
+                            : (uint32_t)sizeof o;
+    }
     /* Each role's loaded plugin into its option field; quantization joins
      * its plugin and scheme below. */
 #define SET(NAME, name, flag, field) \

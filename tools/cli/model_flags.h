@@ -127,6 +127,8 @@ int cli_model_sampling_flag(const char *f);
     "  --kv-memory MIB       paged cache: memory budget of the pool in MiB\n" \
     "  --norm NAME           RMSNorm      --act NAME   SiLU-and-mul\n" \
     "  --rotary NAME         rotary       --linear NAME dense and quantized linear\n" \
+    "  --embed NAME          the token embedding lookup (a plugin's embedding op; default:\n" \
+    "                        the host's own lookup, or on a CUDA device the registry's op)\n" \
     "  --kernels FILE        khub.json mapping (default: next to the model, else ./khub.json);\n" \
     "                        the flags above override it\n" \
     "  --lock FILE           load every role through khub.lock: locked commits, hashes\n" \
