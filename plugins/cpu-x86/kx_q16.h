@@ -31,6 +31,8 @@ typedef struct q16blk {
 /* Rounds x[0, in) (in a multiple of 32) to in / 32 q16blk at out:
  * d_x = max|x| / 32767 per block, codes to nearest even (qlinear_q16.c). */
 void KX(q16_quantize_row)(const float *x, int64_t in, void *out);
+/* The same for the tiles of kx_q16_pair_dd: s holds d_x again, not the sum. */
+void KX(q16_quantize_row_dd)(const float *x, int64_t in, void *out);
 
 /* sum over one 32-block of codes times p, as 8 int32 lanes; wl and wh hold
  * the codes of elements 0..15 and 16..31 as int16. */
@@ -62,6 +64,24 @@ static inline __attribute__((always_inline)) void kx_q16_pair(__m256i w0l, __m25
     __m256 sc = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(p), pick);
     *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), sc, *acc);
     *cor = _mm_add_ps(*cor, p);
+}
+
+/* kx_q16_pair for blocks without an offset term (Q8_0, Q5_0, Q6_K), whose
+ * activation blocks hold d_x in s too (kx_q16_quantize_row_dd): the loads
+ * give [dx0 dx0 dx1 dx1], sw * that is the scale of the hadd lanes of each
+ * 128-bit half, and one in-lane insert makes the 256-bit scale where
+ * kx_q16_pair needs a lane-crossing vpermps. The same products in the same
+ * lanes, so the same bits as kx_q16_pair's acc. */
+static inline __attribute__((always_inline)) void kx_q16_pair_dd(__m256i w0l, __m256i w0h,
+                                                                 __m256i w1l, __m256i w1h,
+                                                                 __m128 sw, const q16blk *xb,
+                                                                 __m256 *acc)
+{
+    __m256i d = _mm256_hadd_epi32(kx_q16_dot(w0l, w0h, xb[0].p), kx_q16_dot(w1l, w1h, xb[1].p));
+    __m128 sx = _mm_loadh_pi(_mm_castpd_ps(_mm_load_sd((const double *)&xb[0].d)),
+                             (const __m64 *)&xb[1].d); /* dx0 dx0 dx1 dx1 */
+    __m128 p = _mm_mul_ps(sw, sx);
+    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set_m128(p, p), *acc);
 }
 
 /* Zeroes the first tr x tc accumulators of a tile (unrolled, so that they

@@ -63,8 +63,9 @@ static inline __m256i pack16(__m256i a, __m256i b)
  * sum is stored times smul (1, or the -8 of the Q4_0 offset, see
  * offset_factor), the scale times dmul (1, or the 1/16 of the Q5_0 codes,
  * see q5_0_codes; exact, a power of two). */
-static inline __attribute__((always_inline)) void
-quantize_blk(const float *p, q16blk *o, const int q5, const float smul, const float dmul)
+static inline __attribute__((always_inline)) void quantize_blk(const float *p, q16blk *o,
+                                                               const int q5, const float smul,
+                                                               const float dmul, const int dd)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 v0 = _mm256_loadu_ps(p), v1 = _mm256_loadu_ps(p + 8);
@@ -79,20 +80,26 @@ quantize_blk(const float *p, q16blk *o, const int q5, const float smul, const fl
     _mm256_storeu_si256((__m256i *)o->p, pack16(r0, q5 ? r2 : r1));
     _mm256_storeu_si256((__m256i *)(o->p + 16), pack16(q5 ? r1 : r2, r3));
     o->d = amax / 32767.0f * dmul;
-    o->s = smul * kx_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
+    o->s = dd ? o->d : smul * kx_hsum8(_mm256_add_ps(_mm256_add_ps(v0, v1), _mm256_add_ps(v2, v3)));
 }
 
 void KX(q16_quantize_row)(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, 1.0f, 1.0f);
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, 1.0f, 1.0f, 0);
+}
+
+void KX(q16_quantize_row_dd)(const float *x, int64_t in, void *out_)
+{
+    q16blk *out = out_;
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, 1.0f, 1.0f, 1);
 }
 
 /* The row quantizer of the Q5_1 tiles: the codes in the Q5 order. */
 static void quantize_row_q5(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1, 1.0f, 1.0f);
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1, 1.0f, 1.0f, 0);
 }
 
 /* Q4_0: the offset factor folded into the block sums (-8 s), see
@@ -100,15 +107,16 @@ static void quantize_row_q5(const float *x, int64_t in, void *out_)
 static void quantize_row_q4_0(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, -8.0f, 1.0f);
+    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 0, -8.0f, 1.0f, 0);
 }
 
 /* Q5_0: the Q5 order, and d_x / 16 against the codes 16 (q - 16) of
- * q5_0_codes (the block sums are not read). */
+ * q5_0_codes, stored twice (d and s) for kx_q16_pair_dd. */
 static void quantize_row_q5_0(const float *x, int64_t in, void *out_)
 {
     q16blk *out = out_;
-    for (int64_t b = 0; b < in / QK; b++) quantize_blk(x + b * QK, &out[b], 1, 1.0f, 1.0f / 16.0f);
+    for (int64_t b = 0; b < in / QK; b++)
+        quantize_blk(x + b * QK, &out[b], 1, 1.0f, 1.0f / 16.0f, 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -308,7 +316,10 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
             const __m128 sw = scales2(fmt, blk, bb);
 #pragma GCC unroll 4
             for (int c = 0; c < tc; c++)
-                kx_q16_pair(w0l, w0h, w1l, w1h, sw, x + c * xs + b, &acc[r][c], &cor[r][c]);
+                if (has_offset(fmt))
+                    kx_q16_pair(w0l, w0h, w1l, w1h, sw, x + c * xs + b, &acc[r][c], &cor[r][c]);
+                else
+                    kx_q16_pair_dd(w0l, w0h, w1l, w1h, sw, x + c * xs + b, &acc[r][c]);
         }
     }
     float cs[TR][TC];
@@ -539,6 +550,7 @@ khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
     if (a->n >= (kq ? KX_GEMM_MIN_N_K : KX_GEMM_MIN_N)) return KX(qgemm_run)(s, a);
     if (kq) return KX(qlinear_q16k_run)(s, a);
     kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL, NULL, q16_pairs};
+    if (a->wfmt == KHUB_QFORMAT_Q8_0) k.quantize_row = KX(q16_quantize_row_dd);
     if (a->wfmt == KHUB_QFORMAT_Q5_1) k.quantize_row = quantize_row_q5;
     if (a->wfmt == KHUB_QFORMAT_Q5_0) k.quantize_row = quantize_row_q5_0;
     if (a->wfmt == KHUB_QFORMAT_Q4_0) k.quantize_row = quantize_row_q4_0;
