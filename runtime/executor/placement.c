@@ -63,6 +63,19 @@ static role_io io_of(const khub_model *m, khub__role r)
     }
 }
 
+/* A preference "org/name" or "org/name:op" split: the plugin id into
+ * pid[n], the op name returned (NULL when none, or when pref is NULL). */
+static const char *split_pref(const char *pref, char *pid, size_t n)
+{
+    pid[0] = '\0';
+    if (!pref) return NULL;
+    snprintf(pid, n, "%s", pref);
+    char *colon = strchr(pid, ':');
+    if (!colon) return NULL;
+    *colon = '\0';
+    return colon[1] ? colon + 1 : NULL;
+}
+
 /* Asks the registry for a CUDA op answering b's query, preferring plugin
  * pref ("org/name" or "org/name:op"; NULL = none); NULL (and the
  * registry's reason in why) when there is none. */
@@ -72,16 +85,16 @@ static khub_binding *cuda_op(khub_model *m, const khub__bound *b, const char *pr
     /* The cache is bound before its layout is known (model_bind.c): its
      * device twin is asked for the model's layout. */
     uint32_t layout = b->role == KHUB__ROLE_KV_CACHE ? m->kv_layout : b->kv_layout;
-    char pid[256] = "", *op = NULL;
-    if (pref) {
-        snprintf(pid, sizeof pid, "%s", pref);
-        char *colon = strchr(pid, ':');
-        if (colon) *colon = '\0', op = colon + 1;
-    }
-    khub_op_query q = {
-        KHUB_STRUCT_INIT(khub_op_query),  .kind = b->kind,    .device_type = KHUB_DEVICE_CUDA,
-        .dtype_id = b->dtype_id,          .flags = b->flags,  .plugin_id = pref ? pid : NULL,
-        .op_name = op && *op ? op : NULL, .kv_layout = layout};
+    char pid[256];
+    const char *op = split_pref(pref, pid, sizeof pid);
+    khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
+                       .kind = b->kind,
+                       .device_type = KHUB_DEVICE_CUDA,
+                       .dtype_id = b->dtype_id,
+                       .flags = b->flags,
+                       .plugin_id = pref ? pid : NULL,
+                       .op_name = op,
+                       .kv_layout = layout};
     if (b->role == KHUB__ROLE_ATTENTION || b->role == KHUB__ROLE_PAGED_ATTENTION)
         q.head_dim = (int32_t)m->cfg.head_dim;
     khub_binding *out = NULL;
@@ -181,19 +194,15 @@ static khub_status plan_embedding(khub_model *m, bool strict, const khub__device
     khub__place *pl = m->place;
     const char *dt = khub__dtype_short(m->embed.t.dtype);
     const char *pref = dev ? dev->impl[KHUB_KERNEL_ROLE_EMBEDDING] : NULL;
-    char pid[256] = "", *op = NULL;
-    if (pref) {
-        snprintf(pid, sizeof pid, "%s", pref);
-        char *colon = strchr(pid, ':');
-        if (colon) *colon = '\0', op = colon + 1;
-    }
+    char pid[256];
+    const char *op = split_pref(pref, pid, sizeof pid);
     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
                        .kind = KHUB_OP_EMBEDDING,
                        .device_type = KHUB_DEVICE_CUDA,
                        .dtype_id = khub_dtype_id_of(m->embed.t.dtype),
                        .kind_flags = m->cfg.embed_scale != 1.0 ? KHUB_EMBEDDING_SCALE : 0,
                        .plugin_id = pref ? pid : NULL,
-                       .op_name = op && *op ? op : NULL};
+                       .op_name = op};
     char why[640] = "";
     khub_binding *b = NULL;
     if (dev && dev->cpu_why[KHUB_KERNEL_ROLE_EMBEDDING]) {
