@@ -12,8 +12,10 @@
 # the text output, and bad files: malformed JSON, zero max_tokens, an
 # unknown setting (each with its line), an empty file, and a request longer
 # than the cache failing alone while the others finish; the default KV
-# cache of a multi-request run (paged) and what keeps the dense one; and a small
-# `khub bench-batch` run.
+# cache of a multi-request run (paged) and what keeps the dense one; f16 K/V
+# (--kv-type f16: the batch equals its --parallel 1 run on f16 too, --explain
+# names the type and half the bytes per token, bad values refused); and a
+# small `khub bench-batch` run (f16 K/V by default).
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 t_begin run_batch
@@ -116,6 +118,18 @@ echo "ok   text output"
 grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: paged_cache$' ex.out ||
     fail "default cache: $(grep '^kv_cache' ex.out)"
 grep -q '^paged_attention\[f32\]: khub/cpu-avx' ex.out || fail "no paged attention in: $(cat ex.out)"
+grep -qxF '    the paged pool by default: 16 sequences (max_seqs) and no cache or attention named' \
+    ex.out || fail "no default line in: $(cat ex.out)"
+# The choice is the library's, by the model's sequences: two --prompt's
+# share the pool, one keeps the dense cache.
+"$KHUB" run --model tiny --prompt a --prompt b --max-new-tokens 1 --explain > ex2.out 2> ex2.err ||
+    { cat ex2.err; fail "--explain of two prompts"; }
+grep -qxF '    the paged pool by default: 2 sequences (max_seqs) and no cache or attention named' \
+    ex2.out || fail "two prompts: $(cat ex2.out)"
+"$KHUB" run --model tiny --prompt a --max-new-tokens 1 --explain > ex0.out 2> ex0.err ||
+    { cat ex0.err; fail "--explain of one prompt"; }
+grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: kv_cache$' ex0.out ||
+    fail "one prompt: $(grep '^kv_cache' ex0.out)"
 "$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 1 --explain --parallel 1 \
     > ex1.out 2> ex1.err || { cat ex1.err; fail "--explain --parallel 1"; }
 grep -q '^kv_cache\[f32\]: khub/ref-cpu [0-9.]* :: kv_cache$' ex1.out ||
@@ -128,7 +142,44 @@ for flags in "--cache dynamic" "--attn sdpa"; do
         fail "$flags: $(grep '^kv_cache' exd.out)"
     if grep -q 'paged' <(grep -v '^    ' exd.out); then fail "$flags: a paged role: $(cat exd.out)"; fi
 done
-echo "ok   the default cache of a batch is paged; --parallel 1, --cache dynamic, --attn keep dense"
+echo "ok   the default cache of a batch is paged; one prompt, --parallel 1, --cache dynamic, --attn keep dense"
+
+# f16 K/V: the guarantee holds per KV type (the batch equals its one-at-a-time
+# run on f16); how many requests keep f32's tokens is stated, not asserted.
+"$KHUB" run --model tiny --prompts-file prompts.jsonl --max-new-tokens 6 --ignore-eos \
+    --parallel 16 --max-batch-tokens 48 --kv-type f16 --json > b16.json 2> b16.err ||
+    { cat b16.err; fail "batched run, f16"; }
+"$KHUB" run --model tiny --prompts-file prompts.jsonl --max-new-tokens 6 --ignore-eos \
+    --parallel 1 --kv-type f16 --json > s16.json 2> s16.err || { cat s16.err; fail "solo run, f16"; }
+python3 - b16.json s16.json batch.json << 'PY' || fail "f16 batched differs from f16 solo"
+import json, sys
+b, s, f32 = (json.load(open(p))["results"] for p in sys.argv[1:4])
+assert len(b) == len(s) == 200
+for x, y in zip(b, s):
+    assert x["status"] == "ok" and x["tokens"] == y["tokens"], (x["index"], x, y)
+same = sum(x["tokens"] == y["tokens"] for x, y in zip(b, f32))
+print("ok   200 requests on f16 K/V: batched = --parallel 1; %d of 200 equal their f32 tokens"
+      % same)
+PY
+for t in f32 f16; do
+    "$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 1 --explain --kv-type $t \
+        > kv$t.out 2> kv$t.err || { cat kv$t.err; fail "--explain --kv-type $t"; }
+    grep -q "^kv_cache\[$t\]: khub/ref-cpu [0-9.]* :: paged_cache$" kv$t.out ||
+        fail "--kv-type $t: $(grep '^kv_cache' kv$t.out)"
+done
+b32=$(sed -n 's/^kv_cache memory: \([0-9]*\) bytes per token$/\1/p' kvf32.out)
+b16=$(sed -n 's/^kv_cache memory: \([0-9]*\) bytes per token$/\1/p' kvf16.out)
+[ -n "$b32" ] && [ -n "$b16" ] && [ "$((b16 * 2))" = "$b32" ] ||
+    fail "bytes per token: f32 '$b32', f16 '$b16'"
+for v in f8 bf16 F16 ""; do
+    "$KHUB" run --model tiny --prompt hi --kv-type "$v" > /dev/null 2> kvbad.err &&
+        fail "--kv-type '$v' accepted"
+    grep -qxF "khub run: --kv-type wants f32 or f16, got '$v'" kvbad.err ||
+        fail "--kv-type '$v': $(cat kvbad.err)"
+done
+"$KHUB" run --model tiny --prompt hi --kv-type > /dev/null 2> kvnone.err && fail "--kv-type alone"
+grep -qxF "khub run: --kv-type needs a value" kvnone.err || fail "--kv-type alone: $(cat kvnone.err)"
+echo "ok   --kv-type: f16 in --explain ($b16 bytes per token, f32 $b32); bad values refused"
 
 # Bad files: a clear message with the line, exit 1, nothing run.
 bad() { # FILE-CONTENT EXPECTED-MESSAGE
@@ -184,7 +235,13 @@ assert [r["seqs"] for r in rows] == [1, 4], rows
 for r in rows:
     assert r["gen_tok_s"] > 0 and r["ttft_ms_max"] >= r["ttft_ms_median"] > 0, r
     assert r["peak_rss_kib"] > 0 and r["steps"] >= 4, r
+    assert r["kv_type"] == "f16", r  # llama-batched-bench's default
 PY
+"$KHUB" bench-batch --model tiny --seqs 2 --prompt-tokens 4 --gen-tokens 2 --kv-type f32 \
+    > bb32.jsonl 2> bb32.err || { cat bb32.err; fail "bench-batch --kv-type f32"; }
+grep -qF '"kv_type": "f32"' bb32.jsonl || fail "bench-batch --kv-type f32: $(cat bb32.jsonl)"
+"$KHUB" bench-batch --model tiny --kv-type q8 > /dev/null 2> bbq.err && fail "bench-batch --kv-type q8"
+grep -qxF "khub bench-batch: --kv-type wants f32 or f16, got 'q8'" bbq.err || fail "bbq: $(cat bbq.err)"
 "$KHUB" bench-batch --model tiny --seqs 0 > /dev/null 2> bb0.err && fail "bench-batch --seqs 0"
 grep -qF -- "--seqs needs an integer in [1, 256], got '0'" bb0.err || fail "bb0: $(cat bb0.err)"
 # a --cache id that no loaded plugin has is refused, not timed as the dense cache

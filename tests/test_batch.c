@@ -44,8 +44,10 @@ typedef struct fixture {
     const char *dir;
 } fixture;
 
-/* The tiny model with the default kernels, or with khub/ref-cpu for all. */
-static fixture tiny_open(int ref, int max_seqs, int max_batch, int64_t max_context)
+/* The tiny model with the default kernels, or with khub/ref-cpu for all;
+ * its K/V stored as kv_dtype ({0} = f32) in cache (NULL = the default). */
+static fixture tiny_open_kv(int ref, int max_seqs, int max_batch, int64_t max_context,
+                            khub_dtype kv_dtype, const char *cache)
 {
     fixture f = {0};
     khub_runtime_opts ro = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
@@ -55,10 +57,11 @@ static fixture tiny_open(int ref, int max_seqs, int max_batch, int64_t max_conte
     khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts),
                           .attn_impl = r,
                           .quant = r,
-                          .cache_impl = r,
+                          .cache_impl = cache ? cache : r,
                           .norm_impl = r,
                           .act_impl = r,
                           .rotary_impl = r,
+                          .kv_dtype = kv_dtype,
                           .linear_impl = r,
                           .max_seqs = max_seqs,
                           .max_batch = max_batch,
@@ -66,6 +69,11 @@ static fixture tiny_open(int ref, int max_seqs, int max_batch, int64_t max_conte
     f.dir = tiny_dir();
     ASSERT_OK(khub_model_load(f.rt, f.dir, &mo, &f.m));
     return f;
+}
+
+static fixture tiny_open(int ref, int max_seqs, int max_batch, int64_t max_context)
+{
+    return tiny_open_kv(ref, max_seqs, max_batch, max_context, (khub_dtype){0}, NULL);
 }
 
 static void fixture_close(fixture *f)
@@ -219,6 +227,82 @@ TEST_IMPL(batch_tiny_paged_pool_equals_solo)
     ASSERT_EQ(st.kv_tokens_used, 0);
     for (int32_t q = 0; q < 4; q++) ASSERT_OK(khub__kv_release(f.m, q));
     ASSERT_EQ(khub__kv_free_tokens(f.m), 80); /* every block back in the pool */
+    fixture_close(&f);
+}
+
+/* f16 K/V (khub_model_opts.kv_dtype, `--kv-type f16`): the guarantee holds
+ * per KV type. On the dense cache and on the paged pool, a batch on an f16
+ * cache gives every request the tokens of its solo run on the same cache,
+ * and the cache really stores f16: half the bytes per token of f32. */
+TEST_IMPL(batch_tiny_f16_equals_solo)
+{
+    static const char *const caches[2] = {"khub/ref-cpu:kv_cache", "khub/ref-cpu:paged_cache"};
+    for (int c = 0; c < 2; c++) {
+        fixture f32 = tiny_open_kv(0, 4, 16, 128, KHUB_DTYPE_F32, caches[c]);
+        khub_model_info i32 = {KHUB_STRUCT_INIT(khub_model_info)};
+        ASSERT_OK(khub_model_info_get(f32.m, &i32));
+        fixture_close(&f32);
+        fixture f = tiny_open_kv(0, 4, 16, 128, KHUB_DTYPE_F16, caches[c]);
+        ASSERT_CONTAINS(khub_model_explain(f.m), "kv_cache[f16]: khub/ref-cpu");
+        khub_model_info info = {KHUB_STRUCT_INIT(khub_model_info)};
+        ASSERT_OK(khub_model_info_get(f.m, &info));
+        ASSERT_EQ(info.kv_bytes_per_token, (uint64_t)L * NKV * HD * 2 * 2);
+        ASSERT_EQ(info.kv_bytes_per_token * 2, i32.kv_bytes_per_token);
+        reqset s;
+        make_reqs(&s, NREQ);
+        khub_batch_config cfg = {KHUB_STRUCT_INIT(khub_batch_config), .max_batch_tokens = 16};
+        check_equals_solo(f.m, &s, &cfg, NULL);
+        fixture_close(&f);
+    }
+}
+
+/* No cache named (issue 13 item 4): the library gives a model loaded for
+ * several sequences the paged pool, --explain says so, and a batch on it
+ * (khub_generate_batch with no config) equals every request run alone on a
+ * model of one sequence, which keeps the dense cache. Naming the attention
+ * or the cache keeps the dense cache for several sequences too. */
+TEST_IMPL(batch_tiny_default_cache_is_paged)
+{
+    fixture f = tiny_open(0, 4, 16, 128);
+    const char *ex = khub_model_explain(f.m);
+    ASSERT_CONTAINS(ex, ":: paged_cache\n    the paged pool by default: 4 sequences (max_seqs) "
+                        "and no cache or attention named\n");
+    ASSERT_CONTAINS(ex, "by KV layout paged_htd");
+    khub_model_opts one = {KHUB_STRUCT_INIT(khub_model_opts), .max_seqs = 1, .max_batch = 16,
+                           .max_context = 128};
+    khub_model *solo = NULL;
+    ASSERT_OK(khub_model_load(f.rt, f.dir, &one, &solo));
+    ASSERT_CONTAINS(khub_model_explain(solo), "kv_cache[f32]: khub/ref-cpu ");
+    ASSERT_CONTAINS(khub_model_explain(solo), ":: kv_cache\n");
+    ASSERT(strstr(khub_model_explain(solo), "paged_attention[") == NULL);
+    static const char *const named[][2] = {{"khub/ref-cpu", NULL}, {NULL, "khub/ref-cpu"}};
+    for (int i = 0; i < 2; i++) {
+        khub_model_opts o = {KHUB_STRUCT_INIT(khub_model_opts), .attn_impl = named[i][0],
+                             .cache_impl = named[i][1], .max_seqs = 4, .max_context = 128};
+        khub_model *d = NULL;
+        ASSERT_OK(khub_model_load(f.rt, f.dir, &o, &d));
+        ASSERT_CONTAINS(khub_model_explain(d), ":: kv_cache\n");
+        ASSERT(strstr(khub_model_explain(d), "paged_attention[") == NULL);
+        khub_model_free(d);
+    }
+    reqset s;
+    make_reqs(&s, NREQ);
+    khub_batch_result alone[NREQ], all[NREQ];
+    for (int i = 0; i < NREQ; i++) all[i] = result();
+    ASSERT_OK(khub_generate_batch(f.m, s.req, NREQ, NULL, all));
+    for (int i = 0; i < NREQ; i++) {
+        alone[i] = result();
+        ASSERT_OK(khub_generate_batch(solo, &s.req[i], 1, NULL, &alone[i]));
+        ASSERT_EQ(all[i].status, KHUB_STATUS_OK);
+        ASSERT_EQ(all[i].n_tokens, alone[i].n_tokens);
+        ASSERT(memcmp(all[i].tokens, alone[i].tokens,
+                      (size_t)alone[i].n_tokens * sizeof *alone[i].tokens) == 0);
+    }
+    ASSERT(memcmp(alone[3].tokens, alone[4].tokens, 4) != 0 ||
+           memcmp(alone[5].tokens, alone[6].tokens, 4) != 0);
+    khub_batch_results_free(solo, alone, NREQ);
+    khub_batch_results_free(f.m, all, NREQ);
+    khub_model_free(solo);
     fixture_close(&f);
 }
 
@@ -536,6 +620,8 @@ TEST_IMPL(batch_tiny_errors)
     X(batch_tiny_default_kernels_equal_solo) \
     X(batch_tiny_preemption_equals_solo) \
     X(batch_tiny_paged_pool_equals_solo) \
+    X(batch_tiny_f16_equals_solo) \
+    X(batch_tiny_default_cache_is_paged) \
     X(batch_tiny_decode_every_step_beside_prefill) \
     X(batch_tiny_cancel_frees_kv) X(batch_tiny_threads) X(batch_tiny_errors)
 TEST_MAIN(TEST_LIST)

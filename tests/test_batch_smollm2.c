@@ -51,8 +51,8 @@ static int on_text(void *ud, uint64_t id, const char *text, size_t n)
 }
 
 /* The batch runs on a model loaded with batch_cache (NULL: the same model
- * as the solo runs, the dense default cache). */
-static void check_smollm2(int ref, const char *batch_cache)
+ * as the solo runs, the dense default cache); both store K/V as kv_dtype. */
+static void check_smollm2(int ref, const char *batch_cache, khub_dtype kv_dtype)
 {
     const char *path = smollm2_path();
     khub_runtime_opts ro = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 2};
@@ -67,17 +67,24 @@ static void check_smollm2(int ref, const char *batch_cache)
                           .norm_impl = r,
                           .act_impl = r,
                           .rotary_impl = r,
+                          .kv_dtype = kv_dtype,
                           .linear_impl = r,
                           .max_seqs = 4,
                           .max_batch = 32,
                           .max_context = 256};
     khub_model *m = NULL, *mb = NULL;
+    /* Against a paged batch the solo runs name the dense cache, whatever
+     * the default of a model of several sequences is. */
+    if (batch_cache && !r) mo.cache_impl = "khub/ref-cpu:kv_cache";
     ASSERT_OK(khub_model_load(rt, path, &mo, &m));
     if (batch_cache) {
         mo.cache_impl = batch_cache;
         ASSERT_OK(khub_model_load(rt, path, &mo, &mb));
         ASSERT_CONTAINS(khub_model_explain(mb), "paged_attention");
     }
+    ASSERT_CONTAINS(khub_model_explain(mb ? mb : m), khub_dtype_id_of(kv_dtype) == KHUB_DTYPE_ID_F16
+                                                         ? "kv_cache[f16]: "
+                                                         : "kv_cache[f32]: ");
     static const char *const prompts[] = {"The capital of France is",
                                           "def fibonacci(n):",
                                           "Once upon a time, in a land far away,",
@@ -132,14 +139,27 @@ static void check_smollm2(int ref, const char *batch_cache)
     khub_runtime_free(rt);
 }
 
-TEST_IMPL(batch_smollm2_default_kernels_equal_solo) { check_smollm2(0, NULL); }
+TEST_IMPL(batch_smollm2_default_kernels_equal_solo) { check_smollm2(0, NULL, KHUB_DTYPE_F32); }
 
 /* A batch on the paged cache (what `khub run --prompts-file` uses by
  * default) gives every prompt the tokens of its solo run on the dense cache:
  * khub/cpu-avx2's paged and dense attention compute the same bits. */
-TEST_IMPL(batch_smollm2_paged_equals_dense_solo) { check_smollm2(0, "khub/ref-cpu:paged_cache"); }
+TEST_IMPL(batch_smollm2_paged_equals_dense_solo)
+{
+    check_smollm2(0, "khub/ref-cpu:paged_cache", KHUB_DTYPE_F32);
+}
+
+/* The same with f16 K/V (`--kv-type f16`, bench-batch's default): a paged
+ * f16 batch gives every prompt the tokens of its solo run on the dense f16
+ * cache (the guarantee holds per KV type; f16 against f32 is
+ * bench-kv-quality's question, docs/caches.md). */
+TEST_IMPL(batch_smollm2_f16_paged_equals_f16_dense_solo)
+{
+    check_smollm2(0, "khub/ref-cpu:paged_cache", KHUB_DTYPE_F16);
+}
 
 #define TEST_LIST(X) \
     X(batch_smollm2_default_kernels_equal_solo) \
-    X(batch_smollm2_paged_equals_dense_solo)
+    X(batch_smollm2_paged_equals_dense_solo) \
+    X(batch_smollm2_f16_paged_equals_f16_dense_solo)
 TEST_MAIN(TEST_LIST)

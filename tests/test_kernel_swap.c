@@ -37,7 +37,8 @@ static void open_fixture_cache(fixture *f, const char *cache)
     ASSERT_OK(khub_model_load(f->rt, KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny", &mo, &f->m));
 }
 
-static void open_fixture(fixture *f) { open_fixture_cache(f, NULL); }
+/* The dense cache, named: a model of 2 sequences would get the paged pool. */
+static void open_fixture(fixture *f) { open_fixture_cache(f, "khub/ref-cpu:kv_cache"); }
 
 static void close_fixture(fixture *f)
 {

@@ -229,8 +229,10 @@ TEST_IMPL(model_server_reload_api)
     ASSERT_EQ(st.reloads, 1);
     ASSERT_EQ(st.reload_failures, 3);
     khub_model_server_stop(srv);
-    /* the model is the caller's again, with the swapped binding */
-    ASSERT_CONTAINS(khub_model_explain(m), "attention[f32]: khub/ref-cpu 0.1.0 :: attention");
+    /* the model is the caller's again, with the swapped binding: the paged
+     * pool's reader (a model of 2 sequences with no cache named) */
+    ASSERT_CONTAINS(khub_model_explain(m),
+                    "paged_attention[f32]: khub/ref-cpu 0.1.0 :: paged_attention\n");
     khub_model_free(m);
     khub_hub_free(hub);
     khub_runtime_free(rt);

@@ -157,6 +157,8 @@ struct khub_model {
      * call per layer for the whole batch. NULL / 0 for a dense cache. */
     khub_binding *paged_attn;
     uint32_t kv_layout;     /* KHUB_KV_LAYOUT_* shared by the cache and paged_attn */
+    bool kv_paged_default;  /* the pool was chosen because nothing named a cache
+                               (model_bind.c paged_by_default) */
     int32_t kv_block_size;  /* khub_model_opts: tokens per block, 0 = the cache's */
     int32_t kv_num_blocks;  /* khub_model_opts: blocks in the pool, 0 = from the budget */
     uint64_t kv_max_bytes;  /* khub_model_opts: KV memory budget, 0 = none */

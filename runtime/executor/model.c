@@ -186,6 +186,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
     load_prefs p;
     KHUB_FORWARD_IF_ERROR(m->rt, read_opts(m->rt, opts, &o, &p));
     p.dev = dev;
+    p.on_device = o.device.device_type == KHUB_DEVICE_CUDA;
     KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_setup(m, o.tp_size, o.tp_plan, o.comm));
     KHUB_FORWARD_IF_ERROR(m->rt, open_source(m, path));
     const khub_model_config *c = &m->cfg;

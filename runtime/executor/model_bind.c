@@ -190,6 +190,54 @@ uint64_t khub__model_attn_flags(const khub_model *m)
     return aflags;
 }
 
+/* Whether the KV cache is the paged pool because nothing chose one (issue
+ * 13 item 4: `paged` is the default cache of batches). A model loaded for
+ * several sequences (max_seqs > 1: khub_generate_batch, a khub_batch, a
+ * model server, khub_model_generate of several prompts) gets the pool:
+ * each layer then writes every sequence's K/V into its blocks and makes one
+ * paged_attention call for the whole batch, where the dense cache makes one
+ * attention call per sequence, and memory goes to sequences by the block
+ * rather than by max_context. A model of one sequence keeps the dense cache
+ * (`dynamic`), and so does a load that chooses the cache or its reader:
+ * a cache named (options alone included), an attention kernel named (one
+ * made for the dense cache may have no paged op), a CUDA device (its pool
+ * needs a device cache plugin, docs/gpu.md) and tensor parallelism. The
+ * choice is made here, not in the CLI, so every entry point of the library
+ * behaves the same (docs/batching.md). */
+static bool paged_by_default(const khub_model *m, const load_prefs *p, const char *cache_pref)
+{
+    return !cache_pref && !m->kv_options[0] && !p->pref[KHUB_KERNEL_ROLE_ATTENTION] &&
+           m->max_seqs > 1 && !p->on_device && m->tp.size <= 1;
+}
+
+/* The paged pool of paged_by_default: the best loaded cache op that
+ * produces KHUB_KV_LAYOUT_PAGED_HTD in kv_id, and the paged_attention op
+ * that reads it. False, with nothing bound and no error set, when the
+ * loaded plugins have no such pair for this model (the dense cache then
+ * serves, as it would have). */
+static bool bind_default_pool(khub_model *m, int32_t kv_id, uint64_t aflags)
+{
+    int n_bound = m->n_bound;
+    khub_status st = bind_layout(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0,
+                                 KHUB_KV_LAYOUT_PAGED_HTD, NULL, &m->kv_op);
+    m->kv_layout = st == KHUB_STATUS_OK ? kv_layout_of(m->kv_op) : 0;
+    if (m->kv_layout == KHUB_KV_LAYOUT_PAGED_HTD)
+        st = bind_layout(m, KHUB__ROLE_PAGED_ATTENTION, KHUB_OP_PAGED_ATTENTION, kv_id,
+                         aflags & ~KHUB_ATTN_STRIDED_KV, m->kv_layout, NULL, &m->paged_attn);
+    if (st == KHUB_STATUS_OK && m->kv_layout == KHUB_KV_LAYOUT_PAGED_HTD) {
+        m->kv_paged_default = true;
+        return true;
+    }
+    KHUB_LOG_I(m->rt,
+               "%s: no paged KV cache and paged_attention pair serves this model (%s); "
+               "the dense cache serves its batches",
+               m->file, st != KHUB_STATUS_OK ? khub_runtime_errmsg(m->rt) : "no paged layout");
+    khub__clear(m->rt);
+    m->n_bound = n_bound;
+    m->kv_op = NULL, m->paged_attn = NULL, m->kv_layout = 0;
+    return false;
+}
+
 khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
 {
     int kv_id = khub_dtype_id_of(m->kv_dtype);
@@ -214,6 +262,7 @@ khub_status khub__model_bind_ops(khub_model *m, const load_prefs *p)
         /* ",options" alone: a placed model's Hub cache prefers no CPU op */
         cpref = cbuf[0] ? cbuf : NULL;
     }
+    if (paged_by_default(m, p, cpref) && bind_default_pool(m, kv_id, aflags)) return KHUB_STATUS_OK;
     KHUB_FORWARD_IF_ERROR(
         m->rt, bind(m, KHUB__ROLE_KV_CACHE, KHUB_OP_KV_CACHE, kv_id, 0, cpref, &m->kv_op));
     m->kv_layout = kv_layout_of(m->kv_op);
@@ -352,6 +401,13 @@ const char *khub_model_explain(khub_model *m)
         if (ok && b->role == KHUB__ROLE_PAGED_ATTENTION) {
             snprintf(line, sizeof line, "    paired with kv_cache %s by KV layout %s\n",
                      khub_binding_name(m->kv_op), khub__kv_layout_name(m->kv_layout));
+            ok = append(m->rt, &s, &len, &cap, line);
+        }
+        if (ok && b->role == KHUB__ROLE_KV_CACHE && m->kv_paged_default) {
+            snprintf(line, sizeof line,
+                     "    the paged pool by default: %d sequences (max_seqs) and no cache or "
+                     "attention named\n",
+                     (int)m->max_seqs);
             ok = append(m->rt, &s, &len, &cap, line);
         }
         const char *tr = khub_binding_trace(b->b);

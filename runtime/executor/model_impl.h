@@ -19,6 +19,7 @@ typedef struct load_prefs {
     int strict;
     int quant_embeddings;
     const struct khub__device_prefs *dev; /* a placed model's device choices (placement.h) */
+    bool on_device;                       /* khub_model_opts.device is a CUDA device */
 } load_prefs;
 
 /* ---- model_weights.c --------------------------------------------------- */

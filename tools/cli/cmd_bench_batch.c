@@ -12,7 +12,9 @@
  * Prompts are distinct per request (token ids of a repeated text, shifted),
  * so no two requests share work. The model is loaded once with N's largest
  * value as max_seqs and P + G + 1 tokens of context, on the paged KV cache
- * unless --cache names another (or --tp runs it: then dynamic).
+ * unless --cache names another (or --tp runs it: then dynamic), with f16
+ * K/V unless --kv-type f32: llama-batched-bench's default cache type
+ * (-ctk/-ctv f16), as bench-model matches llama-bench's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +23,7 @@
 
 #include "cli.h"
 #include "khub/khub_batch.h"
+#include "model_flags.h"
 #include "tp_job.h"
 
 #define MAX_COUNTS 8
@@ -31,9 +34,10 @@ typedef struct bb_args {
     const char *model;
     int counts[MAX_COUNTS], n_counts;
     int prompt_tokens, gen_tokens, threads, max_batch_tokens;
-    int tp;            /* --tp N: ranks of an mpirun job (tp_job.h); 0 = one process */
-    const char *cache; /* --cache: "dynamic", "paged" or a plugin id ("org/name:op"); NULL =
-                          paged, dynamic under --tp (khub run --prompts-file's choice) */
+    int tp;              /* --tp N: ranks of an mpirun job (tp_job.h); 0 = one process */
+    const char *cache;   /* --cache: "dynamic", "paged" or a plugin id ("org/name:op"); NULL =
+                            paged, dynamic under --tp (khub run --prompts-file's choice) */
+    khub_dtype kv_dtype; /* --kv-type; f16 by default (llama-batched-bench's) */
 } bb_args;
 
 static int int_arg(const char *flag, const char *v, int lo, int hi, int *out)
@@ -63,8 +67,11 @@ static int counts_arg(const char *v, bb_args *a)
 
 static int parse(int argc, char **argv, bb_args *a)
 {
-    *a =
-        (bb_args){.counts = {1, 8, 32, 64}, .n_counts = 4, .prompt_tokens = 128, .gen_tokens = 128};
+    *a = (bb_args){.counts = {1, 8, 32, 64},
+                   .n_counts = 4,
+                   .prompt_tokens = 128,
+                   .gen_tokens = 128,
+                   .kv_dtype = KHUB_DTYPE_F16};
     for (int i = 1; i < argc; i += 2) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc;
@@ -87,7 +94,9 @@ static int parse(int argc, char **argv, bb_args *a)
         else if (!strcmp(f, "--cache")) {
             a->cache = v;
             rc = 0;
-        } else
+        } else if (!strcmp(f, "--kv-type"))
+            rc = cli_kv_type(&bench_batch_cmd, v, &a->kv_dtype);
+        else
             return khub_cli_usage(&bench_batch_cmd, "unknown option '%s'", f);
         if (rc) return rc;
     }
@@ -169,10 +178,11 @@ static int run_count(khub_runtime *rt, khub_model *m, const bb_args *a, const in
     long rss = getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
     double gen = (double)bs.generated_tokens;
     printf("{\"seqs\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, \"threads\": %d, "
-           "\"wall_s\": %.3f, \"gen_tok_s\": %.2f, \"gen_tok_s_cpu\": %.2f, "
+           "\"kv_type\": \"%s\", \"wall_s\": %.3f, \"gen_tok_s\": %.2f, \"gen_tok_s_cpu\": %.2f, "
            "\"total_tok_s\": %.2f, \"ttft_ms_mean\": %.1f, \"ttft_ms_median\": %.1f, "
            "\"ttft_ms_max\": %.1f, \"steps\": %lld, \"peak_rss_kib\": %ld}\n",
-           n, a->prompt_tokens, a->gen_tokens, threads, wall, gen / wall,
+           n, a->prompt_tokens, a->gen_tokens, threads,
+           khub_dtype_id_of(a->kv_dtype) == KHUB_DTYPE_ID_F16 ? "f16" : "f32", wall, gen / wall,
            cpu > 0 ? gen / (cpu / threads) : 0, (gen + (double)bs.prompt_tokens) / wall,
            sum / s.n_done, s.ttft_ms[s.n_done / 2], s.ttft_ms[s.n_done - 1], (long long)bs.steps,
            rss);
@@ -245,6 +255,7 @@ static int bench_batch(int argc, char **argv)
     khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts),
                           .max_seqs = max_n,
                           .max_context = a.prompt_tokens + a.gen_tokens + 1,
+                          .kv_dtype = a.kv_dtype,
                           .max_batch = a.max_batch_tokens,
                           .cache_impl = cache_impl(a.cache, a.tp),
                           .tp_size = a.tp,
@@ -279,7 +290,9 @@ static const khub_cli_cmd bench_batch_cmd = {
     "(greedy, past EOS) submitted at once to one continuous batch (khub_batch.h), as\n"
     "llama.cpp's llama-batched-bench does, and prints one JSON line per N: total\n"
     "generated tok/s (wall, and CPU-clock based), prompt+generated tok/s, time to first\n"
-    "token (mean, median, max), forward steps and peak RSS.\n"
+    "token (mean, median, max), forward steps and peak RSS. The KV cache stores f16\n"
+    "K/V, as llama-batched-bench's does by default (-ctk/-ctv f16); --kv-type f32 for\n"
+    "khub run's default.\n"
     "\n"
     "Options:\n"
     "  --model PATH           .gguf file or Hugging Face folder\n"
@@ -290,6 +303,7 @@ static const khub_cli_cmd bench_batch_cmd = {
     "  --threads N            worker threads (default: all cores)\n"
     "  --cache NAME           KV cache: paged (default; dynamic with --tp), dynamic, or a\n"
     "                         loaded plugin's id (org/name:op)\n"
+    "  --kv-type TYPE         K/V storage: f16 (default) or f32\n"
     "  --tp N                 tensor parallelism over N MPI ranks: mpirun -np N khub\n"
     "                         bench-batch --tp N ...; rank 0 schedules and prints\n"
     "                         (docs/parallelism.md)\n"

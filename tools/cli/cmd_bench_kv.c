@@ -16,6 +16,9 @@
  *     max |f32 logit|, and whether the argmax is the same.
  * Prints a table (or one JSON object per cache with --json). The f32 row
  * compares khub's f32 cache with the fixture's Transformers greedy tokens.
+ * --kv-type f16 stores the compared caches' K/V (and a quantized cache's
+ * residual window) in f16; the baseline stays f32, so `--cache dynamic
+ * --kv-type f16` measures what the f16 cache alone moves.
  * Public API only, like every command.
  */
 #include <cjson/cJSON.h>
@@ -27,6 +30,7 @@
 #include "cli.h"
 #include "khub/khub_batch.h"
 #include "khub/khub_kernels.h"
+#include "model_flags.h"
 
 #define MAX_PROMPTS 64
 #define MAX_CACHES  16
@@ -37,6 +41,7 @@ typedef struct kvq_args {
     const char *model, *fixture;
     const char *caches[MAX_CACHES];
     int n_caches, tokens, threads, json;
+    khub_dtype kv_dtype; /* --kv-type of the compared caches; the baseline is f32 */
 } kvq_args;
 
 typedef struct kvq_prompt {
@@ -77,7 +82,10 @@ static int parse(int argc, char **argv, kvq_args *a)
             a->caches[a->n_caches++] = v;
         else if (!strcmp(f, "--cache"))
             return khub_cli_usage(&bench_kv_cmd, "at most 16 --cache");
-        else if (!strcmp(f, "--tokens") || !strcmp(f, "--threads")) {
+        else if (!strcmp(f, "--kv-type")) {
+            int rc = cli_kv_type(&bench_kv_cmd, v, &a->kv_dtype);
+            if (rc) return rc;
+        } else if (!strcmp(f, "--tokens") || !strcmp(f, "--threads")) {
             char *end = NULL;
             long n = strtol(v, &end, 10);
             int hi = f[2] == 't' && f[3] == 'o' ? 4096 : 256;
@@ -149,10 +157,11 @@ static int read_fixture(const char *path, int tokens, kvq_set *s)
 /* One cache                                                                */
 /* ------------------------------------------------------------------------ */
 
-static khub_model *load(khub_runtime *rt, const kvq_args *a, const kvq_set *s, const char *cache)
+static khub_model *load(khub_runtime *rt, const kvq_args *a, const kvq_set *s, const char *cache,
+                        khub_dtype kv_dtype)
 {
     khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .max_seqs = s->n,
-                          .max_context = s->longest + a->tokens + 8};
+                          .max_context = s->longest + a->tokens + 8, .kv_dtype = kv_dtype};
     khub_model_kernels mk = {KHUB_APP_INIT(khub_model_kernels), .cache = cache};
     khub_hub *hub = NULL;
     khub_model *m = NULL;
@@ -226,7 +235,7 @@ static int argmax(const float *x, int n)
  * its tokens and logits in s and compares with the fixture's). */
 static int measure(khub_runtime *rt, const kvq_args *a, kvq_set *s, const char *name, kvq_row *row)
 {
-    khub_model *m = load(rt, a, s, name ? name : "dynamic");
+    khub_model *m = load(rt, a, s, name ? name : "dynamic", name ? a->kv_dtype : KHUB_DTYPE_F32);
     if (!m) return 1;
     khub_model_info info = {KHUB_APP_INIT(khub_model_info)};
     khub_model_info_get(m, &info);
@@ -287,23 +296,27 @@ static int measure(khub_runtime *rt, const kvq_args *a, kvq_set *s, const char *
 
 static void print_row(const kvq_args *a, const kvq_set *s, const char *name, const kvq_row *r)
 {
+    int f16 = name && khub_dtype_id_of(a->kv_dtype) == KHUB_DTYPE_ID_F16;
     if (a->json) {
         printf("{\"cache\":");
         khub_cli_json_str(name ? name : "dynamic");
-        printf(",\"baseline\":\"%s\",\"kv_bytes_per_token\":%llu,\"prompts\":%d,\"tokens\":%d,"
+        printf(",\"kv_type\":\"%s\",\"baseline\":\"%s\",\"kv_bytes_per_token\":%llu,\"prompts\":%d,"
+               "\"tokens\":%d,"
                "\"agreement_mean\":%.4f,\"agreement_min\":%.4f,\"first_divergence_mean\":%.1f,"
                "\"prompts_identical\":%d,\"logits_rel_err_max\":%.3e,"
                "\"logits_rel_err_mean\":%.3e,\"argmax_same\":%d}\n",
-               name ? "khub f32 cache" : "transformers greedy_ids",
+               f16 ? "f16" : "f32", name ? "khub f32 cache" : "transformers greedy_ids",
                (unsigned long long)r->bytes_per_token, s->n, a->tokens, r->agree_mean, r->agree_min,
                r->first_mean, r->identical, r->err_max, r->err_mean, r->argmax_same);
         return;
     }
+    char label[128];
+    snprintf(label, sizeof label, "%s%s", name ? name : "dynamic (f32) vs Transformers",
+             f16 ? " (f16 K/V)" : "");
     printf("| %-36s | %6llu | %5.1f%% | %5.1f%% | %2d of %-2d | %5.1f | %9.2e | %9.2e | %2d of "
            "%-2d |\n",
-           name ? name : "dynamic (f32) vs Transformers", (unsigned long long)r->bytes_per_token,
-           100 * r->agree_mean, 100 * r->agree_min, r->identical, s->n, r->first_mean, r->err_max,
-           r->err_mean, r->argmax_same, s->n);
+           label, (unsigned long long)r->bytes_per_token, 100 * r->agree_mean, 100 * r->agree_min,
+           r->identical, s->n, r->first_mean, r->err_max, r->err_mean, r->argmax_same, s->n);
     fflush(stdout);
 }
 
@@ -353,6 +366,9 @@ static const khub_cli_cmd bench_kv_cmd = {
     "  --cache NAME      a cache as --cache of khub run, options included; repeatable\n"
     "                    (default: quantized,residual_length=0,\n"
     "                    quantized-int4,residual_length=0, quantized, quantized-int4)\n"
+    "  --kv-type TYPE    K/V storage of the --cache rows: f32 (default) or f16; the\n"
+    "                    baseline stays f32 (--cache dynamic --kv-type f16: what f16\n"
+    "                    K/V alone changes)\n"
     "  --tokens N        greedy tokens per prompt (default 64)\n"
     "  --threads N       worker threads (default: all cores)\n"
     "  --json            one JSON object per cache instead of the table\n"

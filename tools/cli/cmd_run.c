@@ -239,8 +239,9 @@ static int run(int argc, char **argv)
     a.ma.comm = cli_tp_comm(&job);
     khub_runtime *rt = NULL;
     static khub_model_kernels_report rep;
-    int32_t max_seqs = a.parallel ? a.parallel : a.prompts_file ? 16 : 0;
-    if (a.prompts_file && max_seqs > 1) a.ma.default_cache = CLI_BATCH_CACHE;
+    /* Sequences of the model: with more than one, and no cache named, the
+     * library makes its KV cache the paged pool (docs/batching.md). */
+    int32_t max_seqs = a.parallel ? a.parallel : a.prompts_file ? 16 : a.n_prompts;
     int progress = !a.json && isatty(2) && job.comm.rank == 0;
     khub_model *m = cli_model_open("run", &a.ma, max_seqs, progress, &rt, &rep);
     if (!m) {

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "model_flags.h"
 
@@ -69,6 +68,17 @@ static int device_flag(const khub_cli_cmd *cmd, cli_model_args *a, const char *v
     return khub_cli_usage(cmd, "--device wants cpu, cuda or cuda:N, got '%s'", v ? v : "");
 }
 
+int cli_kv_type(const khub_cli_cmd *cmd, const char *v, khub_dtype *out)
+{
+    if (v && !strcmp(v, "f32"))
+        *out = KHUB_DTYPE_F32;
+    else if (v && !strcmp(v, "f16"))
+        *out = KHUB_DTYPE_F16;
+    else
+        return khub_cli_usage(cmd, "--kv-type wants f32 or f16, got '%s'", v ? v : "");
+    return 0;
+}
+
 /* The shared flags with a string value; 1 when f was one. */
 static int string_flag(const khub_cli_cmd *cmd, cli_model_args *a, const char *f, const char *v,
                        int *rc)
@@ -80,6 +90,8 @@ static int string_flag(const khub_cli_cmd *cmd, cli_model_args *a, const char *f
         a->model = v;
     else if (!strcmp(f, "--device"))
         *rc = v ? device_flag(cmd, a, v) : 0;
+    else if (!strcmp(f, "--kv-type"))
+        *rc = v ? cli_kv_type(cmd, v, &a->kv_dtype) : 0;
     else if (!strcmp(f, "--kernels"))
         a->kernels = v;
     else if (!strcmp(f, "--lock"))
@@ -199,36 +211,6 @@ int cli_model_sampling_flag(const char *f)
     return 0;
 }
 
-/* Whether a khub.json names this run's kernels: --kernels, else one next to
- * the model (in its folder) or in the current directory, as
- * khub_model_load_hub looks for it. */
-static int mapping_present(const cli_model_args *a)
-{
-    struct stat sb;
-    char buf[4096];
-    if (a->kernels) return 1;
-    if (stat(a->model, &sb) == 0 && S_ISDIR(sb.st_mode))
-        snprintf(buf, sizeof buf, "%s/khub.json", a->model);
-    else {
-        const char *slash = strrchr(a->model, '/');
-        snprintf(buf, sizeof buf, "%.*s%skhub.json", slash ? (int)(slash - a->model) : 0, a->model,
-                 slash ? "/" : "");
-    }
-    return stat(buf, &sb) == 0 || stat("khub.json", &sb) == 0;
-}
-
-/* a->default_cache where nothing else chooses the cache or its reader: no
- * --cache, no --attn (an attention kernel named for a dense cache may have
- * no paged op), no khub.json, the CPU, one process. */
-static const char *default_cache(const cli_model_args *a)
-{
-    if (!a->default_cache || a->role[KHUB_KERNEL_ROLE_CACHE] ||
-        a->role[KHUB_KERNEL_ROLE_ATTENTION] || a->device.device_type == KHUB_DEVICE_CUDA ||
-        a->tp > 1 || mapping_present(a))
-        return NULL;
-    return a->default_cache;
-}
-
 khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max_seqs, int progress,
                            khub_runtime **rt, khub_model_kernels_report *rep)
 {
@@ -247,9 +229,9 @@ khub_model *cli_model_open_hub(const char *cmd, const cli_model_args *a, int32_t
                           .strict = a->strict,
                           .quant_embeddings = a->quant_embeddings,
                           .max_context = a->max_context,
+                          .kv_dtype = a->kv_dtype,
                           .max_batch = a->max_batch_tokens,
                           .max_seqs = max_seqs,
-                          .cache_impl = default_cache(a),
                           .kv_num_blocks = a->num_blocks,
                           .kv_block_size = a->block_size,
                           .kv_max_bytes = (uint64_t)a->kv_mib << 20,

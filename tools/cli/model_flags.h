@@ -36,6 +36,7 @@ typedef struct cli_model_args {
     int threads, strict, ignore_eos, allow_unsigned, quant_embeddings;
     int64_t max_context;                /* 0 = the executor's default */
     int num_blocks, block_size, kv_mib; /* paged cache pool; 0 = defaults */
+    khub_dtype kv_dtype;                /* --kv-type: K/V storage; {0} = f32 */
     int allow_quarantined, verify_kernels;
     int32_t max_batch_tokens; /* 0 = the default */
     khub_generate_opts gen;   /* sampling; stop and system point into this struct */
@@ -43,21 +44,15 @@ typedef struct cli_model_args {
     int32_t tp_plan;          /* --tp-plan: enum khub_tp_plan */
     khub_device device;       /* --device: {0, 0} = the CPU */
     const khub_comm *comm;    /* their collectives (tp_job.h), borrowed; NULL = none */
-    /* The KV cache when nothing else chooses one (no --cache, --attn or
-     * khub.json; the CPU, no --tp); NULL = the executor's (dynamic). A
-     * multi-request command sets CLI_BATCH_CACHE (docs/batching.md). */
-    const char *default_cache;
 } cli_model_args;
-
-/* The KV cache of a multi-request run: the paged pool, read in place by one
- * paged_attention call per layer. */
-#define CLI_BATCH_CACHE "khub/ref-cpu:paged_cache"
 
 /* Empty arguments with the defaults (128 new tokens, greedy). */
 void cli_model_args_init(cli_model_args *a);
 /* Parses a number into *out within [lo, hi]; 0, or cmd's usage error (2). */
 int cli_num(const khub_cli_cmd *cmd, const char *flag, const char *s, double lo, double hi,
             double *out);
+/* --kv-type's value: "f32" or "f16" into *out; 0, or cmd's usage error (2). */
+int cli_kv_type(const khub_cli_cmd *cmd, const char *v, khub_dtype *out);
 /* Takes argv[*i] when it is one of the shared flags, with its value (then
  * *i moves past it): returns 1, *rc 0 or the usage error's status. Returns
  * 0 for any other argument. */
@@ -68,7 +63,9 @@ int cli_model_flag(const khub_cli_cmd *cmd, cli_model_args *a, int argc, char **
  * 0 or the usage error's status. */
 int cli_model_args_finish(const khub_cli_cmd *cmd, cli_model_args *a);
 /* A runtime and the model a describes, kernels resolved through the hub
- * (khub_model_load_hub); max_seqs 0 = the default; progress: a progress bar
+ * (khub_model_load_hub); max_seqs 0 = the default (8); with no cache named,
+ * the library gives a model of max_seqs > 1 the paged pool and one of a
+ * single sequence the dense cache (docs/batching.md); progress: a progress bar
  * on stderr while layers load; rep (may be NULL) receives the kernels'
  * report. NULL after printing why as "khub <cmd>: ...". */
 khub_model *cli_model_open(const char *cmd, const cli_model_args *a, int32_t max_seqs, int progress,
@@ -120,7 +117,10 @@ int cli_model_sampling_flag(const char *f);
     "  --cache NAME          KV cache (built-ins: dynamic, static, quantized, quantized-int4,\n" \
     "                        paged, sliding, offloaded; NAME,key=value,... passes options,\n" \
     "                        e.g. offloaded,budget=1G,dir=/var/tmp; docs/caches.md); default\n" \
-    "                        dynamic, paged for a --prompts-file run of --parallel > 1\n" \
+    "                        paged when requests run together (--parallel > 1), else\n" \
+    "                        dynamic; --attn, --device cuda or --tp keep dynamic\n" \
+    "  --kv-type TYPE        K/V storage of the cache: f32 (default) or f16 (half the bytes\n" \
+    "                        per token, rounded to nearest even; --explain shows both)\n" \
     "  --num-blocks N        paged cache: blocks in the pool (default: what --kv-memory\n" \
     "                        holds, else every sequence at --max-context)\n" \
     "  --block-size N        paged cache: tokens per block (default 16)\n" \
