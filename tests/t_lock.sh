@@ -97,6 +97,18 @@ grep -q "\"commit\":	\"$C2\"" bare/khub.lock && grep -q '"version":	2' bare/khub
     && grep -q '"kernel_version":	"2.0.0"' bare/khub.lock || fail "bare lock: $(cat bare/khub.lock)"
 echo "ok   khub lock without a version pins the newest v2 and its commit"
 
+# a built-in plugin named by its id (what `khub tune --save` writes when
+# attention=khub/ref-cpu wins) is loaded, never fetched: nothing to pin, no request
+mkdir mixed
+echo '{"format": 1, "roles": {"attention": "khub/ref-cpu", "cache": "kernels-community/kv-cache@v1"}}' \
+    > mixed/khub.json
+timeout 60 "$KHUB" lock mixed > lock.out 2> lock.err || fail "lock mixed: $(cat lock.err)"
+grep -qx "khub lock: khub/ref-cpu is a built-in plugin: nothing to lock" lock.err ||
+    fail "built-in note: $(cat lock.err)"
+grep -q "wrote mixed/khub.lock (1 kernel)" lock.out && ! grep -q ref-cpu mixed/khub.lock ||
+    fail "mixed lock: $(cat lock.out) $(cat mixed/khub.lock)"
+echo "ok   khub lock skips a built-in plugin named in khub.json, pins the Hub kernel"
+
 # --- locked load, signed, zero requests with a full cache ------------------
 timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1 \
     || fail "locked fetch: $(cat f.out)"

@@ -55,6 +55,10 @@ void khub_cli_json_str(const char *s);
 /* A runtime with the built-in plugins loaded, or NULL after printing why.
  * n_threads 0 = all cores. */
 khub_runtime *khub_cli_runtime(const char *cmd, int n_threads);
+/* Whether repo ("org/name") is one of the plugins khub_plugin_load_builtin
+ * loads: a khub.json may name one (khub run takes it as the loaded plugin,
+ * never fetched), and a lock has nothing to pin for it. */
+int khub_cli_is_builtin_plugin(const char *repo);
 
 /* The flag that names a role's kernel ("--attn" for KHUB_KERNEL_ROLE_ATTENTION),
  * from the role table; "" outside it. */

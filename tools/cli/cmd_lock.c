@@ -184,6 +184,10 @@ static int lock_mapping(const char *cmd, khub_hub *hub, const char *kpath, khub_
         snprintf(repo, sizeof repo, "%s/%s", id.org, id.name);
         if (only && strcmp(only, repo) != 0) continue;
         matched++;
+        if (khub_cli_is_builtin_plugin(repo)) {
+            fprintf(stderr, "khub %s: %s is a built-in plugin: nothing to lock\n", cmd, text);
+            continue;
+        }
         rc = lock_one(cmd, "locked", hub, lock, &id, text, allow_downgrade);
     }
     khub_mapping_free(m);

@@ -143,17 +143,32 @@ static void lock_path(const char *json, char *buf, size_t n)
         snprintf(buf, n, "%s.lock", json);
 }
 
+/* Whether a kernel the saved khub.json names ("org/name[@REV][:op]") is a
+ * built-in plugin (attention=khub/cpu-avx2 can win): loaded, never
+ * fetched, so nothing to pin. */
+static int names_builtin(const char *text)
+{
+    khub_hub_id id;
+    char repo[200];
+    if (khub_hub_id_parse(text, &id, NULL, 0) != KHUB_STATUS_OK) return 0;
+    snprintf(repo, sizeof repo, "%s/%s", id.org, id.name);
+    return khub_cli_is_builtin_plugin(repo);
+}
+
 /* Pins every Hub kernel that the saved khub.json at path names into its
  * lock (khub_lock_kernel: resolved, downloaded and every file's digest
  * recorded), through the hub at endpoint (NULL = HF_ENDPOINT's or the
- * default). Nothing is written when it names none. Exit code. */
+ * default). Nothing is written when it names none but built-in plugins.
+ * Exit code. */
 static int save_lock(const char *path, const char *endpoint)
 {
     char err[KHUB_ERROR_SIZE], lpath[4096];
     khub_mapping *m = NULL;
     if (khub_mapping_load(path, &m, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail("tune", "the saved %s: %s", path, err);
-    size_t n = khub_mapping_kernel_count(m);
+    size_t n = 0;
+    for (size_t i = 0; i < khub_mapping_kernel_count(m); i++)
+        n += !names_builtin(khub_mapping_kernel(m, i));
     if (!n) {
         khub_mapping_free(m);
         return 0;
@@ -170,6 +185,7 @@ static int save_lock(const char *path, const char *endpoint)
         khub_hub_id id;
         khub_lock_opts lo = {KHUB_APP_INIT(khub_lock_opts)};
         khub_lock_result lr = {KHUB_APP_INIT(khub_lock_result)};
+        if (names_builtin(text)) continue;
         if (khub_hub_id_parse(text, &id, err, sizeof err) != KHUB_STATUS_OK)
             rc = khub_cli_fail("tune", "locking %s: %s", path, err);
         else if (khub_lock_kernel(hub, lock, &id, &lo, &lr) != KHUB_STATUS_OK)

@@ -86,6 +86,25 @@ khub_runtime *khub_cli_runtime(const char *cmd, int n_threads)
     return rt;
 }
 
+static void quiet_log(void *ud, khub_log_level level, const char *msg)
+{
+    (void)ud, (void)level, (void)msg;
+}
+
+int khub_cli_is_builtin_plugin(const char *repo)
+{
+    khub_runtime_opts opts = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 1,
+                              .log = quiet_log};
+    khub_runtime *rt = NULL;
+    int found = 0;
+    if (khub_runtime_new(&opts, &rt) != KHUB_STATUS_OK) return 0;
+    if (khub_plugin_load_builtin(rt) == KHUB_STATUS_OK)
+        for (size_t i = 0; i < khub_plugin_count(rt) && !found; i++)
+            found = !strcmp(khub_plugin_id(khub_plugin_at(rt, i)), repo);
+    khub_runtime_free(rt);
+    return found;
+}
+
 const char *khub_cli_role_flag(khub_kernel_role role)
 {
     static const char *const flags[KHUB_KERNEL_ROLE__COUNT] = {
