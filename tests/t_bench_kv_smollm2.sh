@@ -13,8 +13,9 @@
 # (measured 17.0%) within 0.5 (measured 0.31), and per channel must beat it.
 # With the default residual window of 128 tokens the seven prompts whose
 # prompt and 64 tokens fit in it are exact by construction, so int4 agrees
-# entirely on at least 7 of the 10 (measured 8). Skips when the model is
-# absent.
+# entirely on at least 7 of the 10 (measured 8). f16 K/V (--kv-type f16)
+# keeps at least 90% of the f32 cache's tokens (measured 100%). Skips when
+# the model is absent.
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 DIR=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}
@@ -42,3 +43,18 @@ assert q4r["prompts_identical"] >= 7, q4r
 assert q4r["kv_bytes_per_token"] * 10 <= f32["kv_bytes_per_token"] * 3 // 2, q4r  # <= 30% of f16
 PY
 echo "ok   int8 / int4 KV caches above their agreement floors on SmolLM2"
+
+# f16 K/V (--kv-type f16) against the f32 cache: measured on Zen 2 (session
+# 13) 100% of the 64 tokens on all 10 prompts, logits within 5.8e-4 of max
+# |logit|; the floors leave room for near-ties on other CPUs.
+"$KHUB" bench-kv-quality --model "$GGUF" --fixture "$SRC/tests/fixtures/smollm2_greedy.json" \
+    --json --cache dynamic --kv-type f16 > h.json 2> h.err || fail "--kv-type f16 exited $?: $(cat h.err)"
+cat h.json
+python3 - h.json <<'PY'
+import json, sys
+f32, f16 = map(json.loads, open(sys.argv[1]))
+assert f32["kv_type"] == "f32" and f16["kv_type"] == "f16" and f16["cache"] == "dynamic", (f32, f16)
+assert f16["kv_bytes_per_token"] * 2 == f32["kv_bytes_per_token"], (f32, f16)
+assert f16["agreement_mean"] >= 0.9 and f16["logits_rel_err_max"] <= 0.005, f16
+PY
+echo "ok   f16 K/V keeps the f32 cache's tokens on SmolLM2"
