@@ -24,6 +24,7 @@
 
 #include "kernel_meta.h"
 #include "lockfile.h"
+#include "parse_memo.h"
 
 #define MAX_LOCK_BYTES ((size_t)8 << 20)
 
@@ -364,6 +365,53 @@ khub_status khub__lock_parse(const char *json, size_t n, khub_lock **out, char *
     return KHUB_STATUS_OK;
 }
 
+/* A deep copy of e into c (C library allocator); false on OOM, with what
+ * was copied left for khub__lock_entry_clear (c's arrays are zeroed first). */
+static bool entry_clone(const khub_lock_entry *e, khub_lock_entry *c)
+{
+    *c = *e;
+    c->variants = e->n_variants ? khub__mem_calloc(NULL, e->n_variants, sizeof *c->variants) : NULL;
+    c->n_variants = c->variants ? e->n_variants : 0;
+    if (e->n_variants && !c->variants) return false;
+    for (size_t i = 0; i < e->n_variants; i++) {
+        const khub_lock_variant *v = &e->variants[i];
+        khub_lock_variant *cv = &c->variants[i];
+        *cv = *v;
+        cv->files = v->n_files ? khub__mem_alloc(NULL, v->n_files * sizeof *cv->files) : NULL;
+        if (v->n_files && !cv->files) return false;
+        if (v->n_files) memcpy(cv->files, v->files, v->n_files * sizeof *cv->files);
+    }
+    return true;
+}
+
+static khub_lock *lock_clone(const khub_lock *lock)
+{
+    khub_lock *c = NULL;
+    if (khub__lock_new(&c) != KHUB_STATUS_OK) return NULL;
+    c->items = lock->count ? khub__mem_calloc(NULL, lock->count, sizeof *c->items) : NULL;
+    c->count = c->items ? lock->count : 0;
+    bool ok = !lock->count || c->items;
+    for (size_t i = 0; ok && i < lock->count; i++) ok = entry_clone(&lock->items[i], &c->items[i]);
+    if (ok) return c;
+    khub__lock_free(c);
+    return NULL;
+}
+
+static void *lock_keep(const void *parsed) { return lock_clone(parsed); }
+
+static bool lock_give(const void *kept, void *out)
+{
+    khub_lock *c = lock_clone(kept);
+    *(khub_lock **)out = c;
+    return c != NULL;
+}
+
+static void lock_drop(void *kept) { khub__lock_free(kept); }
+
+static const khub__memo_kind lock_memo = {"lock", lock_keep, lock_give, lock_drop};
+
+/* Read on every load; parsed only when its bytes are not those of a lock
+ * parsed before in this process (parse_memo.h). */
 khub_status khub__lock_load(const char *path, khub_lock **out, char *errbuf, size_t errbuf_size)
 {
     *out = NULL;
@@ -371,7 +419,12 @@ khub_status khub__lock_load(const char *path, khub_lock **out, char *errbuf, siz
     size_t len = 0;
     KHUB_FORWARD_IF_ERROR(
         NULL, khub__read_file_mem(NULL, path, MAX_LOCK_BYTES, &text, &len, errbuf, errbuf_size));
+    if (khub__parse_memo_find(&lock_memo, text, len, out)) {
+        khub__mem_free(text);
+        return KHUB_STATUS_OK;
+    }
     khub_status st = khub__lock_parse(text, len, out, why, sizeof why);
+    if (st == KHUB_STATUS_OK) khub__parse_memo_add(&lock_memo, text, len, *out);
     khub__mem_free(text);
     if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, why);
     return st;

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "json_strict.h"
+#include "parse_memo.h"
 #include "trust.h"
 
 #define MAX_POLICY_BYTES (1u << 20)
@@ -220,6 +221,38 @@ khub_status khub__trust_policy_parse(const char *json, size_t n, khub_trust_poli
     return KHUB_STATUS_OK;
 }
 
+/* A copy of p from the C library's allocator (as every policy is), or
+ * NULL on OOM. */
+static khub_trust_policy *policy_clone(const khub_trust_policy *p)
+{
+    khub_trust_policy *c = khub__mem_alloc(NULL, sizeof *c);
+    if (!c) return NULL;
+    *c = *p;
+    c->orgs = p->n_orgs ? khub__mem_alloc(NULL, p->n_orgs * sizeof *c->orgs) : NULL;
+    if (p->n_orgs && !c->orgs) {
+        khub__mem_free(c);
+        return NULL;
+    }
+    if (p->n_orgs) memcpy(c->orgs, p->orgs, p->n_orgs * sizeof *c->orgs);
+    return c;
+}
+
+static void *policy_keep(const void *parsed) { return policy_clone(parsed); }
+
+static bool policy_give(const void *kept, void *out)
+{
+    khub_trust_policy *c = policy_clone(kept);
+    *(khub_trust_policy **)out = c;
+    return c != NULL;
+}
+
+static void policy_drop(void *kept) { khub__trust_policy_free(kept); }
+
+static const khub__memo_kind policy_memo = {"policy", policy_keep, policy_give, policy_drop};
+
+/* The policy is read on every load (a revocation takes effect at the next
+ * one) and parsed only when its bytes are not the bytes of a policy parsed
+ * before in this process (parse_memo.h). */
 khub_status khub__trust_policy_load(const char *path, khub_trust_policy **out, char *errbuf,
                                     size_t errbuf_size)
 {
@@ -228,8 +261,13 @@ khub_status khub__trust_policy_load(const char *path, khub_trust_policy **out, c
     khub_status st =
         khub__read_file_mem(NULL, path, MAX_POLICY_BYTES, &text, &n, errbuf, errbuf_size);
     if (st != KHUB_STATUS_OK) return st;
+    if (khub__parse_memo_find(&policy_memo, text, n, out)) {
+        khub__mem_free(text);
+        return KHUB_STATUS_OK;
+    }
     char inner[KHUB_ERROR_SIZE] = "";
     st = khub__trust_policy_parse(text, n, out, inner, sizeof inner);
+    if (st == KHUB_STATUS_OK) khub__parse_memo_add(&policy_memo, text, n, *out);
     khub__mem_free(text);
     if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "%s: %s", path, inner);
     return st;

@@ -20,6 +20,7 @@
 
 #include "hub_impl.h"
 #include "kernel_meta.h"
+#include "parse_memo.h"
 
 /* ======================================================================== */
 /* Verified variant files                                                   */
@@ -108,21 +109,21 @@ bool khub__hub_is_fresh(const khub_hub *hub, const char *path, const char *sha25
     return false;
 }
 
-/* The sidecar as "\n<lines>" (so every line can be found as "\n<line>"),
- * or NULL when there is none usable. */
+/* The sidecar's text, or NULL when there is none usable (absent, empty,
+ * over VERIFIED_MAX, or another header). Every line after the header
+ * follows a newline, so each can be found as "\n<line>". Read by the
+ * fstat-sized whole-file read: no stdio stream and no VERIFIED_MAX-sized
+ * buffer per load (docs/performance.md, "Warm load, session 13"). */
 static char *verified_read(const khub_allocator *a, const char *path)
 {
-    FILE *f = khub__fopen_regular(path, NULL, 0);
-    if (!f) return NULL;
-    char *text = khub__mem_alloc(a, VERIFIED_MAX + 2);
-    size_t n = text ? fread(text + 1, 1, VERIFIED_MAX, f) : 0;
-    fclose(f);
-    if (!text || n == 0 || n == VERIFIED_MAX || strncmp(text + 1, "khub-verified 1\n", 16)) {
+    char *text = NULL;
+    size_t n = 0;
+    if (khub__read_file_mem(a, path, VERIFIED_MAX - 1, &text, &n, NULL, 0) != KHUB_STATUS_OK)
+        return NULL;
+    if (strncmp(text, "khub-verified 1\n", 16) != 0) {
         khub__mem_free(text);
         return NULL;
     }
-    text[0] = '\n';
-    text[n + 1] = '\0';
     return text;
 }
 
@@ -345,6 +346,34 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
     return st;
 }
 
+/* The parse of metadata.json's bytes, kept per process (parse_memo.h):
+ * khub_kmeta is flat, so a copy is one memcpy. */
+static void *kmeta_keep(const void *parsed)
+{
+    khub_kmeta *c = khub__mem_alloc(NULL, sizeof *c);
+    if (c) memcpy(c, parsed, sizeof *c);
+    return c;
+}
+
+static bool kmeta_give(const void *kept, void *out)
+{
+    memcpy(out, kept, sizeof(khub_kmeta));
+    return true;
+}
+
+static const khub__memo_kind kmeta_memo = {"metadata.json", kmeta_keep, kmeta_give, khub__mem_free};
+
+/* khub__kmeta_parse, or the parse of the same bytes made before in this
+ * process. Runs where the parse ran: after the judge, on the bytes judged. */
+static khub_status kmeta_parse_memo(const char *meta, size_t n, khub_kmeta *km, char *err,
+                                    size_t err_size)
+{
+    if (khub__parse_memo_find(&kmeta_memo, meta, n, km)) return KHUB_STATUS_OK;
+    khub_status st = khub__kmeta_parse(meta, n, km, err, err_size);
+    if (st == KHUB_STATUS_OK) khub__parse_memo_add(&kmeta_memo, meta, n, km);
+    return st;
+}
+
 /* Reads metadata.json and its .sig once, lets judge (may be NULL) decide on
  * those bytes, parses them, and checks the directory's files against that
  * parse. Fills out; on failure clears it. *why (may be NULL) tells a
@@ -373,7 +402,7 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
         out->files = khub__mem_calloc(khub__hub_alloc(hub), 1, sizeof *out->files);
         st = (!out->km || !out->files)
                  ? khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory")
-                 : khub__kmeta_parse(out->meta, out->meta_len, out->km, err, sizeof err);
+                 : kmeta_parse_memo(out->meta, out->meta_len, out->km, err, sizeof err);
         if (st != KHUB_STATUS_OK && !hub->err_set) khub__hub_fail(hub, st, "%s: %s", dir, err);
     }
     if (st == KHUB_STATUS_OK) {
