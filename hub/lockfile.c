@@ -129,7 +129,7 @@ khub_status khub__lock_content_hash(const khub_lock_file *files, size_t n,
         if (strcmp(sorted[i - 1].name, sorted[i].name) == 0) return KHUB_STATUS_INVALID_ARG;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     khub_status st =
-        ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) ? KHUB_STATUS_OK : KHUB_STATUS_NOMEM;
+        ctx && EVP_DigestInit_ex(ctx, khub__sha256_md(), NULL) ? KHUB_STATUS_OK : KHUB_STATUS_NOMEM;
     for (size_t i = 0; st == KHUB_STATUS_OK && i < n; i++) {
         if (!EVP_DigestUpdate(ctx, sorted[i].name, strlen(sorted[i].name) + 1) || /* + NUL */
             !EVP_DigestUpdate(ctx, sorted[i].sha256, 64) || !EVP_DigestUpdate(ctx, "\n", 1))

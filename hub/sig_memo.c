@@ -56,7 +56,7 @@ khub_status khub__sig_memo_id(const khub_pubkey *key, const unsigned char sig[64
 {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     unsigned len = 0;
-    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) &&
+    int ok = ctx && EVP_DigestInit_ex(ctx, khub__sha256_md(), NULL) &&
              EVP_DigestUpdate(ctx, key->raw, 32) && EVP_DigestUpdate(ctx, sig, 64) &&
              EVP_DigestUpdate(ctx, data, n) && EVP_DigestFinal_ex(ctx, id, &len) && len == 32;
     EVP_MD_CTX_free(ctx);

@@ -341,6 +341,34 @@ khub_status khub__trust_decide(const khub_trust_policy *p, const char *org, cons
     return khub__trust_decide_ex(p, org, &in, allow_unsigned, NULL, errbuf, errbuf_size);
 }
 
+/* The parse of metadata.json.sig's bytes, kept per process like the
+ * policy's (parse_memo.h): khub_sig is flat, a copy is one memcpy. Only the
+ * JSON reading is skipped; the signature is verified (or found in the
+ * verdict memo, sig_memo.c) by verify_metadata on every load. */
+static void *sig_keep(const void *parsed)
+{
+    khub_sig *c = khub__mem_alloc(NULL, sizeof *c);
+    if (c) memcpy(c, parsed, sizeof *c);
+    return c;
+}
+
+static bool sig_give(const void *kept, void *out)
+{
+    memcpy(out, kept, sizeof(khub_sig));
+    return true;
+}
+
+static const khub__memo_kind sig_memo = {"metadata.json.sig", sig_keep, sig_give, khub__mem_free};
+
+static khub_status sig_parse_memo(const char *json, size_t n, khub_sig *out, char *why,
+                                  size_t why_size)
+{
+    if (khub__parse_memo_find(&sig_memo, json, n, out)) return KHUB_STATUS_OK;
+    khub_status st = khub__sig_parse_full(json, n, out, why, why_size);
+    if (st == KHUB_STATUS_OK) khub__parse_memo_add(&sig_memo, json, n, out);
+    return st;
+}
+
 khub_status khub__trust_decide_ex(const khub_trust_policy *p, const char *org,
                                   const khub_trust_input *in, int allow_unsigned, khub_sig *sig_out,
                                   char *errbuf, size_t errbuf_size)
@@ -377,7 +405,7 @@ khub_status khub__trust_decide_ex(const khub_trust_policy *p, const char *org,
         return KHUB_STATUS_OK;
     }
     char why[KHUB_ERROR_SIZE / 2] = "";
-    if (khub__sig_parse_full(sig_json, in->sig_len, psg, why, sizeof why) != KHUB_STATUS_OK) {
+    if (sig_parse_memo(sig_json, in->sig_len, psg, why, sizeof why) != KHUB_STATUS_OK) {
         khub__errbuf(errbuf, errbuf_size, "%s: metadata.json.sig is malformed (%s)", org, why);
         if (sig_out) memset(sig_out, 0, sizeof *sig_out);
         return KHUB_STATUS_SIGNATURE_INVALID;

@@ -215,8 +215,57 @@ TEST_IMPL(archive_ok_unpacks)
     khub__rmtree(dir);
 }
 
+/* The "inside the cache" check on canonical paths (hub/variant.c real_dir):
+ * a cache reached through a link verifies, and a listed file whose link
+ * leads outside the cache is refused with the real path it resolves to. */
+TEST_IMPL(cache_through_a_link_and_a_file_outside)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    khub_hub_file_list *fl = NULL;
+    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl));
+    char blob[4096];
+    snprintf(blob, sizeof blob, "%s", fl->items[0].path);
+    khub_hub_file_list_free(fl);
+    khub_hub_free(hub);
+
+    char link[400];
+    snprintf(link, sizeof link, "%s/cache-link", fx.root);
+    ASSERT_EQ(symlink(fx.cache, link), 0);
+    khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .endpoint = fx.endpoint, .cache_dir = link,
+                       .token = "", .offline = 1};
+    ASSERT_OK(khub_hub_new(&o, &hub));
+    ASSERT_OK(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl));
+    ASSERT_EQ(fl->count, 1);
+    ASSERT_STR_EQ(fl->items[0].path, blob); /* the canonical path, under fx.cache */
+    khub_hub_file_list_free(fl);
+
+    /* the same bytes, outside the cache, linked in as the listed file */
+    char outside[400], real[4096], entry[1200], cmd[1300];
+    snprintf(outside, sizeof outside, "%s/outside.so", fx.root);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", blob, outside);
+    ASSERT_EQ(system(cmd), 0);
+    ASSERT(realpath(outside, real) != NULL);
+    char dir[1000];
+    snprintf(dir, sizeof dir, "%s/kernels--org--demo/snapshots/" C1 "/build/%s", link, fx.variant);
+    snprintf(entry, sizeof entry, "%s/libk.so", dir);
+    ASSERT_EQ(unlink(entry), 0);
+    ASSERT_EQ(symlink(outside, entry), 0);
+    ASSERT_STATUS(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl), KHUB_STATUS_UNSAFE_PATH);
+    char want[KHUB_ERROR_SIZE];
+    snprintf(want, sizeof want, "%s: libk.so resolves outside the cache (%s)", dir, real);
+    ASSERT_STR_EQ(khub_hub_errmsg(hub), want);
+    ASSERT(fl == NULL);
+    ASSERT_EQ(khub_hub_request_count(hub), 0);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(list_and_rank) \
     X(rejections_have_reasons) \
-    X(download_verified_then_offline) X(archive_hostile_entries) X(archive_ok_unpacks)
+    X(download_verified_then_offline) \
+    X(archive_hostile_entries) X(archive_ok_unpacks) X(cache_through_a_link_and_a_file_outside)
 TEST_MAIN(TEST_LIST)

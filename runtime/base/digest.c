@@ -1,5 +1,6 @@
 /* digest.c: SHA-256 through OpenSSL's EVP interface (never hand-written). */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -17,11 +18,24 @@ void khub__to_hex(const unsigned char *md, unsigned n, char *hex)
     hex[2 * n] = '\0';
 }
 
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+static const EVP_MD *sha256_fetched;
+
+/* Kept for the life of the process (one reference, never freed): an
+ * EVP_MD is immutable and safe to share between threads. */
+static void sha256_fetch(void) { sha256_fetched = EVP_MD_fetch(NULL, "SHA2-256", NULL); }
+
+const EVP_MD *khub__sha256_md(void)
+{
+    pthread_once(&sha256_once, sha256_fetch);
+    return sha256_fetched ? sha256_fetched : EVP_sha256();
+}
+
 khub_status khub__sha256_hex(const void *data, size_t n, char hex[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned md_len = 0;
-    if (!EVP_Digest(data, n, md, &md_len, EVP_sha256(), NULL) || md_len != 32)
+    if (!EVP_Digest(data, n, md, &md_len, khub__sha256_md(), NULL) || md_len != 32)
         return KHUB_STATUS_INTERNAL;
     khub__to_hex(md, md_len, hex);
     return KHUB_STATUS_OK;
@@ -33,7 +47,7 @@ khub_status khub__sha256_file_hex(const char *path, char hex[65])
     if (!f) return KHUB_STATUS_IO;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     khub_status st = KHUB_STATUS_OK;
-    if (!ctx || !EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+    if (!ctx || !EVP_DigestInit_ex(ctx, khub__sha256_md(), NULL)) {
         st = KHUB_STATUS_NOMEM;
         goto fail;
     }

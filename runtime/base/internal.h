@@ -297,6 +297,13 @@ KHUB_INTERNAL const char *khub__dtype_id_name(int id);
 
 /* Lowercase hex of n bytes into hex (2n + 1 bytes, NUL-terminated). */
 KHUB_INTERNAL void khub__to_hex(const unsigned char *bytes, unsigned n, char *hex);
+/* OpenSSL's SHA-256 (an EVP_MD), fetched from the default provider once
+ * per process. Passing EVP_sha256() instead makes OpenSSL 3 look the
+ * implementation up again on every init (EVP_MD_fetch: ~2 % of a warm
+ * locked load, docs/performance.md "Warm load, session 13"). Never NULL:
+ * falls back to EVP_sha256() if the fetch fails. Thread-safe. */
+struct evp_md_st;
+KHUB_INTERNAL const struct evp_md_st *khub__sha256_md(void);
 /* hex must hold 65 bytes. */
 KHUB_PRIVATE_API khub_status khub__sha256_hex(const void *data, size_t n, char hex[65]);
 KHUB_PRIVATE_API khub_status khub__sha256_file_hex(const char *path, char hex[65]);
