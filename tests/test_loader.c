@@ -5,6 +5,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "plugin_artifacts.h"
@@ -482,6 +485,43 @@ TEST_IMPL(isolated_init_on_the_verified_path)
     khub_runtime_free(rt);
 }
 
+TEST_IMPL(a_loaded_plugins_fd_name_is_not_reused)
+{
+    /* glibc's dlopen hands back an object loaded under the same name. A
+     * child forked after good_v1 loaded (as the isolated init's is) holds
+     * it as /proc/self/fd/N with N closed; when the child's memfd for
+     * good_v2 gets number N, dlopen must not return good_v1 (it did: the
+     * loader then refused "descriptor names khub-test/good 1.0.0"; found
+     * when an inherited descriptor shifted the numbers under flock). */
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *v1 = tp_load(rt, "good_v1");
+    int n = v1->memfd;
+    pid_t pid = fork();
+    ASSERT(pid >= 0);
+    if (pid == 0) {
+        syscall(SYS_close_range, 3u, ~0u, 0);
+        khub_runtime *rt2 = NULL;
+        khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 1};
+        if (khub_runtime_new(&o, &rt2) != KHUB_STATUS_OK) _exit(3);
+        int fd; /* fill the numbers below n: the next one opened is n */
+        while ((fd = open("/dev/null", O_RDONLY)) >= 0 && fd < n - 1) continue;
+        if (fd != n - 1) _exit(fd == n ? 4 : 5);
+        const char *path = TP("good_v2");
+        khub_plugin *p = NULL;
+        khub_status st = khub_plugin_load(rt2, path, TP_SHA(path), &p);
+        if (st != KHUB_STATUS_OK) {
+            fprintf(stderr, "child: %s\n", khub_runtime_errmsg(rt2));
+            _exit(1);
+        }
+        _exit(strcmp(khub_plugin_version(p), "2.0.0") == 0 ? 0 : 2);
+    }
+    int wst = 0;
+    ASSERT_EQ(waitpid(pid, &wst, 0), pid);
+    ASSERT(WIFEXITED(wst));
+    ASSERT_EQ(WEXITSTATUS(wst), 0);
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X) \
     X(inspect_good) \
     X(inspect_runs_no_plugin_code) \
@@ -510,5 +550,6 @@ TEST_IMPL(isolated_init_on_the_verified_path)
     X(check_child_good) \
     X(check_child_reports_errors) \
     X(isolated_init_host_survives_crash) \
-    X(isolated_init_on_the_verified_path)
+    X(isolated_init_on_the_verified_path) \
+    X(a_loaded_plugins_fd_name_is_not_reused)
 TEST_MAIN(TEST_LIST)

@@ -221,8 +221,25 @@ static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_
     if (map) munmap(map, size);
     if (st != KHUB_STATUS_OK) return st;
 
+    /* glibc's dlopen returns an object already loaded under the same name,
+     * whatever the name points at now. A child forked for an isolated init
+     * holds its parent's plugins as /proc/self/fd/N with those descriptors
+     * closed, and its memfd takes the lowest free number, maybe one of those
+     * N: move the memfd to a number no loaded object is named by, so the
+     * bytes verified above are the bytes loaded. */
     char fdpath[32];
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", p->memfd);
+    while (khub__fd_path_loaded(fdpath)) {
+        int fd = fcntl(p->memfd, F_DUPFD_CLOEXEC, p->memfd + 1);
+        if (fd < 0) {
+            khub__errbuf(msg, n, "%s: moving the memfd off %s: %s", p->path, fdpath,
+                         strerror(errno));
+            return KHUB_STATUS_IO;
+        }
+        close(p->memfd);
+        p->memfd = fd;
+        snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", p->memfd);
+    }
     dlerror();
     p->dl = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
     if (!p->dl) {

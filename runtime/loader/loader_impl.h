@@ -59,6 +59,9 @@ KHUB_INTERNAL khub_status khub__plugin_negotiate(khub_plugin *p, khub_plugin_ini
 KHUB_INTERNAL khub_plugin *khub__plugin_new(khub_runtime *rt);
 /* dlclose, keeping the memfd open when the library stays mapped. */
 KHUB_INTERNAL void khub__plugin_dlclose(khub_plugin *p);
+/* Whether a loaded object is named fdpath ("/proc/self/fd/N"): glibc's
+ * dlopen hands that object back for the name, whatever N is now. */
+KHUB_INTERNAL bool khub__fd_path_loaded(const char *fdpath);
 /* The plugin's memory (NULL ok); no shutdown, no dlclose. */
 KHUB_INTERNAL void khub__plugin_free(khub_plugin *p);
 /* Quiesce, shutdown, CUDA modules, dlclose, memory; no call in flight. */

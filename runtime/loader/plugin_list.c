@@ -37,6 +37,11 @@ static int find_loaded(struct dl_phdr_info *info, size_t size, void *ud)
     return info->dlpi_name && strcmp(info->dlpi_name, (const char *)ud) == 0;
 }
 
+bool khub__fd_path_loaded(const char *fdpath)
+{
+    return dl_iterate_phdr(find_loaded, (void *)fdpath) != 0;
+}
+
 /* dlclose, then check that the library really left the process. If it did
  * not (a NODELETE object), the memfd is deliberately kept open: closing it
  * would let a later load reuse the fd number and get this library back. */
@@ -47,7 +52,7 @@ void khub__plugin_dlclose(khub_plugin *p)
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", p->memfd);
     dlclose(p->dl);
     p->dl = NULL;
-    if (dl_iterate_phdr(find_loaded, fdpath)) {
+    if (khub__fd_path_loaded(fdpath)) {
         khub__log(p->rt, KHUB_LOG_WARN, "plugin %s %s: still mapped after dlclose; keeping %s open",
                   p->id, p->version, fdpath);
         p->memfd = -1;
