@@ -145,7 +145,9 @@ curl -s -H "$AUTH" "$BASE/v1/kernels" | python3 -c '
 import json, sys
 k = json.load(sys.stdin)
 roles = {e["role"]: e["binding"] for e in k["data"]}
-assert any(r.startswith("attention") for r in roles), roles
+# a server batches, so with no cache or attention named it runs on the paged pool
+assert any(r.startswith("paged_attention") for r in roles), roles
+assert roles.get("kv_cache[f32]", "").endswith(":: paged_cache"), roles
 assert all(" :: " in b for b in roles.values()), roles
 ' || fail "kernels: $(curl -s -H "$AUTH" "$BASE/v1/kernels" | head -c 400)"
 curl -s "$BASE/metrics" > m.txt

@@ -112,13 +112,16 @@ wait $SRV 2> /dev/null || true
 SRV=
 
 # --- a locked server: the lock's rules hold for a reload ----------------------
-# (the tiny Gemma, head dim 256, which flash-attn2 serves; a fresh cache)
+# (the tiny Gemma, head dim 256, which flash-attn2 serves; a fresh cache; the
+# dense cache named, as flash-attn2 has no paged_attention op and a server's
+# batch otherwise takes the paged pool)
 mkdir lk
 echo '{"format": 1, "roles": {"attention": "kernels-community/flash-attn2@version=1"}}' > lk/khub.json
 KHUB_CACHE=$T/cache2 "$KHUB" lock lk > lk.out 2>&1 || fail "lock: $(cat lk.out)"
 V1=$(KHUB_CACHE=$T/cache2 "$KHUB" resolve kernels-community/flash-attn2@v1)
 KHUB_CACHE=$T/cache2 "$KHUB" serve-model --model "$SRC/tests/fixtures/gemma3_tiny" --port 0 \
-    --threads 1 --api-key "$KEY" --policy policy.json --lock lk/khub.lock > srv2.out 2> srv2.err &
+    --threads 1 --api-key "$KEY" --policy policy.json --lock lk/khub.lock --cache dynamic \
+    > srv2.out 2> srv2.err &
 SRV=$!
 for _ in $(seq 300); do
     grep -q http srv2.out 2> /dev/null && break
