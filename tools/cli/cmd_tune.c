@@ -166,21 +166,15 @@ static int save_lock(const char *path, const char *endpoint)
     khub_mapping *m = NULL;
     if (khub_mapping_load(path, &m, err, sizeof err) != KHUB_STATUS_OK)
         return khub_cli_fail("tune", "the saved %s: %s", path, err);
-    size_t n = 0;
-    for (size_t i = 0; i < khub_mapping_kernel_count(m); i++)
-        n += !names_builtin(khub_mapping_kernel(m, i));
-    if (!n) {
-        khub_mapping_free(m);
-        return 0;
-    }
     lock_path(path, lpath, sizeof lpath);
     khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .endpoint = endpoint};
     khub_hub *hub = NULL;
     khub_lock *lock = NULL;
     int rc = 0;
+    size_t n = 0; /* Hub kernels pinned */
     if (khub_hub_new(&ho, &hub) != KHUB_STATUS_OK || khub_lock_new(&lock) != KHUB_STATUS_OK)
         rc = khub_cli_fail("tune", "locking %s: %s", path, khub_last_error());
-    for (size_t i = 0; i < n && !rc; i++) {
+    for (size_t i = 0; i < khub_mapping_kernel_count(m) && !rc; i++) {
         const char *text = khub_mapping_kernel(m, i);
         khub_hub_id id;
         khub_lock_opts lo = {KHUB_APP_INIT(khub_lock_opts)};
@@ -193,12 +187,14 @@ static int save_lock(const char *path, const char *endpoint)
                                "locking %s: %s: %s (the khub.json is saved, the lock is "
                                "not)",
                                path, text, khub_hub_errmsg(hub));
-        else
+        else {
             fprintf(stderr, "tune: locked %s -> %s\n", lr.pin.repo, lr.pin.commit);
+            n++;
+        }
     }
-    if (!rc && khub_lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
+    if (!rc && n && khub_lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
         rc = khub_cli_fail("tune", "%s", err);
-    if (!rc) fprintf(stderr, "tune: wrote %s (%zu kernel%s)\n", lpath, n, n == 1 ? "" : "s");
+    if (!rc && n) fprintf(stderr, "tune: wrote %s (%zu kernel%s)\n", lpath, n, n == 1 ? "" : "s");
     khub_lock_free(lock);
     khub_hub_free(hub);
     khub_mapping_free(m);
