@@ -155,7 +155,8 @@ typedef enum khub_option {
      * Since 0.1. */
     KHUB_OPT_ALLOW_QUARANTINED = 6,
     /* N > 0 = cross-check kernels at run time: one model-forward call in N
-     * of each op kind (norm, activation, rotary, linear, attention; 1 =
+     * of each op kind (norm, activation, rotary, linear, attention, and
+     * since 0.2 paged_attention, the paged pool's batch call; CPU ops; 1 =
      * every call) is also run through khub/ref-cpu on copies of its inputs,
      * and an NMSE over the kind's tolerance fails the call with
      * KHUB_STATUS_KERNEL_MISMATCH naming the plugin, op, role and NMSE.

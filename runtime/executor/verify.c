@@ -13,9 +13,18 @@
  *
  * Covered kinds are the run ops of the forward pass with f32 activations:
  * norm (y, and the fused residual), activation, rotary (in place), linear
- * and qlinear (y), attention (out). The KV cache's methods and the
- * embedding's dequantize are not checked. Checking allocates scratch per
- * checked call; it is a diagnostic, not a fast path.
+ * and qlinear (y), attention (out) and paged_attention (out: the paged
+ * pool's one call per layer for a whole batch, the library's default for a
+ * model of several sequences). The KV cache's methods and the embedding's
+ * dequantize are not checked, nor are CUDA ops (the reference cannot read
+ * device memory).
+ *
+ * paged_attention: the pools and tables are the cache's and are read-only
+ * to the op (khub_paged_attention_args), so the reference reads the same
+ * ones after the plugin's call, which wrote only out; q is copied anyway,
+ * as for attention. Its reference is khub/ref-cpu's op of the pools' KV
+ * layout (a layout the reference does not read is not checked). Checking
+ * allocates scratch per checked call; it is a diagnostic, not a fast path.
  */
 #include <math.h>
 #include <stdio.h>
@@ -33,7 +42,8 @@ static double tolerance(uint32_t kind)
     switch (kind) {
     case KHUB_OP_LINEAR:
     case KHUB_OP_QLINEAR:
-    case KHUB_OP_ATTENTION: return 1e-4;
+    case KHUB_OP_ATTENTION:
+    case KHUB_OP_PAGED_ATTENTION: return 1e-4;
     default: return 1e-5;
     }
 }
@@ -51,6 +61,11 @@ static bool plain_f32(const khub_tensor *t)
     return t && t->data && !t->strides && !t->byte_offset &&
            t->device.device_type == KHUB_DEVICE_CPU && t->dtype.code == KHUB_DTYPE_F32.code &&
            t->dtype.bits == 32 && t->dtype.lanes == 1;
+}
+
+static bool on_cpu(const khub_tensor *t)
+{
+    return t && t->data && t->device.device_type == KHUB_DEVICE_CPU;
 }
 
 static double nmse(const float *y, const float *r, size_t n)
@@ -98,6 +113,8 @@ static khub_binding *ref_binding(khub_model *m, uint32_t kind, const void *args)
                        .plugin_id = REF_PLUGIN};
     if (kind == KHUB_OP_LINEAR || kind == KHUB_OP_QLINEAR)
         q.dtype_id = khub_dtype_id_of(((const khub_linear_args *)args)->weight->dtype);
+    if (kind == KHUB_OP_PAGED_ATTENTION)
+        q.kv_layout = ((const khub_paged_attention_args *)args)->layout; /* a model has one */
     khub_binding *r = NULL;
     if (khub_registry_select(m->rt, &q, &r) == KHUB_STATUS_OK &&
         !strncmp(khub_binding_name(r), REF_PLUGIN " ", strlen(REF_PLUGIN) + 1))
@@ -192,6 +209,21 @@ static bool prepare(khub_runtime *rt, uint32_t kind, const void *args, void *arg
         c->n_out = 1;
         return ok;
     }
+    case KHUB_OP_PAGED_ATTENTION: {
+        const khub_paged_attention_args *a = args;
+        khub_paged_attention_args *r = args_ref;
+        *r = *a;
+        if (!plain_f32(a->q) || !plain_f32(a->out) || !on_cpu(a->k_pool) || !on_cpu(a->v_pool) ||
+            (a->ctx && a->ctx->device.device_type != KHUB_DEVICE_CPU))
+            return false;
+        ok = shadow_of(rt, &c->in[c->n_in++], a->q, true) &&
+             shadow_of(rt, &c->ref[0], a->out, false);
+        r->q = &c->in[0].t;
+        r->out = &c->ref[0].t;
+        c->out[0] = a->out;
+        c->n_out = 1;
+        return ok;
+    }
     default: return false;
     }
 }
@@ -206,7 +238,7 @@ static const char *out_name(uint32_t kind, int i)
 {
     if (kind == KHUB_OP_NORM) return i ? "residual" : "y";
     if (kind == KHUB_OP_ROTARY) return "x";
-    if (kind == KHUB_OP_ATTENTION) return "out";
+    if (kind == KHUB_OP_ATTENTION || kind == KHUB_OP_PAGED_ATTENTION) return "out";
     return "y";
 }
 
@@ -221,6 +253,7 @@ static khub_status cross_check(khub_model *m, khub_binding *b, khub_binding *ref
         khub_rotary_args r;
         khub_linear_args l;
         khub_attention_args t;
+        khub_paged_attention_args p;
     } args_ref;
     check c;
     memset(&c, 0, sizeof c);

@@ -138,9 +138,10 @@ int cli_model_sampling_flag(const char *f);
     "  --allow-unsigned      accept unsigned kernels of organisations the policy omits\n" \
     "  --allow-quarantined   load a kernel build that crashed or called exit() in an earlier\n" \
     "                        run (khub cache quarantine lists them; a warning says so)\n" \
-    "  --verify-kernels      check every norm, activation, rotary, linear and attention call\n" \
-    "                        against khub/ref-cpu (NMSE per op kind); a kernel that differs\n" \
-    "                        fails the run naming plugin, op, role and NMSE (slow: a debug aid)\n" \
+    "  --verify-kernels      check every norm, activation, rotary, linear, attention and\n" \
+    "                        paged attention call against khub/ref-cpu (NMSE per op kind);\n" \
+    "                        a kernel that differs fails the run naming plugin, op, role and\n" \
+    "                        NMSE (slow: a debug aid)\n" \
     "  --strict              fail instead of falling back (no variant, plugin cannot serve,\n" \
     "                        with --device cuda: a role without a CUDA kernel)\n" \
     "  --device DEV          cpu (default), cuda or cuda:N: places the model on a CUDA GPU\n" \
