@@ -10,13 +10,16 @@
  * comes with its status and message and changes nothing (cache, linear and
  * quantization roles, a plugin without the role's op, a role outside the
  * list, an empty name, a name that is no Hub ID, an old struct_size); with
- * a paged KV cache the swap moves the paged_attention binding.
+ * a paged KV cache the swap moves the paged_attention binding; a prepared
+ * plugin unloaded before the switch is refused, never used (run it under
+ * ASan: without the check the switch reads the freed plugin).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
+#include "plugins/tp_util.h"
 #include "runner.h"
 
 typedef struct fixture {
@@ -187,6 +190,9 @@ TEST_IMPL(kernel_swap_refusals_change_nothing)
     const char *ex = khub_model_explain(f.m);
     ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ACTIVATION, "khub/ref-cpu",
                                        NULL, &sw));
+    /* edited by hand: the prepare's hold ends, the plugin is checked by address */
+    khub_kernel_swap_release(f.rt, &sw);
+    sw.plugin_load = 0;
     sw.role = KHUB_KERNEL_ROLE_ROTARY;
     for (size_t i = 0; i < khub_plugin_count(f.rt); i++)
         if (!strcmp(khub_plugin_id(khub_plugin_at(f.rt, i)), "khub/cpu-avx2"))
@@ -236,7 +242,75 @@ TEST_IMPL(kernel_swap_paged_attention)
     close_fixture(&f);
 }
 
+/* The refusal of a prepared plugin that is gone, with the name asked for
+ * ("" for a struct filled by hand). */
+static void refused_stale(khub_model *m, khub_kernel_swap *sw, const char *name)
+{
+    const char *ex = khub_model_explain(m);
+    ASSERT_STATUS(khub_model_kernel_swap(m, sw), KHUB_STATUS_MISUSE);
+    char want[512];
+    snprintf(want, sizeof want,
+             "gemma3_tiny: kernel swap: the plugin prepared for the attention role%s%s%s is not "
+             "loaded in this model's runtime (unloaded or reloaded since it was prepared, or "
+             "another runtime's); prepare it again; nothing changed",
+             *name ? " (" : "", name, *name ? ")" : "");
+    ASSERT_STR_EQ(khub_last_error(), want);
+    ASSERT(khub_model_explain(m) == ex); /* the same table: nothing changed */
+    ASSERT_EQ(sw->held, 0);
+}
+
+/* sw.plugin is borrowed, and a prepared plugin is bound to nothing, so it
+ * can be unloaded before the switch: by the caller, or after another
+ * swap's switch released the bindings that kept it loaded. The switch
+ * refuses it as the load it prepared, even when a new load of the plugin
+ * sits at the same address, and the model keeps generating. */
+TEST_IMPL(kernel_swap_refuses_a_plugin_unloaded_since_prepare)
+{
+    fixture f = {0};
+    open_fixture_cache(&f, "khub/ref-cpu:paged_cache");
+    int32_t before[10], after[10];
+    greedy(f.m, before);
+    khub_plugin *pa = tp_load(f.rt, "paged_attn");
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION,
+                                       "khub-test/paged-attn", NULL, &sw));
+    ASSERT(sw.plugin == pa);
+    ASSERT_EQ(sw.held, 1);
+    /* the caller unloads it */
+    ASSERT_OK(khub_plugin_unload(f.rt, pa));
+    refused_stale(f.m, &sw, "khub-test/paged-attn");
+    /* a later load at that address is another load */
+    khub_plugin *again = tp_load(f.rt, "paged_attn");
+    sw.plugin = again;
+    refused_stale(f.m, &sw, "khub-test/paged-attn");
+    /* a struct filled by hand is checked by address: another runtime's */
+    khub_runtime *rt2 = tp_runtime(1);
+    khub_kernel_swap hand = {KHUB_APP_INIT(khub_kernel_swap), .role = KHUB_KERNEL_ROLE_ATTENTION,
+                             .plugin = tp_load(rt2, "paged_attn")};
+    refused_stale(f.m, &hand, "");
+    khub_runtime_free(rt2);
+    /* swap_b holds the serving plugin; swap_c's switch releases its
+     * bindings, and it is unloaded as "swapped out, unused" */
+    khub_kernel_swap sw_a = {KHUB_APP_INIT(khub_kernel_swap)}, sw_b = sw_a, sw_c = sw_a;
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION,
+                                       "khub-test/paged-attn", NULL, &sw_a));
+    ASSERT_OK(khub_model_kernel_swap(f.m, &sw_a));
+    ASSERT_STR_EQ(sw_a.now_serving, "khub-test/paged-attn 1.0.0 :: paged_attention");
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION,
+                                       "khub-test/paged-attn", NULL, &sw_b));
+    ASSERT(sw_b.plugin == again);
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "khub/ref-cpu",
+                                       NULL, &sw_c));
+    ASSERT_OK(khub_model_kernel_swap(f.m, &sw_c));
+    ASSERT_OK(khub_plugin_unload(f.rt, again));
+    refused_stale(f.m, &sw_b, "khub-test/paged-attn");
+    greedy(f.m, after);
+    for (int i = 0; i < 10; i++) ASSERT_EQ(after[i], before[i]);
+    close_fixture(&f);
+}
+
 #define TEST_LIST(X) \
     X(kernel_swap_attention_and_back) \
-    X(kernel_swap_refusals_change_nothing) X(kernel_swap_paged_attention)
+    X(kernel_swap_refusals_change_nothing) \
+    X(kernel_swap_paged_attention) X(kernel_swap_refuses_a_plugin_unloaded_since_prepare)
 TEST_MAIN(TEST_LIST)

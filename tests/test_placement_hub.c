@@ -446,9 +446,11 @@ TEST_IMPL(hub_swap_without_a_cuda_variant_changes_nothing)
                   "activation kernel acme/act@v2: acme/act@222222222222: no CUDA variant runs on "
                   "cuda:0 (strict): it has no CUDA variant");
     ASSERT(plugin_named(e.rt, "acme/act") == NULL); /* refused before anything was loaded */
+    size_t n = khub_plugin_count(e.rt);
     pol.strict = 0;
     ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v2",
                                              &pol, &sw));
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
     ASSERT_STR_EQ(sw.resolved,
                   "activation: acme/act@v2 -> acme/act commit 222222222222 variant " CPU_VARIANT
                   " on the CPU (acme/act@222222222222 has no CUDA variant that runs on cuda:0 (it "
@@ -460,8 +462,71 @@ TEST_IMPL(hub_swap_without_a_cuda_variant_changes_nothing)
                     "activation is rejected: device cpu, wants cuda; nothing changed");
     ASSERT(!strncmp(khub_last_error(), "khub-placement-", 15)); /* the model's file */
     ASSERT(khub_model_explain(e.m) == x); /* the same table: nothing changed */
+    /* the CPU plugin its prepare loaded is unloaded with the refusal: a
+     * server's repeated reloads do not pile plugins up */
+    ASSERT(plugin_named(e.rt, "acme/act") == NULL);
+    ASSERT_EQ(khub_plugin_count(e.rt), n);
+    ASSERT_EQ(sw.held, 0);
+    /* two prepared swaps of it: the refusal of one leaves it to the other,
+     * whose release unloads it */
+    khub_kernel_swap sw2 = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v2",
+                                             &pol, &sw));
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v2",
+                                             &pol, &sw2));
+    ASSERT(sw2.plugin == sw.plugin);
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+    ASSERT_STATUS(khub_model_kernel_swap(e.m, &sw), KHUB_STATUS_NO_KERNEL);
+    ASSERT(plugin_named(e.rt, "acme/act") == sw2.plugin);
+    khub_kernel_swap_release(e.rt, &sw2);
+    ASSERT_EQ(sw2.held, 0);
+    ASSERT(plugin_named(e.rt, "acme/act") == NULL);
+    ASSERT_EQ(khub_plugin_count(e.rt), n);
+    khub_kernel_swap_release(e.rt, &sw2); /* released already: nothing */
+    khub_kernel_swap_release(NULL, NULL);
     forward(e.m);
     ASSERT(launched("khub_test_act") && !launched("khub_hub_act"));
+    env_done(&e);
+}
+
+/* What a swap's prepare loads is the swap's until the switch: released
+ * unswitched, or replaced by another prepare into the same struct, it is
+ * unloaded; a plugin loaded before the prepare (the caller's, a model's)
+ * never is, and neither is one a switch bound. */
+TEST_IMPL(hub_swap_release_unloads_only_what_the_prepare_loaded)
+{
+    fake("12080:90", "100000000", NULL);
+    env e;
+    env_init(&e, (khub_device){KHUB_DEVICE_CPU, 0});
+    ASSERT_OK(env_load(&e));
+    khub_model_kernels pol = swap_policy(&e);
+    size_t n = khub_plugin_count(e.rt);
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v1",
+                                             &pol, &sw));
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+    khub_kernel_swap_release(e.rt, &sw);
+    ASSERT_EQ(khub_plugin_count(e.rt), n);
+    ASSERT(plugin_named(e.rt, "acme/act") == NULL);
+    /* prepared twice into one struct: v1 gives way to v2 */
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v1",
+                                             &pol, &sw));
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v2",
+                                             &pol, &sw));
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+    ASSERT_CONTAINS(sw.resolved, "commit 222222222222");
+    /* switched: bound, so the hold's end keeps it */
+    ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+    khub_kernel_swap_release(e.rt, &sw);
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+    /* a plugin the prepare found loaded (the caller's) stays on release */
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_NORM,
+                                             "khub-test/cuda-all", &pol, &sw));
+    khub_kernel_swap_release(e.rt, &sw);
+    ASSERT(plugin_named(e.rt, "khub-test/cuda-all") != NULL);
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+    forward(e.m);
     env_done(&e);
 }
 
@@ -532,6 +597,7 @@ TEST_IMPL(hub_embedding_role_on_a_placed_model)
     X(hub_swap_loads_the_cuda_variant) \
     X(hub_swap_without_a_cuda_variant_changes_nothing) \
     X(hub_swap_on_the_cpu_releases_the_old_plugin) \
+    X(hub_swap_release_unloads_only_what_the_prepare_loaded) \
     X(hub_embedding_role_on_a_placed_model) \
     /* end */
 TEST_MAIN(TEST_LIST)

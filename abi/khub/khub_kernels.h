@@ -229,9 +229,33 @@ typedef struct khub_kernel_swap {
                               role before ("khub/ref-cpu 0.1.0 :: attention") */
     char now_serving[192]; /* filled by khub_model_kernel_swap: the op serving it now */
     /* End of 0.1. */
-    char name[1024]; /* filled by khub_kernel_swap_prepare: the name asked for, which the
-                        other ranks of a tensor-parallel model prepare too (added in 0.2) */
+    char name[1024];      /* filled by khub_kernel_swap_prepare: the name asked for, which the
+                             other ranks of a tensor-parallel model prepare too (added in 0.2) */
+    uint64_t plugin_load; /* filled by khub_kernel_swap_prepare: the runtime's number for this
+                             load of plugin (never reused), which khub_model_kernel_swap checks;
+                             0 in a struct filled by hand: checked by address (set it to 0 when
+                             replacing a prepared plugin by hand) (added in 0.2) */
+    uint32_t held;        /* 1 from a successful prepare until khub_model_kernel_swap or
+                             khub_kernel_swap_release: the swap holds plugin (added in 0.2) */
+    uint32_t reserved2;
 } khub_kernel_swap;
+
+/* Ownership of the prepared plugin (since 0.2). sw->plugin is borrowed:
+ * it is the runtime's, and it can be unloaded before the switch (the
+ * caller's khub_plugin_unload, which succeeds on a plugin no binding uses;
+ * khub_plugin_reload of it; an unload after another swap's switch released
+ * the bindings that kept it loaded). khub_model_kernel_swap refuses a
+ * plugin that is no longer loaded in the model's runtime as the load it
+ * prepared (MISUSE, below) instead of using it. A successful prepare holds
+ * its plugin until khub_model_kernel_swap (either outcome),
+ * khub_kernel_swap_release, or another prepare into the same struct. When
+ * the hold ends, a plugin that the prepare itself loaded (it was not loaded
+ * in rt before) is unloaded if no binding of any model uses it and no other
+ * prepared swap holds it: a refused switch, a failed selftest, or a swap
+ * released unswitched leaves rt's plugins as they were. A plugin loaded
+ * before the prepare (by the caller, a model load, an earlier swap) is
+ * never unloaded by a swap. A 0.1 khub_kernel_swap (no plugin_load) holds
+ * nothing and is checked by address only. */
 
 /* Makes the kernel `name` ready to serve `role` of a model on rt, without
  * touching any model: resolves the name as khub_model_load_hub does (a
@@ -250,7 +274,10 @@ typedef struct khub_kernel_swap {
  * of khub_kernel_fetch (BAD_ID, REPO_NOT_FOUND, NO_VARIANT, UNSIGNED,
  * SIGNATURE_INVALID, KEY_UNKNOWN, DIGEST_MISMATCH, LOCK_MISMATCH, NOT_FOUND
  * when not in the lock, ...), and the selftest's failure status. policy may
- * be NULL (the default policy, unlocked). Since 0.1. */
+ * be NULL (the default policy, unlocked). out is overwritten; a hold it
+ * still had from an earlier prepare on rt is released first (see
+ * "Ownership" above; since 0.2), and a plugin loaded by a prepare whose
+ * selftest fails is unloaded again. Since 0.1. */
 KHUB_API khub_status khub_kernel_swap_prepare(khub_hub *hub, khub_runtime *rt,
                                               khub_kernel_role role, const char *name,
                                               const khub_model_kernels *policy,
@@ -295,7 +322,14 @@ KHUB_API khub_status khub_model_kernel_swap_prepare(khub_hub *hub, const struct 
  * for a device role); khub_kernel_swap_prepare resolves it to its CPU
  * variant. Statuses: NO_KERNEL, UNSUPPORTED (see above), NOT_FOUND (the
  * model has no op of the role), NOMEM, MISUSE, CUDA (draining the stream
- * failed; nothing changed).
+ * failed; nothing changed), MISUSE (sw->plugin is not loaded in m's
+ * runtime as the load prepared: "MODEL: kernel swap: the plugin prepared
+ * for the ROLE role (NAME) is not loaded in this model's runtime (unloaded
+ * or reloaded since it was prepared, or another runtime's); prepare it
+ * again; nothing changed"; since 0.2). Either way the call ends sw's hold
+ * (see "Ownership" above): on success the plugin is bound; when the switch
+ * fails, a plugin its prepare loaded and nothing else uses is unloaded, so
+ * sw->plugin must not be used after a failure.
  *
  * A model loaded with tp_size > 1 (rank 0, which drives) swaps on every
  * rank at the same step (since 0.2): rank 0 sends sw->name to the others,
@@ -310,6 +344,14 @@ KHUB_API khub_status khub_model_kernel_swap_prepare(khub_hub *hub, const struct 
  * 0.1 struct without name). The other ranks wait in the step while they
  * prepare. Since 0.1. */
 KHUB_API khub_status khub_model_kernel_swap(struct khub_model *m, khub_kernel_swap *sw);
+/* Ends a prepared swap that will not be switched: its hold on sw->plugin
+ * is dropped, and the plugin is unloaded when the prepare loaded it and
+ * nothing else uses it (see "Ownership" above). A swap already switched or
+ * refused by khub_model_kernel_swap, released before, prepared by 0.1
+ * (struct_size without `held`) or never prepared is left as it is; rt or sw
+ * NULL: nothing. rt is the runtime the swap was prepared on. Any thread, but
+ * not while khub_model_kernel_swap runs with the same sw. Since 0.2. */
+KHUB_API void khub_kernel_swap_release(khub_runtime *rt, khub_kernel_swap *sw);
 /* A rank other than 0 of a tensor-parallel model: khub_model_tp_serve, and
  * when rank 0 swaps a kernel (khub_model_kernel_swap), this rank prepares
  * the same name with hub under policy (as khub_kernel_swap_prepare; NULL =

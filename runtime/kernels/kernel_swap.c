@@ -20,6 +20,32 @@
  * NO_VARIANT); else its CPU variant is loaded as the load would, and the
  * switch refuses it (NO_KERNEL, nothing changed): a swap never moves a
  * role off the device.
+ *
+ * The prepared plugin (sw->plugin) is borrowed, and can go away before the
+ * switch: the caller unloads it (nothing binds a prepared plugin, so
+ * khub_plugin_unload succeeds), another swap's switch releases the
+ * bindings that kept it loaded and it is unloaded then, khub_plugin_reload
+ * retires it, or a failed switch of another swap prepared on the same
+ * plugin unloads it (below). So the switch first checks that sw->plugin is
+ * still loaded in the model's runtime, as the same load (sw->plugin_load,
+ * the runtime's number for it, never reused: a plugin loaded later at the
+ * freed address is another load), and refuses a stale one with MISUSE
+ * without touching it. A khub_kernel_swap filled by hand (plugin_load 0)
+ * is checked by address.
+ *
+ * Ownership of what a prepare loads: a prepared swap holds its plugin
+ * (counted on the plugin) until khub_model_kernel_swap or
+ * khub_kernel_swap_release ends it, or a prepare into the same struct
+ * replaces it. When the hold ends, a plugin that a prepare loaded (it was
+ * not loaded before) is unloaded if nothing else uses it: no binding of any
+ * model (a switch that succeeded made some) and no other prepared swap. So a
+ * refused switch, a selftest that fails, or a server that prepared and could
+ * not switch leaves the runtime's plugins as they were, and a plugin the
+ * caller loaded itself, or that was loaded before, is never unloaded here.
+ * Rejected: unloading in the prepare's refusal alone (a non-strict prepare
+ * for a placed model succeeds with a CPU variant that only the switch can
+ * refuse), and unloading without counting the holds (a second prepared swap
+ * of the same kernel would dangle).
  */
 #include <stdio.h>
 #include <string.h>
@@ -50,6 +76,32 @@ static void copy_line(const khub_model_kernels_report *rep, char *out, size_t n)
     snprintf(out, n, "%.*s", (int)(t + len - start), start);
 }
 
+/* Whether sw has 0.2's hold fields (plugin_load, held). */
+static bool has_hold(const khub_kernel_swap *sw)
+{
+    return sw->struct_size >= offsetof(khub_kernel_swap, reserved2) + sizeof sw->reserved2;
+}
+
+/* Ends sw's hold on its plugin, if it has one (see the top of this file). */
+static void release(khub_runtime *rt, khub_kernel_swap *sw)
+{
+    if (!has_hold(sw) || !sw->held) return;
+    sw->held = 0;
+    khub__plugin_release(rt, sw->plugin, sw->plugin_load);
+}
+
+void khub_kernel_swap_release(khub_runtime *rt, khub_kernel_swap *sw)
+{
+    if (rt && sw) release(rt, sw);
+}
+
+/* A prepared plugin refused after it was loaded (its selftest): unloaded
+ * when the prepare loaded it and nothing else uses it. */
+static void drop_refused(khub_runtime *rt, khub_plugin *p, uint64_t mark)
+{
+    khub__plugin_release(rt, p, khub__plugin_hold(rt, p, mark));
+}
+
 /* khub_kernel_swap_prepare for a role that runs where target says (NULL:
  * the CPU). */
 static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role role, const char *name,
@@ -61,7 +113,8 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
                    KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
                    (unsigned)out->struct_size, sizeof(khub_kernel_swap));
     uint32_t size = out->struct_size;
-    memset(out, 0, sizeof *out);
+    release(rt, out); /* a prepare into a struct that held another plugin */
+    memset(out, 0, size < sizeof *out ? size : sizeof *out);
     out->struct_size = size;
     out->abi_major = KHUB_API_VERSION_MAJOR, out->abi_minor = KHUB_API_VERSION_MINOR;
     out->role = (int32_t)role;
@@ -90,6 +143,7 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
     rep.text[0] = '\0';
     char impl[256];
     khub_plugin *p = NULL;
+    uint64_t mark = khub__plugin_load_mark(rt);
     khub_status st =
         khub__kernel_resolve_role(hub, rt, role, name, &k, target, impl, sizeof impl, &p, &rep);
     if (st == KHUB_STATUS_OK && !p)
@@ -109,6 +163,7 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
     char err[KHUB_ERROR_SIZE] = "";
     st = khub_plugin_selftest(p, err, sizeof err);
     if (st != KHUB_STATUS_OK) {
+        drop_refused(rt, p, mark);
         khub__clear(rt);
         return khub__fail(rt, st, "%s kernel %s: %s; refusing it, the old kernel keeps serving",
                           rname, name, err);
@@ -117,6 +172,10 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
     if (size >= offsetof(khub_kernel_swap, name) + sizeof out->name)
         snprintf(out->name, sizeof out->name, "%s", name);
     out->plugin = p;
+    if (has_hold(out)) {
+        out->plugin_load = khub__plugin_hold(rt, p, mark);
+        out->held = out->plugin_load != 0;
+    }
     return KHUB_STATUS_OK;
 }
 
@@ -223,6 +282,7 @@ static khub_status follow_swap(void *ud, khub_model *m, int32_t role, const char
     khub_status st =
         khub_model_kernel_swap_prepare(f->hub, m, (khub_kernel_role)role, name, f->policy, &sw);
     khub_status all = tp_switch(m, role, sw.plugin, sw.op_name, st);
+    release(m->rt, &sw); /* a switch that failed leaves nothing loaded */
     if (all == KHUB_STATUS_OK)
         KHUB_LOG_I(m->rt, "%s: tp rank %d: %s kernel swapped to %s", m->file, (int)m->tp.rank,
                    khub_kernel_role_name((khub_kernel_role)role), name);
@@ -242,6 +302,27 @@ khub_status khub_model_tp_serve_kernels(khub_model *m, khub_hub *hub,
     return st;
 }
 
+static khub_status switch_to(khub_model *m, khub_kernel_swap *sw);
+
+/* Refuses a plugin that is not (or no longer) loaded in m's runtime, before
+ * anything reads it (see the top of this file). */
+static khub_status check_loaded(khub_model *m, khub_kernel_swap *sw)
+{
+    uint64_t load = has_hold(sw) ? sw->plugin_load : 0;
+    if (khub__plugin_loaded(m->rt, sw->plugin, load)) return KHUB_STATUS_OK;
+    if (has_hold(sw)) sw->held = 0; /* its plugin is gone: nothing to release */
+    bool named = sw->struct_size >= offsetof(khub_kernel_swap, name) + sizeof sw->name &&
+                 memchr(sw->name, '\0', sizeof sw->name) && sw->name[0];
+    const char *role = sw->role >= 0 && sw->role < KHUB_KERNEL_ROLE__COUNT
+                           ? khub_kernel_role_name((khub_kernel_role)sw->role)
+                           : "?";
+    return khub__fail(m->rt, KHUB_STATUS_MISUSE,
+                      "%s: kernel swap: the plugin prepared for the %s role%s%s%s is not loaded "
+                      "in this model's runtime (unloaded or reloaded since it was prepared, or "
+                      "another runtime's); prepare it again; nothing changed",
+                      m->file, role, named ? " (" : "", named ? sw->name : "", named ? ")" : "");
+}
+
 khub_status khub_model_kernel_swap(khub_model *m, khub_kernel_swap *sw)
 {
     KHUB_API_CHECK(m ? m->rt : NULL, m && sw && sw->plugin);
@@ -249,6 +330,14 @@ khub_status khub_model_kernel_swap(khub_model *m, khub_kernel_swap *sw)
     KHUB_RETURN_IF(m->rt, sw->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
                    KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
                    (unsigned)sw->struct_size, sizeof(khub_kernel_swap));
+    KHUB_FORWARD_IF_ERROR(m->rt, check_loaded(m, sw));
+    khub_status st = switch_to(m, sw);
+    release(m->rt, sw); /* bound now, or unloaded when a failed switch leaves it unused */
+    return st;
+}
+
+static khub_status switch_to(khub_model *m, khub_kernel_swap *sw)
+{
     /* Under tp every rank switches at the same step, or the ranks' halves
      * of a layer would come from different kernels: rank 0 (this call)
      * sends the name, and every rank prepares, agrees and switches. */

@@ -122,6 +122,7 @@ static khub_status list_append(khub_runtime *rt, khub_plugin *p)
         l->cap = cap;
     }
     l->items[l->count++] = p;
+    p->load_no = ++rt->plugin_load_no;
     return KHUB_STATUS_OK;
 }
 
@@ -186,6 +187,7 @@ static khub_status swap_bindings(khub_runtime *rt, khub_plugin *old, khub_plugin
         khub__binding_set_name(b);
     }
     np->seq = old->seq;
+    np->load_no = ++rt->plugin_load_no; /* another build: a swap prepared on old is stale */
     rt->plugins.items[slot] = np;
     return KHUB_STATUS_OK;
 }
@@ -253,6 +255,77 @@ khub_status khub_plugin_unload(khub_runtime *rt, khub_plugin *p)
     khub__plugin_wait_idle(p);
     khub__plugin_retire(p);
     return KHUB_STATUS_OK;
+}
+
+/* ======================================================================== */
+/* Prepared kernel swaps' holds                                             */
+/* ======================================================================== */
+
+uint64_t khub__plugin_load_mark(khub_runtime *rt)
+{
+    pthread_rwlock_rdlock(&rt->reg_lock);
+    uint64_t mark = rt->plugin_load_no;
+    pthread_rwlock_unlock(&rt->reg_lock);
+    return mark;
+}
+
+/* Under reg_lock: p's slot when it is loaded as load_no (0: any), else
+ * SIZE_MAX. p is not dereferenced unless it is in the list. */
+static size_t find_load(const khub_runtime *rt, const khub_plugin *p, uint64_t load_no)
+{
+    size_t slot = list_find(rt, p);
+    return slot != SIZE_MAX && (!load_no || p->load_no == load_no) ? slot : SIZE_MAX;
+}
+
+bool khub__plugin_loaded(khub_runtime *rt, const khub_plugin *p, uint64_t load_no)
+{
+    pthread_rwlock_rdlock(&rt->reg_lock);
+    bool loaded = find_load(rt, p, load_no) != SIZE_MAX;
+    pthread_rwlock_unlock(&rt->reg_lock);
+    return loaded;
+}
+
+uint64_t khub__plugin_hold(khub_runtime *rt, khub_plugin *p, uint64_t mark)
+{
+    uint64_t load_no = 0;
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    if (find_load(rt, p, 0) != SIZE_MAX) {
+        p->swap_holds++;
+        if (p->load_no > mark) p->swap_loaded = true;
+        load_no = p->load_no;
+    }
+    pthread_rwlock_unlock(&rt->reg_lock);
+    return load_no;
+}
+
+bool khub__plugin_release(khub_runtime *rt, const khub_plugin *cp, uint64_t load_no)
+{
+    khub_plugin *p = NULL;
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    size_t slot = load_no ? find_load(rt, cp, load_no) : SIZE_MAX;
+    if (slot != SIZE_MAX) {
+        p = rt->plugins.items[slot];
+        if (p->swap_holds) p->swap_holds--;
+        /* A plugin the caller loaded itself, or one a model or another
+         * prepared swap uses, stays. */
+        if (!p->swap_loaded || p->swap_holds || khub__registry_bindings_of(rt, p) ||
+            khub__pinned_here(p)) {
+            p = NULL;
+        } else {
+            khub__plugin_list *l = &rt->plugins;
+            memmove(l->items + slot, l->items + slot + 1, (l->count - slot - 1) * sizeof *l->items);
+            l->count--;
+        }
+    }
+    pthread_rwlock_unlock(&rt->reg_lock);
+    if (!p) return false;
+    khub__log(rt, KHUB_LOG_INFO,
+              "kernel swap: unloaded %s %s, loaded for a swap that did not "
+              "happen",
+              p->id, p->version);
+    khub__plugin_wait_idle(p);
+    khub__plugin_retire(p);
+    return true;
 }
 
 void khub__registry_teardown(khub_runtime *rt)

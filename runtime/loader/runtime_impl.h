@@ -82,6 +82,8 @@ struct khub_runtime {
     struct khub__nccl *nccl;
     /* Load order counter for plugins (under reg_lock). */
     uint64_t plugin_seq;
+    /* The last load number given (khub_plugin.load_no; under reg_lock). */
+    uint64_t plugin_load_no;
 };
 
 /* ------------------------------------------------------------------------ */
@@ -150,6 +152,17 @@ struct khub_plugin {
      * cached repo, commit and variant); NULL for plugins not from a cache.
      * Owned. */
     char *quarantine;
+
+    /* Kernel swaps (kernel_swap.c), under rt->reg_lock. load_no: this load's
+     * number in rt, given when it joins the list (a reload's new plugin gets
+     * its own), never reused, so a prepared swap tells its plugin from one
+     * loaded later at the same address. swap_holds: prepared swaps that
+     * point at it and were neither switched nor released. swap_loaded: a
+     * swap's prepare loaded it (it was not loaded before), so the swap's
+     * failure or release unloads it when nothing else uses it. */
+    uint64_t load_no;
+    uint32_t swap_holds;
+    bool swap_loaded;
 };
 
 struct khub_binding {
@@ -213,6 +226,23 @@ KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
  * switch), so khub_plugin_unload no longer counts it as a user of its
  * plugin. The caller must hold the only pointer to b. */
 KHUB_INTERNAL void khub__registry_drop(khub_runtime *rt, khub_binding *b);
+
+/* A prepared kernel swap's hold on a plugin (plugin_list.c). p is only
+ * compared with the loaded plugins' addresses until it is found, so a
+ * pointer to a plugin unloaded since may be passed. */
+/* The last load number given in rt: a plugin whose load_no is above a mark
+ * taken before a resolve was loaded by it. */
+KHUB_INTERNAL uint64_t khub__plugin_load_mark(khub_runtime *rt);
+/* Whether p is loaded in rt, as load number load_no (0: any). */
+KHUB_INTERNAL bool khub__plugin_loaded(khub_runtime *rt, const khub_plugin *p, uint64_t load_no);
+/* Takes a hold on loaded plugin p for a prepared swap; mark is the load
+ * mark taken before the prepare resolved it (p->load_no above it: the
+ * prepare loaded it). Returns p's load number, 0 when p is not loaded. */
+KHUB_INTERNAL uint64_t khub__plugin_hold(khub_runtime *rt, khub_plugin *p, uint64_t mark);
+/* Drops a hold taken by khub__plugin_hold (nothing when p is no longer
+ * loaded as load_no), then unloads p if a swap's prepare loaded it, no
+ * other swap holds it and no binding uses it. True when it unloaded p. */
+KHUB_INTERNAL bool khub__plugin_release(khub_runtime *rt, const khub_plugin *p, uint64_t load_no);
 
 /* CUDA streams and modules of a plugin are destroyed and unloaded when it
  * retires (cuda.c). */

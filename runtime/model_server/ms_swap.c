@@ -150,6 +150,10 @@ khub_status khub__ms_reload(khub__ms *s, const char *role, const char *name, cha
         st = box.st;
         if (st != KHUB_STATUS_OK) snprintf(err, err_size, "%s", box.err);
     }
+    /* A kernel prepared and never switched (the server stopping first) is
+     * released here; the switch released its own, and unloaded a refused
+     * one, so failed reloads do not pile plugins up in the runtime. */
+    khub_kernel_swap_release(khub_model_runtime(s->model), &sw);
     if (st == KHUB_STATUS_OK)
         remember(s, khub_kernel_role_name(kr), name, &sw, box.explain, t1 - t0, now_ms() - t1);
     else
