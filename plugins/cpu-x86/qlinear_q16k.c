@@ -85,14 +85,28 @@ q4k_sblock(const int tc, const uint8_t *blk, const q16blk *x, int64_t xs, __m256
 /* Q6_K: u8 ql[128] | u8 qh[64] | i8 scales[16] | f16 d  (210 bytes)         */
 /* ------------------------------------------------------------------------ */
 
-/* The 32 codes of 32-block t of a half as sc (q - 32) in int16: lanes 0..15
- * take scale sc[0], lanes 16..31 sc[1]. q6 holds q - 32 as int8. */
-static inline void q6k_codes(__m256i q6, const int8_t *sc, __m256i *lo, __m256i *hi)
+/* q - 32 of elements 16 e .. 16 e + 15 of the four 32-blocks of half h
+ * as int16, built from zero-extending loads (no widening shuffles; see
+ * q4k_sblock): c[t] is block t (ql low nibbles of bytes 0-31 / 32-63, then
+ * their high nibbles; qh bit pairs 0-1, 2-3, 4-5, 6-7). */
+static inline __attribute__((always_inline)) void q6k_half16(const uint8_t *blk, int h, int e,
+                                                             __m256i c[4])
 {
-    *lo = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q6)),
-                             _mm256_set1_epi16(sc[0]));
-    *hi = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q6, 1)),
-                             _mm256_set1_epi16(sc[1]));
+    const __m256i m4 = _mm256_set1_epi16(0x0f), m30 = _mm256_set1_epi16(0x30);
+    const __m256i k32 = _mm256_set1_epi16(32);
+    const uint8_t *ql = blk + 64 * h + 16 * e, *qh = blk + 128 + 32 * h + 16 * e;
+    const __m256i l0 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)ql));
+    const __m256i l1 = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(ql + 32)));
+    const __m256i hb = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)qh));
+    c[0] =
+        _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m30));
+    c[1] =
+        _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m30));
+    c[2] = _mm256_or_si256(_mm256_srli_epi16(l0, 4), _mm256_and_si256(hb, m30));
+    c[3] =
+        _mm256_or_si256(_mm256_srli_epi16(l1, 4), _mm256_and_si256(_mm256_srli_epi16(hb, 2), m30));
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) c[t] = _mm256_sub_epi16(c[t], k32);
 }
 
 /* One Q6_K super-block of one row against tc tokens' 8 blocks x[c * xs]. */
@@ -104,13 +118,16 @@ q6k_sblock(const int tc, const uint8_t *blk, const q16blk *x, int64_t xs, __m256
     const __m128 sw = _mm_set1_ps(d);
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        __m256i q[4];
-        kx_q6k_half(blk, h, q);
+        __m256i lo[4], hi[4];
+        q6k_half16(blk, h, 0, lo);
+        q6k_half16(blk, h, 1, hi);
 #pragma GCC unroll 2
         for (int k = 0; k < 2; k++) {
-            __m256i w0l, w0h, w1l, w1h;
-            q6k_codes(q[2 * k], sc + 8 * h + 4 * k, &w0l, &w0h);
-            q6k_codes(q[2 * k + 1], sc + 8 * h + 4 * k + 2, &w1l, &w1h);
+            const int8_t *s = sc + 8 * h + 4 * k;
+            const __m256i w0l = _mm256_mullo_epi16(lo[2 * k], _mm256_set1_epi16(s[0]));
+            const __m256i w0h = _mm256_mullo_epi16(hi[2 * k], _mm256_set1_epi16(s[1]));
+            const __m256i w1l = _mm256_mullo_epi16(lo[2 * k + 1], _mm256_set1_epi16(s[2]));
+            const __m256i w1h = _mm256_mullo_epi16(hi[2 * k + 1], _mm256_set1_epi16(s[3]));
 #pragma GCC unroll 4
             for (int c = 0; c < tc; c++)
                 kx_q16_pair_dd(w0l, w0h, w1l, w1h, sw, x + c * xs + 4 * h + 2 * k, &acc[c]);
