@@ -236,6 +236,10 @@ for r in rows:
     assert r["gen_tok_s"] > 0 and r["ttft_ms_max"] >= r["ttft_ms_median"] > 0, r
     assert r["peak_rss_kib"] > 0 and r["steps"] >= 4, r
     assert r["kv_type"] == "f16", r  # llama-batched-bench's default
+    # All prompts fit the first step, which samples each first token: the
+    # decode phase is the 3 steps after it, one token per request each.
+    assert r["decode_steps"] == 3 and r["decode_tokens"] == 3 * r["seqs"], r
+    assert r["decode_tok_s"] > 0 and r["decode_tok_s_cpu"] > 0, r
 PY
 "$KHUB" bench-batch --model tiny --seqs 2 --prompt-tokens 4 --gen-tokens 2 --kv-type f32 \
     > bb32.jsonl 2> bb32.err || { cat bb32.err; fail "bench-batch --kv-type f32"; }

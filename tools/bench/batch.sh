@@ -10,10 +10,13 @@
 #
 # Prints one line per run and a table of medians: generated tokens per second
 # of the whole run (prefill included: khub's gen_tok_s, llama's N * gen / T)
-# for each, their ratio, llama's generation-only S_TG, khub's mean time to
-# first token, and khub at N against khub at N = 1 (the issue's ">= 4x at 32
-# sequences"). llama-batched-bench is not part of khub: build it outside the
-# repository (docs/performance.md says how).
+# for each and their ratio; the decode phase alone (khub's decode_tok_s, the
+# steps that compute no prompt token, and llama's S_TG) for each and their
+# ratio; khub's mean time to first token; and khub's decode at N against its
+# decode at the first N (the issue's ">= 4x khub's own single-sequence decode
+# at 32 sequences" when the first N is 1). Wall-clock figures, as llama's.
+# llama-batched-bench is not part of khub: build it outside the repository
+# (docs/performance.md says how).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MODEL=${KHUB_MODEL_DIR:-$HOME/.cache/khub/models}/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -34,7 +37,7 @@ while [ $# -gt 0 ]; do
     --prompt) PROMPT=$2; shift 2 ;;
     --gen) GEN=$2; shift 2 ;;
     --rounds) ROUNDS=$2; shift 2 ;;
-    -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "batch.sh: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -53,7 +56,8 @@ run_khub() { # N round
         python3 -c '
 import json, sys
 d = json.loads(sys.stdin.readline())
-print("khub", sys.argv[1], sys.argv[2], d["gen_tok_s"], d["ttft_ms_mean"], d["peak_rss_kib"], flush=True)
+print("khub", sys.argv[1], sys.argv[2], d["gen_tok_s"], d["ttft_ms_mean"], d["peak_rss_kib"],
+      d["decode_tok_s"], d["decode_tok_s_cpu"], flush=True)
 ' "$1" "$2" | tee -a "$T/runs"
 }
 
@@ -87,18 +91,21 @@ k, l = {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
     if f[0] == "khub":
-        k.setdefault(int(f[1]), []).append((float(f[3]), float(f[4]), int(f[5])))
+        k.setdefault(int(f[1]), []).append((float(f[3]), float(f[4]), int(f[5]), float(f[6])))
     else:
         l.setdefault(int(f[1]), []).append((float(f[3]), float(f[4])))
 med = lambda v: statistics.median(v)
 seqs = [int(s) for s in sys.argv[2].split()]
 base = med([x[0] for x in k[seqs[0]]]) if seqs else None
-print("\n| N | khub gen tok/s | llama gen tok/s | khub / llama | llama S_TG t/s "
-      "| khub TTFT mean s | khub vs N=%d | khub peak RSS MiB |" % seqs[0])
-print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+dbase = med([x[3] for x in k[seqs[0]]]) if seqs else None
+print("\n| N | khub gen tok/s | llama gen tok/s | khub / llama | khub decode tok/s "
+      "| llama S_TG t/s | khub / llama decode | khub TTFT mean s | khub gen vs N=%d "
+      "| khub decode vs N=%d decode | khub peak RSS MiB |" % (seqs[0], seqs[0]))
+print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for n in seqs:
     kg, lg = med([x[0] for x in k[n]]), med([x[0] for x in l[n]])
-    print("| %d | %.1f | %.1f | %.2f | %.1f | %.2f | %.2f | %.0f |" % (
-        n, kg, lg, kg / lg, med([x[1] for x in l[n]]), med([x[1] for x in k[n]]) / 1000,
-        kg / base, max(x[2] for x in k[n]) / 1024))
+    kd, ld = med([x[3] for x in k[n]]), med([x[1] for x in l[n]])
+    print("| %d | %.1f | %.1f | %.2f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | %.0f |" % (
+        n, kg, lg, kg / lg, kd, ld, kd / ld, med([x[1] for x in k[n]]) / 1000,
+        kg / base, kd / dbase, max(x[2] for x in k[n]) / 1024))
 EOF

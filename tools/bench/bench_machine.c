@@ -6,6 +6,7 @@
  * Prints one JSON object per line:
  *   {"what":"read_bw","threads":T,"gbps_median":..,"gbps_min":..,"gbps_max":..,"samples":[..]}
  *   {"what":"fma","threads":T,"gflops_median":..,...}
+ *   {"what":"madd16","threads":T,"gmacs_median":..,...}
  *
  * Read bandwidth: each thread sums its own slice of one buffer (first-touched
  * by that thread) with 256-bit loads and 4 independent accumulators, so the
@@ -18,6 +19,13 @@
  * AVX2+FMA is checked at run time; without it the tool says so and prints
  * no FMA line. With AVX-512F the same runs on 16 lanes ("fma512"): whether
  * that doubles the rate depends on the core (one or two 512-bit FMA units).
+ *
+ * madd16: the same 12 chains of 256-bit vpmaddwd (int16 pairs multiplied and
+ * added into int32 lanes: 16 multiply-adds each), the instruction of the
+ * quantized kernels' int16-activation dot products; printed as GMAC/s
+ * ("gmacs"), where an fp32 FMA lane is one MAC (gflops / 2). Some cores run
+ * it on one pipe where they have two for FMA (AMD Zen 2), so its peak need
+ * not be twice the FMA's.
  *
  * Threads are plain pthreads released together by a barrier; the time of a
  * pass is from the release to the last thread's finish.
@@ -92,6 +100,21 @@ __attribute__((target("avx2,fma"))) static float fma_avx2(long iters)
     return o[0];
 }
 
+/* 12 chains of x = madd(x, m) over 16 int16 pairs, `iters` rounds. */
+__attribute__((target("avx2"))) static float madd16_avx2(long iters)
+{
+    __m256i acc[FMA_ACC];
+    const __m256i m = _mm256_set1_epi16(3);
+    for (int k = 0; k < FMA_ACC; k++) acc[k] = _mm256_set1_epi16((short)k);
+    for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 12
+        for (int k = 0; k < FMA_ACC; k++) acc[k] = _mm256_madd_epi16(acc[k], m);
+    }
+    __m256i s = acc[0];
+    for (int k = 1; k < FMA_ACC; k++) s = _mm256_add_epi32(s, acc[k]);
+    return (float)_mm256_extract_epi32(s, 0);
+}
+
 /* The same with 16 lanes (AVX-512F); some cores run it at twice the rate. */
 __attribute__((target("avx512f"))) static float fma_avx512(long iters)
 {
@@ -113,10 +136,11 @@ __attribute__((target("avx512f"))) static float fma_avx512(long iters)
 
 typedef struct job {
     pthread_barrier_t *start;
-    int fma;         /* 0 = read pass, 1 = 8-lane FMA pass, 2 = 16-lane FMA pass */
+    /* 0 = read pass, 1 = 8-lane FMA pass, 2 = 16-lane FMA pass, 3 = vpmaddwd pass */
+    int fma;
     float *buf;      /* read: this thread's slice */
     size_t n;        /* floats in the slice */
-    long iters;      /* FMA rounds */
+    long iters;      /* FMA (or vpmaddwd) rounds */
     int first_touch; /* read: write the slice instead of summing (page-in) */
     double t_end;
     double cpu_s; /* this thread's CPU time for the pass */
@@ -138,7 +162,9 @@ static void *thread_main(void *arg)
     if (j->first_touch) {
         for (size_t i = 0; i < j->n; i++) j->buf[i] = 1.0f;
     } else if (j->fma) {
-        j->sink = j->fma == 2 ? fma_avx512(j->iters) : fma_avx2(j->iters);
+        j->sink = j->fma == 3   ? madd16_avx2(j->iters)
+                  : j->fma == 2 ? fma_avx512(j->iters)
+                                : fma_avx2(j->iters);
     } else {
         j->sink =
             __builtin_cpu_supports("avx2") ? sum_avx2(j->buf, j->n) : sum_scalar(j->buf, j->n);
@@ -278,6 +304,12 @@ int main(int argc, char **argv)
             cpu[r] = flops / c / 1e9; /* every thread ran its share on a core for c s */
         }
         print_stats("fma", "gflops", nt, wall, cpu, reps);
+        pass(nt, 3, 0, NULL, 0, iters / 4, NULL);
+        for (int r = 0; r < reps; r++) { /* 16 MACs per vpmaddwd: flops / 2 * 2 */
+            wall[r] = flops / pass(nt, 3, 0, NULL, 0, iters, &c) / 1e9;
+            cpu[r] = flops / c / 1e9;
+        }
+        print_stats("madd16", "gmacs", nt, wall, cpu, reps);
         if (!__builtin_cpu_supports("avx512f")) continue;
         pass(nt, 2, 0, NULL, 0, iters / 4, NULL);
         for (int r = 0; r < reps; r++) {

@@ -6,8 +6,10 @@
  * and run to the end. One JSON object per N goes to stdout: total generated
  * tokens per second by the wall clock (and by the process CPU clock divided
  * by the pool size, since a shared machine's wall clock also counts waiting
- * for a core), time to first token (mean, median, max), steps, and the peak
- * RSS of the process so far (ru_maxrss only grows: it is the largest N's).
+ * for a core), time to first token (mean, median, max), steps, the decode
+ * phase alone (the steps that compute no prompt token: llama-batched-bench's
+ * S_TG; see run_steps), and the peak RSS of the process so far (ru_maxrss
+ * only grows: it is the largest N's).
  *
  * Prompts are distinct per request (token ids of a repeated text, shifted),
  * so no two requests share work. The model is loaded once with N's largest
@@ -132,6 +134,39 @@ static int cmp_double(const void *x, const void *y)
     return a < b ? -1 : a > b;
 }
 
+/* The decode phase, llama-batched-bench's S_TG: the steps that compute no
+ * prompt token (the tokens they generate, their wall and process CPU time).
+ * A step that finishes a prompt and samples its first token belongs to the
+ * prefill, as llama-batched-bench's prompt pass does. */
+typedef struct bb_decode {
+    int64_t steps, tokens;
+    double wall_s, cpu_s;
+} bb_decode;
+
+/* khub_batch_run(b, 0), one step at a time, timing the steps without
+ * prompt tokens into *dec. Returns the first failing step's status and
+ * goes on after it, as khub_batch_run does. */
+static khub_status run_steps(khub_batch *b, bb_decode *dec)
+{
+    khub_status first = KHUB_STATUS_OK;
+    khub_batch_stats s0 = {KHUB_APP_INIT(khub_batch_stats)}, s1 = s0;
+    khub_batch_stats_get(b, &s0);
+    for (int64_t pending = 1; pending > 0; s0 = s1) {
+        double w = now_s(CLOCK_MONOTONIC), c = now_s(CLOCK_PROCESS_CPUTIME_ID);
+        khub_status st = khub_batch_step(b, &pending);
+        w = now_s(CLOCK_MONOTONIC) - w, c = now_s(CLOCK_PROCESS_CPUTIME_ID) - c;
+        if (st != KHUB_STATUS_OK && first == KHUB_STATUS_OK) first = st;
+        khub_batch_stats_get(b, &s1);
+        if (s1.prompt_tokens != s0.prompt_tokens || s1.generated_tokens == s0.generated_tokens)
+            continue;
+        dec->steps++;
+        dec->tokens += s1.generated_tokens - s0.generated_tokens;
+        dec->wall_s += w;
+        dec->cpu_s += c;
+    }
+    return first;
+}
+
 /* N requests at once; prints one JSON line. */
 static int run_count(khub_runtime *rt, khub_model *m, const bb_args *a, const int32_t *ids,
                      size_t n_ids, int n, int threads)
@@ -163,7 +198,8 @@ static int run_count(khub_runtime *rt, khub_model *m, const bb_args *a, const in
         }
     }
     free(p);
-    khub_status st = khub_batch_run(b, 0);
+    bb_decode dec = {0};
+    khub_status st = run_steps(b, &dec);
     double wall = now_s(CLOCK_MONOTONIC) - w0, cpu = now_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     khub_batch_stats bs = {KHUB_APP_INIT(khub_batch_stats)};
     khub_batch_stats_get(b, &bs);
@@ -180,12 +216,16 @@ static int run_count(khub_runtime *rt, khub_model *m, const bb_args *a, const in
     printf("{\"seqs\": %d, \"prompt_tokens\": %d, \"gen_tokens\": %d, \"threads\": %d, "
            "\"kv_type\": \"%s\", \"wall_s\": %.3f, \"gen_tok_s\": %.2f, \"gen_tok_s_cpu\": %.2f, "
            "\"total_tok_s\": %.2f, \"ttft_ms_mean\": %.1f, \"ttft_ms_median\": %.1f, "
-           "\"ttft_ms_max\": %.1f, \"steps\": %lld, \"peak_rss_kib\": %ld}\n",
+           "\"ttft_ms_max\": %.1f, \"steps\": %lld, \"decode_steps\": %lld, "
+           "\"decode_tokens\": %lld, \"decode_tok_s\": %.2f, \"decode_tok_s_cpu\": %.2f, "
+           "\"peak_rss_kib\": %ld}\n",
            n, a->prompt_tokens, a->gen_tokens, threads,
            khub_dtype_id_of(a->kv_dtype) == KHUB_DTYPE_ID_F16 ? "f16" : "f32", wall, gen / wall,
            cpu > 0 ? gen / (cpu / threads) : 0, (gen + (double)bs.prompt_tokens) / wall,
            sum / s.n_done, s.ttft_ms[s.n_done / 2], s.ttft_ms[s.n_done - 1], (long long)bs.steps,
-           rss);
+           (long long)dec.steps, (long long)dec.tokens,
+           dec.wall_s > 0 ? (double)dec.tokens / dec.wall_s : 0,
+           dec.cpu_s > 0 ? (double)dec.tokens / (dec.cpu_s / threads) : 0, rss);
     fflush(stdout);
     return 0;
 }
@@ -289,8 +329,13 @@ static const khub_cli_cmd bench_batch_cmd = {
     "Runs, for each N of --seqs, N requests of P prompt tokens and G generated tokens\n"
     "(greedy, past EOS) submitted at once to one continuous batch (khub_batch.h), as\n"
     "llama.cpp's llama-batched-bench does, and prints one JSON line per N: total\n"
-    "generated tok/s (wall, and CPU-clock based), prompt+generated tok/s, time to first\n"
-    "token (mean, median, max), forward steps and peak RSS. The KV cache stores f16\n"
+    "generated tok/s over the whole run, prefill included (wall, and CPU-clock based),\n"
+    "prompt+generated tok/s, time to first token (mean, median, max), forward steps and\n"
+    "peak RSS, and the decode phase alone, llama-batched-bench's S_TG: decode_tok_s is\n"
+    "the tokens generated by the steps that compute no prompt token over those steps'\n"
+    "wall time (decode_tok_s_cpu: over their process CPU time / threads; decode_steps,\n"
+    "decode_tokens: how many). A step that ends a prompt and samples its first token is\n"
+    "prefill, so each request's first token is not in it. The KV cache stores f16\n"
     "K/V, as llama-batched-bench's does by default (-ctk/-ctv f16); --kv-type f32 for\n"
     "khub run's default.\n"
     "\n"
