@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "gate_memo.h"
 #include "plugin_artifacts.h"
 #include "plugins/tp_util.h"
 #include "runtime_impl.h"
@@ -141,6 +142,79 @@ TEST_IMPL(verified_load_refuses_runpath_before_dlopen)
     unlink(mark);
 }
 
+static khub_gate_memo_stats gate_stats(void)
+{
+    khub_gate_memo_stats s;
+    khub__gate_memo_stats(&s);
+    return s;
+}
+
+TEST_IMPL(gate_verdict_never_outlives_the_bytes)
+{
+    /* The checks a plugin's sealed bytes passed are remembered by their
+     * SHA-256 (gate_memo.h), never by the file: the same path loaded again
+     * with other bytes is inspected and gated again, with the message a
+     * first load gets, and its code never runs. */
+    khub__gate_memo_clear();
+    const char *mark = mark_path();
+    size_t good_n = 0, bad_n = 0;
+    unsigned char *good = tp_read(TP("good_v1"), &good_n);
+    unsigned char *bad = tp_read(TP("hostile_runpath"), &bad_n);
+    const char *path = TP_WRITE("gate-memo.so", good, good_n);
+    char good_sha[65], bad_sha[65];
+    ASSERT_OK(khub__sha256_hex(good, good_n, good_sha));
+    ASSERT_OK(khub__sha256_hex(bad, bad_n, bad_sha));
+    khub_runtime *rt = tp_runtime(1);
+    khub_plugin *p = NULL;
+    ASSERT_OK(khub__plugin_load_verified(rt, path, good_sha, NULL, 0, &p));
+    ASSERT_EQ(gate_stats().entries, 1);
+    ASSERT_EQ(gate_stats().hits, 0);
+    khub_runtime_free(rt);
+    /* The same bytes again: answered by the memo. */
+    rt = tp_runtime(1);
+    ASSERT_OK(khub__plugin_load_verified(rt, path, good_sha, NULL, 0, &p));
+    ASSERT_EQ(gate_stats().hits, 1);
+    khub_runtime_free(rt);
+    /* The file edited in place, the same name: gated, refused, not kept. */
+    ASSERT_STR_EQ(TP_WRITE("gate-memo.so", bad, bad_n), path);
+    char want[KHUB_ERROR_SIZE];
+    snprintf(want, sizeof want,
+             "%s: refused before loading: the ABI gate found 1 problem(s): has RUNPATH "
+             "'/opt/khub-hostile-lib' (plugins must not carry search paths)",
+             path);
+    for (int round = 0; round < 2; round++) {
+        rt = tp_runtime(1);
+        p = (khub_plugin *)1;
+        ASSERT_STATUS(khub__plugin_load_verified(rt, path, bad_sha, NULL, 0, &p),
+                      KHUB_STATUS_PLUGIN_INVALID);
+        ASSERT(p == NULL);
+        ASSERT_STR_EQ(khub_runtime_errmsg(rt), want);
+        ASSERT_EQ(khub_plugin_count(rt), 0);
+        ASSERT(!exists(mark)); /* its constructor never ran */
+        khub_runtime_free(rt);
+    }
+    ASSERT_EQ(gate_stats().hits, 1);
+    ASSERT_EQ(gate_stats().entries, 1); /* the refusal was not remembered */
+    /* A pass without the gate (khub_plugin_load: the embedder's own file)
+     * never answers for a load that must gate. */
+    khub__gate_memo_clear();
+    rt = tp_runtime(1);
+    ASSERT_STATUS(khub_plugin_load(rt, path, bad_sha, &p), KHUB_STATUS_OK);
+    ASSERT_EQ(gate_stats().entries, 1);
+    khub_runtime_free(rt);
+    unlink(mark);
+    rt = tp_runtime(1);
+    ASSERT_STATUS(khub__plugin_load_verified(rt, path, bad_sha, NULL, 0, &p),
+                  KHUB_STATUS_PLUGIN_INVALID);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt), want);
+    ASSERT_EQ(gate_stats().hits, 0);
+    khub_runtime_free(rt);
+    unlink(path);
+    unlink(mark);
+    free(good);
+    free(bad);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Names and kinds                                                          */
 /* ------------------------------------------------------------------------ */
@@ -205,6 +279,7 @@ TEST_IMPL(registered_kinds_match_note)
     X(check_timed_by_parent) \
     X(check_child_inherits_no_descriptors) \
     X(verified_load_refuses_runpath_before_dlopen) \
+    X(gate_verdict_never_outlives_the_bytes) \
     X(escape_codes_in_id_refused) \
     X(escape_codes_in_static_version_refused) \
     X(registered_kinds_match_note)

@@ -6,12 +6,14 @@
  * Load only the bytes you verified. The file is read once into memory and
  * copied into a memfd that is then sealed (no write, grow, shrink, or
  * further seals), so nobody can change them between the check and dlopen.
- * The sealed memfd is mapped and hashed, once: that digest is the one
- * compared with the expected digest (and the plugin's recorded SHA-256),
- * because only the sealed bytes are the ones dlopen maps; hashing the read
- * buffer as well (before session 10) checked the same bytes twice. Its ELF
- * header and ABI note are read from that mapping, and only then is it
- * dlopened through /proc/self/fd/N. The memfd stays open until dlclose:
+ * The sealed memfd is read back over the read buffer and hashed, once:
+ * that digest is the one compared with the expected digest (and the
+ * plugin's recorded SHA-256), because only the sealed bytes are the ones
+ * dlopen maps; hashing the read buffer as well (before session 10) checked
+ * the same bytes twice. Its ELF header and ABI note are read from those
+ * bytes (or, for bytes of a digest that passed before in this process,
+ * copied from gate_memo.c), and only then is it dlopened through
+ * /proc/self/fd/N. The memfd stays open until dlclose:
  * glibc reuses an already-loaded library whose name matches, so a recycled
  * fd number would hand back the old library.
  *
@@ -37,6 +39,7 @@
 
 #include "check.h"
 #include "elf_gate.h"
+#include "gate_memo.h"
 #include "loader_impl.h"
 #include "plugin_artifacts.h"
 
@@ -158,7 +161,7 @@ static khub_status write_all(int fd, const unsigned char *b, size_t size)
  * exports, a glibc newer than this host's, NODELETE or GNU_UNIQUE break
  * the hot-load rules. Local plugins (khub_plugin_load) are the embedder's
  * choice and `khub check` gates them. */
-static khub_status gate_bytes(khub_runtime *rt, const void *map, size_t size, const char *path,
+static khub_status gate_bytes(khub_runtime *rt, const void *bytes, size_t size, const char *path,
                               char *msg, size_t n)
 {
     khub_gate_policy pol;
@@ -170,7 +173,7 @@ static khub_status gate_bytes(khub_runtime *rt, const void *map, size_t size, co
         return KHUB_STATUS_NOMEM;
     }
     char err[KHUB_ERROR_SIZE];
-    khub_status st = khub__gate_check_mem(map, size, path, &pol, rep, err, sizeof err);
+    khub_status st = khub__gate_check_mem(bytes, size, path, &pol, rep, err, sizeof err);
     if (st == KHUB_STATUS_PLUGIN_INVALID)
         khub__errbuf(msg, n, "%s: refused before loading: the ABI gate found %zu problem(s): %s%s",
                      path, rep->n_findings, rep->findings[0],
@@ -181,13 +184,43 @@ static khub_status gate_bytes(khub_runtime *rt, const void *map, size_t size, co
     return st;
 }
 
-/* Copies the bytes read into a sealed memfd, hashes the sealed copy into
- * p->sha256 and checks it against want (NULL: an unverified load), inspects
- * it, and dlopens it. Hashing after the seal covers a write to the memfd
- * through /proc/PID/fd before it was sealed as well as a file changed
- * before it was read. */
-static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_t size,
-                               const char *want, khub_plugin_info *info, char *msg, size_t n)
+/* The ELF inspection and, for a downloaded plugin, the ABI gate, on the
+ * sealed bytes whose SHA-256 is p->sha256, unless bytes of that digest
+ * passed them before in this process (gate_memo.h). */
+static khub_status check_bytes(khub_plugin *p, const unsigned char *bytes, size_t size,
+                               khub_plugin_info *info, char *msg, size_t n)
+{
+    bool gated = p->artifacts != NULL;
+    if (khub__gate_memo_find(p->sha256, gated, info)) return KHUB_STATUS_OK;
+    khub_status st = khub__elf_inspect(bytes, size, p->path, info, msg, n);
+    if (st == KHUB_STATUS_OK && gated) st = gate_bytes(p->rt, bytes, size, p->path, msg, n);
+    if (st == KHUB_STATUS_OK) khub__gate_memo_add(p->sha256, gated, info);
+    return st;
+}
+
+/* Reads the sealed memfd back into bytes (size bytes, the buffer it was
+ * filled from): what is hashed and inspected next is then the sealed
+ * content, whatever was written to the memfd before the seal. A read of
+ * 16 KB costs ~1.5 us; the mmap, four page faults and munmap it replaces
+ * cost ~7 us on Zen 2 (docs/performance.md, "Warm load, session 14"). */
+static khub_status read_back(int fd, unsigned char *bytes, size_t size)
+{
+    for (size_t got = 0; got < size;) {
+        ssize_t r = pread(fd, bytes + got, size - got, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return KHUB_STATUS_IO;
+        got += (size_t)r;
+    }
+    return KHUB_STATUS_OK;
+}
+
+/* Copies the bytes read into a sealed memfd, reads the sealed copy back
+ * over them, hashes that into p->sha256 and checks it against want (NULL:
+ * an unverified load), inspects it, and dlopens it. Hashing after the seal
+ * covers a write to the memfd through /proc/PID/fd before it was sealed as
+ * well as a file changed before it was read. */
+static khub_status open_sealed(khub_plugin *p, unsigned char *bytes, size_t size, const char *want,
+                               khub_plugin_info *info, char *msg, size_t n)
 {
     snprintf(p->memfd_name, sizeof p->memfd_name, "khub-plugin-%llu-%d", (unsigned long long)p->seq,
              (int)getpid());
@@ -201,14 +234,11 @@ static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_
         khub__errbuf(msg, n, "%s: cannot fill and seal a memfd: %s", p->path, strerror(errno));
         return KHUB_STATUS_IO;
     }
-    /* MAP_PRIVATE: libelf never writes through it, and if it did the write
-     * would land in a private page, not in the sealed file. */
-    void *map = size ? mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, p->memfd, 0) : NULL;
-    if (size && map == MAP_FAILED) {
-        khub__errbuf(msg, n, "%s: mmap of the sealed memfd: %s", p->path, strerror(errno));
+    if (read_back(p->memfd, bytes, size) != KHUB_STATUS_OK) {
+        khub__errbuf(msg, n, "%s: reading the sealed memfd back: %s", p->path, strerror(errno));
         return KHUB_STATUS_IO;
     }
-    khub_status st = khub__sha256_hex(map, size, p->sha256);
+    khub_status st = khub__sha256_hex(bytes, size, p->sha256);
     if (st == KHUB_STATUS_OK && want && !khub__digest_eq(p->sha256, want)) {
         khub__errbuf(msg, n,
                      "plugin file %s: SHA-256 is %s, expected %s; the file is not the "
@@ -216,9 +246,7 @@ static khub_status open_sealed(khub_plugin *p, const unsigned char *bytes, size_
                      p->path, p->sha256, want);
         st = KHUB_STATUS_DIGEST_MISMATCH;
     }
-    if (st == KHUB_STATUS_OK) st = khub__elf_inspect(map, size, p->path, info, msg, n);
-    if (st == KHUB_STATUS_OK && p->artifacts) st = gate_bytes(p->rt, map, size, p->path, msg, n);
-    if (map) munmap(map, size);
+    if (st == KHUB_STATUS_OK) st = check_bytes(p, bytes, size, info, msg, n);
     if (st != KHUB_STATUS_OK) return st;
 
     /* glibc's dlopen returns an object already loaded under the same name,
