@@ -103,9 +103,13 @@ KHUB_INTERNAL bool khub__hub_is_fresh(const khub_hub *hub, const char *path, con
  * its message wherever its caller keeps messages. */
 struct khub_kmeta;
 
+struct khub__dir_list;
+
 typedef struct khub__variant_judge {
-    khub_status (*fn)(void *ud, const char *dir, const char *meta, size_t meta_len, const char *sig,
-                      size_t sig_len);
+    /* listed (may be NULL): dir's names, listed once when the verification
+     * began, for a check of names (dir_list.h) */
+    khub_status (*fn)(void *ud, const char *dir, const struct khub__dir_list *listed,
+                      const char *meta, size_t meta_len, const char *sig, size_t sig_len);
     void *ud;
     /* Optional (NULL: none): runs once on the parse of the judged bytes,
      * before any file is checked against it (a locked load compares that

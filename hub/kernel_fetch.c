@@ -242,10 +242,10 @@ typedef struct sync_judge {
     const char *label;
 } sync_judge;
 
-static khub_status sync_judge_fn(void *ud, const char *dir, const char *meta, size_t meta_len,
-                                 const char *sig, size_t sig_len)
+static khub_status sync_judge_fn(void *ud, const char *dir, const struct khub__dir_list *listed,
+                                 const char *meta, size_t meta_len, const char *sig, size_t sig_len)
 {
-    (void)sig, (void)sig_len;
+    (void)listed, (void)sig, (void)sig_len; /* khub sync hashes every file and lists dir itself */
     const sync_judge *sj = ud;
     char err[KHUB_ERROR_SIZE], meta_sha[65];
     KHUB_FORWARD_IF_ERROR(NULL, khub__sha256_hex(meta, meta_len, meta_sha));

@@ -5,12 +5,12 @@
  * (khub__lock_check_names) and the parsed table's digests after it
  * (khub__lock_check_table). The lock format itself is lockfile.c's.
  */
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dir_list.h"
 #include "kernel_meta.h"
 #include "lockfile.h"
 
@@ -20,10 +20,43 @@ static bool is_regular(const char *path)
     return lstat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* No name in dir but the locked files and metadata.json.sig: the names of
+ * listed (NULL: dir is listed here). */
+static khub_status check_extra(const khub_lock_variant *v, const char *dir,
+                               const khub__dir_list *listed, const char *label, char *errbuf,
+                               size_t errbuf_size)
+{
+    khub__dir_list own;
+    if (!listed && khub__dir_list_read(NULL, dir, &own) != KHUB_STATUS_OK) {
+        khub__errbuf(errbuf, errbuf_size, "%s: cannot read %s", label, dir);
+        return KHUB_STATUS_IO;
+    }
+    const khub__dir_list *l = listed ? listed : &own;
+    khub_status st = KHUB_STATUS_OK;
+    for (size_t k = 0; st == KHUB_STATUS_OK && k < l->count; k++) {
+        const char *nm = khub__dir_list_name(l, k);
+        if (!strcmp(nm, "metadata.json.sig")) continue;
+        bool known = false;
+        for (size_t i = 0; i < v->n_files && !known; i++) known = !strcmp(v->files[i].name, nm);
+        if (!known) {
+            khub__errbuf(errbuf, errbuf_size,
+                         "%s variant %s: %s is in %s but not in khub.lock; "
+                         "refusing the variant",
+                         label, v->name, nm, dir);
+            st = KHUB_STATUS_LOCK_MISMATCH;
+        }
+    }
+    if (!listed) khub__dir_list_free(&own);
+    return st;
+}
+
 /* khub__lock_check_dir, and without hashing the files other than
- * metadata.json when !hash (khub__lock_check_names). */
-static khub_status check_dir(const khub_lock_variant *v, const char *dir, const char *meta_sha256,
-                             bool hash, const char *label, char *errbuf, size_t errbuf_size)
+ * metadata.json when !hash (khub__lock_check_names). listed (may be NULL):
+ * dir's names, listed by the caller; a file it shows as regular needs no
+ * lstat of its own. */
+static khub_status check_dir(const khub_lock_variant *v, const char *dir,
+                             const khub__dir_list *listed, const char *meta_sha256, bool hash,
+                             const char *label, char *errbuf, size_t errbuf_size)
 {
     for (size_t i = 0; i < v->n_files; i++) {
         char path[4096], got[65];
@@ -32,7 +65,8 @@ static khub_status check_dir(const khub_lock_variant *v, const char *dir, const 
             /* The caller's digest of the bytes it read and will parse: a
              * second read from dir would check other bytes than those. */
             snprintf(got, sizeof got, "%s", meta_sha256);
-        } else if (!is_regular(path) && access(path, R_OK) != 0) {
+        } else if (!khub__dir_list_regular(listed, v->files[i].name) && !is_regular(path) &&
+                   access(path, R_OK) != 0) {
             khub__errbuf(errbuf, errbuf_size,
                          "%s variant %s: locked file %s is missing from %s; "
                          "run khub sync",
@@ -53,47 +87,26 @@ static khub_status check_dir(const khub_lock_variant *v, const char *dir, const 
             return KHUB_STATUS_LOCK_MISMATCH;
         }
     }
-    DIR *d = opendir(dir);
-    if (!d) {
-        khub__errbuf(errbuf, errbuf_size, "%s: cannot read %s", label, dir);
-        return KHUB_STATUS_IO;
-    }
-    khub_status st = KHUB_STATUS_OK;
-    struct dirent *de;
-    while (st == KHUB_STATUS_OK && (de = readdir(d))) {
-        const char *nm = de->d_name;
-        if (!strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, "metadata.json.sig")) continue;
-        bool known = false;
-        for (size_t i = 0; i < v->n_files && !known; i++) known = !strcmp(v->files[i].name, nm);
-        if (!known) {
-            khub__errbuf(errbuf, errbuf_size,
-                         "%s variant %s: %s is in %s but not in khub.lock; "
-                         "refusing the variant",
-                         label, v->name, nm, dir);
-            st = KHUB_STATUS_LOCK_MISMATCH;
-        }
-    }
-    closedir(d);
-    return st;
+    return check_extra(v, dir, listed, label, errbuf, errbuf_size);
 }
 
 khub_status khub__lock_check_dir(const khub_lock_variant *v, const char *dir,
                                  const char *meta_sha256, const char *label, char *errbuf,
                                  size_t errbuf_size)
 {
-    return check_dir(v, dir, meta_sha256, true, label, errbuf, errbuf_size);
+    return check_dir(v, dir, NULL, meta_sha256, true, label, errbuf, errbuf_size);
 }
 
 khub_status khub__lock_check_names(const khub_lock_variant *v, const char *dir,
-                                   const char *meta_sha256, const char *label, char *errbuf,
-                                   size_t errbuf_size)
+                                   const khub__dir_list *listed, const char *meta_sha256,
+                                   const char *label, char *errbuf, size_t errbuf_size)
 {
     if (!meta_sha256) {
         khub__errbuf(errbuf, errbuf_size, "%s variant %s: no digest of metadata.json to check",
                      label, v->name);
         return KHUB_STATUS_INVALID_ARG;
     }
-    return check_dir(v, dir, meta_sha256, false, label, errbuf, errbuf_size);
+    return check_dir(v, dir, listed, meta_sha256, false, label, errbuf, errbuf_size);
 }
 
 static const khub_lock_file *locked_file(const khub_lock_variant *v, const char *name)

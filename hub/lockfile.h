@@ -112,8 +112,12 @@ KHUB_INTERNAL khub_status khub__lock_check_dir(const khub_lock_variant *v, const
  * digest of metadata.json. The other files are then held to the lock by
  * khub__lock_check_table and checked against the table: the hub's check
  * (hashed unless its fingerprint sidecar vouches for them unchanged), the
- * loader's hash of the sealed plugin, an artifact's hash when it is read. */
+ * loader's hash of the sealed plugin, an artifact's hash when it is read.
+ * listed (may be NULL: dir is listed here): dir's names as the caller
+ * listed them once for this check and its own (dir_list.h). */
+struct khub__dir_list;
 KHUB_INTERNAL khub_status khub__lock_check_names(const khub_lock_variant *v, const char *dir,
+                                                 const struct khub__dir_list *listed,
                                                  const char *meta_sha256, const char *label,
                                                  char *errbuf, size_t errbuf_size);
 struct khub_kmeta;

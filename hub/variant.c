@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dir_list.h"
 #include "hub_impl.h"
 #include "kernel_meta.h"
 #include "parse_memo.h"
@@ -68,28 +69,32 @@ static int plain_variant_name(const char *v)
 
 #define VERIFIED_MAX (1u << 20)
 
-/* "<sha256> <dev> <ino> <size> <mtime_ns> <ctime_ns>" of path into buf;
- * ctime_out, when not NULL, receives the ctime in ns. */
-static bool fingerprint_of(const char *path, const char *sha256, char *buf, size_t size,
-                           long long *ctime_out)
+/* "<sha256> <dev> <ino> <size> <mtime_ns> <ctime_ns>" of path (of sb, its
+ * stat, when not NULL) into buf; ctime_out, when not NULL, receives the
+ * ctime in ns. */
+static bool fingerprint_of(const char *path, const struct stat *sb, const char *sha256, char *buf,
+                           size_t size, long long *ctime_out)
 {
-    struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return false;
-    long long mt = (long long)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-    long long ct = (long long)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec;
+    struct stat own;
+    if (!sb && stat(path, &own) != 0) return false;
+    if (!sb) sb = &own;
+    if (!S_ISREG(sb->st_mode)) return false;
+    long long mt = (long long)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+    long long ct = (long long)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
     if (ctime_out) *ctime_out = ct;
     int n =
-        snprintf(buf, size, "%s %llu %llu %llu %lld %lld", sha256, (unsigned long long)sb.st_dev,
-                 (unsigned long long)sb.st_ino, (unsigned long long)sb.st_size, mt, ct);
+        snprintf(buf, size, "%s %llu %llu %llu %lld %lld", sha256, (unsigned long long)sb->st_dev,
+                 (unsigned long long)sb->st_ino, (unsigned long long)sb->st_size, mt, ct);
     return n > 0 && (size_t)n < size;
 }
 
 /* One sidecar line: the fingerprint, the file's name in the variant. */
-static bool fingerprint_line(const char *path, const char *name, const char *sha256, char *buf,
-                             size_t size, long long *ctime_out)
+static bool fingerprint_line(const char *path, const struct stat *sb, const char *name,
+                             const char *sha256, char *buf, size_t size, long long *ctime_out)
 {
     char fp[160];
-    if (strchr(name, '\n') || !fingerprint_of(path, sha256, fp, sizeof fp, ctime_out)) return false;
+    if (strchr(name, '\n') || !fingerprint_of(path, sb, sha256, fp, sizeof fp, ctime_out))
+        return false;
     int n = snprintf(buf, size, "%s %s\n", fp, name);
     return n > 0 && (size_t)n < size;
 }
@@ -97,14 +102,14 @@ static bool fingerprint_line(const char *path, const char *name, const char *sha
 void khub__hub_note_fresh(khub_hub *hub, const char *path, const char *sha256)
 {
     char fp[160];
-    if (!fingerprint_of(path, sha256, fp, sizeof fp, NULL)) return;
+    if (!fingerprint_of(path, NULL, sha256, fp, sizeof fp, NULL)) return;
     memcpy(hub->fresh[hub->n_fresh++ % 8], fp, sizeof fp);
 }
 
 bool khub__hub_is_fresh(const khub_hub *hub, const char *path, const char *sha256)
 {
     char fp[160];
-    if (!fingerprint_of(path, sha256, fp, sizeof fp, NULL)) return false;
+    if (!fingerprint_of(path, NULL, sha256, fp, sizeof fp, NULL)) return false;
     for (unsigned i = 0; i < 8 && i < hub->n_fresh; i++)
         if (!strcmp(hub->fresh[i], fp)) return true;
     return false;
@@ -181,7 +186,7 @@ static khub_status hash_check(khub_hub *hub, const char *dir, const char *name, 
 {
     char before[KHUB__PATH_MAX + 200], got[65];
     long long ct = 0;
-    bool fp = fingerprint_line(real, name, want, before, sizeof before, &ct);
+    bool fp = fingerprint_line(real, NULL, name, want, before, sizeof before, &ct);
     if (khub__sha256_file_hex(real, got) != KHUB_STATUS_OK)
         return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read %s", real);
     if (!khub__digest_eq(got, want) && pinned_by)
@@ -193,7 +198,7 @@ static khub_status hash_check(khub_hub *hub, const char *dir, const char *name, 
         return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
                               "%s: %s has SHA-256 %s, metadata.json says %s", dir, name, got, want);
     line[0] = '\0';
-    if (fp && settled(ct) && fingerprint_line(real, name, want, line, size, NULL) &&
+    if (fp && settled(ct) && fingerprint_line(real, NULL, name, want, line, size, NULL) &&
         strcmp(line, before) != 0)
         line[0] = '\0';
     return KHUB_STATUS_OK;
@@ -284,25 +289,57 @@ static bool real_dir(const char *path, char out[KHUB__PATH_MAX])
  * regular file (rdir is dir's real path: nothing left to resolve), else
  * realpath() of it (a snapshot's link to its blob). One realpath of the
  * folder instead of one per file: each walks every component of a long
- * cache path with a system call. false when it does not exist. */
+ * cache path with a system call. false when it does not exist. *plain:
+ * whether it was a regular file, *sb its lstat then (the same file as
+ * real: the fingerprint needs no stat of its own). */
 static bool real_file(const char *dir, const char *rdir, const char *name,
-                      char path[KHUB__PATH_MAX], char real[KHUB__PATH_MAX])
+                      char path[KHUB__PATH_MAX], char real[KHUB__PATH_MAX], struct stat *sb,
+                      bool *plain)
 {
-    struct stat sb;
+    *plain = false;
     int n = snprintf(path, KHUB__PATH_MAX, "%s/%s", dir, name);
-    if (n < 0 || n >= KHUB__PATH_MAX || lstat(path, &sb) != 0) return false;
-    if (!S_ISREG(sb.st_mode) || strchr(name, '/')) return realpath(path, real) != NULL;
+    if (n < 0 || n >= KHUB__PATH_MAX || lstat(path, sb) != 0) return false;
+    if (!S_ISREG(sb->st_mode) || strchr(name, '/')) return realpath(path, real) != NULL;
     n = snprintf(real, KHUB__PATH_MAX, "%s/%s", rdir, name);
-    return n > 0 && n < KHUB__PATH_MAX;
+    *plain = n > 0 && n < KHUB__PATH_MAX;
+    return *plain;
+}
+
+/* The first name of dir (listed: its names listed before, NULL = list it
+ * now) that m does not list, metadata.json and its .sig aside, refused. */
+static khub_status check_unlisted(khub_hub *hub, const char *dir, const khub__dir_list *listed,
+                                  const khub_kmeta *m)
+{
+    khub__dir_list own;
+    if (!listed && khub__dir_list_read(khub__hub_alloc(hub), dir, &own) != KHUB_STATUS_OK)
+        return KHUB_STATUS_OK; /* as before: a folder that cannot be listed has no extra name */
+    const khub__dir_list *l = listed ? listed : &own;
+    khub_status st = KHUB_STATUS_OK;
+    for (size_t i = 0; st == KHUB_STATUS_OK && i < l->count; i++) {
+        const char *nm = khub__dir_list_name(l, i);
+        if (!strcmp(nm, "metadata.json") || !strcmp(nm, "metadata.json.sig") ||
+            khub__kmeta_digest(m, nm))
+            continue;
+        st =
+            khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
+                           "%s: %s is not listed in metadata.json; refusing the variant%s", dir, nm,
+                           temp_name(nm) ? " (a temporary name an interrupted download left: "
+                                           "khub cache prune removes it)"
+                                         : "");
+    }
+    if (!listed) khub__dir_list_free(&own);
+    return st;
 }
 
 /* Every file km lists is in dir, inside the cache, and matches its digest;
  * the list goes to l. verified: the sidecar of this directory, NULL = neither
  * read nor write one (an archive being unpacked, verified before it is
- * renamed). */
+ * renamed). listed (may be NULL): dir's names, listed when the verification
+ * began (dir_list.h). */
 static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *dir,
-                               const char *verified, const khub_kmeta *m, const char *pinned_by,
-                               khub_hub_file_list *l, bool *incomplete)
+                               const khub__dir_list *listed, const char *verified,
+                               const khub_kmeta *m, const char *pinned_by, khub_hub_file_list *l,
+                               bool *incomplete)
 {
     char path[KHUB__PATH_MAX], rroot[KHUB__PATH_MAX], rdir[KHUB__PATH_MAX];
     if (!real_dir(repo_dir, rroot) || !real_dir(dir, rdir))
@@ -315,7 +352,9 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
     for (size_t i = 0; st == KHUB_STATUS_OK && i < m->n_files; i++) {
         char real[KHUB__PATH_MAX], line[KHUB__PATH_MAX + 200], probe[KHUB__PATH_MAX + 202];
         const char *name = m->files[i].name, *want = m->files[i].sha256;
-        if (!real_file(dir, rdir, name, path, real)) {
+        struct stat sb;
+        bool plain;
+        if (!real_file(dir, rdir, name, path, real, &sb, &plain)) {
             *incomplete = true;
             st = khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s: listed file %s is missing", dir,
                                 name);
@@ -328,13 +367,14 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
                                 dir, name, real);
             break;
         }
-        bool trusted = known && fingerprint_line(real, name, want, line, sizeof line, NULL) &&
-                       snprintf(probe, sizeof probe, "\n%s", line) < (int)sizeof probe &&
-                       strstr(known, probe);
+        bool trusted =
+            known &&
+            fingerprint_line(real, plain ? &sb : NULL, name, want, line, sizeof line, NULL) &&
+            snprintf(probe, sizeof probe, "\n%s", line) < (int)sizeof probe && strstr(known, probe);
         long long ct = 0;
         if (!trusted && khub__hub_is_fresh(hub, real, want)) {
             trusted = hashed = true; /* hashed by this handle: record it once settled */
-            if (!fingerprint_line(real, name, want, line, sizeof line, &ct) || !settled(ct))
+            if (!fingerprint_line(real, NULL, name, want, line, sizeof line, &ct) || !settled(ct))
                 line[0] = '\0';
         }
         if (!trusted) {
@@ -351,21 +391,7 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
         if (!e->rel || !e->path) st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     }
     khub__mem_free(known);
-    DIR *d = st == KHUB_STATUS_OK ? opendir(dir) : NULL;
-    struct dirent *de;
-    while (d && st == KHUB_STATUS_OK && (de = readdir(d))) {
-        const char *nm = de->d_name;
-        if (!strcmp(nm, ".") || !strcmp(nm, "..") || !strcmp(nm, "metadata.json") ||
-            !strcmp(nm, "metadata.json.sig") || khub__kmeta_digest(m, nm))
-            continue;
-        st =
-            khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID,
-                           "%s: %s is not listed in metadata.json; refusing the variant%s", dir, nm,
-                           temp_name(nm) ? " (a temporary name an interrupted download left: "
-                                           "khub cache prune removes it)"
-                                         : "");
-    }
-    if (d) closedir(d);
+    if (st == KHUB_STATUS_OK) st = check_unlisted(hub, dir, listed, m);
     if (st == KHUB_STATUS_OK && record && hashed) verified_write(hub, verified, lines);
     khub__mem_free(lines);
     return st;
@@ -413,11 +439,17 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
     char err[KHUB_ERROR_SIZE] = "";
     bool incomplete = false;
     memset(out, 0, sizeof *out);
+    /* One listing for the judge's name check and check_files' (dir_list.h);
+     * a folder that cannot be listed is left to each check, as before. */
+    khub__dir_list names;
+    const khub__dir_list *listed =
+        khub__dir_list_read(khub__hub_alloc(hub), dir, &names) == KHUB_STATUS_OK ? &names : NULL;
     khub_status st = read_meta(hub, dir, out, &incomplete);
     if (st == KHUB_STATUS_OK && judge && judge->fn) {
-        st = judge->fn(judge->ud, dir, out->meta, out->meta_len, out->sig, out->sig_len);
+        st = judge->fn(judge->ud, dir, listed, out->meta, out->meta_len, out->sig, out->sig_len);
         if (st != KHUB_STATUS_OK && why) *why = VERIFY_REFUSED;
         if (st != KHUB_STATUS_OK) {
+            khub__dir_list_free(&names);
             khub__variant_clear(out);
             return st;
         }
@@ -440,13 +472,15 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
         st = judge->table(judge->ud, out->km);
         if (st != KHUB_STATUS_OK) {
             if (why) *why = VERIFY_REFUSED;
+            khub__dir_list_free(&names);
             khub__variant_clear(out);
             return st;
         }
     }
     if (st == KHUB_STATUS_OK)
-        st = check_files(hub, repo_dir, dir, verified, out->km, judge ? judge->pinned_by : NULL,
-                         out->files, &incomplete);
+        st = check_files(hub, repo_dir, dir, listed, verified, out->km,
+                         judge ? judge->pinned_by : NULL, out->files, &incomplete);
+    khub__dir_list_free(&names);
     if (st != KHUB_STATUS_OK) khub__variant_clear(out);
     if (why) *why = incomplete ? VERIFY_INCOMPLETE : VERIFY_FAILED;
     return st;

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "dir_list.h"
 #include "hub_impl.h"
 #include "kernel_meta.h"
 #include "lockfile.h"
@@ -270,30 +271,30 @@ TEST_IMPL(check_names_and_table)
     ASSERT_OK(khub__sha256_hex("{}", 2, meta_sha));
     ASSERT_OK(khub__sha256_hex("library", 7, k_sha));
     ASSERT_OK(khub__sha256_hex("librarY", 7, other));
-    ASSERT_OK(khub__lock_check_names(&v, dir, meta_sha, "org/k@111", err, sizeof err));
+    ASSERT_OK(khub__lock_check_names(&v, dir, NULL, meta_sha, "org/k@111", err, sizeof err));
     /* k.so changed: not this check's to see (the full check does) */
     write_file(path, "librarY");
-    ASSERT_OK(khub__lock_check_names(&v, dir, meta_sha, "org/k@111", err, sizeof err));
+    ASSERT_OK(khub__lock_check_names(&v, dir, NULL, meta_sha, "org/k@111", err, sizeof err));
     ASSERT_STATUS(khub__lock_check_dir(&v, dir, meta_sha, "org/k@111", err, sizeof err),
                   KHUB_STATUS_LOCK_MISMATCH);
     ASSERT_CONTAINS(err, "k.so has SHA-256");
     /* missing and extra names, and metadata.json's digest, still refused */
     unlink(path);
-    ASSERT_STATUS(khub__lock_check_names(&v, dir, meta_sha, "org/k@111", err, sizeof err),
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, NULL, meta_sha, "org/k@111", err, sizeof err),
                   KHUB_STATUS_LOCK_MISMATCH);
     ASSERT_CONTAINS(err, "locked file k.so is missing from");
     write_file(path, "library");
     char extra[300];
     snprintf(extra, sizeof extra, "%s/extra.ptx", dir);
     write_file(extra, "x");
-    ASSERT_STATUS(khub__lock_check_names(&v, dir, meta_sha, "org/k@111", err, sizeof err),
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, NULL, meta_sha, "org/k@111", err, sizeof err),
                   KHUB_STATUS_LOCK_MISMATCH);
     ASSERT_CONTAINS(err, "extra.ptx is in");
     unlink(extra);
-    ASSERT_STATUS(khub__lock_check_names(&v, dir, other, "org/k@111", err, sizeof err),
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, NULL, other, "org/k@111", err, sizeof err),
                   KHUB_STATUS_LOCK_MISMATCH);
     ASSERT_CONTAINS(err, "metadata.json has SHA-256");
-    ASSERT_STATUS(khub__lock_check_names(&v, dir, NULL, "org/k@111", err, sizeof err),
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, NULL, NULL, "org/k@111", err, sizeof err),
                   KHUB_STATUS_INVALID_ARG);
     ASSERT_CONTAINS(err, "no digest of metadata.json to check");
 
@@ -327,6 +328,67 @@ TEST_IMPL(check_names_and_table)
     khub__mem_free(v.files);
     khub__mem_free(v2.files);
     khub__rmtree(dir);
+}
+
+/* khub__lock_check_names on the caller's one listing of the folder (a
+ * warm load lists it once for this check and the hub's): the same
+ * statuses and messages as on its own listing and lstat per file. */
+TEST_IMPL(check_names_from_one_listing)
+{
+    char dir[] = "/tmp/khub-locktest-XXXXXX", path[300], extra[300], err[KHUB_ERROR_SIZE];
+    char want[600];
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/metadata.json", dir);
+    write_file(path, "{}");
+    snprintf(path, sizeof path, "%s/k.so", dir);
+    write_file(path, "library");
+    snprintf(extra, sizeof extra, "%s/extra.ptx", dir);
+    khub_lock_variant v;
+    ASSERT_OK(
+        khub__lock_variant_from_dir(NULL, "khub1-cpu-x86_64-linux", dir, &v, err, sizeof err));
+    char meta_sha[65];
+    ASSERT_OK(khub__sha256_hex("{}", 2, meta_sha));
+    khub__dir_list l;
+    ASSERT_OK(khub__dir_list_read(NULL, dir, &l));
+    ASSERT_EQ(l.count, 2);
+    ASSERT_OK(khub__lock_check_names(&v, dir, &l, meta_sha, "org/k@111", err, sizeof err));
+    khub__dir_list_free(&l);
+    /* an extra name in the listing */
+    write_file(extra, "x");
+    ASSERT_OK(khub__dir_list_read(NULL, dir, &l));
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, &l, meta_sha, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    snprintf(want, sizeof want,
+             "org/k@111 variant khub1-cpu-x86_64-linux: extra.ptx is in %s but not in khub.lock; "
+             "refusing the variant",
+             dir);
+    ASSERT_STR_EQ(err, want);
+    khub__dir_list_free(&l);
+    unlink(extra);
+    /* a locked file missing from the listing */
+    unlink(path);
+    ASSERT_OK(khub__dir_list_read(NULL, dir, &l));
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, &l, meta_sha, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    snprintf(want, sizeof want,
+             "org/k@111 variant khub1-cpu-x86_64-linux: locked file k.so is missing from %s; "
+             "run khub sync",
+             dir);
+    ASSERT_STR_EQ(err, want);
+    khub__dir_list_free(&l);
+    /* listed, but as a link to nothing: not vouched for by the listing */
+    ASSERT_EQ(symlink("/nonexistent/k.so", path), 0);
+    ASSERT_OK(khub__dir_list_read(NULL, dir, &l));
+    ASSERT_STATUS(khub__lock_check_names(&v, dir, &l, meta_sha, "org/k@111", err, sizeof err),
+                  KHUB_STATUS_LOCK_MISMATCH);
+    ASSERT_STR_EQ(err, want);
+    khub__dir_list_free(&l);
+    /* a folder that cannot be listed: the check's own message */
+    ASSERT_OK(khub__dir_list_read(NULL, dir, &l));
+    khub__rmtree(dir);
+    ASSERT_STATUS(khub__dir_list_read(NULL, dir, &(khub__dir_list){0}), KHUB_STATUS_IO);
+    khub__dir_list_free(&l);
+    khub__mem_free(v.files);
 }
 
 TEST_IMPL(import_python_lock)
@@ -394,6 +456,7 @@ TEST_IMPL(artifacts_serve_verified_bytes)
     X(version_order) \
     X(check_dir_names_the_file) \
     X(check_names_and_table) \
+    X(check_names_from_one_listing) \
     X(import_python_lock) \
     X(artifacts_serve_verified_bytes)
 TEST_MAIN(TEST_LIST)

@@ -169,10 +169,11 @@ typedef struct swap_judge {
 
 /* A judge that accepts the bytes it is shown, then swaps in another
  * consistent table and file, as a writer to the cache would. */
-static khub_status swap_in(void *ud, const char *dir, const char *meta, size_t meta_len,
-                           const char *sig, size_t sig_len)
+static khub_status swap_in(void *ud, const char *dir, const struct khub__dir_list *listed,
+                           const char *meta, size_t meta_len, const char *sig, size_t sig_len)
 {
     swap_judge *j = ud;
+    (void)listed;
     (void)sig;
     (void)sig_len;
     j->calls++;

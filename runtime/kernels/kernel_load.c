@@ -172,7 +172,8 @@ static khub_status fetch_fallback(fetch *f)
  * are not hashed here: the hub checks each against that table next, the
  * loader hashes the sealed plugin against it, and an artifact is hashed
  * when it is read; a file nobody reads is never trusted for anything. */
-static khub_status fetch_check_lock(fetch *f, const char *dir, const char *meta_sha256)
+static khub_status fetch_check_lock(fetch *f, const char *dir, const struct khub__dir_list *listed,
+                                    const char *meta_sha256)
 {
     if (!f->entry) return KHUB_STATUS_OK;
     const khub_lock_variant *v = khub__lock_variant(f->entry, f->r->variant);
@@ -180,7 +181,7 @@ static khub_status fetch_check_lock(fetch *f, const char *dir, const char *meta_
     snprintf(label, sizeof label, "%s@%.12s", f->r->repo, f->r->commit);
     KHUB_RETURN_IF(f->rt, !v, KHUB_STATUS_LOCK_MISMATCH, "%s: variant %s is not in %s", label,
                    f->r->variant, f->o.lock_path);
-    khub_status st = khub__lock_check_names(v, dir, meta_sha256, label, err, sizeof err);
+    khub_status st = khub__lock_check_names(v, dir, listed, meta_sha256, label, err, sizeof err);
     if (st != KHUB_STATUS_OK) return khub__fail(f->rt, st, "%s", err);
     bool locked_meta = false;
     for (size_t i = 0; i < v->n_files && !locked_meta; i++)
@@ -215,15 +216,15 @@ static khub_status fetch_trust(fetch *f, const khub_trust_input *in)
 
 /* The judge the hub runs once, on the bytes of metadata.json it then
  * parses: the lock check, then the trust policy. */
-static khub_status fetch_judge(void *ud, const char *dir, const char *meta, size_t meta_len,
-                               const char *sig, size_t sig_len)
+static khub_status fetch_judge(void *ud, const char *dir, const struct khub__dir_list *listed,
+                               const char *meta, size_t meta_len, const char *sig, size_t sig_len)
 {
     fetch *f = ud;
     char meta_sha[65]; /* hashed once: the lock and the signed statement both name it */
     f->judged = khub__sha256_hex(meta, meta_len, meta_sha);
     if (f->judged != KHUB_STATUS_OK)
         return khub__fail(f->rt, f->judged, "hashing metadata.json of %s", f->r->repo);
-    f->judged = fetch_check_lock(f, dir, meta_sha);
+    f->judged = fetch_check_lock(f, dir, listed, meta_sha);
     khub_trust_input in = {meta, meta_len, meta_sha, sig, sig_len};
     if (f->judged == KHUB_STATUS_OK) f->judged = fetch_trust(f, &in);
     return f->judged;
