@@ -295,10 +295,14 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
     hub->timeout_s = clamp_default(o.timeout_s, env_timeout, 3600);
     hub->max_retry_after_s = clamp_default(o.max_retry_after_s, 60, 3600);
     hub->endpoint = endpoint_from(a, o.endpoint);
-    /* HF_HUB_DISABLE_IMPLICIT_TOKEN: a token only when the caller gives one. */
+    /* HF_HUB_DISABLE_IMPLICIT_TOKEN: a token only when the caller gives one.
+     * An offline handle sends no request for its whole life (hub->offline
+     * never changes; http.c refuses first), so it looks for no token: the
+     * token file's open is ~2 us of a warm locked load (docs/performance.md,
+     * "Warm load, session 14"). */
     if (o.token)
         hub->token = o.token[0] ? khub__mem_strdup(a, o.token) : NULL;
-    else if (!khub__env_truthy("HF_HUB_DISABLE_IMPLICIT_TOKEN"))
+    else if (!hub->offline && !khub__env_truthy("HF_HUB_DISABLE_IMPLICIT_TOKEN"))
         hub->token = find_token(a);
     const char *origin = env_nonempty("HF_HUB_USER_AGENT_ORIGIN");
     snprintf(hub->user_agent, sizeof hub->user_agent, "khub/%s%s%.100s", KHUB_VERSION_STRING,

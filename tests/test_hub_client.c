@@ -609,6 +609,47 @@ TEST_IMPL(token_sources)
     fx_done(&fx);
 }
 
+/* An offline handle never sends a request (hub->offline is fixed at
+ * khub_hub_new), so it looks for no token: neither HF_TOKEN nor the token
+ * file is taken; a token the caller passes is kept as given, and an
+ * online handle still finds both (token_sources). */
+TEST_IMPL(offline_hub_reads_no_token)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    char home[600], path[700];
+    snprintf(home, sizeof home, "%s/home", fx.root);
+    snprintf(path, sizeof path, "%s/.cache/huggingface/token", home);
+    unsetenv("HF_TOKEN_PATH");
+    unsetenv("HF_HOME");
+    unsetenv("XDG_CACHE_HOME");
+    unsetenv("HF_HUB_DISABLE_IMPLICIT_TOKEN");
+    setenv("HOME", home, 1);
+    write_token(path, "hf_file\n");
+    setenv("HF_TOKEN", "hf_env", 1);
+    for (int from_env = 0; from_env < 2; from_env++) {
+        if (!from_env) unsetenv("HF_TOKEN");
+        khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .endpoint = fx.endpoint,
+                           .cache_dir = fx.cache, .offline = 1};
+        khub_hub *hub = NULL;
+        ASSERT_OK(khub_hub_new(&o, &hub));
+        ASSERT(hub->token == NULL);
+        khub_hub_free(hub);
+        o.offline = 0;
+        ASSERT_OK(khub_hub_new(&o, &hub));
+        ASSERT_STR_EQ(hub->token ? hub->token : "", from_env ? "hf_env" : "hf_file");
+        khub_hub_free(hub);
+        o.offline = 1;
+        o.token = "hf_given";
+        ASSERT_OK(khub_hub_new(&o, &hub));
+        ASSERT_STR_EQ(hub->token ? hub->token : "", "hf_given");
+        khub_hub_free(hub);
+        setenv("HF_TOKEN", "hf_env", 1);
+    }
+    unsetenv("HF_TOKEN");
+    fx_done(&fx);
+}
+
 /* The cache root as huggingface_hub picks it, KHUB_CACHE first:
  * KHUB_CACHE, HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, $HF_HOME/hub,
  * $XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub. */
@@ -758,6 +799,7 @@ TEST_IMPL(offline_precedence)
     X(legacy_model_repo_fallback) \
     X(relative_redirect_keeps_token) \
     X(token_sources) \
+    X(offline_hub_reads_no_token) \
     X(cache_dir_order) \
     X(cache_and_token_paths_expand) \
     X(offline_precedence)
