@@ -104,7 +104,7 @@ typedef struct khub_hub_opts {
     KHUB_STRUCT_HEADER;
     const char *endpoint;      /* NULL = $HF_ENDPOINT, else https://huggingface.co; copied */
     const char *cache_dir;     /* NULL = $KHUB_CACHE, $HF_HUB_CACHE, $HF_HOME/hub, ...; copied */
-    const char *token;         /* NULL = $HF_TOKEN, then the token file; "" = send none; copied */
+    const char *token;         /* NULL = $HF_TOKEN, the token file (online); "" = none; copied */
     int32_t offline;           /* -1 = from $HF_HUB_OFFLINE, 0 = online, 1 = no network at all */
     uint32_t repo_type;        /* khub_hub_repo_type */
     int32_t max_tries;         /* per request, 0 = 5 */
