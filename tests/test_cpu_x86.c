@@ -768,6 +768,90 @@ TEST_IMPL(attention_shapes)
         ASSERT_LE(run_acase(lv, nlv, cases[i], 0), 1e-9);
 }
 
+/* f16 K/V give the bits of f32 K/V holding the same values, memcmp, on
+ * both sides of kx_attn_tile.h's KX_ATT_F16_DIRECT_ROWS (4): work items of
+ * R = min(n_q, 16 / G) * G rows read the halves in place when R <= 4
+ * (decode) and convert each tile into f32 first above. Odd head dims (the
+ * 8-wide and scalar tails), key counts that are not a multiple of the
+ * 32-key tile, and windows and masks under which some rows of an item see
+ * no key of a tile (those rows must be left as they are). */
+typedef struct bcase {
+    int64_t n_q, n_kv, H, Hkv, hd, q_pos0, window;
+    int causal, mask;
+    float softcap;
+} bcase;
+
+static void attention_bits_case(const plug *lv, int nlv, bcase c)
+{
+    const int64_t nq = c.n_q * c.H * c.hd, nkv = c.n_kv * c.Hkv * c.hd;
+    float *q = malloc(sizeof(float) * (size_t)nq);
+    float *mask = malloc(sizeof(float) * (size_t)(c.n_q * c.n_kv));
+    float *o16 = malloc(sizeof(float) * (size_t)nq), *o32 = malloc(sizeof(float) * (size_t)nq);
+    float *kf = malloc(sizeof(float) * (size_t)nkv), *vf = malloc(sizeof(float) * (size_t)nkv);
+    uint16_t *kh = malloc(2 * (size_t)nkv), *vh = malloc(2 * (size_t)nkv);
+    for (int64_t i = 0; i < nq; i++) q[i] = nrand();
+    for (int64_t i = 0; i < nkv; i++) {
+        kh[i] = f32_to_f16(nrand()), vh[i] = f32_to_f16(nrand());
+        kf[i] = f16_to_f32(kh[i]), vf[i] = f16_to_f32(vh[i]);
+    }
+    for (int64_t i = 0; i < c.n_q * c.n_kv; i++) mask[i] = (rnd() % 5 == 0) ? -INFINITY : nrand();
+    int64_t sq[3] = {c.n_q, c.H, c.hd}, skv[3] = {c.n_kv, c.Hkv, c.hd}, sm[2] = {c.n_q, c.n_kv};
+    khub_tensor tq = tens(q, KHUB_DTYPE_F32, 3, sq), tm = tens(mask, KHUB_DTYPE_F32, 2, sm);
+    khub_tensor t16 = tens(o16, KHUB_DTYPE_F32, 3, sq), t32 = tens(o32, KHUB_DTYPE_F32, 3, sq);
+    khub_tensor kh_t = tens(kh, KHUB_DTYPE_F16, 3, skv), vh_t = tens(vh, KHUB_DTYPE_F16, 3, skv);
+    khub_tensor kf_t = tens(kf, KHUB_DTYPE_F32, 3, skv), vf_t = tens(vf, KHUB_DTYPE_F32, 3, skv);
+    khub_attention_args a = {KHUB_STRUCT_INIT(khub_attention_args),
+                             .q = &tq,
+                             .mask = c.mask ? &tm : NULL,
+                             .scale = 1.0f / sqrtf((float)c.hd),
+                             .causal = (uint32_t)c.causal,
+                             .q_pos0 = c.q_pos0,
+                             .window = c.window,
+                             .softcap = c.softcap};
+    for (int l = 0; l < nlv; l++) {
+        memset(o16, 0xff, sizeof(float) * (size_t)nq);
+        memset(o32, 0, sizeof(float) * (size_t)nq);
+        a.k = &kh_t, a.v = &vh_t, a.out = &t16;
+        ASSERT_OK(plug_run(&lv[l], KHUB_OP_ATTENTION, &a));
+        a.k = &kf_t, a.v = &vf_t, a.out = &t32;
+        ASSERT_OK(plug_run(&lv[l], KHUB_OP_ATTENTION, &a));
+        if (memcmp(o16, o32, sizeof(float) * (size_t)nq) != 0) {
+            int64_t i = 0;
+            while (!memcmp(o16 + i, o32 + i, sizeof(float))) i++;
+            TEST_FAIL_("%s: n_q %lld n_kv %lld G %lld hd %lld: f16 K/V differ from f32 at element "
+                       "%lld: %.9g against %.9g",
+                       level_file[l], (long long)c.n_q, (long long)c.n_kv, (long long)(c.H / c.Hkv),
+                       (long long)c.hd, (long long)i, (double)o16[i], (double)o32[i]);
+        }
+    }
+    free(q), free(mask), free(o16), free(o32), free(kf), free(vf), free(kh), free(vh);
+}
+
+TEST_IMPL(attention_f16_bits_equal_f32)
+{
+    plug lv[2];
+    int nlv = open_levels(lv);
+    const bcase cases[] = {
+        /* in place (R <= 4): SmolLM2 decode (R 3), MHA decode (R 1), GQA 4 (R 4) */
+        {1, 100, 9, 3, 64, 99, 0, 1, 0, 0.0f},
+        {1, 45, 2, 2, 13, 44, 0, 1, 0, 0.0f},
+        {1, 70, 8, 2, 33, 69, 0, 1, 1, 0.75f},
+        {1, 33, 4, 1, 40, 32, 0, 1, 0, 0.0f},
+        {1, 200, 2, 1, 128, 150, 0, 1, 0, 0.0f},
+        /* rows of 2-3 queries; a window that leaves some rows of a tile no key */
+        {2, 64, 4, 2, 24, 62, 0, 1, 1, 0.0f},
+        {3, 90, 3, 3, 72, 57, 31, 1, 0, 0.0f},
+        {4, 50, 2, 2, 5, 46, 0, 0, 1, 0.0f},
+        /* converted (R > 4): decode with G 8 (R 8), prefill with G 3 (R 15), MHA */
+        {1, 100, 8, 1, 64, 99, 0, 1, 0, 0.0f},
+        {37, 77, 9, 3, 64, 40, 0, 1, 0, 0.0f},
+        {5, 45, 2, 2, 20, 40, 0, 1, 1, 0.5f},
+        {16, 40, 4, 4, 17, 24, 9, 1, 0, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        attention_bits_case(lv, nlv, cases[i]);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Norm and activation                                                      */
 /* ------------------------------------------------------------------------ */
@@ -1080,6 +1164,7 @@ TEST_IMPL(follows_the_runtime_features)
     X(qlinear_batch_invariant) \
     X(linear_dense) \
     X(attention_shapes) \
+    X(attention_f16_bits_equal_f32) \
     X(norm_rms_and_layer) \
     X(activation_silu_gelu) \
     X(perturbation_is_detected) \

@@ -11,7 +11,9 @@
  *     scales against the dense attention of the dequantized values.
  *   - cpu-x86's paged attention gives the bits of its own dense attention
  *     (memcmp; sequences of several 32-key tiles, any block size): the
- *     paged cache keeps a batch's rows equal to their solo runs.
+ *     paged cache keeps a batch's rows equal to their solo runs; and on an
+ *     f16 pool the bits of an f32 pool holding the same values, at decode
+ *     (halves read in place) and with more queries (tiles converted).
  *   - the paged cache: pool exhaustion is KV_FULL with its message and takes
  *     nothing; random reserve/release rounds never hand a block to two
  *     sequences, and releasing everything drains the pool to empty.
@@ -169,6 +171,7 @@ static float pool_put(batch *b, void *pool, float *scale, int blk, int h, int sl
 }
 
 static int g_max_len = 40; /* longest sequence batch_make draws */
+static int g_max_q = 9;    /* most queries of a sequence batch_make draws */
 
 static void batch_make(batch *b, int n_seqs, int H, int G, int D, int bs, int window, int kv_id)
 {
@@ -178,7 +181,7 @@ static void batch_make(batch *b, int n_seqs, int H, int G, int D, int bs, int wi
     int need = 0;
     for (int s = 0; s < n_seqs; s++) {
         b->lens[s] = irand(1, g_max_len);
-        int nq = irand(1, b->lens[s] < 9 ? b->lens[s] : 9);
+        int nq = irand(1, b->lens[s] < g_max_q ? b->lens[s] : g_max_q);
         b->pos0[s] = b->lens[s] - nq;
         b->cu[s + 1] = b->cu[s] + nq;
         b->stride =
@@ -431,6 +434,57 @@ TEST_IMPL(paged_bits_equal_dense_cpu_x86)
     g_max_len = 40;
 }
 
+/* cpu-x86's paged attention on an f16 pool gives the bits of the same op
+ * on an f32 pool holding the same values (memcmp), on both sides of
+ * kx_attn_tile.h's KX_ATT_F16_DIRECT_ROWS: decode batches (1 query per
+ * sequence, G 1-4: items of 1-4 rows, halves read in place) and batches of
+ * up to 9 queries per sequence (items of up to 16 rows, tiles converted);
+ * odd head dims, sequences of up to 150 keys, any block size, windows,
+ * soft-capping. */
+static void f16_bits_case(const plug *pl, int trial)
+{
+    int H = irand(1, 3), G = (int[]){1, 2, 3, 4}[irand(0, 3)];
+    int D = (int[]){1, 5, 8, 13, 16, 33, 64, 72}[irand(0, 7)];
+    int bs = (int[]){1, 3, 7, 16, 32, 48}[irand(0, 5)], win = irand(0, 2) ? 0 : irand(1, 70);
+    float cap = irand(0, 3) ? 0.0f : 0.75f;
+    batch b;
+    batch_make(&b, irand(1, MAXS), H, G, D, bs, win, KHUB_DTYPE_ID_F16);
+    size_t n = (size_t)b.total_q * H * G * D, pool = (size_t)b.n_blocks * H * bs * D;
+    float *kf = malloc(pool * sizeof(float)), *vf = malloc(pool * sizeof(float));
+    float *o16 = malloc(n * sizeof(float));
+    for (size_t i = 0; i < pool; i++)
+        kf[i] = from_f16(((uint16_t *)b.kpool)[i]), vf[i] = from_f16(((uint16_t *)b.vpool)[i]);
+    pa_call c;
+    pa_fill(&c, &b);
+    c.a.softcap = cap;
+    memset(b.out, 0xff, n * sizeof(float));
+    ASSERT_OK(run_op(pl, KHUB_OP_PAGED_ATTENTION, &c.a));
+    memcpy(o16, b.out, n * sizeof(float));
+    c.k.data = kf, c.v.data = vf, c.k.dtype = c.v.dtype = KHUB_DTYPE_F32;
+    memset(b.out, 0, n * sizeof(float));
+    ASSERT_OK(run_op(pl, KHUB_OP_PAGED_ATTENTION, &c.a));
+    if (memcmp(o16, b.out, n * sizeof(float)) != 0)
+        TEST_FAIL_("%s trial %d (%d seqs, up to %d queries each, H %d G %d D %d bs %d window %d "
+                   "cap %g): the f16 pool differs from the f32 pool by up to %g",
+                   pl->d.id, trial, b.n_seqs, g_max_q, H, G, D, bs, win, (double)cap,
+                   max_abs(o16, b.out, n));
+    free(kf), free(vf), free(o16);
+    batch_free(&b);
+}
+
+TEST_IMPL(paged_f16_bits_equal_f32_cpu_x86)
+{
+    setup();
+    if (g_n_lv == 0) TEST_SKIP("this CPU runs no khub/cpu-x86 level");
+    g_max_len = 150;
+    for (int i = 0; i < g_n_lv; i++)
+        for (int t = 0; t < 60; t++) {
+            g_max_q = t % 2 ? 1 : 9;
+            f16_bits_case(&g_lv[i], t);
+        }
+    g_max_len = 40, g_max_q = 9;
+}
+
 /* The comparison can fail: one key of one block changed moves the output. */
 TEST_IMPL(paged_perturbation_is_detected)
 {
@@ -674,6 +728,7 @@ TEST_IMPL(pool_memory)
 #define TEST_LIST(X) \
     X(paged_matches_dense) \
     X(paged_bits_equal_dense_cpu_x86) \
+    X(paged_f16_bits_equal_f32_cpu_x86) \
     X(paged_q8_scales_match_dense) \
     X(paged_perturbation_is_detected) \
     X(paged_attention_bad_args) \

@@ -4,8 +4,11 @@
  *
  * A work item is one KV head g and a block of QB queries. Its rows are the
  * QB queries times the G = n_heads / n_kv_heads query heads that share g
- * (GQA), so each tile of 32 keys (read in place when f32, converted from
- * f16 once) serves all QB * G rows while it sits in L1. The online-softmax
+ * (GQA), so each tile of 32 keys serves all QB * G rows while it sits in
+ * L1: f32 read in place; f16 read in place too, each vector converted once
+ * in registers for all rows, when the item has at most
+ * KX_ATT_F16_DIRECT_ROWS rows (decode), else converted once into the
+ * worker's scratch (kx_attn_tile_f16). The online-softmax
  * recurrence is kx_attn_tile.h's, shared with paged_attention.c, so the two
  * ops give the same bits. Nothing of size n_kv is materialised.
  * cap(s) is s, or softcap * tanh(s / softcap) when the call's softcap > 0
@@ -33,24 +36,25 @@ typedef struct job {
     kx_state *s;
 } job;
 
-/* Per-worker scratch: f16 K and V tiles converted to f32 [KX_ATT_KT][hd], the
+/* Per-worker scratch: f16 K and V tiles converted to f32 [KX_ATT_KT][hd] (items of
+ * more than KX_ATT_F16_DIRECT_ROWS rows), the
  * rows' q and acc [R][hd]. */
 typedef struct scratch {
     float *k, *v, *q, *acc;
 } scratch;
 
-/* Row pointers of keys [j0, j0 + nk) of head g of a K or V view: in place
- * when f32, converted into buf when f16. */
-static void tile_rows(const void *base, int f16, int64_t st, int64_t sh, int64_t g, int64_t j0,
-                      int64_t nk, int64_t hd, float *buf, const float **rows)
+/* Row pointers of keys [j0, j0 + nk) of head g of an f32 or an f16 K or V
+ * view (strides in elements). */
+static void rows_f32(const float *base, int64_t st, int64_t sh, int64_t g, int64_t j0, int64_t nk,
+                     const float **rows)
 {
-    if (!f16) {
-        for (int64_t j = 0; j < nk; j++) rows[j] = (const float *)base + (j0 + j) * st + g * sh;
-        return;
-    }
-    const uint16_t *src[KX_ATT_KT];
-    for (int64_t j = 0; j < nk; j++) src[j] = (const uint16_t *)base + (j0 + j) * st + g * sh;
-    kx_att_f16_rows(src, nk, hd, buf, rows);
+    for (int64_t j = 0; j < nk; j++) rows[j] = base + (j0 + j) * st + g * sh;
+}
+
+static void rows_f16(const uint16_t *base, int64_t st, int64_t sh, int64_t g, int64_t j0,
+                     int64_t nk, const uint16_t **rows)
+{
+    for (int64_t j = 0; j < nk; j++) rows[j] = base + (j0 + j) * st + g * sh;
 }
 
 /* The keys any row of queries [i0, i1) may see: [*lo, *hi). */
@@ -95,12 +99,19 @@ static void run_item(job *jb, const scratch *sc, int64_t item)
         kx_att_row_init(&w, r, a->q + (i0 + r / G) * a->sq_t + (g * G + r % G) * a->sq_h, a->scale);
     int64_t lo, hi;
     key_range(a, i0, i1, &lo, &hi);
-    const float *kr[KX_ATT_KT], *vr[KX_ATT_KT];
     for (int64_t j0 = lo; j0 < hi; j0 += KX_ATT_KT) {
         int64_t nk = hi - j0 < KX_ATT_KT ? hi - j0 : KX_ATT_KT;
-        tile_rows(a->k, a->kv_f16, a->sk_t, a->sk_h, g, j0, nk, hd, sc->k, kr);
-        tile_rows(a->v, a->kv_f16, a->sv_t, a->sv_h, g, j0, nk, hd, sc->v, vr);
-        kx_attn_tile(&w, kr, vr, j0, nk);
+        if (a->kv_f16) {
+            const uint16_t *kr[KX_ATT_KT], *vr[KX_ATT_KT];
+            rows_f16(a->k, a->sk_t, a->sk_h, g, j0, nk, kr);
+            rows_f16(a->v, a->sv_t, a->sv_h, g, j0, nk, vr);
+            kx_attn_tile_f16(&w, kr, vr, j0, nk, sc->k, sc->v);
+        } else {
+            const float *kr[KX_ATT_KT], *vr[KX_ATT_KT];
+            rows_f32(a->k, a->sk_t, a->sk_h, g, j0, nk, kr);
+            rows_f32(a->v, a->sv_t, a->sv_h, g, j0, nk, vr);
+            kx_attn_tile(&w, kr, vr, j0, nk);
+        }
     }
     for (int64_t r = 0; r < w.R; r++)
         kx_att_row_out(&w, r, a->out + (i0 + r / G) * a->so_t + (g * G + r % G) * a->so_h);

@@ -10,8 +10,9 @@
  * key j of head g is hd contiguous elements at
  * pool + ((row[j / bs] * n_kv_heads + g) * bs + j % bs) * hd. A tile is the
  * dense op's: 32 keys from the first key the rows may see, across block
- * boundaries, given to kx_attn_tile.h as row pointers (read in place when
- * f32, converted once into scratch when f16), so every row gets the bits
+ * boundaries, given to kx_attn_tile.h as row pointers (f32 read in place;
+ * f16 read in place at decode, at most KX_ATT_F16_DIRECT_ROWS rows, else
+ * converted once into scratch: kx_attn_tile_f16), so every row gets the bits
  * the dense op gives the same sequence (the solo run's), whatever the block
  * size. Nothing of size kv_len is materialised and sequences of any length
  * share one call. Visibility is the reference's: key j < kv_lens[s], j <= p
@@ -38,30 +39,42 @@ typedef struct pjob {
 } pjob;
 
 typedef struct pscratch {
-    float *k, *v, *q, *acc; /* [KX_ATT_KT][hd] x2 (f16 only), [R][hd] x2 */
+    float *k, *v, *q, *acc; /* [KX_ATT_KT][hd] x2 (f16 tiles of many rows), [R][hd] x2 */
 } pscratch;
 
-/* Row pointers of keys [j0, j0 + nk) of head g of a sequence (block table
- * row `row`) in a pool: in place when f32, converted into buf when f16. */
-static void tile_rows(const khub_pu_paged *p, const void *pool, const int32_t *row, int64_t g,
-                      int64_t j0, int64_t nk, float *buf, const float **rows)
+/* Element offsets of keys [j0, j0 + nk) of head g of a sequence (block
+ * table row `row`) in a pool, into at[]. */
+static void tile_offsets(const khub_pu_paged *p, const int32_t *row, int64_t g, int64_t j0,
+                         int64_t nk, size_t *at)
 {
     const int64_t bs = p->bs, H = p->n_kv_heads, hd = p->hd;
-    const int f32 = p->kv_id == KHUB_DTYPE_ID_F32;
-    const uint16_t *half[KX_ATT_KT];
     for (int64_t j = 0; j < nk;) {
-        int64_t at = j0 + j, slot = at % bs, run = bs - slot;
+        int64_t key = j0 + j, slot = key % bs, run = bs - slot;
         if (run > nk - j) run = nk - j;
-        size_t first = (size_t)(((row[at / bs] * H + g) * bs + slot) * hd);
-        for (int64_t t = 0; t < run; t++, j++) {
-            size_t e = first + (size_t)(t * hd);
-            if (f32)
-                rows[j] = (const float *)pool + e;
-            else
-                half[j] = (const uint16_t *)pool + e;
-        }
+        size_t first = (size_t)(((row[key / bs] * H + g) * bs + slot) * hd);
+        for (int64_t t = 0; t < run; t++, j++) at[j] = first + (size_t)(t * hd);
     }
-    if (!f32) kx_att_f16_rows(half, nk, hd, buf, rows);
+}
+
+/* Feeds keys [j0, j0 + nk) of head g of a sequence to w: f32 read in
+ * place, f16 through kx_attn_tile_f16 (in place or converted into the
+ * scratch's tiles). */
+static void feed_tile(const khub_pu_paged *p, const pscratch *sc, kx_att_rows *w,
+                      const int32_t *row, int64_t g, int64_t j0, int64_t nk)
+{
+    size_t at[KX_ATT_KT];
+    tile_offsets(p, row, g, j0, nk, at);
+    if (p->kv_id == KHUB_DTYPE_ID_F32) {
+        const float *kr[KX_ATT_KT], *vr[KX_ATT_KT];
+        for (int64_t j = 0; j < nk; j++)
+            kr[j] = (const float *)p->k + at[j], vr[j] = (const float *)p->v + at[j];
+        kx_attn_tile(w, kr, vr, j0, nk);
+    } else {
+        const uint16_t *kr[KX_ATT_KT], *vr[KX_ATT_KT];
+        for (int64_t j = 0; j < nk; j++)
+            kr[j] = (const uint16_t *)p->k + at[j], vr[j] = (const uint16_t *)p->v + at[j];
+        kx_attn_tile_f16(w, kr, vr, j0, nk, sc->k, sc->v);
+    }
 }
 
 /* The sequence of item `it` (first[] ascending). */
@@ -106,12 +119,9 @@ static void run_item(const pjob *jb, const pscratch *sc, int64_t it)
     int64_t hi = kv, lo = 0;
     if (a->causal && pos0 + i1 < hi) hi = pos0 + i1;
     if (a->window > 0 && pos0 + i0 - a->window + 1 > 0) lo = pos0 + i0 - a->window + 1;
-    const float *kr[KX_ATT_KT], *vr[KX_ATT_KT];
     for (int64_t j0 = lo; j0 < hi; j0 += KX_ATT_KT) {
         int64_t nk = hi - j0 < KX_ATT_KT ? hi - j0 : KX_ATT_KT;
-        tile_rows(p, p->k, row, g, j0, nk, sc->k, kr);
-        tile_rows(p, p->v, row, g, j0, nk, sc->v, vr);
-        kx_attn_tile(&w, kr, vr, j0, nk);
+        feed_tile(p, sc, &w, row, g, j0, nk);
     }
     for (int64_t r = 0; r < w.R; r++)
         kx_att_row_out(&w, r, p->out + ((t0 + i0 + r / G) * p->n_heads + g * G + r % G) * hd);
