@@ -4,10 +4,11 @@
  * paged pool). Both walk a work item's keys in tiles of KX_ATT_KT keys
  * starting at the first key any of its rows may see, and hand each tile to
  * kx_attn_tile() as row pointers (f32 K/V read in place), or to
- * kx_attn_tile_f16() (f16 K/V: read in place for tiles of few rows, else
- * converted once per tile). So one sequence's attention is the same float operations in
- * the same order whichever op computes it, whatever the paged cache's block
- * size: a batch on the paged cache gives each row the bits of its solo run
+ * kx_attn_tile_f16() (f16 K/V: read in place for items of few rows, else
+ * converted once per tile). So one sequence's attention is the same float
+ * operations in the same order whichever op computes it, whatever the paged
+ * cache's block size and whether its K/V are f32 or f16 (holding the same
+ * values): a batch on the paged cache gives each row the bits of its solo run
  * on the dense cache (tests/test_paged.c `paged_bits_equal_dense_cpu_x86`).
  * Included only by kernel files (module ISA flags).
  */
@@ -201,13 +202,14 @@ static inline void kx_att_f16_rows(const uint16_t *const *src, int64_t nk, int64
 /* f16 K/V read in place, for tiles of few rows (decode)                    */
 /* ------------------------------------------------------------------------ */
 
-/* Rows up to which an f16 tile is read in place (kx_attn_tile_f16). Above
- * it the tile is converted into f32 buffers once and read back by every
- * row, which pays when many rows share it (prefill: 15 rows of SmolLM2);
- * at decode (1 query x G rows, 3 for SmolLM2) the store and reload cost as
- * much as the rest of the attention (docs/performance.md, session 13). At
- * most 4 rows, so the joint loops below keep their sums in the 16 ymm
- * registers. */
+/* Rows up to which an f16 tile is read in place (kx_attn_tile_f16): each
+ * 8 halves converted in registers and used by every row, so the tile is
+ * neither stored as f32 nor read back. Above it the tile is converted into
+ * f32 buffers once and read back by every row (prefill: 15 rows of
+ * SmolLM2), where the joint loops would run out of registers. At decode (1
+ * query x G rows, 3 for SmolLM2) reading in place made the op 1.5x faster
+ * on a hot cache (docs/performance.md, session 14). At most 4 rows, so the
+ * joint loops keep their sums in the 16 ymm registers. */
 #define KX_ATT_F16_DIRECT_ROWS 4
 _Static_assert(KX_ATT_F16_DIRECT_ROWS == 4, "kx_attn_tile_f16() and kx_attn_tile_f16_n() "
                                             "switch over row counts 1-4");
