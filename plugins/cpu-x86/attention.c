@@ -36,9 +36,9 @@ typedef struct job {
     kx_state *s;
 } job;
 
-/* Per-worker scratch: f16 K and V tiles converted to f32 [KX_ATT_KT][hd] (items of
- * more than KX_ATT_F16_DIRECT_ROWS rows), the
- * rows' q and acc [R][hd]. */
+/* Per-worker scratch: f16 K and V tiles converted to f32 [KX_ATT_KT][hd]
+ * (items of more than KX_ATT_F16_DIRECT_ROWS rows), the rows' q and acc
+ * [R][hd]. */
 typedef struct scratch {
     float *k, *v, *q, *acc;
 } scratch;
