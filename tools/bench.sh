@@ -18,9 +18,11 @@
 # (bytes/token = weight bytes + f16 K/V of the average cached position), so
 # tok/s <= read bandwidth / bytes per token. Prefill does 2 * (layer MACs +
 # attention MACs) flops per token, so tok/s <= peak fp32 FMA (the faster of
-# 8 and 16 lanes) / flops per token. khub's quantized kernels use int8 dot products, which can do more
-# multiply-adds per cycle than fp32 FMA; the fp32 peak is the yardstick the
-# benchmark plan asked for, not a hard limit for int8.
+# 8 and 16 lanes) / flops per token. khub's prefill is an f32 GEMM; its
+# quantized decode tiles multiply int16 activations (vpmaddwd), whose
+# multiply-add rate equals the fp32 FMA peak on Zen 2 (bench_machine's madd16
+# line) and can exceed it elsewhere; the fp32 peak is the yardstick the
+# benchmark plan asked for.
 #
 # Output: raw JSON lines in OUT/raw.jsonl, the summary as Markdown on stdout
 # and in OUT/summary.md.
