@@ -50,7 +50,7 @@ while [ $# -gt 0 ]; do
     --pp) pp=$2; shift 2 ;;
     --tg) tg=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option '$1'; see --help" >&2; exit 2 ;;
     esac
 done
