@@ -134,6 +134,19 @@ typedef struct check {
 
 /* Fills args_ref (a copy of args pointing at shadows) and c for one kind;
  * false when the call's tensors are not plain f32 (then it is not checked). */
+/* The attention kinds (dense and paged): q copied for the reference, whose
+ * out is its own; the plugin's out is what is compared. */
+static bool shadow_q_out(khub_runtime *rt, check *c, const khub_tensor *q, const khub_tensor *out,
+                         const khub_tensor **ref_q, khub_tensor **ref_out)
+{
+    bool ok = shadow_of(rt, &c->in[c->n_in++], q, true) && shadow_of(rt, &c->ref[0], out, false);
+    *ref_q = &c->in[0].t;
+    *ref_out = &c->ref[0].t;
+    c->out[0] = out;
+    c->n_out = 1;
+    return ok;
+}
+
 static bool prepare(khub_runtime *rt, uint32_t kind, const void *args, void *args_ref, check *c)
 {
     bool ok = true;
@@ -201,13 +214,7 @@ static bool prepare(khub_runtime *rt, uint32_t kind, const void *args, void *arg
         khub_attention_args *r = args_ref;
         *r = *a;
         if (!plain_f32(a->q) || !plain_f32(a->out)) return false;
-        ok = shadow_of(rt, &c->in[c->n_in++], a->q, true) &&
-             shadow_of(rt, &c->ref[0], a->out, false);
-        r->q = &c->in[0].t;
-        r->out = &c->ref[0].t;
-        c->out[0] = a->out;
-        c->n_out = 1;
-        return ok;
+        return shadow_q_out(rt, c, a->q, a->out, &r->q, &r->out);
     }
     case KHUB_OP_PAGED_ATTENTION: {
         const khub_paged_attention_args *a = args;
@@ -216,13 +223,7 @@ static bool prepare(khub_runtime *rt, uint32_t kind, const void *args, void *arg
         if (!plain_f32(a->q) || !plain_f32(a->out) || !on_cpu(a->k_pool) || !on_cpu(a->v_pool) ||
             (a->ctx && a->ctx->device.device_type != KHUB_DEVICE_CPU))
             return false;
-        ok = shadow_of(rt, &c->in[c->n_in++], a->q, true) &&
-             shadow_of(rt, &c->ref[0], a->out, false);
-        r->q = &c->in[0].t;
-        r->out = &c->ref[0].t;
-        c->out[0] = a->out;
-        c->n_out = 1;
-        return ok;
+        return shadow_q_out(rt, c, a->q, a->out, &r->q, &r->out);
     }
     default: return false;
     }
