@@ -16,6 +16,11 @@
  * refusal, and the placement's); the variant is judged for the GPU the
  * model is placed on, not any GPU of the host; a khub.lock pins the CUDA
  * variant's digests and a changed byte of its cached plugin is refused.
+ * Kernel swaps: the CUDA variant swapped in, refusals that change nothing,
+ * what a prepare loaded unloaded when its swap fails or is released, and
+ * by the switch that swaps it out: swaps back and forth between two Hub
+ * kernels (and as many model server reloads) keep the plugin count, while
+ * a plugin the caller loaded stays.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +38,7 @@
 #include "hub_fixture.h"
 #include "kernel_fetch.h"
 #include "khub/khub_kernels.h"
+#include "khub/khub_model_server.h"
 #include "lockfile.h"
 
 #define CUDA_VARIANT "khub1-cu128-x86_64-linux"
@@ -406,13 +412,14 @@ TEST_IMPL(hub_swap_loads_the_cuda_variant)
     ASSERT_STATUS(khub_plugin_unload(e.rt, act), KHUB_STATUS_BUSY);
     ASSERT_STR_EQ(khub_runtime_errmsg(e.rt), UNLOAD_BUSY);
     forward(e.m);
-    /* swapped away (to a loaded plugin's id), nothing can call it: it unloads */
+    /* swapped away (to a loaded plugin's id), nothing can call it: its
+     * prepare loaded it, so the switch unloads it */
     size_t n = khub_plugin_count(e.rt);
     ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION,
                                              "khub-test/cuda-all", &pol, &sw));
     ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
     ASSERT_STR_EQ(sw.now_serving, "khub-test/cuda-all 1.0.0 :: silu_and_mul");
-    ASSERT_OK(khub_plugin_unload(e.rt, act));
+    ASSERT(plugin_named(e.rt, "acme/act") == NULL);
     ASSERT_EQ(khub_plugin_count(e.rt), n - 1);
     for (size_t i = 0; i < khub_plugin_count(e.rt); i++) ASSERT(khub_plugin_at(e.rt, i) != act);
     khub_model_binding old = {0};
@@ -531,7 +538,8 @@ TEST_IMPL(hub_swap_release_unloads_only_what_the_prepare_loaded)
 }
 
 /* On the CPU the model-aware prepare is khub_kernel_swap_prepare's, and the
- * replaced binding is released at the switch: the old plugin unloads. */
+ * replaced binding is released at the switch: the old plugin, which a
+ * swap's prepare loaded, is unloaded with it. */
 TEST_IMPL(hub_swap_on_the_cpu_releases_the_old_plugin)
 {
     fake("12080:90", "100000000", NULL);
@@ -554,11 +562,82 @@ TEST_IMPL(hub_swap_on_the_cpu_releases_the_old_plugin)
     ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION,
                                              "khub/ref-cpu", &pol, &sw));
     ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
-    ASSERT_OK(khub_plugin_unload(e.rt, act));
-    ASSERT(plugin_named(e.rt, "acme/act") == NULL);
+    ASSERT(plugin_named(e.rt, "acme/act") == NULL); /* its prepare loaded it: unloaded */
     khub_model_binding old = {0};
     ASSERT(retired_binding(e.m, "silu_and_mul", "acme/act 1.0.0 :: silu_and_mul", &old));
     ASSERT(old.calls > 0);
+    forward(e.m);
+    env_done(&e);
+}
+
+/* The loaded plugin acme/act of version v, or NULL. */
+static const khub_plugin *act_of(khub_runtime *rt, const char *v)
+{
+    for (size_t i = 0; i < khub_plugin_count(rt); i++) {
+        const khub_plugin *p = khub_plugin_at(rt, i);
+        if (!strcmp(khub_plugin_id(p), "acme/act") && !strcmp(khub_plugin_version(p), v)) return p;
+    }
+    return NULL;
+}
+
+/* Swaps back and forth between two Hub kernels (acme/act@v1, 1.0.0, and
+ * @v2, here 1.0.1: two plugins) keep the runtime's plugin count: each
+ * switch unloads the plugin it swapped out, which a prepare loaded and
+ * nothing else uses; through khub_model_kernel_swap and through the model
+ * server's reload. A plugin the caller loaded is never unloaded by a swap. */
+TEST_IMPL(hub_swaps_back_and_forth_keep_the_plugin_count)
+{
+    fake("12080:90", "100000000", NULL);
+    env e;
+    env_init(&e, (khub_device){KHUB_DEVICE_CPU, 0});
+    publish(&e.fx, C2, CPU_VARIANT, "hub_act_cpu_101", NULL); /* before anything fetched it */
+    ASSERT_OK(env_load(&e));
+    khub_model_kernels pol = swap_policy(&e);
+    size_t n = khub_plugin_count(e.rt);
+    const char *names[2] = {"acme/act@v1", "acme/act@v2"}, *versions[2] = {"1.0.0", "1.0.1"};
+    for (int i = 0; i < 8; i++) {
+        khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+        ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION,
+                                                 names[i % 2], &pol, &sw));
+        ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+        ASSERT_EQ(khub_plugin_count(e.rt), n + 1); /* the one serving, no more */
+        ASSERT(act_of(e.rt, versions[i % 2]) == sw.plugin);
+        ASSERT(act_of(e.rt, versions[1 - i % 2]) == NULL);
+        forward(e.m);
+    }
+    /* the model server's reload path: the same */
+    khub_model_server_opts so = {KHUB_APP_INIT(khub_model_server_opts), .model = e.m, .hub = e.hub,
+                                 .policy_path = e.policy, .allow_unsigned = 1};
+    khub_model_server *srv = NULL;
+    char err[KHUB_ERROR_SIZE];
+    ASSERT_OK(khub_model_server_start(&so, &srv, err, sizeof err));
+    for (int i = 0; i < 8; i++) {
+        ASSERT_OK(khub_model_server_reload(srv, "activation", names[i % 2], err, sizeof err));
+        ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+        ASSERT(act_of(e.rt, versions[i % 2]) != NULL);
+        ASSERT(act_of(e.rt, versions[1 - i % 2]) == NULL);
+    }
+    khub_model_server_stop(srv);
+    /* back to the built-in plugin, the caller's: the Hub kernel goes */
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION,
+                                             "khub/ref-cpu", &pol, &sw));
+    ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+    ASSERT_EQ(khub_plugin_count(e.rt), n);
+    ASSERT(plugin_named(e.rt, "acme/act") == NULL);
+    /* the kernel loaded by the caller: swapped to by its id and away, it
+     * stays the caller's */
+    khub_plugin *mine = tp_load(e.rt, "hub_act_cpu");
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act",
+                                             &pol, &sw));
+    ASSERT(sw.plugin == mine);
+    ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION,
+                                             "khub/ref-cpu", &pol, &sw));
+    ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+    ASSERT(plugin_named(e.rt, "acme/act") == mine);
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+    ASSERT_OK(khub_plugin_unload(e.rt, mine));
     forward(e.m);
     env_done(&e);
 }
@@ -597,6 +676,7 @@ TEST_IMPL(hub_embedding_role_on_a_placed_model)
     X(hub_swap_loads_the_cuda_variant) \
     X(hub_swap_without_a_cuda_variant_changes_nothing) \
     X(hub_swap_on_the_cpu_releases_the_old_plugin) \
+    X(hub_swaps_back_and_forth_keep_the_plugin_count) \
     X(hub_swap_release_unloads_only_what_the_prepare_loaded) \
     X(hub_embedding_role_on_a_placed_model) \
     /* end */

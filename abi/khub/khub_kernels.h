@@ -252,10 +252,17 @@ typedef struct khub_kernel_swap {
  * the hold ends, a plugin that the prepare itself loaded (it was not loaded
  * in rt before) is unloaded if no binding of any model uses it and no other
  * prepared swap holds it: a refused switch, a failed selftest, or a swap
- * released unswitched leaves rt's plugins as they were. A plugin loaded
- * before the prepare (by the caller, a model load, an earlier swap) is
- * never unloaded by a swap. A 0.1 khub_kernel_swap (no plugin_load) holds
- * nothing and is checked by address only. */
+ * released unswitched leaves rt's plugins as they were. A plugin a prepare
+ * loaded stays the swaps' after a switch that succeeded: when a later
+ * switch swaps it out and no binding of any model and no prepared swap
+ * uses it, that switch unloads it (since session 15), so swaps back and
+ * forth between Hub kernels keep rt's plugin count. A plugin the caller
+ * loaded (khub_plugin_load, khub_plugin_load_builtin, _load_static,
+ * _reload, also while a prepare runs on another thread) or a model load
+ * loaded is never unloaded by a swap: it is the caller's to unload. A
+ * pointer to a swap-loaded plugin (sw->plugin, khub_plugin_at) is borrowed
+ * and is stale once a switch swapped it out. A 0.1 khub_kernel_swap (no
+ * plugin_load) holds nothing and is checked by address only. */
 
 /* Makes the kernel `name` ready to serve `role` of a model on rt, without
  * touching any model: resolves the name as khub_model_load_hub does (a
@@ -311,7 +318,9 @@ KHUB_API khub_status khub_model_kernel_swap_prepare(khub_hub *hub, const struct 
  * khub_model_binding_get with their final counts, and are released when
  * the call returns (since 0.2): nothing can call them any more, so
  * khub_plugin_unload of the old plugin succeeds when no other binding uses
- * it (before the switch it answers BUSY). khub_model_explain answers the
+ * it (before the switch it answers BUSY); an old plugin that a swap's
+ * prepare loaded is unloaded by the switch itself when nothing else uses
+ * it (see "Ownership" above). khub_model_explain answers the
  * new table. Fills sw->previous and sw->now_serving. On a model placed on
  * a CUDA device (since 0.2) a role that runs on the device switches to the
  * plugin's CUDA op and a role on the CPU to its CPU op (a plugin without

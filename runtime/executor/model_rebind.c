@@ -42,6 +42,14 @@
  * one serving, and bound. Rejected: keeping the binding and not counting
  * it, which would leave a binding whose plugin pointer dangles after the
  * unload, for a reload's scan of the bindings to trip on.
+ *
+ * Unloading the swapped-out plugin (session 15): the drop also unloads the
+ * old binding's plugin when a swap's prepare loaded it and nothing uses it
+ * any more (no binding of any model, no prepared swap), as a failed switch
+ * unloads the plugin its prepare loaded: a server that swaps kernels again
+ * and again keeps only what serves. A plugin the caller loaded
+ * (khub_plugin_load, _load_static, _reload; the built-in ones) or a model
+ * load fetched is never unloaded here: it stays the caller's to unload.
  */
 #include <stdio.h>
 #include <string.h>

@@ -42,6 +42,11 @@
  * refused switch, a selftest that fails, or a server that prepared and could
  * not switch leaves the runtime's plugins as they were, and a plugin the
  * caller loaded itself, or that was loaded before, is never unloaded here.
+ * The same holds after a switch that succeeded: the plugin that served
+ * before is unloaded as the switch drops its last binding
+ * (model_rebind.c), when a swap's prepare loaded it and nothing else uses
+ * it, so swaps back and forth between two Hub kernels keep the runtime's
+ * plugin count constant.
  * Rejected: unloading in the prepare's refusal alone (a non-strict prepare
  * for a placed model succeeds with a CPU variant that only the switch can
  * refuse), and unloading without counting the holds (a second prepared swap

@@ -394,6 +394,7 @@ khub_status khub_plugin_load(khub_runtime *rt, const char *path, const char *sha
     khub_plugin *p = NULL;
     khub_status st = khub__plugin_prepare(rt, path, sha256_hex, NULL, &p, msg, sizeof msg);
     if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", msg);
+    p->by_caller = true; /* never unloaded by a kernel swap */
     return khub__plugin_register(rt, p, out);
 }
 
@@ -447,5 +448,6 @@ khub_status khub_plugin_load_static(khub_runtime *rt, khub_plugin_init_fn init_f
             khub__plugin_free(p);
         return khub__fail(rt, st, "%s", msg);
     }
+    p->by_caller = true;
     return khub__plugin_register(rt, p, out);
 }

@@ -208,6 +208,7 @@ khub_status khub_plugin_reload(khub_runtime *rt, khub_plugin *old, const char *p
     khub_plugin *np = NULL;
     khub_status st = khub__plugin_prepare(rt, path, sha256_hex, NULL, &np, msg, sizeof msg);
     if (st != KHUB_STATUS_OK) return khub__fail(rt, st, "%s", msg);
+    np->by_caller = true; /* the caller's now, even when a swap loaded old */
 
     pthread_rwlock_wrlock(&rt->reg_lock);
     size_t slot = list_find(rt, old);
@@ -291,11 +292,37 @@ uint64_t khub__plugin_hold(khub_runtime *rt, khub_plugin *p, uint64_t mark)
     pthread_rwlock_wrlock(&rt->reg_lock);
     if (find_load(rt, p, 0) != SIZE_MAX) {
         p->swap_holds++;
-        if (p->load_no > mark) p->swap_loaded = true;
+        /* loaded since the mark, and not by the caller's own load (one
+         * that ran on another thread meanwhile) */
+        if (p->load_no > mark && !p->by_caller) p->swap_loaded = true;
         load_no = p->load_no;
     }
     pthread_rwlock_unlock(&rt->reg_lock);
     return load_no;
+}
+
+/* Under the write lock: takes the plugin at slot out of the list when a
+ * swap's prepare loaded it and nothing uses it (no prepared swap, no
+ * binding, no pin of this thread's), and returns it; else NULL. The
+ * caller retires it after the lock. */
+static khub_plugin *take_if_unused(khub_runtime *rt, size_t slot)
+{
+    khub_plugin *p = rt->plugins.items[slot];
+    if (!p->swap_loaded || p->swap_holds || khub__registry_bindings_of(rt, p) ||
+        khub__pinned_here(p))
+        return NULL;
+    khub__plugin_list *l = &rt->plugins;
+    memmove(l->items + slot, l->items + slot + 1, (l->count - slot - 1) * sizeof *l->items);
+    l->count--;
+    return p;
+}
+
+/* Retires p, taken out of the list by take_if_unused; why ends the log line. */
+static void unload_taken(khub_runtime *rt, khub_plugin *p, const char *why)
+{
+    khub__log(rt, KHUB_LOG_INFO, "kernel swap: unloaded %s %s, %s", p->id, p->version, why);
+    khub__plugin_wait_idle(p);
+    khub__plugin_retire(p);
 }
 
 bool khub__plugin_release(khub_runtime *rt, const khub_plugin *cp, uint64_t load_no)
@@ -304,27 +331,25 @@ bool khub__plugin_release(khub_runtime *rt, const khub_plugin *cp, uint64_t load
     pthread_rwlock_wrlock(&rt->reg_lock);
     size_t slot = load_no ? find_load(rt, cp, load_no) : SIZE_MAX;
     if (slot != SIZE_MAX) {
-        p = rt->plugins.items[slot];
-        if (p->swap_holds) p->swap_holds--;
-        /* A plugin the caller loaded itself, or one a model or another
-         * prepared swap uses, stays. */
-        if (!p->swap_loaded || p->swap_holds || khub__registry_bindings_of(rt, p) ||
-            khub__pinned_here(p)) {
-            p = NULL;
-        } else {
-            khub__plugin_list *l = &rt->plugins;
-            memmove(l->items + slot, l->items + slot + 1, (l->count - slot - 1) * sizeof *l->items);
-            l->count--;
-        }
+        khub_plugin *held = rt->plugins.items[slot];
+        if (held->swap_holds) held->swap_holds--;
+        p = take_if_unused(rt, slot);
     }
     pthread_rwlock_unlock(&rt->reg_lock);
     if (!p) return false;
-    khub__log(rt, KHUB_LOG_INFO,
-              "kernel swap: unloaded %s %s, loaded for a swap that did not "
-              "happen",
-              p->id, p->version);
-    khub__plugin_wait_idle(p);
-    khub__plugin_retire(p);
+    unload_taken(rt, p, "loaded for a swap that did not happen");
+    return true;
+}
+
+bool khub__plugin_swapped_out(khub_runtime *rt, const khub_plugin *cp, uint64_t load_no)
+{
+    khub_plugin *p = NULL;
+    pthread_rwlock_wrlock(&rt->reg_lock);
+    size_t slot = find_load(rt, cp, load_no);
+    if (slot != SIZE_MAX) p = take_if_unused(rt, slot);
+    pthread_rwlock_unlock(&rt->reg_lock);
+    if (!p) return false;
+    unload_taken(rt, p, "swapped out, and nothing uses it");
     return true;
 }
 

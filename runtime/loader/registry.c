@@ -512,18 +512,21 @@ size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p)
 void khub__registry_drop(khub_runtime *rt, khub_binding *b)
 {
     khub__binding_list *l = &rt->bindings;
-    bool found = false;
+    const khub_plugin *p = NULL;
+    uint64_t load_no = 0;
     pthread_rwlock_wrlock(&rt->reg_lock);
-    for (size_t i = 0; i < l->count && !found; i++) {
+    for (size_t i = 0; i < l->count && !p; i++) {
         if (l->items[i] != b) continue;
         memmove(l->items + i, l->items + i + 1, (l->count - i - 1) * sizeof *l->items);
         l->count--;
-        found = true;
+        p = b->plugin, load_no = b->plugin->load_no;
     }
     pthread_rwlock_unlock(&rt->reg_lock);
-    if (NEVER(!found)) return; /* not this runtime's: leave it alone */
+    if (NEVER(!p)) return; /* not this runtime's: leave it alone */
     khub__free(rt, b->trace, b->trace_cap);
     khub__free(rt, b, sizeof *b);
+    /* p is only compared until found: another thread may have unloaded it */
+    khub__plugin_swapped_out(rt, p, load_no);
 }
 
 uint64_t khub_binding_calls(const khub_binding *b)

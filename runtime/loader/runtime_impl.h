@@ -159,10 +159,14 @@ struct khub_plugin {
      * loaded later at the same address. swap_holds: prepared swaps that
      * point at it and were neither switched nor released. swap_loaded: a
      * swap's prepare loaded it (it was not loaded before), so the swap's
-     * failure or release unloads it when nothing else uses it. */
+     * failure or release, or a later switch that swaps it out, unloads it
+     * when nothing else uses it. by_caller: the caller loaded it
+     * (khub_plugin_load, _load_static, _reload; set before it joins the
+     * list): a swap never unloads it. */
     uint64_t load_no;
     uint32_t swap_holds;
     bool swap_loaded;
+    bool by_caller;
 };
 
 struct khub_binding {
@@ -224,7 +228,9 @@ KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
 /* Removes b from rt's bindings and frees it (takes rt->reg_lock): a binding
  * its model replaced and nothing can call any more (a kernel swap, after the
  * switch), so khub_plugin_unload no longer counts it as a user of its
- * plugin. The caller must hold the only pointer to b. */
+ * plugin. Then that plugin is unloaded if a swap's prepare loaded it and
+ * nothing uses it any more (khub__plugin_swapped_out). The caller must hold
+ * the only pointer to b. */
 KHUB_INTERNAL void khub__registry_drop(khub_runtime *rt, khub_binding *b);
 
 /* A prepared kernel swap's hold on a plugin (plugin_list.c). p is only
@@ -243,6 +249,13 @@ KHUB_INTERNAL uint64_t khub__plugin_hold(khub_runtime *rt, khub_plugin *p, uint6
  * loaded as load_no), then unloads p if a swap's prepare loaded it, no
  * other swap holds it and no binding uses it. True when it unloaded p. */
 KHUB_INTERNAL bool khub__plugin_release(khub_runtime *rt, const khub_plugin *p, uint64_t load_no);
+/* A plugin a successful switch swapped out (its last binding in a model was
+ * just dropped): unloaded when it is still loaded as load_no, a swap's
+ * prepare loaded it, no prepared swap holds it and no binding uses it. A
+ * plugin the caller loaded (by_caller) or a model load loaded stays. True
+ * when it unloaded p. */
+KHUB_INTERNAL bool khub__plugin_swapped_out(khub_runtime *rt, const khub_plugin *p,
+                                            uint64_t load_no);
 
 /* CUDA streams and modules of a plugin are destroyed and unloaded when it
  * retires (cuda.c). */

@@ -8,7 +8,9 @@
  *     its own kernel, khub_hub_act, from a PTX module through the host's
  *     driver layer on the call's stream, with y's address as the first
  *     argument (the fake driver logs the name; nothing computes), and
- *     refuses host tensors.
+ *     refuses host tensors;
+ *   - built with HUB_ACT_VERSION="1.0.1", the CPU variant of another
+ *     version (other bytes: another plugin).
  */
 #include <math.h>
 #include <stdint.h>
@@ -18,6 +20,11 @@
 
 #ifndef HUB_ACT_ID
 #define HUB_ACT_ID "acme/act"
+#endif
+/* Another version: other bytes, so a hub that publishes both serves two
+ * plugins (test_placement_hub's swaps back and forth). */
+#ifndef HUB_ACT_VERSION
+#define HUB_ACT_VERSION "1.0.0"
 #endif
 
 static const khub_host_api *g_host;
@@ -86,9 +93,9 @@ static khub_status init(const khub_host_api *host, khub_plugin_desc *out, char *
 #ifdef HUB_ACT_CUDA
     g_mod = NULL;
 #endif
-    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = HUB_ACT_ID, .version = "1.0.0",
-                          .n_ops = 1, .ops = ops};
+    khub_plugin_desc d = {KHUB_STRUCT_INIT(khub_plugin_desc), .id = HUB_ACT_ID,
+                          .version = HUB_ACT_VERSION, .n_ops = 1, .ops = ops};
     return khub_plugin_desc_put(out, &d);
 }
 
-KHUB_PLUGIN_DEFINE(init, HUB_ACT_ID, "1.0.0")
+KHUB_PLUGIN_DEFINE(init, HUB_ACT_ID, HUB_ACT_VERSION)
