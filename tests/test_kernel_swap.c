@@ -12,8 +12,14 @@
  * list, an empty name, a name that is no Hub ID, an old struct_size); with
  * a paged KV cache the swap moves the paged_attention binding; a prepared
  * plugin unloaded before the switch is refused, never used (run it under
- * ASan: without the check the switch reads the freed plugin).
+ * ASan: without the check the switch reads the freed plugin); while a swap
+ * holds its plugin, unload and reload answer BUSY, and an unload on another
+ * thread during the switch never frees the plugin the switch reads.
  */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -259,11 +265,16 @@ static void refused_stale(khub_model *m, khub_kernel_swap *sw, const char *name)
     ASSERT_EQ(sw->held, 0);
 }
 
-/* sw.plugin is borrowed, and a prepared plugin is bound to nothing, so it
- * can be unloaded before the switch: by the caller, or after another
- * swap's switch released the bindings that kept it loaded. The switch
- * refuses it as the load it prepared, even when a new load of the plugin
- * sits at the same address, and the model keeps generating. */
+#define HELD_BY(N) \
+    "khub-test/paged-attn 1.0.0: " #N " prepared kernel swap(s) hold it; switch them " \
+    "(khub_model_kernel_swap) or release them (khub_kernel_swap_release) first"
+
+/* sw.plugin is borrowed. While the swap holds it, the caller's unload and
+ * reload answer BUSY; released, it can be unloaded before the switch: by
+ * the caller, or after another swap's switch released the bindings that
+ * kept it loaded. The switch refuses it as the load it prepared, even when
+ * a new load of the plugin sits at the same address, and the model keeps
+ * generating. */
 TEST_IMPL(kernel_swap_refuses_a_plugin_unloaded_since_prepare)
 {
     fixture f = {0};
@@ -276,7 +287,15 @@ TEST_IMPL(kernel_swap_refuses_a_plugin_unloaded_since_prepare)
                                        "khub-test/paged-attn", NULL, &sw));
     ASSERT(sw.plugin == pa);
     ASSERT_EQ(sw.held, 1);
-    /* the caller unloads it */
+    /* held: the caller's unload and reload are refused, nothing changes */
+    ASSERT_STATUS(khub_plugin_unload(f.rt, pa), KHUB_STATUS_BUSY);
+    ASSERT_STR_EQ(khub_runtime_errmsg(f.rt), "unload " HELD_BY(1));
+    const char *path = TP("paged_attn");
+    ASSERT_STATUS(khub_plugin_reload(f.rt, pa, path, TP_SHA(path), NULL), KHUB_STATUS_BUSY);
+    ASSERT_STR_EQ(khub_runtime_errmsg(f.rt), "reload " HELD_BY(1) "; nothing changed");
+    ASSERT_EQ(sw.held, 1);
+    /* released, the caller unloads it */
+    khub_kernel_swap_release(f.rt, &sw);
     ASSERT_OK(khub_plugin_unload(f.rt, pa));
     refused_stale(f.m, &sw, "khub-test/paged-attn");
     /* a later load at that address is another load */
@@ -290,7 +309,7 @@ TEST_IMPL(kernel_swap_refuses_a_plugin_unloaded_since_prepare)
     refused_stale(f.m, &hand, "");
     khub_runtime_free(rt2);
     /* swap_b holds the serving plugin; swap_c's switch releases its
-     * bindings, and it is unloaded as "swapped out, unused" */
+     * bindings; once swap_b is released, the caller unloads it */
     khub_kernel_swap sw_a = {KHUB_APP_INIT(khub_kernel_swap)}, sw_b = sw_a, sw_c = sw_a;
     ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION,
                                        "khub-test/paged-attn", NULL, &sw_a));
@@ -302,8 +321,111 @@ TEST_IMPL(kernel_swap_refuses_a_plugin_unloaded_since_prepare)
     ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "khub/ref-cpu",
                                        NULL, &sw_c));
     ASSERT_OK(khub_model_kernel_swap(f.m, &sw_c));
+    ASSERT_STATUS(khub_plugin_unload(f.rt, again), KHUB_STATUS_BUSY); /* sw_b holds it */
+    ASSERT_STR_EQ(khub_runtime_errmsg(f.rt), "unload " HELD_BY(1));
+    khub_kernel_swap_release(f.rt, &sw_b);
     ASSERT_OK(khub_plugin_unload(f.rt, again));
     refused_stale(f.m, &sw_b, "khub-test/paged-attn");
+    greedy(f.m, after);
+    for (int i = 0; i < 10; i++) ASSERT_EQ(after[i], before[i]);
+    close_fixture(&f);
+}
+
+/* ======================================================================== */
+/* An unload on another thread during the switch                            */
+/* ======================================================================== */
+
+typedef struct unloader {
+    khub_runtime *rt;
+    khub_plugin *p;
+    atomic_int ready, go;  /* it waits for go; then both start at once */
+    atomic_int stop, done; /* told to stop; it stopped */
+    atomic_int tries;
+    int busy, ok, other; /* the answers it got */
+} unloader;
+
+/* Tries to unload u->p until it succeeds or is told to stop. */
+static void *unload_loop(void *ud)
+{
+    unloader *u = ud;
+    atomic_store(&u->ready, 1);
+    while (!atomic_load(&u->go)) continue;
+    while (!atomic_load(&u->stop)) {
+        khub_status st = khub_plugin_unload(u->rt, u->p);
+        if (st == KHUB_STATUS_OK)
+            u->ok++;
+        else if (st == KHUB_STATUS_BUSY)
+            u->busy++;
+        else
+            u->other++;
+        atomic_fetch_add(&u->tries, 1);
+        if (st == KHUB_STATUS_OK) break;
+    }
+    atomic_store(&u->done, 1);
+    return NULL;
+}
+
+/* The switch to sw on m while another thread tries to unload sw->plugin,
+ * the switch started after `delay` empty loop turns (so that either may
+ * come first), or (delay < 0) once the other thread has tried once;
+ * returns the switch's status, *u the other thread's answers. */
+static khub_status switch_racing_unload(fixture *f, khub_kernel_swap *sw, int delay, unloader *u)
+{
+    *u = (unloader){.rt = f->rt, .p = sw->plugin};
+    pthread_t t;
+    ASSERT_EQ(pthread_create(&t, NULL, unload_loop, u), 0);
+    while (!atomic_load(&u->ready)) sched_yield();
+    atomic_store(&u->go, 1);
+    for (volatile int k = 0; k < delay; k++) continue;
+    while (delay < 0 && !atomic_load(&u->tries)) sched_yield();
+    khub_status st = khub_model_kernel_swap(f->m, sw);
+    /* at least one try after the switch, unless the unload won */
+    int t0 = atomic_load(&u->tries);
+    while (atomic_load(&u->tries) == t0 && !atomic_load(&u->done)) sched_yield();
+    atomic_store(&u->stop, 1);
+    ASSERT_EQ(pthread_join(t, NULL), 0);
+    return st;
+}
+
+/* A khub_plugin_unload of the plugin being switched in, on another thread,
+ * during khub_model_kernel_swap: the prepared swap's hold makes it BUSY,
+ * and the switch succeeds. A swap that holds nothing (released before the
+ * switch) races it fairly: exactly one of the two wins, the switch (then
+ * the plugin is bound: every unload is BUSY) or the unload (then the
+ * switch refuses the plugin as gone, MISUSE), and the switch never reads a
+ * freed plugin (run it under ASan). */
+TEST_IMPL(kernel_swap_unload_during_the_switch)
+{
+    fixture f = {0};
+    open_fixture_cache(&f, "khub/ref-cpu:paged_cache");
+    int32_t before[10], after[10];
+    greedy(f.m, before);
+    for (int i = 0; i < 40; i++) {
+        khub_plugin *pa = tp_load(f.rt, "paged_attn");
+        khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)}, back = sw;
+        ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION,
+                                           "khub-test/paged-attn", NULL, &sw));
+        bool hold = i % 2 == 0;
+        if (!hold) khub_kernel_swap_release(f.rt, &sw);
+        unloader u;
+        khub_status st = switch_racing_unload(&f, &sw, hold ? -1 : (i / 2 % 10) * 2000, &u);
+        ASSERT_EQ(u.other, 0);
+        if (hold) {
+            ASSERT_OK(st);
+            ASSERT_EQ(u.ok, 0);
+            ASSERT(u.busy > 0);
+        } else {
+            ASSERT(st == KHUB_STATUS_OK || st == KHUB_STATUS_MISUSE);
+            ASSERT_EQ(u.ok, st == KHUB_STATUS_MISUSE); /* exactly one wins */
+        }
+        ASSERT_EQ(sw.held, 0);
+        if (st != KHUB_STATUS_OK) continue; /* the unload won: nothing changed */
+        ASSERT_STR_EQ(sw.now_serving, "khub-test/paged-attn 1.0.0 :: paged_attention");
+        ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "khub/ref-cpu",
+                                           NULL, &back));
+        ASSERT_OK(khub_model_kernel_swap(f.m, &back));
+        ASSERT_OK(khub_plugin_unload(f.rt, pa)); /* the caller's: left to the caller */
+    }
     greedy(f.m, after);
     for (int i = 0; i < 10; i++) ASSERT_EQ(after[i], before[i]);
     close_fixture(&f);
@@ -312,5 +434,6 @@ TEST_IMPL(kernel_swap_refuses_a_plugin_unloaded_since_prepare)
 #define TEST_LIST(X) \
     X(kernel_swap_attention_and_back) \
     X(kernel_swap_refusals_change_nothing) \
-    X(kernel_swap_paged_attention) X(kernel_swap_refuses_a_plugin_unloaded_since_prepare)
+    X(kernel_swap_paged_attention) \
+    X(kernel_swap_refuses_a_plugin_unloaded_since_prepare) X(kernel_swap_unload_during_the_switch)
 TEST_MAIN(TEST_LIST)

@@ -259,10 +259,14 @@ KHUB_API khub_status khub_plugin_load_static(khub_runtime *rt, khub_plugin_init_
  * step, then retires old once no call is in flight (real dlclose). Fails with
  * nothing changed if the new plugin lacks an op that a binding uses, and
  * with KHUB_STATUS_BUSY if the calling thread holds a khub_binding_acquire
- * pin on old (it would wait for itself). Since 0.1. */
+ * pin on old (it would wait for itself) or a prepared kernel swap holds old
+ * (khub_kernels.h, "Ownership of the prepared plugin"; since session 15).
+ * Since 0.1. */
 KHUB_API khub_status khub_plugin_reload(khub_runtime *rt, khub_plugin *old, const char *path,
                                         const char *sha256_hex, khub_plugin **out);
-/* Unloads a plugin no binding uses (KHUB_STATUS_BUSY otherwise). Since 0.1. */
+/* Unloads a plugin no binding uses and no prepared kernel swap holds
+ * (KHUB_STATUS_BUSY otherwise, the count of either in the message; the
+ * swaps' holds since session 15: khub_kernels.h). Since 0.1. */
 KHUB_API khub_status khub_plugin_unload(khub_runtime *rt, khub_plugin *p);
 
 KHUB_API size_t khub_plugin_count(const khub_runtime *rt);

@@ -241,12 +241,17 @@ typedef struct khub_kernel_swap {
 } khub_kernel_swap;
 
 /* Ownership of the prepared plugin (since 0.2). sw->plugin is borrowed:
- * it is the runtime's, and it can be unloaded before the switch (the
- * caller's khub_plugin_unload, which succeeds on a plugin no binding uses;
- * khub_plugin_reload of it; an unload after another swap's switch released
- * the bindings that kept it loaded). khub_model_kernel_swap refuses a
- * plugin that is no longer loaded in the model's runtime as the load it
- * prepared (MISUSE, below) instead of using it. A successful prepare holds
+ * it is the runtime's. While a prepared swap holds it (below), and while a
+ * khub_model_kernel_swap runs with it, khub_plugin_unload and
+ * khub_plugin_reload of it answer BUSY ("unload ID VER: N prepared kernel
+ * swap(s) hold it; switch them (khub_model_kernel_swap) or release them
+ * (khub_kernel_swap_release) first"; since session 15, when the unload
+ * succeeded and a concurrent switch could read the freed plugin), so an
+ * unload on another thread can never pull it from under the switch. A swap
+ * that holds nothing (released, a 0.1 struct, one filled by hand) can find
+ * its plugin gone; khub_model_kernel_swap refuses a plugin that is no
+ * longer loaded in the model's runtime as the load it prepared (MISUSE,
+ * below) instead of using it. A successful prepare holds
  * its plugin until khub_model_kernel_swap (either outcome),
  * khub_kernel_swap_release, or another prepare into the same struct. When
  * the hold ends, a plugin that the prepare itself loaded (it was not loaded
@@ -262,7 +267,8 @@ typedef struct khub_kernel_swap {
  * loaded is never unloaded by a swap: it is the caller's to unload. A
  * pointer to a swap-loaded plugin (sw->plugin, khub_plugin_at) is borrowed
  * and is stale once a switch swapped it out. A 0.1 khub_kernel_swap (no
- * plugin_load) holds nothing and is checked by address only. */
+ * plugin_load) holds nothing after its prepare and is checked by address
+ * only; what its prepare loaded is the swaps' as above. */
 
 /* Makes the kernel `name` ready to serve `role` of a model on rt, without
  * touching any model: resolves the name as khub_model_load_hub does (a

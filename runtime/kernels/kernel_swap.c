@@ -21,17 +21,21 @@
  * switch refuses it (NO_KERNEL, nothing changed): a swap never moves a
  * role off the device.
  *
- * The prepared plugin (sw->plugin) is borrowed, and can go away before the
- * switch: the caller unloads it (nothing binds a prepared plugin, so
- * khub_plugin_unload succeeds), another swap's switch releases the
- * bindings that kept it loaded and it is unloaded then, khub_plugin_reload
- * retires it, or a failed switch of another swap prepared on the same
- * plugin unloads it (below). So the switch first checks that sw->plugin is
- * still loaded in the model's runtime, as the same load (sw->plugin_load,
- * the runtime's number for it, never reused: a plugin loaded later at the
- * freed address is another load), and refuses a stale one with MISUSE
- * without touching it. A khub_kernel_swap filled by hand (plugin_load 0)
- * is checked by address.
+ * The prepared plugin (sw->plugin) is borrowed. While a swap holds it
+ * (below), khub_plugin_unload and khub_plugin_reload of it answer BUSY, so
+ * it stays readable until the switch. A swap that holds nothing can find
+ * it gone: released unswitched (khub_kernel_swap_release), a 0.1 struct,
+ * or one filled by hand, whose plugin the caller unloaded or reloaded, or
+ * another swap's failure or switch unloaded. So the switch first holds
+ * sw->plugin in the same step that checks it is still loaded in the
+ * model's runtime as the same load (sw->plugin_load, the runtime's number
+ * for it, never reused: a plugin loaded later at the freed address is
+ * another load), refuses a stale one with MISUSE without touching it, and
+ * keeps that hold until it returns: an unload on another thread during
+ * the switch answers BUSY instead of freeing the plugin the switch reads.
+ * A khub_kernel_swap filled by hand (plugin_load 0) is checked by address.
+ * The prepare holds the plugin from its resolve on, so the selftest too
+ * runs on a plugin no other thread can unload.
  *
  * Ownership of what a prepare loads: a prepared swap holds its plugin
  * (counted on the plugin) until khub_model_kernel_swap or
@@ -100,13 +104,6 @@ void khub_kernel_swap_release(khub_runtime *rt, khub_kernel_swap *sw)
     if (rt && sw) release(rt, sw);
 }
 
-/* A prepared plugin refused after it was loaded (its selftest): unloaded
- * when the prepare loaded it and nothing else uses it. */
-static void drop_refused(khub_runtime *rt, khub_plugin *p, uint64_t mark)
-{
-    khub__plugin_release(rt, p, khub__plugin_hold(rt, p, mark));
-}
-
 /* khub_kernel_swap_prepare for a role that runs where target says (NULL:
  * the CPU). */
 static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role role, const char *name,
@@ -162,13 +159,21 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
         khub__clear(rt);
         return khub__fail(rt, st, "%s", why); /* also this thread's khub_last_error */
     }
+    /* Held from here, so that no unload or reload on another thread frees
+     * it under the selftest (it answers BUSY); the hold fails only when one
+     * came between the load and this line. */
+    uint64_t load = khub__plugin_hold(rt, p, 0, mark);
+    KHUB_RETURN_IF(rt, !load, KHUB_STATUS_BUSY,
+                   "%s kernel %s: %s was unloaded while it was being prepared (another thread); "
+                   "nothing changed",
+                   rname, name, impl);
     const char *colon = strchr(impl, ':');
     snprintf(out->op_name, sizeof out->op_name, "%s", colon ? colon + 1 : "");
     copy_line(&rep, out->resolved, sizeof out->resolved);
     char err[KHUB_ERROR_SIZE] = "";
     st = khub_plugin_selftest(p, err, sizeof err);
     if (st != KHUB_STATUS_OK) {
-        drop_refused(rt, p, mark);
+        khub__plugin_release(rt, p, load); /* unloaded when the prepare loaded it, unused */
         khub__clear(rt);
         return khub__fail(rt, st, "%s kernel %s: %s; refusing it, the old kernel keeps serving",
                           rname, name, err);
@@ -178,8 +183,10 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
         snprintf(out->name, sizeof out->name, "%s", name);
     out->plugin = p;
     if (has_hold(out)) {
-        out->plugin_load = khub__plugin_hold(rt, p, mark);
-        out->held = out->plugin_load != 0;
+        out->plugin_load = load;
+        out->held = 1;
+    } else {
+        khub__plugin_unhold(rt, p, load); /* a 0.1 swap holds nothing */
     }
     return KHUB_STATUS_OK;
 }
@@ -309,12 +316,16 @@ khub_status khub_model_tp_serve_kernels(khub_model *m, khub_hub *hub,
 
 static khub_status switch_to(khub_model *m, khub_kernel_swap *sw);
 
-/* Refuses a plugin that is not (or no longer) loaded in m's runtime, before
- * anything reads it (see the top of this file). */
-static khub_status check_loaded(khub_model *m, khub_kernel_swap *sw)
+/* Holds sw->plugin for the switch, in the step that checks it is loaded in
+ * m's runtime (as the load prepared), so that no unload or reload frees it
+ * while the switch reads it; refuses one that is not (or no longer) loaded
+ * before anything reads it (see the top of this file). *held: the load
+ * number the switch holds, for khub__plugin_release after it. */
+static khub_status hold_loaded(khub_model *m, khub_kernel_swap *sw, uint64_t *held)
 {
     uint64_t load = has_hold(sw) ? sw->plugin_load : 0;
-    if (khub__plugin_loaded(m->rt, sw->plugin, load)) return KHUB_STATUS_OK;
+    *held = khub__plugin_hold(m->rt, sw->plugin, load, UINT64_MAX);
+    if (*held) return KHUB_STATUS_OK;
     if (has_hold(sw)) sw->held = 0; /* its plugin is gone: nothing to release */
     bool named = sw->struct_size >= offsetof(khub_kernel_swap, name) + sizeof sw->name &&
                  memchr(sw->name, '\0', sizeof sw->name) && sw->name[0];
@@ -335,9 +346,12 @@ khub_status khub_model_kernel_swap(khub_model *m, khub_kernel_swap *sw)
     KHUB_RETURN_IF(m->rt, sw->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
                    KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
                    (unsigned)sw->struct_size, sizeof(khub_kernel_swap));
-    KHUB_FORWARD_IF_ERROR(m->rt, check_loaded(m, sw));
+    uint64_t held = 0;
+    KHUB_FORWARD_IF_ERROR(m->rt, hold_loaded(m, sw, &held));
     khub_status st = switch_to(m, sw);
-    release(m->rt, sw); /* bound now, or unloaded when a failed switch leaves it unused */
+    /* bound now, or unloaded when a failed switch leaves it unused */
+    khub__plugin_release(m->rt, sw->plugin, held);
+    release(m->rt, sw);
     return st;
 }
 

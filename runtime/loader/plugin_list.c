@@ -215,6 +215,14 @@ khub_status khub_plugin_reload(khub_runtime *rt, khub_plugin *old, const char *p
     if (slot == SIZE_MAX) {
         snprintf(msg, sizeof msg, "reload %s: the old plugin is not loaded in this runtime", path);
         st = KHUB_STATUS_MISUSE;
+    } else if (old->swap_holds) {
+        /* a switch may be reading it right now (kernel_swap.c) */
+        snprintf(msg, sizeof msg,
+                 "reload %s %s: %u prepared kernel swap(s) hold it; switch them "
+                 "(khub_model_kernel_swap) or release them (khub_kernel_swap_release) first; "
+                 "nothing changed",
+                 old->id, old->version, (unsigned)old->swap_holds);
+        st = KHUB_STATUS_BUSY;
     } else {
         st = swap_bindings(rt, old, np, slot, msg, sizeof msg);
     }
@@ -242,7 +250,8 @@ khub_status khub_plugin_unload(khub_runtime *rt, khub_plugin *p)
     pthread_rwlock_wrlock(&rt->reg_lock);
     size_t slot = list_find(rt, p);
     size_t users = slot == SIZE_MAX ? 0 : khub__registry_bindings_of(rt, p);
-    if (slot != SIZE_MAX && users == 0) {
+    uint32_t holds = slot == SIZE_MAX ? 0 : p->swap_holds;
+    if (slot != SIZE_MAX && users == 0 && holds == 0) {
         khub__plugin_list *l = &rt->plugins;
         memmove(l->items + slot, l->items + slot + 1, (l->count - slot - 1) * sizeof *l->items);
         l->count--;
@@ -253,6 +262,10 @@ khub_status khub_plugin_unload(khub_runtime *rt, khub_plugin *p)
     KHUB_RETURN_IF(rt, users > 0, KHUB_STATUS_BUSY,
                    "unload %s %s: %zu binding(s) use it; reload it instead, or free the runtime",
                    p->id, p->version, users);
+    KHUB_RETURN_IF(rt, holds > 0, KHUB_STATUS_BUSY,
+                   "unload %s %s: %u prepared kernel swap(s) hold it; switch them "
+                   "(khub_model_kernel_swap) or release them (khub_kernel_swap_release) first",
+                   p->id, p->version, (unsigned)holds);
     khub__plugin_wait_idle(p);
     khub__plugin_retire(p);
     return KHUB_STATUS_OK;
@@ -278,27 +291,21 @@ static size_t find_load(const khub_runtime *rt, const khub_plugin *p, uint64_t l
     return slot != SIZE_MAX && (!load_no || p->load_no == load_no) ? slot : SIZE_MAX;
 }
 
-bool khub__plugin_loaded(khub_runtime *rt, const khub_plugin *p, uint64_t load_no)
+uint64_t khub__plugin_hold(khub_runtime *rt, const khub_plugin *cp, uint64_t load_no, uint64_t mark)
 {
-    pthread_rwlock_rdlock(&rt->reg_lock);
-    bool loaded = find_load(rt, p, load_no) != SIZE_MAX;
-    pthread_rwlock_unlock(&rt->reg_lock);
-    return loaded;
-}
-
-uint64_t khub__plugin_hold(khub_runtime *rt, khub_plugin *p, uint64_t mark)
-{
-    uint64_t load_no = 0;
+    uint64_t held = 0;
     pthread_rwlock_wrlock(&rt->reg_lock);
-    if (find_load(rt, p, 0) != SIZE_MAX) {
+    size_t slot = find_load(rt, cp, load_no);
+    if (slot != SIZE_MAX) {
+        khub_plugin *p = rt->plugins.items[slot];
         p->swap_holds++;
         /* loaded since the mark, and not by the caller's own load (one
          * that ran on another thread meanwhile) */
         if (p->load_no > mark && !p->by_caller) p->swap_loaded = true;
-        load_no = p->load_no;
+        held = p->load_no;
     }
     pthread_rwlock_unlock(&rt->reg_lock);
-    return load_no;
+    return held;
 }
 
 /* Under the write lock: takes the plugin at slot out of the list when a
@@ -325,7 +332,8 @@ static void unload_taken(khub_runtime *rt, khub_plugin *p, const char *why)
     khub__plugin_retire(p);
 }
 
-bool khub__plugin_release(khub_runtime *rt, const khub_plugin *cp, uint64_t load_no)
+/* Drops a hold; then, when may_unload, unloads the plugin if unused. */
+static bool drop_hold(khub_runtime *rt, const khub_plugin *cp, uint64_t load_no, bool may_unload)
 {
     khub_plugin *p = NULL;
     pthread_rwlock_wrlock(&rt->reg_lock);
@@ -333,12 +341,22 @@ bool khub__plugin_release(khub_runtime *rt, const khub_plugin *cp, uint64_t load
     if (slot != SIZE_MAX) {
         khub_plugin *held = rt->plugins.items[slot];
         if (held->swap_holds) held->swap_holds--;
-        p = take_if_unused(rt, slot);
+        if (may_unload) p = take_if_unused(rt, slot);
     }
     pthread_rwlock_unlock(&rt->reg_lock);
     if (!p) return false;
     unload_taken(rt, p, "loaded for a swap that did not happen");
     return true;
+}
+
+bool khub__plugin_release(khub_runtime *rt, const khub_plugin *p, uint64_t load_no)
+{
+    return drop_hold(rt, p, load_no, true);
+}
+
+void khub__plugin_unhold(khub_runtime *rt, const khub_plugin *p, uint64_t load_no)
+{
+    drop_hold(rt, p, load_no, false);
 }
 
 bool khub__plugin_swapped_out(khub_runtime *rt, const khub_plugin *cp, uint64_t load_no)

@@ -157,7 +157,8 @@ struct khub_plugin {
      * number in rt, given when it joins the list (a reload's new plugin gets
      * its own), never reused, so a prepared swap tells its plugin from one
      * loaded later at the same address. swap_holds: prepared swaps that
-     * point at it and were neither switched nor released. swap_loaded: a
+     * point at it and were neither switched nor released, and switches in
+     * progress (unload and reload answer BUSY while any). swap_loaded: a
      * swap's prepare loaded it (it was not loaded before), so the swap's
      * failure or release, or a later switch that swaps it out, unloads it
      * when nothing else uses it. by_caller: the caller loaded it
@@ -239,16 +240,22 @@ KHUB_INTERNAL void khub__registry_drop(khub_runtime *rt, khub_binding *b);
 /* The last load number given in rt: a plugin whose load_no is above a mark
  * taken before a resolve was loaded by it. */
 KHUB_INTERNAL uint64_t khub__plugin_load_mark(khub_runtime *rt);
-/* Whether p is loaded in rt, as load number load_no (0: any). */
-KHUB_INTERNAL bool khub__plugin_loaded(khub_runtime *rt, const khub_plugin *p, uint64_t load_no);
-/* Takes a hold on loaded plugin p for a prepared swap; mark is the load
- * mark taken before the prepare resolved it (p->load_no above it: the
- * prepare loaded it). Returns p's load number, 0 when p is not loaded. */
-KHUB_INTERNAL uint64_t khub__plugin_hold(khub_runtime *rt, khub_plugin *p, uint64_t mark);
+/* Takes a hold on p for a prepared swap or a switch in progress, when p is
+ * loaded as load_no (0: any load), in one step under the lock: while held,
+ * khub_plugin_unload and khub_plugin_reload of p answer BUSY, so it stays
+ * readable. mark is the load mark taken before a prepare resolved it
+ * (p->load_no above it: the prepare loaded it, and the swaps own it);
+ * UINT64_MAX claims nothing. Returns p's load number, 0 when p is not
+ * loaded (as load_no). */
+KHUB_INTERNAL uint64_t khub__plugin_hold(khub_runtime *rt, const khub_plugin *p, uint64_t load_no,
+                                         uint64_t mark);
 /* Drops a hold taken by khub__plugin_hold (nothing when p is no longer
  * loaded as load_no), then unloads p if a swap's prepare loaded it, no
  * other swap holds it and no binding uses it. True when it unloaded p. */
 KHUB_INTERNAL bool khub__plugin_release(khub_runtime *rt, const khub_plugin *p, uint64_t load_no);
+/* Drops a hold taken by khub__plugin_hold and nothing else: p stays loaded
+ * (a 0.1 khub_kernel_swap, which holds nothing after its prepare). */
+KHUB_INTERNAL void khub__plugin_unhold(khub_runtime *rt, const khub_plugin *p, uint64_t load_no);
 /* A plugin a successful switch swapped out (its last binding in a model was
  * just dropped): unloaded when it is still loaded as load_no, a swap's
  * prepare loaded it, no prepared swap holds it and no binding uses it. A
