@@ -6,6 +6,8 @@
  * like the other kinds. khub-test/paged-attn-wrong (tests/plugins/paged_attn.c)
  * is right on one sequence and doubles its output on a batch; the check
  * names it on a batch, and passes it alone and passes its right twin.
+ * khub-test/paged-attn-scribble writes into the pools it should only read,
+ * which the outputs cannot show; the digests of the blocks it reads do.
  * (tests/t_contain.sh checks a norm kernel through `khub run` on SmolLM2.)
  */
 #include <unistd.h>
@@ -122,7 +124,33 @@ TEST_IMPL(verify_passes_a_right_paged_attention)
     close_paged(&f);
 }
 
+/* khub-test/paged-attn-scribble computes right but writes into the V pool
+ * before it reads it: its output equals the reference's on the pools it
+ * left, so only the digests of the blocks the call reads catch it, in the
+ * first call (layer 0, the prompts), naming the pool, the block and the
+ * sequence; without the check the batch completes on a corrupted cache. */
+TEST_IMPL(verify_catches_a_paged_attention_that_writes_the_pools)
+{
+    fixture f = open_paged("paged_attn_scribble", "khub-test/paged-attn-scribble", 1);
+    reqs r;
+    make_reqs(&r);
+    khub_status st = khub_generate_batch(f.m, r.req, NREQ, NULL, r.res);
+    ASSERT_STATUS(st, KHUB_STATUS_KERNEL_MISMATCH);
+    char want[512];
+    snprintf(want, sizeof want,
+             "%s: KHUB_OPT_VERIFY_KERNELS: khub-test/paged-attn-scribble 1.0.0 :: paged_attention "
+             "(paged_attention, layer 0) wrote into the read-only KV pools: block 0 of the V pool "
+             "(sequence 0's block 0) changed, 1 of the 6 blocks read",
+             strrchr(f.dir, '/') + 1);
+    ASSERT_STR_EQ(khub_runtime_errmsg(f.rt), want);
+    ASSERT_STATUS(r.res[0].status, KHUB_STATUS_KERNEL_MISMATCH);
+    ASSERT_STR_EQ(r.res[0].error, want); /* whole: it fits a result's 256 bytes */
+    khub_batch_results_free(f.m, r.res, NREQ);
+    close_paged(&f);
+}
+
 #define TEST_LIST(X) \
     X(verify_catches_a_wrong_paged_attention_on_a_batch) \
-    X(verify_passes_a_right_paged_attention)
+    X(verify_passes_a_right_paged_attention) \
+    X(verify_catches_a_paged_attention_that_writes_the_pools)
 TEST_MAIN(TEST_LIST)

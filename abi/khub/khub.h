@@ -159,8 +159,12 @@ typedef enum khub_option {
      * since 0.2 paged_attention, the paged pool's batch call; CPU ops; 1 =
      * every call) is also run through khub/ref-cpu on copies of its inputs,
      * and an NMSE over the kind's tolerance fails the call with
-     * KHUB_STATUS_KERNEL_MISMATCH naming the plugin, op, role and NMSE.
-     * Default 0 (off); costs a reference call per checked call. Since 0.1. */
+     * KHUB_STATUS_KERNEL_MISMATCH naming the plugin, op, role and NMSE; a
+     * checked paged_attention call that changed a KV pool block it reads
+     * (read-only to it) fails the same way, naming the pool, block and
+     * sequence (since session 15). Default 0 (off); costs a reference call
+     * per checked call (and two digests of the blocks a paged call reads).
+     * Since 0.1. */
     KHUB_OPT_VERIFY_KERNELS = 7,
     KHUB_OPT__COUNT
 } khub_option;

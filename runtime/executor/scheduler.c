@@ -314,7 +314,7 @@ static khub_status run_plan(khub_batch *b, const plan *p)
     }
     /* The failed call may have written part of these sequences' KV: they
      * end with its status; the others are not in it and go on. */
-    char msg[256];
+    char msg[KHUB_ERROR_SIZE]; /* whole on the runtime; a result's error keeps 255 bytes */
     snprintf(msg, sizeof msg, "%s", khub_runtime_errmsg(m->rt));
     for (int k = 0; k < p->n_segs; k++) khub__batch_end(b, b->seg_req[k], st, msg, KHUB_STOP_NONE);
     return khub__fail(m->rt, st, "%s", msg);

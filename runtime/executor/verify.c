@@ -21,10 +21,25 @@
  *
  * paged_attention: the pools and tables are the cache's and are read-only
  * to the op (khub_paged_attention_args), so the reference reads the same
- * ones after the plugin's call, which wrote only out; q is copied anyway,
- * as for attention. Its reference is khub/ref-cpu's op of the pools' KV
- * layout (a layout the reference does not read is not checked). Checking
- * allocates scratch per checked call; it is a diagnostic, not a fast path.
+ * ones after the plugin's call; q is copied anyway, as for attention. Its
+ * reference is khub/ref-cpu's op of the pools' KV layout (a layout the
+ * reference does not read is not checked). A plugin that writes into the
+ * pools would not be caught by the outputs alone (the reference reads the
+ * pools as the plugin left them, and the damage shows only in later
+ * steps), so every pool block the call's block tables reach (K, V, and
+ * their scales for a Q8 layout) gets a 64-bit digest before the plugin's
+ * call, compared after it: a change is KERNEL_MISMATCH naming the op, the
+ * layer, the pool, the block and the sequence. The digest reads what the
+ * op reads, once before and once after: bounded by the op's own reads, and
+ * no copy of the pools. It is word-wise FNV-1a (xor then multiply by an odd
+ * constant, both bijections of the state), so a change of any one 64-bit
+ * word always changes it; changes of several words collide with
+ * probability about 2^-64. Rejected: a copy of the blocks (exact, and it
+ * could undo the damage, but memory the size of the sequences' caches per
+ * checked call) and SHA-256 (several times slower, for no need of a
+ * cryptographic digest against a kernel that is already trusted to run).
+ * Checking allocates scratch per checked call; it is a diagnostic, not a
+ * fast path.
  */
 #include <math.h>
 #include <stdio.h>
@@ -103,6 +118,136 @@ static void shadow_free(khub_runtime *rt, shadow *s)
 {
     if (s->data) khub__free(rt, s->data, s->n * sizeof(float) + 1);
     s->data = NULL;
+}
+
+/* ======================================================================== */
+/* The paged pools' blocks a call reads, and their digests                  */
+/* ======================================================================== */
+
+enum { POOL_K, POOL_V, POOL_K_SCALES, POOL_V_SCALES, N_POOLS };
+
+static const char *const pool_name[N_POOLS] = {"the K pool", "the V pool", "the K scales",
+                                               "the V scales"};
+
+/* The pools of a paged_attention call and a digest per (sequence, block)
+ * its block tables reach, per pool. */
+typedef struct pools {
+    const khub_paged_attention_args *a;
+    const unsigned char *base[N_POOLS]; /* NULL: the pool is absent (no scales) */
+    size_t block_bytes[N_POOLS];        /* bytes of one block in each pool */
+    int64_t n_blocks;                   /* blocks in each pool */
+    uint64_t *sum;                      /* [n_reads][N_POOLS] */
+    size_t n_reads;
+} pools;
+
+/* 64-bit FNV-1a over n bytes, a word at a time (see the top of the file). */
+static uint64_t digest(const unsigned char *p, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325u;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t w;
+        memcpy(&w, p + i, 8);
+        h = (h ^ w) * 0x100000001b3u;
+    }
+    for (; i < n; i++) h = (h ^ p[i]) * 0x100000001b3u;
+    return h;
+}
+
+/* Block j of sequence s's row in the block table. */
+static int32_t block_of(const khub_paged_attention_args *a, int32_t s, int64_t j)
+{
+    int64_t row = a->seq_rows ? a->seq_rows[s] : s;
+    return a->block_table[row * a->block_table_stride + j];
+}
+
+static int64_t blocks_read(const khub_paged_attention_args *a, int32_t s)
+{
+    return (a->kv_lens[s] + a->block_size - 1) / a->block_size;
+}
+
+/* Whether t is a compact CPU pool of n_blocks blocks; its block's bytes. */
+static bool pool_of(const khub_tensor *t, int64_t n_blocks, size_t *block_bytes)
+{
+    if (!on_cpu(t) || t->strides || t->ndim < 1 || t->shape[0] != n_blocks || n_blocks <= 0)
+        return false;
+    *block_bytes = numel(t) / (size_t)n_blocks * ((size_t)t->dtype.bits * t->dtype.lanes / 8);
+    return true;
+}
+
+/* Fills the digests of every block a reads into sums ([n_reads][N_POOLS]);
+ * a block id outside the pools (the op refuses it) gets 0. */
+static void pools_digest(const pools *p, uint64_t *sums)
+{
+    const khub_paged_attention_args *a = p->a;
+    size_t r = 0;
+    for (int32_t s = 0; s < a->n_seqs; s++)
+        for (int64_t j = 0; j < blocks_read(a, s); j++, r++) {
+            int32_t id = block_of(a, s, j);
+            for (int k = 0; k < N_POOLS; k++)
+                sums[r * N_POOLS + k] =
+                    p->base[k] && id >= 0 && id < p->n_blocks
+                        ? digest(p->base[k] + (size_t)id * p->block_bytes[k], p->block_bytes[k])
+                        : 0;
+        }
+}
+
+/* Takes the digests of the pools' blocks that a reads before the plugin's
+ * call; false when the pools are not compact CPU tensors (or out of memory:
+ * then the call is not checked). */
+static bool pools_before(khub_runtime *rt, pools *p, const khub_paged_attention_args *a)
+{
+    memset(p, 0, sizeof *p);
+    p->a = a;
+    p->n_blocks = a->k_pool && a->k_pool->ndim >= 1 ? a->k_pool->shape[0] : 0;
+    const khub_tensor *t[N_POOLS] = {a->k_pool, a->v_pool, a->k_scales, a->v_scales};
+    for (int k = 0; k < N_POOLS; k++) {
+        if (!t[k] && k >= POOL_K_SCALES) continue;
+        if (!pool_of(t[k], p->n_blocks, &p->block_bytes[k])) return false;
+        p->base[k] = (const unsigned char *)t[k]->data + t[k]->byte_offset;
+    }
+    if (a->block_size < 1 || a->n_seqs < 1) return false;
+    for (int32_t s = 0; s < a->n_seqs; s++) p->n_reads += (size_t)blocks_read(a, s);
+    p->sum = khub__malloc(rt, p->n_reads * N_POOLS * sizeof *p->sum + 1);
+    if (!p->sum) return false;
+    pools_digest(p, p->sum);
+    return true;
+}
+
+static void pools_free(khub_runtime *rt, pools *p)
+{
+    if (p->sum) khub__free(rt, p->sum, p->n_reads * N_POOLS * sizeof *p->sum + 1);
+    p->sum = NULL;
+}
+
+/* After the plugin's call: KERNEL_MISMATCH when a block it reads changed,
+ * naming the first (pool, block, sequence) and how many changed. */
+static khub_status pools_after(khub_model *m, pools *p, const khub_binding *b, const char *what,
+                               int layer)
+{
+    uint64_t *now = khub__malloc(m->rt, p->n_reads * N_POOLS * sizeof *now + 1);
+    KHUB_RETURN_IF(m->rt, !now, KHUB_STATUS_NOMEM, "%s: verify: out of memory", m->file);
+    pools_digest(p, now);
+    size_t changed = 0, first = SIZE_MAX;
+    for (size_t i = 0; i < p->n_reads * N_POOLS; i++)
+        if (now[i] != p->sum[i]) {
+            changed++;
+            if (first == SIZE_MAX) first = i;
+        }
+    khub__free(m->rt, now, p->n_reads * N_POOLS * sizeof *now + 1);
+    if (!changed) return KHUB_STATUS_OK;
+    size_t present = 0;
+    for (int k = 0; k < N_POOLS; k++) present += p->base[k] != NULL;
+    size_t r = first / N_POOLS, k = first % N_POOLS, seen = 0;
+    int32_t s = 0;
+    while (seen + (size_t)blocks_read(p->a, s) <= r) seen += (size_t)blocks_read(p->a, s++);
+    int64_t j = (int64_t)(r - seen);
+    return khub__fail(m->rt, KHUB_STATUS_KERNEL_MISMATCH,
+                      "%s: KHUB_OPT_VERIFY_KERNELS: %s (%s, layer %d) wrote into the read-only "
+                      "KV pools: block %d of %s (sequence %d's block %lld) changed, %zu of the "
+                      "%zu blocks read",
+                      m->file, khub_binding_name(b), what, layer, (int)block_of(p->a, s, j),
+                      pool_name[k], (int)s, (long long)j, changed, p->n_reads * present);
 }
 
 /* The reference binding for b's kind, made on first use (NULL: none). */
@@ -262,7 +407,11 @@ static khub_status cross_check(khub_model *m, khub_binding *b, khub_binding *ref
         check_free(rt, &c);
         return khub_binding_call(b, args);
     }
+    pools pl = {0};
+    bool paged = b->kind == KHUB_OP_PAGED_ATTENTION && pools_before(rt, &pl, args);
     khub_status st = khub_binding_call(b, args);
+    if (st == KHUB_STATUS_OK && paged) st = pools_after(m, &pl, b, what, layer);
+    pools_free(rt, &pl);
     if (st != KHUB_STATUS_OK) {
         check_free(rt, &c);
         return st;

@@ -8,6 +8,13 @@
  *                               as a kernel tested only on single sequences
  *                               might be; the NMSE against the reference is
  *                               then 1
+ *   khub-test/paged-attn-scribble PA_SCRIBBLE: right, but before it reads
+ *                               the pools it adds 1 to the first V value
+ *                               of the last block the first sequence
+ *                               reaches (the pools are read-only to the
+ *                               op): its output equals the reference's on
+ *                               the pools it left, and the cache is wrong
+ *                               for every later step
  */
 #include <math.h>
 
@@ -60,12 +67,30 @@ static void row(const khub_pu_paged *p, int64_t s, int64_t t, int64_t h, double 
     }
 }
 
+#ifdef PA_SCRIBBLE
+/* Adds 1 to V value 0 of the last block sequence 0 reads (head 0, slot 0). */
+static void scribble(const khub_pu_paged *p)
+{
+    const int32_t *blocks = khub_pu_paged_row(p, 0);
+    int64_t at = (int64_t)blocks[(p->a->kv_lens[0] - 1) / p->bs] * p->n_kv_heads * p->bs * p->hd;
+    if (p->kv_id == KHUB_DTYPE_ID_F16) {
+        uint16_t *v = (uint16_t *)(uintptr_t)p->v; /* const cast away: the bug */
+        v[at] = khub_pu_f32_to_f16(khub_pu_f16_to_f32(v[at]) + 1.0f);
+    } else {
+        ((float *)(uintptr_t)p->v)[at] += 1.0f;
+    }
+}
+#endif
+
 static khub_status run(void *state, const void *args)
 {
     (void)state;
     khub_pu_paged p;
     KHUB_PU_TRY(
         khub_pu_paged_check(the_host, OP, args, KHUB_KV_LAYOUT_BIT(KHUB_KV_LAYOUT_PAGED_HTD), &p));
+#ifdef PA_SCRIBBLE
+    scribble(&p);
+#endif
     int64_t max_kv = 1;
     for (int32_t s = 0; s < p.a->n_seqs; s++)
         if (p.a->kv_lens[s] > max_kv) max_kv = p.a->kv_lens[s];

@@ -141,7 +141,8 @@ int cli_model_sampling_flag(const char *f);
     "  --verify-kernels      check every norm, activation, rotary, linear, attention and\n" \
     "                        paged attention call against khub/ref-cpu (NMSE per op kind);\n" \
     "                        a kernel that differs fails the run naming plugin, op, role and\n" \
-    "                        NMSE (slow: a debug aid)\n" \
+    "                        NMSE, one that writes into the KV pools naming the block (slow:\n" \
+    "                        a debug aid)\n" \
     "  --strict              fail instead of falling back (no variant, plugin cannot serve,\n" \
     "                        with --device cuda: a role without a CUDA kernel)\n" \
     "  --device DEV          cpu (default), cuda or cuda:N: places the model on a CUDA GPU\n" \
