@@ -247,7 +247,7 @@ static int is_kquant(int f) { return f == KHUB_QFORMAT_Q4_K || f == KHUB_QFORMAT
 /* Tokens from which the default qlinear (int16 tiles) becomes the f32 GEMM:
  * plugins/cpu-x86/kx.h KX_GEMM_MIN_N and KX_GEMM_MIN_N_K.
  * qlinear_batch_invariant fails when these and kx.h disagree. */
-static int64_t gemm_min_n(int f) { return is_kquant(f) ? 32 : 48; }
+static int64_t gemm_min_n(int f) { return is_kquant(f) ? 32 : 128; }
 static size_t qblk_bytes(int f) { return (size_t)khub_qformat_block_bytes((khub_qformat)f); }
 static size_t qrow_bytes(int f, int64_t in)
 {
@@ -531,12 +531,12 @@ static int tokens_match_alone(const plug *p, int f, const uint8_t *w, int64_t in
 }
 
 /* Batch invariance (continuous batching mixes sequences in one call): below
- * gemm_min_n() tokens (47 for the 32-blocks, 31 for the k-quants), every
+ * gemm_min_n() tokens (127 for the 32-blocks, 31 for the k-quants), every
  * token of a call gets bit for bit what it gets alone or in any other group,
  * for every format, with the runtime's two threads splitting the rows. The
  * call sizes cover the 4 x KX_TC tiles (2 tokens) and the batch tiles of
  * every group size, 1 to KX_TB tokens, from KX_BATCH_MIN_N = 3 (kx.h: calls
- * of 3, 8, 9, 10, 12, 13, 14, 17 and 47 tokens end in groups of 3, 8, 1,
+ * of 3, 8, 9, 10, 12, 13, 14, 17 and 127 tokens end in groups of 3, 8, 1,
  * 2, 4, 5, 6, 1 and 7), and the 32-block formats run with an even (576) and an odd
  * (608) number of blocks per row, whose last block the tiles treat alone.
  * From gemm_min_n() tokens on the call is a prefill GEMM in f32 (qgemm.c),

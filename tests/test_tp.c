@@ -485,7 +485,8 @@ typedef struct smol_run {
  * kernels measured 4.5e-4 (tp 2), 5.2e-4 (tp 3), so 1e-3 there (the bound
  * the Transformers comparison of this model uses), and the same argmax.
  * Why (issue 18 item 5, docs/parallelism.md "Correctness"): calls of fewer
- * than 48 tokens round each 32-block of the activations to int16
+ * than KX_GEMM_MIN_N tokens (48 when these were measured, 128 since session
+ * 15) round each 32-block of the activations to int16
  * (cpu-avx2's qlinear_q16.c), and the all-reduce's other float order moves
  * a few values across a rounding step. Measured on tp 2: with qlinear_f32
  * (f32 activations) everywhere the gap is 2.5e-6; the prompts of 73+

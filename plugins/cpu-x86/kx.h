@@ -139,14 +139,18 @@ khub_status KX(qlinear_q16k_run)(kx_state *s, const kx_linear *a);
  * Q5_0, Q5_1, Q8_0) or KX_GEMM_MIN_N_K tokens (Q4_K, Q6_K) to qgemm_run:
  * weights dequantized per panel, f32 GEMM (the f32 math, exact). Below, the
  * int16 tiles, which give each token bit for bit its one-token result. Chosen
- * by measurement (docs/performance.md, "Batched decode"): the 4 x 2 tiles cost
- * the same per token from 2 to 128 tokens, the GEMM's panel packing makes it
- * 1.3-2.4x slower per token at 16-32 tokens, and it wins from about 48
- * (32 for the k-quants, whose tiles are slower); measured with AVX2 on Zen 3,
- * used unmeasured by the AVX-512 build too. The batch tiles (from
- * KX_BATCH_MIN_N, session 10) are faster than the 4 x 2 tiles; against the
- * GEMM at 48-256 tokens a loaded machine showed no consistent winner. */
-#define KX_GEMM_MIN_N   48
+ * by measurement (docs/performance.md, "Batched decode" and session 15): the
+ * batch tiles (from KX_BATCH_MIN_N) cost the same per token from 8 to 256
+ * tokens, the GEMM's panel packing is paid once per call, so the GEMM wins
+ * from the row count where the packing is amortized. For SmolLM2's Q4_1
+ * layers and Q8_0 head on Zen 2 (AVX2, weights hot, 1 thread) the tiles are
+ * 1.2x faster at 64 rows, tie at 96-112 and lose from 128 on (the head
+ * alone, 49152 rows, keeps winning to 128); in a 64-sequence batch, weights
+ * streamed from memory, the packing was 25 % of the decode steps. 48 until
+ * session 15 (chosen against the older 4 x 2 tiles). The k-quants' tiles are
+ * slower: 32, measured on Zen 3. The AVX-512 build uses the same values,
+ * unmeasured. */
+#define KX_GEMM_MIN_N   128
 #define KX_GEMM_MIN_N_K 32
 /* From this many tokens the 32-block formats' int16 path runs the batch
  * tiles (one row x up to KX_TB tokens, kx_qbtile_fn) instead of the

@@ -346,11 +346,11 @@ static void bench_head(double min_s)
 /* Batched steps (issue 13 item 8): SmolLM2-135M's Q4_1 layer matrices and
  * its Q8_0 head (out x in) at the row counts of continuous-batching steps,
  * weights in cache (a step reuses them for every row). The int16 tiles run
- * below 48 rows, the f32 GEMM from there (plugins/cpu-x86/kx.h). */
+ * below 128 rows, the f32 GEMM from there (plugins/cpu-x86/kx.h). */
 static void bench_batch(double min_s)
 {
     static const int64_t shp[][2] = {{576, 576}, {1536, 576}, {576, 1536}, {49152, 576}};
-    static const int64_t ns[] = {1, 2, 4, 8, 16, 32, 47, 48, 64, 128, 256};
+    static const int64_t ns[] = {1, 2, 4, 8, 16, 32, 47, 48, 64, 80, 96, 112, 128, 256};
     for (size_t i = 0; i < sizeof shp / sizeof shp[0]; i++)
         for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++)
             bench_linear(shp[i][0] == 49152 ? "qlinear Q8_0" : "qlinear Q4_1",
