@@ -3,7 +3,8 @@
  * its metadata.json (with a sidecar of verified fingerprints), and a
  * variant fetched (archive or file by file) when it is not cached. Which
  * variant fits this host is variant_rank.c's; the listing is
- * variant_list.c's.
+ * variant_list.c's; the sidecar of fingerprints that spares a warm verify
+ * the hashing is verified_files.c's.
  *
  * Nothing in a variant is reported loadable before its metadata.json digest
  * table has been checked against the bytes (khub_hub_variant_files).
@@ -16,13 +17,13 @@
 #include <string.h>
 #include <stdint.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "dir_list.h"
 #include "hub_impl.h"
 #include "kernel_meta.h"
 #include "parse_memo.h"
+#include "verified_files.h"
 
 /* ======================================================================== */
 /* Verified variant files                                                   */
@@ -42,166 +43,6 @@ void khub_hub_file_list_free(khub_hub_file_list *list)
 static int plain_variant_name(const char *v)
 {
     return v && v[0] && khub__path_is_safe(v) && !strchr(v, '/') && strlen(v) < 128;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Verified fingerprints: khub-verified/<commit>/<variant>                  */
-/* ------------------------------------------------------------------------ */
-
-/* Re-hashing every file of a cached variant on every resolve made a warm
- * verify cost ~1.7 ms for 2.8 MB (docs/performance.md "Hub"). After a file
- * has been hashed and matched metadata.json, one line records the digest
- * it matched and the stat fingerprint of the bytes (device, inode, size,
- * mtime and ctime in ns, taken before and after the hash and equal). A
- * later verify trusts a line that matches exactly (same name, same digest
- * metadata.json now states, same fingerprint) instead of hashing; anything
- * else is hashed. Writing a file in place moves its mtime and ctime,
- * replacing it moves the inode, and ctime cannot be set from user space.
- *
- * This is a cache of this function's answer, not of what gets loaded: the
- * loader hashes the exact bytes it copies into a sealed memfd and compares
- * them with the digest before dlopen, an artifact is hashed when it is
- * read, `khub sync` re-hashes every locked file against khub.lock
- * (khub__lock_check_dir), and `khub cache verify` re-hashes every blob. A
- * locked load trusts this sidecar like any load (since session 10): the
- * digests it checks against are then the lock's (the judge's table check),
- * and what runs or is read is hashed where it is used. */
-
-#define VERIFIED_MAX (1u << 20)
-
-/* "<sha256> <dev> <ino> <size> <mtime_ns> <ctime_ns>" of path (of sb, its
- * stat, when not NULL) into buf; ctime_out, when not NULL, receives the
- * ctime in ns. */
-static bool fingerprint_of(const char *path, const struct stat *sb, const char *sha256, char *buf,
-                           size_t size, long long *ctime_out)
-{
-    struct stat own;
-    if (!sb && stat(path, &own) != 0) return false;
-    if (!sb) sb = &own;
-    if (!S_ISREG(sb->st_mode)) return false;
-    long long mt = (long long)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
-    long long ct = (long long)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
-    if (ctime_out) *ctime_out = ct;
-    int n =
-        snprintf(buf, size, "%s %llu %llu %llu %lld %lld", sha256, (unsigned long long)sb->st_dev,
-                 (unsigned long long)sb->st_ino, (unsigned long long)sb->st_size, mt, ct);
-    return n > 0 && (size_t)n < size;
-}
-
-/* One sidecar line: the fingerprint, the file's name in the variant. */
-static bool fingerprint_line(const char *path, const struct stat *sb, const char *name,
-                             const char *sha256, char *buf, size_t size, long long *ctime_out)
-{
-    char fp[160];
-    if (strchr(name, '\n') || !fingerprint_of(path, sb, sha256, fp, sizeof fp, ctime_out))
-        return false;
-    int n = snprintf(buf, size, "%s %s\n", fp, name);
-    return n > 0 && (size_t)n < size;
-}
-
-void khub__hub_note_fresh(khub_hub *hub, const char *path, const char *sha256)
-{
-    char fp[160];
-    if (!fingerprint_of(path, NULL, sha256, fp, sizeof fp, NULL)) return;
-    memcpy(hub->fresh[hub->n_fresh++ % 8], fp, sizeof fp);
-}
-
-bool khub__hub_is_fresh(const khub_hub *hub, const char *path, const char *sha256)
-{
-    char fp[160];
-    if (!fingerprint_of(path, NULL, sha256, fp, sizeof fp, NULL)) return false;
-    for (unsigned i = 0; i < 8 && i < hub->n_fresh; i++)
-        if (!strcmp(hub->fresh[i], fp)) return true;
-    return false;
-}
-
-/* The sidecar's text, or NULL when there is none usable (absent, empty,
- * over VERIFIED_MAX, or another header). Every line after the header
- * follows a newline, so each can be found as "\n<line>". Read by the
- * fstat-sized whole-file read: no stdio stream and no VERIFIED_MAX-sized
- * buffer per load (docs/performance.md, "Warm load, session 13"). */
-static char *verified_read(const khub_allocator *a, const char *path)
-{
-    char *text = NULL;
-    size_t n = 0;
-    if (khub__read_file_mem(a, path, VERIFIED_MAX - 1, &text, &n, NULL, 0) != KHUB_STATUS_OK)
-        return NULL;
-    if (strncmp(text, "khub-verified 1\n", 16) != 0) {
-        khub__mem_free(text);
-        return NULL;
-    }
-    return text;
-}
-
-/* Appends line to *lines (grown as needed); false on OOM. */
-static bool lines_add(const khub_allocator *a, char **lines, size_t *len, const char *line)
-{
-    size_t l = strlen(line);
-    char *p = khub__mem_realloc(a, *lines, *len + l + 1);
-    if (!p) return false;
-    memcpy(p + *len, line, l + 1);
-    *lines = p;
-    *len += l;
-    return true;
-}
-
-/* Best effort, like the tree cache: a read-only cache still verifies. */
-static void verified_write(khub_hub *hub, const char *path, const char *lines)
-{
-    char dir[KHUB__PATH_MAX], msg[KHUB_ERROR_SIZE];
-    int saved = hub->err_set;
-    memcpy(msg, hub->errmsg, sizeof msg);
-    hub->err_set = 0;
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash) *slash = '\0';
-    if (khub__mkdirs(hub, dir) != KHUB_STATUS_OK ||
-        khub__atomic_write(hub, path, lines, strlen(lines)) != KHUB_STATUS_OK)
-        khub__log(hub->rt, KHUB_LOG_DEBUG, "not recording verified fingerprints: %s", hub->errmsg);
-    hub->err_set = saved;
-    memcpy(hub->errmsg, msg, sizeof msg);
-}
-
-/* Git's "racily clean" rule: timestamps come from a coarse clock (a
- * scheduler tick, a whole second on some filesystems), so a file changed
- * in the same tick as the change that set its ctime keeps the same
- * fingerprint. A file whose ctime is at least SETTLE_NS in the past can
- * only be changed later under a newer ctime; a younger one is not
- * recorded (it is hashed again next time). */
-#define SETTLE_NS 2000000000LL
-
-static bool settled(long long ctime_ns)
-{
-    struct timespec now;
-    if (clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
-    return ctime_ns + SETTLE_NS <= (long long)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
-/* Hashes real and checks it against want; on a match, the fingerprint line
- * into line ("" when the file changed while it was hashed). pinned_by (may
- * be NULL): the file that pins want as well ("khub.lock"), named in the
- * LOCK_MISMATCH a mismatch then is. */
-static khub_status hash_check(khub_hub *hub, const char *dir, const char *name, const char *real,
-                              const char *want, const char *pinned_by, char *line, size_t size)
-{
-    char before[KHUB__PATH_MAX + 200], got[65];
-    long long ct = 0;
-    bool fp = fingerprint_line(real, NULL, name, want, before, sizeof before, &ct);
-    if (khub__sha256_file_hex(real, got) != KHUB_STATUS_OK)
-        return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read %s", real);
-    if (!khub__digest_eq(got, want) && pinned_by)
-        return khub__hub_fail(hub, KHUB_STATUS_LOCK_MISMATCH,
-                              "%s: %s has SHA-256 %s, %s says %s (as metadata.json does); the "
-                              "cached copy was changed: delete it and run khub sync",
-                              dir, name, got, pinned_by, want);
-    if (!khub__digest_eq(got, want))
-        return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
-                              "%s: %s has SHA-256 %s, metadata.json says %s", dir, name, got, want);
-    line[0] = '\0';
-    if (fp && settled(ct) && fingerprint_line(real, NULL, name, want, line, size, NULL) &&
-        strcmp(line, before) != 0)
-        line[0] = '\0';
-    return KHUB_STATUS_OK;
 }
 
 #define MAX_META_BYTES ((size_t)4 << 20)
@@ -346,9 +187,10 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
         return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s is not cached", dir);
     khub_status st = KHUB_STATUS_OK;
     const khub_allocator *a = khub__hub_alloc(hub);
-    char *known = verified ? verified_read(a, verified) : NULL, *lines = NULL;
+    char *known = verified ? khub__verified_read(a, verified) : NULL, *lines = NULL;
     size_t lines_len = 0;
-    bool record = verified && lines_add(a, &lines, &lines_len, "khub-verified 1\n"), hashed = false;
+    bool record = verified && khub__verified_add(a, &lines, &lines_len, "khub-verified 1\n"),
+         hashed = false;
     for (size_t i = 0; st == KHUB_STATUS_OK && i < m->n_files; i++) {
         char real[KHUB__PATH_MAX], line[KHUB__PATH_MAX + 200], probe[KHUB__PATH_MAX + 202];
         const char *name = m->files[i].name, *want = m->files[i].sha256;
@@ -369,21 +211,23 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
         }
         bool trusted =
             known &&
-            fingerprint_line(real, plain ? &sb : NULL, name, want, line, sizeof line, NULL) &&
+            khub__verified_line(real, plain ? &sb : NULL, name, want, line, sizeof line, NULL) &&
             snprintf(probe, sizeof probe, "\n%s", line) < (int)sizeof probe && strstr(known, probe);
         long long ct = 0;
         if (!trusted && khub__hub_is_fresh(hub, real, want)) {
             trusted = hashed = true; /* hashed by this handle: record it once settled */
-            if (!fingerprint_line(real, NULL, name, want, line, sizeof line, &ct) || !settled(ct))
+            if (!khub__verified_line(real, NULL, name, want, line, sizeof line, &ct) ||
+                !khub__verified_settled(ct))
                 line[0] = '\0';
         }
         if (!trusted) {
-            st = hash_check(hub, dir, name, real, want, pinned_by, line, sizeof line);
+            st =
+                khub__verified_hash_check(hub, dir, name, real, want, pinned_by, line, sizeof line);
             hashed = true;
             if (st == KHUB_STATUS_OK && !verified) khub__hub_note_fresh(hub, real, want);
         }
         if (st != KHUB_STATUS_OK) break;
-        record = record && line[0] && lines_add(a, &lines, &lines_len, line);
+        record = record && line[0] && khub__verified_add(a, &lines, &lines_len, line);
         khub_hub_file *e = &l->items[l->count++];
         e->rel = khub__mem_strdup(a, name);
         e->path = khub__mem_strdup(a, real);
@@ -392,7 +236,7 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
     }
     khub__mem_free(known);
     if (st == KHUB_STATUS_OK) st = check_unlisted(hub, dir, listed, m);
-    if (st == KHUB_STATUS_OK && record && hashed) verified_write(hub, verified, lines);
+    if (st == KHUB_STATUS_OK && record && hashed) khub__verified_write(hub, verified, lines);
     khub__mem_free(lines);
     return st;
 }
