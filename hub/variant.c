@@ -23,6 +23,7 @@
 #include "hub_impl.h"
 #include "kernel_meta.h"
 #include "parse_memo.h"
+#include "real_path.h"
 #include "verified_files.h"
 
 /* ======================================================================== */
@@ -102,30 +103,6 @@ static bool inside(const char *real, const char *root)
     return !strncmp(real, root, n) && real[n] == '/';
 }
 
-/* The canonical path of the directory path into out, as realpath() gives
- * it: the kernel's name of a descriptor opened on it (readlink of
- * /proc/self/fd/N), three system calls, instead of glibc's walk, which
- * reads every component as a possible link (a readlink each, each walking
- * the components before it again: 11 per warm load, docs/performance.md
- * "Warm load, session 13"). realpath() where /proc is not there or the
- * answer is not a plain absolute path (a folder removed meanwhile reads
- * "<path> (deleted)", one outside this root "(unreachable)/..."). */
-static bool real_dir(const char *path, char out[KHUB__PATH_MAX])
-{
-    int fd = open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        char link[32];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(link, out, KHUB__PATH_MAX - 1);
-        close(fd);
-        if (n > 0 && n < KHUB__PATH_MAX - 1 && out[0] == '/') {
-            out[n] = '\0';
-            if (!strstr(out, " (deleted)")) return true;
-        }
-    }
-    return realpath(path, out) != NULL;
-}
-
 /* The real path of dir/name into real: rdir/name when dir/name is a
  * regular file (rdir is dir's real path: nothing left to resolve), else
  * realpath() of it (a snapshot's link to its blob). One realpath of the
@@ -183,7 +160,7 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
                                bool *incomplete)
 {
     char path[KHUB__PATH_MAX], rroot[KHUB__PATH_MAX], rdir[KHUB__PATH_MAX];
-    if (!real_dir(repo_dir, rroot) || !real_dir(dir, rdir))
+    if (!khub__real_dirs(repo_dir, dir, rroot, rdir))
         return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "%s is not cached", dir);
     khub_status st = KHUB_STATUS_OK;
     const khub_allocator *a = khub__hub_alloc(hub);

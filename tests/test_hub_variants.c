@@ -263,9 +263,60 @@ TEST_IMPL(cache_through_a_link_and_a_file_outside)
     fx_done(&fx);
 }
 
+/* The variant folder's real path is derived from the repo folder's only
+ * when nothing between them is a link (hub/real_path.c): a variant folder
+ * that is itself a link is resolved in full, so a link to a copy outside
+ * the cache is refused with the real path of its file, and a link to a
+ * folder elsewhere inside the repo folder verifies with canonical paths. */
+TEST_IMPL(variant_folder_through_a_link)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    khub_hub_file_list *fl = NULL;
+    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl));
+    khub_hub_file_list_free(fl);
+    khub_hub_free(hub);
+
+    char dir[1000], repo[600], copy[1100], cmd[3000], real[4096], want[KHUB_ERROR_SIZE];
+    snprintf(repo, sizeof repo, "%s/kernels--org--demo", fx.cache);
+    snprintf(dir, sizeof dir, "%s/snapshots/" C1 "/build/%s", repo, fx.variant);
+    /* outside the cache: a copy with the links to the blobs followed */
+    snprintf(copy, sizeof copy, "%s/outside-variant", fx.root);
+    snprintf(cmd, sizeof cmd, "cp -rL '%s' '%s' && rm -r '%s' && ln -s '%s' '%s'", dir, copy, dir,
+             copy, dir);
+    ASSERT_EQ(system(cmd), 0);
+    ASSERT(realpath(copy, real) != NULL);
+    hub = fx_hub(&fx, 1, NULL);
+    ASSERT_STATUS(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl), KHUB_STATUS_UNSAFE_PATH);
+    snprintf(want, sizeof want, "%s: libk.so resolves outside the cache (%s/libk.so)", dir, real);
+    ASSERT_STR_EQ(khub_hub_errmsg(hub), want);
+    ASSERT(fl == NULL);
+    khub_hub_free(hub);
+
+    /* inside the repo folder, through the same link: verified, canonical */
+    snprintf(copy, sizeof copy, "%s/elsewhere", repo);
+    snprintf(cmd, sizeof cmd, "mv '%s/outside-variant' '%s' && rm '%s' && ln -s '%s' '%s'", fx.root,
+             copy, dir, copy, dir);
+    ASSERT_EQ(system(cmd), 0);
+    ASSERT(realpath(copy, real) != NULL);
+    hub = fx_hub(&fx, 1, NULL);
+    ASSERT_OK(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl));
+    ASSERT_EQ(fl->count, 1);
+    snprintf(want, sizeof want, "%s/libk.so", real);
+    ASSERT_STR_EQ(fl->items[0].path, want);
+    khub_hub_file_list_free(fl);
+    ASSERT_EQ(khub_hub_request_count(hub), 0);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(list_and_rank) \
     X(rejections_have_reasons) \
     X(download_verified_then_offline) \
-    X(archive_hostile_entries) X(archive_ok_unpacks) X(cache_through_a_link_and_a_file_outside)
+    X(archive_hostile_entries) \
+    X(archive_ok_unpacks) \
+    X(cache_through_a_link_and_a_file_outside) X(variant_folder_through_a_link)
 TEST_MAIN(TEST_LIST)
