@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,7 +220,7 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
 }
 
 /* The parse of metadata.json's bytes, kept per process (parse_memo.h):
- * khub_kmeta is flat, so a copy is one memcpy. */
+ * khub_kmeta is flat, so the memo keeps a copy made by one memcpy. */
 static void *kmeta_keep(const void *parsed)
 {
     khub_kmeta *c = khub__mem_alloc(NULL, sizeof *c);
@@ -227,9 +228,24 @@ static void *kmeta_keep(const void *parsed)
     return c;
 }
 
+/* The caller's copy: the fields and the used entries of the three tables
+ * (a few hundred bytes for a CPU variant), not all 25 KB of the struct;
+ * the unused entries are never read (every reader stops at its n_). */
 static bool kmeta_give(const void *kept, void *out)
 {
-    memcpy(out, kept, sizeof(khub_kmeta));
+    const khub_kmeta *k = kept;
+    khub_kmeta *o = out;
+    _Static_assert(offsetof(khub_kmeta, n_files) + sizeof(size_t) ==
+                       offsetof(khub_kmeta, source_commit),
+                   "kmeta_give copies the tail from source_commit on");
+    memcpy(o, k, offsetof(khub_kmeta, plugins));
+    memcpy(o->plugins, k->plugins, k->n_plugins * sizeof *k->plugins);
+    o->n_plugins = k->n_plugins;
+    memcpy(o->artifacts, k->artifacts, k->n_artifacts * sizeof *k->artifacts);
+    o->n_artifacts = k->n_artifacts;
+    memcpy(o->files, k->files, k->n_files * sizeof *k->files);
+    o->n_files = k->n_files;
+    memcpy(o->source_commit, k->source_commit, sizeof *o - offsetof(khub_kmeta, source_commit));
     return true;
 }
 
@@ -276,7 +292,8 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
         }
     }
     if (st == KHUB_STATUS_OK) {
-        out->km = khub__mem_calloc(khub__hub_alloc(hub), 1, sizeof *out->km);
+        /* not zeroed: the parse and the memo's copy (kmeta_give) fill it */
+        out->km = khub__mem_alloc(khub__hub_alloc(hub), sizeof *out->km);
         out->files = khub__mem_calloc(khub__hub_alloc(hub), 1, sizeof *out->files);
         st = (!out->km || !out->files)
                  ? khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory")

@@ -30,8 +30,7 @@ static const char *type_name(mode_t m)
     return "not a plain file";
 }
 
-/* khub__open_regular, handing back the descriptor's stat as well. */
-static int open_regular_stat(const char *path, struct stat *sbp, char *errbuf, size_t errbuf_size)
+int khub__open_regular_stat(const char *path, struct stat *sbp, char *errbuf, size_t errbuf_size)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
@@ -66,7 +65,7 @@ static int open_regular_stat(const char *path, struct stat *sbp, char *errbuf, s
 int khub__open_regular(const char *path, char *errbuf, size_t errbuf_size)
 {
     struct stat sb;
-    return open_regular_stat(path, &sb, errbuf, errbuf_size);
+    return khub__open_regular_stat(path, &sb, errbuf, errbuf_size);
 }
 
 FILE *khub__fopen_regular(const char *path, char *errbuf, size_t errbuf_size)
@@ -85,9 +84,17 @@ FILE *khub__fopen_regular(const char *path, char *errbuf, size_t errbuf_size)
 
 /* Reads fd to its end into *buf (capacity *cap, from alloc), growing it
  * (alloc, copy, release) up to limit bytes; *got counts what was read.
- * Returns 0 (stopped at the end, where *got < *cap, or with *got == limit),
- * -1 on a read error, -2 when alloc failed. */
-static int read_all(int fd, char **buf, size_t *cap, size_t limit, size_t *got,
+ * size (0 = unknown): the file's size by fstat. A read that brings *got to
+ * exactly size, short of the room it was given (*cap > size), met the end
+ * of the file as it was then: no second read to see the end (one system
+ * call per small file; docs/performance.md "Warm load, session 15"). A
+ * file that grew before that read gives more than size and is read on to
+ * its end; one that grows after it is read as it was, as a file that grows
+ * after the final read of zero bytes always was. /proc files report size 0
+ * and are read until a read returns 0. Returns 0 (stopped at the end,
+ * where *got < *cap, or with *got == limit), -1 on a read error, -2 when
+ * alloc failed. */
+static int read_all(int fd, char **buf, size_t *cap, size_t limit, size_t size, size_t *got,
                     void *(*alloc)(const void *, size_t), void (*release)(void *), const void *ud)
 {
     for (;;) {
@@ -106,6 +113,7 @@ static int read_all(int fd, char **buf, size_t *cap, size_t limit, size_t *got,
         if (r < 0) return -1;
         if (r == 0) return 0;
         *got += (size_t)r;
+        if (size && *got == size && *cap > size) return 0;
     }
 }
 
@@ -123,7 +131,7 @@ static khub_status read_into(const char *path, size_t max, void *(*alloc)(const 
     *out = NULL;
     *n = 0;
     struct stat sb;
-    int fd = open_regular_stat(path, &sb, errbuf, errbuf_size);
+    int fd = khub__open_regular_stat(path, &sb, errbuf, errbuf_size);
     if (fd < 0) return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
     size_t limit = max < SIZE_MAX ? max + 1 : 0; /* one byte past max tells "larger" */
     size_t size = sb.st_size > 0 ? (size_t)sb.st_size : 0;
@@ -131,7 +139,7 @@ static khub_status read_into(const char *path, size_t max, void *(*alloc)(const 
     if (cap > limit) cap = limit;
     char *buf = limit ? alloc(ud, cap) : NULL;
     size_t got = 0;
-    int err = buf ? read_all(fd, &buf, &cap, limit, &got, alloc, release, ud) : 0;
+    int err = buf ? read_all(fd, &buf, &cap, limit, size, &got, alloc, release, ud) : 0;
     close(fd);
     if (!buf || err == -2) {
         if (buf) release(buf);

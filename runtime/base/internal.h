@@ -219,6 +219,11 @@ KHUB_INTERNAL const khub_host_api *khub__runtime_host(khub_runtime *rt);
  * file". Every path a user names (model, plugin, policy, lock, key, token,
  * khub.json) is opened through this or khub__fopen_regular. */
 KHUB_PRIVATE_API int khub__open_regular(const char *path, char *errbuf, size_t errbuf_size);
+/* khub__open_regular, with the descriptor's fstat into *sb (a regular
+ * file's: no second fstat needed). */
+struct stat;
+KHUB_INTERNAL int khub__open_regular_stat(const char *path, struct stat *sb, char *errbuf,
+                                          size_t errbuf_size);
 /* The same as a stdio stream ("rb"); NULL with errno and errbuf set. */
 KHUB_PRIVATE_API FILE *khub__fopen_regular(const char *path, char *errbuf, size_t errbuf_size);
 

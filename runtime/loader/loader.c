@@ -68,17 +68,12 @@ khub_status khub__plugin_read_file(khub_runtime *rt, const char *path, size_t ca
 {
     *out = NULL;
     *size = 0;
-    int fd = khub__open_regular(path, msg, n); /* never hangs on a FIFO */
+    struct stat sb; /* the descriptor's: a regular file (never hangs on a FIFO) */
+    int fd = khub__open_regular_stat(path, &sb, msg, n);
     if (fd < 0) return errno == ENOENT ? KHUB_STATUS_NOT_FOUND : KHUB_STATUS_IO;
-    struct stat sb;
     khub_status st = KHUB_STATUS_OK;
     unsigned char *buf = NULL;
     size_t len = 0;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        khub__errbuf(msg, n, "%s is not a regular file", path);
-        st = KHUB_STATUS_IO;
-        goto fail;
-    }
     if ((uint64_t)sb.st_size > cap) {
         khub__errbuf(msg, n, "%s: %lld bytes, more than the %zu allowed", path,
                      (long long)sb.st_size, cap);
