@@ -12,6 +12,7 @@
 #include "plugin_artifacts.h"
 #include "plugins/tp_util.h"
 #include "runtime_impl.h"
+#include "sealed_memo.h"
 
 /* A fresh path for the mark a hostile plugin's constructor leaves, set in
  * $KHUB_HOSTILE_MARK; the file does not exist yet. */
@@ -215,6 +216,74 @@ TEST_IMPL(gate_verdict_never_outlives_the_bytes)
     free(bad);
 }
 
+static khub_sealed_memo_stats sealed_stats(void)
+{
+    khub_sealed_memo_stats s;
+    khub__sealed_memo_stats(&s);
+    return s;
+}
+
+TEST_IMPL(sealed_copy_never_outlives_the_file)
+{
+    /* A downloaded plugin's sealed memfd is kept after its unload for the
+     * next load of the same file (sealed_memo.h) only when the file's ctime
+     * was settled (2 s old) when it was read, and serves only while the
+     * file stat()s as it did then: edited in place between two loads (same
+     * inode, same size), the file is read again and refused with the
+     * message a first load gets, and the copy is dropped. */
+    khub__sealed_memo_clear();
+    size_t n = 0;
+    unsigned char *bytes = tp_read(TP("good_v1"), &n);
+    char sha[65], edited_sha[65], want[KHUB_ERROR_SIZE], first[48];
+    ASSERT_OK(khub__sha256_hex(bytes, n, sha));
+    const char *path = TP_WRITE("sealed-memo.so", bytes, n);
+    khub_plugin *p = NULL;
+    khub_runtime *rt = tp_runtime(1);
+    ASSERT_OK(khub__plugin_load_verified(rt, path, sha, NULL, 0, &p));
+    khub_runtime_free(rt);
+    ASSERT_EQ(sealed_stats().entries, 0); /* written just now: not settled, not kept */
+    struct timespec settle = {2, 200 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+    rt = tp_runtime(1);
+    ASSERT_OK(khub__plugin_load_verified(rt, path, sha, NULL, 0, &p));
+    snprintf(first, sizeof first, "%s", p->memfd_name);
+    khub_runtime_free(rt);
+    ASSERT_EQ(sealed_stats().entries, 1);
+    /* Unchanged: the kept copy serves, its bytes hashed again. */
+    rt = tp_runtime(1);
+    ASSERT_OK(khub__plugin_load_verified(rt, path, sha, NULL, 0, &p));
+    ASSERT_EQ(sealed_stats().hits, 1);
+    ASSERT_STR_EQ(p->memfd_name, first);
+    ASSERT_STR_EQ(p->sha256, sha);
+    ASSERT_EQ(khub_plugin_count(rt), 1);
+    khub_runtime_free(rt);
+    /* Edited in place: one byte, same inode and size; only the times tell. */
+    bytes[n - 1] ^= 0x5a;
+    ASSERT_OK(khub__sha256_hex(bytes, n, edited_sha));
+    FILE *f = fopen(path, "r+b");
+    ASSERT(f != NULL);
+    ASSERT_EQ(fwrite(bytes, 1, n, f), n);
+    ASSERT_EQ(fclose(f), 0);
+    snprintf(want, sizeof want,
+             "plugin file %s: SHA-256 is %s, expected %s; the file is not the one that was "
+             "verified, fetch it again",
+             path, edited_sha, sha);
+    for (int round = 0; round < 2; round++) {
+        rt = tp_runtime(1);
+        p = (khub_plugin *)1;
+        ASSERT_STATUS(khub__plugin_load_verified(rt, path, sha, NULL, 0, &p),
+                      KHUB_STATUS_DIGEST_MISMATCH);
+        ASSERT(p == NULL);
+        ASSERT_STR_EQ(khub_runtime_errmsg(rt), want);
+        ASSERT_EQ(khub_plugin_count(rt), 0);
+        khub_runtime_free(rt);
+        ASSERT_EQ(sealed_stats().entries, 0); /* dropped, and the refusal not kept */
+    }
+    ASSERT_EQ(sealed_stats().hits, 1);
+    unlink(path);
+    free(bytes);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Names and kinds                                                          */
 /* ------------------------------------------------------------------------ */
@@ -280,6 +349,7 @@ TEST_IMPL(registered_kinds_match_note)
     X(check_child_inherits_no_descriptors) \
     X(verified_load_refuses_runpath_before_dlopen) \
     X(gate_verdict_never_outlives_the_bytes) \
+    X(sealed_copy_never_outlives_the_file) \
     X(escape_codes_in_id_refused) \
     X(escape_codes_in_static_version_refused) \
     X(registered_kinds_match_note)

@@ -1,6 +1,6 @@
 /*
  * gate_memo.h: a per-process memo of the load-time ELF checks a plugin's
- * sealed bytes passed (issue 14 item 5), used by open_sealed (loader.c).
+ * sealed bytes passed (issue 14 item 5), used by load_sealed (loader.c).
  *
  * Every load reads the plugin into a sealed memfd and hashes the sealed
  * bytes. When that SHA-256 is the digest of bytes that passed the checks

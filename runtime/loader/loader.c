@@ -15,7 +15,11 @@
  * copied from gate_memo.c), and only then is it dlopened through
  * /proc/self/fd/N. The memfd stays open until dlclose:
  * glibc reuses an already-loaded library whose name matches, so a recycled
- * fd number would hand back the old library.
+ * fd number would hand back the old library. After the unload of a
+ * downloaded plugin its sealed memfd may be kept (sealed_memo.h): a later
+ * load of the same, unchanged file then starts from that sealed copy
+ * instead of reading the file and filling a new memfd, and reads it back,
+ * hashes and checks it like any other.
  *
  * Everything the host keeps from a plugin's descriptor is copied (strings,
  * op descriptors, caps, head dims), because plugin memory dies at dlclose.
@@ -61,10 +65,10 @@ static khub_status check_path(const char *path, char *msg, size_t n)
     return KHUB_STATUS_OK;
 }
 
-/* Reads a regular file of at most cap bytes into memory from rt's
- * allocator (*size bytes, +1 for a NUL the caller may use). */
-khub_status khub__plugin_read_file(khub_runtime *rt, const char *path, size_t cap,
-                                   unsigned char **out, size_t *size, char *msg, size_t n)
+/* khub__plugin_read_file; src (may be NULL) receives what the bytes were
+ * read from: the descriptor's fstat (sealed_memo.h). */
+static khub_status read_file(khub_runtime *rt, const char *path, size_t cap, unsigned char **out,
+                             size_t *size, khub__sealed_source *src, char *msg, size_t n)
 {
     *out = NULL;
     *size = 0;
@@ -99,6 +103,7 @@ khub_status khub__plugin_read_file(khub_runtime *rt, const char *path, size_t ca
     }
     buf[len] = '\0';
     close(fd);
+    if (src) khub__sealed_source_of(&sb, src);
     *out = buf;
     *size = len;
     return KHUB_STATUS_OK;
@@ -106,6 +111,14 @@ fail:
     khub__free(rt, buf, len + 1);
     close(fd);
     return st;
+}
+
+/* Reads a regular file of at most cap bytes into memory from rt's
+ * allocator (*size bytes, +1 for a NUL the caller may use). */
+khub_status khub__plugin_read_file(khub_runtime *rt, const char *path, size_t cap,
+                                   unsigned char **out, size_t *size, char *msg, size_t n)
+{
+    return read_file(rt, path, cap, out, size, NULL, msg, n);
 }
 
 khub_status khub_plugin_inspect(const char *path, khub_plugin_info *info, char *errbuf,
@@ -209,13 +222,9 @@ static khub_status read_back(int fd, unsigned char *bytes, size_t size)
     return KHUB_STATUS_OK;
 }
 
-/* Copies the bytes read into a sealed memfd, reads the sealed copy back
- * over them, hashes that into p->sha256 and checks it against want (NULL:
- * an unverified load), inspects it, and dlopens it. Hashing after the seal
- * covers a write to the memfd through /proc/PID/fd before it was sealed as
- * well as a file changed before it was read. */
-static khub_status open_sealed(khub_plugin *p, unsigned char *bytes, size_t size, const char *want,
-                               khub_plugin_info *info, char *msg, size_t n)
+/* Copies the bytes read into a new memfd (p->memfd) and seals it. */
+static khub_status fill_sealed(khub_plugin *p, const unsigned char *bytes, size_t size, char *msg,
+                               size_t n)
 {
     snprintf(p->memfd_name, sizeof p->memfd_name, "khub-plugin-%llu-%d", (unsigned long long)p->seq,
              (int)getpid());
@@ -229,6 +238,17 @@ static khub_status open_sealed(khub_plugin *p, unsigned char *bytes, size_t size
         khub__errbuf(msg, n, "%s: cannot fill and seal a memfd: %s", p->path, strerror(errno));
         return KHUB_STATUS_IO;
     }
+    return KHUB_STATUS_OK;
+}
+
+/* Reads the sealed memfd (p->memfd, size bytes: filled now, or kept by
+ * sealed_memo.h) back into bytes, hashes that into p->sha256 and checks it
+ * against want (NULL: an unverified load), inspects it, and dlopens it.
+ * Hashing after the seal covers a write to the memfd through /proc/PID/fd
+ * before it was sealed as well as a file changed before it was read. */
+static khub_status load_sealed(khub_plugin *p, unsigned char *bytes, size_t size, const char *want,
+                               khub_plugin_info *info, char *msg, size_t n)
+{
     if (read_back(p->memfd, bytes, size) != KHUB_STATUS_OK) {
         khub__errbuf(msg, n, "%s: reading the sealed memfd back: %s", p->path, strerror(errno));
         return KHUB_STATUS_IO;
@@ -297,11 +317,25 @@ khub_status khub__plugin_prepare(khub_runtime *rt, const char *path, const char 
     p->path = khub__strdup(rt, path);
     khub_status st = p->path ? KHUB_STATUS_OK : KHUB_STATUS_NOMEM;
     if (st != KHUB_STATUS_OK) khub__errbuf(msg, n, "loading %s: out of memory", path);
-    if (st == KHUB_STATUS_OK)
-        st = khub__plugin_read_file(rt, path, MAX_PLUGIN_BYTES, &bytes, &size, msg, n);
-    if (st == KHUB_STATUS_OK) st = open_sealed(p, bytes, size, sha256_hex, &info, msg, n);
-    khub__free(rt, bytes, size + 1);
+    /* A downloaded plugin's sealed copy of this file, kept since an earlier
+     * load, serves when the file is unchanged (sealed_memo.h); its bytes
+     * are read back, hashed and checked below like fresh ones. */
+    bool verified = arts && sha256_hex;
+    khub__sealed_source src = {0};
+    if (st == KHUB_STATUS_OK && verified)
+        p->memfd = khub__sealed_memo_take(path, sha256_hex, &size, p->memfd_name, &src);
+    if (st == KHUB_STATUS_OK && p->memfd >= 0 && !(bytes = khub__malloc(rt, size + 1))) {
+        khub__errbuf(msg, n, "loading %s: out of memory for %zu bytes", path, size);
+        st = KHUB_STATUS_NOMEM;
+    } else if (st == KHUB_STATUS_OK && p->memfd < 0) {
+        st = read_file(rt, path, MAX_PLUGIN_BYTES, &bytes, &size, &src, msg, n);
+        if (st == KHUB_STATUS_OK) st = fill_sealed(p, bytes, size, msg, n);
+    }
+    if (st == KHUB_STATUS_OK) st = load_sealed(p, bytes, size, sha256_hex, &info, msg, n);
+    if (bytes) khub__free(rt, bytes, size + 1);
     if (st != KHUB_STATUS_OK) goto fail;
+    p->memfd_size = size;
+    p->source = src;
 
     p->kinds = info.kinds;
     khub_plugin_init_fn init = (khub_plugin_init_fn)dlsym(p->dl, KHUB_PLUGIN_ENTRY);
@@ -315,6 +349,7 @@ khub_status khub__plugin_prepare(khub_runtime *rt, const char *path, const char 
     }
     st = khub__plugin_negotiate(p, init, &info, msg, n);
     if (st != KHUB_STATUS_OK) goto fail;
+    p->keep_sealed = verified;
     *out = p;
     return KHUB_STATUS_OK;
 fail:

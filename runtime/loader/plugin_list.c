@@ -67,7 +67,12 @@ void khub__plugin_free(khub_plugin *p)
     khub__free(rt, p->ops, sizeof *p->ops * p->ops_cap);
     khub__free(rt, p->caps, sizeof *p->caps * p->ops_cap);
     khub__free(rt, p->dims, sizeof *p->dims * p->n_dims);
-    if (p->memfd >= 0) close(p->memfd);
+    /* A verified load's sealed copy, no longer mapped (dlclose checked it),
+     * is offered to sealed_memo.h for the next load of the same file. */
+    if (p->memfd >= 0 && !(p->keep_sealed && !p->dl &&
+                           khub__sealed_memo_put(p->path, p->sha256, &p->source, p->memfd,
+                                                 p->memfd_size, p->memfd_name)))
+        close(p->memfd);
     khub__strfree(rt, p->id);
     khub__strfree(rt, p->version);
     khub__strfree(rt, p->path);

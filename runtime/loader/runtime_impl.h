@@ -11,6 +11,7 @@
 
 #include "internal.h"
 #include "khub/khub_comm.h"
+#include "sealed_memo.h"
 
 #define KHUB__MAX_FEATURES 32
 
@@ -126,6 +127,11 @@ struct khub_plugin {
     void *dl;            /* dlopen handle, NULL for static plugins */
     int memfd;           /* sealed memfd the library was opened from, -1 if none */
     char memfd_name[48]; /* name shown in /proc/self/maps ("/memfd:NAME") */
+    size_t memfd_size;   /* bytes in memfd */
+    /* A verified load that succeeded: at free, memfd may go to
+     * sealed_memo.h, with source, the file its bytes were read from. */
+    bool keep_sealed;
+    khub__sealed_source source;
 
     khub_plugin_desc desc; /* host-size copy; strings/ops point at host copies */
     khub_op_desc *ops;     /* [n_ops], host copies */
