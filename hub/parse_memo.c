@@ -113,3 +113,30 @@ void khub__parse_memo_clear(void)
     atomic_store(&n_hits, 0);
     atomic_store(&n_busy, 0);
 }
+
+/* ======================================================================== */
+/* Digests as a kind of parse                                               */
+/* ======================================================================== */
+
+static void *digest_keep(const void *hex)
+{
+    char *c = khub__mem_alloc(NULL, 65);
+    if (c) memcpy(c, hex, 65);
+    return c;
+}
+
+static bool digest_give(const void *kept, void *out)
+{
+    memcpy(out, kept, 65);
+    return true;
+}
+
+static const khub__memo_kind digest_memo = {"sha256", digest_keep, digest_give, khub__mem_free};
+
+khub_status khub__parse_memo_sha256(const void *bytes, size_t n, char hex[65])
+{
+    if (khub__parse_memo_find(&digest_memo, bytes, n, hex)) return KHUB_STATUS_OK;
+    KHUB_FORWARD_IF_ERROR(NULL, khub__sha256_hex(bytes, n, hex));
+    khub__parse_memo_add(&digest_memo, bytes, n, hex);
+    return KHUB_STATUS_OK;
+}

@@ -56,6 +56,14 @@ KHUB_INTERNAL bool khub__parse_memo_find(const khub__memo_kind *k, const void *b
 KHUB_INTERNAL void khub__parse_memo_add(const khub__memo_kind *k, const void *bytes, size_t n,
                                         const void *parsed);
 
+/* The SHA-256 of bytes[0..n) as 64 hex digits into hex, kept with the
+ * bytes as one more kind of parse: bytes hashed before in this process,
+ * byte for byte the same, are answered without hashing them again (a
+ * digest is a pure function of the bytes; metadata.json's, which the lock
+ * and the signed statement name, on every warm locked load). INTERNAL when
+ * hashing fails. */
+KHUB_INTERNAL khub_status khub__parse_memo_sha256(const void *bytes, size_t n, char hex[65]);
+
 typedef struct khub_parse_memo_stats {
     size_t hits;    /* finds that answered true */
     size_t busy;    /* finds and adds that went without the table */

@@ -25,16 +25,40 @@
 /* The host                                                                 */
 /* ======================================================================== */
 
+/* This host's architecture and its CPU features as text, worked out once
+ * per thread (the features again whenever their mask changes): neither can
+ * change under a running process, and a warm locked load ranks its variants
+ * on every call (docs/performance.md, "Warm load, session 15"). */
+static void host_cpu(khub__rank_host *h)
+{
+    static _Thread_local char machine[sizeof h->cpu], listed[sizeof h->cpu_features];
+    static _Thread_local uint32_t listed_mask;
+    static _Thread_local bool have_machine, have_list;
+    if (!have_machine) {
+        struct utsname u;
+        have_machine = uname(&u) == 0;
+        snprintf(machine, sizeof machine, "%s",
+                 !have_machine                ? ""
+                 : strcmp(u.machine, "arm64") ? u.machine
+                                              : "aarch64");
+    }
+    uint32_t mask = khub_cpu_features();
+    if (!have_list || mask != listed_mask) {
+        khub__cpu_feature_list(mask, " ", listed, sizeof listed);
+        listed_mask = mask;
+        have_list = true;
+    }
+    memcpy(h->cpu, machine, sizeof h->cpu);
+    memcpy(h->cpu_features, listed, sizeof h->cpu_features);
+}
+
 /* The driver version and every GPU's compute capability, through the
  * runtime's driver layer (opened at run time, never linked, every entry
  * point through cuGetProcAddress, never dlclosed); no driver, no GPUs. */
 void khub__rank_host_detect(khub__rank_host *h)
 {
     memset(h, 0, sizeof *h);
-    struct utsname u;
-    uname(&u);
-    snprintf(h->cpu, sizeof h->cpu, "%s", strcmp(u.machine, "arm64") ? u.machine : "aarch64");
-    khub__cpu_feature_list(khub_cpu_features(), " ", h->cpu_features, sizeof h->cpu_features);
+    host_cpu(h);
     if (khub__cuda_probe(&h->cuda, h->cc, KHUB__RANK_MAX_GPUS, &h->n_gpus) != KHUB_STATUS_OK)
         h->cuda = h->n_gpus = 0;
 }

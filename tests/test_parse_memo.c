@@ -110,6 +110,42 @@ TEST_IMPL(memo_answers_only_the_same_bytes)
     ASSERT_EQ(stats().busy, 0);
 }
 
+/* A digest kept with its bytes (khub__parse_memo_sha256): the same bytes
+ * are answered from the memo with their SHA-256; one changed bit, a prefix,
+ * or the same bytes remembered as another kind's parse are hashed, and
+ * give their own digest. */
+TEST_IMPL(digest_answers_only_the_same_bytes)
+{
+    khub__parse_memo_clear();
+    static const char text[] = "{\"format\": 1, \"name\": \"org/k\"}";
+    char want[65], got[65];
+    ASSERT_OK(khub__sha256_hex(text, sizeof text - 1, want));
+    for (int round = 0; round < 2; round++) {
+        memset(got, 0, sizeof got);
+        ASSERT_OK(khub__parse_memo_sha256(text, sizeof text - 1, got));
+        ASSERT_STR_EQ(got, want);
+        ASSERT_EQ(stats().hits, (size_t)round); /* the second answered by the memo */
+    }
+    char changed[sizeof text];
+    memcpy(changed, text, sizeof text);
+    changed[3] ^= 1;
+    ASSERT_OK(khub__sha256_hex(changed, sizeof text - 1, want));
+    ASSERT_OK(khub__parse_memo_sha256(changed, sizeof text - 1, got));
+    ASSERT_STR_EQ(got, want);
+    ASSERT_OK(khub__sha256_hex(text, sizeof text - 2, want));
+    ASSERT_OK(khub__parse_memo_sha256(text, sizeof text - 2, got));
+    ASSERT_STR_EQ(got, want);
+    ASSERT_EQ(stats().hits, 1);
+    /* a parse of these bytes as another kind is not their digest */
+    static const char other_text[] = "other bytes";
+    int v = 7;
+    khub__parse_memo_add(&number, other_text, sizeof other_text - 1, &v);
+    ASSERT_OK(khub__sha256_hex(other_text, sizeof other_text - 1, want));
+    ASSERT_OK(khub__parse_memo_sha256(other_text, sizeof other_text - 1, got));
+    ASSERT_STR_EQ(got, want);
+    ASSERT_EQ(stats().hits, 1);
+}
+
 /* KHUB_PARSE_MEMO_SLOTS parses, then the oldest is replaced (and dropped);
  * clear drops the rest. */
 TEST_IMPL(memo_is_bounded)
@@ -422,6 +458,7 @@ TEST_IMPL(memo_threads)
 
 #define TEST_LIST(X) \
     X(memo_answers_only_the_same_bytes) \
+    X(digest_answers_only_the_same_bytes) \
     X(memo_is_bounded) \
     X(policy_edited_after_a_remembered_parse) \
     X(lock_edited_after_a_remembered_parse) \

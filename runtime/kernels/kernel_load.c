@@ -39,6 +39,7 @@
 #include "kernel_fetch.h"
 #include "kernel_load.h"
 #include "kernel_meta.h"
+#include "parse_memo.h"
 #include "plugin_artifacts.h"
 #include "quarantine.h"
 #include "variant_rank.h"
@@ -220,8 +221,10 @@ static khub_status fetch_judge(void *ud, const char *dir, const struct khub__dir
                                const char *meta, size_t meta_len, const char *sig, size_t sig_len)
 {
     fetch *f = ud;
-    char meta_sha[65]; /* hashed once: the lock and the signed statement both name it */
-    f->judged = khub__sha256_hex(meta, meta_len, meta_sha);
+    /* hashed once: the lock and the signed statement both name it; the same
+     * bytes hashed before in this process are answered by parse_memo.h */
+    char meta_sha[65];
+    f->judged = khub__parse_memo_sha256(meta, meta_len, meta_sha);
     if (f->judged != KHUB_STATUS_OK)
         return khub__fail(f->rt, f->judged, "hashing metadata.json of %s", f->r->repo);
     f->judged = fetch_check_lock(f, dir, listed, meta_sha);
