@@ -15,11 +15,11 @@
  * slot's are freed after it is given back, so nothing allocates or frees
  * under the flag but a kind's give (one copy out).
  */
-#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "parse_memo.h"
+#include "memo_flag.h"
 
 typedef struct slot {
     const khub__memo_kind *kind; /* NULL: empty */
@@ -35,16 +35,6 @@ static struct {
 static atomic_flag busy = ATOMIC_FLAG_INIT;
 static atomic_size_t n_hits, n_busy;
 
-static bool take(void) { return !atomic_flag_test_and_set_explicit(&busy, memory_order_acquire); }
-
-static void give_back(void) { atomic_flag_clear_explicit(&busy, memory_order_release); }
-
-/* take() for the tests' calls, which wait for the table. */
-static void take_waiting(void)
-{
-    while (!take()) sched_yield();
-}
-
 static const slot *find_slot(const khub__memo_kind *k, const void *bytes, size_t n)
 {
     for (size_t i = 0; i < KHUB_PARSE_MEMO_SLOTS; i++) {
@@ -56,13 +46,13 @@ static const slot *find_slot(const khub__memo_kind *k, const void *bytes, size_t
 
 bool khub__parse_memo_find(const khub__memo_kind *k, const void *bytes, size_t n, void *out)
 {
-    if (!take()) {
+    if (!khub__memo_take(&busy)) {
         atomic_fetch_add(&n_busy, 1);
         return false;
     }
     const slot *s = find_slot(k, bytes, n);
     bool hit = s && k->give(s->kept, out);
-    give_back();
+    khub__memo_give_back(&busy);
     if (hit) atomic_fetch_add(&n_hits, 1);
     return hit;
 }
@@ -73,7 +63,7 @@ void khub__parse_memo_add(const khub__memo_kind *k, const void *bytes, size_t n,
     slot fresh = {k, khub__mem_alloc(NULL, n ? n : 1), n, k->keep(parsed)};
     if (!fresh.bytes || !fresh.kept) goto drop;
     memcpy(fresh.bytes, bytes, n);
-    if (!take()) {
+    if (!khub__memo_take(&busy)) {
         atomic_fetch_add(&n_busy, 1);
         goto drop;
     }
@@ -83,7 +73,7 @@ void khub__parse_memo_add(const khub__memo_kind *k, const void *bytes, size_t n,
         memo.next = (memo.next + 1) % KHUB_PARSE_MEMO_SLOTS;
         fresh = old; /* freed below, outside the flag */
     }
-    give_back();
+    khub__memo_give_back(&busy);
 drop:
     if (fresh.kept) fresh.kind->drop(fresh.kept);
     khub__mem_free(fresh.bytes);
@@ -94,18 +84,18 @@ void khub__parse_memo_stats(khub_parse_memo_stats *out)
     out->hits = atomic_load(&n_hits);
     out->busy = atomic_load(&n_busy);
     out->entries = 0;
-    take_waiting();
+    khub__memo_take_waiting(&busy);
     for (size_t i = 0; i < KHUB_PARSE_MEMO_SLOTS; i++) out->entries += memo.s[i].kind != NULL;
-    give_back();
+    khub__memo_give_back(&busy);
 }
 
 void khub__parse_memo_clear(void)
 {
-    take_waiting();
+    khub__memo_take_waiting(&busy);
     slot old[KHUB_PARSE_MEMO_SLOTS];
     memcpy(old, memo.s, sizeof old);
     memset(&memo, 0, sizeof memo);
-    give_back();
+    khub__memo_give_back(&busy);
     for (size_t i = 0; i < KHUB_PARSE_MEMO_SLOTS; i++) {
         if (old[i].kept) old[i].kind->drop(old[i].kept);
         khub__mem_free(old[i].bytes);

@@ -35,13 +35,13 @@
  * A process sees few distinct signed statements (one per kernel variant
  * it loads), so a small table holds all of them.
  */
-#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include <openssl/evp.h>
 
 #include "trust.h"
+#include "memo_flag.h"
 
 static struct {
     unsigned char id[KHUB_SIG_MEMO_SLOTS][32];
@@ -63,33 +63,22 @@ khub_status khub__sig_memo_id(const khub_pubkey *key, const unsigned char sig[64
     return ok ? KHUB_STATUS_OK : KHUB_STATUS_INTERNAL;
 }
 
-/* Takes the table if nobody has it; false means "go without the memo". */
-static bool take(void) { return !atomic_flag_test_and_set_explicit(&busy, memory_order_acquire); }
-
-/* take() for the tests' calls, which wait for the table. */
-static void take_waiting(void)
-{
-    while (!take()) sched_yield();
-}
-
-static void give_back(void) { atomic_flag_clear_explicit(&busy, memory_order_release); }
-
 bool khub__sig_memo_find(const unsigned char id[32])
 {
-    if (!take()) {
+    if (!khub__memo_take(&busy)) {
         atomic_fetch_add(&n_busy, 1);
         return false;
     }
     bool hit = false;
     for (size_t i = 0; i < memo.n && !hit; i++) hit = memcmp(memo.id[i], id, 32) == 0;
-    give_back();
+    khub__memo_give_back(&busy);
     if (hit) atomic_fetch_add(&n_hits, 1);
     return hit;
 }
 
 void khub__sig_memo_add(const unsigned char id[32])
 {
-    if (!take()) {
+    if (!khub__memo_take(&busy)) {
         atomic_fetch_add(&n_busy, 1);
         return;
     }
@@ -100,23 +89,23 @@ void khub__sig_memo_add(const unsigned char id[32])
         memo.next = (memo.next + 1) % KHUB_SIG_MEMO_SLOTS;
         if (memo.n < KHUB_SIG_MEMO_SLOTS) memo.n++;
     }
-    give_back();
+    khub__memo_give_back(&busy);
 }
 
 void khub__sig_memo_stats(khub_sig_memo_stats *out)
 {
     out->hits = atomic_load(&n_hits);
     out->busy = atomic_load(&n_busy);
-    take_waiting();
+    khub__memo_take_waiting(&busy);
     out->entries = memo.n;
-    give_back();
+    khub__memo_give_back(&busy);
 }
 
 void khub__sig_memo_clear(void)
 {
-    take_waiting();
+    khub__memo_take_waiting(&busy);
     memset(&memo, 0, sizeof memo);
-    give_back();
+    khub__memo_give_back(&busy);
     atomic_store(&n_hits, 0);
     atomic_store(&n_busy, 0);
 }

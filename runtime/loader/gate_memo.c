@@ -7,11 +7,11 @@
  *
  * Concurrency as hub/sig_memo.c: one atomic flag, never waited on.
  */
-#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "gate_memo.h"
+#include "memo_flag.h"
 
 typedef struct slot {
     char sha256[65]; /* "" = empty */
@@ -27,15 +27,6 @@ static struct {
 static atomic_flag busy = ATOMIC_FLAG_INIT;
 static atomic_size_t n_hits;
 
-static bool take(void) { return !atomic_flag_test_and_set_explicit(&busy, memory_order_acquire); }
-
-static void give_back(void) { atomic_flag_clear_explicit(&busy, memory_order_release); }
-
-static void take_waiting(void)
-{
-    while (!take()) sched_yield();
-}
-
 /* The slot of sha256, or NULL. */
 static slot *find(const char *sha256)
 {
@@ -46,18 +37,18 @@ static slot *find(const char *sha256)
 
 bool khub__gate_memo_find(const char *sha256, bool gated, khub_plugin_info *info)
 {
-    if (!take()) return false;
+    if (!khub__memo_take(&busy)) return false;
     const slot *s = find(sha256);
     bool hit = s && (s->gated || !gated);
     if (hit) *info = s->info;
-    give_back();
+    khub__memo_give_back(&busy);
     if (hit) atomic_fetch_add(&n_hits, 1);
     return hit;
 }
 
 void khub__gate_memo_add(const char *sha256, bool gated, const khub_plugin_info *info)
 {
-    if (strlen(sha256) != 64 || !take()) return;
+    if (strlen(sha256) != 64 || !khub__memo_take(&busy)) return;
     slot *s = find(sha256);
     if (!s) {
         s = &memo.s[memo.next];
@@ -68,21 +59,21 @@ void khub__gate_memo_add(const char *sha256, bool gated, const khub_plugin_info 
     }
     s->gated = s->gated || gated;
     s->info = *info;
-    give_back();
+    khub__memo_give_back(&busy);
 }
 
 void khub__gate_memo_stats(khub_gate_memo_stats *out)
 {
     out->hits = atomic_load(&n_hits);
-    take_waiting();
+    khub__memo_take_waiting(&busy);
     out->entries = memo.n;
-    give_back();
+    khub__memo_give_back(&busy);
 }
 
 void khub__gate_memo_clear(void)
 {
-    take_waiting();
+    khub__memo_take_waiting(&busy);
     memset(&memo, 0, sizeof memo);
-    give_back();
+    khub__memo_give_back(&busy);
     atomic_store(&n_hits, 0);
 }

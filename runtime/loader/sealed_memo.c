@@ -3,7 +3,6 @@
  * load of the same file (sealed_memo.h).
  */
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "sealed_memo.h"
+#include "memo_flag.h"
 
 /* Git's "racily clean" margin, as hub/variant.c's sidecar: a file whose
  * ctime is this old can only change under a newer ctime. */
@@ -32,15 +32,6 @@ static struct {
 } memo;
 static atomic_flag busy = ATOMIC_FLAG_INIT;
 static atomic_size_t n_hits;
-
-static bool take(void) { return !atomic_flag_test_and_set_explicit(&busy, memory_order_acquire); }
-
-static void give_back(void) { atomic_flag_clear_explicit(&busy, memory_order_release); }
-
-static void take_waiting(void)
-{
-    while (!take()) sched_yield();
-}
 
 static void drop(slot *s)
 {
@@ -86,7 +77,7 @@ static bool same_file(const khub__sealed_source *a, const khub__sealed_source *b
 int khub__sealed_memo_take(const char *path, const char *sha256, size_t *size, char name[48],
                            khub__sealed_source *src)
 {
-    if (!take()) return -1;
+    if (!khub__memo_take(&busy)) return -1;
     slot *s = NULL;
     for (size_t i = 0; i < KHUB_SEALED_MEMO_SLOTS && !s; i++)
         if (memo.s[i].path && !strcmp(memo.s[i].path, path) && !strcmp(memo.s[i].sha256, sha256))
@@ -108,7 +99,7 @@ int khub__sealed_memo_take(const char *path, const char *sha256, size_t *size, c
             drop(s); /* the file changed (or is gone): this copy never serves it again */
         }
     }
-    give_back();
+    khub__memo_give_back(&busy);
     if (fd >= 0) atomic_fetch_add(&n_hits, 1);
     return fd;
 }
@@ -121,7 +112,7 @@ bool khub__sealed_memo_put(const char *path, const char *sha256, const khub__sea
     pthread_once(&once, register_fork_handler);
     char *own = strdup(path);
     if (!own) return false;
-    if (!take()) {
+    if (!khub__memo_take(&busy)) {
         free(own);
         return false;
     }
@@ -139,7 +130,7 @@ bool khub__sealed_memo_put(const char *path, const char *sha256, const khub__sea
     s->src = *src;
     s->size = size;
     s->fd = fd;
-    give_back();
+    khub__memo_give_back(&busy);
     return true;
 }
 
@@ -147,16 +138,16 @@ void khub__sealed_memo_stats(khub_sealed_memo_stats *out)
 {
     out->hits = atomic_load(&n_hits);
     out->entries = 0;
-    take_waiting();
+    khub__memo_take_waiting(&busy);
     for (size_t i = 0; i < KHUB_SEALED_MEMO_SLOTS; i++) out->entries += memo.s[i].path != NULL;
-    give_back();
+    khub__memo_give_back(&busy);
 }
 
 void khub__sealed_memo_clear(void)
 {
-    take_waiting();
+    khub__memo_take_waiting(&busy);
     for (size_t i = 0; i < KHUB_SEALED_MEMO_SLOTS; i++) drop(&memo.s[i]);
     memo.next = 0;
-    give_back();
+    khub__memo_give_back(&busy);
     atomic_store(&n_hits, 0);
 }
