@@ -13,6 +13,14 @@
  * readlink of /proc (~2.5 us on Zen 2, the costliest call of the two) and
  * the second walk of the long cache path (docs/performance.md, "Warm load,
  * session 15").
+ *
+ * The usual cache has no link at all from / down to the variant folder,
+ * and is named by an absolute path without ".", ".." or empty components.
+ * Such a path is already canonical: one openat2 of the variant folder from
+ * / with RESOLVE_NO_SYMLINKS confirms that no component is a link, and the
+ * repo folder's path, a prefix of it, is then canonical too. No readlink
+ * of /proc at all (docs/performance.md, "Warm load, session 16"). A link
+ * anywhere, a relative or unplain path, or no openat2: the ways above.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -85,16 +93,44 @@ static bool beneath_without_links(int rootfd, const char *rel)
 #endif
 }
 
+/* Whether path, absolute with plain components (no "." or "..", no empty
+ * component), names a directory reached through no link at all: then no
+ * component can be resolved to anything but itself, so path is its own
+ * canonical path (the readlink of /proc would give the same string). */
+static bool canonical_as_written(const char *path)
+{
+#ifdef SYS_openat2
+    if (path[0] != '/' || !plain_components(path + 1) || strlen(path) >= KHUB__PATH_MAX)
+        return false;
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof how);
+    if (fd < 0) return false; /* a link on the way, ENOSYS, ...: resolved below */
+    close(fd);
+    return true;
+#else
+    (void)path;
+    return false;
+#endif
+}
+
 bool khub__real_dirs(const char *root, const char *dir, char rroot[KHUB__PATH_MAX],
                      char rdir[KHUB__PATH_MAX])
 {
+    size_t n = strlen(root);
+    const char *rel = !strncmp(dir, root, n) && dir[n] == '/' ? dir + n + 1 : NULL;
+    /* The usual cache: no link from / down to the variant folder. One
+     * openat2 of dir says so for root too (a prefix of dir's components). */
+    if (rel && canonical_as_written(dir)) {
+        memcpy(rroot, root, n + 1);
+        memcpy(rdir, dir, strlen(dir) + 1);
+        return true;
+    }
     int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || !fd_name(fd, rroot)) {
         if (fd >= 0) close(fd);
         return khub__real_dir(root, rroot) && khub__real_dir(dir, rdir);
     }
-    size_t n = strlen(root);
-    const char *rel = !strncmp(dir, root, n) && dir[n] == '/' ? dir + n + 1 : NULL;
     bool derived = rel && plain_components(rel) && beneath_without_links(fd, rel);
     close(fd);
     if (derived) {

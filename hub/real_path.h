@@ -7,9 +7,12 @@
  * second readlink when the kernel confirms that no component below the
  * repo folder is a link (openat2 RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH):
  * then it is the repo folder's real path followed by those components.
+ * Before that, when dir is an absolute path with plain components and the
+ * kernel finds no link anywhere on it (openat2 RESOLVE_NO_SYMLINKS from /),
+ * both paths are canonical as written and nothing is read from /proc.
  * Anything else (a link on the way, a kernel without openat2) is resolved
  * as before, in full. Nothing is remembered: both are worked out on every
- * call (docs/performance.md, "Warm load, session 15").
+ * call (docs/performance.md, "Warm load, sessions 15 and 16").
  */
 #ifndef KHUB_HUB_REAL_PATH_H
 #define KHUB_HUB_REAL_PATH_H

@@ -312,11 +312,49 @@ TEST_IMPL(variant_folder_through_a_link)
     fx_done(&fx);
 }
 
+/* A cache path written with ".", ".." or "//" reaches the same files
+ * through no link, yet is not canonical: the "inside the cache" check
+ * compares canonical paths, so such a cache verifies, with the canonical
+ * path of each file (hub/real_path.c takes a path as written only when it
+ * has plain components and the kernel finds no link on it). */
+TEST_IMPL(cache_path_with_dots_is_made_canonical)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    khub_hub_file_list *fl = NULL;
+    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl));
+    char blob[4096];
+    snprintf(blob, sizeof blob, "%s", fl->items[0].path);
+    khub_hub_file_list_free(fl);
+    khub_hub_free(hub);
+
+    char sub[400], cache[3][500];
+    snprintf(sub, sizeof sub, "%s/sub", fx.root);
+    ASSERT_EQ(mkdir(sub, 0755), 0);
+    snprintf(cache[0], sizeof cache[0], "%s/sub/../cache", fx.root);
+    snprintf(cache[1], sizeof cache[1], "%s/./cache", fx.root);
+    snprintf(cache[2], sizeof cache[2], "%s//cache", fx.root);
+    for (int i = 0; i < 3; i++) {
+        khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .endpoint = fx.endpoint,
+                           .cache_dir = cache[i], .token = "", .offline = 1};
+        ASSERT_OK(khub_hub_new(&o, &hub));
+        ASSERT_OK(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl));
+        ASSERT_EQ(fl->count, 1);
+        ASSERT_STR_EQ(fl->items[0].path, blob);
+        khub_hub_file_list_free(fl);
+        khub_hub_free(hub);
+    }
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(list_and_rank) \
     X(rejections_have_reasons) \
     X(download_verified_then_offline) \
     X(archive_hostile_entries) \
     X(archive_ok_unpacks) \
-    X(cache_through_a_link_and_a_file_outside) X(variant_folder_through_a_link)
+    X(cache_through_a_link_and_a_file_outside) \
+    X(variant_folder_through_a_link) X(cache_path_with_dots_is_made_canonical)
 TEST_MAIN(TEST_LIST)
