@@ -79,12 +79,18 @@ static void repo_key(const khub_hub_id *id, char *buf, size_t n)
     snprintf(buf, n, "%s/%s", id->org, id->name);
 }
 
+/* Whether key is repo_key's "org/name" of id (compared in place: this runs
+ * on every cache path of a warm load). */
+static bool is_repo_key(const char *key, const khub_hub_id *id)
+{
+    size_t n = strlen(id->org);
+    return !strncmp(key, id->org, n) && key[n] == '/' && !strcmp(key + n + 1, id->name);
+}
+
 static int legacy_index(const khub_hub *hub, const khub_hub_id *id)
 {
-    char key[2 * KHUB_HUB_NAME_MAX + 2];
-    repo_key(id, key, sizeof key);
     for (int i = 0; i < 8; i++)
-        if (!strcmp(hub->legacy[i], key)) return i;
+        if (hub->legacy[i][0] && is_repo_key(hub->legacy[i], id)) return i;
     return -1;
 }
 

@@ -130,6 +130,8 @@ typedef struct khub__variant {
     struct khub_kmeta *km;     /* owned */
     char *meta, *sig;          /* owned; sig NULL when unsigned */
     size_t meta_len, sig_len;
+    char *repo_dir; /* owned: the cache's repo folder the variant was verified in (its
+                       kernels-- or models-- kind decided once, for the quarantine marker) */
 } khub__variant;
 
 /* Verifies a cached variant (download: fetching it first when it is not

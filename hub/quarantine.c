@@ -12,6 +12,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -20,11 +21,9 @@
 
 #define QDIR "khub-quarantine"
 
-khub_status khub__quarantine_path(khub_hub *hub, const khub_hub_id *id, const char *commit,
+khub_status khub__quarantine_path(khub_hub *hub, const char *repo_dir, const char *commit,
                                   const char *variant, char *buf, size_t size)
 {
-    char repo_dir[KHUB__PATH_MAX];
-    KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, sizeof repo_dir));
     if (!khub__is_commit_hex(commit) || !khub__path_is_safe(variant) || strchr(variant, '/'))
         return khub__hub_fail(hub, KHUB_STATUS_BAD_ID,
                               "quarantine marker: commit %.48s or variant %.128s is not a name",
@@ -35,14 +34,17 @@ khub_status khub__quarantine_path(khub_hub *hub, const khub_hub_id *id, const ch
     return KHUB_STATUS_OK;
 }
 
-/* The marker's first line into why ("" when empty); false when absent. */
+/* The marker's first line into why ("" when empty); false when absent.
+ * One open (which fails on the usual absent marker) and one read, without
+ * a stdio stream (docs/performance.md, "Warm load, session 16"). */
 static bool read_marker(const char *path, char *why, size_t n)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) return false;
-    why[0] = '\0';
-    if (fgets(why, (int)n, f)) why[strcspn(why, "\r\n")] = '\0';
-    fclose(f);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    ssize_t got = read(fd, why, n - 1);
+    close(fd);
+    why[got > 0 ? got : 0] = '\0';
+    why[strcspn(why, "\r\n")] = '\0';
     for (char *c = why; *c; c++)
         if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?'; /* printed on a terminal */
     return true;

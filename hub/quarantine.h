@@ -17,8 +17,10 @@
 #include "hub_impl.h"
 #include "khub/khub_cache.h"
 
-/* The marker path of id@commit's variant into buf. OVERFLOW, BAD_ID. */
-KHUB_INTERNAL khub_status khub__quarantine_path(khub_hub *hub, const khub_hub_id *id,
+/* The marker path of commit's variant into buf; repo_dir is the cache's
+ * folder of its repo (khub__variant.repo_dir: where the build that is
+ * loaded was verified). OVERFLOW, BAD_ID. */
+KHUB_INTERNAL khub_status khub__quarantine_path(khub_hub *hub, const char *repo_dir,
                                                 const char *commit, const char *variant, char *buf,
                                                 size_t size);
 

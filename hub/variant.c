@@ -57,6 +57,7 @@ void khub__variant_clear(khub__variant *v)
     khub__mem_free(v->km);
     khub__mem_free(v->meta);
     khub__mem_free(v->sig);
+    khub__mem_free(v->repo_dir);
     memset(v, 0, sizeof *v);
 }
 
@@ -318,6 +319,8 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
     if (st == KHUB_STATUS_OK)
         st = check_files(hub, repo_dir, dir, listed, verified, out->km,
                          judge ? judge->pinned_by : NULL, out->files, &incomplete);
+    if (st == KHUB_STATUS_OK && !(out->repo_dir = khub__mem_strdup(khub__hub_alloc(hub), repo_dir)))
+        st = khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     khub__dir_list_free(&names);
     if (st != KHUB_STATUS_OK) khub__variant_clear(out);
     if (why) *why = incomplete ? VERIFY_INCOMPLETE : VERIFY_FAILED;

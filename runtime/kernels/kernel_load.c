@@ -322,8 +322,8 @@ static khub_status fetch_load(fetch *f)
     /* A build that ended a process before is refused unless allowed; the
      * marker path goes to the plugin, whose crash would write it. */
     char qpath[KHUB__PATH_MAX];
-    if (khub__quarantine_path(f->hub, &f->id, f->r->commit, f->r->variant, qpath, sizeof qpath) !=
-        KHUB_STATUS_OK)
+    if (khub__quarantine_path(f->hub, f->v.repo_dir, f->r->commit, f->r->variant, qpath,
+                              sizeof qpath) != KHUB_STATUS_OK)
         return hub_failed(f, KHUB_STATUS_BAD_ID, "quarantine marker of");
     KHUB_FORWARD_IF_ERROR(
         f->rt, khub__quarantine_gate(f->rt, f->r->repo, f->r->commit, f->r->variant, qpath));
