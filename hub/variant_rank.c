@@ -147,6 +147,37 @@ static int judge_cuda(int digits, const khub__rank_host *h, const char *const *f
     return 1;
 }
 
+/* Copies the longest run (1..31 characters) of a-z, 0-9 (digits) and '_'
+ * (underscore) at *p into out when sep follows it, and steps past sep. */
+static bool name_part(const char **p, bool digits, bool underscore, char sep, char out[32])
+{
+    size_t n = 0;
+    for (char c; (c = (*p)[n]) && ((c >= 'a' && c <= 'z') || (digits && c >= '0' && c <= '9') ||
+                                   (underscore && c == '_'));)
+        n++;
+    if (n == 0 || n > 31 || (*p)[n] != sep) return false;
+    memcpy(out, *p, n);
+    out[n] = '\0';
+    *p += n + (sep ? 1 : 0);
+    return true;
+}
+
+/* Splits "khub{ABI}-{backend}-{cpu}-{os}" (ABI: 1-9 decimal digits; backend
+ * a-z0-9, cpu a-z0-9_, os a-z, 1-31 characters each). By hand, not sscanf:
+ * this runs for every listed variant of every load (docs/performance.md,
+ * "Warm load, session 16"), and it takes no sign or white space. */
+static bool split_name(const char *name, int *abi, char backend[32], char cpu[32], char os[32])
+{
+    if (strncmp(name, "khub", 4) != 0) return false;
+    const char *p = name + 4;
+    int v = 0, digits = 0;
+    for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++) v = v * 10 + (*p - '0');
+    if (digits == 0 || *p++ != '-') return false;
+    *abi = v;
+    return name_part(&p, true, false, '-', backend) && name_part(&p, true, true, '-', cpu) &&
+           name_part(&p, false, false, '\0', os);
+}
+
 /* Judges one variant name; returns 1 when accepted, with a rank (lower is
  * better) and a reason either way. */
 static int judge(const char *name, const khub__rank_host *h, const char *const *files,
@@ -167,9 +198,7 @@ static int judge(const char *name, const khub__rank_host *h, const char *const *
                0;
     char backend[32], cpu[32], os[32];
     int abi = -1, used = 0;
-    if (sscanf(name, "khub%d-%31[a-z0-9]-%31[a-z0-9_]-%31[a-z]%n", &abi, backend, cpu, os, &used) !=
-            4 ||
-        name[used] != '\0')
+    if (!split_name(name, &abi, backend, cpu, os))
         return snprintf(why, n, "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"), 0;
     if (abi != KHUB_ABI_MAJOR)
         return snprintf(why, n, "reject: ABI major %d, host has %d", abi, KHUB_ABI_MAJOR), 0;

@@ -65,6 +65,15 @@ TEST_IMPL(cpu_host_verdicts)
         {"khub1-rocm62-x86_64-linux", "reject: unknown backend \"rocm62\""},
         {"khub1-cpu-x86_64-linux-extra", "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"},
         {"_weird-", "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"},
+        /* no sign or white space in the ABI (sscanf's %d took them, and
+         * "khub 1-cpu-x86_64-linux" was a CPU build), at most 31 characters
+         * a part */
+        {"khub 1-cpu-x86_64-linux", "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"},
+        {"khub+1-cpu-x86_64-linux", "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"},
+        {"khub-1-cpu-x86_64-linux", "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"},
+        {"khub-cpu-x86_64-linux", "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"},
+        {"khub1-cpu-x86_64_and_a_name_of_more_than_31-linux",
+         "reject: not a khub{ABI}-{backend}-{cpu}-{os} name"},
         {"khub1-cu130-x86_64-linux", "reject: needs CUDA 13.0, no CUDA driver"},
     };
     size_t n = sizeof want / sizeof want[0];
