@@ -69,8 +69,9 @@ khub_status khub__cache_default_dir(khub_hub *hub, char **out)
 
 khub_status khub__cache_repo_folder(khub_hub *hub, const khub_hub_id *id, char *buf, size_t size)
 {
-    int n = snprintf(buf, size, "%s--%s--%s", khub__repo_api_type(hub, id), id->org, id->name);
-    if (n < 0 || (size_t)n >= size)
+    if (!khub__concat(buf, size,
+                      (const char *const[]){khub__repo_api_type(hub, id), "--", id->org, "--",
+                                            id->name, NULL}))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "repo folder name too long");
     return KHUB_STATUS_OK;
 }
@@ -79,8 +80,7 @@ khub_status khub__cache_repo_dir(khub_hub *hub, const khub_hub_id *id, char *buf
 {
     char folder[256];
     KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_folder(hub, id, folder, sizeof folder));
-    int n = snprintf(buf, size, "%s/%s", hub->cache_dir, folder);
-    if (n < 0 || (size_t)n >= size)
+    if (!khub__concat(buf, size, (const char *const[]){hub->cache_dir, "/", folder, NULL}))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "cache path too long: %s", folder);
     return KHUB_STATUS_OK;
 }

@@ -99,7 +99,7 @@ static bool cache_has_folder(const khub_hub *hub, const char *type, const khub_h
     char path[KHUB__PATH_MAX];
     struct stat sb;
     return hub->cache_dir &&
-           KHUB__PATHF(path, "%s/%s--%s--%s", hub->cache_dir, type, id->org, id->name) &&
+           KHUB__CONCAT(path, hub->cache_dir, "/", type, "--", id->org, "--", id->name) &&
            stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 

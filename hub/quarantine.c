@@ -28,8 +28,8 @@ khub_status khub__quarantine_path(khub_hub *hub, const char *repo_dir, const cha
         return khub__hub_fail(hub, KHUB_STATUS_BAD_ID,
                               "quarantine marker: commit %.48s or variant %.128s is not a name",
                               commit, variant);
-    int n = snprintf(buf, size, "%s/" QDIR "/%s/%s", repo_dir, commit, variant);
-    if (n < 0 || (size_t)n >= size)
+    if (!khub__concat(buf, size,
+                      (const char *const[]){repo_dir, "/" QDIR "/", commit, "/", variant, NULL}))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "quarantine marker path too long");
     return KHUB_STATUS_OK;
 }

@@ -67,7 +67,7 @@ void khub__variant_clear(khub__variant *v)
 static khub_status read_meta(khub_hub *hub, const char *dir, khub__variant *v, bool *incomplete)
 {
     char path[KHUB__PATH_MAX], err[KHUB_ERROR_SIZE] = "";
-    if (!KHUB__PATHF(path, "%s/metadata.json", dir))
+    if (!KHUB__CONCAT(path, dir, "/metadata.json"))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: path too long", dir);
     khub_status st = khub__read_file_mem(khub__hub_alloc(hub), path, MAX_META_BYTES, &v->meta,
                                          &v->meta_len, err, sizeof err);
@@ -79,7 +79,7 @@ static khub_status read_meta(khub_hub *hub, const char *dir, khub__variant *v, b
     if (st != KHUB_STATUS_OK)
         return khub__hub_fail(hub, KHUB_STATUS_METADATA_INVALID, "%s (%s)", err,
                               khub_status_name(st));
-    if (!KHUB__PATHF(path, "%s/metadata.json.sig", dir))
+    if (!KHUB__CONCAT(path, dir, "/metadata.json.sig"))
         return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "%s: path too long", dir);
     st = khub__read_file_mem(khub__hub_alloc(hub), path, MAX_SIG_BYTES, &v->sig, &v->sig_len, err,
                              sizeof err);
@@ -117,11 +117,11 @@ static bool real_file(const char *dir, const char *rdir, const char *name,
                       bool *plain)
 {
     *plain = false;
-    int n = snprintf(path, KHUB__PATH_MAX, "%s/%s", dir, name);
-    if (n < 0 || n >= KHUB__PATH_MAX || lstat(path, sb) != 0) return false;
+    if (!khub__concat(path, KHUB__PATH_MAX, (const char *const[]){dir, "/", name, NULL}) ||
+        lstat(path, sb) != 0)
+        return false;
     if (!S_ISREG(sb->st_mode) || strchr(name, '/')) return realpath(path, real) != NULL;
-    n = snprintf(real, KHUB__PATH_MAX, "%s/%s", rdir, name);
-    *plain = n > 0 && n < KHUB__PATH_MAX;
+    *plain = khub__concat(real, KHUB__PATH_MAX, (const char *const[]){rdir, "/", name, NULL});
     return *plain;
 }
 
@@ -191,7 +191,7 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
         bool trusted =
             known &&
             khub__verified_line(real, plain ? &sb : NULL, name, want, line, sizeof line, NULL) &&
-            snprintf(probe, sizeof probe, "\n%s", line) < (int)sizeof probe && strstr(known, probe);
+            KHUB__CONCAT(probe, "\n", line) && strstr(known, probe);
         long long ct = 0;
         if (!trusted && khub__hub_is_fresh(hub, real, want)) {
             trusted = hashed = true; /* hashed by this handle: record it once settled */
@@ -335,11 +335,13 @@ static khub_status cached_dir(khub_hub *hub, const khub_hub_id *id, const char *
 {
     KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, KHUB__PATH_MAX));
     struct stat sb;
-    if (snprintf(verified, KHUB__PATH_MAX, "%s/khub-verified/%s/%s", repo_dir, commit, variant) >=
-        KHUB__PATH_MAX)
+    if (!khub__concat(
+            verified, KHUB__PATH_MAX,
+            (const char *const[]){repo_dir, "/khub-verified/", commit, "/", variant, NULL}))
         verified[0] = '\0';
-    if (snprintf(dir, KHUB__PATH_MAX, "%s/khub-variants/%s/%s", repo_dir, commit, variant) <
-            KHUB__PATH_MAX &&
+    if (khub__concat(
+            dir, KHUB__PATH_MAX,
+            (const char *const[]){repo_dir, "/khub-variants/", commit, "/", variant, NULL}) &&
         stat(dir, &sb) == 0)
         return KHUB_STATUS_OK;
     if (snprintf(dir, KHUB__PATH_MAX, "%s/snapshots/%s/build/%s", repo_dir, commit, variant) <

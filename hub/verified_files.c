@@ -39,9 +39,30 @@
 
 #define VERIFIED_MAX (1u << 20)
 
+/* " <v>" in decimal at p (as printf's " %llu", or " %lld" when neg); returns
+ * the end. */
+static char *put_number(char *p, unsigned long long v, bool neg)
+{
+    char digits[24];
+    int n = 0;
+    do digits[n++] = (char)('0' + v % 10);
+    while (v /= 10);
+    *p++ = ' ';
+    if (neg) *p++ = '-';
+    while (n) *p++ = digits[--n];
+    return p;
+}
+
+static char *put_signed(char *p, long long v)
+{
+    return put_number(p, v < 0 ? 0ull - (unsigned long long)v : (unsigned long long)v, v < 0);
+}
+
 /* "<sha256> <dev> <ino> <size> <mtime_ns> <ctime_ns>" of path (of sb, its
  * stat, when not NULL) into buf; ctime_out, when not NULL, receives the
- * ctime in ns. */
+ * ctime in ns. Formatted by hand, byte for byte what snprintf's "%s %llu
+ * %llu %llu %lld %lld" wrote (sidecars of older builds still match): two
+ * files of every warm load (docs/performance.md, "Warm load, session 16"). */
 static bool fingerprint_of(const char *path, const struct stat *sb, const char *sha256, char *buf,
                            size_t size, long long *ctime_out)
 {
@@ -52,10 +73,19 @@ static bool fingerprint_of(const char *path, const struct stat *sb, const char *
     long long mt = (long long)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
     long long ct = (long long)sb->st_ctim.tv_sec * 1000000000 + sb->st_ctim.tv_nsec;
     if (ctime_out) *ctime_out = ct;
-    int n =
-        snprintf(buf, size, "%s %llu %llu %llu %lld %lld", sha256, (unsigned long long)sb->st_dev,
-                 (unsigned long long)sb->st_ino, (unsigned long long)sb->st_size, mt, ct);
-    return n > 0 && (size_t)n < size;
+    char text[256], *p = text;
+    size_t n = strlen(sha256);
+    if (n > 64) return false;
+    memcpy(p, sha256, n);
+    p = put_number(p + n, (unsigned long long)sb->st_dev, false);
+    p = put_number(p, (unsigned long long)sb->st_ino, false);
+    p = put_number(p, (unsigned long long)sb->st_size, false);
+    p = put_signed(put_signed(p, mt), ct);
+    n = (size_t)(p - text);
+    if (n >= size) return false;
+    memcpy(buf, text, n);
+    buf[n] = '\0';
+    return true;
 }
 
 /* One sidecar line: the fingerprint, the file's name in the variant. */
@@ -65,8 +95,7 @@ bool khub__verified_line(const char *path, const struct stat *sb, const char *na
     char fp[160];
     if (strchr(name, '\n') || !fingerprint_of(path, sb, sha256, fp, sizeof fp, ctime_out))
         return false;
-    int n = snprintf(buf, size, "%s %s\n", fp, name);
-    return n > 0 && (size_t)n < size;
+    return khub__concat(buf, size, (const char *const[]){fp, " ", name, "\n", NULL});
 }
 
 void khub__hub_note_fresh(khub_hub *hub, const char *path, const char *sha256)

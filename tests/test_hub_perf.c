@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "hub_fixture.h"
+#include "verified_files.h"
 
 /* Fast paths trust only files whose ctime is 2 s old (coarse clocks). */
 static void wait_settled(void)
@@ -151,9 +152,49 @@ TEST_IMPL(perf_variant_fingerprints)
     fx_done(&fx);
 }
 
+/* The sidecar line's exact text (hub/verified_files.c formats it by hand):
+ * what snprintf's "%s %llu %llu %llu %lld %lld %s\n" wrote before, so the
+ * sidecars of older builds still match, every field counted (a fingerprint
+ * without its ctime would trust a file written in place with its mtime set
+ * back), extreme and negative values included; a short buffer is refused. */
+TEST_IMPL(sidecar_line_text)
+{
+    const char *sha = "b2a6c7a7a16b9a8e0000000000000000000000000000000000000000000000ff";
+    struct {
+        unsigned long long dev, ino;
+        long long size, mtime_s, mtime_ns, ctime_s, ctime_ns;
+    } cases[] = {
+        {2049, 123456789, 15864, 1733390000, 5, 1733390001, 123456789},
+        {0, 0, 0, 0, 0, 0, 0},
+        {~0ull, ~0ull, 9223372036854775807ll, -5, 7, -1, 999999999},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        struct stat sb;
+        memset(&sb, 0, sizeof sb);
+        sb.st_mode = S_IFREG | 0644;
+        sb.st_dev = (dev_t)cases[i].dev;
+        sb.st_ino = (ino_t)cases[i].ino;
+        sb.st_size = (off_t)cases[i].size;
+        sb.st_mtim = (struct timespec){cases[i].mtime_s, cases[i].mtime_ns};
+        sb.st_ctim = (struct timespec){cases[i].ctime_s, cases[i].ctime_ns};
+        long long mt = cases[i].mtime_s * 1000000000 + cases[i].mtime_ns;
+        long long ct = cases[i].ctime_s * 1000000000 + cases[i].ctime_ns, got_ct = 0;
+        char want[400], line[400];
+        int n = snprintf(want, sizeof want, "%s %llu %llu %llu %lld %lld %s\n", sha,
+                         (unsigned long long)sb.st_dev, (unsigned long long)sb.st_ino,
+                         (unsigned long long)sb.st_size, mt, ct, "libk.so");
+        ASSERT(khub__verified_line("unused", &sb, "libk.so", sha, line, sizeof line, &got_ct));
+        ASSERT_STR_EQ(line, want);
+        ASSERT_EQ(got_ct, ct);
+        ASSERT(!khub__verified_line("unused", &sb, "libk.so", sha, line, (size_t)n, NULL));
+        ASSERT(khub__verified_line("unused", &sb, "libk.so", sha, line, (size_t)n + 1, NULL));
+    }
+}
+
 #define TEST_LIST(X) \
     X(perf_download_after_listing_skips_head) \
     X(perf_listing_digest_still_checked) \
     X(perf_server_digest_cache_follows_changes) \
-    X(perf_variant_fingerprints)
+    X(perf_variant_fingerprints) \
+    X(sidecar_line_text)
 TEST_MAIN(TEST_LIST)

@@ -148,6 +148,19 @@ typedef struct khub__text {
 KHUB_INTERNAL void khub__text_add(khub__text *t, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 KHUB_INTERNAL void khub__text_free(khub__text *t);
+/* Joins the NULL-ended strings parts into buf (size >= 1 bytes, its NUL
+ * included), as snprintf("%s%s...") would but without parsing a format:
+ * the paths of a warm load are built this way (docs/performance.md, "Warm
+ * load, session 16"). false when they do not fit; buf then holds the
+ * first size - 1 bytes. KHUB__CONCAT(array, "a", b, ...) takes the size of
+ * array, which must be an array, not a pointer. */
+KHUB_INTERNAL bool khub__concat(char *buf, size_t size, const char *const *parts);
+#define KHUB__CONCAT(buf, ...) \
+    khub__concat((buf), \
+                 sizeof(buf) + \
+                     0 * sizeof(char[1 - 2 * __builtin_types_compatible_p( \
+                                                 __typeof__(buf), __typeof__(&(buf)[0]))]), \
+                 (const char *const[]){__VA_ARGS__, NULL})
 /* 64-byte aligned blocks (for tensors and plugin allocations); the size is
  * remembered in a header. */
 KHUB_INTERNAL void *khub__aligned_alloc(khub_runtime *rt, size_t n);
