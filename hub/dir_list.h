@@ -19,6 +19,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 
@@ -37,6 +38,27 @@ typedef struct khub__dir_list {
 KHUB_INTERNAL khub_status khub__dir_list_read(const khub_allocator *a, const char *dir,
                                               khub__dir_list *out);
 KHUB_INTERNAL void khub__dir_list_free(khub__dir_list *l);
+
+/* Listings kept within a process. ext4 builds its hash-tree order anew for
+ * every open folder it lists, so a warm locked load spent ~4 us (an open,
+ * two getdents64, a close) listing the same unchanged variant folder each
+ * time (docs/performance.md, "Warm load, session 16"). khub__dir_list_kept
+ * answers as khub__dir_list_read, from a copy of the listing of the same
+ * path made before in this process when sb (dir's stat, taken by the
+ * caller BEFORE this call) still shows the same device, inode, mtime and
+ * ctime: a folder's mtime and ctime move whenever a name in it is added,
+ * removed or renamed, so a changed folder never reuses an old listing. A
+ * listing is kept only when the folder's ctime was at least 2 s old at the
+ * stat (git's racily-clean rule: a change in the same clock tick as the
+ * one before could leave both times as they were), at most
+ * KHUB_DIR_LIST_KEPT of them, and only listings that succeeded. The
+ * checks that read the listing run on every load, on the copy; nothing
+ * about a refusal is kept. sb NULL: no memo (a staging folder). */
+#define KHUB_DIR_LIST_KEPT 4
+KHUB_INTERNAL khub_status khub__dir_list_kept(const khub_allocator *a, const char *dir,
+                                              const struct stat *sb, khub__dir_list *out);
+/* Listings handed out from the memo since the process began (tests). */
+KHUB_INTERNAL size_t khub__dir_list_kept_hits(void);
 /* The i-th name (i < count), in the folder's order. */
 static inline const char *khub__dir_list_name(const khub__dir_list *l, size_t i)
 {

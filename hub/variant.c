@@ -271,17 +271,20 @@ static khub_status kmeta_parse_memo(const char *meta, size_t n, khub_kmeta *km, 
 typedef enum { VERIFY_FAILED, VERIFY_REFUSED, VERIFY_INCOMPLETE } verify_why;
 
 static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *dir,
-                              const char *verified, const khub__variant_judge *judge,
-                              khub__variant *out, verify_why *why)
+                              const struct stat *dir_sb, const char *verified,
+                              const khub__variant_judge *judge, khub__variant *out, verify_why *why)
 {
     char err[KHUB_ERROR_SIZE] = "";
     bool incomplete = false;
     memset(out, 0, sizeof *out);
-    /* One listing for the judge's name check and check_files' (dir_list.h);
-     * a folder that cannot be listed is left to each check, as before. */
+    /* One listing for the judge's name check and check_files' (dir_list.h),
+     * kept for the next load while dir_sb, the folder's stat taken before
+     * it, stays the same (NULL: a staging folder, listed afresh); a folder
+     * that cannot be listed is left to each check, as before. */
     khub__dir_list names;
     const khub__dir_list *listed =
-        khub__dir_list_read(khub__hub_alloc(hub), dir, &names) == KHUB_STATUS_OK ? &names : NULL;
+        khub__dir_list_kept(khub__hub_alloc(hub), dir, dir_sb, &names) == KHUB_STATUS_OK ? &names
+                                                                                         : NULL;
     khub_status st = read_meta(hub, dir, out, &incomplete);
     if (st == KHUB_STATUS_OK && judge && judge->fn) {
         st = judge->fn(judge->ud, dir, listed, out->meta, out->meta_len, out->sig, out->sig_len);
@@ -328,13 +331,14 @@ static khub_status verify_dir(khub_hub *hub, const char *repo_dir, const char *d
 }
 
 /* The cached folder of a variant (the unpacked archive first, then the
- * snapshot) and its sidecar path; NOT_FOUND when neither is there. */
+ * snapshot), its stat into *sb, and its sidecar path; NOT_FOUND when
+ * neither is there. */
 static khub_status cached_dir(khub_hub *hub, const khub_hub_id *id, const char *commit,
                               const char *variant, char repo_dir[KHUB__PATH_MAX],
-                              char dir[KHUB__PATH_MAX], char verified[KHUB__PATH_MAX])
+                              char dir[KHUB__PATH_MAX], char verified[KHUB__PATH_MAX],
+                              struct stat *sb)
 {
     KHUB_FORWARD_IF_ERROR(NULL, khub__cache_repo_dir(hub, id, repo_dir, KHUB__PATH_MAX));
-    struct stat sb;
     if (!khub__concat(
             verified, KHUB__PATH_MAX,
             (const char *const[]){repo_dir, "/khub-verified/", commit, "/", variant, NULL}))
@@ -342,11 +346,11 @@ static khub_status cached_dir(khub_hub *hub, const khub_hub_id *id, const char *
     if (khub__concat(
             dir, KHUB__PATH_MAX,
             (const char *const[]){repo_dir, "/khub-variants/", commit, "/", variant, NULL}) &&
-        stat(dir, &sb) == 0)
+        stat(dir, sb) == 0)
         return KHUB_STATUS_OK;
     if (snprintf(dir, KHUB__PATH_MAX, "%s/snapshots/%s/build/%s", repo_dir, commit, variant) <
             KHUB__PATH_MAX &&
-        stat(dir, &sb) == 0)
+        stat(dir, sb) == 0)
         return KHUB_STATUS_OK;
     return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND,
                           "%s/%s@%.12s variant %s is not cached; run khub download", id->org,
@@ -359,9 +363,10 @@ static khub_status open_cached(khub_hub *hub, const khub_hub_id *id, const char 
                                khub__variant *out)
 {
     char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX], verified[KHUB__PATH_MAX];
+    struct stat sb;
     memset(out, 0, sizeof *out);
-    KHUB_FORWARD_IF_ERROR(NULL, cached_dir(hub, id, commit, variant, repo_dir, dir, verified));
-    return verify_dir(hub, repo_dir, dir, verified[0] ? verified : NULL, judge, out, NULL);
+    KHUB_FORWARD_IF_ERROR(NULL, cached_dir(hub, id, commit, variant, repo_dir, dir, verified, &sb));
+    return verify_dir(hub, repo_dir, dir, &sb, verified[0] ? verified : NULL, judge, out, NULL);
 }
 
 khub_status khub_hub_variant_files(khub_hub *hub, const khub_hub_id *id, const char *commit,
@@ -408,7 +413,7 @@ static khub_status fetch_archive(khub_hub *hub, const khub_hub_id *id, const cha
         lstat(probe, &sb) != 0 && KHUB__PATHF(probe, "%s/%s", tmp, variant) &&
         lstat(probe, &sb) == 0 && S_ISDIR(sb.st_mode))
         snprintf(root, sizeof root, "%s", probe);
-    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, root, NULL, judge, out, NULL);
+    if (st == KHUB_STATUS_OK) st = verify_dir(hub, repo_dir, root, NULL, NULL, judge, out, NULL);
     bool raced = false;
     if (st == KHUB_STATUS_OK && rename(root, final) != 0) {
         raced = errno == ENOTEMPTY || errno == EEXIST;
@@ -499,13 +504,14 @@ khub_status khub__hub_variant_open(khub_hub *hub, const khub_hub_id *id, const c
      * file download: metadata.json or a listed file not linked yet) is
      * fetched here too, and what is then read is judged. */
     char repo_dir[KHUB__PATH_MAX], dir[KHUB__PATH_MAX], verified[KHUB__PATH_MAX];
+    struct stat sb;
     int saved = hub->err_set;
     hub->err_set = 1; /* a miss here is not the error to report */
-    khub_status st = cached_dir(hub, id, commit, variant, repo_dir, dir, verified);
+    khub_status st = cached_dir(hub, id, commit, variant, repo_dir, dir, verified, &sb);
     hub->err_set = saved;
     if (st != KHUB_STATUS_OK) return fetch_variant(hub, id, commit, variant, judge, out);
     verify_why why = VERIFY_FAILED;
-    st = verify_dir(hub, repo_dir, dir, verified[0] ? verified : NULL, judge, out, &why);
+    st = verify_dir(hub, repo_dir, dir, &sb, verified[0] ? verified : NULL, judge, out, &why);
     if (st == KHUB_STATUS_OK || why != VERIFY_INCOMPLETE) return st;
     khub__hub_clear(hub);
     return fetch_variant(hub, id, commit, variant, judge, out);

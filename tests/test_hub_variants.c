@@ -3,6 +3,9 @@
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <time.h>
+
+#include "dir_list.h"
 #include "hub_fixture.h"
 
 TEST_IMPL(list_and_rank)
@@ -349,6 +352,58 @@ TEST_IMPL(cache_path_with_dots_is_made_canonical)
     fx_done(&fx);
 }
 
+/* The listing of a variant folder is kept within the process while the
+ * folder's stat stays the same (hub/dir_list.c): a second verify of an
+ * unchanged, settled folder takes it from the memo; a name added to the
+ * folder moves its mtime and ctime, so the next verify lists it afresh and
+ * refuses the unlisted file; a folder changed less than 2 s ago is listed
+ * every time (racily clean), never kept. */
+TEST_IMPL(kept_listing_follows_the_folder)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    khub_hub_file_list *fl = NULL;
+    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl));
+    khub_hub_file_list_free(fl);
+    khub_hub_free(hub);
+    char dir[1000], extra[1100], want[KHUB_ERROR_SIZE];
+    snprintf(dir, sizeof dir, "%s/kernels--org--demo/snapshots/" C1 "/build/%s", fx.cache,
+             fx.variant);
+    snprintf(extra, sizeof extra, "%s/extra.bin", dir);
+    struct timespec settle = {2, 200 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+
+    hub = fx_hub(&fx, 1, NULL);
+    size_t hits = khub__dir_list_kept_hits();
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl));
+        khub_hub_file_list_free(fl);
+    }
+    ASSERT_EQ(khub__dir_list_kept_hits(), hits + 1); /* the second from the memo */
+
+    FILE *f = fopen(extra, "wb");
+    ASSERT(f != NULL);
+    fclose(f);
+    ASSERT_STATUS(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl),
+                  KHUB_STATUS_METADATA_INVALID);
+    snprintf(want, sizeof want,
+             "%s: extra.bin is not listed in metadata.json; refusing the variant", dir);
+    ASSERT_STR_EQ(khub_hub_errmsg(hub), want);
+    ASSERT(fl == NULL);
+
+    ASSERT_EQ(unlink(extra), 0); /* changed just now: listed afresh, twice */
+    for (int i = 0; i < 2; i++) {
+        ASSERT_OK(khub_hub_variant_files(hub, &id, C1, fx.variant, &fl));
+        khub_hub_file_list_free(fl);
+    }
+    ASSERT_EQ(khub__dir_list_kept_hits(), hits + 1);
+    ASSERT_EQ(khub_hub_request_count(hub), 0);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(list_and_rank) \
     X(rejections_have_reasons) \
@@ -356,5 +411,7 @@ TEST_IMPL(cache_path_with_dots_is_made_canonical)
     X(archive_hostile_entries) \
     X(archive_ok_unpacks) \
     X(cache_through_a_link_and_a_file_outside) \
-    X(variant_folder_through_a_link) X(cache_path_with_dots_is_made_canonical)
+    X(variant_folder_through_a_link) \
+    X(cache_path_with_dots_is_made_canonical) \
+    X(kept_listing_follows_the_folder)
 TEST_MAIN(TEST_LIST)
