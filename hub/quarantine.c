@@ -24,6 +24,8 @@
 khub_status khub__quarantine_path(khub_hub *hub, const char *repo_dir, const char *commit,
                                   const char *variant, char *buf, size_t size)
 {
+    if (NEVER(!repo_dir)) /* a verified variant always has its folder */
+        return khub__hub_fail(hub, KHUB_STATUS_NOT_FOUND, "quarantine marker: no cache folder");
     if (!khub__is_commit_hex(commit) || !khub__path_is_safe(variant) || strchr(variant, '/'))
         return khub__hub_fail(hub, KHUB_STATUS_BAD_ID,
                               "quarantine marker: commit %.48s or variant %.128s is not a name",
