@@ -16,7 +16,8 @@
  *     (halves read in place) and with more queries (tiles converted).
  *   - the paged cache: pool exhaustion is KV_FULL with its message and takes
  *     nothing; random reserve/release rounds never hand a block to two
- *     sequences, and releasing everything drains the pool to empty.
+ *     sequences, and releasing everything drains the pool to empty; an f16
+ *     pool's write rounds every value as khub_pu_f32_to_f16 does.
  *   - bad paged_attention arguments are refused with their messages.
  * The plugins are opened with dlopen on the runtime's host table, as
  * test_cpu_x86 does.
@@ -25,6 +26,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "../plugins/include/khub_plugin_util.h"
 #include "runtime_impl.h"
 #include "runner.h"
 
@@ -547,12 +549,19 @@ typedef struct pool {
     khub_kv_cache *c;
 } pool;
 
-static pool pool_new(int n_seqs, int64_t max_tokens, int bs, int n_blocks, uint64_t max_bytes)
+static pool pool_of(const khub_kv_cache_config *cfg)
 {
     setup();
     const khub_op_desc *op = op_of(&g_ref, KHUB_OP_KV_CACHE, "paged_cache");
     ASSERT(op != NULL);
     pool p = {op->methods, g_ref.d.state, NULL};
+    khub__plugin_msg_clear();
+    ASSERT_OK(p.m->create(p.st, cfg, &p.c));
+    return p;
+}
+
+static pool pool_new(int n_seqs, int64_t max_tokens, int bs, int n_blocks, uint64_t max_bytes)
+{
     khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config),
                                 .n_layers = 2,
                                 .n_kv_heads = 2,
@@ -563,9 +572,7 @@ static pool pool_new(int n_seqs, int64_t max_tokens, int bs, int n_blocks, uint6
                                 .block_size = bs,
                                 .n_blocks = n_blocks,
                                 .max_bytes = max_bytes};
-    khub__plugin_msg_clear();
-    ASSERT_OK(p.m->create(p.st, &cfg, &p.c));
-    return p;
+    return pool_of(&cfg);
 }
 
 static khub_kv_paged_view pool_view(const pool *p)
@@ -725,6 +732,95 @@ TEST_IMPL(pool_memory)
     q.m->destroy(q.st, q.c);
 }
 
+/* The f16 pool's write stores khub_pu_f32_to_f16's bits (round to nearest
+ * even) for every value: random ones, exact ties, and in rows of their own
+ * (the write converts a row of normal-range values in groups of 8 without
+ * the helper, and redoes a row that holds anything else) zeros, f16
+ * subnormals and what underflows to zero, the largest finite half and what
+ * overflows to inf, inf and NaN; head dims with and without a tail past the
+ * groups, contiguous and strided inputs (one K row per token and head).
+ * An f32 pool keeps the values as they are. */
+static const uint32_t f16_odd_bits[] = {
+    0x00000000u, 0x80000000u, 0x38800000u, 0x387fffffu, 0x33000000u, 0x33000001u,
+    0x32ffffffu, 0x3380a000u, 0x477fefffu, 0x477ff000u, 0xc77ff000u, 0x7f800000u,
+    0xff800000u, 0x7fc00001u, 0x7f812345u, 0x00000001u, 0x477fe000u, 0x38801000u,
+    0x38000000u, 0xb8400000u, 0x47900000u, 0x7f7fffffu, 0x80000001u,
+};
+
+static void f16_write_case(int D, int strided, int odd)
+{
+    enum { H = 3, N = 5, BS = 4 };
+    for (int dt = 0; dt < 2; dt++) {
+        khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config),
+                                    .n_layers = 1,
+                                    .n_kv_heads = H,
+                                    .head_dim = D,
+                                    .n_seqs = 2,
+                                    .max_tokens = 16,
+                                    .dtype = dt ? KHUB_DTYPE_F32 : KHUB_DTYPE_F16,
+                                    .block_size = BS};
+        pool p = pool_of(&cfg);
+        int64_t step = strided ? 3 : 1, sh[3] = {N, H, D}, bs[3] = {0};
+        static float x[N * H * 64 * 3];
+        for (int i = 0; i < N * H * D * 3; i++) {
+            uint32_t r = rnd(), e = 127 - 14 + r % 29; /* 2^-14 .. 2^15: normal halves */
+            uint32_t u = (r & 0x80000000u) | e << 23 | (rnd() & 0x7fffffu);
+            if (i % 5 == 0) u = (u & 0xffffe000u) | 0x1000u; /* a tie */
+            memcpy(&x[i], &u, 4);
+        }
+        if (odd) { /* f16_odd_bits[odd - 1] in one row of token 3, the others normal */
+            int h = odd % H, at = ((3 * H + h) * D + (odd * 7) % D) * (int)step;
+            memcpy(&x[at], &f16_odd_bits[odd - 1], 4);
+        }
+        bs[2] = step, bs[1] = step * D, bs[0] = step * D * H; /* elements */
+        khub_tensor t = {x, {KHUB_DEVICE_CPU, 0}, 3, KHUB_DTYPE_F32, sh, bs, 0};
+        khub_kv_write_args w = {
+            KHUB_STRUCT_INIT(khub_kv_write_args), .layer = 0, .seq = 1, .pos = 0, .k = &t, .v = &t};
+        ASSERT_OK(p.m->write(p.st, p.c, &w));
+        khub_kv_paged_view v = {KHUB_STRUCT_INIT(khub_kv_paged_view)};
+        ASSERT_OK(p.m->paged_view(p.st, p.c, 0, &v));
+        for (int i = 0; i < N; i++)
+            for (int h = 0; h < H; h++)
+                for (int d = 0; d < D; d++) {
+                    int32_t blk = v.block_table[1 * v.block_table_stride + i / BS];
+                    int64_t at = (((int64_t)blk * H + h) * BS + i % BS) * D + d;
+                    float f = x[((i * H + h) * D + d) * step];
+                    for (int kv = 0; kv < 2; kv++) {
+                        const khub_tensor *pt = kv ? v.v_pool : v.k_pool;
+                        if (dt) {
+                            ASSERT_EQ(memcmp(&((const float *)pt->data)[at], &f, 4), 0);
+                            continue;
+                        }
+                        uint16_t got = ((const uint16_t *)pt->data)[at];
+                        uint16_t want = khub_pu_f32_to_f16(f);
+                        if (got != want)
+                            TEST_FAIL_("D %d strided %d: token %d head %d dim %d: %#x -> %#x, "
+                                       "want %#x",
+                                       D, strided, i, h, d, (unsigned)khub_pu_f32_bits(f),
+                                       (unsigned)got, (unsigned)want);
+                    }
+                }
+        p.m->destroy(p.st, p.c);
+    }
+}
+
+TEST_IMPL(pool_write_f16_rounds_like_the_helper)
+{
+    /* The helper's own bits on a few of the odd values, so the oracle is
+     * pinned too. */
+    ASSERT_EQ(khub_pu_f32_to_f16(65504.0f), 0x7bff);
+    ASSERT_EQ(khub_pu_f32_to_f16(65520.0f), 0x7c00);
+    ASSERT_EQ(khub_pu_f32_to_f16(-0.0f), 0x8000);
+    ASSERT_EQ(khub_pu_f32_to_f16(0x1p-24f), 0x0001);
+    ASSERT_EQ(khub_pu_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
+    ASSERT_EQ(khub_pu_f32_to_f16(1.0f + 0x3p-11f), 0x3c02); /* tie to even, up */
+    const int dims[] = {4, 8, 20, 64, 3};
+    for (int k = 0; k < 5; k++)
+        for (int strided = 0; strided < 2; strided++)
+            for (int odd = 0; odd <= (int)(sizeof f16_odd_bits / 4); odd++)
+                f16_write_case(dims[k], strided, odd);
+}
+
 #define TEST_LIST(X) \
     X(paged_matches_dense) \
     X(paged_bits_equal_dense_cpu_x86) \
@@ -735,5 +831,6 @@ TEST_IMPL(pool_memory)
     X(pool_exhaustion_is_kv_full) \
     X(pool_drains_after_release) \
     X(pool_sizing) \
-    X(pool_memory)
+    X(pool_memory) \
+    X(pool_write_f16_rounds_like_the_helper)
 TEST_MAIN(TEST_LIST)

@@ -299,6 +299,33 @@ static khub_status pc_release(void *state, khub_kv_cache *kc, int32_t seq)
 /* write / view / truncate / paged_view                                     */
 /* ------------------------------------------------------------------------ */
 
+/* f16 of x[0..D) (contiguous) into y, the bits of khub_pu_f32_to_f16.
+ * The cache's write sat at 1.5 % of a 32-sequence decode step's CPU with
+ * the helper called per element (session 15), while the other thread
+ * waited. Here groups of 8 run the helper's normal-range branch with no
+ * branch of their own, and note whether any value left that range (zero,
+ * f16 subnormals, overflow, inf, NaN); a row that had one is redone with
+ * the helper, so every value gets exactly the helper's bits. Plain C: with
+ * `restrict` and the fixed group, GCC 12 -O2 vectorizes the group loop
+ * with 16-byte (SSE2) vectors, 7x the helper's rate on Zen 2 (session 16). */
+static void pc_row_f16(uint16_t *restrict y, const float *restrict x, int64_t D)
+{
+    uint32_t odd = 0;
+    int64_t d = 0;
+    for (; d + 8 <= D; d += 8) {
+        for (int i = 0; i < 8; i++) {
+            uint32_t b;
+            memcpy(&b, &x[d + i], sizeof b);
+            uint32_t ax = b & 0x7fffffffu, h = (ax - 0x38000000u) >> 13, rem = ax & 0x1fffu;
+            h += (uint32_t)(rem > 0x1000u) | ((uint32_t)(rem == 0x1000u) & h);
+            y[d + i] = (uint16_t)(((b >> 16) & 0x8000u) | h);
+            odd |= (uint32_t)(ax - 0x38800000u >= 0x477ff000u - 0x38800000u);
+        }
+    }
+    if (odd) d = 0;
+    for (; d < D; d++) y[d] = khub_pu_f32_to_f16(x[d]);
+}
+
 /* Copies t ([n, H, D] f32, strided) into layer pool dst at positions
  * [pos, pos + n) of the sequence whose block row is row. */
 static void pc_store(const paged_cache *pc, const int32_t *row, uint8_t *dst, const khub_tensor *t,
@@ -312,12 +339,13 @@ static void pc_store(const paged_cache *pc, const int32_t *row, uint8_t *dst, co
         for (int64_t h = 0; h < H; h++) {
             const float *x = src + i * st[0] + h * st[1];
             int64_t at = ((blk * H + h) * bs + slot) * D;
-            for (int64_t d = 0; d < D; d++) {
-                if (pc->esize == 2)
+            if (pc->esize == 2 && st[2] == 1)
+                pc_row_f16((uint16_t *)dst + at, x, D);
+            else if (pc->esize == 2)
+                for (int64_t d = 0; d < D; d++)
                     ((uint16_t *)dst)[at + d] = khub_pu_f32_to_f16(x[d * st[2]]);
-                else
-                    ((float *)dst)[at + d] = x[d * st[2]];
-            }
+            else
+                for (int64_t d = 0; d < D; d++) ((float *)dst)[at + d] = x[d * st[2]];
         }
     }
 }
