@@ -27,8 +27,9 @@
  * share one call. Visibility is the reference's: key j < kv_lens[s], j <= p
  * when causal, p - j < window when window > 0 (p = q_pos0[s] + i); a row
  * that sees nothing gets zeros. A softcap > 0 (ABI 1.5) caps each scaled
- * score as attention.c does. Items go to host->parallel_for, ordered by
- * sequence; each worker allocates its tile buffers once per call.
+ * score as attention.c does. Items are ordered by sequence and claimed one
+ * at a time by the pool's threads (lanes_range), each of which allocates
+ * its tile buffers once per call.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -46,11 +47,12 @@
 
 typedef struct pjob {
     const khub_pu_paged *p;
-    int64_t group;  /* G */
-    int64_t qb;     /* queries per work item */
-    int64_t hc;     /* KV heads per work item */
-    int64_t nhc;    /* head runs per query block: ceil(n_kv_heads / hc) */
-    int64_t *first; /* [n_seqs + 1] first item of each sequence */
+    int64_t group;     /* G */
+    int64_t qb;        /* queries per work item */
+    int64_t hc;        /* KV heads per work item */
+    int64_t nhc;       /* head runs per query block: ceil(n_kv_heads / hc) */
+    int64_t *first;    /* [n_seqs + 1] first item of each sequence */
+    atomic_llong next; /* the next item to claim */
     atomic_int nomem;
     kx_state *s;
 } pjob;
@@ -177,9 +179,14 @@ static void run_item(const pjob *jb, const pscratch *sc, int64_t it)
                            p->out + ((t0 + i0 + r / G) * p->n_heads + g * G + r % G) * hd);
 }
 
-static void items_range(void *ud, int64_t begin, int64_t end, int thread)
+/* One lane per pool thread: it claims items one at a time until none is
+ * left, so the threads end together whatever the items cost (the older
+ * sequences' longer caches, an odd count of sequences, a thread that
+ * started late). An item's rows are computed the same way whoever claims
+ * it, so the bits do not depend on the split. */
+static void lanes_range(void *ud, int64_t begin, int64_t end, int thread)
 {
-    (void)thread;
+    (void)begin, (void)end, (void)thread;
     pjob *jb = ud;
     const khub_host_api *h = jb->s->host;
     const size_t hd = (size_t)jb->p->hd;
@@ -191,7 +198,9 @@ static void items_range(void *ud, int64_t begin, int64_t end, int thread)
     }
     pscratch sc = {buf, buf + KX_ATT_KT * hd, buf + 2 * KX_ATT_KT * hd,
                    buf + (2 * KX_ATT_KT + KX_PAGED_ITEM_ROWS) * hd};
-    for (int64_t it = begin; it < end; it++) run_item(jb, &sc, it);
+    const int64_t n = jb->first[jb->p->a->n_seqs];
+    for (int64_t it; (it = atomic_fetch_add_explicit(&jb->next, 1, memory_order_relaxed)) < n;)
+        run_item(jb, &sc, it);
     h->free(h->host_ctx, buf);
 }
 
@@ -218,8 +227,9 @@ khub_status KX(paged_attention_run)(kx_state *s, const khub_pu_paged *p)
         jb.first[q + 1] = jb.first[q] + (n_q + jb.qb - 1) / jb.qb * jb.nhc;
     }
     atomic_init(&jb.nomem, 0);
-    if (jb.first[a->n_seqs] > 0)
-        h->parallel_for(h->host_ctx, jb.first[a->n_seqs], items_range, &jb);
+    atomic_init(&jb.next, 0);
+    int64_t items = jb.first[a->n_seqs], lanes = h->n_threads(h->host_ctx);
+    if (items > 0) h->parallel_for(h->host_ctx, lanes < items ? lanes : items, lanes_range, &jb);
     h->free(h->host_ctx, jb.first);
     if (atomic_load(&jb.nomem))
         return KX_FAIL(s, KHUB_STATUS_NOMEM, "paged_attention: no memory for the K/V tile buffers");
