@@ -182,7 +182,12 @@ typedef struct khub_host_api {
     void (*free)(void *host_ctx, void *p);
 
     /* Runs fn over [0, n) split into contiguous chunks on the runtime's thread
-     * pool and returns when all are done. Calls may nest (then run inline). */
+     * pool and returns when all are done. Calls may nest (then run inline).
+     * Chunk t is passed as `thread` t (0 <= t < n_threads), once per call,
+     * so scratch indexed by it is private to the chunk; chunk 0 runs on the
+     * calling thread, the others on a worker or, when one is late, on the
+     * calling thread after chunk 0: do not tie per-OS-thread state (thread
+     * locals) to `thread`. */
     void (*parallel_for)(void *host_ctx, int64_t n, khub_range_fn fn, void *ud);
     int (*n_threads)(void *host_ctx);
 
