@@ -20,7 +20,8 @@
  * what a prepare loaded unloaded when its swap fails or is released, and
  * by the switch that swaps it out: swaps back and forth between two Hub
  * kernels (and as many model server reloads) keep the plugin count, while
- * a plugin the caller loaded stays.
+ * a plugin the caller loaded stays. A freed model's bindings go with it:
+ * the kernel its load fetched can be unloaded, one a swap loaded is.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -372,7 +373,8 @@ static bool retired_binding(khub_model *m, const char *role, const char *kernel,
 }
 
 #define UNLOAD_BUSY \
-    "unload acme/act 1.0.0: 1 binding(s) use it; reload it instead, or free the runtime"
+    "unload acme/act 1.0.0: 1 binding(s) of loaded models use it; free those models or swap it " \
+    "out of them (khub_model_kernel_swap), or reload it instead"
 
 /* A swap to a Hub ID on a placed model loads the kernel's CUDA variant for
  * the device (the load's choice, named in sw.resolved) and its CUDA op
@@ -642,6 +644,45 @@ TEST_IMPL(hub_swaps_back_and_forth_keep_the_plugin_count)
     env_done(&e);
 }
 
+/* A placed model's bindings (CPU and device) are the model's: once it is
+ * freed, the Hub kernel its load fetched can be unloaded by the caller, and
+ * one a swap's prepare loaded goes with the last model it served. */
+TEST_IMPL(hub_model_free_releases_its_kernels)
+{
+    fake("12080:90", "100000000", NULL);
+    env e;
+    env_init(&e, cuda0);
+    size_t n = khub_plugin_count(e.rt);
+    e.k.act = "acme/act@v1";
+    ASSERT_OK(env_load(&e));
+    forward(e.m);
+    khub_plugin *act = plugin_named(e.rt, "acme/act");
+    ASSERT(act != NULL);
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+    ASSERT_STATUS(khub_plugin_unload(e.rt, act), KHUB_STATUS_BUSY);
+    ASSERT_STR_EQ(khub_runtime_errmsg(e.rt), UNLOAD_BUSY);
+    khub_model_free(e.m);
+    e.m = NULL;
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1); /* the load's: the caller's to unload */
+    ASSERT_OK(khub_plugin_unload(e.rt, act));
+    ASSERT_EQ(khub_plugin_count(e.rt), n);
+    /* swapped in by a prepare: unloaded with the model it served */
+    e.k.act = NULL;
+    ASSERT_OK(env_load(&e));
+    khub_model_kernels pol = swap_policy(&e);
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(khub_model_kernel_swap_prepare(e.hub, e.m, KHUB_KERNEL_ROLE_ACTIVATION, "acme/act@v1",
+                                             &pol, &sw));
+    ASSERT_OK(khub_model_kernel_swap(e.m, &sw));
+    forward(e.m);
+    ASSERT_EQ(khub_plugin_count(e.rt), n + 1);
+    khub_model_free(e.m);
+    e.m = NULL;
+    ASSERT_EQ(khub_plugin_count(e.rt), n);
+    ASSERT(plugin_named(e.rt, "acme/act") == NULL);
+    env_done(&e);
+}
+
 /* The embedding role named on a placed model whose plugins have no CUDA
  * embedding op: the named plugin's CPU op looks the rows up on the host,
  * named in --explain, and the forward pass runs through it. */
@@ -678,6 +719,7 @@ TEST_IMPL(hub_embedding_role_on_a_placed_model)
     X(hub_swap_on_the_cpu_releases_the_old_plugin) \
     X(hub_swaps_back_and_forth_keep_the_plugin_count) \
     X(hub_swap_release_unloads_only_what_the_prepare_loaded) \
+    X(hub_model_free_releases_its_kernels) \
     X(hub_embedding_role_on_a_placed_model) \
     /* end */
 TEST_MAIN(TEST_LIST)

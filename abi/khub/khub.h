@@ -270,7 +270,13 @@ KHUB_API khub_status khub_plugin_reload(khub_runtime *rt, khub_plugin *old, cons
                                         const char *sha256_hex, khub_plugin **out);
 /* Unloads a plugin no binding uses and no prepared kernel swap holds
  * (KHUB_STATUS_BUSY otherwise, the count of either in the message; the
- * swaps' holds since session 15: khub_kernels.h). Since 0.1. */
+ * swaps' holds since session 15: khub_kernels.h). A model's bindings are
+ * the model's and go with khub_model_free (since session 16): "unload ID
+ * VER: N binding(s) of loaded models use it; free those models or swap it
+ * out of them (khub_model_kernel_swap), or reload it instead". Bindings of
+ * khub_registry_select last until khub_runtime_free: "unload ID VER: N
+ * binding(s) use it, K from khub_registry_select, which last until
+ * khub_runtime_free; reload it instead, or free the runtime". Since 0.1. */
 KHUB_API khub_status khub_plugin_unload(khub_runtime *rt, khub_plugin *p);
 
 KHUB_API size_t khub_plugin_count(const khub_runtime *rt);
@@ -320,8 +326,12 @@ typedef struct khub_op_query {
 } khub_op_query;
 
 /* A binding: the registry's current answer to a query. It survives hot
- * reloads (it then points at the new plugin's op). Owned by the runtime,
- * valid until khub_runtime_free. */
+ * reloads (it then points at the new plugin's op). One of
+ * khub_registry_select is owned by the runtime, valid until
+ * khub_runtime_free. The bindings a model makes for itself (its ops, at
+ * load, by a placement or a kernel swap) are the model's: khub_model_free
+ * drops them, so they no longer keep their plugins loaded (since session
+ * 16; before, they stayed until khub_runtime_free). */
 typedef struct khub_binding khub_binding;
 
 /* Picks the best op for q: candidates of the kind are accepted or rejected

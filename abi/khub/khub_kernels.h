@@ -261,12 +261,15 @@ typedef struct khub_kernel_swap {
  * loaded stays the swaps' after a switch that succeeded: when a later
  * switch swaps it out and no binding of any model and no prepared swap
  * uses it, that switch unloads it (since session 15), so swaps back and
- * forth between Hub kernels keep rt's plugin count. A plugin the caller
- * loaded (khub_plugin_load, khub_plugin_load_builtin, _load_static,
- * _reload, also while a prepare runs on another thread) or a model load
- * loaded is never unloaded by a swap: it is the caller's to unload. A
- * pointer to a swap-loaded plugin (sw->plugin, khub_plugin_at) is borrowed
- * and is stale once a switch swapped it out. A 0.1 khub_kernel_swap (no
+ * forth between Hub kernels keep rt's plugin count; khub_model_free of
+ * the last model it serves unloads it likewise (since session 16). A
+ * plugin the caller loaded (khub_plugin_load, khub_plugin_load_builtin,
+ * _load_static, _reload, also while a prepare runs on another thread) or a
+ * model load loaded is never unloaded by a swap or a model's free: it is
+ * the caller's to unload (khub_plugin_unload succeeds once no model that
+ * uses it is left). A pointer to a swap-loaded plugin (sw->plugin,
+ * khub_plugin_at) is borrowed and is stale once a switch swapped it out or
+ * the last model it served was freed. A 0.1 khub_kernel_swap (no
  * plugin_load) holds nothing after its prepare and is checked by address
  * only; what its prepare loaded is the swaps' as above. */
 

@@ -156,7 +156,12 @@ typedef struct khub_model_opts {
 KHUB_API khub_status khub_model_load(khub_runtime *rt, const char *path,
                                      const khub_model_opts *opts, khub_model **out);
 /* Frees the model, its KV cache and scratch; unmaps its files. Accepts NULL.
- * Since 0.1. */
+ * Its op bindings leave the runtime with it (since session 16): a plugin
+ * that served only freed models can then be unloaded (khub_plugin_unload),
+ * and one a kernel swap's prepare loaded is unloaded here when nothing else
+ * uses it (khub_kernels.h, "Ownership of the prepared plugin"). A plugin
+ * the caller or a model load loaded stays loaded: the caller's to unload.
+ * Not while another thread uses m. Since 0.1. */
 KHUB_API void khub_model_free(khub_model *m);
 
 /* What was loaded. */

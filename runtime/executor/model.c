@@ -16,6 +16,7 @@
 
 #include "model_impl.h"
 #include "placement.h"
+#include "runtime_impl.h"
 #include "safetensors.h"
 #include "tokenizer.h"
 
@@ -331,6 +332,10 @@ void khub_model_free(khub_model *m)
     khub__safetensors_close(m->st);
     khub__strfree(rt, m->explain);
     khub__model_rebind_free(m);
+    /* Last: the cache's destroy and the device's frees above call through
+     * them. A plugin that served only this model can be unloaded now. */
+    size_t dropped = khub__registry_drop_owned(rt, m);
+    KHUB_LOG_D(rt, "%s: freed, %zu op bindings dropped", m->file, dropped);
     pthread_mutex_destroy(&m->bind_lock);
     khub__free(rt, m, sizeof *m);
 }

@@ -65,7 +65,7 @@ static khub_status bind_layout(khub_model *m, khub__role role, uint32_t kind, in
                        .op_name = op && *op ? op : NULL,
                        .kv_layout = kv_layout};
     khub_binding *b = NULL;
-    khub_status st = khub_registry_select(m->rt, &q, &b);
+    khub_status st = khub__registry_select_for(m->rt, &q, m, &b);
     if (st != KHUB_STATUS_OK) return st; /* the registry's message names the op */
     m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b, kind, flags, kv_layout};
     KHUB_LOG_I(m->rt, "%s -> %s", khub__model_role_name(m, role), khub_binding_name(b));
@@ -105,7 +105,7 @@ khub_status khub__model_bind_qmethod(khub_model *m, khub__role role, int32_t dty
 {
     KHUB_FORWARD_IF_ERROR(m->rt, bind(m, role, KHUB_OP_QLINEAR, dtype_id, 0, pref, out));
     if (has_qmethod(*out, quantize)) return KHUB_STATUS_OK;
-    m->n_bound--; /* forget the binding without the method */
+    khub__registry_drop(m->rt, m->bound[--m->n_bound].b); /* the one without the method */
     for (size_t i = 0; i < khub_plugin_count(m->rt); i++) {
         const khub_plugin *pl = khub_plugin_at(m->rt, i);
         for (uint32_t k = 0; k < khub_plugin_op_count(pl); k++) {
@@ -118,11 +118,14 @@ khub_status khub__model_bind_qmethod(khub_model *m, khub__role role, int32_t dty
                                .device_type = KHUB_DEVICE_CPU,  .dtype_id = dtype_id,
                                .plugin_id = khub_plugin_id(pl), .op_name = op->name};
             khub_binding *b = NULL;
-            if (khub_registry_select(m->rt, &q, &b) != KHUB_STATUS_OK) {
+            if (khub__registry_select_for(m->rt, &q, m, &b) != KHUB_STATUS_OK) {
                 khub__clear(m->rt);
                 continue;
             }
-            if (!has_qmethod(b, quantize)) continue;
+            if (!has_qmethod(b, quantize)) {
+                khub__registry_drop(m->rt, b);
+                continue;
+            }
             m->bound[m->n_bound++] = (khub__bound){role, dtype_id, b, KHUB_OP_QLINEAR, 0, 0};
             *out = b;
             return KHUB_STATUS_OK;

@@ -177,6 +177,15 @@ static khub_status drain(khub_model *m)
     return KHUB_STATUS_OK;
 }
 
+/* A switch that fails drops the n bindings it selected (none was switched
+ * in, so nothing can call them): else they would stay users of the new
+ * plugin until khub_model_free, and the swap's release could not unload
+ * the plugin its prepare loaded. */
+static void drop_new(khub_model *m, khub_binding *const *nb, int n)
+{
+    for (int k = 0; k < n; k++) khub__registry_drop(m->rt, nb[k]);
+}
+
 khub_status khub__model_rebind(khub_model *m, int role, const khub_plugin *plugin,
                                const char *op_name)
 {
@@ -202,18 +211,21 @@ khub_status khub__model_rebind(khub_model *m, int role, const khub_plugin *plugi
         khub_op_query q = query_of(m, &m->bound[idx[k]], op_name);
         bool dev = pl && pl->cuda_of[idx[k]];
         if (dev) q.device_type = KHUB_DEVICE_CUDA;
-        khub_status st = khub__registry_select_in(m->rt, &q, plugin, &nb[k]);
+        khub_status st = khub__registry_select_in(m->rt, &q, plugin, m, &nb[k]);
         if (st != KHUB_STATUS_OK) {
             char why[KHUB_ERROR_SIZE], side[48] = "";
             khub__copy_error(m->rt, why, sizeof why);
             khub__clear(m->rt);
+            drop_new(m, nb, k);
             if (pl) snprintf(side, sizeof side, dev ? " on cuda:%d" : " on the CPU", pl->device);
             return khub__fail(m->rt, st, "%s: %s cannot serve %s%s: %s; nothing changed", m->file,
                               khub_plugin_id(plugin),
                               khub__model_role_name(m, m->bound[idx[k]].role), side, why);
         }
     }
-    KHUB_FORWARD_IF_ERROR(m->rt, drain(m));
+    khub_status drained = drain(m);
+    if (drained != KHUB_STATUS_OK) drop_new(m, nb, n);
+    KHUB_FORWARD_IF_ERROR(m->rt, drained);
     khub_binding *old[8] = {NULL};
     pthread_mutex_lock(&m->bind_lock);
     khub_status st = reserve(m, n);
@@ -238,8 +250,12 @@ khub_status khub__model_rebind(khub_model *m, int role, const khub_plugin *plugi
     if (st == KHUB_STATUS_OK && m->explain) m->old_explain[m->n_old_explain++] = m->explain;
     if (st == KHUB_STATUS_OK) m->explain = NULL; /* rebuilt on the next khub_model_explain */
     pthread_mutex_unlock(&m->bind_lock);
+    if (st != KHUB_STATUS_OK) {
+        drop_new(m, nb, n);
+        return st;
+    }
     /* Nothing calls the old bindings now (see the top of this file). */
-    for (int k = 0; k < n && st == KHUB_STATUS_OK; k++) khub__registry_drop(m->rt, old[k]);
+    for (int k = 0; k < n; k++) khub__registry_drop(m->rt, old[k]);
     return st;
 }
 

@@ -98,7 +98,7 @@ static khub_binding *cuda_op(khub_model *m, const khub__bound *b, const char *pr
     if (b->role == KHUB__ROLE_ATTENTION || b->role == KHUB__ROLE_PAGED_ATTENTION)
         q.head_dim = (int32_t)m->cfg.head_dim;
     khub_binding *out = NULL;
-    if (khub_registry_select(m->rt, &q, &out) != KHUB_STATUS_OK) {
+    if (khub__registry_select_for(m->rt, &q, m, &out) != KHUB_STATUS_OK) {
         snprintf(why, n, "%s", khub_runtime_errmsg(m->rt));
         khub__clear(m->rt);
         return NULL;
@@ -111,6 +111,7 @@ static khub_binding *cuda_op(khub_model *m, const khub__bound *b, const char *pr
     khub_binding_release(out);
     if (!paged) return out;
     snprintf(why, n, "%s is a paged cache; the model's is dense", khub_binding_name(out));
+    khub__registry_drop(m->rt, out); /* not used: no user of its plugin */
     return NULL;
 }
 
@@ -207,7 +208,7 @@ static khub_status plan_embedding(khub_model *m, bool strict, const khub__device
     khub_binding *b = NULL;
     if (dev && dev->cpu_why[KHUB_KERNEL_ROLE_EMBEDDING]) {
         snprintf(why, sizeof why, "%s", dev->cpu_why[KHUB_KERNEL_ROLE_EMBEDDING]);
-    } else if (khub_registry_select(m->rt, &q, &b) != KHUB_STATUS_OK) {
+    } else if (khub__registry_select_for(m->rt, &q, m, &b) != KHUB_STATUS_OK) {
         snprintf(why, sizeof why, "%s", khub_runtime_errmsg(m->rt));
         khub__clear(m->rt);
         b = NULL;

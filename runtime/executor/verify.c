@@ -261,9 +261,12 @@ static khub_binding *ref_binding(khub_model *m, uint32_t kind, const void *args)
     if (kind == KHUB_OP_PAGED_ATTENTION)
         q.kv_layout = ((const khub_paged_attention_args *)args)->layout; /* a model has one */
     khub_binding *r = NULL;
-    if (khub_registry_select(m->rt, &q, &r) == KHUB_STATUS_OK &&
-        !strncmp(khub_binding_name(r), REF_PLUGIN " ", strlen(REF_PLUGIN) + 1))
-        m->verify_ref[kind] = r;
+    if (khub__registry_select_for(m->rt, &q, m, &r) == KHUB_STATUS_OK) {
+        if (!strncmp(khub_binding_name(r), REF_PLUGIN " ", strlen(REF_PLUGIN) + 1))
+            m->verify_ref[kind] = r;
+        else
+            khub__registry_drop(m->rt, r); /* another plugin's: not a reference */
+    }
     khub__clear(m->rt);
     return m->verify_ref[kind];
 }

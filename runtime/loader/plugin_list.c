@@ -254,7 +254,7 @@ khub_status khub_plugin_unload(khub_runtime *rt, khub_plugin *p)
                    p->id, p->version);
     pthread_rwlock_wrlock(&rt->reg_lock);
     size_t slot = list_find(rt, p);
-    size_t users = slot == SIZE_MAX ? 0 : khub__registry_bindings_of(rt, p);
+    size_t callers = 0, users = slot == SIZE_MAX ? 0 : khub__registry_bindings_of(rt, p, &callers);
     uint32_t holds = slot == SIZE_MAX ? 0 : p->swap_holds;
     if (slot != SIZE_MAX && users == 0 && holds == 0) {
         khub__plugin_list *l = &rt->plugins;
@@ -264,9 +264,16 @@ khub_status khub_plugin_unload(khub_runtime *rt, khub_plugin *p)
     pthread_rwlock_unlock(&rt->reg_lock);
     KHUB_RETURN_IF(rt, slot == SIZE_MAX, KHUB_STATUS_MISUSE,
                    "unload: the plugin is not loaded in this runtime");
-    KHUB_RETURN_IF(rt, users > 0, KHUB_STATUS_BUSY,
-                   "unload %s %s: %zu binding(s) use it; reload it instead, or free the runtime",
+    /* A model's bindings go with the model (khub_model_free) or a swap;
+     * khub_registry_select's stay until khub_runtime_free. */
+    KHUB_RETURN_IF(rt, users > 0 && callers == 0, KHUB_STATUS_BUSY,
+                   "unload %s %s: %zu binding(s) of loaded models use it; free those models or "
+                   "swap it out of them (khub_model_kernel_swap), or reload it instead",
                    p->id, p->version, users);
+    KHUB_RETURN_IF(rt, users > 0, KHUB_STATUS_BUSY,
+                   "unload %s %s: %zu binding(s) use it, %zu from khub_registry_select, which "
+                   "last until khub_runtime_free; reload it instead, or free the runtime",
+                   p->id, p->version, users, callers);
     KHUB_RETURN_IF(rt, holds > 0, KHUB_STATUS_BUSY,
                    "unload %s %s: %u prepared kernel swap(s) hold it; switch them "
                    "(khub_model_kernel_swap) or release them (khub_kernel_swap_release) first",
@@ -320,7 +327,7 @@ uint64_t khub__plugin_hold(khub_runtime *rt, const khub_plugin *cp, uint64_t loa
 static khub_plugin *take_if_unused(khub_runtime *rt, size_t slot)
 {
     khub_plugin *p = rt->plugins.items[slot];
-    if (!p->swap_loaded || p->swap_holds || khub__registry_bindings_of(rt, p) ||
+    if (!p->swap_loaded || p->swap_holds || khub__registry_bindings_of(rt, p, NULL) ||
         khub__pinned_here(p))
         return NULL;
     khub__plugin_list *l = &rt->plugins;

@@ -14,6 +14,14 @@
  * running in. Pins taken by khub_binding_acquire are remembered per thread,
  * so the matching release unpins the plugin that was pinned even if the
  * binding has moved on to a reloaded one in between.
+ *
+ * Who owns a binding: one of khub_registry_select is the caller's and lives
+ * until khub_runtime_free (khub.h). One a model selected for itself
+ * (khub__registry_select_for, _select_in) names the model as its owner, and
+ * khub_model_free drops it (khub__registry_drop_owned): only that model's
+ * pointers reach it, and while it stays listed khub_plugin_unload counts it
+ * as a user of its plugin (BUSY), so a model server that loads and frees
+ * models would pile up bindings and keep their plugins loaded for good.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -257,8 +265,8 @@ static void explain_absent(const khub_runtime *rt, const khub_op_query *q, walk 
                  q->op_name ? q->op_name : "");
 }
 
-static khub_status add_binding(khub_runtime *rt, const choice *c, khub__text *trace,
-                               khub_binding **out)
+static khub_status add_binding(khub_runtime *rt, const choice *c, const void *owner,
+                               khub__text *trace, khub_binding **out)
 {
     khub__binding_list *l = &rt->bindings;
     if (l->count == l->cap) {
@@ -272,6 +280,7 @@ static khub_status add_binding(khub_runtime *rt, const choice *c, khub__text *tr
     khub_binding *b = khub__calloc(rt, 1, sizeof *b);
     if (!b) return KHUB_STATUS_NOMEM;
     b->rt = rt;
+    b->owner = owner;
     b->plugin = c->p;
     b->op_index = c->op;
     b->kind = c->p->ops[c->op].kind;
@@ -286,7 +295,7 @@ static khub_status add_binding(khub_runtime *rt, const choice *c, khub__text *tr
 }
 
 static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, const khub_plugin *only,
-                                 khub__text *trace, khub_binding **out)
+                                 const void *owner, khub__text *trace, khub_binding **out)
 {
     walk w = {.only = only};
     walk_candidates(rt, q, trace, &w);
@@ -329,14 +338,15 @@ static khub_status select_locked(khub_runtime *rt, const khub_op_query *q, const
                        (int)bp->caps[w.best.op].priority, w.n_accepted, w.n_seen);
     }
     if (trace->oom) return khub__fail(rt, KHUB_STATUS_NOMEM, "selection trace: out of memory");
-    KHUB_RETURN_IF(rt, add_binding(rt, &w.best, trace, out) != KHUB_STATUS_OK, KHUB_STATUS_NOMEM,
-                   "registering a binding: out of memory");
+    KHUB_RETURN_IF(rt, add_binding(rt, &w.best, owner, trace, out) != KHUB_STATUS_OK,
+                   KHUB_STATUS_NOMEM, "registering a binding: out of memory");
     return KHUB_STATUS_OK;
 }
 
-khub_status khub_registry_select(khub_runtime *rt, const khub_op_query *q, khub_binding **out)
+/* khub_registry_select for owner (NULL: the caller). */
+static khub_status select_for(khub_runtime *rt, const khub_op_query *q, const void *owner,
+                              khub_binding **out)
 {
-    KHUB_API_CHECK(NULL, rt != NULL && q != NULL && out != NULL);
     khub__clear(rt);
     *out = NULL;
     KHUB_RETURN_IF(rt, q->struct_size < offsetof(khub_op_query, op_name) + sizeof(char *),
@@ -346,21 +356,35 @@ khub_status khub_registry_select(khub_runtime *rt, const khub_op_query *q, khub_
                    "khub_op_query: unknown op kind %u", (unsigned)q->kind);
     khub__text trace = {.rt = rt};
     pthread_rwlock_wrlock(&rt->reg_lock);
-    khub_status st = select_locked(rt, q, NULL, &trace, out);
+    khub_status st = select_locked(rt, q, NULL, owner, &trace, out);
     pthread_rwlock_unlock(&rt->reg_lock);
     khub__text_free(&trace);
     return st;
 }
 
+khub_status khub_registry_select(khub_runtime *rt, const khub_op_query *q, khub_binding **out)
+{
+    KHUB_API_CHECK(NULL, rt != NULL && q != NULL && out != NULL);
+    return select_for(rt, q, NULL, out);
+}
+
+khub_status khub__registry_select_for(khub_runtime *rt, const khub_op_query *q, const void *owner,
+                                      khub_binding **out)
+{
+    KHUB_ASSERT(rt && q && owner && out);
+    return select_for(rt, q, owner, out);
+}
+
 khub_status khub__registry_select_in(khub_runtime *rt, const khub_op_query *q,
-                                     const khub_plugin *plugin, khub_binding **out)
+                                     const khub_plugin *plugin, const void *owner,
+                                     khub_binding **out)
 {
     KHUB_ASSERT(rt && q && plugin && out);
     khub__clear(rt);
     *out = NULL;
     khub__text trace = {.rt = rt};
     pthread_rwlock_wrlock(&rt->reg_lock);
-    khub_status st = select_locked(rt, q, plugin, &trace, out);
+    khub_status st = select_locked(rt, q, plugin, owner, &trace, out);
     pthread_rwlock_unlock(&rt->reg_lock);
     khub__text_free(&trace);
     return st;
@@ -502,31 +526,68 @@ const char *khub_binding_trace(const khub_binding *b) { return b && b->trace ? b
 /* Shared with loader.c                                                     */
 /* ======================================================================== */
 
-size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p)
+size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p, size_t *of_callers)
 {
-    size_t n = 0;
-    for (size_t i = 0; i < rt->bindings.count; i++) n += rt->bindings.items[i]->plugin == p;
+    size_t n = 0, callers = 0;
+    for (size_t i = 0; i < rt->bindings.count; i++) {
+        const khub_binding *b = rt->bindings.items[i];
+        n += b->plugin == p;
+        callers += b->plugin == p && !b->owner;
+    }
+    if (of_callers) *of_callers = callers;
     return n;
 }
 
-void khub__registry_drop(khub_runtime *rt, khub_binding *b)
+/* Takes the first binding that is b (b non-NULL) or that owner owns out
+ * of rt's list and returns it, with its plugin's load number in *load_no;
+ * NULL when there is none. */
+static khub_binding *take_binding(khub_runtime *rt, const khub_binding *b, const void *owner,
+                                  uint64_t *load_no)
 {
     khub__binding_list *l = &rt->bindings;
-    const khub_plugin *p = NULL;
-    uint64_t load_no = 0;
+    khub_binding *found = NULL;
     pthread_rwlock_wrlock(&rt->reg_lock);
-    for (size_t i = 0; i < l->count && !p; i++) {
-        if (l->items[i] != b) continue;
+    for (size_t i = 0; i < l->count && !found; i++) {
+        if (b ? l->items[i] != b : l->items[i]->owner != owner) continue;
+        found = l->items[i];
+        *load_no = found->plugin->load_no;
         memmove(l->items + i, l->items + i + 1, (l->count - i - 1) * sizeof *l->items);
         l->count--;
-        p = b->plugin, load_no = b->plugin->load_no;
     }
     pthread_rwlock_unlock(&rt->reg_lock);
-    if (NEVER(!p)) return; /* not this runtime's: leave it alone */
+    return found;
+}
+
+/* Frees b, taken out of the list, then unloads its plugin when a swap's
+ * prepare loaded it and nothing uses it any more. */
+static void free_taken(khub_runtime *rt, khub_binding *b, uint64_t load_no)
+{
+    const khub_plugin *p = b->plugin;
     khub__free(rt, b->trace, b->trace_cap);
     khub__free(rt, b, sizeof *b);
     /* p is only compared until found: another thread may have unloaded it */
     khub__plugin_swapped_out(rt, p, load_no);
+}
+
+void khub__registry_drop(khub_runtime *rt, khub_binding *b)
+{
+    uint64_t load_no = 0;
+    khub_binding *taken = take_binding(rt, b, NULL, &load_no);
+    if (NEVER(!taken)) return; /* not this runtime's: leave it alone */
+    free_taken(rt, taken, load_no);
+}
+
+size_t khub__registry_drop_owned(khub_runtime *rt, const void *owner)
+{
+    /* One at a time, each under its own lock: a model owns a few dozen
+     * bindings, and the list needs no scratch memory (no allocation that
+     * could fail while freeing). The plugin of the last one dropped is
+     * unloaded if a swap loaded it and nothing else uses it. */
+    size_t n = 0;
+    uint64_t load_no = 0;
+    for (khub_binding *b; owner && (b = take_binding(rt, NULL, owner, &load_no)) != NULL; n++)
+        free_taken(rt, b, load_no);
+    return n;
 }
 
 uint64_t khub_binding_calls(const khub_binding *b)

@@ -178,6 +178,11 @@ struct khub_plugin {
 
 struct khub_binding {
     khub_runtime *rt;
+    /* Who owns it: NULL for the caller of khub_registry_select (it lives
+     * until khub_runtime_free), else the model that selected it for itself
+     * (khub__registry_select_for), whose khub_model_free drops it
+     * (khub__registry_drop_owned). Set at selection, never changed. */
+    const void *owner;
     khub_plugin *plugin; /* under rt->reg_lock */
     uint32_t op_index;
     uint32_t kind;
@@ -219,7 +224,10 @@ KHUB_INTERNAL khub_status khub__host_comm_all_gather(void *host_ctx, const khub_
 KHUB_INTERNAL void khub__plugins_stream_end(khub_runtime *rt, void *stream);
 /* Registry internals shared by loader.c and registry.c (call with
  * rt->reg_lock held for writing). */
-KHUB_INTERNAL size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p);
+/* The bindings that use p; *of_callers (optional) gets how many of them are
+ * khub_registry_select's (no owner, kept until khub_runtime_free). */
+KHUB_INTERNAL size_t khub__registry_bindings_of(const khub_runtime *rt, const khub_plugin *p,
+                                                size_t *of_callers);
 /* True when the calling thread holds a khub_binding_acquire pin on p (any
  * lock state): waiting for p to go idle would then wait forever. */
 KHUB_INTERNAL bool khub__pinned_here(const khub_plugin *p);
@@ -230,7 +238,13 @@ KHUB_INTERNAL void khub__binding_set_name(khub_binding *b);
  * KHUB_OPT_STRICT says (a kernel swap never falls back). Unlike a
  * plugin_id, a pointer tells two loaded builds of one plugin apart. */
 KHUB_INTERNAL khub_status khub__registry_select_in(khub_runtime *rt, const khub_op_query *q,
-                                                   const khub_plugin *plugin, khub_binding **out);
+                                                   const khub_plugin *plugin, const void *owner,
+                                                   khub_binding **out);
+/* khub_registry_select for owner (a model, never NULL): the binding is
+ * owner's, and khub__registry_drop_owned(rt, owner) frees it. Same
+ * statuses and messages. */
+KHUB_INTERNAL khub_status khub__registry_select_for(khub_runtime *rt, const khub_op_query *q,
+                                                    const void *owner, khub_binding **out);
 KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
 /* Removes b from rt's bindings and frees it (takes rt->reg_lock): a binding
  * its model replaced and nothing can call any more (a kernel swap, after the
@@ -239,6 +253,12 @@ KHUB_INTERNAL void khub__bindings_free(khub_runtime *rt);
  * nothing uses it any more (khub__plugin_swapped_out). The caller must hold
  * the only pointer to b. */
 KHUB_INTERNAL void khub__registry_drop(khub_runtime *rt, khub_binding *b);
+/* Drops every binding owner owns (khub__registry_drop for each: the plugin
+ * a swap's prepare loaded is unloaded when nothing uses it any more) and
+ * returns how many. Bindings of other owners and of khub_registry_select
+ * stay. The caller must hold the only pointers to them (khub_model_free,
+ * after its last call). NULL owner: nothing. */
+KHUB_INTERNAL size_t khub__registry_drop_owned(khub_runtime *rt, const void *owner);
 
 /* A prepared kernel swap's hold on a plugin (plugin_list.c). p is only
  * compared with the loaded plugins' addresses until it is found, so a
