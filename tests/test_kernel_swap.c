@@ -14,9 +14,12 @@
  * plugin unloaded before the switch is refused, never used (run it under
  * ASan: without the check the switch reads the freed plugin); while a swap
  * holds its plugin, unload and reload answer BUSY, and an unload on another
- * thread during the switch never frees the plugin the switch reads.
+ * thread during the switch never frees the plugin the switch reads; a 0.1
+ * struct, which holds nothing, refuses a plugin loaded later at the
+ * address of the one it prepared.
  */
 #include <pthread.h>
+#include <stddef.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -331,6 +334,56 @@ TEST_IMPL(kernel_swap_refuses_a_plugin_unloaded_since_prepare)
     close_fixture(&f);
 }
 
+/* A 0.1 khub_kernel_swap (struct_size of 0.1: no plugin_load, no hold)
+ * holds nothing between its prepare and its switch, so its plugin can be
+ * unloaded meanwhile (by the caller here; by another swap's release or
+ * switch in a server). Its prepare tags the load in the struct's 0.1
+ * `reserved` slot, so the switch refuses a plugin loaded later at that
+ * address instead of switching it in; a 0.1 struct filled by hand
+ * (reserved 0) is still checked by address, and the model keeps its
+ * tokens. */
+TEST_IMPL(kernel_swap_0_1_struct_refuses_a_reused_address)
+{
+    fixture f = {0};
+    open_fixture_cache(&f, "khub/ref-cpu:paged_cache");
+    int32_t before[10], after[10];
+    greedy(f.m, before);
+    const uint32_t size01 = (uint32_t)offsetof(khub_kernel_swap, name); /* "End of 0.1" */
+    khub_plugin *pa = tp_load(f.rt, "paged_attn");
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    sw.struct_size = size01;
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION,
+                                       "khub-test/paged-attn", NULL, &sw));
+    ASSERT(sw.plugin == pa);
+    ASSERT(sw.reserved != 0);
+    ASSERT_EQ(sw.plugin_load, 0); /* nothing written past a 0.1 struct */
+    ASSERT_EQ(sw.held, 0);
+    ASSERT_OK(khub_plugin_unload(f.rt, pa)); /* a 0.1 swap holds nothing */
+    refused_stale(f.m, &sw, "");
+    /* a later load at that address is another load */
+    khub_plugin *again = tp_load(f.rt, "paged_attn");
+    sw.plugin = again;
+    refused_stale(f.m, &sw, "");
+    /* prepared again, it switches */
+    ASSERT_OK(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION,
+                                       "khub-test/paged-attn", NULL, &sw));
+    ASSERT(sw.plugin == again);
+    ASSERT_OK(khub_model_kernel_swap(f.m, &sw));
+    ASSERT_STR_EQ(sw.now_serving, "khub-test/paged-attn 1.0.0 :: paged_attention");
+    /* filled by hand, reserved 0: checked by address, as 0.1 always was */
+    khub_kernel_swap hand = {.struct_size = size01, .role = KHUB_KERNEL_ROLE_ATTENTION};
+    for (size_t i = 0; i < khub_plugin_count(f.rt); i++)
+        if (!strcmp(khub_plugin_id(khub_plugin_at(f.rt, i)), "khub/ref-cpu"))
+            hand.plugin = (khub_plugin *)khub_plugin_at(f.rt, i);
+    ASSERT(hand.plugin != NULL);
+    ASSERT_OK(khub_model_kernel_swap(f.m, &hand));
+    ASSERT_STR_EQ(hand.now_serving, "khub/ref-cpu 0.1.0 :: paged_attention");
+    ASSERT_OK(khub_plugin_unload(f.rt, again)); /* the caller's, unused again */
+    greedy(f.m, after);
+    for (int i = 0; i < 10; i++) ASSERT_EQ(after[i], before[i]);
+    close_fixture(&f);
+}
+
 /* ======================================================================== */
 /* An unload on another thread during the switch                            */
 /* ======================================================================== */
@@ -435,5 +488,7 @@ TEST_IMPL(kernel_swap_unload_during_the_switch)
     X(kernel_swap_attention_and_back) \
     X(kernel_swap_refusals_change_nothing) \
     X(kernel_swap_paged_attention) \
-    X(kernel_swap_refuses_a_plugin_unloaded_since_prepare) X(kernel_swap_unload_during_the_switch)
+    X(kernel_swap_refuses_a_plugin_unloaded_since_prepare) \
+    X(kernel_swap_0_1_struct_refuses_a_reused_address) \
+    X(kernel_swap_unload_during_the_switch)
 TEST_MAIN(TEST_LIST)

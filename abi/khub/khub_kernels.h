@@ -218,6 +218,12 @@ KHUB_API khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const 
 typedef struct khub_kernel_swap {
     KHUB_STRUCT_HEADER;
     int32_t role; /* khub_kernel_role */
+    /* 0 in 0.1. Since 0.2 (session 16), in a 0.1-sized struct only (one
+     * whose struct_size ends before `name`), khub_kernel_swap_prepare writes
+     * a tag of its load of plugin here (never 0), which khub_model_kernel_swap
+     * checks as it checks plugin_load; 0, as in a struct filled by hand:
+     * checked by address (set it to 0 when replacing a prepared plugin by
+     * hand). A struct of 0.2's size leaves it 0. */
     uint32_t reserved;
     khub_plugin *plugin;   /* borrowed: the loaded plugin that serves the role after the swap */
     char op_name[128];     /* the ID's :symbol, "" = the plugin's best op of the role's kind */
@@ -270,8 +276,11 @@ typedef struct khub_kernel_swap {
  * uses it is left). A pointer to a swap-loaded plugin (sw->plugin,
  * khub_plugin_at) is borrowed and is stale once a switch swapped it out or
  * the last model it served was freed. A 0.1 khub_kernel_swap (no
- * plugin_load) holds nothing after its prepare and is checked by address
- * only; what its prepare loaded is the swaps' as above. */
+ * plugin_load) holds nothing after its prepare, so its plugin may be
+ * unloaded before its switch; the load it prepared is tagged in its
+ * `reserved` slot (since session 16), so the switch refuses a plugin loaded
+ * later at that address (MISUSE, below) where it used to switch it in. What
+ * its prepare loaded is the swaps' as above. */
 
 /* Makes the kernel `name` ready to serve `role` of a model on rt, without
  * touching any model: resolves the name as khub_model_load_hub does (a

@@ -34,6 +34,18 @@
  * keeps that hold until it returns: an unload on another thread during
  * the switch answers BUSY instead of freeing the plugin the switch reads.
  * A khub_kernel_swap filled by hand (plugin_load 0) is checked by address.
+ * A 0.1 struct has no plugin_load: its prepare writes a 32-bit tag of the
+ * load's number in the struct's 0.1 `reserved` slot instead (since session
+ * 16), and its switch holds the plugin at sw->plugin only when that load's
+ * tag matches, so that a plugin loaded later at the address of one that
+ * was unloaded meanwhile (by the caller, or by another swap's release or
+ * switch, since a 0.1 swap holds nothing between its prepare and its
+ * switch) is refused as stale (MISUSE) instead of being switched in. A 0.1
+ * struct filled by hand (reserved 0) is checked by address. Rejected: a
+ * 0.1 prepare that holds its plugin until the switch (a 0.1 caller has no
+ * khub_kernel_swap_release, so a swap it abandons would keep the plugin
+ * BUSY for good), and a table of 0.1 swaps in the runtime (unbounded, or
+ * forgetting, and a struct may be copied).
  * The prepare holds the plugin from its resolve on, so the selftest too
  * runs on a plugin no other thread can unload.
  *
@@ -90,6 +102,11 @@ static bool has_hold(const khub_kernel_swap *sw)
 {
     return sw->struct_size >= offsetof(khub_kernel_swap, reserved2) + sizeof sw->reserved2;
 }
+
+/* What a 0.1 struct's prepare writes in its `reserved` slot: a tag of the
+ * load's number (never 0, which means "filled by hand: by address"), so
+ * that its switch refuses another load at the same address. */
+static uint32_t load_tag(uint64_t load) { return (uint32_t)(load % UINT32_MAX) + 1; }
 
 /* Ends sw's hold on its plugin, if it has one (see the top of this file). */
 static void release(khub_runtime *rt, khub_kernel_swap *sw)
@@ -186,6 +203,7 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
         out->plugin_load = load;
         out->held = 1;
     } else {
+        out->reserved = load_tag(load);   /* its switch checks the load by this */
         khub__plugin_unhold(rt, p, load); /* a 0.1 swap holds nothing */
     }
     return KHUB_STATUS_OK;
@@ -324,7 +342,14 @@ static khub_status switch_to(khub_model *m, khub_kernel_swap *sw);
 static khub_status hold_loaded(khub_model *m, khub_kernel_swap *sw, uint64_t *held)
 {
     uint64_t load = has_hold(sw) ? sw->plugin_load : 0;
-    *held = khub__plugin_hold(m->rt, sw->plugin, load, UINT64_MAX);
+    if (!has_hold(sw) && sw->reserved) {
+        /* 0.1: the load at that address now, held only if it is the one
+         * prepared (a hold by its exact number: one that came between the
+         * two steps is another load, and not held) */
+        uint64_t now = khub__plugin_load_of(m->rt, sw->plugin);
+        load = now && load_tag(now) == sw->reserved ? now : UINT64_MAX;
+    }
+    *held = load == UINT64_MAX ? 0 : khub__plugin_hold(m->rt, sw->plugin, load, UINT64_MAX);
     if (*held) return KHUB_STATUS_OK;
     if (has_hold(sw)) sw->held = 0; /* its plugin is gone: nothing to release */
     bool named = sw->struct_size >= offsetof(khub_kernel_swap, name) + sizeof sw->name &&

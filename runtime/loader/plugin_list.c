@@ -303,6 +303,15 @@ static size_t find_load(const khub_runtime *rt, const khub_plugin *p, uint64_t l
     return slot != SIZE_MAX && (!load_no || p->load_no == load_no) ? slot : SIZE_MAX;
 }
 
+uint64_t khub__plugin_load_of(khub_runtime *rt, const khub_plugin *p)
+{
+    pthread_rwlock_rdlock(&rt->reg_lock);
+    size_t slot = list_find(rt, p);
+    uint64_t load_no = slot == SIZE_MAX ? 0 : rt->plugins.items[slot]->load_no;
+    pthread_rwlock_unlock(&rt->reg_lock);
+    return load_no;
+}
+
 uint64_t khub__plugin_hold(khub_runtime *rt, const khub_plugin *cp, uint64_t load_no, uint64_t mark)
 {
     uint64_t held = 0;

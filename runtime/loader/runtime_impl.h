@@ -266,6 +266,9 @@ KHUB_INTERNAL size_t khub__registry_drop_owned(khub_runtime *rt, const void *own
 /* The last load number given in rt: a plugin whose load_no is above a mark
  * taken before a resolve was loaded by it. */
 KHUB_INTERNAL uint64_t khub__plugin_load_mark(khub_runtime *rt);
+/* The load number of the plugin loaded at address p now, 0 when none is
+ * (p is only compared until found). */
+KHUB_INTERNAL uint64_t khub__plugin_load_of(khub_runtime *rt, const khub_plugin *p);
 /* Takes a hold on p for a prepared swap or a switch in progress, when p is
  * loaded as load_no (0: any load), in one step under the lock: while held,
  * khub_plugin_unload and khub_plugin_reload of p answer BUSY, so it stays
