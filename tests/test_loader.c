@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "loader_impl.h"
 #include "plugin_artifacts.h"
 #include "plugins/tp_args.h"
 #include "plugins/tp_util.h"
@@ -492,10 +493,13 @@ TEST_IMPL(a_loaded_plugins_fd_name_is_not_reused)
      * it as /proc/self/fd/N with N closed; when the child's memfd for
      * good_v2 gets number N, dlopen must not return good_v1 (it did: the
      * loader then refused "descriptor names khub-test/good 1.0.0"; found
-     * when an inherited descriptor shifted the numbers under flock). */
+     * when an inherited descriptor shifted the numbers under flock). The
+     * child arranges for n to be the next number opened without assuming
+     * which numbers below it are free, and checks that its memfd got n. */
     khub_runtime *rt = tp_runtime(1);
     khub_plugin *v1 = tp_load(rt, "good_v1");
-    int n = v1->memfd;
+    int n = v1->memfd; /* 3 when the test starts with fd 3 free, more under ctest */
+    ASSERT(n >= 0);
     pid_t pid = fork();
     ASSERT(pid >= 0);
     if (pid == 0) {
@@ -503,9 +507,18 @@ TEST_IMPL(a_loaded_plugins_fd_name_is_not_reused)
         khub_runtime *rt2 = NULL;
         khub_runtime_opts o = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 1};
         if (khub_runtime_new(&o, &rt2) != KHUB_STATUS_OK) _exit(3);
-        int fd; /* fill the numbers below n: the next one opened is n */
-        while ((fd = open("/dev/null", O_RDONLY)) >= 0 && fd < n - 1) continue;
-        if (fd != n - 1) _exit(fd == n ? 4 : 5);
+        /* Make n the lowest free number, whatever is open below it (no
+         * assumption on how many): every free number below n gets a copy of
+         * /dev/null, n itself is left free. */
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul < 0) _exit(5);
+        for (int k = 0; k < n; k++)
+            if (fcntl(k, F_GETFD) < 0 && dup2(nul, k) != k) _exit(5);
+        if (nul >= n) close(nul);
+        if (fcntl(n, F_GETFD) >= 0) _exit(4); /* something of the child's holds n */
+        char name[32]; /* the child holds good_v1 under the name n's memfd gets */
+        snprintf(name, sizeof name, "/proc/self/fd/%d", n);
+        if (!khub__fd_path_loaded(name)) _exit(6);
         const char *path = TP("good_v2");
         khub_plugin *p = NULL;
         khub_status st = khub_plugin_load(rt2, path, TP_SHA(path), &p);
@@ -518,6 +531,9 @@ TEST_IMPL(a_loaded_plugins_fd_name_is_not_reused)
     int wst = 0;
     ASSERT_EQ(waitpid(pid, &wst, 0), pid);
     ASSERT(WIFEXITED(wst));
+    /* 1: the load failed (its message above); 2: dlopen returned good_v1;
+     * 3-6: the child could not set the case up (runtime, n held, no
+     * /dev/null, good_v1 not named /proc/self/fd/n) */
     ASSERT_EQ(WEXITSTATUS(wst), 0);
     khub_runtime_free(rt);
 }
