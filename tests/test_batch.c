@@ -4,9 +4,11 @@
  * prompts; SmolLM2 with text prompts is test_batch_smollm2.c). Every greedy output of a batch must
  * equal the same request run alone: with requests joining mid-run, chunked prefill mixed with
  * decode, preemption forced by a small KV limit, and cancellation; bad input gets its status and
- * message; no KV is left held.
+ * message, whole in error_full when it is longer than error's 255 bytes; no KV is left held.
  */
 #include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -615,6 +617,134 @@ TEST_IMPL(batch_tiny_errors)
     fixture_close(&f);
 }
 
+/* ======================================================================== */
+/* A failure's whole message                                                */
+/* ======================================================================== */
+
+/* khub_batch_result's layout: 0.1's fields where 0.1 put them, error_full
+ * appended at 0.1's end (a 0.1 caller's elements are 360 bytes apart). */
+_Static_assert(offsetof(khub_batch_result, error) == 104, "khub_batch_result.error");
+_Static_assert(sizeof(((khub_batch_result *)0)->error) == 256, "khub_batch_result.error size");
+_Static_assert(offsetof(khub_batch_result, error_full) == 360, "khub_batch_result.error_full");
+_Static_assert(sizeof(khub_batch_result) == 368, "khub_batch_result");
+
+static char long_full[KHUB_ERROR_SIZE], long_cut[256];
+static khub_status long_status;
+
+static void on_done_long(void *ud, uint64_t id, const khub_batch_result *r)
+{
+    (void)ud, (void)id;
+    long_status = r->status;
+    snprintf(long_full, sizeof long_full, "%s", r->error_full); /* borrowed: copied */
+    snprintf(long_cut, sizeof long_cut, "%s", r->error);
+}
+
+/* A model folder named with 226 bytes makes a failure's message longer than
+ * error's 255: error_full has it whole, from on_done (borrowed) and from
+ * khub_generate_batch (owned, freed by khub_batch_results_free); a caller
+ * built against 0.1's header (elements of 360 bytes, no error_full) gets
+ * its results, error cut, nothing written past its array. */
+TEST_IMPL(batch_tiny_long_error_is_whole)
+{
+    char dir[320], base[240];
+    memset(base, 'x', 200);
+    base[200] = '\0';
+    snprintf(dir, sizeof dir, "/tmp/khub-test-batch-long-%d-%s", (int)getpid(), base);
+    const char *name = strrchr(dir, '/') + 1;
+    tiny_llama t = {.hidden = H,
+                    .ffn = F,
+                    .layers = L,
+                    .heads = NH,
+                    .kv_heads = NKV,
+                    .head_dim = HD,
+                    .vocab = V};
+    tiny_llama_write(dir, &t);
+    khub_runtime_opts ro = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 1};
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(&ro, &rt));
+    ASSERT_OK(khub_plugin_load_builtin(rt));
+    khub_model_opts mo = {KHUB_STRUCT_INIT(khub_model_opts), .max_seqs = 2, .max_batch = 16,
+                          .max_context = 32};
+    khub_model *m = NULL;
+    ASSERT_OK(khub_model_load(rt, dir, &mo, &m));
+    char want[KHUB_ERROR_SIZE];
+    snprintf(want, sizeof want, "%s: the model has no tokenizer, so text prompts cannot be encoded",
+             name);
+    ASSERT(strlen(want) > 255);
+
+    /* on_done: borrowed during the call */
+    khub_batch *b = NULL;
+    ASSERT_OK(khub_batch_new(m, NULL, &b));
+    khub_batch_request text = {KHUB_APP_INIT(khub_batch_request), .prompt = "hello",
+                               .on_done = on_done_long};
+    ASSERT_OK(khub_batch_submit(b, &text, NULL));
+    ASSERT_OK(khub_batch_run(b, 0));
+    khub_batch_free(b);
+    ASSERT_EQ(long_status, KHUB_STATUS_TOKENIZER);
+    ASSERT_STR_EQ(long_full, want);
+    ASSERT_EQ(strlen(long_cut), 255);
+    ASSERT(strncmp(long_cut, want, 255) == 0);
+
+    /* khub_generate_batch: owned by the result; "" when OK */
+    int32_t ids[4] = {5, 6, 7, 8};
+    khub_generate_opts o = {KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = 2};
+    khub_batch_request reqs[2] = {
+        {KHUB_APP_INIT(khub_batch_request), .prompt = "hello"},
+        {KHUB_APP_INIT(khub_batch_request), .tokens = ids, .n_tokens = 4, .opts = &o}};
+    khub_batch_result res[2] = {{KHUB_APP_INIT(khub_batch_result)},
+                                {KHUB_APP_INIT(khub_batch_result)}};
+    ASSERT_OK(khub_generate_batch(m, reqs, 2, NULL, res));
+    ASSERT_EQ(res[0].status, KHUB_STATUS_TOKENIZER);
+    ASSERT_STR_EQ(res[0].error_full, want);
+    ASSERT_EQ(strlen(res[0].error), 255);
+    ASSERT_OK(res[1].status);
+    ASSERT_STR_EQ(res[1].error_full, "");
+    ASSERT_EQ(res[1].n_tokens, 2);
+    khub_batch_results_free(m, res, 2);
+    ASSERT(res[0].error_full == NULL);
+    ASSERT_EQ(res[0].struct_size, sizeof res[0]);
+
+    /* a 0.1 caller's array: elements of 360 bytes, then bytes of its own */
+    const size_t size01 = offsetof(khub_batch_result, error_full), tail = 64;
+    unsigned char *old = malloc(2 * size01 + tail);
+    ASSERT(old != NULL);
+    memset(old, 0, 2 * size01);
+    memset(old + 2 * size01, 0xAB, tail);
+    for (int i = 0; i < 2; i++) {
+        khub_batch_result hdr = {KHUB_APP_INIT(khub_batch_result)};
+        hdr.struct_size = (uint32_t)size01;
+        memcpy(old + i * size01, &hdr, 8); /* the header: struct_size, stamp */
+    }
+    ASSERT_OK(khub_generate_batch(m, reqs, 2, NULL, (khub_batch_result *)old));
+    khub_batch_result r0 = {0}, r1 = {0};
+    memcpy(&r0, old, size01);
+    memcpy(&r1, old + size01, size01);
+    ASSERT_EQ(r0.struct_size, size01);
+    ASSERT_EQ(r0.status, KHUB_STATUS_TOKENIZER);
+    ASSERT_EQ(strlen(r0.error), 255);
+    ASSERT(strncmp(r0.error, want, 255) == 0);
+    ASSERT_EQ(r1.struct_size, size01);
+    ASSERT_OK(r1.status);
+    ASSERT_EQ(r1.n_tokens, 2);
+    for (size_t k = 0; k < tail; k++) ASSERT_EQ(old[2 * size01 + k], 0xAB);
+    khub_batch_results_free(m, (khub_batch_result *)old, 2);
+    memcpy(&r1, old + size01, size01);
+    ASSERT(r1.text == NULL && r1.tokens == NULL);
+    ASSERT_EQ(r1.struct_size, size01);
+    for (size_t k = 0; k < tail; k++) ASSERT_EQ(old[2 * size01 + k], 0xAB);
+    /* elements of different sizes are refused: the stride is results[0]'s */
+    memcpy(old + size01, &(uint32_t){(uint32_t)size01 + 8}, 4);
+    ASSERT_STATUS(khub_generate_batch(m, reqs, 2, NULL, (khub_batch_result *)old),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt),
+                  "khub_generate_batch: results[1].struct_size 368 differs from results[0]'s 360 "
+                  "(the array's elements are one struct)");
+    free(old);
+    khub_model_free(m);
+    khub_runtime_free(rt);
+    tiny_llama_rm(dir);
+}
+
 #define TEST_LIST(X) \
     X(batch_tiny_ref_equals_solo) \
     X(batch_tiny_default_kernels_equal_solo) \
@@ -623,5 +753,6 @@ TEST_IMPL(batch_tiny_errors)
     X(batch_tiny_f16_equals_solo) \
     X(batch_tiny_default_cache_is_paged) \
     X(batch_tiny_decode_every_step_beside_prefill) \
-    X(batch_tiny_cancel_frees_kv) X(batch_tiny_threads) X(batch_tiny_errors)
+    X(batch_tiny_cancel_frees_kv) \
+    X(batch_tiny_threads) X(batch_tiny_errors) X(batch_tiny_long_error_is_whole)
 TEST_MAIN(TEST_LIST)

@@ -127,8 +127,18 @@ struct khub_batch_result {
     double ttft_ms;      /* submit to first generated token */
     double total_ms;     /* submit to end */
     double decode_tok_s; /* generated tokens after the first / their time */
-    char error[256];     /* status's message, "" when OK */
+    char error[256];     /* status's message, "" when OK; cut at 255 bytes: the whole one is
+                            error_full */
     /* End of 0.1. */
+    /* Added in 0.2 (session 16): status's whole message, NUL-terminated (at
+     * most KHUB_ERROR_SIZE - 1 bytes, as khub_runtime_errmsg), "" when OK;
+     * error holds only its first 255 bytes, which a long Hub ID or model
+     * path can pass. From on_done: borrowed, valid during the call. From
+     * khub_generate_batch: owned by the result, freed by
+     * khub_batch_results_free (NULL only when copying it ran out of memory,
+     * which the call returns as NOMEM). Read and written only when the
+     * caller's struct_size covers it. */
+    const char *error_full;
 };
 
 /* What the engine holds now. */
@@ -188,7 +198,8 @@ KHUB_API void khub_batch_stop(khub_batch *b);
 KHUB_API khub_status khub_batch_stats_get(khub_batch *b, khub_batch_stats *stats);
 
 /* Runs reqs[n] to completion on m with continuous batching and fills
- * results[n] (their struct_size set by the caller) in request order.
+ * results[n] (their struct_size set by the caller, at least 0.1's; fields
+ * past it are left alone) in request order.
  * Requests' own on_text / on_done are called as they happen (ids 1..n).
  * A request that fails has its status and error in its result; the call
  * returns OK unless the engine itself failed (NOMEM, a forward call).

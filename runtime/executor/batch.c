@@ -183,12 +183,17 @@ static double rate(int64_t n, double ms) { return ms > 0 ? (double)n * 1e3 / ms 
 void khub__batch_end(khub_batch *b, khub__breq *r, khub_status st, const char *msg, uint32_t why)
 {
     khub_model *m = b->m;
+    /* The whole message, copied before anything below can overwrite the
+     * runtime's (msg is often khub_runtime_errmsg): at most KHUB_ERROR_SIZE - 1
+     * bytes, as every message; error keeps its first 255. */
+    char full[KHUB_ERROR_SIZE];
+    snprintf(full, sizeof full, "%s", msg && *msg ? msg : khub_status_str(st));
     khub__gen_end(&r->seq, why);
     const char *text = "";
     size_t len = 0;
     if (r->prepared && st == KHUB_STATUS_OK) {
         st = khub__gen_finish(m, &r->seq, &text, &len);
-        if (st != KHUB_STATUS_OK) msg = khub_runtime_errmsg(m->rt);
+        if (st != KHUB_STATUS_OK) snprintf(full, sizeof full, "%s", khub_runtime_errmsg(m->rt));
     }
     khub__batch_release(b, r);
     double now = khub__batch_now_ms();
@@ -207,8 +212,8 @@ void khub__batch_end(khub_batch *b, khub__breq *r, khub_status st, const char *m
     res.ttft_ms = r->t_first ? r->t_first - r->t_submit : 0;
     res.total_ms = now - r->t_submit;
     res.decode_tok_s = n_gen > 1 ? rate(n_gen - 1, r->t_last - r->t_first) : 0;
-    if (st != KHUB_STATUS_OK)
-        snprintf(res.error, sizeof res.error, "%s", msg && *msg ? msg : khub_status_str(st));
+    res.error_full = st != KHUB_STATUS_OK ? full : "";
+    if (st != KHUB_STATUS_OK) snprintf(res.error, sizeof res.error, "%s", full);
     if (r->on_done) r->on_done(r->ud, r->id, &res);
     pthread_mutex_lock(&b->mu);
     if (r->prev)

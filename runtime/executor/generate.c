@@ -129,7 +129,7 @@ khub_status khub_model_generate(khub_model *m, const char *const *prompts, size_
     if (st == KHUB_STATUS_OK) st = khub_batch_run(b, 0);
     if (st == KHUB_STATUS_OK && g.st != KHUB_STATUS_OK) st = khub__fail(m->rt, g.st, "%s", g.msg);
     if (st == KHUB_STATUS_OK) fill_timings(b, results, n);
-    char keep[256];
+    char keep[KHUB_ERROR_SIZE];
     snprintf(keep, sizeof keep, "%s", khub_runtime_errmsg(m->rt));
     khub_batch_free(b); /* ends what a failure left, without a message */
     if (st != KHUB_STATUS_OK) {
@@ -176,19 +176,35 @@ static int batch_text(void *ud, uint64_t id, const char *text, size_t len)
     return q->on_text ? q->on_text(q->ud, id, text, len) : 0;
 }
 
+/* results[i] of a caller's array: its elements are the caller's struct,
+ * struct_size bytes apart (results[0]'s; 360 for a 0.1 caller, more since
+ * error_full), not this header's sizeof, so a caller built against an
+ * older header gets its own elements. */
+static khub_batch_result *result_at(khub_batch_result *results, size_t i)
+{
+    return (khub_batch_result *)((char *)results + i * results[0].struct_size);
+}
+
+/* Whether the caller's result has 0.2's error_full. */
+static bool has_error_full(const khub_batch_result *r)
+{
+    return r->struct_size >= offsetof(khub_batch_result, error_full) + sizeof r->error_full;
+}
+
 static void batch_done(void *ud, uint64_t id, const khub_batch_result *br)
 {
     batch_call *c = ud;
     size_t i = (size_t)(id - c->first_id);
     const khub_batch_request *q = &c->reqs[i];
     if (q->on_done) q->on_done(q->ud, id, br);
-    khub_batch_result *r = &c->results[i];
+    khub_batch_result *r = result_at(c->results, i);
     uint32_t size = r->struct_size;
-    *r = *br;
+    memcpy(r, br, size < sizeof *r ? size : sizeof *r); /* no further than the caller's */
     r->struct_size = size;
     r->text = khub__malloc(c->m->rt, br->text_len + 1);
     r->tokens = khub__calloc(c->m->rt, br->n_tokens ? (size_t)br->n_tokens : 1, sizeof *r->tokens);
-    if (!r->text || !r->tokens) {
+    if (has_error_full(r)) r->error_full = khub__strdup(c->m->rt, br->error_full);
+    if (!r->text || !r->tokens || (has_error_full(r) && !r->error_full)) {
         c->st = KHUB_STATUS_NOMEM;
         return;
     }
@@ -202,11 +218,20 @@ khub_status khub_generate_batch(khub_model *m, const khub_batch_request *reqs, s
 {
     KHUB_API_CHECK(m ? m->rt : NULL, m && reqs && results && n > 0);
     khub__clear(m->rt);
-    for (size_t i = 0; i < n; i++)
-        KHUB_RETURN_IF(m->rt, results[i].struct_size < sizeof(khub_batch_result),
-                       KHUB_STATUS_STRUCT_SIZE,
-                       "khub_generate_batch: results[%zu].struct_size %u is smaller than %zu", i,
-                       (unsigned)results[i].struct_size, sizeof(khub_batch_result));
+    /* 0.1's size at least, the same for every element (the array's
+     * stride): a caller built before error_full was appended gets the rest
+     * of its results (since session 16; before, the check asked for this
+     * header's size). */
+    const size_t size01 = offsetof(khub_batch_result, error_full);
+    const uint32_t size = results[0].struct_size;
+    KHUB_RETURN_IF(m->rt, size < size01, KHUB_STATUS_STRUCT_SIZE,
+                   "khub_generate_batch: results[0].struct_size %u is smaller than 0.1's %zu",
+                   (unsigned)size, size01);
+    for (size_t i = 1; i < n; i++)
+        KHUB_RETURN_IF(m->rt, result_at(results, i)->struct_size != size, KHUB_STATUS_STRUCT_SIZE,
+                       "khub_generate_batch: results[%zu].struct_size %u differs from "
+                       "results[0]'s %u (the array's elements are one struct)",
+                       i, (unsigned)result_at(results, i)->struct_size, (unsigned)size);
     batch_call c = {.m = m, .reqs = reqs, .results = results, .first_id = 1};
     khub_batch *b = NULL;
     KHUB_FORWARD_IF_ERROR(m->rt, khub_batch_new(m, cfg, &b));
@@ -224,7 +249,7 @@ khub_status khub_generate_batch(khub_model *m, const khub_batch_request *reqs, s
     if (st == KHUB_STATUS_OK) st = khub_batch_run(b, 0);
     if (st == KHUB_STATUS_OK && c.st != KHUB_STATUS_OK)
         st = khub__fail(m->rt, c.st, "khub_generate_batch: no memory for results");
-    char keep[256];
+    char keep[KHUB_ERROR_SIZE];
     snprintf(keep, sizeof keep, "%s", khub_runtime_errmsg(m->rt));
     khub_batch_free(b);
     if (st != KHUB_STATUS_OK) {
@@ -236,15 +261,18 @@ khub_status khub_generate_batch(khub_model *m, const khub_batch_request *reqs, s
 
 void khub_batch_results_free(khub_model *m, khub_batch_result *results, size_t n)
 {
-    if (!m || !results) return;
+    /* nothing was written into an array khub_generate_batch refused by size */
+    if (!m || !results || results[0].struct_size < offsetof(khub_batch_result, error_full)) return;
     for (size_t i = 0; i < n; i++) {
-        khub_batch_result *r = &results[i];
+        khub_batch_result *r = result_at(results, i);
+        if (r->struct_size != results[0].struct_size) break; /* refused as well */
         khub__free(m->rt, r->text, r->text ? r->text_len + 1 : 0);
         khub__free(m->rt, r->tokens,
                    r->tokens ? (r->n_tokens ? (size_t)r->n_tokens : 1) * sizeof *r->tokens : 0);
+        if (has_error_full(r)) khub__strfree(m->rt, (char *)r->error_full);
         uint32_t size = r->struct_size;
         uint16_t major = r->abi_major, minor = r->abi_minor;
-        memset(r, 0, sizeof *r);
+        memset(r, 0, size < sizeof *r ? size : sizeof *r);
         r->struct_size = size;
         r->abi_major = major;
         r->abi_minor = minor;

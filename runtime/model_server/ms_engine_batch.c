@@ -58,10 +58,10 @@ static void on_done(void *ud, uint64_t id, const khub_batch_result *res)
                             KHUB_STOP_CANCELLED, "the server is shutting down");
     else if (res->status == KHUB_STATUS_CONTEXT_FULL || res->status == KHUB_STATUS_INVALID_ARG)
         khub__ms_req_finish(r, 400, "invalid_request_error", res->n_prompt_tokens, 0, 0, "%s",
-                            res->error);
+                            res->error_full);
     else if (res->status != KHUB_STATUS_OK)
         khub__ms_req_finish(r, 500, "server_error", res->n_prompt_tokens, res->n_tokens, 0,
-                            "generation failed: %s", res->error);
+                            "generation failed: %s", res->error_full);
     else
         khub__ms_req_finish(r, 0, NULL, res->n_prompt_tokens, res->n_tokens, res->stop_reason,
                             NULL);

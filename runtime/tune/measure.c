@@ -205,7 +205,7 @@ int khub__tune_run_workload(khub_model *m, const khub_tune_workload *w, const tu
     for (size_t i = 0; !rc && i < w->n; i++) {
         const khub_batch_result *r = &res[i];
         if (r->status != KHUB_STATUS_OK) {
-            snprintf(out->why, sizeof out->why, "workload request %zu: %s", i + 1, r->error);
+            snprintf(out->why, sizeof out->why, "workload request %zu: %s", i + 1, r->error_full);
             rc = -1;
             break;
         }

@@ -116,7 +116,7 @@ static double now_s(clockid_t c)
 typedef struct bb_run {
     double ttft_ms[256];
     int n_done, failed;
-    char error[256];
+    char error[KHUB_ERROR_SIZE];
 } bb_run;
 
 static void on_done(void *ud, uint64_t id, const khub_batch_result *r)
@@ -124,7 +124,7 @@ static void on_done(void *ud, uint64_t id, const khub_batch_result *r)
     (void)id;
     bb_run *s = ud;
     if (r->status != KHUB_STATUS_OK && !s->failed++)
-        snprintf(s->error, sizeof s->error, "%s", r->error);
+        snprintf(s->error, sizeof s->error, "%s", r->error_full);
     s->ttft_ms[s->n_done++] = r->ttft_ms;
 }
 

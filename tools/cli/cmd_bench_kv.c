@@ -195,7 +195,7 @@ static int generate(khub_runtime *rt, khub_model *m, const kvq_args *a, const kv
     for (int i = 0; i < s->n && !rc; i++) {
         if (res[i].status != KHUB_STATUS_OK || res[i].n_tokens != a->tokens)
             rc = khub_cli_fail("bench-kv-quality", "%s: %lld of %d tokens (%s)", s->p[i].name,
-                               (long long)res[i].n_tokens, a->tokens, res[i].error);
+                               (long long)res[i].n_tokens, a->tokens, res[i].error_full);
         else
             memcpy(out[i], res[i].tokens, (size_t)a->tokens * sizeof(int32_t));
     }

@@ -34,7 +34,8 @@ static void on_done(void *ud, uint64_t id, const khub_batch_result *r)
     d->r = *r;
     d->r.text = malloc(r->text_len + 1);
     d->r.tokens = malloc((size_t)(r->n_tokens ? r->n_tokens : 1) * sizeof *r->tokens);
-    if (!d->r.text || !d->r.tokens) abort();
+    d->r.error_full = strdup(r->error_full); /* borrowed for the call only */
+    if (!d->r.text || !d->r.tokens || !d->r.error_full) abort();
     memcpy(d->r.text, r->text ? r->text : "", r->text_len);
     d->r.text[r->text_len] = '\0';
     if (r->n_tokens) memcpy(d->r.tokens, r->tokens, (size_t)r->n_tokens * sizeof *r->tokens);
@@ -74,7 +75,7 @@ static cJSON *result_json(const cli_prompt *p, size_t i, const khub_batch_result
     cJSON_AddNumberToObject(e, "line", (double)p->line);
     cJSON_AddStringToObject(e, "status",
                             r->status == KHUB_STATUS_OK ? "ok" : khub_status_name(r->status));
-    if (r->status != KHUB_STATUS_OK) cJSON_AddStringToObject(e, "error", r->error);
+    if (r->status != KHUB_STATUS_OK) cJSON_AddStringToObject(e, "error", r->error_full);
     cJSON_AddStringToObject(e, "text", r->text);
     cJSON *toks = cJSON_AddArrayToObject(e, "tokens");
     for (int64_t t = 0; t < r->n_tokens; t++)
@@ -132,7 +133,7 @@ static int print_text(const run_state *s)
         if (r->status != KHUB_STATUS_OK) {
             failed++;
             fflush(stdout);
-            khub_cli_fail("run", "prompt %zu (line %ld): %s", i, s->ps->p[i].line, r->error);
+            khub_cli_fail("run", "prompt %zu (line %ld): %s", i, s->ps->p[i].line, r->error_full);
             continue;
         }
         printf("--- prompt %zu ---\n%s\n", i, r->text);
@@ -194,6 +195,7 @@ int cli_run_batch(khub_runtime *rt, khub_model *m, const cli_prompts *ps, const 
     for (size_t i = 0; i < ps->n; i++) {
         free(s.d[i].r.text);
         free(s.d[i].r.tokens);
+        free((char *)s.d[i].r.error_full);
     }
     free(s.d);
     return rc;
