@@ -154,12 +154,37 @@ echo "ok   unreachable --kernels-from: kernel candidates skipped with the reason
 # run ends within the budget (plus the kill and the report). The budget is
 # ten runs as long as the first report's runs took (a sanitizer build on a
 # loaded machine is 40 times slower than a quiet release build), so the
-# candidates before the hanging one fit it.
+# candidates before the hanging one fit it. When the load rose since that
+# report, the probe and the two baseline runs can spend so much of it that
+# tune, rightly, does not start the hanging candidate ("not run: S s of the
+# time budget left, a run takes about R s"; found in session 16 as the
+# cause of a "budget rows" failure under load), or even the baseline does
+# not fit ("the baseline could not be measured: ran past the time budget"):
+# then the case this checks was not set up, and it is run again with twice
+# the budget (at most 3 times), the same checks applying to the run that
+# set it up.
 budget=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); n=1+sum(c["state"]=="measured" for c in r["candidates"]); print(int(5 + 10 * r["elapsed_s"] / n))' t.json)
-start=$(date +%s)
-"$KHUB" tune --model tiny --workload w.jsonl --time-budget "$budget" --json \
-    --inject-failure attn=khub/ref-cpu:hang > b.json 2> b.err || { cat b.err; fail "tune budget"; }
-end=$(date +%s)
+for try in 1 2 3; do
+    start=$(date +%s)
+    rc=0
+    "$KHUB" tune --model tiny --workload w.jsonl --time-budget "$budget" --json \
+        --inject-failure attn=khub/ref-cpu:hang > b.json 2> b.err || rc=$?
+    end=$(date +%s)
+    if [ "$rc" -ne 0 ]; then # the baseline itself may not fit: tune refuses to go on
+        { [ "$try" -lt 3 ] && grep -qF "the baseline could not be measured: " b.err; } ||
+            { cat b.err; fail "tune budget"; }
+    else
+        python3 - b.json << 'PY' || break
+import json, sys
+r = json.load(open(sys.argv[1]))
+h = {c["name"]: c for c in r["candidates"]}["attn=khub/ref-cpu"]
+sys.exit(0 if h["state"] == "unverified" and h["reason"].startswith("not run: ") else 1)
+PY
+        [ "$try" -lt 3 ] || break
+    fi
+    echo "note: try $try: the hanging candidate did not start in a $budget s budget (load); twice the budget"
+    budget=$((budget * 2))
+done
 [ $((end - start)) -le $((budget + 10)) ] || fail "a $budget s budget took $((end - start)) s"
 python3 - b.json << 'PY' || fail "budget rows"
 import json, sys
