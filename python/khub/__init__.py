@@ -291,14 +291,18 @@ class GenerationStream:
     callback hands pieces to this iterator. Leaving the loop early (break,
     close()) makes the callback ask khub to stop. After the loop, .result
     holds the stop reason, token counts and timings; a failure raises
-    KhubError from the iteration."""
+    KhubError from the iteration. The generation runs at most _WINDOW pieces
+    ahead of the reader, then waits for it: a reader that leaves the loop
+    stops it within that many pieces, however the threads are scheduled."""
 
     _DONE = object()
+    _WINDOW = 32
 
     def __init__(self, model: "Model", prompt: str, opts: dict):
         self.result: Optional[dict] = None
         self._q: "queue.Queue" = queue.Queue()
         self._stop = threading.Event()
+        self._room = threading.Semaphore(self._WINDOW)  # pieces the reader has not taken
         self._error: Optional[KhubError] = None
         self._cb = _ffi.STREAM_FN(self._piece)  # kept alive for the whole call
         self._thread = threading.Thread(target=self._work, args=(model, prompt, opts),
@@ -306,6 +310,9 @@ class GenerationStream:
         self._thread.start()
 
     def _piece(self, ud, prompt, text, n):
+        if self._stop.is_set():
+            return 1
+        self._room.acquire()  # close() releases it once more, so this never waits for good
         self._q.put(ctypes.string_at(text, n))
         return 1 if self._stop.is_set() else 0
 
@@ -328,11 +335,13 @@ class GenerationStream:
                 err, self._error = self._error, None
                 raise err
             raise StopIteration
+        self._room.release()
         return item.decode("utf-8", "replace")
 
     def close(self) -> None:
         """Stops the generation (at the next piece) and waits for it."""
         self._stop.set()
+        self._room.release()  # a generation waiting for room goes on, sees the stop
         self._thread.join()
 
     def __del__(self):
