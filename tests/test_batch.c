@@ -23,10 +23,9 @@
 
 enum { H = 64, F = 128, L = 2, NH = 4, NKV = 2, HD = 16, V = 256 };
 
-static const char *tiny_dir(void)
+/* The tiny model of this file, written into dir. */
+static void tiny_write(const char *dir)
 {
-    static char dir[128];
-    snprintf(dir, sizeof dir, "/tmp/khub-test-batch-%d", (int)getpid());
     tiny_llama t = {.hidden = H,
                     .ffn = F,
                     .layers = L,
@@ -35,6 +34,13 @@ static const char *tiny_dir(void)
                     .head_dim = HD,
                     .vocab = V};
     tiny_llama_write(dir, &t);
+}
+
+static const char *tiny_dir(void)
+{
+    static char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/khub-test-batch-%d", (int)getpid());
+    tiny_write(dir);
     return dir;
 }
 
@@ -651,14 +657,7 @@ TEST_IMPL(batch_tiny_long_error_is_whole)
     base[200] = '\0';
     snprintf(dir, sizeof dir, "/tmp/khub-test-batch-long-%d-%s", (int)getpid(), base);
     const char *name = strrchr(dir, '/') + 1;
-    tiny_llama t = {.hidden = H,
-                    .ffn = F,
-                    .layers = L,
-                    .heads = NH,
-                    .kv_heads = NKV,
-                    .head_dim = HD,
-                    .vocab = V};
-    tiny_llama_write(dir, &t);
+    tiny_write(dir);
     khub_runtime_opts ro = {KHUB_STRUCT_INIT(khub_runtime_opts), .n_threads = 1};
     khub_runtime *rt = NULL;
     ASSERT_OK(khub_runtime_new(&ro, &rt));

@@ -218,21 +218,31 @@ TEST_IMPL(archive_ok_unpacks)
     khub__rmtree(dir);
 }
 
+/* The fixture started and org/demo@main's variant downloaded into its
+ * cache (the hub freed); blob, if not NULL, gets the path of its file. */
+static void fx_downloaded(fixture *fx, char blob[4096])
+{
+    fx_init(fx, NULL, 0);
+    khub_hub *hub = fx_hub(fx, 0, NULL);
+    khub_hub_id id = fx_id("org/demo@main");
+    khub_hub_file_list *fl = NULL;
+    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx->variant, &fl));
+    if (blob) snprintf(blob, 4096, "%s", fl->items[0].path);
+    khub_hub_file_list_free(fl);
+    khub_hub_free(hub);
+}
+
 /* The "inside the cache" check on canonical paths (hub/variant.c real_dir):
  * a cache reached through a link verifies, and a listed file whose link
  * leads outside the cache is refused with the real path it resolves to. */
 TEST_IMPL(cache_through_a_link_and_a_file_outside)
 {
     fixture fx;
-    fx_init(&fx, NULL, 0);
-    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    char blob[4096];
+    fx_downloaded(&fx, blob);
+    khub_hub *hub = NULL;
     khub_hub_id id = fx_id("org/demo@main");
     khub_hub_file_list *fl = NULL;
-    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl));
-    char blob[4096];
-    snprintf(blob, sizeof blob, "%s", fl->items[0].path);
-    khub_hub_file_list_free(fl);
-    khub_hub_free(hub);
 
     char link[400];
     snprintf(link, sizeof link, "%s/cache-link", fx.root);
@@ -274,13 +284,10 @@ TEST_IMPL(cache_through_a_link_and_a_file_outside)
 TEST_IMPL(variant_folder_through_a_link)
 {
     fixture fx;
-    fx_init(&fx, NULL, 0);
-    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    fx_downloaded(&fx, NULL);
+    khub_hub *hub = NULL;
     khub_hub_id id = fx_id("org/demo@main");
     khub_hub_file_list *fl = NULL;
-    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl));
-    khub_hub_file_list_free(fl);
-    khub_hub_free(hub);
 
     char dir[1000], repo[600], copy[1100], cmd[3000], real[4096], want[KHUB_ERROR_SIZE];
     snprintf(repo, sizeof repo, "%s/kernels--org--demo", fx.cache);
@@ -323,15 +330,11 @@ TEST_IMPL(variant_folder_through_a_link)
 TEST_IMPL(cache_path_with_dots_is_made_canonical)
 {
     fixture fx;
-    fx_init(&fx, NULL, 0);
-    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    char blob[4096];
+    fx_downloaded(&fx, blob);
+    khub_hub *hub = NULL;
     khub_hub_id id = fx_id("org/demo@main");
     khub_hub_file_list *fl = NULL;
-    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl));
-    char blob[4096];
-    snprintf(blob, sizeof blob, "%s", fl->items[0].path);
-    khub_hub_file_list_free(fl);
-    khub_hub_free(hub);
 
     char sub[400], cache[3][500];
     snprintf(sub, sizeof sub, "%s/sub", fx.root);
@@ -361,13 +364,10 @@ TEST_IMPL(cache_path_with_dots_is_made_canonical)
 TEST_IMPL(kept_listing_follows_the_folder)
 {
     fixture fx;
-    fx_init(&fx, NULL, 0);
-    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    fx_downloaded(&fx, NULL);
+    khub_hub *hub = NULL;
     khub_hub_id id = fx_id("org/demo@main");
     khub_hub_file_list *fl = NULL;
-    ASSERT_OK(khub_hub_download_variant(hub, &id, C1, fx.variant, &fl));
-    khub_hub_file_list_free(fl);
-    khub_hub_free(hub);
     char dir[1000], extra[1100], want[KHUB_ERROR_SIZE];
     snprintf(dir, sizeof dir, "%s/kernels--org--demo/snapshots/" C1 "/build/%s", fx.cache,
              fx.variant);
