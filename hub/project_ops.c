@@ -10,13 +10,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app_struct.h"
 #include "hub_impl.h"
 #include "kernel_fetch.h"
 #include "khub/khub_project.h"
 #include "lockfile.h"
 
 /* True when a result struct of the caller reaches its 0.1 end. */
-#define REACHES(s, type, f) ((s)->struct_size >= offsetof(type, f) + sizeof((s)->f))
+#define REACHES(s, type, f) KHUB__APP_HAS(s, type, f)
 
 static khub_status too_small(khub_hub *hub, const char *what, uint32_t size, size_t want)
 {
@@ -65,7 +66,8 @@ khub_status khub_lock_kernel(khub_hub *hub, khub_lock *lock, const khub_hub_id *
         memcpy(&o, opts, sizeof o < opts->struct_size ? sizeof o : opts->struct_size);
     }
     if (out && !REACHES(out, khub_lock_result, previous))
-        return too_small(hub, "khub_lock_result", out->struct_size, sizeof *out);
+        return too_small(hub, "khub_lock_result", out->struct_size,
+                         KHUB__SIZE_TO(khub_lock_result, previous));
     if (o.commit && !khub__is_commit_hex(o.commit))
         return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG,
                               "%s/%s: commit \"%.60s\" is not 40 lowercase hex digits", id->org,
@@ -121,9 +123,11 @@ khub_status khub_lock_sync(khub_hub *hub, const khub_lock *lock, size_t i,
     KHUB_API_CHECK(NULL, hub != NULL && lock != NULL);
     khub__hub_clear(hub);
     if (opts && !REACHES(opts, khub_sync_opts, all_variants))
-        return too_small(hub, "khub_sync_opts", opts->struct_size, sizeof *opts);
+        return too_small(hub, "khub_sync_opts", opts->struct_size,
+                         KHUB__SIZE_TO(khub_sync_opts, all_variants));
     if (out && !REACHES(out, khub_sync_result, newer_commit))
-        return too_small(hub, "khub_sync_result", out->struct_size, sizeof *out);
+        return too_small(hub, "khub_sync_result", out->struct_size,
+                         KHUB__SIZE_TO(khub_sync_result, newer_commit));
     const khub_lock_entry *e = NULL;
     KHUB_FORWARD_IF_ERROR(NULL, entry_at(hub, lock, i, &e));
     size_t n = 0;
@@ -148,7 +152,8 @@ khub_status khub_lock_outdated(khub_hub *hub, const khub_lock *lock, size_t i,
     KHUB_API_CHECK(NULL, hub != NULL && lock != NULL && out != NULL);
     khub__hub_clear(hub);
     if (!REACHES(out, khub_outdated_result, newer))
-        return too_small(hub, "khub_outdated_result", out->struct_size, sizeof *out);
+        return too_small(hub, "khub_outdated_result", out->struct_size,
+                         KHUB__SIZE_TO(khub_outdated_result, newer));
     const khub_lock_entry *e = NULL;
     KHUB_FORWARD_IF_ERROR(NULL, entry_at(hub, lock, i, &e));
     khub_lock_pin pin;

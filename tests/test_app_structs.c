@@ -7,17 +7,30 @@
  * (2.7, 0.0, 1.99): each is accepted the same. KHUB_APP_INIT stamps the
  * application API's version, and a struct below 0.1's size is still
  * refused by its size.
+ *
+ * Arrays of application structs (khub_model_generate's results,
+ * khub_generate_batch's reqs, khub_kernel_dir_tests' tests, and the
+ * single out-structs sized by their caller) are the caller's: elements
+ * xs[0].struct_size bytes apart, from 0.1's size to a newer header's
+ * larger one, every byte past a caller's struct_size left alone; elements
+ * of mixed sizes and sizes below 0.1's are refused by their exact message.
+ * These run on the tiny Gemma 3 of tests/fixtures (it has a tokenizer).
  */
 #define KHUB_PLUGIN_TARGET_MINOR 0
 
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "khub/khub.h"
+#include "khub/khub_batch.h"
+#include "khub/khub_check.h"
 #include "khub/khub_hub.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 #include "khub/khub_project.h"
+#include "khub/khub_session.h"
 #include "runner.h"
 
 /* The stamps tried on every struct: what KHUB_STRUCT_INIT gave this file,
@@ -104,9 +117,346 @@ TEST_IMPL(too_small_is_refused_by_size)
     ASSERT_STR_EQ(khub_last_error(), "khub_runtime_opts: struct_size 8 is below 0.1's 48");
 }
 
+/* ======================================================================== */
+/* Arrays and out-structs sized by the caller                               */
+/* ======================================================================== */
+
+#define TINY_GEMMA       KHUB_SOURCE_DIR "/tests/fixtures/gemma3_tiny"
+#define SIZE_TO(type, f) (offsetof(type, f) + sizeof(((type *)0)->f))
+enum { CANARY = 0xAB, TAIL = 64, FUTURE = 16 };
+
+/* The 0.1 layouts the library must accept: each struct's last 0.1 field
+ * where 0.1 put it (today's headers end there too). */
+_Static_assert(SIZE_TO(khub_generate_result, decode_tok_s) == 96, "khub_generate_result 0.1");
+_Static_assert(sizeof(khub_generate_result) == 96, "khub_generate_result");
+_Static_assert(SIZE_TO(khub_batch_request, ud) == 64, "khub_batch_request 0.1");
+_Static_assert(sizeof(khub_batch_request) == 64, "khub_batch_request");
+_Static_assert(SIZE_TO(khub_op_test, tolerance) == 152, "khub_op_test 0.1");
+_Static_assert(sizeof(khub_op_test) == 152, "khub_op_test");
+_Static_assert(SIZE_TO(khub_session_info, n_prefilled) == 40, "khub_session_info 0.1");
+_Static_assert(SIZE_TO(khub_kernel_result, trace) == 3016, "khub_kernel_result 0.1");
+
+/* A caller's array of n elements of struct_size bytes each (stride), the
+ * first min(known, struct_size) bytes of each from proto (the library's
+ * struct, known = sizeof it), every other byte (a newer caller's fields,
+ * and TAIL bytes after the array) CANARY. */
+static unsigned char *array_new(size_t n, uint32_t struct_size, const void *proto, size_t known)
+{
+    unsigned char *a = malloc(n * struct_size + TAIL);
+    ASSERT(a != NULL);
+    memset(a, CANARY, n * struct_size + TAIL);
+    for (size_t i = 0; i < n; i++) {
+        memcpy(a + i * struct_size, proto, known < struct_size ? known : struct_size);
+        memcpy(a + i * struct_size, &struct_size, 4);
+    }
+    return a;
+}
+
+/* Every byte the library does not know is still CANARY. */
+static void array_check_canaries(const unsigned char *a, size_t n, uint32_t struct_size,
+                                 size_t known)
+{
+    for (size_t i = 0; i < n; i++)
+        for (size_t k = known; k < struct_size; k++) ASSERT_EQ(a[i * struct_size + k], CANARY);
+    for (size_t k = 0; k < TAIL; k++) ASSERT_EQ(a[n * struct_size + k], CANARY);
+}
+
+typedef struct tiny {
+    khub_runtime *rt;
+    khub_model *m;
+} tiny;
+
+static tiny tiny_open(void)
+{
+    tiny t = {0};
+    khub_runtime_opts ro = {KHUB_APP_INIT(khub_runtime_opts), .n_threads = 1};
+    ASSERT_OK(khub_runtime_new(&ro, &t.rt));
+    ASSERT_OK(khub_plugin_load_builtin(t.rt));
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts), .max_seqs = 2, .max_context = 64};
+    ASSERT_OK(khub_model_load(t.rt, TINY_GEMMA, &mo, &t.m));
+    return t;
+}
+
+static void tiny_close(tiny *t)
+{
+    khub_model_free(t->m);
+    khub_runtime_free(t->rt);
+}
+
+/* khub_model_generate's results of struct_size bytes each: filled, freed,
+ * nothing written past any element's struct_size. */
+static void generate_into(tiny *t, uint32_t struct_size)
+{
+    const char *prompts[] = {"hello", "the sky is"};
+    khub_generate_opts go = {KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = 3};
+    khub_generate_result proto = {KHUB_APP_INIT(khub_generate_result)};
+    unsigned char *a = array_new(2, struct_size, &proto, sizeof proto);
+    ASSERT_OK(khub_model_generate(t->m, prompts, 2, &go, (khub_generate_result *)a));
+    for (size_t i = 0; i < 2; i++) {
+        khub_generate_result r;
+        memcpy(&r, a + i * struct_size, sizeof r);
+        ASSERT_EQ(r.struct_size, struct_size);
+        ASSERT_EQ(r.abi_major, KHUB_API_VERSION_MAJOR);
+        ASSERT(r.text != NULL && r.tokens != NULL);
+        ASSERT(r.n_tokens >= 1 && r.n_tokens <= 3);
+        ASSERT(r.n_prompt_tokens > 0);
+        ASSERT(r.decode_ms >= 0);
+    }
+    array_check_canaries(a, 2, struct_size, sizeof proto);
+    khub_generate_results_free(t->m, (khub_generate_result *)a, 2);
+    for (size_t i = 0; i < 2; i++) {
+        khub_generate_result r;
+        memcpy(&r, a + i * struct_size, sizeof r);
+        ASSERT_EQ(r.struct_size, struct_size);
+        ASSERT_EQ(r.abi_major, KHUB_API_VERSION_MAJOR);
+        ASSERT(r.text == NULL && r.tokens == NULL && r.n_tokens == 0);
+    }
+    array_check_canaries(a, 2, struct_size, sizeof proto);
+    free(a);
+}
+
+TEST_IMPL(generate_results_sized_by_the_caller)
+{
+    tiny t = tiny_open();
+    generate_into(&t, (uint32_t)SIZE_TO(khub_generate_result, decode_tok_s)); /* 0.1's */
+    generate_into(&t, (uint32_t)sizeof(khub_generate_result) + FUTURE);       /* a newer one's */
+
+    /* refused before anything is written: mixed sizes, below 0.1 */
+    const char *prompts[] = {"hello", "the sky is"};
+    const uint32_t size = (uint32_t)sizeof(khub_generate_result);
+    khub_generate_result proto = {KHUB_APP_INIT(khub_generate_result)};
+    unsigned char *a = array_new(2, size, &proto, sizeof proto);
+    memcpy(a + size, &(uint32_t){size + 8}, 4);
+    unsigned char before[2 * sizeof(khub_generate_result) + TAIL];
+    memcpy(before, a, sizeof before);
+    ASSERT_STATUS(khub_model_generate(t.m, prompts, 2, NULL, (khub_generate_result *)a),
+                  KHUB_STATUS_STRUCT_SIZE);
+    char want[256];
+    snprintf(want, sizeof want,
+             "khub_model_generate: results[1].struct_size %u differs from results[0]'s %u (the "
+             "array's elements are one struct)",
+             size + 8, size);
+    ASSERT_STR_EQ(khub_runtime_errmsg(t.rt), want);
+    khub_generate_results_free(t.m, (khub_generate_result *)a, 2); /* element 0 only */
+    ASSERT(memcmp(a, before, sizeof before) == 0);
+    memcpy(a, &(uint32_t){8}, 4);
+    memcpy(before, a, sizeof before);
+    ASSERT_STATUS(khub_model_generate(t.m, prompts, 2, NULL, (khub_generate_result *)a),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_runtime_errmsg(t.rt),
+                  "khub_model_generate: results[0].struct_size 8 is smaller than 0.1's 96");
+    khub_generate_results_free(t.m, (khub_generate_result *)a, 2); /* writes nothing */
+    ASSERT(memcmp(a, before, sizeof before) == 0);
+    free(a);
+    tiny_close(&t);
+}
+
+/* khub_generate_batch's reqs of req_size bytes each and results of
+ * res_size: run, results filled, nothing written past a struct_size. */
+static void batch_with(tiny *t, uint32_t req_size, uint32_t res_size)
+{
+    khub_generate_opts go = {KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = 2};
+    khub_batch_request rq = {KHUB_APP_INIT(khub_batch_request), .prompt = "hello", .opts = &go};
+    unsigned char *q = array_new(2, req_size, &rq, sizeof rq);
+    khub_batch_result rs = {KHUB_APP_INIT(khub_batch_result)};
+    unsigned char *r = array_new(2, res_size, &rs, sizeof rs);
+    ASSERT_OK(
+        khub_generate_batch(t->m, (const khub_batch_request *)q, 2, NULL, (khub_batch_result *)r));
+    for (size_t i = 0; i < 2; i++) {
+        khub_batch_result x = {0};
+        memcpy(&x, r + i * res_size, res_size < sizeof x ? res_size : sizeof x);
+        ASSERT_EQ(x.struct_size, res_size);
+        ASSERT_OK(x.status);
+        ASSERT_EQ(x.id, i + 1);
+        ASSERT_EQ(x.n_tokens, 2);
+        ASSERT(x.text != NULL);
+    }
+    array_check_canaries(q, 2, req_size, sizeof rq);
+    array_check_canaries(r, 2, res_size, res_size < sizeof rs ? res_size : sizeof rs);
+    khub_batch_results_free(t->m, (khub_batch_result *)r, 2);
+    array_check_canaries(r, 2, res_size, res_size < sizeof rs ? res_size : sizeof rs);
+    free(q);
+    free(r);
+}
+
+TEST_IMPL(batch_requests_sized_by_the_caller)
+{
+    tiny t = tiny_open();
+    const uint32_t req01 = (uint32_t)SIZE_TO(khub_batch_request, ud);
+    const uint32_t res01 = (uint32_t)SIZE_TO(khub_batch_result, error);
+    batch_with(&t, req01, res01);
+    batch_with(&t, (uint32_t)sizeof(khub_batch_request) + FUTURE,
+               (uint32_t)sizeof(khub_batch_result) + FUTURE);
+
+    /* refused: reqs of mixed sizes, below 0.1 */
+    khub_batch_request rq = {KHUB_APP_INIT(khub_batch_request), .prompt = "hello"};
+    unsigned char *q = array_new(2, req01, &rq, sizeof rq);
+    khub_batch_result rs[2] = {{KHUB_APP_INIT(khub_batch_result)},
+                               {KHUB_APP_INIT(khub_batch_result)}};
+    memcpy(q + req01, &(uint32_t){req01 + 8}, 4);
+    ASSERT_STATUS(khub_generate_batch(t.m, (const khub_batch_request *)q, 2, NULL, rs),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_runtime_errmsg(t.rt),
+                  "khub_generate_batch: reqs[1].struct_size 72 differs from reqs[0]'s 64 (the "
+                  "array's elements are one struct)");
+    memcpy(q, &(uint32_t){8}, 4);
+    ASSERT_STATUS(khub_generate_batch(t.m, (const khub_batch_request *)q, 2, NULL, rs),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_runtime_errmsg(t.rt),
+                  "khub_generate_batch: reqs[0].struct_size 8 is smaller than 0.1's 64");
+    ASSERT(rs[0].text == NULL && rs[1].text == NULL); /* nothing ran */
+    khub_batch_results_free(t.m, rs, 2);
+    free(q);
+    tiny_close(&t);
+}
+
+/* khub_kernel_dir_tests: the caller sets tests[0].struct_size, the stride;
+ * each element gets that struct_size and what this library knows. */
+TEST_IMPL(kernel_dir_tests_sized_by_the_caller)
+{
+    const char *dir = KHUB_SOURCE_DIR "/kernels-src/activation";
+    char err[KHUB_ERROR_SIZE] = "";
+    size_t n = 0;
+    const uint32_t sizes[] = {(uint32_t)SIZE_TO(khub_op_test, tolerance),
+                              (uint32_t)sizeof(khub_op_test) + FUTURE};
+    for (size_t s = 0; s < 2; s++) {
+        const uint32_t size = sizes[s];
+        khub_op_test proto = {KHUB_APP_INIT(khub_op_test)};
+        unsigned char *a = array_new(4, size, &proto, sizeof proto);
+        ASSERT_OK(khub_kernel_dir_tests(dir, (khub_op_test *)a, 4, &n, err, sizeof err));
+        ASSERT_EQ(n, 2);
+        khub_op_test t1;
+        memcpy(&t1, a + size, sizeof t1);
+        ASSERT_EQ(t1.struct_size, size);
+        ASSERT_STR_EQ(t1.op, "silu_and_mul");
+        ASSERT_EQ(t1.shape[0], 37);
+        array_check_canaries(a, 4, size, sizeof proto);
+        free(a);
+    }
+    khub_op_test small = {KHUB_APP_INIT(khub_op_test)};
+    small.struct_size = 8;
+    ASSERT_STATUS(khub_kernel_dir_tests(dir, &small, 1, &n, err, sizeof err),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_kernel_dir_tests: tests[0].struct_size 8 is smaller than 0.1's 152");
+
+    /* the other out-structs of khub_check.h: below 0.1 is STRUCT_SIZE
+     * (it was an API_CHECK against this header's sizeof) */
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(NULL, &rt));
+    khub_kernel_dir_plugin dp = {KHUB_APP_INIT(khub_kernel_dir_plugin)};
+    dp.struct_size = 8;
+    ASSERT_STATUS(khub_kernel_dir_load(rt, dir, &dp), KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt),
+                  "khub_kernel_dir_load: out.struct_size 8 is smaller than 0.1's 240");
+    khub_op_test t = {KHUB_APP_INIT(khub_op_test)};
+    khub_op_bench_result br = {KHUB_APP_INIT(khub_op_bench_result)};
+    br.struct_size = 8;
+    ASSERT_STATUS(khub_op_bench(rt, "khub/ref-cpu", &t, 0, &br), KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt),
+                  "khub_op_bench: out.struct_size 8 is smaller than 0.1's 40");
+    khub_runtime_free(rt);
+}
+
+/* khub_plugin_inspect with a struct_size under its 8-byte header writes
+ * nothing past it (the copy's length underflowed). */
+TEST_IMPL(plugin_info_smaller_than_its_header)
+{
+    char path[512], err[KHUB_ERROR_SIZE];
+    snprintf(path, sizeof path, "%s/ref-cpu.so", KHUB_PLUGIN_DIR_BUILD);
+    unsigned char buf[sizeof(khub_plugin_info) + TAIL];
+    memset(buf, CANARY, sizeof buf);
+    memcpy(buf, &(uint32_t){2}, 4);
+    ASSERT_OK(khub_plugin_inspect(path, (khub_plugin_info *)buf, err, sizeof err));
+    for (size_t k = 4; k < sizeof buf; k++) ASSERT_EQ(buf[k], CANARY);
+}
+
+/* Single out-structs: 0.1's size is enough (they asked for this header's
+ * sizeof), a newer caller's extra bytes are left alone, below 0.1 is
+ * refused with the numbers. */
+TEST_IMPL(out_structs_sized_by_the_caller)
+{
+    tiny t = tiny_open();
+    khub_session *s = NULL;
+    ASSERT_OK(khub_session_new(t.m, &s));
+    khub_generate_opts go = {KHUB_APP_INIT(khub_generate_opts), .max_new_tokens = 2};
+    khub_generate_result rproto = {KHUB_APP_INIT(khub_generate_result)};
+    const uint32_t rsizes[] = {(uint32_t)SIZE_TO(khub_generate_result, decode_tok_s),
+                               (uint32_t)sizeof(khub_generate_result) + FUTURE};
+    for (size_t k = 0; k < 2; k++) {
+        unsigned char *r = array_new(1, rsizes[k], &rproto, sizeof rproto);
+        ASSERT_OK(khub_session_generate(s, "hello", &go, (khub_generate_result *)r));
+        ASSERT(((khub_generate_result *)r)->text != NULL);
+        array_check_canaries(r, 1, rsizes[k], sizeof rproto);
+        khub_generate_results_free(t.m, (khub_generate_result *)r, 1);
+        array_check_canaries(r, 1, rsizes[k], sizeof rproto);
+        free(r);
+    }
+    unsigned char *r = array_new(1, 8, &rproto, sizeof rproto);
+    ASSERT_STATUS(khub_session_generate(s, "hello", &go, (khub_generate_result *)r),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_runtime_errmsg(t.rt),
+                  "khub_session_generate: result.struct_size 8 is smaller than 0.1's 96");
+    array_check_canaries(r, 1, 8, 8);
+    free(r);
+
+    khub_session_info iproto = {KHUB_APP_INIT(khub_session_info)};
+    const uint32_t isizes[] = {(uint32_t)SIZE_TO(khub_session_info, n_prefilled),
+                               (uint32_t)sizeof(khub_session_info) + FUTURE};
+    for (size_t k = 0; k < 2; k++) {
+        unsigned char *i = array_new(1, isizes[k], &iproto, sizeof iproto);
+        ASSERT_OK(khub_session_info_get(s, (khub_session_info *)i));
+        ASSERT(((khub_session_info *)i)->n_cached > 0);
+        array_check_canaries(i, 1, isizes[k], sizeof iproto);
+        free(i);
+    }
+    unsigned char *i = array_new(1, 8, &iproto, sizeof iproto);
+    ASSERT_STATUS(khub_session_info_get(s, (khub_session_info *)i), KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_runtime_errmsg(t.rt),
+                  "khub_session_info_get: info.struct_size 8 is smaller than 0.1's 40");
+    array_check_canaries(i, 1, 8, 8);
+    free(i);
+    khub_session_free(s);
+    tiny_close(&t);
+
+    /* khub_kernel_fetch: checked before anything is fetched, then written
+     * only up to the caller's struct_size (it cleared sizeof bytes) */
+    khub_runtime *rt = NULL;
+    ASSERT_OK(khub_runtime_new(NULL, &rt));
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .offline = 1, .token = ""};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&ho, &hub));
+    khub_kernel_result kproto = {KHUB_APP_INIT(khub_kernel_result)};
+    unsigned char *k = array_new(1, 8, &kproto, sizeof kproto);
+    ASSERT_STATUS(khub_kernel_fetch(hub, rt, "org/none", NULL, (khub_kernel_result *)k),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt),
+                  "khub_kernel_fetch: out.struct_size 8 is smaller than 0.1's 3016");
+    array_check_canaries(k, 1, 8, 8);
+    free(k);
+    const uint32_t ksizes[] = {(uint32_t)SIZE_TO(khub_kernel_result, trace),
+                               (uint32_t)sizeof(khub_kernel_result) + FUTURE};
+    for (size_t j = 0; j < 2; j++) {
+        k = array_new(1, ksizes[j], &kproto, sizeof kproto);
+        /* offline, nothing cached: OFFLINE, with the repo filled in */
+        ASSERT(khub_kernel_fetch(hub, rt, "org/none", NULL, (khub_kernel_result *)k) !=
+               KHUB_STATUS_OK);
+        ASSERT_EQ(((khub_kernel_result *)k)->struct_size, ksizes[j]);
+        ASSERT_STR_EQ(((khub_kernel_result *)k)->repo, "org/none");
+        array_check_canaries(k, 1, ksizes[j], sizeof kproto);
+        free(k);
+    }
+    khub_hub_free(hub);
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X) \
     X(app_init_stamps_the_api_version) \
     X(runtime_hub_and_query_ignore_the_stamp) \
     X(info_and_pins_ignore_the_stamp) \
-    X(too_small_is_refused_by_size)
+    X(too_small_is_refused_by_size) \
+    X(generate_results_sized_by_the_caller) \
+    X(batch_requests_sized_by_the_caller) \
+    X(kernel_dir_tests_sized_by_the_caller) \
+    X(plugin_info_smaller_than_its_header) \
+    X(out_structs_sized_by_the_caller)
 TEST_MAIN(TEST_LIST)

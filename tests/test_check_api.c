@@ -309,8 +309,8 @@ TEST_IMPL(kernel_dir_tests)
     khub_op_test small = {.struct_size = 8};
     ASSERT_STATUS(khub_kernel_dir_tests(KHUB_SOURCE_DIR "/kernels-src/activation", &small, 1, &n,
                                         err, sizeof err),
-                  KHUB_STATUS_MISUSE);
-    ASSERT_CONTAINS(err, "struct_size");
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_kernel_dir_tests: tests[0].struct_size 8 is smaller than 0.1's 152");
     /* a tree that is not built has nothing to load */
     khub_runtime *rt = NULL;
     ASSERT_OK(khub_runtime_new(NULL, &rt));

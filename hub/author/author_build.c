@@ -33,7 +33,7 @@ static khub_status load(const char *dir, khub_kernel_manifest **out, char *errbu
 khub_status khub_author_manifest_read(const char *dir, khub_author_manifest *out, char *errbuf,
                                       size_t errbuf_size)
 {
-    if (!out || !KHUB_AUTHOR_SIZE_OK(out, khub_author_manifest))
+    if (!out || !KHUB_AUTHOR_SIZE_OK(out, khub_author_manifest, n_cuda_ccs))
         return khub__author_fail(errbuf, errbuf_size, KHUB_STATUS_MISUSE,
                                  "khub_author_manifest_read: out is NULL or too small");
     khub_kernel_manifest *m = NULL;
@@ -52,8 +52,8 @@ khub_status khub_author_manifest_read(const char *dir, khub_author_manifest *out
 khub_status khub_author_build(const char *dir, const khub_author_build_opts *opts,
                               khub_author_build_result *res, char *errbuf, size_t errbuf_size)
 {
-    if (!res || !KHUB_AUTHOR_SIZE_OK(res, khub_author_build_result) ||
-        (opts && !KHUB_AUTHOR_SIZE_OK(opts, khub_author_build_opts)))
+    if (!res || !KHUB_AUTHOR_SIZE_OK(res, khub_author_build_result, skipped) ||
+        (opts && !KHUB_AUTHOR_SIZE_OK(opts, khub_author_build_opts, progress_ud)))
         return khub__author_fail(errbuf, errbuf_size, KHUB_STATUS_MISUSE,
                                  "khub_author_build: res is NULL, or res or opts too small");
     khub_kernel_manifest *m = NULL;

@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 
+#include "app_struct.h"
 #include "internal.h"
 #include "khub/khub_author.h"
 
@@ -17,8 +18,10 @@ KHUB_INTERNAL khub_status khub__author_fail(char *errbuf, size_t errbuf_size, kh
     __attribute__((format(printf, 4, 5)));
 
 /* True when a caller's struct (struct_size first) holds at least the fields
- * of 0.1 (the size of the type then). */
-#define KHUB_AUTHOR_SIZE_OK(p, type) ((p)->struct_size >= sizeof(type))
+ * of 0.1: it reaches last_0_1, the type's last field in 0.1 (app_struct.h;
+ * since session 17, where it asked for this header's sizeof, which would
+ * have refused every 0.1 caller once a field was appended). */
+#define KHUB_AUTHOR_SIZE_OK(p, type, last_0_1) KHUB__APP_HAS(p, type, last_0_1)
 
 /* A file of hub/author/templates/, embedded at build time
  * (hub/author/embed-templates.cmake writes author_templates_data.c). */

@@ -15,7 +15,7 @@
 khub_status khub_author_key_generate(const char *priv_path, const char *pub_path,
                                      khub_author_key *out, char *errbuf, size_t errbuf_size)
 {
-    if (!priv_path || !pub_path || (out && !KHUB_AUTHOR_SIZE_OK(out, khub_author_key)))
+    if (!priv_path || !pub_path || (out && !KHUB_AUTHOR_SIZE_OK(out, khub_author_key, key_id)))
         return khub__author_fail(errbuf, errbuf_size, KHUB_STATUS_MISUSE,
                                  "khub_author_key_generate: a path is NULL or out is too small");
     khub_pubkey key;

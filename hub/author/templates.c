@@ -91,7 +91,7 @@ size_t khub_author_template_count(void) { return n_templates(); }
 
 khub_status khub_author_template_at(size_t i, khub_author_template *out)
 {
-    if (!out || !KHUB_AUTHOR_SIZE_OK(out, khub_author_template))
+    if (!out || !KHUB_AUTHOR_SIZE_OK(out, khub_author_template, cuda))
         return khub__fail(NULL, KHUB_STATUS_MISUSE,
                           "khub_author_template_at: out is NULL or its struct_size is too small");
     if (i >= n_templates())
@@ -230,7 +230,7 @@ static khub_status check_init_args(const khub_author_init_opts *o, const tmpl **
 
 khub_status khub_author_init(const khub_author_init_opts *o, char *errbuf, size_t errbuf_size)
 {
-    if (!o || !KHUB_AUTHOR_SIZE_OK(o, khub_author_init_opts))
+    if (!o || !KHUB_AUTHOR_SIZE_OK(o, khub_author_init_opts, on_file_ud))
         return khub__author_fail(errbuf, errbuf_size, KHUB_STATUS_MISUSE,
                                  "khub_author_init: opts is NULL or its struct_size is too small");
     const tmpl *t = NULL;

@@ -20,9 +20,14 @@
 #ifndef KHUB_RUNTIME_GEN_SEQ_H
 #define KHUB_RUNTIME_GEN_SEQ_H
 
+#include "app_struct.h"
 #include "executor.h"
 #include "sampler.h"
 #include "tokenizer.h"
+
+/* khub_generate_result's 0.1 size: the least struct_size khub_model_generate
+ * and khub_session_generate accept (app_struct.h). */
+#define KHUB__GEN_RESULT_0_1 KHUB__SIZE_TO(khub_generate_result, decode_tok_s)
 
 /* Where a sequence's text goes as it is produced: return nonzero to stop. */
 typedef int (*khub__gen_emit_fn)(void *ud, const char *text, size_t len);

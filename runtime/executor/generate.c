@@ -13,7 +13,14 @@
  */
 #include <string.h>
 
+#include "app_struct.h"
 #include "batch_impl.h"
+
+/* The caller's arrays (app_struct.h): elements xs[0].struct_size bytes
+ * apart, at least the struct's 0.1 size, all of one size. These are the
+ * 0.1 sizes. */
+#define BATCH_REQUEST_0_1 KHUB__SIZE_TO(khub_batch_request, ud)
+#define BATCH_RESULT_0_1  KHUB__SIZE_TO(khub_batch_result, error)
 
 /* ======================================================================== */
 /* khub_model_generate                                                      */
@@ -33,10 +40,18 @@ static int gen_text(void *ud, uint64_t id, const char *text, size_t len)
     return g->o->callback(g->o->callback_ud, (int32_t)(id - 1), text, len);
 }
 
+/* results[i] of the caller's array; every field written below is a 0.1
+ * field, which the checked struct_size covers (a field appended later is
+ * written only when KHUB__APP_HAS says the caller's struct has it). */
+static khub_generate_result *gen_result_at(khub_generate_result *results, size_t i)
+{
+    return khub__app_at(results, i);
+}
+
 static void gen_done(void *ud, uint64_t id, const khub_batch_result *br)
 {
     gen_call *g = ud;
-    khub_generate_result *r = &g->results[id - 1];
+    khub_generate_result *r = gen_result_at(g->results, (size_t)(id - 1));
     khub_runtime *rt = g->m->rt;
     if (br->status != KHUB_STATUS_OK) {
         if (g->st == KHUB_STATUS_OK) {
@@ -94,7 +109,7 @@ static khub_status submit_prompts(khub_batch *b, gen_call *g, const char *const 
 static void fill_timings(const khub_batch *b, khub_generate_result *results, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        khub_generate_result *r = &results[i];
+        khub_generate_result *r = gen_result_at(results, i);
         r->load_ms = b->m->info.load_ms;
         r->prefill_ms = b->prefill_ms;
         r->decode_ms = b->decode_ms;
@@ -108,12 +123,12 @@ khub_status khub_model_generate(khub_model *m, const char *const *prompts, size_
 {
     KHUB_API_CHECK(m ? m->rt : NULL, m && prompts && results && n > 0);
     khub__clear(m->rt);
-    for (size_t i = 0; i < n; i++)
-        KHUB_RETURN_IF(m->rt, results[i].struct_size < sizeof(khub_generate_result),
-                       KHUB_STATUS_STRUCT_SIZE,
-                       "khub_model_generate: results[%zu].struct_size "
-                       "%u is smaller than %zu",
-                       i, (unsigned)results[i].struct_size, sizeof(khub_generate_result));
+    /* The caller's element size, 0.1's at least (since session 17; it
+     * asked for this header's sizeof and indexed by it). */
+    char msg[KHUB_ERROR_SIZE];
+    khub_status cst = khub__app_array_check(results, n, KHUB__GEN_RESULT_0_1, "khub_model_generate",
+                                            "results", msg, sizeof msg);
+    if (cst != KHUB_STATUS_OK) return khub__fail(m->rt, cst, "%s", msg);
     KHUB_RETURN_IF(m->rt, n > (size_t)m->max_seqs, KHUB_STATUS_INVALID_ARG,
                    "khub_model_generate: %zu prompts, the model was loaded for at most %d "
                    "(raise max_seqs)",
@@ -139,21 +154,18 @@ khub_status khub_model_generate(khub_model *m, const char *const *prompts, size_
     return st;
 }
 
+/* Elements that khub_model_generate would refuse (below 0.1, another size
+ * than results[0]'s) were never written: they and the rest stay as they are. */
 void khub_generate_results_free(khub_model *m, khub_generate_result *results, size_t n)
 {
-    if (!m || !results) return;
+    if (!m || !results || results[0].struct_size < KHUB__GEN_RESULT_0_1) return;
     for (size_t i = 0; i < n; i++) {
-        khub_generate_result *r = &results[i];
+        khub_generate_result *r = gen_result_at(results, i);
+        if (r->struct_size != results[0].struct_size) break;
         khub__free(m->rt, r->text, r->text ? r->text_len + 1 : 0);
         khub__free(m->rt, r->tokens,
                    r->tokens ? (r->n_tokens ? (size_t)r->n_tokens : 1) * sizeof *r->tokens : 0);
-        /* The caller's header stays as the caller wrote it. */
-        uint32_t size = r->struct_size;
-        uint16_t major = r->abi_major, minor = r->abi_minor;
-        memset(r, 0, sizeof *r);
-        r->struct_size = size;
-        r->abi_major = major;
-        r->abi_minor = minor;
+        khub__app_clear(r, sizeof *r); /* the caller's header stays as the caller wrote it */
     }
 }
 
@@ -169,38 +181,41 @@ typedef struct batch_call {
     khub_status st; /* NOMEM copying a result */
 } batch_call;
 
+/* reqs[i] and results[i] of the caller's arrays: their elements are the
+ * caller's structs, struct_size bytes apart (element 0's; 360 for a 0.1
+ * result, more since error_full), not this header's sizeof, so a caller
+ * built against an older (or newer) header gets its own elements. */
+static const khub_batch_request *request_at(const khub_batch_request *reqs, size_t i)
+{
+    return khub__app_at_const(reqs, i);
+}
+
+static khub_batch_result *result_at(khub_batch_result *results, size_t i)
+{
+    return khub__app_at(results, i);
+}
+
 static int batch_text(void *ud, uint64_t id, const char *text, size_t len)
 {
     batch_call *c = ud;
-    const khub_batch_request *q = &c->reqs[id - c->first_id];
+    const khub_batch_request *q = request_at(c->reqs, (size_t)(id - c->first_id));
     return q->on_text ? q->on_text(q->ud, id, text, len) : 0;
-}
-
-/* results[i] of a caller's array: its elements are the caller's struct,
- * struct_size bytes apart (results[0]'s; 360 for a 0.1 caller, more since
- * error_full), not this header's sizeof, so a caller built against an
- * older header gets its own elements. */
-static khub_batch_result *result_at(khub_batch_result *results, size_t i)
-{
-    return (khub_batch_result *)((char *)results + i * results[0].struct_size);
 }
 
 /* Whether the caller's result has 0.2's error_full. */
 static bool has_error_full(const khub_batch_result *r)
 {
-    return r->struct_size >= offsetof(khub_batch_result, error_full) + sizeof r->error_full;
+    return KHUB__APP_HAS(r, khub_batch_result, error_full);
 }
 
 static void batch_done(void *ud, uint64_t id, const khub_batch_result *br)
 {
     batch_call *c = ud;
     size_t i = (size_t)(id - c->first_id);
-    const khub_batch_request *q = &c->reqs[i];
+    const khub_batch_request *q = request_at(c->reqs, i);
     if (q->on_done) q->on_done(q->ud, id, br);
     khub_batch_result *r = result_at(c->results, i);
-    uint32_t size = r->struct_size;
-    memcpy(r, br, size < sizeof *r ? size : sizeof *r); /* no further than the caller's */
-    r->struct_size = size;
+    khub__app_copy_out(r, br, sizeof *br); /* no further than the caller's struct_size */
     r->text = khub__malloc(c->m->rt, br->text_len + 1);
     r->tokens = khub__calloc(c->m->rt, br->n_tokens ? (size_t)br->n_tokens : 1, sizeof *r->tokens);
     if (has_error_full(r)) r->error_full = khub__strdup(c->m->rt, br->error_full);
@@ -221,24 +236,22 @@ khub_status khub_generate_batch(khub_model *m, const khub_batch_request *reqs, s
     /* 0.1's size at least, the same for every element (the array's
      * stride): a caller built before error_full was appended gets the rest
      * of its results (since session 16; before, the check asked for this
-     * header's size). */
-    const size_t size01 = offsetof(khub_batch_result, error_full);
-    const uint32_t size = results[0].struct_size;
-    KHUB_RETURN_IF(m->rt, size < size01, KHUB_STATUS_STRUCT_SIZE,
-                   "khub_generate_batch: results[0].struct_size %u is smaller than 0.1's %zu",
-                   (unsigned)size, size01);
-    for (size_t i = 1; i < n; i++)
-        KHUB_RETURN_IF(m->rt, result_at(results, i)->struct_size != size, KHUB_STATUS_STRUCT_SIZE,
-                       "khub_generate_batch: results[%zu].struct_size %u differs from "
-                       "results[0]'s %u (the array's elements are one struct)",
-                       i, (unsigned)result_at(results, i)->struct_size, (unsigned)size);
+     * header's size), and its requests (since session 17; they were
+     * indexed by this header's sizeof). */
+    char msg[KHUB_ERROR_SIZE];
+    khub_status cst = khub__app_array_check(reqs, n, BATCH_REQUEST_0_1, "khub_generate_batch",
+                                            "reqs", msg, sizeof msg);
+    if (cst == KHUB_STATUS_OK)
+        cst = khub__app_array_check(results, n, BATCH_RESULT_0_1, "khub_generate_batch", "results",
+                                    msg, sizeof msg);
+    if (cst != KHUB_STATUS_OK) return khub__fail(m->rt, cst, "%s", msg);
     batch_call c = {.m = m, .reqs = reqs, .results = results, .first_id = 1};
     khub_batch *b = NULL;
     KHUB_FORWARD_IF_ERROR(m->rt, khub_batch_new(m, cfg, &b));
     khub_status st = KHUB_STATUS_OK;
     for (size_t i = 0; i < n && st == KHUB_STATUS_OK; i++) {
-        khub_batch_request q = {0}; /* read no further than the caller's struct_size */
-        memcpy(&q, &reqs[i], reqs[i].struct_size < sizeof q ? reqs[i].struct_size : sizeof q);
+        khub_batch_request q; /* read no further than the caller's struct_size */
+        khub__app_copy_in(&q, sizeof q, request_at(reqs, i));
         q.on_text = batch_text;
         q.on_done = batch_done;
         q.ud = &c;
@@ -262,7 +275,7 @@ khub_status khub_generate_batch(khub_model *m, const khub_batch_request *reqs, s
 void khub_batch_results_free(khub_model *m, khub_batch_result *results, size_t n)
 {
     /* nothing was written into an array khub_generate_batch refused by size */
-    if (!m || !results || results[0].struct_size < offsetof(khub_batch_result, error_full)) return;
+    if (!m || !results || results[0].struct_size < BATCH_RESULT_0_1) return;
     for (size_t i = 0; i < n; i++) {
         khub_batch_result *r = result_at(results, i);
         if (r->struct_size != results[0].struct_size) break; /* refused as well */
@@ -270,12 +283,7 @@ void khub_batch_results_free(khub_model *m, khub_batch_result *results, size_t n
         khub__free(m->rt, r->tokens,
                    r->tokens ? (r->n_tokens ? (size_t)r->n_tokens : 1) * sizeof *r->tokens : 0);
         if (has_error_full(r)) khub__strfree(m->rt, (char *)r->error_full);
-        uint32_t size = r->struct_size;
-        uint16_t major = r->abi_major, minor = r->abi_minor;
-        memset(r, 0, size < sizeof *r ? size : sizeof *r);
-        r->struct_size = size;
-        r->abi_major = major;
-        r->abi_minor = minor;
+        khub__app_clear(r, sizeof *r); /* the caller's header stays as the caller wrote it */
     }
 }
 

@@ -31,6 +31,8 @@
 #include "khub/khub_session.h"
 #include "timing.h"
 
+#define SESSION_INFO_0_1 KHUB__SIZE_TO(khub_session_info, n_prefilled)
+
 struct khub_session {
     khub_model *m;
     int32_t seq;  /* its KV sequence */
@@ -99,9 +101,12 @@ khub_status khub_session_reset(khub_session *s)
 khub_status khub_session_info_get(const khub_session *s, khub_session_info *info)
 {
     KHUB_API_CHECK(s ? s->m->rt : NULL, s && info);
-    KHUB_RETURN_IF(s->m->rt, info->struct_size < sizeof *info, KHUB_STATUS_STRUCT_SIZE,
-                   "khub_session_info_get: info.struct_size %u is smaller than %zu",
-                   (unsigned)info->struct_size, sizeof *info);
+    khub__clear(s->m->rt); /* its own message, not an earlier call's */
+    /* 0.1's size at least (since session 17; it asked for this header's
+     * sizeof): every field written here is a 0.1 field. */
+    KHUB_RETURN_IF(s->m->rt, info->struct_size < SESSION_INFO_0_1, KHUB_STATUS_STRUCT_SIZE,
+                   "khub_session_info_get: info.struct_size %u is smaller than 0.1's %zu",
+                   (unsigned)info->struct_size, SESSION_INFO_0_1);
     bool ours = s->resets == s->m->seq_resets[s->seq];
     info->n_cached = ours ? (int64_t)s->n_ids : 0;
     info->max_context = s->m->max_context;
@@ -233,9 +238,11 @@ khub_status khub_session_generate(khub_session *s, const char *prompt,
     khub_model *m = s->m;
     khub_runtime *rt = m->rt;
     khub__clear(rt);
-    KHUB_RETURN_IF(rt, result->struct_size < sizeof *result, KHUB_STATUS_STRUCT_SIZE,
-                   "khub_session_generate: result.struct_size %u is smaller than %zu",
-                   (unsigned)result->struct_size, sizeof *result);
+    /* 0.1's size at least (since session 17; it asked for this header's
+     * sizeof): fill_result writes 0.1's fields only. */
+    KHUB_RETURN_IF(rt, result->struct_size < KHUB__GEN_RESULT_0_1, KHUB_STATUS_STRUCT_SIZE,
+                   "khub_session_generate: result.struct_size %u is smaller than 0.1's %zu",
+                   (unsigned)result->struct_size, KHUB__GEN_RESULT_0_1);
     khub_generate_opts o;
     KHUB_FORWARD_IF_ERROR(rt, khub__gen_read_opts(rt, "khub_session_generate", opts, &o));
     int32_t *ids = NULL;

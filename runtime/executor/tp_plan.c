@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app_struct.h"
 #include "executor.h"
 #include "runtime_impl.h"
 
@@ -101,12 +102,13 @@ khub_status khub__tp_setup(khub_model *m, int32_t tp_size, int32_t plan, const k
                    "khub_model_load: tp_size %d needs a communicator (khub_model_opts.comm)",
                    (int)tp_size);
     KHUB_RETURN_IF(m->rt,
-                   comm->struct_size < sizeof *comm || !comm->all_reduce_sum_f32 ||
-                       !comm->all_gather || !comm->broadcast || !comm->barrier,
+                   comm->struct_size < KHUB__SIZE_TO(khub_comm, barrier) ||
+                       !comm->all_reduce_sum_f32 || !comm->all_gather || !comm->broadcast ||
+                       !comm->barrier,
                    KHUB_STATUS_INVALID_ARG,
                    "khub_model_load: khub_model_opts.comm lacks a function (struct_size %u, want "
                    "%zu with all four set)",
-                   (unsigned)comm->struct_size, sizeof *comm);
+                   (unsigned)comm->struct_size, KHUB__SIZE_TO(khub_comm, barrier));
     KHUB_RETURN_IF(m->rt, comm->size != tp_size || comm->rank < 0 || comm->rank >= comm->size,
                    KHUB_STATUS_INVALID_ARG,
                    "khub_model_load: tp_size %d but the communicator has rank %d of %d ranks "

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/utsname.h>
 
+#include "app_struct.h"
 #include "internal.h"
 #include "kernel_manifest.h"
 #include "kernel_meta.h"
@@ -21,14 +22,24 @@
 /* A kernel source tree                                                     */
 /* ======================================================================== */
 
+#define OP_TEST_0_1 KHUB__SIZE_TO(khub_op_test, tolerance)
+
 khub_status khub_kernel_dir_tests(const char *dir, khub_op_test *tests, size_t max, size_t *n,
                                   char *errbuf, size_t errbuf_size)
 {
-    if (!dir || !n || (max && (!tests || tests[0].struct_size < sizeof(khub_op_test)))) {
-        khub__errbuf(errbuf, errbuf_size,
-                     "khub_kernel_dir_tests: misuse: NULL argument, or tests[0].struct_size "
-                     "below khub_op_test's size in 0.1");
+    if (!dir || !n || (max && !tests)) {
+        khub__errbuf(errbuf, errbuf_size, "khub_kernel_dir_tests: misuse: NULL argument");
         return KHUB_STATUS_MISUSE;
+    }
+    /* The caller sets tests[0].struct_size only: the stride of its array
+     * (app_struct.h), 0.1's size at least; it may be larger than this
+     * library's (a newer header). */
+    char msg[KHUB_ERROR_SIZE];
+    khub_status cst = khub__app_array_check(tests, max ? 1 : 0, OP_TEST_0_1,
+                                            "khub_kernel_dir_tests", "tests", msg, sizeof msg);
+    if (cst != KHUB_STATUS_OK) {
+        khub__errbuf(errbuf, errbuf_size, "%s", msg);
+        return cst;
     }
     *n = 0;
     khub_kernel_manifest *m = calloc(1, sizeof *m);
@@ -42,18 +53,19 @@ khub_status khub_kernel_dir_tests(const char *dir, khub_op_test *tests, size_t m
                      dir, m->n_tests, max);
         st = KHUB_STATUS_OVERFLOW;
     }
-    /* The caller's khub_op_test may be newer (larger) than this library's:
-     * copy what both know, walk by the caller's size. */
-    size_t stride = max ? tests[0].struct_size : 0;
-    size_t copy = stride < sizeof(khub_op_test) ? stride : sizeof(khub_op_test);
+    /* The caller's khub_op_test may be older or newer than this library's:
+     * each element gets the caller's struct_size and what both know; the
+     * bytes past this library's struct stay the caller's. */
+    const uint32_t stride = max ? tests[0].struct_size : 0;
     for (size_t i = 0; st == KHUB_STATUS_OK && i < m->n_tests; i++) {
         khub_op_test t = {KHUB_STRUCT_INIT(khub_op_test), .ndim = (uint32_t)m->tests[i].ndim,
                           .tolerance = m->tests[i].tolerance};
-        t.struct_size = (uint32_t)copy;
         snprintf(t.op, sizeof t.op, "%s", m->tests[i].op);
         snprintf(t.dtype, sizeof t.dtype, "%s", m->tests[i].dtype);
         memcpy(t.shape, m->tests[i].shape, sizeof t.shape);
-        memcpy((char *)tests + i * stride, &t, copy);
+        khub_op_test *dst = khub__app_at(tests, i);
+        if (i) memcpy(dst, &stride, sizeof stride); /* tests[0]'s is the caller's already */
+        khub__app_copy_out(dst, &t, sizeof t);
     }
     if (st == KHUB_STATUS_OK) *n = m->n_tests;
     free(m);
@@ -97,8 +109,12 @@ static khub_status verified_meta(khub_runtime *rt, const char *dir, const char *
 
 khub_status khub_kernel_dir_load(khub_runtime *rt, const char *dir, khub_kernel_dir_plugin *out)
 {
-    KHUB_API_CHECK(rt, rt && dir && out && out->struct_size >= sizeof *out);
+    KHUB_API_CHECK(rt, rt && dir && out);
     khub__clear(rt);
+    KHUB_RETURN_IF(rt, !KHUB__APP_HAS(out, khub_kernel_dir_plugin, variant),
+                   KHUB_STATUS_STRUCT_SIZE,
+                   "khub_kernel_dir_load: out.struct_size %u is smaller than 0.1's %zu",
+                   (unsigned)out->struct_size, KHUB__SIZE_TO(khub_kernel_dir_plugin, variant));
     out->plugin = NULL;
     out->file[0] = out->variant[0] = '\0';
     char vdir[2400], path[2700];
@@ -134,8 +150,14 @@ khub_status khub_kernel_dir_load(khub_runtime *rt, const char *dir, khub_kernel_
 khub_status khub_op_bench(khub_runtime *rt, const char *plugin_id, const khub_op_test *test,
                           double min_s, khub_op_bench_result *out)
 {
-    KHUB_API_CHECK(rt, rt && plugin_id && test && out && out->struct_size >= sizeof *out);
+    KHUB_API_CHECK(rt, rt && plugin_id && test && out);
     khub__clear(rt);
+    KHUB_RETURN_IF(rt, !KHUB__APP_HAS(test, khub_op_test, tolerance), KHUB_STATUS_STRUCT_SIZE,
+                   "khub_op_bench: test.struct_size %u is smaller than 0.1's %zu",
+                   (unsigned)test->struct_size, OP_TEST_0_1);
+    KHUB_RETURN_IF(rt, !KHUB__APP_HAS(out, khub_op_bench_result, kind), KHUB_STATUS_STRUCT_SIZE,
+                   "khub_op_bench: out.struct_size %u is smaller than 0.1's %zu",
+                   (unsigned)out->struct_size, KHUB__SIZE_TO(khub_op_bench_result, kind));
     KHUB_RETURN_IF(rt, test->ndim > 6, KHUB_STATUS_INVALID_ARG, "%s: %u dimensions, at most 6",
                    test->op, test->ndim);
     khub_selftest_spec s = {test->op, {0}, test->ndim, test->dtype, test->tolerance};

@@ -34,6 +34,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app_struct.h"
 #include "contain.h"
 #include "hub_impl.h"
 #include "kernel_fetch.h"
@@ -447,10 +448,22 @@ static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
     return st;
 }
 
+/* The caller's result is filled through a whole one of this header's size
+ * and copied out up to its struct_size (since session 17: kernel_fetch
+ * cleared sizeof bytes of it and wrote its fields in place, so a result
+ * grown after 0.1 would have been written past a 0.1 caller's struct). */
 khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                               const khub_kernel_opts *opts, khub_kernel_result *out)
 {
-    return kernel_fetch(hub, rt, id, opts, KERNEL_ANY, false, out, NULL, 0);
+    KHUB_API_CHECK(NULL, hub != NULL && rt != NULL && id != NULL && out != NULL);
+    khub__clear(rt);
+    KHUB_RETURN_IF(rt, !KHUB__APP_HAS(out, khub_kernel_result, trace), KHUB_STATUS_STRUCT_SIZE,
+                   "khub_kernel_fetch: out.struct_size %u is smaller than 0.1's %zu",
+                   (unsigned)out->struct_size, KHUB__SIZE_TO(khub_kernel_result, trace));
+    khub_kernel_result r = {.struct_size = sizeof r};
+    khub_status st = kernel_fetch(hub, rt, id, opts, KERNEL_ANY, false, &r, NULL, 0);
+    khub__app_copy_out(out, &r, sizeof r);
+    return st;
 }
 
 khub_status khub__kernel_fetch_cpu(khub_hub *hub, khub_runtime *rt, const char *id,

@@ -140,9 +140,14 @@ khub_status khub_plugin_inspect(const char *path, khub_plugin_info *info, char *
         return st;
     }
     if (info) {
+        /* Up to the caller's struct_size (0: the whole struct, as 0.1 took
+         * it); a size under the header's 8 bytes gets nothing past
+         * struct_size, where it underflowed the copy's length. */
         uint32_t want = info->struct_size ? info->struct_size : (uint32_t)sizeof full;
-        memcpy((char *)info + sizeof(uint32_t), (char *)&full + sizeof(uint32_t),
-               (want < sizeof full ? want : sizeof full) - sizeof(uint32_t));
+        size_t n = want < sizeof full ? want : sizeof full;
+        if (n > sizeof(uint32_t))
+            memcpy((char *)info + sizeof(uint32_t), (char *)&full + sizeof(uint32_t),
+                   n - sizeof(uint32_t));
     }
     return KHUB_STATUS_OK;
 }
