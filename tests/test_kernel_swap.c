@@ -484,11 +484,57 @@ TEST_IMPL(kernel_swap_unload_during_the_switch)
     close_fixture(&f);
 }
 
+/* The bindings khub_model_binding_get lists. */
+static size_t binding_count(khub_model *m)
+{
+    size_t n = 0;
+    khub_model_binding b = {KHUB_APP_INIT(khub_model_binding)};
+    while (khub_model_binding_get(m, n, &b) == KHUB_STATUS_OK) n++;
+    return n;
+}
+
+/* A switch that selects a new binding for one of a role's ops and then
+ * fails on the next (khub-test/good's norm op "stamp" serves rms_norm but
+ * has no residual flag for rms_norm+residual) drops the binding it made:
+ * the model lists what it listed, nothing is retired, and the caller's
+ * plugin unloads (a binding left behind would answer BUSY until
+ * khub_runtime_free). */
+TEST_IMPL(kernel_swap_failed_switch_drops_its_new_bindings)
+{
+    fixture f = {0};
+    open_fixture(&f);
+    khub_model_binding res = {0};
+    ASSERT(find(f.m, "rms_norm+residual", 0, &res) >= 0);
+    const size_t plugins = khub_plugin_count(f.rt), bindings = binding_count(f.m);
+    const char *ex = khub_model_explain(f.m);
+    khub_plugin *good = NULL;
+    const char *path = TP("good_v1");
+    ASSERT_OK(khub_plugin_load(f.rt, path, TP_SHA(path), &good));
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_OK(
+        khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_NORM, "khub-test/good", NULL, &sw));
+    ASSERT(sw.plugin == good);
+    ASSERT_STATUS(khub_model_kernel_swap(f.m, &sw), KHUB_STATUS_NO_KERNEL);
+    ASSERT_STR_EQ(khub_last_error(), "gemma3_tiny: khub-test/good cannot serve rms_norm+residual: "
+                                     "khub-test/good 1.0.0 for norm is rejected: missing flag "
+                                     "residual; nothing changed");
+    ASSERT_EQ(binding_count(f.m), bindings);
+    ASSERT(find(f.m, "rms_norm", 1, &res) < 0); /* nothing retired */
+    ASSERT(khub_model_explain(f.m) == ex);
+    ASSERT_EQ(khub_plugin_count(f.rt), plugins + 1); /* the caller's: stays loaded */
+    ASSERT_OK(khub_plugin_unload(f.rt, good));
+    ASSERT_EQ(khub_plugin_count(f.rt), plugins);
+    int32_t ids[10];
+    greedy(f.m, ids); /* the old norms still serve */
+    close_fixture(&f);
+}
+
 #define TEST_LIST(X) \
     X(kernel_swap_attention_and_back) \
     X(kernel_swap_refusals_change_nothing) \
     X(kernel_swap_paged_attention) \
     X(kernel_swap_refuses_a_plugin_unloaded_since_prepare) \
     X(kernel_swap_0_1_struct_refuses_a_reused_address) \
-    X(kernel_swap_unload_during_the_switch)
+    X(kernel_swap_unload_during_the_switch) \
+    X(kernel_swap_failed_switch_drops_its_new_bindings)
 TEST_MAIN(TEST_LIST)
