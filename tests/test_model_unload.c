@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "khub/khub_check.h"
 #include "khub/khub_model.h"
 #include "plugins/tp_util.h"
 #include "runner.h"
@@ -126,8 +127,37 @@ TEST_IMPL(model_free_keeps_the_callers_bindings)
     khub_runtime_free(rt);
 }
 
+/* A numeric self-test's bindings end with it (selftest.c): a plugin that
+ * was only self-tested or timed (khub_op_bench, khub check, a kernel
+ * swap's prepare) unloads, where they stayed the caller's until
+ * khub_runtime_free. Here khub/ref-cpu's rms_norm is timed against itself
+ * (the plugin under test and the reference), then ref-cpu unloads. */
+TEST_IMPL(selftest_bindings_end_with_the_selftest)
+{
+    khub_runtime *rt = runtime_with_builtins();
+    const size_t n = khub_plugin_count(rt);
+    khub_plugin *ref = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(khub_plugin_id(khub_plugin_at(rt, i)), "khub/ref-cpu"))
+            ref = (khub_plugin *)khub_plugin_at(rt, i);
+    ASSERT(ref != NULL);
+    khub_op_test t = {KHUB_APP_INIT(khub_op_test),
+                      .op = "rms_norm",
+                      .ndim = 2,
+                      .shape = {4, 64},
+                      .dtype = "f32",
+                      .tolerance = 1e-6};
+    khub_op_bench_result r = {KHUB_APP_INIT(khub_op_bench_result)};
+    ASSERT_OK(khub_op_bench(rt, "khub/ref-cpu", &t, 0.01, &r));
+    ASSERT(r.us > 0 && r.ref_us > 0);
+    ASSERT_OK(khub_plugin_unload(rt, ref));
+    ASSERT_EQ(khub_plugin_count(rt), n - 1);
+    khub_runtime_free(rt);
+}
+
 #define TEST_LIST(X) \
     X(model_free_lets_its_plugin_unload) \
     X(model_free_keeps_another_models_bindings) \
-    X(model_free_keeps_the_callers_bindings)
+    X(model_free_keeps_the_callers_bindings) \
+    X(selftest_bindings_end_with_the_selftest)
 TEST_MAIN(TEST_LIST)

@@ -105,9 +105,14 @@ static int32_t op_device(khub_runtime *rt, uint32_t kind, const char *plugin, co
     return KHUB_DEVICE_CPU;
 }
 
-khub_status khub__st_bind(khub_runtime *rt, uint32_t kind, const char *plugin, const char *op,
-                          int dtype_id, int head_dim, khub_binding **out)
+/* The bindings are the bench's (owner b), dropped when the self-test ends
+ * (drop_bindings), so a plugin that was only self-tested can be unloaded:
+ * they were khub_registry_select's, the caller's until khub_runtime_free
+ * (before session 17). */
+khub_status khub__st_bind(bench *b, uint32_t kind, const char *plugin, const char *op, int dtype_id,
+                          int head_dim, khub_binding **out)
 {
+    khub_runtime *rt = b->rt;
     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query),
                        .kind = kind,
                        .device_type = op_device(rt, kind, plugin, op),
@@ -115,7 +120,7 @@ khub_status khub__st_bind(khub_runtime *rt, uint32_t kind, const char *plugin, c
                        .head_dim = head_dim,
                        .plugin_id = plugin,
                        .op_name = op};
-    KHUB_FORWARD_IF_ERROR(rt, khub_registry_select(rt, &q, out));
+    KHUB_FORWARD_IF_ERROR(rt, khub__registry_select_for(rt, &q, b, out));
     const char *name = khub_binding_name(*out);
     size_t len = strlen(plugin);
     KHUB_RETURN_IF(rt, strncmp(name, plugin, len) != 0 || name[len] != ' ', KHUB_STATUS_NO_KERNEL,
@@ -123,11 +128,11 @@ khub_status khub__st_bind(khub_runtime *rt, uint32_t kind, const char *plugin, c
     return KHUB_STATUS_OK;
 }
 
-khub_status khub__st_bind_pair(khub_runtime *rt, uint32_t kind, const char *plugin, const char *op,
+khub_status khub__st_bind_pair(bench *b, uint32_t kind, const char *plugin, const char *op,
                                int dtype_id, int head_dim, pair *p)
 {
-    KHUB_FORWARD_IF_ERROR(rt, khub__st_bind(rt, kind, plugin, op, dtype_id, head_dim, &p->test));
-    return khub__st_bind(rt, kind, REF_ID, NULL, dtype_id, head_dim, &p->ref);
+    KHUB_FORWARD_IF_ERROR(b->rt, khub__st_bind(b, kind, plugin, op, dtype_id, head_dim, &p->test));
+    return khub__st_bind(b, kind, REF_ID, NULL, dtype_id, head_dim, &p->ref);
 }
 
 /* One call of an op; when timing, also its median time per call, added to
@@ -172,7 +177,7 @@ static khub_status t_norm(bench *b, const char *pid, const khub_selftest_spec *s
     int64_t n = s->shape[0], dim = s->shape[1];
     pair p;
     KHUB_FORWARD_IF_ERROR(
-        b->rt, khub__st_bind_pair(b->rt, KHUB_OP_NORM, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
+        b->rt, khub__st_bind_pair(b, KHUB_OP_NORM, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
     khub_tensor *x = khub__st_f32(b, 1, 2, n, dim, 0), *w = khub__st_f32(b, 1, 1, dim, 0, 0);
     khub_tensor *res1 = khub__st_f32(b, 1, 2, n, dim, 0), *res2 = khub__st_f32(b, 0, 2, n, dim, 0);
     res->y = khub__st_f32(b, 0, 2, n, dim, 0);
@@ -197,7 +202,7 @@ static khub_status t_act(bench *b, const char *pid, const khub_selftest_spec *s,
     if (s->ndim != 2) return KHUB_STATUS_INVALID_ARG;
     pair p;
     KHUB_FORWARD_IF_ERROR(
-        b->rt, khub__st_bind_pair(b->rt, KHUB_OP_ACTIVATION, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
+        b->rt, khub__st_bind_pair(b, KHUB_OP_ACTIVATION, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
     khub_tensor *g = khub__st_f32(b, 1, 2, s->shape[0], s->shape[1], 0);
     khub_tensor *u = khub__st_f32(b, 1, 2, s->shape[0], s->shape[1], 0);
     res->y = khub__st_f32(b, 0, 2, s->shape[0], s->shape[1], 0);
@@ -215,7 +220,7 @@ static khub_status t_rotary(bench *b, const char *pid, const khub_selftest_spec 
     if (s->ndim != 3 || s->shape[2] % 2 != 0) return KHUB_STATUS_INVALID_ARG;
     pair p;
     KHUB_FORWARD_IF_ERROR(
-        b->rt, khub__st_bind_pair(b->rt, KHUB_OP_ROTARY, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
+        b->rt, khub__st_bind_pair(b, KHUB_OP_ROTARY, pid, s->op, KHUB_DTYPE_ID_F32, 0, &p));
     res->y = khub__st_f32(b, 1, 3, s->shape[0], s->shape[1], s->shape[2]);
     res->r = khub__st_f32(b, 0, 3, s->shape[0], s->shape[1], s->shape[2]);
     khub_tensor *pos = mk(b, KHUB_DTYPE_I32, 4, 0, 1, s->shape[0], 0, 0);
@@ -311,7 +316,7 @@ static khub_status t_kv(bench *b, const char *pid, const khub_selftest_spec *s, 
     int dtype_id = f16 ? KHUB_DTYPE_ID_F16 : KHUB_DTYPE_ID_F32;
     pair p;
     KHUB_FORWARD_IF_ERROR(b->rt,
-                          khub__st_bind_pair(b->rt, KHUB_OP_KV_CACHE, pid, s->op, dtype_id, 0, &p));
+                          khub__st_bind_pair(b, KHUB_OP_KV_CACHE, pid, s->op, dtype_id, 0, &p));
     khub_tensor *kv[2] = {khub__st_f32(b, 1, 3, L * n, kvh, hd),
                           khub__st_f32(b, 1, 3, L * n, kvh, hd)};
     res->y = khub__st_f32(b, 0, 3, L * n, kvh, 2 * hd);
@@ -398,7 +403,7 @@ static khub_status t_linear(bench *b, const char *pid, const khub_selftest_spec 
                             : strcmp(s->dtype, "bf16") == 0 ? KHUB_DTYPE_ID_BF16
                                                             : KHUB_DTYPE_ID_F32);
     pair p;
-    KHUB_FORWARD_IF_ERROR(b->rt, khub__st_bind_pair(b->rt, quant ? KHUB_OP_QLINEAR : KHUB_OP_LINEAR,
+    KHUB_FORWARD_IF_ERROR(b->rt, khub__st_bind_pair(b, quant ? KHUB_OP_QLINEAR : KHUB_OP_LINEAR,
                                                     pid, s->op, dtype_id, 0, &p));
     khub_tensor *x = khub__st_f32(b, 1, 2, n, in, 0), *w32 = khub__st_f32(b, 1, 2, out, in, 0);
     res->y = khub__st_f32(b, 0, 2, n, out, 0);
@@ -463,8 +468,8 @@ static khub_status t_embedding(bench *b, const char *pid, const khub_selftest_sp
     if (dtype_id < 0 || (fmt && khub_qformat_row_bytes((khub_qformat)fmt, hidden) <= 0))
         return KHUB_STATUS_INVALID_ARG;
     pair p;
-    KHUB_FORWARD_IF_ERROR(
-        b->rt, khub__st_bind_pair(b->rt, KHUB_OP_EMBEDDING, pid, s->op, dtype_id, 0, &p));
+    KHUB_FORWARD_IF_ERROR(b->rt,
+                          khub__st_bind_pair(b, KHUB_OP_EMBEDDING, pid, s->op, dtype_id, 0, &p));
     khub_tensor *table;
     if (fmt) {
         int64_t rb = khub_qformat_row_bytes((khub_qformat)fmt, hidden);
@@ -550,6 +555,7 @@ khub_status khub__selftest_run(khub_runtime *rt, const char *plugin_id,
     bench b = {.rt = rt, .rng = 0x9E3779B97F4A7C15ull};
     result res = {0};
     khub_status st = run_kind(&b, kind, plugin_id, spec, &res);
+    khub__registry_drop_owned(rt, &b); /* nothing calls them any more */
     char why[KHUB_ERROR_SIZE];
     khub__copy_error(rt, why, sizeof why); /* set_option clears the message */
     khub_runtime_set_option(rt, KHUB_OPT_STRICT, strict);
@@ -596,6 +602,7 @@ khub_status khub__selftest_time(khub_runtime *rt, const char *plugin_id,
     bench b = {.rt = rt, .rng = 0x9E3779B97F4A7C15ull, .min_s = min_s > 0 ? min_s : 0.2};
     result res = {0};
     khub_status st = run_kind(&b, kind, plugin_id, spec, &res);
+    khub__registry_drop_owned(rt, &b); /* nothing calls them any more */
     char why[KHUB_ERROR_SIZE];
     khub__copy_error(rt, why, sizeof why); /* set_option clears the message */
     khub_runtime_set_option(rt, KHUB_OPT_STRICT, strict);

@@ -115,7 +115,7 @@ static khub_status attn_kv_make(bench *b, const attn_case *c, int64_t kvh,
     khub_tensor *t[2] = {&kv->k, &kv->v};
     int64_t *str[2] = {kv->sk, kv->sv};
     if (c->layout == KV_CACHE_VIEW) {
-        KHUB_FORWARD_IF_ERROR(b->rt, khub__st_bind(b->rt, KHUB_OP_KV_CACHE, REF_ID, NULL,
+        KHUB_FORWARD_IF_ERROR(b->rt, khub__st_bind(b, KHUB_OP_KV_CACHE, REF_ID, NULL,
                                                    c->f16 ? KHUB_DTYPE_ID_F16 : KHUB_DTYPE_ID_F32,
                                                    0, &kv->cache_b));
         const khub_op_desc *op = khub_binding_acquire(kv->cache_b, &kv->cache_state);
@@ -247,7 +247,7 @@ khub_status khub__st_attention(bench *b, const char *pid, const khub_selftest_sp
     int64_t nkv = s->ndim == 5 ? s->shape[4] : nq;
     if (nkv < nq) return KHUB_STATUS_INVALID_ARG;
     pair p;
-    KHUB_FORWARD_IF_ERROR(b->rt, khub__st_bind_pair(b->rt, KHUB_OP_ATTENTION, pid, s->op,
+    KHUB_FORWARD_IF_ERROR(b->rt, khub__st_bind_pair(b, KHUB_OP_ATTENTION, pid, s->op,
                                                     KHUB_DTYPE_ID_F32, (int)hd, &p));
     const khub_op_desc *op = khub_binding_acquire(p.test, &(void *){NULL});
     khub_op_caps caps = {0};

@@ -48,12 +48,12 @@ KHUB_INTERNAL khub_tensor *khub__st_f32(bench *b, int fill, int nd, int64_t d0, 
 KHUB_INTERNAL void khub__st_bench_free(bench *b);
 /* NMSE of y against ref (same shape). */
 KHUB_INTERNAL double khub__st_nmse(const khub_tensor *y, const khub_tensor *ref);
-/* The op of plugin (op name may be NULL) for kind, pinned to that plugin. */
-KHUB_INTERNAL khub_status khub__st_bind(khub_runtime *rt, uint32_t kind, const char *plugin,
-                                        const char *op, int dtype_id, int head_dim,
-                                        khub_binding **out);
+/* The op of plugin (op name may be NULL) for kind, pinned to that plugin;
+ * the binding is b's, dropped when the self-test ends. */
+KHUB_INTERNAL khub_status khub__st_bind(bench *b, uint32_t kind, const char *plugin, const char *op,
+                                        int dtype_id, int head_dim, khub_binding **out);
 /* The plugin's op and khub/ref-cpu's of the same kind. */
-KHUB_INTERNAL khub_status khub__st_bind_pair(khub_runtime *rt, uint32_t kind, const char *plugin,
+KHUB_INTERNAL khub_status khub__st_bind_pair(bench *b, uint32_t kind, const char *plugin,
                                              const char *op, int dtype_id, int head_dim, pair *p);
 /* One call (timed when the bench times; which: 0 plugin, 1 ref-cpu). */
 KHUB_INTERNAL khub_status khub__st_call(bench *b, khub_binding *binding, const void *args,
