@@ -199,7 +199,15 @@ KHUB_API khub_status khub_batch_stats_get(khub_batch *b, khub_batch_stats *stats
 
 /* Runs reqs[n] to completion on m with continuous batching and fills
  * results[n] (their struct_size set by the caller, at least 0.1's; fields
- * past it are left alone) in request order.
+ * past it are left alone) in request order. Both are the caller's arrays:
+ * the elements of reqs are reqs[0].struct_size bytes apart and those of
+ * results results[0].struct_size bytes apart (the caller's structs, which
+ * may be older or newer than this header's, not its sizeof), every
+ * element of an array has its element 0's size, at least 0.1's (64 for a
+ * request, 360 for a result); else STRUCT_SIZE before anything runs, e.g.
+ * "khub_generate_batch: reqs[1].struct_size 72 differs from reqs[0]'s 64
+ * (the array's elements are one struct)" (reqs since 0.2: 0.1 indexed
+ * them by this header's sizeof).
  * Requests' own on_text / on_done are called as they happen (ids 1..n).
  * A request that fails has its status and error in its result; the call
  * returns OK unless the engine itself failed (NOMEM, a forward call).
@@ -207,7 +215,9 @@ KHUB_API khub_status khub_batch_stats_get(khub_batch *b, khub_batch_stats *stats
  * Since 0.1. */
 KHUB_API khub_status khub_generate_batch(khub_model *m, const khub_batch_request *reqs, size_t n,
                                          const khub_batch_config *cfg, khub_batch_result *results);
-/* Frees what khub_generate_batch put in results[n]; leaves struct_size. */
+/* Frees what khub_generate_batch put in results[n] (elements
+ * results[0].struct_size bytes apart) and clears each up to its
+ * struct_size; the header stays as the caller wrote it. */
 KHUB_API void khub_batch_results_free(khub_model *m, khub_batch_result *results, size_t n);
 
 #ifdef __cplusplus

@@ -250,10 +250,15 @@ typedef struct khub_op_test {
 } khub_op_test;
 
 /* Reads DIR/kernel.json's "selftests" into tests (max entries; the caller
- * sets tests[0].struct_size, which is the stride of its array) and their
- * number into *n. Statuses: kernel.json's (NOT_FOUND, PARSE, ...; message
- * in errbuf), OVERFLOW when it declares more than max, MISUSE for a NULL
- * argument or a struct_size below this header's. Since 0.1. */
+ * sets tests[0].struct_size, which is the stride of its array: elements
+ * that many bytes apart, at least 0.1's 152, and may be larger than this
+ * header's sizeof) and their number into *n. Each element written gets
+ * that struct_size and the fields this library knows; bytes past them
+ * stay the caller's. Statuses: kernel.json's (NOT_FOUND, PARSE, ...;
+ * message in errbuf), OVERFLOW when it declares more than max, MISUSE for
+ * a NULL argument, STRUCT_SIZE for tests[0].struct_size below 0.1's
+ * ("khub_kernel_dir_tests: tests[0].struct_size 8 is smaller than 0.1's
+ * 152"; MISUSE and this header's size until 0.2). Since 0.1. */
 KHUB_API khub_status khub_kernel_dir_tests(const char *dir, khub_op_test *tests, size_t max,
                                            size_t *n, char *errbuf, size_t errbuf_size);
 
@@ -272,8 +277,9 @@ typedef struct khub_kernel_dir_plugin {
  * features chosen, and exactly those bytes loaded (with their digest).
  * Statuses: NOT_FOUND (no metadata.json: build the kernel first),
  * metadata.json's and the digests' (METADATA_INVALID, DIGEST_MISMATCH),
- * NO_VARIANT (no plugin file fits this CPU), khub_plugin_load's; the
- * message on rt. Since 0.1. */
+ * NO_VARIANT (no plugin file fits this CPU), khub_plugin_load's,
+ * STRUCT_SIZE (out below 0.1's size; since 0.2, a MISUSE check of this
+ * header's sizeof before); the message on rt. Since 0.1. */
 KHUB_API khub_status khub_kernel_dir_load(khub_runtime *rt, const char *dir,
                                           khub_kernel_dir_plugin *out);
 
@@ -293,9 +299,11 @@ typedef struct khub_op_bench_result {
  * about min_s seconds (0 = 0.2 s) in 15 rounds; the medians of the rounds'
  * time per call go to out (struct_size set by the caller). A kv_cache op is
  * timed per round trip (create, writes, views, destroy). Outputs are not
- * compared (khub check does that). Statuses: NO_KERNEL, INVALID_ARG (a
- * shape that does not fit the kind), UNSUPPORTED, or the op's own; the
- * message on rt. Since 0.1. */
+ * compared (khub check does that). The self-test's op bindings are dropped
+ * when it returns (since 0.2: they stayed until khub_runtime_free, so the
+ * plugin timed could not be unloaded). Statuses: NO_KERNEL, INVALID_ARG (a
+ * shape that does not fit the kind), UNSUPPORTED, STRUCT_SIZE (test or out
+ * below 0.1's size), or the op's own; the message on rt. Since 0.1. */
 KHUB_API khub_status khub_op_bench(khub_runtime *rt, const char *plugin_id,
                                    const khub_op_test *test, double min_s,
                                    khub_op_bench_result *out);

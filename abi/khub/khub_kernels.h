@@ -87,12 +87,16 @@ typedef struct khub_kernel_result {
 
 /* Fetches, verifies and loads the kernel named by id
  * ("org/name[@REV|@version=N][:symbol]") into rt; see the pipeline above.
- * opts may be NULL; out (struct_size set by the caller) receives what was
- * loaded. Statuses: those of khub_hub_id_parse, khub_hub_resolve,
- * khub_hub_download_variant and khub_plugin_load, plus NO_VARIANT (strict,
- * or no plugin file fits this CPU), UNSIGNED, KEY_UNKNOWN, KEY_REVOKED,
- * SIGNATURE_INVALID, LOCK_MISMATCH, NAME_MISMATCH (the signed metadata names
- * another kernel or variant), NOT_FOUND (not in the lock). Since 0.1. */
+ * opts may be NULL; out (struct_size set by the caller, at least 0.1's)
+ * receives what was loaded, also what is known after a failure (repo,
+ * commit, trace), written only up to its struct_size. Statuses: those of
+ * khub_hub_id_parse, khub_hub_resolve, khub_hub_download_variant and
+ * khub_plugin_load, plus NO_VARIANT (strict, or no plugin file fits this
+ * CPU), UNSIGNED, KEY_UNKNOWN, KEY_REVOKED, SIGNATURE_INVALID,
+ * LOCK_MISMATCH, NAME_MISMATCH (the signed metadata names another kernel or
+ * variant), NOT_FOUND (not in the lock), STRUCT_SIZE (out below 0.1's size,
+ * struct_size 0 included, before anything is fetched; since 0.2, where
+ * 0.1 cleared sizeof bytes of it). Since 0.1. */
 KHUB_API khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                                        const khub_kernel_opts *opts, khub_kernel_result *out);
 

@@ -314,7 +314,8 @@ typedef enum khub_stop_reason {
     KHUB_STOP_CANCELLED = 6   /* khub_batch_cancel, khub_session_cancel; added in 0.1 */
 } khub_stop_reason;
 
-/* One prompt's output. The caller sets struct_size; khub fills the rest. */
+/* One prompt's output. The caller sets struct_size; khub fills the rest,
+ * never past struct_size. */
 typedef struct khub_generate_result {
     KHUB_STRUCT_HEADER;
     char *text; /* owned; the generated text, NUL-terminated */
@@ -337,12 +338,23 @@ typedef struct khub_generate_result {
  * prompts are tokenized and checked first, then prefilled in chunks beside
  * each other's decode steps.
  * results[n] are filled; free them with khub_generate_results_free, also
- * after a failure. Statuses: TOKENIZER, CONTEXT_FULL (a prompt longer than
- * the KV capacity), INVALID_ARG, NOMEM, and op failures. Since 0.1. */
+ * after a failure. results is the caller's array: its elements are
+ * results[0].struct_size bytes apart (the caller's struct, not this
+ * header's sizeof), every element has that struct_size, at least 0.1's
+ * (96), and nothing past it is read or written (since 0.2; 0.1 asked for
+ * the header's size and indexed by it). Statuses: TOKENIZER, CONTEXT_FULL
+ * (a prompt longer than the KV capacity), INVALID_ARG, NOMEM, STRUCT_SIZE
+ * (results[0] below 0.1's size, or an element of another size than
+ * results[0]'s: "khub_model_generate: results[I].struct_size N differs from
+ * results[0]'s M (the array's elements are one struct)"), and op failures.
+ * Since 0.1. */
 KHUB_API khub_status khub_model_generate(khub_model *m, const char *const *prompts, size_t n,
                                          const khub_generate_opts *opts,
                                          khub_generate_result *results);
-/* Frees what khub_model_generate put in results[n]; leaves struct_size. */
+/* Frees what khub_model_generate put in results[n] (the same array: its
+ * elements results[0].struct_size bytes apart) and clears each up to its
+ * struct_size; the header (struct_size and stamp) stays as the caller
+ * wrote it. An array khub_model_generate refuses by size is not written. */
 KHUB_API void khub_generate_results_free(khub_model *m, khub_generate_result *results, size_t n);
 
 /* Runs ids[n] as a fresh sequence (one batched prefill) and writes the

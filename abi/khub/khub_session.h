@@ -90,7 +90,8 @@ KHUB_API void khub_session_free(khub_session *s);
  * holds the prompt and the answer's tokens (all but the last sampled one).
  * Statuses: CONTEXT_FULL (the prompt leaves no room for one new token:
  * the message gives both numbers; the cache is kept), TOKENIZER,
- * INVALID_ARG (an empty prompt, a bad option), STRUCT_SIZE, NOMEM, and op
+ * INVALID_ARG (an empty prompt, a bad option), STRUCT_SIZE (result below
+ * 0.1's 96; 0.1 asked for this header's sizeof), NOMEM, and op
  * failures (the session is then empty). An answer that fills the context
  * stops with KHUB_STOP_CONTEXT, one cancelled by khub_session_cancel with
  * KHUB_STOP_CANCELLED. Since 0.1. */
@@ -114,7 +115,9 @@ KHUB_API void khub_session_cancel(khub_session *s);
 /* Forgets the conversation: the next generate prefills its whole prompt.
  * Since 0.1. */
 KHUB_API khub_status khub_session_reset(khub_session *s);
-/* Fills info (its struct_size set by the caller). Since 0.1. */
+/* Fills info (its struct_size set by the caller, at least 0.1's 40; a
+ * larger, newer struct's further bytes are left alone). STRUCT_SIZE below
+ * it (since 0.2; 0.1 asked for this header's sizeof). Since 0.1. */
 KHUB_API khub_status khub_session_info_get(const khub_session *s, khub_session_info *info);
 
 #ifdef __cplusplus
