@@ -43,6 +43,12 @@ grep -q -- "--prompt - (standard input) at most once" err.txt || fail "two -: $(
 # ---- usage ----------------------------------------------------------------
 "$KHUB" chat --help > help.txt
 grep -q "usage: khub chat --model PATH" help.txt || fail "chat --help: $(cat help.txt)"
+# Each command's help states its own default answer length (chat's is 1024).
+grep -qx "  --max-new-tokens N    tokens to generate per answer (default 1024)" help.txt ||
+    fail "chat --help's --max-new-tokens: $(grep -A1 -- --max-new-tokens help.txt)"
+"$KHUB" run --help > run_help.txt
+grep -qx "  --max-new-tokens N    tokens to generate per answer (default 128)" run_help.txt ||
+    fail "run --help's --max-new-tokens: $(grep -- --max-new-tokens run_help.txt)"
 "$KHUB" --help > help.txt
 grep -q "^  chat  " help.txt || fail "khub --help does not list chat"
 rc=0

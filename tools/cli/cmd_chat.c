@@ -446,8 +446,7 @@ static const khub_cli_cmd chat_cmd = {
     "Options:\n"
     "  --model PATH          .gguf file or folder with config.json and *.safetensors\n"
     "  --system TEXT         the system prompt to start with\n" CLI_MODEL_TP_HELP
-        CLI_MODEL_SAMPLING_HELP
-    "                        (khub chat's default --max-new-tokens is 1024)\n"
+    "  --max-new-tokens N    tokens to generate per answer (default 1024)\n" CLI_MODEL_SAMPLING_HELP
     "\n" CLI_MODEL_KERNELS_HELP "  --help                print this help\n",
     run};
 

@@ -330,7 +330,8 @@ static const khub_cli_cmd run_cmd = {
     "  --parallel N          requests running together (default 16 with "
     "--prompts-file)\n" CLI_MODEL_TP_HELP
     "  --chat                apply the model's chat template (the prompt is a user turn)\n"
-    "  --system TEXT         system message for --chat\n" CLI_MODEL_SAMPLING_HELP
+    "  --system TEXT         system message for --chat\n"
+    "  --max-new-tokens N    tokens to generate per answer (default 128)\n" CLI_MODEL_SAMPLING_HELP
     "\n" CLI_MODEL_KERNELS_HELP
     "  --explain             print which plugin serves each role, with the selection trace\n"
     "  --json                print one JSON object: results (text, tokens, stop reason per\n"

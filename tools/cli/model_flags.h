@@ -79,9 +79,9 @@ khub_model *cli_model_open_hub(const char *cmd, const cli_model_args *a, int32_t
  * command that takes its settings per request refuses. */
 int cli_model_sampling_flag(const char *f);
 
-/* The shared flags' lines of a --help text. */
+/* The shared flags' lines of a --help text. Each command writes its own
+ * --max-new-tokens line before them: its default differs (run 128, chat 1024). */
 #define CLI_MODEL_SAMPLING_HELP \
-    "  --max-new-tokens N    tokens to generate per answer (default 128)\n" \
     "  --max-context N       KV capacity per sequence, prompt and new tokens (default: the\n" \
     "                        model's trained context, at most 4096); past the trained\n" \
     "                        context a warning says the model did not learn it\n" \
