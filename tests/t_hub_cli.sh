@@ -32,6 +32,17 @@ export KHUB_CACHE=$T/cache HF_TOKEN=hf_test
 timeout 20 "$KHUB" variants org/demo@v1 | grep "^\* $V" > /dev/null || fail "variants marks $V"
 timeout 20 "$KHUB" download org/demo@v1 --quiet || fail "download"
 timeout 20 "$KHUB" download org/demo@v1 --json | grep "\"sha256\":\"$SHA\"" > /dev/null || fail "download json"
+# What each command's --help says --json and --quiet print.
+out=$(timeout 20 "$KHUB" download org/demo@v1 --quiet) || fail "download --quiet"
+[ -z "$out" ] || fail "download --quiet printed: $out"
+out=$(timeout 20 "$KHUB" resolve org/demo@version=1 --json) || fail "resolve --json"
+[ "$out" = "{\"id\":\"org/demo\",\"revision\":\"v1\",\"commit\":\"$C1\"}" ] ||
+    fail "resolve --json: $out"
+for c in resolve variants download; do "$KHUB" $c --help > "$T/$c.help"; done
+grep -qF -- "--json  one object {id, revision, commit}" "$T/resolve.help" || fail "resolve --help: --json"
+grep -qF -- "--json  an array of {name, accepted, reason}" "$T/variants.help" || fail "variants --help: --json"
+grep -qF -- "--json  one object per file instead: {variant, file, path, sha256}" "$T/download.help" ||
+    fail "download --help: --json"
 [ "$(cat $KHUB_CACHE/kernels--org--demo/refs/v1)" = $C1 ] || fail "refs/v1 content"
 [ "$(wc -c < $KHUB_CACHE/kernels--org--demo/refs/v1)" = 40 ] || fail "refs/v1 has no newline"
 # Pinned to a commit with a complete cache: no request even online.

@@ -125,7 +125,8 @@ static const khub_cli_cmd resolve_cmd = {
     "resolve", "resolve a Hub ID's revision to a commit",
     "usage: khub resolve ID [--json]\n\n"
     "Resolves org/name[@REV|@version=N] to a 40-hex commit and records it in the\n"
-    "cache's refs/. Offline (HF_HUB_OFFLINE=1) it reads refs/ only.\n",
+    "cache's refs/. Offline (HF_HUB_OFFLINE=1) it reads refs/ only.\n"
+    "--json  one object {id, revision, commit} instead of the commit alone.\n",
     run_resolve};
 KHUB_CLI_COMMAND(resolve_cmd)
 
@@ -169,7 +170,8 @@ static const khub_cli_cmd variants_cmd = {
     "variants", "list a kernel's build variants and which fits this machine",
     "usage: khub variants ID [--json]\n\n"
     "Lists build/<variant>/ at the resolved commit with accept/reject reasons;\n"
-    "the preferred variant is marked '*'.\n",
+    "the preferred variant is marked '*'.\n"
+    "--json  an array of {name, accepted, reason} instead.\n",
     run_variants};
 KHUB_CLI_COMMAND(variants_cmd)
 
@@ -266,7 +268,9 @@ static const khub_cli_cmd download_cmd = {
     "verifies each file against metadata.json and prints: variant file path sha256.\n"
     "--file PATH downloads that one repo file instead (checked against the hub's\n"
     "SHA-256 or git blob SHA-1) and prints: file path.\n"
-    "A progress bar is shown on a terminal unless --quiet.\n",
+    "--json  one object per file instead: {variant, file, path, sha256} ({file, path}\n"
+    "        with --file).\n"
+    "--quiet no progress bar (shown on a terminal otherwise) and no lines printed.\n",
     run_download};
 KHUB_CLI_COMMAND(download_cmd)
 
