@@ -161,7 +161,8 @@ static const khub_cli_cmd cmd_sign = {
     "(which lists the SHA-256 of every file of the variant) with a statement\n"
     "naming its kernel, version, variant and digest, writes metadata.json.sig\n"
     "next to it, and repacks the variant archive. With a FILE, writes FILE.sig,\n"
-    "a signature over its bytes (format 1, docs/kernel-format.md).\n",
+    "a signature over its bytes (format 1, docs/kernel-format.md).\n\n"
+    "  --key PRIVATE_KEY  the Ed25519 private key (PKCS#8 PEM, as khub keygen writes it)\n",
     run_sign};
 KHUB_CLI_COMMAND(cmd_sign)
 

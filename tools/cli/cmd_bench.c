@@ -381,11 +381,15 @@ static const khub_cli_cmd bench_cmd = {
     "with khub_kernel_fetch (verified and trusted as `khub fetch` does: --policy,\n"
     "--allow-unsigned) and timed on one shape per kind. --threads sizes the\n"
     "runtime's pool (default 1; 0 = one per CPU), --time the seconds per op and\n"
-    "plugin (default 0.2). Wall clock: run it on a quiet machine.\n\n"
+    "plugin (default 0.2). Wall clock: run it on a quiet machine. --json prints one\n"
+    "object per op instead: {what, plugin, op, shape, dtype, us, ref_us, speedup,\n"
+    "unit, rate, ref_rate}.\n\n"
     "--latency: times khub_hub_resolve + khub_hub_variant_files (every file of\n"
     "the best variant checked against metadata.json) N times (default 1000) on a\n"
     "kernel already in the cache, and prints the median and p90 in microseconds.\n"
     "Pin the commit (org/name@<40hex>) to time what a locked load pays; a branch\n"
-    "costs a request per iteration unless HF_HUB_OFFLINE=1.\n",
+    "costs a request per iteration unless HF_HUB_OFFLINE=1. --json prints one object:\n"
+    "{what, id, commit, variant, iterations, files, bytes_hashed, median_us, p90_us,\n"
+    "resolve_median_us, requests}.\n",
     run_bench};
 KHUB_CLI_COMMAND(bench_cmd)

@@ -264,8 +264,9 @@ done:
 static const khub_cli_cmd download_cmd = {
     "download", "download and verify a kernel variant into the cache",
     "usage: khub download ID [--variant V | --all-variants | --file PATH] [--json] [--quiet]\n\n"
-    "Downloads the best variant for this machine (or V, or every khub variant),\n"
-    "verifies each file against metadata.json and prints: variant file path sha256.\n"
+    "Downloads the best variant for this machine (--variant V: that one; --all-variants:\n"
+    "every khub variant), verifies each file against metadata.json and prints:\n"
+    "variant file path sha256.\n"
     "--file PATH downloads that one repo file instead (checked against the hub's\n"
     "SHA-256 or git blob SHA-1) and prints: file path.\n"
     "--json  one object per file instead: {variant, file, path, sha256} ({file, path}\n"
@@ -388,6 +389,8 @@ static const khub_cli_cmd serve_cmd = {
     "Serves DIR/<org>/<name>/{refs.json,commits/<sha>/...} (docs/hub-server.md) with\n"
     "the Hub's read endpoints; point HF_ENDPOINT at it. Binds to loopback unless\n"
     "--host says otherwise; --port 0 (default) picks a free port, printed on stdout.\n"
+    "--log FILE appends a line per request (method, path, auth, range, user agent);\n"
+    "--page-size N entries per page of a tree listing (default 1000).\n"
     "It also takes uploads (repos/create, preupload, LFS, commit, branch, tag); with\n"
     "--token T every write needs 'Authorization: Bearer T' (reads stay open); a write\n"
     "without it is answered 401 without its body being stored (at the headers when large).\n"

@@ -297,7 +297,9 @@ static const khub_cli_cmd sync_cmd = {
     "would load, or every locked variant with --all-variants, for air-gapped copies) and\n"
     "checks every file against the lock. A cached, matching variant makes no request.\n"
     "Warns when the cache already holds a newer version of a locked kernel (a lock moved\n"
-    "back to an older build); it still installs what the lock pins.\n",
+    "back to an older build); it still installs what the lock pins.\n\n"
+    "  --lock FILE     the lock to read (default DIR/khub.lock)\n"
+    "  --all-variants  every locked variant, not only the one this machine would load\n",
     run_sync};
 KHUB_CLI_COMMAND(sync_cmd)
 
@@ -374,7 +376,7 @@ static const khub_cli_cmd outdated_cmd = {
     "For each kernel in DIR/khub.lock, resolves its pin again and lists the locked and the\n"
     "current commit, and every v<N> branch newer than a version pin. Exit status 3 when\n"
     "something is outdated. --json prints an array of {repo, pin, locked, now, moved, newer,\n"
-    "newest} instead.\n",
+    "newest} instead. --lock FILE reads FILE instead of DIR/khub.lock.\n",
     run_outdated};
 KHUB_CLI_COMMAND(outdated_cmd)
 
@@ -425,7 +427,11 @@ static const khub_cli_cmd update_cmd = {
     "Resolves the pins again (from DIR/khub.json when present, else from the lock's own\n"
     "version/revision), downloads and hashes the new commits, and rewrites DIR/khub.lock.\n"
     "A pin that now resolves to an older kernel version than the locked one (its branch\n"
-    "was moved back) is refused and the lock left as it was, unless --allow-downgrade.\n",
+    "was moved back) is refused and the lock left as it was, unless --allow-downgrade.\n"
+    "With ORG/NAME only that kernel's pin is moved.\n\n"
+    "  --kernels FILE     the mapping (default DIR/khub.json)\n"
+    "  --lock FILE        the lock to rewrite (default DIR/khub.lock)\n"
+    "  --allow-downgrade  take a pin that moved back to an older kernel version (warns)\n",
     run_update};
 KHUB_CLI_COMMAND(update_cmd)
 

@@ -103,6 +103,11 @@ static const khub_cli_cmd publish_cmd = {
     "Prints the commit id (the unchanged head when nothing changed).\n\n"
     "The endpoint is --endpoint, else HF_ENDPOINT, else https://huggingface.co. The\n"
     "token is --token, else HF_TOKEN, else the HF_TOKEN_PATH or HF_HOME token file;\n"
-    "it is sent to the endpoint's host only (never to upload URLs elsewhere).\n",
+    "it is sent to the endpoint's host only (never to upload URLs elsewhere).\n\n"
+    "  --repo ORG/NAME  upload to this repo instead of kernel.json's\n"
+    "  --message M      the commit summary (default 'Upload ORG/NAME VERSION (khub publish)')\n"
+    "  --json           one object {repo, branch, version, commit, changed, files, unchanged,\n"
+    "                   uploaded, already_stored, deleted, created_repo, created_branch}\n"
+    "  --quiet          no progress bar and no summary line on stderr\n",
     run_publish};
 KHUB_CLI_COMMAND(publish_cmd)
