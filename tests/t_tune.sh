@@ -89,14 +89,16 @@ grep -q "quantized_cache_int4" all.out || fail "the mapping's cache was not used
 echo "ok   the recommended khub.json and flags are accepted by khub run"
 
 # Text and Markdown reports, the built-in workload named as such.
-"$KHUB" tune --model tiny --goal memory --time-budget 300 --markdown > t.md 2> md.err ||
-    { cat md.err; fail "tune --markdown"; }
+# An unverified row is named under "Open questions" with its reason (docs/tune.md).
+"$KHUB" tune --model tiny --goal memory --time-budget 300 --markdown \
+    --inject-failure cache=static > t.md 2> md.err || { cat md.err; fail "tune --markdown"; }
 for s in "## Workload and assumptions" "## Diagnosis (baseline run 1)" "## Recommendation" \
     "| configuration | state | peak RSS MiB |" "the built-in mixed workload (no workload file given)" \
-    "## Validation" "not detected, assumed:" "Bottleneck for peak RSS: "; do
-    grep -qF -- "$s" t.md || fail "markdown lacks '$s'"
+    "## Validation" "not detected, assumed:" "Bottleneck for peak RSS: " \
+    "- cache=static (unverified): not measured here, so its effect is unknown: crashed: signal 6"; do
+    grep -qF -- "$s" t.md || fail "markdown lacks '$s': $(sed -n '/Open questions/,$p' t.md)"
 done
-echo "ok   markdown report; the built-in workload is named"
+echo "ok   markdown report; the built-in workload is named; the unverified row is an open question"
 
 # Bad workload files: the file, the line and what is wrong.
 bad() { # NAME CONTENT EXPECTED

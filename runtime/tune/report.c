@@ -191,24 +191,32 @@ static void render_prose(sbuf *b, const khub_tune_report *r, int md)
     put(b, "khub run flags: %s\n", r->run_flags);
     if (r->tradeoffs[0]) put(b, "\n%sTrade-offs (measured)\n\n%s", h, r->tradeoffs);
     put(b, "\n%sOpen questions\n\n", h);
-    put(b,
-        "%sunverified and skipped rows above were not measured here; their effect is "
-        "unknown\n",
-        li);
-    for (int i = 0; i < r->n_rows; i++)
-        if (r->rows[i].state == TUNE_MEASURED && r->rows[i].m.tp_ranks > 1)
+    /* Each row that leaves a question, by name (docs/tune.md: skipped and
+     * unverified rows are listed here as unknown). */
+    int open = 0;
+    for (int i = 0; i < r->n_rows; i++) {
+        const tune_row *w = &r->rows[i];
+        if (w->state != TUNE_MEASURED) {
+            put(b, "%s%s (%s): not measured here, so its effect is unknown: %s\n", li, w->name,
+                state_name(w->state), w->reason);
+            open++;
+        } else if (w->m.tp_ranks > 1) {
             put(b,
                 "%s%s: measured with its %d ranks on this one machine, sharing its cores; "
                 "across machines or devices the collectives cost differently\n",
-                li, r->rows[i].name, (int)r->rows[i].m.tp_ranks);
+                li, w->name, (int)w->m.tp_ranks);
+            open++;
+        }
+    }
+    if (!open) put(b, "%snone: every configuration tried was measured here\n", li);
     char mpirun[32] = "";
     if (rec->cfg.tp > 1) snprintf(mpirun, sizeof mpirun, "mpirun -np %d ", (int)rec->cfg.tp);
     put(b,
-        "\n%sValidation\n\n%s%s%skhub run --model %s --kernels khub.json %s --prompt "
+        "\n%sValidation\n\n%s%s%skhub run --model %s --kernels khub.json %s%s--prompt "
         "\"...\" --json\n%skhub tune --model %s --goal %s --workload FILE (again: the same "
         "recommendation when margins exceed the noise)\n%s",
-        h, md ? "```\n" : "", li, mpirun, r->model, r->run_flags[0] == '(' ? "" : r->run_flags, li,
-        r->model, goal_str(r->goal), md ? "```\n" : "");
+        h, md ? "```\n" : "", li, mpirun, r->model, r->run_flags[0] == '(' ? "" : r->run_flags,
+        r->run_flags[0] == '(' ? "" : " ", li, r->model, goal_str(r->goal), md ? "```\n" : "");
 }
 
 /* ------------------------------------------------------------------------ */
