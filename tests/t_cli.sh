@@ -24,6 +24,9 @@ ok "--version: $want"
 cmds=$(awk '/^Commands:/ {f = 1; next} /^$/ {f = 0} f {print $1}' "$T/help.txt")
 n_cmds=$(echo "$cmds" | wc -l)
 [ "$n_cmds" -ge 20 ] || fail "khub --help lists $n_cmds commands"
+# Every summary starts in one column, the longest name's included.
+cols=$(awk '/^Commands:/ {f = 1; next} /^$/ {f = 0} f && match($0, /^  [^ ]+ +/) {print RLENGTH}' "$T/help.txt" | sort -u)
+[ "$(echo "$cols" | wc -l)" = 1 ] || fail "khub --help's summaries start in columns $(echo $cols)"
 for c in $cmds; do
     rc=0
     "$KHUB" "$c" --help > "$T/h.out" 2> "$T/h.err" || rc=$?

@@ -127,9 +127,13 @@ static void print_help(FILE *f)
             "khub %s: a kernel hub loader and plugin runtime (plugin ABI %d.%d).\n\n"
             "Commands:\n",
             khub_version_str(), KHUB_ABI_MAJOR, KHUB_ABI_MINOR);
+    int width = 0; /* the longest name's, so every summary starts in one column */
+    for (int i = 0; i < n_commands; i++)
+        if (commands[i]->summary && (int)strlen(commands[i]->name) > width)
+            width = (int)strlen(commands[i]->name);
     for (int i = 0; i < n_commands; i++)
         if (commands[i]->summary) /* NULL: a hidden command (tune-rank) */
-            fprintf(f, "  %-12s %s\n", commands[i]->name, commands[i]->summary);
+            fprintf(f, "  %-*s  %s\n", width, commands[i]->name, commands[i]->summary);
     fprintf(f, "\nOptions:\n  --version    print the version and exit\n"
                "  --help       print this help and exit\n\n"
                "Run 'khub <command> --help' for a command's options.\n");
