@@ -219,7 +219,7 @@ static int run_cache(int argc, char **argv)
 }
 
 static const khub_cli_cmd cache_cmd = {
-    "cache", "list, verify or prune the shared Hugging Face cache",
+    "cache", "list, verify or prune the shared Hugging Face cache, and its quarantine markers",
     "usage: khub cache ls [--json] [--cache DIR]\n"
     "       khub cache verify [ID] [--json] [--cache DIR]\n"
     "       khub cache prune [--dry-run] [--json] [--cache DIR]\n"
