@@ -38,11 +38,16 @@ fi
     --max-new-tokens 8 --json > j.json 2> j.err || { cat j.err; fail "json"; }
 "$KHUB" run --model "$GGUF" --prompt "The capital of France is" --max-new-tokens 8 --json \
     --threads 1 > j1.json 2> j1.err || { cat j1.err; fail "json --threads 1"; }
-python3 - j.json j1.json "$(nproc)" << 'PY' || fail "json fields: $(cat j.json)"
-import json, sys
+"$KHUB" run --help > run_help.txt
+python3 - j.json j1.json "$(nproc)" run_help.txt << 'PY' || fail "json fields: $(cat j.json)"
+import json, re, sys
 j = json.load(open(sys.argv[1]))
 j1 = json.load(open(sys.argv[2]))
 cores = int(sys.argv[3])
+# --help's --json line names every field the object has
+said = open(sys.argv[4]).read().split("  --json ", 1)[1].split("\n  --", 1)[0]
+for k in list(j) + list(j["results"][0]):
+    assert re.search(r"\b%s\b" % k, said), ("run --help's --json does not name", k, said)
 r = j["results"]
 assert len(r) == 2, r
 for e in r:

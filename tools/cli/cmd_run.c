@@ -334,9 +334,11 @@ static const khub_cli_cmd run_cmd = {
     "  --max-new-tokens N    tokens to generate per answer (default 128)\n" CLI_MODEL_SAMPLING_HELP
     "\n" CLI_MODEL_KERNELS_HELP
     "  --explain             print which plugin serves each role, with the selection trace\n"
-    "  --json                print one JSON object: results (text, tokens, stop reason per\n"
-    "                        prompt), timings (load_ms, prefill/decode ms and tok/s),\n"
-    "                        peak_rss_kib, threads, max_context, context_length; with\n"
+    "  --json                print one JSON object: results (text, tokens, n_prompt_tokens,\n"
+    "                        stop_reason per prompt), text (the first prompt's), timings\n"
+    "                        (load_ms, prefill/decode ms and tok/s), peak_rss_kib,\n"
+    "                        threads, max_context, context_length, kv_bytes_per_token\n"
+    "                        (with --tp also tp_size, tp_collectives, tp_comm_ms); with\n"
     "                        --prompts-file: results with status, line and timings (queue_ms,\n"
     "                        ttft_ms, total_ms, decode_tok_s) per request, and totals\n"
     "  --help                print this help\n",
