@@ -43,7 +43,8 @@ khub_status khub__policy_find(const char *path, khub_trust_policy **out, char us
     snprintf(used, 4096, "%s", pick);
     char why[KHUB_ERROR_SIZE] = "";
     khub_status st = khub__trust_policy_load(pick, out, why, sizeof why);
-    if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "trust policy %s: %s", pick, why);
+    /* why names the file already ("PATH: cannot open: ...", "PATH: policy: ...") */
+    if (st != KHUB_STATUS_OK) khub__errbuf(errbuf, errbuf_size, "trust policy %s", why);
     return st;
 }
 

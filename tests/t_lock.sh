@@ -293,6 +293,10 @@ expect KHUB_STATUS_KEY_REVOKED "signed with revoked key" kernels-community/kv-ca
     --policy revoked.json
 expect KHUB_STATUS_KEY_REVOKED "signed with revoked key" kernels-community/kv-cache \
     --lock proj/khub.lock --policy revoked.json
+# a policy with a typo names the file once, then the field
+printf '{"version": 1, "revokd": []}' > typo.json
+expect KHUB_STATUS_PARSE "^khub fetch: KHUB_STATUS_PARSE: trust policy typo.json: policy: unknown field \"revokd\" (the fields are version, publishers, revoked, allow_unsigned)$" \
+    kernels-community/kv-cache@v2 --policy typo.json
 "$KHUB" fetch kernels-community/kv-cache@v2 > f.out 2>&1 || fail "v2: $(cat f.out)"
 grep -q "^version  2.0.0" f.out || fail "v2 version: $(cat f.out)"
 echo "ok   trust at load: signed, unsigned (listed and unlisted org), unknown key, revoked, opt-in; another kernel's signed build refused (NAME_MISMATCH) unless --allow-name-mismatch"
