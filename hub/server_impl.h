@@ -36,6 +36,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #include <cjson/cJSON.h>
@@ -152,6 +153,14 @@ KHUB_INTERNAL MHD_RESULT khub__srv_send_error(struct MHD_Connection *c, unsigned
                                               const char *msg);
 /* Percent-decodes s in place; returns 0 on a bad escape or an embedded NUL. */
 KHUB_INTERNAL int khub__srv_pct_decode(char *s);
+/* Opens rel (a safe relative path, khub__path_is_safe) below dir without
+ * following a symlink at any of its components, and stats it into sb: the
+ * fd, or -1 when rel is unsafe, missing or passes through a link. A served
+ * file or folder is reached only this way: "symlinks in DIR are ignored"
+ * holds for the folders on the way too. khub__srv_stat_in: the same, 0 or
+ * -1, closing the fd. */
+KHUB_INTERNAL int khub__srv_open_in(const char *dir, const char *rel, struct stat *sb);
+KHUB_INTERNAL int khub__srv_stat_in(const char *dir, const char *rel, struct stat *sb);
 /* "http://<Host header>" (or 127.0.0.1 when absent or odd) into buf. */
 KHUB_INTERNAL void khub__srv_self_url(struct MHD_Connection *c, char *buf, size_t size);
 /* Whether the request carries "Authorization: Bearer <the server's token>"

@@ -208,8 +208,8 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
     int recursive = arg_true(c, "recursive");
     if (sub[0]) {
         struct stat sb;
-        if (!KHUB__PATHF(base, "%s/%s", cdir, sub) || !khub__path_is_safe(sub) ||
-            lstat(base, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        if (!KHUB__PATHF(base, "%s/%s", cdir, sub) || khub__srv_stat_in(cdir, sub, &sb) != 0 ||
+            !S_ISDIR(sb.st_mode))
             return khub__srv_send_error(c, 404, "EntryNotFound", commit,
                                         "path not found at revision");
     }
@@ -335,13 +335,19 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
     char cdir[KHUB__PATH_MAX], full[KHUB__PATH_MAX];
     khub__srv_commit_dir(r, commit, cdir, sizeof cdir);
     struct stat sb;
-    if (!KHUB__PATHF(full, "%s/%s", cdir, path) || !khub__path_is_safe(path) ||
-        lstat(full, &sb) != 0 || !S_ISREG(sb.st_mode))
-        return khub__srv_send_error(c, 404, "EntryNotFound", commit, "Entry not found");
+    /* fd: the file reached without a link on the way (server_impl.h) */
+    int fd = KHUB__PATHF(full, "%s/%s", cdir, path) ? khub__srv_open_in(cdir, path, &sb) : -1;
+    if (fd >= 0 && !S_ISREG(sb.st_mode)) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0) return khub__srv_send_error(c, 404, "EntryNotFound", commit, "Entry not found");
     int lfs = khub__srv_is_lfs_at(r, commit, path);
     file_ids ids;
-    if (!khub__srv_file_ids_of(r->dc, full, lfs, &ids))
+    if (!khub__srv_file_ids_of(r->dc, full, lfs, &ids)) {
+        close(fd);
         return khub__srv_send_error(c, 500, NULL, commit, "cannot hash the file");
+    }
     const char *etag = lfs ? ids.sha256 : ids.sha1;
     char quoted[80], size_s[32];
     snprintf(quoted, sizeof quoted, "\"%s\"", etag);
@@ -358,16 +364,11 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
         MHD_add_response_header(resp, "X-Linked-Size", size_s);
         MHD_RESULT ret = MHD_queue_response(c, 302, resp);
         MHD_destroy_response(resp);
+        close(fd);
         return ret;
     }
 
-    int fd = khub__open_regular(full, NULL, 0); /* a FIFO in DIR hangs no thread */
-    struct stat fsb;
-    if (fd < 0 || fstat(fd, &fsb) != 0 || !S_ISREG(fsb.st_mode)) {
-        if (fd >= 0) close(fd);
-        return khub__srv_send_error(c, 500, NULL, commit, "cannot read the file");
-    }
-    uint64_t n = (uint64_t)fsb.st_size;
+    uint64_t n = (uint64_t)sb.st_size;
     uint64_t off = 0, len = n;
     int ranged =
         s->faults & F_IGNORE_RANGE
@@ -430,8 +431,8 @@ static void paths_info_add(const repo *r, const char *commit, const char *cdir, 
 {
     char full[KHUB__PATH_MAX];
     struct stat sb;
-    if (!khub__path_is_safe(path) || !KHUB__PATHF(full, "%s/%s", cdir, path) ||
-        lstat(full, &sb) != 0 || !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
+    if (!KHUB__PATHF(full, "%s/%s", cdir, path) || khub__srv_stat_in(cdir, path, &sb) != 0 ||
+        !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
         return;
     fentry e = {(char *)path, S_ISDIR(sb.st_mode), (uint64_t)sb.st_size};
     cJSON *j = entry_json(r, commit, cdir, &e);

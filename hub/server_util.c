@@ -5,11 +5,15 @@
  * server's own URL, the write token check and the checks of request
  * bodies. Nothing here calls another server file.
  */
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "server_impl.h"
 
@@ -147,4 +151,51 @@ int khub__srv_json_size(const cJSON *v, uint64_t max, uint64_t *out)
         return 0;
     *out = (uint64_t)v->valuedouble;
     return 1;
+}
+
+/* ======================================================================== */
+/* Paths inside a commit                                                    */
+/* ======================================================================== */
+
+/* Walks rel below dir one component at a time with O_NOFOLLOW: a symlink
+ * anywhere on the way (a folder of DIR linked to /etc, say) ends the walk,
+ * where lstat of the joined path would check the last component only and
+ * follow the others out of DIR. */
+int khub__srv_open_in(const char *dir, const char *rel, struct stat *sb)
+{
+    if (!khub__path_is_safe(rel)) return -1;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    for (const char *p = rel; fd >= 0;) {
+        const char *slash = strchr(p, '/');
+        size_t n = slash ? (size_t)(slash - p) : strlen(p);
+        char name[256];
+        if (n >= sizeof name) {
+            close(fd);
+            return -1;
+        }
+        memcpy(name, p, n);
+        name[n] = '\0';
+        /* O_NONBLOCK: a FIFO opens without waiting for a writer (and is
+         * then refused by the caller's S_ISREG) */
+        int next = openat(fd, name,
+                          O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY |
+                              (slash ? O_DIRECTORY : 0));
+        close(fd);
+        fd = next;
+        if (!slash) break;
+        p = slash + 1;
+    }
+    if (fd >= 0 && fstat(fd, sb) != 0) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+int khub__srv_stat_in(const char *dir, const char *rel, struct stat *sb)
+{
+    int fd = khub__srv_open_in(dir, rel, sb);
+    if (fd < 0) return -1;
+    close(fd);
+    return 0;
 }
