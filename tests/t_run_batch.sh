@@ -10,8 +10,8 @@
 # with --parallel 1 (one request at a time), and every 5th also as its own
 # `khub run --prompt` process. Then --json's per-request timings and totals,
 # the text output, and bad files: malformed JSON, zero max_tokens, an
-# unknown setting (each with its line), an empty file, and a request longer
-# than the cache failing alone while the others finish; the default KV
+# unknown setting, a setting given twice (each with its line), an empty
+# file, and a request longer than the cache failing alone while the others finish; the default KV
 # cache of a multi-request run (paged) and what keeps the dense one; f16 K/V
 # (--kv-type f16: the batch equals its --parallel 1 run on f16 too, --explain
 # names the type and half the bytes per token, bad values refused); and a
@@ -194,6 +194,13 @@ bad 'ok\n{"prompt": "x", "max_tokens": 0}\n' 'bad.txt:2: "max_tokens" must be an
 bad '{"prompt": "x", "max_tokens": -3}\n' 'bad.txt:1: "max_tokens" must be an integer'
 bad '{"prompt": "x", "colour": 1}\n' 'bad.txt:1: unknown setting "colour"'
 bad '{"max_tokens": 2}\n' 'bad.txt:1: no "prompt"'
+# a repeated setting (found by fuzz_prompts: a second "prompt" leaked the
+# first, a second "stop" wrote past the first one's shorter array)
+bad '{"prompt": "x", "prompt": "y"}\n' 'bad.txt:1: "prompt": this line already sets it'
+bad '{"prompt": "x", "stop": ["a", "b", "c"], "stop": "d"}\n' \
+    'bad.txt:1: "stop": this line already sets it'
+bad '{"prompt": "x", "max_tokens": 2, "max_new_tokens": 3}\n' \
+    'bad.txt:1: "max_new_tokens": this line already sets it'
 bad '{"prompt": "x", "stop": [""]}\n' 'bad.txt:1: "stop" must hold non-empty strings'
 bad '\n  \n' 'bad.txt: no prompts'
 "$KHUB" run --model tiny --prompts-file nothere.txt > /dev/null 2> nf.err && fail "missing file"

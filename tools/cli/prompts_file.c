@@ -2,7 +2,8 @@
  * prompts_file.c: reading `khub run --prompts-file FILE` (prompts_file.h).
  * Every mistake names the file and the line: a malformed JSON object, a
  * setting of the wrong type or out of range, an unknown setting (so a typo
- * is not silently ignored), a missing prompt, an empty file.
+ * is not silently ignored), a setting given twice, a missing prompt, an
+ * empty file.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -79,13 +80,30 @@ static int flag(const reader *r, const cJSON *v, uint32_t *out)
     return 0;
 }
 
-/* One setting of a JSON line into p. */
-static int setting(const reader *r, const cJSON *v, cli_prompt *p)
+/* The settings a JSON line may give, each at most once (cJSON keeps a
+ * repeated key, and a second "stop" or "prompt" would otherwise leak, or
+ * overrun the first one's array). max_new_tokens is max_tokens. */
+static const char *const known[] = {"prompt", "system", "max_tokens",     "temperature",
+                                    "top_k",  "top_p",  "repeat_penalty", "seed",
+                                    "stop",   "chat",   "ignore_eos",     "max_new_tokens"};
+enum { N_KNOWN = sizeof known / sizeof known[0], MAX_NEW_TOKENS = N_KNOWN - 1 };
+
+/* One setting of a JSON line into p; *seen has a bit per known setting. */
+static int setting(const reader *r, const cJSON *v, cli_prompt *p, unsigned *seen)
 {
     const char *k = v->string;
     double d = 0;
     uint32_t u = 0;
-    int rc = 0;
+    int rc = 0, i = 0;
+    while (i < N_KNOWN && strcmp(k, known[i]) != 0) i++;
+    if (i == N_KNOWN)
+        return bad(r,
+                   "unknown setting \"%s\" (known: prompt, max_tokens, temperature, top_k, "
+                   "top_p, repeat_penalty, seed, stop, chat, system, ignore_eos)",
+                   k);
+    if (i == MAX_NEW_TOKENS) i = 2; /* max_tokens */
+    if (*seen & (1u << i)) return bad(r, "\"%s\": this line already sets it", k);
+    *seen |= 1u << i;
     if (!strcmp(k, "prompt")) {
         if (!cJSON_IsString(v)) return bad(r, "\"prompt\" must be a string");
         p->prompt = dup_str(v->valuestring);
@@ -109,13 +127,8 @@ static int setting(const reader *r, const cJSON *v, cli_prompt *p)
         rc = stops_of(r, v, p);
     } else if (!strcmp(k, "chat")) {
         if (!(rc = flag(r, v, &u))) p->gen.chat = u;
-    } else if (!strcmp(k, "ignore_eos")) {
-        if (!(rc = flag(r, v, &u))) p->gen.ignore_eos = (int32_t)u;
     } else {
-        return bad(r,
-                   "unknown setting \"%s\" (known: prompt, max_tokens, temperature, top_k, "
-                   "top_p, repeat_penalty, seed, stop, chat, system, ignore_eos)",
-                   k);
+        if (!(rc = flag(r, v, &u))) p->gen.ignore_eos = (int32_t)u;
     }
     return rc;
 }
@@ -130,10 +143,11 @@ static int json_line(const reader *r, const char *text, cli_prompt *p)
         return bad(r, "malformed JSON object near column %ld", col);
     }
     int rc = 0;
+    unsigned seen = 0;
     const cJSON *v;
     cJSON_ArrayForEach(v, o)
     {
-        if ((rc = setting(r, v, p))) break;
+        if ((rc = setting(r, v, p, &seen))) break;
     }
     cJSON_Delete(o);
     if (!rc && !p->prompt) rc = bad(r, "no \"prompt\"");
