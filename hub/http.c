@@ -179,11 +179,15 @@ long khub__http_ratelimit_wait(const char *val)
 {
     long r = -1, t = -1;
     for (const char *p = val; (p = strchr(p, ';')); p++) {
-        while (p[1] == ' ') p++;
+        const char *q = p + 1;
+        while (*q == ' ') q++;
+        /* the key before its number: a value ending in ';' has nothing
+         * after its NUL to read */
+        if ((*q != 'r' && *q != 't') || q[1] != '=') continue;
         char *end = NULL;
-        long v = strtol(p + 3, &end, 10);
-        if ((p[1] != 'r' && p[1] != 't') || p[2] != '=' || end == p + 3 || v < 0) continue;
-        if (p[1] == 'r')
+        long v = strtol(q + 2, &end, 10);
+        if (end == q + 2 || v < 0) continue;
+        if (*q == 'r')
             r = v;
         else
             t = v;
@@ -192,20 +196,29 @@ long khub__http_ratelimit_wait(const char *val)
     return t >= 86400 ? 86400 : t + 1;
 }
 
-static size_t on_header(char *data, size_t sz, size_t nitems, void *ud)
+/* The status of a status line "HTTP/x SSS ..." of n bytes (not
+ * NUL-terminated), 0 when it names none. */
+static long status_of(const char *data, size_t n)
 {
-    xfer *x = ud;
-    khub__http_resp *r = x->resp;
-    size_t n = sz * nitems;
+    const char *sp = memchr(data, ' ', n);
+    size_t i = sp ? (size_t)(sp - data) : n;
+    while (i < n && data[i] == ' ') i++; /* as strtol skipped them */
+    long st = 0;
+    for (; i < n && st < 1000; i++) {
+        if (data[i] < '0' || data[i] > '9') break;
+        st = st * 10 + (data[i] - '0');
+    }
+    return st;
+}
+
+void khub__http_header(khub__http_resp *r, const char *data, size_t n)
+{
     const char *colon = memchr(data, ':', n);
     if (n > 5 && strncmp(data, "HTTP/", 5) == 0) {
-        long st = 0;
-        const char *sp = memchr(data, ' ', n);
-        if (sp) st = strtol(sp + 1, NULL, 10);
-        r->status = st;
-        return n;
+        r->status = status_of(data, n);
+        return;
     }
-    if (!colon) return n;
+    if (!colon) return;
     size_t kn = (size_t)(colon - data);
     char val[2048];
     trim_copy(val, sizeof val, colon + 1, n - kn - 1);
@@ -239,7 +252,13 @@ static size_t on_header(char *data, size_t sz, size_t nitems, void *ud)
         parse_link_next(r->link_next, sizeof r->link_next, val);
     }
 #undef IS
-    return n;
+}
+
+static size_t on_header(char *data, size_t sz, size_t nitems, void *ud)
+{
+    xfer *x = ud;
+    khub__http_header(x->resp, data, sz * nitems);
+    return sz * nitems;
 }
 
 static size_t buffer_body(const khub_allocator *a, khub__http_resp *r, const void *data, size_t n,

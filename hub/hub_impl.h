@@ -353,6 +353,9 @@ typedef struct khub__http_req {
 /* Seconds to wait for a RateLimit header value (`"api";r=0;t=55` -> 56);
  * -1 when requests remain (r > 0) or it is not understood. */
 KHUB_INTERNAL long khub__http_ratelimit_wait(const char *val);
+/* Reads one response header line of n bytes (untrusted, not NUL-terminated;
+ * the status line or "Name: value") into the fields of r it names. */
+KHUB_INTERNAL void khub__http_header(khub__http_resp *r, const char *data, size_t n);
 
 /* Closes the hub's HTTP connections (khub_hub_free). */
 KHUB_INTERNAL void khub__http_close(khub_hub *hub);

@@ -203,6 +203,49 @@ TEST_IMPL(ratelimit_header_parsed)
     ASSERT_EQ(khub__http_ratelimit_wait(""), -1);
 }
 
+/* Values that end in ';' or "; ": the key and '=' are looked at before any
+ * number, so nothing after the NUL is read (the values are exact-size heap
+ * copies, so ASan sees a read past one; found by fuzz_requests' reading). */
+TEST_IMPL(ratelimit_header_ends_early)
+{
+    const char *vals[] = {";", "\"api\";", "\"api\"; ", "\"api\";r", "\"api\";r=", ";t"};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        char *v = strdup(vals[i]);
+        ASSERT(v != NULL);
+        ASSERT_EQ(khub__http_ratelimit_wait(v), -1);
+        free(v);
+    }
+}
+
+/* Header lines as curl hands them over (no NUL after them): the status line
+ * is read within its length, and the fields keep their meaning. */
+TEST_IMPL(http_header_lines_parsed)
+{
+    khub__http_resp r;
+    memset(&r, 0, sizeof r);
+    const char *lines[] = {"HTTP/1.1 404",
+                           "HTTP/2  206 Partial\r\n",
+                           "X-Linked-Size: 77\r\n",
+                           "ETag: W/\"abc\"\r\n",
+                           "Content-Range: bytes 10-20/30\r\n",
+                           "RateLimit: \"api\";r=0;t=4;\r\n",
+                           "no colon here"};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        size_t n = strlen(lines[i]);
+        char *line = malloc(n); /* exact size: no terminator */
+        ASSERT(line != NULL);
+        memcpy(line, lines[i], n);
+        khub__http_header(&r, line, n);
+        free(line);
+        if (i == 0) ASSERT_EQ(r.status, 404);
+    }
+    ASSERT_EQ(r.status, 206);
+    ASSERT_EQ(r.linked_size, 77);
+    ASSERT_STR_EQ(r.etag, "abc");
+    ASSERT_EQ(r.range_start, 10);
+    ASSERT_EQ(r.ratelimit_wait, 5);
+}
+
 /* The same faults on the three-thread path: the resume offset counts the
  * bytes still queued (the drop is at half the file, inside a chunk), a
  * restart drains the queue before truncating, and the digests come from
@@ -375,6 +418,8 @@ TEST_IMPL(eight_processes_one_blob)
     X(retry_after_429_honoured) \
     X(ratelimit_window_honoured) \
     X(ratelimit_header_parsed) \
+    X(ratelimit_header_ends_early) \
+    X(http_header_lines_parsed) \
     X(big_download_verified) \
     X(big_drop_mid_body_resumes_with_range) \
     X(big_ignore_range_restarts) \
