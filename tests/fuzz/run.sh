@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# Builds the fuzzers (the model parsers, and fuzz_hub_formats for every
-# hub-side format) with clang (libFuzzer + ASan + UBSan) and runs each for a
-# bounded time on a seed corpus made from the test fixtures, the golden
-# files and the in-tree kernels.
+# Builds the fuzzers (the model parsers, fuzz_hub_formats for every
+# hub-side format, the archive unpacker, the plugin ELF gate, the prompts
+# file, and the model server's bodies, response headers and chat templates:
+# docs/security.md lists them) with clang (libFuzzer + ASan + UBSan) and runs
+# each for a bounded time on a seed corpus made from the test fixtures, the
+# golden files, the in-tree kernels and the built plugins.
 #
 #   tests/fuzz/run.sh [SECONDS_PER_TARGET]     default 60
 #
 # Environment: KHUB_FUZZ_BUILD (build folder, default build-fuzz under the
-# source tree), KHUB_FUZZ_JOBS (make -j, default 2). Crashes are written to
+# source tree), KHUB_FUZZ_JOBS (make -j, default 2), KHUB_FUZZ_PLUGINS (a
+# build folder whose plugins seed fuzz_elf, default build under the source
+# tree; none there: fuzz_elf starts from /bin/true). Crashes are written to
 # the build folder as crash-*; the script exits non-zero on the first one.
 set -euo pipefail
 
@@ -15,12 +19,12 @@ SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="$(realpath -m "${KHUB_FUZZ_BUILD:-$SRC/build-fuzz}")" # absolute: the runs cd into it
 SECS="${1:-60}"
 JOBS="${KHUB_FUZZ_JOBS:-2}"
-TARGETS="gguf safetensors model_config tokenizer hub_formats archive"
+TARGETS="gguf safetensors model_config tokenizer hub_formats archive elf prompts requests"
 
 CC=clang cmake -S "$SRC" -B "$BUILD" -DKHUB_FUZZ=ON -DKHUB_SANITIZE=address,undefined \
     -DKHUB_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD" -j"$JOBS" --target make_seeds fuzz_gguf fuzz_safetensors fuzz_model_config \
-    fuzz_tokenizer fuzz_hub_formats fuzz_archive
+    fuzz_tokenizer fuzz_hub_formats fuzz_archive fuzz_elf fuzz_prompts fuzz_requests
 
 CORPUS="$BUILD/fuzz-corpus"
 for t in $TARGETS; do mkdir -p "$CORPUS/$t"; done
@@ -73,12 +77,49 @@ ti = tarfile.TarInfo("fifo"); ti.type = tarfile.FIFOTYPE
 tgz("fifo", [(ti, None)])
 tgz("bomb", [f("z", bytes(3 << 20))])
 PY
+# elf: the built plugins, stripped of their symbol tables (the .dynsym, the
+# notes and the dynamic section stay), when a build of them is at hand:
+# KHUB_FUZZ_PLUGINS (a build folder, default build under the source tree).
+PLUGINS="${KHUB_FUZZ_PLUGINS:-$SRC/build}"
+if [ -d "$PLUGINS" ]; then
+    find "$PLUGINS/plugins" "$PLUGINS/test-plugins" -name '*.so' -size -4M 2>/dev/null |
+        while read -r so; do
+            out="$CORPUS/elf/$(echo "${so#"$PLUGINS"/}" | tr / _)"
+            strip -s -o "$out" "$so" 2>/dev/null || cp "$so" "$out"
+        done
+fi
+cp /bin/true "$CORPUS/elf/an-executable" 2>/dev/null || true # an ELF, but no plugin
+# prompts: plain lines, JSON lines with every setting, and bad lines
+printf 'the cat sat\n\n{"prompt":"a b","max_tokens":4,"ignore_eos":true}\n' > "$CORPUS/prompts/s1"
+printf '{"prompt":"x","temperature":0.9,"top_k":40,"seed":7,"top_p":0.5,"repeat_penalty":1.1}\n{"prompt":"y","chat":true,"system":"be brief","stop":["e","f"]}\n{"prompt":"z","stop":"q"}\r\n' \
+    > "$CORPUS/prompts/s2"
+printf '{"prompt":"bad",\n{"max_tokens":0}\n{"prompt":"a","nope":1}\n' > "$CORPUS/prompts/s3"
+# requests: the first byte picks the parser (see fuzz_requests.c)
+req_seed() { { printf "\\$(printf '%03o' "$1")"; cat; } > "$CORPUS/requests/seed-$1-$2"; }
+printf '{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"},{"type":"text","text":" there"}]}],"max_tokens":8,"temperature":0.5,"top_p":0.9,"seed":3,"stream":true,"stream_options":{"include_usage":true},"stop":["a","b"]}' \
+    | req_seed 0 chat
+printf '{"model":"m","prompt":"once upon","max_completion_tokens":4,"n":1,"stop":"x"}' | req_seed 1 completion
+printf '{"prompt":["one"],"seed":-5,"temperature":null}' | req_seed 1 completion-array
+printf 'HTTP/1.1 302 Found\r\nLocation: https://cdn.example/x?a=b\r\nETag: W/"abc"\r\nX-Repo-Commit: %s\r\nX-Linked-Etag: "deadbeef"\r\nX-Linked-Size: 1234\r\nContent-Length: 12\r\nContent-Range: bytes 10-20/30\r\nRetry-After: 5\r\nRateLimit: "api";r=0;t=55\r\nX-Error-Code: RepoNotFound\r\nX-Error-Message: no such repo\r\nLink: <https://h/api?cursor=x>; rel="next"\r\n\r\n' \
+    $C | req_seed 2 headers
+printf '"api";r=0;t=55' | req_seed 3 ratelimit
+req_seed 4 chatml-template << 'T'
+{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>'}}{% endfor %}{{ '<|im_start|>system\nBe kind.<|im_end|>' }}
+T
+req_seed 4 llama3-template << 'T'
+{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}
+T
+req_seed 4 gemma-template << 'T'
+{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\n' + message['content'] | trim + '<end_of_turn>' }}{% endfor %}
+T
 
 cd "$BUILD"
 for t in $TARGETS; do
+    max_len=65536
+    [ "$t" = elf ] && max_len=1048576 # a plugin seed is up to ~650 KB stripped
     echo "fuzz_$t: ${SECS}s"
     set +e
-    "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECS" -max_len=65536 -timeout=10 \
+    "$BUILD/tests/fuzz/fuzz_$t" -max_total_time="$SECS" -max_len="$max_len" -timeout=10 \
         -rss_limit_mb=2048 -print_final_stats=1 "$CORPUS/$t" 2>&1 | tail -n 12
     # PIPESTATUS: the fuzzer's own exit status, not tail's
     rc=${PIPESTATUS[0]}
