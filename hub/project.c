@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app_struct.h"
 #include "kernel_mapping.h"
 #include "khub/khub_project.h"
 #include "lockfile.h"
@@ -132,9 +133,7 @@ static khub_status pin_put(const khub_lock_entry *e, khub_lock_pin *out)
     snprintf(p.revision, sizeof p.revision, "%s", e->revision);
     snprintf(p.commit, sizeof p.commit, "%s", e->commit);
     snprintf(p.kernel_version, sizeof p.kernel_version, "%s", e->kernel_version);
-    uint32_t size = out->struct_size < sizeof p ? out->struct_size : (uint32_t)sizeof p;
-    p.struct_size = size;
-    memcpy(out, &p, size);
+    khub__app_copy_out(out, &p, sizeof p); /* up to its struct_size, the caller's header kept */
     return KHUB_STATUS_OK;
 }
 

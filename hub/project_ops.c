@@ -86,13 +86,11 @@ khub_status khub_lock_kernel(khub_hub *hub, khub_lock *lock, const khub_hub_id *
         return KHUB_STATUS_DOWNGRADE;
     }
     if (out) {
-        uint32_t size = out->struct_size;
         khub_lock_result r = {KHUB_APP_INIT(khub_lock_result), .replaced = old != NULL,
                               .downgrade = down};
         entry_to_pin(&e, &r.pin);
         if (old) entry_to_pin(old, &r.previous);
-        memcpy(out, &r, size < sizeof r ? size : sizeof r);
-        out->struct_size = size;
+        khub__app_copy_out(out, &r, sizeof r); /* the caller's header kept */
     }
     khub_status st = khub__lock_put(lock, &e);
     if (st != KHUB_STATUS_OK) {
@@ -139,9 +137,7 @@ khub_status khub_lock_sync(khub_hub *hub, const khub_lock *lock, size_t i,
         r.newer_version[0] = r.newer_commit[0] = '\0';
     }
     if (out) {
-        uint32_t size = out->struct_size;
-        memcpy(out, &r, size < sizeof r ? size : sizeof r);
-        out->struct_size = size;
+        khub__app_copy_out(out, &r, sizeof r); /* the caller's header kept */
     }
     return KHUB_STATUS_OK;
 }
@@ -171,9 +167,7 @@ khub_status khub_lock_outdated(khub_hub *hub, const khub_lock *lock, size_t i,
     for (size_t k = 0; e->version >= 0 && k < n; k++)
         if (versions[k] > e->version && r.n_newer < sizeof r.newer / sizeof r.newer[0])
             r.newer[r.n_newer++] = versions[k];
-    uint32_t size = out->struct_size;
-    memcpy(out, &r, size < sizeof r ? size : sizeof r);
-    out->struct_size = size;
+    khub__app_copy_out(out, &r, sizeof r); /* the caller's header kept */
     return KHUB_STATUS_OK;
 }
 

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "khub/khub.h"
+#include "khub/khub_author.h"
 #include "khub/khub_batch.h"
 #include "khub/khub_check.h"
 #include "khub/khub_hub.h"
@@ -31,6 +32,7 @@
 #include "khub/khub_model.h"
 #include "khub/khub_project.h"
 #include "khub/khub_session.h"
+#include "khub/khub_tune.h"
 #include "runner.h"
 
 /* The stamps tried on every struct: what KHUB_STRUCT_INIT gave this file,
@@ -99,10 +101,15 @@ TEST_IMPL(info_and_pins_ignore_the_stamp)
         STAMP(info, i);
         ASSERT_OK(khub_plugin_inspect(path, &info, err, sizeof err));
         ASSERT_STR_EQ(info.id, "khub/ref-cpu");
+        /* the caller's header stays (ABI.md rule 5; both overwrote the stamp) */
+        ASSERT_EQ(info.abi_major, stamps[i][0]);
+        ASSERT_EQ(info.abi_minor, stamps[i][1]);
         khub_lock_pin pin = {KHUB_STRUCT_INIT(khub_lock_pin)};
         STAMP(pin, i);
         ASSERT_OK(khub_lock_pin_at(lock, 0, &pin));
         ASSERT_STR_EQ(pin.repo, "org/k");
+        ASSERT_EQ(pin.abi_major, stamps[i][0]);
+        ASSERT_EQ(pin.abi_minor, stamps[i][1]);
     }
     khub_lock_free(lock);
 }
@@ -159,6 +166,30 @@ static void array_check_canaries(const unsigned char *a, size_t n, uint32_t stru
     for (size_t i = 0; i < n; i++)
         for (size_t k = known; k < struct_size; k++) ASSERT_EQ(a[i * struct_size + k], CANARY);
     for (size_t k = 0; k < TAIL; k++) ASSERT_EQ(a[n * struct_size + k], CANARY);
+}
+
+/* A caller's single struct of struct_size bytes: the library's struct
+ * (proto, known bytes) up to struct_size, then CANARY bytes (what a caller
+ * of that size never wrote); a refusal leaves every byte as it was. */
+typedef struct struct_buf {
+    unsigned char bytes[4096 + TAIL];
+    unsigned char before[4096 + TAIL];
+} struct_buf;
+
+static struct_buf struct_buf_new(const void *proto, size_t known, uint32_t struct_size)
+{
+    struct_buf b;
+    ASSERT(known <= 4096);
+    memset(b.bytes, CANARY, sizeof b.bytes);
+    memcpy(b.bytes, proto, known < struct_size ? known : struct_size);
+    memcpy(b.bytes, &struct_size, 4);
+    memcpy(b.before, b.bytes, sizeof b.bytes);
+    return b;
+}
+
+static void struct_buf_check_untouched(const struct_buf *b)
+{
+    for (size_t k = 0; k < sizeof b->bytes; k++) ASSERT_EQ(b->bytes[k], b->before[k]);
 }
 
 typedef struct tiny {
@@ -357,17 +388,46 @@ TEST_IMPL(kernel_dir_tests_sized_by_the_caller)
     khub_runtime_free(rt);
 }
 
-/* khub_plugin_inspect with a struct_size under its 8-byte header writes
- * nothing past it (the copy's length underflowed). */
-TEST_IMPL(plugin_info_smaller_than_its_header)
+/* khub_plugin_inspect refuses an info below 0.1's 185 bytes, 0 included
+ * (0 was taken as the whole struct, 1-7 underflowed the copy's length),
+ * before it reads the file, and writes nothing; from 0.1's size on it
+ * writes up to the caller's struct_size and keeps the caller's header. */
+TEST_IMPL(plugin_info_sized_by_the_caller)
 {
     char path[512], err[KHUB_ERROR_SIZE];
     snprintf(path, sizeof path, "%s/ref-cpu.so", KHUB_PLUGIN_DIR_BUILD);
-    unsigned char buf[sizeof(khub_plugin_info) + TAIL];
-    memset(buf, CANARY, sizeof buf);
-    memcpy(buf, &(uint32_t){2}, 4);
-    ASSERT_OK(khub_plugin_inspect(path, (khub_plugin_info *)buf, err, sizeof err));
-    for (size_t k = 4; k < sizeof buf; k++) ASSERT_EQ(buf[k], CANARY);
+    khub_plugin_info proto = {KHUB_APP_INIT(khub_plugin_info)};
+    STAMP(proto, 1);
+    const uint32_t bad[] = {0, 2, 8, (uint32_t)SIZE_TO(khub_plugin_info, sha256) - 1};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        struct_buf b = struct_buf_new(&proto, sizeof proto, bad[k]);
+        ASSERT_STATUS(khub_plugin_inspect(path, (khub_plugin_info *)b.bytes, err, sizeof err),
+                      KHUB_STATUS_STRUCT_SIZE);
+        char want[128];
+        snprintf(want, sizeof want,
+                 "khub_plugin_inspect: info.struct_size %u is smaller than 0.1's 185",
+                 (unsigned)bad[k]);
+        ASSERT_STR_EQ(err, want);
+        ASSERT_STR_EQ(khub_last_error(), want);
+        struct_buf_check_untouched(&b);
+    }
+    const uint32_t good[] = {(uint32_t)SIZE_TO(khub_plugin_info, sha256),
+                             (uint32_t)sizeof(khub_plugin_info) + FUTURE};
+    for (size_t k = 0; k < 2; k++) {
+        unsigned char *a = array_new(1, good[k], &proto, sizeof proto);
+        ASSERT_OK(khub_plugin_inspect(path, (khub_plugin_info *)a, err, sizeof err));
+        khub_plugin_info got;
+        memcpy(&got, a, sizeof got < good[k] ? sizeof got : good[k]);
+        ASSERT_EQ(got.struct_size, good[k]);
+        ASSERT_EQ(got.abi_major, 2);
+        ASSERT_EQ(got.abi_minor, 7);
+        ASSERT_STR_EQ(got.id, "khub/ref-cpu");
+        ASSERT_EQ(strlen(got.sha256), 64);
+        array_check_canaries(a, 1, good[k], good[k] < sizeof proto ? good[k] : sizeof proto);
+        free(a);
+    }
+    /* The info's old failure is no reason for the file's: NULL info still works. */
+    ASSERT_OK(khub_plugin_inspect(path, NULL, err, sizeof err));
 }
 
 /* Single out-structs: 0.1's size is enough (they asked for this header's
@@ -426,6 +486,7 @@ TEST_IMPL(out_structs_sized_by_the_caller)
     khub_hub *hub = NULL;
     ASSERT_OK(khub_hub_new(&ho, &hub));
     khub_kernel_result kproto = {KHUB_APP_INIT(khub_kernel_result)};
+    STAMP(kproto, 1); /* kept: the copy-out wrote the library's stamp over it */
     unsigned char *k = array_new(1, 8, &kproto, sizeof kproto);
     ASSERT_STATUS(khub_kernel_fetch(hub, rt, "org/none", NULL, (khub_kernel_result *)k),
                   KHUB_STATUS_STRUCT_SIZE);
@@ -441,12 +502,195 @@ TEST_IMPL(out_structs_sized_by_the_caller)
         ASSERT(khub_kernel_fetch(hub, rt, "org/none", NULL, (khub_kernel_result *)k) !=
                KHUB_STATUS_OK);
         ASSERT_EQ(((khub_kernel_result *)k)->struct_size, ksizes[j]);
+        ASSERT_EQ(((khub_kernel_result *)k)->abi_major, 2);
+        ASSERT_EQ(((khub_kernel_result *)k)->abi_minor, 7);
         ASSERT_STR_EQ(((khub_kernel_result *)k)->repo, "org/none");
         array_check_canaries(k, 1, ksizes[j], sizeof kproto);
         free(k);
     }
     khub_hub_free(hub);
     khub_runtime_free(rt);
+}
+
+/* khub_lock_pin is frozen (khub_project.h): khub_lock_result holds it twice
+ * by value, so a pin that grew would move replaced, downgrade and previous
+ * under every 0.1 caller. */
+_Static_assert(sizeof(khub_lock_pin) == 548, "khub_lock_pin is frozen at 0.1's 548 bytes");
+_Static_assert(SIZE_TO(khub_lock_pin, reserved) == 548, "khub_lock_pin 0.1");
+_Static_assert(offsetof(khub_lock_result, pin) == 8, "khub_lock_result.pin");
+_Static_assert(offsetof(khub_lock_result, replaced) == 556, "khub_lock_result.replaced");
+_Static_assert(offsetof(khub_lock_result, downgrade) == 560, "khub_lock_result.downgrade");
+_Static_assert(offsetof(khub_lock_result, previous) == 564, "khub_lock_result.previous");
+_Static_assert(sizeof(khub_lock_result) == 1112, "khub_lock_result");
+/* The 0.1 sizes the calls below refuse under. */
+_Static_assert(SIZE_TO(khub_check_opts, sha256) == 24, "khub_check_opts 0.1");
+_Static_assert(SIZE_TO(khub_plugin_info, sha256) == 185, "khub_plugin_info 0.1");
+_Static_assert(SIZE_TO(khub_model_info, reserved) == 176, "khub_model_info 0.1");
+_Static_assert(SIZE_TO(khub_model_binding, reserved) == 264, "khub_model_binding 0.1");
+_Static_assert(SIZE_TO(khub_tune_opts, levers) == 96, "khub_tune_opts 0.1");
+
+/* khub_check_file and khub_check_dir read their options only up to the
+ * caller's struct_size and refuse them below 0.1's (they read the 0.1
+ * fields unchecked). */
+TEST_IMPL(check_opts_sized_by_the_caller)
+{
+    char path[512], err[KHUB_ERROR_SIZE];
+    snprintf(path, sizeof path, "%s/ref-cpu.so", KHUB_PLUGIN_DIR_BUILD);
+    khub_check_opts proto = {KHUB_APP_INIT(khub_check_opts), .glibc_ceiling = "bad"};
+    khub_check_report *rep = NULL;
+    struct_buf b = struct_buf_new(&proto, sizeof proto, 16);
+    ASSERT_STATUS(khub_check_file(path, (khub_check_opts *)b.bytes, &rep, err, sizeof err),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_check_file: opts.struct_size 16 is smaller than 0.1's 24");
+    ASSERT_STR_EQ(khub_last_error(), err);
+    ASSERT(rep == NULL);
+    ASSERT_STATUS(khub_check_dir("/nonexistent", (khub_check_opts *)b.bytes, &rep, err, sizeof err),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_check_dir: opts.struct_size 16 is smaller than 0.1's 24");
+    struct_buf_check_untouched(&b);
+    /* 0.1's size, then a newer caller's bytes: the 0.1 fields are read */
+    const uint32_t good[] = {24, (uint32_t)sizeof proto + FUTURE};
+    for (size_t k = 0; k < 2; k++) {
+        b = struct_buf_new(&proto, sizeof proto, good[k]);
+        ASSERT_STATUS(khub_check_file(path, (khub_check_opts *)b.bytes, &rep, err, sizeof err),
+                      KHUB_STATUS_INVALID_ARG);
+        ASSERT_STR_EQ(err, "glibc ceiling 'bad' is not like GLIBC_2.28");
+        ASSERT_STATUS(
+            khub_check_dir("/nonexistent", (khub_check_opts *)b.bytes, &rep, err, sizeof err),
+            KHUB_STATUS_INVALID_ARG);
+        ASSERT_CONTAINS(err, "a glibc ceiling is for file checks");
+        struct_buf_check_untouched(&b);
+    }
+}
+
+/* khub_model_info_get refuses an info below 0.1's 176 bytes (it took any
+ * size from 8) with the exact message, and writes only up to the caller's
+ * struct_size, which stays the caller's, as does its stamp (it set
+ * struct_size to what it wrote and copied its own stamp);
+ * khub_model_binding_get's STRUCT_SIZE now has a message. */
+TEST_IMPL(model_info_and_bindings_sized_by_the_caller)
+{
+    tiny t = tiny_open();
+    khub_model_info proto = {KHUB_APP_INIT(khub_model_info)};
+    STAMP(proto, 1);
+    const uint32_t bad[] = {8, 175};
+    for (size_t k = 0; k < 2; k++) {
+        struct_buf b = struct_buf_new(&proto, sizeof proto, bad[k]);
+        ASSERT_STATUS(khub_model_info_get(t.m, (khub_model_info *)b.bytes),
+                      KHUB_STATUS_STRUCT_SIZE);
+        char want[128];
+        snprintf(want, sizeof want,
+                 "khub_model_info_get: info.struct_size %u is smaller than 0.1's 176",
+                 (unsigned)bad[k]);
+        ASSERT_STR_EQ(khub_runtime_errmsg(t.rt), want);
+        struct_buf_check_untouched(&b);
+    }
+    const uint32_t good[] = {176, (uint32_t)sizeof proto + FUTURE};
+    for (size_t k = 0; k < 2; k++) {
+        unsigned char *a = array_new(1, good[k], &proto, sizeof proto);
+        ASSERT_OK(khub_model_info_get(t.m, (khub_model_info *)a));
+        khub_model_info got;
+        memcpy(&got, a, sizeof got < good[k] ? sizeof got : good[k]);
+        ASSERT_EQ(got.struct_size, good[k]);
+        ASSERT_EQ(got.abi_major, 2);
+        ASSERT_EQ(got.abi_minor, 7);
+        ASSERT(got.n_layers > 0 && got.vocab > 0);
+        array_check_canaries(a, 1, good[k], good[k] < sizeof proto ? good[k] : sizeof proto);
+        free(a);
+    }
+
+    khub_model_binding bproto = {KHUB_APP_INIT(khub_model_binding)};
+    struct_buf b = struct_buf_new(&bproto, sizeof bproto, 8);
+    ASSERT_STATUS(khub_model_binding_get(t.m, 0, (khub_model_binding *)b.bytes),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_last_error(),
+                  "khub_model_binding_get: out.struct_size 8 is smaller than 0.1's 264");
+    struct_buf_check_untouched(&b);
+    tiny_close(&t);
+}
+
+/* khub_tune_run refuses options below 0.1's 96 bytes (it read them as
+ * zeros) and reads a 0.1 caller's no further: its tp_* bytes (CANARY
+ * here) are not read, so the unknown lever is what fails. */
+TEST_IMPL(tune_opts_sized_by_the_caller)
+{
+    char err[KHUB_ERROR_SIZE];
+    khub_tune_opts proto = {KHUB_APP_INIT(khub_tune_opts), .model = "/nonexistent/m.gguf",
+                            .levers = "nope"};
+    khub_tune_report *rep = NULL;
+    struct_buf b = struct_buf_new(&proto, sizeof proto, 8);
+    ASSERT_STATUS(khub_tune_run((khub_tune_opts *)b.bytes, &rep, err, sizeof err),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_tune_run: opts.struct_size 8 is smaller than 0.1's 96");
+    b = struct_buf_new(&proto, sizeof proto, 96);
+    ASSERT_STATUS(khub_tune_run((khub_tune_opts *)b.bytes, &rep, err, sizeof err),
+                  KHUB_STATUS_INVALID_ARG);
+    ASSERT_CONTAINS(err, "unknown lever \"nope\"");
+    struct_buf_check_untouched(&b);
+}
+
+/* The author API says STRUCT_SIZE for a struct below 0.1's size, as the
+ * rest of the app API does (it said MISUSE), and MISUSE for NULL. */
+TEST_IMPL(author_structs_sized_by_the_caller)
+{
+    char err[KHUB_ERROR_SIZE];
+    khub_author_template tp = {KHUB_APP_INIT(khub_author_template)};
+    struct_buf b = struct_buf_new(&tp, sizeof tp, 8);
+    ASSERT_STATUS(khub_author_template_at(0, (khub_author_template *)b.bytes),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_last_error(),
+                  "khub_author_template_at: out.struct_size 8 is smaller than 0.1's 28");
+    struct_buf_check_untouched(&b);
+    ASSERT_STATUS(khub_author_template_at(0, NULL), KHUB_STATUS_MISUSE);
+    ASSERT_STR_EQ(khub_last_error(), "khub_author_template_at: out is NULL");
+
+    khub_author_init_opts io = {KHUB_APP_INIT(khub_author_init_opts)};
+    b = struct_buf_new(&io, sizeof io, 8);
+    ASSERT_STATUS(khub_author_init((khub_author_init_opts *)b.bytes, err, sizeof err),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_author_init: opts.struct_size 8 is smaller than 0.1's 56");
+    khub_author_manifest am = {KHUB_APP_INIT(khub_author_manifest)};
+    b = struct_buf_new(&am, sizeof am, 8);
+    ASSERT_STATUS(
+        khub_author_manifest_read("/nonexistent", (khub_author_manifest *)b.bytes, err, sizeof err),
+        KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_author_manifest_read: out.struct_size 8 is smaller than 0.1's 260");
+    struct_buf_check_untouched(&b);
+    khub_author_build_result br = {KHUB_APP_INIT(khub_author_build_result)};
+    khub_author_build_opts bo = {KHUB_APP_INIT(khub_author_build_opts)};
+    b = struct_buf_new(&br, sizeof br, 8);
+    ASSERT_STATUS(khub_author_build("/nonexistent", &bo, (khub_author_build_result *)b.bytes, err,
+                                    sizeof err),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_author_build: res.struct_size 8 is smaller than 0.1's 908");
+    struct_buf_check_untouched(&b);
+    bo.struct_size = 8;
+    ASSERT_STATUS(khub_author_build("/nonexistent", &bo, &br, err, sizeof err),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_author_build: opts.struct_size 8 is smaller than 0.1's 40");
+    khub_author_key key = {KHUB_APP_INIT(khub_author_key)};
+    b = struct_buf_new(&key, sizeof key, 8);
+    ASSERT_STATUS(khub_author_key_generate("/nonexistent/k", "/nonexistent/k.pub",
+                                           (khub_author_key *)b.bytes, err, sizeof err),
+                  KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(err, "khub_author_key_generate: out.struct_size 8 is smaller than 0.1's 128");
+    struct_buf_check_untouched(&b);
+
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .offline = 1, .token = ""};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&ho, &hub));
+    khub_author_publish_opts po = {KHUB_APP_INIT(khub_author_publish_opts)};
+    khub_author_publish_result pr = {KHUB_APP_INIT(khub_author_publish_result)};
+    po.struct_size = 8;
+    ASSERT_STATUS(khub_author_publish(hub, &po, &pr), KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_last_error(),
+                  "khub_author_publish: opts.struct_size 8 is smaller than 0.1's 32");
+    po.struct_size = sizeof po;
+    pr.struct_size = 8;
+    ASSERT_STATUS(khub_author_publish(hub, &po, &pr), KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_last_error(),
+                  "khub_author_publish: res.struct_size 8 is smaller than 0.1's 1392");
+    khub_hub_free(hub);
 }
 
 #define TEST_LIST(X) \
@@ -457,6 +701,10 @@ TEST_IMPL(out_structs_sized_by_the_caller)
     X(generate_results_sized_by_the_caller) \
     X(batch_requests_sized_by_the_caller) \
     X(kernel_dir_tests_sized_by_the_caller) \
-    X(plugin_info_smaller_than_its_header) \
-    X(out_structs_sized_by_the_caller)
+    X(plugin_info_sized_by_the_caller) \
+    X(out_structs_sized_by_the_caller) \
+    X(check_opts_sized_by_the_caller) \
+    X(model_info_and_bindings_sized_by_the_caller) \
+    X(tune_opts_sized_by_the_caller) \
+    X(author_structs_sized_by_the_caller)
 TEST_MAIN(TEST_LIST)

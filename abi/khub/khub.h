@@ -64,7 +64,9 @@ extern "C" {
  * stamp is never compared, so one built against an older header keeps
  * working, and so does one stamped with the plugin ABI's numbers by
  * KHUB_STRUCT_INIT (what callers before 0.1's split wrote), whatever
- * plugin minor that was. Plugin structs (khub_plugin.h) keep
+ * plugin minor that was. A struct the library fills is written only up
+ * to its struct_size, after its header: struct_size and the stamp stay as
+ * the caller wrote them. Plugin structs (khub_plugin.h) keep
  * KHUB_STRUCT_INIT. Since 0.1. */
 #define KHUB_APP_INIT(type) \
     .struct_size = sizeof(type), .abi_major = KHUB_API_VERSION_MAJOR, \
@@ -228,8 +230,12 @@ typedef struct khub_plugin_info {
 } khub_plugin_info;
 
 /* Reads a plugin file's ELF header and ABI note and checks them against this
- * host, without loading it. info may be NULL. Statuses: NOT_ELF, WRONG_ARCH,
- * TRUNCATED, NO_ABI_NOTE, ABI_MAJOR, ABI_MINOR, PTR_SIZE, IO. Since 0.1. */
+ * host, without loading it. info may be NULL; else its struct_size is set
+ * by the caller, at least 0.1's 185 bytes (STRUCT_SIZE below, 0 included,
+ * before the file is read: "khub_plugin_inspect: info.struct_size S is
+ * smaller than 0.1's 185"; before 0.2, 0 meant the whole struct), and it is
+ * written up to it. Statuses: NOT_ELF, WRONG_ARCH, TRUNCATED, NO_ABI_NOTE,
+ * ABI_MAJOR, ABI_MINOR, PTR_SIZE, IO, STRUCT_SIZE. Since 0.1. */
 KHUB_API khub_status khub_plugin_inspect(const char *path, khub_plugin_info *info, char *errbuf,
                                          size_t errbuf_size);
 

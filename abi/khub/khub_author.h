@@ -27,8 +27,12 @@
  * Errors: every fallible function returns khub_status; the one-line message
  * (what failed, on what, what to do) goes into the caller's errbuf (may be
  * NULL; KHUB_ERROR_SIZE bytes always hold it) and khub_last_error(), except
- * khub_author_publish, whose message is khub_hub_errmsg(hub). Nothing here
- * prints: progress and the files written come through callbacks.
+ * khub_author_publish, whose message is khub_hub_errmsg(hub) (its refused
+ * arguments': khub_last_error()). A NULL struct is MISUSE; a struct whose
+ * struct_size is below its 0.1 layout is STRUCT_SIZE ("WHO: NAME.struct_size
+ * S is smaller than 0.1's MIN"; MISUSE before 0.2), as in the rest of the
+ * app API. Nothing here prints: progress and the files written come through
+ * callbacks.
  *
  * Threading: the functions keep no state between calls; calls on different
  * directories may run on different threads (a build runs compilers as child

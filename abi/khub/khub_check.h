@@ -204,10 +204,12 @@ KHUB_API void khub_check_report_free(khub_check_report *rep);
  * GNU_UNIQUE: one GATE_* finding per violation), and only if both pass,
  * loads exactly the bytes gated (their digest) in a child process and runs
  * the plugin's selftest there (load_status, load_report; a failure is a
- * SELFTEST finding). opts may be NULL. Returns OK when the check ran (*out
- * set; it passed when (*out)->n_failed is 0), MISUSE, INVALID_ARG (a
- * ceiling not like GLIBC_2.28) or NOMEM, with
- * the message in errbuf (may be NULL). Since 0.1. */
+ * SELFTEST finding). opts may be NULL; it is read up to its struct_size,
+ * at least 0.1's 24 bytes. Returns OK when the check ran (*out set; it
+ * passed when (*out)->n_failed is 0), MISUSE, STRUCT_SIZE ("khub_check_file:
+ * opts.struct_size S is smaller than 0.1's 24"; since 0.2), INVALID_ARG (a
+ * ceiling not like GLIBC_2.28) or NOMEM, with the message in errbuf (may be
+ * NULL). Since 0.1. */
 KHUB_API khub_status khub_check_file(const char *path, const khub_check_opts *opts,
                                      khub_check_report **out, char *errbuf, size_t errbuf_size);
 
@@ -221,7 +223,10 @@ KHUB_API khub_status khub_check_file(const char *path, const khub_check_opts *op
  * child process, for each plugin the gate passed and this CPU can run: it
  * loads, passes its own selftest, registers exactly kernel.json's ops, and
  * passes kernel.json's numeric self-tests against khub/ref-cpu (CUDA
- * numerics need a GPU: reported as skipped). opts may be NULL. Returns OK
+ * numerics need a GPU: reported as skipped). opts may be NULL; it is read
+ * up to its struct_size, at least 0.1's 24 bytes (STRUCT_SIZE below,
+ * "khub_check_dir: opts.struct_size S is smaller than 0.1's 24"; since
+ * 0.2). Returns OK
  * when the check ran (*out set; it passed when (*out)->n_failed is 0);
  * else *out is NULL and errbuf says why: kernel.json's statuses (NOT_FOUND,
  * PARSE, ...), NOT_FOUND when DIR has no build/ folder ("not built (run

@@ -201,7 +201,11 @@ typedef struct khub_model_info {
     uint64_t tp_comm_ns;
 } khub_model_info;
 
-/* Fills info (its struct_size set by the caller). Since 0.1. */
+/* Fills info up to its struct_size, set by the caller and at least 0.1's
+ * 176 bytes; struct_size and the stamp stay the caller's. STRUCT_SIZE below
+ * ("khub_model_info_get: info.struct_size S is smaller than 0.1's 176" in
+ * khub_runtime_errmsg; before 0.2 any size from 8 bytes was taken and
+ * struct_size set to what was written), MISUSE. Since 0.1. */
 KHUB_API khub_status khub_model_info_get(const khub_model *m, khub_model_info *info);
 /* The runtime m was loaded on (borrowed; for khub_runtime_errmsg after a
  * khub_model_* call failed); NULL for NULL. Since 0.1. */
@@ -241,7 +245,10 @@ typedef struct khub_model_binding {
  * counter in Prometheus's sense only grows). Any thread, also while
  * another thread runs the model: it reads atomics under a lock that only
  * a kernel swap takes. Statuses: NOT_FOUND past the last binding (the loop
- * ends there), STRUCT_SIZE (out older than 0.1), MISUSE. Since 0.1. */
+ * ends there), STRUCT_SIZE (out older than 0.1: "khub_model_binding_get:
+ * out.struct_size S is smaller than 0.1's 264" in khub_last_error(), and
+ * in khub_runtime_errmsg unless it holds a message already: nothing here
+ * clears it under another thread), MISUSE. Since 0.1. */
 KHUB_API khub_status khub_model_binding_get(const khub_model *m, size_t i, khub_model_binding *out);
 
 /* ------------------------------------------------------------------------ */

@@ -111,7 +111,14 @@ KHUB_API void khub_lock_free(khub_lock *lock);
 /* Number of kernels pinned. Since 0.1. */
 KHUB_API size_t khub_lock_count(const khub_lock *lock);
 
-/* One kernel's pin in a lock, as a copy. */
+/* One kernel's pin in a lock, as a copy.
+ *
+ * Frozen at its 0.1 layout (548 bytes): khub_lock_result holds two of it by
+ * value (pin, previous), so a field appended here would move the result's
+ * fields after the first one and break every 0.1 caller of khub_lock_kernel.
+ * It never grows; a pin that needs more grows by a new struct (abi/ABI.md,
+ * "The application API is versioned apart", rule 8; tests/test_app_structs.c
+ * pins its size and the result's offsets). */
 typedef struct khub_lock_pin {
     KHUB_STRUCT_HEADER;
     char repo[2 * KHUB_HUB_NAME_MAX + 2]; /* "org/name" */
@@ -123,7 +130,7 @@ typedef struct khub_lock_pin {
     char kernel_version[32];
     uint32_t n_variants; /* khub variants locked, each with its file digests */
     uint32_t reserved;
-    /* End of 0.1. */
+    /* End of 0.1. Frozen: nothing is ever appended (above). */
 } khub_lock_pin;
 
 /* Copies the i-th pin into *out (its struct_size set by the caller).

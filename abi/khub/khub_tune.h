@@ -142,7 +142,10 @@ typedef struct khub_tune_report khub_tune_report;
 /* Runs the advisor: a probe load (model facts, the memory check), the
  * baseline (baseline_runs times), each compatible candidate alone, then the
  * winners together. *out receives the report, freed with
- * khub_tune_report_free. Statuses: INVALID_ARG (a bad option, an unknown lever, or max_memory
+ * khub_tune_report_free. opts is read up to its struct_size, at least 0.1's
+ * 96 bytes (STRUCT_SIZE below: "khub_tune_run: opts.struct_size S is
+ * smaller than 0.1's 96"; before 0.2 a smaller struct read as zeros).
+ * Statuses: INVALID_ARG (a bad option, an unknown lever, or max_memory
  * below what the weights need in any configuration: the message gives both
  * sizes), the load's status when the model does not load (NOT_FOUND, IO,
  * MODEL_INVALID, MODEL_UNSUPPORTED, ...: the probe's message; IO when the

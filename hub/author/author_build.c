@@ -33,9 +33,9 @@ static khub_status load(const char *dir, khub_kernel_manifest **out, char *errbu
 khub_status khub_author_manifest_read(const char *dir, khub_author_manifest *out, char *errbuf,
                                       size_t errbuf_size)
 {
-    if (!out || !KHUB_AUTHOR_SIZE_OK(out, khub_author_manifest, n_cuda_ccs))
-        return khub__author_fail(errbuf, errbuf_size, KHUB_STATUS_MISUSE,
-                                 "khub_author_manifest_read: out is NULL or too small");
+    KHUB_FORWARD_IF_ERROR(NULL, KHUB_AUTHOR_STRUCT(out, khub_author_manifest, n_cuda_ccs,
+                                                   "khub_author_manifest_read", "out", errbuf,
+                                                   errbuf_size));
     khub_kernel_manifest *m = NULL;
     KHUB_FORWARD_IF_ERROR(NULL, load(dir, &m, errbuf, errbuf_size));
     snprintf(out->repo, sizeof out->repo, "%s", m->repo);
@@ -52,10 +52,13 @@ khub_status khub_author_manifest_read(const char *dir, khub_author_manifest *out
 khub_status khub_author_build(const char *dir, const khub_author_build_opts *opts,
                               khub_author_build_result *res, char *errbuf, size_t errbuf_size)
 {
-    if (!res || !KHUB_AUTHOR_SIZE_OK(res, khub_author_build_result, skipped) ||
-        (opts && !KHUB_AUTHOR_SIZE_OK(opts, khub_author_build_opts, progress_ud)))
-        return khub__author_fail(errbuf, errbuf_size, KHUB_STATUS_MISUSE,
-                                 "khub_author_build: res is NULL, or res or opts too small");
+    KHUB_FORWARD_IF_ERROR(NULL,
+                          KHUB_AUTHOR_STRUCT(res, khub_author_build_result, skipped,
+                                             "khub_author_build", "res", errbuf, errbuf_size));
+    if (opts)
+        KHUB_FORWARD_IF_ERROR(NULL,
+                              KHUB_AUTHOR_STRUCT(opts, khub_author_build_opts, progress_ud,
+                                                 "khub_author_build", "opts", errbuf, errbuf_size));
     khub_kernel_manifest *m = NULL;
     KHUB_FORWARD_IF_ERROR(NULL, load(dir, &m, errbuf, errbuf_size));
     khub_build_opts bo = {0};

@@ -12,10 +12,10 @@ khub_status khub_author_publish(khub_hub *hub, const khub_author_publish_opts *o
                                 khub_author_publish_result *res)
 {
     if (!hub) return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_author_publish: hub is NULL");
-    if (!opts || !KHUB_AUTHOR_SIZE_OK(opts, khub_author_publish_opts, message) || !res ||
-        !KHUB_AUTHOR_SIZE_OK(res, khub_author_publish_result, n_deleted))
-        return khub__fail(NULL, KHUB_STATUS_MISUSE,
-                          "khub_author_publish: opts or res is NULL or too small");
+    KHUB_FORWARD_IF_ERROR(NULL, KHUB_AUTHOR_STRUCT(opts, khub_author_publish_opts, message,
+                                                   "khub_author_publish", "opts", NULL, 0));
+    KHUB_FORWARD_IF_ERROR(NULL, KHUB_AUTHOR_STRUCT(res, khub_author_publish_result, n_deleted,
+                                                   "khub_author_publish", "res", NULL, 0));
     khub_publish_opts po = {.dir = opts->dir, .repo = opts->repo, .message = opts->message};
     khub_publish_result r = {0};
     khub_status st = khub__publish(hub, &po, &r);

@@ -15,9 +15,13 @@
 khub_status khub_author_key_generate(const char *priv_path, const char *pub_path,
                                      khub_author_key *out, char *errbuf, size_t errbuf_size)
 {
-    if (!priv_path || !pub_path || (out && !KHUB_AUTHOR_SIZE_OK(out, khub_author_key, key_id)))
+    if (!priv_path || !pub_path)
         return khub__author_fail(errbuf, errbuf_size, KHUB_STATUS_MISUSE,
-                                 "khub_author_key_generate: a path is NULL or out is too small");
+                                 "khub_author_key_generate: a path is NULL");
+    if (out)
+        KHUB_FORWARD_IF_ERROR(NULL, KHUB_AUTHOR_STRUCT(out, khub_author_key, key_id,
+                                                       "khub_author_key_generate", "out", errbuf,
+                                                       errbuf_size));
     khub_pubkey key;
     char err[KHUB_ERROR_SIZE];
     khub_status st = khub__key_generate(priv_path, pub_path, &key, err, sizeof err);

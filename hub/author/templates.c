@@ -91,9 +91,8 @@ size_t khub_author_template_count(void) { return n_templates(); }
 
 khub_status khub_author_template_at(size_t i, khub_author_template *out)
 {
-    if (!out || !KHUB_AUTHOR_SIZE_OK(out, khub_author_template, cuda))
-        return khub__fail(NULL, KHUB_STATUS_MISUSE,
-                          "khub_author_template_at: out is NULL or its struct_size is too small");
+    KHUB_FORWARD_IF_ERROR(NULL, KHUB_AUTHOR_STRUCT(out, khub_author_template, cuda,
+                                                   "khub_author_template_at", "out", NULL, 0));
     if (i >= n_templates())
         return khub__fail(NULL, KHUB_STATUS_INVALID_ARG,
                           "khub_author_template_at: no template %zu (there are %zu)", i,
@@ -230,9 +229,9 @@ static khub_status check_init_args(const khub_author_init_opts *o, const tmpl **
 
 khub_status khub_author_init(const khub_author_init_opts *o, char *errbuf, size_t errbuf_size)
 {
-    if (!o || !KHUB_AUTHOR_SIZE_OK(o, khub_author_init_opts, on_file_ud))
-        return khub__author_fail(errbuf, errbuf_size, KHUB_STATUS_MISUSE,
-                                 "khub_author_init: opts is NULL or its struct_size is too small");
+    KHUB_FORWARD_IF_ERROR(NULL,
+                          KHUB_AUTHOR_STRUCT(o, khub_author_init_opts, on_file_ud,
+                                             "khub_author_init", "opts", errbuf, errbuf_size));
     const tmpl *t = NULL;
     KHUB_FORWARD_IF_ERROR(NULL, check_init_args(o, &t, errbuf, errbuf_size));
     int cpu = !o->backends || (o->backends & KHUB_AUTHOR_BACKEND_CPU);

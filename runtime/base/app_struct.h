@@ -84,6 +84,21 @@ static inline khub_status khub__app_array_check(const void *xs, size_t n, size_t
     return KHUB_STATUS_OK;
 }
 
+/* Checks a caller's single struct s (an option or an out-struct) before
+ * anything reads or writes it: its struct_size at least min (the struct's
+ * 0.1 size). On failure writes the message into msg[msg_n] and returns
+ * STRUCT_SIZE, naming the call (who) and the argument (name):
+ *   "WHO: NAME.struct_size S is smaller than 0.1's MIN" */
+static inline khub_status khub__app_struct_check(const void *s, size_t min, const char *who,
+                                                 const char *name, char *msg, size_t msg_n)
+{
+    const uint32_t size = khub__app_size(s);
+    if (size >= min) return KHUB_STATUS_OK;
+    snprintf(msg, msg_n, "%s: %s.struct_size %u is smaller than 0.1's %zu", who, name,
+             (unsigned)size, min);
+    return KHUB_STATUS_STRUCT_SIZE;
+}
+
 /* Reads the caller's struct src into the library's dst (full = sizeof
  * *dst): what src's struct_size covers, the rest zero (a field the caller's
  * release lacks reads as its default); dst's struct_size is then what it
@@ -100,13 +115,15 @@ static inline void khub__app_copy_in(void *dst, size_t full, const void *src)
 }
 
 /* Writes the library's src (full = sizeof *src) into the caller's dst up to
- * dst's struct_size, which stays the caller's; the bytes past it (a newer
- * caller's fields, or the caller's next element) are left alone. */
+ * dst's struct_size, after dst's 8-byte header: struct_size and the stamp
+ * (abi_major, abi_minor) stay as the caller wrote them (abi/ABI.md rule 5);
+ * the bytes past struct_size (a newer caller's fields, or the caller's next
+ * element) are left alone. */
 static inline void khub__app_copy_out(void *dst, const void *src, size_t full)
 {
     uint32_t size = khub__app_size(dst);
-    memcpy(dst, src, size < full ? size : full);
-    memcpy(dst, &size, sizeof size);
+    size_t n = size < full ? size : full;
+    if (n > 8) memcpy((char *)dst + 8, (const char *)src + 8, n - 8);
 }
 
 /* Clears the caller's struct s after its 8-byte header (struct_size and

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "app_struct.h"
 #include "model_impl.h"
 #include "placement.h"
 #include "runtime_impl.h"
@@ -342,16 +343,21 @@ void khub_model_free(khub_model *m)
 
 khub_status khub_model_info_get(const khub_model *m, khub_model_info *info)
 {
-    KHUB_API_CHECK(m ? m->rt : NULL, m && info && info->struct_size >= sizeof(uint32_t) * 2);
-    uint32_t n = info->struct_size < sizeof *info ? info->struct_size : sizeof *info;
-    memcpy((char *)info + sizeof(uint32_t), (const char *)&m->info + sizeof(uint32_t),
-           n - sizeof(uint32_t));
-    info->struct_size = n;
-    /* Live counters, not the load's snapshot. */
-    if (n >= offsetof(khub_model_info, tp_comm_ns) + sizeof info->tp_comm_ns) {
-        info->tp_collectives = m->tp.n_collectives;
-        info->tp_comm_ns = m->tp.comm_ns;
+    KHUB_API_CHECK(m ? m->rt : NULL, m && info);
+    /* 0.1's size at least (since session 17: it took any size from 8 bytes
+     * and set struct_size to what it wrote); the message replaces any
+     * earlier one, and a call that succeeds leaves the runtime's alone. */
+    char msg[KHUB_ERROR_SIZE];
+    if (khub__app_struct_check(info, KHUB__SIZE_TO(khub_model_info, reserved),
+                               "khub_model_info_get", "info", msg, sizeof msg)) {
+        khub__clear(m->rt);
+        return khub__fail(m->rt, KHUB_STATUS_STRUCT_SIZE, "%s", msg);
     }
+    khub_model_info full = m->info;
+    /* Live counters, not the load's snapshot. */
+    full.tp_collectives = m->tp.n_collectives;
+    full.tp_comm_ns = m->tp.comm_ns;
+    khub__app_copy_out(info, &full, sizeof full); /* up to its struct_size, header kept */
     return KHUB_STATUS_OK;
 }
 

@@ -54,6 +54,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app_struct.h"
 #include "cuda.h"
 #include "khub/khub_kernels.h"
 #include "model_impl.h"
@@ -273,8 +274,12 @@ void khub__model_rebind_free(khub_model *m)
 khub_status khub_model_binding_get(const khub_model *m, size_t i, khub_model_binding *out)
 {
     KHUB_API_CHECK(m ? m->rt : NULL, m && out);
-    if (out->struct_size < offsetof(khub_model_binding, reserved) + sizeof(uint32_t))
-        return KHUB_STATUS_STRUCT_SIZE;
+    /* Any thread: the message is khub_last_error()'s (and the runtime's
+     * when it holds none yet: nothing here clears it under another thread). */
+    char msg[KHUB_ERROR_SIZE];
+    if (khub__app_struct_check(out, KHUB__SIZE_TO(khub_model_binding, reserved),
+                               "khub_model_binding_get", "out", msg, sizeof msg))
+        return khub__fail(m->rt, KHUB_STATUS_STRUCT_SIZE, "%s", msg);
     khub_model *mm = (khub_model *)m; /* the lock only */
     pthread_mutex_lock(&mm->bind_lock);
     bool found = true;

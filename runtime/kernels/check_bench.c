@@ -54,9 +54,9 @@ khub_status khub_kernel_dir_tests(const char *dir, khub_op_test *tests, size_t m
         st = KHUB_STATUS_OVERFLOW;
     }
     /* The caller's khub_op_test may be older or newer than this library's:
-     * each element gets the caller's struct_size and what both know; the
-     * bytes past this library's struct stay the caller's. */
-    const uint32_t stride = max ? tests[0].struct_size : 0;
+     * each element gets tests[0]'s header (the caller's struct_size and
+     * stamp) and what both know; the bytes past this library's struct stay
+     * the caller's. */
     for (size_t i = 0; st == KHUB_STATUS_OK && i < m->n_tests; i++) {
         khub_op_test t = {KHUB_STRUCT_INIT(khub_op_test), .ndim = (uint32_t)m->tests[i].ndim,
                           .tolerance = m->tests[i].tolerance};
@@ -64,7 +64,7 @@ khub_status khub_kernel_dir_tests(const char *dir, khub_op_test *tests, size_t m
         snprintf(t.dtype, sizeof t.dtype, "%s", m->tests[i].dtype);
         memcpy(t.shape, m->tests[i].shape, sizeof t.shape);
         khub_op_test *dst = khub__app_at(tests, i);
-        if (i) memcpy(dst, &stride, sizeof stride); /* tests[0]'s is the caller's already */
+        if (i) memcpy(dst, tests, 8); /* tests[0]'s is the caller's already */
         khub__app_copy_out(dst, &t, sizeof t);
     }
     if (st == KHUB_STATUS_OK) *n = m->n_tests;

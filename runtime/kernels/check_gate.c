@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "app_struct.h"
 #include "check.h"
 #include "elf_gate.h"
 #include "internal.h"
@@ -161,6 +162,26 @@ static bool ceiling_ok(const char *c)
     return strncmp(c, "GLIBC_", 6) == 0 && c[6] >= '0' && c[6] <= '9' && strlen(c) < 64;
 }
 
+/* The caller's options read into *o (NULL = all defaults), only up to its
+ * struct_size; below 0.1's size it is refused (STRUCT_SIZE, the message
+ * in errbuf and khub_last_error()): it read the 0.1 fields unchecked. */
+static khub_status opts_read(const khub_check_opts *opts, khub_check_opts *o, const char *who,
+                             char *errbuf, size_t errbuf_size)
+{
+    *o = (khub_check_opts){KHUB_APP_INIT(khub_check_opts)};
+    if (!opts) return KHUB_STATUS_OK;
+    char msg[KHUB_ERROR_SIZE];
+    khub_status st = khub__app_struct_check(opts, KHUB__SIZE_TO(khub_check_opts, sha256), who,
+                                            "opts", msg, sizeof msg);
+    if (st != KHUB_STATUS_OK) {
+        khub__fail(NULL, st, "%s", msg);
+        khub__errbuf(errbuf, errbuf_size, "%s", msg);
+        return st;
+    }
+    khub__app_copy_in(o, sizeof *o, opts);
+    return KHUB_STATUS_OK;
+}
+
 /* ======================================================================== */
 /* khub_check_file                                                          */
 /* ======================================================================== */
@@ -214,8 +235,10 @@ khub_status khub_check_file(const char *path, const khub_check_opts *opts, khub_
         return KHUB_STATUS_MISUSE;
     }
     *out = NULL;
-    const char *ceiling = opts && opts->glibc_ceiling ? opts->glibc_ceiling : "GLIBC_2.28";
-    const char *digest = opts ? opts->sha256 : NULL;
+    khub_check_opts o;
+    KHUB_FORWARD_IF_ERROR(NULL, opts_read(opts, &o, "khub_check_file", errbuf, errbuf_size));
+    const char *ceiling = o.glibc_ceiling ? o.glibc_ceiling : "GLIBC_2.28";
+    const char *digest = o.sha256;
     if (!ceiling_ok(ceiling)) {
         khub__errbuf(errbuf, errbuf_size, "glibc ceiling '%.64s' is not like GLIBC_2.28", ceiling);
         return KHUB_STATUS_INVALID_ARG;
@@ -552,7 +575,9 @@ khub_status khub_check_dir(const char *dir, const khub_check_opts *opts, khub_ch
         return KHUB_STATUS_MISUSE;
     }
     *out = NULL;
-    if (opts && opts->glibc_ceiling) {
+    khub_check_opts o;
+    KHUB_FORWARD_IF_ERROR(NULL, opts_read(opts, &o, "khub_check_dir", errbuf, errbuf_size));
+    if (o.glibc_ceiling) {
         khub__errbuf(errbuf, errbuf_size,
                      "a glibc ceiling is for file checks (a kernel tree sets \"glibc_ceiling\" "
                      "in kernel.json)");

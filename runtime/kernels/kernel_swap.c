@@ -71,6 +71,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app_struct.h"
 #include "executor.h"
 #include "kernel_load.h"
 #include "khub/khub_kernels.h"
@@ -131,11 +132,9 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
     KHUB_RETURN_IF(rt, out->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
                    KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
                    (unsigned)out->struct_size, sizeof(khub_kernel_swap));
-    uint32_t size = out->struct_size;
-    release(rt, out); /* a prepare into a struct that held another plugin */
-    memset(out, 0, size < sizeof *out ? size : sizeof *out);
-    out->struct_size = size;
-    out->abi_major = KHUB_API_VERSION_MAJOR, out->abi_minor = KHUB_API_VERSION_MINOR;
+    const uint32_t size = out->struct_size;
+    release(rt, out);                  /* a prepare into a struct that held another plugin */
+    khub__app_clear(out, sizeof *out); /* the caller's header kept (ABI.md rule 5) */
     out->role = (int32_t)role;
     KHUB_RETURN_IF(rt, (int)role < 0 || role >= KHUB_KERNEL_ROLE__COUNT, KHUB_STATUS_INVALID_ARG,
                    "kernel swap: role %d is not a kernel role", (int)role);

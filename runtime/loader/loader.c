@@ -41,6 +41,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app_struct.h"
 #include "check.h"
 #include "elf_gate.h"
 #include "gate_memo.h"
@@ -128,7 +129,12 @@ khub_status khub_plugin_inspect(const char *path, khub_plugin_info *info, char *
     unsigned char *data = NULL;
     size_t size = 0;
     khub_plugin_info full = {KHUB_STRUCT_INIT(khub_plugin_info)};
-    khub_status st = check_path(path, msg, sizeof msg);
+    /* 0.1's size at least, before the file is read (since session 17: a
+     * struct_size of 0 was taken as the whole struct, 1-7 as a header) */
+    khub_status st = info ? khub__app_struct_check(info, KHUB__SIZE_TO(khub_plugin_info, sha256),
+                                                   "khub_plugin_inspect", "info", msg, sizeof msg)
+                          : KHUB_STATUS_OK;
+    if (st == KHUB_STATUS_OK) st = check_path(path, msg, sizeof msg);
     if (st == KHUB_STATUS_OK)
         st = khub__plugin_read_file(NULL, path, MAX_PLUGIN_BYTES, &data, &size, msg, sizeof msg);
     if (st == KHUB_STATUS_OK) st = khub__sha256_hex(data, size, full.sha256);
@@ -139,16 +145,7 @@ khub_status khub_plugin_inspect(const char *path, khub_plugin_info *info, char *
         khub__errbuf(errbuf, errbuf_size, "%s", msg);
         return st;
     }
-    if (info) {
-        /* Up to the caller's struct_size (0: the whole struct, as 0.1 took
-         * it); a size under the header's 8 bytes gets nothing past
-         * struct_size, where it underflowed the copy's length. */
-        uint32_t want = info->struct_size ? info->struct_size : (uint32_t)sizeof full;
-        size_t n = want < sizeof full ? want : sizeof full;
-        if (n > sizeof(uint32_t))
-            memcpy((char *)info + sizeof(uint32_t), (char *)&full + sizeof(uint32_t),
-                   n - sizeof(uint32_t));
-    }
+    if (info) khub__app_copy_out(info, &full, sizeof full); /* the caller's header kept */
     return KHUB_STATUS_OK;
 }
 

@@ -6,6 +6,7 @@
  * the winners together, all in the same workload; recommend.c picks.
  */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -460,9 +461,17 @@ khub_status khub_tune_run(const khub_tune_opts *opts, khub_tune_report **out, ch
                           size_t errbuf_size)
 {
     if (errbuf && errbuf_size) errbuf[0] = '\0';
-    /* Fields past the caller's struct_size (an application built against
-     * 0.1 has no tp_*) read as zero. */
+    /* 0.1's size at least (since session 17: a smaller struct read as
+     * zeros); fields past the caller's struct_size (an application built
+     * against 0.1 has no tp_*) read as zero. */
     khub_tune_opts copy = {0};
+    const size_t size_0_1 = offsetof(khub_tune_opts, levers) + sizeof copy.levers;
+    if (opts && opts->struct_size < size_0_1) {
+        fail_msg(errbuf, errbuf_size,
+                 "khub_tune_run: opts.struct_size %u is smaller than 0.1's %zu",
+                 (unsigned)opts->struct_size, size_0_1);
+        return KHUB_STATUS_STRUCT_SIZE;
+    }
     if (opts)
         memcpy(&copy, opts, opts->struct_size < sizeof copy ? opts->struct_size : sizeof copy);
     const khub_tune_opts *o = opts ? &copy : NULL;
