@@ -70,7 +70,7 @@ echo "ok   --json: 2 prompts, timings, peak RSS, threads $(nproc) by default and
 # Several prompts without --json: each result under its own header.
 "$KHUB" run --model "$GGUF" --prompt "The capital of France is" --prompt "1, 2, 3," \
     --max-new-tokens 6 > two.out 2> two.err || { cat two.err; fail "two prompts"; }
-grep -qx -- "--- prompt 0 ---" two.out && grep -qx -- "--- prompt 1 ---" two.out ||
+grep -qx -- "--- prompt 1 ---" two.out && grep -qx -- "--- prompt 2 ---" two.out ||
     fail "two prompts: $(cat two.out)"
 echo "ok   two prompts in one call, printed under their headers"
 

@@ -103,7 +103,7 @@ echo "ok   40 requests as their own khub run equal the batch"
 printf 'one two\n{"prompt": "three", "max_tokens": 2}\n' > two.txt
 "$KHUB" run --model tiny --prompts-file two.txt --max-new-tokens 3 > two.out 2> two.err ||
     { cat two.err; fail "text output"; }
-[ "$(grep -c '^--- prompt [01] ---$' two.out)" = 2 ] || fail "text output: $(cat two.out)"
+[ "$(grep -c '^--- prompt [12] ---$' two.out)" = 2 ] || fail "text output: $(cat two.out)"
 grep -Eq "^khub run: 2 requests, [0-9]+ prompt and [0-9]+ generated tokens in" two.err ||
     fail "summary: $(cat two.err)"
 echo "ok   text output"
@@ -223,12 +223,16 @@ python3 - long.json << 'PY' || fail "long request: $(cat long.json)"
 import json, sys
 r = json.load(open(sys.argv[1]))["results"]
 assert [x["status"] for x in r] == ["ok", "KHUB_STATUS_CONTEXT_FULL", "ok"], r
+assert [(x["index"], x["line"]) for x in r] == [(1, 1), (2, 2), (3, 3)], r
 assert "request 2 has" in r[1]["error"] and "the KV cache holds 48 per sequence" in r[1]["error"]
 assert len(r[0]["tokens"]) == 4 and len(r[2]["tokens"]) == 4
 PY
 "$KHUB" run --model tiny --prompts-file long.txt --max-context 48 --max-new-tokens 4 \
     > long.out 2> long.err && fail "text: exit 1 expected"
-grep -qF "prompt 1 (line 2): request 2 has" long.err || fail "text: $(cat long.err)"
+# Prompts are numbered from 1, as the batch numbers its requests (issue: "prompt 1 (line 2):
+# request 2" named one request twice).
+grep -qxF "khub run: prompt 2 (line 2): request 2 has 239 tokens; the KV cache holds 48 per \
+sequence (raise max_context)" long.err || fail "text: $(cat long.err)"
 [ "$(grep -c '^--- prompt' long.out)" = 2 ] || fail "text: $(cat long.out)"
 echo "ok   a request longer than the cache fails alone"
 

@@ -290,7 +290,7 @@ static int run(int argc, char **argv)
         print_json(rt, m, &a, res);
     } else {
         for (int i = 0; !stream && i < a.n_prompts; i++)
-            printf("--- prompt %d ---\n%s\n", i, res[i].text);
+            printf("--- prompt %d ---\n%s\n", i + 1, res[i].text);
         if (stream) fputc('\n', stdout);
         fflush(stdout); /* the summary on stderr comes after the text, even through a pipe */
         fprintf(stderr,

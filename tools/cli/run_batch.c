@@ -2,7 +2,9 @@
  * run_batch.c: `khub run --prompts-file FILE`: every prompt of the file is a
  * request of one khub_batch (continuous batching, khub_batch.h); results are
  * printed in file order when all have ended, as text ("--- prompt N ---")
- * or, with --json, one object with per-request timings and totals. A
+ * or, with --json, one object with per-request timings and totals. Prompts
+ * are numbered from 1 in file order, as the batch numbers its requests
+ * (khub_batch_submit's ids), so "prompt 2" and "request 2" are one request. A
  * progress bar goes to stderr on a terminal.
  */
 #include <stdio.h>
@@ -71,7 +73,7 @@ static const char *stop_name(uint32_t r)
 static cJSON *result_json(const cli_prompt *p, size_t i, const khub_batch_result *r)
 {
     cJSON *e = cJSON_CreateObject();
-    cJSON_AddNumberToObject(e, "index", (double)i);
+    cJSON_AddNumberToObject(e, "index", (double)(i + 1));
     cJSON_AddNumberToObject(e, "line", (double)p->line);
     cJSON_AddStringToObject(e, "status",
                             r->status == KHUB_STATUS_OK ? "ok" : khub_status_name(r->status));
@@ -133,10 +135,11 @@ static int print_text(const run_state *s)
         if (r->status != KHUB_STATUS_OK) {
             failed++;
             fflush(stdout);
-            khub_cli_fail("run", "prompt %zu (line %ld): %s", i, s->ps->p[i].line, r->error_full);
+            khub_cli_fail("run", "prompt %zu (line %ld): %s", i + 1, s->ps->p[i].line,
+                          r->error_full);
             continue;
         }
-        printf("--- prompt %zu ---\n%s\n", i, r->text);
+        printf("--- prompt %zu ---\n%s\n", i + 1, r->text);
     }
     return failed;
 }
@@ -147,7 +150,7 @@ static int submit_all(khub_batch *b, const cli_prompts *ps, run_state *s)
         khub_batch_request q = {KHUB_APP_INIT(khub_batch_request), .prompt = ps->p[i].prompt,
                                 .opts = &ps->p[i].gen, .on_done = on_done, .ud = s};
         if (khub_batch_submit(b, &q, NULL) != KHUB_STATUS_OK)
-            return khub_cli_fail("run", "prompt %zu (line %ld): %s", i, ps->p[i].line,
+            return khub_cli_fail("run", "prompt %zu (line %ld): %s", i + 1, ps->p[i].line,
                                  khub_last_error());
     }
     return 0;
