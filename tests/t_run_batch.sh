@@ -15,7 +15,8 @@
 # cache of a multi-request run (paged) and what keeps the dense one; f16 K/V
 # (--kv-type f16: the batch equals its --parallel 1 run on f16 too, --explain
 # names the type and half the bytes per token, bad values refused); and a
-# small `khub bench-batch` run (f16 K/V by default).
+# small `khub bench-batch` run (f16 K/V by default); and `khub run --prompt`'s
+# summary for one new token (no decode step, no rate).
 set -euo pipefail
 . "${KHUB_SRC:?set by ctest}/tests/lib.sh"
 t_begin run_batch
@@ -107,6 +108,22 @@ printf 'one two\n{"prompt": "three", "max_tokens": 2}\n' > two.txt
 grep -Eq "^khub run: 2 requests, [0-9]+ prompt and [0-9]+ generated tokens in" two.err ||
     fail "summary: $(cat two.err)"
 echo "ok   text output"
+
+# One new token is sampled from the prefill's logits: no decode step, so
+# the summary names no rate (it said "1 new tokens at 0.0 tok/s"), and
+# --json's decode_ms and decode_tok_s are 0, the same fact as numbers.
+"$KHUB" run --model tiny --prompt "one two" --max-new-tokens 1 --ignore-eos > one.out 2> one.err ||
+    { cat one.err; fail "one token"; }
+grep -Eqx "khub run: [0-9]+ prompt tokens at [0-9.]+ tok/s, 1 new token, no decode step to time \
+\(load [0-9]+ ms, peak RSS [0-9]+ MiB\)" one.err || fail "one token: $(cat one.err)"
+"$KHUB" run --model tiny --prompt "one two" --max-new-tokens 2 --ignore-eos > two1.out 2> two1.err ||
+    { cat two1.err; fail "two tokens"; }
+grep -Eq ", 2 new tokens at [0-9.]+ tok/s \(load" two1.err || fail "two tokens: $(cat two1.err)"
+"$KHUB" run --model tiny --prompt "one two" --max-new-tokens 1 --ignore-eos --json |
+    python3 -c 'import json, sys; t = json.load(sys.stdin)["timings"]
+assert t["decode_ms"] == 0 and t["decode_tok_s"] == 0 and t["prefill_tok_s"] > 0, t' ||
+    fail "one token --json"
+echo "ok   one new token: no rate without a decode step, in text and --json"
 
 # The default KV cache of a multi-request run is the paged pool, read by
 # one paged_attention call per layer (docs/batching.md); its outputs above

@@ -170,6 +170,24 @@ static void print_tp_share(const khub_model *m, const khub_generate_result *r)
             total > 0 ? 100.0 * ms / total : 0.0);
 }
 
+/* The stderr summary. The first new token is sampled from the prefill's
+ * logits, so one new token (or none) leaves no decode step to time:
+ * decode_ms is 0 and --json's decode_tok_s 0, and the line says so
+ * instead of printing a rate of 0.0 tok/s. */
+static void print_summary(const khub_generate_result *r)
+{
+    char decode[64];
+    long long n = (long long)r->n_tokens;
+    const char *noun = n == 1 ? "token" : "tokens";
+    if (r->decode_ms > 0)
+        snprintf(decode, sizeof decode, "%lld new %s at %.1f tok/s", n, noun, r->decode_tok_s);
+    else
+        snprintf(decode, sizeof decode, "%lld new %s, no decode step to time", n, noun);
+    fprintf(
+        stderr, "khub run: %lld prompt tokens at %.1f tok/s, %s (load %.0f ms, peak RSS %ld MiB)\n",
+        (long long)r->n_prompt_tokens, r->prefill_tok_s, decode, r->load_ms, peak_rss_kib() / 1024);
+}
+
 static void print_json(khub_runtime *rt, khub_model *m, const run_args *a,
                        const khub_generate_result *res)
 {
@@ -293,11 +311,7 @@ static int run(int argc, char **argv)
             printf("--- prompt %d ---\n%s\n", i + 1, res[i].text);
         if (stream) fputc('\n', stdout);
         fflush(stdout); /* the summary on stderr comes after the text, even through a pipe */
-        fprintf(stderr,
-                "khub run: %lld prompt tokens at %.1f tok/s, %lld new tokens at %.1f "
-                "tok/s (load %.0f ms, peak RSS %ld MiB)\n",
-                (long long)res[0].n_prompt_tokens, res[0].prefill_tok_s, (long long)res[0].n_tokens,
-                res[0].decode_tok_s, res[0].load_ms, peak_rss_kib() / 1024);
+        print_summary(&res[0]);
         if (a.ma.tp > 1) print_tp_share(m, &res[0]);
     }
     khub_generate_results_free(m, res, (size_t)a.n_prompts);
@@ -336,7 +350,9 @@ static const khub_cli_cmd run_cmd = {
     "  --explain             print which plugin serves each role, with the selection trace\n"
     "  --json                print one JSON object: results (text, tokens, n_prompt_tokens,\n"
     "                        stop_reason per prompt), text (the first prompt's), timings\n"
-    "                        (load_ms, prefill/decode ms and tok/s), peak_rss_kib,\n"
+    "                        (load_ms, prefill/decode ms and tok/s; decode_ms and\n"
+    "                        decode_tok_s are 0 when one token leaves no decode step),\n"
+    "                        peak_rss_kib,\n"
     "                        threads, max_context, context_length, kv_bytes_per_token\n"
     "                        (with --tp also tp_size, tp_collectives, tp_comm_ms); with\n"
     "                        --prompts-file: results with status, line and timings (queue_ms,\n"
