@@ -114,11 +114,10 @@ static khub_status parse_capability(const char *where, const cJSON *cap, khub_ma
     return KHUB_STATUS_OK;
 }
 
-/* The built-in names a role takes on the command line (`khub run --quant
- * nf4`), served by the built-in plugins and never fetched; the same list as
- * runtime/kernels/model_kernels.c resolves. A cache name may carry its
- * options ("quantized-int4,q_group_size=32"). NULL = the role has none. */
-static const char *builtin_names(khub_role role)
+/* Served by the built-in plugins and never fetched; runtime/kernels/
+ * model_kernels.c maps each to its op. A cache name may carry its options
+ * ("quantized-int4,q_group_size=32"). */
+const char *khub__builtin_names(khub_role role)
 {
     switch (role) {
     case KHUB_ROLE_ATTENTION: return "eager, sdpa";
@@ -132,7 +131,7 @@ static const char *builtin_names(khub_role role)
 
 static bool is_builtin(khub_role role, const char *text)
 {
-    const char *list = builtin_names(role);
+    const char *list = khub__builtin_names(role);
     size_t len = role == KHUB_ROLE_CACHE ? strcspn(text, ",") : strlen(text);
     for (const char *p = list; p && *p; p += strspn(p, ", ")) {
         size_t w = strcspn(p, ",");
@@ -153,9 +152,11 @@ static khub_status parse_rule(const char *where, khub_role role, const cJSON *j,
         /* No org: not a Hub ID, so it can only be a built-in name. */
         if (!is_builtin(role, j->valuestring) || strlen(j->valuestring) >= sizeof r->text)
             return bad(KHUB_STATUS_BAD_ID, errbuf, n,
-                       "%s: \"%.60s\" is neither a Hub ID (org/name) nor a built-in name%s%s%s",
-                       where, j->valuestring, builtin_names(role) ? " (" : " (the role has none",
-                       builtin_names(role) ? builtin_names(role) : "", ")");
+                       "%s: \"%.60s\" is neither a Hub ID (" KHUB__HUB_ID_FORM
+                       ") nor a built-in name%s%s%s",
+                       where, j->valuestring,
+                       khub__builtin_names(role) ? " (" : " (the role has none",
+                       khub__builtin_names(role) ? khub__builtin_names(role) : "", ")");
         snprintf(r->text, sizeof r->text, "%s", j->valuestring);
         r->builtin = 1;
         return parse_capability(where, NULL, r, errbuf, n);

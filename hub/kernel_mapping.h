@@ -57,6 +57,16 @@ typedef struct khub_mapping {
 KHUB_INTERNAL khub_role khub__role_from_name(const char *name);
 KHUB_INTERNAL const char *khub__role_name(khub_role role);
 
+/* The Hub ID form that messages about a kernel name quote (hub_id.c's
+ * grammar). */
+#define KHUB__HUB_ID_FORM "org/name[@REV|@version=N][:symbol]"
+
+/* The built-in names a role takes, in khub.json and on the command line
+ * (`khub run --quant nf4`), as one ", "-separated list; NULL when the role
+ * has none. The one list that both khub.json's parser and
+ * runtime/kernels/model_kernels.c accept and quote in their errors. */
+KHUB_INTERNAL const char *khub__builtin_names(khub_role role);
+
 /* Parses khub.json text. Errors name the field path ("roles.norm.cuda[1]:
  * ..."): unknown role, unknown device type, malformed ID (with its column),
  * version and revision both set, bad capability range. Status PARSE (BAD_ID

@@ -100,13 +100,15 @@ TEST_IMPL(builtin_names)
     ASSERT_EQ(khub__mapping_kernels(m, ids, 32), (size_t)1); /* rmsnorm only */
     ASSERT_CONTAINS(ids[0], "kernels-community/rmsnorm");
     free(m);
-    refused("{\"format\":1,\"roles\":{\"cache\":\"nf4\"}}", KHUB_STATUS_BAD_ID,
-            "khub.json: roles.cache: \"nf4\" is neither a Hub ID (org/name) nor a built-in name "
-            "(dynamic, static, quantized, quantized-int8, quantized-int4, paged, sliding, "
-            "sliding_window, offloaded)");
+    refused(
+        "{\"format\":1,\"roles\":{\"cache\":\"nf4\"}}", KHUB_STATUS_BAD_ID,
+        "khub.json: roles.cache: \"nf4\" is neither a Hub ID (org/name[@REV|@version=N][:symbol]) "
+        "nor a built-in name "
+        "(dynamic, static, quantized, quantized-int8, quantized-int4, paged, sliding, "
+        "sliding_window, offloaded)");
     refused("{\"format\":1,\"roles\":{\"norm\":\"fast\"}}", KHUB_STATUS_BAD_ID,
-            "roles.norm: \"fast\" is neither a Hub ID (org/name) nor a built-in name (the role "
-            "has none)");
+            "roles.norm: \"fast\" is neither a Hub ID (org/name[@REV|@version=N][:symbol]) nor a "
+            "built-in name (the role has none)");
     refused("{\"format\":1,\"roles\":{\"attention\":\"eagerly\"}}", KHUB_STATUS_BAD_ID,
             "(eager, sdpa)");
 }

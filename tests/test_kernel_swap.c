@@ -182,8 +182,9 @@ TEST_IMPL(kernel_swap_refusals_change_nothing)
     ASSERT_STATUS(
         khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "nope", NULL, &sw),
         KHUB_STATUS_BAD_ID);
-    ASSERT_STR_EQ(khub_last_error(), "attention kernel \"nope\": not a Hub ID "
-                                     "(org/name[@REV][:symbol]) nor a built-in name (eager, sdpa)");
+    ASSERT_STR_EQ(khub_last_error(),
+                  "attention kernel \"nope\": not a Hub ID "
+                  "(org/name[@REV|@version=N][:symbol]) nor a built-in name (eager, sdpa)");
     /* offline and not cached: the hub's refusal, nothing loaded */
     ASSERT(khub_kernel_swap_prepare(f.hub, f.rt, KHUB_KERNEL_ROLE_ATTENTION, "acme/none", NULL,
                                     &sw) != KHUB_STATUS_OK);

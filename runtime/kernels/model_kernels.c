@@ -273,18 +273,14 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
         }
     }
     if (!strchr(id, '/') && !plugin_loaded(rt, id)) {
-        static const char *const builtin[KHUB_ROLE__COUNT] = {
-            [KHUB_ROLE_ATTENTION] = "eager, sdpa",
-            [KHUB_ROLE_QUANT] = "int8, nf4, q8_0, q4_0",
-            [KHUB_ROLE_CACHE] = "dynamic, static, quantized, quantized-int4, paged, sliding, "
-                                "offloaded"};
-        char what[128];
-        if (builtin[role])
-            snprintf(what, sizeof what, " nor a built-in name (%s)", builtin[role]);
+        const char *names = khub__builtin_names(role); /* khub.json's list too */
+        char what[256];
+        if (names)
+            snprintf(what, sizeof what, " nor a built-in name (%s)", names);
         else
             snprintf(what, sizeof what, "; %s has no built-in names", rname);
         return khub__fail(rt, KHUB_STATUS_BAD_ID,
-                          "%s kernel \"%s\": not a Hub ID (org/name[@REV][:symbol])%s", rname, id,
+                          "%s kernel \"%s\": not a Hub ID (" KHUB__HUB_ID_FORM ")%s", rname, id,
                           what);
     }
     if (plugin_loaded(rt, id)) {
