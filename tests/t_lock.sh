@@ -305,6 +305,15 @@ echo "ok   trust at load: signed, unsigned (listed and unlisted org), unknown ke
 echo '{"format":1,"roles":{"attn":"kernels-community/kv-cache@v1"}}' > bad.json
 if "$KHUB" lock proj --kernels bad.json > e.out 2>&1; then fail "bad role accepted"; fi
 grep -q "roles.attn: unknown role" e.out || fail "bad role message: $(cat e.out)"
+# docs/kernel-mapping.md quotes the version-and-revision error whole: the
+# CLI's line ends with the quote (it lacked "; they are mutually exclusive, ...").
+mkdir vr
+echo '{"format":1,"roles":{"norm":{"cpu":{"repo":"kernels-community/rmsnorm","version":1,
+  "revision":"main"}}}}' > vr/khub.json
+if "$KHUB" lock vr > e.out 2>&1; then fail "version and revision accepted"; fi
+quote=$(grep -o '`khub.json: roles.norm.cpu.repo: both[^`]*`' "$SRC/docs/kernel-mapping.md" | tr -d '`')
+[ -n "$quote" ] && [ "$(cat e.out)" = "khub lock: vr/$quote" ] ||
+    fail "docs/kernel-mapping.md quotes '$quote'; the CLI says: $(cat e.out)"
 
 # --- the Python library's kernels.lock -------------------------------------
 cat > kernels.lock <<JSON
