@@ -154,6 +154,8 @@ echo "ok   moved branch: locked load keeps $C1 (online and offline), outdated sa
 mkdir lockonly && cp proj/khub.lock lockonly/ # a lock without its khub.json
 timeout 60 "$KHUB" update proj kernels-community/kv-cache > up.out 2>&1 || fail "update: $(cat up.out)"
 grep -q "\"commit\":	\"$C3\"" proj/khub.lock || fail "update did not pin $C3"
+# the same last line as khub lock's (it had no kernel count)
+grep -qx "wrote proj/khub.lock (1 kernel)" up.out || fail "update's line: $(cat up.out)"
 timeout 60 "$KHUB" fetch kernels-community/kv-cache --lock proj/khub.lock > f.out 2>&1 \
     || fail "fetch after update: $(cat f.out)"
 grep -q "^version  1.0.1" f.out || fail "update: $(cat f.out)"

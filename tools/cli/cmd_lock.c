@@ -195,6 +195,14 @@ static int lock_mapping(const char *cmd, khub_hub *hub, const char *kpath, khub_
     return rc;
 }
 
+/* The line khub lock and khub update end with: the file and how many
+ * kernels it pins. */
+static void print_wrote(const char *lpath, const khub_lock *lock)
+{
+    size_t n = khub_lock_count(lock);
+    printf("wrote %s (%zu kernel%s)\n", lpath, n, n == 1 ? "" : "s");
+}
+
 static const khub_cli_cmd lock_cmd;
 static int run_lock(int argc, char **argv)
 {
@@ -216,10 +224,7 @@ static int run_lock(int argc, char **argv)
         rc = lock_mapping("lock", hub, kpath, lock, NULL, 0);
     if (!rc && khub_lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
         rc = khub_cli_fail("lock", "%s", err);
-    if (!rc) {
-        size_t n = khub_lock_count(lock);
-        printf("wrote %s (%zu kernel%s)\n", lpath, n, n == 1 ? "" : "s");
-    }
+    if (!rc) print_wrote(lpath, lock);
     khub_lock_free(lock);
     khub_hub_free(hub);
     return rc;
@@ -415,7 +420,7 @@ static int run_update(int argc, char **argv)
     }
     if (!rc && khub_lock_save(lock, lpath, err, sizeof err) != KHUB_STATUS_OK)
         rc = khub_cli_fail("update", "%s", err);
-    if (!rc) printf("wrote %s\n", lpath);
+    if (!rc) print_wrote(lpath, lock);
     khub_lock_free(lock);
     khub_hub_free(hub);
     return rc;
