@@ -98,7 +98,19 @@ for s in "## Workload and assumptions" "## Diagnosis (baseline run 1)" "## Recom
     "- cache=static (unverified): not measured here, so its effect is unknown: crashed: signal 6"; do
     grep -qF -- "$s" t.md || fail "markdown lacks '$s': $(sed -n '/Open questions/,$p' t.md)"
 done
+grep -qxF -- "- khub tune --model tiny --goal memory (again: the same recommendation when margins \
+exceed the noise)" t.md || fail "built-in workload's validation line: $(grep 'khub tune' t.md)"
 echo "ok   markdown report; the built-in workload is named; the unverified row is an open question"
+
+# The text report names the workload file it measured, and its validation
+# line runs it again (it said --workload FILE).
+"$KHUB" tune --model tiny --workload w.jsonl --goal memory --levers threads --time-budget 300 \
+    > tw.txt 2> tw.err || { cat tw.err; fail "tune --workload w.jsonl (text)"; }
+grep -qF "  model tiny; goal memory; workload file w.jsonl: 3 requests, concurrency 2;" tw.txt ||
+    fail "workload line: $(head -n 4 tw.txt)"
+grep -qxF "  khub tune --model tiny --goal memory --workload w.jsonl (again: the same \
+recommendation when margins exceed the noise)" tw.txt || fail "validation line: $(tail -n 3 tw.txt)"
+echo "ok   the text report names the workload file, and validation runs it again"
 
 # Bad workload files: the file, the line and what is wrong.
 bad() { # NAME CONTENT EXPECTED

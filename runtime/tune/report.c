@@ -158,11 +158,14 @@ static void render_prose(sbuf *b, const khub_tune_report *r, int md)
     const char *h = md ? "## " : "", *li = md ? "- " : "  ";
     const tune_row *rec = &r->rows[r->recommended];
     put(b, "%sWorkload and assumptions\n\n", h);
+    char wl[4200];
+    if (r->builtin_workload)
+        snprintf(wl, sizeof wl, "the built-in mixed workload (no workload file given)");
+    else
+        snprintf(wl, sizeof wl, "workload file%s%s", r->workload_path[0] ? " " : "",
+                 r->workload_path);
     put(b, "%smodel %s; goal %s; %s: %zu requests, concurrency %d; greedy, past EOS\n", li,
-        r->model, goal_str(r->goal),
-        r->builtin_workload ? "the built-in mixed workload (no workload file given)"
-                            : "workload file",
-        r->n_requests, (int)r->concurrency);
+        r->model, goal_str(r->goal), wl, r->n_requests, (int)r->concurrency);
     put(b, "%sCPU features seen: %s; no GPU is used (khub's executor runs on the CPU)\n", li,
         r->cpu);
     put(b,
@@ -211,12 +214,16 @@ static void render_prose(sbuf *b, const khub_tune_report *r, int md)
     if (!open) put(b, "%snone: every configuration tried was measured here\n", li);
     char mpirun[32] = "";
     if (rec->cfg.tp > 1) snprintf(mpirun, sizeof mpirun, "mpirun -np %d ", (int)rec->cfg.tp);
+    /* Run again on the same workload: the file tuned on (the built-in one
+     * is what no --workload gives). */
+    const char *wflag = r->workload_path[0] ? " --workload " : "";
     put(b,
         "\n%sValidation\n\n%s%s%skhub run --model %s --kernels khub.json %s%s--prompt "
-        "\"...\" --json\n%skhub tune --model %s --goal %s --workload FILE (again: the same "
+        "\"...\" --json\n%skhub tune --model %s --goal %s%s%s (again: the same "
         "recommendation when margins exceed the noise)\n%s",
         h, md ? "```\n" : "", li, mpirun, r->model, r->run_flags[0] == '(' ? "" : r->run_flags,
-        r->run_flags[0] == '(' ? "" : " ", li, r->model, goal_str(r->goal), md ? "```\n" : "");
+        r->run_flags[0] == '(' ? "" : " ", li, r->model, goal_str(r->goal), wflag, r->workload_path,
+        md ? "```\n" : "");
 }
 
 /* ------------------------------------------------------------------------ */

@@ -520,6 +520,7 @@ khub_status khub_tune_run(const khub_tune_opts *opts, khub_tune_report **out, ch
     snprintf(r->model, sizeof r->model, "%s", o->model);
     r->goal = o->goal;
     r->builtin_workload = w->builtin;
+    snprintf(r->workload_path, sizeof r->workload_path, "%s", w->path);
     r->n_requests = w->n;
     r->concurrency = w->concurrency;
     r->budget_s = o->time_budget_s > 0 ? o->time_budget_s : 600;

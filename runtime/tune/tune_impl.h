@@ -25,7 +25,8 @@ struct khub_tune_workload {
     tune_request req[TUNE_MAX_REQUESTS];
     size_t n;
     int32_t concurrency;
-    int builtin; /* 1 = the built-in workload */
+    int builtin;     /* 1 = the built-in workload */
+    char path[4096]; /* the file it was read from; "" = built in or assembled */
 };
 
 /* One configuration: the baseline's zeros and empty strings mean "what
@@ -140,6 +141,7 @@ struct khub_tune_report {
     char model[512];
     uint32_t goal;
     int builtin_workload;
+    char workload_path[4096]; /* khub_tune_workload's path: "" = none */
     size_t n_requests;
     int32_t concurrency;
     double budget_s, elapsed_s;

@@ -191,6 +191,7 @@ khub_status khub_tune_workload_read(const char *path, khub_tune_workload **out, 
         khub_tune_workload_free(w);
         return st;
     }
+    snprintf(w->path, sizeof w->path, "%s", path);
     *out = w;
     return KHUB_STATUS_OK;
 }
