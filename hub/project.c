@@ -123,10 +123,10 @@ size_t khub_lock_count(const khub_lock *lock) { return lock ? lock->count : 0; }
 /* Fills the caller's pin from an entry, as far as its struct_size reaches. */
 static khub_status pin_put(const khub_lock_entry *e, khub_lock_pin *out)
 {
-    if (out->struct_size < offsetof(khub_lock_pin, reserved))
+    if (out->struct_size < KHUB__SIZE_TO(khub_lock_pin, reserved))
         return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE,
                           "khub_lock_pin: struct_size %u is below 0.1's %zu",
-                          (unsigned)out->struct_size, offsetof(khub_lock_pin, reserved));
+                          (unsigned)out->struct_size, KHUB__SIZE_TO(khub_lock_pin, reserved));
     khub_lock_pin p = {KHUB_APP_INIT(khub_lock_pin), .version = e->version,
                        .n_variants = (uint32_t)e->n_variants};
     snprintf(p.repo, sizeof p.repo, "%s", e->repo);

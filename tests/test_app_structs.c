@@ -122,6 +122,35 @@ TEST_IMPL(too_small_is_refused_by_size)
     khub_runtime *rt = NULL;
     ASSERT_STATUS(khub_runtime_new(&ro, &rt), KHUB_STATUS_STRUCT_SIZE);
     ASSERT_STR_EQ(khub_last_error(), "khub_runtime_opts: struct_size 8 is below 0.1's 48");
+    /* the size a message names is 0.1's, not this header's (both named
+     * sizeof, one named 4 bytes short of 0.1's and accepted those) */
+    ASSERT_OK(khub_runtime_new(NULL, &rt));
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .offline = 1, .token = ""};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&ho, &hub));
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    const size_t swap_0_1 = offsetof(khub_kernel_swap, now_serving) + sizeof sw.now_serving;
+    sw.struct_size = (uint32_t)swap_0_1 - 1;
+    ASSERT_STATUS(
+        khub_kernel_swap_prepare(hub, rt, KHUB_KERNEL_ROLE_NORM, "khub/ref-cpu", NULL, &sw),
+        KHUB_STATUS_STRUCT_SIZE);
+    char want[128];
+    snprintf(want, sizeof want, "khub_kernel_swap: struct_size %zu is below 0.1's %zu",
+             swap_0_1 - 1, swap_0_1);
+    ASSERT_STR_EQ(khub_last_error(), want);
+    khub_hub_free(hub);
+    khub_runtime_free(rt);
+    static const char text[] = "{\"format\":1,\"kernels\":[{\"repo\":\"org/k\",\"version\":1,"
+                               "\"commit\":\"1111111111111111111111111111111111111111\","
+                               "\"variants\":{}}]}";
+    char err[KHUB_ERROR_SIZE];
+    khub_lock *lock = NULL;
+    ASSERT_OK(khub_lock_parse(text, sizeof text - 1, &lock, err, sizeof err));
+    khub_lock_pin pin = {KHUB_STRUCT_INIT(khub_lock_pin)};
+    pin.struct_size = 544; /* 0.1's 548 without its reserved */
+    ASSERT_STATUS(khub_lock_pin_at(lock, 0, &pin), KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(khub_last_error(), "khub_lock_pin: struct_size 544 is below 0.1's 548");
+    khub_lock_free(lock);
 }
 
 /* ======================================================================== */

@@ -79,6 +79,11 @@
 #include "placement.h"
 #include "runtime_impl.h"
 
+/* 0.1's khub_kernel_swap ended with now_serving; prepare and switch accept
+ * any size from there (the fields after it are read and written only when
+ * the caller's struct_size covers them). */
+#define SWAP_0_1 KHUB__SIZE_TO(khub_kernel_swap, now_serving)
+
 /* Whether role can be swapped while the model runs (model_rebind.c decides
  * the same; checked here first so that nothing is fetched in vain). */
 static int swappable(khub_kernel_role role)
@@ -129,9 +134,9 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
                            khub_kernel_swap *out)
 {
     khub__clear(rt);
-    KHUB_RETURN_IF(rt, out->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
-                   KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
-                   (unsigned)out->struct_size, sizeof(khub_kernel_swap));
+    KHUB_RETURN_IF(rt, out->struct_size < SWAP_0_1, KHUB_STATUS_STRUCT_SIZE,
+                   "khub_kernel_swap: struct_size %u is below 0.1's %zu",
+                   (unsigned)out->struct_size, SWAP_0_1);
     const uint32_t size = out->struct_size;
     release(rt, out);                  /* a prepare into a struct that held another plugin */
     khub__app_clear(out, sizeof *out); /* the caller's header kept (ABI.md rule 5) */
@@ -367,9 +372,9 @@ khub_status khub_model_kernel_swap(khub_model *m, khub_kernel_swap *sw)
 {
     KHUB_API_CHECK(m ? m->rt : NULL, m && sw && sw->plugin);
     khub__clear(m->rt);
-    KHUB_RETURN_IF(m->rt, sw->struct_size < offsetof(khub_kernel_swap, now_serving) + 192,
-                   KHUB_STATUS_STRUCT_SIZE, "khub_kernel_swap: struct_size %u is below 0.1's %zu",
-                   (unsigned)sw->struct_size, sizeof(khub_kernel_swap));
+    KHUB_RETURN_IF(m->rt, sw->struct_size < SWAP_0_1, KHUB_STATUS_STRUCT_SIZE,
+                   "khub_kernel_swap: struct_size %u is below 0.1's %zu", (unsigned)sw->struct_size,
+                   SWAP_0_1);
     uint64_t held = 0;
     KHUB_FORWARD_IF_ERROR(m->rt, hold_loaded(m, sw, &held));
     khub_status st = switch_to(m, sw);
