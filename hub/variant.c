@@ -200,10 +200,9 @@ static khub_status check_files(khub_hub *hub, const char *repo_dir, const char *
                 line[0] = '\0';
         }
         if (!trusted) {
-            st =
-                khub__verified_hash_check(hub, dir, name, real, want, pinned_by, line, sizeof line);
+            st = khub__verified_hash_check(hub, dir, name, real, want, pinned_by, line, sizeof line,
+                                           !verified);
             hashed = true;
-            if (st == KHUB_STATUS_OK && !verified) khub__hub_note_fresh(hub, real, want);
         }
         if (st != KHUB_STATUS_OK) break;
         record = record && line[0] && khub__verified_add(a, &lines, &lines_len, line);

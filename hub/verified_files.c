@@ -98,11 +98,16 @@ bool khub__verified_line(const char *path, const struct stat *sb, const char *na
     return khub__concat(buf, size, (const char *const[]){fp, " ", name, "\n", NULL});
 }
 
+/* Keeps fp (a fingerprint_of text) as hashed by this handle. */
+static void note_fingerprint(khub_hub *hub, const char fp[160])
+{
+    memcpy(hub->fresh[hub->n_fresh++ % 8], fp, 160);
+}
+
 void khub__hub_note_fresh(khub_hub *hub, const char *path, const char *sha256)
 {
     char fp[160];
-    if (!fingerprint_of(path, NULL, sha256, fp, sizeof fp, NULL)) return;
-    memcpy(hub->fresh[hub->n_fresh++ % 8], fp, sizeof fp);
+    if (fingerprint_of(path, NULL, sha256, fp, sizeof fp, NULL)) note_fingerprint(hub, fp);
 }
 
 bool khub__hub_is_fresh(const khub_hub *hub, const char *path, const char *sha256)
@@ -182,11 +187,16 @@ bool khub__verified_settled(long long ctime_ns)
  * LOCK_MISMATCH a mismatch then is. */
 khub_status khub__verified_hash_check(khub_hub *hub, const char *dir, const char *name,
                                       const char *real, const char *want, const char *pinned_by,
-                                      char *line, size_t size)
+                                      char *line, size_t size, bool note_fresh)
 {
-    char before[KHUB__PATH_MAX + 200], got[65];
+    char before[KHUB__PATH_MAX + 200], after[KHUB__PATH_MAX + 200], fp[160], got[65];
     long long ct = 0;
-    bool fp = khub__verified_line(real, NULL, name, want, before, sizeof before, &ct);
+    struct stat sb;
+    /* one stat before the hash gives both the sidecar line and the fresh
+     * note: what is recorded is what the file was when its bytes were read */
+    bool fp_ok = stat(real, &sb) == 0 &&
+                 khub__verified_line(real, &sb, name, want, before, sizeof before, &ct) &&
+                 fingerprint_of(real, &sb, want, fp, sizeof fp, NULL);
     if (khub__sha256_file_hex(real, got) != KHUB_STATUS_OK)
         return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read %s", real);
     if (!khub__digest_eq(got, want) && pinned_by)
@@ -197,9 +207,14 @@ khub_status khub__verified_hash_check(khub_hub *hub, const char *dir, const char
     if (!khub__digest_eq(got, want))
         return khub__hub_fail(hub, KHUB_STATUS_DIGEST_MISMATCH,
                               "%s: %s has SHA-256 %s, metadata.json says %s", dir, name, got, want);
+    /* unchanged while hashed: the same fingerprint after as before */
+    bool unchanged = fp_ok &&
+                     khub__verified_line(real, NULL, name, want, after, sizeof after, NULL) &&
+                     strcmp(after, before) == 0;
     line[0] = '\0';
-    if (fp && khub__verified_settled(ct) &&
-        khub__verified_line(real, NULL, name, want, line, size, NULL) && strcmp(line, before) != 0)
+    if (unchanged && khub__verified_settled(ct) &&
+        !khub__concat(line, size, (const char *const[]){before, NULL}))
         line[0] = '\0';
+    if (unchanged && note_fresh) note_fingerprint(hub, fp);
     return KHUB_STATUS_OK;
 }

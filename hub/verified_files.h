@@ -40,10 +40,13 @@ KHUB_INTERNAL bool khub__verified_settled(long long ctime_ns);
  * DIGEST_MISMATCH, or LOCK_MISMATCH naming pinned_by (may be NULL) when a
  * lock pins want too, IO when it cannot be read. On a match, the sidecar
  * line into line ("" when the file changed while it was hashed or is too
- * young to record). */
+ * young to record). note_fresh: also note the file as hashed by this handle
+ * (khub__hub_note_fresh), with the fingerprint taken before the hash and
+ * only when the one taken after is the same: a file rewritten while or
+ * after it was read is hashed again by the next check. */
 KHUB_INTERNAL khub_status khub__verified_hash_check(khub_hub *hub, const char *dir,
                                                     const char *name, const char *real,
                                                     const char *want, const char *pinned_by,
-                                                    char *line, size_t size);
+                                                    char *line, size_t size, bool note_fresh);
 
 #endif /* KHUB_HUB_VERIFIED_FILES_H */

@@ -3,7 +3,11 @@
  * commit's cached listing names makes one request (the GET, no HEAD) and
  * still checks the bytes; a variant's verified fingerprints let a later
  * verify skip the hash only while every file is unchanged. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hub_fixture.h"
 #include "verified_files.h"
@@ -191,10 +195,110 @@ TEST_IMPL(sidecar_line_text)
     }
 }
 
+/* Bytes this process has read so far (/proc/self/io's rchar), -1 when the
+ * kernel does not count them. */
+static long long rchar_now(void)
+{
+    FILE *f = fopen("/proc/self/io", "r");
+    long long n = -1;
+    if (f) {
+        if (fscanf(f, "rchar: %lld", &n) != 1) n = -1;
+        fclose(f);
+    }
+    return n;
+}
+
+typedef struct racer {
+    const char *path;
+    long long base;  /* rchar before the hash began */
+    atomic_int done; /* the hash check returned */
+    int wrote, late; /* rewrote the file; found the check already done */
+} racer;
+
+/* Once the hash has read the file's first MiBs, rewrites its first byte in
+ * place: the digest the hash computes is still the old bytes', the file's
+ * fingerprint (mtime, ctime) is new. */
+static void *race_rewrite(void *ud)
+{
+    racer *r = ud;
+    while (!atomic_load(&r->done) && rchar_now() - r->base < (4 << 20)) usleep(20);
+    if (atomic_load(&r->done)) {
+        r->late = 1;
+        return NULL;
+    }
+    int fd = open(r->path, O_RDWR);
+    unsigned char c = 0;
+    if (fd >= 0 && pread(fd, &c, 1, 0) == 1) {
+        c ^= 0x20;
+        r->wrote = pwrite(fd, &c, 1, 0) == 1;
+    }
+    if (fd >= 0) close(fd);
+    return NULL;
+}
+
+/* A file the hub hashed itself is trusted by the same handle's next check
+ * without a second hash (khub__hub_is_fresh), but only as it was when its
+ * bytes were read: a file rewritten in place while it was being hashed is
+ * not noted (the note used the fingerprint taken after the hash, which
+ * already showed the rewrite, so the next check trusted bytes nobody had
+ * hashed). The rewrite lands mid-hash by watching the process's read
+ * counter; a try where it landed before or after the hash is repeated. */
+TEST_IMPL(fresh_note_is_the_file_as_hashed)
+{
+    if (rchar_now() < 0) {
+        TEST_SKIP("/proc/self/io is not available");
+    }
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 1, NULL);
+    char path[512], want[65];
+    snprintf(path, sizeof path, "%s/big.bin", fx.root);
+    enum { SIZE = 96 << 20 };
+    unsigned char *bytes = malloc(SIZE);
+    ASSERT(bytes != NULL);
+    for (size_t i = 0; i < SIZE; i++) bytes[i] = (unsigned char)(i * 2654435761u >> 24);
+    int hit = 0;
+    for (int attempt = 0; attempt < 10 && !hit; attempt++) {
+        fx_write(path, bytes, SIZE);
+        ASSERT_OK(khub__sha256_file_hex(path, want));
+        struct timespec t = {0, 30 * 1000 * 1000}; /* the rewrite gets a later ctime */
+        nanosleep(&t, NULL);
+        racer r = {.path = path, .base = rchar_now()};
+        atomic_init(&r.done, 0);
+        pthread_t th;
+        ASSERT_EQ(pthread_create(&th, NULL, race_rewrite, &r), 0);
+        char line[4096];
+        khub_status st = khub__verified_hash_check(hub, "dir", "big.bin", path, want, NULL, line,
+                                                   sizeof line, true);
+        atomic_store(&r.done, 1);
+        pthread_join(th, NULL);
+        if (st != KHUB_STATUS_OK || !r.wrote || r.late) continue; /* not mid-hash: again */
+        hit = 1;
+        ASSERT_STR_EQ(line, ""); /* changed while hashed: no sidecar line either */
+        ASSERT(!khub__hub_is_fresh(hub, path, want));
+    }
+    if (!hit) TEST_FAIL_("the rewrite never landed while the file was being hashed (10 tries)");
+    /* an unchanged file is noted, and a later rewrite ends the note */
+    fx_write(path, bytes, SIZE);
+    ASSERT_OK(khub__sha256_file_hex(path, want));
+    char line[4096];
+    ASSERT_OK(khub__verified_hash_check(hub, "dir", "big.bin", path, want, NULL, line, sizeof line,
+                                        true));
+    ASSERT(khub__hub_is_fresh(hub, path, want));
+    struct timespec t = {0, 30 * 1000 * 1000};
+    nanosleep(&t, NULL);
+    rewrite_in_place(path);
+    ASSERT(!khub__hub_is_fresh(hub, path, want));
+    free(bytes);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 #define TEST_LIST(X) \
     X(perf_download_after_listing_skips_head) \
     X(perf_listing_digest_still_checked) \
     X(perf_server_digest_cache_follows_changes) \
     X(perf_variant_fingerprints) \
-    X(sidecar_line_text)
+    X(sidecar_line_text) \
+    X(fresh_note_is_the_file_as_hashed)
 TEST_MAIN(TEST_LIST)
