@@ -158,7 +158,7 @@ khub_status khub_model_generate(khub_model *m, const char *const *prompts, size_
  * than results[0]'s) were never written: they and the rest stay as they are. */
 void khub_generate_results_free(khub_model *m, khub_generate_result *results, size_t n)
 {
-    if (!m || !results || results[0].struct_size < KHUB__GEN_RESULT_0_1) return;
+    if (!m || !results || !n || results[0].struct_size < KHUB__GEN_RESULT_0_1) return;
     for (size_t i = 0; i < n; i++) {
         khub_generate_result *r = gen_result_at(results, i);
         if (r->struct_size != results[0].struct_size) break;
@@ -275,7 +275,7 @@ khub_status khub_generate_batch(khub_model *m, const khub_batch_request *reqs, s
 void khub_batch_results_free(khub_model *m, khub_batch_result *results, size_t n)
 {
     /* nothing was written into an array khub_generate_batch refused by size */
-    if (!m || !results || results[0].struct_size < BATCH_RESULT_0_1) return;
+    if (!m || !results || !n || results[0].struct_size < BATCH_RESULT_0_1) return;
     for (size_t i = 0; i < n; i++) {
         khub_batch_result *r = result_at(results, i);
         if (r->struct_size != results[0].struct_size) break; /* refused as well */
