@@ -11,6 +11,12 @@
  * read from it are untrusted input; the file can also change under the
  * mapping if another process truncates it (SIGBUS), which khub accepts as the
  * same hazard every mmapping loader has (llama.cpp, safetensors).
+ *
+ * khub__mmap_open_huge gives the same read-only view of a model's weights
+ * from anonymous memory backed by 2 MiB transparent huge pages instead
+ * (the file read into it once): a decode step streams every weight, and
+ * with 4 KiB file pages that is one TLB miss per 4 KiB (~24,000 per token
+ * for SmolLM2-135M Q4_1); docs/performance.md, "Session 18".
  */
 #ifndef KHUB_RUNTIME_MMAP_FILE_H
 #define KHUB_RUNTIME_MMAP_FILE_H
@@ -21,12 +27,26 @@ typedef struct khub_mmap {
     const uint8_t *data; /* borrowed from the mapping; NULL when size is 0 */
     size_t size;         /* bytes */
     char *path;          /* owned (rt's allocator): the path given to open */
+    bool huge;           /* data is khub__mmap_open_huge's anonymous copy */
 } khub_mmap;
 
 /* Maps path read-only. A regular file only (a folder or a device is
  * KHUB_STATUS_IO); an empty file gives data NULL, size 0. Errors: MISUSE,
  * IO ("<path>: cannot open: <reason>"), NOMEM. On error *out is zeroed. */
 KHUB_INTERNAL khub_status khub__mmap_open(khub_runtime *rt, const char *path, khub_mmap *out);
+
+/* As khub__mmap_open, but a file of at least 2 MiB is read into anonymous
+ * memory at a 2 MiB boundary, advised MADV_HUGEPAGE and then made read-only
+ * (m->huge set), when the kernel gives anonymous memory huge pages on
+ * request (/sys/kernel/mm/transparent_hugepage/enabled is "always" or
+ * "madvise") and the environment does not say KHUB_HUGE_PAGES=0. Otherwise
+ * the file is mapped as khub__mmap_open does. The copy's pages are private
+ * to the process (a mapping's page cache is shared between processes that
+ * map the same file); its resident size is the file's, as a mapping whose
+ * every page was read. Errors: those of khub__mmap_open, NOMEM (no
+ * anonymous memory for the copy), IO ("<path>: read ...: <reason>", or the
+ * file shrank while read). */
+KHUB_INTERNAL khub_status khub__mmap_open_huge(khub_runtime *rt, const char *path, khub_mmap *out);
 
 /* Unmaps and frees m's path; m is zeroed. NULL or a zeroed m is fine. */
 KHUB_INTERNAL void khub__mmap_close(khub_runtime *rt, khub_mmap *m);

@@ -490,7 +490,7 @@ khub_status khub__gguf_open_mem(khub_runtime *rt, const char *name, const void *
     return open_common(rt, name, g, out);
 }
 
-khub_status khub__gguf_open(khub_runtime *rt, const char *path, khub_gguf **out)
+static khub_status open_path(khub_runtime *rt, const char *path, bool huge, khub_gguf **out)
 {
     KHUB_API_CHECK(rt, out != NULL);
     *out = NULL;
@@ -498,7 +498,8 @@ khub_status khub__gguf_open(khub_runtime *rt, const char *path, khub_gguf **out)
     khub_gguf *g = khub__calloc(rt, 1, sizeof *g);
     KHUB_RETURN_IF(rt, !g, KHUB_STATUS_NOMEM, "%s: out of memory", path);
     g->rt = rt;
-    khub_status st = khub__mmap_open(rt, path, &g->map);
+    khub_status st =
+        huge ? khub__mmap_open_huge(rt, path, &g->map) : khub__mmap_open(rt, path, &g->map);
     if (st != KHUB_STATUS_OK) {
         khub__free(rt, g, sizeof *g);
         return st;
@@ -506,6 +507,16 @@ khub_status khub__gguf_open(khub_runtime *rt, const char *path, khub_gguf **out)
     g->base = g->map.data ? g->map.data : (const uint8_t *)"";
     g->size = g->map.size;
     return open_common(rt, path, g, out);
+}
+
+khub_status khub__gguf_open(khub_runtime *rt, const char *path, khub_gguf **out)
+{
+    return open_path(rt, path, false, out);
+}
+
+khub_status khub__gguf_open_huge(khub_runtime *rt, const char *path, khub_gguf **out)
+{
+    return open_path(rt, path, true, out);
 }
 
 void khub__gguf_close(khub_gguf *g)

@@ -127,6 +127,11 @@ typedef struct khub_gguf_tensor {
  * NULL) supplies the allocator and receives the message; it must outlive g. */
 KHUB_INTERNAL khub_status khub__gguf_open(khub_runtime *rt, const char *path, khub_gguf **out);
 
+/* As khub__gguf_open, the file read into huge-page memory where the kernel
+ * gives it (khub__mmap_open_huge): for a model that streams all its weights
+ * every step. */
+KHUB_INTERNAL khub_status khub__gguf_open_huge(khub_runtime *rt, const char *path, khub_gguf **out);
+
 /* As khub__gguf_open, on bytes the caller owns (fuzzers, tests). name is
  * used in messages. data must stay valid and unchanged until close. */
 KHUB_INTERNAL khub_status khub__gguf_open_mem(khub_runtime *rt, const char *name, const void *data,

@@ -90,8 +90,12 @@ static const char *base_name(const char *path)
     return s;
 }
 
-/* Opens the file(s): config, weights and tokenizer. */
-static khub_status open_source(khub_model *m, const char *path)
+/* Opens the file(s): config, weights and tokenizer. huge: read a GGUF's weights into huge-page
+ * memory (khub__gguf_open_huge) rather than map them: the decode step streams every weight, and 4
+ * KiB file pages cost a TLB miss per 4 KiB of it (docs/performance.md, "Session 18"). Not for a
+ * tensor-parallel rank (it reads only its part of a mapping) or a CUDA load (the device holds the
+ * weights). */
+static khub_status open_source(khub_model *m, const char *path, bool huge)
 {
     struct stat sb;
     KHUB_RETURN_IF(m->rt, stat(path, &sb) != 0, KHUB_STATUS_NOT_FOUND,
@@ -108,7 +112,8 @@ static khub_status open_source(khub_model *m, const char *path)
         return KHUB_STATUS_OK;
     }
     snprintf(m->info.format, sizeof m->info.format, "gguf");
-    KHUB_FORWARD_IF_ERROR(m->rt, khub__gguf_open(m->rt, path, &m->gguf));
+    KHUB_FORWARD_IF_ERROR(m->rt, huge ? khub__gguf_open_huge(m->rt, path, &m->gguf)
+                                      : khub__gguf_open(m->rt, path, &m->gguf));
     KHUB_FORWARD_IF_ERROR(m->rt, khub__model_config_from_gguf(m->rt, m->gguf, &m->cfg));
     if (!khub__gguf_find(m->gguf, "tokenizer.ggml.model")) {
         KHUB_LOG_I(m->rt, "%s: no tokenizer in the file; only token ids can be used", m->file);
@@ -190,7 +195,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
     p.dev = dev;
     p.on_device = o.device.device_type == KHUB_DEVICE_CUDA;
     KHUB_FORWARD_IF_ERROR(m->rt, khub__tp_setup(m, o.tp_size, o.tp_plan, o.comm));
-    KHUB_FORWARD_IF_ERROR(m->rt, open_source(m, path));
+    KHUB_FORWARD_IF_ERROR(m->rt, open_source(m, path, m->tp.size <= 1 && !p.on_device));
     const khub_model_config *c = &m->cfg;
     m->rope_style = c->rope_style;
     m->kv_dtype = o.kv_dtype.bits ? o.kv_dtype : KHUB_DTYPE_F32;

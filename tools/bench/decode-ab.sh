@@ -6,7 +6,9 @@
 #                                 [--threads 1] [--tg 64] [--reps 2] DIR_A DIR_B ...
 #
 # Each DIR is a plugin folder (the .so files and their plugins.json, e.g. a
-# copy of BUILD/plugins made before and after the change); every round runs
+# copy of BUILD/plugins made before and after the change), optionally as
+# NAME=VALUE:DIR to run that one with an environment variable set (e.g.
+# KHUB_HUGE_PAGES=0:build/plugins against build/plugins); every round runs
 # `KHUB_PLUGIN_DIR=DIR khub bench-model -p 0 -n TG -t THREADS -r REPS` for
 # each DIR in turn, so a neighbour's burst hits all of them. Prints one JSON
 # line per run (with the 1-minute load average when it started), then the
@@ -32,7 +34,7 @@ while [ $# -gt 0 ]; do
     --threads) threads=$2; shift 2 ;;
     --tg) tg=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     -*) echo "decode-ab.sh: unknown option '$1'; see --help" >&2; exit 2 ;;
     *) dirs+=("$1"); shift ;;
     esac
@@ -41,15 +43,18 @@ khub=$build/bin/khub
 [ -x "$khub" ] || { echo "decode-ab.sh: no khub binary at $khub; pass --build" >&2; exit 1; }
 [ -f "$model" ] || { echo "decode-ab.sh: no model at $model; pass --model" >&2; exit 1; }
 [ ${#dirs[@]} -ge 1 ] || { echo "decode-ab.sh: name at least one plugin folder" >&2; exit 2; }
+# NAME=VALUE:DIR -> the environment assignment and the folder
+env_of() { if [[ $1 =~ ^[A-Za-z_][A-Za-z0-9_]*=[^:]*: ]]; then echo "${1%%:*}"; fi; }
+dir_of() { if [[ $1 =~ ^[A-Za-z_][A-Za-z0-9_]*=[^:]*: ]]; then echo "${1#*:}"; else echo "$1"; fi; }
 for d in "${dirs[@]}"; do
-    [ -f "$d/plugins.json" ] || { echo "decode-ab.sh: $d has no plugins.json" >&2; exit 1; }
+    [ -f "$(dir_of "$d")/plugins.json" ] || { echo "decode-ab.sh: $(dir_of "$d") has no plugins.json" >&2; exit 1; }
 done
 
 raw=$(mktemp /tmp/khub-decode-ab.XXXXXX)
 for r in $(seq 1 "$rounds"); do
     for d in "${dirs[@]}"; do
         l=$(cut -d' ' -f1 /proc/loadavg)
-        KHUB_PLUGIN_DIR=$d "$khub" bench-model --model "$model" -p 0 -n "$tg" -t "$threads" \
+        env $(env_of "$d") KHUB_PLUGIN_DIR="$(dir_of "$d")" "$khub" bench-model --model "$model" -p 0 -n "$tg" -t "$threads" \
             -r "$reps" 2> /dev/null | grep '"test":"tg' |
             sed "s|^{|{\"dir\":\"$d\",\"round\":$r,\"load\":$l,|" | tee -a "$raw"
     done
