@@ -208,6 +208,9 @@ err() { # expected exit code, expected message, args...
 err 2 "--quant-embeddings needs --quant SCHEME" --model "$GGUF" --prompt a --quant-embeddings
 err 2 "--top-p needs a number in [0, 1], got '2'" --model "$GGUF" --prompt a --top-p 2
 err 2 "--threads needs a number in [0, 1024], got 'x'" --model "$GGUF" --prompt a --threads x
+# NaN compares false with both bounds: it must still be refused
+err 2 "--threads needs a number in [0, 1024], got 'nan'" --model "$GGUF" --prompt a --threads nan
+err 2 "--temperature needs a number in [0, 100], got 'NAN'" --model "$GGUF" --prompt a --temperature NAN
 err 2 "--max-context needs a number in [1, " --model "$GGUF" --prompt a --max-context 0
 err 2 "unknown option '--bogus'" --model "$GGUF" --prompt a --bogus
 err 2 "--prompt TEXT or --prompts-file FILE is required" --model "$GGUF"

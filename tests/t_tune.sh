@@ -220,6 +220,13 @@ grep -qF "khub tune: --goal is latency, throughput or memory, got 'speed'" g.err
 "$KHUB" tune --model tiny --max-memory lots > /dev/null 2> mm2.err && fail "--max-memory lots"
 grep -qF "khub tune: --max-memory needs a size such as 512M or 2G, got 'lots'" mm2.err ||
     fail "size message: $(cat mm2.err)"
+# NaN compares false with every bound: refused all the same
+"$KHUB" tune --model tiny --max-memory nanM > /dev/null 2> mm3.err && fail "--max-memory nanM"
+grep -qF "khub tune: --max-memory needs a size such as 512M or 2G, got 'nanM'" mm3.err ||
+    fail "NaN size message: $(cat mm3.err)"
+"$KHUB" tune --model tiny --min-quality nan > /dev/null 2> mq.err && fail "--min-quality nan"
+grep -qF "khub tune: --min-quality needs a number in [0, 1], got 'nan'" mq.err ||
+    fail "NaN number message: $(cat mq.err)"
 "$KHUB" tune --workload w.jsonl > /dev/null 2> nm.err && fail "no --model accepted"
 grep -qF "khub tune: --model PATH is required" nm.err || fail "model message: $(cat nm.err)"
 echo "ok   flags"

@@ -35,7 +35,7 @@ static int size_arg(const char *v, uint64_t *out)
     else if (end && (*end == 'G' || *end == 'g'))
         mul = 1073741824, end++;
     if (end && mul > 1 && !strcmp(end, "iB")) end += 2;
-    if (!v || !*v || !end || *end || x <= 0 || x * mul > 1e18)
+    if (!v || !*v || !end || *end || !(x > 0 && x * mul <= 1e18)) /* NaN fails too */
         return khub_cli_usage(&tune_cmd, "--max-memory needs a size such as 512M or 2G, got '%s'",
                               v ? v : "");
     *out = (uint64_t)(x * mul);
@@ -46,7 +46,7 @@ static int num_arg(const char *f, const char *v, double lo, double hi, double *o
 {
     char *end = NULL;
     double x = v ? strtod(v, &end) : 0;
-    if (!v || !*v || *end || x < lo || x > hi)
+    if (!v || !*v || *end || !(x >= lo && x <= hi)) /* NaN fails too */
         return khub_cli_usage(&tune_cmd, "%s needs a number in [%g, %g], got '%s'", f, lo, hi,
                               v ? v : "");
     *out = x;

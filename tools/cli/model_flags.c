@@ -20,7 +20,9 @@ int cli_num(const khub_cli_cmd *cmd, const char *flag, const char *s, double lo,
 {
     char *end = NULL;
     double v = s ? strtod(s, &end) : 0;
-    if (!s || !*s || *end || v < lo || v > hi)
+    /* written so that NaN ("nan", which strtod reads) fails: v < lo and
+     * v > hi are both false for it */
+    if (!s || !*s || *end || !(v >= lo && v <= hi))
         return khub_cli_usage(cmd, "%s needs a number in [%g, %g], got '%s'", flag, lo, hi,
                               s ? s : "");
     *out = v;
