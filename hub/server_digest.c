@@ -13,8 +13,11 @@
  * clock, so a younger file could still change under the same fingerprint
  * (git's "racily clean" entries). The table is direct-mapped: a colliding
  * path evicts the old one (a re-hash, never a wrong answer, because the
- * path is compared too).
+ * path is compared too). The fingerprint and the bytes hashed are those of
+ * one open file: serve_file hashes the very fd whose bytes it sends.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -22,6 +25,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
 
 #include "server_impl.h"
 
@@ -59,10 +65,10 @@ void khub__srv_digest_cache_free(digest_cache *dc)
     free(dc);
 }
 
-static int fprint_of(const char *path, fprint *fp)
+static int fprint_of(int fd, fprint *fp)
 {
     struct stat sb;
-    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
     *fp = (fprint){(uint64_t)sb.st_dev, (uint64_t)sb.st_ino, (uint64_t)sb.st_size,
                    (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec,
                    (int64_t)sb.st_ctim.tv_sec * 1000000000 + sb.st_ctim.tv_nsec};
@@ -106,10 +112,57 @@ static void digest_store(digest_cache *dc, const char *path, int lfs, const fpri
     pthread_mutex_unlock(&dc->lock);
 }
 
-static int hash_ids(const char *path, int lfs, uint64_t size, file_ids *ids)
+/* libkhub_server reaches only libkhub's exported (KHUB_PRIVATE_API) helpers:
+ * khub__to_hex is not one of them. */
+static void to_hex(const unsigned char *md, unsigned n, char *hex)
 {
-    if (khub__sha256_file_hex(path, ids->sha256) != KHUB_STATUS_OK) return 0;
-    if (!lfs) return khub__git_blob_sha1_file(path, ids->sha1) == KHUB_STATUS_OK;
+    static const char digits[] = "0123456789abcdef";
+    for (unsigned i = 0; i < n; i++) {
+        hex[2 * i] = digits[md[i] >> 4];
+        hex[2 * i + 1] = digits[md[i] & 15];
+    }
+    hex[2 * n] = '\0';
+}
+
+/* SHA-256 of fd's content and its git blob SHA-1 (content of size bytes),
+ * in one pass read with pread from offset 0. */
+static int hash_fd(int fd, uint64_t size, char sha256[65], char sha1[41])
+{
+    EVP_MD_CTX *c256 = EVP_MD_CTX_new(), *c1 = EVP_MD_CTX_new();
+    char head[64];
+    int hn = snprintf(head, sizeof head, "blob %llu", (unsigned long long)size);
+    int ok = c256 && c1 && EVP_DigestInit_ex(c256, EVP_sha256(), NULL) &&
+             EVP_DigestInit_ex(c1, EVP_sha1(), NULL) &&
+             EVP_DigestUpdate(c1, head, (size_t)hn + 1); /* with the NUL */
+    unsigned char buf[1 << 16];
+    uint64_t at = 0;
+    while (ok && at < size) {
+        size_t want = size - at < sizeof buf ? (size_t)(size - at) : sizeof buf;
+        ssize_t got = pread(fd, buf, want, (off_t)at);
+        if (got < 0 && errno == EINTR) continue;
+        ok = got > 0 && EVP_DigestUpdate(c256, buf, (size_t)got) &&
+             EVP_DigestUpdate(c1, buf, (size_t)got);
+        at += got > 0 ? (uint64_t)got : 0;
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned mdn = 0;
+    ok = ok && EVP_DigestFinal_ex(c256, md, &mdn) && mdn == 32;
+    if (ok) to_hex(md, mdn, sha256);
+    ok = ok && EVP_DigestFinal_ex(c1, md, &mdn) && mdn == 20;
+    if (ok) to_hex(md, mdn, sha1);
+    EVP_MD_CTX_free(c256);
+    EVP_MD_CTX_free(c1);
+    return ok;
+}
+
+static int hash_ids(int fd, int lfs, uint64_t size, file_ids *ids)
+{
+    char content_sha1[41];
+    if (!hash_fd(fd, size, ids->sha256, content_sha1)) return 0;
+    if (!lfs) {
+        memcpy(ids->sha1, content_sha1, sizeof content_sha1);
+        return 1;
+    }
     char ptr[256];
     int n = snprintf(ptr, sizeof ptr,
                      "version https://git-lfs.github.com/spec/v1\noid sha256:%s\nsize %llu\n",
@@ -118,17 +171,30 @@ static int hash_ids(const char *path, int lfs, uint64_t size, file_ids *ids)
     return khub__git_blob_sha1_buf(ptr, (size_t)n, ids->sha1) == KHUB_STATUS_OK;
 }
 
-/* The digests of path, from the cache when its fingerprint is unchanged. */
-int khub__srv_file_ids_of(digest_cache *dc, const char *path, int lfs, file_ids *ids)
+/* The digests of the open file fd (whose name is path, the cache's key):
+ * the fingerprint and the bytes hashed are both fd's, so a file swapped
+ * under path meanwhile cannot lend its digests to fd's body. */
+int khub__srv_file_ids_of_fd(digest_cache *dc, const char *path, int fd, int lfs, file_ids *ids)
 {
     fprint before, after;
-    if (!fprint_of(path, &before)) return 0;
+    if (!fprint_of(fd, &before)) return 0;
     if (digest_lookup(dc, path, lfs, &before, ids)) return 1;
-    if (!hash_ids(path, lfs, before.size, ids)) return 0;
+    if (!hash_ids(fd, lfs, before.size, ids)) return 0;
     struct timespec now;
     int settled = clock_gettime(CLOCK_REALTIME, &now) == 0 &&
                   before.ctime_ns + 2000000000LL <= (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-    if (settled && fprint_of(path, &after) && fprint_eq(&before, &after))
+    if (settled && fprint_of(fd, &after) && fprint_eq(&before, &after))
         digest_store(dc, path, lfs, &before, ids);
     return 1;
+}
+
+/* The digests of path (a link is followed), through khub__srv_file_ids_of_fd. */
+int khub__srv_file_ids_of(digest_cache *dc, const char *path, int lfs, file_ids *ids)
+{
+    /* O_NONBLOCK: a FIFO at path hangs no thread (fprint_of refuses it) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return 0;
+    int ok = khub__srv_file_ids_of_fd(dc, path, fd, lfs, ids);
+    close(fd);
+    return ok;
 }

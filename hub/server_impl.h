@@ -207,6 +207,11 @@ KHUB_INTERNAL void khub__srv_digest_cache_free(struct digest_cache *dc);
  * cache when its fingerprint is unchanged; 0 when it cannot be hashed. */
 KHUB_INTERNAL int khub__srv_file_ids_of(struct digest_cache *dc, const char *path, int lfs,
                                         file_ids *ids);
+/* The same for the open regular file fd, named path (the cache's key): its
+ * fingerprint and bytes, not whatever path names now (fd stays open, its
+ * offset unmoved); 0 when it cannot be hashed. */
+KHUB_INTERNAL int khub__srv_file_ids_of_fd(struct digest_cache *dc, const char *path, int fd,
+                                           int lfs, file_ids *ids);
 
 /* ------------------------------------------------------------------------ */
 /* The repos folder on disk (server_store.c)                                */

@@ -344,7 +344,9 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
     if (fd < 0) return khub__srv_send_error(c, 404, "EntryNotFound", commit, "Entry not found");
     int lfs = khub__srv_is_lfs_at(r, commit, path);
     file_ids ids;
-    if (!khub__srv_file_ids_of(r->dc, full, lfs, &ids)) {
+    /* the digests of what fd holds: a file renamed over path since the open
+     * must not lend its ETag to fd's bytes */
+    if (!khub__srv_file_ids_of_fd(r->dc, full, fd, lfs, &ids)) {
         close(fd);
         return khub__srv_send_error(c, 500, NULL, commit, "cannot hash the file");
     }

@@ -5,10 +5,14 @@
  * checked only its last component), and ".." spelled plainly, as %2e%2e or
  * inside a segment as ..%2F.., which curl sends as is. Every one is 404
  * EntryNotFound (a tree: 404 EntryNotFound; paths-info leaves it out), and
- * the file beside the link is still served. */
+ * the file beside the link is still served. Also: the digests behind a
+ * served file's ETag are those of the bytes it sends (its open fd), not of
+ * what its name holds by the time they are computed. */
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 
 #include "hub_fixture.h"
+#include "server_impl.h"
 
 /* GETs endpoint + rel into r; returns the HTTP status. */
 static long get(khub_hub *hub, const fixture *fx, const char *rel, khub__http_resp *r)
@@ -104,7 +108,45 @@ TEST_IMPL(served_dotdot_refused)
     fx_done(&fx);
 }
 
+/* serve_file opens the file, then computes the ETag: a file renamed over
+ * the name in between (a commit of the same path lands) must not lend its
+ * digests to the body, which is read from the fd opened first. The swap is
+ * done before the call, the widest the window can be. */
+TEST_IMPL(served_etag_is_of_the_open_file)
+{
+    char dir[] = "/tmp/khub-etag-XXXXXX", path[64], next[64];
+    ASSERT(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/weights.bin", dir);
+    snprintf(next, sizeof next, "%s/.tmp-next", dir);
+    fx_write(path, "old bytes", 9);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    ASSERT(fd >= 0);
+    fx_write(next, "new bytes, longer", 17);
+    ASSERT_EQ(rename(next, path), 0);
+
+    struct digest_cache *dc = khub__srv_digest_cache_new();
+    ASSERT(dc != NULL);
+    file_ids served, named;
+    char sha1[41], sha256[65];
+    ASSERT_OK(khub__git_blob_sha1_buf("old bytes", 9, sha1));
+    ASSERT_OK(khub__sha256_hex("old bytes", 9, sha256));
+    for (int lfs = 0; lfs <= 1; lfs++) {
+        ASSERT(
+            khub__srv_file_ids_of(dc, path, lfs, &named)); /* the new file's, in the cache's way */
+        ASSERT(khub__srv_file_ids_of_fd(dc, path, fd, lfs, &served));
+        ASSERT_STR_EQ(served.sha256, sha256);
+        if (!lfs) ASSERT_STR_EQ(served.sha1, sha1);
+        ASSERT(strcmp(named.sha256, sha256) != 0);
+        ASSERT_EQ(lseek(fd, 0, SEEK_CUR), 0); /* sendfile starts where the fd is */
+    }
+    khub__srv_digest_cache_free(dc);
+    close(fd);
+    unlink(path);
+    rmdir(dir);
+}
+
 #define TEST_LIST(X) \
     X(served_links_not_followed) \
-    X(served_dotdot_refused)
+    X(served_dotdot_refused) \
+    X(served_etag_is_of_the_open_file)
 TEST_MAIN(TEST_LIST)
