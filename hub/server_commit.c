@@ -209,6 +209,9 @@ static int parse_commit_body(commit_ctx *x, char *text, size_t n, int ndjson, cJ
     cJSON *ops = cJSON_CreateArray();
     *ops_out = ops;
     *header = NULL;
+    /* counted here: cJSON_GetArraySize walks the list, which made the
+     * check of every NDJSON line O(lines) and the body O(lines^2) */
+    int n_ops = 0;
     if (ndjson) {
         for (char *line = text, *next; line && line < text + n; line = next) {
             next = strchr(line, '\n');
@@ -221,7 +224,7 @@ static int parse_commit_body(commit_ctx *x, char *text, size_t n, int ndjson, cJ
                 cJSON_Delete(o);
                 return cfail(x, 400, "commit body: a line is not {\"key\": ..., \"value\": {...}}");
             }
-            if (cJSON_GetArraySize(ops) >= MAX_COMMIT_OPS) {
+            if (n_ops++ >= MAX_COMMIT_OPS) {
                 cJSON_Delete(o);
                 return cfail(x, 413, "commit body: more than %d operations", MAX_COMMIT_OPS);
             }
@@ -252,10 +255,15 @@ static int parse_commit_body(commit_ctx *x, char *text, size_t n, int ndjson, cJ
             if (f) cJSON_AddItemToObject(hv, copy[i], cJSON_Duplicate(f, 1));
         }
         *header = hv;
+        n_ops = 1; /* the header, as an NDJSON body's header line counts */
         for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
             cJSON *arr = cJSON_GetObjectItemCaseSensitive(j, kinds[i].list), *e;
             cJSON_ArrayForEach(e, arr)
             {
+                if (n_ops++ >= MAX_COMMIT_OPS) { /* the NDJSON form's limit */
+                    cJSON_Delete(j);
+                    return cfail(x, 413, "commit body: more than %d operations", MAX_COMMIT_OPS);
+                }
                 cJSON *o = cJSON_CreateObject();
                 cJSON_AddItemToObject(o, "key", cJSON_CreateString(kinds[i].key));
                 cJSON_AddItemToObject(o, "value", cJSON_Duplicate(e, 1));

@@ -319,6 +319,25 @@ TEST_IMPL(server_refuses_bad_commits)
         ASSERT_CONTAINS(r.error_message, cases[i].msg);
         khub__http_resp_free(&r);
     }
+    /* 100,000 operations at most (the header counts), in either form: the
+     * JSON form had no limit, and the NDJSON form's count walked the list
+     * of operations for every line (quadratic in the body) */
+    enum { OPS = 100000 };
+    static const char del_line[] = "{\"key\":\"deletedFile\",\"value\":{\"path\":\"x\"}}\n";
+    char *big = malloc(64 + (size_t)OPS * sizeof del_line), *at = big;
+    ASSERT(big != NULL);
+    at = stpcpy(at, "{\"key\":\"header\",\"value\":{\"summary\":\"x\"}}\n");
+    for (int i = 0; i < OPS; i++) at = stpcpy(at, del_line);
+    ASSERT_EQ(request(hub, "POST", url, "application/x-ndjson", big, &r), 413);
+    ASSERT_STR_EQ(r.error_message, "commit body: more than 100000 operations");
+    khub__http_resp_free(&r);
+    at = stpcpy(big, "{\"summary\":\"x\",\"deletedFiles\":[");
+    for (int i = 0; i < OPS; i++) at = stpcpy(at, i ? ",{\"path\":\"x\"}" : "{\"path\":\"x\"}");
+    stpcpy(at, "]}");
+    ASSERT_EQ(request(hub, "POST", url, "application/json", big, &r), 413);
+    ASSERT_STR_EQ(r.error_message, "commit body: more than 100000 operations");
+    khub__http_resp_free(&r);
+    free(big);
     /* a failed commit leaves refs.json and commits/ as they were */
     ASSERT_STR_EQ(read_all(path), refs_before);
     ASSERT_EQ(count_commits(&fx), commits);
