@@ -54,12 +54,10 @@ static void default_rev_offline(const char *repo_dir, char *rev, size_t size)
     if (best >= 0) snprintf(rev, size, "v%ld", best);
 }
 
-/* GET .../refs and pick branch v<N> (version >= 0) or the highest v<N>,
- * else main (version < 0). */
-static khub_status resolve_from_refs(khub_hub *hub, const khub_hub_id *id, const char *json,
-                                     int32_t version, char *rev, size_t rev_size, char commit[41])
+khub_status khub__refs_resolve(khub_hub *hub, const khub_hub_id *id, const char *json, size_t len,
+                               int32_t version, char *rev, size_t rev_size, char commit[41])
 {
-    cJSON *root = cJSON_Parse(json);
+    cJSON *root = cJSON_ParseWithLength(json, len);
     cJSON *br = cJSON_GetObjectItemCaseSensitive(root, "branches"), *b;
     if (!cJSON_IsArray(br)) {
         cJSON_Delete(root);
@@ -106,10 +104,10 @@ static khub_status resolve_from_refs(khub_hub *hub, const khub_hub_id *id, const
     return st;
 }
 
-static khub_status sha_from_info(khub_hub *hub, const khub_hub_id *id, const char *json,
-                                 char commit[41])
+khub_status khub__revision_sha(khub_hub *hub, const khub_hub_id *id, const char *json, size_t n,
+                               char commit[41])
 {
-    cJSON *root = cJSON_Parse(json);
+    cJSON *root = cJSON_ParseWithLength(json, n);
     cJSON *sha = cJSON_GetObjectItemCaseSensitive(root, "sha");
     khub_status st = KHUB_STATUS_OK;
     if (cJSON_IsString(sha) && khub__is_commit_hex(sha->valuestring))
@@ -168,11 +166,11 @@ static khub_status resolve_online(khub_hub *hub, const khub_hub_id *id, const ch
         st = khub__http_error(hub, &r, what);
     if (st == KHUB_STATUS_OK) {
         if (by_refs) {
-            st = resolve_from_refs(hub, id, r.body ? r.body : "", id->version, rev, rev_size,
-                                   commit);
+            st = khub__refs_resolve(hub, id, r.body ? r.body : "", r.body ? r.body_len : 0,
+                                    id->version, rev, rev_size, commit);
         } else {
             snprintf(rev, rev_size, "%s", id->revision);
-            st = sha_from_info(hub, id, r.body ? r.body : "", commit);
+            st = khub__revision_sha(hub, id, r.body ? r.body : "", r.body ? r.body_len : 0, commit);
         }
     }
     khub__http_resp_free(&r);

@@ -271,6 +271,22 @@ KHUB_INTERNAL khub_status khub__list_tree(khub_hub *hub, const khub_hub_id *id, 
 /* Parses one page of a tree listing (a JSON array) and appends it. */
 KHUB_INTERNAL khub_status khub__tree_parse(khub_hub *hub, const char *json, size_t n,
                                            khub__tree *t);
+/* The answers a hub gives about revisions (n bytes of JSON each, from the
+ * server; the fail message goes on hub). khub__refs_resolve: a .../refs
+ * answer, picking branch v<version> (version >= 0) or the highest v<N>,
+ * else main (version < 0), into rev and commit (client.c).
+ * khub__revision_sha: a .../revision/<rev> answer's 40-hex "sha" (client.c).
+ * khub__refs_versions: every v<N> branch of a .../refs answer, the newest
+ * into *newest (-1: none) and commit; all (may be NULL) gets the N of each
+ * in the order listed, up to cap, count in *n_all (kernel_fetch.c). */
+KHUB_INTERNAL khub_status khub__refs_resolve(khub_hub *hub, const khub_hub_id *id, const char *json,
+                                             size_t n, int32_t version, char *rev, size_t rev_size,
+                                             char commit[41]);
+KHUB_INTERNAL khub_status khub__revision_sha(khub_hub *hub, const khub_hub_id *id, const char *json,
+                                             size_t n, char commit[41]);
+KHUB_INTERNAL khub_status khub__refs_versions(khub_hub *hub, const char *what, const char *json,
+                                              size_t n, int32_t *newest, char commit[41],
+                                              int32_t *all, size_t cap, size_t *n_all);
 /* The files of a trees/<commit>.json at path into files; false (files
  * empty) when it is missing or unusable. Logs nothing: khub__list_tree
  * warns about an unusable one through the hub's log. */

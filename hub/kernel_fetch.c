@@ -98,27 +98,17 @@ khub_status khub__kernel_rank_locked(khub_hub *hub, const khub_lock_entry *e, in
 /* Locking, syncing, versions                                               */
 /* ======================================================================== */
 
-/* all (may be NULL): every v<N> branch's N, in the order listed, up to cap
- * of them in *n_all. */
-static khub_status newest_version_once(khub_hub *hub, const khub_hub_id *id, int32_t *newest,
-                                       char commit[41], int32_t *all, size_t cap, size_t *n_all)
+khub_status khub__refs_versions(khub_hub *hub, const char *what, const char *json, size_t n,
+                                int32_t *newest, char commit[41], int32_t *all, size_t cap,
+                                size_t *n_all)
 {
     *newest = -1;
     if (n_all) *n_all = 0;
     commit[0] = '\0';
-    char url[KHUB__PATH_MAX], what[300];
-    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub, id),
-                     id->org, id->name))
-        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "URL too long");
-    snprintf(what, sizeof what, "listing the versions of %s/%s", id->org, id->name);
-    khub__http_resp r = {0};
-    khub__http_req req = {.method = "GET", .url = url, .auth = 1, .what = what};
-    khub_status st = khub__http_fetch(hub, &req, &r);
-    if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 300))
-        st = khub__http_error(hub, &r, what);
-    cJSON *root = st == KHUB_STATUS_OK ? cJSON_Parse(r.body ? r.body : "") : NULL;
+    cJSON *root = cJSON_ParseWithLength(json, n);
     const cJSON *br = cJSON_GetObjectItemCaseSensitive(root, "branches"), *b;
-    if (st == KHUB_STATUS_OK && !cJSON_IsArray(br))
+    khub_status st = KHUB_STATUS_OK;
+    if (!cJSON_IsArray(br))
         st = khub__hub_fail(hub, KHUB_STATUS_PARSE, "%s: no \"branches\" array", what);
     const cJSON *list = st == KHUB_STATUS_OK ? br : NULL;
     cJSON_ArrayForEach(b, list)
@@ -137,6 +127,30 @@ static khub_status newest_version_once(khub_hub *hub, const khub_hub_id *id, int
         memcpy(commit, t->valuestring, 41);
     }
     cJSON_Delete(root);
+    return st;
+}
+
+/* all (may be NULL): every v<N> branch's N, in the order listed, up to cap
+ * of them in *n_all. */
+static khub_status newest_version_once(khub_hub *hub, const khub_hub_id *id, int32_t *newest,
+                                       char commit[41], int32_t *all, size_t cap, size_t *n_all)
+{
+    *newest = -1;
+    if (n_all) *n_all = 0;
+    commit[0] = '\0';
+    char url[KHUB__PATH_MAX], what[300];
+    if (!KHUB__PATHF(url, "%s/api/%s/%s/%s/refs", hub->endpoint, khub__repo_api_type(hub, id),
+                     id->org, id->name))
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "URL too long");
+    snprintf(what, sizeof what, "listing the versions of %s/%s", id->org, id->name);
+    khub__http_resp r = {0};
+    khub__http_req req = {.method = "GET", .url = url, .auth = 1, .what = what};
+    khub_status st = khub__http_fetch(hub, &req, &r);
+    if (st == KHUB_STATUS_OK && (r.status < 200 || r.status >= 300))
+        st = khub__http_error(hub, &r, what);
+    if (st == KHUB_STATUS_OK)
+        st = khub__refs_versions(hub, what, r.body ? r.body : "", r.body ? r.body_len : 0, newest,
+                                 commit, all, cap, n_all);
     khub__http_resp_free(&r);
     return st;
 }

@@ -1,12 +1,16 @@
 /* fuzz_hub_formats.c: libFuzzer target for every parser of the hub side,
  * all of which read bytes a hub, a publisher or a project can choose.
  *
- * The first input byte (mod 9) picks the parser; the rest is its input:
- *   0 Hub ID (org/name@rev:symbol)      5 khub.lock
- *   1 a tree listing page (API JSON)    6 trust policy
- *   2 metadata.json                     7 metadata.json.sig
- *   3 kernel.json                       8 a public key line
- *   4 khub.json (kernel mapping)
+ * The first input byte (mod 12) picks the parser; the rest is its input:
+ *   0 Hub ID (org/name@rev:symbol)      6 trust policy
+ *   1 a tree listing page (API JSON)    7 metadata.json.sig
+ *   2 metadata.json                     8 a public key line
+ *   3 kernel.json                       9 a .../refs answer, resolved to a
+ *   4 khub.json (kernel mapping)          version (the first byte / 12 - 1)
+ *   5 khub.lock                        10 a .../revision/<rev> answer
+ *                                      11 a .../refs answer, every version
+ * The server answers (1, 9-11) are parsed from an exact-size heap copy
+ * without a NUL, as the client reads them with a length.
  * Any input may be refused; none may crash, leak or read out of bounds. */
 #include <stdint.h>
 #include <stdlib.h>
@@ -40,8 +44,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memcpy(s, data + 1, size - 1);
     s[size - 1] = '\0';
     size_t n = size - 1;
+    char *exact = malloc(n ? n : 1); /* no NUL after it */
+    if (!exact) {
+        free(s);
+        return 0;
+    }
+    memcpy(exact, data + 1, n);
     char err[512];
-    switch (data[0] % 9) {
+    khub_hub_id id = {.org = "org", .name = "name", .revision = "main"};
+    switch (data[0] % 12) {
     case 0: {
         khub_hub_id id;
         (void)khub_hub_id_parse(s, &id, err, sizeof err);
@@ -49,7 +60,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     case 1: {
         khub__tree t = {0};
-        (void)khub__tree_parse(offline_hub(), s, n, &t);
+        (void)khub__tree_parse(offline_hub(), exact, n, &t);
         khub__tree_free(&t);
         break;
     }
@@ -86,12 +97,34 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)khub__sig_statement_text(&sig.stmt, text, sizeof text);
         break;
     }
-    default: {
+    case 8: {
         khub_pubkey k;
         (void)khub__pubkey_parse(s, &k);
         break;
     }
+    case 9: {
+        char rev[KHUB_HUB_REV_MAX + 1], commit[41];
+        (void)khub__refs_resolve(offline_hub(), &id, exact, n, (int32_t)(data[0] / 12) - 1, rev,
+                                 sizeof rev, commit);
+        break;
     }
+    case 10: {
+        char commit[41];
+        (void)khub__revision_sha(offline_hub(), &id, exact, n, commit);
+        break;
+    }
+    default: {
+        int32_t newest, all[64];
+        size_t n_all;
+        char commit[41];
+        if (khub__refs_versions(offline_hub(), "fuzz", exact, n, &newest, commit, all, 64,
+                                &n_all) == KHUB_STATUS_OK &&
+            (n_all > 64 || (newest >= 0 && strlen(commit) != 40)))
+            abort();
+        break;
+    }
+    }
+    free(exact);
     free(s);
     return 0;
 }

@@ -8,7 +8,8 @@
 #
 #   tests/fuzz/run.sh [SECONDS_PER_TARGET]     default 60
 #
-# Environment: KHUB_FUZZ_BUILD (build folder, default build-fuzz under the
+# Environment: KHUB_FUZZ_TARGETS (the targets to run, by short name; default
+# all), KHUB_FUZZ_BUILD (build folder, default build-fuzz under the
 # source tree), KHUB_FUZZ_JOBS (make -j, default 2), KHUB_FUZZ_PLUGINS (a
 # build folder whose plugins seed fuzz_elf, default build under the source
 # tree; none there: fuzz_elf starts from /bin/true). Crashes are written to
@@ -19,19 +20,42 @@ SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 BUILD="$(realpath -m "${KHUB_FUZZ_BUILD:-$SRC/build-fuzz}")" # absolute: the runs cd into it
 SECS="${1:-60}"
 JOBS="${KHUB_FUZZ_JOBS:-2}"
-TARGETS="gguf safetensors model_config tokenizer hub_formats archive elf prompts requests"
+TARGETS="${KHUB_FUZZ_TARGETS:-gguf safetensors model_config tokenizer hub_formats archive elf prompts requests hub_server}"
 
 CC=clang cmake -S "$SRC" -B "$BUILD" -DKHUB_FUZZ=ON -DKHUB_SANITIZE=address,undefined \
     -DKHUB_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$BUILD" -j"$JOBS" --target make_seeds fuzz_gguf fuzz_safetensors fuzz_model_config \
-    fuzz_tokenizer fuzz_hub_formats fuzz_archive fuzz_elf fuzz_prompts fuzz_requests
+    fuzz_tokenizer fuzz_hub_formats fuzz_archive fuzz_elf fuzz_prompts fuzz_requests fuzz_hub_server
 
 CORPUS="$BUILD/fuzz-corpus"
-for t in $TARGETS; do mkdir -p "$CORPUS/$t"; done
+for t in gguf safetensors model_config tokenizer hub_formats archive elf prompts requests hub_server; do
+    mkdir -p "$CORPUS/$t" # every seed folder: KHUB_FUZZ_TARGETS may name a few
+done
 "$BUILD/tests/fuzz/make_seeds" "$CORPUS"
 cp "$SRC"/tests/golden/*.gguf "$CORPUS/gguf/" 2>/dev/null || true
 cp "$SRC"/tests/golden/*.safetensors "$CORPUS/safetensors/" 2>/dev/null || true
-cp "$SRC"/tests/fixtures/tokenizer/*.json "$CORPUS/tokenizer/" 2>/dev/null || true
+# text mode (an odd first byte: (byte / 2) mod 8 picks the fixture tokenizer):
+# the strings of the fixtures' corpora, a few per tokenizer
+python3 - "$SRC" "$CORPUS/tokenizer" <<'PY'
+import json, sys
+src, out = sys.argv[1], sys.argv[2]
+texts = []
+for f in ("tokenizer/corpus.json", "tokenizer/spm/corpus.json", "tokenizer/chat.json"):
+    try:
+        j = json.load(open(f"{src}/tests/fixtures/{f}", encoding="utf-8"))
+    except (OSError, ValueError):
+        continue
+    stack = [j]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str) and 0 < len(v.encode()) <= 1024: texts.append(v)
+        elif isinstance(v, dict): stack.extend(v.values())
+        elif isinstance(v, list): stack.extend(v)
+texts = sorted(set(texts))[:400]
+for i, t in enumerate(texts):
+    with open(f"{out}/text-{i:03d}", "wb") as fh:
+        fh.write(bytes([1 + 2 * (i % 8)]) + t.encode())
+PY
 # tokenizer.json mode (an even first byte): every fixture tokenizer, the
 # SentencePiece-style shapes and Unigram models of tests/fixtures/tokenizer/spm too
 for j in "$SRC"/tests/fixtures/tokenizer/*/tokenizer.json "$SRC"/tests/fixtures/tokenizer/spm/*.json \
@@ -56,6 +80,35 @@ printf '{"version":1,"publishers":{"kernels-community":["khub-ed25519 AAAA"]},"r
     | hub_seed 6 policy
 printf '{"format":1,"key_id":"0123456789abcdef","sig":"AAAA"}' | hub_seed 7 sig
 printf 'khub-ed25519 MCowBQYDK2VwAyEAGb9ECWmEzf6FQbrBZ9w7lshQhqowtrbLDFw4rXAxZuE=' | hub_seed 8 pubkey
+# the hub's answers about revisions (9: resolved to version byte/12 - 1)
+REFS='{"branches":[{"name":"main","ref":"refs/heads/main","targetCommit":"'$C'"},{"name":"v1","ref":"refs/heads/v1","targetCommit":"'$C'"},{"name":"v12","targetCommit":"'$C'"}],"tags":[],"converts":[]}'
+printf '%s' "$REFS" | hub_seed 9 refs-newest
+printf '%s' "$REFS" | hub_seed 33 refs-v1
+printf '{"id":"org/k","sha":"%s","siblings":[]}' $C | hub_seed 10 revision
+printf '%s' "$REFS" | hub_seed 11 refs-versions
+# hub_server: the first byte picks the request (see fuzz_hub_server.c)
+srv_seed() { { printf "\\$(printf '%03o' "$1")"; cat; } > "$CORPUS/hub_server/seed-$1-$2"; }
+OID=781f1a15e191cad9de5075c2b566ba2b9bd286e33f2d5d4f1511d411e67aeb23 # sha256("lfs object")
+printf '{"files":[{"path":"a.bin","size":3,"sample":"YWJj"},{"path":"README.md","size":5,"sample":"aGVsbG8="}]}' |
+    srv_seed 0 preupload
+printf '{"key":"header","value":{"summary":"s","description":"d"}}\n{"key":"file","value":{"path":"n/x.txt","content":"aGk=","encoding":"base64"}}\n{"key":"lfsFile","value":{"path":"m.bin","algo":"sha256","oid":"%s","size":10}}\n{"key":"deletedFile","value":{"path":"README.md"}}\n{"key":"deletedFolder","value":{"path":"docs/"}}\n' \
+    $OID | srv_seed 1 commit-ndjson
+printf '{"summary":"s","parentCommit":"%s","files":[{"path":"n.txt","content":"hi","encoding":"utf-8"}],"lfsFiles":[{"path":"x.bin","oid":"%s","size":10}],"deletedFiles":[{"path":"w.bin"}],"deletedFolders":[{"path":"docs"}]}' \
+    $C $OID | srv_seed 2 commit-json
+printf '{"operation":"upload","transfers":["basic"],"hash_algo":"sha256","objects":[{"oid":"%s","size":10},{"oid":"%s","size":5}]}' \
+    $OID "$C$C" | srv_seed 3 lfs-batch
+printf '{"oid":"%s","size":10}' $OID | srv_seed 4 lfs-verify
+printf 'paths=README.md&paths=docs&paths=w.bin&expand=true' | srv_seed 5 paths-form
+printf '{"paths":["w.bin","docs/a.md","nope"],"expand":true}' | srv_seed 6 paths-json
+printf '{"type":"kernel","name":"demo2","organization":"org"}' | srv_seed 7 create
+printf 'POST /api/kernels/org/demo/branch/dev\n{"startingPoint":"main"}' | srv_seed 8 branch
+printf 'POST /api/kernels/org/demo/tag/main\n{"tag":"v9","message":"m"}' | srv_seed 8 tag
+printf 'DELETE /api/kernels/org/demo/branch/v1\n' | srv_seed 8 delete
+printf 'GET /api/kernels/org/demo/tree/main/docs?recursive=true&expand=true\n' | srv_seed 8 tree
+printf 'GET /org/demo/resolve/main/w.bin\n' | srv_seed 8 resolve
+printf 'GET /api/kernels/org/demo/refs\n' | srv_seed 8 refs
+printf 'GET /api/kernels/org/demo/revision/main\n' | srv_seed 8 revision
+printf 'PUT /lfs-upload/org/demo/%s/10\nlfs object' $OID | srv_seed 8 put
 # archive: a good variant archive, and the hostile kinds the unpacker refuses
 python3 - "$CORPUS/archive" <<'PY'
 import io, sys, tarfile
