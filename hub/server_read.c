@@ -98,7 +98,12 @@ static cJSON *entry_json(const repo *r, const char *commit, const char *cdir, co
     }
     int lfs = khub__srv_is_lfs_at(r, commit, e->path);
     file_ids ids;
-    if (!khub__srv_file_ids_of(r->dc, full, lfs, &ids)) {
+    /* hashed from the file reached without links, as it is served */
+    struct stat sb;
+    int fd = khub__srv_open_in(cdir, e->path, &sb);
+    int ok = fd >= 0 && S_ISREG(sb.st_mode) && khub__srv_file_ids_of_fd(r->dc, full, fd, lfs, &ids);
+    if (fd >= 0) close(fd);
+    if (!ok) {
         cJSON_Delete(j);
         return NULL;
     }

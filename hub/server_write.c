@@ -220,8 +220,15 @@ static MHD_RESULT api_preupload(struct MHD_Connection *c, repo *r, const char *r
         char full[KHUB__PATH_MAX];
         struct stat sb;
         file_ids ids;
-        int have = KHUB__PATHF(full, "%s/%s", cdir, p->valuestring) && lstat(full, &sb) == 0 &&
-                   S_ISREG(sb.st_mode) && khub__srv_file_ids_of(r->dc, full, lfs, &ids);
+        /* the file reached without a link on the way, and hashed from that
+         * fd: lstat of the joined path followed a linked folder (out ->
+         * /etc) and told the client the digest of a file outside DIR */
+        int fd = KHUB__PATHF(full, "%s/%s", cdir, p->valuestring)
+                     ? khub__srv_open_in(cdir, p->valuestring, &sb)
+                     : -1;
+        int have =
+            fd >= 0 && S_ISREG(sb.st_mode) && khub__srv_file_ids_of_fd(r->dc, full, fd, lfs, &ids);
+        if (fd >= 0) close(fd);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "path", p->valuestring);
         cJSON_AddStringToObject(o, "uploadMode", lfs ? "lfs" : "regular");

@@ -89,6 +89,30 @@ TEST_IMPL(served_links_not_followed)
     ASSERT_EQ(cJSON_GetArraySize(j), 1); /* README.md only */
     cJSON_Delete(j);
     khub__http_resp_free(&r);
+    /* preupload: no digest of a file reached through a link (session 18:
+     * lstat of the joined path followed out/ and gave secret.md's oid) */
+    snprintf(url, sizeof url, "%s/api/kernels/org/demo/preupload/main", fx.endpoint);
+    const char *pre = "{\"files\":[{\"path\":\"out/secret.md\",\"size\":7,\"sample\":\"\"},"
+                      "{\"path\":\"docs/secret.md\",\"size\":7,\"sample\":\"\"},"
+                      "{\"path\":\"README.md\",\"size\":14,\"sample\":\"\"}]}";
+    req = (khub__http_req){.method = "POST",
+                           .url = url,
+                           .auth = 1,
+                           .what = "preupload",
+                           .body = pre,
+                           .body_len = strlen(pre),
+                           .content_type = "application/json"};
+    memset(&r, 0, sizeof r);
+    ASSERT_OK(khub__http_fetch(hub, &req, &r));
+    ASSERT_EQ(r.status, 200);
+    j = cJSON_Parse(r.body);
+    const cJSON *files = cJSON_GetObjectItemCaseSensitive(j, "files");
+    ASSERT_EQ(cJSON_GetArraySize(files), 3);
+    ASSERT(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(files, 0), "oid")));
+    ASSERT(cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(files, 1), "oid")));
+    ASSERT(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(files, 2), "oid")));
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
     khub_hub_free(hub);
     fx_done(&fx);
 }
