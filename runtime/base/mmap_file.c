@@ -144,6 +144,33 @@ khub_status khub__mmap_open_huge(khub_runtime *rt, const char *path, khub_mmap *
     return open_common(rt, path, true, out);
 }
 
+bool khub__mmap_droppable(const khub_mmap *m, const void *p, size_t n)
+{
+    uintptr_t base = (uintptr_t)m->data, at = (uintptr_t)p;
+    /* A huge copy is anonymous memory: dropped pages would read back as
+     * zeros, and a cut huge page splits into 4 KiB ones. */
+    return m->data && !m->huge && n > 0 && at >= base && at - base <= m->size &&
+           n <= m->size - (at - base);
+}
+
+bool khub__mmap_drop(const khub_mmap *m, const void *p, size_t n)
+{
+    if (!khub__mmap_droppable(m, p, n)) return false;
+    uintptr_t at = (uintptr_t)p, page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    /* The whole pages inside the range: a first or last page it shares
+     * with a neighbour stays, as the neighbour's. */
+    uintptr_t from = (at + page - 1) & ~(page - 1), to = (at + n) & ~(page - 1);
+    if (to <= from) return false;
+    /* MADV_RANDOM first: a flag of their own puts the pages in a mapping
+     * (VMA) of their own, and the kernel's fault-around, which maps the
+     * cached pages up to 64 KB around a faulting one, stays inside the
+     * faulting VMA. Without it, reading a neighbour still in use (a norm
+     * vector, o_proj) mapped the dropped pages back: 7 MB of SmolLM2's
+     * 42 MB came back at its first token (session 18). */
+    return madvise((void *)from, to - from, MADV_RANDOM) == 0 &&
+           madvise((void *)from, to - from, MADV_DONTNEED) == 0;
+}
+
 void khub__mmap_close(khub_runtime *rt, khub_mmap *m)
 {
     if (!m) return;

@@ -48,6 +48,19 @@ KHUB_INTERNAL khub_status khub__mmap_open(khub_runtime *rt, const char *path, kh
  * file shrank while read). */
 KHUB_INTERNAL khub_status khub__mmap_open_huge(khub_runtime *rt, const char *path, khub_mmap *out);
 
+/* Gives the whole pages under [p, p + n) back to the kernel (MADV_DONTNEED,
+ * after MADV_RANDOM, which keeps the kernel's fault-around from mapping
+ * them again when a neighbour is read) when the range lies inside m's file
+ * mapping (never a huge copy: false), and says whether it did: a copy of mapped bytes then leaves no
+ * second resident copy behind (model_fuse.c). A first or last page shared
+ * with a neighbour stays. The mapping is private and never written, so a
+ * later read of those pages faults the file's bytes in again: nothing is
+ * lost. */
+KHUB_INTERNAL bool khub__mmap_drop(const khub_mmap *m, const void *p, size_t n);
+/* Whether khub__mmap_drop would give [p, p + n) back: inside m, a file
+ * mapping (not a huge copy). */
+KHUB_INTERNAL bool khub__mmap_droppable(const khub_mmap *m, const void *p, size_t n);
+
 /* Unmaps and frees m's path; m is zeroed. NULL or a zeroed m is fine. */
 KHUB_INTERNAL void khub__mmap_close(khub_runtime *rt, khub_mmap *m);
 

@@ -82,6 +82,12 @@ typedef struct khub__layer {
     khub__weight q_norm, k_norm;                /* f32 [head_dim], Qwen3 and Gemma 3 */
     khub__weight post_attn_norm, post_ffw_norm; /* f32 [hidden], Gemma 3 only */
     khub__mat q, k, v, o, gate, up, down;
+    /* q, k and v joined into one weight of q_rows + 2 kv_rows rows, and
+     * gate and up into one of 2 ffn rows (model_fuse.c), so the layer calls
+     * their op once for each: qkv.op / gate_up.op NULL when not joined.
+     * Joined, q, k and v (gate and up) are views into the joined block,
+     * which qkv (gate_up) owns. */
+    khub__mat qkv, gate_up;
     int64_t window;    /* sliding window in tokens, 0 = full */
     double rope_theta; /* RoPE base of this layer (Gemma 3: local or global) */
 } khub__layer;
@@ -126,6 +132,8 @@ struct khub_model {
     pthread_mutex_t bind_lock;
     khub_binding *norm, *norm_res, *rotary, *attention, *act, *kv_op;
     khub_binding *dequant; /* for a quantized embedding, or NULL */
+    /* Layers whose q/k/v and gate/up were joined (model_fuse.c; tests). */
+    int32_t n_joined_qkv, n_joined_gate_up;
     /* The embedding role's CPU op (kind 9) when khub_model_opts.embed_impl
      * names a plugin, else NULL: the host looks the rows up itself. */
     khub_binding *embed_op;
@@ -173,10 +181,11 @@ struct khub_model {
     float *q;           /* [max_batch, n_heads * head_dim] */
     float *k;           /* [max_batch, n_kv_heads * head_dim] */
     float *v;           /* [max_batch, n_kv_heads * head_dim] */
-    float *att;         /* [max_batch, n_heads * head_dim] attention output */
+    float *att;         /* [max_batch, n_heads * head_dim] attention output; before it,
+                           joined q/k/v's output (forward.c qkv_proj) */
     float *ob;          /* [max_batch, hidden] o_proj / down output */
     float *gate;        /* [max_batch, ffn] */
-    float *up;          /* [max_batch, ffn] */
+    float *up;          /* [max_batch, ffn]; joined gate/up's output first (forward.c) */
     float *last;        /* [max_seqs, hidden] rows that need logits */
     float *logits;      /* [max_seqs, vocab] */
     int32_t *positions; /* [max_batch] */
@@ -220,6 +229,19 @@ KHUB_INTERNAL khub_status khub__forward_reset(khub_model *m, int32_t seq);
  * the cache plugin's truncate, which a cache that dropped older positions
  * may refuse (then the caller resets). */
 KHUB_INTERNAL khub_status khub__forward_truncate(khub_model *m, int32_t seq, int64_t n);
+
+/* ---- model_fuse.c: one call for q/k/v and one for gate/up --------------- */
+
+/* Joins layer L's q, k and v into one weight when one op serves all three
+ * alike, and gate and up likewise (model_fuse.c says when, and why the
+ * result is the same bits). Off under tensor parallelism, on a device, and
+ * with KHUB_JOIN_PROJ=0 in the environment. NOMEM when the joined copy
+ * cannot be had. */
+KHUB_INTERNAL khub_status khub__model_join_layer(khub_model *m, int L, bool on_device);
+/* The line khub_model_explain adds under binding b when it runs joined
+ * q/k/v or gate/up ("    q_proj, k_proj, v_proj as one call ..."), or "". */
+KHUB_INTERNAL void khub__model_join_explain(const khub_model *m, const khub__bound *b, char *buf,
+                                            size_t n);
 
 /* ---- model_rebind.c: a kernel role switched to another plugin ---------- */
 

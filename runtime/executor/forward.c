@@ -291,6 +291,61 @@ static khub_status out_linear(khub_model *m, const khub__mat *mat, khub__tp_part
     return khub__tp_gather_output(m, n, m->ob);
 }
 
+/* Copies column range [col, col + w) of each of n rows of src (row length
+ * ld) to dst [n, w]. */
+static void split_cols(const float *src, int64_t n, int64_t ld, int64_t col, int64_t w, float *dst)
+{
+    for (int64_t i = 0; i < n; i++)
+        memcpy(dst + i * w, src + i * ld + col, (size_t)w * sizeof(float));
+}
+
+/* m->q, m->k, m->v = xb W^T: one call of the joined weight (model_fuse.c)
+ * into m->att, its rows then split, or three calls. The joined output goes
+ * to att, which is free until attention and holds [max_batch, q_dim]: a
+ * step of more rows than that holds of q + 2 kv_dim (a long prefill chunk,
+ * where one call more is nothing) makes the three calls, rather than every
+ * load growing its scratch. The bits are the same either way. */
+static khub_status qkv_proj(khub_model *m, const khub__layer *ly, int64_t n, int L)
+{
+    int64_t qd = ly->q.w.shape[0], kvd = ly->k.w.shape[0], all = qd + 2 * kvd;
+    if (!ly->qkv.op || n * all > (int64_t)m->max_batch * m->cfg.n_heads * m->cfg.head_dim) {
+        KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &ly->q, m->xb, n, m->q, "q_proj", L));
+        KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &ly->k, m->xb, n, m->k, "k_proj", L));
+        return linear(m, &ly->v, m->xb, n, m->v, "v_proj", L);
+    }
+    KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &ly->qkv, m->xb, n, m->att, "qkv_proj", L));
+    split_cols(m->att, n, all, 0, qd, m->q);
+    split_cols(m->att, n, all, qd, kvd, m->k);
+    split_cols(m->att, n, all, qd + kvd, kvd, m->v);
+    return KHUB_STATUS_OK;
+}
+
+/* gate and up = xb W^T: one call of the joined weight into m->up ([n, 2
+ * ffn], so at most max_batch / 2 rows: more make two calls, as in
+ * qkv_proj), or two calls into m->gate and m->up. *gate and *up are where
+ * the two ended: one token's row [gate | up] is read in place; more rows
+ * are split into m->gate and m->up (each up row moves down to its place in
+ * m->up, never over a row still to be read). */
+static khub_status gate_up_proj(khub_model *m, const khub__layer *ly, int64_t n, int L,
+                                float **gate, float **up)
+{
+    if (!ly->gate_up.op || 2 * n > m->max_batch) {
+        KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &ly->gate, m->xb, n, m->gate, "gate_proj", L));
+        return linear(m, &ly->up, m->xb, n, m->up, "up_proj", L);
+    }
+    int64_t ff = ly->gate.w.shape[0];
+    KHUB_FORWARD_IF_ERROR(m->rt, linear(m, &ly->gate_up, m->xb, n, m->up, "gate_up_proj", L));
+    if (n == 1) {
+        *gate = m->up;
+        *up = m->up + ff;
+        return KHUB_STATUS_OK;
+    }
+    split_cols(m->up, n, 2 * ff, 0, ff, m->gate);
+    for (int64_t i = 0; i < n; i++)
+        memmove(m->up + i * ff, m->up + i * 2 * ff + ff, (size_t)ff * sizeof(float));
+    return KHUB_STATUS_OK;
+}
+
 static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__seg *segs, int n_segs)
 {
     const khub_model_config *c = &m->cfg;
@@ -300,9 +355,7 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
 
     KHUB_FORWARD_IF_ERROR(rt, norm(m, L == 0 ? m->x : m->ob, L == 0 ? NULL : m->x, &ly->attn_norm,
                                    n, hidden, m->xb, "attn_norm", L));
-    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->q, m->xb, n, m->q, "q_proj", L));
-    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->k, m->xb, n, m->k, "k_proj", L));
-    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->v, m->xb, n, m->v, "v_proj", L));
+    KHUB_FORWARD_IF_ERROR(rt, qkv_proj(m, ly, n, L));
     if (c->qk_norm) {
         KHUB_FORWARD_IF_ERROR(
             rt, norm(m, m->q, NULL, &ly->q_norm, n * c->n_heads, hd, m->q, "q_norm", L));
@@ -319,12 +372,12 @@ static khub_status layer_forward(khub_model *m, int L, int64_t n, const khub__se
             rt, norm(m, m->ob, NULL, &ly->post_attn_norm, n, hidden, m->ob, "post_attn_norm", L));
 
     KHUB_FORWARD_IF_ERROR(rt, norm(m, m->ob, m->x, &ly->ffn_norm, n, hidden, m->xb, "ffn_norm", L));
-    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->gate, m->xb, n, m->gate, "gate_proj", L));
-    KHUB_FORWARD_IF_ERROR(rt, linear(m, &ly->up, m->xb, n, m->up, "up_proj", L));
+    float *gate = m->gate, *up = m->up;
+    KHUB_FORWARD_IF_ERROR(rt, gate_up_proj(m, ly, n, L, &gate, &up));
     tview gv, uv, yv;
     khub_activation_args a = {KHUB_STRUCT_INIT(khub_activation_args), .act_type = c->act,
-                              .gate = tv(&gv, m->gate, 2, n, c->intermediate_size, 0),
-                              .up = tv(&uv, m->up, 2, n, c->intermediate_size, 0),
+                              .gate = tv(&gv, gate, 2, n, c->intermediate_size, 0),
+                              .up = tv(&uv, up, 2, n, c->intermediate_size, 0),
                               .y = tv(&yv, m->gate, 2, n, c->intermediate_size, 0)};
     KHUB_FORWARD_IF_ERROR(
         rt, call(m, m->act, &a, c->act == KHUB_ACT_GELU_TANH ? "gelu_tanh_and_mul" : "silu_and_mul",

@@ -519,6 +519,8 @@ khub_status khub__gguf_open_huge(khub_runtime *rt, const char *path, khub_gguf *
     return open_path(rt, path, true, out);
 }
 
+const khub_mmap *khub__gguf_map(const khub_gguf *g) { return g ? &g->map : NULL; }
+
 void khub__gguf_close(khub_gguf *g)
 {
     if (!g) return;

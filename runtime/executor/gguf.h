@@ -139,6 +139,10 @@ KHUB_INTERNAL khub_status khub__gguf_open_mem(khub_runtime *rt, const char *name
 
 /* Unmaps and frees everything; every pointer from g dies. NULL is fine. */
 KHUB_INTERNAL void khub__gguf_close(khub_gguf *g);
+/* g's mapping or huge copy (zeroed when g was opened on a caller's
+ * buffer), for khub__mmap_drop; valid until khub__gguf_close. */
+struct khub_mmap;
+KHUB_INTERNAL const struct khub_mmap *khub__gguf_map(const khub_gguf *g);
 
 KHUB_INTERNAL const char *khub__gguf_path(const khub_gguf *g);   /* as given to open */
 KHUB_INTERNAL uint32_t khub__gguf_version(const khub_gguf *g);   /* 2 or 3 */

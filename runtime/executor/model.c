@@ -224,6 +224,7 @@ static khub_status load(khub_model *m, const char *path, const khub_model_opts *
     KHUB_FORWARD_IF_ERROR(m->rt, khub__model_load_ends(m, &p));
     for (int L = 0; L < c->n_layers; L++) {
         KHUB_FORWARD_IF_ERROR(m->rt, khub__model_load_layer(m, &p, L));
+        KHUB_FORWARD_IF_ERROR(m->rt, khub__model_join_layer(m, L, p.on_device));
         if (p.quant != KHUB_QFORMAT_NONE && (L + 1) % 8 == 0)
             KHUB_LOG_I(m->rt, "%s: %d/%lld layers quantized", m->file, L + 1,
                        (long long)c->n_layers);
@@ -326,8 +327,9 @@ void khub_model_free(khub_model *m)
         khub__weight *ws[] = {&ly->attn_norm, &ly->ffn_norm,       &ly->q_norm,
                               &ly->k_norm,    &ly->post_attn_norm, &ly->post_ffw_norm};
         for (size_t k = 0; k < 6; k++) khub__weight_free(rt, ws[k]);
-        khub__mat *ms[] = {&ly->q, &ly->k, &ly->v, &ly->o, &ly->gate, &ly->up, &ly->down};
-        for (size_t k = 0; k < 7; k++) free_mat(rt, ms[k]);
+        khub__mat *ms[] = {&ly->q,  &ly->k,    &ly->v,   &ly->o,      &ly->gate,
+                           &ly->up, &ly->down, &ly->qkv, &ly->gate_up};
+        for (size_t k = 0; k < sizeof ms / sizeof ms[0]; k++) free_mat(rt, ms[k]);
     }
     khub__free(rt, m->layers, m->layers ? (size_t)m->cfg.n_layers * sizeof *m->layers : 0);
     free_mat(rt, &m->lm_head);

@@ -401,6 +401,8 @@ const char *khub_model_explain(khub_model *m)
         snprintf(line, sizeof line, "%s[%s]: %s\n", khub__model_role_name(m, b->role), dt,
                  khub_binding_name(b->b));
         ok = append(m->rt, &s, &len, &cap, line);
+        khub__model_join_explain(m, b, line, sizeof line);
+        if (ok && line[0]) ok = append(m->rt, &s, &len, &cap, line);
         if (ok && b->role == KHUB__ROLE_PAGED_ATTENTION) {
             snprintf(line, sizeof line, "    paired with kv_cache %s by KV layout %s\n",
                      khub_binding_name(m->kv_op), khub__kv_layout_name(m->kv_layout));

@@ -615,6 +615,13 @@ khub_status khub__safetensors_open_mem(khub_runtime *rt, const char *name, const
     return finish_open(st, rc, out);
 }
 
+const khub_mmap *khub__safetensors_map_of(const khub_safetensors *st, const void *p, size_t n)
+{
+    for (size_t i = 0; st && i < st->n_shards; i++)
+        if (khub__mmap_droppable(&st->shards[i].map, p, n)) return &st->shards[i].map;
+    return NULL;
+}
+
 void khub__safetensors_close(khub_safetensors *st)
 {
     if (!st) return;

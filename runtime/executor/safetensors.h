@@ -106,6 +106,12 @@ KHUB_INTERNAL khub_status khub__safetensors_open_mem(khub_runtime *rt, const cha
 
 /* Unmaps and frees everything. NULL is fine. */
 KHUB_INTERNAL void khub__safetensors_close(khub_safetensors *st);
+/* The shard mapping that holds [p, p + n) and could give its pages back
+ * (khub__mmap_droppable), or NULL (a caller's buffer is never one);
+ * valid until khub__safetensors_close. */
+struct khub_mmap;
+KHUB_INTERNAL const struct khub_mmap *khub__safetensors_map_of(const khub_safetensors *st,
+                                                                const void *p, size_t n);
 
 /* Tensors of all shards, in shard then header order. */
 KHUB_INTERNAL size_t khub__safetensors_count(const khub_safetensors *st);
