@@ -51,11 +51,10 @@ KHUB_INTERNAL khub_status khub__mmap_open_huge(khub_runtime *rt, const char *pat
 /* Gives the whole pages under [p, p + n) back to the kernel (MADV_DONTNEED,
  * after MADV_RANDOM, which keeps the kernel's fault-around from mapping
  * them again when a neighbour is read) when the range lies inside m's file
- * mapping (never a huge copy: false), and says whether it did: a copy of mapped bytes then leaves no
- * second resident copy behind (model_fuse.c). A first or last page shared
- * with a neighbour stays. The mapping is private and never written, so a
- * later read of those pages faults the file's bytes in again: nothing is
- * lost. */
+ * mapping (never a huge copy: false), and says whether it did: a copy of mapped bytes then leaves
+ * no second resident copy behind (model_fuse.c). A first or last page shared with a neighbour
+ * stays. The mapping is private and never written, so a later read of those pages faults the file's
+ * bytes in again: nothing is lost. */
 KHUB_INTERNAL bool khub__mmap_drop(const khub_mmap *m, const void *p, size_t n);
 /* Whether khub__mmap_drop would give [p, p + n) back: inside m, a file
  * mapping (not a huge copy). */

@@ -87,8 +87,8 @@ static bool joinable(khub__mat *const *mats, int n)
  * memory. */
 static const khub_mmap *source_map(const khub_model *m, const khub__weight *w, size_t bytes)
 {
-    const khub_mmap *map = m->gguf ? khub__gguf_map(m->gguf)
-                                   : khub__safetensors_map_of(m->st, w->t.data, bytes);
+    const khub_mmap *map =
+        m->gguf ? khub__gguf_map(m->gguf) : khub__safetensors_map_of(m->st, w->t.data, bytes);
     return map && khub__mmap_droppable(map, w->t.data, bytes) ? map : NULL;
 }
 
@@ -113,8 +113,7 @@ static void give_back(khub_model *m, khub__weight *w, size_t bytes)
  * copy would hold the bytes twice and the copy would not be on huge pages). */
 typedef enum join_how { JOIN_NONE, JOIN_VIEW, JOIN_COPY } join_how;
 
-static join_how how_to_join(const khub_model *m, khub__mat *const *mats, int n,
-                            const size_t *bytes)
+static join_how how_to_join(const khub_model *m, khub__mat *const *mats, int n, const size_t *bytes)
 {
     bool view = true, copy = true;
     for (int i = 0; i < n; i++) {

@@ -111,7 +111,7 @@ KHUB_INTERNAL void khub__safetensors_close(khub_safetensors *st);
  * valid until khub__safetensors_close. */
 struct khub_mmap;
 KHUB_INTERNAL const struct khub_mmap *khub__safetensors_map_of(const khub_safetensors *st,
-                                                                const void *p, size_t n);
+                                                               const void *p, size_t n);
 
 /* Tensors of all shards, in shard then header order. */
 KHUB_INTERNAL size_t khub__safetensors_count(const khub_safetensors *st);
