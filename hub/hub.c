@@ -12,6 +12,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "app_struct.h"
 #include "hub_impl.h"
 
 /* ======================================================================== */
@@ -269,13 +270,12 @@ khub_status khub_hub_new(const khub_hub_opts *opts, khub_hub **out)
     *out = NULL;
     khub_hub_opts o = {KHUB_STRUCT_INIT(khub_hub_opts), .offline = -1};
     if (opts) {
-        if (opts->struct_size < KHUB__HUB_OPTS_0_1)
-            return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE,
-                              "khub_hub_new: opts.struct_size %u is below the 0.1 size %zu",
-                              opts->struct_size, (size_t)KHUB__HUB_OPTS_0_1);
         /* Only what the caller's struct has: an older one is shorter (the
-         * fields after it keep their defaults). */
-        memcpy(&o, opts, opts->struct_size < sizeof o ? opts->struct_size : sizeof o);
+         * fields after it are zero: their defaults). */
+        char msg[KHUB_ERROR_SIZE];
+        khub_status st = khub__app_read(&o, sizeof o, opts, KHUB__HUB_OPTS_0_1, "khub_hub_new",
+                                        "opts", msg, sizeof msg);
+        if (st != KHUB_STATUS_OK) return khub__fail(NULL, st, "%s", msg);
     }
     if (o.repo_type > KHUB_HUB_REPO_MODEL)
         return khub__fail(NULL, KHUB_STATUS_INVALID_ARG, "khub_hub_new: unknown repo_type %u",

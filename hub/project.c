@@ -120,13 +120,14 @@ void khub_lock_free(khub_lock *lock) { khub__lock_free(lock); }
 
 size_t khub_lock_count(const khub_lock *lock) { return lock ? lock->count : 0; }
 
-/* Fills the caller's pin from an entry, as far as its struct_size reaches. */
-static khub_status pin_put(const khub_lock_entry *e, khub_lock_pin *out)
+/* Fills the caller's pin from an entry (for who), as far as its struct_size
+ * reaches. */
+static khub_status pin_put(const khub_lock_entry *e, khub_lock_pin *out, const char *who)
 {
-    if (out->struct_size < KHUB__SIZE_TO(khub_lock_pin, reserved))
-        return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE,
-                          "khub_lock_pin: struct_size %u is below 0.1's %zu",
-                          (unsigned)out->struct_size, KHUB__SIZE_TO(khub_lock_pin, reserved));
+    char msg[KHUB_ERROR_SIZE];
+    if (khub__app_struct_check(out, KHUB__SIZE_TO(khub_lock_pin, reserved), who, "out", msg,
+                               sizeof msg))
+        return khub__fail(NULL, KHUB_STATUS_STRUCT_SIZE, "%s", msg);
     khub_lock_pin p = {KHUB_APP_INIT(khub_lock_pin), .version = e->version,
                        .n_variants = (uint32_t)e->n_variants};
     snprintf(p.repo, sizeof p.repo, "%s", e->repo);
@@ -143,7 +144,7 @@ khub_status khub_lock_pin_at(const khub_lock *lock, size_t i, khub_lock_pin *out
     if (i >= lock->count)
         return khub__fail(NULL, KHUB_STATUS_NOT_FOUND, "khub_lock_pin_at: %zu is past the %zu pins",
                           i, lock->count);
-    return pin_put(&lock->items[i], out);
+    return pin_put(&lock->items[i], out, "khub_lock_pin_at");
 }
 
 khub_status khub_lock_pin_find(const khub_lock *lock, const char *repo, khub_lock_pin *out)
@@ -151,7 +152,7 @@ khub_status khub_lock_pin_find(const khub_lock *lock, const char *repo, khub_loc
     KHUB_API_CHECK(NULL, lock != NULL && repo != NULL && out != NULL);
     const khub_lock_entry *e = khub__lock_find(lock, repo);
     if (!e) return khub__fail(NULL, KHUB_STATUS_NOT_FOUND, "%s is not in the lock", repo);
-    return pin_put(e, out);
+    return pin_put(e, out, "khub_lock_pin_find");
 }
 
 khub_status khub_lock_pin_id(const khub_lock_pin *pin, khub_hub_id *out)

@@ -16,13 +16,14 @@
 #include "khub/khub_project.h"
 #include "lockfile.h"
 
-/* True when a result struct of the caller reaches its 0.1 end. */
-#define REACHES(s, type, f) KHUB__APP_HAS(s, type, f)
-
-static khub_status too_small(khub_hub *hub, const char *what, uint32_t size, size_t want)
+/* STRUCT_SIZE on hub when the caller's struct s (argument name of who) is
+ * below min, 0.1's size; OK otherwise. */
+static khub_status check_size(khub_hub *hub, const void *s, size_t min, const char *who,
+                              const char *name)
 {
-    return khub__hub_fail(hub, KHUB_STATUS_STRUCT_SIZE, "%s: struct_size %u is below 0.1's %zu",
-                          what, (unsigned)size, want);
+    char msg[KHUB_ERROR_SIZE];
+    khub_status st = khub__app_struct_check(s, min, who, name, msg, sizeof msg);
+    return st == KHUB_STATUS_OK ? st : khub__hub_fail(hub, st, "%s", msg);
 }
 
 static void entry_to_pin(const khub_lock_entry *e, khub_lock_pin *p)
@@ -60,14 +61,14 @@ khub_status khub_lock_kernel(khub_hub *hub, khub_lock *lock, const khub_hub_id *
     khub__hub_clear(hub);
     khub_lock_opts o = {KHUB_APP_INIT(khub_lock_opts)};
     if (opts) {
-        if (!REACHES(opts, khub_lock_opts, allow_downgrade))
-            return too_small(hub, "khub_lock_opts", opts->struct_size,
-                             offsetof(khub_lock_opts, reserved));
-        memcpy(&o, opts, sizeof o < opts->struct_size ? sizeof o : opts->struct_size);
+        KHUB_FORWARD_IF_ERROR(NULL,
+                              check_size(hub, opts, KHUB__SIZE_TO(khub_lock_opts, allow_downgrade),
+                                         "khub_lock_kernel", "opts"));
+        khub__app_copy_in(&o, sizeof o, opts);
     }
-    if (out && !REACHES(out, khub_lock_result, previous))
-        return too_small(hub, "khub_lock_result", out->struct_size,
-                         KHUB__SIZE_TO(khub_lock_result, previous));
+    if (out)
+        KHUB_FORWARD_IF_ERROR(NULL, check_size(hub, out, KHUB__SIZE_TO(khub_lock_result, previous),
+                                               "khub_lock_kernel", "out"));
     if (o.commit && !khub__is_commit_hex(o.commit))
         return khub__hub_fail(hub, KHUB_STATUS_INVALID_ARG,
                               "%s/%s: commit \"%.60s\" is not 40 lowercase hex digits", id->org,
@@ -120,12 +121,14 @@ khub_status khub_lock_sync(khub_hub *hub, const khub_lock *lock, size_t i,
 {
     KHUB_API_CHECK(NULL, hub != NULL && lock != NULL);
     khub__hub_clear(hub);
-    if (opts && !REACHES(opts, khub_sync_opts, all_variants))
-        return too_small(hub, "khub_sync_opts", opts->struct_size,
-                         KHUB__SIZE_TO(khub_sync_opts, all_variants));
-    if (out && !REACHES(out, khub_sync_result, newer_commit))
-        return too_small(hub, "khub_sync_result", out->struct_size,
-                         KHUB__SIZE_TO(khub_sync_result, newer_commit));
+    if (opts)
+        KHUB_FORWARD_IF_ERROR(NULL,
+                              check_size(hub, opts, KHUB__SIZE_TO(khub_sync_opts, all_variants),
+                                         "khub_lock_sync", "opts"));
+    if (out)
+        KHUB_FORWARD_IF_ERROR(NULL,
+                              check_size(hub, out, KHUB__SIZE_TO(khub_sync_result, newer_commit),
+                                         "khub_lock_sync", "out"));
     const khub_lock_entry *e = NULL;
     KHUB_FORWARD_IF_ERROR(NULL, entry_at(hub, lock, i, &e));
     size_t n = 0;
@@ -147,9 +150,8 @@ khub_status khub_lock_outdated(khub_hub *hub, const khub_lock *lock, size_t i,
 {
     KHUB_API_CHECK(NULL, hub != NULL && lock != NULL && out != NULL);
     khub__hub_clear(hub);
-    if (!REACHES(out, khub_outdated_result, newer))
-        return too_small(hub, "khub_outdated_result", out->struct_size,
-                         KHUB__SIZE_TO(khub_outdated_result, newer));
+    KHUB_FORWARD_IF_ERROR(NULL, check_size(hub, out, KHUB__SIZE_TO(khub_outdated_result, newer),
+                                           "khub_lock_outdated", "out"));
     const khub_lock_entry *e = NULL;
     KHUB_FORWARD_IF_ERROR(NULL, entry_at(hub, lock, i, &e));
     khub_lock_pin pin;

@@ -392,7 +392,7 @@ static khub_status upload_lfs(khub__pub *p)
 {
     khub__pub_file **todo =
         khub__mem_calloc(khub__hub_alloc(p->hub), p->n ? p->n : 1, sizeof *todo);
-    if (!todo) return khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "publish: out of memory");
+    if (!todo) return khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "out of memory");
     size_t k = 0;
     for (size_t i = 0; i < p->n; i++)
         if (p->files[i].lfs && !p->files[i].unchanged) todo[k++] = &p->files[i];
@@ -457,7 +457,7 @@ static khub_status add_inline(khub__pub *p, ndjson *b, const khub__pub_file *f)
 {
     if (f->size > MAX_INLINE)
         return khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW,
-                              "publish: %s is %llu bytes, too large to send inline; the server "
+                              "%s is %llu bytes, too large to send inline; the server "
                               "should have classified it as LFS",
                               f->rel, (unsigned long long)f->size);
     FILE *in = khub__fopen_regular(f->path, NULL, 0);
@@ -467,7 +467,7 @@ static khub_status add_inline(khub__pub *p, ndjson *b, const khub__pub_file *f)
     if (in) fclose(in);
     char *enc = got == f->size ? b64(a, data, got) : NULL;
     khub__mem_free(data);
-    if (!enc) return khub__hub_fail(p->hub, KHUB_STATUS_IO, "publish: cannot read %s", f->path);
+    if (!enc) return khub__hub_fail(p->hub, KHUB_STATUS_IO, "cannot read %s", f->path);
     cJSON *v = path_obj(f->rel);
     cJSON_AddStringToObject(v, "content", enc);
     cJSON_AddStringToObject(v, "encoding", "base64");
@@ -519,7 +519,7 @@ static khub_status commit(khub__pub *p, const char *summary)
         nd_line(&b, "lfsFile", v);
     }
     if (st == KHUB_STATUS_OK && b.oom)
-        st = khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "publish: out of memory for the commit");
+        st = khub__hub_fail(p->hub, KHUB_STATUS_NOMEM, "out of memory for the commit");
     if (st != KHUB_STATUS_OK || changes == 0) { /* nothing changed: the head stands */
         memcpy(p->res->commit, p->head, 41);
         khub__mem_free(b.s);
@@ -553,13 +553,19 @@ static khub_status commit(khub__pub *p, const char *summary)
 /* Entry                                                                    */
 /* ======================================================================== */
 
+khub_status khub__publish_refuse(khub_hub *hub, khub_status st, const char *msg)
+{
+    khub__hub_clear(hub);
+    return khub__hub_fail(hub, st, "%s", msg);
+}
+
 khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publish_result *res)
 {
     khub__hub_clear(hub);
     memset(res, 0, sizeof *res);
-    if (!o || !o->dir) return khub__hub_fail(hub, KHUB_STATUS_MISUSE, "publish: no DIR given");
+    if (!o || !o->dir) return khub__hub_fail(hub, KHUB_STATUS_MISUSE, "no DIR given");
     khub_kernel_manifest *m = khub__mem_calloc(khub__hub_alloc(hub), 1, sizeof *m);
-    if (!m) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "publish: out of memory");
+    if (!m) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
     char err[KHUB_ERROR_SIZE];
     khub__pub p = {.hub = hub,
                    .res = res,
@@ -568,14 +574,14 @@ khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o, khub_publis
     khub_status st = khub__km_load(o->dir, m, err, sizeof err);
     if (st != KHUB_STATUS_OK) {
         khub__mem_free(m);
-        return khub__hub_fail(hub, st, "publish: %s", err);
+        return khub__hub_fail(hub, st, "%s", err);
     }
     const char *repo = o->repo ? o->repo : m->repo;
     if (khub_hub_id_parse(repo, &p.id, err, sizeof err) != KHUB_STATUS_OK) {
-        st = khub__hub_fail(hub, KHUB_STATUS_BAD_ID, "publish: %s", err);
+        st = khub__hub_fail(hub, KHUB_STATUS_BAD_ID, "%s", err);
     } else if (p.id.rev_kind || p.id.symbol[0]) {
         st = khub__hub_fail(hub, KHUB_STATUS_BAD_ID,
-                            "publish: repo \"%s\" must be plain org/name (the branch is "
+                            "repo \"%s\" must be plain org/name (the branch is "
                             "v<major> from kernel.json)",
                             repo);
     }

@@ -54,5 +54,9 @@ typedef struct khub_publish_result {
  * The message is khub_hub_errmsg(hub). */
 KHUB_PRIVATE_API khub_status khub__publish(khub_hub *hub, const khub_publish_opts *o,
                                            khub_publish_result *res);
+/* A publish refused before it starts (khub_author_publish's arguments):
+ * msg replaces hub's message, as khub__publish's own failures set it, and
+ * goes into khub_last_error(). Returns st. */
+KHUB_PRIVATE_API khub_status khub__publish_refuse(khub_hub *hub, khub_status st, const char *msg);
 
 #endif /* KHUB_HUB_PUBLISH_H */

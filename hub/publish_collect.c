@@ -19,31 +19,30 @@ static khub_status add_file(khub__pub *p, const char *rel, const char *path)
     khub_hub *hub = p->hub;
     struct stat sb;
     if (!khub__path_is_safe(rel))
-        return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
-                              "publish: %s is not a safe repo path; rename it", rel);
+        return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH, "%s is not a safe repo path; rename it",
+                              rel);
     if (lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
         return khub__hub_fail(hub, KHUB_STATUS_UNSAFE_PATH,
-                              "publish: %s is not a regular file (symlinks are not published); "
+                              "%s is not a regular file (symlinks are not published); "
                               "rebuild with khub build",
                               path);
     if (p->n == MAX_FILES)
-        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "publish: more than %d files in build/",
-                              MAX_FILES);
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "more than %d files in build/", MAX_FILES);
     if (p->n == p->cap) {
         size_t cap = p->cap ? 2 * p->cap : 32;
         khub__pub_file *v = khub__mem_realloc(khub__hub_alloc(hub), p->files, cap * sizeof *v);
-        if (!v) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "publish: out of memory");
+        if (!v) return khub__hub_fail(hub, KHUB_STATUS_NOMEM, "out of memory");
         p->files = v;
         p->cap = cap;
     }
     khub__pub_file *f = &p->files[p->n];
     memset(f, 0, sizeof *f);
     if (!KHUB__PATHF(f->rel, "%s", rel) || !KHUB__PATHF(f->path, "%s", path))
-        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "publish: path too long: %s", rel);
+        return khub__hub_fail(hub, KHUB_STATUS_OVERFLOW, "path too long: %s", rel);
     f->size = (uint64_t)sb.st_size;
     if (khub__sha256_file_hex(path, f->sha256) != KHUB_STATUS_OK ||
         khub__git_blob_sha1_file(path, f->sha1) != KHUB_STATUS_OK)
-        return khub__hub_fail(hub, KHUB_STATUS_IO, "publish: cannot read %s", path);
+        return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read %s", path);
     p->n++;
     return KHUB_STATUS_OK;
 }
@@ -51,10 +50,10 @@ static khub_status add_file(khub__pub *p, const char *rel, const char *path)
 static khub_status add_tree(khub__pub *p, const char *dir, const char *rel, int depth)
 {
     DIR *d = opendir(dir);
-    if (!d) return khub__hub_fail(p->hub, KHUB_STATUS_IO, "publish: cannot open %s", dir);
-    khub_status st = depth > 32 ? khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW,
-                                                 "publish: %s is nested too deep", dir)
-                                : KHUB_STATUS_OK;
+    if (!d) return khub__hub_fail(p->hub, KHUB_STATUS_IO, "cannot open %s", dir);
+    khub_status st =
+        depth > 32 ? khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW, "%s is nested too deep", dir)
+                   : KHUB_STATUS_OK;
     struct dirent *de;
     while (st == KHUB_STATUS_OK && (de = readdir(d))) {
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
@@ -62,7 +61,7 @@ static khub_status add_tree(khub__pub *p, const char *dir, const char *rel, int 
         struct stat sb;
         if (!KHUB__PATHF(path, "%s/%s", dir, de->d_name) ||
             !KHUB__PATHF(r2, "%s/%s", rel, de->d_name)) {
-            st = khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW, "publish: path too long in %s", dir);
+            st = khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW, "path too long in %s", dir);
         } else if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
             st = add_tree(p, path, r2, depth + 1);
         } else {
@@ -82,12 +81,11 @@ khub_status khub__publish_collect(khub__pub *p, const char *dir)
 {
     char build[KHUB__PATH_MAX];
     if (!KHUB__PATHF(build, "%s/build", dir))
-        return khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW, "publish: path too long: %s", dir);
+        return khub__hub_fail(p->hub, KHUB_STATUS_OVERFLOW, "path too long: %s", dir);
     DIR *d = opendir(build);
     if (!d)
         return khub__hub_fail(p->hub, KHUB_STATUS_NOT_FOUND,
-                              "publish: %s has no build/ directory; run 'khub build %s' first", dir,
-                              dir);
+                              "%s has no build/ directory; run 'khub build %s' first", dir, dir);
     khub_status st = KHUB_STATUS_OK;
     struct dirent *de;
     size_t variants = 0;
@@ -109,7 +107,7 @@ khub_status khub__publish_collect(khub__pub *p, const char *dir)
     closedir(d);
     if (st == KHUB_STATUS_OK && variants == 0)
         st = khub__hub_fail(p->hub, KHUB_STATUS_NOT_FOUND,
-                            "publish: %s/build has no variant with a metadata.json; run 'khub "
+                            "%s/build has no variant with a metadata.json; run 'khub "
                             "build %s' first",
                             dir, dir);
     if (st == KHUB_STATUS_OK) qsort(p->files, p->n, sizeof *p->files, cmp_file);

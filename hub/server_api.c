@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app_struct.h"
 #include "khub/khub_server.h"
 #include "server_impl.h"
 
@@ -66,14 +67,12 @@ khub_status khub_server_start(const khub_server_opts *opts, khub_server **out, c
     if (!opts || !out)
         return start_fail(KHUB_STATUS_MISUSE, errbuf, errbuf_size, "khub_server_start: %s is NULL",
                           opts ? "out" : "opts");
-    const size_t size_0_1 = offsetof(khub_server_opts, max_body) + sizeof(uint64_t);
-    if (opts->struct_size < size_0_1)
-        return start_fail(KHUB_STATUS_STRUCT_SIZE, errbuf, errbuf_size,
-                          "khub_server_start: opts.struct_size %u is below the 0.1 size %zu",
-                          opts->struct_size, size_0_1);
     /* Only what the caller's struct has: a 0.1 caller's is shorter. */
-    khub_server_opts so = {0};
-    memcpy(&so, opts, opts->struct_size < sizeof so ? opts->struct_size : sizeof so);
+    khub_server_opts so;
+    char msg[KHUB_ERROR_SIZE];
+    khub_status st = khub__app_read(&so, sizeof so, opts, KHUB__SIZE_TO(khub_server_opts, max_body),
+                                    "khub_server_start", "opts", msg, sizeof msg);
+    if (st != KHUB_STATUS_OK) return start_fail(st, errbuf, errbuf_size, "%s", msg);
     khub__server_opts o = {.dir = so.dir,
                            .host = so.host,
                            .port = so.port,
@@ -100,7 +99,7 @@ khub_status khub_server_start(const khub_server_opts *opts, khub_server **out, c
         o.log = log_to_file;
         o.log_ud = srv->log_file;
     }
-    khub_status st = khub__server_start(&o, &srv->s);
+    st = khub__server_start(&o, &srv->s);
     if (st != KHUB_STATUS_OK) {
         if (srv->log_file) fclose(srv->log_file);
         free(srv);

@@ -48,6 +48,12 @@ grep -q <<<"$out" "token missing" || fail "no-token message: $out"
 out=$(HF_TOKEN=hf_wrong timeout 30 "$KHUB" publish "$K" 2>&1) && fail "wrong token succeeded"
 grep -q <<<"$out" "HTTP 401: token rejected or it lacks write access" || fail "401 message: $out"
 [ ! -d "$T/repos/acme/norm" ] || fail "a rejected publish created the repo"
+# A tree that is no kernel: the command's prefix once, as khub build says it
+# ("khub publish: publish: ..." before session 18).
+mkdir -p "$T/notakernel"
+out=$(timeout 30 "$KHUB" publish "$T/notakernel" --token hf_write 2>&1) && fail "publish of no kernel"
+want="khub publish: $T/notakernel/kernel.json: cannot open: No such file or directory (is $T/notakernel a kernel source dir?)"
+[ "$out" = "$want" ] || fail "no-kernel message: $out"
 
 # Publish v1 and download it back.
 export HF_TOKEN=hf_write

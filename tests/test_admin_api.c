@@ -196,7 +196,7 @@ TEST_IMPL(server_start_errors)
     so = server_opts("/tmp");
     so.struct_size = 8;
     expect_start_error(&so, KHUB_STATUS_STRUCT_SIZE,
-                       "khub_server_start: opts.struct_size 8 is below the 0.1 size");
+                       "khub_server_start: opts.struct_size 8 is smaller than 0.1's");
     expect_start_error(NULL, KHUB_STATUS_MISUSE, "khub_server_start: opts is NULL");
     /* a port in use */
     pub_fixture p;

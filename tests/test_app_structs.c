@@ -121,7 +121,8 @@ TEST_IMPL(too_small_is_refused_by_size)
     ro.struct_size = 8;
     khub_runtime *rt = NULL;
     ASSERT_STATUS(khub_runtime_new(&ro, &rt), KHUB_STATUS_STRUCT_SIZE);
-    ASSERT_STR_EQ(khub_last_error(), "khub_runtime_opts: struct_size 8 is below 0.1's 48");
+    ASSERT_STR_EQ(khub_last_error(),
+                  "khub_runtime_new: opts.struct_size 8 is smaller than 0.1's 48");
     /* the size a message names is 0.1's, not this header's (both named
      * sizeof, one named 4 bytes short of 0.1's and accepted those) */
     ASSERT_OK(khub_runtime_new(NULL, &rt));
@@ -135,7 +136,8 @@ TEST_IMPL(too_small_is_refused_by_size)
         khub_kernel_swap_prepare(hub, rt, KHUB_KERNEL_ROLE_NORM, "khub/ref-cpu", NULL, &sw),
         KHUB_STATUS_STRUCT_SIZE);
     char want[128];
-    snprintf(want, sizeof want, "khub_kernel_swap: struct_size %zu is below 0.1's %zu",
+    snprintf(want, sizeof want,
+             "khub_kernel_swap_prepare: out.struct_size %zu is smaller than 0.1's %zu",
              swap_0_1 - 1, swap_0_1);
     ASSERT_STR_EQ(khub_last_error(), want);
     khub_hub_free(hub);
@@ -149,7 +151,8 @@ TEST_IMPL(too_small_is_refused_by_size)
     khub_lock_pin pin = {KHUB_STRUCT_INIT(khub_lock_pin)};
     pin.struct_size = 544; /* 0.1's 548 without its reserved */
     ASSERT_STATUS(khub_lock_pin_at(lock, 0, &pin), KHUB_STATUS_STRUCT_SIZE);
-    ASSERT_STR_EQ(khub_last_error(), "khub_lock_pin: struct_size 544 is below 0.1's 548");
+    ASSERT_STR_EQ(khub_last_error(),
+                  "khub_lock_pin_at: out.struct_size 544 is smaller than 0.1's 548");
     khub_lock_free(lock);
 }
 
@@ -717,16 +720,126 @@ TEST_IMPL(author_structs_sized_by_the_caller)
     ASSERT_OK(khub_hub_new(&ho, &hub));
     khub_author_publish_opts po = {KHUB_APP_INIT(khub_author_publish_opts)};
     khub_author_publish_result pr = {KHUB_APP_INIT(khub_author_publish_result)};
+    /* a publish that failed first: the refusals below replace its message
+     * on the hub (they were in khub_last_error() only before session 18) */
+    po.dir = "/nonexistent/kernel";
+    ASSERT_STATUS(khub_author_publish(hub, &po, &pr), KHUB_STATUS_NOT_FOUND);
+    ASSERT_STR_EQ(khub_hub_errmsg(hub), "/nonexistent/kernel/kernel.json: cannot open: No such "
+                                        "file or directory (is /nonexistent/kernel a kernel "
+                                        "source dir?)");
     po.struct_size = 8;
     ASSERT_STATUS(khub_author_publish(hub, &po, &pr), KHUB_STATUS_STRUCT_SIZE);
     ASSERT_STR_EQ(khub_last_error(),
                   "khub_author_publish: opts.struct_size 8 is smaller than 0.1's 32");
+    ASSERT_STR_EQ(khub_hub_errmsg(hub), khub_last_error());
     po.struct_size = sizeof po;
     pr.struct_size = 8;
     ASSERT_STATUS(khub_author_publish(hub, &po, &pr), KHUB_STATUS_STRUCT_SIZE);
     ASSERT_STR_EQ(khub_last_error(),
                   "khub_author_publish: res.struct_size 8 is smaller than 0.1's 1392");
+    ASSERT_STR_EQ(khub_hub_errmsg(hub), khub_last_error());
+    pr.struct_size = sizeof pr;
+    po.dir = NULL;
+    ASSERT_STATUS(khub_author_publish(hub, &po, &pr), KHUB_STATUS_MISUSE);
+    ASSERT_STR_EQ(khub_hub_errmsg(hub), "khub_author_publish: opts.dir is NULL");
+    ASSERT_STR_EQ(khub_last_error(), khub_hub_errmsg(hub));
     khub_hub_free(hub);
+}
+
+/* The option structs read by hand before session 18 (model, generate and
+ * batch options, a batch's request and stats, kernel fetch and lock
+ * options) refuse a struct below 0.1's size in the one message form; they
+ * read anything from 8-12 bytes (the rest as zeros), and khub_kernel_fetch
+ * took a struct_size of 0 as the whole struct. */
+static void expect_small(khub_status st, const char *errmsg, const char *who, const char *name,
+                         size_t size, size_t min)
+{
+    char want[160];
+    snprintf(want, sizeof want, "%s: %s.struct_size %zu is smaller than 0.1's %zu", who, name, size,
+             min);
+    ASSERT_STATUS(st, KHUB_STATUS_STRUCT_SIZE);
+    ASSERT_STR_EQ(errmsg, want);
+}
+
+TEST_IMPL(option_structs_refused_below_0_1)
+{
+    tiny t = tiny_open();
+    const size_t mo_0_1 = SIZE_TO(khub_model_opts, progress_ud);
+    khub_model_opts mo = {KHUB_APP_INIT(khub_model_opts)};
+    mo.struct_size = (uint32_t)mo_0_1 - 8;
+    khub_model *m = NULL;
+    expect_small(khub_model_load(t.rt, "/nonexistent/m.gguf", &mo, &m), khub_runtime_errmsg(t.rt),
+                 "khub_model_load", "opts", mo_0_1 - 8, mo_0_1);
+    mo.struct_size = (uint32_t)mo_0_1; /* 0.1's size: read, then the file is missing */
+    ASSERT(khub_model_load(t.rt, "/nonexistent/m.gguf", &mo, &m) != KHUB_STATUS_STRUCT_SIZE);
+    khub_comm comm = {KHUB_APP_INIT(khub_comm)};
+    comm.struct_size = 16; /* INVALID_ARG before session 18 */
+    khub_model_opts tp = {KHUB_APP_INIT(khub_model_opts), .tp_size = 2, .comm = &comm};
+    expect_small(khub_model_load(t.rt, TINY_GEMMA, &tp, &m), khub_runtime_errmsg(t.rt),
+                 "khub_model_load", "opts.comm", 16, SIZE_TO(khub_comm, barrier));
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .offline = 1, .token = ""};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&ho, &hub));
+    mo.struct_size = 12;
+    expect_small(khub_model_load_hub(hub, t.rt, "/nonexistent/m.gguf", &mo, NULL, &m, NULL),
+                 khub_runtime_errmsg(t.rt), "khub_model_load_hub", "base", 12, mo_0_1);
+
+    const char *prompts[] = {"hello"};
+    khub_generate_opts go = {KHUB_APP_INIT(khub_generate_opts)};
+    go.struct_size = 12; /* max_new_tokens only: read before session 18 */
+    khub_generate_result gr = {KHUB_APP_INIT(khub_generate_result)};
+    expect_small(khub_model_generate(t.m, prompts, 1, &go, &gr), khub_runtime_errmsg(t.rt),
+                 "khub_model_generate", "opts", 12, SIZE_TO(khub_generate_opts, reserved));
+
+    khub_batch_config bc = {KHUB_APP_INIT(khub_batch_config)};
+    bc.struct_size = 12;
+    khub_batch *b = NULL;
+    expect_small(khub_batch_new(t.m, &bc, &b), khub_runtime_errmsg(t.rt), "khub_batch_new", "cfg",
+                 12, SIZE_TO(khub_batch_config, reserved));
+    ASSERT_OK(khub_batch_new(t.m, NULL, &b));
+    khub_batch_request rq = {KHUB_APP_INIT(khub_batch_request), .prompt = "hello"};
+    rq.struct_size = 16;
+    uint64_t id = 0;
+    expect_small(khub_batch_submit(b, &rq, &id), khub_last_error(), "khub_batch_submit", "req", 16,
+                 SIZE_TO(khub_batch_request, ud));
+    khub_batch_stats bs = {KHUB_APP_INIT(khub_batch_stats)};
+    bs.struct_size = 16;
+    expect_small(khub_batch_stats_get(b, &bs), khub_last_error(), "khub_batch_stats_get", "stats",
+                 16, SIZE_TO(khub_batch_stats, generated_tokens));
+    /* the caller's header kept (ABI.md rule 5; the library's stamp was
+     * written over it), nothing past its struct_size written */
+    for (size_t i = 0; i < N_STAMPS; i++) {
+        khub_batch_stats proto = {KHUB_STRUCT_INIT(khub_batch_stats)};
+        STAMP(proto, i);
+        struct_buf sb = struct_buf_new(&proto, sizeof proto, (uint32_t)sizeof proto + FUTURE);
+        ASSERT_OK(khub_batch_stats_get(b, (khub_batch_stats *)(void *)sb.bytes));
+        khub_batch_stats got;
+        memcpy(&got, sb.bytes, sizeof got);
+        ASSERT_EQ(got.struct_size, sizeof proto + FUTURE);
+        ASSERT_EQ(got.abi_major, stamps[i][0]);
+        ASSERT_EQ(got.abi_minor, stamps[i][1]);
+        for (size_t k = sizeof proto; k < sizeof sb.bytes; k++)
+            ASSERT_EQ(sb.bytes[k], sb.before[k]);
+    }
+    khub_batch_free(b);
+
+    khub_kernel_opts ko = {KHUB_APP_INIT(khub_kernel_opts)};
+    ko.struct_size = 0; /* was the whole struct */
+    khub_kernel_result kr = {KHUB_APP_INIT(khub_kernel_result)};
+    expect_small(khub_kernel_fetch(hub, t.rt, "org/k", &ko, &kr), khub_runtime_errmsg(t.rt),
+                 "khub_kernel_fetch", "opts", 0, SIZE_TO(khub_kernel_opts, allow_name_mismatch));
+
+    khub_lock *lock = NULL;
+    ASSERT_OK(khub_lock_new(&lock));
+    khub_hub_id hid;
+    ASSERT_OK(khub_hub_id_parse("org/k", &hid, NULL, 0));
+    khub_lock_opts lo = {KHUB_APP_INIT(khub_lock_opts)};
+    lo.struct_size = 8;
+    expect_small(khub_lock_kernel(hub, lock, &hid, &lo, NULL), khub_hub_errmsg(hub),
+                 "khub_lock_kernel", "opts", 8, SIZE_TO(khub_lock_opts, allow_downgrade));
+    khub_lock_free(lock);
+    khub_hub_free(hub);
+    tiny_close(&t);
 }
 
 #define TEST_LIST(X) \
@@ -742,5 +855,6 @@ TEST_IMPL(author_structs_sized_by_the_caller)
     X(check_opts_sized_by_the_caller) \
     X(model_info_and_bindings_sized_by_the_caller) \
     X(tune_opts_sized_by_the_caller) \
-    X(author_structs_sized_by_the_caller)
+    X(author_structs_sized_by_the_caller) \
+    X(option_structs_refused_below_0_1)
 TEST_MAIN(TEST_LIST)

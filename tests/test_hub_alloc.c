@@ -214,7 +214,7 @@ TEST_IMPL(short_opts_are_read_only_to_struct_size)
     o.struct_size = (uint32_t)size_0_1 - 4;
     ASSERT_STATUS(khub_hub_new(&o, &hub), KHUB_STATUS_STRUCT_SIZE);
     char want[96];
-    snprintf(want, sizeof want, "khub_hub_new: opts.struct_size %zu is below the 0.1 size %zu",
+    snprintf(want, sizeof want, "khub_hub_new: opts.struct_size %zu is smaller than 0.1's %zu",
              size_0_1 - 4, size_0_1);
     ASSERT_STR_EQ(khub_last_error(), want);
 }

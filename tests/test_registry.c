@@ -283,7 +283,10 @@ TEST_IMPL(query_validated)
     q.kind = KHUB_OP_ATTENTION;
     q.struct_size = 8;
     ASSERT_STATUS(khub_registry_select(rt, &q, &b), KHUB_STATUS_STRUCT_SIZE);
-    ASSERT_CONTAINS(khub_runtime_errmsg(rt), "khub_op_query: struct_size 8 is below");
+    char want[96];
+    snprintf(want, sizeof want, "khub_registry_select: q.struct_size 8 is smaller than 0.1's %zu",
+             offsetof(khub_op_query, op_name) + sizeof q.op_name);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt), want);
     khub_runtime_free(rt);
 }
 

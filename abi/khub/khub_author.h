@@ -27,8 +27,9 @@
  * Errors: every fallible function returns khub_status; the one-line message
  * (what failed, on what, what to do) goes into the caller's errbuf (may be
  * NULL; KHUB_ERROR_SIZE bytes always hold it) and khub_last_error(), except
- * khub_author_publish, whose message is khub_hub_errmsg(hub) (its refused
- * arguments': khub_last_error()). A NULL struct is MISUSE; a struct whose
+ * khub_author_publish, whose message is khub_hub_errmsg(hub) and
+ * khub_last_error() (its refused arguments' too, since 0.2: they were in
+ * khub_last_error() only). A NULL struct is MISUSE; a struct whose
  * struct_size is below its 0.1 layout is STRUCT_SIZE ("WHO: NAME.struct_size
  * S is smaller than 0.1's MIN"; MISUSE before 0.2), as in the rest of the
  * app API. Nothing here prints: progress and the files written come through
@@ -230,7 +231,11 @@ typedef struct khub_author_publish_result {
  * kernel.json or no built variant), PARSE, UNAUTHORIZED (token missing,
  * rejected or without write access), EXISTS, HTTP (412: the branch moved
  * during the publish), NETWORK, UNSAFE_PATH (a symlink or odd name in
- * build/), IO, OVERFLOW; the message is khub_hub_errmsg(hub). Since 0.1. */
+ * build/), IO, OVERFLOW; MISUSE (hub, opts, res or opts->dir NULL:
+ * "khub_author_publish: opts.dir is NULL"), STRUCT_SIZE (opts or res below
+ * 0.1's size). The message is khub_hub_errmsg(hub) (hub NULL:
+ * khub_last_error() only), e.g. "DIR/kernel.json: cannot open: ..." (before
+ * 0.2 "publish: " led some messages). Since 0.1. */
 KHUB_API khub_status khub_author_publish(khub_hub *hub, const khub_author_publish_opts *opts,
                                          khub_author_publish_result *res);
 

@@ -194,7 +194,10 @@ KHUB_API khub_status khub_batch_run(khub_batch *b, int wait);
 /* Makes khub_batch_run(b, 1) return after its current step. Any thread.
  * Since 0.1. */
 KHUB_API void khub_batch_stop(khub_batch *b);
-/* Fills stats (struct_size set by the caller). Any thread. Since 0.1. */
+/* Fills stats up to its struct_size (set by the caller, at least 0.1's:
+ * else STRUCT_SIZE), its header (struct_size and stamp) kept as the caller
+ * wrote it (since 0.2; 0.1 wrote the library's stamp). Any thread. Since
+ * 0.1. */
 KHUB_API khub_status khub_batch_stats_get(khub_batch *b, khub_batch_stats *stats);
 
 /* Runs reqs[n] to completion on m with continuous batching and fills

@@ -96,7 +96,8 @@ typedef struct khub_kernel_result {
  * LOCK_MISMATCH, NAME_MISMATCH (the signed metadata names another kernel or
  * variant), NOT_FOUND (not in the lock), STRUCT_SIZE (out below 0.1's size,
  * struct_size 0 included, before anything is fetched; since 0.2, where
- * 0.1 cleared sizeof bytes of it). Since 0.1. */
+ * 0.1 cleared sizeof bytes of it; opts below 0.1's size, 0 included, since
+ * 0.2, where 0 meant the whole struct). Since 0.1. */
 KHUB_API khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                                        const khub_kernel_opts *opts, khub_kernel_result *out);
 

@@ -12,13 +12,22 @@ khub_status khub_author_publish(khub_hub *hub, const khub_author_publish_opts *o
                                 khub_author_publish_result *res)
 {
     if (!hub) return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_author_publish: hub is NULL");
-    KHUB_FORWARD_IF_ERROR(NULL, KHUB_AUTHOR_STRUCT(opts, khub_author_publish_opts, message,
-                                                   "khub_author_publish", "opts", NULL, 0));
-    KHUB_FORWARD_IF_ERROR(NULL, KHUB_AUTHOR_STRUCT(res, khub_author_publish_result, n_deleted,
-                                                   "khub_author_publish", "res", NULL, 0));
+    /* A refused argument's message is the hub's as well (before session 18
+     * only khub_last_error() had it, and khub_hub_errmsg(hub), which
+     * `khub publish` prints, kept an earlier call's or nothing). */
+    char msg[KHUB_ERROR_SIZE];
+    khub_status st = KHUB_AUTHOR_STRUCT(opts, khub_author_publish_opts, message,
+                                        "khub_author_publish", "opts", msg, sizeof msg);
+    if (st == KHUB_STATUS_OK)
+        st = KHUB_AUTHOR_STRUCT(res, khub_author_publish_result, n_deleted, "khub_author_publish",
+                                "res", msg, sizeof msg);
+    if (st == KHUB_STATUS_OK && !opts->dir)
+        st = khub__author_fail(msg, sizeof msg, KHUB_STATUS_MISUSE,
+                               "khub_author_publish: opts.dir is NULL");
+    if (st != KHUB_STATUS_OK) return khub__publish_refuse(hub, st, msg);
     khub_publish_opts po = {.dir = opts->dir, .repo = opts->repo, .message = opts->message};
     khub_publish_result r = {0};
-    khub_status st = khub__publish(hub, &po, &r);
+    st = khub__publish(hub, &po, &r);
     snprintf(res->repo, sizeof res->repo, "%s", r.repo);
     snprintf(res->branch, sizeof res->branch, "%s", r.branch);
     snprintf(res->version, sizeof res->version, "%s", r.version);

@@ -12,8 +12,8 @@
  * the wrong bytes as soon as T grows (session 16 found it in
  * khub_generate_batch; session 17 removed every other case).
  *
- * Header only (static inline), so the sibling libraries (libkhub_author)
- * use it too.
+ * Header only (static inline), so the sibling libraries (libkhub_author,
+ * libkhub_tune) use it too.
  */
 #ifndef KHUB_RUNTIME_APP_STRUCT_H
 #define KHUB_RUNTIME_APP_STRUCT_H
@@ -99,6 +99,16 @@ static inline khub_status khub__app_struct_check(const void *s, size_t min, cons
     return KHUB_STATUS_STRUCT_SIZE;
 }
 
+/* In libkhub (internal.h's khub__fail): returns STRUCT_SIZE from the
+ * calling function, the message on rt, when the caller's struct s is below
+ * min (khub__app_struct_check). */
+#define KHUB__APP_CHECK(rt, s, min, who, name) \
+    do { \
+        char m_[KHUB_ERROR_SIZE]; \
+        if (khub__app_struct_check((s), (min), (who), (name), m_, sizeof m_) != KHUB_STATUS_OK) \
+            return khub__fail((rt), KHUB_STATUS_STRUCT_SIZE, "%s", m_); \
+    } while (0)
+
 /* Reads the caller's struct src into the library's dst (full = sizeof
  * *dst): what src's struct_size covers, the rest zero (a field the caller's
  * release lacks reads as its default); dst's struct_size is then what it
@@ -112,6 +122,18 @@ static inline void khub__app_copy_in(void *dst, size_t full, const void *src)
         uint32_t held = (uint32_t)full;
         memcpy(dst, &held, sizeof held);
     }
+}
+
+/* Checks the caller's single struct src (khub__app_struct_check: at least
+ * min, 0.1's size) and reads it into the library's dst (khub__app_copy_in):
+ * the one way an option struct comes in. On failure dst is untouched and
+ * msg holds the message. */
+static inline khub_status khub__app_read(void *dst, size_t full, const void *src, size_t min,
+                                         const char *who, const char *name, char *msg, size_t msg_n)
+{
+    khub_status st = khub__app_struct_check(src, min, who, name, msg, msg_n);
+    if (st == KHUB_STATUS_OK) khub__app_copy_in(dst, full, src);
+    return st;
 }
 
 /* Writes the library's src (full = sizeof *src) into the caller's dst up to

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "app_struct.h"
 #include "batch_impl.h"
 
 double khub__batch_now_ms(void)
@@ -37,10 +38,7 @@ static void breq_free(khub_batch *b, khub__breq *r)
  * thread, the runtime's message belongs to the loop). */
 static khub_status check_request(const khub_batch *b, const khub_batch_request *req)
 {
-    KHUB_RETURN_IF(NULL, req->struct_size < offsetof(khub_batch_request, ud) + sizeof(void *),
-                   KHUB_STATUS_STRUCT_SIZE,
-                   "khub_batch_submit: request struct_size %u is too small",
-                   (unsigned)req->struct_size);
+    KHUB__APP_CHECK(NULL, req, KHUB__SIZE_TO(khub_batch_request, ud), "khub_batch_submit", "req");
     KHUB_RETURN_IF(NULL, !req->prompt == !req->tokens, KHUB_STATUS_INVALID_ARG,
                    "khub_batch_submit: a request needs a prompt or tokens (not both)");
     KHUB_RETURN_IF(NULL, req->tokens && req->n_tokens == 0, KHUB_STATUS_INVALID_ARG,
@@ -236,10 +234,11 @@ static khub_status read_config(khub_model *m, const khub_batch_config *in, khub_
 {
     memset(c, 0, sizeof *c);
     if (in) {
-        KHUB_RETURN_IF(
-            m->rt, in->struct_size < offsetof(khub_batch_config, max_seqs), KHUB_STATUS_STRUCT_SIZE,
-            "khub_batch_new: config struct_size %u is too small", (unsigned)in->struct_size);
-        memcpy(c, in, in->struct_size < sizeof *c ? in->struct_size : sizeof *c);
+        /* 0.1's size (before session 18 anything from 12 bytes was read,
+         * the rest as zeros) */
+        KHUB__APP_CHECK(m->rt, in, KHUB__SIZE_TO(khub_batch_config, reserved), "khub_batch_new",
+                        "cfg");
+        khub__app_copy_in(c, sizeof *c, in);
     }
     int64_t cap = khub__kv_capacity_tokens(m);
     KHUB_RETURN_IF(m->rt, c->max_batch_tokens < 0 || c->max_batch_tokens > m->max_batch,
@@ -367,17 +366,15 @@ void khub_batch_stop(khub_batch *b)
 khub_status khub_batch_stats_get(khub_batch *b, khub_batch_stats *stats)
 {
     KHUB_API_CHECK(NULL, b && stats);
-    KHUB_RETURN_IF(NULL, stats->struct_size < offsetof(khub_batch_stats, generated_tokens) + 8,
-                   KHUB_STATUS_STRUCT_SIZE, "khub_batch_stats_get: struct_size %u is too small",
-                   (unsigned)stats->struct_size);
+    KHUB__APP_CHECK(NULL, stats, KHUB__SIZE_TO(khub_batch_stats, generated_tokens),
+                    "khub_batch_stats_get", "stats");
     pthread_mutex_lock(&b->mu);
     khub_batch_stats s = b->stats;
     s.queued = b->n_queued;
     s.running = b->n_running;
     pthread_mutex_unlock(&b->mu);
-    size_t n = stats->struct_size < sizeof s ? stats->struct_size : sizeof s;
-    uint32_t size = stats->struct_size;
-    memcpy(stats, &s, n);
-    stats->struct_size = size;
+    /* up to its struct_size, the caller's header kept (ABI.md rule 5; before
+     * session 18 the library's stamp was written over the caller's) */
+    khub__app_copy_out(stats, &s, sizeof s);
     return KHUB_STATUS_OK;
 }

@@ -22,6 +22,12 @@
 #include "tp.h"
 #include "weights.h"
 
+/* khub_model_opts' 0.1 size, up to progress_ud (its "End of 0.1"): a
+ * caller's options are refused below it (khub_model_load and
+ * khub_model_load_hub; before session 18 anything from 8 bytes was read,
+ * the rest as zeros). */
+#define KHUB__MODEL_OPTS_0_1 (offsetof(khub_model_opts, progress_ud) + sizeof(void *))
+
 typedef struct khub_tokenizer khub_tokenizer;
 typedef struct khub__place khub__place;
 typedef struct khub_gguf khub_gguf;

@@ -7,6 +7,7 @@
  */
 #include <string.h>
 
+#include "app_struct.h"
 #include "chat.h"
 #include "gen_seq.h"
 
@@ -19,10 +20,10 @@ khub_status khub__gen_read_opts(khub_runtime *rt, const char *who, const khub_ge
 {
     memset(o, 0, sizeof *o);
     if (in) {
-        KHUB_RETURN_IF(rt, in->struct_size < offsetof(khub_generate_opts, max_new_tokens) + 4,
-                       KHUB_STATUS_STRUCT_SIZE, "%s: opts.struct_size %u is too small", who,
-                       (unsigned)in->struct_size);
-        memcpy(o, in, in->struct_size < sizeof *o ? in->struct_size : sizeof *o);
+        /* 0.1's size (before session 18 anything from 12 bytes was read,
+         * the rest as zeros) */
+        KHUB__APP_CHECK(rt, in, KHUB__SIZE_TO(khub_generate_opts, reserved), who, "opts");
+        khub__app_copy_in(o, sizeof *o, in);
     }
     if (o->max_new_tokens == 0) o->max_new_tokens = 128;
     KHUB_RETURN_IF(rt,

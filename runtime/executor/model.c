@@ -37,10 +37,8 @@ static khub_status read_opts(khub_runtime *rt, const khub_model_opts *in, khub_m
 {
     memset(o, 0, sizeof *o);
     if (in) {
-        KHUB_RETURN_IF(rt, in->struct_size < offsetof(khub_model_opts, n_threads),
-                       KHUB_STATUS_STRUCT_SIZE, "khub_model_load: opts.struct_size %u is too small",
-                       (unsigned)in->struct_size);
-        memcpy(o, in, in->struct_size < sizeof *o ? in->struct_size : sizeof *o);
+        KHUB__APP_CHECK(rt, in, KHUB__MODEL_OPTS_0_1, "khub_model_load", "opts");
+        khub__app_copy_in(o, sizeof *o, in);
     }
     int pool = khub__pool_size(khub__runtime_pool(rt));
     KHUB_RETURN_IF(rt, o->n_threads != 0 && o->n_threads != pool, KHUB_STATUS_INVALID_ARG,

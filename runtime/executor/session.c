@@ -27,6 +27,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "app_struct.h"
 #include "gen_seq.h"
 #include "khub/khub_session.h"
 #include "timing.h"
@@ -104,9 +105,7 @@ khub_status khub_session_info_get(const khub_session *s, khub_session_info *info
     khub__clear(s->m->rt); /* its own message, not an earlier call's */
     /* 0.1's size at least (since session 17; it asked for this header's
      * sizeof): every field written here is a 0.1 field. */
-    KHUB_RETURN_IF(s->m->rt, info->struct_size < SESSION_INFO_0_1, KHUB_STATUS_STRUCT_SIZE,
-                   "khub_session_info_get: info.struct_size %u is smaller than 0.1's %zu",
-                   (unsigned)info->struct_size, SESSION_INFO_0_1);
+    KHUB__APP_CHECK(s->m->rt, info, SESSION_INFO_0_1, "khub_session_info_get", "info");
     bool ours = s->resets == s->m->seq_resets[s->seq];
     info->n_cached = ours ? (int64_t)s->n_ids : 0;
     info->max_context = s->m->max_context;
@@ -240,9 +239,7 @@ khub_status khub_session_generate(khub_session *s, const char *prompt,
     khub__clear(rt);
     /* 0.1's size at least (since session 17; it asked for this header's
      * sizeof): fill_result writes 0.1's fields only. */
-    KHUB_RETURN_IF(rt, result->struct_size < KHUB__GEN_RESULT_0_1, KHUB_STATUS_STRUCT_SIZE,
-                   "khub_session_generate: result.struct_size %u is smaller than 0.1's %zu",
-                   (unsigned)result->struct_size, KHUB__GEN_RESULT_0_1);
+    KHUB__APP_CHECK(rt, result, KHUB__GEN_RESULT_0_1, "khub_session_generate", "result");
     khub_generate_opts o;
     KHUB_FORWARD_IF_ERROR(rt, khub__gen_read_opts(rt, "khub_session_generate", opts, &o));
     int32_t *ids = NULL;

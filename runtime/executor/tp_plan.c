@@ -101,14 +101,13 @@ khub_status khub__tp_setup(khub_model *m, int32_t tp_size, int32_t plan, const k
     KHUB_RETURN_IF(m->rt, !comm, KHUB_STATUS_INVALID_ARG,
                    "khub_model_load: tp_size %d needs a communicator (khub_model_opts.comm)",
                    (int)tp_size);
-    KHUB_RETURN_IF(m->rt,
-                   comm->struct_size < KHUB__SIZE_TO(khub_comm, barrier) ||
-                       !comm->all_reduce_sum_f32 || !comm->all_gather || !comm->broadcast ||
-                       !comm->barrier,
-                   KHUB_STATUS_INVALID_ARG,
-                   "khub_model_load: khub_model_opts.comm lacks a function (struct_size %u, want "
-                   "%zu with all four set)",
-                   (unsigned)comm->struct_size, KHUB__SIZE_TO(khub_comm, barrier));
+    /* below 0.1's size STRUCT_SIZE, as every application struct (it was
+     * INVALID_ARG with the missing functions' message before session 18) */
+    KHUB__APP_CHECK(m->rt, comm, KHUB__SIZE_TO(khub_comm, barrier), "khub_model_load", "opts.comm");
+    KHUB_RETURN_IF(
+        m->rt, !comm->all_reduce_sum_f32 || !comm->all_gather || !comm->broadcast || !comm->barrier,
+        KHUB_STATUS_INVALID_ARG,
+        "khub_model_load: khub_model_opts.comm lacks a function (want all four set)");
     KHUB_RETURN_IF(m->rt, comm->size != tp_size || comm->rank < 0 || comm->rank >= comm->size,
                    KHUB_STATUS_INVALID_ARG,
                    "khub_model_load: tp_size %d but the communicator has rank %d of %d ranks "

@@ -111,10 +111,8 @@ khub_status khub_kernel_dir_load(khub_runtime *rt, const char *dir, khub_kernel_
 {
     KHUB_API_CHECK(rt, rt && dir && out);
     khub__clear(rt);
-    KHUB_RETURN_IF(rt, !KHUB__APP_HAS(out, khub_kernel_dir_plugin, variant),
-                   KHUB_STATUS_STRUCT_SIZE,
-                   "khub_kernel_dir_load: out.struct_size %u is smaller than 0.1's %zu",
-                   (unsigned)out->struct_size, KHUB__SIZE_TO(khub_kernel_dir_plugin, variant));
+    KHUB__APP_CHECK(rt, out, KHUB__SIZE_TO(khub_kernel_dir_plugin, variant), "khub_kernel_dir_load",
+                    "out");
     out->plugin = NULL;
     out->file[0] = out->variant[0] = '\0';
     char vdir[2400], path[2700];
@@ -152,12 +150,8 @@ khub_status khub_op_bench(khub_runtime *rt, const char *plugin_id, const khub_op
 {
     KHUB_API_CHECK(rt, rt && plugin_id && test && out);
     khub__clear(rt);
-    KHUB_RETURN_IF(rt, !KHUB__APP_HAS(test, khub_op_test, tolerance), KHUB_STATUS_STRUCT_SIZE,
-                   "khub_op_bench: test.struct_size %u is smaller than 0.1's %zu",
-                   (unsigned)test->struct_size, OP_TEST_0_1);
-    KHUB_RETURN_IF(rt, !KHUB__APP_HAS(out, khub_op_bench_result, kind), KHUB_STATUS_STRUCT_SIZE,
-                   "khub_op_bench: out.struct_size %u is smaller than 0.1's %zu",
-                   (unsigned)out->struct_size, KHUB__SIZE_TO(khub_op_bench_result, kind));
+    KHUB__APP_CHECK(rt, test, OP_TEST_0_1, "khub_op_bench", "test");
+    KHUB__APP_CHECK(rt, out, KHUB__SIZE_TO(khub_op_bench_result, kind), "khub_op_bench", "out");
     KHUB_RETURN_IF(rt, test->ndim > 6, KHUB_STATUS_INVALID_ARG, "%s: %u dimensions, at most 6",
                    test->op, test->ndim);
     khub_selftest_spec s = {test->op, {0}, test->ndim, test->dtype, test->tolerance};

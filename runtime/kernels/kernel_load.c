@@ -414,6 +414,11 @@ static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
 {
     KHUB_API_CHECK(NULL, hub != NULL && rt != NULL && id != NULL && out != NULL);
     khub__clear(rt);
+    /* 0.1's size (before session 18 a struct_size of 0 meant the whole
+     * struct, and any other was read, the rest as zeros) */
+    if (opts)
+        KHUB__APP_CHECK(rt, opts, KHUB__SIZE_TO(khub_kernel_opts, allow_name_mismatch),
+                        "khub_kernel_fetch", "opts");
     uint32_t want = out->struct_size;
     memset(out, 0, sizeof *out);
     out->struct_size = want ? want : sizeof *out;
@@ -424,10 +429,7 @@ static khub_status kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
                .gpu = target >= 0 ? target : -1,
                .strict_cuda = strict_cuda};
     f.o = (khub_kernel_opts){KHUB_STRUCT_INIT(khub_kernel_opts)};
-    if (opts)
-        memcpy(&f.o, opts,
-               opts->struct_size && opts->struct_size < sizeof f.o ? opts->struct_size
-                                                                   : sizeof f.o);
+    if (opts) khub__app_copy_in(&f.o, sizeof f.o, opts);
     khub_status st = fetch_setup(&f, id);
     if (st == KHUB_STATUS_OK) st = fetch_variants(&f);
     if (st == KHUB_STATUS_OK && target == KERNEL_CPU)
@@ -457,9 +459,7 @@ khub_status khub_kernel_fetch(khub_hub *hub, khub_runtime *rt, const char *id,
 {
     KHUB_API_CHECK(NULL, hub != NULL && rt != NULL && id != NULL && out != NULL);
     khub__clear(rt);
-    KHUB_RETURN_IF(rt, !KHUB__APP_HAS(out, khub_kernel_result, trace), KHUB_STATUS_STRUCT_SIZE,
-                   "khub_kernel_fetch: out.struct_size %u is smaller than 0.1's %zu",
-                   (unsigned)out->struct_size, KHUB__SIZE_TO(khub_kernel_result, trace));
+    KHUB__APP_CHECK(rt, out, KHUB__SIZE_TO(khub_kernel_result, trace), "khub_kernel_fetch", "out");
     khub_kernel_result r = {.struct_size = sizeof r};
     khub_status st = kernel_fetch(hub, rt, id, opts, KERNEL_ANY, false, &r, NULL, 0);
     khub__app_copy_out(out, &r, sizeof r);

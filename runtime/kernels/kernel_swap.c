@@ -134,9 +134,7 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
                            khub_kernel_swap *out)
 {
     khub__clear(rt);
-    KHUB_RETURN_IF(rt, out->struct_size < SWAP_0_1, KHUB_STATUS_STRUCT_SIZE,
-                   "khub_kernel_swap: struct_size %u is below 0.1's %zu",
-                   (unsigned)out->struct_size, SWAP_0_1);
+    KHUB__APP_CHECK(rt, out, SWAP_0_1, "khub_kernel_swap_prepare", "out");
     const uint32_t size = out->struct_size;
     release(rt, out);                  /* a prepare into a struct that held another plugin */
     khub__app_clear(out, sizeof *out); /* the caller's header kept (ABI.md rule 5) */
@@ -372,9 +370,7 @@ khub_status khub_model_kernel_swap(khub_model *m, khub_kernel_swap *sw)
 {
     KHUB_API_CHECK(m ? m->rt : NULL, m && sw && sw->plugin);
     khub__clear(m->rt);
-    KHUB_RETURN_IF(m->rt, sw->struct_size < SWAP_0_1, KHUB_STATUS_STRUCT_SIZE,
-                   "khub_kernel_swap: struct_size %u is below 0.1's %zu", (unsigned)sw->struct_size,
-                   SWAP_0_1);
+    KHUB__APP_CHECK(m->rt, sw, SWAP_0_1, "khub_model_kernel_swap", "sw");
     uint64_t held = 0;
     KHUB_FORWARD_IF_ERROR(m->rt, hold_loaded(m, sw, &held));
     khub_status st = switch_to(m, sw);

@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "app_struct.h"
 #include "cuda.h"
 #include "hub_impl.h"
 #include "kernel_load.h"
@@ -415,12 +416,11 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
     /* The caller's fields up to its struct_size (a 0.1 caller's has no
      * embed); the rest stay NULL. */
     khub_model_kernels own = {KHUB_STRUCT_INIT(khub_model_kernels)};
+    if (base) KHUB__APP_CHECK(rt, base, KHUB__MODEL_OPTS_0_1, "khub_model_load_hub", "base");
     if (k) {
-        KHUB_RETURN_IF(rt, k->struct_size < offsetof(khub_model_kernels, embed),
-                       KHUB_STATUS_STRUCT_SIZE,
-                       "khub_model_load_hub: kernels.struct_size %u is below 0.1's %zu",
-                       (unsigned)k->struct_size, offsetof(khub_model_kernels, embed));
-        memcpy(&own, k, k->struct_size < sizeof own ? k->struct_size : sizeof own);
+        KHUB__APP_CHECK(rt, k, offsetof(khub_model_kernels, embed), "khub_model_load_hub",
+                        "kernels");
+        khub__app_copy_in(&own, sizeof own, k);
     }
     k = &own;
     const char *given[KHUB_ROLE__COUNT] = {
@@ -470,14 +470,12 @@ khub_status khub_model_load_hub(khub_hub *hub, khub_runtime *rt, const char *pat
         if (dev[r].cpu_why[0]) dp.cpu_why[r] = dev[r].cpu_why;
     }
     if (st != KHUB_STATUS_OK) return st;
-    /* The caller's options up to its struct_size; the fields set below are
-     * read whatever it was (read_opts still refuses one below 0.1's). */
+    /* The caller's options up to its struct_size (checked above), the rest
+     * zero; the fields set below are read whatever it was. */
     khub_model_opts o = {KHUB_STRUCT_INIT(khub_model_opts)};
     if (base) {
-        memcpy(&o, base, base->struct_size < sizeof o ? base->struct_size : sizeof o);
-        o.struct_size = base->struct_size < offsetof(khub_model_opts, n_threads)
-                            ? base->struct_size
-                            : (uint32_t)sizeof o;
+        khub__app_copy_in(&o, sizeof o, base);
+        o.struct_size = (uint32_t)sizeof o;
     }
     /* Each role's loaded plugin into its option field; quantization joins
      * its plugin and scheme below. */

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "app_struct.h"
 #include "contain.h"
 #include "cuda.h"
 #include "runtime_impl.h"
@@ -349,9 +350,7 @@ static khub_status select_for(khub_runtime *rt, const khub_op_query *q, const vo
 {
     khub__clear(rt);
     *out = NULL;
-    KHUB_RETURN_IF(rt, q->struct_size < offsetof(khub_op_query, op_name) + sizeof(char *),
-                   KHUB_STATUS_STRUCT_SIZE, "khub_op_query: struct_size %u is below 0.1's %zu",
-                   (unsigned)q->struct_size, offsetof(khub_op_query, op_name) + sizeof(char *));
+    KHUB__APP_CHECK(rt, q, KHUB__SIZE_TO(khub_op_query, op_name), "khub_registry_select", "q");
     KHUB_RETURN_IF(rt, q->kind == 0 || q->kind >= KHUB_OP_KIND__COUNT, KHUB_STATUS_INVALID_ARG,
                    "khub_op_query: unknown op kind %u", (unsigned)q->kind);
     khub__text trace = {.rt = rt};

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "app_struct.h"
 #include "contain.h"
 #include "runtime_impl.h"
 
@@ -356,10 +357,9 @@ khub_status khub_runtime_new(const khub_runtime_opts *opts, khub_runtime **out)
     /* An application struct: struct_size is its version, and the stamp is
      * not compared (callers stamped it with the plugin ABI's numbers before
      * 0.1, KHUB_APP_INIT with the API's; ABI.md "The application API"). */
-    if (opts && opts->struct_size < offsetof(khub_runtime_opts, log_ud) + sizeof(void *))
-        return khub__fail(
-            NULL, KHUB_STATUS_STRUCT_SIZE, "khub_runtime_opts: struct_size %u is below 0.1's %zu",
-            (unsigned)opts->struct_size, offsetof(khub_runtime_opts, log_ud) + sizeof(void *));
+    if (opts)
+        KHUB__APP_CHECK(NULL, opts, KHUB__SIZE_TO(khub_runtime_opts, log_ud), "khub_runtime_new",
+                        "opts");
     khub_allocator a = (opts && opts->allocator.realloc) ? opts->allocator : default_alloc;
     khub_runtime *rt = a.realloc(a.ud, NULL, 0, sizeof *rt);
     if (!rt) return khub__fail(NULL, KHUB_STATUS_NOMEM, "khub_runtime_new: out of memory");

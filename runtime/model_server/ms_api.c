@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app_struct.h"
 #include "model_server.h"
 
 struct khub_model_server {
@@ -42,12 +43,10 @@ khub_status khub_model_server_start(const khub_model_server_opts *opts, khub_mod
         return start_fail(KHUB_STATUS_MISUSE, errbuf, errbuf_size,
                           opts ? "khub_model_server_start: out is NULL"
                                : "khub_model_server_start: opts is NULL");
-    if (opts->struct_size < offsetof(khub_model_server_opts, serial) + sizeof(uint32_t)) {
-        khub__errbuf(msg, sizeof msg,
-                     "khub_model_server_start: opts.struct_size %u is below the 0.1 size %zu",
-                     opts->struct_size, sizeof(khub_model_server_opts));
+    /* 0.1's size (the message named this header's sizeof before session 18) */
+    if (khub__app_struct_check(opts, KHUB__SIZE_TO(khub_model_server_opts, serial),
+                               "khub_model_server_start", "opts", msg, sizeof msg))
         return start_fail(KHUB_STATUS_STRUCT_SIZE, errbuf, errbuf_size, msg);
-    }
     if (!opts->model)
         return start_fail(KHUB_STATUS_INVALID_ARG, errbuf, errbuf_size,
                           "khub_model_server_start: opts.model is NULL (load a model first)");

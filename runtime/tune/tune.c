@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "app_struct.h"
 #include "khub/khub_hub.h"
 #include "tune_impl.h"
 
@@ -465,15 +466,12 @@ khub_status khub_tune_run(const khub_tune_opts *opts, khub_tune_report **out, ch
      * zeros); fields past the caller's struct_size (an application built
      * against 0.1 has no tp_*) read as zero. */
     khub_tune_opts copy = {0};
-    const size_t size_0_1 = offsetof(khub_tune_opts, levers) + sizeof copy.levers;
-    if (opts && opts->struct_size < size_0_1) {
-        fail_msg(errbuf, errbuf_size,
-                 "khub_tune_run: opts.struct_size %u is smaller than 0.1's %zu",
-                 (unsigned)opts->struct_size, size_0_1);
+    char msg[KHUB_ERROR_SIZE];
+    if (opts && khub__app_read(&copy, sizeof copy, opts, KHUB__SIZE_TO(khub_tune_opts, levers),
+                               "khub_tune_run", "opts", msg, sizeof msg)) {
+        fail_msg(errbuf, errbuf_size, "%s", msg);
         return KHUB_STATUS_STRUCT_SIZE;
     }
-    if (opts)
-        memcpy(&copy, opts, opts->struct_size < sizeof copy ? opts->struct_size : sizeof copy);
     const khub_tune_opts *o = opts ? &copy : NULL;
     if (!o || !out || !o->model || o->goal > KHUB_TUNE_GOAL_MEMORY || o->min_quality < 0 ||
         o->min_quality > 1 || o->time_budget_s < 0) {
