@@ -114,17 +114,19 @@ static khub_status parse_capability(const char *where, const cJSON *cap, khub_ma
     return KHUB_STATUS_OK;
 }
 
-/* Served by the built-in plugins and never fetched; runtime/kernels/
- * model_kernels.c maps each to its op. A cache name may carry its options
- * ("quantized-int4,q_group_size=32"). */
+/* ", NAME" for each row of a KHUB__BUILTIN_* table: the list, after its
+ * first two bytes. */
+#define LIST_ITEM(name, op) ", " name
+
 const char *khub__builtin_names(khub_role role)
 {
+    static const char attention[] = KHUB__BUILTIN_ATTENTION(LIST_ITEM);
+    static const char quant[] = KHUB__BUILTIN_QUANT(LIST_ITEM);
+    static const char cache[] = KHUB__BUILTIN_CACHE(LIST_ITEM);
     switch (role) {
-    case KHUB_ROLE_ATTENTION: return "eager, sdpa";
-    case KHUB_ROLE_QUANT: return "int8, nf4, q8_0, q4_0";
-    case KHUB_ROLE_CACHE:
-        return "dynamic, static, quantized, quantized-int8, quantized-int4, paged, sliding, "
-               "sliding_window, offloaded";
+    case KHUB_ROLE_ATTENTION: return attention + 2;
+    case KHUB_ROLE_QUANT: return quant + 2;
+    case KHUB_ROLE_CACHE: return cache + 2;
     default: return NULL;
     }
 }

@@ -57,14 +57,30 @@ typedef struct khub_mapping {
 KHUB_INTERNAL khub_role khub__role_from_name(const char *name);
 KHUB_INTERNAL const char *khub__role_name(khub_role role);
 
-/* The Hub ID form that messages about a kernel name quote (hub_id.c's
- * grammar). */
-#define KHUB__HUB_ID_FORM "org/name[@REV|@version=N][:symbol]"
+/* The built-in names of each role that has them, served by the built-in
+ * plugins and never fetched: X(name, op), op being the khub/ref-cpu op a
+ * cache name runs ("" = the plugin's default, or for attention and
+ * quantization no op of its own: khub/ref-cpu's, and a quantization
+ * scheme). The one table behind khub.json's check, the command line's
+ * (`khub run --quant nf4`) and runtime/kernels/model_kernels.c's
+ * resolution. A cache name may carry options
+ * ("quantized-int4,q_group_size=32"). */
+#define KHUB__BUILTIN_ATTENTION(X) X("eager", "") X("sdpa", "")
+#define KHUB__BUILTIN_QUANT(X)     X("int8", "") X("nf4", "") X("q8_0", "") X("q4_0", "")
+#define KHUB__BUILTIN_CACHE(X) \
+    X("dynamic", "") \
+    X("static", "static_cache") \
+    X("quantized", "quantized_cache") \
+    X("quantized-int8", "quantized_cache") \
+    X("quantized-int4", "quantized_cache_int4") \
+    X("paged", "paged_cache") \
+    X("sliding", "sliding_cache") \
+    X("sliding_window", "sliding_cache") \
+    X("offloaded", "offloaded_cache")
 
-/* The built-in names a role takes, in khub.json and on the command line
- * (`khub run --quant nf4`), as one ", "-separated list; NULL when the role
- * has none. The one list that both khub.json's parser and
- * runtime/kernels/model_kernels.c accept and quote in their errors. */
+/* The built-in names a role takes (the table above), as one ", "-separated
+ * list; NULL when the role has none. khub.json's parser and
+ * runtime/kernels/model_kernels.c quote it in their errors. */
 KHUB_INTERNAL const char *khub__builtin_names(khub_role role);
 
 /* Parses khub.json text. Errors name the field path ("roles.norm.cuda[1]:

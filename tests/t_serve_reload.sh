@@ -130,7 +130,7 @@ expect 400 "the request body is not valid JSON" '{"role": "attention",'
 expect 400 "the request body must be a JSON object" '["attention","sdpa"]'
 expect 400 "'role' must be a non-empty string" '{"kernel":"sdpa"}'
 expect 400 '"param":"role"' '{"role":7,"kernel":"sdpa"}'
-expect 400 "'kernel' must be a non-empty string" '{"role":"attention"}'
+expect 400 "'kernel' must be a non-empty string: a Hub ID org/name[@REV|@version=N][:symbol] or a loaded plugin's id" '{"role":"attention"}'
 expect 400 "unknown kernel role 'attn' (roles: attention, quantization, cache, norm, activation, rotary, linear, embedding)" \
     '{"role":"attn","kernel":"sdpa"}'
 expect 400 '"code":"KHUB_STATUS_BAD_ID"' '{"role":"attention","kernel":"flash"}'

@@ -21,6 +21,7 @@
 
 #include "hub_fixture.h"
 #include "kernel_fetch.h"
+#include "kernel_mapping.h"
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 #include "lockfile.h"
@@ -424,11 +425,55 @@ TEST_IMPL(embedding_role_binds_the_named_plugin)
     env_done(&e);
 }
 
+/* Every built-in name that khub.json accepts and the errors quote
+ * (khub__builtin_names) resolves as built-in in khub_model_load_hub, so the
+ * two can never disagree (model_kernels.c kept a list of its own before
+ * session 18). The names are resolved before the model is read. */
+TEST_IMPL(builtin_names_resolve_as_built_in)
+{
+    khub_hub_opts ho = {KHUB_APP_INIT(khub_hub_opts), .offline = 1, .token = ""};
+    khub_hub *hub = NULL;
+    ASSERT_OK(khub_hub_new(&ho, &hub));
+    khub_runtime *rt = runtime(1);
+    static const khub_role roles[] = {KHUB_ROLE_ATTENTION, KHUB_ROLE_QUANT, KHUB_ROLE_CACHE};
+    int n_names = 0;
+    for (size_t r = 0; r < sizeof roles / sizeof roles[0]; r++) {
+        const char *list = khub__builtin_names(roles[r]);
+        ASSERT(list != NULL);
+        for (const char *p = list; *p; p += strspn(p, ", ")) {
+            char name[64];
+            size_t w = strcspn(p, ",");
+            ASSERT(w > 0 && w < sizeof name);
+            snprintf(name, sizeof name, "%.*s", (int)w, p);
+            p += w;
+            khub_model_kernels k = {KHUB_APP_INIT(khub_model_kernels)};
+            if (roles[r] == KHUB_ROLE_ATTENTION) k.attn = name;
+            if (roles[r] == KHUB_ROLE_QUANT) k.quant = name;
+            if (roles[r] == KHUB_ROLE_CACHE) k.cache = name;
+            khub_model_kernels_report rep;
+            khub_model *m = NULL;
+            khub_status st =
+                khub_model_load_hub(hub, rt, "/nonexistent/m.gguf", NULL, &k, &m, &rep);
+            ASSERT(st != KHUB_STATUS_OK && st != KHUB_STATUS_BAD_ID); /* the file is missing */
+            char want[128];
+            snprintf(want, sizeof want, "%s: %s%s", khub__role_name(roles[r]),
+                     roles[r] == KHUB_ROLE_QUANT ? "scheme " : "", name);
+            ASSERT_CONTAINS(rep.text, want);
+            ASSERT_CONTAINS(rep.text, "(built-in");
+            n_names++;
+        }
+    }
+    ASSERT_EQ(n_names, 2 + 4 + 9);
+    khub_runtime_free(rt);
+    khub_hub_free(hub);
+}
+
 #define TEST_LIST(X) \
     X(attn_by_hub_id_with_threads_and_device) \
     X(mapping_override_and_errors) \
     X(locked_load_no_request_and_tamper) \
     X(no_variant_falls_back_or_strict_fails) \
     X(embedding_role_binds_the_named_plugin) \
+    X(builtin_names_resolve_as_built_in) \
     /* end */
 TEST_MAIN(TEST_LIST)

@@ -289,7 +289,7 @@ typedef struct khub_kernel_swap {
 
 /* Makes the kernel `name` ready to serve `role` of a model on rt, without
  * touching any model: resolves the name as khub_model_load_hub does (a
- * built-in alias, a loaded plugin's id, or a Hub ID "org/name[@REV][:symbol]"
+ * built-in alias, a loaded plugin's id, or a Hub ID "org/name[@REV|@version=N][:symbol]"
  * fetched and verified under policy: its trust policy, allow_unsigned and
  * lock_path, whose pinned commit and hashes then apply; the role fields and
  * mapping_path are ignored; never a fallback to the reference plugin), loads

@@ -138,7 +138,7 @@ KHUB_API khub_status khub_model_server_stats_get(const khub_model_server *srv,
                                                  khub_model_server_stats *out);
 /* Swaps the kernel serving `role` ("attention", "norm", "activation",
  * "rotary"; khub_kernels.h's role names) for the one called `kernel` (a Hub
- * ID "org/name[@REV][:symbol]" fetched and verified under the server's
+ * ID "org/name[@REV|@version=N][:symbol]" fetched and verified under the server's
  * policy and lock, a loaded plugin's id, or "eager"/"sdpa" for attention),
  * as POST /v1/kernels/reload does but without HTTP or its API key: the
  * kernel is prepared on the calling thread (khub_kernel_swap_prepare:

@@ -31,6 +31,10 @@
  * KHUB_INTERNAL (hidden). */
 #define KHUB_PRIVATE_API __attribute__((visibility("default")))
 
+/* The Hub ID form that every message about a kernel name quotes
+ * (hub/hub_id.c's grammar), in every layer and sibling library. */
+#define KHUB__HUB_ID_FORM "org/name[@REV|@version=N][:symbol]"
+
 /* The host sees the whole ABI; only plugins may target an older minor. */
 #if KHUB_PLUGIN_TARGET_MINOR != KHUB_ABI_MINOR
 #error "libkhub is built against the whole plugin ABI: do not define KHUB_PLUGIN_TARGET_MINOR"

@@ -151,7 +151,7 @@ static khub_status prepare(khub_hub *hub, khub_runtime *rt, khub_kernel_role rol
                        : "the weights were laid out for their op at load");
     KHUB_RETURN_IF(rt, !name[0], KHUB_STATUS_INVALID_ARG,
                    "kernel swap: the %s kernel's name is "
-                   "empty (want a Hub ID org/name[@REV][:symbol] or a loaded plugin's id)",
+                   "empty (want a Hub ID " KHUB__HUB_ID_FORM " or a loaded plugin's id)",
                    rname);
     khub_model_kernels k = {KHUB_STRUCT_INIT(khub_model_kernels)};
     if (policy) {

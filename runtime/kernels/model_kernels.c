@@ -71,31 +71,32 @@ _Static_assert(sizeof(khub_model_kernels) ==
                        (KHUB_KERNEL_ROLE__COUNT - ROLES_0_1) * sizeof(const char *),
                "khub_model_kernels has a later role field the table lacks");
 
-static const char *const quant_schemes[] = {"int8", "nf4", "q8_0", "q4_0"};
+#define NAME_OF(name, op) name,
+static const char *const quant_schemes[] = {KHUB__BUILTIN_QUANT(NAME_OF)};
+static const char *const builtin_attention[] = {KHUB__BUILTIN_ATTENTION(NAME_OF)};
+#undef NAME_OF
+
+/* Whether name is one of list[n]. */
+static bool in_list(const char *name, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(name, list[i]) == 0) return true;
+    return false;
+}
 
 static int is_scheme(const char *s)
 {
-    for (size_t i = 0; i < sizeof quant_schemes / sizeof quant_schemes[0]; i++)
-        if (strcmp(s, quant_schemes[i]) == 0) return 1;
-    return 0;
+    return in_list(s, quant_schemes, sizeof quant_schemes / sizeof quant_schemes[0]);
 }
 
-/* The built-in cache strategies (Transformers' cache_implementation names)
- * and the khub/ref-cpu op behind each ("" = the plugin's default cache);
- * NULL when name is none of them. */
+/* The built-in cache strategies (Transformers' cache_implementation names,
+ * kernel_mapping.h's table) and the khub/ref-cpu op behind each ("" = the
+ * plugin's default cache); NULL when name is none of them. */
 static const char *builtin_cache(const char *name)
 {
-    static const char *const map[][2] = {
-        {"dynamic", ""},
-        {"static", "static_cache"},
-        {"quantized", "quantized_cache"},
-        {"quantized-int8", "quantized_cache"},
-        {"quantized-int4", "quantized_cache_int4"},
-        {"paged", "paged_cache"},
-        {"sliding", "sliding_cache"},
-        {"sliding_window", "sliding_cache"},
-        {"offloaded", "offloaded_cache"},
-    };
+#define ROW(name, op) {name, op},
+    static const char *const map[][2] = {KHUB__BUILTIN_CACHE(ROW)};
+#undef ROW
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
         if (strcmp(name, map[i][0]) == 0) return map[i][1];
     return NULL;
@@ -247,7 +248,8 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
     if (plugin) *plugin = NULL;
     if (!name || !name[0]) return KHUB_STATUS_OK;
     const char *rname = khub__role_name(role);
-    if (role == KHUB_ROLE_ATTENTION && (!strcmp(name, "eager") || !strcmp(name, "sdpa"))) {
+    if (role == KHUB_ROLE_ATTENTION &&
+        in_list(name, builtin_attention, sizeof builtin_attention / sizeof builtin_attention[0])) {
         snprintf(impl, n, "khub/ref-cpu");
         note(rep, "%s: %s = khub/ref-cpu (built-in)", rname, name);
         if (plugin) *plugin = loaded_plugin(rt, impl);

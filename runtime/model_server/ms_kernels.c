@@ -144,8 +144,8 @@ MHD_RESULT khub__ms_reload_route(khub__ms *s, struct MHD_Connection *c, khub__ms
                                   "the request body must be a JSON object "
                                   "{\"role\": ..., \"kernel\": ...}");
     else if ((role = field(j, "role", "a kernel role such as \"attention\"", &ret, s, c, k)))
-        name = field(j, "kernel", "a Hub ID org/name[@REV][:symbol] or a loaded plugin's id", &ret,
-                     s, c, k);
+        name = field(j, "kernel", "a Hub ID " KHUB__HUB_ID_FORM " or a loaded plugin's id", &ret, s,
+                     c, k);
     if (!name) {
         cJSON_Delete(j);
         return ret;
