@@ -107,6 +107,23 @@ printf 'one two\n{"prompt": "three", "max_tokens": 2}\n' > two.txt
 [ "$(grep -c '^--- prompt [12] ---$' two.out)" = 2 ] || fail "text output: $(cat two.out)"
 grep -Eq "^khub run: 2 requests, [0-9]+ prompt and [0-9]+ generated tokens in" two.err ||
     fail "summary: $(cat two.err)"
+# One request, one token, one step: singular nouns (it said "1 requests",
+# "1 generated tokens", "1 steps" before session 18).
+printf 'one two\n' > one.txt
+"$KHUB" run --model tiny --prompts-file one.txt --max-new-tokens 1 --ignore-eos > one1.out \
+    2> one1.err || { cat one1.err; fail "one request"; }
+grep -Eqx "khub run: 1 request, [0-9]+ prompt and 1 generated token in [0-9.]+ s \
+\([0-9.]+ generated tok/s, 1 step, 0 preemptions, peak RSS [0-9]+ MiB\)" one1.err ||
+    fail "one request: $(cat one1.err)"
+# Several --prompt: the counts of all prompts beside the whole call's rates
+# (the first prompt's counts before session 18).
+"$KHUB" run --model tiny --prompt "one two" --prompt "three" --max-new-tokens 2 --ignore-eos \
+    > p2.out 2> p2.err || { cat p2.err; fail "two prompts"; }
+np=$("$KHUB" run --model tiny --prompt "one two" --prompt "three" --max-new-tokens 2 --ignore-eos \
+    --json | python3 -c 'import json, sys
+print(sum(r["n_prompt_tokens"] for r in json.load(sys.stdin)["results"]))')
+grep -Eqx "khub run: 2 prompts, $np prompt tokens at [0-9.]+ tok/s, 4 new tokens at [0-9.]+ tok/s \
+\(load [0-9]+ ms, peak RSS [0-9]+ MiB\)" p2.err || fail "two prompts ($np prompt tokens): $(cat p2.err)"
 echo "ok   text output"
 
 # One new token is sampled from the prefill's logits: no decode step, so

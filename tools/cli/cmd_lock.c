@@ -465,7 +465,9 @@ static int run_fetch(int argc, char **argv)
     khub_kernel_result kr = {KHUB_APP_INIT(khub_kernel_result)};
     khub_status st = khub_kernel_fetch(hub, rt, a.id, &ko, &kr);
     if (st != KHUB_STATUS_OK) {
-        rc = khub_cli_fail("fetch", "%s: %s", khub_status_name(st), khub_runtime_errmsg(rt));
+        /* "khub fetch: MESSAGE", as every command (before session 18 the
+         * status name came first, here only) */
+        rc = khub_cli_fail("fetch", "%s", khub_runtime_errmsg(rt));
     } else {
         printf("kernel   %s@%s%s\n", kr.repo, kr.commit, kr.locked ? " (locked, verified)" : "");
         printf("variant  %s\n", kr.fell_back ? "(none fits: fallback)" : kr.variant);

@@ -170,22 +170,32 @@ static void print_tp_share(const khub_model *m, const khub_generate_result *r)
             total > 0 ? 100.0 * ms / total : 0.0);
 }
 
-/* The stderr summary. The first new token is sampled from the prefill's
- * logits, so one new token (or none) leaves no decode step to time:
- * decode_ms is 0 and --json's decode_tok_s 0, and the line says so
+/* The stderr summary of res[n]: the token counts of all prompts beside the
+ * whole call's rates, which every result carries (before session 18 the
+ * counts were the first prompt's). The first new token is sampled from the
+ * prefill's logits, so one new token (or none) leaves no decode step to
+ * time: decode_ms is 0 and --json's decode_tok_s 0, and the line says so
  * instead of printing a rate of 0.0 tok/s. */
-static void print_summary(const khub_generate_result *r)
+static void print_summary(const khub_generate_result *res, int n)
 {
-    char decode[64];
-    long long n = (long long)r->n_tokens;
-    const char *noun = n == 1 ? "token" : "tokens";
+    const khub_generate_result *r = &res[0]; /* the call's times and rates */
+    long long prompt = 0, gen = 0;
+    for (int i = 0; i < n; i++) {
+        prompt += (long long)res[i].n_prompt_tokens;
+        gen += (long long)res[i].n_tokens;
+    }
+    char prompts[32] = "", decode[64];
+    if (n > 1) snprintf(prompts, sizeof prompts, "%d prompts, ", n);
     if (r->decode_ms > 0)
-        snprintf(decode, sizeof decode, "%lld new %s at %.1f tok/s", n, noun, r->decode_tok_s);
+        snprintf(decode, sizeof decode, "%lld new token%s at %.1f tok/s", gen, gen == 1 ? "" : "s",
+                 r->decode_tok_s);
     else
-        snprintf(decode, sizeof decode, "%lld new %s, no decode step to time", n, noun);
-    fprintf(
-        stderr, "khub run: %lld prompt tokens at %.1f tok/s, %s (load %.0f ms, peak RSS %ld MiB)\n",
-        (long long)r->n_prompt_tokens, r->prefill_tok_s, decode, r->load_ms, peak_rss_kib() / 1024);
+        snprintf(decode, sizeof decode, "%lld new token%s, no decode step to time", gen,
+                 gen == 1 ? "" : "s");
+    fprintf(stderr,
+            "khub run: %s%lld prompt token%s at %.1f tok/s, %s (load %.0f ms, peak RSS %ld MiB)\n",
+            prompts, prompt, prompt == 1 ? "" : "s", r->prefill_tok_s, decode, r->load_ms,
+            peak_rss_kib() / 1024);
 }
 
 static void print_json(khub_runtime *rt, khub_model *m, const run_args *a,
@@ -311,7 +321,7 @@ static int run(int argc, char **argv)
             printf("--- prompt %d ---\n%s\n", i + 1, res[i].text);
         if (stream) fputc('\n', stdout);
         fflush(stdout); /* the summary on stderr comes after the text, even through a pipe */
-        print_summary(&res[0]);
+        print_summary(res, a.n_prompts);
         if (a.ma.tp > 1) print_tp_share(m, &res[0]);
     }
     khub_generate_results_free(m, res, (size_t)a.n_prompts);

@@ -189,11 +189,13 @@ int cli_run_batch(khub_runtime *rt, khub_model *m, const cli_prompts *ps, const 
         rc = print_text(&s) ? 1 : 0;
         fflush(stdout);
         fprintf(stderr,
-                "khub run: %zu requests, %lld prompt and %lld generated tokens in %.1f s "
-                "(%.1f generated tok/s, %lld steps, %lld preemptions, peak RSS %ld MiB)\n",
-                ps->n, (long long)st.prompt_tokens, (long long)st.generated_tokens, wall / 1e3,
+                "khub run: %zu request%s, %lld prompt and %lld generated token%s in %.1f s "
+                "(%.1f generated tok/s, %lld step%s, %lld preemption%s, peak RSS %ld MiB)\n",
+                ps->n, ps->n == 1 ? "" : "s", (long long)st.prompt_tokens,
+                (long long)st.generated_tokens, st.generated_tokens == 1 ? "" : "s", wall / 1e3,
                 wall > 0 ? (double)st.generated_tokens * 1e3 / wall : 0, (long long)st.steps,
-                (long long)st.preemptions, peak_rss_kib() / 1024);
+                st.steps == 1 ? "" : "s", (long long)st.preemptions, st.preemptions == 1 ? "" : "s",
+                peak_rss_kib() / 1024);
     }
     for (size_t i = 0; i < ps->n; i++) {
         free(s.d[i].r.text);
