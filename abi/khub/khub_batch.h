@@ -160,7 +160,9 @@ typedef struct khub_batch_stats {
 
 /* Makes an engine over m (which it uses, does not own: free the batch
  * first). cfg may be NULL. INVALID_ARG for a negative field or one over the
- * model's limits (the message names it and the limit). Since 0.1. */
+ * model's limits (the message names it and the limit); STRUCT_SIZE for a
+ * cfg below 0.1's size (since 0.2; a smaller one was read as zeros). Since
+ * 0.1. */
 KHUB_API khub_status khub_batch_new(khub_model *m, const khub_batch_config *cfg, khub_batch **out);
 /* Ends every request still queued or running (on_done with stop reason
  * CANCELLED), frees their KV and the engine. Not while khub_batch_run is

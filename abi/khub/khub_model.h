@@ -149,10 +149,12 @@ typedef struct khub_model_opts {
  * quantized copy only). Progress is logged at INFO. opts may be NULL.
  * Statuses: IO, NOT_FOUND, MODEL_INVALID (malformed file, a tensor missing
  * or of the wrong shape), MODEL_UNSUPPORTED (architecture or field value),
- * NO_KERNEL (no plugin serves a role), NOMEM, INVALID_ARG (an option);
- * with a CUDA device also NO_CUDA (no driver or no GPU), CUDA (a driver call
- * failed), NOMEM (the model does not fit the device's free memory).
- * *out is NULL on failure. Since 0.1. */
+ * NO_KERNEL (no plugin serves a role), NOMEM, INVALID_ARG (an option),
+ * STRUCT_SIZE (opts, or opts->comm, below its 0.1 size: "khub_model_load:
+ * opts.struct_size S is smaller than 0.1's 128"; since 0.2, where a smaller
+ * struct was read as zeros); with a CUDA device also NO_CUDA (no driver
+ * or no GPU), CUDA (a driver call failed), NOMEM (the model does not fit
+ * the device's free memory). *out is NULL on failure. Since 0.1. */
 KHUB_API khub_status khub_model_load(khub_runtime *rt, const char *path,
                                      const khub_model_opts *opts, khub_model **out);
 /* Frees the model, its KV cache and scratch; unmaps its files. Accepts NULL.
