@@ -42,8 +42,8 @@ static void cleanup(void)
 /* Two sm_90 GPUs, with load-time compilation through the fake NVRTC. */
 static void two_gpus(void)
 {
-    snprintf(tmp, sizeof tmp, "/tmp/khub-ksrc-%d", (int)getpid());
-    ASSERT(mkdir(tmp, 0700) == 0);
+    snprintf(tmp, sizeof tmp, "/tmp/khub-ksrc-XXXXXX");
+    ASSERT(mkdtemp(tmp) != NULL);
     atexit(cleanup);
     char path[200];
     setenv("KHUB_CUDA_JIT", "1", 1);
