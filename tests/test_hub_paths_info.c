@@ -155,6 +155,38 @@ TEST_IMPL(paths_info_errors)
     fx_done(&fx);
 }
 
+/* A path named many times is answered (and hashed) once: the LFS file is
+ * younger than the digest cache's 2 s, so each lookup would hash it. */
+TEST_IMPL(paths_info_names_a_path_once)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub__http_resp r;
+    cJSON *j = NULL;
+    enum { COPIES = 10000 };
+    static const char one[] = "paths=weights.bin&";
+    size_t len = (sizeof one - 1) * COPIES;
+    char *body = malloc(len + 1);
+    ASSERT(body != NULL);
+    for (size_t i = 0; i < COPIES; i++) memcpy(body + i * (sizeof one - 1), one, sizeof one - 1);
+    body[len - 1] = '\0'; /* the last '&' */
+    ASSERT_EQ(post(hub, fx.endpoint, PI "main", FORM, body, &r, &j), 200);
+    free(body);
+    ASSERT_EQ(cJSON_GetArraySize(j), 1);
+    ASSERT(find_path(j, "weights.bin") != NULL);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    ASSERT_EQ(post(hub, fx.endpoint, PI "main", "application/json",
+                   "{\"paths\":[\"README.md\",\"docs\",\"README.md\",\"docs\"]}", &r, &j),
+              200);
+    ASSERT_EQ(cJSON_GetArraySize(j), 2);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 /* paths-info is a read: a server with --token answers it without one. */
 TEST_IMPL(paths_info_needs_no_token)
 {
@@ -239,6 +271,7 @@ TEST_IMPL(paths_info_huggingface_hub)
     X(paths_info_form) \
     X(paths_info_json) \
     X(paths_info_errors) \
+    X(paths_info_names_a_path_once) \
     X(paths_info_needs_no_token) \
     X(paths_info_huggingface_hub)
 TEST_MAIN(TEST_LIST)
