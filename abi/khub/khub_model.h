@@ -145,8 +145,11 @@ typedef struct khub_model_opts {
 } khub_model_opts;
 
 /* Loads the model at path: a .gguf file, or a folder holding config.json and
- * safetensors. Weights are mmapped, not copied (quantize-at-load writes the
- * quantized copy only). Progress is logged at INFO. opts may be NULL.
+ * safetensors. A .gguf of 2 MiB or more is read into memory on 2 MiB
+ * transparent huge pages where the kernel offers them (THP "always" or
+ * "madvise"; KHUB_HUGE_PAGES=0 in the environment, a tensor-parallel rank
+ * or a CUDA device: mapped instead); safetensors are mapped; quantize-at-load
+ * writes the quantized copy. Progress is logged at INFO. opts may be NULL.
  * Statuses: IO, NOT_FOUND, MODEL_INVALID (malformed file, a tensor missing
  * or of the wrong shape), MODEL_UNSUPPORTED (architecture or field value),
  * NO_KERNEL (no plugin serves a role), NOMEM, INVALID_ARG (an option),
