@@ -19,6 +19,9 @@
 #                 tampers FILE in place: inverts every bit of the byte at
 #                 OFFSET, so the file always changes (writing a fixed byte
 #                 left random data unchanged once in 256 runs).
+# t_plugin_folder DIR FILE...
+#                 makes DIR a built-in plugin folder of copies of FILEs and
+#                 their plugins.json, for KHUB_PLUGIN_DIR=DIR.
 
 fail() {
     echo "FAIL: $*" >&2
@@ -71,4 +74,20 @@ t_serve() {
     done
     EP=$(grep -o 'http://[0-9.:]*' "$out" | head -n 1 || true)
     [ -n "$EP" ] || fail "khub serve $dir printed no address: $(cat "$out" "$out.err")"
+}
+
+t_plugin_folder() {
+    local dir=$1 f sep=
+    shift
+    mkdir -p "$dir"
+    {
+        printf '{"plugins": [\n'
+        for f in "$@"; do
+            cp "$f" "$dir/"
+            printf '%s  {"file": "%s", "sha256": "%s"}' "$sep" "$(basename "$f")" \
+                "$(sha256sum "$f" | cut -d ' ' -f 1)"
+            sep=$',\n'
+        done
+        printf '\n]}\n'
+    } > "$dir/plugins.json"
 }

@@ -6,7 +6,8 @@
 # into khub names (the tree is relocatable: runtime/base/install_paths.c). Then:
 #   - the layout: headers (each compiles on its own), helpers, libkhub.so
 #     with SONAME libkhub.so.0,
-#     libkhub.a, the plugins with plugins.json, the CLI, khub.pc,
+#     libkhub.a, the plugins with plugins.json (not the test-only
+#     cpu-avx512-emu.so), the CLI, khub.pc,
 #     khub-plugin.pc, khubConfig.cmake + version file;
 #   - the installed CLI lists the installed plugins (not the build tree's)
 #     and builds a `khub init` kernel against the installed headers;
@@ -76,6 +77,8 @@ for e in entries:
     got = hashlib.sha256(open(os.path.join(d, e["file"]), "rb").read()).hexdigest()
     assert got == e["sha256"], (e["file"], got, e["sha256"])
 PY
+# the test-only AVX-512 emulation (tests/t_emu512.sh) is never installed
+[ -z "$(find "$P" -name '*emu*')" ] || fail "test-only files installed: $(find "$P" -name '*emu*')"
 [ -z "$(ls "$P/include/khub" | grep -v '\.h$' | grep -v '^helpers$')" ] ||
     fail "non-header files installed in include/khub: $(ls "$P/include/khub")"
 

@@ -31,7 +31,11 @@
  * the NMSE over the bound (perturbation_is_detected).
  *
  * The plugins are opened with dlopen and given the runtime's host table
- * (khub__runtime_host), the same table the loader hands out.
+ * (khub__runtime_host), the same table the loader hands out. A module this
+ * CPU cannot run is left out (cpu-avx512.so without AVX-512); the ctest
+ * entry test_cpu_x86@avx512-emu runs every check on the AVX-512 module's
+ * logic anyway, as the test-only cpu-avx512-emu.so (KHUB_TEST_AVX512_EMU=1,
+ * plugins/cpu-x86/kx_emu512.h).
  */
 #include <dlfcn.h>
 #include <float.h>
@@ -47,11 +51,14 @@
 
 typedef struct plug {
     void *dl;
+    const char *file; /* the module's file name */
     khub_plugin_desc d;
 } plug;
 
 static khub_runtime *g_rt;
 static const khub_host_api *g_host;
+
+static void levels_init(void);
 
 static void setup(void)
 {
@@ -60,13 +67,15 @@ static void setup(void)
     ASSERT_OK(khub_runtime_new(&o, &g_rt));
     g_host = khub__runtime_host(g_rt);
     ASSERT(g_host != NULL);
+    levels_init();
 }
 
-/* Opens plugins/<file> of the build and initialises it with host. */
-static int plug_open(plug *p, const char *file, const khub_host_api *host)
+/* Opens dir/file and initialises it with host. */
+static int plug_open_in(plug *p, const char *dir, const char *file, const khub_host_api *host)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/%s", KHUB_PLUGIN_DIR_BUILD, file);
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    p->file = file;
     p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!p->dl) return 0;
     khub_plugin_init_fn init = (khub_plugin_init_fn)(uintptr_t)dlsym(p->dl, KHUB_PLUGIN_ENTRY);
@@ -95,6 +104,12 @@ static const khub_op_desc *plug_op_named(const plug *p, uint32_t kind, const cha
     return NULL;
 }
 
+/* Opens plugins/<file> of the build (a built-in) and initialises it with host. */
+static int plug_open(plug *p, const char *file, const khub_host_api *host)
+{
+    return plug_open_in(p, KHUB_PLUGIN_DIR_BUILD, file, host);
+}
+
 static khub_status plug_run(const plug *p, uint32_t kind, const void *args)
 {
     const khub_op_desc *op = plug_op(p, kind);
@@ -103,10 +118,34 @@ static khub_status plug_run(const plug *p, uint32_t kind, const void *args)
     return op->run(p->d.state, args);
 }
 
+/* The modules under test, one per CPU level: the built-ins cpu-avx2.so and
+ * cpu-avx512.so, levels [g_level0, 2). With KHUB_TEST_AVX512_EMU=1 (the
+ * ctest entry test_cpu_x86@avx512-emu) only the AVX-512 level, and as the
+ * test-only cpu-avx512-emu.so of the test plugins (plugins/cpu-x86/
+ * kx_emu512.h: the AVX-512 kernels' logic with its AVX-512 instructions
+ * emulated by AVX2), which needs what cpu-avx2 needs; the plain entry
+ * covers cpu-avx2. */
+#define AVX2_NEED (KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C)
+static const char *level_dir[2] = {KHUB_PLUGIN_DIR_BUILD, KHUB_PLUGIN_DIR_BUILD};
 static const char *level_file[2] = {"cpu-avx2.so", "cpu-avx512.so"};
-static const uint32_t level_need[2] = {KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C,
-                                       KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C |
-                                           KHUB_CPU_AVX512F | KHUB_CPU_AVX512VNNI};
+static uint32_t level_need[2] = {AVX2_NEED, AVX2_NEED | KHUB_CPU_AVX512F | KHUB_CPU_AVX512VNNI};
+static int g_level0;
+
+static void levels_init(void)
+{
+    const char *emu = getenv("KHUB_TEST_AVX512_EMU");
+    if (!emu || strcmp(emu, "1") != 0) return;
+    level_dir[1] = KHUB_TEST_PLUGIN_DIR;
+    level_file[1] = "cpu-avx512-emu.so";
+    level_need[1] = AVX2_NEED;
+    g_level0 = 1;
+    fprintf(stderr, "  note: KHUB_TEST_AVX512_EMU=1: testing %s/%s\n", level_dir[1], level_file[1]);
+}
+
+static int level_open(plug *p, int l, const khub_host_api *host)
+{
+    return plug_open_in(p, level_dir[l], level_file[l], host);
+}
 
 /* Plugins opened on the runtime's host table, shut down at exit (before
  * LeakSanitizer's check, which was registered earlier), then the runtime. */
@@ -133,12 +172,12 @@ static int open_levels(plug out[2])
 {
     setup();
     int n = 0;
-    for (int l = 0; l < 2; l++) {
+    for (int l = g_level0; l < 2; l++) {
         if ((khub_cpu_features() & level_need[l]) != level_need[l]) {
             fprintf(stderr, "  note: this CPU cannot run %s\n", level_file[l]);
             continue;
         }
-        if (!plug_open(&out[n], level_file[l], g_host))
+        if (!level_open(&out[n], l, g_host))
             TEST_FAIL_("%s was not built: %s", level_file[l], dlerror());
         remember(&out[n]);
         n++;
@@ -820,7 +859,7 @@ static void attention_bits_case(const plug *lv, int nlv, bcase c)
             while (!memcmp(o16 + i, o32 + i, sizeof(float))) i++;
             TEST_FAIL_("%s: n_q %lld n_kv %lld G %lld hd %lld: f16 K/V differ from f32 at element "
                        "%lld: %.9g against %.9g",
-                       level_file[l], (long long)c.n_q, (long long)c.n_kv, (long long)(c.H / c.Hkv),
+                       lv[l].file, (long long)c.n_q, (long long)c.n_kv, (long long)(c.H / c.Hkv),
                        (long long)c.hd, (long long)i, (double)o16[i], (double)o32[i]);
         }
     }
@@ -1114,9 +1153,9 @@ TEST_IMPL(refuses_without_cpu_features)
     setup();
     khub_host_api h = *g_host;
     h.cpu_features = no_features;
-    for (int l = 0; l < 2; l++) {
+    for (int l = g_level0; l < 2; l++) {
         plug p;
-        if (!plug_open(&p, level_file[l], &h)) TEST_FAIL_("%s not built", level_file[l]);
+        if (!level_open(&p, l, &h)) TEST_FAIL_("%s not built", level_file[l]);
         ASSERT_EQ(p.d.score(p.d.state), 0);
         const khub_op_desc *op = plug_op(&p, KHUB_OP_NORM);
         ASSERT((op->caps->cpu_features & level_need[l]) == level_need[l]);
@@ -1136,13 +1175,14 @@ TEST_IMPL(follows_the_runtime_features)
 {
     setup();
     const char *lv = getenv("KHUB_CPU_LEVEL");
-    for (int l = 0; l < 2; l++) {
+    for (int l = g_level0; l < 2; l++) {
         plug p;
-        if (!plug_open(&p, level_file[l], g_host)) TEST_FAIL_("%s not built", level_file[l]);
+        if (!level_open(&p, l, g_host)) TEST_FAIL_("%s not built", level_file[l]);
         int can = (khub_cpu_features() & level_need[l]) == level_need[l];
         fprintf(stderr, "  note: KHUB_CPU_LEVEL=%s: %s %s\n", lv ? lv : "(unset)", level_file[l],
                 can ? "runs" : "refuses");
-        if (lv && (!strcmp(lv, "x86-64") || (!strcmp(lv, "avx2") && l == 1))) ASSERT(!can);
+        int avx512 = (level_need[l] & KHUB_CPU_AVX512F) != 0;
+        if (lv && (!strcmp(lv, "x86-64") || (!strcmp(lv, "avx2") && avx512))) ASSERT(!can);
         ASSERT_EQ(p.d.score(p.d.state) > 0, can);
         if (!can) {
             khub_norm_args a = {KHUB_STRUCT_INIT(khub_norm_args)};

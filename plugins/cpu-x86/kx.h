@@ -10,6 +10,11 @@
  * after the feature check. KX(name) gives every non-static symbol a per-level
  * name so both levels can also be linked into one program.
  *
+ * For tests only, a third build, cpu-avx512-emu.so: the KX_LEVEL_AVX512
+ * logic compiled with the AVX2 flags, its AVX-512 instructions emulated by
+ * kx_emu512.h (KX_AVX512_EMU), so that the AVX-512 branches run on any AVX2
+ * CPU. It is never installed; the shipped modules are built without it.
+ *
  * Tensors reach the kernels already validated by plugin.c: shapes agree,
  * pointers are non-NULL, strides are in elements, non-negative, and the
  * innermost stride is 1.
@@ -22,7 +27,9 @@
 
 #include <khub/khub_plugin.h>
 
-#if defined(KX_LEVEL_AVX512)
+#if defined(KX_AVX512_EMU)
+#define KX(name) kx_avx512emu_##name /* test-only: kx_emu512.h */
+#elif defined(KX_LEVEL_AVX512)
 #define KX(name) kx_avx512_##name
 #else
 #define KX(name) kx_avx2_##name

@@ -20,7 +20,19 @@
 #include "../include/khub_paged_check.h"
 #include "kx.h"
 
-#if defined(KX_LEVEL_AVX512)
+#if defined(KX_AVX512_EMU)
+/* Test-only (kx_emu512.h): the AVX-512 kernels' logic with the AVX-512
+ * instructions emulated by AVX2, so it needs what cpu-avx2 needs. Never
+ * installed nor listed in plugins.json; below cpu-avx2 (10) and above
+ * ref-cpu (0) and the by-name qlinear ops (1), so that it serves only where
+ * a test loads it without cpu-avx2. */
+#define KX_ID        "khub/cpu-avx512-emu"
+#define KX_NEED      (KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C)
+#define KX_NEED_TEXT "AVX2, FMA and F16C"
+#define KX_PRIORITY  2
+#define KX_INIT      kx_avx512emu_init
+#define KX_VERSION   "0.1.0+test-only-emulation"
+#elif defined(KX_LEVEL_AVX512)
 #define KX_ID "khub/cpu-avx512"
 #define KX_NEED \
     (KHUB_CPU_AVX2 | KHUB_CPU_FMA | KHUB_CPU_F16C | KHUB_CPU_AVX512F | KHUB_CPU_AVX512VNNI)
@@ -34,7 +46,9 @@
 #define KX_PRIORITY  10
 #define KX_INIT      kx_avx2_init
 #endif
+#ifndef KX_VERSION
 #define KX_VERSION "0.1.0"
+#endif
 
 /* Largest dimension accepted (2^40 elements, the bound khub_tensor.h uses). */
 #define MAX_DIM (INT64_C(1) << 40)
