@@ -139,14 +139,15 @@ else
 fi
 
 # the other roles by Hub ID: activation serves; rotary (no kernel of the hub
-# has a rotary op) is fetched, loaded, and the fallback says why; one fetch
-# serves both names
+# has a rotary op) is fetched, loaded, and the fallback says why; the second
+# name is fetched and judged again (since session 19) rather than taken as
+# the loaded plugin's id
 "$KHUB" run --model "$MODEL" --prompt hi --max-new-tokens 1 --act kernels-community/activation@version=1 \
     --rotary kernels-community/activation --explain > f.out 2> f.err || { cat f.err; fail "--act/--rotary"; }
 grep -q "^activation: kernels-community/activation@version=1 -> kernels-community/activation commit" f.out &&
     grep -q "^silu_and_mul\[f32\]: kernels-community/activation 1.0.0 :: silu_and_mul" f.out ||
     fail "--act: $(grep -E '^(activation|silu)' f.out)"
-grep -q "^rotary: kernels-community/activation (loaded plugin)" f.out && # loaded for --act above
+grep -q "^rotary: kernels-community/activation -> kernels-community/activation commit" f.out &&
     grep -q "^rotary\[f32\]: khub/ref-cpu" f.out ||
     fail "--rotary: $(grep '^rotary' f.out)"
 grep -q "warning: preferred kernels-community/activation for rotary is unusable: it has no rotary op; falling back to khub/ref-cpu" f.err ||

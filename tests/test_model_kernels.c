@@ -61,15 +61,21 @@ static char *read_bytes(const char *path, size_t *n)
     return p;
 }
 
-/* Publishes the built ref-cpu plugin as repo org/name, commit C1 (main and
- * v1), in variant khub1-cpu-<arch>-linux. */
-static void publish_ref(fixture *fx, const char *repo, const char *arch)
+/* Publishes the built ref-cpu plugin, with tail_n bytes of tail after its
+ * end (another build of it: the same plugin, another digest), as repo
+ * org/name, commit C1 (main and v1), in variant khub1-cpu-<arch>-linux. */
+static void publish_ref_tail(fixture *fx, const char *repo, const char *arch, const char *tail,
+                             size_t tail_n)
 {
     char rel[512], path[1024], sha[65], meta[2048];
     snprintf(rel, sizeof rel, "%s/refs.json", repo);
     fx_writef(fx, rel, "{\"branches\":{\"main\":\"" C1 "\",\"v1\":\"" C1 "\"},\"tags\":{}}");
     size_t n;
     char *so = read_bytes(KHUB_PLUGIN_DIR_BUILD "/ref-cpu.so", &n);
+    so = realloc(so, n + tail_n);
+    ASSERT(so != NULL);
+    memcpy(so + n, tail, tail_n);
+    n += tail_n;
     snprintf(path, sizeof path, "%s/%s/commits/" C1 "/build/khub1-cpu-%s-linux/ref.so", fx->repos,
              repo, arch);
     fx_write(path, so, n);
@@ -86,6 +92,11 @@ static void publish_ref(fixture *fx, const char *repo, const char *arch)
     snprintf(rel, sizeof rel, "%s/commits/" C1 "/build/khub1-cpu-%s-linux/metadata.json", repo,
              arch);
     fx_writef(fx, rel, meta);
+}
+
+static void publish_ref(fixture *fx, const char *repo, const char *arch)
+{
+    publish_ref_tail(fx, repo, arch, "", 0);
 }
 
 typedef struct env {
@@ -425,6 +436,108 @@ TEST_IMPL(embedding_role_binds_the_named_plugin)
     env_done(&e);
 }
 
+/* A kernel an earlier fetch loaded is judged again when a later load or
+ * swap names it (session 19): khub/ref-cpu published as the Hub repo
+ * khub/ref-cpu, whose plugin has that id, is fetched unsigned by opt-in;
+ * while that model still holds it, a load without the opt-in is refused
+ * UNSIGNED, and one after its build was quarantined QUARANTINED. Before,
+ * the name matched the loaded plugin's id and the plugin served as is. */
+TEST_IMPL(fetched_kernel_judged_again_by_its_id)
+{
+    env e;
+    env_init(&e);
+    publish_ref(&e.fx, "khub/ref-cpu", fx_arch());
+    khub_runtime *rt = runtime(0); /* nothing built in: the fetch loads the only khub/ref-cpu */
+    khub_model_opts base = base_opts();
+    khub_model_kernels k = {KHUB_STRUCT_INIT(khub_model_kernels), .attn = "khub/ref-cpu",
+                            .policy_path = e.policy, .allow_unsigned = 1};
+    khub_model_kernels_report rep;
+    khub_model *m1 = NULL, *m2 = NULL;
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m1, &rep));
+    ASSERT_CONTAINS(rep.text, "attention: khub/ref-cpu -> khub/ref-cpu commit 111111111111 "
+                              "variant khub1-cpu-");
+    ASSERT_EQ(khub_plugin_count(rt), (size_t)1);
+    char want[1024];
+    k.allow_unsigned = 0;
+    ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m2, &rep),
+                  KHUB_STATUS_UNSIGNED);
+    ASSERT(m2 == NULL);
+    snprintf(want, sizeof want,
+             "attention kernel khub/ref-cpu: refusing khub/ref-cpu@111111111111 variant %s: "
+             "khub: unsigned kernel from an organisation the policy does not list; opt in with "
+             "khub_kernel_opts.allow_unsigned or allow_unsigned in the policy",
+             e.fx.variant);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt), want);
+    khub_kernel_swap sw = {KHUB_APP_INIT(khub_kernel_swap)};
+    ASSERT_STATUS(
+        khub_kernel_swap_prepare(e.hub, rt, KHUB_KERNEL_ROLE_ATTENTION, "khub/ref-cpu", &k, &sw),
+        KHUB_STATUS_UNSIGNED);
+    ASSERT_STR_EQ(khub_last_error(), want);
+    /* a crash in another process quarantined the build since */
+    k.allow_unsigned = 1;
+    char marker[1024];
+    snprintf(marker, sizeof marker, "%s/kernels--khub--ref-cpu/khub-quarantine/" C1 "/%s",
+             e.fx.cache, e.fx.variant);
+    fx_write(marker, "SIGSEGV in a call\n", 18);
+    ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m2, &rep),
+                  KHUB_STATUS_QUARANTINED);
+    ASSERT(m2 == NULL);
+    snprintf(want, sizeof want,
+             "attention kernel khub/ref-cpu: khub/ref-cpu@111111111111 variant %s is quarantined: "
+             "it ended a process before (SIGSEGV in a call). Clear it with "
+             "khub_cache_quarantine_clear on khub/ref-cpu to retry, or load it anyway with "
+             "KHUB_OPT_ALLOW_QUARANTINED",
+             e.fx.variant);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt), want);
+    ASSERT_EQ(khub_plugin_count(rt), (size_t)1); /* and nothing else was loaded */
+    khub_model_free(m1);
+    khub_runtime_free(rt);
+    env_done(&e);
+}
+
+/* A model binds a role's plugin by its id: a fetched build whose id
+ * another build loaded in the runtime also has is refused (EXISTS), since
+ * the registry would rank the two by priority and load order, not by which
+ * was verified. Here acme/ref2 is khub/ref-cpu with 16 bytes more (another
+ * digest); the built-in khub/ref-cpu, loaded first, would have served the
+ * attention that the fetched build was verified for. The same bytes as a
+ * loaded plugin (acme/ref) are one plugin and load as before. */
+TEST_IMPL(fetched_build_sharing_a_loaded_id_refused)
+{
+    env e;
+    env_init(&e);
+    publish_ref_tail(&e.fx, "acme/ref2", fx_arch(), "khub-other-build", 16);
+    khub_runtime *rt = runtime(1);
+    size_t n_builtin = khub_plugin_count(rt);
+    khub_model_opts base = base_opts();
+    khub_model_kernels k = {KHUB_STRUCT_INIT(khub_model_kernels), .attn = "acme/ref2",
+                            .policy_path = e.policy, .allow_unsigned = 1};
+    khub_model_kernels_report rep;
+    khub_model *m = NULL;
+    ASSERT_STATUS(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep), KHUB_STATUS_EXISTS);
+    ASSERT(m == NULL);
+    const khub_plugin *builtin = NULL;
+    for (size_t i = 0; i < khub_plugin_count(rt) && !builtin; i++)
+        if (!strcmp(khub_plugin_id(khub_plugin_at(rt, i)), "khub/ref-cpu"))
+            builtin = khub_plugin_at(rt, i);
+    ASSERT(builtin != NULL);
+    char want[2048];
+    snprintf(want, sizeof want,
+             "attention kernel acme/ref2: acme/ref2@111111111111 variant %s is plugin "
+             "khub/ref-cpu, and another build of khub/ref-cpu is loaded in this runtime (%s, "
+             "SHA-256 %.12s); a model binds a plugin by its id, so attention could be served by "
+             "that build instead of the one verified now: unload it, or load the model in another "
+             "runtime",
+             e.fx.variant, khub_plugin_path(builtin), khub_plugin_sha256(builtin));
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt), want);
+    ASSERT_EQ(khub_plugin_count(rt), n_builtin); /* the refused build is unloaded again */
+    k.attn = "acme/ref";
+    ASSERT_OK(khub_model_load_hub(e.hub, rt, e.model, &base, &k, &m, &rep));
+    khub_model_free(m);
+    khub_runtime_free(rt);
+    env_done(&e);
+}
+
 /* Every built-in name that khub.json accepts and the errors quote
  * (khub__builtin_names) resolves as built-in in khub_model_load_hub, so the
  * two can never disagree (model_kernels.c kept a list of its own before
@@ -475,5 +588,7 @@ TEST_IMPL(builtin_names_resolve_as_built_in)
     X(no_variant_falls_back_or_strict_fails) \
     X(embedding_role_binds_the_named_plugin) \
     X(builtin_names_resolve_as_built_in) \
+    X(fetched_kernel_judged_again_by_its_id) \
+    X(fetched_build_sharing_a_loaded_id_refused) \
     /* end */
 TEST_MAIN(TEST_LIST)

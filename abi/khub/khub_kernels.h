@@ -157,10 +157,14 @@ KHUB_API khub_kernel_role khub_kernel_role_from_name(const char *name);
  * one), a built-in name (attn "eager"/"sdpa", cache "dynamic"/"static",
  * quant "int8"/"nf4"/"q8_0"/"q4_0"; served by the built-in plugins, never
  * fetched: cache "static" is khub/ref-cpu's static_cache, the Hub's is
- * "kernels-community/kv-cache:static_cache"), the id of a plugin already loaded
- * (alone or "id:op" for one of its ops; never fetched), or a
- * Hub ID (fetched, verified and loaded; quant takes "org/name:scheme"). All
- * strings are borrowed for the call. */
+ * "kernels-community/kv-cache:static_cache"), the id of a plugin the caller
+ * loaded itself with khub_plugin_load, _load_static, _load_builtin or
+ * khub_plugin_reload (alone or "id:op" for one of its ops; never fetched), or
+ * a Hub ID (fetched, verified and loaded at every call, also when an earlier
+ * fetch loaded it: the loaded copy is reused when its file and digest are the
+ * same; quant takes "org/name:scheme"). A model load refuses a fetched plugin
+ * whose id another build loaded in the runtime also has (EXISTS): the model
+ * binds by id. All strings are borrowed for the call. */
 typedef struct khub_model_kernels {
     KHUB_STRUCT_HEADER;
     /* One per role of KHUB_KERNEL_ROLES of 0.1, in its order (its flag names
@@ -289,7 +293,8 @@ typedef struct khub_kernel_swap {
 
 /* Makes the kernel `name` ready to serve `role` of a model on rt, without
  * touching any model: resolves the name as khub_model_load_hub does (a
- * built-in alias, a loaded plugin's id, or a Hub ID "org/name[@REV|@version=N][:symbol]"
+ * built-in alias, the id of a plugin the caller loaded, or a Hub ID
+ * "org/name[@REV|@version=N][:symbol]"
  * fetched and verified under policy: its trust policy, allow_unsigned and
  * lock_path, whose pinned commit and hashes then apply; the role fields and
  * mapping_path are ignored; never a fallback to the reference plugin), loads

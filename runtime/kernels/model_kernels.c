@@ -25,10 +25,12 @@
  *     quantization schemes "int8", "nf4", "q8_0", "q4_0". A built-in name
  *     never touches the network; the Hub's static cache is named by its ID
  *     (kernels-community/kv-cache:static_cache);
- *   - the id of a plugin already loaded in the runtime, alone or as
+ *   - the id of a plugin the embedder loaded itself (khub_plugin_load,
+ *     _load_static, _load_builtin, khub_plugin_reload), alone or as
  *     "id:op" for one of its ops (used as is, never fetched);
- *   - a Hub ID, fetched; for quantization "org/name:scheme" names the
- *     plugin and the scheme to quantize with.
+ *   - a Hub ID, fetched and judged at every call, also when an earlier
+ *     fetch loaded it (caller_plugin says why); for quantization
+ *     "org/name:scheme" names the plugin and the scheme to quantize with.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +45,7 @@
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 #include "placement.h"
+#include "runtime_impl.h"
 
 /* khub_model_kernels has one field per role of 0.1, in the table's order,
  * later roles' fields after strict, and khub_model_opts one string per
@@ -112,7 +115,52 @@ static khub_plugin *loaded_plugin(khub_runtime *rt, const char *id)
     return NULL;
 }
 
-static int plugin_loaded(khub_runtime *rt, const char *id) { return loaded_plugin(rt, id) != NULL; }
+/* The first loaded plugin called id that the embedder loaded itself
+ * (khub_plugin_load, _load_static, _load_builtin, khub_plugin_reload), or
+ * NULL. A plugin that an earlier fetch by Hub ID loaded is not found here:
+ * naming it fetches it again, so this call's trust policy, lock and
+ * quarantine marker judge it (before session 19 its id alone was taken as
+ * is: a kernel loaded unsigned by opt-in, unlocked, or before its build was
+ * quarantined served a later strict, locked or refused load). The fetch
+ * reuses the loaded copy when the file and digest are the same
+ * (kernel_load.c). */
+static khub_plugin *caller_plugin(khub_runtime *rt, const char *id)
+{
+    for (size_t i = 0; i < khub_plugin_count(rt); i++) {
+        khub_plugin *p = (khub_plugin *)khub_plugin_at(rt, i); /* the registry's handle */
+        if (p->by_caller && strcmp(khub_plugin_id(p), id) == 0) return p;
+    }
+    return NULL;
+}
+
+/* Whether fetched plugins p and q are builds of one commit of one kernel:
+ * their quarantine markers (<repo folder>/khub-quarantine/<commit>/<variant>,
+ * set by every fetch) lie in one folder. */
+static bool same_commit(const khub_plugin *p, const khub_plugin *q)
+{
+    const char *a = p->quarantine, *b = q->quarantine;
+    const char *sa = a ? strrchr(a, '/') : NULL, *sb = b ? strrchr(b, '/') : NULL;
+    return sa && sb && sa - a == sb - b && !strncmp(a, b, (size_t)(sa - a));
+}
+
+/* Another loaded plugin than p with p's id and other bytes that is not a
+ * variant of p's commit, or NULL. A model binds a role's plugin by its id
+ * (khub_model_opts), and the registry ranks plugins of one id by priority,
+ * then load order: with another build of that id loaded (another commit of
+ * the kernel, or another kernel's or the caller's plugin that calls itself
+ * so), the role could be served by it rather than by p, the build this
+ * call verified. The CPU and CUDA variants of one commit, which a model
+ * placed on a GPU and one on the CPU load side by side, are left alone. */
+static const khub_plugin *other_build(khub_runtime *rt, const khub_plugin *p)
+{
+    for (size_t i = 0; i < khub_plugin_count(rt); i++) {
+        const khub_plugin *q = khub_plugin_at(rt, i);
+        if (q != p && !strcmp(khub_plugin_id(q), khub_plugin_id(p)) &&
+            !khub__digest_eq(khub_plugin_sha256(q), khub_plugin_sha256(p)) && !same_commit(p, q))
+            return q;
+    }
+    return NULL;
+}
 
 /* The mapping file: the caller's, else <model dir>/khub.json, else
  * ./khub.json; NULL when none exists. */
@@ -275,7 +323,8 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
             *colon = '\0';
         }
     }
-    if (!strchr(id, '/') && !plugin_loaded(rt, id)) {
+    khub_plugin *own = caller_plugin(rt, id);
+    if (!strchr(id, '/') && !own) {
         const char *names = khub__builtin_names(role); /* khub.json's list too */
         char what[256];
         if (names)
@@ -286,10 +335,10 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
                           "%s kernel \"%s\": not a Hub ID (" KHUB__HUB_ID_FORM ")%s", rname, id,
                           what);
     }
-    if (plugin_loaded(rt, id)) {
+    if (own) {
         snprintf(impl, n, "%s", id);
         note(rep, "%s: %s (loaded plugin)", rname, id);
-        if (plugin) *plugin = loaded_plugin(rt, id);
+        if (plugin) *plugin = own;
         return KHUB_STATUS_OK;
     }
     /* "id:op" with id a loaded plugin (no @REV): that plugin's op, as is;
@@ -297,7 +346,7 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
     char *op = strchr(id, ':');
     if (op && !strchr(id, '@')) {
         *op = '\0';
-        khub_plugin *p = loaded_plugin(rt, id);
+        khub_plugin *p = caller_plugin(rt, id);
         *op = ':';
         if (p) {
             snprintf(impl, n, "%s", id);
@@ -312,6 +361,7 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
     khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
     /* A model on the CPU: a CUDA variant would serve nothing. */
     bool on_dev = pl && dev && role != KHUB_ROLE_QUANT;
+    uint64_t mark = khub__plugin_load_mark(rt);
     khub_status st = on_dev ? fetch_placed(hub, rt, rname, id, &ko, pl, impl, n, dev, rep, &kr)
                             : khub__kernel_fetch_cpu(hub, rt, id, &ko, &kr);
     if (st != KHUB_STATUS_OK) {
@@ -333,6 +383,23 @@ static khub_status resolve_name(khub_hub *hub, khub_runtime *rt, khub_role role,
                      "%s has no variant for this machine; khub/ref-cpu serves %s on the CPU", id,
                      rname);
         return KHUB_STATUS_OK;
+    }
+    /* A model load binds by id (a swap binds kr.plugin itself) */
+    const khub_plugin *other = !plugin && kr.plugin ? other_build(rt, kr.plugin) : NULL;
+    if (other) {
+        /* what this fetch loaded goes again (held and released as a swap's
+         * prepare would: unloaded when it was loaded after mark, unused) */
+        char msg[KHUB_ERROR_SIZE];
+        snprintf(msg, sizeof msg,
+                 "%s kernel %s: %s@%.12s variant %s is plugin %s, and another build of "
+                 "%s is loaded in this runtime (%s, SHA-256 %.12s); a model binds a "
+                 "plugin by its id, so %s could be served by that build instead of the "
+                 "one verified now: unload it, or load the model in another runtime",
+                 rname, id, kr.repo, kr.commit, kr.variant, khub_plugin_id(kr.plugin),
+                 khub_plugin_id(other), khub_plugin_path(other), khub_plugin_sha256(other), rname);
+        uint64_t load = khub__plugin_hold(rt, kr.plugin, 0, mark);
+        if (load) khub__plugin_release(rt, kr.plugin, load);
+        return khub__fail(rt, KHUB_STATUS_EXISTS, "%s", msg);
     }
     if (plugin) *plugin = kr.plugin;
     if (on_dev) return KHUB_STATUS_OK; /* fetch_placed set impl or dev and noted it */
