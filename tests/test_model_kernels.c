@@ -25,6 +25,7 @@
 #include "khub/khub_kernels.h"
 #include "khub/khub_model.h"
 #include "lockfile.h"
+#include "verified_files.h"
 
 static char warnings[16384];
 static void capture(void *ud, khub_log_level level, const char *msg)
@@ -105,10 +106,12 @@ typedef struct env {
     char model[1024], policy[600], map[600], lock[600];
 } env;
 
-static void env_init(env *e)
+/* The hub and the published kernels; with_model: the model too (skipped
+ * when absent). */
+static void env_init_with(env *e, bool with_model)
 {
     memset(e, 0, sizeof *e);
-    if (!model_file(e->model, sizeof e->model))
+    if (with_model && !model_file(e->model, sizeof e->model))
         TEST_SKIP("SmolLM2-135M-Instruct.Q4_1.gguf absent (run tools/fetch-model.sh)");
     fx_init(&e->fx, NULL, 0);
     publish_ref(&e->fx, "acme/ref", fx_arch());
@@ -121,6 +124,8 @@ static void env_init(env *e)
     snprintf(e->map, sizeof e->map, "%s/khub.json", e->fx.root);
     snprintf(e->lock, sizeof e->lock, "%s/khub.lock", e->fx.root);
 }
+
+static void env_init(env *e) { env_init_with(e, true); }
 
 static void env_done(env *e)
 {
@@ -538,6 +543,67 @@ TEST_IMPL(fetched_build_sharing_a_loaded_id_refused)
     env_done(&e);
 }
 
+/* The hub's verdict on a cached file may rest on its fingerprint (the
+ * sidecar khub-verified/<commit>/<variant>, or the handle's note of a file
+ * it hashed): a rewrite within one timestamp tick keeps the fingerprint, and
+ * anyone who can write the cache can write the sidecar too. Neither makes
+ * khub load changed bytes: here the cached plugin is changed in place and
+ * the sidecar given the changed file's fingerprint (what a same-tick
+ * rewrite leaves); the hub then lists the file as verified without hashing
+ * it, and the load is still refused by the loader's hash of the sealed
+ * bytes, naming the file (session 19, docs/security.md). */
+TEST_IMPL(trusted_fingerprint_never_loads_changed_bytes)
+{
+    env e;
+    env_init_with(&e, false);
+    khub_runtime *rt = runtime(0);
+    khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .policy_path = e.policy,
+                           .allow_unsigned = 1};
+    khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
+    ASSERT_OK(khub_kernel_fetch(e.hub, rt, "acme/ref@version=1", &ko, &kr));
+    khub_runtime_free(rt);
+    khub_hub_id id = fx_id("acme/ref");
+    khub_hub_file_list *l = NULL;
+    ASSERT_OK(khub_hub_variant_files(e.hub, &id, C1, e.fx.variant, &l));
+    ASSERT_EQ(l->count, 1);
+    char real[1024], want[65], got[65];
+    snprintf(real, sizeof real, "%s", l->items[0].path);
+    memcpy(want, l->items[0].sha256, 65);
+    khub_hub_file_list_free(l);
+    size_t n;
+    char *so = read_bytes(real, &n);
+    so[200] ^= 0x55;
+    ASSERT_OK(khub__sha256_hex(so, n, got));
+    FILE *f = fopen(real, "r+b"); /* in place: same inode and size */
+    ASSERT(f != NULL);
+    ASSERT_EQ(fwrite(so, 1, n, f), n);
+    ASSERT_EQ(fclose(f), 0);
+    free(so);
+    char line[2048], side[1024], text[2100];
+    ASSERT(khub__verified_line(real, NULL, "ref.so", want, line, sizeof line, NULL));
+    snprintf(text, sizeof text, "khub-verified 1\n%s", line);
+    snprintf(side, sizeof side, "%s/kernels--acme--ref/khub-verified/" C1 "/%s", e.fx.cache,
+             e.fx.variant);
+    fx_write(side, text, strlen(text));
+    /* a fresh handle (no notes of its own): the hub trusts the fingerprint */
+    khub_hub_free(e.hub);
+    e.hub = fx_hub(&e.fx, 0, NULL);
+    ASSERT_OK(khub_hub_variant_files(e.hub, &id, C1, e.fx.variant, &l));
+    khub_hub_file_list_free(l);
+    rt = runtime(0);
+    ASSERT_STATUS(khub_kernel_fetch(e.hub, rt, "acme/ref@version=1", &ko, &kr),
+                  KHUB_STATUS_DIGEST_MISMATCH);
+    char msg[2048];
+    snprintf(msg, sizeof msg,
+             "plugin file %s: SHA-256 is %s, expected %s; the file is not the one that was "
+             "verified, fetch it again",
+             real, got, want);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt), msg);
+    ASSERT_EQ(khub_plugin_count(rt), (size_t)0);
+    khub_runtime_free(rt);
+    env_done(&e);
+}
+
 /* Every built-in name that khub.json accepts and the errors quote
  * (khub__builtin_names) resolves as built-in in khub_model_load_hub, so the
  * two can never disagree (model_kernels.c kept a list of its own before
@@ -590,5 +656,6 @@ TEST_IMPL(builtin_names_resolve_as_built_in)
     X(builtin_names_resolve_as_built_in) \
     X(fetched_kernel_judged_again_by_its_id) \
     X(fetched_build_sharing_a_loaded_id_refused) \
+    X(trusted_fingerprint_never_loads_changed_bytes) \
     /* end */
 TEST_MAIN(TEST_LIST)
