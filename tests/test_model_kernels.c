@@ -62,17 +62,17 @@ static char *read_bytes(const char *path, size_t *n)
     return p;
 }
 
-/* Publishes the built ref-cpu plugin, with tail_n bytes of tail after its
- * end (another build of it: the same plugin, another digest), as repo
+/* Publishes the plugin file src, with tail_n bytes of tail after its end
+ * (another build of it: the same plugin, another digest), as repo
  * org/name, commit C1 (main and v1), in variant khub1-cpu-<arch>-linux. */
-static void publish_ref_tail(fixture *fx, const char *repo, const char *arch, const char *tail,
-                             size_t tail_n)
+static void publish_so(fixture *fx, const char *repo, const char *arch, const char *src,
+                       const char *tail, size_t tail_n)
 {
     char rel[512], path[1024], sha[65], meta[2048];
     snprintf(rel, sizeof rel, "%s/refs.json", repo);
     fx_writef(fx, rel, "{\"branches\":{\"main\":\"" C1 "\",\"v1\":\"" C1 "\"},\"tags\":{}}");
     size_t n;
-    char *so = read_bytes(KHUB_PLUGIN_DIR_BUILD "/ref-cpu.so", &n);
+    char *so = read_bytes(src, &n);
     so = realloc(so, n + tail_n);
     ASSERT(so != NULL);
     memcpy(so + n, tail, tail_n);
@@ -95,9 +95,12 @@ static void publish_ref_tail(fixture *fx, const char *repo, const char *arch, co
     fx_writef(fx, rel, meta);
 }
 
+#define REF_SO KHUB_PLUGIN_DIR_BUILD "/ref-cpu.so"
+
+/* The built ref-cpu plugin as repo org/name (publish_so). */
 static void publish_ref(fixture *fx, const char *repo, const char *arch)
 {
-    publish_ref_tail(fx, repo, arch, "", 0);
+    publish_so(fx, repo, arch, REF_SO, "", 0);
 }
 
 typedef struct env {
@@ -511,7 +514,7 @@ TEST_IMPL(fetched_build_sharing_a_loaded_id_refused)
 {
     env e;
     env_init(&e);
-    publish_ref_tail(&e.fx, "acme/ref2", fx_arch(), "khub-other-build", 16);
+    publish_so(&e.fx, "acme/ref2", fx_arch(), REF_SO, "khub-other-build", 16);
     khub_runtime *rt = runtime(1);
     size_t n_builtin = khub_plugin_count(rt);
     khub_model_opts base = base_opts();
@@ -604,6 +607,46 @@ TEST_IMPL(trusted_fingerprint_never_loads_changed_bytes)
     env_done(&e);
 }
 
+/* A Hub ID never takes over a copy of its plugin file that the embedder
+ * loaded itself with khub_plugin_load, which runs no ABI gate (local
+ * plugins are the embedder's choice): the fetch loads its own copy, gated,
+ * and a build the gate refuses stays refused. Here the published plugin
+ * has a RUNPATH (test plugin hostile_runpath); the embedder loads the
+ * cached file by hand; khub_kernel_fetch is then refused by the gate as it
+ * is without that copy (session 19: it returned the embedder's copy, OK). */
+TEST_IMPL(hub_id_never_reuses_an_ungated_copy)
+{
+    env e;
+    env_init_with(&e, false);
+    publish_so(&e.fx, "acme/rp", fx_arch(), KHUB_TEST_PLUGIN_DIR "/hostile_runpath.so", "", 0);
+    khub_kernel_opts ko = {KHUB_STRUCT_INIT(khub_kernel_opts), .policy_path = e.policy,
+                           .allow_unsigned = 1};
+    khub_kernel_result kr = {KHUB_STRUCT_INIT(khub_kernel_result)};
+    khub_runtime *rt = runtime(0);
+    ASSERT_STATUS(khub_kernel_fetch(e.hub, rt, "acme/rp@version=1", &ko, &kr),
+                  KHUB_STATUS_PLUGIN_INVALID);
+    char want[2048];
+    snprintf(want, sizeof want, "%s", khub_runtime_errmsg(rt));
+    ASSERT_CONTAINS(want, "/blobs/");
+    ASSERT_CONTAINS(want, ": refused before loading: the ABI gate found 1 problem(s): has RUNPATH "
+                          "'/opt/khub-hostile-lib' (plugins must not carry search paths)");
+    khub_runtime_free(rt);
+    khub_hub_id id = fx_id("acme/rp");
+    khub_hub_file_list *l = NULL;
+    ASSERT_OK(khub_hub_variant_files(e.hub, &id, C1, e.fx.variant, &l));
+    ASSERT_EQ(l->count, 1);
+    rt = runtime(0);
+    khub_plugin *mine = NULL;
+    ASSERT_OK(khub_plugin_load(rt, l->items[0].path, l->items[0].sha256, &mine));
+    khub_hub_file_list_free(l);
+    ASSERT_STATUS(khub_kernel_fetch(e.hub, rt, "acme/rp@version=1", &ko, &kr),
+                  KHUB_STATUS_PLUGIN_INVALID);
+    ASSERT_STR_EQ(khub_runtime_errmsg(rt), want);
+    ASSERT_EQ(khub_plugin_count(rt), (size_t)1); /* the embedder's copy, nothing else */
+    khub_runtime_free(rt);
+    env_done(&e);
+}
+
 /* Every built-in name that khub.json accepts and the errors quote
  * (khub__builtin_names) resolves as built-in in khub_model_load_hub, so the
  * two can never disagree (model_kernels.c kept a list of its own before
@@ -657,5 +700,6 @@ TEST_IMPL(builtin_names_resolve_as_built_in)
     X(fetched_kernel_judged_again_by_its_id) \
     X(fetched_build_sharing_a_loaded_id_refused) \
     X(trusted_fingerprint_never_loads_changed_bytes) \
+    X(hub_id_never_reuses_an_ungated_copy) \
     /* end */
 TEST_MAIN(TEST_LIST)

@@ -43,6 +43,7 @@
 #include "parse_memo.h"
 #include "plugin_artifacts.h"
 #include "quarantine.h"
+#include "runtime_impl.h"
 #include "variant_rank.h"
 
 #define FALLBACK_PLUGIN "khub/ref-cpu"
@@ -329,11 +330,14 @@ static khub_status fetch_load(fetch *f)
     KHUB_FORWARD_IF_ERROR(
         f->rt, khub__quarantine_gate(f->rt, f->r->repo, f->r->commit, f->r->variant, qpath));
     khub_plugin *p = NULL;
-    /* The same file of the same cached variant already loaded (a second
-     * model with the same kernel): use it rather than a second copy. */
+    /* The same file of the same cached variant already loaded by a
+     * verified load (a second model with the same kernel): use it rather
+     * than a second copy. Not a copy the embedder loaded from that file
+     * itself (khub_plugin_load: no artifacts, and no ABI gate ran on it):
+     * taking it returned a plugin the gate would refuse (session 19). */
     for (size_t i = 0; i < khub_plugin_count(f->rt) && !p; i++) {
         const khub_plugin *q = khub_plugin_at(f->rt, i);
-        if (!strcmp(khub_plugin_path(q), pf->path) &&
+        if (q->artifacts && !strcmp(khub_plugin_path(q), pf->path) &&
             khub__digest_eq(khub_plugin_sha256(q), pf->sha256))
             p = (khub_plugin *)q; /* the registry's handle, as khub__plugin_load_verified gives */
     }
