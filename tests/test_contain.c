@@ -23,10 +23,11 @@ typedef struct outcome {
 
 typedef struct child_opts {
     int threads;
-    int contain;        /* KHUB_OPT_CONTAIN */
-    const char *marker; /* quarantine marker to set, or NULL */
-    int own_handler;    /* install a SIGSEGV handler before khub does */
-    int crash_outside;  /* raise SIGSEGV with no plugin call in flight */
+    int contain;              /* KHUB_OPT_CONTAIN */
+    const char *marker;       /* quarantine marker to set, or NULL */
+    const char *marker_again; /* a second one set after it, or NULL */
+    int own_handler;          /* install a SIGSEGV handler before khub does */
+    int crash_outside;        /* raise SIGSEGV with no plugin call in flight */
 } child_opts;
 
 static void own_segv(int sig)
@@ -48,6 +49,7 @@ static void child(const char *plugin, const child_opts *o)
     khub_plugin *p = NULL;
     ASSERT_OK(khub_plugin_load(rt, path, TP_SHA(path), &p));
     if (o->marker) ASSERT_OK(khub__plugin_set_quarantine(p, o->marker));
+    if (o->marker_again) ASSERT_OK(khub__plugin_set_quarantine(p, o->marker_again));
     khub_op_query q = {KHUB_STRUCT_INIT(khub_op_query), .kind = KHUB_OP_NORM, .dtype_id = -1,
                        .plugin_id = "khub-test/misbehave"};
     khub_binding *b = NULL;
@@ -164,6 +166,32 @@ TEST_IMPL(crash_writes_quarantine_marker)
     ASSERT_EQ(system(cmd), 0);
 }
 
+/* A plugin's marker is set once: a later fetch that reuses the loaded plugin
+ * (kernel_load.c) must not replace it, since replacing freed the string a
+ * crash report or another thread's fetch might be reading. The first marker
+ * is the one a crash writes. */
+TEST_IMPL(quarantine_marker_is_set_once)
+{
+    char dir[128], first[256], second[256];
+    snprintf(dir, sizeof dir, "/tmp/khub-test-%d-quarantine-once", (int)getpid());
+    snprintf(first, sizeof first, "%s/khub-quarantine/0123abcd/khub1-cpu-x86_64-linux", dir);
+    snprintf(second, sizeof second, "%s/khub-quarantine/4567ef01/khub1-cpu-x86_64-linux", dir);
+    child_opts o = defaults;
+    o.marker = first;
+    o.marker_again = second;
+    outcome r = run_child("misbehave_segv", &o);
+    expect_signal(&r, SIGSEGV);
+    char want[512];
+    snprintf(want, sizeof want, "; quarantined (%s): the next load refuses it unless allowed",
+             first);
+    ASSERT_CONTAINS(r.err, want);
+    ASSERT_EQ(access(first, F_OK), 0);
+    ASSERT(access(second, F_OK) != 0);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ASSERT_EQ(system(cmd), 0);
+}
+
 TEST_IMPL(opt_out_restores_previous_behaviour)
 {
     child_opts o = defaults;
@@ -216,6 +244,7 @@ TEST_IMPL(crash_outside_plugins_says_nothing)
     X(exit_in_call_is_a_failure) \
     X(pool_worker_crash_names_plugin) \
     X(crash_writes_quarantine_marker) \
+    X(quarantine_marker_is_set_once) \
     X(opt_out_restores_previous_behaviour) \
     X(previous_handler_runs_after_the_line) \
     X(crash_outside_plugins_says_nothing)

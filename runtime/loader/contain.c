@@ -90,10 +90,11 @@ void khub__inflight_adopt(const khub__inflight *r) { tls_now = r; }
 
 khub_status khub__plugin_set_quarantine(khub_plugin *p, const char *path)
 {
-    char *copy = path ? khub__strdup(p->rt, path) : NULL;
-    if (path && !copy) return KHUB_STATUS_NOMEM;
-    khub__strfree(p->rt, p->quarantine);
-    p->quarantine = copy;
+    if (!path || atomic_load(&p->quarantine)) return KHUB_STATUS_OK;
+    char *copy = khub__strdup(p->rt, path);
+    if (!copy) return KHUB_STATUS_NOMEM;
+    char *none = NULL;
+    if (!atomic_compare_exchange_strong(&p->quarantine, &none, copy)) khub__strfree(p->rt, copy);
     return KHUB_STATUS_OK;
 }
 

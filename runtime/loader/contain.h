@@ -57,8 +57,11 @@ KHUB_INTERNAL void khub__binding_leave(khub__inflight *r);
 KHUB_INTERNAL void khub__contain_acquire(void);
 KHUB_INTERNAL void khub__contain_release(void);
 
-/* The marker the handlers write for p (NULL: none). The path is copied;
- * call before p serves any call. NOMEM. */
+/* The marker the handlers write for p (NULL path: nothing to set). The path
+ * is copied; call before p serves any call. Set once: when p has a marker
+ * already it stays (a later fetch reusing p, one file of one cached variant,
+ * names the same one), so it is never freed while p is loaded and a crash
+ * report or another thread's fetch may read it at any time. NOMEM. */
 KHUB_INTERNAL khub_status khub__plugin_set_quarantine(khub_plugin *p, const char *path);
 
 #endif /* KHUB_RUNTIME_CONTAIN_H */

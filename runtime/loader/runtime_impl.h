@@ -156,8 +156,10 @@ struct khub_plugin {
     /* The quarantine marker runtime/loader/contain.c writes when the process dies
      * or exits inside this plugin (hub/quarantine.c names it after the
      * cached repo, commit and variant); NULL for plugins not from a cache.
-     * Owned. */
-    char *quarantine;
+     * Owned. Set once (khub__plugin_set_quarantine) and freed only with the
+     * plugin, so a crash report or another thread's fetch may read it at any
+     * time: a later fetch that reuses the plugin names the same marker. */
+    _Atomic(char *) quarantine;
 
     /* Kernel swaps (kernel_swap.c), under rt->reg_lock. load_no: this load's
      * number in rt, given when it joins the list (a reload's new plugin gets
