@@ -161,7 +161,8 @@ khub_status KX(qlinear_q16k_run)(kx_state *s, const kx_linear *a);
 #define KX_GEMM_MIN_N_K 32
 /* From this many tokens the 32-block formats' int16 path runs the batch
  * tiles (one row x up to KX_TB tokens, kx_qbtile_fn) instead of the
- * KX_TR x KX_TC tiles: the same results, less work per token. */
+ * KX_TR x 2 tiles: the same results, less work per token. Those tiles
+ * therefore stop at 2 tokens in both modules (qlinear_q16.c). */
 #define KX_BATCH_MIN_N 3
 khub_status KX(qgemm_run)(kx_state *s, const kx_linear *a);
 khub_status KX(linear_run)(kx_state *s, const kx_linear *a);

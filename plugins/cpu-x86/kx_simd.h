@@ -21,30 +21,34 @@
 /* One tile function per shape: the file defines DEF(F, K, R, C) to make
  * tile_<F>_<R>x<C>, with K its format or dtype; KX_TILES(DEF, F, K) makes
  * every shape up to KX_TR x KX_TC and KX_TILE_PTRS(F) is their table,
- * indexed [rows - 1][tokens - 1]. */
+ * indexed [rows - 1][tokens - 1]. KX_TILES_W(W, ...) and KX_TILE_PTRS_W(W, F)
+ * do the same for W tokens (a literal 2 or 4) in either module, for a file
+ * whose calls of more tokens go elsewhere (qlinear_q16.c). */
 #define KX_TILE_ROW_2(DEF, F, K, R) DEF(F, K, R, 1) DEF(F, K, R, 2)
 #define KX_TILE_ROW_4(DEF, F, K, R) KX_TILE_ROW_2(DEF, F, K, R) DEF(F, K, R, 3) DEF(F, K, R, 4)
-#if KX_TC == 4
-#define KX_TILE_ROW KX_TILE_ROW_4
-#define KX_TILE_PTRS_ROW(F, R) \
-    { \
-        tile_##F##_##R##x1, tile_##F##_##R##x2, tile_##F##_##R##x3, tile_##F##_##R##x4 \
-    }
-#else
-#define KX_TILE_ROW KX_TILE_ROW_2
-#define KX_TILE_PTRS_ROW(F, R) \
+#define KX_TILE_PTRS_ROW_2(F, R) \
     { \
         tile_##F##_##R##x1, tile_##F##_##R##x2 \
     }
-#endif
-#define KX_TILES(DEF, F, K) \
-    KX_TILE_ROW(DEF, F, K, 1) \
-    KX_TILE_ROW(DEF, F, K, 2) KX_TILE_ROW(DEF, F, K, 3) KX_TILE_ROW(DEF, F, K, 4)
-#define KX_TILE_PTRS(F) \
+#define KX_TILE_PTRS_ROW_4(F, R) \
     { \
-        KX_TILE_PTRS_ROW(F, 1), KX_TILE_PTRS_ROW(F, 2), KX_TILE_PTRS_ROW(F, 3), \
-            KX_TILE_PTRS_ROW(F, 4) \
+        tile_##F##_##R##x1, tile_##F##_##R##x2, tile_##F##_##R##x3, tile_##F##_##R##x4 \
     }
+#define KX_TILES_W(W, DEF, F, K) \
+    KX_TILE_ROW_##W(DEF, F, K, 1) KX_TILE_ROW_##W(DEF, F, K, 2) KX_TILE_ROW_##W(DEF, F, K, 3) \
+        KX_TILE_ROW_##W(DEF, F, K, 4)
+#define KX_TILE_PTRS_W(W, F) \
+    { \
+        KX_TILE_PTRS_ROW_##W(F, 1), KX_TILE_PTRS_ROW_##W(F, 2), KX_TILE_PTRS_ROW_##W(F, 3), \
+            KX_TILE_PTRS_ROW_##W(F, 4) \
+    }
+#if KX_TC == 4
+#define KX_TILES(DEF, F, K) KX_TILES_W(4, DEF, F, K)
+#define KX_TILE_PTRS(F)     KX_TILE_PTRS_W(4, F)
+#else
+#define KX_TILES(DEF, F, K) KX_TILES_W(2, DEF, F, K)
+#define KX_TILE_PTRS(F)     KX_TILE_PTRS_W(2, F)
+#endif
 
 /* DEF for the quantized-activation kernels: the kx_qtile_fn of shape R x C
  * for format K, calling the file's own static always-inline tile() (whose

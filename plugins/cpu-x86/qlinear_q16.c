@@ -30,9 +30,11 @@
  * prefill) go to qgemm.c instead (kx.h says why there), and Q4_K / Q6_K
  * weights to qlinear_q16k.c (same activations, same pair step).
  *
- * Work split: host->parallel_for over tiles of TR output rows; in a tile,
- * groups of TC tokens share each unpacked weight block (prefill), and one
- * token (decode) streams TR rows with TR independent accumulators.
+ * Work split: host->parallel_for over tiles of TR output rows. A call of
+ * one or two tokens (decode) runs the TR x Q16_TC tiles: each token streams
+ * TR rows with TR independent accumulators, and two tokens share each
+ * unpacked weight block. Calls of KX_BATCH_MIN_N tokens or more run the
+ * batch tiles (one row x up to KX_TB tokens, below).
  */
 #include <immintrin.h>
 #include <stdint.h>
@@ -356,17 +358,26 @@ static inline __attribute__((always_inline)) void tile(const int fmt, const int 
             y[c * ldy + r] = kx_hsum8(acc[r][c]) + cs[r][c] + (bias ? bias[r] : 0.0f);
 }
 
-KX_TILES(KX_QTILE_DEF, q4_0, KHUB_QFORMAT_Q4_0)
-KX_TILES(KX_QTILE_DEF, q4_1, KHUB_QFORMAT_Q4_1)
-KX_TILES(KX_QTILE_DEF, q8_0, KHUB_QFORMAT_Q8_0)
-KX_TILES(KX_QTILE_DEF, q5_0, KHUB_QFORMAT_Q5_0)
-KX_TILES(KX_QTILE_DEF, q5_1, KHUB_QFORMAT_Q5_1)
+/* The tiles reach at most 2 tokens: qdriver.c sends calls of KX_BATCH_MIN_N
+ * (3) tokens or more to the batch tiles. So both modules make only the
+ * shapes up to TR x 2; the AVX-512 build's KX_TC of 4 would add 3- and
+ * 4-token shapes that no call reaches (they had been dead since the batch
+ * tiles came, 8fb92cd; removed in session 19). tile()'s arrays keep TC
+ * columns, of which it uses tc. */
+#define Q16_TC 2
+_Static_assert(KX_BATCH_MIN_N == Q16_TC + 1 && Q16_TC <= TC,
+               "the tiles must cover every call below KX_BATCH_MIN_N tokens");
+KX_TILES_W(2, KX_QTILE_DEF, q4_0, KHUB_QFORMAT_Q4_0)
+KX_TILES_W(2, KX_QTILE_DEF, q4_1, KHUB_QFORMAT_Q4_1)
+KX_TILES_W(2, KX_QTILE_DEF, q8_0, KHUB_QFORMAT_Q8_0)
+KX_TILES_W(2, KX_QTILE_DEF, q5_0, KHUB_QFORMAT_Q5_0)
+KX_TILES_W(2, KX_QTILE_DEF, q5_1, KHUB_QFORMAT_Q5_1)
 
-static const kx_qtile_fn tiles_q4_0[TR][TC] = KX_TILE_PTRS(q4_0);
-static const kx_qtile_fn tiles_q4_1[TR][TC] = KX_TILE_PTRS(q4_1);
-static const kx_qtile_fn tiles_q8_0[TR][TC] = KX_TILE_PTRS(q8_0);
-static const kx_qtile_fn tiles_q5_0[TR][TC] = KX_TILE_PTRS(q5_0);
-static const kx_qtile_fn tiles_q5_1[TR][TC] = KX_TILE_PTRS(q5_1);
+static const kx_qtile_fn tiles_q4_0[TR][Q16_TC] = KX_TILE_PTRS_W(2, q4_0);
+static const kx_qtile_fn tiles_q4_1[TR][Q16_TC] = KX_TILE_PTRS_W(2, q4_1);
+static const kx_qtile_fn tiles_q8_0[TR][Q16_TC] = KX_TILE_PTRS_W(2, q8_0);
+static const kx_qtile_fn tiles_q5_0[TR][Q16_TC] = KX_TILE_PTRS_W(2, q5_0);
+static const kx_qtile_fn tiles_q5_1[TR][Q16_TC] = KX_TILE_PTRS_W(2, q5_1);
 
 /* ------------------------------------------------------------------------ */
 /* Batch tiles: one row x up to KX_TB tokens                                */
@@ -549,7 +560,7 @@ khub_status KX(qlinear_q16_run)(kx_state *s, const kx_linear *a)
     const int kq = a->wfmt == KHUB_QFORMAT_Q4_K || a->wfmt == KHUB_QFORMAT_Q6_K;
     if (a->n >= (kq ? KX_GEMM_MIN_N_K : KX_GEMM_MIN_N)) return KX(qgemm_run)(s, a);
     if (kq) return KX(qlinear_q16k_run)(s, a);
-    kx_qkernel k = {TR, TC, sizeof(q16blk), KX(q16_quantize_row), NULL, NULL, q16_pairs};
+    kx_qkernel k = {TR, Q16_TC, sizeof(q16blk), KX(q16_quantize_row), NULL, NULL, q16_pairs};
     if (a->wfmt == KHUB_QFORMAT_Q8_0) k.quantize_row = KX(q16_quantize_row_dd);
     if (a->wfmt == KHUB_QFORMAT_Q5_1) k.quantize_row = quantize_row_q5;
     if (a->wfmt == KHUB_QFORMAT_Q5_0) k.quantize_row = quantize_row_q5_0;
