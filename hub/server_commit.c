@@ -33,7 +33,8 @@ typedef struct commit_ctx {
     unsigned code;             /* error answer: 400, 404, 409, 413, 422 */
     char err[300];
     const char *err_code;
-    cJSON *lfs; /* {path: true} for the files stored through LFS, for log/ */
+    cJSON *lfs;      /* {path: true} for the files stored through LFS, for log/ */
+    path_set lfs_at; /* each of lfs's paths -> its item (lfs's own key strings) */
 } commit_ctx;
 
 static int cfail(commit_ctx *x, unsigned code, const char *fmt, ...)
@@ -47,6 +48,82 @@ static int cfail(commit_ctx *x, unsigned code, const char *fmt, ...)
     x->code = code;
     return 0;
 }
+
+/* ------------------------------------------------------------------------ */
+/* LFS marks: the paths stored through LFS, for the commit's log           */
+/* ------------------------------------------------------------------------ */
+
+/* Forgets the LFS mark of rel: a file, or nothing. */
+static void mark_forget(commit_ctx *x, const char *rel)
+{
+    cJSON *e = khub__srv_path_set_take(&x->lfs_at, rel);
+    if (e) cJSON_Delete(cJSON_DetachItemViaPointer(x->lfs, e));
+}
+
+/* Forgets the marks of the files in the folder full (rel in the tree),
+ * before it is removed. The marks name files of the tree (put_file made
+ * each, and a file operation on a marked path forgets it), so this walk
+ * finds every mark under rel: one lookup per file, where a walk of every
+ * mark per deleted folder was quadratic. */
+static void marks_forget_under(commit_ctx *x, const char *full, const char *rel, int depth)
+{
+    DIR *d = depth < 64 ? opendir(full) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        char a[KHUB__PATH_MAX], b[KHUB__PATH_MAX];
+        struct stat sb;
+        if (!KHUB__PATHF(a, "%s/%s", full, de->d_name) || !KHUB__PATHF(b, "%s/%s", rel, de->d_name))
+            continue;
+        mark_forget(x, b);
+        if (lstat(a, &sb) == 0 && S_ISDIR(sb.st_mode)) marks_forget_under(x, a, b, depth + 1);
+    }
+    if (d) closedir(d);
+}
+
+/* Marks rel as stored through LFS, last in the log's order (as a path
+ * marked before moves there); 0 when out of memory. */
+static int mark_set(commit_ctx *x, const char *rel)
+{
+    mark_forget(x, rel);
+    cJSON *e = cJSON_CreateTrue();
+    if (!e || !cJSON_AddItemToObject(x->lfs, rel, e)) {
+        cJSON_Delete(e);
+        return 0;
+    }
+    if (khub__srv_path_set_add(&x->lfs_at, e->string, e) < 0) {
+        cJSON_Delete(cJSON_DetachItemViaPointer(x->lfs, e));
+        return 0;
+    }
+    return 1;
+}
+
+/* The marks the parent's log carries, indexed (a path there twice is kept
+ * once, its first); 0 when out of memory. */
+static int marks_init(commit_ctx *x, const cJSON *parent_marks)
+{
+    x->lfs = cJSON_IsObject(parent_marks) ? cJSON_Duplicate(parent_marks, 1) : cJSON_CreateObject();
+    cJSON *e = x->lfs ? x->lfs->child : NULL;
+    while (e) {
+        cJSON *next = e->next;
+        int added = e->string ? khub__srv_path_set_add(&x->lfs_at, e->string, e) : 0;
+        if (added < 0) return 0;
+        if (!added) cJSON_Delete(cJSON_DetachItemViaPointer(x->lfs, e));
+        e = next;
+    }
+    return x->lfs != NULL;
+}
+
+static void marks_free(commit_ctx *x)
+{
+    khub__srv_path_set_free(&x->lfs_at);
+    cJSON_Delete(x->lfs);
+    x->lfs = NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The operations                                                           */
+/* ------------------------------------------------------------------------ */
 
 /* Places bytes (or, with from set, the file from) at rel in the new tree. */
 static int put_file(commit_ctx *x, const char *rel, const void *data, size_t n, const char *from)
@@ -89,7 +166,7 @@ static int put_file(commit_ctx *x, const char *rel, const void *data, size_t n, 
 static int op_file(commit_ctx *x, const cJSON *v)
 {
     const cJSON *path = cJSON_GetObjectItemCaseSensitive(v, "path");
-    if (cJSON_IsString(path)) cJSON_DeleteItemFromObjectCaseSensitive(x->lfs, path->valuestring);
+    if (cJSON_IsString(path)) mark_forget(x, path->valuestring);
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(v, "content");
     const cJSON *enc = cJSON_GetObjectItemCaseSensitive(v, "encoding");
     if (!cJSON_IsString(path) || !cJSON_IsString(content))
@@ -141,22 +218,8 @@ static int op_lfs_file(commit_ctx *x, const cJSON *v)
     if (sz && (!khub__srv_json_size(sz, MAX_LFS_OBJECT, &size) || size != (uint64_t)sb.st_size))
         return cfail(x, 422, "lfsFile %.200s: size does not match the stored object",
                      path->valuestring);
-    cJSON_DeleteItemFromObjectCaseSensitive(x->lfs, path->valuestring);
-    cJSON_AddTrueToObject(x->lfs, path->valuestring);
+    if (!mark_set(x, path->valuestring)) return cfail(x, 500, "out of memory");
     return put_file(x, path->valuestring, NULL, 0, obj);
-}
-
-/* Forgets the LFS marks of rel (a file) or of everything under it (a folder). */
-static void lfs_forget(commit_ctx *x, const char *rel, int folder)
-{
-    size_t n = strlen(rel);
-    cJSON *e = x->lfs ? x->lfs->child : NULL;
-    while (e) {
-        cJSON *next = e->next;
-        if (folder ? !strncmp(e->string, rel, n) && e->string[n] == '/' : !strcmp(e->string, rel))
-            cJSON_Delete(cJSON_DetachItemViaPointer(x->lfs, e));
-        e = next;
-    }
 }
 
 static int op_delete(commit_ctx *x, const cJSON *v, int folder)
@@ -175,11 +238,12 @@ static int op_delete(commit_ctx *x, const cJSON *v, int folder)
         return cfail(x, 404, "A %s with this name doesn't exist: %.200s",
                      folder ? "folder" : "file", rel);
     }
-    lfs_forget(x, rel, folder);
     if (folder) {
+        marks_forget_under(x, full, rel, 0);
         khub__rmtree(full);
         return 1;
     }
+    mark_forget(x, rel);
     return unlink(full) == 0 ? 1 : cfail(x, 500, "cannot delete %.200s", rel);
 }
 
@@ -371,14 +435,16 @@ MHD_RESULT khub__srv_api_commit(khub__server *s, struct MHD_Connection *c, repo 
     const cJSON *hdr = NULL;
     char parent[41], id[41], cdir[KHUB__PATH_MAX], final[KHUB__PATH_MAX];
     memcpy(parent, head, 41);
-    const cJSON *plfs = cJSON_GetObjectItemCaseSensitive(khub__srv_commit_log(r, parent), "lfs");
-    x.lfs = cJSON_IsObject(plfs) ? cJSON_Duplicate(plfs, 1) : cJSON_CreateObject();
+    if (!marks_init(&x, cJSON_GetObjectItemCaseSensitive(khub__srv_commit_log(r, parent), "lfs"))) {
+        cfail(&x, 500, "out of memory");
+        goto fail;
+    }
     if (!parse_commit_body(&x, k->body ? k->body : (char *)"", k->n, ndjson, &ops, &hdr)) goto fail;
     const cJSON *pc = cJSON_GetObjectItemCaseSensitive(hdr, "parentCommit");
     const cJSON *sum = cJSON_GetObjectItemCaseSensitive(hdr, "summary");
     if (cJSON_IsString(pc) && pc->valuestring[0] && strcmp(pc->valuestring, parent) != 0) {
         cJSON_Delete(ops);
-        cJSON_Delete(x.lfs);
+        marks_free(&x);
         return khub__srv_send_error(
             c, 412, NULL, NULL,
             "parentCommit is not the head of the branch (it moved); fetch the "
@@ -403,12 +469,12 @@ MHD_RESULT khub__srv_api_commit(khub__server *s, struct MHD_Connection *c, repo 
     if (!logged || !khub__srv_refs_save(r)) {
         khub__rmtree(final);
         cJSON_Delete(ops);
-        cJSON_Delete(x.lfs);
+        marks_free(&x);
         return khub__srv_send_error(c, 500, NULL, NULL,
                                     logged ? "cannot update refs.json" : "cannot write log/");
     }
     cJSON_Delete(ops);
-    cJSON_Delete(x.lfs);
+    marks_free(&x);
     char base[300], url[1024];
     khub__srv_self_url(c, base, sizeof base);
     snprintf(url, sizeof url, "%s/%s%s/%s/commit/%s", base,
@@ -423,6 +489,6 @@ MHD_RESULT khub__srv_api_commit(khub__server *s, struct MHD_Connection *c, repo 
 fail:
     if (x.tree[0]) khub__rmtree(x.tree);
     cJSON_Delete(ops);
-    cJSON_Delete(x.lfs);
+    marks_free(&x);
     return khub__srv_send_error(c, x.code ? x.code : 400, x.err_code, NULL, x.err);
 }

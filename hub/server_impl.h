@@ -23,6 +23,8 @@
  *   server_store.c   the repos folder on disk: opening a repo, resolving a
  *                    revision, atomic file and refs.json replacement, commit ids
  *   server_digest.c  the digest cache: file SHA-256 and git blob ids by path
+ *   ---------------- (below those)
+ *   server_path_set.c  a set of paths, each with a value: lookups by path
  *
  * The int helpers return 1 on success and 0 on failure; the endpoint that
  * calls them chooses the HTTP answer. The public face is server.h.
@@ -189,6 +191,28 @@ KHUB_INTERNAL int khub__srv_body_faults(const khub__server *s);
  * NULL on failure, with *why the reason to answer. */
 KHUB_INTERNAL struct MHD_Response *khub__srv_fault_body(khub__server *s, int fd, uint64_t off,
                                                         uint64_t len, const char **why);
+
+/* ------------------------------------------------------------------------ */
+/* A set of paths (server_path_set.c)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Paths, each with a value (never NULL); zero-initialised is empty. The
+ * strings are borrowed: each must stay alive while it is in the set.
+ * Lookups compare bytes (case counts). */
+typedef struct path_set {
+    struct path_slot *slot;
+    size_t cap, n; /* slots (0 or a power of two), paths held */
+} path_set;
+
+/* 1 when path is added with value, 0 when it was there (its value kept),
+ * -1 out of memory (the set unchanged). */
+KHUB_INTERNAL int khub__srv_path_set_add(path_set *s, const char *path, void *value);
+/* path's value; NULL when path is not in the set. */
+KHUB_INTERNAL void *khub__srv_path_set_get(const path_set *s, const char *path);
+/* Removes path: its value, or NULL when it was not in the set. */
+KHUB_INTERNAL void *khub__srv_path_set_take(path_set *s, const char *path);
+/* Frees the slots; the set is empty again (the strings are the caller's). */
+KHUB_INTERNAL void khub__srv_path_set_free(path_set *s);
 
 /* ------------------------------------------------------------------------ */
 /* Digest cache (server_digest.c)                                           */

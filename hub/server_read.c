@@ -431,40 +431,20 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
 
 #define MAX_PATHS_INFO 10000
 
-/* The paths one request has named (open addressing; the strings are the
- * request's own, alive while it is answered). A path named twice is
- * answered once: anyone may POST paths-info, and a file younger than the
- * digest cache's 2 s is hashed each time it is looked up, so 10,000 copies
- * of one large fresh path would otherwise cost 10,000 hashes of it. */
-#define PATH_SET_SLOTS 16384u /* a power of two, over 2 x MAX_PATHS_INFO */
-
-typedef struct path_set {
-    const char **slot;
-} path_set;
-
-/* 1 if path is new to the set (now added), 0 if it was there. */
-static int path_set_add(path_set *set, const char *path)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)path; *p; p++) h = (h ^ *p) * 16777619u;
-    for (unsigned i = h & (PATH_SET_SLOTS - 1);; i = (i + 1) & (PATH_SET_SLOTS - 1)) {
-        if (!set->slot[i]) {
-            set->slot[i] = path;
-            return 1;
-        }
-        if (!strcmp(set->slot[i], path)) return 0;
-    }
-}
-
 /* Appends the entry of one requested path when it exists (files and
  * directories) and was not named before; unknown or unsafe paths are left
- * out, as the Hub does. Called at most MAX_PATHS_INFO times per set. */
+ * out, as the Hub does. Called at most MAX_PATHS_INFO times per set.
+ * A path named twice is answered once (seen holds the request's own
+ * strings, alive while it is answered): anyone may POST paths-info, and a
+ * file younger than the digest cache's 2 s is hashed each time it is looked
+ * up, so 10,000 copies of one large fresh path would otherwise cost 10,000
+ * hashes of it. */
 static void paths_info_add(const repo *r, const char *commit, const char *cdir, const char *path,
                            cJSON *arr, path_set *seen)
 {
     char full[KHUB__PATH_MAX];
     struct stat sb;
-    if (!path_set_add(seen, path)) return;
+    if (khub__srv_path_set_add(seen, path, (void *)path) == 0) return; /* -1 (OOM): answered */
     if (!KHUB__PATHF(full, "%s/%s", cdir, path) || khub__srv_stat_in(cdir, path, &sb) != 0 ||
         !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
         return;
@@ -527,17 +507,13 @@ static MHD_RESULT api_paths_info(struct MHD_Connection *c, const repo *r, const 
     khub__srv_commit_dir(r, commit, cdir, sizeof cdir);
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
     int json = ct && strncasecmp(ct, "application/json", 16) == 0;
-    path_set seen = {calloc(PATH_SET_SLOTS, sizeof *seen.slot)};
+    path_set seen = {0};
     cJSON *arr = cJSON_CreateArray();
-    if (!seen.slot || !arr) {
-        free(seen.slot);
-        cJSON_Delete(arr);
-        return khub__srv_send_error(c, 500, NULL, commit, "out of memory");
-    }
+    if (!arr) return khub__srv_send_error(c, 500, NULL, commit, "out of memory");
     int n = !k->body ? 0
             : json   ? paths_info_json(r, commit, cdir, k->body, k->n, arr, &seen)
                      : paths_info_form(r, commit, cdir, k->body, arr, &seen);
-    free(seen.slot);
+    khub__srv_path_set_free(&seen);
     if (n < 0 || n > MAX_PATHS_INFO) {
         cJSON_Delete(arr);
         return khub__srv_send_error(c, 400, NULL, NULL,

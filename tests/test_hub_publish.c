@@ -437,6 +437,71 @@ TEST_IMPL(server_lfs_upload_checks)
     fx_done(&fx);
 }
 
+/* A commit's NDJSON body from its operation lines ('|' between lines): the
+ * new commit's id into id. */
+#define OID          "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+#define LFS(p)       "{\"key\":\"lfsFile\",\"value\":{\"path\":\"" p "\",\"oid\":\"" OID "\"}}\n"
+#define FILE_OP(p)   "{\"key\":\"file\",\"value\":{\"path\":\"" p "\",\"content\":\"x\"}}\n"
+#define DEL(kind, p) "{\"key\":\"deleted" kind "\",\"value\":{\"path\":\"" p "\"}}\n"
+#define HEADER       "{\"key\":\"header\",\"value\":{\"summary\":\"marks\"}}\n"
+
+static void commit_ops(khub_hub *hub, const fixture *fx, const char *body, char id[41])
+{
+    char url[256];
+    khub__http_resp r;
+    snprintf(url, sizeof url, "%s/api/kernels/org/demo/commit/main", fx->endpoint);
+    ASSERT_EQ(request(hub, "POST", url, "application/x-ndjson", body, &r), 200);
+    cJSON *j = cJSON_Parse(r.body);
+    snprintf(id, 41, "%s", cJSON_GetObjectItemCaseSensitive(j, "commitOid")->valuestring);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+}
+
+/* The "lfs" marks that log/<id>.json records, as unformatted JSON. */
+static char *lfs_marks(const fixture *fx, const char *id)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/org/demo/log/%s.json", fx->repos, id);
+    cJSON *j = cJSON_Parse(read_all(path));
+    char *text = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "lfs"));
+    cJSON_Delete(j);
+    return text;
+}
+
+/* Which paths a commit records as stored through LFS, in what order, after
+ * operations that name a path twice, differ only in case, overwrite an LFS
+ * file with a plain one (and back), and delete files and folders (a folder
+ * named like a file's prefix keeps that file), across two commits. */
+TEST_IMPL(server_commit_lfs_marks)
+{
+    fixture fx;
+    start_with_token(&fx);
+    khub_hub *hub = fx_hub(&fx, 0, TOKEN);
+    char path[700], id[41];
+    snprintf(path, sizeof path, "%s/org/demo/lfs/" OID, fx.repos);
+    fx_write(path, "lfs object bytes", 16);
+    commit_ops(hub, &fx,
+               HEADER LFS("a.bin") LFS("B.bin") LFS("b.bin") LFS("a.bin") FILE_OP("c.txt")
+                   LFS("c.txt") LFS("d.bin") FILE_OP("d.bin") LFS("dir/x.bin") LFS("dir/sub/y.bin")
+                       LFS("dirx.bin") LFS("dir2/z.bin") DEL("Folder", "dir/") LFS("e.bin")
+                           DEL("File", "e.bin"),
+               id);
+    char *marks = lfs_marks(&fx, id);
+    ASSERT_STR_EQ(marks, "{\"B.bin\":true,\"b.bin\":true,\"a.bin\":true,\"c.txt\":true,"
+                         "\"dirx.bin\":true,\"dir2/z.bin\":true}");
+    free(marks);
+    commit_ops(hub, &fx,
+               HEADER LFS("dir/x.bin") DEL("File", "b.bin") FILE_OP("B.bin") LFS("f.bin")
+                   DEL("Folder", "dir2"),
+               id);
+    marks = lfs_marks(&fx, id);
+    ASSERT_STR_EQ(marks, "{\"a.bin\":true,\"c.txt\":true,\"dirx.bin\":true,\"dir/x.bin\":true,"
+                         "\"f.bin\":true}");
+    free(marks);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 TEST_IMPL(server_branches_and_tags)
 {
     fixture fx;
@@ -498,5 +563,6 @@ TEST_IMPL(server_branches_and_tags)
     X(publish_local_errors) \
     X(server_refuses_bad_commits) \
     X(server_lfs_upload_checks) \
+    X(server_commit_lfs_marks) \
     X(server_branches_and_tags)
 TEST_MAIN(TEST_LIST)
