@@ -245,6 +245,8 @@ KHUB_INTERNAL int khub__srv_file_ids_of_fd(struct digest_cache *dc, const char *
 typedef struct repo_memo {
     char commit[41];
     cJSON *log;
+    path_set lfs_at; /* the log's "lfs" marks by path (its first of each) */
+    int indexed;     /* lfs_at is whole (0: out of memory, look up by walking) */
 } repo_memo;
 
 typedef struct repo {

@@ -81,7 +81,10 @@ int khub__srv_repo_open(const khub__server *s, const char *org, const char *name
 void khub__srv_repo_close(repo *r)
 {
     cJSON_Delete(r->refs);
-    if (r->memo) cJSON_Delete(r->memo->log);
+    if (r->memo) {
+        cJSON_Delete(r->memo->log);
+        khub__srv_path_set_free(&r->memo->lfs_at);
+    }
     free(r->memo);
     r->memo = NULL;
 }
@@ -138,6 +141,25 @@ int khub__srv_repo_is_lfs(const repo *r, const char *path)
     return 0;
 }
 
+/* Indexes the memo's log's LFS marks by path: a tree listing or paths-info
+ * asks about each of up to 10,000 paths, and walking up to 100,000 marks by
+ * name for each (anyone may ask) was O(paths x marks). */
+static void memo_index_marks(repo_memo *m)
+{
+    khub__srv_path_set_free(&m->lfs_at);
+    m->indexed = 1;
+    const cJSON *lfs = cJSON_GetObjectItemCaseSensitive(m->log, "lfs"), *e;
+    if (!cJSON_IsObject(lfs)) return;
+    cJSON_ArrayForEach(e, lfs)
+    {
+        if (e->string && khub__srv_path_set_add(&m->lfs_at, e->string, (void *)e) < 0) {
+            khub__srv_path_set_free(&m->lfs_at);
+            m->indexed = 0;
+            return;
+        }
+    }
+}
+
 /* The commit's log entry (log/<commit>.json), read once per request; NULL
  * for a commit the server did not make (a folder written by hand). */
 const cJSON *khub__srv_commit_log(const repo *r, const char *commit)
@@ -153,6 +175,7 @@ const cJSON *khub__srv_commit_log(const repo *r, const char *commit)
                          : NULL;
         r->memo->log = text ? cJSON_Parse(text) : NULL;
         free(text);
+        memo_index_marks(r->memo);
     }
     return r->memo->log;
 }
@@ -161,6 +184,8 @@ int khub__srv_is_lfs_at(const repo *r, const char *commit, const char *path)
 {
     if (khub__srv_repo_is_lfs(r, path)) return 1;
     const cJSON *lfs = cJSON_GetObjectItemCaseSensitive(khub__srv_commit_log(r, commit), "lfs");
+    if (r->memo && r->memo->indexed)
+        return cJSON_IsTrue((const cJSON *)khub__srv_path_set_get(&r->memo->lfs_at, path));
     return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lfs, path));
 }
 

@@ -498,6 +498,25 @@ TEST_IMPL(server_commit_lfs_marks)
     ASSERT_STR_EQ(marks, "{\"a.bin\":true,\"c.txt\":true,\"dirx.bin\":true,\"dir/x.bin\":true,"
                          "\"f.bin\":true}");
     free(marks);
+    /* served by those marks: c.txt is an LFS file by its mark alone, B.bin
+     * (now a plain file) by the *.bin glob, README.md not at all */
+    char url[256];
+    khub__http_resp r;
+    snprintf(url, sizeof url, "%s/api/kernels/org/demo/paths-info/main", fx.endpoint);
+    ASSERT_EQ(request(hub, "POST", url, "application/x-www-form-urlencoded",
+                      "paths=c.txt&paths=B.bin&paths=README.md", &r),
+              200);
+    cJSON *j = cJSON_Parse(r.body), *e;
+    int n = 0;
+    cJSON_ArrayForEach(e, j)
+    {
+        const char *p = cJSON_GetObjectItemCaseSensitive(e, "path")->valuestring;
+        ASSERT_EQ(cJSON_GetObjectItemCaseSensitive(e, "lfs") != NULL, strcmp(p, "README.md") != 0);
+        n++;
+    }
+    ASSERT_EQ(n, 3);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
     khub_hub_free(hub);
     fx_done(&fx);
 }

@@ -2,7 +2,8 @@
 """serve-commit.py: the server CPU time of two large commits to `khub serve`
 (session 19, the commit's LFS marks). Commit 1 stores N paths through LFS
 (lfsFile), commit 2 writes N plain files on top (each a lookup among the N
-marks it inherits). CPU is the server process's user and system time
+marks it inherits), then one paths-info request (no token needed) names
+10,000 paths of commit 2 (each asks whether it is an LFS file by its mark). CPU is the server process's user and system time
 (/proc/PID/stat) across each request, so a loaded machine changes it little;
 the system time is ext4 creating, syncing and renaming the files.
 
@@ -60,6 +61,15 @@ def one_round(khub, n):
                 commit(port, ops)
                 u1, s1 = cpu_s(p.pid)
                 out.append((u1 - u0, s1 - s0))
+            paths = "&".join(f"paths=p{i % 100}/t{i}.txt" for i in range(10000)).encode()
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/api/kernels/org/demo/paths-info/main", data=paths,
+                method="POST", headers={"Content-Type": "application/x-www-form-urlencoded"})
+            u0, s0 = cpu_s(p.pid)
+            with urllib.request.urlopen(req, timeout=600) as r:
+                assert len(json.load(r)) == min(n, 10000)
+            u1, s1 = cpu_s(p.pid)
+            out.append((u1 - u0, s1 - s0))
             return out
         finally:
             p.terminate()
@@ -75,9 +85,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     for _ in range(a.rounds):
-        c1, c2 = one_round(a.khub, a.n)
+        c1, c2, pi = one_round(a.khub, a.n)
         print(f"{a.khub} n={a.n}: commit 1 (lfsFile) user {c1[0]:.2f} sys {c1[1]:.2f} s, "
-              f"commit 2 (file) user {c2[0]:.2f} sys {c2[1]:.2f} s", flush=True)
+              f"commit 2 (file) user {c2[0]:.2f} sys {c2[1]:.2f} s, "
+              f"paths-info user {pi[0]:.2f} sys {pi[1]:.2f} s", flush=True)
 
 
 if __name__ == "__main__":
