@@ -49,6 +49,7 @@ TEST_IMPL(model_server_start_refusals)
     ASSERT_EQ(khub_model_server_port(NULL), 0);
     khub_model_server_stats st = {KHUB_APP_INIT(khub_model_server_stats)};
     ASSERT_STATUS(khub_model_server_stats_get(NULL, &st), KHUB_STATUS_MISUSE);
+    ASSERT_STR_EQ(khub_last_error(), "khub_model_server_stats_get: srv is NULL");
     khub_model_server_stop(NULL);
 }
 
@@ -94,6 +95,7 @@ TEST_IMPL(model_server_start_stop)
     uint16_t port = khub_model_server_port(srv);
     ASSERT(port > 0);
     khub_model_server_stats st = {KHUB_APP_INIT(khub_model_server_stats)};
+    char want[96];
     ASSERT_OK(khub_model_server_stats_get(srv, &st));
     ASSERT_EQ(st.requests, 0);
     ASSERT_EQ(st.queued, 0);
@@ -101,10 +103,15 @@ TEST_IMPL(model_server_start_stop)
     ASSERT_EQ(st.kv_tokens, 0);
     st.struct_size = 8;
     ASSERT_STATUS(khub_model_server_stats_get(srv, &st), KHUB_STATUS_STRUCT_SIZE);
+    snprintf(want, sizeof want,
+             "khub_model_server_stats_get: out.struct_size 8 is smaller than 0.1's %zu",
+             offsetof(khub_model_server_stats, kv_capacity) + sizeof st.kv_capacity);
+    ASSERT_STR_EQ(khub_last_error(), want);
+    ASSERT_STATUS(khub_model_server_stats_get(srv, NULL), KHUB_STATUS_MISUSE);
+    ASSERT_STR_EQ(khub_last_error(), "khub_model_server_stats_get: out is NULL");
     o.port = port;
     o.serial = 1;
     ASSERT_STATUS(khub_model_server_start(&o, &srv2, err, sizeof err), KHUB_STATUS_IO);
-    char want[96];
     snprintf(want, sizeof want, "serve-model: cannot listen on 127.0.0.1:%u (port in use?)", port);
     ASSERT_STR_EQ(err, want);
     ASSERT(srv2 == NULL);

@@ -132,8 +132,12 @@ KHUB_API khub_status khub_model_server_start(const khub_model_server_opts *opts,
 /* The TCP port the server listens on (the chosen one when opts.port was 0);
  * 0 for NULL. Since 0.1. */
 KHUB_API uint16_t khub_model_server_port(const khub_model_server *srv);
-/* Fills *out (its struct_size set by the caller). Statuses: MISUSE (NULL),
- * STRUCT_SIZE (out older than 0.1). Since 0.1. */
+/* Fills *out up to its struct_size (set by the caller; the header's
+ * struct_size and stamp are left as the caller wrote them). Statuses:
+ * MISUSE (srv or out NULL), STRUCT_SIZE (out smaller than 0.1's 80 bytes,
+ * up to kv_capacity). On failure khub_last_error() (khub.h) says why, e.g.
+ * "khub_model_server_stats_get: out.struct_size 8 is smaller than 0.1's 80"
+ * (since session 19; before, no message). Thread-safe. Since 0.1. */
 KHUB_API khub_status khub_model_server_stats_get(const khub_model_server *srv,
                                                  khub_model_server_stats *out);
 /* Swaps the kernel serving `role` ("attention", "norm", "activation",

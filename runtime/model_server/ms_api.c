@@ -97,30 +97,35 @@ fail:
 
 uint16_t khub_model_server_port(const khub_model_server *srv) { return srv ? srv->s.port : 0; }
 
+/* Failures set khub_last_error() (this call has no errbuf, and the server
+ * no message of its own), in the one STRUCT_SIZE form (app_struct.h). */
 khub_status khub_model_server_stats_get(const khub_model_server *srv, khub_model_server_stats *out)
 {
-    if (!srv || !out) return KHUB_STATUS_MISUSE;
-    if (out->struct_size < offsetof(khub_model_server_stats, kv_capacity) + sizeof(uint64_t))
-        return KHUB_STATUS_STRUCT_SIZE;
+    if (!srv || !out)
+        return khub__fail(NULL, KHUB_STATUS_MISUSE, "khub_model_server_stats_get: %s is NULL",
+                          srv ? "out" : "srv");
+    KHUB__APP_CHECK(NULL, out, KHUB__SIZE_TO(khub_model_server_stats, kv_capacity),
+                    "khub_model_server_stats_get", "out");
     khub__ms *s = (khub__ms *)&srv->s;
     khub__ms_engine_stats es = {0};
     s->eng->vt->stats(s->eng, &es);
-    out->requests = atomic_load(&s->n_requests);
-    out->errors = atomic_load(&s->n_errors);
-    out->completions = atomic_load(&s->n_completions);
-    out->cancelled = atomic_load(&s->n_cancelled);
-    out->prompt_tokens = atomic_load(&s->prompt_tokens);
-    out->completion_tokens = atomic_load(&s->completion_tokens);
-    out->queued = es.queued;
-    out->running = es.running;
-    out->kv_tokens = es.kv_tokens;
-    out->kv_capacity = es.kv_capacity;
-    if (out->struct_size >= offsetof(khub_model_server_stats, reload_failures) + sizeof(uint64_t)) {
-        pthread_mutex_lock(&s->kmu);
-        out->reloads = s->n_reloads;
-        pthread_mutex_unlock(&s->kmu);
-        out->reload_failures = atomic_load(&s->n_reload_failures);
-    }
+    khub_model_server_stats st = {KHUB_APP_INIT(khub_model_server_stats)};
+    st.requests = atomic_load(&s->n_requests);
+    st.errors = atomic_load(&s->n_errors);
+    st.completions = atomic_load(&s->n_completions);
+    st.cancelled = atomic_load(&s->n_cancelled);
+    st.prompt_tokens = atomic_load(&s->prompt_tokens);
+    st.completion_tokens = atomic_load(&s->completion_tokens);
+    st.queued = es.queued;
+    st.running = es.running;
+    st.kv_tokens = es.kv_tokens;
+    st.kv_capacity = es.kv_capacity;
+    pthread_mutex_lock(&s->kmu);
+    st.reloads = s->n_reloads;
+    pthread_mutex_unlock(&s->kmu);
+    st.reload_failures = atomic_load(&s->n_reload_failures);
+    /* up to out's struct_size, its header kept (abi/ABI.md rule 5) */
+    khub__app_copy_out(out, &st, sizeof st);
     return KHUB_STATUS_OK;
 }
 
