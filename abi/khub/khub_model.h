@@ -108,8 +108,10 @@ typedef struct khub_model_opts {
      * quantized), done of total, e.g. for a progress bar; NULL = none. */
     void (*progress)(void *ud, int32_t done, int32_t total);
     void *progress_ud;
-    /* End of 0.1. */
-    /* Since 0.1 with plugin ABI 1.4 (issue 13): the paged KV cache's pool
+    /* End of 0.1: 128 bytes, the struct as it stood when 0.2's changes
+     * began (abi/ABI.md's history; khub_model_load refuses less). Every
+     * field below came after, with 0.2. */
+    /* Since 0.2, with plugin ABI 1.4 (issue 13): the paged KV cache's pool
      * (`--cache paged`; dense caches ignore them). kv_block_size: tokens per
      * block, 0 = the cache's default (16 for khub/ref-cpu); kv_num_blocks:
      * blocks in the pool, 0 = what kv_max_bytes holds, or with no budget
@@ -119,15 +121,16 @@ typedef struct khub_model_opts {
     int32_t kv_block_size;
     int32_t kv_num_blocks;
     uint64_t kv_max_bytes;
-    /* Since 0.1 (issue 18): tensor parallelism (docs/parallelism.md).
+    /* Since 0.2 (issue 18): tensor parallelism (docs/parallelism.md).
      * tp_size: ranks the model is split over, 0 or 1 = none; comm: their
      * collectives (khub_comm.h; borrowed for the model's life), required
      * when tp_size > 1 with comm->size == tp_size. Every rank loads the same
      * file with the same options; rank 0 then generates and the others call
      * khub_model_tp_serve. */
     int32_t tp_size;
-    /* Since 0.2 (issue 18; 0.1's reserved2, zero there): how o_proj and
-     * down_proj are split, the same on every rank (enum khub_tp_plan).
+    /* Since 0.2 (issue 18; in the place of reserved2, which came with
+     * tp_size and which every caller zeroed): how o_proj and down_proj are
+     * split, the same on every rank (enum khub_tp_plan).
      * KHUB_TP_PLAN_REDUCE (0): Megatron-LM's, each rank multiplies its
      * columns and one all-reduce sums the partial outputs; the float sum's
      * other order moves the last bits, which kernels with integer
@@ -197,11 +200,11 @@ typedef struct khub_model_info {
      * 0 when the cache does not say. Since 0.1 (plugin ABI 1.4). */
     uint64_t kv_bytes_per_token;
     /* This rank and the ranks of a tensor-parallel load (0 and 1 without);
-     * weight_bytes and scratch_bytes are then this rank's. Since 0.1 (issue 18). */
+     * weight_bytes and scratch_bytes are then this rank's. Since 0.2 (issue 18). */
     int32_t tp_rank;
     int32_t tp_size;
     /* Collectives this rank has run since the load, and the wall time spent
-     * in them (ns): the communication share of a step. Since 0.1 (issue 18). */
+     * in them (ns): the communication share of a step. Since 0.2 (issue 18). */
     uint64_t tp_collectives;
     uint64_t tp_comm_ns;
 } khub_model_info;
@@ -221,7 +224,7 @@ KHUB_API khub_runtime *khub_model_runtime(const khub_model *m);
  * frees its model. A failed step or collective returns its status (the
  * message names the rank and the step): the job cannot go on, so end the
  * process and let the launcher stop the others. INVALID_ARG on rank 0 or
- * without tp_size > 1. Since 0.1 (issue 18). */
+ * without tp_size > 1. Since 0.2 (issue 18). */
 KHUB_API khub_status khub_model_tp_serve(khub_model *m);
 
 /* The role -> plugin table: one line per role ("q_proj[q4_1]: khub/ref-cpu

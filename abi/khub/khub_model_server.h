@@ -83,7 +83,7 @@ typedef struct khub_model_server_opts {
     uint32_t serial;          /* 1 = no batching: one request at a time through
                                  khub_model_generate (the reference engine) */
     /* End of 0.1. */
-    /* Since 0.1 (issue 16 item 4): live kernel swaps, POST /v1/kernels/reload
+    /* Since 0.2 (issue 16 item 4): live kernel swaps, POST /v1/kernels/reload
      * and khub_model_server_reload. hub: the handle that fetches the Hub IDs
      * a swap names (borrowed, used only by the server, one swap at a time,
      * until stop); NULL = the server opens its own with khub_hub_new(NULL)
@@ -112,7 +112,7 @@ typedef struct khub_model_server_stats {
     uint64_t kv_tokens;         /* KV cache positions in use now (all running requests) */
     uint64_t kv_capacity;       /* KV cache positions the running batch may use */
     /* End of 0.1. */
-    /* Since 0.1 (issue 16 item 4); filled when struct_size covers them. */
+    /* Since 0.2 (issue 16 item 4); filled when struct_size covers them. */
     uint64_t reloads;         /* kernel swaps done */
     uint64_t reload_failures; /* kernel swaps refused (the old kernel kept serving) */
 } khub_model_server_stats;
