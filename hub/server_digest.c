@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,8 +156,13 @@ static int hash_fd(int fd, uint64_t size, char sha256[65], char sha1[41])
     return ok;
 }
 
+static atomic_uint_fast64_t n_hashed; /* files hashed by this process (tests) */
+
+uint64_t khub__srv_digest_hashed(void) { return (uint64_t)atomic_load(&n_hashed); }
+
 static int hash_ids(int fd, int lfs, uint64_t size, file_ids *ids)
 {
+    atomic_fetch_add(&n_hashed, 1);
     char content_sha1[41];
     if (!hash_fd(fd, size, ids->sha256, content_sha1)) return 0;
     if (!lfs) {
@@ -185,6 +191,63 @@ int khub__srv_file_ids_of_fd(digest_cache *dc, const char *path, int fd, int lfs
                   before.ctime_ns + 2000000000LL <= (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
     if (settled && fprint_of(fd, &after) && fprint_eq(&before, &after))
         digest_store(dc, path, lfs, &before, ids);
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* One request's memo by file                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The digests one request has computed, by file: paths that are hard links
+ * of one file (every path of a commit that names the same LFS object is
+ * one) are hashed once per request. A file younger than the digest
+ * cache's 2 s is not cached there, and anyone may ask for a tree page or
+ * paths-info, so 10,000 links to one large fresh object were hashed 10,000
+ * times. The key is the file's identity and state (device, inode, size,
+ * mtime, ctime) and whether it is answered as LFS (its git id differs):
+ * within one request a file with all five unchanged holds the bytes that
+ * were hashed, as the store never writes a file in place (a change
+ * replaces the name). */
+typedef struct ids_memo_entry {
+    struct ids_memo_entry *next;
+    file_ids ids;
+    char key[112]; /* "dev:ino:size:mtime_ns:ctime_ns:lfs" */
+} ids_memo_entry;
+
+void khub__srv_ids_memo_free(ids_memo *m)
+{
+    khub__srv_path_set_free(&m->by_key);
+    for (ids_memo_entry *e = m->all, *next; e; e = next) {
+        next = e->next;
+        free(e);
+    }
+    m->all = NULL;
+}
+
+int khub__srv_file_ids_memo(digest_cache *dc, ids_memo *m, const char *path, int fd,
+                            const struct stat *sb, int lfs, file_ids *ids)
+{
+    char key[112];
+    snprintf(key, sizeof key, "%llu:%llu:%lld:%lld.%09ld:%lld.%09ld:%d",
+             (unsigned long long)sb->st_dev, (unsigned long long)sb->st_ino, (long long)sb->st_size,
+             (long long)sb->st_mtim.tv_sec, sb->st_mtim.tv_nsec, (long long)sb->st_ctim.tv_sec,
+             sb->st_ctim.tv_nsec, lfs);
+    const ids_memo_entry *hit = khub__srv_path_set_get(&m->by_key, key);
+    if (hit) {
+        *ids = hit->ids;
+        return 1;
+    }
+    if (!khub__srv_file_ids_of_fd(dc, path, fd, lfs, ids)) return 0;
+    ids_memo_entry *e = malloc(sizeof *e);
+    if (!e) return 1; /* answered, not remembered */
+    e->ids = *ids;
+    memcpy(e->key, key, sizeof key);
+    if (khub__srv_path_set_add(&m->by_key, e->key, e) != 1) {
+        free(e);
+        return 1;
+    }
+    e->next = m->all;
+    m->all = e;
     return 1;
 }
 

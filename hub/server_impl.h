@@ -22,7 +22,8 @@
  *                    own URL, the write token check, request body checks
  *   server_store.c   the repos folder on disk: opening a repo, resolving a
  *                    revision, atomic file and refs.json replacement, commit ids
- *   server_digest.c  the digest cache: file SHA-256 and git blob ids by path
+ *   server_digest.c  the digest cache: file SHA-256 and git blob ids by path,
+ *                    and one request's memo of them by file
  *   ---------------- (below those)
  *   server_path_set.c  a set of paths, each with a value: lookups by path
  *
@@ -236,6 +237,22 @@ KHUB_INTERNAL int khub__srv_file_ids_of(struct digest_cache *dc, const char *pat
  * offset unmoved); 0 when it cannot be hashed. */
 KHUB_INTERNAL int khub__srv_file_ids_of_fd(struct digest_cache *dc, const char *path, int fd,
                                            int lfs, file_ids *ids);
+/* The digests one request computed, by file (server_digest.c: why);
+ * zero-initialised is empty, khub__srv_ids_memo_free ends it. */
+typedef struct ids_memo {
+    path_set by_key;            /* "dev:ino:size:mtime:ctime:lfs" -> its entry */
+    struct ids_memo_entry *all; /* owned, a list */
+} ids_memo;
+
+/* khub__srv_file_ids_of_fd for fd (its fstat in sb), from m when this
+ * request hashed the same file (device, inode, size, mtime, ctime) with the
+ * same lfs already; remembered in m after a hash. 0 when it cannot be
+ * hashed. */
+KHUB_INTERNAL int khub__srv_file_ids_memo(struct digest_cache *dc, ids_memo *m, const char *path,
+                                          int fd, const struct stat *sb, int lfs, file_ids *ids);
+KHUB_INTERNAL void khub__srv_ids_memo_free(ids_memo *m);
+/* How many files this process has hashed (a count for tests). */
+KHUB_INTERNAL uint64_t khub__srv_digest_hashed(void);
 
 /* ------------------------------------------------------------------------ */
 /* The repos folder on disk (server_store.c)                                */

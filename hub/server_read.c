@@ -79,7 +79,8 @@ static int cmp_fentry(const void *a, const void *b)
     return strcmp(((const fentry *)a)->path, ((const fentry *)b)->path);
 }
 
-static cJSON *entry_json(const repo *r, const char *commit, const char *cdir, const fentry *e)
+static cJSON *entry_json(const repo *r, const char *commit, const char *cdir, const fentry *e,
+                         ids_memo *memo)
 {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddStringToObject(j, "type", e->is_dir ? "directory" : "file");
@@ -101,7 +102,8 @@ static cJSON *entry_json(const repo *r, const char *commit, const char *cdir, co
     /* hashed from the file reached without links, as it is served */
     struct stat sb;
     int fd = khub__srv_open_in(cdir, e->path, &sb);
-    int ok = fd >= 0 && S_ISREG(sb.st_mode) && khub__srv_file_ids_of_fd(r->dc, full, fd, lfs, &ids);
+    int ok = fd >= 0 && S_ISREG(sb.st_mode) &&
+             khub__srv_file_ids_memo(r->dc, memo, full, fd, &sb, lfs, &ids);
     if (fd >= 0) close(fd);
     if (!ok) {
         cJSON_Delete(j);
@@ -225,10 +227,12 @@ static MHD_RESULT api_tree(khub__server *s, struct MHD_Connection *c, const repo
     size_t from = cur ? strtoull(cur, NULL, 10) : 0, end = from + s->page_size;
     if (end > l.n) end = l.n;
     cJSON *arr = cJSON_CreateArray();
+    ids_memo memo = {0};
     for (size_t i = from; i < end; i++) {
-        cJSON *e = entry_json(r, commit, cdir, &l.v[i]);
+        cJSON *e = entry_json(r, commit, cdir, &l.v[i], &memo);
         if (e) cJSON_AddItemToArray(arr, e);
     }
+    khub__srv_ids_memo_free(&memo);
     if ((s->faults & (F_TREE_DOTDOT | F_TREE_ABS)) && from == 0) { /* a malicious server */
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "type", "file");
@@ -431,32 +435,39 @@ static MHD_RESULT serve_file(khub__server *s, struct MHD_Connection *c, const re
 
 #define MAX_PATHS_INFO 10000
 
+/* What one paths-info request has answered: the paths it named, and the
+ * digests it computed (ids_memo). */
+typedef struct answered {
+    path_set paths;
+    ids_memo ids;
+} answered;
+
 /* Appends the entry of one requested path when it exists (files and
  * directories) and was not named before; unknown or unsafe paths are left
- * out, as the Hub does. Called at most MAX_PATHS_INFO times per set.
+ * out, as the Hub does. Called at most MAX_PATHS_INFO times per request.
  * A path named twice is answered once (seen holds the request's own
  * strings, alive while it is answered): anyone may POST paths-info, and a
  * file younger than the digest cache's 2 s is hashed each time it is looked
  * up, so 10,000 copies of one large fresh path would otherwise cost 10,000
  * hashes of it. */
 static void paths_info_add(const repo *r, const char *commit, const char *cdir, const char *path,
-                           cJSON *arr, path_set *seen)
+                           cJSON *arr, answered *seen)
 {
     char full[KHUB__PATH_MAX];
     struct stat sb;
-    if (khub__srv_path_set_add(seen, path, (void *)path) == 0) return; /* -1 (OOM): answered */
+    if (khub__srv_path_set_add(&seen->paths, path, (void *)path) == 0) return; /* -1: OOM */
     if (!KHUB__PATHF(full, "%s/%s", cdir, path) || khub__srv_stat_in(cdir, path, &sb) != 0 ||
         !(S_ISREG(sb.st_mode) || S_ISDIR(sb.st_mode)))
         return;
     fentry e = {(char *)path, S_ISDIR(sb.st_mode), (uint64_t)sb.st_size};
-    cJSON *j = entry_json(r, commit, cdir, &e);
+    cJSON *j = entry_json(r, commit, cdir, &e, &seen->ids);
     if (j) cJSON_AddItemToArray(arr, j);
 }
 
 /* A form body (huggingface_hub: "paths=a&paths=b&expand=false", '+' for a
  * space) into arr; -1 on a bad escape, else the number of paths. */
 static int paths_info_form(const repo *r, const char *commit, const char *cdir, char *text,
-                           cJSON *arr, path_set *seen)
+                           cJSON *arr, answered *seen)
 {
     int n = 0;
     char *save = NULL;
@@ -477,7 +488,7 @@ static int paths_info_form(const repo *r, const char *commit, const char *cdir, 
 /* A JSON body (the JS client: {"paths":[...],"expand":bool}); -1 when it
  * is not that shape, else the number of paths. */
 static int paths_info_json(const repo *r, const char *commit, const char *cdir, const char *text,
-                           size_t len, cJSON *arr, path_set *seen)
+                           size_t len, cJSON *arr, answered *seen)
 {
     cJSON *j = cJSON_ParseWithLength(text, len);
     const cJSON *paths = cJSON_GetObjectItemCaseSensitive(j, "paths"), *p;
@@ -507,13 +518,14 @@ static MHD_RESULT api_paths_info(struct MHD_Connection *c, const repo *r, const 
     khub__srv_commit_dir(r, commit, cdir, sizeof cdir);
     const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
     int json = ct && strncasecmp(ct, "application/json", 16) == 0;
-    path_set seen = {0};
+    answered seen = {0};
     cJSON *arr = cJSON_CreateArray();
     if (!arr) return khub__srv_send_error(c, 500, NULL, commit, "out of memory");
     int n = !k->body ? 0
             : json   ? paths_info_json(r, commit, cdir, k->body, k->n, arr, &seen)
                      : paths_info_form(r, commit, cdir, k->body, arr, &seen);
-    khub__srv_path_set_free(&seen);
+    khub__srv_path_set_free(&seen.paths);
+    khub__srv_ids_memo_free(&seen.ids);
     if (n < 0 || n > MAX_PATHS_INFO) {
         cJSON_Delete(arr);
         return khub__srv_send_error(c, 400, NULL, NULL,

@@ -6,6 +6,7 @@
 #include <cjson/cJSON.h>
 
 #include "hub_fixture.h"
+#include "server_impl.h"
 
 /* POSTs body to endpoint + rel; the response is parsed into *out (NULL when
  * not JSON). Returns the HTTP status. */
@@ -187,6 +188,45 @@ TEST_IMPL(paths_info_names_a_path_once)
     fx_done(&fx);
 }
 
+/* Hard links of one fresh file (as every path of a commit that names one
+ * LFS object is) are hashed once per request, for each way they are
+ * answered: LFS (*.bin) or not (*.txt, whose git id is the content's). */
+TEST_IMPL(paths_info_hashes_a_linked_file_once)
+{
+    fixture fx;
+    fx_init(&fx, NULL, 0);
+    char src[1024], dst[1024];
+    snprintf(src, sizeof src, "%s/org/demo/commits/" C1 "/weights.bin", fx.repos);
+    static const char *links[] = {"w2.bin", "docs/w3.bin", "w4.txt"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(dst, sizeof dst, "%s/org/demo/commits/" C1 "/%s", fx.repos, links[i]);
+        ASSERT_EQ(link(src, dst), 0); /* the file's ctime is now: fresh, not cached */
+    }
+    khub_hub *hub = fx_hub(&fx, 0, NULL);
+    khub__http_resp r;
+    cJSON *j = NULL;
+    uint64_t before = khub__srv_digest_hashed();
+    ASSERT_EQ(post(hub, fx.endpoint, PI "main", FORM,
+                   "paths=weights.bin&paths=w2.bin&paths=docs/w3.bin&paths=w4.txt", &r, &j),
+              200);
+    ASSERT_EQ(khub__srv_digest_hashed() - before, 2);
+    ASSERT_EQ(cJSON_GetArraySize(j), 4);
+    const char *bin_oid =
+        cJSON_GetObjectItemCaseSensitive(find_path(j, "weights.bin"), "oid")->valuestring;
+    for (size_t i = 0; i < 2; i++) {
+        const cJSON *e = find_path(j, links[i]);
+        ASSERT_STR_EQ(cJSON_GetObjectItemCaseSensitive(e, "oid")->valuestring, bin_oid);
+        ASSERT(cJSON_GetObjectItemCaseSensitive(e, "lfs") != NULL);
+    }
+    const cJSON *txt = find_path(j, "w4.txt");
+    ASSERT(cJSON_GetObjectItemCaseSensitive(txt, "lfs") == NULL);
+    ASSERT(strcmp(cJSON_GetObjectItemCaseSensitive(txt, "oid")->valuestring, bin_oid) != 0);
+    cJSON_Delete(j);
+    khub__http_resp_free(&r);
+    khub_hub_free(hub);
+    fx_done(&fx);
+}
+
 /* paths-info is a read: a server with --token answers it without one. */
 TEST_IMPL(paths_info_needs_no_token)
 {
@@ -272,6 +312,7 @@ TEST_IMPL(paths_info_huggingface_hub)
     X(paths_info_json) \
     X(paths_info_errors) \
     X(paths_info_names_a_path_once) \
+    X(paths_info_hashes_a_linked_file_once) \
     X(paths_info_needs_no_token) \
     X(paths_info_huggingface_hub)
 TEST_MAIN(TEST_LIST)
