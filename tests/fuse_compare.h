@@ -102,8 +102,8 @@ static inline fc_run fc_model_run(const char *path, const khub_model_opts *opts,
     }
     fc_batch(m, V, &o);
     ASSERT_EQ(o - r.out, (long long)r.n);
-    r.joined_qkv = m->n_joined_qkv;
-    r.joined_gate_up = m->n_joined_gate_up;
+    r.joined_qkv = khub__model_n_joined(m, true);
+    r.joined_gate_up = khub__model_n_joined(m, false);
     r.huge = m->gguf && khub__gguf_map(m->gguf)->huge;
     r.explain = strdup(khub_model_explain(m));
     ASSERT(r.explain);

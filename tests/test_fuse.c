@@ -169,8 +169,8 @@ TEST_IMPL(fuse_env_turns_it_off)
     ASSERT_OK(khub_runtime_new(NULL, &rt));
     ASSERT_OK(khub_plugin_load_builtin(rt));
     ASSERT_OK(khub_model_load(rt, dir, &o, &m));
-    ASSERT_EQ(m->n_joined_qkv, 2);
-    ASSERT_EQ(m->n_joined_gate_up, 2);
+    ASSERT_EQ(khub__model_n_joined(m, true), 2);
+    ASSERT_EQ(khub__model_n_joined(m, false), 2);
     /* Joined, q/k/v (gate/up) are views of the joined weight's rows. */
     const khub__layer *ly = &m->layers[1];
     const uint8_t *qkv = ly->qkv.w.t.data, *gu = ly->gate_up.w.t.data;

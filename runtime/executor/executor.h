@@ -138,8 +138,6 @@ struct khub_model {
     pthread_mutex_t bind_lock;
     khub_binding *norm, *norm_res, *rotary, *attention, *act, *kv_op;
     khub_binding *dequant; /* for a quantized embedding, or NULL */
-    /* Layers whose q/k/v and gate/up were joined (model_fuse.c; tests). */
-    int32_t n_joined_qkv, n_joined_gate_up;
     /* The embedding role's CPU op (kind 9) when khub_model_opts.embed_impl
      * names a plugin, else NULL: the host looks the rows up itself. */
     khub_binding *embed_op;
@@ -244,6 +242,9 @@ KHUB_INTERNAL khub_status khub__forward_truncate(khub_model *m, int32_t seq, int
  * with KHUB_JOIN_PROJ=0 in the environment. NOMEM when the joined copy
  * cannot be had. */
 KHUB_INTERNAL khub_status khub__model_join_layer(khub_model *m, int L, bool on_device);
+/* Layers whose q/k/v (qkv) or gate/up (!qkv) run as one call (a layer is
+ * joined when its qkv / gate_up matrix has an op). */
+KHUB_INTERNAL int khub__model_n_joined(const khub_model *m, bool qkv);
 /* The line khub_model_explain adds under binding b when it runs joined
  * q/k/v or gate/up ("    q_proj, k_proj, v_proj as one call ..."), or "". */
 KHUB_INTERNAL void khub__model_join_explain(const khub_model *m, const khub__bound *b, char *buf,

@@ -208,13 +208,19 @@ khub_status khub__model_join_layer(khub_model *m, int L, bool on_device)
     bool joined = false;
     if (joinable(qkv, 3))
         KHUB_FORWARD_IF_ERROR(m->rt, join(m, qkv, 3, "q/k/v (joined)", &ly->qkv, &joined));
-    m->n_joined_qkv += joined;
     khub__mat *gu[] = {&ly->gate, &ly->up};
     joined = false;
     if (joinable(gu, 2))
         KHUB_FORWARD_IF_ERROR(m->rt, join(m, gu, 2, "gate/up (joined)", &ly->gate_up, &joined));
-    m->n_joined_gate_up += joined;
     return KHUB_STATUS_OK;
+}
+
+int khub__model_n_joined(const khub_model *m, bool qkv)
+{
+    int n = 0;
+    for (int64_t L = 0; L < m->cfg.n_layers; L++)
+        n += (qkv ? m->layers[L].qkv.op : m->layers[L].gate_up.op) != NULL;
+    return n;
 }
 
 void khub__model_join_explain(const khub_model *m, const khub__bound *b, char *buf, size_t n)
