@@ -1,6 +1,6 @@
 /*
- * kv_host.h: the fake host the KV cache strategy tests share
- * (test_kv_strategies.c, test_kv_offload.c): ref-cpu.so opened with dlopen
+ * kv_host.h: the fake host the ref-cpu tests share (test_ref_ops.c,
+ * test_kv_strategies.c, test_kv_offload.c): ref-cpu.so opened with dlopen
  * on a host table whose allocator counts live blocks (ASSERT_NO_LEAKS) and
  * can fail the N-th allocation, and whose fail() keeps the last message
  * (ASSERT_FAILS checks status and message); tensors and cache helpers.

@@ -10,143 +10,18 @@
  * bit for bit against hand-built blocks and the oracle's loop-order
  * dequantizers. Every INVALID_ARG path asserts the status and the message.
  */
-#include <dlfcn.h>
-#include <stdarg.h>
-
-#include <khub/khub_plugin.h>
-
-#include "../plugins/include/khub_plugin_util.h"
-#include <khub/khub.h>
 #include "gguf.h"
+#include "kv_host.h"
 #include "ref_oracle.h"
-#include "runner.h"
 
 /* ------------------------------------------------------------------------ */
-/* The fake host                                                            */
+/* The fake host and tensors are kv_host.h's; this file adds these          */
 /* ------------------------------------------------------------------------ */
-
-static char g_err[1024];
-static int g_live;        /* blocks allocated and not freed */
-static int g_fail_allocs; /* when > 0, the g_fail_allocs-th alloc from now fails */
-static int g_live_base;   /* g_live after setup (the plugin state) */
-
-#define ASSERT_NO_LEAKS() ASSERT_EQ(g_live, g_live_base)
-
-static void th_log(void *ctx, khub_log_level lv, const char *fmt, ...)
-{
-    (void)ctx, (void)lv, (void)fmt;
-}
-
-static khub_status th_fail(void *ctx, khub_status st, const char *fmt, ...)
-{
-    (void)ctx;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(g_err, sizeof g_err, fmt, ap);
-    va_end(ap);
-    return st;
-}
-
-static void *th_alloc(void *ctx, size_t n)
-{
-    (void)ctx;
-    if (g_fail_allocs > 0 && --g_fail_allocs == 0) return NULL;
-    void *p = aligned_alloc(64, (n + 63) / 64 * 64 + 64);
-    if (p) g_live++;
-    return p;
-}
-
-static void th_free(void *ctx, void *p)
-{
-    (void)ctx;
-    if (p) g_live--;
-    free(p);
-}
-
-static void th_parallel_for(void *ctx, int64_t n, khub_range_fn fn, void *ud)
-{
-    (void)ctx;
-    int64_t a = n / 3, b = 2 * n / 3;
-    if (a > 0) fn(ud, 0, a, 0);
-    if (b > a) fn(ud, a, b, 1);
-    if (n > b) fn(ud, b, n, 2);
-}
-
-static int th_n_threads(void *ctx) { return (void)ctx, 3; }
-static uint32_t th_cpu(void *ctx) { return (void)ctx, 0u; }
-
-static khub_host_api g_host = {
-    KHUB_STRUCT_INIT(khub_host_api),
-    .log = th_log,
-    .fail = th_fail,
-    .alloc = th_alloc,
-    .free = th_free,
-    .parallel_for = th_parallel_for,
-    .n_threads = th_n_threads,
-    .cpu_features = th_cpu,
-};
-
-static khub_plugin_desc g_desc;
-
-static khub_plugin_init_fn load_entry(void)
-{
-    void *h = dlopen(KHUB_PLUGIN_DIR_BUILD "/ref-cpu.so", RTLD_NOW | RTLD_LOCAL);
-    if (!h) TEST_FAIL_("dlopen ref-cpu.so: %s", dlerror());
-    khub_plugin_init_fn init = (khub_plugin_init_fn)(uintptr_t)dlsym(h, KHUB_PLUGIN_ENTRY);
-    ASSERT(init != NULL);
-    return init;
-}
-
-static void setup(void)
-{
-    khub_plugin_init_fn init = load_entry();
-    memset(&g_desc, 0, sizeof g_desc);
-    g_desc.struct_size = sizeof g_desc;
-    char eb[256] = "";
-    ASSERT_OK(init(&g_host, &g_desc, eb, sizeof eb));
-    g_live_base = g_live;
-}
-
-static const khub_op_desc *op(const char *name)
-{
-    for (uint32_t i = 0; i < g_desc.n_ops; i++)
-        if (strcmp(g_desc.ops[i].name, name) == 0) return &g_desc.ops[i];
-    TEST_FAIL_("op %s not found", name);
-}
 
 static khub_status run(const char *name, const void *args)
 {
     g_err[0] = '\0';
     return op(name)->run(g_desc.state, args);
-}
-
-/* Asserts the status and that the message names the problem. */
-#define ASSERT_FAILS(expr, st, needle) \
-    do { \
-        g_err[0] = '\0'; \
-        ASSERT_STATUS((expr), (st)); \
-        ASSERT_CONTAINS(g_err, (needle)); \
-    } while (0)
-
-/* ------------------------------------------------------------------------ */
-/* Tensors                                                                  */
-/* ------------------------------------------------------------------------ */
-
-typedef struct tens {
-    khub_tensor t;
-    int64_t shape[4];
-    int64_t strides[4];
-} tens;
-
-/* A compact (strides NULL) tensor of up to 3 dims; unused dims are 0. */
-static khub_tensor *mk(tens *s, void *data, khub_dtype dt, int ndim, int64_t d0, int64_t d1,
-                       int64_t d2)
-{
-    memset(s, 0, sizeof *s);
-    s->shape[0] = d0, s->shape[1] = d1, s->shape[2] = d2;
-    s->t = (khub_tensor){
-        .data = data, .device = {KHUB_DEVICE_CPU, 0}, .ndim = ndim, .dtype = dt, .shape = s->shape};
-    return &s->t;
 }
 
 /* Gives s explicit element strides. */
@@ -155,13 +30,6 @@ static khub_tensor *strided(tens *s, int64_t s0, int64_t s1, int64_t s2)
     s->strides[0] = s0, s->strides[1] = s1, s->strides[2] = s2;
     s->t.strides = s->strides;
     return &s->t;
-}
-
-static float *fbuf(size_t n)
-{
-    float *p = calloc(n ? n : 1, sizeof(float));
-    ASSERT(p != NULL);
-    return p;
 }
 
 static double *dbuf(size_t n)
@@ -537,45 +405,17 @@ TEST_IMPL(attention_invalid_args)
 /* KV cache and attention over its views                                    */
 /* ------------------------------------------------------------------------ */
 
-static const khub_kv_cache_methods *kvm(void) { return op("kv_cache")->methods; }
-
+/* The default cache ("kv_cache") through kv_host.h's helpers. */
 static khub_kv_cache *kv_new(khub_dtype dt, int32_t layers, int32_t H, int32_t D, int32_t seqs,
                              int64_t max_tokens)
 {
-    khub_kv_cache_config cfg = {KHUB_STRUCT_INIT(khub_kv_cache_config),
-                                .n_layers = layers,
-                                .n_kv_heads = H,
-                                .head_dim = D,
-                                .n_seqs = seqs,
-                                .max_tokens = max_tokens,
-                                .dtype = dt};
-    khub_kv_cache *c = NULL;
-    ASSERT_OK(kvm()->create(g_desc.state, &cfg, &c));
-    ASSERT(c != NULL);
-    return c;
+    return cache_new("kv_cache", layers, H, D, seqs, max_tokens, dt, NULL);
 }
 
 static khub_status kv_put(khub_kv_cache *c, int32_t layer, int32_t seq, int64_t pos, float *k,
                           float *v, int64_t n, int64_t H, int64_t D)
 {
-    tens tk, tv;
-    khub_kv_write_args w = {KHUB_STRUCT_INIT(khub_kv_write_args),
-                            .layer = layer,
-                            .seq = seq,
-                            .pos = pos,
-                            .k = mk(&tk, k, KHUB_DTYPE_F32, 3, n, H, D),
-                            .v = mk(&tv, v, KHUB_DTYPE_F32, 3, n, H, D)};
-    g_err[0] = '\0';
-    return kvm()->write(g_desc.state, c, &w);
-}
-
-/* Element (t, h, d) of a cache view as f32. */
-static float view_at(const khub_tensor *t, int64_t i, int64_t h, int64_t d)
-{
-    int64_t off = i * t->strides[0] + h * t->strides[1] + d * t->strides[2];
-    const void *base = khub_pu_base(t);
-    if (t->dtype.bits == 32) return ((const float *)base)[off];
-    return khub_pu_f16_to_f32(((const uint16_t *)base)[off]);
+    return put("kv_cache", c, layer, seq, pos, k, v, n, H, D);
 }
 
 TEST_IMPL(kv_cache_grow_view_truncate)
@@ -594,7 +434,7 @@ TEST_IMPL(kv_cache_grow_view_truncate)
         ASSERT_OK(kv_put(c, 1, 1, 25, k + 25 * H * D, v + 25 * H * D, 12, H, D));
         int64_t ks[3], kst[3], vs[3], vst[3];
         khub_tensor kt = {.shape = ks, .strides = kst}, vt = {.shape = vs, .strides = vst};
-        ASSERT_OK(kvm()->view(g_desc.state, c, 1, 1, N, &kt, &vt));
+        ASSERT_OK(kvm("kv_cache")->view(g_desc.state, c, 1, 1, N, &kt, &vt));
         ASSERT_EQ(kt.ndim, 3);
         ASSERT_EQ(ks[0], N);
         ASSERT_EQ(ks[1], H);
@@ -606,7 +446,7 @@ TEST_IMPL(kv_cache_grow_view_truncate)
         /* memory (ABI 1.4): one slot of 64 tokens allocated, 37 used */
         khub_kv_cache_memory mem = {KHUB_STRUCT_INIT(khub_kv_cache_memory)};
         uint64_t es = f16 ? 2 : 4;
-        ASSERT_OK(kvm()->memory(g_desc.state, c, &mem));
+        ASSERT_OK(kvm("kv_cache")->memory(g_desc.state, c, &mem));
         ASSERT_EQ(mem.bytes_per_token, 2 * H * D * es * 2); /* 2 layers, K and V */
         ASSERT_EQ(mem.bytes_total, 64 * H * D * es * 2);
         ASSERT_EQ(mem.tokens_capacity, 100);
@@ -619,22 +459,23 @@ TEST_IMPL(kv_cache_grow_view_truncate)
             ASSERT(view_at(&vt, t, h, d) == wv);
         }
         /* the other slots are untouched and empty */
-        ASSERT_FAILS(kvm()->view(g_desc.state, c, 0, 1, 1, &kt, &vt), KHUB_STATUS_INVALID_ARG,
+        ASSERT_FAILS(kvm("kv_cache")->view(g_desc.state, c, 0, 1, 1, &kt, &vt),
+                     KHUB_STATUS_INVALID_ARG,
                      "kv_cache.view: n (got 1, want 0..0, the length of layer 0 seq 1)");
         /* truncate, then rewrite from the cut */
-        ASSERT_OK(kvm()->truncate(g_desc.state, c, 1, 10));
-        ASSERT_FAILS(kvm()->view(g_desc.state, c, 1, 1, 11, &kt, &vt), KHUB_STATUS_INVALID_ARG,
-                     "want 0..10");
+        ASSERT_OK(kvm("kv_cache")->truncate(g_desc.state, c, 1, 10));
+        ASSERT_FAILS(kvm("kv_cache")->view(g_desc.state, c, 1, 1, 11, &kt, &vt),
+                     KHUB_STATUS_INVALID_ARG, "want 0..10");
         ASSERT_FAILS(kv_put(c, 1, 1, 11, k, v, 1, H, D), KHUB_STATUS_INVALID_ARG,
                      "kv_cache.write: pos (got 11, want 0..10");
         ASSERT_OK(kv_put(c, 1, 1, 10, k, v, 1, H, D));
-        ASSERT_OK(kvm()->view(g_desc.state, c, 1, 1, 11, &kt, &vt));
+        ASSERT_OK(kvm("kv_cache")->view(g_desc.state, c, 1, 1, 11, &kt, &vt));
         ASSERT(view_at(&kt, 10, 2, 7) ==
                (f16 ? khub_pu_f16_to_f32(khub_pu_f32_to_f16(k[2 * D + 7])) : k[2 * D + 7]));
-        kvm()->destroy(g_desc.state, c);
+        kvm("kv_cache")->destroy(g_desc.state, c);
         free(k), free(v);
     }
-    kvm()->destroy(g_desc.state, NULL);
+    kvm("kv_cache")->destroy(g_desc.state, NULL);
     ASSERT_NO_LEAKS();
 }
 
@@ -715,13 +556,13 @@ TEST_IMPL(kv_cache_context_full)
     ASSERT_OK(kv_put(c, 0, 0, 17, k, v, 23, 2, 4)); /* exactly max_tokens */
     int64_t s[3], st[3], s2[3], st2[3];
     khub_tensor kt = {.shape = s, .strides = st}, vt = {.shape = s2, .strides = st2};
-    ASSERT_OK(kvm()->view(g_desc.state, c, 0, 0, 40, &kt, &vt));
+    ASSERT_OK(kvm("kv_cache")->view(g_desc.state, c, 0, 0, 40, &kt, &vt));
     ASSERT_EQ(st[1], 40 * 4); /* growth stopped at max_tokens, not 64 */
     ASSERT_FAILS(kv_put(c, 0, 0, 40, k, v, 1, 2, 4), KHUB_STATUS_CONTEXT_FULL,
                  "kv_cache.write: positions 40..40 exceed max_tokens 40");
-    ASSERT_OK(kvm()->truncate(g_desc.state, c, 0, 0));
+    ASSERT_OK(kvm("kv_cache")->truncate(g_desc.state, c, 0, 0));
     ASSERT_OK(kv_put(c, 0, 0, 0, k, v, 40, 2, 4));
-    kvm()->destroy(g_desc.state, c);
+    kvm("kv_cache")->destroy(g_desc.state, c);
     ASSERT_NO_LEAKS();
 }
 
@@ -736,25 +577,26 @@ TEST_IMPL(kv_cache_invalid_args)
                                 .max_tokens = 8,
                                 .dtype = KHUB_DTYPE_BF16};
     khub_kv_cache *c = (khub_kv_cache *)&cfg;
-    ASSERT_FAILS(kvm()->create(g_desc.state, &cfg, &c), KHUB_STATUS_INVALID_ARG,
+    ASSERT_FAILS(kvm("kv_cache")->create(g_desc.state, &cfg, &c), KHUB_STATUS_INVALID_ARG,
                  "kv_cache.create: dtype (got bf16, want f32 or f16)");
     ASSERT(c == NULL);
     cfg.dtype = KHUB_DTYPE_F16;
     cfg.head_dim = 0;
-    ASSERT_FAILS(kvm()->create(g_desc.state, &cfg, &c), KHUB_STATUS_INVALID_ARG,
+    ASSERT_FAILS(kvm("kv_cache")->create(g_desc.state, &cfg, &c), KHUB_STATUS_INVALID_ARG,
                  "head_dim 0, n_seqs 1, max_tokens 8; want all >= 1");
     cfg.head_dim = 1 << 30;
     cfg.n_kv_heads = 1 << 30;
     cfg.max_tokens = INT64_C(1) << 40;
-    ASSERT_FAILS(kvm()->create(g_desc.state, &cfg, &c), KHUB_STATUS_OVERFLOW,
+    ASSERT_FAILS(kvm("kv_cache")->create(g_desc.state, &cfg, &c), KHUB_STATUS_OVERFLOW,
                  "overflows a slot (lower max_tokens)");
     cfg.head_dim = 4, cfg.n_kv_heads = 2, cfg.max_tokens = 8;
     cfg.struct_size = 4;
-    ASSERT_FAILS(kvm()->create(g_desc.state, &cfg, &c), KHUB_STATUS_INVALID_ARG,
+    ASSERT_FAILS(kvm("kv_cache")->create(g_desc.state, &cfg, &c), KHUB_STATUS_INVALID_ARG,
                  "kv_cache.create: args.struct_size (got 4");
     cfg.struct_size = sizeof cfg;
     g_fail_allocs = 2;
-    ASSERT_FAILS(kvm()->create(g_desc.state, &cfg, &c), KHUB_STATUS_NOMEM, "out of memory");
+    ASSERT_FAILS(kvm("kv_cache")->create(g_desc.state, &cfg, &c), KHUB_STATUS_NOMEM,
+                 "out of memory");
     c = kv_new(KHUB_DTYPE_F16, 2, 2, 4, 1, 8);
     float k[3 * 2 * 4] = {0}, v[3 * 2 * 4] = {0};
     ASSERT_FAILS(kv_put(c, 2, 0, 0, k, v, 1, 2, 4), KHUB_STATUS_INVALID_ARG,
@@ -770,13 +612,13 @@ TEST_IMPL(kv_cache_invalid_args)
                  "kv_cache.write: out of memory growing a slot to 8 tokens");
     int64_t s[3], s2[3], st2[3];
     khub_tensor kt = {.shape = s, .strides = NULL}, vt = {.shape = s2, .strides = st2};
-    ASSERT_FAILS(kvm()->view(g_desc.state, c, 0, 0, 0, &kt, &vt), KHUB_STATUS_INVALID_ARG,
+    ASSERT_FAILS(kvm("kv_cache")->view(g_desc.state, c, 0, 0, 0, &kt, &vt), KHUB_STATUS_INVALID_ARG,
                  "kv_cache.view: k, k->shape or k->strides is NULL");
-    ASSERT_FAILS(kvm()->truncate(g_desc.state, c, 0, -1), KHUB_STATUS_INVALID_ARG,
+    ASSERT_FAILS(kvm("kv_cache")->truncate(g_desc.state, c, 0, -1), KHUB_STATUS_INVALID_ARG,
                  "kv_cache.truncate: n (got -1, want >= 0)");
-    ASSERT_FAILS(kvm()->truncate(g_desc.state, c, 1, 0), KHUB_STATUS_INVALID_ARG,
+    ASSERT_FAILS(kvm("kv_cache")->truncate(g_desc.state, c, 1, 0), KHUB_STATUS_INVALID_ARG,
                  "kv_cache.truncate: seq (got 1, want 0..0)");
-    kvm()->destroy(g_desc.state, c);
+    kvm("kv_cache")->destroy(g_desc.state, c);
     ASSERT_NO_LEAKS();
 }
 
@@ -809,7 +651,7 @@ TEST_IMPL(attention_over_cache_views)
                 kv_put(c, 0, 0, n - 1, k + (n - 1) * Hkv * D, v + (n - 1) * Hkv * D, 1, Hkv, D));
             int64_t ks[3], kst[3], vs[3], vst[3];
             khub_tensor kt = {.shape = ks, .strides = kst}, vt = {.shape = vs, .strides = vst};
-            ASSERT_OK(kvm()->view(g_desc.state, c, 0, 0, n, &kt, &vt));
+            ASSERT_OK(kvm("kv_cache")->view(g_desc.state, c, 0, 0, n, &kt, &vt));
             ASSERT(!khub_pu_is_compact(&kt));
             tens tq, to;
             const float *qs = q + step * H * D;
@@ -828,7 +670,7 @@ TEST_IMPL(attention_over_cache_views)
                     (long long)step, e);
             ASSERT_LE(e, 1e-12);
         }
-        kvm()->destroy(g_desc.state, c);
+        kvm("kv_cache")->destroy(g_desc.state, c);
         free(k), free(v), free(kr), free(vr), free(q), free(out), free(want), free(scratch);
     }
     ASSERT_NO_LEAKS();
