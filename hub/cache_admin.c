@@ -54,6 +54,32 @@ static int parse_folder(const char *folder, char *type, size_t tsize, char *id, 
     return 0;
 }
 
+/* Opens the cache folder into *d: NULL and OK when there is none (an empty
+ * cache), NULL and IO (on the hub) when it cannot be read. */
+static khub_status cache_open(khub_hub *hub, DIR **d)
+{
+    *d = opendir(hub->cache_dir);
+    if (*d || errno == ENOENT) return KHUB_STATUS_OK;
+    return khub__hub_fail(hub, KHUB_STATUS_IO, "cannot read the cache %s: %s", hub->cache_dir,
+                          strerror(errno));
+}
+
+/* The name of the next entry of the cache folder d that is a repo's folder
+ * (parse_folder's forms; a symlinked one is not walked); NULL at the end. */
+static const char *next_repo_folder(const khub_hub *hub, DIR *d)
+{
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char type[16], id[200], path[KHUB__PATH_MAX];
+        struct stat sb;
+        if (parse_folder(de->d_name, type, sizeof type, id, sizeof id) &&
+            KHUB__PATHF(path, "%s/%s", hub->cache_dir, de->d_name) && lstat(path, &sb) == 0 &&
+            S_ISDIR(sb.st_mode))
+            return de->d_name;
+    }
+    return NULL;
+}
+
 static int is_hex(const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++)
@@ -368,22 +394,10 @@ khub_status khub__cache_scan(khub_hub *hub, khub_cache_report **out)
     rep->struct_size = sizeof *rep;
     rep->abi_major = KHUB_API_VERSION_MAJOR; /* an application struct */
     rep->abi_minor = KHUB_API_VERSION_MINOR;
-    DIR *d = opendir(hub->cache_dir);
-    if (!d)
-        return errno == ENOENT ? KHUB_STATUS_OK
-                               : khub__hub_fail(hub, KHUB_STATUS_IO,
-                                                "cannot read the cache "
-                                                "%s: %s",
-                                                hub->cache_dir, strerror(errno));
-    struct dirent *de;
-    khub_status st = KHUB_STATUS_OK;
-    while (st == KHUB_STATUS_OK && (de = readdir(d))) {
-        char type[16], id[200], path[KHUB__PATH_MAX];
-        struct stat sb;
-        if (!parse_folder(de->d_name, type, sizeof type, id, sizeof id) ||
-            !KHUB__PATHF(path, "%s/%s", hub->cache_dir, de->d_name) || lstat(path, &sb) != 0 ||
-            !S_ISDIR(sb.st_mode))
-            continue; /* a symlinked repo folder is not walked */
+    DIR *d = NULL;
+    khub_status st = cache_open(hub, &d);
+    const char *name;
+    while (d && st == KHUB_STATUS_OK && (name = next_repo_folder(hub, d))) {
         khub_cache_repo *v =
             khub__mem_realloc(khub__hub_alloc(hub), rep->repos, (rep->n_repos + 1) * sizeof *v);
         if (!v) {
@@ -391,11 +405,11 @@ khub_status khub__cache_scan(khub_hub *hub, khub_cache_report **out)
             break;
         }
         rep->repos = v;
-        st = scan_repo(hub, de->d_name, &rep->repos[rep->n_repos]);
+        st = scan_repo(hub, name, &rep->repos[rep->n_repos]);
         rep->size += rep->repos[rep->n_repos].size;
         rep->n_repos++;
     }
-    closedir(d);
+    if (d) closedir(d);
     if (rep->n_repos) qsort(rep->repos, rep->n_repos, sizeof *rep->repos, cmp_repo);
     return st;
 }
@@ -675,25 +689,12 @@ khub_status khub__cache_prune(khub_hub *hub, int dry_run, khub_cache_item_fn fn,
     khub__hub_clear(hub);
     pruner p = {.hub = hub, .dry_run = dry_run, .fn = fn, .ud = ud};
     *freed = 0;
-    DIR *d = opendir(hub->cache_dir);
-    if (!d)
-        return errno == ENOENT ? KHUB_STATUS_OK
-                               : khub__hub_fail(hub, KHUB_STATUS_IO,
-                                                "cannot read the cache "
-                                                "%s: %s",
-                                                hub->cache_dir, strerror(errno));
-    struct dirent *de;
-    khub_status st = KHUB_STATUS_OK;
-    while (st == KHUB_STATUS_OK && (de = readdir(d))) {
-        char type[16], id[200], path[KHUB__PATH_MAX];
-        struct stat sb;
-        if (!parse_folder(de->d_name, type, sizeof type, id, sizeof id) ||
-            !KHUB__PATHF(path, "%s/%s", hub->cache_dir, de->d_name) || lstat(path, &sb) != 0 ||
-            !S_ISDIR(sb.st_mode))
-            continue;
-        st = prune_repo(&p, de->d_name);
-    }
-    closedir(d);
+    DIR *d = NULL;
+    khub_status st = cache_open(hub, &d);
+    const char *name;
+    while (d && st == KHUB_STATUS_OK && (name = next_repo_folder(hub, d)))
+        st = prune_repo(&p, name);
+    if (d) closedir(d);
     *freed = p.freed;
     return st;
 }
