@@ -22,9 +22,9 @@ specs=("attention cpu,cuda" "norm cpu,cuda" "activation cpu,cuda" "linear cpu,cu
 for t in $(python3 -c 'import json, sys
 for t in json.load(open(sys.argv[1]))["templates"]:
     print(t["kind"] + ("/cuda" if t["cuda"] else ""))' "$SRC/hub/author/templates/index.json"); do
-    printf '%s\n' "${specs[@]}" | grep -q "^${t%/cuda} cpu" || fail "template ${t%/cuda}: no cpu spec"
+    printf '%s\n' "${specs[@]}" | grep "^${t%/cuda} cpu" > /dev/null || fail "template ${t%/cuda}: no cpu spec"
     if [[ $t == */cuda ]]; then
-        printf '%s\n' "${specs[@]}" | grep -q "^${t%/cuda} .*cuda" || fail "template ${t%/cuda}: no cuda spec"
+        printf '%s\n' "${specs[@]}" | grep "^${t%/cuda} .*cuda" > /dev/null || fail "template ${t%/cuda}: no cuda spec"
     fi
 done
 for spec in "${specs[@]}"; do

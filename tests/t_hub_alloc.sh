@@ -46,7 +46,7 @@ for loc in $bad; do
     f=${loc%%:*}; l=${loc##*:}
     var=$(sed -n "${l}p" "$f" | sed -nE 's/.*\b([a-z_]+) = cJSON_Print.*/\1/p')
     [ -n "$var" ] || continue
-    if sed -n "$l,$((l + 20))p" "$f" | grep -qE "(khub__mem_free|[^_]free)\($var\)"; then
+    if sed -n "$l,$((l + 20))p" "$f" | grep -E "(khub__mem_free|[^_]free)\($var\)" > /dev/null; then
         fail "${f#"$SRC"/}:$l: $var from cJSON_Print is freed other than with cJSON_free"
     fi
 done

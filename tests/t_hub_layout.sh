@@ -24,7 +24,7 @@ declare -A layer=(
 )
 lib=""
 for a in "$B"/*.a; do
-    if ar t "$a" | grep -qx 'server.c.o'; then lib=$a; fi
+    if ar t "$a" | grep -x 'server.c.o' > /dev/null; then lib=$a; fi
 done
 [ -n "$lib" ] || fail "no static library in $B holds server.c.o"
 syms=$(nm -A "$lib" 2> /dev/null | grep -E ':server[a-z_]*\.c\.o:' | grep -E ' [TU] khub__srv_')

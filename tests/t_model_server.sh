@@ -135,7 +135,7 @@ curl -sN -H "$AUTH" "$BASE/v1/chat/completions" \
     -d "{$Q,\"max_tokens\":4,\"temperature\":0,\"stream\":true,\"stream_options\":{\"include_usage\":true},\"unknown_field\":{\"x\":[1]}}" > sse.txt
 grep -q '^data: {.*"delta":{"role":"assistant","content":""}' sse.txt || fail "no role chunk: $(cat sse.txt)"
 grep -q '"finish_reason":"length"' sse.txt || fail "no finish chunk: $(cat sse.txt)"
-grep '"usage":{"prompt_tokens":37,"completion_tokens":4,"total_tokens":41}' sse.txt | grep -q '"choices":\[\]' ||
+grep '"usage":{"prompt_tokens":37,"completion_tokens":4,"total_tokens":41}' sse.txt | grep '"choices":\[\]' > /dev/null ||
     fail "no usage chunk: $(cat sse.txt)"
 [ "$(tail -n 2 sse.txt | head -n 1)" = "data: [DONE]" ] || fail "no final [DONE]: $(tail -n 3 sse.txt)"
 [ "$(grep -c '^data: ' sse.txt)" -eq 8 ] || fail "want 8 events (role, 4 text, finish, usage, DONE): $(cat sse.txt)"

@@ -29,7 +29,7 @@ err 2 "khub run: --device wants cpu, cuda or cuda:N, got 'cuda:x'" "" --device c
     { cat c.err; fail "--device cpu"; }
 echo "ok   --device: cpu runs, bad values are usage errors"
 
-if [ -e /dev/nvidiactl ] || ldconfig -p 2> /dev/null | grep -q 'libcuda\.so\.1 '; then
+if [ -e /dev/nvidiactl ] || ldconfig -p 2> /dev/null | grep 'libcuda\.so\.1 ' > /dev/null; then
     echo "skip the missing-driver error: this machine has a CUDA driver"
 else
     err 1 "khub run: SmolLM2-135M-Instruct.Q4_1.gguf: device cuda:0 needs the CUDA driver: no CUDA driver (libcuda.so.1: " "" --device cuda

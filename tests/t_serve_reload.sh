@@ -138,7 +138,7 @@ expect 409 "the cache kernel cannot be swapped in a running model" '{"role":"cac
 expect 409 "the linear kernel cannot be swapped in a running model" '{"role":"linear","kernel":"khub/ref-cpu"}'
 expect 422 "tiny: khub/cpu-avx2 cannot serve rotary: khub/cpu-avx2 0.1.0 for rotary is unusable: it has no rotary op; nothing changed" \
     '{"role":"rotary","kernel":"khub/cpu-avx2"}'
-curl -s -H "$AUTH" "$BASE/v1/kernels" | grep -qF '"reloads":'"$N_SWAPS," || fail "a refusal changed the reload count"
+curl -s -H "$AUTH" "$BASE/v1/kernels" | grep -F '"reloads":'"$N_SWAPS," > /dev/null || fail "a refusal changed the reload count"
 out=$(curl -s -H "$AUTH" "$BASE/v1/completions" -d '{"prompt":"Sliding window","max_tokens":4,"temperature":0}')
 grep -q '"completion_tokens":4' <<< "$out" || fail "no answer after the refusals: $out"
 echo "ok   refusals: 401 (none, wrong), 400 (malformed, not an object, missing, unknown role, no Hub ID), 409 cache/linear, 422 no such op; still answering"

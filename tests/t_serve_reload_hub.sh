@@ -63,7 +63,7 @@ done
 BASE=$(grep -o 'http://[0-9.:]*' srv.out | head -n 1 || true)
 [ -n "$BASE" ] || fail "serve-model printed no address: $(cat srv.out srv.err)"
 AUTH="Authorization: Bearer $KEY"
-curl -s -H "$AUTH" "$BASE/v1/kernels" | grep -qF '"binding":"kernels-community/flash-attn2 1.0.0 :: flash_attn","role":"attention[f32]"' ||
+curl -s -H "$AUTH" "$BASE/v1/kernels" | grep -F '"binding":"kernels-community/flash-attn2 1.0.0 :: flash_attn","role":"attention[f32]"' > /dev/null ||
     fail "v1 does not serve: $(curl -s -H "$AUTH" "$BASE/v1/kernels" | head -c 600)"
 echo "ok   serving $MODEL with kernels-community/flash-attn2@v1"
 

@@ -41,7 +41,7 @@ JOB=
 rank_pid() { # the process of JOB's tree whose environment says rank $1
     local p
     for p in $(pgrep -P "$JOB"); do
-        tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1" &&
+        tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -x "OMPI_COMM_WORLD_RANK=$1" > /dev/null &&
             { echo "$p"; return; }
     done
 }

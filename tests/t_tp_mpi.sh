@@ -130,7 +130,7 @@ for _ in $(seq 300); do [ -s k.out ] && break; sleep 0.1; done
 rank_pid() { # the process of JOB's tree whose environment says rank $1
     local p q
     for p in $(pgrep -P "$JOB"); do
-        if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$1"; then
+        if tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | grep -x "OMPI_COMM_WORLD_RANK=$1" > /dev/null; then
             echo "$p"
             return
         fi
