@@ -214,6 +214,9 @@ KHUB_INTERNAL void *khub__srv_path_set_get(const path_set *s, const char *path);
 KHUB_INTERNAL void *khub__srv_path_set_take(path_set *s, const char *path);
 /* Frees the slots; the set is empty again (the strings are the caller's). */
 KHUB_INTERNAL void khub__srv_path_set_free(path_set *s);
+/* The slot hash: keyed by a random key of this process (tests look at how
+ * it spreads paths chosen to collide without the key). */
+KHUB_INTERNAL size_t khub__srv_path_hash(const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Digest cache (server_digest.c)                                           */

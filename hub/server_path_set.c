@@ -5,14 +5,19 @@
  * LFS marks). Open addressing with linear probing, grown at half full;
  * removal shifts the run that follows back, so there are no tombstones.
  *
- * The hash is FNV-1a, not keyed: a client that chooses its paths can make
- * them collide. What it can reach is bounded by the callers' limits (10,000
- * paths per paths-info request; 100,000 operations per commit, which needs
- * the write token).
+ * The hash is keyed: FNV-1a started from a random key of this process and
+ * finished with a 64-bit mix, so the slot a path lands in depends on every
+ * bit of the key. Unkeyed, a slot is the hash's low bits, and FNV-1a's low
+ * bits depend only on the low bits of its input and state: anyone could pick
+ * 10,000 paths with one slot offline and send them in one paths-info
+ * request, which needs no token, making each lookup walk all of them.
  */
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
 
 #include "server_impl.h"
 
@@ -21,18 +26,39 @@ struct path_slot {
     void *value;
 };
 
-static size_t hash_of(const char *path)
+/* This process's key, made on first use (never 0 once made). */
+static uint64_t key(void)
 {
-    uint64_t h = 14695981039346656037u; /* FNV-1a */
+    static _Atomic uint64_t made;
+    uint64_t k = atomic_load_explicit(&made, memory_order_relaxed);
+    if (k) return k;
+    if (getrandom(&k, sizeof k, GRND_NONBLOCK) != (ssize_t)sizeof k) {
+        struct timespec t; /* no entropy yet: still unknown to a client in advance */
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        k = ((uint64_t)t.tv_nsec << 32) ^ (uint64_t)t.tv_sec ^ (uint64_t)(uintptr_t)&t;
+    }
+    k |= 1;
+    uint64_t none = 0;
+    return atomic_compare_exchange_strong(&made, &none, k) ? k : none;
+}
+
+size_t khub__srv_path_hash(const char *path)
+{
+    uint64_t h = 14695981039346656037u ^ key(); /* FNV-1a from the key */
     for (const unsigned char *p = (const unsigned char *)path; *p; p++)
         h = (h ^ *p) * 1099511628211u;
+    h ^= h >> 30; /* the finalizer of splitmix64: every bit reaches the low ones */
+    h *= 0xbf58476d1ce4e5b9u;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebu;
+    h ^= h >> 31;
     return (size_t)h;
 }
 
 /* The slot holding path, or the empty slot where it would go. */
 static size_t slot_of(const path_set *s, const char *path)
 {
-    size_t mask = s->cap - 1, i = hash_of(path) & mask;
+    size_t mask = s->cap - 1, i = khub__srv_path_hash(path) & mask;
     while (s->slot[i].path && strcmp(s->slot[i].path, path) != 0) i = (i + 1) & mask;
     return i;
 }
@@ -75,7 +101,7 @@ void *khub__srv_path_set_take(path_set *s, const char *path)
     /* Move back each later entry of the run that the hole now cuts off
      * from its home slot (Knuth's algorithm R). */
     for (size_t i = (hole + 1) & mask; s->slot[i].path; i = (i + 1) & mask) {
-        size_t home = hash_of(s->slot[i].path) & mask;
+        size_t home = khub__srv_path_hash(s->slot[i].path) & mask;
         if (((i - home) & mask) >= ((i - hole) & mask)) {
             s->slot[hole] = s->slot[i];
             s->slot[i] = (struct path_slot){0};

@@ -4,6 +4,7 @@
  * with a plain array, through growth and through removals from the middle of
  * a run of colliding slots; strings compare byte for byte (case counts).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +65,35 @@ TEST_IMPL(path_set_agrees_with_an_array)
     khub__srv_path_set_free(&s);
 }
 
+/* Paths a client could choose offline: 2,000 whose unkeyed FNV-1a hashes
+ * share their low 12 bits, so without the key all would want one slot of a
+ * 4,096-slot set. Keyed, they spread as any paths do: no slot of 4,096 is
+ * wanted by more than 16 of them (the expected most is about 5). */
+TEST_IMPL(path_hash_spreads_chosen_collisions)
+{
+    enum { WANT = 2000, SLOTS = 4096 };
+    static char names[WANT][32];
+    static unsigned count[SLOTS];
+    int n = 0;
+    for (unsigned long i = 0; n < WANT; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "a/%lu.bin", i);
+        uint64_t h = 14695981039346656037u;
+        for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+            h = (h ^ *p) * 1099511628211u;
+        if ((h & (SLOTS - 1)) == 0) memcpy(names[n++], name, sizeof name);
+    }
+    unsigned most = 0;
+    for (int i = 0; i < WANT; i++) {
+        unsigned c = ++count[khub__srv_path_hash(names[i]) & (SLOTS - 1)];
+        if (c > most) most = c;
+    }
+    ASSERT(most <= 16);
+    ASSERT_EQ(khub__srv_path_hash("a/b.bin"), khub__srv_path_hash("a/b.bin"));
+}
+
 #define TEST_LIST(X) \
     X(path_set_basics) \
-    X(path_set_agrees_with_an_array)
+    X(path_set_agrees_with_an_array) \
+    X(path_hash_spreads_chosen_collisions)
 TEST_MAIN(TEST_LIST)
