@@ -183,10 +183,11 @@ const cJSON *khub__srv_commit_log(const repo *r, const char *commit)
 int khub__srv_is_lfs_at(const repo *r, const char *commit, const char *path)
 {
     if (khub__srv_repo_is_lfs(r, path)) return 1;
-    const cJSON *lfs = cJSON_GetObjectItemCaseSensitive(khub__srv_commit_log(r, commit), "lfs");
+    const cJSON *log = khub__srv_commit_log(r, commit); /* reads and indexes it once */
     if (r->memo && r->memo->indexed)
         return cJSON_IsTrue((const cJSON *)khub__srv_path_set_get(&r->memo->lfs_at, path));
-    return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(lfs, path));
+    return cJSON_IsTrue(
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(log, "lfs"), path));
 }
 
 void khub__srv_commit_dir(const repo *r, const char *commit, char *buf, size_t size)
